@@ -1,0 +1,423 @@
+/* mi-run: run a model directory on a platform, llama.cpp-style.
+ *
+ * The answer goes to stdout (plain text, or JSON lines with --json); logs,
+ * progress and --stats go to stderr. mi-run never reads stdin unless told
+ * to (-f -), so it never waits on a pipe or a closed terminal. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/engine.h"
+#include "core/host.h"
+#include "core/loader.h"
+
+#define MAX_STOPS 16
+
+static void usage(FILE *f) {
+  fputs("usage: mi-run -m MODEL_DIR (-p PROMPT | -f FILE) [options]\n"
+        "       mi-run [--plugin-dir DIR] --list-plugins\n"
+        "\n"
+        "model and prompt:\n"
+        "  -m, --model DIR          Hugging Face model directory (config.json, *.safetensors,\n"
+        "                           tokenizer.json)\n"
+        "  -p, --prompt TEXT        prompt text (special tokens like <|im_start|> are parsed)\n"
+        "  -f, --file FILE          read the prompt from FILE ('-' reads stdin)\n"
+        "      --chat               wrap the prompt in the ChatML chat template\n"
+        "      --system TEXT        system message for --chat\n"
+        "      --no-think           --chat: add the empty <think></think> block (Qwen3)\n"
+        "generation:\n"
+        "  -n, --n-predict N        tokens to generate (default 128; -1: until EOS/context end)\n"
+        "  -c, --ctx-size N         context size in tokens (default: prompt + n-predict)\n"
+        "  -b, --batch-size N       prefill batch (tokens per forward chunk, default 512)\n"
+        "      --temp T             temperature (default 0.8; 0 = greedy)\n"
+        "      --top-k K            (default 40; 0 = off)\n"
+        "      --top-p P            (default 0.95; 1 = off)\n"
+        "      --min-p P            (default 0.05; 0 = off)\n"
+        "      --repeat-penalty R   (default 1.0 = off)\n"
+        "      --repeat-last-n N    (default 64)\n"
+        "      --seed N             sampling seed (default 24301)\n"
+        "      --ignore-eos         keep generating past end-of-sequence tokens\n"
+        "      --stop STR           stop when STR is generated (repeatable)\n"
+        "output:\n"
+        "      --json               JSON lines: {\"prompt_ids\":[...]} then one line per token\n"
+        "      --top-logprobs K     with --json: the K best log-probabilities per step\n"
+        "      --stats              load time, TTFT, prefill/decode tokens/s, peak RSS\n"
+        "  -v, --verbose            more logging on stderr (repeat for debug)\n"
+        "plugins:\n"
+        "      --plugin-dir DIR     look for plugins.conf and plugins in DIR first\n"
+        "      --plugins-conf FILE  use this plugins.conf\n"
+        "      --platform NAME      use this platform plugin (default: best score)\n"
+        "  -t, --threads N          threads for the CPU platform (default: all cores)\n"
+        "      --list-plugins       list plugins found, loaded or rejected (and why), and exit\n"
+        "  -h, --help               this help\n"
+        "\n"
+        "Plugin search order: --plugin-dir, then $MI_PLUGIN_PATH (colon-separated), then\n"
+        "<exe>/../lib/metainfer and <exe> (next to the executable).\n",
+        f);
+}
+
+static int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || end == s || v < lo || v > hi) {
+    fprintf(stderr, "mi-run: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int parse_float(const char *opt, const char *s, double lo, double hi, float *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+    fprintf(stderr, "mi-run: %s expects a number in [%g, %g], got '%s'\n", opt, lo, hi, s);
+    return -1;
+  }
+  *out = (float)v;
+  return 0;
+}
+
+/* Reads a whole file (or stdin for "-"). NULL with a message on error. */
+static char *read_all(const char *path, size_t *len) {
+  FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "mi-run: %s: %s\n", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (!buf) break;
+    if (n + 1 >= cap) {
+      if (cap > (size_t)256 << 20) {
+        fprintf(stderr, "mi-run: %s: prompt file larger than 256 MiB\n", path);
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      char *nb = realloc(buf, cap *= 2);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+    }
+    size_t r = fread(buf + n, 1, cap - n - 1, f);
+    n += r;
+    if (r == 0) {
+      if (ferror(f)) {
+        fprintf(stderr, "mi-run: %s: read error\n", path);
+        free(buf);
+        buf = NULL;
+      }
+      break;
+    }
+  }
+  if (f != stdin) fclose(f);
+  if (buf) {
+    buf[n] = 0;
+    *len = n;
+  }
+  return buf;
+}
+
+typedef struct run_out {
+  int json;
+} run_out;
+
+static int on_token(void *user, const mi_gen_token *t) {
+  run_out *o = user;
+  if (!o->json) {
+    fwrite(t->visible, 1, t->visible_len, stdout);
+    fflush(stdout);
+    return 0;
+  }
+  json_t *line = json_object();
+  json_object_set_new(line, "step", json_integer(t->step));
+  json_object_set_new(line, "token_id", json_integer(t->id));
+  json_t *text = json_stringn(t->text, t->text_len);
+  json_object_set_new(line, "text", text ? text : json_string("\xef\xbf\xbd"));
+  json_object_set_new(line, "logprob", json_real(t->logprob));
+  if (t->n_top > 0) {
+    json_t *top = json_array();
+    for (int i = 0; i < t->n_top; i++)
+      json_array_append_new(top, json_pack("[I,f]", (json_int_t)t->top_ids[i], t->top_lps[i]));
+    json_object_set_new(line, "top_logprobs", top);
+  }
+  char *s = json_dumps(line, JSON_COMPACT | JSON_REAL_PRECISION(10));
+  if (s) {
+    fputs(s, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    free(s);
+  }
+  json_decref(line);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *model_dir = NULL, *prompt_arg = NULL, *prompt_file = NULL, *system_msg = NULL;
+  const char *plugin_dir = NULL, *conf_path = NULL, *platform = NULL;
+  const char *stops[MAX_STOPS];
+  size_t n_stops = 0;
+  int chat = 0, no_think = 0, json = 0, stats = 0, list_plugins = 0, verbose = 0;
+  long threads = -1, batch = 0, top_logprobs = 0;
+  mi_gen_params gp = {.n_predict = 128};
+  mi_sampler_defaults(&gp.sampling);
+  gp.sampling.seed = 24301;
+
+  enum {
+    O_CHAT = 256, O_SYSTEM, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPP, O_REPN, O_SEED,
+    O_IGNEOS, O_STOP, O_JSON, O_TOPLP, O_STATS, O_PLUGDIR, O_CONF, O_PLATFORM, O_LIST,
+  };
+  static const struct option longopts[] = {
+      {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
+      {"file", required_argument, 0, 'f'},        {"chat", no_argument, 0, O_CHAT},
+      {"system", required_argument, 0, O_SYSTEM}, {"no-think", no_argument, 0, O_NOTHINK},
+      {"n-predict", required_argument, 0, 'n'},   {"ctx-size", required_argument, 0, 'c'},
+      {"batch-size", required_argument, 0, 'b'},  {"temp", required_argument, 0, O_TEMP},
+      {"top-k", required_argument, 0, O_TOPK},    {"top-p", required_argument, 0, O_TOPP},
+      {"min-p", required_argument, 0, O_MINP},    {"repeat-penalty", required_argument, 0, O_REPP},
+      {"repeat-last-n", required_argument, 0, O_REPN}, {"seed", required_argument, 0, O_SEED},
+      {"ignore-eos", no_argument, 0, O_IGNEOS},   {"stop", required_argument, 0, O_STOP},
+      {"json", no_argument, 0, O_JSON},           {"top-logprobs", required_argument, 0, O_TOPLP},
+      {"stats", no_argument, 0, O_STATS},         {"verbose", no_argument, 0, 'v'},
+      {"plugin-dir", required_argument, 0, O_PLUGDIR}, {"plugins-conf", required_argument, 0, O_CONF},
+      {"platform", required_argument, 0, O_PLATFORM}, {"threads", required_argument, 0, 't'},
+      {"list-plugins", no_argument, 0, O_LIST},   {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int c;
+  long v;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":m:p:f:n:c:b:t:vh", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'm': model_dir = optarg; break;
+    case 'p': prompt_arg = optarg; break;
+    case 'f': prompt_file = optarg; break;
+    case O_CHAT: chat = 1; break;
+    case O_SYSTEM: system_msg = optarg; break;
+    case O_NOTHINK: no_think = 1; break;
+    case 'n':
+      if (parse_long("-n", optarg, -1, INT_MAX, &v)) return 2;
+      gp.n_predict = v;
+      break;
+    case 'c':
+      if (parse_long("-c", optarg, 1, INT_MAX, &v)) return 2;
+      gp.n_ctx = v;
+      break;
+    case 'b':
+      if (parse_long("-b", optarg, 1, 65536, &batch)) return 2;
+      break;
+    case 't':
+      if (parse_long("-t", optarg, 1, 1024, &threads)) return 2;
+      break;
+    case O_TEMP: if (parse_float("--temp", optarg, 0, 100, &gp.sampling.temp)) return 2; break;
+    case O_TOPK:
+      if (parse_long("--top-k", optarg, 0, INT_MAX, &v)) return 2;
+      gp.sampling.top_k = (int)v;
+      break;
+    case O_TOPP: if (parse_float("--top-p", optarg, 0, 1, &gp.sampling.top_p)) return 2; break;
+    case O_MINP: if (parse_float("--min-p", optarg, 0, 1, &gp.sampling.min_p)) return 2; break;
+    case O_REPP:
+      if (parse_float("--repeat-penalty", optarg, 0.01, 100, &gp.sampling.repeat_penalty)) return 2;
+      break;
+    case O_REPN:
+      if (parse_long("--repeat-last-n", optarg, 0, INT_MAX, &v)) return 2;
+      gp.sampling.repeat_last_n = (int)v;
+      break;
+    case O_SEED:
+      if (parse_long("--seed", optarg, 0, LONG_MAX, &v)) return 2;
+      gp.sampling.seed = (uint64_t)v;
+      break;
+    case O_IGNEOS: gp.ignore_eos = 1; break;
+    case O_STOP:
+      if (n_stops == MAX_STOPS || !optarg[0]) {
+        fprintf(stderr, "mi-run: --stop: at most %d non-empty strings\n", MAX_STOPS);
+        return 2;
+      }
+      stops[n_stops++] = optarg;
+      break;
+    case O_JSON: json = 1; break;
+    case O_TOPLP:
+      if (parse_long("--top-logprobs", optarg, 0, 1000, &top_logprobs)) return 2;
+      break;
+    case O_STATS: stats = 1; break;
+    case 'v': verbose++; break;
+    case O_PLUGDIR: plugin_dir = optarg; break;
+    case O_CONF: conf_path = optarg; break;
+    case O_PLATFORM: platform = optarg; break;
+    case O_LIST: list_plugins = 1; break;
+    case 'h': usage(stdout); return 0;
+    case ':':
+      fprintf(stderr, "mi-run: option %s needs a value (see --help)\n", argv[optind - 1]);
+      return 2;
+    default:
+      fprintf(stderr, "mi-run: unknown option %s (see --help)\n", argv[optind - 1]);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "mi-run: unexpected argument '%s' (see --help)\n", argv[optind]);
+    return 2;
+  }
+  mi_log_set_level(verbose >= 2 ? MI_LOG_DEBUG : verbose ? MI_LOG_INFO : MI_LOG_WARN);
+  mi_progress_enable(isatty(STDERR_FILENO) && !json);
+
+  if (!list_plugins) {
+    if (!model_dir) {
+      fprintf(stderr, "mi-run: no model: give -m MODEL_DIR (see --help)\n");
+      return 2;
+    }
+    if (!prompt_arg && !prompt_file) {
+      fprintf(stderr, "mi-run: no prompt: give -p TEXT or -f FILE (-f - reads stdin)\n");
+      return 2;
+    }
+    if (prompt_arg && prompt_file) {
+      fprintf(stderr, "mi-run: give either -p or -f, not both\n");
+      return 2;
+    }
+  }
+
+  /* plugins */
+  char tbuf[32], bbuf[32];
+  mi_kv extra[1];
+  size_t n_extra = 0;
+  if (threads > 0) {
+    snprintf(tbuf, sizeof tbuf, "%ld", threads);
+    extra[n_extra++] = (mi_kv){"threads", tbuf};
+  }
+  mi_loader_opts lo = {.plugin_dir = plugin_dir, .conf_path = conf_path, .exe_path = NULL,
+                       .extra_opts = extra, .n_extra_opts = n_extra};
+  int fatal = 0;
+  char err[2048] = "";
+  mi_registry *reg = mi_registry_load(&lo, &fatal, err, sizeof err);
+  if (!reg) {
+    fprintf(stderr, "mi-run: out of memory loading plugins\n");
+    return 1;
+  }
+  if (list_plugins) {
+    mi_registry_print(reg, stdout);
+    if (fatal) fprintf(stderr, "mi-run: %s\n", err);
+    mi_registry_free(reg);
+    return fatal ? 1 : 0;
+  }
+  if (fatal) {
+    fprintf(stderr, "mi-run: %s\n", err);
+    mi_registry_free(reg);
+    return 1;
+  }
+
+  int rc = 1;
+  mi_engine *eng = NULL;
+  char *prompt_text = NULL, *rendered = NULL;
+  int32_t *ids = NULL;
+  size_t n_ids = 0, plen = 0;
+  mi_kv mopts[1];
+  size_t n_mopts = 0;
+  if (batch > 0) {
+    snprintf(bbuf, sizeof bbuf, "%ld", batch);
+    mopts[n_mopts++] = (mi_kv){"batch", bbuf};
+  }
+  mi_options model_opts = {mopts, n_mopts};
+  mi_engine_opts eo = {.model_dir = model_dir, .platform = platform, .model_opts = &model_opts,
+                       .tp_rank = 0, .tp_size = 1};
+  if (mi_engine_open(reg, &eo, &eng, err, sizeof err) != 0) {
+    fprintf(stderr, "mi-run: %s\n", err);
+    goto out;
+  }
+  mi_log(MI_LOG_INFO, "mi-run", "platform %s (%s), model plugin %s, %s loaded in %.2f s",
+         eng->platform_plugin->desc->name, eng->P->variant ? eng->P->variant(eng->pc) : "-",
+         eng->model_plugin->desc->name, eng->info.architecture, eng->load_seconds);
+
+  if (prompt_file) {
+    prompt_text = read_all(prompt_file, &plen);
+    if (!prompt_text) goto out;
+  } else {
+    prompt_text = strdup(prompt_arg);
+    plen = strlen(prompt_text);
+  }
+  const char *to_encode = prompt_text;
+  size_t enc_len = plen;
+  if (chat) {
+    mi_chat_msg msgs[2];
+    size_t nm = 0;
+    if (system_msg) msgs[nm++] = (mi_chat_msg){"system", system_msg};
+    msgs[nm++] = (mi_chat_msg){"user", prompt_text};
+    rendered = mi_tokenizer_chat_render(msgs, nm, 1, !no_think);
+    if (!rendered) {
+      fprintf(stderr, "mi-run: out of memory\n");
+      goto out;
+    }
+    to_encode = rendered;
+    enc_len = strlen(rendered);
+  }
+  int trc = mi_tokenizer_encode(eng->tok, to_encode, enc_len, 1, &ids, &n_ids);
+  if (trc != 0) {
+    fprintf(stderr, "mi-run: %s: cannot tokenize the prompt: %s\n",
+            prompt_file ? prompt_file : "prompt", mi_tokenizer_strerror(trc));
+    goto out;
+  }
+  if (n_ids == 0) {
+    fprintf(stderr, "mi-run: the prompt is empty\n");
+    goto out;
+  }
+  if (json) {
+    json_t *first = json_object(), *arr = json_array();
+    for (size_t i = 0; i < n_ids; i++) json_array_append_new(arr, json_integer(ids[i]));
+    json_object_set_new(first, "prompt_ids", arr);
+    char *s = json_dumps(first, JSON_COMPACT);
+    printf("%s\n", s);
+    fflush(stdout);
+    free(s);
+    json_decref(first);
+  }
+  gp.top_logprobs = json ? (int)top_logprobs : 0;
+  gp.stop = stops;
+  gp.n_stop = n_stops;
+  run_out ro = {.json = json};
+  mi_gen_stats st;
+  if (mi_generate(eng, ids, n_ids, &gp, on_token, &ro, &st, err, sizeof err) != 0) {
+    fprintf(stderr, "mi-run: %s\n", err);
+    goto out;
+  }
+  if (!json) {
+    fputs(st.tail, stdout);
+    fputc('\n', stdout);
+  }
+  fflush(stdout);
+  if (stats) {
+    double pre_tps = st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0;
+    double dec_tps = st.n_gen > 1 && st.decode_s > 0 ? (st.n_gen - 1) / st.decode_s : 0;
+    double rss_mib = mi_peak_rss_bytes() / 1048576.0;
+    fprintf(stderr,
+            "mi-run: load %.3f s | prompt %lld tok, prefill %.1f tok/s | TTFT %.1f ms | "
+            "generated %lld tok, decode %.2f tok/s | ctx %lld | peak RSS %.1f MiB | stop: %s\n",
+            eng->load_seconds, (long long)st.n_prompt, pre_tps, st.ttft_s * 1e3,
+            (long long)st.n_gen, dec_tps, (long long)st.n_ctx, rss_mib, st.stop_reason);
+    if (json) {
+      printf("{\"stats\":{\"load_s\":%.6f,\"n_prompt\":%lld,\"prefill_tps\":%.3f,\"ttft_ms\":%.3f,"
+             "\"n_gen\":%lld,\"decode_tps\":%.3f,\"n_ctx\":%lld,\"peak_rss_bytes\":%llu,"
+             "\"stop_reason\":\"%s\"}}\n",
+             eng->load_seconds, (long long)st.n_prompt, pre_tps, st.ttft_s * 1e3,
+             (long long)st.n_gen, dec_tps, (long long)st.n_ctx,
+             (unsigned long long)mi_peak_rss_bytes(), st.stop_reason);
+    }
+  }
+  rc = 0;
+out:
+  free(ids);
+  free(rendered);
+  free(prompt_text);
+  mi_engine_close(eng);
+  mi_registry_free(reg);
+  return rc;
+}

@@ -1,0 +1,72 @@
+/* Safetensors reader: a model's weight files, mmapped read-only and
+ * validated in full before any pointer is handed out.
+ *
+ * File format (https://github.com/huggingface/safetensors): u64 little-endian
+ * header length N, N bytes of JSON header {name: {dtype, shape, data_offsets},
+ * "__metadata__": {str: str}}, then the data section; data_offsets are
+ * [begin, end) relative to the start of the data section.
+ *
+ * Every error is one line "PATH: problem" written into err (never a crash). */
+#ifndef MI_CORE_SAFETENSORS_H
+#define MI_CORE_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mi/host.h"
+#include "mi/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Limits that keep a hostile header from costing unbounded time or memory. */
+#define MI_ST_MAX_HEADER (100u << 20) /* bytes */
+#define MI_ST_MAX_TENSORS 1000000u
+#define MI_ST_MAX_NAME 1024u /* bytes of a tensor name */
+#define MI_ST_MAX_DIMS 8
+
+/* mi_weight_info.dtype for a tensor whose safetensors dtype has no mi_dtype
+ * (F64, I8, I16, U16, U32, U64, BOOL, F8_E4M3, F8_E5M2): the data is still
+ * valid and nbytes exact; mi_st_dtype_string() says what it is. */
+#define MI_ST_DTYPE_OTHER (-1)
+
+/* ---- one file ----------------------------------------------------------- */
+
+typedef struct mi_st_file mi_st_file;
+
+/* Opens, mmaps and validates one .safetensors file. NULL + err on error. */
+mi_st_file *mi_st_open_file(const char *path, char *err, size_t err_len);
+void mi_st_close_file(mi_st_file *f);
+
+const char *mi_st_path(const mi_st_file *f);
+size_t mi_st_count(const mi_st_file *f);
+/* Tensors in the order of their data_offsets. 0 ok, -1 out of range. */
+int mi_st_at(const mi_st_file *f, size_t i, mi_weight_info *out);
+int mi_st_find(const mi_st_file *f, const char *name, mi_weight_info *out); /* 0 found, -1 not */
+/* The safetensors dtype string ("BF16", "F64", ...) of tensor i, or NULL. */
+const char *mi_st_dtype_string(const mi_st_file *f, size_t i);
+/* A "__metadata__" value, or NULL. */
+const char *mi_st_metadata(const mi_st_file *f, const char *key);
+
+/* ---- a model directory --------------------------------------------------- */
+
+/* model_dir holds model.safetensors, or model.safetensors.index.json naming
+ * several shards (model_dir may also be the path of one .safetensors file).
+ * With an index only the tensors in its weight_map are visible. */
+mi_weights *mi_weights_open(const char *model_dir, char *err, size_t err_len);
+void mi_weights_close(mi_weights *w);
+
+/* These three match mi_host_api's weights_* members. Tensors are in name
+ * order (strcmp); lookup is a binary search. */
+int mi_weights_find(const mi_weights *w, const char *name, mi_weight_info *out); /* 0 found, -1 not */
+size_t mi_weights_count(const mi_weights *w);
+int mi_weights_at(const mi_weights *w, size_t i, mi_weight_info *out); /* 0 ok, -1 out of range */
+
+/* Sum of every visible tensor's nbytes. */
+uint64_t mi_weights_total_bytes(const mi_weights *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,114 @@
+#include "qwen3_config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int get_int(const mi_host_api *h, const mi_json *cfg, const char *key, int64_t lo,
+                   int64_t hi, int64_t *out, char *err, size_t n) {
+  const mi_json *v = h->json_get(cfg, key);
+  if (!v) {
+    snprintf(err, n, "config.json: missing field \"%s\"", key);
+    return -1;
+  }
+  if (h->json_int(v, out) != 0) {
+    snprintf(err, n, "config.json: field \"%s\" must be an integer", key);
+    return -1;
+  }
+  if (*out < lo || *out > hi) {
+    snprintf(err, n, "config.json: field \"%s\" = %lld is out of range [%lld, %lld]", key,
+             (long long)*out, (long long)lo, (long long)hi);
+    return -1;
+  }
+  return 0;
+}
+
+static int get_real(const mi_host_api *h, const mi_json *cfg, const char *key, double lo,
+                    double hi, double dflt, double *out, char *err, size_t n) {
+  const mi_json *v = h->json_get(cfg, key);
+  if (!v || h->json_type(v) == MI_JSON_NULL) {
+    *out = dflt;
+    return 0;
+  }
+  if (h->json_real(v, out) != 0 || !isfinite(*out) || *out < lo || *out > hi) {
+    snprintf(err, n, "config.json: field \"%s\" must be a number in [%g, %g]", key, lo, hi);
+    return -1;
+  }
+  return 0;
+}
+
+int qwen3_config_read(const mi_host_api *h, const mi_json *cfg, qwen3_config *c, char *err,
+                      size_t n) {
+  memset(c, 0, sizeof *c);
+  if (h->json_type(cfg) != MI_JSON_OBJECT) {
+    snprintf(err, n, "config.json: not a JSON object");
+    return -1;
+  }
+  /* Limits are generous (well past any released Qwen3) but keep hostile
+   * configs from asking for absurd allocations. */
+  if (get_int(h, cfg, "hidden_size", 1, 65536, &c->hidden, err, n) ||
+      get_int(h, cfg, "num_hidden_layers", 1, 1024, &c->n_layers, err, n) ||
+      get_int(h, cfg, "num_attention_heads", 1, 1024, &c->n_heads, err, n) ||
+      get_int(h, cfg, "intermediate_size", 1, 1 << 20, &c->ffn, err, n) ||
+      get_int(h, cfg, "vocab_size", 1, 1 << 24, &c->vocab, err, n))
+    return -1;
+  if (h->json_get(cfg, "num_key_value_heads")) {
+    if (get_int(h, cfg, "num_key_value_heads", 1, 1024, &c->n_kv_heads, err, n)) return -1;
+  } else {
+    c->n_kv_heads = c->n_heads;
+  }
+  if (h->json_get(cfg, "head_dim") && h->json_type(h->json_get(cfg, "head_dim")) != MI_JSON_NULL) {
+    if (get_int(h, cfg, "head_dim", 2, 1024, &c->head_dim, err, n)) return -1;
+  } else {
+    c->head_dim = c->hidden / c->n_heads;
+  }
+  if (h->json_get(cfg, "max_position_embeddings")) {
+    if (get_int(h, cfg, "max_position_embeddings", 1, 1 << 24, &c->max_pos, err, n)) return -1;
+  } else {
+    c->max_pos = 32768;
+  }
+  if (get_real(h, cfg, "rms_norm_eps", 0.0, 1.0, 1e-6, &c->eps, err, n) ||
+      get_real(h, cfg, "rope_theta", 1.0, 1e12, 1e6, &c->rope_theta, err, n))
+    return -1;
+  const mi_json *tie = h->json_get(cfg, "tie_word_embeddings");
+  c->tied = 0;
+  if (tie && h->json_bool(tie, &c->tied) != 0) {
+    snprintf(err, n, "config.json: field \"tie_word_embeddings\" must be true or false");
+    return -1;
+  }
+  if (c->n_heads % c->n_kv_heads != 0) {
+    snprintf(err, n,
+             "config.json: num_attention_heads (%lld) is not a multiple of num_key_value_heads "
+             "(%lld)",
+             (long long)c->n_heads, (long long)c->n_kv_heads);
+    return -1;
+  }
+  if (c->head_dim % 2 != 0) {
+    snprintf(err, n, "config.json: head_dim (%lld) must be even for rotary embedding",
+             (long long)c->head_dim);
+    return -1;
+  }
+  /* Features this plugin does not implement: refuse rather than run wrong. */
+  const mi_json *v = h->json_get(cfg, "rope_scaling");
+  if (v && h->json_type(v) != MI_JSON_NULL) {
+    snprintf(err, n, "config.json: rope_scaling is not supported by the qwen3 plugin");
+    return -1;
+  }
+  int b = 0;
+  v = h->json_get(cfg, "attention_bias");
+  if (v && h->json_bool(v, &b) == 0 && b) {
+    snprintf(err, n, "config.json: attention_bias=true is not supported by the qwen3 plugin");
+    return -1;
+  }
+  v = h->json_get(cfg, "use_sliding_window");
+  if (v && h->json_bool(v, &b) == 0 && b) {
+    snprintf(err, n, "config.json: use_sliding_window=true is not supported by the qwen3 plugin");
+    return -1;
+  }
+  const char *act = h->json_string(h->json_get(cfg, "hidden_act"));
+  if (act && strcmp(act, "silu") != 0) {
+    snprintf(err, n, "config.json: hidden_act \"%s\" is not supported (only silu)", act);
+    return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,86 @@
+/* Qwen3 plugin internals shared by its files. */
+#ifndef MI_QWEN3_INTERNAL_H
+#define MI_QWEN3_INTERNAL_H
+
+#include <stdio.h>
+
+#include "mi/model.h"
+#include "qwen3_config.h"
+
+/* Rows of logits computed per lm_head call: bounds the logits scratch to
+ * Q3_LOGIT_ROWS × vocab floats when all positions' logits are requested. */
+#define Q3_LOGIT_ROWS 8
+
+typedef struct q3_weight {
+  mi_buffer *buf; /* NULL when borrowed (tied lm_head) */
+  void *ptr;      /* device address */
+  mi_dtype dtype;
+} q3_weight;
+
+typedef struct q3_layer {
+  q3_weight attn_norm, ffn_norm;   /* [H] f32 */
+  q3_weight q_norm, k_norm;        /* [hd] f32 */
+  q3_weight wq;                    /* [nh*hd, H] */
+  q3_weight wk, wv;                /* [nkv*hd, H] */
+  q3_weight wo;                    /* [H, nh*hd] */
+  q3_weight wg, wu;                /* [F, H] */
+  q3_weight wd;                    /* [H, F] */
+} q3_layer;
+
+typedef struct q3_scratch {
+  mi_buffer *b_x, *b_h, *b_q, *b_att, *b_o, *b_gate, *b_up, *b_logits, *b_ids, *b_pos;
+  float *x;       /* [B, H] residual stream */
+  float *h;       /* [B, H] normed input of a block */
+  float *q;       /* [B, nh, hd] queries */
+  float *att;     /* [B, nh, hd] attention output */
+  float *o;       /* [B, H] block output before the residual add */
+  float *gate;    /* [B, F] */
+  float *up;      /* [B, F] */
+  float *logits;  /* [Q3_LOGIT_ROWS, V] */
+  int32_t *ids;   /* [B] token ids (device) */
+  int32_t *pos;   /* [B] positions (device) */
+} q3_scratch;
+
+struct mi_model {
+  const mi_host_api *host;
+  const mi_platform_iface *P;
+  void *pc;
+  const mi_weights *weights;
+  char *model_dir;
+  qwen3_config cfg;
+  int64_t batch; /* tokens per forward chunk (prefill batch) */
+  q3_weight embed, final_norm, lm_head;
+  q3_layer *layers; /* [n_layers] */
+  q3_scratch s;
+  int32_t *pos_host; /* [B] */
+  uint64_t weight_bytes;
+};
+
+struct mi_seq {
+  int64_t n_ctx;
+  int64_t len;
+  mi_buffer *b_kv;
+  float *kv; /* [n_layers][2][n_ctx, nkv*hd] */
+};
+
+typedef struct mi_model qwen3_model;
+typedef struct mi_seq qwen3_seq;
+
+int qwen3_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3_model **out,
+                     char *err, size_t err_len);
+void qwen3_model_free(qwen3_model *m);
+int qwen3_seq_create(qwen3_model *m, int64_t n_ctx, qwen3_seq **out, char *err, size_t err_len);
+void qwen3_seq_destroy(qwen3_model *m, qwen3_seq *s);
+int qwen3_forward(qwen3_model *m, qwen3_seq *s, const int32_t *ids, int64_t n, float *logits,
+                  int all_logits, char *err, size_t err_len);
+
+static inline const char *q3_shape_str(const mi_weight_info *wi) {
+  static __thread char buf[128];
+  int o = snprintf(buf, sizeof buf, "[");
+  for (int i = 0; i < wi->ndim && i < 8 && o < (int)sizeof buf - 24; i++)
+    o += snprintf(buf + o, sizeof buf - o, "%s%lld", i ? ", " : "", (long long)wi->shape[i]);
+  snprintf(buf + o, sizeof buf - o, "]");
+  return buf;
+}
+
+#endif

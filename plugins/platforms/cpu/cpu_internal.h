@@ -1,0 +1,143 @@
+/* CPU platform plugin: what its files share. Not part of the SDK.
+ *
+ * Files and their jobs:
+ *   cpu_plugin.c          descriptor, probe/score, init/fini, option parsing, iface table
+ *   cpu_isa.c             run-time ISA detection (CPUID + XCR0) and variant names
+ *   cpu_threads.c         persistent thread pool, parallel_for
+ *   cpu_memory.c          buffers, copies, streams
+ *   cpu_kernels.c         kernel entry points: argument checks, threading, elementwise
+ *   cpu_kernels_attn.c    rope and attention
+ *   cpu_kernels_generic.c per-ISA inner loops, portable C
+ *   cpu_kernels_avx2.c    per-ISA inner loops, AVX2+FMA+F16C   (compiled with -mavx2 ...)
+ *   cpu_kernels_avx512.c  per-ISA inner loops, AVX-512F        (compiled with -mavx512f ...)
+ */
+#ifndef MI_CPU_INTERNAL_H
+#define MI_CPU_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mi/host.h"
+#include "mi/platform.h"
+#include "mi/plugin.h"
+#include "mi/tensor.h"
+
+#define CPU_PLUGIN_NAME "cpu"
+#define CPU_ERR_LEN 512
+
+/* ---- ISA (cpu_isa.c) ---- */
+
+typedef enum cpu_isa {
+  CPU_ISA_GENERIC = 0,
+  CPU_ISA_AVX2 = 1,       /* AVX2 + FMA + F16C, OS saves YMM */
+  CPU_ISA_AVX512 = 2,     /* + AVX-512F, OS saves opmask/ZMM */
+  CPU_ISA_AVX512BF16 = 3, /* + AVX-512BW/VL + AVX512_BF16 */
+  CPU_ISA_COUNT
+} cpu_isa;
+
+typedef struct cpu_isa_info {
+  int available[CPU_ISA_COUNT]; /* 1 when this machine AND its OS can run the variant */
+  char why_not[CPU_ISA_COUNT][160]; /* for unavailable ones: the missing piece */
+  char vendor[16];
+} cpu_isa_info;
+
+/* Detects what this CPU and OS support. xcr0_override >= 0 replaces the
+ * XGETBV(0) value (a test hook that simulates an OS without AVX-512 state). */
+void cpu_isa_detect(cpu_isa_info *out, long long xcr0_override);
+const char *cpu_isa_name(cpu_isa isa);
+int cpu_isa_from_name(const char *name, cpu_isa *out); /* 0 ok, -1 unknown */
+int cpu_isa_score(cpu_isa isa);
+const char *cpu_isa_describe(cpu_isa isa); /* "x86-64 AVX-512 BF16" */
+int cpu_isa_simd_width(cpu_isa isa);
+
+/* ---- per-ISA inner loops (cpu_kernels_<isa>.c) ---- */
+
+typedef struct cpu_kernel_set {
+  const char *name;
+  /* y[m, n] = Σ_k x[m, k] · w[n, k] for m in [m0, m1), n in [n0, n1).
+   * x: [M, K] f32 (row stride K); w: [N, K] in dt (f32/f16/bf16); y: [M, N]. */
+  void (*matmul_tile)(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
+                      int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+  float (*dot)(const float *a, const float *b, int64_t n);   /* Σ a·b */
+  void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a·x */
+  void (*scal)(float *y, float a, int64_t n);                 /* y *= a */
+} cpu_kernel_set;
+
+extern const cpu_kernel_set cpu_kernels_generic;
+#if defined(MI_CPU_X86)
+extern const cpu_kernel_set cpu_kernels_avx2;
+extern const cpu_kernel_set cpu_kernels_avx512;
+#endif
+
+/* ---- thread pool (cpu_threads.c) ---- */
+
+typedef struct cpu_pool cpu_pool;
+/* One chunk of work: [begin, end) of the caller's index space; tid is the
+ * running thread's index in [0, nthreads). */
+typedef void (*cpu_task_fn)(void *arg, int64_t begin, int64_t end, int tid);
+
+/* nthreads includes the calling thread (nthreads - 1 workers are started). */
+int cpu_pool_create(cpu_pool **out, int nthreads, char *err, size_t err_len);
+void cpu_pool_destroy(cpu_pool *p);
+int cpu_pool_threads(const cpu_pool *p);
+/* Static split: [0, total) cut into at most nthreads contiguous ranges whose
+ * sizes are multiples of grain (except the last). Returns when all are done. */
+void cpu_parallel_for(cpu_pool *p, int64_t total, int64_t grain, cpu_task_fn fn, void *arg);
+/* Dynamic split: threads take grain-sized chunks from a shared counter, for
+ * work whose cost varies by index (causal attention). */
+void cpu_parallel_for_dynamic(cpu_pool *p, int64_t total, int64_t grain, cpu_task_fn fn,
+                              void *arg);
+
+/* ---- the context ---- */
+
+typedef struct cpu_ctx {
+  const mi_host_api *host;
+  cpu_isa isa;
+  const cpu_kernel_set *k;
+  cpu_pool *pool;
+  int nthreads;
+  char device_name[128];
+  /* The last error message. One per context: a caller sharing a context
+   * across threads sees the most recent one. */
+  char err[CPU_ERR_LEN];
+} cpu_ctx;
+
+/* Records an error ("cpu: <kernel>: <problem>") and returns -1. */
+int cpu_fail(cpu_ctx *c, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- iface members (cpu_memory.c, cpu_kernels*.c) ---- */
+
+int cpu_buffer_alloc(void *ctx, size_t size, mi_buffer **out);
+int cpu_buffer_wrap_host(void *ctx, const void *host, size_t size, mi_buffer **out);
+void cpu_buffer_free(void *ctx, mi_buffer *buf);
+void *cpu_buffer_ptr(void *ctx, mi_buffer *buf);
+int cpu_memcpy_h2d(void *ctx, mi_stream *s, void *dst, const void *src, size_t n);
+int cpu_memcpy_d2h(void *ctx, mi_stream *s, void *dst, const void *src, size_t n);
+int cpu_memcpy_d2d(void *ctx, mi_stream *s, void *dst, const void *src, size_t n);
+int cpu_stream_create(void *ctx, mi_stream **out);
+void cpu_stream_destroy(void *ctx, mi_stream *s);
+int cpu_stream_sync(void *ctx, mi_stream *s);
+
+int cpu_matmul(void *ctx, mi_stream *s, float *y, const float *x, const void *w, mi_dtype w_dtype,
+               int64_t M, int64_t N, int64_t K);
+int cpu_rmsnorm(void *ctx, mi_stream *s, float *y, const float *x, const float *w, int64_t rows,
+                int64_t dim, float eps, float w_offset);
+int cpu_rope(void *ctx, mi_stream *s, float *x, const int32_t *pos, int64_t T, int64_t H,
+             int64_t tok_stride, int64_t head_stride, int64_t rot_dim, float theta);
+int cpu_attention(void *ctx, mi_stream *s, float *out, const float *q, const void *k_cache,
+                  const void *v_cache, mi_dtype kv_dtype, int64_t T, int64_t Hq, int64_t Hkv,
+                  int64_t D, int64_t pos0, float scale);
+int cpu_silu_mul(void *ctx, mi_stream *s, float *y, const float *gate, const float *up,
+                 int64_t n);
+int cpu_add(void *ctx, mi_stream *s, float *y, const float *a, const float *b, int64_t n);
+int cpu_scale(void *ctx, mi_stream *s, float *y, const float *x, float alpha, int64_t n);
+int cpu_embed(void *ctx, mi_stream *s, float *y, const void *table, mi_dtype dtype,
+              const int32_t *ids, int64_t T, int64_t V, int64_t dim);
+int cpu_argmax(void *ctx, mi_stream *s, int32_t *out, const float *x, int64_t rows, int64_t n);
+
+#endif

@@ -1,0 +1,182 @@
+/* Rotary embedding and causal GQA attention. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+/* ---------------- rope ---------------- */
+
+#define ROPE_MAX_DIM 8192 /* bounds the stack tables below */
+
+typedef struct rope_args {
+  float *x;
+  const int32_t *pos;
+  int64_t H, tok_stride, head_stride, half;
+  const double *inv_freq; /* [half] theta^(-2i/rot_dim) */
+} rope_args;
+
+static void rope_task(void *arg, int64_t b, int64_t e, int tid) {
+  (void)tid;
+  const rope_args *a = arg;
+  int64_t half = a->half;
+  float cs[ROPE_MAX_DIM / 2], sn[ROPE_MAX_DIM / 2];
+  for (int64_t t = b; t < e; t++) {
+    /* Angles in double: at position 2000 with theta 1e6 the low-index angles
+     * are ~2000 rad; an f32 angle there is off by ~1e-4 rad. The cos/sin
+     * table is made once per token and shared by all heads. */
+    double p = (double)a->pos[t];
+    for (int64_t i = 0; i < half; i++) {
+      double ang = p * a->inv_freq[i];
+      cs[i] = (float)cos(ang);
+      sn[i] = (float)sin(ang);
+    }
+    for (int64_t h = 0; h < a->H; h++) {
+      float *v = a->x + t * a->tok_stride + h * a->head_stride;
+      for (int64_t i = 0; i < half; i++) {
+        float x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * cs[i] - x1 * sn[i];
+        v[i + half] = x1 * cs[i] + x0 * sn[i];
+      }
+    }
+  }
+}
+
+int cpu_rope(void *ctx, mi_stream *s, float *x, const int32_t *pos, int64_t T, int64_t H,
+             int64_t tok_stride, int64_t head_stride, int64_t rot_dim, float theta) {
+  (void)s;
+  cpu_ctx *c = ctx;
+  if (T < 0 || H < 0 || tok_stride < 0 || head_stride < 0)
+    return cpu_fail(c, "rope: negative shape or stride (T=%lld H=%lld tok_stride=%lld head_stride=%lld)",
+                    (long long)T, (long long)H, (long long)tok_stride, (long long)head_stride);
+  if (rot_dim <= 0 || rot_dim % 2 || rot_dim > ROPE_MAX_DIM)
+    return cpu_fail(c, "rope: rot_dim %lld must be even and in [2, %d]", (long long)rot_dim,
+                    ROPE_MAX_DIM);
+  if (!(theta > 0.0f) || isinf(theta))
+    return cpu_fail(c, "rope: theta must be a positive finite number (got %g)", (double)theta);
+  if (T == 0 || H == 0) return 0;
+  if (!x || !pos) return cpu_fail(c, "rope: %s is NULL", !x ? "x" : "pos");
+  int64_t half = rot_dim / 2;
+  double inv_freq[ROPE_MAX_DIM / 2];
+  for (int64_t i = 0; i < half; i++)
+    inv_freq[i] = pow((double)theta, -2.0 * (double)i / (double)rot_dim);
+  rope_args a = {x, pos, H, tok_stride, head_stride, half, inv_freq};
+  if (T > 1 && T * H * half >= 8192)
+    cpu_parallel_for(c->pool, T, 1, rope_task, &a);
+  else
+    rope_task(&a, 0, T, 0);
+  return 0;
+}
+
+/* ---------------- attention ---------------- */
+
+/* Query heads sharing one KV head are processed together (up to GMAX at a
+ * time) so each K and V row is read once for all of them: decode streams
+ * the cache once. Keys are taken in blocks of BLK rows: scores for a block,
+ * then one online-softmax rescale per block (running max m, running sum l),
+ * then the V rows weighted by exp(s - m). Every exponent is <= 0, so large
+ * scores at long positions cannot overflow. */
+#define GMAX 8
+#define BLK 64
+#define ATTN_MAX_D 1024
+
+typedef struct attn_args {
+  const cpu_kernel_set *k;
+  float *out;
+  const float *q, *kc, *vc;
+  int64_t T, Hq, Hkv, D, pos0, G, ngrp;
+  float scale;
+} attn_args;
+
+static void attn_one(const attn_args *a, int64_t t, int64_t kvh, int64_t g0, int gn) {
+  const cpu_kernel_set *k = a->k;
+  int64_t D = a->D, Hkv = a->Hkv;
+  int64_t L = a->pos0 + t + 1; /* causal: rows 0 .. pos0+t */
+  float s[GMAX][BLK];
+  float m[GMAX], l[GMAX];
+  float acc[GMAX * ATTN_MAX_D];
+  const float *qh[GMAX];
+  for (int g = 0; g < gn; g++) {
+    int64_t h = kvh * a->G + g0 + g;
+    qh[g] = a->q + (t * a->Hq + h) * D;
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+    memset(acc + g * D, 0, (size_t)D * sizeof(float));
+  }
+  for (int64_t j0 = 0; j0 < L; j0 += BLK) {
+    int nb = L - j0 < BLK ? (int)(L - j0) : BLK;
+    for (int jj = 0; jj < nb; jj++) {
+      const float *kr = a->kc + ((j0 + jj) * Hkv + kvh) * D;
+      for (int g = 0; g < gn; g++) s[g][jj] = k->dot(qh[g], kr, D) * a->scale;
+    }
+    for (int g = 0; g < gn; g++) {
+      float bm = s[g][0];
+      for (int jj = 1; jj < nb; jj++) bm = s[g][jj] > bm ? s[g][jj] : bm;
+      if (bm > m[g]) {
+        if (l[g] > 0.0f) {
+          float corr = expf(m[g] - bm);
+          l[g] *= corr;
+          k->scal(acc + g * D, corr, D);
+        }
+        m[g] = bm;
+      }
+      float sum = 0.0f;
+      for (int jj = 0; jj < nb; jj++) {
+        float p = expf(s[g][jj] - m[g]);
+        s[g][jj] = p;
+        sum += p;
+      }
+      l[g] += sum;
+    }
+    for (int jj = 0; jj < nb; jj++) {
+      const float *vr = a->vc + ((j0 + jj) * Hkv + kvh) * D;
+      for (int g = 0; g < gn; g++) k->axpy(acc + g * D, s[g][jj], vr, D);
+    }
+  }
+  for (int g = 0; g < gn; g++) {
+    int64_t h = kvh * a->G + g0 + g;
+    float *o = a->out + (t * a->Hq + h) * D;
+    float inv = 1.0f / l[g];
+    for (int64_t d = 0; d < D; d++) o[d] = acc[g * D + d] * inv;
+  }
+}
+
+static void attn_task(void *arg, int64_t b, int64_t e, int tid) {
+  (void)tid;
+  const attn_args *a = arg;
+  for (int64_t i = b; i < e; i++) {
+    int64_t grp = i % a->ngrp;
+    int64_t kvh = (i / a->ngrp) % a->Hkv;
+    int64_t t = i / (a->ngrp * a->Hkv);
+    int64_t g0 = grp * GMAX;
+    int gn = a->G - g0 < GMAX ? (int)(a->G - g0) : GMAX;
+    attn_one(a, t, kvh, g0, gn);
+  }
+}
+
+int cpu_attention(void *ctx, mi_stream *s, float *out, const float *q, const void *k_cache,
+                  const void *v_cache, mi_dtype kv_dtype, int64_t T, int64_t Hq, int64_t Hkv,
+                  int64_t D, int64_t pos0, float scale) {
+  (void)s;
+  cpu_ctx *c = ctx;
+  if (kv_dtype != MI_DTYPE_F32)
+    return cpu_fail(c, "attention: kv_dtype %s is not supported by the cpu platform (f32 only)",
+                    mi_dtype_name(kv_dtype));
+  if (T < 0 || Hq <= 0 || Hkv <= 0 || D <= 0 || pos0 < 0)
+    return cpu_fail(c, "attention: bad shape T=%lld Hq=%lld Hkv=%lld D=%lld pos0=%lld",
+                    (long long)T, (long long)Hq, (long long)Hkv, (long long)D, (long long)pos0);
+  if (Hq % Hkv)
+    return cpu_fail(c, "attention: Hq=%lld is not a multiple of Hkv=%lld", (long long)Hq,
+                    (long long)Hkv);
+  if (D > ATTN_MAX_D)
+    return cpu_fail(c, "attention: head_dim %lld > %d is not supported", (long long)D, ATTN_MAX_D);
+  if (T == 0) return 0;
+  if (!out || !q || !k_cache || !v_cache)
+    return cpu_fail(c, "attention: %s is NULL",
+                    !out ? "out" : !q ? "q" : !k_cache ? "k_cache" : "v_cache");
+  int64_t G = Hq / Hkv;
+  attn_args a = {c->k, out, q, k_cache, v_cache, T, Hq, Hkv, D, pos0, G, (G + GMAX - 1) / GMAX, scale};
+  int64_t ntask = T * Hkv * a.ngrp;
+  /* Dynamic split: under the causal mask later tokens cost more. */
+  cpu_parallel_for_dynamic(c->pool, ntask, ntask >= 64 ? 4 : 1, attn_task, &a);
+  return 0;
+}

@@ -1,0 +1,144 @@
+/* Per-ISA inner loops, AVX2 + FMA + F16C. This file alone is compiled with
+ * -mavx2 -mfma -mf16c (see CMakeLists.txt); nothing here runs unless
+ * cpu_isa.c found those features with OS-enabled YMM state.
+ *
+ * Same scheme as cpu_kernels_avx512.c with 8-lane vectors and 16 registers:
+ *   4x2 tile (8 accumulators, each converted weight vector reused for 4
+ *   activation rows) for prefill, 1x4 tile for decode GEMV. Weights are
+ *   converted to f32 exactly in registers; accumulation is f32 FMA.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+#define AI static inline __attribute__((always_inline))
+#define VL 8
+
+AI __m256 ld_w(const void *w, int64_t k, mi_dtype dt) {
+  if (dt == MI_DTYPE_BF16) {
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  if (dt == MI_DTYPE_F16)
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + k)));
+  return _mm256_loadu_ps((const float *)w + k);
+}
+
+/* The last r < 8 elements, zero padded (zeros add exactly nothing). */
+AI __m256 ld_w_tail(const void *w, int64_t k, int64_t r, mi_dtype dt) {
+  if (dt == MI_DTYPE_F32) {
+    float buf[VL] = {0};
+    memcpy(buf, (const float *)w + k, (size_t)r * 4);
+    return _mm256_loadu_ps(buf);
+  }
+  uint16_t buf[VL] = {0};
+  memcpy(buf, (const uint16_t *)w + k, (size_t)r * 2);
+  return ld_w(buf, 0, dt);
+}
+
+AI __m256 ld_x_tail(const float *x, int64_t k, int64_t r) {
+  float buf[VL] = {0};
+  memcpy(buf, x + k, (size_t)r * 4);
+  return _mm256_loadu_ps(buf);
+}
+
+AI float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/* One MR x NR register tile over all of K; mr/nr valid rows/columns, the
+ * rest clamped to the last valid row and discarded. */
+AI void tile(const int MR, const int NR, float *y, int64_t ldy, const float *x, int64_t K,
+             const char *w, size_t wrow, mi_dtype dt, int mr, int nr) {
+  const float *xr[4];
+  const char *wr[4];
+  for (int i = 0; i < MR; i++) xr[i] = x + (i < mr ? i : mr - 1) * K;
+  for (int j = 0; j < NR; j++) wr[j] = w + (size_t)(j < nr ? j : nr - 1) * wrow;
+  __m256 acc[4][4];
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < NR; j++) acc[i][j] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + VL <= K; k += VL) {
+    __m256 wv[4];
+    for (int j = 0; j < NR; j++) wv[j] = ld_w(wr[j], k, dt);
+    for (int i = 0; i < MR; i++) {
+      __m256 xv = _mm256_loadu_ps(xr[i] + k);
+      for (int j = 0; j < NR; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+  }
+  if (k < K) {
+    int64_t r = K - k;
+    __m256 wv[4];
+    for (int j = 0; j < NR; j++) wv[j] = ld_w_tail(wr[j], k, r, dt);
+    for (int i = 0; i < MR; i++) {
+      __m256 xv = ld_x_tail(xr[i], k, r);
+      for (int j = 0; j < NR; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < mr; i++)
+    for (int j = 0; j < nr; j++) y[i * ldy + j] = hsum(acc[i][j]);
+}
+
+AI void matmul_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
+                  int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  size_t wrow = (size_t)K * mi_dtype_size(dt);
+  int64_t mb = (256 * 1024) / (K * 4); /* x rows per L2-sized block */
+  mb = mb < 4 ? 4 : mb / 4 * 4;
+  for (int64_t ms = m0; ms < m1; ms += mb) {
+    int64_t me = ms + mb < m1 ? ms + mb : m1;
+    for (int64_t n = n0; n < n1; n += 4) {
+      int nr = n1 - n < 4 ? (int)(n1 - n) : 4;
+      const char *wn = (const char *)w + (size_t)n * wrow;
+      int64_t m = ms;
+      for (; m + 4 <= me; m += 4) {
+        tile(4, 2, y + m * N + n, N, x + m * K, K, wn, wrow, dt, 4, nr < 2 ? nr : 2);
+        if (nr > 2) tile(4, 2, y + m * N + n + 2, N, x + m * K, K, wn + 2 * wrow, wrow, dt, 4, nr - 2);
+      }
+      for (; m < me; m++) tile(1, 4, y + m * N + n, N, x + m * K, K, wn, wrow, dt, 1, nr);
+    }
+  }
+}
+
+static void matmul_tile(float *y, const float *x, const void *w, mi_dtype dt, int64_t N,
+                        int64_t K, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  switch (dt) {
+  case MI_DTYPE_BF16: matmul_dt(y, x, w, MI_DTYPE_BF16, N, K, m0, m1, n0, n1); break;
+  case MI_DTYPE_F16: matmul_dt(y, x, w, MI_DTYPE_F16, N, K, m0, m1, n0, n1); break;
+  default: matmul_dt(y, x, w, MI_DTYPE_F32, N, K, m0, m1, n0, n1); break;
+  }
+}
+
+static float dot(const float *a, const float *b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 2 * VL <= n; i += 2 * VL) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + VL), _mm256_loadu_ps(b + i + VL), s1);
+  }
+  for (; i + VL <= n; i += VL) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  float s = hsum(_mm256_add_ps(s0, s1));
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+static void axpy(float *y, float a, const float *x, int64_t n) {
+  __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + VL <= n; i += VL)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] += a * x[i];
+}
+
+static void scal(float *y, float a, int64_t n) {
+  __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + VL <= n; i += VL) _mm256_storeu_ps(y + i, _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] *= a;
+}
+
+const cpu_kernel_set cpu_kernels_avx2 = {
+    .name = "avx2", .matmul_tile = matmul_tile, .dot = dot, .axpy = axpy, .scal = scal};

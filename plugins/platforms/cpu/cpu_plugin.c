@@ -1,0 +1,277 @@
+/* The CPU platform plugin: descriptor, probe/score, init/fini, options and
+ * the mi_platform_iface table.
+ *
+ * Options (plugins.conf or the command line, read with host->opt_get):
+ *   threads=N      worker count including the caller; 0 or absent = online CPUs
+ *   isa=NAME       generic | avx2 | avx512 | avx512bf16 (or auto): force a
+ *                  variant; one this machine/OS cannot run is refused
+ *   debug_xcr0=HEX test hook: pretend XGETBV(0) returned HEX, e.g. 0x7 for
+ *                  an OS that saves YMM but not ZMM state
+ *
+ * Variants. One .so carries all of them; cpu_isa.c decides at run time which
+ * ones this CPU and OS can run, and the best one is used unless isa= says
+ * otherwise. "avx512bf16" runs the same exact kernels as "avx512": bf16
+ * weights are widened to f32 in registers and multiplied with f32 FMA, which
+ * is exact with respect to the f32 activations. (VDPBF16PS would need the
+ * activations rounded to bf16 — a relative error of up to 2^-9 per product,
+ * far outside the f32 tolerance — so it is not used.) The variant is kept
+ * separate so it scores higher and can gain bf16-specific paths later.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu_internal.h"
+
+#define CPU_PLUGIN_VERSION "0.1.0"
+#define CPU_MAX_THREADS 1024
+
+int cpu_fail(cpu_ctx *c, const char *fmt, ...) {
+  if (!c) return -1;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = snprintf(c->err, sizeof c->err, "cpu: ");
+  vsnprintf(c->err + n, sizeof c->err - (size_t)n, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* ---------------- options ---------------- */
+
+static const char *opt(const mi_host_api *host, const mi_options *opts, const char *key) {
+  if (!opts) return NULL;
+  if (host && host->opt_get) return host->opt_get(opts, key);
+  /* No host table (a bare test harness): the last occurrence wins, as the
+   * command line is appended after plugins.conf. */
+  const char *v = NULL;
+  for (size_t i = 0; i < opts->count; i++)
+    if (opts->items[i].key && strcmp(opts->items[i].key, key) == 0) v = opts->items[i].value;
+  return v;
+}
+
+typedef struct cpu_config {
+  cpu_isa isa;
+  int forced; /* isa= given */
+  int nthreads;
+  cpu_isa_info info;
+} cpu_config;
+
+/* Reads and checks the options. Returns 0, or -1 with one line in err. */
+static int read_config(const mi_host_api *host, const mi_options *opts, cpu_config *cfg, char *err,
+                       size_t err_len) {
+  memset(cfg, 0, sizeof *cfg);
+  long long xcr0 = -1;
+  const char *v = opt(host, opts, "debug_xcr0");
+  if (v && *v) {
+    char *end;
+    errno = 0;
+    unsigned long long u = strtoull(v, &end, 0);
+    if (errno || *end || u > (unsigned long long)0x7fffffffffffffffll) {
+      snprintf(err, err_len, "cpu: option debug_xcr0=%s is not a number", v);
+      return -1;
+    }
+    xcr0 = (long long)u;
+  }
+  cpu_isa_detect(&cfg->info, xcr0);
+
+  int best = CPU_ISA_GENERIC;
+  for (int i = 0; i < CPU_ISA_COUNT; i++)
+    if (cfg->info.available[i]) best = i;
+  cfg->isa = (cpu_isa)best;
+  v = opt(host, opts, "isa");
+  if (v && *v && strcmp(v, "auto") != 0) {
+    cpu_isa want;
+    if (cpu_isa_from_name(v, &want) != 0) {
+      snprintf(err, err_len, "cpu: option isa=%s is unknown (generic, avx2, avx512, avx512bf16, auto)",
+               v);
+      return -1;
+    }
+    if (!cfg->info.available[want]) {
+      snprintf(err, err_len, "cpu: isa=%s was requested but this machine cannot run it: %s", v,
+               cfg->info.why_not[want]);
+      return -1;
+    }
+    cfg->isa = want;
+    cfg->forced = 1;
+  }
+
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  cfg->nthreads = online > 0 ? (int)(online < CPU_MAX_THREADS ? online : CPU_MAX_THREADS) : 1;
+  v = opt(host, opts, "threads");
+  if (v && *v) {
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || *end || n < 0 || n > CPU_MAX_THREADS) {
+      snprintf(err, err_len, "cpu: option threads=%s must be an integer in [0, %d] (0 = all CPUs)",
+               v, CPU_MAX_THREADS);
+      return -1;
+    }
+    if (n > 0) cfg->nthreads = (int)n;
+  }
+  return 0;
+}
+
+/* ---------------- descriptor entry points ---------------- */
+
+static int cpu_probe(const mi_host_api *host, const mi_options *opts, char *why, size_t why_len) {
+  cpu_config cfg;
+  char err[256];
+  if (read_config(host, opts, &cfg, err, sizeof err) != 0) {
+    if (why && why_len) snprintf(why, why_len, "%s", err);
+    return 0;
+  }
+  if (why && why_len) {
+    const char *state = cfg.isa >= CPU_ISA_AVX512 ? ", OS enables ZMM state"
+                        : cfg.isa == CPU_ISA_AVX2 ? ", OS enables YMM state"
+                                                  : "";
+    if (cfg.forced)
+      snprintf(why, why_len, "%s%s (forced by isa=%s)", cpu_isa_describe(cfg.isa), state,
+               cpu_isa_name(cfg.isa));
+    else if (cfg.isa < CPU_ISA_AVX512BF16)
+      snprintf(why, why_len, "%s%s; %s unavailable: %s", cpu_isa_describe(cfg.isa), state,
+               cpu_isa_name((cpu_isa)(cfg.isa + 1)), cfg.info.why_not[cfg.isa + 1]);
+    else
+      snprintf(why, why_len, "%s%s", cpu_isa_describe(cfg.isa), state);
+  }
+  return cpu_isa_score(cfg.isa);
+}
+
+static const cpu_kernel_set *kernels_for(cpu_isa isa) {
+#if defined(MI_CPU_X86)
+  if (isa >= CPU_ISA_AVX512) return &cpu_kernels_avx512;
+  if (isa == CPU_ISA_AVX2) return &cpu_kernels_avx2;
+#else
+  (void)isa;
+#endif
+  return &cpu_kernels_generic;
+}
+
+static int cpu_init(const mi_host_api *host, const mi_options *opts, void **ctx, char *err,
+                    size_t err_len) {
+  char dummy[8];
+  if (!err || !err_len) {
+    err = dummy;
+    err_len = sizeof dummy;
+  }
+  if (!ctx) {
+    snprintf(err, err_len, "cpu: init called with a NULL ctx pointer");
+    return -1;
+  }
+  *ctx = NULL;
+  cpu_config cfg;
+  if (read_config(host, opts, &cfg, err, err_len) != 0) return -1;
+  cpu_ctx *c = calloc(1, sizeof *c);
+  if (!c) {
+    snprintf(err, err_len, "cpu: out of memory creating the context");
+    return -1;
+  }
+  c->host = host;
+  c->isa = cfg.isa;
+  c->k = kernels_for(cfg.isa);
+  c->nthreads = cfg.nthreads;
+  if (cpu_pool_create(&c->pool, cfg.nthreads, err, err_len) != 0) {
+    free(c);
+    return -1;
+  }
+  snprintf(c->device_name, sizeof c->device_name, "%s (%d thread%s)", cpu_isa_describe(c->isa),
+           c->nthreads, c->nthreads == 1 ? "" : "s");
+  if (host && host->log)
+    host->log(MI_LOG_INFO, CPU_PLUGIN_NAME, "variant %s, %d thread%s", cpu_isa_name(c->isa),
+              c->nthreads, c->nthreads == 1 ? "" : "s");
+  *ctx = c;
+  return 0;
+}
+
+static void cpu_fini(void *ctx) {
+  cpu_ctx *c = ctx;
+  if (!c) return;
+  cpu_pool_destroy(c->pool);
+  free(c);
+}
+
+/* ---------------- identity ---------------- */
+
+static const char *cpu_variant(void *ctx) {
+  cpu_ctx *c = ctx;
+  return c ? cpu_isa_name(c->isa) : "?";
+}
+
+static int cpu_device_count(void *ctx) {
+  (void)ctx;
+  return 1;
+}
+
+static int cpu_device_info(void *ctx, int device, mi_device_info *out) {
+  cpu_ctx *c = ctx;
+  if (!out) return cpu_fail(c, "device_info: NULL out pointer");
+  if (device != 0) return cpu_fail(c, "device_info: no device %d (the cpu platform has device 0)", device);
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
+  snprintf(out->name, sizeof out->name, "%s", c->device_name);
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  out->total_memory = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+  out->host_memory = 1;
+  out->compute_units = c->nthreads;
+  out->simd_width = cpu_isa_simd_width(c->isa);
+  return 0;
+}
+
+static const char *cpu_last_error(void *ctx) {
+  cpu_ctx *c = ctx;
+  return c ? c->err : "cpu: no context";
+}
+
+/* ---------------- tables ---------------- */
+
+static const mi_platform_iface cpu_iface = {
+    .struct_size = sizeof(mi_platform_iface),
+    .variant = cpu_variant,
+    .device_count = cpu_device_count,
+    .device_info = cpu_device_info,
+    .last_error = cpu_last_error,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_wrap_host = cpu_buffer_wrap_host,
+    .buffer_free = cpu_buffer_free,
+    .buffer_ptr = cpu_buffer_ptr,
+    .memcpy_h2d = cpu_memcpy_h2d,
+    .memcpy_d2h = cpu_memcpy_d2h,
+    .memcpy_d2d = cpu_memcpy_d2d,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .stream_sync = cpu_stream_sync,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .silu_mul = cpu_silu_mul,
+    .add = cpu_add,
+    .scale = cpu_scale,
+    .embed = cpu_embed,
+    .argmax = cpu_argmax,
+};
+
+static const void *cpu_get_iface(void *ctx) {
+  (void)ctx;
+  return &cpu_iface;
+}
+
+static const mi_plugin_desc cpu_desc = {
+    .abi_major = MI_ABI_MAJOR,
+    .abi_minor = MI_ABI_MINOR,
+    .struct_size = sizeof(mi_plugin_desc),
+    .kind = MI_PLUGIN_PLATFORM,
+    .name = CPU_PLUGIN_NAME,
+    .version = CPU_PLUGIN_VERSION,
+    .description = "host CPU: x86-64 generic/AVX2/AVX-512/AVX-512 BF16 kernels chosen at run time, "
+                   "persistent thread pool, zero-copy host buffers",
+    .probe = cpu_probe,
+    .init = cpu_init,
+    .fini = cpu_fini,
+    .get_iface = cpu_get_iface,
+};
+
+MI_PLUGIN_DEFINE(cpu_desc)

@@ -1,0 +1,85 @@
+/* The model-architecture interface. A model plugin (kind MI_PLUGIN_MODEL)
+ * turns a Hugging Face model directory (config.json + weights) into a
+ * forward pass built from platform kernels.
+ *
+ * Sequence state is the model's business: a dense transformer keeps a KV
+ * cache, a hybrid (gated DeltaNet) keeps recurrent and conv states as well.
+ * The core only creates, resets and feeds sequences.
+ */
+#ifndef MI_MODEL_H
+#define MI_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mi/host.h"
+#include "mi/platform.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mi_model mi_model; /* opaque: defined by each model plugin */
+typedef struct mi_seq mi_seq;     /* opaque: one sequence's state */
+
+typedef struct mi_platform_ref {
+  const mi_platform_iface *iface;
+  void *ctx;
+} mi_platform_ref;
+
+typedef struct mi_model_load_args {
+  uint32_t struct_size;
+  const char *model_dir;
+  const mi_json *config;     /* parsed config.json */
+  const mi_weights *weights; /* the model's safetensors, mmapped */
+  mi_platform_ref platform;
+  int tp_rank; /* tensor parallelism: this rank, 0-based */
+  int tp_size; /* 1 without tensor parallelism */
+  const mi_options *opts;
+} mi_model_load_args;
+
+typedef struct mi_model_info {
+  uint32_t struct_size;
+  const char *architecture; /* e.g. "Qwen3ForCausalLM" */
+  int64_t vocab_size;
+  int64_t hidden_size;
+  int64_t n_layers;
+  int64_t max_position; /* max_position_embeddings */
+  uint64_t weight_bytes;      /* bytes of weights one forward reads */
+  uint64_t state_bytes_token; /* per-token state (KV cache) bytes */
+  uint64_t state_bytes_fixed; /* per-sequence fixed state (recurrent) bytes */
+} mi_model_info;
+
+typedef struct mi_model_iface {
+  uint32_t struct_size;
+
+  /* config.json "architectures" values this plugin implements (NULL-terminated) */
+  const char *const *architectures;
+
+  /* 0 if the config is supported; otherwise a one-line reason in err. */
+  int (*check_config)(void *ctx, const mi_json *config, char *err, size_t err_len);
+
+  int (*load)(void *ctx, const mi_model_load_args *args, mi_model **out, char *err,
+              size_t err_len);
+  void (*unload)(mi_model *m);
+  int (*info)(mi_model *m, mi_model_info *out);
+
+  /* A sequence holding up to n_ctx tokens. */
+  int (*seq_create)(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, size_t err_len);
+  void (*seq_destroy)(mi_model *m, mi_seq *s);
+  /* Keep the first n_keep tokens (0 clears). A recurrent model may refuse
+   * values other than 0 and the current length. */
+  int (*seq_truncate)(mi_model *m, mi_seq *s, int64_t n_keep);
+  int64_t (*seq_len)(mi_model *m, mi_seq *s);
+
+  /* Appends n tokens to the sequence and runs them in one batched pass.
+   * logits (host memory): NULL for none; else [n, vocab] when all_logits,
+   * otherwise [vocab] for the last token. */
+  int (*forward)(mi_model *m, mi_seq *s, const int32_t *ids, int64_t n, float *logits,
+                 int all_logits, char *err, size_t err_len);
+} mi_model_iface;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

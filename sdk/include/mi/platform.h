@@ -1,0 +1,129 @@
+/* The platform interface: devices, memory, streams and the kernel set a
+ * transformer needs. A platform plugin (kind MI_PLUGIN_PLATFORM) returns a
+ * mi_platform_iface from get_iface().
+ *
+ * Memory model. Kernels take DEVICE ADDRESSES: pointers obtained from
+ * buffer_ptr() (plus byte offsets). On the CPU platform those are host
+ * addresses; on a GPU platform they are device addresses the host must not
+ * dereference. Host data reaches a device only through buffer_wrap_host()
+ * (zero-copy where device memory is host memory, e.g. mmapped weights on the
+ * CPU; an upload elsewhere) and memcpy_h2d/d2h/d2d.
+ *
+ * Streams. Every kernel and copy takes a stream; NULL is the device's
+ * default stream. Work on one stream runs in order; stream_sync() waits for
+ * it. A platform that runs synchronously may ignore streams.
+ *
+ * Extending. Members are appended only, with an ABI minor bump. A NULL
+ * kernel means "not provided": the caller must check (mi_platform_has()).
+ * All functions return 0 on success and a negative value on failure, with a
+ * message available from last_error(ctx).
+ *
+ * Layouts (row-major, innermost last):
+ *   weights       [N, K]        a linear layer's weight as stored by HF (out, in)
+ *   activations   [T, dim]      f32, T tokens
+ *   heads         [T, H, D]     f32, H heads of head_dim D
+ *   KV cache      [n_ctx, Hkv, D] f32 per layer, row p holds position p
+ */
+#ifndef MI_PLATFORM_H
+#define MI_PLATFORM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mi/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mi_buffer mi_buffer; /* opaque: defined by each platform */
+typedef struct mi_stream mi_stream; /* opaque: defined by each platform */
+
+typedef struct mi_device_info {
+  uint32_t struct_size;
+  char name[128];        /* e.g. "x86-64 AVX-512 BF16 (2 threads)" */
+  uint64_t total_memory; /* bytes, 0 if unknown */
+  int host_memory;       /* 1: device memory is host memory (zero-copy weights) */
+  int compute_units;     /* threads, CUs or SMs */
+  int simd_width;        /* f32 lanes per vector / wavefront size */
+} mi_device_info;
+
+typedef struct mi_platform_iface {
+  uint32_t struct_size;
+
+  /* --- identity and devices --- */
+  const char *(*variant)(void *ctx); /* the code path chosen here, e.g. "avx512bf16" */
+  int (*device_count)(void *ctx);
+  int (*device_info)(void *ctx, int device, mi_device_info *out);
+  const char *(*last_error)(void *ctx);
+
+  /* --- memory --- */
+  int (*buffer_alloc)(void *ctx, size_t size, mi_buffer **out); /* zeroed */
+  /* Makes host data (e.g. an mmapped weight) usable by kernels. The host
+   * memory must outlive the buffer; it is never written. */
+  int (*buffer_wrap_host)(void *ctx, const void *host, size_t size, mi_buffer **out);
+  void (*buffer_free)(void *ctx, mi_buffer *buf);
+  void *(*buffer_ptr)(void *ctx, mi_buffer *buf); /* device address */
+  int (*memcpy_h2d)(void *ctx, mi_stream *s, void *dst_dev, const void *src_host, size_t n);
+  int (*memcpy_d2h)(void *ctx, mi_stream *s, void *dst_host, const void *src_dev, size_t n);
+  int (*memcpy_d2d)(void *ctx, mi_stream *s, void *dst_dev, const void *src_dev, size_t n);
+
+  /* --- streams --- */
+  int (*stream_create)(void *ctx, mi_stream **out);
+  void (*stream_destroy)(void *ctx, mi_stream *s);
+  int (*stream_sync)(void *ctx, mi_stream *s);
+
+  /* --- kernels (all pointers are device addresses) --- */
+
+  /* y[M,N] = x[M,K] · w[N,K]ᵀ, w in w_dtype (f32, f16, bf16), f32 accumulation. */
+  int (*matmul)(void *ctx, mi_stream *s, float *y, const float *x, const void *w,
+                mi_dtype w_dtype, int64_t M, int64_t N, int64_t K);
+
+  /* y[r,:] = x[r,:] · rsqrt(mean(x[r,:]²) + eps) · (w + w_offset), rows × dim.
+   * w_offset is 0 for Llama/Qwen3 norms and 1 for zero-centred (1+w) norms.
+   * y may equal x. */
+  int (*rmsnorm)(void *ctx, mi_stream *s, float *y, const float *x, const float *w,
+                 int64_t rows, int64_t dim, float eps, float w_offset);
+
+  /* Rotary embedding in place, NeoX style (rotate_half): for each token t and
+   * head h, on x + t*tok_stride + h*head_stride, pairs (i, i + rot_dim/2) for
+   * i < rot_dim/2 rotate by pos[t] · theta^(-2i/rot_dim). Channels past
+   * rot_dim are left alone (partial rotary). pos is a device int32 [T]. */
+  int (*rope)(void *ctx, mi_stream *s, float *x, const int32_t *pos, int64_t T, int64_t H,
+              int64_t tok_stride, int64_t head_stride, int64_t rot_dim, float theta);
+
+  /* Causal softmax attention over a KV cache, GQA.
+   * out[T,Hq,D], q[T,Hq,D]; k_cache, v_cache [>= pos0+T, Hkv, D] in kv_dtype.
+   * Query t (at position pos0+t) attends to cache rows 0..pos0+t.
+   * Query head h reads KV head h / (Hq/Hkv). scores scaled by `scale`. */
+  int (*attention)(void *ctx, mi_stream *s, float *out, const float *q, const void *k_cache,
+                   const void *v_cache, mi_dtype kv_dtype, int64_t T, int64_t Hq, int64_t Hkv,
+                   int64_t D, int64_t pos0, float scale);
+
+  /* y[i] = silu(gate[i]) · up[i], silu(x) = x / (1 + e^-x). y may equal gate. */
+  int (*silu_mul)(void *ctx, mi_stream *s, float *y, const float *gate, const float *up,
+                  int64_t n);
+
+  /* y[i] = a[i] + b[i]. y may equal a or b. */
+  int (*add)(void *ctx, mi_stream *s, float *y, const float *a, const float *b, int64_t n);
+
+  /* y[i] = alpha · x[i]. y may equal x. */
+  int (*scale)(void *ctx, mi_stream *s, float *y, const float *x, float alpha, int64_t n);
+
+  /* y[t,:] = f32(table[ids[t], :]), table [V, dim] in dtype; ids device int32 [T].
+   * ids outside [0, V) are an error. */
+  int (*embed)(void *ctx, mi_stream *s, float *y, const void *table, mi_dtype dtype,
+               const int32_t *ids, int64_t T, int64_t V, int64_t dim);
+
+  /* out[r] = index of the largest x[r,:] (first one on ties), rows × n. */
+  int (*argmax)(void *ctx, mi_stream *s, int32_t *out, const float *x, int64_t rows, int64_t n);
+} mi_platform_iface;
+
+/* Does this platform's interface (of the size it declared) provide member m? */
+#define mi_platform_has(iface, m)                                                                  \
+  ((iface)->struct_size >= offsetof(mi_platform_iface, m) + sizeof((iface)->m) && (iface)->m != NULL)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

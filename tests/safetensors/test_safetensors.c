@@ -1,0 +1,339 @@
+/* Safetensors reader: hand-made good files must read back exactly, and every
+ * kind of broken file must be refused with "PATH: problem". */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/safetensors.h"
+#include "st_writer.h"
+
+static char *g_dir;
+
+static void setup(void) { g_dir = tw_mkdtemp("st"); }
+static void teardown(void) {
+  tw_rmtree(g_dir);
+  free(g_dir);
+}
+
+/* 24 + 8 + 8 = 40 bytes of distinct data */
+static unsigned char DATA[40];
+static void fill_data(void) {
+  for (int i = 0; i < 40; i++) DATA[i] = (unsigned char)(i * 37 + 11);
+}
+
+/* Header listing the tensors out of offset order, with metadata. */
+static const char *GOOD3 =
+    "{\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[24,32]},"
+    "\"__metadata__\":{\"format\":\"pt\",\"note\":\"x\"},"
+    "\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+    "\"c\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[32,40]}}";
+
+START_TEST(valid_three_tensors) {
+  fill_data();
+  char *p = tw_path(g_dir, "model.safetensors");
+  ck_assert_int_eq(tw_write_st(p, GOOD3, DATA, 40), 0);
+  char err[512] = "";
+  mi_st_file *f = mi_st_open_file(p, err, sizeof err);
+  ck_assert_msg(f != NULL, "%s", err);
+  ck_assert_uint_eq(mi_st_count(f), 3);
+  ck_assert_str_eq(mi_st_metadata(f, "format"), "pt");
+  ck_assert_ptr_null(mi_st_metadata(f, "nope"));
+
+  mi_weight_info wi;
+  ck_assert_int_eq(mi_st_find(f, "a", &wi), 0);
+  ck_assert_int_eq(wi.dtype, MI_DTYPE_F32);
+  ck_assert_int_eq(wi.ndim, 2);
+  ck_assert_int_eq(wi.shape[0], 2);
+  ck_assert_int_eq(wi.shape[1], 3);
+  ck_assert_uint_eq(wi.nbytes, 24);
+  ck_assert_int_eq(memcmp(wi.data, DATA, 24), 0);
+  ck_assert_str_eq(wi.file, p);
+
+  ck_assert_int_eq(mi_st_find(f, "b", &wi), 0);
+  ck_assert_int_eq(wi.dtype, MI_DTYPE_BF16);
+  ck_assert_int_eq(wi.ndim, 1);
+  ck_assert_int_eq(wi.shape[0], 4);
+  ck_assert_int_eq(memcmp(wi.data, DATA + 24, 8), 0);
+
+  ck_assert_int_eq(mi_st_find(f, "c", &wi), 0);
+  ck_assert_int_eq(wi.dtype, MI_DTYPE_I64);
+  ck_assert_int_eq(wi.ndim, 0);
+  ck_assert_uint_eq(wi.nbytes, 8);
+  ck_assert_int_eq(memcmp(wi.data, DATA + 32, 8), 0);
+
+  ck_assert_int_eq(mi_st_find(f, "d", &wi), -1);
+  ck_assert_int_eq(mi_st_find(f, "__metadata__", &wi), -1);
+  /* file order is offset order */
+  ck_assert_int_eq(mi_st_at(f, 0, &wi), 0);
+  ck_assert_str_eq(wi.name, "a");
+  ck_assert_str_eq(mi_st_dtype_string(f, 2), "I64");
+  ck_assert_int_eq(mi_st_at(f, 3, &wi), -1);
+  mi_st_close_file(f);
+
+  /* the same through the directory API */
+  mi_weights *w = mi_weights_open(g_dir, err, sizeof err);
+  ck_assert_msg(w != NULL, "%s", err);
+  ck_assert_uint_eq(mi_weights_count(w), 3);
+  ck_assert_uint_eq(mi_weights_total_bytes(w), 40);
+  const char *order[] = {"a", "b", "c"};
+  for (size_t i = 0; i < 3; i++) {
+    ck_assert_int_eq(mi_weights_at(w, i, &wi), 0);
+    ck_assert_str_eq(wi.name, order[i]);
+  }
+  ck_assert_int_eq(mi_weights_at(w, 3, &wi), -1);
+  ck_assert_int_eq(mi_weights_find(w, "b", &wi), 0);
+  ck_assert_int_eq(memcmp(wi.data, DATA + 24, 8), 0);
+  ck_assert_int_eq(mi_weights_find(w, "zz", &wi), -1);
+  mi_weights_close(w);
+  free(p);
+}
+END_TEST
+
+START_TEST(other_dtypes_and_empty_tensor) {
+  unsigned char d[8 + 2] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  char *p = tw_path(g_dir, "x.safetensors");
+  ck_assert_int_eq(tw_write_st(p,
+                               "{\"f\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]},"
+                               "\"e\":{\"dtype\":\"F16\",\"shape\":[0,5],\"data_offsets\":[8,8]},"
+                               "\"h\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[8,10]}}",
+                               d, sizeof d),
+                   0);
+  char err[512] = "";
+  mi_weights *w = mi_weights_open(p, err, sizeof err); /* a file path works too */
+  ck_assert_msg(w != NULL, "%s", err);
+  mi_weight_info wi;
+  ck_assert_int_eq(mi_weights_find(w, "f", &wi), 0);
+  ck_assert_int_eq(wi.dtype, MI_ST_DTYPE_OTHER);
+  ck_assert_uint_eq(wi.nbytes, 8);
+  ck_assert_int_eq(mi_weights_find(w, "e", &wi), 0);
+  ck_assert_uint_eq(wi.nbytes, 0);
+  ck_assert_int_eq(wi.shape[0], 0);
+  ck_assert_int_eq(mi_weights_find(w, "h", &wi), 0);
+  ck_assert_int_eq(wi.dtype, MI_DTYPE_F16);
+  ck_assert_int_eq(((const unsigned char *)wi.data)[1], 10);
+  mi_weights_close(w);
+  free(p);
+}
+END_TEST
+
+/* shard1: x [2] F32, y [3] U8 ; shard2: z [2] BF16 */
+static void write_two_shards(const char *index_json) {
+  unsigned char d1[11] = {0, 0, 128, 63, 0, 0, 0, 64, 7, 8, 9}, d2[4] = {0x80, 0x3f, 0x00, 0x40};
+  char *p1 = tw_path(g_dir, "model-00001-of-00002.safetensors");
+  char *p2 = tw_path(g_dir, "model-00002-of-00002.safetensors");
+  char *pi = tw_path(g_dir, "model.safetensors.index.json");
+  ck_assert_int_eq(tw_write_st(p1,
+                               "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                               "\"y\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[8,11]}}",
+                               d1, sizeof d1),
+                   0);
+  ck_assert_int_eq(
+      tw_write_st(p2, "{\"z\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}}", d2, sizeof d2), 0);
+  ck_assert_int_eq(tw_write_raw(pi, index_json, strlen(index_json)), 0);
+  free(p1);
+  free(p2);
+  free(pi);
+}
+
+START_TEST(two_shard_index) {
+  write_two_shards("{\"metadata\":{\"total_size\":15},\"weight_map\":{"
+                   "\"z\":\"model-00002-of-00002.safetensors\","
+                   "\"x\":\"model-00001-of-00002.safetensors\","
+                   "\"y\":\"model-00001-of-00002.safetensors\"}}");
+  char err[512] = "";
+  mi_weights *w = mi_weights_open(g_dir, err, sizeof err);
+  ck_assert_msg(w != NULL, "%s", err);
+  ck_assert_uint_eq(mi_weights_count(w), 3);
+  ck_assert_uint_eq(mi_weights_total_bytes(w), 15);
+  mi_weight_info wi;
+  ck_assert_int_eq(mi_weights_find(w, "x", &wi), 0);
+  ck_assert_ptr_nonnull(strstr(wi.file, "model-00001-of-00002.safetensors"));
+  float xs[2];
+  memcpy(xs, wi.data, 8);
+  ck_assert_float_eq(xs[0], 1.0f);
+  ck_assert_float_eq(xs[1], 2.0f);
+  ck_assert_int_eq(mi_weights_find(w, "z", &wi), 0);
+  ck_assert_ptr_nonnull(strstr(wi.file, "model-00002-of-00002.safetensors"));
+  ck_assert_int_eq(wi.dtype, MI_DTYPE_BF16);
+  const uint16_t *z = wi.data;
+  ck_assert_float_eq(mi_bf16_to_f32(z[0]), 1.0f);
+  ck_assert_float_eq(mi_bf16_to_f32(z[1]), 2.0f);
+  ck_assert_int_eq(mi_weights_find(w, "y", &wi), 0);
+  ck_assert_int_eq(wi.dtype, MI_DTYPE_U8);
+  ck_assert_int_eq(((const unsigned char *)wi.data)[2], 9);
+  ck_assert_int_eq(mi_weights_at(w, 2, &wi), 0);
+  ck_assert_str_eq(wi.name, "z");
+  mi_weights_close(w);
+}
+END_TEST
+
+/* ---- rejections ---------------------------------------------------------- */
+
+/* Opening `path` (file or dir, via mi_weights_open) fails with a message
+ * that names `who` and contains `want`. */
+static void expect_fail(const char *path, const char *who, const char *want) {
+  char err[512] = "";
+  mi_weights *w = mi_weights_open(path, err, sizeof err);
+  ck_assert_msg(w == NULL, "%s: expected failure '%s'", path, want);
+  ck_assert_msg(strstr(err, who) != NULL, "message does not name %s: %s", who, err);
+  ck_assert_msg(strstr(err, want) != NULL, "message lacks '%s': %s", want, err);
+  ck_assert_msg(strchr(err, '\n') == NULL, "not one line: %s", err);
+}
+
+/* A file with this header (and `dlen` data bytes) is refused with `want`. */
+static void reject_header(const char *header, size_t dlen, const char *want) {
+  unsigned char data[64] = {0};
+  ck_assert_uint_le(dlen, sizeof data);
+  char *p = tw_path(g_dir, "bad.safetensors");
+  ck_assert_int_eq(tw_write_st(p, header, data, dlen), 0);
+  char err[512] = "";
+  mi_st_file *f = mi_st_open_file(p, err, sizeof err);
+  ck_assert_msg(f == NULL, "accepted: %s", header);
+  ck_assert_msg(strstr(err, p) == err, "message does not start with the path: %s", err);
+  ck_assert_msg(strstr(err, want) != NULL, "message lacks '%s': %s", want, err);
+  expect_fail(p, p, want);
+  free(p);
+}
+
+START_TEST(reject_empty_and_short) {
+  char *p = tw_path(g_dir, "empty.safetensors");
+  ck_assert_int_eq(tw_write_raw(p, "", 0), 0);
+  expect_fail(p, p, "too small");
+  ck_assert_int_eq(tw_write_raw(p, "\x02\0\0\0", 4), 0);
+  expect_fail(p, p, "too small");
+  free(p);
+  expect_fail(g_dir, g_dir, "no model.safetensors"); /* empty directory */
+}
+END_TEST
+
+START_TEST(reject_header_length) {
+  char *p = tw_path(g_dir, "len.safetensors");
+  ck_assert_int_eq(tw_write_st_len(p, 100, "{}", NULL, 0), 0);
+  expect_fail(p, p, "past end of file");
+  ck_assert_int_eq(tw_write_st_len(p, 1ull << 40, "{}", NULL, 0), 0);
+  expect_fail(p, p, "too large");
+  ck_assert_int_eq(tw_write_st_len(p, UINT64_MAX, "{}", NULL, 0), 0);
+  expect_fail(p, p, "too large");
+  free(p);
+}
+END_TEST
+
+START_TEST(reject_bad_json) {
+  reject_header("{\"a\": {", 0, "not valid JSON");
+  reject_header("", 0, "not valid JSON");
+  reject_header("[1,2]", 0, "not an object");
+  reject_header("\"str\"", 0, "not valid JSON"); /* jansson refuses bare scalars */
+  reject_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                8, "duplicate");
+  reject_header("{\"__metadata__\":{\"k\":1}}", 0, "__metadata__");
+  reject_header("{\"__metadata__\":[]}", 0, "__metadata__");
+}
+END_TEST
+
+START_TEST(reject_missing_fields) {
+  reject_header("{\"t\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "'t': missing dtype");
+  reject_header("{\"t\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, "'t': missing shape");
+  reject_header("{\"t\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "'t': missing data_offsets");
+  reject_header("{\"t\":[1]}", 4, "'t': entry is not a JSON object");
+  reject_header("{\"t\":{\"dtype\":7,\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "'t': dtype is not a string");
+  reject_header("{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", 4, "'t': data_offsets");
+  reject_header("{\"t\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4, "not an integer");
+  reject_header("{\"t\":{\"dtype\":\"F32\",\"shape\":{},\"data_offsets\":[0,4]}}", 4, "shape is not an array");
+}
+END_TEST
+
+START_TEST(reject_bad_values) {
+  reject_header("{\"t\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "'t': unknown dtype 'Q7'");
+  reject_header("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "past end of data");
+  reject_header("{\"t\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,0]}}", 4, "begin 4 > end 0");
+  reject_header("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "byte length 4 != ");
+  reject_header("{\"t\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "negative dimension");
+  reject_header("{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", 4, "negative data_offsets");
+  reject_header("{\"t\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,2],\"data_offsets\":[0,4]}}", 4,
+                "overflows");
+  reject_header("{\"t\":{\"dtype\":\"F64\",\"shape\":[4611686018427387904],\"data_offsets\":[0,4]}}", 4,
+                "overflows");
+  reject_header("{\"t\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1,
+                "9 dimensions");
+  reject_header("{\"\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "tensor name");
+}
+END_TEST
+
+START_TEST(reject_layout) {
+  reject_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+                12, "'a' and 'b' overlap");
+  reject_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+                4, "overlap");
+  reject_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "before tensor 'a'");
+  reject_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "4 trailing bytes");
+}
+END_TEST
+
+START_TEST(reject_index) {
+  char *pi = tw_path(g_dir, "model.safetensors.index.json");
+  write_two_shards("{\"weight_map\":{\"x\":\"../x.safetensors\"}}");
+  expect_fail(g_dir, pi, "'../x.safetensors'");
+  write_two_shards("{\"weight_map\":{\"x\":\"/etc/passwd\"}}");
+  expect_fail(g_dir, pi, "not a plain file name");
+  write_two_shards("{\"weight_map\":{\"x\":\"sub/model-00001-of-00002.safetensors\"}}");
+  expect_fail(g_dir, pi, "not a plain file name");
+
+  write_two_shards("{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\","
+                   "\"q\":\"model-00009-of-00009.safetensors\"}}");
+  char *missing = tw_path(g_dir, "model-00009-of-00009.safetensors");
+  expect_fail(g_dir, missing, "cannot open");
+  free(missing);
+
+  write_two_shards("{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\","
+                   "\"z\":\"model-00001-of-00002.safetensors\"}}");
+  expect_fail(g_dir, pi, "'z' is mapped to model-00001-of-00002.safetensors, which does not contain it");
+
+  write_two_shards("{\"weight_map\":{\"x\":3}}");
+  expect_fail(g_dir, pi, "not a string");
+  write_two_shards("{\"metadata\":{}}");
+  expect_fail(g_dir, pi, "no \"weight_map\"");
+  write_two_shards("{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\","
+                   "\"x\":\"model-00001-of-00002.safetensors\"}}");
+  expect_fail(g_dir, pi, "duplicate");
+  write_two_shards("{\"weight_map\":");
+  expect_fail(g_dir, pi, "not valid JSON");
+
+  /* a broken shard is reported under its own name */
+  write_two_shards("{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\"}}");
+  char *p1 = tw_path(g_dir, "model-00001-of-00002.safetensors");
+  ck_assert_int_eq(tw_write_raw(p1, "abc", 3), 0);
+  expect_fail(g_dir, p1, "too small");
+  free(p1);
+  free(pi);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("safetensors");
+  TCase *tc = tcase_create("reader");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, valid_three_tensors);
+  tcase_add_test(tc, other_dtypes_and_empty_tensor);
+  tcase_add_test(tc, two_shard_index);
+  tcase_add_test(tc, reject_empty_and_short);
+  tcase_add_test(tc, reject_header_length);
+  tcase_add_test(tc, reject_bad_json);
+  tcase_add_test(tc, reject_missing_fields);
+  tcase_add_test(tc, reject_bad_values);
+  tcase_add_test(tc, reject_layout);
+  tcase_add_test(tc, reject_index);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

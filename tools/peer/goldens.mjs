@@ -1,0 +1,178 @@
+#!/usr/bin/env node
+// Golden greedy tokens and top-10 logprobs from llama.cpp (node-llama-cpp) for
+// a random-weight Qwen3 checkpoint made by mi-mkmodel.
+//
+//   node tools/peer/goldens.mjs --mkmodel BUILD/bin/mi-mkmodel --shape tiny --seed 1 \
+//        [--steps 32] [--out tests/goldens/tiny-seed1.json] [--check-ref] [--keep DIR]
+//
+// Steps: mi-mkmodel writes the HF checkpoint (bf16) into a temp dir; hf2gguf
+// converts it to an all-F32 GGUF (bf16 values widened exactly, so llama.cpp
+// computes on the same weights and does not round activations to bf16);
+// llama.cpp runs on the CPU with an F32 KV cache; each prompt is tokenized by
+// llama.cpp (special tokens parsed) and decoded greedily for --steps steps,
+// EOS ignored.
+//
+// Logprobs: node-llama-cpp exposes no raw logits, but with temperature 0 its
+// sampler chain is greedy only, and `probabilities` is a float32 softmax of
+// the full raw logit vector. We take log(p) in float64 and renormalise by the
+// float64 sum of p: that cancels its float32 normaliser (~4e-4 off over a 152k
+// vocabulary) and leaves only expf/rounding error (~1e-7).
+//
+// --check-ref also runs a float64 Qwen3 forward pass (ref_forward.mjs) from
+// the HF files, teacher-forced on llama.cpp's tokens, and records the largest
+// |logprob difference| on the top-10 per case: evidence that the converter is
+// right and a measure of llama.cpp's own F32 error.
+
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { execFileSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { importDep } from "./deps.mjs";
+import { convert } from "./hf2gguf.mjs";
+import { RefQwen3 } from "./ref_forward.mjs";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ROOT = path.resolve(HERE, "../..");
+const TOPK = 10;
+const PKG = "node-llama-cpp@3.21.1";
+
+function parseArgs(argv) {
+  const a = { steps: 32, checkRef: false, dtype: "bf16", mkmodel: path.join(ROOT, "build/bin/mi-mkmodel") };
+  for (let i = 0; i < argv.length; i++) {
+    const k = argv[i];
+    const v = () => { if (i + 1 >= argv.length) throw new Error(`${k} needs a value`); return argv[++i]; };
+    if (k === "--mkmodel") a.mkmodel = v();
+    else if (k === "--shape") a.shape = v();
+    else if (k === "--seed") a.seed = Number(v());
+    else if (k === "--dtype") a.dtype = v();
+    else if (k === "--steps") a.steps = Number(v());
+    else if (k === "--out") a.out = v();
+    else if (k === "--prompts") a.prompts = v();
+    else if (k === "--keep") a.keep = v();
+    else if (k === "--check-ref") a.checkRef = true;
+    else throw new Error(`unknown argument ${k}`);
+  }
+  if (!a.shape || !Number.isInteger(a.seed)) throw new Error("--shape and --seed N are required");
+  if (!Number.isInteger(a.steps) || a.steps < 1) throw new Error("--steps must be a positive integer");
+  a.out ??= path.join(ROOT, "tests/goldens", `${a.shape}-seed${a.seed}.json`);
+  a.prompts ??= path.join(HERE, "prompts.json");
+  return a;
+}
+
+/** Top-K [id, logprob] pairs (float64, renormalised) from node-llama-cpp's probability map. */
+function topLogprobs(probMap, k) {
+  let z = 0;
+  for (const p of probMap.values()) z += p;
+  const lz = Math.log(z);
+  const out = [];
+  for (const [id, p] of probMap) { // sorted by logit, highest first
+    if (out.length === k) break;
+    out.push([id, Math.log(p) - lz]);
+  }
+  return out;
+}
+
+// One step per line keeps diffs of regenerated goldens readable.
+function formatGolden(g) {
+  const lines = [];
+  lines.push("{");
+  lines.push(`  "model": ${JSON.stringify(g.model)},`);
+  lines.push(`  "peer": ${JSON.stringify(g.peer)},`);
+  lines.push(`  "top_k": ${g.top_k},`);
+  lines.push(`  "cases": [`);
+  g.cases.forEach((c, ci) => {
+    lines.push("    {");
+    lines.push(`      "prompt": ${JSON.stringify(c.prompt)},`);
+    lines.push(`      "prompt_ids": ${JSON.stringify(c.prompt_ids)},`);
+    if (c.completion !== undefined) lines.push(`      "completion": ${JSON.stringify(c.completion)},`);
+    if (c.ref_max_abs_err !== undefined) lines.push(`      "ref_max_abs_err": ${c.ref_max_abs_err.toExponential(3)},`);
+    lines.push(`      "steps": [`);
+    c.steps.forEach((s, si) => {
+      const top = "[" + s.top.map(([id, lp]) => `[${id},${lp.toPrecision(10)}]`).join(",") + "]";
+      lines.push(`        {"token_id":${s.token_id},"top":${top}}${si + 1 < c.steps.length ? "," : ""}`);
+    });
+    lines.push("      ]");
+    lines.push(`    }${ci + 1 < g.cases.length ? "," : ""}`);
+  });
+  lines.push("  ]");
+  lines.push("}");
+  return lines.join("\n") + "\n";
+}
+
+async function main() {
+  const args = parseArgs(process.argv.slice(2));
+  const prompts = JSON.parse(fs.readFileSync(args.prompts, "utf8")).prompts;
+  const tmp = args.keep ?? fs.mkdtempSync(path.join(os.tmpdir(), "mi-peer-"));
+  const modelDir = path.join(tmp, `${args.shape}-seed${args.seed}`);
+  const mkArgs = ["--shape", args.shape, "--seed", String(args.seed), "--dtype", args.dtype];
+  execFileSync(args.mkmodel, [...mkArgs, "--out", modelDir], { stdio: "inherit" });
+  const gguf = path.join(tmp, `${args.shape}-seed${args.seed}-f32.gguf`);
+  await convert(modelDir, gguf, { type: "f32" });
+
+  const { getLlama, LlamaLogLevel } = await importDep("node-llama-cpp");
+  const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
+  const model = await llama.loadModel({ modelPath: gguf });
+  const tokenized = prompts.map((p) => Array.from(model.tokenize(p, true)));
+  const maxLen = Math.max(...tokenized.map((t) => t.length)) + args.steps + 8;
+  const ctxSize = Math.ceil(maxLen / 256) * 256;
+  const ctx = await model.createContext({
+    contextSize: ctxSize,
+    batchSize: ctxSize, // whole prompt in one batch
+    threads: llama.cpuMathCores, // the default oversubscribes small machines
+    flashAttention: false,
+    experimentalKvCacheKeyType: "F32", // the default F16 cache adds ~5e-3 logprob error
+    experimentalKvCacheValueType: "F32",
+  });
+  const ref = args.checkRef ? new RefQwen3(modelDir) : null;
+
+  const cases = [];
+  for (let pi = 0; pi < prompts.length; pi++) {
+    const seq = ctx.getSequence();
+    const ids = tokenized[pi];
+    const steps = [];
+    const t0 = Date.now();
+    for await (const out of seq.evaluateWithMetadata(ids, { probabilities: true }, { temperature: 0, yieldEogToken: true })) {
+      steps.push({ token_id: out.token, top: topLogprobs(out.probabilities, TOPK) });
+      if (steps.length >= args.steps) break;
+    }
+    seq.dispose();
+    if (steps.length !== args.steps) throw new Error(`prompt ${pi}: only ${steps.length} steps generated`);
+    const c = { prompt: prompts[pi], prompt_ids: ids, completion: model.detokenize(steps.map((s) => s.token_id), true), steps };
+    let msg = `case ${pi}: ${ids.length} prompt tokens, ${steps.length} steps, ${Date.now() - t0} ms`;
+    if (ref) {
+      // Teacher-forced on llama.cpp's tokens: compare the top-10 of every step.
+      ref.reset();
+      let err = 0, greedyMismatch = 0;
+      const feed = [...ids, ...steps.map((s) => s.token_id)];
+      for (let t = 0; t < ids.length + steps.length - 1; t++) {
+        const lp = ref.step(feed[t], t >= ids.length - 1);
+        if (!lp) continue;
+        const s = steps[t - (ids.length - 1)];
+        for (const [id, l] of s.top) err = Math.max(err, Math.abs(lp[id] - l));
+        let best = 0;
+        for (let i = 1; i < lp.length; i++) if (lp[i] > lp[best]) best = i;
+        if (best !== s.token_id) greedyMismatch++;
+      }
+      c.ref_max_abs_err = err;
+      msg += `; float64 reference: max |dlogprob| ${err.toExponential(2)}, greedy mismatches ${greedyMismatch}`;
+    }
+    console.error(msg);
+    cases.push(c);
+  }
+  await ctx.dispose();
+  await model.dispose();
+
+  const golden = {
+    model: { shape: args.shape, seed: args.seed, mkmodel_args: mkArgs },
+    peer: { package: PKG, llama_cpp: "v0.4.0 (node-llama-cpp prebuilt CPU)", kv: "F32", weights: "F32", flash_attention: false, logprobs: "float64 log-softmax of full-vocabulary probabilities, renormalised" },
+    top_k: TOPK,
+    cases,
+  };
+  fs.mkdirSync(path.dirname(args.out), { recursive: true });
+  fs.writeFileSync(args.out, formatGolden(golden));
+  console.error(`wrote ${args.out}`);
+  if (!args.keep) fs.rmSync(tmp, { recursive: true, force: true });
+}
+
+main().catch((e) => { console.error(`goldens: ${e.message}`); process.exit(1); });

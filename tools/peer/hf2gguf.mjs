@@ -1,0 +1,381 @@
+#!/usr/bin/env node
+// HF Qwen3 checkpoint directory -> GGUF v3 file (arch "qwen3") for llama.cpp.
+//
+//   node tools/peer/hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16]
+//
+// --type f32 (default): every tensor F32. bf16/f16 source values are widened
+//   exactly, so llama.cpp computes on the very same weights as MetaInfer and
+//   does not round activations to bf16 (it does with BF16 weights).
+// --type bf16: 2-D weights BF16 (round-to-nearest-even from f32 sources),
+//   1-D norm weights F32, as llama.cpp's own converter does; for speed runs.
+//
+// Follows llama.cpp's convert_hf_to_gguf.py (Qwen3Model -> Qwen2Model ->
+// TextModel, _set_vocab_gpt2, gguf-py SpecialVocab) as read in its source;
+// nothing is copied. Qwen3 q_proj/k_proj are NOT permuted (only the llama
+// architecture does that); shapes are reversed (GGUF ne[0] is innermost).
+
+import fs from "node:fs";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+import { GgufWriter, GGML_TYPE } from "./gguf_writer.mjs";
+
+function die(msg) {
+  const e = new Error(msg);
+  e.userError = true;
+  throw e;
+}
+
+function readJson(file) {
+  let text;
+  try { text = fs.readFileSync(file, "utf8"); } catch (e) { die(`${file}: cannot read (${e.code || e.message})`); }
+  try { return JSON.parse(text); } catch (e) { die(`${file}: invalid JSON (${e.message})`); }
+}
+
+// ---------------------------------------------------------------- safetensors
+
+const ST_DTYPE_SIZE = { BF16: 2, F16: 2, F32: 4 };
+
+/** Returns Map name -> {file, dtype, shape, start, end} (absolute file offsets). */
+function readSafetensorsIndex(dir) {
+  const single = path.join(dir, "model.safetensors");
+  const indexFile = path.join(dir, "model.safetensors.index.json");
+  let files;
+  if (fs.existsSync(single)) files = [single];
+  else if (fs.existsSync(indexFile)) {
+    const idx = readJson(indexFile);
+    if (!idx.weight_map || typeof idx.weight_map !== "object") die(`${indexFile}: no weight_map`);
+    files = [...new Set(Object.values(idx.weight_map))].map((f) => path.join(dir, f));
+  } else die(`${dir}: neither model.safetensors nor model.safetensors.index.json`);
+
+  const out = new Map();
+  for (const file of files) {
+    let fd;
+    try { fd = fs.openSync(file, "r"); } catch (e) { die(`${file}: cannot open (${e.code})`); }
+    try {
+      const size = fs.fstatSync(fd).size;
+      const lenBuf = Buffer.alloc(8);
+      if (size < 8 || fs.readSync(fd, lenBuf, 0, 8, 0) !== 8) die(`${file}: too short for a safetensors header`);
+      const hlen = Number(lenBuf.readBigUInt64LE(0));
+      if (hlen <= 0 || 8 + hlen > size || hlen > 1 << 30) die(`${file}: bad header length ${hlen}`);
+      const hbuf = Buffer.alloc(hlen);
+      fs.readSync(fd, hbuf, 0, hlen, 8);
+      let header;
+      try { header = JSON.parse(hbuf.toString("utf8")); } catch (e) { die(`${file}: header is not JSON (${e.message})`); }
+      const base = 8 + hlen;
+      for (const [name, info] of Object.entries(header)) {
+        if (name === "__metadata__") continue;
+        const { dtype, shape, data_offsets: off } = info;
+        if (!(dtype in ST_DTYPE_SIZE)) die(`${file}: tensor ${name} has unsupported dtype ${dtype}`);
+        const nel = shape.reduce((a, b) => a * b, 1);
+        if (!Array.isArray(off) || off[1] - off[0] !== nel * ST_DTYPE_SIZE[dtype] || base + off[1] > size)
+          die(`${file}: tensor ${name} has inconsistent data_offsets`);
+        if (out.has(name)) die(`${file}: tensor ${name} appears in two files`);
+        out.set(name, { file, dtype, shape, start: base + off[0], end: base + off[1] });
+      }
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+  return out;
+}
+
+// f16 bits -> f32 bits (exact; handles subnormals, inf, nan).
+function f16BitsToF32Bits(h) {
+  const sign = (h & 0x8000) << 16;
+  let exp = (h >> 10) & 0x1f;
+  let mant = h & 0x3ff;
+  if (exp === 0x1f) return (sign | 0x7f800000 | (mant << 13)) >>> 0;
+  if (exp === 0) {
+    if (mant === 0) return sign >>> 0;
+    exp = 1;
+    while ((mant & 0x400) === 0) { mant <<= 1; exp--; }
+    mant &= 0x3ff;
+  }
+  return (sign | ((exp + 112) << 23) | (mant << 13)) >>> 0;
+}
+
+// f32 bits -> bf16 bits, round to nearest even; NaN stays a quiet NaN.
+function f32BitsToBf16Bits(u) {
+  if ((u & 0x7fffffff) > 0x7f800000) return ((u >>> 16) | 0x40) & 0xffff;
+  return ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff;
+}
+
+const CHUNK = 1 << 24; // bytes of source read at a time
+
+/** Stream one source tensor into fd at `at`, converted to ggml type `dst`. Returns bytes written. */
+function copyConverted(src, dst, fd, at) {
+  const sfd = fs.openSync(src.file, "r");
+  let written = 0;
+  try {
+    const esz = ST_DTYPE_SIZE[src.dtype];
+    const total = src.end - src.start;
+    const buf = Buffer.alloc(Math.min(CHUNK, total));
+    for (let pos = 0; pos < total; pos += buf.length) {
+      const n = Math.min(buf.length, total - pos);
+      const got = fs.readSync(sfd, buf, 0, n, src.start + pos);
+      if (got !== n) die(`${src.file}: short read`);
+      const count = n / esz;
+      let out;
+      if (dst === GGML_TYPE.F32) {
+        if (src.dtype === "F32") out = buf.subarray(0, n);
+        else {
+          const o = new Uint32Array(count);
+          const inp = new Uint16Array(buf.buffer, buf.byteOffset, count);
+          if (src.dtype === "BF16") for (let i = 0; i < count; i++) o[i] = inp[i] << 16;
+          else for (let i = 0; i < count; i++) o[i] = f16BitsToF32Bits(inp[i]);
+          out = Buffer.from(o.buffer);
+        }
+      } else if (dst === GGML_TYPE.BF16) {
+        if (src.dtype === "BF16") out = buf.subarray(0, n);
+        else {
+          const o = new Uint16Array(count);
+          if (src.dtype === "F32") {
+            const inp = new Uint32Array(buf.buffer, buf.byteOffset, count);
+            for (let i = 0; i < count; i++) o[i] = f32BitsToBf16Bits(inp[i]);
+          } else {
+            const inp = new Uint16Array(buf.buffer, buf.byteOffset, count);
+            for (let i = 0; i < count; i++) o[i] = f32BitsToBf16Bits(f16BitsToF32Bits(inp[i]));
+          }
+          out = Buffer.from(o.buffer);
+        }
+      } else die(`internal: unsupported destination type ${dst}`);
+      fs.writeSync(fd, out, 0, out.length, at + written);
+      written += out.length;
+    }
+  } finally {
+    fs.closeSync(sfd);
+  }
+  return written;
+}
+
+// ---------------------------------------------------------------- tensor names
+
+const LAYER_MAP = {
+  "input_layernorm.weight": "attn_norm.weight",
+  "self_attn.q_proj.weight": "attn_q.weight",
+  "self_attn.k_proj.weight": "attn_k.weight",
+  "self_attn.v_proj.weight": "attn_v.weight",
+  "self_attn.o_proj.weight": "attn_output.weight",
+  "self_attn.q_norm.weight": "attn_q_norm.weight",
+  "self_attn.k_norm.weight": "attn_k_norm.weight",
+  "post_attention_layernorm.weight": "ffn_norm.weight",
+  "mlp.gate_proj.weight": "ffn_gate.weight",
+  "mlp.up_proj.weight": "ffn_up.weight",
+  "mlp.down_proj.weight": "ffn_down.weight",
+};
+
+/** Expected HF shapes for every tensor, from config. */
+function expectedShapes(h) {
+  const D = h.hidden_size, F = h.intermediate_size, V = h.vocab_size, hd = h.head_dim;
+  const Hq = h.num_attention_heads, Hk = h.num_key_value_heads;
+  const m = new Map();
+  m.set("model.embed_tokens.weight", [V, D]);
+  m.set("model.norm.weight", [D]);
+  if (!h.tie_word_embeddings) m.set("lm_head.weight", [V, D]);
+  for (let l = 0; l < h.num_hidden_layers; l++) {
+    const p = `model.layers.${l}.`;
+    m.set(p + "input_layernorm.weight", [D]);
+    m.set(p + "self_attn.q_proj.weight", [Hq * hd, D]);
+    m.set(p + "self_attn.k_proj.weight", [Hk * hd, D]);
+    m.set(p + "self_attn.v_proj.weight", [Hk * hd, D]);
+    m.set(p + "self_attn.o_proj.weight", [D, Hq * hd]);
+    m.set(p + "self_attn.q_norm.weight", [hd]);
+    m.set(p + "self_attn.k_norm.weight", [hd]);
+    m.set(p + "post_attention_layernorm.weight", [D]);
+    m.set(p + "mlp.gate_proj.weight", [F, D]);
+    m.set(p + "mlp.up_proj.weight", [F, D]);
+    m.set(p + "mlp.down_proj.weight", [D, F]);
+  }
+  return m;
+}
+
+function ggufName(hfName) {
+  if (hfName === "model.embed_tokens.weight") return "token_embd.weight";
+  if (hfName === "model.norm.weight") return "output_norm.weight";
+  if (hfName === "lm_head.weight") return "output.weight";
+  const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hfName);
+  if (m && LAYER_MAP[m[2]]) return `blk.${m[1]}.${LAYER_MAP[m[2]]}`;
+  return null;
+}
+
+// ---------------------------------------------------------------- tokenizer
+
+// Mirrors TextModel.does_token_look_special for the forms Qwen uses.
+function looksSpecial(t) {
+  return (t.startsWith("<|") && t.endsWith("|>")) || (t.startsWith("<\uff5c") && t.endsWith("\uff5c>")) ||
+    t === "<pad>" || t === "<mask>" || t === "<2mass>" || t === "[@BOS@]" ||
+    (t.startsWith("<unused") && t.endsWith(">"));
+}
+
+const QWEN2_REGEX = String.raw`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`;
+
+const TOKTYPE = { NORMAL: 1, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5 };
+
+function buildVocab(dir, cfg, w) {
+  const tokFile = path.join(dir, "tokenizer.json");
+  const tok = readJson(tokFile);
+  if (!tok.model || tok.model.type !== "BPE" || typeof tok.model.vocab !== "object")
+    die(`${tokFile}: not a BPE tokenizer.json (model.type ${tok.model && tok.model.type})`);
+  const tcFile = path.join(dir, "tokenizer_config.json");
+  const tc = fs.existsSync(tcFile) ? readJson(tcFile) : {};
+
+  const V = cfg.vocab_size;
+  const tokens = new Array(V).fill(null);
+  const types = new Array(V).fill(0);
+  const place = (id, text, type, where) => {
+    if (!Number.isInteger(id) || id < 0) die(`${tokFile}: ${where} token ${JSON.stringify(text)} has bad id ${id}`);
+    if (id >= V) die(`${tokFile}: ${where} token ${JSON.stringify(text)} id ${id} >= config vocab_size ${V}`);
+    if (tokens[id] !== null && tokens[id] !== text)
+      die(`${tokFile}: id ${id} is both ${JSON.stringify(tokens[id])} and ${JSON.stringify(text)}`);
+    tokens[id] = text;
+    types[id] = type;
+  };
+  for (const [text, id] of Object.entries(tok.model.vocab)) place(id, text, TOKTYPE.NORMAL, "vocab");
+  const added = Array.isArray(tok.added_tokens) ? tok.added_tokens : [];
+  for (const a of added) {
+    let text = a.content;
+    let type;
+    if (a.special || looksSpecial(text)) type = TOKTYPE.CONTROL;
+    else { type = TOKTYPE.USER_DEFINED; text = text.replaceAll("\u2581", " "); }
+    // An added token replaces a base-vocab entry with the same id.
+    tokens[a.id] = null;
+    place(a.id, text, type, "added");
+  }
+  // Ids with no token (config vocab_size > tokenizer size): llama.cpp's
+  // converter names them [PAD<id>] and marks them UNUSED.
+  for (let i = 0; i < V; i++) if (tokens[i] === null) { tokens[i] = `[PAD${i}]`; types[i] = TOKTYPE.UNUSED; }
+
+  const merges = tok.model.merges;
+  if (!Array.isArray(merges) || merges.length === 0) die(`${tokFile}: no merges`);
+  let mergeStrs;
+  if (typeof merges[0] === "string") mergeStrs = merges;
+  else if (Array.isArray(merges[0]) && merges[0].length === 2)
+    // Pair form (transformers >= 4.45): spaces inside a part are written as U+0120, then joined with one space.
+    mergeStrs = merges.map((p) => p.map((s) => s.replaceAll(" ", "\u0120")).join(" "));
+  else die(`${tokFile}: unknown merges format`);
+
+  w.addString("tokenizer.ggml.model", "gpt2");
+  // Qwen2 pre-tokenizer regex; llama.cpp's converter detects it by hashing a test
+  // string's tokens. Qwen3's tokenizer.json uses exactly that regex (checked below).
+  const pres = tok.pre_tokenizer && tok.pre_tokenizer.type === "Sequence" ? tok.pre_tokenizer.pretokenizers : [tok.pre_tokenizer];
+  const split = (pres || []).find((p) => p && p.type === "Split");
+  if (!split || !split.pattern || split.pattern.Regex !== QWEN2_REGEX)
+    die(`${tokFile}: pre_tokenizer is not the Qwen2 split regex; only "qwen2" is supported`);
+  w.addString("tokenizer.ggml.pre", "qwen2");
+  w.addStringArray("tokenizer.ggml.tokens", tokens);
+  w.addI32Array("tokenizer.ggml.token_type", types);
+  w.addStringArray("tokenizer.ggml.merges", mergeStrs);
+
+  // Special ids like gguf-py SpecialVocab: tokenizer_config "<typ>_token" text
+  // looked up among added tokens first, then config.json "<typ>_token_id".
+  const keys = { bos: "bos_token_id", eos: "eos_token_id", unk: "unknown_token_id", sep: "seperator_token_id", pad: "padding_token_id", mask: "mask_token_id" };
+  const ids = {};
+  for (const typ of Object.keys(keys)) {
+    const e = tc[`${typ}_token`];
+    const content = typeof e === "string" ? e : e && typeof e.content === "string" ? e.content : null;
+    if (content === null) continue;
+    const hit = added.find((a) => a.content === content);
+    if (hit) ids[typ] = hit.id;
+  }
+  for (const typ of Object.keys(keys)) {
+    const v = cfg[`${typ}_token_id`];
+    if (ids[typ] === undefined && Number.isInteger(v) && v >= 0 && v < V) ids[typ] = v;
+  }
+  for (const [typ, id] of Object.entries(ids)) w.addU32(`tokenizer.ggml.${keys[typ]}`, id);
+  // Qwen adds no BOS; written explicitly so llama.cpp never guesses.
+  w.addBool("tokenizer.ggml.add_bos_token", tc.add_bos_token === true);
+  if (typeof tc.add_eos_token === "boolean") w.addBool("tokenizer.ggml.add_eos_token", tc.add_eos_token);
+
+  let tmpl = typeof tc.chat_template === "string" ? tc.chat_template : null;
+  const jinja = path.join(dir, "chat_template.jinja");
+  if (tmpl === null && fs.existsSync(jinja)) tmpl = fs.readFileSync(jinja, "utf8");
+  if (tmpl !== null) w.addString("tokenizer.chat_template", tmpl);
+  return { nTokens: V, ids };
+}
+
+// ---------------------------------------------------------------- main
+
+export async function convert(modelDir, outPath, { type = "f32" } = {}) {
+  if (type !== "f32" && type !== "bf16") die(`--type must be f32 or bf16, not ${type}`);
+  const cfgFile = path.join(modelDir, "config.json");
+  const cfg = readJson(cfgFile);
+  const archs = cfg.architectures || [];
+  if (!archs.includes("Qwen3ForCausalLM") && cfg.model_type !== "qwen3")
+    die(`${cfgFile}: not a Qwen3 model (architectures ${JSON.stringify(archs)}, model_type ${cfg.model_type})`);
+  const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size", "rms_norm_eps"];
+  for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
+  const h = { ...cfg };
+  if (typeof h.head_dim !== "number") h.head_dim = h.hidden_size / h.num_attention_heads;
+  // transformers' Qwen3Config defaults tie_word_embeddings to false.
+  h.tie_word_embeddings = cfg.tie_word_embeddings === true;
+  const ropeParams = cfg.rope_parameters || {};
+  const theta = cfg.rope_theta ?? ropeParams.rope_theta;
+  if (typeof theta !== "number") die(`${cfgFile}: no rope_theta`);
+  const scaling = cfg.rope_scaling || (ropeParams.rope_type && ropeParams.rope_type !== "default" ? ropeParams : null);
+  if (scaling && scaling.rope_type !== "default" && scaling.type !== "default")
+    die(`${cfgFile}: rope scaling ${JSON.stringify(scaling)} is not supported by this converter`);
+  if (cfg.attention_bias) die(`${cfgFile}: attention_bias=true is not supported`);
+
+  const st = readSafetensorsIndex(modelDir);
+  const expect = expectedShapes(h);
+  for (const [name, shape] of expect) {
+    const t = st.get(name);
+    if (!t) die(`${modelDir}: safetensors lacks tensor ${name}`);
+    if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i]))
+      die(`${modelDir}: tensor ${name} has shape [${t.shape}], config says [${shape}]`);
+  }
+  for (const name of st.keys()) {
+    if (expect.has(name)) continue;
+    if (name === "lm_head.weight" && h.tie_word_embeddings) continue; // tied: llama.cpp reuses token_embd
+    die(`${modelDir}: unexpected tensor ${name}`);
+  }
+
+  const w = new GgufWriter();
+  const A = "qwen3";
+  w.addString("general.architecture", A);
+  w.addString("general.name", path.basename(path.resolve(modelDir)));
+  w.addU32("general.file_type", type === "f32" ? 0 : 32); // ALL_F32 / MOSTLY_BF16
+  w.addU32(`${A}.block_count`, h.num_hidden_layers);
+  w.addU32(`${A}.context_length`, h.max_position_embeddings ?? 40960);
+  w.addU32(`${A}.embedding_length`, h.hidden_size);
+  w.addU32(`${A}.feed_forward_length`, h.intermediate_size);
+  w.addU32(`${A}.attention.head_count`, h.num_attention_heads);
+  w.addU32(`${A}.attention.head_count_kv`, h.num_key_value_heads);
+  w.addF32(`${A}.rope.freq_base`, theta);
+  w.addF32(`${A}.attention.layer_norm_rms_epsilon`, h.rms_norm_eps);
+  w.addU32(`${A}.attention.key_length`, h.head_dim);
+  w.addU32(`${A}.attention.value_length`, h.head_dim);
+  const vocab = buildVocab(modelDir, h, w);
+
+  for (const name of expect.keys()) {
+    const src = st.get(name);
+    const dst = type === "f32" || src.shape.length === 1 ? GGML_TYPE.F32 : GGML_TYPE.BF16;
+    const ne = [...src.shape].reverse();
+    w.addTensor(ggufName(name), ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
+  }
+  await w.write(outPath);
+  return { config: h, vocab };
+}
+
+async function main(argv) {
+  const pos = [];
+  let type = "f32";
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === "--type") type = argv[++i];
+    else if (argv[i] === "-h" || argv[i] === "--help") pos.length = 99;
+    else pos.push(argv[i]);
+  }
+  if (pos.length !== 2) {
+    console.error("usage: node hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16]");
+    process.exit(2);
+  }
+  try {
+    await convert(pos[0], pos[1], { type });
+  } catch (e) {
+    console.error(`hf2gguf: ${e.userError ? e.message : e.stack}`);
+    try { fs.unlinkSync(pos[1]); } catch { /* nothing written */ }
+    process.exit(1);
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(fs.realpathSync(process.argv[1])).href) main(process.argv.slice(2));
