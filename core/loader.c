@@ -606,9 +606,12 @@ mi_registry *mi_registry_load(const mi_loader_opts *opts, int *fatal, char *err,
   for (size_t i = 0; i < r->count; i++) {
     const plugin_priv *p = r->items[i];
     if (!p->pub.required || p->pub.status == MI_PLUGIN_LOADED) continue;
+    /* named as plugins.conf names it: that is what the user asked for */
+    const mi_conf_entry *e = p->pub.conf;
     if (!*fatal && err && err_len)
       snprintf(err, err_len, "%s: required %s plugin '%s' not usable: %s", p->pub.path,
-               mi_plugin_kind_name(p->kind), p->name ? p->name : "?", p->pub.reason);
+               mi_plugin_kind_name(e ? e->kind : p->kind), e ? e->name : p->name,
+               p->pub.reason);
     *fatal = 1;
   }
   return r;

@@ -33,6 +33,7 @@
 #include <glob.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,21 @@ static int parse_pairs(json_t *arr, tok_lp *out, int max, const char *what) {
   return n;
 }
 
+/* FNV-1a 32 of a whole file (same as tools/peer/goldens.mjs); 0 on read error. */
+static int fnv1a32_file(const char *path, unsigned *out) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return 0;
+  static unsigned char buf[1 << 16];
+  uint32_t h = 0x811c9dc5u;
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+    for (size_t i = 0; i < n; i++) h = (h ^ buf[i]) * 0x01000193u;
+  int ok = !ferror(f);
+  fclose(f);
+  *out = h;
+  return ok;
+}
+
 static const tok_lp *find_id(const tok_lp *v, int n, json_int_t id) {
   for (int i = 0; i < n; i++)
     if (v[i].id == id) return &v[i];
@@ -196,8 +212,17 @@ static void check_case(const char *gpath, int ci, json_t *gc, int top_k, const c
     if (!got_prompt) {
       json_t *mids = json_object_get(o, "prompt_ids");
       ck_assert_msg(json_is_array(mids), "%s case %d: first JSON line has no prompt_ids", gpath, ci);
-      ck_assert_msg(json_equal(mids, gids), "%s case %d: prompt_ids differ from llama.cpp's (%zu vs %zu ids)", gpath,
-                    ci, json_array_size(mids), json_array_size(gids));
+      if (!json_equal(mids, gids)) {
+        size_t i = 0;
+        while (i < json_array_size(mids) && i < json_array_size(gids) &&
+               json_equal(json_array_get(mids, i), json_array_get(gids, i)))
+          i++;
+        ck_abort_msg("%s case %d: prompt_ids differ from llama.cpp's at index %zu (%zu vs %zu ids; mi-run %lld, "
+                     "llama.cpp %lld)",
+                     gpath, ci, i, json_array_size(mids), json_array_size(gids),
+                     (long long)json_integer_value(json_array_get(mids, i)),
+                     (long long)json_integer_value(json_array_get(gids, i)));
+      }
       got_prompt = 1;
       json_decref(o);
       continue;
@@ -279,6 +304,21 @@ START_TEST(test_golden) {
   char cfg[4200];
   snprintf(cfg, sizeof cfg, "%s/config.json", model);
   ck_assert_msg(access(cfg, R_OK) == 0, "%s: missing; the e2e_model_* ctest fixture makes it (run via ctest)", cfg);
+
+  /* The golden pins the exact weights: if mi-mkmodel's generator changed,
+   * say so instead of failing later on mysterious logprob differences. */
+  const char *want = json_string_value(json_object_get(json_object_get(gold, "model"), "safetensors_fnv1a32"));
+  if (want) {
+    char st[4200], have[16];
+    unsigned h = 0;
+    snprintf(st, sizeof st, "%s/model.safetensors", model);
+    ck_assert_msg(fnv1a32_file(st, &h), "%s: cannot read", st);
+    snprintf(have, sizeof have, "%08x", h);
+    ck_assert_msg(strcmp(have, want) == 0,
+                  "%s: fnv1a32 %s, but %s was made from weights with %s: mi-mkmodel's output changed; regenerate the "
+                  "goldens (tools/peer/README.md)",
+                  st, have, gpath, want);
+  }
 
   json_t *tk = json_object_get(gold, "top_k");
   int top_k = json_is_integer(tk) ? (int)json_integer_value(tk) : 10;

@@ -20,7 +20,11 @@ const corpus = JSON.parse(readFileSync(corpusPath, "utf8"));
 const tok = fromPreTrained();
 const enc = (s) => tok.encode(s, { add_special_tokens: false });
 
-const cases = corpus.cases.map(({ text }) => ({ text, ids: enc(text) }));
+// "decoded": decode(ids); differs from text only where NFC changed the text.
+const cases = corpus.cases.map(({ text }) => {
+  const ids = enc(text);
+  return { text, ids, decoded: tok.decode(ids, { skip_special_tokens: false }) };
+});
 
 // Byte tokens: ids of the single-byte tokens, from the vocabulary itself.
 const byteTok = (() => {

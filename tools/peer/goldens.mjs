@@ -60,6 +60,14 @@ function parseArgs(argv) {
   return a;
 }
 
+/** FNV-1a 32-bit of a file, as hex: lets the C test notice a golden made from other weights. */
+export function fnv1a32File(file) {
+  const buf = fs.readFileSync(file);
+  let h = 0x811c9dc5;
+  for (let i = 0; i < buf.length; i++) h = Math.imul(h ^ buf[i], 0x01000193);
+  return (h >>> 0).toString(16).padStart(8, "0");
+}
+
 /** Top-K [id, logprob] pairs (float64, renormalised) from node-llama-cpp's probability map. */
 function topLogprobs(probMap, k) {
   let z = 0;
@@ -164,7 +172,7 @@ async function main() {
   await model.dispose();
 
   const golden = {
-    model: { shape: args.shape, seed: args.seed, mkmodel_args: mkArgs },
+    model: { shape: args.shape, seed: args.seed, mkmodel_args: mkArgs, safetensors_fnv1a32: fnv1a32File(path.join(modelDir, "model.safetensors")) },
     peer: { package: PKG, llama_cpp: "v0.4.0 (node-llama-cpp prebuilt CPU)", kv: "F32", weights: "F32", flash_attention: false, logprobs: "float64 log-softmax of full-vocabulary probabilities, renormalised" },
     top_k: TOPK,
     cases,

@@ -8,15 +8,15 @@ static int get_int(const mi_host_api *h, const mi_json *cfg, const char *key, in
                    int64_t hi, int64_t *out, char *err, size_t n) {
   const mi_json *v = h->json_get(cfg, key);
   if (!v) {
-    snprintf(err, n, "config.json: missing field \"%s\"", key);
+    snprintf(err, n, "missing field \"%s\"", key);
     return -1;
   }
   if (h->json_int(v, out) != 0) {
-    snprintf(err, n, "config.json: field \"%s\" must be an integer", key);
+    snprintf(err, n, "field \"%s\" must be an integer", key);
     return -1;
   }
   if (*out < lo || *out > hi) {
-    snprintf(err, n, "config.json: field \"%s\" = %lld is out of range [%lld, %lld]", key,
+    snprintf(err, n, "field \"%s\" = %lld is out of range [%lld, %lld]", key,
              (long long)*out, (long long)lo, (long long)hi);
     return -1;
   }
@@ -31,7 +31,7 @@ static int get_real(const mi_host_api *h, const mi_json *cfg, const char *key, d
     return 0;
   }
   if (h->json_real(v, out) != 0 || !isfinite(*out) || *out < lo || *out > hi) {
-    snprintf(err, n, "config.json: field \"%s\" must be a number in [%g, %g]", key, lo, hi);
+    snprintf(err, n, "field \"%s\" must be a number in [%g, %g]", key, lo, hi);
     return -1;
   }
   return 0;
@@ -41,7 +41,7 @@ int qwen3_config_read(const mi_host_api *h, const mi_json *cfg, qwen3_config *c,
                       size_t n) {
   memset(c, 0, sizeof *c);
   if (h->json_type(cfg) != MI_JSON_OBJECT) {
-    snprintf(err, n, "config.json: not a JSON object");
+    snprintf(err, n, "not a JSON object");
     return -1;
   }
   /* Limits are generous (well past any released Qwen3) but keep hostile
@@ -73,41 +73,41 @@ int qwen3_config_read(const mi_host_api *h, const mi_json *cfg, qwen3_config *c,
   const mi_json *tie = h->json_get(cfg, "tie_word_embeddings");
   c->tied = 0;
   if (tie && h->json_bool(tie, &c->tied) != 0) {
-    snprintf(err, n, "config.json: field \"tie_word_embeddings\" must be true or false");
+    snprintf(err, n, "field \"tie_word_embeddings\" must be true or false");
     return -1;
   }
   if (c->n_heads % c->n_kv_heads != 0) {
     snprintf(err, n,
-             "config.json: num_attention_heads (%lld) is not a multiple of num_key_value_heads "
+             "num_attention_heads (%lld) is not a multiple of num_key_value_heads "
              "(%lld)",
              (long long)c->n_heads, (long long)c->n_kv_heads);
     return -1;
   }
   if (c->head_dim % 2 != 0) {
-    snprintf(err, n, "config.json: head_dim (%lld) must be even for rotary embedding",
+    snprintf(err, n, "head_dim (%lld) must be even for rotary embedding",
              (long long)c->head_dim);
     return -1;
   }
   /* Features this plugin does not implement: refuse rather than run wrong. */
   const mi_json *v = h->json_get(cfg, "rope_scaling");
   if (v && h->json_type(v) != MI_JSON_NULL) {
-    snprintf(err, n, "config.json: rope_scaling is not supported by the qwen3 plugin");
+    snprintf(err, n, "rope_scaling is not supported by the qwen3 plugin");
     return -1;
   }
   int b = 0;
   v = h->json_get(cfg, "attention_bias");
   if (v && h->json_bool(v, &b) == 0 && b) {
-    snprintf(err, n, "config.json: attention_bias=true is not supported by the qwen3 plugin");
+    snprintf(err, n, "attention_bias=true is not supported by the qwen3 plugin");
     return -1;
   }
   v = h->json_get(cfg, "use_sliding_window");
   if (v && h->json_bool(v, &b) == 0 && b) {
-    snprintf(err, n, "config.json: use_sliding_window=true is not supported by the qwen3 plugin");
+    snprintf(err, n, "use_sliding_window=true is not supported by the qwen3 plugin");
     return -1;
   }
   const char *act = h->json_string(h->json_get(cfg, "hidden_act"));
   if (act && strcmp(act, "silu") != 0) {
-    snprintf(err, n, "config.json: hidden_act \"%s\" is not supported (only silu)", act);
+    snprintf(err, n, "hidden_act \"%s\" is not supported (only silu)", act);
     return -1;
   }
   return 0;

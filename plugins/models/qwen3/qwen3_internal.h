@@ -83,4 +83,11 @@ static inline const char *q3_shape_str(const mi_weight_info *wi) {
   return buf;
 }
 
+/* The dtype of a stored weight, for messages ("an unsupported dtype" when
+ * the file's type has no mi_dtype, e.g. I16 or F8). */
+static inline const char *q3_dtype_str(const mi_weight_info *wi) {
+  return wi->dtype >= 0 && wi->dtype < MI_DTYPE_COUNT ? mi_dtype_name((mi_dtype)wi->dtype)
+                                                      : "(unsupported)";
+}
+
 #endif

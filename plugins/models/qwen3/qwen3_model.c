@@ -39,7 +39,7 @@ static int bind_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t c
                        char *err, size_t err_len) {
   mi_weight_info wi;
   if (m->host->weights_find(m->weights, name, &wi) != 0) {
-    snprintf(err, err_len, "%s: missing tensor \"%s\"", m->model_dir, name);
+    snprintf(err, err_len, "%s: missing tensor \"%s\" (not in any weight file)", m->model_dir, name);
     return -1;
   }
   if (wi.ndim != 2 || wi.shape[0] != rows || wi.shape[1] != cols) {
@@ -48,8 +48,8 @@ static int bind_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t c
     return -1;
   }
   if (wi.dtype != MI_DTYPE_F32 && wi.dtype != MI_DTYPE_F16 && wi.dtype != MI_DTYPE_BF16) {
-    snprintf(err, err_len, "%s: tensor \"%s\" has dtype %s; expected bf16, f16 or f32", wi.file,
-             name, mi_dtype_name((mi_dtype)wi.dtype));
+    snprintf(err, err_len, "%s: tensor \"%s\" has dtype %s; expected BF16, F16 or F32", wi.file,
+             name, q3_dtype_str(&wi));
     return -1;
   }
   const mi_platform_iface *P = m->P;
@@ -69,7 +69,7 @@ static int bind_vector(qwen3_model *m, const char *name, int64_t dim, q3_weight 
                        size_t err_len) {
   mi_weight_info wi;
   if (m->host->weights_find(m->weights, name, &wi) != 0) {
-    snprintf(err, err_len, "%s: missing tensor \"%s\"", m->model_dir, name);
+    snprintf(err, err_len, "%s: missing tensor \"%s\" (not in any weight file)", m->model_dir, name);
     return -1;
   }
   if (wi.ndim != 1 || wi.shape[0] != dim) {
@@ -91,8 +91,8 @@ static int bind_vector(qwen3_model *m, const char *name, int64_t dim, q3_weight 
       tmp[i] = wi.dtype == MI_DTYPE_BF16 ? mi_bf16_to_f32(h) : mi_f16_to_f32(h);
     } else {
       free(tmp);
-      snprintf(err, err_len, "%s: tensor \"%s\" has dtype %s; expected bf16, f16 or f32",
-               wi.file, name, mi_dtype_name((mi_dtype)wi.dtype));
+      snprintf(err, err_len, "%s: tensor \"%s\" has dtype %s; expected BF16, F16 or F32",
+               wi.file, name, q3_dtype_str(&wi));
       return -1;
     }
   }
@@ -244,7 +244,11 @@ int qwen3_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3
   m->pc = a->platform.ctx;
   m->weights = a->weights;
   m->model_dir = strdup(a->model_dir ? a->model_dir : "(model)");
-  if (qwen3_config_read(host, a->config, &m->cfg, err, err_len) != 0) goto fail;
+  char cerr[768];
+  if (qwen3_config_read(host, a->config, &m->cfg, cerr, sizeof cerr) != 0) {
+    snprintf(err, err_len, "%s/config.json: %s", m->model_dir, cerr);
+    goto fail;
+  }
   m->batch = 512;
   const char *bs = host->opt_get(a->opts, "batch");
   if (bs) {

@@ -1,0 +1,338 @@
+/* mi-run on bad input: each case must end with a non-zero exit, nothing on
+ * stdout, and ONE line on stderr that names the offending file (or option)
+ * and the problem. Never a crash, never a hang (each run has a time limit). */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char g_build[1024], g_good[1200], g_tmp[1200];
+
+typedef struct run_result {
+  int status; /* exit code, or 128+signal */
+  char out[8192], err[8192];
+} run_result;
+
+static void read_fd(int fd, char *buf, size_t cap) {
+  size_t n = 0;
+  ssize_t r;
+  while ((r = read(fd, buf + n, cap - 1 - n)) > 0) n += (size_t)r;
+  buf[n] = 0;
+}
+
+/* Runs mi-run with argv (NULL-terminated), stdin from /dev/null, 60 s cap. */
+static void run_mi(run_result *res, const char *const *args) {
+  char exe[1200];
+  snprintf(exe, sizeof exe, "%s/bin/mi-run", g_build);
+  char of[1300], ef[1300];
+  snprintf(of, sizeof of, "%s/out.txt", g_tmp);
+  snprintf(ef, sizeof ef, "%s/err.txt", g_tmp);
+  pid_t pid = fork();
+  ck_assert(pid >= 0);
+  if (pid == 0) {
+    int in = open("/dev/null", O_RDONLY);
+    int o = open(of, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = open(ef, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(in, 0);
+    dup2(o, 1);
+    dup2(e, 2);
+    alarm(60);
+    const char *argv[64] = {exe};
+    int n = 1;
+    for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+    argv[n] = NULL;
+    execv(exe, (char *const *)argv);
+    _exit(127);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  res->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  int fd = open(of, O_RDONLY);
+  read_fd(fd, res->out, sizeof res->out);
+  close(fd);
+  fd = open(ef, O_RDONLY);
+  read_fd(fd, res->err, sizeof res->err);
+  close(fd);
+}
+
+/* A fresh copy of the good model to break. */
+static void copy_model(const char *name, char *dir, size_t n) {
+  snprintf(dir, n, "%s/%s", g_tmp, name);
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, g_good, dir);
+  ck_assert(system(cmd) == 0);
+}
+
+static void expect_error(const char *dir, const char *want1, const char *want2) {
+  run_result r;
+  const char *args[] = {"-m", dir, "-p", "hello", "-n", "2", "--temp", "0", NULL};
+  run_mi(&r, args);
+  ck_assert_msg(r.status != 0, "exit 0 for a broken model; stderr: %s", r.err);
+  ck_assert_msg(r.status < 128, "mi-run crashed (status %d); stderr: %s", r.status, r.err);
+  ck_assert_msg(r.out[0] == 0, "stdout not empty: %s", r.out);
+  char *nl = strchr(r.err, '\n');
+  ck_assert_msg(nl && nl[1] == 0, "expected exactly one line on stderr, got: %s", r.err);
+  ck_assert_msg(strstr(r.err, want1), "stderr lacks '%s': %s", want1, r.err);
+  if (want2) ck_assert_msg(strstr(r.err, want2), "stderr lacks '%s': %s", want2, r.err);
+}
+
+/* Rewrites model.safetensors with its header edited by fn. */
+static void edit_header(const char *dir, void (*fn)(json_t *hdr, size_t data_len)) {
+  char path[1300];
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  FILE *f = fopen(path, "rb");
+  ck_assert(f);
+  uint64_t hl;
+  ck_assert(fread(&hl, 8, 1, f) == 1);
+  char *hdr = malloc(hl + 1);
+  ck_assert(fread(hdr, 1, hl, f) == hl);
+  hdr[hl] = 0;
+  fseek(f, 0, SEEK_END);
+  size_t data_len = (size_t)ftell(f) - 8 - hl;
+  char *data = malloc(data_len);
+  fseek(f, (long)(8 + hl), SEEK_SET);
+  ck_assert(fread(data, 1, data_len, f) == data_len);
+  fclose(f);
+  json_error_t je;
+  json_t *j = json_loads(hdr, 0, &je);
+  ck_assert(j);
+  fn(j, data_len);
+  char *nh = json_dumps(j, JSON_COMPACT);
+  uint64_t nl = strlen(nh);
+  f = fopen(path, "wb");
+  fwrite(&nl, 8, 1, f);
+  fwrite(nh, 1, nl, f);
+  fwrite(data, 1, data_len, f);
+  fclose(f);
+  free(nh);
+  json_decref(j);
+  free(hdr);
+  free(data);
+}
+
+static void shift_norm_past_end(json_t *h, size_t data_len) {
+  json_t *t = json_object_get(h, "model.norm.weight");
+  json_t *off = json_object_get(t, "data_offsets");
+  json_int_t b = json_integer_value(json_array_get(off, 0));
+  json_int_t e = json_integer_value(json_array_get(off, 1));
+  json_array_set_new(off, 0, json_integer((json_int_t)data_len + 64));
+  json_array_set_new(off, 1, json_integer((json_int_t)data_len + 64 + (e - b)));
+}
+
+static void norm_dtype_i16(json_t *h, size_t data_len) {
+  (void)data_len;
+  json_object_set_new(json_object_get(h, "model.layers.0.mlp.up_proj.weight"), "dtype",
+                      json_string("I16"));
+}
+
+static void rename_norm(json_t *h, size_t data_len) {
+  (void)data_len;
+  json_t *t = json_object_get(h, "model.norm.weight");
+  json_object_set(h, "model.norm.weight_renamed", t);
+  json_object_del(h, "model.norm.weight");
+}
+
+static void edit_json(const char *path, const char *key, json_t *val) {
+  json_error_t je;
+  json_t *j = json_load_file(path, 0, &je);
+  ck_assert_msg(j, "%s: %s", path, je.text);
+  if (val)
+    json_object_set_new(j, key, val);
+  else
+    json_object_del(j, key);
+  ck_assert(json_dump_file(j, path, JSON_INDENT(1)) == 0);
+  json_decref(j);
+}
+
+START_TEST(good_model_runs) {
+  run_result r;
+  const char *args[] = {"-m", g_good, "-p", "hello", "-n", "3", "--temp", "0", NULL};
+  run_mi(&r, args);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  ck_assert_msg(r.out[0] != 0, "no output");
+}
+END_TEST
+
+START_TEST(truncated_safetensors) {
+  char d[1300], p[1400];
+  copy_model("trunc", d, sizeof d);
+  snprintf(p, sizeof p, "%s/model.safetensors", d);
+  struct stat sb;
+  stat(p, &sb);
+  ck_assert(truncate(p, sb.st_size / 2) == 0);
+  expect_error(d, "model.safetensors", NULL);
+}
+END_TEST
+
+START_TEST(tiny_safetensors) {
+  char d[1300], p[1400];
+  copy_model("tiny", d, sizeof d);
+  snprintf(p, sizeof p, "%s/model.safetensors", d);
+  ck_assert(truncate(p, 5) == 0);
+  expect_error(d, "model.safetensors", NULL);
+}
+END_TEST
+
+START_TEST(offsets_past_end) {
+  char d[1300];
+  copy_model("offsets", d, sizeof d);
+  edit_header(d, shift_norm_past_end);
+  expect_error(d, "model.safetensors", "model.norm.weight");
+}
+END_TEST
+
+START_TEST(wrong_dtype) {
+  char d[1300];
+  copy_model("dtype", d, sizeof d);
+  edit_header(d, norm_dtype_i16);
+  expect_error(d, "model.safetensors", "up_proj");
+}
+END_TEST
+
+START_TEST(missing_tensor) {
+  char d[1300];
+  copy_model("missing", d, sizeof d);
+  edit_header(d, rename_norm);
+  expect_error(d, "missing tensor", "model.norm.weight");
+}
+END_TEST
+
+START_TEST(shape_mismatch) {
+  char d[1300], p[1400];
+  copy_model("shape", d, sizeof d);
+  snprintf(p, sizeof p, "%s/config.json", d);
+  edit_json(p, "intermediate_size", json_integer(4096));
+  expect_error(d, "mlp.gate_proj.weight", "shape");
+}
+END_TEST
+
+START_TEST(invalid_config_json) {
+  char d[1300], p[1400];
+  copy_model("badjson", d, sizeof d);
+  snprintf(p, sizeof p, "%s/config.json", d);
+  ck_assert(truncate(p, 20) == 0);
+  expect_error(d, "config.json", NULL);
+}
+END_TEST
+
+START_TEST(unknown_architecture) {
+  char d[1300], p[1400];
+  copy_model("arch", d, sizeof d);
+  snprintf(p, sizeof p, "%s/config.json", d);
+  json_t *a = json_array();
+  json_array_append_new(a, json_string("MambaForCausalLM"));
+  edit_json(p, "architectures", a);
+  expect_error(d, "config.json", "MambaForCausalLM");
+}
+END_TEST
+
+START_TEST(unsupported_config_value) {
+  char d[1300], p[1400];
+  copy_model("heads", d, sizeof d);
+  snprintf(p, sizeof p, "%s/config.json", d);
+  edit_json(p, "num_key_value_heads", json_integer(3));
+  expect_error(d, "config.json", "num_key_value_heads");
+}
+END_TEST
+
+START_TEST(tokenizer_missing_model) {
+  char d[1300], p[1400];
+  copy_model("tok", d, sizeof d);
+  snprintf(p, sizeof p, "%s/tokenizer.json", d);
+  edit_json(p, "model", NULL);
+  expect_error(d, "tokenizer.json", "model");
+}
+END_TEST
+
+START_TEST(missing_model_dir) {
+  expect_error("/nonexistent/model/dir", "/nonexistent/model/dir", NULL);
+}
+END_TEST
+
+START_TEST(prompt_longer_than_context) {
+  run_result r;
+  const char *args[] = {"-m", g_good, "-p", "one two three four five six seven eight nine ten",
+                        "-c", "4", "-n", "2", NULL};
+  run_mi(&r, args);
+  ck_assert_int_ne(r.status, 0);
+  ck_assert_int_lt(r.status, 128);
+  ck_assert_msg(strstr(r.err, "context"), "stderr: %s", r.err);
+  ck_assert_msg(r.out[0] == 0, "stdout: %s", r.out);
+}
+END_TEST
+
+START_TEST(no_prompt_does_not_read_stdin) {
+  /* stdin is /dev/null-like but must not even be consulted: mi-run asks for
+   * -p/-f instead of waiting. */
+  run_result r;
+  const char *args[] = {"-m", g_good, NULL};
+  run_mi(&r, args);
+  ck_assert_int_eq(r.status, 2);
+  ck_assert_msg(strstr(r.err, "no prompt"), "stderr: %s", r.err);
+}
+END_TEST
+
+START_TEST(bad_option_values) {
+  run_result r;
+  const char *a1[] = {"-m", g_good, "-p", "x", "-n", "lots", NULL};
+  run_mi(&r, a1);
+  ck_assert_int_eq(r.status, 2);
+  ck_assert_msg(strstr(r.err, "-n"), "stderr: %s", r.err);
+  const char *a2[] = {"-m", g_good, "-p", "x", "--frobnicate", NULL};
+  run_mi(&r, a2);
+  ck_assert_int_eq(r.status, 2);
+  ck_assert_msg(strstr(r.err, "--frobnicate"), "stderr: %s", r.err);
+  const char *a3[] = {"-m", g_good, "-p", "x", "--platform", "z200", NULL};
+  run_mi(&r, a3);
+  ck_assert_int_eq(r.status, 1);
+  ck_assert_msg(strstr(r.err, "z200"), "stderr: %s", r.err);
+}
+END_TEST
+
+int main(void) {
+  const char *b = getenv("MI_BUILD_DIR");
+  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
+  snprintf(g_tmp, sizeof g_tmp, "%s/tests/tmp-cli-errors", g_build);
+  snprintf(g_good, sizeof g_good, "%s/good", g_tmp);
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "rm -rf '%s' && mkdir -p '%s' && '%s/bin/mi-mkmodel' --shape tiny --seed 5 --out '%s' "
+           ">/dev/null",
+           g_tmp, g_tmp, g_build, g_good);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "cannot generate the test model: %s\n", cmd);
+    return 1;
+  }
+  Suite *s = suite_create("cli_errors");
+  TCase *tc = tcase_create("bad_input");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, good_model_runs);
+  tcase_add_test(tc, truncated_safetensors);
+  tcase_add_test(tc, tiny_safetensors);
+  tcase_add_test(tc, offsets_past_end);
+  tcase_add_test(tc, wrong_dtype);
+  tcase_add_test(tc, missing_tensor);
+  tcase_add_test(tc, shape_mismatch);
+  tcase_add_test(tc, invalid_config_json);
+  tcase_add_test(tc, unknown_architecture);
+  tcase_add_test(tc, unsupported_config_value);
+  tcase_add_test(tc, tokenizer_missing_model);
+  tcase_add_test(tc, missing_model_dir);
+  tcase_add_test(tc, prompt_longer_than_context);
+  tcase_add_test(tc, no_prompt_does_not_read_stdin);
+  tcase_add_test(tc, bad_option_values);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK); /* run_mi uses one shared tmp dir: keep it serial */
+  srunner_run_all(sr, CK_NORMAL);
+  int nf = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return nf ? 1 : 0;
+}

@@ -1,0 +1,40 @@
+#!/bin/sh
+# Builds sdk/templates/platform OUT OF TREE against an SDK installed into a
+# temporary prefix (the CMake package, then the pkg-config file), and loads
+# each result with the core's loader to run kernels (loader_sdk_check).
+# usage: sdk_template_test.sh SOURCE_DIR BUILD_DIR CHECK_EXE CC CMAKE
+set -eu
+src=$1 build=$2 check=$3 cc=$4 cmake=$5
+tmp=$(mktemp -d /tmp/mi-sdk-test-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+echo "== install the SDK component into $tmp/prefix"
+"$cmake" --install "$build" --prefix "$tmp/prefix" --component sdk >/dev/null
+# The vendor's copy of the template: nothing from the source tree but it.
+cp -r "$src/sdk/templates/platform" "$tmp/my_platform"
+
+echo "== CMake route: find_package(MetaInferSDK)"
+"$cmake" -S "$tmp/my_platform" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS=-Werror >"$tmp/configure.log" 2>&1 \
+  || { cat "$tmp/configure.log"; exit 1; }
+"$cmake" --build "$tmp/build" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
+test -f "$tmp/build/libmi-myplatform.so"
+# only the descriptor entry point is exported
+nm -D --defined-only "$tmp/build/libmi-myplatform.so" | grep -q ' T mi_plugin_get_descriptor$'
+if nm -D --defined-only "$tmp/build/libmi-myplatform.so" | grep ' T ' | grep -v mi_plugin_get_descriptor; then
+  echo "FAIL: the template exports more than its descriptor"; exit 1
+fi
+"$check" "$tmp/build/libmi-myplatform.so"
+
+echo "== pkg-config route"
+pc=$(find "$tmp/prefix" -name metainfer-sdk.pc | head -n1)
+test -n "$pc"
+export PKG_CONFIG_PATH="$(dirname "$pc")"
+cflags=$(pkg-config --cflags metainfer-sdk)
+case "$cflags" in *"$tmp/prefix"*) ;; *) echo "FAIL: pkg-config cflags '$cflags' not in the prefix"; exit 1;; esac
+pkg-config --variable=plugindir metainfer-sdk
+mkdir "$tmp/pc"
+"$cc" -std=c11 -O2 -fPIC -shared -fvisibility=hidden -Wall -Wextra -Wno-unused-parameter -Werror \
+  -Wl,--no-undefined $cflags "$tmp/my_platform/my_platform.c" -lm -o "$tmp/pc/libmi-myplatform.so"
+"$check" "$tmp/pc/libmi-myplatform.so"
+echo "OK"
