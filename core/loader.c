@@ -216,6 +216,21 @@ static const mi_plugin_desc *read_descriptor(plugin_priv *p, const mi_conf_entry
     return NULL;
   }
   p->kind = (int)d->kind;
+  /* copies for the listing, taken as soon as they are safe to read */
+  if (d->name && d->name[0]) {
+    free(p->name);
+    p->name = strndup(d->name, 64);
+  }
+  if (d->version) {
+    free(p->version);
+    p->version = strndup(d->version, 64);
+  }
+  if ((d->name && d->name[0] && !p->name) || (d->version && !p->version)) {
+    set_reason(p, MI_PLUGIN_REJECTED, "out of memory");
+    return NULL;
+  }
+  if (p->name) one_line(p->name);
+  if (p->version) one_line(p->version);
   static const char *const members[] = {"name", "version", "init", "get_iface"};
   const int missing[] = {!d->name || !d->name[0], !d->version, !d->init, !d->get_iface};
   for (int i = 0; i < 4; i++) {
@@ -225,16 +240,6 @@ static const mi_plugin_desc *read_descriptor(plugin_priv *p, const mi_conf_entry
       return NULL;
     }
   }
-  free(p->name);
-  free(p->version);
-  p->name = strndup(d->name, 64);
-  p->version = strndup(d->version, 64);
-  if (!p->name || !p->version) {
-    set_reason(p, MI_PLUGIN_REJECTED, "out of memory");
-    return NULL;
-  }
-  one_line(p->name);
-  one_line(p->version);
   if (ce && (ce->kind != (int)d->kind || strcmp(ce->name, d->name) != 0)) {
     set_reason(p, MI_PLUGIN_REJECTED, "plugins.conf says %s '%s', file is %s '%s'",
                mi_plugin_kind_name(ce->kind), ce->name, mi_plugin_kind_name((int)d->kind),
@@ -287,8 +292,11 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
   p->pub.dl = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
   if (!p->pub.dl) {
     const char *e = dlerror();
-    set_reason(p, MI_PLUGIN_REJECTED, "%sdlopen failed: %s", elf ? "" : "not an ELF file: ",
-               e ? e : "unknown error");
+    if (!e) e = "unknown error";
+    /* glibc says "PATH: problem"; the log line already names the file */
+    size_t pl = strlen(open_path);
+    if (strncmp(e, open_path, pl) == 0 && e[pl] == ':' && e[pl + 1] == ' ') e += pl + 2;
+    set_reason(p, MI_PLUGIN_REJECTED, "%sdlopen failed: %s", elf ? "" : "not an ELF file: ", e);
     goto done;
   }
 

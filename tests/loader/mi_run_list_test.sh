@@ -47,5 +47,20 @@ rc=0
 "$mirun" --plugin-dir "$tmp" --list-plugins >"$tmp/out2" 2>"$tmp/err2" || rc=$?
 [ "$rc" -eq 1 ] || { echo "FAIL: exit $rc with a required plugin failing (want 1)"; fail=1; }
 expect "$tmp/libmi-bad-initfail.so: required platform plugin 'bad-initfail' not usable: init failed" "$tmp/err2"
+# 3. no plugins.conf anywhere (mi-run copied away from the build's
+#    lib/metainfer/plugins.conf): every libmi-*.so is scanned as optional
+mkdir "$tmp/bin" "$tmp/scan"
+cp "$mirun" "$tmp/bin/mi-run"
+cp "$plugins"/libmi-*.so "$tmp/scan/"
+rc=0
+env -u MI_PLUGIN_PATH "$tmp/bin/mi-run" --plugin-dir "$tmp/scan" --list-plugins >"$tmp/out3" 2>"$tmp/err3" || rc=$?
+cat "$tmp/out3"
+[ "$rc" -eq 0 ] || { echo "FAIL: scan exit $rc"; cat "$tmp/err3"; fail=1; }
+expect "^plugins.conf: none (scanned libmi-\*.so); search path: $tmp/scan:$tmp/bin/../lib/metainfer:$tmp/bin$" "$tmp/out3"
+expect "^platform  good .* loaded    $tmp/scan/libmi-good.so  scan of $tmp/scan$" "$tmp/out3"
+expect "reason: not an ELF file: dlopen failed: invalid ELF header" "$tmp/out3"
+n=$(grep -c "  scan of $tmp/scan$" "$tmp/out3" || true)
+[ "$n" -eq "$(ls "$tmp"/scan/libmi-*.so | wc -l)" ] || { echo "FAIL: $n scanned plugin lines"; fail=1; }
+
 [ "$fail" -eq 0 ] && echo OK
 exit $fail

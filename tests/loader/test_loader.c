@@ -92,7 +92,7 @@ static const struct {
   const char *words[2];
   int init_ran; /* init succeeded and a later check failed: fini must have run */
 } broken[] = {
-    {"libmi-bad-text.so", MI_PLUGIN_REJECTED, {"not an ELF file", "dlopen failed"}, 0},
+    {"libmi-bad-text.so", MI_PLUGIN_REJECTED, {"not an ELF file", "invalid ELF header"}, 0},
     {"libmi-bad-nosym.so", MI_PLUGIN_REJECTED,
      {"no descriptor: symbol mi_plugin_get_descriptor not exported"}, 0},
     {"libmi-bad-nulldesc.so", MI_PLUGIN_REJECTED, {"no descriptor", "returned NULL"}, 0},

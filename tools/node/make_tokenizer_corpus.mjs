@@ -65,11 +65,11 @@ add("\n", "\n\n", "\n\n\n\n", "\r\n", "\r\n\r\n", "\r", "\t", "\t\t", " \t \t ",
     "a\r\nb\r\nc", "line1\r\n\r\nline3", "word   word", "word\t\tword", "trailing spaces   ", "   leading spaces",
     " \n \n ", "a \n b", "x\n    y", "end\n", "mixed \t\n\r\n whitespace", "a\u00a0b non-breaking space",
     "ideographic\u3000space", "thin\u2009space and en\u2002space", "\f form feed \v vertical tab",
-    // Unicode whitespace where regex engines disagree (JS \\s has U+FEFF but
+    // Unicode whitespace where regex engines disagree (JS \s has U+FEFF but
     // not U+0085; Oniguruma/HF has U+0085; PCRE2 UCP: Z category + ASCII)
     "a\u0085b", "a \u0085 b", "x\uFEFFy", "x \uFEFF y", "\u180E", "a\u2028b", "a \u2028\u2029 b",
     "a\u1680b", "a \u205F b", "a\u00a0\u00a0b", "a\u00a0 b", "\u00a0\u00a0x", "x \u0085\u0085 \ny",
-    "\uFEFF\uFEFF  z", "a\u3000\u3000 b",
+    "\uFEFF\uFEFF  z", "a\u3000\u3000 b", "a\u0085\u0085b", "a\uFEFF\uFEFFb", "a\u180E\u180Eb",
     " ".repeat(50), "\n".repeat(20), "a" + " ".repeat(17) + "b", "tab\tsep\tvalues\n1\t2\t3\n");
 // --- special tokens (parsed as single tokens) ---
 add("<|im_start|>", "<|im_end|>", "<|endoftext|>",

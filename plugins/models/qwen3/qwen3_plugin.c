@@ -39,6 +39,10 @@ static int q3_info(mi_model *m, mi_model_info *out) {
   out->state_bytes_token =
       (uint64_t)(m->cfg.n_layers * 2 * m->cfg.n_kv_heads * m->cfg.head_dim) * sizeof(float);
   out->state_bytes_fixed = 0;
+  /* An untied embedding table is gathered one row per token, not streamed. */
+  uint64_t emb = (uint64_t)(m->cfg.vocab * m->cfg.hidden) * mi_dtype_size(m->embed.dtype);
+  uint64_t row = (uint64_t)m->cfg.hidden * mi_dtype_size(m->embed.dtype);
+  out->decode_weight_bytes = m->weight_bytes - (m->cfg.tied ? 0 : emb - row);
   return 0;
 }
 

@@ -48,6 +48,8 @@ typedef struct mi_model_info {
   uint64_t weight_bytes;      /* bytes of weights one forward reads */
   uint64_t state_bytes_token; /* per-token state (KV cache) bytes */
   uint64_t state_bytes_fixed; /* per-sequence fixed state (recurrent) bytes */
+  uint64_t decode_weight_bytes; /* weight bytes one decode step must read
+                                   (all but the unread rows of an untied embedding) */
 } mi_model_info;
 
 typedef struct mi_model_iface {

@@ -27,6 +27,13 @@ struct mi_buffer {
 };
 
 MP_UNUSED static int mp_probe(const mi_host_api *host, const mi_options *opts, char *why, size_t n) {
+  /* the loader merges conf and extra options: each key must arrive once */
+  for (size_t i = 0; i < opts->count; i++)
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(opts->items[i].key, opts->items[j].key) == 0) {
+        snprintf(why, n, "option %s given twice", opts->items[i].key);
+        return 0;
+      }
   const char *s = host->opt_get(opts, "score");
   return s ? atoi(s) : 10;
 }

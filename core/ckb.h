@@ -1,0 +1,96 @@
+/* The contract knowledge base (CKB): a directory of versioned JSON entries,
+ * one file each, checked against JSON schemas that live in the CKB itself.
+ *
+ * Layout: DIR/schemas/common.json holds shared definitions; every other
+ * DIR/schemas/KIND.json describes one kind ("kind", the folder its entries
+ * live in ("dir"), and a "schema"). An entry's id is "KIND.NAME" and its
+ * file is DIR/<dir>/NAME.json. Files whose name starts with '.' (temp files
+ * of an interrupted write, the lock file) are never read as entries.
+ *
+ * Reading never fails on a bad entry: mi_ckb_open() keeps what parses and
+ * records what does not; mi_ckb_validate() reports everything, one line per
+ * problem, each naming the file and the field.
+ */
+#ifndef MI_CORE_CKB_H
+#define MI_CORE_CKB_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct mi_ckb mi_ckb;
+
+typedef struct mi_ckb_entry {
+  const char *id;      /* "operator.rmsnorm" (NULL if the file has none) */
+  const char *kind;    /* "operator" (NULL if absent or not a string) */
+  const char *version; /* "1.0.0" (NULL if absent) */
+  const char *path;    /* the file as opened: DIR/operators/rmsnorm.json */
+  const char *rel;     /* relative to DIR: operators/rmsnorm.json */
+  json_t *json;        /* the whole entry (borrowed from the store) */
+} mi_ckb_entry;
+
+/* One problem per call: "FILE: message". */
+typedef void (*mi_ckb_diag_fn)(void *user, const char *line);
+
+/* Opens DIR: reads the schemas and every entry. NULL (with a one-line
+ * reason in err) only when DIR or DIR/schemas cannot be used at all. */
+mi_ckb *mi_ckb_open(const char *dir, char *err, size_t err_len);
+void mi_ckb_close(mi_ckb *c);
+
+const char *mi_ckb_dir(const mi_ckb *c);
+size_t mi_ckb_count(const mi_ckb *c);
+const mi_ckb_entry *mi_ckb_at(const mi_ckb *c, size_t i);
+const mi_ckb_entry *mi_ckb_find(const mi_ckb *c, const char *id);
+
+/* The known kinds (from the schema files), e.g. "operator". */
+size_t mi_ckb_kind_count(const mi_ckb *c);
+const char *mi_ckb_kind_at(const mi_ckb *c, size_t i);
+/* The folder (relative to DIR) holding entries of `kind`, or NULL. */
+const char *mi_ckb_kind_dir(const mi_ckb *c, const char *kind);
+
+/* Checks every entry: load errors, schema rules, cross-references, ids,
+ * file placement, duplicates and per-kind consistency. Returns the number
+ * of problems (0 = valid); each goes to diag (NULL: stderr). */
+int mi_ckb_validate(const mi_ckb *c, mi_ckb_diag_fn diag, void *user);
+
+/* Checks one entry (not necessarily in the store) as if it were stored at
+ * `path`. Returns the number of problems. */
+int mi_ckb_validate_entry(const mi_ckb *c, json_t *entry, const char *path, mi_ckb_diag_fn diag,
+                          void *user);
+
+/* Semver-like comparison of "MAJOR.MINOR.PATCH[-pre]": <0, 0, >0; a string
+ * that does not parse compares below every one that does. */
+int mi_ckb_version_cmp(const char *a, const char *b);
+
+/* ---- writing: atomic add/update ----
+ * Takes DIR/.lock (flock, exclusive: concurrent writers wait), re-reads the
+ * store under the lock, validates the entry (schema, references, and for
+ * add: the id is new; for update: it exists and the version grows), writes
+ * DIR/<dir>/.NAME.json.tmp.XXXXXX, fsyncs it, renames it over NAME.json and
+ * fsyncs the folder. A crash at any point leaves either the old file or the
+ * new one, never a mix; leftover temp files are removed by the next writer.
+ * Problems go to diag; returns 0 on success, -1 otherwise. */
+typedef enum mi_ckb_put_mode { MI_CKB_ADD = 0, MI_CKB_UPDATE = 1 } mi_ckb_put_mode;
+int mi_ckb_put(const char *dir, json_t *entry, mi_ckb_put_mode mode, mi_ckb_diag_fn diag,
+               void *user);
+
+/* ---- integer expressions (shapes, constraints) ----
+ * Grammar: comparisons (== != < <= > >=) over + - * / % with unary minus,
+ * parentheses, integer literals and names. lookup returns 0 and sets *out
+ * when it knows the name. Returns 0, or -1 with a message in err. */
+typedef int (*mi_expr_lookup)(void *user, const char *name, size_t len, int64_t *out);
+int mi_expr_eval(const char *expr, mi_expr_lookup lookup, void *user, int64_t *out, char *err,
+                 size_t err_len);
+/* Calls fn for every name in expr (for checks); -1 on a syntax error. */
+int mi_expr_names(const char *expr, void (*fn)(void *user, const char *name, size_t len),
+                  void *user, char *err, size_t err_len);
+
+/* ---- coverage ----
+ * Which contracts apply to a model directory on a platform, and what is
+ * missing. Writes a JSON report to *out (caller frees with json_decref).
+ * Returns 0 when everything needed is covered, 1 when something is
+ * missing, -1 on an error (message in err). */
+int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform, json_t **out,
+                    char *err, size_t err_len);
+
+#endif

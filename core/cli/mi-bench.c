@@ -1,0 +1,359 @@
+/* mi-bench: the paper's workload matrix (prompt lengths × generation lengths)
+ * on one model directory, with the memory-bandwidth roofline beside it and,
+ * with --peer, llama.cpp (node-llama-cpp, same thread count) run cell by cell
+ * in the same session for a ratio.
+ *
+ * Each run of a cell happens in a fresh child process, so peak RSS is per
+ * cell and one cell cannot disturb the next. Figures are medians over
+ * repeats. Progress goes to stderr; the table (or --json) to stdout. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/bench.h"
+#include "core/engine.h"
+#include "core/host.h"
+#include "core/loader.h"
+
+#define MAX_CELLS 8
+
+typedef struct cell_result {
+  int ok;
+  double ttft_ms, prefill_tps, decode_tps;
+  double peak_rss_mib;
+  double load_s;
+  uint64_t decode_weight_bytes, state_bytes_token;
+  int64_t n_layers;
+  char err[256];
+} cell_result;
+
+typedef struct bench_opts {
+  const char *model_dir, *plugin_dir, *platform, *peer_gguf, *peer_script;
+  int threads, repeats, json, peer;
+  int prompts[MAX_CELLS], n_prompts, gens[MAX_CELLS], n_gens;
+  uint64_t seed;
+} bench_opts;
+
+static int parse_list(const char *s, int *out, int *n) {
+  *n = 0;
+  char *dup = strdup(s), *save = NULL;
+  for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    char *end;
+    long v = strtol(t, &end, 10);
+    if (*end || v < 1 || v > 1 << 20 || *n == MAX_CELLS) {
+      free(dup);
+      return -1;
+    }
+    out[(*n)++] = (int)v;
+  }
+  free(dup);
+  return *n > 0 ? 0 : -1;
+}
+
+/* The benchmark prompt: P token ids from a fixed seed, away from special
+ * tokens, so MetaInfer and the peer see the same ids with no tokenizer in
+ * between. */
+static void make_prompt(int32_t *ids, int P, uint64_t seed) {
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (int i = 0; i < P; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    ids[i] = (int32_t)(x % 151000u);
+  }
+}
+
+/* Runs one cell in this (child) process. */
+static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
+  memset(r, 0, sizeof *r);
+  char tbuf[32];
+  snprintf(tbuf, sizeof tbuf, "%d", o->threads);
+  mi_kv extra[] = {{"threads", tbuf}};
+  mi_loader_opts lo = {.plugin_dir = o->plugin_dir, .extra_opts = extra,
+                       .n_extra_opts = o->threads > 0 ? 1 : 0};
+  int fatal = 0;
+  char err[1024] = "";
+  mi_registry *reg = mi_registry_load(&lo, &fatal, err, sizeof err);
+  if (!reg || fatal) {
+    snprintf(r->err, sizeof r->err, "%s", err);
+    mi_registry_free(reg);
+    return;
+  }
+  mi_engine *e = NULL;
+  mi_engine_opts eo = {.model_dir = o->model_dir, .platform = o->platform, .tp_size = 1};
+  if (mi_engine_open(reg, &eo, &e, err, sizeof err) != 0) {
+    snprintf(r->err, sizeof r->err, "%s", err);
+    mi_registry_free(reg);
+    return;
+  }
+  int32_t *ids = malloc((size_t)P * sizeof(int32_t));
+  make_prompt(ids, P, o->seed);
+  mi_gen_params gp = {.n_predict = G, .n_ctx = P + G, .ignore_eos = 1};
+  mi_sampler_defaults(&gp.sampling);
+  gp.sampling.temp = 0;
+  mi_gen_stats st;
+  if (mi_generate(e, ids, (size_t)P, &gp, NULL, NULL, &st, err, sizeof err) != 0) {
+    snprintf(r->err, sizeof r->err, "%s", err);
+  } else {
+    r->ok = 1;
+    r->ttft_ms = st.ttft_s * 1e3;
+    r->prefill_tps = P / st.prefill_s;
+    r->decode_tps = st.n_gen > 1 ? (st.n_gen - 1) / st.decode_s : 0;
+    r->peak_rss_mib = mi_peak_rss_bytes() / 1048576.0;
+    r->load_s = e->load_seconds;
+    r->decode_weight_bytes = e->info.decode_weight_bytes;
+    r->state_bytes_token = e->info.state_bytes_token;
+    r->n_layers = e->info.n_layers;
+  }
+  free(ids);
+  mi_engine_close(e);
+  mi_registry_free(reg);
+}
+
+static int run_cell_forked(const bench_opts *o, int P, int G, cell_result *r) {
+  int fd[2];
+  if (pipe(fd) != 0) return -1;
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    close(fd[0]);
+    cell_result cr;
+    run_cell(o, P, G, &cr);
+    ssize_t w = write(fd[1], &cr, sizeof cr);
+    _exit(w == (ssize_t)sizeof cr ? 0 : 1);
+  }
+  close(fd[1]);
+  ssize_t n = read(fd[0], r, sizeof *r);
+  close(fd[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  if (n != (ssize_t)sizeof *r) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->err, sizeof r->err, "benchmark child died (status %d)", st);
+    return -1;
+  }
+  return r->ok ? 0 : -1;
+}
+
+typedef struct peer_result {
+  int ok;
+  double ttft_ms, prefill_tps, decode_tps, peak_rss_mib;
+} peer_result;
+
+/* Runs llama.cpp through the Node script for one cell; parses its last
+ * JSON line. */
+static int run_peer(const bench_opts *o, int P, int G, peer_result *r) {
+  memset(r, 0, sizeof *r);
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "node '%s' --gguf '%s' --prompt-len %d --gen %d --threads %d --seed %llu </dev/null",
+           o->peer_script, o->peer_gguf, P, G, o->threads, (unsigned long long)o->seed);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  char line[4096], last[4096] = "";
+  while (fgets(line, sizeof line, p))
+    if (line[0] == '{') snprintf(last, sizeof last, "%s", line);
+  int st = pclose(p);
+  json_error_t je;
+  json_t *j = json_loads(last, 0, &je);
+  if (st != 0 || !j) {
+    json_decref(j);
+    return -1;
+  }
+  r->ttft_ms = json_number_value(json_object_get(j, "ttft_ms"));
+  r->prefill_tps = json_number_value(json_object_get(j, "prefill_tps"));
+  r->decode_tps = json_number_value(json_object_get(j, "decode_tps"));
+  r->peak_rss_mib = json_number_value(json_object_get(j, "peak_rss_mib"));
+  r->ok = r->decode_tps > 0;
+  json_decref(j);
+  return r->ok ? 0 : -1;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  if (n == 0) return 0;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void usage(FILE *f) {
+  fputs("usage: mi-bench -m MODEL_DIR [options]\n"
+        "  -t, --threads N        threads (default: all cores), for MetaInfer, STREAM and the peer\n"
+        "  -p, --prompts LIST     prompt lengths (default 11,256,1021)\n"
+        "  -g, --gens LIST        generation lengths (default 256,1024,2048)\n"
+        "  -r, --repeats N        runs per cell; figures are medians (default 3)\n"
+        "      --json             machine-readable output on stdout\n"
+        "      --peer GGUF        also run llama.cpp (node-llama-cpp) on GGUF, interleaved\n"
+        "      --peer-script JS   the Node driver (default tools/bench/llamacpp_bench.mjs)\n"
+        "      --plugin-dir DIR, --platform NAME   as for mi-run\n"
+        "      --seed N           prompt token seed (default 1)\n",
+        f);
+}
+
+int main(int argc, char **argv) {
+  bench_opts o = {.repeats = 3, .seed = 1, .peer_script = "tools/bench/llamacpp_bench.mjs"};
+  o.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  parse_list("11,256,1021", o.prompts, &o.n_prompts);
+  parse_list("256,1024,2048", o.gens, &o.n_gens);
+  enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED };
+  static const struct option lopts[] = {
+      {"model", required_argument, 0, 'm'},   {"threads", required_argument, 0, 't'},
+      {"prompts", required_argument, 0, 'p'}, {"gens", required_argument, 0, 'g'},
+      {"repeats", required_argument, 0, 'r'}, {"json", no_argument, 0, O_JSON},
+      {"peer", required_argument, 0, O_PEER}, {"peer-script", required_argument, 0, O_PSCRIPT},
+      {"plugin-dir", required_argument, 0, O_PDIR}, {"platform", required_argument, 0, O_PLAT},
+      {"seed", required_argument, 0, O_SEED}, {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":m:t:p:g:r:h", lopts, NULL)) != -1) {
+    switch (c) {
+    case 'm': o.model_dir = optarg; break;
+    case 't': o.threads = atoi(optarg); break;
+    case 'p':
+      if (parse_list(optarg, o.prompts, &o.n_prompts)) goto bad_list;
+      break;
+    case 'g':
+      if (parse_list(optarg, o.gens, &o.n_gens)) goto bad_list;
+      break;
+    case 'r': o.repeats = atoi(optarg); break;
+    case O_JSON: o.json = 1; break;
+    case O_PEER: o.peer = 1; o.peer_gguf = optarg; break;
+    case O_PSCRIPT: o.peer_script = optarg; break;
+    case O_PDIR: o.plugin_dir = optarg; break;
+    case O_PLAT: o.platform = optarg; break;
+    case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
+    case 'h': usage(stdout); return 0;
+    default:
+      fprintf(stderr, "mi-bench: bad or incomplete option %s (see --help)\n", argv[optind - 1]);
+      return 2;
+    }
+  }
+  if (!o.model_dir) {
+    fprintf(stderr, "mi-bench: no model: give -m MODEL_DIR\n");
+    return 2;
+  }
+  if (o.threads < 1 || o.threads > 1024 || o.repeats < 1 || o.repeats > 100) {
+    fprintf(stderr, "mi-bench: --threads must be 1..1024 and --repeats 1..100\n");
+    return 2;
+  }
+
+  /* machine figures, measured once per run with the same thread count */
+  mi_bandwidth bw = {0};
+  if (mi_measure_bandwidth(o.threads, (size_t)256 << 20, 5, &bw) != 0) {
+    fprintf(stderr, "mi-bench: cannot allocate the STREAM arrays\n");
+    return 1;
+  }
+  fprintf(stderr, "mi-bench: memory bandwidth, %d threads: triad %.1f GB/s, read %.1f GB/s\n",
+          o.threads, bw.triad_gbs, bw.read_gbs);
+
+  json_t *jcells = json_array();
+  if (!o.json) {
+    printf("model %s, %d threads, %d repeats (medians); roofline = triad bandwidth / bytes per "
+           "decoded token\n",
+           o.model_dir, o.threads, o.repeats);
+    printf("%6s %6s | %9s %11s %10s %10s %6s %9s", "prompt", "gen", "TTFT ms", "prefill t/s",
+           "decode t/s", "roof t/s", "%roof", "RSS MiB");
+    if (o.peer) printf(" | %11s %10s | %7s %7s", "peer pre", "peer dec", "x pre", "x dec");
+    printf("\n");
+  }
+  int failures = 0, total = o.n_prompts * o.n_gens, done = 0;
+  for (int pi = 0; pi < o.n_prompts; pi++) {
+    for (int gi = 0; gi < o.n_gens; gi++) {
+      int P = o.prompts[pi], G = o.gens[gi];
+      double ttft[100], pre[100], dec[100], rss[100];
+      double pttft[100], ppre[100], pdec[100], prss[100];
+      int n = 0, pn = 0;
+      cell_result last = {0};
+      for (int r = 0; r < o.repeats; r++) {
+        fprintf(stderr, "\rmi-bench: cell %d/%d (prompt %d, gen %d) run %d/%d      ", done + 1,
+                total, P, G, r + 1, o.repeats);
+        cell_result cr;
+        if (run_cell_forked(&o, P, G, &cr) == 0) {
+          ttft[n] = cr.ttft_ms;
+          pre[n] = cr.prefill_tps;
+          dec[n] = cr.decode_tps;
+          rss[n++] = cr.peak_rss_mib;
+          last = cr;
+        } else {
+          fprintf(stderr, "\nmi-bench: prompt %d gen %d: %s\n", P, G, cr.err);
+          failures++;
+          break;
+        }
+        if (o.peer) {
+          peer_result pr;
+          if (run_peer(&o, P, G, &pr) == 0) {
+            pttft[pn] = pr.ttft_ms;
+            ppre[pn] = pr.prefill_tps;
+            pdec[pn] = pr.decode_tps;
+            prss[pn++] = pr.peak_rss_mib;
+          } else {
+            fprintf(stderr, "\nmi-bench: peer failed on prompt %d gen %d\n", P, G);
+          }
+        }
+      }
+      done++;
+      if (n == 0) continue;
+      double m_ttft = median(ttft, n), m_pre = median(pre, n), m_dec = median(dec, n),
+             m_rss = median(rss, n);
+      /* bytes a decode step reads on average over the cell: all weights a
+       * token touches + the KV cache up to its position */
+      double avg_pos = P + G / 2.0;
+      double bytes = (double)last.decode_weight_bytes + (double)last.state_bytes_token * avg_pos;
+      double roof = bw.triad_gbs * 1e9 / bytes;
+      double mp_pre = pn ? median(ppre, pn) : 0, mp_dec = pn ? median(pdec, pn) : 0;
+      double mp_ttft = pn ? median(pttft, pn) : 0, mp_rss = pn ? median(prss, pn) : 0;
+      if (o.json) {
+        json_t *jc = json_pack("{s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "prompt", P, "gen", G,
+                               "ttft_ms", m_ttft, "prefill_tps", m_pre, "decode_tps", m_dec,
+                               "roofline_tps", roof, "roofline_fraction", m_dec / roof,
+                               "peak_rss_mib", m_rss, "bytes_per_token", bytes);
+        if (pn)
+          json_object_set_new(jc, "peer",
+                              json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "ttft_ms", mp_ttft,
+                                        "prefill_tps", mp_pre, "decode_tps", mp_dec,
+                                        "peak_rss_mib", mp_rss, "prefill_ratio",
+                                        mp_pre > 0 ? m_pre / mp_pre : 0, "decode_ratio",
+                                        mp_dec > 0 ? m_dec / mp_dec : 0));
+        json_array_append_new(jcells, jc);
+      } else {
+        fprintf(stderr, "\r%80s\r", "");
+        printf("%6d %6d | %9.1f %11.1f %10.2f %10.2f %5.0f%% %9.1f", P, G, m_ttft, m_pre, m_dec,
+               roof, 100 * m_dec / roof, m_rss);
+        if (o.peer)
+          printf(" | %11.1f %10.2f | %6.2fx %6.2fx", mp_pre, mp_dec, mp_pre > 0 ? m_pre / mp_pre : 0,
+                 mp_dec > 0 ? m_dec / mp_dec : 0);
+        printf("\n");
+        fflush(stdout);
+      }
+    }
+  }
+  fprintf(stderr, "\r%80s\r", "");
+  if (o.json) {
+    json_t *root = json_pack("{s:s,s:i,s:i,s:{s:f,s:f},s:o}", "model", o.model_dir, "threads",
+                             o.threads, "repeats", o.repeats, "bandwidth_gbs", "triad",
+                             bw.triad_gbs, "read", bw.read_gbs, "cells", jcells);
+    char *s = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+    puts(s);
+    free(s);
+    json_decref(root);
+  } else {
+    json_decref(jcells);
+  }
+  return failures ? 1 : 0;
+bad_list:
+  fprintf(stderr, "mi-bench: %s expects a comma-separated list of positive integers\n",
+          argv[optind - 1]);
+  return 2;
+}

@@ -1,0 +1,61 @@
+/* mi-bench runs one tiny cell end to end and prints well-formed JSON with
+ * the figures a user needs. Asserts no speed (machines are shared and noisy):
+ * only that each figure is present, finite and consistent. */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static char g_build[1024];
+
+START_TEST(one_cell_json) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-mkmodel' --shape tiny --seed 9 --out '%s/tests/bench-tiny' >/dev/null && "
+           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny' -p 11 -g 8 -r 1 -t 2 --json </dev/null",
+           g_build, g_build, g_build, g_build);
+  FILE *p = popen(cmd, "r");
+  ck_assert(p);
+  json_error_t je;
+  json_t *j = json_loadf(p, 0, &je);
+  int st = pclose(p);
+  ck_assert_msg(st == 0, "mi-bench exited with %d", st);
+  ck_assert_msg(j, "output is not JSON: %s", je.text);
+  json_t *cells = json_object_get(j, "cells");
+  ck_assert_int_eq(json_array_size(cells), 1);
+  json_t *c = json_array_get(cells, 0);
+  ck_assert_int_eq(json_integer_value(json_object_get(c, "prompt")), 11);
+  ck_assert_int_eq(json_integer_value(json_object_get(c, "gen")), 8);
+  const char *keys[] = {"ttft_ms", "prefill_tps", "decode_tps", "roofline_tps", "peak_rss_mib",
+                        "bytes_per_token"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    double v = json_number_value(json_object_get(c, keys[i]));
+    ck_assert_msg(isfinite(v) && v > 0, "%s = %g", keys[i], v);
+  }
+  double frac = json_number_value(json_object_get(c, "roofline_fraction"));
+  double dec = json_number_value(json_object_get(c, "decode_tps"));
+  double roof = json_number_value(json_object_get(c, "roofline_tps"));
+  ck_assert(fabs(frac - dec / roof) < 1e-6 * (1 + frac));
+  /* bytes per token: at least the tiny model's bf16 weights (~19 MB) */
+  ck_assert(json_number_value(json_object_get(c, "bytes_per_token")) > 1.9e7);
+  json_t *bw = json_object_get(j, "bandwidth_gbs");
+  ck_assert(json_number_value(json_object_get(bw, "triad")) > 0);
+  json_decref(j);
+}
+END_TEST
+
+int main(void) {
+  const char *b = getenv("MI_BUILD_DIR");
+  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
+  Suite *s = suite_create("bench_smoke");
+  TCase *tc = tcase_create("bench");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, one_cell_json);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int nf = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return nf ? 1 : 0;
+}
