@@ -32,6 +32,12 @@ typedef struct mi_ckb_entry {
 /* One problem per call: "FILE: message". */
 typedef void (*mi_ckb_diag_fn)(void *user, const char *line);
 
+/* The CKB folder to use when none is given: $MI_CKB_DIR, else ./ckb, else
+ * <dir of exe>/../share/metainfer/ckb, else <dir of exe>/../../ckb (a build
+ * folder inside the source tree). Returns buf, or NULL (buf then lists
+ * what was tried). */
+const char *mi_ckb_default_dir(const char *argv0, char *buf, size_t n);
+
 /* Opens DIR: reads the schemas and every entry. NULL (with a one-line
  * reason in err) only when DIR or DIR/schemas cannot be used at all. */
 mi_ckb *mi_ckb_open(const char *dir, char *err, size_t err_len);

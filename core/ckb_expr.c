@@ -148,8 +148,13 @@ int mi_expr_eval(const char *expr, mi_expr_lookup lookup, void *user, int64_t *o
   return run(&e, out);
 }
 
+static void ignore_name(void *user, const char *name, size_t len) {
+  (void)user, (void)name, (void)len;
+}
+
 int mi_expr_names(const char *expr, void (*fn)(void *user, const char *name, size_t len),
                   void *user, char *err, size_t err_len) {
+  if (!fn) fn = ignore_name; /* syntax check only */
   ex e = {expr, expr, NULL, user, fn, err, err_len, 0};
   return run(&e, NULL);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/ckb_internal.h"
 
@@ -295,11 +296,47 @@ static int parse_ver(const char *s, long v[3], const char **pre) {
 
 int mi_ckb_version_cmp(const char *a, const char *b) {
   long va[3], vb[3];
-  const char *pa, *pb;
+  const char *pa = NULL, *pb = NULL;
   int oka = parse_ver(a, va, &pa) == 0, okb = parse_ver(b, vb, &pb) == 0;
   if (!oka || !okb) return oka - okb;
   for (int i = 0; i < 3; i++)
     if (va[i] != vb[i]) return va[i] < vb[i] ? -1 : 1;
   if (!pa || !pb) return (pa ? -1 : 0) + (pb ? 1 : 0);
   return strcmp(pa, pb);
+}
+
+static int is_ckb_dir(const char *d) {
+  char p[4096];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/schemas/common.json", d);
+  return stat(p, &st) == 0;
+}
+
+const char *mi_ckb_default_dir(const char *argv0, char *buf, size_t n) {
+  const char *env = getenv("MI_CKB_DIR");
+  if (env && *env) {
+    snprintf(buf, n, "%s", env);
+    return buf;
+  }
+  if (is_ckb_dir("ckb")) {
+    snprintf(buf, n, "ckb");
+    return buf;
+  }
+  char exe[4096];
+  ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (l <= 0 && argv0) l = (ssize_t)snprintf(exe, sizeof exe, "%s", argv0);
+  if (l > 0) {
+    exe[l] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = 0;
+      const char *rel[] = {"../share/metainfer/ckb", "../../ckb"};
+      for (int i = 0; i < 2; i++) {
+        snprintf(buf, n, "%s/%s", exe, rel[i]);
+        if (is_ckb_dir(buf)) return buf;
+      }
+    }
+  }
+  snprintf(buf, n, "no CKB folder found: tried $MI_CKB_DIR, ./ckb, <exe>/../share/metainfer/ckb, <exe>/../../ckb; pass --ckb DIR");
+  return NULL;
 }

@@ -88,6 +88,22 @@ int mi_engine_open(mi_registry *reg, const mi_engine_opts *o, mi_engine **out, c
   e->P = e->platform_plugin->iface;
   e->pc = e->platform_plugin->ctx;
 
+  /* tensor parallelism: the platform's group must be the size asked for */
+  e->tp_size = o->tp_size > 0 ? o->tp_size : 1;
+  int rank = 0, size = 1;
+  if (mi_platform_has(e->P, comm_info) && e->P->comm_info(e->pc, &rank, &size) != 0) {
+    snprintf(err, err_len, "platform '%s': cannot query its process group: %s",
+             e->platform_plugin->desc->name, e->P->last_error(e->pc));
+    goto fail;
+  }
+  if (size != e->tp_size) {
+    snprintf(err, err_len,
+             "--tp %d needs %d ranks, but platform '%s' runs %d (start with e.g. mpirun -np %d)",
+             e->tp_size, e->tp_size, e->platform_plugin->desc->name, size, e->tp_size);
+    goto fail;
+  }
+  e->tp_rank = rank;
+
   /* config.json */
   snprintf(path, sizeof path, "%s/config.json", o->model_dir);
   json_error_t jerr;
@@ -153,8 +169,8 @@ int mi_engine_open(mi_registry *reg, const mi_engine_opts *o, mi_engine **out, c
       .config = mi_json_wrap(cfg),
       .weights = e->weights,
       .platform = {.iface = e->P, .ctx = e->pc},
-      .tp_rank = o->tp_rank,
-      .tp_size = o->tp_size > 0 ? o->tp_size : 1,
+      .tp_rank = e->tp_rank,
+      .tp_size = e->tp_size,
       .opts = o->model_opts ? o->model_opts : &none,
   };
   if (e->M->load(e->model_plugin->ctx, &a, &e->model, err, err_len) != 0) goto fail;
@@ -253,6 +269,11 @@ int mi_generate(mi_engine *e, const int32_t *prompt, size_t n_prompt, const mi_g
   st->stop_reason = "length";
   for (int64_t step = 0; p->n_predict < 0 || step < p->n_predict; step++) {
     int32_t id = mi_sampler_sample(smp, logits, hist, n_hist);
+    /* every rank continues with rank 0's choice, whatever rounding did */
+    if (e->tp_size > 1 && e->P->broadcast(e->pc, NULL, &id, sizeof id, 0) != 0) {
+      snprintf(err, err_len, "broadcast of the sampled token failed: %s", e->P->last_error(e->pc));
+      goto done;
+    }
     mi_gen_token t = {.step = step, .id = id, .top_ids = top_ids, .top_lps = top_lps};
     t.n_top = mi_logprobs_topk(logits, V, id, &t.logprob, k, top_ids, top_lps);
     if (step == 0) {

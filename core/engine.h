@@ -30,6 +30,7 @@ typedef struct mi_engine {
   mi_model *model;
   mi_model_info info;
   mi_tokenizer *tok;
+  int tp_rank, tp_size; /* tensor parallelism: this rank of tp_size */
   int32_t eos_ids[8];  /* end-of-generation tokens */
   int n_eos;
   double load_seconds;

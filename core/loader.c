@@ -2,13 +2,20 @@
  *
  * Which files are loaded:
  *   - plugins.conf is opts->conf_path, else the first search directory that
- *     holds a file named plugins.conf. Each entry's PATH is resolved through
- *     the search directories (first hit wins) unless it contains a '/', in
- *     which case it is relative to the conf file's directory.
- *   - With no plugins.conf anywhere, every libmi-*.so in every search
- *     directory is loaded as optional, directory by directory in search
- *     order, files in name order. A later plugin of the same kind and name
- *     is then "shadowed" by the first.
+ *     holds a file named plugins.conf. Its entries load first, in file
+ *     order. Each entry's PATH is resolved through the search directories
+ *     (first hit wins) unless it contains a '/': then it is taken relative
+ *     to the conf file's directory (or as is, when absolute).
+ *   - Then every libmi-*.so in the search directories that come BEFORE the
+ *     one holding plugins.conf (all of them when there is no plugins.conf;
+ *     none when conf_path was given) loads as optional, directory by
+ *     directory, files in name order, skipping files already loaded. So
+ *     `--plugin-dir DIR` with a vendor's plugin and no plugins.conf adds
+ *     that plugin to the installed set, while directories of lower priority
+ *     than the chosen plugins.conf only serve its lookups (an engine
+ *     directory's plugins.conf gets exactly its plugins).
+ *   - A plugin of the same kind and name as one already loaded is rejected
+ *     as "shadowed by FILE" before its probe runs.
  *
  * Every step that touches a plugin is checked before the next one runs,
  * because a plugin is foreign code: readable regular file -> ELF -> dlopen
@@ -511,8 +518,13 @@ static int scan_dir(mi_registry *r, const char *dir, const mi_loader_opts *o) {
   char origin[PATH_MAX + 16];
   snprintf(origin, sizeof origin, "scan of %s", dir);
   for (size_t i = 0; rc == 0 && i < n; i++) {
-    char path[PATH_MAX];
+    char path[PATH_MAX], real[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    /* already loaded through plugins.conf: one file, one record */
+    int seen = 0;
+    for (size_t j = 0; realpath(path, real) && j < r->count; j++)
+      seen |= strcmp(r->items[j]->pub.path, real) == 0;
+    if (seen) continue;
     plugin_priv *p = load_one(path, origin, NULL, NULL, o->extra_opts, o->n_extra_opts, r);
     if (!p || reg_push(r, p) != 0) {
       if (p) mi_plugin_unload(&p->pub);
@@ -586,13 +598,15 @@ mi_registry *mi_registry_load(const mi_loader_opts *opts, int *fatal, char *err,
   if (build_search_path(r, o) != 0) goto oom;
 
   char path[PATH_MAX + 32];
+  size_t scan_upto = 0; /* directories [0, scan_upto) are scanned */
   if (o->conf_path) {
     snprintf(path, sizeof path, "%s", o->conf_path);
   } else {
     path[0] = '\0';
-    for (size_t i = 0; i < r->n_dirs && !path[0]; i++) {
-      snprintf(path, sizeof path, "%s/plugins.conf", r->dirs[i]);
-      if (!is_file(path)) path[0] = '\0';
+    for (scan_upto = 0; scan_upto < r->n_dirs; scan_upto++) {
+      snprintf(path, sizeof path, "%s/plugins.conf", r->dirs[scan_upto]);
+      if (is_file(path)) break;
+      path[0] = '\0';
     }
   }
   if (path[0]) {
@@ -606,10 +620,9 @@ mi_registry *mi_registry_load(const mi_loader_opts *opts, int *fatal, char *err,
       return r;
     }
     if (load_from_conf(r, o) != 0) goto oom;
-  } else {
-    for (size_t i = 0; i < r->n_dirs; i++)
-      if (is_dir(r->dirs[i]) && scan_dir(r, r->dirs[i], o) != 0) goto oom;
   }
+  for (size_t i = 0; i < scan_upto; i++)
+    if (is_dir(r->dirs[i]) && scan_dir(r, r->dirs[i], o) != 0) goto oom;
 
   for (size_t i = 0; i < r->count; i++) {
     const plugin_priv *p = r->items[i];

@@ -11,6 +11,11 @@
  * relative to the conf file's directory and not searched.
  * When a search directory has no plugins.conf, every libmi-*.so in it is
  * loaded as optional.
+ * (Loader, precisely: plugins.conf entries load first; then the libmi-*.so
+ * of every search directory that comes before the one holding plugins.conf
+ * -- all of them when there is none, none with --plugins-conf -- skipping
+ * files already loaded. A later plugin with the same kind and name as a
+ * loaded one is rejected as "shadowed by FILE". See core/loader.c.)
  */
 #ifndef MI_CORE_LOADER_H
 #define MI_CORE_LOADER_H

@@ -19,6 +19,10 @@
  *     (use_regex=false, add_prefix_space=false), or a "Sequence" of those;
  *     a ByteLevel with use_regex=true uses the GPT-2 pattern;
  *   - decoder: ByteLevel (GPT-2 bytes_to_unicode inverse).
+ * Regex engines differ on what \s is: PCRE2 (UCP) counts U+0085 and U+180E,
+ * not U+FEFF; HF's Oniguruma counts U+0085, not U+180E or U+FEFF; JS counts
+ * U+FEFF, not U+0085. With Qwen's pattern none of these changed any id in
+ * the corpus (which has all three), but U+180E could in principle.
  * Not implemented: Jinja chat templates (mi_tokenizer_chat_render hard-codes
  * ChatML), dropout, byte_fallback, unk_token, other model types.
  *
@@ -94,12 +98,15 @@ typedef struct mi_tok_stream {
 } mi_tok_stream;
 
 void mi_tok_stream_init(mi_tok_stream *st, const mi_tokenizer *tok);
-/* Appends at most token_bytes + 3*(held+1) bytes; out must have room for
- * mi_tok_stream_max_out(tok). Returns bytes written (>= 0) or MI_TOK_EID. */
+/* Writes the newly completed text to out (not NUL-terminated). out_cap must
+ * be at least 3 * (this token's byte length + 4); mi_tok_stream_max_out(tok)
+ * is enough for any token. Returns bytes written (>= 0; 0 when the token only
+ * extends a held-back prefix), MI_TOK_EID for an unknown id (state kept), or
+ * MI_TOK_EINVAL when out_cap is too small. */
 int mi_tok_stream_feed(mi_tok_stream *st, int32_t id, char *out, size_t out_cap);
-/* out needs room for 3 bytes. Returns bytes written. */
+/* out_cap >= 3. Returns bytes written (0 or 3). */
 int mi_tok_stream_flush(mi_tok_stream *st, char *out, size_t out_cap);
-/* Largest output of one feed call for this tokenizer (longest token * 3 + 12). */
+/* Buffer size that fits any feed call: 3 * (longest token bytes + 4). */
 size_t mi_tok_stream_max_out(const mi_tokenizer *tok);
 
 /* Lookups. */
@@ -118,14 +125,21 @@ int32_t mi_tokenizer_eos_id(const mi_tokenizer *tok);
 int32_t mi_tokenizer_bos_id(const mi_tokenizer *tok);
 int32_t mi_tokenizer_pad_id(const mi_tokenizer *tok);
 
-/* ChatML rendering (Qwen2/Qwen3). This is NOT a Jinja engine: the structure
- * is hard-coded and equals what Qwen3's chat_template produces for plain
- * system/user/assistant messages without tools or reasoning content:
- *   for each message: "<|im_start|>" role "\n" content "<|im_end|>\n"
- *   then, if add_generation_prompt: "<|im_start|>assistant\n"
- *   and, if also enable_thinking == 0: "<think>\n\n</think>\n\n".
- * (Qwen3's template rewrites past assistant turns that contain </think>;
- * that is not reproduced.) Returns a malloc'd string or NULL (ENOMEM). */
+/* ChatML rendering as Qwen3's chat_template does it. This is NOT a Jinja
+ * engine: the structure is hard-coded (core/tokenizer_chat.c has the exact
+ * rules) and is checked against the real template rendered by
+ * @huggingface/jinja (tests/tokenizer/golden_chat.json). In short:
+ *   each system/user message: "<|im_start|>ROLE\nCONTENT<|im_end|>\n";
+ *   assistant: the same, except that after the last user query the final
+ *     message (or one with reasoning) gets "<think>\nREASONING\n</think>\n\n"
+ *     before its answer, and "<think>..</think>" in earlier turns is dropped;
+ *   tool: consecutive tool messages become one user turn of
+ *     "\n<tool_response>\nCONTENT\n</tool_response>" blocks;
+ *   add_generation_prompt: "<|im_start|>assistant\n", plus
+ *     "<think>\n\n</think>\n\n" when enable_thinking == 0.
+ * Not supported: tools / tool_calls / reasoning_content fields. Roles other
+ * than system/user/assistant/tool are rendered like user (the Qwen3
+ * template would drop them). Returns a malloc'd string, NULL on ENOMEM. */
 typedef struct mi_chat_msg {
     const char *role;    /* "system", "user", "assistant", ... */
     const char *content;

@@ -7,7 +7,9 @@
  * leftmost among equal ranks — is merged until none applies. This is what
  * HF tokenizers' Word::merge_all does; the heap keeps long words
  * O(n log n) instead of O(n^2). */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <stdlib.h>
 #include <string.h>
 

@@ -2,7 +2,9 @@
  * BPE) into the tables of core/tokenizer_internal.h, with resource limits
  * and one-line "PATH: problem" errors. Also tokenizer_config.json ids and the
  * small lookup functions. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>

@@ -53,6 +53,7 @@ static void usage(FILE *f) {
         "      --plugins-conf FILE  use this plugins.conf\n"
         "      --platform NAME      use this platform plugin (default: best score)\n"
         "  -t, --threads N          threads for the CPU platform (default: all cores)\n"
+        "      --tp N               tensor parallelism over N ranks (launch with mpirun -np N)\n"
         "      --list-plugins       list plugins found, loaded or rejected (and why), and exit\n"
         "  -h, --help               this help\n"
         "\n"
@@ -132,10 +133,12 @@ static char *read_all(const char *path, size_t *len) {
 
 typedef struct run_out {
   int json;
+  int quiet; /* a tensor-parallel rank other than 0 */
 } run_out;
 
 static int on_token(void *user, const mi_gen_token *t) {
   run_out *o = user;
+  if (o->quiet) return 0;
   if (!o->json) {
     fwrite(t->visible, 1, t->visible_len, stdout);
     fflush(stdout);
@@ -170,14 +173,14 @@ int main(int argc, char **argv) {
   const char *stops[MAX_STOPS];
   size_t n_stops = 0;
   int chat = 0, no_think = 0, json = 0, stats = 0, list_plugins = 0, verbose = 0;
-  long threads = -1, batch = 0, top_logprobs = 0;
+  long threads = -1, batch = 0, top_logprobs = 0, tp = 1;
   mi_gen_params gp = {.n_predict = 128};
   mi_sampler_defaults(&gp.sampling);
   gp.sampling.seed = 24301;
 
   enum {
     O_CHAT = 256, O_SYSTEM, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPP, O_REPN, O_SEED,
-    O_IGNEOS, O_STOP, O_JSON, O_TOPLP, O_STATS, O_PLUGDIR, O_CONF, O_PLATFORM, O_LIST,
+    O_IGNEOS, O_STOP, O_JSON, O_TOPLP, O_STATS, O_PLUGDIR, O_CONF, O_PLATFORM, O_LIST, O_TP,
   };
   static const struct option longopts[] = {
       {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
@@ -194,6 +197,7 @@ int main(int argc, char **argv) {
       {"plugin-dir", required_argument, 0, O_PLUGDIR}, {"plugins-conf", required_argument, 0, O_CONF},
       {"platform", required_argument, 0, O_PLATFORM}, {"threads", required_argument, 0, 't'},
       {"list-plugins", no_argument, 0, O_LIST},   {"help", no_argument, 0, 'h'},
+      {"tp", required_argument, 0, O_TP},
       {0, 0, 0, 0}};
   int c;
   long v;
@@ -256,6 +260,9 @@ int main(int argc, char **argv) {
     case O_CONF: conf_path = optarg; break;
     case O_PLATFORM: platform = optarg; break;
     case O_LIST: list_plugins = 1; break;
+    case O_TP:
+      if (parse_long("--tp", optarg, 1, 1024, &tp)) return 2;
+      break;
     case 'h': usage(stdout); return 0;
     case ':':
       fprintf(stderr, "mi-run: option %s needs a value (see --help)\n", argv[optind - 1]);
@@ -329,11 +336,14 @@ int main(int argc, char **argv) {
   }
   mi_options model_opts = {mopts, n_mopts};
   mi_engine_opts eo = {.model_dir = model_dir, .platform = platform, .model_opts = &model_opts,
-                       .tp_rank = 0, .tp_size = 1};
+                       .tp_rank = 0, .tp_size = (int)tp};
   if (mi_engine_open(reg, &eo, &eng, err, sizeof err) != 0) {
     fprintf(stderr, "mi-run: %s\n", err);
     goto out;
   }
+  /* With tensor parallelism every rank computes; rank 0 alone answers. */
+  const int quiet = eng->tp_rank != 0;
+  if (quiet) json = 0;
   mi_log(MI_LOG_INFO, "mi-run", "platform %s (%s), model plugin %s, %s loaded in %.2f s",
          eng->platform_plugin->desc->name, eng->P->variant ? eng->P->variant(eng->pc) : "-",
          eng->model_plugin->desc->name, eng->info.architecture, eng->load_seconds);
@@ -383,18 +393,18 @@ int main(int argc, char **argv) {
   gp.top_logprobs = json ? (int)top_logprobs : 0;
   gp.stop = stops;
   gp.n_stop = n_stops;
-  run_out ro = {.json = json};
+  run_out ro = {.json = json, .quiet = quiet};
   mi_gen_stats st;
   if (mi_generate(eng, ids, n_ids, &gp, on_token, &ro, &st, err, sizeof err) != 0) {
     fprintf(stderr, "mi-run: %s\n", err);
     goto out;
   }
-  if (!json) {
+  if (!json && !quiet) {
     fputs(st.tail, stdout);
     fputc('\n', stdout);
   }
   fflush(stdout);
-  if (stats) {
+  if (stats && !quiet) {
     double pre_tps = st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0;
     double dec_tps = st.n_gen > 1 && st.decode_s > 0 ? (st.n_gen - 1) / st.decode_s : 0;
     double rss_mib = mi_peak_rss_bytes() / 1048576.0;

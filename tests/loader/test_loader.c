@@ -492,7 +492,8 @@ END_TEST
 
 START_TEST(conf_is_searched_like_plugins) {
   /* plugins.conf only in $MI_PLUGIN_PATH's dir; the file it names is found
-   * first in --plugin-dir */
+   * first in --plugin-dir, which is also scanned (it comes before the conf's
+   * dir) for plugins the conf does not name; the conf's own dir is not. */
   char a[PATH_MAX + 16], b[PATH_MAX + 16], f[PATH_MAX + 64], src[PATH_MAX], exe[PATH_MAX + 16];
   snprintf(a, sizeof a, "%s/a", g_tmp);
   snprintf(b, sizeof b, "%s/b", g_tmp);
@@ -505,6 +506,12 @@ START_TEST(conf_is_searched_like_plugins) {
   plugin_path(src, sizeof src, "libmi-good.so");
   snprintf(f, sizeof f, "%s/libmi-good.so", b);
   copy_file(src, f);
+  plugin_path(src, sizeof src, "libmi-bad-probe0.so");
+  snprintf(f, sizeof f, "%s/libmi-bad-probe0.so", a); /* extra, in the scanned dir */
+  copy_file(src, f);
+  snprintf(f, sizeof f, "%s/libmi-bad-initfail.so", b); /* extra, in the conf's dir */
+  plugin_path(src, sizeof src, "libmi-bad-initfail.so");
+  copy_file(src, f);
   snprintf(f, sizeof f, "%s/plugins.conf", b);
   write_text(f, "platform good libmi-good.so required\n");
   setenv("MI_PLUGIN_PATH", b, 1);
@@ -512,12 +519,17 @@ START_TEST(conf_is_searched_like_plugins) {
   mi_registry *r = load_dirs(a, exe, &fatal);
   ck_assert_int_eq(fatal, 0);
   ck_assert_str_eq(mi_registry_conf_path(r), f);
-  ck_assert_uint_eq(mi_registry_count(r), 1);
+  ck_assert_uint_eq(mi_registry_count(r), 2);
   mi_plugin *p = mi_registry_at(r, 0);
   ck_assert_str_eq(mi_plugin_version(p), "2.0.0");
   char want[PATH_MAX + 32];
   snprintf(want, sizeof want, "%s:1", f);
   ck_assert_str_eq(p->origin, want);
+  mi_plugin *x = mi_registry_at(r, 1);
+  ck_assert_str_eq(mi_plugin_name(x), "bad-probe0");
+  ck_assert_int_eq(x->status, MI_PLUGIN_UNSUITED);
+  snprintf(want, sizeof want, "scan of %s", a);
+  ck_assert_str_eq(x->origin, want);
   char *txt = listing(r);
   snprintf(want, sizeof want, "plugins.conf: %s; search path: %s:%s:", f, a, b);
   ck_assert_msg(strncmp(txt, want, strlen(want)) == 0, "%s", txt);

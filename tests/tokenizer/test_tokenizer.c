@@ -10,7 +10,9 @@
  *   - properties: decode(encode(s)) == s, streaming == one-shot, streamed
  *     chunks are whole UTF-8 characters, bad files are refused by name.
  * The real tokenizer.json comes from tools/node/node_modules (npm ci). */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <check.h>
 #include <jansson.h>
 #include <stdio.h>

@@ -49,6 +49,8 @@ struct mi_model {
   char *model_dir;
   qwen3_config cfg;
   int64_t batch; /* tokens per forward chunk (prefill batch) */
+  int tp_rank, tp_size;          /* tensor parallelism: this rank of tp_size */
+  int64_t nh_l, nkv_l, ffn_l;    /* this rank's heads, KV heads, FFN columns */
   q3_weight embed, final_norm, lm_head;
   q3_layer *layers; /* [n_layers] */
   q3_scratch s;

@@ -34,9 +34,73 @@
 
 /* ---- weights ---------------------------------------------------------- */
 
-/* Binds one linear/embedding weight [rows, cols] (zero-copy where possible). */
+static int check_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t cols,
+                        mi_weight_info *wi, char *err, size_t err_len);
+
+/* Binds rows [row0, row0+n) of a weight [rows, cols]: a contiguous slice,
+ * so it stays zero-copy where the platform's memory is host memory. This is
+ * how column-parallel (output-sharded) layers are split across TP ranks. */
+static int bind_matrix_rows(qwen3_model *m, const char *name, int64_t rows, int64_t cols,
+                            int64_t row0, int64_t n, q3_weight *w, char *err, size_t err_len) {
+  mi_weight_info wi;
+  if (check_matrix(m, name, rows, cols, &wi, err, err_len) != 0) return -1;
+  const size_t esz = mi_dtype_size((mi_dtype)wi.dtype);
+  const size_t bytes = (size_t)(n * cols) * esz;
+  const mi_platform_iface *P = m->P;
+  if (P->buffer_wrap_host(m->pc, (const char *)wi.data + (size_t)(row0 * cols) * esz, bytes,
+                          &w->buf) != 0) {
+    snprintf(err, err_len, "%s: cannot place tensor \"%s\" (%zu bytes) on the platform: %s",
+             wi.file, name, bytes, P->last_error(m->pc));
+    return -1;
+  }
+  w->ptr = P->buffer_ptr(m->pc, w->buf);
+  w->dtype = (mi_dtype)wi.dtype;
+  m->weight_bytes += bytes;
+  return 0;
+}
+
+/* Binds columns [col0, col0+n) of a weight [rows, cols] into a buffer of its
+ * own ([rows, n], same dtype): the input-sharded (row-parallel) layers of TP. */
+static int bind_matrix_cols(qwen3_model *m, const char *name, int64_t rows, int64_t cols,
+                            int64_t col0, int64_t n, q3_weight *w, char *err, size_t err_len) {
+  mi_weight_info wi;
+  if (check_matrix(m, name, rows, cols, &wi, err, err_len) != 0) return -1;
+  const size_t esz = mi_dtype_size((mi_dtype)wi.dtype);
+  const size_t bytes = (size_t)(rows * n) * esz;
+  char *tmp = malloc(bytes);
+  if (!tmp) {
+    snprintf(err, err_len, "qwen3: out of memory slicing \"%s\"", name);
+    return -1;
+  }
+  for (int64_t r = 0; r < rows; r++)
+    memcpy(tmp + (size_t)(r * n) * esz, (const char *)wi.data + (size_t)(r * cols + col0) * esz,
+           (size_t)n * esz);
+  const mi_platform_iface *P = m->P;
+  int rc = P->buffer_alloc(m->pc, bytes, &w->buf);
+  if (rc == 0) {
+    w->ptr = P->buffer_ptr(m->pc, w->buf);
+    rc = P->memcpy_h2d(m->pc, NULL, w->ptr, tmp, bytes);
+  }
+  free(tmp);
+  if (rc != 0) {
+    snprintf(err, err_len, "qwen3: cannot upload a shard of \"%s\": %s", name,
+             P->last_error(m->pc));
+    return -1;
+  }
+  w->dtype = (mi_dtype)wi.dtype;
+  m->weight_bytes += bytes;
+  return 0;
+}
+
+/* Binds a whole weight [rows, cols]. */
 static int bind_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t cols, q3_weight *w,
                        char *err, size_t err_len) {
+  return bind_matrix_rows(m, name, rows, cols, 0, rows, w, err, err_len);
+}
+
+/* Finds a weight and checks it is [rows, cols] in a matmul dtype. */
+static int check_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t cols,
+                        mi_weight_info *out, char *err, size_t err_len) {
   mi_weight_info wi;
   if (m->host->weights_find(m->weights, name, &wi) != 0) {
     snprintf(err, err_len, "%s: missing tensor \"%s\" (not in any weight file)", m->model_dir, name);
@@ -52,15 +116,7 @@ static int bind_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t c
              name, q3_dtype_str(&wi));
     return -1;
   }
-  const mi_platform_iface *P = m->P;
-  if (P->buffer_wrap_host(m->pc, wi.data, wi.nbytes, &w->buf) != 0) {
-    snprintf(err, err_len, "%s: cannot place tensor \"%s\" (%zu bytes) on the platform: %s",
-             wi.file, name, wi.nbytes, P->last_error(m->pc));
-    return -1;
-  }
-  w->ptr = P->buffer_ptr(m->pc, w->buf);
-  w->dtype = (mi_dtype)wi.dtype;
-  m->weight_bytes += wi.nbytes;
+  *out = wi;
   return 0;
 }
 
@@ -123,6 +179,10 @@ static int bind_weights(qwen3_model *m, char *err, size_t err_len) {
   const qwen3_config *c = &m->cfg;
   const int64_t H = c->hidden, hd = c->head_dim, F = c->ffn;
   const int64_t qdim = c->n_heads * hd, kvdim = c->n_kv_heads * hd;
+  /* tensor parallelism: this rank owns heads [r·nh/tp, (r+1)·nh/tp), the
+   * matching KV heads and FFN columns; q/k/v/gate/up are split by output
+   * rows, o/down by input columns (their partial sums are all-reduced). */
+  const int64_t r = m->tp_rank, qd_l = m->nh_l * hd, kvd_l = m->nkv_l * hd, F_l = m->ffn_l;
   char name[160];
   if (bind_matrix(m, "model.embed_tokens.weight", c->vocab, H, &m->embed, err, err_len) ||
       bind_vector(m, "model.norm.weight", H, &m->final_norm, err, err_len))
@@ -137,17 +197,24 @@ static int bind_weights(qwen3_model *m, char *err, size_t err_len) {
     q3_layer *L = &m->layers[l];
 #define LAYER_NAME(s) (snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, s), name)
     if (bind_vector(m, LAYER_NAME("input_layernorm.weight"), H, &L->attn_norm, err, err_len) ||
-        bind_matrix(m, LAYER_NAME("self_attn.q_proj.weight"), qdim, H, &L->wq, err, err_len) ||
-        bind_matrix(m, LAYER_NAME("self_attn.k_proj.weight"), kvdim, H, &L->wk, err, err_len) ||
-        bind_matrix(m, LAYER_NAME("self_attn.v_proj.weight"), kvdim, H, &L->wv, err, err_len) ||
-        bind_matrix(m, LAYER_NAME("self_attn.o_proj.weight"), H, qdim, &L->wo, err, err_len) ||
+        bind_matrix_rows(m, LAYER_NAME("self_attn.q_proj.weight"), qdim, H, r * qd_l, qd_l, &L->wq,
+                         err, err_len) ||
+        bind_matrix_rows(m, LAYER_NAME("self_attn.k_proj.weight"), kvdim, H, r * kvd_l, kvd_l,
+                         &L->wk, err, err_len) ||
+        bind_matrix_rows(m, LAYER_NAME("self_attn.v_proj.weight"), kvdim, H, r * kvd_l, kvd_l,
+                         &L->wv, err, err_len) ||
+        bind_matrix_cols(m, LAYER_NAME("self_attn.o_proj.weight"), H, qdim, r * qd_l, qd_l, &L->wo,
+                         err, err_len) ||
         bind_vector(m, LAYER_NAME("self_attn.q_norm.weight"), hd, &L->q_norm, err, err_len) ||
         bind_vector(m, LAYER_NAME("self_attn.k_norm.weight"), hd, &L->k_norm, err, err_len) ||
         bind_vector(m, LAYER_NAME("post_attention_layernorm.weight"), H, &L->ffn_norm, err,
                     err_len) ||
-        bind_matrix(m, LAYER_NAME("mlp.gate_proj.weight"), F, H, &L->wg, err, err_len) ||
-        bind_matrix(m, LAYER_NAME("mlp.up_proj.weight"), F, H, &L->wu, err, err_len) ||
-        bind_matrix(m, LAYER_NAME("mlp.down_proj.weight"), H, F, &L->wd, err, err_len))
+        bind_matrix_rows(m, LAYER_NAME("mlp.gate_proj.weight"), F, H, r * F_l, F_l, &L->wg, err,
+                         err_len) ||
+        bind_matrix_rows(m, LAYER_NAME("mlp.up_proj.weight"), F, H, r * F_l, F_l, &L->wu, err,
+                         err_len) ||
+        bind_matrix_cols(m, LAYER_NAME("mlp.down_proj.weight"), H, F, r * F_l, F_l, &L->wd, err,
+                         err_len))
       return -1;
 #undef LAYER_NAME
   }
@@ -170,15 +237,15 @@ static int alloc_buf(qwen3_model *m, size_t bytes, mi_buffer **b, void **ptr, ch
 static int alloc_scratch(qwen3_model *m, char *err, size_t err_len) {
   const qwen3_config *c = &m->cfg;
   const size_t B = (size_t)m->batch, f = sizeof(float);
-  const size_t qdim = (size_t)(c->n_heads * c->head_dim);
+  const size_t qdim = (size_t)(m->nh_l * c->head_dim);
   q3_scratch *s = &m->s;
   if (alloc_buf(m, B * c->hidden * f, &s->b_x, (void **)&s->x, err, err_len) ||       /* [B,H] */
       alloc_buf(m, B * c->hidden * f, &s->b_h, (void **)&s->h, err, err_len) ||       /* [B,H] */
       alloc_buf(m, B * qdim * f, &s->b_q, (void **)&s->q, err, err_len) ||            /* [B,nh,hd] */
       alloc_buf(m, B * qdim * f, &s->b_att, (void **)&s->att, err, err_len) ||        /* [B,nh,hd] */
       alloc_buf(m, B * c->hidden * f, &s->b_o, (void **)&s->o, err, err_len) ||       /* [B,H] */
-      alloc_buf(m, B * c->ffn * f, &s->b_gate, (void **)&s->gate, err, err_len) ||    /* [B,F] */
-      alloc_buf(m, B * c->ffn * f, &s->b_up, (void **)&s->up, err, err_len) ||        /* [B,F] */
+      alloc_buf(m, B * m->ffn_l * f, &s->b_gate, (void **)&s->gate, err, err_len) ||  /* [B,F/tp] */
+      alloc_buf(m, B * m->ffn_l * f, &s->b_up, (void **)&s->up, err, err_len) ||      /* [B,F/tp] */
       alloc_buf(m, Q3_LOGIT_ROWS * c->vocab * f, &s->b_logits, (void **)&s->logits, err,
                 err_len) || /* [Q3_LOGIT_ROWS, V] */
       alloc_buf(m, B * sizeof(int32_t), &s->b_ids, (void **)&s->ids, err, err_len) || /* [B] */
@@ -229,11 +296,6 @@ void qwen3_model_free(qwen3_model *m) {
 int qwen3_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3_model **out,
                      char *err, size_t err_len) {
   *out = NULL;
-  if (a->tp_size > 1) {
-    snprintf(err, err_len, "qwen3: tensor parallelism (tp=%d) is not supported by this plugin yet",
-             a->tp_size);
-    return -1;
-  }
   qwen3_model *m = calloc(1, sizeof *m);
   if (!m) {
     snprintf(err, err_len, "qwen3: out of memory");
@@ -249,6 +311,32 @@ int qwen3_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3
     snprintf(err, err_len, "%s/config.json: %s", m->model_dir, cerr);
     goto fail;
   }
+  m->tp_rank = a->tp_rank;
+  m->tp_size = a->tp_size > 0 ? a->tp_size : 1;
+  if (m->tp_size > 1) {
+    const mi_platform_iface *P = m->P;
+    if (!mi_platform_has(P, allreduce_sum_f32) || !mi_platform_has(P, broadcast)) {
+      snprintf(err, err_len, "qwen3: --tp %d needs a platform with collectives (allreduce)",
+               m->tp_size);
+      goto fail;
+    }
+    const qwen3_config *c = &m->cfg;
+    const char *what = c->n_heads % m->tp_size    ? "num_attention_heads"
+                       : c->n_kv_heads % m->tp_size ? "num_key_value_heads"
+                       : c->ffn % m->tp_size        ? "intermediate_size"
+                                                    : NULL;
+    if (what) {
+      long long v = c->n_heads % m->tp_size      ? c->n_heads
+                    : c->n_kv_heads % m->tp_size ? c->n_kv_heads
+                                                 : c->ffn;
+      snprintf(err, err_len, "%s/config.json: %s = %lld is not divisible by the tensor-parallel "
+               "degree %d", m->model_dir, what, v, m->tp_size);
+      goto fail;
+    }
+  }
+  m->nh_l = m->cfg.n_heads / m->tp_size;
+  m->nkv_l = m->cfg.n_kv_heads / m->tp_size;
+  m->ffn_l = m->cfg.ffn / m->tp_size;
   m->batch = 512;
   const char *bs = host->opt_get(a->opts, "batch");
   if (bs) {
@@ -288,7 +376,7 @@ int qwen3_seq_create(qwen3_model *m, int64_t n_ctx, qwen3_seq **out, char *err, 
     return -1;
   }
   s->n_ctx = n_ctx;
-  const size_t kvdim = (size_t)(m->cfg.n_kv_heads * m->cfg.head_dim);
+  const size_t kvdim = (size_t)(m->nkv_l * m->cfg.head_dim);
   /* One slab: [n_layers][K|V][n_ctx, kvdim] f32. */
   size_t bytes = (size_t)m->cfg.n_layers * 2 * (size_t)n_ctx * kvdim * sizeof(float);
   if (alloc_buf(m, bytes, &s->b_kv, (void **)&s->kv, err, err_len) != 0) {
@@ -314,9 +402,11 @@ static int forward_chunk(qwen3_model *m, qwen3_seq *seq, const int32_t *ids, int
   void *pc = m->pc;
   const qwen3_config *c = &m->cfg;
   q3_scratch *s = &m->s;
-  const int64_t H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-  const int64_t qdim = nh * hd, kvdim = nkv * hd, F = c->ffn;
+  /* this rank's share: all of it without tensor parallelism */
+  const int64_t H = c->hidden, hd = c->head_dim, nh = m->nh_l, nkv = m->nkv_l;
+  const int64_t qdim = nh * hd, kvdim = nkv * hd, F = m->ffn_l;
   const int64_t pos0 = seq->len;
+  const int tp = m->tp_size > 1;
   const float eps = (float)c->eps, theta = (float)c->rope_theta;
   const float att_scale = (float)(1.0 / sqrt((double)hd));
 
@@ -344,6 +434,7 @@ static int forward_chunk(qwen3_model *m, qwen3_seq *seq, const int32_t *ids, int
     CHECK_K(P->attention(pc, NULL, s->att, s->q, kc, vc, MI_DTYPE_F32, T, nh, nkv, hd, pos0,
                          att_scale));
     CHECK_K(P->matmul(pc, NULL, s->o, s->att, L->wo.ptr, L->wo.dtype, T, H, qdim));
+    if (tp) CHECK_K(P->allreduce_sum_f32(pc, NULL, s->o, T * H)); /* sum the heads' shares */
     CHECK_K(P->add(pc, NULL, s->x, s->x, s->o, T * H));
 
     /* MLP block */
@@ -352,6 +443,7 @@ static int forward_chunk(qwen3_model *m, qwen3_seq *seq, const int32_t *ids, int
     CHECK_K(P->matmul(pc, NULL, s->up, s->h, L->wu.ptr, L->wu.dtype, T, F, H));
     CHECK_K(P->silu_mul(pc, NULL, s->gate, s->gate, s->up, T * F));
     CHECK_K(P->matmul(pc, NULL, s->o, s->gate, L->wd.ptr, L->wd.dtype, T, H, F));
+    if (tp) CHECK_K(P->allreduce_sum_f32(pc, NULL, s->o, T * H)); /* sum the FFN shares */
     CHECK_K(P->add(pc, NULL, s->x, s->x, s->o, T * H));
   }
   seq->len += T;

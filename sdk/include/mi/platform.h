@@ -117,6 +117,17 @@ typedef struct mi_platform_iface {
 
   /* out[r] = index of the largest x[r,:] (first one on ties), rows × n. */
   int (*argmax)(void *ctx, mi_stream *s, int32_t *out, const float *x, int64_t rows, int64_t n);
+
+  /* --- collectives for tensor parallelism (optional: NULL = single rank) ---
+   * The group is set up by init from the plugin's options/environment (MPI
+   * ranks on the CPU platform; RCCL/NCCL on GPUs). */
+  /* This process's rank and the group size (0 and 1 when alone). */
+  int (*comm_info)(void *ctx, int *rank, int *size);
+  /* In place: buf[i] = Σ over ranks of buf[i], n floats. Every rank gets
+   * bitwise the same result. */
+  int (*allreduce_sum_f32)(void *ctx, mi_stream *s, float *buf, int64_t n);
+  /* Copies n bytes from rank `root`'s buf into every rank's buf. */
+  int (*broadcast)(void *ctx, mi_stream *s, void *buf, size_t n, int root);
 } mi_platform_iface;
 
 /* Does this platform's interface (of the size it declared) provide member m? */

@@ -1,0 +1,189 @@
+/* mi-ckb: list, show, validate and extend the contract knowledge base, and
+ * check what it covers for a model directory on a platform. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ckb.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: mi-ckb [--ckb DIR] COMMAND [ARGS]\n"
+          "  list [--kind KIND]                    one line per entry: id, version, kind, provenance, file\n"
+          "  show ID                               the entry's JSON\n"
+          "  validate                              check every entry (schemas, references, ids); exit 1 on problems\n"
+          "  coverage --model DIR --platform NAME [--json]\n"
+          "                                        contracts that apply and what is missing; exit 2 when not covered\n"
+          "  add FILE | update FILE                atomic write of one entry (FILE '-' = stdin); update needs a higher version\n"
+          "CKB folder: --ckb DIR, else $MI_CKB_DIR, ./ckb, <exe>/../share/metainfer/ckb, <exe>/../../ckb\n");
+}
+
+static void print_line(void *user, const char *line) {
+  (void)user;
+  fprintf(stderr, "%s\n", line);
+}
+
+static int cmd_list(mi_ckb *c, int argc, char **argv) {
+  const char *kind = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--kind") && i + 1 < argc) kind = argv[++i];
+    else {
+      fprintf(stderr, "mi-ckb list: unexpected argument '%s'\n", argv[i]);
+      return 1;
+    }
+  }
+  for (size_t i = 0; i < mi_ckb_count(c); i++) {
+    const mi_ckb_entry *e = mi_ckb_at(c, i);
+    if (kind && (!e->kind || strcmp(e->kind, kind))) continue;
+    const char *prov = json_string_value(json_object_get(json_object_get(e->json, "provenance"), "source"));
+    printf("%-40s %-8s %-13s %-10s %s\n", e->id ? e->id : "?", e->version ? e->version : "?",
+           e->kind ? e->kind : "?", prov ? prov : "?", e->rel);
+  }
+  return 0;
+}
+
+static int cmd_show(mi_ckb *c, int argc, char **argv) {
+  if (argc != 1) {
+    fprintf(stderr, "mi-ckb show: expected one ID\n");
+    return 1;
+  }
+  const mi_ckb_entry *e = mi_ckb_find(c, argv[0]);
+  if (!e) {
+    fprintf(stderr, "mi-ckb show: no entry '%s' in %s\n", argv[0], mi_ckb_dir(c));
+    return 1;
+  }
+  char *s = json_dumps(e->json, JSON_INDENT(2));
+  printf("%s\n", s ? s : "");
+  free(s);
+  return 0;
+}
+
+static int cmd_validate(mi_ckb *c) {
+  int n = mi_ckb_validate(c, print_line, NULL);
+  fprintf(stderr, "%s: %zu entries, %d problem%s\n", mi_ckb_dir(c), mi_ckb_count(c), n,
+          n == 1 ? "" : "s");
+  return n ? 1 : 0;
+}
+
+static int cmd_coverage(mi_ckb *c, int argc, char **argv) {
+  const char *model = NULL, *platform = NULL;
+  int as_json = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+    else if (!strcmp(argv[i], "--platform") && i + 1 < argc) platform = argv[++i];
+    else if (!strcmp(argv[i], "--json")) as_json = 1;
+    else {
+      fprintf(stderr, "mi-ckb coverage: unexpected argument '%s'\n", argv[i]);
+      return 1;
+    }
+  }
+  if (!model || !platform) {
+    fprintf(stderr, "mi-ckb coverage: needs --model DIR and --platform NAME\n");
+    return 1;
+  }
+  json_t *r;
+  char err[512];
+  int rc = mi_ckb_coverage(c, model, platform, &r, err, sizeof err);
+  if (rc < 0) {
+    fprintf(stderr, "mi-ckb coverage: %s\n", err);
+    return 1;
+  }
+  if (as_json) {
+    char *s = json_dumps(r, JSON_INDENT(2));
+    printf("%s\n", s ? s : "");
+    free(s);
+  } else {
+    json_t *v;
+    size_t i;
+    const char *mc = json_string_value(json_object_get(r, "model_contract"));
+    const char *pc = json_string_value(json_object_get(r, "platform_contract"));
+    printf("model     %s -> %s\n", json_string_value(json_array_get(json_object_get(r, "architectures"), 0)),
+           mc ? mc : "(none)");
+    printf("platform  %s -> %s\n", platform, pc ? pc : "(none)");
+    json_array_foreach(json_object_get(r, "operators"), i, v)
+      printf("operator  %-24s contract %-3s platform %s\n", json_string_value(json_object_get(v, "id")),
+             json_is_true(json_object_get(v, "contract")) ? "yes" : "NO",
+             json_is_true(json_object_get(v, "platform")) ? "yes" : "NO");
+    json_array_foreach(json_object_get(r, "tests"), i, v)
+      printf("test      stage %lld %-28s %s\n", (long long)json_integer_value(json_object_get(v, "stage")),
+             json_string_value(json_object_get(v, "id")), json_string_value(json_object_get(v, "status")));
+    json_array_foreach(json_object_get(r, "failure_modes"), i, v)
+      printf("watch     %s\n", json_string_value(v));
+    json_array_foreach(json_object_get(r, "experience"), i, v)
+      printf("recall    %s\n", json_string_value(v));
+    json_array_foreach(json_object_get(r, "missing"), i, v) printf("MISSING   %s\n", json_string_value(v));
+    printf("%s\n", rc == 0 ? "covered" : "NOT covered");
+  }
+  json_decref(r);
+  return rc == 0 ? 0 : 2;
+}
+
+static int cmd_put(const char *dir, int argc, char **argv, mi_ckb_put_mode mode) {
+  if (argc != 1) {
+    fprintf(stderr, "mi-ckb %s: expected one FILE\n", mode == MI_CKB_ADD ? "add" : "update");
+    return 1;
+  }
+  json_error_t je;
+  json_t *e = !strcmp(argv[0], "-") ? json_loadf(stdin, JSON_REJECT_DUPLICATES, &je)
+                                    : json_load_file(argv[0], JSON_REJECT_DUPLICATES, &je);
+  if (!e) {
+    fprintf(stderr, "%s: invalid JSON at line %d: %s\n", argv[0], je.line, je.text);
+    return 1;
+  }
+  int rc = mi_ckb_put(dir, e, mode, print_line, NULL);
+  if (rc == 0)
+    fprintf(stderr, "%s %s %s\n", mode == MI_CKB_ADD ? "added" : "updated",
+            json_string_value(json_object_get(e, "id")), json_string_value(json_object_get(e, "version")));
+  json_decref(e);
+  return rc == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  const char *dir = NULL;
+  int i = 1;
+  for (; i < argc && argv[i][0] == '-'; i++) {
+    if (!strcmp(argv[i], "--ckb") && i + 1 < argc) dir = argv[++i];
+    else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      usage(stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "mi-ckb: unknown option '%s'\n", argv[i]);
+      usage(stderr);
+      return 1;
+    }
+  }
+  if (i >= argc) {
+    usage(stderr);
+    return 1;
+  }
+  char buf[4096];
+  if (!dir && !(dir = mi_ckb_default_dir(argv[0], buf, sizeof buf))) {
+    fprintf(stderr, "mi-ckb: %s\n", buf);
+    return 1;
+  }
+  const char *cmd = argv[i++];
+  int rest = argc - i;
+  char **rargv = argv + i;
+  if (!strcmp(cmd, "add")) return cmd_put(dir, rest, rargv, MI_CKB_ADD);
+  if (!strcmp(cmd, "update")) return cmd_put(dir, rest, rargv, MI_CKB_UPDATE);
+
+  char err[512];
+  mi_ckb *c = mi_ckb_open(dir, err, sizeof err);
+  if (!c) {
+    fprintf(stderr, "mi-ckb: %s\n", err);
+    return 1;
+  }
+  int rc;
+  if (!strcmp(cmd, "list")) rc = cmd_list(c, rest, rargv);
+  else if (!strcmp(cmd, "show")) rc = cmd_show(c, rest, rargv);
+  else if (!strcmp(cmd, "validate")) rc = rest ? (fprintf(stderr, "mi-ckb validate: takes no arguments\n"), 1) : cmd_validate(c);
+  else if (!strcmp(cmd, "coverage")) rc = cmd_coverage(c, rest, rargv);
+  else {
+    fprintf(stderr, "mi-ckb: unknown command '%s'\n", cmd);
+    usage(stderr);
+    rc = 1;
+  }
+  mi_ckb_close(c);
+  return rc;
+}

@@ -1,0 +1,106 @@
+/* mi-verify internals: staged verification of a platform plugin against
+ * CKB contracts. Stage 1 (operator units) is implemented here:
+ *   verify_ref.c   float64 reference implementations, selected by name
+ *   verify_unit.c  one operator contract: cases, inputs, libffi call, compare
+ *   verify_child.c fork + time limit + rlimits around every unit
+ */
+#ifndef MI_CORE_VERIFY_H
+#define MI_CORE_VERIFY_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mi/platform.h"
+
+/* ---------- arguments as the contract declares them ---------- */
+
+typedef enum vf_kind {
+  VF_CTX, VF_STREAM, VF_IN, VF_OUT, VF_INOUT, VF_I64, VF_I32, VF_F32, VF_F64, VF_DTYPE,
+} vf_kind;
+
+int vf_kind_parse(const char *s, vf_kind *out);
+int vf_dtype_parse(const char *s, mi_dtype *out);
+
+typedef struct vf_arg {
+  const char *name;
+  vf_kind kind;
+  mi_dtype dtype; /* buffers: element type; VF_DTYPE: the value passed */
+  int64_t n;      /* buffers: element count (product of the shape) */
+  double *val;    /* buffers: float64 values. Inputs: exactly what the kernel
+                     gets (already rounded to dtype). Outputs: the reference
+                     writes here. */
+  int64_t i;      /* VF_I64 / VF_I32 */
+  double f;       /* VF_F32 (rounded to float) / VF_F64 */
+  int64_t *shape; /* buffers: dims */
+  int ndim;
+} vf_arg;
+
+typedef struct vf_call {
+  vf_arg *args;
+  int nargs;
+} vf_call;
+
+/* A float64 reference: reads inputs, writes out/inout buffers' val.
+ * Returns 0, or -1 with a message (e.g. an argument it needs is missing). */
+typedef int (*vf_ref_fn)(vf_call *c, char *err, size_t err_len);
+vf_ref_fn vf_ref_find(const char *name);
+/* The names known, NULL-terminated (for checks against the schema enum). */
+const char *const *vf_ref_names(void);
+
+/* ---------- the platform interface by member name ---------- */
+
+/* offsetof(mi_platform_iface, member), or -1 when the name is unknown. */
+long vf_member_offset(const char *member);
+const char *const *vf_member_names(void);
+/* The function pointer of `member` in iface, or NULL (unknown, absent from
+ * the plugin's struct_size, or NULL). */
+void *vf_member_fn(const mi_platform_iface *iface, const char *member);
+
+/* ---------- one unit ---------- */
+
+typedef struct vf_unit_opts {
+  uint64_t seed;           /* master seed */
+  json_t *operator_entry;  /* the operator contract */
+  json_t *platform_kernel; /* the platform contract's kernels[] item (dtypes) */
+  int result_fd;           /* events go here, one JSON object per line */
+} vf_unit_opts;
+
+/* Runs every case of one operator contract on a loaded platform. Emits
+ * {"event":"case_start",...} before each kernel call and
+ * {"event":"case_end",...} after it. Returns 0 when every case passed. */
+int vf_run_operator(const mi_platform_iface *iface, void *ctx, const vf_unit_opts *o);
+
+/* Seeds: the per-case seed is a hash of the master seed, the operator id
+ * and the case's position, so one --seed reproduces every case. */
+uint64_t vf_case_seed(uint64_t master, const char *op_id, int case_index, int variant);
+
+/* ---------- isolation ---------- */
+
+typedef struct vf_limits {
+  double timeout_s; /* wall clock; the child is killed after it */
+  double cpu_s;     /* RLIMIT_CPU */
+  uint64_t mem_mb;  /* RLIMIT_AS; 0 = none (always none under ASan) */
+} vf_limits;
+
+typedef struct vf_child_result {
+  int exited;      /* 1: exited normally with exit_code */
+  int exit_code;
+  int signaled;    /* 1: killed by term_signal */
+  int term_signal;
+  int timed_out;   /* 1: killed by us after timeout_s */
+  double wall_s;
+  char *output;    /* raw stdout+stderr of the child (tail, NUL-terminated) */
+  json_t *events;  /* array of the JSON event lines it emitted */
+} vf_child_result;
+
+/* Runs fn(arg, result_fd) in a forked child under the limits, capturing its
+ * output and event lines. Never lets the child's fate reach the caller. */
+int vf_run_child(const vf_limits *lim, int (*fn)(void *arg, int result_fd), void *arg,
+                 vf_child_result *out);
+void vf_child_result_free(vf_child_result *r);
+
+/* Writes one event line (a JSON object) to fd; steals ev. */
+void vf_emit(int fd, json_t *ev);
+
+#endif

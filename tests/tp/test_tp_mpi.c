@@ -1,0 +1,169 @@
+/* Tensor parallelism on the CPU platform over MPI ranks: `mpirun -np N
+ * mi-run --tp N` must give the same greedy tokens, and top logprobs within
+ * tolerance, as the single-process run; a model whose head counts do not
+ * divide by N is refused with a clear message; --tp without a launcher is
+ * refused. */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char g_build[1024], g_small[1200], g_tiny[1200], g_mpirun[256];
+
+#define STEPS 12
+#define TOPK 5
+
+typedef struct run_out {
+  int status;
+  int n_prompt;
+  int tokens[STEPS];
+  int top_ids[STEPS][TOPK];
+  double top_lps[STEPS][TOPK];
+  int steps;
+  char err[4096];
+} run_out;
+
+static void run(const char *launcher, const char *model, int tp, run_out *r) {
+  memset(r, 0, sizeof *r);
+  char errf[1300], cmd[8192];
+  snprintf(errf, sizeof errf, "%s/tests/tp-err-%d.txt", g_build, tp);
+  snprintf(cmd, sizeof cmd,
+           "%s '%s/bin/mi-run' -m '%s' -p 'Tensor parallel ranks agree on' -n %d --temp 0 "
+           "--ignore-eos --json --top-logprobs %d -t 1 --tp %d </dev/null 2>'%s'",
+           launcher, g_build, model, STEPS, TOPK, tp, errf);
+  FILE *p = popen(cmd, "r");
+  ck_assert(p);
+  char line[16384];
+  while (fgets(line, sizeof line, p)) {
+    json_error_t je;
+    json_t *j = json_loads(line, 0, &je);
+    ck_assert_msg(j, "not JSON: %s", line);
+    if (json_object_get(j, "prompt_ids")) {
+      r->n_prompt = (int)json_array_size(json_object_get(j, "prompt_ids"));
+    } else if (json_object_get(j, "step")) {
+      int s = (int)json_integer_value(json_object_get(j, "step"));
+      ck_assert(s == r->steps && s < STEPS);
+      r->tokens[s] = (int)json_integer_value(json_object_get(j, "token_id"));
+      json_t *top = json_object_get(j, "top_logprobs");
+      for (int k = 0; k < TOPK; k++) {
+        r->top_ids[s][k] = (int)json_integer_value(json_array_get(json_array_get(top, k), 0));
+        r->top_lps[s][k] = json_number_value(json_array_get(json_array_get(top, k), 1));
+      }
+      r->steps++;
+    }
+    json_decref(j);
+  }
+  int st = pclose(p);
+  r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  FILE *f = fopen(errf, "r");
+  if (f) {
+    size_t n = fread(r->err, 1, sizeof r->err - 1, f);
+    r->err[n] = 0;
+    fclose(f);
+  }
+}
+
+/* Logprob tolerance: the TP ranks sum partial matmul results in a different
+ * order than one process (all-reduce of per-rank partial sums), so logits
+ * differ in the last bits of f32: ~1e-6 relative. 1e-4 absolute on
+ * logprobs is two orders of magnitude above that and far below any
+ * sharding defect (a wrong shard moves logprobs by O(1)). */
+#define LP_TOL 1e-4
+
+static void compare(const run_out *a, const run_out *b, int tp) {
+  ck_assert_msg(b->status == 0, "tp=%d failed (%d): %s", tp, b->status, b->err);
+  ck_assert_int_eq(a->n_prompt, b->n_prompt);
+  ck_assert_int_eq(b->steps, STEPS);
+  double worst = 0;
+  for (int s = 0; s < STEPS; s++) {
+    ck_assert_msg(a->tokens[s] == b->tokens[s], "tp=%d: step %d token %d vs %d", tp, s,
+                  b->tokens[s], a->tokens[s]);
+    for (int k = 0; k < TOPK; k++) {
+      ck_assert_int_eq(a->top_ids[s][k], b->top_ids[s][k]);
+      double d = fabs(a->top_lps[s][k] - b->top_lps[s][k]);
+      if (d > worst) worst = d;
+      ck_assert_msg(d < LP_TOL, "tp=%d step %d: logprob differs by %g", tp, s, d);
+    }
+  }
+  fprintf(stderr, "tp=%d: %d steps identical, max |dlogprob| %.2g\n", tp, STEPS, worst);
+}
+
+static const char *launcher(int np, char *buf, size_t n) {
+  snprintf(buf, n, "%s -np %d --oversubscribe --bind-to none", g_mpirun, np);
+  return buf;
+}
+
+START_TEST(tp2_matches_tp1) {
+  run_out a, b;
+  char l[512];
+  run("", g_small, 1, &a);
+  ck_assert_msg(a.status == 0, "tp=1: %s", a.err);
+  run(launcher(2, l, sizeof l), g_small, 2, &b);
+  compare(&a, &b, 2);
+}
+END_TEST
+
+START_TEST(tp4_matches_tp1) {
+  run_out a, b;
+  char l[512];
+  run("", g_small, 1, &a);
+  run(launcher(4, l, sizeof l), g_small, 4, &b);
+  compare(&a, &b, 4);
+}
+END_TEST
+
+START_TEST(tp4_heads_do_not_divide) {
+  run_out r;
+  char l[512];
+  run(launcher(4, l, sizeof l), g_tiny, 4, &r); /* tiny: 2 KV heads */
+  ck_assert_int_ne(r.status, 0);
+  ck_assert_msg(strstr(r.err, "num_key_value_heads") && strstr(r.err, "not divisible"),
+                "stderr: %s", r.err);
+  ck_assert_msg(strstr(r.err, "config.json"), "stderr: %s", r.err);
+}
+END_TEST
+
+START_TEST(tp_without_launcher) {
+  run_out r;
+  run("", g_small, 2, &r);
+  ck_assert_int_ne(r.status, 0);
+  ck_assert_msg(strstr(r.err, "--tp 2 needs 2 ranks"), "stderr: %s", r.err);
+}
+END_TEST
+
+int main(void) {
+  const char *b = getenv("MI_BUILD_DIR");
+  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
+  snprintf(g_small, sizeof g_small, "%s/models/tp-small-seed4", g_build);
+  snprintf(g_tiny, sizeof g_tiny, "%s/models/tp-tiny-seed4", g_build);
+  const char *mr = getenv("MI_MPIRUN");
+  snprintf(g_mpirun, sizeof g_mpirun, "%s", mr ? mr : "mpirun");
+  /* CI runs as root in a container: OpenMPI needs to be told that is fine,
+   * and single-copy (CMA) transfers need ptrace rights containers lack. */
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "mkdir -p '%s/models' && ([ -f '%s/config.json' ] || '%s/bin/mi-mkmodel' --shape small "
+           "--seed 4 --out '%s' >/dev/null) && ([ -f '%s/config.json' ] || '%s/bin/mi-mkmodel' "
+           "--shape tiny --seed 4 --out '%s' >/dev/null)",
+           g_build, g_small, g_build, g_small, g_tiny, g_build, g_tiny);
+  if (system(cmd) != 0) return 1;
+  Suite *s = suite_create("tp_mpi");
+  TCase *tc = tcase_create("mpirun");
+  tcase_set_timeout(tc, 240);
+  tcase_add_test(tc, tp2_matches_tp1);
+  tcase_add_test(tc, tp4_matches_tp1);
+  tcase_add_test(tc, tp4_heads_do_not_divide);
+  tcase_add_test(tc, tp_without_launcher);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int nf = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return nf ? 1 : 0;
+}
