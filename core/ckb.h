@@ -91,6 +91,10 @@ int mi_expr_eval(const char *expr, mi_expr_lookup lookup, void *user, int64_t *o
 int mi_expr_names(const char *expr, void (*fn)(void *user, const char *name, size_t len),
                   void *user, char *err, size_t err_len);
 
+/* The platform contract for a name: its id, its "plugin" or one of its
+ * "aliases". NULL if none. */
+const mi_ckb_entry *mi_ckb_find_platform(const mi_ckb *c, const char *name);
+
 /* ---- coverage ----
  * Which contracts apply to a model directory on a platform, and what is
  * missing. Writes a JSON report to *out (caller frees with json_decref).

@@ -29,7 +29,7 @@ static void missing(json_t *report, const char *fmt, ...) {
   json_array_append_new(json_object_get(report, "missing"), json_string(buf));
 }
 
-static const mi_ckb_entry *find_platform(const mi_ckb *c, const char *name) {
+const mi_ckb_entry *mi_ckb_find_platform(const mi_ckb *c, const char *name) {
   for (size_t i = 0; i < mi_ckb_count(c); i++) {
     const mi_ckb_entry *e = mi_ckb_at(c, i);
     if (!e->kind || strcmp(e->kind, "platform") || !e->id) continue;
@@ -117,7 +117,7 @@ int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform
   if (model) json_object_set_new(r, "model_contract", json_sprintf("%s@%s", model->id, model->version));
   else missing(r, "model contract for architecture %s", json_string_value(json_array_get(archs, 0)));
 
-  const mi_ckb_entry *plat = find_platform(c, platform);
+  const mi_ckb_entry *plat = mi_ckb_find_platform(c, platform);
   if (plat) json_object_set_new(r, "platform_contract", json_sprintf("%s@%s", plat->id, plat->version));
   else missing(r, "platform contract for '%s'", platform);
 

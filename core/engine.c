@@ -283,7 +283,12 @@ int mi_generate(mi_engine *e, const int32_t *prompt, size_t n_prompt, const mi_g
     st->n_gen++;
     hist[n_hist++] = id;
     int is_eos = mi_engine_is_eos(e, id);
-    int n = mi_tok_stream_feed(&ts, id, tok_text, tok_cap);
+    /* Ids past the tokenizer's vocabulary but inside the model's (Qwen pads
+     * its embedding to 151936 rows) have no text: they decode to nothing,
+     * as in Hugging Face. */
+    int n = id < (int32_t)mi_tokenizer_vocab_size(e->tok)
+                ? mi_tok_stream_feed(&ts, id, tok_text, tok_cap)
+                : 0;
     if (n < 0) {
       snprintf(err, err_len, "token id %d cannot be decoded by the tokenizer", id);
       goto done;

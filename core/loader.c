@@ -294,7 +294,6 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
     snprintf(dotpath, sizeof dotpath, "./%s", open_path);
     open_path = dotpath;
   }
-  int elf = looks_like_elf(path);
   dlerror();
   p->pub.dl = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
   if (!p->pub.dl) {
@@ -303,7 +302,8 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
     /* glibc says "PATH: problem"; the log line already names the file */
     size_t pl = strlen(open_path);
     if (strncmp(e, open_path, pl) == 0 && e[pl] == ':' && e[pl + 1] == ' ') e += pl + 2;
-    set_reason(p, MI_PLUGIN_REJECTED, "%sdlopen failed: %s", elf ? "" : "not an ELF file: ", e);
+    set_reason(p, MI_PLUGIN_REJECTED, "%sdlopen failed: %s",
+               looks_like_elf(path) ? "" : "not an ELF file: ", e);
     goto done;
   }
 

@@ -6,6 +6,11 @@
  * "__metadata__": {str: str}}, then the data section; data_offsets are
  * [begin, end) relative to the start of the data section.
  *
+ * Data pointers are as aligned as the writer made them: the data section
+ * starts 8 + N bytes into a page-aligned mapping, and Hugging Face (and
+ * mi-mkmodel) pad N to a multiple of 8, but the format does not require it;
+ * a reader that needs alignment must check (or memcpy).
+ *
  * Every error is one line "PATH: problem" written into err (never a crash). */
 #ifndef MI_CORE_SAFETENSORS_H
 #define MI_CORE_SAFETENSORS_H

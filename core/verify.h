@@ -103,4 +103,24 @@ void vf_child_result_free(vf_child_result *r);
 /* Writes one event line (a JSON object) to fd; steals ev. */
 void vf_emit(int fd, json_t *ev);
 
+/* ---------- stages ---------- */
+
+typedef struct vf_stage_opts {
+  const char *plugin_path;
+  const void *plugin_opts; /* const mi_options * */
+  json_t *platform;        /* the platform contract */
+  json_t *operators;       /* object: operator id -> operator contract */
+  uint64_t seed;
+  vf_limits lim;
+  const char *only; /* comma-separated operator ids or member names, or NULL */
+} vf_stage_opts;
+
+/* Loads the plugin in a child and describes it: {"verdict": "PASS"|"FAIL",
+ * "name", "version", "kind", "variant", "members": [...], "message", ...}. */
+json_t *vf_probe_plugin(const vf_stage_opts *o);
+
+/* Stage 1: one unit per kernel of the platform contract. Returns the stage
+ * object of the report ({"stage": 1, "verdict", "units": [...]}). */
+json_t *vf_stage1(const vf_stage_opts *o);
+
 #endif

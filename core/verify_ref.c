@@ -1,4 +1,4 @@
-/* Float64 references for the operator contracts (ckb/operators/*.json,
+/* Float64 references for the operator contracts (ckb/operators/NAME.json,
  * field "reference"). Each one reads the contract's arguments by name and
  * computes the definition in the contract's "math" field in double
  * precision, on exactly the (dtype-rounded) inputs the kernel was given.

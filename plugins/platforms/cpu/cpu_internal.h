@@ -77,8 +77,9 @@ typedef struct cpu_pool cpu_pool;
  * running thread's index in [0, nthreads). */
 typedef void (*cpu_task_fn)(void *arg, int64_t begin, int64_t end, int tid);
 
-/* nthreads includes the calling thread (nthreads - 1 workers are started). */
-int cpu_pool_create(cpu_pool **out, int nthreads, char *err, size_t err_len);
+/* nthreads includes the calling thread (nthreads - 1 workers are started).
+ * Idle threads spin spin_us microseconds before sleeping. */
+int cpu_pool_create(cpu_pool **out, int nthreads, int spin_us, char *err, size_t err_len);
 void cpu_pool_destroy(cpu_pool *p);
 int cpu_pool_threads(const cpu_pool *p);
 /* Static split: [0, total) cut into at most nthreads contiguous ranges whose

@@ -5,6 +5,8 @@
  *   threads=N      worker count including the caller; 0 or absent = online CPUs
  *   isa=NAME       generic | avx2 | avx512 | avx512bf16 (or auto): force a
  *                  variant; one this machine/OS cannot run is refused
+ *   spin_us=N      how long idle threads spin before sleeping (default 50;
+ *                  0 = sleep at once, kinder to a shared machine)
  *   debug_xcr0=HEX test hook: pretend XGETBV(0) returned HEX, e.g. 0x7 for
  *                  an OS that saves YMM but not ZMM state
  *
@@ -56,6 +58,7 @@ typedef struct cpu_config {
   cpu_isa isa;
   int forced; /* isa= given */
   int nthreads;
+  int spin_us;
   cpu_isa_info info;
 } cpu_config;
 
@@ -111,6 +114,21 @@ static int read_config(const mi_host_api *host, const mi_options *opts, cpu_conf
       return -1;
     }
     if (n > 0) cfg->nthreads = (int)n;
+  }
+  /* Between kernels of one decode step the caller works for microseconds;
+   * 50 us of spinning catches the next kernel without a futex wake-up and
+   * costs little when the engine is idle. */
+  cfg->spin_us = 50;
+  v = opt(host, opts, "spin_us");
+  if (v && *v) {
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || *end || n < 0 || n > 100000) {
+      snprintf(err, err_len, "cpu: option spin_us=%s must be an integer in [0, 100000]", v);
+      return -1;
+    }
+    cfg->spin_us = (int)n;
   }
   return 0;
 }
@@ -173,7 +191,7 @@ static int cpu_init(const mi_host_api *host, const mi_options *opts, void **ctx,
   c->isa = cfg.isa;
   c->k = kernels_for(cfg.isa);
   c->nthreads = cfg.nthreads;
-  if (cpu_pool_create(&c->pool, cfg.nthreads, err, err_len) != 0) {
+  if (cpu_pool_create(&c->pool, cfg.nthreads, cfg.spin_us, err, err_len) != 0) {
     free(c);
     return -1;
   }

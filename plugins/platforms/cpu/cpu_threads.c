@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cpu_internal.h"
@@ -41,7 +42,7 @@ typedef struct cpu_job {
 
 struct cpu_pool {
   int n; /* threads including the caller */
-  int spin; /* pause iterations before sleeping */
+  int64_t spin_ns; /* how long to spin before sleeping */
   pthread_t *th;
   int started; /* workers actually created */
   cpu_job job;
@@ -82,6 +83,31 @@ static void run_share(cpu_pool *p, int tid) {
     run_static(&p->job, tid, p->n);
 }
 
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spins for at most spin_ns until a new job (or stop) is published after
+ * generation `seen` (worker: for_job = 1), or until every worker is done with
+ * the current job (caller: for_job = 0). Returns 1 if that happened. The
+ * clock is read once every 64 pauses: PAUSE takes from ~10 to ~140 cycles by
+ * CPU model, so an iteration count alone would not bound the time. */
+static int spin_wait(cpu_pool *p, int for_job, uint64_t seen) {
+  if (p->spin_ns <= 0) return 0;
+  int64_t deadline = mono_ns() + p->spin_ns;
+  for (;;) {
+    for (int i = 0; i < 64; i++) {
+      if (for_job ? atomic_load(&p->gen) != seen || atomic_load(&p->stop)
+                  : atomic_load(&p->pending) == 0)
+        return 1;
+      cpu_relax();
+    }
+    if (mono_ns() > deadline) return 0;
+  }
+}
+
 static void *worker_main(void *varg) {
   worker_arg wa = *(worker_arg *)varg;
   free(varg);
@@ -89,11 +115,8 @@ static void *worker_main(void *varg) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t g = atomic_load(&p->gen);
-    for (int i = 0; g == seen && i < p->spin && !atomic_load(&p->stop); i++) {
-      cpu_relax();
-      g = atomic_load(&p->gen);
-    }
-    if (g == seen) {
+    if (g == seen && spin_wait(p, 1, seen)) g = atomic_load(&p->gen);
+    if (g == seen && !atomic_load(&p->stop)) {
       pthread_mutex_lock(&p->mu);
       while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop))
         pthread_cond_wait(&p->cv_work, &p->mu);
@@ -113,7 +136,7 @@ static void *worker_main(void *varg) {
   return NULL;
 }
 
-int cpu_pool_create(cpu_pool **out, int nthreads, char *err, size_t err_len) {
+int cpu_pool_create(cpu_pool **out, int nthreads, int spin_us, char *err, size_t err_len) {
   *out = NULL;
   if (nthreads < 1) nthreads = 1;
   cpu_pool *p = calloc(1, sizeof *p);
@@ -124,8 +147,8 @@ int cpu_pool_create(cpu_pool **out, int nthreads, char *err, size_t err_len) {
   p->n = nthreads;
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   /* Oversubscribed (more threads than CPUs): spinning only steals the CPU
-   * from the thread we are waiting for, so sleep almost at once. */
-  p->spin = (online > 0 && nthreads > online) ? 64 : 20000;
+   * from the thread we are waiting for, so sleep at once. */
+  p->spin_ns = (online > 0 && nthreads > online) ? 0 : (int64_t)spin_us * 1000;
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv_work, NULL);
   pthread_cond_init(&p->cv_done, NULL);
@@ -197,8 +220,7 @@ static void pool_run(cpu_pool *p, int64_t total, int64_t grain, int dynamic, cpu
 
   run_share(p, 0);
 
-  for (int i = 0; atomic_load(&p->pending) > 0 && i < p->spin; i++) cpu_relax();
-  if (atomic_load(&p->pending) > 0) {
+  if (atomic_load(&p->pending) > 0 && !spin_wait(p, 0, 0)) {
     pthread_mutex_lock(&p->mu);
     while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
     pthread_mutex_unlock(&p->mu);

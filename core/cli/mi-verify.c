@@ -1,0 +1,244 @@
+/* mi-verify: a platform plugin's conformance run against the CKB's staged
+ * test contracts. Stage 1 (operator units) is implemented: every kernel the
+ * platform contract lists, called through libffi on fresh seeded inputs,
+ * against float64 references, each in an isolated child. Exit status: 0 all
+ * passed, 1 something failed, 2 the run could not be set up. */
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/ckb.h"
+#include "core/verify.h"
+#include "mi/host.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: mi-verify --platform-plugin PATH.so [options]\n"
+          "  --ckb DIR           the contract knowledge base (default: $MI_CKB_DIR, ./ckb, next to the exe)\n"
+          "  --platform NAME     the platform contract to hold the plugin to (default: the plugin's name)\n"
+          "  --stage N           run stages 1..N (only 1 is implemented; default 1)\n"
+          "  --only LIST         comma-separated operator ids or member names\n"
+          "  --seed N            master seed (default: random, printed)\n"
+          "  --report FILE       write the JSON report there\n"
+          "  --timeout S         wall-clock limit per unit (default: the test contract's)\n"
+          "  --cpu-limit S       RLIMIT_CPU per unit     --mem-limit MB   RLIMIT_AS per unit\n"
+          "  -o KEY=VALUE        plugin option (repeatable), e.g. -o threads=2\n"
+          "  -v                  print every case\n");
+}
+
+static uint64_t random_seed(void) {
+  uint64_t s = 0;
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    if (read(fd, &s, sizeof s) != (ssize_t)sizeof s) s = 0;
+    close(fd);
+  }
+  if (!s) s = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();
+  return s & ((1ull << 48) - 1); /* short enough to retype */
+}
+
+static json_t *find_stage_contract(const mi_ckb *c, int stage, const char *name) {
+  for (size_t i = 0; i < mi_ckb_count(c); i++) {
+    const mi_ckb_entry *e = mi_ckb_at(c, i);
+    if (!e->kind || strcmp(e->kind, "test")) continue;
+    const char *n = json_string_value(json_object_get(e->json, "name"));
+    if (json_integer_value(json_object_get(e->json, "stage")) == stage && n && !strcmp(n, name))
+      return e->json;
+  }
+  return NULL;
+}
+
+static void summary(json_t *stage, int verbose) {
+  size_t i;
+  json_t *u;
+  json_array_foreach(json_object_get(stage, "units"), i, u) {
+    const char *v = json_string_value(json_object_get(u, "verdict"));
+    const char *st = json_string_value(json_object_get(u, "status"));
+    size_t nc = json_array_size(json_object_get(u, "cases"));
+    if (!strcmp(v, "PASS"))
+      fprintf(stderr, "  PASS     %-22s %2zu cases, max rel error %.2g\n",
+              json_string_value(json_object_get(u, "id")), nc,
+              json_number_value(json_object_get(u, "max_rel_err")));
+    else
+      fprintf(stderr, "  %-8s %-22s %s\n", st ? st : v, json_string_value(json_object_get(u, "id")),
+              json_string_value(json_object_get(u, "message")));
+    if (!verbose) continue;
+    size_t j;
+    json_t *c;
+    json_array_foreach(json_object_get(u, "cases"), j, c) {
+      json_t *rel = json_object_get(c, "max_rel_err");
+      char rs[32];
+      if (json_is_number(rel)) snprintf(rs, sizeof rs, "%.2g", json_number_value(rel));
+      else snprintf(rs, sizeof rs, "%s", json_is_string(rel) ? json_string_value(rel) : "-");
+      fprintf(stderr, "           %-5s %-16s %-4s seed %s  max rel error %s\n",
+              json_string_value(json_object_get(c, "verdict")),
+              json_string_value(json_object_get(c, "case")),
+              json_string_value(json_object_get(c, "dtype")),
+              json_string_value(json_object_get(c, "seed")), rs);
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *plugin = NULL, *ckb_dir = NULL, *platform = NULL, *report = NULL, *only = NULL;
+  int stage = 1, verbose = 0, have_seed = 0;
+  uint64_t seed = 0;
+  double timeout = -1, cpu = -1;
+  long mem = -1;
+  mi_kv kv[32];
+  size_t nkv = 0;
+  static const struct option longs[] = {
+      {"platform-plugin", 1, 0, 'P'}, {"ckb", 1, 0, 'C'},    {"platform", 1, 0, 'p'},
+      {"stage", 1, 0, 's'},           {"only", 1, 0, 'O'},   {"seed", 1, 0, 'S'},
+      {"report", 1, 0, 'r'},          {"timeout", 1, 0, 't'}, {"cpu-limit", 1, 0, 'c'},
+      {"mem-limit", 1, 0, 'm'},       {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+  int ch;
+  while ((ch = getopt_long(argc, argv, "o:vh", longs, NULL)) != -1) {
+    char *end = NULL;
+    switch (ch) {
+    case 'P': plugin = optarg; break;
+    case 'C': ckb_dir = optarg; break;
+    case 'p': platform = optarg; break;
+    case 's': stage = atoi(optarg); break;
+    case 'O': only = optarg; break;
+    case 'S':
+      seed = strtoull(optarg, &end, 0);
+      if (!end || *end || seed >= (1ull << 63)) {
+        fprintf(stderr, "mi-verify: --seed: '%s' is not an integer in [0, 2^63)\n", optarg);
+        return 2;
+      }
+      have_seed = 1;
+      break;
+    case 'r': report = optarg; break;
+    case 't': timeout = atof(optarg); break;
+    case 'c': cpu = atof(optarg); break;
+    case 'm': mem = atol(optarg); break;
+    case 'v': verbose = 1; break;
+    case 'o': {
+      char *eq = strchr(optarg, '=');
+      if (!eq || nkv == 32) {
+        fprintf(stderr, "mi-verify: -o expects KEY=VALUE (got '%s')\n", optarg);
+        return 2;
+      }
+      *eq = 0;
+      kv[nkv].key = optarg;
+      kv[nkv++].value = eq + 1;
+      break;
+    }
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (!plugin || optind != argc) {
+    usage(stderr);
+    return 2;
+  }
+  if (stage != 1) {
+    fprintf(stderr, "mi-verify: only stage 1 (operator units) is implemented; stages 2-6 are planned "
+                    "(see the test contracts in the CKB)\n");
+    return 2;
+  }
+  char buf[4096], err[512];
+  if (!ckb_dir && !(ckb_dir = mi_ckb_default_dir(argv[0], buf, sizeof buf))) {
+    fprintf(stderr, "mi-verify: %s\n", buf);
+    return 2;
+  }
+  mi_ckb *c = mi_ckb_open(ckb_dir, err, sizeof err);
+  if (!c) {
+    fprintf(stderr, "mi-verify: %s\n", err);
+    return 2;
+  }
+  int problems = mi_ckb_validate(c, NULL, NULL);
+  if (problems) {
+    fprintf(stderr, "mi-verify: %s: the CKB has %d problem(s) (listed above; see mi-ckb validate)\n",
+            ckb_dir, problems);
+    mi_ckb_close(c);
+    return 2;
+  }
+  if (!have_seed) seed = random_seed();
+  fprintf(stderr, "mi-verify: seed %llu (rerun with --seed %llu)\n", (unsigned long long)seed,
+          (unsigned long long)seed);
+
+  json_t *t1 = find_stage_contract(c, 1, "operator_units");
+  json_t *lim = json_object_get(t1, "limits");
+  mi_options popts = {kv, nkv};
+  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192}, only};
+  if (json_is_number(json_object_get(lim, "timeout_s"))) o.lim.timeout_s = json_number_value(json_object_get(lim, "timeout_s"));
+  if (json_is_number(json_object_get(lim, "cpu_s"))) o.lim.cpu_s = json_number_value(json_object_get(lim, "cpu_s"));
+  if (json_is_integer(json_object_get(lim, "mem_mb"))) o.lim.mem_mb = (uint64_t)json_integer_value(json_object_get(lim, "mem_mb"));
+  if (timeout >= 0) o.lim.timeout_s = timeout;
+  if (cpu >= 0) o.lim.cpu_s = cpu;
+  if (mem >= 0) o.lim.mem_mb = (uint64_t)mem;
+
+  json_t *rep = json_pack("{s:s, s:i, s:I, s:{s:s}, s:{s:f, s:f, s:I}}", "tool", "mi-verify",
+                          "format", 1, "seed", (json_int_t)seed, "ckb", "dir", ckb_dir, "limits",
+                          "timeout_s", o.lim.timeout_s, "cpu_s", o.lim.cpu_s, "mem_mb",
+                          (json_int_t)o.lim.mem_mb);
+  int rc = 1;
+  json_t *probe = vf_probe_plugin(&o);
+  json_object_set_new(probe, "path", json_string(plugin));
+  json_object_set(rep, "plugin", probe);
+  json_t *stages = json_array();
+  json_object_set_new(rep, "stages", stages);
+  if (strcmp(json_string_value(json_object_get(probe, "verdict")), "PASS")) {
+    fprintf(stderr, "mi-verify: FAIL: %s\n", json_string_value(json_object_get(probe, "message")));
+    json_object_set_new(rep, "verdict", json_string("FAIL"));
+    goto write;
+  }
+  const char *pname = platform ? platform : json_string_value(json_object_get(probe, "name"));
+  const mi_ckb_entry *pc = mi_ckb_find_platform(c, pname);
+  if (!pc) {
+    fprintf(stderr, "mi-verify: %s: no platform contract for '%s' (give one with --platform NAME)\n",
+            ckb_dir, pname);
+    rc = 2;
+    json_object_set_new(rep, "verdict", json_string("ERROR"));
+    goto write;
+  }
+  o.platform = pc->json;
+  json_object_set_new(rep, "platform_contract", json_sprintf("%s@%s", pc->id, pc->version));
+  for (size_t i = 0; i < mi_ckb_count(c); i++) {
+    const mi_ckb_entry *e = mi_ckb_at(c, i);
+    if (e->kind && !strcmp(e->kind, "operator") && e->id) json_object_set(o.operators, e->id, e->json);
+  }
+  fprintf(stderr, "mi-verify: %s %s (%s) against %s@%s\n",
+          json_string_value(json_object_get(probe, "name")),
+          json_string_value(json_object_get(probe, "version")),
+          json_string_value(json_object_get(probe, "variant")) ?: "?", pc->id, pc->version);
+
+  json_t *s1 = vf_stage1(&o);
+  if (t1) json_object_set_new(s1, "test_contract", json_sprintf("%s@%s", json_string_value(json_object_get(t1, "id")),
+                                                                json_string_value(json_object_get(t1, "version"))));
+  json_array_append_new(stages, s1);
+  fprintf(stderr, "stage 1 (operator units):\n");
+  summary(s1, verbose);
+  /* The stages not run, so a report says what it does not cover. */
+  json_t *later = json_array();
+  for (size_t i = 0; i < mi_ckb_count(c); i++) {
+    const mi_ckb_entry *e = mi_ckb_at(c, i);
+    if (!e->kind || strcmp(e->kind, "test") || json_integer_value(json_object_get(e->json, "stage")) <= 1) continue;
+    json_array_append_new(later, json_pack("{s:O, s:s, s:O}", "stage", json_object_get(e->json, "stage"),
+                                           "test_contract", e->id, "status", json_object_get(e->json, "status")));
+  }
+  json_object_set_new(rep, "not_run", later);
+  int pass = !strcmp(json_string_value(json_object_get(s1, "verdict")), "PASS");
+  json_object_set_new(rep, "verdict", json_string(pass ? "PASS" : "FAIL"));
+  fprintf(stderr, "mi-verify: %s: %lld passed, %lld failed (seed %llu)\n", pass ? "PASS" : "FAIL",
+          (long long)json_integer_value(json_object_get(s1, "passed")),
+          (long long)json_integer_value(json_object_get(s1, "failed")), (unsigned long long)seed);
+  rc = pass ? 0 : 1;
+
+write:
+  if (report && json_dump_file(rep, report, JSON_INDENT(2)) != 0) {
+    fprintf(stderr, "mi-verify: %s: cannot write the report\n", report);
+    if (rc == 0) rc = 2;
+  }
+  json_decref(probe);
+  json_decref(rep);
+  json_decref(o.operators);
+  mi_ckb_close(c);
+  return rc;
+}

@@ -1,0 +1,520 @@
+/* The GPU kernel set of mi_platform_iface, written once for HIP (hipcc,
+ * DCU/AMD, wavefront 64) and CUDA (nvcc, warp 32). Compiled to a code
+ * object / fatbin that the plugin embeds and loads at run time with the
+ * module API (hipModuleLoadData / cuModuleLoadData): see gpu_rt.h.
+ *
+ * Conventions: every pointer is a device address; shapes are int64_t; all
+ * arithmetic is f32 with f32 accumulation (weights are widened on load).
+ * Launch geometry is chosen on the host (gpu_launch.c) and must match the
+ * comment above each kernel.
+ */
+#include "mi_gpu_compat.h"
+#include "gpu_kernels.h"
+
+#define INF_F __int_as_float(0x7f800000)
+
+/* ---------------- helpers ---------------- */
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = MI_WARP / 2; o > 0; o >>= 1) v += MI_SHFL_XOR(v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = MI_WARP / 2; o > 0; o >>= 1) v = fmaxf(v, MI_SHFL_XOR(v, o));
+  return v;
+}
+
+/* Sum over the block; every thread gets the result. red: >= blockDim/MI_WARP floats. */
+__device__ __forceinline__ float block_sum(float v, float *red) {
+  const int lane = threadIdx.x % MI_WARP, warp = threadIdx.x / MI_WARP;
+  const int nw = (blockDim.x + MI_WARP - 1) / MI_WARP;
+  v = warp_sum(v);
+  __syncthreads(); /* red may still be read from a previous call */
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float s = 0.0f;
+  for (int i = 0; i < nw; i++) s += red[i];
+  return s;
+}
+
+/* Weight element i of w in dtype DT (0 f32, 1 f16, 2 bf16) as f32. */
+template <int DT> __device__ __forceinline__ float load_w(const void *w, int64_t i) {
+  if (DT == 0) return ((const float *)w)[i];
+  uint16_t h = ((const uint16_t *)w)[i];
+  return DT == 1 ? mi_half_bits_to_f32(h) : mi_bf16_bits_to_f32(h);
+}
+
+/* 8 consecutive weights starting at element i (16-byte aligned for 16-bit
+ * types, 32-byte for f32) as f32: one or two vector loads. */
+template <int DT> __device__ __forceinline__ void load_w8(const void *w, int64_t i, float *o) {
+  if (DT == 0) {
+    const float4 *p = (const float4 *)((const float *)w + i);
+    float4 a = p[0], b = p[1];
+    o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+    o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+  } else {
+    uint4 r = *(const uint4 *)((const uint16_t *)w + i);
+    uint32_t u[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      if (DT == 2) {
+        o[2 * j] = __uint_as_float(u[j] << 16); /* little endian: low half first */
+        o[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+      } else {
+        o[2 * j] = mi_half_bits_to_f32((uint16_t)(u[j] & 0xffffu));
+        o[2 * j + 1] = mi_half_bits_to_f32((uint16_t)(u[j] >> 16));
+      }
+    }
+  }
+}
+
+/* ---------------- matmul: GEMV path (M <= MI_GEMV_MAX_M) ----------------
+ * y[M,N] = x[M,K] · w[N,K]^T. One warp per output column n: the warp walks
+ * w's row n once with coalesced loads (8 elements per lane per step when
+ * vec=1), multiplies it by each of the M activation rows (small, served from
+ * cache) and reduces with shuffles. Weights are read exactly once in total,
+ * which is what bounds decode.
+ * grid.x = ceil(N / (MI_GEMV_THREADS / MI_WARP)), block = MI_GEMV_THREADS.
+ * vec=1 requires K % 8 == 0 and w, x 16-byte aligned (checked on the host). */
+template <int DT>
+__device__ __forceinline__ void gemv_body(float *y, const float *x, const void *w, int64_t M,
+                                          int64_t N, int64_t K, int vec) {
+  const int lane = threadIdx.x % MI_WARP;
+  const int64_t n = (int64_t)blockIdx.x * (blockDim.x / MI_WARP) + threadIdx.x / MI_WARP;
+  if (n >= N) return; /* the whole warp leaves together; no block barrier below */
+  float acc[MI_GEMV_MAX_M];
+#pragma unroll
+  for (int m = 0; m < MI_GEMV_MAX_M; m++) acc[m] = 0.0f;
+  const int64_t row = n * K;
+  if (vec) {
+    for (int64_t k = (int64_t)lane * 8; k < K; k += (int64_t)MI_WARP * 8) {
+      float wv[8];
+      load_w8<DT>(w, row + k, wv);
+#pragma unroll
+      for (int m = 0; m < MI_GEMV_MAX_M; m++) {
+        if (m < M) {
+          const float4 *xp = (const float4 *)(x + m * K + k);
+          float4 a = xp[0], b = xp[1];
+          acc[m] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x +
+                    wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
+        }
+      }
+    }
+  } else {
+    for (int64_t k = lane; k < K; k += MI_WARP) {
+      float wv = load_w<DT>(w, row + k);
+#pragma unroll
+      for (int m = 0; m < MI_GEMV_MAX_M; m++)
+        if (m < M) acc[m] += wv * x[m * K + k];
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < MI_GEMV_MAX_M; m++) {
+    if (m < M) {
+      float s = warp_sum(acc[m]);
+      if (lane == 0) y[m * N + n] = s;
+    }
+  }
+}
+
+MI_KERNEL void mi_k_gemv_f32(float *y, const float *x, const void *w, int64_t M, int64_t N,
+                             int64_t K, int32_t vec) {
+  gemv_body<0>(y, x, w, M, N, K, vec);
+}
+MI_KERNEL void mi_k_gemv_f16(float *y, const float *x, const void *w, int64_t M, int64_t N,
+                             int64_t K, int32_t vec) {
+  gemv_body<1>(y, x, w, M, N, K, vec);
+}
+MI_KERNEL void mi_k_gemv_bf16(float *y, const float *x, const void *w, int64_t M, int64_t N,
+                              int64_t K, int32_t vec) {
+  gemv_body<2>(y, x, w, M, N, K, vec);
+}
+
+/* ---------------- matmul: tiled path (M > MI_GEMV_MAX_M) ----------------
+ * Block tile BM x BN of y, K walked in steps of BK through shared memory
+ * (x tile and w tile, both stored k-major so the inner loop reads rows).
+ * Each thread owns TM x TN outputs spread with a stride of BM/TM (BN/TN) so
+ * that neighbouring threads read neighbouring shared words (no bank
+ * conflicts) and write neighbouring y columns (coalesced).
+ * grid = (ceil(N/BN), ceil(M/BM)), block = MI_MM_THREADS. */
+template <int DT>
+__device__ __forceinline__ void mm_body(float *y, const float *x, const void *w, int64_t M,
+                                        int64_t N, int64_t K) {
+  constexpr int BM = MI_MM_BM, BN = MI_MM_BN, BK = MI_MM_BK, TM = MI_MM_TM, TN = MI_MM_TN;
+  constexpr int NT = MI_MM_THREADS, SY = BM / TM, SX = BN / TN;
+  __shared__ float As[BK][BM + 1]; /* x tile, k-major */
+  __shared__ float Bs[BK][BN + 1]; /* w tile, k-major */
+  const int tid = threadIdx.x, tx = tid % SX, ty = tid / SX;
+  const int64_t m0 = (int64_t)blockIdx.y * BM, n0 = (int64_t)blockIdx.x * BN;
+  float acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; i++)
+#pragma unroll
+    for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
+
+  for (int64_t k0 = 0; k0 < K; k0 += BK) {
+    /* consecutive threads take consecutive k: coalesced global reads */
+    for (int i = tid; i < BM * BK; i += NT) {
+      int r = i / BK, c = i % BK;
+      int64_t m = m0 + r, k = k0 + c;
+      As[c][r] = (m < M && k < K) ? x[m * K + k] : 0.0f;
+    }
+    for (int i = tid; i < BN * BK; i += NT) {
+      int r = i / BK, c = i % BK;
+      int64_t n = n0 + r, k = k0 + c;
+      Bs[c][r] = (n < N && k < K) ? load_w<DT>(w, n * K + k) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk++) {
+      float a[TM], b[TN];
+#pragma unroll
+      for (int i = 0; i < TM; i++) a[i] = As[kk][ty + i * SY];
+#pragma unroll
+      for (int j = 0; j < TN; j++) b[j] = Bs[kk][tx + j * SX];
+#pragma unroll
+      for (int i = 0; i < TM; i++)
+#pragma unroll
+        for (int j = 0; j < TN; j++) acc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < TM; i++) {
+    int64_t m = m0 + ty + i * SY;
+    if (m >= M) continue;
+#pragma unroll
+    for (int j = 0; j < TN; j++) {
+      int64_t n = n0 + tx + j * SX;
+      if (n < N) y[m * N + n] = acc[i][j];
+    }
+  }
+}
+
+MI_KERNEL void mi_k_mm_f32(float *y, const float *x, const void *w, int64_t M, int64_t N,
+                           int64_t K) {
+  mm_body<0>(y, x, w, M, N, K);
+}
+MI_KERNEL void mi_k_mm_f16(float *y, const float *x, const void *w, int64_t M, int64_t N,
+                           int64_t K) {
+  mm_body<1>(y, x, w, M, N, K);
+}
+MI_KERNEL void mi_k_mm_bf16(float *y, const float *x, const void *w, int64_t M, int64_t N,
+                            int64_t K) {
+  mm_body<2>(y, x, w, M, N, K);
+}
+
+/* ---------------- rmsnorm ----------------
+ * y[r,:] = x[r,:] · 1/sqrt(mean(x²) + eps) · (w + off). y may equal x: each
+ * thread rewrites only the elements it read.
+ * grid.x = rows, block = MI_ROW_THREADS. */
+MI_KERNEL void mi_k_rmsnorm(float *y, const float *x, const float *w, int64_t dim, float eps,
+                            float off) {
+  __shared__ float red[MI_ROW_THREADS / 32];
+  const float *xr = x + (int64_t)blockIdx.x * dim;
+  float *yr = y + (int64_t)blockIdx.x * dim;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * (w[i] + off);
+}
+
+/* ---------------- rope (NeoX, partial, strided) ----------------
+ * One block per token t: the cos/sin table for pos[t] is made once in
+ * shared memory (angles in double: at position ~2000 with theta 1e6 an f32
+ * angle is off by ~1e-4 rad) and used by every head.
+ * grid.x = T, block = MI_ROW_THREADS, half = rot_dim/2 <= MI_ROPE_MAX_HALF. */
+MI_KERNEL void mi_k_rope(float *x, const int32_t *pos, int64_t H, int64_t tok_stride,
+                         int64_t head_stride, int64_t half, float theta) {
+  __shared__ float cs[MI_ROPE_MAX_HALF], sn[MI_ROPE_MAX_HALF];
+  const int64_t t = blockIdx.x;
+  const double p = (double)pos[t];
+  const double lt = log((double)theta);
+  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+    double ang = p * exp(-(double)(2 * i) / (double)(2 * half) * lt);
+    double s, c;
+    sincos(ang, &s, &c);
+    cs[i] = (float)c;
+    sn[i] = (float)s;
+  }
+  __syncthreads();
+  float *xt = x + t * tok_stride;
+  for (int64_t e = threadIdx.x; e < H * half; e += blockDim.x) {
+    int64_t h = e / half, i = e % half;
+    float *v = xt + h * head_stride;
+    float x0 = v[i], x1 = v[i + half];
+    v[i] = x0 * cs[i] - x1 * sn[i];
+    v[i + half] = x1 * cs[i] + x0 * sn[i];
+  }
+}
+
+/* ---------------- attention (causal, GQA, online softmax) ----------------
+ * A block serves one KV head and R = TQ x GB query rows: GB heads of that
+ * KV head's group (g0 .. g0+GB) for TQ consecutive tokens, so every K/V row
+ * it loads into shared memory is used by all R rows (decode: the G heads of
+ * a group share one pass over the cache). Keys are taken in tiles of BJ
+ * rows: scores for the tile, a per-row online-softmax update (running max m,
+ * running sum l; every exponent is <= 0), then the V tile weighted by
+ * exp(s - m) is added to the accumulators (registers: thread e holds
+ * elements e, e+256, ... of the R x D output).
+ *
+ * Split-K (decode, few blocks): blockIdx.y picks keys [y*split_len,
+ * (y+1)*split_len); with nsplit > 1 the block writes unnormalised partials
+ * (acc[D], m, l) to part[((y*T + t)*Hq + h)*(D+2)] and mi_k_attn_combine
+ * merges them; with nsplit == 1 it writes out directly.
+ *
+ * grid = (Hkv * ceil(G/GB) * ceil(T/TQ), nsplit), block = MI_ATT_THREADS,
+ * dynamic shared memory = gpu_attn_smem_bytes() (gpu_launch.c):
+ *   sQ[R][D] (pre-scaled), sK[BJ][D+1] (K, then V tile), sS[R][BJ],
+ *   sM[R], sL[R], sC[R]. */
+MI_KERNEL void mi_k_attn(float *out, float *part, const float *q, const float *kc,
+                         const float *vc, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
+                         int64_t pos0, float scale, int32_t TQ, int32_t GB, int32_t BJ,
+                         int64_t split_len) {
+  extern __shared__ float smem[];
+  const int R = TQ * GB;
+  const int64_t G = Hq / Hkv;
+  const int64_t ngt = (G + GB - 1) / GB;
+  const int64_t kvh = blockIdx.x % Hkv;
+  const int64_t gt = (blockIdx.x / Hkv) % ngt;
+  const int64_t qt = blockIdx.x / (Hkv * ngt);
+  const int64_t t0 = qt * TQ, g0 = gt * GB;
+  const int64_t split = blockIdx.y, nsplit = gridDim.y;
+  const int DP = (int)D + 1; /* padded K row: neighbouring keys hit different banks */
+
+  float *sQ = smem;
+  float *sK = sQ + (size_t)R * D;
+  float *sS = sK + (size_t)BJ * DP;
+  float *sM = sS + (size_t)R * BJ;
+  float *sL = sM + R;
+  float *sC = sL + R;
+
+  /* row r = tq*GB + g: token t0+tq, head kvh*G + g0 + g */
+  for (int i = threadIdx.x; i < R * D; i += blockDim.x) {
+    int r = i / (int)D, d = i % (int)D;
+    int64_t t = t0 + r / GB, g = g0 + r % GB;
+    sQ[i] = (t < T && g < G) ? q[(t * Hq + kvh * G + g) * D + d] * scale : 0.0f;
+  }
+  for (int r = threadIdx.x; r < R; r += blockDim.x) {
+    sM[r] = -INF_F;
+    sL[r] = 0.0f;
+  }
+  float acc[MI_ATT_ACC_MAX];
+#pragma unroll
+  for (int a = 0; a < MI_ATT_ACC_MAX; a++) acc[a] = 0.0f;
+
+  /* keys this block may need: rows 0 .. pos0 + last token of the block */
+  int64_t t_last = t0 + TQ - 1 < T - 1 ? t0 + TQ - 1 : T - 1;
+  int64_t L = pos0 + t_last + 1;
+  int64_t kbeg = split * split_len, kend = kbeg + split_len < L ? kbeg + split_len : L;
+  __syncthreads();
+
+  for (int64_t j0 = kbeg; j0 < kend; j0 += BJ) {
+    int nb = kend - j0 < BJ ? (int)(kend - j0) : BJ;
+    for (int i = threadIdx.x; i < nb * (int)D; i += blockDim.x) {
+      int jj = i / (int)D, d = i % (int)D;
+      sK[jj * DP + d] = kc[((j0 + jj) * Hkv + kvh) * D + d];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < R * BJ; i += blockDim.x) {
+      int r = i / BJ, jj = i % BJ;
+      int64_t t = t0 + r / GB;
+      float s = -INF_F;
+      if (jj < nb && t < T && j0 + jj <= pos0 + t) { /* causal mask */
+        const float *qr = sQ + (size_t)r * D;
+        const float *kr = sK + (size_t)jj * DP;
+        s = 0.0f;
+        for (int d = 0; d < (int)D; d++) s += qr[d] * kr[d];
+      }
+      sS[i] = s;
+    }
+    __syncthreads();
+    /* online softmax: one warp per row */
+    {
+      const int lane = threadIdx.x % MI_WARP, warp = threadIdx.x / MI_WARP;
+      const int nw = blockDim.x / MI_WARP;
+      for (int r = warp; r < R; r += nw) {
+        float bm = -INF_F;
+        for (int jj = lane; jj < BJ; jj += MI_WARP) bm = fmaxf(bm, sS[r * BJ + jj]);
+        bm = warp_max(bm);
+        float m_old = sM[r];
+        float m_new = fmaxf(m_old, bm);
+        /* a row with no visible key yet keeps m = -inf: all its p are 0 */
+        float corr = (m_old == -INF_F) ? 0.0f : expf(m_old - m_new);
+        float sum = 0.0f;
+        for (int jj = lane; jj < BJ; jj += MI_WARP) {
+          float s = sS[r * BJ + jj];
+          float p = (s == -INF_F) ? 0.0f : expf(s - m_new);
+          sS[r * BJ + jj] = p;
+          sum += p;
+        }
+        sum = warp_sum(sum);
+        if (lane == 0) {
+          sM[r] = m_new;
+          sL[r] = sL[r] * corr + sum;
+          sC[r] = corr;
+        }
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nb * (int)D; i += blockDim.x) {
+      int jj = i / (int)D, d = i % (int)D;
+      sK[jj * DP + d] = vc[((j0 + jj) * Hkv + kvh) * D + d];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int a = 0; a < MI_ATT_ACC_MAX; a++) {
+      int e = threadIdx.x + a * (int)blockDim.x;
+      if (e < R * (int)D) {
+        int r = e / (int)D, d = e % (int)D;
+        float v = acc[a] * sC[r];
+        const float *pr = sS + (size_t)r * BJ;
+        for (int jj = 0; jj < nb; jj++) v += pr[jj] * sK[jj * DP + d];
+        acc[a] = v;
+      }
+    }
+    __syncthreads(); /* sK/sS are overwritten by the next tile */
+  }
+
+#pragma unroll
+  for (int a = 0; a < MI_ATT_ACC_MAX; a++) {
+    int e = threadIdx.x + a * (int)blockDim.x;
+    if (e >= R * (int)D) continue;
+    int r = e / (int)D, d = e % (int)D;
+    int64_t t = t0 + r / GB, g = g0 + r % GB;
+    if (t >= T || g >= G) continue;
+    int64_t h = kvh * G + g;
+    if (nsplit == 1) {
+      float l = sL[r];
+      out[(t * Hq + h) * D + d] = l > 0.0f ? acc[a] / l : 0.0f;
+    } else {
+      float *pp = part + ((split * T + t) * Hq + h) * (D + 2);
+      pp[d] = acc[a];
+      if (d == 0) {
+        pp[D] = sM[r];
+        pp[D + 1] = sL[r];
+      }
+    }
+  }
+}
+
+/* Merges split-K partials: out = Σ_s e^(m_s - M) acc_s / Σ_s e^(m_s - M) l_s.
+ * grid.x = T*Hq, block = MI_COMBINE_THREADS. */
+MI_KERNEL void mi_k_attn_combine(float *out, const float *part, int64_t T, int64_t Hq, int64_t D,
+                                 int32_t nsplit) {
+  const int64_t th = blockIdx.x; /* t*Hq + h */
+  const int64_t stride = T * Hq * (D + 2);
+  const float *p0 = part + th * (D + 2);
+  float M = -INF_F;
+  for (int s = 0; s < nsplit; s++) M = fmaxf(M, p0[s * stride + D]);
+  float lsum = 0.0f;
+  for (int s = 0; s < nsplit; s++) {
+    float m = p0[s * stride + D];
+    if (m != -INF_F) lsum += expf(m - M) * p0[s * stride + D + 1];
+  }
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float v = 0.0f;
+    for (int s = 0; s < nsplit; s++) {
+      float m = p0[s * stride + D];
+      if (m != -INF_F) v += expf(m - M) * p0[s * stride + d];
+    }
+    out[th * D + d] = lsum > 0.0f ? v / lsum : 0.0f;
+  }
+}
+
+/* ---------------- elementwise ----------------
+ * grid-stride loops; grid.x = min(ceil(n/256), cap), block = MI_EW_THREADS. */
+MI_KERNEL void mi_k_silu_mul(float *y, const float *g, const float *u, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float a = g[i];
+    y[i] = a / (1.0f + expf(-a)) * u[i];
+  }
+}
+
+MI_KERNEL void mi_k_add(float *y, const float *a, const float *b, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = a[i] + b[i];
+}
+
+MI_KERNEL void mi_k_scale(float *y, const float *x, float alpha, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = alpha * x[i];
+}
+
+/* ---------------- embed ----------------
+ * y[t,:] = f32(table[ids[t],:]). ids live on the device, so a bad id cannot
+ * be reported by the launch: the kernel never reads outside the table (the
+ * row is zeroed instead) and records the first bad (t, id) in err[]; the
+ * host checks err at the next sync (gpu_platform.c). grid.x = T. */
+template <int DT>
+__device__ __forceinline__ void embed_body(float *y, const void *table, const int32_t *ids,
+                                           int64_t V, int64_t dim, int32_t *err) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  float *yr = y + t * dim;
+  if (id < 0 || (int64_t)id >= V) {
+    if (threadIdx.x == 0 && atomicCAS(err, 0, 1) == 0) {
+      err[1] = (int32_t)t;
+      err[2] = id;
+      err[3] = (int32_t)(V < 0x7fffffff ? V : 0x7fffffff);
+    }
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = 0.0f;
+    return;
+  }
+  const int64_t row = (int64_t)id * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = load_w<DT>(table, row + i);
+}
+
+MI_KERNEL void mi_k_embed_f32(float *y, const void *table, const int32_t *ids, int64_t V,
+                              int64_t dim, int32_t *err) {
+  embed_body<0>(y, table, ids, V, dim, err);
+}
+MI_KERNEL void mi_k_embed_f16(float *y, const void *table, const int32_t *ids, int64_t V,
+                              int64_t dim, int32_t *err) {
+  embed_body<1>(y, table, ids, V, dim, err);
+}
+MI_KERNEL void mi_k_embed_bf16(float *y, const void *table, const int32_t *ids, int64_t V,
+                               int64_t dim, int32_t *err) {
+  embed_body<2>(y, table, ids, V, dim, err);
+}
+
+/* ---------------- argmax ----------------
+ * out[r] = first index of the largest x[r,:]; NaN never wins; a row with no
+ * value > -inf gives 0 (as the CPU platform). grid.x = rows,
+ * block = MI_ROW_THREADS. */
+MI_KERNEL void mi_k_argmax(int32_t *out, const float *x, int64_t n) {
+  __shared__ float sv[MI_ROW_THREADS];
+  __shared__ int64_t si[MI_ROW_THREADS];
+  const float *xr = x + (int64_t)blockIdx.x * n;
+  float best = -INF_F;
+  int64_t bi = n; /* sentinel: nothing > -inf seen */
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float v = xr[i];
+    if (v > best) { /* strided scan visits indices in increasing order: first wins */
+      best = v;
+      bi = i;
+    }
+  }
+  sv[threadIdx.x] = best;
+  si[threadIdx.x] = bi;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s) {
+      float ov = sv[threadIdx.x + s];
+      int64_t oi = si[threadIdx.x + s];
+      if (ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oi < si[threadIdx.x])) {
+        sv[threadIdx.x] = ov;
+        si[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = (int32_t)(si[0] == n ? 0 : si[0]);
+}

@@ -1,0 +1,573 @@
+/* The CKB store: the real ckb/ validates; hand-broken copies are rejected
+ * with the file and the field named; atomic add/update holds under
+ * concurrent writers and a crash mid-write; coverage; expressions. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/ckb.h"
+
+/* ---------- helpers ---------- */
+
+static char src_ckb[4096];
+
+static void setup(void) {
+  const char *s = getenv("MI_SOURCE_DIR");
+  ck_assert_msg(s != NULL, "MI_SOURCE_DIR must be set (ctest sets it)");
+  snprintf(src_ckb, sizeof src_ckb, "%s/ckb", s);
+}
+
+typedef struct diags {
+  char text[65536];
+  int n;
+} diags;
+
+static void collect(void *user, const char *line) {
+  diags *d = user;
+  size_t l = strlen(d->text);
+  snprintf(d->text + l, sizeof d->text - l, "%s\n", line);
+  d->n++;
+}
+
+/* A private copy of the real CKB in a temp folder. */
+static char *copy_ckb(void) {
+  char *dir = strdup("/tmp/mi-ckb-test.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char cmd[9000];
+  snprintf(cmd, sizeof cmd, "cp -r '%s/.' '%s/'", src_ckb, dir);
+  ck_assert_int_eq(system(cmd), 0);
+  return dir;
+}
+
+static void remove_tree(char *dir) {
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+  free(dir);
+}
+
+static json_t *load(const char *dir, const char *rel) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/%s", dir, rel);
+  json_error_t je;
+  json_t *j = json_load_file(p, 0, &je);
+  ck_assert_msg(j != NULL, "%s: %s", p, je.text);
+  return j;
+}
+
+static void save(const char *dir, const char *rel, json_t *j) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/%s", dir, rel);
+  ck_assert_int_eq(json_dump_file(j, p, JSON_INDENT(2)), 0);
+  json_decref(j);
+}
+
+static void write_text(const char *dir, const char *rel, const char *text) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/%s", dir, rel);
+  FILE *f = fopen(p, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void validate_dir(const char *dir, diags *d) {
+  char err[512];
+  mi_ckb *c = mi_ckb_open(dir, err, sizeof err);
+  ck_assert_msg(c != NULL, "%s", err);
+  memset(d, 0, sizeof *d);
+  int n = mi_ckb_validate(c, collect, d);
+  ck_assert_int_eq(n, d->n);
+  mi_ckb_close(c);
+}
+
+/* The diagnostics must contain one line with both the file and the text. */
+static void expect_line(const diags *d, const char *file, const char *text) {
+  const char *p = d->text;
+  while (p && *p) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    char line[2048];
+    snprintf(line, sizeof line, "%.*s", (int)len, p);
+    if (strstr(line, file) && strstr(line, text)) return;
+    p = nl ? nl + 1 : NULL;
+  }
+  ck_abort_msg("no diagnostic naming '%s' with '%s'; got:\n%s", file, text, d->text);
+}
+
+/* Breaks one copy with `edit`, validates, and expects the message. */
+#define BROKEN(name, rel, edit_block, file_part, text)                                             \
+  START_TEST(name) {                                                                               \
+    char *dir = copy_ckb();                                                                        \
+    json_t *j = load(dir, rel);                                                                    \
+    edit_block;                                                                                    \
+    save(dir, rel, j);                                                                             \
+    diags d;                                                                                       \
+    validate_dir(dir, &d);                                                                         \
+    ck_assert_int_ge(d.n, 1);                                                                      \
+    expect_line(&d, file_part, text);                                                              \
+    remove_tree(dir);                                                                              \
+  }                                                                                                \
+  END_TEST
+
+/* ---------- the real CKB ---------- */
+
+START_TEST(real_ckb_is_valid) {
+  char err[512];
+  mi_ckb *c = mi_ckb_open(src_ckb, err, sizeof err);
+  ck_assert_msg(c != NULL, "%s", err);
+  diags d = {0};
+  int n = mi_ckb_validate(c, collect, &d);
+  ck_assert_msg(n == 0, "real ckb/ has %d problems:\n%s", n, d.text);
+  /* Every kind is represented, and Qwen3 / CPU are curated. */
+  const char *kinds[] = {"model", "operator", "platform", "test", "experience", "failure_mode"};
+  for (size_t k = 0; k < 6; k++) {
+    int found = 0;
+    for (size_t i = 0; i < mi_ckb_count(c); i++)
+      found += mi_ckb_at(c, i)->kind && !strcmp(mi_ckb_at(c, i)->kind, kinds[k]);
+    ck_assert_msg(found > 0, "no entry of kind %s", kinds[k]);
+  }
+  ck_assert_ptr_nonnull(mi_ckb_find(c, "model.qwen3"));
+  ck_assert_ptr_nonnull(mi_ckb_find(c, "platform.cpu"));
+  ck_assert_ptr_nonnull(mi_ckb_find(c, "operator.rmsnorm"));
+  ck_assert_ptr_nonnull(mi_ckb_find_platform(c, "cpu"));
+  mi_ckb_close(c);
+}
+END_TEST
+
+START_TEST(cli_validate_and_show) {
+  char cmd[8400];
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-ckb' --ckb '%s' validate 2>&1", getenv("MI_BUILD_DIR"), src_ckb);
+  FILE *p = popen(cmd, "r");
+  char out[4096] = "";
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = 0;
+  ck_assert_int_eq(pclose(p), 0);
+  ck_assert_msg(strstr(out, "0 problems"), "%s", out);
+
+  char *dir = copy_ckb();
+  json_t *j = load(dir, "operators/rmsnorm.json");
+  json_object_set_new(json_object_get(j, "tolerance"), "bf16", json_string("tight"));
+  save(dir, "operators/rmsnorm.json", j);
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-ckb' --ckb '%s' validate 2>&1", getenv("MI_BUILD_DIR"), dir);
+  p = popen(cmd, "r");
+  n = fread(out, 1, sizeof out - 1, p);
+  out[n] = 0;
+  int st = pclose(p);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+  ck_assert_msg(strstr(out, "operators/rmsnorm.json: field 'tolerance.bf16' must be a number"), "%s", out);
+  remove_tree(dir);
+}
+END_TEST
+
+/* ---------- hand-broken entries ---------- */
+
+BROKEN(missing_field, "operators/rmsnorm.json", json_object_del(j, "math"),
+       "operators/rmsnorm.json", "missing field 'math'")
+BROKEN(missing_nested_field, "operators/rope.json",
+       json_object_del(json_object_get(j, "signature"), "returns"), "operators/rope.json",
+       "missing field 'signature.returns'")
+BROKEN(tolerance_wrong_type, "operators/rmsnorm.json",
+       json_object_set_new(json_object_get(j, "tolerance"), "bf16", json_string("tight")),
+       "operators/rmsnorm.json", "field 'tolerance.bf16' must be a number")
+BROKEN(tolerance_unknown_dtype, "operators/add.json",
+       json_object_set_new(json_object_get(j, "tolerance"), "f8", json_real(0.1)),
+       "operators/add.json", "field name 'tolerance.f8' must be one of")
+BROKEN(dangling_reference, "platforms/cpu.json",
+       json_object_set_new(json_array_get(json_object_get(j, "kernels"), 0), "operator",
+                           json_string("operator.nosuch")),
+       "platforms/cpu.json", "field 'kernels[0].operator' refers to unknown entry 'operator.nosuch'")
+BROKEN(reference_wrong_kind, "failure_modes/kernel_crash.json",
+       json_array_append_new(json_object_get(j, "affects"), json_string("test.stage1_operators")),
+       "failure_modes/kernel_crash.json", "refers to 'test.stage1_operators' of kind test, expected model or operator or platform")
+BROKEN(model_step_dangling, "models/qwen3.json",
+       json_object_set_new(json_array_get(json_object_get(j, "layer_sequence"), 0), "operator",
+                           json_string("operator.layernorm")),
+       "models/qwen3.json", "field 'layer_sequence[0].operator' refers to unknown entry 'operator.layernorm'")
+BROKEN(unknown_kind, "operators/scale.json", json_object_set_new(j, "kind", json_string("widget")),
+       "operators/scale.json", "field 'kind' is an unknown kind \"widget\"")
+BROKEN(bad_id_format, "operators/scale.json", json_object_set_new(j, "id", json_string("operator.Scale-2")),
+       "operators/scale.json", "field 'id' must be an id of the form operator.NAME")
+BROKEN(id_file_mismatch, "operators/scale.json", json_object_set_new(j, "id", json_string("operator.scale2")),
+       "operators/scale.json", "entry 'operator.scale2' must be stored as operators/scale2.json")
+BROKEN(version_not_semver, "tests/stage3_weights.json", json_object_set_new(j, "version", json_string("1.0")),
+       "tests/stage3_weights.json", "field 'version' must be a semver-like version")
+BROKEN(version_wrong_type, "models/qwen3.json", json_object_set_new(j, "version", json_integer(1)),
+       "models/qwen3.json", "field 'version' must be a string")
+BROKEN(provenance_bad_enum, "experience/llamacpp_f16_kv_cache.json",
+       json_object_set_new(json_object_get(j, "provenance"), "source", json_string("guessed")),
+       "experience/llamacpp_f16_kv_cache.json", "field 'provenance.source' must be one of \"curated\", \"evolved\", \"experience\"")
+BROKEN(unknown_field, "platforms/cpu.json", json_object_set_new(j, "colour", json_string("blue")),
+       "platforms/cpu.json", "unknown field 'colour'")
+BROKEN(case_unknown_arg, "operators/rmsnorm.json",
+       json_object_set_new(json_array_get(json_object_get(j, "cases"), 0), "rowz", json_integer(3)),
+       "operators/rmsnorm.json", "field 'cases[0].rowz' names no scalar argument")
+BROKEN(case_missing_arg, "operators/rmsnorm.json",
+       json_object_del(json_array_get(json_object_get(j, "cases"), 1), "eps"),
+       "operators/rmsnorm.json", "missing field 'cases[1].eps'")
+BROKEN(shape_unknown_name, "operators/matmul.json",
+       json_array_set_new(json_object_get(json_array_get(json_object_get(json_object_get(j, "signature"), "args"), 4), "shape"),
+                          0, json_string("N_out")),
+       "operators/matmul.json", "field 'signature.args[4].shape[0]' uses 'N_out', which is not an integer argument")
+BROKEN(generator_for_output, "operators/add.json",
+       json_object_set_new(json_object_get(j, "inputs"), "y", json_pack("{s:s}", "dist", "normal")),
+       "operators/add.json", "field 'inputs.y' names no input buffer")
+BROKEN(expression_syntax, "operators/attention.json",
+       json_array_set_new(json_object_get(j, "constraints"), 0, json_string("T >= ")),
+       "operators/attention.json", "field 'constraints[0]': expression 'T >= '")
+BROKEN(model_shape_unknown_config, "models/qwen3.json",
+       json_array_set_new(json_object_get(json_array_get(json_object_get(j, "weights"), 0), "shape"), 0,
+                          json_string("n_vocab")),
+       "models/qwen3.json", "field 'weights[0].shape[0]' uses 'n_vocab', which is not a field of 'config'")
+
+START_TEST(duplicate_ids) {
+  char *dir = copy_ckb();
+  json_t *j = load(dir, "operators/rmsnorm.json");
+  save(dir, "operators/rmsnorm_copy.json", j); /* same id, second file */
+  diags d;
+  validate_dir(dir, &d);
+  expect_line(&d, "operators/rmsnorm_copy.json", "duplicate id 'operator.rmsnorm'");
+  remove_tree(dir);
+}
+END_TEST
+
+START_TEST(invalid_json) {
+  char *dir = copy_ckb();
+  write_text(dir, "operators/add.json", "{\"id\": \"operator.add\",\n \"kind\": }\n");
+  diags d;
+  validate_dir(dir, &d);
+  expect_line(&d, "operators/add.json", "invalid JSON at line 2");
+  /* ...and the dangling references to it are reported too. */
+  expect_line(&d, "platforms/cpu.json", "refers to unknown entry 'operator.add'");
+  remove_tree(dir);
+}
+END_TEST
+
+START_TEST(missing_kind_and_non_object) {
+  char *dir = copy_ckb();
+  write_text(dir, "tests/list.json", "[1, 2]\n");
+  write_text(dir, "tests/nokind.json", "{\"id\": \"test.nokind\"}\n");
+  diags d;
+  validate_dir(dir, &d);
+  expect_line(&d, "tests/list.json", "must be a JSON object");
+  expect_line(&d, "tests/nokind.json", "missing field 'kind'");
+  remove_tree(dir);
+}
+END_TEST
+
+/* ---------- atomic add / update ---------- */
+
+static json_t *experience(const char *name, const char *version) {
+  char id[128];
+  snprintf(id, sizeof id, "experience.%s", name);
+  return json_pack("{s:s, s:s, s:s, s:{s:s}, s:s, s:s, s:s, s:s, s:s, s:s, s:[s]}", "id", id, "kind",
+                   "experience", "version", version, "provenance", "source", "experience",
+                   "summary", "a test record", "symptom", "s", "root_cause", "r", "detection", "d",
+                   "fix", "f", "verification", "v", "related", "operator.rmsnorm");
+}
+
+static int count_temp_files(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) n += strstr(de->d_name, ".tmp.") != NULL;
+  if (d) closedir(d);
+  return n;
+}
+
+START_TEST(add_then_update) {
+  char *dir = copy_ckb();
+  diags d = {0};
+  json_t *e = experience("added_once", "1.0.0");
+  ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_ADD, collect, &d), 0);
+  /* Adding again: refused. */
+  ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_ADD, collect, &d), -1);
+  ck_assert_ptr_nonnull(strstr(d.text, "already exists"));
+  /* Update with the same version: refused; with a higher one: done. */
+  ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_UPDATE, collect, &d), -1);
+  ck_assert_ptr_nonnull(strstr(d.text, "field 'version': 1.0.0 must be greater than the stored 1.0.0"));
+  json_object_set_new(e, "version", json_string("1.1.0"));
+  json_object_set_new(e, "fix", json_string("the better fix"));
+  ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_UPDATE, collect, &d), 0);
+  json_decref(e);
+  /* Update of an entry that does not exist: refused. */
+  e = experience("never_added", "2.0.0");
+  ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_UPDATE, collect, &d), -1);
+  ck_assert_ptr_nonnull(strstr(d.text, "does not exist"));
+  json_decref(e);
+  /* An invalid entry: refused with the field named, nothing written. */
+  e = experience("broken", "1.0.0");
+  json_object_set_new(e, "related", json_pack("[s]", "operator.nosuch"));
+  ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_ADD, collect, &d), -1);
+  ck_assert_ptr_nonnull(strstr(d.text, "experience/broken.json: field 'related[0]' refers to unknown entry 'operator.nosuch'"));
+  json_decref(e);
+
+  char err[512];
+  mi_ckb *c = mi_ckb_open(dir, err, sizeof err);
+  ck_assert_ptr_nonnull(c);
+  const mi_ckb_entry *got = mi_ckb_find(c, "experience.added_once");
+  ck_assert_ptr_nonnull(got);
+  ck_assert_str_eq(got->version, "1.1.0");
+  ck_assert_str_eq(json_string_value(json_object_get(got->json, "fix")), "the better fix");
+  ck_assert_ptr_null(mi_ckb_find(c, "experience.broken"));
+  ck_assert_int_eq(mi_ckb_validate(c, NULL, NULL), 0);
+  mi_ckb_close(c);
+  remove_tree(dir);
+}
+END_TEST
+
+START_TEST(concurrent_writers) {
+  char *dir = copy_ckb();
+  enum { N = 8 };
+  pid_t pids[N];
+  for (int i = 0; i < N; i++) {
+    pids[i] = fork();
+    ck_assert_int_ge(pids[i], 0);
+    if (pids[i] == 0) {
+      char name[32];
+      snprintf(name, sizeof name, "writer_%d", i);
+      json_t *e = experience(name, "1.0.0");
+      _exit(mi_ckb_put(dir, e, MI_CKB_ADD, NULL, NULL) == 0 ? 0 : 1);
+    }
+  }
+  /* Meanwhile: four processes race to add the SAME new id: exactly one wins. */
+  pid_t same[4];
+  for (int i = 0; i < 4; i++) {
+    same[i] = fork();
+    if (same[i] == 0) {
+      json_t *e = experience("contended", "1.0.0");
+      _exit(mi_ckb_put(dir, e, MI_CKB_ADD, NULL, NULL) == 0 ? 0 : 1);
+    }
+  }
+  for (int i = 0; i < N; i++) {
+    int st;
+    ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "writer %d failed", i);
+  }
+  int winners = 0;
+  for (int i = 0; i < 4; i++) {
+    int st;
+    waitpid(same[i], &st, 0);
+    winners += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  ck_assert_int_eq(winners, 1);
+
+  char err[512];
+  mi_ckb *c = mi_ckb_open(dir, err, sizeof err);
+  ck_assert_ptr_nonnull(c);
+  for (int i = 0; i < N; i++) {
+    char id[64];
+    snprintf(id, sizeof id, "experience.writer_%d", i);
+    ck_assert_msg(mi_ckb_find(c, id) != NULL, "%s missing", id);
+  }
+  diags d = {0};
+  ck_assert_msg(mi_ckb_validate(c, collect, &d) == 0, "%s", d.text);
+  mi_ckb_close(c);
+  char sub[4200];
+  snprintf(sub, sizeof sub, "%s/experience", dir);
+  ck_assert_int_eq(count_temp_files(sub), 0);
+  remove_tree(dir);
+}
+END_TEST
+
+/* A writer killed mid-write (the real code path, stopped by a test hook
+ * before the rename) leaves a partial temp file: the old entry is intact,
+ * readers ignore the temp file, and the next writer removes it. */
+static void crash_during(const char *point) {
+  char *dir = copy_ckb();
+  char path[4200], sub[4200];
+  snprintf(path, sizeof path, "%s/operators/rmsnorm.json", dir);
+  snprintf(sub, sizeof sub, "%s/operators", dir);
+  json_t *before = load(dir, "operators/rmsnorm.json");
+
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("MI_CKB_TEST_CRASH", point, 1);
+    json_t *e = load(dir, "operators/rmsnorm.json");
+    json_object_set_new(e, "version", json_string("1.0.1"));
+    json_object_set_new(e, "summary", json_string("the update that never landed"));
+    mi_ckb_put(dir, e, MI_CKB_UPDATE, NULL, NULL);
+    _exit(0); /* not reached: the hook exits with 86 */
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 86);
+  ck_assert_int_eq(count_temp_files(sub), 1);
+
+  json_t *after = load(dir, "operators/rmsnorm.json");
+  ck_assert(json_equal(before, after));
+  json_decref(after);
+  diags d;
+  validate_dir(dir, &d);
+  ck_assert_msg(d.n == 0, "%s", d.text);
+
+  /* The next writer (any entry of that folder) cleans up and lands. */
+  json_object_set_new(before, "version", json_string("1.0.2"));
+  ck_assert_int_eq(mi_ckb_put(dir, before, MI_CKB_UPDATE, NULL, NULL), 0);
+  ck_assert_int_eq(count_temp_files(sub), 0);
+  after = load(dir, "operators/rmsnorm.json");
+  ck_assert_str_eq(json_string_value(json_object_get(after, "version")), "1.0.2");
+  json_decref(after);
+  json_decref(before);
+  remove_tree(dir);
+}
+
+START_TEST(crash_mid_write) { crash_during("mid_write"); }
+END_TEST
+START_TEST(crash_before_rename) { crash_during("before_rename"); }
+END_TEST
+
+START_TEST(cli_add_update) {
+  char *dir = copy_ckb();
+  char file[4200], cmd[9000];
+  snprintf(file, sizeof file, "%s/../mi-ckb-new-%d.json", dir, (int)getpid());
+  json_t *e = experience("from_cli", "0.1.0");
+  ck_assert_int_eq(json_dump_file(e, file, 0), 0);
+  const char *b = getenv("MI_BUILD_DIR");
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-ckb' --ckb '%s' add '%s' 2>/dev/null", b, dir, file);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_ne(system(cmd), 0); /* second add refused */
+  json_object_set_new(e, "version", json_string("0.2.0"));
+  ck_assert_int_eq(json_dump_file(e, file, 0), 0);
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-ckb' --ckb '%s' update '%s' 2>/dev/null", b, dir, file);
+  ck_assert_int_eq(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-ckb' --ckb '%s' show experience.from_cli | grep -q '\"0.2.0\"'", b, dir);
+  ck_assert_int_eq(system(cmd), 0);
+  unlink(file);
+  json_decref(e);
+  remove_tree(dir);
+}
+END_TEST
+
+/* ---------- coverage ---------- */
+
+static char *model_dir(const char *arch) {
+  char *dir = strdup("/tmp/mi-ckb-model.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char cfg[256];
+  snprintf(cfg, sizeof cfg, "{\"architectures\": [\"%s\"], \"torch_dtype\": \"bfloat16\"}\n", arch);
+  write_text(dir, "config.json", cfg);
+  return dir;
+}
+
+START_TEST(coverage_qwen3_cpu) {
+  char err[512];
+  mi_ckb *c = mi_ckb_open(src_ckb, err, sizeof err);
+  ck_assert_ptr_nonnull(c);
+  char *m = model_dir("Qwen3ForCausalLM");
+  json_t *r;
+  int rc = mi_ckb_coverage(c, m, "cpu", &r, err, sizeof err);
+  char *s = json_dumps(r, 0);
+  ck_assert_msg(rc == 0, "%s", s);
+  free(s);
+  ck_assert_str_eq(json_string_value(json_object_get(r, "model_contract")), "model.qwen3@1.0.0");
+  ck_assert_str_eq(json_string_value(json_object_get(r, "platform_contract")), "platform.cpu@1.0.0");
+  ck_assert_int_ge(json_array_size(json_object_get(r, "operators")), 8);
+  ck_assert_int_ge(json_array_size(json_object_get(r, "tests")), 6);
+  json_decref(r);
+
+  /* An unknown platform, an unknown architecture: not covered, and why. */
+  ck_assert_int_eq(mi_ckb_coverage(c, m, "k100", &r, err, sizeof err), 1);
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(r, "missing"), 0)),
+                   "platform contract for 'k100'");
+  json_decref(r);
+  char *m2 = model_dir("LlamaForCausalLM");
+  ck_assert_int_eq(mi_ckb_coverage(c, m2, "cpu", &r, err, sizeof err), 1);
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(r, "missing"), 0)),
+                   "model contract for architecture LlamaForCausalLM");
+  json_decref(r);
+  /* No config.json: an error naming the file. */
+  ck_assert_int_eq(mi_ckb_coverage(c, "/nonexistent", "cpu", &r, err, sizeof err), -1);
+  ck_assert_ptr_nonnull(strstr(err, "/nonexistent/config.json"));
+  remove_tree(m);
+  remove_tree(m2);
+  mi_ckb_close(c);
+}
+END_TEST
+
+/* ---------- expressions and versions ---------- */
+
+static int lk(void *user, const char *name, size_t len, int64_t *out) {
+  (void)user;
+  if (len == 1 && name[0] == 'T') return *out = 5, 0;
+  if (len == 4 && !strncmp(name, "pos0", 4)) return *out = 37, 0;
+  return -1;
+}
+
+START_TEST(expressions) {
+  int64_t v;
+  char err[256];
+  ck_assert_int_eq(mi_expr_eval("pos0 + T", lk, NULL, &v, err, sizeof err), 0);
+  ck_assert_int_eq(v, 42);
+  ck_assert_int_eq(mi_expr_eval("(T * 2 + 1) % 4 == 3", lk, NULL, &v, err, sizeof err), 0);
+  ck_assert_int_eq(v, 1);
+  ck_assert_int_eq(mi_expr_eval("-T * 3 >= -15", lk, NULL, &v, err, sizeof err), 0);
+  ck_assert_int_eq(v, 1);
+  ck_assert_int_eq(mi_expr_eval("T +", lk, NULL, &v, err, sizeof err), -1);
+  ck_assert_int_eq(mi_expr_eval("Hq % Hkv", lk, NULL, &v, err, sizeof err), -1);
+  ck_assert_ptr_nonnull(strstr(err, "unknown name 'Hq'"));
+  ck_assert_int_eq(mi_expr_eval("T / (T - 5)", lk, NULL, &v, err, sizeof err), -1);
+  ck_assert_ptr_nonnull(strstr(err, "division by zero"));
+  ck_assert_int_eq(mi_expr_eval("99999999999999999999", lk, NULL, &v, err, sizeof err), -1);
+}
+END_TEST
+
+START_TEST(versions) {
+  ck_assert_int_lt(mi_ckb_version_cmp("1.0.0", "1.0.1"), 0);
+  ck_assert_int_lt(mi_ckb_version_cmp("1.9.0", "1.10.0"), 0);
+  ck_assert_int_lt(mi_ckb_version_cmp("2.0.0-rc1", "2.0.0"), 0);
+  ck_assert_int_eq(mi_ckb_version_cmp("3.2.1", "3.2.1"), 0);
+  ck_assert_int_gt(mi_ckb_version_cmp("1.0.0", "bogus"), 0);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("ckb");
+  TCase *t = tcase_create("store");
+  tcase_add_checked_fixture(t, setup, NULL);
+  tcase_set_timeout(t, 60);
+  tcase_add_test(t, real_ckb_is_valid);
+  tcase_add_test(t, cli_validate_and_show);
+  tcase_add_test(t, missing_field);
+  tcase_add_test(t, missing_nested_field);
+  tcase_add_test(t, tolerance_wrong_type);
+  tcase_add_test(t, tolerance_unknown_dtype);
+  tcase_add_test(t, dangling_reference);
+  tcase_add_test(t, reference_wrong_kind);
+  tcase_add_test(t, model_step_dangling);
+  tcase_add_test(t, unknown_kind);
+  tcase_add_test(t, bad_id_format);
+  tcase_add_test(t, id_file_mismatch);
+  tcase_add_test(t, version_not_semver);
+  tcase_add_test(t, version_wrong_type);
+  tcase_add_test(t, provenance_bad_enum);
+  tcase_add_test(t, unknown_field);
+  tcase_add_test(t, case_unknown_arg);
+  tcase_add_test(t, case_missing_arg);
+  tcase_add_test(t, shape_unknown_name);
+  tcase_add_test(t, generator_for_output);
+  tcase_add_test(t, expression_syntax);
+  tcase_add_test(t, model_shape_unknown_config);
+  tcase_add_test(t, duplicate_ids);
+  tcase_add_test(t, invalid_json);
+  tcase_add_test(t, missing_kind_and_non_object);
+  tcase_add_test(t, add_then_update);
+  tcase_add_test(t, concurrent_writers);
+  tcase_add_test(t, crash_mid_write);
+  tcase_add_test(t, crash_before_rename);
+  tcase_add_test(t, cli_add_update);
+  tcase_add_test(t, coverage_qwen3_cpu);
+  tcase_add_test(t, expressions);
+  tcase_add_test(t, versions);
+  suite_add_tcase(s, t);
+  SRunner *r = srunner_create(s);
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}

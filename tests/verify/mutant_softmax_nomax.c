@@ -1,0 +1,38 @@
+/* Defect: attention's softmax is exp(s) / sum(exp(s)) with no max
+ * subtraction, in f32: exact enough on small scores, Inf/NaN once a score
+ * passes ~88. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "mutant.h"
+
+const char mutant_name[] = "mutant_softmax_nomax";
+
+static int bad_attention(void *ctx, mi_stream *s, float *out, const float *q, const void *k_cache,
+                         const void *v_cache, mi_dtype kv_dtype, int64_t T, int64_t Hq,
+                         int64_t Hkv, int64_t D, int64_t pos0, float scale) {
+  (void)ctx, (void)s;
+  if (kv_dtype != MI_DTYPE_F32 || Hkv <= 0 || Hq % Hkv) return -1;
+  const float *kc = k_cache, *vc = v_cache;
+  float *p = malloc((size_t)(pos0 + T) * sizeof *p);
+  if (!p) return -1;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t h = 0; h < Hq; h++) {
+      int64_t g = h / (Hq / Hkv), L = pos0 + t + 1;
+      float sum = 0;
+      for (int64_t j = 0; j < L; j++) {
+        float d = 0;
+        for (int64_t k = 0; k < D; k++) d += q[(t * Hq + h) * D + k] * kc[(j * Hkv + g) * D + k];
+        sum += p[j] = expf(d * scale);
+      }
+      for (int64_t k = 0; k < D; k++) {
+        float acc = 0;
+        for (int64_t j = 0; j < L; j++) acc += p[j] * vc[(j * Hkv + g) * D + k];
+        out[(t * Hq + h) * D + k] = acc / sum;
+      }
+    }
+  free(p);
+  return 0;
+}
+
+void mutant_patch(mi_platform_iface *it) { it->attention = bad_attention; }
