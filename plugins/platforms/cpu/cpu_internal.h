@@ -99,6 +99,7 @@ typedef struct cpu_ctx {
   cpu_pool *pool;
   int nthreads;
   char device_name[128];
+  int comm_rank, comm_size; /* tensor-parallel group (cpu_comm.c) */
   /* The last error message. One per context: a caller sharing a context
    * across threads sees the most recent one. */
   char err[CPU_ERR_LEN];
@@ -110,6 +111,14 @@ int cpu_fail(cpu_ctx *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* ---- collectives (cpu_comm.c) ---- */
+
+int cpu_comm_init(cpu_ctx *c, char *err, size_t err_len);
+void cpu_comm_fini(cpu_ctx *c);
+int cpu_comm_info(void *ctx, int *rank, int *size);
+int cpu_allreduce_sum_f32(void *ctx, mi_stream *s, float *buf, int64_t n);
+int cpu_broadcast(void *ctx, mi_stream *s, void *buf, size_t n, int root);
 
 /* ---- iface members (cpu_memory.c, cpu_kernels*.c) ---- */
 

@@ -195,6 +195,11 @@ static int cpu_init(const mi_host_api *host, const mi_options *opts, void **ctx,
     free(c);
     return -1;
   }
+  if (cpu_comm_init(c, err, err_len) != 0) {
+    cpu_pool_destroy(c->pool);
+    free(c);
+    return -1;
+  }
   snprintf(c->device_name, sizeof c->device_name, "%s (%d thread%s)", cpu_isa_describe(c->isa),
            c->nthreads, c->nthreads == 1 ? "" : "s");
   if (host && host->log)
@@ -207,6 +212,7 @@ static int cpu_init(const mi_host_api *host, const mi_options *opts, void **ctx,
 static void cpu_fini(void *ctx) {
   cpu_ctx *c = ctx;
   if (!c) return;
+  cpu_comm_fini(c);
   cpu_pool_destroy(c->pool);
   free(c);
 }
@@ -270,6 +276,11 @@ static const mi_platform_iface cpu_iface = {
     .scale = cpu_scale,
     .embed = cpu_embed,
     .argmax = cpu_argmax,
+    .comm_info = cpu_comm_info,
+#if defined(MI_CPU_MPI)
+    .allreduce_sum_f32 = cpu_allreduce_sum_f32,
+    .broadcast = cpu_broadcast,
+#endif
 };
 
 static const void *cpu_get_iface(void *ctx) {

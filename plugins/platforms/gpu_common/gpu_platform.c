@@ -64,8 +64,7 @@ typedef struct gpu_ctx {
   void *module;
   void *fn[K_COUNT];
   int32_t *embed_err;   /* device [MI_EMBED_ERR_WORDS] */
-  mi_stream *embed_pending; /* stream of an embed not yet checked; (mi_stream*)1 = default */
-  int embed_any;
+  int embed_any;        /* an embed ran since the last check */
   float *ws;            /* attention split-K partials (device) */
   size_t ws_size;
   char name[128];
@@ -115,7 +114,9 @@ static gpu_rt *open_device(const gpu_target *t, const mi_host_api *host, const m
       return NULL;
     }
   }
-  if (t->code_size == 0) {
+  size_t code_size = 0;
+  t->code(&code_size);
+  if (code_size == 0) {
     snprintf(why, why_len, "%s: %s", t->name, t->no_code);
     return NULL;
   }
@@ -221,7 +222,7 @@ int gpu_init(const gpu_target *t, const mi_host_api *host, const mi_options *opt
       rt->device_total_mem(rt, dev, &c->total_mem) != 0 || rt->device_cus(rt, dev, &c->tu.cus) != 0)
     goto rt_err;
   step = "loading the embedded code object";
-  if (rt->module_load(rt, t->code, &c->module) != 0) {
+  if (rt->module_load(rt, t->code(&(size_t){0}), &c->module) != 0) {
     snprintf(err, err_len, "%s: %s: %s (the embedded code is for %s; device %d is %s)", t->name,
              step, rt->err, t->arch, dev, c->name);
     free(c);

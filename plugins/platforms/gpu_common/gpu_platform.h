@@ -28,8 +28,8 @@ typedef struct gpu_target {
   const char *api;      /* "HIP" or "CUDA" */
   gpu_rt *(*open_rt)(const char *forced, char *why, size_t why_len);
   const char *arch;     /* what the embedded code was built for: "gfx906", "sm_80,sm_90" */
-  const unsigned char *code; /* embedded code object / fatbin */
-  size_t code_size;          /* 0: built without device code */
+  /* the embedded code object / fatbin and its size (0: built without device code) */
+  const unsigned char *(*code)(size_t *size);
   const char *no_code;       /* why there is no device code (shown by probe) */
   gpu_tunables tu;           /* build constants (cus filled at init) */
   int score;                 /* probe score when usable */

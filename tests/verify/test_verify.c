@@ -1,0 +1,318 @@
+/* mi-verify stage 1: the float64 references against hand-computed values,
+ * the verifier's tables against the CKB schema, the real CPU plugin
+ * passing, and mutant plugins (one planted defect each) being rejected with
+ * the symptom named, while every kernel they did not touch still passes. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/verify.h"
+
+static char bin[4096], cpu_so[4096], mutants[4096], ckb[4096];
+
+static void setup(void) {
+  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
+  ck_assert_msg(b && s, "MI_BUILD_DIR and MI_SOURCE_DIR must be set (ctest sets them)");
+  snprintf(bin, sizeof bin, "%s/bin/mi-verify", b);
+  snprintf(cpu_so, sizeof cpu_so, "%s/lib/metainfer/libmi-cpu.so", b);
+  snprintf(mutants, sizeof mutants, "%s/tests/mutants", b);
+  snprintf(ckb, sizeof ckb, "%s/ckb", s);
+}
+
+/* ---------- references, by hand ---------- */
+
+static vf_arg buf_arg(const char *name, vf_kind k, double *v, int64_t n) {
+  vf_arg a = {0};
+  a.name = name, a.kind = k, a.dtype = MI_DTYPE_F32, a.val = v, a.n = n;
+  return a;
+}
+static vf_arg int_arg(const char *name, int64_t i) {
+  vf_arg a = {0};
+  a.name = name, a.kind = VF_I64, a.i = i;
+  return a;
+}
+static vf_arg flt_arg(const char *name, double f) {
+  vf_arg a = {0};
+  a.name = name, a.kind = VF_F32, a.f = f;
+  return a;
+}
+
+START_TEST(ref_rmsnorm_by_hand) {
+  double x[2] = {3, 4}, w[2] = {1, 2}, y[2];
+  vf_arg a[] = {buf_arg("y", VF_OUT, y, 2), buf_arg("x", VF_IN, x, 2), buf_arg("w", VF_IN, w, 2),
+                int_arg("rows", 1), int_arg("dim", 2), flt_arg("eps", 0), flt_arg("w_offset", 1)};
+  vf_call c = {a, 7};
+  char err[128];
+  ck_assert_int_eq(vf_ref_find("rmsnorm")(&c, err, sizeof err), 0);
+  double r = sqrt(12.5); /* mean of 9 and 16 */
+  ck_assert_double_eq_tol(y[0], 3 / r * 2, 1e-15);
+  ck_assert_double_eq_tol(y[1], 4 / r * 3, 1e-15);
+}
+END_TEST
+
+START_TEST(ref_attention_by_hand) {
+  /* Two keys with equal scores: the output is the mean of the values;
+   * query 0 (causal) sees only key 0: its value. */
+  double q[2 * 2] = {1, 0, 1, 0}, k[2 * 2] = {0, 1, 0, 1}, v[2 * 2] = {2, 4, 6, 8}, out[4];
+  vf_arg a[] = {buf_arg("out", VF_OUT, out, 4), buf_arg("q", VF_IN, q, 4),
+                buf_arg("k_cache", VF_IN, k, 4), buf_arg("v_cache", VF_IN, v, 4),
+                int_arg("T", 2), int_arg("Hq", 1), int_arg("Hkv", 1), int_arg("D", 2),
+                int_arg("pos0", 0), flt_arg("scale", 0.5)};
+  vf_call c = {a, 10};
+  char err[128];
+  ck_assert_int_eq(vf_ref_find("attention")(&c, err, sizeof err), 0);
+  ck_assert_double_eq_tol(out[0], 2, 1e-15);
+  ck_assert_double_eq_tol(out[1], 4, 1e-15);
+  ck_assert_double_eq_tol(out[2], 4, 1e-15);
+  ck_assert_double_eq_tol(out[3], 6, 1e-15);
+  /* Huge scores do not overflow the reference. */
+  double q2[2] = {1000, 0}, k2[4] = {1000, 0, 999, 0}, v2[4] = {1, 0, 0, 1}, o2[2];
+  vf_arg b[] = {buf_arg("out", VF_OUT, o2, 2), buf_arg("q", VF_IN, q2, 2),
+                buf_arg("k_cache", VF_IN, k2, 4), buf_arg("v_cache", VF_IN, v2, 4),
+                int_arg("T", 1), int_arg("Hq", 1), int_arg("Hkv", 1), int_arg("D", 2),
+                int_arg("pos0", 1), flt_arg("scale", 1.0)};
+  vf_call c2 = {b, 10};
+  ck_assert_int_eq(vf_ref_find("attention")(&c2, err, sizeof err), 0);
+  ck_assert(isfinite(o2[0]) && o2[0] > 0.999999);
+}
+END_TEST
+
+START_TEST(ref_rope_by_hand) {
+  /* rot_dim 2, theta irrelevant for i = 0: angle = pos. pos 0: identity. */
+  double x[2 * 2] = {1, 0, 1, 0}, pos[2] = {0, M_PI / 2};
+  vf_arg a[] = {buf_arg("x", VF_INOUT, x, 4), buf_arg("pos", VF_IN, pos, 2), int_arg("T", 2),
+                int_arg("H", 1), int_arg("tok_stride", 2), int_arg("head_stride", 2),
+                int_arg("rot_dim", 2), flt_arg("theta", 10000)};
+  vf_call c = {a, 8};
+  char err[128];
+  ck_assert_int_eq(vf_ref_find("rope")(&c, err, sizeof err), 0);
+  ck_assert_double_eq_tol(x[0], 1, 1e-15);
+  ck_assert_double_eq_tol(x[1], 0, 1e-15);
+  ck_assert_double_eq_tol(x[2], 0, 1e-12); /* (1, 0) turned by 90 degrees */
+  ck_assert_double_eq_tol(x[3], 1, 1e-12);
+}
+END_TEST
+
+START_TEST(ref_argmax_first_tie) {
+  double x[6] = {1, 3, 3, -1, -1, -1}, out[2];
+  vf_arg a[] = {buf_arg("out", VF_OUT, out, 2), buf_arg("x", VF_IN, x, 6), int_arg("rows", 2),
+                int_arg("n", 3)};
+  vf_call c = {a, 4};
+  char err[128];
+  ck_assert_int_eq(vf_ref_find("argmax")(&c, err, sizeof err), 0);
+  ck_assert_double_eq(out[0], 1);
+  ck_assert_double_eq(out[1], 0);
+  /* A contract naming an argument the reference does not know: an error, not a crash. */
+  a[2].name = "nrows";
+  ck_assert_int_eq(vf_ref_find("argmax")(&c, err, sizeof err), -1);
+  ck_assert_ptr_nonnull(strstr(err, "'rows'"));
+}
+END_TEST
+
+/* The schema's enums and the verifier's tables must agree, both ways. */
+static void same_set(json_t *en, const char *const *names, const char *what) {
+  size_t n = 0;
+  for (const char *const *p = names; *p; p++, n++) {
+    size_t i;
+    json_t *v;
+    int found = 0;
+    json_array_foreach(en, i, v) found |= !strcmp(json_string_value(v), *p);
+    ck_assert_msg(found, "%s: '%s' is in the verifier but not in ckb/schemas/operator.json", what, *p);
+  }
+  ck_assert_msg(n == json_array_size(en), "%s: the schema lists %zu names, the verifier %zu", what,
+                json_array_size(en), n);
+}
+
+START_TEST(tables_match_schema) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/schemas/operator.json", ckb);
+  json_t *s = json_load_file(p, 0, NULL);
+  ck_assert_ptr_nonnull(s);
+  json_t *props = json_object_get(json_object_get(s, "schema"), "properties");
+  same_set(json_object_get(json_object_get(props, "member"), "enum"), vf_member_names(), "member");
+  same_set(json_object_get(json_object_get(props, "reference"), "enum"), vf_ref_names(), "reference");
+  json_decref(s);
+  ck_assert_int_eq(vf_member_offset("rmsnorm"), (long)offsetof(mi_platform_iface, rmsnorm));
+  ck_assert_int_eq(vf_member_offset("nosuch"), -1);
+  ck_assert_uint_ne(vf_case_seed(1, "operator.rope", 0, 0), vf_case_seed(1, "operator.rope", 1, 0));
+  ck_assert_uint_ne(vf_case_seed(1, "operator.rope", 0, 0), vf_case_seed(1, "operator.rope", 0, 1));
+  ck_assert_uint_eq(vf_case_seed(9, "operator.add", 2, 0), vf_case_seed(9, "operator.add", 2, 0));
+}
+END_TEST
+
+/* ---------- mi-verify runs ---------- */
+
+typedef struct run {
+  int exited, code;
+  char out[65536];
+  json_t *report;
+} run;
+
+static void verify(run *r, const char *plugin, const char *extra) {
+  char report[256], cmd[16384];
+  snprintf(report, sizeof report, "/tmp/mi-verify-test-%d.json", (int)getpid());
+  unlink(report);
+  snprintf(cmd, sizeof cmd, "'%s' --ckb '%s' --platform-plugin '%s' --report '%s' -o threads=2 %s 2>&1",
+           bin, ckb, plugin, report, extra);
+  FILE *p = popen(cmd, "r");
+  ck_assert_ptr_nonnull(p);
+  size_t n = fread(r->out, 1, sizeof r->out - 1, p);
+  r->out[n] = 0;
+  int st = pclose(p);
+  r->exited = WIFEXITED(st);
+  r->code = WEXITSTATUS(st);
+  r->report = json_load_file(report, 0, NULL);
+  unlink(report);
+}
+
+static json_t *unit(json_t *report, const char *id) {
+  size_t i;
+  json_t *u;
+  json_array_foreach(json_object_get(json_array_get(json_object_get(report, "stages"), 0), "units"), i, u)
+    if (!strcmp(json_string_value(json_object_get(u, "id")), id)) return u;
+  return NULL;
+}
+
+START_TEST(cpu_plugin_passes_stage1) {
+  run r;
+  verify(&r, cpu_so, ""); /* a fresh random seed every run */
+  ck_assert_msg(r.exited && r.code == 0, "exit %d:\n%s", r.code, r.out);
+  ck_assert_ptr_nonnull(strstr(r.out, "mi-verify: seed "));
+  ck_assert_ptr_nonnull(r.report);
+  ck_assert_str_eq(json_string_value(json_object_get(r.report, "verdict")), "PASS");
+  json_t *units = json_object_get(json_array_get(json_object_get(r.report, "stages"), 0), "units");
+  ck_assert_int_eq(json_array_size(units), 9);
+  size_t i, cases = 0;
+  json_t *u;
+  json_array_foreach(units, i, u) {
+    ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "PASS");
+    ck_assert_int_gt(json_array_size(json_object_get(u, "cases")), 0);
+    cases += json_array_size(json_object_get(u, "cases"));
+  }
+  ck_assert_int_ge(cases, 40);
+  printf("cpu plugin, stage 1:\n%s", r.out);
+  json_decref(r.report);
+}
+END_TEST
+
+START_TEST(same_seed_same_inputs) {
+  run a, b;
+  verify(&a, cpu_so, "--seed 42 --only rmsnorm,operator.matmul");
+  verify(&b, cpu_so, "--seed 42 --only rmsnorm,operator.matmul");
+  ck_assert_int_eq(a.code, 0);
+  ck_assert_int_eq(b.code, 0);
+  const char *ids[] = {"operator.rmsnorm", "operator.matmul"};
+  for (int k = 0; k < 2; k++) {
+    json_t *ca = json_object_get(unit(a.report, ids[k]), "cases");
+    json_t *cb = json_object_get(unit(b.report, ids[k]), "cases");
+    ck_assert_int_gt(json_array_size(ca), 0);
+    for (size_t i = 0; i < json_array_size(ca); i++) {
+      json_t *x = json_array_get(ca, i), *y = json_array_get(cb, i);
+      ck_assert(json_equal(json_object_get(x, "seed"), json_object_get(y, "seed")));
+      ck_assert(json_equal(json_object_get(x, "params"), json_object_get(y, "params")));
+      ck_assert(json_equal(json_object_get(x, "max_abs_err"), json_object_get(y, "max_abs_err")));
+    }
+  }
+  ck_assert_ptr_null(unit(a.report, "operator.rope")); /* --only */
+  json_decref(a.report);
+  json_decref(b.report);
+}
+END_TEST
+
+/* A mutant must fail exactly its planted unit, with `symptom` in the
+ * message, and pass all the others. */
+static void mutant(const char *name, const char *bad_unit, const char *status, const char *symptom,
+                   const char *extra) {
+  char so[4600], args[256];
+  snprintf(so, sizeof so, "%s/libmutant-%s.so", mutants, name);
+  snprintf(args, sizeof args, "--platform cpu --seed 7 %s", extra);
+  run r;
+  verify(&r, so, args);
+  ck_assert_msg(r.exited, "mi-verify itself died:\n%s", r.out);
+  ck_assert_msg(r.code == 1, "mutant %s: exit %d (want 1):\n%s", name, r.code, r.out);
+  ck_assert_ptr_nonnull(r.report);
+  ck_assert_str_eq(json_string_value(json_object_get(r.report, "verdict")), "FAIL");
+  size_t i;
+  json_t *u;
+  json_array_foreach(json_object_get(json_array_get(json_object_get(r.report, "stages"), 0), "units"), i, u) {
+    const char *id = json_string_value(json_object_get(u, "id"));
+    const char *v = json_string_value(json_object_get(u, "verdict"));
+    if (strcmp(id, bad_unit)) {
+      ck_assert_msg(!strcmp(v, "PASS"), "mutant %s: untouched %s should pass: %s", name, id,
+                    json_string_value(json_object_get(u, "message")));
+      continue;
+    }
+    const char *msg = json_string_value(json_object_get(u, "message"));
+    ck_assert_str_eq(v, "FAIL");
+    ck_assert_str_eq(json_string_value(json_object_get(u, "status")), status);
+    ck_assert_msg(msg && strstr(msg, symptom), "mutant %s: message lacks '%s': %s", name, symptom, msg);
+    printf("mutant %-14s -> %s %s\n", name, status, msg);
+  }
+  ck_assert_ptr_nonnull(unit(r.report, bad_unit));
+  json_decref(r.report);
+}
+
+START_TEST(mutant_rmsnorm_eps) {
+  mutant("rmsnorm_eps", "operator.rmsnorm", "FAIL", "rmsnorm: max rel error", "");
+}
+END_TEST
+START_TEST(mutant_rope_pairing) {
+  mutant("rope_pairing", "operator.rope", "FAIL", "rope: max rel error", "");
+}
+END_TEST
+START_TEST(mutant_softmax_nomax) {
+  mutant("softmax_nomax", "operator.attention", "FAIL", "NaN/Inf values in 'out'", "");
+}
+END_TEST
+START_TEST(mutant_matmul_segv) {
+  mutant("matmul_segv", "operator.matmul", "CRASH", "matmul: crashed (", "");
+}
+END_TEST
+START_TEST(mutant_argmax_hang) {
+  mutant("argmax_hang", "operator.argmax", "TIMEOUT", "argmax: TIMEOUT", "--timeout 1.5");
+}
+END_TEST
+
+START_TEST(setup_errors) {
+  run r;
+  verify(&r, "/nonexistent/libmi-x.so", "");
+  ck_assert_msg(r.exited && r.code == 1, "%s", r.out);
+  ck_assert_ptr_nonnull(strstr(r.out, "/nonexistent/libmi-x.so"));
+  json_decref(r.report);
+  verify(&r, cpu_so, "--platform nosuch");
+  ck_assert_msg(r.exited && r.code == 2, "%s", r.out);
+  ck_assert_ptr_nonnull(strstr(r.out, "no platform contract for 'nosuch'"));
+  json_decref(r.report);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("verify");
+  TCase *t = tcase_create("stage1");
+  tcase_add_checked_fixture(t, setup, NULL);
+  tcase_set_timeout(t, 60);
+  tcase_add_test(t, ref_rmsnorm_by_hand);
+  tcase_add_test(t, ref_attention_by_hand);
+  tcase_add_test(t, ref_rope_by_hand);
+  tcase_add_test(t, ref_argmax_first_tie);
+  tcase_add_test(t, tables_match_schema);
+  tcase_add_test(t, cpu_plugin_passes_stage1);
+  tcase_add_test(t, same_seed_same_inputs);
+  tcase_add_test(t, mutant_rmsnorm_eps);
+  tcase_add_test(t, mutant_rope_pairing);
+  tcase_add_test(t, mutant_softmax_nomax);
+  tcase_add_test(t, mutant_matmul_segv);
+  tcase_add_test(t, mutant_argmax_hang);
+  tcase_add_test(t, setup_errors);
+  suite_add_tcase(s, t);
+  SRunner *r = srunner_create(s);
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}
