@@ -103,4 +103,13 @@ const mi_ckb_entry *mi_ckb_find_platform(const mi_ckb *c, const char *name);
 int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform, json_t **out,
                     char *err, size_t err_len);
 
+/* ---- a model directory's weights against its model contract ----
+ * Every key of the contract's weight map (per-layer keys for each layer,
+ * "when" keys by their config flag) must be in the safetensors files with
+ * the shape its formulas give on config.json, and no other key may be.
+ * Writes a JSON report ({"problems": [...], "expected", "found", "dtypes"})
+ * to *out. Returns the number of problems, or -1 on an error (err). */
+int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, char *err,
+                         size_t err_len);
+
 #endif

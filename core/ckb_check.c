@@ -202,6 +202,23 @@ static void check_operator(json_t *e, const char *file, ckb_diag *d) {
       char p[256];
       snprintf(p, sizeof p, "cases[%zu].%s", i, key);
       if (!strcmp(key, "name") || !strcmp(key, "why")) continue;
+      if (!strcmp(key, "alias")) {
+        const char *k2;
+        json_t *v2;
+        json_object_foreach(gen, k2, v2) {
+          json_t *oa = arg_by_name(args, k2, strlen(k2));
+          const char *in = json_string_value(v2);
+          json_t *ia = in ? arg_by_name(args, in, strlen(in)) : NULL;
+          if (!oa || strcmp(arg_kind(oa), "out"))
+            ckb_report(d, file, "field '%s.%s' names no out buffer of the signature", p, k2);
+          else if (!ia || strcmp(arg_kind(ia), "in"))
+            ckb_report(d, file, "field '%s.%s' must name an in buffer of the signature", p, k2);
+          else if (!json_equal(json_object_get(oa, "shape"), json_object_get(ia, "shape")) ||
+                   !json_equal(json_object_get(oa, "dtype"), json_object_get(ia, "dtype")))
+            ckb_report(d, file, "field '%s.%s': '%s' and '%s' differ in shape or dtype", p, k2, k2, in);
+        }
+        continue;
+      }
       if (!strcmp(key, "inputs")) {
         const char *k2;
         json_t *g2;
@@ -252,7 +269,19 @@ static void check_model(json_t *e, const char *file, ckb_diag *d) {
   json_t *config = json_object_get(e, "config");
   size_t i, j;
   json_t *w, *dim;
+  const char *layers = json_string_value(json_object_get(e, "layers"));
+  if (layers) {
+    cfg_names n = {config, file, "layers", d};
+    name_is_config(&n, layers, strlen(layers));
+  }
   json_array_foreach(json_object_get(e, "weights"), i, w) {
+    const char *when = json_string_value(json_object_get(w, "when"));
+    if (when) {
+      char p[64];
+      snprintf(p, sizeof p, "weights[%zu].when", i);
+      cfg_names n = {config, file, p, d};
+      name_is_config(&n, when + (when[0] == '!'), strlen(when + (when[0] == '!')));
+    }
     json_array_foreach(json_object_get(w, "shape"), j, dim) {
       if (!json_is_string(dim)) continue;
       char p[128];

@@ -78,7 +78,17 @@ int mi_engine_open(mi_registry *reg, const mi_engine_opts *o, mi_engine **out, c
   /* platform */
   e->platform_plugin = mi_registry_best(reg, MI_PLUGIN_PLATFORM, o->platform);
   if (!e->platform_plugin) {
-    if (o->platform)
+    /* Name the reason the loader recorded (e.g. a GPU probe's "no device"). */
+    const char *why = NULL;
+    for (size_t i = 0; o->platform && i < mi_registry_count(reg) && !why; i++) {
+      const mi_plugin *p = mi_registry_at(reg, i);
+      if (mi_plugin_kind_of(p) == MI_PLUGIN_PLATFORM && p->reason &&
+          strcmp(mi_plugin_name(p), o->platform) == 0)
+        why = p->reason;
+    }
+    if (o->platform && why)
+      snprintf(err, err_len, "platform '%s' is not available: %s", o->platform, why);
+    else if (o->platform)
       snprintf(err, err_len, "platform '%s' is not available (see --list-plugins for why)",
                o->platform);
     else

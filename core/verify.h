@@ -123,4 +123,23 @@ json_t *vf_probe_plugin(const vf_stage_opts *o);
  * object of the report ({"stage": 1, "verdict", "units": [...]}). */
 json_t *vf_stage1(const vf_stage_opts *o);
 
+/* Shared by the stages: the plugin loaded inside a child (NULL after an
+ * "error" event on fd), and the verdict of one unit from its child's
+ * events and fate. `member` labels messages ("rmsnorm", "layer"). */
+struct mi_plugin;
+struct mi_plugin *vf_load_plugin(const vf_stage_opts *o, int fd);
+json_t *vf_unit_report(const char *kind, const char *id, const char *version, const char *member,
+                       const vf_child_result *r, double timeout_s, double cpu_s);
+const char *vf_sig_name(int sig);
+
+/* Stage 2: one decoder layer of `model` (a model contract) composed from
+ * the platform's kernels with random weights, prefill then decode, against
+ * a float64 reference of the layer. */
+json_t *vf_stage2(const vf_stage_opts *o, json_t *model, json_t *test_contract);
+
+/* Stage 3 (the part implemented): the model folder's weight files against
+ * its model contract (mi_ckb_check_weights), in a child. `ckb` is a
+ * const mi_ckb *. */
+json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir);
+
 #endif

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -98,6 +99,11 @@ int vf_run_child(const vf_limits *lim, int (*fn)(void *arg, int result_fd), void
     return -1;
   }
   if (pid == 0) {
+    /* Own process group, so a timeout kills whatever the plugin started too;
+     * and die with the verifier, so an interrupted run leaves no hung child. */
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1) _exit(3); /* the parent is already gone */
     close(op[0]);
     close(rp[0]);
     dup2(op[1], 1);
@@ -119,6 +125,7 @@ int vf_run_child(const vf_limits *lim, int (*fn)(void *arg, int result_fd), void
   while (open_fds) {
     double now = now_s();
     if (!out->timed_out && now >= deadline) {
+      kill(-pid, SIGKILL);
       kill(pid, SIGKILL);
       out->timed_out = 1;
       drain_until = now + 2.0; /* a grandchild may still hold the pipes */

@@ -12,7 +12,7 @@
 #include "core/loader.h"
 #include "core/verify.h"
 
-static const char *sig_name(int sig) {
+const char *vf_sig_name(int sig) {
   static char buf[32];
   const char *abbrev = sigabbrev_np(sig);
   if (abbrev) snprintf(buf, sizeof buf, "SIG%s", abbrev);
@@ -20,7 +20,7 @@ static const char *sig_name(int sig) {
   return buf;
 }
 
-static mi_plugin *load(const vf_stage_opts *o, int fd) {
+mi_plugin *vf_load_plugin(const vf_stage_opts *o, int fd) {
   mi_plugin *p = mi_plugin_load_file(o->plugin_path, (const mi_options *)o->plugin_opts);
   const char *why = NULL;
   if (!p) why = "out of memory";
@@ -39,7 +39,7 @@ static mi_plugin *load(const vf_stage_opts *o, int fd) {
 
 static int probe_child(void *arg, int fd) {
   const vf_stage_opts *o = arg;
-  mi_plugin *p = load(o, fd);
+  mi_plugin *p = vf_load_plugin(o, fd);
   if (!p) return 1;
   const mi_platform_iface *pi = p->iface;
   json_t *members = json_array();
@@ -74,7 +74,7 @@ static json_t *first_event(json_t *events, const char *type) {
 static json_t *child_json(const vf_child_result *r) {
   json_t *c = json_pack("{s:b, s:f}", "timed_out", r->timed_out, "wall_s", r->wall_s);
   if (r->exited) json_object_set_new(c, "exit_code", json_integer(r->exit_code));
-  if (r->signaled) json_object_set_new(c, "signal", json_string(sig_name(r->term_signal)));
+  if (r->signaled) json_object_set_new(c, "signal", json_string(vf_sig_name(r->term_signal)));
   return c;
 }
 
@@ -92,7 +92,7 @@ json_t *vf_probe_plugin(const vf_stage_opts *o) {
     char msg[1200];
     if (err) snprintf(msg, sizeof msg, "%s", json_string_value(json_object_get(err, "message")));
     else if (r.timed_out) snprintf(msg, sizeof msg, "%s: loading timed out after %gs", o->plugin_path, o->lim.timeout_s);
-    else if (r.signaled) snprintf(msg, sizeof msg, "%s: crashed (%s) while loading", o->plugin_path, sig_name(r.term_signal));
+    else if (r.signaled) snprintf(msg, sizeof msg, "%s: crashed (%s) while loading", o->plugin_path, vf_sig_name(r.term_signal));
     else snprintf(msg, sizeof msg, "%s: loading failed (exit code %d)", o->plugin_path, r.exit_code);
     out = json_pack("{s:s, s:s, s:s}", "verdict", "FAIL", "message", msg, "raw_output", r.output);
   }
@@ -110,7 +110,7 @@ typedef struct unit_job {
 
 static int unit_child(void *arg, int fd) {
   unit_job *j = arg;
-  mi_plugin *p = load(j->o, fd);
+  mi_plugin *p = vf_load_plugin(j->o, fd);
   if (!p) return 1;
   vf_unit_opts uo = {j->o->seed, j->op, j->kernel, fd};
   int rc = vf_run_operator(p->iface, p->ctx, &uo);
@@ -119,9 +119,9 @@ static int unit_child(void *arg, int fd) {
 }
 
 /* The verdict of one unit from what its child did and said. */
-static json_t *unit_report(const char *op_id, json_t *op, const vf_child_result *r,
-                           double timeout_s) {
-  const char *member = json_string_value(json_object_get(op, "member"));
+json_t *vf_unit_report(const char *kind, const char *op_id, const char *version,
+                       const char *member, const vf_child_result *r, double timeout_s,
+                       double cpu_s) {
   json_t *cases = json_array(), *skipped = json_array(), *errors = json_array();
   json_t *open_case = NULL, *first_fail = NULL;
   size_t i;
@@ -129,6 +129,7 @@ static json_t *unit_report(const char *op_id, json_t *op, const vf_child_result 
   double worst = 0;
   json_array_foreach(r->events, i, ev) {
     const char *t = json_string_value(json_object_get(ev, "event"));
+    if (!t) continue; /* not one of ours */
     json_t *copy = json_deep_copy(ev);
     json_object_del(copy, "event");
     if (!strcmp(t, "case_start")) {
@@ -155,13 +156,16 @@ static json_t *unit_report(const char *op_id, json_t *op, const vf_child_result 
   if (r->timed_out)
     snprintf(msg, sizeof msg, "%s: TIMEOUT: no result within %gs %s%s", member, timeout_s,
              where ? "during a call " : "outside any kernel call", where ? where : "");
+  else if (open_case && r->signaled && r->term_signal == SIGXCPU)
+    snprintf(msg, sizeof msg, "%s: crashed (SIGXCPU: over the CPU time limit of %gs) %s", member,
+             cpu_s, where);
   else if (open_case && r->signaled)
-    snprintf(msg, sizeof msg, "%s: crashed (%s) %s", member, sig_name(r->term_signal), where);
+    snprintf(msg, sizeof msg, "%s: crashed (%s) %s", member, vf_sig_name(r->term_signal), where);
   else if (open_case)
     snprintf(msg, sizeof msg, "%s: crashed (child exited with %d before returning a result) %s",
              member, r->exit_code, where);
   else if (r->signaled)
-    snprintf(msg, sizeof msg, "%s: crashed (%s) outside any kernel call", member, sig_name(r->term_signal));
+    snprintf(msg, sizeof msg, "%s: crashed (%s) outside any kernel call", member, vf_sig_name(r->term_signal));
   else if (json_array_size(errors))
     snprintf(msg, sizeof msg, "%s", json_string_value(json_object_get(json_array_get(errors, 0), "message")));
   else if (first_fail)
@@ -175,8 +179,7 @@ static json_t *unit_report(const char *op_id, json_t *op, const vf_child_result 
   else if (strstr(msg, ": crashed (")) status = "CRASH";
 
   json_t *u = json_pack("{s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:s}", "kind",
-                        "operator", "id", op_id, "version",
-                        json_string_value(json_object_get(op, "version")) ?: "?", "member",
+                        kind, "id", op_id, "version", version ? version : "?", "member",
                         member ? member : "?", "verdict", strcmp(status, "PASS") ? "FAIL" : "PASS",
                         "max_rel_err", json_real(worst), "cases", cases, "skipped", skipped,
                         "errors", errors, "child", child_json(r), "raw_output",
@@ -217,7 +220,8 @@ json_t *vf_stage1(const vf_stage_opts *o) {
         u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "operator", "id", op_id, "verdict",
                       "FAIL", "status", "ERROR", "message", "cannot fork a child");
       } else {
-        u = unit_report(op_id, op, &r, o->lim.timeout_s);
+        u = vf_unit_report("operator", op_id, json_string_value(json_object_get(op, "version")),
+                           member, &r, o->lim.timeout_s, o->lim.cpu_s);
         vf_child_result_free(&r);
       }
     }

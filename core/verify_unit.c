@@ -432,6 +432,28 @@ static int run_case(unit *u, json_t *cs, int ci, int vi, mi_dtype variant, doubl
     }
   }
 
+  /* In-place cases: an output given the device address of an input (the
+   * contract allows e.g. y == x); the result is read back from there. */
+  const char *ak;
+  json_t *av;
+  json_object_foreach(json_object_get(cs, "alias"), ak, av) {
+    int oi = -1, ii = -1;
+    for (int i = 0; i < u->nargs; i++) {
+      if (!strcmp(u->a[i].name, ak)) oi = i;
+      if (json_is_string(av) && !strcmp(u->a[i].name, json_string_value(av))) ii = i;
+    }
+    if (oi < 0 || ii < 0 || u->a[oi].kind != VF_OUT || u->a[ii].kind != VF_IN ||
+        u->a[oi].dtype != u->a[ii].dtype || u->a[oi].n != u->a[ii].n) {
+      snprintf(err, sizeof err, "alias '%s' -> '%s' needs an out and an in buffer of equal dtype and size",
+               ak, json_is_string(av) ? json_string_value(av) : "?");
+      goto contract_error;
+    }
+    db[oi].dev = db[ii].dev;
+    size_t l = strlen(where);
+    if (l > 1 && where[l - 1] == ')')
+      snprintf(where + l - 1, sizeof where - (l - 1), ", %s aliases %s)", ak, json_string_value(av));
+  }
+
   /* The call, built from the contract's argument kinds. */
   ffi_type *types[MAX_ARGS];
   void *values[MAX_ARGS];

@@ -15,6 +15,7 @@ static void usage(FILE *f) {
           "  validate                              check every entry (schemas, references, ids); exit 1 on problems\n"
           "  coverage --model DIR --platform NAME [--json]\n"
           "                                        contracts that apply and what is missing; exit 2 when not covered\n"
+          "  weights --model DIR [--json]          the model's safetensors against its model contract's weight map; exit 1 on problems\n"
           "  add FILE | update FILE                atomic write of one entry (FILE '-' = stdin); update needs a higher version\n"
           "CKB folder: --ckb DIR, else $MI_CKB_DIR, ./ckb, <exe>/../share/metainfer/ckb, <exe>/../../ckb\n");
 }
@@ -119,6 +120,45 @@ static int cmd_coverage(mi_ckb *c, int argc, char **argv) {
   return rc == 0 ? 0 : 2;
 }
 
+static int cmd_weights(mi_ckb *c, int argc, char **argv) {
+  const char *model = NULL;
+  int as_json = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+    else if (!strcmp(argv[i], "--json")) as_json = 1;
+    else {
+      fprintf(stderr, "mi-ckb weights: unexpected argument '%s'\n", argv[i]);
+      return 1;
+    }
+  }
+  if (!model) {
+    fprintf(stderr, "mi-ckb weights: needs --model DIR\n");
+    return 1;
+  }
+  json_t *r;
+  char err[1024];
+  int n = mi_ckb_check_weights(c, model, &r, err, sizeof err);
+  if (n < 0) {
+    fprintf(stderr, "mi-ckb weights: %s\n", err);
+    return 1;
+  }
+  if (as_json) {
+    char *s = json_dumps(r, JSON_INDENT(2));
+    printf("%s\n", s ? s : "");
+    free(s);
+  } else {
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(r, "problems"), i, v) printf("%s: %s\n", model, json_string_value(v));
+    printf("%s: %lld weights expected by %s, %lld found, %d problem%s\n", model,
+           (long long)json_integer_value(json_object_get(r, "expected")),
+           json_string_value(json_object_get(r, "model_contract")),
+           (long long)json_integer_value(json_object_get(r, "found")), n, n == 1 ? "" : "s");
+  }
+  json_decref(r);
+  return n ? 1 : 0;
+}
+
 static int cmd_put(const char *dir, int argc, char **argv, mi_ckb_put_mode mode) {
   if (argc != 1) {
     fprintf(stderr, "mi-ckb %s: expected one FILE\n", mode == MI_CKB_ADD ? "add" : "update");
@@ -179,6 +219,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(cmd, "show")) rc = cmd_show(c, rest, rargv);
   else if (!strcmp(cmd, "validate")) rc = rest ? (fprintf(stderr, "mi-ckb validate: takes no arguments\n"), 1) : cmd_validate(c);
   else if (!strcmp(cmd, "coverage")) rc = cmd_coverage(c, rest, rargv);
+  else if (!strcmp(cmd, "weights")) rc = cmd_weights(c, rest, rargv);
   else {
     fprintf(stderr, "mi-ckb: unknown command '%s'\n", cmd);
     usage(stderr);

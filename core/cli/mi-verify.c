@@ -20,7 +20,9 @@ static void usage(FILE *f) {
           "usage: mi-verify --platform-plugin PATH.so [options]\n"
           "  --ckb DIR           the contract knowledge base (default: $MI_CKB_DIR, ./ckb, next to the exe)\n"
           "  --platform NAME     the platform contract to hold the plugin to (default: the plugin's name)\n"
-          "  --stage N           run stages 1..N (only 1 is implemented; default 1)\n"
+          "  --stage N           run stages 1..N (1: operator units, 2: one decoder layer; default 1)\n"
+          "  --model-contract ID the model contract stage 2 composes (default model.qwen3)\n"
+          "  --model DIR         the model folder stage 3 checks against its model contract\n"
           "  --only LIST         comma-separated operator ids or member names\n"
           "  --seed N            master seed (default: random, printed)\n"
           "  --report FILE       write the JSON report there\n"
@@ -74,17 +76,26 @@ static void summary(json_t *stage, int verbose) {
       char rs[32];
       if (json_is_number(rel)) snprintf(rs, sizeof rs, "%.2g", json_number_value(rel));
       else snprintf(rs, sizeof rs, "%s", json_is_string(rel) ? json_string_value(rel) : "-");
-      fprintf(stderr, "           %-5s %-16s %-4s seed %s  max rel error %s\n",
+      char ps[256] = "";
+      const char *key;
+      json_t *pv;
+      json_object_foreach(json_object_get(c, "params"), key, pv) {
+        size_t l = strlen(ps);
+        if (json_is_integer(pv)) snprintf(ps + l, sizeof ps - l, " %s=%lld", key, (long long)json_integer_value(pv));
+        else if (json_is_number(pv)) snprintf(ps + l, sizeof ps - l, " %s=%g", key, json_number_value(pv));
+      }
+      fprintf(stderr, "           %-5s %-16s %-4s seed %s  max rel error %-8s%s\n",
               json_string_value(json_object_get(c, "verdict")),
               json_string_value(json_object_get(c, "case")),
               json_string_value(json_object_get(c, "dtype")),
-              json_string_value(json_object_get(c, "seed")), rs);
+              json_string_value(json_object_get(c, "seed")), rs, ps);
     }
   }
 }
 
 int main(int argc, char **argv) {
   const char *plugin = NULL, *ckb_dir = NULL, *platform = NULL, *report = NULL, *only = NULL;
+  const char *model_id = "model.qwen3", *model_dir = NULL;
   int stage = 1, verbose = 0, have_seed = 0;
   uint64_t seed = 0;
   double timeout = -1, cpu = -1;
@@ -95,7 +106,8 @@ int main(int argc, char **argv) {
       {"platform-plugin", 1, 0, 'P'}, {"ckb", 1, 0, 'C'},    {"platform", 1, 0, 'p'},
       {"stage", 1, 0, 's'},           {"only", 1, 0, 'O'},   {"seed", 1, 0, 'S'},
       {"report", 1, 0, 'r'},          {"timeout", 1, 0, 't'}, {"cpu-limit", 1, 0, 'c'},
-      {"mem-limit", 1, 0, 'm'},       {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+      {"mem-limit", 1, 0, 'm'},       {"help", 0, 0, 'h'},   {"model-contract", 1, 0, 'M'},
+      {"model", 1, 0, 'D'},           {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "o:vh", longs, NULL)) != -1) {
     char *end = NULL;
@@ -114,6 +126,8 @@ int main(int argc, char **argv) {
       have_seed = 1;
       break;
     case 'r': report = optarg; break;
+    case 'M': model_id = optarg; break;
+    case 'D': model_dir = optarg; break;
     case 't': timeout = atof(optarg); break;
     case 'c': cpu = atof(optarg); break;
     case 'm': mem = atol(optarg); break;
@@ -137,9 +151,14 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (stage != 1) {
-    fprintf(stderr, "mi-verify: only stage 1 (operator units) is implemented; stages 2-6 are planned "
-                    "(see the test contracts in the CKB)\n");
+  if (stage < 1 || stage > 3) {
+    fprintf(stderr, "mi-verify: --stage %d: stages 1 (operator units), 2 (one decoder layer) and 3 "
+                    "(weight files, partly) are implemented; 4-6 are planned (see the test contracts "
+                    "in the CKB)\n", stage);
+    return 2;
+  }
+  if (stage >= 3 && !model_dir) {
+    fprintf(stderr, "mi-verify: --stage 3 needs --model DIR (a Hugging Face model folder)\n");
     return 2;
   }
   char buf[4096], err[512];
@@ -215,20 +234,63 @@ int main(int argc, char **argv) {
   json_array_append_new(stages, s1);
   fprintf(stderr, "stage 1 (operator units):\n");
   summary(s1, verbose);
+  int pass = !strcmp(json_string_value(json_object_get(s1, "verdict")), "PASS");
+  int passed = (int)json_integer_value(json_object_get(s1, "passed"));
+  int failed = (int)json_integer_value(json_object_get(s1, "failed"));
+  if (stage >= 2) {
+    /* Each stage runs only on what passed the ones before it. */
+    json_t *t2 = find_stage_contract(c, 2, "decoder_layer");
+    const mi_ckb_entry *me = mi_ckb_find(c, model_id);
+    json_t *s2;
+    if (!pass)
+      s2 = json_pack("{s:i, s:s, s:s, s:s}", "stage", 2, "name", "decoder_layer", "verdict", "SKIPPED",
+                     "message", "stage 1 failed");
+    else if (!me || !me->kind || strcmp(me->kind, "model"))
+      s2 = json_pack("{s:i, s:s, s:s, s:s}", "stage", 2, "name", "decoder_layer", "verdict", "FAIL",
+                     "message", "no such model contract (see --model-contract)");
+    else
+      s2 = vf_stage2(&o, me->json, t2);
+    if (t2) json_object_set_new(s2, "test_contract", json_sprintf("%s@%s", json_string_value(json_object_get(t2, "id")),
+                                                                  json_string_value(json_object_get(t2, "version"))));
+    json_array_append_new(stages, s2);
+    fprintf(stderr, "stage 2 (one decoder layer of %s):\n", model_id);
+    if (json_object_get(s2, "units")) summary(s2, verbose);
+    else fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(s2, "verdict")),
+                 json_string_value(json_object_get(s2, "message")));
+    int p2 = !strcmp(json_string_value(json_object_get(s2, "verdict")), "PASS");
+    passed += p2;
+    failed += !p2;
+    pass = pass && p2;
+  }
+  if (stage >= 3) {
+    json_t *t3 = find_stage_contract(c, 3, "weight_loading");
+    json_t *s3 = pass ? vf_stage3(&o, c, model_dir)
+                      : json_pack("{s:i, s:s, s:s, s:s}", "stage", 3, "name", "weight_loading",
+                                  "verdict", "SKIPPED", "message", "an earlier stage failed");
+    if (t3) json_object_set_new(s3, "test_contract", json_sprintf("%s@%s", json_string_value(json_object_get(t3, "id")),
+                                                                  json_string_value(json_object_get(t3, "version"))));
+    json_array_append_new(stages, s3);
+    fprintf(stderr, "stage 3 (weight files of %s):\n", model_dir);
+    if (json_object_get(s3, "units")) summary(s3, verbose);
+    else fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(s3, "verdict")),
+                 json_string_value(json_object_get(s3, "message")));
+    int p3 = !strcmp(json_string_value(json_object_get(s3, "verdict")), "PASS");
+    passed += p3;
+    failed += !p3;
+    pass = pass && p3;
+  }
   /* The stages not run, so a report says what it does not cover. */
   json_t *later = json_array();
   for (size_t i = 0; i < mi_ckb_count(c); i++) {
     const mi_ckb_entry *e = mi_ckb_at(c, i);
-    if (!e->kind || strcmp(e->kind, "test") || json_integer_value(json_object_get(e->json, "stage")) <= 1) continue;
+    if (!e->kind || strcmp(e->kind, "test") || json_integer_value(json_object_get(e->json, "stage")) <= stage) continue;
     json_array_append_new(later, json_pack("{s:O, s:s, s:O}", "stage", json_object_get(e->json, "stage"),
                                            "test_contract", e->id, "status", json_object_get(e->json, "status")));
   }
   json_object_set_new(rep, "not_run", later);
-  int pass = !strcmp(json_string_value(json_object_get(s1, "verdict")), "PASS");
   json_object_set_new(rep, "verdict", json_string(pass ? "PASS" : "FAIL"));
-  fprintf(stderr, "mi-verify: %s: %lld passed, %lld failed (seed %llu)\n", pass ? "PASS" : "FAIL",
-          (long long)json_integer_value(json_object_get(s1, "passed")),
-          (long long)json_integer_value(json_object_get(s1, "failed")), (unsigned long long)seed);
+  fprintf(stderr, "mi-verify: %s: %d passed, %d failed (seed %llu)\n", pass ? "PASS" : "FAIL", passed,
+          failed, (unsigned long long)seed);
   rc = pass ? 0 : 1;
 
 write:

@@ -214,6 +214,9 @@ BROKEN(shape_unknown_name, "operators/matmul.json",
        json_array_set_new(json_object_get(json_array_get(json_object_get(json_object_get(j, "signature"), "args"), 4), "shape"),
                           0, json_string("N_out")),
        "operators/matmul.json", "field 'signature.args[4].shape[0]' uses 'N_out', which is not an integer argument")
+BROKEN(alias_to_output, "operators/add.json",
+       json_object_set_new(json_array_get(json_object_get(j, "cases"), 0), "alias", json_pack("{s:s}", "y", "n")),
+       "operators/add.json", "field 'cases[0].alias.y' must name an in buffer")
 BROKEN(generator_for_output, "operators/add.json",
        json_object_set_new(json_object_get(j, "inputs"), "y", json_pack("{s:s}", "dist", "normal")),
        "operators/add.json", "field 'inputs.y' names no input buffer")
@@ -389,7 +392,7 @@ static void crash_during(const char *point) {
   if (pid == 0) {
     setenv("MI_CKB_TEST_CRASH", point, 1);
     json_t *e = load(dir, "operators/rmsnorm.json");
-    json_object_set_new(e, "version", json_string("1.0.1"));
+    json_object_set_new(e, "version", json_string("99.0.0"));
     json_object_set_new(e, "summary", json_string("the update that never landed"));
     mi_ckb_put(dir, e, MI_CKB_UPDATE, NULL, NULL);
     _exit(0); /* not reached: the hook exits with 86 */
@@ -407,11 +410,11 @@ static void crash_during(const char *point) {
   ck_assert_msg(d.n == 0, "%s", d.text);
 
   /* The next writer (any entry of that folder) cleans up and lands. */
-  json_object_set_new(before, "version", json_string("1.0.2"));
+  json_object_set_new(before, "version", json_string("99.0.1"));
   ck_assert_int_eq(mi_ckb_put(dir, before, MI_CKB_UPDATE, NULL, NULL), 0);
   ck_assert_int_eq(count_temp_files(sub), 0);
   after = load(dir, "operators/rmsnorm.json");
-  ck_assert_str_eq(json_string_value(json_object_get(after, "version")), "1.0.2");
+  ck_assert_str_eq(json_string_value(json_object_get(after, "version")), "99.0.1");
   json_decref(after);
   json_decref(before);
   remove_tree(dir);
@@ -465,8 +468,8 @@ START_TEST(coverage_qwen3_cpu) {
   char *s = json_dumps(r, 0);
   ck_assert_msg(rc == 0, "%s", s);
   free(s);
-  ck_assert_str_eq(json_string_value(json_object_get(r, "model_contract")), "model.qwen3@1.0.0");
-  ck_assert_str_eq(json_string_value(json_object_get(r, "platform_contract")), "platform.cpu@1.0.0");
+  ck_assert_str_eq(json_string_value(json_object_get(r, "model_contract")), "model.qwen3@1.1.0");
+  ck_assert_str_eq(json_string_value(json_object_get(r, "platform_contract")), "platform.cpu@1.1.0");
   ck_assert_int_ge(json_array_size(json_object_get(r, "operators")), 8);
   ck_assert_int_ge(json_array_size(json_object_get(r, "tests")), 6);
   json_decref(r);
@@ -486,6 +489,68 @@ START_TEST(coverage_qwen3_cpu) {
   ck_assert_ptr_nonnull(strstr(err, "/nonexistent/config.json"));
   remove_tree(m);
   remove_tree(m2);
+  mi_ckb_close(c);
+}
+END_TEST
+
+/* ---------- weight files against the model contract ---------- */
+
+static char *make_model(const char *shape) {
+  char *dir = strdup("/tmp/mi-ckb-w.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char cmd[9000];
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-mkmodel' --shape %s --seed 2 --out '%s/m' >/dev/null 2>&1",
+           getenv("MI_BUILD_DIR"), shape, dir);
+  ck_assert_int_eq(system(cmd), 0);
+  return dir;
+}
+
+static int weights_problems(mi_ckb *c, const char *dir, json_t **r) {
+  char m[4200], err[1024];
+  snprintf(m, sizeof m, "%s/m", dir);
+  int n = mi_ckb_check_weights(c, m, r, err, sizeof err);
+  ck_assert_msg(n >= 0, "%s", err);
+  return n;
+}
+
+static int has_problem(json_t *r, const char *text) {
+  size_t i;
+  json_t *v;
+  json_array_foreach(json_object_get(r, "problems"), i, v) if (strstr(json_string_value(v), text)) return 1;
+  return 0;
+}
+
+START_TEST(weights_against_contract) {
+  char err[512];
+  mi_ckb *c = mi_ckb_open(src_ckb, err, sizeof err);
+  ck_assert_ptr_nonnull(c);
+  const char *shapes[] = {"tiny", "tiny-untied"};
+  for (int s = 0; s < 2; s++) {
+    char *dir = make_model(shapes[s]);
+    json_t *r;
+    ck_assert_int_eq(weights_problems(c, dir, &r), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(r, "expected")),
+                     json_integer_value(json_object_get(r, "found")));
+    json_decref(r);
+    /* The config no longer matches the files: each change is named. */
+    char cfgp[4200];
+    snprintf(cfgp, sizeof cfgp, "%s/m/config.json", dir);
+    json_t *cfg = json_load_file(cfgp, 0, NULL);
+    int64_t layers = json_integer_value(json_object_get(cfg, "num_hidden_layers"));
+    json_object_set_new(cfg, "num_hidden_layers", json_integer(layers - 1));
+    json_object_set_new(cfg, "tie_word_embeddings", json_boolean(s == 1)); /* flipped */
+    json_object_set_new(cfg, "head_dim", json_integer(json_integer_value(json_object_get(cfg, "head_dim")) * 2));
+    ck_assert_int_eq(json_dump_file(cfg, cfgp, 0), 0);
+    json_decref(cfg);
+    ck_assert_int_gt(weights_problems(c, dir, &r), 0);
+    char want[200];
+    snprintf(want, sizeof want, "unexpected weight 'model.layers.%lld.input_layernorm.weight'", (long long)layers - 1);
+    ck_assert_msg(has_problem(r, want), "%s", json_dumps(r, 0));
+    ck_assert(has_problem(r, s == 0 ? "missing weight 'lm_head.weight'" : "unexpected weight 'lm_head.weight'"));
+    ck_assert(has_problem(r, "the contract says") && has_problem(r, "num_attention_heads * head_dim"));
+    json_decref(r);
+    remove_tree(dir);
+  }
   mi_ckb_close(c);
 }
 END_TEST
@@ -551,6 +616,7 @@ int main(void) {
   tcase_add_test(t, case_missing_arg);
   tcase_add_test(t, shape_unknown_name);
   tcase_add_test(t, generator_for_output);
+  tcase_add_test(t, alias_to_output);
   tcase_add_test(t, expression_syntax);
   tcase_add_test(t, model_shape_unknown_config);
   tcase_add_test(t, duplicate_ids);
@@ -562,6 +628,7 @@ int main(void) {
   tcase_add_test(t, crash_before_rename);
   tcase_add_test(t, cli_add_update);
   tcase_add_test(t, coverage_qwen3_cpu);
+  tcase_add_test(t, weights_against_contract);
   tcase_add_test(t, expressions);
   tcase_add_test(t, versions);
   suite_add_tcase(s, t);

@@ -95,8 +95,18 @@ int main(int argc, char **argv) {
     for (int r = 0; r < reps; r++)
       pi->attention(ctx, NULL, o, q, kc, vc, MI_DTYPE_F32, 1, Hq, Hkv, D, pos0, 0.088f);
     double dt = (now() - t0) / reps;
-    printf("attention decode pos=%ld Hq=%ld Hkv=%ld D=%ld: %.3f ms, %.2f GB/s of KV\n", pos0, Hq,
-           Hkv, D, dt * 1e3, 2.0 * (pos0 + 1) * Hkv * D * 4 / dt / 1e9);
+    printf("attention decode pos=%ld Hq=%ld Hkv=%ld D=%ld: %.3f ms, %.2f GB/s of KV (8 MB: cache)\n",
+           pos0, Hq, Hkv, D, dt * 1e3, 2.0 * (pos0 + 1) * Hkv * D * 4 / dt / 1e9);
+    long T = pos0 + 1;
+    float *qp = calloc((size_t)T * Hq * D, 4), *op = malloc((size_t)T * Hq * D * 4);
+    t0 = now();
+    pi->attention(ctx, NULL, op, qp, kc, vc, MI_DTYPE_F32, T, Hq, Hkv, D, 0, 0.088f);
+    dt = now() - t0;
+    /* causal: T(T+1)/2 score rows per head, 2 FLOP per MAC, QK and PV */
+    printf("attention prefill T=%ld Hq=%ld Hkv=%ld D=%ld: %.1f ms, %.1f GFLOP/s\n", T, Hq, Hkv, D,
+           dt * 1e3, 4.0 * Hq * D * (T * (T + 1) / 2.0) / dt / 1e9);
+    free(qp);
+    free(op);
     free(kc);
     free(vc);
     free(q);

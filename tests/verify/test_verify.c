@@ -278,6 +278,73 @@ START_TEST(mutant_argmax_hang) {
 }
 END_TEST
 
+START_TEST(mutant_silu_alias) {
+  /* Passes every separate-buffer case; only the in-place one (y == gate) shows it. */
+  mutant("silu_alias", "operator.silu_mul", "FAIL", "case in_place, y aliases gate", "");
+}
+END_TEST
+
+static json_t *stage(json_t *report, int i) { return json_array_get(json_object_get(report, "stages"), i); }
+
+START_TEST(cpu_plugin_passes_stage2) {
+  run r;
+  verify(&r, cpu_so, "--stage 2");
+  ck_assert_msg(r.exited && r.code == 0, "exit %d:\n%s", r.code, r.out);
+  ck_assert_str_eq(json_string_value(json_object_get(stage(r.report, 1), "verdict")), "PASS");
+  json_t *u = json_array_get(json_object_get(stage(r.report, 1), "units"), 0);
+  ck_assert_str_eq(json_string_value(json_object_get(u, "id")), "model.qwen3");
+  /* prefill + 2 decode steps for each weight dtype the cpu contract lists (3) */
+  ck_assert_int_eq(json_array_size(json_object_get(u, "cases")), 9);
+  json_decref(r.report);
+}
+END_TEST
+
+START_TEST(mutant_d2d_noop_fails_stage2_only) {
+  char so[4600];
+  snprintf(so, sizeof so, "%s/libmutant-d2d_noop.so", mutants);
+  run r;
+  verify(&r, so, "--platform cpu --stage 2 --seed 3");
+  ck_assert_msg(r.exited && r.code == 1, "exit %d:\n%s", r.code, r.out);
+  ck_assert_str_eq(json_string_value(json_object_get(stage(r.report, 0), "verdict")), "PASS");
+  json_t *u = json_array_get(json_object_get(stage(r.report, 1), "units"), 0);
+  ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "FAIL");
+  const char *msg = json_string_value(json_object_get(u, "message"));
+  ck_assert_msg(msg && strstr(msg, "layer: max rel error") && strstr(msg, "on prefill"), "%s", msg);
+  printf("mutant %-14s -> stage 1 PASS, stage 2 FAIL %s\n", "d2d_noop", msg);
+  json_decref(r.report);
+  /* A stage 1 failure: stage 2 does not run on it. */
+  snprintf(so, sizeof so, "%s/libmutant-rmsnorm_eps.so", mutants);
+  verify(&r, so, "--platform cpu --stage 2 --seed 3");
+  ck_assert_int_eq(r.code, 1);
+  ck_assert_str_eq(json_string_value(json_object_get(stage(r.report, 1), "verdict")), "SKIPPED");
+  json_decref(r.report);
+}
+END_TEST
+
+START_TEST(stage3_weight_files) {
+  char dir[] = "/tmp/mi-verify-model.XXXXXX", cmd[9000], args[4200];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-mkmodel' --shape tiny --seed 4 --out '%s' >/dev/null 2>&1",
+           getenv("MI_BUILD_DIR"), dir);
+  ck_assert_int_eq(system(cmd), 0);
+  snprintf(args, sizeof args, "--stage 3 --model '%s' --only add", dir);
+  run r;
+  verify(&r, cpu_so, args);
+  ck_assert_msg(r.exited && r.code == 0, "%s", r.out);
+  ck_assert_str_eq(json_string_value(json_object_get(stage(r.report, 2), "verdict")), "PASS");
+  json_decref(r.report);
+  /* One layer fewer in config.json than in the files: stage 3 fails, naming the extra keys. */
+  snprintf(cmd, sizeof cmd, "sed -i 's/\"num_hidden_layers\": 2/\"num_hidden_layers\": 1/' '%s/config.json'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+  verify(&r, cpu_so, args);
+  ck_assert_msg(r.exited && r.code == 1, "%s", r.out);
+  ck_assert_ptr_nonnull(strstr(r.out, "weights: 11 problems, first: unexpected weight 'model.layers.1."));
+  json_decref(r.report);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(setup_errors) {
   run r;
   verify(&r, "/nonexistent/libmi-x.so", "");
@@ -308,6 +375,10 @@ int main(void) {
   tcase_add_test(t, mutant_softmax_nomax);
   tcase_add_test(t, mutant_matmul_segv);
   tcase_add_test(t, mutant_argmax_hang);
+  tcase_add_test(t, mutant_silu_alias);
+  tcase_add_test(t, cpu_plugin_passes_stage2);
+  tcase_add_test(t, mutant_d2d_noop_fails_stage2_only);
+  tcase_add_test(t, stage3_weight_files);
   tcase_add_test(t, setup_errors);
   suite_add_tcase(s, t);
   SRunner *r = srunner_create(s);

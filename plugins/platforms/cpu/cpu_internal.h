@@ -62,6 +62,12 @@ typedef struct cpu_kernel_set {
   float (*dot)(const float *a, const float *b, int64_t n);   /* Σ a·b */
   void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a·x */
   void (*scal)(float *y, float a, int64_t n);                 /* y *= a */
+  /* Four rows at once (attention: 4 keys / 4 values per pass, so the query
+   * or the accumulator is loaded once and the call overhead is shared):
+   *   dot4:  out[i] = Σ_d a[d] · b[i·stride + d], i < 4
+   *   axpy4: y[d] += Σ_i c[i] · x[i·stride + d] */
+  void (*dot4)(const float *a, const float *b, int64_t stride, int64_t n, float out[4]);
+  void (*axpy4)(float *y, const float c[4], const float *x, int64_t stride, int64_t n);
 } cpu_kernel_set;
 
 extern const cpu_kernel_set cpu_kernels_generic;

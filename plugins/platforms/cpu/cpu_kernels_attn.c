@@ -74,7 +74,8 @@ int cpu_rope(void *ctx, mi_stream *s, float *x, const int32_t *pos, int64_t T, i
  * the cache once. Keys are taken in blocks of BLK rows: scores for a block,
  * then one online-softmax rescale per block (running max m, running sum l),
  * then the V rows weighted by exp(s - m). Every exponent is <= 0, so large
- * scores at long positions cannot overflow. */
+ * scores at long positions cannot overflow. K and V rows go four at a time
+ * (dot4/axpy4): the query and the accumulator are loaded once per four. */
 #define GMAX 8
 #define BLK 64
 #define ATTN_MAX_D 1024
@@ -104,13 +105,23 @@ static void attn_one(const attn_args *a, int64_t t, int64_t kvh, int64_t g0, int
   }
   for (int64_t j0 = 0; j0 < L; j0 += BLK) {
     int nb = L - j0 < BLK ? (int)(L - j0) : BLK;
-    for (int jj = 0; jj < nb; jj++) {
+    const int64_t rs = Hkv * D; /* cache row stride */
+    int jj = 0;
+    for (; jj + 4 <= nb; jj += 4) {
+      const float *kr = a->kc + ((j0 + jj) * Hkv + kvh) * D;
+      for (int g = 0; g < gn; g++) {
+        float d4[4];
+        k->dot4(qh[g], kr, rs, D, d4);
+        for (int i = 0; i < 4; i++) s[g][jj + i] = d4[i] * a->scale;
+      }
+    }
+    for (; jj < nb; jj++) {
       const float *kr = a->kc + ((j0 + jj) * Hkv + kvh) * D;
       for (int g = 0; g < gn; g++) s[g][jj] = k->dot(qh[g], kr, D) * a->scale;
     }
     for (int g = 0; g < gn; g++) {
       float bm = s[g][0];
-      for (int jj = 1; jj < nb; jj++) bm = s[g][jj] > bm ? s[g][jj] : bm;
+      for (int j = 1; j < nb; j++) bm = s[g][j] > bm ? s[g][j] : bm;
       if (bm > m[g]) {
         if (l[g] > 0.0f) {
           float corr = expf(m[g] - bm);
@@ -120,14 +131,18 @@ static void attn_one(const attn_args *a, int64_t t, int64_t kvh, int64_t g0, int
         m[g] = bm;
       }
       float sum = 0.0f;
-      for (int jj = 0; jj < nb; jj++) {
-        float p = expf(s[g][jj] - m[g]);
-        s[g][jj] = p;
+      for (int j = 0; j < nb; j++) {
+        float p = expf(s[g][j] - m[g]);
+        s[g][j] = p;
         sum += p;
       }
       l[g] += sum;
     }
-    for (int jj = 0; jj < nb; jj++) {
+    for (jj = 0; jj + 4 <= nb; jj += 4) {
+      const float *vr = a->vc + ((j0 + jj) * Hkv + kvh) * D;
+      for (int g = 0; g < gn; g++) k->axpy4(acc + g * D, &s[g][jj], vr, rs, D);
+    }
+    for (; jj < nb; jj++) {
       const float *vr = a->vc + ((j0 + jj) * Hkv + kvh) * D;
       for (int g = 0; g < gn; g++) k->axpy(acc + g * D, s[g][jj], vr, D);
     }

@@ -4,7 +4,8 @@
  *
  * Same scheme as cpu_kernels_avx512.c with 8-lane vectors and 16 registers:
  *   4x2 tile (8 accumulators, each converted weight vector reused for 4
- *   activation rows) for prefill, 1x4 tile for decode GEMV. Weights are
+ *   activation rows) for prefill, 1x4 tile for leftover rows, and a
+ *   single-stream GEMV for decode. Weights are
  *   converted to f32 exactly in registers; accumulation is f32 FMA.
  */
 #include <immintrin.h>
@@ -83,8 +84,40 @@ AI void tile(const int MR, const int NR, float *y, int64_t ldy, const float *x, 
     for (int j = 0; j < nr; j++) y[i * ldy + j] = hsum(acc[i][j]);
 }
 
+/* Decode GEMV (one activation row, memory bound): weights read as one
+ * sequential stream, row after row, with a software prefetch ahead (see
+ * cpu_kernels_avx512.c). */
+#define PF_AHEAD 1024
+
+AI void gemv_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t K, int64_t n0,
+                int64_t n1) {
+  size_t wrow = (size_t)K * mi_dtype_size(dt);
+  for (int64_t n = n0; n < n1; n++) {
+    const char *wr = (const char *)w + (size_t)n * wrow;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t k = 0;
+    for (; k + 4 * VL <= K; k += 4 * VL) {
+      /* 32 elements = 64 bytes (bf16/f16) or 128 bytes (f32) per step */
+      const char *pf = wr + (size_t)k * mi_dtype_size(dt) + PF_AHEAD;
+      _mm_prefetch(pf, _MM_HINT_T0);
+      if (dt == MI_DTYPE_F32) _mm_prefetch(pf + 64, _MM_HINT_T0);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), ld_w(wr, k, dt), a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + VL), ld_w(wr, k + VL, dt), a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 2 * VL), ld_w(wr, k + 2 * VL, dt), a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 3 * VL), ld_w(wr, k + 3 * VL, dt), a3);
+    }
+    for (; k + VL <= K; k += VL) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), ld_w(wr, k, dt), a0);
+    if (k < K) a1 = _mm256_fmadd_ps(ld_x_tail(x, k, K - k), ld_w_tail(wr, k, K - k, dt), a1);
+    y[n] = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  }
+}
+
 AI void matmul_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
                   int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  if (m1 - m0 == 1) {
+    gemv_dt(y + m0 * N, x + m0 * K, w, dt, K, n0, n1);
+    return;
+  }
   size_t wrow = (size_t)K * mi_dtype_size(dt);
   int64_t mb = (256 * 1024) / (K * 4); /* x rows per L2-sized block */
   mb = mb < 4 ? 4 : mb / 4 * 4;
@@ -140,5 +173,49 @@ static void scal(float *y, float a, int64_t n) {
   for (; i < n; i++) y[i] *= a;
 }
 
-const cpu_kernel_set cpu_kernels_avx2 = {
-    .name = "avx2", .matmul_tile = matmul_tile, .dot = dot, .axpy = axpy, .scal = scal};
+static void dot4(const float *a, const float *b, int64_t stride, int64_t n, float out[4]) {
+  const float *b0 = b, *b1 = b + stride, *b2 = b + 2 * stride, *b3 = b + 3 * stride;
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  int64_t i = 0;
+  for (; i + VL <= n; i += VL) {
+    __m256 av = _mm256_loadu_ps(a + i);
+    s0 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b0 + i), s0);
+    s1 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b1 + i), s1);
+    s2 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b2 + i), s2);
+    s3 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b3 + i), s3);
+  }
+  out[0] = hsum(s0);
+  out[1] = hsum(s1);
+  out[2] = hsum(s2);
+  out[3] = hsum(s3);
+  for (; i < n; i++) {
+    out[0] += a[i] * b0[i];
+    out[1] += a[i] * b1[i];
+    out[2] += a[i] * b2[i];
+    out[3] += a[i] * b3[i];
+  }
+}
+
+static void axpy4(float *y, const float c[4], const float *x, int64_t stride, int64_t n) {
+  const float *x0 = x, *x1 = x + stride, *x2 = x + 2 * stride, *x3 = x + 3 * stride;
+  __m256 c0 = _mm256_set1_ps(c[0]), c1 = _mm256_set1_ps(c[1]), c2 = _mm256_set1_ps(c[2]),
+         c3 = _mm256_set1_ps(c[3]);
+  int64_t i = 0;
+  for (; i + VL <= n; i += VL) {
+    __m256 r = _mm256_loadu_ps(y + i);
+    r = _mm256_fmadd_ps(c0, _mm256_loadu_ps(x0 + i), r);
+    r = _mm256_fmadd_ps(c1, _mm256_loadu_ps(x1 + i), r);
+    r = _mm256_fmadd_ps(c2, _mm256_loadu_ps(x2 + i), r);
+    r = _mm256_fmadd_ps(c3, _mm256_loadu_ps(x3 + i), r);
+    _mm256_storeu_ps(y + i, r);
+  }
+  for (; i < n; i++) y[i] += c[0] * x0[i] + c[1] * x1[i] + c[2] * x2[i] + c[3] * x3[i];
+}
+
+const cpu_kernel_set cpu_kernels_avx2 = {.name = "avx2",
+                                         .matmul_tile = matmul_tile,
+                                         .dot = dot,
+                                         .axpy = axpy,
+                                         .scal = scal,
+                                         .dot4 = dot4,
+                                         .axpy4 = axpy4};

@@ -62,5 +62,19 @@ static void scal(float *y, float a, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
-const cpu_kernel_set cpu_kernels_generic = {
-    .name = "generic", .matmul_tile = matmul_tile, .dot = dot, .axpy = axpy, .scal = scal};
+static void dot4(const float *a, const float *b, int64_t stride, int64_t n, float out[4]) {
+  for (int i = 0; i < 4; i++) out[i] = dot(a, b + i * stride, n);
+}
+
+static void axpy4(float *y, const float c[4], const float *x, int64_t stride, int64_t n) {
+  const float *x0 = x, *x1 = x + stride, *x2 = x + 2 * stride, *x3 = x + 3 * stride;
+  for (int64_t d = 0; d < n; d++) y[d] += c[0] * x0[d] + c[1] * x1[d] + c[2] * x2[d] + c[3] * x3[d];
+}
+
+const cpu_kernel_set cpu_kernels_generic = {.name = "generic",
+                                            .matmul_tile = matmul_tile,
+                                            .dot = dot,
+                                            .axpy = axpy,
+                                            .scal = scal,
+                                            .dot4 = dot4,
+                                            .axpy4 = axpy4};

@@ -233,14 +233,20 @@ static int cpu_device_info(void *ctx, int device, mi_device_info *out) {
   cpu_ctx *c = ctx;
   if (!out) return cpu_fail(c, "device_info: NULL out pointer");
   if (device != 0) return cpu_fail(c, "device_info: no device %d (the cpu platform has device 0)", device);
-  memset(out, 0, sizeof *out);
-  out->struct_size = sizeof *out;
-  snprintf(out->name, sizeof out->name, "%s", c->device_name);
+  mi_device_info d;
+  memset(&d, 0, sizeof d);
+  snprintf(d.name, sizeof d.name, "%s", c->device_name);
   long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-  out->total_memory = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
-  out->host_memory = 1;
-  out->compute_units = c->nthreads;
-  out->simd_width = cpu_isa_simd_width(c->isa);
+  d.total_memory = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+  d.host_memory = 1;
+  d.compute_units = c->nthreads;
+  d.simd_width = cpu_isa_simd_width(c->isa);
+  /* A caller built against an older SDK announces a smaller struct in
+   * out->struct_size (0: not set, take ours); never write past it. */
+  size_t n = out->struct_size >= sizeof(uint32_t) && out->struct_size < sizeof d ? out->struct_size
+                                                                                : sizeof d;
+  d.struct_size = (uint32_t)n;
+  memcpy(out, &d, n);
   return 0;
 }
 

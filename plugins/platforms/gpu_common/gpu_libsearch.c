@@ -104,7 +104,7 @@ static void cat(char *dst, size_t len, const char *src) {
 
 void *gpu_lib_open(const gpu_lib_search *s, const char *what, char *opened, size_t opened_len,
                    char *why, size_t why_len) {
-  char last[512] = "";
+  char last[GPU_LIB_PATH_LEN + 512] = "";
   for (int d = 0; d <= s->ndirs; d++) {
     for (int i = 0; s->names[i]; i++) {
       char path[GPU_LIB_PATH_LEN + 64];

@@ -145,7 +145,9 @@ static gpu_rt *open_device(const gpu_target *t, const mi_host_api *host, const m
     snprintf(why, why_len, "%s: %s", t->name, rt->err);
     return NULL;
   }
-  if (warp != t->tu.warp) {
+  /* (A value other than 32/64 would mean the attribute enum moved in this
+   * runtime version: then the check is skipped rather than trusted.) */
+  if ((warp == 32 || warp == 64) && warp != t->tu.warp) {
     snprintf(why, why_len, "%s: device %ld has warp size %d; this build's kernels assume %d",
              t->name, d, warp, t->tu.warp);
     return NULL;

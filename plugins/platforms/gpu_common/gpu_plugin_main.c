@@ -1,13 +1,15 @@
 /* The descriptor of one GPU platform plugin. The same file is compiled into
  * libmi-k100.so, libmi-z200.so and libmi-nvidia.so; what differs comes from
  * the plugin's platform.json through -D definitions (gpu_plugin.cmake):
- *   MI_GPU_NAME "z200", MI_GPU_API_HIP or MI_GPU_API_CUDA, MI_GPU_ARCH,
+ *   gpu_plugin_config.h (generated): MI_GPU_NAME "z200", MI_GPU_ARCH,
  *   MI_GPU_NO_CODE (why there is no device code, when there is none),
- *   MI_GPU_SCORE, MI_GPU_DESCRIPTION, and the tunables (gpu_kernels.h). */
+ *   MI_GPU_SCORE, MI_GPU_DESCRIPTION, MI_ATT_ROWS, MI_ATT_SMEM;
+ *   -D: MI_GPU_API_HIP or MI_GPU_API_CUDA, and the tunables (gpu_kernels.h). */
 #include <stddef.h>
 
 #include "gpu_kernels.h"
 #include "gpu_platform.h"
+#include "gpu_plugin_config.h" /* generated: MI_GPU_NAME, MI_GPU_ARCH, ... */
 
 #ifndef MI_WARP
 #error "MI_WARP must be defined (platform.json: wavefront)"
@@ -15,12 +17,18 @@
 
 /* gpu_blob.c (generated): the embedded code object. */
 const unsigned char *mi_gpu_code(size_t *size);
+#if defined(MI_GPU_API_EMU)
+gpu_rt *gpu_rt_emu_open(const char *forced, char *why, size_t why_len);
+#endif
 
 static const gpu_target target = {
     .name = MI_GPU_NAME,
 #if defined(MI_GPU_API_HIP)
     .api = "HIP",
     .open_rt = gpu_rt_hip_open,
+#elif defined(MI_GPU_API_EMU) /* tests/gpu/gpu_emu.cpp: kernels run on the host */
+    .api = "EMU",
+    .open_rt = gpu_rt_emu_open,
 #else
     .api = "CUDA",
     .open_rt = gpu_rt_cuda_open,

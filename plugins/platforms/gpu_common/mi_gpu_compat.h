@@ -20,7 +20,11 @@
 
 #include <stdint.h>
 
-#if defined(__HIPCC__) || defined(__HIP__)
+#if defined(MI_GPU_EMULATOR)
+/* tests/gpu/mi_gpu_emu.h: the kernels compiled as plain C++ and run on
+ * the host by a fiber-per-thread emulator (tests only). */
+#include "mi_gpu_emu.h"
+#elif defined(__HIPCC__) || defined(__HIP__)
 #include <hip/hip_runtime.h>
 #define MI_GPU_HIP 1
 #ifndef MI_WARP
@@ -44,7 +48,12 @@ __device__ __forceinline__ float mi_half_bits_to_f32(uint16_t h) {
   return __half2float(__ushort_as_half(h));
 }
 #else
-#error "mi_gpu_compat.h is for device code: compile with hipcc or nvcc"
+#error "mi_gpu_compat.h is for device code: compile with hipcc or nvcc (or MI_GPU_EMULATOR)"
+#endif
+
+#ifndef MI_DYNAMIC_SHARED
+/* The block's dynamic shared memory (size given at launch). */
+#define MI_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
 #if MI_WARP != 32 && MI_WARP != 64
@@ -56,6 +65,8 @@ __device__ __forceinline__ float mi_bf16_bits_to_f32(uint32_t h) { return __uint
 
 /* Every kernel the plugins look up by name is extern "C" so that its
  * symbol in the code object is its plain name (see gpu_kernels.h). */
+#ifndef MI_KERNEL
 #define MI_KERNEL extern "C" __global__
+#endif
 
 #endif

@@ -275,7 +275,7 @@ MI_KERNEL void mi_k_attn(float *out, float *part, const float *q, const float *k
                          const float *vc, int64_t T, int64_t Hq, int64_t Hkv, int64_t D,
                          int64_t pos0, float scale, int32_t TQ, int32_t GB, int32_t BJ,
                          int64_t split_len) {
-  extern __shared__ float smem[];
+  MI_DYNAMIC_SHARED(float, smem);
   const int R = TQ * GB;
   const int64_t G = Hq / Hkv;
   const int64_t ngt = (G + GB - 1) / GB;

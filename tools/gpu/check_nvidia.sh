@@ -1,0 +1,138 @@
+#!/bin/sh
+# check_nvidia.sh [BUILD_DIR] — the one prepared check for a machine WITH an
+# NVIDIA GPU (written for an H200; budget < 8 minutes). Run from anywhere.
+#
+#   1. build (only if BUILD_DIR lacks the binaries): nvidia plugin, cpu,
+#      qwen3, mi-run, mi-mkmodel, mi-bench, gpu_conformance
+#   2. probe: the nvidia plugin must be "loaded" in mi-run --list-plugins
+#   3. kernel conformance: every kernel vs a float64 reference (full shapes,
+#      incl. Qwen3-8B matmuls, decode attention with split-K, embed errors)
+#   4. end to end: greedy tokens and top-5 logprobs of a generated Qwen3
+#      model, --platform nvidia vs --platform cpu (small shape, f32 and bf16;
+#      0.6B shape bf16), same token ids and |Δlogprob| <= 2e-3
+#   5. decode speed, Qwen3-8B shape bf16 (16 GB generated on local disk):
+#      mi-bench prompt 11 / gen 128, decode tok/s against the HBM roofline
+#      (HBM_GBS, default 4800 for H200) — skip with SKIP_8B=1
+#
+# GPU_PLATFORM=cpu runs the same steps with the cpu plugin in the GPU's place
+# (a dry run of this script on a machine without a GPU).
+#
+# Output: a summary on stdout, logs in $OUT_DIR (default $OUT or /tmp/mi-gpu-check).
+# Exit status: 0 when steps 2-4 pass (5 is a measurement, reported only).
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+B=${1:-$ROOT/build-nvidia}
+OUT_DIR=${OUT_DIR:-${OUT:-/tmp/mi-gpu-check}}
+WORK=${WORK:-/tmp/mi-gpu-work}
+HBM_GBS=${HBM_GBS:-4800}
+GP=${GPU_PLATFORM:-nvidia}
+JOBS=$(nproc 2>/dev/null || echo 4)
+mkdir -p "$OUT_DIR" "$WORK"
+fails=0
+say() { printf '%s\n' "$*" | tee -a "$OUT_DIR/summary.txt"; }
+t0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - t0 ))s; }
+
+say "== check_nvidia.sh $(date -u +%FT%TZ) root=$ROOT build=$B"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT_DIR/summary.txt"
+
+# ---- 1. build --------------------------------------------------------------
+LIB=$B/lib/metainfer
+if [ ! -x "$B/bin/mi-run" ] || [ ! -f "$LIB/libmi-nvidia.so" ] || [ ! -x "$B/bin/gpu_conformance" ]; then
+  say "-- 1. building in $B ($JOBS jobs)"
+  if ! { cmake -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=Release &&
+         cmake --build "$B" -j"$JOBS" --target mi-run mi-mkmodel mi-bench mi_plugin_cpu \
+               mi_plugin_qwen3 mi_plugin_nvidia gpu_conformance; } >"$OUT_DIR/build.log" 2>&1; then
+    say "FAIL build (see $OUT_DIR/build.log)"; tail -20 "$OUT_DIR/build.log"; exit 1
+  fi
+else
+  say "-- 1. using the binaries in $B"
+fi
+say "   ($(elapsed))"
+
+# ---- 2. probe --------------------------------------------------------------
+PD=$WORK/plugins
+mkdir -p "$PD"
+cat >"$PD/plugins.conf" <<EOF
+platform cpu    $LIB/libmi-cpu.so     required threads=$JOBS
+model    qwen3  $LIB/libmi-qwen3.so   required
+platform nvidia $LIB/libmi-nvidia.so  optional
+EOF
+"$B/bin/mi-run" --plugin-dir "$PD" --list-plugins >"$OUT_DIR/list.txt" 2>&1
+cat "$OUT_DIR/list.txt" >>"$OUT_DIR/summary.txt"
+if grep -q "^platform  *$GP .* loaded " "$OUT_DIR/list.txt"; then
+  say "ok   2. $GP plugin loaded"
+else
+  say "FAIL 2. $GP plugin not loaded:"; cat "$OUT_DIR/list.txt"; exit 1
+fi
+
+# ---- 3. conformance --------------------------------------------------------
+if "$B/bin/gpu_conformance" "$LIB/libmi-$GP.so" >"$OUT_DIR/conformance.txt" 2>&1; then
+  say "ok   3. conformance: $(tail -1 "$OUT_DIR/conformance.txt")"
+else
+  say "FAIL 3. conformance:"; grep -E 'FAIL|gpu_conformance|passed' "$OUT_DIR/conformance.txt" | tee -a "$OUT_DIR/summary.txt"
+  fails=$((fails + 1))
+fi
+say "   ($(elapsed))"
+
+# ---- 4. end to end vs cpu --------------------------------------------------
+# JSON lines -> "step token_id id:logprob id:logprob ..." per generated token.
+flatten() {
+  sed -n 's/.*"step":\([0-9]*\),"token_id":\([0-9]*\),.*"top_logprobs":\[\[\(.*\)\]\]}$/\1 \2 \3/p' "$1" |
+    sed 's/\],\[/ /g; s/,/:/g'
+}
+e2e() { # name shape dtype
+  m=$WORK/model-$1
+  [ -f "$m/config.json" ] || "$B/bin/mi-mkmodel" --shape "$2" --dtype "$3" --seed 11 --out "$m" >"$OUT_DIR/mkmodel-$1.log" 2>&1 ||
+    { say "FAIL 4. mi-mkmodel $2 $3"; fails=$((fails + 1)); return; }
+  for p in cpu $GP; do
+    "$B/bin/mi-run" --plugin-dir "$PD" --platform $p -m "$m" --temp 0 -n 24 --json --top-logprobs 5 \
+      -p "The history of the printing press begins" >"$OUT_DIR/e2e-$1-$p.jsonl" 2>"$OUT_DIR/e2e-$1-$p.err" ||
+      { say "FAIL 4. $1 on $p: $(tail -1 "$OUT_DIR/e2e-$1-$p.err")"; fails=$((fails + 1)); return; }
+    flatten "$OUT_DIR/e2e-$1-$p.jsonl" >"$OUT_DIR/e2e-$1-$p.txt"
+  done
+  r=$(awk -v tol=2e-3 '
+    NR == FNR { tok[$1] = $2; for (i = 3; i <= NF; i++) { split($i, a, ":"); lp[$1 "," a[1]] = a[2] } n++; next }
+    { if (!($1 in tok)) { bad = bad " missing step " $1; next }
+      if (tok[$1] != $2) { bad = bad sprintf(" step %d token %s vs %s", $1, tok[$1], $2); exit }
+      for (i = 3; i <= NF; i++) { split($i, a, ":"); k = $1 "," a[1]
+        if (k in lp) { d = lp[k] - a[2]; if (d < 0) d = -d; if (d > maxd) maxd = d; m++ } } }
+    END { if (n == 0) bad = " no tokens"; printf "%s|%.2e|%d|%d", bad, maxd, n, m }' \
+    "$OUT_DIR/e2e-$1-cpu.txt" "$OUT_DIR/e2e-$1-$GP.txt")
+  bad=${r%%|*}; rest=${r#*|}; maxd=${rest%%|*}; rest=${rest#*|}; nsteps=${rest%%|*}; npairs=${rest#*|}
+  if [ -z "$bad" ] && awk -v d="$maxd" 'BEGIN { exit !(d <= 2e-3) }'; then
+    say "ok   4. e2e $1 ($2 $3): $nsteps greedy tokens identical, max |dlogprob| $maxd over $npairs top-5 pairs"
+  else
+    say "FAIL 4. e2e $1 ($2 $3):$bad max |dlogprob| $maxd"; fails=$((fails + 1))
+  fi
+}
+e2e small-f32 small f32
+e2e small-bf16 small bf16
+e2e 06b-bf16 0.6b bf16
+say "   ($(elapsed))"
+
+# ---- 5. decode speed, Qwen3-8B shape ---------------------------------------
+if [ "${SKIP_8B:-0}" = 1 ]; then
+  say "--   5. skipped (SKIP_8B=1)"
+else
+  m8=$WORK/model-8b
+  df -h "$WORK" | tail -1 >>"$OUT_DIR/summary.txt"
+  [ -f "$m8/config.json" ] || "$B/bin/mi-mkmodel" --shape 8b --dtype bf16 --seed 3 --out "$m8" >"$OUT_DIR/mkmodel-8b.log" 2>&1
+  say "   8B model ready ($(elapsed))"
+  if "$B/bin/mi-bench" -m "$m8" --plugin-dir "$PD" --platform $GP -p 11,1021 -g 128 -r 1 --json \
+       >"$OUT_DIR/bench-8b.json" 2>"$OUT_DIR/bench-8b.err"; then
+    # decode tok/s vs HBM roofline = HBM bytes/s / bytes read per decoded token
+    tr -d ' \n' <"$OUT_DIR/bench-8b.json" | sed 's/},{/}\n{/g' | awk -v hbm="$HBM_GBS" '
+      { p = g = d = b = ""
+        if (match($0, /"prompt": *[0-9]+/)) { p = substr($0, RSTART, RLENGTH); sub(/.*: */, "", p) }
+        if (match($0, /"decode_tps": *[0-9.e+-]+/)) { d = substr($0, RSTART, RLENGTH); sub(/.*: */, "", d) }
+        if (match($0, /"bytes_per_token": *[0-9.e+-]+/)) { b = substr($0, RSTART, RLENGTH); sub(/.*: */, "", b) }
+        if (d != "" && b > 0) { roof = hbm * 1e9 / b
+          printf "ok   5. 8B bf16 prompt %s gen 128: decode %.1f tok/s, HBM roofline %.1f tok/s (%.0f%%, %.2f GB/token at %d GB/s)\n", p, d, roof, 100 * d / roof, b / 1e9, hbm } }' |
+      tee -a "$OUT_DIR/summary.txt"
+  else
+    say "--   5. mi-bench failed: $(tail -2 "$OUT_DIR/bench-8b.err")"
+  fi
+fi
+say "== done in $(elapsed): $fails failure(s); logs in $OUT_DIR"
+[ "$fails" -eq 0 ]
