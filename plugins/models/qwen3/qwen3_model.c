@@ -63,6 +63,8 @@ static int bind_matrix_rows(qwen3_model *m, const char *name, int64_t rows, int6
  * own ([rows, n], same dtype): the input-sharded (row-parallel) layers of TP. */
 static int bind_matrix_cols(qwen3_model *m, const char *name, int64_t rows, int64_t cols,
                             int64_t col0, int64_t n, q3_weight *w, char *err, size_t err_len) {
+  /* all columns: nothing to slice, keep it zero-copy */
+  if (col0 == 0 && n == cols) return bind_matrix_rows(m, name, rows, cols, 0, rows, w, err, err_len);
   mi_weight_info wi;
   if (check_matrix(m, name, rows, cols, &wi, err, err_len) != 0) return -1;
   const size_t esz = mi_dtype_size((mi_dtype)wi.dtype);
