@@ -17,12 +17,25 @@ typedef struct ex {
   char *err;
   size_t err_len;
   int failed;
+  int depth; /* nesting of '(' and unary '-' */
 } ex;
 
+/* Expressions come from CKB files: a hostile one must not make the error
+ * message span lines or grow without bound, nor nest past the C stack. */
+#define MI_EXPR_MAX_DEPTH 256
+#define MI_EXPR_SHOW 80
+
 static void ex_fail(ex *e, const char *what) {
-  if (!e->failed && e->err)
-    snprintf(e->err, e->err_len, "expression '%s': %s at offset %d", e->s, what,
+  if (!e->failed && e->err) {
+    char shown[MI_EXPR_SHOW + 4];
+    size_t k = 0;
+    for (const char *q = e->s; *q && k < MI_EXPR_SHOW; q++)
+      shown[k++] = (unsigned char)*q < 0x20 || *q == 0x7f ? ' ' : *q;
+    if (strlen(e->s) > MI_EXPR_SHOW) memcpy(shown + k, "...", 3), k += 3;
+    shown[k] = 0;
+    snprintf(e->err, e->err_len, "expression '%s': %s at offset %d", shown, what,
              (int)(e->p - e->s));
+  }
   e->failed = 1;
 }
 
@@ -35,9 +48,15 @@ static int64_t cmp_expr(ex *e);
 static int64_t primary(ex *e) {
   skip(e);
   if (e->failed) return 0;
+  if ((*e->p == '(' || *e->p == '-') && e->depth >= MI_EXPR_MAX_DEPTH) {
+    ex_fail(e, "nested too deeply");
+    return 0;
+  }
   if (*e->p == '(') {
     e->p++;
+    e->depth++;
     int64_t v = cmp_expr(e);
+    e->depth--;
     skip(e);
     if (*e->p != ')') ex_fail(e, "expected ')'");
     else e->p++;
@@ -45,7 +64,10 @@ static int64_t primary(ex *e) {
   }
   if (*e->p == '-') {
     e->p++;
+    e->depth++;
     int64_t v = primary(e);
+    e->depth--;
+    if (v == INT64_MIN) ex_fail(e, "overflow");
     return v == INT64_MIN ? 0 : -v;
   }
   if (isdigit((unsigned char)*e->p)) {
@@ -90,8 +112,11 @@ static int64_t mul_expr(ex *e) {
     } else if (r == 0) {
       if (!e->names) ex_fail(e, "division by zero");
       v = 0;
+    } else if (r == -1) { /* INT64_MIN / -1 overflows (and % traps on x86) */
+      if (op == '/' && v == INT64_MIN) ex_fail(e, "overflow");
+      v = op == '/' && v != INT64_MIN ? -v : 0;
     } else {
-      v = (r == -1) ? (op == '/' ? -v : 0) : (op == '/' ? v / r : v % r);
+      v = op == '/' ? v / r : v % r;
     }
   }
 }
@@ -144,7 +169,7 @@ static int run(ex *e, int64_t *out) {
 
 int mi_expr_eval(const char *expr, mi_expr_lookup lookup, void *user, int64_t *out, char *err,
                  size_t err_len) {
-  ex e = {expr, expr, lookup, user, NULL, err, err_len, 0};
+  ex e = {expr, expr, lookup, user, NULL, err, err_len, 0, 0};
   return run(&e, out);
 }
 
@@ -155,6 +180,6 @@ static void ignore_name(void *user, const char *name, size_t len) {
 int mi_expr_names(const char *expr, void (*fn)(void *user, const char *name, size_t len),
                   void *user, char *err, size_t err_len) {
   if (!fn) fn = ignore_name; /* syntax check only */
-  ex e = {expr, expr, NULL, user, fn, err, err_len, 0};
+  ex e = {expr, expr, NULL, user, fn, err, err_len, 0, 0};
   return run(&e, NULL);
 }

@@ -76,9 +76,25 @@ void ckb_report(ckb_diag *d, const char *file, const char *fmt, ...) {
   va_end(ap);
   char line[1400];
   snprintf(line, sizeof line, "%s: %s", file, msg);
+  /* Field names and values come from the entry: a control character in one
+   * (a key "a\nb") must not split the one-line diagnostic. */
+  for (char *p = line; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
   d->count++;
   if (d->fn) d->fn(d->user, line);
   else fprintf(stderr, "%s\n", line);
+}
+
+/* Entries and schemas are a few KiB; jansson holds a parsed file in ~20x
+ * its size, so a hostile multi-GB file would otherwise cost tens of GB. */
+#define MI_CKB_MAX_FILE (4u << 20)
+
+/* The size of path when it is over the limit, else 0 (errors: 0, and the
+ * JSON reader reports them). */
+static long long too_big(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0 || st.st_size <= (off_t)MI_CKB_MAX_FILE) return 0;
+  return (long long)st.st_size;
 }
 
 static void load_error(mi_ckb *c, const char *file, const char *fmt, ...)
@@ -121,8 +137,13 @@ static int load_schemas(mi_ckb *c, char *err, size_t err_len) {
   for (size_t i = 0; files[i] && rc == 0; i++) {
     char *path = path_join(sdir, files[i]);
     json_error_t je;
-    json_t *doc = json_load_file(path, 0, &je);
-    if (!doc) {
+    long long big = too_big(path);
+    json_t *doc = big ? NULL : json_load_file(path, 0, &je);
+    if (big) {
+      snprintf(err, err_len, "%s: file is %lld bytes, over the %u byte limit for a CKB file", path,
+               big, MI_CKB_MAX_FILE);
+      rc = -1;
+    } else if (!doc) {
       snprintf(err, err_len, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
       rc = -1;
     } else if (strcmp(files[i], "common.json") == 0) {
@@ -189,8 +210,12 @@ static void load_entries(mi_ckb *c) {
       char *path = path_join(sub, files[j]);
       char *rel = path_join(subs[i], files[j]);
       json_error_t je;
-      json_t *doc = path ? json_load_file(path, JSON_REJECT_DUPLICATES, &je) : NULL;
-      if (!doc) load_error(c, path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+      long long big = path ? too_big(path) : 0;
+      json_t *doc = path && !big ? json_load_file(path, JSON_REJECT_DUPLICATES, &je) : NULL;
+      if (big)
+        load_error(c, path, "file is %lld bytes, over the %u byte limit for a CKB file", big,
+                   MI_CKB_MAX_FILE);
+      else if (!doc) load_error(c, path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
       else if (!json_is_object(doc)) {
         load_error(c, path, "an entry must be a JSON object");
         json_decref(doc);

@@ -65,6 +65,9 @@ static void seterr(char *err, size_t len, const char *path, const char *fmt, ...
   va_start(ap, fmt);
   vsnprintf(err + k, len - (size_t)k, fmt, ap);
   va_end(ap);
+  /* tensor names and JSON excerpts are the file's: keep the message one line */
+  for (char *p = err; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
 }
 
 static int cmp_begin(const void *a, const void *b) {
@@ -450,7 +453,17 @@ fail:
   return NULL;
 }
 
+/* A real index is a few MiB at most (one short line per tensor); jansson
+ * holds a parsed file in ~20x its size, so bound it before parsing. */
+#define ST_MAX_INDEX_BYTES (64u << 20)
+
 static mi_weights *open_index(const char *dir, const char *ipath, char *err, size_t err_len) {
+  struct stat ist;
+  if (stat(ipath, &ist) == 0 && ist.st_size > (off_t)ST_MAX_INDEX_BYTES) {
+    seterr(err, err_len, ipath, "index file is %lld bytes, over the %u byte limit",
+           (long long)ist.st_size, ST_MAX_INDEX_BYTES);
+    return NULL;
+  }
   json_error_t je;
   json_t *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &je);
   if (!root) {

@@ -42,7 +42,10 @@ extern "C" {
 typedef struct mi_tokenizer mi_tokenizer;
 
 /* Resource limits enforced by the loader (a file beyond them is refused). */
-#define MI_TOK_MAX_FILE_BYTES   (256u * 1024u * 1024u) /* tokenizer.json size */
+/* tokenizer.json size: the largest real ones are ~35 MB (Qwen3: 11 MB);
+ * jansson holds a parsed file in up to ~22x its size, so 64 MiB bounds a
+ * hostile file at ~1.5 GB of memory (256 MiB allowed ~6 GB). */
+#define MI_TOK_MAX_FILE_BYTES   (64u * 1024u * 1024u)
 #define MI_TOK_MAX_VOCAB        (4u * 1024u * 1024u)   /* entries and max id + 1 */
 #define MI_TOK_MAX_TOKEN_BYTES  (64u * 1024u)          /* one token string */
 

@@ -422,7 +422,9 @@ mi_tokenizer *mi_tokenizer_load(const char *path, char *err, size_t el) {
         int32_t ir = strmap_get(t, cat, la + lb);
         if (ia < 0 || ib < 0 || ir < 0) {
             free(cat);
-            FAIL("model.merges[%zu]: \"%.40s\" + \"%.40s\": %s not in model.vocab", i, a, b,
+            /* a and b are not NUL-terminated at la/lb for "a b" strings */
+            FAIL("model.merges[%zu]: \"%.*s\" + \"%.*s\": %s not in model.vocab", i,
+                 (int)(la < 40 ? la : 40), a, (int)(lb < 40 ? lb : 40), b,
                  ia < 0 ? "left token" : ib < 0 ? "right token" : "merged token");
         }
         uint64_t mk = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;

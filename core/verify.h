@@ -113,6 +113,12 @@ typedef struct vf_stage_opts {
   uint64_t seed;
   vf_limits lim;
   const char *only; /* comma-separated operator ids or member names, or NULL */
+  /* stages 3-6 (added): the model plugin under test, the model folder, the
+   * goldens folder (stage 4), the test contracts of the stages (may be NULL) */
+  const char *model_plugin_path;
+  const char *model_dir;
+  const char *goldens_dir;
+  json_t *stage_contract;
 } vf_stage_opts;
 
 /* Loads the plugin in a child and describes it: {"verdict": "PASS"|"FAIL",
@@ -141,5 +147,86 @@ json_t *vf_stage2(const vf_stage_opts *o, json_t *model, json_t *test_contract);
  * its model contract (mi_ckb_check_weights), in a child. `ckb` is a
  * const mi_ckb *. */
 json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir);
+
+/* Stages 4-6 (verify_stage4.c .. verify_stage6.c): the engine built from
+ * o->plugin_path + o->model_plugin_path on o->model_dir; `contract` is the
+ * stage's test contract (its parameters: held-out cases, gates). */
+json_t *vf_stage4(const vf_stage_opts *o, json_t *contract);
+json_t *vf_stage5(const vf_stage_opts *o, json_t *contract);
+json_t *vf_stage6(const vf_stage_opts *o, json_t *contract);
+
+/* ---------- engine-level helpers (verify_model.c), used in children ---------- */
+
+struct mi_registry;
+struct mi_engine;
+struct mi_weights;
+struct mi_model;
+struct mi_model_iface;
+
+int vf_workdir_new(char *out, size_t n); /* a fresh folder under $TMPDIR or /tmp */
+void vf_rmtree(const char *dir);
+/* Copies the regular files of a model folder (not recursive). */
+int vf_copy_model_dir(const char *src, const char *dst, char *err, size_t err_len);
+/* A registry with exactly the platform and the model plugin under test
+ * (a plugins.conf written into workdir). NULL + err. */
+struct mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char *err, size_t err_len);
+struct mi_engine *vf_open_engine(struct mi_registry *reg, const char *model_dir, char *err, size_t err_len);
+
+/* The engine's model plugin loaded again on another folder (no tokenizer). */
+typedef struct vf_loaded {
+  json_t *cfg;
+  struct mi_weights *w;
+  struct mi_model *m;
+  const struct mi_model_iface *M;
+  int64_t V; /* vocabulary */
+} vf_loaded;
+int vf_load_direct(const struct mi_engine *e, const char *dir, vf_loaded *out, char *err, size_t err_len);
+void vf_unload_direct(vf_loaded *l);
+
+int64_t vf_argmax(const float *x, int64_t n);
+/* Prefill then greedy decode: logits [steps, V], tokens [steps]. */
+int vf_greedy(const struct mi_model_iface *M, struct mi_model *m, int64_t V, const int32_t *prompt, int64_t n,
+              int steps, float *logits, int32_t *tokens, char *err, size_t err_len);
+/* n ids uniform in [lo, hi) from seed (xorshift64). */
+void vf_random_prompt(uint64_t seed, int32_t *ids, int64_t n, int64_t lo, int64_t hi);
+
+/* A tensor's bytes in its safetensors file. */
+typedef struct vf_tensor_loc {
+  char file[4096];
+  uint64_t offset;
+  size_t nbytes;
+  int dtype; /* mi_dtype */
+} vf_tensor_loc;
+int vf_tensor_locate(const char *model_dir, const char *name, vf_tensor_loc *out, char *err, size_t err_len);
+/* In place: v <- v*scale*(1 + noise*u) + 0.05*noise*u, u uniform in [-1, 1)
+ * from seed; the old bytes in *saved (malloc'd) when saved is not NULL. */
+int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t seed, unsigned char **saved,
+                   char *err, size_t err_len);
+int vf_tensor_restore(const vf_tensor_loc *t, const unsigned char *saved);
+uint32_t vf_fnv1a32_file(const char *path, int *ok);
+
+/* One check run in a child (timeout at least timeout_s), as a unit report. */
+json_t *vf_run_unit(const vf_stage_opts *o, const char *kind, const char *id, const char *member,
+                    int (*fn)(void *arg, int fd), void *arg, double timeout_s);
+void vf_case_start(int fd, const char *name, int index, const char *where);
+/* Emits a case_end; `extra` (stolen, may be NULL) is merged in; the message
+ * is "message" on a FAIL and "note" on a PASS. */
+void vf_case_end(int fd, const char *name, int index, int pass, double max_err, json_t *extra, const char *fmt,
+                 ...) __attribute__((format(printf, 7, 8)));
+json_t *vf_stage_result(int stage, const char *name, json_t *units);
+
+/* ---------- float64 reference of a Qwen3 dense model (verify_ref_model.c) ---------- */
+
+typedef struct vf_ref_model {
+  int H, L, nh, nkv, hd, F, V, tied;
+  double eps, theta;
+  const struct mi_weights *w;
+} vf_ref_model;
+/* Reads the shape from config.json; 0, or -1 with a message. */
+int vf_ref_model_init(vf_ref_model *m, const json_t *cfg, const struct mi_weights *w, char *err, size_t err_len);
+/* Logits [n_out, V] of positions T-n_out .. T-1 for ids[T], from scratch in
+ * float64. NULL with a message. */
+double *vf_ref_model_forward(const vf_ref_model *m, const int32_t *ids, int T, int n_out, char *err,
+                             size_t err_len);
 
 #endif

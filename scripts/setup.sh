@@ -11,7 +11,8 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 pkgs=(build-essential cmake pkg-config git clang
       check libjansson-dev libpcre2-dev libffi-dev libcurl4-openssl-dev
-      libopenmpi-dev openmpi-bin nodejs npm)
+      libopenmpi-dev openmpi-bin nodejs npm
+      hipcc libamdhip64-dev)  # HIP: builds the K100/Z200 plugins (about 650 MB)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

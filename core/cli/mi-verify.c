@@ -20,7 +20,12 @@ static void usage(FILE *f) {
           "usage: mi-verify --platform-plugin PATH.so [options]\n"
           "  --ckb DIR           the contract knowledge base (default: $MI_CKB_DIR, ./ckb, next to the exe)\n"
           "  --platform NAME     the platform contract to hold the plugin to (default: the plugin's name)\n"
-          "  --stage N           run stages 1..N (1: operator units, 2: one decoder layer; default 1)\n"
+          "  --stage N           run stages 1..N (1: operator units, 2: one decoder layer, 3: weight\n"
+          "                      loading, 4: end to end vs goldens, 5: authenticity, 6: performance;\n"
+          "                      default 1)\n"
+          "  --model-plugin PATH the model plugin under test for stages 3-6 (default: libmi-qwen3.so\n"
+          "                      next to the platform plugin)\n"
+          "  --goldens DIR       stage 4's goldens (default: <ckb>/../tests/goldens)\n"
           "  --model-contract ID the model contract stage 2 composes (default model.qwen3)\n"
           "  --model DIR         the model folder stage 3 checks against its model contract\n"
           "  --only LIST         comma-separated operator ids or member names\n"
@@ -95,7 +100,7 @@ static void summary(json_t *stage, int verbose) {
 
 int main(int argc, char **argv) {
   const char *plugin = NULL, *ckb_dir = NULL, *platform = NULL, *report = NULL, *only = NULL;
-  const char *model_id = "model.qwen3", *model_dir = NULL;
+  const char *model_id = "model.qwen3", *model_dir = NULL, *model_plugin = NULL, *goldens = NULL;
   int stage = 1, verbose = 0, have_seed = 0;
   uint64_t seed = 0;
   double timeout = -1, cpu = -1;
@@ -107,7 +112,8 @@ int main(int argc, char **argv) {
       {"stage", 1, 0, 's'},           {"only", 1, 0, 'O'},   {"seed", 1, 0, 'S'},
       {"report", 1, 0, 'r'},          {"timeout", 1, 0, 't'}, {"cpu-limit", 1, 0, 'c'},
       {"mem-limit", 1, 0, 'm'},       {"help", 0, 0, 'h'},   {"model-contract", 1, 0, 'M'},
-      {"model", 1, 0, 'D'},           {0, 0, 0, 0}};
+      {"model", 1, 0, 'D'},           {"model-plugin", 1, 0, 'L'}, {"goldens", 1, 0, 'G'},
+      {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "o:vh", longs, NULL)) != -1) {
     char *end = NULL;
@@ -128,6 +134,8 @@ int main(int argc, char **argv) {
     case 'r': report = optarg; break;
     case 'M': model_id = optarg; break;
     case 'D': model_dir = optarg; break;
+    case 'L': model_plugin = optarg; break;
+    case 'G': goldens = optarg; break;
     case 't': timeout = atof(optarg); break;
     case 'c': cpu = atof(optarg); break;
     case 'm': mem = atol(optarg); break;
@@ -151,15 +159,25 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (stage < 1 || stage > 3) {
-    fprintf(stderr, "mi-verify: --stage %d: stages 1 (operator units), 2 (one decoder layer) and 3 "
-                    "(weight files, partly) are implemented; 4-6 are planned (see the test contracts "
-                    "in the CKB)\n", stage);
+  if (stage < 1 || stage > 6) {
+    fprintf(stderr, "mi-verify: --stage %d: stages are 1 (operator units), 2 (one decoder layer), 3 "
+                    "(weight loading), 4 (end to end), 5 (authenticity) and 6 (performance)\n", stage);
     return 2;
   }
   if (stage >= 3 && !model_dir) {
-    fprintf(stderr, "mi-verify: --stage 3 needs --model DIR (a Hugging Face model folder)\n");
+    fprintf(stderr, "mi-verify: --stage %d needs --model DIR (a Hugging Face model folder)\n", stage);
     return 2;
+  }
+  char mp_buf[4096];
+  if (stage >= 3 && !model_plugin) {
+    /* The model plugin installed next to the platform plugin. */
+    const char *slash = strrchr(plugin, '/');
+    snprintf(mp_buf, sizeof mp_buf, "%.*slibmi-qwen3.so", slash ? (int)(slash - plugin + 1) : 0, plugin);
+    if (access(mp_buf, R_OK) == 0) model_plugin = mp_buf;
+    else if (stage >= 4) {
+      fprintf(stderr, "mi-verify: --stage %d needs --model-plugin PATH.so (%s does not exist)\n", stage, mp_buf);
+      return 2;
+    }
   }
   char buf[4096], err[512];
   if (!ckb_dir && !(ckb_dir = mi_ckb_default_dir(argv[0], buf, sizeof buf))) {
@@ -178,6 +196,11 @@ int main(int argc, char **argv) {
     mi_ckb_close(c);
     return 2;
   }
+  char gold_buf[4200];
+  if (!goldens) {
+    snprintf(gold_buf, sizeof gold_buf, "%s/../tests/goldens", ckb_dir);
+    goldens = gold_buf;
+  }
   if (!have_seed) seed = random_seed();
   fprintf(stderr, "mi-verify: seed %llu (rerun with --seed %llu)\n", (unsigned long long)seed,
           (unsigned long long)seed);
@@ -185,10 +208,13 @@ int main(int argc, char **argv) {
   json_t *t1 = find_stage_contract(c, 1, "operator_units");
   json_t *lim = json_object_get(t1, "limits");
   mi_options popts = {kv, nkv};
-  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192}, only};
+  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192}, only, NULL, NULL, NULL, NULL};
   if (json_is_number(json_object_get(lim, "timeout_s"))) o.lim.timeout_s = json_number_value(json_object_get(lim, "timeout_s"));
   if (json_is_number(json_object_get(lim, "cpu_s"))) o.lim.cpu_s = json_number_value(json_object_get(lim, "cpu_s"));
   if (json_is_integer(json_object_get(lim, "mem_mb"))) o.lim.mem_mb = (uint64_t)json_integer_value(json_object_get(lim, "mem_mb"));
+  o.model_plugin_path = model_plugin;
+  o.model_dir = model_dir;
+  o.goldens_dir = goldens;
   if (timeout >= 0) o.lim.timeout_s = timeout;
   if (cpu >= 0) o.lim.cpu_s = cpu;
   if (mem >= 0) o.lim.mem_mb = (uint64_t)mem;
@@ -234,7 +260,7 @@ int main(int argc, char **argv) {
   json_array_append_new(stages, s1);
   fprintf(stderr, "stage 1 (operator units):\n");
   summary(s1, verbose);
-  int pass = !strcmp(json_string_value(json_object_get(s1, "verdict")), "PASS");
+  int pass = !strcmp(json_string_value(json_object_get(s1, "verdict")), "PASS"), skipped = 0;
   int passed = (int)json_integer_value(json_object_get(s1, "passed"));
   int failed = (int)json_integer_value(json_object_get(s1, "failed"));
   if (stage >= 2) {
@@ -270,7 +296,8 @@ int main(int argc, char **argv) {
     if (t3) json_object_set_new(s3, "test_contract", json_sprintf("%s@%s", json_string_value(json_object_get(t3, "id")),
                                                                   json_string_value(json_object_get(t3, "version"))));
     json_array_append_new(stages, s3);
-    fprintf(stderr, "stage 3 (weight files of %s):\n", model_dir);
+    fprintf(stderr, "stage 3 (weight files of %s%s):\n", model_dir,
+            model_plugin ? ", read-back through the engine" : "");
     if (json_object_get(s3, "units")) summary(s3, verbose);
     else fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(s3, "verdict")),
                  json_string_value(json_object_get(s3, "message")));
@@ -278,6 +305,36 @@ int main(int argc, char **argv) {
     passed += p3;
     failed += !p3;
     pass = pass && p3;
+  }
+  static const char *const later_names[] = {NULL, NULL, NULL, NULL, "end_to_end", "authenticity", "performance"};
+  static const char *const later_titles[] = {NULL, NULL, NULL, NULL, "end to end against goldens",
+                                             "authenticity and single path", "performance gates"};
+  for (int sn = 4; sn <= stage; sn++) {
+    json_t *tc = find_stage_contract(c, sn, later_names[sn]);
+    json_t *sj;
+    if (!pass)
+      sj = json_pack("{s:i, s:s, s:s, s:s}", "stage", sn, "name", later_names[sn], "verdict", "SKIPPED", "message",
+                     "an earlier stage failed");
+    else if (sn == 4) sj = vf_stage4(&o, tc);
+    else if (sn == 5) sj = vf_stage5(&o, tc);
+    else sj = vf_stage6(&o, tc);
+    if (tc) json_object_set_new(sj, "test_contract", json_sprintf("%s@%s", json_string_value(json_object_get(tc, "id")),
+                                                                  json_string_value(json_object_get(tc, "version"))));
+    json_array_append_new(stages, sj);
+    fprintf(stderr, "stage %d (%s):\n", sn, later_titles[sn]);
+    if (json_array_size(json_object_get(sj, "units"))) summary(sj, verbose);
+    else fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(sj, "verdict")),
+                 json_string_value(json_object_get(sj, "message")));
+    const char *v = json_string_value(json_object_get(sj, "verdict"));
+    if (!strcmp(v, "N/A")) continue; /* nothing was required: neither passed nor failed */
+    if (!strcmp(v, "SKIPPED")) {
+      skipped++;
+      continue;
+    }
+    int p = !strcmp(v, "PASS");
+    passed += p;
+    failed += !p;
+    pass = pass && p;
   }
   /* The stages not run, so a report says what it does not cover. */
   json_t *later = json_array();
@@ -289,8 +346,8 @@ int main(int argc, char **argv) {
   }
   json_object_set_new(rep, "not_run", later);
   json_object_set_new(rep, "verdict", json_string(pass ? "PASS" : "FAIL"));
-  fprintf(stderr, "mi-verify: %s: %d passed, %d failed (seed %llu)\n", pass ? "PASS" : "FAIL", passed,
-          failed, (unsigned long long)seed);
+  fprintf(stderr, "mi-verify: %s: %d passed, %d failed%s (seed %llu)\n", pass ? "PASS" : "FAIL", passed,
+          failed, skipped ? ", later stages skipped" : "", (unsigned long long)seed);
   rc = pass ? 0 : 1;
 
 write:

@@ -555,6 +555,42 @@ START_TEST(weights_against_contract) {
 }
 END_TEST
 
+/* Found by fuzz/fuzz_ckb_entry.c: a field name carrying a newline split the
+ * diagnostic over two lines (control characters now print as spaces). */
+BROKEN(field_name_with_newline, "platforms/cpu.json",
+       json_object_set_new(j, "col\nour", json_string("blue")), "platforms/cpu.json",
+       "unknown field 'col our'")
+
+/* A constraint nested past the C stack's reach is an error (fuzz_expr.c). */
+static const char *deep_parens(void) {
+  static char buf[200003];
+  memset(buf, '(', 100000);
+  buf[100000] = '1';
+  memset(buf + 100001, ')', 100000);
+  buf[200001] = 0;
+  return buf;
+}
+BROKEN(expression_too_deep, "operators/attention.json",
+       json_array_set_new(json_object_get(j, "constraints"), 0, json_string(deep_parens())),
+       "operators/attention.json", "nested too deeply")
+
+/* An entry file over the size limit is a load error, not a multi-GB parse
+ * (a sparse file: no disk is used). */
+START_TEST(entry_file_too_big) {
+  char *dir = copy_ckb();
+  char p[4200];
+  snprintf(p, sizeof p, "%s/operators/huge.json", dir);
+  FILE *f = fopen(p, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  ck_assert_int_eq(truncate(p, 5 << 20), 0);
+  diags d;
+  validate_dir(dir, &d);
+  expect_line(&d, "operators/huge.json", "file is 5242880 bytes, over the 4194304 byte limit");
+  remove_tree(dir);
+}
+END_TEST
+
 /* ---------- expressions and versions ---------- */
 
 static int lk(void *user, const char *name, size_t len, int64_t *out) {
@@ -579,6 +615,45 @@ START_TEST(expressions) {
   ck_assert_int_eq(mi_expr_eval("T / (T - 5)", lk, NULL, &v, err, sizeof err), -1);
   ck_assert_ptr_nonnull(strstr(err, "division by zero"));
   ck_assert_int_eq(mi_expr_eval("99999999999999999999", lk, NULL, &v, err, sizeof err), -1);
+}
+END_TEST
+
+/* Hostile expressions (found by fuzz/fuzz_expr.c): deep nesting is an
+ * error, not a stack overflow; INT64_MIN / -1 is an overflow error, not UB;
+ * a newline in the expression does not reach the one-line message. */
+START_TEST(expressions_hostile) {
+  int64_t v;
+  char err[256];
+  size_t n = 300000;
+  char *deep = malloc(2 * n + 2);
+  ck_assert_ptr_nonnull(deep);
+  memset(deep, '(', n);
+  deep[n] = '1';
+  memset(deep + n + 1, ')', n);
+  deep[2 * n + 1] = 0;
+  ck_assert_int_eq(mi_expr_eval(deep, lk, NULL, &v, err, sizeof err), -1);
+  ck_assert_ptr_nonnull(strstr(err, "nested too deeply"));
+  ck_assert_int_eq(mi_expr_names(deep, NULL, NULL, err, sizeof err), -1);
+  memset(deep, '-', 2 * n);
+  deep[2 * n] = '1';
+  ck_assert_int_eq(mi_expr_eval(deep, lk, NULL, &v, err, sizeof err), -1);
+  ck_assert_ptr_nonnull(strstr(err, "nested too deeply"));
+  free(deep);
+  /* 256 levels still work */
+  char ok[600];
+  memset(ok, '(', 255);
+  ok[255] = '7';
+  memset(ok + 256, ')', 255);
+  ok[511] = 0;
+  ck_assert_int_eq(mi_expr_eval(ok, lk, NULL, &v, err, sizeof err), 0);
+  ck_assert_int_eq(v, 7);
+  ck_assert_int_eq(mi_expr_eval("(-9223372036854775807 - 1) / -1", lk, NULL, &v, err, sizeof err), -1);
+  ck_assert_ptr_nonnull(strstr(err, "overflow"));
+  ck_assert_int_eq(mi_expr_eval("(-9223372036854775807 - 1) % -1", lk, NULL, &v, err, sizeof err), 0);
+  ck_assert_int_eq(v, 0);
+  ck_assert_int_eq(mi_expr_eval("-(-9223372036854775807 - 1)", lk, NULL, &v, err, sizeof err), -1);
+  ck_assert_int_eq(mi_expr_eval("T +\n", lk, NULL, &v, err, sizeof err), -1);
+  ck_assert_ptr_null(strchr(err, '\n'));
 }
 END_TEST
 
@@ -630,6 +705,10 @@ int main(void) {
   tcase_add_test(t, coverage_qwen3_cpu);
   tcase_add_test(t, weights_against_contract);
   tcase_add_test(t, expressions);
+  tcase_add_test(t, expressions_hostile);
+  tcase_add_test(t, field_name_with_newline);
+  tcase_add_test(t, expression_too_deep);
+  tcase_add_test(t, entry_file_too_big);
   tcase_add_test(t, versions);
   suite_add_tcase(s, t);
   SRunner *r = srunner_create(s);

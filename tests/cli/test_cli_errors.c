@@ -242,6 +242,31 @@ START_TEST(unsupported_config_value) {
 }
 END_TEST
 
+/* Found by fuzz/fuzz_qwen3_config.c: with no head_dim, hidden_size /
+ * num_attention_heads was used unchecked (0 here, or past 1024). */
+START_TEST(derived_head_dim_out_of_range) {
+  char d[1300], p[1400];
+  copy_model("headdim", d, sizeof d);
+  snprintf(p, sizeof p, "%s/config.json", d);
+  edit_json(p, "head_dim", NULL);
+  edit_json(p, "hidden_size", json_integer(1));
+  edit_json(p, "num_attention_heads", json_integer(2));
+  edit_json(p, "num_key_value_heads", json_integer(1));
+  expect_error(d, "config.json", "head_dim");
+}
+END_TEST
+
+/* The value of hidden_act is the file's: a newline in it must not make the
+ * error two lines (expect_error checks for exactly one). */
+START_TEST(config_value_with_newline) {
+  char d[1300], p[1400];
+  copy_model("act", d, sizeof d);
+  snprintf(p, sizeof p, "%s/config.json", d);
+  edit_json(p, "hidden_act", json_string("gelu\nsecond line"));
+  expect_error(d, "config.json", "hidden_act");
+}
+END_TEST
+
 START_TEST(tokenizer_missing_model) {
   char d[1300], p[1400];
   copy_model("tok", d, sizeof d);
@@ -323,6 +348,8 @@ int main(void) {
   tcase_add_test(tc, invalid_config_json);
   tcase_add_test(tc, unknown_architecture);
   tcase_add_test(tc, unsupported_config_value);
+  tcase_add_test(tc, derived_head_dim_out_of_range);
+  tcase_add_test(tc, config_value_with_newline);
   tcase_add_test(tc, tokenizer_missing_model);
   tcase_add_test(tc, missing_model_dir);
   tcase_add_test(tc, prompt_longer_than_context);

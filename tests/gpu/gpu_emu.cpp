@@ -2,7 +2,7 @@
  * compiled here as C++ with mi_gpu_emu.h) behind the real host side of the
  * GPU plugins (gpu_platform.c, gpu_launch.c) by implementing the gpu_rt
  * table (gpu_rt.h) on the host: memory is malloc, copies are memcpy, a
- * "launch" runs every block of the grid, each GPU thread as a ucontext fiber
+ * "launch" runs every block of the grid, each GPU thread as a fiber
  * so that __syncthreads() and warp shuffles are real barriers.
  *
  * Built into test-only plugins (libmi-gpuemu32.so: NVIDIA tunables, warp
@@ -11,12 +11,15 @@
  * embed error word, argument packing and launch geometry are all checked
  * against float64 on a machine without a GPU.
  *
+ * Device memory is not host-accessible outside the emulator's own calls
+ * (mprotect), so host code that dereferences a device pointer crashes.
+ *
  * Environment: MI_GPU_EMU_CUS (default 8) — the compute-unit count the
  * device reports; small, so that decode attention takes the split-K path. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ucontext.h>
+#include <sys/mman.h>
 
 #define MI_GPU_EMULATOR 1
 #include "mi_kernels.cu"
@@ -27,13 +30,31 @@ extern "C" {
 
 mi_dim3 mi_emu_thread_idx, mi_emu_block_idx, mi_emu_block_dim, mi_emu_grid_dim;
 
-/* ---------------- fibers ---------------- */
+/* ---------------- fibers ----------------
+ * x86-64 only (the CMake rule checks): a fiber switch is six callee-saved
+ * registers and a stack pointer, no system call (swapcontext's signal-mask
+ * calls made the emulator ~30x slower). Fibers are made once and reused:
+ * each loops "run the kernel body for the current block, then park". */
 
 enum { ST_RUN, ST_BLOCK, ST_WARP, ST_DONE };
 #define EMU_MAX_THREADS 1024
 #define EMU_STACK (64 * 1024)
 
-static ucontext_t sched_ctx, fib_ctx[EMU_MAX_THREADS];
+extern "C" void mi_emu_switch(void **save_sp, void *load_sp);
+__asm__(".text\n"
+        ".globl mi_emu_switch\n"
+        ".hidden mi_emu_switch\n"
+        ".type mi_emu_switch,@function\n"
+        "mi_emu_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size mi_emu_switch, .-mi_emu_switch\n");
+
+static void *sched_sp, *fib_sp[EMU_MAX_THREADS];
+static int fib_made;
 static unsigned char *stacks;
 static int state[EMU_MAX_THREADS];
 static float xbuf[EMU_MAX_THREADS];
@@ -46,7 +67,7 @@ static char emu_err[256];
 
 static void wait_as(int st) {
   state[cur] = st;
-  swapcontext(&fib_ctx[cur], &sched_ctx);
+  mi_emu_switch(&fib_sp[cur], sched_sp);
 }
 
 void mi_emu_syncthreads(void) { wait_as(ST_BLOCK); }
@@ -62,22 +83,32 @@ float mi_emu_shfl_xor(float v, int mask) {
 
 void *mi_emu_dynamic_shared(void) { return dyn_smem; }
 
-static void fiber_main(void) {
-  cur_tramp(cur_args);
-  state[cur] = ST_DONE; /* uc_link returns to the scheduler */
+static __attribute__((noreturn)) void fiber_entry(void) {
+  for (;;) {
+    cur_tramp(cur_args); /* cur is this fiber's index whenever it runs */
+    wait_as(ST_DONE);
+  }
+}
+
+/* A fresh fiber's stack looks like mi_emu_switch's frame: six registers,
+ * then fiber_entry as the return address (entered with rsp = 8 mod 16, as
+ * after a call). */
+static void make_fibers(void) {
+  for (int t = 0; t < EMU_MAX_THREADS; t++) {
+    uintptr_t top = ((uintptr_t)(stacks + (size_t)(t + 1) * EMU_STACK)) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = NULL;                      /* fiber_entry's own return address: never used */
+    *--sp = (void *)fiber_entry;
+    for (int i = 0; i < 6; i++) *--sp = NULL; /* rbp rbx r12 r13 r14 r15 */
+    fib_sp[t] = sp;
+  }
+  fib_made = 1;
 }
 
 /* Runs one block; 0, or -1 on a deadlock (threads stuck at barriers that
  * can never all be reached). */
 static int run_block(void) {
-  for (int t = 0; t < nthreads; t++) {
-    getcontext(&fib_ctx[t]);
-    fib_ctx[t].uc_stack.ss_sp = stacks + (size_t)t * EMU_STACK;
-    fib_ctx[t].uc_stack.ss_size = EMU_STACK;
-    fib_ctx[t].uc_link = &sched_ctx;
-    makecontext(&fib_ctx[t], fiber_main, 0);
-    state[t] = ST_RUN;
-  }
+  for (int t = 0; t < nthreads; t++) state[t] = ST_RUN;
   for (;;) {
     int ran = 0;
     for (int t = 0; t < nthreads; t++) {
@@ -85,7 +116,7 @@ static int run_block(void) {
       cur = t;
       mi_emu_thread_idx.x = (unsigned)t;
       mi_emu_thread_idx.y = mi_emu_thread_idx.z = 0;
-      swapcontext(&sched_ctx, &fib_ctx[t]);
+      mi_emu_switch(&sched_sp, fib_sp[t]);
       ran = 1;
     }
     if (ran) continue;
@@ -116,6 +147,7 @@ static int run_block(void) {
       snprintf(emu_err, sizeof emu_err,
                "deadlock in block (%u,%u): threads wait at different barriers", mi_emu_block_idx.x,
                mi_emu_block_idx.y);
+      fib_made = 0; /* the stuck fibers are made afresh by the next launch */
       return -1;
     }
     for (int t = 0; t < nthreads; t++)
@@ -179,16 +211,61 @@ static int e_cus(gpu_rt *, int, int *n) {
   return 0;
 }
 static int e_warp(gpu_rt *, int, int *n) { *n = MI_WARP; return 0; }
+/* "Device" memory is mmapped and kept PROT_NONE except while the emulator
+ * itself runs a kernel or a copy: host code that dereferences a device
+ * pointer (a model plugin assuming zero-copy, say) crashes here as it would
+ * on a GPU. */
+struct dev_alloc {
+  void *p;
+  size_t len;
+};
+static dev_alloc *allocs;
+static size_t n_allocs, cap_allocs;
+
+static void device_access(int on) {
+  for (size_t i = 0; i < n_allocs; i++)
+    mprotect(allocs[i].p, allocs[i].len, on ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+
 static int e_alloc(gpu_rt *rt, void **p, size_t n) {
-  /* poison, so that "zeroed" has to be done by the platform code */
-  *p = aligned_alloc(256, (n + 255) / 256 * 256);
-  if (!*p) return gpu_rt_fail(rt, "emu alloc(%zu): out of memory", n);
-  memset(*p, 0xa5, n);
+  size_t len = (n + 4095) / 4096 * 4096;
+  if (len == 0) len = 4096;
+  if (n_allocs == cap_allocs) {
+    size_t cap = cap_allocs ? 2 * cap_allocs : 64;
+    dev_alloc *a = (dev_alloc *)realloc(allocs, cap * sizeof *a);
+    if (!a) return gpu_rt_fail(rt, "emu alloc(%zu): out of memory", n);
+    allocs = a;
+    cap_allocs = cap;
+  }
+  void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return gpu_rt_fail(rt, "emu alloc(%zu): out of memory", n);
+  memset(m, 0xa5, len); /* poison, so that "zeroed" has to be done by the platform code */
+  mprotect(m, len, PROT_NONE);
+  allocs[n_allocs++] = {m, len};
+  *p = m;
   return 0;
 }
-static int e_free(gpu_rt *, void *p) { free(p); return 0; }
-static int e_memset(gpu_rt *, void *p, int v, size_t n) { memset(p, v, n); return 0; }
-static int e_memcpy(gpu_rt *, void *d, const void *s, size_t n, int, void *) { memmove(d, s, n); return 0; }
+static int e_free(gpu_rt *rt, void *p) {
+  for (size_t i = 0; i < n_allocs; i++)
+    if (allocs[i].p == p) {
+      munmap(p, allocs[i].len);
+      allocs[i] = allocs[--n_allocs];
+      return 0;
+    }
+  return gpu_rt_fail(rt, "emu free: %p is not a device allocation", p);
+}
+static int e_memset(gpu_rt *, void *p, int v, size_t n) {
+  device_access(1);
+  memset(p, v, n);
+  device_access(0);
+  return 0;
+}
+static int e_memcpy(gpu_rt *, void *d, const void *s, size_t n, int, void *) {
+  device_access(1);
+  memmove(d, s, n);
+  device_access(0);
+  return 0;
+}
 static int e_stream_create(gpu_rt *, void **s) { *s = malloc(1); return 0; }
 static int e_stream_destroy(gpu_rt *, void *s) { free(s); return 0; }
 static int e_stream_sync(gpu_rt *, void *) { return 0; }
@@ -197,7 +274,20 @@ static int e_module_load(gpu_rt *rt, const void *image, void **mod) {
   *mod = (void *)tramps;
   return 0;
 }
-static int e_module_unload(gpu_rt *, void *) { return 0; }
+static int e_module_unload(gpu_rt *, void *) {
+  /* the plugin (and these statics) may be dlclosed next */
+  for (size_t i = 0; i < n_allocs; i++) munmap(allocs[i].p, allocs[i].len);
+  free(allocs);
+  allocs = NULL;
+  n_allocs = cap_allocs = 0;
+  free(stacks);
+  stacks = NULL;
+  fib_made = 0;
+  free(dyn_smem);
+  dyn_smem = NULL;
+  dyn_smem_size = 0;
+  return 0;
+}
 static int e_get_function(gpu_rt *rt, void *, const char *name, void **fn) {
   for (const tramp &t : tramps)
     if (strcmp(t.name, name) == 0) {
@@ -214,6 +304,7 @@ static int e_launch(gpu_rt *rt, void *fn, const unsigned g[3], const unsigned b[
   if (smem > 64 * 1024) return gpu_rt_fail(rt, "emu: %s: %u bytes of shared memory", t->name, smem);
   if (!stacks && !(stacks = (unsigned char *)malloc((size_t)EMU_MAX_THREADS * EMU_STACK)))
     return gpu_rt_fail(rt, "emu: out of memory for fiber stacks");
+  if (!fib_made) make_fibers();
   if (smem > dyn_smem_size) {
     free(dyn_smem);
     dyn_smem = (unsigned char *)malloc(smem);
@@ -224,12 +315,17 @@ static int e_launch(gpu_rt *rt, void *fn, const unsigned g[3], const unsigned b[
   cur_args = args;
   mi_emu_block_dim = {b[0], 1, 1};
   mi_emu_grid_dim = {g[0], g[1], 1};
+  device_access(1);
   for (unsigned y = 0; y < g[1]; y++)
     for (unsigned x = 0; x < g[0]; x++) {
       mi_emu_block_idx = {x, y, 0};
       if (dyn_smem) memset(dyn_smem, 0x5a, dyn_smem_size); /* garbage, as on a GPU */
-      if (run_block() != 0) return gpu_rt_fail(rt, "emu: %s: %s", t->name, emu_err);
+      if (run_block() != 0) {
+        device_access(0);
+        return gpu_rt_fail(rt, "emu: %s: %s", t->name, emu_err);
+      }
     }
+  device_access(0);
   return 0;
 }
 

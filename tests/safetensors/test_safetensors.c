@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/safetensors.h"
 #include "st_writer.h"
@@ -259,6 +260,9 @@ START_TEST(reject_bad_values) {
   reject_header("{\"t\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1,
                 "9 dimensions");
   reject_header("{\"\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "tensor name");
+  /* a control character in a name does not split the one-line message
+   * (found by fuzz/fuzz_safetensors.c; expect_fail checks for one line) */
+  reject_header("{\"a\\nb\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "'a b': unknown dtype");
 }
 END_TEST
 
@@ -302,6 +306,9 @@ START_TEST(reject_index) {
   expect_fail(g_dir, pi, "duplicate");
   write_two_shards("{\"weight_map\":");
   expect_fail(g_dir, pi, "not valid JSON");
+  /* an index over the size limit is refused before parsing (sparse file) */
+  ck_assert_int_eq(truncate(pi, 65 << 20), 0);
+  expect_fail(g_dir, pi, "index file is 68157440 bytes, over the 67108864 byte limit");
 
   /* a broken shard is reported under its own name */
   write_two_shards("{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\"}}");

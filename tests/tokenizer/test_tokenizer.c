@@ -578,6 +578,9 @@ START_TEST(test_bad_files) {
     m = tiny_json("[[\"a\",\"q\"]]", "\"ab\":256", "[]");
     expect_fail("merge_unknown.json", m, "not in model.vocab");
     free(m);
+    m = tiny_json("[\"a q\"]", "\"ab\":256", "[]"); /* "a b" form: names each side alone */
+    expect_fail("merge_unknown_str.json", m, "model.merges[0]: \"a\" + \"q\": merged token not in model.vocab");
+    free(m);
     m = tiny_json("[\"a b c\"]", "\"ab\":256", "[]");
     expect_fail("merge_3.json", m, "model.merges[0]");
     free(m);
@@ -614,6 +617,15 @@ START_TEST(test_bad_files) {
         sprintf(b2 + pre, "\"normalizer\":{\"type\":\"Lowercase\"}%s", q + strlen("\"normalizer\":null"));
         expect_fail("lowercase.json", b2, "not supported");
         free(b2);
+    }
+    {   /* over the size limit: refused before reading (a sparse file) */
+        char p[512];
+        snprintf(p, sizeof p, "%s/huge.json", g_tmpdir);
+        write_file(p, "");
+        ck_assert_int_eq(truncate(p, (off_t)MI_TOK_MAX_FILE_BYTES + 1), 0);
+        ck_assert_ptr_null(mi_tokenizer_load(p, err, sizeof err));
+        ck_assert_msg(strstr(err, "over the 67108864 byte limit") != NULL, "%s", err);
+        unlink(p);
     }
     ck_assert_ptr_null(mi_tokenizer_load("/nonexistent/dir/tokenizer.json", err, sizeof err));
     ck_assert_msg(strncmp(err, "/nonexistent/dir/tokenizer.json: ", 33) == 0, "%s", err);

@@ -40,9 +40,19 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,dri
 LIB=$B/lib/metainfer
 if [ ! -x "$B/bin/mi-run" ] || [ ! -f "$LIB/libmi-nvidia.so" ] || [ ! -x "$B/bin/gpu_conformance" ]; then
   say "-- 1. building in $B ($JOBS jobs)"
-  if ! { cmake -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=Release &&
-         cmake --build "$B" -j"$JOBS" --target mi-run mi-mkmodel mi-bench mi_plugin_cpu \
-               mi_plugin_qwen3 mi_plugin_nvidia gpu_conformance; } >"$OUT_DIR/build.log" 2>&1; then
+  targets="mi-run mi-mkmodel mi-bench mi_plugin_cpu mi_plugin_qwen3 mi_plugin_nvidia"
+  if { cmake -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build "$B" -j"$JOBS" --target $targets gpu_conformance; } >"$OUT_DIR/build.log" 2>&1; then
+    :
+  # No libcheck on this machine (tests/ needs it): build without tests and
+  # compile the conformance program by hand against libmi_core.a.
+  elif { cmake -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=Release -DMI_BUILD_TESTS=OFF &&
+         cmake --build "$B" -j"$JOBS" --target $targets mi_core &&
+         cc -O2 -I"$ROOT" -I"$ROOT/sdk/include" "$ROOT/tests/gpu/gpu_conformance.c" "$B/core/libmi_core.a" \
+            $(pkg-config --libs jansson libpcre2-8 libffi 2>/dev/null || echo -ljansson -lpcre2-8 -lffi) \
+            -ldl -lpthread -lm -o "$B/bin/gpu_conformance"; } >>"$OUT_DIR/build.log" 2>&1; then
+    say "   (built without tests/: gpu_conformance compiled by hand)"
+  else
     say "FAIL build (see $OUT_DIR/build.log)"; tail -20 "$OUT_DIR/build.log"; exit 1
   fi
 else

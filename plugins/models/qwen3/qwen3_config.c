@@ -61,6 +61,14 @@ int qwen3_config_read(const mi_host_api *h, const mi_json *cfg, qwen3_config *c,
     if (get_int(h, cfg, "head_dim", 2, 1024, &c->head_dim, err, n)) return -1;
   } else {
     c->head_dim = c->hidden / c->n_heads;
+    /* derived, so held to the same range as an explicit head_dim */
+    if (c->head_dim < 2 || c->head_dim > 1024) {
+      snprintf(err, n,
+               "head_dim = hidden_size / num_attention_heads = %lld / %lld is out of range [2, "
+               "1024]; give head_dim explicitly",
+               (long long)c->hidden, (long long)c->n_heads);
+      return -1;
+    }
   }
   if (h->json_get(cfg, "max_position_embeddings")) {
     if (get_int(h, cfg, "max_position_embeddings", 1, 1 << 24, &c->max_pos, err, n)) return -1;
@@ -107,7 +115,9 @@ int qwen3_config_read(const mi_host_api *h, const mi_json *cfg, qwen3_config *c,
   }
   const char *act = h->json_string(h->json_get(cfg, "hidden_act"));
   if (act && strcmp(act, "silu") != 0) {
-    snprintf(err, n, "hidden_act \"%s\" is not supported (only silu)", act);
+    snprintf(err, n, "hidden_act \"%.60s\" is not supported (only silu)", act);
+    for (char *p = err; *p; p++) /* the value is the file's: keep the message one line */
+      if ((unsigned char)*p < 0x20) *p = ' ';
     return -1;
   }
   return 0;

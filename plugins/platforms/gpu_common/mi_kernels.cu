@@ -90,6 +90,9 @@ __device__ __forceinline__ void gemv_body(float *y, const float *x, const void *
   for (int m = 0; m < MI_GEMV_MAX_M; m++) acc[m] = 0.0f;
   const int64_t row = n * K;
   if (vec) {
+    /* unrolled so that several 16-byte weight loads per lane are in flight:
+     * one at a time cannot keep HBM busy */
+#pragma unroll 4
     for (int64_t k = (int64_t)lane * 8; k < K; k += (int64_t)MI_WARP * 8) {
       float wv[8];
       load_w8<DT>(w, row + k, wv);

@@ -1,0 +1,232 @@
+/* mi-verify stages 3-6 on the tiny model (the golden tiny-seed1 weights):
+ *   - the real qwen3 plugin on the real CPU plugin passes stages 1-5, and
+ *     stage 6 says N/A (the contract states no gate), never PASS;
+ *   - each model mutant (tests/verify/mutants_model, one planted defect
+ *     each) is rejected at the stage meant to catch it, with the symptom
+ *     named, every earlier stage passing and every later one skipped;
+ *   - a model without a golden fails stage 4 with that said.
+ * The mutant table here is the one in tests/verify/README.md. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char bin[4096], mkmodel[4096], cpu_so[4096], mm_dir[4096], ckb[4096], goldens[4096];
+static char model[4096]; /* tiny seed 1: also the fixed path the "baked" mutant reads */
+
+static void make_model(const char *dir, const char *seed) {
+  char cfg[4200], tmp[4200];
+  snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+  if (access(cfg, R_OK) == 0) return;
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
+  pid_t pid = fork();
+  ck_assert(pid >= 0);
+  if (pid == 0) {
+    execl(mkmodel, mkmodel, "--shape", "tiny", "--seed", seed, "--dtype", "bf16", "--out", tmp, (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s failed", mkmodel);
+  /* Another test process may have won the race: then its copy stays. */
+  if (rename(tmp, dir) != 0) {
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    ck_assert(system(cmd) == 0);
+  }
+}
+
+static void setup(void) {
+  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
+  ck_assert_msg(b && s, "MI_BUILD_DIR and MI_SOURCE_DIR must be set (ctest sets them)");
+  snprintf(bin, sizeof bin, "%s/bin/mi-verify", b);
+  snprintf(mkmodel, sizeof mkmodel, "%s/bin/mi-mkmodel", b);
+  snprintf(cpu_so, sizeof cpu_so, "%s/lib/metainfer/libmi-cpu.so", b);
+  snprintf(mm_dir, sizeof mm_dir, "%s/tests/mutants_model", b);
+  snprintf(ckb, sizeof ckb, "%s/ckb", s);
+  snprintf(goldens, sizeof goldens, "%s/tests/goldens", s);
+  char d[4200];
+  snprintf(d, sizeof d, "%s/tests/verify_models", b);
+  mkdir(d, 0755);
+  snprintf(model, sizeof model, "%s/tiny-seed1", d);
+  make_model(model, "1");
+}
+
+/* Runs mi-verify --stage 6 on `dir` with the model plugin `mp` (NULL: the
+ * default next to the CPU plugin); returns its exit status, the report in *rep. */
+static int run_verify(const char *mp, const char *dir, json_t **rep, char *log, size_t log_len) {
+  char report[4200], logf[4200];
+  snprintf(report, sizeof report, "%s/tests/verify_models/report-%d.json", getenv("MI_BUILD_DIR"), (int)getpid());
+  snprintf(logf, sizeof logf, "%s.log", report);
+  pid_t pid = fork();
+  ck_assert(pid >= 0);
+  if (pid == 0) {
+    FILE *f = freopen(logf, "w", stderr);
+    (void)f;
+    const char *argv[32] = {bin, "--platform-plugin", cpu_so, "--ckb", ckb, "--goldens", goldens, "--stage", "6",
+                            "--model", dir, "--seed", "7", "--report", report};
+    int ac = 15;
+    if (mp) {
+      argv[ac++] = "--model-plugin";
+      argv[ac++] = mp;
+    }
+    argv[ac] = NULL;
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  FILE *f = fopen(logf, "r");
+  size_t n = f ? fread(log, 1, log_len - 1, f) : 0;
+  log[n] = 0;
+  if (f) fclose(f);
+  json_error_t je;
+  *rep = json_load_file(report, 0, &je);
+  unlink(report);
+  unlink(logf);
+  ck_assert_msg(*rep, "mi-verify wrote no report (%s); its output:\n%s", je.text, log);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static json_t *stage_of(json_t *rep, int n) {
+  size_t i;
+  json_t *s;
+  json_array_foreach(json_object_get(rep, "stages"), i, s) if (json_integer_value(json_object_get(s, "stage")) == n) return s;
+  return NULL;
+}
+
+static const char *verdict(json_t *rep, int n) {
+  const char *v = json_string_value(json_object_get(stage_of(rep, n), "verdict"));
+  return v ? v : "(missing)";
+}
+
+START_TEST(real_plugin_passes_all_stages) {
+  char log[65536];
+  json_t *rep = NULL;
+  int rc = run_verify(NULL, model, &rep, log, sizeof log);
+  ck_assert_msg(rc == 0, "mi-verify exited %d on the real plugins:\n%s", rc, log);
+  for (int s = 1; s <= 5; s++) ck_assert_msg(!strcmp(verdict(rep, s), "PASS"), "stage %d: %s\n%s", s, verdict(rep, s), log);
+  ck_assert_str_eq(verdict(rep, 6), "N/A"); /* no gate stated: not a PASS */
+  /* Stage 3 really perturbed every tensor of the tiny model (2 layers x 11 + embed + norm). */
+  json_t *rb = json_array_get(json_object_get(stage_of(rep, 3), "units"), 1);
+  ck_assert_msg(rb && json_array_size(json_object_get(rb, "cases")) == 3 + 24, "stage 3 read-back: %zu cases",
+                json_array_size(json_object_get(rb, "cases")));
+  /* Stage 4: the 8 golden cases, each through 32 steps or to a near tie. */
+  json_t *g = json_array_get(json_object_get(stage_of(rep, 4), "units"), 0);
+  ck_assert_uint_eq(json_array_size(json_object_get(g, "cases")), 1 + 8);
+  ck_assert_uint_eq(json_array_size(json_object_get(stage_of(rep, 5), "units")), 4);
+  ck_assert_ptr_nonnull(strstr(log, "stage 6 (performance gates):\n  N/A: no gates stated"));
+  json_decref(rep);
+}
+END_TEST
+
+/* mutant -> the stage that must catch it, the unit, words of its message */
+static const struct {
+  const char *name;
+  int stage;
+  const char *unit, *symptom;
+} k_mutants[] = {
+    {"rmsnorm_eps", 4, "tiny-seed1.json", "step 0: token"},
+    {"qnorm_skip", 3, NULL, "tensors are never read: perturbing \"model.layers.0.self_attn.q_norm.weight\""},
+    {"rope_half", 4, "tiny-seed1.json", "llama.cpp"},
+    {"kv_offbyone", 4, "tiny-seed1.json", "step 1: token"},
+    {"softmax_nomax", 5, "unseen_prompts", "not finite (NaN/Inf) on a 300-token prompt: an overflow"},
+    {"canned", 5, "unseen_prompts", "unseen prompt 0 (5 tokens) step 0"},
+    {"baked", 3, NULL, "no tensor was read from the given model folder"},
+    {"foreign_llama", 5, "imports", "links libllama.so (DT_NEEDED), which is not in the allowlist: a foreign inference library"},
+    {"dlopen_ggml", 5, "imports", "imports dlopen"},
+};
+
+START_TEST(mutant_rejected_at_its_stage) {
+  char so[4400], log[65536];
+  snprintf(so, sizeof so, "%s/libmm-%s.so", mm_dir, k_mutants[_i].name);
+  json_t *rep = NULL;
+  int rc = run_verify(so, model, &rep, log, sizeof log);
+  const int st = k_mutants[_i].stage;
+  ck_assert_msg(rc == 1, "mutant %s: mi-verify exited %d (expected 1):\n%s", k_mutants[_i].name, rc, log);
+  for (int s = 1; s < st; s++)
+    ck_assert_msg(!strcmp(verdict(rep, s), "PASS"), "mutant %s: stage %d is %s, expected PASS (caught too early?)\n%s",
+                  k_mutants[_i].name, s, verdict(rep, s), log);
+  ck_assert_msg(!strcmp(verdict(rep, st), "FAIL"), "mutant %s: stage %d is %s, expected FAIL\n%s", k_mutants[_i].name,
+                st, verdict(rep, st), log);
+  for (int s = st + 1; s <= 6; s++) ck_assert_str_eq(verdict(rep, s), "SKIPPED");
+  /* The failing unit names the symptom. */
+  size_t i;
+  json_t *u;
+  int found = 0;
+  json_array_foreach(json_object_get(stage_of(rep, st), "units"), i, u) {
+    const char *v = json_string_value(json_object_get(u, "verdict")), *id = json_string_value(json_object_get(u, "id"));
+    const char *msg = json_string_value(json_object_get(u, "message"));
+    if (strcmp(v, "FAIL") || (k_mutants[_i].unit && strcmp(id, k_mutants[_i].unit))) continue;
+    ck_assert_msg(msg && strstr(msg, k_mutants[_i].symptom), "mutant %s: unit %s says \"%s\", expected \"%s\"",
+                  k_mutants[_i].name, id, msg ? msg : "(none)", k_mutants[_i].symptom);
+    found = 1;
+  }
+  ck_assert_msg(found, "mutant %s: no failing unit %s in stage %d\n%s", k_mutants[_i].name,
+                k_mutants[_i].unit ? k_mutants[_i].unit : "", st, log);
+  json_decref(rep);
+}
+END_TEST
+
+START_TEST(model_without_golden_fails_stage4) {
+  char dir[4200], log[65536];
+  snprintf(dir, sizeof dir, "%s/tests/verify_models/tiny-seed5", getenv("MI_BUILD_DIR"));
+  make_model(dir, "5");
+  json_t *rep = NULL;
+  int rc = run_verify(NULL, dir, &rep, log, sizeof log);
+  ck_assert_int_eq(rc, 1);
+  ck_assert_str_eq(verdict(rep, 3), "PASS");
+  ck_assert_str_eq(verdict(rep, 4), "FAIL");
+  const char *msg = json_string_value(json_object_get(stage_of(rep, 4), "message"));
+  ck_assert_msg(msg && strstr(msg, "no golden for this model"), "stage 4 says: %s", msg ? msg : "(none)");
+  json_decref(rep);
+}
+END_TEST
+
+START_TEST(bad_arguments_are_refused) {
+  /* --stage 4 without --model: a usage error (2), one line naming it. */
+  pid_t pid = fork();
+  ck_assert(pid >= 0);
+  if (pid == 0) {
+    if (!freopen("/dev/null", "w", stderr)) _exit(126);
+    execl(bin, bin, "--platform-plugin", cpu_so, "--ckb", ckb, "--stage", "4", (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+  pid = fork();
+  ck_assert(pid >= 0);
+  if (pid == 0) {
+    if (!freopen("/dev/null", "w", stderr)) _exit(126);
+    execl(bin, bin, "--platform-plugin", cpu_so, "--ckb", ckb, "--stage", "7", "--model", model, (char *)NULL);
+    _exit(127);
+  }
+  waitpid(pid, &st, 0);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("verify_model");
+  TCase *tc = tcase_create("stages3to6");
+  tcase_add_checked_fixture(tc, setup, NULL);
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, bad_arguments_are_refused);
+  tcase_add_test(tc, real_plugin_passes_all_stages);
+  tcase_add_loop_test(tc, mutant_rejected_at_its_stage, 0, (int)(sizeof k_mutants / sizeof k_mutants[0]));
+  tcase_add_test(tc, model_without_golden_fails_stage4);
+  suite_add_tcase(s, tc);
+  SRunner *r = srunner_create(s);
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
