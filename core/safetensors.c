@@ -60,12 +60,14 @@ struct mi_st_file {
 static void seterr(char *err, size_t len, const char *path, const char *fmt, ...) {
   if (!err || !len) return;
   int k = snprintf(err, len, "%s: ", path);
-  if (k < 0 || (size_t)k >= len) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err + k, len - (size_t)k, fmt, ap);
-  va_end(ap);
-  /* tensor names and JSON excerpts are the file's: keep the message one line */
+  if (k >= 0 && (size_t)k < len) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err + k, len - (size_t)k, fmt, ap);
+    va_end(ap);
+  }
+  /* tensor names, shard names (part of a path) and JSON excerpts are the
+   * file's: keep the message one line, even when cut short */
   for (char *p = err; *p; p++)
     if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
 }
@@ -421,9 +423,12 @@ static int path_join(char *out, size_t n, const char *dir, const char *file) {
   return k < 0 || (size_t)k >= n ? -1 : 0;
 }
 
-/* A shard name from an index: a plain file name in the model directory. */
+/* A shard name from an index: a plain file name in the model directory
+ * (at most NAME_MAX bytes, no control characters). */
 static int shard_name_ok(const char *s) {
-  return *s && !strchr(s, '/') && !strchr(s, '\\') && !strstr(s, "..");
+  for (const char *p = s; *p; p++)
+    if ((unsigned char)*p < 0x20) return 0;
+  return *s && strlen(s) <= 255 && !strchr(s, '/') && !strchr(s, '\\') && !strstr(s, "..");
 }
 
 static mi_weights *open_single(const char *path, char *err, size_t err_len) {
@@ -496,7 +501,7 @@ static mi_weights *open_index(const char *dir, const char *ipath, char *err, siz
     }
     const char *s = json_string_value(v);
     if (!shard_name_ok(s)) {
-      seterr(err, err_len, ipath, "shard file name '%s' for '%s' is not a plain file name", s, k);
+      seterr(err, err_len, ipath, "shard file name '%.80s' for '%.80s' is not a plain file name", s, k);
       goto fail;
     }
     if (json_object_get(names, s)) continue;

@@ -151,7 +151,11 @@ static int parse_normalizer(mi_tokenizer *t, json_t *n, const char *path, char *
 static int add_split(mi_tokenizer *t, const char *pat, const char *path, char *err, size_t el) {
     if (t->n_split >= 4) { set_err(err, el, path, "pre_tokenizer: more than 4 Split steps"); return -1; }
     int ec; PCRE2_SIZE eo;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    /* NEVER_BACKSLASH_C: \C matches one byte of a UTF-8 character; a match
+     * ending mid-character would make the next pcre2_match (called with
+     * PCRE2_NO_UTF_CHECK) start mid-character, which PCRE2 leaves undefined. */
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &ec, &eo, NULL);
     if (!re) {
         char msg[160];
         pcre2_get_error_message(ec, (PCRE2_UCHAR *)msg, sizeof msg);

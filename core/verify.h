@@ -114,11 +114,10 @@ typedef struct vf_stage_opts {
   vf_limits lim;
   const char *only; /* comma-separated operator ids or member names, or NULL */
   /* stages 3-6 (added): the model plugin under test, the model folder, the
-   * goldens folder (stage 4), the test contracts of the stages (may be NULL) */
+   * goldens folder (stage 4) */
   const char *model_plugin_path;
   const char *model_dir;
   const char *goldens_dir;
-  json_t *stage_contract;
 } vf_stage_opts;
 
 /* Loads the plugin in a child and describes it: {"verdict": "PASS"|"FAIL",
@@ -221,6 +220,7 @@ typedef struct vf_ref_model {
   int H, L, nh, nkv, hd, F, V, tied;
   double eps, theta;
   const struct mi_weights *w;
+  double *max_score; /* when not NULL: the largest attention score (after scaling) is kept there */
 } vf_ref_model;
 /* Reads the shape from config.json; 0, or -1 with a message. */
 int vf_ref_model_init(vf_ref_model *m, const json_t *cfg, const struct mi_weights *w, char *err, size_t err_len);

@@ -175,6 +175,7 @@ double *vf_ref_model_forward(const vf_ref_model *m, const int32_t *ids, int T, i
             for (int j = 0; j < hd; j++) d += qi[j] * ks[j];
             sc[s] = d / sqrt((double)hd);
             if (sc[s] > mx) mx = sc[s];
+            if (m->max_score && sc[s] > *m->max_score) *m->max_score = sc[s];
           }
           for (int s = 0; s <= t; s++) sum += (sc[s] = exp(sc[s] - mx));
           for (int j = 0; j < hd; j++) {

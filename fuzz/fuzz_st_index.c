@@ -33,8 +33,10 @@ static void rm_dir(void) {
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  /* every input is written to disk: prefer a RAM-backed folder */
   const char *tmp = getenv("TMPDIR");
-  snprintf(g_dir, sizeof g_dir, "%s/mi-fuzz-index-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!tmp || !*tmp) tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  snprintf(g_dir, sizeof g_dir, "%s/mi-fuzz-index-XXXXXX", tmp);
   if (!mkdtemp(g_dir)) abort();
   atexit(rm_dir);
   write_shard("a.safetensors",

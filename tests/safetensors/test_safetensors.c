@@ -286,6 +286,16 @@ START_TEST(reject_index) {
   expect_fail(g_dir, pi, "not a plain file name");
   write_two_shards("{\"weight_map\":{\"x\":\"sub/model-00001-of-00002.safetensors\"}}");
   expect_fail(g_dir, pi, "not a plain file name");
+  /* control characters, or a name longer than a file name can be (found by
+   * fuzz/fuzz_st_index.c: the message used to carry the raw bytes) */
+  write_two_shards("{\"weight_map\":{\"x\":\"a\\nb.safetensors\"}}");
+  expect_fail(g_dir, pi, "'a b.safetensors' for 'x' is not a plain file name");
+  {
+    char idx[700];
+    snprintf(idx, sizeof idx, "{\"weight_map\":{\"x\":\"%0600d\"}}", 0);
+    write_two_shards(idx);
+    expect_fail(g_dir, pi, "is not a plain file name");
+  }
 
   write_two_shards("{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\","
                    "\"q\":\"model-00009-of-00009.safetensors\"}}");

@@ -610,6 +610,13 @@ START_TEST(test_bad_files) {
         expect_fail("badregex.json", b2, "regex does not compile");
         free(b2);
     }
+    {   /* \C (one byte of a UTF-8 character) is refused: a split inside a
+         * character would make PCRE2's next match start mid-character */
+        char *b2 = strdup(good), *q = strstr(b2, "'s|");
+        memcpy(q, "\\\\C", 3);
+        expect_fail("backslash_c.json", b2, "using \\C is disabled");
+        free(b2);
+    }
     {   /* unsupported normalizer is refused, not ignored */
         char *b2 = malloc(strlen(good) + 64), *q = strstr(good, "\"normalizer\":null");
         size_t pre = (size_t)(q - good);

@@ -122,6 +122,12 @@ START_TEST(real_plugin_passes_all_stages) {
   json_t *g = json_array_get(json_object_get(stage_of(rep, 4), "units"), 0);
   ck_assert_uint_eq(json_array_size(json_object_get(g, "cases")), 1 + 8);
   ck_assert_uint_eq(json_array_size(json_object_get(stage_of(rep, 5), "units")), 4);
+  /* The sharpened prompt really drives attention scores past ln(FLT_MAX). */
+  json_t *un = json_array_get(json_object_get(stage_of(rep, 5), "units"), 2);
+  json_t *sharp = json_array_get(json_object_get(un, "cases"), 4);
+  ck_assert_msg(json_number_value(json_object_get(sharp, "max_attention_score")) > 88.73,
+                "sharp-attention case: scores only up to %g",
+                json_number_value(json_object_get(sharp, "max_attention_score")));
   ck_assert_ptr_nonnull(strstr(log, "stage 6 (performance gates):\n  N/A: no gates stated"));
   json_decref(rep);
 }
