@@ -123,10 +123,12 @@ typedef struct mi_platform_iface {
    * ranks on the CPU platform; RCCL/NCCL on GPUs). */
   /* This process's rank and the group size (0 and 1 when alone). */
   int (*comm_info)(void *ctx, int *rank, int *size);
-  /* In place: buf[i] = Σ over ranks of buf[i], n floats. Every rank gets
-   * bitwise the same result. */
+  /* In place on a device buffer: buf[i] = Σ over ranks of buf[i], n floats.
+   * Every rank gets bitwise the same result. */
   int (*allreduce_sum_f32)(void *ctx, mi_stream *s, float *buf, int64_t n);
-  /* Copies n bytes from rank `root`'s buf into every rank's buf. */
+  /* Copies n bytes from rank `root`'s buf into every rank's buf. buf is
+   * HOST memory: this carries small control data (the sampled token id), so
+   * every rank continues with the same choice. */
   int (*broadcast)(void *ctx, mi_stream *s, void *buf, size_t n, int root);
 } mi_platform_iface;
 
