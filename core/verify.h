@@ -1,8 +1,13 @@
-/* mi-verify internals: staged verification of a platform plugin against
- * CKB contracts. Stage 1 (operator units) is implemented here:
- *   verify_ref.c   float64 reference implementations, selected by name
- *   verify_unit.c  one operator contract: cases, inputs, libffi call, compare
- *   verify_child.c fork + time limit + rlimits around every unit
+/* mi-verify internals: staged verification of a platform plugin (stages
+ * 1-2) and of a model plugin through the engine (stages 3-6) against CKB
+ * contracts:
+ *   verify_ref.c       float64 reference implementations, selected by name
+ *   verify_unit.c      one operator contract: cases, inputs, libffi call, compare
+ *   verify_child.c     fork + time limit + rlimits around every unit
+ *   verify_stage1..6.c the stages
+ *   verify_model.c     engine-level helpers: registry of the two plugins,
+ *                      model copies, tensor edits, greedy runs
+ *   verify_ref_model.c float64 forward pass of a Qwen3 dense model
  */
 #ifndef MI_CORE_VERIFY_H
 #define MI_CORE_VERIFY_H

@@ -60,7 +60,8 @@ int vf_copy_model_dir(const char *src, const char *dst, char *err, size_t err_le
     snprintf(dp, sizeof dp, "%s/%s", dst, de->d_name);
     struct stat st;
     if (de->d_name[0] == '.' || stat(sp, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    int in = open(sp, O_RDONLY | O_CLOEXEC), out = open(dp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int in = open(sp, O_RDONLY | O_CLOEXEC),
+        out = open(dp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (in < 0 || out < 0) {
       snprintf(err, err_len, "%s: cannot copy to %s: %s", sp, dp, strerror(errno));
       rc = -1;
@@ -82,7 +83,8 @@ int vf_copy_model_dir(const char *src, const char *dst, char *err, size_t err_le
 
 /* A plugins.conf naming only the two plugins, so nothing installed next to
  * the executable can stand in for them (the loader then scans no folder). */
-mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char *err, size_t err_len) {
+mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char *err,
+                              size_t err_len) {
   const char *paths[2] = {o->plugin_path, o->model_plugin_path};
   char names[2][128];
   for (int i = 0; i < 2; i++) {
@@ -113,7 +115,8 @@ mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char 
     if (!realpath(paths[i], ap[i])) snprintf(ap[i], sizeof ap[i], "%s", paths[i]);
   fprintf(f, "platform %s %s required", names[0], ap[0]);
   const mi_options *po = o->plugin_opts;
-  for (size_t i = 0; po && i < po->count; i++) fprintf(f, " %s=%s", po->items[i].key, po->items[i].value);
+  for (size_t i = 0; po && i < po->count; i++)
+    fprintf(f, " %s=%s", po->items[i].key, po->items[i].value);
   fprintf(f, "\nmodel %s %s required\n", names[1], ap[1]);
   fclose(f);
   mi_loader_opts lo = {.conf_path = conf};
@@ -198,7 +201,8 @@ int vf_greedy(const mi_model_iface *M, mi_model *m, int64_t V, const int32_t *pr
   int rc = M->forward(m, s, prompt, n, logits, 0, err, err_len);
   for (int i = 0; rc == 0 && i < steps; i++) {
     tokens[i] = (int32_t)vf_argmax(logits + (size_t)i * V, V);
-    if (i + 1 < steps) rc = M->forward(m, s, &tokens[i], 1, logits + (size_t)(i + 1) * V, 0, err, err_len);
+    if (i + 1 < steps)
+      rc = M->forward(m, s, &tokens[i], 1, logits + (size_t)(i + 1) * V, 0, err, err_len);
   }
   M->seq_destroy(m, s);
   return rc;
@@ -216,7 +220,8 @@ void vf_random_prompt(uint64_t seed, int32_t *ids, int64_t n, int64_t lo, int64_
 
 /* ---------- tensors in a safetensors file ---------- */
 
-int vf_tensor_locate(const char *model_dir, const char *name, vf_tensor_loc *out, char *err, size_t err_len) {
+int vf_tensor_locate(const char *model_dir, const char *name, vf_tensor_loc *out, char *err,
+                     size_t err_len) {
   mi_weights *w = mi_weights_open(model_dir, err, err_len);
   if (!w) return -1;
   mi_weight_info wi;
@@ -271,14 +276,20 @@ static void from_f64(int dtype, unsigned char *p, double v) {
   uint16_t h;
   float f = (float)v;
   switch (dtype) {
-  case MI_DTYPE_BF16: h = mi_f32_to_bf16(f); memcpy(p, &h, 2); break;
-  case MI_DTYPE_F16: h = mi_f32_to_f16(f); memcpy(p, &h, 2); break;
+  case MI_DTYPE_BF16:
+    h = mi_f32_to_bf16(f);
+    memcpy(p, &h, 2);
+    break;
+  case MI_DTYPE_F16:
+    h = mi_f32_to_f16(f);
+    memcpy(p, &h, 2);
+    break;
   default: memcpy(p, &f, 4);
   }
 }
 
-int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t seed, unsigned char **saved,
-                   char *err, size_t err_len) {
+int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t seed,
+                   unsigned char **saved, char *err, size_t err_len) {
   if (t->dtype != MI_DTYPE_BF16 && t->dtype != MI_DTYPE_F16 && t->dtype != MI_DTYPE_F32) {
     snprintf(err, err_len, "%s: tensor dtype %d cannot be edited", t->file, t->dtype);
     return -1;
@@ -287,7 +298,8 @@ int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t 
   unsigned char *b = malloc(t->nbytes ? t->nbytes : 1);
   int fd = open(t->file, O_RDWR | O_CLOEXEC);
   if (!b || fd < 0 || pread(fd, b, t->nbytes, (off_t)t->offset) != (ssize_t)t->nbytes) {
-    snprintf(err, err_len, "%s: cannot read a tensor at offset %llu", t->file, (unsigned long long)t->offset);
+    snprintf(err, err_len, "%s: cannot read a tensor at offset %llu", t->file,
+             (unsigned long long)t->offset);
     free(b);
     if (fd >= 0) close(fd);
     return -1;
@@ -329,7 +341,8 @@ uint32_t vf_fnv1a32_file(const char *path, int *ok) {
   unsigned char buf[1 << 16];
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-    for (size_t i = 0; i < n; i++) h = (h ^ buf[i]) * 0x01000193u;
+    for (size_t i = 0; i < n; i++)
+      h = (h ^ buf[i]) * 0x01000193u;
   *ok = !ferror(f);
   fclose(f);
   return h;
@@ -344,17 +357,18 @@ json_t *vf_run_unit(const vf_stage_opts *o, const char *kind, const char *id, co
   if (timeout_s * 2 > lim.cpu_s) lim.cpu_s = timeout_s * 2;
   vf_child_result r;
   if (vf_run_child(&lim, fn, arg, &r) != 0)
-    return json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", kind, "id", id, "verdict", "FAIL", "status",
-                     "ERROR", "message", "cannot fork a child");
+    return json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", kind, "id", id, "verdict", "FAIL",
+                     "status", "ERROR", "message", "cannot fork a child");
   json_t *u = vf_unit_report(kind, id, "-", member, &r, lim.timeout_s, lim.cpu_s);
   vf_child_result_free(&r);
   return u;
 }
 
-void vf_case_end(int fd, const char *name, int index, int pass, double max_err, json_t *extra, const char *fmt,
-                 ...) {
-  json_t *ev = json_pack("{s:s, s:s, s:i, s:s, s:f}", "event", "case_end", "case", name, "index", index,
-                         "verdict", pass ? "PASS" : "FAIL", "max_rel_err", isfinite(max_err) ? max_err : 1e300);
+void vf_case_end(int fd, const char *name, int index, int pass, double max_err, json_t *extra,
+                 const char *fmt, ...) {
+  json_t *ev = json_pack("{s:s, s:s, s:i, s:s, s:f}", "event", "case_end", "case", name, "index",
+                         index, "verdict", pass ? "PASS" : "FAIL", "max_rel_err",
+                         isfinite(max_err) ? max_err : 1e300);
   if (extra) json_object_update(ev, extra);
   json_decref(extra);
   if (fmt) {
@@ -369,17 +383,18 @@ void vf_case_end(int fd, const char *name, int index, int pass, double max_err, 
 }
 
 void vf_case_start(int fd, const char *name, int index, const char *where) {
-  vf_emit(fd, json_pack("{s:s, s:s, s:i, s:s}", "event", "case_start", "case", name, "index", index, "where",
-                        where ? where : name));
+  vf_emit(fd, json_pack("{s:s, s:s, s:i, s:s}", "event", "case_start", "case", name, "index", index,
+                        "where", where ? where : name));
 }
 
 json_t *vf_stage_result(int stage, const char *name, json_t *units) {
   int fails = 0;
   size_t i;
   json_t *u;
-  json_array_foreach(units, i, u) fails += strcmp(json_string_value(json_object_get(u, "verdict")), "PASS") != 0;
+  json_array_foreach(units, i, u) fails +=
+      strcmp(json_string_value(json_object_get(u, "verdict")), "PASS") != 0;
   size_t n = json_array_size(units);
   return json_pack("{s:i, s:s, s:s, s:o, s:i, s:i}", "stage", stage, "name", name, "verdict",
-                   (fails || !n) ? "FAIL" : "PASS", "units", units, "passed", (int)(n - (size_t)fails), "failed",
-                   fails);
+                   (fails || !n) ? "FAIL" : "PASS", "units", units, "passed",
+                   (int)(n - (size_t)fails), "failed", fails);
 }

@@ -14,10 +14,12 @@
 #include "core/safetensors.h"
 #include "core/verify.h"
 
-int vf_ref_model_init(vf_ref_model *m, const json_t *cfg, const struct mi_weights *w, char *err, size_t err_len) {
+int vf_ref_model_init(vf_ref_model *m, const json_t *cfg, const struct mi_weights *w, char *err,
+                      size_t err_len) {
   memset(m, 0, sizeof *m);
-  const char *ints[] = {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                        "head_dim", "intermediate_size", "vocab_size"};
+  const char *ints[] = {"hidden_size",         "num_hidden_layers", "num_attention_heads",
+                        "num_key_value_heads", "head_dim",          "intermediate_size",
+                        "vocab_size"};
   int *dst[] = {&m->H, &m->L, &m->nh, &m->nkv, &m->hd, &m->F, &m->V};
   for (int i = 0; i < 7; i++) {
     json_t *v = json_object_get(cfg, ints[i]);
@@ -28,7 +30,8 @@ int vf_ref_model_init(vf_ref_model *m, const json_t *cfg, const struct mi_weight
     *dst[i] = (int)json_integer_value(v);
   }
   if (m->nh % m->nkv || m->hd % 2) {
-    snprintf(err, err_len, "config.json: heads %d / kv heads %d / head_dim %d do not fit GQA + RoPE", m->nh,
+    snprintf(err, err_len,
+             "config.json: heads %d / kv heads %d / head_dim %d do not fit GQA + RoPE", m->nh,
              m->nkv, m->hd);
     return -1;
   }
@@ -41,17 +44,20 @@ int vf_ref_model_init(vf_ref_model *m, const json_t *cfg, const struct mi_weight
 }
 
 /* A tensor widened to float64; NULL when missing or of the wrong size. */
-static double *load(const vf_ref_model *m, const char *name, size_t expect, char *err, size_t err_len) {
+static double *load(const vf_ref_model *m, const char *name, size_t expect, char *err,
+                    size_t err_len) {
   mi_weight_info wi;
   if (mi_weights_find(m->w, name, &wi) != 0) {
     snprintf(err, err_len, "reference: no tensor \"%s\"", name);
     return NULL;
   }
   size_t n = 1;
-  for (int i = 0; i < wi.ndim; i++) n *= (size_t)wi.shape[i];
-  if (n != expect || (wi.dtype != MI_DTYPE_BF16 && wi.dtype != MI_DTYPE_F16 && wi.dtype != MI_DTYPE_F32)) {
-    snprintf(err, err_len, "reference: tensor \"%s\" has %zu elements of dtype %d, expected %zu", name, n,
-             wi.dtype, expect);
+  for (int i = 0; i < wi.ndim; i++)
+    n *= (size_t)wi.shape[i];
+  if (n != expect ||
+      (wi.dtype != MI_DTYPE_BF16 && wi.dtype != MI_DTYPE_F16 && wi.dtype != MI_DTYPE_F32)) {
+    snprintf(err, err_len, "reference: tensor \"%s\" has %zu elements of dtype %d, expected %zu",
+             name, n, wi.dtype, expect);
     return NULL;
   }
   double *out = malloc(n * sizeof(double));
@@ -76,9 +82,11 @@ static double *load(const vf_ref_model *m, const char *name, size_t expect, char
 
 static void rmsnorm(double *y, const double *x, const double *w, int n, double eps) {
   double ss = 0;
-  for (int i = 0; i < n; i++) ss += x[i] * x[i];
+  for (int i = 0; i < n; i++)
+    ss += x[i] * x[i];
   double r = 1.0 / sqrt(ss / n + eps);
-  for (int i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+  for (int i = 0; i < n; i++)
+    y[i] = x[i] * r * w[i];
 }
 
 /* y[N] = W[N,K] x[K] */
@@ -86,7 +94,8 @@ static void linear(double *y, const double *W, const double *x, int N, int K) {
   for (int n = 0; n < N; n++) {
     double s = 0;
     const double *row = W + (size_t)n * K;
-    for (int k = 0; k < K; k++) s += row[k] * x[k];
+    for (int k = 0; k < K; k++)
+      s += row[k] * x[k];
     y[n] = s;
   }
 }
@@ -116,29 +125,40 @@ double *vf_ref_model_forward(const vf_ref_model *m, const int32_t *ids, int T, i
     }
   double *logits = NULL;
   double *emb = load(m, "model.embed_tokens.weight", (size_t)V * H, err, err_len);
-  double *x = calloc((size_t)T * H, sizeof(double));                       /* [T, H] */
-  double *h = malloc((size_t)H * sizeof(double));                          /* [H] */
-  double *tmp = malloc((size_t)(F > H ? F : H) * sizeof(double));          /* [max(F, H)] */
-  double *q = malloc((size_t)T * nh * hd * sizeof(double));                /* [T, nh, hd] */
-  double *k = malloc((size_t)T * nkv * hd * sizeof(double));               /* [T, nkv, hd] */
-  double *v = malloc((size_t)T * nkv * hd * sizeof(double));               /* [T, nkv, hd] */
-  double *att = malloc((size_t)nh * hd * sizeof(double));                  /* [nh, hd] */
-  double *sc = malloc((size_t)T * sizeof(double));                         /* [T] */
+  double *x = calloc((size_t)T * H, sizeof(double));              /* [T, H] */
+  double *h = malloc((size_t)H * sizeof(double));                 /* [H] */
+  double *tmp = malloc((size_t)(F > H ? F : H) * sizeof(double)); /* [max(F, H)] */
+  double *q = malloc((size_t)T * nh * hd * sizeof(double));       /* [T, nh, hd] */
+  double *k = malloc((size_t)T * nkv * hd * sizeof(double));      /* [T, nkv, hd] */
+  double *v = malloc((size_t)T * nkv * hd * sizeof(double));      /* [T, nkv, hd] */
+  double *att = malloc((size_t)nh * hd * sizeof(double));         /* [nh, hd] */
+  double *sc = malloc((size_t)T * sizeof(double));                /* [T] */
   double *g = malloc((size_t)F * sizeof(double)), *u = malloc((size_t)F * sizeof(double)); /* [F] */
   if (!emb || !x || !h || !tmp || !q || !k || !v || !att || !sc || !g || !u) {
     if (emb) snprintf(err, err_len, "reference: out of memory");
     goto done;
   }
-  for (int t = 0; t < T; t++) memcpy(x + (size_t)t * H, emb + (size_t)ids[t] * H, (size_t)H * sizeof(double));
+  for (int t = 0; t < T; t++)
+    memcpy(x + (size_t)t * H, emb + (size_t)ids[t] * H, (size_t)H * sizeof(double));
   char name[256];
   for (int l = 0; l < m->L; l++) {
     double *W[11] = {0};
-    const char *nm[11] = {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",
-                          "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                          "self_attn.q_norm.weight", "self_attn.k_norm.weight", "mlp.gate_proj.weight",
-                          "mlp.up_proj.weight", "mlp.down_proj.weight"};
-    const size_t sz[11] = {(size_t)H, (size_t)H, (size_t)nh * hd * H, (size_t)nkv * hd * H, (size_t)nkv * hd * H,
-                           (size_t)H * nh * hd, (size_t)hd, (size_t)hd, (size_t)F * H, (size_t)F * H,
+    const char *nm[11] = {"input_layernorm.weight",  "post_attention_layernorm.weight",
+                          "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                          "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                          "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+                          "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+                          "mlp.down_proj.weight"};
+    const size_t sz[11] = {(size_t)H,
+                           (size_t)H,
+                           (size_t)nh * hd * H,
+                           (size_t)nkv * hd * H,
+                           (size_t)nkv * hd * H,
+                           (size_t)H * nh * hd,
+                           (size_t)hd,
+                           (size_t)hd,
+                           (size_t)F * H,
+                           (size_t)F * H,
                            (size_t)H * F};
     int ok = 1;
     for (int i = 0; i < 11 && ok; i++) {
@@ -146,7 +166,8 @@ double *vf_ref_model_forward(const vf_ref_model *m, const int32_t *ids, int T, i
       ok = (W[i] = load(m, name, sz[i], err, err_len)) != NULL;
     }
     if (ok) {
-      double *an = W[0], *fn = W[1], *wq = W[2], *wk = W[3], *wv = W[4], *wo = W[5], *qn = W[6], *kn = W[7];
+      double *an = W[0], *fn = W[1], *wq = W[2], *wk = W[3], *wv = W[4], *wo = W[5], *qn = W[6],
+             *kn = W[7];
       double *wg = W[8], *wu = W[9], *wd = W[10];
       for (int t = 0; t < T; t++) {
         rmsnorm(h, x + (size_t)t * H, an, H, m->eps);
@@ -172,31 +193,38 @@ double *vf_ref_model_forward(const vf_ref_model *m, const int32_t *ids, int T, i
           for (int s = 0; s <= t; s++) {
             const double *ks = k + ((size_t)s * nkv + kvh) * hd;
             double d = 0;
-            for (int j = 0; j < hd; j++) d += qi[j] * ks[j];
+            for (int j = 0; j < hd; j++)
+              d += qi[j] * ks[j];
             sc[s] = d / sqrt((double)hd);
             if (sc[s] > mx) mx = sc[s];
             if (m->max_score && sc[s] > *m->max_score) *m->max_score = sc[s];
           }
-          for (int s = 0; s <= t; s++) sum += (sc[s] = exp(sc[s] - mx));
+          for (int s = 0; s <= t; s++)
+            sum += (sc[s] = exp(sc[s] - mx));
           for (int j = 0; j < hd; j++) {
             double a = 0;
-            for (int s = 0; s <= t; s++) a += sc[s] * v[((size_t)s * nkv + kvh) * hd + j];
+            for (int s = 0; s <= t; s++)
+              a += sc[s] * v[((size_t)s * nkv + kvh) * hd + j];
             att[(size_t)i * hd + j] = a / sum;
           }
         }
         linear(tmp, wo, att, H, nh * hd);
-        for (int j = 0; j < H; j++) x[(size_t)t * H + j] += tmp[j];
+        for (int j = 0; j < H; j++)
+          x[(size_t)t * H + j] += tmp[j];
       }
       for (int t = 0; t < T; t++) {
         rmsnorm(h, x + (size_t)t * H, fn, H, m->eps);
         linear(g, wg, h, F, H);
         linear(u, wu, h, F, H);
-        for (int j = 0; j < F; j++) g[j] = g[j] / (1 + exp(-g[j])) * u[j];
+        for (int j = 0; j < F; j++)
+          g[j] = g[j] / (1 + exp(-g[j])) * u[j];
         linear(tmp, wd, g, H, F);
-        for (int j = 0; j < H; j++) x[(size_t)t * H + j] += tmp[j];
+        for (int j = 0; j < H; j++)
+          x[(size_t)t * H + j] += tmp[j];
       }
     }
-    for (int i = 0; i < 11; i++) free(W[i]);
+    for (int i = 0; i < 11; i++)
+      free(W[i]);
     if (!ok) goto done;
   }
   double *nw = load(m, "model.norm.weight", (size_t)H, err, err_len);
@@ -210,6 +238,16 @@ double *vf_ref_model_forward(const vf_ref_model *m, const int32_t *ids, int T, i
   if (lm != emb) free(lm);
   free(nw);
 done:
-  free(emb); free(x); free(h); free(tmp); free(q); free(k); free(v); free(att); free(sc); free(g); free(u);
+  free(emb);
+  free(x);
+  free(h);
+  free(tmp);
+  free(q);
+  free(k);
+  free(v);
+  free(att);
+  free(sc);
+  free(g);
+  free(u);
   return logits;
 }

@@ -69,7 +69,8 @@ typedef struct rb_job {
 
 static double max_abs(const float *a, int64_t n) {
   double m = 0;
-  for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i]));
+  for (int64_t i = 0; i < n; i++)
+    m = fmax(m, fabs((double)a[i]));
   return m;
 }
 
@@ -83,7 +84,8 @@ static double max_diff(const float *a, const float *b, int64_t n) {
 }
 
 /* Logits of the last prompt token, model loaded directly from dir. */
-static float *logits_from(const mi_engine *e, const char *dir, const int32_t *ids, int n, char *err, size_t err_len) {
+static float *logits_from(const mi_engine *e, const char *dir, const int32_t *ids, int n, char *err,
+                          size_t err_len) {
   vf_loaded l;
   if (vf_load_direct(e, dir, &l, err, err_len) != 0) return NULL;
   float *lg = malloc((size_t)l.V * sizeof(float)); /* [V] */
@@ -103,7 +105,8 @@ static int readback_child(void *arg, int fd) {
   mi_registry *reg = vf_open_registry(j->o, j->workdir, err, sizeof err);
   mi_engine *e = reg ? vf_open_engine(reg, j->model_dir, err, sizeof err) : NULL;
   if (!e) {
-    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "the engine cannot load %s: %s", j->model_dir, err);
+    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "the engine cannot load %s: %s", j->model_dir,
+                err);
     if (reg) mi_registry_free(reg);
     return 1;
   }
@@ -113,12 +116,14 @@ static int readback_child(void *arg, int fd) {
   float *base = malloc((size_t)V * sizeof(float)); /* [V] */
   int rc = 1;
   if (!base || vf_greedy(e->M, e->model, V, ids, S3_PROMPT, 1, base, &tok, err, sizeof err) != 0) {
-    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "forward pass through the engine failed: %s", err);
+    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "forward pass through the engine failed: %s",
+                err);
     goto out;
   }
   const double scale = max_abs(base, V);
   if (!isfinite(scale) || scale == 0) {
-    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "the engine's logits are %s", scale == 0 ? "all zero" : "not finite");
+    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "the engine's logits are %s",
+                scale == 0 ? "all zero" : "not finite");
     goto out;
   }
   vf_case_end(fd, "engine_load", 0, 1, 0, json_pack("{s:f}", "max_abs_logit", scale), NULL);
@@ -135,10 +140,11 @@ static int readback_child(void *arg, int fd) {
   double d0 = max_diff(lc, base, V) / scale;
   free(lc);
   if (!(d0 <= S3_MIN_CHANGE)) {
-    vf_case_end(fd, "copy", 1, 0, d0, NULL,
-                "an identical copy of the model folder gives different logits (max rel difference %.3g): "
-                "outputs do not depend on the weights alone",
-                d0);
+    vf_case_end(
+        fd, "copy", 1, 0, d0, NULL,
+        "an identical copy of the model folder gives different logits (max rel difference %.3g): "
+        "outputs do not depend on the weights alone",
+        d0);
     goto out;
   }
   vf_case_end(fd, "copy", 1, 1, d0, NULL, NULL);
@@ -155,8 +161,8 @@ static int readback_child(void *arg, int fd) {
     if (mi_weights_at(e->weights, i, &wi) != 0) continue;
     char cname[300];
     snprintf(cname, sizeof cname, "read:%s", wi.name);
-    json_array_append_new(evs, json_pack("{s:s, s:s, s:i, s:s}", "event", "case_start", "case", cname, "index",
-                                         (int)i + 3, "where", wi.name));
+    json_array_append_new(evs, json_pack("{s:s, s:s, s:i, s:s}", "event", "case_start", "case",
+                                         cname, "index", (int)i + 3, "where", wi.name));
     vf_tensor_loc loc;
     unsigned char *saved = NULL;
     float *lp = NULL;
@@ -165,8 +171,9 @@ static int readback_child(void *arg, int fd) {
         !(lp = logits_from(e, copy, ids, S3_PROMPT, err, sizeof err))) {
       char m2[2600];
       snprintf(m2, sizeof m2, "tensor \"%s\": cannot run the perturbed copy: %s", wi.name, err);
-      json_array_append_new(evs, json_pack("{s:s, s:s, s:i, s:s, s:s, s:f}", "event", "case_end", "case", cname, "index",
-                                           (int)i + 3, "verdict", "FAIL", "message", m2, "max_rel_err", 0.0));
+      json_array_append_new(evs, json_pack("{s:s, s:s, s:i, s:s, s:s, s:f}", "event", "case_end",
+                                           "case", cname, "index", (int)i + 3, "verdict", "FAIL",
+                                           "message", m2, "max_rel_err", 0.0));
       rc = 1;
     } else {
       double d = max_diff(lp, base, V) / scale;
@@ -177,11 +184,15 @@ static int readback_child(void *arg, int fd) {
       if (!pass) {
         n_unread++;
         if (!first_unread) first_unread = wi.name;
-        snprintf(m2, sizeof m2, "tensor \"%s\" was not read from the given model folder: perturbing it (+-50%%) in "
-                 "a copy left the logits unchanged (max rel change %.3g)", wi.name, d);
+        snprintf(
+            m2, sizeof m2,
+            "tensor \"%s\" was not read from the given model folder: perturbing it (+-50%%) in "
+            "a copy left the logits unchanged (max rel change %.3g)",
+            wi.name, d);
       }
-      json_t *ev = json_pack("{s:s, s:s, s:i, s:s, s:f, s:f}", "event", "case_end", "case", cname, "index", (int)i + 3,
-                             "verdict", pass ? "PASS" : "FAIL", "max_rel_err", d, "rel_change", d);
+      json_t *ev = json_pack("{s:s, s:s, s:i, s:s, s:f, s:f}", "event", "case_end", "case", cname,
+                             "index", (int)i + 3, "verdict", pass ? "PASS" : "FAIL", "max_rel_err",
+                             0.0, "rel_change", d);
       if (!pass) json_object_set_new(ev, "message", json_string(m2));
       json_array_append_new(evs, ev);
     }
@@ -192,15 +203,19 @@ static int readback_child(void *arg, int fd) {
   vf_case_start(fd, "every tensor read", 2, copy);
   if (n_unread && n_unread == n_run)
     vf_case_end(fd, "every tensor read", 2, 0, 0, NULL,
-                "no tensor was read from the given model folder: perturbing each of the %zu in a copy left the "
-                "logits unchanged -- weights baked in or read from another path", n_run);
+                "no tensor was read from the given model folder: perturbing each of the %zu in a "
+                "copy left the "
+                "logits unchanged -- weights baked in or read from another path",
+                n_run);
   else if (n_unread)
     vf_case_end(fd, "every tensor read", 2, 0, 0, NULL,
-                "%zu of %zu tensors are never read: perturbing \"%s\"%s in a copy left the logits unchanged -- the "
+                "%zu of %zu tensors are never read: perturbing \"%s\"%s in a copy left the logits "
+                "unchanged -- the "
                 "forward pass skips them (e.g. a norm not applied) or reads them from elsewhere",
                 n_unread, n_run, first_unread, n_unread > 1 ? " (and others)" : "");
   else
-    vf_case_end(fd, "every tensor read", 2, !rc, 0, NULL, "all %zu tensors change the logits when perturbed", n_run);
+    vf_case_end(fd, "every tensor read", 2, !rc, 0, NULL,
+                "all %zu tensors change the logits when perturbed", n_run);
   size_t k;
   json_t *ev;
   json_array_foreach(evs, k, ev) vf_emit(fd, json_incref(ev));
@@ -217,29 +232,51 @@ json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir
   vf_child_result r;
   json_t *u;
   if (vf_run_child(&o->lim, weights_child, &job, &r) != 0) {
-    u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "weights", "id", model_dir, "verdict", "FAIL",
-                  "status", "ERROR", "message", "cannot fork a child");
+    u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "weights", "id", model_dir, "verdict",
+                  "FAIL", "status", "ERROR", "message", "cannot fork a child");
   } else {
     u = vf_unit_report("weights", model_dir, "-", "weights", &r, o->lim.timeout_s, o->lim.cpu_s);
     vf_child_result_free(&r);
+    json_t *c0 = json_array_get(json_object_get(u, "cases"), 0);
+    if (o->model_plugin_path && c0)
+      json_object_set_new(
+          u, "summary", json_sprintf("files: key map and shapes as the model contract gives them"));
   }
   int pass = !strcmp(json_string_value(json_object_get(u, "verdict")), "PASS");
   json_t *units = json_array();
   json_array_append_new(units, u);
   if (!o->model_plugin_path) {
     return json_pack("{s:i, s:s, s:s, s:s, s:o, s:i, s:i}", "stage", 3, "name", "weight_loading",
-                     "verdict", pass ? "PASS" : "FAIL", "status", "partial: files only (no model plugin given)",
-                     "units", units, "passed", pass, "failed", !pass);
+                     "verdict", pass ? "PASS" : "FAIL", "status",
+                     "partial: files only (no model plugin given)", "units", units, "passed", pass,
+                     "failed", !pass);
   }
   if (pass) {
     char wd[4096];
     if (vf_workdir_new(wd, sizeof wd) != 0) {
-      json_array_append_new(units, json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "readback", "id", model_dir,
-                                             "verdict", "FAIL", "status", "ERROR", "message",
-                                             "cannot create a scratch folder"));
+      json_array_append_new(units, json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "readback", "id",
+                                             model_dir, "verdict", "FAIL", "status", "ERROR",
+                                             "message", "cannot create a scratch folder"));
     } else {
       rb_job rj = {o, model_dir, wd};
-      json_array_append_new(units, vf_run_unit(o, "readback", model_dir, "weights read-back", readback_child, &rj, 120));
+      json_t *rb =
+          vf_run_unit(o, "readback", model_dir, "weights read-back", readback_child, &rj, 120);
+      /* The figure that matters: the smallest logit move a perturbation caused. */
+      double mn = INFINITY;
+      size_t k, nt = 0;
+      json_t *c;
+      json_array_foreach(json_object_get(rb, "cases"), k,
+                         c) if (json_is_number(json_object_get(c, "rel_change"))) {
+        mn = fmin(mn, json_number_value(json_object_get(c, "rel_change")));
+        nt++;
+      }
+      if (nt)
+        json_object_set_new(
+            rb, "summary",
+            json_sprintf("read-back: %zu tensors perturbed one at a time in a copy, "
+                         "smallest logit move %.3g (relative)",
+                         nt, mn));
+      json_array_append_new(units, rb);
       vf_rmtree(wd);
     }
   }

@@ -36,32 +36,36 @@ static int gates_child(void *arg, int fd) {
   mi_registry *reg = vf_open_registry(j->o, j->workdir, err, sizeof err);
   mi_engine *e = reg ? vf_open_engine(reg, j->o->model_dir, err, sizeof err) : NULL;
   if (!e) {
-    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "the engine cannot load %s: %s", j->o->model_dir, err);
+    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "the engine cannot load %s: %s", j->o->model_dir,
+                err);
     if (reg) mi_registry_free(reg);
     return 1;
   }
   vf_case_end(fd, "engine_load", 0, 1, 0, NULL, NULL);
   char shape[64];
-  snprintf(shape, sizeof shape, "%lldx%lld", (long long)e->info.hidden_size, (long long)e->info.n_layers);
+  snprintf(shape, sizeof shape, "%lldx%lld", (long long)e->info.hidden_size,
+           (long long)e->info.n_layers);
   int fails = 0;
   size_t gi;
   json_t *g;
   json_array_foreach(j->gates, gi, g) {
     const char *metric = json_string_value(json_object_get(g, "metric"));
     const char *gs = json_string_value(json_object_get(g, "shape"));
-    int P = (int)json_integer_value(json_object_get(g, "prompt")), G = (int)json_integer_value(json_object_get(g, "generate"));
+    int P = (int)json_integer_value(json_object_get(g, "prompt")),
+        G = (int)json_integer_value(json_object_get(g, "generate"));
     json_t *jmin = json_object_get(g, "min"), *jmax = json_object_get(g, "max");
     char cname[160];
     snprintf(cname, sizeof cname, "%s P=%d G=%d", metric ? metric : "?", P, G);
     int ci = (int)gi + 1;
     vf_case_start(fd, cname, ci, cname);
     if (gs && strcmp(gs, shape)) {
-      vf_case_end(fd, cname, ci, 1, 0, json_pack("{s:b}", "not_applicable", 1), "gate for shape %s, model is %s: N/A",
-                  gs, shape);
+      vf_case_end(fd, cname, ci, 1, 0, json_pack("{s:b}", "not_applicable", 1),
+                  "gate for shape %s, model is %s: N/A", gs, shape);
       continue;
     }
     if (!metric || P < 1 || G < 2 || (!json_is_number(jmin) && !json_is_number(jmax)) ||
-        (strcmp(metric, "decode_tok_s") && strcmp(metric, "prefill_tok_s") && strcmp(metric, "ttft_s"))) {
+        (strcmp(metric, "decode_tok_s") && strcmp(metric, "prefill_tok_s") &&
+         strcmp(metric, "ttft_s"))) {
       vf_case_end(fd, cname, ci, 0, 0, NULL, "malformed gate %d in the test contract", (int)gi);
       fails++;
       continue;
@@ -94,8 +98,9 @@ static int gates_child(void *arg, int fd) {
     int pass = (!json_is_number(jmin) || best >= json_number_value(jmin)) &&
                (!json_is_number(jmax) || best <= json_number_value(jmax));
     fails += !pass;
-    vf_case_end(fd, cname, ci, pass, 0, json_pack("{s:f}", "measured", best), "%s = %.4g (gate: %s %g)", cname, best,
-                json_is_number(jmin) ? ">=" : "<=", json_number_value(json_is_number(jmin) ? jmin : jmax));
+    vf_case_end(fd, cname, ci, pass, 0, json_pack("{s:f}", "measured", best),
+                "%s = %.4g (gate: %s %g)", cname, best, json_is_number(jmin) ? ">=" : "<=",
+                json_number_value(json_is_number(jmin) ? jmin : jmax));
   }
   mi_engine_close(e);
   mi_registry_free(reg);
@@ -105,16 +110,18 @@ static int gates_child(void *arg, int fd) {
 json_t *vf_stage6(const vf_stage_opts *o, json_t *contract) {
   json_t *gates = json_object_get(contract, "gates");
   if (!json_is_array(gates) || !json_array_size(gates))
-    return json_pack("{s:i, s:s, s:s, s:s, s:o, s:i, s:i}", "stage", 6, "name", "performance", "verdict", "N/A",
-                     "message", "no gates stated (the test contract's \"gates\" is empty): nothing measured",
+    return json_pack("{s:i, s:s, s:s, s:s, s:o, s:i, s:i}", "stage", 6, "name", "performance",
+                     "verdict", "N/A", "message",
+                     "no gates stated (the test contract's \"gates\" is empty): nothing measured",
                      "units", json_array(), "passed", 0, "failed", 0);
   char wd[4096];
   if (vf_workdir_new(wd, sizeof wd) != 0)
-    return json_pack("{s:i, s:s, s:s, s:s}", "stage", 6, "name", "performance", "verdict", "FAIL", "message",
-                     "cannot create a scratch folder");
+    return json_pack("{s:i, s:s, s:s, s:s}", "stage", 6, "name", "performance", "verdict", "FAIL",
+                     "message", "cannot create a scratch folder");
   s6_job j = {o, gates, wd};
   json_t *units = json_array();
-  json_array_append_new(units, vf_run_unit(o, "performance", "gates", "performance gates", gates_child, &j, 300));
+  json_array_append_new(
+      units, vf_run_unit(o, "performance", "gates", "performance gates", gates_child, &j, 300));
   vf_rmtree(wd);
   return vf_stage_result(6, "performance", units);
 }

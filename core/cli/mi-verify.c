@@ -1,8 +1,17 @@
-/* mi-verify: a platform plugin's conformance run against the CKB's staged
- * test contracts. Stage 1 (operator units) is implemented: every kernel the
- * platform contract lists, called through libffi on fresh seeded inputs,
- * against float64 references, each in an isolated child. Exit status: 0 all
- * passed, 1 something failed, 2 the run could not be set up. */
+/* mi-verify: a platform plugin's (and, from stage 3, a model plugin's)
+ * conformance run against the CKB's staged test contracts:
+ *   1 operator units: every kernel the platform contract lists, called
+ *     through libffi on fresh seeded inputs, against float64 references;
+ *   2 one decoder layer composed from the platform's kernels;
+ *   3 weight files against the model contract, and read-back through the
+ *     engine (every tensor's perturbation must move the logits);
+ *   4 end to end against llama.cpp goldens;
+ *   5 authenticity: imports allowlist, outputs follow the weights, unseen
+ *     prompts against a float64 forward pass, weights from the given path;
+ *   6 performance gates (N/A when the contract states none).
+ * Each unit runs in an isolated child; a stage runs only when all before it
+ * passed. Exit status: 0 all passed, 1 something failed, 2 the run could not
+ * be set up. */
 #include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -66,7 +75,10 @@ static void summary(json_t *stage, int verbose) {
     const char *v = json_string_value(json_object_get(u, "verdict"));
     const char *st = json_string_value(json_object_get(u, "status"));
     size_t nc = json_array_size(json_object_get(u, "cases"));
-    if (!strcmp(v, "PASS"))
+    const char *sm = json_string_value(json_object_get(u, "summary"));
+    if (!strcmp(v, "PASS") && sm)
+      fprintf(stderr, "  PASS     %-22s %s\n", json_string_value(json_object_get(u, "id")), sm);
+    else if (!strcmp(v, "PASS"))
       fprintf(stderr, "  PASS     %-22s %2zu cases, max rel error %.2g\n",
               json_string_value(json_object_get(u, "id")), nc,
               json_number_value(json_object_get(u, "max_rel_err")));
@@ -92,8 +104,8 @@ static void summary(json_t *stage, int verbose) {
       fprintf(stderr, "           %-5s %-16s %-4s seed %s  max rel error %-8s%s\n",
               json_string_value(json_object_get(c, "verdict")),
               json_string_value(json_object_get(c, "case")),
-              json_string_value(json_object_get(c, "dtype")),
-              json_string_value(json_object_get(c, "seed")), rs, ps);
+              json_string_value(json_object_get(c, "dtype")) ?: "-",
+              json_string_value(json_object_get(c, "seed")) ?: "-", rs, ps);
     }
   }
 }

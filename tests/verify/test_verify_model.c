@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/verify.h"
+
 static char bin[4096], mkmodel[4096], cpu_so[4096], mm_dir[4096], ckb[4096], goldens[4096];
 static char model[4096]; /* tiny seed 1: also the fixed path the "baked" mutant reads */
 
@@ -28,7 +30,8 @@ static void make_model(const char *dir, const char *seed) {
   pid_t pid = fork();
   ck_assert(pid >= 0);
   if (pid == 0) {
-    execl(mkmodel, mkmodel, "--shape", "tiny", "--seed", seed, "--dtype", "bf16", "--out", tmp, (char *)NULL);
+    execl(mkmodel, mkmodel, "--shape", "tiny", "--seed", seed, "--dtype", "bf16", "--out", tmp,
+          (char *)NULL);
     _exit(127);
   }
   int st = 0;
@@ -62,15 +65,17 @@ static void setup(void) {
  * default next to the CPU plugin); returns its exit status, the report in *rep. */
 static int run_verify(const char *mp, const char *dir, json_t **rep, char *log, size_t log_len) {
   char report[4200], logf[4200];
-  snprintf(report, sizeof report, "%s/tests/verify_models/report-%d.json", getenv("MI_BUILD_DIR"), (int)getpid());
+  snprintf(report, sizeof report, "%s/tests/verify_models/report-%d.json", getenv("MI_BUILD_DIR"),
+           (int)getpid());
   snprintf(logf, sizeof logf, "%s.log", report);
   pid_t pid = fork();
   ck_assert(pid >= 0);
   if (pid == 0) {
     FILE *f = freopen(logf, "w", stderr);
     (void)f;
-    const char *argv[32] = {bin, "--platform-plugin", cpu_so, "--ckb", ckb, "--goldens", goldens, "--stage", "6",
-                            "--model", dir, "--seed", "7", "--report", report};
+    const char *argv[32] = {bin,     "--platform-plugin", cpu_so, "--ckb",   ckb, "--goldens",
+                            goldens, "--stage",           "6",    "--model", dir, "--seed",
+                            "7",     "--report",          report};
     int ac = 15;
     if (mp) {
       argv[ac++] = "--model-plugin";
@@ -98,7 +103,8 @@ static int run_verify(const char *mp, const char *dir, json_t **rep, char *log, 
 static json_t *stage_of(json_t *rep, int n) {
   size_t i;
   json_t *s;
-  json_array_foreach(json_object_get(rep, "stages"), i, s) if (json_integer_value(json_object_get(s, "stage")) == n) return s;
+  json_array_foreach(json_object_get(rep, "stages"), i,
+                     s) if (json_integer_value(json_object_get(s, "stage")) == n) return s;
   return NULL;
 }
 
@@ -112,12 +118,13 @@ START_TEST(real_plugin_passes_all_stages) {
   json_t *rep = NULL;
   int rc = run_verify(NULL, model, &rep, log, sizeof log);
   ck_assert_msg(rc == 0, "mi-verify exited %d on the real plugins:\n%s", rc, log);
-  for (int s = 1; s <= 5; s++) ck_assert_msg(!strcmp(verdict(rep, s), "PASS"), "stage %d: %s\n%s", s, verdict(rep, s), log);
+  for (int s = 1; s <= 5; s++)
+    ck_assert_msg(!strcmp(verdict(rep, s), "PASS"), "stage %d: %s\n%s", s, verdict(rep, s), log);
   ck_assert_str_eq(verdict(rep, 6), "N/A"); /* no gate stated: not a PASS */
   /* Stage 3 really perturbed every tensor of the tiny model (2 layers x 11 + embed + norm). */
   json_t *rb = json_array_get(json_object_get(stage_of(rep, 3), "units"), 1);
-  ck_assert_msg(rb && json_array_size(json_object_get(rb, "cases")) == 3 + 24, "stage 3 read-back: %zu cases",
-                json_array_size(json_object_get(rb, "cases")));
+  ck_assert_msg(rb && json_array_size(json_object_get(rb, "cases")) == 3 + 24,
+                "stage 3 read-back: %zu cases", json_array_size(json_object_get(rb, "cases")));
   /* Stage 4: the 8 golden cases, each through 32 steps or to a near tie. */
   json_t *g = json_array_get(json_object_get(stage_of(rep, 4), "units"), 0);
   ck_assert_uint_eq(json_array_size(json_object_get(g, "cases")), 1 + 8);
@@ -140,13 +147,16 @@ static const struct {
   const char *unit, *symptom;
 } k_mutants[] = {
     {"rmsnorm_eps", 4, "tiny-seed1.json", "step 0: token"},
-    {"qnorm_skip", 3, NULL, "tensors are never read: perturbing \"model.layers.0.self_attn.q_norm.weight\""},
+    {"qnorm_skip", 3, NULL,
+     "tensors are never read: perturbing \"model.layers.0.self_attn.q_norm.weight\""},
     {"rope_half", 4, "tiny-seed1.json", "llama.cpp"},
     {"kv_offbyone", 4, "tiny-seed1.json", "step 1: token"},
-    {"softmax_nomax", 5, "unseen_prompts", "not finite (NaN/Inf) on a 300-token prompt: an overflow"},
+    {"softmax_nomax", 5, "unseen_prompts",
+     "not finite (NaN/Inf) on a 300-token prompt: an overflow"},
     {"canned", 5, "unseen_prompts", "unseen prompt 0 (5 tokens) step 0"},
     {"baked", 3, NULL, "no tensor was read from the given model folder"},
-    {"foreign_llama", 5, "imports", "links libllama.so (DT_NEEDED), which is not in the allowlist: a foreign inference library"},
+    {"foreign_llama", 5, "imports",
+     "links libllama.so (DT_NEEDED), which is not in the allowlist: a foreign inference library"},
     {"dlopen_ggml", 5, "imports", "imports dlopen"},
 };
 
@@ -156,23 +166,28 @@ START_TEST(mutant_rejected_at_its_stage) {
   json_t *rep = NULL;
   int rc = run_verify(so, model, &rep, log, sizeof log);
   const int st = k_mutants[_i].stage;
-  ck_assert_msg(rc == 1, "mutant %s: mi-verify exited %d (expected 1):\n%s", k_mutants[_i].name, rc, log);
+  ck_assert_msg(rc == 1, "mutant %s: mi-verify exited %d (expected 1):\n%s", k_mutants[_i].name, rc,
+                log);
   for (int s = 1; s < st; s++)
-    ck_assert_msg(!strcmp(verdict(rep, s), "PASS"), "mutant %s: stage %d is %s, expected PASS (caught too early?)\n%s",
+    ck_assert_msg(!strcmp(verdict(rep, s), "PASS"),
+                  "mutant %s: stage %d is %s, expected PASS (caught too early?)\n%s",
                   k_mutants[_i].name, s, verdict(rep, s), log);
-  ck_assert_msg(!strcmp(verdict(rep, st), "FAIL"), "mutant %s: stage %d is %s, expected FAIL\n%s", k_mutants[_i].name,
-                st, verdict(rep, st), log);
-  for (int s = st + 1; s <= 6; s++) ck_assert_str_eq(verdict(rep, s), "SKIPPED");
+  ck_assert_msg(!strcmp(verdict(rep, st), "FAIL"), "mutant %s: stage %d is %s, expected FAIL\n%s",
+                k_mutants[_i].name, st, verdict(rep, st), log);
+  for (int s = st + 1; s <= 6; s++)
+    ck_assert_str_eq(verdict(rep, s), "SKIPPED");
   /* The failing unit names the symptom. */
   size_t i;
   json_t *u;
   int found = 0;
   json_array_foreach(json_object_get(stage_of(rep, st), "units"), i, u) {
-    const char *v = json_string_value(json_object_get(u, "verdict")), *id = json_string_value(json_object_get(u, "id"));
+    const char *v = json_string_value(json_object_get(u, "verdict")),
+               *id = json_string_value(json_object_get(u, "id"));
     const char *msg = json_string_value(json_object_get(u, "message"));
     if (strcmp(v, "FAIL") || (k_mutants[_i].unit && strcmp(id, k_mutants[_i].unit))) continue;
-    ck_assert_msg(msg && strstr(msg, k_mutants[_i].symptom), "mutant %s: unit %s says \"%s\", expected \"%s\"",
-                  k_mutants[_i].name, id, msg ? msg : "(none)", k_mutants[_i].symptom);
+    ck_assert_msg(msg && strstr(msg, k_mutants[_i].symptom),
+                  "mutant %s: unit %s says \"%s\", expected \"%s\"", k_mutants[_i].name, id,
+                  msg ? msg : "(none)", k_mutants[_i].symptom);
     found = 1;
   }
   ck_assert_msg(found, "mutant %s: no failing unit %s in stage %d\n%s", k_mutants[_i].name,
@@ -191,8 +206,40 @@ START_TEST(model_without_golden_fails_stage4) {
   ck_assert_str_eq(verdict(rep, 3), "PASS");
   ck_assert_str_eq(verdict(rep, 4), "FAIL");
   const char *msg = json_string_value(json_object_get(stage_of(rep, 4), "message"));
-  ck_assert_msg(msg && strstr(msg, "no golden for this model"), "stage 4 says: %s", msg ? msg : "(none)");
+  ck_assert_msg(msg && strstr(msg, "no golden for this model"), "stage 4 says: %s",
+                msg ? msg : "(none)");
   json_decref(rep);
+}
+END_TEST
+
+/* Stage 6 measures the gates a contract states (here written by the test):
+ * one met, one impossible, one for another shape (N/A); none at all: N/A. */
+START_TEST(stage6_gates_measured) {
+  char q3[4200];
+  snprintf(q3, sizeof q3, "%s/lib/metainfer/libmi-qwen3.so", getenv("MI_BUILD_DIR"));
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0}, NULL, q3, model, NULL};
+  json_t *none = json_pack("{s:[]}", "gates");
+  json_t *s = vf_stage6(&o, none);
+  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "N/A");
+  json_decref(s);
+  json_decref(none);
+  json_t *c =
+      json_pack("{s:[{s:s, s:i, s:i, s:f}, {s:s, s:i, s:i, s:f}, {s:s, s:i, s:i, s:f, s:s}]}",
+                "gates", "metric", "decode_tok_s", "prompt", 4, "generate", 8, "min", 0.5, "metric",
+                "prefill_tok_s", "prompt", 8, "generate", 2, "min", 1e12, "metric", "decode_tok_s",
+                "prompt", 4, "generate", 4, "min", 1e12, "shape", "1024x28");
+  s = vf_stage6(&o, c);
+  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
+  json_t *cases = json_object_get(json_array_get(json_object_get(s, "units"), 0), "cases");
+  ck_assert_uint_eq(json_array_size(cases), 4); /* engine load + 3 gates */
+  const char *want[] = {"PASS", "PASS", "FAIL", "PASS"};
+  for (size_t i = 0; i < 4; i++)
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(cases, i), "verdict")),
+                     want[i]);
+  ck_assert(json_number_value(json_object_get(json_array_get(cases, 1), "measured")) > 0.5);
+  ck_assert(json_is_true(json_object_get(json_array_get(cases, 3), "not_applicable")));
+  json_decref(s);
+  json_decref(c);
 }
 END_TEST
 
@@ -212,7 +259,8 @@ START_TEST(bad_arguments_are_refused) {
   ck_assert(pid >= 0);
   if (pid == 0) {
     if (!freopen("/dev/null", "w", stderr)) _exit(126);
-    execl(bin, bin, "--platform-plugin", cpu_so, "--ckb", ckb, "--stage", "7", "--model", model, (char *)NULL);
+    execl(bin, bin, "--platform-plugin", cpu_so, "--ckb", ckb, "--stage", "7", "--model", model,
+          (char *)NULL);
     _exit(127);
   }
   waitpid(pid, &st, 0);
@@ -226,8 +274,10 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, NULL);
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, bad_arguments_are_refused);
+  tcase_add_test(tc, stage6_gates_measured);
   tcase_add_test(tc, real_plugin_passes_all_stages);
-  tcase_add_loop_test(tc, mutant_rejected_at_its_stage, 0, (int)(sizeof k_mutants / sizeof k_mutants[0]));
+  tcase_add_loop_test(tc, mutant_rejected_at_its_stage, 0,
+                      (int)(sizeof k_mutants / sizeof k_mutants[0]));
   tcase_add_test(tc, model_without_golden_fails_stage4);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);

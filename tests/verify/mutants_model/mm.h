@@ -18,12 +18,12 @@ extern const mi_platform_iface *mm_real; /* the platform's own interface */
 void mm_patch(mi_platform_iface *shim);
 
 /* The defaults call these after the shim is in place. */
-int mm_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3_model **out, char *err,
-                  size_t err_len);
-int mm_forward(qwen3_model *m, qwen3_seq *s, const int32_t *ids, int64_t n, float *logits, int all_logits,
-               char *err, size_t err_len);
+int mm_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3_model **out,
+                  char *err, size_t err_len);
+int mm_forward(qwen3_model *m, qwen3_seq *s, const int32_t *ids, int64_t n, float *logits,
+               int all_logits, char *err, size_t err_len);
 /* mm_model_load's default body: shim the platform, then the real load. */
-int mm_load_shimmed(const mi_host_api *host, const mi_model_load_args *a, qwen3_model **out, char *err,
-                    size_t err_len);
+int mm_load_shimmed(const mi_host_api *host, const mi_model_load_args *a, qwen3_model **out,
+                    char *err, size_t err_len);
 
 #endif

@@ -26,12 +26,15 @@ static int find(const mi_weights *w, const char *name, mi_weight_info *out) {
   const char *p = strstr(hdr, key);
   if (!p) return -1;
   const char *end = strchr(p, '}');
-  const char *dt = strstr(p, "\"dtype\":\""), *sh = strstr(p, "\"shape\":["), *of = strstr(p, "\"data_offsets\":[");
+  const char *dt = strstr(p, "\"dtype\":\""), *sh = strstr(p, "\"shape\":["),
+             *of = strstr(p, "\"data_offsets\":[");
   if (!end || !dt || !sh || !of || dt > end || sh > end || of > end) return -1;
   memset(out, 0, sizeof *out);
   out->name = name;
   dt += 9;
-  out->dtype = !strncmp(dt, "BF16", 4) ? MI_DTYPE_BF16 : !strncmp(dt, "F16", 3) ? MI_DTYPE_F16 : MI_DTYPE_F32;
+  out->dtype = !strncmp(dt, "BF16", 4)  ? MI_DTYPE_BF16
+               : !strncmp(dt, "F16", 3) ? MI_DTYPE_F16
+                                        : MI_DTYPE_F32;
   sh += 9;
   while (*sh != ']' && out->ndim < 8) {
     out->shape[out->ndim++] = strtoll(sh, (char **)&sh, 10);
@@ -56,8 +59,8 @@ static int at(const mi_weights *w, size_t i, mi_weight_info *out) {
   return -1;
 }
 
-int mm_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3_model **out, char *err,
-                  size_t err_len) {
+int mm_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3_model **out,
+                  char *err, size_t err_len) {
   if (!base) {
     int fd = open(MM_BAKED_PATH, O_RDONLY);
     struct stat st;

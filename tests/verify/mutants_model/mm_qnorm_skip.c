@@ -7,10 +7,12 @@
 
 static int pair;
 
-static int rmsnorm(void *ctx, mi_stream *s, float *y, const float *x, const float *w, int64_t rows, int64_t dim,
-                   float eps, float w_offset) {
+static int rmsnorm(void *ctx, mi_stream *s, float *y, const float *x, const float *w, int64_t rows,
+                   int64_t dim, float eps, float w_offset) {
   if (y == x && (pair++ & 1) == 0) return 0; /* q_norm: skipped */
   return mm_real->rmsnorm(ctx, s, y, x, w, rows, dim, eps, w_offset);
 }
 
-void mm_patch(mi_platform_iface *p) { p->rmsnorm = rmsnorm; }
+void mm_patch(mi_platform_iface *p) {
+  p->rmsnorm = rmsnorm;
+}
