@@ -3,9 +3,9 @@
  * RoPE, GQA causal softmax attention with max subtraction, SwiGLU, final
  * norm, lm_head or tied embeddings), reading the weight files directly. It
  * shares no code with any plugin: stage 5 holds the engine's outputs on
- * prompts drawn at run time against it. Same math as the test reference in
- * tests/qwen3/test_qwen3_reference.c, restated here for the verifier, with
- * logits computed only for the positions asked for (lm_head is the cost). */
+ * prompts drawn at run time against it, and tests/qwen3 holds the plugin's
+ * logits at every position against it. Logits are computed only for the
+ * positions asked for (lm_head is the cost). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
