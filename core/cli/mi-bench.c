@@ -35,7 +35,7 @@ typedef struct cell_result {
 } cell_result;
 
 typedef struct bench_opts {
-  const char *model_dir, *plugin_dir, *platform, *peer_gguf, *peer_script;
+  const char *model_dir, *plugin_dir, *platform, *peer_gguf, *peer_script, *kv_type;
   int threads, repeats, json, peer;
   int prompts[MAX_CELLS], n_prompts, gens[MAX_CELLS], n_gens;
   uint64_t seed;
@@ -87,7 +87,10 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
     return;
   }
   mi_engine *e = NULL;
-  mi_engine_opts eo = {.model_dir = o->model_dir, .platform = o->platform, .tp_size = 1};
+  mi_kv mkv[] = {{"kv_type", o->kv_type}};
+  mi_options mo = {mkv, o->kv_type ? 1 : 0};
+  mi_engine_opts eo = {.model_dir = o->model_dir, .platform = o->platform, .model_opts = &mo,
+                       .tp_size = 1};
   if (mi_engine_open(reg, &eo, &e, err, sizeof err) != 0) {
     snprintf(r->err, sizeof r->err, "%s", err);
     mi_registry_free(reg);
@@ -197,7 +200,8 @@ static void usage(FILE *f) {
         "      --peer GGUF        also run llama.cpp (node-llama-cpp) on GGUF, interleaved\n"
         "      --peer-script JS   the Node driver (default tools/bench/llamacpp_bench.mjs)\n"
         "      --plugin-dir DIR, --platform NAME   as for mi-run\n"
-        "      --seed N           prompt token seed (default 1)\n",
+        "      --seed N           prompt token seed (default 1)\n"
+        "      --kv-type T        KV cache type f32 (default), f16 or bf16\n",
         f);
 }
 
@@ -206,7 +210,7 @@ int main(int argc, char **argv) {
   o.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   parse_list("11,256,1021", o.prompts, &o.n_prompts);
   parse_list("256,1024,2048", o.gens, &o.n_gens);
-  enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED };
+  enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED, O_KVT };
   static const struct option lopts[] = {
       {"model", required_argument, 0, 'm'},   {"threads", required_argument, 0, 't'},
       {"prompts", required_argument, 0, 'p'}, {"gens", required_argument, 0, 'g'},
@@ -214,6 +218,7 @@ int main(int argc, char **argv) {
       {"peer", required_argument, 0, O_PEER}, {"peer-script", required_argument, 0, O_PSCRIPT},
       {"plugin-dir", required_argument, 0, O_PDIR}, {"platform", required_argument, 0, O_PLAT},
       {"seed", required_argument, 0, O_SEED}, {"help", no_argument, 0, 'h'},
+      {"kv-type", required_argument, 0, O_KVT},
       {0, 0, 0, 0}};
   int c;
   opterr = 0;
@@ -234,6 +239,7 @@ int main(int argc, char **argv) {
     case O_PDIR: o.plugin_dir = optarg; break;
     case O_PLAT: o.platform = optarg; break;
     case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
+    case O_KVT: o.kv_type = optarg; break;
     case 'h': usage(stdout); return 0;
     default:
       fprintf(stderr, "mi-bench: bad or incomplete option %s (see --help)\n", argv[optind - 1]);

@@ -34,6 +34,7 @@ static void usage(FILE *f) {
         "  -n, --n-predict N        tokens to generate (default 128; -1: until EOS/context end)\n"
         "  -c, --ctx-size N         context size in tokens (default: prompt + n-predict)\n"
         "  -b, --batch-size N       prefill batch (tokens per forward chunk, default 512)\n"
+        "      --kv-type T          KV cache type: f32 (default, exact), f16 or bf16 (half the memory)\n"
         "      --temp T             temperature (default 0.8; 0 = greedy)\n"
         "      --top-k K            (default 40; 0 = off)\n"
         "      --top-p P            (default 0.95; 1 = off)\n"
@@ -169,7 +170,7 @@ static int on_token(void *user, const mi_gen_token *t) {
 
 int main(int argc, char **argv) {
   const char *model_dir = NULL, *prompt_arg = NULL, *prompt_file = NULL, *system_msg = NULL;
-  const char *plugin_dir = NULL, *conf_path = NULL, *platform = NULL;
+  const char *plugin_dir = NULL, *conf_path = NULL, *platform = NULL, *kv_type = NULL;
   const char *stops[MAX_STOPS];
   size_t n_stops = 0;
   int chat = 0, no_think = 0, json = 0, stats = 0, list_plugins = 0, verbose = 0;
@@ -181,6 +182,7 @@ int main(int argc, char **argv) {
   enum {
     O_CHAT = 256, O_SYSTEM, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPP, O_REPN, O_SEED,
     O_IGNEOS, O_STOP, O_JSON, O_TOPLP, O_STATS, O_PLUGDIR, O_CONF, O_PLATFORM, O_LIST, O_TP,
+    O_KVTYPE,
   };
   static const struct option longopts[] = {
       {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
@@ -197,7 +199,7 @@ int main(int argc, char **argv) {
       {"plugin-dir", required_argument, 0, O_PLUGDIR}, {"plugins-conf", required_argument, 0, O_CONF},
       {"platform", required_argument, 0, O_PLATFORM}, {"threads", required_argument, 0, 't'},
       {"list-plugins", no_argument, 0, O_LIST},   {"help", no_argument, 0, 'h'},
-      {"tp", required_argument, 0, O_TP},
+      {"tp", required_argument, 0, O_TP},         {"kv-type", required_argument, 0, O_KVTYPE},
       {0, 0, 0, 0}};
   int c;
   long v;
@@ -260,6 +262,13 @@ int main(int argc, char **argv) {
     case O_CONF: conf_path = optarg; break;
     case O_PLATFORM: platform = optarg; break;
     case O_LIST: list_plugins = 1; break;
+    case O_KVTYPE:
+      if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "bf16")) {
+        fprintf(stderr, "mi-run: --kv-type must be f32, f16 or bf16, got '%s'\n", optarg);
+        return 2;
+      }
+      kv_type = optarg;
+      break;
     case O_TP:
       if (parse_long("--tp", optarg, 1, 1024, &tp)) return 2;
       break;
@@ -328,8 +337,9 @@ int main(int argc, char **argv) {
   char *prompt_text = NULL, *rendered = NULL;
   int32_t *ids = NULL;
   size_t n_ids = 0, plen = 0;
-  mi_kv mopts[1];
+  mi_kv mopts[2];
   size_t n_mopts = 0;
+  if (kv_type) mopts[n_mopts++] = (mi_kv){"kv_type", kv_type};
   if (batch > 0) {
     snprintf(bbuf, sizeof bbuf, "%ld", batch);
     mopts[n_mopts++] = (mi_kv){"batch", bbuf};

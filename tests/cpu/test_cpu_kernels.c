@@ -442,8 +442,21 @@ typedef struct attn_case {
   float scale, qk_range;
 } attn_case;
 
+/* The cache as the kernel sees it: f32 as is, or each value rounded to
+ * f16/bf16 (the host copy is overwritten with the rounded values, so the
+ * float64 reference sees exactly what the kernel widens back). */
+static void *cache_in(float *v, size_t n, mi_dtype dt) {
+  if (dt == MI_DTYPE_F32) return v;
+  uint16_t *h = malloc(n * 2);
+  for (size_t i = 0; i < n; i++) {
+    h[i] = dt == MI_DTYPE_F16 ? mi_f32_to_f16(v[i]) : mi_f32_to_bf16(v[i]);
+    v[i] = dt == MI_DTYPE_F16 ? mi_f16_to_f32(h[i]) : mi_bf16_to_f32(h[i]);
+  }
+  return h;
+}
+
 /* Runs one case; rows at positions >= pos0+T are NaN (must never be read). */
-static void check_attention(plat *p, const attn_case *c, int big_scores) {
+static void check_attention(plat *p, const attn_case *c, int big_scores, mi_dtype kvt) {
   int64_t T = c->T, Hq = c->Hq, Hkv = c->Hkv, D = c->D, pos0 = c->pos0;
   int64_t ctx_rows = pos0 + T + 3;
   size_t kvn = (size_t)(ctx_rows * Hkv * D), qn = (size_t)(T * Hq * D);
@@ -458,11 +471,12 @@ static void check_attention(plat *p, const attn_case *c, int big_scores) {
                                        (float)rng_unif(0.5, 1.5);
   for (size_t i = (size_t)((pos0 + T) * Hkv * D); i < kvn; i++) kc[i] = vc[i] = NAN;
   float *out = malloc(qn * 4);
+  void *kh = cache_in(kc, kvn, kvt), *vh = cache_in(vc, kvn, kvt);
+  const size_t esz = mi_dtype_size(kvt);
   mi_buffer *bq, *bk, *bv;
   const float *dq = wrap(p, q, qn * 4, &bq);
-  const void *dk = wrap(p, kc, kvn * 4, &bk), *dv = wrap(p, vc, kvn * 4, &bv);
-  int rc = p->pi->attention(p->ctx, NULL, out, dq, dk, dv, MI_DTYPE_F32, T, Hq, Hkv, D, pos0,
-                            c->scale);
+  const void *dk = wrap(p, kh, kvn * esz, &bk), *dv = wrap(p, vh, kvn * esz, &bv);
+  int rc = p->pi->attention(p->ctx, NULL, out, dq, dk, dv, kvt, T, Hq, Hkv, D, pos0, c->scale);
   EXPECT(rc == 0, "attention: %s", p->pi->last_error(p->ctx));
   double *ref = malloc((size_t)D * sizeof *ref);
   double maxs = 0;
@@ -473,9 +487,9 @@ static void check_attention(plat *p, const attn_case *c, int big_scores) {
       for (int64_t d = 0; d < D; d++) {
         double got = out[(t * Hq + h) * D + d];
         EXPECT(isfinite(got) && fabs(got - ref[d]) <= tol,
-                      "attention T=%ld Hq=%ld Hkv=%ld D=%ld pos0=%ld: out[%ld,%ld,%ld] = %.9g "
+                      "attention %s T=%ld Hq=%ld Hkv=%ld D=%ld pos0=%ld: out[%ld,%ld,%ld] = %.9g "
                       "want %.9g (tol %.3g)",
-                      (long)T, (long)Hq, (long)Hkv, (long)D, (long)pos0, (long)t, (long)h,
+                      mi_dtype_name(kvt), (long)T, (long)Hq, (long)Hkv, (long)D, (long)pos0, (long)t, (long)h,
                       (long)d, got, ref[d], tol);
       }
     }
@@ -495,6 +509,8 @@ static void check_attention(plat *p, const attn_case *c, int big_scores) {
   p->pi->buffer_free(p->ctx, bv);
   free(ref);
   free(q);
+  if (kh != kc) free(kh);
+  if (vh != vc) free(vh);
   free(kc);
   free(vc);
   free(out);
@@ -512,10 +528,15 @@ START_TEST(test_attention) {
       {1, 16, 8, 128, 200, 0.0884f, 2}, /* decode */
       {13, 2, 1, 3, 0, 1.0f, 1},        /* prefill from position 0 */
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(&p, &cases[i], 0);
+  /* f32 cache, and half-precision caches (widened block by block) */
+  static const mi_dtype kvts[] = {MI_DTYPE_F32, MI_DTYPE_F16, MI_DTYPE_BF16};
+  for (size_t k = 0; k < 3; k++)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+      check_attention(&p, &cases[i], 0, kvts[k]);
   /* long context, large scores: without max subtraction exp overflows */
   attn_case big = {3, 2, 1, 64, 2000, 1.0f, 3};
-  check_attention(&p, &big, 1);
+  check_attention(&p, &big, 1, MI_DTYPE_F32);
+  check_attention(&p, &big, 1, MI_DTYPE_F16);
   close_plat(&p);
 }
 END_TEST
@@ -742,9 +763,31 @@ START_TEST(test_errors) {
   ck_assert_ptr_nonnull(strstr(pi->last_error(p.ctx), "-1"));
   ck_assert_int_lt(pi->embed(p.ctx, NULL, y, table, MI_DTYPE_I32, bad_lo + 1, 1, 4, 3), 0);
 
+  /* convert: f32 -> f16/bf16 rounds to nearest even exactly as the SDK's
+   * reference converters; back to f32 is exact; other pairs are refused. */
+  {
+    float src[37], back[37];
+    uint16_t half[37];
+    for (int i = 0; i < 37; i++) src[i] = (float)((i * 7919) % 1000 - 500) * 0.00731f;
+    src[3] = 65504.0f; /* largest f16 */
+    src[4] = 1e-7f;    /* f16 subnormal */
+    for (int k = 0; k < 2; k++) {
+      mi_dtype dt = k ? MI_DTYPE_BF16 : MI_DTYPE_F16;
+      ck_assert_int_eq(pi->convert(p.ctx, NULL, half, dt, src, MI_DTYPE_F32, 37), 0);
+      ck_assert_int_eq(pi->convert(p.ctx, NULL, back, MI_DTYPE_F32, half, dt, 37), 0);
+      for (int i = 0; i < 37; i++) {
+        uint16_t want = k ? mi_f32_to_bf16(src[i]) : mi_f32_to_f16(src[i]);
+        ck_assert_uint_eq(half[i], want);
+        ck_assert(back[i] == (k ? mi_bf16_to_f32(want) : mi_f16_to_f32(want)));
+      }
+    }
+    ck_assert_int_lt(pi->convert(p.ctx, NULL, half, MI_DTYPE_I32, src, MI_DTYPE_F32, 4), 0);
+    ck_assert_ptr_nonnull(strstr(pi->last_error(p.ctx), "convert"));
+  }
+
   float q[8] = {0}, kv[8] = {0}, out[8];
-  ck_assert_int_lt(pi->attention(p.ctx, NULL, out, q, kv, kv, MI_DTYPE_F16, 1, 1, 1, 8, 0, 1.0f), 0);
-  printf("attention f16 cache: %s\n", pi->last_error(p.ctx));
+  ck_assert_int_lt(pi->attention(p.ctx, NULL, out, q, kv, kv, MI_DTYPE_I32, 1, 1, 1, 8, 0, 1.0f), 0);
+  printf("attention i32 cache: %s\n", pi->last_error(p.ctx));
   ck_assert_ptr_nonnull(strstr(pi->last_error(p.ctx), "kv_dtype"));
   ck_assert_int_lt(pi->attention(p.ctx, NULL, out, q, kv, kv, MI_DTYPE_F32, 1, 3, 2, 8, 0, 1.0f), 0);
   ck_assert_int_lt(pi->matmul(p.ctx, NULL, out, q, kv, MI_DTYPE_I32, 1, 1, 8), 0);

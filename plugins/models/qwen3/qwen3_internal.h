@@ -29,6 +29,7 @@ typedef struct q3_layer {
 
 typedef struct q3_scratch {
   mi_buffer *b_x, *b_h, *b_q, *b_att, *b_o, *b_gate, *b_up, *b_logits, *b_ids, *b_pos;
+  mi_buffer *b_kn, *b_vn; /* only with a half-precision KV cache */
   float *x;       /* [B, H] residual stream */
   float *h;       /* [B, H] normed input of a block */
   float *q;       /* [B, nh, hd] queries */
@@ -39,6 +40,7 @@ typedef struct q3_scratch {
   float *logits;  /* [Q3_LOGIT_ROWS, V] */
   int32_t *ids;   /* [B] token ids (device) */
   int32_t *pos;   /* [B] positions (device) */
+  float *kn, *vn; /* [B, nkv, hd] new keys/values before conversion to the cache type */
 } q3_scratch;
 
 struct mi_model {
@@ -50,6 +52,7 @@ struct mi_model {
   qwen3_config cfg;
   int64_t batch; /* tokens per forward chunk (prefill batch) */
   int tp_rank, tp_size;          /* tensor parallelism: this rank of tp_size */
+  mi_dtype kv_dtype;             /* KV cache element type: f32 (default), f16 or bf16 */
   int64_t nh_l, nkv_l, ffn_l;    /* this rank's heads, KV heads, FFN columns */
   q3_weight embed, final_norm, lm_head;
   q3_layer *layers; /* [n_layers] */
@@ -62,7 +65,7 @@ struct mi_seq {
   int64_t n_ctx;
   int64_t len;
   mi_buffer *b_kv;
-  float *kv; /* [n_layers][2][n_ctx, nkv*hd] */
+  char *kv; /* [n_layers][2][n_ctx, nkv*hd] in the model's kv_dtype */
 };
 
 typedef struct mi_model qwen3_model;

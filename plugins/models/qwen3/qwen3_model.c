@@ -253,6 +253,11 @@ static int alloc_scratch(qwen3_model *m, char *err, size_t err_len) {
       alloc_buf(m, B * sizeof(int32_t), &s->b_ids, (void **)&s->ids, err, err_len) || /* [B] */
       alloc_buf(m, B * sizeof(int32_t), &s->b_pos, (void **)&s->pos, err, err_len))   /* [B] */
     return -1;
+  const size_t kvd = (size_t)(m->nkv_l * c->head_dim);
+  if (m->kv_dtype != MI_DTYPE_F32 &&
+      (alloc_buf(m, B * kvd * f, &s->b_kn, (void **)&s->kn, err, err_len) ||  /* [B,nkv,hd] */
+       alloc_buf(m, B * kvd * f, &s->b_vn, (void **)&s->vn, err, err_len)))   /* [B,nkv,hd] */
+    return -1;
   m->pos_host = malloc(B * sizeof(int32_t));
   if (!m->pos_host) {
     snprintf(err, err_len, "qwen3: out of memory");
@@ -263,8 +268,8 @@ static int alloc_scratch(qwen3_model *m, char *err, size_t err_len) {
 
 static void free_scratch(qwen3_model *m) {
   q3_scratch *s = &m->s;
-  mi_buffer **bufs[] = {&s->b_x,    &s->b_h,  &s->b_q,      &s->b_att, &s->b_o,
-                        &s->b_gate, &s->b_up, &s->b_logits, &s->b_ids, &s->b_pos};
+  mi_buffer **bufs[] = {&s->b_x,   &s->b_h,      &s->b_q,   &s->b_att, &s->b_o,  &s->b_gate,
+                        &s->b_up,  &s->b_logits, &s->b_ids, &s->b_pos, &s->b_kn, &s->b_vn};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (*bufs[i]) {
       m->P->buffer_free(m->pc, *bufs[i]);
@@ -339,6 +344,22 @@ int qwen3_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3
   m->nh_l = m->cfg.n_heads / m->tp_size;
   m->nkv_l = m->cfg.n_kv_heads / m->tp_size;
   m->ffn_l = m->cfg.ffn / m->tp_size;
+  m->kv_dtype = MI_DTYPE_F32;
+  const char *kvt = host->opt_get(a->opts, "kv_type");
+  if (kvt) {
+    if (strcmp(kvt, "f32") == 0) {
+      m->kv_dtype = MI_DTYPE_F32;
+    } else if (strcmp(kvt, "f16") == 0 || strcmp(kvt, "bf16") == 0) {
+      m->kv_dtype = kvt[0] == 'f' ? MI_DTYPE_F16 : MI_DTYPE_BF16;
+      if (!mi_platform_has(m->P, convert)) {
+        snprintf(err, err_len, "qwen3: kv_type=%s needs a platform with the convert kernel", kvt);
+        goto fail;
+      }
+    } else {
+      snprintf(err, err_len, "qwen3: option kv_type=%s must be f32, f16 or bf16", kvt);
+      goto fail;
+    }
+  }
   m->batch = 512;
   const char *bs = host->opt_get(a->opts, "batch");
   if (bs) {
@@ -379,8 +400,8 @@ int qwen3_seq_create(qwen3_model *m, int64_t n_ctx, qwen3_seq **out, char *err, 
   }
   s->n_ctx = n_ctx;
   const size_t kvdim = (size_t)(m->nkv_l * m->cfg.head_dim);
-  /* One slab: [n_layers][K|V][n_ctx, kvdim] f32. */
-  size_t bytes = (size_t)m->cfg.n_layers * 2 * (size_t)n_ctx * kvdim * sizeof(float);
+  /* One slab: [n_layers][K|V][n_ctx, kvdim] in kv_dtype. */
+  size_t bytes = (size_t)m->cfg.n_layers * 2 * (size_t)n_ctx * kvdim * mi_dtype_size(m->kv_dtype);
   if (alloc_buf(m, bytes, &s->b_kv, (void **)&s->kv, err, err_len) != 0) {
     free(s);
     return -1;
@@ -409,6 +430,7 @@ static int forward_chunk(qwen3_model *m, qwen3_seq *seq, const int32_t *ids, int
   const int64_t qdim = nh * hd, kvdim = nkv * hd, F = m->ffn_l;
   const int64_t pos0 = seq->len;
   const int tp = m->tp_size > 1;
+  const int half_kv = m->kv_dtype != MI_DTYPE_F32;
   const float eps = (float)c->eps, theta = (float)c->rope_theta;
   const float att_scale = (float)(1.0 / sqrt((double)hd));
 
@@ -419,10 +441,13 @@ static int forward_chunk(qwen3_model *m, qwen3_seq *seq, const int32_t *ids, int
 
   for (int64_t l = 0; l < c->n_layers; l++) {
     const q3_layer *L = &m->layers[l];
-    float *kc = seq->kv + (size_t)l * 2 * seq->n_ctx * kvdim; /* [n_ctx, nkv, hd] */
-    float *vc = kc + (size_t)seq->n_ctx * kvdim;             /* [n_ctx, nkv, hd] */
-    float *k_new = kc + (size_t)pos0 * kvdim;                 /* [T, nkv, hd] */
-    float *v_new = vc + (size_t)pos0 * kvdim;                 /* [T, nkv, hd] */
+    const size_t esz = mi_dtype_size(m->kv_dtype);
+    char *kc = seq->kv + (size_t)l * 2 * seq->n_ctx * kvdim * esz; /* [n_ctx, nkv, hd] */
+    char *vc = kc + (size_t)seq->n_ctx * kvdim * esz;              /* [n_ctx, nkv, hd] */
+    /* new keys/values [T, nkv, hd] f32: straight into an f32 cache, or into
+     * scratch and then converted into a half-precision one */
+    float *k_new = half_kv ? s->kn : (float *)(kc + (size_t)pos0 * kvdim * esz);
+    float *v_new = half_kv ? s->vn : (float *)(vc + (size_t)pos0 * kvdim * esz);
 
     /* attention block */
     CHECK_K(P->rmsnorm(pc, NULL, s->h, s->x, L->attn_norm.ptr, T, H, eps, 0.0f));
@@ -433,7 +458,13 @@ static int forward_chunk(qwen3_model *m, qwen3_seq *seq, const int32_t *ids, int
     CHECK_K(P->rmsnorm(pc, NULL, k_new, k_new, L->k_norm.ptr, T * nkv, hd, eps, 0.0f));
     CHECK_K(P->rope(pc, NULL, s->q, s->pos, T, nh, qdim, hd, hd, theta));
     CHECK_K(P->rope(pc, NULL, k_new, s->pos, T, nkv, kvdim, hd, hd, theta));
-    CHECK_K(P->attention(pc, NULL, s->att, s->q, kc, vc, MI_DTYPE_F32, T, nh, nkv, hd, pos0,
+    if (half_kv) {
+      CHECK_K(P->convert(pc, NULL, kc + (size_t)pos0 * kvdim * esz, m->kv_dtype, k_new,
+                         MI_DTYPE_F32, T * kvdim));
+      CHECK_K(P->convert(pc, NULL, vc + (size_t)pos0 * kvdim * esz, m->kv_dtype, v_new,
+                         MI_DTYPE_F32, T * kvdim));
+    }
+    CHECK_K(P->attention(pc, NULL, s->att, s->q, kc, vc, m->kv_dtype, T, nh, nkv, hd, pos0,
                          att_scale));
     CHECK_K(P->matmul(pc, NULL, s->o, s->att, L->wo.ptr, L->wo.dtype, T, H, qdim));
     if (tp) CHECK_K(P->allreduce_sum_f32(pc, NULL, s->o, T * H)); /* sum the heads' shares */

@@ -37,7 +37,7 @@ static int q3_info(mi_model *m, mi_model_info *out) {
   out->max_position = m->cfg.max_pos;
   out->weight_bytes = m->weight_bytes;
   out->state_bytes_token =
-      (uint64_t)(m->cfg.n_layers * 2 * m->nkv_l * m->cfg.head_dim) * sizeof(float);
+      (uint64_t)(m->cfg.n_layers * 2 * m->nkv_l * m->cfg.head_dim) * mi_dtype_size(m->kv_dtype);
   out->state_bytes_fixed = 0;
   /* An untied embedding table is gathered one row per token, not streamed. */
   uint64_t emb = (uint64_t)(m->cfg.vocab * m->cfg.hidden) * mi_dtype_size(m->embed.dtype);

@@ -68,6 +68,8 @@ typedef struct cpu_kernel_set {
    *   axpy4: y[d] += Σ_i c[i] · x[i·stride + d] */
   void (*dot4)(const float *a, const float *b, int64_t stride, int64_t n, float out[4]);
   void (*axpy4)(float *y, const float c[4], const float *x, int64_t stride, int64_t n);
+  /* dst[i] = f32(src[i]) for a row of f16 or bf16 (exact widening). */
+  void (*to_f32)(float *dst, const void *src, mi_dtype dt, int64_t n);
 } cpu_kernel_set;
 
 extern const cpu_kernel_set cpu_kernels_generic;
@@ -119,6 +121,9 @@ int cpu_fail(cpu_ctx *c, const char *fmt, ...)
     ;
 
 /* ---- collectives (cpu_comm.c) ---- */
+
+int cpu_convert(void *ctx, mi_stream *s, void *dst, mi_dtype dst_dtype, const void *src,
+                mi_dtype src_dtype, int64_t n);
 
 int cpu_comm_init(cpu_ctx *c, char *err, size_t err_len);
 void cpu_comm_fini(cpu_ctx *c);

@@ -83,7 +83,9 @@ int cpu_rope(void *ctx, mi_stream *s, float *x, const int32_t *pos, int64_t T, i
 typedef struct attn_args {
   const cpu_kernel_set *k;
   float *out;
-  const float *q, *kc, *vc;
+  const float *q;
+  const void *kc, *vc; /* [n_ctx, Hkv, D] in kvt */
+  mi_dtype kvt;
   int64_t T, Hq, Hkv, D, pos0, G, ngrp;
   float scale;
 } attn_args;
@@ -103,20 +105,41 @@ static void attn_one(const attn_args *a, int64_t t, int64_t kvh, int64_t g0, int
     l[g] = 0.0f;
     memset(acc + g * D, 0, (size_t)D * sizeof(float));
   }
+  /* A half-precision cache is widened one block at a time into kb/vb
+   * ([nb, D] f32), so the f32 inner loops serve every cache type. */
+  const int half = a->kvt != MI_DTYPE_F32;
+  float kb[half ? BLK * D : 1], vb[half ? BLK * D : 1];
+  const int64_t rs = Hkv * D; /* cache row stride, in elements */
   for (int64_t j0 = 0; j0 < L; j0 += BLK) {
     int nb = L - j0 < BLK ? (int)(L - j0) : BLK;
-    const int64_t rs = Hkv * D; /* cache row stride */
+    const float *kblk, *vblk;
+    int64_t st; /* row stride of kblk/vblk */
+    if (half) {
+      const uint16_t *k16 = (const uint16_t *)a->kc + (j0 * Hkv + kvh) * D;
+      const uint16_t *v16 = (const uint16_t *)a->vc + (j0 * Hkv + kvh) * D;
+      for (int r = 0; r < nb; r++) {
+        k->to_f32(kb + r * D, k16 + r * rs, a->kvt, D);
+        k->to_f32(vb + r * D, v16 + r * rs, a->kvt, D);
+      }
+      kblk = kb;
+      vblk = vb;
+      st = D;
+    } else {
+      kblk = (const float *)a->kc + (j0 * Hkv + kvh) * D;
+      vblk = (const float *)a->vc + (j0 * Hkv + kvh) * D;
+      st = rs;
+    }
     int jj = 0;
     for (; jj + 4 <= nb; jj += 4) {
-      const float *kr = a->kc + ((j0 + jj) * Hkv + kvh) * D;
+      const float *kr = kblk + jj * st;
       for (int g = 0; g < gn; g++) {
         float d4[4];
-        k->dot4(qh[g], kr, rs, D, d4);
+        k->dot4(qh[g], kr, st, D, d4);
         for (int i = 0; i < 4; i++) s[g][jj + i] = d4[i] * a->scale;
       }
     }
     for (; jj < nb; jj++) {
-      const float *kr = a->kc + ((j0 + jj) * Hkv + kvh) * D;
+      const float *kr = kblk + jj * st;
       for (int g = 0; g < gn; g++) s[g][jj] = k->dot(qh[g], kr, D) * a->scale;
     }
     for (int g = 0; g < gn; g++) {
@@ -139,11 +162,11 @@ static void attn_one(const attn_args *a, int64_t t, int64_t kvh, int64_t g0, int
       l[g] += sum;
     }
     for (jj = 0; jj + 4 <= nb; jj += 4) {
-      const float *vr = a->vc + ((j0 + jj) * Hkv + kvh) * D;
-      for (int g = 0; g < gn; g++) k->axpy4(acc + g * D, &s[g][jj], vr, rs, D);
+      const float *vr = vblk + jj * st;
+      for (int g = 0; g < gn; g++) k->axpy4(acc + g * D, &s[g][jj], vr, st, D);
     }
     for (; jj < nb; jj++) {
-      const float *vr = a->vc + ((j0 + jj) * Hkv + kvh) * D;
+      const float *vr = vblk + jj * st;
       for (int g = 0; g < gn; g++) k->axpy(acc + g * D, s[g][jj], vr, D);
     }
   }
@@ -173,8 +196,8 @@ int cpu_attention(void *ctx, mi_stream *s, float *out, const float *q, const voi
                   int64_t D, int64_t pos0, float scale) {
   (void)s;
   cpu_ctx *c = ctx;
-  if (kv_dtype != MI_DTYPE_F32)
-    return cpu_fail(c, "attention: kv_dtype %s is not supported by the cpu platform (f32 only)",
+  if (kv_dtype != MI_DTYPE_F32 && kv_dtype != MI_DTYPE_F16 && kv_dtype != MI_DTYPE_BF16)
+    return cpu_fail(c, "attention: kv_dtype %s is not supported by the cpu platform (f32, f16, bf16)",
                     mi_dtype_name(kv_dtype));
   if (T < 0 || Hq <= 0 || Hkv <= 0 || D <= 0 || pos0 < 0)
     return cpu_fail(c, "attention: bad shape T=%lld Hq=%lld Hkv=%lld D=%lld pos0=%lld",
@@ -189,9 +212,39 @@ int cpu_attention(void *ctx, mi_stream *s, float *out, const float *q, const voi
     return cpu_fail(c, "attention: %s is NULL",
                     !out ? "out" : !q ? "q" : !k_cache ? "k_cache" : "v_cache");
   int64_t G = Hq / Hkv;
-  attn_args a = {c->k, out, q, k_cache, v_cache, T, Hq, Hkv, D, pos0, G, (G + GMAX - 1) / GMAX, scale};
+  attn_args a = {c->k, out, q, k_cache, v_cache, kv_dtype, T, Hq, Hkv, D, pos0, G,
+                 (G + GMAX - 1) / GMAX, scale};
   int64_t ntask = T * Hkv * a.ngrp;
   /* Dynamic split: under the causal mask later tokens cost more. */
   cpu_parallel_for_dynamic(c->pool, ntask, ntask >= 64 ? 4 : 1, attn_task, &a);
+  return 0;
+}
+
+/* ---------------- convert ---------------- */
+
+/* dst[i] = src[i] converted (f32 -> f32/f16/bf16 with round-to-nearest-even,
+ * f16/bf16 -> f32 exactly): writing a half-precision KV cache. */
+int cpu_convert(void *ctx, mi_stream *s, void *dst, mi_dtype dst_dtype, const void *src,
+                mi_dtype src_dtype, int64_t n) {
+  (void)s;
+  cpu_ctx *c = ctx;
+  if (n < 0) return cpu_fail(c, "convert: negative count %lld", (long long)n);
+  if (n == 0) return 0;
+  if (!dst || !src) return cpu_fail(c, "convert: %s is NULL", !dst ? "dst" : "src");
+  if (src_dtype == MI_DTYPE_F32 && dst_dtype == MI_DTYPE_F32) {
+    memmove(dst, src, (size_t)n * sizeof(float));
+  } else if (src_dtype == MI_DTYPE_F32 && (dst_dtype == MI_DTYPE_F16 || dst_dtype == MI_DTYPE_BF16)) {
+    const float *x = src;
+    uint16_t *y = dst;
+    if (dst_dtype == MI_DTYPE_F16)
+      for (int64_t i = 0; i < n; i++) y[i] = mi_f32_to_f16(x[i]);
+    else
+      for (int64_t i = 0; i < n; i++) y[i] = mi_f32_to_bf16(x[i]);
+  } else if (dst_dtype == MI_DTYPE_F32 && (src_dtype == MI_DTYPE_F16 || src_dtype == MI_DTYPE_BF16)) {
+    c->k->to_f32(dst, src, src_dtype, n);
+  } else {
+    return cpu_fail(c, "convert: %s -> %s is not supported", mi_dtype_name(src_dtype),
+                    mi_dtype_name(dst_dtype));
+  }
   return 0;
 }

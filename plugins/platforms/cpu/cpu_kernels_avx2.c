@@ -212,10 +212,26 @@ static void axpy4(float *y, const float c[4], const float *x, int64_t stride, in
   for (; i < n; i++) y[i] += c[0] * x0[i] + c[1] * x1[i] + c[2] * x2[i] + c[3] * x3[i];
 }
 
+static void to_f32(float *dst, const void *src, mi_dtype dt, int64_t n) {
+  int64_t i = 0;
+  for (; i + VL <= n; i += VL) _mm256_storeu_ps(dst + i, ld_w(src, i, dt));
+  if (i < n) {
+    uint16_t buf[VL] = {0};
+    float tail[VL];
+    memcpy(buf, (const uint16_t *)src + i, (size_t)(n - i) * 2);
+    __m128i h = _mm_loadu_si128((const __m128i *)buf);
+    __m256 v = dt == MI_DTYPE_BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                                   : _mm256_cvtph_ps(h);
+    _mm256_storeu_ps(tail, v);
+    memcpy(dst + i, tail, (size_t)(n - i) * sizeof(float));
+  }
+}
+
 const cpu_kernel_set cpu_kernels_avx2 = {.name = "avx2",
                                          .matmul_tile = matmul_tile,
                                          .dot = dot,
                                          .axpy = axpy,
                                          .scal = scal,
                                          .dot4 = dot4,
-                                         .axpy4 = axpy4};
+                                         .axpy4 = axpy4,
+                                         .to_f32 = to_f32};

@@ -242,10 +242,24 @@ static void axpy4(float *y, const float c[4], const float *x, int64_t stride, in
   }
 }
 
+static void to_f32(float *dst, const void *src, mi_dtype dt, int64_t n) {
+  int64_t i = 0;
+  for (; i + VL <= n; i += VL) _mm512_storeu_ps(dst + i, ld_w(src, i, dt));
+  if (i < n) {
+    uint16_t buf[VL] = {0};
+    memcpy(buf, (const uint16_t *)src + i, (size_t)(n - i) * 2);
+    __m256i h = _mm256_loadu_si256((const __m256i *)buf);
+    __m512 v = dt == MI_DTYPE_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                                   : _mm512_cvtph_ps(h);
+    _mm512_mask_storeu_ps(dst + i, (__mmask16)((1u << (n - i)) - 1), v);
+  }
+}
+
 const cpu_kernel_set cpu_kernels_avx512 = {.name = "avx512",
                                            .matmul_tile = matmul_tile,
                                            .dot = dot,
                                            .axpy = axpy,
                                            .scal = scal,
                                            .dot4 = dot4,
-                                           .axpy4 = axpy4};
+                                           .axpy4 = axpy4,
+                                           .to_f32 = to_f32};

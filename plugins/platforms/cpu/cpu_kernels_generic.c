@@ -71,10 +71,19 @@ static void axpy4(float *y, const float c[4], const float *x, int64_t stride, in
   for (int64_t d = 0; d < n; d++) y[d] += c[0] * x0[d] + c[1] * x1[d] + c[2] * x2[d] + c[3] * x3[d];
 }
 
+static void to_f32(float *dst, const void *src, mi_dtype dt, int64_t n) {
+  const uint16_t *h = src;
+  if (dt == MI_DTYPE_BF16)
+    for (int64_t i = 0; i < n; i++) dst[i] = mi_bf16_to_f32(h[i]);
+  else
+    for (int64_t i = 0; i < n; i++) dst[i] = mi_f16_to_f32(h[i]);
+}
+
 const cpu_kernel_set cpu_kernels_generic = {.name = "generic",
                                             .matmul_tile = matmul_tile,
                                             .dot = dot,
                                             .axpy = axpy,
                                             .scal = scal,
                                             .dot4 = dot4,
-                                            .axpy4 = axpy4};
+                                            .axpy4 = axpy4,
+                                            .to_f32 = to_f32};

@@ -283,6 +283,7 @@ static const mi_platform_iface cpu_iface = {
     .embed = cpu_embed,
     .argmax = cpu_argmax,
     .comm_info = cpu_comm_info,
+    .convert = cpu_convert,
 #if defined(MI_CPU_MPI)
     .allreduce_sum_f32 = cpu_allreduce_sum_f32,
     .broadcast = cpu_broadcast,

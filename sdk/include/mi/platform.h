@@ -130,6 +130,12 @@ typedef struct mi_platform_iface {
    * HOST memory: this carries small control data (the sampled token id), so
    * every rank continues with the same choice. */
   int (*broadcast)(void *ctx, mi_stream *s, void *buf, size_t n, int root);
+
+  /* --- conversions (optional) --- */
+  /* dst[i] = src[i] in dst_dtype: f32 -> f16/bf16 rounds to nearest even,
+   * f16/bf16 -> f32 is exact. Used to write a half-precision KV cache. */
+  int (*convert)(void *ctx, mi_stream *s, void *dst, mi_dtype dst_dtype, const void *src,
+                 mi_dtype src_dtype, int64_t n);
 } mi_platform_iface;
 
 /* Does this platform's interface (of the size it declared) provide member m? */
