@@ -234,7 +234,11 @@ int mi_generate(mi_engine *e, const int32_t *prompt, size_t n_prompt, const mi_g
   }
   int64_t n_ctx = p->n_ctx;
   if (n_ctx <= 0) {
-    int64_t want = (int64_t)n_prompt + (p->n_predict >= 0 ? p->n_predict : e->info.max_position);
+    /* just what this request needs; open-ended generation (-n -1) gets
+     * llama.cpp's default 4096 (or the prompt + 1) rather than the model's
+     * whole window, whose KV cache could be gigabytes */
+    int64_t want = (int64_t)n_prompt + (p->n_predict >= 0 ? p->n_predict : 0);
+    if (p->n_predict < 0) want = want + 1 > 4096 ? want + 1 : 4096;
     n_ctx = want < e->info.max_position ? want : e->info.max_position;
   }
   if ((int64_t)n_prompt > n_ctx) {
