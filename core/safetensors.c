@@ -298,7 +298,10 @@ mi_st_file *mi_st_open_file(const char *path, char *err, size_t err_len) {
     close(fd);
     goto fail;
   }
-  f->map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+  /* MAP_POPULATE: fault the whole file in now (load time) rather than
+   * page by page inside the first forward pass, where ~300k minor faults
+   * for a 1.2 GB model cost a third of a second of time-to-first-token. */
+  f->map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
   close(fd); /* the mapping keeps the file */
   if (f->map == MAP_FAILED) {
     f->map = NULL;
