@@ -9,10 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "core/host.h"
 #include "core/safetensors.h"
+
+#define MI_CONFIG_MAX_BYTES (1 << 20)
 
 double mi_now_seconds(void) {
   struct timespec ts;
@@ -116,6 +119,14 @@ int mi_engine_open(mi_registry *reg, const mi_engine_opts *o, mi_engine **out, c
 
   /* config.json */
   snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+  /* A config.json is a few KB; jansson builds a tree ~20x the file before
+   * any check, so a hostile one is refused by size first. */
+  struct stat cst;
+  if (stat(path, &cst) == 0 && cst.st_size > MI_CONFIG_MAX_BYTES) {
+    snprintf(err, err_len, "%s: %lld bytes, over the %d byte limit for a config.json", path,
+             (long long)cst.st_size, MI_CONFIG_MAX_BYTES);
+    goto fail;
+  }
   json_error_t jerr;
   json_t *cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
   if (!cfg) {

@@ -107,8 +107,10 @@ static void log_outcome(const plugin_priv *p) {
     return;
   }
   /* An optional plugin that cannot run on this machine is expected (a GPU
-   * plugin on a CPU host): say it at info level; failures are warnings. */
-  mi_log_level lvl = p->pub.required                          ? MI_LOG_ERROR
+   * plugin on a CPU host): say it at info level; failures are warnings. A
+   * required one's failure is returned to the caller as the run's one fatal
+   * line (file + reason), so logging it too would say it twice. */
+  mi_log_level lvl = p->pub.required                          ? MI_LOG_INFO
                      : p->pub.status == MI_PLUGIN_UNSUITED ? MI_LOG_INFO
                                                               : MI_LOG_WARN;
   mi_log(lvl, WHO, "plugin %s: %s", p->pub.path,
@@ -615,8 +617,10 @@ mi_registry *mi_registry_load(const mi_loader_opts *opts, int *fatal, char *err,
     char cerr[1024];
     if (mi_conf_parse_file(path, &r->conf, cerr, sizeof cerr) != 0) {
       *fatal = 1;
-      mi_log(MI_LOG_ERROR, WHO, "%s", cerr);
-      if (err && err_len) snprintf(err, err_len, "%s", cerr);
+      if (err && err_len) /* the caller reports it */
+        snprintf(err, err_len, "%s", cerr);
+      else
+        mi_log(MI_LOG_ERROR, WHO, "%s", cerr);
       return r;
     }
     if (load_from_conf(r, o) != 0) goto oom;

@@ -222,6 +222,19 @@ START_TEST(invalid_config_json) {
 }
 END_TEST
 
+START_TEST(config_too_large) {
+  char d[1300], p[1400];
+  copy_model("bigcfg", d, sizeof d);
+  snprintf(p, sizeof p, "%s/config.json", d);
+  char *pad = malloc(2 << 20);
+  memset(pad, 'x', (2 << 20) - 1);
+  pad[(2 << 20) - 1] = 0;
+  edit_json(p, "padding", json_string(pad));
+  free(pad);
+  expect_error(d, "config.json", "limit");
+}
+END_TEST
+
 START_TEST(unknown_architecture) {
   char d[1300], p[1400];
   copy_model("arch", d, sizeof d);
@@ -346,6 +359,7 @@ int main(void) {
   tcase_add_test(tc, missing_tensor);
   tcase_add_test(tc, shape_mismatch);
   tcase_add_test(tc, invalid_config_json);
+  tcase_add_test(tc, config_too_large);
   tcase_add_test(tc, unknown_architecture);
   tcase_add_test(tc, unsupported_config_value);
   tcase_add_test(tc, derived_head_dim_out_of_range);

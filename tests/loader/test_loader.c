@@ -274,8 +274,9 @@ START_TEST(required_broken_plugin_is_fatal) {
            "%s: required platform plugin 'bad-initfail' not usable: init failed: cannot open "
            "/dev/fake0: no such device", init_path);
   ck_assert_str_eq(err, want);
-  ck_assert_ptr_nonnull(strstr(log, "error: plugin "));
-  ck_assert_ptr_nonnull(strstr(log, init_path));
+  /* the failure reaches the user once: as the fatal line above, which the
+   * CLI prints; the loader does not also log it as an error */
+  ck_assert_ptr_null(strstr(log, "error: plugin "));
   free(log);
   ck_assert_uint_eq(mi_registry_count(r), 3);
   ck_assert_str_eq(mi_registry_at(r, 1)->origin + strlen(mi_registry_at(r, 1)->origin) - 14,
