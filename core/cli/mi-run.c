@@ -18,6 +18,10 @@
 
 #define MAX_STOPS 16
 
+#ifndef MI_VERSION
+#define MI_VERSION "0.1.0"
+#endif
+
 static void usage(FILE *f) {
   fputs("usage: mi-run -m MODEL_DIR (-p PROMPT | -f FILE) [options]\n"
         "       mi-run [--plugin-dir DIR] --list-plugins\n"
@@ -57,6 +61,7 @@ static void usage(FILE *f) {
         "      --tp N               tensor parallelism over N ranks (launch with mpirun -np N)\n"
         "      --list-plugins       list plugins found, loaded or rejected (and why), and exit\n"
         "  -h, --help               this help\n"
+        "      --version            version and plugin ABI\n"
         "\n"
         "Plugin search order: --plugin-dir, then $MI_PLUGIN_PATH (colon-separated), then\n"
         "<exe>/../lib/metainfer and <exe> (next to the executable).\n",
@@ -182,7 +187,7 @@ int main(int argc, char **argv) {
   enum {
     O_CHAT = 256, O_SYSTEM, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPP, O_REPN, O_SEED,
     O_IGNEOS, O_STOP, O_JSON, O_TOPLP, O_STATS, O_PLUGDIR, O_CONF, O_PLATFORM, O_LIST, O_TP,
-    O_KVTYPE,
+    O_KVTYPE, O_VERSION,
   };
   static const struct option longopts[] = {
       {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
@@ -199,6 +204,7 @@ int main(int argc, char **argv) {
       {"plugin-dir", required_argument, 0, O_PLUGDIR}, {"plugins-conf", required_argument, 0, O_CONF},
       {"platform", required_argument, 0, O_PLATFORM}, {"threads", required_argument, 0, 't'},
       {"list-plugins", no_argument, 0, O_LIST},   {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, O_VERSION},
       {"tp", required_argument, 0, O_TP},         {"kv-type", required_argument, 0, O_KVTYPE},
       {0, 0, 0, 0}};
   int c;
@@ -273,6 +279,9 @@ int main(int argc, char **argv) {
       if (parse_long("--tp", optarg, 1, 1024, &tp)) return 2;
       break;
     case 'h': usage(stdout); return 0;
+    case O_VERSION:
+      printf("mi-run (MetaInfer) %s, plugin ABI %d.%d\n", MI_VERSION, MI_ABI_MAJOR, MI_ABI_MINOR);
+      return 0;
     case ':':
       fprintf(stderr, "mi-run: option %s needs a value (see --help)\n", argv[optind - 1]);
       return 2;
