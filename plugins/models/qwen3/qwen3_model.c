@@ -328,18 +328,20 @@ int qwen3_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3
       goto fail;
     }
     const qwen3_config *c = &m->cfg;
-    const char *what = c->n_heads % m->tp_size    ? "num_attention_heads"
-                       : c->n_kv_heads % m->tp_size ? "num_key_value_heads"
-                       : c->ffn % m->tp_size        ? "intermediate_size"
-                                                    : NULL;
-    if (what) {
-      long long v = c->n_heads % m->tp_size      ? c->n_heads
-                    : c->n_kv_heads % m->tp_size ? c->n_kv_heads
-                                                 : c->ffn;
-      snprintf(err, err_len, "%s/config.json: %s = %lld is not divisible by the tensor-parallel "
-               "degree %d", m->model_dir, what, v, m->tp_size);
-      goto fail;
-    }
+    /* every sharded dimension must split evenly across the ranks */
+    const struct {
+      const char *field;
+      int64_t value;
+    } dims[] = {{"num_attention_heads", c->n_heads},
+                {"num_key_value_heads", c->n_kv_heads},
+                {"intermediate_size", c->ffn}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+      if (dims[i].value % m->tp_size) {
+        snprintf(err, err_len,
+                 "%s/config.json: %s = %lld is not divisible by the tensor-parallel degree %d",
+                 m->model_dir, dims[i].field, (long long)dims[i].value, m->tp_size);
+        goto fail;
+      }
   }
   m->nh_l = m->cfg.n_heads / m->tp_size;
   m->nkv_l = m->cfg.n_kv_heads / m->tp_size;
