@@ -195,6 +195,7 @@ int mi_engine_open(mi_registry *reg, const mi_engine_opts *o, mi_engine **out, c
       .opts = o->model_opts ? o->model_opts : &none,
   };
   if (e->M->load(e->model_plugin->ctx, &a, &e->model, err, err_len) != 0) goto fail;
+  e->info.struct_size = sizeof e->info;
   e->M->info(e->model, &e->info);
   if ((int64_t)mi_tokenizer_vocab_size(e->tok) > e->info.vocab_size) {
     snprintf(err, err_len, "%s/tokenizer.json: %zu tokens but the model's vocab_size is %lld",

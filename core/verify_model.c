@@ -168,6 +168,7 @@ int vf_load_direct(const mi_engine *e, const char *dir, vf_loaded *out, char *er
   if (e->M->load(e->model_plugin->ctx, &a, &out->m, err, err_len) != 0) goto fail;
   mi_model_info info;
   memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
   e->M->info(out->m, &info);
   out->V = info.vocab_size;
   return 0;

@@ -30,6 +30,8 @@ typedef struct cell_result {
   double peak_rss_mib;
   double load_s;
   uint64_t decode_weight_bytes, state_bytes_token;
+  uint64_t prefill_flops_token, attn_flops_pos;
+  double peak_gflops; /* the platform's matmul rate, measured in the same process */
   int64_t n_layers;
   char err[256];
 } cell_result;
@@ -68,6 +70,48 @@ static void make_prompt(int32_t *ids, int P, uint64_t seed) {
     x ^= x << 17;
     ids[i] = (int32_t)(x % 151000u);
   }
+}
+
+/* The platform's own matmul rate on a prefill-shaped, compute-bound
+ * problem (M = 256 tokens, N = 4·hidden, K = hidden, bf16 weights): the
+ * "peak" the prefill roofline compares against. Best of 5; 0 on failure. */
+static double measure_peak_matmul(mi_engine *e) {
+  const int64_t M = 256, K = e->info.hidden_size, N = 4 * K;
+  const mi_platform_iface *P = e->P;
+  size_t xb = (size_t)(M * K) * sizeof(float), wb = (size_t)(N * K) * 2,
+         yb = (size_t)(M * N) * sizeof(float);
+  mi_buffer *bx = NULL, *bw = NULL, *by = NULL;
+  double best = 0;
+  if (K <= 0 || P->buffer_alloc(e->pc, xb, &bx) != 0 || P->buffer_alloc(e->pc, wb, &bw) != 0 ||
+      P->buffer_alloc(e->pc, yb, &by) != 0)
+    goto done;
+  float *hx = malloc(xb);
+  uint16_t *hw = malloc(wb);
+  if (!hx || !hw) {
+    free(hx);
+    free(hw);
+    goto done;
+  }
+  for (int64_t i = 0; i < M * K; i++) hx[i] = (float)((i % 17) - 8) * 0.0625f;
+  for (int64_t i = 0; i < N * K; i++) hw[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 256);
+  int ok = P->memcpy_h2d(e->pc, NULL, P->buffer_ptr(e->pc, bx), hx, xb) == 0 &&
+           P->memcpy_h2d(e->pc, NULL, P->buffer_ptr(e->pc, bw), hw, wb) == 0;
+  free(hx);
+  free(hw);
+  for (int r = 0; ok && r < 6; r++) {
+    double t0 = mi_now_seconds();
+    ok = P->matmul(e->pc, NULL, P->buffer_ptr(e->pc, by), P->buffer_ptr(e->pc, bx),
+                   P->buffer_ptr(e->pc, bw), MI_DTYPE_BF16, M, N, K) == 0 &&
+         P->stream_sync(e->pc, NULL) == 0;
+    double dt = mi_now_seconds() - t0;
+    double rate = 2.0 * (double)M * (double)N * (double)K / dt / 1e9;
+    if (ok && r > 0 && rate > best) best = rate; /* run 0 warms up */
+  }
+done:
+  if (by) P->buffer_free(e->pc, by);
+  if (bw) P->buffer_free(e->pc, bw);
+  if (bx) P->buffer_free(e->pc, bx);
+  return best;
 }
 
 /* Runs one cell in this (child) process. */
@@ -114,6 +158,9 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
     r->decode_weight_bytes = e->info.decode_weight_bytes;
     r->state_bytes_token = e->info.state_bytes_token;
     r->n_layers = e->info.n_layers;
+    r->prefill_flops_token = e->info.prefill_flops_token;
+    r->attn_flops_pos = e->info.attn_flops_pos;
+    r->peak_gflops = measure_peak_matmul(e);
   }
   free(ids);
   mi_engine_close(e);
@@ -266,11 +313,12 @@ int main(int argc, char **argv) {
 
   json_t *jcells = json_array();
   if (!o.json) {
-    printf("model %s, %d threads, %d repeats (medians); roofline = triad bandwidth / bytes per "
-           "decoded token\n",
+    printf("model %s, %d threads, %d repeats (medians); decode roofline = triad bandwidth / "
+           "bytes per decoded token; prefill %%peak = prefill FLOP/s / the platform's measured "
+           "matmul GFLOP/s (column 'peak')\n",
            o.model_dir, o.threads, o.repeats);
-    printf("%6s %6s | %9s %11s %10s %10s %6s %9s", "prompt", "gen", "TTFT ms", "prefill t/s",
-           "decode t/s", "roof t/s", "%roof", "RSS MiB");
+    printf("%6s %6s | %9s %11s %6s %6s %10s %10s %6s %9s", "prompt", "gen", "TTFT ms",
+           "prefill t/s", "peak", "%peak", "decode t/s", "roof t/s", "%roof", "RSS MiB");
     if (o.peer) printf(" | %11s %10s | %7s %7s", "peer pre", "peer dec", "x pre", "x dec");
     printf("\n");
   }
@@ -278,7 +326,7 @@ int main(int argc, char **argv) {
   for (int pi = 0; pi < o.n_prompts; pi++) {
     for (int gi = 0; gi < o.n_gens; gi++) {
       int P = o.prompts[pi], G = o.gens[gi];
-      double ttft[100], pre[100], dec[100], rss[100];
+      double ttft[100], pre[100], dec[100], rss[100], peak[100];
       double pttft[100], ppre[100], pdec[100], prss[100];
       int n = 0, pn = 0;
       cell_result last = {0};
@@ -290,6 +338,7 @@ int main(int argc, char **argv) {
           ttft[n] = cr.ttft_ms;
           pre[n] = cr.prefill_tps;
           dec[n] = cr.decode_tps;
+          peak[n] = cr.peak_gflops;
           rss[n++] = cr.peak_rss_mib;
           last = cr;
         } else {
@@ -312,7 +361,11 @@ int main(int argc, char **argv) {
       done++;
       if (n == 0) continue;
       double m_ttft = median(ttft, n), m_pre = median(pre, n), m_dec = median(dec, n),
-             m_rss = median(rss, n);
+             m_rss = median(rss, n), m_peak = median(peak, n);
+      /* prefill arithmetic: every matmul once per prompt token, attention
+       * over (P+1)/2 positions on average under the causal mask */
+      double flops_tok = (double)last.prefill_flops_token + (double)last.attn_flops_pos * (P + 1) / 2.0;
+      double pre_frac = m_peak > 0 && flops_tok > 0 ? m_pre * flops_tok / 1e9 / m_peak : 0;
       /* bytes a decode step reads on average over the cell: all weights a
        * token touches + the KV cache up to its position */
       double avg_pos = P + G / 2.0;
@@ -321,8 +374,10 @@ int main(int argc, char **argv) {
       double mp_pre = pn ? median(ppre, pn) : 0, mp_dec = pn ? median(pdec, pn) : 0;
       double mp_ttft = pn ? median(pttft, pn) : 0, mp_rss = pn ? median(prss, pn) : 0;
       if (o.json) {
-        json_t *jc = json_pack("{s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "prompt", P, "gen", G,
-                               "ttft_ms", m_ttft, "prefill_tps", m_pre, "decode_tps", m_dec,
+        json_t *jc = json_pack("{s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "prompt", P,
+                               "gen", G, "ttft_ms", m_ttft, "prefill_tps", m_pre,
+                               "prefill_gflops", m_pre * flops_tok / 1e9, "peak_matmul_gflops",
+                               m_peak, "prefill_peak_fraction", pre_frac, "decode_tps", m_dec,
                                "roofline_tps", roof, "roofline_fraction", m_dec / roof,
                                "peak_rss_mib", m_rss, "bytes_per_token", bytes);
         if (pn)
@@ -335,8 +390,8 @@ int main(int argc, char **argv) {
         json_array_append_new(jcells, jc);
       } else {
         fprintf(stderr, "\r%80s\r", "");
-        printf("%6d %6d | %9.1f %11.1f %10.2f %10.2f %5.0f%% %9.1f", P, G, m_ttft, m_pre, m_dec,
-               roof, 100 * m_dec / roof, m_rss);
+        printf("%6d %6d | %9.1f %11.1f %6.0f %5.0f%% %10.2f %10.2f %5.0f%% %9.1f", P, G, m_ttft,
+               m_pre, m_peak, 100 * pre_frac, m_dec, roof, 100 * m_dec / roof, m_rss);
         if (o.peer)
           printf(" | %11.1f %10.2f | %6.2fx %6.2fx", mp_pre, mp_dec, mp_pre > 0 ? m_pre / mp_pre : 0,
                  mp_dec > 0 ? m_dec / mp_dec : 0);

@@ -39,6 +39,30 @@ START_TEST(one_cell_json) {
   ck_assert(fabs(frac - dec / roof) < 1e-6 * (1 + frac));
   /* bytes per token: at least the tiny model's bf16 weights (~19 MB) */
   ck_assert(json_number_value(json_object_get(c, "bytes_per_token")) > 1.9e7);
+  /* prefill roofline: the FLOPs per prompt token mi-bench divides by must
+   * be the model's, recomputed here from its config.json: every layer's
+   * q,k,v,o,gate,up,down (2 FLOPs per weight) plus attention over (P+1)/2
+   * positions on average (QKᵀ and PV, 2 FLOPs per head dim each) */
+  char cfgp[1200];
+  snprintf(cfgp, sizeof cfgp, "%s/tests/bench-tiny/config.json", g_build);
+  json_t *cfg = json_load_file(cfgp, 0, &je);
+  ck_assert_msg(cfg, "%s: %s", cfgp, je.text);
+#define CFG(k) ((double)json_integer_value(json_object_get(cfg, k)))
+  double H = CFG("hidden_size"), L = CFG("num_hidden_layers"), hd = CFG("head_dim"),
+         q = CFG("num_attention_heads") * hd, kv = CFG("num_key_value_heads") * hd,
+         F = CFG("intermediate_size");
+#undef CFG
+  ck_assert(H > 0 && L > 0 && q > 0 && kv > 0 && F > 0);
+  double flops_tok = 2 * L * (2 * H * q + 2 * H * kv + 3 * H * F) + 4 * q * L * (11 + 1) / 2.0;
+  double pre = json_number_value(json_object_get(c, "prefill_tps"));
+  double gfl = json_number_value(json_object_get(c, "prefill_gflops"));
+  double peak = json_number_value(json_object_get(c, "peak_matmul_gflops"));
+  double pfrac = json_number_value(json_object_get(c, "prefill_peak_fraction"));
+  ck_assert_msg(fabs(gfl - pre * flops_tok / 1e9) < 1e-4 * gfl, "prefill_gflops %g, want %g", gfl,
+                pre * flops_tok / 1e9);
+  ck_assert_msg(isfinite(peak) && peak > 0, "peak_matmul_gflops = %g", peak);
+  ck_assert(fabs(pfrac - gfl / peak) < 1e-6 * (1 + pfrac));
+  json_decref(cfg);
   json_t *bw = json_object_get(j, "bandwidth_gbs");
   ck_assert(json_number_value(json_object_get(bw, "triad")) > 0);
   json_decref(j);

@@ -3,7 +3,10 @@
  * GEMV (decode, M=1) with bf16 weights: GB/s of weights streamed, on shapes
  * of Qwen3-0.6B (N=3072,K=1024: an MLP projection; N=151936,K=1024: lm_head).
  * Prefill-shape matmul M=256,N=3072,K=1024 bf16: GFLOP/s. Attention decode
- * at 1024 cached positions: GB/s of KV streamed. */
+ * at 1024 cached positions: GB/s of KV streamed. Decode sweep: every matmul
+ * of one Qwen3-0.6B token from its own weights (1.19 GB, larger than the
+ * caches), per matrix and in all: what the GEMV streams when it is the only
+ * thing running. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -69,6 +72,50 @@ int main(int argc, char **argv) {
     double dt = (now() - t0) / reps;
     printf("GEMV bf16 M=1 N=%ld K=%ld: %.3f ms, %.2f GB/s of weights\n", N, K, dt * 1e3,
            (double)N * K * 2 / dt / 1e9);
+  }
+  {
+    /* One decoded token of Qwen3-0.6B, matmuls only: every layer's q,k,v,o,
+     * gate,up,down from its own weights (1.15 GB in all, larger than any
+     * cache), then lm_head — the stream decode cannot avoid. */
+    const long H = 1024, L = 28, shapes[7][2] = {{2048, H}, {1024, H}, {1024, H}, {H, 2048},
+                                                 {3072, H}, {3072, H}, {H, 3072}};
+    size_t per_layer = 0;
+    for (int i = 0; i < 7; i++) per_layer += (size_t)shapes[i][0] * shapes[i][1];
+    size_t total = per_layer * L;
+    uint16_t *wl = malloc(total * 2);
+    float *xa = malloc(3072 * 4), *ya = malloc(3072 * 4);
+    if (wl && xa && ya) {
+      for (size_t i = 0; i < total; i++) wl[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 256);
+      for (long i = 0; i < 3072; i++) xa[i] = (float)((i % 17) - 8) / 8.0f;
+      double best = 1e9, per[8] = {0};
+      for (int r = 0; r < 5; r++) {
+        double t0 = now();
+        const uint16_t *wp = wl;
+        for (long l = 0; l < L; l++)
+          for (int i = 0; i < 7; i++) {
+            double ts = now();
+            pi->matmul(ctx, NULL, ya, xa, wp, MI_DTYPE_BF16, 1, shapes[i][0], shapes[i][1]);
+            per[i] += now() - ts;
+            wp += (size_t)shapes[i][0] * shapes[i][1];
+          }
+        double ts = now();
+        pi->matmul(ctx, NULL, y, x, w, MI_DTYPE_BF16, 1, NB, K);
+        per[7] += now() - ts;
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+      }
+      for (int i = 0; i < 8; i++) {
+        double b = i < 7 ? 2.0 * shapes[i][0] * shapes[i][1] * L : 2.0 * NB * K;
+        static const char *nm[8] = {"q", "k", "v", "o", "gate", "up", "down", "lm_head"};
+        printf("  %-7s: %.1f ms/token, %.1f GB/s\n", nm[i], per[i] / 5 * 1e3, b * 5 / per[i] / 1e9);
+      }
+      double bytes = (double)total * 2 + (double)NB * K * 2;
+      printf("decode sweep (0.6B matmuls, %.2f GB): %.1f ms, %.2f GB/s, %.1f tok/s bound\n",
+             bytes / 1e9, best * 1e3, bytes / best / 1e9, 1.0 / best);
+    }
+    free(wl);
+    free(xa);
+    free(ya);
   }
   {
     long M = 256, N = 3072;

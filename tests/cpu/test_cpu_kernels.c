@@ -286,6 +286,15 @@ START_TEST(test_matmul) {
     check_matmul(&p, dts[d], 33, 130, 515);
     check_matmul(&p, dts[d], 64, 7, 129);
     check_matmul(&p, dts[d], 5, 260, 1024);
+    /* prefill path (M >= 16 on AVX-512: 6x32 outer-product tiles over
+     * 256-deep k panels): M around the 6-row tile and its 3/2-row
+     * remainders, N around the 32-row panel (masked columns), K across
+     * panel boundaries, and N split over threads mid-panel */
+    static const int64_t Mp[] = {16, 17, 23, 40}, Np[] = {31, 32, 33, 97}, Kp[] = {1, 256, 257, 600};
+    for (int a = 0; a < 4; a++)
+      for (int b = 0; b < 4; b++) check_matmul(&p, dts[d], Mp[a], Np[b], Kp[(a + b) % 4]);
+    check_matmul(&p, dts[d], 20, 200, 300);
+    check_matmul(&p, dts[d], 100, 65, 129);
   }
   /* K = 0: y is all zeros; M or N = 0: nothing to do */
   float y[6] = {1, 1, 1, 1, 1, 1};
@@ -527,6 +536,18 @@ START_TEST(test_attention) {
       {2, 12, 1, 64, 130, 0.125f, 1},  /* 12 query heads on one KV head (> 8 per group) */
       {1, 16, 8, 128, 200, 0.0884f, 2}, /* decode */
       {13, 2, 1, 3, 0, 1.0f, 1},        /* prefill from position 0 */
+      /* Prefill tiles (avx2: 8 query rows per tile, avx512: 16; rows are
+       * (position, head) pairs of one KV head, cut every 8/16): */
+      {17, 16, 8, 128, 0, 0.0884f, 1},  /* Qwen3 heads; last tile short */
+      {9, 8, 2, 72, 100, 0.118f, 1},    /* G=4, chunked prefill, D % 16 = 8 */
+      {5, 6, 1, 40, 7, 0.158f, 1},      /* G=6: tiles mix positions mid-group */
+      {11, 3, 1, 20, 2, 0.224f, 1},     /* G=3, D % 8 = 4 */
+      {1, 32, 2, 64, 70, 0.125f, 1},    /* decode with 16 heads per KV head */
+      {63, 2, 2, 64, 0, 0.125f, 1},     /* G=1, 63/64/65 keys: block edges */
+      {64, 2, 2, 64, 0, 0.125f, 1},
+      {65, 2, 2, 64, 0, 0.125f, 1},
+      {30, 4, 2, 64, 50, 0.125f, 1},    /* tile straddles the block edge at 64 */
+      {1021, 1, 1, 16, 3, 0.25f, 1},    /* long prompt, 16 blocks */
   };
   /* f32 cache, and half-precision caches (widened block by block) */
   static const mi_dtype kvts[] = {MI_DTYPE_F32, MI_DTYPE_F16, MI_DTYPE_BF16};
@@ -537,6 +558,8 @@ START_TEST(test_attention) {
   attn_case big = {3, 2, 1, 64, 2000, 1.0f, 3};
   check_attention(&p, &big, 1, MI_DTYPE_F32);
   check_attention(&p, &big, 1, MI_DTYPE_F16);
+  attn_case big_tiled = {16, 2, 1, 64, 300, 1.0f, 3}; /* the same through prefill tiles */
+  check_attention(&p, &big_tiled, 1, MI_DTYPE_F32);
   close_plat(&p);
 }
 END_TEST

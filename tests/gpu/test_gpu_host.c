@@ -4,7 +4,10 @@
  *    way the kernels in mi_kernels.cu decode their indices; shared memory and
  *    register budgets hold; split-K key ranges tile [0, L) exactly;
  *  - runtime library search (gpu_libsearch.c): order of directories from the
- *    environment and /opt/dtk-* versions, the "tried ..." message. */
+ *    environment and /opt/dtk-* versions, the "tried ..." message; where
+ *    RCCL / NCCL are looked for;
+ *  - gpu_comm.c built without MPI: one rank, no-op collectives, and the
+ *    "built without MPI" message for a process launched as one of several. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <limits.h>
@@ -14,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gpu_comm.h"
 #include "gpu_kernels.h"
 #include "gpu_launch.h"
 #include "gpu_libsearch.h"
@@ -268,6 +272,103 @@ START_TEST(libsearch_nothing) {
 }
 END_TEST
 
+/* RCCL is looked for beside the HIP runtime that was opened first (the same
+ * runtime must serve both), then where the HIP runtime is searched; NCCL in
+ * $NCCL_HOME, $CUDA_HOME, /usr/local/cuda. */
+static const char *ccl_env(const char *name) {
+  static char buf[PATH_MAX + 16];
+  if (strcmp(name, "NCCL_HOME") == 0) {
+    snprintf(buf, sizeof buf, "%s/nccl", g_root);
+    return buf;
+  }
+  return NULL;
+}
+
+START_TEST(libsearch_ccl_order) {
+  snprintf(g_root, sizeof g_root, "/tmp/mi-gpu-libsearch-ccl-%d", (int)getpid());
+  mkdirs("opt/dtk-24.04/lib");
+  mkdirs("opt/rocm/lib");
+  mkdirs("nccl/lib");
+  mkdirs("usr/local/cuda/lib64");
+  char rt[PATH_MAX + 64], want[3][PATH_MAX + 64];
+  snprintf(rt, sizeof rt, "%s/opt/rocm/lib/libamdhip64.so.6", g_root);
+  gpu_lib_search s;
+  gpu_lib_search_rccl(&s, rt, empty_env, g_root);
+  snprintf(want[0], sizeof want[0], "%s/opt/rocm/lib", g_root);
+  snprintf(want[1], sizeof want[1], "%s/opt/dtk-24.04/lib", g_root);
+  ck_assert_int_eq(s.ndirs, 2); /* rocm/lib once: first, as the runtime's directory */
+  ck_assert_str_eq(s.dirs[0], want[0]);
+  ck_assert_str_eq(s.dirs[1], want[1]);
+  ck_assert_str_eq(s.names[0], "librccl.so");
+  ck_assert_str_eq(s.names[1], "librccl.so.1");
+  ck_assert_ptr_null(s.names[2]);
+  /* a bare soname (found on the default path) adds no directory */
+  gpu_lib_search_rccl(&s, "libamdhip64.so", empty_env, g_root);
+  ck_assert_int_eq(s.ndirs, 2);
+  ck_assert_str_eq(s.dirs[0], want[1]);
+
+  gpu_lib_search_nccl(&s, ccl_env, g_root);
+  snprintf(want[0], sizeof want[0], "%s/nccl/lib", g_root);
+  snprintf(want[1], sizeof want[1], "%s/usr/local/cuda/lib64", g_root);
+  ck_assert_int_eq(s.ndirs, 2);
+  ck_assert_str_eq(s.dirs[0], want[0]);
+  ck_assert_str_eq(s.dirs[1], want[1]);
+  ck_assert_str_eq(s.names[0], "libnccl.so.2");
+  ck_assert_str_eq(s.names[1], "libnccl.so");
+
+  /* the message names every soname and directory */
+  static const char *const none[] = {"libmi-no-such-rccl.so.1", NULL};
+  gpu_lib_search_rccl(&s, rt, empty_env, g_root);
+  s.names = none;
+  char why[2048];
+  ck_assert_ptr_null(gpu_lib_open(&s, "RCCL", NULL, 0, why, sizeof why));
+  snprintf(want[2], sizeof want[2],
+           "no RCCL found (tried libmi-no-such-rccl.so.1 in %s/opt/rocm/lib, %s/opt/dtk-24.04/lib, "
+           "the default library path): libmi-no-such-rccl.so.1: cannot open shared object file: "
+           "No such file or directory",
+           g_root, g_root);
+  ck_assert_str_eq(why, want[2]);
+  char cmd[PATH_MAX + 16];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* gpu_comm.c as built WITHOUT MPI (this test does not define MI_GPU_MPI):
+ * a group of one whose collectives are no-ops, and a process that a
+ * launcher started as one of several ranks is told why --tp cannot work. */
+START_TEST(comm_without_mpi) {
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  unsetenv("PMI_SIZE");
+  unsetenv("PMIX_RANK");
+  gpu_comm g;
+  char err[512] = "";
+  ck_assert_int_eq(gpu_comm_join(&g, err, sizeof err), 0);
+  ck_assert_int_eq(g.rank, 0);
+  ck_assert_int_eq(g.size, 1);
+  ck_assert_int_eq(gpu_comm_check(&g, err, sizeof err), 0);
+  gpu_comm_spec spec = {.api = "CUDA", .forced = "/nonexistent/libnccl.so.2", .rt_lib = NULL};
+  ck_assert_int_eq(gpu_comm_connect(&g, &spec, err, sizeof err), 0); /* one rank: nothing loaded */
+  float x[3] = {1, 2, 3};
+  ck_assert_int_eq(gpu_comm_allreduce_sum_f32(&g, x, 3, NULL, err, sizeof err), 0);
+  ck_assert(x[0] == 1 && x[1] == 2 && x[2] == 3);
+  ck_assert_int_ne(gpu_comm_allreduce_sum_f32(&g, x, -3, NULL, err, sizeof err), 0);
+  ck_assert_str_eq(err, "allreduce_sum_f32: negative n=-3");
+  ck_assert_int_eq(gpu_comm_broadcast(&g, x, sizeof x, 0, err, sizeof err), 0);
+  ck_assert_int_ne(gpu_comm_broadcast(&g, x, sizeof x, 1, err, sizeof err), 0);
+  ck_assert_str_eq(err, "broadcast: root 1 is not a rank of this group of 1");
+
+  setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+  ck_assert_int_eq(gpu_comm_join(&g, err, sizeof err), 0);
+  ck_assert_int_eq(g.size, 1);
+  ck_assert_int_ne(gpu_comm_check(&g, err, sizeof err), 0);
+  ck_assert_str_eq(err, "built without MPI: tensor parallelism needs MetaInfer configured with "
+                        "-DMI_WITH_MPI=ON (this process is one of 3 ranks)");
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  gpu_comm_close(&g);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("gpu_host");
   TCase *tc = tcase_create("launch");
@@ -280,7 +381,11 @@ int main(void) {
   TCase *tl = tcase_create("libsearch");
   tcase_add_test(tl, libsearch_hip_order);
   tcase_add_test(tl, libsearch_nothing);
+  tcase_add_test(tl, libsearch_ccl_order);
   suite_add_tcase(s, tl);
+  TCase *tm = tcase_create("comm");
+  tcase_add_test(tm, comm_without_mpi);
+  suite_add_tcase(s, tm);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);

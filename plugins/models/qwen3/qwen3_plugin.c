@@ -1,5 +1,6 @@
 /* The qwen3 model plugin: descriptor and mi_model_iface glue. */
 #include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "mi/model.h"
@@ -27,9 +28,13 @@ static int q3_load(void *ctx, const mi_model_load_args *a, mi_model **out, char 
 
 static void q3_unload(mi_model *m) { qwen3_model_free(m); }
 
-static int q3_info(mi_model *m, mi_model_info *out) {
+static int q3_info(mi_model *m, mi_model_info *dst) {
+  /* fill a whole local copy, then hand the caller as much as it has room for */
+  size_t room = dst->struct_size ? dst->struct_size : offsetof(mi_model_info, prefill_flops_token);
+  if (room > sizeof(mi_model_info)) room = sizeof(mi_model_info);
+  mi_model_info info, *out = &info;
   memset(out, 0, sizeof *out);
-  out->struct_size = sizeof *out;
+  out->struct_size = (uint32_t)room;
   out->architecture = "Qwen3ForCausalLM";
   out->vocab_size = m->cfg.vocab;
   out->hidden_size = m->cfg.hidden;
@@ -43,6 +48,14 @@ static int q3_info(mi_model *m, mi_model_info *out) {
   uint64_t emb = (uint64_t)(m->cfg.vocab * m->cfg.hidden) * mi_dtype_size(m->embed.dtype);
   uint64_t row = (uint64_t)m->cfg.hidden * mi_dtype_size(m->embed.dtype);
   out->decode_weight_bytes = m->weight_bytes - (m->cfg.tied ? 0 : emb - row);
+  /* per prompt token: 2 FLOPs per weight of every layer matmul (this rank's
+   * share); attention: QKᵀ and PV, 2 FLOPs each per head dim per position */
+  const uint64_t H = (uint64_t)m->cfg.hidden, hd = (uint64_t)m->cfg.head_dim;
+  const uint64_t qdim = (uint64_t)m->nh_l * hd, kvdim = (uint64_t)m->nkv_l * hd;
+  const uint64_t per_layer = H * qdim * 2 + H * kvdim * 2 + 3 * H * (uint64_t)m->ffn_l;
+  out->prefill_flops_token = 2 * per_layer * (uint64_t)m->cfg.n_layers;
+  out->attn_flops_pos = 4 * qdim * (uint64_t)m->cfg.n_layers;
+  memcpy(dst, out, room);
   return 0;
 }
 

@@ -10,6 +10,8 @@
  *   cpu_kernels_generic.c per-ISA inner loops, portable C
  *   cpu_kernels_avx2.c    per-ISA inner loops, AVX2+FMA+F16C   (compiled with -mavx2 ...)
  *   cpu_kernels_avx512.c  per-ISA inner loops, AVX-512F        (compiled with -mavx512f ...)
+ *   cpu_attn_avx2.c       tiled prefill attention micro-kernels, AVX2
+ *   cpu_attn_avx512.c     tiled prefill attention micro-kernels, AVX-512F
  */
 #ifndef MI_CPU_INTERNAL_H
 #define MI_CPU_INTERNAL_H
@@ -160,5 +162,41 @@ int cpu_scale(void *ctx, mi_stream *s, float *y, const float *x, float alpha, in
 int cpu_embed(void *ctx, mi_stream *s, float *y, const void *table, mi_dtype dtype,
               const int32_t *ids, int64_t T, int64_t V, int64_t dim);
 int cpu_argmax(void *ctx, mi_stream *s, int32_t *out, const float *x, int64_t rows, int64_t n);
+
+/* ---- tiled prefill attention micro-kernels (cpu_attn_<isa>.c) ----
+ * Used by cpu_kernels_attn.c when many query rows share a KV head (prefill):
+ * a tile holds `lanes` query rows, one per SIMD lane, so every K/V row is
+ * loaded once for all of them and the online softmax runs lane-wise.
+ * Layouts (R = lanes, nb <= 64 keys of the current block):
+ *   qt  [D][R]  the tile's query rows, transposed
+ *   st  [nb][R] scores, then probabilities, of key j for row r at st[j·R + r]
+ *   acc [R][D]  unnormalised outputs */
+#define CPU_ATTN_MAX_LANES 16
+
+typedef struct cpu_attn_ops {
+  int lanes; /* R <= CPU_ATTN_MAX_LANES */
+  /* qt[d·R + r] = q[off[r] + d] for r < R, d < D (gathers a tile's rows) */
+  void (*load_q)(float *qt, const float *q, const int32_t *off, int64_t D);
+  /* For tiles u < ntl (1 or 2; two share each K load), qt_u = qt + u·D·R,
+   * st_u = st + u·nb·R:  st_u[j·R + r] = scale · Σ_d qt_u[d·R + r] · k[j·ks + d], j < nb */
+  void (*qk)(float *st, const float *qt, int ntl, const float *k, int64_t ks, int nb, int64_t D,
+             float scale);
+  /* Online-softmax step for one block of keys j0 .. j0+nb-1, per lane r:
+   * when masked, keys j0 + j > lim[r] get probability 0 (causal mask);
+   * m' = max(m, max_j st), corr = e^(m - m'), st[j] = e^(st[j] - m'),
+   * l = l·corr + Σ_j st[j], m = m'. Needs some unmasked key in the first
+   * block of every lane (so m is finite from then on). */
+  void (*softmax)(float *st, int nb, int64_t j0, const int32_t *lim, int masked, float *m,
+                  float *l, float *corr);
+  /* acc[r·D + d] = corr[r]·acc[r·D + d] + Σ_j st[j·R + r] · v[j·vs + d], for
+   * rows r < round_up(nr, 4) (rows beyond nr are padding the caller ignores). */
+  void (*pv)(float *acc, const float *st, const float *v, int64_t vs, int nb, int64_t D, int nr,
+             const float *corr);
+} cpu_attn_ops;
+
+#if defined(MI_CPU_X86)
+extern const cpu_attn_ops cpu_attn_avx2;
+extern const cpu_attn_ops cpu_attn_avx512;
+#endif
 
 #endif

@@ -64,8 +64,9 @@ int cpu_matmul(void *ctx, mi_stream *s, float *y, const float *x, const void *w,
   } else if (N >= 16 * nt) {
     /* Each thread streams its own contiguous slice of the weights once
      * (decode is bound by that stream). Grain 16 rows keeps the 4-row tiles
-     * whole and y writes on separate cache lines. */
-    cpu_parallel_for(c->pool, N, 16, mm_task, &a);
+     * whole and y writes on separate cache lines; 32 keeps the prefill
+     * path's 32-row weight panels whole. */
+    cpu_parallel_for(c->pool, N, M >= 16 ? 32 : 16, mm_task, &a);
   } else {
     a.split_m = 1; /* few outputs, many tokens: share the tokens instead */
     cpu_parallel_for(c->pool, M, 4, mm_task, &a);

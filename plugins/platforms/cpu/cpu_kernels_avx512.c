@@ -124,10 +124,101 @@ AI void gemv_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t K,
   }
 }
 
+/* Prefill matmul, outer-product form (the BLIS scheme). For each block of
+ * OP_NB = 32 weight rows and OP_KC values of k, the weights are widened to
+ * f32 and transposed ONCE into a k-major panel [kc][32]; then every group
+ * of up to 6 activation rows runs a 6x32 register tile: per k, two panel
+ * vectors, six broadcast x values and twelve FMAs into twelve accumulators.
+ * No horizontal sums (the inner-product tile spends a reduction per output
+ * per K chunk), and the loads stay below the FMAs, so the FMA ports set the
+ * pace. The panel costs 32*kc scalar stores, paid back over the M rows:
+ * matmul_dt only takes this path when M >= OP_MIN_M. Each output is a
+ * sequential f32 sum over k, like the other paths. */
+#define OP_NB 32
+#define OP_KC 256
+#define OP_MR 6
+#define OP_MIN_M 16
+
+AI void op_tile(const int MR, float *y, int64_t ldy, const float *x, int64_t ldx, const float *panel,
+                int64_t kc, int mr, __mmask16 m0, __mmask16 m1, int accum) {
+  const float *xr[OP_MR];
+  for (int i = 0; i < MR; i++) xr[i] = x + (i < mr ? i : mr - 1) * ldx;
+  __m512 c0[OP_MR], c1[OP_MR];
+  for (int i = 0; i < MR; i++) {
+    c0[i] = _mm512_setzero_ps();
+    c1[i] = _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < kc; k++) {
+    __m512 b0 = _mm512_load_ps(panel + k * OP_NB), b1 = _mm512_load_ps(panel + k * OP_NB + VL);
+    for (int i = 0; i < MR; i++) {
+      __m512 a = _mm512_set1_ps(xr[i][k]);
+      c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
+      c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
+    }
+  }
+  for (int i = 0; i < mr; i++) {
+    float *yr = y + i * ldy;
+    if (accum) {
+      c0[i] = _mm512_add_ps(c0[i], _mm512_maskz_loadu_ps(m0, yr));
+      c1[i] = _mm512_add_ps(c1[i], _mm512_maskz_loadu_ps(m1, yr + VL));
+    }
+    _mm512_mask_storeu_ps(yr, m0, c0[i]);
+    _mm512_mask_storeu_ps(yr + VL, m1, c1[i]);
+  }
+}
+
+AI void matmul_outer(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
+                     int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const size_t es = mi_dtype_size(dt), wrow = (size_t)K * es;
+  float panel[OP_KC * OP_NB] __attribute__((aligned(64))); /* [kc][32] f32, 48 KB */
+  float row[OP_KC] __attribute__((aligned(64)));           /* one widened weight row */
+  for (int64_t n = n0; n < n1; n += OP_NB) {
+    const int nr = n1 - n < OP_NB ? (int)(n1 - n) : OP_NB;
+    const __mmask16 mk0 = nr >= VL ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+    const __mmask16 mk1 = nr >= 2 * VL ? (__mmask16)0xffff
+                          : nr > VL    ? (__mmask16)((1u << (nr - VL)) - 1)
+                                       : 0;
+    for (int64_t k0 = 0; k0 < K; k0 += OP_KC) {
+      const int64_t kc = K - k0 < OP_KC ? K - k0 : OP_KC;
+      /* panel[k][j] = w[n + j][k0 + k]; columns j >= nr are zero */
+      for (int j = 0; j < OP_NB; j++) {
+        if (j < nr) {
+          const char *src = (const char *)w + (size_t)(n + j) * wrow + (size_t)k0 * es;
+          int64_t k = 0;
+          for (; k + VL <= kc; k += VL) _mm512_store_ps(row + k, ld_w(src, k, dt));
+          if (k < kc) _mm512_store_ps(row + k, ld_w_tail(src, k, kc - k, dt));
+          for (k = 0; k < kc; k++) panel[k * OP_NB + j] = row[k];
+        } else {
+          for (int64_t k = 0; k < kc; k++) panel[k * OP_NB + j] = 0.0f;
+        }
+      }
+      const int acc = k0 > 0;
+      int64_t m = m0;
+      for (; m + OP_MR <= m1; m += OP_MR)
+        op_tile(OP_MR, y + m * N + n, N, x + m * K + k0, K, panel, kc, OP_MR, mk0, mk1, acc);
+      if (m < m1) {
+        /* the last mr < OP_MR rows: a smaller tile (rows past mr repeat
+         * the last row and are not stored) */
+        const int mr = (int)(m1 - m);
+        if (mr > OP_MR / 2)
+          op_tile(OP_MR, y + m * N + n, N, x + m * K + k0, K, panel, kc, mr, mk0, mk1, acc);
+        else if (mr > 2)
+          op_tile(OP_MR / 2, y + m * N + n, N, x + m * K + k0, K, panel, kc, mr, mk0, mk1, acc);
+        else
+          op_tile(2, y + m * N + n, N, x + m * K + k0, K, panel, kc, mr, mk0, mk1, acc);
+      }
+    }
+  }
+}
+
 AI void matmul_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
                   int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   if (m1 - m0 == 1) {
     gemv_dt(y + m0 * N, x + m0 * K, w, dt, K, n0, n1);
+    return;
+  }
+  if (m1 - m0 >= OP_MIN_M) {
+    matmul_outer(y, x, w, dt, N, K, m0, m1, n0, n1);
     return;
   }
   size_t es = mi_dtype_size(dt), wrow = (size_t)K * es;

@@ -16,6 +16,10 @@ static const char *const hip_names[] = {"libamdhip64.so", "libamdhip64.so.7", "l
 /* Only the driver's soname: "libcuda.so" without .1 is usually the toolkit's
  * link-time stub (it fails every call with CUDA_ERROR_STUB_LIBRARY). */
 static const char *const cuda_names[] = {"libcuda.so.1", NULL};
+/* Collective libraries for tensor parallelism. RCCL ships librccl.so (dev
+ * symlink) and librccl.so.1; NCCL's runtime soname is libnccl.so.2. */
+static const char *const rccl_names[] = {"librccl.so", "librccl.so.1", NULL};
+static const char *const nccl_names[] = {"libnccl.so.2", "libnccl.so", NULL};
 
 static int is_dir(const char *p) {
   struct stat st;
@@ -69,11 +73,8 @@ static void add_versioned(gpu_lib_search *s, const char *root, const char *stem)
 
 static const char *real_getenv(const char *n) { return getenv(n); }
 
-void gpu_lib_search_hip(gpu_lib_search *s, gpu_getenv_fn env, const char *root) {
-  memset(s, 0, sizeof *s);
-  s->names = hip_names;
-  if (!env) env = real_getenv;
-  if (!root) root = "";
+/* The HIP install directories, appended to s (see the header for the order). */
+static void hip_dirs(gpu_lib_search *s, gpu_getenv_fn env, const char *root) {
   const char *vars[] = {"ROCM_PATH", "HIP_PATH", "DTK_HOME", "DTK_PATH"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) add_prefix(s, env(vars[i]));
   char p[GPU_LIB_PATH_LEN];
@@ -83,6 +84,47 @@ void gpu_lib_search_hip(gpu_lib_search *s, gpu_getenv_fn env, const char *root) 
   snprintf(p, sizeof p, "%s/opt/rocm", root);
   add_prefix(s, p);
   add_versioned(s, root, "rocm");
+}
+
+void gpu_lib_search_hip(gpu_lib_search *s, gpu_getenv_fn env, const char *root) {
+  memset(s, 0, sizeof *s);
+  s->names = hip_names;
+  hip_dirs(s, env ? env : real_getenv, root ? root : "");
+}
+
+/* The directory part of a library path, when it has one. */
+static void add_dir_of(gpu_lib_search *s, const char *lib) {
+  const char *slash = lib ? strrchr(lib, '/') : NULL;
+  if (!slash || slash == lib) return;
+  char d[GPU_LIB_PATH_LEN];
+  size_t n = (size_t)(slash - lib);
+  if (n >= sizeof d) return;
+  memcpy(d, lib, n);
+  d[n] = '\0';
+  add_dir(s, d);
+}
+
+void gpu_lib_search_rccl(gpu_lib_search *s, const char *rt_lib, gpu_getenv_fn env,
+                         const char *root) {
+  memset(s, 0, sizeof *s);
+  s->names = rccl_names;
+  /* RCCL is linked against a HIP runtime; the one beside the runtime this
+   * plugin opened is the one most likely to be the same library (two HIP
+   * runtimes in one process do not share devices, streams or memory). */
+  add_dir_of(s, rt_lib);
+  hip_dirs(s, env ? env : real_getenv, root ? root : "");
+}
+
+void gpu_lib_search_nccl(gpu_lib_search *s, gpu_getenv_fn env, const char *root) {
+  memset(s, 0, sizeof *s);
+  s->names = nccl_names;
+  if (!env) env = real_getenv;
+  if (!root) root = "";
+  add_prefix(s, env("NCCL_HOME"));
+  add_prefix(s, env("CUDA_HOME"));
+  char p[GPU_LIB_PATH_LEN];
+  snprintf(p, sizeof p, "%s/usr/local/cuda", root);
+  add_prefix(s, p);
 }
 
 void gpu_lib_search_cuda(gpu_lib_search *s, gpu_getenv_fn env, const char *root) {

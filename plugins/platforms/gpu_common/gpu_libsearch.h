@@ -26,6 +26,16 @@ void gpu_lib_search_hip(gpu_lib_search *s, gpu_getenv_fn env, const char *root);
  * library path; $CUDA_DRIVER_PATH and /usr/lib/wsl/lib are extra places. */
 void gpu_lib_search_cuda(gpu_lib_search *s, gpu_getenv_fn env, const char *root);
 
+/* Collective libraries (tensor parallelism).
+ * RCCL: librccl.so, librccl.so.1 — first in the directory of the HIP
+ * runtime that was opened (`rt_lib`, a path; ignored when it has no '/'),
+ * then the same directories as gpu_lib_search_hip.
+ * NCCL: libnccl.so.2, libnccl.so in $NCCL_HOME, $CUDA_HOME,
+ * /usr/local/cuda (each lib/, lib64/), then the default library path. */
+void gpu_lib_search_rccl(gpu_lib_search *s, const char *rt_lib, gpu_getenv_fn env,
+                         const char *root);
+void gpu_lib_search_nccl(gpu_lib_search *s, gpu_getenv_fn env, const char *root);
+
 /* Tries each name in each directory, then each bare name (the default
  * dynamic-linker search). Returns the dlopen handle and the path that
  * worked in `opened`; or NULL with a one-line description of everything

@@ -1,8 +1,11 @@
 /* probe/init and the mi_platform_iface members for the GPU plugins.
  *
  * Options (plugins.conf or the command line):
- *   device=N       which device (default 0)
+ *   device=N       which device (default 0; under mpirun: local rank % device count)
  *   runtime=PATH   dlopen this runtime library instead of searching
+ *   ccl=PATH       dlopen this RCCL/NCCL for --tp instead of searching (the
+ *                  environment variable MI_CCL_PATH does the same; the
+ *                  option wins)
  *
  * Memory: buffer_alloc is device memory, zeroed; buffer_wrap_host allocates
  * device memory and uploads (not zero-copy: host_memory = 0 in device_info).
@@ -26,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu_comm.h"
 #include "gpu_kernels.h"
 #include "mi/tensor.h"
 
@@ -70,6 +74,7 @@ typedef struct gpu_ctx {
   char name[128];
   char variant[64];
   uint64_t total_mem;
+  gpu_comm comm;        /* tensor-parallel group (gpu_comm.h) */
   char err[768];
 } gpu_ctx;
 
@@ -98,14 +103,17 @@ static const char *opt(const mi_host_api *host, const mi_options *opts, const ch
   return v;
 }
 
-/* Opens the runtime and finds the device. Returns the runtime, or NULL with
+/* Opens the runtime and finds the device: option device=N, else local_rank
+ * modulo the device count when started by an MPI launcher (local_rank >= 0:
+ * one GPU per rank on each host), else 0. Returns the runtime, or NULL with
  * one line in why. */
 static gpu_rt *open_device(const gpu_target *t, const mi_host_api *host, const mi_options *opts,
-                           int *dev, char *why, size_t why_len) {
+                           int local_rank, int *dev, char *why, size_t why_len) {
   char tmp[1024];
   const char *v = opt(host, opts, "device");
   long d = 0;
-  if (v && *v) {
+  int explicit_dev = v && *v;
+  if (explicit_dev) {
     char *end;
     errno = 0;
     d = strtol(v, &end, 10);
@@ -135,6 +143,7 @@ static gpu_rt *open_device(const gpu_target *t, const mi_host_api *host, const m
              rt->lib);
     return NULL;
   }
+  if (!explicit_dev && local_rank >= 0) d = local_rank % n;
   if (d >= n) {
     snprintf(why, why_len, "%s: device=%ld requested but only %d %s device%s found", t->name, d, n,
              t->api, n == 1 ? "" : "s");
@@ -162,7 +171,7 @@ int gpu_probe(const gpu_target *t, const mi_host_api *host, const mi_options *op
               size_t why_len) {
   char buf[1024];
   int dev = 0;
-  gpu_rt *rt = open_device(t, host, opts, &dev, buf, sizeof buf);
+  gpu_rt *rt = open_device(t, host, opts, -1, &dev, buf, sizeof buf);
   if (!rt) {
     if (why && why_len) snprintf(why, why_len, "%s", buf);
     return 0;
@@ -185,6 +194,7 @@ void gpu_fini(void *ctx) {
   if (!c) return;
   if (c->rt) {
     c->rt->bind(c->rt, c->dev);
+    gpu_comm_close(&c->comm);
     if (c->ws) c->rt->mem_free(c->rt, c->ws);
     if (c->embed_err) c->rt->mem_free(c->rt, c->embed_err);
     if (c->module) c->rt->module_unload(c->rt, c->module);
@@ -204,14 +214,26 @@ int gpu_init(const gpu_target *t, const mi_host_api *host, const mi_options *opt
     return -1;
   }
   *ctx = NULL;
+  /* The process group first: under mpirun the rank picks the device. */
+  gpu_comm comm;
+  char why[1024];
+  if (gpu_comm_join(&comm, why, sizeof why) != 0) {
+    snprintf(err, err_len, "%s: %s", t->name, why);
+    return -1;
+  }
   int dev = 0;
-  gpu_rt *rt = open_device(t, host, opts, &dev, err, err_len);
-  if (!rt) return -1;
+  gpu_rt *rt = open_device(t, host, opts, comm.local_rank, &dev, err, err_len);
+  if (!rt) {
+    gpu_comm_abandon(&comm);
+    return -1;
+  }
   gpu_ctx *c = calloc(1, sizeof *c);
   if (!c) {
     snprintf(err, err_len, "%s: out of memory creating the context", t->name);
+    gpu_comm_abandon(&comm);
     return -1;
   }
+  c->comm = comm;
   c->t = t;
   c->host = host;
   c->rt = rt;
@@ -227,6 +249,7 @@ int gpu_init(const gpu_target *t, const mi_host_api *host, const mi_options *opt
   if (rt->module_load(rt, t->code(&(size_t){0}), &c->module) != 0) {
     snprintf(err, err_len, "%s: %s: %s (the embedded code is for %s; device %d is %s)", t->name,
              step, rt->err, t->arch, dev, c->name);
+    gpu_comm_abandon(&c->comm);
     free(c);
     return -1;
   }
@@ -237,16 +260,32 @@ int gpu_init(const gpu_target *t, const mi_host_api *host, const mi_options *opt
   if (rt->mem_alloc(rt, (void **)&c->embed_err, MI_EMBED_ERR_WORDS * sizeof(int32_t)) != 0 ||
       rt->memset_sync(rt, c->embed_err, 0, MI_EMBED_ERR_WORDS * sizeof(int32_t)) != 0)
     goto rt_err;
+  /* Collectives last, on the bound device: every local step that can fail
+   * has run (a rank that failed earlier told the others through
+   * gpu_comm_abandon, so none waits in the collective bootstrap). */
+  const char *ccl = opt(host, opts, "ccl");
+  if (!ccl || !*ccl) ccl = getenv("MI_CCL_PATH");
+  gpu_comm_spec spec = {.api = t->api, .forced = ccl, .rt_lib = rt->lib};
+  if (gpu_comm_connect(&c->comm, &spec, why, sizeof why) != 0) {
+    snprintf(err, err_len, "%s: %s", t->name, why);
+    gpu_fini(c);
+    return -1;
+  }
   snprintf(c->variant, sizeof c->variant, "%s-%s", t->api, t->arch);
   for (char *p = c->variant; *p; p++)
     if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');
   if (host && host->log)
     host->log(MI_LOG_INFO, t->name, "%s device %d: %s, %d CUs, code for %s, runtime %s", t->api,
               dev, c->name, c->tu.cus, t->arch, rt->lib);
+  if (host && host->log && c->comm.size > 1)
+    host->log(MI_LOG_INFO, t->name,
+              "rank %d of %d (local rank %d) on device %d; all-reduce by %s (ncclGetVersion %d)",
+              c->comm.rank, c->comm.size, c->comm.local_rank, dev, c->comm.lib, c->comm.version);
   *ctx = c;
   return 0;
 rt_err:
   snprintf(err, err_len, "%s: %s: %s", t->name, step, rt->err);
+  gpu_comm_abandon(&c->comm);
   gpu_fini(c);
   return -1;
 }
@@ -650,16 +689,37 @@ static int g_argmax(void *ctx, mi_stream *s, int32_t *out, const float *x, int64
 }
 
 /* ---------------- collectives ----------------
- * One rank for now. Tensor parallelism over several GPUs will load RCCL
- * (librccl.so) / NCCL (libnccl.so.2) at run time with dlopen, like the
- * runtime itself (neither is in Debian, and linking them would tie the
- * plugin to one soname); until then allreduce_sum_f32 and broadcast are
- * NULL, which mi_platform_has() reports as "not provided". */
+ * gpu_comm.c: MPI ranks (one process per GPU, mpirun -np N), all-reduce by
+ * RCCL (HIP) / NCCL (CUDA) loaded with dlopen like the runtime, broadcast of
+ * the small host buffer by MPI. Without a launcher: rank 0 of 1, both
+ * collectives are no-ops, nothing is loaded. */
 static int g_comm_info(void *ctx, int *rank, int *size) {
   gpu_ctx *c = ctx;
   if (!rank || !size) return fail(c, "comm_info: NULL out pointer");
-  *rank = 0;
-  *size = 1;
+  char why[512];
+  if (gpu_comm_check(&c->comm, why, sizeof why) != 0) return fail(c, "%s", why);
+  *rank = c->comm.rank;
+  *size = c->comm.size;
+  return 0;
+}
+
+static int g_allreduce_sum_f32(void *ctx, mi_stream *s, float *buf, int64_t n) {
+  gpu_ctx *c = ctx;
+  if (s && s->magic != GPU_STREAM_MAGIC)
+    return fail(c, "allreduce_sum_f32: not a %s stream", c->t->name);
+  if (c->comm.size > 1) BIND(c); /* the communicator's device */
+  char why[512];
+  /* queued on the stream like a kernel: the next kernel on s sees the sum */
+  if (gpu_comm_allreduce_sum_f32(&c->comm, buf, n, stream_handle(s), why, sizeof why) != 0)
+    return fail(c, "%s", why);
+  return 0;
+}
+
+static int g_broadcast(void *ctx, mi_stream *s, void *buf, size_t n, int root) {
+  gpu_ctx *c = ctx;
+  (void)s; /* host memory: nothing on the device to order against */
+  char why[512];
+  if (gpu_comm_broadcast(&c->comm, buf, n, root, why, sizeof why) != 0) return fail(c, "%s", why);
   return 0;
 }
 
@@ -689,8 +749,8 @@ static const mi_platform_iface gpu_iface = {
     .embed = g_embed,
     .argmax = g_argmax,
     .comm_info = g_comm_info,
-    .allreduce_sum_f32 = NULL,
-    .broadcast = NULL,
+    .allreduce_sum_f32 = g_allreduce_sum_f32,
+    .broadcast = g_broadcast,
 };
 
 const void *gpu_get_iface(void *ctx) {

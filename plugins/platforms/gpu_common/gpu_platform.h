@@ -7,7 +7,8 @@
  *   gpu_kernels.h     kernel names and launch constants (host + device)
  *   mi_kernels.cu     the kernels (compiled by hipcc or nvcc into a code object)
  *   gpu_rt.h          the runtime table; gpu_rt_hip.c / gpu_rt_cuda.c fill it by dlopen
- *   gpu_libsearch.c   where to look for the runtime library
+ *   gpu_libsearch.c   where to look for the runtime library (and RCCL/NCCL)
+ *   gpu_comm.c        tensor-parallel collectives: MPI ranks, RCCL/NCCL all-reduce
  *   gpu_launch.c      launch geometry (pure host arithmetic)
  *   gpu_platform.c    probe/init and the mi_platform_iface members
  *   gpu_blob.c.in     embeds the code object (.incbin), configured per plugin

@@ -43,6 +43,16 @@ function(mi_hipcc_supports arch out)
   set(${out} ${${var}} PARENT_SCOPE)
 endfunction()
 
+# Tensor parallelism (gpu_comm.c): ranks and the RCCL/NCCL bootstrap over
+# MPI when the top-level CMake found it (MI_WITH_MPI). libmpi is an ordinary
+# DT_NEEDED (Debian's OpenMPI); RCCL/NCCL are dlopened, never linked.
+function(mi_gpu_link_mpi target)
+  if(TARGET MPI::MPI_C)
+    target_compile_definitions(${target} PRIVATE MI_GPU_MPI=1)
+    target_link_libraries(${target} PRIVATE MPI::MPI_C)
+  endif()
+endfunction()
+
 function(mi_gpu_plugin name)
   set(json_file ${CMAKE_CURRENT_SOURCE_DIR}/platform.json)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${json_file})
@@ -152,6 +162,7 @@ function(mi_gpu_plugin name)
     ${MI_GPU_COMMON_DIR}/gpu_platform.c
     ${MI_GPU_COMMON_DIR}/gpu_launch.c
     ${MI_GPU_COMMON_DIR}/gpu_libsearch.c
+    ${MI_GPU_COMMON_DIR}/gpu_comm.c
     ${MI_GPU_COMMON_DIR}/gpu_rt_common.c
     ${blob})
   if(api STREQUAL "hip")
@@ -182,6 +193,7 @@ function(mi_gpu_plugin name)
   target_include_directories(mi_plugin_${name} PRIVATE ${CMAKE_CURRENT_BINARY_DIR})
   target_compile_definitions(mi_plugin_${name} PRIVATE ${tun} ${api_def})
   target_link_libraries(mi_plugin_${name} PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
+  mi_gpu_link_mpi(mi_plugin_${name})
   # For tests: name, whether it has device code, the code object file.
   set_property(GLOBAL APPEND PROPERTY MI_GPU_PLUGIN_INFO "${name}|${api}|${have}|${code}|${arch}")
 endfunction()

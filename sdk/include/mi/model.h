@@ -50,6 +50,9 @@ typedef struct mi_model_info {
   uint64_t state_bytes_fixed; /* per-sequence fixed state (recurrent) bytes */
   uint64_t decode_weight_bytes; /* weight bytes one decode step must read
                                    (all but the unread rows of an untied embedding) */
+  /* ABI 1.1 (appended): arithmetic per token, for prefill rooflines. 0 = unknown. */
+  uint64_t prefill_flops_token; /* matmul FLOPs of one prompt token, logits excluded */
+  uint64_t attn_flops_pos;      /* attention FLOPs of one token per earlier position */
 } mi_model_info;
 
 typedef struct mi_model_iface {
@@ -64,6 +67,9 @@ typedef struct mi_model_iface {
   int (*load)(void *ctx, const mi_model_load_args *args, mi_model **out, char *err,
               size_t err_len);
   void (*unload)(mi_model *m);
+  /* The caller sets out->struct_size to the size of ITS mi_model_info (0 is
+   * read as the ABI 1.0 size); the plugin writes no more than that, so an
+   * older host and a newer plugin (or the reverse) stay compatible. */
   int (*info)(mi_model *m, mi_model_info *out);
 
   /* A sequence holding up to n_ctx tokens. */

@@ -1,0 +1,154 @@
+/* Tiled prefill attention micro-kernels, AVX2 + FMA (cpu_attn_ops, see
+ * cpu_internal.h). This file alone is compiled with -mavx2 -mfma -mf16c
+ * (CMakeLists.txt); cpu_kernels_attn.c calls it only with the avx2 kernel
+ * set, which cpu_isa.c chose after checking CPUID and XCR0.
+ *
+ * Same scheme as cpu_attn_avx512.c with 8 lanes and 16 registers: one ymm
+ * = the 8 query rows of a tile; qk takes eight keys per Qt vector load (four
+ * when two tiles share them); pv is a 4 rows x 2 vectors register tile.
+ */
+#include <immintrin.h>
+#include <math.h>
+
+#include "cpu_internal.h"
+
+#define AI static inline __attribute__((always_inline))
+#define R 8  /* query rows per tile = ymm lanes */
+#define NK 8 /* keys per qk register tile */
+
+/* e^x for x <= 0, to about 1 ulp: the same reduction and polynomial as
+ * exp_neg in cpu_attn_avx512.c; below ln(FLT_MIN) (and for -inf) it is 0. */
+AI __m256 exp_neg(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.33f);
+  __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
+  x = _mm256_max_ps(x, lo);
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693147182f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-1.90465421e-9f), r);
+  __m256 p = _mm256_set1_ps(1.98412698e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.38888889e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.33333333e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.16666667e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66666667e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(keep, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+static void load_q(float *qt, const float *q, const int32_t *off, int64_t D) {
+  const __m256i idx = _mm256_loadu_si256((const __m256i *)off);
+  for (int64_t d = 0; d < D; d++) _mm256_storeu_ps(qt + d * R, _mm256_i32gather_ps(q + d, idx, 4));
+}
+
+/* NT tiles (1 or 2) at once: with two, each broadcast K element feeds two
+ * FMAs. Two tiles use NK/2 keys per pass (16 registers). */
+AI void qk_n(const int NT, float *st, const float *qt, const float *k, int64_t ks, int nb,
+             int64_t D, float scale) {
+  const int nk = NT == 2 ? NK / 2 : NK;
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int j = 0; j < nb; j += nk) {
+    /* A short last group repeats its last key; those results are dropped. */
+    const float *kr[NK];
+    for (int i = 0; i < nk; i++) kr[i] = k + (int64_t)(j + i < nb ? j + i : nb - 1) * ks;
+    __m256 acc[2][NK];
+    for (int u = 0; u < NT; u++)
+      for (int i = 0; i < nk; i++) acc[u][i] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d++) {
+      __m256 qv[2];
+      for (int u = 0; u < NT; u++) qv[u] = _mm256_loadu_ps(qt + (u * D + d) * R);
+      for (int i = 0; i < nk; i++) {
+        __m256 kv = _mm256_set1_ps(kr[i][d]);
+        for (int u = 0; u < NT; u++) acc[u][i] = _mm256_fmadd_ps(kv, qv[u], acc[u][i]);
+      }
+    }
+    int nv = nb - j < nk ? nb - j : nk;
+    for (int u = 0; u < NT; u++)
+      for (int i = 0; i < nv; i++)
+        _mm256_storeu_ps(st + (u * nb + j + i) * R, _mm256_mul_ps(acc[u][i], sc));
+  }
+}
+
+static void qk(float *st, const float *qt, int ntl, const float *k, int64_t ks, int nb, int64_t D,
+               float scale) {
+  if (ntl == 2)
+    qk_n(2, st, qt, k, ks, nb, D, scale);
+  else
+    qk_n(1, st, qt, k, ks, nb, D, scale);
+}
+
+static void softmax(float *st, int nb, int64_t j0, const int32_t *lim, int masked, float *m,
+                    float *l, float *corr) {
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  if (masked) {
+    __m256i lv = _mm256_loadu_si256((const __m256i *)lim);
+    for (int j = 0; j < nb; j++) {
+      __m256 fut = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)(j0 + j)), lv));
+      _mm256_storeu_ps(st + j * R, _mm256_blendv_ps(_mm256_loadu_ps(st + j * R), ninf, fut));
+    }
+  }
+  __m256 bm = ninf;
+  for (int j = 0; j < nb; j++) bm = _mm256_max_ps(bm, _mm256_loadu_ps(st + j * R));
+  __m256 mo = _mm256_loadu_ps(m), mn = _mm256_max_ps(mo, bm);
+  __m256 c = exp_neg(_mm256_sub_ps(mo, mn)); /* first block: e^-inf = 0 */
+  __m256 sum = _mm256_setzero_ps();
+  for (int j = 0; j < nb; j++) {
+    __m256 p = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(st + j * R), mn));
+    _mm256_storeu_ps(st + j * R, p);
+    sum = _mm256_add_ps(sum, p);
+  }
+  _mm256_storeu_ps(l, _mm256_fmadd_ps(_mm256_loadu_ps(l), c, sum));
+  _mm256_storeu_ps(m, mn);
+  _mm256_storeu_ps(corr, c);
+}
+
+/* Lane mask for the first `rem` of 8 floats (maskload/maskstore). */
+AI __m256i lane_mask(int64_t rem) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)rem), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static void pv(float *acc, const float *st, const float *v, int64_t vs, int nb, int64_t D, int nr,
+               const float *corr) {
+  for (int r0 = 0; r0 < nr; r0 += 4) {
+    int64_t d0 = 0;
+    /* Full 16-wide column strips: 4 rows x 2 vectors of accumulators. */
+    for (; d0 + 16 <= D; d0 += 16) {
+      __m256 a[4][2];
+      for (int i = 0; i < 4; i++) {
+        __m256 cr = _mm256_set1_ps(corr[r0 + i]);
+        for (int c = 0; c < 2; c++)
+          a[i][c] = _mm256_mul_ps(_mm256_loadu_ps(acc + (r0 + i) * D + d0 + 8 * c), cr);
+      }
+      for (int j = 0; j < nb; j++) {
+        const float *vr = v + j * vs + d0;
+        __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8);
+        for (int i = 0; i < 4; i++) {
+          __m256 p = _mm256_set1_ps(st[j * R + r0 + i]);
+          a[i][0] = _mm256_fmadd_ps(p, v0, a[i][0]);
+          a[i][1] = _mm256_fmadd_ps(p, v1, a[i][1]);
+        }
+      }
+      for (int i = 0; i < 4; i++)
+        for (int c = 0; c < 2; c++) _mm256_storeu_ps(acc + (r0 + i) * D + d0 + 8 * c, a[i][c]);
+    }
+    /* The rest of D (< 16), one masked vector at a time. */
+    for (; d0 < D; d0 += 8) {
+      __m256i mk = lane_mask(D - d0);
+      __m256 a[4];
+      for (int i = 0; i < 4; i++)
+        a[i] = _mm256_mul_ps(_mm256_maskload_ps(acc + (r0 + i) * D + d0, mk),
+                             _mm256_set1_ps(corr[r0 + i]));
+      for (int j = 0; j < nb; j++) {
+        __m256 vv = _mm256_maskload_ps(v + j * vs + d0, mk);
+        for (int i = 0; i < 4; i++)
+          a[i] = _mm256_fmadd_ps(_mm256_set1_ps(st[j * R + r0 + i]), vv, a[i]);
+      }
+      for (int i = 0; i < 4; i++) _mm256_maskstore_ps(acc + (r0 + i) * D + d0, mk, a[i]);
+    }
+  }
+}
+
+const cpu_attn_ops cpu_attn_avx2 = {
+    .lanes = R, .load_q = load_q, .qk = qk, .softmax = softmax, .pv = pv};
