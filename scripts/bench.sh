@@ -16,4 +16,11 @@ gguf=models/qwen3-0.6b-bf16.gguf
 [ -f "$model/config.json" ] || build/bin/mi-mkmodel --shape 0.6b --seed 1 --out "$model"
 [ -f "$gguf" ] || node tools/peer/hf2gguf.mjs "$model" "$gguf" --type bf16
 threads=${MI_BENCH_THREADS:-$(nproc)}
-build/bin/mi-bench -m "$model" -t "$threads" --peer "$gguf" "$@"
+# The KV cache type of the peer's defaults (F16), so both read the same bytes;
+# a later --kv-type in "$@" wins. The JSON (with decode tokens/s by position)
+# and its plot go to bench-out/.
+mkdir -p bench-out
+build/bin/mi-bench -m "$model" -t "$threads" --peer "$gguf" --kv-type f16 \
+  --json-file bench-out/bench.json "$@"
+node tools/bench/plot_decode.mjs bench-out/bench.json >bench-out/decode_by_position.svg &&
+  echo "bench.sh: bench-out/bench.json, bench-out/decode_by_position.svg" >&2

@@ -23,6 +23,7 @@
 #include "core/loader.h"
 
 #define MAX_CELLS 8
+#define MAX_WINDOWS 64 /* decode-by-position points per cell */
 
 typedef struct cell_result {
   int ok;
@@ -32,12 +33,16 @@ typedef struct cell_result {
   uint64_t decode_weight_bytes, state_bytes_token;
   uint64_t prefill_flops_token, attn_flops_pos;
   double peak_gflops; /* the platform's matmul rate, measured in the same process */
+  /* decode tokens/s by position: window w covers generated tokens
+   * [w·win, (w+1)·win), i.e. positions P + w·win ... */
+  int n_windows, win;
+  double window_tps[MAX_WINDOWS];
   int64_t n_layers;
   char err[256];
 } cell_result;
 
 typedef struct bench_opts {
-  const char *model_dir, *plugin_dir, *platform, *peer_gguf, *peer_script, *kv_type;
+  const char *model_dir, *plugin_dir, *platform, *peer_gguf, *peer_script, *kv_type, *json_file;
   int threads, repeats, json, peer;
   int prompts[MAX_CELLS], n_prompts, gens[MAX_CELLS], n_gens;
   uint64_t seed;
@@ -114,6 +119,19 @@ done:
   return best;
 }
 
+/* Token timestamps for the decode-by-position series. */
+typedef struct tok_clock {
+  double *t;
+  int64_t n, cap;
+} tok_clock;
+
+static int on_token(void *user, const mi_gen_token *tk) {
+  tok_clock *c = user;
+  (void)tk;
+  if (c->n < c->cap) c->t[c->n++] = mi_now_seconds();
+  return 0;
+}
+
 /* Runs one cell in this (child) process. */
 static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
   memset(r, 0, sizeof *r);
@@ -146,7 +164,9 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
   mi_sampler_defaults(&gp.sampling);
   gp.sampling.temp = 0;
   mi_gen_stats st;
-  if (mi_generate(e, ids, (size_t)P, &gp, NULL, NULL, &st, err, sizeof err) != 0) {
+  tok_clock clk = {malloc((size_t)G * sizeof(double)), 0, G};
+  if (!clk.t) clk.cap = 0;
+  if (mi_generate(e, ids, (size_t)P, &gp, on_token, &clk, &st, err, sizeof err) != 0) {
     snprintf(r->err, sizeof r->err, "%s", err);
   } else {
     r->ok = 1;
@@ -161,7 +181,13 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
     r->prefill_flops_token = e->info.prefill_flops_token;
     r->attn_flops_pos = e->info.attn_flops_pos;
     r->peak_gflops = measure_peak_matmul(e);
+    /* windows of at least 32 tokens, at most MAX_WINDOWS of them; the rate
+     * of window w is its tokens over the time from the token before it */
+    r->win = G / MAX_WINDOWS > 32 ? (G + MAX_WINDOWS - 1) / MAX_WINDOWS : 32;
+    for (int64_t a = 1; a + r->win - 1 < clk.n && r->n_windows < MAX_WINDOWS; a += r->win)
+      r->window_tps[r->n_windows++] = r->win / (clk.t[a + r->win - 1] - clk.t[a - 1]);
   }
+  free(clk.t);
   free(ids);
   mi_engine_close(e);
   mi_registry_free(reg);
@@ -244,6 +270,7 @@ static void usage(FILE *f) {
         "  -g, --gens LIST        generation lengths (default 256,1024,2048)\n"
         "  -r, --repeats N        runs per cell; figures are medians (default 3)\n"
         "      --json             machine-readable output on stdout\n"
+        "      --json-file FILE   also write that JSON to FILE (the table stays on stdout)\n"
         "      --peer GGUF        also run llama.cpp (node-llama-cpp) on GGUF, interleaved\n"
         "      --peer-script JS   the Node driver (default tools/bench/llamacpp_bench.mjs)\n"
         "      --plugin-dir DIR, --platform NAME   as for mi-run\n"
@@ -257,7 +284,7 @@ int main(int argc, char **argv) {
   o.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   parse_list("11,256,1021", o.prompts, &o.n_prompts);
   parse_list("256,1024,2048", o.gens, &o.n_gens);
-  enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED, O_KVT };
+  enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED, O_KVT, O_JFILE };
   static const struct option lopts[] = {
       {"model", required_argument, 0, 'm'},   {"threads", required_argument, 0, 't'},
       {"prompts", required_argument, 0, 'p'}, {"gens", required_argument, 0, 'g'},
@@ -266,6 +293,7 @@ int main(int argc, char **argv) {
       {"plugin-dir", required_argument, 0, O_PDIR}, {"platform", required_argument, 0, O_PLAT},
       {"seed", required_argument, 0, O_SEED}, {"help", no_argument, 0, 'h'},
       {"kv-type", required_argument, 0, O_KVT},
+      {"json-file", required_argument, 0, O_JFILE},
       {0, 0, 0, 0}};
   int c;
   opterr = 0;
@@ -287,6 +315,7 @@ int main(int argc, char **argv) {
     case O_PLAT: o.platform = optarg; break;
     case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
     case O_KVT: o.kv_type = optarg; break;
+    case O_JFILE: o.json_file = optarg; break;
     case 'h': usage(stdout); return 0;
     default:
       fprintf(stderr, "mi-bench: bad or incomplete option %s (see --help)\n", argv[optind - 1]);
@@ -313,10 +342,10 @@ int main(int argc, char **argv) {
 
   json_t *jcells = json_array();
   if (!o.json) {
-    printf("model %s, %d threads, %d repeats (medians); decode roofline = triad bandwidth / "
+    printf("model %s, KV cache %s, %d threads, %d repeats (medians); decode roofline = triad bandwidth / "
            "bytes per decoded token; prefill %%peak = prefill FLOP/s / the platform's measured "
            "matmul GFLOP/s (column 'peak')\n",
-           o.model_dir, o.threads, o.repeats);
+           o.model_dir, o.kv_type ? o.kv_type : "f32", o.threads, o.repeats);
     printf("%6s %6s | %9s %11s %6s %6s %10s %10s %6s %9s", "prompt", "gen", "TTFT ms",
            "prefill t/s", "peak", "%peak", "decode t/s", "roof t/s", "%roof", "RSS MiB");
     if (o.peer) printf(" | %11s %10s | %7s %7s", "peer pre", "peer dec", "x pre", "x dec");
@@ -373,7 +402,7 @@ int main(int argc, char **argv) {
       double roof = bw.triad_gbs * 1e9 / bytes;
       double mp_pre = pn ? median(ppre, pn) : 0, mp_dec = pn ? median(pdec, pn) : 0;
       double mp_ttft = pn ? median(pttft, pn) : 0, mp_rss = pn ? median(prss, pn) : 0;
-      if (o.json) {
+      {
         json_t *jc = json_pack("{s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "prompt", P,
                                "gen", G, "ttft_ms", m_ttft, "prefill_tps", m_pre,
                                "prefill_gflops", m_pre * flops_tok / 1e9, "peak_matmul_gflops",
@@ -387,8 +416,14 @@ int main(int argc, char **argv) {
                                         "peak_rss_mib", mp_rss, "prefill_ratio",
                                         mp_pre > 0 ? m_pre / mp_pre : 0, "decode_ratio",
                                         mp_dec > 0 ? m_dec / mp_dec : 0));
+        /* decode tokens/s by position (last repeat): [first position, tok/s] */
+        json_t *jw = json_array();
+        for (int w = 0; w < last.n_windows; w++)
+          json_array_append_new(jw, json_pack("[i,f]", P + w * last.win, last.window_tps[w]));
+        json_object_set_new(jc, "decode_by_position", jw);
         json_array_append_new(jcells, jc);
-      } else {
+      }
+      if (!o.json) {
         fprintf(stderr, "\r%80s\r", "");
         printf("%6d %6d | %9.1f %11.1f %6.0f %5.0f%% %10.2f %10.2f %5.0f%% %9.1f", P, G, m_ttft,
                m_pre, m_peak, 100 * pre_frac, m_dec, roof, 100 * m_dec / roof, m_rss);
@@ -401,17 +436,22 @@ int main(int argc, char **argv) {
     }
   }
   fprintf(stderr, "\r%80s\r", "");
-  if (o.json) {
-    json_t *root = json_pack("{s:s,s:i,s:i,s:{s:f,s:f},s:o}", "model", o.model_dir, "threads",
-                             o.threads, "repeats", o.repeats, "bandwidth_gbs", "triad",
-                             bw.triad_gbs, "read", bw.read_gbs, "cells", jcells);
-    char *s = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
-    puts(s);
-    free(s);
-    json_decref(root);
-  } else {
-    json_decref(jcells);
+  json_t *root = json_pack("{s:s,s:i,s:i,s:s,s:{s:f,s:f},s:o}", "model", o.model_dir, "threads",
+                           o.threads, "repeats", o.repeats, "kv_type",
+                           o.kv_type ? o.kv_type : "f32", "bandwidth_gbs", "triad", bw.triad_gbs,
+                           "read", bw.read_gbs, "cells", jcells);
+  char *js = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+  json_decref(root);
+  if (o.json && js) puts(js);
+  if (o.json_file && js) {
+    FILE *f = fopen(o.json_file, "w");
+    if (!f || fputs(js, f) < 0 || fputc('\n', f) < 0) {
+      fprintf(stderr, "mi-bench: %s: cannot write: %s\n", o.json_file, strerror(errno));
+      failures++;
+    }
+    if (f && fclose(f) != 0) failures++;
   }
+  free(js);
   return failures ? 1 : 0;
 bad_list:
   fprintf(stderr, "mi-bench: %s expects a comma-separated list of positive integers\n",

@@ -13,7 +13,7 @@ START_TEST(one_cell_json) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
            "'%s/bin/mi-mkmodel' --shape tiny --seed 9 --out '%s/tests/bench-tiny' >/dev/null && "
-           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny' -p 11 -g 8 -r 1 -t 2 --json </dev/null",
+           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny' -p 11 -g 40 -r 1 -t 2 --json </dev/null",
            g_build, g_build, g_build, g_build);
   FILE *p = popen(cmd, "r");
   ck_assert(p);
@@ -26,7 +26,7 @@ START_TEST(one_cell_json) {
   ck_assert_int_eq(json_array_size(cells), 1);
   json_t *c = json_array_get(cells, 0);
   ck_assert_int_eq(json_integer_value(json_object_get(c, "prompt")), 11);
-  ck_assert_int_eq(json_integer_value(json_object_get(c, "gen")), 8);
+  ck_assert_int_eq(json_integer_value(json_object_get(c, "gen")), 40);
   const char *keys[] = {"ttft_ms", "prefill_tps", "decode_tps", "roofline_tps", "peak_rss_mib",
                         "bytes_per_token"};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
@@ -36,7 +36,10 @@ START_TEST(one_cell_json) {
   double frac = json_number_value(json_object_get(c, "roofline_fraction"));
   double dec = json_number_value(json_object_get(c, "decode_tps"));
   double roof = json_number_value(json_object_get(c, "roofline_tps"));
-  ck_assert(fabs(frac - dec / roof) < 1e-6 * (1 + frac));
+  /* the JSON carries 6 significant digits, so a ratio of two printed
+   * figures matches the printed ratio to about 1e-6 relative, not exactly */
+  ck_assert_msg(fabs(frac - dec / roof) < 1e-5 * frac, "roofline_fraction %.9g, decode/roof %.9g",
+                frac, dec / roof);
   /* bytes per token: at least the tiny model's bf16 weights (~19 MB) */
   ck_assert(json_number_value(json_object_get(c, "bytes_per_token")) > 1.9e7);
   /* prefill roofline: the FLOPs per prompt token mi-bench divides by must
@@ -61,8 +64,18 @@ START_TEST(one_cell_json) {
   ck_assert_msg(fabs(gfl - pre * flops_tok / 1e9) < 1e-4 * gfl, "prefill_gflops %g, want %g", gfl,
                 pre * flops_tok / 1e9);
   ck_assert_msg(isfinite(peak) && peak > 0, "peak_matmul_gflops = %g", peak);
-  ck_assert(fabs(pfrac - gfl / peak) < 1e-6 * (1 + pfrac));
+  ck_assert_msg(fabs(pfrac - gfl / peak) < 1e-5 * pfrac, "prefill_peak_fraction %.9g, want %.9g",
+                pfrac, gfl / peak);
   json_decref(cfg);
+  /* decode by position: 39 decode steps make one full 32-token window,
+   * starting at the prompt length, and one window's time cannot exceed
+   * the whole decode's */
+  json_t *dbp = json_object_get(c, "decode_by_position");
+  ck_assert_int_eq(json_array_size(dbp), 1);
+  ck_assert_int_eq(json_integer_value(json_array_get(json_array_get(dbp, 0), 0)), 11);
+  double wtps = json_number_value(json_array_get(json_array_get(dbp, 0), 1));
+  ck_assert_msg(isfinite(wtps) && wtps > 0 && 32 / wtps <= 39 / dec * (1 + 1e-4),
+                "window %g tok/s against decode %g tok/s", wtps, dec);
   json_t *bw = json_object_get(j, "bandwidth_gbs");
   ck_assert(json_number_value(json_object_get(bw, "triad")) > 0);
   json_decref(j);
