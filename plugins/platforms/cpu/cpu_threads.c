@@ -32,6 +32,8 @@
 #define cpu_relax() ((void)0)
 #endif
 
+#define CPU_WORKER_STACK ((size_t)8 << 20)
+
 typedef struct cpu_job {
   cpu_task_fn fn;
   void *arg;
@@ -166,7 +168,16 @@ int cpu_pool_create(cpu_pool **out, int nthreads, int spin_us, char *err, size_t
     if (wa) {
       wa->p = p;
       wa->tid = i;
-      rc = pthread_create(&p->th[i - 1], NULL, worker_main, wa);
+      /* An explicit stack size: kernels keep their tiles on the stack (a
+       * prefill attention task uses ~330 KiB at head_dim 128, ~780 KiB at
+       * the largest head_dim), and the default depends on `ulimit -s`. */
+      pthread_attr_t attr;
+      rc = pthread_attr_init(&attr);
+      if (!rc) {
+        (void)pthread_attr_setstacksize(&attr, CPU_WORKER_STACK);
+        rc = pthread_create(&p->th[i - 1], &attr, worker_main, wa);
+        pthread_attr_destroy(&attr);
+      }
       if (rc) free(wa);
     }
     if (rc) {
