@@ -217,6 +217,18 @@ START_TEST(reject_header_length) {
   expect_fail(p, p, "too large");
   ck_assert_int_eq(tw_write_st_len(p, UINT64_MAX, "{}", NULL, 0), 0);
   expect_fail(p, p, "too large");
+  /* a header just over the 16 MiB limit that the file really holds: refused
+   * by its length, before jansson sees (and multiplies) it */
+  size_t n = (16u << 20) + 1;
+  char *big = malloc(8 + n);
+  ck_assert(big);
+  for (int b = 0; b < 8; b++) big[b] = (char)(((uint64_t)n >> (8 * b)) & 0xff);
+  memset(big + 8, ' ', n);
+  big[8] = '{';
+  big[8 + n - 1] = '}';
+  ck_assert_int_eq(tw_write_raw(p, big, 8 + n), 0);
+  free(big);
+  expect_fail(p, p, "too large (limit 16777216)");
   free(p);
 }
 END_TEST
