@@ -32,6 +32,7 @@ typedef struct cell_result {
   double load_s;
   uint64_t decode_weight_bytes, state_bytes_token;
   uint64_t prefill_flops_token, attn_flops_pos;
+  uint64_t weight_bytes; /* every weight the model loaded */
   double peak_gflops; /* the platform's matmul rate, measured in the same process */
   /* decode tokens/s by position: window w covers generated tokens
    * [w·win, (w+1)·win), i.e. positions P + w·win ... */
@@ -179,6 +180,7 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
     r->state_bytes_token = e->info.state_bytes_token;
     r->n_layers = e->info.n_layers;
     r->prefill_flops_token = e->info.prefill_flops_token;
+    r->weight_bytes = e->info.weight_bytes;
     r->attn_flops_pos = e->info.attn_flops_pos;
     r->peak_gflops = measure_peak_matmul(e);
     /* windows of at least 32 tokens, at most MAX_WINDOWS of them; the rate
@@ -421,6 +423,13 @@ int main(int argc, char **argv) {
         for (int w = 0; w < last.n_windows; w++)
           json_array_append_new(jw, json_pack("[i,f]", P + w * last.win, last.window_tps[w]));
         json_object_set_new(jc, "decode_by_position", jw);
+        /* the issue's memory bound: weights + the KV cache of the whole
+         * context (prompt + gen) + 10% */
+        double w_mib = (double)last.weight_bytes / 1048576.0;
+        double kv_mib = (double)last.state_bytes_token * (P + G) / 1048576.0;
+        json_object_set_new(jc, "weights_mib", json_real(w_mib));
+        json_object_set_new(jc, "kv_cache_mib", json_real(kv_mib));
+        json_object_set_new(jc, "rss_bound_mib", json_real(1.1 * (w_mib + kv_mib)));
         json_array_append_new(jcells, jc);
       }
       if (!o.json) {

@@ -1,0 +1,40 @@
+#!/usr/bin/env node
+// A Markdown table from one or more `mi-bench --json` files (cells of later
+// files are appended), with the llama.cpp ratios when the run had --peer.
+//
+//   node tools/bench/bench_table.mjs bench-out/short.json bench-out/long.json
+import { readFileSync } from 'node:fs';
+
+const files = process.argv.slice(2);
+if (files.length === 0) {
+  console.error('usage: bench_table.mjs MI_BENCH_JSON...');
+  process.exit(2);
+}
+const rows = [];
+const heads = [];
+for (const f of files) {
+  let doc;
+  try {
+    doc = JSON.parse(readFileSync(f, 'utf8'));
+  } catch (e) {
+    console.error(`bench_table.mjs: ${f}: ${e.message}`);
+    process.exit(1);
+  }
+  heads.push(`${f}: ${doc.threads} threads, ${doc.repeats} repeat(s), KV ${doc.kv_type || 'f32'}, ` +
+    `triad ${doc.bandwidth_gbs.triad.toFixed(1)} GB/s, read ${doc.bandwidth_gbs.read.toFixed(1)} GB/s`);
+  for (const c of doc.cells) rows.push(c);
+}
+const f1 = (x) => (x === undefined ? '–' : x.toFixed(1));
+const f2 = (x) => (x === undefined ? '–' : x.toFixed(2));
+const pc = (x) => (x === undefined ? '–' : `${Math.round(100 * x)}%`);
+const rx = (x) => (x === undefined || x === 0 ? '–' : `${x.toFixed(2)}×`);
+console.log(heads.map((h) => `- ${h}`).join('\n'));
+console.log('');
+console.log('| prompt | gen | TTFT ms | prefill tok/s | % matmul peak | decode tok/s | roofline tok/s | % roofline | peak RSS MiB | RSS bound MiB | llama.cpp prefill | llama.cpp decode | × prefill | × decode |');
+console.log('| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+for (const c of rows) {
+  const p = c.peer || {};
+  console.log(`| ${c.prompt} | ${c.gen} | ${Math.round(c.ttft_ms)} | ${f1(c.prefill_tps)} | ${pc(c.prefill_peak_fraction)} | ` +
+    `${f2(c.decode_tps)} | ${f2(c.roofline_tps)} | ${pc(c.roofline_fraction)} | ${Math.round(c.peak_rss_mib)} | ${c.rss_bound_mib === undefined ? '–' : Math.round(c.rss_bound_mib)} | ` +
+    `${f1(p.prefill_tps)} | ${f2(p.decode_tps)} | ${rx(p.prefill_ratio)} | ${rx(p.decode_ratio)} |`);
+}
