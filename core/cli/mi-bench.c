@@ -39,7 +39,7 @@ typedef struct cell_result {
   int n_windows, win;
   double window_tps[MAX_WINDOWS];
   int64_t n_layers;
-  char err[256];
+  char err[1024]; /* as long as the engine's messages: never cut */
 } cell_result;
 
 typedef struct bench_opts {
