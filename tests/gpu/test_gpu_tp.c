@@ -24,19 +24,10 @@ static char g_build[PATH_MAX], g_dir[PATH_MAX], g_mpirun[512], g_fake[PATH_MAX];
 #define STEPS 3
 #define TOPK 5
 
-typedef struct run_out {
-  int status;
-  int n_prompt;
-  int tokens[STEPS];
-  int top_ids[STEPS][TOPK];
-  double top_lps[STEPS][TOPK];
-  int steps;
-  char err[8192];
-} run_out;
+#include "../tp/run_json.h"
 
 /* Runs mi-run with plugins.conf `conf` (under `launcher`, "" for none). */
 static void run(const char *env, const char *launcher, const char *conf, int tp, run_out *r) {
-  memset(r, 0, sizeof *r);
   char errf[PATH_MAX + 32], cmd[4 * PATH_MAX + 1024];
   snprintf(errf, sizeof errf, "%s/err-%s-%d.txt", g_dir, conf, tp);
   snprintf(cmd, sizeof cmd,
@@ -44,36 +35,7 @@ static void run(const char *env, const char *launcher, const char *conf, int tp,
            "-p 'Tensor parallel ranks' -n %d --temp 0 --ignore-eos --json "
            "--top-logprobs %d --tp %d </dev/null 2>'%s'",
            env, launcher, g_build, g_dir, conf, g_dir, STEPS, TOPK, tp, errf);
-  FILE *p = popen(cmd, "r");
-  ck_assert(p);
-  char line[16384];
-  while (fgets(line, sizeof line, p)) {
-    json_error_t je;
-    json_t *j = json_loads(line, 0, &je);
-    ck_assert_msg(j, "not JSON: %s", line);
-    if (json_object_get(j, "prompt_ids")) {
-      r->n_prompt = (int)json_array_size(json_object_get(j, "prompt_ids"));
-    } else if (json_object_get(j, "step")) {
-      int s = (int)json_integer_value(json_object_get(j, "step"));
-      ck_assert(s == r->steps && s < STEPS);
-      r->tokens[s] = (int)json_integer_value(json_object_get(j, "token_id"));
-      json_t *top = json_object_get(j, "top_logprobs");
-      for (int k = 0; k < TOPK; k++) {
-        r->top_ids[s][k] = (int)json_integer_value(json_array_get(json_array_get(top, k), 0));
-        r->top_lps[s][k] = json_number_value(json_array_get(json_array_get(top, k), 1));
-      }
-      r->steps++;
-    }
-    json_decref(j);
-  }
-  int st = pclose(p);
-  r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-  FILE *f = fopen(errf, "r");
-  if (f) {
-    size_t n = fread(r->err, 1, sizeof r->err - 1, f);
-    r->err[n] = 0;
-    fclose(f);
-  }
+  run_json(cmd, errf, r);
 }
 
 /* A failing run must still be a clean one: one line per rank, no sanitizer

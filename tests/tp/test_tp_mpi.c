@@ -15,54 +15,16 @@ static char g_build[1024], g_small[1200], g_tiny[1200], g_mpirun[256];
 #define STEPS 12
 #define TOPK 5
 
-typedef struct run_out {
-  int status;
-  int n_prompt;
-  int tokens[STEPS];
-  int top_ids[STEPS][TOPK];
-  double top_lps[STEPS][TOPK];
-  int steps;
-  char err[4096];
-} run_out;
+#include "run_json.h"
 
 static void run(const char *launcher, const char *model, int tp, run_out *r) {
-  memset(r, 0, sizeof *r);
   char errf[1300], cmd[8192];
   snprintf(errf, sizeof errf, "%s/tp-err-%d.txt", g_build, tp);
   snprintf(cmd, sizeof cmd,
            "%s '%s/bin/mi-run' -m '%s' -p 'Tensor parallel ranks agree on' -n %d --temp 0 "
            "--ignore-eos --json --top-logprobs %d -t 1 --tp %d </dev/null 2>'%s'",
            launcher, g_build, model, STEPS, TOPK, tp, errf);
-  FILE *p = popen(cmd, "r");
-  ck_assert(p);
-  char line[16384];
-  while (fgets(line, sizeof line, p)) {
-    json_error_t je;
-    json_t *j = json_loads(line, 0, &je);
-    ck_assert_msg(j, "not JSON: %s", line);
-    if (json_object_get(j, "prompt_ids")) {
-      r->n_prompt = (int)json_array_size(json_object_get(j, "prompt_ids"));
-    } else if (json_object_get(j, "step")) {
-      int s = (int)json_integer_value(json_object_get(j, "step"));
-      ck_assert(s == r->steps && s < STEPS);
-      r->tokens[s] = (int)json_integer_value(json_object_get(j, "token_id"));
-      json_t *top = json_object_get(j, "top_logprobs");
-      for (int k = 0; k < TOPK; k++) {
-        r->top_ids[s][k] = (int)json_integer_value(json_array_get(json_array_get(top, k), 0));
-        r->top_lps[s][k] = json_number_value(json_array_get(json_array_get(top, k), 1));
-      }
-      r->steps++;
-    }
-    json_decref(j);
-  }
-  int st = pclose(p);
-  r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-  FILE *f = fopen(errf, "r");
-  if (f) {
-    size_t n = fread(r->err, 1, sizeof r->err - 1, f);
-    r->err[n] = 0;
-    fclose(f);
-  }
+  run_json(cmd, errf, r);
 }
 
 /* Logprob tolerance: the TP ranks sum partial matmul results in a different
