@@ -548,6 +548,12 @@ START_TEST(test_attention) {
       {65, 2, 2, 64, 0, 0.125f, 1},
       {30, 4, 2, 64, 50, 0.125f, 1},    /* tile straddles the block edge at 64 */
       {1021, 1, 1, 16, 3, 0.25f, 1},    /* long prompt, 16 blocks */
+      /* Decode split over positions (one task per 64 positions, up to the
+       * thread count; the tasks' partial softmaxes are merged): */
+      {1, 6, 3, 17, 301, 0.243f, 1},    /* 302 keys: tasks end mid-block, rows not /4 */
+      {1, 16, 8, 128, 1500, 0.0884f, 2}, /* Qwen3 heads, long context */
+      {1, 6, 2, 48, 301, 0.144f, 1},    /* G=3: a head pair, then a single head; D = 3 vectors */
+      {1, 3, 1, 80, 129, 0.112f, 1},    /* D = 5 vectors: a short last column group */
   };
   /* f32 cache, and half-precision caches (widened block by block) */
   static const mi_dtype kvts[] = {MI_DTYPE_F32, MI_DTYPE_F16, MI_DTYPE_BF16};
@@ -558,6 +564,9 @@ START_TEST(test_attention) {
   attn_case big = {3, 2, 1, 64, 2000, 1.0f, 3};
   check_attention(&p, &big, 1, MI_DTYPE_F32);
   check_attention(&p, &big, 1, MI_DTYPE_F16);
+  attn_case big_decode = {1, 2, 1, 64, 2000, 1.0f, 3}; /* the same through the decode split */
+  check_attention(&p, &big_decode, 1, MI_DTYPE_F32);
+  check_attention(&p, &big_decode, 1, MI_DTYPE_BF16);
   attn_case big_tiled = {16, 2, 1, 64, 300, 1.0f, 3}; /* the same through prefill tiles */
   check_attention(&p, &big_tiled, 1, MI_DTYPE_F32);
   close_plat(&p);

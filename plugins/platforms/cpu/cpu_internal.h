@@ -192,6 +192,23 @@ typedef struct cpu_attn_ops {
    * rows r < round_up(nr, 4) (rows beyond nr are padding the caller ignores). */
   void (*pv)(float *acc, const float *st, const float *v, int64_t vs, int nb, int64_t D, int nr,
              const float *corr);
+  /* Decode (one query position; optional, NULL: the portable path), over a
+   * block of nb <= 64 cache rows read straight from the cache in kvt (f32,
+   * f16, bf16). Block row j starts ro[j] elements into k / v (the rows may
+   * come from several places: the caller interleaves streams); D is a
+   * multiple of `lanes`. Query head h (of Hq) reads KV head h / G, at
+   * column (h / G)·D of each row. Layouts: q [Hq][D]; s [Hq][ss] scores,
+   * then probabilities; acc [Hq][as].
+   * dec_qk:      s[h·ss + j] = scale · Σ_d q[h·D + d] · k[ro[j] + (h/G)·D + d]
+   * dec_softmax: per head, as softmax above: m' = max(m, max_j s), corr =
+   *              e^(m - m'), s = e^(s - m'), l = l·corr + Σ_j s, m = m'
+   * dec_pv:      acc[h·as + d] = corr[h]·acc[h·as + d] + Σ_j s[h·ss + j] · v[ro[j] + (h/G)·D + d] */
+  void (*dec_qk)(float *s, int64_t ss, const float *q, int64_t Hq, int64_t G, const void *k,
+                 mi_dtype kvt, const int64_t *ro, int nb, int64_t D, float scale);
+  void (*dec_softmax)(float *s, int64_t ss, int nb, int64_t Hq, float *m, float *l, float *corr);
+  void (*dec_pv)(float *acc, int64_t as, const float *s, int64_t ss, const float *corr,
+                 const void *v, mi_dtype kvt, const int64_t *ro, int nb, int64_t Hq, int64_t G,
+                 int64_t D);
 } cpu_attn_ops;
 
 #if defined(MI_CPU_X86)

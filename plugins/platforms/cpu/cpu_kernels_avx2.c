@@ -84,13 +84,16 @@ AI void tile(const int MR, const int NR, float *y, int64_t ldy, const float *x, 
     for (int j = 0; j < nr; j++) y[i * ldy + j] = hsum(acc[i][j]);
 }
 
-/* Decode GEMV (one activation row, memory bound): weights read as one
- * sequential stream, row after row, with a software prefetch ahead (see
- * cpu_kernels_avx512.c). */
+/* Decode GEMV (one activation row, memory bound): GEMV_STREAMS rows from
+ * as many equal parts of [n0, n1) at once, so each core runs that many
+ * sequential weight streams (see cpu_kernels_avx512.c; four here, as 16
+ * ymm registers hold 4 x 2 accumulators and the x vectors). Leftover rows
+ * go one at a time with a software prefetch ahead. */
 #define PF_AHEAD 1024
+#define GEMV_STREAMS 4
 
-AI void gemv_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t K, int64_t n0,
-                int64_t n1) {
+AI void gemv_row1(float *y, const float *x, const void *w, mi_dtype dt, int64_t K, int64_t n0,
+                  int64_t n1) {
   size_t wrow = (size_t)K * mi_dtype_size(dt);
   for (int64_t n = n0; n < n1; n++) {
     const char *wr = (const char *)w + (size_t)n * wrow;
@@ -110,6 +113,37 @@ AI void gemv_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t K,
     if (k < K) a1 = _mm256_fmadd_ps(ld_x_tail(x, k, K - k), ld_w_tail(wr, k, K - k, dt), a1);
     y[n] = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   }
+}
+
+AI void gemv_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t K, int64_t n0,
+                int64_t n1) {
+  enum { S = GEMV_STREAMS };
+  const size_t wrow = (size_t)K * mi_dtype_size(dt);
+  const int64_t chunk = (n1 - n0) / S; /* rows per stream */
+  for (int64_t i = 0; i < chunk; i++) {
+    const char *wr[S];
+    __m256 a[S][2];
+    for (int s = 0; s < S; s++) {
+      wr[s] = (const char *)w + (size_t)(n0 + s * chunk + i) * wrow;
+      a[s][0] = _mm256_setzero_ps();
+      a[s][1] = _mm256_setzero_ps();
+    }
+    int64_t k = 0;
+    for (; k + 4 * VL <= K; k += 4 * VL) /* 32 weights = one line of bf16 per stream */
+      for (int s = 0; s < S; s++)
+        for (int u = 0; u < 4; u++)
+          a[s][u & 1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + u * VL),
+                                        ld_w(wr[s], k + u * VL, dt), a[s][u & 1]);
+    for (; k < K; k += VL) {
+      const int64_t r = K - k < VL ? K - k : VL;
+      const __m256 xv = r == VL ? _mm256_loadu_ps(x + k) : ld_x_tail(x, k, r);
+      for (int s = 0; s < S; s++)
+        a[s][0] = _mm256_fmadd_ps(xv, r == VL ? ld_w(wr[s], k, dt) : ld_w_tail(wr[s], k, r, dt),
+                                  a[s][0]);
+    }
+    for (int s = 0; s < S; s++) y[n0 + s * chunk + i] = hsum(_mm256_add_ps(a[s][0], a[s][1]));
+  }
+  gemv_row1(y, x, w, dt, K, n0 + S * chunk, n1);
 }
 
 AI void matmul_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
