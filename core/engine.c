@@ -181,7 +181,12 @@ int mi_engine_open(mi_registry *reg, const mi_engine_opts *o, mi_engine **out, c
   add_eos(e, mi_tokenizer_token_id(e->tok, "<|endoftext|>"));
 
   /* weights + model */
-  e->weights = mi_weights_open(o->model_dir, err, err_len);
+  mi_weights_load how = o->weights == MI_ENGINE_WEIGHTS_READ ? MI_WEIGHTS_READ : MI_WEIGHTS_MMAP;
+  if (o->weights == MI_ENGINE_WEIGHTS_AUTO) {
+    mi_device_info di = {.struct_size = sizeof di};
+    if (e->P->device_info(e->pc, 0, &di) == 0 && di.host_memory) how = MI_WEIGHTS_READ;
+  }
+  e->weights = mi_weights_open_ex(o->model_dir, how, err, err_len);
   if (!e->weights) goto fail;
   mi_options none = {0};
   mi_model_load_args a = {

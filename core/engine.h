@@ -16,7 +16,15 @@ typedef struct mi_engine_opts {
   const char *platform;   /* plugin name, or NULL for the best-scoring one */
   const mi_options *model_opts; /* e.g. batch=512 */
   int tp_rank, tp_size;
+  /* How the weights are loaded: MI_ENGINE_WEIGHTS_AUTO reads them into huge
+   * pages when the platform's kernels use host memory directly (the CPU),
+   * and maps the files otherwise (a GPU uploads them anyway). */
+  int weights; /* MI_ENGINE_WEIGHTS_* */
 } mi_engine_opts;
+
+#define MI_ENGINE_WEIGHTS_AUTO 0
+#define MI_ENGINE_WEIGHTS_MMAP 1 /* --mmap */
+#define MI_ENGINE_WEIGHTS_READ 2 /* --no-mmap */
 
 typedef struct mi_engine {
   char *model_dir;

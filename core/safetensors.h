@@ -1,5 +1,5 @@
-/* Safetensors reader: a model's weight files, mmapped read-only and
- * validated in full before any pointer is handed out.
+/* Safetensors reader: a model's weight files, mmapped read-only (or read
+ * into huge pages) and validated in full before any pointer is handed out.
  *
  * File format (https://github.com/huggingface/safetensors): u64 little-endian
  * header length N, N bytes of JSON header {name: {dtype, shape, data_offsets},
@@ -40,12 +40,25 @@ extern "C" {
  * valid and nbytes exact; mi_st_dtype_string() says what it is. */
 #define MI_ST_DTYPE_OTHER (-1)
 
+/* How a file's bytes get into memory. */
+typedef enum mi_weights_load {
+  /* mmap the file (read-only, pre-faulted): no copy, pages shared with the
+   * page cache and other processes, but 4 KiB pages. */
+  MI_WEIGHTS_MMAP = 0,
+  /* read it into private memory aligned to 2 MiB and advised for
+   * transparent huge pages: one copy at load time, and then far fewer TLB
+   * misses while kernels stream the weights (measured here, CPU decode of
+   * Qwen3-0.6B: ~14% faster than from the mapping). */
+  MI_WEIGHTS_READ = 1,
+} mi_weights_load;
+
 /* ---- one file ----------------------------------------------------------- */
 
 typedef struct mi_st_file mi_st_file;
 
-/* Opens, mmaps and validates one .safetensors file. NULL + err on error. */
+/* Opens, loads (mmap) and validates one .safetensors file. NULL + err on error. */
 mi_st_file *mi_st_open_file(const char *path, char *err, size_t err_len);
+mi_st_file *mi_st_open_file_ex(const char *path, mi_weights_load how, char *err, size_t err_len);
 void mi_st_close_file(mi_st_file *f);
 
 const char *mi_st_path(const mi_st_file *f);
@@ -63,7 +76,9 @@ const char *mi_st_metadata(const mi_st_file *f, const char *key);
 /* model_dir holds model.safetensors, or model.safetensors.index.json naming
  * several shards (model_dir may also be the path of one .safetensors file).
  * With an index only the tensors in its weight_map are visible. */
-mi_weights *mi_weights_open(const char *model_dir, char *err, size_t err_len);
+mi_weights *mi_weights_open(const char *model_dir, char *err, size_t err_len); /* mmap */
+mi_weights *mi_weights_open_ex(const char *model_dir, mi_weights_load how, char *err,
+                               size_t err_len);
 void mi_weights_close(mi_weights *w);
 
 /* These three match mi_host_api's weights_* members. Tensors are in name

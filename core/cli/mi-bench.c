@@ -44,6 +44,7 @@ typedef struct cell_result {
 
 typedef struct bench_opts {
   const char *model_dir, *plugin_dir, *platform, *peer_gguf, *peer_script, *kv_type, *json_file;
+  int weights; /* MI_ENGINE_WEIGHTS_* */
   int threads, repeats, json, peer;
   int prompts[MAX_CELLS], n_prompts, gens[MAX_CELLS], n_gens;
   uint64_t seed;
@@ -153,7 +154,7 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
   mi_kv mkv[] = {{"kv_type", o->kv_type}};
   mi_options mo = {mkv, o->kv_type ? 1 : 0};
   mi_engine_opts eo = {.model_dir = o->model_dir, .platform = o->platform, .model_opts = &mo,
-                       .tp_size = 1};
+                       .tp_size = 1, .weights = o->weights};
   if (mi_engine_open(reg, &eo, &e, err, sizeof err) != 0) {
     snprintf(r->err, sizeof r->err, "%s", err);
     mi_registry_free(reg);
@@ -277,7 +278,8 @@ static void usage(FILE *f) {
         "      --peer-script JS   the Node driver (default tools/bench/llamacpp_bench.mjs)\n"
         "      --plugin-dir DIR, --platform NAME   as for mi-run\n"
         "      --seed N           prompt token seed (default 1)\n"
-        "      --kv-type T        KV cache type f32 (default), f16 or bf16\n",
+        "      --kv-type T        KV cache type f32 (default), f16 or bf16\n"
+        "      --mmap, --no-mmap  how MetaInfer loads the weights, as for mi-run\n",
         f);
 }
 
@@ -286,7 +288,7 @@ int main(int argc, char **argv) {
   o.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   parse_list("11,256,1021", o.prompts, &o.n_prompts);
   parse_list("256,1024,2048", o.gens, &o.n_gens);
-  enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED, O_KVT, O_JFILE };
+  enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED, O_KVT, O_JFILE, O_MMAP, O_NOMMAP };
   static const struct option lopts[] = {
       {"model", required_argument, 0, 'm'},   {"threads", required_argument, 0, 't'},
       {"prompts", required_argument, 0, 'p'}, {"gens", required_argument, 0, 'g'},
@@ -296,6 +298,7 @@ int main(int argc, char **argv) {
       {"seed", required_argument, 0, O_SEED}, {"help", no_argument, 0, 'h'},
       {"kv-type", required_argument, 0, O_KVT},
       {"json-file", required_argument, 0, O_JFILE},
+      {"mmap", no_argument, 0, O_MMAP},       {"no-mmap", no_argument, 0, O_NOMMAP},
       {0, 0, 0, 0}};
   int c;
   opterr = 0;
@@ -318,6 +321,8 @@ int main(int argc, char **argv) {
     case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
     case O_KVT: o.kv_type = optarg; break;
     case O_JFILE: o.json_file = optarg; break;
+    case O_MMAP: o.weights = MI_ENGINE_WEIGHTS_MMAP; break;
+    case O_NOMMAP: o.weights = MI_ENGINE_WEIGHTS_READ; break;
     case 'h': usage(stdout); return 0;
     default:
       fprintf(stderr, "mi-bench: bad or incomplete option %s (see --help)\n", argv[optind - 1]);

@@ -170,17 +170,59 @@ START_TEST(two_shard_index) {
 }
 END_TEST
 
+/* MI_WEIGHTS_READ (the file read into private memory) gives every tensor
+ * with the same metadata and bytes as the mapping, for one file and for a
+ * sharded directory. */
+static void expect_same_both_ways(const char *path) {
+  char err[512] = "";
+  mi_weights *a = mi_weights_open_ex(path, MI_WEIGHTS_MMAP, err, sizeof err);
+  ck_assert_msg(a != NULL, "%s", err);
+  mi_weights *b = mi_weights_open_ex(path, MI_WEIGHTS_READ, err, sizeof err);
+  ck_assert_msg(b != NULL, "%s", err);
+  ck_assert_uint_eq(mi_weights_count(a), mi_weights_count(b));
+  ck_assert_uint_gt(mi_weights_count(a), 0);
+  for (size_t i = 0; i < mi_weights_count(a); i++) {
+    mi_weight_info x, y;
+    ck_assert_int_eq(mi_weights_at(a, i, &x), 0);
+    ck_assert_int_eq(mi_weights_at(b, i, &y), 0);
+    ck_assert_str_eq(x.name, y.name);
+    ck_assert_int_eq(x.dtype, y.dtype);
+    ck_assert_uint_eq(x.nbytes, y.nbytes);
+    ck_assert_ptr_ne(x.data, y.data); /* a copy, not the mapping */
+    ck_assert_int_eq(memcmp(x.data, y.data, x.nbytes), 0);
+  }
+  mi_weights_close(a);
+  mi_weights_close(b);
+}
+
+START_TEST(read_mode_same_as_mmap) {
+  fill_data();
+  char *p = tw_path(g_dir, "model.safetensors");
+  ck_assert_int_eq(tw_write_st(p, GOOD3, DATA, 40), 0);
+  expect_same_both_ways(g_dir);
+  ck_assert_int_eq(unlink(p), 0);
+  free(p);
+  write_two_shards("{\"weight_map\":{\"z\":\"model-00002-of-00002.safetensors\","
+                   "\"x\":\"model-00001-of-00002.safetensors\","
+                   "\"y\":\"model-00001-of-00002.safetensors\"}}");
+  expect_same_both_ways(g_dir);
+}
+END_TEST
+
 /* ---- rejections ---------------------------------------------------------- */
 
 /* Opening `path` (file or dir, via mi_weights_open) fails with a message
  * that names `who` and contains `want`. */
 static void expect_fail(const char *path, const char *who, const char *want) {
-  char err[512] = "";
-  mi_weights *w = mi_weights_open(path, err, sizeof err);
-  ck_assert_msg(w == NULL, "%s: expected failure '%s'", path, want);
-  ck_assert_msg(strstr(err, who) != NULL, "message does not name %s: %s", who, err);
-  ck_assert_msg(strstr(err, want) != NULL, "message lacks '%s': %s", want, err);
-  ck_assert_msg(strchr(err, '\n') == NULL, "not one line: %s", err);
+  /* mapped or read into memory: the same refusal */
+  for (int how = MI_WEIGHTS_MMAP; how <= MI_WEIGHTS_READ; how++) {
+    char err[512] = "";
+    mi_weights *w = mi_weights_open_ex(path, (mi_weights_load)how, err, sizeof err);
+    ck_assert_msg(w == NULL, "%s: expected failure '%s'", path, want);
+    ck_assert_msg(strstr(err, who) != NULL, "message does not name %s: %s", who, err);
+    ck_assert_msg(strstr(err, want) != NULL, "message lacks '%s': %s", want, err);
+    ck_assert_msg(strchr(err, '\n') == NULL, "not one line: %s", err);
+  }
 }
 
 /* A file with this header (and `dlen` data bytes) is refused with `want`. */
@@ -349,6 +391,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, valid_three_tensors);
   tcase_add_test(tc, other_dtypes_and_empty_tensor);
   tcase_add_test(tc, two_shard_index);
+  tcase_add_test(tc, read_mode_same_as_mmap);
   tcase_add_test(tc, reject_empty_and_short);
   tcase_add_test(tc, reject_header_length);
   tcase_add_test(tc, reject_bad_json);
