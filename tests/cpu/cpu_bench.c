@@ -6,12 +6,16 @@
  * at 1024 cached positions: GB/s of KV streamed. Decode sweep: every matmul
  * of one Qwen3-0.6B token from its own weights (1.19 GB, larger than the
  * caches), per matrix and in all: what the GEMV streams when it is the only
- * thing running. */
+ * thing running. Attention decode out of the caches: 28 layers' f16 caches at
+ * 3000 positions (MI_BENCH_LAYERS=1 keeps one layer's, 12 MB, in cache).
+ * Weights and caches sit in 2 MiB pages, as mi-run loads weights. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "mi/platform.h"
@@ -21,6 +25,15 @@ static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* n bytes, 2 MiB-aligned and advised for huge pages; free() releases it. */
+static void *huge_alloc(size_t n) {
+  void *p = NULL;
+  const size_t huge = (size_t)2 << 20;
+  if (posix_memalign(&p, huge, (n + huge - 1) / huge * huge)) return NULL;
+  (void)madvise(p, (n + huge - 1) / huge * huge, MADV_HUGEPAGE);
+  return p;
 }
 
 static const char *opt_get(const mi_options *o, const char *key) {
@@ -53,7 +66,7 @@ int main(int argc, char **argv) {
   printf("variant %s, threads %s\n", pi->variant(ctx), threads);
 
   const long K = 1024, NB = 151936;
-  uint16_t *w = malloc((size_t)NB * K * 2);
+  uint16_t *w = huge_alloc((size_t)NB * K * 2);
   for (size_t i = 0; i < (size_t)NB * K; i++) w[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 256);
   float *x = malloc(256 * K * 4), *y = malloc((size_t)256 * NB * 4);
   for (long i = 0; i < 256 * K; i++) x[i] = (float)((i % 17) - 8) / 8.0f;
@@ -82,7 +95,7 @@ int main(int argc, char **argv) {
     size_t per_layer = 0;
     for (int i = 0; i < 7; i++) per_layer += (size_t)shapes[i][0] * shapes[i][1];
     size_t total = per_layer * L;
-    uint16_t *wl = malloc(total * 2);
+    uint16_t *wl = huge_alloc(total * 2);
     float *xa = malloc(3072 * 4), *ya = malloc(3072 * 4);
     if (wl && xa && ya) {
       for (size_t i = 0; i < total; i++) wl[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 256);
@@ -157,9 +170,9 @@ int main(int argc, char **argv) {
     {
       /* Decode attention out of the caches: 28 layers' f16 caches at 3000
        * positions (344 MB), as one token of a long Qwen3-0.6B context reads. */
-      const long nl = getenv("NL") ? atol(getenv("NL")) : 28, P = 3000;
+      const long nl = getenv("MI_BENCH_LAYERS") ? atol(getenv("MI_BENCH_LAYERS")) : 28, P = 3000;
       size_t per = (size_t)P * Hkv * D;
-      uint16_t *kl = malloc(per * nl * 2), *vl = malloc(per * nl * 2);
+      uint16_t *kl = huge_alloc(per * nl * 2), *vl = huge_alloc(per * nl * 2);
       if (kl && vl) {
         for (size_t i = 0; i < per * nl; i++) kl[i] = vl[i] = (uint16_t)(0x3000 + i % 1024);
         double best = 1e9;

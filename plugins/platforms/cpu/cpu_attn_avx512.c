@@ -211,21 +211,29 @@ AI void dec_qk_rows(const int GB, float *s, int64_t ss, const float *q, const vo
     for (int i = 0; i < nv; i++) s[u * ss + j + i] = out[u * 4 + i];
 }
 
-/* Rows in groups of four, all heads of a group before the next group.
- * Query heads go in pairs when both read the same KV head. */
+/* Rows per group: all heads of a group of QK_ROWS / PV_ROWS block rows
+ * before the next group, so each of the caller's interleaved streams is
+ * read a row (2 KiB here) at a time, in order, and the hardware prefetcher
+ * keeps up. (Head by head over the whole 64-row block instead touches 256
+ * bytes of every row per pass: measured ~25% less KV bandwidth.) */
+#define QK_ROWS 8
+#define PV_ROWS 8
+
+/* Query heads go in pairs when both read the same KV head. */
 AI void dec_qk_dt(float *s, int64_t ss, const float *q, int64_t Hq, int64_t G, const void *k,
                   mi_dtype dt, const int64_t *ro, int nb, int64_t D, float scale) {
   const size_t es = dt == MI_DTYPE_F32 ? 4 : 2;
-  for (int j = 0; j < nb; j += 4)
+  for (int jg = 0; jg < nb; jg += QK_ROWS)
     for (int64_t h = 0; h < Hq;) {
       const void *kh = (const char *)k + (size_t)((h / G) * D) * es;
-      if ((h % G) + 1 < G) {
-        dec_qk_rows(2, s + h * ss, ss, q + h * D, kh, dt, ro, j, nb, D, scale);
-        h += 2;
-      } else {
-        dec_qk_rows(1, s + h * ss, ss, q + h * D, kh, dt, ro, j, nb, D, scale);
-        h += 1;
+      const int gn = (h % G) + 1 < G ? 2 : 1;
+      for (int j = jg; j < jg + QK_ROWS && j < nb; j += 4) {
+        if (gn == 2)
+          dec_qk_rows(2, s + h * ss, ss, q + h * D, kh, dt, ro, j, nb, D, scale);
+        else
+          dec_qk_rows(1, s + h * ss, ss, q + h * D, kh, dt, ro, j, nb, D, scale);
       }
+      h += gn;
     }
 }
 
@@ -268,16 +276,16 @@ static void dec_softmax(float *s, int64_t ss, int nb, int64_t Hq, float *m, floa
  * others repeat the last valid one and are not stored), over the block's
  * rows: 4 widened V vectors per row, each feeding GB FMAs. */
 AI void dec_pv_cols(const int GB, float *acc, int64_t as, const float *p, int64_t ss,
-                    const float *corr, const void *v, mi_dtype dt, const int64_t *ro, int nb,
-                    int64_t d0, int nc) {
+                    const float *corr, const void *v, mi_dtype dt, const int64_t *ro, int j0,
+                    int j1, int64_t d0, int nc) {
   __m512 a[2][4];
   int64_t co[4];
   for (int c = 0; c < 4; c++) co[c] = d0 + R * (c < nc ? c : nc - 1);
   for (int u = 0; u < GB; u++) {
-    __m512 cr = _mm512_set1_ps(corr[u]);
+    __m512 cr = _mm512_set1_ps(j0 == 0 ? corr[u] : 1.0f);
     for (int c = 0; c < 4; c++) a[u][c] = _mm512_mul_ps(_mm512_loadu_ps(acc + u * as + co[c]), cr);
   }
-  for (int j = 0; j < nb; j++) {
+  for (int j = j0; j < j1; j++) {
     __m512 vv[4];
     for (int c = 0; c < 4; c++) vv[c] = ld_kv(v, ro[j] + co[c], dt);
     for (int u = 0; u < GB; u++) {
@@ -293,17 +301,20 @@ AI void dec_pv_dt(float *acc, int64_t as, const float *p, int64_t ss, const floa
                   const void *v, mi_dtype dt, const int64_t *ro, int nb, int64_t Hq, int64_t G,
                   int64_t D) {
   const size_t es = dt == MI_DTYPE_F32 ? 4 : 2;
-  for (int64_t h = 0; h < Hq;) {
-    const int gn = (h % G) + 1 < G ? 2 : 1;
-    const void *vh = (const char *)v + (size_t)((h / G) * D) * es;
-    for (int64_t d0 = 0; d0 < D; d0 += 4 * R) {
-      const int nc = D - d0 >= 4 * R ? 4 : (int)((D - d0) / R);
-      if (gn == 2)
-        dec_pv_cols(2, acc + h * as, as, p + h * ss, ss, corr + h, vh, dt, ro, nb, d0, nc);
-      else
-        dec_pv_cols(1, acc + h * as, as, p + h * ss, ss, corr + h, vh, dt, ro, nb, d0, nc);
+  for (int j0 = 0; j0 < nb; j0 += PV_ROWS) {
+    const int j1 = nb - j0 < PV_ROWS ? nb : j0 + PV_ROWS;
+    for (int64_t h = 0; h < Hq;) {
+      const int gn = (h % G) + 1 < G ? 2 : 1;
+      const void *vh = (const char *)v + (size_t)((h / G) * D) * es;
+      for (int64_t d0 = 0; d0 < D; d0 += 4 * R) {
+        const int nc = D - d0 >= 4 * R ? 4 : (int)((D - d0) / R);
+        if (gn == 2)
+          dec_pv_cols(2, acc + h * as, as, p + h * ss, ss, corr + h, vh, dt, ro, j0, j1, d0, nc);
+        else
+          dec_pv_cols(1, acc + h * as, as, p + h * ss, ss, corr + h, vh, dt, ro, j0, j1, d0, nc);
+      }
+      h += gn;
     }
-    h += gn;
   }
 }
 

@@ -359,9 +359,7 @@ static void attn_task(void *arg, int64_t b, int64_t e, int tid) {
 #define SPLIT_MAX_HQ 128      /* query heads: scores s[Hq][SPLIT_BLK] on the stack */
 #define SPLIT_MIN_ROWS 64     /* positions per task at least */
 
-#ifndef SPLIT_STREAMS
 #define SPLIT_STREAMS 8
-#endif
 typedef struct split_args {
   const attn_args *a;
   const cpu_attn_ops *ops; /* the ISA's decode kernels, or NULL: portable loops */
@@ -400,8 +398,9 @@ static void split_range(const split_args *sa, int64_t task) {
      * [j0, j1), interleaved (row i of the block from part i % streams):
      * K, then V, is read as that many sequential streams at once. One
      * stream per thread leaves the memory system idle between cache-line
-     * fills (measured: 4 streams ~1.5x the KV bandwidth of 1). Softmax does
-     * not care about the order of the positions. */
+     * fills (measured, f16 cache of 28 layers at 3000 positions, 2 threads:
+     * 8 streams ~2x the KV bandwidth of 1, ~24 GB/s). Softmax does not care
+     * about the order of the positions. */
     int64_t cur[SPLIT_STREAMS], end[SPLIT_STREAMS];
     for (int i = 0; i < SPLIT_STREAMS; i++) {
       cur[i] = j0 + (j1 - j0) * i / SPLIT_STREAMS;
