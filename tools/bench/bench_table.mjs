@@ -3,7 +3,7 @@
 // files are appended), with the llama.cpp ratios when the run had --peer.
 //
 //   node tools/bench/bench_table.mjs bench-out/short.json bench-out/long.json
-import { readFileSync } from 'node:fs';
+import { readBenchFiles } from './bench_json.mjs';
 
 const files = process.argv.slice(2);
 if (files.length === 0) {
@@ -12,18 +12,11 @@ if (files.length === 0) {
 }
 const rows = [];
 const heads = [];
-for (const f of files) {
-  let doc;
-  try {
-    doc = JSON.parse(readFileSync(f, 'utf8'));
-  } catch (e) {
-    console.error(`bench_table.mjs: ${f}: ${e.message}`);
-    process.exit(1);
-  }
-  heads.push(`${f}: ${doc.threads} threads, ${doc.repeats} repeat(s), KV ${doc.kv_type || 'f32'}, ` +
+readBenchFiles('bench_table.mjs', files).forEach((doc, i) => {
+  heads.push(`${files[i]}: ${doc.threads} threads, ${doc.repeats} repeat(s), KV ${doc.kv_type || 'f32'}, ` +
     `triad ${doc.bandwidth_gbs.triad.toFixed(1)} GB/s, read ${doc.bandwidth_gbs.read.toFixed(1)} GB/s`);
   for (const c of doc.cells) rows.push(c);
-}
+});
 const f1 = (x) => (x === undefined ? '–' : x.toFixed(1));
 const f2 = (x) => (x === undefined ? '–' : x.toFixed(2));
 const pc = (x) => (x === undefined ? '–' : `${Math.round(100 * x)}%`);

@@ -1,25 +1,19 @@
 #!/usr/bin/env node
 // Decode tokens/s by position, from `mi-bench --json` output, as an SVG line
-// chart (one line per cell). No dependencies.
+// chart (one line per cell; cells of later files are added). No dependencies.
 //
-//   node tools/bench/plot_decode.mjs bench.json > decode.svg
-import { readFileSync } from 'node:fs';
+//   node tools/bench/plot_decode.mjs bench.json [more.json ...] > decode.svg
+import { readBenchFiles } from './bench_json.mjs';
 
-const file = process.argv[2];
-if (!file) {
-  console.error('usage: plot_decode.mjs MI_BENCH_JSON > out.svg');
+const files = process.argv.slice(2);
+if (files.length === 0) {
+  console.error('usage: plot_decode.mjs MI_BENCH_JSON... > out.svg');
   process.exit(2);
 }
-let doc;
-try {
-  doc = JSON.parse(readFileSync(file, 'utf8'));
-} catch (e) {
-  console.error(`plot_decode.mjs: ${file}: ${e.message}`);
-  process.exit(1);
-}
-const cells = (doc.cells || []).filter((c) => (c.decode_by_position || []).length > 0);
+const docs = readBenchFiles('plot_decode.mjs', files);
+const cells = docs.flatMap((d) => d.cells || []).filter((c) => (c.decode_by_position || []).length > 0);
 if (cells.length === 0) {
-  console.error(`plot_decode.mjs: ${file}: no cell has decode_by_position points`);
+  console.error(`plot_decode.mjs: ${files.join(', ')}: no cell has decode_by_position points`);
   process.exit(1);
 }
 
@@ -34,7 +28,7 @@ const colors = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b'
 const out = [];
 out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="12">`);
 out.push(`<rect width="${W}" height="${H}" fill="white"/>`);
-out.push(`<text x="${L}" y="18" font-size="14">MetaInfer decode tokens/s by position (${doc.threads} threads)</text>`);
+out.push(`<text x="${L}" y="18" font-size="14">MetaInfer decode tokens/s by position (${docs[0].threads} threads)</text>`);
 for (let i = 0; i <= 5; i++) {
   const y = (ymax * i) / 5;
   out.push(`<line x1="${L}" x2="${W - R}" y1="${sy(y)}" y2="${sy(y)}" stroke="#ddd"/>`);
