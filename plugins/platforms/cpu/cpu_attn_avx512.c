@@ -14,6 +14,7 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "cpu_avx512_load.h"
 #include "cpu_internal.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -151,19 +152,9 @@ static void pv(float *acc, const float *st, const float *v, int64_t vs, int nb, 
 }
 
 /* ---- decode: one query position, a block of cache rows (see cpu_internal.h) ----
- * Cache values are widened in registers (f16: vcvtph2ps; bf16: zero-extend
- * and shift; both exact), so a half-precision cache is read once, straight
- * from memory, with no widened copy. */
-
-AI __m512 ld_kv(const void *p, int64_t i, mi_dtype dt) {
-  if (dt == MI_DTYPE_F16)
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
-  if (dt == MI_DTYPE_BF16) {
-    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  return _mm512_loadu_ps((const float *)p + i);
-}
+ * Cache values are widened in registers (mi_avx512_ld, exact), so a
+ * half-precision cache is read once, straight from memory, with no widened
+ * copy. */
 
 /* GB query heads (1 or 2) of one KV head against block rows j .. j+3
  * (clamped to nb - 1: the repeats are computed and dropped). Each widened
@@ -179,7 +170,7 @@ AI void dec_qk_rows(const int GB, float *s, int64_t ss, const float *q, const vo
     __m512 qv[2];
     for (int u = 0; u < GB; u++) qv[u] = _mm512_loadu_ps(q + u * D + d);
     for (int i = 0; i < 4; i++) {
-      __m512 kv = ld_kv(k, r[i] + d, dt);
+      __m512 kv = mi_avx512_ld(k, r[i] + d, dt);
       for (int u = 0; u < GB; u++) acc[u][i] = _mm512_fmadd_ps(qv[u], kv, acc[u][i]);
     }
   }
@@ -222,7 +213,7 @@ AI void dec_qk_rows(const int GB, float *s, int64_t ss, const float *q, const vo
 /* Query heads go in pairs when both read the same KV head. */
 AI void dec_qk_dt(float *s, int64_t ss, const float *q, int64_t Hq, int64_t G, const void *k,
                   mi_dtype dt, const int64_t *ro, int nb, int64_t D, float scale) {
-  const size_t es = dt == MI_DTYPE_F32 ? 4 : 2;
+  const size_t es = mi_dtype_size(dt);
   for (int jg = 0; jg < nb; jg += QK_ROWS)
     for (int64_t h = 0; h < Hq;) {
       const void *kh = (const char *)k + (size_t)((h / G) * D) * es;
@@ -287,7 +278,7 @@ AI void dec_pv_cols(const int GB, float *acc, int64_t as, const float *p, int64_
   }
   for (int j = j0; j < j1; j++) {
     __m512 vv[4];
-    for (int c = 0; c < 4; c++) vv[c] = ld_kv(v, ro[j] + co[c], dt);
+    for (int c = 0; c < 4; c++) vv[c] = mi_avx512_ld(v, ro[j] + co[c], dt);
     for (int u = 0; u < GB; u++) {
       __m512 pj = _mm512_set1_ps(p[u * ss + j]);
       for (int c = 0; c < 4; c++) a[u][c] = _mm512_fmadd_ps(pj, vv[c], a[u][c]);
@@ -300,7 +291,7 @@ AI void dec_pv_cols(const int GB, float *acc, int64_t as, const float *p, int64_
 AI void dec_pv_dt(float *acc, int64_t as, const float *p, int64_t ss, const float *corr,
                   const void *v, mi_dtype dt, const int64_t *ro, int nb, int64_t Hq, int64_t G,
                   int64_t D) {
-  const size_t es = dt == MI_DTYPE_F32 ? 4 : 2;
+  const size_t es = mi_dtype_size(dt);
   for (int j0 = 0; j0 < nb; j0 += PV_ROWS) {
     const int j1 = nb - j0 < PV_ROWS ? nb : j0 + PV_ROWS;
     for (int64_t h = 0; h < Hq;) {

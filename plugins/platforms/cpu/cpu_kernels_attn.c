@@ -140,6 +140,29 @@ static int64_t attn_block(const attn_args *a, int64_t kvh, int64_t j0, int nb, f
   return D;
 }
 
+/* One block of nb scores s of one query head becomes probabilities
+ * e^(s - m), online: when the block raises the running max m, the running
+ * sum l and the unnormalised accumulator acc[D] are rescaled first. */
+static void softmax_block(const cpu_kernel_set *k, float *s, int nb, float *m, float *l,
+                          float *acc, int64_t D) {
+  float bm = s[0];
+  for (int j = 1; j < nb; j++) bm = s[j] > bm ? s[j] : bm;
+  if (bm > *m) {
+    if (*l > 0.0f) {
+      const float corr = expf(*m - bm);
+      *l *= corr;
+      k->scal(acc, corr, D);
+    }
+    *m = bm;
+  }
+  float sum = 0.0f;
+  for (int j = 0; j < nb; j++) {
+    s[j] = expf(s[j] - *m);
+    sum += s[j];
+  }
+  *l += sum;
+}
+
 static void attn_one(const attn_args *a, int64_t t, int64_t kvh, int64_t g0, int gn) {
   const cpu_kernel_set *k = a->k;
   int64_t D = a->D;
@@ -175,25 +198,7 @@ static void attn_one(const attn_args *a, int64_t t, int64_t kvh, int64_t g0, int
       const float *kr = kblk + jj * st;
       for (int g = 0; g < gn; g++) s[g][jj] = k->dot(qh[g], kr, D) * a->scale;
     }
-    for (int g = 0; g < gn; g++) {
-      float bm = s[g][0];
-      for (int j = 1; j < nb; j++) bm = s[g][j] > bm ? s[g][j] : bm;
-      if (bm > m[g]) {
-        if (l[g] > 0.0f) {
-          float corr = expf(m[g] - bm);
-          l[g] *= corr;
-          k->scal(acc + g * D, corr, D);
-        }
-        m[g] = bm;
-      }
-      float sum = 0.0f;
-      for (int j = 0; j < nb; j++) {
-        float p = expf(s[g][j] - m[g]);
-        s[g][j] = p;
-        sum += p;
-      }
-      l[g] += sum;
-    }
+    for (int g = 0; g < gn; g++) softmax_block(k, s[g], nb, &m[g], &l[g], acc + g * D, D);
     for (jj = 0; jj + 4 <= nb; jj += 4) {
       const float *vr = vblk + jj * st;
       for (int g = 0; g < gn; g++) k->axpy4(acc + g * D, &s[g][jj], vr, st, D);
@@ -358,8 +363,8 @@ static void attn_task(void *arg, int64_t b, int64_t e, int tid) {
 #define SPLIT_MAX_ROW 4096    /* Hkv·D: the widened rows live on the stack */
 #define SPLIT_MAX_HQ 128      /* query heads: scores s[Hq][SPLIT_BLK] on the stack */
 #define SPLIT_MIN_ROWS 64     /* positions per task at least */
+#define SPLIT_STREAMS 8       /* interleaved position streams per task (ISA kernels) */
 
-#define SPLIT_STREAMS 8
 typedef struct split_args {
   const attn_args *a;
   const cpu_attn_ops *ops; /* the ISA's decode kernels, or NULL: portable loops */
@@ -423,52 +428,38 @@ static void split_range(const split_args *sa, int64_t task) {
       ops->dec_softmax(s, SPLIT_BLK, nb, Hq, m, l, corr);
       ops->dec_pv(part, D + 2, s, SPLIT_BLK, corr, a->vc, a->kvt, ro, nb, Hq, G, D);
     }
-  }
-  for (int64_t jb = j0; jb < j1 && !ops; jb += SPLIT_BLK) {
-    const int nb = j1 - jb < SPLIT_BLK ? (int)(j1 - jb) : SPLIT_BLK;
-    for (int r = 0; r < nb; r += SPLIT_ROWS) {
-      const int nr = nb - r < SPLIT_ROWS ? nb - r : SPLIT_ROWS;
-      const float *kr = split_rows(a, a->kc, jb + r, nr, buf);
-      for (int64_t h = 0; h < Hq; h++) {
-        const float *qh = a->q + h * D, *kh = kr + (h / G) * D;
-        float *sh = s + h * SPLIT_BLK + r;
-        if (nr == SPLIT_ROWS) {
-          float d4[4];
-          k->dot4(qh, kh, rs, D, d4);
-          for (int i = 0; i < 4; i++) sh[i] = d4[i] * a->scale;
-        } else {
-          for (int i = 0; i < nr; i++) sh[i] = k->dot(qh, kh + i * rs, D) * a->scale;
+  } else {
+    /* portable: blocks of consecutive rows, four at a time */
+    for (int64_t jb = j0; jb < j1; jb += SPLIT_BLK) {
+      const int nb = j1 - jb < SPLIT_BLK ? (int)(j1 - jb) : SPLIT_BLK;
+      for (int r = 0; r < nb; r += SPLIT_ROWS) {
+        const int nr = nb - r < SPLIT_ROWS ? nb - r : SPLIT_ROWS;
+        const float *kr = split_rows(a, a->kc, jb + r, nr, buf);
+        for (int64_t h = 0; h < Hq; h++) {
+          const float *qh = a->q + h * D, *kh = kr + (h / G) * D;
+          float *sh = s + h * SPLIT_BLK + r;
+          if (nr == SPLIT_ROWS) {
+            float d4[4];
+            k->dot4(qh, kh, rs, D, d4);
+            for (int i = 0; i < 4; i++) sh[i] = d4[i] * a->scale;
+          } else {
+            for (int i = 0; i < nr; i++) sh[i] = k->dot(qh, kh + i * rs, D) * a->scale;
+          }
         }
       }
-    }
-    for (int64_t h = 0; h < Hq; h++) {
-      float *sh = s + h * SPLIT_BLK, bm = sh[0];
-      for (int j = 1; j < nb; j++) bm = sh[j] > bm ? sh[j] : bm;
-      if (bm > m[h]) {
-        if (l[h] > 0.0f) {
-          const float corr = expf(m[h] - bm);
-          l[h] *= corr;
-          k->scal(part + h * (D + 2), corr, D);
+      for (int64_t h = 0; h < Hq; h++)
+        softmax_block(k, s + h * SPLIT_BLK, nb, &m[h], &l[h], part + h * (D + 2), D);
+      for (int r = 0; r < nb; r += SPLIT_ROWS) {
+        const int nr = nb - r < SPLIT_ROWS ? nb - r : SPLIT_ROWS;
+        const float *vr = split_rows(a, a->vc, jb + r, nr, buf);
+        for (int64_t h = 0; h < Hq; h++) {
+          float *acc = part + h * (D + 2);
+          const float *vh = vr + (h / G) * D, *ph = s + h * SPLIT_BLK + r;
+          if (nr == SPLIT_ROWS)
+            k->axpy4(acc, ph, vh, rs, D);
+          else
+            for (int i = 0; i < nr; i++) k->axpy(acc, ph[i], vh + i * rs, D);
         }
-        m[h] = bm;
-      }
-      float sum = 0.0f;
-      for (int j = 0; j < nb; j++) {
-        sh[j] = expf(sh[j] - m[h]);
-        sum += sh[j];
-      }
-      l[h] += sum;
-    }
-    for (int r = 0; r < nb; r += SPLIT_ROWS) {
-      const int nr = nb - r < SPLIT_ROWS ? nb - r : SPLIT_ROWS;
-      const float *vr = split_rows(a, a->vc, jb + r, nr, buf);
-      for (int64_t h = 0; h < Hq; h++) {
-        float *acc = part + h * (D + 2);
-        const float *vh = vr + (h / G) * D, *ph = s + h * SPLIT_BLK + r;
-        if (nr == SPLIT_ROWS)
-          k->axpy4(acc, ph, vh, rs, D);
-        else
-          for (int i = 0; i < nr; i++) k->axpy(acc, ph[i], vh + i * rs, D);
       }
     }
   }

@@ -17,21 +17,14 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu_avx512_load.h"
 #include "cpu_internal.h"
 
 #define AI static inline __attribute__((always_inline))
 #define VL 16
 #define KC 256 /* K chunk of a converted weight panel (multiple of VL) */
 
-AI __m512 ld_w(const void *w, int64_t k, mi_dtype dt) {
-  if (dt == MI_DTYPE_BF16) {
-    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  if (dt == MI_DTYPE_F16)
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k)));
-  return _mm512_loadu_ps((const float *)w + k);
-}
+AI __m512 ld_w(const void *w, int64_t k, mi_dtype dt) { return mi_avx512_ld(w, k, dt); }
 
 /* The last r < 16 elements, zero padded. Padding is 0 in both x and w, so
  * it adds exact zeros to the sums. */
