@@ -353,14 +353,14 @@ mi_st_file *mi_st_open_file_ex(const char *path, mi_weights_load how, char *err,
     close(fd);
     goto fail;
   }
-  /* MAP_POPULATE: fault the whole file in now (load time) rather than
-   * page by page inside the first forward pass, where ~300k minor faults
-   * for a 1.2 GB model cost a third of a second of time-to-first-token. */
   if (how == MI_WEIGHTS_READ) {
     f->map = read_whole(fd, size, &f->map_len, path, err, err_len);
     close(fd);
     if (!f->map) goto fail;
   } else {
+    /* MAP_POPULATE: fault the whole file in now (load time) rather than
+     * page by page inside the first forward pass, where ~300k minor faults
+     * for a 1.2 GB model cost a third of a second of time-to-first-token. */
     f->map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     close(fd); /* the mapping keeps the file */
     if (f->map == MAP_FAILED) {

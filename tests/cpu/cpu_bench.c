@@ -30,9 +30,9 @@ static double now(void) {
 /* n bytes, 2 MiB-aligned and advised for huge pages; free() releases it. */
 static void *huge_alloc(size_t n) {
   void *p = NULL;
-  const size_t huge = (size_t)2 << 20;
-  if (posix_memalign(&p, huge, (n + huge - 1) / huge * huge)) return NULL;
-  (void)madvise(p, (n + huge - 1) / huge * huge, MADV_HUGEPAGE);
+  const size_t huge = (size_t)2 << 20, len = (n + huge - 1) / huge * huge;
+  if (posix_memalign(&p, huge, len)) return NULL;
+  (void)madvise(p, len, MADV_HUGEPAGE);
   return p;
 }
 
