@@ -7,7 +7,7 @@
 
 #include <jansson.h>
 
-#include "core/ckb.h"
+#include "core/ckb/ckb.h"
 
 static mi_ckb *g_ckb;
 

@@ -3,8 +3,8 @@
  * file size limit). Both must agree; an accepted entry must be well formed. */
 #include "fuzz_util.h"
 
-#include "core/conf.h"
-#include "core/host.h"
+#include "core/runtime/conf.h"
+#include "core/runtime/host.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *text = fuzz_cstr(data, size);

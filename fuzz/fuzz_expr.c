@@ -5,7 +5,7 @@
  * be an error, never a stack overflow. */
 #include "fuzz_util.h"
 
-#include "core/ckb.h"
+#include "core/ckb/ckb.h"
 
 static int lookup(void *user, const char *name, size_t len, int64_t *out) {
   (void)user;

@@ -8,7 +8,7 @@
 #include <jansson.h>
 #include <math.h>
 
-#include "core/host.h"
+#include "core/runtime/host.h"
 #include "qwen3_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -9,7 +9,7 @@
  * section with nbytes = product(shape) x dtype size. */
 #include "fuzz_util.h"
 
-#include "core/safetensors.h"
+#include "core/runtime/safetensors.h"
 
 static unsigned dtype_size(const char *s) {
   static const struct { const char *n; unsigned sz; } t[] = {

@@ -7,7 +7,7 @@
 
 #include <sys/stat.h>
 
-#include "core/safetensors.h"
+#include "core/runtime/safetensors.h"
 
 static char g_dir[256];
 

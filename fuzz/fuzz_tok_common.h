@@ -4,7 +4,7 @@
 
 #include "fuzz_util.h"
 
-#include "core/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 /* Decodes ids one-shot and through the streaming decoder; the two must
  * agree byte for byte (tokenizer.h promises it). Returns the one-shot text

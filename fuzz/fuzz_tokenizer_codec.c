@@ -7,7 +7,7 @@
  * The tokenizer path: $MI_FUZZ_TOKENIZER, else the npm package in tools/node. */
 #include "fuzz_tok_common.h"
 
-#include "core/tokenizer_internal.h" /* mi_tok_nfc, mi_tok_utf8_valid_prefix */
+#include "core/tokenizer/internal.h" /* mi_tok_nfc, mi_tok_utf8_valid_prefix */
 
 static mi_tokenizer *g_tok;
 

@@ -17,10 +17,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/bench.h"
-#include "core/engine.h"
-#include "core/host.h"
-#include "core/loader.h"
+#include "core/cli/bandwidth.h"
+#include "core/runtime/session.h"
+#include "core/runtime/host.h"
+#include "core/runtime/loader.h"
 
 #define MAX_CELLS 8
 #define MAX_WINDOWS 64 /* decode-by-position points per cell */
@@ -44,7 +44,7 @@ typedef struct cell_result {
 
 typedef struct bench_opts {
   const char *model_dir, *plugin_dir, *platform, *peer_gguf, *peer_script, *kv_type, *json_file;
-  int weights; /* MI_ENGINE_WEIGHTS_* */
+  int weights; /* MI_SESSION_WEIGHTS_* */
   int threads, repeats, json, peer;
   int prompts[MAX_CELLS], n_prompts, gens[MAX_CELLS], n_gens;
   uint64_t seed;
@@ -82,7 +82,7 @@ static void make_prompt(int32_t *ids, int P, uint64_t seed) {
 /* The platform's own matmul rate on a prefill-shaped, compute-bound
  * problem (M = 256 tokens, N = 4·hidden, K = hidden, bf16 weights): the
  * "peak" the prefill roofline compares against. Best of 5; 0 on failure. */
-static double measure_peak_matmul(mi_engine *e) {
+static double measure_peak_matmul(mi_session *e) {
   const int64_t M = 256, K = e->info.hidden_size, N = 4 * K;
   const mi_platform_iface *P = e->P;
   size_t xb = (size_t)(M * K) * sizeof(float), wb = (size_t)(N * K) * 2,
@@ -150,12 +150,12 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
     mi_registry_free(reg);
     return;
   }
-  mi_engine *e = NULL;
+  mi_session *e = NULL;
   mi_kv mkv[] = {{"kv_type", o->kv_type}};
   mi_options mo = {mkv, o->kv_type ? 1 : 0};
-  mi_engine_opts eo = {.model_dir = o->model_dir, .platform = o->platform, .model_opts = &mo,
+  mi_session_opts eo = {.model_dir = o->model_dir, .platform = o->platform, .model_opts = &mo,
                        .tp_size = 1, .weights = o->weights};
-  if (mi_engine_open(reg, &eo, &e, err, sizeof err) != 0) {
+  if (mi_session_open(reg, &eo, &e, err, sizeof err) != 0) {
     snprintf(r->err, sizeof r->err, "%s", err);
     mi_registry_free(reg);
     return;
@@ -192,7 +192,7 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
   }
   free(clk.t);
   free(ids);
-  mi_engine_close(e);
+  mi_session_close(e);
   mi_registry_free(reg);
 }
 
@@ -321,8 +321,8 @@ int main(int argc, char **argv) {
     case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
     case O_KVT: o.kv_type = optarg; break;
     case O_JFILE: o.json_file = optarg; break;
-    case O_MMAP: o.weights = MI_ENGINE_WEIGHTS_MMAP; break;
-    case O_NOMMAP: o.weights = MI_ENGINE_WEIGHTS_READ; break;
+    case O_MMAP: o.weights = MI_SESSION_WEIGHTS_MMAP; break;
+    case O_NOMMAP: o.weights = MI_SESSION_WEIGHTS_READ; break;
     case 'h': usage(stdout); return 0;
     default:
       fprintf(stderr, "mi-bench: bad or incomplete option %s (see --help)\n", argv[optind - 1]);

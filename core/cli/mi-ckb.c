@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ckb.h"
+#include "core/ckb/ckb.h"
 
 static void usage(FILE *f) {
   fprintf(f,

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/engine.h"
-#include "core/host.h"
-#include "core/loader.h"
+#include "core/runtime/session.h"
+#include "core/runtime/host.h"
+#include "core/runtime/loader.h"
 
 #define MAX_STOPS 16
 
@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
   mi_gen_params gp = {.n_predict = 128};
   mi_sampler_defaults(&gp.sampling);
   gp.sampling.seed = 24301;
-  int weights_load = MI_ENGINE_WEIGHTS_AUTO;
+  int weights_load = MI_SESSION_WEIGHTS_AUTO;
 
   enum {
     O_CHAT = 256, O_SYSTEM, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPP, O_REPN, O_SEED,
@@ -273,8 +273,8 @@ int main(int argc, char **argv) {
     case O_CONF: conf_path = optarg; break;
     case O_PLATFORM: platform = optarg; break;
     case O_LIST: list_plugins = 1; break;
-    case O_MMAP: weights_load = MI_ENGINE_WEIGHTS_MMAP; break;
-    case O_NOMMAP: weights_load = MI_ENGINE_WEIGHTS_READ; break;
+    case O_MMAP: weights_load = MI_SESSION_WEIGHTS_MMAP; break;
+    case O_NOMMAP: weights_load = MI_SESSION_WEIGHTS_READ; break;
     case O_KVTYPE:
       if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "bf16")) {
         fprintf(stderr, "mi-run: --kv-type must be f32, f16 or bf16, got '%s'\n", optarg);
@@ -349,7 +349,7 @@ int main(int argc, char **argv) {
   }
 
   int rc = 1;
-  mi_engine *eng = NULL;
+  mi_session *eng = NULL;
   char *prompt_text = NULL, *rendered = NULL;
   int32_t *ids = NULL;
   size_t n_ids = 0, plen = 0;
@@ -361,9 +361,9 @@ int main(int argc, char **argv) {
     mopts[n_mopts++] = (mi_kv){"batch", bbuf};
   }
   mi_options model_opts = {mopts, n_mopts};
-  mi_engine_opts eo = {.model_dir = model_dir, .platform = platform, .model_opts = &model_opts,
+  mi_session_opts eo = {.model_dir = model_dir, .platform = platform, .model_opts = &model_opts,
                        .tp_rank = 0, .tp_size = (int)tp, .weights = weights_load};
-  if (mi_engine_open(reg, &eo, &eng, err, sizeof err) != 0) {
+  if (mi_session_open(reg, &eo, &eng, err, sizeof err) != 0) {
     fprintf(stderr, "mi-run: %s\n", err);
     goto out;
   }
@@ -453,7 +453,7 @@ out:
   free(ids);
   free(rendered);
   free(prompt_text);
-  mi_engine_close(eng);
+  mi_session_close(eng);
   mi_registry_free(reg);
   return rc;
 }

@@ -20,8 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/ckb.h"
-#include "core/verify.h"
+#include "core/ckb/ckb.h"
+#include "core/verify/verify.h"
 #include "mi/host.h"
 
 static void usage(FILE *f) {

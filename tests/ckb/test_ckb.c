@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/ckb.h"
+#include "core/ckb/ckb.h"
 
 /* ---------- helpers ---------- */
 

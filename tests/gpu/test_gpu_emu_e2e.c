@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "core/loader.h"
+#include "core/runtime/loader.h"
 #include "mi/platform.h"
 
 static char g_dir[PATH_MAX], g_build[PATH_MAX];

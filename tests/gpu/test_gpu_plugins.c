@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/loader.h"
+#include "core/runtime/loader.h"
 #include "gpu_kernels.h"
 #include "gpu_test_config.h"
 

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "core/loader.h"
+#include "core/runtime/loader.h"
 #include "mi/platform.h"
 
 static char g_build[PATH_MAX], g_dir[PATH_MAX], g_mpirun[512], g_fake[PATH_MAX];

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/loader.h"
+#include "core/runtime/loader.h"
 #include "mi/platform.h"
 
 static int fails = 0;

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/conf.h"
-#include "core/host.h"
+#include "core/runtime/conf.h"
+#include "core/runtime/host.h"
 #include "mi/plugin.h"
 
 START_TEST(parses_entries_comments_and_options) {

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/host.h"
-#include "core/loader.h"
+#include "core/runtime/host.h"
+#include "core/runtime/loader.h"
 #include "mi/platform.h"
 #include "test_helpers.h"
 

@@ -1,5 +1,5 @@
 /* The qwen3 plugin on the CPU platform against the project's float64
- * implementation of Hugging Face's modeling_qwen3 (core/verify_ref_model.c,
+ * implementation of Hugging Face's modeling_qwen3 (core/verify/ref/qwen3.c,
  * written from the math — RMSNorm, q/k norm, NeoX RoPE, GQA causal softmax
  * attention, SwiGLU — and sharing no code with the plugin or the platform),
  * on models made by mi-mkmodel. Checks the logits of every position of a
@@ -13,11 +13,11 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "core/engine.h"
-#include "core/host.h"
-#include "core/loader.h"
-#include "core/safetensors.h"
-#include "core/verify.h"
+#include "core/runtime/session.h"
+#include "core/runtime/host.h"
+#include "core/runtime/loader.h"
+#include "core/runtime/safetensors.h"
+#include "core/verify/verify.h"
 
 static char g_build[1024], g_models[1024];
 
@@ -81,9 +81,9 @@ static void check_model_kv(const char *shape, int seed, int chunk, const char *k
   snprintf(bs, sizeof bs, "%d", chunk);
   mi_kv kv[] = {{"batch", bs}, {"kv_type", kv_type}};
   mi_options mo = {kv, 2};
-  mi_engine_opts eo = {.model_dir = dir, .model_opts = &mo, .tp_size = 1};
-  mi_engine *e = NULL;
-  ck_assert_msg(mi_engine_open(reg, &eo, &e, err, sizeof err) == 0, "%s", err);
+  mi_session_opts eo = {.model_dir = dir, .model_opts = &mo, .tp_size = 1};
+  mi_session *e = NULL;
+  ck_assert_msg(mi_session_open(reg, &eo, &e, err, sizeof err) == 0, "%s", err);
   vf_ref_model rm;
   ck_assert_msg(vf_ref_model_init(&rm, e->config, e->weights, err, sizeof err) == 0, "%s", err);
   /* a prompt that spans several chunks, with ids across the vocabulary */
@@ -127,7 +127,7 @@ static void check_model_kv(const char *shape, int seed, int chunk, const char *k
   free(lg);
   free(ref);
   e->M->seq_destroy(e->model, s);
-  mi_engine_close(e);
+  mi_session_close(e);
   mi_registry_free(reg);
 }
 

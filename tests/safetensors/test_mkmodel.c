@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/safetensors.h"
+#include "core/runtime/safetensors.h"
 #include "st_writer.h"
 
 static char *g_dir;    /* per-test temp dir */

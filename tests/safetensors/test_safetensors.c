@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/safetensors.h"
+#include "core/runtime/safetensors.h"
 #include "st_writer.h"
 
 static char *g_dir;

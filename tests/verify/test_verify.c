@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/verify.h"
+#include "core/verify/verify.h"
 
 static char bin[4096], cpu_so[4096], mutants[4096], ckb[4096];
 

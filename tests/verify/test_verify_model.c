@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/verify.h"
+#include "core/verify/verify.h"
 
 static char bin[4096], mkmodel[4096], cpu_so[4096], mm_dir[4096], ckb[4096], goldens[4096];
 static char model[4096]; /* tiny seed 1: also the fixed path the "baked" mutant reads */

@@ -45,11 +45,11 @@ if [ ! -x "$B/bin/mi-run" ] || [ ! -f "$LIB/libmi-nvidia.so" ] || [ ! -x "$B/bin
        cmake --build "$B" -j"$JOBS" --target $targets gpu_conformance; } >"$OUT_DIR/build.log" 2>&1; then
     :
   # No libcheck on this machine (tests/ needs it): build without tests and
-  # compile the conformance program by hand against libmi_core.a.
+  # compile the conformance program by hand against libmi_runtime.a.
   elif { cmake -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=Release -DMI_BUILD_TESTS=OFF &&
-         cmake --build "$B" -j"$JOBS" --target $targets mi_core &&
-         cc -O2 -I"$ROOT" -I"$ROOT/sdk/include" "$ROOT/tests/gpu/gpu_conformance.c" "$B/core/libmi_core.a" \
-            $(pkg-config --libs jansson libpcre2-8 libffi 2>/dev/null || echo -ljansson -lpcre2-8 -lffi) \
+         cmake --build "$B" -j"$JOBS" --target $targets mi_runtime &&
+         cc -O2 -I"$ROOT" -I"$ROOT/sdk/include" "$ROOT/tests/gpu/gpu_conformance.c" "$B/core/runtime/libmi_runtime.a" "$B/core/tokenizer/libmi_tokenizer.a" \
+            $(pkg-config --libs jansson libpcre2-8 2>/dev/null || echo -ljansson -lpcre2-8) \
             -ldl -lpthread -lm -o "$B/bin/gpu_conformance"; } >>"$OUT_DIR/build.log" 2>&1; then
     say "   (built without tests/: gpu_conformance compiled by hand)"
   else

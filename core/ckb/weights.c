@@ -1,0 +1,187 @@
+/* A model directory's weight files against its model contract: every key of
+ * the contract's weight map (per-layer keys expanded, conditional keys by
+ * their config flag) present with the shape its formulas give on this
+ * config.json, and nothing else. This is the file half of stage 3 (weight
+ * loading); the CKB is what says what "complete" means. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ckb/internal.h"
+#include "core/runtime/safetensors.h"
+
+typedef struct cfg_ctx {
+  json_t *config;   /* config.json */
+  json_t *contract; /* the model contract's "config" list (defaults) */
+  int64_t layer;    /* the current {i} */
+} cfg_ctx;
+
+/* A config value: config.json's, else the contract's default. */
+static json_t *cfg_value(cfg_ctx *c, const char *name, size_t len) {
+  char key[128];
+  snprintf(key, sizeof key, "%.*s", (int)(len < 127 ? len : 127), name);
+  json_t *v = json_object_get(c->config, key);
+  if (v && !json_is_null(v)) return v;
+  size_t i;
+  json_t *f;
+  json_array_foreach(c->contract, i, f) {
+    const char *n = json_string_value(json_object_get(f, "name"));
+    if (n && !strcmp(n, key)) return json_object_get(f, "default");
+  }
+  return NULL;
+}
+
+static int lookup(void *user, const char *name, size_t len, int64_t *out) {
+  cfg_ctx *c = user;
+  if (len == 1 && name[0] == 'i') return *out = c->layer, 0;
+  json_t *v = cfg_value(c, name, len);
+  if (json_is_integer(v)) return *out = json_integer_value(v), 0;
+  if (json_is_boolean(v)) return *out = json_is_true(v), 0;
+  return -1;
+}
+
+/* "tie_word_embeddings" or "!tie_word_embeddings". */
+static int when_holds(cfg_ctx *c, const char *when) {
+  if (!when) return 1;
+  int neg = when[0] == '!';
+  const char *n = when + neg;
+  json_t *v = cfg_value(c, n, strlen(n));
+  int on = json_is_true(v);
+  return neg ? !on : on;
+}
+
+/* "model.layers.{i}.mlp.up_proj.weight" with i = 3. */
+static void expand(char *out, size_t n, const char *key, int64_t i) {
+  const char *p = strstr(key, "{i}");
+  if (!p) snprintf(out, n, "%s", key);
+  else snprintf(out, n, "%.*s%lld%s", (int)(p - key), key, (long long)i, p + 3);
+}
+
+static void problem(json_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(json_t *r, const char *fmt, ...) {
+  char buf[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  json_array_append_new(json_object_get(r, "problems"), json_string(buf));
+}
+
+static void shape_text(char *out, size_t n, const int64_t *s, int nd) {
+  size_t l = (size_t)snprintf(out, n, "[");
+  for (int i = 0; i < nd && l < n; i++) l += (size_t)snprintf(out + l, n - l, "%s%lld", i ? ", " : "", (long long)s[i]);
+  if (l < n) snprintf(out + l, n - l, "]");
+}
+
+int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, char *err,
+                         size_t err_len) {
+  (void)c;
+  *out = NULL;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/config.json", model_dir);
+  json_error_t je;
+  json_t *config = json_load_file(path, 0, &je);
+  if (!config) {
+    snprintf(err, err_len, "%s: cannot read: %s", path, je.text);
+    return -1;
+  }
+  /* The model contract: the first whose architectures match. */
+  const mi_ckb_entry *model = NULL;
+  json_t *archs = json_object_get(config, "architectures");
+  for (size_t i = 0; i < mi_ckb_count(c) && !model; i++) {
+    const mi_ckb_entry *e = mi_ckb_at(c, i);
+    size_t j;
+    json_t *a, *b;
+    if (!e->kind || strcmp(e->kind, "model")) continue;
+    json_array_foreach(archs, j, a) {
+      size_t k;
+      json_array_foreach(json_object_get(e->json, "architectures"), k, b) if (json_equal(a, b)) model = e;
+    }
+  }
+  if (!model) {
+    snprintf(err, err_len, "%s: no model contract for its architectures", path);
+    json_decref(config);
+    return -1;
+  }
+  mi_weights *w = mi_weights_open(model_dir, err, err_len);
+  if (!w) {
+    json_decref(config);
+    return -1;
+  }
+  json_t *r = json_pack("{s:s, s:s, s:[], s:{}}", "model_dir", model_dir, "model_contract",
+                        model->id, "problems", "dtypes");
+  cfg_ctx cc = {config, json_object_get(model->json, "config"), 0};
+  const char *layers_field = json_string_value(json_object_get(model->json, "layers"));
+  int64_t n_layers = 0;
+  if (layers_field && lookup(&cc, layers_field, strlen(layers_field), &n_layers) != 0)
+    problem(r, "config field '%s' (the layer count) is missing or not an integer", layers_field);
+
+  /* Every tensor of the files is matched at most once. */
+  size_t nt = mi_weights_count(w);
+  char *seen = calloc(nt ? nt : 1, 1);
+  int expected = 0;
+  size_t i;
+  json_t *spec;
+  json_array_foreach(json_object_get(model->json, "weights"), i, spec) {
+    const char *key = json_string_value(json_object_get(spec, "key"));
+    if (!key || !when_holds(&cc, json_string_value(json_object_get(spec, "when")))) continue;
+    int per_layer = json_is_true(json_object_get(spec, "per_layer"));
+    for (int64_t l = 0; l < (per_layer ? n_layers : 1); l++) {
+      char name[512];
+      expand(name, sizeof name, key, l);
+      cc.layer = l;
+      expected++;
+      mi_weight_info wi;
+      if (mi_weights_find(w, name, &wi) != 0) {
+        problem(r, "missing weight '%s'", name);
+        continue;
+      }
+      for (size_t k = 0; k < nt; k++) {
+        mi_weight_info x;
+        if (mi_weights_at(w, k, &x) == 0 && !strcmp(x.name, name)) seen[k] = 1;
+      }
+      json_t *shape = json_object_get(spec, "shape");
+      int64_t want[MI_ST_MAX_DIMS];
+      int nd = (int)json_array_size(shape), ok = nd <= MI_ST_MAX_DIMS;
+      size_t d;
+      json_t *dim;
+      json_array_foreach(shape, d, dim) {
+        char e2[200];
+        if (!ok) break;
+        if (json_is_integer(dim)) want[d] = json_integer_value(dim);
+        else if (mi_expr_eval(json_string_value(dim), lookup, &cc, &want[d], e2, sizeof e2) != 0) {
+          problem(r, "weight '%s': shape formula: %s", name, e2);
+          ok = 0;
+        }
+      }
+      int same = ok && nd == wi.ndim;
+      for (int k = 0; same && k < nd; k++) same = want[k] == wi.shape[k];
+      if (ok && !same) {
+        char a[128], b[128];
+        shape_text(a, sizeof a, wi.shape, wi.ndim);
+        shape_text(b, sizeof b, want, nd);
+        char *formula = json_dumps(shape, JSON_COMPACT);
+        problem(r, "weight '%s' has shape %s; the contract says %s = %s", name, a, b,
+                formula ? formula : "?");
+        free(formula);
+      }
+      const char *dn = wi.dtype >= 0 ? mi_dtype_name((mi_dtype)wi.dtype) : "other";
+      json_t *cnt = json_object_get(json_object_get(r, "dtypes"), dn);
+      json_object_set_new(json_object_get(r, "dtypes"), dn,
+                          json_integer(cnt ? json_integer_value(cnt) + 1 : 1));
+    }
+  }
+  for (size_t k = 0; k < nt; k++) {
+    mi_weight_info x;
+    if (!seen[k] && mi_weights_at(w, k, &x) == 0) problem(r, "unexpected weight '%s' (not in %s)", x.name, model->id);
+  }
+  free(seen);
+  json_object_set_new(r, "expected", json_integer(expected));
+  json_object_set_new(r, "found", json_integer((json_int_t)nt));
+  int n = (int)json_array_size(json_object_get(r, "problems"));
+  mi_weights_close(w);
+  json_decref(config);
+  *out = r;
+  return n;
+}

@@ -1,0 +1,387 @@
+/* Engine assembly (plugins + model directory) and the generation loop. */
+#define _GNU_SOURCE /* memmem */
+#include "core/runtime/session.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "core/runtime/host.h"
+#include "core/runtime/safetensors.h"
+
+#define MI_CONFIG_MAX_BYTES (1 << 20)
+
+double mi_now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+uint64_t mi_peak_rss_bytes(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  return (uint64_t)ru.ru_maxrss * 1024u; /* Linux reports KiB */
+}
+
+static int arch_supported(const mi_model_iface *M, const char *arch) {
+  for (const char *const *a = M->architectures; a && *a; a++)
+    if (strcmp(*a, arch) == 0) return 1;
+  return 0;
+}
+
+/* The model plugin that implements `arch`, or NULL with the list of what is
+ * loaded in `names`. */
+static mi_plugin *find_model_plugin(mi_registry *reg, const char *arch, char *names,
+                                    size_t names_len) {
+  size_t used = 0;
+  names[0] = 0;
+  for (size_t i = 0; i < mi_registry_count(reg); i++) {
+    mi_plugin *p = mi_registry_at(reg, i);
+    if (p->status != MI_PLUGIN_LOADED || p->desc->kind != MI_PLUGIN_MODEL) continue;
+    const mi_model_iface *M = p->iface;
+    if (arch_supported(M, arch)) return p;
+    for (const char *const *a = M->architectures; a && *a && used + 2 < names_len; a++)
+      used += (size_t)snprintf(names + used, names_len - used, "%s%s", used ? ", " : "", *a);
+  }
+  return NULL;
+}
+
+static void add_eos(mi_session *e, int64_t id) {
+  if (id < 0 || id > INT32_MAX || e->n_eos >= (int)(sizeof e->eos_ids / sizeof e->eos_ids[0]))
+    return;
+  for (int i = 0; i < e->n_eos; i++)
+    if (e->eos_ids[i] == id) return;
+  e->eos_ids[e->n_eos++] = (int32_t)id;
+}
+
+int mi_session_is_eos(const mi_session *e, int32_t id) {
+  for (int i = 0; i < e->n_eos; i++)
+    if (e->eos_ids[i] == id) return 1;
+  return 0;
+}
+
+int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out, char *err,
+                   size_t err_len) {
+  double t0 = mi_now_seconds();
+  *out = NULL;
+  mi_session *e = calloc(1, sizeof *e);
+  if (!e) {
+    snprintf(err, err_len, "out of memory");
+    return -1;
+  }
+  e->model_dir = strdup(o->model_dir);
+  char path[4096];
+
+  /* platform */
+  e->platform_plugin = mi_registry_best(reg, MI_PLUGIN_PLATFORM, o->platform);
+  if (!e->platform_plugin) {
+    /* Name the reason the loader recorded (e.g. a GPU probe's "no device"). */
+    const char *why = NULL;
+    for (size_t i = 0; o->platform && i < mi_registry_count(reg) && !why; i++) {
+      const mi_plugin *p = mi_registry_at(reg, i);
+      if (mi_plugin_kind_of(p) == MI_PLUGIN_PLATFORM && p->reason &&
+          strcmp(mi_plugin_name(p), o->platform) == 0)
+        why = p->reason;
+    }
+    if (o->platform && why)
+      snprintf(err, err_len, "platform '%s' is not available: %s", o->platform, why);
+    else if (o->platform)
+      snprintf(err, err_len, "platform '%s' is not available (see --list-plugins for why)",
+               o->platform);
+    else
+      snprintf(err, err_len, "no platform plugin is loaded (see --list-plugins for why)");
+    goto fail;
+  }
+  e->P = e->platform_plugin->iface;
+  e->pc = e->platform_plugin->ctx;
+
+  /* tensor parallelism: the platform's group must be the size asked for */
+  e->tp_size = o->tp_size > 0 ? o->tp_size : 1;
+  int rank = 0, size = 1;
+  if (mi_platform_has(e->P, comm_info) && e->P->comm_info(e->pc, &rank, &size) != 0) {
+    snprintf(err, err_len, "platform '%s': cannot query its process group: %s",
+             e->platform_plugin->desc->name, e->P->last_error(e->pc));
+    goto fail;
+  }
+  if (size != e->tp_size) {
+    snprintf(err, err_len,
+             "--tp %d needs %d ranks, but platform '%s' runs %d (start with e.g. mpirun -np %d)",
+             e->tp_size, e->tp_size, e->platform_plugin->desc->name, size, e->tp_size);
+    goto fail;
+  }
+  e->tp_rank = rank;
+
+  /* config.json */
+  snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+  /* A config.json is a few KB; jansson builds a tree ~20x the file before
+   * any check, so a hostile one is refused by size first. */
+  struct stat cst;
+  if (stat(path, &cst) == 0 && cst.st_size > MI_CONFIG_MAX_BYTES) {
+    snprintf(err, err_len, "%s: %lld bytes, over the %d byte limit for a config.json", path,
+             (long long)cst.st_size, MI_CONFIG_MAX_BYTES);
+    goto fail;
+  }
+  json_error_t jerr;
+  json_t *cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+  if (!cfg) {
+    snprintf(err, err_len, "%s: %s (line %d)", path, jerr.text, jerr.line);
+    goto fail;
+  }
+  e->config = cfg;
+  if (!json_is_object(cfg)) {
+    snprintf(err, err_len, "%s: not a JSON object", path);
+    goto fail;
+  }
+  json_t *archs = json_object_get(cfg, "architectures");
+  const char *arch = json_string_value(json_array_get(archs, 0));
+  if (!arch) {
+    snprintf(err, err_len, "%s: \"architectures\" must be a non-empty array of strings", path);
+    goto fail;
+  }
+  char names[512];
+  e->model_plugin = find_model_plugin(reg, arch, names, sizeof names);
+  if (!e->model_plugin) {
+    snprintf(err, err_len, "%s: architecture '%s' is not supported by any loaded model plugin%s%s",
+             path, arch, names[0] ? " (loaded: " : "", names[0] ? names : "");
+    if (names[0]) strncat(err, ")", err_len - strlen(err) - 1);
+    goto fail;
+  }
+  e->M = e->model_plugin->iface;
+  char perr[1024];
+  if (e->M->check_config(e->model_plugin->ctx, mi_json_wrap(cfg), perr, sizeof perr) != 0) {
+    snprintf(err, err_len, "%s: %s", path, perr);
+    goto fail;
+  }
+
+  /* tokenizer */
+  snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
+  e->tok = mi_tokenizer_load(path, err, err_len);
+  if (!e->tok) goto fail;
+  snprintf(path, sizeof path, "%s/tokenizer_config.json", o->model_dir);
+  FILE *tc = fopen(path, "rb");
+  if (tc) {
+    fclose(tc);
+    if (mi_tokenizer_load_config(e->tok, path, err, err_len) != 0) goto fail;
+  }
+
+  /* end-of-generation tokens: config.json eos_token_id (int or list), the
+   * tokenizer's eos, and the ChatML/Qwen terminators when present. */
+  json_t *eos = json_object_get(cfg, "eos_token_id");
+  if (json_is_integer(eos)) add_eos(e, json_integer_value(eos));
+  for (size_t i = 0; json_is_array(eos) && i < json_array_size(eos); i++)
+    if (json_is_integer(json_array_get(eos, i))) add_eos(e, json_integer_value(json_array_get(eos, i)));
+  add_eos(e, mi_tokenizer_eos_id(e->tok));
+  add_eos(e, mi_tokenizer_token_id(e->tok, "<|im_end|>"));
+  add_eos(e, mi_tokenizer_token_id(e->tok, "<|endoftext|>"));
+
+  /* weights + model */
+  mi_weights_load how = o->weights == MI_SESSION_WEIGHTS_READ ? MI_WEIGHTS_READ : MI_WEIGHTS_MMAP;
+  if (o->weights == MI_SESSION_WEIGHTS_AUTO) {
+    mi_device_info di = {.struct_size = sizeof di};
+    if (e->P->device_info(e->pc, 0, &di) == 0 && di.host_memory) how = MI_WEIGHTS_READ;
+  }
+  e->weights = mi_weights_open_ex(o->model_dir, how, err, err_len);
+  if (!e->weights) goto fail;
+  mi_options none = {0};
+  mi_model_load_args a = {
+      .struct_size = sizeof a,
+      .model_dir = o->model_dir,
+      .config = mi_json_wrap(cfg),
+      .weights = e->weights,
+      .platform = {.iface = e->P, .ctx = e->pc},
+      .tp_rank = e->tp_rank,
+      .tp_size = e->tp_size,
+      .opts = o->model_opts ? o->model_opts : &none,
+  };
+  if (e->M->load(e->model_plugin->ctx, &a, &e->model, err, err_len) != 0) goto fail;
+  e->info.struct_size = sizeof e->info;
+  e->M->info(e->model, &e->info);
+  if ((int64_t)mi_tokenizer_vocab_size(e->tok) > e->info.vocab_size) {
+    snprintf(err, err_len, "%s/tokenizer.json: %zu tokens but the model's vocab_size is %lld",
+             o->model_dir, mi_tokenizer_vocab_size(e->tok), (long long)e->info.vocab_size);
+    goto fail;
+  }
+  e->load_seconds = mi_now_seconds() - t0;
+  *out = e;
+  return 0;
+fail:
+  mi_session_close(e);
+  return -1;
+}
+
+void mi_session_close(mi_session *e) {
+  if (!e) return;
+  if (e->model) e->M->unload(e->model);
+  if (e->weights) mi_weights_close(e->weights);
+  if (e->tok) mi_tokenizer_free(e->tok);
+  if (e->config) json_decref((json_t *)e->config);
+  free(e->model_dir);
+  free(e);
+}
+
+/* Length of the longest suffix of text[0,n) that is a proper prefix of a
+ * stop string (that much must be held back: it may become a stop). */
+static size_t stop_holdback(const char *text, size_t n, const char *const *stop, size_t n_stop) {
+  size_t best = 0;
+  for (size_t s = 0; s < n_stop; s++) {
+    size_t L = strlen(stop[s]);
+    if (L == 0) continue;
+    for (size_t k = L > n + 1 ? n : L - 1; k > best; k--)
+      if (memcmp(text + n - k, stop[s], k) == 0) {
+        best = k;
+        break;
+      }
+  }
+  return best;
+}
+
+int mi_generate(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_gen_params *p,
+                mi_gen_cb cb, void *user, mi_gen_stats *st, char *err, size_t err_len) {
+  memset(st, 0, sizeof *st);
+  const int64_t V = e->info.vocab_size;
+  if (n_prompt == 0) {
+    snprintf(err, err_len, "the prompt is empty");
+    return -1;
+  }
+  int64_t n_ctx = p->n_ctx;
+  if (n_ctx <= 0) {
+    /* just what this request needs; open-ended generation (-n -1) gets
+     * llama.cpp's default 4096 (or the prompt + 1) rather than the model's
+     * whole window, whose KV cache could be gigabytes */
+    int64_t want = (int64_t)n_prompt + (p->n_predict >= 0 ? p->n_predict : 0);
+    if (p->n_predict < 0) want = want + 1 > 4096 ? want + 1 : 4096;
+    n_ctx = want < e->info.max_position ? want : e->info.max_position;
+  }
+  if ((int64_t)n_prompt > n_ctx) {
+    snprintf(err, err_len, "the prompt has %zu tokens but the context holds %lld (raise -c/--ctx-size)",
+             n_prompt, (long long)n_ctx);
+    return -1;
+  }
+  st->n_ctx = n_ctx;
+  st->n_prompt = (int64_t)n_prompt;
+
+  int rc = -1;
+  mi_seq *seq = NULL;
+  mi_sampler *smp = mi_sampler_create(&p->sampling, V);
+  float *logits = malloc((size_t)V * sizeof(float));
+  int32_t *hist = malloc((size_t)n_ctx * sizeof(int32_t) + 4);
+  int k = p->top_logprobs > 0 ? p->top_logprobs : 0;
+  int32_t *top_ids = malloc((size_t)(k + 1) * sizeof(int32_t));
+  double *top_lps = malloc((size_t)(k + 1) * sizeof(double));
+  size_t tok_cap = mi_tok_stream_max_out(e->tok) + 4;
+  char *tok_text = malloc(tok_cap);
+  /* visible text not yet shown: at most the longest stop string + a token */
+  size_t max_stop = 0;
+  for (size_t i = 0; i < p->n_stop; i++)
+    if (strlen(p->stop[i]) > max_stop) max_stop = strlen(p->stop[i]);
+  size_t pend_cap = max_stop + tok_cap + 8, pend_len = 0;
+  char *pend = malloc(pend_cap);
+  if (!smp || !logits || !hist || !top_ids || !top_lps || !tok_text || !pend) {
+    snprintf(err, err_len, "out of memory");
+    goto done;
+  }
+  if (e->M->seq_create(e->model, n_ctx, &seq, err, err_len) != 0) goto done;
+  memcpy(hist, prompt, n_prompt * sizeof(int32_t));
+  size_t n_hist = n_prompt;
+  mi_tok_stream ts;
+  mi_tok_stream_init(&ts, e->tok);
+
+  double t0 = mi_now_seconds();
+  if (e->M->forward(e->model, seq, prompt, (int64_t)n_prompt, logits, 0, err, err_len) != 0)
+    goto done;
+  st->prefill_s = mi_now_seconds() - t0;
+  double t_first = 0;
+  st->stop_reason = "length";
+  for (int64_t step = 0; p->n_predict < 0 || step < p->n_predict; step++) {
+    int32_t id = mi_sampler_sample(smp, logits, hist, n_hist);
+    /* every rank continues with rank 0's choice, whatever rounding did */
+    if (e->tp_size > 1 && e->P->broadcast(e->pc, NULL, &id, sizeof id, 0) != 0) {
+      snprintf(err, err_len, "broadcast of the sampled token failed: %s", e->P->last_error(e->pc));
+      goto done;
+    }
+    mi_gen_token t = {.step = step, .id = id, .top_ids = top_ids, .top_lps = top_lps};
+    t.n_top = mi_logprobs_topk(logits, V, id, &t.logprob, k, top_ids, top_lps);
+    if (step == 0) {
+      t_first = mi_now_seconds();
+      st->ttft_s = t_first - t0;
+    }
+    st->n_gen++;
+    hist[n_hist++] = id;
+    int is_eos = mi_session_is_eos(e, id);
+    /* Ids past the tokenizer's vocabulary but inside the model's (Qwen pads
+     * its embedding to 151936 rows) have no text: they decode to nothing,
+     * as in Hugging Face. */
+    int n = id < (int32_t)mi_tokenizer_vocab_size(e->tok)
+                ? mi_tok_stream_feed(&ts, id, tok_text, tok_cap)
+                : 0;
+    if (n < 0) {
+      snprintf(err, err_len, "token id %d cannot be decoded by the tokenizer", id);
+      goto done;
+    }
+    t.text = tok_text;
+    t.text_len = (size_t)n;
+    /* stop strings: look for one in pending + this text; hold back what
+     * may still turn into one. */
+    int stop_hit = 0;
+    memcpy(pend + pend_len, tok_text, (size_t)n);
+    pend_len += (size_t)n;
+    size_t show = pend_len;
+    for (size_t s = 0; s < p->n_stop; s++) {
+      const char *hit = memmem(pend, pend_len, p->stop[s], strlen(p->stop[s]));
+      if (hit && (size_t)(hit - pend) <= show) {
+        show = (size_t)(hit - pend);
+        stop_hit = 1;
+      }
+    }
+    if (!stop_hit) show = pend_len - stop_holdback(pend, pend_len, p->stop, p->n_stop);
+    t.visible = pend;
+    t.visible_len = (is_eos && !p->ignore_eos) ? 0 : show;
+    int cb_stop = cb ? cb(user, &t) : 0;
+    memmove(pend, pend + show, pend_len - show);
+    pend_len -= show;
+    if (is_eos && !p->ignore_eos) {
+      st->stop_reason = "eos";
+      pend_len = 0;
+      break;
+    }
+    if (stop_hit) {
+      st->stop_reason = "stop string";
+      pend_len = 0;
+      break;
+    }
+    if (cb_stop) {
+      st->stop_reason = "callback";
+      break;
+    }
+    if (p->n_predict >= 0 && step + 1 >= p->n_predict) break;
+    if (e->M->seq_len(e->model, seq) >= n_ctx) {
+      st->stop_reason = "context full";
+      break;
+    }
+    if (e->M->forward(e->model, seq, &id, 1, logits, 0, err, err_len) != 0) goto done;
+  }
+  if (st->n_gen > 0) st->decode_s = mi_now_seconds() - t_first;
+  /* whatever was held back (a partial stop-string prefix, a partial UTF-8 tail) */
+  int fl = mi_tok_stream_flush(&ts, pend + pend_len, pend_cap - pend_len);
+  if (fl > 0) pend_len += (size_t)fl;
+  if (pend_len >= sizeof st->tail) pend_len = sizeof st->tail - 1;
+  memcpy(st->tail, pend, pend_len);
+  st->tail[pend_len] = 0;
+  rc = 0;
+done:
+  if (seq) e->M->seq_destroy(e->model, seq);
+  mi_sampler_free(smp);
+  free(logits);
+  free(hist);
+  free(top_ids);
+  free(top_lps);
+  free(tok_text);
+  free(pend);
+  return rc;
+}

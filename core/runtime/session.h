@@ -1,0 +1,97 @@
+/* An engine: one platform plugin + one model plugin + one model directory
+ * (config.json, weights, tokenizer), and the generation loop over it. */
+#ifndef MI_CORE_RUNTIME_SESSION_H
+#define MI_CORE_RUNTIME_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/runtime/loader.h"
+#include "core/runtime/sampler.h"
+#include "core/tokenizer/tokenizer.h"
+#include "mi/model.h"
+
+typedef struct mi_session_opts {
+  const char *model_dir;
+  const char *platform;   /* plugin name, or NULL for the best-scoring one */
+  const mi_options *model_opts; /* e.g. batch=512 */
+  int tp_rank, tp_size;
+  /* How the weights are loaded: MI_SESSION_WEIGHTS_AUTO reads them into huge
+   * pages when the platform's kernels use host memory directly (the CPU),
+   * and maps the files otherwise (a GPU uploads them anyway). */
+  int weights; /* MI_SESSION_WEIGHTS_* */
+} mi_session_opts;
+
+#define MI_SESSION_WEIGHTS_AUTO 0
+#define MI_SESSION_WEIGHTS_MMAP 1 /* --mmap */
+#define MI_SESSION_WEIGHTS_READ 2 /* --no-mmap */
+
+typedef struct mi_session {
+  char *model_dir;
+  mi_plugin *platform_plugin;
+  const mi_platform_iface *P;
+  void *pc;
+  mi_plugin *model_plugin;
+  const mi_model_iface *M;
+  void *config;        /* json_t* of config.json */
+  mi_weights *weights;
+  mi_model *model;
+  mi_model_info info;
+  mi_tokenizer *tok;
+  int tp_rank, tp_size; /* tensor parallelism: this rank of tp_size */
+  int32_t eos_ids[8];  /* end-of-generation tokens */
+  int n_eos;
+  double load_seconds;
+} mi_session;
+
+/* Opens DIR/config.json, picks the model plugin by "architectures", opens
+ * the weights and the tokenizer, loads the model onto the platform.
+ * 0, or -1 with one line naming the file and the problem. */
+int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out, char *err,
+                   size_t err_len);
+void mi_session_close(mi_session *e);
+int mi_session_is_eos(const mi_session *e, int32_t id);
+
+typedef struct mi_gen_params {
+  int64_t n_predict;   /* tokens to generate (< 0: until EOS or context end) */
+  int64_t n_ctx;       /* 0: prompt + n_predict, capped by the model */
+  int ignore_eos;
+  int top_logprobs;    /* report the k best logprobs per step (0: none) */
+  mi_sampler_params sampling;
+  const char *const *stop; /* stop strings */
+  size_t n_stop;
+} mi_gen_params;
+
+typedef struct mi_gen_token {
+  int64_t step;
+  int32_t id;
+  const char *text;      /* this token's decoded text (complete UTF-8 only) */
+  size_t text_len;
+  const char *visible;   /* text safe to show now (held back near stop strings) */
+  size_t visible_len;
+  double logprob;        /* log-softmax of the raw logits, float64 */
+  int n_top;
+  const int32_t *top_ids;
+  const double *top_lps;
+} mi_gen_token;
+
+/* Called once per generated token; return non-zero to stop. */
+typedef int (*mi_gen_cb)(void *user, const mi_gen_token *t);
+
+typedef struct mi_gen_stats {
+  int64_t n_prompt, n_gen, n_ctx;
+  double ttft_s;     /* prompt submitted → first token sampled */
+  double prefill_s;  /* the batched prompt pass */
+  double decode_s;   /* all decode steps after the first token */
+  const char *stop_reason; /* "eos", "length", "stop string", "context full", "callback" */
+  char tail[256];    /* visible text held back at the end and flushed */
+} mi_gen_stats;
+
+int mi_generate(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_gen_params *p,
+                mi_gen_cb cb, void *user, mi_gen_stats *st, char *err, size_t err_len);
+
+/* Peak resident set size of this process, in bytes. */
+uint64_t mi_peak_rss_bytes(void);
+double mi_now_seconds(void);
+
+#endif

@@ -1,0 +1,122 @@
+/* core/tokenizer/chat.c — Qwen3 ChatML prompt rendering, hard-coded (no
+ * Jinja). It reproduces what Qwen3's chat_template (tokenizer_config.json)
+ * renders for messages without tools / tool_calls / reasoning_content:
+ *   - system/user (and any role other than assistant/tool):
+ *       "<|im_start|>ROLE\nCONTENT<|im_end|>\n"
+ *   - assistant: content is split at the last "</think>" (text before it is
+ *     reasoning, text after it, left-stripped of '\n', is the answer). After
+ *     the last user query, the final message — or one with non-empty
+ *     reasoning — is rendered as
+ *       "<|im_start|>assistant\n<think>\nREASONING\n</think>\n\nANSWER<|im_end|>\n"
+ *     (REASONING stripped of '\n' at both ends); earlier ones as
+ *       "<|im_start|>assistant\nANSWER<|im_end|>\n".
+ *   - tool: consecutive tool messages share one user turn:
+ *       "<|im_start|>user" + ("\n<tool_response>\nCONTENT\n</tool_response>")* + "<|im_end|>\n"
+ *   - add_generation_prompt: "<|im_start|>assistant\n", plus
+ *     "<think>\n\n</think>\n\n" when enable_thinking == 0.
+ * The "last user query" is the last user message whose content is not
+ * wrapped in <tool_response>...</tool_response>, as in the template.
+ * Tested against transformers.js rendering the real template
+ * (tests/tokenizer/golden_chat.json). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tokenizer/tokenizer.h"
+
+typedef struct { char *p; size_t n, cap; int oom; } sbuf;
+
+static void put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap : 256;
+        while (b->n + n + 1 > c) c *= 2;
+        char *q = realloc(b->p, c);
+        if (!q) { b->oom = 1; return; }
+        b->p = q; b->cap = c;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
+
+static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+static int ends_with(const char *s, const char *p) {
+    size_t a = strlen(s), b = strlen(p);
+    return a >= b && memcmp(s + a - b, p, b) == 0;
+}
+
+/* Last occurrence of needle in [s, s+n), or NULL. */
+static const char *last_of(const char *s, size_t n, const char *needle) {
+    size_t k = strlen(needle);
+    if (n < k) return NULL;
+    for (size_t i = n - k + 1; i-- > 0;)
+        if (memcmp(s + i, needle, k) == 0) return s + i;
+    return NULL;
+}
+
+char *mi_tokenizer_chat_render(const mi_chat_msg *msgs, size_t n, int add_generation_prompt, int enable_thinking) {
+    sbuf b = {0};
+    put(&b, "", 0); /* an empty conversation renders "" rather than NULL */
+    /* index of the last real user query (the template's ns.last_query_index) */
+    long last_query = (long)n - 1;
+    for (size_t k = n; k-- > 0;) {
+        const char *r = msgs[k].role ? msgs[k].role : "", *c = msgs[k].content ? msgs[k].content : "";
+        if (!strcmp(r, "user") && !(starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) {
+            last_query = (long)k;
+            break;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *role = msgs[i].role ? msgs[i].role : "";
+        const char *content = msgs[i].content ? msgs[i].content : "";
+        if (!strcmp(role, "assistant")) {
+            size_t cl = strlen(content);
+            const char *ans = content, *rs = "", *re = rs;
+            const char *et = last_of(content, cl, "</think>");
+            if (et) {
+                /* content.split('</think>')[-1].lstrip('\n') */
+                ans = et + 8;
+                while (*ans == '\n') ans++;
+                /* content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
+                const char *first_et = strstr(content, "</think>");
+                const char *rend = first_et;
+                while (rend > content && rend[-1] == '\n') rend--;
+                const char *st = last_of(content, (size_t)(rend - content), "<think>");
+                rs = st ? st + 7 : content;
+                while (rs < rend && *rs == '\n') rs++;
+                re = rend;
+            }
+            puts_(&b, "<|im_start|>assistant\n");
+            if ((long)i > last_query && (i + 1 == n || re > rs)) {
+                /* reasoning_content.strip('\n') */
+                while (rs < re && *rs == '\n') rs++;
+                while (re > rs && re[-1] == '\n') re--;
+                puts_(&b, "<think>\n");
+                put(&b, rs, (size_t)(re - rs));
+                puts_(&b, "\n</think>\n\n");
+                while (*ans == '\n') ans++;
+            }
+            puts_(&b, ans);
+            puts_(&b, "<|im_end|>\n");
+        } else if (!strcmp(role, "tool")) {
+            if (i == 0 || strcmp(msgs[i - 1].role ? msgs[i - 1].role : "", "tool")) puts_(&b, "<|im_start|>user");
+            puts_(&b, "\n<tool_response>\n");
+            puts_(&b, content);
+            puts_(&b, "\n</tool_response>");
+            if (i + 1 == n || strcmp(msgs[i + 1].role ? msgs[i + 1].role : "", "tool")) puts_(&b, "<|im_end|>\n");
+        } else {
+            puts_(&b, "<|im_start|>");
+            puts_(&b, role);
+            puts_(&b, "\n");
+            puts_(&b, content);
+            puts_(&b, "<|im_end|>\n");
+        }
+    }
+    if (add_generation_prompt) {
+        puts_(&b, "<|im_start|>assistant\n");
+        if (!enable_thinking) puts_(&b, "<think>\n\n</think>\n\n");
+    }
+    if (b.oom) { free(b.p); return NULL; }
+    return b.p;
+}

@@ -1,0 +1,280 @@
+/* core/tokenizer/encode.c — text -> token ids: added-token splitting, NFC,
+ * regex pre-tokenisation (PCRE2), byte-level BPE with a rank heap, and a
+ * small word cache.
+ *
+ * BPE works on raw bytes: a word starts as one symbol per byte (the id of
+ * the byte's GPT-2 character), and the pair with the lowest merge rank —
+ * leftmost among equal ranks — is merged until none applies. This is what
+ * HF tokenizers' Word::merge_all does; the heap keeps long words
+ * O(n log n) instead of O(n^2). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tokenizer/internal.h"
+
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} ivec;
+
+static int ivec_push(ivec *a, int32_t x) {
+    if (a->n == a->cap) {
+        size_t c = a->cap ? a->cap * 2 : 256;
+        int32_t *p = realloc(a->v, c * sizeof *p);
+        if (!p) return MI_TOK_ENOMEM;
+        a->v = p; a->cap = c;
+    }
+    a->v[a->n++] = x;
+    return 0;
+}
+
+/* Heap entry: a candidate merge of the symbols starting at left and right. */
+typedef struct { uint32_t rank; int32_t left, right; } cand;
+
+/* Per-call scratch, grown on demand. */
+typedef struct {
+    int32_t *id, *prev, *next;  /* [cap_sym] symbol list (by byte position) */
+    size_t cap_sym;
+    cand *heap;                 /* [cap_heap] binary min-heap */
+    size_t cap_heap, nheap;
+    pcre2_match_data *md[4];
+    pcre2_match_context *mctx;
+    pcre2_jit_stack *jstack;
+} scratch;
+
+static int cand_less(const cand *a, const cand *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static int heap_push(scratch *s, cand c) {
+    if (s->nheap == s->cap_heap) {
+        size_t nc = s->cap_heap ? s->cap_heap * 2 : 64;
+        cand *p = realloc(s->heap, nc * sizeof *p);
+        if (!p) return MI_TOK_ENOMEM;
+        s->heap = p; s->cap_heap = nc;
+    }
+    size_t i = s->nheap++;
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (!cand_less(&c, &s->heap[up])) break;
+        s->heap[i] = s->heap[up];
+        i = up;
+    }
+    s->heap[i] = c;
+    return 0;
+}
+
+static cand heap_pop(scratch *s) {
+    cand top = s->heap[0], last = s->heap[--s->nheap];
+    size_t i = 0, n = s->nheap;
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        const cand *best = &last;
+        if (l < n && cand_less(&s->heap[l], best)) { m = l; best = &s->heap[l]; }
+        if (l + 1 < n && cand_less(&s->heap[l + 1], best)) m = l + 1;
+        if (m == i) break;
+        s->heap[i] = s->heap[m];
+        i = m;
+    }
+    if (n) s->heap[i] = last;
+    return top;
+}
+
+static int push_pair(const mi_tokenizer *t, scratch *s, int32_t l, int32_t r) {
+    const mi_tok_merge *m = mi_tok_merge_find(t, s->id[l], s->id[r]);
+    if (!m) return 0;
+    cand c = { m->rank, l, r };
+    return heap_push(s, c);
+}
+
+/* BPE of one pre-tokenised word (raw bytes), ids appended to out. */
+static int bpe_word(const mi_tokenizer *t, scratch *s, const unsigned char *w, size_t n, ivec *out) {
+    if (n == 0) return 0;
+    if (n == 1) return ivec_push(out, t->byte_id[w[0]]);
+
+    uint32_t h = 0;
+    if (n <= MI_TOK_CACHE_KEY) {
+        h = mi_tok_hash(w, n);
+        const mi_tok_cache_slot *c = &t->cache[h & (MI_TOK_CACHE_SLOTS - 1)];
+        int32_t ids[MI_TOK_CACHE_KEY];
+        int nids = -1;
+        /* the lock makes the cache safe to share between threads; the tokenizer
+         * itself is otherwise read-only */
+        pthread_mutex_lock((pthread_mutex_t *)&t->cache_lock);
+        if (c->klen == n && c->hash == h && memcmp(c->key, w, n) == 0) {
+            nids = c->nids;
+            memcpy(ids, c->ids, (size_t)nids * sizeof *ids);
+        }
+        pthread_mutex_unlock((pthread_mutex_t *)&t->cache_lock);
+        if (nids >= 0) {
+            for (int i = 0; i < nids; i++)
+                if (ivec_push(out, ids[i])) return MI_TOK_ENOMEM;
+            return 0;
+        }
+    }
+
+    if (n > s->cap_sym) {
+        size_t c = s->cap_sym ? s->cap_sym : 64;
+        while (c < n) c *= 2;
+        int32_t *a = realloc(s->id, c * sizeof *a);
+        if (!a) return MI_TOK_ENOMEM;
+        s->id = a;
+        a = realloc(s->prev, c * sizeof *a);
+        if (!a) return MI_TOK_ENOMEM;
+        s->prev = a;
+        a = realloc(s->next, c * sizeof *a);
+        if (!a) return MI_TOK_ENOMEM;
+        s->next = a;
+        s->cap_sym = c;
+    }
+    for (size_t i = 0; i < n; i++) {
+        s->id[i] = t->byte_id[w[i]];
+        s->prev[i] = (int32_t)i - 1;
+        s->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+    }
+    s->nheap = 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (push_pair(t, s, (int32_t)i, (int32_t)i + 1)) return MI_TOK_ENOMEM;
+    while (s->nheap) {
+        cand c = heap_pop(s);
+        /* stale entry: a side was merged away (id -1) or changed */
+        if (s->id[c.left] < 0 || s->next[c.left] != c.right || s->id[c.right] < 0) continue;
+        const mi_tok_merge *m = mi_tok_merge_find(t, s->id[c.left], s->id[c.right]);
+        if (!m || m->rank != c.rank) continue;
+        s->id[c.left] = m->result;
+        s->id[c.right] = -1;
+        int32_t nx = s->next[c.right];
+        s->next[c.left] = nx;
+        if (nx >= 0) s->prev[nx] = c.left;
+        if (s->prev[c.left] >= 0 && push_pair(t, s, s->prev[c.left], c.left)) return MI_TOK_ENOMEM;
+        if (nx >= 0 && push_pair(t, s, c.left, nx)) return MI_TOK_ENOMEM;
+    }
+    size_t first = out->n;
+    for (int32_t i = 0; i >= 0; i = s->next[i])
+        if (ivec_push(out, s->id[i])) return MI_TOK_ENOMEM;
+
+    if (n <= MI_TOK_CACHE_KEY) {
+        mi_tok_cache_slot *c = &t->cache[h & (MI_TOK_CACHE_SLOTS - 1)];
+        pthread_mutex_lock((pthread_mutex_t *)&t->cache_lock);
+        c->hash = h;
+        c->klen = (uint8_t)n;
+        c->nids = (uint8_t)(out->n - first);
+        memcpy(c->key, w, n);
+        memcpy(c->ids, out->v + first, (out->n - first) * sizeof *out->v);
+        pthread_mutex_unlock((pthread_mutex_t *)&t->cache_lock);
+    }
+    return 0;
+}
+
+/* Apply split step `level` to s[0..n) and recurse; the last level feeds BPE.
+ * Behaviour "Isolated": both the matches and the text between them are
+ * pieces. */
+static int pretok(const mi_tokenizer *t, scratch *s, int level, const unsigned char *p, size_t n, ivec *out) {
+    if (level == t->n_split) return bpe_word(t, s, p, n, out);
+    pcre2_code *re = t->split_re[level];
+    pcre2_match_data *md = s->md[level];
+    size_t pos = 0, last = 0;
+    while (pos < n) {
+        int rc = pcre2_match(re, p, n, pos, PCRE2_NO_UTF_CHECK, md, s->mctx);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) return MI_TOK_EREGEX;
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t ms = ov[0], me = ov[1];
+        if (me == ms) { /* empty match: step one character, no piece */
+            pos = ms + 1;
+            while (pos < n && (p[pos] & 0xC0) == 0x80) pos++;
+            continue;
+        }
+        if (ms > last) {
+            int e = pretok(t, s, level + 1, p + last, ms - last, out);
+            if (e) return e;
+        }
+        int e = pretok(t, s, level + 1, p + ms, me - ms, out);
+        if (e) return e;
+        last = pos = me;
+    }
+    if (n > last) return pretok(t, s, level + 1, p + last, n - last, out);
+    return 0;
+}
+
+/* One stretch of ordinary text (no added tokens in it). */
+static int encode_text(const mi_tokenizer *t, scratch *s, const unsigned char *p, size_t n, ivec *out) {
+    if (n == 0) return 0;
+    unsigned char *norm = NULL;
+    size_t nn = 0;
+    if (t->nfc) {
+        int e = mi_tok_nfc(p, n, &norm, &nn);
+        if (e) return e;
+        if (norm) { p = norm; n = nn; }
+    }
+    int e = pretok(t, s, 0, p, n, out);
+    free(norm);
+    return e;
+}
+
+static int is_ws(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+static int is_word(unsigned char c) {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' || c >= 0x80;
+}
+
+/* Find the added token matching at p[i] (longest first); 0 if none. */
+static const mi_tok_added *added_at(const mi_tokenizer *t, const unsigned char *p, size_t n, size_t i, int parse_special) {
+    for (uint32_t k = 0; k < t->n_added; k++) {
+        const mi_tok_added *a = &t->added[k];
+        if (a->special && !parse_special) continue;
+        if (a->len > n - i || memcmp(p + i, a->content, a->len) != 0) continue;
+        if (a->single_word && ((i > 0 && is_word(p[i - 1])) || (i + a->len < n && is_word(p[i + a->len])))) continue;
+        return a;
+    }
+    return NULL;
+}
+
+int mi_tokenizer_encode(const mi_tokenizer *t, const char *text, size_t len, int parse_special,
+                        int32_t **ids, size_t *n) {
+    if (ids) *ids = NULL;
+    if (n) *n = 0;
+    if (!t || !ids || !n || (!text && len)) return MI_TOK_EINVAL;
+    const unsigned char *p = (const unsigned char *)text;
+    if (mi_tok_utf8_valid_prefix(p, len) != len) return MI_TOK_EUTF8;
+
+    ivec out = {0};
+    scratch s = {0};
+    int e = 0;
+    for (int i = 0; i < t->n_split; i++) {
+        s.md[i] = pcre2_match_data_create_from_pattern(t->split_re[i], NULL);
+        if (!s.md[i]) { e = MI_TOK_ENOMEM; goto done; }
+    }
+    if (t->n_split) {
+        /* Long whitespace runs make the JIT backtrack deeply; give it room
+         * beyond the default 32 KiB machine stack. */
+        s.mctx = pcre2_match_context_create(NULL);
+        s.jstack = pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, NULL);
+        if (!s.mctx || !s.jstack) { e = MI_TOK_ENOMEM; goto done; }
+        pcre2_jit_stack_assign(s.mctx, NULL, s.jstack);
+    }
+
+    size_t seg = 0, i = 0;
+    while (i < len) {
+        const mi_tok_added *a = t->added_first[p[i]] ? added_at(t, p, len, i, parse_special) : NULL;
+        if (!a) { i++; continue; }
+        size_t start = i, end = i + a->len;
+        if (a->lstrip) while (start > seg && is_ws(p[start - 1])) start--;
+        if (a->rstrip) while (end < len && is_ws(p[end])) end++;
+        if ((e = encode_text(t, &s, p + seg, start - seg, &out))) goto done;
+        if ((e = ivec_push(&out, a->id))) goto done;
+        seg = i = end;
+    }
+    e = encode_text(t, &s, p + seg, len - seg, &out);
+done:
+    for (int k = 0; k < 4; k++) if (s.md[k]) pcre2_match_data_free(s.md[k]);
+    if (s.mctx) pcre2_match_context_free(s.mctx);
+    if (s.jstack) pcre2_jit_stack_free(s.jstack);
+    free(s.id); free(s.prev); free(s.next); free(s.heap);
+    if (e) { free(out.v); return e; }
+    *ids = out.v;
+    *n = out.n;
+    return 0;
+}

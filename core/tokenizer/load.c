@@ -1,0 +1,534 @@
+/* core/tokenizer/load.c — read a Hugging Face tokenizer.json (byte-level
+ * BPE) into the tables of core/tokenizer/internal.h, with resource limits
+ * and one-line "PATH: problem" errors. Also tokenizer_config.json ids and the
+ * small lookup functions. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/tokenizer/internal.h"
+
+/* GPT-2's pattern, used when a ByteLevel pre-tokenizer has use_regex=true. */
+static const char GPT2_PATTERN[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+static void set_err(char *err, size_t err_len, const char *path, const char *fmt, ...) {
+    if (!err || err_len == 0) return;
+    int k = snprintf(err, err_len, "%s: ", path);
+    if (k < 0 || (size_t)k >= err_len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err + k, err_len - (size_t)k, fmt, ap);
+    va_end(ap);
+    /* keep it one line whatever the message carried */
+    for (char *p = err; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+}
+
+/* GPT-2 bytes_to_unicode: printable Latin-1 bytes map to themselves, the
+ * other 68 bytes to U+0100.. in byte order. cp_to_byte is its inverse over
+ * code points 0..323 (-1 = not a byte-level character). */
+static void byte_unicode_tables(uint32_t byte_to_cp[256], int16_t cp_to_byte[324]) {
+    for (int i = 0; i < 324; i++) cp_to_byte[i] = -1;
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        byte_to_cp[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
+        cp_to_byte[byte_to_cp[b]] = (int16_t)b;
+    }
+}
+
+/* Decode one UTF-8 char at s (valid input assumed: jansson checked it). */
+static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
+    unsigned c = s[0];
+    if (c < 0x80 || n < 2) { *cp = c; return 1; }
+    if (c < 0xE0) { *cp = ((c & 0x1Fu) << 6) | (s[1] & 0x3Fu); return 2; }
+    if (c < 0xF0 || n < 4) {
+        if (n < 3) { *cp = c; return 1; }
+        *cp = ((c & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
+        return 3;
+    }
+    *cp = ((c & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
+    return 4;
+}
+
+static int put_utf8(uint32_t cp, char *o) {
+    if (cp < 0x80) { o[0] = (char)cp; return 1; }
+    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[2] = (char)(0x80 | (cp & 0x3F));
+    return 3;
+}
+
+/* ---- growable pools ---- */
+typedef struct { char *p; size_t len, cap; } pool;
+static int pool_add(pool *pl, const void *s, size_t n, int nul, uint32_t *off) {
+    size_t need = pl->len + n + (nul ? 1 : 0);
+    if (need > UINT32_MAX) return -1;
+    if (need > pl->cap) {
+        size_t c = pl->cap ? pl->cap : 1 << 16;
+        while (c < need) c *= 2;
+        char *q = realloc(pl->p, c);
+        if (!q) return -1;
+        pl->p = q; pl->cap = c;
+    }
+    *off = (uint32_t)pl->len;
+    if (n) memcpy(pl->p + pl->len, s, n);
+    pl->len += n;
+    if (nul) pl->p[pl->len++] = 0;
+    return 0;
+}
+
+/* ---- string map ---- */
+static int32_t strmap_get(const mi_tokenizer *t, const char *s, size_t n) {
+    uint32_t mask = t->strmap.cap - 1, i = mi_tok_hash(s, n) & mask;
+    for (;;) {
+        uint32_t v = t->strmap.slots[i];
+        if (!v) return -1;
+        uint32_t id = v - 1;
+        if (t->str_len[id] == n && memcmp(t->strpool + t->str_off[id], s, n) == 0) return (int32_t)id;
+        i = (i + 1) & mask;
+    }
+}
+
+/* Insert id under its own string (str_off/str_len must be set); a previous
+ * id with the same string is replaced. */
+static void strmap_put(mi_tokenizer *t, uint32_t id) {
+    const char *s = t->strpool + t->str_off[id];
+    size_t n = t->str_len[id];
+    uint32_t mask = t->strmap.cap - 1, i = mi_tok_hash(s, n) & mask;
+    for (;;) {
+        uint32_t v = t->strmap.slots[i];
+        if (!v) { t->strmap.slots[i] = id + 1; return; }
+        uint32_t o = v - 1;
+        if (t->str_len[o] == n && memcmp(t->strpool + t->str_off[o], s, n) == 0) {
+            t->strmap.slots[i] = id + 1;
+            return;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+static uint32_t pow2_at_least(uint64_t n) {
+    uint32_t c = 16;
+    while (c < n) c <<= 1;
+    return c;
+}
+
+/* A JSON field that must be a bool if present. */
+static int opt_bool(json_t *o, const char *k, int *out) {
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v)) { *out = 0; return 0; }
+    if (!json_is_boolean(v)) return -1;
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* ---- normalizer / pre-tokenizer ---- */
+static int parse_normalizer(mi_tokenizer *t, json_t *n, const char *path, char *err, size_t el, int depth) {
+    if (!n || json_is_null(n)) return 0;
+    const char *type = json_string_value(json_object_get(n, "type"));
+    if (!json_is_object(n) || !type) { set_err(err, el, path, "normalizer: expected an object with a string \"type\""); return -1; }
+    if (!strcmp(type, "NFC")) { t->nfc = 1; return 0; }
+    if (!strcmp(type, "Sequence") && depth == 0) {
+        json_t *arr = json_object_get(n, "normalizers");
+        if (!json_is_array(arr)) { set_err(err, el, path, "normalizer.normalizers: expected an array"); return -1; }
+        size_t i; json_t *x;
+        json_array_foreach(arr, i, x) if (parse_normalizer(t, x, path, err, el, 1)) return -1;
+        return 0;
+    }
+    set_err(err, el, path, "normalizer type \"%s\" is not supported (only NFC)", type);
+    return -1;
+}
+
+static int add_split(mi_tokenizer *t, const char *pat, const char *path, char *err, size_t el) {
+    if (t->n_split >= 4) { set_err(err, el, path, "pre_tokenizer: more than 4 Split steps"); return -1; }
+    int ec; PCRE2_SIZE eo;
+    /* NEVER_BACKSLASH_C: \C matches one byte of a UTF-8 character; a match
+     * ending mid-character would make the next pcre2_match (called with
+     * PCRE2_NO_UTF_CHECK) start mid-character, which PCRE2 leaves undefined. */
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &ec, &eo, NULL);
+    if (!re) {
+        char msg[160];
+        pcre2_get_error_message(ec, (PCRE2_UCHAR *)msg, sizeof msg);
+        set_err(err, el, path, "pre_tokenizer: regex does not compile at offset %zu: %s", (size_t)eo, msg);
+        return -1;
+    }
+    /* JIT is an optimisation: if unavailable, pcre2_match interprets. */
+    t->split_jit[t->n_split] = pcre2_jit_compile(re, PCRE2_JIT_COMPLETE) == 0;
+    t->split_re[t->n_split++] = re;
+    return 0;
+}
+
+static int parse_pre(mi_tokenizer *t, json_t *p, const char *path, char *err, size_t el, int depth) {
+    if (!p || json_is_null(p)) return 0;
+    const char *type = json_string_value(json_object_get(p, "type"));
+    if (!json_is_object(p) || !type) { set_err(err, el, path, "pre_tokenizer: expected an object with a string \"type\""); return -1; }
+    if (!strcmp(type, "Sequence") && depth == 0) {
+        json_t *arr = json_object_get(p, "pretokenizers");
+        if (!json_is_array(arr)) { set_err(err, el, path, "pre_tokenizer.pretokenizers: expected an array"); return -1; }
+        size_t i; json_t *x;
+        json_array_foreach(arr, i, x) if (parse_pre(t, x, path, err, el, 1)) return -1;
+        return 0;
+    }
+    if (!strcmp(type, "Split")) {
+        json_t *pat = json_object_get(p, "pattern");
+        const char *re = json_string_value(json_object_get(pat, "Regex"));
+        if (!re) { set_err(err, el, path, "pre_tokenizer Split: only {\"Regex\": string} patterns are supported"); return -1; }
+        const char *beh = json_string_value(json_object_get(p, "behavior"));
+        if (beh && strcmp(beh, "Isolated")) { set_err(err, el, path, "pre_tokenizer Split: behavior \"%s\" is not supported (only Isolated)", beh); return -1; }
+        if (json_is_true(json_object_get(p, "invert"))) { set_err(err, el, path, "pre_tokenizer Split: invert=true is not supported"); return -1; }
+        return add_split(t, re, path, err, el);
+    }
+    if (!strcmp(type, "ByteLevel")) {
+        if (json_is_true(json_object_get(p, "add_prefix_space"))) { set_err(err, el, path, "pre_tokenizer ByteLevel: add_prefix_space=true is not supported"); return -1; }
+        json_t *ur = json_object_get(p, "use_regex");
+        if (!ur || json_is_true(ur)) return add_split(t, GPT2_PATTERN, path, err, el);
+        return 0; /* the byte mapping itself is always applied by the encoder */
+    }
+    set_err(err, el, path, "pre_tokenizer type \"%s\" is not supported", type);
+    return -1;
+}
+
+static int cmp_added(const void *a, const void *b) {
+    const mi_tok_added *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1; /* longest first */
+    return x->id - y->id;
+}
+
+void mi_tokenizer_free(mi_tokenizer *t) {
+    if (!t) return;
+    free(t->str_off); free(t->str_len); free(t->bytes_off); free(t->bytes_len);
+    free(t->is_special); free(t->strpool); free(t->bytepool);
+    free(t->strmap.slots); free(t->merges); free(t->added);
+    for (int i = 0; i < t->n_split; i++) pcre2_code_free(t->split_re[i]);
+    if (t->cache) pthread_mutex_destroy(&t->cache_lock);
+    free(t->cache);
+    free(t);
+}
+
+/* Read the whole file with the size limit. */
+static char *read_file(const char *path, size_t *len, char *err, size_t el) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { set_err(err, el, path, "cannot open: %s", strerror(errno)); return NULL; }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) { set_err(err, el, path, "not a regular file"); fclose(f); return NULL; }
+    if ((uint64_t)sb.st_size > MI_TOK_MAX_FILE_BYTES) {
+        set_err(err, el, path, "file is %lld bytes, over the %u byte limit", (long long)sb.st_size, MI_TOK_MAX_FILE_BYTES);
+        fclose(f); return NULL;
+    }
+    if (sb.st_size == 0) { set_err(err, el, path, "file is empty"); fclose(f); return NULL; }
+    char *buf = malloc((size_t)sb.st_size + 1);
+    if (!buf) { set_err(err, el, path, "out of memory"); fclose(f); return NULL; }
+    size_t got = fread(buf, 1, (size_t)sb.st_size, f);
+    fclose(f);
+    if (got != (size_t)sb.st_size) { set_err(err, el, path, "short read"); free(buf); return NULL; }
+    buf[got] = 0;
+    *len = got;
+    return buf;
+}
+
+mi_tokenizer *mi_tokenizer_load(const char *path, char *err, size_t el) {
+    if (err && el) err[0] = 0;
+    if (!path) { set_err(err, el, "(null)", "no path given"); return NULL; }
+    size_t flen;
+    char *text = read_file(path, &flen, err, el);
+    if (!text) return NULL;
+    json_error_t je;
+    json_t *root = json_loadb(text, flen, 0, &je);
+    free(text);
+    if (!root) { set_err(err, el, path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text); return NULL; }
+
+    mi_tokenizer *t = calloc(1, sizeof *t);
+    pool sp = {0}, bp = {0};
+    if (!t) { set_err(err, el, path, "out of memory"); json_decref(root); return NULL; }
+    t->eos_id = t->bos_id = t->pad_id = -1;
+#define FAIL(...) do { set_err(err, el, path, __VA_ARGS__); goto fail; } while (0)
+#define OOM() FAIL("out of memory")
+
+    if (!json_is_object(root)) FAIL("top level is not a JSON object");
+    json_t *model = json_object_get(root, "model");
+    if (!model) FAIL("missing field \"model\"");
+    if (!json_is_object(model)) FAIL("\"model\" is not an object");
+    json_t *mtype = json_object_get(model, "type");
+    if (mtype && !json_is_null(mtype) && (!json_is_string(mtype) || strcmp(json_string_value(mtype), "BPE")))
+        FAIL("model.type is not \"BPE\" (only byte-level BPE is supported)");
+    json_t *vocab = json_object_get(model, "vocab");
+    if (!vocab) FAIL("missing field \"model.vocab\"");
+    if (!json_is_object(vocab)) FAIL("\"model.vocab\" is not an object");
+    json_t *merges = json_object_get(model, "merges");
+    if (!merges) FAIL("missing field \"model.merges\"");
+    if (!json_is_array(merges)) FAIL("\"model.merges\" is not an array");
+    if (json_is_true(json_object_get(model, "byte_fallback"))) FAIL("model.byte_fallback=true is not supported");
+    if (json_is_true(json_object_get(model, "ignore_merges"))) FAIL("model.ignore_merges=true is not supported");
+    {
+        json_t *d = json_object_get(model, "dropout");
+        if (d && !json_is_null(d) && !(json_is_number(d) && json_number_value(d) == 0.0)) FAIL("model.dropout is not supported");
+    }
+    size_t nv = json_object_size(vocab);
+    if (nv == 0) FAIL("\"model.vocab\" is empty");
+    if (nv > MI_TOK_MAX_VOCAB) FAIL("model.vocab has %zu entries, over the limit of %u", nv, MI_TOK_MAX_VOCAB);
+    json_t *added = json_object_get(root, "added_tokens");
+    if (added && !json_is_null(added) && !json_is_array(added)) FAIL("\"added_tokens\" is not an array");
+    size_t na = json_is_array(added) ? json_array_size(added) : 0;
+    if (na > MI_TOK_MAX_VOCAB) FAIL("added_tokens has %zu entries, over the limit", na);
+
+    /* Pass 1: ids and sizes. */
+    uint64_t maxid = 0;
+    const char *key; json_t *val;
+    json_object_foreach(vocab, key, val) {
+        if (!json_is_integer(val)) FAIL("model.vocab[\"%.60s\"]: id is not an integer", key);
+        json_int_t id = json_integer_value(val);
+        if (id < 0 || id >= (json_int_t)MI_TOK_MAX_VOCAB) FAIL("model.vocab[\"%.60s\"]: id %lld out of range [0, %u)", key, (long long)id, MI_TOK_MAX_VOCAB);
+        if (strlen(key) > MI_TOK_MAX_TOKEN_BYTES) FAIL("model.vocab: a token string is longer than %u bytes", MI_TOK_MAX_TOKEN_BYTES);
+        if (strlen(key) == 0) FAIL("model.vocab: empty token string");
+        if ((uint64_t)id > maxid) maxid = (uint64_t)id;
+    }
+    for (size_t i = 0; i < na; i++) {
+        json_t *a = json_array_get(added, i);
+        if (!json_is_object(a)) FAIL("added_tokens[%zu] is not an object", i);
+        json_t *id = json_object_get(a, "id");
+        json_t *c = json_object_get(a, "content");
+        if (!json_is_integer(id)) FAIL("added_tokens[%zu].id is missing or not an integer", i);
+        if (!json_is_string(c)) FAIL("added_tokens[%zu].content is missing or not a string", i);
+        json_int_t v = json_integer_value(id);
+        if (v < 0 || v >= (json_int_t)MI_TOK_MAX_VOCAB) FAIL("added_tokens[%zu].id %lld out of range", i, (long long)v);
+        size_t cl = json_string_length(c);
+        if (cl == 0) FAIL("added_tokens[%zu].content is empty", i);
+        if (cl > MI_TOK_MAX_TOKEN_BYTES) FAIL("added_tokens[%zu].content is longer than %u bytes", i, MI_TOK_MAX_TOKEN_BYTES);
+        if (strlen(json_string_value(c)) != cl) FAIL("added_tokens[%zu].content contains a NUL character", i);
+        if ((uint64_t)v > maxid) maxid = (uint64_t)v;
+    }
+    t->vocab_size = (uint32_t)(maxid + 1);
+    size_t V = t->vocab_size;
+    t->str_off = malloc(V * sizeof *t->str_off);
+    t->str_len = calloc(V, sizeof *t->str_len);
+    t->bytes_off = calloc(V, sizeof *t->bytes_off);
+    t->bytes_len = calloc(V, sizeof *t->bytes_len);
+    t->is_special = calloc(V, 1);
+    if (!t->str_off || !t->str_len || !t->bytes_off || !t->bytes_len || !t->is_special) OOM();
+    for (size_t i = 0; i < V; i++) t->str_off[i] = UINT32_MAX;
+    t->strmap.cap = pow2_at_least(2 * (uint64_t)(nv + na));
+    t->strmap.slots = calloc(t->strmap.cap, sizeof *t->strmap.slots);
+    if (!t->strmap.slots) OOM();
+
+    uint32_t byte_to_cp[256];
+    int16_t cp_to_byte[324];
+    byte_unicode_tables(byte_to_cp, cp_to_byte);
+
+    /* Decoded bytes of a token string: the byte-level inverse when every
+     * character is a byte-level character, else the raw UTF-8 (HF's
+     * ByteLevel decoder does exactly this per token). */
+    unsigned char *tmp = malloc(MI_TOK_MAX_TOKEN_BYTES);
+    if (!tmp) OOM();
+#define SET_TOKEN(ID, S, N) do {                                                  \
+        uint32_t off_;                                                            \
+        if (pool_add(&sp, (S), (N), 1, &off_)) { free(tmp); OOM(); }              \
+        t->str_off[ID] = off_; t->str_len[ID] = (uint32_t)(N);                    \
+        size_t k_ = 0, j_ = 0; int all_ = 1;                                      \
+        const unsigned char *u_ = (const unsigned char *)(S);                     \
+        while (j_ < (size_t)(N)) {                                                \
+            uint32_t cp_; j_ += utf8_next(u_ + j_, (N) - j_, &cp_);               \
+            if (cp_ >= 324 || cp_to_byte[cp_] < 0) { all_ = 0; break; }           \
+            tmp[k_++] = (unsigned char)cp_to_byte[cp_];                           \
+        }                                                                         \
+        const void *src_ = all_ ? (const void *)tmp : (const void *)(S);          \
+        size_t bl_ = all_ ? k_ : (size_t)(N);                                     \
+        if (pool_add(&bp, src_, bl_, 0, &off_)) { free(tmp); OOM(); }             \
+        t->bytes_off[ID] = off_; t->bytes_len[ID] = (uint32_t)bl_;                \
+        if (bl_ > t->max_token_bytes) t->max_token_bytes = bl_;                   \
+    } while (0)
+
+    json_object_foreach(vocab, key, val) {
+        json_int_t id = json_integer_value(val);
+        if (t->str_off[id] != UINT32_MAX) { free(tmp); FAIL("model.vocab: id %lld is used twice", (long long)id); }
+        SET_TOKEN(id, key, strlen(key));
+    }
+    t->added = calloc(na ? na : 1, sizeof *t->added);
+    if (!t->added) { free(tmp); OOM(); }
+    for (size_t i = 0; i < na; i++) {
+        json_t *a = json_array_get(added, i);
+        json_t *c = json_object_get(a, "content");
+        json_int_t id = json_integer_value(json_object_get(a, "id"));
+        const char *s = json_string_value(c);
+        size_t cl = json_string_length(c);
+        int sp_, ls, rs, sw;
+        if (opt_bool(a, "special", &sp_) || opt_bool(a, "lstrip", &ls) || opt_bool(a, "rstrip", &rs) || opt_bool(a, "single_word", &sw)) {
+            free(tmp); FAIL("added_tokens[%zu]: special/lstrip/rstrip/single_word must be booleans", i);
+        }
+        /* An added token may restate a vocab entry (same id): keep one string. */
+        if (t->str_off[id] == UINT32_MAX || t->str_len[id] != cl || memcmp(sp.p + t->str_off[id], s, cl))
+            SET_TOKEN(id, s, cl);
+        t->is_special[id] = (unsigned char)sp_;
+        mi_tok_added *ad = &t->added[t->n_added++];
+        ad->id = (int32_t)id; ad->len = (uint32_t)cl;
+        ad->special = (unsigned char)sp_; ad->lstrip = (unsigned char)ls;
+        ad->rstrip = (unsigned char)rs; ad->single_word = (unsigned char)sw;
+        ad->content = NULL; /* set below, once strpool stops moving */
+    }
+    free(tmp);
+#undef SET_TOKEN
+    t->strpool = sp.p; sp.p = NULL;
+    t->bytepool = (unsigned char *)bp.p; bp.p = NULL;
+    for (uint32_t i = 0; i < t->n_added; i++) {
+        mi_tok_added *ad = &t->added[i];
+        ad->content = t->strpool + t->str_off[ad->id];
+        t->added_first[(unsigned char)ad->content[0]] = 1;
+    }
+    if (t->n_added) qsort(t->added, t->n_added, sizeof *t->added, cmp_added);
+    /* vocab first, then added tokens: an added token wins its string */
+    json_object_foreach(vocab, key, val) strmap_put(t, (uint32_t)json_integer_value(val));
+    for (uint32_t i = 0; i < t->n_added; i++) strmap_put(t, (uint32_t)t->added[i].id);
+
+    /* one-byte tokens */
+    for (int b = 0; b < 256; b++) {
+        char u[4];
+        int k = put_utf8(byte_to_cp[b], u);
+        t->byte_id[b] = strmap_get(t, u, (size_t)k);
+        if (t->byte_id[b] < 0) FAIL("model.vocab has no byte-level token for byte 0x%02X (not a byte-level BPE vocabulary)", b);
+    }
+
+    /* merges */
+    size_t nm = json_array_size(merges);
+    if (nm > MI_TOK_MAX_VOCAB) FAIL("model.merges has %zu entries, over the limit", nm);
+    t->merge_cap = pow2_at_least(2 * (uint64_t)nm + 1);
+    t->merges = malloc((size_t)t->merge_cap * sizeof *t->merges);
+    if (!t->merges) OOM();
+    for (uint32_t i = 0; i < t->merge_cap; i++) t->merges[i].key = UINT64_MAX;
+    char *cat = malloc(2 * (size_t)MI_TOK_MAX_TOKEN_BYTES + 2);
+    if (!cat) OOM();
+    for (size_t i = 0; i < nm; i++) {
+        json_t *m = json_array_get(merges, i);
+        const char *a, *b;
+        size_t la, lb;
+        if (json_is_string(m)) {
+            const char *s = json_string_value(m);
+            const char *spc = strchr(s, ' ');
+            if (!spc || strchr(spc + 1, ' ')) { free(cat); FAIL("model.merges[%zu]: \"%.60s\" is not two tokens separated by one space", i, s); }
+            a = s; la = (size_t)(spc - s); b = spc + 1; lb = strlen(b);
+        } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+            a = json_string_value(json_array_get(m, 0)); la = json_string_length(json_array_get(m, 0));
+            b = json_string_value(json_array_get(m, 1)); lb = json_string_length(json_array_get(m, 1));
+        } else {
+            free(cat); FAIL("model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"]", i);
+        }
+        if (la > MI_TOK_MAX_TOKEN_BYTES || lb > MI_TOK_MAX_TOKEN_BYTES) { free(cat); FAIL("model.merges[%zu]: token longer than %u bytes", i, MI_TOK_MAX_TOKEN_BYTES); }
+        int32_t ia = strmap_get(t, a, la), ib = strmap_get(t, b, lb);
+        memcpy(cat, a, la); memcpy(cat + la, b, lb);
+        int32_t ir = strmap_get(t, cat, la + lb);
+        if (ia < 0 || ib < 0 || ir < 0) {
+            free(cat);
+            /* a and b are not NUL-terminated at la/lb for "a b" strings */
+            FAIL("model.merges[%zu]: \"%.*s\" + \"%.*s\": %s not in model.vocab", i,
+                 (int)(la < 40 ? la : 40), a, (int)(lb < 40 ? lb : 40), b,
+                 ia < 0 ? "left token" : ib < 0 ? "right token" : "merged token");
+        }
+        uint64_t mk = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
+        uint64_t h = mk * 0x9E3779B97F4A7C15ull;
+        uint32_t mask = t->merge_cap - 1, j = (uint32_t)(h >> 32) & mask;
+        while (t->merges[j].key != UINT64_MAX && t->merges[j].key != mk) j = (j + 1) & mask;
+        if (t->merges[j].key == UINT64_MAX) { /* a repeated pair keeps its first (best) rank */
+            t->merges[j].key = mk; t->merges[j].rank = (uint32_t)i; t->merges[j].result = ir;
+        }
+    }
+    free(cat);
+
+    if (parse_normalizer(t, json_object_get(root, "normalizer"), path, err, el, 0)) goto fail;
+    if (parse_pre(t, json_object_get(root, "pre_tokenizer"), path, err, el, 0)) goto fail;
+    {
+        json_t *d = json_object_get(root, "decoder");
+        const char *dt = json_string_value(json_object_get(d, "type"));
+        if (d && !json_is_null(d) && (!dt || strcmp(dt, "ByteLevel")))
+            FAIL("decoder type \"%s\" is not supported (only ByteLevel)", dt ? dt : "?");
+    }
+
+    t->cache = calloc(MI_TOK_CACHE_SLOTS, sizeof *t->cache);
+    if (!t->cache) OOM();
+    pthread_mutex_init(&t->cache_lock, NULL);
+    json_decref(root);
+    return t;
+fail:
+#undef FAIL
+#undef OOM
+    free(sp.p); free(bp.p);
+    json_decref(root);
+    mi_tokenizer_free(t);
+    return NULL;
+}
+
+/* ---- tokenizer_config.json ---- */
+static int config_token(mi_tokenizer *t, json_t *cfg, const char *field, int32_t *out,
+                        const char *path, char *err, size_t el) {
+    json_t *v = json_object_get(cfg, field);
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    if (!json_is_string(v)) { set_err(err, el, path, "\"%s\" is not a string or {\"content\": string}", field); return -1; }
+    int32_t id = strmap_get(t, json_string_value(v), json_string_length(v));
+    if (id < 0) { set_err(err, el, path, "\"%s\": token \"%.60s\" is not in the vocabulary", field, json_string_value(v)); return -1; }
+    *out = id;
+    return 0;
+}
+
+int mi_tokenizer_load_config(mi_tokenizer *t, const char *path, char *err, size_t el) {
+    if (err && el) err[0] = 0;
+    if (!t || !path) { set_err(err, el, path ? path : "(null)", "no tokenizer or path"); return -1; }
+    size_t flen;
+    char *text = read_file(path, &flen, err, el);
+    if (!text) return -1;
+    json_error_t je;
+    json_t *root = json_loadb(text, flen, 0, &je);
+    free(text);
+    if (!root) { set_err(err, el, path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text); return -1; }
+    int rc = -1;
+    int32_t eos = -1, bos = -1, pad = -1;
+    if (!json_is_object(root)) set_err(err, el, path, "top level is not a JSON object");
+    else if (!config_token(t, root, "eos_token", &eos, path, err, el) &&
+             !config_token(t, root, "bos_token", &bos, path, err, el) &&
+             !config_token(t, root, "pad_token", &pad, path, err, el)) {
+        t->eos_id = eos; t->bos_id = bos; t->pad_id = pad;
+        rc = 0;
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* ---- lookups ---- */
+size_t mi_tokenizer_vocab_size(const mi_tokenizer *t) { return t ? t->vocab_size : 0; }
+int32_t mi_tokenizer_token_id(const mi_tokenizer *t, const char *s) {
+    return (t && s) ? strmap_get(t, s, strlen(s)) : -1;
+}
+const char *mi_tokenizer_token_str(const mi_tokenizer *t, int32_t id) {
+    if (!t || id < 0 || (uint32_t)id >= t->vocab_size || t->str_off[id] == UINT32_MAX) return NULL;
+    return t->strpool + t->str_off[id];
+}
+const unsigned char *mi_tokenizer_token_bytes(const mi_tokenizer *t, int32_t id, size_t *len) {
+    if (!t || id < 0 || (uint32_t)id >= t->vocab_size || t->str_off[id] == UINT32_MAX) { if (len) *len = 0; return NULL; }
+    if (len) *len = t->bytes_len[id];
+    return t->bytepool + t->bytes_off[id];
+}
+int mi_tokenizer_is_special(const mi_tokenizer *t, int32_t id) {
+    return t && id >= 0 && (uint32_t)id < t->vocab_size && t->is_special[id];
+}
+int32_t mi_tokenizer_eos_id(const mi_tokenizer *t) { return t ? t->eos_id : -1; }
+int32_t mi_tokenizer_bos_id(const mi_tokenizer *t) { return t ? t->bos_id : -1; }
+int32_t mi_tokenizer_pad_id(const mi_tokenizer *t) { return t ? t->pad_id : -1; }
+
+const char *mi_tokenizer_strerror(int rc) {
+    switch (rc) {
+    case MI_TOK_OK: return "ok";
+    case MI_TOK_ENOMEM: return "out of memory";
+    case MI_TOK_EUTF8: return "input is not valid UTF-8";
+    case MI_TOK_EINVAL: return "invalid argument";
+    case MI_TOK_EID: return "token id out of range";
+    case MI_TOK_EREGEX: return "pre-tokenizer regex match failed";
+    default: return "unknown error";
+    }
+}

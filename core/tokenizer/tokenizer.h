@@ -1,0 +1,156 @@
+/* core/tokenizer/tokenizer.h — byte-level BPE tokenizer read from a Hugging Face
+ * tokenizer.json (Qwen2/Qwen3 family; GPT-2 style byte-level BPE).
+ *
+ * What is implemented (and matched against Hugging Face / transformers.js
+ * goldens in tests/tokenizer/):
+ *   - model.type "BPE" with model.vocab (object token -> id) and model.merges
+ *     (either "a b" strings or ["a","b"] arrays; rank = position);
+ *   - added_tokens (special and non-special), split out of the text before
+ *     normalisation and pre-tokenisation, longest match first, as HF does;
+ *     the lstrip / rstrip flags are honoured (whitespace next to the token is
+ *     swallowed); single_word is honoured; "normalized" is ignored (all added
+ *     tokens are matched on the raw text — every Qwen added token has
+ *     normalized=false, which is the case where this is exact);
+ *   - normalizer: null, "NFC", or a "Sequence" of those (NFC is implemented
+ *     in core/tokenizer/nfc.c from Unicode 14 tables; other normalizers are
+ *     refused at load time with a clear error rather than ignored);
+ *   - pre_tokenizer: "Split" with a {"Regex": ...} pattern (compiled with
+ *     PCRE2, UTF+UCP, JIT when available; behaviour "Isolated"), "ByteLevel"
+ *     (use_regex=false, add_prefix_space=false), or a "Sequence" of those;
+ *     a ByteLevel with use_regex=true uses the GPT-2 pattern;
+ *   - decoder: ByteLevel (GPT-2 bytes_to_unicode inverse).
+ * Regex engines differ on what \s is: PCRE2 (UCP) counts U+0085 and U+180E,
+ * not U+FEFF; HF's Oniguruma counts U+0085, not U+180E or U+FEFF; JS counts
+ * U+FEFF, not U+0085. With Qwen's pattern none of these changed any id in
+ * the corpus (which has all three), but U+180E could in principle.
+ * Not implemented: Jinja chat templates (mi_tokenizer_chat_render hard-codes
+ * ChatML), dropout, byte_fallback, unk_token, other model types.
+ *
+ * Thread safety: a loaded tokenizer is immutable except for an internal
+ * word cache guarded by a mutex; encode/decode may run concurrently.
+ */
+#ifndef MI_CORE_TOKENIZER_H
+#define MI_CORE_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mi_tokenizer mi_tokenizer;
+
+/* Resource limits enforced by the loader (a file beyond them is refused). */
+/* tokenizer.json size: the largest real ones are ~35 MB (Qwen3: 11 MB);
+ * jansson holds a parsed file in up to ~22x its size, so 64 MiB bounds a
+ * hostile file at ~1.5 GB of memory (256 MiB allowed ~6 GB). */
+#define MI_TOK_MAX_FILE_BYTES   (64u * 1024u * 1024u)
+#define MI_TOK_MAX_VOCAB        (4u * 1024u * 1024u)   /* entries and max id + 1 */
+#define MI_TOK_MAX_TOKEN_BYTES  (64u * 1024u)          /* one token string */
+
+/* Error codes returned by encode / decode functions (0 = success). */
+#define MI_TOK_OK          0
+#define MI_TOK_ENOMEM     -1  /* allocation failed */
+#define MI_TOK_EUTF8      -2  /* encode input is not valid UTF-8 */
+#define MI_TOK_EINVAL     -3  /* NULL argument */
+#define MI_TOK_EID        -4  /* decode: token id out of range */
+#define MI_TOK_EREGEX     -5  /* PCRE2 matching failed (e.g. resource limit) */
+const char *mi_tokenizer_strerror(int rc);
+
+/* Load tokenizer.json. Returns NULL on error and writes one line
+ * "PATH: problem" into err (if err_len > 0). */
+mi_tokenizer *mi_tokenizer_load(const char *tokenizer_json_path, char *err, size_t err_len);
+
+/* Optional: read tokenizer_config.json for eos/bos/pad token names (strings
+ * or {"content": ...} objects) and resolve them to ids. A field that is
+ * absent or null leaves the id at -1. Returns 0, or -1 with "PATH: problem". */
+int mi_tokenizer_load_config(mi_tokenizer *tok, const char *tokenizer_config_path,
+                             char *err, size_t err_len);
+
+void mi_tokenizer_free(mi_tokenizer *tok);
+
+/* Encode len bytes of UTF-8 text. parse_special != 0: added tokens marked
+ * special (e.g. <|im_start|>) are recognised in the text; parse_special == 0:
+ * they are tokenised as plain text (HF's split_special_tokens=True).
+ * Non-special added tokens (e.g. <think>) are always recognised, as in HF.
+ * No BOS/EOS is added. On success *ids is a malloc'd array (free() it; may
+ * be NULL when *n == 0) and 0 is returned; on failure a MI_TOK_E* code. */
+int mi_tokenizer_encode(const mi_tokenizer *tok, const char *text, size_t len,
+                        int parse_special, int32_t **ids, size_t *n);
+
+/* One-shot decode: ids -> malloc'd NUL-terminated UTF-8 string (length in
+ * *out_len if not NULL). Special tokens are emitted as their text (no
+ * skipping). Invalid UTF-8 byte sequences produced by the ids are replaced
+ * by U+FFFD, one per maximal invalid subpart — the same as HF's
+ * String::from_utf8_lossy and the WHATWG TextDecoder used by transformers.js.
+ * Returns NULL with *rc set (if rc != NULL) on error. */
+char *mi_tokenizer_decode(const mi_tokenizer *tok, const int32_t *ids, size_t n,
+                          size_t *out_len, int *rc);
+
+/* Streaming decoder. Feed ids one at a time; each call appends to out only
+ * complete, valid UTF-8 characters; a partial multi-byte sequence is held
+ * back until the next token completes it. A byte sequence that can no longer
+ * become valid is emitted as U+FFFD immediately. flush() emits a U+FFFD for a
+ * held-back incomplete tail and resets the state. Concatenating all outputs
+ * plus flush equals mi_tokenizer_decode() of the same ids, byte for byte. */
+typedef struct mi_tok_stream {
+    const mi_tokenizer *tok;
+    unsigned char pend[4]; /* held-back prefix of one UTF-8 character */
+    unsigned npend;
+} mi_tok_stream;
+
+void mi_tok_stream_init(mi_tok_stream *st, const mi_tokenizer *tok);
+/* Writes the newly completed text to out (not NUL-terminated). out_cap must
+ * be at least 3 * (this token's byte length + 4); mi_tok_stream_max_out(tok)
+ * is enough for any token. Returns bytes written (>= 0; 0 when the token only
+ * extends a held-back prefix), MI_TOK_EID for an unknown id (state kept), or
+ * MI_TOK_EINVAL when out_cap is too small. */
+int mi_tok_stream_feed(mi_tok_stream *st, int32_t id, char *out, size_t out_cap);
+/* out_cap >= 3. Returns bytes written (0 or 3). */
+int mi_tok_stream_flush(mi_tok_stream *st, char *out, size_t out_cap);
+/* Buffer size that fits any feed call: 3 * (longest token bytes + 4). */
+size_t mi_tok_stream_max_out(const mi_tokenizer *tok);
+
+/* Lookups. */
+size_t mi_tokenizer_vocab_size(const mi_tokenizer *tok);   /* max id + 1 */
+/* Id of a token given exactly as written in tokenizer.json (an added token's
+ * content like "<|im_end|>", or a vocab key in byte-level form like "Ġthe");
+ * -1 if absent. */
+int32_t mi_tokenizer_token_id(const mi_tokenizer *tok, const char *token);
+/* The token's string as written in tokenizer.json, or NULL if id is unused. */
+const char *mi_tokenizer_token_str(const mi_tokenizer *tok, int32_t id);
+/* Decoded bytes of one token (not NUL-terminated) and their count. */
+const unsigned char *mi_tokenizer_token_bytes(const mi_tokenizer *tok, int32_t id, size_t *len);
+int mi_tokenizer_is_special(const mi_tokenizer *tok, int32_t id); /* special added token */
+/* From mi_tokenizer_load_config (-1 when unknown). */
+int32_t mi_tokenizer_eos_id(const mi_tokenizer *tok);
+int32_t mi_tokenizer_bos_id(const mi_tokenizer *tok);
+int32_t mi_tokenizer_pad_id(const mi_tokenizer *tok);
+
+/* ChatML rendering as Qwen3's chat_template does it. This is NOT a Jinja
+ * engine: the structure is hard-coded (core/tokenizer/chat.c has the exact
+ * rules) and is checked against the real template rendered by
+ * @huggingface/jinja (tests/tokenizer/golden_chat.json). In short:
+ *   each system/user message: "<|im_start|>ROLE\nCONTENT<|im_end|>\n";
+ *   assistant: the same, except that after the last user query the final
+ *     message (or one with reasoning) gets "<think>\nREASONING\n</think>\n\n"
+ *     before its answer, and "<think>..</think>" in earlier turns is dropped;
+ *   tool: consecutive tool messages become one user turn of
+ *     "\n<tool_response>\nCONTENT\n</tool_response>" blocks;
+ *   add_generation_prompt: "<|im_start|>assistant\n", plus
+ *     "<think>\n\n</think>\n\n" when enable_thinking == 0.
+ * Not supported: tools / tool_calls / reasoning_content fields. Roles other
+ * than system/user/assistant/tool are rendered like user (the Qwen3
+ * template would drop them). Returns a malloc'd string, NULL on ENOMEM. */
+typedef struct mi_chat_msg {
+    const char *role;    /* "system", "user", "assistant", ... */
+    const char *content;
+} mi_chat_msg;
+char *mi_tokenizer_chat_render(const mi_chat_msg *msgs, size_t n_msgs,
+                               int add_generation_prompt, int enable_thinking);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,401 @@
+/* Engine-level helpers for the verifier's stages 3-6: a registry holding
+ * exactly the platform plugin and the model plugin under test, a model
+ * opened through the engine (or loaded again from another folder with the
+ * same plugins), greedy runs that return raw logits, scratch copies of a
+ * model folder and in-place edits of one tensor's bytes in such a copy.
+ * Everything here runs inside a stage's forked child. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/runtime/session.h"
+#include "core/runtime/host.h"
+#include "core/runtime/safetensors.h"
+#include "core/verify/verify.h"
+
+/* ---------- scratch folders ---------- */
+
+int vf_workdir_new(char *out, size_t n) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(out, n, "%s/mi-verify-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  return mkdtemp(out) ? 0 : -1;
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(p) != 0 && errno != ENOENT;
+}
+
+void vf_rmtree(const char *dir) {
+  if (dir && *dir) nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int vf_copy_model_dir(const char *src, const char *dst, char *err, size_t err_len) {
+  if (mkdir(dst, 0700) != 0 && errno != EEXIST) {
+    snprintf(err, err_len, "%s: cannot create: %s", dst, strerror(errno));
+    return -1;
+  }
+  DIR *d = opendir(src);
+  if (!d) {
+    snprintf(err, err_len, "%s: cannot read the folder: %s", src, strerror(errno));
+    return -1;
+  }
+  struct dirent *de;
+  int rc = 0;
+  static char buf[1 << 16];
+  while (rc == 0 && (de = readdir(d))) {
+    char sp[4096], dp[4096];
+    snprintf(sp, sizeof sp, "%s/%s", src, de->d_name);
+    snprintf(dp, sizeof dp, "%s/%s", dst, de->d_name);
+    struct stat st;
+    if (de->d_name[0] == '.' || stat(sp, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    int in = open(sp, O_RDONLY | O_CLOEXEC),
+        out = open(dp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (in < 0 || out < 0) {
+      snprintf(err, err_len, "%s: cannot copy to %s: %s", sp, dp, strerror(errno));
+      rc = -1;
+    }
+    ssize_t r;
+    while (rc == 0 && (r = read(in, buf, sizeof buf)) > 0)
+      if (write(out, buf, (size_t)r) != r) {
+        snprintf(err, err_len, "%s: write failed: %s", dp, strerror(errno));
+        rc = -1;
+      }
+    if (in >= 0) close(in);
+    if (out >= 0) close(out);
+  }
+  closedir(d);
+  return rc;
+}
+
+/* ---------- the plugins under test in a registry of their own ---------- */
+
+/* A plugins.conf naming only the two plugins, so nothing installed next to
+ * the executable can stand in for them (the loader then scans no folder). */
+mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char *err,
+                              size_t err_len) {
+  const char *paths[2] = {o->plugin_path, o->model_plugin_path};
+  char names[2][128];
+  for (int i = 0; i < 2; i++) {
+    mi_plugin *p = mi_plugin_load_file(paths[i], NULL);
+    if (!p || p->status != MI_PLUGIN_LOADED || !p->desc) {
+      snprintf(err, err_len, "%s: cannot load the plugin: %s", paths[i],
+               p && p->reason ? p->reason : "out of memory");
+      mi_plugin_unload(p);
+      return NULL;
+    }
+    if ((int)p->desc->kind != (i ? MI_PLUGIN_MODEL : MI_PLUGIN_PLATFORM)) {
+      snprintf(err, err_len, "%s: not a %s plugin", paths[i], i ? "model" : "platform");
+      mi_plugin_unload(p);
+      return NULL;
+    }
+    snprintf(names[i], sizeof names[i], "%s", p->desc->name);
+    mi_plugin_unload(p);
+  }
+  char conf[4200];
+  snprintf(conf, sizeof conf, "%s/plugins.conf", workdir);
+  FILE *f = fopen(conf, "w");
+  if (!f) {
+    snprintf(err, err_len, "%s: cannot write: %s", conf, strerror(errno));
+    return NULL;
+  }
+  char ap[2][4096];
+  for (int i = 0; i < 2; i++)
+    if (!realpath(paths[i], ap[i])) snprintf(ap[i], sizeof ap[i], "%s", paths[i]);
+  fprintf(f, "platform %s %s required", names[0], ap[0]);
+  const mi_options *po = o->plugin_opts;
+  for (size_t i = 0; po && i < po->count; i++)
+    fprintf(f, " %s=%s", po->items[i].key, po->items[i].value);
+  fprintf(f, "\nmodel %s %s required\n", names[1], ap[1]);
+  fclose(f);
+  mi_loader_opts lo = {.conf_path = conf};
+  int fatal = 0;
+  mi_registry *r = mi_registry_load(&lo, &fatal, err, err_len);
+  if (r && fatal) {
+    mi_registry_free(r);
+    r = NULL;
+  }
+  if (!r && !err[0]) snprintf(err, err_len, "cannot load the plugins");
+  return r;
+}
+
+mi_session *vf_open_engine(mi_registry *reg, const char *model_dir, char *err, size_t err_len) {
+  mi_session_opts eo = {.model_dir = model_dir, .tp_size = 1};
+  mi_session *e = NULL;
+  if (mi_session_open(reg, &eo, &e, err, err_len) != 0) return NULL;
+  return e;
+}
+
+/* ---------- the model under test loaded from another folder ---------- */
+
+/* What mi_session_open does for the weights, with the engine's plugins, and
+ * without the tokenizer (which costs ~0.4 s and does not touch weights). */
+int vf_load_direct(const mi_session *e, const char *dir, vf_loaded *out, char *err, size_t err_len) {
+  memset(out, 0, sizeof *out);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  json_error_t je;
+  out->cfg = json_load_file(path, 0, &je);
+  if (!out->cfg) {
+    snprintf(err, err_len, "%s: %s", path, je.text);
+    return -1;
+  }
+  out->w = mi_weights_open(dir, err, err_len);
+  if (!out->w) goto fail;
+  mi_options none = {0};
+  mi_model_load_args a = {
+      .struct_size = sizeof a,
+      .model_dir = dir,
+      .config = mi_json_wrap(out->cfg),
+      .weights = out->w,
+      .platform = {.iface = e->P, .ctx = e->pc},
+      .tp_rank = 0,
+      .tp_size = 1,
+      .opts = &none,
+  };
+  out->M = e->M;
+  if (e->M->load(e->model_plugin->ctx, &a, &out->m, err, err_len) != 0) goto fail;
+  mi_model_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  e->M->info(out->m, &info);
+  out->V = info.vocab_size;
+  return 0;
+fail:
+  vf_unload_direct(out);
+  return -1;
+}
+
+void vf_unload_direct(vf_loaded *l) {
+  if (l->m) l->M->unload(l->m);
+  if (l->w) mi_weights_close(l->w);
+  json_decref(l->cfg);
+  memset(l, 0, sizeof *l);
+}
+
+/* ---------- greedy runs with raw logits ---------- */
+
+int64_t vf_argmax(const float *x, int64_t n) {
+  int64_t b = 0;
+  for (int64_t i = 1; i < n; i++)
+    if (x[i] > x[b]) b = i;
+  return b;
+}
+
+/* Prefill `prompt`, then steps-1 greedy decode steps: logits [steps, V]
+ * (row s: the distribution for generated token s), tokens [steps]. */
+int vf_greedy(const mi_model_iface *M, mi_model *m, int64_t V, const int32_t *prompt, int64_t n,
+              int steps, float *logits, int32_t *tokens, char *err, size_t err_len) {
+  mi_seq *s = NULL;
+  if (M->seq_create(m, n + steps, &s, err, err_len) != 0) return -1;
+  int rc = M->forward(m, s, prompt, n, logits, 0, err, err_len);
+  for (int i = 0; rc == 0 && i < steps; i++) {
+    tokens[i] = (int32_t)vf_argmax(logits + (size_t)i * V, V);
+    if (i + 1 < steps)
+      rc = M->forward(m, s, &tokens[i], 1, logits + (size_t)(i + 1) * V, 0, err, err_len);
+  }
+  M->seq_destroy(m, s);
+  return rc;
+}
+
+void vf_random_prompt(uint64_t seed, int32_t *ids, int64_t n, int64_t lo, int64_t hi) {
+  uint64_t x = seed ^ 0x9e3779b97f4a7c15ull;
+  for (int64_t i = 0; i < n; i++) {
+    x ^= x << 13; /* xorshift64 */
+    x ^= x >> 7;
+    x ^= x << 17;
+    ids[i] = (int32_t)(lo + (int64_t)(x % (uint64_t)(hi - lo)));
+  }
+}
+
+/* ---------- tensors in a safetensors file ---------- */
+
+int vf_tensor_locate(const char *model_dir, const char *name, vf_tensor_loc *out, char *err,
+                     size_t err_len) {
+  mi_weights *w = mi_weights_open(model_dir, err, err_len);
+  if (!w) return -1;
+  mi_weight_info wi;
+  if (mi_weights_find(w, name, &wi) != 0) {
+    snprintf(err, err_len, "%s: no tensor \"%s\"", model_dir, name);
+    mi_weights_close(w);
+    return -1;
+  }
+  snprintf(out->file, sizeof out->file, "%s", wi.file);
+  out->nbytes = wi.nbytes;
+  out->dtype = wi.dtype;
+  mi_weights_close(w);
+  /* The offset from the header itself: 8-byte length, JSON, data. */
+  FILE *f = fopen(out->file, "rb");
+  uint64_t hl = 0;
+  if (!f || fread(&hl, 8, 1, f) != 1 || hl > (1u << 28)) {
+    snprintf(err, err_len, "%s: cannot read the safetensors header", out->file);
+    if (f) fclose(f);
+    return -1;
+  }
+  char *h = malloc(hl + 1);
+  size_t got = h ? fread(h, 1, hl, f) : 0;
+  fclose(f);
+  json_t *j = NULL;
+  if (got == hl) {
+    h[hl] = 0;
+    j = json_loads(h, 0, NULL);
+  }
+  free(h);
+  json_t *off = json_array_get(json_object_get(json_object_get(j, name), "data_offsets"), 0);
+  if (!json_is_integer(off)) {
+    snprintf(err, err_len, "%s: no data_offsets for \"%s\"", out->file, name);
+    json_decref(j);
+    return -1;
+  }
+  out->offset = 8 + hl + (uint64_t)json_integer_value(off);
+  json_decref(j);
+  return 0;
+}
+
+static double to_f64(int dtype, const unsigned char *p) {
+  uint16_t h;
+  float f;
+  switch (dtype) {
+  case MI_DTYPE_BF16: memcpy(&h, p, 2); return mi_bf16_to_f32(h);
+  case MI_DTYPE_F16: memcpy(&h, p, 2); return mi_f16_to_f32(h);
+  default: memcpy(&f, p, 4); return f;
+  }
+}
+
+static void from_f64(int dtype, unsigned char *p, double v) {
+  uint16_t h;
+  float f = (float)v;
+  switch (dtype) {
+  case MI_DTYPE_BF16:
+    h = mi_f32_to_bf16(f);
+    memcpy(p, &h, 2);
+    break;
+  case MI_DTYPE_F16:
+    h = mi_f32_to_f16(f);
+    memcpy(p, &h, 2);
+    break;
+  default: memcpy(p, &f, 4);
+  }
+}
+
+int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t seed,
+                   unsigned char **saved, char *err, size_t err_len) {
+  if (t->dtype != MI_DTYPE_BF16 && t->dtype != MI_DTYPE_F16 && t->dtype != MI_DTYPE_F32) {
+    snprintf(err, err_len, "%s: tensor dtype %d cannot be edited", t->file, t->dtype);
+    return -1;
+  }
+  size_t es = t->dtype == MI_DTYPE_F32 ? 4 : 2, n = t->nbytes / es;
+  unsigned char *b = malloc(t->nbytes ? t->nbytes : 1);
+  int fd = open(t->file, O_RDWR | O_CLOEXEC);
+  if (!b || fd < 0 || pread(fd, b, t->nbytes, (off_t)t->offset) != (ssize_t)t->nbytes) {
+    snprintf(err, err_len, "%s: cannot read a tensor at offset %llu", t->file,
+             (unsigned long long)t->offset);
+    free(b);
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  if (saved) {
+    *saved = malloc(t->nbytes ? t->nbytes : 1);
+    if (*saved) memcpy(*saved, b, t->nbytes);
+  }
+  uint64_t x = seed | 1;
+  for (size_t i = 0; i < n; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    double u = (double)(x >> 11) / 9007199254740992.0 * 2 - 1; /* [-1, 1) */
+    double v = to_f64(t->dtype, b + i * es);
+    /* Noise proportional to the value and an absolute part, so zeros move too. */
+    from_f64(t->dtype, b + i * es, v * scale * (1 + noise * u) + noise * 0.05 * u);
+  }
+  int rc = pwrite(fd, b, t->nbytes, (off_t)t->offset) == (ssize_t)t->nbytes ? 0 : -1;
+  if (rc) snprintf(err, err_len, "%s: cannot write a tensor: %s", t->file, strerror(errno));
+  close(fd);
+  free(b);
+  return rc;
+}
+
+int vf_tensor_restore(const vf_tensor_loc *t, const unsigned char *saved) {
+  int fd = open(t->file, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = pwrite(fd, saved, t->nbytes, (off_t)t->offset) == (ssize_t)t->nbytes ? 0 : -1;
+  close(fd);
+  return rc;
+}
+
+uint32_t vf_fnv1a32_file(const char *path, int *ok) {
+  FILE *f = fopen(path, "rb");
+  uint32_t h = 0x811c9dc5u;
+  *ok = 0;
+  if (!f) return 0;
+  unsigned char buf[1 << 16];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+    for (size_t i = 0; i < n; i++)
+      h = (h ^ buf[i]) * 0x01000193u;
+  *ok = !ferror(f);
+  fclose(f);
+  return h;
+}
+
+/* ---------- one check in a child ---------- */
+
+json_t *vf_run_unit(const vf_stage_opts *o, const char *kind, const char *id, const char *member,
+                    int (*fn)(void *arg, int fd), void *arg, double timeout_s) {
+  vf_limits lim = o->lim;
+  if (timeout_s > lim.timeout_s) lim.timeout_s = timeout_s;
+  if (timeout_s * 2 > lim.cpu_s) lim.cpu_s = timeout_s * 2;
+  vf_child_result r;
+  if (vf_run_child(&lim, fn, arg, &r) != 0)
+    return json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", kind, "id", id, "verdict", "FAIL",
+                     "status", "ERROR", "message", "cannot fork a child");
+  json_t *u = vf_unit_report(kind, id, "-", member, &r, lim.timeout_s, lim.cpu_s);
+  vf_child_result_free(&r);
+  return u;
+}
+
+void vf_case_end(int fd, const char *name, int index, int pass, double max_err, json_t *extra,
+                 const char *fmt, ...) {
+  json_t *ev = json_pack("{s:s, s:s, s:i, s:s, s:f}", "event", "case_end", "case", name, "index",
+                         index, "verdict", pass ? "PASS" : "FAIL", "max_rel_err",
+                         isfinite(max_err) ? max_err : 1e300);
+  if (extra) json_object_update(ev, extra);
+  json_decref(extra);
+  if (fmt) {
+    char msg[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_object_set_new(ev, pass ? "note" : "message", json_string(msg));
+  }
+  vf_emit(fd, ev);
+}
+
+void vf_case_start(int fd, const char *name, int index, const char *where) {
+  vf_emit(fd, json_pack("{s:s, s:s, s:i, s:s}", "event", "case_start", "case", name, "index", index,
+                        "where", where ? where : name));
+}
+
+json_t *vf_stage_result(int stage, const char *name, json_t *units) {
+  int fails = 0;
+  size_t i;
+  json_t *u;
+  json_array_foreach(units, i, u) fails +=
+      strcmp(json_string_value(json_object_get(u, "verdict")), "PASS") != 0;
+  size_t n = json_array_size(units);
+  return json_pack("{s:i, s:s, s:s, s:o, s:i, s:i}", "stage", stage, "name", name, "verdict",
+                   (fails || !n) ? "FAIL" : "PASS", "units", units, "passed",
+                   (int)(n - (size_t)fails), "failed", fails);
+}

@@ -1,0 +1,235 @@
+/* Stage 1 of the verifier (operator units) and the plugin probe that
+ * precedes it. Each unit is one operator contract, run in its own child
+ * (verify_child.c) so a crash, a hang or a runaway allocation in one kernel
+ * is that unit's FAIL and nothing more. The plugin is loaded inside each
+ * child, never in the verifier's own process. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/runtime/loader.h"
+#include "core/verify/verify.h"
+
+const char *vf_sig_name(int sig) {
+  static char buf[32];
+  const char *abbrev = sigabbrev_np(sig);
+  if (abbrev) snprintf(buf, sizeof buf, "SIG%s", abbrev);
+  else snprintf(buf, sizeof buf, "signal %d", sig);
+  return buf;
+}
+
+mi_plugin *vf_load_plugin(const vf_stage_opts *o, int fd) {
+  mi_plugin *p = mi_plugin_load_file(o->plugin_path, (const mi_options *)o->plugin_opts);
+  const char *why = NULL;
+  if (!p) why = "out of memory";
+  else if (p->status != MI_PLUGIN_LOADED) why = p->reason ? p->reason : "not loaded";
+  else if (!p->desc || p->desc->kind != MI_PLUGIN_PLATFORM) why = "not a platform plugin";
+  else if (!p->iface) why = "no interface";
+  if (!why) return p;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s: cannot use the plugin: %s", o->plugin_path, why);
+  vf_emit(fd, json_pack("{s:s, s:s}", "event", "error", "message", msg));
+  mi_plugin_unload(p);
+  return NULL;
+}
+
+/* ---------- probe ---------- */
+
+static int probe_child(void *arg, int fd) {
+  const vf_stage_opts *o = arg;
+  mi_plugin *p = vf_load_plugin(o, fd);
+  if (!p) return 1;
+  const mi_platform_iface *pi = p->iface;
+  json_t *members = json_array();
+  for (const char *const *m = vf_member_names(); *m; m++)
+    if (vf_member_fn(pi, *m)) json_array_append_new(members, json_string(*m));
+  json_t *ev = json_pack("{s:s, s:s, s:s, s:i, s:i, s:o}", "event", "plugin", "name",
+                         p->desc->name ? p->desc->name : "?", "version",
+                         p->desc->version ? p->desc->version : "?", "abi_major",
+                         (int)p->desc->abi_major, "abi_minor", (int)p->desc->abi_minor, "members",
+                         members);
+  if (pi->variant) json_object_set_new(ev, "variant", json_string(pi->variant(p->ctx)));
+  mi_device_info di;
+  memset(&di, 0, sizeof di);
+  di.struct_size = sizeof di;
+  if (pi->device_info && pi->device_info(p->ctx, 0, &di) == 0)
+    json_object_set_new(ev, "device", json_string(di.name));
+  vf_emit(fd, ev);
+  mi_plugin_unload(p);
+  return 0;
+}
+
+static json_t *first_event(json_t *events, const char *type) {
+  size_t i;
+  json_t *e;
+  json_array_foreach(events, i, e) {
+    const char *t = json_string_value(json_object_get(e, "event"));
+    if (t && !strcmp(t, type)) return e;
+  }
+  return NULL;
+}
+
+static json_t *child_json(const vf_child_result *r) {
+  json_t *c = json_pack("{s:b, s:f}", "timed_out", r->timed_out, "wall_s", r->wall_s);
+  if (r->exited) json_object_set_new(c, "exit_code", json_integer(r->exit_code));
+  if (r->signaled) json_object_set_new(c, "signal", json_string(vf_sig_name(r->term_signal)));
+  return c;
+}
+
+json_t *vf_probe_plugin(const vf_stage_opts *o) {
+  vf_child_result r;
+  json_t *out;
+  if (vf_run_child(&o->lim, probe_child, (void *)o, &r) != 0)
+    return json_pack("{s:s, s:s}", "verdict", "FAIL", "message", "cannot fork a child");
+  json_t *ev = first_event(r.events, "plugin"), *err = first_event(r.events, "error");
+  if (ev && r.exited && r.exit_code == 0) {
+    out = json_deep_copy(ev);
+    json_object_del(out, "event");
+    json_object_set_new(out, "verdict", json_string("PASS"));
+  } else {
+    char msg[1200];
+    if (err) snprintf(msg, sizeof msg, "%s", json_string_value(json_object_get(err, "message")));
+    else if (r.timed_out) snprintf(msg, sizeof msg, "%s: loading timed out after %gs", o->plugin_path, o->lim.timeout_s);
+    else if (r.signaled) snprintf(msg, sizeof msg, "%s: crashed (%s) while loading", o->plugin_path, vf_sig_name(r.term_signal));
+    else snprintf(msg, sizeof msg, "%s: loading failed (exit code %d)", o->plugin_path, r.exit_code);
+    out = json_pack("{s:s, s:s, s:s}", "verdict", "FAIL", "message", msg, "raw_output", r.output);
+  }
+  json_object_set_new(out, "child", child_json(&r));
+  vf_child_result_free(&r);
+  return out;
+}
+
+/* ---------- stage 1 ---------- */
+
+typedef struct unit_job {
+  const vf_stage_opts *o;
+  json_t *op, *kernel;
+} unit_job;
+
+static int unit_child(void *arg, int fd) {
+  unit_job *j = arg;
+  mi_plugin *p = vf_load_plugin(j->o, fd);
+  if (!p) return 1;
+  vf_unit_opts uo = {j->o->seed, j->op, j->kernel, fd};
+  int rc = vf_run_operator(p->iface, p->ctx, &uo);
+  mi_plugin_unload(p);
+  return rc;
+}
+
+/* The verdict of one unit from what its child did and said. */
+json_t *vf_unit_report(const char *kind, const char *op_id, const char *version,
+                       const char *member, const vf_child_result *r, double timeout_s,
+                       double cpu_s) {
+  json_t *cases = json_array(), *skipped = json_array(), *errors = json_array();
+  json_t *open_case = NULL, *first_fail = NULL;
+  size_t i;
+  json_t *ev;
+  double worst = 0;
+  json_array_foreach(r->events, i, ev) {
+    const char *t = json_string_value(json_object_get(ev, "event"));
+    if (!t) continue; /* not one of ours */
+    json_t *copy = json_deep_copy(ev);
+    json_object_del(copy, "event");
+    if (!strcmp(t, "case_start")) {
+      open_case = ev;
+      json_decref(copy);
+      continue;
+    }
+    if (!strcmp(t, "case_end")) {
+      open_case = NULL;
+      const char *v = json_string_value(json_object_get(ev, "verdict"));
+      if (v && strcmp(v, "PASS") && !first_fail) first_fail = ev;
+      json_t *rel = json_object_get(ev, "max_rel_err");
+      if (json_is_number(rel) && json_number_value(rel) > worst) worst = json_number_value(rel);
+      json_array_append_new(cases, copy);
+    } else if (!strcmp(t, "case_skip")) {
+      json_array_append_new(skipped, copy);
+    } else {
+      json_array_append_new(errors, copy);
+    }
+  }
+  char msg[1400] = "";
+  const char *where = open_case ? json_string_value(json_object_get(open_case, "where")) : NULL;
+  const char *status = "FAIL";
+  if (r->timed_out)
+    snprintf(msg, sizeof msg, "%s: TIMEOUT: no result within %gs %s%s", member, timeout_s,
+             where ? "during a call " : "outside any kernel call", where ? where : "");
+  else if (open_case && r->signaled && r->term_signal == SIGXCPU)
+    snprintf(msg, sizeof msg, "%s: crashed (SIGXCPU: over the CPU time limit of %gs) %s", member,
+             cpu_s, where);
+  else if (open_case && r->signaled)
+    snprintf(msg, sizeof msg, "%s: crashed (%s) %s", member, vf_sig_name(r->term_signal), where);
+  else if (open_case)
+    snprintf(msg, sizeof msg, "%s: crashed (child exited with %d before returning a result) %s",
+             member, r->exit_code, where);
+  else if (r->signaled)
+    snprintf(msg, sizeof msg, "%s: crashed (%s) outside any kernel call", member, vf_sig_name(r->term_signal));
+  else if (json_array_size(errors))
+    snprintf(msg, sizeof msg, "%s", json_string_value(json_object_get(json_array_get(errors, 0), "message")));
+  else if (first_fail)
+    snprintf(msg, sizeof msg, "%s", json_string_value(json_object_get(first_fail, "message")));
+  else if (!r->exited || r->exit_code != 0)
+    snprintf(msg, sizeof msg, "%s: child exited with %d", member, r->exit_code);
+  else if (!json_array_size(cases))
+    snprintf(msg, sizeof msg, "%s: no case ran", member);
+  else status = "PASS";
+  if (r->timed_out) status = "TIMEOUT";
+  else if (strstr(msg, ": crashed (")) status = "CRASH";
+
+  json_t *u = json_pack("{s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:s}", "kind",
+                        kind, "id", op_id, "version", version ? version : "?", "member",
+                        member ? member : "?", "verdict", strcmp(status, "PASS") ? "FAIL" : "PASS",
+                        "max_rel_err", json_real(worst), "cases", cases, "skipped", skipped,
+                        "errors", errors, "child", child_json(r), "raw_output",
+                        r->output ? r->output : "");
+  json_object_set_new(u, "status", json_string(status));
+  if (msg[0]) json_object_set_new(u, "message", json_string(msg));
+  return u;
+}
+
+static int selected(const char *only, const char *id, const char *member) {
+  if (!only) return 1;
+  char *list = strdup(only), *save = NULL;
+  int hit = 0;
+  for (char *t = strtok_r(list, ",", &save); t && !hit; t = strtok_r(NULL, ",", &save))
+    hit = !strcmp(t, id) || (member && !strcmp(t, member));
+  free(list);
+  return hit;
+}
+
+json_t *vf_stage1(const vf_stage_opts *o) {
+  json_t *units = json_array();
+  int fails = 0;
+  size_t i;
+  json_t *k;
+  json_array_foreach(json_object_get(o->platform, "kernels"), i, k) {
+    const char *op_id = json_string_value(json_object_get(k, "operator"));
+    json_t *op = json_object_get(o->operators, op_id ? op_id : "");
+    const char *member = json_string_value(json_object_get(op, "member"));
+    if (!op_id || !selected(o->only, op_id, member)) continue;
+    json_t *u;
+    if (!op) {
+      u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "operator", "id", op_id, "verdict",
+                    "FAIL", "status", "ERROR", "message", "no operator contract with this id");
+    } else {
+      unit_job job = {o, op, k};
+      vf_child_result r;
+      if (vf_run_child(&o->lim, unit_child, &job, &r) != 0) {
+        u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "operator", "id", op_id, "verdict",
+                      "FAIL", "status", "ERROR", "message", "cannot fork a child");
+      } else {
+        u = vf_unit_report("operator", op_id, json_string_value(json_object_get(op, "version")),
+                           member, &r, o->lim.timeout_s, o->lim.cpu_s);
+        vf_child_result_free(&r);
+      }
+    }
+    if (strcmp(json_string_value(json_object_get(u, "verdict")), "PASS")) fails++;
+    json_array_append_new(units, u);
+  }
+  size_t n = json_array_size(units);
+  return json_pack("{s:i, s:s, s:s, s:o, s:i, s:i}", "stage", 1, "name", "operator_units",
+                   "verdict", (fails || !n) ? "FAIL" : "PASS", "units", units, "passed",
+                   (int)(n - (size_t)fails), "failed", fails);
+}

@@ -1,0 +1,324 @@
+/* Stage 4 of the verifier: end to end against goldens from an independent
+ * implementation (llama.cpp, tests/goldens/NAME.json, made by tools/peer). The
+ * golden is chosen by the FNV-1a 32 of the model's model.safetensors (the
+ * golden records it), so goldens can never be compared with other weights.
+ * For each golden case, through the engine (mi_session_open + mi_generate,
+ * the path mi-run takes): the prompt's tokenisation equals llama.cpp's
+ * prompt_ids, then greedy generation of as many steps as the golden holds
+ * with its top-K logprobs, compared with the rules of tests/e2e:
+ *   - greedy tokens identical, until a step whose golden top-1/top-2 gap is
+ *     within NEAR_TIE (a genuine tie: the rest of that case is skipped);
+ *   - each id in both top-K lists within TOL; an id missing from the other
+ *     list only within 2·TOL of its list's K-th value.
+ * Held-out prompts: a case with "held_out": true in the golden (or listed
+ * by index in the contract's parameters.held_out, file name -> [indices]) is
+ * counted apart; the report says how many cases were held out. The three
+ * goldens in tests/goldens are all used by tests/e2e during development, so
+ * none of them is held out: stage 5 (c) supplies prompts drawn at run time.
+ * TOL = 1e-3 and NEAR_TIE = 2e-3: see the reasoning in tests/e2e/test_e2e_peer.c. */
+#define _GNU_SOURCE
+#include <glob.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/runtime/session.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/verify/verify.h"
+
+#define TOL 1e-3
+#define NEAR_TIE (2 * TOL)
+#define MAX_TOPK 64
+
+typedef struct s4_job {
+  const vf_stage_opts *o;
+  json_t *contract;
+  const char *workdir;
+  char golden[4096];
+} s4_job;
+
+typedef struct gen_rec {
+  int n, cap, k;
+  int32_t *ids; /* [cap] */
+  int32_t *top; /* [cap, k] */
+  double *lps;  /* [cap, k] */
+  double *lp;   /* [cap] */
+} gen_rec;
+
+static int on_token(void *user, const mi_gen_token *t) {
+  gen_rec *g = user;
+  if (g->n >= g->cap) return 1;
+  g->ids[g->n] = t->id;
+  g->lp[g->n] = t->logprob;
+  for (int i = 0; i < g->k; i++) {
+    g->top[(size_t)g->n * g->k + i] = i < t->n_top ? t->top_ids[i] : -1;
+    g->lps[(size_t)g->n * g->k + i] = i < t->n_top ? t->top_lps[i] : -INFINITY;
+  }
+  g->n++;
+  return 0;
+}
+
+static int find_id(const int32_t *ids, int n, int64_t id) {
+  for (int i = 0; i < n; i++)
+    if (ids[i] == id) return i;
+  return -1;
+}
+
+static int held_out(json_t *contract, const char *golden, int ci, json_t *gc) {
+  if (json_is_true(json_object_get(gc, "held_out"))) return 1;
+  const char *base = strrchr(golden, '/');
+  base = base ? base + 1 : golden;
+  size_t i;
+  json_t *v;
+  json_array_foreach(
+      json_object_get(json_object_get(json_object_get(contract, "parameters"), "held_out"), base),
+      i, v) if (json_integer_value(v) == ci) return 1;
+  return 0;
+}
+
+/* One golden case; 0 pass, 1 fail (case_end emitted either way). */
+static int run_case(int fd, mi_session *e, const char *gname, int ci, json_t *gc, int K, int held,
+                    double *worst) {
+  char cname[64], where[4200], err[1024];
+  /* messages quote `where`; keep them whole */
+  snprintf(cname, sizeof cname, "case %d%s", ci, held ? " (held out)" : "");
+  snprintf(where, sizeof where, "%s case %d", gname, ci);
+  const int ev = ci + 1; /* event index: 0 is the engine load */
+  vf_case_start(fd, cname, ev, where);
+  const char *prompt = json_string_value(json_object_get(gc, "prompt"));
+  json_t *gids = json_object_get(gc, "prompt_ids"), *gsteps = json_object_get(gc, "steps");
+  int np = (int)json_array_size(gids), ns = (int)json_array_size(gsteps);
+  if (!prompt || np < 1 || ns < 1 || K < 2 || K > MAX_TOPK) {
+    vf_case_end(fd, cname, ev, 0, 0, NULL,
+                "%s: malformed golden case (prompt, prompt_ids, steps, top_k)", where);
+    return 1;
+  }
+  int32_t *ids = NULL;
+  size_t n_ids = 0;
+  int rc = 1;
+  if (mi_tokenizer_encode(e->tok, prompt, strlen(prompt), 1, &ids, &n_ids) != 0) {
+    vf_case_end(fd, cname, ev, 0, 0, NULL, "%s: the tokenizer cannot encode the prompt", where);
+    return 1;
+  }
+  for (int i = 0; i < np; i++)
+    if ((size_t)i >= n_ids || ids[i] != json_integer_value(json_array_get(gids, (size_t)i)) ||
+        n_ids != (size_t)np) {
+      vf_case_end(fd, cname, ev, 0, 0, NULL,
+                  "%s: prompt tokenisation differs from llama.cpp's at index %d (%zu vs %d ids)",
+                  where, i, n_ids, np);
+      free(ids);
+      return 1;
+    }
+  gen_rec g = {0,
+               ns,
+               K,
+               malloc(ns * sizeof(int32_t)),
+               malloc((size_t)ns * K * sizeof(int32_t)),
+               malloc((size_t)ns * K * sizeof(double)),
+               malloc(ns * sizeof(double))};
+  mi_gen_params gp;
+  memset(&gp, 0, sizeof gp);
+  mi_sampler_defaults(&gp.sampling);
+  gp.sampling.temp = 0;
+  gp.n_predict = ns;
+  gp.ignore_eos = 1;
+  gp.top_logprobs = K;
+  mi_gen_stats st;
+  memset(&st, 0, sizeof st);
+  double mx = 0;
+  int compared = 0, tie = -1;
+  char msg[6000] = "";
+  if (!g.ids || !g.top || !g.lps || !g.lp) {
+    snprintf(msg, sizeof msg, "out of memory");
+  } else if (mi_generate(e, ids, n_ids, &gp, on_token, &g, &st, err, sizeof err) != 0) {
+    snprintf(msg, sizeof msg, "%s: generation failed: %s", where, err);
+  } else if (g.n < ns) {
+    snprintf(msg, sizeof msg, "%s: the engine generated %d tokens, the golden has %d (stop: %s)",
+             where, g.n, ns, st.stop_reason ? st.stop_reason : "?");
+  } else {
+    for (int s = 0; s < ns && !msg[0] && tie < 0; s++) {
+      json_t *gs = json_array_get(gsteps, (size_t)s), *top = json_object_get(gs, "top");
+      int gk = (int)json_array_size(top);
+      if (gk > K) gk = K;
+      int32_t gid[MAX_TOPK];
+      double glp[MAX_TOPK], gfloor = INFINITY, mfloor = INFINITY;
+      for (int i = 0; i < gk; i++) {
+        gid[i] = (int32_t)json_integer_value(json_array_get(json_array_get(top, (size_t)i), 0));
+        glp[i] = json_number_value(json_array_get(json_array_get(top, (size_t)i), 1));
+        gfloor = fmin(gfloor, glp[i]);
+      }
+      const int32_t *mid = g.top + (size_t)s * K;
+      const double *mlp = g.lps + (size_t)s * K;
+      for (int i = 0; i < K; i++)
+        mfloor = fmin(mfloor, mlp[i]);
+      for (int i = 0; i < gk && !msg[0]; i++) {
+        int j = find_id(mid, K, gid[i]);
+        if (j < 0) {
+          if (glp[i] > gfloor + 2 * TOL)
+            snprintf(
+                msg, sizeof msg,
+                "%s step %d: token %d (llama.cpp logprob %.6f) is missing from the engine's top-%d",
+                where, s, gid[i], glp[i], K);
+          continue;
+        }
+        double d = fabs(mlp[j] - glp[i]);
+        if (!(d <= mx)) mx = d;
+        if (!(d <= TOL))
+          snprintf(msg, sizeof msg,
+                   "%s step %d: token %d logprob %.6f, llama.cpp %.6f (|diff| %.2e > %.0e)", where,
+                   s, gid[i], mlp[j], glp[i], d, TOL);
+      }
+      for (int i = 0; i < K && !msg[0]; i++)
+        if (find_id(gid, gk, mid[i]) < 0 && mlp[i] > mfloor + 2 * TOL)
+          snprintf(
+              msg, sizeof msg,
+              "%s step %d: the engine's token %d (logprob %.6f) is missing from llama.cpp's top-%d",
+              where, s, mid[i], mlp[i], gk);
+      if (msg[0]) break;
+      int64_t gtok = json_integer_value(json_object_get(gs, "token_id"));
+      if (g.ids[s] != gtok) {
+        double gap = gk >= 2 ? glp[0] - glp[1] : INFINITY;
+        if (gap <= NEAR_TIE)
+          tie = s;
+        else
+          snprintf(msg, sizeof msg,
+                   "%s step %d: greedy token %d, llama.cpp %lld (top-1/top-2 gap %.2e: not a tie)",
+                   where, s, g.ids[s], (long long)gtok, gap);
+      }
+      compared++;
+    }
+    if (!msg[0]) rc = 0;
+  }
+  if (mx > *worst) *worst = mx;
+  json_t *extra = json_pack("{s:i, s:i, s:f, s:b}", "steps_compared", compared, "prompt_tokens", np,
+                            "max_abs_logprob_diff", mx, "held_out", held);
+  if (tie >= 0) json_object_set_new(extra, "near_tie_at_step", json_integer(tie));
+  if (rc)
+    vf_case_end(fd, cname, ev, 0, mx, extra, "%s", msg);
+  else
+    vf_case_end(fd, cname, ev, 1, mx, extra, "%d steps identical, max |logprob diff| %.2e%s",
+                compared, mx, tie >= 0 ? " (stopped at a near tie)" : "");
+  free(ids);
+  free(g.ids);
+  free(g.top);
+  free(g.lps);
+  free(g.lp);
+  return rc;
+}
+
+static int goldens_child(void *arg, int fd) {
+  s4_job *j = arg;
+  char err[2048] = "";
+  json_error_t je;
+  json_t *gold = json_load_file(j->golden, 0, &je);
+  vf_case_start(fd, "engine_load", 0, j->o->model_dir);
+  if (!gold) {
+    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "%s:%d: %s", j->golden, je.line, je.text);
+    return 1;
+  }
+  mi_registry *reg = vf_open_registry(j->o, j->workdir, err, sizeof err);
+  mi_session *e = reg ? vf_open_engine(reg, j->o->model_dir, err, sizeof err) : NULL;
+  if (!e) {
+    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "the engine cannot load %s: %s", j->o->model_dir,
+                err);
+    json_decref(gold);
+    if (reg) mi_registry_free(reg);
+    return 1;
+  }
+  vf_case_end(fd, "engine_load", 0, 1, 0, NULL, NULL);
+  int K = (int)json_integer_value(json_object_get(gold, "top_k")), fails = 0, nheld = 0;
+  double worst = 0;
+  size_t ci;
+  json_t *gc;
+  json_array_foreach(json_object_get(gold, "cases"), ci, gc) {
+    int h = held_out(j->contract, j->golden, (int)ci, gc);
+    nheld += h;
+    fails += run_case(fd, e, j->golden, (int)ci, gc, K, h, &worst);
+  }
+  (void)nheld; /* each case_end carries its held_out flag */
+  mi_session_close(e);
+  mi_registry_free(reg);
+  json_decref(gold);
+  return fails != 0;
+}
+
+/* The golden whose recorded safetensors hash is the model's. */
+static int find_golden(const char *dir, const char *model_dir, char *out, size_t n, char *why,
+                       size_t why_len) {
+  char st[4200], pat[4200];
+  snprintf(st, sizeof st, "%s/model.safetensors", model_dir);
+  int ok = 0;
+  uint32_t h = vf_fnv1a32_file(st, &ok);
+  if (!ok) {
+    snprintf(why, why_len,
+             "%s: cannot read it to find its golden (sharded models have no goldens yet)", st);
+    return -1;
+  }
+  char hex[16];
+  snprintf(hex, sizeof hex, "%08x", h);
+  snprintf(pat, sizeof pat, "%s/*.json", dir);
+  glob_t g;
+  int found = 0;
+  if (glob(pat, 0, NULL, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc && !found; i++) {
+      json_t *j = json_load_file(g.gl_pathv[i], 0, NULL);
+      const char *f =
+          json_string_value(json_object_get(json_object_get(j, "model"), "safetensors_fnv1a32"));
+      if (f && !strcasecmp(f, hex)) {
+        snprintf(out, n, "%s", g.gl_pathv[i]);
+        found = 1;
+      }
+      json_decref(j);
+    }
+    globfree(&g);
+  }
+  if (!found)
+    snprintf(why, why_len, "%s: no golden for this model (model.safetensors FNV-1a %s)", dir, hex);
+  return found ? 0 : -1;
+}
+
+json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
+  json_t *units = json_array();
+  s4_job j = {o, contract, NULL, ""};
+  char why[4400];
+  if (!o->goldens_dir ||
+      find_golden(o->goldens_dir, o->model_dir, j.golden, sizeof j.golden, why, sizeof why) != 0) {
+    if (!o->goldens_dir) snprintf(why, sizeof why, "no goldens folder (give --goldens DIR)");
+    json_t *s = vf_stage_result(4, "end_to_end", units);
+    json_object_set_new(s, "verdict", json_string("FAIL"));
+    json_object_set_new(s, "message", json_string(why));
+    return s;
+  }
+  char wd[4096];
+  if (vf_workdir_new(wd, sizeof wd) != 0) {
+    json_decref(units);
+    return json_pack("{s:i, s:s, s:s, s:s}", "stage", 4, "name", "end_to_end", "verdict", "FAIL",
+                     "message", "cannot create a scratch folder");
+  }
+  j.workdir = wd;
+  const char *gb = strrchr(j.golden, '/');
+  json_t *u =
+      vf_run_unit(o, "goldens", gb ? gb + 1 : j.golden, "end to end", goldens_child, &j, 300);
+  vf_rmtree(wd);
+  int steps = 0, held = 0, cases = 0;
+  double mx = 0;
+  size_t k;
+  json_t *c;
+  json_array_foreach(json_object_get(u, "cases"), k,
+                     c) if (json_is_integer(json_object_get(c, "steps_compared"))) {
+    cases++;
+    steps += (int)json_integer_value(json_object_get(c, "steps_compared"));
+    held += json_is_true(json_object_get(c, "held_out"));
+    mx = fmax(mx, json_number_value(json_object_get(c, "max_abs_logprob_diff")));
+  }
+  json_object_set_new(
+      u, "summary",
+      json_sprintf("%d cases (%d held out), %d greedy steps identical to llama.cpp, "
+                   "max |logprob diff| %.2e",
+                   cases, held, steps, mx));
+  json_array_append_new(units, u);
+  json_t *s = vf_stage_result(4, "end_to_end", units);
+  json_object_set_new(s, "golden", json_string(j.golden));
+  return s;
+}

@@ -1,0 +1,237 @@
+/* mi-verify internals: staged verification of a platform plugin (stages
+ * 1-2) and of a model plugin through the engine (stages 3-6) against CKB
+ * contracts:
+ *   verify_ref.c       float64 reference implementations, selected by name
+ *   verify_unit.c      one operator contract: cases, inputs, libffi call, compare
+ *   verify_child.c     fork + time limit + rlimits around every unit
+ *   verify_stage1..6.c the stages
+ *   verify_model.c     engine-level helpers: registry of the two plugins,
+ *                      model copies, tensor edits, greedy runs
+ *   verify_ref_model.c float64 forward pass of a Qwen3 dense model
+ */
+#ifndef MI_CORE_VERIFY_H
+#define MI_CORE_VERIFY_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mi/platform.h"
+
+/* ---------- arguments as the contract declares them ---------- */
+
+typedef enum vf_kind {
+  VF_CTX, VF_STREAM, VF_IN, VF_OUT, VF_INOUT, VF_I64, VF_I32, VF_F32, VF_F64, VF_DTYPE,
+} vf_kind;
+
+int vf_kind_parse(const char *s, vf_kind *out);
+int vf_dtype_parse(const char *s, mi_dtype *out);
+
+typedef struct vf_arg {
+  const char *name;
+  vf_kind kind;
+  mi_dtype dtype; /* buffers: element type; VF_DTYPE: the value passed */
+  int64_t n;      /* buffers: element count (product of the shape) */
+  double *val;    /* buffers: float64 values. Inputs: exactly what the kernel
+                     gets (already rounded to dtype). Outputs: the reference
+                     writes here. */
+  int64_t i;      /* VF_I64 / VF_I32 */
+  double f;       /* VF_F32 (rounded to float) / VF_F64 */
+  int64_t *shape; /* buffers: dims */
+  int ndim;
+} vf_arg;
+
+typedef struct vf_call {
+  vf_arg *args;
+  int nargs;
+} vf_call;
+
+/* A float64 reference: reads inputs, writes out/inout buffers' val.
+ * Returns 0, or -1 with a message (e.g. an argument it needs is missing). */
+typedef int (*vf_ref_fn)(vf_call *c, char *err, size_t err_len);
+vf_ref_fn vf_ref_find(const char *name);
+/* The names known, NULL-terminated (for checks against the schema enum). */
+const char *const *vf_ref_names(void);
+
+/* ---------- the platform interface by member name ---------- */
+
+/* offsetof(mi_platform_iface, member), or -1 when the name is unknown. */
+long vf_member_offset(const char *member);
+const char *const *vf_member_names(void);
+/* The function pointer of `member` in iface, or NULL (unknown, absent from
+ * the plugin's struct_size, or NULL). */
+void *vf_member_fn(const mi_platform_iface *iface, const char *member);
+
+/* ---------- one unit ---------- */
+
+typedef struct vf_unit_opts {
+  uint64_t seed;           /* master seed */
+  json_t *operator_entry;  /* the operator contract */
+  json_t *platform_kernel; /* the platform contract's kernels[] item (dtypes) */
+  int result_fd;           /* events go here, one JSON object per line */
+} vf_unit_opts;
+
+/* Runs every case of one operator contract on a loaded platform. Emits
+ * {"event":"case_start",...} before each kernel call and
+ * {"event":"case_end",...} after it. Returns 0 when every case passed. */
+int vf_run_operator(const mi_platform_iface *iface, void *ctx, const vf_unit_opts *o);
+
+/* Seeds: the per-case seed is a hash of the master seed, the operator id
+ * and the case's position, so one --seed reproduces every case. */
+uint64_t vf_case_seed(uint64_t master, const char *op_id, int case_index, int variant);
+
+/* ---------- isolation ---------- */
+
+typedef struct vf_limits {
+  double timeout_s; /* wall clock; the child is killed after it */
+  double cpu_s;     /* RLIMIT_CPU */
+  uint64_t mem_mb;  /* RLIMIT_AS; 0 = none (always none under ASan) */
+} vf_limits;
+
+typedef struct vf_child_result {
+  int exited;      /* 1: exited normally with exit_code */
+  int exit_code;
+  int signaled;    /* 1: killed by term_signal */
+  int term_signal;
+  int timed_out;   /* 1: killed by us after timeout_s */
+  double wall_s;
+  char *output;    /* raw stdout+stderr of the child (tail, NUL-terminated) */
+  json_t *events;  /* array of the JSON event lines it emitted */
+} vf_child_result;
+
+/* Runs fn(arg, result_fd) in a forked child under the limits, capturing its
+ * output and event lines. Never lets the child's fate reach the caller. */
+int vf_run_child(const vf_limits *lim, int (*fn)(void *arg, int result_fd), void *arg,
+                 vf_child_result *out);
+void vf_child_result_free(vf_child_result *r);
+
+/* Writes one event line (a JSON object) to fd; steals ev. */
+void vf_emit(int fd, json_t *ev);
+
+/* ---------- stages ---------- */
+
+typedef struct vf_stage_opts {
+  const char *plugin_path;
+  const void *plugin_opts; /* const mi_options * */
+  json_t *platform;        /* the platform contract */
+  json_t *operators;       /* object: operator id -> operator contract */
+  uint64_t seed;
+  vf_limits lim;
+  const char *only; /* comma-separated operator ids or member names, or NULL */
+  /* stages 3-6 (added): the model plugin under test, the model folder, the
+   * goldens folder (stage 4) */
+  const char *model_plugin_path;
+  const char *model_dir;
+  const char *goldens_dir;
+} vf_stage_opts;
+
+/* Loads the plugin in a child and describes it: {"verdict": "PASS"|"FAIL",
+ * "name", "version", "kind", "variant", "members": [...], "message", ...}. */
+json_t *vf_probe_plugin(const vf_stage_opts *o);
+
+/* Stage 1: one unit per kernel of the platform contract. Returns the stage
+ * object of the report ({"stage": 1, "verdict", "units": [...]}). */
+json_t *vf_stage1(const vf_stage_opts *o);
+
+/* Shared by the stages: the plugin loaded inside a child (NULL after an
+ * "error" event on fd), and the verdict of one unit from its child's
+ * events and fate. `member` labels messages ("rmsnorm", "layer"). */
+struct mi_plugin;
+struct mi_plugin *vf_load_plugin(const vf_stage_opts *o, int fd);
+json_t *vf_unit_report(const char *kind, const char *id, const char *version, const char *member,
+                       const vf_child_result *r, double timeout_s, double cpu_s);
+const char *vf_sig_name(int sig);
+
+/* Stage 2: one decoder layer of `model` (a model contract) composed from
+ * the platform's kernels with random weights, prefill then decode, against
+ * a float64 reference of the layer. */
+json_t *vf_stage2(const vf_stage_opts *o, json_t *model, json_t *test_contract);
+
+/* Stage 3 (the part implemented): the model folder's weight files against
+ * its model contract (mi_ckb_check_weights), in a child. `ckb` is a
+ * const mi_ckb *. */
+json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir);
+
+/* Stages 4-6 (verify_stage4.c .. verify_stage6.c): the engine built from
+ * o->plugin_path + o->model_plugin_path on o->model_dir; `contract` is the
+ * stage's test contract (its parameters: held-out cases, gates). */
+json_t *vf_stage4(const vf_stage_opts *o, json_t *contract);
+json_t *vf_stage5(const vf_stage_opts *o, json_t *contract);
+json_t *vf_stage6(const vf_stage_opts *o, json_t *contract);
+
+/* ---------- engine-level helpers (verify_model.c), used in children ---------- */
+
+struct mi_registry;
+struct mi_session;
+struct mi_weights;
+struct mi_model;
+struct mi_model_iface;
+
+int vf_workdir_new(char *out, size_t n); /* a fresh folder under $TMPDIR or /tmp */
+void vf_rmtree(const char *dir);
+/* Copies the regular files of a model folder (not recursive). */
+int vf_copy_model_dir(const char *src, const char *dst, char *err, size_t err_len);
+/* A registry with exactly the platform and the model plugin under test
+ * (a plugins.conf written into workdir). NULL + err. */
+struct mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char *err, size_t err_len);
+struct mi_session *vf_open_engine(struct mi_registry *reg, const char *model_dir, char *err, size_t err_len);
+
+/* The engine's model plugin loaded again on another folder (no tokenizer). */
+typedef struct vf_loaded {
+  json_t *cfg;
+  struct mi_weights *w;
+  struct mi_model *m;
+  const struct mi_model_iface *M;
+  int64_t V; /* vocabulary */
+} vf_loaded;
+int vf_load_direct(const struct mi_session *e, const char *dir, vf_loaded *out, char *err, size_t err_len);
+void vf_unload_direct(vf_loaded *l);
+
+int64_t vf_argmax(const float *x, int64_t n);
+/* Prefill then greedy decode: logits [steps, V], tokens [steps]. */
+int vf_greedy(const struct mi_model_iface *M, struct mi_model *m, int64_t V, const int32_t *prompt, int64_t n,
+              int steps, float *logits, int32_t *tokens, char *err, size_t err_len);
+/* n ids uniform in [lo, hi) from seed (xorshift64). */
+void vf_random_prompt(uint64_t seed, int32_t *ids, int64_t n, int64_t lo, int64_t hi);
+
+/* A tensor's bytes in its safetensors file. */
+typedef struct vf_tensor_loc {
+  char file[4096];
+  uint64_t offset;
+  size_t nbytes;
+  int dtype; /* mi_dtype */
+} vf_tensor_loc;
+int vf_tensor_locate(const char *model_dir, const char *name, vf_tensor_loc *out, char *err, size_t err_len);
+/* In place: v <- v*scale*(1 + noise*u) + 0.05*noise*u, u uniform in [-1, 1)
+ * from seed; the old bytes in *saved (malloc'd) when saved is not NULL. */
+int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t seed, unsigned char **saved,
+                   char *err, size_t err_len);
+int vf_tensor_restore(const vf_tensor_loc *t, const unsigned char *saved);
+uint32_t vf_fnv1a32_file(const char *path, int *ok);
+
+/* One check run in a child (timeout at least timeout_s), as a unit report. */
+json_t *vf_run_unit(const vf_stage_opts *o, const char *kind, const char *id, const char *member,
+                    int (*fn)(void *arg, int fd), void *arg, double timeout_s);
+void vf_case_start(int fd, const char *name, int index, const char *where);
+/* Emits a case_end; `extra` (stolen, may be NULL) is merged in; the message
+ * is "message" on a FAIL and "note" on a PASS. */
+void vf_case_end(int fd, const char *name, int index, int pass, double max_err, json_t *extra, const char *fmt,
+                 ...) __attribute__((format(printf, 7, 8)));
+json_t *vf_stage_result(int stage, const char *name, json_t *units);
+
+/* ---------- float64 reference of a Qwen3 dense model (verify_ref_model.c) ---------- */
+
+typedef struct vf_ref_model {
+  int H, L, nh, nkv, hd, F, V, tied;
+  double eps, theta;
+  const struct mi_weights *w;
+  double *max_score; /* when not NULL: the largest attention score (after scaling) is kept there */
+} vf_ref_model;
+/* Reads the shape from config.json; 0, or -1 with a message. */
+int vf_ref_model_init(vf_ref_model *m, const json_t *cfg, const struct mi_weights *w, char *err, size_t err_len);
+/* Logits [n_out, V] of positions T-n_out .. T-1 for ids[T], from scratch in
+ * float64. NULL with a message. */
+double *vf_ref_model_forward(const vf_ref_model *m, const int32_t *ids, int T, int n_out, char *err,
+                             size_t err_len);
+
+#endif
