@@ -86,8 +86,25 @@ void ckb_report(ckb_diag *d, const char *file, const char *fmt, ...) {
 }
 
 /* Entries and schemas are a few KiB; jansson holds a parsed file in ~20x
- * its size, so a hostile multi-GB file would otherwise cost tens of GB. */
-#define MI_CKB_MAX_FILE (4u << 20)
+ * its size, so a hostile multi-GB file would otherwise cost tens of GB.
+ * (MI_CKB_MAX_FILE is in ckb.h: the writer enforces it too.) */
+
+int mi_ckb_name_check(const char *name, char *why, size_t why_len) {
+  size_t n = name ? strlen(name) : 0;
+  if (n == 0) return snprintf(why, why_len, "is empty"), -1;
+  if (n > 128) return snprintf(why, why_len, "is %zu bytes long (at most 128)", n), -1;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)name[i];
+    int ok = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+             (i > 0 && (ch == '.' || ch == '_' || ch == '-'));
+    if (ok) continue;
+    if (ch < 0x20 || ch == 0x7f) snprintf(why, why_len, "has control character 0x%02x at offset %zu", ch, i);
+    else if (ch == '/') snprintf(why, why_len, "has '/' at offset %zu", i);
+    else snprintf(why, why_len, "has '%c' at offset %zu", ch >= 0x80 ? '?' : ch, i);
+    return -1;
+  }
+  return 0;
+}
 
 /* The size of path when it is over the limit, else 0 (errors: 0, and the
  * JSON reader reports them). */
@@ -155,9 +172,17 @@ static int load_schemas(mi_ckb *c, char *err, size_t err_len) {
     } else {
       const char *kind = str_member(doc, "kind"), *dir = str_member(doc, "dir");
       json_t *schema = json_object_get(doc, "schema");
+      char why[160];
       if (!kind || !dir || !json_is_object(schema)) {
         snprintf(err, err_len, "%s: a schema file needs string 'kind', string 'dir' and object 'schema'",
                  path);
+        rc = -1;
+      } else if (mi_ckb_name_check(dir, why, sizeof why) != 0) {
+        /* "dir": "../x" would make add write outside the CKB. */
+        snprintf(err, err_len, "%s: field 'dir' must be one folder name ([a-z0-9][a-z0-9._-]*): '%.80s' %s",
+                 path, dir, why);
+        for (char *p = err; *p; p++)
+          if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
         rc = -1;
       } else {
         ckb_kind *k = &c->kinds[c->n_kinds++];

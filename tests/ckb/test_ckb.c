@@ -447,6 +447,122 @@ START_TEST(cli_add_update) {
 }
 END_TEST
 
+/* Hostile ids, sizes and schema folders: refused before any write, one line each. */
+static int count_files(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) n += de->d_name[0] != '.';
+  if (d) closedir(d);
+  return n;
+}
+
+START_TEST(add_refuses_hostile_ids) {
+  char *dir = copy_ckb();
+  char exp[4200];
+  snprintf(exp, sizeof exp, "%s/experience", dir);
+  int before = count_files(exp);
+  static const struct {
+    const char *name, *why;
+  } bad[] = {
+      {"x\n", "NAME has control character 0x0a at offset 1"},
+      {"a/../../../escaped", "NAME has '/' at offset 1"},
+      {"..", "NAME has '.' at offset 0"},
+      {"Upper", "NAME has 'U' at offset 0"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    diags d = {0};
+    json_t *e = experience(bad[i].name, "1.0.0");
+    ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_ADD, collect, &d), -1);
+    ck_assert_int_eq(d.n, 1);
+    expect_line(&d, "(new entry)", "is not KIND.NAME with NAME a file name ([a-z0-9][a-z0-9._-]{0,127})");
+    expect_line(&d, "(new entry)", bad[i].why);
+    ck_assert_ptr_eq(strchr(d.text, '\n'), d.text + strlen(d.text) - 1); /* one line */
+    json_decref(e);
+  }
+  /* 129 characters: too long */
+  char longname[140];
+  memset(longname, 'a', 129);
+  longname[129] = 0;
+  diags d = {0};
+  json_t *e = experience("x", "1.0.0");
+  char longid[200];
+  snprintf(longid, sizeof longid, "experience.%s", longname);
+  json_object_set_new(e, "id", json_string(longid));
+  ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_ADD, collect, &d), -1);
+  expect_line(&d, "(new entry)", "NAME is 129 bytes long (at most 128)");
+  json_decref(e);
+  ck_assert_int_eq(count_files(exp), before);
+  ck_assert_int_eq(count_temp_files(exp), 0);
+  /* The schema's id pattern no longer takes "$" as "before a final newline". */
+  char nl[4300];
+  snprintf(nl, sizeof nl, "%s/nl.json", exp);
+  e = experience("nl\n", "1.0.0");
+  ck_assert_int_eq(json_dump_file(e, nl, 0), 0);
+  json_decref(e);
+  validate_dir(dir, &d);
+  expect_line(&d, "experience/nl.json", "field 'id' must be an id of the form experience.NAME");
+  remove_tree(dir);
+}
+END_TEST
+
+START_TEST(add_refuses_oversized_entry) {
+  char *dir = copy_ckb();
+  json_t *e = experience("huge", "1.0.0");
+  size_t n = (size_t)5 << 20;
+  char *big = malloc(n + 1);
+  memset(big, 'x', n);
+  big[n] = 0;
+  json_object_set_new(e, "fix", json_string(big));
+  free(big);
+  diags d = {0};
+  ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_ADD, collect, &d), -1);
+  ck_assert_int_eq(d.n, 1);
+  expect_line(&d, "experience/huge.json", "bytes as written, over the 4194304 byte limit for a CKB file");
+  char p[4300];
+  snprintf(p, sizeof p, "%s/experience/huge.json", dir);
+  ck_assert_int_ne(access(p, F_OK), 0);
+  /* mi-ckb add reads at most the limit: a 100 MB file is refused unparsed. */
+  char file[4300], cmd[9000], out[2048] = "";
+  snprintf(file, sizeof file, "%s/../mi-ckb-huge-%d.json", dir, (int)getpid());
+  FILE *f = fopen(file, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  ck_assert_int_eq(truncate(file, 100 << 20), 0);
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-ckb' --ckb '%s' add '%s' 2>&1; echo \"rc=$?\"", getenv("MI_BUILD_DIR"), dir, file);
+  FILE *pp = popen(cmd, "r");
+  ck_assert_ptr_nonnull(pp);
+  size_t got = fread(out, 1, sizeof out - 1, pp);
+  out[got] = 0;
+  pclose(pp);
+  ck_assert_msg(strstr(out, ": larger than 4194304 bytes, the limit for a CKB file\nrc=1"), "%s", out);
+  unlink(file);
+  json_decref(e);
+  remove_tree(dir);
+}
+END_TEST
+
+START_TEST(schema_dir_outside_ckb) {
+  char *dir = copy_ckb();
+  json_t *j = load(dir, "schemas/experience.json");
+  json_object_set_new(j, "dir", json_string("../x"));
+  save(dir, "schemas/experience.json", j);
+  char err[512];
+  ck_assert_ptr_null(mi_ckb_open(dir, err, sizeof err));
+  ck_assert_msg(strstr(err, "schemas/experience.json: field 'dir' must be one folder name ([a-z0-9][a-z0-9._-]*): '../x' has '.' at offset 0"), "%s", err);
+  /* add refuses too (it opens the store first), and nothing appears beside the CKB */
+  diags d = {0};
+  json_t *e = experience("out", "1.0.0");
+  ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_ADD, collect, &d), -1);
+  expect_line(&d, "schemas/experience.json", "field 'dir' must be one folder name");
+  char x[4300];
+  snprintf(x, sizeof x, "%s/../x", dir);
+  ck_assert_int_ne(access(x, F_OK), 0);
+  json_decref(e);
+  remove_tree(dir);
+}
+END_TEST
+
 /* ---------- coverage ---------- */
 
 static char *model_dir(const char *arch) {
@@ -702,6 +818,9 @@ int main(void) {
   tcase_add_test(t, crash_mid_write);
   tcase_add_test(t, crash_before_rename);
   tcase_add_test(t, cli_add_update);
+  tcase_add_test(t, add_refuses_hostile_ids);
+  tcase_add_test(t, add_refuses_oversized_entry);
+  tcase_add_test(t, schema_dir_outside_ckb);
   tcase_add_test(t, coverage_qwen3_cpu);
   tcase_add_test(t, weights_against_contract);
   tcase_add_test(t, expressions);
