@@ -6,7 +6,9 @@
  * Each run of a cell happens in a fresh child process, so peak RSS is per
  * cell and one cell cannot disturb the next. Figures are medians over
  * repeats. Progress goes to stderr; the table (or --json) to stdout. */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -14,8 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #include "core/cli/bandwidth.h"
 #include "core/runtime/session.h"
@@ -227,22 +233,50 @@ typedef struct peer_result {
 } peer_result;
 
 /* Runs llama.cpp through the Node script for one cell; parses its last
- * JSON line. */
-static int run_peer(const bench_opts *o, int P, int G, peer_result *r) {
+ * JSON line. No shell: node gets an argument vector (posix_spawnp), so a
+ * path with quotes or `;` in it is only ever a path. */
+static int run_peer(const bench_opts *o, int P, int G, peer_result *r, char *why, size_t why_len) {
   memset(r, 0, sizeof *r);
-  char cmd[4096];
-  snprintf(cmd, sizeof cmd,
-           "node '%s' --gguf '%s' --prompt-len %d --gen %d --threads %d --seed %llu </dev/null",
-           o->peer_script, o->peer_gguf, P, G, o->threads, (unsigned long long)o->seed);
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
+  char sp[16], sg[16], st_[16], ss[32];
+  snprintf(sp, sizeof sp, "%d", P);
+  snprintf(sg, sizeof sg, "%d", G);
+  snprintf(st_, sizeof st_, "%d", o->threads);
+  snprintf(ss, sizeof ss, "%llu", (unsigned long long)o->seed);
+  char *argv[] = {"node", (char *)o->peer_script, "--gguf", (char *)o->peer_gguf, "--prompt-len", sp,
+                  "--gen", sg, "--threads", st_, "--seed", ss, NULL};
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    snprintf(why, why_len, "pipe: %s", strerror(errno));
+    return -1;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  pid_t pid;
+  int e = posix_spawnp(&pid, "node", &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  if (e != 0) {
+    close(fds[0]);
+    snprintf(why, why_len, "cannot start node: %s", strerror(e));
+    return -1;
+  }
+  FILE *p = fdopen(fds[0], "r");
   char line[4096], last[4096] = "";
-  while (fgets(line, sizeof line, p))
+  while (p && fgets(line, sizeof line, p))
     if (line[0] == '{') snprintf(last, sizeof last, "%s", line);
-  int st = pclose(p);
+  if (p) fclose(p);
+  else close(fds[0]);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
   json_error_t je;
   json_t *j = json_loads(last, 0, &je);
   if (st != 0 || !j) {
+    if (WIFSIGNALED(st)) snprintf(why, why_len, "node killed by signal %d", WTERMSIG(st));
+    else if (st != 0) snprintf(why, why_len, "node exited with %d", WEXITSTATUS(st));
+    else snprintf(why, why_len, "no JSON result line from node");
     json_decref(j);
     return -1;
   }
@@ -251,8 +285,23 @@ static int run_peer(const bench_opts *o, int P, int G, peer_result *r) {
   r->decode_tps = json_number_value(json_object_get(j, "decode_tps"));
   r->peak_rss_mib = json_number_value(json_object_get(j, "peak_rss_mib"));
   r->ok = r->decode_tps > 0;
+  if (!r->ok) snprintf(why, why_len, "no decode speed in node's result");
   json_decref(j);
   return r->ok ? 0 : -1;
+}
+
+/* --peer and --peer-script name regular files; checked before any work. */
+static int check_file_arg(const char *opt, const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    fprintf(stderr, "mi-bench: %s %s: %s\n", opt, path, strerror(errno));
+    return -1;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    fprintf(stderr, "mi-bench: %s %s: not a regular file\n", opt, path);
+    return -1;
+  }
+  return 0;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -338,6 +387,9 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  if (o.peer && (check_file_arg("--peer", o.peer_gguf) || check_file_arg("--peer-script", o.peer_script)))
+    return 2;
+
   /* machine figures, measured once per run with the same thread count */
   mi_bandwidth bw = {0};
   if (mi_measure_bandwidth(o.threads, (size_t)256 << 20, 5, &bw) != 0) {
@@ -384,13 +436,14 @@ int main(int argc, char **argv) {
         }
         if (o.peer) {
           peer_result pr;
-          if (run_peer(&o, P, G, &pr) == 0) {
+          char why[256] = "";
+          if (run_peer(&o, P, G, &pr, why, sizeof why) == 0) {
             pttft[pn] = pr.ttft_ms;
             ppre[pn] = pr.prefill_tps;
             pdec[pn] = pr.decode_tps;
             prss[pn++] = pr.peak_rss_mib;
           } else {
-            fprintf(stderr, "\nmi-bench: peer failed on prompt %d gen %d\n", P, G);
+            fprintf(stderr, "\nmi-bench: peer failed on prompt %d gen %d: %s\n", P, G, why);
           }
         }
       }
