@@ -213,6 +213,16 @@ int main(int argc, char **argv) {
     snprintf(gold_buf, sizeof gold_buf, "%s/../tests/goldens", ckb_dir);
     goldens = gold_buf;
   }
+  /* Each unit runs with its own folder as the working directory: every
+   * path it is given is made absolute here. */
+  char abs_buf[4][4096], cwd[4096];
+  const char **paths[4] = {&plugin, &model_plugin, &model_dir, &goldens};
+  if (getcwd(cwd, sizeof cwd))
+    for (int k = 0; k < 4; k++)
+      if (*paths[k] && (*paths[k])[0] != '/') {
+        snprintf(abs_buf[k], sizeof abs_buf[k], "%s/%s", cwd, *paths[k]);
+        *paths[k] = abs_buf[k];
+      }
   if (!have_seed) seed = random_seed();
   fprintf(stderr, "mi-verify: seed %llu (rerun with --seed %llu)\n", (unsigned long long)seed,
           (unsigned long long)seed);
@@ -220,7 +230,7 @@ int main(int argc, char **argv) {
   json_t *t1 = find_stage_contract(c, 1, "operator_units");
   json_t *lim = json_object_get(t1, "limits");
   mi_options popts = {kv, nkv};
-  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192}, only, NULL, NULL, NULL};
+  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192, 0}, only, NULL, NULL, NULL};
   if (json_is_number(json_object_get(lim, "timeout_s"))) o.lim.timeout_s = json_number_value(json_object_get(lim, "timeout_s"));
   if (json_is_number(json_object_get(lim, "cpu_s"))) o.lim.cpu_s = json_number_value(json_object_get(lim, "cpu_s"));
   if (json_is_integer(json_object_get(lim, "mem_mb"))) o.lim.mem_mb = (uint64_t)json_integer_value(json_object_get(lim, "mem_mb"));
@@ -235,6 +245,9 @@ int main(int argc, char **argv) {
                           "format", 1, "seed", (json_int_t)seed, "ckb", "dir", ckb_dir, "limits",
                           "timeout_s", o.lim.timeout_s, "cpu_s", o.lim.cpu_s, "mem_mb",
                           (json_int_t)o.lim.mem_mb);
+  /* Which layers confine each unit here (cgroups, namespaces, ...). */
+  fprintf(stderr, "mi-verify: containment: %s\n", vf_containment());
+  json_object_set_new(rep, "containment", json_string(vf_containment()));
   int rc = 1;
   json_t *probe = vf_probe_plugin(&o);
   json_object_set_new(probe, "path", json_string(plugin));

@@ -25,8 +25,8 @@
 /* ---------- scratch folders ---------- */
 
 int vf_workdir_new(char *out, size_t n) {
-  const char *tmp = getenv("TMPDIR");
-  snprintf(out, n, "%s/mi-verify-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  /* in the verifier's scratch folder: the one place a unit's child may write */
+  snprintf(out, n, "%s/work-XXXXXX", vf_scratch_root());
   return mkdtemp(out) ? 0 : -1;
 }
 

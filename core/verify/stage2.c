@@ -217,17 +217,66 @@ static int dev_run(dev *d, dev_layer *L, mi_dtype wt, const double *x, int T, in
   return 0;
 }
 
-/* ---------- the unit (runs in a child) ---------- */
+/* ---------- the unit ----------
+ * The parent draws the weights and the inputs of every phase (l2_plan)
+ * before the child exists; the child uploads them, runs the layer and
+ * returns only its outputs, as records (VF_REC_OUT: T*H floats); the parent
+ * computes the float64 reference after the child has ended, compares and
+ * decides (l2_judge). */
+
+static const struct {
+  const char *name;
+  int T, pos0;
+} phases[] = {{"prefill", 5, 0}, {"decode_1", 1, 5}, {"decode_2", 1, 6}};
+enum { NPHASE = 3 };
+
+typedef struct l2_set { /* one weight dtype */
+  mi_dtype wt;
+  char seed_hex[24];
+  double *w[W_COUNT];
+  double x[NPHASE][TMAX * H];
+} l2_set;
 
 typedef struct l2_job {
   const vf_stage_opts *o;
   json_t *dtypes; /* weight dtypes to run: the platform's, among f32/f16/bf16 */
   double tol;
+  l2_set *sets;
+  int nsets;
 } l2_job;
+
+static void l2_plan(l2_job *j) {
+  j->sets = calloc(json_array_size(j->dtypes) + 1, sizeof *j->sets);
+  size_t di;
+  json_t *dv;
+  json_array_foreach(j->dtypes, di, dv) {
+    mi_dtype wt;
+    if (!j->sets || vf_dtype_parse(json_string_value(dv), &wt) != 0) continue;
+    l2_set *S = &j->sets[j->nsets++];
+    S->wt = wt;
+    uint64_t seed = vf_case_seed(j->o->seed, "model.qwen3/layer", 0, (int)di), rng = seed;
+    snprintf(S->seed_hex, sizeof S->seed_hex, "0x%016llx", (unsigned long long)seed);
+    for (int k = 0; k < W_COUNT; k++) {
+      size_t n = (size_t)wspec[k].rows * wspec[k].cols;
+      S->w[k] = malloc(n * sizeof(double));
+      for (size_t i = 0; S->w[k] && i < n; i++)
+        S->w[k][i] = wspec[k].norm ? (float)(1.0 + 0.1 * normal(&rng))
+                                   : round_dt(wt, normal(&rng) / sqrt((double)wspec[k].cols));
+    }
+    for (int ph = 0; ph < NPHASE; ph++)
+      for (int i = 0; i < phases[ph].T * H; i++) S->x[ph][i] = (float)normal(&rng);
+  }
+}
+
+static void l2_free(l2_job *j) {
+  for (int s = 0; j->sets && s < j->nsets; s++)
+    for (int k = 0; k < W_COUNT; k++) free(j->sets[s].w[k]);
+  free(j->sets);
+}
 
 static int layer_child(void *arg, int fd) {
   l2_job *j = arg;
-  struct mi_plugin *plug = vf_load_plugin(j->o, fd);
+  struct mi_plugin *plug = vf_load_plugin_rec(j->o, fd);
   if (!plug) return 1;
   const mi_platform_iface *pi = plug->iface;
   const char *need[] = {"matmul", "rmsnorm", "rope", "attention", "silu_mul", "add"};
@@ -235,31 +284,20 @@ static int layer_child(void *arg, int fd) {
     if (!vf_member_fn(pi, need[i]) || !pi->memcpy_d2d) {
       char msg[200];
       snprintf(msg, sizeof msg, "layer: the platform lacks %s", vf_member_fn(pi, need[i]) ? "memcpy_d2d" : need[i]);
-      vf_emit(fd, json_pack("{s:s, s:s}", "event", "error", "message", msg));
+      vf_rec_write(fd, VF_REC_ERROR, -1, 0, msg, NULL, 0);
       mi_plugin_unload(plug);
       return 1;
     }
-  int fails = 0;
-  size_t di;
-  json_t *dv;
-  json_array_foreach(j->dtypes, di, dv) {
-    mi_dtype wt;
-    if (vf_dtype_parse(json_string_value(dv), &wt) != 0) continue;
-    uint64_t seed = vf_case_seed(j->o->seed, "model.qwen3/layer", 0, (int)di), rng = seed;
-    char seed_hex[24];
-    snprintf(seed_hex, sizeof seed_hex, "0x%016llx", (unsigned long long)seed);
+  for (int s = 0; s < j->nsets; s++) {
+    const l2_set *S = &j->sets[s];
+    mi_dtype wt = S->wt;
     dev d = {pi, plug->ctx, {0}, 0, ""};
     dev_layer L;
     memset(&L, 0, sizeof L);
-    double *w[W_COUNT];
     int ok = 1;
     for (int k = 0; k < W_COUNT; k++) {
       size_t n = (size_t)wspec[k].rows * wspec[k].cols;
-      w[k] = malloc(n * sizeof(double));
-      for (size_t i = 0; w[k] && i < n; i++)
-        w[k][i] = wspec[k].norm ? (float)(1.0 + 0.1 * normal(&rng))
-                                : round_dt(wt, normal(&rng) / sqrt((double)wspec[k].cols));
-      L.w[k] = w[k] ? upload(&d, w[k], n, wspec[k].norm ? MI_DTYPE_F32 : wt) : NULL;
+      L.w[k] = S->w[k] ? upload(&d, S->w[k], n, wspec[k].norm ? MI_DTYPE_F32 : wt) : NULL;
       ok &= L.w[k] != NULL;
     }
     float **acts[] = {&L.x, &L.a, &L.q, &L.k, &L.v, &L.at, &L.o, &L.h, &L.m, &L.g, &L.u};
@@ -269,37 +307,83 @@ static int layer_child(void *arg, int fd) {
     ok &= (L.kc = dalloc(&d, sizeof(float) * NCTX * HKV * HD)) != NULL;
     ok &= (L.vc = dalloc(&d, sizeof(float) * NCTX * HKV * HD)) != NULL;
     ok &= (L.pos = dalloc(&d, sizeof(int32_t) * TMAX)) != NULL;
-    ref_state *st = calloc(1, sizeof *st);
-    static const struct {
-      const char *name;
-      int T, pos0;
-    } phases[] = {{"prefill", 5, 0}, {"decode_1", 1, 5}, {"decode_2", 1, 6}};
-    for (int ph = 0; ph < 3; ph++) {
-      int T = phases[ph].T, pos0 = phases[ph].pos0;
-      double x[TMAX * H], want[TMAX * H];
+    for (int ph = 0; ph < NPHASE; ph++) {
+      int slot = s * NPHASE + ph;
       float got[TMAX * H];
-      for (int i = 0; i < T * H; i++) x[i] = (float)normal(&rng);
+      if (!ok) vf_rec_write(fd, VF_REC_FAIL, slot, 0, "layer: cannot allocate the layer's buffers", NULL, 0);
+      else if (dev_run(&d, &L, wt, S->x[ph], phases[ph].T, phases[ph].pos0, got) != 0)
+        vf_rec_write(fd, VF_REC_FAIL, slot, 0, d.err, NULL, 0);
+      else vf_rec_write(fd, VF_REC_OUT, slot, 0, NULL, got, sizeof(float) * (size_t)phases[ph].T * H);
+    }
+    for (int k = 0; k < d.n; k++) pi->buffer_free(plug->ctx, d.bufs[k]);
+  }
+  mi_plugin_unload(plug);
+  return 0;
+}
+
+/* The parent, after the child has ended: the events vf_unit_report reads. */
+static json_t *l2_judge(l2_job *j, const vf_child_result *r) {
+  json_t *ev = json_array();
+  size_t off = 0;
+  vf_rec rec;
+  char why[200] = "";
+  int bad = 0, stop = 0;
+  for (int s = 0; s < j->nsets && !bad && !stop; s++) {
+    l2_set *S = &j->sets[s];
+    ref_state *st = calloc(1, sizeof *st);
+    int failed = 0;
+    for (int ph = 0; ph < NPHASE && !bad && !stop; ph++) {
+      int slot = s * NPHASE + ph, T = phases[ph].T, pos0 = phases[ph].pos0;
       char where[300];
       snprintf(where, sizeof where, "on %s T=%d pos0=%d (%s weights, H=%d Hq=%d Hkv=%d head_dim=%d ffn=%d)",
-               phases[ph].name, T, pos0, mi_dtype_name(wt), H, HQ, HKV, HD, FF);
+               phases[ph].name, T, pos0, mi_dtype_name(S->wt), H, HQ, HKV, HD, FF);
+      int have = 0;
+      for (;;) {
+        int n = vf_rec_next(r->results, r->results_len, &off, &rec, why, sizeof why);
+        if (n < 0) bad = 1;
+        if (n <= 0) break;
+        if (rec.type == VF_REC_ERROR) {
+          json_array_append_new(ev, json_pack("{s:s, s:s}", "event", "error", "message", rec.msg));
+          continue;
+        }
+        if (rec.index != slot || (rec.type == VF_REC_OUT && rec.payload_len != sizeof(float) * (size_t)T * H)) {
+          snprintf(why, sizeof why, "a record for slot %d with %zu bytes where slot %d was due", rec.index,
+                   rec.payload_len, slot);
+          bad = 1;
+          break;
+        }
+        have = 1;
+        break;
+      }
+      if (bad) break;
       json_t *params = json_pack("{s:i, s:i}", "T", T, "pos0", pos0);
-      vf_emit(fd, json_pack("{s:s, s:s, s:i, s:s, s:s, s:O, s:s}", "event", "case_start", "case",
-                            phases[ph].name, "index", ph, "dtype", mi_dtype_name(wt), "seed",
-                            seed_hex, "params", params, "where", where));
-      json_t *res = json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:f}", "event", "case_end", "case",
-                              phases[ph].name, "index", ph, "dtype", mi_dtype_name(wt), "seed",
-                              seed_hex, "params", params, "tol", j->tol);
-      char msg[1000] = "";
+      if (!have) { /* in flight when the child ended */
+        json_array_append_new(ev, json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:s}", "event", "case_start", "case",
+                                            phases[ph].name, "index", ph, "dtype", mi_dtype_name(S->wt), "seed",
+                                            S->seed_hex, "params", params, "where", where));
+        stop = 1;
+        break;
+      }
+      if (failed) { /* later phases depend on a failed one's cache: not reported */
+        json_decref(params);
+        continue;
+      }
+      json_t *res = json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:f}", "event", "case_end", "case", phases[ph].name,
+                              "index", ph, "dtype", mi_dtype_name(S->wt), "seed", S->seed_hex, "params", params,
+                              "tol", j->tol);
+      char msg[1400] = "";
       int pass = 0;
-      if (!ok || !st) {
-        snprintf(msg, sizeof msg, "layer: cannot allocate the layer's buffers %s", where);
-      } else if (dev_run(&d, &L, wt, x, T, pos0, got) != 0) {
-        snprintf(msg, sizeof msg, "%s %s", d.err, where);
+      if (rec.type == VF_REC_FAIL) {
+        snprintf(msg, sizeof msg, "%s %s", rec.msg, where);
       } else {
-        ref_layer(w, st, x, want, T, pos0);
+        float got[TMAX * H];
+        double want[TMAX * H];
+        memcpy(got, rec.payload, sizeof(float) * (size_t)T * H);
+        if (!st) snprintf(msg, sizeof msg, "layer: out of memory in the verifier");
+        else ref_layer(S->w, st, S->x[ph], want, T, pos0);
         double maxabs = 0, refmax = 0;
         int at = 0, nonfinite = 0;
-        for (int i = 0; i < T * H; i++) {
+        for (int i = 0; st && i < T * H; i++) {
           if (fabs(want[i]) > refmax) refmax = fabs(want[i]);
           if (!isfinite(got[i])) {
             nonfinite++;
@@ -310,25 +394,31 @@ static int layer_child(void *arg, int fd) {
         double rel = nonfinite ? INFINITY : maxabs / (refmax > 0 ? refmax : 1);
         json_object_set_new(res, "max_abs_err", json_real(maxabs));
         json_object_set_new(res, "max_rel_err", nonfinite ? json_string("inf") : json_real(rel));
-        pass = rel <= j->tol;
+        pass = st && rel <= j->tol;
         if (!pass && nonfinite)
           snprintf(msg, sizeof msg, "layer: %d NaN/Inf values in the output %s", nonfinite, where);
-        else if (!pass)
+        else if (!pass && st)
           snprintf(msg, sizeof msg, "layer: max rel error %.2g > tol %g %s (max abs %.2g at token %d, channel %d: got %.6g, want %.6g)",
                    rel, j->tol, where, maxabs, at / H, at % H, (double)got[at], want[at]);
       }
       json_object_set_new(res, "verdict", json_string(pass ? "PASS" : "FAIL"));
       if (!pass) json_object_set_new(res, "message", json_string(msg));
-      vf_emit(fd, res);
-      fails += !pass;
-      if (!pass) break; /* later phases depend on this one's cache */
+      json_array_append_new(ev, res);
+      failed |= !pass;
     }
     free(st);
-    for (int k = 0; k < W_COUNT; k++) free(w[k]);
-    for (int k = 0; k < d.n; k++) pi->buffer_free(plug->ctx, d.bufs[k]);
   }
-  mi_plugin_unload(plug);
-  return fails ? 1 : 0;
+  if (!bad && !stop && vf_rec_next(r->results, r->results_len, &off, &rec, why, sizeof why) != 0) {
+    bad = 1;
+    if (off >= r->results_len) snprintf(why, sizeof why, "an extra record after the last phase");
+  }
+  if (bad) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "layer: the unit's result pipe broke the verifier's protocol (%s): a unit may only "
+             "return output buffers", why);
+    json_array_append_new(ev, json_pack("{s:s, s:s}", "event", "error", "message", msg));
+  }
+  return ev;
 }
 
 json_t *vf_stage2(const vf_stage_opts *o, json_t *model, json_t *test_contract) {
@@ -343,20 +433,25 @@ json_t *vf_stage2(const vf_stage_opts *o, json_t *model, json_t *test_contract) 
       json_array_append(dtypes, v);
   }
   json_t *tol = json_object_get(json_object_get(test_contract, "tolerance"), "f32");
-  l2_job job = {o, dtypes, json_is_number(tol) ? json_number_value(tol) : 1e-4};
+  l2_job job = {o, dtypes, json_is_number(tol) ? json_number_value(tol) : 1e-4, NULL, 0};
   json_t *u;
   vf_child_result r;
+  vf_limits lim = o->lim;
+  lim.result_cap = VF_REC_SIZE(0) * 8 + (size_t)json_array_size(dtypes) * NPHASE * VF_REC_SIZE(sizeof(float) * TMAX * H);
   if (!mid || strcmp(mid, "model.qwen3")) {
     u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "layer", "id", mid ? mid : "?", "verdict",
                   "FAIL", "status", "ERROR", "message", "the verifier has no layer driver for this model contract");
-  } else if (vf_run_child(&o->lim, layer_child, &job, &r) != 0) {
+  } else if ((l2_plan(&job), vf_run_child(&lim, layer_child, &job, &r)) != 0) {
     u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "layer", "id", mid, "verdict", "FAIL",
                   "status", "ERROR", "message", "cannot fork a child");
   } else {
+    json_decref(r.events); /* whatever JSON the child wrote is not a result */
+    r.events = l2_judge(&job, &r);
     u = vf_unit_report("layer", mid, json_string_value(json_object_get(model, "version")), "layer",
                        &r, o->lim.timeout_s, o->lim.cpu_s);
     vf_child_result_free(&r);
   }
+  l2_free(&job);
   json_decref(dtypes);
   int pass = !strcmp(json_string_value(json_object_get(u, "verdict")), "PASS");
   json_array_append_new(units, u);
