@@ -409,16 +409,30 @@ static int set_rdonly(const char *path, int on) {
 
 enum {
   L_SESSION = 1, L_SUBREAPER = 2, L_CGROUP = 4, L_MEMCG = 8, L_MNTNS = 16, L_RDONLY = 32,
-  L_TMPFS = 64, L_CAPS = 128,
+  L_TMPFS = 64, L_CAPS = 128, L_USERNS = 256,
 };
+
+/* A mount namespace: directly as root, else inside an unprivileged user
+ * namespace mapping our uid to 0 (where the kernel allows those). */
+static unsigned new_mount_ns(void) {
+  if (unshare(CLONE_NEWNS) == 0) return L_MNTNS;
+  if (geteuid() == 0) return 0;
+  char uid_map[64], gid_map[64];
+  snprintf(uid_map, sizeof uid_map, "0 %u 1", (unsigned)geteuid());
+  snprintf(gid_map, sizeof gid_map, "0 %u 1", (unsigned)getegid());
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return 0;
+  write_file("/proc/self/setgroups", "deny");
+  if (write_file("/proc/self/uid_map", uid_map) != 0 || write_file("/proc/self/gid_map", gid_map) != 0) return 0;
+  return L_MNTNS | L_USERNS;
+}
 
 /* Sets up the child's confinement; `want` is the layers to try. Returns
  * the layers that worked. */
 static unsigned confine(unsigned want, const char *unit_dir, uint64_t mem_mb) {
   unsigned got = 0;
-  if ((want & L_MNTNS) && unshare(CLONE_NEWNS) == 0 &&
-      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0) {
-    got |= L_MNTNS;
+  unsigned ns = (want & L_MNTNS) ? new_mount_ns() : 0;
+  if (ns && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0) {
+    got |= ns;
     if ((want & L_RDONLY) && set_rdonly("/", 1) == 0) {
       got |= L_RDONLY;
       /* the scratch folder (model copies of stages 3-6) stays writable */
@@ -529,7 +543,8 @@ static void probe(void) {
            C.active & L_CGROUP ? ", cgroup v2 (cgroup.kill)" : ", no cgroup v2",
            C.active & L_MEMCG ? (C.cg2_mem ? ", memory cap: cgroup v2 memory.max" : ", memory cap: cgroup v1 memory.limit_in_bytes")
                               : ", memory cap: RLIMIT_AS + RLIMIT_FSIZE only (memfds beyond one file's size not bounded)",
-           C.active & L_MNTNS ? ", mount namespace" : ", no mount namespace (writes confined only by cwd)",
+           C.active & L_MNTNS ? (C.active & L_USERNS ? ", mount namespace (in a user namespace)" : ", mount namespace")
+                              : ", no mount namespace (writes confined only by cwd)",
            C.active & L_RDONLY ? " with a read-only root" : "",
            C.active & L_TMPFS ? " and a private tmpfs" : "",
            C.active & L_CAPS ? ", capabilities dropped" : ", capabilities kept",
@@ -649,10 +664,11 @@ int vf_run_child(const vf_limits *lim, int (*fn)(void *arg, int result_fd), void
     dup2(op[1], 1);
     dup2(op[1], 2);
     close(op[1]);
-    unsigned want = C.active & (L_MNTNS | L_RDONLY | L_TMPFS | L_CAPS);
+    unsigned want = C.active & (L_MNTNS | L_RDONLY | L_TMPFS | L_CAPS | L_USERNS);
     int need_v2 = (C.active & L_CGROUP) != 0, need_v1 = (C.active & L_MEMCG) && !C.cg2_mem && lim->mem_mb;
     if ((need_v2 && !g.v2[0]) || (need_v1 && !g.v1[0]) || cg_join(&g) != 0) _exit(VF_EXIT_CONTAIN);
-    if ((confine(want, unit_dir, lim->mem_mb) & want) != want) _exit(VF_EXIT_CONTAIN);
+    unsigned need = want & ~(unsigned)L_USERNS; /* how the namespace came is not a layer */
+    if ((confine(want, unit_dir, lim->mem_mb) & need) != need) _exit(VF_EXIT_CONTAIN);
     set_limits(lim);
     int rc = fn(arg, rp[1]);
     fflush(stdout);
