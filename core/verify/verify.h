@@ -120,7 +120,7 @@ typedef struct vf_stage_opts {
   uint64_t seed;
   vf_limits lim;
   const char *only; /* comma-separated operator ids or member names, or NULL */
-  /* stages 3-6 (added): the model plugin under test, the model folder, the
+  /* stages 3-6: the model plugin under test, the model folder, the
    * goldens folder (stage 4) */
   const char *model_plugin_path;
   const char *model_dir;
@@ -149,7 +149,7 @@ const char *vf_sig_name(int sig);
  * a float64 reference of the layer. */
 json_t *vf_stage2(const vf_stage_opts *o, json_t *model, json_t *test_contract);
 
-/* Stage 3 (the part implemented): the model folder's weight files against
+/* Stage 3: the model folder's weight files against
  * its model contract (mi_ckb_check_weights), in a child. `ckb` is a
  * const mi_ckb *. */
 json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir);
