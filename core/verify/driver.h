@@ -92,7 +92,7 @@ double *vf_weight_f64(const struct mi_weights *w, const char *name, size_t expec
                       size_t err_len);
 
 typedef struct vf_model_driver {
-  const char *contract;             /* the model contract's id, e.g. "model.qwen3" */
+  const char *contract;             /* the model contract's id ("model.NAME") */
   const char *const *architectures; /* config.json "architectures" values it covers */
   const vf_layer_driver *layer;     /* stage 2 */
   /* Reads the shape from config.json; 0, or -1 with a message. */
@@ -109,7 +109,7 @@ typedef struct vf_model_driver {
 /* By contract id, or by a config.json architecture; NULL when none. */
 const vf_model_driver *vf_model_driver_find(const char *contract);
 const vf_model_driver *vf_model_driver_for_arch(const char *architecture);
-/* The contract ids known, for messages: "model.qwen3, ..." */
+/* The contract ids known, comma-separated, for messages. */
 void vf_model_driver_list(char *out, size_t n);
 
 #endif
