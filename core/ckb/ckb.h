@@ -105,6 +105,10 @@ int mi_expr_names(const char *expr, void (*fn)(void *user, const char *name, siz
  * "aliases". NULL if none. */
 const mi_ckb_entry *mi_ckb_find_platform(const mi_ckb *c, const char *name);
 
+/* The model contract of a config.json "architectures" array: the first
+ * architecture that some model contract lists. NULL if none. */
+const mi_ckb_entry *mi_ckb_find_model(const mi_ckb *c, const json_t *architectures);
+
 /* ---- coverage ----
  * Which contracts apply to a model directory on a platform, and what is
  * missing. Writes a JSON report to *out (caller frees with json_decref).

@@ -41,6 +41,20 @@ const mi_ckb_entry *mi_ckb_find_platform(const mi_ckb *c, const char *name) {
   return NULL;
 }
 
+const mi_ckb_entry *mi_ckb_find_model(const mi_ckb *c, const json_t *archs) {
+  size_t j;
+  json_t *a;
+  json_array_foreach(archs, j, a) {
+    for (size_t i = 0; json_is_string(a) && i < mi_ckb_count(c); i++) {
+      const mi_ckb_entry *e = mi_ckb_at(c, i);
+      if (e->kind && !strcmp(e->kind, "model") &&
+          str_in(json_object_get(e->json, "architectures"), json_string_value(a)))
+        return e;
+    }
+  }
+  return NULL;
+}
+
 static const char *hf_dtype(const char *torch_dtype) {
   if (!torch_dtype) return NULL;
   if (!strcmp(torch_dtype, "float32")) return "f32";
@@ -102,18 +116,7 @@ int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform
                         "architectures", archs, "platform", platform, "operators", "tests",
                         "failure_modes", "experience", "missing");
 
-  /* The model contract. */
-  const mi_ckb_entry *model = NULL;
-  for (size_t i = 0; i < mi_ckb_count(c) && !model; i++) {
-    const mi_ckb_entry *e = mi_ckb_at(c, i);
-    size_t j;
-    json_t *a;
-    if (!e->kind || strcmp(e->kind, "model")) continue;
-    json_array_foreach(archs, j, a) {
-      if (json_is_string(a) && str_in(json_object_get(e->json, "architectures"), json_string_value(a)))
-        model = e;
-    }
-  }
+  const mi_ckb_entry *model = mi_ckb_find_model(c, archs);
   if (model) json_object_set_new(r, "model_contract", json_sprintf("%s@%s", model->id, model->version));
   else missing(r, "model contract for architecture %s", json_string_value(json_array_get(archs, 0)));
 

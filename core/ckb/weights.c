@@ -86,19 +86,7 @@ int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, c
     snprintf(err, err_len, "%s: cannot read: %s", path, je.text);
     return -1;
   }
-  /* The model contract: the first whose architectures match. */
-  const mi_ckb_entry *model = NULL;
-  json_t *archs = json_object_get(config, "architectures");
-  for (size_t i = 0; i < mi_ckb_count(c) && !model; i++) {
-    const mi_ckb_entry *e = mi_ckb_at(c, i);
-    size_t j;
-    json_t *a, *b;
-    if (!e->kind || strcmp(e->kind, "model")) continue;
-    json_array_foreach(archs, j, a) {
-      size_t k;
-      json_array_foreach(json_object_get(e->json, "architectures"), k, b) if (json_equal(a, b)) model = e;
-    }
-  }
+  const mi_ckb_entry *model = mi_ckb_find_model(c, json_object_get(config, "architectures"));
   if (!model) {
     snprintf(err, err_len, "%s: no model contract for its architectures", path);
     json_decref(config);

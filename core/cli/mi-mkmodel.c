@@ -56,6 +56,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/runtime/rng.h"
+
 #include "mi/tensor.h"
 
 #define VOCAB 151936
@@ -89,20 +91,8 @@ typedef struct tensor_spec {
 
 /* ---- counter-based generator ------------------------------------------ */
 
-static uint64_t mix64(uint64_t z) { /* splitmix64 finaliser */
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-static uint64_t fnv1a64(const char *s) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-  return h;
-}
-
 static uint64_t tensor_key(uint64_t seed, const char *name) {
-  return mix64(mix64(seed + 0x9e3779b97f4a7c15ULL) ^ fnv1a64(name));
+  return mi_mix64(mi_mix64(seed + MI_RNG_GOLDEN) ^ mi_fnv1a64(name));
 }
 
 /* Element i of a tensor: Irwin-Hall sum of four 16-bit uniforms from one
@@ -110,7 +100,7 @@ static uint64_t tensor_key(uint64_t seed, const char *name) {
  * (bounded at +-3.46), and, unlike Box-Muller, needs no libm, so the bytes
  * do not depend on the platform's log/cos. */
 static double gen_normal(uint64_t key, uint64_t i) {
-  uint64_t r = mix64(key + (i + 1) * 0x9e3779b97f4a7c15ULL);
+  uint64_t r = mi_mix64(key + (i + 1) * 0x9e3779b97f4a7c15ULL);
   uint32_t s = (uint32_t)(r & 0xffff) + (uint32_t)((r >> 16) & 0xffff) + (uint32_t)((r >> 32) & 0xffff) +
                (uint32_t)(r >> 48);
   return ((double)s - 131070.0) * (1.7320508075688772 / 65536.0);

@@ -31,9 +31,9 @@ static void usage(FILE *f) {
         "                           tokenizer.json)\n"
         "  -p, --prompt TEXT        prompt text (special tokens like <|im_start|> are parsed)\n"
         "  -f, --file FILE          read the prompt from FILE ('-' reads stdin)\n"
-        "      --chat               wrap the prompt in the ChatML chat template\n"
+        "      --chat               wrap the prompt in the chat template the model declares\n"
         "      --system TEXT        system message for --chat\n"
-        "      --no-think           --chat: add the empty <think></think> block (Qwen3)\n"
+        "      --no-think           --chat: turn reasoning off (templates with <think> blocks)\n"
         "generation:\n"
         "  -n, --n-predict N        tokens to generate (default 128; -1: until EOS/context end)\n"
         "  -c, --ctx-size N         context size in tokens (default: prompt + n-predict)\n"
@@ -388,7 +388,16 @@ int main(int argc, char **argv) {
     size_t nm = 0;
     if (system_msg) msgs[nm++] = (mi_chat_msg){"system", system_msg};
     msgs[nm++] = (mi_chat_msg){"user", prompt_text};
-    rendered = mi_tokenizer_chat_render(msgs, nm, 1, !no_think);
+    const char *tmpl = mi_tokenizer_chat_template(eng->tok);
+    mi_chat_format cf;
+    if (mi_chat_format_detect(tmpl, &cf) != 0) {
+      fprintf(stderr, "mi-run: %s/tokenizer_config.json: %s (--chat renders ChatML templates)\n",
+              eng->model_dir,
+              tmpl ? "the chat_template is not one MetaInfer can render"
+                   : "declares no chat_template (nor is there a chat_template.jinja)");
+      goto out;
+    }
+    rendered = mi_chat_render(&cf, msgs, nm, 1, !no_think);
     if (!rendered) {
       fprintf(stderr, "mi-run: out of memory\n");
       goto out;

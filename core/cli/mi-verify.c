@@ -32,10 +32,11 @@ static void usage(FILE *f) {
           "  --stage N           run stages 1..N (1: operator units, 2: one decoder layer, 3: weight\n"
           "                      loading, 4: end to end vs goldens, 5: authenticity, 6: performance;\n"
           "                      default 1)\n"
-          "  --model-plugin PATH the model plugin under test for stages 3-6 (default: libmi-qwen3.so\n"
-          "                      next to the platform plugin)\n"
+          "  --model-plugin PATH the model plugin under test for stages 3-6 (default: the model\n"
+          "                      contract's, model.NAME -> libmi-NAME.so next to the platform plugin)\n"
           "  --goldens DIR       stage 4's goldens (default: <ckb>/../tests/goldens)\n"
-          "  --model-contract ID the model contract stage 2 composes (default model.qwen3)\n"
+          "  --model-contract ID the model contract stage 2 composes (default: the one whose\n"
+          "                      architectures --model's config.json names, else the CKB's only one)\n"
           "  --model DIR         the model folder stage 3 checks against its model contract\n"
           "  --only LIST         comma-separated operator ids or member names\n"
           "  --seed N            master seed (default: random, printed)\n"
@@ -110,9 +111,52 @@ static void summary(json_t *stage, int verbose) {
   }
 }
 
+/* The model contract for --model DIR (by its config.json architectures), or
+ * the CKB's only model contract; 0, or -1 after a line on stderr. */
+static int resolve_model_contract(const mi_ckb *c, const char *ckb_dir, const char *model_dir,
+                                  char *out, size_t n) {
+  char names[512] = "";
+  size_t used = 0, count = 0;
+  const mi_ckb_entry *only = NULL;
+  for (size_t i = 0; i < mi_ckb_count(c); i++) {
+    const mi_ckb_entry *e = mi_ckb_at(c, i);
+    if (!e->kind || strcmp(e->kind, "model") || !e->id) continue;
+    only = e;
+    count++;
+    if (used + 1 < sizeof names)
+      used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", e->id);
+  }
+  if (model_dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    json_error_t je;
+    json_t *cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!cfg) {
+      fprintf(stderr, "mi-verify: %s: %s (line %d)\n", path, je.text, je.line);
+      return -1;
+    }
+    const mi_ckb_entry *m = mi_ckb_find_model(c, json_object_get(cfg, "architectures"));
+    json_decref(cfg);
+    if (!m) {
+      fprintf(stderr, "mi-verify: %s: no model contract in %s lists its architectures (have: %s; "
+                      "evolve the CKB or give --model-contract)\n", path, ckb_dir, names[0] ? names : "none");
+      return -1;
+    }
+    snprintf(out, n, "%s", m->id);
+    return 0;
+  }
+  if (count != 1) {
+    fprintf(stderr, "mi-verify: %s has %zu model contracts (%s): name one with --model-contract or give --model DIR\n",
+            ckb_dir, count, names[0] ? names : "none");
+    return -1;
+  }
+  snprintf(out, n, "%s", only->id);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *plugin = NULL, *ckb_dir = NULL, *platform = NULL, *report = NULL, *only = NULL;
-  const char *model_id = "model.qwen3", *model_dir = NULL, *model_plugin = NULL, *goldens = NULL;
+  const char *model_id = NULL, *model_dir = NULL, *model_plugin = NULL, *goldens = NULL;
   int stage = 1, verbose = 0, have_seed = 0;
   uint64_t seed = 0;
   double timeout = -1, cpu = -1;
@@ -180,17 +224,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mi-verify: --stage %d needs --model DIR (a Hugging Face model folder)\n", stage);
     return 2;
   }
-  char mp_buf[4096];
-  if (stage >= 3 && !model_plugin) {
-    /* The model plugin installed next to the platform plugin. */
-    const char *slash = strrchr(plugin, '/');
-    snprintf(mp_buf, sizeof mp_buf, "%.*slibmi-qwen3.so", slash ? (int)(slash - plugin + 1) : 0, plugin);
-    if (access(mp_buf, R_OK) == 0) model_plugin = mp_buf;
-    else if (stage >= 4) {
-      fprintf(stderr, "mi-verify: --stage %d needs --model-plugin PATH.so (%s does not exist)\n", stage, mp_buf);
-      return 2;
-    }
-  }
   char buf[4096], err[512];
   if (!ckb_dir && !(ckb_dir = mi_ckb_default_dir(argv[0], buf, sizeof buf))) {
     fprintf(stderr, "mi-verify: %s\n", buf);
@@ -207,6 +240,28 @@ int main(int argc, char **argv) {
             ckb_dir, problems);
     mi_ckb_close(c);
     return 2;
+  }
+  /* The model contract: --model-contract, else the one whose architectures
+   * the model folder's config.json names, else the CKB's only one. */
+  char id_buf[256];
+  if (!model_id && stage >= 2 && resolve_model_contract(c, ckb_dir, model_dir, id_buf, sizeof id_buf) != 0) {
+    mi_ckb_close(c);
+    return 2;
+  }
+  if (!model_id) model_id = id_buf;
+  char mp_buf[4096];
+  if (stage >= 3 && !model_plugin) {
+    /* The contract's model plugin (model.NAME -> libmi-NAME.so), installed
+     * next to the platform plugin. */
+    const char *slash = strrchr(plugin, '/'), *dot = strchr(model_id, '.');
+    snprintf(mp_buf, sizeof mp_buf, "%.*slibmi-%s.so", slash ? (int)(slash - plugin + 1) : 0, plugin,
+             dot ? dot + 1 : model_id);
+    if (access(mp_buf, R_OK) == 0) model_plugin = mp_buf;
+    else if (stage >= 4) {
+      fprintf(stderr, "mi-verify: --stage %d needs --model-plugin PATH.so (%s does not exist)\n", stage, mp_buf);
+      mi_ckb_close(c);
+      return 2;
+    }
   }
   char gold_buf[4200];
   if (!goldens) {

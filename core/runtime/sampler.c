@@ -1,5 +1,7 @@
 #include "core/runtime/sampler.h"
 
+#include "core/runtime/rng.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,13 +48,6 @@ void mi_sampler_free(mi_sampler *s) {
   free(s->cand);
   free(s->prob);
   free(s);
-}
-
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 /* Is a better than b (higher value, lower id on ties)? */
@@ -165,7 +160,7 @@ int32_t mi_sampler_sample(mi_sampler *s, const float *logits, const int32_t *his
   }
   double total = 0;
   for (int i = 0; i < n; i++) total += s->prob[i];
-  double r = (double)(splitmix64(&s->rng) >> 11) * 0x1.0p-53 * total;
+  double r = (double)(mi_rng_next(&s->rng) >> 11) * 0x1.0p-53 * total;
   for (int i = 0; i < n; i++) {
     r -= s->prob[i];
     if (r < 0) return s->cand[i];

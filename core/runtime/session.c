@@ -60,6 +60,50 @@ static void add_eos(mi_session *e, int64_t id) {
   e->eos_ids[e->n_eos++] = (int32_t)id;
 }
 
+/* "eos_token_id" of a config: absent, an id, or a list of ids. */
+static int add_eos_field(mi_session *e, json_t *cfg, const char *path, char *err, size_t err_len) {
+  json_t *eos = json_object_get(cfg, "eos_token_id");
+  if (!eos || json_is_null(eos)) return 0;
+  if (json_is_integer(eos)) {
+    add_eos(e, json_integer_value(eos));
+    return 0;
+  }
+  size_t i;
+  json_t *v;
+  if (json_is_array(eos)) {
+    json_array_foreach(eos, i, v) {
+      if (!json_is_integer(v)) break;
+      add_eos(e, json_integer_value(v));
+    }
+    if (i == json_array_size(eos)) return 0;
+  }
+  snprintf(err, err_len, "%s: \"eos_token_id\" must be a token id or a list of token ids", path);
+  return -1;
+}
+
+/* A small JSON file (config.json, generation_config.json): refused by size
+ * first, since jansson builds a tree ~20x the file before any check. */
+static json_t *load_small_json(const char *path, char *err, size_t err_len) {
+  struct stat st;
+  if (stat(path, &st) == 0 && st.st_size > MI_CONFIG_MAX_BYTES) {
+    snprintf(err, err_len, "%s: %lld bytes, over the %d byte limit for a config file", path,
+             (long long)st.st_size, MI_CONFIG_MAX_BYTES);
+    return NULL;
+  }
+  json_error_t jerr;
+  json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+  if (!j) {
+    snprintf(err, err_len, "%s: %s (line %d)", path, jerr.text, jerr.line);
+    return NULL;
+  }
+  if (!json_is_object(j)) {
+    snprintf(err, err_len, "%s: not a JSON object", path);
+    json_decref(j);
+    return NULL;
+  }
+  return j;
+}
+
 int mi_session_is_eos(const mi_session *e, int32_t id) {
   for (int i = 0; i < e->n_eos; i++)
     if (e->eos_ids[i] == id) return 1;
@@ -119,25 +163,10 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
 
   /* config.json */
   snprintf(path, sizeof path, "%s/config.json", o->model_dir);
-  /* A config.json is a few KB; jansson builds a tree ~20x the file before
-   * any check, so a hostile one is refused by size first. */
   struct stat cst;
-  if (stat(path, &cst) == 0 && cst.st_size > MI_CONFIG_MAX_BYTES) {
-    snprintf(err, err_len, "%s: %lld bytes, over the %d byte limit for a config.json", path,
-             (long long)cst.st_size, MI_CONFIG_MAX_BYTES);
-    goto fail;
-  }
-  json_error_t jerr;
-  json_t *cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-  if (!cfg) {
-    snprintf(err, err_len, "%s: %s (line %d)", path, jerr.text, jerr.line);
-    goto fail;
-  }
+  json_t *cfg = load_small_json(path, err, err_len);
+  if (!cfg) goto fail;
   e->config = cfg;
-  if (!json_is_object(cfg)) {
-    snprintf(err, err_len, "%s: not a JSON object", path);
-    goto fail;
-  }
   json_t *archs = json_object_get(cfg, "architectures");
   const char *arch = json_string_value(json_array_get(archs, 0));
   if (!arch) {
@@ -170,15 +199,23 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
     if (mi_tokenizer_load_config(e->tok, path, err, err_len) != 0) goto fail;
   }
 
-  /* end-of-generation tokens: config.json eos_token_id (int or list), the
-   * tokenizer's eos, and the ChatML/Qwen terminators when present. */
-  json_t *eos = json_object_get(cfg, "eos_token_id");
-  if (json_is_integer(eos)) add_eos(e, json_integer_value(eos));
-  for (size_t i = 0; json_is_array(eos) && i < json_array_size(eos); i++)
-    if (json_is_integer(json_array_get(eos, i))) add_eos(e, json_integer_value(json_array_get(eos, i)));
+  /* End-of-generation tokens, as the model folder declares them:
+   * generation_config.json and config.json "eos_token_id" (an id or a
+   * list), and tokenizer_config.json "eos_token". */
+  if (add_eos_field(e, cfg, path, err, err_len) != 0) goto fail;
+  snprintf(path, sizeof path, "%s/generation_config.json", o->model_dir);
+  if (stat(path, &cst) == 0) {
+    json_t *gen = load_small_json(path, err, err_len);
+    int bad = !gen || add_eos_field(e, gen, path, err, err_len) != 0;
+    json_decref(gen);
+    if (bad) goto fail;
+  }
   add_eos(e, mi_tokenizer_eos_id(e->tok));
-  add_eos(e, mi_tokenizer_token_id(e->tok, "<|im_end|>"));
-  add_eos(e, mi_tokenizer_token_id(e->tok, "<|endoftext|>"));
+  if (e->n_eos == 0)
+    mi_log(MI_LOG_WARN, "session",
+           "%s declares no end-of-sequence token (generation_config.json, config.json or "
+           "tokenizer_config.json): generation stops only at -n or the context end",
+           o->model_dir);
 
   /* weights + model */
   mi_weights_load how = o->weights == MI_SESSION_WEIGHTS_READ ? MI_WEIGHTS_READ : MI_WEIGHTS_MMAP;

@@ -1,23 +1,29 @@
-/* core/tokenizer/chat.c — Qwen3 ChatML prompt rendering, hard-coded (no
- * Jinja). It reproduces what Qwen3's chat_template (tokenizer_config.json)
- * renders for messages without tools / tool_calls / reasoning_content:
- *   - system/user (and any role other than assistant/tool):
- *       "<|im_start|>ROLE\nCONTENT<|im_end|>\n"
- *   - assistant: content is split at the last "</think>" (text before it is
+/* core/tokenizer/chat.c — chat templates, rendered without a Jinja engine.
+ *
+ * A model folder declares its template (tokenizer_config.json
+ * "chat_template", or chat_template.jinja beside it). mi_chat_format_detect()
+ * reads what the template text declares and picks a renderer; only the
+ * ChatML family is rendered today, with two features a template may carry:
+ *
+ *   plain ChatML: each message "<|im_start|>ROLE\nCONTENT<|im_end|>\n";
+ *     add_generation_prompt: "<|im_start|>assistant\n".
+ *   reasoning (the template handles "</think>", as Qwen3's does):
+ *     assistant content is split at the last "</think>" (text before it is
  *     reasoning, text after it, left-stripped of '\n', is the answer). After
- *     the last user query, the final message — or one with non-empty
- *     reasoning — is rendered as
+ *     the last user query, the final message -- or one with non-empty
+ *     reasoning -- is rendered as
  *       "<|im_start|>assistant\n<think>\nREASONING\n</think>\n\nANSWER<|im_end|>\n"
  *     (REASONING stripped of '\n' at both ends); earlier ones as
- *       "<|im_start|>assistant\nANSWER<|im_end|>\n".
- *   - tool: consecutive tool messages share one user turn:
+ *       "<|im_start|>assistant\nANSWER<|im_end|>\n";
+ *     add_generation_prompt adds "<think>\n\n</think>\n\n" when
+ *     enable_thinking == 0.
+ *   tool responses (the template wraps tool output in <tool_response>):
+ *     consecutive tool messages share one user turn:
  *       "<|im_start|>user" + ("\n<tool_response>\nCONTENT\n</tool_response>")* + "<|im_end|>\n"
- *   - add_generation_prompt: "<|im_start|>assistant\n", plus
- *     "<think>\n\n</think>\n\n" when enable_thinking == 0.
- * The "last user query" is the last user message whose content is not
- * wrapped in <tool_response>...</tool_response>, as in the template.
- * Tested against transformers.js rendering the real template
- * (tests/tokenizer/golden_chat.json). */
+ *     and the "last user query" is the last user message whose content is
+ *     not wrapped in <tool_response>...</tool_response>.
+ * Both are checked against @huggingface/jinja rendering the real templates
+ * (tests/tokenizer/golden_chat.json, made by tools/node/chat_goldens.mjs). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,14 +61,30 @@ static const char *last_of(const char *s, size_t n, const char *needle) {
     return NULL;
 }
 
-char *mi_tokenizer_chat_render(const mi_chat_msg *msgs, size_t n, int add_generation_prompt, int enable_thinking) {
+int mi_chat_format_detect(const char *tmpl, mi_chat_format *out) {
+    memset(out, 0, sizeof *out);
+    if (!tmpl || !strstr(tmpl, "<|im_start|>") || !strstr(tmpl, "<|im_end|>")) return -1;
+    out->family = MI_CHAT_CHATML;
+    out->reasoning = strstr(tmpl, "</think>") != NULL;
+    out->tool_response = strstr(tmpl, "<tool_response>") != NULL;
+    return 0;
+}
+
+const char *mi_chat_family_name(mi_chat_family f) {
+    return f == MI_CHAT_CHATML ? "chatml" : "none";
+}
+
+char *mi_chat_render(const mi_chat_format *f, const mi_chat_msg *msgs, size_t n,
+                     int add_generation_prompt, int enable_thinking) {
+    if (!f || f->family != MI_CHAT_CHATML) return NULL;
     sbuf b = {0};
     put(&b, "", 0); /* an empty conversation renders "" rather than NULL */
     /* index of the last real user query (the template's ns.last_query_index) */
     long last_query = (long)n - 1;
     for (size_t k = n; k-- > 0;) {
         const char *r = msgs[k].role ? msgs[k].role : "", *c = msgs[k].content ? msgs[k].content : "";
-        if (!strcmp(r, "user") && !(starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) {
+        if (!strcmp(r, "user") &&
+            !(f->tool_response && starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) {
             last_query = (long)k;
             break;
         }
@@ -70,7 +92,7 @@ char *mi_tokenizer_chat_render(const mi_chat_msg *msgs, size_t n, int add_genera
     for (size_t i = 0; i < n; i++) {
         const char *role = msgs[i].role ? msgs[i].role : "";
         const char *content = msgs[i].content ? msgs[i].content : "";
-        if (!strcmp(role, "assistant")) {
+        if (f->reasoning && !strcmp(role, "assistant")) {
             size_t cl = strlen(content);
             const char *ans = content, *rs = "", *re = rs;
             const char *et = last_of(content, cl, "</think>");
@@ -99,7 +121,7 @@ char *mi_tokenizer_chat_render(const mi_chat_msg *msgs, size_t n, int add_genera
             }
             puts_(&b, ans);
             puts_(&b, "<|im_end|>\n");
-        } else if (!strcmp(role, "tool")) {
+        } else if (f->tool_response && !strcmp(role, "tool")) {
             if (i == 0 || strcmp(msgs[i - 1].role ? msgs[i - 1].role : "", "tool")) puts_(&b, "<|im_start|>user");
             puts_(&b, "\n<tool_response>\n");
             puts_(&b, content);
@@ -115,7 +137,7 @@ char *mi_tokenizer_chat_render(const mi_chat_msg *msgs, size_t n, int add_genera
     }
     if (add_generation_prompt) {
         puts_(&b, "<|im_start|>assistant\n");
-        if (!enable_thinking) puts_(&b, "<think>\n\n</think>\n\n");
+        if (f->reasoning && !enable_thinking) puts_(&b, "<think>\n\n</think>\n\n");
     }
     if (b.oom) { free(b.p); return NULL; }
     return b.p;

@@ -74,6 +74,7 @@ struct mi_tokenizer {
     int split_jit[4];
 
     int32_t eos_id, bos_id, pad_id;
+    char *chat_template; /* declared by the model folder, or NULL */
 
     pthread_mutex_t cache_lock;
     mi_tok_cache_slot *cache; /* [MI_TOK_CACHE_SLOTS] */

@@ -212,6 +212,7 @@ void mi_tokenizer_free(mi_tokenizer *t) {
     for (int i = 0; i < t->n_split; i++) pcre2_code_free(t->split_re[i]);
     if (t->cache) pthread_mutex_destroy(&t->cache_lock);
     free(t->cache);
+    free(t->chat_template);
     free(t);
 }
 
@@ -477,6 +478,41 @@ static int config_token(mi_tokenizer *t, json_t *cfg, const char *field, int32_t
     return 0;
 }
 
+/* "chat_template": a string, or [{"name", "template"}] (the "default" one);
+ * absent: chat_template.jinja in the same folder, if there is one. */
+static int config_chat_template(mi_tokenizer *t, json_t *cfg, const char *path, char *err, size_t el) {
+    json_t *v = json_object_get(cfg, "chat_template");
+    const char *text = NULL;
+    char *owned = NULL;
+    if (json_is_string(v)) {
+        text = json_string_value(v);
+    } else if (json_is_array(v)) {
+        size_t i; json_t *e;
+        json_array_foreach(v, i, e) {
+            const char *name = json_string_value(json_object_get(e, "name"));
+            const char *tpl = json_string_value(json_object_get(e, "template"));
+            if (!tpl) { set_err(err, el, path, "\"chat_template\"[%zu] has no \"template\" string", i); return -1; }
+            if (!text || (name && !strcmp(name, "default"))) text = tpl;
+        }
+    } else if (v && !json_is_null(v)) {
+        set_err(err, el, path, "\"chat_template\" is not a string or a list of {name, template}");
+        return -1;
+    } else {
+        const char *slash = strrchr(path, '/');
+        char jinja[4096];
+        snprintf(jinja, sizeof jinja, "%.*schat_template.jinja", slash ? (int)(slash - path + 1) : 0, path);
+        size_t len;
+        struct stat jst;
+        if (stat(jinja, &jst) != 0) return 0; /* none declared */
+        if (!(owned = read_file(jinja, &len, err, el))) return -1;
+        text = owned;
+    }
+    free(t->chat_template);
+    t->chat_template = owned ? owned : text ? strdup(text) : NULL;
+    if (text && !t->chat_template) { set_err(err, el, path, "out of memory"); return -1; }
+    return 0;
+}
+
 int mi_tokenizer_load_config(mi_tokenizer *t, const char *path, char *err, size_t el) {
     if (err && el) err[0] = 0;
     if (!t || !path) { set_err(err, el, path ? path : "(null)", "no tokenizer or path"); return -1; }
@@ -494,11 +530,13 @@ int mi_tokenizer_load_config(mi_tokenizer *t, const char *path, char *err, size_
              !config_token(t, root, "bos_token", &bos, path, err, el) &&
              !config_token(t, root, "pad_token", &pad, path, err, el)) {
         t->eos_id = eos; t->bos_id = bos; t->pad_id = pad;
-        rc = 0;
+        rc = config_chat_template(t, root, path, err, el);
     }
     json_decref(root);
     return rc;
 }
+
+const char *mi_tokenizer_chat_template(const mi_tokenizer *t) { return t ? t->chat_template : NULL; }
 
 /* ---- lookups ---- */
 size_t mi_tokenizer_vocab_size(const mi_tokenizer *t) { return t ? t->vocab_size : 0; }

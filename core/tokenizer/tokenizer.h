@@ -23,7 +23,7 @@
  * not U+FEFF; HF's Oniguruma counts U+0085, not U+180E or U+FEFF; JS counts
  * U+FEFF, not U+0085. With Qwen's pattern none of these changed any id in
  * the corpus (which has all three), but U+180E could in principle.
- * Not implemented: Jinja chat templates (mi_tokenizer_chat_render hard-codes
+ * Not implemented: Jinja chat templates (mi_chat_render hard-codes
  * ChatML), dropout, byte_fallback, unk_token, other model types.
  *
  * Thread safety: a loaded tokenizer is immutable except for an internal
@@ -63,8 +63,9 @@ const char *mi_tokenizer_strerror(int rc);
 mi_tokenizer *mi_tokenizer_load(const char *tokenizer_json_path, char *err, size_t err_len);
 
 /* Optional: read tokenizer_config.json for eos/bos/pad token names (strings
- * or {"content": ...} objects) and resolve them to ids. A field that is
- * absent or null leaves the id at -1. Returns 0, or -1 with "PATH: problem". */
+ * or {"content": ...} objects), resolved to ids, and for the chat template
+ * (see mi_tokenizer_chat_template). A field that is absent or null leaves
+ * the id at -1. Returns 0, or -1 with "PATH: problem". */
 int mi_tokenizer_load_config(mi_tokenizer *tok, const char *tokenizer_config_path,
                              char *err, size_t err_len);
 
@@ -128,27 +129,45 @@ int32_t mi_tokenizer_eos_id(const mi_tokenizer *tok);
 int32_t mi_tokenizer_bos_id(const mi_tokenizer *tok);
 int32_t mi_tokenizer_pad_id(const mi_tokenizer *tok);
 
-/* ChatML rendering as Qwen3's chat_template does it. This is NOT a Jinja
- * engine: the structure is hard-coded (core/tokenizer/chat.c has the exact
- * rules) and is checked against the real template rendered by
- * @huggingface/jinja (tests/tokenizer/golden_chat.json). In short:
- *   each system/user message: "<|im_start|>ROLE\nCONTENT<|im_end|>\n";
- *   assistant: the same, except that after the last user query the final
- *     message (or one with reasoning) gets "<think>\nREASONING\n</think>\n\n"
- *     before its answer, and "<think>..</think>" in earlier turns is dropped;
- *   tool: consecutive tool messages become one user turn of
- *     "\n<tool_response>\nCONTENT\n</tool_response>" blocks;
- *   add_generation_prompt: "<|im_start|>assistant\n", plus
- *     "<think>\n\n</think>\n\n" when enable_thinking == 0.
- * Not supported: tools / tool_calls / reasoning_content fields. Roles other
- * than system/user/assistant/tool are rendered like user (the Qwen3
- * template would drop them). Returns a malloc'd string, NULL on ENOMEM. */
+/* The chat template the model folder declares: tokenizer_config.json
+ * "chat_template" (a string, or a list of {name, template} of which
+ * "default" is used), else chat_template.jinja beside it. NULL when the
+ * folder declares none (or mi_tokenizer_load_config was not called). */
+const char *mi_tokenizer_chat_template(const mi_tokenizer *tok);
+
+/* Chat rendering without a Jinja engine. mi_chat_format_detect() reads what
+ * a template's text declares and picks a renderer: today the ChatML family
+ * ("<|im_start|>ROLE\nCONTENT<|im_end|>\n" turns), with reasoning blocks
+ * when the template handles "</think>" and <tool_response> turns when it
+ * wraps tool output so (the exact rules are in core/tokenizer/chat.c). The
+ * renderer is checked against @huggingface/jinja rendering real templates
+ * (tests/tokenizer/golden_chat.json). Roles other than system/user/
+ * assistant/tool are rendered like user. Not supported: tools /
+ * tool_calls / reasoning_content fields. */
+typedef enum mi_chat_family {
+    MI_CHAT_NONE = 0,
+    MI_CHAT_CHATML = 1,
+} mi_chat_family;
+
+typedef struct mi_chat_format {
+    mi_chat_family family;
+    int reasoning;     /* <think> blocks in assistant turns and the generation prompt */
+    int tool_response; /* tool messages as <tool_response> blocks in one user turn */
+} mi_chat_format;
+
+/* 0 with *out set, or -1 when the template is none this renderer knows. */
+int mi_chat_format_detect(const char *chat_template, mi_chat_format *out);
+const char *mi_chat_family_name(mi_chat_family f);
+
 typedef struct mi_chat_msg {
     const char *role;    /* "system", "user", "assistant", ... */
     const char *content;
 } mi_chat_msg;
-char *mi_tokenizer_chat_render(const mi_chat_msg *msgs, size_t n_msgs,
-                               int add_generation_prompt, int enable_thinking);
+
+/* A malloc'd prompt; NULL on ENOMEM or a format of family NONE.
+ * enable_thinking matters only to a format with reasoning. */
+char *mi_chat_render(const mi_chat_format *f, const mi_chat_msg *msgs, size_t n_msgs,
+                     int add_generation_prompt, int enable_thinking);
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,7 @@
 #include "core/runtime/session.h"
 #include "core/runtime/host.h"
 #include "core/runtime/safetensors.h"
+#include "core/runtime/rng.h"
 #include "core/verify/verify.h"
 
 /* ---------- scratch folders ---------- */
@@ -210,13 +211,8 @@ int vf_greedy(const mi_model_iface *M, mi_model *m, int64_t V, const int32_t *pr
 }
 
 void vf_random_prompt(uint64_t seed, int32_t *ids, int64_t n, int64_t lo, int64_t hi) {
-  uint64_t x = seed ^ 0x9e3779b97f4a7c15ull;
-  for (int64_t i = 0; i < n; i++) {
-    x ^= x << 13; /* xorshift64 */
-    x ^= x >> 7;
-    x ^= x << 17;
-    ids[i] = (int32_t)(lo + (int64_t)(x % (uint64_t)(hi - lo)));
-  }
+  uint64_t x = seed;
+  for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)mi_rng_int(&x, lo, hi - 1);
 }
 
 /* ---------- tensors in a safetensors file ---------- */

@@ -33,6 +33,7 @@
 
 #include "core/runtime/session.h"
 #include "core/runtime/safetensors.h"
+#include "core/verify/driver.h"
 #include "core/verify/verify.h"
 
 #define TOL 1e-3
@@ -351,7 +352,10 @@ static int unseen_case(int fd, int ci, const char *cname, const vf_loaded *pl,
   double *lp = malloc((size_t)V * sizeof(double)),
          *rp = malloc((size_t)V * sizeof(double)); /* [V] */
   double *ref = NULL;
-  vf_ref_model rm;
+  void *rm = NULL;
+  const char *arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
+  const vf_model_driver *drv = vf_model_driver_for_arch(arch);
+  double max_score = 0;
   char msg[3400] = "";
   double mx = 0;
   int compared = 0, tie = -1;
@@ -364,9 +368,13 @@ static int unseen_case(int fd, int ci, const char *cname, const vf_loaded *pl,
     snprintf(msg, sizeof msg, "%s: the plugin's forward failed: %s", cname, err);
     goto out;
   }
-  double max_score = 0;
-  if (vf_ref_model_init(&rm, cfg, w, err, sizeof err) == 0) rm.max_score = &max_score;
-  if (!rm.w || !(ref = vf_ref_model_forward(&rm, seq, n + steps - 1, steps, err, sizeof err))) {
+  if (!drv) {
+    snprintf(msg, sizeof msg, "%s: the verifier has no float64 reference for architecture '%s' (core/verify/models/)",
+             cname, arch ? arch : "?");
+    goto out;
+  }
+  if (drv->ref_open(cfg, w, &rm, err, sizeof err) != 0 ||
+      !(ref = drv->ref_forward(rm, seq, n + steps - 1, steps, &max_score, err, sizeof err))) {
     snprintf(msg, sizeof msg, "%s: float64 reference: %s", cname, err);
     goto out;
   }
@@ -423,6 +431,7 @@ out:
   free(lp);
   free(rp);
   free(ref);
+  if (rm) drv->ref_close(rm);
   return msg[0] != 0;
 }
 

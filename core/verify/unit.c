@@ -16,40 +16,19 @@
 #include <unistd.h>
 
 #include "core/ckb/ckb.h"
+#include "core/runtime/rng.h"
 #include "core/verify/verify.h"
 
 #define MAX_ARGS 32
 #define GUARD 64 /* bytes after every buffer: a kernel that writes past its end is caught */
 #define GUARD_BYTE 0xA5
 
-/* ---------- seeded random numbers (splitmix64) ---------- */
-
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static double rng_u01(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
-
-static double rng_normal(uint64_t *s) {
-  double u1 = rng_u01(s), u2 = rng_u01(s);
-  if (u1 < 1e-300) u1 = 1e-300;
-  return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
-
-static int64_t rng_int(uint64_t *s, int64_t lo, int64_t hi) {
-  uint64_t span = (uint64_t)(hi - lo) + 1;
-  return lo + (int64_t)(span ? splitmix(s) % span : splitmix(s));
-}
 
 uint64_t vf_case_seed(uint64_t master, const char *op_id, int case_index, int variant) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a of the operator id */
-  for (const char *p = op_id; p && *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  uint64_t h = mi_fnv1a64(op_id);
   uint64_t s = master ^ h ^ ((uint64_t)(case_index + 1) * 0xD1B54A32D192ED03ull) ^
                ((uint64_t)(variant + 1) * 0xC2B2AE3D27D4EB4Full);
-  return splitmix(&s);
+  return mi_rng_next(&s);
 }
 
 /* ---------- events ---------- */
@@ -174,9 +153,9 @@ static int generate(unit *u, vf_arg *a, json_t *gen, uint64_t *rng, char *err, s
     return -1;
   for (int64_t i = 0; i < a->n; i++) {
     double v;
-    if (!strcmp(dist, "normal")) v = mean + std * rng_normal(rng);
-    else if (!strcmp(dist, "uniform")) v = lo + (hi - lo) * rng_u01(rng);
-    else if (!strcmp(dist, "int_uniform")) v = (double)rng_int(rng, (int64_t)lo, (int64_t)hi);
+    if (!strcmp(dist, "normal")) v = mean + std * mi_rng_normal(rng);
+    else if (!strcmp(dist, "uniform")) v = lo + (hi - lo) * mi_rng_u01(rng);
+    else if (!strcmp(dist, "int_uniform")) v = (double)mi_rng_int(rng, (int64_t)lo, (int64_t)hi);
     else {
       snprintf(err, len, "unknown distribution '%s' for input '%s'", dist, a->name);
       return -1;
@@ -246,7 +225,7 @@ static int resolve_scalars(unit *u, json_t *cs, mi_dtype variant, uint64_t *rng,
       u->resolved[i] = 1;
     } else if (json_is_object(v)) {
       json_t *r = json_object_get(v, "range");
-      a->i = rng_int(rng, json_integer_value(json_array_get(r, 0)), json_integer_value(json_array_get(r, 1)));
+      a->i = mi_rng_int(rng, json_integer_value(json_array_get(r, 0)), json_integer_value(json_array_get(r, 1)));
       u->resolved[i] = 1;
     } else if (json_is_string(v)) {
       pending++;

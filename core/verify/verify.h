@@ -1,13 +1,15 @@
 /* mi-verify internals: staged verification of a platform plugin (stages
  * 1-2) and of a model plugin through the engine (stages 3-6) against CKB
  * contracts:
- *   verify_ref.c       float64 reference implementations, selected by name
- *   verify_unit.c      one operator contract: cases, inputs, libffi call, compare
- *   verify_child.c     fork + time limit + rlimits around every unit
- *   verify_stage1..6.c the stages
- *   verify_model.c     engine-level helpers: registry of the two plugins,
- *                      model copies, tensor edits, greedy runs
- *   verify_ref_model.c float64 forward pass of a Qwen3 dense model
+ *   ref/f64.c        the float64 operator references (one set for everything)
+ *   ref/ops.c        the operator contracts' references, selected by name
+ *   unit.c           one operator contract: cases, inputs, libffi call, compare
+ *   child.c          fork + time limit + rlimits around every unit
+ *   stage1..6.c      the stages
+ *   model.c          engine-level helpers: registry of the two plugins,
+ *                    model copies, tensor edits, greedy runs
+ *   driver.c         per-model-contract drivers (driver.h): stage 2's layer
+ *                    and the float64 model, one file each in models/
  */
 #ifndef MI_CORE_VERIFY_H
 #define MI_CORE_VERIFY_H
@@ -173,7 +175,7 @@ typedef struct vf_stage_opts {
   uint64_t seed;
   vf_limits lim;
   const char *only; /* comma-separated operator ids or member names, or NULL */
-  /* stages 3-6 (added): the model plugin under test, the model folder, the
+  /* stages 3-6: the model plugin under test, the model folder, the
    * goldens folder (stage 4) */
   const char *model_plugin_path;
   const char *model_dir;
@@ -204,7 +206,7 @@ const char *vf_sig_name(int sig);
  * a float64 reference of the layer. */
 json_t *vf_stage2(const vf_stage_opts *o, json_t *model, json_t *test_contract);
 
-/* Stage 3 (the part implemented): the model folder's weight files against
+/* Stage 3: the model folder's weight files against
  * its model contract (mi_ckb_check_weights), in a child. `ckb` is a
  * const mi_ckb *. */
 json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir);
@@ -248,7 +250,7 @@ int64_t vf_argmax(const float *x, int64_t n);
 /* Prefill then greedy decode: logits [steps, V], tokens [steps]. */
 int vf_greedy(const struct mi_model_iface *M, struct mi_model *m, int64_t V, const int32_t *prompt, int64_t n,
               int steps, float *logits, int32_t *tokens, char *err, size_t err_len);
-/* n ids uniform in [lo, hi) from seed (xorshift64). */
+/* n ids uniform in [lo, hi) from seed (core/runtime/rng.h). */
 void vf_random_prompt(uint64_t seed, int32_t *ids, int64_t n, int64_t lo, int64_t hi);
 
 /* A tensor's bytes in its safetensors file. */
@@ -275,20 +277,5 @@ void vf_case_start(int fd, const char *name, int index, const char *where);
 void vf_case_end(int fd, const char *name, int index, int pass, double max_err, json_t *extra, const char *fmt,
                  ...) __attribute__((format(printf, 7, 8)));
 json_t *vf_stage_result(int stage, const char *name, json_t *units);
-
-/* ---------- float64 reference of a Qwen3 dense model (verify_ref_model.c) ---------- */
-
-typedef struct vf_ref_model {
-  int H, L, nh, nkv, hd, F, V, tied;
-  double eps, theta;
-  const struct mi_weights *w;
-  double *max_score; /* when not NULL: the largest attention score (after scaling) is kept there */
-} vf_ref_model;
-/* Reads the shape from config.json; 0, or -1 with a message. */
-int vf_ref_model_init(vf_ref_model *m, const json_t *cfg, const struct mi_weights *w, char *err, size_t err_len);
-/* Logits [n_out, V] of positions T-n_out .. T-1 for ids[T], from scratch in
- * float64. NULL with a message. */
-double *vf_ref_model_forward(const vf_ref_model *m, const int32_t *ids, int T, int n_out, char *err,
-                             size_t err_len);
 
 #endif

@@ -334,6 +334,83 @@ START_TEST(bad_option_values) {
 }
 END_TEST
 
+/* ---------- model facts come from the model folder's own files ---------- */
+
+/* The token_id of each step line of `mi-run --json` output, in order. */
+static int json_steps(const char *out, int *ids, int cap) {
+  int n = 0;
+  for (const char *p = out; (p = strstr(p, "\"token_id\":")) && n < cap; p++)
+    ids[n++] = atoi(p + 11);
+  return n;
+}
+
+START_TEST(eos_from_generation_config) {
+  char d[1300], p[1400];
+  copy_model("eos", d, sizeof d);
+  run_result r;
+  const char *a[] = {"-m", d, "-p", "hello", "-n", "4", "--temp", "0", "--json", "--ignore-eos", NULL};
+  run_mi(&r, a);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  int ids[8];
+  ck_assert_int_eq(json_steps(r.out, ids, 8), 4);
+  /* Only generation_config.json names the greedy first token as an end
+   * token: generation must stop right after it. */
+  snprintf(p, sizeof p, "%s/config.json", d);
+  edit_json(p, "eos_token_id", NULL);
+  snprintf(p, sizeof p, "%s/tokenizer_config.json", d);
+  edit_json(p, "eos_token", NULL);
+  snprintf(p, sizeof p, "%s/generation_config.json", d);
+  edit_json(p, "eos_token_id", json_pack("[i]", ids[0]));
+  const char *b[] = {"-m", d, "-p", "hello", "-n", "4", "--temp", "0", "--json", NULL};
+  run_mi(&r, b);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  int got[8];
+  ck_assert_int_eq(json_steps(r.out, got, 8), 1);
+  ck_assert_int_eq(got[0], ids[0]);
+  run_mi(&r, a); /* --ignore-eos still runs to -n */
+  ck_assert_int_eq(json_steps(r.out, got, 8), 4);
+  /* and a malformed one is refused, naming the file */
+  edit_json(p, "eos_token_id", json_string("<|im_end|>"));
+  expect_error(d, "generation_config.json", "eos_token_id");
+}
+END_TEST
+
+START_TEST(chat_template_from_model_folder) {
+  char d[1300], p[1400];
+  copy_model("chat", d, sizeof d);
+  snprintf(p, sizeof p, "%s/tokenizer_config.json", d);
+  /* the plain ChatML template: --chat must render exactly its turns */
+  edit_json(p, "chat_template",
+            json_string("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+                        "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if "
+                        "add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"));
+  run_result r, want;
+  const char *a[] = {"-m", d, "--chat", "-p", "hi", "-n", "1", "--temp", "0", "--json", NULL};
+  run_mi(&r, a);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  const char *b[] = {"-m", d, "-p", "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+                     "-n", "1", "--temp", "0", "--json", NULL};
+  run_mi(&want, b);
+  ck_assert_msg(want.status == 0, "status %d: %s", want.status, want.err);
+  char *nl = strchr(r.out, '\n'), *wnl = strchr(want.out, '\n');
+  ck_assert(nl && wnl);
+  *nl = *wnl = 0;
+  ck_assert_str_eq(r.out, want.out); /* the prompt_ids line */
+  /* a template of another family, or none at all: one line, no guess */
+  edit_json(p, "chat_template", json_string("{% for m in messages %}<|start_header_id|>{{ m['role'] }}"
+                                            "<|end_header_id|>{{ m['content'] }}<|eot_id|>{% endfor %}"));
+  run_mi(&r, a);
+  ck_assert_int_ne(r.status, 0);
+  ck_assert_msg(strstr(r.err, "tokenizer_config.json") && strstr(r.err, "not one MetaInfer can render"),
+                "stderr: %s", r.err);
+  edit_json(p, "chat_template", NULL);
+  run_mi(&r, a);
+  ck_assert_int_ne(r.status, 0);
+  ck_assert_msg(strstr(r.err, "declares no chat_template"), "stderr: %s", r.err);
+  ck_assert_msg(r.out[0] == 0, "stdout: %s", r.out);
+}
+END_TEST
+
 int main(void) {
   const char *b = getenv("MI_BUILD_DIR");
   snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
@@ -369,6 +446,8 @@ int main(void) {
   tcase_add_test(tc, prompt_longer_than_context);
   tcase_add_test(tc, no_prompt_does_not_read_stdin);
   tcase_add_test(tc, bad_option_values);
+  tcase_add_test(tc, eos_from_generation_config);
+  tcase_add_test(tc, chat_template_from_model_folder);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK); /* run_mi uses one shared tmp dir: keep it serial */

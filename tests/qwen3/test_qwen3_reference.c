@@ -1,5 +1,5 @@
 /* The qwen3 plugin on the CPU platform against the project's float64
- * implementation of Hugging Face's modeling_qwen3 (core/verify/ref/qwen3.c,
+ * implementation of Hugging Face's modeling_qwen3 (core/verify/models/qwen3.c,
  * written from the math — RMSNorm, q/k norm, NeoX RoPE, GQA causal softmax
  * attention, SwiGLU — and sharing no code with the plugin or the platform),
  * on models made by mi-mkmodel. Checks the logits of every position of a
@@ -17,7 +17,7 @@
 #include "core/runtime/host.h"
 #include "core/runtime/loader.h"
 #include "core/runtime/safetensors.h"
-#include "core/verify/verify.h"
+#include "core/verify/driver.h"
 
 static char g_build[1024], g_models[1024];
 
@@ -84,15 +84,18 @@ static void check_model_kv(const char *shape, int seed, int chunk, const char *k
   mi_session_opts eo = {.model_dir = dir, .model_opts = &mo, .tp_size = 1};
   mi_session *e = NULL;
   ck_assert_msg(mi_session_open(reg, &eo, &e, err, sizeof err) == 0, "%s", err);
-  vf_ref_model rm;
-  ck_assert_msg(vf_ref_model_init(&rm, e->config, e->weights, err, sizeof err) == 0, "%s", err);
+  const vf_model_driver *drv = vf_model_driver_find("model.qwen3");
+  ck_assert_ptr_nonnull(drv);
+  void *rm = NULL;
+  ck_assert_msg(drv->ref_open(e->config, e->weights, &rm, err, sizeof err) == 0, "%s", err);
   /* a prompt that spans several chunks, with ids across the vocabulary */
   const int T = 23;
   int32_t ids[23];
   for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 7919 + 13) % 151643);
-  double *ref = vf_ref_model_forward(&rm, ids, T, T, err, sizeof err); /* [T, V] */
+  double *ref = drv->ref_forward(rm, ids, T, T, NULL, err, sizeof err); /* [T, V] */
   ck_assert_msg(ref, "%s", err);
-  const int V = rm.V;
+  drv->ref_close(rm);
+  const int V = (int)e->info.vocab_size;
 
   /* (1) all positions in one call (chunked internally by `batch`) */
   mi_seq *s = NULL;

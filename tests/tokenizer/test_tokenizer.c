@@ -299,10 +299,15 @@ START_TEST(test_special_tokens) {
 }
 END_TEST
 
-START_TEST(test_chat_template) {
-    load_real();
-    json_t *g = load_json("tests/tokenizer/golden_chat.json");
-    json_t *cases = json_object_get(g, "cases");
+/* Renders every golden conversation of one template with the format
+ * detected from the template's own text, against @huggingface/jinja. */
+static void check_chat_goldens(json_t *set, const char *tmpl, int reasoning, int tools) {
+    mi_chat_format f;
+    ck_assert_int_eq(mi_chat_format_detect(tmpl, &f), 0);
+    ck_assert_int_eq(f.family, MI_CHAT_CHATML);
+    ck_assert_int_eq(f.reasoning, reasoning);
+    ck_assert_int_eq(f.tool_response, tools);
+    json_t *cases = json_object_get(set, "cases");
     ck_assert_uint_ge(json_array_size(cases), 10);
     size_t i; json_t *c;
     json_array_foreach(cases, i, c) {
@@ -316,9 +321,9 @@ START_TEST(test_chat_template) {
         }
         int gen = json_is_true(json_object_get(c, "add_generation_prompt"));
         int think = json_is_true(json_object_get(c, "enable_thinking"));
-        char *r = mi_tokenizer_chat_render(msgs, nm, gen, think);
+        char *r = mi_chat_render(&f, msgs, nm, gen, think);
         const char *exp = json_string_value(json_object_get(c, "text"));
-        ck_assert_msg(r && strcmp(r, exp) == 0, "chat case %zu:\n got: %s\n exp: %s", i, r ? r : "(null)", exp);
+        ck_assert_msg(r && strcmp(r, exp) == 0, "chat case %zu (reasoning %d):\n got: %s\n exp: %s", i, reasoning, r ? r : "(null)", exp);
         /* every turn opens with <|im_start|> as one token */
         int32_t *ids; size_t n;
         ck_assert_int_eq(mi_tokenizer_encode(g_tok, r, strlen(r), 1, &ids, &n), 0);
@@ -328,9 +333,29 @@ START_TEST(test_chat_template) {
         ck_assert_int_eq(count_id(ids, n, 151644), turns);
         free(ids); free(r);
     }
+}
+
+START_TEST(test_chat_template) {
+    load_real();
+    char err[512], cfg[4096];
+    path_of(cfg, sizeof cfg, CFG_REL);
+    ck_assert_msg(mi_tokenizer_load_config(g_tok, cfg, err, sizeof err) == 0, "%s", err);
+    json_t *g = load_json("tests/tokenizer/golden_chat.json");
+    /* the template the real tokenizer_config.json declares is the one the goldens used */
+    ck_assert_ptr_nonnull(mi_tokenizer_chat_template(g_tok));
+    ck_assert_str_eq(mi_tokenizer_chat_template(g_tok), json_string_value(json_object_get(g, "template")));
+    check_chat_goldens(g, mi_tokenizer_chat_template(g_tok), 1, 1);
+    json_t *plain = json_object_get(g, "plain_chatml");
+    check_chat_goldens(plain, json_string_value(json_object_get(plain, "template")), 0, 0);
+    /* templates of other families are refused, not rendered as ChatML */
+    mi_chat_format f;
+    ck_assert_int_ne(mi_chat_format_detect(NULL, &f), 0);
+    ck_assert_int_ne(mi_chat_format_detect("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] }}<|eot_id|>{% endfor %}", &f), 0);
+    ck_assert_ptr_null(mi_chat_render(&f, NULL, 0, 1, 1));
+    f = (mi_chat_format){MI_CHAT_CHATML, 1, 1};
     /* The canonical single-turn prompt, spelled out. */
     mi_chat_msg m = { "user", "Hi" };
-    char *r = mi_tokenizer_chat_render(&m, 1, 1, 1);
+    char *r = mi_chat_render(&f, &m, 1, 1, 1);
     ck_assert_str_eq(r, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     int32_t *ids; size_t n;
     ck_assert_int_eq(mi_tokenizer_encode(g_tok, r, strlen(r), 1, &ids, &n), 0);

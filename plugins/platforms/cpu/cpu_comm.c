@@ -1,11 +1,9 @@
 /* Collectives for tensor parallelism on the CPU platform: MPI ranks (one
- * process per rank, on one host or many), through Debian's OpenMPI.
- *
- * MPI is initialised only when the process was started by an MPI launcher
- * (mpirun/srun set OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK); a plain run
- * is a group of one and never touches MPI. Built without MPI, the plugin
- * offers no collectives and --tp > 1 is refused with a clear message. */
-#define _GNU_SOURCE /* dladdr */
+ * process per rank, on one host or many), through Debian's OpenMPI, joined
+ * by the platforms' one MPI start-up (plugins/platforms/common/mpi_start.h):
+ * a plain run is a group of one and never touches MPI. Built without MPI,
+ * the plugin offers no collectives and --tp > 1 is refused with a clear
+ * message. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,46 +11,15 @@
 #include "cpu_internal.h"
 
 #if defined(MI_CPU_MPI)
-#include <dlfcn.h>
 #include <mpi.h>
 
-static int g_mpi_inited_here = 0;
-
-static int launched_by_mpi(void) {
-  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-}
+#include "../common/mpi_start.h"
 
 int cpu_comm_init(cpu_ctx *c, char *err, size_t err_len) {
-  c->comm_rank = 0;
-  c->comm_size = 1;
-  if (!launched_by_mpi()) return 0;
-  /* This plugin was dlopened RTLD_LOCAL; OpenMPI's own components resolve
-   * libmpi's symbols globally, so promote libmpi to RTLD_GLOBAL first. */
-  Dl_info di;
-  if (dladdr((void *)&MPI_Init_thread, &di) && di.dli_fname)
-    (void)dlopen(di.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
-  int inited = 0;
-  MPI_Initialized(&inited);
-  if (!inited) {
-    int provided;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-      snprintf(err, err_len, "MPI_Init_thread failed");
-      return -1;
-    }
-    g_mpi_inited_here = 1;
-  }
-  MPI_Comm_rank(MPI_COMM_WORLD, &c->comm_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &c->comm_size);
-  return 0;
+  return mi_mpi_start(&c->comm_rank, &c->comm_size, err, err_len);
 }
 
-void cpu_comm_fini(cpu_ctx *c) {
-  (void)c;
-  int fin = 0;
-  MPI_Finalized(&fin);
-  if (g_mpi_inited_here && !fin) MPI_Finalize();
-  g_mpi_inited_here = 0;
-}
+void cpu_comm_fini(cpu_ctx *c) { (void)c; /* MPI_Finalize: see mpi_start.h */ }
 
 int cpu_allreduce_sum_f32(void *ctx, mi_stream *s, float *buf, int64_t n) {
   (void)s;

@@ -23,12 +23,9 @@
 #include <string.h>
 
 #include "gpu_libsearch.h"
+#include "../common/mpi_start.h"
 
 /* Launched by mpirun (OpenMPI), a PMI launcher (srun, MPICH hydra) or PMIx? */
-static int launched_by_mpi(void) {
-  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-}
-
 /* The world size the launcher announced, 0 when it did not say. */
 static int launcher_size(void) {
   const char *v = getenv("OMPI_COMM_WORLD_SIZE");
@@ -72,20 +69,6 @@ typedef struct gpu_ccl {
 
 /* One library per process, never closed (it initialises the GPU runtime). */
 static gpu_ccl g_ccl;
-static int g_mpi_inited_here;
-
-/* MPI_Finalize when this plugin initialised MPI: at dlclose of the plugin
- * (mi_plugin_unload) or at exit. Not in gpu_fini: another plugin of the
- * process (the cpu platform) may have found MPI initialised by us and still
- * use it, and MPI cannot be initialised twice. An OpenMPI rank that exits
- * without MPI_Finalize is reported as a failure by mpirun. */
-__attribute__((destructor)) static void finalize_mpi(void) {
-  int fin = 0;
-  if (!g_mpi_inited_here) return;
-  MPI_Finalized(&fin);
-  if (!fin) MPI_Finalize();
-  g_mpi_inited_here = 0;
-}
 
 static int env_int(const char *name, int *out) {
   const char *v = getenv(name);
@@ -102,29 +85,8 @@ int gpu_comm_join(gpu_comm *g, char *err, size_t err_len) {
   g->size = 1;
   g->local_rank = -1;
   g->launcher_size = launcher_size();
-  if (!launched_by_mpi()) return 0;
-  /* This plugin was dlopened RTLD_LOCAL; OpenMPI's own components resolve
-   * libmpi's symbols globally, so promote libmpi to RTLD_GLOBAL first. */
-  Dl_info di;
-  if (dladdr((void *)&MPI_Init_thread, &di) && di.dli_fname)
-    (void)dlopen(di.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
-  int inited = 0, fin = 0;
-  MPI_Initialized(&inited);
-  MPI_Finalized(&fin);
-  if (fin) {
-    snprintf(err, err_len, "MPI was already finalized in this process");
-    return -1;
-  }
-  if (!inited) {
-    int provided;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-      snprintf(err, err_len, "MPI_Init_thread failed");
-      return -1;
-    }
-    g_mpi_inited_here = 1;
-  }
-  MPI_Comm_rank(MPI_COMM_WORLD, &g->rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &g->size);
+  if (!mi_mpi_launched()) return 0;
+  if (mi_mpi_start(&g->rank, &g->size, err, err_len) != 0) return -1;
   if (env_int("OMPI_COMM_WORLD_LOCAL_RANK", &g->local_rank) ||
       env_int("MPI_LOCALRANKID", &g->local_rank) || env_int("SLURM_LOCALID", &g->local_rank))
     return 0;
@@ -333,7 +295,7 @@ int gpu_comm_join(gpu_comm *g, char *err, size_t err_len) {
   memset(g, 0, sizeof *g);
   g->size = 1;
   g->local_rank = -1;
-  g->launcher_size = launched_by_mpi() ? launcher_size() : 0;
+  g->launcher_size = mi_mpi_launched() ? launcher_size() : 0;
   return 0;
 }
 
