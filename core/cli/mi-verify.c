@@ -270,7 +270,7 @@ int main(int argc, char **argv) {
   }
   /* Each unit runs with its own folder as the working directory: every
    * path it is given is made absolute here. */
-  char abs_buf[4][4096], cwd[4096];
+  char abs_buf[4][8200], cwd[4096];
   const char **paths[4] = {&plugin, &model_plugin, &model_dir, &goldens};
   if (getcwd(cwd, sizeof cwd))
     for (int k = 0; k < 4; k++)

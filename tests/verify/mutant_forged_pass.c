@@ -2,6 +2,7 @@
  * lines of the verifier's former JSON protocol into every pipe it can write
  * (the result pipe among them) and exits 0. Under the old protocol stage 1
  * passed it; now the child only returns output buffers the parent checks. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@ static void forge(int fd) {
 
 static int forged_add(void *ctx, mi_stream *s, float *y, const float *a, const float *b, int64_t n) {
   (void)ctx, (void)s, (void)y, (void)a, (void)b, (void)n;
+  signal(SIGPIPE, SIG_IGN); /* a pipe nobody reads (e.g. the loader's) must not end the forgery early */
   for_each_pipe(forge);
   _exit(0);
 }
