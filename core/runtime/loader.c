@@ -31,7 +31,9 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -185,6 +187,123 @@ static int looks_like_elf(const char *path) {
   return n == 4 && m[0] == 0x7f && m[1] == 'E' && m[2] == 'L' && m[3] == 'F';
 }
 
+/* The machine this core runs on: a plugin for another one cannot load. */
+#if defined(__x86_64__)
+#define HOST_ELF_MACHINE EM_X86_64
+#elif defined(__aarch64__)
+#define HOST_ELF_MACHINE EM_AARCH64
+#endif
+
+/* Is [off, off + count * entsize) inside a file of `size` bytes? Overflow-safe. */
+static int range_in_file(uint64_t off, uint64_t count, uint64_t entsize, uint64_t size) {
+  if (off > size) return 0;
+  if (entsize && count > (size - off) / entsize) return 0;
+  return 1;
+}
+
+/* Checks the ELF headers before dlopen: glibc maps PT_LOAD segments as the
+ * program headers say, and touching a page past the end of a truncated file
+ * is SIGBUS inside dlopen. Returns 0 when the file is fit for dlopen (or is
+ * not ELF at all: dlopen then says "invalid ELF header"), -1 with a reason.
+ * (A file rewritten between this check and dlopen is not covered.) */
+static int check_elf(const char *path, char *why, size_t why_len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(why, why_len, "cannot open: %s", strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  int rc = -1;
+  Elf64_Phdr *ph = NULL;
+  if (fstat(fd, &st) != 0) {
+    snprintf(why, why_len, "cannot stat: %s", strerror(errno));
+    goto out;
+  }
+  uint64_t size = (uint64_t)st.st_size;
+  unsigned char ident[EI_NIDENT] = {0};
+  ssize_t got = pread(fd, ident, sizeof ident, 0);
+  if (got < 4 || memcmp(ident, ELFMAG, SELFMAG) != 0) {
+    rc = 0; /* not ELF: left to dlopen's own message */
+    goto out;
+  }
+  Elf64_Ehdr eh;
+  if (size < sizeof eh || pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh) {
+    snprintf(why, why_len, "ELF file of %llu bytes is shorter than an ELF header (%zu bytes)",
+             (unsigned long long)size, sizeof eh);
+    goto out;
+  }
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB) {
+    snprintf(why, why_len, "ELF class %u data %u: not a 64-bit little-endian file",
+             eh.e_ident[EI_CLASS], eh.e_ident[EI_DATA]);
+    goto out;
+  }
+#ifdef HOST_ELF_MACHINE
+  if (eh.e_machine != HOST_ELF_MACHINE) {
+    snprintf(why, why_len, "ELF machine %u, this host is %u", eh.e_machine, HOST_ELF_MACHINE);
+    goto out;
+  }
+#endif
+  if (eh.e_type != ET_DYN) {
+    snprintf(why, why_len, "ELF type %u is not a shared object (ET_DYN)", eh.e_type);
+    goto out;
+  }
+  if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phnum == PN_XNUM) {
+    snprintf(why, why_len, "ELF program header table of %u entries of %u bytes is not valid",
+             eh.e_phnum, eh.e_phentsize);
+    goto out;
+  }
+  if (!range_in_file(eh.e_phoff, eh.e_phnum, sizeof(Elf64_Phdr), size)) {
+    snprintf(why, why_len,
+             "ELF program header table (offset %llu, %u entries) lies outside the file (%llu bytes)",
+             (unsigned long long)eh.e_phoff, eh.e_phnum, (unsigned long long)size);
+    goto out;
+  }
+  size_t phbytes = (size_t)eh.e_phnum * sizeof *ph;
+  if (!(ph = malloc(phbytes))) {
+    snprintf(why, why_len, "out of memory");
+    goto out;
+  }
+  if (pread(fd, ph, phbytes, (off_t)eh.e_phoff) != (ssize_t)phbytes) {
+    snprintf(why, why_len, "cannot read the ELF program headers");
+    goto out;
+  }
+  int n_load = 0, n_dyn = 0;
+  for (unsigned i = 0; i < eh.e_phnum; i++) {
+    if (ph[i].p_type != PT_LOAD && ph[i].p_type != PT_DYNAMIC) continue;
+    const char *what = ph[i].p_type == PT_LOAD ? "PT_LOAD" : "PT_DYNAMIC";
+    if (ph[i].p_type == PT_LOAD) n_load++;
+    else n_dyn++;
+    if (!range_in_file(ph[i].p_offset, ph[i].p_filesz, 1, size)) {
+      snprintf(why, why_len,
+               "ELF %s segment %u (file bytes %llu + %llu) lies outside the file (%llu bytes): "
+               "truncated?",
+               what, i, (unsigned long long)ph[i].p_offset, (unsigned long long)ph[i].p_filesz,
+               (unsigned long long)size);
+      goto out;
+    }
+  }
+  if (eh.e_shoff != 0 || eh.e_shnum != 0) {
+    /* e_shnum 0 with a table: the count is in section 0 (at least one entry) */
+    uint64_t n = eh.e_shnum ? eh.e_shnum : 1;
+    if (eh.e_shentsize != sizeof(Elf64_Shdr) || !range_in_file(eh.e_shoff, n, sizeof(Elf64_Shdr), size)) {
+      snprintf(why, why_len,
+               "ELF section header table (offset %llu, %u entries of %u bytes) lies outside the "
+               "file (%llu bytes)",
+               (unsigned long long)eh.e_shoff, eh.e_shnum, eh.e_shentsize, (unsigned long long)size);
+      goto out;
+    }
+  }
+  if (!n_load || !n_dyn) {
+    snprintf(why, why_len, "ELF file has no %s segment", !n_load ? "PT_LOAD" : "PT_DYNAMIC");
+    goto out;
+  }
+  rc = 0;
+out:
+  free(ph);
+  close(fd);
+  return rc;
+}
+
 /* Reads and checks the descriptor; returns it, or NULL with a reason set.
  * The order matters: nothing past the 12-byte header is read before
  * struct_size is known to cover it. */
@@ -288,6 +407,13 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
   if (access(path, R_OK) != 0) {
     set_reason(p, MI_PLUGIN_REJECTED, "cannot read: %s", strerror(errno));
     goto done;
+  }
+  {
+    char why[REASON_MAX];
+    if (check_elf(path, why, sizeof why) != 0) {
+      set_reason(p, MI_PLUGIN_REJECTED, "%s", why);
+      goto done;
+    }
   }
   /* dlopen needs a '/' to take the name as a path rather than search for it */
   const char *open_path = p->pub.path;
