@@ -43,6 +43,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/runtime/compat.h"
 #include "core/runtime/host.h"
 #include "mi/model.h"
 #include "mi/platform.h"
@@ -51,11 +52,10 @@
 #define REASON_MAX 512
 
 /* ABI 1.0 sizes: the struct up to and including its last 1.0 member. They stay
- * fixed when later minors append members (sizeof would not). */
+ * fixed when later minors append members (sizeof would not). Interface sizes
+ * by minor come from core/runtime/compat.c (MI_PLATFORM_MEMBERS). */
 #define END_OF(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
 #define DESC_SIZE_1_0 END_OF(mi_plugin_desc, get_iface)
-#define PLATFORM_IFACE_SIZE_1_0 END_OF(mi_platform_iface, argmax)
-#define MODEL_IFACE_SIZE_1_0 END_OF(mi_model_iface, forward)
 
 /* mi_plugin plus what the loader keeps privately. `pub` must stay first: the
  * public pointer and the private one are the same address. */
@@ -151,10 +151,11 @@ oom:
   return -1;
 }
 
-static size_t iface_min_size(int kind) {
+/* The smallest interface a plugin of this kind and ABI minor may return. */
+static size_t iface_min_size(int kind, unsigned minor) {
   switch (kind) {
-  case MI_PLUGIN_PLATFORM: return PLATFORM_IFACE_SIZE_1_0;
-  case MI_PLUGIN_MODEL: return MODEL_IFACE_SIZE_1_0;
+  case MI_PLUGIN_PLATFORM: return mi_platform_iface_min_size(minor);
+  case MI_PLUGIN_MODEL: return mi_model_iface_min_size(minor);
   default: return sizeof(uint32_t); /* agent/engine: no ABI struct yet beyond struct_size */
   }
 }
@@ -481,11 +482,15 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
   }
   uint32_t isize;
   memcpy(&isize, iface, sizeof isize);
-  size_t need = iface_min_size(p->kind);
+  size_t need = iface_min_size(p->kind, d->abi_minor);
   if (isize < need) {
     set_reason(p, MI_PLUGIN_REJECTED,
-               "%s interface struct_size %u is smaller than the ABI %d.0 interface (%zu bytes)",
-               mi_plugin_kind_name(p->kind), isize, MI_ABI_MAJOR, need);
+               "%s interface struct_size %u is smaller than the ABI %d.%u interface (%zu bytes)",
+               mi_plugin_kind_name(p->kind), isize, MI_ABI_MAJOR, d->abi_minor, need);
+    goto done;
+  }
+  if (p->kind == MI_PLUGIN_MODEL && mi_model_needs_valid(d, iface, msg, sizeof msg) != 0) {
+    set_reason(p, MI_PLUGIN_REJECTED, "%s", msg);
     goto done;
   }
   p->pub.iface = iface;
@@ -810,6 +815,21 @@ static const char *status_name(mi_plugin_status s) {
   }
 }
 
+/* Under a loaded platform: which loaded model plugins it can serve (from
+ * their platform_needs), e.g. "serves: qwen3" / "cannot serve: qwen3: lacks rope". */
+static void print_serves(const mi_registry *r, const mi_plugin *platform, FILE *out) {
+  char yes[1024] = "", no[1024] = "", one[512];
+  for (size_t i = 0; i < r->count; i++) {
+    const plugin_priv *m = r->items[i];
+    if (m->pub.status != MI_PLUGIN_LOADED || m->kind != MI_PLUGIN_MODEL) continue;
+    char *list = mi_compat_describe(platform, &m->pub, one, sizeof one) == 0 ? yes : no;
+    size_t l = strlen(list);
+    snprintf(list + l, sizeof yes - l, "%s%s", l ? "; " : "", one);
+  }
+  if (yes[0]) fprintf(out, "          serves: %s\n", yes);
+  if (no[0]) fprintf(out, "          cannot serve: %s\n", no);
+}
+
 void mi_registry_print(const mi_registry *r, FILE *out) {
   if (!r || !out) return;
   fprintf(out, "plugins.conf: %s; search path: %s\n",
@@ -828,6 +848,8 @@ void mi_registry_print(const mi_registry *r, FILE *out) {
             p->pub.origin);
     if (p->pub.status != MI_PLUGIN_LOADED)
       fprintf(out, "          reason: %s\n", p->pub.reason ? p->pub.reason : "(none)");
+    if (p->pub.status == MI_PLUGIN_LOADED && p->kind == MI_PLUGIN_PLATFORM)
+      print_serves(r, &p->pub, out);
   }
 }
 
