@@ -57,6 +57,61 @@
 #define END_OF(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
 #define DESC_SIZE_1_0 END_OF(mi_plugin_desc, get_iface)
 
+/* A set of strings (open addressing, FNV-1a): the directory scan looks a
+ * file up in constant time, so a folder of n files costs O(n log n) (the
+ * sort), not O(n^2). */
+typedef struct strset {
+  char **slot;
+  size_t cap, n; /* cap: a power of two, or 0 */
+} strset;
+
+static uint64_t str_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static int strset_has(const strset *t, const char *s) {
+  if (!t->cap) return 0;
+  for (size_t i = str_hash(s) & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
+    if (!t->slot[i]) return 0;
+    if (strcmp(t->slot[i], s) == 0) return 1;
+  }
+}
+
+/* 0 (added or already there) or -1 (out of memory). */
+static int strset_add(strset *t, const char *s) {
+  if (strset_has(t, s)) return 0;
+  if ((t->n + 1) * 2 > t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 64;
+    char **slot = calloc(cap, sizeof *slot);
+    if (!slot) return -1;
+    for (size_t j = 0; j < t->cap; j++) {
+      if (!t->slot[j]) continue;
+      size_t i = str_hash(t->slot[j]) & (cap - 1);
+      while (slot[i]) i = (i + 1) & (cap - 1);
+      slot[i] = t->slot[j];
+    }
+    free(t->slot);
+    t->slot = slot;
+    t->cap = cap;
+  }
+  char *c = strdup(s);
+  if (!c) return -1;
+  size_t i = str_hash(s) & (t->cap - 1);
+  while (t->slot[i]) i = (i + 1) & (t->cap - 1);
+  t->slot[i] = c;
+  t->n++;
+  return 0;
+}
+
+static void strset_free(strset *t) {
+  for (size_t i = 0; i < t->cap; i++) free(t->slot[i]);
+  free(t->slot);
+  t->slot = NULL;
+  t->cap = t->n = 0;
+}
+
 /* mi_plugin plus what the loader keeps privately. `pub` must stay first: the
  * public pointer and the private one are the same address. */
 typedef struct plugin_priv {
@@ -76,6 +131,8 @@ struct mi_registry {
   char **dirs;
   size_t n_dirs;
   mi_conf conf;
+  strset paths;  /* every plugin's resolved path: a file is recorded once */
+  strset loaded; /* "KIND NAME" of every loaded plugin: later ones are shadowed */
 };
 
 /* ---------- small helpers ---------- */
@@ -378,6 +435,12 @@ static const mi_plugin_desc *read_descriptor(plugin_priv *p, const mi_conf_entry
   return d;
 }
 
+/* The `loaded` set's key for a plugin: "KIND NAME" (names are <= 64 bytes). */
+static const char *loaded_key(int kind, const char *name, char *buf, size_t n) {
+  snprintf(buf, n, "%d %s", kind, name ? name : "");
+  return buf;
+}
+
 /* Runs every step on one file. `already` (may be NULL) is checked for a
  * loaded plugin of the same kind and name, which shadows this one. */
 static plugin_priv *load_one(const char *path, const char *origin, const mi_conf_entry *ce,
@@ -436,17 +499,20 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
     goto done;
   }
 
+  char key[96];
   const mi_plugin_desc *d = read_descriptor(p, ce);
   if (!d) goto done;
   p->pub.desc = d; /* checked: safe to read from here on */
 
-  for (size_t i = 0; already && i < already->count; i++) {
-    const plugin_priv *q = already->items[i];
-    if (q->pub.status == MI_PLUGIN_LOADED && q->kind == p->kind && strcmp(q->name, p->name) == 0) {
-      /* Checked before probe/init so a shadowed GPU plugin never touches
-       * the device. */
-      set_reason(p, MI_PLUGIN_REJECTED, "shadowed by %s", q->pub.path);
-      goto done;
+  if (already && strset_has(&already->loaded, loaded_key(p->kind, p->name, key, sizeof key))) {
+    /* Checked before probe/init so a shadowed GPU plugin never touches the
+     * device. (The set says that one exists; finding which is one pass.) */
+    for (size_t i = 0; i < already->count; i++) {
+      const plugin_priv *q = already->items[i];
+      if (q->pub.status == MI_PLUGIN_LOADED && q->kind == p->kind && strcmp(q->name, p->name) == 0) {
+        set_reason(p, MI_PLUGIN_REJECTED, "shadowed by %s", q->pub.path);
+        goto done;
+      }
     }
   }
 
@@ -537,6 +603,11 @@ void mi_plugin_unload(mi_plugin *pub) {
 /* ---------- the registry ---------- */
 
 static int reg_push(mi_registry *r, plugin_priv *p) {
+  char key[96];
+  if (strset_add(&r->paths, p->pub.path) != 0) return -1;
+  if (p->pub.status == MI_PLUGIN_LOADED &&
+      strset_add(&r->loaded, loaded_key(p->kind, p->name, key, sizeof key)) != 0)
+    return -1;
   if (r->count == r->cap) {
     size_t cap = r->cap ? r->cap * 2 : 16;
     plugin_priv **items = realloc(r->items, cap * sizeof *items);
@@ -654,10 +725,7 @@ static int scan_dir(mi_registry *r, const char *dir, const mi_loader_opts *o) {
     char path[PATH_MAX], real[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);
     /* already loaded through plugins.conf: one file, one record */
-    int seen = 0;
-    for (size_t j = 0; realpath(path, real) && j < r->count; j++)
-      seen |= strcmp(r->items[j]->pub.path, real) == 0;
-    if (seen) continue;
+    if (realpath(path, real) && strset_has(&r->paths, real)) continue;
     plugin_priv *p = load_one(path, origin, NULL, NULL, o->extra_opts, o->n_extra_opts, r);
     if (!p || reg_push(r, p) != 0) {
       if (p) mi_plugin_unload(&p->pub);
@@ -862,5 +930,7 @@ void mi_registry_free(mi_registry *r) {
   free(r->search);
   free(r->conf_path);
   mi_conf_free(&r->conf);
+  strset_free(&r->paths);
+  strset_free(&r->loaded);
   free(r);
 }
