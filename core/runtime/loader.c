@@ -27,6 +27,7 @@
  * because strings and code from the plugin (descriptor, iface, contexts) may
  * still be referenced; unload runs fini first, then dlclose.
  */
+#define _GNU_SOURCE /* program_invocation_short_name */
 #include "core/runtime/loader.h"
 
 #include <dirent.h>
@@ -35,12 +36,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/runtime/compat.h"
@@ -215,6 +218,140 @@ static size_t iface_min_size(int kind, unsigned minor) {
   case MI_PLUGIN_MODEL: return mi_model_iface_min_size(minor);
   default: return sizeof(uint32_t); /* agent/engine: no ABI struct yet beyond struct_size */
   }
+}
+
+/* ---------- deadlines and exit() from plugin code ---------- */
+
+/* Plugin code runs on the caller's thread (a GPU runtime or MPI may insist
+ * on it); a watchdog thread waits for it to return. A hung call cannot be
+ * cancelled or unloaded safely, so past the deadline the watchdog prints one
+ * line and ends the process with _exit(1). */
+#define PROBE_TIMEOUT_S 10.0 /* dlopen (constructors), the descriptor, probe */
+#define INIT_TIMEOUT_S 60.0  /* init: may open a device or join an MPI group */
+#define TIMEOUT_MAX_S 86400.0
+
+typedef struct watchdog {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done;
+  double limit;
+  char msg[PATH_MAX + 256];
+} watchdog;
+
+/* MI_PLUGIN_TIMEOUT=SECONDS replaces both limits; 0 turns them off. */
+static double plugin_timeout(double dflt) {
+  const char *e = getenv("MI_PLUGIN_TIMEOUT");
+  if (!e || !e[0]) return dflt;
+  char *end;
+  errno = 0;
+  double v = strtod(e, &end);
+  if (errno || *end || !(v >= 0 && v <= TIMEOUT_MAX_S)) {
+    static int warned;
+    if (!warned++)
+      mi_log(MI_LOG_WARN, WHO, "MI_PLUGIN_TIMEOUT='%.32s' is not a number of seconds in [0, %g]; "
+             "using the defaults", e, TIMEOUT_MAX_S);
+    return dflt;
+  }
+  return v;
+}
+
+static void *watchdog_main(void *arg) {
+  watchdog *w = arg;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  double whole = (double)(long long)w->limit;
+  ts.tv_sec += (time_t)whole;
+  ts.tv_nsec += (long)((w->limit - whole) * 1e9);
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&w->mu);
+  while (!w->done) {
+    if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT && !w->done) {
+      ssize_t unused = write(STDERR_FILENO, w->msg, strlen(w->msg));
+      (void)unused;
+      _exit(1);
+    }
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+/* Starts a watchdog for `what` (e.g. "init") of the plugin at `path`;
+ * returns 1 when one runs (watch_end must follow), 0 when not (limit 0, or
+ * no thread could be made: the call then runs unguarded). */
+static int watch_begin(watchdog *w, pthread_t *th, const char *path, const char *what,
+                       double dflt) {
+  double limit = plugin_timeout(dflt);
+  if (limit <= 0) return 0;
+  w->done = 0;
+  w->limit = limit;
+  snprintf(w->msg, sizeof w->msg,
+           "%s: plugin %s: %s did not return within %g s (MI_PLUGIN_TIMEOUT=SECONDS changes the "
+           "limit); stopping, since a hung plugin cannot be unloaded",
+           program_invocation_short_name, path, what, limit);
+  one_line(w->msg);
+  strcat(w->msg, "\n");
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (pthread_create(th, NULL, watchdog_main, w) != 0) {
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    mi_log(MI_LOG_DEBUG, WHO, "no watchdog thread for %s of %s: running it unguarded", what, path);
+    return 0;
+  }
+  return 1;
+}
+
+static void watch_end(watchdog *w, pthread_t th) {
+  pthread_mutex_lock(&w->mu);
+  w->done = 1;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  pthread_join(th, NULL);
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+}
+
+/* exit() from plugin code (a constructor, probe, init...) would end the run
+ * with the plugin's status (often 0) and no output. A program arms the guard
+ * for its whole run; an exit() while armed prints one line naming the plugin
+ * being loaded (or the last one loaded) and makes the status 1. _exit() and
+ * signals cannot be caught this way. */
+static char g_loading[PATH_MAX];     /* the plugin being loaded, or "" */
+static char g_last_loaded[PATH_MAX]; /* the last plugin whose loading finished */
+static const char *g_guard_prog;     /* armed when non-NULL */
+
+static void exit_guard(void) {
+  if (!g_guard_prog) return;
+  if (g_loading[0])
+    fprintf(stderr, "%s: a plugin called exit() during loading (last plugin being loaded: %s)\n",
+            g_guard_prog, g_loading);
+  else
+    fprintf(stderr, "%s: exit() was called before the run finished, from plugin code (last "
+            "plugin loaded: %s)\n", g_guard_prog, g_last_loaded[0] ? g_last_loaded : "none");
+  fflush(stderr);
+  _exit(1);
+}
+
+void mi_exit_guard_arm(const char *prog) {
+  static int registered;
+  if (!registered) registered = atexit(exit_guard) == 0;
+  g_guard_prog = prog ? prog : "mi";
+}
+
+void mi_exit_guard_disarm(void) { g_guard_prog = NULL; }
+
+static void loading_begin(const char *path) { snprintf(g_loading, sizeof g_loading, "%s", path); }
+
+static void loading_end(void) {
+  if (g_loading[0]) snprintf(g_last_loaded, sizeof g_last_loaded, "%s", g_loading);
+  g_loading[0] = '\0';
 }
 
 /* ---------- loading one file ---------- */
@@ -486,8 +623,14 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
     snprintf(dotpath, sizeof dotpath, "./%s", open_path);
     open_path = dotpath;
   }
+  loading_begin(p->pub.path);
+  watchdog w;
+  pthread_t wt;
+  int watched = watch_begin(&w, &wt, p->pub.path, "loading (dlopen and its constructors)",
+                            PROBE_TIMEOUT_S);
   dlerror();
   p->pub.dl = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
+  if (watched) watch_end(&w, wt);
   if (!p->pub.dl) {
     const char *e = dlerror();
     if (!e) e = "unknown error";
@@ -500,7 +643,9 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
   }
 
   char key[96];
+  watched = watch_begin(&w, &wt, p->pub.path, MI_PLUGIN_ENTRY_SYMBOL "()", PROBE_TIMEOUT_S);
   const mi_plugin_desc *d = read_descriptor(p, ce);
+  if (watched) watch_end(&w, wt);
   if (!d) goto done;
   p->pub.desc = d; /* checked: safe to read from here on */
 
@@ -520,7 +665,9 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
   char msg[REASON_MAX];
   if (d->probe) {
     msg[0] = '\0';
+    watched = watch_begin(&w, &wt, p->pub.path, "probe", PROBE_TIMEOUT_S);
     int score = d->probe(host, &p->opts, msg, sizeof msg);
+    if (watched) watch_end(&w, wt);
     msg[sizeof msg - 1] = '\0';
     p->pub.score = score < 0 ? 0 : score > 100 ? 100 : score;
     if (p->pub.score == 0) {
@@ -534,14 +681,19 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
 
   msg[0] = '\0';
   void *ctx = NULL;
-  if (d->init(host, &p->opts, &ctx, msg, sizeof msg) != 0) {
+  watched = watch_begin(&w, &wt, p->pub.path, "init", INIT_TIMEOUT_S);
+  int init_rc = d->init(host, &p->opts, &ctx, msg, sizeof msg);
+  if (watched) watch_end(&w, wt);
+  if (init_rc != 0) {
     msg[sizeof msg - 1] = '\0';
     set_reason(p, MI_PLUGIN_REJECTED, "init failed: %s",
                msg[0] ? msg : "(the plugin gave no message)");
     goto done;
   }
   p->pub.ctx = ctx; /* fini is now owed: on failure below, or in mi_plugin_unload */
+  watched = watch_begin(&w, &wt, p->pub.path, "get_iface", PROBE_TIMEOUT_S);
   const void *iface = d->get_iface(ctx);
+  if (watched) watch_end(&w, wt);
   if (!iface) {
     set_reason(p, MI_PLUGIN_REJECTED, "get_iface returned NULL");
     goto done;
@@ -570,6 +722,7 @@ done:
     if (p->pub.desc->fini) p->pub.desc->fini(p->pub.ctx);
     p->pub.ctx = NULL;
   }
+  loading_end();
   if (p->pub.status != MI_PLUGIN_LOADED && !p->pub.reason)
     set_reason(p, MI_PLUGIN_REJECTED, "out of memory");
   log_outcome(p);
