@@ -33,8 +33,12 @@ if [ -n "$mirun" ]; then
   echo "== mi-run --platform myplatform on a qwen3 model"
   "$mkmodel" --shape tiny --out "$tmp/model" >/dev/null
   want="mi-run: platform 'myplatform' cannot serve model 'qwen3': lacks rmsnorm, rope, attention, embed"
+  # only the two plugins (no warnings about other, optional ones)
+  lib=$(dirname "$mirun")/../lib/metainfer
+  { echo "platform myplatform $tmp/build/libmi-myplatform.so required"
+    echo "model qwen3 $lib/libmi-qwen3.so required"; } >"$tmp/run.conf"
   rc=0
-  "$mirun" --plugin-dir "$tmp/build" --platform myplatform -m "$tmp/model" -p hi -n 4 \
+  "$mirun" --plugins-conf "$tmp/run.conf" --platform myplatform -m "$tmp/model" -p hi -n 4 \
     >"$tmp/out" 2>"$tmp/err" || rc=$?
   [ "$rc" -eq 1 ] || { echo "FAIL: exit $rc (want 1)"; cat "$tmp/err"; exit 1; }
   [ "$(cat "$tmp/err")" = "$want" ] || { echo "FAIL: stderr is not the one line '$want':"; cat "$tmp/err"; exit 1; }
