@@ -34,10 +34,10 @@ int mi_model_needs_valid(const mi_plugin_desc *d, const mi_model_iface *m, char 
 int mi_compat_check(const mi_plugin *platform, const mi_plugin *model, int tp_size,
                     const mi_options *model_opts, char *err, size_t err_len);
 
-/* For the listing: "qwen3" when the platform serves every plain load of the
- * model, "qwen3 (not with: --tp > 1: allreduce_sum_f32, broadcast)" when it
- * lacks only conditional needs, and returns 0; "qwen3: lacks rope, attention"
- * and returns -1 when it cannot serve it at all. */
+/* For the listing, into out: "M" when the platform serves every plain load
+ * of model M, "M (not with --tp > 1: lacks comm_info, broadcast; kv_type
+ * other than f32: convert)" when it lacks only conditional needs (returns
+ * 0), "M: lacks rope, attention" when it cannot serve M at all (returns -1). */
 int mi_compat_describe(const mi_plugin *platform, const mi_plugin *model, char *out, size_t n);
 
 #endif

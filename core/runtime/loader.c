@@ -1037,7 +1037,7 @@ static const char *status_name(mi_plugin_status s) {
 }
 
 /* Under a loaded platform: which loaded model plugins it can serve (from
- * their platform_needs), e.g. "serves: qwen3" / "cannot serve: qwen3: lacks rope". */
+ * their platform_needs), e.g. "serves: M" / "cannot serve: M: lacks rope". */
 static void print_serves(const mi_registry *r, const mi_plugin *platform, FILE *out) {
   char yes[1024] = "", no[1024] = "", one[512];
   for (size_t i = 0; i < r->count; i++) {
