@@ -176,7 +176,7 @@ static int on_token(void *user, const mi_gen_token *t) {
   return 0;
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   const char *model_dir = NULL, *prompt_arg = NULL, *prompt_file = NULL, *system_msg = NULL;
   const char *plugin_dir = NULL, *conf_path = NULL, *platform = NULL, *kv_type = NULL;
   const char *stops[MAX_STOPS];
@@ -464,5 +464,15 @@ out:
   free(prompt_text);
   mi_session_close(eng);
   mi_registry_free(reg);
+  return rc;
+}
+
+/* A plugin that calls exit() (from a constructor, probe, init or a kernel)
+ * must not end the run with status 0 and no output: the guard turns any
+ * exit() before run() returns into one line and status 1. */
+int main(int argc, char **argv) {
+  mi_exit_guard_arm("mi-run");
+  int rc = run(argc, argv);
+  mi_exit_guard_disarm();
   return rc;
 }

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "core/runtime/compat.h"
 #include "core/runtime/host.h"
 #include "core/runtime/safetensors.h"
 
@@ -187,6 +188,8 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
     snprintf(err, err_len, "%s: %s", path, perr);
     goto fail;
   }
+  if (mi_compat_check(e->platform_plugin, e->model_plugin, e->tp_size, o->model_opts, err, err_len))
+    goto fail;
 
   /* tokenizer */
   snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);

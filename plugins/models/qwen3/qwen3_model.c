@@ -501,7 +501,8 @@ static int compute_logits(qwen3_model *m, int64_t r0, int64_t n, float *out, cha
     CHECK_K(P->matmul(pc, NULL, s->logits, h, m->lm_head.ptr, m->lm_head.dtype, rows, V, H));
     CHECK_K(P->memcpy_d2h(pc, NULL, out + (size_t)i * V, s->logits, (size_t)(rows * V) * sizeof(float)));
   }
-  CHECK_K(P->stream_sync(pc, NULL));
+  /* NULL stream_sync: a synchronous platform (see mi/platform.h) */
+  if (mi_platform_has(P, stream_sync)) CHECK_K(P->stream_sync(pc, NULL));
   return 0;
 }
 
