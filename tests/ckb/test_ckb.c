@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +35,16 @@ static void collect(void *user, const char *line) {
   d->n++;
 }
 
-/* A private copy of the real CKB in a temp folder. */
+/* A private copy of the real CKB in a temp folder: its entries and schemas
+ * only. Hidden files (a writer's .lock, a live or dead writer's
+ * .NAME.json.tmp.*) are what a concurrent `mi-ckb add` in the source tree
+ * leaves for a moment; copied, they would change what the tests below count. */
 static char *copy_ckb(void) {
   char *dir = strdup("/tmp/mi-ckb-test.XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(dir));
   char cmd[9000];
-  snprintf(cmd, sizeof cmd, "cp -r '%s/.' '%s/'", src_ckb, dir);
+  snprintf(cmd, sizeof cmd, "cp -r '%s/.' '%s/' && find '%s' -mindepth 1 -name '.*' -exec rm -rf {} +",
+           src_ckb, dir, dir);
   ck_assert_int_eq(system(cmd), 0);
   return dir;
 }
@@ -324,39 +329,64 @@ START_TEST(add_then_update) {
 }
 END_TEST
 
+/* Waits for one child; retries on EINTR. Returns its exit code, or fails
+ * the test naming it when it did not exit normally. */
+static int child_exit_code(pid_t pid, const char *what) {
+  int st = 0;
+  pid_t r;
+  while ((r = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
+  }
+  ck_assert_msg(r == pid, "%s: waitpid: %s", what, strerror(errno));
+  ck_assert_msg(WIFEXITED(st), "%s: killed by signal %d", what, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  return WEXITSTATUS(st);
+}
+
+/* A writer process: waits until the gate opens (EOF on the pipe), so all
+ * writers contend for the store at the same moment however slowly the
+ * machine forks them, then adds experience.NAME. Exit 0: added; 1: refused
+ * because the id already exists; 2: anything else. */
+static pid_t spawn_writer(const char *dir, const char *name, int gate[2]) {
+  pid_t pid = fork();
+  ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+  if (pid == 0) {
+    close(gate[1]);
+    char c;
+    while (read(gate[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    diags d = {0};
+    json_t *e = experience(name, "1.0.0");
+    int rc = mi_ckb_put(dir, e, MI_CKB_ADD, collect, &d);
+    _exit(rc == 0 ? 0 : strstr(d.text, "already exists") ? 1 : 2);
+  }
+  return pid;
+}
+
 START_TEST(concurrent_writers) {
   char *dir = copy_ckb();
-  enum { N = 8 };
-  pid_t pids[N];
+  enum { N = 8, SAME = 4 };
+  int gate[2];
+  ck_assert_int_eq(pipe(gate), 0);
+  /* N writers of distinct new ids, and SAME writers racing to add one id */
+  pid_t pids[N], same[SAME];
   for (int i = 0; i < N; i++) {
-    pids[i] = fork();
-    ck_assert_int_ge(pids[i], 0);
-    if (pids[i] == 0) {
-      char name[32];
-      snprintf(name, sizeof name, "writer_%d", i);
-      json_t *e = experience(name, "1.0.0");
-      _exit(mi_ckb_put(dir, e, MI_CKB_ADD, NULL, NULL) == 0 ? 0 : 1);
-    }
+    char name[32];
+    snprintf(name, sizeof name, "writer_%d", i);
+    pids[i] = spawn_writer(dir, name, gate);
   }
-  /* Meanwhile: four processes race to add the SAME new id: exactly one wins. */
-  pid_t same[4];
-  for (int i = 0; i < 4; i++) {
-    same[i] = fork();
-    if (same[i] == 0) {
-      json_t *e = experience("contended", "1.0.0");
-      _exit(mi_ckb_put(dir, e, MI_CKB_ADD, NULL, NULL) == 0 ? 0 : 1);
-    }
-  }
+  for (int i = 0; i < SAME; i++) same[i] = spawn_writer(dir, "contended", gate);
+  close(gate[1]); /* all forked: open the gate */
+  close(gate[0]);
   for (int i = 0; i < N; i++) {
-    int st;
-    ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "writer %d failed", i);
+    char what[32];
+    snprintf(what, sizeof what, "writer %d", i);
+    ck_assert_msg(child_exit_code(pids[i], what) == 0, "writer %d failed", i);
   }
+  /* exactly one adds it; the others are refused because it exists */
   int winners = 0;
-  for (int i = 0; i < 4; i++) {
-    int st;
-    waitpid(same[i], &st, 0);
-    winners += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  for (int i = 0; i < SAME; i++) {
+    int rc = child_exit_code(same[i], "contended writer");
+    ck_assert_msg(rc == 0 || rc == 1, "contended writer %d failed otherwise (exit %d)", i, rc);
+    winners += rc == 0;
   }
   ck_assert_int_eq(winners, 1);
 
@@ -368,6 +398,7 @@ START_TEST(concurrent_writers) {
     snprintf(id, sizeof id, "experience.writer_%d", i);
     ck_assert_msg(mi_ckb_find(c, id) != NULL, "%s missing", id);
   }
+  ck_assert_ptr_nonnull(mi_ckb_find(c, "experience.contended"));
   diags d = {0};
   ck_assert_msg(mi_ckb_validate(c, collect, &d) == 0, "%s", d.text);
   mi_ckb_close(c);
@@ -397,9 +428,8 @@ static void crash_during(const char *point) {
     mi_ckb_put(dir, e, MI_CKB_UPDATE, NULL, NULL);
     _exit(0); /* not reached: the hook exits with 86 */
   }
-  int st;
-  waitpid(pid, &st, 0);
-  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 86);
+  ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+  ck_assert_int_eq(child_exit_code(pid, "crashing writer"), 86);
   ck_assert_int_eq(count_temp_files(sub), 1);
 
   json_t *after = load(dir, "operators/rmsnorm.json");
