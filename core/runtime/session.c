@@ -11,11 +11,12 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/runtime/host.h"
 #include "core/runtime/safetensors.h"
+#include "core/util/file.h"
 
-#define MI_CONFIG_MAX_BYTES (1 << 20)
 
 double mi_now_seconds(void) {
   struct timespec ts;
@@ -81,17 +82,17 @@ static int add_eos_field(mi_session *e, json_t *cfg, const char *path, char *err
   return -1;
 }
 
-/* A small JSON file (config.json, generation_config.json): refused by size
- * first, since jansson builds a tree ~20x the file before any check. */
+/* A small JSON file (config.json, generation_config.json) through the
+ * shared reader: a FIFO or a device in its place is refused, never waited
+ * on, and the size is checked first, since jansson builds a tree ~20x the
+ * file before any check. */
 static json_t *load_small_json(const char *path, char *err, size_t err_len) {
-  struct stat st;
-  if (stat(path, &st) == 0 && st.st_size > MI_CONFIG_MAX_BYTES) {
-    snprintf(err, err_len, "%s: %lld bytes, over the %d byte limit for a config file", path,
-             (long long)st.st_size, MI_CONFIG_MAX_BYTES);
-    return NULL;
-  }
+  size_t len;
+  char *text = mi_file_read_all(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config file", &len, err, err_len);
+  if (!text) return NULL;
   json_error_t jerr;
-  json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+  json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  free(text);
   if (!j) {
     snprintf(err, err_len, "%s: %s (line %d)", path, jerr.text, jerr.line);
     return NULL;
@@ -193,9 +194,7 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
   e->tok = mi_tokenizer_load(path, err, err_len);
   if (!e->tok) goto fail;
   snprintf(path, sizeof path, "%s/tokenizer_config.json", o->model_dir);
-  FILE *tc = fopen(path, "rb");
-  if (tc) {
-    fclose(tc);
+  if (access(path, F_OK) == 0) { /* not fopen: a FIFO would block it */
     if (mi_tokenizer_load_config(e->tok, path, err, err_len) != 0) goto fail;
   }
 

@@ -372,7 +372,7 @@ START_TEST(reject_index) {
   expect_fail(g_dir, pi, "not valid JSON");
   /* an index over the size limit is refused before parsing (sparse file) */
   ck_assert_int_eq(truncate(pi, 65 << 20), 0);
-  expect_fail(g_dir, pi, "index file is 68157440 bytes, over the 67108864 byte limit");
+  expect_fail(g_dir, pi, "file is 68157440 bytes, over the 67108864 byte limit for a safetensors index");
 
   /* a broken shard is reported under its own name */
   write_two_shards("{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\"}}");
