@@ -554,7 +554,7 @@ const char *mi_tokenizer_strerror(int rc) {
     case MI_TOK_EUTF8: return "input is not valid UTF-8";
     case MI_TOK_EINVAL: return "invalid argument";
     case MI_TOK_EID: return "token id out of range";
-    case MI_TOK_EREGEX: return "pre-tokenizer regex match failed";
+    case MI_TOK_EREGEX: return "the pre-tokenizer regex failed or ran past its work limit (a pathological pattern?)";
     default: return "unknown error";
     }
 }
