@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/runtime/host.h"
+#include "core/runtime/mem.h"
 #include "core/runtime/safetensors.h"
 #include "core/util/file.h"
 
@@ -216,6 +217,29 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
            "tokenizer_config.json): generation stops only at -n or the context end",
            o->model_dir);
 
+  /* Memory, estimated before anything big is allocated: the weight files
+   * here, the model's scratch in its load (option mem_budget), the KV cache
+   * in mi_generate. Host-memory platforms only (a GPU's own memory is its
+   * plugin's to check). */
+  {
+    mi_device_info mdi = {.struct_size = sizeof mdi};
+    e->mem_host = e->P->device_info(e->pc, 0, &mdi) == 0 && mdi.host_memory;
+  }
+  e->mem_source = "--mem-limit";
+  e->mem_avail = o->mem_limit ? o->mem_limit : mi_mem_available(&e->mem_source);
+  e->rss_start = mi_mem_rss();
+  if (e->mem_host && e->mem_avail) {
+    uint64_t wb = mi_mem_weight_file_bytes(o->model_dir);
+    if (wb > e->mem_avail) {
+      char need[32], have[32];
+      mi_mem_gib(wb, need, sizeof need);
+      mi_mem_gib(e->mem_avail, have, sizeof have);
+      snprintf(err, err_len, "%s: needs %s for the weights, %s available (%s%s)", o->model_dir,
+               need, have, e->mem_source, o->mem_limit ? "" : "; override with --mem-limit");
+      goto fail;
+    }
+  }
+
   /* weights + model */
   mi_weights_load how = o->weights == MI_SESSION_WEIGHTS_READ ? MI_WEIGHTS_READ : MI_WEIGHTS_MMAP;
   if (o->weights == MI_SESSION_WEIGHTS_AUTO) {
@@ -225,6 +249,21 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
   e->weights = mi_weights_open_ex(o->model_dir, how, err, err_len);
   if (!e->weights) goto fail;
   mi_options none = {0};
+  /* the model's options plus mem_budget: bytes left for its scratch */
+  const mi_options *uo = o->model_opts ? o->model_opts : &none;
+  mi_kv kvs[65];
+  char budget[32];
+  mi_options with_budget = {kvs, 0};
+  if (e->mem_host && e->mem_avail && uo->count < 64) {
+    uint64_t used = mi_mem_rss() - e->rss_start;
+    if (mi_mem_rss() < e->rss_start) used = 0;
+    snprintf(budget, sizeof budget, "%llu",
+             (unsigned long long)(e->mem_avail > used ? e->mem_avail - used : 1));
+    for (size_t i = 0; i < uo->count; i++) kvs[i] = uo->items[i];
+    kvs[uo->count] = (mi_kv){"mem_budget", budget};
+    with_budget.count = uo->count + 1;
+    uo = &with_budget;
+  }
   mi_model_load_args a = {
       .struct_size = sizeof a,
       .model_dir = o->model_dir,
@@ -233,7 +272,7 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
       .platform = {.iface = e->P, .ctx = e->pc},
       .tp_rank = e->tp_rank,
       .tp_size = e->tp_size,
-      .opts = o->model_opts ? o->model_opts : &none,
+      .opts = uo,
   };
   if (e->M->load(e->model_plugin->ctx, &a, &e->model, err, err_len) != 0) goto fail;
   e->info.struct_size = sizeof e->info;
@@ -321,6 +360,24 @@ int mi_generate(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_
   if (!smp || !logits || !hist || !top_ids || !top_lps || !tok_text || !pend) {
     snprintf(err, err_len, "out of memory");
     goto done;
+  }
+  if (e->mem_host && e->mem_avail) {
+    /* the KV cache (and fixed state) on top of what the session holds now */
+    uint64_t now = mi_mem_rss(), used = now > e->rss_start ? now - e->rss_start : 0;
+    double kv = (double)e->info.state_bytes_token * (double)n_ctx + (double)e->info.state_bytes_fixed;
+    if ((double)used + kv > (double)e->mem_avail) {
+      char need[32], kvs[32], inuse[32], have[32];
+      mi_mem_gib((uint64_t)((double)used + kv), need, sizeof need);
+      mi_mem_gib((uint64_t)kv, kvs, sizeof kvs);
+      mi_mem_gib(used, inuse, sizeof inuse);
+      mi_mem_gib(e->mem_avail, have, sizeof have);
+      snprintf(err, err_len,
+               "%s: needs %s (KV cache for %lld tokens: %s, model: %s), %s available (%s); "
+               "lower -c%s",
+               e->model_dir, need, (long long)n_ctx, kvs, inuse, have, e->mem_source,
+               strcmp(e->mem_source, "--mem-limit") ? " or override with --mem-limit" : "");
+      goto done;
+    }
   }
   if (e->M->seq_create(e->model, n_ctx, &seq, err, err_len) != 0) goto done;
   memcpy(hist, prompt, n_prompt * sizeof(int32_t));
