@@ -316,6 +316,19 @@ static size_t stop_holdback(const char *text, size_t n, const char *const *stop,
   return best;
 }
 
+/* 0 when a NaN or an infinity is among the logits (exponent bits all
+ * ones): a branch-free integer OR over the row, which compilers vectorise
+ * (~20 us for 152k logits), once per step. */
+static int logits_finite(const float *l, int64_t n) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t b;
+    memcpy(&b, &l[i], sizeof b);
+    bad |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
+  }
+  return !bad;
+}
+
 int mi_generate(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_gen_params *p,
                 mi_gen_cb cb, void *user, mi_gen_stats *st, char *err, size_t err_len) {
   memset(st, 0, sizeof *st);
@@ -389,6 +402,12 @@ int mi_generate(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_
   if (e->M->forward(e->model, seq, prompt, (int64_t)n_prompt, logits, 0, err, err_len) != 0)
     goto done;
   st->prefill_s = mi_now_seconds() - t0;
+  if (!logits_finite(logits, V)) {
+    snprintf(err, err_len,
+             "%s: step 0 (prefill): the logits are not finite (NaN or infinity): broken weights?",
+             e->model_dir);
+    goto done;
+  }
   double t_first = 0;
   st->stop_reason = "length";
   for (int64_t step = 0; p->n_predict < 0 || step < p->n_predict; step++) {
@@ -458,6 +477,12 @@ int mi_generate(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_
       break;
     }
     if (e->M->forward(e->model, seq, &id, 1, logits, 0, err, err_len) != 0) goto done;
+    if (!logits_finite(logits, V)) {
+      snprintf(err, err_len,
+               "%s: step %lld: the logits are not finite (NaN or infinity): broken weights?",
+               e->model_dir, (long long)step + 1);
+      goto done;
+    }
   }
   if (st->n_gen > 0) st->decode_s = mi_now_seconds() - t_first;
   /* whatever was held back (a partial stop-string prefix, a partial UTF-8 tail) */
