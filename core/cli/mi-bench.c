@@ -459,7 +459,7 @@ int main(int argc, char **argv) {
           printf(" | %11.1f %10.2f | %6.2fx %6.2fx", mp_pre, mp_dec, mp_pre > 0 ? m_pre / mp_pre : 0,
                  mp_dec > 0 ? m_dec / mp_dec : 0);
         printf("\n");
-        fflush(stdout);
+        (void)mi_out_flush_stdout(); /* a failure is reported at exit, with its errno */
       }
     }
   }

@@ -434,7 +434,7 @@ int main(int argc, char **argv) {
     json_object_set_new(first, "prompt_ids", arr);
     char *s = json_dumps(first, JSON_COMPACT);
     printf("%s\n", s);
-    fflush(stdout);
+    (void)mi_out_flush_stdout();
     free(s);
     json_decref(first);
   }
@@ -451,7 +451,7 @@ int main(int argc, char **argv) {
     fputs(st.tail, stdout);
     fputc('\n', stdout);
   }
-  fflush(stdout);
+  (void)mi_out_flush_stdout();
   if (stats && !quiet) {
     double pre_tps = st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0;
     double dec_tps = st.n_gen > 1 && st.decode_s > 0 ? (st.n_gen - 1) / st.decode_s : 0;

@@ -25,21 +25,31 @@ void mi_out_init(void) {
 
 int mi_out_stdout_failed(void) { return g_stdout_closed || g_stdout_errno || ferror(stdout); }
 
+/* The errno of a failed flush. A write that failed earlier, inside printf,
+ * left only the error flag: clear it and flush again, so the retried
+ * write says why (ENOSPC, EBADF, EPIPE, ...). */
+static int flush_errno(void) {
+  errno = 0;
+  if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+  int e = errno;
+  if (!e) {
+    clearerr(stdout);
+    errno = 0;
+    if (fflush(stdout) != 0) e = errno;
+  }
+  return e ? e : EIO;
+}
+
 int mi_out_flush_stdout(void) {
   if (g_stdout_closed) return -1;
-  if (fflush(stdout) != 0 || ferror(stdout)) {
-    if (!g_stdout_errno) g_stdout_errno = errno ? errno : EIO;
-    return -1;
-  }
-  return 0;
+  int e = g_stdout_errno ? 0 : flush_errno();
+  if (e) g_stdout_errno = e;
+  return g_stdout_errno ? -1 : 0;
 }
 
 int mi_out_finish(const char *prog, int rc) {
   int lost = g_stdout_closed;
-  errno = 0;
-  if (fflush(stdout) != 0 || ferror(stdout)) {
-    if (!g_stdout_errno) g_stdout_errno = errno ? errno : EIO;
-  }
+  if (!g_stdout_closed) (void)mi_out_flush_stdout();
   errno = 0;
   if (fclose(stdout) != 0 && !g_stdout_errno) g_stdout_errno = errno ? errno : EIO;
   if (g_stdout_closed)
