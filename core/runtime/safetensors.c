@@ -750,7 +750,8 @@ mi_weights *mi_weights_open_ex(const char *model_dir, mi_weights_load how, char 
     seterr(err, err_len, model_dir, "cannot access: %s", strerror(errno));
     return NULL;
   }
-  if (S_ISREG(st.st_mode)) return open_single(model_dir, how, err, err_len);
+  /* a file, or anything that is not a folder (the opener refuses a FIFO or a device) */
+  if (!S_ISDIR(st.st_mode)) return open_single(model_dir, how, err, err_len);
   char p[4096];
   if (path_join(p, sizeof p, model_dir, "model.safetensors")) {
     seterr(err, err_len, model_dir, "path too long");

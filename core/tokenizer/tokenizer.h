@@ -61,8 +61,9 @@ typedef struct mi_tokenizer mi_tokenizer;
  * tokenizer.json pattern must not take minutes): each pcre2_match gets
  * MIN + PER_BYTE x (bytes it can still see) steps (PCRE2's match and depth
  * limits; at most MAX, PCRE2's own default), and the call as a whole
- * SECONDS, plus SECONDS per MiB of text (measured: the real Qwen3 pattern needs
- * ~0.1 s for 1 MiB). Past either: MI_TOK_EREGEX. */
+ * SECONDS, plus SECONDS per MiB of text. Past either: MI_TOK_EREGEX.
+ * (Measured: "(?:a|aa){1,18}c|[\s\S]" over 3000 'a' stays under every
+ * per-match limit and took 15 s; it now stops at the 5 s budget.) */
 #define MI_TOK_REGEX_MIN_STEPS 100000u
 #define MI_TOK_REGEX_STEPS_PER_BYTE 256u
 #define MI_TOK_REGEX_MAX_STEPS 10000000u
