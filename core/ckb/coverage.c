@@ -101,7 +101,7 @@ int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform
   *out = NULL;
   char cfg_path[4096];
   snprintf(cfg_path, sizeof cfg_path, "%s/config.json", model_dir);
-  json_t *cfg = mi_file_load_json(cfg_path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err,
+  json_t *cfg = mi_file_load_json(cfg_path, 0, MI_CONFIG_JSON_MAX_BYTES, "config file", 0, err,
                                   err_len);
   if (!cfg) return -1;
   json_t *archs = json_object_get(cfg, "architectures");

@@ -81,7 +81,7 @@ int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, c
   *out = NULL;
   char path[4096];
   snprintf(path, sizeof path, "%s/config.json", model_dir);
-  json_t *config = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err,
+  json_t *config = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config file", 0, err,
                                      err_len);
   if (!config) return -1;
   const mi_ckb_entry *model = mi_ckb_find_model(c, json_object_get(config, "architectures"));
