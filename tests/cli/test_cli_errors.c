@@ -434,6 +434,9 @@ START_TEST(chat_template_from_model_folder) {
   ck_assert_int_ne(r.status, 0);
   ck_assert_msg(strstr(r.err, "declares no chat_template"), "stderr: %s", r.err);
   ck_assert_msg(r.out[0] == 0, "stdout: %s", r.out);
+}
+END_TEST
+
 /* ---- issue 18: hostile inputs, round two -------------------------------- */
 
 /* A FIFO in place of each file mi-run reads from a model directory: one
