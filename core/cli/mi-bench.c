@@ -27,6 +27,8 @@ extern char **environ;
 #include "core/runtime/session.h"
 #include "core/runtime/host.h"
 #include "core/runtime/loader.h"
+#include "core/util/num.h"
+#include "core/util/out.h"
 
 #define MAX_CELLS 8
 #define MAX_WINDOWS 64 /* decode-by-position points per cell */
@@ -60,9 +62,8 @@ static int parse_list(const char *s, int *out, int *n) {
   *n = 0;
   char *dup = strdup(s), *save = NULL;
   for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    char *end;
-    long v = strtol(t, &end, 10);
-    if (*end || v < 1 || v > 1 << 20 || *n == MAX_CELLS) {
+    int64_t v;
+    if (mi_parse_i64(t, 1, 1 << 20, &v) || *n == MAX_CELLS) {
       free(dup);
       return -1;
     }
@@ -335,6 +336,7 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   bench_opts o = {.repeats = 3, .seed = 1, .peer_script = "tools/bench/llamacpp_bench.mjs"};
   o.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  mi_out_init();
   parse_list("11,256,1021", o.prompts, &o.n_prompts);
   parse_list("256,1024,2048", o.gens, &o.n_gens);
   enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED, O_KVT, O_JFILE, O_MMAP, O_NOMMAP };
@@ -354,20 +356,32 @@ int main(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, ":m:t:p:g:r:h", lopts, NULL)) != -1) {
     switch (c) {
     case 'm': o.model_dir = optarg; break;
-    case 't': o.threads = atoi(optarg); break;
+    case 't': {
+      int64_t v;
+      if (mi_opt_i64("mi-bench", "--threads", optarg, 1, 1024, &v)) return 2;
+      o.threads = (int)v;
+      break;
+    }
     case 'p':
       if (parse_list(optarg, o.prompts, &o.n_prompts)) goto bad_list;
       break;
     case 'g':
       if (parse_list(optarg, o.gens, &o.n_gens)) goto bad_list;
       break;
-    case 'r': o.repeats = atoi(optarg); break;
+    case 'r': {
+      int64_t v;
+      if (mi_opt_i64("mi-bench", "--repeats", optarg, 1, 100, &v)) return 2;
+      o.repeats = (int)v;
+      break;
+    }
     case O_JSON: o.json = 1; break;
     case O_PEER: o.peer = 1; o.peer_gguf = optarg; break;
     case O_PSCRIPT: o.peer_script = optarg; break;
     case O_PDIR: o.plugin_dir = optarg; break;
     case O_PLAT: o.platform = optarg; break;
-    case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
+    case O_SEED:
+      if (mi_opt_u64("mi-bench", "--seed", optarg, 0, UINT64_MAX, &o.seed)) return 2;
+      break;
     case O_KVT: o.kv_type = optarg; break;
     case O_JFILE: o.json_file = optarg; break;
     case O_MMAP: o.weights = MI_SESSION_WEIGHTS_MMAP; break;
@@ -498,7 +512,7 @@ int main(int argc, char **argv) {
           printf(" | %11.1f %10.2f | %6.2fx %6.2fx", mp_pre, mp_dec, mp_pre > 0 ? m_pre / mp_pre : 0,
                  mp_dec > 0 ? m_dec / mp_dec : 0);
         printf("\n");
-        fflush(stdout);
+        (void)mi_out_flush_stdout(); /* a failure is reported at exit, with its errno */
       }
     }
   }
@@ -511,15 +525,20 @@ int main(int argc, char **argv) {
   json_decref(root);
   if (o.json && js) puts(js);
   if (o.json_file && js) {
-    FILE *f = fopen(o.json_file, "w");
-    if (!f || fputs(js, f) < 0 || fputc('\n', f) < 0) {
-      fprintf(stderr, "mi-bench: %s: cannot write: %s\n", o.json_file, strerror(errno));
+    /* whole or not at all: a temp file, every write checked, renamed */
+    char werr[1200];
+    size_t jl = strlen(js);
+    js[jl] = '\n'; /* json_dumps' NUL becomes the final newline */
+    if (mi_out_write_file(o.json_file, js, jl + 1, werr, sizeof werr) != 0) {
+      fprintf(stderr, "mi-bench: %s\n", werr);
       failures++;
     }
-    if (f && fclose(f) != 0) failures++;
+  } else if (o.json_file) {
+    fprintf(stderr, "mi-bench: %s: nothing written: out of memory\n", o.json_file);
+    failures++;
   }
   free(js);
-  return failures ? 1 : 0;
+  return mi_out_finish("mi-bench", failures ? 1 : 0);
 bad_list:
   fprintf(stderr, "mi-bench: %s expects a comma-separated list of positive integers\n",
           argv[optind - 1]);

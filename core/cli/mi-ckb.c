@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/ckb/ckb.h"
+#include "core/util/out.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -204,11 +205,12 @@ static int cmd_put(const char *dir, int argc, char **argv, mi_ckb_put_mode mode)
 int main(int argc, char **argv) {
   const char *dir = NULL;
   int i = 1;
+  mi_out_init();
   for (; i < argc && argv[i][0] == '-'; i++) {
     if (!strcmp(argv[i], "--ckb") && i + 1 < argc) dir = argv[++i];
     else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       usage(stdout);
-      return 0;
+      return mi_out_finish("mi-ckb", 0);
     } else {
       fprintf(stderr, "mi-ckb: unknown option '%s'\n", argv[i]);
       usage(stderr);
@@ -248,5 +250,5 @@ int main(int argc, char **argv) {
     rc = 1;
   }
   mi_ckb_close(c);
-  return rc;
+  return mi_out_finish("mi-ckb", rc);
 }

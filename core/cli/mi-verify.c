@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "core/ckb/ckb.h"
+#include "core/util/num.h"
+#include "core/util/out.h"
 #include "core/verify/verify.h"
 #include "mi/host.h"
 
@@ -159,6 +161,7 @@ int main(int argc, char **argv) {
   const char *model_id = NULL, *model_dir = NULL, *model_plugin = NULL, *goldens = NULL;
   int stage = 1, verbose = 0, have_seed = 0;
   uint64_t seed = 0;
+  mi_out_init();
   double timeout = -1, cpu = -1;
   long mem = -1;
   mi_kv kv[32];
@@ -177,14 +180,16 @@ int main(int argc, char **argv) {
     case 'P': plugin = optarg; break;
     case 'C': ckb_dir = optarg; break;
     case 'p': platform = optarg; break;
-    case 's': stage = atoi(optarg); break;
+    case 's': {
+      int64_t v;
+      if (mi_opt_i64("mi-verify", "--stage", optarg, 1, 6, &v)) return 2;
+      stage = (int)v;
+      break;
+    }
     case 'O': only = optarg; break;
     case 'S':
-      seed = strtoull(optarg, &end, 0);
-      if (!end || *end || seed >= (1ull << 63)) {
-        fprintf(stderr, "mi-verify: --seed: '%s' is not an integer in [0, 2^63)\n", optarg);
-        return 2;
-      }
+      (void)end;
+      if (mi_opt_u64("mi-verify", "--seed", optarg, 0, (1ull << 63) - 1, &seed)) return 2;
       have_seed = 1;
       break;
     case 'r': report = optarg; break;
@@ -192,9 +197,19 @@ int main(int argc, char **argv) {
     case 'D': model_dir = optarg; break;
     case 'L': model_plugin = optarg; break;
     case 'G': goldens = optarg; break;
-    case 't': timeout = atof(optarg); break;
-    case 'c': cpu = atof(optarg); break;
-    case 'm': mem = atol(optarg); break;
+    /* a limit read as 0 would remove it: strictly parsed, never 0 */
+    case 't':
+      if (mi_opt_double("mi-verify", "--timeout", optarg, 0.001, 86400, &timeout)) return 2;
+      break;
+    case 'c':
+      if (mi_opt_double("mi-verify", "--cpu-limit", optarg, 0.001, 86400, &cpu)) return 2;
+      break;
+    case 'm': {
+      int64_t v;
+      if (mi_opt_i64("mi-verify", "--mem-limit", optarg, 1, (int64_t)1 << 30, &v)) return 2;
+      mem = (long)v;
+      break;
+    }
     case 'v': verbose = 1; break;
     case 'o': {
       char *eq = strchr(optarg, '=');
@@ -431,13 +446,18 @@ int main(int argc, char **argv) {
   rc = pass ? 0 : 1;
 
 write:
-  if (report && json_dump_file(rep, report, JSON_INDENT(2)) != 0) {
-    fprintf(stderr, "mi-verify: %s: cannot write the report\n", report);
-    if (rc == 0) rc = 2;
+  if (report) { /* whole or not at all: temp file, checked writes, rename */
+    char *js = json_dumps(rep, JSON_INDENT(2));
+    char werr[1200] = "out of memory";
+    if (!js || mi_out_write_file(report, js, strlen(js), werr, sizeof werr) != 0) {
+      fprintf(stderr, "mi-verify: %s: cannot write the report: %s\n", report, werr);
+      if (rc == 0) rc = 2;
+    }
+    free(js);
   }
   json_decref(probe);
   json_decref(rep);
   json_decref(o.operators);
   mi_ckb_close(c);
-  return rc;
+  return mi_out_finish("mi-verify", rc);
 }

@@ -20,6 +20,11 @@ typedef struct mi_session_opts {
    * pages when the platform's kernels use host memory directly (the CPU),
    * and maps the files otherwise (a GPU uploads them anyway). */
   int weights; /* MI_SESSION_WEIGHTS_* */
+  /* Host memory the session may use, in bytes (--mem-limit); 0: what the
+   * machine has now (MemAvailable, or the cgroup's memory.max minus its
+   * usage when lower). Weights, scratch and the KV cache are estimated
+   * against it before they are allocated. */
+  uint64_t mem_limit;
 } mi_session_opts;
 
 #define MI_SESSION_WEIGHTS_AUTO 0
@@ -42,6 +47,11 @@ typedef struct mi_session {
   int32_t eos_ids[8];  /* end-of-generation tokens */
   int n_eos;
   double load_seconds;
+  /* memory accounting (host-memory platforms): what may be used, from
+   * where, and the RSS when the session started */
+  int mem_host;
+  uint64_t mem_avail, rss_start;
+  const char *mem_source;
 } mi_session;
 
 /* Opens DIR/config.json, picks the model plugin by "architectures", opens

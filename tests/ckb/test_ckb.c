@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/ckb/ckb.h"
@@ -737,6 +738,21 @@ START_TEST(entry_file_too_big) {
 }
 END_TEST
 
+/* A FIFO in place of an entry is a load error naming it, not a wait. */
+START_TEST(entry_is_a_fifo) {
+  char *dir = copy_ckb();
+  char p[4200];
+  snprintf(p, sizeof p, "%s/operators/fifo.json", dir);
+  ck_assert_int_eq(mkfifo(p, 0644), 0);
+  alarm(60);
+  diags d;
+  validate_dir(dir, &d);
+  alarm(0);
+  expect_line(&d, "operators/fifo.json", "not a regular file (a FIFO)");
+  remove_tree(dir);
+}
+END_TEST
+
 /* ---------- expressions and versions ---------- */
 
 static int lk(void *user, const char *name, size_t len, int64_t *out) {
@@ -858,6 +874,7 @@ int main(void) {
   tcase_add_test(t, field_name_with_newline);
   tcase_add_test(t, expression_too_deep);
   tcase_add_test(t, entry_file_too_big);
+  tcase_add_test(t, entry_is_a_fifo);
   tcase_add_test(t, versions);
   suite_add_tcase(s, t);
   SRunner *r = srunner_create(s);

@@ -149,6 +149,50 @@ START_TEST(peer_path_reaches_no_shell) {
 }
 END_TEST
 
+/* Issue 18: --json-file that cannot be written is an error with the file
+ * and errno (not exit 0 with nothing written), stdout on a full disk too;
+ * a good one is complete JSON and leaves no temp file. */
+START_TEST(json_file_errors) {
+  char cmd[4096], out[8192];
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-mkmodel' --shape tiny --seed 9 --out '%s/tests/bench-tiny2' >/dev/null && "
+           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny2' -p 11 -g 4 -r 1 -t 2 "
+           "--json-file /nonexistent-dir/b.json </dev/null >/dev/null 2>'%s/tests/bench-err.txt'; "
+           "echo status=$?; cat '%s/tests/bench-err.txt'",
+           g_build, g_build, g_build, g_build, g_build, g_build);
+  FILE *p = popen(cmd, "r");
+  ck_assert(p);
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = 0;
+  pclose(p);
+  ck_assert_msg(strstr(out, "status=1"), "%s", out);
+  ck_assert_msg(strstr(out, "mi-bench: /nonexistent-dir/b.json: cannot write: No such file or directory"),
+                "%s", out);
+
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny2' -p 11 -g 4 -r 1 -t 2 "
+           "--json-file '%s/tests/bench-ok.json' </dev/null >/dev/full 2>'%s/tests/bench-err.txt'; "
+           "echo status=$?; cat '%s/tests/bench-err.txt'; ls '%s/tests' | grep -c 'bench-ok.json.tmp'",
+           g_build, g_build, g_build, g_build, g_build, g_build);
+  p = popen(cmd, "r");
+  ck_assert(p);
+  n = fread(out, 1, sizeof out - 1, p);
+  out[n] = 0;
+  pclose(p);
+  ck_assert_msg(strstr(out, "status=1"), "%s", out);
+  ck_assert_msg(strstr(out, "mi-bench: standard output: write failed: No space left on device"), "%s",
+                out);
+  ck_assert_msg(strstr(out, "\n0\n"), "a temp file was left: %s", out);
+  char jp[1200];
+  snprintf(jp, sizeof jp, "%s/tests/bench-ok.json", g_build);
+  json_error_t je;
+  json_t *j = json_load_file(jp, 0, &je);
+  ck_assert_msg(j, "%s: %s", jp, je.text);
+  ck_assert_int_eq(json_array_size(json_object_get(j, "cells")), 1);
+  json_decref(j);
+}
+END_TEST
+
 int main(void) {
   const char *b = getenv("MI_BUILD_DIR");
   snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
@@ -157,6 +201,7 @@ int main(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, one_cell_json);
   tcase_add_test(tc, peer_path_reaches_no_shell);
+  tcase_add_test(tc, json_file_errors);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
