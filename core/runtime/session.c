@@ -205,6 +205,7 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
   /* End-of-generation tokens, as the model folder declares them:
    * generation_config.json and config.json "eos_token_id" (an id or a
    * list), and tokenizer_config.json "eos_token". */
+  snprintf(path, sizeof path, "%s/config.json", o->model_dir);
   if (add_eos_field(e, cfg, path, err, err_len) != 0) goto fail;
   snprintf(path, sizeof path, "%s/generation_config.json", o->model_dir);
   if (stat(path, &cst) == 0) {
