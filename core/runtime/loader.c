@@ -153,7 +153,8 @@ static size_t iface_min_size(int kind) {
   switch (kind) {
   case MI_PLUGIN_PLATFORM: return PLATFORM_IFACE_SIZE_1_0;
   case MI_PLUGIN_MODEL: return MODEL_IFACE_SIZE_1_0;
-  default: return sizeof(uint32_t); /* agent/engine: no ABI struct yet beyond struct_size */
+  case MI_PLUGIN_ENGINE: return MODEL_IFACE_SIZE_1_0; /* mi/engine.h: starts with a model iface */
+  default: return sizeof(uint32_t); /* agent: struct_size, then mi/agent.h */
   }
 }
 
