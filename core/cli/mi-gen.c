@@ -117,9 +117,32 @@ static json_t *call_agent(mi_bb *bb, const char *role, const char *strategy, jso
   return o.result;
 }
 
+/* Would `patch` change the model contract (with `applied` already on it)? */
+static int patch_changes(json_t *model, json_t *applied, json_t *patch) {
+  static const char *const secs[] = {"prologue", "layer_sequence", "epilogue"};
+  const char *op = json_string_value(json_object_get(patch, "operator"));
+  const char *arg = json_string_value(json_object_get(patch, "arg"));
+  const char *val = json_string_value(json_object_get(patch, "value"));
+  for (int s = 0; s < 3; s++) {
+    size_t i;
+    json_t *st;
+    json_array_foreach(json_object_get(model, secs[s]), i, st) {
+      if (!op || strcmp(json_string_value(json_object_get(st, "operator")) ?: "", op)) continue;
+      const char *cur = json_string_value(json_object_get(json_object_get(st, "args"), arg ? arg : ""));
+      size_t k;
+      json_t *a;
+      json_array_foreach(applied, k, a) if (!strcmp(json_string_value(json_object_get(a, "operator")) ?: "", op) &&
+                                            !strcmp(json_string_value(json_object_get(a, "arg")) ?: "", arg ? arg : ""))
+          cur = json_string_value(json_object_get(a, "value"));
+      if (cur && val && strcmp(cur, val)) return 1;
+    }
+  }
+  return 0;
+}
+
 /* Repairs the failure-mode contracts propose for a failed stage's test
  * contract, in CKB order, not yet tried. */
-static json_t *repairs_for(const mi_ckb *c, const char *test_id, json_t *tried) {
+static json_t *repairs_for(const mi_ckb *c, const char *test_id, json_t *tried, json_t *model, json_t *applied) {
   json_t *out = json_array();
   for (size_t i = 0; i < mi_ckb_count(c); i++) {
     const mi_ckb_entry *e = mi_ckb_at(c, i);
@@ -132,6 +155,7 @@ static json_t *repairs_for(const mi_ckb *c, const char *test_id, json_t *tried) 
     int done = 0;
     json_array_foreach(tried, k, d) if (!strcmp(json_string_value(d), e->id)) done = 1;
     if (done) continue;
+    if (!patch_changes(model, applied, json_object_get(e->json, "repair"))) continue; /* already so */
     json_t *r = json_deep_copy(json_object_get(e->json, "repair"));
     json_object_del(r, "note");
     json_object_set_new(r, "why", json_sprintf("repair from %s@%s", e->id, e->version));
@@ -470,7 +494,7 @@ int main(int argc, char **argv) {
     snprintf(why, sizeof why, "verification failed at stage %s (%s)", json_string_value(json_object_get(ver, "failed_stage")) ?: "?",
              ftest ?: "no test contract");
     if (candidate) break;
-    json_t *reps = repairs_for(c, ftest, tried);
+    json_t *reps = repairs_for(c, ftest, tried, me->json, patches);
     if (!json_array_size(reps)) {
       fprintf(stderr, "mi-gen: no failure mode in the CKB proposes a repair for %s\n", ftest ?: "this failure");
       json_decref(reps);
