@@ -46,6 +46,7 @@ static void usage(FILE *f) {
           "  --time-budget S      wall-clock budget in seconds (default 1800)\n"
           "  --candidate FILE.c   review and verify this source instead of composing one\n"
           "  --seed N             the verifier's master seed (default: random)\n"
+          "  --goldens DIR        stage 4's llama.cpp goldens (default: tests/goldens of the source tree)\n"
           "  -t, --threads N      verifier threads for the platform (default 0: one per core)\n"
           "exit: 0 ok, 2 usage, 3 not covered, 4 verification failed or budget spent,\n"
           "      5 unknown platform, 6 dtype not offered, 7 TP does not divide the heads, 8 bad --perf\n");
@@ -166,6 +167,7 @@ static json_t *repairs_for(const mi_ckb *c, const char *test_id, json_t *tried, 
 
 int main(int argc, char **argv) {
   const char *model = NULL, *platform = NULL, *dtype = NULL, *out = NULL, *kv = "f32", *perf = NULL;
+  const char *goldens = NULL;
   const char *ckb_dir = NULL, *run_dir = NULL, *resume = NULL, *cons_file = NULL, *candidate = NULL;
   int tp = 0, max_iter = 4, threads = 0;
   double budget = 1800;
@@ -175,7 +177,7 @@ int main(int argc, char **argv) {
       {"out", 1, 0, 'o'},            {"kv-type", 1, 0, 'k'},     {"perf", 1, 0, 'P'},    {"ckb", 1, 0, 'C'},
       {"run-dir", 1, 0, 'r'},        {"resume", 1, 0, 'R'},      {"constraints", 1, 0, 'c'},
       {"max-iterations", 1, 0, 'i'}, {"time-budget", 1, 0, 'b'}, {"candidate", 1, 0, 'x'},
-      {"seed", 1, 0, 's'},           {"threads", 1, 0, 't'},     {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+      {"seed", 1, 0, 's'},           {"threads", 1, 0, 't'},     {"goldens", 1, 0, 'G'},     {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "t:h", longs, NULL)) != -1) {
     switch (ch) {
@@ -195,6 +197,7 @@ int main(int argc, char **argv) {
     case 'x': candidate = optarg; break;
     case 's': seed = atoll(optarg); break;
     case 't': threads = atoi(optarg); break;
+    case 'G': goldens = optarg; break;
     case 'h': usage(stdout); return EX_OK;
     default: usage(stderr); return EX_USAGE;
     }
@@ -467,7 +470,11 @@ int main(int argc, char **argv) {
     snprintf(cpu, sizeof cpu, "%s/../lib/metainfer/libmi-%s.so", g_exe_dir, json_string_value(json_object_get(pe->json, "plugin")));
     snprintf(mv, sizeof mv, "%s/mi-verify", g_exe_dir);
     snprintf(mr, sizeof mr, "%s/mi-run", g_exe_dir);
-    snprintf(gold, sizeof gold, "%s/../tests/goldens", ckb_abs);
+    if (goldens) snprintf(gold, sizeof gold, "%s", goldens);
+    else {
+      snprintf(gold, sizeof gold, "%s/../../tests/goldens", g_exe_dir); /* a build folder in the source tree */
+      if (access(gold, R_OK) != 0) snprintf(gold, sizeof gold, "%s/../tests/goldens", ckb_abs);
+    }
     t = json_pack("{s:s, s:s, s:O, s:s, s:I, s:i, s:{s:s, s:s, s:s, s:s, s:s}}", "source", src, "engine_name", engine_name,
                   "constraints", cons, "model_dir", model_abs, "seed", (json_int_t)seed, "threads", threads, "tools", "sdk_include",
                   sdk, "platform_plugin", cpu, "mi_verify", mv, "mi_run", mr, "goldens", gold);
@@ -491,8 +498,11 @@ int main(int argc, char **argv) {
     }
     failed_msg = "verification";
     const char *ftest = json_string_value(json_object_get(ver, "failed_test_contract"));
-    snprintf(why, sizeof why, "verification failed at stage %s (%s)", json_string_value(json_object_get(ver, "failed_stage")) ?: "?",
-             ftest ?: "no test contract");
+    const char *fmsg = NULL;
+    json_array_foreach(stages, i, v) if (!fmsg && !strcmp(json_string_value(json_object_get(v, "verdict")) ?: "", "FAIL"))
+        fmsg = json_string_value(json_object_get(v, "message"));
+    snprintf(why, sizeof why, "verification failed at stage %s (%s): %.600s", json_string_value(json_object_get(ver, "failed_stage")) ?: "?",
+             ftest ?: "no test contract", fmsg ?: "no message");
     if (candidate) break;
     json_t *reps = repairs_for(c, ftest, tried, me->json, patches);
     if (!json_array_size(reps)) {
