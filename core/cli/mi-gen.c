@@ -46,6 +46,7 @@ static void usage(FILE *f) {
           "  --time-budget S      wall-clock budget in seconds (default 1800)\n"
           "  --candidate FILE.c   review and verify this source instead of composing one\n"
           "  --seed N             the verifier's master seed (default: random)\n"
+          "  --verify-timeout S   mi-verify's per-unit limit (raise it for large shapes)\n"
           "  --goldens DIR        stage 4's llama.cpp goldens (default: tests/goldens of the source tree)\n"
           "  -t, --threads N      verifier threads for the platform (default 0: one per core)\n"
           "exit: 0 ok, 2 usage, 3 not covered, 4 verification failed or budget spent,\n"
@@ -168,6 +169,7 @@ static json_t *repairs_for(const mi_ckb *c, const char *test_id, json_t *tried, 
 int main(int argc, char **argv) {
   const char *model = NULL, *platform = NULL, *dtype = NULL, *out = NULL, *kv = "f32", *perf = NULL;
   const char *goldens = NULL;
+  double vtimeout = 0;
   const char *ckb_dir = NULL, *run_dir = NULL, *resume = NULL, *cons_file = NULL, *candidate = NULL;
   int tp = 0, max_iter = 4, threads = 0;
   double budget = 1800;
@@ -177,7 +179,7 @@ int main(int argc, char **argv) {
       {"out", 1, 0, 'o'},            {"kv-type", 1, 0, 'k'},     {"perf", 1, 0, 'P'},    {"ckb", 1, 0, 'C'},
       {"run-dir", 1, 0, 'r'},        {"resume", 1, 0, 'R'},      {"constraints", 1, 0, 'c'},
       {"max-iterations", 1, 0, 'i'}, {"time-budget", 1, 0, 'b'}, {"candidate", 1, 0, 'x'},
-      {"seed", 1, 0, 's'},           {"threads", 1, 0, 't'},     {"goldens", 1, 0, 'G'},     {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+      {"seed", 1, 0, 's'},           {"threads", 1, 0, 't'},     {"goldens", 1, 0, 'G'}, {"verify-timeout", 1, 0, 'V'},     {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "t:h", longs, NULL)) != -1) {
     switch (ch) {
@@ -198,6 +200,7 @@ int main(int argc, char **argv) {
     case 's': seed = atoll(optarg); break;
     case 't': threads = atoi(optarg); break;
     case 'G': goldens = optarg; break;
+    case 'V': vtimeout = atof(optarg); break;
     case 'h': usage(stdout); return EX_OK;
     default: usage(stderr); return EX_USAGE;
     }
@@ -478,7 +481,8 @@ int main(int argc, char **argv) {
     t = json_pack("{s:s, s:s, s:O, s:s, s:I, s:i, s:{s:s, s:s, s:s, s:s, s:s}}", "source", src, "engine_name", engine_name,
                   "constraints", cons, "model_dir", model_abs, "seed", (json_int_t)seed, "threads", threads, "tools", "sdk_include",
                   sdk, "platform_plugin", cpu, "mi_verify", mv, "mi_run", mr, "goldens", gold);
-    ver = call_agent(bb, "verifier", "stages", t, ckb_abs, 1200, &rt, why, sizeof why);
+    if (vtimeout > 0) json_object_set_new(t, "unit_timeout", json_real(vtimeout));
+    ver = call_agent(bb, "verifier", "stages", t, ckb_abs, vtimeout > 0 ? 600 + 20 * vtimeout : 1800, &rt, why, sizeof why);
     json_decref(t);
     if (!ver) break;
     json_t *stages = json_object_get(ver, "stages");

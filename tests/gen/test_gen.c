@@ -209,6 +209,27 @@ static void broken_source(const char *name, const char *from, const char *to, ch
   free(s);
 }
 
+/* the generated source with several edits, each applied once */
+static void edited_source(const char *name, const char *const *edits, char *out, size_t n) {
+  char p[1400];
+  snprintf(p, sizeof p, "%s/engine.c", g_out);
+  char *s = slurp(p);
+  for (int i = 0; edits[i]; i += 2) {
+    char *hit = strstr(s, edits[i]);
+    ck_assert_msg(hit != NULL, "the generated source has no \"%s\"", edits[i]);
+    size_t need = strlen(s) - strlen(edits[i]) + strlen(edits[i + 1]) + 1;
+    char *t = malloc(need);
+    snprintf(t, need, "%.*s%s%s", (int)(hit - s), s, edits[i + 1], hit + strlen(edits[i]));
+    free(s);
+    s = t;
+  }
+  snprintf(out, n, "%s/%s.c", g_tmp, name);
+  FILE *f = fopen(out, "w");
+  fputs(s, f);
+  fclose(f);
+  free(s);
+}
+
 static res gen_candidate(const char *src, const char *out, const char *run_dir) {
   const char *a[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "1", "--out", out, "--ckb", g_ckb,
                      "--candidate", src, "--run-dir", run_dir, "--seed", "9", "-t", "2", NULL};
@@ -295,6 +316,29 @@ START_TEST(test_wrong_math_and_fake_pass) {
   char man[1500];
   snprintf(man, sizeof man, "%s/manifest.json", out);
   ck_assert_int_ne(access(man, F_OK), 0);
+  res_free(&r);
+}
+END_TEST
+
+/* An engine that recomputes its whole prefix at every decode step: right
+ * answers (stages 1-5 and the deployment run pass), but its decode cost
+ * grows with the context; the default decode-growth gate (6d) fails it. */
+START_TEST(test_recompute_prefix_fails_gate) {
+  ck_assert_int_eq(g_gen_rc, 0);
+  static const char *const edits[] = {
+      "struct mi_seq {\n  int64_t n_ctx, len;", "struct mi_seq {\n  int64_t n_ctx, len;\n  int32_t *hist; /* every token so far */",
+      "  memset(s, 0, sizeof *s);\n  s->n_ctx = n_ctx;",
+      "  memset(s, 0, sizeof *s);\n  s->n_ctx = n_ctx;\n  s->hist = m->host->alloc((size_t)n_ctx * sizeof(int32_t), 64);",
+      "  for (int64_t done = 0; done < n;) {",
+      "  memcpy(s->hist + s->len, ids, (size_t)n * sizeof(int32_t));\n  if (!all_logits) {\n    n += s->len;\n    ids = s->hist;\n    s->len = 0;\n  }\n  for (int64_t done = 0; done < n;) {",
+      NULL};
+  char src[1400], out[1400], rd[1400];
+  edited_source("recompute", edits, src, sizeof src);
+  snprintf(out, sizeof out, "%s/out-recompute", g_tmp);
+  snprintf(rd, sizeof rd, "%s/run-recompute", g_tmp);
+  res r = gen_candidate(src, out, rd);
+  ck_assert_msg(r.rc == 4, "exit %d\n%s", r.rc, r.err);
+  ck_assert_msg(strstr(r.err, "stage 4d") && strstr(r.err, "verification failed at stage 6d"), "%s", r.err);
   res_free(&r);
 }
 END_TEST
@@ -389,6 +433,7 @@ int main(void) {
   tcase_add_test(t, test_engine_refuses_other_config);
   tcase_add_test(t, test_broken_sources_rejected_by_review);
   tcase_add_test(t, test_wrong_math_and_fake_pass);
+  tcase_add_test(t, test_recompute_prefix_fails_gate);
   tcase_add_test(t, test_bad_constraints);
   tcase_add_test(t, test_resume_same_hash);
   suite_add_tcase(s, t);

@@ -81,7 +81,7 @@ static void make_prompt(uint64_t seed, int k, char *buf, size_t n) {
                                       "garden", "ledger", "orbit", "maple", "thunder", "paper", "glass", "harbor",
                                       "falcon", "winter", "logic", "amber", "你好", "世界", "λ", "café"};
   uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull + (uint64_t)k * 0x9e3779b97f4a7c15ull;
-  int count = k == 2 ? 400 : 5 + (int)(x % 17); /* the third: past one prefill chunk (512) */
+  int count = k == 3 ? 1200 : k == 2 ? 400 : 5 + (int)(x % 17); /* 2: past one prefill chunk (512); 3: the decode-growth gate */
   size_t o = 0;
   buf[0] = 0;
   for (int i = 0; i < count && o + 16 < n; i++) {
@@ -215,8 +215,16 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
   snprintf(gopt, sizeof gopt, "%s", gold ? gold : "/nonexistent");
   char *mv_argv[] = {(char *)mv, "--platform-plugin", (char *)plat, "--model-plugin", so, "--model", (char *)model, "--stage", "6",
                      "--goldens", gopt, "--goldens-optional", "--ckb", (char *)t->ckb_dir, "--seed", seed_s, "--report", rep,
-                     "-o", thr, NULL};
-  int vrc = run_cmd(mv_argv, log, NULL, 1500);
+                     "-o", thr, NULL, NULL, NULL, NULL};
+  char tmo[32];
+  double ut = json_number_value(json_object_get(task, "unit_timeout"));
+  if (ut > 0) {
+    snprintf(tmo, sizeof tmo, "%g", ut);
+    mv_argv[20] = "--timeout";
+    mv_argv[21] = tmo;
+    mv_argv[22] = NULL;
+  }
+  int vrc = run_cmd(mv_argv, log, NULL, ut > 0 ? (int)(20 * ut) : 1500);
   mi_bb_put_file(bb, log, "txt", ev);
   json_t *r = json_load_file(rep, 0, NULL);
   if (r) mi_bb_put_file(bb, rep, "json", rep_sha);
@@ -310,6 +318,67 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
     snprintf(failed_stage, sizeof failed_stage, "4d");
     snprintf(failed_tc, sizeof failed_tc, "test.stage4_end_to_end");
     goto done;
+  }
+  /* 6d: decode cost must not grow with the prefix beyond what reading the
+   * longer KV cache costs (a default gate when the contract states none):
+   * decode tok/s after a short and after a long prompt, best of 2 runs each,
+   * as deployed. Expected slowdown from the model files: (W + p_long*S) /
+   * (W + p_short*S), W the safetensors bytes, S the f32 KV bytes per
+   * position; an engine that recomputes the prefix every step is ~p_long/p_short
+   * times slower and fails. */
+  {
+    char sbuf[4700];
+    snprintf(sbuf, sizeof sbuf, "%s/config.json", model);
+    json_t *cfg = json_load_file(sbuf, 0, NULL);
+    double S = 4.0 * 2 * (double)json_integer_value(json_object_get(cfg, "num_hidden_layers")) *
+               (double)json_integer_value(json_object_get(cfg, "num_key_value_heads")) *
+               (double)(json_integer_value(json_object_get(cfg, "head_dim")) ?: 128);
+    json_decref(cfg);
+    double W = 0;
+    snprintf(sbuf, sizeof sbuf, "%s/model.safetensors", model);
+    struct stat stt;
+    if (stat(sbuf, &stt) == 0) W = (double)stt.st_size;
+    double tps[2] = {0, 0};
+    int plen[2] = {0, 0};
+    char gmsg[512] = "";
+    snprintf(log, sizeof log, "%s/decode-growth.log", dir);
+    unlink(log);
+    for (int k = 0; k < 2 && !gmsg[0]; k++) {
+      char prompt[8192], o[4700];
+      make_prompt(seed + 1000, k ? 3 : 0, prompt, sizeof prompt);
+      for (int rep = 0; rep < 2; rep++) {
+        snprintf(o, sizeof o, "%s/growth-%d-%d.jsonl", dep, k, rep);
+        char *g_argv[] = {(char *)mr, "--plugin-dir", dep, "-m", (char *)model, "-p", prompt, "-n", "48", "--temp", "0",
+                          "--json", "--stats", "--ignore-eos", "-c", "2048", NULL};
+        if (run_cmd(g_argv, log, o, 300) != 0) {
+          snprintf(gmsg, sizeof gmsg, "mi-run failed (prompt %d)", k);
+          break;
+        }
+        char *txt = ag_read_file(o, NULL);
+        char *st = txt ? strstr(txt, "{\"stats\"") : NULL;
+        json_t *js = st ? json_loads(st, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+        double t = json_number_value(json_object_get(json_object_get(js, "stats"), "decode_tps"));
+        plen[k] = (int)json_integer_value(json_object_get(json_object_get(js, "stats"), "n_prompt"));
+        if (t > tps[k]) tps[k] = t;
+        json_decref(js);
+        free(txt);
+      }
+    }
+    double expect = (W + (plen[1] + 24) * S) / (W + (plen[0] + 24) * S), ratio = tps[1] > 0 ? tps[0] / tps[1] : 1e9;
+    int g_ok = !gmsg[0] && tps[0] > 0 && ratio <= 2.5 * expect;
+    if (!gmsg[0])
+      snprintf(gmsg, sizeof gmsg,
+               "decode %.1f tok/s after %d prompt tokens, %.1f after %d: %.2fx slower, the KV cache explains %.2fx (gate %.2fx)",
+               tps[0], plen[0], tps[1], plen[1], ratio, expect, 2.5 * expect);
+    log_line(log, "%s\n", gmsg);
+    mi_bb_put_file(bb, log, "txt", ev);
+    json_array_append_new(stages, stage_obj("6d", "decode cost vs prefix (default gate)", g_ok ? "PASS" : "FAIL", gmsg,
+                                            "test.stage6_performance", ev));
+    if (!g_ok) {
+      snprintf(failed_stage, sizeof failed_stage, "6d");
+      snprintf(failed_tc, sizeof failed_tc, "test.stage6_performance");
+      goto done;
+    }
   }
   snprintf(verdict, sizeof verdict, "PASS");
 done:;
