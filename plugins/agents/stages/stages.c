@@ -321,11 +321,12 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
   }
   /* 6d: decode cost must not grow with the prefix beyond what reading the
    * longer KV cache costs (a default gate when the contract states none):
-   * decode tok/s after a short and after a long prompt, best of 2 runs each,
+   * decode tok/s after a short and after a long prompt, best of 3 runs each,
    * as deployed. Expected slowdown from the model files: (W + p_long*S) /
    * (W + p_short*S), W the safetensors bytes, S the f32 KV bytes per
-   * position; an engine that recomputes the prefix every step is ~p_long/p_short
-   * times slower and fails. */
+   * position. The gate is 4x that (on a tiny shape attention's compute costs
+   * more than its bytes, and this VM is shared); an engine that recomputes
+   * its prefix every step is ~8x slower there and fails. */
   {
     char sbuf[4700];
     snprintf(sbuf, sizeof sbuf, "%s/config.json", model);
@@ -346,7 +347,7 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
     for (int k = 0; k < 2 && !gmsg[0]; k++) {
       char prompt[8192], o[4700];
       make_prompt(seed + 1000, k ? 3 : 0, prompt, sizeof prompt);
-      for (int rep = 0; rep < 2; rep++) {
+      for (int rep = 0; rep < 3; rep++) {
         snprintf(o, sizeof o, "%s/growth-%d-%d.jsonl", dep, k, rep);
         char *g_argv[] = {(char *)mr, "--plugin-dir", dep, "-m", (char *)model, "-p", prompt, "-n", "48", "--temp", "0",
                           "--json", "--stats", "--ignore-eos", "-c", "2048", NULL};
@@ -365,11 +366,11 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
       }
     }
     double expect = (W + (plen[1] + 24) * S) / (W + (plen[0] + 24) * S), ratio = tps[1] > 0 ? tps[0] / tps[1] : 1e9;
-    int g_ok = !gmsg[0] && tps[0] > 0 && ratio <= 2.5 * expect;
+    int g_ok = !gmsg[0] && tps[0] > 0 && ratio <= 4 * expect;
     if (!gmsg[0])
       snprintf(gmsg, sizeof gmsg,
                "decode %.1f tok/s after %d prompt tokens, %.1f after %d: %.2fx slower, the KV cache explains %.2fx (gate %.2fx)",
-               tps[0], plen[0], tps[1], plen[1], ratio, expect, 2.5 * expect);
+               tps[0], plen[0], tps[1], plen[1], ratio, expect, 4 * expect);
     log_line(log, "%s\n", gmsg);
     mi_bb_put_file(bb, log, "txt", ev);
     json_array_append_new(stages, stage_obj("6d", "decode cost vs prefix (default gate)", g_ok ? "PASS" : "FAIL", gmsg,
