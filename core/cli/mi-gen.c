@@ -170,8 +170,8 @@ int main(int argc, char **argv) {
   const char *model = NULL, *platform = NULL, *dtype = NULL, *out = NULL, *kv = "f32", *perf = NULL;
   const char *goldens = NULL;
   double vtimeout = 0;
-  const char *ckb_dir = NULL, *run_dir = NULL, *resume = NULL, *cons_file = NULL, *candidate = NULL;
-  int tp = 0, max_iter = 4, threads = 0;
+  static const char *ckb_dir = NULL, *run_dir = NULL, *resume = NULL, *cons_file = NULL, *candidate = NULL;
+  static int tp = 0, max_iter = 4, threads = 0;
   double budget = 1800;
   long long seed = -1;
   static const struct option longs[] = {
@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
     }
   }
   double t_start = now_s();
-  json_t *journal = NULL;
+  static json_t *journal = NULL;
   /* --resume: the constraints and the work done come from the journal */
   if (resume) {
     int bad = 0;
@@ -248,7 +248,8 @@ int main(int argc, char **argv) {
   }
   if (cons_file) {
     json_error_t je;
-    json_t *c = json_load_file(cons_file, 0, &je);
+    static json_t *c;
+    c = json_load_file(cons_file, 0, &je);
     if (!c || !json_is_object(c)) {
       fprintf(stderr, "mi-gen: %s: %s\n", cons_file, c ? "not a JSON object" : je.text);
       return EX_USAGE;
@@ -275,7 +276,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mi-gen: %s: %s\n", realpath(ckb_dir, ckb_abs) ? model : ckb_dir, strerror(errno));
     return EX_USAGE;
   }
-  mi_ckb *c = mi_ckb_open(ckb_abs, err, sizeof err);
+  static mi_ckb *c;
+  c = mi_ckb_open(ckb_abs, err, sizeof err);
   if (!c) {
     fprintf(stderr, "mi-gen: %s\n", err);
     return EX_USAGE;
@@ -296,15 +298,17 @@ int main(int argc, char **argv) {
   json_t *v;
   json_array_foreach(json_object_get(dts, "weights"), i, v) ok |= !strcmp(json_string_value(v), dtype);
   if (!ok) {
-    fprintf(stderr, "mi-gen: dtype '%s' is not offered by %s (weights: %s)\n", dtype, pe->id,
-            json_dumps(json_object_get(dts, "weights"), JSON_COMPACT));
+    char *l = json_dumps(json_object_get(dts, "weights"), JSON_COMPACT);
+    fprintf(stderr, "mi-gen: dtype '%s' is not offered by %s (weights: %s)\n", dtype, pe->id, l);
+    free(l);
     return EX_DTYPE;
   }
   ok = 0;
   json_array_foreach(json_object_get(dts, "kv_cache"), i, v) ok |= !strcmp(json_string_value(v), kv);
   if (!ok) {
-    fprintf(stderr, "mi-gen: KV type '%s' is not offered by %s (kv_cache: %s)\n", kv, pe->id,
-            json_dumps(json_object_get(dts, "kv_cache"), JSON_COMPACT));
+    char *l = json_dumps(json_object_get(dts, "kv_cache"), JSON_COMPACT);
+    fprintf(stderr, "mi-gen: KV type '%s' is not offered by %s (kv_cache: %s)\n", kv, pe->id, l);
+    free(l);
     return EX_DTYPE;
   }
   if (perf) {
@@ -315,12 +319,13 @@ int main(int argc, char **argv) {
       if (sscanf(tok, "%31[a-z_]>=%lf%31s", metric, &x, unit) < 2 ||
           (strcmp(metric, "decode") && strcmp(metric, "prefill")) || (unit[0] && strcmp(unit, "roofline") && strcmp(unit, "tok/s"))) {
         fprintf(stderr, "mi-gen: --perf '%s': expected decode|prefill>=X[roofline|tok/s], comma-separated\n", tok);
+        free(dup);
         return EX_PERF;
       }
     }
     free(dup);
   }
-  json_t *cov = NULL;
+  static json_t *cov = NULL;
   int cr = mi_ckb_coverage(c, model_abs, pe->id, &cov, err, sizeof err);
   if (cr < 0) {
     fprintf(stderr, "mi-gen: %s\n", err);
@@ -328,14 +333,15 @@ int main(int argc, char **argv) {
   }
   if (cr == 1) {
     fprintf(stderr, "mi-gen: %s on %s is not covered by the CKB:\n", model, pe->id);
-    json_array_foreach(json_object_get(cov, "missing"), i, v) fprintf(stderr, "  missing: %s\n", json_is_string(v) ? json_string_value(v) : json_dumps(v, JSON_COMPACT));
+    json_array_foreach(json_object_get(cov, "missing"), i, v) fprintf(stderr, "  missing: %s\n", json_is_string(v) ? json_string_value(v) : "(not a string)");
     fprintf(stderr, "mi-gen: add the missing contracts to the CKB (or evolve it: mi-gen --evolve, not yet available)\n");
     return EX_GAP;
   }
   char cfgp[PATH_MAX + 16];
   snprintf(cfgp, sizeof cfgp, "%s/config.json", model_abs);
   json_error_t je;
-  json_t *cfg = json_load_file(cfgp, 0, &je);
+  static json_t *cfg;
+  cfg = json_load_file(cfgp, 0, &je);
   char mid[256] = "";
   snprintf(mid, sizeof mid, "%s", json_string_value(json_object_get(cov, "model_contract")) ?: "");
   if (strchr(mid, '@')) *strchr(mid, '@') = 0;
@@ -366,7 +372,8 @@ int main(int argc, char **argv) {
   realpath(out, out_abs);
   snprintf(rd, sizeof rd, "%s", run_dir ? run_dir : "");
   if (!run_dir) snprintf(rd, sizeof rd, "%s/run", out_abs);
-  mi_bb *bb = mi_bb_open(rd, 1, err, sizeof err);
+  static mi_bb *bb;
+  bb = mi_bb_open(rd, 1, err, sizeof err);
   if (!bb) {
     fprintf(stderr, "mi-gen: %s\n", err);
     return EX_USAGE;
@@ -376,7 +383,8 @@ int main(int argc, char **argv) {
   const char *short_name = strchr(me->id, '.') + 1;
   char engine_name[128];
   snprintf(engine_name, sizeof engine_name, "%s-%.8s-%s-tp%d", short_name, cfg_sha, dtype, tp);
-  json_t *cons = json_pack("{s:s, s:s, s:s, s:i, s:s}", "model", model_abs, "platform", pe->json ? json_string_value(json_object_get(pe->json, "plugin")) : platform,
+  static json_t *cons;
+  cons = json_pack("{s:s, s:s, s:s, s:i, s:s}", "model", model_abs, "platform", pe->json ? json_string_value(json_object_get(pe->json, "plugin")) : platform,
                            "dtype", dtype, "tp", tp, "kv_type", kv);
   if (perf) json_object_set_new(cons, "perf", json_string(perf));
   if (!resume) {
@@ -390,7 +398,8 @@ int main(int argc, char **argv) {
   fprintf(stderr, "mi-gen: %s on %s, %s, tp %d -> %s (run %s)\n", me->id, pe->id, dtype, tp, out_abs, rd);
   /* work already done (resume): the patches tried, in order. Verdicts found
    * in the journal are NOT trusted: only this run's verifier passes. */
-  json_t *tried = json_array(), *patches = json_array();
+  static json_t *tried, *patches;
+  tried = json_array(), patches = json_array();
   int iter0 = 0;
   json_array_foreach(journal, i, v) {
     const char *ev = json_string_value(json_object_get(v, "event"));
@@ -407,7 +416,8 @@ int main(int argc, char **argv) {
   role_time rt = {0};
   int rc = EX_FAIL, iter;
   char why[2048] = "";
-  json_t *impl = NULL, *rev = NULL, *ver = NULL, *repaired_from = json_array();
+  static json_t *impl = NULL, *rev = NULL, *ver = NULL, *repaired_from;
+  repaired_from = json_array();
   const char *failed_msg = NULL;
   for (iter = iter0 + 1; iter <= max_iter; iter++) {
     if (now_s() - t_start > budget) {
@@ -538,6 +548,7 @@ int main(int argc, char **argv) {
     json_t *line = json_pack("{s:s, s:s, s:f, s:{s:s, s:I}}", "event", "end", "result", why, "wall_s", wall, "by", "role",
                              "orchestrator", "pid", (json_int_t)getpid());
     mi_bb_append(bb, line);
+    json_decref(line);
     fprintf(stderr, "mi-gen: FAIL: %s (run %s)\n", why, rd);
     return EX_FAIL;
   }
@@ -574,7 +585,8 @@ int main(int argc, char **argv) {
   /* evidence files */
   snprintf(dst, sizeof dst, "%s/evidence", out_abs);
   mkdir(dst, 0755);
-  json_t *stages_m = json_array();
+  static json_t *stages_m;
+  stages_m = json_array();
   json_array_foreach(json_object_get(ver, "stages"), i, v) {
     json_t *s = json_deep_copy(v);
     const char *ev = json_string_value(json_object_get(v, "evidence"));
@@ -593,7 +605,8 @@ int main(int argc, char **argv) {
     snprintf(dst, sizeof dst, "%s/evidence/mi-verify-report.json", out_abs);
     copy_file(repp, dst);
   }
-  json_t *man = json_pack("{s:s, s:s, s:O, s:O, s:O, s:O, s:{s:s, s:s}, s:o, s:i, s:{s:{s:i, s:f}, s:{s:i, s:f}, s:{s:i, s:f}}, s:f, s:s, s:I}",
+  static json_t *man;
+  man = json_pack("{s:s, s:s, s:O, s:O, s:O, s:O, s:{s:s, s:s}, s:o, s:i, s:{s:{s:i, s:f}, s:{s:i, s:f}, s:{s:i, s:f}}, s:f, s:s, s:I}",
                           "tool", "mi-gen", "engine", engine_name, "constraints", cons, "contracts", json_object_get(impl, "contracts"),
                           "experience_consulted", json_object_get(impl, "experience"), "patches", json_object_get(impl, "patches"),
                           "hashes", "engine.c", src, "library", lib, "stages", stages_m, "iterations", iter, "time_per_role",
@@ -614,6 +627,9 @@ int main(int argc, char **argv) {
     json_object_del(p, "why");
     char id[160];
     snprintf(id, sizeof id, "experience.gen_%s_%.10s_%s", short_name, msha, strchr(fm, '.') + 1);
+    char fix[512];
+    snprintf(fix, sizeof fix, "%s.%s = %s in %s@%s", json_string_value(json_object_get(p, "operator")),
+             json_string_value(json_object_get(p, "arg")), json_string_value(json_object_get(p, "value")), me->id, me->version);
     json_t *x = json_pack(
         "{s:s, s:s, s:s, s:{s:s, s:[s]}, s:s, s:s, s:s, s:s, s:s, s:s, s:{s:i, s:i, s:f}, s:[s, s, s], s:{s:s, s:s, s:s}, s:[O]}",
         "id", id, "kind", "experience", "version", "1.0.0", "provenance", "source", "experience", "refs", rd,
@@ -621,8 +637,7 @@ int main(int argc, char **argv) {
         "symptom", json_string_value(json_object_get(v, "symptom")),
         "root_cause", fe ? json_string_value(json_object_get(fe->json, "cause")) : "see the failure mode",
         "detection", json_string_value(json_object_get(v, "test_contract")) ?: "verification",
-        "fix", json_string_value(json_sprintf("%s.%s = %s in %s@%s", json_string_value(json_object_get(p, "operator")),
-                                              json_string_value(json_object_get(p, "arg")), json_string_value(json_object_get(p, "value")), me->id, me->version)),
+        "fix", fix,
         "verification", "the repaired candidate passed every stage of mi-verify and the deployment run (manifest.json)",
         "measured", "failed_iteration", (int)json_integer_value(json_object_get(v, "iteration")), "passed_iteration", iter, "wall_s", wall,
         "related", me->id, fm, json_string_value(json_object_get(v, "test_contract")) ?: "test.stage5_authenticity",
@@ -637,10 +652,9 @@ int main(int argc, char **argv) {
   json_t *line = json_pack("{s:s, s:s, s:s, s:s, s:f, s:{s:s, s:I}}", "event", "end", "result", "PASS", "engine", engine_name,
                            "library", lib, "wall_s", wall, "by", "role", "orchestrator", "pid", (json_int_t)getpid());
   mi_bb_append(bb, line);
+  json_decref(line);
   fprintf(stderr, "mi-gen: PASS: %s (%d candidate%s, %.1f s); run it: mi-run --plugin-dir %s -m %s -p ...\n", out_abs,
           iter, iter > 1 ? "s" : "", wall, out_abs, model_abs);
   printf("%s\n", out_abs);
-  mi_bb_close(bb);
-  mi_ckb_close(c);
   return EX_OK;
 }
