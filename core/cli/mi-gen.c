@@ -416,7 +416,8 @@ int main(int argc, char **argv) {
   role_time rt = {0};
   int rc = EX_FAIL, iter;
   char why[2048] = "";
-  static json_t *impl = NULL, *rev = NULL, *ver = NULL, *repaired_from;
+  static json_t *impl = NULL, *rev = NULL, *ver = NULL, *repaired_from, *last_feedback = NULL, *rejected;
+  rejected = json_array();
   repaired_from = json_array();
   const char *failed_msg = NULL;
   for (iter = iter0 + 1; iter <= max_iter; iter++) {
@@ -430,6 +431,8 @@ int main(int argc, char **argv) {
     /* implementer */
     json_t *t = json_pack("{s:O, s:s, s:O, s:s, s:i}", "constraints", cons, "model_dir", model_abs, "patches", patches,
                           "engine_name", engine_name, "iteration", iter);
+    /* the last review's findings and stage failures go back to the implementer (a strategy that can act on them does) */
+    if (last_feedback) json_object_set(t, "feedback", last_feedback);
     if (candidate) {
       char sha[65];
       if (mi_bb_put_file(bb, candidate, "c", sha) != 0) {
@@ -459,6 +462,12 @@ int main(int argc, char **argv) {
     json_decref(line);
     fprintf(stderr, "mi-gen: implementer: source %.12s (%lld lines)\n", src,
             (long long)json_integer_value(json_object_get(impl, "lines")));
+    int again = 0;
+    json_array_foreach(rejected, i, v) again |= !strcmp(json_string_value(v), src);
+    if (again) {
+      snprintf(why, sizeof why, "the implementer wrote a source already rejected (%.12s): no strategy left to change it", src);
+      break;
+    }
     /* reviewer */
     t = json_pack("{s:s, s:O, s:s}", "source", src, "constraints", cons, "model_dir", model_abs);
     rev = call_agent(bb, "reviewer", "rules", t, ckb_abs, 60, &rt, why, sizeof why);
@@ -472,6 +481,9 @@ int main(int argc, char **argv) {
     if (strcmp(json_string_value(json_object_get(rev, "verdict")) ?: "", "approved")) {
       snprintf(why, sizeof why, "the reviewer rejected the source (%zu findings)", json_array_size(fs));
       failed_msg = "review";
+      json_array_append_new(rejected, json_string(src));
+      json_decref(last_feedback);
+      last_feedback = json_pack("{s:s, s:O}", "from", "reviewer", "findings", fs);
       if (candidate) break;
       continue; /* no repair is known for a review finding: the next iteration would be the same */
     }
@@ -511,6 +523,9 @@ int main(int argc, char **argv) {
       break;
     }
     failed_msg = "verification";
+    json_array_append_new(rejected, json_string(src));
+    json_decref(last_feedback);
+    last_feedback = json_pack("{s:s, s:O}", "from", "verifier", "stages", stages);
     const char *ftest = json_string_value(json_object_get(ver, "failed_test_contract"));
     const char *fmsg = NULL;
     json_array_foreach(stages, i, v) if (!fmsg && !strcmp(json_string_value(json_object_get(v, "verdict")) ?: "", "FAIL"))
