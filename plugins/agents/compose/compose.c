@@ -62,6 +62,8 @@ typedef struct gen {
   json_t *ops;                       /* operator id -> contract */
   const char *dtype;                 /* weight dtype constraint, e.g. "bf16" */
   int tied_fallback_used;
+  int tp;      /* tensor-parallel degree (constraint) */
+  int nosplit; /* 1 while writing full (unsharded) weight shapes */
   char err[1024];
   json_t *weights_seen; /* key -> {"kind": "matrix"|"vector", "field"} */
 } gen;
@@ -131,8 +133,17 @@ static int expr_c(gen *g, const char *ex, sb *out, int64_t *val) {
       snprintf(m, sizeof m, "%.*s", (int)n, s);
       char u[96];
       upper(u, m, sizeof u);
-      sp(out, "%s", u);
-      sp(&tmp, "%lld", (long long)json_integer_value(v));
+      int split = 0;
+      size_t k;
+      json_t *f;
+      json_array_foreach(json_object_get(json_object_get(g->model, "tensor_parallel"), "split"), k, f) split |= !strcmp(json_string_value(f), m);
+      if (split && g->tp > 1 && !g->nosplit) { /* this rank's share */
+        sp(out, "(%s / TP)", u);
+        sp(&tmp, "(%lld / %d)", (long long)json_integer_value(v), g->tp);
+      } else {
+        sp(out, "%s", u);
+        sp(&tmp, "%lld", (long long)json_integer_value(v));
+      }
     } else {
       sp(out, "%c", *p);
       sp(&tmp, "%c", *p);
@@ -381,6 +392,20 @@ static int emit_steps(gen *g, const char *section, sb *out, const char *indent) 
       return -1;
     }
     if (emit_step(g, st, out, indent)) return -1;
+    json_t *red = json_object_get(st, "reduce");
+    if (red && g->tp > 1) {
+      const char *b = json_string_value(json_object_get(red, "buffer"));
+      sb ex = {0};
+      if (!b || !find_named(json_object_get(g->model, "buffers"), b, strlen(b)) ||
+          expr_c(g, json_string_value(json_object_get(red, "n")) ?: "", &ex, NULL)) {
+        snprintf(g->err, sizeof g->err, "step %s: a reduce needs a buffer and an element count", json_string_value(json_object_get(st, "step")));
+        free(ex.s);
+        return -1;
+      }
+      sp(out, "%sK(P->allreduce_sum_f32(pc, NULL, m->%s, %s)); /* %s: sum the ranks' partial results */\n", indent, b, ex.s,
+         json_string_value(json_object_get(st, "step")));
+      free(ex.s);
+    }
   }
   return 0;
 }
@@ -424,8 +449,8 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
   json_array_foreach(contracts, i, e)
       sp(o, " *   %-22s %-8s sha256:%.16s\n", json_string_value(json_object_get(e, "id")),
          json_string_value(json_object_get(e, "version")), json_string_value(json_object_get(e, "sha256")));
-  sp(o, " * Constraints: platform %s, weights %s, tensor parallel 1, KV cache f32.\n",
-     json_string_value(json_object_get(g->platform, "plugin")), g->dtype);
+  sp(o, " * Constraints: platform %s, weights %s, tensor parallel %d, KV cache f32.\n",
+     json_string_value(json_object_get(g->platform, "plugin")), g->dtype, g->tp);
   sp(o, " * Experience consulted:%s", json_array_size(experience) ? "\n" : " none\n");
   json_array_foreach(experience, i, e)
       sp(o, " *   %s%s\n", json_string_value(json_object_get(e, "id")),
@@ -463,6 +488,7 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
       sp(&digest, "%s=%s;", n, json_string_value(v));
     }
   }
+  sp(o, "#define %-26s %d /* tensor-parallel ranks; split fields are shared out over them */\n", "TP", g->tp);
   sp(o, "#define %-26s 512 /* tokens per forward chunk (prefill batch) */\n", "BATCH");
   sp(o, "#define %-26s 8 /* rows per lm_head call when every position's logits are wanted */\n", "LOGIT_ROWS");
   sp(o, "#define %-26s %s /* matrices as stored (constraint) */\n", "WEIGHT_DTYPE", wdt);
@@ -485,8 +511,9 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
       expr_c(g, layers_field, &t, &lv);
       free(t.s);
       L = lv;
-      if (!vec) mm_layer += (uint64_t)n;
+      if (!vec) mm_layer += (uint64_t)(json_object_get(e, "shard") ? n / g->tp : n);
     }
+    if (json_object_get(e, "shard")) n /= g->tp;
     uint64_t b = (uint64_t)(n * L) * (vec ? 4 : wsz);
     wbytes += b;
     dbytes += b;
@@ -575,7 +602,7 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
        json_string_value(json_object_get(e, "name")), sh.s, doc ? doc : "");
     free(sh.s);
   }
-  sp(o, "  int32_t pos_host[BATCH];\n  uint64_t weight_bytes;\n};\n\n");
+  sp(o, "  int rank; /* this rank of TP */\n  int32_t pos_host[BATCH];\n  uint64_t weight_bytes;\n};\n\n");
   sp(o, "struct mi_seq {\n  int64_t n_ctx, len;\n  mi_buffer *buf;\n");
   sp(o, "  float *cache; /* [%s][%zu][n_ctx, row] f32:", LAYERS, json_array_size(json_object_get(g->model, "cache")));
   json_array_foreach(json_object_get(g->model, "cache"), i, e) {
@@ -606,9 +633,12 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
      "                  P->last_error ? P->last_error(pc) : \"unknown error\");       \\\n"
      "  } while (0)\n\n");
   sp(o, "%s",
-     "/* Binds one weight: a matrix zero-copy in WEIGHT_DTYPE, a vector widened to f32. */\n"
-     "static int bind(mi_model *m, const char *key, int64_t d0, int64_t d1, int vector, weight *w, char *err,\n"
-     "                size_t err_len) {\n"
+     "/* Binds one weight [d0, d1]: a matrix in WEIGHT_DTYPE (this rank's rows\n"
+     " * zero-copy when shard = SHARD_ROWS, its columns copied when SHARD_COLS),\n"
+     " * a vector widened to f32. */\n"
+     "enum { WHOLE = 0, SHARD_ROWS = 1, SHARD_COLS = 2 };\n"
+     "static int bind(mi_model *m, const char *key, int64_t d0, int64_t d1, int vector, int shard, weight *w,\n"
+     "                char *err, size_t err_len) {\n"
      "  const mi_platform_iface *P = m->P;\n"
      "  mi_weight_info wi;\n"
      "  char msg[160];\n"
@@ -619,9 +649,27 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
      "  }\n"
      "  if (!vector) {\n"
      "    if (wi.dtype != WEIGHT_DTYPE) return fail(err, err_len, \"engine: tensor %s is not stored in the generated dtype%s\", key, \"\");\n"
-     "    if (P->buffer_wrap_host(m->pc, wi.data, wi.nbytes, &w->buf) != 0) return fail(err, err_len, \"engine: cannot place %s: %s\", key, P->last_error(m->pc));\n"
+     "    const size_t esz = mi_dtype_size(WEIGHT_DTYPE);\n"
+     "    if (shard == SHARD_COLS && TP > 1) { /* [d0, d1/TP]: a copy of this rank's columns */\n"
+     "      const int64_t c = d1 / TP;\n"
+     "      const size_t bytes = (size_t)(d0 * c) * esz;\n"
+     "      char *tmp = m->host->alloc(bytes, 64);\n"
+     "      if (!tmp) return fail(err, err_len, \"engine: out of memory for %s%s\", key, \"\");\n"
+     "      for (int64_t r = 0; r < d0; r++)\n"
+     "        memcpy(tmp + (size_t)(r * c) * esz, (const char *)wi.data + (size_t)(r * d1 + m->rank * c) * esz, (size_t)c * esz);\n"
+     "      int rc = P->buffer_alloc(m->pc, bytes, &w->buf);\n"
+     "      if (rc == 0) rc = P->memcpy_h2d(m->pc, NULL, w->ptr = P->buffer_ptr(m->pc, w->buf), tmp, bytes);\n"
+     "      m->host->free(tmp);\n"
+     "      if (rc != 0) return fail(err, err_len, \"engine: cannot upload %s: %s\", key, P->last_error(m->pc));\n"
+     "      m->weight_bytes += bytes;\n"
+     "      return 0;\n"
+     "    }\n"
+     "    const int64_t rows = shard == SHARD_ROWS ? d0 / TP : d0, row0 = shard == SHARD_ROWS ? m->rank * rows : 0;\n"
+     "    const size_t bytes = (size_t)(rows * d1) * esz; /* this rank's rows: zero-copy */\n"
+     "    if (P->buffer_wrap_host(m->pc, (const char *)wi.data + (size_t)(row0 * d1) * esz, bytes, &w->buf) != 0)\n"
+     "      return fail(err, err_len, \"engine: cannot place %s: %s\", key, P->last_error(m->pc));\n"
      "    w->ptr = P->buffer_ptr(m->pc, w->buf);\n"
-     "    m->weight_bytes += wi.nbytes;\n"
+     "    m->weight_bytes += bytes;\n"
      "    return 0;\n"
      "  }\n"
      "  float *tmp = m->host->alloc((size_t)d0 * sizeof(float), 64);\n"
@@ -652,18 +700,22 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
       weight_field(key, f, sizeof f);
       json_t *sh = json_object_get(e, "shape");
       sb d0 = {0}, d1 = {0};
+      g->nosplit = 1; /* the stored tensor's full shape */
       expr_c(g, json_string_value(json_array_get(sh, 0)), &d0, NULL);
       if (json_array_size(sh) > 1) expr_c(g, json_string_value(json_array_get(sh, 1)), &d1, NULL);
       else sp(&d1, "0");
+      g->nosplit = 0;
+      const char *shard = json_string_value(json_object_get(e, "shard"));
+      const char *shc = !shard ? "WHOLE" : !strcmp(shard, "rows") ? "SHARD_ROWS" : "SHARD_COLS";
       int vec = !strcmp(json_string_value(json_object_get(seen, "kind")), "vector");
       if (pass) {
         char fmt[200];
         const char *br = strstr(key, "{i}");
         snprintf(fmt, sizeof fmt, "%.*s%%d%s", (int)(br - key), key, br + 3);
         sp(o, "    snprintf(key, sizeof key, \"%s\", l);\n", fmt);
-        sp(o, "    if (bind(m, key, %s, %s, %d, &L->%s, err, err_len)) return -1;\n", d0.s, d1.s, vec, f);
+        sp(o, "    if (bind(m, key, %s, %s, %d, %s, &L->%s, err, err_len)) return -1;\n", d0.s, d1.s, vec, shc, f);
       } else {
-        sp(o, "  if (bind(m, \"%s\", %s, %s, %d, &m->%s, err, err_len)) return -1;\n", key, d0.s, d1.s, vec, f);
+        sp(o, "  if (bind(m, \"%s\", %s, %s, %d, %s, &m->%s, err, err_len)) return -1;\n", key, d0.s, d1.s, vec, shc, f);
       }
       free(d0.s);
       free(d1.s);
@@ -772,13 +824,18 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
      "static void e_unload(mi_model *m);\n\n"
      "static int e_load(void *ctx, const mi_model_load_args *a, mi_model **out, char *err, size_t err_len) {\n"
      "  (void)ctx;\n  *out = NULL;\n");
-  sp(o, "  if (a->tp_size > 1) return fail(err, err_len, \"engine %s runs at tensor parallel 1 only%%s%%s\", \"\", \"\");\n", engine_name);
+  sp(o, "  if ((a->tp_size > 0 ? a->tp_size : 1) != TP)\n"
+        "    return fail(err, err_len, \"engine %s was generated for --tp %d only%%s%%s\", \"\", \"\");\n", engine_name, g->tp);
+  if (g->tp > 1)
+    sp(o, "  if (!mi_platform_has(a->platform.iface, allreduce_sum_f32))\n"
+          "    return fail(err, err_len, \"engine: tensor parallelism needs the platform's allreduce%%s%%s\", \"\", \"\");\n");
   sp(o, "%s",
      "  if (e_check_config(NULL, a->config, err, err_len) != 0) return -1;\n"
      "  mi_model *m = g_host->alloc(sizeof *m, 64);\n"
      "  if (!m) return fail(err, err_len, \"engine: out of memory%s%s\", \"\", \"\");\n"
      "  memset(m, 0, sizeof *m);\n"
      "  m->host = g_host;\n  m->P = a->platform.iface;\n  m->pc = a->platform.ctx;\n  m->weights = a->weights;\n"
+     "  m->rank = a->tp_rank;\n"
      "  if (load_weights(m, err, err_len) != 0 || plan_memory(m, err, err_len) != 0) {\n"
      "    e_unload(m);\n    return -1;\n  }\n"
      "  *out = m;\n  return 0;\n}\n\n"
@@ -848,9 +905,9 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
         "              .seq_create = e_seq_create, .seq_destroy = e_seq_destroy, .seq_truncate = e_seq_truncate,\n"
         "              .seq_len = e_seq_len, .forward = e_forward},\n"
         "    .struct_size = sizeof(mi_engine_iface),\n"
-        "    .constraints = \"{\\\"model\\\":\\\"%s\\\",\\\"platform\\\":\\\"%s\\\",\\\"dtype\\\":\\\"%s\\\",\\\"tp\\\":1,\\\"kv_type\\\":\\\"f32\\\"}\",\n"
+        "    .constraints = \"{\\\"model\\\":\\\"%s\\\",\\\"platform\\\":\\\"%s\\\",\\\"dtype\\\":\\\"%s\\\",\\\"tp\\\":%d,\\\"kv_type\\\":\\\"f32\\\"}\",\n"
         "    .config_digest = k_digest,\n    .generator = \"implementer.compose 0.1.0\",\n};\n\n",
-     mid, json_string_value(json_object_get(g->platform, "plugin")), g->dtype);
+     mid, json_string_value(json_object_get(g->platform, "plugin")), g->dtype, g->tp);
   sp(o, "%s",
      "static int e_init(const mi_host_api *host, const mi_options *opts, void **ctx, char *err, size_t err_len) {\n"
      "  (void)opts;\n"
@@ -860,9 +917,9 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
   sp(o, "static const mi_plugin_desc k_desc = {\n"
         "    .abi_major = MI_ABI_MAJOR, .abi_minor = MI_ABI_MINOR, .struct_size = sizeof(mi_plugin_desc),\n"
         "    .kind = MI_PLUGIN_ENGINE, .name = \"%s\", .version = \"1.0.0\",\n"
-        "    .description = \"generated %s engine (%s, %s, tp 1)\",\n"
+        "    .description = \"generated %s engine (%s, %s, tp %d)\",\n"
         "    .init = e_init, .get_iface = e_get_iface,\n};\n\nMI_PLUGIN_DEFINE(k_desc)\n",
-     engine_name, arch, json_string_value(json_object_get(g->platform, "plugin")), g->dtype);
+     engine_name, arch, json_string_value(json_object_get(g->platform, "plugin")), g->dtype, g->tp);
   free(pro.s);
   free(lay.s);
   free(epi.s);
@@ -939,6 +996,8 @@ static int compose_run(void *ctx, const mi_agent_task *t, char **result, char *e
   g.model = json_deep_copy(me->json);
   g.platform = pe->json;
   g.dtype = dtype;
+  g.tp = json_is_integer(json_object_get(cons, "tp")) ? (int)json_integer_value(json_object_get(cons, "tp")) : 1;
+  if (g.tp < 1) g.tp = 1;
   g.ops = json_object();
   g.weights_seen = json_object();
   json_t *contracts = json_array();

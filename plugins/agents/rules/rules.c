@@ -138,7 +138,7 @@ static int in_list(const char *const *l, const char *s) {
 }
 
 static void check_sequence(json_t *fs, const char *base, const char *code, const char *fn, json_t *model,
-                           const char *const *secs, json_t *ops) {
+                           const char *const *secs, json_t *ops, int tp) {
   const char *b, *e;
   if (body_of(code, fn, &b, &e)) {
     finding(fs, "error", "sequence", 0, "no function %s: the forward pass cannot be checked", fn);
@@ -153,6 +153,8 @@ static void check_sequence(json_t *fs, const char *base, const char *code, const
       const char *op = json_string_value(json_object_get(st, "operator"));
       json_array_append_new(want, json_pack("{s:s, s:s}", "member", json_string_value(json_object_get(json_object_get(ops, op), "member")) ?: "?",
                                             "step", json_string_value(json_object_get(st, "step"))));
+      if (json_object_get(st, "reduce") && tp > 1)
+        json_array_append_new(want, json_pack("{s:s, s:s}", "member", "allreduce_sum_f32", "step", json_string_value(json_object_get(st, "step"))));
     }
   }
   json_t *got = calls_in(base, b, e, 1);
@@ -251,14 +253,16 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
   }
   if (model && platform) {
     static const char *const body_secs[] = {"prologue", "layer_sequence", NULL}, *const epi[] = {"epilogue", NULL};
-    check_sequence(fs, code, code, "forward_chunk", model, body_secs, ops);
-    check_sequence(fs, code, code, "logits_rows", model, epi, ops);
+    int tp = (int)json_integer_value(json_object_get(json_object_get(task, "constraints"), "tp"));
+    check_sequence(fs, code, code, "forward_chunk", model, body_secs, ops, tp);
+    check_sequence(fs, code, code, "logits_rows", model, epi, ops, tp);
     /* members */
     json_t *allowed = json_array();
     json_array_foreach(json_object_get(platform, "kernels"), i, cl) {
       const char *m = json_string_value(json_object_get(json_object_get(ops, json_string_value(json_object_get(cl, "operator"))), "member"));
       if (m) json_array_append_new(allowed, json_string(m));
     }
+    json_array_foreach(json_object_get(json_object_get(platform, "collectives"), "ops"), i, cl) json_array_append(allowed, cl);
     json_array_foreach(all, i, cl) {
       if (!json_is_true(json_object_get(cl, "member"))) continue;
       const char *n = json_string_value(json_object_get(cl, "name"));

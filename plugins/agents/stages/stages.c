@@ -157,6 +157,17 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
   const char *gold = json_string_value(json_object_get(tools, "goldens"));
   uint64_t seed = (uint64_t)json_integer_value(json_object_get(task, "seed"));
   int threads = (int)json_integer_value(json_object_get(task, "threads"));
+  int tp = (int)json_integer_value(json_object_get(json_object_get(task, "constraints"), "tp"));
+  if (tp < 1) tp = 1;
+  char tp_s[16], np_s[16];
+  snprintf(tp_s, sizeof tp_s, "%d", tp);
+  snprintf(np_s, sizeof np_s, "%d", tp);
+  if (tp > 1) { /* OpenMPI under a root container, as tests/tp sets it */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+  }
   if (!sha || !name || !model || !sdk || !plat || !mv || !mr) {
     snprintf(err, err_len, "stages: the task lacks source, engine_name, model_dir or tools");
     json_decref(task);
@@ -213,7 +224,7 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
   snprintf(seed_s, sizeof seed_s, "%llu", (unsigned long long)seed);
   snprintf(thr, sizeof thr, "threads=%d", threads);
   snprintf(gopt, sizeof gopt, "%s", gold ? gold : "/nonexistent");
-  char *mv_argv[] = {(char *)mv, "--platform-plugin", (char *)plat, "--model-plugin", so, "--model", (char *)model, "--stage", "6",
+  char *mv_argv[] = {(char *)mv, "--platform-plugin", (char *)plat, "--model-plugin", so, "--model", (char *)model, "--stage", tp > 1 ? "2" : "6",
                      "--goldens", gopt, "--goldens-optional", "--ckb", (char *)t->ckb_dir, "--seed", seed_s, "--report", rep,
                      "-o", thr, NULL, NULL, NULL, NULL};
   char tmo[32];
@@ -293,8 +304,14 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
     snprintf(ob, sizeof ob, "%s/reference-%d.jsonl", ref, k);
     char *a_argv[] = {(char *)mr, "--plugin-dir", dep, "-m", (char *)model, "-p", prompt, "-n", "12", "--temp", "0",
                       "--json", "--top-logprobs", "5", "--ignore-eos", "-c", "2048", NULL};
+    char *m_argv[32] = {"/usr/bin/mpirun", "-np", np_s, "--oversubscribe", "--bind-to", "none"};
+    if (tp > 1) { /* the engine as a TP deployment runs it: one rank per process */
+      int q = 6;
+      for (int z = 0; a_argv[z]; z++) m_argv[q++] = a_argv[z];
+      m_argv[q++] = "--tp", m_argv[q++] = tp_s, m_argv[q++] = "-t", m_argv[q++] = "1", m_argv[q] = NULL;
+    }
     log_line(log, "$ mi-run --plugin-dir %s -m %s -p <prompt %d, %zu chars> -n 12 --temp 0 --json --top-logprobs 5 --ignore-eos -c 2048\n", dep, model, k, strlen(prompt));
-    int ra = run_cmd(a_argv, log, oa, 300);
+    int ra = run_cmd(tp > 1 ? m_argv : a_argv, log, oa, 300);
     char *b_argv[18];
     memcpy(b_argv, a_argv, sizeof b_argv);
     b_argv[2] = ref;
@@ -310,7 +327,9 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
     log_line(log, "prompt %d: %s\n", k, dep_ok ? msg : dmsg);
     if (worst > worst_all) worst_all = worst;
   }
-  if (dep_ok) snprintf(dmsg, sizeof dmsg, "3 seeded prompts (one of 400 words, past a 512-token chunk), 12 greedy steps each as deployed: tokens identical to the reference plugin, max |logprob diff| %.2e", worst_all);
+  if (dep_ok && tp > 1)
+    snprintf(dmsg, sizeof dmsg, "mpirun -np %d, 3 seeded prompts (one of 400 words, past a 512-token chunk), 12 greedy steps each as deployed: tokens identical to the reference plugin at TP 1, max |logprob diff| %.2e", tp, worst_all);
+  else if (dep_ok) snprintf(dmsg, sizeof dmsg, "3 seeded prompts (one of 400 words, past a 512-token chunk), 12 greedy steps each as deployed: tokens identical to the reference plugin, max |logprob diff| %.2e", worst_all);
   mi_bb_put_file(bb, log, "txt", ev);
   json_array_append_new(stages, stage_obj("4d", "deployment run (mi-run --plugin-dir)", dep_ok ? "PASS" : "FAIL", dmsg,
                                           "test.stage4_end_to_end", ev));
@@ -351,7 +370,13 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
         snprintf(o, sizeof o, "%s/growth-%d-%d.jsonl", dep, k, rep);
         char *g_argv[] = {(char *)mr, "--plugin-dir", dep, "-m", (char *)model, "-p", prompt, "-n", "48", "--temp", "0",
                           "--json", "--stats", "--ignore-eos", "-c", "2048", NULL};
-        if (run_cmd(g_argv, log, o, 300) != 0) {
+        char *gm_argv[32] = {"/usr/bin/mpirun", "-np", np_s, "--oversubscribe", "--bind-to", "none"};
+        if (tp > 1) {
+          int q = 6;
+          for (int z = 0; g_argv[z]; z++) gm_argv[q++] = g_argv[z];
+          gm_argv[q++] = "--tp", gm_argv[q++] = tp_s, gm_argv[q++] = "-t", gm_argv[q++] = "1", gm_argv[q] = NULL;
+        }
+        if (run_cmd(tp > 1 ? gm_argv : g_argv, log, o, 300) != 0) {
           snprintf(gmsg, sizeof gmsg, "mi-run failed (prompt %d)", k);
           break;
         }
