@@ -343,6 +343,68 @@ START_TEST(test_recompute_prefix_fails_gate) {
 }
 END_TEST
 
+/* TP 2: generated, verified under mpirun, and run as a TP deployment runs:
+ * identical greedy tokens to the plugin at TP 1, logprobs within 1e-4 (the
+ * all-reduce sums in another order); at TP 1 it refuses in one line. */
+START_TEST(test_tp2) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+  /* OpenMPI's components leak by design under LeakSanitizer (see tests/tp) */
+  char asan[1024];
+  snprintf(asan, sizeof asan, "%s%sdetect_leaks=0", getenv("ASAN_OPTIONS") ?: "", getenv("ASAN_OPTIONS") ? ":" : "");
+  setenv("ASAN_OPTIONS", asan, 1);
+  char out[1400];
+  snprintf(out, sizeof out, "%s/engine-tp2", g_tmp);
+  const char *gen[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "2", "--out", out, "--ckb", g_ckb,
+                       "--seed", "6", NULL};
+  res r = run("mi-gen", gen, 900);
+  ck_assert_msg(r.rc == 0, "mi-gen --tp 2 exited %d:\n%s", r.rc, r.err);
+  ck_assert_msg(strstr(r.err, "mpirun -np 2"), "%s", r.err);
+  res_free(&r);
+  char exe[1200];
+  snprintf(exe, sizeof exe, "%s/bin/mi-run", g_build);
+  const char *a[] = {"-np", "2", "--oversubscribe", "--bind-to", "none", exe, "--plugin-dir", out, "-m", g_model, "-p",
+                     "Once upon a time, in a land far away", "-n", "16", "--temp", "0", "--json", "--top-logprobs", "5",
+                     "--ignore-eos", "--tp", "2", "-t", "1", NULL};
+  char save[1200];
+  snprintf(save, sizeof save, "%s", g_build);
+  /* run() prefixes build/bin: call mpirun through a path outside it */
+  snprintf(g_build, sizeof g_build, "/usr");
+  res ra = run("mpirun", a, 300);
+  snprintf(g_build, sizeof g_build, "%s", save);
+  const char *b[] = {"-m", g_model, "-p", "Once upon a time, in a land far away", "-n", "16", "--temp", "0", "--json",
+                     "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
+  res rb = run("mi-run", b, 120);
+  ck_assert_msg(ra.rc == 0 && rb.rc == 0, "tp2 %d: %s / tp1 %d: %s", ra.rc, ra.err, rb.rc, rb.err);
+  char *sa, *sb2;
+  char *la = strtok_r(ra.out, "\n", &sa), *lb = strtok_r(rb.out, "\n", &sb2);
+  int steps = 0;
+  for (; la && lb; la = strtok_r(NULL, "\n", &sa), lb = strtok_r(NULL, "\n", &sb2)) {
+    json_t *ja = json_loads(la, 0, NULL), *jb = json_loads(lb, 0, NULL);
+    ck_assert(ja && jb);
+    if (json_object_get(ja, "token_id")) {
+      steps++;
+      ck_assert_int_eq(json_integer_value(json_object_get(ja, "token_id")), json_integer_value(json_object_get(jb, "token_id")));
+      for (size_t i = 0; i < 5; i++) {
+        json_t *x = json_array_get(json_object_get(ja, "top_logprobs"), i), *y = json_array_get(json_object_get(jb, "top_logprobs"), i);
+        double d = json_number_value(json_array_get(x, 1)) - json_number_value(json_array_get(y, 1));
+        ck_assert_msg(d < 1e-4 && d > -1e-4, "step %d: logprob differs by %g", steps, d);
+      }
+    }
+    json_decref(ja), json_decref(jb);
+  }
+  ck_assert_int_eq(steps, 16);
+  res_free(&ra), res_free(&rb);
+  const char *one[] = {"--plugin-dir", out, "-m", g_model, "-p", "hi", "-n", "2", NULL};
+  r = run("mi-run", one, 60);
+  ck_assert_int_ne(r.rc, 0);
+  ck_assert_msg(strstr(r.err, "was generated for --tp 2 only"), "%s", r.err);
+  res_free(&r);
+}
+END_TEST
+
 START_TEST(test_bad_constraints) {
   char notcov[1300];
   snprintf(notcov, sizeof notcov, "%s/llama", g_tmp);
@@ -434,6 +496,7 @@ int main(void) {
   tcase_add_test(t, test_broken_sources_rejected_by_review);
   tcase_add_test(t, test_wrong_math_and_fake_pass);
   tcase_add_test(t, test_recompute_prefix_fails_gate);
+  tcase_add_test(t, test_tp2);
   tcase_add_test(t, test_bad_constraints);
   tcase_add_test(t, test_resume_same_hash);
   suite_add_tcase(s, t);
