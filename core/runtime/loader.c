@@ -215,8 +215,10 @@ oom:
 static size_t iface_min_size(int kind, unsigned minor) {
   switch (kind) {
   case MI_PLUGIN_PLATFORM: return mi_platform_iface_min_size(minor);
-  case MI_PLUGIN_MODEL: return mi_model_iface_min_size(minor);
-  default: return sizeof(uint32_t); /* agent/engine: no ABI struct yet beyond struct_size */
+  case MI_PLUGIN_MODEL:
+  case MI_PLUGIN_ENGINE: /* mi/engine.h: starts with a model iface */
+    return mi_model_iface_min_size(minor);
+  default: return sizeof(uint32_t); /* agent: struct_size, then mi/agent.h */
   }
 }
 

@@ -177,7 +177,27 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
     goto fail;
   }
   char names[512];
-  e->model_plugin = find_model_plugin(reg, arch, names, sizeof names);
+  /* A generated engine (mi/engine.h: a model interface baked for one config)
+   * is preferred when it accepts this config.json; its refusal is reported
+   * when no model plugin can take the model either. */
+  char engine_err[1024] = "";
+  e->model_plugin = NULL;
+  for (size_t i = 0; i < mi_registry_count(reg) && !e->model_plugin; i++) {
+    mi_plugin *p = mi_registry_at(reg, i);
+    if (p->status != MI_PLUGIN_LOADED || p->desc->kind != MI_PLUGIN_ENGINE ||
+        !arch_supported(p->iface, arch))
+      continue;
+    const mi_model_iface *EM = p->iface;
+    if (EM->check_config(p->ctx, mi_json_wrap(cfg), engine_err, sizeof engine_err) == 0)
+      e->model_plugin = p;
+  }
+  if (!e->model_plugin) {
+    e->model_plugin = find_model_plugin(reg, arch, names, sizeof names);
+    if (!e->model_plugin && engine_err[0]) {
+      snprintf(err, err_len, "%s: %s", path, engine_err);
+      goto fail;
+    }
+  }
   if (!e->model_plugin) {
     snprintf(err, err_len, "%s: architecture '%s' is not supported by any loaded model plugin%s%s",
              path, arch, names[0] ? " (loaded: " : "", names[0] ? names : "");
