@@ -709,7 +709,8 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
                mi_plugin_kind_name(p->kind), isize, MI_ABI_MAJOR, d->abi_minor, need);
     goto done;
   }
-  if (p->kind == MI_PLUGIN_MODEL && mi_model_needs_valid(d, iface, msg, sizeof msg) != 0) {
+  if ((p->kind == MI_PLUGIN_MODEL || p->kind == MI_PLUGIN_ENGINE) &&
+      mi_model_needs_valid(d, iface, msg, sizeof msg) != 0) {
     set_reason(p, MI_PLUGIN_REJECTED, "%s", msg);
     goto done;
   }
@@ -1044,7 +1045,8 @@ static void print_serves(const mi_registry *r, const mi_plugin *platform, FILE *
   char yes[1024] = "", no[1024] = "", one[512];
   for (size_t i = 0; i < r->count; i++) {
     const plugin_priv *m = r->items[i];
-    if (m->pub.status != MI_PLUGIN_LOADED || m->kind != MI_PLUGIN_MODEL) continue;
+    if (m->pub.status != MI_PLUGIN_LOADED || (m->kind != MI_PLUGIN_MODEL && m->kind != MI_PLUGIN_ENGINE))
+      continue;
     char *list = mi_compat_describe(platform, &m->pub, one, sizeof one) == 0 ? yes : no;
     size_t l = strlen(list);
     snprintf(list + l, sizeof yes - l, "%s%s", l ? "; " : "", one);

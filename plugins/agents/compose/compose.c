@@ -27,6 +27,7 @@
 #include "core/ckb/ckb.h"
 #include "core/gen/gen.h"
 #include "mi/agent.h"
+#include "mi/model.h"
 #include "mi/plugin.h"
 
 /* ---- a growing string ---- */
@@ -235,6 +236,27 @@ static const char *bound_key(gen *g, const char *key) {
   if (on) return key;
   const char *fb = json_string_value(json_object_get(w, "fallback"));
   return fb ? fb : NULL;
+}
+
+/* ---- the platform members the engine calls (ABI 1.2 platform_needs) ---- */
+
+/* Every "P->MEMBER(" in the source written so far that names a platform
+ * member: the engine bakes its TP degree and KV type in, so each is needed
+ * always. The core then refuses a platform lacking one before loading. */
+static void emit_platform_needs(sb *o) {
+  static const char *const members[] = {
+#define MI_NEED_NAME(name, minor, kernel) #name,
+      MI_PLATFORM_MEMBERS(MI_NEED_NAME)
+#undef MI_NEED_NAME
+  };
+  sp(o, "/* the platform members this engine calls: the core checks them before loading */\n"
+        "static const mi_platform_need k_needs[] = {\n");
+  for (size_t i = 0; i < sizeof members / sizeof *members; i++) {
+    char pat[96];
+    snprintf(pat, sizeof pat, "P->%s(", members[i]);
+    if (o->s && strstr(o->s, pat)) sp(o, "    {\"%s\", MI_NEED_ALWAYS, NULL, NULL},\n", members[i]);
+  }
+  sp(o, "    {NULL, 0, NULL, NULL},\n};\n\n");
 }
 
 /* ---- one step: a platform kernel call ---- */
@@ -899,11 +921,12 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
      "    if (logits && !all_logits && done + T == n && logits_rows(m, T - 1, 1, logits, err, err_len) != 0) return -1;\n"
      "    done += T;\n  }\n  return 0;\n}\n\n");
   sp(o, "static const char *const k_architectures[] = {\"%s\", NULL};\n\n", arch);
+  emit_platform_needs(o);
   sp(o, "static const mi_engine_iface k_iface = {\n"
         "    .model = {.struct_size = sizeof(mi_model_iface), .architectures = k_architectures,\n"
         "              .check_config = e_check_config, .load = e_load, .unload = e_unload, .info = e_info,\n"
         "              .seq_create = e_seq_create, .seq_destroy = e_seq_destroy, .seq_truncate = e_seq_truncate,\n"
-        "              .seq_len = e_seq_len, .forward = e_forward},\n"
+        "              .seq_len = e_seq_len, .forward = e_forward, .platform_needs = k_needs},\n"
         "    .struct_size = sizeof(mi_engine_iface),\n"
         "    .constraints = \"{\\\"model\\\":\\\"%s\\\",\\\"platform\\\":\\\"%s\\\",\\\"dtype\\\":\\\"%s\\\",\\\"tp\\\":%d,\\\"kv_type\\\":\\\"f32\\\"}\",\n"
         "    .config_digest = k_digest,\n    .generator = \"implementer.compose 0.1.0\",\n};\n\n",

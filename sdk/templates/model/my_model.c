@@ -442,6 +442,22 @@ static int my_info(mi_model *m, mi_model_info *dst) {
 
 static const char *const architectures[] = {"MyModelForCausalLM", NULL};
 
+/* Every platform member load and forward call: the core refuses a platform
+ * lacking one with a line naming them (mi-run --list-plugins shows, under
+ * each platform, which model plugins it can serve). A member needed only
+ * sometimes says when: MI_NEED_TP (tensor parallelism) or MI_NEED_OPTION
+ * (a model option's value, e.g. {"convert", MI_NEED_OPTION, "kv_type", "f32"}). */
+static const mi_platform_need platform_needs[] = {
+    {"last_error", MI_NEED_ALWAYS, NULL, NULL},   {"buffer_alloc", MI_NEED_ALWAYS, NULL, NULL},
+    {"buffer_wrap_host", MI_NEED_ALWAYS, NULL, NULL}, {"buffer_free", MI_NEED_ALWAYS, NULL, NULL},
+    {"buffer_ptr", MI_NEED_ALWAYS, NULL, NULL},   {"memcpy_h2d", MI_NEED_ALWAYS, NULL, NULL},
+    {"memcpy_d2h", MI_NEED_ALWAYS, NULL, NULL},   {"stream_sync", MI_NEED_ALWAYS, NULL, NULL},
+    {"embed", MI_NEED_ALWAYS, NULL, NULL},        {"matmul", MI_NEED_ALWAYS, NULL, NULL},
+    {"rmsnorm", MI_NEED_ALWAYS, NULL, NULL},      {"rope", MI_NEED_ALWAYS, NULL, NULL},
+    {"attention", MI_NEED_ALWAYS, NULL, NULL},    {"silu_mul", MI_NEED_ALWAYS, NULL, NULL},
+    {"add", MI_NEED_ALWAYS, NULL, NULL},          {NULL, 0, NULL, NULL},
+};
+
 static const mi_model_iface iface = {
     .struct_size = sizeof(mi_model_iface),
     .architectures = architectures,
@@ -454,6 +470,7 @@ static const mi_model_iface iface = {
     .seq_truncate = my_seq_truncate,
     .seq_len = my_seq_len,
     .forward = my_forward,
+    .platform_needs = platform_needs,
 };
 
 static int my_init(const mi_host_api *h, const mi_options *opts, void **ctx, char *err,
