@@ -10,7 +10,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 pkgs=(build-essential cmake pkg-config git clang libclang-rt-14-dev
-      check libjansson-dev libpcre2-dev libffi-dev libcurl4-openssl-dev libmicrohttpd-dev
+      check libjansson-dev libpcre2-dev libffi-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev
       libopenmpi-dev openmpi-bin nodejs npm
       hipcc libamdhip64-dev)  # HIP: builds the K100/Z200 plugins (about 650 MB)
 missing=()

@@ -21,15 +21,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-typedef struct mi_sha256 {
-  uint32_t h[8];
-  unsigned char buf[64];
-  size_t n;
-  uint64_t len;
-} mi_sha256;
-void mi_sha256_init(mi_sha256 *s);
-void mi_sha256_update(mi_sha256 *s, const void *data, size_t n);
-void mi_sha256_hex(mi_sha256 *s, char out[65]);
+/* SHA-256 as 64 hex digits (libcrypto). */
 void mi_sha256_buf(const void *data, size_t n, char out[65]);
 int mi_sha256_file(const char *path, char out[65]); /* 0, or -1 when unreadable */
 
