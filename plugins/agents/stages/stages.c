@@ -343,9 +343,12 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
    * decode tok/s after a short and after a long prompt, best of 3 runs each,
    * as deployed. Expected slowdown from the model files: (W + p_long*S) /
    * (W + p_short*S), W the safetensors bytes, S the f32 KV bytes per
-   * position. The gate is 4x that (on a tiny shape attention's compute costs
-   * more than its bytes, and this VM is shared); an engine that recomputes
-   * its prefix every step is ~8x slower there and fails. */
+   * position. The gate is 6x that: wall time on a shared 2-core VM put a
+   * correct tiny TP 2 engine at 4.4x. It catches gross growth only: on the
+   * tiny shape the vocabulary projection dominates a step, and an engine that
+   * recomputes its prefix with batched matmuls measured 4.1x on an AVX-512
+   * host (8.5x elsewhere), so it can pass. Holding that engine needs the
+   * platform's work counted per step, not timed (issue note). */
   {
     char sbuf[4700];
     snprintf(sbuf, sizeof sbuf, "%s/config.json", model);
@@ -391,11 +394,11 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
       }
     }
     double expect = (W + (plen[1] + 24) * S) / (W + (plen[0] + 24) * S), ratio = tps[1] > 0 ? tps[0] / tps[1] : 1e9;
-    int g_ok = !gmsg[0] && tps[0] > 0 && ratio <= 4 * expect;
+    int g_ok = !gmsg[0] && tps[0] > 0 && ratio <= 6 * expect;
     if (!gmsg[0])
       snprintf(gmsg, sizeof gmsg,
                "decode %.1f tok/s after %d prompt tokens, %.1f after %d: %.2fx slower, the KV cache explains %.2fx (gate %.2fx)",
-               tps[0], plen[0], tps[1], plen[1], ratio, expect, 4 * expect);
+               tps[0], plen[0], tps[1], plen[1], ratio, expect, 6 * expect);
     log_line(log, "%s\n", gmsg);
     mi_bb_put_file(bb, log, "txt", ev);
     json_array_append_new(stages, stage_obj("6d", "decode cost vs prefix (default gate)", g_ok ? "PASS" : "FAIL", gmsg,
