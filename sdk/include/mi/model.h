@@ -85,7 +85,20 @@ typedef struct mi_model_iface {
    * otherwise [vocab] for the last token. */
   int (*forward)(mi_model *m, mi_seq *s, const int32_t *ids, int64_t n, float *logits,
                  int all_logits, char *err, size_t err_len);
+
+  /* ABI 1.4 (appended; optional, NULL = not supported: a server then steps
+   * its sequences one at a time). One decode step for n distinct sequences
+   * in one batched pass: appends ids[i] to seqs[i] and writes that
+   * sequence's [vocab] logits to logits[i] (host memory). The results equal
+   * n forward() calls of one token each. On failure no sequence may be left
+   * half-advanced: either all n advanced, or none (-1, err set). */
+  int (*forward_batch)(mi_model *m, mi_seq *const *seqs, const int32_t *ids, int64_t n,
+                       float *const *logits, char *err, size_t err_len);
 } mi_model_iface;
+
+/* Whether a model interface has a member (covered by its struct_size, set). */
+#define mi_model_has(iface, m)                                                                     \
+  ((iface)->struct_size >= offsetof(mi_model_iface, m) + sizeof((iface)->m) && (iface)->m != NULL)
 
 #ifdef __cplusplus
 }

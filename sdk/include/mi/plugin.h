@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define MI_ABI_MAJOR 1
-#define MI_ABI_MINOR 1
+#define MI_ABI_MINOR 4
 
 #define MI_PLUGIN_ENTRY_SYMBOL "mi_plugin_get_descriptor"
 
