@@ -83,6 +83,11 @@ static int q3_forward(mi_model *m, mi_seq *s, const int32_t *ids, int64_t n, flo
   return qwen3_forward(m, s, ids, n, logits, all_logits, err, err_len);
 }
 
+static int q3_forward_batch(mi_model *m, mi_seq *const *seqs, const int32_t *ids, int64_t n,
+                            float *const *logits, char *err, size_t err_len) {
+  return qwen3_forward_batch(m, seqs, ids, n, logits, err, err_len);
+}
+
 static const mi_model_iface k_iface = {
     .struct_size = sizeof(mi_model_iface),
     .architectures = k_architectures,
@@ -95,6 +100,7 @@ static const mi_model_iface k_iface = {
     .seq_truncate = q3_seq_truncate,
     .seq_len = q3_seq_len,
     .forward = q3_forward,
+    .forward_batch = q3_forward_batch,
 };
 
 static int q3_init(const mi_host_api *host, const mi_options *opts, void **ctx, char *err,
