@@ -385,7 +385,6 @@ static void finish_req(req *r, const mi_gen_stats *st, int status, const char *m
   r->state = R_DONE;
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
-  if (st) metrics_finish(st);
 }
 
 typedef struct slot {
@@ -396,6 +395,7 @@ typedef struct slot {
 static void slot_end(slot *s, int status, const char *msg) {
   mi_gen_stats st;
   mi_gen_end(s->g, &st);
+  metrics_finish(&st); /* tokens of cancelled and failed requests count too */
   int cancelled;
   pthread_mutex_lock(&s->r->mu);
   cancelled = s->r->cancelled;
