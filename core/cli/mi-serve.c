@@ -327,7 +327,7 @@ static void finish_req(req *r, const mi_gen_stats *st, int status, const char *m
   if (msg) {
     r->status = status;
     json_t *ej = error_json(status, status == 503 ? "server_error" : "server_error", NULL, NULL, msg);
-    if (r->r.stream && r->started) {
+    if (r->r.stream) { /* the 200 and the event stream are already under way */
       sse_json(r, ej);
       buf_append(&r->out, &r->out_len, &r->out_cap, "data: [DONE]\n\n", 14);
     } else {
@@ -622,11 +622,25 @@ static void cancel_req(req *r) {
   int was = r->state != R_DONE && !r->cancelled;
   r->cancelled = 1;
   pthread_mutex_unlock(&r->mu);
-  if (was) {
-    pthread_mutex_lock(&S.mu);
-    /* a queued request is dropped at admission; wake the scheduler */
-    pthread_cond_signal(&S.cv);
-    pthread_mutex_unlock(&S.mu);
+  if (!was) return;
+  /* still queued: leave the queue now (its place goes to the next client);
+   * running: the scheduler frees its sequence at its next step */
+  int unlinked = 0;
+  pthread_mutex_lock(&S.mu);
+  for (req **pp = &S.q_head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next)
+    if (*pp == r) {
+      *pp = r->next;
+      if (S.q_tail == r) S.q_tail = prev;
+      S.q_len--;
+      S.m.cancelled++;
+      unlinked = 1;
+      break;
+    }
+  pthread_cond_signal(&S.cv);
+  pthread_mutex_unlock(&S.mu);
+  if (unlinked) {
+    finish_req(r, NULL, 499, "the request was cancelled");
+    req_unref(r); /* the scheduler's reference */
   }
 }
 
@@ -864,6 +878,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
   else S.q_head = r;
   S.q_tail = r;
   S.q_len++;
+  mi_log(MI_LOG_INFO, "mi-serve", "%s queued (%d waiting, %d running)", r->id, S.q_len, S.running);
   pthread_cond_signal(&S.cv);
   pthread_mutex_unlock(&S.mu);
 
@@ -1191,7 +1206,7 @@ int main(int argc, char **argv) {
       flags, (uint16_t)cfg->port, NULL, NULL, answer, NULL, MHD_OPTION_SOCK_ADDR,
       (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->queue_max + cfg->parallel + 64),
-      MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+      MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
       MHD_OPTION_END);
   if (!d) {
     fprintf(stderr, "mi-serve: cannot listen on %s:%d: %s\n", cfg->host, cfg->port,
@@ -1257,6 +1272,9 @@ int main(int argc, char **argv) {
 
   int sig = 0;
   sigwait(&sigs, &sig);
+  /* stop listening: new connections are refused from now on */
+  MHD_socket lfd = MHD_quiesce_daemon(d);
+  if (lfd != MHD_INVALID_SOCKET) close(lfd);
   fprintf(stderr, "mi-serve: %s: finishing in-flight requests (up to %.0f s)\n",
           sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg->drain_s);
   /* stop taking work; let the running sequences finish, then cancel */

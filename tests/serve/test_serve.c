@@ -541,7 +541,10 @@ START_TEST(queue_full_and_disconnect) {
                       "{\"prompt\":\"hi\",\"max_tokens\":4000,\"ignore_eos\":true,\"stream\":true}");
   ck_assert_int_ge(fd1, 0);
   char buf[4096];
-  ck_assert_int_gt(recv(fd1, buf, sizeof buf, 0), 0); /* it is running */
+  ck_assert_int_gt(recv(fd1, buf, sizeof buf, 0), 0);
+  /* the headers come when it is queued: wait until it holds the sequence */
+  for (double t0 = now_s(); metric(s.port, "mi_requests_running") != 1 && now_s() - t0 < 30;) usleep(10000);
+  ck_assert_int_eq(metric(s.port, "mi_queue_depth"), 0);
   int fd2 = http_send(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"hello\",\"max_tokens\":4}");
   for (double t0 = now_s(); metric(s.port, "mi_queue_depth") != 1 && now_s() - t0 < 30;) usleep(10000);
   ck_assert_int_eq(metric(s.port, "mi_queue_depth"), 1);
@@ -550,14 +553,21 @@ START_TEST(queue_full_and_disconnect) {
   ck_assert_str_eq(header_of(&r3, "Retry-After"), "1");
   ck_assert_int_eq(metric(s.port, "mi_requests_rejected_busy_total"), 1);
   free(r3.raw);
+  /* the queued client leaves: its place is free at once */
+  close(fd2);
+  for (double t0 = now_s(); metric(s.port, "mi_queue_depth") != 0 && now_s() - t0 < 5;) usleep(10000);
+  ck_assert_int_eq(metric(s.port, "mi_queue_depth"), 0);
+  ck_assert_int_eq(metric(s.port, "mi_requests_cancelled_total"), 1);
+  fd2 = http_send(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"hello\",\"max_tokens\":4}");
+  for (double t0 = now_s(); metric(s.port, "mi_queue_depth") != 1 && now_s() - t0 < 30;) usleep(10000);
   double t0 = now_s();
-  close(fd1); /* the client leaves mid-stream */
+  close(fd1); /* the running client leaves mid-stream */
   http_resp r2 = {0};
   http_read(fd2, &r2);
   double waited = now_s() - t0;
   ck_assert_int_eq(r2.status, 200);
   free(r2.raw);
-  ck_assert_int_eq(metric(s.port, "mi_requests_cancelled_total"), 1);
+  ck_assert_int_eq(metric(s.port, "mi_requests_cancelled_total"), 2);
   long gen = metric(s.port, "mi_generation_tokens_total");
   ck_assert_msg(gen < 4000, "the cancelled stream ran on: %ld tokens generated", gen);
   fprintf(stderr, "queued request served %.2f s after the first client left (%ld tokens generated)\n",
@@ -567,25 +577,34 @@ START_TEST(queue_full_and_disconnect) {
 }
 END_TEST
 
-/* SIGTERM while a stream runs: the stream ends properly ([DONE]), the
+/* SIGTERM while a stream runs and another waits: the running stream ends
+ * properly ([DONE]), the queued one gets an error event and [DONE], the
  * process exits 0, and nothing listens afterwards. */
 START_TEST(sigterm_drains) {
   srv s;
-  start_or_die(&s, (const char *[]){"--drain-timeout", "30", NULL});
+  start_or_die(&s, (const char *[]){"--drain-timeout", "30", "--parallel", "1", NULL});
   wait_ready(&s);
   int port = s.port;
   int fd = http_send(port, "POST", "/v1/completions", NULL,
-                     "{\"prompt\":\"hi\",\"max_tokens\":40,\"ignore_eos\":true,\"stream\":true}");
+                     "{\"prompt\":\"hi\",\"max_tokens\":1000,\"ignore_eos\":true,\"stream\":true}");
   char buf[256];
   ck_assert_int_gt(recv(fd, buf, sizeof buf, MSG_PEEK), 0);
+  for (double t0 = now_s(); metric(port, "mi_requests_running") != 1 && now_s() - t0 < 30;) usleep(10000);
+  int fdq = http_send(port, "POST", "/v1/completions", NULL,
+                      "{\"prompt\":\"hi\",\"max_tokens\":4,\"stream\":true}");
+  for (double t0 = now_s(); metric(port, "mi_queue_depth") != 1 && now_s() - t0 < 30;) usleep(10000);
   kill(s.pid, SIGTERM);
-  http_resp r = {0};
+  http_resp r = {0}, q = {0};
   http_read(fd, &r);
+  http_read(fdq, &q);
   ck_assert_int_eq(r.status, 200);
   ck_assert_ptr_nonnull(strstr(r.body, "\"finish_reason\":\"length\""));
   ck_assert_ptr_nonnull(strstr(r.body, "data: [DONE]"));
+  ck_assert_int_eq(q.status, 200); /* an event stream: the error comes as an event */
+  ck_assert_msg(strstr(q.body, "data: {\"error\":") && strstr(q.body, "shutting down"), "%s", q.body);
+  ck_assert_ptr_nonnull(strstr(q.body, "data: [DONE]"));
   free(r.raw);
-  s.pid = s.pid; /* srv_stop sends another SIGTERM: harmless while draining */
+  free(q.raw);
   ck_assert_int_eq(srv_stop(&s), 0);
   ck_assert_int_lt(tcp_connect(port), 0);
 }
