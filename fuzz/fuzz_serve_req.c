@@ -14,6 +14,8 @@ static void one(const uint8_t *data, size_t size, int chat) {
     FUZZ_CHECK(e.status >= 400 && e.status < 600, "status %d", e.status);
     FUZZ_CHECK(e.type && e.type[0], "no error type");
     fuzz_check_one_line("serve_req_parse", e.message);
+    for (const char *c = e.message; *c; c++)
+      FUZZ_CHECK((unsigned char)*c >= 0x20 && (unsigned char)*c <= 0x7e, "non-ASCII byte in message");
     FUZZ_CHECK(strlen(e.param) < sizeof e.param, "param");
   } else {
     FUZZ_CHECK(r.chat == chat, "chat flag");

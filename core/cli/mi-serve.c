@@ -153,11 +153,25 @@ static void sse_json(req *r, json_t *j) {
   free(s);
 }
 
+/* A JSON string of text that may not be UTF-8 (a client's model name in a
+ * message): bytes outside printable ASCII become '?' when it is not. */
+static json_t *safe_string(const char *s) {
+  json_t *j = json_string(s);
+  if (j) return j;
+  char *c = strdup(s);
+  if (!c) return json_string("?");
+  for (char *p = c; *p; p++)
+    if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) *p = '?';
+  j = json_string(c);
+  free(c);
+  return j;
+}
+
 static json_t *error_json(int status, const char *type, const char *code, const char *param,
                           const char *msg) {
   (void)status;
-  return json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg, "type", type, "param",
-                   param && *param ? json_string(param) : json_null(), "code",
+  return json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", safe_string(msg), "type", type,
+                   "param", param && *param ? safe_string(param) : json_null(), "code",
                    code ? json_string(code) : json_null());
 }
 

@@ -18,6 +18,10 @@ static int fail(serve_err *e, int status, const char *param, const char *code, c
   va_start(ap, fmt);
   vsnprintf(e->message, sizeof e->message, fmt, ap);
   va_end(ap);
+  /* one printable ASCII line: jansson's messages quote the input, which may
+   * hold newlines or bytes that are not UTF-8 */
+  for (char *c = e->message; *c; c++)
+    if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e) *c = '?';
   return -1;
 }
 
