@@ -99,6 +99,7 @@ struct req {
   char id[48];
   long long created;
   double t_enqueue;
+  double ttft_s; /* enqueued → first token sampled (queueing included) */
   /* output: the SSE bytes (stream) or the final JSON body */
   char *out;
   size_t out_len, out_cap, sent;
@@ -291,6 +292,7 @@ static const char *finish_of(const char *stop_reason) {
 
 static void emit_token(req *r, const mi_gen_token *t) {
   pthread_mutex_lock(&r->mu);
+  if (t->step == 0) r->ttft_s = mi_now_seconds() - r->t_enqueue;
   if (r->r.stream) {
     json_t *lp = NULL;
     if (r->r.logprobs) {
@@ -315,15 +317,15 @@ static void emit_token(req *r, const mi_gen_token *t) {
   pthread_mutex_unlock(&r->mu);
 }
 
-static void metrics_finish(const mi_gen_stats *st) {
+static void metrics_finish(const mi_gen_stats *st, double ttft_s) {
   pthread_mutex_lock(&S.mu);
   S.m.prompt_tokens += (unsigned long long)st->n_prompt;
   S.m.gen_tokens += (unsigned long long)st->n_gen;
   if (st->n_gen > 0) {
-    S.m.ttft_sum += st->ttft_s;
+    S.m.ttft_sum += ttft_s;
     S.m.ttft_count++;
     for (size_t i = 0; i < sizeof TTFT_BOUNDS / sizeof *TTFT_BOUNDS; i++)
-      if (st->ttft_s <= TTFT_BOUNDS[i]) S.m.ttft_b[i]++;
+      if (ttft_s <= TTFT_BOUNDS[i]) S.m.ttft_b[i]++;
   }
   if (st->n_gen > 1 && st->decode_s > 0) {
     double rate = (double)(st->n_gen - 1) / st->decode_s;
@@ -409,7 +411,7 @@ typedef struct slot {
 static void slot_end(slot *s, int status, const char *msg) {
   mi_gen_stats st;
   mi_gen_end(s->g, &st);
-  metrics_finish(&st); /* tokens of cancelled and failed requests count too */
+  metrics_finish(&st, s->r->ttft_s); /* tokens of cancelled and failed requests count too */
   int cancelled;
   pthread_mutex_lock(&s->r->mu);
   cancelled = s->r->cancelled;
@@ -726,7 +728,8 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c) {
       "# TYPE mi_queue_depth gauge\nmi_queue_depth %d\n", q);
   OUT("# HELP mi_requests_running Requests holding a sequence slot.\n"
       "# TYPE mi_requests_running gauge\nmi_requests_running %d\n", run);
-  OUT("# HELP mi_time_to_first_token_seconds Prompt submitted to first token sampled.\n"
+  OUT("# HELP mi_time_to_first_token_seconds Request queued to first token sampled (queueing and "
+      "prefill).\n"
       "# TYPE mi_time_to_first_token_seconds histogram\n");
   for (size_t i = 0; i < sizeof TTFT_BOUNDS / sizeof *TTFT_BOUNDS; i++)
     OUT("mi_time_to_first_token_seconds_bucket{le=\"%g\"} %llu\n", TTFT_BOUNDS[i], m.ttft_b[i]);

@@ -582,7 +582,7 @@ END_TEST
  * process exits 0, and nothing listens afterwards. */
 START_TEST(sigterm_drains) {
   srv s;
-  start_or_die(&s, (const char *[]){"--drain-timeout", "30", "--parallel", "1", NULL});
+  start_or_die(&s, (const char *[]){"--drain-timeout", "60", "--parallel", "1", "-c", "2048", NULL});
   wait_ready(&s);
   int port = s.port;
   int fd = http_send(port, "POST", "/v1/completions", NULL,
