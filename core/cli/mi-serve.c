@@ -684,6 +684,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     size_t k = r->out_len - r->sent < max ? r->out_len - r->sent : max;
     memcpy(buf, r->out + r->sent, k);
     r->sent += k;
+    if (r->sent == r->out_len) r->sent = r->out_len = 0; /* all sent: reuse the buffer */
     pthread_mutex_unlock(&r->mu);
     return (ssize_t)k;
   }

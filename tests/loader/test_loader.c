@@ -2,8 +2,8 @@
  * reason and one log line naming the file, the good one loads and computes,
  * required vs optional, plugins.conf resolution, and the search order.
  * Test plugins live in $MI_BUILD_DIR/tests/plugins (tests/loader/plugins/).
- * Expected texts are written for ABI 1.1 (the test plugins use major+1 and
- * minor+5). */
+ * The test plugins use major+1 and minor+5; the expected texts follow
+ * MI_ABI_MINOR. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <math.h>
@@ -12,6 +12,9 @@
 #include <string.h>
 
 #include "core/runtime/host.h"
+
+#define MI_STR2(x) #x
+#define MI_STR(x) MI_STR2(x)
 #include "core/runtime/loader.h"
 #include "mi/platform.h"
 #include "test_helpers.h"
@@ -98,7 +101,7 @@ static const struct {
     {"libmi-bad-nulldesc.so", MI_PLUGIN_REJECTED, {"no descriptor", "returned NULL"}, 0},
     {"libmi-bad-major.so", MI_PLUGIN_REJECTED, {"ABI major 2, this core speaks 1"}, 0},
     {"libmi-bad-minor.so", MI_PLUGIN_REJECTED,
-     {"built for ABI 1.6, this core is 1.1: upgrade MetaInfer"}, 0},
+     {"built for ABI 1.", ", this core is 1." MI_STR(MI_ABI_MINOR) ": upgrade MetaInfer"}, 0},
     {"libmi-bad-size.so", MI_PLUGIN_REJECTED,
      {"struct_size 16", "smaller than the ABI 1.0 descriptor"}, 0},
     {"libmi-bad-kind.so", MI_PLUGIN_REJECTED, {"kind 9 is not a known plugin kind"}, 0},

@@ -75,7 +75,9 @@ static int srv_stop(srv *s) {
   for (double t0 = now_s(); now_s() - t0 < 30;) {
     if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
       s->pid = 0;
-      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      if (rc == 0) unlink(s->log); /* kept when something went wrong */
+      return rc;
     }
     usleep(10000);
   }

@@ -4,6 +4,7 @@
  * agree too). Also: a refused batch leaves every sequence as it was. */
 #include <check.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,11 @@ static mi_session *open_session(const char *shape, int seed, const char *kv_type
   mi_session *e = NULL;
   ck_assert_msg(mi_session_open(*reg, &eo, &e, err, sizeof err) == 0, "%s", err);
   ck_assert_msg(mi_model_has(e->M, forward_batch), "the qwen3 plugin has no forward_batch");
+  /* a plugin built before ABI 1.4 (a shorter struct): no batched entry,
+   * whatever lies past its end */
+  mi_model_iface old = *e->M;
+  old.struct_size = (uint32_t)offsetof(mi_model_iface, forward_batch);
+  ck_assert(!mi_model_has(&old, forward_batch));
   return e;
 }
 
