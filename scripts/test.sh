@@ -1,11 +1,37 @@
 #!/usr/bin/env bash
-# Runs every test: the Release build's ctest suite, each libFuzzer harness
-# for a short time (MI_FUZZ_SECONDS, default 15), then the ASan+UBSan build's
-# ctest suite.
+# Runs every test: the Release build's ctest suite, then the tests that run
+# CPU kernels once more for each lesser CPU variant this host can run, each
+# libFuzzer harness for a short time (MI_FUZZ_SECONDS, default 15), then the
+# ASan+UBSan build's ctest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh build
 ctest --test-dir build --output-on-failure -j2
+
+# The CPU plugin picks its best variant (avx512bf16 > avx512 > avx2 >
+# generic) at run time; MI_CPU_ISA_MAX=NAME makes it behave as on a host
+# whose best is NAME, so each lesser variant gets the kernel, model (float64
+# reference), llama.cpp-golden, TP, verifier-unit and template tests as an
+# older host would run them. Left out of these reruns: tests that run no CPU
+# kernel (tokenizer, loader, safetensors, CKB, GPU host/plugins/emulator
+# conformance), and the slow ones about something else (CLI errors, the
+# verifier's model mutants, the GPU emulator end to end and TP).
+variants=()
+for isa in generic avx2 avx512 avx512bf16; do
+  # a variant this host cannot run leaves the CPU plugin unsuited
+  if MI_CPU_ISA=$isa build/bin/mi-run --list-plugins 2>/dev/null | grep -q '^platform  *cpu .* loaded '; then
+    variants+=("$isa")
+  fi
+done
+unset 'variants[${#variants[@]}-1]' # the best one: the run above
+not_cpu='^(test_loader|test_loader_conf|loader_mi_run_list|loader_sdk_template|test_tokenizer'
+not_cpu+='|test_safetensors|test_mkmodel|test_ckb|test_gpu_host|test_gpu_plugins|gpu_conformance_emu(32|64)'
+not_cpu+='|test_cli_errors|test_verify_model|test_gpu_emu_e2e|test_gpu_tp)$'
+for isa in "${variants[@]}"; do
+  echo "== CPU variant $isa (MI_CPU_ISA_MAX=$isa)"
+  MI_CPU_ISA_MAX=$isa ctest --test-dir build --output-on-failure -j2 -E "$not_cpu"
+done
+
 scripts/fuzz.sh "${MI_FUZZ_SECONDS:-15}"
 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DMI_SANITIZE=ON
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -51,6 +51,16 @@ const mi_ckb_entry *mi_ckb_find(const mi_ckb *c, const char *id);
 /* The known kinds (from the schema files), e.g. "operator". */
 size_t mi_ckb_kind_count(const mi_ckb *c);
 const char *mi_ckb_kind_at(const mi_ckb *c, size_t i);
+/* The largest CKB file (entry or schema) read or written: jansson holds a
+ * parsed file in ~20x its size. */
+#define MI_CKB_MAX_FILE (4u << 20)
+
+/* The one rule for names that become paths: an entry id's NAME (after
+ * "KIND.") and a schema's `dir`: [a-z0-9][a-z0-9._-]{0,127}, so a single
+ * path component, no '/', no control characters, never "." or "..".
+ * Returns 0, or -1 with the reason in why. */
+int mi_ckb_name_check(const char *name, char *why, size_t why_len);
+
 /* The folder (relative to DIR) holding entries of `kind`, or NULL. */
 const char *mi_ckb_kind_dir(const mi_ckb *c, const char *kind);
 

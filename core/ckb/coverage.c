@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/ckb/internal.h"
+#include "core/util/file.h"
 
 static int str_in(json_t *arr, const char *s) {
   size_t i;
@@ -100,12 +101,9 @@ int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform
   *out = NULL;
   char cfg_path[4096];
   snprintf(cfg_path, sizeof cfg_path, "%s/config.json", model_dir);
-  json_error_t je;
-  json_t *cfg = json_load_file(cfg_path, 0, &je);
-  if (!cfg) {
-    snprintf(err, err_len, "%s: cannot read: %s", cfg_path, je.text);
-    return -1;
-  }
+  json_t *cfg = mi_file_load_json(cfg_path, 0, MI_CONFIG_JSON_MAX_BYTES, "config file", 0, err,
+                                  err_len);
+  if (!cfg) return -1;
   json_t *archs = json_object_get(cfg, "architectures");
   if (!json_is_array(archs) || json_array_size(archs) == 0) {
     snprintf(err, err_len, "%s: field 'architectures' must be a non-empty array", cfg_path);

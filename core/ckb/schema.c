@@ -77,7 +77,9 @@ static void show(json_t *v, char *buf, size_t n) {
 static int pattern_match(const char *pat, const char *str, int *bad_pattern) {
   int ec;
   PCRE2_SIZE eo;
-  pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+  pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+                                  PCRE2_DOLLAR_ENDONLY, /* "$" is the end, not before a final "\n" */
+                                  &ec, &eo, NULL);
   if (!re) {
     *bad_pattern = 1;
     return 0;

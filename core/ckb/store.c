@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/ckb/internal.h"
+#include "core/util/file.h"
 
 static char *path_join(const char *a, const char *b) {
   char *p = NULL;
@@ -86,15 +87,36 @@ void ckb_report(ckb_diag *d, const char *file, const char *fmt, ...) {
 }
 
 /* Entries and schemas are a few KiB; jansson holds a parsed file in ~20x
- * its size, so a hostile multi-GB file would otherwise cost tens of GB. */
-#define MI_CKB_MAX_FILE (4u << 20)
+ * its size, so a hostile multi-GB file would otherwise cost tens of GB.
+ * (MI_CKB_MAX_FILE is in ckb.h: the writer enforces it too.) */
 
-/* The size of path when it is over the limit, else 0 (errors: 0, and the
- * JSON reader reports them). */
-static long long too_big(const char *path) {
-  struct stat st;
-  if (stat(path, &st) != 0 || st.st_size <= (off_t)MI_CKB_MAX_FILE) return 0;
-  return (long long)st.st_size;
+int mi_ckb_name_check(const char *name, char *why, size_t why_len) {
+  size_t n = name ? strlen(name) : 0;
+  if (n == 0) return snprintf(why, why_len, "is empty"), -1;
+  if (n > 128) return snprintf(why, why_len, "is %zu bytes long (at most 128)", n), -1;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)name[i];
+    int ok = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+             (i > 0 && (ch == '.' || ch == '_' || ch == '-'));
+    if (ok) continue;
+    if (ch < 0x20 || ch == 0x7f) snprintf(why, why_len, "has control character 0x%02x at offset %zu", ch, i);
+    else if (ch == '/') snprintf(why, why_len, "has '/' at offset %zu", i);
+    else snprintf(why, why_len, "has '%c' at offset %zu", ch >= 0x80 ? '?' : ch, i);
+    return -1;
+  }
+  return 0;
+}
+
+/* A CKB file through the shared reader (size limit, no FIFO or device,
+ * never a wait): the JSON, or NULL with "PATH: problem" in err. */
+static json_t *load_ckb_file(const char *path, size_t jflags, char *err, size_t err_len) {
+  return mi_file_load_json(path, 0, MI_CKB_MAX_FILE, "CKB file", jflags, err, err_len);
+}
+
+/* err without its leading "PATH: " */
+static const char *after_path(const char *err, const char *path) {
+  size_t n = strlen(path);
+  return strncmp(err, path, n) == 0 && err[n] == ':' && err[n + 1] == ' ' ? err + n + 2 : err;
 }
 
 static void load_error(mi_ckb *c, const char *file, const char *fmt, ...)
@@ -136,15 +158,8 @@ static int load_schemas(mi_ckb *c, char *err, size_t err_len) {
   c->kinds = calloc(n ? n : 1, sizeof *c->kinds);
   for (size_t i = 0; files[i] && rc == 0; i++) {
     char *path = path_join(sdir, files[i]);
-    json_error_t je;
-    long long big = too_big(path);
-    json_t *doc = big ? NULL : json_load_file(path, 0, &je);
-    if (big) {
-      snprintf(err, err_len, "%s: file is %lld bytes, over the %u byte limit for a CKB file", path,
-               big, MI_CKB_MAX_FILE);
-      rc = -1;
-    } else if (!doc) {
-      snprintf(err, err_len, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
+    json_t *doc = load_ckb_file(path, 0, err, err_len);
+    if (!doc) {
       rc = -1;
     } else if (strcmp(files[i], "common.json") == 0) {
       c->common_defs = json_incref(json_object_get(doc, "defs"));
@@ -155,9 +170,17 @@ static int load_schemas(mi_ckb *c, char *err, size_t err_len) {
     } else {
       const char *kind = str_member(doc, "kind"), *dir = str_member(doc, "dir");
       json_t *schema = json_object_get(doc, "schema");
+      char why[160];
       if (!kind || !dir || !json_is_object(schema)) {
         snprintf(err, err_len, "%s: a schema file needs string 'kind', string 'dir' and object 'schema'",
                  path);
+        rc = -1;
+      } else if (mi_ckb_name_check(dir, why, sizeof why) != 0) {
+        /* "dir": "../x" would make add write outside the CKB. */
+        snprintf(err, err_len, "%s: field 'dir' must be one folder name ([a-z0-9][a-z0-9._-]*): '%.80s' %s",
+                 path, dir, why);
+        for (char *p = err; *p; p++)
+          if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
         rc = -1;
       } else {
         ckb_kind *k = &c->kinds[c->n_kinds++];
@@ -209,13 +232,9 @@ static void load_entries(mi_ckb *c) {
     for (size_t j = 0; files && files[j]; j++) {
       char *path = path_join(sub, files[j]);
       char *rel = path_join(subs[i], files[j]);
-      json_error_t je;
-      long long big = path ? too_big(path) : 0;
-      json_t *doc = path && !big ? json_load_file(path, JSON_REJECT_DUPLICATES, &je) : NULL;
-      if (big)
-        load_error(c, path, "file is %lld bytes, over the %u byte limit for a CKB file", big,
-                   MI_CKB_MAX_FILE);
-      else if (!doc) load_error(c, path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+      char lerr[900] = "out of memory";
+      json_t *doc = path ? load_ckb_file(path, JSON_REJECT_DUPLICATES, lerr, sizeof lerr) : NULL;
+      if (!doc) load_error(c, path ? path : subs[i], "%s", path ? after_path(lerr, path) : lerr);
       else if (!json_is_object(doc)) {
         load_error(c, path, "an entry must be a JSON object");
         json_decref(doc);

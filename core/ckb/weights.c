@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/ckb/internal.h"
+#include "core/util/file.h"
 #include "core/runtime/safetensors.h"
 
 typedef struct cfg_ctx {
@@ -80,12 +81,9 @@ int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, c
   *out = NULL;
   char path[4096];
   snprintf(path, sizeof path, "%s/config.json", model_dir);
-  json_error_t je;
-  json_t *config = json_load_file(path, 0, &je);
-  if (!config) {
-    snprintf(err, err_len, "%s: cannot read: %s", path, je.text);
-    return -1;
-  }
+  json_t *config = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config file", 0, err,
+                                     err_len);
+  if (!config) return -1;
   const mi_ckb_entry *model = mi_ckb_find_model(c, json_object_get(config, "architectures"));
   if (!model) {
     snprintf(err, err_len, "%s: no model contract for its architectures", path);

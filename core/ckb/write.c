@@ -75,6 +75,14 @@ static int put_locked(const char *dir, json_t *entry, mi_ckb_put_mode mode, ckb_
     d->count++;
     goto out;
   }
+  /* The name becomes a file name: checked before anything else, whatever
+   * the schema's pattern says ("x\n" would be a second file for one id). */
+  char why[160];
+  if (mi_ckb_name_check(id + kl + 1, why, sizeof why) != 0) {
+    ckb_report(d, "(new entry)", "field 'id': '%.140s' is not KIND.NAME with NAME a file name ([a-z0-9][a-z0-9._-]{0,127}): NAME %s",
+               id, why);
+    goto out;
+  }
   if (asprintf(&kdir, "%s/%s", c->dir, sub) < 0 ||
       asprintf(&target, "%s/%s.json", kdir, id + kl + 1) < 0)
     goto out;
@@ -110,6 +118,12 @@ static int put_locked(const char *dir, json_t *entry, mi_ckb_put_mode mode, ckb_
   }
   clean_stale(kdir);
   text = json_dumps(entry, JSON_INDENT(2));
+  if (text && strlen(text) + 1 > MI_CKB_MAX_FILE) {
+    /* Refused here, not by the next validate: the reader would refuse it. */
+    ckb_report(d, target, "entry is %zu bytes as written, over the %u byte limit for a CKB file",
+               strlen(text) + 1, MI_CKB_MAX_FILE);
+    goto out;
+  }
   if (!text || asprintf(&tmp, "%s/.%s.json.tmp.XXXXXX", kdir, id + kl + 1) < 0) goto out;
   int fd = mkstemp(tmp);
   if (fd < 0) {

@@ -6,7 +6,9 @@
  * Each run of a cell happens in a fresh child process, so peak RSS is per
  * cell and one cell cannot disturb the next. Figures are medians over
  * repeats. Progress goes to stderr; the table (or --json) to stdout. */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -14,13 +16,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #include "core/cli/bandwidth.h"
 #include "core/runtime/session.h"
 #include "core/runtime/host.h"
 #include "core/runtime/loader.h"
+#include "core/util/num.h"
+#include "core/util/out.h"
 
 #define MAX_CELLS 8
 #define MAX_WINDOWS 64 /* decode-by-position points per cell */
@@ -54,9 +62,8 @@ static int parse_list(const char *s, int *out, int *n) {
   *n = 0;
   char *dup = strdup(s), *save = NULL;
   for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    char *end;
-    long v = strtol(t, &end, 10);
-    if (*end || v < 1 || v > 1 << 20 || *n == MAX_CELLS) {
+    int64_t v;
+    if (mi_parse_i64(t, 1, 1 << 20, &v) || *n == MAX_CELLS) {
       free(dup);
       return -1;
     }
@@ -227,22 +234,50 @@ typedef struct peer_result {
 } peer_result;
 
 /* Runs llama.cpp through the Node script for one cell; parses its last
- * JSON line. */
-static int run_peer(const bench_opts *o, int P, int G, peer_result *r) {
+ * JSON line. No shell: node gets an argument vector (posix_spawnp), so a
+ * path with quotes or `;` in it is only ever a path. */
+static int run_peer(const bench_opts *o, int P, int G, peer_result *r, char *why, size_t why_len) {
   memset(r, 0, sizeof *r);
-  char cmd[4096];
-  snprintf(cmd, sizeof cmd,
-           "node '%s' --gguf '%s' --prompt-len %d --gen %d --threads %d --seed %llu </dev/null",
-           o->peer_script, o->peer_gguf, P, G, o->threads, (unsigned long long)o->seed);
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
+  char sp[16], sg[16], st_[16], ss[32];
+  snprintf(sp, sizeof sp, "%d", P);
+  snprintf(sg, sizeof sg, "%d", G);
+  snprintf(st_, sizeof st_, "%d", o->threads);
+  snprintf(ss, sizeof ss, "%llu", (unsigned long long)o->seed);
+  char *argv[] = {"node", (char *)o->peer_script, "--gguf", (char *)o->peer_gguf, "--prompt-len", sp,
+                  "--gen", sg, "--threads", st_, "--seed", ss, NULL};
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    snprintf(why, why_len, "pipe: %s", strerror(errno));
+    return -1;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  pid_t pid;
+  int e = posix_spawnp(&pid, "node", &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  if (e != 0) {
+    close(fds[0]);
+    snprintf(why, why_len, "cannot start node: %s", strerror(e));
+    return -1;
+  }
+  FILE *p = fdopen(fds[0], "r");
   char line[4096], last[4096] = "";
-  while (fgets(line, sizeof line, p))
+  while (p && fgets(line, sizeof line, p))
     if (line[0] == '{') snprintf(last, sizeof last, "%s", line);
-  int st = pclose(p);
+  if (p) fclose(p);
+  else close(fds[0]);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
   json_error_t je;
   json_t *j = json_loads(last, 0, &je);
   if (st != 0 || !j) {
+    if (WIFSIGNALED(st)) snprintf(why, why_len, "node killed by signal %d", WTERMSIG(st));
+    else if (st != 0) snprintf(why, why_len, "node exited with %d", WEXITSTATUS(st));
+    else snprintf(why, why_len, "no JSON result line from node");
     json_decref(j);
     return -1;
   }
@@ -251,8 +286,23 @@ static int run_peer(const bench_opts *o, int P, int G, peer_result *r) {
   r->decode_tps = json_number_value(json_object_get(j, "decode_tps"));
   r->peak_rss_mib = json_number_value(json_object_get(j, "peak_rss_mib"));
   r->ok = r->decode_tps > 0;
+  if (!r->ok) snprintf(why, why_len, "no decode speed in node's result");
   json_decref(j);
   return r->ok ? 0 : -1;
+}
+
+/* --peer and --peer-script name regular files; checked before any work. */
+static int check_file_arg(const char *opt, const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    fprintf(stderr, "mi-bench: %s %s: %s\n", opt, path, strerror(errno));
+    return -1;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    fprintf(stderr, "mi-bench: %s %s: not a regular file\n", opt, path);
+    return -1;
+  }
+  return 0;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -286,6 +336,7 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   bench_opts o = {.repeats = 3, .seed = 1, .peer_script = "tools/bench/llamacpp_bench.mjs"};
   o.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  mi_out_init();
   parse_list("11,256,1021", o.prompts, &o.n_prompts);
   parse_list("256,1024,2048", o.gens, &o.n_gens);
   enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED, O_KVT, O_JFILE, O_MMAP, O_NOMMAP };
@@ -305,20 +356,32 @@ int main(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, ":m:t:p:g:r:h", lopts, NULL)) != -1) {
     switch (c) {
     case 'm': o.model_dir = optarg; break;
-    case 't': o.threads = atoi(optarg); break;
+    case 't': {
+      int64_t v;
+      if (mi_opt_i64("mi-bench", "--threads", optarg, 1, 1024, &v)) return 2;
+      o.threads = (int)v;
+      break;
+    }
     case 'p':
       if (parse_list(optarg, o.prompts, &o.n_prompts)) goto bad_list;
       break;
     case 'g':
       if (parse_list(optarg, o.gens, &o.n_gens)) goto bad_list;
       break;
-    case 'r': o.repeats = atoi(optarg); break;
+    case 'r': {
+      int64_t v;
+      if (mi_opt_i64("mi-bench", "--repeats", optarg, 1, 100, &v)) return 2;
+      o.repeats = (int)v;
+      break;
+    }
     case O_JSON: o.json = 1; break;
     case O_PEER: o.peer = 1; o.peer_gguf = optarg; break;
     case O_PSCRIPT: o.peer_script = optarg; break;
     case O_PDIR: o.plugin_dir = optarg; break;
     case O_PLAT: o.platform = optarg; break;
-    case O_SEED: o.seed = strtoull(optarg, NULL, 10); break;
+    case O_SEED:
+      if (mi_opt_u64("mi-bench", "--seed", optarg, 0, UINT64_MAX, &o.seed)) return 2;
+      break;
     case O_KVT: o.kv_type = optarg; break;
     case O_JFILE: o.json_file = optarg; break;
     case O_MMAP: o.weights = MI_SESSION_WEIGHTS_MMAP; break;
@@ -337,6 +400,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mi-bench: --threads must be 1..1024 and --repeats 1..100\n");
     return 2;
   }
+
+  if (o.peer && (check_file_arg("--peer", o.peer_gguf) || check_file_arg("--peer-script", o.peer_script)))
+    return 2;
 
   /* machine figures, measured once per run with the same thread count */
   mi_bandwidth bw = {0};
@@ -384,13 +450,14 @@ int main(int argc, char **argv) {
         }
         if (o.peer) {
           peer_result pr;
-          if (run_peer(&o, P, G, &pr) == 0) {
+          char why[256] = "";
+          if (run_peer(&o, P, G, &pr, why, sizeof why) == 0) {
             pttft[pn] = pr.ttft_ms;
             ppre[pn] = pr.prefill_tps;
             pdec[pn] = pr.decode_tps;
             prss[pn++] = pr.peak_rss_mib;
           } else {
-            fprintf(stderr, "\nmi-bench: peer failed on prompt %d gen %d\n", P, G);
+            fprintf(stderr, "\nmi-bench: peer failed on prompt %d gen %d: %s\n", P, G, why);
           }
         }
       }
@@ -445,7 +512,7 @@ int main(int argc, char **argv) {
           printf(" | %11.1f %10.2f | %6.2fx %6.2fx", mp_pre, mp_dec, mp_pre > 0 ? m_pre / mp_pre : 0,
                  mp_dec > 0 ? m_dec / mp_dec : 0);
         printf("\n");
-        fflush(stdout);
+        (void)mi_out_flush_stdout(); /* a failure is reported at exit, with its errno */
       }
     }
   }
@@ -458,15 +525,20 @@ int main(int argc, char **argv) {
   json_decref(root);
   if (o.json && js) puts(js);
   if (o.json_file && js) {
-    FILE *f = fopen(o.json_file, "w");
-    if (!f || fputs(js, f) < 0 || fputc('\n', f) < 0) {
-      fprintf(stderr, "mi-bench: %s: cannot write: %s\n", o.json_file, strerror(errno));
+    /* whole or not at all: a temp file, every write checked, renamed */
+    char werr[1200];
+    size_t jl = strlen(js);
+    js[jl] = '\n'; /* json_dumps' NUL becomes the final newline */
+    if (mi_out_write_file(o.json_file, js, jl + 1, werr, sizeof werr) != 0) {
+      fprintf(stderr, "mi-bench: %s\n", werr);
       failures++;
     }
-    if (f && fclose(f) != 0) failures++;
+  } else if (o.json_file) {
+    fprintf(stderr, "mi-bench: %s: nothing written: out of memory\n", o.json_file);
+    failures++;
   }
   free(js);
-  return failures ? 1 : 0;
+  return mi_out_finish("mi-bench", failures ? 1 : 0);
 bad_list:
   fprintf(stderr, "mi-bench: %s expects a comma-separated list of positive integers\n",
           argv[optind - 1]);

@@ -1,11 +1,13 @@
 /* mi-ckb: list, show, validate and extend the contract knowledge base, and
  * check what it covers for a model directory on a platform. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/ckb/ckb.h"
+#include "core/util/out.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -164,9 +166,30 @@ static int cmd_put(const char *dir, int argc, char **argv, mi_ckb_put_mode mode)
     fprintf(stderr, "mi-ckb %s: expected one FILE\n", mode == MI_CKB_ADD ? "add" : "update");
     return 1;
   }
+  /* Read at most the limit (+1 to see it exceeded) before parsing: a
+   * 100 MB file costs 2 GB in jansson and could never be stored anyway. */
+  FILE *in = !strcmp(argv[0], "-") ? stdin : fopen(argv[0], "rb");
+  if (!in) {
+    fprintf(stderr, "%s: %s\n", argv[0], strerror(errno));
+    return 1;
+  }
+  char *buf = malloc((size_t)MI_CKB_MAX_FILE + 1);
+  size_t n = buf ? fread(buf, 1, (size_t)MI_CKB_MAX_FILE + 1, in) : 0;
+  int rerr = ferror(in);
+  if (in != stdin) fclose(in);
+  if (!buf || rerr) {
+    fprintf(stderr, "%s: %s\n", argv[0], buf ? "read error" : "out of memory");
+    free(buf);
+    return 1;
+  }
+  if (n > MI_CKB_MAX_FILE) {
+    fprintf(stderr, "%s: larger than %u bytes, the limit for a CKB file\n", argv[0], MI_CKB_MAX_FILE);
+    free(buf);
+    return 1;
+  }
   json_error_t je;
-  json_t *e = !strcmp(argv[0], "-") ? json_loadf(stdin, JSON_REJECT_DUPLICATES, &je)
-                                    : json_load_file(argv[0], JSON_REJECT_DUPLICATES, &je);
+  json_t *e = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &je);
+  free(buf);
   if (!e) {
     fprintf(stderr, "%s: invalid JSON at line %d: %s\n", argv[0], je.line, je.text);
     return 1;
@@ -182,11 +205,12 @@ static int cmd_put(const char *dir, int argc, char **argv, mi_ckb_put_mode mode)
 int main(int argc, char **argv) {
   const char *dir = NULL;
   int i = 1;
+  mi_out_init();
   for (; i < argc && argv[i][0] == '-'; i++) {
     if (!strcmp(argv[i], "--ckb") && i + 1 < argc) dir = argv[++i];
     else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       usage(stdout);
-      return 0;
+      return mi_out_finish("mi-ckb", 0);
     } else {
       fprintf(stderr, "mi-ckb: unknown option '%s'\n", argv[i]);
       usage(stderr);
@@ -226,5 +250,5 @@ int main(int argc, char **argv) {
     rc = 1;
   }
   mi_ckb_close(c);
-  return rc;
+  return mi_out_finish("mi-ckb", rc);
 }

@@ -59,6 +59,7 @@
 #include "core/runtime/rng.h"
 
 #include "mi/tensor.h"
+#include "core/util/num.h"
 
 #define VOCAB 151936
 #define BOS_ID 151643
@@ -468,15 +469,8 @@ static void list_shapes(FILE *f) {
   }
 }
 
-static int parse_u64(const char *s, uint64_t *out) {
-  if (!s || !*s || *s == '-') return -1;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 0);
-  if (errno || *end) return -1;
-  *out = v;
-  return 0;
-}
+/* the shared strict parser (core/util/num.h): decimal, no sign, no junk */
+static int parse_u64(const char *s, uint64_t *out) { return mi_parse_u64(s, 0, UINT64_MAX, out); }
 
 int main(int argc, char **argv) {
   const char *shape_name = NULL, *out = NULL, *tok_flag = NULL;

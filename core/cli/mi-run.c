@@ -15,6 +15,8 @@
 #include "core/runtime/session.h"
 #include "core/runtime/host.h"
 #include "core/runtime/loader.h"
+#include "core/util/num.h"
+#include "core/util/out.h"
 
 #define MAX_STOPS 16
 
@@ -61,6 +63,9 @@ static void usage(FILE *f) {
         "      --mmap               map the weight files (no copy; 4 KiB pages)\n"
         "      --no-mmap            read the weights into huge pages (default on the CPU platform:\n"
         "                           faster decode, one copy at load time)\n"
+        "      --mem-limit SIZE     memory the run may use (e.g. 6G; default: MemAvailable, or the\n"
+        "                           cgroup's memory.max if lower; also $MI_MEM_LIMIT): a model whose\n"
+        "                           weights + state + scratch need more is refused before loading\n"
         "      --tp N               tensor parallelism over N ranks (launch with mpirun -np N)\n"
         "      --list-plugins       list plugins found, loaded or rejected (and why), and exit\n"
         "  -h, --help               this help\n"
@@ -71,26 +76,17 @@ static void usage(FILE *f) {
         f);
 }
 
+/* every number through the shared strict parser (core/util/num.h) */
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end || end == s || v < lo || v > hi) {
-    fprintf(stderr, "mi-run: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
-    return -1;
-  }
-  *out = v;
+  int64_t v;
+  if (mi_opt_i64("mi-run", opt, s, lo, hi, &v)) return -1;
+  *out = (long)v;
   return 0;
 }
 
 static int parse_float(const char *opt, const char *s, double lo, double hi, float *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || *end || end == s || !(v >= lo && v <= hi)) {
-    fprintf(stderr, "mi-run: %s expects a number in [%g, %g], got '%s'\n", opt, lo, hi, s);
-    return -1;
-  }
+  double v;
+  if (mi_opt_double("mi-run", opt, s, lo, hi, &v)) return -1;
   *out = (float)v;
   return 0;
 }
@@ -150,8 +146,9 @@ static int on_token(void *user, const mi_gen_token *t) {
   if (o->quiet) return 0;
   if (!o->json) {
     fwrite(t->visible, 1, t->visible_len, stdout);
-    fflush(stdout);
-    return 0;
+    /* nobody can read the answer (stdout closed, disk full): stop now;
+     * main reports it and exits 1 */
+    return mi_out_flush_stdout() != 0;
   }
   json_t *line = json_object();
   json_object_set_new(line, "step", json_integer(t->step));
@@ -169,14 +166,13 @@ static int on_token(void *user, const mi_gen_token *t) {
   if (s) {
     fputs(s, stdout);
     fputc('\n', stdout);
-    fflush(stdout);
     free(s);
   }
   json_decref(line);
-  return 0;
+  return !s || mi_out_flush_stdout() != 0;
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   const char *model_dir = NULL, *prompt_arg = NULL, *prompt_file = NULL, *system_msg = NULL;
   const char *plugin_dir = NULL, *conf_path = NULL, *platform = NULL, *kv_type = NULL;
   const char *stops[MAX_STOPS];
@@ -187,11 +183,16 @@ int main(int argc, char **argv) {
   mi_sampler_defaults(&gp.sampling);
   gp.sampling.seed = 24301;
   int weights_load = MI_SESSION_WEIGHTS_AUTO;
+  uint64_t mem_limit = 0; /* 0: what the machine has (MemAvailable, cgroup) */
+  mi_out_init();
+  const char *env_limit = getenv("MI_MEM_LIMIT");
+  if (env_limit && *env_limit && mi_opt_size("mi-run", "MI_MEM_LIMIT", env_limit, &mem_limit))
+    return 2;
 
   enum {
     O_CHAT = 256, O_SYSTEM, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPP, O_REPN, O_SEED,
     O_IGNEOS, O_STOP, O_JSON, O_TOPLP, O_STATS, O_PLUGDIR, O_CONF, O_PLATFORM, O_LIST, O_TP,
-    O_KVTYPE, O_VERSION, O_MMAP, O_NOMMAP,
+    O_KVTYPE, O_VERSION, O_MMAP, O_NOMMAP, O_MEMLIMIT,
   };
   static const struct option longopts[] = {
       {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
@@ -211,6 +212,7 @@ int main(int argc, char **argv) {
       {"version", no_argument, 0, O_VERSION},
       {"tp", required_argument, 0, O_TP},         {"kv-type", required_argument, 0, O_KVTYPE},
       {"mmap", no_argument, 0, O_MMAP},           {"no-mmap", no_argument, 0, O_NOMMAP},
+      {"mem-limit", required_argument, 0, O_MEMLIMIT},
       {0, 0, 0, 0}};
   int c;
   long v;
@@ -251,9 +253,14 @@ int main(int argc, char **argv) {
       if (parse_long("--repeat-last-n", optarg, 0, INT_MAX, &v)) return 2;
       gp.sampling.repeat_last_n = (int)v;
       break;
-    case O_SEED:
-      if (parse_long("--seed", optarg, 0, LONG_MAX, &v)) return 2;
-      gp.sampling.seed = (uint64_t)v;
+    case O_SEED: {
+      uint64_t s;
+      if (mi_opt_u64("mi-run", "--seed", optarg, 0, UINT64_MAX, &s)) return 2;
+      gp.sampling.seed = s;
+      break;
+    }
+    case O_MEMLIMIT:
+      if (mi_opt_size("mi-run", "--mem-limit", optarg, &mem_limit)) return 2;
       break;
     case O_IGNEOS: gp.ignore_eos = 1; break;
     case O_STOP:
@@ -285,10 +292,10 @@ int main(int argc, char **argv) {
     case O_TP:
       if (parse_long("--tp", optarg, 1, 1024, &tp)) return 2;
       break;
-    case 'h': usage(stdout); return 0;
+    case 'h': usage(stdout); return mi_out_finish("mi-run", 0);
     case O_VERSION:
       printf("mi-run (MetaInfer) %s, plugin ABI %d.%d\n", MI_VERSION, MI_ABI_MAJOR, MI_ABI_MINOR);
-      return 0;
+      return mi_out_finish("mi-run", 0);
     case ':':
       fprintf(stderr, "mi-run: option %s needs a value (see --help)\n", argv[optind - 1]);
       return 2;
@@ -340,7 +347,7 @@ int main(int argc, char **argv) {
     mi_registry_print(reg, stdout);
     if (fatal) fprintf(stderr, "mi-run: %s\n", err);
     mi_registry_free(reg);
-    return fatal ? 1 : 0;
+    return mi_out_finish("mi-run", fatal ? 1 : 0);
   }
   if (fatal) {
     fprintf(stderr, "mi-run: %s\n", err);
@@ -362,7 +369,8 @@ int main(int argc, char **argv) {
   }
   mi_options model_opts = {mopts, n_mopts};
   mi_session_opts eo = {.model_dir = model_dir, .platform = platform, .model_opts = &model_opts,
-                       .tp_rank = 0, .tp_size = (int)tp, .weights = weights_load};
+                       .tp_rank = 0, .tp_size = (int)tp, .weights = weights_load,
+                       .mem_limit = mem_limit};
   if (mi_session_open(reg, &eo, &eng, err, sizeof err) != 0) {
     fprintf(stderr, "mi-run: %s\n", err);
     goto out;
@@ -406,6 +414,11 @@ int main(int argc, char **argv) {
     enc_len = strlen(rendered);
   }
   int trc = mi_tokenizer_encode(eng->tok, to_encode, enc_len, 1, &ids, &n_ids);
+  if (trc == MI_TOK_EREGEX) { /* the model's file is at fault, not the prompt */
+    fprintf(stderr, "mi-run: %s/tokenizer.json: cannot tokenize the prompt: %s\n", model_dir,
+            mi_tokenizer_strerror(trc));
+    goto out;
+  }
   if (trc != 0) {
     fprintf(stderr, "mi-run: %s: cannot tokenize the prompt: %s\n",
             prompt_file ? prompt_file : "prompt", mi_tokenizer_strerror(trc));
@@ -421,7 +434,7 @@ int main(int argc, char **argv) {
     json_object_set_new(first, "prompt_ids", arr);
     char *s = json_dumps(first, JSON_COMPACT);
     printf("%s\n", s);
-    fflush(stdout);
+    (void)mi_out_flush_stdout();
     free(s);
     json_decref(first);
   }
@@ -438,7 +451,7 @@ int main(int argc, char **argv) {
     fputs(st.tail, stdout);
     fputc('\n', stdout);
   }
-  fflush(stdout);
+  (void)mi_out_flush_stdout();
   if (stats && !quiet) {
     double pre_tps = st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0;
     double dec_tps = st.n_gen > 1 && st.decode_s > 0 ? (st.n_gen - 1) / st.decode_s : 0;
@@ -464,5 +477,15 @@ out:
   free(prompt_text);
   mi_session_close(eng);
   mi_registry_free(reg);
+  return mi_out_finish("mi-run", rc);
+}
+
+/* A plugin that calls exit() (from a constructor, probe, init or a kernel)
+ * must not end the run with status 0 and no output: the guard turns any
+ * exit() before run() returns into one line and status 1. */
+int main(int argc, char **argv) {
+  mi_exit_guard_arm("mi-run");
+  int rc = run(argc, argv);
+  mi_exit_guard_disarm();
   return rc;
 }

@@ -5,7 +5,7 @@
  * while ONE scheduler thread owns the model: it admits queued requests into
  * up to --parallel resident sequences, prefills each, and then runs every
  * resident sequence's decode step, in one batched forward pass when the
- * model plugin has forward_batch (ABI 1.4), else one at a time. A handler
+ * model plugin has forward_batch (ABI 1.3), else one at a time. A handler
  * that sees its client hang up marks the request cancelled; the scheduler
  * frees that sequence at its next step. */
 #define _GNU_SOURCE
@@ -544,6 +544,10 @@ static void *scheduler(void *arg) {
         mi_log(MI_LOG_ERROR, "mi-serve", "batched decode of %d sequences: %s", n, err);
         for (int i = 0; i < P; i++)
           if (pend[i]) slot_end(&slots[i], 500, err);
+      } else {
+        for (int i = 0; i < P; i++)
+          if (pend[i] && mi_gen_check_logits(slots[i].g, err, sizeof err) != 0)
+            slot_end(&slots[i], 500, err);
       }
     } else {
       for (int i = 0; i < P; i++)

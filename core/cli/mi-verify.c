@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "core/ckb/ckb.h"
+#include "core/util/num.h"
+#include "core/util/out.h"
 #include "core/verify/verify.h"
 #include "mi/host.h"
 
@@ -35,6 +37,7 @@ static void usage(FILE *f) {
           "  --model-plugin PATH the model plugin under test for stages 3-6 (default: the model\n"
           "                      contract's, model.NAME -> libmi-NAME.so next to the platform plugin)\n"
           "  --goldens DIR       stage 4's goldens (default: <ckb>/../tests/goldens)\n"
+          "  --goldens-optional  stage 4 is N/A (not FAIL) when no golden matches the weights\n"
           "  --model-contract ID the model contract stage 2 composes (default: the one whose\n"
           "                      architectures --model's config.json names, else the CKB's only one)\n"
           "  --model DIR         the model folder stage 3 checks against its model contract\n"
@@ -157,8 +160,9 @@ static int resolve_model_contract(const mi_ckb *c, const char *ckb_dir, const ch
 int main(int argc, char **argv) {
   const char *plugin = NULL, *ckb_dir = NULL, *platform = NULL, *report = NULL, *only = NULL;
   const char *model_id = NULL, *model_dir = NULL, *model_plugin = NULL, *goldens = NULL;
-  int stage = 1, verbose = 0, have_seed = 0;
+  int stage = 1, verbose = 0, have_seed = 0, goldens_optional = 0;
   uint64_t seed = 0;
+  mi_out_init();
   double timeout = -1, cpu = -1;
   long mem = -1;
   mi_kv kv[32];
@@ -169,7 +173,7 @@ int main(int argc, char **argv) {
       {"report", 1, 0, 'r'},          {"timeout", 1, 0, 't'}, {"cpu-limit", 1, 0, 'c'},
       {"mem-limit", 1, 0, 'm'},       {"help", 0, 0, 'h'},   {"model-contract", 1, 0, 'M'},
       {"model", 1, 0, 'D'},           {"model-plugin", 1, 0, 'L'}, {"goldens", 1, 0, 'G'},
-      {0, 0, 0, 0}};
+      {"goldens-optional", 0, 0, 'g'}, {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "o:vh", longs, NULL)) != -1) {
     char *end = NULL;
@@ -177,14 +181,16 @@ int main(int argc, char **argv) {
     case 'P': plugin = optarg; break;
     case 'C': ckb_dir = optarg; break;
     case 'p': platform = optarg; break;
-    case 's': stage = atoi(optarg); break;
+    case 's': {
+      int64_t v;
+      if (mi_opt_i64("mi-verify", "--stage", optarg, 1, 6, &v)) return 2;
+      stage = (int)v;
+      break;
+    }
     case 'O': only = optarg; break;
     case 'S':
-      seed = strtoull(optarg, &end, 0);
-      if (!end || *end || seed >= (1ull << 63)) {
-        fprintf(stderr, "mi-verify: --seed: '%s' is not an integer in [0, 2^63)\n", optarg);
-        return 2;
-      }
+      (void)end;
+      if (mi_opt_u64("mi-verify", "--seed", optarg, 0, (1ull << 63) - 1, &seed)) return 2;
       have_seed = 1;
       break;
     case 'r': report = optarg; break;
@@ -192,9 +198,20 @@ int main(int argc, char **argv) {
     case 'D': model_dir = optarg; break;
     case 'L': model_plugin = optarg; break;
     case 'G': goldens = optarg; break;
-    case 't': timeout = atof(optarg); break;
-    case 'c': cpu = atof(optarg); break;
-    case 'm': mem = atol(optarg); break;
+    case 'g': goldens_optional = 1; break;
+    /* a limit read as 0 would remove it: strictly parsed, never 0 */
+    case 't':
+      if (mi_opt_double("mi-verify", "--timeout", optarg, 0.001, 86400, &timeout)) return 2;
+      break;
+    case 'c':
+      if (mi_opt_double("mi-verify", "--cpu-limit", optarg, 0.001, 86400, &cpu)) return 2;
+      break;
+    case 'm': {
+      int64_t v;
+      if (mi_opt_i64("mi-verify", "--mem-limit", optarg, 1, (int64_t)1 << 30, &v)) return 2;
+      mem = (long)v;
+      break;
+    }
     case 'v': verbose = 1; break;
     case 'o': {
       char *eq = strchr(optarg, '=');
@@ -268,6 +285,16 @@ int main(int argc, char **argv) {
     snprintf(gold_buf, sizeof gold_buf, "%s/../tests/goldens", ckb_dir);
     goldens = gold_buf;
   }
+  /* Each unit runs with its own folder as the working directory: every
+   * path it is given is made absolute here. */
+  char abs_buf[4][8200], cwd[4096];
+  const char **paths[4] = {&plugin, &model_plugin, &model_dir, &goldens};
+  if (getcwd(cwd, sizeof cwd))
+    for (int k = 0; k < 4; k++)
+      if (*paths[k] && (*paths[k])[0] != '/') {
+        snprintf(abs_buf[k], sizeof abs_buf[k], "%s/%s", cwd, *paths[k]);
+        *paths[k] = abs_buf[k];
+      }
   if (!have_seed) seed = random_seed();
   fprintf(stderr, "mi-verify: seed %llu (rerun with --seed %llu)\n", (unsigned long long)seed,
           (unsigned long long)seed);
@@ -275,13 +302,14 @@ int main(int argc, char **argv) {
   json_t *t1 = find_stage_contract(c, 1, "operator_units");
   json_t *lim = json_object_get(t1, "limits");
   mi_options popts = {kv, nkv};
-  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192}, only, NULL, NULL, NULL};
+  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192, 0}, only, NULL, NULL, NULL, 0};
   if (json_is_number(json_object_get(lim, "timeout_s"))) o.lim.timeout_s = json_number_value(json_object_get(lim, "timeout_s"));
   if (json_is_number(json_object_get(lim, "cpu_s"))) o.lim.cpu_s = json_number_value(json_object_get(lim, "cpu_s"));
   if (json_is_integer(json_object_get(lim, "mem_mb"))) o.lim.mem_mb = (uint64_t)json_integer_value(json_object_get(lim, "mem_mb"));
   o.model_plugin_path = model_plugin;
   o.model_dir = model_dir;
   o.goldens_dir = goldens;
+  o.goldens_optional = goldens_optional;
   if (timeout >= 0) o.lim.timeout_s = timeout;
   if (cpu >= 0) o.lim.cpu_s = cpu;
   if (mem >= 0) o.lim.mem_mb = (uint64_t)mem;
@@ -290,6 +318,9 @@ int main(int argc, char **argv) {
                           "format", 1, "seed", (json_int_t)seed, "ckb", "dir", ckb_dir, "limits",
                           "timeout_s", o.lim.timeout_s, "cpu_s", o.lim.cpu_s, "mem_mb",
                           (json_int_t)o.lim.mem_mb);
+  /* Which layers confine each unit here (cgroups, namespaces, ...). */
+  fprintf(stderr, "mi-verify: containment: %s\n", vf_containment());
+  json_object_set_new(rep, "containment", json_string(vf_containment()));
   int rc = 1;
   json_t *probe = vf_probe_plugin(&o);
   json_object_set_new(probe, "path", json_string(plugin));
@@ -418,13 +449,18 @@ int main(int argc, char **argv) {
   rc = pass ? 0 : 1;
 
 write:
-  if (report && json_dump_file(rep, report, JSON_INDENT(2)) != 0) {
-    fprintf(stderr, "mi-verify: %s: cannot write the report\n", report);
-    if (rc == 0) rc = 2;
+  if (report) { /* whole or not at all: temp file, checked writes, rename */
+    char *js = json_dumps(rep, JSON_INDENT(2));
+    char werr[1200] = "out of memory";
+    if (!js || mi_out_write_file(report, js, strlen(js), werr, sizeof werr) != 0) {
+      fprintf(stderr, "mi-verify: %s: cannot write the report: %s\n", report, werr);
+      if (rc == 0) rc = 2;
+    }
+    free(js);
   }
   json_decref(probe);
   json_decref(rep);
   json_decref(o.operators);
   mi_ckb_close(c);
-  return rc;
+  return mi_out_finish("mi-verify", rc);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "mi/plugin.h"
+#include "core/util/file.h"
 
 #define MI_CONF_MAX_LINE 4096
 #define MI_CONF_MAX_ENTRIES 256
@@ -254,30 +255,11 @@ fail:
 
 int mi_conf_parse_file(const char *path, mi_conf *out, char *err, size_t err_len) {
   memset(out, 0, sizeof *out);
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    set_err(err, err_len, "%s: cannot open: %s", path, strerror(errno));
-    return -1;
-  }
-  char *buf = malloc(MI_CONF_MAX_FILE + 1);
-  if (!buf) {
-    fclose(f);
-    set_err(err, err_len, "%s: out of memory", path);
-    return -1;
-  }
-  size_t n = fread(buf, 1, MI_CONF_MAX_FILE + 1, f);
-  int rerr = ferror(f);
-  fclose(f);
-  if (rerr) {
-    set_err(err, err_len, "%s: read error", path);
-    free(buf);
-    return -1;
-  }
-  if (n > MI_CONF_MAX_FILE) {
-    set_err(err, err_len, "%s: larger than %u bytes", path, MI_CONF_MAX_FILE);
-    free(buf);
-    return -1;
-  }
+  size_t n;
+  /* the shared reader: a FIFO or a device in place of the file is refused,
+   * never waited on; the size is checked before reading */
+  char *buf = mi_file_read_all(path, 0, MI_CONF_MAX_FILE, "plugins.conf", &n, err, err_len);
+  if (!buf) return -1;
   /* A NUL byte would silently end the text: report it like any control char. */
   const char *nul = memchr(buf, '\0', n);
   if (nul) {

@@ -1,6 +1,7 @@
 /* The host API table: logging, memory, options, JSON (jansson) and weights,
  * lent to plugins so they never link the core. */
 #include "core/runtime/host.h"
+#include "mi/plugin.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -114,7 +115,7 @@ static void host_progress(const char *what, double done, double total) {
 
 static const mi_host_api g_host = {
     .struct_size = sizeof(mi_host_api),
-    .abi_minor = 0,
+    .abi_minor = MI_ABI_MINOR,
     .log = mi_log,
     .alloc = host_alloc,
     .free = host_free,

@@ -27,20 +27,26 @@
  * because strings and code from the plugin (descriptor, iface, contexts) may
  * still be referenced; unload runs fini first, then dlclose.
  */
+#define _GNU_SOURCE /* program_invocation_short_name */
 #include "core/runtime/loader.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "core/runtime/compat.h"
 #include "core/runtime/host.h"
 #include "mi/model.h"
 #include "mi/platform.h"
@@ -49,11 +55,65 @@
 #define REASON_MAX 512
 
 /* ABI 1.0 sizes: the struct up to and including its last 1.0 member. They stay
- * fixed when later minors append members (sizeof would not). */
+ * fixed when later minors append members (sizeof would not). Interface sizes
+ * by minor come from core/runtime/compat.c (MI_PLATFORM_MEMBERS). */
 #define END_OF(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
 #define DESC_SIZE_1_0 END_OF(mi_plugin_desc, get_iface)
-#define PLATFORM_IFACE_SIZE_1_0 END_OF(mi_platform_iface, argmax)
-#define MODEL_IFACE_SIZE_1_0 END_OF(mi_model_iface, forward)
+
+/* A set of strings (open addressing, FNV-1a): the directory scan looks a
+ * file up in constant time, so a folder of n files costs O(n log n) (the
+ * sort), not O(n^2). */
+typedef struct strset {
+  char **slot;
+  size_t cap, n; /* cap: a power of two, or 0 */
+} strset;
+
+static uint64_t str_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static int strset_has(const strset *t, const char *s) {
+  if (!t->cap) return 0;
+  for (size_t i = str_hash(s) & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
+    if (!t->slot[i]) return 0;
+    if (strcmp(t->slot[i], s) == 0) return 1;
+  }
+}
+
+/* 0 (added or already there) or -1 (out of memory). */
+static int strset_add(strset *t, const char *s) {
+  if (strset_has(t, s)) return 0;
+  if ((t->n + 1) * 2 > t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 64;
+    char **slot = calloc(cap, sizeof *slot);
+    if (!slot) return -1;
+    for (size_t j = 0; j < t->cap; j++) {
+      if (!t->slot[j]) continue;
+      size_t i = str_hash(t->slot[j]) & (cap - 1);
+      while (slot[i]) i = (i + 1) & (cap - 1);
+      slot[i] = t->slot[j];
+    }
+    free(t->slot);
+    t->slot = slot;
+    t->cap = cap;
+  }
+  char *c = strdup(s);
+  if (!c) return -1;
+  size_t i = str_hash(s) & (t->cap - 1);
+  while (t->slot[i]) i = (i + 1) & (t->cap - 1);
+  t->slot[i] = c;
+  t->n++;
+  return 0;
+}
+
+static void strset_free(strset *t) {
+  for (size_t i = 0; i < t->cap; i++) free(t->slot[i]);
+  free(t->slot);
+  t->slot = NULL;
+  t->cap = t->n = 0;
+}
 
 /* mi_plugin plus what the loader keeps privately. `pub` must stay first: the
  * public pointer and the private one are the same address. */
@@ -74,6 +134,8 @@ struct mi_registry {
   char **dirs;
   size_t n_dirs;
   mi_conf conf;
+  strset paths;  /* every plugin's resolved path: a file is recorded once */
+  strset loaded; /* "KIND NAME" of every loaded plugin: later ones are shadowed */
 };
 
 /* ---------- small helpers ---------- */
@@ -149,12 +211,149 @@ oom:
   return -1;
 }
 
-static size_t iface_min_size(int kind) {
+/* The smallest interface a plugin of this kind and ABI minor may return. */
+static size_t iface_min_size(int kind, unsigned minor) {
   switch (kind) {
-  case MI_PLUGIN_PLATFORM: return PLATFORM_IFACE_SIZE_1_0;
-  case MI_PLUGIN_MODEL: return MODEL_IFACE_SIZE_1_0;
-  default: return sizeof(uint32_t); /* agent/engine: no ABI struct yet beyond struct_size */
+  case MI_PLUGIN_PLATFORM: return mi_platform_iface_min_size(minor);
+  case MI_PLUGIN_MODEL:
+  case MI_PLUGIN_ENGINE: /* mi/engine.h: starts with a model iface */
+    return mi_model_iface_min_size(minor);
+  default: return sizeof(uint32_t); /* agent: struct_size, then mi/agent.h */
   }
+}
+
+/* ---------- deadlines and exit() from plugin code ---------- */
+
+/* Plugin code runs on the caller's thread (a GPU runtime or MPI may insist
+ * on it); a watchdog thread waits for it to return. A hung call cannot be
+ * cancelled or unloaded safely, so past the deadline the watchdog prints one
+ * line and ends the process with _exit(1). */
+#define PROBE_TIMEOUT_S 10.0 /* dlopen (constructors), the descriptor, probe */
+#define INIT_TIMEOUT_S 60.0  /* init: may open a device or join an MPI group */
+#define TIMEOUT_MAX_S 86400.0
+
+typedef struct watchdog {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done;
+  double limit;
+  char msg[PATH_MAX + 256];
+} watchdog;
+
+/* MI_PLUGIN_TIMEOUT=SECONDS replaces both limits; 0 turns them off. */
+static double plugin_timeout(double dflt) {
+  const char *e = getenv("MI_PLUGIN_TIMEOUT");
+  if (!e || !e[0]) return dflt;
+  char *end;
+  errno = 0;
+  double v = strtod(e, &end);
+  if (errno || *end || !(v >= 0 && v <= TIMEOUT_MAX_S)) {
+    static int warned;
+    if (!warned++)
+      mi_log(MI_LOG_WARN, WHO, "MI_PLUGIN_TIMEOUT='%.32s' is not a number of seconds in [0, %g]; "
+             "using the defaults", e, TIMEOUT_MAX_S);
+    return dflt;
+  }
+  return v;
+}
+
+static void *watchdog_main(void *arg) {
+  watchdog *w = arg;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  double whole = (double)(long long)w->limit;
+  ts.tv_sec += (time_t)whole;
+  ts.tv_nsec += (long)((w->limit - whole) * 1e9);
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&w->mu);
+  while (!w->done) {
+    if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT && !w->done) {
+      ssize_t unused = write(STDERR_FILENO, w->msg, strlen(w->msg));
+      (void)unused;
+      _exit(1);
+    }
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+/* Starts a watchdog for `what` (e.g. "init") of the plugin at `path`;
+ * returns 1 when one runs (watch_end must follow), 0 when not (limit 0, or
+ * no thread could be made: the call then runs unguarded). */
+static int watch_begin(watchdog *w, pthread_t *th, const char *path, const char *what,
+                       double dflt) {
+  double limit = plugin_timeout(dflt);
+  if (limit <= 0) return 0;
+  w->done = 0;
+  w->limit = limit;
+  snprintf(w->msg, sizeof w->msg,
+           "%s: plugin %s: %s did not return within %g s (MI_PLUGIN_TIMEOUT=SECONDS changes the "
+           "limit); stopping, since a hung plugin cannot be unloaded",
+           program_invocation_short_name, path, what, limit);
+  one_line(w->msg);
+  strcat(w->msg, "\n");
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (pthread_create(th, NULL, watchdog_main, w) != 0) {
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    mi_log(MI_LOG_DEBUG, WHO, "no watchdog thread for %s of %s: running it unguarded", what, path);
+    return 0;
+  }
+  return 1;
+}
+
+static void watch_end(watchdog *w, pthread_t th) {
+  pthread_mutex_lock(&w->mu);
+  w->done = 1;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  pthread_join(th, NULL);
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+}
+
+/* exit() from plugin code (a constructor, probe, init...) would end the run
+ * with the plugin's status (often 0) and no output. A program arms the guard
+ * for its whole run; an exit() while armed prints one line naming the plugin
+ * being loaded (or the last one loaded) and makes the status 1. _exit() and
+ * signals cannot be caught this way. */
+static char g_loading[PATH_MAX];     /* the plugin being loaded, or "" */
+static char g_last_loaded[PATH_MAX]; /* the last plugin whose loading finished */
+static const char *g_guard_prog;     /* armed when non-NULL */
+
+static void exit_guard(void) {
+  if (!g_guard_prog) return;
+  if (g_loading[0])
+    fprintf(stderr, "%s: a plugin called exit() during loading (last plugin being loaded: %s)\n",
+            g_guard_prog, g_loading);
+  else
+    fprintf(stderr, "%s: exit() was called before the run finished, from plugin code (last "
+            "plugin loaded: %s)\n", g_guard_prog, g_last_loaded[0] ? g_last_loaded : "none");
+  fflush(stderr);
+  _exit(1);
+}
+
+void mi_exit_guard_arm(const char *prog) {
+  static int registered;
+  if (!registered) registered = atexit(exit_guard) == 0;
+  g_guard_prog = prog ? prog : "mi";
+}
+
+void mi_exit_guard_disarm(void) { g_guard_prog = NULL; }
+
+static void loading_begin(const char *path) { snprintf(g_loading, sizeof g_loading, "%s", path); }
+
+static void loading_end(void) {
+  if (g_loading[0]) snprintf(g_last_loaded, sizeof g_last_loaded, "%s", g_loading);
+  g_loading[0] = '\0';
 }
 
 /* ---------- loading one file ---------- */
@@ -183,6 +382,123 @@ static int looks_like_elf(const char *path) {
   size_t n = fread(m, 1, 4, f);
   fclose(f);
   return n == 4 && m[0] == 0x7f && m[1] == 'E' && m[2] == 'L' && m[3] == 'F';
+}
+
+/* The machine this core runs on: a plugin for another one cannot load. */
+#if defined(__x86_64__)
+#define HOST_ELF_MACHINE EM_X86_64
+#elif defined(__aarch64__)
+#define HOST_ELF_MACHINE EM_AARCH64
+#endif
+
+/* Is [off, off + count * entsize) inside a file of `size` bytes? Overflow-safe. */
+static int range_in_file(uint64_t off, uint64_t count, uint64_t entsize, uint64_t size) {
+  if (off > size) return 0;
+  if (entsize && count > (size - off) / entsize) return 0;
+  return 1;
+}
+
+/* Checks the ELF headers before dlopen: glibc maps PT_LOAD segments as the
+ * program headers say, and touching a page past the end of a truncated file
+ * is SIGBUS inside dlopen. Returns 0 when the file is fit for dlopen (or is
+ * not ELF at all: dlopen then says "invalid ELF header"), -1 with a reason.
+ * (A file rewritten between this check and dlopen is not covered.) */
+static int check_elf(const char *path, char *why, size_t why_len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(why, why_len, "cannot open: %s", strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  int rc = -1;
+  Elf64_Phdr *ph = NULL;
+  if (fstat(fd, &st) != 0) {
+    snprintf(why, why_len, "cannot stat: %s", strerror(errno));
+    goto out;
+  }
+  uint64_t size = (uint64_t)st.st_size;
+  unsigned char ident[EI_NIDENT] = {0};
+  ssize_t got = pread(fd, ident, sizeof ident, 0);
+  if (got < 4 || memcmp(ident, ELFMAG, SELFMAG) != 0) {
+    rc = 0; /* not ELF: left to dlopen's own message */
+    goto out;
+  }
+  Elf64_Ehdr eh;
+  if (size < sizeof eh || pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh) {
+    snprintf(why, why_len, "ELF file of %llu bytes is shorter than an ELF header (%zu bytes)",
+             (unsigned long long)size, sizeof eh);
+    goto out;
+  }
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB) {
+    snprintf(why, why_len, "ELF class %u data %u: not a 64-bit little-endian file",
+             eh.e_ident[EI_CLASS], eh.e_ident[EI_DATA]);
+    goto out;
+  }
+#ifdef HOST_ELF_MACHINE
+  if (eh.e_machine != HOST_ELF_MACHINE) {
+    snprintf(why, why_len, "ELF machine %u, this host is %u", eh.e_machine, HOST_ELF_MACHINE);
+    goto out;
+  }
+#endif
+  if (eh.e_type != ET_DYN) {
+    snprintf(why, why_len, "ELF type %u is not a shared object (ET_DYN)", eh.e_type);
+    goto out;
+  }
+  if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phnum == PN_XNUM) {
+    snprintf(why, why_len, "ELF program header table of %u entries of %u bytes is not valid",
+             eh.e_phnum, eh.e_phentsize);
+    goto out;
+  }
+  if (!range_in_file(eh.e_phoff, eh.e_phnum, sizeof(Elf64_Phdr), size)) {
+    snprintf(why, why_len,
+             "ELF program header table (offset %llu, %u entries) lies outside the file (%llu bytes)",
+             (unsigned long long)eh.e_phoff, eh.e_phnum, (unsigned long long)size);
+    goto out;
+  }
+  size_t phbytes = (size_t)eh.e_phnum * sizeof *ph;
+  if (!(ph = malloc(phbytes))) {
+    snprintf(why, why_len, "out of memory");
+    goto out;
+  }
+  if (pread(fd, ph, phbytes, (off_t)eh.e_phoff) != (ssize_t)phbytes) {
+    snprintf(why, why_len, "cannot read the ELF program headers");
+    goto out;
+  }
+  int n_load = 0, n_dyn = 0;
+  for (unsigned i = 0; i < eh.e_phnum; i++) {
+    if (ph[i].p_type != PT_LOAD && ph[i].p_type != PT_DYNAMIC) continue;
+    const char *what = ph[i].p_type == PT_LOAD ? "PT_LOAD" : "PT_DYNAMIC";
+    if (ph[i].p_type == PT_LOAD) n_load++;
+    else n_dyn++;
+    if (!range_in_file(ph[i].p_offset, ph[i].p_filesz, 1, size)) {
+      snprintf(why, why_len,
+               "ELF %s segment %u (file bytes %llu + %llu) lies outside the file (%llu bytes): "
+               "truncated?",
+               what, i, (unsigned long long)ph[i].p_offset, (unsigned long long)ph[i].p_filesz,
+               (unsigned long long)size);
+      goto out;
+    }
+  }
+  if (eh.e_shoff != 0 || eh.e_shnum != 0) {
+    /* e_shnum 0 with a table: the count is in section 0 (at least one entry) */
+    uint64_t n = eh.e_shnum ? eh.e_shnum : 1;
+    if (eh.e_shentsize != sizeof(Elf64_Shdr) || !range_in_file(eh.e_shoff, n, sizeof(Elf64_Shdr), size)) {
+      snprintf(why, why_len,
+               "ELF section header table (offset %llu, %u entries of %u bytes) lies outside the "
+               "file (%llu bytes)",
+               (unsigned long long)eh.e_shoff, eh.e_shnum, eh.e_shentsize, (unsigned long long)size);
+      goto out;
+    }
+  }
+  if (!n_load || !n_dyn) {
+    snprintf(why, why_len, "ELF file has no %s segment", !n_load ? "PT_LOAD" : "PT_DYNAMIC");
+    goto out;
+  }
+  rc = 0;
+out:
+  free(ph);
+  close(fd);
+  return rc;
 }
 
 /* Reads and checks the descriptor; returns it, or NULL with a reason set.
@@ -258,6 +574,12 @@ static const mi_plugin_desc *read_descriptor(plugin_priv *p, const mi_conf_entry
   return d;
 }
 
+/* The `loaded` set's key for a plugin: "KIND NAME" (names are <= 64 bytes). */
+static const char *loaded_key(int kind, const char *name, char *buf, size_t n) {
+  snprintf(buf, n, "%d %s", kind, name ? name : "");
+  return buf;
+}
+
 /* Runs every step on one file. `already` (may be NULL) is checked for a
  * loaded plugin of the same kind and name, which shadows this one. */
 static plugin_priv *load_one(const char *path, const char *origin, const mi_conf_entry *ce,
@@ -289,6 +611,13 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
     set_reason(p, MI_PLUGIN_REJECTED, "cannot read: %s", strerror(errno));
     goto done;
   }
+  {
+    char why[REASON_MAX];
+    if (check_elf(path, why, sizeof why) != 0) {
+      set_reason(p, MI_PLUGIN_REJECTED, "%s", why);
+      goto done;
+    }
+  }
   /* dlopen needs a '/' to take the name as a path rather than search for it */
   const char *open_path = p->pub.path;
   char dotpath[PATH_MAX];
@@ -296,8 +625,14 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
     snprintf(dotpath, sizeof dotpath, "./%s", open_path);
     open_path = dotpath;
   }
+  loading_begin(p->pub.path);
+  watchdog w;
+  pthread_t wt;
+  int watched = watch_begin(&w, &wt, p->pub.path, "loading (dlopen and its constructors)",
+                            PROBE_TIMEOUT_S);
   dlerror();
   p->pub.dl = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
+  if (watched) watch_end(&w, wt);
   if (!p->pub.dl) {
     const char *e = dlerror();
     if (!e) e = "unknown error";
@@ -309,17 +644,22 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
     goto done;
   }
 
+  char key[96];
+  watched = watch_begin(&w, &wt, p->pub.path, MI_PLUGIN_ENTRY_SYMBOL "()", PROBE_TIMEOUT_S);
   const mi_plugin_desc *d = read_descriptor(p, ce);
+  if (watched) watch_end(&w, wt);
   if (!d) goto done;
   p->pub.desc = d; /* checked: safe to read from here on */
 
-  for (size_t i = 0; already && i < already->count; i++) {
-    const plugin_priv *q = already->items[i];
-    if (q->pub.status == MI_PLUGIN_LOADED && q->kind == p->kind && strcmp(q->name, p->name) == 0) {
-      /* Checked before probe/init so a shadowed GPU plugin never touches
-       * the device. */
-      set_reason(p, MI_PLUGIN_REJECTED, "shadowed by %s", q->pub.path);
-      goto done;
+  if (already && strset_has(&already->loaded, loaded_key(p->kind, p->name, key, sizeof key))) {
+    /* Checked before probe/init so a shadowed GPU plugin never touches the
+     * device. (The set says that one exists; finding which is one pass.) */
+    for (size_t i = 0; i < already->count; i++) {
+      const plugin_priv *q = already->items[i];
+      if (q->pub.status == MI_PLUGIN_LOADED && q->kind == p->kind && strcmp(q->name, p->name) == 0) {
+        set_reason(p, MI_PLUGIN_REJECTED, "shadowed by %s", q->pub.path);
+        goto done;
+      }
     }
   }
 
@@ -327,7 +667,9 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
   char msg[REASON_MAX];
   if (d->probe) {
     msg[0] = '\0';
+    watched = watch_begin(&w, &wt, p->pub.path, "probe", PROBE_TIMEOUT_S);
     int score = d->probe(host, &p->opts, msg, sizeof msg);
+    if (watched) watch_end(&w, wt);
     msg[sizeof msg - 1] = '\0';
     p->pub.score = score < 0 ? 0 : score > 100 ? 100 : score;
     if (p->pub.score == 0) {
@@ -341,25 +683,35 @@ static plugin_priv *load_one(const char *path, const char *origin, const mi_conf
 
   msg[0] = '\0';
   void *ctx = NULL;
-  if (d->init(host, &p->opts, &ctx, msg, sizeof msg) != 0) {
+  watched = watch_begin(&w, &wt, p->pub.path, "init", INIT_TIMEOUT_S);
+  int init_rc = d->init(host, &p->opts, &ctx, msg, sizeof msg);
+  if (watched) watch_end(&w, wt);
+  if (init_rc != 0) {
     msg[sizeof msg - 1] = '\0';
     set_reason(p, MI_PLUGIN_REJECTED, "init failed: %s",
                msg[0] ? msg : "(the plugin gave no message)");
     goto done;
   }
   p->pub.ctx = ctx; /* fini is now owed: on failure below, or in mi_plugin_unload */
+  watched = watch_begin(&w, &wt, p->pub.path, "get_iface", PROBE_TIMEOUT_S);
   const void *iface = d->get_iface(ctx);
+  if (watched) watch_end(&w, wt);
   if (!iface) {
     set_reason(p, MI_PLUGIN_REJECTED, "get_iface returned NULL");
     goto done;
   }
   uint32_t isize;
   memcpy(&isize, iface, sizeof isize);
-  size_t need = iface_min_size(p->kind);
+  size_t need = iface_min_size(p->kind, d->abi_minor);
   if (isize < need) {
     set_reason(p, MI_PLUGIN_REJECTED,
-               "%s interface struct_size %u is smaller than the ABI %d.0 interface (%zu bytes)",
-               mi_plugin_kind_name(p->kind), isize, MI_ABI_MAJOR, need);
+               "%s interface struct_size %u is smaller than the ABI %d.%u interface (%zu bytes)",
+               mi_plugin_kind_name(p->kind), isize, MI_ABI_MAJOR, d->abi_minor, need);
+    goto done;
+  }
+  if ((p->kind == MI_PLUGIN_MODEL || p->kind == MI_PLUGIN_ENGINE) &&
+      mi_model_needs_valid(d, iface, msg, sizeof msg) != 0) {
+    set_reason(p, MI_PLUGIN_REJECTED, "%s", msg);
     goto done;
   }
   p->pub.iface = iface;
@@ -373,6 +725,7 @@ done:
     if (p->pub.desc->fini) p->pub.desc->fini(p->pub.ctx);
     p->pub.ctx = NULL;
   }
+  loading_end();
   if (p->pub.status != MI_PLUGIN_LOADED && !p->pub.reason)
     set_reason(p, MI_PLUGIN_REJECTED, "out of memory");
   log_outcome(p);
@@ -406,6 +759,11 @@ void mi_plugin_unload(mi_plugin *pub) {
 /* ---------- the registry ---------- */
 
 static int reg_push(mi_registry *r, plugin_priv *p) {
+  char key[96];
+  if (strset_add(&r->paths, p->pub.path) != 0) return -1;
+  if (p->pub.status == MI_PLUGIN_LOADED &&
+      strset_add(&r->loaded, loaded_key(p->kind, p->name, key, sizeof key)) != 0)
+    return -1;
   if (r->count == r->cap) {
     size_t cap = r->cap ? r->cap * 2 : 16;
     plugin_priv **items = realloc(r->items, cap * sizeof *items);
@@ -523,10 +881,7 @@ static int scan_dir(mi_registry *r, const char *dir, const mi_loader_opts *o) {
     char path[PATH_MAX], real[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);
     /* already loaded through plugins.conf: one file, one record */
-    int seen = 0;
-    for (size_t j = 0; realpath(path, real) && j < r->count; j++)
-      seen |= strcmp(r->items[j]->pub.path, real) == 0;
-    if (seen) continue;
+    if (realpath(path, real) && strset_has(&r->paths, real)) continue;
     plugin_priv *p = load_one(path, origin, NULL, NULL, o->extra_opts, o->n_extra_opts, r);
     if (!p || reg_push(r, p) != 0) {
       if (p) mi_plugin_unload(&p->pub);
@@ -684,6 +1039,22 @@ static const char *status_name(mi_plugin_status s) {
   }
 }
 
+/* Under a loaded platform: which loaded model plugins it can serve (from
+ * their platform_needs), e.g. "serves: M" / "cannot serve: M: lacks rope". */
+static void print_serves(const mi_registry *r, const mi_plugin *platform, FILE *out) {
+  char yes[1024] = "", no[1024] = "", one[512];
+  for (size_t i = 0; i < r->count; i++) {
+    const plugin_priv *m = r->items[i];
+    if (m->pub.status != MI_PLUGIN_LOADED || (m->kind != MI_PLUGIN_MODEL && m->kind != MI_PLUGIN_ENGINE))
+      continue;
+    char *list = mi_compat_describe(platform, &m->pub, one, sizeof one) == 0 ? yes : no;
+    size_t l = strlen(list);
+    snprintf(list + l, sizeof yes - l, "%s%s", l ? "; " : "", one);
+  }
+  if (yes[0]) fprintf(out, "          serves: %s\n", yes);
+  if (no[0]) fprintf(out, "          cannot serve: %s\n", no);
+}
+
 void mi_registry_print(const mi_registry *r, FILE *out) {
   if (!r || !out) return;
   fprintf(out, "plugins.conf: %s; search path: %s\n",
@@ -702,6 +1073,8 @@ void mi_registry_print(const mi_registry *r, FILE *out) {
             p->pub.origin);
     if (p->pub.status != MI_PLUGIN_LOADED)
       fprintf(out, "          reason: %s\n", p->pub.reason ? p->pub.reason : "(none)");
+    if (p->pub.status == MI_PLUGIN_LOADED && p->kind == MI_PLUGIN_PLATFORM)
+      print_serves(r, &p->pub, out);
   }
 }
 
@@ -714,5 +1087,7 @@ void mi_registry_free(mi_registry *r) {
   free(r->search);
   free(r->conf_path);
   mi_conf_free(&r->conf);
+  strset_free(&r->paths);
+  strset_free(&r->loaded);
   free(r);
 }

@@ -82,6 +82,20 @@ const char *mi_registry_conf_path(const mi_registry *r);
 
 void mi_registry_free(mi_registry *r);
 
+/* Plugin code runs under deadlines: dlopen (constructors), the descriptor
+ * function, probe and get_iface 10 s each, init 60 s; $MI_PLUGIN_TIMEOUT
+ * (seconds; 0 = none) replaces both. Past one, the process prints one line
+ * ("PROG: plugin FILE: init did not return within N s ...") and ends with
+ * _exit(1): a hung plugin can be neither cancelled nor unloaded.
+ *
+ * exit() from plugin code: a program arms the guard for the part of its run
+ * that must not end through exit() (mi-run: all of main). While armed, an
+ * exit() prints one line naming the plugin being loaded ("PROG: a plugin
+ * called exit() during loading (last plugin being loaded: FILE)") or the last
+ * one loaded, and the status becomes 1. Disarm before returning normally. */
+void mi_exit_guard_arm(const char *prog);
+void mi_exit_guard_disarm(void);
+
 /* The search directories, ':'-joined, in
  * search order; and a plugin's kind, name and version as the loader read
  * them (from the descriptor once it was checked, else from plugins.conf;

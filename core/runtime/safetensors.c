@@ -5,6 +5,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +15,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "core/util/file.h"
 
 /* ---- dtypes -------------------------------------------------------------- */
 
@@ -176,6 +181,13 @@ static int parse_tensor(const char *path, const char *name, json_t *v, uint64_t 
            (long long)(e - b), (unsigned long long)want);
     return -1;
   }
+  /* the data section starts 8-byte aligned (header length checked), so a
+   * tensor whose offset is a multiple of its element size is aligned */
+  if ((uint64_t)b % t->dt->size != 0) {
+    seterr(err, err_len, path, "tensor '%s': data offset %lld is not a multiple of its %s element size %u",
+           name, (long long)b, t->dt->name, t->dt->size);
+    return -1;
+  }
   t->begin = (uint64_t)b;
   t->end = (uint64_t)e;
   t->name = strdup(name);
@@ -273,18 +285,95 @@ out:
   return rc;
 }
 
+/* ---- mapped files that change under us ------------------------------------
+ * A mapped weight file that someone truncates makes the next touch of the
+ * lost pages raise SIGBUS. The handler below looks the faulting address up
+ * in the live mappings; inside one it prints "PROG: FILE: the file changed
+ * while mapped (truncated?)" and exits 1; anywhere else it puts back the
+ * previous action, and the fault repeats under it. No cost while nothing
+ * faults: the table is touched only at open and close. */
+
+#define ST_GUARD_SLOTS 4096
+typedef struct st_guard {
+  _Atomic(uintptr_t) begin;
+  uintptr_t end;
+  const char *path;
+} st_guard;
+static st_guard g_guard[ST_GUARD_SLOTS];
+static pthread_mutex_t g_guard_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction g_guard_old;
+static int g_guard_installed;
+
+static void guard_write(const char *s) {
+  size_t n = strlen(s);
+  while (n) {
+    ssize_t w = write(STDERR_FILENO, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+static void guard_handler(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
+  uintptr_t a = (uintptr_t)si->si_addr;
+  for (size_t i = 0; i < ST_GUARD_SLOTS; i++) {
+    uintptr_t b = atomic_load(&g_guard[i].begin);
+    if (b && a >= b && a < g_guard[i].end) {
+      guard_write(program_invocation_short_name);
+      guard_write(": ");
+      guard_write(g_guard[i].path);
+      guard_write(": the file changed while mapped (truncated?)\n");
+      _exit(1);
+    }
+  }
+  /* not ours: the previous action takes the repeated fault */
+  sigaction(sig, &g_guard_old, NULL);
+}
+
+static void mi_st_guard_add(const void *map, size_t len, const char *path) {
+  pthread_mutex_lock(&g_guard_lock);
+  if (!g_guard_installed) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = guard_handler;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, &g_guard_old) == 0) g_guard_installed = 1;
+  }
+  for (size_t i = 0; i < ST_GUARD_SLOTS; i++)
+    if (!atomic_load(&g_guard[i].begin)) {
+      g_guard[i].end = (uintptr_t)map + len;
+      g_guard[i].path = path;
+      atomic_store(&g_guard[i].begin, (uintptr_t)map);
+      break;
+    }
+  pthread_mutex_unlock(&g_guard_lock);
+}
+
+static void mi_st_guard_remove(const void *map) {
+  pthread_mutex_lock(&g_guard_lock);
+  for (size_t i = 0; i < ST_GUARD_SLOTS; i++)
+    if (atomic_load(&g_guard[i].begin) == (uintptr_t)map) atomic_store(&g_guard[i].begin, 0);
+  pthread_mutex_unlock(&g_guard_lock);
+}
+
 /* The whole file in private memory aligned to 2 MiB and advised for
  * transparent huge pages (see MI_WEIGHTS_READ), read-only once filled.
  * Returns the base and sets *len (the mapping's length), or NULL + err. */
 static void *read_whole(int fd, uint64_t size, size_t *len, const char *path, char *err,
                         size_t err_len) {
-  const size_t huge = (size_t)2 << 20;
+  /* A file under 2 MiB (a small shard) gets ordinary pages: rounding each of
+   * many tiny shards to a 2 MiB huge page would cost 2 MiB apiece. */
+  const size_t huge = size >= ((uint64_t)2 << 20) ? (size_t)2 << 20 : (size_t)sysconf(_SC_PAGESIZE);
   if (size > SIZE_MAX - 2 * huge) {
     seterr(err, err_len, path, "file too large to read into memory (%llu bytes)",
            (unsigned long long)size);
     return NULL;
   }
   const size_t n = ((size_t)size + huge - 1) / huge * huge, span = n + huge;
+  /* (with ordinary pages the mapping is already aligned: the trim below is a no-op
+   * apart from the spare page at the end) */
   char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) {
     seterr(err, err_len, path, "cannot allocate %llu bytes for the weights: %s",
@@ -335,18 +424,10 @@ mi_st_file *mi_st_open_file_ex(const char *path, mi_weights_load how, char *err,
     seterr(err, err_len, path, "out of memory");
     return NULL;
   }
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    seterr(err, err_len, path, "cannot open: %s", strerror(errno));
-    goto fail;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    seterr(err, err_len, path, "not a regular file");
-    close(fd);
-    goto fail;
-  }
-  uint64_t size = (uint64_t)st.st_size;
+  /* the shared opener: a FIFO or a device is refused, never waited on */
+  uint64_t size;
+  int fd = mi_file_open(path, 0, 0, NULL, &size, err, err_len);
+  if (fd < 0) goto fail;
   if (size < 8) {
     seterr(err, err_len, path, "file too small (%llu bytes; a safetensors file has at least 8)",
            (unsigned long long)size);
@@ -369,6 +450,7 @@ mi_st_file *mi_st_open_file_ex(const char *path, mi_weights_load how, char *err,
       goto fail;
     }
     f->map_len = (size_t)size;
+    mi_st_guard_add(f->map, f->map_len, f->path);
   }
   const unsigned char *p = f->map;
   uint64_t hlen = 0;
@@ -381,6 +463,16 @@ mi_st_file *mi_st_open_file_ex(const char *path, mi_weights_load how, char *err,
   if (hlen > size - 8) {
     seterr(err, err_len, path, "header length %llu past end of file (%llu bytes)", (unsigned long long)hlen,
            (unsigned long long)size);
+    goto fail;
+  }
+  /* The format pads the header so the data section starts 8-byte aligned
+   * (Hugging Face's writer and mi-mkmodel do); without it every tensor is
+   * misaligned and kernels would load it so (undefined behaviour). */
+  if (hlen % 8 != 0) {
+    seterr(err, err_len, path,
+           "header length %llu is not a multiple of 8 (the data would be misaligned; "
+           "safetensors pads the header with spaces)",
+           (unsigned long long)hlen);
     goto fail;
   }
   f->data = p + 8 + hlen;
@@ -399,7 +491,10 @@ void mi_st_close_file(mi_st_file *f) {
   free(f->t);
   free(f->by_name);
   if (f->meta) json_decref(f->meta);
-  if (f->map) munmap(f->map, f->map_len);
+  if (f->map) {
+    mi_st_guard_remove(f->map);
+    munmap(f->map, f->map_len);
+  }
   free(f->path);
   free(f);
 }
@@ -495,6 +590,35 @@ static int shard_name_ok(const char *s) {
   return *s && strlen(s) <= 255 && !strchr(s, '/') && !strchr(s, '\\') && !strstr(s, "..");
 }
 
+/* A weight file named by the model directory must lie inside it once
+ * symlinks are resolved: a link to a file in the folder is fine, one leading
+ * elsewhere (/etc/..., another user's files) is refused. One exception: the
+ * Hugging Face hub cache, whose snapshots/REV/ files link to ../../blobs/. */
+static int shard_contained(const char *path, const char *dir, char *err, size_t err_len) {
+  char *rp = realpath(path, NULL), *rd = realpath(dir, NULL);
+  int ok = 0;
+  if (rp && rd) {
+    ok = mi_file_inside(rp, rd);
+    /* .../models--ORG--NAME/snapshots/REV -> .../models--ORG--NAME/blobs */
+    char *slash = strrchr(rd, '/');
+    if (!ok && slash && slash > rd) {
+      *slash = 0;
+      char *s2 = strrchr(rd, '/');
+      if (s2 && strcmp(s2 + 1, "snapshots") == 0) {
+        strcpy(s2 + 1, "blobs");
+        ok = mi_file_inside(rp, rd);
+      }
+    }
+  } else if (!rp) {
+    ok = 1; /* missing: the open that follows says so */
+  }
+  if (!ok)
+    seterr(err, err_len, path, "leads outside the model folder (to %s): refused", rp ? rp : "?");
+  free(rp);
+  free(rd);
+  return ok ? 0 : -1;
+}
+
 static mi_weights *open_single(const char *path, mi_weights_load how, char *err, size_t err_len) {
   mi_weights *w = calloc(1, sizeof *w);
   if (!w || !(w->files = calloc(1, sizeof *w->files))) {
@@ -528,14 +652,13 @@ fail:
 
 static mi_weights *open_index(const char *dir, const char *ipath, mi_weights_load how, char *err,
                               size_t err_len) {
-  struct stat ist;
-  if (stat(ipath, &ist) == 0 && ist.st_size > (off_t)ST_MAX_INDEX_BYTES) {
-    seterr(err, err_len, ipath, "index file is %lld bytes, over the %u byte limit",
-           (long long)ist.st_size, ST_MAX_INDEX_BYTES);
-    return NULL;
-  }
+  size_t ilen;
+  char *itext = mi_file_read_all(ipath, 0, ST_MAX_INDEX_BYTES, "safetensors index", &ilen, err,
+                                 err_len);
+  if (!itext) return NULL;
   json_error_t je;
-  json_t *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &je);
+  json_t *root = json_loadb(itext, ilen, JSON_REJECT_DUPLICATES, &je);
+  free(itext);
   if (!root) {
     seterr(err, err_len, ipath, "not valid JSON (%s, line %d)", je.text, je.line);
     return NULL;
@@ -581,6 +704,7 @@ static mi_weights *open_index(const char *dir, const char *ipath, mi_weights_loa
       goto fail;
     }
     w->files = nf;
+    if (shard_contained(p, dir, err, err_len) != 0) goto fail;
     if (!(w->files[w->nfiles] = mi_st_open_file_ex(p, how, err, err_len))) goto fail;
     json_object_set_new(names, s, json_integer((json_int_t)w->nfiles));
     w->nfiles++;
@@ -626,14 +750,18 @@ mi_weights *mi_weights_open_ex(const char *model_dir, mi_weights_load how, char 
     seterr(err, err_len, model_dir, "cannot access: %s", strerror(errno));
     return NULL;
   }
-  if (S_ISREG(st.st_mode)) return open_single(model_dir, how, err, err_len);
+  /* a file, or anything that is not a folder (the opener refuses a FIFO or a device) */
+  if (!S_ISDIR(st.st_mode)) return open_single(model_dir, how, err, err_len);
   char p[4096];
   if (path_join(p, sizeof p, model_dir, "model.safetensors")) {
     seterr(err, err_len, model_dir, "path too long");
     return NULL;
   }
   /* like transformers: a single file wins over an index */
-  if (access(p, F_OK) == 0) return open_single(p, how, err, err_len);
+  if (access(p, F_OK) == 0) {
+    if (shard_contained(p, model_dir, err, err_len) != 0) return NULL;
+    return open_single(p, how, err, err_len);
+  }
   path_join(p, sizeof p, model_dir, "model.safetensors.index.json");
   if (access(p, F_OK) == 0) return open_index(model_dir, p, how, err, err_len);
   seterr(err, err_len, model_dir, "no model.safetensors or model.safetensors.index.json");

@@ -20,6 +20,11 @@ typedef struct mi_session_opts {
    * pages when the platform's kernels use host memory directly (the CPU),
    * and maps the files otherwise (a GPU uploads them anyway). */
   int weights; /* MI_SESSION_WEIGHTS_* */
+  /* Host memory the session may use, in bytes (--mem-limit); 0: what the
+   * machine has now (MemAvailable, or the cgroup's memory.max minus its
+   * usage when lower). Weights, scratch and the KV cache are estimated
+   * against it before they are allocated. */
+  uint64_t mem_limit;
 } mi_session_opts;
 
 #define MI_SESSION_WEIGHTS_AUTO 0
@@ -42,6 +47,11 @@ typedef struct mi_session {
   int32_t eos_ids[8];  /* end-of-generation tokens */
   int n_eos;
   double load_seconds;
+  /* memory accounting (host-memory platforms): what may be used, from
+   * where, and the RSS when the session started */
+  int mem_host;
+  uint64_t mem_avail, rss_start;
+  const char *mem_source;
 } mi_session;
 
 /* Opens DIR/config.json, picks the model plugin by "architectures", opens
@@ -106,7 +116,10 @@ int mi_gen_begin(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi
 int mi_gen_done(const mi_gen *g);
 int mi_gen_sample(mi_gen *g, mi_gen_token *t, char *err, size_t err_len);
 int mi_gen_advance(mi_gen *g, int cb_stop);
-int mi_gen_forward(mi_gen *g, char *err, size_t err_len);
+int mi_gen_forward(mi_gen *g, char *err, size_t err_len); /* + mi_gen_check_logits */
+/* After the caller fed the token itself (e.g. forward_batch into
+ * mi_gen_logits): -1 with a line when the logits hold a NaN or infinity. */
+int mi_gen_check_logits(mi_gen *g, char *err, size_t err_len);
 mi_seq *mi_gen_seq(mi_gen *g);
 float *mi_gen_logits(mi_gen *g); /* [vocab]: where the next step's logits go */
 int32_t mi_gen_last(const mi_gen *g);

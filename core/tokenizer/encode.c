@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #endif
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include "core/tokenizer/internal.h"
@@ -43,7 +44,15 @@ typedef struct {
     pcre2_match_data *md[4];
     pcre2_match_context *mctx;
     pcre2_jit_stack *jstack;
+    double deadline;            /* CLOCK_MONOTONIC seconds: the regex work budget */
+    unsigned n_match;           /* matches since the last clock check */
 } scratch;
+
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int cand_less(const cand *a, const cand *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
@@ -178,6 +187,14 @@ static int pretok(const mi_tokenizer *t, scratch *s, int level, const unsigned c
     pcre2_match_data *md = s->md[level];
     size_t pos = 0, last = 0;
     while (pos < n) {
+        /* Work bounds (a hostile pattern): each match may take steps in
+         * proportion to the text it can still see, and the whole prompt a
+         * time budget, checked every 32 matches. */
+        uint64_t lim = MI_TOK_REGEX_MIN_STEPS + (uint64_t)MI_TOK_REGEX_STEPS_PER_BYTE * (n - pos);
+        if (lim > MI_TOK_REGEX_MAX_STEPS) lim = MI_TOK_REGEX_MAX_STEPS;
+        pcre2_set_match_limit(s->mctx, (uint32_t)lim);
+        pcre2_set_depth_limit(s->mctx, (uint32_t)lim);
+        if (++s->n_match % 32 == 0 && mono_now() > s->deadline) return MI_TOK_EREGEX;
         int rc = pcre2_match(re, p, n, pos, PCRE2_NO_UTF_CHECK, md, s->mctx);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) return MI_TOK_EREGEX;
@@ -254,6 +271,7 @@ int mi_tokenizer_encode(const mi_tokenizer *t, const char *text, size_t len, int
         s.jstack = pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, NULL);
         if (!s.mctx || !s.jstack) { e = MI_TOK_ENOMEM; goto done; }
         pcre2_jit_stack_assign(s.mctx, NULL, s.jstack);
+        s.deadline = mono_now() + MI_TOK_REGEX_SECONDS + MI_TOK_REGEX_SECONDS * ((double)len / (1 << 20));
     }
 
     size_t seg = 0, i = 0;

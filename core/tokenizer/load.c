@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "core/tokenizer/internal.h"
+#include "core/util/file.h"
 
 /* GPT-2's pattern, used when a ByteLevel pre-tokenizer has use_regex=true. */
 static const char GPT2_PATTERN[] =
@@ -216,24 +217,11 @@ void mi_tokenizer_free(mi_tokenizer *t) {
     free(t);
 }
 
-/* Read the whole file with the size limit. */
+/* Read the whole file with the size limit (the shared reader: a FIFO or a
+ * device is refused, never waited on). */
 static char *read_file(const char *path, size_t *len, char *err, size_t el) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { set_err(err, el, path, "cannot open: %s", strerror(errno)); return NULL; }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) { set_err(err, el, path, "not a regular file"); fclose(f); return NULL; }
-    if ((uint64_t)sb.st_size > MI_TOK_MAX_FILE_BYTES) {
-        set_err(err, el, path, "file is %lld bytes, over the %u byte limit", (long long)sb.st_size, MI_TOK_MAX_FILE_BYTES);
-        fclose(f); return NULL;
-    }
-    if (sb.st_size == 0) { set_err(err, el, path, "file is empty"); fclose(f); return NULL; }
-    char *buf = malloc((size_t)sb.st_size + 1);
-    if (!buf) { set_err(err, el, path, "out of memory"); fclose(f); return NULL; }
-    size_t got = fread(buf, 1, (size_t)sb.st_size, f);
-    fclose(f);
-    if (got != (size_t)sb.st_size) { set_err(err, el, path, "short read"); free(buf); return NULL; }
-    buf[got] = 0;
-    *len = got;
+    char *buf = mi_file_read_all(path, 0, MI_TOK_MAX_FILE_BYTES, NULL, len, err, el);
+    if (buf && *len == 0) { set_err(err, el, path, "file is empty"); free(buf); return NULL; }
     return buf;
 }
 
@@ -566,7 +554,7 @@ const char *mi_tokenizer_strerror(int rc) {
     case MI_TOK_EUTF8: return "input is not valid UTF-8";
     case MI_TOK_EINVAL: return "invalid argument";
     case MI_TOK_EID: return "token id out of range";
-    case MI_TOK_EREGEX: return "pre-tokenizer regex match failed";
+    case MI_TOK_EREGEX: return "the pre-tokenizer regex failed or ran past its work limit (a pathological pattern?)";
     default: return "unknown error";
     }
 }

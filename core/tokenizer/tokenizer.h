@@ -55,7 +55,19 @@ typedef struct mi_tokenizer mi_tokenizer;
 #define MI_TOK_EUTF8      -2  /* encode input is not valid UTF-8 */
 #define MI_TOK_EINVAL     -3  /* NULL argument */
 #define MI_TOK_EID        -4  /* decode: token id out of range */
-#define MI_TOK_EREGEX     -5  /* PCRE2 matching failed (e.g. resource limit) */
+#define MI_TOK_EREGEX     -5  /* PCRE2 matching failed or ran past its work budget */
+
+/* The pre-tokenizer regex's work budget for one encode call (a hostile
+ * tokenizer.json pattern must not take minutes): each pcre2_match gets
+ * MIN + PER_BYTE x (bytes it can still see) steps (PCRE2's match and depth
+ * limits; at most MAX, PCRE2's own default), and the call as a whole
+ * SECONDS, plus SECONDS per MiB of text. Past either: MI_TOK_EREGEX.
+ * (Measured: "(?:a|aa){1,18}c|[\s\S]" over 3000 'a' stays under every
+ * per-match limit and took 15 s; it now stops at the 5 s budget.) */
+#define MI_TOK_REGEX_MIN_STEPS 100000u
+#define MI_TOK_REGEX_STEPS_PER_BYTE 256u
+#define MI_TOK_REGEX_MAX_STEPS 10000000u
+#define MI_TOK_REGEX_SECONDS 5.0
 const char *mi_tokenizer_strerror(int rc);
 
 /* Load tokenizer.json. Returns NULL on error and writes one line

@@ -1,5 +1,5 @@
 /* The platform interface by member name: operator contracts name the
- * mi_platform_iface member that implements them ("member": "rmsnorm"), and
+ * mi_platform_iface kernel that implements them ("member": "rmsnorm"), and
  * the verifier finds the function pointer through this offset table, within
  * the struct_size the plugin declared (an older plugin's struct is shorter). */
 #include <stddef.h>
@@ -7,25 +7,27 @@
 
 #include "core/verify/verify.h"
 
-#define M(name) {#name, offsetof(mi_platform_iface, name)}
+/* The kernels of MI_PLATFORM_MEMBERS (sdk/include/mi/platform.h). */
+#define M(name_, minor_, kernel_) {(kernel_) ? #name_ : NULL, offsetof(mi_platform_iface, name_)},
 static const struct {
-  const char *name;
+  const char *name; /* NULL: not a kernel (devices, memory, streams, collectives) */
   size_t off;
-} members[] = {
-    M(matmul), M(rmsnorm), M(rope), M(attention), M(silu_mul),
-    M(add),    M(scale),   M(embed), M(argmax),
-};
+} all_members[] = {MI_PLATFORM_MEMBERS(M)};
 #undef M
+#define N_ALL (sizeof all_members / sizeof *all_members)
 
 long vf_member_offset(const char *member) {
-  for (size_t i = 0; member && i < sizeof members / sizeof *members; i++)
-    if (!strcmp(members[i].name, member)) return (long)members[i].off;
+  for (size_t i = 0; member && i < N_ALL; i++)
+    if (all_members[i].name && !strcmp(all_members[i].name, member)) return (long)all_members[i].off;
   return -1;
 }
 
 const char *const *vf_member_names(void) {
-  static const char *names[sizeof members / sizeof *members + 1];
-  for (size_t i = 0; i < sizeof members / sizeof *members; i++) names[i] = members[i].name;
+  static const char *names[N_ALL + 1];
+  size_t n = 0;
+  for (size_t i = 0; i < N_ALL; i++)
+    if (all_members[i].name) names[n++] = all_members[i].name;
+  names[n] = NULL;
   return names;
 }
 

@@ -26,8 +26,8 @@
 /* ---------- scratch folders ---------- */
 
 int vf_workdir_new(char *out, size_t n) {
-  const char *tmp = getenv("TMPDIR");
-  snprintf(out, n, "%s/mi-verify-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  /* in the verifier's scratch folder: the one place a unit's child may write */
+  snprintf(out, n, "%s/work-XXXXXX", vf_scratch_root());
   return mkdtemp(out) ? 0 : -1;
 }
 
@@ -88,6 +88,7 @@ mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char 
                               size_t err_len) {
   const char *paths[2] = {o->plugin_path, o->model_plugin_path};
   char names[2][128];
+  int is_engine = 0;
   for (int i = 0; i < 2; i++) {
     mi_plugin *p = mi_plugin_load_file(paths[i], NULL);
     if (!p || p->status != MI_PLUGIN_LOADED || !p->desc) {
@@ -96,11 +97,15 @@ mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char 
       mi_plugin_unload(p);
       return NULL;
     }
-    if ((int)p->desc->kind != (i ? MI_PLUGIN_MODEL : MI_PLUGIN_PLATFORM)) {
-      snprintf(err, err_len, "%s: not a %s plugin", paths[i], i ? "model" : "platform");
+    /* the model under test: a model plugin or a generated engine (mi/engine.h) */
+    int kind_ok = i ? ((int)p->desc->kind == MI_PLUGIN_MODEL || (int)p->desc->kind == MI_PLUGIN_ENGINE)
+                    : (int)p->desc->kind == MI_PLUGIN_PLATFORM;
+    if (!kind_ok) {
+      snprintf(err, err_len, "%s: not a %s plugin", paths[i], i ? "model or engine" : "platform");
       mi_plugin_unload(p);
       return NULL;
     }
+    if (i) is_engine = (int)p->desc->kind == MI_PLUGIN_ENGINE;
     snprintf(names[i], sizeof names[i], "%s", p->desc->name);
     mi_plugin_unload(p);
   }
@@ -118,7 +123,7 @@ mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char 
   const mi_options *po = o->plugin_opts;
   for (size_t i = 0; po && i < po->count; i++)
     fprintf(f, " %s=%s", po->items[i].key, po->items[i].value);
-  fprintf(f, "\nmodel %s %s required\n", names[1], ap[1]);
+  fprintf(f, "\n%s %s %s required\n", is_engine ? "engine" : "model", names[1], ap[1]);
   fclose(f);
   mi_loader_opts lo = {.conf_path = conf};
   int fatal = 0;

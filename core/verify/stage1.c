@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/runtime/loader.h"
 #include "core/verify/verify.h"
@@ -105,15 +106,34 @@ json_t *vf_probe_plugin(const vf_stage_opts *o) {
 
 typedef struct unit_job {
   const vf_stage_opts *o;
-  json_t *op, *kernel;
+  const vf_op_plan *plan;
 } unit_job;
+
+/* Loads the plugin as vf_load_plugin does, a failure being an ERROR record
+ * (stages 1-2 accept nothing else on the result pipe). */
+struct mi_plugin *vf_load_plugin_rec(const vf_stage_opts *o, int fd) {
+  int pp[2];
+  if (pipe(pp) != 0) return NULL;
+  mi_plugin *p = vf_load_plugin(o, pp[1]);
+  close(pp[1]);
+  if (!p) {
+    char buf[2048];
+    ssize_t n = read(pp[0], buf, sizeof buf - 1);
+    buf[n > 0 ? n : 0] = 0;
+    json_t *ev = json_loads(buf, 0, NULL);
+    const char *m = json_string_value(json_object_get(ev, "message"));
+    vf_rec_write(fd, VF_REC_ERROR, -1, 0, m ? m : "cannot load the plugin", NULL, 0);
+    json_decref(ev);
+  }
+  close(pp[0]);
+  return p;
+}
 
 static int unit_child(void *arg, int fd) {
   unit_job *j = arg;
-  mi_plugin *p = vf_load_plugin(j->o, fd);
+  mi_plugin *p = vf_load_plugin_rec(j->o, fd);
   if (!p) return 1;
-  vf_unit_opts uo = {j->o->seed, j->op, j->kernel, fd};
-  int rc = vf_run_operator(p->iface, p->ctx, &uo);
+  int rc = vf_op_plan_run(j->plan, p->iface, p->ctx, fd);
   mi_plugin_unload(p);
   return rc;
 }
@@ -153,7 +173,16 @@ json_t *vf_unit_report(const char *kind, const char *op_id, const char *version,
   char msg[1400] = "";
   const char *where = open_case ? json_string_value(json_object_get(open_case, "where")) : NULL;
   const char *status = "FAIL";
-  if (r->timed_out)
+  if (r->contain_failed)
+    snprintf(msg, sizeof msg, "%s: the unit's process could not set up its containment (%s)", member,
+             vf_containment());
+  else if (r->flooded)
+    snprintf(msg, sizeof msg, "%s: flooded the result pipe (more than the %zu bytes a correct unit writes); killed",
+             member, r->result_cap);
+  else if (r->oom_killed)
+    snprintf(msg, sizeof msg, "%s: killed by the memory cgroup's cap %s%s", member,
+             where ? "during a call " : "outside any kernel call", where ? where : "");
+  else if (r->timed_out)
     snprintf(msg, sizeof msg, "%s: TIMEOUT: no result within %gs %s%s", member, timeout_s,
              where ? "during a call " : "outside any kernel call", where ? where : "");
   else if (open_case && r->signaled && r->term_signal == SIGXCPU)
@@ -175,8 +204,14 @@ json_t *vf_unit_report(const char *kind, const char *op_id, const char *version,
   else if (!json_array_size(cases))
     snprintf(msg, sizeof msg, "%s: no case ran", member);
   else status = "PASS";
-  if (r->timed_out) status = "TIMEOUT";
-  else if (strstr(msg, ": crashed (")) status = "CRASH";
+  if (r->strays) { /* the unit's processes must end with it, whatever else happened */
+    size_t l = strlen(msg);
+    snprintf(msg + l, sizeof msg - l, "%s%s: left %d process%s running after the unit ended (%s); all killed",
+             l ? "; and " : "", member, r->strays, r->strays == 1 ? "" : "es", r->stray_desc);
+    if (!strcmp(status, "PASS")) status = "FAIL";
+  }
+  if (r->timed_out && !r->flooded && !r->contain_failed) status = "TIMEOUT";
+  else if (strstr(msg, ": crashed (") && !r->strays) status = "CRASH";
 
   json_t *u = json_pack("{s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:s}", "kind",
                         kind, "id", op_id, "version", version ? version : "?", "member",
@@ -214,16 +249,25 @@ json_t *vf_stage1(const vf_stage_opts *o) {
       u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "operator", "id", op_id, "verdict",
                     "FAIL", "status", "ERROR", "message", "no operator contract with this id");
     } else {
-      unit_job job = {o, op, k};
+      /* The inputs are drawn here, before the child exists; the expected
+       * outputs only after it has ended (vf_op_plan_judge). */
+      vf_unit_opts uo = {o->seed, op, k, -1};
+      vf_op_plan *plan = vf_op_plan_new(&uo);
+      unit_job job = {o, plan};
+      vf_limits lim = o->lim;
+      lim.result_cap = plan ? vf_op_plan_result_bytes(plan) : 0;
       vf_child_result r;
-      if (vf_run_child(&o->lim, unit_child, &job, &r) != 0) {
+      if (!plan || vf_run_child(&lim, unit_child, &job, &r) != 0) {
         u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "operator", "id", op_id, "verdict",
                       "FAIL", "status", "ERROR", "message", "cannot fork a child");
       } else {
+        json_decref(r.events); /* whatever JSON the child wrote is not a result */
+        r.events = vf_op_plan_judge(plan, &r);
         u = vf_unit_report("operator", op_id, json_string_value(json_object_get(op, "version")),
                            member, &r, o->lim.timeout_s, o->lim.cpu_s);
         vf_child_result_free(&r);
       }
+      vf_op_plan_free(plan);
     }
     if (strcmp(json_string_value(json_object_get(u, "verdict")), "PASS")) fails++;
     json_array_append_new(units, u);

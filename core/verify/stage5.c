@@ -525,6 +525,39 @@ static int unseen_child(void *arg, int fd) {
     free(ids);
   }
   vf_unload_direct(&ld);
+  /* Small magnitudes: q_proj and k_proj x 2^-8 in a copy (exact in every
+   * float format), so mean(q^2) inside the q/k RMSNorms falls to the order
+   * of eps: an eps other than the config's (a hard-coded 1e-5, the wrong
+   * config field) moves the logits far past TOL here, while on unit-scale
+   * rows it hides under it. */
+  json_t *sm = param(j, "small_magnitude");
+  double ss = json_is_number(json_object_get(sm, "scale")) ? json_number_value(json_object_get(sm, "scale")) : 1.0 / 256;
+  int sml = json_is_integer(json_object_get(sm, "tokens")) ? (int)json_integer_value(json_object_get(sm, "tokens")) : 23;
+  snprintf(cname, sizeof cname, "small magnitudes (%d tokens, q/k projections x%g)", sml, ss);
+  ci++;
+  vf_case_start(fd, cname, ci, cname);
+  snprintf(copy, sizeof copy, "%s/s", j->workdir);
+  ok = vf_copy_model_dir(j->o->model_dir, copy, err, sizeof err) == 0;
+  L = json_integer_value(json_object_get(e->config, "num_hidden_layers"));
+  for (int64_t l = 0; ok && l < L; l++)
+    for (int qk = 0; qk < 2 && ok; qk++) {
+      char tn[128];
+      vf_tensor_loc loc;
+      snprintf(tn, sizeof tn, "model.layers.%lld.self_attn.%s_proj.weight", (long long)l, qk ? "k" : "q");
+      ok = vf_tensor_locate(copy, tn, &loc, err, sizeof err) == 0 &&
+           vf_tensor_edit(&loc, ss, 0, 0, NULL, err, sizeof err) == 0;
+    }
+  vf_loaded ls = {0};
+  if (!ok || vf_load_direct(e, copy, &ls, err, sizeof err) != 0) {
+    vf_case_end(fd, cname, ci, 0, 0, NULL, "cannot run the small-magnitude copy: %s", err);
+    fails++;
+  } else {
+    int32_t *ids = malloc((size_t)sml * sizeof(int32_t));
+    vf_random_prompt(j->o->seed * 15485863 + 29, ids, sml, 0, V);
+    fails += unseen_case(fd, ci, cname, &ls, ls.w, ls.cfg, ids, sml, 4, TOL, 0, &worst);
+    free(ids);
+  }
+  vf_unload_direct(&ls);
   mi_session_close(e);
   mi_registry_free(reg);
   return fails != 0;

@@ -323,38 +323,70 @@ static int compare(unit *u, dev_buf *db, double tol, json_t *res, char *msg, siz
   return pass;
 }
 
-static int run_case(unit *u, json_t *cs, int ci, int vi, mi_dtype variant, double tol) {
-  const vf_unit_opts *o = u->o;
-  const char *cname = json_string_value(json_object_get(cs, "name"));
-  uint64_t seed = vf_case_seed(o->seed, u->op_id, ci, vi), rng = seed;
-  char err[512] = "", msg[1024] = "", params[400], where[600];
-  dev_buf db[MAX_ARGS];
-  memset(db, 0, sizeof db);
-  for (int i = 0; i < u->nargs; i++) u->a[i].val = NULL, u->a[i].shape = NULL;
-  char seed_hex[24];
-  snprintf(seed_hex, sizeof seed_hex, "0x%016llx", (unsigned long long)seed);
-  json_t *res = json_pack("{s:s, s:s, s:i, s:s, s:s, s:f}", "event", "case_end", "case",
-                          cname ? cname : "?", "index", ci, "dtype", mi_dtype_name(variant), "seed",
-                          seed_hex, "tol", tol);
-  int pass = 0;
-  const char *verdict = "FAIL";
+/* ---------- the plan: every case's inputs, drawn in the parent ---------- */
 
-  if (resolve_scalars(u, cs, variant, &rng, err, sizeof err) != 0) goto contract_error;
+typedef struct pcase {
+  int ci, vi;
+  mi_dtype variant;
+  double tol;
+  const char *cname;
+  char seed_hex[24], where[600];
+  json_t *params;
+  int state; /* 0 runnable, 1 contract error (err), 2 skipped */
+  char err[512];
+  const char *skip_dtype;
+  vf_arg a[MAX_ARGS]; /* scalars; buffers: val = inputs drawn, outputs poisoned */
+  unsigned char *host[MAX_ARGS]; /* the bytes the kernel gets, + GUARD */
+  size_t bytes[MAX_ARGS];
+  int alias[MAX_ARGS]; /* an out buffer given the device buffer of input alias[i], or -1 */
+  size_t out_bytes;    /* every out/inout buffer + GUARD, in argument order */
+} pcase;
+
+struct vf_op_plan {
+  unit u;
+  pcase *cases;
+  int n, cap;
+  json_t *errors; /* unit-level problems found in the parent (strings) */
+};
+
+static pcase *plan_add(vf_op_plan *p) {
+  if (p->n == p->cap) {
+    int cap = p->cap ? p->cap * 2 : 16;
+    pcase *v = realloc(p->cases, (size_t)cap * sizeof *v);
+    if (!v) return NULL;
+    p->cases = v;
+    p->cap = cap;
+  }
+  pcase *pc = &p->cases[p->n++];
+  memset(pc, 0, sizeof *pc);
+  for (int i = 0; i < MAX_ARGS; i++) pc->alias[i] = -1;
+  return pc;
+}
+
+/* Draws one case: scalars, shapes, inputs (rounded to their dtype) and
+ * poisoned outputs, as the bytes the kernel will get. Nothing expected is
+ * computed here: that happens after the child has ended. */
+static void prepare_case(unit *u, pcase *pc, json_t *cs) {
+  const vf_unit_opts *o = u->o;
+  uint64_t seed = vf_case_seed(o->seed, u->op_id, pc->ci, pc->vi), rng = seed;
+  char params[400];
+  for (int i = 0; i < u->nargs; i++) u->a[i].val = NULL, u->a[i].shape = NULL;
+  snprintf(pc->seed_hex, sizeof pc->seed_hex, "0x%016llx", (unsigned long long)seed);
+  pc->state = 1;
+  if (resolve_scalars(u, cs, pc->variant, &rng, pc->err, sizeof pc->err) != 0) goto out;
   params_text(u, params, sizeof params);
-  snprintf(where, sizeof where, "on %s (%s, case %s)", params, mi_dtype_name(variant), cname);
-  json_object_set_new(res, "params", params_json(u));
+  snprintf(pc->where, sizeof pc->where, "on %s (%s, case %s)", params, mi_dtype_name(pc->variant), pc->cname);
+  pc->params = params_json(u);
   size_t ci2;
   json_t *cexpr;
   json_array_foreach(json_object_get(u->op, "constraints"), ci2, cexpr) {
     int64_t ok = 0;
-    if (mi_expr_eval(json_string_value(cexpr), lookup_int, u, &ok, err, sizeof err) != 0) goto contract_error;
+    if (mi_expr_eval(json_string_value(cexpr), lookup_int, u, &ok, pc->err, sizeof pc->err) != 0) goto out;
     if (!ok) {
-      snprintf(err, sizeof err, "case violates constraint '%s' with %s", json_string_value(cexpr), params);
-      goto contract_error;
+      snprintf(pc->err, sizeof pc->err, "case violates constraint '%s' with %s", json_string_value(cexpr), params);
+      goto out;
     }
   }
-
-  /* Buffers: shape, dtype, values; inputs generated, outputs poisoned. */
   json_t *cgen = json_object_get(cs, "inputs"), *ogen = json_object_get(u->op, "inputs");
   for (int i = 0; i < u->nargs; i++) {
     vf_arg *a = &u->a[i];
@@ -364,8 +396,8 @@ static int run_case(unit *u, json_t *cs, int ci, int vi, mi_dtype variant, doubl
       for (int j = 0; j < u->nargs; j++)
         if (u->a[j].kind == VF_DTYPE && !strcmp(u->a[j].name, dt + 1)) a->dtype = u->a[j].dtype;
     } else if (!dt || vf_dtype_parse(dt, &a->dtype) != 0) {
-      snprintf(err, sizeof err, "argument '%s' has no usable dtype", a->name);
-      goto contract_error;
+      snprintf(pc->err, sizeof pc->err, "argument '%s' has no usable dtype", a->name);
+      goto out;
     }
     json_t *shape = json_object_get(u->jargs[i], "shape");
     a->ndim = (int)json_array_size(shape);
@@ -375,42 +407,32 @@ static int run_case(unit *u, json_t *cs, int ci, int vi, mi_dtype variant, doubl
     json_array_foreach(shape, k, d) {
       int64_t x;
       if (json_is_integer(d)) x = json_integer_value(d);
-      else if (mi_expr_eval(json_string_value(d), lookup_int, u, &x, err, sizeof err) != 0) goto contract_error;
+      else if (mi_expr_eval(json_string_value(d), lookup_int, u, &x, pc->err, sizeof pc->err) != 0) goto out;
       if (x < 0 || (x && a->n > INT64_MAX / 4 / x)) {
-        snprintf(err, sizeof err, "argument '%s': bad dimension %lld", a->name, (long long)x);
-        goto contract_error;
+        snprintf(pc->err, sizeof pc->err, "argument '%s': bad dimension %lld", a->name, (long long)x);
+        goto out;
       }
       a->n *= x;
     }
     a->val = calloc((size_t)(a->n ? a->n : 1), sizeof(double));
-    db[i].bytes = (size_t)a->n * mi_dtype_size(a->dtype);
-    db[i].host = malloc(db[i].bytes + GUARD);
-    if (!a->val || !db[i].host) {
-      snprintf(err, sizeof err, "out of memory for '%s' (%lld elements)", a->name, (long long)a->n);
-      goto contract_error;
+    pc->bytes[i] = (size_t)a->n * mi_dtype_size(a->dtype);
+    pc->host[i] = malloc(pc->bytes[i] + GUARD);
+    if (!a->val || !pc->host[i]) {
+      snprintf(pc->err, sizeof pc->err, "out of memory for '%s' (%lld elements)", a->name, (long long)a->n);
+      goto out;
     }
-    memset(db[i].host + db[i].bytes, GUARD_BYTE, GUARD);
+    memset(pc->host[i] + pc->bytes[i], GUARD_BYTE, GUARD);
     if (a->kind == VF_OUT) {
       /* Poison: an element the kernel never writes shows up as NaN / a wild int. */
       for (int64_t e = 0; e < a->n; e++) a->val[e] = a->dtype == MI_DTYPE_I32 ? -123456789.0 : NAN;
     } else {
       json_t *gen = json_object_get(cgen, a->name);
       if (!gen) gen = json_object_get(ogen, a->name);
-      if (generate(u, a, gen, &rng, err, sizeof err) != 0) goto contract_error;
+      if (generate(u, a, gen, &rng, pc->err, sizeof pc->err) != 0) goto out;
     }
-    encode(a->dtype, a->val, a->n, db[i].host);
-    if (u->iface->buffer_alloc(u->ctx, db[i].bytes + GUARD, &db[i].b) != 0 || !db[i].b) {
-      snprintf(msg, sizeof msg, "%s: buffer_alloc(%zu) failed: %s %s", u->member, db[i].bytes + GUARD,
-               u->iface->last_error ? u->iface->last_error(u->ctx) : "", where);
-      goto done;
-    }
-    db[i].dev = u->iface->buffer_ptr(u->ctx, db[i].b);
-    if (u->iface->memcpy_h2d(u->ctx, NULL, db[i].dev, db[i].host, db[i].bytes + GUARD) != 0) {
-      snprintf(msg, sizeof msg, "%s: memcpy_h2d failed for '%s' %s", u->member, a->name, where);
-      goto done;
-    }
+    encode(a->dtype, a->val, a->n, pc->host[i]);
+    if (a->kind != VF_IN) pc->out_bytes += pc->bytes[i] + GUARD;
   }
-
   /* In-place cases: an output given the device address of an input (the
    * contract allows e.g. y == x); the result is read back from there. */
   const char *ak;
@@ -423,17 +445,150 @@ static int run_case(unit *u, json_t *cs, int ci, int vi, mi_dtype variant, doubl
     }
     if (oi < 0 || ii < 0 || u->a[oi].kind != VF_OUT || u->a[ii].kind != VF_IN ||
         u->a[oi].dtype != u->a[ii].dtype || u->a[oi].n != u->a[ii].n) {
-      snprintf(err, sizeof err, "alias '%s' -> '%s' needs an out and an in buffer of equal dtype and size",
+      snprintf(pc->err, sizeof pc->err, "alias '%s' -> '%s' needs an out and an in buffer of equal dtype and size",
                ak, json_is_string(av) ? json_string_value(av) : "?");
-      goto contract_error;
+      goto out;
     }
-    db[oi].dev = db[ii].dev;
-    size_t l = strlen(where);
-    if (l > 1 && where[l - 1] == ')')
-      snprintf(where + l - 1, sizeof where - (l - 1), ", %s aliases %s)", ak, json_string_value(av));
+    pc->alias[oi] = ii;
+    size_t l = strlen(pc->where);
+    if (l > 1 && pc->where[l - 1] == ')')
+      snprintf(pc->where + l - 1, sizeof pc->where - (l - 1), ", %s aliases %s)", ak, json_string_value(av));
   }
+  pc->state = 0;
+out:
+  memcpy(pc->a, u->a, sizeof pc->a);
+  for (int i = 0; i < u->nargs; i++) u->a[i].val = NULL;
+}
 
-  /* The call, built from the contract's argument kinds. */
+static int str_in(json_t *arr, const char *s) {
+  size_t i;
+  json_t *v;
+  json_array_foreach(arr, i, v) if (json_is_string(v) && !strcmp(json_string_value(v), s)) return 1;
+  return 0;
+}
+
+static void plan_error(vf_op_plan *p, const char *fmt, const char *a, const char *b) {
+  char msg[512];
+  snprintf(msg, sizeof msg, fmt, a, b);
+  json_array_append_new(p->errors, json_string(msg));
+}
+
+vf_op_plan *vf_op_plan_new(const vf_unit_opts *o) {
+  vf_op_plan *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->errors = json_array();
+  unit *u = &p->u;
+  u->o = o;
+  u->op = o->operator_entry;
+  u->op_id = json_string_value(json_object_get(u->op, "id"));
+  u->member = json_string_value(json_object_get(u->op, "member"));
+  u->compare = json_string_value(json_object_get(u->op, "compare"));
+  if (!u->compare) u->compare = "max_rel";
+  const char *refname = json_string_value(json_object_get(u->op, "reference"));
+  if (!u->op_id || !u->member) return plan_error(p, "operator contract without id or member%s%s", "", ""), p;
+  if (!(u->ref = vf_ref_find(refname)))
+    return plan_error(p, "%s: the verifier has no reference named '%s'", u->op_id, refname ? refname : ""), p;
+  json_t *args = json_object_get(json_object_get(u->op, "signature"), "args");
+  if (json_array_size(args) > MAX_ARGS) return plan_error(p, "%s: more than 32 arguments%s", u->op_id, ""), p;
+  size_t i;
+  json_t *ja;
+  int dtype_arg = -1;
+  json_array_foreach(args, i, ja) {
+    u->jargs[i] = ja;
+    u->a[i].name = json_string_value(json_object_get(ja, "name"));
+    if (!u->a[i].name || vf_kind_parse(json_string_value(json_object_get(ja, "kind")), &u->a[i].kind))
+      return plan_error(p, "%s: argument without a name or a known kind%s", u->op_id, ""), p;
+    if (u->a[i].kind == VF_DTYPE && dtype_arg < 0) dtype_arg = (int)i;
+  }
+  u->nargs = (int)json_array_size(args);
+
+  json_t *tol = json_object_get(u->op, "tolerance");
+  json_t *plat_dtypes = json_object_get(o->platform_kernel, "dtypes");
+  int runs = 0;
+  json_t *cs;
+  json_array_foreach(json_object_get(u->op, "cases"), i, cs) {
+    json_t *dv = dtype_arg >= 0 ? json_object_get(cs, u->a[dtype_arg].name) : NULL;
+    size_t nv = json_is_array(dv) ? json_array_size(dv) : 1;
+    for (size_t v = 0; v < nv; v++) {
+      const char *dname = dtype_arg < 0 ? "f32"
+                          : json_is_array(dv) ? json_string_value(json_array_get(dv, v))
+                                              : json_string_value(dv);
+      mi_dtype dt = MI_DTYPE_F32;
+      if (!dname || vf_dtype_parse(dname, &dt) != 0) {
+        plan_error(p, "%s: case with unknown dtype '%s'", u->op_id, dname ? dname : "?");
+        continue;
+      }
+      pcase *pc = plan_add(p);
+      if (!pc) return plan_error(p, "%s: out of memory%s", u->op_id, ""), p;
+      pc->ci = (int)i;
+      pc->vi = (int)v;
+      pc->variant = dt;
+      pc->cname = json_string_value(json_object_get(cs, "name"));
+      if (!pc->cname) pc->cname = "?";
+      if (dtype_arg >= 0 && json_is_array(plat_dtypes) && !str_in(plat_dtypes, dname)) {
+        pc->state = 2;
+        pc->skip_dtype = dname;
+        continue;
+      }
+      json_t *t = json_object_get(tol, dname);
+      pc->tol = json_is_number(t) ? json_number_value(t) : 0.0;
+      runs++;
+      prepare_case(u, pc, cs);
+    }
+  }
+  if (!runs) plan_error(p, "%s: no case could run on this platform%s", u->op_id, "");
+  return p;
+}
+
+size_t vf_op_plan_result_bytes(const vf_op_plan *p) {
+  size_t n = VF_REC_SIZE(0) * 4;
+  for (int k = 0; k < p->n; k++) n += VF_REC_SIZE(p->cases[k].out_bytes);
+  return n;
+}
+
+void vf_op_plan_free(vf_op_plan *p) {
+  if (!p) return;
+  for (int k = 0; k < p->n; k++) {
+    json_decref(p->cases[k].params);
+    for (int i = 0; i < MAX_ARGS; i++) {
+      free(p->cases[k].host[i]);
+      free(p->cases[k].a[i].val);
+    }
+  }
+  free(p->cases);
+  json_decref(p->errors);
+  free(p);
+}
+
+/* ---------- the child: kernels called, outputs returned ---------- */
+
+static void exec_case(const unit *u, const pcase *pc, int k, const mi_platform_iface *iface, void *ctx,
+                      void *fn, int fd) {
+  mi_buffer *b[MAX_ARGS] = {0};
+  void *dev[MAX_ARGS] = {0};
+  char msg[VF_REC_MAX_MSG] = "";
+  int rcode = 0;
+  unsigned char *payload = malloc(pc->out_bytes ? pc->out_bytes : 1);
+  if (!payload) {
+    vf_rec_write(fd, VF_REC_FAIL, k, 0, "out of memory in the unit's process", NULL, 0);
+    return;
+  }
+  for (int i = 0; i < u->nargs; i++) {
+    const vf_arg *a = &pc->a[i];
+    if (a->kind != VF_IN && a->kind != VF_OUT && a->kind != VF_INOUT) continue;
+    if (iface->buffer_alloc(ctx, pc->bytes[i] + GUARD, &b[i]) != 0 || !b[i]) {
+      snprintf(msg, sizeof msg, "%s: buffer_alloc(%zu) failed: %s %s", u->member, pc->bytes[i] + GUARD,
+               iface->last_error ? iface->last_error(ctx) : "", pc->where);
+      goto done;
+    }
+    dev[i] = iface->buffer_ptr(ctx, b[i]);
+    if (iface->memcpy_h2d(ctx, NULL, dev[i], pc->host[i], pc->bytes[i] + GUARD) != 0) {
+      snprintf(msg, sizeof msg, "%s: memcpy_h2d failed for '%s' %s", u->member, a->name, pc->where);
+      goto done;
+    }
+  }
+  for (int i = 0; i < u->nargs; i++)
+    if (pc->alias[i] >= 0) dev[i] = dev[pc->alias[i]];
   ffi_type *types[MAX_ARGS];
   void *values[MAX_ARGS];
   union {
@@ -445,13 +600,13 @@ static int run_case(unit *u, json_t *cs, int ci, int vi, mi_dtype variant, doubl
     int dt;
   } store[MAX_ARGS];
   for (int i = 0; i < u->nargs; i++) {
-    vf_arg *a = &u->a[i];
+    const vf_arg *a = &pc->a[i];
     switch (a->kind) {
-    case VF_CTX: store[i].p = u->ctx, types[i] = &ffi_type_pointer; break;
+    case VF_CTX: store[i].p = ctx, types[i] = &ffi_type_pointer; break;
     case VF_STREAM: store[i].p = NULL, types[i] = &ffi_type_pointer; break;
     case VF_IN:
     case VF_OUT:
-    case VF_INOUT: store[i].p = db[i].dev, types[i] = &ffi_type_pointer; break;
+    case VF_INOUT: store[i].p = dev[i], types[i] = &ffi_type_pointer; break;
     case VF_I64: store[i].i64 = a->i, types[i] = &ffi_type_sint64; break;
     case VF_I32: store[i].i32 = (int32_t)a->i, types[i] = &ffi_type_sint32; break;
     case VF_F32: store[i].f32 = (float)a->f, types[i] = &ffi_type_float; break;
@@ -462,133 +617,175 @@ static int run_case(unit *u, json_t *cs, int ci, int vi, mi_dtype variant, doubl
   }
   ffi_cif cif;
   if (ffi_prep_cif(&cif, FFI_DEFAULT_ABI, (unsigned)u->nargs, &ffi_type_sint, types) != FFI_OK) {
-    snprintf(err, sizeof err, "ffi_prep_cif failed for the declared signature");
-    goto contract_error;
-  }
-  json_t *start = json_pack("{s:s, s:s, s:i, s:s, s:s, s:O}", "event", "case_start", "case",
-                            cname ? cname : "?", "index", ci, "dtype", mi_dtype_name(variant),
-                            "seed", seed_hex, "params", json_object_get(res, "params"));
-  json_object_set_new(start, "where", json_string(where));
-  vf_emit(o->result_fd, start);
-  ffi_arg rc = 0;
-  ffi_call(&cif, FFI_FN(u->fn), &rc, values);
-  json_object_set_new(res, "rc", json_integer((int)rc));
-  if ((int)rc != 0) {
-    snprintf(msg, sizeof msg, "%s: kernel returned %d (%s) %s", u->member, (int)rc,
-             u->iface->last_error ? u->iface->last_error(u->ctx) : "no message", where);
+    snprintf(msg, sizeof msg, "%s: ffi_prep_cif failed for the declared signature %s", u->member, pc->where);
     goto done;
   }
-  if (u->iface->stream_sync) u->iface->stream_sync(u->ctx, NULL);
+  ffi_arg rc = 0;
+  ffi_call(&cif, FFI_FN(fn), &rc, values);
+  if ((int)rc != 0) {
+    rcode = (int)rc;
+    snprintf(msg, sizeof msg, "%s: kernel returned %d (%s) %s", u->member, (int)rc,
+             iface->last_error ? iface->last_error(ctx) : "no message", pc->where);
+    goto done;
+  }
+  if (iface->stream_sync) iface->stream_sync(ctx, NULL);
+  size_t off = 0;
   for (int i = 0; i < u->nargs; i++)
-    if (u->a[i].kind == VF_OUT || u->a[i].kind == VF_INOUT)
-      if (u->iface->memcpy_d2h(u->ctx, NULL, db[i].host, db[i].dev, db[i].bytes + GUARD) != 0) {
-        snprintf(msg, sizeof msg, "%s: memcpy_d2h failed for '%s' %s", u->member, u->a[i].name, where);
+    if (pc->a[i].kind == VF_OUT || pc->a[i].kind == VF_INOUT) {
+      if (iface->memcpy_d2h(ctx, NULL, payload + off, dev[i], pc->bytes[i] + GUARD) != 0) {
+        snprintf(msg, sizeof msg, "%s: memcpy_d2h failed for '%s' %s", u->member, pc->a[i].name, pc->where);
         goto done;
       }
-
-  vf_call call = {u->a, u->nargs};
-  if (u->ref(&call, err, sizeof err) != 0) goto contract_error;
-  pass = compare(u, db, tol, res, msg, sizeof msg, where);
-  verdict = pass ? "PASS" : "FAIL";
-  goto done;
-
-contract_error:
-  /* The contract itself cannot be run: a FAIL too, but named as such. */
-  snprintf(msg, sizeof msg, "%s: contract error in case %s: %s", u->member, cname ? cname : "?", err);
-  verdict = "ERROR";
+      off += pc->bytes[i] + GUARD;
+    }
+  vf_rec_write(fd, VF_REC_OUT, k, 0, NULL, payload, pc->out_bytes);
+  msg[0] = 0;
 done:
-  json_object_set_new(res, "verdict", json_string(verdict));
-  if (!pass) json_object_set_new(res, "message", json_string(msg));
-  vf_emit(o->result_fd, res);
-  for (int i = 0; i < u->nargs; i++) {
-    if (db[i].b) u->iface->buffer_free(u->ctx, db[i].b);
-    free(db[i].host);
-    free(u->a[i].val);
-    u->a[i].val = NULL;
-  }
-  return pass;
+  if (msg[0]) vf_rec_write(fd, VF_REC_FAIL, k, rcode, msg, NULL, 0);
+  for (int i = 0; i < u->nargs; i++)
+    if (b[i]) iface->buffer_free(ctx, b[i]);
+  free(payload);
 }
 
-static int str_in(json_t *arr, const char *s) {
-  size_t i;
-  json_t *v;
-  json_array_foreach(arr, i, v) if (json_is_string(v) && !strcmp(json_string_value(v), s)) return 1;
+int vf_op_plan_run(const vf_op_plan *p, const mi_platform_iface *iface, void *ctx, int fd) {
+  const unit *u = &p->u;
+  char msg[512];
+  if (json_array_size(p->errors) || !u->nargs) return 1; /* the parent reports those */
+  void *fn = vf_member_fn(iface, u->member);
+  if (!fn) {
+    snprintf(msg, sizeof msg, "%s: the platform does not provide '%s' (NULL or beyond its struct_size)", u->op_id,
+             u->member);
+    vf_rec_write(fd, VF_REC_ERROR, -1, 0, msg, NULL, 0);
+    return 1;
+  }
+  if (!iface->buffer_alloc || !iface->buffer_ptr || !iface->buffer_free || !iface->memcpy_h2d ||
+      !iface->memcpy_d2h) {
+    snprintf(msg, sizeof msg, "%s: the platform lacks buffer_alloc/ptr/free or memcpy_h2d/d2h", u->op_id);
+    vf_rec_write(fd, VF_REC_ERROR, -1, 0, msg, NULL, 0);
+    return 1;
+  }
+  for (int k = 0; k < p->n; k++)
+    if (p->cases[k].state == 0) exec_case(u, &p->cases[k], k, iface, ctx, fn, fd);
   return 0;
 }
 
-static int unit_error(const vf_unit_opts *o, const char *fmt, const char *a, const char *b) {
-  char msg[512];
-  snprintf(msg, sizeof msg, fmt, a, b);
-  vf_emit(o->result_fd, json_pack("{s:s, s:s}", "event", "error", "message", msg));
-  return 1;
+/* ---------- the parent again: reference, comparison, verdicts ---------- */
+
+static json_t *case_event(const pcase *pc, const char *type) {
+  json_t *e = json_pack("{s:s, s:s, s:i, s:s, s:s}", "event", type, "case", pc->cname, "index", pc->ci, "dtype",
+                        mi_dtype_name(pc->variant), "seed", pc->seed_hex);
+  if (pc->params) json_object_set(e, "params", pc->params);
+  return e;
 }
 
-int vf_run_operator(const mi_platform_iface *iface, void *ctx, const vf_unit_opts *o) {
-  unit u;
-  memset(&u, 0, sizeof u);
-  u.iface = iface;
-  u.ctx = ctx;
-  u.o = o;
-  u.op = o->operator_entry;
-  u.op_id = json_string_value(json_object_get(u.op, "id"));
-  u.member = json_string_value(json_object_get(u.op, "member"));
-  u.compare = json_string_value(json_object_get(u.op, "compare"));
-  if (!u.compare) u.compare = "max_rel";
-  const char *refname = json_string_value(json_object_get(u.op, "reference"));
-  if (!u.op_id || !u.member) return unit_error(o, "operator contract without id or member%s%s", "", "");
-  if (!(u.ref = vf_ref_find(refname)))
-    return unit_error(o, "%s: the verifier has no reference named '%s'", u.op_id, refname ? refname : "");
-  if (!(u.fn = vf_member_fn(iface, u.member)))
-    return unit_error(o, "%s: the platform does not provide '%s' (NULL or beyond its struct_size)",
-                      u.op_id, u.member);
-  if (!iface->buffer_alloc || !iface->buffer_ptr || !iface->buffer_free || !iface->memcpy_h2d ||
-      !iface->memcpy_d2h)
-    return unit_error(o, "%s: the platform lacks buffer_alloc/ptr/free or memcpy_h2d/d2h%s", u.op_id, "");
-
-  json_t *args = json_object_get(json_object_get(u.op, "signature"), "args");
-  if (json_array_size(args) > MAX_ARGS) return unit_error(o, "%s: more than 32 arguments%s", u.op_id, "");
+json_t *vf_op_plan_judge(vf_op_plan *p, const vf_child_result *r) {
+  unit *u = &p->u;
+  json_t *ev = json_array();
   size_t i;
-  json_t *ja;
-  int dtype_arg = -1;
-  json_array_foreach(args, i, ja) {
-    u.jargs[i] = ja;
-    u.a[i].name = json_string_value(json_object_get(ja, "name"));
-    if (!u.a[i].name || vf_kind_parse(json_string_value(json_object_get(ja, "kind")), &u.a[i].kind))
-      return unit_error(o, "%s: argument without a name or a known kind%s", u.op_id, "");
-    if (u.a[i].kind == VF_DTYPE && dtype_arg < 0) dtype_arg = (int)i;
-  }
-  u.nargs = (int)json_array_size(args);
-
-  json_t *tol = json_object_get(u.op, "tolerance");
-  json_t *plat_dtypes = json_object_get(o->platform_kernel, "dtypes");
-  int fails = 0, runs = 0;
-  json_t *cs;
-  json_array_foreach(json_object_get(u.op, "cases"), i, cs) {
-    json_t *dv = dtype_arg >= 0 ? json_object_get(cs, u.a[dtype_arg].name) : NULL;
-    size_t nv = json_is_array(dv) ? json_array_size(dv) : 1;
-    for (size_t v = 0; v < nv; v++) {
-      const char *dname = dtype_arg < 0 ? "f32"
-                          : json_is_array(dv) ? json_string_value(json_array_get(dv, v))
-                                              : json_string_value(dv);
-      mi_dtype dt = MI_DTYPE_F32;
-      if (!dname || vf_dtype_parse(dname, &dt) != 0) {
-        fails++;
-        unit_error(o, "%s: case with unknown dtype '%s'", u.op_id, dname ? dname : "?");
-        continue;
-      }
-      if (dtype_arg >= 0 && json_is_array(plat_dtypes) && !str_in(plat_dtypes, dname)) {
-        vf_emit(o->result_fd, json_pack("{s:s, s:s, s:i, s:s, s:s}", "event", "case_skip", "case",
-                                        json_string_value(json_object_get(cs, "name")), "index",
-                                        (int)i, "dtype", dname, "why",
-                                        "dtype not listed for this kernel by the platform contract"));
-        continue;
-      }
-      json_t *t = json_object_get(tol, dname);
-      runs++;
-      if (!run_case(&u, cs, (int)i, (int)v, dt, json_is_number(t) ? json_number_value(t) : 0.0))
-        fails++;
+  json_t *v;
+  json_array_foreach(p->errors, i, v)
+    json_array_append_new(ev, json_pack("{s:s, s:O}", "event", "error", "message", v));
+  if (json_array_size(p->errors)) return ev;
+  size_t off = 0;
+  int proto_bad = 0;
+  vf_rec rec;
+  char why[200];
+  for (int k = 0; k < p->n; k++) {
+    pcase *pc = &p->cases[k];
+    if (pc->state == 2) {
+      json_t *e = json_pack("{s:s, s:s, s:i, s:s, s:s}", "event", "case_skip", "case", pc->cname, "index", pc->ci,
+                            "dtype", pc->skip_dtype, "why", "dtype not listed for this kernel by the platform contract");
+      json_array_append_new(ev, e);
+      continue;
     }
+    if (pc->state == 1) {
+      json_t *e = case_event(pc, "case_end");
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s: contract error in case %s: %s", u->member, pc->cname, pc->err);
+      json_object_set_new(e, "tol", json_real(pc->tol));
+      json_object_set_new(e, "verdict", json_string("ERROR"));
+      json_object_set_new(e, "message", json_string(msg));
+      json_array_append_new(ev, e);
+      continue;
+    }
+    if (proto_bad) break;
+    /* the next record must be this case's (ERROR records may come first) */
+    int have = 0;
+    for (;;) {
+      int n = vf_rec_next(r->results, r->results_len, &off, &rec, why, sizeof why);
+      if (n < 0) {
+        proto_bad = 1;
+        break;
+      }
+      if (n == 0) break;
+      if (rec.type == VF_REC_ERROR) {
+        json_array_append_new(ev, json_pack("{s:s, s:s}", "event", "error", "message", rec.msg));
+        continue;
+      }
+      if (rec.index != k || (rec.type == VF_REC_OUT && rec.payload_len != pc->out_bytes)) {
+        snprintf(why, sizeof why, "a record for case slot %d with %zu bytes where slot %d with %zu was due",
+                 rec.index, rec.payload_len, k, pc->out_bytes);
+        proto_bad = 1;
+        break;
+      }
+      have = 1;
+      break;
+    }
+    if (proto_bad) break;
+    if (!have) { /* the case in flight when the child ended */
+      json_t *e = case_event(pc, "case_start");
+      json_object_set_new(e, "where", json_string(pc->where));
+      json_array_append_new(ev, e);
+      break;
+    }
+    json_t *res = case_event(pc, "case_end");
+    json_object_set_new(res, "tol", json_real(pc->tol));
+    json_object_set_new(res, "rc", json_integer(rec.type == VF_REC_FAIL ? rec.rc : 0));
+    int pass = 0;
+    char msg[1400] = "";
+    const char *verdict = "FAIL";
+    if (rec.type == VF_REC_FAIL) {
+      snprintf(msg, sizeof msg, "%s", rec.msg);
+    } else {
+      dev_buf db[MAX_ARGS];
+      memset(db, 0, sizeof db);
+      size_t po = 0;
+      for (int a = 0; a < u->nargs; a++) {
+        db[a].host = pc->host[a];
+        db[a].bytes = pc->bytes[a];
+        if (pc->a[a].kind == VF_OUT || pc->a[a].kind == VF_INOUT) {
+          memcpy(pc->host[a], rec.payload + po, pc->bytes[a] + GUARD);
+          po += pc->bytes[a] + GUARD;
+        }
+      }
+      memcpy(u->a, pc->a, sizeof u->a);
+      vf_call call = {u->a, u->nargs};
+      char err[512] = "";
+      if (u->ref(&call, err, sizeof err) != 0) {
+        snprintf(msg, sizeof msg, "%s: contract error in case %s: %s", u->member, pc->cname, err);
+        verdict = "ERROR";
+      } else {
+        pass = compare(u, db, pc->tol, res, msg, sizeof msg, pc->where);
+        verdict = pass ? "PASS" : "FAIL";
+      }
+      for (int a = 0; a < u->nargs; a++) u->a[a].val = NULL;
+    }
+    json_object_set_new(res, "verdict", json_string(verdict));
+    if (!pass) json_object_set_new(res, "message", json_string(msg));
+    json_array_append_new(ev, res);
   }
-  if (!runs) unit_error(o, "%s: no case could run on this platform%s", u.op_id, "");
-  return fails || !runs ? 1 : 0;
+  if (proto_bad) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s: the unit's result pipe broke the verifier's protocol (%s): a unit may only return "
+             "output buffers", u->member, why);
+    json_array_append_new(ev, json_pack("{s:s, s:s}", "event", "error", "message", msg));
+  }
+  /* bytes after the last expected record: not the protocol */
+  if (!proto_bad && vf_rec_next(r->results, r->results_len, &off, &rec, why, sizeof why) != 0) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s: the unit's result pipe broke the verifier's protocol (%s after the last case): a "
+             "unit may only return output buffers", u->member, off < r->results_len ? why : "an extra record");
+    json_array_append_new(ev, json_pack("{s:s, s:s}", "event", "error", "message", msg));
+  }
+  return ev;
 }

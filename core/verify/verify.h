@@ -70,13 +70,22 @@ typedef struct vf_unit_opts {
   uint64_t seed;           /* master seed */
   json_t *operator_entry;  /* the operator contract */
   json_t *platform_kernel; /* the platform contract's kernels[] item (dtypes) */
-  int result_fd;           /* events go here, one JSON object per line */
+  int result_fd;           /* unused (kept for layout) */
 } vf_unit_opts;
 
-/* Runs every case of one operator contract on a loaded platform. Emits
- * {"event":"case_start",...} before each kernel call and
- * {"event":"case_end",...} after it. Returns 0 when every case passed. */
-int vf_run_operator(const mi_platform_iface *iface, void *ctx, const vf_unit_opts *o);
+/* One operator contract as a plan: the parent draws every case's inputs
+ * (vf_op_plan_new), a child calls the kernels and returns only the output
+ * buffers as records (vf_op_plan_run), and the parent, after the child has
+ * ended, computes the float64 references, compares and decides
+ * (vf_op_plan_judge: the events vf_unit_report reads: case_end per case,
+ * case_start for a case in flight, case_skip, error). */
+typedef struct vf_op_plan vf_op_plan;
+struct vf_child_result;
+vf_op_plan *vf_op_plan_new(const vf_unit_opts *o);
+size_t vf_op_plan_result_bytes(const vf_op_plan *p); /* the most a correct child writes */
+int vf_op_plan_run(const vf_op_plan *p, const mi_platform_iface *iface, void *ctx, int fd);
+json_t *vf_op_plan_judge(vf_op_plan *p, const struct vf_child_result *r);
+void vf_op_plan_free(vf_op_plan *p);
 
 /* Seeds: the per-case seed is a hash of the master seed, the operator id
  * and the case's position, so one --seed reproduces every case. */
@@ -87,7 +96,9 @@ uint64_t vf_case_seed(uint64_t master, const char *op_id, int case_index, int va
 typedef struct vf_limits {
   double timeout_s; /* wall clock; the child is killed after it */
   double cpu_s;     /* RLIMIT_CPU */
-  uint64_t mem_mb;  /* RLIMIT_AS; 0 = none (always none under ASan) */
+  uint64_t mem_mb;  /* the memory cap: a cgroup's where one is available, RLIMIT_AS
+                       (not under ASan) and RLIMIT_FSIZE; 0 = none */
+  size_t result_cap; /* bytes of the result pipe read at most (0: 4 MiB); more is a flood */
 } vf_limits;
 
 typedef struct vf_child_result {
@@ -98,8 +109,52 @@ typedef struct vf_child_result {
   int timed_out;   /* 1: killed by us after timeout_s */
   double wall_s;
   char *output;    /* raw stdout+stderr of the child (tail, NUL-terminated) */
-  json_t *events;  /* array of the JSON event lines it emitted */
+  json_t *events;  /* array of the JSON event lines it emitted (stages 3-6) */
+  char *results;   /* the raw result pipe (at most result_cap bytes) */
+  size_t results_len;
+  int flooded;        /* 1: it wrote more than result_cap bytes there (killed) */
+  size_t result_cap;
+  int strays;         /* processes still running when its main process ended (killed) */
+  char stray_desc[160];
+  int oom_killed;     /* the memory cgroup's OOM killer fired */
+  int contain_failed; /* the child could not set up a containment layer the probe had */
 } vf_child_result;
+
+/* What confines a unit on this machine, in words (probed once). */
+const char *vf_containment(void);
+/* The verifier's scratch folder (units' folders, model copies): writable
+ * for the children, removed at exit when empty. */
+const char *vf_scratch_root(void);
+
+/* ---------- the stage 1-2 result protocol ----------
+ * The child only returns output buffers, as records on the result pipe; the
+ * parent drew the inputs, computes the expected outputs after the child has
+ * ended, compares and decides. A record: header, msg_len bytes of text
+ * (a failure's reason), payload_len bytes (the outputs, whose size the
+ * parent knows). Nothing else is accepted there. */
+#define VF_REC_MAGIC 0x5256494du /* "MIVR" */
+#define VF_REC_MAX_MSG 1024
+enum { VF_REC_OUT = 1, VF_REC_FAIL = 2, VF_REC_ERROR = 3 };
+typedef struct vf_rec_hdr {
+  uint32_t magic, type;
+  int32_t index, rc;
+  uint32_t msg_len, pad;
+  uint64_t payload_len;
+} vf_rec_hdr;
+typedef struct vf_rec {
+  uint32_t type;
+  int index, rc;
+  char msg[VF_REC_MAX_MSG + 1]; /* control characters made spaces */
+  const char *payload;
+  size_t payload_len;
+} vf_rec;
+void vf_rec_write(int fd, uint32_t type, int index, int rc, const char *msg, const void *payload,
+                  uint64_t n);
+/* The record at *off of buf[len]: 1 (and *off advanced), 0 at the end, -1
+ * (why) when the bytes are not a record. */
+int vf_rec_next(const char *buf, size_t len, size_t *off, vf_rec *out, char *why, size_t wl);
+/* Bytes one record takes on the pipe, for result_cap. */
+#define VF_REC_SIZE(payload) (sizeof(vf_rec_hdr) + VF_REC_MAX_MSG + (size_t)(payload))
 
 /* Runs fn(arg, result_fd) in a forked child under the limits, capturing its
  * output and event lines. Never lets the child's fate reach the caller. */
@@ -125,6 +180,10 @@ typedef struct vf_stage_opts {
   const char *model_plugin_path;
   const char *model_dir;
   const char *goldens_dir;
+  /* stage 4 with no golden for this model's weights: N/A instead of FAIL
+   * (mi-gen on a checkpoint no peer has seen: stage 5's float64 reference
+   * still holds the engine to the math) */
+  int goldens_optional;
 } vf_stage_opts;
 
 /* Loads the plugin in a child and describes it: {"verdict": "PASS"|"FAIL",
@@ -140,6 +199,8 @@ json_t *vf_stage1(const vf_stage_opts *o);
  * events and fate. `member` labels messages ("rmsnorm", "layer"). */
 struct mi_plugin;
 struct mi_plugin *vf_load_plugin(const vf_stage_opts *o, int fd);
+/* The same for stages 1-2: a failure is an ERROR record on fd. */
+struct mi_plugin *vf_load_plugin_rec(const vf_stage_opts *o, int fd);
 json_t *vf_unit_report(const char *kind, const char *id, const char *version, const char *member,
                        const vf_child_result *r, double timeout_s, double cpu_s);
 const char *vf_sig_name(int sig);

@@ -4,10 +4,12 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/ckb/ckb.h"
@@ -34,12 +36,16 @@ static void collect(void *user, const char *line) {
   d->n++;
 }
 
-/* A private copy of the real CKB in a temp folder. */
+/* A private copy of the real CKB in a temp folder: its entries and schemas
+ * only. Hidden files (a writer's .lock, a live or dead writer's
+ * .NAME.json.tmp.*) are what a concurrent `mi-ckb add` in the source tree
+ * leaves for a moment; copied, they would change what the tests below count. */
 static char *copy_ckb(void) {
   char *dir = strdup("/tmp/mi-ckb-test.XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(dir));
   char cmd[9000];
-  snprintf(cmd, sizeof cmd, "cp -r '%s/.' '%s/'", src_ckb, dir);
+  snprintf(cmd, sizeof cmd, "cp -r '%s/.' '%s/' && find '%s' -mindepth 1 -name '.*' -exec rm -rf {} +",
+           src_ckb, dir, dir);
   ck_assert_int_eq(system(cmd), 0);
   return dir;
 }
@@ -324,39 +330,64 @@ START_TEST(add_then_update) {
 }
 END_TEST
 
+/* Waits for one child; retries on EINTR. Returns its exit code, or fails
+ * the test naming it when it did not exit normally. */
+static int child_exit_code(pid_t pid, const char *what) {
+  int st = 0;
+  pid_t r;
+  while ((r = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
+  }
+  ck_assert_msg(r == pid, "%s: waitpid: %s", what, strerror(errno));
+  ck_assert_msg(WIFEXITED(st), "%s: killed by signal %d", what, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  return WEXITSTATUS(st);
+}
+
+/* A writer process: waits until the gate opens (EOF on the pipe), so all
+ * writers contend for the store at the same moment however slowly the
+ * machine forks them, then adds experience.NAME. Exit 0: added; 1: refused
+ * because the id already exists; 2: anything else. */
+static pid_t spawn_writer(const char *dir, const char *name, int gate[2]) {
+  pid_t pid = fork();
+  ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+  if (pid == 0) {
+    close(gate[1]);
+    char c;
+    while (read(gate[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    diags d = {0};
+    json_t *e = experience(name, "1.0.0");
+    int rc = mi_ckb_put(dir, e, MI_CKB_ADD, collect, &d);
+    _exit(rc == 0 ? 0 : strstr(d.text, "already exists") ? 1 : 2);
+  }
+  return pid;
+}
+
 START_TEST(concurrent_writers) {
   char *dir = copy_ckb();
-  enum { N = 8 };
-  pid_t pids[N];
+  enum { N = 8, SAME = 4 };
+  int gate[2];
+  ck_assert_int_eq(pipe(gate), 0);
+  /* N writers of distinct new ids, and SAME writers racing to add one id */
+  pid_t pids[N], same[SAME];
   for (int i = 0; i < N; i++) {
-    pids[i] = fork();
-    ck_assert_int_ge(pids[i], 0);
-    if (pids[i] == 0) {
-      char name[32];
-      snprintf(name, sizeof name, "writer_%d", i);
-      json_t *e = experience(name, "1.0.0");
-      _exit(mi_ckb_put(dir, e, MI_CKB_ADD, NULL, NULL) == 0 ? 0 : 1);
-    }
+    char name[32];
+    snprintf(name, sizeof name, "writer_%d", i);
+    pids[i] = spawn_writer(dir, name, gate);
   }
-  /* Meanwhile: four processes race to add the SAME new id: exactly one wins. */
-  pid_t same[4];
-  for (int i = 0; i < 4; i++) {
-    same[i] = fork();
-    if (same[i] == 0) {
-      json_t *e = experience("contended", "1.0.0");
-      _exit(mi_ckb_put(dir, e, MI_CKB_ADD, NULL, NULL) == 0 ? 0 : 1);
-    }
-  }
+  for (int i = 0; i < SAME; i++) same[i] = spawn_writer(dir, "contended", gate);
+  close(gate[1]); /* all forked: open the gate */
+  close(gate[0]);
   for (int i = 0; i < N; i++) {
-    int st;
-    ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "writer %d failed", i);
+    char what[32];
+    snprintf(what, sizeof what, "writer %d", i);
+    ck_assert_msg(child_exit_code(pids[i], what) == 0, "writer %d failed", i);
   }
+  /* exactly one adds it; the others are refused because it exists */
   int winners = 0;
-  for (int i = 0; i < 4; i++) {
-    int st;
-    waitpid(same[i], &st, 0);
-    winners += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  for (int i = 0; i < SAME; i++) {
+    int rc = child_exit_code(same[i], "contended writer");
+    ck_assert_msg(rc == 0 || rc == 1, "contended writer %d failed otherwise (exit %d)", i, rc);
+    winners += rc == 0;
   }
   ck_assert_int_eq(winners, 1);
 
@@ -368,6 +399,7 @@ START_TEST(concurrent_writers) {
     snprintf(id, sizeof id, "experience.writer_%d", i);
     ck_assert_msg(mi_ckb_find(c, id) != NULL, "%s missing", id);
   }
+  ck_assert_ptr_nonnull(mi_ckb_find(c, "experience.contended"));
   diags d = {0};
   ck_assert_msg(mi_ckb_validate(c, collect, &d) == 0, "%s", d.text);
   mi_ckb_close(c);
@@ -397,9 +429,8 @@ static void crash_during(const char *point) {
     mi_ckb_put(dir, e, MI_CKB_UPDATE, NULL, NULL);
     _exit(0); /* not reached: the hook exits with 86 */
   }
-  int st;
-  waitpid(pid, &st, 0);
-  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 86);
+  ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+  ck_assert_int_eq(child_exit_code(pid, "crashing writer"), 86);
   ck_assert_int_eq(count_temp_files(sub), 1);
 
   json_t *after = load(dir, "operators/rmsnorm.json");
@@ -447,6 +478,122 @@ START_TEST(cli_add_update) {
 }
 END_TEST
 
+/* Hostile ids, sizes and schema folders: refused before any write, one line each. */
+static int count_files(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) n += de->d_name[0] != '.';
+  if (d) closedir(d);
+  return n;
+}
+
+START_TEST(add_refuses_hostile_ids) {
+  char *dir = copy_ckb();
+  char exp[4200];
+  snprintf(exp, sizeof exp, "%s/experience", dir);
+  int before = count_files(exp);
+  static const struct {
+    const char *name, *why;
+  } bad[] = {
+      {"x\n", "NAME has control character 0x0a at offset 1"},
+      {"a/../../../escaped", "NAME has '/' at offset 1"},
+      {"..", "NAME has '.' at offset 0"},
+      {"Upper", "NAME has 'U' at offset 0"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    diags d = {0};
+    json_t *e = experience(bad[i].name, "1.0.0");
+    ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_ADD, collect, &d), -1);
+    ck_assert_int_eq(d.n, 1);
+    expect_line(&d, "(new entry)", "is not KIND.NAME with NAME a file name ([a-z0-9][a-z0-9._-]{0,127})");
+    expect_line(&d, "(new entry)", bad[i].why);
+    ck_assert_ptr_eq(strchr(d.text, '\n'), d.text + strlen(d.text) - 1); /* one line */
+    json_decref(e);
+  }
+  /* 129 characters: too long */
+  char longname[140];
+  memset(longname, 'a', 129);
+  longname[129] = 0;
+  diags d = {0};
+  json_t *e = experience("x", "1.0.0");
+  char longid[200];
+  snprintf(longid, sizeof longid, "experience.%s", longname);
+  json_object_set_new(e, "id", json_string(longid));
+  ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_ADD, collect, &d), -1);
+  expect_line(&d, "(new entry)", "NAME is 129 bytes long (at most 128)");
+  json_decref(e);
+  ck_assert_int_eq(count_files(exp), before);
+  ck_assert_int_eq(count_temp_files(exp), 0);
+  /* The schema's id pattern no longer takes "$" as "before a final newline". */
+  char nl[4300];
+  snprintf(nl, sizeof nl, "%s/nl.json", exp);
+  e = experience("nl\n", "1.0.0");
+  ck_assert_int_eq(json_dump_file(e, nl, 0), 0);
+  json_decref(e);
+  validate_dir(dir, &d);
+  expect_line(&d, "experience/nl.json", "field 'id' must be an id of the form experience.NAME");
+  remove_tree(dir);
+}
+END_TEST
+
+START_TEST(add_refuses_oversized_entry) {
+  char *dir = copy_ckb();
+  json_t *e = experience("huge", "1.0.0");
+  size_t n = (size_t)5 << 20;
+  char *big = malloc(n + 1);
+  memset(big, 'x', n);
+  big[n] = 0;
+  json_object_set_new(e, "fix", json_string(big));
+  free(big);
+  diags d = {0};
+  ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_ADD, collect, &d), -1);
+  ck_assert_int_eq(d.n, 1);
+  expect_line(&d, "experience/huge.json", "bytes as written, over the 4194304 byte limit for a CKB file");
+  char p[4300];
+  snprintf(p, sizeof p, "%s/experience/huge.json", dir);
+  ck_assert_int_ne(access(p, F_OK), 0);
+  /* mi-ckb add reads at most the limit: a 100 MB file is refused unparsed. */
+  char file[4300], cmd[9000], out[2048] = "";
+  snprintf(file, sizeof file, "%s/../mi-ckb-huge-%d.json", dir, (int)getpid());
+  FILE *f = fopen(file, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  ck_assert_int_eq(truncate(file, 100 << 20), 0);
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-ckb' --ckb '%s' add '%s' 2>&1; echo \"rc=$?\"", getenv("MI_BUILD_DIR"), dir, file);
+  FILE *pp = popen(cmd, "r");
+  ck_assert_ptr_nonnull(pp);
+  size_t got = fread(out, 1, sizeof out - 1, pp);
+  out[got] = 0;
+  pclose(pp);
+  ck_assert_msg(strstr(out, ": larger than 4194304 bytes, the limit for a CKB file\nrc=1"), "%s", out);
+  unlink(file);
+  json_decref(e);
+  remove_tree(dir);
+}
+END_TEST
+
+START_TEST(schema_dir_outside_ckb) {
+  char *dir = copy_ckb();
+  json_t *j = load(dir, "schemas/experience.json");
+  json_object_set_new(j, "dir", json_string("../x"));
+  save(dir, "schemas/experience.json", j);
+  char err[512];
+  ck_assert_ptr_null(mi_ckb_open(dir, err, sizeof err));
+  ck_assert_msg(strstr(err, "schemas/experience.json: field 'dir' must be one folder name ([a-z0-9][a-z0-9._-]*): '../x' has '.' at offset 0"), "%s", err);
+  /* add refuses too (it opens the store first), and nothing appears beside the CKB */
+  diags d = {0};
+  json_t *e = experience("out", "1.0.0");
+  ck_assert_int_eq(mi_ckb_put(dir, e, MI_CKB_ADD, collect, &d), -1);
+  expect_line(&d, "schemas/experience.json", "field 'dir' must be one folder name");
+  char x[4300];
+  snprintf(x, sizeof x, "%s/../x", dir);
+  ck_assert_int_ne(access(x, F_OK), 0);
+  json_decref(e);
+  remove_tree(dir);
+}
+END_TEST
+
 /* ---------- coverage ---------- */
 
 static char *model_dir(const char *arch) {
@@ -468,7 +615,7 @@ START_TEST(coverage_qwen3_cpu) {
   char *s = json_dumps(r, 0);
   ck_assert_msg(rc == 0, "%s", s);
   free(s);
-  ck_assert_str_eq(json_string_value(json_object_get(r, "model_contract")), "model.qwen3@1.1.0");
+  ck_assert_str_eq(json_string_value(json_object_get(r, "model_contract")), "model.qwen3@1.3.0");
   ck_assert_str_eq(json_string_value(json_object_get(r, "platform_contract")), "platform.cpu@1.1.0");
   ck_assert_int_ge(json_array_size(json_object_get(r, "operators")), 8);
   ck_assert_int_ge(json_array_size(json_object_get(r, "tests")), 6);
@@ -591,6 +738,21 @@ START_TEST(entry_file_too_big) {
 }
 END_TEST
 
+/* A FIFO in place of an entry is a load error naming it, not a wait. */
+START_TEST(entry_is_a_fifo) {
+  char *dir = copy_ckb();
+  char p[4200];
+  snprintf(p, sizeof p, "%s/operators/fifo.json", dir);
+  ck_assert_int_eq(mkfifo(p, 0644), 0);
+  alarm(60);
+  diags d;
+  validate_dir(dir, &d);
+  alarm(0);
+  expect_line(&d, "operators/fifo.json", "not a regular file (a FIFO)");
+  remove_tree(dir);
+}
+END_TEST
+
 /* ---------- expressions and versions ---------- */
 
 static int lk(void *user, const char *name, size_t len, int64_t *out) {
@@ -702,6 +864,9 @@ int main(void) {
   tcase_add_test(t, crash_mid_write);
   tcase_add_test(t, crash_before_rename);
   tcase_add_test(t, cli_add_update);
+  tcase_add_test(t, add_refuses_hostile_ids);
+  tcase_add_test(t, add_refuses_oversized_entry);
+  tcase_add_test(t, schema_dir_outside_ckb);
   tcase_add_test(t, coverage_qwen3_cpu);
   tcase_add_test(t, weights_against_contract);
   tcase_add_test(t, expressions);
@@ -709,6 +874,7 @@ int main(void) {
   tcase_add_test(t, field_name_with_newline);
   tcase_add_test(t, expression_too_deep);
   tcase_add_test(t, entry_file_too_big);
+  tcase_add_test(t, entry_is_a_fifo);
   tcase_add_test(t, versions);
   suite_add_tcase(s, t);
   SRunner *r = srunner_create(s);

@@ -1,11 +1,17 @@
 /* mi-bench runs one tiny cell end to end and prints well-formed JSON with
  * the figures a user needs. Asserts no speed (machines are shared and noisy):
  * only that each figure is present, finite and consistent. */
+#define _GNU_SOURCE
 #include <check.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static char g_build[1024];
 
@@ -82,6 +88,111 @@ START_TEST(one_cell_json) {
 }
 END_TEST
 
+/* mi-bench --peer PATH: the path reaches node as one argument, never a
+ * shell. Run without a shell (fork + execv) in a scratch folder holding a
+ * file whose name is an injection; no PWNED file may appear. */
+static int run_bench_in(const char *dir, const char *peer, char *err, size_t errlen) {
+  char exe[1200], model[1200], script[1200];
+  const char *src = getenv("MI_SOURCE_DIR");
+  snprintf(script, sizeof script, "%s/tools/bench/llamacpp_bench.mjs", src ? src : ".");
+  snprintf(exe, sizeof exe, "%s/bin/mi-bench", g_build);
+  snprintf(model, sizeof model, "%s/tests/bench-tiny", g_build);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    if (chdir(dir) != 0) _exit(99);
+    dup2(fds[1], 2);
+    int dn = open("/dev/null", O_RDWR);
+    dup2(dn, 0), dup2(dn, 1);
+    char *argv[] = {exe, "-m", model, "-p", "11", "-g", "4", "-r", "1", "-t", "1", "--peer", (char *)peer,
+                    "--peer-script", script, NULL};
+    execv(exe, argv);
+    _exit(98);
+  }
+  close(fds[1]);
+  size_t n = 0;
+  ssize_t r;
+  while (n + 1 < errlen && (r = read(fds[0], err + n, errlen - 1 - n)) > 0) n += (size_t)r;
+  err[n] = 0;
+  close(fds[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+START_TEST(peer_path_reaches_no_shell) {
+  char dir[] = "/tmp/mi-bench-peer.XXXXXX", evil[1200], pwned[1200], err[65536], cmd[4096];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-mkmodel' --shape tiny --seed 9 --out '%s/tests/bench-tiny' >/dev/null",
+           g_build, g_build);
+  ck_assert_int_eq(system(cmd), 0);
+  snprintf(pwned, sizeof pwned, "%s/PWNED", dir);
+  /* 1. no such file: refused up front, before any measurement */
+  const char *name = "x'; touch PWNED; '.gguf";
+  int rc = run_bench_in(dir, name, err, sizeof err);
+  ck_assert_msg(rc == 2, "exit %d: %s", rc, err);
+  ck_assert_msg(strstr(err, "mi-bench: --peer x'; touch PWNED; '.gguf: No such file or directory"), "%s", err);
+  ck_assert_msg(access(pwned, F_OK) != 0, "PWNED was created");
+  /* 2. the file exists (not a GGUF): node gets it as an argument and fails; no shell ran it */
+  snprintf(evil, sizeof evil, "%s/%s", dir, name);
+  int fd = open(evil, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, "not a gguf\n", 11), 11);
+  close(fd);
+  rc = run_bench_in(dir, evil, err, sizeof err);
+  ck_assert_msg(strstr(err, "mi-bench: peer failed on prompt 11 gen 4: "), "exit %d: %s", rc, err);
+  ck_assert_msg(access(pwned, F_OK) != 0, "PWNED was created: the path reached a shell");
+  unlink(evil);
+  rmdir(dir);
+}
+END_TEST
+
+/* Issue 18: --json-file that cannot be written is an error with the file
+ * and errno (not exit 0 with nothing written), stdout on a full disk too;
+ * a good one is complete JSON and leaves no temp file. */
+START_TEST(json_file_errors) {
+  char cmd[4096], out[8192];
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-mkmodel' --shape tiny --seed 9 --out '%s/tests/bench-tiny2' >/dev/null && "
+           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny2' -p 11 -g 4 -r 1 -t 2 "
+           "--json-file /nonexistent-dir/b.json </dev/null >/dev/null 2>'%s/tests/bench-err.txt'; "
+           "echo status=$?; cat '%s/tests/bench-err.txt'",
+           g_build, g_build, g_build, g_build, g_build, g_build);
+  FILE *p = popen(cmd, "r");
+  ck_assert(p);
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = 0;
+  pclose(p);
+  ck_assert_msg(strstr(out, "status=1"), "%s", out);
+  ck_assert_msg(strstr(out, "mi-bench: /nonexistent-dir/b.json: cannot write: No such file or directory"),
+                "%s", out);
+
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny2' -p 11 -g 4 -r 1 -t 2 "
+           "--json-file '%s/tests/bench-ok.json' </dev/null >/dev/full 2>'%s/tests/bench-err.txt'; "
+           "echo status=$?; cat '%s/tests/bench-err.txt'; ls '%s/tests' | grep -c 'bench-ok.json.tmp'",
+           g_build, g_build, g_build, g_build, g_build, g_build);
+  p = popen(cmd, "r");
+  ck_assert(p);
+  n = fread(out, 1, sizeof out - 1, p);
+  out[n] = 0;
+  pclose(p);
+  ck_assert_msg(strstr(out, "status=1"), "%s", out);
+  ck_assert_msg(strstr(out, "mi-bench: standard output: write failed: No space left on device"), "%s",
+                out);
+  ck_assert_msg(strstr(out, "\n0\n"), "a temp file was left: %s", out);
+  char jp[1200];
+  snprintf(jp, sizeof jp, "%s/tests/bench-ok.json", g_build);
+  json_error_t je;
+  json_t *j = json_load_file(jp, 0, &je);
+  ck_assert_msg(j, "%s: %s", jp, je.text);
+  ck_assert_int_eq(json_array_size(json_object_get(j, "cells")), 1);
+  json_decref(j);
+}
+END_TEST
+
 int main(void) {
   const char *b = getenv("MI_BUILD_DIR");
   snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
@@ -89,6 +200,8 @@ int main(void) {
   TCase *tc = tcase_create("bench");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, one_cell_json);
+  tcase_add_test(tc, peer_path_reaches_no_shell);
+  tcase_add_test(tc, json_file_errors);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

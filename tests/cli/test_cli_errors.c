@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 static char g_build[1024], g_good[1200], g_tmp[1200];
+static int g_no_pad; /* edit_header: leave the header unpadded */
 
 typedef struct run_result {
   int status; /* exit code, or 128+signal */
@@ -27,10 +28,14 @@ static void read_fd(int fd, char *buf, size_t cap) {
   buf[n] = 0;
 }
 
-/* Runs mi-run with argv (NULL-terminated), stdin from /dev/null, 60 s cap. */
-static void run_mi(run_result *res, const char *const *args) {
+/* How a run's stdout is set up. */
+enum { OUT_FILE, OUT_CLOSED, OUT_FULL };
+
+/* Runs build/bin/TOOL with argv (NULL-terminated), stdin from /dev/null,
+ * stdout to a file (or closed, or /dev/full), 60 s cap. */
+static void run_tool_out(run_result *res, const char *tool, int out_mode, const char *const *args) {
   char exe[1200];
-  snprintf(exe, sizeof exe, "%s/bin/mi-run", g_build);
+  snprintf(exe, sizeof exe, "%s/bin/%s", g_build, tool);
   char of[1300], ef[1300];
   snprintf(of, sizeof of, "%s/out.txt", g_tmp);
   snprintf(ef, sizeof ef, "%s/err.txt", g_tmp);
@@ -41,8 +46,15 @@ static void run_mi(run_result *res, const char *const *args) {
     int o = open(of, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int e = open(ef, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(in, 0);
+    if (out_mode == OUT_FULL) {
+      close(o);
+      o = open("/dev/full", O_WRONLY);
+    }
     dup2(o, 1);
     dup2(e, 2);
+    close(o);
+    close(e);
+    if (out_mode == OUT_CLOSED) close(1);
     alarm(60);
     const char *argv[64] = {exe};
     int n = 1;
@@ -60,6 +72,18 @@ static void run_mi(run_result *res, const char *const *args) {
   fd = open(ef, O_RDONLY);
   read_fd(fd, res->err, sizeof res->err);
   close(fd);
+}
+
+static void run_mi(run_result *res, const char *const *args) {
+  run_tool_out(res, "mi-run", OUT_FILE, args);
+}
+
+/* Exactly one line on stderr, containing want (and want2 when given). */
+static void expect_one_line(const run_result *r, const char *want, const char *want2) {
+  const char *nl = strchr(r->err, '\n');
+  ck_assert_msg(nl && nl[1] == 0, "expected exactly one line on stderr, got: %s", r->err);
+  ck_assert_msg(strstr(r->err, want), "stderr lacks '%s': %s", want, r->err);
+  if (want2) ck_assert_msg(strstr(r->err, want2), "stderr lacks '%s': %s", want2, r->err);
 }
 
 /* A fresh copy of the good model to break. */
@@ -105,10 +129,12 @@ static void edit_header(const char *dir, void (*fn)(json_t *hdr, size_t data_len
   ck_assert(j);
   fn(j, data_len);
   char *nh = json_dumps(j, JSON_COMPACT);
-  uint64_t nl = strlen(nh);
+  uint64_t nl = strlen(nh), padded = (nl + 7) & ~(uint64_t)7; /* as the format pads */
+  if (g_no_pad) padded = nl;
   f = fopen(path, "wb");
-  fwrite(&nl, 8, 1, f);
+  fwrite(&padded, 8, 1, f);
   fwrite(nh, 1, nl, f);
+  for (uint64_t k = nl; k < padded; k++) fputc(' ', f);
   fwrite(data, 1, data_len, f);
   fclose(f);
   free(nh);
@@ -411,6 +437,217 @@ START_TEST(chat_template_from_model_folder) {
 }
 END_TEST
 
+/* ---- issue 18: hostile inputs, round two -------------------------------- */
+
+/* A FIFO in place of each file mi-run reads from a model directory: one
+ * line naming it, never a wait (run_tool_out's alarm would show a hang as
+ * status 128+14). */
+START_TEST(fifo_in_place_of_files) {
+  const char *files[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
+                         "model.safetensors"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char d[1300], p[1500];
+    copy_model("fifo", d, sizeof d);
+    snprintf(p, sizeof p, "%s/%s", d, files[i]);
+    ck_assert(unlink(p) == 0);
+    ck_assert(mkfifo(p, 0644) == 0);
+    expect_error(d, files[i], "not a regular file (a FIFO)");
+  }
+}
+END_TEST
+
+START_TEST(fifo_plugins_conf) {
+  char p[1300];
+  snprintf(p, sizeof p, "%s/fifo-plugins.conf", g_tmp);
+  unlink(p);
+  ck_assert(mkfifo(p, 0644) == 0);
+  run_result r;
+  const char *args[] = {"--plugins-conf", p, "-m", g_good, "-p", "x", NULL};
+  run_mi(&r, args);
+  ck_assert_msg(r.status == 1, "status %d: %s", r.status, r.err);
+  ck_assert_msg(strstr(r.err, "fifo-plugins.conf: not a regular file (a FIFO)"), "%s", r.err);
+}
+END_TEST
+
+/* A weight file that is a symlink out of the model folder is refused; one
+ * to a file inside it is fine. */
+START_TEST(symlink_shard_outside) {
+  char d[1300], p[1400], out[1400];
+  copy_model("symout", d, sizeof d);
+  snprintf(p, sizeof p, "%s/model.safetensors", d);
+  snprintf(out, sizeof out, "%s/outside.safetensors", g_tmp);
+  ck_assert(rename(p, out) == 0);
+  ck_assert(symlink(out, p) == 0);
+  expect_error(d, "model.safetensors: leads outside the model folder", "refused");
+
+  copy_model("symin", d, sizeof d);
+  snprintf(p, sizeof p, "%s/model.safetensors", d);
+  snprintf(out, sizeof out, "%s/weights.bin", d);
+  ck_assert(rename(p, out) == 0);
+  ck_assert(symlink("weights.bin", p) == 0);
+  run_result r;
+  const char *args[] = {"-m", d, "-p", "hello", "-n", "2", "--temp", "0", NULL};
+  run_mi(&r, args);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+}
+END_TEST
+
+static void no_edit(json_t *h, size_t data_len) {
+  (void)h;
+  (void)data_len;
+}
+
+/* An unpadded header (length not a multiple of 8) would leave every tensor
+ * misaligned: refused in one line (was a UBSan misaligned load). */
+START_TEST(header_not_multiple_of_8) {
+  char d[1300];
+  copy_model("unpadded", d, sizeof d);
+  g_no_pad = 1;
+  edit_header(d, no_edit);
+  g_no_pad = 0;
+  expect_error(d, "model.safetensors: header length", "is not a multiple of 8");
+}
+END_TEST
+
+/* Configs that ask for more memory than there is: refused before
+ * allocating, "needs X, Y available". */
+START_TEST(memory_estimate) {
+  run_result r;
+  const char *a1[] = {"-m", g_good, "-p", "hi", "-n", "2", "--mem-limit", "1K", NULL};
+  run_mi(&r, a1);
+  ck_assert_int_eq(r.status, 1);
+  expect_one_line(&r, "needs 18.", "MiB for the weights, 0.0 MiB available (--mem-limit)");
+
+  char d[1300], p[1400];
+  copy_model("bigctx", d, sizeof d);
+  snprintf(p, sizeof p, "%s/config.json", d);
+  edit_json(p, "max_position_embeddings", json_integer(16777216));
+  /* the tiny model's KV cache: 2 layers x K,V x 2 heads x 16 x 4 bytes = 512 B a token */
+  const char *a2[] = {"-m", d, "-p", "hi", "-n", "2", "-c", "16777216", "--mem-limit", "1G", NULL};
+  run_mi(&r, a2);
+  ck_assert_int_eq(r.status, 1);
+  expect_one_line(&r, "needs 8.", "(KV cache for 16777216 tokens: 8.00 GiB");
+  ck_assert_msg(strstr(r.err, "1.00 GiB available (--mem-limit); lower -c"), "%s", r.err);
+
+  const char *a3[] = {"-m", g_good, "-p", "hi", "-n", "2", "-b", "65536", "--mem-limit", "64M", NULL};
+  run_mi(&r, a3);
+  ck_assert_int_eq(r.status, 1);
+  expect_one_line(&r, "qwen3: the scratch buffers (batch 65536) need", "available; lower -b");
+}
+END_TEST
+
+/* Every numeric option strictly parsed, one line naming it. */
+START_TEST(numbers_that_are_not_numbers) {
+  struct {
+    const char *tool, *opt, *val, *want;
+  } cases[] = {
+      {"mi-run", "--seed", "abc", "mi-run: --seed expects an integer"},
+      {"mi-run", "--mem-limit", "abc", "mi-run: --mem-limit expects a size"},
+      {"mi-run", "--mem-limit", "0", "mi-run: --mem-limit expects a size"},
+      {"mi-run", "--temp", "nan", "mi-run: --temp expects a number"},
+      {"mi-run", "-n", "12abc", "mi-run: -n expects an integer"},
+      {"mi-run", "--seed", " 7", "mi-run: --seed expects an integer"},
+      {"mi-run", "--seed", "-1", "mi-run: --seed expects an integer"},
+      {"mi-bench", "--seed", "abc", "mi-bench: --seed expects an integer"},
+      {"mi-bench", "-t", "4x", "mi-bench: --threads expects an integer in [1, 1024]"},
+      {"mi-bench", "-r", "0", "mi-bench: --repeats expects an integer in [1, 100]"},
+      {"mi-verify", "--timeout", "abc", "mi-verify: --timeout expects a number"},
+      {"mi-verify", "--mem-limit", "abc", "mi-verify: --mem-limit expects an integer"},
+      {"mi-verify", "--cpu-limit", "0", "mi-verify: --cpu-limit expects a number"},
+      {"mi-verify", "--stage", "2x", "mi-verify: --stage expects an integer in [1, 6]"},
+      {"mi-mkmodel", "--seed", "12abc", "mi-mkmodel: --seed 12abc"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    run_result r;
+    const char *args[] = {cases[i].opt, cases[i].val, "-m", g_good, "-p", "x", NULL};
+    run_tool_out(&r, cases[i].tool, OUT_FILE, args);
+    ck_assert_msg(r.status == 2, "%s %s %s: status %d: %s", cases[i].tool, cases[i].opt,
+                  cases[i].val, r.status, r.err);
+    ck_assert_msg(strstr(r.err, cases[i].want), "%s %s '%s': stderr: %s", cases[i].tool,
+                  cases[i].opt, cases[i].val, r.err);
+  }
+  /* MI_MEM_LIMIT is parsed the same way */
+  setenv("MI_MEM_LIMIT", "lots", 1);
+  run_result r;
+  const char *args[] = {"-m", g_good, "-p", "x", NULL};
+  run_mi(&r, args);
+  unsetenv("MI_MEM_LIMIT");
+  ck_assert_int_eq(r.status, 2);
+  expect_one_line(&r, "mi-run: MI_MEM_LIMIT expects a size", "got 'lots'");
+}
+END_TEST
+
+/* Rewrites every element of one bf16 tensor as NaN. */
+static void poison_tensor(const char *dir, const char *name) {
+  char path[1300];
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  FILE *f = fopen(path, "r+b");
+  ck_assert(f);
+  uint64_t hl;
+  ck_assert(fread(&hl, 8, 1, f) == 1);
+  char *hdr = malloc(hl + 1);
+  ck_assert(fread(hdr, 1, hl, f) == hl);
+  hdr[hl] = 0;
+  json_t *j = json_loads(hdr, 0, NULL);
+  ck_assert(j);
+  json_t *off = json_object_get(json_object_get(j, name), "data_offsets");
+  long b = (long)json_integer_value(json_array_get(off, 0)),
+       e = (long)json_integer_value(json_array_get(off, 1));
+  ck_assert(e > b);
+  fseek(f, (long)(8 + hl) + b, SEEK_SET);
+  for (long k = b; k < e; k += 2) {
+    fputc(0xc0, f); /* bf16 0x7fc0: a quiet NaN */
+    fputc(0x7f, f);
+  }
+  ck_assert(fclose(f) == 0);
+  json_decref(j);
+  free(hdr);
+}
+
+/* NaN weights: stop at the first non-finite logits, naming the step, with
+ * a non-zero status (was token 0 forever, exit 0, --json lines without
+ * logprob). */
+START_TEST(nan_weights) {
+  char d[1300];
+  copy_model("nan", d, sizeof d);
+  poison_tensor(d, "model.norm.weight");
+  run_result r;
+  const char *args[] = {"-m", d, "-p", "hello", "-n", "4", "--json", NULL};
+  run_mi(&r, args);
+  ck_assert_int_eq(r.status, 1);
+  expect_one_line(&r, "step 0 (prefill): the logits are not finite (NaN or infinity)", "nan");
+  ck_assert_msg(!strstr(r.out, "token_id"), "tokens were printed: %s", r.out);
+}
+END_TEST
+
+/* Output that is lost: stdout closed or on a full disk is an error. */
+START_TEST(output_lost) {
+  const char *args[] = {"-m", g_good, "-p", "hello", "-n", "3", "--temp", "0", NULL};
+  run_result r;
+  run_tool_out(&r, "mi-run", OUT_FULL, args);
+  ck_assert_int_eq(r.status, 1);
+  expect_one_line(&r, "mi-run: standard output: write failed: No space left on device", NULL);
+  run_tool_out(&r, "mi-run", OUT_CLOSED, args);
+  ck_assert_int_eq(r.status, 1);
+  expect_one_line(&r, "mi-run: standard output is closed", NULL);
+  const char *jargs[] = {"-m", g_good, "-p", "hello", "-n", "3", "--json", NULL};
+  run_tool_out(&r, "mi-run", OUT_FULL, jargs);
+  ck_assert_int_eq(r.status, 1);
+  expect_one_line(&r, "mi-run: standard output: write failed", NULL);
+
+  char ckb[1300];
+  const char *src = getenv("MI_SOURCE_DIR");
+  snprintf(ckb, sizeof ckb, "%s/ckb", src ? src : ".");
+  const char *largs[] = {"--ckb", ckb, "list", NULL};
+  run_tool_out(&r, "mi-ckb", OUT_FULL, largs);
+  ck_assert_int_eq(r.status, 1);
+  expect_one_line(&r, "mi-ckb: standard output: write failed: No space left on device", NULL);
+  run_tool_out(&r, "mi-ckb", OUT_CLOSED, largs);
+  ck_assert_int_eq(r.status, 1);
+  expect_one_line(&r, "mi-ckb: standard output is closed", NULL);
+}
+END_TEST
+
 int main(void) {
   const char *b = getenv("MI_BUILD_DIR");
   snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
@@ -448,6 +685,14 @@ int main(void) {
   tcase_add_test(tc, bad_option_values);
   tcase_add_test(tc, eos_from_generation_config);
   tcase_add_test(tc, chat_template_from_model_folder);
+  tcase_add_test(tc, fifo_in_place_of_files);
+  tcase_add_test(tc, fifo_plugins_conf);
+  tcase_add_test(tc, symlink_shard_outside);
+  tcase_add_test(tc, header_not_multiple_of_8);
+  tcase_add_test(tc, memory_estimate);
+  tcase_add_test(tc, numbers_that_are_not_numbers);
+  tcase_add_test(tc, nan_weights);
+  tcase_add_test(tc, output_lost);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK); /* run_mi uses one shared tmp dir: keep it serial */

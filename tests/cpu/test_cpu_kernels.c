@@ -45,6 +45,11 @@
 #include "mi/platform.h"
 #include "mi/plugin.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define HOST_X86 1
+#endif
+
 #define U (FLT_EPSILON / 2) /* f32 unit roundoff 2^-24 */
 
 /* Like ck_assert_msg, but silent when the condition holds: in fork mode
@@ -880,57 +885,148 @@ START_TEST(test_concurrent_callers) {
 }
 END_TEST
 
+/* ---------------- what this host can run ----------------
+ *
+ * Worked out here from CPUID and XGETBV, not asked of the plugin, so the
+ * tests below hold on any x86-64 host (with or without AVX2 or AVX-512, or
+ * with an OS that leaves the YMM/ZMM state off) and under MI_CPU_ISA_MAX,
+ * the plugin's documented "behave as a lesser host" cap. For each variant:
+ * available or not, and for one that is not, a piece of the reason the
+ * plugin must give. */
+typedef struct host_isas {
+  int avail[4];
+  const char *why[4];
+} host_isas;
+
+static int isa_index(const char *name) {
+  for (int i = 0; i < 4; i++)
+    if (name && strcmp(name, ISAS[i]) == 0) return i;
+  return -1;
+}
+
+static host_isas expected_isas(long long xcr0_override) {
+  host_isas h = {{1, 0, 0, 0}, {NULL, NULL, NULL, NULL}};
+#if defined(HOST_X86)
+  unsigned a = 0, b = 0, c = 0, d = 0, l1c = 0, l7b = 0, l71a = 0;
+  unsigned max = __get_cpuid_max(0, NULL);
+  if (max >= 1 && __get_cpuid(1, &a, &b, &c, &d)) l1c = c;
+  if (max >= 7) {
+    __cpuid_count(7, 0, a, b, c, d);
+    l7b = b;
+    if (a >= 1) {
+      __cpuid_count(7, 1, a, b, c, d);
+      l71a = a;
+    }
+  }
+  const int osxsave = (l1c >> 27) & 1;
+  unsigned long long xcr0 = 0;
+  if (xcr0_override >= 0) {
+    xcr0 = (unsigned long long)xcr0_override;
+  } else if (osxsave) {
+    unsigned lo, hi;
+    __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(lo), "=d"(hi) : "c"(0)); /* xgetbv */
+    xcr0 = ((unsigned long long)hi << 32) | lo;
+  }
+  /* CPUID.1:ECX FMA 12, AVX 28, F16C 29; CPUID.7.0:EBX AVX2 5, AVX512F 16,
+   * BW 30, VL 31; CPUID.7.1:EAX AVX512_BF16 5. XCR0: 0x6 SSE|YMM, 0xe6
+   * adds opmask|ZMM_Hi256|Hi16_ZMM. */
+  const int cpu_avx2 = (l1c >> 28 & 1) && (l1c >> 12 & 1) && (l1c >> 29 & 1) && (l7b >> 5 & 1);
+  const int os_ymm = osxsave && (xcr0 & 0x6) == 0x6, os_zmm = osxsave && (xcr0 & 0xe6) == 0xe6;
+  h.avail[1] = cpu_avx2 && os_ymm;
+  h.why[1] = !cpu_avx2 ? "CPU lacks" : "OS does not enable";
+  h.avail[2] = h.avail[1] && (l7b >> 16 & 1) && os_zmm;
+  h.why[2] = !h.avail[1] ? "needs avx2 first" : !(l7b >> 16 & 1) ? "CPU lacks AVX-512F"
+                                                                 : "OS does not enable";
+  h.avail[3] = h.avail[2] && (l7b >> 30 & 1) && (l7b >> 31 & 1) && (l71a >> 5 & 1);
+  h.why[3] = !h.avail[2] ? "needs avx512 first" : "CPU lacks";
+#else
+  (void)xcr0_override;
+  h.why[1] = h.why[2] = h.why[3] = "not an x86-64 build";
+#endif
+  const char *cap = getenv("MI_CPU_ISA_MAX");
+  int ci = isa_index(cap);
+  for (int i = ci + 1; ci >= 0 && i < 4; i++)
+    if (h.avail[i]) {
+      h.avail[i] = 0;
+      h.why[i] = "hidden by MI_CPU_ISA_MAX";
+    }
+  return h;
+}
+
+static int expected_best(const host_isas *h) {
+  int best = 0;
+  for (int i = 0; i < 4; i++)
+    if (h->avail[i]) best = i;
+  return best;
+}
+
+static const char *variant_of(void *ctx) {
+  const mi_platform_iface *pi = load_desc()->get_iface(ctx);
+  return pi ? pi->variant(ctx) : "";
+}
+
 /* Not looped: option handling and ISA refusal. */
 START_TEST(test_isa_selection) {
   const mi_plugin_desc *d = load_desc();
   char why[256], err[512];
   void *ctx = NULL;
-  /* default: the best variant, with a one-line reason */
+  const host_isas h = expected_isas(-1);
+  /* default: the best variant (or MI_CPU_ISA's), with a one-line reason */
+  const char *env = getenv("MI_CPU_ISA");
+  const char *want = env && *env && strcmp(env, "auto") ? env : ISAS[expected_best(&h)];
   mi_options none = {NULL, 0};
   int best = d->probe(&host, &none, why, sizeof why);
   printf("probe (no options): score %d, %s\n", best, why);
   ck_assert_int_gt(best, 0);
   ck_assert_ptr_null(strchr(why, '\n'));
   ck_assert_int_eq(d->init(&host, &none, &ctx, err, sizeof err), 0);
-  const mi_platform_iface *pi = d->get_iface(ctx);
-  printf("default variant here: %s\n", pi->variant(ctx));
+  printf("default variant here: %s\n", variant_of(ctx));
+  ck_assert_str_eq(variant_of(ctx), want);
   d->fini(ctx);
 
-  int n_avail = 0;
+  mi_kv isa_auto[] = {{"isa", "auto"}};
+  mi_options o_auto = {isa_auto, 1};
   for (int i = 0; i < 4; i++) {
     mi_kv kv[] = {{"isa", ISAS[i]}};
     mi_options o = {kv, 1};
     int sc = d->probe(&host, &o, why, sizeof why);
-    printf("isa=%-10s score %2d  %s\n", ISAS[i], sc, why);
+    printf("isa=%-10s score %2d  %s (expected: %s)\n", ISAS[i], sc, why,
+           h.avail[i] ? "available" : h.why[i]);
+    EXPECT((sc > 0) == h.avail[i], "isa=%s: probe scored %d, but this host %s run it", ISAS[i],
+           sc, h.avail[i] ? "can" : "cannot");
     if (sc > 0) {
-      n_avail++;
-      ck_assert_int_le(sc, best);
+      ck_assert_int_le(sc, d->probe(&host, &o_auto, why, sizeof why));
       continue;
     }
     /* a variant this machine lacks: init refuses with a clear message */
     err[0] = 0;
     ck_assert_int_ne(d->init(&host, &o, &ctx, err, sizeof err), 0);
-    ck_assert_ptr_nonnull(strstr(err, "cannot run"));
+    EXPECT(strstr(err, "cannot run") && strstr(err, h.why[i]), "isa=%s refused with '%s', want '%s'",
+           ISAS[i], err, h.why[i]);
   }
-  ck_assert_int_ge(n_avail, 1); /* generic always */
 
   /* An OS that saves YMM but not ZMM state (XCR0 = x87|SSE|AVX): AVX-512 must
-   * be refused even on a CPU that has it, and auto must fall back. */
+   * be refused even on a CPU that has it, and auto must fall back. The
+   * reason depends on the host: "OS does not enable" where the CPU has
+   * AVX-512F, "CPU lacks AVX-512F" where it does not, "needs avx2 first"
+   * without AVX2. (isa=auto is explicit so MI_CPU_ISA cannot change it.) */
+  const host_isas h7 = expected_isas(0x7);
+  ck_assert(!h7.avail[2] && !h7.avail[3]);
   mi_kv no_zmm[] = {{"debug_xcr0", "0x7"}, {"isa", "avx512"}};
   mi_options o = {no_zmm, 2};
   ck_assert_int_eq(d->probe(&host, &o, why, sizeof why), 0);
   printf("isa=avx512 with XCR0=0x7: %s\n", why);
   ck_assert_int_ne(d->init(&host, &o, &ctx, err, sizeof err), 0);
-  ck_assert_ptr_nonnull(strstr(err, "OS does not enable"));
-  o.count = 1; /* auto with XCR0=0x7 */
+  EXPECT(strstr(err, h7.why[2]), "isa=avx512 with XCR0=0x7 refused with '%s', want '%s'", err,
+         h7.why[2]);
+  no_zmm[1].value = "auto";
   ck_assert_int_eq(d->init(&host, &o, &ctx, err, sizeof err), 0);
-  const char *v = d->get_iface(ctx) ? ((const mi_platform_iface *)d->get_iface(ctx))->variant(ctx) : "";
-  EXPECT(strcmp(v, "avx2") == 0 || strcmp(v, "generic") == 0, "XCR0=0x7 chose %s", v);
+  ck_assert_str_eq(variant_of(ctx), ISAS[expected_best(&h7)]);
   d->fini(ctx);
-  mi_kv no_ymm[] = {{"debug_xcr0", "0x3"}};
-  mi_options o2 = {no_ymm, 1};
+  mi_kv no_ymm[] = {{"debug_xcr0", "0x3"}, {"isa", "auto"}};
+  mi_options o2 = {no_ymm, 2};
   ck_assert_int_eq(d->init(&host, &o2, &ctx, err, sizeof err), 0);
-  ck_assert_str_eq(((const mi_platform_iface *)d->get_iface(ctx))->variant(ctx), "generic");
+  ck_assert_str_eq(variant_of(ctx), "generic");
   d->fini(ctx);
 
   /* bad option values */
@@ -944,6 +1040,79 @@ START_TEST(test_isa_selection) {
     ck_assert(strlen(err) > 0 && strchr(err, '\n') == NULL);
     ck_assert_int_eq(d->probe(&host, &ob, why, sizeof why), 0);
   }
+}
+END_TEST
+
+/* MI_CPU_ISA (the default for isa=) and MI_CPU_ISA_MAX (the cap). The
+ * outer values are restored so the test also holds with CK_FORK=no. */
+static char *saved_env(const char *name) {
+  const char *v = getenv(name);
+  return v ? strdup(v) : NULL;
+}
+static void restore_env(const char *name, char *v) {
+  if (v) setenv(name, v, 1);
+  else unsetenv(name);
+  free(v);
+}
+
+START_TEST(test_isa_env) {
+  const mi_plugin_desc *d = load_desc();
+  char *isa0 = saved_env("MI_CPU_ISA"), *max0 = saved_env("MI_CPU_ISA_MAX");
+  char why[256], err[512];
+  void *ctx = NULL;
+  mi_options none = {NULL, 0};
+  unsetenv("MI_CPU_ISA_MAX");
+  const host_isas h = expected_isas(-1);
+  const int best = expected_best(&h);
+
+  /* MI_CPU_ISA forces the default; isa= wins over it */
+  setenv("MI_CPU_ISA", "generic", 1);
+  ck_assert_int_gt(d->probe(&host, &none, why, sizeof why), 0);
+  EXPECT(strstr(why, "forced by MI_CPU_ISA=generic"), "probe says '%s'", why);
+  ck_assert_int_eq(d->init(&host, &none, &ctx, err, sizeof err), 0);
+  ck_assert_str_eq(variant_of(ctx), "generic");
+  d->fini(ctx);
+  mi_kv isa_auto[] = {{"isa", "auto"}};
+  mi_options oa = {isa_auto, 1};
+  ck_assert_int_eq(d->init(&host, &oa, &ctx, err, sizeof err), 0);
+  ck_assert_str_eq(variant_of(ctx), ISAS[best]);
+  d->fini(ctx);
+  /* an unknown name, or one the host cannot run: the one-line refusal of isa= */
+  setenv("MI_CPU_ISA", "avx1024", 1);
+  ck_assert_int_eq(d->probe(&host, &none, why, sizeof why), 0);
+  ck_assert_int_ne(d->init(&host, &none, &ctx, err, sizeof err), 0);
+  EXPECT(strstr(err, "MI_CPU_ISA=avx1024 is unknown") && !strchr(err, '\n'), "got '%s'", err);
+  for (int i = 1; i < 4; i++)
+    if (!h.avail[i]) {
+      setenv("MI_CPU_ISA", ISAS[i], 1);
+      ck_assert_int_ne(d->init(&host, &none, &ctx, err, sizeof err), 0);
+      EXPECT(strstr(err, "MI_CPU_ISA=") && strstr(err, "cannot run") && strstr(err, h.why[i]),
+             "got '%s'", err);
+    }
+  unsetenv("MI_CPU_ISA");
+
+  /* MI_CPU_ISA_MAX: auto behaves as on a host whose best is the cap; above
+   * it, isa= is refused as on such a host; a real reason is kept */
+  for (int cap = 0; cap < 4; cap++) {
+    setenv("MI_CPU_ISA_MAX", ISAS[cap], 1);
+    ck_assert_int_gt(d->probe(&host, &none, why, sizeof why), 0);
+    ck_assert_int_eq(d->init(&host, &none, &ctx, err, sizeof err), 0);
+    ck_assert_str_eq(variant_of(ctx), ISAS[cap < best ? cap : best]);
+    d->fini(ctx);
+    for (int i = cap + 1; i < 4; i++) {
+      mi_kv kv[] = {{"isa", ISAS[i]}};
+      mi_options o = {kv, 1};
+      ck_assert_int_ne(d->init(&host, &o, &ctx, err, sizeof err), 0);
+      const char *want = h.avail[i] ? "hidden by MI_CPU_ISA_MAX" : h.why[i];
+      EXPECT(strstr(err, want), "MI_CPU_ISA_MAX=%s isa=%s: got '%s', want '%s'", ISAS[cap],
+             ISAS[i], err, want);
+    }
+  }
+  setenv("MI_CPU_ISA_MAX", "avx1024", 1);
+  ck_assert_int_eq(d->probe(&host, &none, why, sizeof why), 0);
+  EXPECT(strstr(why, "MI_CPU_ISA_MAX=avx1024 is unknown"), "got '%s'", why);
+  restore_env("MI_CPU_ISA", isa0);
+  restore_env("MI_CPU_ISA_MAX", max0);
 }
 END_TEST
 
@@ -963,6 +1132,7 @@ static Suite *cpu_suite(void) {
   tcase_add_loop_test(tc, test_errors, 0, NCONF);
   tcase_add_loop_test(tc, test_concurrent_callers, 0, NCONF);
   tcase_add_test(tc, test_isa_selection);
+  tcase_add_test(tc, test_isa_env);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -2,9 +2,12 @@
 # Builds sdk/templates/platform OUT OF TREE against an SDK installed into a
 # temporary prefix (the CMake package, then the pkg-config file), and loads
 # each result with the core's loader to run kernels (loader_sdk_check).
-# usage: sdk_template_test.sh SOURCE_DIR BUILD_DIR CHECK_EXE CC CMAKE
+# Given MI_RUN and MKMODEL, it also asks the template (its kernels partly
+# NULL) to run the qwen3 model: one line naming the missing platform members
+# and exit 1 (it used to be SIGSEGV), and --list-plugins says the same.
+# usage: sdk_template_test.sh SOURCE_DIR BUILD_DIR CHECK_EXE CC CMAKE [MI_RUN MKMODEL]
 set -eu
-src=$1 build=$2 check=$3 cc=$4 cmake=$5
+src=$1 build=$2 check=$3 cc=$4 cmake=$5 mirun=${6:-} mkmodel=${7:-}
 tmp=$(mktemp -d /tmp/mi-sdk-test-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -25,6 +28,27 @@ if nm -D --defined-only "$tmp/build/libmi-myplatform.so" | grep ' T ' | grep -v 
   echo "FAIL: the template exports more than its descriptor"; exit 1
 fi
 "$check" "$tmp/build/libmi-myplatform.so"
+
+if [ -n "$mirun" ]; then
+  echo "== mi-run --platform myplatform on a qwen3 model"
+  "$mkmodel" --shape tiny --out "$tmp/model" >/dev/null
+  want="mi-run: platform 'myplatform' cannot serve model 'qwen3': lacks rmsnorm, rope, attention, embed"
+  # only the two plugins (no warnings about other, optional ones)
+  lib=$(dirname "$mirun")/../lib/metainfer
+  { echo "platform myplatform $tmp/build/libmi-myplatform.so required"
+    echo "model qwen3 $lib/libmi-qwen3.so required"; } >"$tmp/run.conf"
+  rc=0
+  "$mirun" --plugins-conf "$tmp/run.conf" --platform myplatform -m "$tmp/model" -p hi -n 4 \
+    >"$tmp/out" 2>"$tmp/err" || rc=$?
+  [ "$rc" -eq 1 ] || { echo "FAIL: exit $rc (want 1)"; cat "$tmp/err"; exit 1; }
+  [ "$(cat "$tmp/err")" = "$want" ] || { echo "FAIL: stderr is not the one line '$want':"; cat "$tmp/err"; exit 1; }
+  [ ! -s "$tmp/out" ] || { echo "FAIL: output on stdout"; cat "$tmp/out"; exit 1; }
+  "$mirun" --plugin-dir "$tmp/build" --list-plugins >"$tmp/list"
+  grep -A1 "^platform  myplatform .* loaded " "$tmp/list" | grep -q "^          cannot serve: qwen3: lacks rmsnorm, rope, attention, embed$" \
+    || { echo "FAIL: --list-plugins does not say what myplatform lacks:"; cat "$tmp/list"; exit 1; }
+  grep -A1 "^platform  cpu .* loaded " "$tmp/list" | grep -q "^          serves: qwen3" \
+    || { echo "FAIL: --list-plugins does not say that cpu serves qwen3:"; cat "$tmp/list"; exit 1; }
+fi
 
 echo "== pkg-config route"
 pc=$(find "$tmp/prefix" -name metainfer-sdk.pc | head -n1)

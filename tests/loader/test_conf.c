@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/runtime/conf.h"
@@ -150,6 +151,20 @@ START_TEST(file_errors) {
   ck_assert_int_eq(mi_conf_parse_file(path, &c, err, sizeof err), -1);
   ck_assert_ptr_nonnull(strstr(err, path));
   ck_assert_ptr_nonnull(strstr(err, "cannot open"));
+
+  /* a FIFO in place of the file: refused at once (fopen used to wait for a
+   * writer forever), and a directory */
+  snprintf(path, sizeof path, "%s/fifo.conf", dir);
+  ck_assert_int_eq(mkfifo(path, 0644), 0);
+  alarm(20);
+  ck_assert_int_eq(mi_conf_parse_file(path, &c, err, sizeof err), -1);
+  alarm(0);
+  char want_fifo[300];
+  snprintf(want_fifo, sizeof want_fifo, "%s: not a regular file (a FIFO)", path);
+  ck_assert_str_eq(err, want_fifo);
+  unlink(path);
+  ck_assert_int_eq(mi_conf_parse_file(dir, &c, err, sizeof err), -1);
+  ck_assert_ptr_nonnull(strstr(err, "not a regular file (a directory)"));
 
   /* a NUL byte on line 2 */
   snprintf(path, sizeof path, "%s/nul.conf", dir);

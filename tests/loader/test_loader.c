@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/runtime/compat.h"
 #include "core/runtime/host.h"
 
 #define MI_STR2(x) #x
@@ -113,7 +114,7 @@ static const struct {
     {"libmi-bad-probe0.so", MI_PLUGIN_UNSUITED, {"probe scored 0: no fake accelerator found"}, 0},
     {"libmi-bad-ifacenull.so", MI_PLUGIN_REJECTED, {"get_iface returned NULL"}, 1},
     {"libmi-bad-ifacesmall.so", MI_PLUGIN_REJECTED,
-     {"platform interface struct_size 8", "smaller than the ABI 1.0 interface"}, 1},
+     {"platform interface struct_size 8", "smaller than the ABI 1." MI_STR(MI_ABI_MINOR) " interface"}, 1},
 };
 #define N_BROKEN ((int)(sizeof broken / sizeof broken[0]))
 
@@ -597,6 +598,118 @@ START_TEST(null_and_empty_arguments_do_not_crash) {
 }
 END_TEST
 
+/* ---------- ABI 1.2: interface sizes by minor, platform_needs ---------- */
+
+#define END_OF(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
+
+START_TEST(host_api_reports_the_core_abi_minor) {
+  ck_assert_uint_eq(mi_host_api_get()->abi_minor, MI_ABI_MINOR);
+  ck_assert_uint_eq(mi_host_api_get()->struct_size, sizeof(mi_host_api));
+}
+END_TEST
+
+START_TEST(interface_sizes_follow_the_member_list) {
+  ck_assert_uint_eq(mi_platform_iface_min_size(0), END_OF(mi_platform_iface, argmax));
+  ck_assert_uint_eq(mi_platform_iface_min_size(1), sizeof(mi_platform_iface));
+  ck_assert_uint_eq(mi_platform_iface_min_size(MI_ABI_MINOR), sizeof(mi_platform_iface));
+  ck_assert_uint_eq(mi_model_iface_min_size(1), END_OF(mi_model_iface, forward));
+  ck_assert_uint_eq(mi_model_iface_min_size(2), END_OF(mi_model_iface, platform_needs));
+  ck_assert_uint_eq(mi_model_iface_min_size(3), END_OF(mi_model_iface, forward_batch));
+  ck_assert_uint_eq(mi_model_iface_min_size(MI_ABI_MINOR), sizeof(mi_model_iface));
+  ck_assert_int_eq(mi_platform_member_offset("convert"), (long)offsetof(mi_platform_iface, convert));
+  ck_assert_int_eq(mi_platform_member_offset("variant"), (long)offsetof(mi_platform_iface, variant));
+  ck_assert_int_eq(mi_platform_member_offset("struct_size"), -1);
+  ck_assert_int_eq(mi_platform_member_offset("nosuch"), -1);
+  /* every member is listed once, in struct order */
+  size_t prev = 0, n = 0;
+#define X(name_, minor_, kernel_)                                                                  \
+  ck_assert_uint_gt(offsetof(mi_platform_iface, name_), prev);                                     \
+  prev = offsetof(mi_platform_iface, name_);                                                       \
+  n++;
+  MI_PLATFORM_MEMBERS(X)
+#undef X
+  ck_assert_uint_eq(prev + sizeof(void (*)(void)), sizeof(mi_platform_iface));
+  ck_assert_uint_eq(n, (sizeof(mi_platform_iface) - offsetof(mi_platform_iface, variant)) /
+                           sizeof(void (*)(void)));
+  /* a provided member past a short struct_size is not provided */
+  mi_platform_iface f = {.struct_size = (uint32_t)END_OF(mi_platform_iface, argmax)};
+  f.add = (void *)1;
+  f.convert = (void *)1;
+  ck_assert(mi_platform_provides(&f, "add"));
+  ck_assert(!mi_platform_provides(&f, "convert"));
+  ck_assert(!mi_platform_provides(&f, "scale"));
+}
+END_TEST
+
+static mi_plugin *load_compat(const char *file) {
+  char p[PATH_MAX + 64];
+  snprintf(p, sizeof p, "%s/compat/%s", g_plugins, file);
+  mi_plugin *pl = mi_plugin_load_file(p, NULL);
+  ck_assert_ptr_nonnull(pl);
+  return pl;
+}
+
+START_TEST(old_abi_plugins_still_load) {
+  mi_plugin *pf = load_compat("libmi-good-abi10.so");
+  ck_assert_msg(pf->status == MI_PLUGIN_LOADED, "ABI 1.0 platform: %s", pf->reason);
+  mi_plugin *m = load_compat("libmi-needs-old.so");
+  ck_assert_msg(m->status == MI_PLUGIN_LOADED, "ABI 1.1 model: %s", m->reason);
+  /* no needs declared: only the core's own (last_error, device_info) count */
+  char err[512] = "";
+  ck_assert_int_eq(mi_compat_check(pf, m, 1, NULL, err, sizeof err), 0);
+  ck_assert_int_eq(mi_compat_describe(pf, m, err, sizeof err), 0);
+  ck_assert_str_eq(err, "needs-old (not with --tp > 1: lacks comm_info, broadcast)");
+  mi_plugin_unload(m);
+  mi_plugin_unload(pf);
+}
+END_TEST
+
+START_TEST(bad_platform_needs_are_rejected) {
+  mi_plugin *m = load_compat("libmi-needs-null.so");
+  ck_assert_int_eq(m->status, MI_PLUGIN_REJECTED);
+  ck_assert_str_eq(m->reason, "model interface member platform_needs is NULL (required from ABI 1.2)");
+  mi_plugin_unload(m);
+  m = load_compat("libmi-needs-unknown.so");
+  ck_assert_int_eq(m->status, MI_PLUGIN_REJECTED);
+  ck_assert_str_eq(m->reason, "platform_needs[0] names 'frobnicate', which is not a platform member");
+  mi_plugin_unload(m);
+}
+END_TEST
+
+START_TEST(platform_needs_with_conditions) {
+  char path[PATH_MAX];
+  plugin_path(path, sizeof path, "libmi-good.so");
+  mi_plugin *pf = mi_plugin_load_file(path, NULL);
+  ck_assert_int_eq(pf->status, MI_PLUGIN_LOADED);
+  mi_plugin *m = load_compat("libmi-needs-ok.so");
+  ck_assert_msg(m->status == MI_PLUGIN_LOADED, "%s", m->reason);
+  char err[512] = "";
+  /* add and matmul always: the test platform has them */
+  ck_assert_int_eq(mi_compat_check(pf, m, 1, NULL, err, sizeof err), 0);
+  /* rope (and the core's comm_info, broadcast) only with tp > 1 */
+  ck_assert_int_eq(mi_compat_check(pf, m, 2, NULL, err, sizeof err), -1);
+  ck_assert_str_eq(err, "platform 'good' cannot serve model 'needs-ok' with tensor parallelism: "
+                        "lacks comm_info, broadcast, rope");
+  /* convert only when kv_type is set to other than f32 */
+  mi_kv kv[] = {{"kv_type", "f32"}};
+  mi_options o = {kv, 1};
+  ck_assert_int_eq(mi_compat_check(pf, m, 1, &o, err, sizeof err), 0);
+  kv[0].value = "f16";
+  ck_assert_int_eq(mi_compat_check(pf, m, 1, &o, err, sizeof err), -1);
+  ck_assert_str_eq(err, "platform 'good' cannot serve model 'needs-ok': lacks convert");
+  ck_assert_int_eq(mi_compat_describe(pf, m, err, sizeof err), 0);
+  ck_assert_str_eq(err, "needs-ok (not with --tp > 1: lacks comm_info, broadcast, rope; kv_type "
+                        "other than f32: convert)");
+  /* an ABI 1.0 platform lacks what it cannot have: scale is there, convert not */
+  mi_plugin *p10 = load_compat("libmi-good-abi10.so");
+  ck_assert_int_eq(mi_compat_check(p10, m, 1, &o, err, sizeof err), -1);
+  ck_assert_str_eq(err, "platform 'good-abi10' cannot serve model 'needs-ok': lacks convert");
+  mi_plugin_unload(p10);
+  mi_plugin_unload(m);
+  mi_plugin_unload(pf);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("loader");
   TCase *tb = tcase_create("broken");
@@ -624,6 +737,15 @@ int main(void) {
   tcase_add_test(tr, scan_of_broken_dir_lists_every_file);
   tcase_add_test(tr, null_and_empty_arguments_do_not_crash);
   suite_add_tcase(s, tr);
+
+  TCase *ta = tcase_create("abi");
+  tcase_add_checked_fixture(ta, setup, teardown);
+  tcase_add_test(ta, host_api_reports_the_core_abi_minor);
+  tcase_add_test(ta, interface_sizes_follow_the_member_list);
+  tcase_add_test(ta, old_abi_plugins_still_load);
+  tcase_add_test(ta, bad_platform_needs_are_rejected);
+  tcase_add_test(ta, platform_needs_with_conditions);
+  suite_add_tcase(s, ta);
 
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

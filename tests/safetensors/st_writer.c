@@ -67,7 +67,17 @@ int tw_write_st_len(const char *path, uint64_t hlen_field, const char *header, c
 }
 
 int tw_write_st(const char *path, const char *header, const void *data, size_t data_len) {
-  return tw_write_st_len(path, strlen(header), header, data, data_len);
+  /* padded with spaces to a multiple of 8, as the format's writers do (the
+   * reader refuses a header that would leave the data misaligned) */
+  size_t hl = strlen(header), padded = (hl + 7) & ~(size_t)7;
+  char *h = malloc(padded + 1);
+  if (!h) return -1;
+  memcpy(h, header, hl);
+  memset(h + hl, ' ', padded - hl);
+  h[padded] = 0;
+  int rc = tw_write_st_len(path, padded, h, data, data_len);
+  free(h);
+  return rc;
 }
 
 void *tw_read_all(const char *path, size_t *n) {

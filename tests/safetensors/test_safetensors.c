@@ -1,7 +1,11 @@
 /* Safetensors reader: hand-made good files must read back exactly, and every
  * kind of broken file must be refused with "PATH: problem". */
 #include <check.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -372,7 +376,7 @@ START_TEST(reject_index) {
   expect_fail(g_dir, pi, "not valid JSON");
   /* an index over the size limit is refused before parsing (sparse file) */
   ck_assert_int_eq(truncate(pi, 65 << 20), 0);
-  expect_fail(g_dir, pi, "index file is 68157440 bytes, over the 67108864 byte limit");
+  expect_fail(g_dir, pi, "file is 68157440 bytes, over the 67108864 byte limit for a safetensors index");
 
   /* a broken shard is reported under its own name */
   write_two_shards("{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\"}}");
@@ -381,6 +385,139 @@ START_TEST(reject_index) {
   expect_fail(g_dir, p1, "too small");
   free(p1);
   free(pi);
+}
+END_TEST
+
+/* ---- issue 18: files that are not files, point elsewhere, break the
+ * format's promises, or change while mapped -------------------------------- */
+
+START_TEST(reject_misaligned) {
+  /* a header whose length is not a multiple of 8: every tensor misaligned */
+  char *p = tw_path(g_dir, "unpadded.safetensors");
+  const char *h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}"; /* 54 bytes */
+  ck_assert_uint_ne(strlen(h) % 8, 0);
+  ck_assert_int_eq(tw_write_st_len(p, strlen(h), h, "\0\0\0\0", 4), 0);
+  expect_fail(p, p, "header length 54 is not a multiple of 8");
+  free(p);
+  /* a tensor whose offset is not a multiple of its element size */
+  reject_header("{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+                "\"b\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[2,6]}}",
+                6, "tensor 'b': data offset 2 is not a multiple of its I32 element size 4");
+}
+END_TEST
+
+START_TEST(reject_fifo_and_device) {
+  char *p = tw_path(g_dir, "model.safetensors");
+  ck_assert_int_eq(mkfifo(p, 0644), 0);
+  /* would block forever in open() before; now one line, at once */
+  alarm(20);
+  expect_fail(g_dir, p, "not a regular file (a FIFO)");
+  expect_fail("/dev/zero", "/dev/zero", "not a regular file (a character device)");
+  alarm(0);
+  unlink(p);
+  /* a FIFO as the index, and as a shard the index names */
+  char *pi = tw_path(g_dir, "model.safetensors.index.json");
+  ck_assert_int_eq(mkfifo(pi, 0644), 0);
+  alarm(20);
+  expect_fail(g_dir, pi, "not a regular file (a FIFO)");
+  alarm(0);
+  unlink(pi);
+  write_two_shards("{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\","
+                   "\"q\":\"fifo.safetensors\"}}");
+  char *pf = tw_path(g_dir, "fifo.safetensors");
+  ck_assert_int_eq(mkfifo(pf, 0644), 0);
+  alarm(20);
+  expect_fail(g_dir, pf, "not a regular file (a FIFO)");
+  alarm(0);
+  free(pf);
+  free(pi);
+  free(p);
+}
+END_TEST
+
+START_TEST(reject_shard_outside) {
+  /* an index naming a shard that is a symlink leading out of the folder */
+  char *outside = tw_mkdtemp("st-out");
+  char *target = tw_path(outside, "model-00002-of-00002.safetensors");
+  write_two_shards("{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\","
+                   "\"z\":\"model-00002-of-00002.safetensors\"}}");
+  char *p2 = tw_path(g_dir, "model-00002-of-00002.safetensors");
+  ck_assert_int_eq(rename(p2, target), 0);
+  ck_assert_int_eq(symlink(target, p2), 0);
+  expect_fail(g_dir, p2, "leads outside the model folder");
+  /* a symlink to a file inside the folder is fine */
+  unlink(p2);
+  char *inside = tw_path(g_dir, "blob-z");
+  ck_assert_int_eq(rename(target, inside), 0);
+  ck_assert_int_eq(symlink("blob-z", p2), 0);
+  char err[512] = "";
+  mi_weights *w = mi_weights_open(g_dir, err, sizeof err);
+  ck_assert_msg(w != NULL, "%s", err);
+  mi_weights_close(w);
+  /* the Hugging Face hub cache: snapshots/REV/x -> ../../blobs/HASH */
+  char *repo = tw_mkdtemp("models--org--name");
+  char *snaps = tw_path(repo, "snapshots"), *blobs = tw_path(repo, "blobs");
+  ck_assert_int_eq(mkdir(snaps, 0755), 0);
+  ck_assert_int_eq(mkdir(blobs, 0755), 0);
+  char *rev = tw_path(snaps, "abc123"), *blob = tw_path(blobs, "hash1");
+  ck_assert_int_eq(mkdir(rev, 0755), 0);
+  ck_assert_int_eq(tw_write_st(blob, GOOD3, DATA, 40), 0);
+  char *link = tw_path(rev, "model.safetensors");
+  ck_assert_int_eq(symlink("../../blobs/hash1", link), 0);
+  w = mi_weights_open(rev, err, sizeof err);
+  ck_assert_msg(w != NULL, "HF cache layout refused: %s", err);
+  mi_weights_close(w);
+  tw_rmtree(repo);
+  free(link), free(rev), free(blob), free(snaps), free(blobs), free(repo);
+  free(inside), free(p2), free(target);
+  tw_rmtree(outside);
+  free(outside);
+}
+END_TEST
+
+/* --mmap, and the file truncated under the mapping: the next touch of the
+ * lost pages is a SIGBUS; the guard names the file and exits 1. */
+START_TEST(truncated_while_mapped) {
+  fill_data();
+  char *p = tw_path(g_dir, "model.safetensors");
+  /* data past the first page, so truncating to the header loses it */
+  static unsigned char big[3 * 4096];
+  for (size_t i = 0; i < sizeof big; i++) big[i] = (unsigned char)i;
+  ck_assert_int_eq(
+      tw_write_st(p, "{\"a\":{\"dtype\":\"U8\",\"shape\":[12288],\"data_offsets\":[0,12288]}}",
+                  big, sizeof big),
+      0);
+  char err[512] = "";
+  mi_st_file *f = mi_st_open_file_ex(p, MI_WEIGHTS_MMAP, err, sizeof err);
+  ck_assert_msg(f != NULL, "%s", err);
+  mi_weight_info wi;
+  ck_assert_int_eq(mi_st_find(f, "a", &wi), 0);
+  int pe[2];
+  ck_assert_int_eq(pipe(pe), 0);
+  pid_t pid = fork();
+  ck_assert(pid >= 0);
+  if (pid == 0) {
+    dup2(pe[1], 2);
+    close(pe[0]);
+    if (truncate(p, 100) != 0) _exit(3);
+    volatile unsigned char sum = 0;
+    for (size_t i = 0; i < wi.nbytes; i += 512) sum += ((const volatile unsigned char *)wi.data)[i];
+    _exit(sum == 255 ? 4 : 5); /* not reached: the touch faults */
+  }
+  close(pe[1]);
+  char msg[1024];
+  ssize_t n = 0, r;
+  while (n < (ssize_t)sizeof msg - 1 && (r = read(pe[0], msg + n, sizeof msg - 1 - (size_t)n)) > 0) n += r;
+  msg[n > 0 ? n : 0] = 0;
+  close(pe[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d (signal %d): %s", st,
+                WIFSIGNALED(st) ? WTERMSIG(st) : 0, msg);
+  ck_assert_msg(strstr(msg, "model.safetensors: the file changed while mapped (truncated?)"), "%s", msg);
+  ck_assert_msg(strchr(msg, '\n') == msg + strlen(msg) - 1, "not one line: %s", msg);
+  mi_st_close_file(f);
+  free(p);
 }
 END_TEST
 
@@ -399,6 +536,10 @@ static Suite *suite(void) {
   tcase_add_test(tc, reject_bad_values);
   tcase_add_test(tc, reject_layout);
   tcase_add_test(tc, reject_index);
+  tcase_add_test(tc, reject_misaligned);
+  tcase_add_test(tc, reject_fifo_and_device);
+  tcase_add_test(tc, reject_shard_outside);
+  tcase_add_test(tc, truncated_while_mapped);
   suite_add_tcase(s, tc);
   return s;
 }

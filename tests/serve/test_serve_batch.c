@@ -1,4 +1,4 @@
-/* forward_batch (model ABI 1.4) against forward one sequence at a time:
+/* forward_batch (model ABI 1.3) against forward one sequence at a time:
  * sequences of different lengths decoded in one batched pass get the same
  * logits as each decoded alone, and the same KV state (the steps after
  * agree too). Also: a refused batch leaves every sequence as it was. */
@@ -44,7 +44,7 @@ static mi_session *open_session(const char *shape, int seed, const char *kv_type
   mi_session *e = NULL;
   ck_assert_msg(mi_session_open(*reg, &eo, &e, err, sizeof err) == 0, "%s", err);
   ck_assert_msg(mi_model_has(e->M, forward_batch), "the qwen3 plugin has no forward_batch");
-  /* a plugin built before ABI 1.4 (a shorter struct): no batched entry,
+  /* a plugin built before ABI 1.3 (a shorter struct): no batched entry,
    * whatever lies past its end */
   mi_model_iface old = *e->M;
   old.struct_size = (uint32_t)offsetof(mi_model_iface, forward_batch);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -422,13 +423,15 @@ START_TEST(test_long_inputs) {
         memset(s, fill[f], N);
         s[N] = 'x';
         int32_t *ids; size_t n;
+        /* CPU time of this process, not wall time: a loaded machine (ctest
+         * -j, other jobs) must not fail it; quadratic work still would. */
         struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
         int rc = mi_tokenizer_encode(g_tok, s, N + 1, 1, &ids, &n);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
         ck_assert_msg(rc == 0, "fill %d: %s", f, mi_tokenizer_strerror(rc));
         double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        ck_assert_msg(sec < 5.0, "fill %d: %.2f s for %zu bytes (quadratic?)", f, sec, N);
+        ck_assert_msg(sec < 5.0, "fill %d: %.2f s of CPU for %zu bytes (quadratic?)", f, sec, N);
         size_t dl;
         char *d = mi_tokenizer_decode(g_tok, ids, n, &dl, NULL);
         ck_assert(dl == N + 1 && memcmp(d, s, dl) == 0);
@@ -665,6 +668,96 @@ START_TEST(test_bad_files) {
 }
 END_TEST
 
+/* tiny_json with another pre-tokenizer pattern (JSON-escaped). */
+static char *tiny_json_regex(const char *regex_json) {
+    char *j = tiny_json("[]", "\"zz\":256", "[]");
+    char *a = strstr(j, "\"Regex\":\"") + 9, *b = strstr(a, "\"},\"behavior\"");
+    size_t pre = (size_t)(a - j);
+    char *out = malloc(strlen(j) + strlen(regex_json) + 1);
+    memcpy(out, j, pre);
+    strcpy(out + pre, regex_json);
+    strcat(out, b);
+    free(j);
+    return out;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Issue 18: a tokenizer.json pattern whose every match stays under PCRE2's
+ * per-match limit could still take minutes on a 3 KB prompt. Each match now
+ * gets a limit sized to the text it sees, and a prompt a time budget. */
+START_TEST(test_regex_work_is_bounded) {
+    mk_tmp();
+    char err[512];
+    char *text = malloc(3001);
+    memset(text, 'a', 3000);
+    text[3000] = 0;
+    /* exponential per match: the per-match limit sized to the input stops it
+     * at the first match (before: 10M steps a match, ~50 s in all) */
+    char *j = tiny_json_regex("(?:a|aa){1,20}c|[\\\\s\\\\S]");
+    mi_tokenizer *t = load_text("redos1.json", j, err, sizeof err);
+    ck_assert_msg(t != NULL, "%s", err);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    double t0 = now_s();
+    int rc = mi_tokenizer_encode(t, text, 3000, 0, &ids, &n);
+    ck_assert_int_eq(rc, MI_TOK_EREGEX);
+    ck_assert_msg(now_s() - t0 < 4.0, "took %.1f s", now_s() - t0);
+    ck_assert_ptr_null(ids);
+    mi_tokenizer_free(t);
+    free(j);
+    /* every match under its limit, but 3000 of them: the prompt's time
+     * budget stops it (before: 15 s) */
+    j = tiny_json_regex("(?:a|aa){1,18}c|[\\\\s\\\\S]");
+    t = load_text("redos2.json", j, err, sizeof err);
+    ck_assert_msg(t != NULL, "%s", err);
+    t0 = now_s();
+    rc = mi_tokenizer_encode(t, text, 3000, 0, &ids, &n);
+    double dt = now_s() - t0;
+    if (rc == 0) { /* a machine fast enough to finish within the budget */
+        ck_assert_msg(dt <= MI_TOK_REGEX_SECONDS + 1, "took %.1f s", dt);
+        free(ids);
+    } else {
+        ck_assert_int_eq(rc, MI_TOK_EREGEX);
+        ck_assert_msg(dt < MI_TOK_REGEX_SECONDS + 2, "took %.1f s", dt);
+    }
+    ck_assert_msg(strstr(mi_tokenizer_strerror(MI_TOK_EREGEX), "work limit") != NULL, "%s",
+                  mi_tokenizer_strerror(MI_TOK_EREGEX));
+    mi_tokenizer_free(t);
+    free(j);
+    free(text);
+}
+END_TEST
+
+/* Issue 18: a FIFO (or a device) in place of tokenizer.json or
+ * tokenizer_config.json is refused at once, not waited on. */
+START_TEST(test_fifo_tokenizer) {
+    mk_tmp();
+    char err[512], p[512];
+    snprintf(p, sizeof p, "%s/fifo-tokenizer.json", g_tmpdir);
+    unlink(p);
+    ck_assert_int_eq(mkfifo(p, 0644), 0);
+    alarm(20);
+    ck_assert_ptr_null(mi_tokenizer_load(p, err, sizeof err));
+    ck_assert_msg(strstr(err, "fifo-tokenizer.json: not a regular file (a FIFO)") != NULL, "%s", err);
+    ck_assert_ptr_null(mi_tokenizer_load("/dev/null", err, sizeof err));
+    ck_assert_msg(strstr(err, "/dev/null: not a regular file (a character device)") != NULL, "%s", err);
+    char *j = tiny_json("[]", "\"zz\":256", "[]");
+    mi_tokenizer *t = load_text("ok.json", j, err, sizeof err);
+    ck_assert_msg(t != NULL, "%s", err);
+    ck_assert_int_ne(mi_tokenizer_load_config(t, p, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "not a regular file (a FIFO)") != NULL, "%s", err);
+    alarm(0);
+    mi_tokenizer_free(t);
+    free(j);
+    unlink(p);
+}
+END_TEST
+
 /* Synthetic vocabularies: merges given as "a b" strings, leftmost-first
  * ties, rank order, added tokens with lstrip/rstrip, NFC. */
 START_TEST(test_tiny_bpe) {
@@ -740,6 +833,8 @@ static Suite *suite(void) {
     TCase *tf = tcase_create("files");
     tcase_add_test(tf, test_bad_files);
     tcase_add_test(tf, test_tiny_bpe);
+    tcase_add_test(tf, test_regex_work_is_bounded);
+    tcase_add_test(tf, test_fifo_tokenizer);
     suite_add_tcase(s, tf);
     return s;
 }

@@ -4,6 +4,9 @@
  * the symptom named, while every kernel they did not touch still passes. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,12 +156,15 @@ typedef struct run {
   json_t *report;
 } run;
 
+/* Prefixed to the mi-verify command line (environment for a mutant). */
+static char env_prefix[1024];
+
 static void verify(run *r, const char *plugin, const char *extra) {
   char report[256], cmd[16384];
   snprintf(report, sizeof report, "/tmp/mi-verify-test-%d.json", (int)getpid());
   unlink(report);
-  snprintf(cmd, sizeof cmd, "'%s' --ckb '%s' --platform-plugin '%s' --report '%s' -o threads=2 %s 2>&1",
-           bin, ckb, plugin, report, extra);
+  snprintf(cmd, sizeof cmd, "%s '%s' --ckb '%s' --platform-plugin '%s' --report '%s' -o threads=2 %s 2>&1",
+           env_prefix, bin, ckb, plugin, report, extra);
   FILE *p = popen(cmd, "r");
   ck_assert_ptr_nonnull(p);
   size_t n = fread(r->out, 1, sizeof r->out - 1, p);
@@ -284,6 +290,150 @@ START_TEST(mutant_silu_alias) {
 }
 END_TEST
 
+/* ---------- mutants that attack the verifier itself ---------- */
+
+/* Processes whose environment holds tag (every process of a run inherits
+ * it): none may outlive mi-verify. Returns the count; the first in *first. */
+static int tagged_processes(const char *tag, int *first) {
+  int n = 0;
+  DIR *d = opendir("/proc");
+  struct dirent *de;
+  size_t tl = strlen(tag);
+  while (d && (de = readdir(d))) {
+    int pid = atoi(de->d_name);
+    if (pid <= 0 || pid == (int)getpid()) continue;
+    char p[64], st[512];
+    snprintf(p, sizeof p, "/proc/%d/stat", pid);
+    FILE *f = fopen(p, "r");
+    if (!f) continue;
+    size_t sl = fread(st, 1, sizeof st - 1, f);
+    fclose(f);
+    st[sl] = 0;
+    const char *rp = strrchr(st, ')');
+    if (rp && rp[1] == ' ' && rp[2] == 'Z') continue; /* exited */
+    snprintf(p, sizeof p, "/proc/%d/environ", pid);
+    f = fopen(p, "r");
+    if (!f) continue;
+    static char env[1 << 16];
+    size_t el = fread(env, 1, sizeof env, f);
+    fclose(f);
+    for (size_t i = 0; i + tl <= el; i++)
+      if (!memcmp(env + i, tag, tl) && (i == 0 || env[i - 1] == 0)) {
+        if (!n++ && first) *first = pid;
+        break;
+      }
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+/* Runs a hostile mutant on operator.add alone; returns the unit (in r->report). */
+static json_t *hostile(run *r, const char *name, const char *env, const char *extra) {
+  char so[4600], args[512], tag[64];
+  snprintf(so, sizeof so, "%s/libmutant-%s.so", mutants, name);
+  snprintf(tag, sizeof tag, "MI_TEST_TAG=h%d%s", (int)getpid(), name);
+  snprintf(env_prefix, sizeof env_prefix, "env %s %s", tag, env);
+  snprintf(args, sizeof args, "--platform cpu --seed 7 --only operator.add %s", extra);
+  verify(r, so, args);
+  env_prefix[0] = 0;
+  ck_assert_msg(r->exited, "mi-verify itself died:\n%s", r->out);
+  ck_assert_msg(r->code == 1, "mutant %s: exit %d (want 1):\n%s", name, r->code, r->out);
+  ck_assert_ptr_nonnull(r->report);
+  ck_assert_str_eq(json_string_value(json_object_get(r->report, "verdict")), "FAIL");
+  json_t *u = unit(r->report, "operator.add");
+  ck_assert_ptr_nonnull(u);
+  ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "FAIL");
+  int first = 0, left = tagged_processes(tag, &first);
+  ck_assert_msg(left == 0, "mutant %s left %d process(es) behind, e.g. pid %d", name, left, first);
+  printf("mutant %-14s -> %s %s\n", name, json_string_value(json_object_get(u, "status")),
+         json_string_value(json_object_get(u, "message")));
+  return u;
+}
+
+static const char *containment(run *r) { return json_string_value(json_object_get(r->report, "containment")); }
+
+START_TEST(mutant_forged_pass) {
+  run r;
+  json_t *u = hostile(&r, "forged_pass", "", "");
+  const char *msg = json_string_value(json_object_get(u, "message"));
+  ck_assert_msg(strstr(msg, "add: the unit's result pipe broke the verifier's protocol") &&
+                    strstr(msg, "a unit may only return output buffers"), "%s", msg);
+  ck_assert_int_eq(json_array_size(json_object_get(u, "cases")), 0); /* no forged case counted */
+  json_decref(r.report);
+}
+END_TEST
+
+START_TEST(mutant_daemon) {
+  run r;
+  json_t *u = hostile(&r, "daemon", "", "");
+  const char *msg = json_string_value(json_object_get(u, "message"));
+  ck_assert_msg(strstr(msg, "add: left 2 processes running after the unit ended") && strstr(msg, "all killed"),
+                "%s", msg);
+  /* the pids it printed (the pid files of this test) are gone */
+  const char *raw = json_string_value(json_object_get(u, "raw_output"));
+  int seen = 0;
+  for (const char *p = raw; (p = strstr(p, " pid ")); p++) {
+    int pid = atoi(p + 5);
+    ck_assert_int_gt(pid, 0);
+    ck_assert_msg(kill(pid, 0) != 0 && errno == ESRCH, "pid %d is still alive", pid);
+    seen++;
+  }
+  ck_assert_int_eq(seen, 2);
+  json_decref(r.report);
+}
+END_TEST
+
+START_TEST(mutant_write_outside) {
+  char dir[] = "/tmp/mi-verify-escape.XXXXXX", target[256], env[512];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(target, sizeof target, "%s/escaped", dir);
+  snprintf(env, sizeof env, "MI_MUTANT_ESCAPE=%s", target);
+  run r;
+  snprintf(env_prefix, sizeof env_prefix, "env %s", env);
+  verify(&r, cpu_so, "--only operator.add"); /* to read the containment in force */
+  env_prefix[0] = 0;
+  int ro = containment(&r) && strstr(containment(&r), "read-only root") != NULL;
+  json_decref(r.report);
+  if (!ro) { /* no mount namespace here: a write outside cannot be stopped (documented) */
+    printf("mutant write_outside: skipped, no read-only root on this machine\n");
+    rmdir(dir);
+    return;
+  }
+  json_t *u = hostile(&r, "write_outside", env, "");
+  const char *msg = json_string_value(json_object_get(u, "message"));
+  ck_assert_msg(strstr(msg, "add: kernel returned -1 (mutant_write_outside: cannot write ") &&
+                    strstr(msg, "Read-only file system"), "%s", msg);
+  ck_assert_msg(access(target, F_OK) != 0, "%s was written", target);
+  json_decref(r.report);
+  rmdir(dir);
+}
+END_TEST
+
+START_TEST(mutant_memfd_hog) {
+  run r;
+  verify(&r, cpu_so, "--only operator.add");
+  int memcg = containment(&r) && strstr(containment(&r), "memory cap: cgroup") != NULL;
+  json_decref(r.report);
+  if (!memcg) {
+    printf("mutant memfd_hog: skipped, no memory cgroup on this machine (RLIMIT_FSIZE bounds one memfd only)\n");
+    return;
+  }
+  json_t *u = hostile(&r, "memfd_hog", "MI_MUTANT_HOG_MB=3072", "--mem-limit 768");
+  const char *msg = json_string_value(json_object_get(u, "message"));
+  ck_assert_msg(strstr(msg, "add: killed by the memory cgroup's cap during a call on"), "%s", msg);
+  json_decref(r.report);
+}
+END_TEST
+
+START_TEST(mutant_pipe_flood) {
+  run r;
+  json_t *u = hostile(&r, "pipe_flood", "", "");
+  const char *msg = json_string_value(json_object_get(u, "message"));
+  ck_assert_msg(strstr(msg, "add: flooded the result pipe (more than the ") && strstr(msg, "killed"), "%s", msg);
+  json_decref(r.report);
+}
+END_TEST
+
 static json_t *stage(json_t *report, int i) { return json_array_get(json_object_get(report, "stages"), i); }
 
 START_TEST(cpu_plugin_passes_stage2) {
@@ -380,6 +530,11 @@ int main(void) {
   tcase_add_test(t, mutant_d2d_noop_fails_stage2_only);
   tcase_add_test(t, stage3_weight_files);
   tcase_add_test(t, setup_errors);
+  tcase_add_test(t, mutant_forged_pass);
+  tcase_add_test(t, mutant_daemon);
+  tcase_add_test(t, mutant_write_outside);
+  tcase_add_test(t, mutant_memfd_hog);
+  tcase_add_test(t, mutant_pipe_flood);
   suite_add_tcase(s, t);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);

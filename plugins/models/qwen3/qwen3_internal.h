@@ -51,6 +51,7 @@ struct mi_model {
   char *model_dir;
   qwen3_config cfg;
   int64_t batch; /* tokens per forward chunk (prefill batch) */
+  uint64_t mem_budget; /* option mem_budget: host bytes left for the scratch (0: unchecked) */
   int tp_rank, tp_size;          /* tensor parallelism: this rank of tp_size */
   mi_dtype kv_dtype;             /* KV cache element type: f32 (default), f16 or bf16 */
   int64_t nh_l, nkv_l, ffn_l;    /* this rank's heads, KV heads, FFN columns */

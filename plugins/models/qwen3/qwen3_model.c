@@ -236,11 +236,30 @@ static int alloc_buf(qwen3_model *m, size_t bytes, mi_buffer **b, void **ptr, ch
   return 0;
 }
 
+/* Bytes alloc_scratch allocates (the same sums, in double: no overflow). */
+static double scratch_bytes(const qwen3_model *m) {
+  const qwen3_config *c = &m->cfg;
+  const double B = (double)m->batch, f = sizeof(float);
+  const double qdim = (double)(m->nh_l * c->head_dim), kvd = (double)(m->nkv_l * c->head_dim);
+  double b = B * f * (3.0 * (double)c->hidden + 2.0 * qdim + 2.0 * (double)m->ffn_l) +
+             (double)Q3_LOGIT_ROWS * (double)c->vocab * f + 3.0 * B * sizeof(int32_t);
+  if (m->kv_dtype != MI_DTYPE_F32) b += 2.0 * B * kvd * f;
+  return b;
+}
+
 static int alloc_scratch(qwen3_model *m, char *err, size_t err_len) {
   const qwen3_config *c = &m->cfg;
   const size_t B = (size_t)m->batch, f = sizeof(float);
   const size_t qdim = (size_t)(m->nh_l * c->head_dim);
   q3_scratch *s = &m->s;
+  /* the host's memory budget (option mem_budget, set by the session on
+   * host-memory platforms): refuse before allocating, not be OOM-killed */
+  if (m->mem_budget && scratch_bytes(m) > (double)m->mem_budget) {
+    snprintf(err, err_len,
+             "qwen3: the scratch buffers (batch %lld) need %.1f MiB, %.1f MiB available; lower -b",
+             (long long)m->batch, scratch_bytes(m) / 1048576.0, (double)m->mem_budget / 1048576.0);
+    return -1;
+  }
   if (alloc_buf(m, B * c->hidden * f, &s->b_x, (void **)&s->x, err, err_len) ||       /* [B,H] */
       alloc_buf(m, B * c->hidden * f, &s->b_h, (void **)&s->h, err, err_len) ||       /* [B,H] */
       alloc_buf(m, B * qdim * f, &s->b_q, (void **)&s->q, err, err_len) ||            /* [B,nh,hd] */
@@ -373,6 +392,16 @@ int qwen3_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3
     }
     m->batch = v;
   }
+  const char *mb = host->opt_get(a->opts, "mem_budget");
+  if (mb) {
+    char *end;
+    unsigned long long v = strtoull(mb, &end, 10);
+    if (*end || end == mb) {
+      snprintf(err, err_len, "qwen3: option mem_budget=%s must be a byte count", mb);
+      goto fail;
+    }
+    m->mem_budget = v;
+  }
   m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
   if (!m->layers || !m->model_dir) {
     snprintf(err, err_len, "qwen3: out of memory");
@@ -501,7 +530,8 @@ static int compute_logits(qwen3_model *m, int64_t r0, int64_t n, float *out, cha
     CHECK_K(P->matmul(pc, NULL, s->logits, h, m->lm_head.ptr, m->lm_head.dtype, rows, V, H));
     CHECK_K(P->memcpy_d2h(pc, NULL, out + (size_t)i * V, s->logits, (size_t)(rows * V) * sizeof(float)));
   }
-  CHECK_K(P->stream_sync(pc, NULL));
+  /* NULL stream_sync: a synchronous platform (see mi/platform.h) */
+  if (mi_platform_has(P, stream_sync)) CHECK_K(P->stream_sync(pc, NULL));
   return 0;
 }
 
@@ -605,7 +635,7 @@ static int forward_step_rows(qwen3_model *m, qwen3_seq *const *seqs, const int32
       CHECK_K(P->memcpy_d2h(pc, NULL, logits[i + r], s->logits + (size_t)r * V,
                             (size_t)V * sizeof(float)));
   }
-  CHECK_K(P->stream_sync(pc, NULL));
+  if (mi_platform_has(P, stream_sync)) CHECK_K(P->stream_sync(pc, NULL));
   /* only now: a failure above leaves every sequence as it was */
   for (int64_t t = 0; t < T; t++) seqs[t]->len++;
   return 0;

@@ -88,6 +88,33 @@ static int q3_forward_batch(mi_model *m, mi_seq *const *seqs, const int32_t *ids
   return qwen3_forward_batch(m, seqs, ids, n, logits, err, err_len);
 }
 
+/* Every platform member load and forward call (the core refuses a platform
+ * lacking one, naming them). stream_sync is called only when provided. */
+static const mi_platform_need k_platform_needs[] = {
+    {"last_error", MI_NEED_ALWAYS, NULL, NULL},
+    {"buffer_alloc", MI_NEED_ALWAYS, NULL, NULL},
+    {"buffer_wrap_host", MI_NEED_ALWAYS, NULL, NULL},
+    {"buffer_free", MI_NEED_ALWAYS, NULL, NULL},
+    {"buffer_ptr", MI_NEED_ALWAYS, NULL, NULL},
+    {"memcpy_h2d", MI_NEED_ALWAYS, NULL, NULL},
+    {"memcpy_d2h", MI_NEED_ALWAYS, NULL, NULL},
+    /* forward_batch copies each row's new key/value into its own cache */
+    {"memcpy_d2d", MI_NEED_ALWAYS, NULL, NULL},
+    {"matmul", MI_NEED_ALWAYS, NULL, NULL},
+    {"rmsnorm", MI_NEED_ALWAYS, NULL, NULL},
+    {"rope", MI_NEED_ALWAYS, NULL, NULL},
+    {"attention", MI_NEED_ALWAYS, NULL, NULL},
+    {"silu_mul", MI_NEED_ALWAYS, NULL, NULL},
+    {"add", MI_NEED_ALWAYS, NULL, NULL},
+    {"embed", MI_NEED_ALWAYS, NULL, NULL},
+    /* the two partial sums of each layer under --tp N */
+    {"allreduce_sum_f32", MI_NEED_TP, NULL, NULL},
+    {"broadcast", MI_NEED_TP, NULL, NULL},
+    /* a half-precision KV cache (--kv-type f16|bf16) is written through it */
+    {"convert", MI_NEED_OPTION, "kv_type", "f32"},
+    {NULL, 0, NULL, NULL},
+};
+
 static const mi_model_iface k_iface = {
     .struct_size = sizeof(mi_model_iface),
     .architectures = k_architectures,
@@ -100,6 +127,7 @@ static const mi_model_iface k_iface = {
     .seq_truncate = q3_seq_truncate,
     .seq_len = q3_seq_len,
     .forward = q3_forward,
+    .platform_needs = k_platform_needs,
     .forward_batch = q3_forward_batch,
 };
 

@@ -5,6 +5,15 @@
  *   threads=N      worker count including the caller; 0 or absent = online CPUs
  *   isa=NAME       generic | avx2 | avx512 | avx512bf16 (or auto): force a
  *                  variant; one this machine/OS cannot run is refused
+ *
+ * Environment:
+ *   MI_CPU_ISA=NAME      the default for isa= (an isa= option wins); refused
+ *                        exactly like isa=NAME
+ *   MI_CPU_ISA_MAX=NAME  behave as a host whose best variant is NAME: the
+ *                        variants above it count as unavailable (auto picks
+ *                        at most NAME, isa= above it is refused). A host
+ *                        already below NAME is unchanged. Lets a whole test
+ *                        suite run as on an AVX2-only (or older) machine.
  *   spin_us=N      how long idle threads spin before sleeping (default 50;
  *                  0 = sleep at once, kinder to a shared machine)
  *   debug_xcr0=HEX test hook: pretend XGETBV(0) returned HEX, e.g. 0x7 for
@@ -56,7 +65,7 @@ static const char *opt(const mi_host_api *host, const mi_options *opts, const ch
 
 typedef struct cpu_config {
   cpu_isa isa;
-  int forced; /* isa= given */
+  const char *forced_by; /* "isa" or "MI_CPU_ISA" when a variant was asked for, else NULL */
   int nthreads;
   int spin_us;
   cpu_isa_info info;
@@ -80,25 +89,48 @@ static int read_config(const mi_host_api *host, const mi_options *opts, cpu_conf
   }
   cpu_isa_detect(&cfg->info, xcr0);
 
+  /* The cap hides only variants the host could run: a real reason (CPU,
+   * OS state) stays the reason given for the others. */
+  v = getenv("MI_CPU_ISA_MAX");
+  if (v && *v && strcmp(v, "auto") != 0) {
+    cpu_isa cap;
+    if (cpu_isa_from_name(v, &cap) != 0) {
+      snprintf(err, err_len, "cpu: MI_CPU_ISA_MAX=%s is unknown (generic, avx2, avx512, avx512bf16, auto)",
+               v);
+      return -1;
+    }
+    for (int i = (int)cap + 1; i < CPU_ISA_COUNT; i++)
+      if (cfg->info.available[i]) {
+        cfg->info.available[i] = 0;
+        snprintf(cfg->info.why_not[i], sizeof cfg->info.why_not[i],
+                 "hidden by MI_CPU_ISA_MAX=%.32s", v);
+      }
+  }
+
   int best = CPU_ISA_GENERIC;
   for (int i = 0; i < CPU_ISA_COUNT; i++)
     if (cfg->info.available[i]) best = i;
   cfg->isa = (cpu_isa)best;
+  const char *src = "isa", *eq = "option isa";
   v = opt(host, opts, "isa");
+  if (!v || !*v) {
+    src = eq = "MI_CPU_ISA";
+    v = getenv("MI_CPU_ISA");
+  }
   if (v && *v && strcmp(v, "auto") != 0) {
     cpu_isa want;
     if (cpu_isa_from_name(v, &want) != 0) {
-      snprintf(err, err_len, "cpu: option isa=%s is unknown (generic, avx2, avx512, avx512bf16, auto)",
+      snprintf(err, err_len, "cpu: %s=%s is unknown (generic, avx2, avx512, avx512bf16, auto)", eq,
                v);
       return -1;
     }
     if (!cfg->info.available[want]) {
-      snprintf(err, err_len, "cpu: isa=%s was requested but this machine cannot run it: %s", v,
+      snprintf(err, err_len, "cpu: %s=%s was requested but this machine cannot run it: %s", src, v,
                cfg->info.why_not[want]);
       return -1;
     }
     cfg->isa = want;
-    cfg->forced = 1;
+    cfg->forced_by = src;
   }
 
   long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -146,9 +178,9 @@ static int cpu_probe(const mi_host_api *host, const mi_options *opts, char *why,
     const char *state = cfg.isa >= CPU_ISA_AVX512 ? ", OS enables ZMM state"
                         : cfg.isa == CPU_ISA_AVX2 ? ", OS enables YMM state"
                                                   : "";
-    if (cfg.forced)
-      snprintf(why, why_len, "%s%s (forced by isa=%s)", cpu_isa_describe(cfg.isa), state,
-               cpu_isa_name(cfg.isa));
+    if (cfg.forced_by)
+      snprintf(why, why_len, "%s%s (forced by %s=%s)", cpu_isa_describe(cfg.isa), state,
+               cfg.forced_by, cpu_isa_name(cfg.isa));
     else if (cfg.isa < CPU_ISA_AVX512BF16)
       snprintf(why, why_len, "%s%s; %s unavailable: %s", cpu_isa_describe(cfg.isa), state,
                cpu_isa_name((cpu_isa)(cfg.isa + 1)), cfg.info.why_not[cfg.isa + 1]);

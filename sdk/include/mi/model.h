@@ -55,6 +55,26 @@ typedef struct mi_model_info {
   uint64_t attn_flops_pos;      /* attention FLOPs of one token per earlier position */
 } mi_model_info;
 
+/* One platform member a model needs (ABI 1.2): `member` names a
+ * mi_platform_iface member (see MI_PLATFORM_MEMBERS); `when` says for which
+ * loads. The core checks the list when it pairs the model with a platform
+ * (after the platform's init, before the model's load) and refuses a platform
+ * lacking one with a line naming every missing member; `mi-run
+ * --list-plugins` shows which models each platform can serve. A need is
+ * declared as data, not code, so it can be read without calling the plugin. */
+typedef enum mi_need_when {
+  MI_NEED_ALWAYS = 0, /* every load */
+  MI_NEED_TP = 1,     /* only with tensor parallelism (tp_size > 1) */
+  MI_NEED_OPTION = 2, /* only when model option `key` is set to a value other than `unless` */
+} mi_need_when;
+
+typedef struct mi_platform_need {
+  const char *member; /* NULL ends the list */
+  int when;           /* mi_need_when */
+  const char *key;    /* MI_NEED_OPTION: the option, e.g. "kv_type" */
+  const char *unless; /* MI_NEED_OPTION: the value that needs nothing, e.g. "f32" */
+} mi_platform_need;
+
 typedef struct mi_model_iface {
   uint32_t struct_size;
 
@@ -86,7 +106,14 @@ typedef struct mi_model_iface {
   int (*forward)(mi_model *m, mi_seq *s, const int32_t *ids, int64_t n, float *logits,
                  int all_logits, char *err, size_t err_len);
 
-  /* ABI 1.4 (appended; optional, NULL = not supported: a server then steps
+  /* ABI 1.2 (appended): the platform members load/forward call, ended by an
+   * entry with member NULL. Required from a plugin declaring abi_minor >= 2
+   * (an empty list is { {NULL} }); a 1.0/1.1 plugin has none and is paired
+   * with any platform, as before. Members the model calls only after
+   * checking mi_platform_has() need not be listed. */
+  const mi_platform_need *platform_needs;
+
+  /* ABI 1.3 (appended; optional, NULL = not supported: a server then steps
    * its sequences one at a time). One decode step for n distinct sequences
    * in one batched pass: appends ids[i] to seqs[i] and writes that
    * sequence's [vocab] logits to logits[i] (host memory). The results equal

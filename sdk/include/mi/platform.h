@@ -138,6 +138,47 @@ typedef struct mi_platform_iface {
                  mi_dtype src_dtype, int64_t n);
 } mi_platform_iface;
 
+/* Every mi_platform_iface member after struct_size, in struct order, as
+ * X(name, minor, kernel):
+ *   minor  — the ABI 1.minor from which the member is part of the struct: a
+ *            plugin declaring abi_minor m has a struct_size that covers every
+ *            member of minor <= m (the core checks this at load). The
+ *            collectives and convert were appended while the ABI was 1.0 and
+ *            are guaranteed from 1.1 on, so a 1.0 plugin may end at argmax.
+ *   kernel — 1 for a compute kernel (verified by an operator contract when
+ *            the CKB has one), 0 for devices, memory, streams, collectives.
+ * Appending a member: add it to the struct AND here, with the new minor.
+ * Readers: the loader's size checks, the verifier's member table and the
+ * model/platform compatibility check (names in mi_platform_need). */
+#define MI_PLATFORM_MEMBERS(X)                                                                     \
+  X(variant, 0, 0)                                                                                 \
+  X(device_count, 0, 0)                                                                            \
+  X(device_info, 0, 0)                                                                             \
+  X(last_error, 0, 0)                                                                              \
+  X(buffer_alloc, 0, 0)                                                                            \
+  X(buffer_wrap_host, 0, 0)                                                                        \
+  X(buffer_free, 0, 0)                                                                             \
+  X(buffer_ptr, 0, 0)                                                                              \
+  X(memcpy_h2d, 0, 0)                                                                              \
+  X(memcpy_d2h, 0, 0)                                                                              \
+  X(memcpy_d2d, 0, 0)                                                                              \
+  X(stream_create, 0, 0)                                                                           \
+  X(stream_destroy, 0, 0)                                                                          \
+  X(stream_sync, 0, 0)                                                                             \
+  X(matmul, 0, 1)                                                                                  \
+  X(rmsnorm, 0, 1)                                                                                 \
+  X(rope, 0, 1)                                                                                    \
+  X(attention, 0, 1)                                                                               \
+  X(silu_mul, 0, 1)                                                                                \
+  X(add, 0, 1)                                                                                     \
+  X(scale, 0, 1)                                                                                   \
+  X(embed, 0, 1)                                                                                   \
+  X(argmax, 0, 1)                                                                                  \
+  X(comm_info, 1, 0)                                                                               \
+  X(allreduce_sum_f32, 1, 0)                                                                       \
+  X(broadcast, 1, 0)                                                                               \
+  X(convert, 1, 1)
+
 /* Does this platform's interface (of the size it declared) provide member m? */
 #define mi_platform_has(iface, m)                                                                  \
   ((iface)->struct_size >= offsetof(mi_platform_iface, m) + sizeof((iface)->m) && (iface)->m != NULL)

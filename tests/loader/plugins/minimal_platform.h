@@ -66,6 +66,12 @@ MP_UNUSED static void mp_fini(void *ctx) {
 
 MP_UNUSED static const char *mp_last_error(void *ctx) { return ""; }
 
+MP_UNUSED static int mp_device_info(void *ctx, int device, mi_device_info *out) {
+  snprintf(out->name, sizeof out->name, "test host memory");
+  out->host_memory = 1;
+  return 0;
+}
+
 MP_UNUSED static int mp_buffer_alloc(void *ctx, size_t size, mi_buffer **out) {
   mp_ctx *c = ctx;
   mi_buffer *b = calloc(1, sizeof *b);
@@ -115,6 +121,7 @@ MP_UNUSED static int mp_matmul(void *ctx, mi_stream *s, float *y, const float *x
 MP_UNUSED static const mi_platform_iface mp_iface = {
     .struct_size = sizeof(mi_platform_iface),
     .last_error = mp_last_error,
+    .device_info = mp_device_info,
     .buffer_alloc = mp_buffer_alloc,
     .buffer_free = mp_buffer_free,
     .buffer_ptr = mp_buffer_ptr,

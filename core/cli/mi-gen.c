@@ -1,0 +1,680 @@
+/* mi-gen: generates a verified single-path engine for one model x platform x
+ * dtype x TP from the CKB, through separate agents (implementer, reviewer,
+ * verifier), each run in a process of its own, sharing only the blackboard
+ * (RUN_DIR: journal.jsonl + artifacts/) and a read-only CKB.
+ *
+ *   mi-gen --model DIR --platform NAME --dtype bf16 --tp 1 --out ENGINE_DIR
+ *
+ * Exit status: 0 engine verified and written; 2 usage (or a run that cannot
+ * be set up); 3 not covered by the CKB (gaps listed); 4 verification failed
+ * or the budget (iterations, time) is spent; 5 unknown platform; 6 a dtype or
+ * KV type the platform contract does not offer; 7 a TP degree that does not
+ * divide the model's heads; 8 a malformed --perf. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/ckb/ckb.h"
+#include "core/gen/gen.h"
+
+enum { EX_OK = 0, EX_USAGE = 2, EX_GAP = 3, EX_FAIL = 4, EX_PLATFORM = 5, EX_DTYPE = 6, EX_TP = 7, EX_PERF = 8 };
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: mi-gen --model DIR --platform NAME --dtype DTYPE --tp N --out ENGINE_DIR [options]\n"
+          "       mi-gen --constraints FILE.json [--out ENGINE_DIR]\n"
+          "       mi-gen --resume RUN_DIR\n"
+          "  --kv-type T          KV cache type (default f32)\n"
+          "  --perf SPEC          performance goals, e.g. \"decode>=0.9roofline\" (comma-separated)\n"
+          "  --ckb DIR            the CKB (default: $MI_CKB_DIR, ./ckb, next to the exe); experience is written there\n"
+          "  --run-dir DIR        the blackboard (default: ENGINE_DIR/run)\n"
+          "  --max-iterations N   candidates to try (default 4)\n"
+          "  --time-budget S      wall-clock budget in seconds (default 1800)\n"
+          "  --candidate FILE.c   review and verify this source instead of composing one\n"
+          "  --seed N             the verifier's master seed (default: random)\n"
+          "  --verify-timeout S   mi-verify's per-unit limit (raise it for large shapes)\n"
+          "  --goldens DIR        stage 4's llama.cpp goldens (default: tests/goldens of the source tree)\n"
+          "  -t, --threads N      verifier threads for the platform (default 0: one per core)\n"
+          "exit: 0 ok, 2 usage, 3 not covered, 4 verification failed or budget spent,\n"
+          "      5 unknown platform, 6 dtype not offered, 7 TP does not divide the heads, 8 bad --perf\n");
+}
+
+static char g_exe_dir[PATH_MAX];
+
+static void agent_path(const char *name, char *out, size_t n) {
+  snprintf(out, n, "%s/../lib/metainfer/libmi-agent-%s.so", g_exe_dir, name);
+}
+
+static int write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fputs(text, f);
+  return fclose(f);
+}
+
+static int copy_file(const char *src, const char *dst) {
+  FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
+  if (!in || !out) {
+    if (in) fclose(in);
+    return -1;
+  }
+  char buf[1 << 16];
+  size_t r;
+  while ((r = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, r, out);
+  fclose(in);
+  return fclose(out);
+}
+
+/* one agent call: progress on stderr, a journal line written by us, the
+ * outcome's result returned (NULL + message when there is none) */
+typedef struct role_time {
+  double implementer, reviewer, verifier;
+  int n_impl, n_rev, n_ver;
+} role_time;
+
+static json_t *call_agent(mi_bb *bb, const char *role, const char *strategy, json_t *task, const char *ckb_dir,
+                          double timeout, role_time *rt, char *why, size_t why_len) {
+  char path[PATH_MAX + 64];
+  agent_path(strategy, path, sizeof path);
+  json_object_set_new(task, "role", json_string(role));
+  json_object_set_new(task, "strategy", json_string(strategy));
+  fprintf(stderr, "mi-gen: %-11s %-8s ...\n", role, strategy);
+  mi_agent_outcome o;
+  mi_agent_run(path, task, ckb_dir, mi_bb_dir(bb), timeout, &o);
+  if (!strcmp(role, "implementer")) rt->implementer += o.wall_s, rt->n_impl++;
+  else if (!strcmp(role, "reviewer")) rt->reviewer += o.wall_s, rt->n_rev++;
+  else rt->verifier += o.wall_s, rt->n_ver++;
+  json_t *line = json_pack("{s:s, s:s, s:{s:s, s:I}, s:f, s:O}", "event", "agent_result", "role", role, "by",
+                           "role", role, "pid", (json_int_t)o.pid, "wall_s", o.wall_s, "task", task);
+  json_object_set_new(line, "strategy", json_string(strategy));
+  if (o.result) json_object_set(line, "result", o.result);
+  else json_object_set_new(line, "error", json_string(o.message));
+  mi_bb_append(bb, line);
+  json_decref(line);
+  if (!o.result) {
+    snprintf(why, why_len, "%s %s: %s", role, strategy, o.message);
+    return NULL;
+  }
+  const char *st = json_string_value(json_object_get(o.result, "status"));
+  if (!st || strcmp(st, "ok")) {
+    snprintf(why, why_len, "%s %s: %s", role, strategy,
+             json_string_value(json_object_get(o.result, "message")) ?: "failed");
+    json_decref(o.result);
+    return NULL;
+  }
+  return o.result;
+}
+
+/* Would `patch` change the model contract (with `applied` already on it)? */
+static int patch_changes(json_t *model, json_t *applied, json_t *patch) {
+  static const char *const secs[] = {"prologue", "layer_sequence", "epilogue"};
+  const char *op = json_string_value(json_object_get(patch, "operator"));
+  const char *arg = json_string_value(json_object_get(patch, "arg"));
+  const char *val = json_string_value(json_object_get(patch, "value"));
+  for (int s = 0; s < 3; s++) {
+    size_t i;
+    json_t *st;
+    json_array_foreach(json_object_get(model, secs[s]), i, st) {
+      if (!op || strcmp(json_string_value(json_object_get(st, "operator")) ?: "", op)) continue;
+      const char *cur = json_string_value(json_object_get(json_object_get(st, "args"), arg ? arg : ""));
+      size_t k;
+      json_t *a;
+      json_array_foreach(applied, k, a) if (!strcmp(json_string_value(json_object_get(a, "operator")) ?: "", op) &&
+                                            !strcmp(json_string_value(json_object_get(a, "arg")) ?: "", arg ? arg : ""))
+          cur = json_string_value(json_object_get(a, "value"));
+      if (cur && val && strcmp(cur, val)) return 1;
+    }
+  }
+  return 0;
+}
+
+/* Repairs the failure-mode contracts propose for a failed stage's test
+ * contract, in CKB order, not yet tried. */
+static json_t *repairs_for(const mi_ckb *c, const char *test_id, json_t *tried, json_t *model, json_t *applied) {
+  json_t *out = json_array();
+  for (size_t i = 0; i < mi_ckb_count(c); i++) {
+    const mi_ckb_entry *e = mi_ckb_at(c, i);
+    if (!e->kind || strcmp(e->kind, "failure_mode") || !json_object_get(e->json, "repair")) continue;
+    int hit = 0;
+    size_t k;
+    json_t *d;
+    json_array_foreach(json_object_get(e->json, "detected_by"), k, d) if (test_id && !strcmp(json_string_value(d), test_id)) hit = 1;
+    if (!hit) continue;
+    int done = 0;
+    json_array_foreach(tried, k, d) if (!strcmp(json_string_value(d), e->id)) done = 1;
+    if (done) continue;
+    if (!patch_changes(model, applied, json_object_get(e->json, "repair"))) continue; /* already so */
+    json_t *r = json_deep_copy(json_object_get(e->json, "repair"));
+    json_object_del(r, "note");
+    json_object_set_new(r, "why", json_sprintf("repair from %s@%s", e->id, e->version));
+    json_array_append_new(out, json_pack("{s:s, s:o}", "failure_mode", e->id, "patch", r));
+  }
+  return out;
+}
+
+int main(int argc, char **argv) {
+  const char *model = NULL, *platform = NULL, *dtype = NULL, *out = NULL, *kv = "f32", *perf = NULL;
+  const char *goldens = NULL;
+  double vtimeout = 0;
+  static const char *ckb_dir = NULL, *run_dir = NULL, *resume = NULL, *cons_file = NULL, *candidate = NULL;
+  static int tp = 0, max_iter = 4, threads = 0;
+  double budget = 1800;
+  long long seed = -1;
+  static const struct option longs[] = {
+      {"model", 1, 0, 'm'},          {"platform", 1, 0, 'p'},    {"dtype", 1, 0, 'd'},   {"tp", 1, 0, 'T'},
+      {"out", 1, 0, 'o'},            {"kv-type", 1, 0, 'k'},     {"perf", 1, 0, 'P'},    {"ckb", 1, 0, 'C'},
+      {"run-dir", 1, 0, 'r'},        {"resume", 1, 0, 'R'},      {"constraints", 1, 0, 'c'},
+      {"max-iterations", 1, 0, 'i'}, {"time-budget", 1, 0, 'b'}, {"candidate", 1, 0, 'x'},
+      {"seed", 1, 0, 's'},           {"threads", 1, 0, 't'},     {"goldens", 1, 0, 'G'}, {"verify-timeout", 1, 0, 'V'},     {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+  int ch;
+  while ((ch = getopt_long(argc, argv, "t:h", longs, NULL)) != -1) {
+    switch (ch) {
+    case 'm': model = optarg; break;
+    case 'p': platform = optarg; break;
+    case 'd': dtype = optarg; break;
+    case 'T': tp = atoi(optarg); if (tp < 1) { fprintf(stderr, "mi-gen: --tp %s: a positive integer\n", optarg); return EX_USAGE; } break;
+    case 'o': out = optarg; break;
+    case 'k': kv = optarg; break;
+    case 'P': perf = optarg; break;
+    case 'C': ckb_dir = optarg; break;
+    case 'r': run_dir = optarg; break;
+    case 'R': resume = optarg; break;
+    case 'c': cons_file = optarg; break;
+    case 'i': max_iter = atoi(optarg); break;
+    case 'b': budget = atof(optarg); break;
+    case 'x': candidate = optarg; break;
+    case 's': seed = atoll(optarg); break;
+    case 't': threads = atoi(optarg); break;
+    case 'G': goldens = optarg; break;
+    case 'V': vtimeout = atof(optarg); break;
+    case 'h': usage(stdout); return EX_OK;
+    default: usage(stderr); return EX_USAGE;
+    }
+  }
+  if (optind != argc) {
+    usage(stderr);
+    return EX_USAGE;
+  }
+  {
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+      self[n] = 0;
+      char *sl = strrchr(self, '/');
+      if (sl) *sl = 0;
+      snprintf(g_exe_dir, sizeof g_exe_dir, "%s", self);
+    }
+  }
+  double t_start = now_s();
+  static json_t *journal = NULL;
+  /* --resume: the constraints and the work done come from the journal */
+  if (resume) {
+    int bad = 0;
+    journal = mi_bb_read_journal(resume, &bad);
+    json_t *start = NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(journal, i, e) if (!start && !strcmp(json_string_value(json_object_get(e, "event")) ?: "", "start")) start = e;
+    if (!start) {
+      fprintf(stderr, "mi-gen: --resume %s: no journal with a start line there\n", resume);
+      return EX_USAGE;
+    }
+    json_t *c = json_object_get(start, "constraints");
+    model = strdup(json_string_value(json_object_get(c, "model")));
+    platform = strdup(json_string_value(json_object_get(c, "platform")));
+    dtype = strdup(json_string_value(json_object_get(c, "dtype")));
+    kv = strdup(json_string_value(json_object_get(c, "kv_type")));
+    tp = (int)json_integer_value(json_object_get(c, "tp"));
+    out = strdup(json_string_value(json_object_get(start, "out")));
+    if (json_string_value(json_object_get(start, "ckb")) && !ckb_dir) ckb_dir = strdup(json_string_value(json_object_get(start, "ckb")));
+    if (json_string_value(json_object_get(start, "candidate"))) candidate = strdup(json_string_value(json_object_get(start, "candidate")));
+    if (json_is_integer(json_object_get(start, "seed")) && seed < 0) seed = json_integer_value(json_object_get(start, "seed"));
+    run_dir = resume;
+    fprintf(stderr, "mi-gen: resuming %s (%zu journal lines%s)\n", resume, json_array_size(journal), bad ? ", some unreadable" : "");
+  }
+  if (cons_file) {
+    json_error_t je;
+    static json_t *c;
+    c = json_load_file(cons_file, 0, &je);
+    if (!c || !json_is_object(c)) {
+      fprintf(stderr, "mi-gen: %s: %s\n", cons_file, c ? "not a JSON object" : je.text);
+      return EX_USAGE;
+    }
+#define CSTR(field, var) if (!var && json_string_value(json_object_get(c, field))) var = strdup(json_string_value(json_object_get(c, field)))
+    CSTR("model", model); CSTR("platform", platform); CSTR("dtype", dtype); CSTR("out", out); CSTR("perf", perf);
+    if (json_string_value(json_object_get(c, "kv_type"))) kv = strdup(json_string_value(json_object_get(c, "kv_type")));
+    if (!tp && json_is_integer(json_object_get(c, "tp"))) tp = (int)json_integer_value(json_object_get(c, "tp"));
+  }
+  if (!tp) tp = 1;
+  if (!model || !platform || !dtype || !out) {
+    fprintf(stderr, "mi-gen: --model, --platform, --dtype and --out are needed (or --constraints FILE)\n");
+    usage(stderr);
+    return EX_USAGE;
+  }
+  if (seed < 0) seed = (long long)(time(NULL) ^ getpid()) & 0xffffff;
+  char buf[4096], err[1024];
+  if (!ckb_dir && !(ckb_dir = mi_ckb_default_dir(argv[0], buf, sizeof buf))) {
+    fprintf(stderr, "mi-gen: %s\n", buf);
+    return EX_USAGE;
+  }
+  char ckb_abs[PATH_MAX], model_abs[PATH_MAX];
+  if (!realpath(ckb_dir, ckb_abs) || !realpath(model, model_abs)) {
+    fprintf(stderr, "mi-gen: %s: %s\n", realpath(ckb_dir, ckb_abs) ? model : ckb_dir, strerror(errno));
+    return EX_USAGE;
+  }
+  static mi_ckb *c;
+  c = mi_ckb_open(ckb_abs, err, sizeof err);
+  if (!c) {
+    fprintf(stderr, "mi-gen: %s\n", err);
+    return EX_USAGE;
+  }
+  if (mi_ckb_validate(c, NULL, NULL)) {
+    fprintf(stderr, "mi-gen: %s: the CKB does not validate (see mi-ckb validate)\n", ckb_abs);
+    return EX_USAGE;
+  }
+  /* ---- constraints against the CKB ---- */
+  const mi_ckb_entry *pe = mi_ckb_find_platform(c, platform);
+  if (!pe) {
+    fprintf(stderr, "mi-gen: unknown platform '%s': no platform contract in %s\n", platform, ckb_abs);
+    return EX_PLATFORM;
+  }
+  json_t *dts = json_object_get(pe->json, "dtypes");
+  int ok = 0;
+  size_t i;
+  json_t *v;
+  json_array_foreach(json_object_get(dts, "weights"), i, v) ok |= !strcmp(json_string_value(v), dtype);
+  if (!ok) {
+    char *l = json_dumps(json_object_get(dts, "weights"), JSON_COMPACT);
+    fprintf(stderr, "mi-gen: dtype '%s' is not offered by %s (weights: %s)\n", dtype, pe->id, l);
+    free(l);
+    return EX_DTYPE;
+  }
+  ok = 0;
+  json_array_foreach(json_object_get(dts, "kv_cache"), i, v) ok |= !strcmp(json_string_value(v), kv);
+  if (!ok) {
+    char *l = json_dumps(json_object_get(dts, "kv_cache"), JSON_COMPACT);
+    fprintf(stderr, "mi-gen: KV type '%s' is not offered by %s (kv_cache: %s)\n", kv, pe->id, l);
+    free(l);
+    return EX_DTYPE;
+  }
+  if (perf) {
+    char *dup = strdup(perf), *save = NULL;
+    for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+      char metric[32], unit[32] = "";
+      double x;
+      if (sscanf(tok, "%31[a-z_]>=%lf%31s", metric, &x, unit) < 2 ||
+          (strcmp(metric, "decode") && strcmp(metric, "prefill")) || (unit[0] && strcmp(unit, "roofline") && strcmp(unit, "tok/s"))) {
+        fprintf(stderr, "mi-gen: --perf '%s': expected decode|prefill>=X[roofline|tok/s], comma-separated\n", tok);
+        free(dup);
+        return EX_PERF;
+      }
+    }
+    free(dup);
+  }
+  static json_t *cov = NULL;
+  int cr = mi_ckb_coverage(c, model_abs, pe->id, &cov, err, sizeof err);
+  if (cr < 0) {
+    fprintf(stderr, "mi-gen: %s\n", err);
+    return EX_GAP;
+  }
+  if (cr == 1) {
+    fprintf(stderr, "mi-gen: %s on %s is not covered by the CKB:\n", model, pe->id);
+    json_array_foreach(json_object_get(cov, "missing"), i, v) fprintf(stderr, "  missing: %s\n", json_is_string(v) ? json_string_value(v) : "(not a string)");
+    fprintf(stderr, "mi-gen: add the missing contracts to the CKB (or evolve it: mi-gen --evolve, not yet available)\n");
+    return EX_GAP;
+  }
+  char cfgp[PATH_MAX + 16];
+  snprintf(cfgp, sizeof cfgp, "%s/config.json", model_abs);
+  json_error_t je;
+  static json_t *cfg;
+  cfg = json_load_file(cfgp, 0, &je);
+  char mid[256] = "";
+  snprintf(mid, sizeof mid, "%s", json_string_value(json_object_get(cov, "model_contract")) ?: "");
+  if (strchr(mid, '@')) *strchr(mid, '@') = 0;
+  const mi_ckb_entry *me = mid[0] ? mi_ckb_find(c, mid) : NULL;
+  if (!cfg || !me) {
+    fprintf(stderr, "mi-gen: %s: %s\n", cfgp, cfg ? "no model contract found for it" : je.text);
+    return EX_GAP;
+  }
+  const char *tpf[] = {"num_attention_heads", "num_key_value_heads", "intermediate_size"};
+  for (int k = 0; k < 3; k++) {
+    json_t *x = json_object_get(cfg, tpf[k]);
+    if (json_is_integer(x) && json_integer_value(x) % tp) {
+      fprintf(stderr, "mi-gen: --tp %d does not divide %s = %lld of %s\n", tp, tpf[k], (long long)json_integer_value(x), cfgp);
+      return EX_TP;
+    }
+  }
+  if (tp != 1 && !json_object_get(me->json, "tensor_parallel")) {
+    fprintf(stderr, "mi-gen: not covered: %s has no tensor_parallel section (asked --tp %d)\n", me->id, tp);
+    return EX_GAP;
+  }
+  if (tp != 1 && !json_object_get(pe->json, "collectives")) {
+    fprintf(stderr, "mi-gen: not covered: %s lists no collectives (asked --tp %d)\n", pe->id, tp);
+    return EX_GAP;
+  }
+  /* ---- the blackboard ---- */
+  char rd[PATH_MAX + 16];
+  if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "mi-gen: %s: cannot create: %s\n", out, strerror(errno));
+    return EX_USAGE;
+  }
+  char out_abs[PATH_MAX];
+  realpath(out, out_abs);
+  snprintf(rd, sizeof rd, "%s", run_dir ? run_dir : "");
+  if (!run_dir) snprintf(rd, sizeof rd, "%s/run", out_abs);
+  static mi_bb *bb;
+  bb = mi_bb_open(rd, 1, err, sizeof err);
+  if (!bb) {
+    fprintf(stderr, "mi-gen: %s\n", err);
+    return EX_USAGE;
+  }
+  char cfg_sha[65];
+  mi_sha256_file(cfgp, cfg_sha);
+  const char *short_name = strchr(me->id, '.') + 1;
+  char engine_name[128];
+  snprintf(engine_name, sizeof engine_name, "%s-%.8s-%s-tp%d", short_name, cfg_sha, dtype, tp);
+  static json_t *cons;
+  cons = json_pack("{s:s, s:s, s:s, s:i, s:s}", "model", model_abs, "platform", pe->json ? json_string_value(json_object_get(pe->json, "plugin")) : platform,
+                           "dtype", dtype, "tp", tp, "kv_type", kv);
+  if (perf) json_object_set_new(cons, "perf", json_string(perf));
+  if (!resume) {
+    json_t *st = json_pack("{s:s, s:O, s:s, s:s, s:I, s:s}", "event", "start", "constraints", cons, "out", out_abs, "ckb",
+                           ckb_abs, "seed", (json_int_t)seed, "engine_name", engine_name);
+    if (candidate) json_object_set_new(st, "candidate", json_string(realpath(candidate, buf) ? buf : candidate));
+    json_object_set_new(st, "by", json_pack("{s:s, s:I}", "role", "orchestrator", "pid", (json_int_t)getpid()));
+    mi_bb_append(bb, st);
+    json_decref(st);
+  }
+  fprintf(stderr, "mi-gen: %s on %s, %s, tp %d -> %s (run %s)\n", me->id, pe->id, dtype, tp, out_abs, rd);
+  /* work already done (resume): the patches tried, in order. Verdicts found
+   * in the journal are NOT trusted: only this run's verifier passes. */
+  static json_t *tried, *patches;
+  tried = json_array(), patches = json_array();
+  int iter0 = 0;
+  json_array_foreach(journal, i, v) {
+    const char *ev = json_string_value(json_object_get(v, "event"));
+    if (ev && !strcmp(ev, "repair")) {
+      json_array_append(tried, json_object_get(v, "failure_mode"));
+      json_array_append(patches, json_object_get(v, "patch"));
+    }
+    if (ev && !strcmp(ev, "candidate")) iter0++;
+    if (ev && !strcmp(ev, "verdict") && !strcmp(json_string_value(json_object_get(v, "verdict")) ?: "", "PASS"))
+      fprintf(stderr, "mi-gen: the journal records a PASS (seq %lld); not trusted: the candidate is verified again\n",
+              (long long)json_integer_value(json_object_get(v, "seq")));
+  }
+  if (resume && iter0) iter0--; /* the last candidate is redone */
+  role_time rt = {0};
+  int rc = EX_FAIL, iter;
+  char why[2048] = "";
+  static json_t *impl = NULL, *rev = NULL, *ver = NULL, *repaired_from, *last_feedback = NULL, *rejected;
+  rejected = json_array();
+  repaired_from = json_array();
+  const char *failed_msg = NULL;
+  for (iter = iter0 + 1; iter <= max_iter; iter++) {
+    if (now_s() - t_start > budget) {
+      snprintf(why, sizeof why, "the time budget of %.0f s is spent", budget);
+      break;
+    }
+    json_decref(impl), json_decref(rev), json_decref(ver);
+    impl = rev = ver = NULL;
+    fprintf(stderr, "mi-gen: candidate %d\n", iter);
+    /* implementer */
+    json_t *t = json_pack("{s:O, s:s, s:O, s:s, s:i}", "constraints", cons, "model_dir", model_abs, "patches", patches,
+                          "engine_name", engine_name, "iteration", iter);
+    /* the last review's findings and stage failures go back to the implementer (a strategy that can act on them does) */
+    if (last_feedback) json_object_set(t, "feedback", last_feedback);
+    if (candidate) {
+      char sha[65];
+      if (mi_bb_put_file(bb, candidate, "c", sha) != 0) {
+        fprintf(stderr, "mi-gen: %s: cannot read\n", candidate);
+        return EX_USAGE;
+      }
+      impl = json_pack("{s:s, s:s, s:s, s:[], s:[], s:[]}", "status", "ok", "source", sha, "engine_name", engine_name,
+                       "contracts", "experience", "patches");
+      json_t *line = json_pack("{s:s, s:s, s:s, s:{s:s, s:I}}", "event", "candidate_given", "source", sha, "file", candidate,
+                               "by", "role", "orchestrator", "pid", (json_int_t)getpid());
+      mi_bb_append(bb, line);
+      json_decref(line);
+    } else {
+      impl = call_agent(bb, "implementer", "compose", t, ckb_abs, 120, &rt, why, sizeof why);
+    }
+    json_decref(t);
+    if (!impl) break;
+    const char *src = json_string_value(json_object_get(impl, "source"));
+    char srcp[PATH_MAX + 128];
+    if (!src || mi_bb_artifact(bb, src, "c", srcp, sizeof srcp) != 0) {
+      snprintf(why, sizeof why, "the implementer's source artifact is missing or does not match its hash");
+      break;
+    }
+    json_t *line = json_pack("{s:s, s:i, s:s, s:O, s:{s:s, s:I}}", "event", "candidate", "iteration", iter, "source", src,
+                             "patches", patches, "by", "role", "orchestrator", "pid", (json_int_t)getpid());
+    mi_bb_append(bb, line);
+    json_decref(line);
+    fprintf(stderr, "mi-gen: implementer: source %.12s (%lld lines)\n", src,
+            (long long)json_integer_value(json_object_get(impl, "lines")));
+    int again = 0;
+    json_array_foreach(rejected, i, v) again |= !strcmp(json_string_value(v), src);
+    if (again) {
+      snprintf(why, sizeof why, "the implementer wrote a source already rejected (%.12s): no strategy left to change it", src);
+      break;
+    }
+    /* reviewer */
+    t = json_pack("{s:s, s:O, s:s}", "source", src, "constraints", cons, "model_dir", model_abs);
+    rev = call_agent(bb, "reviewer", "rules", t, ckb_abs, 60, &rt, why, sizeof why);
+    json_decref(t);
+    if (!rev) break;
+    json_t *fs = json_object_get(rev, "findings");
+    json_array_foreach(fs, i, v)
+        fprintf(stderr, "mi-gen: reviewer: %s %s line %lld: %s\n", json_string_value(json_object_get(v, "severity")),
+                json_string_value(json_object_get(v, "rule")), (long long)json_integer_value(json_object_get(v, "line")),
+                json_string_value(json_object_get(v, "message")));
+    if (strcmp(json_string_value(json_object_get(rev, "verdict")) ?: "", "approved")) {
+      snprintf(why, sizeof why, "the reviewer rejected the source (%zu findings)", json_array_size(fs));
+      failed_msg = "review";
+      json_array_append_new(rejected, json_string(src));
+      json_decref(last_feedback);
+      last_feedback = json_pack("{s:s, s:O}", "from", "reviewer", "findings", fs);
+      if (candidate) break;
+      continue; /* no repair is known for a review finding: the next iteration would be the same */
+    }
+    fprintf(stderr, "mi-gen: reviewer: approved\n");
+    /* verifier */
+    char sdk[PATH_MAX + 64], cpu[PATH_MAX + 64], mv[PATH_MAX + 64], mr[PATH_MAX + 64], gold[PATH_MAX + 64];
+    snprintf(sdk, sizeof sdk, "%s/../../sdk/include", g_exe_dir);
+    if (access(sdk, R_OK) != 0) snprintf(sdk, sizeof sdk, "%s/../include", g_exe_dir);
+    snprintf(cpu, sizeof cpu, "%s/../lib/metainfer/libmi-%s.so", g_exe_dir, json_string_value(json_object_get(pe->json, "plugin")));
+    snprintf(mv, sizeof mv, "%s/mi-verify", g_exe_dir);
+    snprintf(mr, sizeof mr, "%s/mi-run", g_exe_dir);
+    if (goldens) snprintf(gold, sizeof gold, "%s", goldens);
+    else {
+      snprintf(gold, sizeof gold, "%s/../../tests/goldens", g_exe_dir); /* a build folder in the source tree */
+      if (access(gold, R_OK) != 0) snprintf(gold, sizeof gold, "%s/../tests/goldens", ckb_abs);
+    }
+    t = json_pack("{s:s, s:s, s:O, s:s, s:I, s:i, s:{s:s, s:s, s:s, s:s, s:s}}", "source", src, "engine_name", engine_name,
+                  "constraints", cons, "model_dir", model_abs, "seed", (json_int_t)seed, "threads", threads, "tools", "sdk_include",
+                  sdk, "platform_plugin", cpu, "mi_verify", mv, "mi_run", mr, "goldens", gold);
+    if (vtimeout > 0) json_object_set_new(t, "unit_timeout", json_real(vtimeout));
+    ver = call_agent(bb, "verifier", "stages", t, ckb_abs, vtimeout > 0 ? 600 + 20 * vtimeout : 1800, &rt, why, sizeof why);
+    json_decref(t);
+    if (!ver) break;
+    json_t *stages = json_object_get(ver, "stages");
+    json_array_foreach(stages, i, v)
+        fprintf(stderr, "mi-gen: verifier: stage %s %-28s %s%s%s\n", json_string_value(json_object_get(v, "stage")),
+                json_string_value(json_object_get(v, "name")), json_string_value(json_object_get(v, "verdict")),
+                json_string_value(json_object_get(v, "message")) ? ": " : "",
+                json_string_value(json_object_get(v, "message")) ?: "");
+    const char *verdict = json_string_value(json_object_get(ver, "verdict"));
+    line = json_pack("{s:s, s:i, s:s, s:s, s:{s:s, s:I}}", "event", "verdict", "iteration", iter, "source", src, "verdict",
+                     verdict ?: "?", "by", "role", "verifier", "pid", (json_int_t)0);
+    mi_bb_append(bb, line);
+    json_decref(line);
+    if (verdict && !strcmp(verdict, "PASS")) {
+      rc = EX_OK;
+      break;
+    }
+    failed_msg = "verification";
+    json_array_append_new(rejected, json_string(src));
+    json_decref(last_feedback);
+    last_feedback = json_pack("{s:s, s:O}", "from", "verifier", "stages", stages);
+    const char *ftest = json_string_value(json_object_get(ver, "failed_test_contract"));
+    const char *fmsg = NULL;
+    json_array_foreach(stages, i, v) if (!fmsg && !strcmp(json_string_value(json_object_get(v, "verdict")) ?: "", "FAIL"))
+        fmsg = json_string_value(json_object_get(v, "message"));
+    snprintf(why, sizeof why, "verification failed at stage %s (%s): %.600s", json_string_value(json_object_get(ver, "failed_stage")) ?: "?",
+             ftest ?: "no test contract", fmsg ?: "no message");
+    if (candidate) break;
+    json_t *reps = repairs_for(c, ftest, tried, me->json, patches);
+    if (!json_array_size(reps)) {
+      fprintf(stderr, "mi-gen: no failure mode in the CKB proposes a repair for %s\n", ftest ?: "this failure");
+      json_decref(reps);
+      break;
+    }
+    json_t *r0 = json_array_get(reps, 0);
+    fprintf(stderr, "mi-gen: repair: %s proposes %s.%s = %s\n", json_string_value(json_object_get(r0, "failure_mode")),
+            json_string_value(json_object_get(json_object_get(r0, "patch"), "operator")),
+            json_string_value(json_object_get(json_object_get(r0, "patch"), "arg")),
+            json_string_value(json_object_get(json_object_get(r0, "patch"), "value")));
+    json_array_append(tried, json_object_get(r0, "failure_mode"));
+    json_array_append(patches, json_object_get(r0, "patch"));
+    json_array_append_new(repaired_from, json_pack("{s:O, s:O, s:s, s:O, s:i}", "failure_mode", json_object_get(r0, "failure_mode"),
+                                                   "patch", json_object_get(r0, "patch"), "symptom", why, "test_contract",
+                                                   json_object_get(ver, "failed_test_contract"), "iteration", iter));
+    line = json_pack("{s:s, s:O, s:O, s:s, s:{s:s, s:I}}", "event", "repair", "failure_mode", json_object_get(r0, "failure_mode"),
+                     "patch", json_object_get(r0, "patch"), "after", why, "by", "role", "orchestrator", "pid", (json_int_t)getpid());
+    mi_bb_append(bb, line);
+    json_decref(line);
+    json_decref(reps);
+  }
+  if (rc != EX_OK && !why[0]) snprintf(why, sizeof why, "the iteration budget (%d candidates) is spent", max_iter);
+  if (iter > max_iter && rc != EX_OK && failed_msg)
+    snprintf(why + strlen(why), sizeof why - strlen(why), "; the iteration budget (%d) is spent", max_iter);
+  double wall = now_s() - t_start;
+  if (rc != EX_OK) {
+    json_t *line = json_pack("{s:s, s:s, s:f, s:{s:s, s:I}}", "event", "end", "result", why, "wall_s", wall, "by", "role",
+                             "orchestrator", "pid", (json_int_t)getpid());
+    mi_bb_append(bb, line);
+    json_decref(line);
+    fprintf(stderr, "mi-gen: FAIL: %s (run %s)\n", why, rd);
+    return EX_FAIL;
+  }
+  /* ---- the engine directory ---- */
+  const char *src = json_string_value(json_object_get(impl, "source"));
+  const char *lib = json_string_value(json_object_get(ver, "library"));
+  char srcp[PATH_MAX + 128], libp[PATH_MAX + 128], dst[PATH_MAX + 256];
+  if (mi_bb_artifact(bb, src, "c", srcp, sizeof srcp) || !lib || mi_bb_artifact(bb, lib, "so", libp, sizeof libp)) {
+    fprintf(stderr, "mi-gen: FAIL: the verified artifacts do not match their hashes\n");
+    return EX_FAIL;
+  }
+  snprintf(dst, sizeof dst, "%s/engine.c", out_abs);
+  copy_file(srcp, dst);
+  snprintf(dst, sizeof dst, "%s/libmi-engine-%s.so", out_abs, engine_name);
+  copy_file(srcp, dst); /* placeholder replaced below */
+  copy_file(libp, dst);
+  chmod(dst, 0755);
+  snprintf(dst, sizeof dst, "%s/build.sh", out_abs);
+  snprintf(buf, sizeof buf,
+           "#!/bin/sh\n# Rebuilds the engine exactly as the verifier did (SDK headers: sdk/include).\n"
+           "set -e\ncd \"$(dirname \"$0\")\"\n%s\n",
+           json_string_value(json_object_get(ver, "build_command")) ?: "");
+  write_file(dst, buf);
+  chmod(dst, 0755);
+  snprintf(dst, sizeof dst, "%s/plugins.conf", out_abs);
+  snprintf(buf, sizeof buf,
+           "# Generated by mi-gen: the platform the engine was verified on, and the engine.\n"
+           "# KIND   NAME   PATH   required|optional   options%s\n"
+           "platform %s libmi-%s.so required threads=%d\n"
+           "engine   %s ./libmi-engine-%s.so required\n",
+           tp > 1 ? "\n# tensor parallel: mpirun -np TP mi-run --plugin-dir THIS_DIR --tp TP -t 1 ..." : "", 
+           json_string_value(json_object_get(pe->json, "plugin")), json_string_value(json_object_get(pe->json, "plugin")),
+           threads, engine_name, engine_name);
+  write_file(dst, buf);
+  /* evidence files */
+  snprintf(dst, sizeof dst, "%s/evidence", out_abs);
+  mkdir(dst, 0755);
+  static json_t *stages_m;
+  stages_m = json_array();
+  json_array_foreach(json_object_get(ver, "stages"), i, v) {
+    json_t *s = json_deep_copy(v);
+    const char *ev = json_string_value(json_object_get(v, "evidence"));
+    char evp[PATH_MAX + 128];
+    if (ev && mi_bb_artifact(bb, ev, "txt", evp, sizeof evp) == 0) {
+      char d2[PATH_MAX + 300];
+      snprintf(d2, sizeof d2, "%s/evidence/%s.txt", out_abs, ev);
+      copy_file(evp, d2);
+      json_object_set_new(s, "evidence_file", json_sprintf("evidence/%s.txt", ev));
+    }
+    json_array_append_new(stages_m, s);
+  }
+  const char *rep = json_string_value(json_object_get(ver, "report"));
+  char repp[PATH_MAX + 128];
+  if (rep && mi_bb_artifact(bb, rep, "json", repp, sizeof repp) == 0) {
+    snprintf(dst, sizeof dst, "%s/evidence/mi-verify-report.json", out_abs);
+    copy_file(repp, dst);
+  }
+  static json_t *man;
+  man = json_pack("{s:s, s:s, s:O, s:O, s:O, s:O, s:{s:s, s:s}, s:o, s:i, s:{s:{s:i, s:f}, s:{s:i, s:f}, s:{s:i, s:f}}, s:f, s:s, s:I}",
+                          "tool", "mi-gen", "engine", engine_name, "constraints", cons, "contracts", json_object_get(impl, "contracts"),
+                          "experience_consulted", json_object_get(impl, "experience"), "patches", json_object_get(impl, "patches"),
+                          "hashes", "engine.c", src, "library", lib, "stages", stages_m, "iterations", iter, "time_per_role",
+                          "implementer", "calls", rt.n_impl, "wall_s", rt.implementer, "reviewer", "calls", rt.n_rev, "wall_s", rt.reviewer,
+                          "verifier", "calls", rt.n_ver, "wall_s", rt.verifier, "wall_s", wall, "run_dir", rd, "seed", (json_int_t)seed);
+  json_object_set_new(man, "source_lines", json_copy(json_object_get(impl, "lines")));
+  json_object_set(man, "repairs", repaired_from);
+  json_object_set_new(man, "verifier_pid_note", json_string("stage verdicts came over the verifier process's pipe, never from a file"));
+  snprintf(dst, sizeof dst, "%s/manifest.json", out_abs);
+  json_dump_file(man, dst, JSON_INDENT(2) | JSON_SORT_KEYS);
+  /* experience: every repair that cleared a failure */
+  json_array_foreach(repaired_from, i, v) {
+    char msha[65];
+    mi_sha256_file(me->path, msha);
+    const char *fm = json_string_value(json_object_get(v, "failure_mode"));
+    const mi_ckb_entry *fe = mi_ckb_find(c, fm);
+    json_t *p = json_deep_copy(json_object_get(v, "patch"));
+    json_object_del(p, "why");
+    char id[160];
+    snprintf(id, sizeof id, "experience.gen_%s_%.10s_%s", short_name, msha, strchr(fm, '.') + 1);
+    char fix[512];
+    snprintf(fix, sizeof fix, "%s.%s = %s in %s@%s", json_string_value(json_object_get(p, "operator")),
+             json_string_value(json_object_get(p, "arg")), json_string_value(json_object_get(p, "value")), me->id, me->version);
+    json_t *x = json_pack(
+        "{s:s, s:s, s:s, s:{s:s, s:[s]}, s:s, s:s, s:s, s:s, s:s, s:s, s:{s:i, s:i, s:f}, s:[s, s, s], s:{s:s, s:s, s:s}, s:[O]}",
+        "id", id, "kind", "experience", "version", "1.0.0", "provenance", "source", "experience", "refs", rd,
+        "summary", "mi-gen: a generated engine failed verification; a failure-mode repair of the model contract cleared it",
+        "symptom", json_string_value(json_object_get(v, "symptom")),
+        "root_cause", fe ? json_string_value(json_object_get(fe->json, "cause")) : "see the failure mode",
+        "detection", json_string_value(json_object_get(v, "test_contract")) ?: "verification",
+        "fix", fix,
+        "verification", "the repaired candidate passed every stage of mi-verify and the deployment run (manifest.json)",
+        "measured", "failed_iteration", (int)json_integer_value(json_object_get(v, "iteration")), "passed_iteration", iter, "wall_s", wall,
+        "related", me->id, fm, json_string_value(json_object_get(v, "test_contract")) ?: "test.stage5_authenticity",
+        "applies_to", "contract", me->id, "version", me->version, "sha256", msha, "patch", p);
+    json_decref(p);
+    if (mi_ckb_put(ckb_abs, x, MI_CKB_ADD, NULL, NULL) == 0)
+      fprintf(stderr, "mi-gen: experience %s written to %s\n", id, ckb_abs);
+    else
+      fprintf(stderr, "mi-gen: experience %s not written (exists already, or invalid)\n", id);
+    json_decref(x);
+  }
+  json_t *line = json_pack("{s:s, s:s, s:s, s:s, s:f, s:{s:s, s:I}}", "event", "end", "result", "PASS", "engine", engine_name,
+                           "library", lib, "wall_s", wall, "by", "role", "orchestrator", "pid", (json_int_t)getpid());
+  mi_bb_append(bb, line);
+  json_decref(line);
+  fprintf(stderr, "mi-gen: PASS: %s (%d candidate%s, %.1f s); run it: mi-run --plugin-dir %s -m %s -p ...\n", out_abs,
+          iter, iter > 1 ? "s" : "", wall, out_abs, model_abs);
+  printf("%s\n", out_abs);
+  return EX_OK;
+}

@@ -1,0 +1,33 @@
+/* How much memory a run may use, and how much it uses: the numbers behind
+ * "needs X GiB, Y available" (core/runtime/session.c). */
+#ifndef MI_CORE_MEM_H
+#define MI_CORE_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bytes this process may still allocate: MemAvailable from /proc/meminfo,
+ * or memory.max minus memory.current of its cgroup (v2; and each parent)
+ * when lower. *source says which ("MemAvailable", "cgroup memory.max").
+ * 0 when nothing can be read. */
+uint64_t mi_mem_available(const char **source);
+
+/* Resident set size now, bytes (/proc/self/statm); 0 when unknown. */
+uint64_t mi_mem_rss(void);
+
+/* Bytes of the weight files a model directory names: model.safetensors,
+ * or each distinct shard of model.safetensors.index.json (stat only; a
+ * file that cannot be read counts 0 and is reported later by the loader). */
+uint64_t mi_mem_weight_file_bytes(const char *model_dir);
+
+/* "1.50 GiB", or "12.3 MiB" below 1 GiB */
+void mi_mem_gib(uint64_t bytes, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

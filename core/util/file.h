@@ -1,0 +1,61 @@
+/* Opening and reading files that may come from someone else (a model
+ * directory, a plugin folder, the CKB): the one place where the rules live.
+ *
+ *   - never wait: opened with O_NONBLOCK, so a FIFO or a device in place of
+ *     a file does not block open(); then fstat, and anything that is not a
+ *     regular file is refused ("PATH: not a regular file (a FIFO)");
+ *   - a size limit checked on the open file, before any byte is read;
+ *   - every error is one line "PATH: problem" in err.
+ *
+ * Readers of untrusted files use mi_file_read_all (whole file, NUL-terminated)
+ * or mi_file_open (a descriptor, e.g. to mmap). */
+#ifndef MI_CORE_UTIL_FILE_H
+#define MI_CORE_UTIL_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A model's config.json is a few KB: the limit every reader of one uses. */
+#define MI_CONFIG_JSON_MAX_BYTES (1u << 20)
+
+/* flags */
+#define MI_FILE_NOFOLLOW 1u /* refuse a symlink as the last path component */
+
+/* Opens path read-only (O_CLOEXEC, blocking mode restored after the open)
+ * and returns the descriptor of a regular file of at most max_bytes bytes
+ * (0: no limit), its size in *size. Otherwise -1 and one line in err:
+ *   PATH: cannot open: No such file or directory
+ *   PATH: not a regular file (a FIFO)
+ *   PATH: file is N bytes, over the M byte limit[ for a WHAT]
+ * what (may be NULL) names the kind of file in the limit message. */
+int mi_file_open(const char *path, unsigned flags, uint64_t max_bytes, const char *what,
+                 uint64_t *size, char *err, size_t err_len);
+
+/* The whole file (mi_file_open's rules), NUL-terminated, its length in
+ * *len; free() it. NULL with one line in err (also "PATH: read failed: ..."
+ * and "PATH: file changed size while being read"). */
+char *mi_file_read_all(const char *path, unsigned flags, uint64_t max_bytes, const char *what,
+                       size_t *len, char *err, size_t err_len);
+
+/* The file (mi_file_read_all's rules) parsed by jansson with jflags
+ * (e.g. JSON_REJECT_DUPLICATES); NULL with one line in err:
+ *   PATH: invalid JSON at line L column C: TEXT */
+typedef struct json_t json_t;
+json_t *mi_file_load_json(const char *path, unsigned flags, uint64_t max_bytes, const char *what,
+                          size_t jflags, char *err, size_t err_len);
+
+/* "a FIFO", "a directory", "a socket", "a character device", ... for st_mode. */
+const char *mi_file_kind(unsigned mode);
+
+/* 1 when path's real location (symlinks resolved) lies inside dir's real
+ * location, else 0 (also when either cannot be resolved). */
+int mi_file_inside(const char *path, const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

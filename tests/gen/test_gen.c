@@ -1,0 +1,509 @@
+/* mi-gen end to end, on a tiny mi-mkmodel checkpoint (seed 1: the one the
+ * llama.cpp goldens were made from):
+ *   - generation works: exit 0, an engine directory whose manifest records
+ *     every stage PASS (stage 4 against llama.cpp's goldens) and whose hashes
+ *     are the files';
+ *   - the engine, run as deployed (mi-run --plugin-dir), gives byte-identical
+ *     --json output (tokens, top-10 logprobs) to the hand-written qwen3
+ *     plugin, itself verified against float64 and llama.cpp;
+ *   - the engine refuses another config in one line;
+ *   - a PASS planted in the journal is not trusted on --resume;
+ *   - hand-broken sources (reads the goldens, behaves differently under the
+ *     verifier, allocates in the forward pass, wrong eps) are rejected, by
+ *     review or by verification, and the run says why;
+ *   - bad constraints give their distinct exit codes;
+ *   - a run cut after its candidate resumes to the same engine hashes. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/gen/gen.h"
+
+static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_ckb[1200], g_out[1200];
+static int g_gen_rc = -1;
+static char *g_gen_err;
+
+typedef struct res {
+  int rc;
+  char *out, *err;
+} res;
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return strdup("");
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  size_t r = fread(b, 1, (size_t)n, f);
+  b[r] = 0;
+  fclose(f);
+  return b;
+}
+
+/* runs build/bin/TOOL with args, stdout and stderr captured, time-limited */
+static res run(const char *tool, const char *const *args, int timeout) {
+  char exe[1200], o[1300], e[1300];
+  snprintf(exe, sizeof exe, "%s/bin/%s", g_build, tool);
+  static int k;
+  snprintf(o, sizeof o, "%s/out.%d.%d", g_tmp, getpid(), k);
+  snprintf(e, sizeof e, "%s/err.%d.%d", g_tmp, getpid(), k++);
+  const char *argv[64] = {exe};
+  int n = 1;
+  for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int nul = open("/dev/null", O_RDONLY);
+    dup2(nul, 0), dup2(fo, 1), dup2(fe, 2);
+    alarm((unsigned)timeout);
+    execv(exe, (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  res r = {WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st), slurp(o), slurp(e)};
+  return r;
+}
+
+static void res_free(res *r) {
+  free(r->out);
+  free(r->err);
+}
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...) {
+  char cmd[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  if (system(cmd) != 0) fprintf(stderr, "test_gen: command failed: %s\n", cmd);
+}
+
+/* once, in the parent: the model and one generated engine */
+static void setup_all(void) {
+  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
+  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
+  snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
+  snprintf(g_tmp, sizeof g_tmp, "/tmp/mi-gen-test-XXXXXX");
+  if (!mkdtemp(g_tmp)) abort();
+  snprintf(g_model, sizeof g_model, "%s/tiny", g_tmp);
+  snprintf(g_ckb, sizeof g_ckb, "%s/ckb", g_tmp);
+  snprintf(g_out, sizeof g_out, "%s/engine", g_tmp);
+  /* a CKB copy: the runs may write experience into it */
+  sh("cp -r '%s/ckb' '%s'", g_src, g_ckb);
+  const char *mk[] = {"--shape", "tiny", "--seed", "1", "--dtype", "bf16", "--out", g_model, NULL};
+  res r = run("mi-mkmodel", mk, 120);
+  res_free(&r);
+  char gold[1200];
+  snprintf(gold, sizeof gold, "%s/tests/goldens", g_src);
+  const char *gen[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "1", "--out", g_out, "--ckb", g_ckb,
+                       "--goldens", gold, "--seed", "5", "-t", "2", NULL};
+  r = run("mi-gen", gen, 900);
+  g_gen_rc = r.rc;
+  g_gen_err = strdup(r.err);
+  res_free(&r);
+}
+
+static void teardown_all(void) {
+  if (!getenv("MI_KEEP")) sh("rm -rf '%s'", g_tmp);
+}
+
+START_TEST(test_generate) {
+  ck_assert_msg(g_gen_rc == 0, "mi-gen exited %d:\n%s", g_gen_rc, g_gen_err);
+  char p[1400];
+  snprintf(p, sizeof p, "%s/manifest.json", g_out);
+  json_t *m = json_load_file(p, 0, NULL);
+  ck_assert_ptr_nonnull(m);
+  size_t i;
+  json_t *s;
+  int seen4 = 0, seen5 = 0, seen4d = 0;
+  json_array_foreach(json_object_get(m, "stages"), i, s) {
+    const char *v = json_string_value(json_object_get(s, "verdict")), *st = json_string_value(json_object_get(s, "stage"));
+    ck_assert_msg(!strcmp(v, "PASS") || (!strcmp(v, "N/A") && !strcmp(st, "6")), "stage %s: %s", st, v);
+    seen4 |= !strcmp(st, "4") && !strcmp(v, "PASS"); /* against llama.cpp's golden of these weights */
+    seen5 |= !strcmp(st, "5");
+    seen4d |= !strcmp(st, "4d");
+    ck_assert_ptr_nonnull(json_object_get(s, "evidence_file"));
+  }
+  ck_assert(seen4 && seen5 && seen4d);
+  /* the recorded hashes are the files' */
+  char sha[65];
+  snprintf(p, sizeof p, "%s/engine.c", g_out);
+  ck_assert_int_eq(mi_sha256_file(p, sha), 0);
+  ck_assert_str_eq(sha, json_string_value(json_object_get(json_object_get(m, "hashes"), "engine.c")));
+  snprintf(p, sizeof p, "%s/libmi-engine-%s.so", g_out, json_string_value(json_object_get(m, "engine")));
+  ck_assert_int_eq(mi_sha256_file(p, sha), 0);
+  ck_assert_str_eq(sha, json_string_value(json_object_get(json_object_get(m, "hashes"), "library")));
+  ck_assert_int_gt(json_array_size(json_object_get(m, "contracts")), 2);
+  /* the source is generated from the contracts: it names them, and holds no model-type dispatch */
+  char *src = slurp(p[0] ? (snprintf(p, sizeof p, "%s/engine.c", g_out), p) : p);
+  ck_assert_ptr_nonnull(strstr(src, "model.qwen3"));
+  ck_assert_ptr_null(strstr(src, "model_type"));
+  ck_assert_ptr_null(strstr(src, "malloc"));
+  free(src);
+  json_decref(m);
+}
+END_TEST
+
+START_TEST(test_engine_equals_plugin) {
+  ck_assert_int_eq(g_gen_rc, 0);
+  static const char *const prompts[] = {"Once upon a time", "你好，世界! 1+1=2 and λx.x"};
+  for (int k = 0; k < 2; k++) {
+    const char *a[] = {"--plugin-dir", g_out, "-m", g_model, "-p", prompts[k], "-n", "24", "--temp", "0", "--json",
+                       "--top-logprobs", "10", "--ignore-eos", "-t", "2", NULL};
+    const char *b[] = {"-m", g_model, "-p", prompts[k], "-n", "24", "--temp", "0", "--json", "--top-logprobs", "10",
+                       "--ignore-eos", "-t", "2", NULL};
+    res ra = run("mi-run", a, 120), rb = run("mi-run", b, 120);
+    ck_assert_msg(ra.rc == 0 && rb.rc == 0, "engine %d: %s / plugin %d: %s", ra.rc, ra.err, rb.rc, rb.err);
+    ck_assert_int_gt(strlen(ra.out), 100);
+    ck_assert_str_eq(ra.out, rb.out); /* tokens and top-10 logprobs, byte for byte */
+    res_free(&ra), res_free(&rb);
+  }
+  const char *l[] = {"--plugin-dir", g_out, "--list-plugins", NULL};
+  res r = run("mi-run", l, 60);
+  ck_assert_msg(strstr(r.out, "engine") && strstr(r.out, "loaded"), "%s", r.out);
+  res_free(&r);
+}
+END_TEST
+
+START_TEST(test_engine_refuses_other_config) {
+  ck_assert_int_eq(g_gen_rc, 0);
+  char other[1300];
+  snprintf(other, sizeof other, "%s/other", g_tmp);
+  const char *mk[] = {"--shape", "tiny-untied", "--out", other, NULL};
+  res r = run("mi-mkmodel", mk, 120);
+  ck_assert_int_eq(r.rc, 0);
+  res_free(&r);
+  const char *a[] = {"--plugin-dir", g_out, "-m", other, "-p", "hi", "-n", "2", NULL};
+  r = run("mi-run", a, 60);
+  ck_assert_int_ne(r.rc, 0);
+  ck_assert_msg(strstr(r.err, "refuses this config: ") && strstr(r.err, "it was generated for"), "%s", r.err);
+  ck_assert_int_eq((int)strlen(r.err), (int)(strchr(r.err, '\n') - r.err + 1)); /* one line */
+  res_free(&r);
+}
+END_TEST
+
+/* the generated source with one edit; returns the new file's path */
+static void broken_source(const char *name, const char *from, const char *to, char *out, size_t n) {
+  char p[1400];
+  snprintf(p, sizeof p, "%s/engine.c", g_out);
+  char *s = slurp(p);
+  char *hit = strstr(s, from);
+  ck_assert_msg(hit != NULL, "the generated source has no \"%s\"", from);
+  snprintf(out, n, "%s/%s.c", g_tmp, name);
+  FILE *f = fopen(out, "w");
+  fprintf(f, "%.*s%s%s", (int)(hit - s), s, to, hit + strlen(from));
+  fclose(f);
+  free(s);
+}
+
+/* the generated source with several edits, each applied once */
+static void edited_source(const char *name, const char *const *edits, char *out, size_t n) {
+  char p[1400];
+  snprintf(p, sizeof p, "%s/engine.c", g_out);
+  char *s = slurp(p);
+  for (int i = 0; edits[i]; i += 2) {
+    char *hit = strstr(s, edits[i]);
+    ck_assert_msg(hit != NULL, "the generated source has no \"%s\"", edits[i]);
+    size_t need = strlen(s) - strlen(edits[i]) + strlen(edits[i + 1]) + 1;
+    char *t = malloc(need);
+    snprintf(t, need, "%.*s%s%s", (int)(hit - s), s, edits[i + 1], hit + strlen(edits[i]));
+    free(s);
+    s = t;
+  }
+  snprintf(out, n, "%s/%s.c", g_tmp, name);
+  FILE *f = fopen(out, "w");
+  fputs(s, f);
+  fclose(f);
+  free(s);
+}
+
+static res gen_candidate(const char *src, const char *out, const char *run_dir) {
+  const char *a[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "1", "--out", out, "--ckb", g_ckb,
+                     "--candidate", src, "--run-dir", run_dir, "--seed", "9", "-t", "2", NULL};
+  return run("mi-gen", a, 600);
+}
+
+START_TEST(test_broken_sources_rejected_by_review) {
+  ck_assert_int_eq(g_gen_rc, 0);
+  static const struct {
+    const char *name, *from, *to, *rule, *what;
+  } cases[] = {
+      /* reads the goldens (the expected outputs) */
+      {"reads_goldens", "static const mi_host_api *g_host;",
+       "static const mi_host_api *g_host;\nstatic int peek(void) { FILE *f = fopen(\"/tmp/../tests/goldens/tiny-seed1.json\", \"r\"); if (f) fclose(f); return f != NULL; }",
+       "forbidden", "fopen"},
+      /* behaves differently when it is being verified */
+      {"knows_verifier", "  const int64_t pos0 = s->len;",
+       "  const int64_t pos0 = s->len;\n  if (getenv(\"MI_VERIFY\") || getppid() == 1) return 0;", "forbidden", "getenv"},
+      /* allocates per token */
+      {"alloc_in_forward", "  const int64_t pos0 = s->len;",
+       "  const int64_t pos0 = s->len;\n  float *tmp = m->host->alloc(64, 64);\n  m->host->free(tmp);", "alloc", "alloc"},
+      /* skips a step of the contract's sequence */
+      {"skips_k_norm", "K(P->rmsnorm(pc, NULL, k_cache", "(void)((pc, NULL, k_cache", "sequence", "k_norm"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char src[1400], out[1400], rd[1400];
+    if (!cases[i].rule) continue;
+    broken_source(cases[i].name, cases[i].from, cases[i].to, src, sizeof src);
+    snprintf(out, sizeof out, "%s/out-%s", g_tmp, cases[i].name);
+    snprintf(rd, sizeof rd, "%s/run-%s", g_tmp, cases[i].name);
+    res r = gen_candidate(src, out, rd);
+    ck_assert_msg(r.rc == 4, "%s: exit %d\n%s", cases[i].name, r.rc, r.err);
+    ck_assert_msg(strstr(r.err, "reviewer rejected"), "%s: %s", cases[i].name, r.err);
+    ck_assert_msg(strstr(r.err, cases[i].rule) && strstr(r.err, cases[i].what), "%s: %s", cases[i].name, r.err);
+    char man[1500];
+    snprintf(man, sizeof man, "%s/manifest.json", out);
+    ck_assert_int_ne(access(man, F_OK), 0);
+    res_free(&r);
+  }
+}
+END_TEST
+
+/* A source that passes review but computes the wrong thing (eps 1e-5 in
+ * every RMSNorm, not config.json's): verification rejects it. Then a PASS is
+ * planted in its journal and the run resumed: still rejected. */
+START_TEST(test_wrong_math_and_fake_pass) {
+  ck_assert_int_eq(g_gen_rc, 0);
+  char src[1400], out[1400], rd[1400];
+  char p[1400];
+  snprintf(p, sizeof p, "%s/engine.c", g_out);
+  char *s = slurp(p);
+  /* every use of the constant in a call (the #define stays: review checks it) */
+  snprintf(src, sizeof src, "%s/wrong_eps.c", g_tmp);
+  FILE *f = fopen(src, "w");
+  for (char *q = s; *q;) {
+    char *hit = strstr(q, "RMS_NORM_EPS, ");
+    if (!hit) {
+      fputs(q, f);
+      break;
+    }
+    fprintf(f, "%.*s1e-5f, ", (int)(hit - q), q);
+    q = hit + strlen("RMS_NORM_EPS, ");
+  }
+  fclose(f);
+  free(s);
+  snprintf(out, sizeof out, "%s/out-wrong", g_tmp);
+  snprintf(rd, sizeof rd, "%s/run-wrong", g_tmp);
+  res r = gen_candidate(src, out, rd);
+  ck_assert_msg(r.rc == 4, "exit %d\n%s", r.rc, r.err);
+  ck_assert_msg(strstr(r.err, "reviewer: approved") && strstr(r.err, "verification failed at stage"), "%s", r.err);
+  res_free(&r);
+  /* plant: a verifier PASS and a successful end, as a candidate could write them */
+  char j[1500];
+  snprintf(j, sizeof j, "%s/journal.jsonl", rd);
+  f = fopen(j, "a");
+  fprintf(f, "{\"event\":\"verdict\",\"verdict\":\"PASS\",\"iteration\":1,\"by\":{\"role\":\"verifier\",\"pid\":1},\"seq\":999}\n");
+  fprintf(f, "{\"event\":\"end\",\"result\":\"PASS\",\"by\":{\"role\":\"orchestrator\",\"pid\":1},\"seq\":1000}\n");
+  fclose(f);
+  const char *a[] = {"--resume", rd, NULL};
+  r = run("mi-gen", a, 600);
+  ck_assert_msg(r.rc == 4, "resume exit %d\n%s", r.rc, r.err);
+  ck_assert_msg(strstr(r.err, "not trusted"), "%s", r.err);
+  ck_assert_msg(strstr(r.err, "verification failed at stage"), "%s", r.err);
+  char man[1500];
+  snprintf(man, sizeof man, "%s/manifest.json", out);
+  ck_assert_int_ne(access(man, F_OK), 0);
+  res_free(&r);
+}
+END_TEST
+
+/* An engine that recomputes its whole prefix at every decode step: right
+ * answers (stages 1-5 and the deployment run pass), but its decode cost
+ * grows with the context; the default decode-growth gate (6d) fails it. */
+START_TEST(test_recompute_prefix_fails_gate) {
+  ck_assert_int_eq(g_gen_rc, 0);
+  static const char *const edits[] = {
+      "struct mi_seq {\n  int64_t n_ctx, len;", "struct mi_seq {\n  int64_t n_ctx, len;\n  int32_t *hist; /* every token so far */",
+      "  memset(s, 0, sizeof *s);\n  s->n_ctx = n_ctx;",
+      "  memset(s, 0, sizeof *s);\n  s->n_ctx = n_ctx;\n  s->hist = m->host->alloc((size_t)n_ctx * sizeof(int32_t), 64);",
+      "  for (int64_t done = 0; done < n;) {",
+      "  memcpy(s->hist + s->len, ids, (size_t)n * sizeof(int32_t));\n  if (!all_logits) {\n    n += s->len;\n    ids = s->hist;\n    s->len = 0;\n  }\n  for (int64_t done = 0; done < n;) {",
+      NULL};
+  char src[1400], out[1400], rd[1400];
+  edited_source("recompute", edits, src, sizeof src);
+  snprintf(out, sizeof out, "%s/out-recompute", g_tmp);
+  snprintf(rd, sizeof rd, "%s/run-recompute", g_tmp);
+  res r = gen_candidate(src, out, rd);
+  ck_assert_msg(r.rc == 4, "exit %d\n%s", r.rc, r.err);
+  ck_assert_msg(strstr(r.err, "stage 4d") && strstr(r.err, "verification failed at stage 6d"), "%s", r.err);
+  res_free(&r);
+}
+END_TEST
+
+/* TP 2: generated, verified under mpirun, and run as a TP deployment runs:
+ * identical greedy tokens to the plugin at TP 1, logprobs within 1e-4 (the
+ * all-reduce sums in another order); at TP 1 it refuses in one line. */
+START_TEST(test_tp2) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+  /* OpenMPI's components leak by design under LeakSanitizer (see tests/tp) */
+  char asan[1024];
+  snprintf(asan, sizeof asan, "%s%sdetect_leaks=0", getenv("ASAN_OPTIONS") ?: "", getenv("ASAN_OPTIONS") ? ":" : "");
+  setenv("ASAN_OPTIONS", asan, 1);
+  char out[1400];
+  snprintf(out, sizeof out, "%s/engine-tp2", g_tmp);
+  const char *gen[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "2", "--out", out, "--ckb", g_ckb,
+                       "--seed", "6", NULL};
+  res r = run("mi-gen", gen, 900);
+  ck_assert_msg(r.rc == 0, "mi-gen --tp 2 exited %d:\n%s", r.rc, r.err);
+  ck_assert_msg(strstr(r.err, "mpirun -np 2"), "%s", r.err);
+  res_free(&r);
+  char exe[1200];
+  snprintf(exe, sizeof exe, "%s/bin/mi-run", g_build);
+  const char *a[] = {"-np", "2", "--oversubscribe", "--bind-to", "none", exe, "--plugin-dir", out, "-m", g_model, "-p",
+                     "Once upon a time, in a land far away", "-n", "16", "--temp", "0", "--json", "--top-logprobs", "5",
+                     "--ignore-eos", "--tp", "2", "-t", "1", NULL};
+  char save[1200];
+  snprintf(save, sizeof save, "%s", g_build);
+  /* run() prefixes build/bin: call mpirun through a path outside it */
+  snprintf(g_build, sizeof g_build, "/usr");
+  res ra = run("mpirun", a, 300);
+  snprintf(g_build, sizeof g_build, "%s", save);
+  const char *b[] = {"-m", g_model, "-p", "Once upon a time, in a land far away", "-n", "16", "--temp", "0", "--json",
+                     "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
+  res rb = run("mi-run", b, 120);
+  ck_assert_msg(ra.rc == 0 && rb.rc == 0, "tp2 %d: %s / tp1 %d: %s", ra.rc, ra.err, rb.rc, rb.err);
+  char *sa, *sb2;
+  char *la = strtok_r(ra.out, "\n", &sa), *lb = strtok_r(rb.out, "\n", &sb2);
+  int steps = 0;
+  for (; la && lb; la = strtok_r(NULL, "\n", &sa), lb = strtok_r(NULL, "\n", &sb2)) {
+    json_t *ja = json_loads(la, 0, NULL), *jb = json_loads(lb, 0, NULL);
+    ck_assert(ja && jb);
+    if (json_object_get(ja, "token_id")) {
+      steps++;
+      ck_assert_int_eq(json_integer_value(json_object_get(ja, "token_id")), json_integer_value(json_object_get(jb, "token_id")));
+      for (size_t i = 0; i < 5; i++) {
+        json_t *x = json_array_get(json_object_get(ja, "top_logprobs"), i), *y = json_array_get(json_object_get(jb, "top_logprobs"), i);
+        double d = json_number_value(json_array_get(x, 1)) - json_number_value(json_array_get(y, 1));
+        ck_assert_msg(d < 1e-4 && d > -1e-4, "step %d: logprob differs by %g", steps, d);
+      }
+    }
+    json_decref(ja), json_decref(jb);
+  }
+  ck_assert_int_eq(steps, 16);
+  res_free(&ra), res_free(&rb);
+  const char *one[] = {"--plugin-dir", out, "-m", g_model, "-p", "hi", "-n", "2", NULL};
+  r = run("mi-run", one, 60);
+  ck_assert_int_ne(r.rc, 0);
+  ck_assert_msg(strstr(r.err, "was generated for --tp 2 only"), "%s", r.err);
+  res_free(&r);
+}
+END_TEST
+
+START_TEST(test_bad_constraints) {
+  char notcov[1300];
+  snprintf(notcov, sizeof notcov, "%s/llama", g_tmp);
+  sh("mkdir -p '%s' && cp '%s'/* '%s'/ && sed -i 's/Qwen3ForCausalLM/LlamaForCausalLM/' '%s/config.json'", notcov, g_model,
+     notcov, notcov);
+  static const struct {
+    const char *opt, *val;
+    int rc;
+    const char *msg;
+  } cases[] = {
+      {"--platform", "tpu9", 5, "unknown platform"},
+      {"--dtype", "u8", 6, "not offered"},
+      {"--kv-type", "f16", 6, "KV type"},
+      {"--tp", "3", 7, "does not divide"},
+      {"--perf", "speed>=2", 8, "--perf"},
+      {"--model", NULL, 3, "not covered"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char out[1400];
+    snprintf(out, sizeof out, "%s/bad-%zu", g_tmp, i);
+    const char *a[24] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "1", "--out", out, "--ckb", g_ckb};
+    int n = 12;
+    int replaced = 0;
+    for (int k = 0; k < n; k += 2)
+      if (!strcmp(a[k], cases[i].opt)) a[k + 1] = cases[i].val ? cases[i].val : notcov, replaced = 1;
+    if (!replaced) a[n++] = cases[i].opt, a[n++] = cases[i].val;
+    a[n] = NULL;
+    res r = run("mi-gen", a, 60);
+    ck_assert_msg(r.rc == cases[i].rc, "%s %s: exit %d, want %d\n%s", cases[i].opt, cases[i].val ? cases[i].val : notcov, r.rc,
+                  cases[i].rc, r.err);
+    ck_assert_msg(strstr(r.err, cases[i].msg), "%s: %s", cases[i].opt, r.err);
+    if (cases[i].rc != 3) ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "not one line: %s", r.err);
+    res_free(&r);
+  }
+  const char *u[] = {"--model", g_model, NULL};
+  res r = run("mi-gen", u, 30);
+  ck_assert_int_eq(r.rc, 2);
+  res_free(&r);
+}
+END_TEST
+
+/* The fixture's run, cut right after its candidate was recorded (as a kill
+ * during verification leaves it), resumes to the same source and library. */
+START_TEST(test_resume_same_hash) {
+  ck_assert_int_eq(g_gen_rc, 0);
+  char rd[1400], j[1500], out[1400], man[1500];
+  snprintf(rd, sizeof rd, "%s/run-cut", g_tmp);
+  snprintf(out, sizeof out, "%s/engine-resumed", g_tmp);
+  sh("cp -r '%s/run' '%s'", g_out, rd);
+  snprintf(j, sizeof j, "%s/journal.jsonl", rd);
+  int bad = 0;
+  json_t *lines = mi_bb_read_journal(rd, &bad);
+  ck_assert_ptr_nonnull(lines);
+  FILE *f = fopen(j, "w");
+  size_t i;
+  json_t *l;
+  json_array_foreach(lines, i, l) {
+    const char *ev = json_string_value(json_object_get(l, "event"));
+    if (!strcmp(ev, "start")) json_object_set_new(l, "out", json_string(out));
+    char *t = json_dumps(l, JSON_COMPACT);
+    fprintf(f, "%s\n", t);
+    free(t);
+    if (!strcmp(ev, "candidate")) break;
+  }
+  fclose(f);
+  json_decref(lines);
+  const char *a[] = {"--resume", rd, NULL};
+  res r = run("mi-gen", a, 600);
+  ck_assert_msg(r.rc == 0, "exit %d\n%s", r.rc, r.err);
+  res_free(&r);
+  snprintf(man, sizeof man, "%s/manifest.json", out);
+  json_t *m1 = json_load_file(man, 0, NULL);
+  snprintf(man, sizeof man, "%s/manifest.json", g_out);
+  json_t *m0 = json_load_file(man, 0, NULL);
+  ck_assert_ptr_nonnull(m1);
+  ck_assert_msg(json_equal(json_object_get(m0, "hashes"), json_object_get(m1, "hashes")), "the resumed run made another engine");
+  json_decref(m0), json_decref(m1);
+}
+END_TEST
+
+int main(void) {
+  setup_all();
+  Suite *s = suite_create("gen");
+  TCase *t = tcase_create("gen");
+  tcase_set_timeout(t, 900);
+  tcase_add_test(t, test_generate);
+  tcase_add_test(t, test_engine_equals_plugin);
+  tcase_add_test(t, test_engine_refuses_other_config);
+  tcase_add_test(t, test_broken_sources_rejected_by_review);
+  tcase_add_test(t, test_wrong_math_and_fake_pass);
+  tcase_add_test(t, test_recompute_prefix_fails_gate);
+  tcase_add_test(t, test_tp2);
+  tcase_add_test(t, test_bad_constraints);
+  tcase_add_test(t, test_resume_same_hash);
+  suite_add_tcase(s, t);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  teardown_all();
+  return failed ? 1 : 0;
+}
