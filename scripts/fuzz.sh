@@ -23,7 +23,7 @@ shift || true
 case "$SECS" in '' | *[!0-9]*) echo "fuzz.sh: SECONDS_PER_HARNESS must be a number" >&2; exit 2 ;; esac
 BUILD=${MI_FUZZ_BUILD:-build-fuzz}
 NICE=${MI_FUZZ_NICE:-0}
-ALL=(safetensors st_index qwen3_config tokenizer_load tokenizer_codec conf ckb_entry expr)
+ALL=(safetensors st_index qwen3_config tokenizer_load tokenizer_codec conf ckb_entry expr serve_req)
 HARNESSES=("$@")
 [ ${#HARNESSES[@]} -gt 0 ] || HARNESSES=("${ALL[@]}")
 

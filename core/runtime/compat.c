@@ -60,7 +60,9 @@ size_t mi_platform_iface_min_size(unsigned minor) {
 }
 
 size_t mi_model_iface_min_size(unsigned minor) {
-  return minor >= 2 ? END_OF(mi_model_iface, platform_needs) : END_OF(mi_model_iface, forward);
+  return minor >= 3   ? END_OF(mi_model_iface, forward_batch)
+         : minor >= 2 ? END_OF(mi_model_iface, platform_needs)
+                      : END_OF(mi_model_iface, forward);
 }
 
 /* The model's list, or NULL when the plugin predates ABI 1.2. */

@@ -358,9 +358,57 @@ static int logits_finite(const float *l, int64_t n) {
   return !(bad & 0x80000000u);
 }
 
-int mi_generate(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_gen_params *p,
-                mi_gen_cb cb, void *user, mi_gen_stats *st, char *err, size_t err_len) {
-  memset(st, 0, sizeof *st);
+struct mi_gen {
+  mi_session *e;
+  mi_gen_params p;
+  mi_gen_stats st;
+  mi_seq *seq;
+  mi_sampler *smp;
+  float *logits;
+  int32_t *hist;
+  size_t n_hist;
+  int k;
+  int32_t *top_ids;
+  double *top_lps;
+  size_t tok_cap;
+  char *tok_text;
+  size_t pend_cap, pend_len, show;
+  char *pend;
+  mi_tok_stream ts;
+  double t0, t_first;
+  int64_t step;
+  int32_t last;
+  int is_eos, stop_hit, done;
+};
+
+void mi_gen_end(mi_gen *g, mi_gen_stats *st) {
+  if (!g) return;
+  if (st) {
+    if (g->st.n_gen > 0) g->st.decode_s = mi_now_seconds() - g->t_first;
+    /* whatever was held back (a partial stop-string prefix, a partial UTF-8 tail) */
+    if (g->pend) {
+      int fl = mi_tok_stream_flush(&g->ts, g->pend + g->pend_len, g->pend_cap - g->pend_len);
+      if (fl > 0) g->pend_len += (size_t)fl;
+      if (g->pend_len >= sizeof g->st.tail) g->pend_len = sizeof g->st.tail - 1;
+      memcpy(g->st.tail, g->pend, g->pend_len);
+      g->st.tail[g->pend_len] = 0;
+    }
+    *st = g->st;
+  }
+  if (g->seq) g->e->M->seq_destroy(g->e->model, g->seq);
+  mi_sampler_free(g->smp);
+  free(g->logits);
+  free(g->hist);
+  free(g->top_ids);
+  free(g->top_lps);
+  free(g->tok_text);
+  free(g->pend);
+  free(g);
+}
+
+int mi_gen_begin(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_gen_params *p,
+                 mi_gen **out, char *err, size_t err_len) {
+  *out = NULL;
   const int64_t V = e->info.vocab_size;
   if (n_prompt == 0) {
     snprintf(err, err_len, "the prompt is empty");
@@ -380,28 +428,33 @@ int mi_generate(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_
              n_prompt, (long long)n_ctx);
     return -1;
   }
-  st->n_ctx = n_ctx;
-  st->n_prompt = (int64_t)n_prompt;
-
-  int rc = -1;
-  mi_seq *seq = NULL;
-  mi_sampler *smp = mi_sampler_create(&p->sampling, V);
-  float *logits = malloc((size_t)V * sizeof(float));
-  int32_t *hist = malloc((size_t)n_ctx * sizeof(int32_t) + 4);
-  int k = p->top_logprobs > 0 ? p->top_logprobs : 0;
-  int32_t *top_ids = malloc((size_t)(k + 1) * sizeof(int32_t));
-  double *top_lps = malloc((size_t)(k + 1) * sizeof(double));
-  size_t tok_cap = mi_tok_stream_max_out(e->tok) + 4;
-  char *tok_text = malloc(tok_cap);
+  mi_gen *g = calloc(1, sizeof *g);
+  if (!g) {
+    snprintf(err, err_len, "out of memory");
+    return -1;
+  }
+  g->e = e;
+  g->p = *p;
+  g->st.n_ctx = n_ctx;
+  g->st.n_prompt = (int64_t)n_prompt;
+  g->smp = mi_sampler_create(&p->sampling, V);
+  g->logits = malloc((size_t)V * sizeof(float));
+  g->hist = malloc((size_t)n_ctx * sizeof(int32_t) + 4);
+  g->k = p->top_logprobs > 0 ? p->top_logprobs : 0;
+  g->top_ids = malloc((size_t)(g->k + 1) * sizeof(int32_t));
+  g->top_lps = malloc((size_t)(g->k + 1) * sizeof(double));
+  g->tok_cap = mi_tok_stream_max_out(e->tok) + 4;
+  g->tok_text = malloc(g->tok_cap);
   /* visible text not yet shown: at most the longest stop string + a token */
   size_t max_stop = 0;
   for (size_t i = 0; i < p->n_stop; i++)
     if (strlen(p->stop[i]) > max_stop) max_stop = strlen(p->stop[i]);
-  size_t pend_cap = max_stop + tok_cap + 8, pend_len = 0;
-  char *pend = malloc(pend_cap);
-  if (!smp || !logits || !hist || !top_ids || !top_lps || !tok_text || !pend) {
+  g->pend_cap = max_stop + g->tok_cap + 8;
+  g->pend = malloc(g->pend_cap);
+  if (!g->smp || !g->logits || !g->hist || !g->top_ids || !g->top_lps || !g->tok_text ||
+      !g->pend) {
     snprintf(err, err_len, "out of memory");
-    goto done;
+    goto fail;
   }
   if (e->mem_host && e->mem_avail) {
     /* the KV cache (and fixed state) on top of what the session holds now */
@@ -418,117 +471,151 @@ int mi_generate(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_
                "lower -c%s",
                e->model_dir, need, (long long)n_ctx, kvs, inuse, have, e->mem_source,
                strcmp(e->mem_source, "--mem-limit") ? " or override with --mem-limit" : "");
-      goto done;
+      goto fail;
     }
   }
-  if (e->M->seq_create(e->model, n_ctx, &seq, err, err_len) != 0) goto done;
-  memcpy(hist, prompt, n_prompt * sizeof(int32_t));
-  size_t n_hist = n_prompt;
-  mi_tok_stream ts;
-  mi_tok_stream_init(&ts, e->tok);
+  if (e->M->seq_create(e->model, n_ctx, &g->seq, err, err_len) != 0) goto fail;
+  memcpy(g->hist, prompt, n_prompt * sizeof(int32_t));
+  g->n_hist = n_prompt;
+  mi_tok_stream_init(&g->ts, e->tok);
 
-  double t0 = mi_now_seconds();
-  if (e->M->forward(e->model, seq, prompt, (int64_t)n_prompt, logits, 0, err, err_len) != 0)
-    goto done;
-  st->prefill_s = mi_now_seconds() - t0;
-  if (!logits_finite(logits, V)) {
+  g->t0 = mi_now_seconds();
+  if (e->M->forward(e->model, g->seq, prompt, (int64_t)n_prompt, g->logits, 0, err, err_len) != 0)
+    goto fail;
+  g->st.prefill_s = mi_now_seconds() - g->t0;
+  if (!logits_finite(g->logits, V)) {
     snprintf(err, err_len,
              "%s: step 0 (prefill): the logits are not finite (NaN or infinity): broken weights?",
              e->model_dir);
-    goto done;
+    goto fail;
   }
-  double t_first = 0;
-  st->stop_reason = "length";
-  for (int64_t step = 0; p->n_predict < 0 || step < p->n_predict; step++) {
-    int32_t id = mi_sampler_sample(smp, logits, hist, n_hist);
-    /* every rank continues with rank 0's choice, whatever rounding did */
-    if (e->tp_size > 1 && e->P->broadcast(e->pc, NULL, &id, sizeof id, 0) != 0) {
-      snprintf(err, err_len, "broadcast of the sampled token failed: %s", e->P->last_error(e->pc));
-      goto done;
+  g->st.stop_reason = "length";
+  g->done = p->n_predict == 0;
+  *out = g;
+  return 0;
+fail:
+  mi_gen_end(g, NULL);
+  return -1;
+}
+
+int mi_gen_done(const mi_gen *g) { return g->done; }
+mi_seq *mi_gen_seq(mi_gen *g) { return g->seq; }
+float *mi_gen_logits(mi_gen *g) { return g->logits; }
+int32_t mi_gen_last(const mi_gen *g) { return g->last; }
+const mi_gen_stats *mi_gen_stats_now(const mi_gen *g) { return &g->st; }
+
+int mi_gen_sample(mi_gen *g, mi_gen_token *tok, char *err, size_t err_len) {
+  mi_session *e = g->e;
+  const mi_gen_params *p = &g->p;
+  const int64_t V = e->info.vocab_size;
+  int32_t id = mi_sampler_sample(g->smp, g->logits, g->hist, g->n_hist);
+  /* every rank continues with rank 0's choice, whatever rounding did */
+  if (e->tp_size > 1 && e->P->broadcast(e->pc, NULL, &id, sizeof id, 0) != 0) {
+    snprintf(err, err_len, "broadcast of the sampled token failed: %s", e->P->last_error(e->pc));
+    return -1;
+  }
+  mi_gen_token t = {.step = g->step, .id = id, .top_ids = g->top_ids, .top_lps = g->top_lps};
+  t.n_top = mi_logprobs_topk(g->logits, V, id, &t.logprob, g->k, g->top_ids, g->top_lps);
+  if (g->step == 0) {
+    g->t_first = mi_now_seconds();
+    g->st.ttft_s = g->t_first - g->t0;
+  }
+  g->st.n_gen++;
+  g->hist[g->n_hist++] = id;
+  g->last = id;
+  g->is_eos = mi_session_is_eos(e, id);
+  /* Ids past the tokenizer's vocabulary but inside the model's (Qwen pads
+   * its embedding to 151936 rows) have no text: they decode to nothing,
+   * as in Hugging Face. */
+  int n = id < (int32_t)mi_tokenizer_vocab_size(e->tok)
+              ? mi_tok_stream_feed(&g->ts, id, g->tok_text, g->tok_cap)
+              : 0;
+  if (n < 0) {
+    snprintf(err, err_len, "token id %d cannot be decoded by the tokenizer", id);
+    return -1;
+  }
+  t.text = g->tok_text;
+  t.text_len = (size_t)n;
+  /* stop strings: look for one in pending + this text; hold back what
+   * may still turn into one. */
+  char *pend = g->pend;
+  g->stop_hit = 0;
+  memcpy(pend + g->pend_len, g->tok_text, (size_t)n);
+  g->pend_len += (size_t)n;
+  size_t show = g->pend_len;
+  for (size_t s = 0; s < p->n_stop; s++) {
+    const char *hit = memmem(pend, g->pend_len, p->stop[s], strlen(p->stop[s]));
+    if (hit && (size_t)(hit - pend) <= show) {
+      show = (size_t)(hit - pend);
+      g->stop_hit = 1;
     }
-    mi_gen_token t = {.step = step, .id = id, .top_ids = top_ids, .top_lps = top_lps};
-    t.n_top = mi_logprobs_topk(logits, V, id, &t.logprob, k, top_ids, top_lps);
-    if (step == 0) {
-      t_first = mi_now_seconds();
-      st->ttft_s = t_first - t0;
-    }
-    st->n_gen++;
-    hist[n_hist++] = id;
-    int is_eos = mi_session_is_eos(e, id);
-    /* Ids past the tokenizer's vocabulary but inside the model's (Qwen pads
-     * its embedding to 151936 rows) have no text: they decode to nothing,
-     * as in Hugging Face. */
-    int n = id < (int32_t)mi_tokenizer_vocab_size(e->tok)
-                ? mi_tok_stream_feed(&ts, id, tok_text, tok_cap)
-                : 0;
-    if (n < 0) {
-      snprintf(err, err_len, "token id %d cannot be decoded by the tokenizer", id);
-      goto done;
-    }
-    t.text = tok_text;
-    t.text_len = (size_t)n;
-    /* stop strings: look for one in pending + this text; hold back what
-     * may still turn into one. */
-    int stop_hit = 0;
-    memcpy(pend + pend_len, tok_text, (size_t)n);
-    pend_len += (size_t)n;
-    size_t show = pend_len;
-    for (size_t s = 0; s < p->n_stop; s++) {
-      const char *hit = memmem(pend, pend_len, p->stop[s], strlen(p->stop[s]));
-      if (hit && (size_t)(hit - pend) <= show) {
-        show = (size_t)(hit - pend);
-        stop_hit = 1;
-      }
-    }
-    if (!stop_hit) show = pend_len - stop_holdback(pend, pend_len, p->stop, p->n_stop);
-    t.visible = pend;
-    t.visible_len = (is_eos && !p->ignore_eos) ? 0 : show;
+  }
+  if (!g->stop_hit) show = g->pend_len - stop_holdback(pend, g->pend_len, p->stop, p->n_stop);
+  g->show = show;
+  t.visible = pend;
+  t.visible_len = (g->is_eos && !p->ignore_eos) ? 0 : show;
+  *tok = t;
+  return 0;
+}
+
+int mi_gen_advance(mi_gen *g, int cb_stop) {
+  const mi_gen_params *p = &g->p;
+  memmove(g->pend, g->pend + g->show, g->pend_len - g->show);
+  g->pend_len -= g->show;
+  g->show = 0;
+  int64_t step = g->step++;
+  g->done = 1;
+  if (g->is_eos && !p->ignore_eos) {
+    g->st.stop_reason = "eos";
+    g->pend_len = 0;
+    return 0;
+  }
+  if (g->stop_hit) {
+    g->st.stop_reason = "stop string";
+    g->pend_len = 0;
+    return 0;
+  }
+  if (cb_stop) {
+    g->st.stop_reason = "callback";
+    return 0;
+  }
+  if (p->n_predict >= 0 && step + 1 >= p->n_predict) return 0;
+  if (g->e->M->seq_len(g->e->model, g->seq) >= g->st.n_ctx) {
+    g->st.stop_reason = "context full";
+    return 0;
+  }
+  g->done = 0;
+  return 1;
+}
+
+int mi_gen_check_logits(mi_gen *g, char *err, size_t err_len) {
+  if (logits_finite(g->logits, g->e->info.vocab_size)) return 0;
+  snprintf(err, err_len, "%s: step %lld: the logits are not finite (NaN or infinity): broken weights?",
+           g->e->model_dir, (long long)g->step);
+  return -1;
+}
+
+int mi_gen_forward(mi_gen *g, char *err, size_t err_len) {
+  if (g->e->M->forward(g->e->model, g->seq, &g->last, 1, g->logits, 0, err, err_len) != 0)
+    return -1;
+  return mi_gen_check_logits(g, err, err_len);
+}
+
+int mi_generate(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_gen_params *p,
+                mi_gen_cb cb, void *user, mi_gen_stats *st, char *err, size_t err_len) {
+  memset(st, 0, sizeof *st);
+  mi_gen *g;
+  if (mi_gen_begin(e, prompt, n_prompt, p, &g, err, err_len) != 0) return -1;
+  while (!mi_gen_done(g)) {
+    mi_gen_token t;
+    if (mi_gen_sample(g, &t, err, err_len) != 0) goto fail;
     int cb_stop = cb ? cb(user, &t) : 0;
-    memmove(pend, pend + show, pend_len - show);
-    pend_len -= show;
-    if (is_eos && !p->ignore_eos) {
-      st->stop_reason = "eos";
-      pend_len = 0;
-      break;
-    }
-    if (stop_hit) {
-      st->stop_reason = "stop string";
-      pend_len = 0;
-      break;
-    }
-    if (cb_stop) {
-      st->stop_reason = "callback";
-      break;
-    }
-    if (p->n_predict >= 0 && step + 1 >= p->n_predict) break;
-    if (e->M->seq_len(e->model, seq) >= n_ctx) {
-      st->stop_reason = "context full";
-      break;
-    }
-    if (e->M->forward(e->model, seq, &id, 1, logits, 0, err, err_len) != 0) goto done;
-    if (!logits_finite(logits, V)) {
-      snprintf(err, err_len,
-               "%s: step %lld: the logits are not finite (NaN or infinity): broken weights?",
-               e->model_dir, (long long)step + 1);
-      goto done;
-    }
+    if (!mi_gen_advance(g, cb_stop)) break;
+    if (mi_gen_forward(g, err, err_len) != 0) goto fail;
   }
-  if (st->n_gen > 0) st->decode_s = mi_now_seconds() - t_first;
-  /* whatever was held back (a partial stop-string prefix, a partial UTF-8 tail) */
-  int fl = mi_tok_stream_flush(&ts, pend + pend_len, pend_cap - pend_len);
-  if (fl > 0) pend_len += (size_t)fl;
-  if (pend_len >= sizeof st->tail) pend_len = sizeof st->tail - 1;
-  memcpy(st->tail, pend, pend_len);
-  st->tail[pend_len] = 0;
-  rc = 0;
-done:
-  if (seq) e->M->seq_destroy(e->model, seq);
-  mi_sampler_free(smp);
-  free(logits);
-  free(hist);
-  free(top_ids);
-  free(top_lps);
-  free(tok_text);
-  free(pend);
-  return rc;
+  mi_gen_end(g, st);
+  return 0;
+fail:
+  mi_gen_end(g, NULL);
+  return -1;
 }

@@ -100,6 +100,32 @@ typedef struct mi_gen_stats {
 int mi_generate(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_gen_params *p,
                 mi_gen_cb cb, void *user, mi_gen_stats *st, char *err, size_t err_len);
 
+/* The same loop one step at a time, for a caller that interleaves many
+ * sequences (mi-serve); mi_generate is built on it.
+ *   mi_gen_begin   checks, allocates, creates the sequence, runs the prompt
+ *   mi_gen_sample  samples from the current logits and fills *t (valid
+ *                  until the next call)
+ *   mi_gen_advance decides whether generation goes on (cb_stop: the caller
+ *                  asks to stop); 1: the sampled token (mi_gen_last) must be
+ *                  fed, by mi_gen_forward or by the caller into
+ *                  mi_gen_seq/mi_gen_logits; 0: finished (stop_reason set)
+ *   mi_gen_end     frees; with st, flushes the held-back tail into st->tail */
+typedef struct mi_gen mi_gen;
+int mi_gen_begin(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_gen_params *p,
+                 mi_gen **out, char *err, size_t err_len);
+int mi_gen_done(const mi_gen *g);
+int mi_gen_sample(mi_gen *g, mi_gen_token *t, char *err, size_t err_len);
+int mi_gen_advance(mi_gen *g, int cb_stop);
+int mi_gen_forward(mi_gen *g, char *err, size_t err_len); /* + mi_gen_check_logits */
+/* After the caller fed the token itself (e.g. forward_batch into
+ * mi_gen_logits): -1 with a line when the logits hold a NaN or infinity. */
+int mi_gen_check_logits(mi_gen *g, char *err, size_t err_len);
+mi_seq *mi_gen_seq(mi_gen *g);
+float *mi_gen_logits(mi_gen *g); /* [vocab]: where the next step's logits go */
+int32_t mi_gen_last(const mi_gen *g);
+const mi_gen_stats *mi_gen_stats_now(const mi_gen *g);
+void mi_gen_end(mi_gen *g, mi_gen_stats *st);
+
 /* Peak resident set size of this process, in bytes. */
 uint64_t mi_peak_rss_bytes(void);
 double mi_now_seconds(void);

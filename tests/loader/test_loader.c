@@ -2,8 +2,8 @@
  * reason and one log line naming the file, the good one loads and computes,
  * required vs optional, plugins.conf resolution, and the search order.
  * Test plugins live in $MI_BUILD_DIR/tests/plugins (tests/loader/plugins/).
- * Expected texts are written for ABI 1.2 (the test plugins use major+1 and
- * minor+5). */
+ * The test plugins use major+1 and minor+5; the expected texts follow
+ * MI_ABI_MINOR. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <math.h>
@@ -13,6 +13,9 @@
 
 #include "core/runtime/compat.h"
 #include "core/runtime/host.h"
+
+#define MI_STR2(x) #x
+#define MI_STR(x) MI_STR2(x)
 #include "core/runtime/loader.h"
 #include "mi/platform.h"
 #include "test_helpers.h"
@@ -99,7 +102,7 @@ static const struct {
     {"libmi-bad-nulldesc.so", MI_PLUGIN_REJECTED, {"no descriptor", "returned NULL"}, 0},
     {"libmi-bad-major.so", MI_PLUGIN_REJECTED, {"ABI major 2, this core speaks 1"}, 0},
     {"libmi-bad-minor.so", MI_PLUGIN_REJECTED,
-     {"built for ABI 1.7, this core is 1.2: upgrade MetaInfer"}, 0},
+     {"built for ABI 1.", ", this core is 1." MI_STR(MI_ABI_MINOR) ": upgrade MetaInfer"}, 0},
     {"libmi-bad-size.so", MI_PLUGIN_REJECTED,
      {"struct_size 16", "smaller than the ABI 1.0 descriptor"}, 0},
     {"libmi-bad-kind.so", MI_PLUGIN_REJECTED, {"kind 9 is not a known plugin kind"}, 0},
@@ -111,7 +114,7 @@ static const struct {
     {"libmi-bad-probe0.so", MI_PLUGIN_UNSUITED, {"probe scored 0: no fake accelerator found"}, 0},
     {"libmi-bad-ifacenull.so", MI_PLUGIN_REJECTED, {"get_iface returned NULL"}, 1},
     {"libmi-bad-ifacesmall.so", MI_PLUGIN_REJECTED,
-     {"platform interface struct_size 8", "smaller than the ABI 1.2 interface"}, 1},
+     {"platform interface struct_size 8", "smaller than the ABI 1." MI_STR(MI_ABI_MINOR) " interface"}, 1},
 };
 #define N_BROKEN ((int)(sizeof broken / sizeof broken[0]))
 
@@ -610,7 +613,9 @@ START_TEST(interface_sizes_follow_the_member_list) {
   ck_assert_uint_eq(mi_platform_iface_min_size(1), sizeof(mi_platform_iface));
   ck_assert_uint_eq(mi_platform_iface_min_size(MI_ABI_MINOR), sizeof(mi_platform_iface));
   ck_assert_uint_eq(mi_model_iface_min_size(1), END_OF(mi_model_iface, forward));
-  ck_assert_uint_eq(mi_model_iface_min_size(2), sizeof(mi_model_iface));
+  ck_assert_uint_eq(mi_model_iface_min_size(2), END_OF(mi_model_iface, platform_needs));
+  ck_assert_uint_eq(mi_model_iface_min_size(3), END_OF(mi_model_iface, forward_batch));
+  ck_assert_uint_eq(mi_model_iface_min_size(MI_ABI_MINOR), sizeof(mi_model_iface));
   ck_assert_int_eq(mi_platform_member_offset("convert"), (long)offsetof(mi_platform_iface, convert));
   ck_assert_int_eq(mi_platform_member_offset("variant"), (long)offsetof(mi_platform_iface, variant));
   ck_assert_int_eq(mi_platform_member_offset("struct_size"), -1);

@@ -79,6 +79,8 @@ int qwen3_seq_create(qwen3_model *m, int64_t n_ctx, qwen3_seq **out, char *err, 
 void qwen3_seq_destroy(qwen3_model *m, qwen3_seq *s);
 int qwen3_forward(qwen3_model *m, qwen3_seq *s, const int32_t *ids, int64_t n, float *logits,
                   int all_logits, char *err, size_t err_len);
+int qwen3_forward_batch(qwen3_model *m, qwen3_seq *const *seqs, const int32_t *ids, int64_t n,
+                        float *const *logits, char *err, size_t err_len);
 
 static inline const char *q3_shape_str(const mi_weight_info *wi) {
   static __thread char buf[128];

@@ -273,8 +273,8 @@ static int alloc_scratch(qwen3_model *m, char *err, size_t err_len) {
       alloc_buf(m, B * sizeof(int32_t), &s->b_pos, (void **)&s->pos, err, err_len))   /* [B] */
     return -1;
   const size_t kvd = (size_t)(m->nkv_l * c->head_dim);
-  if (m->kv_dtype != MI_DTYPE_F32 &&
-      (alloc_buf(m, B * kvd * f, &s->b_kn, (void **)&s->kn, err, err_len) ||  /* [B,nkv,hd] */
+  /* also the batched decode step's new keys/values, whatever the cache type */
+  if ((alloc_buf(m, B * kvd * f, &s->b_kn, (void **)&s->kn, err, err_len) ||  /* [B,nkv,hd] */
        alloc_buf(m, B * kvd * f, &s->b_vn, (void **)&s->vn, err, err_len)))   /* [B,nkv,hd] */
     return -1;
   m->pos_host = malloc(B * sizeof(int32_t));
@@ -562,6 +562,120 @@ int qwen3_forward(qwen3_model *m, qwen3_seq *seq, const int32_t *ids, int64_t n,
     } else if (logits && done + T == n) {
       if (compute_logits(m, T - 1, 1, logits, err, err_len) != 0) return -1;
     }
+    done += T;
+  }
+  return 0;
+}
+
+/* One decode step for n distinct sequences (n ≤ batch): rows share every
+ * matmul; RoPE takes each row's own position; each row's key/value goes to
+ * its own cache and attends over it alone. */
+static int forward_step_rows(qwen3_model *m, qwen3_seq *const *seqs, const int32_t *ids,
+                             int64_t T, float *const *logits, char *err, size_t err_len) {
+  const mi_platform_iface *P = m->P;
+  void *pc = m->pc;
+  const qwen3_config *c = &m->cfg;
+  q3_scratch *s = &m->s;
+  const int64_t H = c->hidden, hd = c->head_dim, nh = m->nh_l, nkv = m->nkv_l;
+  const int64_t qdim = nh * hd, kvdim = nkv * hd, F = m->ffn_l;
+  const int tp = m->tp_size > 1;
+  const float eps = (float)c->eps, theta = (float)c->rope_theta;
+  const float att_scale = (float)(1.0 / sqrt((double)hd));
+  const size_t esz = mi_dtype_size(m->kv_dtype);
+
+  for (int64_t t = 0; t < T; t++) m->pos_host[t] = (int32_t)seqs[t]->len;
+  CHECK_K(P->memcpy_h2d(pc, NULL, s->ids, ids, (size_t)T * sizeof(int32_t)));
+  CHECK_K(P->memcpy_h2d(pc, NULL, s->pos, m->pos_host, (size_t)T * sizeof(int32_t)));
+  CHECK_K(P->embed(pc, NULL, s->x, m->embed.ptr, m->embed.dtype, s->ids, T, c->vocab, H));
+  for (int64_t l = 0; l < c->n_layers; l++) {
+    const q3_layer *L = &m->layers[l];
+    CHECK_K(P->rmsnorm(pc, NULL, s->h, s->x, L->attn_norm.ptr, T, H, eps, 0.0f));
+    CHECK_K(P->matmul(pc, NULL, s->q, s->h, L->wq.ptr, L->wq.dtype, T, qdim, H));
+    CHECK_K(P->matmul(pc, NULL, s->kn, s->h, L->wk.ptr, L->wk.dtype, T, kvdim, H));
+    CHECK_K(P->matmul(pc, NULL, s->vn, s->h, L->wv.ptr, L->wv.dtype, T, kvdim, H));
+    CHECK_K(P->rmsnorm(pc, NULL, s->q, s->q, L->q_norm.ptr, T * nh, hd, eps, 0.0f));
+    CHECK_K(P->rmsnorm(pc, NULL, s->kn, s->kn, L->k_norm.ptr, T * nkv, hd, eps, 0.0f));
+    CHECK_K(P->rope(pc, NULL, s->q, s->pos, T, nh, qdim, hd, hd, theta));
+    CHECK_K(P->rope(pc, NULL, s->kn, s->pos, T, nkv, kvdim, hd, hd, theta));
+    for (int64_t t = 0; t < T; t++) {
+      qwen3_seq *sq = seqs[t];
+      char *kc = sq->kv + (size_t)l * 2 * sq->n_ctx * kvdim * esz;
+      char *vc = kc + (size_t)sq->n_ctx * kvdim * esz;
+      char *kd = kc + (size_t)sq->len * kvdim * esz, *vd = vc + (size_t)sq->len * kvdim * esz;
+      const float *ks = s->kn + (size_t)t * kvdim, *vs = s->vn + (size_t)t * kvdim;
+      if (m->kv_dtype == MI_DTYPE_F32) {
+        CHECK_K(P->memcpy_d2d(pc, NULL, kd, ks, (size_t)kvdim * sizeof(float)));
+        CHECK_K(P->memcpy_d2d(pc, NULL, vd, vs, (size_t)kvdim * sizeof(float)));
+      } else {
+        CHECK_K(P->convert(pc, NULL, kd, m->kv_dtype, ks, MI_DTYPE_F32, kvdim));
+        CHECK_K(P->convert(pc, NULL, vd, m->kv_dtype, vs, MI_DTYPE_F32, kvdim));
+      }
+      CHECK_K(P->attention(pc, NULL, s->att + (size_t)t * qdim, s->q + (size_t)t * qdim, kc, vc,
+                           m->kv_dtype, 1, nh, nkv, hd, sq->len, att_scale));
+    }
+    CHECK_K(P->matmul(pc, NULL, s->o, s->att, L->wo.ptr, L->wo.dtype, T, H, qdim));
+    if (tp) CHECK_K(P->allreduce_sum_f32(pc, NULL, s->o, T * H));
+    CHECK_K(P->add(pc, NULL, s->x, s->x, s->o, T * H));
+    CHECK_K(P->rmsnorm(pc, NULL, s->h, s->x, L->ffn_norm.ptr, T, H, eps, 0.0f));
+    CHECK_K(P->matmul(pc, NULL, s->gate, s->h, L->wg.ptr, L->wg.dtype, T, F, H));
+    CHECK_K(P->matmul(pc, NULL, s->up, s->h, L->wu.ptr, L->wu.dtype, T, F, H));
+    CHECK_K(P->silu_mul(pc, NULL, s->gate, s->gate, s->up, T * F));
+    CHECK_K(P->matmul(pc, NULL, s->o, s->gate, L->wd.ptr, L->wd.dtype, T, H, F));
+    if (tp) CHECK_K(P->allreduce_sum_f32(pc, NULL, s->o, T * H));
+    CHECK_K(P->add(pc, NULL, s->x, s->x, s->o, T * H));
+  }
+  /* logits, Q3_LOGIT_ROWS rows per lm_head call, each row to its own buffer */
+  const int64_t V = c->vocab;
+  for (int64_t i = 0; i < T; i += Q3_LOGIT_ROWS) {
+    int64_t rows = T - i < Q3_LOGIT_ROWS ? T - i : Q3_LOGIT_ROWS;
+    float *h = s->h + (size_t)i * H;
+    CHECK_K(P->rmsnorm(pc, NULL, h, s->x + (size_t)i * H, m->final_norm.ptr, rows, H, eps, 0.0f));
+    CHECK_K(P->matmul(pc, NULL, s->logits, h, m->lm_head.ptr, m->lm_head.dtype, rows, V, H));
+    for (int64_t r = 0; r < rows; r++)
+      CHECK_K(P->memcpy_d2h(pc, NULL, logits[i + r], s->logits + (size_t)r * V,
+                            (size_t)V * sizeof(float)));
+  }
+  if (mi_platform_has(P, stream_sync)) CHECK_K(P->stream_sync(pc, NULL));
+  /* only now: a failure above leaves every sequence as it was */
+  for (int64_t t = 0; t < T; t++) seqs[t]->len++;
+  return 0;
+}
+
+int qwen3_forward_batch(qwen3_model *m, qwen3_seq *const *seqs, const int32_t *ids, int64_t n,
+                        float *const *logits, char *err, size_t err_len) {
+  if (n <= 0) {
+    snprintf(err, err_len, "qwen3: forward_batch needs at least one sequence");
+    return -1;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    if (!seqs[i] || !logits[i]) {
+      snprintf(err, err_len, "qwen3: forward_batch: sequence %lld has no state or no logits",
+               (long long)i);
+      return -1;
+    }
+    if (seqs[i]->len + 1 > seqs[i]->n_ctx) {
+      snprintf(err, err_len, "qwen3: forward_batch: sequence %lld is full (%lld tokens)",
+               (long long)i, (long long)seqs[i]->n_ctx);
+      return -1;
+    }
+    if (ids[i] < 0 || ids[i] >= m->cfg.vocab) {
+      snprintf(err, err_len, "qwen3: token id %d is outside the vocabulary [0, %lld)", ids[i],
+               (long long)m->cfg.vocab);
+      return -1;
+    }
+    for (int64_t j = 0; j < i; j++)
+      if (seqs[j] == seqs[i]) {
+        snprintf(err, err_len, "qwen3: forward_batch: sequence %lld appears twice", (long long)i);
+        return -1;
+      }
+  }
+  /* groups of at most `batch` rows (the scratch's size); a failure in a
+   * later group would leave earlier groups advanced, so groups are only
+   * used past the batch size */
+  for (int64_t done = 0; done < n;) {
+    int64_t T = n - done < m->batch ? n - done : m->batch;
+    if (forward_step_rows(m, seqs + done, ids + done, T, logits + done, err, err_len) != 0)
+      return -1;
     done += T;
   }
   return 0;

@@ -83,6 +83,11 @@ static int q3_forward(mi_model *m, mi_seq *s, const int32_t *ids, int64_t n, flo
   return qwen3_forward(m, s, ids, n, logits, all_logits, err, err_len);
 }
 
+static int q3_forward_batch(mi_model *m, mi_seq *const *seqs, const int32_t *ids, int64_t n,
+                            float *const *logits, char *err, size_t err_len) {
+  return qwen3_forward_batch(m, seqs, ids, n, logits, err, err_len);
+}
+
 /* Every platform member load and forward call (the core refuses a platform
  * lacking one, naming them). stream_sync is called only when provided. */
 static const mi_platform_need k_platform_needs[] = {
@@ -93,6 +98,8 @@ static const mi_platform_need k_platform_needs[] = {
     {"buffer_ptr", MI_NEED_ALWAYS, NULL, NULL},
     {"memcpy_h2d", MI_NEED_ALWAYS, NULL, NULL},
     {"memcpy_d2h", MI_NEED_ALWAYS, NULL, NULL},
+    /* forward_batch copies each row's new key/value into its own cache */
+    {"memcpy_d2d", MI_NEED_ALWAYS, NULL, NULL},
     {"matmul", MI_NEED_ALWAYS, NULL, NULL},
     {"rmsnorm", MI_NEED_ALWAYS, NULL, NULL},
     {"rope", MI_NEED_ALWAYS, NULL, NULL},
@@ -121,6 +128,7 @@ static const mi_model_iface k_iface = {
     .seq_len = q3_seq_len,
     .forward = q3_forward,
     .platform_needs = k_platform_needs,
+    .forward_batch = q3_forward_batch,
 };
 
 static int q3_init(const mi_host_api *host, const mi_options *opts, void **ctx, char *err,

@@ -112,7 +112,20 @@ typedef struct mi_model_iface {
    * with any platform, as before. Members the model calls only after
    * checking mi_platform_has() need not be listed. */
   const mi_platform_need *platform_needs;
+
+  /* ABI 1.3 (appended; optional, NULL = not supported: a server then steps
+   * its sequences one at a time). One decode step for n distinct sequences
+   * in one batched pass: appends ids[i] to seqs[i] and writes that
+   * sequence's [vocab] logits to logits[i] (host memory). The results equal
+   * n forward() calls of one token each. On failure no sequence may be left
+   * half-advanced: either all n advanced, or none (-1, err set). */
+  int (*forward_batch)(mi_model *m, mi_seq *const *seqs, const int32_t *ids, int64_t n,
+                       float *const *logits, char *err, size_t err_len);
 } mi_model_iface;
+
+/* Whether a model interface has a member (covered by its struct_size, set). */
+#define mi_model_has(iface, m)                                                                     \
+  ((iface)->struct_size >= offsetof(mi_model_iface, m) + sizeof((iface)->m) && (iface)->m != NULL)
 
 #ifdef __cplusplus
 }

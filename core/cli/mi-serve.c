@@ -1,0 +1,1345 @@
+/* mi-serve: an OpenAI-compatible HTTP server for an engine (libmicrohttpd).
+ *
+ * Threads: libmicrohttpd runs one thread per connection; a handler parses
+ * and tokenizes a request, puts it on a bounded queue and waits (or streams)
+ * while ONE scheduler thread owns the model: it admits queued requests into
+ * up to --parallel resident sequences, prefills each, and then runs every
+ * resident sequence's decode step, in one batched forward pass when the
+ * model plugin has forward_batch (ABI 1.3), else one at a time. A handler
+ * that sees its client hang up marks the request cancelled; the scheduler
+ * frees that sequence at its next step. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <microhttpd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/cli/serve_req.h"
+#include "core/runtime/host.h"
+#include "core/runtime/loader.h"
+#include "core/runtime/session.h"
+
+#ifndef MI_VERSION
+#define MI_VERSION "0.1.0"
+#endif
+
+/* ---------- configuration and global state ---------- */
+
+typedef struct serve_cfg {
+  const char *host;
+  int port;
+  const char *api_key;
+  const char *alias;
+  int parallel;     /* resident sequences */
+  int queue_max;    /* waiting requests before 503 */
+  int64_t ctx;      /* per-request context limit (tokens) */
+  size_t max_body;  /* bytes */
+  size_t max_header; /* bytes of request line + headers */
+  int batched;      /* use forward_batch when the plugin has it */
+  double drain_s;   /* SIGTERM: time left to in-flight requests */
+} serve_cfg;
+
+typedef struct req req;
+
+typedef struct metrics {
+  unsigned long long requests[6]; /* by status class 1xx..5xx (index 1..5) */
+  unsigned long long rejected_busy, cancelled, prompt_tokens, gen_tokens;
+  double ttft_sum, rate_sum;
+  unsigned long long ttft_count, rate_count;
+  unsigned long long ttft_b[12], rate_b[10];
+} metrics;
+
+static const double TTFT_BOUNDS[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+static const double RATE_BOUNDS[] = {1, 5, 10, 25, 50, 100, 250, 500, 1000};
+
+static struct {
+  serve_cfg cfg;
+  mi_session *eng;
+  mi_chat_format chat;
+  int has_chat;
+  volatile int ready;
+  pthread_mutex_t mu; /* queue, slots count, metrics, flags below */
+  pthread_cond_t cv;  /* the scheduler's wake-up */
+  req *q_head, *q_tail;
+  int q_len, running;
+  int stopping;       /* SIGTERM: accept nothing new */
+  int cancel_all;     /* drain time over */
+  int sched_exit;
+  metrics m;
+  int have_batch;
+} S;
+
+/* ---------- one request ---------- */
+
+enum { R_QUEUED, R_RUNNING, R_DONE };
+
+struct req {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int refs;
+  int state;
+  int cancelled;
+  serve_req r;
+  int32_t *ids;
+  size_t n_ids;
+  mi_gen_params gp;
+  int64_t n_predict;
+  char id[48];
+  long long created;
+  double t_enqueue;
+  double ttft_s; /* enqueued → first token sampled (queueing included) */
+  /* output: the SSE bytes (stream) or the final JSON body */
+  char *out;
+  size_t out_len, out_cap, sent;
+  int status;
+  /* non-stream accumulation */
+  char *content;
+  size_t c_len, c_cap;
+  json_t *lp; /* chat: array of logprob entries; completions: object of arrays */
+  size_t text_off;
+  int started; /* stream: first chunk sent */
+  req *next;
+};
+
+static void req_unref(req *r) {
+  pthread_mutex_lock(&r->mu);
+  int left = --r->refs;
+  pthread_mutex_unlock(&r->mu);
+  if (left) return;
+  serve_req_free(&r->r);
+  free(r->ids);
+  free(r->out);
+  free(r->content);
+  if (r->lp) json_decref(r->lp);
+  pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->cv);
+  free(r);
+}
+
+static int buf_append(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
+  if (*len + n + 1 > *cap) {
+    size_t nc = *cap ? *cap : 256;
+    while (*len + n + 1 > nc) nc *= 2;
+    char *nb = realloc(*b, nc);
+    if (!nb) return -1;
+    *b = nb;
+    *cap = nc;
+  }
+  memcpy(*b + *len, s, n);
+  *len += n;
+  (*b)[*len] = 0;
+  return 0;
+}
+
+/* Appends one SSE event "data: JSON\n\n" (steals j). Caller holds r->mu. */
+static void sse_json(req *r, json_t *j) {
+  char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(10));
+  json_decref(j);
+  if (!s) return;
+  buf_append(&r->out, &r->out_len, &r->out_cap, "data: ", 6);
+  buf_append(&r->out, &r->out_len, &r->out_cap, s, strlen(s));
+  buf_append(&r->out, &r->out_len, &r->out_cap, "\n\n", 2);
+  free(s);
+}
+
+/* A JSON string of text that may not be UTF-8 (a client's model name in a
+ * message): bytes outside printable ASCII become '?' when it is not. */
+static json_t *safe_string(const char *s) {
+  json_t *j = json_string(s);
+  if (j) return j;
+  char *c = strdup(s);
+  if (!c) return json_string("?");
+  for (char *p = c; *p; p++)
+    if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) *p = '?';
+  j = json_string(c);
+  free(c);
+  return j;
+}
+
+static json_t *error_json(int status, const char *type, const char *code, const char *param,
+                          const char *msg) {
+  (void)status;
+  return json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", safe_string(msg), "type", type,
+                   "param", param && *param ? safe_string(param) : json_null(), "code",
+                   code ? json_string(code) : json_null());
+}
+
+/* ---------- token text and logprobs ---------- */
+
+/* One token's text, lossy UTF-8, as a JSON string; its raw bytes too. */
+static json_t *token_entry(int32_t id, double lp, int with_bytes) {
+  const mi_tokenizer *tok = S.eng->tok;
+  size_t n = 0;
+  const unsigned char *b =
+      id >= 0 && (size_t)id < mi_tokenizer_vocab_size(tok) ? mi_tokenizer_token_bytes(tok, id, &n)
+                                                            : NULL;
+  char *txt = b ? mi_tokenizer_decode(tok, &id, 1, NULL, NULL) : NULL;
+  json_t *e = json_object();
+  json_object_set_new(e, "token", json_string(txt ? txt : ""));
+  json_object_set_new(e, "logprob", json_real(lp));
+  if (with_bytes) {
+    json_t *arr = json_array();
+    for (size_t i = 0; b && i < n; i++) json_array_append_new(arr, json_integer(b[i]));
+    json_object_set_new(e, "bytes", arr);
+  }
+  free(txt);
+  return e;
+}
+
+static json_t *chat_lp_entry(const mi_gen_token *t) {
+  json_t *e = token_entry(t->id, t->logprob, 1);
+  json_t *top = json_array();
+  for (int i = 0; i < t->n_top; i++)
+    json_array_append_new(top, token_entry(t->top_ids[i], t->top_lps[i], 1));
+  json_object_set_new(e, "top_logprobs", top);
+  return e;
+}
+
+/* completions: {tokens, token_logprobs, top_logprobs, text_offset} */
+static json_t *compl_lp_new(void) {
+  return json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs",
+                   "text_offset");
+}
+
+static void compl_lp_add(json_t *lp, const mi_gen_token *t, size_t off) {
+  json_t *e = token_entry(t->id, t->logprob, 0);
+  json_array_append(json_object_get(lp, "tokens"), json_object_get(e, "token"));
+  json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(t->logprob));
+  json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)off));
+  json_t *top = json_object();
+  for (int i = 0; i < t->n_top; i++) {
+    json_t *te = token_entry(t->top_ids[i], t->top_lps[i], 0);
+    json_object_set(top, json_string_value(json_object_get(te, "token")),
+                    json_object_get(te, "logprob"));
+    json_decref(te);
+  }
+  json_array_append_new(json_object_get(lp, "top_logprobs"), t->n_top ? top : json_null());
+  if (!t->n_top) json_decref(top);
+  json_decref(e);
+}
+
+/* ---------- response bodies ---------- */
+
+static json_t *chunk_base(req *r) {
+  return json_pack("{s:s,s:s,s:I,s:s}", "id", r->id, "object",
+                   r->r.chat ? "chat.completion.chunk" : "text_completion", "created",
+                   (json_int_t)r->created, "model", S.cfg.alias);
+}
+
+/* A streamed chunk with one choice: delta text (or NULL), logprobs, finish. */
+static void stream_chunk(req *r, const char *text, size_t len, json_t *lp, const char *finish) {
+  json_t *c = chunk_base(r);
+  json_t *choice = json_pack("{s:i}", "index", 0);
+  json_t *t = text ? json_stringn(text, len) : NULL;
+  if (text && !t) t = json_string("\xef\xbf\xbd");
+  if (r->r.chat) {
+    json_t *delta = json_object();
+    if (!r->started) json_object_set_new(delta, "role", json_string("assistant"));
+    if (t) json_object_set_new(delta, "content", t);
+    else if (!r->started) json_object_set_new(delta, "content", json_string(""));
+    json_object_set_new(choice, "delta", delta);
+    json_object_set_new(choice, "logprobs",
+                        lp ? json_pack("{s:[o]}", "content", lp) : json_null());
+  } else {
+    json_object_set_new(choice, "text", t ? t : json_string(""));
+    json_object_set_new(choice, "logprobs", lp ? lp : json_null());
+  }
+  r->started = 1;
+  json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+  json_object_set_new(c, "choices", json_pack("[o]", choice));
+  sse_json(r, c);
+}
+
+static json_t *usage_json(const mi_gen_stats *st) {
+  return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)st->n_prompt,
+                   "completion_tokens", (json_int_t)st->n_gen, "total_tokens",
+                   (json_int_t)(st->n_prompt + st->n_gen));
+}
+
+/* llama.cpp's "timings" */
+static json_t *timings_json(const mi_gen_stats *st) {
+  double pms = st->prefill_s * 1e3;
+  int64_t dn = st->n_gen > 1 ? st->n_gen - 1 : 0;
+  double dms = st->decode_s * 1e3;
+  return json_pack("{s:I,s:f,s:f,s:f,s:I,s:f,s:f,s:f,s:f}", "prompt_n", (json_int_t)st->n_prompt,
+                   "prompt_ms", pms, "prompt_per_token_ms",
+                   st->n_prompt ? pms / (double)st->n_prompt : 0.0, "prompt_per_second",
+                   pms > 0 ? (double)st->n_prompt / st->prefill_s : 0.0, "predicted_n",
+                   (json_int_t)st->n_gen, "predicted_ms", dms, "predicted_per_token_ms",
+                   dn ? dms / (double)dn : 0.0, "predicted_per_second",
+                   dms > 0 && dn ? (double)dn / st->decode_s : 0.0, "ttft_ms", st->ttft_s * 1e3);
+}
+
+static const char *finish_of(const char *stop_reason) {
+  if (!stop_reason) return "length";
+  if (!strcmp(stop_reason, "eos") || !strcmp(stop_reason, "stop string")) return "stop";
+  return "length";
+}
+
+/* ---------- scheduler side: token emission and completion ---------- */
+
+static void emit_token(req *r, const mi_gen_token *t) {
+  pthread_mutex_lock(&r->mu);
+  if (t->step == 0) r->ttft_s = mi_now_seconds() - r->t_enqueue;
+  if (r->r.stream) {
+    json_t *lp = NULL;
+    if (r->r.logprobs) {
+      if (r->r.chat) {
+        lp = chat_lp_entry(t);
+      } else {
+        lp = compl_lp_new();
+        compl_lp_add(lp, t, r->text_off);
+      }
+    }
+    if (t->visible_len || lp || !r->started) stream_chunk(r, t->visible, t->visible_len, lp, NULL);
+  } else {
+    if (r->r.logprobs) {
+      if (!r->lp) r->lp = r->r.chat ? json_array() : compl_lp_new();
+      if (r->r.chat) json_array_append_new(r->lp, chat_lp_entry(t));
+      else compl_lp_add(r->lp, t, r->c_len);
+    }
+    buf_append(&r->content, &r->c_len, &r->c_cap, t->visible, t->visible_len);
+  }
+  r->text_off += t->visible_len;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void metrics_finish(const mi_gen_stats *st, double ttft_s) {
+  pthread_mutex_lock(&S.mu);
+  S.m.prompt_tokens += (unsigned long long)st->n_prompt;
+  S.m.gen_tokens += (unsigned long long)st->n_gen;
+  if (st->n_gen > 0) {
+    S.m.ttft_sum += ttft_s;
+    S.m.ttft_count++;
+    for (size_t i = 0; i < sizeof TTFT_BOUNDS / sizeof *TTFT_BOUNDS; i++)
+      if (ttft_s <= TTFT_BOUNDS[i]) S.m.ttft_b[i]++;
+  }
+  if (st->n_gen > 1 && st->decode_s > 0) {
+    double rate = (double)(st->n_gen - 1) / st->decode_s;
+    S.m.rate_sum += rate;
+    S.m.rate_count++;
+    for (size_t i = 0; i < sizeof RATE_BOUNDS / sizeof *RATE_BOUNDS; i++)
+      if (rate <= RATE_BOUNDS[i]) S.m.rate_b[i]++;
+  }
+  pthread_mutex_unlock(&S.mu);
+}
+
+/* Ends a request: success (st) or an error (status, msg). */
+static void finish_req(req *r, const mi_gen_stats *st, int status, const char *msg) {
+  pthread_mutex_lock(&r->mu);
+  if (msg) {
+    r->status = status;
+    json_t *ej = error_json(status, status == 503 ? "server_error" : "server_error", NULL, NULL, msg);
+    if (r->r.stream) { /* the 200 and the event stream are already under way */
+      sse_json(r, ej);
+      buf_append(&r->out, &r->out_len, &r->out_cap, "data: [DONE]\n\n", 14);
+    } else {
+      r->out_len = 0;
+      char *s = json_dumps(ej, JSON_COMPACT);
+      json_decref(ej);
+      if (s) buf_append(&r->out, &r->out_len, &r->out_cap, s, strlen(s));
+      free(s);
+    }
+  } else if (r->r.stream) {
+    if (st->tail[0]) {
+      json_t *none = NULL;
+      stream_chunk(r, st->tail, strlen(st->tail), none, NULL);
+    }
+    stream_chunk(r, NULL, 0, NULL, finish_of(st->stop_reason));
+    if (r->r.include_usage) {
+      json_t *c = chunk_base(r);
+      json_object_set_new(c, "choices", json_array());
+      json_object_set_new(c, "usage", usage_json(st));
+      json_object_set_new(c, "timings", timings_json(st));
+      sse_json(r, c);
+    }
+    buf_append(&r->out, &r->out_len, &r->out_cap, "data: [DONE]\n\n", 14);
+    r->status = 200;
+  } else {
+    buf_append(&r->content, &r->c_len, &r->c_cap, st->tail, strlen(st->tail));
+    json_t *text = json_stringn(r->content ? r->content : "", r->c_len);
+    if (!text) text = json_string("\xef\xbf\xbd");
+    json_t *choice = json_pack("{s:i}", "index", 0);
+    if (r->r.chat) {
+      json_object_set_new(choice, "message",
+                          json_pack("{s:s,s:o}", "role", "assistant", "content", text));
+      json_object_set_new(choice, "logprobs",
+                          r->r.logprobs ? json_pack("{s:O}", "content", r->lp ? r->lp : json_array())
+                                        : json_null());
+    } else {
+      json_object_set_new(choice, "text", text);
+      json_object_set_new(choice, "logprobs",
+                          r->r.logprobs ? (r->lp ? json_incref(r->lp) : compl_lp_new()) : json_null());
+    }
+    json_object_set_new(choice, "finish_reason", json_string(finish_of(st->stop_reason)));
+    json_t *body = json_pack("{s:s,s:s,s:I,s:s}", "id", r->id, "object",
+                             r->r.chat ? "chat.completion" : "text_completion", "created",
+                             (json_int_t)r->created, "model", S.cfg.alias);
+    json_object_set_new(body, "choices", json_pack("[o]", choice));
+    json_object_set_new(body, "usage", usage_json(st));
+    json_object_set_new(body, "timings", timings_json(st));
+    char *s = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    json_decref(body);
+    r->out_len = 0;
+    if (s) buf_append(&r->out, &r->out_len, &r->out_cap, s, strlen(s));
+    free(s);
+    r->status = s ? 200 : 500;
+  }
+  r->state = R_DONE;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+typedef struct slot {
+  req *r;
+  mi_gen *g;
+} slot;
+
+static void slot_end(slot *s, int status, const char *msg) {
+  mi_gen_stats st;
+  mi_gen_end(s->g, &st);
+  metrics_finish(&st, s->r->ttft_s); /* tokens of cancelled and failed requests count too */
+  int cancelled;
+  pthread_mutex_lock(&s->r->mu);
+  cancelled = s->r->cancelled;
+  pthread_mutex_unlock(&s->r->mu);
+  if (cancelled && !msg) {
+    msg = "the request was cancelled";
+    status = 499;
+    pthread_mutex_lock(&S.mu);
+    S.m.cancelled++;
+    pthread_mutex_unlock(&S.mu);
+  }
+  finish_req(s->r, msg ? NULL : &st, status, msg);
+  req_unref(s->r);
+  s->r = NULL;
+  s->g = NULL;
+  pthread_mutex_lock(&S.mu);
+  S.running--;
+  pthread_mutex_unlock(&S.mu);
+}
+
+static int req_cancelled(req *r) {
+  pthread_mutex_lock(&r->mu);
+  int c = r->cancelled;
+  pthread_mutex_unlock(&r->mu);
+  return c;
+}
+
+static void *scheduler(void *arg) {
+  (void)arg;
+  const int P = S.cfg.parallel;
+  slot *slots = calloc((size_t)P, sizeof *slots);
+  mi_seq **seqs = calloc((size_t)P, sizeof *seqs);
+  int32_t *ids = calloc((size_t)P, sizeof *ids);
+  float **logits = calloc((size_t)P, sizeof *logits);
+  int *pend = calloc((size_t)P, sizeof *pend);
+  mi_session *e = S.eng;
+  char err[1024];
+  if (!slots || !seqs || !ids || !logits || !pend) abort();
+  for (;;) {
+    /* admit */
+    int n_active = 0;
+    for (int i = 0; i < P; i++) n_active += slots[i].r != NULL;
+    pthread_mutex_lock(&S.mu);
+    while (!S.sched_exit && n_active == 0 && !S.q_head) pthread_cond_wait(&S.cv, &S.mu);
+    if (S.sched_exit && n_active == 0 && !S.q_head) {
+      pthread_mutex_unlock(&S.mu);
+      break;
+    }
+    for (int i = 0; i < P && S.q_head; i++) {
+      if (slots[i].r) continue;
+      req *r = S.q_head;
+      S.q_head = r->next;
+      if (!S.q_head) S.q_tail = NULL;
+      S.q_len--;
+      S.running++;
+      slots[i].r = r;
+    }
+    int stopping = S.stopping, cancel_all = S.cancel_all;
+    pthread_mutex_unlock(&S.mu);
+    (void)stopping;
+    /* prefill the admitted */
+    for (int i = 0; i < P; i++) {
+      if (!slots[i].r || slots[i].g) continue;
+      req *r = slots[i].r;
+      pthread_mutex_lock(&r->mu);
+      r->state = R_RUNNING;
+      pthread_mutex_unlock(&r->mu);
+      if (req_cancelled(r) || cancel_all) {
+        slot s = slots[i];
+        finish_req(r, NULL, cancel_all ? 503 : 499,
+                   cancel_all ? "the server is shutting down" : "the request was cancelled");
+        req_unref(s.r);
+        slots[i].r = NULL;
+        pthread_mutex_lock(&S.mu);
+        S.running--;
+        pthread_mutex_unlock(&S.mu);
+        continue;
+      }
+      if (mi_gen_begin(e, r->ids, r->n_ids, &r->gp, &slots[i].g, err, sizeof err) != 0) {
+        mi_log(MI_LOG_ERROR, "mi-serve", "%s: %s", r->id, err);
+        finish_req(r, NULL, 500, err);
+        req_unref(r);
+        slots[i].r = NULL;
+        pthread_mutex_lock(&S.mu);
+        S.running--;
+        pthread_mutex_unlock(&S.mu);
+        continue;
+      }
+      if (mi_gen_done(slots[i].g)) slot_end(&slots[i], 0, NULL); /* max_tokens 0 */
+    }
+    /* sample one token in each resident sequence */
+    int n_fwd = 0;
+    for (int i = 0; i < P; i++) {
+      pend[i] = 0;
+      if (!slots[i].r) continue;
+      req *r = slots[i].r;
+      if (cancel_all) {
+        slot_end(&slots[i], 503, "the server is shutting down");
+        continue;
+      }
+      if (req_cancelled(r)) { /* the client left: free the sequence now */
+        slot_end(&slots[i], 0, NULL);
+        continue;
+      }
+      mi_gen_token t;
+      if (mi_gen_sample(slots[i].g, &t, err, sizeof err) != 0) {
+        slot_end(&slots[i], 500, err);
+        continue;
+      }
+      emit_token(r, &t);
+      if (!mi_gen_advance(slots[i].g, 0)) {
+        slot_end(&slots[i], 0, NULL);
+        continue;
+      }
+      pend[i] = 1;
+      n_fwd++;
+    }
+    if (n_fwd == 0) continue;
+    /* one decode step for all of them */
+    if (S.have_batch && n_fwd > 1) {
+      int n = 0;
+      for (int i = 0; i < P; i++)
+        if (pend[i]) {
+          seqs[n] = mi_gen_seq(slots[i].g);
+          ids[n] = mi_gen_last(slots[i].g);
+          logits[n] = mi_gen_logits(slots[i].g);
+          n++;
+        }
+      if (e->M->forward_batch(e->model, seqs, ids, n, logits, err, sizeof err) != 0) {
+        mi_log(MI_LOG_ERROR, "mi-serve", "batched decode of %d sequences: %s", n, err);
+        for (int i = 0; i < P; i++)
+          if (pend[i]) slot_end(&slots[i], 500, err);
+      } else {
+        for (int i = 0; i < P; i++)
+          if (pend[i] && mi_gen_check_logits(slots[i].g, err, sizeof err) != 0)
+            slot_end(&slots[i], 500, err);
+      }
+    } else {
+      for (int i = 0; i < P; i++)
+        if (pend[i] && mi_gen_forward(slots[i].g, err, sizeof err) != 0) slot_end(&slots[i], 500, err);
+    }
+  }
+  free(slots);
+  free(seqs);
+  free(ids);
+  free(logits);
+  free(pend);
+  return NULL;
+}
+
+/* ---------- HTTP side ---------- */
+
+typedef struct conn {
+  char *body;
+  size_t len, cap;
+  int too_big;
+  int fd;
+} conn;
+
+static enum MHD_Result send_buf(struct MHD_Connection *c, int status, const char *ctype,
+                                const char *body, size_t len, const char *retry_after) {
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+  if (!resp) return MHD_NO;
+  MHD_add_response_header(resp, "Content-Type", ctype);
+  if (retry_after) MHD_add_response_header(resp, "Retry-After", retry_after);
+  enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+  MHD_destroy_response(resp);
+  pthread_mutex_lock(&S.mu);
+  if (status / 100 >= 1 && status / 100 <= 5) S.m.requests[status / 100]++;
+  pthread_mutex_unlock(&S.mu);
+  return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *j,
+                                 const char *retry_after) {
+  char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(10));
+  json_decref(j);
+  enum MHD_Result ret = send_buf(c, status, "application/json", s ? s : "{}", s ? strlen(s) : 2,
+                                 retry_after);
+  free(s);
+  return ret;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, int status, const char *type,
+                                  const char *code, const char *param, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return send_json(c, status, error_json(status, type, code, param, msg),
+                   status == 503 ? "1" : NULL);
+}
+
+/* Constant-time comparison of the Authorization header with "Bearer KEY":
+ * the time depends only on the lengths, never on where they differ. */
+static int auth_ok(struct MHD_Connection *c) {
+  if (!S.cfg.api_key) return 1;
+  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+  if (!h) h = "";
+  const char *key = S.cfg.api_key;
+  size_t hl = strlen(h), kl = strlen(key);
+  unsigned diff = hl != kl + 7;
+  static const char bearer[] = "Bearer ";
+  for (size_t i = 0; i < kl + 7; i++) {
+    unsigned char want = i < 7 ? (unsigned char)bearer[i] : (unsigned char)key[i - 7];
+    unsigned char got = i < hl ? (unsigned char)h[i] : 0;
+    diff |= (unsigned)(want ^ got);
+  }
+  return diff == 0;
+}
+
+static int peer_gone(int fd) {
+  if (fd < 0) return 0;
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+  if (poll(&p, 1, 0) <= 0) return 0;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+typedef struct stream_ctx {
+  req *r;
+  int fd;
+} stream_ctx;
+
+static void cancel_req(req *r) {
+  pthread_mutex_lock(&r->mu);
+  int was = r->state != R_DONE && !r->cancelled;
+  r->cancelled = 1;
+  pthread_mutex_unlock(&r->mu);
+  if (!was) return;
+  /* still queued: leave the queue now (its place goes to the next client);
+   * running: the scheduler frees its sequence at its next step */
+  int unlinked = 0;
+  pthread_mutex_lock(&S.mu);
+  for (req **pp = &S.q_head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next)
+    if (*pp == r) {
+      *pp = r->next;
+      if (S.q_tail == r) S.q_tail = prev;
+      S.q_len--;
+      S.m.cancelled++;
+      unlinked = 1;
+      break;
+    }
+  pthread_cond_signal(&S.cv);
+  pthread_mutex_unlock(&S.mu);
+  if (unlinked) {
+    finish_req(r, NULL, 499, "the request was cancelled");
+    req_unref(r); /* the scheduler's reference */
+  }
+}
+
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+  stream_ctx *sc = cls;
+  req *r = sc->r;
+  (void)pos;
+  pthread_mutex_lock(&r->mu);
+  while (r->sent == r->out_len && r->state != R_DONE) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    if (r->sent == r->out_len && r->state != R_DONE && peer_gone(sc->fd)) {
+      pthread_mutex_unlock(&r->mu);
+      cancel_req(r);
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+  }
+  if (r->sent < r->out_len) {
+    size_t k = r->out_len - r->sent < max ? r->out_len - r->sent : max;
+    memcpy(buf, r->out + r->sent, k);
+    r->sent += k;
+    if (r->sent == r->out_len) r->sent = r->out_len = 0; /* all sent: reuse the buffer */
+    pthread_mutex_unlock(&r->mu);
+    return (ssize_t)k;
+  }
+  pthread_mutex_unlock(&r->mu);
+  return MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static void sse_free(void *cls) {
+  stream_ctx *sc = cls;
+  cancel_req(sc->r); /* no-op when it finished */
+  req_unref(sc->r);
+  free(sc);
+}
+
+static enum MHD_Result handle_metrics(struct MHD_Connection *c) {
+  char *b = NULL;
+  size_t len = 0, cap = 0;
+  char line[512];
+#define OUT(...)                                                                                   \
+  do {                                                                                             \
+    int n_ = snprintf(line, sizeof line, __VA_ARGS__);                                            \
+    buf_append(&b, &len, &cap, line, (size_t)n_);                                                 \
+  } while (0)
+  pthread_mutex_lock(&S.mu);
+  metrics m = S.m;
+  int q = S.q_len, run = S.running;
+  pthread_mutex_unlock(&S.mu);
+  OUT("# HELP mi_requests_total HTTP requests answered, by status class.\n"
+      "# TYPE mi_requests_total counter\n");
+  for (int i = 1; i <= 5; i++) OUT("mi_requests_total{code=\"%dxx\"} %llu\n", i, m.requests[i]);
+  OUT("# HELP mi_requests_rejected_busy_total Requests answered 503 because the queue was full.\n"
+      "# TYPE mi_requests_rejected_busy_total counter\nmi_requests_rejected_busy_total %llu\n",
+      m.rejected_busy);
+  OUT("# HELP mi_requests_cancelled_total Requests whose client left before the end.\n"
+      "# TYPE mi_requests_cancelled_total counter\nmi_requests_cancelled_total %llu\n",
+      m.cancelled);
+  OUT("# HELP mi_prompt_tokens_total Prompt tokens processed.\n"
+      "# TYPE mi_prompt_tokens_total counter\nmi_prompt_tokens_total %llu\n", m.prompt_tokens);
+  OUT("# HELP mi_generation_tokens_total Tokens generated.\n"
+      "# TYPE mi_generation_tokens_total counter\nmi_generation_tokens_total %llu\n", m.gen_tokens);
+  OUT("# HELP mi_queue_depth Requests waiting for a sequence slot.\n"
+      "# TYPE mi_queue_depth gauge\nmi_queue_depth %d\n", q);
+  OUT("# HELP mi_requests_running Requests holding a sequence slot.\n"
+      "# TYPE mi_requests_running gauge\nmi_requests_running %d\n", run);
+  OUT("# HELP mi_time_to_first_token_seconds Request queued to first token sampled (queueing and "
+      "prefill).\n"
+      "# TYPE mi_time_to_first_token_seconds histogram\n");
+  for (size_t i = 0; i < sizeof TTFT_BOUNDS / sizeof *TTFT_BOUNDS; i++)
+    OUT("mi_time_to_first_token_seconds_bucket{le=\"%g\"} %llu\n", TTFT_BOUNDS[i], m.ttft_b[i]);
+  OUT("mi_time_to_first_token_seconds_bucket{le=\"+Inf\"} %llu\n", m.ttft_count);
+  OUT("mi_time_to_first_token_seconds_sum %.6f\nmi_time_to_first_token_seconds_count %llu\n",
+      m.ttft_sum, m.ttft_count);
+  OUT("# HELP mi_decode_tokens_per_second Per-request decode rate after the first token.\n"
+      "# TYPE mi_decode_tokens_per_second histogram\n");
+  for (size_t i = 0; i < sizeof RATE_BOUNDS / sizeof *RATE_BOUNDS; i++)
+    OUT("mi_decode_tokens_per_second_bucket{le=\"%g\"} %llu\n", RATE_BOUNDS[i], m.rate_b[i]);
+  OUT("mi_decode_tokens_per_second_bucket{le=\"+Inf\"} %llu\n", m.rate_count);
+  OUT("mi_decode_tokens_per_second_sum %.6f\nmi_decode_tokens_per_second_count %llu\n",
+      m.rate_sum, m.rate_count);
+#undef OUT
+  enum MHD_Result ret = send_buf(c, 200, "text/plain; version=0.0.4", b ? b : "", len, NULL);
+  free(b);
+  return ret;
+}
+
+/* The prompt's token ids for a parsed request. 0, or -1 with e set. */
+static int build_prompt(serve_req *sr, int32_t **ids, size_t *n, serve_err *e) {
+  const mi_tokenizer *tok = S.eng->tok;
+  if (!sr->chat && sr->prompt_ids) {
+    for (size_t i = 0; i < sr->n_prompt_ids; i++)
+      if (sr->prompt_ids[i] >= S.eng->info.vocab_size) {
+        e->status = 400;
+        e->type = "invalid_request_error";
+        snprintf(e->param, sizeof e->param, "prompt");
+        snprintf(e->message, sizeof e->message, "token id %d is outside the vocabulary",
+                 sr->prompt_ids[i]);
+        return -1;
+      }
+    *ids = malloc(sr->n_prompt_ids * sizeof(int32_t) + 4);
+    if (!*ids) goto oom;
+    memcpy(*ids, sr->prompt_ids, sr->n_prompt_ids * sizeof(int32_t));
+    *n = sr->n_prompt_ids;
+    return 0;
+  }
+  char *rendered = NULL;
+  const char *text = sr->prompt;
+  if (sr->chat) {
+    if (!S.has_chat) {
+      e->status = 400;
+      e->type = "invalid_request_error";
+      snprintf(e->message, sizeof e->message,
+               "this model declares no chat template MetaInfer can render: use /v1/completions");
+      return -1;
+    }
+    mi_chat_msg *msgs = calloc(sr->n_msgs, sizeof *msgs);
+    if (!msgs) goto oom;
+    for (size_t i = 0; i < sr->n_msgs; i++) msgs[i] = (mi_chat_msg){sr->msgs[i].role, sr->msgs[i].content};
+    rendered = mi_chat_render(&S.chat, msgs, sr->n_msgs, 1, sr->enable_thinking != 0);
+    free(msgs);
+    if (!rendered) goto oom;
+    text = rendered;
+  }
+  /* chat: the template's special tokens are parsed; a completion's prompt
+   * is taken as mi-run -p takes it (special tokens parsed too) */
+  int rc = mi_tokenizer_encode(tok, text, strlen(text), 1, ids, n);
+  free(rendered);
+  if (rc != 0) {
+    e->status = 400;
+    e->type = "invalid_request_error";
+    snprintf(e->message, sizeof e->message, "cannot tokenize the prompt: %s",
+             mi_tokenizer_strerror(rc));
+    return -1;
+  }
+  if (*n == 0) {
+    e->status = 400;
+    e->type = "invalid_request_error";
+    snprintf(e->param, sizeof e->param, sr->chat ? "messages" : "prompt");
+    snprintf(e->message, sizeof e->message, "the prompt is empty");
+    return -1;
+  }
+  return 0;
+oom:
+  e->status = 500;
+  e->type = "server_error";
+  snprintf(e->message, sizeof e->message, "out of memory");
+  return -1;
+}
+
+static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int chat) {
+  serve_req sr;
+  serve_err e;
+  if (serve_req_parse(cs->body ? cs->body : "", cs->len, chat, &sr, &e) != 0) {
+    serve_req_free(&sr);
+    return send_error(c, e.status, e.type, e.code, e.param, "%s", e.message);
+  }
+  if (sr.model && strcmp(sr.model, S.cfg.alias) != 0) {
+    enum MHD_Result ret = send_error(c, 404, "invalid_request_error", "model_not_found", "model",
+                                     "The model '%s' does not exist (this server serves '%s')",
+                                     sr.model, S.cfg.alias);
+    serve_req_free(&sr);
+    return ret;
+  }
+  int32_t *ids = NULL;
+  size_t n_ids = 0;
+  if (build_prompt(&sr, &ids, &n_ids, &e) != 0) {
+    serve_req_free(&sr);
+    return send_error(c, e.status, e.type, e.code, e.param, "%s", e.message);
+  }
+  int64_t ctx = S.cfg.ctx;
+  if ((int64_t)n_ids >= ctx || (sr.max_tokens > 0 && (int64_t)n_ids + sr.max_tokens > ctx)) {
+    free(ids);
+    enum MHD_Result ret = send_error(
+        c, 400, "invalid_request_error", "context_length_exceeded",
+        sr.chat ? "messages" : "prompt",
+        "This model's maximum context length is %lld tokens. However, you requested %lld tokens "
+        "(%zu in the prompt, %lld for the completion). Please reduce the prompt or max_tokens.",
+        (long long)ctx, (long long)n_ids + (sr.max_tokens > 0 ? sr.max_tokens : 1), n_ids,
+        (long long)(sr.max_tokens > 0 ? sr.max_tokens : 1));
+    serve_req_free(&sr);
+    return ret;
+  }
+  req *r = calloc(1, sizeof *r);
+  if (!r) {
+    free(ids);
+    serve_req_free(&sr);
+    return send_error(c, 500, "server_error", NULL, NULL, "out of memory");
+  }
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  r->refs = 2; /* this handler (or its stream) + the scheduler */
+  r->r = sr;
+  r->ids = ids;
+  r->n_ids = n_ids;
+  r->created = (long long)time(NULL);
+  static unsigned long long counter;
+  unsigned long long k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+  snprintf(r->id, sizeof r->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl",
+           (unsigned long long)r->created, k);
+  mi_gen_params *gp = &r->gp;
+  gp->n_predict = sr.max_tokens >= 0 ? sr.max_tokens : ctx - (int64_t)n_ids;
+  gp->n_ctx = (int64_t)n_ids + gp->n_predict;
+  gp->ignore_eos = sr.ignore_eos;
+  gp->top_logprobs = r->r.logprobs ? r->r.top_logprobs : 0;
+  mi_sampler_defaults(&gp->sampling);
+  gp->sampling.temp = (float)sr.temperature;
+  gp->sampling.top_k = sr.top_k;
+  gp->sampling.top_p = (float)sr.top_p;
+  gp->sampling.min_p = (float)sr.min_p;
+  gp->sampling.repeat_penalty = (float)sr.repeat_penalty;
+  gp->sampling.seed = sr.has_seed ? sr.seed
+                                  : (uint64_t)time(NULL) * 6364136223846793005ULL + k;
+  gp->stop = r->r.stop;
+  gp->n_stop = r->r.n_stop;
+
+  /* enqueue, or 503 when the queue is full */
+  pthread_mutex_lock(&S.mu);
+  if (S.stopping || S.q_len >= S.cfg.queue_max) {
+    int stopping = S.stopping;
+    if (!stopping) S.m.rejected_busy++;
+    pthread_mutex_unlock(&S.mu);
+    r->refs = 1;
+    req_unref(r);
+    return send_error(c, 503, "server_error", stopping ? "shutting_down" : "server_busy", NULL,
+                      stopping ? "the server is shutting down"
+                               : "the server is busy (the queue is full): retry later");
+  }
+  r->t_enqueue = mi_now_seconds();
+  if (S.q_tail) S.q_tail->next = r;
+  else S.q_head = r;
+  S.q_tail = r;
+  S.q_len++;
+  mi_log(MI_LOG_INFO, "mi-serve", "%s queued (%d waiting, %d running)", r->id, S.q_len, S.running);
+  pthread_cond_signal(&S.cv);
+  pthread_mutex_unlock(&S.mu);
+
+  if (r->r.stream) {
+    stream_ctx *sc = calloc(1, sizeof *sc);
+    if (!sc) {
+      cancel_req(r);
+      req_unref(r);
+      return MHD_NO;
+    }
+    sc->r = r;
+    sc->fd = cs->fd;
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_reader, sc, sse_free);
+    if (!resp) {
+      sse_free(sc);
+      return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    pthread_mutex_lock(&S.mu);
+    S.m.requests[2]++;
+    pthread_mutex_unlock(&S.mu);
+    return ret;
+  }
+  /* non-streaming: wait here (one thread per connection), watching the peer */
+  pthread_mutex_lock(&r->mu);
+  while (r->state != R_DONE) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    if (r->state != R_DONE && !r->cancelled && peer_gone(cs->fd)) {
+      pthread_mutex_unlock(&r->mu);
+      cancel_req(r);
+      pthread_mutex_lock(&r->mu);
+    }
+  }
+  int status = r->status ? r->status : 500;
+  enum MHD_Result ret;
+  if (status == 499) {
+    ret = MHD_NO; /* nobody is listening */
+  } else {
+    ret = send_buf(c, status, "application/json", r->out ? r->out : "{}", r->out ? r->out_len : 2,
+                   status == 503 ? "1" : NULL);
+  }
+  pthread_mutex_unlock(&r->mu);
+  req_unref(r);
+  return ret;
+}
+
+static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **state) {
+  (void)cls;
+  (void)version;
+  conn *cs = *state;
+  if (!cs) {
+    cs = calloc(1, sizeof *cs);
+    if (!cs) return MHD_NO;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    cs->fd = ci ? ci->connect_fd : -1;
+    *state = cs;
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > S.cfg.max_body) cs->too_big = 1;
+    if (!cs->too_big) return MHD_YES;
+  }
+  if (*upload_size) {
+    if (!cs->too_big && buf_append(&cs->body, &cs->len, &cs->cap, upload, *upload_size) != 0)
+      cs->too_big = 1;
+    if (cs->len > S.cfg.max_body) cs->too_big = 1;
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  int is_get = !strcmp(method, "GET"), is_post = !strcmp(method, "POST");
+  if (!strcmp(url, "/health") && is_get) {
+    if (!S.ready)
+      return send_json(c, 503, json_pack("{s:s}", "status", "loading model"), "1");
+    return send_json(c, 200, json_pack("{s:s}", "status", "ok"), NULL);
+  }
+  if (!auth_ok(c))
+    return send_error(c, 401, "invalid_request_error", "invalid_api_key", NULL,
+                      "Incorrect API key provided");
+  if (cs->too_big)
+    return send_error(c, 413, "invalid_request_error", "request_too_large", NULL,
+                      "the request body is over the %zu byte limit", S.cfg.max_body);
+  int is_chat = !strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions");
+  int is_compl = !strcmp(url, "/v1/completions") || !strcmp(url, "/completions");
+  int is_models = !strcmp(url, "/v1/models") || !strcmp(url, "/models");
+  int is_metrics = !strcmp(url, "/metrics");
+  if (!is_chat && !is_compl && !is_models && !is_metrics)
+    return send_error(c, 404, "invalid_request_error", "not_found", NULL, "no route %s %s",
+                      method, url);
+  if ((is_chat || is_compl) ? !is_post : !is_get)
+    return send_error(c, 405, "invalid_request_error", "method_not_allowed", NULL,
+                      "%s %s is not allowed", method, url);
+  if (is_metrics) return handle_metrics(c);
+  if (!S.ready)
+    return send_error(c, 503, "server_error", "loading", NULL, "the model is loading");
+  if (is_models) {
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:{s:I,s:I}}", "id", S.cfg.alias, "object", "model",
+                          "created", (json_int_t)time(NULL), "owned_by", "metainfer", "meta",
+                          "n_ctx", (json_int_t)S.cfg.ctx, "n_vocab",
+                          (json_int_t)S.eng->info.vocab_size);
+    return send_json(c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m), NULL);
+  }
+  return handle_completion(c, cs, is_chat);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **state,
+                      enum MHD_RequestTerminationCode toe) {
+  (void)cls;
+  (void)c;
+  (void)toe;
+  conn *cs = *state;
+  if (!cs) return;
+  free(cs->body);
+  free(cs);
+  *state = NULL;
+}
+
+/* ---------- main ---------- */
+
+static void usage(FILE *f) {
+  fputs("usage: mi-serve -m MODEL_DIR [options]\n"
+        "\n"
+        "An OpenAI-compatible server: POST /v1/chat/completions, POST /v1/completions,\n"
+        "GET /v1/models, GET /health, GET /metrics.\n"
+        "\n"
+        "  -m, --model DIR          Hugging Face model directory\n"
+        "      --alias NAME         the model's name in the API (default: the folder's name)\n"
+        "      --host ADDR          address to bind (default 127.0.0.1)\n"
+        "      --port N             (default 8080)\n"
+        "      --api-key KEY        require Authorization: Bearer KEY (also $MI_API_KEY)\n"
+        "  -np, --parallel N        sequences resident at once (default 4)\n"
+        "      --queue N            requests waiting for a sequence before 503 (default 64)\n"
+        "  -c, --ctx-size N         context limit per request in tokens (default: the model's,\n"
+        "                           capped at 4096)\n"
+        "      --max-body BYTES     request body limit (default 1048576)\n"
+        "      --no-batch           step sequences one at a time even when the model plugin\n"
+        "                           offers batched decode\n"
+        "      --drain-timeout S    on SIGTERM, time left to in-flight requests (default 10)\n"
+        "  -b, --batch-size N       prefill batch (default 512)\n"
+        "      --kv-type T          f32 (default), f16 or bf16\n"
+        "      --plugin-dir DIR     look for plugins.conf and plugins (an engine) in DIR first\n"
+        "      --plugins-conf FILE  use this plugins.conf\n"
+        "      --platform NAME      platform plugin (default: best score)\n"
+        "  -t, --threads N          threads for the CPU platform\n"
+        "      --mmap | --no-mmap   how weights are loaded (as mi-run)\n"
+        "  -v, --verbose            more logging\n"
+        "  -h, --help | --version\n",
+        f);
+}
+
+static int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || end == s || v < lo || v > hi) {
+    fprintf(stderr, "mi-serve: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *model_dir = NULL, *plugin_dir = NULL, *conf_path = NULL, *platform = NULL;
+  const char *kv_type = NULL;
+  long threads = -1, batch = 0, v;
+  int verbose = 0, weights_load = MI_SESSION_WEIGHTS_AUTO;
+  serve_cfg *cfg = &S.cfg;
+  *cfg = (serve_cfg){.host = "127.0.0.1", .port = 8080, .parallel = 4, .queue_max = 64,
+                     .ctx = 0, .max_body = 1 << 20, .max_header = 64 << 10, .batched = 1,
+                     .drain_s = 10};
+  cfg->api_key = getenv("MI_API_KEY");
+  if (cfg->api_key && !*cfg->api_key) cfg->api_key = NULL;
+  /* -np as llama-server spells it */
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "-np")) argv[i] = "--parallel";
+  enum { O_ALIAS = 256, O_HOST, O_PORT, O_KEY, O_PAR, O_QUEUE, O_MAXBODY, O_NOBATCH, O_DRAIN,
+         O_KV, O_PDIR, O_CONF, O_PLAT, O_MMAP, O_NOMMAP, O_VERSION };
+  static const struct option lo[] = {
+      {"model", required_argument, 0, 'm'},       {"alias", required_argument, 0, O_ALIAS},
+      {"host", required_argument, 0, O_HOST},     {"port", required_argument, 0, O_PORT},
+      {"api-key", required_argument, 0, O_KEY},   {"parallel", required_argument, 0, O_PAR},
+      {"queue", required_argument, 0, O_QUEUE},   {"ctx-size", required_argument, 0, 'c'},
+      {"max-body", required_argument, 0, O_MAXBODY}, {"no-batch", no_argument, 0, O_NOBATCH},
+      {"drain-timeout", required_argument, 0, O_DRAIN}, {"batch-size", required_argument, 0, 'b'},
+      {"kv-type", required_argument, 0, O_KV},    {"plugin-dir", required_argument, 0, O_PDIR},
+      {"plugins-conf", required_argument, 0, O_CONF}, {"platform", required_argument, 0, O_PLAT},
+      {"threads", required_argument, 0, 't'},     {"mmap", no_argument, 0, O_MMAP},
+      {"no-mmap", no_argument, 0, O_NOMMAP},      {"verbose", no_argument, 0, 'v'},
+      {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, O_VERSION},
+      {0, 0, 0, 0}};
+  int c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":m:c:b:t:vh", lo, NULL)) != -1) {
+    switch (c) {
+    case 'm': model_dir = optarg; break;
+    case O_ALIAS: cfg->alias = optarg; break;
+    case O_HOST: cfg->host = optarg; break;
+    case O_PORT:
+      if (parse_long("--port", optarg, 0, 65535, &v)) return 2;
+      cfg->port = (int)v;
+      break;
+    case O_KEY: cfg->api_key = *optarg ? optarg : NULL; break;
+    case O_PAR:
+      if (parse_long("--parallel", optarg, 1, 256, &v)) return 2;
+      cfg->parallel = (int)v;
+      break;
+    case O_QUEUE:
+      if (parse_long("--queue", optarg, 0, 1 << 20, &v)) return 2;
+      cfg->queue_max = (int)v;
+      break;
+    case 'c':
+      if (parse_long("-c", optarg, 2, INT_MAX, &v)) return 2;
+      cfg->ctx = v;
+      break;
+    case O_MAXBODY:
+      if (parse_long("--max-body", optarg, 64, 1L << 30, &v)) return 2;
+      cfg->max_body = (size_t)v;
+      break;
+    case O_NOBATCH: cfg->batched = 0; break;
+    case O_DRAIN:
+      if (parse_long("--drain-timeout", optarg, 0, 3600, &v)) return 2;
+      cfg->drain_s = (double)v;
+      break;
+    case 'b':
+      if (parse_long("-b", optarg, 1, 65536, &batch)) return 2;
+      break;
+    case 't':
+      if (parse_long("-t", optarg, 1, 1024, &threads)) return 2;
+      break;
+    case O_KV:
+      if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "bf16")) {
+        fprintf(stderr, "mi-serve: --kv-type must be f32, f16 or bf16, got '%s'\n", optarg);
+        return 2;
+      }
+      kv_type = optarg;
+      break;
+    case O_PDIR: plugin_dir = optarg; break;
+    case O_CONF: conf_path = optarg; break;
+    case O_PLAT: platform = optarg; break;
+    case O_MMAP: weights_load = MI_SESSION_WEIGHTS_MMAP; break;
+    case O_NOMMAP: weights_load = MI_SESSION_WEIGHTS_READ; break;
+    case 'v': verbose++; break;
+    case 'h': usage(stdout); return 0;
+    case O_VERSION:
+      printf("mi-serve (MetaInfer) %s, plugin ABI %d.%d\n", MI_VERSION, MI_ABI_MAJOR, MI_ABI_MINOR);
+      return 0;
+    case ':':
+      fprintf(stderr, "mi-serve: option %s needs a value (see --help)\n", argv[optind - 1]);
+      return 2;
+    default:
+      fprintf(stderr, "mi-serve: unknown option %s (see --help)\n", argv[optind - 1]);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "mi-serve: unexpected argument '%s' (see --help)\n", argv[optind]);
+    return 2;
+  }
+  if (!model_dir) {
+    fprintf(stderr, "mi-serve: no model: give -m MODEL_DIR (see --help)\n");
+    return 2;
+  }
+  mi_log_set_level(verbose >= 2 ? MI_LOG_DEBUG : verbose ? MI_LOG_INFO : MI_LOG_WARN);
+  mi_progress_enable(0);
+  if (!cfg->alias) {
+    const char *b = model_dir + strlen(model_dir);
+    while (b > model_dir && b[-1] == '/') b--;
+    const char *a = b;
+    while (a > model_dir && a[-1] != '/') a--;
+    static char alias[256];
+    snprintf(alias, sizeof alias, "%.*s", (int)(b - a), a);
+    cfg->alias = alias[0] ? alias : "model";
+  }
+
+  /* signals: every thread blocks them; main waits for them */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  pthread_mutex_init(&S.mu, NULL);
+  pthread_cond_init(&S.cv, NULL);
+
+  /* listen first: /health answers 503 while the model loads */
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof ss);
+  socklen_t sl;
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                   MHD_USE_ITC | MHD_USE_ERROR_LOG;
+  if (strchr(cfg->host, ':')) {
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons((uint16_t)cfg->port);
+    if (inet_pton(AF_INET6, cfg->host, &a6->sin6_addr) != 1) {
+      fprintf(stderr, "mi-serve: --host '%s' is not an IPv6 address\n", cfg->host);
+      return 2;
+    }
+    sl = sizeof *a6;
+    flags |= MHD_USE_IPv6;
+  } else {
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons((uint16_t)cfg->port);
+    if (inet_pton(AF_INET, cfg->host, &a4->sin_addr) != 1) {
+      fprintf(stderr, "mi-serve: --host '%s' is not an IPv4 address\n", cfg->host);
+      return 2;
+    }
+    sl = sizeof *a4;
+  }
+  (void)sl;
+  struct MHD_Daemon *d = MHD_start_daemon(
+      flags, (uint16_t)cfg->port, NULL, NULL, answer, NULL, MHD_OPTION_SOCK_ADDR,
+      (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->queue_max + cfg->parallel + 64),
+      MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+      MHD_OPTION_END);
+  if (!d) {
+    fprintf(stderr, "mi-serve: cannot listen on %s:%d: %s\n", cfg->host, cfg->port,
+            strerror(errno));
+    return 1;
+  }
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+  int port = di ? di->port : cfg->port;
+  fprintf(stderr, "mi-serve: listening on http://%s:%d (loading %s)\n", cfg->host, port, model_dir);
+
+  /* plugins + model */
+  char tbuf[32], bbuf[32], err[2048] = "";
+  mi_kv extra[1];
+  size_t n_extra = 0;
+  if (threads > 0) {
+    snprintf(tbuf, sizeof tbuf, "%ld", threads);
+    extra[n_extra++] = (mi_kv){"threads", tbuf};
+  }
+  mi_loader_opts lopts = {.plugin_dir = plugin_dir, .conf_path = conf_path, .exe_path = NULL,
+                          .extra_opts = extra, .n_extra_opts = n_extra};
+  int fatal = 0, rc = 1;
+  mi_registry *reg = mi_registry_load(&lopts, &fatal, err, sizeof err);
+  if (!reg || fatal) {
+    fprintf(stderr, "mi-serve: %s\n", reg ? err : "out of memory loading plugins");
+    MHD_stop_daemon(d);
+    mi_registry_free(reg);
+    return 1;
+  }
+  mi_kv mopts[2];
+  size_t n_mopts = 0;
+  if (kv_type) mopts[n_mopts++] = (mi_kv){"kv_type", kv_type};
+  if (batch > 0) {
+    snprintf(bbuf, sizeof bbuf, "%ld", batch);
+    mopts[n_mopts++] = (mi_kv){"batch", bbuf};
+  }
+  mi_options model_opts = {mopts, n_mopts};
+  mi_session_opts eo = {.model_dir = model_dir, .platform = platform, .model_opts = &model_opts,
+                        .tp_rank = 0, .tp_size = 1, .weights = weights_load};
+  pthread_t sched;
+  if (mi_session_open(reg, &eo, &S.eng, err, sizeof err) != 0) {
+    fprintf(stderr, "mi-serve: %s\n", err);
+    goto out;
+  }
+  if (cfg->ctx <= 0) cfg->ctx = S.eng->info.max_position < 4096 ? S.eng->info.max_position : 4096;
+  if (cfg->ctx > S.eng->info.max_position) {
+    fprintf(stderr, "mi-serve: -c %lld is over the model's max_position_embeddings %lld\n",
+            (long long)cfg->ctx, (long long)S.eng->info.max_position);
+    goto out;
+  }
+  S.has_chat = mi_chat_format_detect(mi_tokenizer_chat_template(S.eng->tok), &S.chat) == 0;
+  S.have_batch = cfg->batched && mi_model_has(S.eng->M, forward_batch);
+  if (pthread_create(&sched, NULL, scheduler, NULL) != 0) {
+    fprintf(stderr, "mi-serve: cannot start the scheduler thread\n");
+    goto out;
+  }
+  S.ready = 1;
+  fprintf(stderr,
+          "mi-serve: ready: model '%s' (%s, plugin %s, platform %s), %d sequences of up to %lld "
+          "tokens, %s decode, loaded in %.2f s\n",
+          cfg->alias, S.eng->info.architecture, S.eng->model_plugin->desc->name,
+          S.eng->platform_plugin->desc->name, cfg->parallel, (long long)cfg->ctx,
+          S.have_batch ? "batched" : "one-at-a-time", S.eng->load_seconds);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  /* stop listening: new connections are refused from now on */
+  MHD_socket lfd = MHD_quiesce_daemon(d);
+  if (lfd != MHD_INVALID_SOCKET) close(lfd);
+  fprintf(stderr, "mi-serve: %s: finishing in-flight requests (up to %.0f s)\n",
+          sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg->drain_s);
+  /* stop taking work; let the running sequences finish, then cancel */
+  pthread_mutex_lock(&S.mu);
+  S.stopping = 1;
+  /* queued requests that never started: 503 */
+  while (S.q_head) {
+    req *r = S.q_head;
+    S.q_head = r->next;
+    S.q_len--;
+    pthread_mutex_unlock(&S.mu);
+    finish_req(r, NULL, 503, "the server is shutting down");
+    req_unref(r);
+    pthread_mutex_lock(&S.mu);
+  }
+  S.q_tail = NULL;
+  pthread_mutex_unlock(&S.mu);
+  double t_end = mi_now_seconds() + cfg->drain_s;
+  for (;;) {
+    pthread_mutex_lock(&S.mu);
+    int run = S.running;
+    pthread_mutex_unlock(&S.mu);
+    if (run == 0) break;
+    if (mi_now_seconds() >= t_end) {
+      pthread_mutex_lock(&S.mu);
+      S.cancel_all = 1;
+      pthread_cond_signal(&S.cv);
+      pthread_mutex_unlock(&S.mu);
+      break;
+    }
+    struct timespec ts = {0, 20 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  pthread_mutex_lock(&S.mu);
+  S.sched_exit = 1;
+  pthread_cond_signal(&S.cv);
+  pthread_mutex_unlock(&S.mu);
+  pthread_join(sched, NULL);
+  rc = 0;
+out:
+  MHD_stop_daemon(d); /* waits for the connection threads: their requests are done */
+  mi_session_close(S.eng);
+  mi_registry_free(reg);
+  if (rc == 0) fprintf(stderr, "mi-serve: stopped\n");
+  return rc;
+}

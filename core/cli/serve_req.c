@@ -1,0 +1,320 @@
+/* mi-serve's request parser (serve_req.h). */
+#include "core/cli/serve_req.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(serve_err *e, int status, const char *param, const char *code, const char *fmt,
+                ...) {
+  e->status = status;
+  e->type = "invalid_request_error";
+  e->code = code;
+  snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
+  /* one printable ASCII line: jansson's messages quote the input, which may
+   * hold newlines or bytes that are not UTF-8 */
+  for (char *c = e->message; *c; c++)
+    if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e) *c = '?';
+  return -1;
+}
+
+/* A field that may be absent or null. */
+static json_t *field(json_t *root, const char *name) {
+  json_t *v = json_object_get(root, name);
+  return v && !json_is_null(v) ? v : NULL;
+}
+
+static int get_number(json_t *root, const char *name, double lo, double hi, double *out,
+                      serve_err *e) {
+  json_t *v = field(root, name);
+  if (!v) return 0;
+  if (!json_is_number(v))
+    return fail(e, 400, name, "invalid_type", "'%s' must be a number", name);
+  double d = json_number_value(v);
+  if (!(d >= lo && d <= hi))
+    return fail(e, 400, name, "invalid_value", "'%s' must be in [%g, %g], got %g", name, lo, hi,
+                d);
+  *out = d;
+  return 0;
+}
+
+static int get_int(json_t *root, const char *name, int64_t lo, int64_t hi, int64_t *out,
+                   serve_err *e) {
+  json_t *v = field(root, name);
+  if (!v) return 0;
+  if (!json_is_integer(v))
+    return fail(e, 400, name, "invalid_type", "'%s' must be an integer", name);
+  int64_t i = json_integer_value(v);
+  if (i < lo || i > hi)
+    return fail(e, 400, name, "invalid_value", "'%s' must be in [%lld, %lld], got %lld", name,
+                (long long)lo, (long long)hi, (long long)i);
+  *out = i;
+  return 0;
+}
+
+static int get_bool(json_t *root, const char *name, int *out, serve_err *e) {
+  json_t *v = field(root, name);
+  if (!v) return 0;
+  if (!json_is_boolean(v))
+    return fail(e, 400, name, "invalid_type", "'%s' must be a boolean", name);
+  *out = json_is_true(v);
+  return 0;
+}
+
+/* A message's content: a string, or an array of {type:"text", text} parts. */
+static int content_text(json_t *c, size_t idx, char **out, serve_err *e) {
+  char param[64];
+  snprintf(param, sizeof param, "messages[%zu].content", idx);
+  if (!c || json_is_null(c)) {
+    *out = strdup("");
+    return *out ? 0 : fail(e, 500, NULL, NULL, "out of memory");
+  }
+  if (json_is_string(c)) {
+    size_t n = json_string_length(c);
+    if (memchr(json_string_value(c), 0, n))
+      return fail(e, 400, param, "invalid_value", "'%s' holds a NUL character", param);
+    *out = strdup(json_string_value(c));
+    return *out ? 0 : fail(e, 500, NULL, NULL, "out of memory");
+  }
+  if (!json_is_array(c))
+    return fail(e, 400, param, "invalid_type", "'%s' must be a string or an array of text parts",
+                param);
+  size_t total = 0, i;
+  json_t *part;
+  json_array_foreach(c, i, part) {
+    json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+    if (!json_is_object(part) || !json_is_string(type) ||
+        strcmp(json_string_value(type), "text") != 0 || !json_is_string(text))
+      return fail(e, 400, param, "invalid_value",
+                  "'%s[%zu]' must be {\"type\":\"text\",\"text\":STRING} (only text is supported)",
+                  param, i);
+    if (memchr(json_string_value(text), 0, json_string_length(text)))
+      return fail(e, 400, param, "invalid_value", "'%s' holds a NUL character", param);
+    total += json_string_length(text);
+  }
+  char *s = malloc(total + 1);
+  if (!s) return fail(e, 500, NULL, NULL, "out of memory");
+  size_t at = 0;
+  json_array_foreach(c, i, part) {
+    json_t *text = json_object_get(part, "text");
+    memcpy(s + at, json_string_value(text), json_string_length(text));
+    at += json_string_length(text);
+  }
+  s[at] = 0;
+  *out = s;
+  return 0;
+}
+
+static int parse_messages(json_t *root, serve_req *r, serve_err *e) {
+  json_t *m = field(root, "messages");
+  if (!m) return fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
+  if (!json_is_array(m))
+    return fail(e, 400, "messages", "invalid_type", "'messages' must be an array");
+  size_t n = json_array_size(m);
+  if (n == 0)
+    return fail(e, 400, "messages", "invalid_value", "'messages' must hold at least one message");
+  if (n > SERVE_MAX_MESSAGES)
+    return fail(e, 400, "messages", "invalid_value", "'messages' holds more than %d messages",
+                SERVE_MAX_MESSAGES);
+  r->msgs = calloc(n, sizeof *r->msgs);
+  if (!r->msgs) return fail(e, 500, NULL, NULL, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    json_t *msg = json_array_get(m, i);
+    char param[64];
+    snprintf(param, sizeof param, "messages[%zu]", i);
+    if (!json_is_object(msg))
+      return fail(e, 400, param, "invalid_type", "'%s' must be an object", param);
+    json_t *role = json_object_get(msg, "role");
+    if (!json_is_string(role)) {
+      snprintf(param, sizeof param, "messages[%zu].role", i);
+      return fail(e, 400, param, "invalid_type", "'%s' must be a string", param);
+    }
+    const char *rs = json_string_value(role);
+    if (strcmp(rs, "system") && strcmp(rs, "developer") && strcmp(rs, "user") &&
+        strcmp(rs, "assistant") && strcmp(rs, "tool")) {
+      snprintf(param, sizeof param, "messages[%zu].role", i);
+      return fail(e, 400, param, "invalid_value",
+                  "'%s' must be one of system, developer, user, assistant, tool", param);
+    }
+    if (field(msg, "tool_calls"))
+      return fail(e, 400, param, "unsupported_parameter", "tool calls are not supported");
+    r->msgs[i].role = strcmp(rs, "developer") == 0 ? "system" : rs;
+    if (content_text(json_object_get(msg, "content"), i, &r->msgs[i].content, e) != 0) return -1;
+    r->n_msgs = i + 1;
+  }
+  return 0;
+}
+
+static int parse_prompt(json_t *root, serve_req *r, serve_err *e) {
+  json_t *p = field(root, "prompt");
+  if (!p) return fail(e, 400, "prompt", "missing_required_parameter", "'prompt' is required");
+  if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
+    p = json_array_get(p, 0);
+  if (json_is_string(p)) {
+    if (memchr(json_string_value(p), 0, json_string_length(p)))
+      return fail(e, 400, "prompt", "invalid_value", "'prompt' holds a NUL character");
+    r->prompt = json_string_value(p);
+    return 0;
+  }
+  if (json_is_array(p) && json_array_size(p) > 0) {
+    size_t n = json_array_size(p);
+    r->prompt_ids = malloc(n * sizeof(int32_t));
+    if (!r->prompt_ids) return fail(e, 500, NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+      json_t *v = json_array_get(p, i);
+      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+        return fail(e, 400, "prompt", "invalid_type",
+                    "'prompt' must be a string, one string in an array, or an array of token ids");
+      r->prompt_ids[i] = (int32_t)json_integer_value(v);
+    }
+    r->n_prompt_ids = n;
+    return 0;
+  }
+  return fail(e, 400, "prompt", "invalid_type",
+              "'prompt' must be a string, one string in an array, or an array of token ids "
+              "(one prompt per request)");
+}
+
+int serve_req_parse(const char *body, size_t len, int chat, serve_req *r, serve_err *e) {
+  memset(r, 0, sizeof *r);
+  memset(e, 0, sizeof *e);
+  r->chat = chat;
+  r->max_tokens = -1;
+  /* llama.cpp's (and mi-run's) sampling defaults */
+  r->temperature = 0.8;
+  r->top_k = 40;
+  r->top_p = 0.95;
+  r->min_p = 0.05;
+  r->repeat_penalty = 1.0;
+  r->enable_thinking = -1;
+  json_error_t jerr;
+  json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
+    return fail(e, 400, NULL, "invalid_json",
+                "We could not parse the JSON body of your request: %s (line %d, column %d)",
+                jerr.text, jerr.line, jerr.column);
+  r->root = root;
+  if (!json_is_object(root))
+    return fail(e, 400, NULL, "invalid_json", "the request body must be a JSON object");
+
+  json_t *v;
+  if ((v = field(root, "model"))) {
+    if (!json_is_string(v)) return fail(e, 400, "model", "invalid_type", "'model' must be a string");
+    r->model = json_string_value(v);
+  }
+  if (chat ? parse_messages(root, r, e) : parse_prompt(root, r, e)) return -1;
+
+  int64_t i64;
+  if (get_int(root, "max_tokens", 0, INT32_MAX, &r->max_tokens, e)) return -1;
+  if (chat && get_int(root, "max_completion_tokens", 0, INT32_MAX, &r->max_tokens, e)) return -1;
+  if (get_number(root, "temperature", 0, 2, &r->temperature, e)) return -1;
+  if (get_number(root, "top_p", 0, 1, &r->top_p, e)) return -1;
+  if (get_number(root, "min_p", 0, 1, &r->min_p, e)) return -1;
+  if (get_number(root, "repeat_penalty", 0.01, 100, &r->repeat_penalty, e)) return -1;
+  i64 = r->top_k;
+  if (get_int(root, "top_k", -1, INT32_MAX, &i64, e)) return -1;
+  r->top_k = i64 < 0 ? 0 : (int)i64;
+  if ((v = field(root, "seed"))) {
+    if (!json_is_integer(v)) return fail(e, 400, "seed", "invalid_type", "'seed' must be an integer");
+    r->has_seed = 1;
+    r->seed = (uint64_t)json_integer_value(v);
+  }
+  i64 = 1;
+  if (get_int(root, "n", 1, 1, &i64, e)) return -1;
+  double pen = 0;
+  if (get_number(root, "presence_penalty", -2, 2, &pen, e)) return -1;
+  if (pen != 0)
+    return fail(e, 400, "presence_penalty", "unsupported_value",
+                "'presence_penalty' is not supported (use repeat_penalty)");
+  if (get_number(root, "frequency_penalty", -2, 2, &pen, e)) return -1;
+  if (pen != 0)
+    return fail(e, 400, "frequency_penalty", "unsupported_value",
+                "'frequency_penalty' is not supported (use repeat_penalty)");
+  if ((v = field(root, "stop"))) {
+    if (json_is_string(v)) {
+      if (json_string_length(v) > 0) r->stop[r->n_stop++] = json_string_value(v);
+    } else if (json_is_array(v)) {
+      if (json_array_size(v) > SERVE_MAX_STOP)
+        return fail(e, 400, "stop", "invalid_value", "'stop' holds more than %d strings",
+                    SERVE_MAX_STOP);
+      size_t i;
+      json_t *s;
+      json_array_foreach(v, i, s) {
+        if (!json_is_string(s))
+          return fail(e, 400, "stop", "invalid_type", "'stop' must be a string or an array of strings");
+        if (json_string_length(s) > 0 && !memchr(json_string_value(s), 0, json_string_length(s)))
+          r->stop[r->n_stop++] = json_string_value(s);
+      }
+    } else {
+      return fail(e, 400, "stop", "invalid_type", "'stop' must be a string or an array of strings");
+    }
+  }
+  if (chat) {
+    if (get_bool(root, "logprobs", &r->logprobs, e)) return -1;
+    i64 = 0;
+    if (get_int(root, "top_logprobs", 0, SERVE_MAX_TOP_LOGPROBS, &i64, e)) return -1;
+    r->top_logprobs = (int)i64;
+    if (r->top_logprobs > 0 && !r->logprobs)
+      return fail(e, 400, "top_logprobs", "invalid_value",
+                  "'top_logprobs' needs 'logprobs' set to true");
+  } else {
+    i64 = -1;
+    if ((v = field(root, "logprobs")) && json_is_boolean(v)) {
+      i64 = json_is_true(v) ? 0 : -1; /* some clients send a boolean */
+    } else if (get_int(root, "logprobs", 0, SERVE_MAX_TOP_LOGPROBS, &i64, e)) {
+      return -1;
+    }
+    r->logprobs = i64 >= 0;
+    r->top_logprobs = i64 > 0 ? (int)i64 : 0;
+    int echo = 0;
+    if (get_bool(root, "echo", &echo, e)) return -1;
+    if (echo) return fail(e, 400, "echo", "unsupported_value", "'echo' is not supported");
+    json_t *suffix = field(root, "suffix");
+    if (suffix) return fail(e, 400, "suffix", "unsupported_value", "'suffix' is not supported");
+    i64 = 1;
+    if (get_int(root, "best_of", 1, 1, &i64, e)) return -1;
+  }
+  if (get_bool(root, "stream", &r->stream, e)) return -1;
+  if ((v = field(root, "stream_options"))) {
+    if (!json_is_object(v))
+      return fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
+    if (!r->stream)
+      return fail(e, 400, "stream_options", "invalid_value",
+                  "'stream_options' is only allowed when 'stream' is true");
+    json_t *iu = field(v, "include_usage");
+    if (iu && !json_is_boolean(iu))
+      return fail(e, 400, "stream_options.include_usage", "invalid_type",
+                  "'stream_options.include_usage' must be a boolean");
+    r->include_usage = iu && json_is_true(iu);
+  }
+  if (get_bool(root, "ignore_eos", &r->ignore_eos, e)) return -1;
+  if ((v = field(root, "tools")) && json_is_array(v) && json_array_size(v) > 0)
+    return fail(e, 400, "tools", "unsupported_parameter", "tools are not supported");
+  if ((v = field(root, "chat_template_kwargs"))) {
+    if (!json_is_object(v))
+      return fail(e, 400, "chat_template_kwargs", "invalid_type",
+                  "'chat_template_kwargs' must be an object");
+    json_t *et = field(v, "enable_thinking");
+    if (et && !json_is_boolean(et))
+      return fail(e, 400, "chat_template_kwargs.enable_thinking", "invalid_type",
+                  "'chat_template_kwargs.enable_thinking' must be a boolean");
+    if (et) r->enable_thinking = json_is_true(et);
+  }
+  return 0;
+}
+
+void serve_req_free(serve_req *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->n_msgs; i++) free(r->msgs[i].content);
+  free(r->msgs);
+  free(r->prompt_ids);
+  if (r->root) json_decref((json_t *)r->root);
+  memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,55 @@
+/* mi-serve's request parser: the JSON body of POST /v1/chat/completions or
+ * /v1/completions → a checked request, or an OpenAI-shaped error (HTTP
+ * status, type, param, message). Pure: no model, no I/O (fuzzed by
+ * fuzz/fuzz_serve_req.c). */
+#ifndef MI_CLI_SERVE_REQ_H
+#define MI_CLI_SERVE_REQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SERVE_MAX_STOP 16
+#define SERVE_MAX_TOP_LOGPROBS 20
+#define SERVE_MAX_MESSAGES 4096
+
+typedef struct serve_err {
+  int status;        /* HTTP status */
+  const char *type;  /* "invalid_request_error", ... */
+  const char *code;  /* NULL or e.g. "context_length_exceeded" */
+  char param[64];    /* the offending field, "" for none */
+  char message[512];
+} serve_err;
+
+typedef struct serve_msg {
+  const char *role;
+  char *content; /* malloc'd: text parts joined */
+} serve_msg;
+
+typedef struct serve_req {
+  int chat;             /* 1: chat completions, 0: completions */
+  const char *model;    /* NULL: not given */
+  serve_msg *msgs;      /* chat */
+  size_t n_msgs;
+  const char *prompt;   /* completions: text, or NULL with prompt_ids */
+  int32_t *prompt_ids;  /* completions: token ids given directly */
+  size_t n_prompt_ids;
+  int64_t max_tokens;   /* -1: not given */
+  double temperature, top_p, min_p, repeat_penalty;
+  int top_k;
+  int has_seed;
+  uint64_t seed;
+  const char *stop[SERVE_MAX_STOP];
+  size_t n_stop;
+  int logprobs;         /* report the sampled token's logprob */
+  int top_logprobs;     /* and the k best */
+  int stream, include_usage;
+  int ignore_eos;
+  int enable_thinking;  /* -1: template default */
+  void *root;           /* json_t* owning the strings above */
+} serve_req;
+
+/* 0, or -1 with *e filled. On success free with serve_req_free. */
+int serve_req_parse(const char *body, size_t len, int chat, serve_req *out, serve_err *e);
+void serve_req_free(serve_req *r);
+
+#endif

@@ -1,0 +1,663 @@
+/* mi-serve over HTTP on loopback, with raw sockets:
+ *  - greedy output equals mi-run's, token for token (ids → bytes through the
+ *    tokenizer, logprobs to 1e-6), chat and completions;
+ *  - streaming: deltas add up to the non-streamed answer, usage chunk, [DONE];
+ *  - concurrent clients get exactly what each gets alone (nothing mixed);
+ *  - the malformed cases answer OpenAI's error shape with the right status;
+ *  - /health is 503 while loading; --api-key; a full queue answers 503 with
+ *    Retry-After; a client that leaves frees its sequence; SIGTERM drains. */
+#include "serve_util.h"
+
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+
+#include "core/tokenizer/tokenizer.h"
+
+static char g_build[1024], g_model[1200];
+static srv g_srv;            /* shared: batched decode, 4 sequences */
+static srv g_srv_nb;         /* shared: --no-batch */
+static mi_tokenizer *g_tok;
+
+static void make_model(void) {
+  snprintf(g_model, sizeof g_model, "%s/models/tiny-seed5", g_build);
+  char cfg[1300];
+  snprintf(cfg, sizeof cfg, "%s/config.json", g_model);
+  FILE *f = fopen(cfg, "r");
+  if (f) {
+    fclose(f);
+    return;
+  }
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-mkmodel' --shape tiny --seed 5 --out '%s' >/dev/null",
+           g_build, g_model);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "mi-mkmodel failed: %s\n", cmd);
+    exit(1);
+  }
+}
+
+static void start_or_die(srv *s, const char *const *extra) {
+  const char *args[40] = {"-m", g_model, "-t", "1", "-c", "256"};
+  int k = 6;
+  for (int i = 0; extra && extra[i]; i++) args[k++] = extra[i];
+  args[k] = NULL;
+  if (srv_start(s, g_build, args) != 0) {
+    fprintf(stderr, "mi-serve did not start (log: %s)\n", s->log);
+    exit(1);
+  }
+}
+
+static int ready_within(const srv *s, double secs) {
+  for (double t0 = now_s(); now_s() - t0 < secs;) {
+    http_resp r = http(s->port, "GET", "/health", NULL, NULL);
+    free(r.raw);
+    if (r.status == 200) return 1;
+    usleep(20000);
+  }
+  return 0;
+}
+
+static void wait_ready(const srv *s) {
+  ck_assert_msg(ready_within(s, 120), "mi-serve never became ready (log: %s)", s->log);
+}
+
+static void setup(void) {
+  const char *b = getenv("MI_BUILD_DIR");
+  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
+  make_model();
+  start_or_die(&g_srv, (const char *[]){"--parallel", "4", NULL});
+  start_or_die(&g_srv_nb, (const char *[]){"--parallel", "4", "--no-batch", NULL});
+  char tp[1400], err[512];
+  snprintf(tp, sizeof tp, "%s/tokenizer.json", g_model);
+  g_tok = mi_tokenizer_load(tp, err, sizeof err);
+  if (!g_tok) {
+    fprintf(stderr, "%s\n", err);
+    exit(1);
+  }
+}
+
+/* 0 when both shared servers exit 0 on SIGTERM (under ASan: no leak after
+ * every request the suite sent them) */
+static int teardown(void) {
+  int a = srv_stop(&g_srv), b = srv_stop(&g_srv_nb);
+  if (a != 0 || b != 0)
+    fprintf(stderr, "shared mi-serve exit status %d / %d on SIGTERM (logs: %s %s)\n", a, b,
+            g_srv.log, g_srv_nb.log);
+  mi_tokenizer_free(g_tok);
+  return a != 0 || b != 0;
+}
+
+static json_t *json_of(const http_resp *r) {
+  json_error_t je;
+  json_t *j = json_loadb(r->body, r->len, 0, &je);
+  ck_assert_msg(j, "not JSON (%s): %.400s", je.text, r->body);
+  return j;
+}
+
+/* ---- mi-run as the reference ---- */
+
+typedef struct ref_out {
+  int32_t ids[512];
+  double lps[512];
+  int n;
+  char text[8192];
+} ref_out;
+
+static void mi_run(const char *prompt, int chat, int n_predict, ref_out *o) {
+  char path[1300];
+  snprintf(path, sizeof path, "%s/serve-prompt-%d.txt", g_build, (int)getpid());
+  FILE *f = fopen(path, "w");
+  fputs(prompt, f);
+  fclose(f);
+  char cmd[4096];
+  /* token ids and logprobs */
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-run' -m '%s' -t 1 -f '%s' %s -n %d --temp 0 --json 2>/dev/null",
+           g_build, g_model, path, chat ? "--chat" : "", n_predict);
+  FILE *p = popen(cmd, "r");
+  ck_assert_ptr_nonnull(p);
+  char line[65536];
+  o->n = 0;
+  while (fgets(line, sizeof line, p)) {
+    json_t *j = json_loads(line, 0, NULL);
+    if (j && json_object_get(j, "token_id")) {
+      o->ids[o->n] = (int32_t)json_integer_value(json_object_get(j, "token_id"));
+      o->lps[o->n] = json_real_value(json_object_get(j, "logprob"));
+      o->n++;
+    }
+    json_decref(j);
+  }
+  ck_assert_int_eq(pclose(p), 0);
+  /* visible text */
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-run' -m '%s' -t 1 -f '%s' %s -n %d --temp 0 2>/dev/null",
+           g_build, g_model, path, chat ? "--chat" : "", n_predict);
+  p = popen(cmd, "r");
+  size_t k = fread(o->text, 1, sizeof o->text - 1, p);
+  o->text[k] = 0;
+  if (k && o->text[k - 1] == '\n') o->text[k - 1] = 0; /* mi-run ends with a newline */
+  ck_assert_int_eq(pclose(p), 0);
+  unlink(path);
+}
+
+static char *chat_body(const char *prompt, int n, const char *more) {
+  json_t *j = json_pack("{s:[{s:s,s:s}],s:i,s:f}", "messages", "role", "user", "content", prompt,
+                        "max_tokens", n, "temperature", 0.0);
+  char *s = json_dumps(j, JSON_COMPACT);
+  json_decref(j);
+  if (more) { /* splice extra fields before the closing brace */
+    size_t L = strlen(s);
+    char *t = malloc(L + strlen(more) + 4);
+    sprintf(t, "%.*s,%s}", (int)(L - 1), s, more);
+    free(s);
+    s = t;
+  }
+  return s;
+}
+
+static const char *PROMPTS[] = {"The capital of France is", "Hello", "Write a haiku about the sea.",
+                                "1, 2, 3, 4,"};
+
+START_TEST(greedy_chat_equals_mi_run) {
+  const char *prompt = PROMPTS[_i];
+  ref_out ref;
+  mi_run(prompt, 1, 24, &ref);
+  ck_assert_int_gt(ref.n, 0);
+  char *body = chat_body(prompt, 24, "\"logprobs\":true");
+  http_resp r = http(g_srv.port, "POST", "/v1/chat/completions", NULL, body);
+  free(body);
+  ck_assert_msg(r.status == 200, "status %d: %s", r.status, r.body);
+  json_t *j = json_of(&r);
+  json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+  const char *content = json_string_value(json_object_get(json_object_get(ch, "message"), "content"));
+  ck_assert_str_eq(content, ref.text);
+  json_t *lp = json_object_get(json_object_get(ch, "logprobs"), "content");
+  ck_assert_int_eq((int)json_array_size(lp), ref.n);
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")),
+                   ref.n);
+  for (int i = 0; i < ref.n; i++) {
+    json_t *e = json_array_get(lp, (size_t)i), *bytes = json_object_get(e, "bytes");
+    size_t nb = 0;
+    const unsigned char *tb = mi_tokenizer_token_bytes(g_tok, ref.ids[i], &nb);
+    ck_assert_msg(json_array_size(bytes) == nb, "token %d: %zu bytes, mi-run's id %d has %zu", i,
+                  json_array_size(bytes), ref.ids[i], nb);
+    for (size_t b = 0; b < nb; b++)
+      ck_assert_int_eq(json_integer_value(json_array_get(bytes, b)), tb[b]);
+    ck_assert_msg(fabs(json_number_value(json_object_get(e, "logprob")) - ref.lps[i]) < 1e-6,
+                  "token %d logprob differs", i);
+  }
+  const char *fr = json_string_value(json_object_get(ch, "finish_reason"));
+  ck_assert_str_eq(fr, ref.n == 24 ? "length" : "stop");
+  json_decref(j);
+  free(r.raw);
+}
+END_TEST
+
+START_TEST(greedy_completion_equals_mi_run) {
+  const char *prompt = PROMPTS[_i];
+  ref_out ref;
+  mi_run(prompt, 0, 20, &ref);
+  json_t *req = json_pack("{s:s,s:i,s:i,s:i}", "prompt", prompt, "max_tokens", 20, "temperature",
+                          0, "logprobs", 3);
+  char *body = json_dumps(req, JSON_COMPACT);
+  json_decref(req);
+  http_resp r = http(g_srv.port, "POST", "/v1/completions", NULL, body);
+  free(body);
+  ck_assert_msg(r.status == 200, "status %d: %s", r.status, r.body);
+  json_t *j = json_of(&r);
+  json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+  ck_assert_str_eq(json_string_value(json_object_get(ch, "text")), ref.text);
+  json_t *tl = json_object_get(json_object_get(ch, "logprobs"), "token_logprobs");
+  ck_assert_int_eq((int)json_array_size(tl), ref.n);
+  for (int i = 0; i < ref.n; i++)
+    ck_assert(fabs(json_number_value(json_array_get(tl, (size_t)i)) - ref.lps[i]) < 1e-6);
+  json_t *tops = json_object_get(json_object_get(ch, "logprobs"), "top_logprobs");
+  ck_assert_int_le((int)json_object_size(json_array_get(tops, 0)), 3);
+  ck_assert_int_ge((int)json_object_size(json_array_get(tops, 0)), 1);
+  json_t *tm = json_object_get(j, "timings");
+  ck_assert_int_eq(json_integer_value(json_object_get(tm, "predicted_n")), ref.n);
+  ck_assert_str_eq(json_string_value(json_object_get(j, "object")), "text_completion");
+  json_decref(j);
+  free(r.raw);
+}
+END_TEST
+
+/* SSE body → the data payloads */
+static int sse_events(const char *body, char **ev, int max) {
+  int n = 0;
+  const char *p = body;
+  while ((p = strstr(p, "data: ")) && n < max) {
+    p += 6;
+    size_t k = strcspn(p, "\n");
+    ev[n++] = strndup(p, k);
+    p += k;
+  }
+  return n;
+}
+
+START_TEST(stream_equals_plain_with_usage) {
+  const char *prompt = "Tell me a story.";
+  char *body = chat_body(prompt, 16, NULL);
+  http_resp plain = http(g_srv.port, "POST", "/v1/chat/completions", NULL, body);
+  free(body);
+  ck_assert_int_eq(plain.status, 200);
+  json_t *pj = json_of(&plain);
+  const char *want = json_string_value(json_object_get(
+      json_object_get(json_array_get(json_object_get(pj, "choices"), 0), "message"), "content"));
+  body = chat_body(prompt, 16, "\"stream\":true,\"stream_options\":{\"include_usage\":true}");
+  http_resp r = http(g_srv.port, "POST", "/v1/chat/completions", NULL, body);
+  free(body);
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_str_eq(header_of(&r, "Content-Type"), "text/event-stream");
+  char *ev[512];
+  int n = sse_events(r.body, ev, 512);
+  ck_assert_int_ge(n, 3);
+  ck_assert_str_eq(ev[n - 1], "[DONE]");
+  char got[8192] = "";
+  int saw_role = 0, saw_finish = 0;
+  for (int i = 0; i < n - 2; i++) {
+    json_t *c = json_loads(ev[i], 0, NULL);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_str_eq(json_string_value(json_object_get(c, "object")), "chat.completion.chunk");
+    json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
+    json_t *d = json_object_get(ch, "delta");
+    if (json_object_get(d, "role")) saw_role++;
+    const char *t = json_string_value(json_object_get(d, "content"));
+    if (t) strcat(got, t);
+    if (json_is_string(json_object_get(ch, "finish_reason"))) saw_finish++;
+    json_decref(c);
+  }
+  ck_assert_int_eq(saw_role, 1);
+  ck_assert_int_eq(saw_finish, 1);
+  ck_assert_str_eq(got, want);
+  json_t *u = json_loads(ev[n - 2], 0, NULL);
+  ck_assert_int_eq((int)json_array_size(json_object_get(u, "choices")), 0);
+  json_t *usage = json_object_get(u, "usage");
+  ck_assert_int_eq(json_integer_value(json_object_get(usage, "completion_tokens")),
+                   json_integer_value(json_object_get(json_object_get(pj, "usage"), "completion_tokens")));
+  ck_assert_int_eq(json_integer_value(json_object_get(usage, "total_tokens")),
+                   json_integer_value(json_object_get(usage, "prompt_tokens")) +
+                       json_integer_value(json_object_get(usage, "completion_tokens")));
+  json_decref(u);
+  json_decref(pj);
+  for (int i = 0; i < n; i++) free(ev[i]);
+  free(plain.raw);
+  free(r.raw);
+}
+END_TEST
+
+START_TEST(stop_strings) {
+  /* whatever the model says first, a stop string cut at its 3rd character
+   * ends the answer right before it, finish_reason "stop" */
+  char *body = chat_body("Hello", 12, NULL);
+  http_resp r = http(g_srv.port, "POST", "/v1/chat/completions", NULL, body);
+  free(body);
+  json_t *j = json_of(&r);
+  const char *full = json_string_value(json_object_get(
+      json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message"), "content"));
+  ck_assert_int_gt((int)strlen(full), 6);
+  char stop[8], more[64];
+  memcpy(stop, full + 3, 3);
+  stop[3] = 0;
+  const char *at = strstr(full, stop);
+  snprintf(more, sizeof more, "\"stop\":[\"%s\"]", stop);
+  ck_assert_ptr_null(strchr(stop, '"'));
+  body = chat_body("Hello", 12, more);
+  http_resp r2 = http(g_srv.port, "POST", "/v1/chat/completions", NULL, body);
+  free(body);
+  json_t *j2 = json_of(&r2);
+  json_t *ch = json_array_get(json_object_get(j2, "choices"), 0);
+  const char *cut = json_string_value(json_object_get(json_object_get(ch, "message"), "content"));
+  ck_assert_int_eq((int)strlen(cut), (int)(at - full));
+  ck_assert_int_eq(strncmp(cut, full, (size_t)(at - full)), 0);
+  ck_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "stop");
+  json_decref(j);
+  json_decref(j2);
+  free(r.raw);
+  free(r2.raw);
+}
+END_TEST
+
+/* ---- many clients at once ---- */
+
+typedef struct job {
+  int port;
+  int idx;
+  char text[4096];
+  int status;
+} job;
+
+static void *run_job(void *arg) {
+  job *jb = arg;
+  char p[64];
+  snprintf(p, sizeof p, "Client %d says", jb->idx);
+  json_t *req = json_pack("{s:s,s:i,s:i,s:b}", "prompt", p, "max_tokens", 24, "temperature", 0,
+                          "stream", 1);
+  char *body = json_dumps(req, JSON_COMPACT);
+  json_decref(req);
+  http_resp r = http(jb->port, "POST", "/v1/completions", NULL, body);
+  free(body);
+  jb->status = r.status;
+  jb->text[0] = 0;
+  char *ev[256];
+  int n = sse_events(r.body, ev, 256);
+  for (int i = 0; i < n; i++) {
+    json_t *c = json_loads(ev[i], 0, NULL);
+    const char *t = json_string_value(json_object_get(json_array_get(json_object_get(c, "choices"), 0), "text"));
+    if (t && strlen(jb->text) + strlen(t) < sizeof jb->text) strcat(jb->text, t);
+    json_decref(c);
+    free(ev[i]);
+  }
+  if (n == 0 || !strstr(r.body, "data: [DONE]")) jb->status = -1;
+  free(r.raw);
+  return NULL;
+}
+
+/* 12 concurrent streams on 4 sequences: each answer equals the one the
+ * same prompt gets alone (the --no-batch server: bit-identical steps). */
+START_TEST(concurrent_clients_not_mixed) {
+  enum { N = 12 };
+  job alone[N], together[N];
+  for (int i = 0; i < N; i++) {
+    alone[i] = (job){.port = g_srv_nb.port, .idx = i};
+    run_job(&alone[i]);
+    ck_assert_int_eq(alone[i].status, 200);
+  }
+  pthread_t th[N];
+  for (int i = 0; i < N; i++) {
+    together[i] = (job){.port = g_srv_nb.port, .idx = i};
+    pthread_create(&th[i], NULL, run_job, &together[i]);
+  }
+  for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < N; i++) {
+    ck_assert_int_eq(together[i].status, 200);
+    ck_assert_msg(strcmp(alone[i].text, together[i].text) == 0, "client %d: alone '%s', together '%s'",
+                  i, alone[i].text, together[i].text);
+  }
+  /* the batched server: the same answers (rows summed in another order
+   * differ by ~1e-7 of the logit spread; these prompts have no near-ties) */
+  for (int i = 0; i < N; i++) {
+    together[i] = (job){.port = g_srv.port, .idx = i};
+    pthread_create(&th[i], NULL, run_job, &together[i]);
+  }
+  for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < N; i++) {
+    ck_assert_int_eq(together[i].status, 200);
+    ck_assert_msg(strcmp(alone[i].text, together[i].text) == 0,
+                  "batched client %d: alone '%s', together '%s'", i, alone[i].text, together[i].text);
+  }
+}
+END_TEST
+
+/* ---- errors ---- */
+
+static void expect_error(int port, const char *method, const char *path, const char *extra,
+                         const char *body, int status, const char *param, const char *code) {
+  http_resp r = http(port, method, path, extra, body);
+  ck_assert_msg(r.status == status, "%s %s %.80s: status %d, want %d: %.300s", method, path,
+                body ? body : "", r.status, status, r.body);
+  json_t *j = json_of(&r);
+  json_t *e = json_object_get(j, "error");
+  ck_assert_msg(json_is_string(json_object_get(e, "message")), "no error.message: %s", r.body);
+  ck_assert(json_is_string(json_object_get(e, "type")));
+  if (param) ck_assert_str_eq(json_string_value(json_object_get(e, "param")), param);
+  if (code) ck_assert_str_eq(json_string_value(json_object_get(e, "code")), code);
+  ck_assert_str_eq(header_of(&r, "Content-Type"), "application/json");
+  json_decref(j);
+  free(r.raw);
+}
+
+START_TEST(malformed_requests) {
+  int p = g_srv.port;
+  const char *C = "/v1/chat/completions", *P = "/v1/completions";
+  expect_error(p, "POST", C, NULL, "{\"messages\":", 400, NULL, "invalid_json");
+  expect_error(p, "POST", C, NULL, "[1,2]", 400, NULL, NULL);
+  expect_error(p, "POST", C, NULL, "", 400, NULL, "invalid_json");
+  expect_error(p, "POST", C, NULL, "{}", 400, "messages", NULL);
+  expect_error(p, "POST", C, NULL, "{\"messages\":\"hi\"}", 400, "messages", "invalid_type");
+  expect_error(p, "POST", C, NULL, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400,
+               "messages[0].content", NULL);
+  expect_error(p, "POST", C, NULL, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400,
+               "messages[0].role", NULL);
+  expect_error(p, "POST", C, NULL,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":\"8\"}", 400,
+               "max_tokens", "invalid_type");
+  expect_error(p, "POST", C, NULL,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":\"hot\"}", 400,
+               "temperature", "invalid_type");
+  expect_error(p, "POST", C, NULL,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":7}", 400,
+               "temperature", "invalid_value");
+  expect_error(p, "POST", C, NULL,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":\"yes\"}", 400,
+               "stream", "invalid_type");
+  expect_error(p, "POST", C, NULL,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", 400,
+               "top_logprobs", NULL);
+  expect_error(p, "POST", C, NULL,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[1]}", 400, "stop",
+               NULL);
+  expect_error(p, "POST", C, NULL,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", 400, "n", NULL);
+  expect_error(p, "POST", C, NULL,
+               "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404,
+               "model", "model_not_found");
+  expect_error(p, "POST", P, NULL, "{\"prompt\":{}}", 400, "prompt", "invalid_type");
+  expect_error(p, "POST", P, NULL, "{\"prompt\":[999999999]}", 400, "prompt", NULL);
+  /* over the context (-c 256): the prompt, then prompt + max_tokens */
+  char big[8192] = "{\"prompt\":\"";
+  for (int i = 0; i < 400; i++) strcat(big, "cat ");
+  strcat(big, "\"}");
+  expect_error(p, "POST", P, NULL, big, 400, "prompt", "context_length_exceeded");
+  expect_error(p, "POST", P, NULL, "{\"prompt\":\"hi\",\"max_tokens\":300}", 400, "prompt",
+               "context_length_exceeded");
+  /* routes and methods */
+  expect_error(p, "GET", C, NULL, NULL, 405, NULL, NULL);
+  expect_error(p, "GET", "/v2/nothing", NULL, NULL, 404, NULL, NULL);
+  /* body over the limit (1 MiB default): refused on its Content-Length,
+   * before a byte of it is read */
+  {
+    int fd = tcp_connect(p);
+    const char *h = "POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                    "Content-Length: 2000000\r\n\r\n";
+    ck_assert_int_eq(send_all(fd, h, strlen(h)), 0);
+    http_resp r = {0};
+    http_read(fd, &r);
+    ck_assert_int_eq(r.status, 413);
+    json_t *j = json_of(&r);
+    ck_assert(json_is_string(json_object_get(json_object_get(j, "error"), "message")));
+    json_decref(j);
+    free(r.raw);
+  }
+  /* headers over the limit (64 KiB): refused, and the server lives on */
+  char *hdr = malloc(100000);
+  strcpy(hdr, "X-Junk: ");
+  memset(hdr + 8, 'a', 90000);
+  strcpy(hdr + 90008, "\r\n");
+  http_resp r = http(p, "GET", "/v1/models", hdr, NULL);
+  ck_assert_msg(r.status == 431 || r.status == 413 || r.status == 400 || r.status == 0,
+                "oversized headers: status %d", r.status);
+  free(r.raw);
+  free(hdr);
+  r = http(p, "GET", "/v1/models", NULL, NULL);
+  ck_assert_int_eq(r.status, 200);
+  json_t *j = json_of(&r);
+  ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id")),
+                   "tiny-seed5");
+  json_decref(j);
+  free(r.raw);
+}
+END_TEST
+
+/* ---- servers of their own ---- */
+
+START_TEST(health_503_while_loading_then_200) {
+  srv s;
+  start_or_die(&s, NULL);
+  http_resp r = http(s.port, "GET", "/health", NULL, NULL);
+  int first = r.status;
+  free(r.raw);
+  r = http(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"hi\",\"max_tokens\":1}");
+  int compl_status = r.status;
+  free(r.raw);
+  wait_ready(&s);
+  ck_assert_msg(first == 503, "/health right after listening: %d (want 503 while loading)", first);
+  ck_assert_int_eq(compl_status, 503);
+  ck_assert_int_eq(srv_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(api_key) {
+  srv s;
+  start_or_die(&s, (const char *[]){"--api-key", "s3cret", NULL});
+  wait_ready(&s);
+  const char *b = "{\"prompt\":\"hi\",\"max_tokens\":2}";
+  expect_error(s.port, "POST", "/v1/completions", NULL, b, 401, NULL, "invalid_api_key");
+  expect_error(s.port, "POST", "/v1/completions", "Authorization: Bearer s3cre\r\n", b, 401, NULL, NULL);
+  expect_error(s.port, "POST", "/v1/completions", "Authorization: Bearer s3cretX\r\n", b, 401, NULL, NULL);
+  expect_error(s.port, "POST", "/v1/completions", "Authorization: s3cret\r\n", b, 401, NULL, NULL);
+  expect_error(s.port, "GET", "/metrics", NULL, NULL, 401, NULL, NULL);
+  http_resp r = http(s.port, "POST", "/v1/completions", "Authorization: Bearer s3cret\r\n", b);
+  ck_assert_int_eq(r.status, 200);
+  free(r.raw);
+  ck_assert_int_eq(srv_stop(&s), 0);
+}
+END_TEST
+
+static long metric(int port, const char *name) {
+  http_resp r = http(port, "GET", "/metrics", NULL, NULL);
+  char pat[128];
+  snprintf(pat, sizeof pat, "\n%s ", name);
+  const char *p = strstr(r.raw, pat);
+  long v = p ? atol(p + strlen(pat)) : -1;
+  free(r.raw);
+  return v;
+}
+
+/* One sequence, a queue of one: a long stream holds the sequence, a second
+ * request waits, a third is refused with 503 + Retry-After. The first
+ * client then leaves: its sequence is freed at once and the second is
+ * served long before the first would have ended. */
+START_TEST(queue_full_and_disconnect) {
+  srv s;
+  start_or_die(&s, (const char *[]){"--parallel", "1", "--queue", "1", "-c", "4096", NULL});
+  wait_ready(&s);
+  int fd1 = http_send(s.port, "POST", "/v1/completions", NULL,
+                      "{\"prompt\":\"hi\",\"max_tokens\":4000,\"ignore_eos\":true,\"stream\":true}");
+  ck_assert_int_ge(fd1, 0);
+  char buf[4096];
+  ck_assert_int_gt(recv(fd1, buf, sizeof buf, 0), 0);
+  /* the headers come when it is queued: wait until it holds the sequence */
+  for (double t0 = now_s(); metric(s.port, "mi_requests_running") != 1 && now_s() - t0 < 30;) usleep(10000);
+  ck_assert_int_eq(metric(s.port, "mi_queue_depth"), 0);
+  int fd2 = http_send(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"hello\",\"max_tokens\":4}");
+  for (double t0 = now_s(); metric(s.port, "mi_queue_depth") != 1 && now_s() - t0 < 30;) usleep(10000);
+  ck_assert_int_eq(metric(s.port, "mi_queue_depth"), 1);
+  http_resp r3 = http(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":1}");
+  ck_assert_int_eq(r3.status, 503);
+  ck_assert_str_eq(header_of(&r3, "Retry-After"), "1");
+  ck_assert_int_eq(metric(s.port, "mi_requests_rejected_busy_total"), 1);
+  free(r3.raw);
+  /* the queued client leaves: its place is free at once */
+  close(fd2);
+  for (double t0 = now_s(); metric(s.port, "mi_queue_depth") != 0 && now_s() - t0 < 5;) usleep(10000);
+  ck_assert_int_eq(metric(s.port, "mi_queue_depth"), 0);
+  ck_assert_int_eq(metric(s.port, "mi_requests_cancelled_total"), 1);
+  fd2 = http_send(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"hello\",\"max_tokens\":4}");
+  for (double t0 = now_s(); metric(s.port, "mi_queue_depth") != 1 && now_s() - t0 < 30;) usleep(10000);
+  double t0 = now_s();
+  close(fd1); /* the running client leaves mid-stream */
+  http_resp r2 = {0};
+  http_read(fd2, &r2);
+  double waited = now_s() - t0;
+  ck_assert_int_eq(r2.status, 200);
+  free(r2.raw);
+  ck_assert_int_eq(metric(s.port, "mi_requests_cancelled_total"), 2);
+  long gen = metric(s.port, "mi_generation_tokens_total");
+  ck_assert_msg(gen < 4000, "the cancelled stream ran on: %ld tokens generated", gen);
+  fprintf(stderr, "queued request served %.2f s after the first client left (%ld tokens generated)\n",
+          waited, gen);
+  ck_assert_int_eq(metric(s.port, "mi_requests_running"), 0);
+  ck_assert_int_eq(srv_stop(&s), 0);
+}
+END_TEST
+
+/* SIGTERM while a stream runs and another waits: the running stream ends
+ * properly ([DONE]), the queued one gets an error event and [DONE], the
+ * process exits 0, and nothing listens afterwards. */
+START_TEST(sigterm_drains) {
+  srv s;
+  start_or_die(&s, (const char *[]){"--drain-timeout", "60", "--parallel", "1", "-c", "2048", NULL});
+  wait_ready(&s);
+  int port = s.port;
+  int fd = http_send(port, "POST", "/v1/completions", NULL,
+                     "{\"prompt\":\"hi\",\"max_tokens\":1000,\"ignore_eos\":true,\"stream\":true}");
+  char buf[256];
+  ck_assert_int_gt(recv(fd, buf, sizeof buf, MSG_PEEK), 0);
+  for (double t0 = now_s(); metric(port, "mi_requests_running") != 1 && now_s() - t0 < 30;) usleep(10000);
+  int fdq = http_send(port, "POST", "/v1/completions", NULL,
+                      "{\"prompt\":\"hi\",\"max_tokens\":4,\"stream\":true}");
+  for (double t0 = now_s(); metric(port, "mi_queue_depth") != 1 && now_s() - t0 < 30;) usleep(10000);
+  kill(s.pid, SIGTERM);
+  http_resp r = {0}, q = {0};
+  http_read(fd, &r);
+  http_read(fdq, &q);
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_ptr_nonnull(strstr(r.body, "\"finish_reason\":\"length\""));
+  ck_assert_ptr_nonnull(strstr(r.body, "data: [DONE]"));
+  ck_assert_int_eq(q.status, 200); /* an event stream: the error comes as an event */
+  ck_assert_msg(strstr(q.body, "data: {\"error\":") && strstr(q.body, "shutting down"), "%s", q.body);
+  ck_assert_ptr_nonnull(strstr(q.body, "data: [DONE]"));
+  free(r.raw);
+  free(q.raw);
+  ck_assert_int_eq(srv_stop(&s), 0);
+  ck_assert_int_lt(tcp_connect(port), 0);
+}
+END_TEST
+
+START_TEST(metrics_text) {
+  http_resp r = http(g_srv.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"hi\",\"max_tokens\":3}");
+  free(r.raw);
+  r = http(g_srv.port, "GET", "/metrics", NULL, NULL);
+  ck_assert_int_eq(r.status, 200);
+  const char *must[] = {"# TYPE mi_requests_total counter", "mi_requests_total{code=\"2xx\"}",
+                        "# TYPE mi_queue_depth gauge", "# TYPE mi_time_to_first_token_seconds histogram",
+                        "mi_time_to_first_token_seconds_bucket{le=\"+Inf\"}",
+                        "# TYPE mi_decode_tokens_per_second histogram", "mi_generation_tokens_total"};
+  for (size_t i = 0; i < sizeof must / sizeof *must; i++)
+    ck_assert_msg(strstr(r.body, must[i]), "no '%s' in /metrics", must[i]);
+  ck_assert_int_ge(metric(g_srv.port, "mi_generation_tokens_total"), 3);
+  free(r.raw);
+}
+END_TEST
+
+int main(void) {
+  setup();
+  Suite *s = suite_create("serve");
+  TCase *tc = tcase_create("http");
+  tcase_set_timeout(tc, 600);
+  tcase_add_loop_test(tc, greedy_chat_equals_mi_run, 0, 4);
+  tcase_add_loop_test(tc, greedy_completion_equals_mi_run, 0, 4);
+  tcase_add_test(tc, stream_equals_plain_with_usage);
+  tcase_add_test(tc, stop_strings);
+  tcase_add_test(tc, concurrent_clients_not_mixed);
+  tcase_add_test(tc, malformed_requests);
+  tcase_add_test(tc, metrics_text);
+  tcase_add_test(tc, health_503_while_loading_then_200);
+  tcase_add_test(tc, api_key);
+  tcase_add_test(tc, queue_full_and_disconnect);
+  tcase_add_test(tc, sigterm_drains);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  /* the shared servers must be ready before the first test */
+  if (!ready_within(&g_srv, 120) || !ready_within(&g_srv_nb, 120)) {
+    fprintf(stderr, "mi-serve never became ready (logs: %s %s)\n", g_srv.log, g_srv_nb.log);
+    teardown();
+    return 1;
+  }
+  srunner_run_all(sr, CK_NORMAL);
+  int nf = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  int bad = teardown();
+  return nf || bad ? 1 : 0;
+}
