@@ -14,8 +14,10 @@ ctest --test-dir build --output-on-failure -j2
 # reference), llama.cpp-golden, TP, verifier-unit and template tests as an
 # older host would run them. Left out of these reruns: tests that run no CPU
 # kernel (tokenizer, loader, safetensors, CKB, GPU host/plugins/emulator
-# conformance), and the slow ones about something else (CLI errors, the
-# verifier's model mutants, the GPU emulator end to end and TP).
+# conformance, the LLM client, the server's HTTP paths), and the slow ones
+# about something else (CLI errors, the verifier's model mutants, the GPU
+# emulator end to end and TP, mi-gen end to end: its engines call the same
+# kernels the model tests hold to float64 on every variant).
 variants=()
 for isa in generic avx2 avx512 avx512bf16; do
   # a variant this host cannot run leaves the CPU plugin unsuited
@@ -26,7 +28,8 @@ done
 unset 'variants[${#variants[@]}-1]' # the best one: the run above
 not_cpu='^(test_loader|test_loader_conf|loader_mi_run_list|loader_sdk_template|test_tokenizer'
 not_cpu+='|test_safetensors|test_mkmodel|test_ckb|test_gpu_host|test_gpu_plugins|gpu_conformance_emu(32|64)'
-not_cpu+='|test_cli_errors|test_verify_model|test_gpu_emu_e2e|test_gpu_tp)$'
+not_cpu+='|test_cli_errors|test_verify_model|test_gpu_emu_e2e|test_gpu_tp|test_gen|test_llm_client'
+not_cpu+='|test_serve|test_serve_openai|loader_misbehave|loader_elf_truncated|core_is_model_agnostic)$'
 for isa in "${variants[@]}"; do
   echo "== CPU variant $isa (MI_CPU_ISA_MAX=$isa)"
   MI_CPU_ISA_MAX=$isa ctest --test-dir build --output-on-failure -j2 -E "$not_cpu"

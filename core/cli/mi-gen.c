@@ -166,6 +166,20 @@ static json_t *repairs_for(const mi_ckb *c, const char *test_id, json_t *tried, 
   return out;
 }
 
+/* Strings taken from a resumed journal or a constraints file: copies owned
+ * for the process's life and freed at exit (NULL stays NULL: a journal or
+ * file lacking a field is refused by the checks that follow, not strdup'd). */
+static char *g_owned[32];
+static int g_n_owned;
+static void free_owned(void) {
+  while (g_n_owned > 0) free(g_owned[--g_n_owned]);
+}
+static char *own(const char *s) {
+  if (!s || g_n_owned == (int)(sizeof g_owned / sizeof *g_owned)) return NULL;
+  if (g_n_owned == 0) atexit(free_owned);
+  return g_owned[g_n_owned++] = strdup(s);
+}
+
 int main(int argc, char **argv) {
   const char *model = NULL, *platform = NULL, *dtype = NULL, *out = NULL, *kv = "f32", *perf = NULL;
   const char *goldens = NULL;
@@ -234,14 +248,14 @@ int main(int argc, char **argv) {
       return EX_USAGE;
     }
     json_t *c = json_object_get(start, "constraints");
-    model = strdup(json_string_value(json_object_get(c, "model")));
-    platform = strdup(json_string_value(json_object_get(c, "platform")));
-    dtype = strdup(json_string_value(json_object_get(c, "dtype")));
-    kv = strdup(json_string_value(json_object_get(c, "kv_type")));
+    model = own(json_string_value(json_object_get(c, "model")));
+    platform = own(json_string_value(json_object_get(c, "platform")));
+    dtype = own(json_string_value(json_object_get(c, "dtype")));
+    kv = own(json_string_value(json_object_get(c, "kv_type")));
     tp = (int)json_integer_value(json_object_get(c, "tp"));
-    out = strdup(json_string_value(json_object_get(start, "out")));
-    if (json_string_value(json_object_get(start, "ckb")) && !ckb_dir) ckb_dir = strdup(json_string_value(json_object_get(start, "ckb")));
-    if (json_string_value(json_object_get(start, "candidate"))) candidate = strdup(json_string_value(json_object_get(start, "candidate")));
+    out = own(json_string_value(json_object_get(start, "out")));
+    if (json_string_value(json_object_get(start, "ckb")) && !ckb_dir) ckb_dir = own(json_string_value(json_object_get(start, "ckb")));
+    if (json_string_value(json_object_get(start, "candidate"))) candidate = own(json_string_value(json_object_get(start, "candidate")));
     if (json_is_integer(json_object_get(start, "seed")) && seed < 0) seed = json_integer_value(json_object_get(start, "seed"));
     run_dir = resume;
     fprintf(stderr, "mi-gen: resuming %s (%zu journal lines%s)\n", resume, json_array_size(journal), bad ? ", some unreadable" : "");
@@ -254,9 +268,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "mi-gen: %s: %s\n", cons_file, c ? "not a JSON object" : je.text);
       return EX_USAGE;
     }
-#define CSTR(field, var) if (!var && json_string_value(json_object_get(c, field))) var = strdup(json_string_value(json_object_get(c, field)))
+#define CSTR(field, var) if (!var && json_string_value(json_object_get(c, field))) var = own(json_string_value(json_object_get(c, field)))
     CSTR("model", model); CSTR("platform", platform); CSTR("dtype", dtype); CSTR("out", out); CSTR("perf", perf);
-    if (json_string_value(json_object_get(c, "kv_type"))) kv = strdup(json_string_value(json_object_get(c, "kv_type")));
+    if (json_string_value(json_object_get(c, "kv_type"))) kv = own(json_string_value(json_object_get(c, "kv_type")));
     if (!tp && json_is_integer(json_object_get(c, "tp"))) tp = (int)json_integer_value(json_object_get(c, "tp"));
   }
   if (!tp) tp = 1;
