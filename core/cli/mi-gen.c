@@ -382,9 +382,17 @@ int main(int argc, char **argv) {
   }
   /* ---- the blackboard ---- */
   char rd[PATH_MAX + 16];
-  if (mkdir(out, 0755) != 0 && errno != EEXIST) {
-    fprintf(stderr, "mi-gen: %s: cannot create: %s\n", out, strerror(errno));
-    return EX_USAGE;
+  /* --out and its parents, as mkdir -p */
+  char parts[PATH_MAX];
+  snprintf(parts, sizeof parts, "%s", out);
+  for (char *sl = strchr(parts + 1, '/');; sl = strchr(sl + 1, '/')) {
+    if (sl) *sl = 0;
+    if (parts[0] && mkdir(parts, 0755) != 0 && errno != EEXIST) {
+      fprintf(stderr, "mi-gen: %s: cannot create: %s\n", parts, strerror(errno));
+      return EX_USAGE;
+    }
+    if (!sl) break;
+    *sl = '/';
   }
   char out_abs[PATH_MAX];
   realpath(out, out_abs);
