@@ -62,20 +62,6 @@ struct mi_st_file {
   json_t *meta;        /* "__metadata__" object or NULL */
 };
 
-static void seterr(char *err, size_t len, const char *path, const char *fmt, ...) {
-  if (!err || !len) return;
-  int k = snprintf(err, len, "%s: ", path);
-  if (k >= 0 && (size_t)k < len) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err + k, len - (size_t)k, fmt, ap);
-    va_end(ap);
-  }
-  /* tensor names, shard names (part of a path) and JSON excerpts are the
-   * file's: keep the message one line, even when cut short */
-  for (char *p = err; *p; p++)
-    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
-}
 
 static int cmp_begin(const void *a, const void *b) {
   const st_tensor *x = a, *y = b;
@@ -93,43 +79,43 @@ static int cmp_name_ptr(const void *a, const void *b) {
 static int parse_tensor(const char *path, const char *name, json_t *v, uint64_t data_len, st_tensor *t, char *err,
                         size_t err_len) {
   if (strlen(name) == 0 || strlen(name) > MI_ST_MAX_NAME) {
-    seterr(err, err_len, path, "tensor name of %zu bytes (must be 1..%u)", strlen(name), MI_ST_MAX_NAME);
+    mi_path_err(err, err_len, path, "tensor name of %zu bytes (must be 1..%u)", strlen(name), MI_ST_MAX_NAME);
     return -1;
   }
   if (!json_is_object(v)) {
-    seterr(err, err_len, path, "tensor '%s': entry is not a JSON object", name);
+    mi_path_err(err, err_len, path, "tensor '%s': entry is not a JSON object", name);
     return -1;
   }
   json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
          *offs = json_object_get(v, "data_offsets");
   if (!dt) {
-    seterr(err, err_len, path, "tensor '%s': missing dtype", name);
+    mi_path_err(err, err_len, path, "tensor '%s': missing dtype", name);
     return -1;
   }
   if (!shape) {
-    seterr(err, err_len, path, "tensor '%s': missing shape", name);
+    mi_path_err(err, err_len, path, "tensor '%s': missing shape", name);
     return -1;
   }
   if (!offs) {
-    seterr(err, err_len, path, "tensor '%s': missing data_offsets", name);
+    mi_path_err(err, err_len, path, "tensor '%s': missing data_offsets", name);
     return -1;
   }
   if (!json_is_string(dt)) {
-    seterr(err, err_len, path, "tensor '%s': dtype is not a string", name);
+    mi_path_err(err, err_len, path, "tensor '%s': dtype is not a string", name);
     return -1;
   }
   t->dt = dtype_lookup(json_string_value(dt));
   if (!t->dt) {
-    seterr(err, err_len, path, "tensor '%s': unknown dtype '%s'", name, json_string_value(dt));
+    mi_path_err(err, err_len, path, "tensor '%s': unknown dtype '%s'", name, json_string_value(dt));
     return -1;
   }
   if (!json_is_array(shape)) {
-    seterr(err, err_len, path, "tensor '%s': shape is not an array", name);
+    mi_path_err(err, err_len, path, "tensor '%s': shape is not an array", name);
     return -1;
   }
   size_t nd = json_array_size(shape);
   if (nd > MI_ST_MAX_DIMS) {
-    seterr(err, err_len, path, "tensor '%s': %zu dimensions (at most %d)", name, nd, MI_ST_MAX_DIMS);
+    mi_path_err(err, err_len, path, "tensor '%s': %zu dimensions (at most %d)", name, nd, MI_ST_MAX_DIMS);
     return -1;
   }
   t->ndim = (int)nd;
@@ -137,54 +123,54 @@ static int parse_tensor(const char *path, const char *name, json_t *v, uint64_t 
   for (size_t d = 0; d < nd; d++) {
     json_t *e = json_array_get(shape, d);
     if (!json_is_integer(e)) {
-      seterr(err, err_len, path, "tensor '%s': shape[%zu] is not an integer", name, d);
+      mi_path_err(err, err_len, path, "tensor '%s': shape[%zu] is not an integer", name, d);
       return -1;
     }
     json_int_t x = json_integer_value(e);
     if (x < 0) {
-      seterr(err, err_len, path, "tensor '%s': negative dimension shape[%zu] = %lld", name, d, (long long)x);
+      mi_path_err(err, err_len, path, "tensor '%s': negative dimension shape[%zu] = %lld", name, d, (long long)x);
       return -1;
     }
     t->shape[d] = x;
     if (__builtin_mul_overflow(count, (uint64_t)x, &count)) {
-      seterr(err, err_len, path, "tensor '%s': shape product overflows", name);
+      mi_path_err(err, err_len, path, "tensor '%s': shape product overflows", name);
       return -1;
     }
   }
   uint64_t want;
   if (__builtin_mul_overflow(count, (uint64_t)t->dt->size, &want)) {
-    seterr(err, err_len, path, "tensor '%s': shape product overflows", name);
+    mi_path_err(err, err_len, path, "tensor '%s': shape product overflows", name);
     return -1;
   }
   if (!json_is_array(offs) || json_array_size(offs) != 2 || !json_is_integer(json_array_get(offs, 0)) ||
       !json_is_integer(json_array_get(offs, 1))) {
-    seterr(err, err_len, path, "tensor '%s': data_offsets is not [begin, end] integers", name);
+    mi_path_err(err, err_len, path, "tensor '%s': data_offsets is not [begin, end] integers", name);
     return -1;
   }
   json_int_t b = json_integer_value(json_array_get(offs, 0)), e = json_integer_value(json_array_get(offs, 1));
   if (b < 0 || e < 0) {
-    seterr(err, err_len, path, "tensor '%s': negative data_offsets", name);
+    mi_path_err(err, err_len, path, "tensor '%s': negative data_offsets", name);
     return -1;
   }
   if (b > e) {
-    seterr(err, err_len, path, "tensor '%s': data_offsets begin %lld > end %lld", name, (long long)b,
+    mi_path_err(err, err_len, path, "tensor '%s': data_offsets begin %lld > end %lld", name, (long long)b,
            (long long)e);
     return -1;
   }
   if ((uint64_t)e > data_len) {
-    seterr(err, err_len, path, "tensor '%s': data_offsets end %lld past end of data (%llu bytes)", name,
+    mi_path_err(err, err_len, path, "tensor '%s': data_offsets end %lld past end of data (%llu bytes)", name,
            (long long)e, (unsigned long long)data_len);
     return -1;
   }
   if ((uint64_t)(e - b) != want) {
-    seterr(err, err_len, path, "tensor '%s': byte length %lld != shape x dtype size %llu", name,
+    mi_path_err(err, err_len, path, "tensor '%s': byte length %lld != shape x dtype size %llu", name,
            (long long)(e - b), (unsigned long long)want);
     return -1;
   }
   /* the data section starts 8-byte aligned (header length checked), so a
    * tensor whose offset is a multiple of its element size is aligned */
   if ((uint64_t)b % t->dt->size != 0) {
-    seterr(err, err_len, path, "tensor '%s': data offset %lld is not a multiple of its %s element size %u",
+    mi_path_err(err, err_len, path, "tensor '%s': data offset %lld is not a multiple of its %s element size %u",
            name, (long long)b, t->dt->name, t->dt->size);
     return -1;
   }
@@ -192,7 +178,7 @@ static int parse_tensor(const char *path, const char *name, json_t *v, uint64_t 
   t->end = (uint64_t)e;
   t->name = strdup(name);
   if (!t->name) {
-    seterr(err, err_len, path, "out of memory");
+    mi_path_err(err, err_len, path, "out of memory");
     return -1;
   }
   return 0;
@@ -201,14 +187,14 @@ static int parse_tensor(const char *path, const char *name, json_t *v, uint64_t 
 /* Checks the __metadata__ entry: an object of string values. */
 static int check_metadata(const char *path, json_t *m, char *err, size_t err_len) {
   if (!json_is_object(m)) {
-    seterr(err, err_len, path, "__metadata__ is not a JSON object");
+    mi_path_err(err, err_len, path, "__metadata__ is not a JSON object");
     return -1;
   }
   const char *k;
   json_t *v;
   json_object_foreach(m, k, v) {
     if (!json_is_string(v)) {
-      seterr(err, err_len, path, "__metadata__ value '%s' is not a string", k);
+      mi_path_err(err, err_len, path, "__metadata__ value '%s' is not a string", k);
       return -1;
     }
   }
@@ -219,12 +205,12 @@ static int parse_header(mi_st_file *f, const char *hdr, size_t hlen, char *err, 
   json_error_t je;
   json_t *root = json_loadb(hdr, hlen, JSON_REJECT_DUPLICATES, &je);
   if (!root) {
-    seterr(err, err_len, f->path, "header is not valid JSON (%s at byte %d)", je.text, je.position);
+    mi_path_err(err, err_len, f->path, "header is not valid JSON (%s at byte %d)", je.text, je.position);
     return -1;
   }
   int rc = -1;
   if (!json_is_object(root)) {
-    seterr(err, err_len, f->path, "header JSON is not an object");
+    mi_path_err(err, err_len, f->path, "header JSON is not an object");
     goto out;
   }
   size_t n = json_object_size(root);
@@ -234,13 +220,13 @@ static int parse_header(mi_st_file *f, const char *hdr, size_t hlen, char *err, 
     n--;
   }
   if (n > MI_ST_MAX_TENSORS) {
-    seterr(err, err_len, f->path, "%zu tensors (at most %u)", n, MI_ST_MAX_TENSORS);
+    mi_path_err(err, err_len, f->path, "%zu tensors (at most %u)", n, MI_ST_MAX_TENSORS);
     goto out;
   }
   f->t = calloc(n ? n : 1, sizeof *f->t);
   f->by_name = calloc(n ? n : 1, sizeof *f->by_name);
   if (!f->t || !f->by_name) {
-    seterr(err, err_len, f->path, "out of memory");
+    mi_path_err(err, err_len, f->path, "out of memory");
     goto out;
   }
   const char *k;
@@ -260,11 +246,11 @@ static int parse_header(mi_st_file *f, const char *hdr, size_t hlen, char *err, 
     const st_tensor *t = &f->t[i];
     if (t->begin == t->end) continue;
     if (t->begin < pos) {
-      seterr(err, err_len, f->path, "tensors '%s' and '%s' overlap", prev, t->name);
+      mi_path_err(err, err_len, f->path, "tensors '%s' and '%s' overlap", prev, t->name);
       goto out;
     }
     if (t->begin > pos) {
-      seterr(err, err_len, f->path, "%llu bytes before tensor '%s' belong to no tensor",
+      mi_path_err(err, err_len, f->path, "%llu bytes before tensor '%s' belong to no tensor",
              (unsigned long long)(t->begin - pos), t->name);
       goto out;
     }
@@ -272,7 +258,7 @@ static int parse_header(mi_st_file *f, const char *hdr, size_t hlen, char *err, 
     prev = t->name;
   }
   if (pos != f->data_len) {
-    seterr(err, err_len, f->path, "%llu trailing bytes of data belong to no tensor",
+    mi_path_err(err, err_len, f->path, "%llu trailing bytes of data belong to no tensor",
            (unsigned long long)(f->data_len - pos));
     goto out;
   }
@@ -367,7 +353,7 @@ static void *read_whole(int fd, uint64_t size, size_t *len, const char *path, ch
    * many tiny shards to a 2 MiB huge page would cost 2 MiB apiece. */
   const size_t huge = size >= ((uint64_t)2 << 20) ? (size_t)2 << 20 : (size_t)sysconf(_SC_PAGESIZE);
   if (size > SIZE_MAX - 2 * huge) {
-    seterr(err, err_len, path, "file too large to read into memory (%llu bytes)",
+    mi_path_err(err, err_len, path, "file too large to read into memory (%llu bytes)",
            (unsigned long long)size);
     return NULL;
   }
@@ -376,7 +362,7 @@ static void *read_whole(int fd, uint64_t size, size_t *len, const char *path, ch
    * apart from the spare page at the end) */
   char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) {
-    seterr(err, err_len, path, "cannot allocate %llu bytes for the weights: %s",
+    mi_path_err(err, err_len, path, "cannot allocate %llu bytes for the weights: %s",
            (unsigned long long)n, strerror(errno));
     return NULL;
   }
@@ -398,10 +384,10 @@ static void *read_whole(int fd, uint64_t size, size_t *len, const char *path, ch
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
       if (r < 0)
-        seterr(err, err_len, path, "read failed at byte %llu: %s", (unsigned long long)off,
+        mi_path_err(err, err_len, path, "read failed at byte %llu: %s", (unsigned long long)off,
                strerror(errno));
       else
-        seterr(err, err_len, path, "file shrank while being read (%llu of %llu bytes)",
+        mi_path_err(err, err_len, path, "file shrank while being read (%llu of %llu bytes)",
                (unsigned long long)off, (unsigned long long)size);
       munmap(base, n);
       return NULL;
@@ -421,7 +407,7 @@ mi_st_file *mi_st_open_file_ex(const char *path, mi_weights_load how, char *err,
   mi_st_file *f = calloc(1, sizeof *f);
   if (!f || !(f->path = strdup(path))) {
     free(f);
-    seterr(err, err_len, path, "out of memory");
+    mi_path_err(err, err_len, path, "out of memory");
     return NULL;
   }
   /* the shared opener: a FIFO or a device is refused, never waited on */
@@ -429,7 +415,7 @@ mi_st_file *mi_st_open_file_ex(const char *path, mi_weights_load how, char *err,
   int fd = mi_file_open(path, 0, 0, NULL, &size, err, err_len);
   if (fd < 0) goto fail;
   if (size < 8) {
-    seterr(err, err_len, path, "file too small (%llu bytes; a safetensors file has at least 8)",
+    mi_path_err(err, err_len, path, "file too small (%llu bytes; a safetensors file has at least 8)",
            (unsigned long long)size);
     close(fd);
     goto fail;
@@ -446,7 +432,7 @@ mi_st_file *mi_st_open_file_ex(const char *path, mi_weights_load how, char *err,
     close(fd); /* the mapping keeps the file */
     if (f->map == MAP_FAILED) {
       f->map = NULL;
-      seterr(err, err_len, path, "cannot mmap: %s", strerror(errno));
+      mi_path_err(err, err_len, path, "cannot mmap: %s", strerror(errno));
       goto fail;
     }
     f->map_len = (size_t)size;
@@ -456,12 +442,12 @@ mi_st_file *mi_st_open_file_ex(const char *path, mi_weights_load how, char *err,
   uint64_t hlen = 0;
   for (int b = 0; b < 8; b++) hlen |= (uint64_t)p[b] << (8 * b);
   if (hlen > MI_ST_MAX_HEADER) {
-    seterr(err, err_len, path, "header length %llu too large (limit %u)", (unsigned long long)hlen,
+    mi_path_err(err, err_len, path, "header length %llu too large (limit %u)", (unsigned long long)hlen,
            MI_ST_MAX_HEADER);
     goto fail;
   }
   if (hlen > size - 8) {
-    seterr(err, err_len, path, "header length %llu past end of file (%llu bytes)", (unsigned long long)hlen,
+    mi_path_err(err, err_len, path, "header length %llu past end of file (%llu bytes)", (unsigned long long)hlen,
            (unsigned long long)size);
     goto fail;
   }
@@ -469,7 +455,7 @@ mi_st_file *mi_st_open_file_ex(const char *path, mi_weights_load how, char *err,
    * (Hugging Face's writer and mi-mkmodel do); without it every tensor is
    * misaligned and kernels would load it so (undefined behaviour). */
   if (hlen % 8 != 0) {
-    seterr(err, err_len, path,
+    mi_path_err(err, err_len, path,
            "header length %llu is not a multiple of 8 (the data would be misaligned; "
            "safetensors pads the header with spaces)",
            (unsigned long long)hlen);
@@ -613,7 +599,7 @@ static int shard_contained(const char *path, const char *dir, char *err, size_t 
     ok = 1; /* missing: the open that follows says so */
   }
   if (!ok)
-    seterr(err, err_len, path, "leads outside the model folder (to %s): refused", rp ? rp : "?");
+    mi_path_err(err, err_len, path, "leads outside the model folder (to %s): refused", rp ? rp : "?");
   free(rp);
   free(rd);
   return ok ? 0 : -1;
@@ -623,7 +609,7 @@ static mi_weights *open_single(const char *path, mi_weights_load how, char *err,
   mi_weights *w = calloc(1, sizeof *w);
   if (!w || !(w->files = calloc(1, sizeof *w->files))) {
     free(w);
-    seterr(err, err_len, path, "out of memory");
+    mi_path_err(err, err_len, path, "out of memory");
     return NULL;
   }
   if (!(w->files[0] = mi_st_open_file_ex(path, how, err, err_len))) goto fail;
@@ -631,7 +617,7 @@ static mi_weights *open_single(const char *path, mi_weights_load how, char *err,
   const mi_st_file *f = w->files[0];
   w->e = calloc(f->n ? f->n : 1, sizeof *w->e);
   if (!w->e) {
-    seterr(err, err_len, path, "out of memory");
+    mi_path_err(err, err_len, path, "out of memory");
     goto fail;
   }
   for (size_t i = 0; i < f->n; i++) {
@@ -660,23 +646,23 @@ static mi_weights *open_index(const char *dir, const char *ipath, mi_weights_loa
   json_t *root = json_loadb(itext, ilen, JSON_REJECT_DUPLICATES, &je);
   free(itext);
   if (!root) {
-    seterr(err, err_len, ipath, "not valid JSON (%s, line %d)", je.text, je.line);
+    mi_path_err(err, err_len, ipath, "not valid JSON (%s, line %d)", je.text, je.line);
     return NULL;
   }
   mi_weights *w = calloc(1, sizeof *w);
   json_t *names = json_object(); /* shard file -> index in w->files */
   json_t *map = json_object_get(root, "weight_map");
   if (!w || !names) {
-    seterr(err, err_len, ipath, "out of memory");
+    mi_path_err(err, err_len, ipath, "out of memory");
     goto fail;
   }
   if (!json_is_object(root) || !json_is_object(map)) {
-    seterr(err, err_len, ipath, "no \"weight_map\" object");
+    mi_path_err(err, err_len, ipath, "no \"weight_map\" object");
     goto fail;
   }
   size_t n = json_object_size(map);
   if (n > MI_ST_MAX_TENSORS) {
-    seterr(err, err_len, ipath, "%zu tensors (at most %u)", n, MI_ST_MAX_TENSORS);
+    mi_path_err(err, err_len, ipath, "%zu tensors (at most %u)", n, MI_ST_MAX_TENSORS);
     goto fail;
   }
   /* pass 1: validate names, open each shard once */
@@ -684,23 +670,23 @@ static mi_weights *open_index(const char *dir, const char *ipath, mi_weights_loa
   json_t *v;
   json_object_foreach(map, k, v) {
     if (!json_is_string(v)) {
-      seterr(err, err_len, ipath, "weight_map['%s'] is not a string", k);
+      mi_path_err(err, err_len, ipath, "weight_map['%s'] is not a string", k);
       goto fail;
     }
     const char *s = json_string_value(v);
     if (!shard_name_ok(s)) {
-      seterr(err, err_len, ipath, "shard file name '%.80s' for '%.80s' is not a plain file name", s, k);
+      mi_path_err(err, err_len, ipath, "shard file name '%.80s' for '%.80s' is not a plain file name", s, k);
       goto fail;
     }
     if (json_object_get(names, s)) continue;
     char p[4096];
     if (path_join(p, sizeof p, dir, s)) {
-      seterr(err, err_len, ipath, "shard path too long");
+      mi_path_err(err, err_len, ipath, "shard path too long");
       goto fail;
     }
     mi_st_file **nf = realloc(w->files, (w->nfiles + 1) * sizeof *nf);
     if (!nf) {
-      seterr(err, err_len, ipath, "out of memory");
+      mi_path_err(err, err_len, ipath, "out of memory");
       goto fail;
     }
     w->files = nf;
@@ -712,7 +698,7 @@ static mi_weights *open_index(const char *dir, const char *ipath, mi_weights_loa
   /* pass 2: every mapped tensor must be in its shard */
   w->e = calloc(n ? n : 1, sizeof *w->e);
   if (!w->e) {
-    seterr(err, err_len, ipath, "out of memory");
+    mi_path_err(err, err_len, ipath, "out of memory");
     goto fail;
   }
   json_object_foreach(map, k, v) {
@@ -720,7 +706,7 @@ static mi_weights *open_index(const char *dir, const char *ipath, mi_weights_loa
     const mi_st_file *f = w->files[json_integer_value(json_object_get(names, s))];
     const st_tensor *t = find_tensor(f, k);
     if (!t) {
-      seterr(err, err_len, ipath, "tensor '%s' is mapped to %s, which does not contain it", k, s);
+      mi_path_err(err, err_len, ipath, "tensor '%s' is mapped to %s, which does not contain it", k, s);
       goto fail;
     }
     w->e[w->n].file = f;
@@ -747,14 +733,14 @@ mi_weights *mi_weights_open_ex(const char *model_dir, mi_weights_load how, char 
                                size_t err_len) {
   struct stat st;
   if (stat(model_dir, &st) != 0) {
-    seterr(err, err_len, model_dir, "cannot access: %s", strerror(errno));
+    mi_path_err(err, err_len, model_dir, "cannot access: %s", strerror(errno));
     return NULL;
   }
   /* a file, or anything that is not a folder (the opener refuses a FIFO or a device) */
   if (!S_ISDIR(st.st_mode)) return open_single(model_dir, how, err, err_len);
   char p[4096];
   if (path_join(p, sizeof p, model_dir, "model.safetensors")) {
-    seterr(err, err_len, model_dir, "path too long");
+    mi_path_err(err, err_len, model_dir, "path too long");
     return NULL;
   }
   /* like transformers: a single file wins over an index */
@@ -764,7 +750,7 @@ mi_weights *mi_weights_open_ex(const char *model_dir, mi_weights_load how, char 
   }
   path_join(p, sizeof p, model_dir, "model.safetensors.index.json");
   if (access(p, F_OK) == 0) return open_index(model_dir, p, how, err, err_len);
-  seterr(err, err_len, model_dir, "no model.safetensors or model.safetensors.index.json");
+  mi_path_err(err, err_len, model_dir, "no model.safetensors or model.safetensors.index.json");
   return NULL;
 }
 

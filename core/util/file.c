@@ -14,9 +14,7 @@
 
 #include <jansson.h>
 
-static void seterr(char *err, size_t len, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void seterr(char *err, size_t len, const char *path, const char *fmt, ...) {
+void mi_path_err(char *err, size_t len, const char *path, const char *fmt, ...) {
   if (!err || !len) return;
   int k = snprintf(err, len, "%s: ", path);
   if (k >= 0 && (size_t)k < len) {
@@ -25,7 +23,8 @@ static void seterr(char *err, size_t len, const char *path, const char *fmt, ...
     vsnprintf(err + k, len - (size_t)k, fmt, ap);
     va_end(ap);
   }
-  for (char *p = err; *p; p++) /* a path is the user's: keep it one line */
+  /* a path, tensor names and JSON excerpts are the file's: one line, even cut short */
+  for (char *p = err; *p; p++)
     if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
 }
 
@@ -46,7 +45,7 @@ int mi_file_open(const char *path, unsigned flags, uint64_t max_bytes, const cha
                  uint64_t *size, char *err, size_t err_len) {
   if (size) *size = 0;
   if (!path) {
-    seterr(err, err_len, "(null)", "no path given");
+    mi_path_err(err, err_len, "(null)", "no path given");
     return -1;
   }
   int oflags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
@@ -54,24 +53,24 @@ int mi_file_open(const char *path, unsigned flags, uint64_t max_bytes, const cha
   int fd = open(path, oflags);
   if (fd < 0) {
     if (errno == ELOOP && (flags & MI_FILE_NOFOLLOW))
-      seterr(err, err_len, path, "is a symbolic link (refused here)");
+      mi_path_err(err, err_len, path, "is a symbolic link (refused here)");
     else
-      seterr(err, err_len, path, "cannot open: %s", strerror(errno));
+      mi_path_err(err, err_len, path, "cannot open: %s", strerror(errno));
     return -1;
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    seterr(err, err_len, path, "cannot stat: %s", strerror(errno));
+    mi_path_err(err, err_len, path, "cannot stat: %s", strerror(errno));
     close(fd);
     return -1;
   }
   if (!S_ISREG(st.st_mode)) {
-    seterr(err, err_len, path, "not a regular file (%s)", mi_file_kind(st.st_mode));
+    mi_path_err(err, err_len, path, "not a regular file (%s)", mi_file_kind(st.st_mode));
     close(fd);
     return -1;
   }
   if (max_bytes && (uint64_t)st.st_size > max_bytes) {
-    seterr(err, err_len, path, "file is %lld bytes, over the %llu byte limit%s%s",
+    mi_path_err(err, err_len, path, "file is %lld bytes, over the %llu byte limit%s%s",
            (long long)st.st_size, (unsigned long long)max_bytes, what ? " for a " : "",
            what ? what : "");
     close(fd);
@@ -91,13 +90,13 @@ char *mi_file_read_all(const char *path, unsigned flags, uint64_t max_bytes, con
   int fd = mi_file_open(path, flags, max_bytes, what, &size, err, err_len);
   if (fd < 0) return NULL;
   if (size > SIZE_MAX - 2) {
-    seterr(err, err_len, path, "file too large to read (%llu bytes)", (unsigned long long)size);
+    mi_path_err(err, err_len, path, "file too large to read (%llu bytes)", (unsigned long long)size);
     close(fd);
     return NULL;
   }
   char *buf = malloc((size_t)size + 1);
   if (!buf) {
-    seterr(err, err_len, path, "out of memory reading %llu bytes", (unsigned long long)size);
+    mi_path_err(err, err_len, path, "out of memory reading %llu bytes", (unsigned long long)size);
     close(fd);
     return NULL;
   }
@@ -106,7 +105,7 @@ char *mi_file_read_all(const char *path, unsigned flags, uint64_t max_bytes, con
     ssize_t r = read(fd, buf + n, (size_t)size - n);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
-      seterr(err, err_len, path, "read failed: %s", strerror(errno));
+      mi_path_err(err, err_len, path, "read failed: %s", strerror(errno));
       free(buf);
       close(fd);
       return NULL;
@@ -120,7 +119,7 @@ char *mi_file_read_all(const char *path, unsigned flags, uint64_t max_bytes, con
   ssize_t more = n == size ? read(fd, &extra, 1) : 0;
   close(fd);
   if (n != size || more > 0) {
-    seterr(err, err_len, path, "file changed size while being read");
+    mi_path_err(err, err_len, path, "file changed size while being read");
     free(buf);
     return NULL;
   }
@@ -149,6 +148,6 @@ json_t *mi_file_load_json(const char *path, unsigned flags, uint64_t max_bytes, 
   json_error_t je;
   json_t *j = json_loadb(text, n, jflags, &je);
   free(text);
-  if (!j) seterr(err, err_len, path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+  if (!j) mi_path_err(err, err_len, path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
   return j;
 }

@@ -55,6 +55,11 @@ const char *mi_file_kind(unsigned mode);
  * location, else 0 (also when either cannot be resolved). */
 int mi_file_inside(const char *path, const char *dir);
 
+/* err = "PATH: " + the formatted message, control characters replaced by
+ * spaces so the line stays one line (paths and file contents are the user's). */
+void mi_path_err(char *err, size_t len, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 #ifdef __cplusplus
 }
 #endif
