@@ -1,9 +1,16 @@
-/* mi-mkmodel: writes a random-weight Qwen3 checkpoint in the Hugging Face
- * layout (config.json, generation_config.json, model*.safetensors [+ index],
- * tokenizer.json, tokenizer_config.json), for tests and benchmarks.
+/* mi-mkmodel: writes a random-weight checkpoint in the Hugging Face layout
+ * (config.json, generation_config.json, model*.safetensors [+ index],
+ * tokenizer.json, tokenizer_config.json), for tests and benchmarks, of one
+ * of two families:
+ *   qwen3   Qwen3 dense (Qwen3ForCausalLM), the default;
+ *   qwen35  the Qwen3.5/3.6-style hybrid (Qwen3_5ForCausalLM, model_type
+ *           qwen3_5_text): `layer_types` mixing gated-DeltaNet
+ *           `linear_attention` layers and gated `full_attention` layers
+ *           (docs/hybrid.md has the math and the tensor list).
  *
- *   mi-mkmodel --shape NAME --out DIR [--seed N] [--dtype bf16|f32]
- *              [--shards N] [--tokenizer-dir DIR] [--list-shapes]
+ *   mi-mkmodel [--family qwen3|qwen35] --shape NAME --out DIR [--seed N]
+ *              [--dtype bf16|f32] [--shards N] [--tokenizer-dir DIR]
+ *              [--list-shapes]
  *
  * Determinism: every element is a pure function of (seed, tensor name,
  * element index) through a counter-based generator, so the same seed gives the
@@ -43,6 +50,26 @@
  *  greedy tokens; 10 + 10 for 0.6b): final-stream RMS 2.3-4.9, logit std
  *  4.9-5.2, top-1 p 0.05-0.96 (mostly 0.1-0.5), no greedy loop in tiny,
  *  tiny-untied, small, 0.6b and a 28-layer test shape.
+ *
+ * The hybrid (qwen35) differs where its math does:
+ *  - zero-centred norms (input/post_attention/final, q_norm, k_norm; the
+ *      model multiplies by 1 + w): 0.1 z, so 1 + w is the same 1 + 0.1 z as
+ *      above and a bug that uses w instead of 1 + w gives ~0 outputs.
+ *  - the DeltaNet output norm (gated, multiplies by w): 1 + 0.1 z.
+ *  - q_proj has 2 x heads x head_dim rows (query and output gate per head),
+ *      z / sqrt(H) like k/v: the gate sigmoid(N(0,1)) spreads over 0.1..0.9.
+ *  - in_proj_qkv, in_proj_z, in_proj_b, in_proj_a: z / sqrt(H). beta =
+ *      sigmoid(b) then spreads like the gate; a feeds the decay.
+ *  - conv1d [C, 1, K]: z / sqrt(K) (unit-variance output of a K-tap
+ *      depthwise filter on unit-variance input).
+ *  - A_log: -1 + z, so A = exp(A_log) spans 0.01..12 (median 0.37) and the
+ *      per-step decay exp(-A softplus(a + dt_bias)) spans ~1 (long memory)
+ *      to ~0 (forgets at once); HF initialises log(U(0,16)), which forgets
+ *      almost everything in one step and would hide a recurrent state that
+ *      is not carried across decode steps.
+ *  - dt_bias: 1 + 0.1 z (HF initialises ones); not all equal, so reading
+ *      the wrong head's value changes the output.
+ *  - out_proj like o_proj: 3 z / sqrt(fan_in * 2L).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -65,18 +92,45 @@
 #define BOS_ID 151643
 #define EOS_ID 151645
 
+typedef enum family { FAM_QWEN3, FAM_QWEN35 } family;
+static const char *const FAMILY_NAMES[] = {"qwen3", "qwen35"};
+
 typedef struct shape {
+  family fam;
   const char *name;
   int hidden, layers, heads, kv_heads, head_dim, ffn, tied, max_pos;
   const char *note;
+  /* qwen35 only: the layer pattern, 'L' linear_attention / 'F'
+   * full_attention per layer (NULL: every full_interval-th layer is full, as
+   * HF derives layer_types from full_attention_interval), and the gated
+   * DeltaNet's heads and widths, the conv kernel and the rotary fraction. */
+  const char *pattern;
+  int full_interval, lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_kernel;
+  double partial_rotary;
 } shape;
 
 static const shape SHAPES[] = {
-    {"tiny", 64, 2, 4, 2, 16, 128, 1, 4096, "test model, tied embeddings"},
-    {"tiny-untied", 64, 3, 4, 1, 32, 96, 0, 4096, "test model, separate lm_head, head_dim*heads != hidden"},
-    {"small", 256, 4, 8, 4, 64, 768, 0, 4096, "bigger test model, untied"},
-    {"0.6b", 1024, 28, 16, 8, 128, 3072, 1, 40960, "the real Qwen3-0.6B shape (~1.2 GB bf16)"},
-    {"8b", 4096, 36, 32, 8, 128, 12288, 0, 40960, "the real Qwen3-8B shape (~16 GB bf16)"},
+    {FAM_QWEN3, "tiny", 64, 2, 4, 2, 16, 128, 1, 4096, "test model, tied embeddings", NULL, 0, 0, 0, 0, 0, 0, 0},
+    {FAM_QWEN3, "tiny-untied", 64, 3, 4, 1, 32, 96, 0, 4096,
+     "test model, separate lm_head, head_dim*heads != hidden", NULL, 0, 0, 0, 0, 0, 0, 0},
+    {FAM_QWEN3, "small", 256, 4, 8, 4, 64, 768, 0, 4096, "bigger test model, untied", NULL, 0, 0, 0, 0, 0, 0, 0},
+    {FAM_QWEN3, "0.6b", 1024, 28, 16, 8, 128, 3072, 1, 40960, "the real Qwen3-0.6B shape (~1.2 GB bf16)", NULL, 0, 0, 0,
+     0, 0, 0, 0},
+    {FAM_QWEN3, "8b", 4096, 36, 32, 8, 128, 12288, 0, 40960, "the real Qwen3-8B shape (~16 GB bf16)", NULL, 0, 0, 0,
+     0, 0, 0, 0},
+    /* hybrids: value heads a multiple of key heads (the repeat and
+     * llama.cpp's head reorder), linear key dim = value dim (llama.cpp's
+     * qwen35 requires it), and at least two layer patterns */
+    {FAM_QWEN35, "tiny", 64, 4, 4, 2, 32, 128, 1, 4096,
+     "hybrid test model, tied, L F L F (interval 2), 2 key / 4 value DeltaNet heads", NULL, 2, 2, 4, 16, 16, 4,
+     0.25},
+    {FAM_QWEN35, "tiny-untied", 64, 3, 2, 1, 32, 96, 0, 4096,
+     "hybrid test model, untied, F L L (explicit layer_types), 2 / 2 DeltaNet heads", "FLL", 0, 2, 2, 32, 32, 4,
+     0.25},
+    {FAM_QWEN35, "small", 256, 8, 8, 2, 64, 768, 0, 4096,
+     "bigger hybrid test model, untied, interval 4, 4 / 8 DeltaNet heads", NULL, 4, 4, 8, 32, 32, 4, 0.25},
+    {FAM_QWEN35, "1b", 1536, 24, 8, 2, 256, 4608, 1, 262144,
+     "a Qwen3.5-style shape near 1B parameters (~2.2 GB bf16), interval 4", NULL, 4, 16, 16, 128, 128, 4, 0.25},
 };
 #define NSHAPES (sizeof SHAPES / sizeof SHAPES[0])
 
@@ -84,7 +138,7 @@ static const shape SHAPES[] = {
 typedef struct tensor_spec {
   char name[96];
   int ndim;
-  int64_t dims[2];
+  int64_t dims[3];
   double mean, sigma;
   uint64_t nbytes;
   int shard; /* 0-based */
@@ -182,22 +236,83 @@ static int copy_file(const char *src, const char *dst) {
 
 /* ---- the checkpoint ----------------------------------------------------- */
 
-static int add_tensor(tensor_spec *t, int *n, const char *name, int ndim, int64_t d0, int64_t d1, double mean,
-                      double sigma, size_t esize) {
+static int add_tensor3(tensor_spec *t, int *n, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                       double mean, double sigma, size_t esize) {
   tensor_spec *s = &t[(*n)++];
   snprintf(s->name, sizeof s->name, "%s", name);
   s->ndim = ndim;
   s->dims[0] = d0;
   s->dims[1] = ndim > 1 ? d1 : 1;
+  s->dims[2] = ndim > 2 ? d2 : 1;
   s->mean = mean;
   s->sigma = sigma;
-  s->nbytes = (uint64_t)s->dims[0] * (uint64_t)s->dims[1] * esize;
+  s->nbytes = (uint64_t)s->dims[0] * (uint64_t)s->dims[1] * (uint64_t)s->dims[2] * esize;
   s->shard = 0;
   return 0;
 }
 
+static int add_tensor(tensor_spec *t, int *n, const char *name, int ndim, int64_t d0, int64_t d1, double mean,
+                      double sigma, size_t esize) {
+  return add_tensor3(t, n, name, ndim, d0, d1, 1, mean, sigma, esize);
+}
+
+/* Layer i of a hybrid is full attention? */
+static int is_full_layer(const shape *sh, int i) {
+  if (sh->pattern) return sh->pattern[i] == 'F';
+  return (i + 1) % sh->full_interval == 0;
+}
+
+/* The hybrid's tensors in HF Qwen3.5 naming, in model order (see the scale
+ * notes at the top). Returns the count. */
+static int build_specs_qwen35(const shape *sh, size_t esize, tensor_spec *t) {
+  int n = 0;
+  const int64_t H = sh->hidden, F = sh->ffn, Q = (int64_t)sh->heads * sh->head_dim,
+                KV = (int64_t)sh->kv_heads * sh->head_dim, hd = sh->head_dim;
+  const int64_t KD = (int64_t)sh->lin_k_heads * sh->lin_k_dim, VD = (int64_t)sh->lin_v_heads * sh->lin_v_dim,
+                NV = sh->lin_v_heads, C = 2 * KD + VD, K = sh->conv_kernel;
+  const double s_in = 1.0 / sqrt((double)H);
+  const double s_down = 8.0 / sqrt((double)F * 2 * sh->layers);
+  const double s_emb = 5.0 / sqrt((double)H);
+  char nm[96];
+  add_tensor(t, &n, "model.embed_tokens.weight", 2, VOCAB, H, 0, s_emb, esize);
+  for (int i = 0; i < sh->layers; i++) {
+#define L(suffix, nd, a, b, mu, sg)                                   \
+  snprintf(nm, sizeof nm, "model.layers.%d.%s", i, suffix);           \
+  add_tensor(t, &n, nm, nd, a, b, mu, sg, esize)
+    L("input_layernorm.weight", 1, H, 0, 0.0, 0.1);
+    if (is_full_layer(sh, i)) {
+      L("self_attn.q_proj.weight", 2, 2 * Q, H, 0, s_in); /* per head: query rows, then gate rows */
+      L("self_attn.k_proj.weight", 2, KV, H, 0, s_in);
+      L("self_attn.v_proj.weight", 2, KV, H, 0, s_in);
+      L("self_attn.o_proj.weight", 2, H, Q, 0, 3.0 / sqrt((double)Q * 2 * sh->layers));
+      L("self_attn.q_norm.weight", 1, hd, 0, 0.0, 0.1);
+      L("self_attn.k_norm.weight", 1, hd, 0, 0.0, 0.1);
+    } else {
+      L("linear_attn.in_proj_qkv.weight", 2, C, H, 0, s_in); /* rows: q [KD], k [KD], v [VD] */
+      L("linear_attn.in_proj_z.weight", 2, VD, H, 0, s_in);
+      L("linear_attn.in_proj_b.weight", 2, NV, H, 0, s_in);
+      L("linear_attn.in_proj_a.weight", 2, NV, H, 0, s_in);
+      snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.conv1d.weight", i);
+      add_tensor3(t, &n, nm, 3, C, 1, K, 0, 1.0 / sqrt((double)K), esize);
+      L("linear_attn.dt_bias", 1, NV, 0, 1.0, 0.1);
+      L("linear_attn.A_log", 1, NV, 0, -1.0, 1.0);
+      L("linear_attn.norm.weight", 1, sh->lin_v_dim, 0, 1.0, 0.1);
+      L("linear_attn.out_proj.weight", 2, H, VD, 0, 3.0 / sqrt((double)VD * 2 * sh->layers));
+    }
+    L("post_attention_layernorm.weight", 1, H, 0, 0.0, 0.1);
+    L("mlp.gate_proj.weight", 2, F, H, 0, s_in);
+    L("mlp.up_proj.weight", 2, F, H, 0, s_in);
+    L("mlp.down_proj.weight", 2, H, F, 0, s_down);
+#undef L
+  }
+  add_tensor(t, &n, "model.norm.weight", 1, H, 0, 0.0, 0.1, esize);
+  if (!sh->tied) add_tensor(t, &n, "lm_head.weight", 2, VOCAB, H, 0, s_emb, esize);
+  return n;
+}
+
 /* All tensors in HF naming, in model order. Returns the count. */
 static int build_specs(const shape *sh, size_t esize, tensor_spec *t) {
+  if (sh->fam == FAM_QWEN35) return build_specs_qwen35(sh, esize, t);
   int n = 0;
   const int64_t H = sh->hidden, F = sh->ffn, Q = (int64_t)sh->heads * sh->head_dim,
                 KV = (int64_t)sh->kv_heads * sh->head_dim, hd = sh->head_dim;
@@ -259,7 +374,7 @@ static int write_tensor_data(FILE *f, const tensor_spec *t, uint64_t seed, mi_dt
   enum { CHUNK = 1 << 14 };
   unsigned char buf[CHUNK * 4]; /* [CHUNK] elements of dt */
   const uint64_t key = tensor_key(seed, t->name);
-  const uint64_t count = (uint64_t)t->dims[0] * (uint64_t)t->dims[1];
+  const uint64_t count = (uint64_t)t->dims[0] * (uint64_t)t->dims[1] * (uint64_t)t->dims[2];
   for (uint64_t i0 = 0; i0 < count; i0 += CHUNK) {
     uint64_t m = count - i0 < CHUNK ? count - i0 : CHUNK;
     for (uint64_t j = 0; j < m; j++) {
@@ -351,7 +466,67 @@ static int write_index(const char *dir, const tensor_spec *t, int n, int nshards
   return rc;
 }
 
-static int write_configs(const char *dir, const shape *sh, mi_dtype dt) {
+/* config.json of the hybrid: the flat Qwen3_5TextConfig layout that HF's
+ * Qwen3_5ForCausalLM reads (and llama.cpp's converter maps to `qwen35`).
+ * The released Qwen3.5 checkpoints wrap the same fields in "text_config" of
+ * a Qwen3_5ForConditionalGeneration with a vision tower; docs/hybrid.md. */
+static json_t *config_qwen35(const shape *sh, mi_dtype dt) {
+  json_t *c = json_object();
+  json_t *arch = json_array();
+  json_array_append_new(arch, json_string("Qwen3_5ForCausalLM"));
+  json_object_set_new(c, "architectures", arch);
+  json_object_set_new(c, "attention_bias", json_false());
+  json_object_set_new(c, "attention_dropout", json_real(0.0));
+  json_object_set_new(c, "attn_output_gate", json_true());
+  json_object_set_new(c, "bos_token_id", json_integer(BOS_ID));
+  json_object_set_new(c, "eos_token_id", json_integer(EOS_ID));
+  if (!sh->pattern) json_object_set_new(c, "full_attention_interval", json_integer(sh->full_interval));
+  json_object_set_new(c, "head_dim", json_integer(sh->head_dim));
+  json_object_set_new(c, "hidden_act", json_string("silu"));
+  json_object_set_new(c, "hidden_size", json_integer(sh->hidden));
+  json_object_set_new(c, "initializer_range", json_real(0.02));
+  json_object_set_new(c, "intermediate_size", json_integer(sh->ffn));
+  json_t *lt = json_array();
+  for (int i = 0; i < sh->layers; i++)
+    json_array_append_new(lt, json_string(is_full_layer(sh, i) ? "full_attention" : "linear_attention"));
+  json_object_set_new(c, "layer_types", lt);
+  json_object_set_new(c, "linear_conv_kernel_dim", json_integer(sh->conv_kernel));
+  json_object_set_new(c, "linear_key_head_dim", json_integer(sh->lin_k_dim));
+  json_object_set_new(c, "linear_num_key_heads", json_integer(sh->lin_k_heads));
+  json_object_set_new(c, "linear_num_value_heads", json_integer(sh->lin_v_heads));
+  json_object_set_new(c, "linear_value_head_dim", json_integer(sh->lin_v_dim));
+  json_object_set_new(c, "max_position_embeddings", json_integer(sh->max_pos));
+  json_object_set_new(c, "model_type", json_string("qwen3_5_text"));
+  json_object_set_new(c, "num_attention_heads", json_integer(sh->heads));
+  json_object_set_new(c, "num_hidden_layers", json_integer(sh->layers));
+  json_object_set_new(c, "num_key_value_heads", json_integer(sh->kv_heads));
+  json_object_set_new(c, "rms_norm_eps", json_real(1e-6));
+  /* Interleaved M-RoPE sections cover rot_dim / 2 frequencies (11/11/10 for
+   * the real 64 rotary dims); text positions are equal in all sections, so
+   * for text it is plain NeoX RoPE on the first rot_dim channels. */
+  json_t *rp = json_object();
+  int half = (int)(sh->head_dim * sh->partial_rotary) / 2;
+  json_t *sec = json_array();
+  int s0 = (half + 2) / 3, s1 = (half - s0 + 1) / 2;
+  json_array_append_new(sec, json_integer(s0));
+  json_array_append_new(sec, json_integer(s1));
+  json_array_append_new(sec, json_integer(half - s0 - s1));
+  json_object_set_new(rp, "mrope_interleaved", json_true());
+  json_object_set_new(rp, "mrope_section", sec);
+  json_object_set_new(rp, "partial_rotary_factor", json_real(sh->partial_rotary));
+  json_object_set_new(rp, "rope_theta", json_real(10000000.0));
+  json_object_set_new(rp, "rope_type", json_string("default"));
+  json_object_set_new(c, "rope_parameters", rp);
+  json_object_set_new(c, "tie_word_embeddings", json_boolean(sh->tied));
+  json_object_set_new(c, "torch_dtype", json_string(dt == MI_DTYPE_BF16 ? "bfloat16" : "float32"));
+  json_object_set_new(c, "transformers_version", json_string("4.57.0.dev0"));
+  json_object_set_new(c, "use_cache", json_true());
+  json_object_set_new(c, "vocab_size", json_integer(VOCAB));
+  return c;
+}
+
+/* config.json of Qwen3 dense (the real Qwen3 fields). */
+static json_t *config_qwen3(const shape *sh, mi_dtype dt) {
   json_t *c = json_object();
   json_t *arch = json_array();
   json_array_append_new(arch, json_string("Qwen3ForCausalLM"));
@@ -381,6 +556,11 @@ static int write_configs(const char *dir, const shape *sh, mi_dtype dt) {
   json_object_set_new(c, "use_cache", json_true());
   json_object_set_new(c, "use_sliding_window", json_false());
   json_object_set_new(c, "vocab_size", json_integer(VOCAB));
+  return c;
+}
+
+static int write_configs(const char *dir, const shape *sh, mi_dtype dt) {
+  json_t *c = sh->fam == FAM_QWEN35 ? config_qwen35(sh, dt) : config_qwen3(sh, dt);
   int rc = write_json(dir, "config.json", c);
   json_decref(c);
   if (rc) return rc;
@@ -457,15 +637,34 @@ static const char *find_tokenizer(const char *flag, char *buf, size_t n, char *t
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: mi-mkmodel --shape NAME --out DIR [--seed N] [--dtype bf16|f32] [--shards N]\n"
-          "                  [--tokenizer-dir DIR] [--list-shapes]\n");
+          "usage: mi-mkmodel [--family qwen3|qwen35] --shape NAME --out DIR [--seed N] [--dtype bf16|f32]\n"
+          "                  [--shards N] [--tokenizer-dir DIR] [--list-shapes]\n");
+}
+
+/* Parameters of a shape (for --list-shapes): the sum of its tensors. */
+static double shape_params(const shape *sh) {
+  tensor_spec *t = calloc(3 + 14 * (size_t)sh->layers, sizeof *t);
+  if (!t) return 0;
+  int n = build_specs(sh, 1, t);
+  double p = 0;
+  for (int i = 0; i < n; i++) p += (double)t[i].nbytes;
+  free(t);
+  return p;
 }
 
 static void list_shapes(FILE *f) {
   for (size_t i = 0; i < NSHAPES; i++) {
     const shape *s = &SHAPES[i];
-    fprintf(f, "  %-12s hidden %d, layers %d, heads %d/%d, head_dim %d, ffn %d, %s  (%s)\n", s->name, s->hidden,
-            s->layers, s->heads, s->kv_heads, s->head_dim, s->ffn, s->tied ? "tied" : "untied", s->note);
+    fprintf(f, "  %-6s %-12s hidden %d, layers %d, heads %d/%d, head_dim %d, ffn %d, %s, %.3gB params", FAMILY_NAMES[s->fam],
+            s->name, s->hidden, s->layers, s->heads, s->kv_heads, s->head_dim, s->ffn, s->tied ? "tied" : "untied",
+            shape_params(s) / 1e9);
+    if (s->fam == FAM_QWEN35) {
+      fprintf(f, ", layers ");
+      for (int l = 0; l < s->layers; l++) fputc(is_full_layer(s, l) ? 'F' : 'L', f);
+      fprintf(f, ", DeltaNet %d/%d heads %dx%d, conv %d, rotary %g", s->lin_k_heads, s->lin_v_heads, s->lin_k_dim,
+              s->lin_v_dim, s->conv_kernel, s->partial_rotary);
+    }
+    fprintf(f, "  (%s)\n", s->note);
   }
 }
 
@@ -474,6 +673,7 @@ static int parse_u64(const char *s, uint64_t *out) { return mi_parse_u64(s, 0, U
 
 int main(int argc, char **argv) {
   const char *shape_name = NULL, *out = NULL, *tok_flag = NULL;
+  family fam = FAM_QWEN3;
   uint64_t seed = 1, nshards = 1;
   mi_dtype dt = MI_DTYPE_BF16;
   for (int i = 1; i < argc; i++) {
@@ -495,6 +695,15 @@ int main(int argc, char **argv) {
     i++;
     if (!strcmp(a, "--shape")) {
       shape_name = v;
+    } else if (!strcmp(a, "--family")) {
+      if (!strcmp(v, "qwen3"))
+        fam = FAM_QWEN3;
+      else if (!strcmp(v, "qwen35"))
+        fam = FAM_QWEN35;
+      else {
+        fprintf(stderr, "mi-mkmodel: --family %s: must be qwen3 or qwen35\n", v);
+        return 2;
+      }
     } else if (!strcmp(a, "--out")) {
       out = v;
     } else if (!strcmp(a, "--tokenizer-dir")) {
@@ -531,14 +740,14 @@ int main(int argc, char **argv) {
   }
   const shape *sh = NULL;
   for (size_t i = 0; i < NSHAPES; i++)
-    if (!strcmp(SHAPES[i].name, shape_name)) sh = &SHAPES[i];
+    if (SHAPES[i].fam == fam && !strcmp(SHAPES[i].name, shape_name)) sh = &SHAPES[i];
   if (!sh) {
-    fprintf(stderr, "mi-mkmodel: unknown shape '%s'; known shapes:\n", shape_name);
+    fprintf(stderr, "mi-mkmodel: unknown shape '%s' in family %s; known shapes:\n", shape_name, FAMILY_NAMES[fam]);
     list_shapes(stderr);
     return 2;
   }
 
-  int ntensors = 3 + 11 * sh->layers;
+  int ntensors = 3 + 14 * sh->layers; /* a DeltaNet layer has 14 tensors, a Qwen3 layer 11 */
   tensor_spec *t = calloc((size_t)ntensors, sizeof *t);
   if (!t) return 1;
   int n = build_specs(sh, mi_dtype_size(dt), t);
