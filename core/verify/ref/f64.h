@@ -34,4 +34,58 @@ void vf_f64_silu_mul(double *y, const double *gate, const double *up, int64_t n)
 /* y[i] = a[i] + b[i]; y may equal a or b. */
 void vf_f64_add(double *y, const double *a, const double *b, int64_t n);
 
+/* ---- the Qwen3.5/3.6-style hybrid's operators (docs/hybrid.md) ---- */
+
+/* y[i] = x[i] · sigmoid(gate[i]) (the gated attention output); y may equal x. */
+void vf_f64_sigmoid_mul(double *y, const double *x, const double *gate, int64_t n);
+
+/* y[i] = silu(x[i]); y may equal x. */
+void vf_f64_silu(double *y, const double *x, int64_t n);
+
+/* y[r,:] = x[r,:] · rsqrt(sum(x[r,:]²) + eps), rows × dim; y may equal x
+ * (HF's l2norm: eps inside the root, on the sum, not the mean). */
+void vf_f64_l2norm(double *y, const double *x, int64_t rows, int64_t dim, double eps);
+
+/* Gated RMSNorm: y[r,:] = w · x[r,:] · rsqrt(mean(x[r,:]²) + eps) · silu(z[r,:]),
+ * rows × dim, w[dim] used as is (not 1 + w); y may equal x. */
+void vf_f64_rmsnorm_gated(double *y, const double *x, const double *w, const double *z, int64_t rows,
+                          int64_t dim, double eps);
+
+/* Depthwise causal conv1d with carried state, no bias, no activation:
+ * y[t,c] = Σ_{j<K} w[c,j] · u[t-K+1+j, c] where u is the K-1 rows of
+ * state [K-1, C] (oldest first) followed by x[T, C]. On return state holds
+ * the last K-1 rows of u (a zero state is a fresh sequence). w is [C, K]
+ * (HF's conv1d.weight [C, 1, K]). y must not alias x. Returns -1 on OOM. */
+int vf_f64_conv1d_causal(double *y, const double *x, const double *w, double *state, int64_t T,
+                         int64_t C, int64_t K);
+
+/* The gated DeltaNet gates per token and value head: beta = sigmoid(b),
+ * g = -exp(A_log) · softplus(a + dt_bias) (a log decay <= 0); a, b [T, H],
+ * A_log, dt_bias [H]; outputs g, beta [T, H]. softplus(x) = x above 20. */
+void vf_f64_deltanet_gates(double *g, double *beta, const double *a, const double *b,
+                           const double *A_log, const double *dt_bias, int64_t T, int64_t H);
+
+/* The gated delta rule, recurrent form, one token at a time. Per token t
+ * and value head h (key head kh = h / (Hv / Hk): key heads repeated to
+ * cover value heads, HF's grouped order), with S = state[h] [Dk, Dv]:
+ *   S ← S · exp(g[t,h]);  kv = Sᵀ k;  δ = (v − kv) · beta[t,h];
+ *   S ← S + k ⊗ δ;        out[t,h] = Sᵀ q
+ * q, k [T, Hk, Dk] (already L2-normalised, q already scaled), v [T, Hv, Dv],
+ * g, beta [T, Hv], state [Hv, Dk, Dv] carried in and out, out [T, Hv, Dv].
+ * Returns -1 when Hv is not a multiple of Hk. */
+int vf_f64_gated_delta_rule(double *out, double *state, const double *q, const double *k,
+                            const double *v, const double *g, const double *beta, int64_t T,
+                            int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv);
+
+/* The same rule in chunked form (what a prefill kernel computes): per chunk
+ * of up to `chunk` tokens with cumulative log decays G_i, the updates δ
+ * solve the unit lower-triangular system
+ *   δ_i + beta_i Σ_{j<i} e^{G_i−G_j} (k_i·k_j) δ_j = beta_i (v_i − e^{G_i} S0ᵀ k_i),
+ * then out_i = e^{G_i} S0ᵀ q_i + Σ_{j<=i} e^{G_i−G_j} (q_i·k_j) δ_j and
+ * S = e^{G_C} S0 + Σ_j e^{G_C−G_j} k_j ⊗ δ_j. Same arguments and result as
+ * vf_f64_gated_delta_rule up to rounding. Returns -1 on bad heads or OOM. */
+int vf_f64_gated_delta_rule_chunked(double *out, double *state, const double *q, const double *k,
+                                    const double *v, const double *g, const double *beta, int64_t T,
+                                    int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, int64_t chunk);
+
 #endif
