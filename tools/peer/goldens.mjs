@@ -4,6 +4,12 @@
 //
 //   node tools/peer/goldens.mjs --mkmodel BUILD/bin/mi-mkmodel --shape tiny --seed 1 \
 //        [--steps 32] [--out tests/goldens/tiny-seed1.json] [--check-ref] [--keep DIR]
+//        [--family qwen35]
+//
+// --family qwen35 makes a Qwen3.5/3.6-style hybrid (mi-mkmodel --family
+// qwen35), converted to llama.cpp's `qwen35`; its goldens go to
+// tests/goldens/hybrid/ (test_hybrid_peer holds the float64 reference to
+// them; test_e2e_peer's glob does not see that folder).
 //
 // Steps: mi-mkmodel writes the HF checkpoint (bf16) into a temp dir; hf2gguf
 // converts it to an all-F32 GGUF (bf16 values widened exactly, so llama.cpp
@@ -43,6 +49,7 @@ function parseArgs(argv) {
     const k = argv[i];
     const v = () => { if (i + 1 >= argv.length) throw new Error(`${k} needs a value`); return argv[++i]; };
     if (k === "--mkmodel") a.mkmodel = v();
+    else if (k === "--family") a.family = v();
     else if (k === "--shape") a.shape = v();
     else if (k === "--seed") a.seed = Number(v());
     else if (k === "--dtype") a.dtype = v();
@@ -55,7 +62,9 @@ function parseArgs(argv) {
   }
   if (!a.shape || !Number.isInteger(a.seed)) throw new Error("--shape and --seed N are required");
   if (!Number.isInteger(a.steps) || a.steps < 1) throw new Error("--steps must be a positive integer");
-  a.out ??= path.join(ROOT, "tests/goldens", `${a.shape}-seed${a.seed}.json`);
+  if (a.family !== undefined && a.family !== "qwen3" && a.family !== "qwen35") throw new Error("--family must be qwen3 or qwen35");
+  if (a.family === "qwen35" && a.checkRef) throw new Error("--check-ref has no JS reference for qwen35 (test_hybrid_peer is the check)");
+  a.out ??= path.join(ROOT, a.family === "qwen35" ? "tests/goldens/hybrid" : "tests/goldens", `${a.shape}-seed${a.seed}.json`);
   a.prompts ??= path.join(HERE, "prompts.json");
   return a;
 }
@@ -113,7 +122,7 @@ async function main() {
   const prompts = JSON.parse(fs.readFileSync(args.prompts, "utf8")).prompts;
   const tmp = args.keep ?? fs.mkdtempSync(path.join(os.tmpdir(), "mi-peer-"));
   const modelDir = path.join(tmp, `${args.shape}-seed${args.seed}`);
-  const mkArgs = ["--shape", args.shape, "--seed", String(args.seed), "--dtype", args.dtype];
+  const mkArgs = [...(args.family ? ["--family", args.family] : []), "--shape", args.shape, "--seed", String(args.seed), "--dtype", args.dtype];
   execFileSync(args.mkmodel, [...mkArgs, "--out", modelDir], { stdio: "inherit" });
   const gguf = path.join(tmp, `${args.shape}-seed${args.seed}-f32.gguf`);
   await convert(modelDir, gguf, { type: "f32" });

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// HF Qwen3 checkpoint directory -> GGUF v3 file (arch "qwen3") for llama.cpp.
+// HF Qwen3 checkpoint directory -> GGUF v3 file (arch "qwen3") for llama.cpp,
+// or a Qwen3.5/3.6-style hybrid (Qwen3_5ForCausalLM) -> arch "qwen35".
 //
 //   node tools/peer/hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16]
 //
@@ -198,6 +199,242 @@ function ggufName(hfName) {
   return null;
 }
 
+// ---------------------------------------------------------------- qwen35
+
+// llama.cpp's qwen35 conversion, as read in its convert_hf_to_gguf.py /
+// conversion/qwen.py (Qwen3NextModel, _LinearAttentionVReorderBase) and
+// src/models/qwen35.cpp; written from that reading, nothing copied:
+//  - zero-centred norms (every *norm.weight but linear_attn.norm) stored as 1 + w;
+//  - A_log stored as ssm_a = -exp(A_log); dt_bias as ssm_dt.bias;
+//  - conv1d [C, 1, K] squeezed to [C, K] (always F32);
+//  - value heads reordered from grouped by key head [kh][r][d] to tiled
+//    [r][kh][d] (rows of in_proj_z, in_proj_a/b, the v rows of in_proj_qkv
+//    and of conv1d, A_log, dt_bias; columns of out_proj);
+//  - which layers are recurrent: attention.recurrent_layers (0/1 per layer),
+//    so any layer_types pattern converts, not only full_attention_interval.
+const Q35_LAYER_MAP = {
+  "input_layernorm.weight": "attn_norm.weight",
+  "post_attention_layernorm.weight": "post_attention_norm.weight",
+  "self_attn.q_proj.weight": "attn_q.weight",
+  "self_attn.k_proj.weight": "attn_k.weight",
+  "self_attn.v_proj.weight": "attn_v.weight",
+  "self_attn.o_proj.weight": "attn_output.weight",
+  "self_attn.q_norm.weight": "attn_q_norm.weight",
+  "self_attn.k_norm.weight": "attn_k_norm.weight",
+  "linear_attn.in_proj_qkv.weight": "attn_qkv.weight",
+  "linear_attn.in_proj_z.weight": "attn_gate.weight",
+  "linear_attn.in_proj_b.weight": "ssm_beta.weight",
+  "linear_attn.in_proj_a.weight": "ssm_alpha.weight",
+  "linear_attn.conv1d.weight": "ssm_conv1d.weight",
+  "linear_attn.dt_bias": "ssm_dt.bias",
+  "linear_attn.A_log": "ssm_a",
+  "linear_attn.norm.weight": "ssm_norm.weight",
+  "linear_attn.out_proj.weight": "ssm_out.weight",
+  "mlp.gate_proj.weight": "ffn_gate.weight",
+  "mlp.up_proj.weight": "ffn_up.weight",
+  "mlp.down_proj.weight": "ffn_down.weight",
+};
+
+function q35LayerTypes(h, cfgFile) {
+  let lt = h.layer_types;
+  if (lt === undefined) {
+    const iv = h.full_attention_interval ?? 4;
+    lt = Array.from({ length: h.num_hidden_layers }, (_, i) => ((i + 1) % iv ? "linear_attention" : "full_attention"));
+  }
+  if (!Array.isArray(lt) || lt.length !== h.num_hidden_layers) die(`${cfgFile}: layer_types must list num_hidden_layers entries`);
+  for (const [i, t] of lt.entries())
+    if (t !== "linear_attention" && t !== "full_attention") die(`${cfgFile}: layer_types[${i}] ${JSON.stringify(t)} is not supported`);
+  return lt;
+}
+
+function q35Shapes(h, lt) {
+  const D = h.hidden_size, F = h.intermediate_size, V = h.vocab_size, hd = h.head_dim;
+  const Hq = h.num_attention_heads, Hk = h.num_key_value_heads;
+  const KD = h.linear_num_key_heads * h.linear_key_head_dim, VD = h.linear_num_value_heads * h.linear_value_head_dim;
+  const NV = h.linear_num_value_heads, C = 2 * KD + VD, K = h.linear_conv_kernel_dim;
+  const m = new Map();
+  m.set("model.embed_tokens.weight", [V, D]);
+  for (let l = 0; l < h.num_hidden_layers; l++) {
+    const p = `model.layers.${l}.`;
+    m.set(p + "input_layernorm.weight", [D]);
+    if (lt[l] === "full_attention") {
+      m.set(p + "self_attn.q_proj.weight", [2 * Hq * hd, D]);
+      m.set(p + "self_attn.k_proj.weight", [Hk * hd, D]);
+      m.set(p + "self_attn.v_proj.weight", [Hk * hd, D]);
+      m.set(p + "self_attn.o_proj.weight", [D, Hq * hd]);
+      m.set(p + "self_attn.q_norm.weight", [hd]);
+      m.set(p + "self_attn.k_norm.weight", [hd]);
+    } else {
+      m.set(p + "linear_attn.in_proj_qkv.weight", [C, D]);
+      m.set(p + "linear_attn.in_proj_z.weight", [VD, D]);
+      m.set(p + "linear_attn.in_proj_b.weight", [NV, D]);
+      m.set(p + "linear_attn.in_proj_a.weight", [NV, D]);
+      m.set(p + "linear_attn.conv1d.weight", [C, 1, K]);
+      m.set(p + "linear_attn.dt_bias", [NV]);
+      m.set(p + "linear_attn.A_log", [NV]);
+      m.set(p + "linear_attn.norm.weight", [h.linear_value_head_dim]);
+      m.set(p + "linear_attn.out_proj.weight", [D, VD]);
+    }
+    m.set(p + "post_attention_layernorm.weight", [D]);
+    m.set(p + "mlp.gate_proj.weight", [F, D]);
+    m.set(p + "mlp.up_proj.weight", [F, D]);
+    m.set(p + "mlp.down_proj.weight", [D, F]);
+  }
+  m.set("model.norm.weight", [D]);
+  if (!h.tie_word_embeddings) m.set("lm_head.weight", [V, D]);
+  return m;
+}
+
+function q35GgufName(hfName) {
+  if (hfName === "model.embed_tokens.weight") return "token_embd.weight";
+  if (hfName === "model.norm.weight") return "output_norm.weight";
+  if (hfName === "lm_head.weight") return "output.weight";
+  const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hfName);
+  if (m && Q35_LAYER_MAP[m[2]]) return `blk.${m[1]}.${Q35_LAYER_MAP[m[2]]}`;
+  return null;
+}
+
+/** Whole tensor as Float32Array (for the value transforms; fine up to a few hundred MB). */
+function readF32(src) {
+  const total = src.end - src.start;
+  const buf = Buffer.alloc(total);
+  const fd = fs.openSync(src.file, "r");
+  try { if (fs.readSync(fd, buf, 0, total, src.start) !== total) die(`${src.file}: short read`); } finally { fs.closeSync(fd); }
+  const n = total / ST_DTYPE_SIZE[src.dtype];
+  if (src.dtype === "F32") return new Float32Array(buf.buffer, buf.byteOffset, n).slice();
+  const inp = new Uint16Array(buf.buffer, buf.byteOffset, n);
+  const o = new Uint32Array(n);
+  if (src.dtype === "BF16") for (let i = 0; i < n; i++) o[i] = inp[i] << 16;
+  else for (let i = 0; i < n; i++) o[i] = f16BitsToF32Bits(inp[i]);
+  return new Float32Array(o.buffer);
+}
+
+/** Rows [row0, row0 + kh*r*d) of a [rows, cols] matrix from grouped [kh][r][d] to tiled [r][kh][d]. */
+function reorderRows(a, cols, row0, kh, r, d) {
+  const blk = a.slice(row0 * cols, (row0 + kh * r * d) * cols);
+  for (let g = 0; g < kh; g++)
+    for (let j = 0; j < r; j++)
+      for (let x = 0; x < d; x++) {
+        const from = (g * r + j) * d + x, to = (j * kh + g) * d + x;
+        a.set(blk.subarray(from * cols, (from + 1) * cols), (row0 + to) * cols);
+      }
+}
+
+/** Columns of a [rows, kh*r*d] matrix, grouped -> tiled. */
+function reorderCols(a, rows, kh, r, d) {
+  const cols = kh * r * d;
+  const row = new Float32Array(cols);
+  for (let i = 0; i < rows; i++) {
+    row.set(a.subarray(i * cols, (i + 1) * cols));
+    for (let g = 0; g < kh; g++)
+      for (let j = 0; j < r; j++)
+        for (let x = 0; x < d; x++) a[i * cols + (j * kh + g) * d + x] = row[(g * r + j) * d + x];
+  }
+}
+
+/** The value transform llama.cpp's qwen35 expects, or null when the tensor is copied as is. */
+function q35Transform(name, h) {
+  const kh = h.linear_num_key_heads, r = h.linear_num_value_heads / kh, dv = h.linear_value_head_dim;
+  const KD = kh * h.linear_key_head_dim, D = h.hidden_size;
+  const zeroCentred = name.endsWith("norm.weight") && !name.endsWith("linear_attn.norm.weight");
+  const reorder = r > 1;
+  if (zeroCentred) return (a) => { for (let i = 0; i < a.length; i++) a[i] = Math.fround(a[i] + 1); };
+  if (name.endsWith(".A_log"))
+    return (a) => { if (reorder) reorderRows(a, 1, 0, kh, r, 1); for (let i = 0; i < a.length; i++) a[i] = Math.fround(-Math.exp(a[i])); };
+  if (!reorder) return null;
+  if (name.endsWith(".dt_bias") || name.endsWith(".in_proj_a.weight") || name.endsWith(".in_proj_b.weight"))
+    return (a) => reorderRows(a, a.length / (kh * r), 0, kh, r, 1);
+  if (name.endsWith(".in_proj_z.weight")) return (a) => reorderRows(a, D, 0, kh, r, dv);
+  if (name.endsWith(".in_proj_qkv.weight")) return (a) => reorderRows(a, D, 2 * KD, kh, r, dv);
+  if (name.endsWith(".conv1d.weight"))
+    return (a) => reorderRows(a, h.linear_conv_kernel_dim, 2 * KD, kh, r, dv);
+  if (name.endsWith(".out_proj.weight")) return (a) => reorderCols(a, D, kh, r, dv);
+  return null;
+}
+
+function writeF32As(a, dst, fd, at) {
+  let out;
+  if (dst === GGML_TYPE.F32) out = Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+  else {
+    const u = new Uint32Array(a.buffer, a.byteOffset, a.length);
+    const o = new Uint16Array(a.length);
+    for (let i = 0; i < a.length; i++) o[i] = f32BitsToBf16Bits(u[i]);
+    out = Buffer.from(o.buffer);
+  }
+  fs.writeSync(fd, out, 0, out.length, at);
+  return out.length;
+}
+
+async function convertQwen35(modelDir, outPath, cfg, cfgFile, type) {
+  const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "vocab_size", "rms_norm_eps", "head_dim", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
+    "linear_num_key_heads", "linear_num_value_heads"];
+  for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
+  const h = { ...cfg, tie_word_embeddings: cfg.tie_word_embeddings === true };
+  if (h.linear_key_head_dim !== h.linear_value_head_dim)
+    die(`${cfgFile}: llama.cpp's qwen35 needs linear_key_head_dim == linear_value_head_dim`);
+  if (h.linear_num_value_heads % h.linear_num_key_heads) die(`${cfgFile}: linear value heads not a multiple of key heads`);
+  const rp = cfg.rope_parameters || {};
+  const theta = rp.rope_theta ?? cfg.rope_theta;
+  const prf = rp.partial_rotary_factor ?? cfg.partial_rotary_factor ?? 0.25;
+  if (typeof theta !== "number") die(`${cfgFile}: no rope_theta`);
+  const rot = Math.trunc(h.head_dim * prf);
+  const sec = Array.isArray(rp.mrope_section) ? [...rp.mrope_section] : [11, 11, 10];
+  while (sec.length < 4) sec.push(0);
+  const lt = q35LayerTypes(h, cfgFile);
+
+  const st = readSafetensorsIndex(modelDir);
+  const expect = q35Shapes(h, lt);
+  for (const [name, shape] of expect) {
+    const t = st.get(name);
+    if (!t) die(`${modelDir}: safetensors lacks tensor ${name}`);
+    if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i]))
+      die(`${modelDir}: tensor ${name} has shape [${t.shape}], config says [${shape}]`);
+  }
+  for (const name of st.keys()) if (!expect.has(name)) die(`${modelDir}: unexpected tensor ${name}`);
+
+  const w = new GgufWriter();
+  const A = "qwen35";
+  w.addString("general.architecture", A);
+  w.addString("general.name", path.basename(path.resolve(modelDir)));
+  w.addU32("general.file_type", type === "f32" ? 0 : 32);
+  w.addU32(`${A}.block_count`, h.num_hidden_layers);
+  w.addU32(`${A}.context_length`, h.max_position_embeddings ?? 262144);
+  w.addU32(`${A}.embedding_length`, h.hidden_size);
+  w.addU32(`${A}.feed_forward_length`, h.intermediate_size);
+  w.addU32(`${A}.attention.head_count`, h.num_attention_heads);
+  w.addU32(`${A}.attention.head_count_kv`, h.num_key_value_heads);
+  w.addF32(`${A}.rope.freq_base`, theta);
+  w.addF32(`${A}.attention.layer_norm_rms_epsilon`, h.rms_norm_eps);
+  w.addU32(`${A}.attention.key_length`, h.head_dim);
+  w.addU32(`${A}.attention.value_length`, h.head_dim);
+  w.addU32(`${A}.rope.dimension_count`, rot);
+  w.addI32Array(`${A}.rope.dimension_sections`, sec.slice(0, 4));
+  w.addU32(`${A}.ssm.conv_kernel`, h.linear_conv_kernel_dim);
+  w.addU32(`${A}.ssm.state_size`, h.linear_key_head_dim);
+  w.addU32(`${A}.ssm.group_count`, h.linear_num_key_heads);
+  w.addU32(`${A}.ssm.time_step_rank`, h.linear_num_value_heads);
+  w.addU32(`${A}.ssm.inner_size`, h.linear_num_value_heads * h.linear_value_head_dim);
+  w.addU32(`${A}.full_attention_interval`, h.full_attention_interval ?? 4);
+  w.addI32Array(`${A}.attention.recurrent_layers`, lt.map((t) => (t === "linear_attention" ? 1 : 0)));
+  const vocab = buildVocab(modelDir, h, w);
+
+  for (const name of expect.keys()) {
+    const src = st.get(name);
+    const conv = name.endsWith(".conv1d.weight");
+    const shape = conv ? [src.shape[0], src.shape[2]] : src.shape;
+    const dst = type === "f32" || shape.length === 1 || conv ? GGML_TYPE.F32 : GGML_TYPE.BF16;
+    const ne = [...shape].reverse();
+    const tf = q35Transform(name, h);
+    const gname = q35GgufName(name);
+    if (!gname) die(`internal: no GGUF name for ${name}`);
+    if (tf) w.addTensor(gname, ne, dst, (fd, at) => { const a = readF32(src); tf(a); return writeF32As(a, dst, fd, at); });
+    else w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
+  }
+  await w.write(outPath);
+  return { config: h, vocab };
+}
+
 // ---------------------------------------------------------------- tokenizer
 
 // Mirrors TextModel.does_token_look_special for the forms Qwen uses.
@@ -300,6 +537,8 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   const cfgFile = path.join(modelDir, "config.json");
   const cfg = readJson(cfgFile);
   const archs = cfg.architectures || [];
+  if (archs.includes("Qwen3_5ForCausalLM") || cfg.model_type === "qwen3_5_text")
+    return convertQwen35(modelDir, outPath, cfg, cfgFile, type);
   if (!archs.includes("Qwen3ForCausalLM") && cfg.model_type !== "qwen3")
     die(`${cfgFile}: not a Qwen3 model (architectures ${JSON.stringify(archs)}, model_type ${cfg.model_type})`);
   const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size", "rms_norm_eps"];
