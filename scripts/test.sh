@@ -14,7 +14,8 @@ ctest --test-dir build --output-on-failure -j2
 # reference), llama.cpp-golden, TP, verifier-unit and template tests as an
 # older host would run them. Left out of these reruns: tests that run no CPU
 # kernel (tokenizer, loader, safetensors, CKB, GPU host/plugins/emulator
-# conformance, the LLM client, the server's HTTP paths), and the slow ones
+# conformance, the LLM client, the server's HTTP paths, the hybrid's float64
+# reference, checkpoints and coverage), and the slow ones
 # about something else (CLI errors, the verifier's model mutants, the GPU
 # emulator end to end and TP, mi-gen end to end: its engines call the same
 # kernels the model tests hold to float64 on every variant).
@@ -29,7 +30,8 @@ unset 'variants[${#variants[@]}-1]' # the best one: the run above
 not_cpu='^(test_loader|test_loader_conf|loader_mi_run_list|loader_sdk_template|test_tokenizer'
 not_cpu+='|test_safetensors|test_mkmodel|test_ckb|test_gpu_host|test_gpu_plugins|gpu_conformance_emu(32|64)'
 not_cpu+='|test_cli_errors|test_verify_model|test_gpu_emu_e2e|test_gpu_tp|test_gen|test_llm_client'
-not_cpu+='|test_serve|test_serve_openai|loader_misbehave|loader_elf_truncated|core_is_model_agnostic)$'
+not_cpu+='|test_serve|test_serve_openai|loader_misbehave|loader_elf_truncated|core_is_model_agnostic'
+not_cpu+='|test_hybrid_mkmodel|test_hybrid_reference|test_hybrid_coverage|test_hybrid_peer)$'
 for isa in "${variants[@]}"; do
   echo "== CPU variant $isa (MI_CPU_ISA_MAX=$isa)"
   MI_CPU_ISA_MAX=$isa ctest --test-dir build --output-on-failure -j2 -E "$not_cpu"
