@@ -107,30 +107,42 @@ typedef struct shape {
   const char *pattern;
   int full_interval, lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_kernel;
   double partial_rotary;
+  char mute; /* probes: 'L' or 'F', that kind's output projection is zero */
 } shape;
 
 static const shape SHAPES[] = {
-    {FAM_QWEN3, "tiny", 64, 2, 4, 2, 16, 128, 1, 4096, "test model, tied embeddings", NULL, 0, 0, 0, 0, 0, 0, 0},
+    {FAM_QWEN3, "tiny", 64, 2, 4, 2, 16, 128, 1, 4096, "test model, tied embeddings", NULL, 0, 0, 0, 0, 0, 0, 0, 0},
     {FAM_QWEN3, "tiny-untied", 64, 3, 4, 1, 32, 96, 0, 4096,
-     "test model, separate lm_head, head_dim*heads != hidden", NULL, 0, 0, 0, 0, 0, 0, 0},
-    {FAM_QWEN3, "small", 256, 4, 8, 4, 64, 768, 0, 4096, "bigger test model, untied", NULL, 0, 0, 0, 0, 0, 0, 0},
+     "test model, separate lm_head, head_dim*heads != hidden", NULL, 0, 0, 0, 0, 0, 0, 0, 0},
+    {FAM_QWEN3, "small", 256, 4, 8, 4, 64, 768, 0, 4096, "bigger test model, untied", NULL, 0, 0, 0, 0, 0, 0, 0, 0},
     {FAM_QWEN3, "0.6b", 1024, 28, 16, 8, 128, 3072, 1, 40960, "the real Qwen3-0.6B shape (~1.2 GB bf16)", NULL, 0, 0, 0,
-     0, 0, 0, 0},
+     0, 0, 0, 0, 0},
     {FAM_QWEN3, "8b", 4096, 36, 32, 8, 128, 12288, 0, 40960, "the real Qwen3-8B shape (~16 GB bf16)", NULL, 0, 0, 0,
-     0, 0, 0, 0},
+     0, 0, 0, 0, 0},
     /* hybrids: value heads a multiple of key heads (the repeat and
      * llama.cpp's head reorder), linear key dim = value dim (llama.cpp's
      * qwen35 requires it), and at least two layer patterns */
     {FAM_QWEN35, "tiny", 64, 4, 4, 2, 32, 128, 1, 4096,
      "hybrid test model, tied, L F L F (interval 2), 2 key / 4 value DeltaNet heads", NULL, 2, 2, 4, 16, 16, 4,
-     0.25},
+     0.25, 0},
     {FAM_QWEN35, "tiny-untied", 64, 3, 2, 1, 32, 96, 0, 4096,
      "hybrid test model, untied, F L L (explicit layer_types), 2 / 2 DeltaNet heads", "FLL", 0, 2, 2, 32, 32, 4,
-     0.25},
+     0.25, 0},
+    /* probes for the evolution loop's variant search. llama.cpp's qwen35
+     * (v0.4.0) aborts on a model with only one layer kind (GGML_ASSERT(buffer)
+     * in ggml-backend.cpp: a zero-size KV or recurrent-state buffer), so a
+     * probe keeps both kinds and mutes one: the muted kind's output
+     * projection is all zeros, the layer adds only its MLP, and the oracle
+     * isolates the other kind's variants (norm offset, rotary fraction,
+     * q/k norm and output gate on probe-attn; the DeltaNet on probe-deltanet) */
+    {FAM_QWEN35, "probe-attn", 64, 3, 4, 2, 32, 128, 0, 4096,
+     "probe: L F F, the linear layer muted (out_proj = 0), untied", "LFF", 0, 2, 4, 16, 16, 4, 0.25, 'L'},
+    {FAM_QWEN35, "probe-deltanet", 64, 3, 4, 2, 32, 128, 0, 4096,
+     "probe: F L L, the full-attention layer muted (o_proj = 0), untied", "FLL", 0, 2, 4, 16, 16, 4, 0.25, 'F'},
     {FAM_QWEN35, "small", 256, 8, 8, 2, 64, 768, 0, 4096,
-     "bigger hybrid test model, untied, interval 4, 4 / 8 DeltaNet heads", NULL, 4, 4, 8, 32, 32, 4, 0.25},
+     "bigger hybrid test model, untied, interval 4, 4 / 8 DeltaNet heads", NULL, 4, 4, 8, 32, 32, 4, 0.25, 0},
     {FAM_QWEN35, "1b", 1536, 24, 8, 2, 256, 4608, 1, 262144,
-     "a Qwen3.5-style shape near 1B parameters (~2.2 GB bf16), interval 4", NULL, 4, 16, 16, 128, 128, 4, 0.25},
+     "a Qwen3.5-style shape near 1B parameters (~2.2 GB bf16), interval 4", NULL, 4, 16, 16, 128, 128, 4, 0.25, 0},
 };
 #define NSHAPES (sizeof SHAPES / sizeof SHAPES[0])
 
@@ -284,7 +296,7 @@ static int build_specs_qwen35(const shape *sh, size_t esize, tensor_spec *t) {
       L("self_attn.q_proj.weight", 2, 2 * Q, H, 0, s_in); /* per head: query rows, then gate rows */
       L("self_attn.k_proj.weight", 2, KV, H, 0, s_in);
       L("self_attn.v_proj.weight", 2, KV, H, 0, s_in);
-      L("self_attn.o_proj.weight", 2, H, Q, 0, 3.0 / sqrt((double)Q * 2 * sh->layers));
+      L("self_attn.o_proj.weight", 2, H, Q, 0, sh->mute == 'F' ? 0.0 : 3.0 / sqrt((double)Q * 2 * sh->layers));
       L("self_attn.q_norm.weight", 1, hd, 0, 0.0, 0.1);
       L("self_attn.k_norm.weight", 1, hd, 0, 0.0, 0.1);
     } else {
@@ -297,7 +309,8 @@ static int build_specs_qwen35(const shape *sh, size_t esize, tensor_spec *t) {
       L("linear_attn.dt_bias", 1, NV, 0, 1.0, 0.1);
       L("linear_attn.A_log", 1, NV, 0, -1.0, 1.0);
       L("linear_attn.norm.weight", 1, sh->lin_v_dim, 0, 1.0, 0.1);
-      L("linear_attn.out_proj.weight", 2, H, VD, 0, 3.0 / sqrt((double)VD * 2 * sh->layers));
+      L("linear_attn.out_proj.weight", 2, H, VD, 0,
+        sh->mute == 'L' ? 0.0 : 3.0 / sqrt((double)VD * 2 * sh->layers));
     }
     L("post_attention_layernorm.weight", 1, H, 0, 0.0, 0.1);
     L("mlp.gate_proj.weight", 2, F, H, 0, s_in);

@@ -137,7 +137,7 @@ static int derive(json_t *c, want *w) {
     add(w, &n, 2, F, H, 0, "model.layers.%d.mlp.up_proj.weight", l);
     add(w, &n, 2, H, F, 0, "model.layers.%d.mlp.down_proj.weight", l);
   }
-  ck_assert_msg(nfull > 0 && nfull < L, "a hybrid has both layer types");
+  ck_assert_msg(nfull > 0 && nfull < L, "a hybrid has both layer types (llama.cpp's qwen35 needs both)");
   add(w, &n, 1, H, 0, 0, "model.norm.weight", 0);
   if (!json_is_true(json_object_get(c, "tie_word_embeddings"))) add(w, &n, 2, V, H, 0, "lm_head.weight", 0);
   return n;
@@ -166,8 +166,8 @@ static void check_layout(const char *dir, int dtype) {
 }
 
 START_TEST(layout_matches_config) {
-  const char *shapes[] = {"tiny", "tiny-untied"};
-  for (int s = 0; s < 2; s++) {
+  const char *shapes[] = {"tiny", "tiny-untied", "probe-attn", "probe-deltanet"};
+  for (int s = 0; s < 4; s++) {
     char *d = make(shapes[s], shapes[s], 1, 1, "bf16");
     check_layout(d, MI_DTYPE_BF16);
     free(d);
@@ -271,6 +271,32 @@ START_TEST(norm_centres) {
 }
 END_TEST
 
+/* A probe mutes one layer kind: exactly that kind's output projection is zero. */
+START_TEST(probes_mute_one_kind) {
+  const char *shapes[] = {"probe-attn", "probe-deltanet"};
+  const char *muted[] = {"linear_attn.out_proj.weight", "self_attn.o_proj.weight"};
+  for (int s = 0; s < 2; s++) {
+    char *d = make(shapes[s], shapes[s], 1, 1, "bf16");
+    char err[256];
+    mi_weights *w = mi_weights_open(d, err, sizeof err);
+    ck_assert_ptr_nonnull(w);
+    int n = 0;
+    for (size_t i = 0; i < mi_weights_count(w); i++) {
+      mi_weight_info wi;
+      ck_assert_int_eq(mi_weights_at(w, i, &wi), 0);
+      int zero = 1;
+      for (size_t k = 0; k < wi.nbytes / 2 && zero; k++) zero = ((const uint16_t *)wi.data)[k] == 0;
+      int want = strstr(wi.name, muted[s]) != NULL;
+      n += want;
+      ck_assert_msg(zero == want, "%s: %s is %s", shapes[s], wi.name, zero ? "all zero" : "not zero");
+    }
+    ck_assert_int_gt(n, 0);
+    mi_weights_close(w);
+    free(d);
+  }
+}
+END_TEST
+
 START_TEST(cli_errors) {
   char *args = NULL;
   ck_assert_int_ge(asprintf(&args, "--family qwen9 --shape tiny --out '%s/x'", g_dir), 0);
@@ -291,6 +317,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, shapes_cover_two_patterns);
   tcase_add_test(tc, seeded_determinism);
   tcase_add_test(tc, norm_centres);
+  tcase_add_test(tc, probes_mute_one_kind);
   tcase_add_test(tc, cli_errors);
   suite_add_tcase(s, tc);
   return s;

@@ -295,6 +295,8 @@ START_TEST(decode_tiny) { decode_equals_recompute("tiny", 1); }
 END_TEST
 START_TEST(decode_tiny_untied) { decode_equals_recompute("tiny-untied", 2); }
 END_TEST
+START_TEST(decode_probe_deltanet) { decode_equals_recompute("probe-deltanet", 3); } /* only DeltaNet layers count */
+END_TEST
 
 /* ---- reduction to Qwen3 ------------------------------------------------ */
 
@@ -499,6 +501,7 @@ static Suite *suite(void) {
   tcase_set_timeout(model, 120);
   tcase_add_test(model, decode_tiny);
   tcase_add_test(model, decode_tiny_untied);
+  tcase_add_test(model, decode_probe_deltanet);
   tcase_add_test(model, full_attention_only_reduces_to_qwen3);
   suite_add_tcase(s, model);
   return s;
