@@ -443,7 +443,8 @@ static void name_gaps(const mi_ckb *c, const char *model_dir, json_t *cfg, const
   snprintf(archs, sizeof archs, "%s", a ? a : "?");
   free(a);
   if (pats)
-    missing(r, "architecture %s%s%s%s: closest contract %s@%s (%s) maps %d of its %zu weight names", arch ? arch : "?",
+    missing(r, "architecture %s%s%s%s: closest contract %s@%s (%s) maps %d of the checkpoint's %zu weight names "
+            "(per-layer names counted once)", arch ? arch : "?",
             mt ? " (model_type " : "", mt ? mt : "", mt ? ")" : "", m->id, m->version, archs, hits,
             json_object_size(pats));
   else
