@@ -225,9 +225,17 @@ static json_t *weight_patterns(const char *model_dir, json_t *report) {
   for (size_t k = 0; k < mi_weights_count(w); k++) {
     mi_weight_info wi;
     if (mi_weights_at(w, k, &wi) != 0) continue;
-    char pat[512];
+    char pat[512], tn[512];
     long layer;
-    layer_pattern(wi.name, pat, sizeof pat, &layer);
+    /* a multimodal wrapper (HF's *ForConditionalGeneration) keeps the text
+     * model under model.language_model.: compare it as model.* */
+    if (!strncmp(wi.name, "model.language_model.", 21))
+      snprintf(tn, sizeof tn, "model.%s", wi.name + 21);
+    else if (!strncmp(wi.name, "model.visual.", 13) || !strncmp(wi.name, "visual.", 7))
+      continue; /* a vision tower: not the text model's business */
+    else
+      snprintf(tn, sizeof tn, "%s", wi.name);
+    layer_pattern(tn, pat, sizeof pat, &layer);
     json_t *e = json_object_get(pats, pat);
     if (!e) {
       json_t *shape = json_array();
@@ -426,9 +434,18 @@ static void operator_gaps(const mi_ckb *c, const mi_ckb_entry *plat, json_t *cfg
             json_number_value(prf));
 }
 
-static void name_gaps(const mi_ckb *c, const char *model_dir, json_t *cfg, const mi_ckb_entry *plat, json_t *r) {
-  const char *arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
-  const char *mt = json_string_value(json_object_get(cfg, "model_type"));
+static void name_gaps(const mi_ckb *c, const char *model_dir, json_t *outer, const mi_ckb_entry *plat, json_t *r) {
+  const char *arch = json_string_value(json_array_get(json_object_get(outer, "architectures"), 0));
+  const char *mt = json_string_value(json_object_get(outer, "model_type"));
+  /* a multimodal wrapper: the text model's fields are under text_config */
+  json_t *cfg = outer, *tc = json_object_get(outer, "text_config");
+  if (json_is_object(tc)) {
+    missing(r, "config: a multimodal wrapper; the text model (text_config, model_type %s, weights under "
+            "model.language_model.) is compared below, any vision tower is not",
+            json_string_value(json_object_get(tc, "model_type")) ? json_string_value(json_object_get(tc, "model_type"))
+                                                                   : "?");
+    cfg = tc;
+  }
   json_t *pats = weight_patterns(model_dir, r);
   int hits;
   const mi_ckb_entry *m = closest_model(c, pats, &hits);

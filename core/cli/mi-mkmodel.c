@@ -10,7 +10,14 @@
  *
  *   mi-mkmodel [--family qwen3|qwen35] --shape NAME --out DIR [--seed N]
  *              [--dtype bf16|f32] [--shards N] [--tokenizer-dir DIR]
- *              [--list-shapes]
+ *              [--layout causal|conditional] [--list-shapes]
+ *
+ * --layout conditional (qwen35 only) writes the layout of the released
+ * Qwen3.5 checkpoints: Qwen3_5ForConditionalGeneration, the text config
+ * under "text_config", the text weights under "model.language_model."
+ * (no vision tower: a text engine does not read it). The values are those
+ * of the causal layout with the same seed (the generator is keyed by the
+ * causal name), so the two layouts are the same model.
  *
  * Determinism: every element is a pure function of (seed, tensor name,
  * element index) through a counter-based generator, so the same seed gives the
@@ -149,6 +156,7 @@ static const shape SHAPES[] = {
 /* What a tensor's values are drawn from: mean + sigma * z. */
 typedef struct tensor_spec {
   char name[96];
+  char key[96]; /* the name the generator is keyed by (the causal-layout name) */
   int ndim;
   int64_t dims[3];
   double mean, sigma;
@@ -252,6 +260,7 @@ static int add_tensor3(tensor_spec *t, int *n, const char *name, int ndim, int64
                        double mean, double sigma, size_t esize) {
   tensor_spec *s = &t[(*n)++];
   snprintf(s->name, sizeof s->name, "%s", name);
+  snprintf(s->key, sizeof s->key, "%s", name);
   s->ndim = ndim;
   s->dims[0] = d0;
   s->dims[1] = ndim > 1 ? d1 : 1;
@@ -386,7 +395,7 @@ static void shard_file_name(char *out, size_t n, int shard, int nshards) {
 static int write_tensor_data(FILE *f, const tensor_spec *t, uint64_t seed, mi_dtype dt) {
   enum { CHUNK = 1 << 14 };
   unsigned char buf[CHUNK * 4]; /* [CHUNK] elements of dt */
-  const uint64_t key = tensor_key(seed, t->name);
+  const uint64_t key = tensor_key(seed, t->key);
   const uint64_t count = (uint64_t)t->dims[0] * (uint64_t)t->dims[1] * (uint64_t)t->dims[2];
   for (uint64_t i0 = 0; i0 < count; i0 += CHUNK) {
     uint64_t m = count - i0 < CHUNK ? count - i0 : CHUNK;
@@ -572,8 +581,24 @@ static json_t *config_qwen3(const shape *sh, mi_dtype dt) {
   return c;
 }
 
-static int write_configs(const char *dir, const shape *sh, mi_dtype dt) {
+/* The released Qwen3.5 wrapper around a text config. */
+static json_t *config_conditional(json_t *text, mi_dtype dt) {
+  json_t *c = json_object();
+  json_t *arch = json_array();
+  json_array_append_new(arch, json_string("Qwen3_5ForConditionalGeneration"));
+  json_object_set_new(c, "architectures", arch);
+  json_object_set_new(c, "model_type", json_string("qwen3_5"));
+  json_object_set(c, "tie_word_embeddings", json_object_get(text, "tie_word_embeddings"));
+  json_object_del(text, "architectures");
+  json_object_set_new(c, "text_config", text);
+  json_object_set_new(c, "torch_dtype", json_string(dt == MI_DTYPE_BF16 ? "bfloat16" : "float32"));
+  json_object_set_new(c, "transformers_version", json_string("4.57.0.dev0"));
+  return c;
+}
+
+static int write_configs(const char *dir, const shape *sh, mi_dtype dt, int conditional) {
   json_t *c = sh->fam == FAM_QWEN35 ? config_qwen35(sh, dt) : config_qwen3(sh, dt);
+  if (conditional) c = config_conditional(c, dt);
   int rc = write_json(dir, "config.json", c);
   json_decref(c);
   if (rc) return rc;
@@ -651,7 +676,7 @@ static const char *find_tokenizer(const char *flag, char *buf, size_t n, char *t
 static void usage(FILE *f) {
   fprintf(f,
           "usage: mi-mkmodel [--family qwen3|qwen35] --shape NAME --out DIR [--seed N] [--dtype bf16|f32]\n"
-          "                  [--shards N] [--tokenizer-dir DIR] [--list-shapes]\n");
+          "                  [--shards N] [--tokenizer-dir DIR] [--layout causal|conditional] [--list-shapes]\n");
 }
 
 /* Parameters of a shape (for --list-shapes): the sum of its tensors. */
@@ -687,6 +712,7 @@ static int parse_u64(const char *s, uint64_t *out) { return mi_parse_u64(s, 0, U
 int main(int argc, char **argv) {
   const char *shape_name = NULL, *out = NULL, *tok_flag = NULL;
   family fam = FAM_QWEN3;
+  int conditional = 0;
   uint64_t seed = 1, nshards = 1;
   mi_dtype dt = MI_DTYPE_BF16;
   for (int i = 1; i < argc; i++) {
@@ -708,6 +734,13 @@ int main(int argc, char **argv) {
     i++;
     if (!strcmp(a, "--shape")) {
       shape_name = v;
+    } else if (!strcmp(a, "--layout")) {
+      if (!strcmp(v, "causal") || !strcmp(v, "conditional"))
+        conditional = !strcmp(v, "conditional");
+      else {
+        fprintf(stderr, "mi-mkmodel: --layout %s: must be causal or conditional\n", v);
+        return 2;
+      }
     } else if (!strcmp(a, "--family")) {
       if (!strcmp(v, "qwen3"))
         fam = FAM_QWEN3;
@@ -763,7 +796,14 @@ int main(int argc, char **argv) {
   int ntensors = 3 + 14 * sh->layers; /* a DeltaNet layer has 14 tensors, a Qwen3 layer 11 */
   tensor_spec *t = calloc((size_t)ntensors, sizeof *t);
   if (!t) return 1;
+  if (conditional && sh->fam != FAM_QWEN35) {
+    fprintf(stderr, "mi-mkmodel: --layout conditional: only for --family qwen35\n");
+    free(t);
+    return 2;
+  }
   int n = build_specs(sh, mi_dtype_size(dt), t);
+  for (int i = 0; conditional && i < n; i++) /* model.X -> model.language_model.X; lm_head stays */
+    if (!strncmp(t[i].name, "model.", 6)) snprintf(t[i].name, sizeof t[i].name, "model.language_model.%s", t[i].key + 6);
   if ((uint64_t)n < nshards) {
     fprintf(stderr, "mi-mkmodel: --shards %llu: shape '%s' has only %d tensors\n", (unsigned long long)nshards,
             sh->name, n);
@@ -798,7 +838,7 @@ int main(int argc, char **argv) {
   char stale[PATH_MAX];
   path_join(stale, sizeof stale, out, nshards > 1 ? "model.safetensors" : "model.safetensors.index.json");
   unlink(stale);
-  int rc = write_configs(out, sh, dt);
+  int rc = write_configs(out, sh, dt, conditional);
   for (int s = 0; s < (int)nshards && rc == 0; s++) rc = write_shard(out, t, n, s, (int)nshards, seed, dt);
   if (rc == 0 && nshards > 1) rc = write_index(out, t, n, (int)nshards);
   if (rc == 0) {

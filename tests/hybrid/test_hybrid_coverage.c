@@ -153,6 +153,36 @@ END_TEST
 START_TEST(gaps_tiny_untied) { check_shape("tiny-untied"); }
 END_TEST
 
+/* The released layout (Qwen3_5ForConditionalGeneration): the text model
+ * under text_config and model.language_model. is what gets compared. */
+START_TEST(gaps_released_layout) {
+  char *out = NULL, *cmd = NULL;
+  ck_assert_int_ge(asprintf(&out, "%s/cond", g_dir), 0);
+  ck_assert_int_ge(asprintf(&cmd, "'%s/bin/mi-mkmodel' --family qwen35 --shape tiny --layout conditional --out '%s' "
+                                  ">/dev/null",
+                            getenv("MI_BUILD_DIR"), out),
+                   0);
+  ck_assert_int_eq(system(cmd), 0);
+  char err[1024], src[1024];
+  snprintf(src, sizeof src, "%s/ckb", getenv("MI_SOURCE_DIR"));
+  mi_ckb *c = mi_ckb_open(src, err, sizeof err);
+  json_t *r = NULL;
+  ck_assert_int_eq(mi_ckb_coverage(c, out, "cpu", &r, err, sizeof err), 1);
+  HAS(r, 0, "model contract for architecture Qwen3_5ForConditionalGeneration");
+  HAS(r, 1, "config: a multimodal wrapper; the text model (text_config, model_type qwen3_5_text");
+  HAS(r, 1, "architecture Qwen3_5ForConditionalGeneration (model_type qwen3_5): closest contract model.qwen3@");
+  HAS(r, 0, "config field 'linear_num_value_heads' = 4: model.qwen3 does not read it");
+  HAS(r, 0, "layer type 'linear_attention' (layers 0, 2): model.qwen3 has a single kind of decoder layer");
+  HAS(r, 1, "weight 'model.layers.{i}.linear_attn.A_log' [4] in layers 0, 2: not in model.qwen3");
+  HAS(r, 1, "operator contract 'operator.gated_delta_rule' (");
+  ck_assert(!has_line(r, "config field 'text_config.", 1));
+  json_decref(r);
+  mi_ckb_close(c);
+  free(cmd);
+  free(out);
+}
+END_TEST
+
 /* A Qwen3 checkpoint stays covered: the gap report is only for what is not. */
 START_TEST(qwen3_still_covered) {
   char *out = NULL, *cmd = NULL;
@@ -182,6 +212,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, gaps_tiny);
   tcase_add_test(tc, gaps_tiny_untied);
+  tcase_add_test(tc, gaps_released_layout);
   tcase_add_test(tc, qwen3_still_covered);
   suite_add_tcase(s, tc);
   return s;

@@ -143,8 +143,9 @@ static int derive(json_t *c, want *w) {
   return n;
 }
 
-static void check_layout(const char *dir, int dtype) {
-  json_t *c = load_config(dir);
+/* prefix: where the text weights live ("model." or the released layout's
+ * "model.language_model."); c: the (text) config the list is derived from. */
+static void check_layout_cfg(const char *dir, int dtype, json_t *c, const char *prefix) {
   want *w = calloc(3 + 16 * (size_t)geti(c, "num_hidden_layers"), sizeof *w);
   int n = derive(c, w);
   char err[512] = "";
@@ -153,6 +154,12 @@ static void check_layout(const char *dir, int dtype) {
   ck_assert_uint_eq(mi_weights_count(ws), (size_t)n); /* nothing extra */
   for (int i = 0; i < n; i++) {
     mi_weight_info wi;
+    char nm[160];
+    if (!strncmp(w[i].name, "model.", 6))
+      snprintf(nm, sizeof nm, "%s%s", prefix, w[i].name + 6);
+    else
+      snprintf(nm, sizeof nm, "%s", w[i].name);
+    snprintf(w[i].name, sizeof w[i].name, "%s", nm);
     ck_assert_msg(mi_weights_find(ws, w[i].name, &wi) == 0, "missing %s", w[i].name);
     ck_assert_int_eq(wi.dtype, dtype);
     ck_assert_msg(wi.ndim == w[i].ndim, "%s: ndim %d want %d", w[i].name, wi.ndim, w[i].ndim);
@@ -162,6 +169,11 @@ static void check_layout(const char *dir, int dtype) {
   }
   mi_weights_close(ws);
   free(w);
+}
+
+static void check_layout(const char *dir, int dtype) {
+  json_t *c = load_config(dir);
+  check_layout_cfg(dir, dtype, c, "model.");
   json_decref(c);
 }
 
@@ -175,6 +187,44 @@ START_TEST(layout_matches_config) {
   char *d = make("f32", "tiny", 1, 3, "f32"); /* sharded f32 reads the same way */
   check_layout(d, MI_DTYPE_F32);
   free(d);
+}
+END_TEST
+
+/* --layout conditional: the released Qwen3.5 wrapper around the same text
+ * model (text_config; weights under model.language_model.; same values). */
+START_TEST(conditional_layout) {
+  char *a = make("a", "tiny-untied", 9, 1, "bf16");
+  char *b = tw_path(g_dir, "b"), *args = NULL;
+  ck_assert_int_ge(asprintf(&args, "--family qwen35 --shape tiny-untied --seed 9 --layout conditional --out '%s'", b), 0);
+  ck_assert_int_eq(mkmodel(args), 0);
+  free(args);
+  json_t *c = load_config(b);
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(c, "architectures"), 0)),
+                   "Qwen3_5ForConditionalGeneration");
+  ck_assert_str_eq(json_string_value(json_object_get(c, "model_type")), "qwen3_5");
+  json_t *tc = json_deep_copy(json_object_get(c, "text_config"));
+  ck_assert_ptr_nonnull(tc);
+  ck_assert_str_eq(json_string_value(json_object_get(tc, "model_type")), "qwen3_5_text");
+  json_object_set_new(tc, "architectures", json_pack("[s]", "Qwen3_5ForCausalLM")); /* derive() checks it */
+  check_layout_cfg(b, MI_DTYPE_BF16, tc, "model.language_model.");
+  /* same values as the causal layout */
+  char err[256];
+  mi_weights *wa = mi_weights_open(a, err, sizeof err), *wb = mi_weights_open(b, err, sizeof err);
+  for (size_t i = 0; i < mi_weights_count(wa); i++) {
+    mi_weight_info ia, ib;
+    ck_assert_int_eq(mi_weights_at(wa, i, &ia), 0);
+    char nm[160];
+    snprintf(nm, sizeof nm, "%s%s", strncmp(ia.name, "model.", 6) ? "" : "model.language_model.",
+             strncmp(ia.name, "model.", 6) ? ia.name : ia.name + 6);
+    ck_assert_msg(mi_weights_find(wb, nm, &ib) == 0, "missing %s", nm);
+    ck_assert(ia.nbytes == ib.nbytes && memcmp(ia.data, ib.data, ia.nbytes) == 0);
+  }
+  mi_weights_close(wa);
+  mi_weights_close(wb);
+  json_decref(tc);
+  json_decref(c);
+  free(a);
+  free(b);
 }
 END_TEST
 
@@ -305,6 +355,12 @@ START_TEST(cli_errors) {
   ck_assert_int_ge(asprintf(&args, "--family qwen35 --shape 8b --out '%s/x'", g_dir), 0);
   ck_assert_int_eq(mkmodel(args), 2); /* a Qwen3 shape is not a hybrid shape */
   free(args);
+  ck_assert_int_ge(asprintf(&args, "--shape tiny --layout conditional --out '%s/x'", g_dir), 0);
+  ck_assert_int_eq(mkmodel(args), 2); /* the wrapper is Qwen3.5's */
+  free(args);
+  ck_assert_int_ge(asprintf(&args, "--family qwen35 --shape tiny --layout vlm --out '%s/x'", g_dir), 0);
+  ck_assert_int_eq(mkmodel(args), 2);
+  free(args);
 }
 END_TEST
 
@@ -318,6 +374,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, seeded_determinism);
   tcase_add_test(tc, norm_centres);
   tcase_add_test(tc, probes_mute_one_kind);
+  tcase_add_test(tc, conditional_layout);
   tcase_add_test(tc, cli_errors);
   suite_add_tcase(s, tc);
   return s;

@@ -191,19 +191,21 @@ static void teardown(void) {
   free(g_dir);
 }
 
-static char *mkmodel(const char *shape, int seed) {
+static char *mkmodel_layout(const char *shape, int seed, const char *layout) {
   const char *bd = getenv("MI_BUILD_DIR");
   ck_assert_msg(bd != NULL, "MI_BUILD_DIR not set (run through ctest)");
   char *out = NULL, *cmd = NULL;
-  ck_assert_int_ge(asprintf(&out, "%s/%s-%d", g_dir, shape, seed), 0);
-  ck_assert_int_ge(asprintf(&cmd, "'%s/bin/mi-mkmodel' --family qwen35 --shape %s --seed %d --dtype f32 --out '%s' "
-                                  ">/dev/null",
-                            bd, shape, seed, out),
+  ck_assert_int_ge(asprintf(&out, "%s/%s-%d-%s", g_dir, shape, seed, layout), 0);
+  ck_assert_int_ge(asprintf(&cmd, "'%s/bin/mi-mkmodel' --family qwen35 --shape %s --seed %d --dtype f32 --layout %s "
+                                  "--out '%s' >/dev/null",
+                            bd, shape, seed, layout, out),
                    0);
   ck_assert_msg(system(cmd) == 0, "%s", cmd);
   free(cmd);
   return out;
 }
+
+static char *mkmodel(const char *shape, int seed) { return mkmodel_layout(shape, seed, "causal"); }
 
 static json_t *config(const char *dir) {
   char *p = tw_path(dir, "config.json");
@@ -296,6 +298,51 @@ END_TEST
 START_TEST(decode_tiny_untied) { decode_equals_recompute("tiny-untied", 2); }
 END_TEST
 START_TEST(decode_probe_deltanet) { decode_equals_recompute("probe-deltanet", 3); } /* only DeltaNet layers count */
+END_TEST
+
+/* The released layout (Qwen3_5ForConditionalGeneration: text_config,
+ * model.language_model. weights) of the same model gives the same logits,
+ * through the driver found by that architecture. */
+static double *driver_logits(const char *dir, const char *arch, const int32_t *ids, int T, int *V) {
+  char *p = tw_path(dir, "config.json");
+  json_t *cfg = json_load_file(p, 0, NULL);
+  free(p);
+  ck_assert_ptr_nonnull(cfg);
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0)), arch);
+  char err[1024] = "";
+  mi_weights *w = mi_weights_open(dir, err, sizeof err);
+  ck_assert_msg(w, "%s", err);
+  const vf_model_driver *drv = vf_model_driver_for_arch(arch);
+  ck_assert_ptr_nonnull(drv);
+  void *rm = NULL;
+  ck_assert_msg(drv->ref_open(cfg, w, &rm, err, sizeof err) == 0, "%s", err);
+  *V = vf_qwen35_vocab(rm);
+  double *l = drv->ref_forward(rm, ids, T, T, NULL, err, sizeof err);
+  ck_assert_msg(l, "%s", err);
+  drv->ref_close(rm);
+  mi_weights_close(w);
+  json_decref(cfg);
+  return l;
+}
+
+START_TEST(released_layout_same_model) {
+  const char *shapes[] = {"tiny", "tiny-untied"};
+  for (int s = 0; s < 2; s++) {
+    char *a = mkmodel_layout(shapes[s], 5, "causal"), *b = mkmodel_layout(shapes[s], 5, "conditional");
+    enum { T = 6 };
+    int32_t ids[T] = {11, 2025, 151643, 7, 99, 40000};
+    int V = 0, V2 = 0;
+    double *la = driver_logits(a, "Qwen3_5ForCausalLM", ids, T, &V);
+    double *lb = driver_logits(b, "Qwen3_5ForConditionalGeneration", ids, T, &V2);
+    ck_assert_int_eq(V, V2);
+    ck_assert_msg(memcmp(la, lb, sizeof(double) * (size_t)T * V) == 0, "%s: the two layouts differ", shapes[s]);
+    ck_assert(maxabs(la, (size_t)T * V) > 1);
+    free(la);
+    free(lb);
+    free(a);
+    free(b);
+  }
+}
 END_TEST
 
 /* ---- reduction to Qwen3 ------------------------------------------------ */
@@ -502,6 +549,7 @@ static Suite *suite(void) {
   tcase_add_test(model, decode_tiny);
   tcase_add_test(model, decode_tiny_untied);
   tcase_add_test(model, decode_probe_deltanet);
+  tcase_add_test(model, released_layout_same_model);
   tcase_add_test(model, full_attention_only_reduces_to_qwen3);
   suite_add_tcase(s, model);
   return s;

@@ -365,7 +365,7 @@ function writeF32As(a, dst, fd, at) {
   return out.length;
 }
 
-async function convertQwen35(modelDir, outPath, cfg, cfgFile, type) {
+async function convertQwen35(modelDir, outPath, cfg, cfgFile, type, textPrefix = null) {
   const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "vocab_size", "rms_norm_eps", "head_dim", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
     "linear_num_key_heads", "linear_num_value_heads"];
@@ -383,7 +383,15 @@ async function convertQwen35(modelDir, outPath, cfg, cfgFile, type) {
   while (sec.length < 4) sec.push(0);
   const lt = q35LayerTypes(h, cfgFile);
 
-  const st = readSafetensorsIndex(modelDir);
+  let st = readSafetensorsIndex(modelDir);
+  if (textPrefix) { // model.language_model.X -> model.X; vision tensors dropped
+    const renamed = new Map();
+    for (const [name, t] of st) {
+      if (name.startsWith(textPrefix)) renamed.set("model." + name.slice(textPrefix.length), t);
+      else if (name === "lm_head.weight") renamed.set(name, t);
+    }
+    st = renamed;
+  }
   const expect = q35Shapes(h, lt);
   for (const [name, shape] of expect) {
     const t = st.get(name);
@@ -537,6 +545,13 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   const cfgFile = path.join(modelDir, "config.json");
   const cfg = readJson(cfgFile);
   const archs = cfg.architectures || [];
+  if (archs.includes("Qwen3_5ForConditionalGeneration") && cfg.text_config && typeof cfg.text_config === "object") {
+    // the released layout: the text model's config under text_config, its
+    // weights under model.language_model. (a vision tower, if any, is not converted)
+    const tc = { ...cfg.text_config };
+    if (tc.tie_word_embeddings === undefined) tc.tie_word_embeddings = cfg.tie_word_embeddings;
+    return convertQwen35(modelDir, outPath, tc, cfgFile, type, "model.language_model.");
+  }
   if (archs.includes("Qwen3_5ForCausalLM") || cfg.model_type === "qwen3_5_text")
     return convertQwen35(modelDir, outPath, cfg, cfgFile, type);
   if (!archs.includes("Qwen3ForCausalLM") && cfg.model_type !== "qwen3")

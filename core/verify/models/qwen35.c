@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/runtime/safetensors.h"
 #include "core/verify/driver.h"
 #include "core/verify/ref/f64.h"
 
@@ -37,6 +38,7 @@ struct vf_qwen35 {
   double eps, theta;
   unsigned char *full;                    /* [L] 1 = full_attention */
   const struct mi_weights *w;
+  const char *prefix;                     /* "model." or "model.language_model." (the released layout) */
   /* the embedding and lm_head widened once, on the first forward: a decode
    * test calls forward per token, and these are most of the bytes */
   double *emb, *lm;                       /* [V, H]; lm == emb when tied */
@@ -70,9 +72,15 @@ static double rope_num(const json_t *cfg, const char *k, double dflt) {
   return json_is_number(v) ? json_number_value(v) : dflt;
 }
 
-int vf_qwen35_open(const json_t *cfg, const struct mi_weights *w, vf_qwen35 **out, char *err,
+int vf_qwen35_open(const json_t *cfg_in, const struct mi_weights *w, vf_qwen35 **out, char *err,
                    size_t n) {
   *out = NULL;
+  /* the released layout (Qwen3_5ForConditionalGeneration) keeps the text
+   * model's fields under "text_config" and its weights under
+   * "model.language_model."; tie_word_embeddings may sit at either level */
+  const json_t *cfg = cfg_in;
+  json_t *tc = json_object_get(cfg_in, "text_config");
+  if (json_is_object(tc)) cfg = tc;
   vf_qwen35 *m = calloc(1, sizeof *m);
   if (!m) {
     snprintf(err, n, "reference: out of memory");
@@ -100,7 +108,8 @@ int vf_qwen35_open(const json_t *cfg, const struct mi_weights *w, vf_qwen35 **ou
   m->theta = rope_num(cfg, "rope_theta", 1e7);
   json_t *e = json_object_get(cfg, "rms_norm_eps");
   m->eps = json_is_number(e) ? json_number_value(e) : 1e-6;
-  m->tied = json_is_true(json_object_get(cfg, "tie_word_embeddings"));
+  m->tied = json_is_true(json_object_get(cfg, "tie_word_embeddings")) ||
+            (cfg != cfg_in && json_is_true(json_object_get(cfg_in, "tie_word_embeddings")));
   m->full = calloc((size_t)m->L, 1);
   if (!m->full) {
     snprintf(err, n, "reference: out of memory");
@@ -128,6 +137,9 @@ int vf_qwen35_open(const json_t *cfg, const struct mi_weights *w, vf_qwen35 **ou
     for (int l = 0; l < m->L; l++) m->full[l] = (l + 1) % iv == 0;
   }
   m->w = w;
+  mi_weight_info wi;
+  m->prefix = w && mi_weights_find(w, "model.language_model.embed_tokens.weight", &wi) == 0 ? "model.language_model."
+                                                                                          : "model.";
   *out = m;
   return 0;
 fail:
@@ -227,7 +239,7 @@ static int load(const vf_qwen35 *m, int l, const char *const *names, const size_
   char name[256];
   for (int i = 0; i < count; i++) out[i] = NULL;
   for (int i = 0; i < count; i++) {
-    snprintf(name, sizeof name, "model.layers.%d.%s", l, names[i]);
+    snprintf(name, sizeof name, "%slayers.%d.%s", m->prefix, l, names[i]);
     if (!(out[i] = vf_weight_f64(m->w, name, sizes[i], err, n))) return -1;
   }
   return 0;
@@ -352,16 +364,17 @@ int vf_qwen35_forward(vf_qwen35 *m, vf_qwen35_seq *s, const int32_t *ids, int T,
     snprintf(err, n, "reference: out of memory");
     goto done;
   }
-  if (!m->emb && !(m->emb = vf_weight_f64(m->w, "model.embed_tokens.weight", (size_t)V * H, err, n))) goto done;
+  char name[256];
+  snprintf(name, sizeof name, "%sembed_tokens.weight", m->prefix);
+  if (!m->emb && !(m->emb = vf_weight_f64(m->w, name, (size_t)V * H, err, n))) goto done;
   if (!m->lm && !(m->lm = m->tied ? m->emb : vf_weight_f64(m->w, "lm_head.weight", (size_t)V * H, err, n)))
     goto done;
   for (int t = 0; t < T; t++) {
     memcpy(b.x + (size_t)t * H, m->emb + (size_t)ids[t] * H, (size_t)H * sizeof(double));
     b.pos[t] = s->len + t;
   }
-  char name[256];
   for (int l = 0; l < m->L; l++) {
-    snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+    snprintf(name, sizeof name, "%slayers.%d.input_layernorm.weight", m->prefix, l);
     if (!(wn = vf_weight_f64(m->w, name, (size_t)H, err, n))) goto done;
     vf_f64_rmsnorm(b.h, b.x, wn, T, H, m->eps, 1.0);
     free(wn);
@@ -370,7 +383,7 @@ int vf_qwen35_forward(vf_qwen35 *m, vf_qwen35_seq *s, const int32_t *ids, int T,
                     : gated_deltanet(m, &s->ls[l], &b, l, T, chunk, err, n)) != 0)
       goto done;
     vf_f64_add(b.x, b.x, b.o, (int64_t)T * H);
-    snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+    snprintf(name, sizeof name, "%slayers.%d.post_attention_layernorm.weight", m->prefix, l);
     if (!(wn = vf_weight_f64(m->w, name, (size_t)H, err, n))) goto done;
     vf_f64_rmsnorm(b.h, b.x, wn, T, H, m->eps, 1.0);
     free(wn);
@@ -380,7 +393,8 @@ int vf_qwen35_forward(vf_qwen35 *m, vf_qwen35_seq *s, const int32_t *ids, int T,
   }
   s->len += T;
   if (n_out > 0) {
-    if (!(nw = vf_weight_f64(m->w, "model.norm.weight", (size_t)H, err, n))) goto done;
+    snprintf(name, sizeof name, "%snorm.weight", m->prefix);
+    if (!(nw = vf_weight_f64(m->w, name, (size_t)H, err, n))) goto done;
     vf_f64_rmsnorm(b.h, b.x + (size_t)(T - n_out) * H, nw, n_out, H, m->eps, 1.0);
     vf_f64_matmul(logits, b.h, m->lm, n_out, V, H);
   }
@@ -421,7 +435,7 @@ static double *model_forward(void *ref, const int32_t *ids, int T, int n_out, do
   return logits;
 }
 
-static const char *const architectures[] = {"Qwen3_5ForCausalLM", NULL};
+static const char *const architectures[] = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", NULL};
 
 const vf_model_driver vf_model_qwen35 = {
     .contract = "model.qwen35",
