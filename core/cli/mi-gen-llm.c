@@ -18,7 +18,7 @@
 
 enum {
   O_IMPL = 1000, O_REV, O_BASE, O_MODEL, O_KEYENV, O_RECORD, O_REPLAY, O_LTIMEOUT, O_RETRIES,
-  O_B_ITER, O_B_TOK, O_B_REQ, O_B_WALL, O_REFS, O_TEMP, O_LSEED,
+  O_B_ITER, O_B_TOK, O_B_REQ, O_B_WALL, O_REFS, O_TEMP, O_LSEED, O_STREAM,
 };
 
 static const struct option k_opts[] = {
@@ -27,7 +27,7 @@ static const struct option k_opts[] = {
     {"llm-replay", 1, 0, O_REPLAY},   {"llm-timeout", 1, 0, O_LTIMEOUT}, {"llm-retries", 1, 0, O_RETRIES},
     {"budget-iterations", 1, 0, O_B_ITER}, {"budget-tokens", 1, 0, O_B_TOK}, {"budget-requests", 1, 0, O_B_REQ},
     {"budget-wall", 1, 0, O_B_WALL},  {"refs", 1, 0, O_REFS},            {"llm-temperature", 1, 0, O_TEMP},
-    {"llm-seed", 1, 0, O_LSEED},
+    {"llm-seed", 1, 0, O_LSEED},      {"llm-stream", 0, 0, O_STREAM},
 };
 
 #define N_ROLES 3
@@ -47,7 +47,7 @@ static struct {
   const char *impl, *rev;
   const char *base, *model, *key_env, *record, *replay;
   double llm_timeout, temperature;
-  int retries;
+  int retries, stream;
   long long llm_seed;
   limits run, role[N_ROLES];
   spent used[N_ROLES];
@@ -97,7 +97,7 @@ const char *gen_llm_usage(void) {
          "                       OPENAI_API_KEY); the key is never logged or saved\n"
          "  --llm-record DIR     save every LLM exchange;  --llm-replay DIR  answer from them, no network\n"
          "  --llm-timeout S      one request's limit (default 300);  --llm-retries N (default 2)\n"
-         "  --llm-temperature T, --llm-seed N   sampling (default 0, 0)\n"
+         "  --llm-temperature T, --llm-seed N   sampling (default 0, 0);  --llm-stream  server-sent events\n"
          "  --budget-iterations, --budget-tokens, --budget-requests, --budget-wall  [ROLE=]N[,ROLE=N...]\n"
          "                       per run (bare N) and per role (implementer=, reviewer=, verifier=)\n"
          "  --refs DIR           a source-reference root agents may read (repeatable; reads are logged)\n"
@@ -168,6 +168,7 @@ int gen_llm_option(int ch, const char *arg) {
   case O_RETRIES: G.retries = atoi(arg); return 0;
   case O_TEMP: G.temperature = atof(arg); return 0;
   case O_LSEED: G.llm_seed = atoll(arg); return 0;
+  case O_STREAM: G.stream = 1; return 0;
   case O_B_ITER: return parse_budget("budget-iterations", arg, offsetof(limits, iterations));
   case O_B_TOK: return parse_budget("budget-tokens", arg, offsetof(limits, tokens));
   case O_B_REQ: return parse_budget("budget-requests", arg, offsetof(limits, requests));
@@ -280,7 +281,8 @@ void gen_llm_decorate_task(const char *role, json_t *task) {
     if (realpath(G.refs[i], r)) json_array_append_new(refs, json_string(r));
   }
   json_object_set_new(task, "refs", refs);
-  json_object_set_new(task, "llm", json_pack("{s:f, s:I}", "temperature", G.temperature, "seed", (json_int_t)G.llm_seed));
+  json_object_set_new(task, "llm", json_pack("{s:f, s:I, s:b}", "temperature", G.temperature, "seed", (json_int_t)G.llm_seed,
+                                             "stream", G.stream));
   if (!strcmp(role, "implementer") && G.last_src[0]) json_object_set_new(task, "previous_source", json_string(G.last_src));
 }
 

@@ -162,6 +162,7 @@ static inline char *lc_chat(const mi_agent_host *h, json_t *messages, json_t *ll
   json_t *t = json_object_get(llm_opts, "temperature"), *sd = json_object_get(llm_opts, "seed");
   if (json_is_number(t)) json_object_set(rq, "temperature", t);
   if (json_is_integer(sd)) json_object_set(rq, "seed", sd);
+  if (json_is_true(json_object_get(llm_opts, "stream"))) json_object_set_new(rq, "stream", json_true());
   if (max_tokens > 0) json_object_set_new(rq, "max_tokens", json_integer(max_tokens));
   char *text = json_dumps(rq, JSON_COMPACT), *resp = NULL;
   json_decref(rq);

@@ -45,7 +45,7 @@ static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_ckb[1200],
 static char g_engine_name[128];
 static char *g_good, *g_bad1, *g_bad2;
 static char g_good_sha[65];
-static char *A_good, *A_bad1, *A_bad2, *A_noblock, *A_huge, *R_reject, *R_approve, *R_prose;
+static char *S_good, *S_reject, *A_good, *A_bad1, *A_bad2, *A_noblock, *A_huge, *R_reject, *R_approve, *R_prose;
 
 typedef struct res {
   int rc;
@@ -73,6 +73,28 @@ static char *answer(const char *content) {
                         "finish_reason", "stop", "usage", "prompt_tokens", 100, "completion_tokens", 50, "total_tokens", 150);
   char *s = json_dumps(a, JSON_COMPACT);
   json_decref(a);
+  return s;
+}
+
+/* The same answer as server-sent events: content deltas of 3000 bytes,
+ * the finish, the usage chunk, [DONE]. */
+static char *sse_answer(const char *content) {
+  size_t n = strlen(content), cap = n * 2 + 4096, len = 0;
+  char *s = malloc(cap);
+  for (size_t off = 0; off < n; off += 3000) {
+    json_t *d = json_pack("{s:[{s:i, s:{s:s%}}]}", "choices", "index", 0, "delta", "content", content + off,
+                          n - off < 3000 ? n - off : (size_t)3000);
+    char *t = json_dumps(d, JSON_COMPACT);
+    size_t tl = strlen(t);
+    if (len + tl + 64 > cap) s = realloc(s, cap = (len + tl + 64) * 2);
+    len += (size_t)sprintf(s + len, "data: %s\n\n", t);
+    free(t);
+    json_decref(d);
+  }
+  if (len + 512 > cap) s = realloc(s, cap = len + 512);
+  len += (size_t)sprintf(s + len, "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
+                                   "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":50,\"total_tokens\":150}}\n\n"
+                                   "data: [DONE]\n\n");
   return s;
 }
 
@@ -202,7 +224,8 @@ static void setup_all(void) {
       asprintf(&g_bad2, "%s\n#error candidate two does not build either\n", g_good) < 0)
     abort();
   char *t;
-  A_good = answer(t = fenced("Here is the corrected engine.", g_good)), free(t);
+  A_good = answer(t = fenced("Here is the corrected engine.", g_good));
+  S_good = sse_answer(t), free(t);
   A_bad1 = answer(t = fenced("Here is the engine.", g_bad1)), free(t);
   A_bad2 = answer(t = fenced("Here is the engine, reviewed.", g_bad2)), free(t);
   A_noblock = answer("I would write the engine with the platform's kernels, step by step, as the contract says.");
@@ -213,8 +236,10 @@ static void setup_all(void) {
   memset(huge + 20, 'x', hn);
   strcpy(huge + 20 + hn, "\n");
   A_huge = answer(t = fenced("Big:", huge)), free(t), free(huge);
-  R_reject = answer("{\"verdict\":\"rejected\",\"findings\":[{\"severity\":\"error\",\"rule\":\"sequence\",\"line\":12,"
-                    "\"message\":\"REVIEW-FINDING-7: the layer loop skips the post-attention norm\"}]}");
+  static const char reject[] = "{\"verdict\":\"rejected\",\"findings\":[{\"severity\":\"error\",\"rule\":\"sequence\",\"line\":12,"
+                               "\"message\":\"REVIEW-FINDING-7: the layer loop skips the post-attention norm\"}]}";
+  R_reject = answer(reject);
+  S_reject = sse_answer(reject);
   R_approve = answer("```json\n{\"verdict\":\"approved\",\"findings\":[]}\n```");
   R_prose = answer("The engine looks fine to me.");
 }
@@ -225,7 +250,7 @@ static void teardown_all(void) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd) != 0) fprintf(stderr, "test_llm_agents: cleanup failed\n");
   }
-  free(g_good), free(g_bad1), free(g_bad2), free(A_good), free(A_bad1), free(A_bad2), free(A_noblock), free(A_huge);
+  free(S_good), free(S_reject), free(g_good), free(g_bad1), free(g_bad2), free(A_good), free(A_bad1), free(A_bad2), free(A_noblock), free(A_huge);
   free(R_reject), free(R_approve), free(R_prose);
 }
 
@@ -380,7 +405,9 @@ START_TEST(test_failure_policies) {
       {"server-error", {{500, NULL, NULL, "{\"error\":{\"message\":\"boom\"}}", 0, 0}, {500, NULL, NULL, "{\"error\":{\"message\":\"boom\"}}", 0, 0}},
        2, {NULL}, 4, "HTTP 500: boom (after 2 attempts)"},
       {"hung", {{200, NULL, NULL, A_good, 0, 5}, {200, NULL, NULL, A_good, 0, 5}}, 2, {NULL}, 4, "(after 2 attempts)"},
-      {"cut", {{200, NULL, NULL, A_good, 1, 0}, {200, NULL, NULL, A_good, 1, 0}}, 2, {NULL}, 4, "was cut"},
+      {"cut", {{200, NULL, NULL, A_good, 1, 0}, {200, NULL, NULL, A_good, 1, 0}}, 2, {NULL}, 4, "the answer was cut"},
+      {"cut-stream", {{200, NULL, "text/event-stream", S_good, 1, 0}, {200, NULL, "text/event-stream", S_good, 1, 0}}, 2,
+       {"--llm-stream", NULL}, 4, "the stream was cut"},
       {"huge", {{200, NULL, NULL, A_huge, 0, 0}, {200, NULL, NULL, A_huge, 0, 0}, {200, NULL, NULL, A_huge, 0, 0}}, 3, {NULL}, 4,
        "more than the 1048576 allowed"},
   };
@@ -426,6 +453,15 @@ START_TEST(test_budgets) {
   snprintf(p, sizeof p, "%s/partial/engine.c", r.out_dir);
   char *got = slurp(p);
   ck_assert_str_eq(got, g_bad1);
+  free(got);
+  /* a streamed answer (server-sent events) gives the same candidate */
+  policy st = {"budget-stream", {{200, NULL, "text/event-stream", S_good, 0, 0}, {200, NULL, "text/event-stream", S_reject, 0, 0}}, 2,
+               {"--llm-stream", NULL}, 9, "\"status\":\"ok\""};
+  run_policy(&st);
+  snprintf(r.out_dir, sizeof r.out_dir, "%s/budget-stream", g_tmp);
+  snprintf(p, sizeof p, "%s/partial/engine.c", r.out_dir);
+  got = slurp(p);
+  ck_assert_str_eq(got, g_good);
   free(got);
   /* bad budget syntax */
   const char *bad[] = {"--budget-tokens", "planner=5", NULL};
