@@ -236,6 +236,7 @@ static int svc_llm_chat(void *ctx, const char *request_json, char **response_jso
     m[i].role = json_string_value(json_object_get(o, "role"));
     m[i].content = json_string_value(json_object_get(o, "content"));
     m[i].tool_call_id = json_string_value(json_object_get(o, "tool_call_id"));
+    m[i].tool_calls = json_is_array(json_object_get(o, "tool_calls")) ? json_object_get(o, "tool_calls") : NULL;
   }
   json_t *t = json_object_get(rq, "temperature"), *sd = json_object_get(rq, "seed"), *mt = json_object_get(rq, "max_tokens");
   mi_llm_request q = {.messages = m, .n_messages = n, .tools = json_is_array(json_object_get(rq, "tools")) ? json_object_get(rq, "tools") : NULL,

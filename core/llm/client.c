@@ -138,6 +138,7 @@ static json_t *request_json(const mi_llm_client *c, const mi_llm_request *q) {
     json_t *o = json_pack("{s:s, s:s}", "role", m->role ? m->role : "user", "content",
                           m->content ? m->content : "");
     if (m->tool_call_id) json_object_set_new(o, "tool_call_id", json_string(m->tool_call_id));
+    if (json_is_array(m->tool_calls)) json_object_set_new(o, "tool_calls", json_deep_copy(m->tool_calls));
     json_array_append_new(msgs, o);
   }
   json_t *r = json_pack("{s:s, s:o, s:b}", "model", c->model, "messages", msgs, "stream", q->stream);

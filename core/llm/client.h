@@ -47,6 +47,7 @@ typedef struct mi_llm_message {
   const char *role;         /* system, user, assistant, tool */
   const char *content;
   const char *tool_call_id; /* role tool: the call answered, else NULL */
+  const json_t *tool_calls; /* role assistant: the calls it made (as answered), else NULL */
 } mi_llm_message;
 
 typedef struct mi_llm_request {

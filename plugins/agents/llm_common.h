@@ -154,26 +154,35 @@ static inline void lc_add_json(lc_buf *b, const char *title, json_t *j) {
   free(t);
 }
 
-/* One chat request with these messages (array of {role, content});
- * returns the answer's content (malloc'd) or NULL with err. */
-static inline char *lc_chat(const mi_agent_host *h, json_t *messages, json_t *llm_opts, int max_tokens, char *err,
-                            size_t el) {
+/* One chat request with these messages (array of {role, content, ...})
+ * and tools (or NULL); returns the answer {content, tool_calls,
+ * finish_reason, usage} or NULL with err. */
+static inline json_t *lc_chat_full(const mi_agent_host *h, json_t *messages, json_t *tools, json_t *llm_opts, char *err,
+                                   size_t el) {
   json_t *rq = json_pack("{s:O}", "messages", messages);
   json_t *t = json_object_get(llm_opts, "temperature"), *sd = json_object_get(llm_opts, "seed");
   if (json_is_number(t)) json_object_set(rq, "temperature", t);
   if (json_is_integer(sd)) json_object_set(rq, "seed", sd);
   if (json_is_true(json_object_get(llm_opts, "stream"))) json_object_set_new(rq, "stream", json_true());
-  if (max_tokens > 0) json_object_set_new(rq, "max_tokens", json_integer(max_tokens));
+  if (tools) json_object_set(rq, "tools", tools);
   char *text = json_dumps(rq, JSON_COMPACT), *resp = NULL;
   json_decref(rq);
   int rc = text ? h->llm_chat(h->ctx, text, &resp, err, el) : -1;
   free(text);
-  if (rc != 0) {
-    free(resp);
+  json_t *r = rc == 0 ? json_loads(resp ? resp : "", 0, NULL) : NULL;
+  free(resp);
+  if (rc == 0 && !json_is_object(r)) snprintf(err, el, "the host's answer is not a JSON object");
+  if (!json_is_object(r)) {
+    json_decref(r);
     return NULL;
   }
-  json_t *r = json_loads(resp ? resp : "", 0, NULL);
-  free(resp);
+  return r;
+}
+
+/* The same, the answer's content only (malloc'd). */
+static inline char *lc_chat(const mi_agent_host *h, json_t *messages, json_t *llm_opts, char *err, size_t el) {
+  json_t *r = lc_chat_full(h, messages, NULL, llm_opts, err, el);
+  if (!r) return NULL;
   const char *c = json_string_value(json_object_get(r, "content"));
   char *out = strdup(c ? c : "");
   json_decref(r);

@@ -471,6 +471,63 @@ START_TEST(test_budgets) {
 }
 END_TEST
 
+/* references on and off, the same scripted model: it asks to read a
+ * reference file, then answers a candidate the reviewer rejects (one
+ * iteration allowed: exit 9, so no verifier runs) */
+START_TEST(test_references_on_off) {
+  char refs[1300], ref[1400];
+  snprintf(refs, sizeof refs, "%s/refs-src", g_tmp);
+  mkdir(refs, 0755);
+  snprintf(ref, sizeof ref, "%s/llama-model.cpp", refs);
+  FILE *f = fopen(ref, "w");
+  fputs("// REFERENCE-MARKER-3: how a peer builds the graph\n", f);
+  fclose(f);
+  char args[1500];
+  snprintf(args, sizeof args, "{\"path\":\"%s\"}", ref);
+  json_t *tc = json_pack("{s:[{s:i, s:{s:s, s:n, s:[{s:s, s:s, s:{s:s, s:s}}]}, s:s}], s:{s:i, s:i, s:i}}", "choices", "index", 0,
+                         "message", "role", "assistant", "content", "tool_calls", "id", "call_7", "type", "function", "function",
+                         "name", "read_file", "arguments", args, "finish_reason", "tool_calls", "usage", "prompt_tokens", 100,
+                         "completion_tokens", 20, "total_tokens", 120);
+  char *tool_answer = json_dumps(tc, JSON_COMPACT);
+  json_decref(tc);
+  for (int on = 1; on >= 0; on--) {
+    mock_reply sc[] = {{200, NULL, NULL, tool_answer, 0, 0}, {200, NULL, NULL, A_bad1, 0, 0}, {200, NULL, NULL, R_reject, 0, 0}};
+    mock_server *m = mock_start(sc, 3);
+    ck_assert_ptr_nonnull(m);
+    const char *a[] = {"--implementer", "llm", "--reviewer", "llm", "--llm-base", mock_url(m), "--budget-iterations", "1",
+                       on ? "--refs" : NULL, refs, NULL};
+    res r = gen(on ? "refs-on" : "refs-off", a);
+    ck_assert_msg(r.rc == 9, "refs %s: exit %d\n%s", on ? "on" : "off", r.rc, r.err);
+    ck_assert_int_eq(mock_requests(m), 3);
+    const char *q0 = mock_request_body(m, 0), *q1 = mock_request_body(m, 1);
+    if (on) {
+      ck_assert_msg(strstr(q0, "\"tools\"") && strstr(q0, "read_file"), "no read_file tool offered with references on");
+      ck_assert_msg(strstr(q1, "REFERENCE-MARKER-3"), "the reference's text did not reach the model");
+      ck_assert_msg(strstr(q1, "call_7"), "the tool answer does not name its call");
+    } else {
+      ck_assert_msg(!strstr(q0, "\"tools\""), "a tool offered with references off");
+      ck_assert_msg(!strstr(q1, "REFERENCE-MARKER-3"), "a reference was read with references off");
+      ck_assert_msg(strstr(q1, "outside the allowed roots"), "the refusal is not the tool's answer");
+    }
+    mock_stop(m);
+    json_t *pm = partial_manifest(&r), *g = json_object_get(pm, "generation");
+    ck_assert_ptr_nonnull(g);
+    ck_assert_int_eq(json_is_true(json_object_get(json_object_get(g, "references"), "on")), on);
+    int read = 0, refused = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(g, "reads"), i, v) read |= !strcmp(json_string_value(json_object_get(v, "path")), ref);
+    json_array_foreach(json_object_get(g, "refused"), i, v) refused |= strstr(json_string_value(json_object_get(v, "path")), "llama-model.cpp") != NULL;
+    ck_assert_int_eq(read, on);
+    ck_assert_int_eq(refused, !on);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(g, "spent"), "implementer"), "requests")), 2);
+    json_decref(pm);
+    free(r.err);
+  }
+  free(tool_answer);
+}
+END_TEST
+
 START_TEST(test_no_endpoint) {
   res r = gen("no-endpoint", LLM_BOTH);
   ck_assert_msg(r.rc == 2 && strstr(r.err, "needs an endpoint"), "exit %d\n%s", r.rc, r.err);
@@ -568,6 +625,7 @@ int main(void) {
   tcase_add_test(t, test_no_endpoint);
   tcase_add_test(t, test_failure_policies);
   tcase_add_test(t, test_budgets);
+  tcase_add_test(t, test_references_on_off);
   tcase_add_test(e, test_end_to_end_record_replay);
   suite_add_tcase(s, t);
   suite_add_tcase(s, e);

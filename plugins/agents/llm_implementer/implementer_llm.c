@@ -18,6 +18,13 @@
  * request and token budgets, and after task.llm.attempts answers (default
  * 3) the agent gives up.
  *
+ * With source references on (task.refs non-empty) the model is offered one
+ * tool, read_file(path): the host's file tool answers it (a path outside
+ * the allowed roots is refused, and the refusal is the tool's answer); at
+ * most MAX_TOOL_ROUNDS such rounds per answer, each a request against the
+ * budgets. A tool call answered by the model with references off is
+ * answered the same way (and refused unless the path is in the CKB etc.).
+ *
  * Task: the implementer's (constraints, model_dir, engine_name, patches,
  * iteration, feedback) plus sdk_include, refs, llm {temperature, seed},
  * previous_source. Result: {"status":"ok", "source": SHA, "engine_name",
@@ -30,6 +37,8 @@
 #include "mi/plugin.h"
 
 #define MIN_SRC 200
+#define MAX_TOOL_ROUNDS 8
+#define MAX_TOOL_READ ((size_t)256 << 10)
 #define MAX_SRC_DEFAULT ((size_t)1 << 20)
 
 static const char *const k_headers[] = {"plugin.h", "host.h", "tensor.h", "platform.h", "model.h", "engine.h"};
@@ -96,6 +105,47 @@ static char *build_prompt(const mi_agent_host *h, const mi_agent_task *t, json_t
   return b.s;
 }
 
+static json_t *read_tool(json_t *refs) {
+  char desc[1200] = "Read a text file (at most 256 KiB). Readable: the source references under ";
+  size_t i;
+  json_t *v;
+  json_array_foreach(refs, i, v) snprintf(desc + strlen(desc), sizeof desc - strlen(desc), "%s%s", i ? ", " : "", json_string_value(v));
+  snprintf(desc + strlen(desc), sizeof desc - strlen(desc), "; every read is logged, any other path refused.");
+  return json_pack("[{s:s, s:{s:s, s:s, s:{s:s, s:{s:{s:s}}, s:[s]}}}]", "type", "function", "function", "name", "read_file",
+                   "description", desc, "parameters", "type", "object", "properties", "path", "type", "string", "required", "path");
+}
+
+/* Answers the model's tool calls through the host's file tool: appends the
+ * assistant's message and one tool message per call. Returns the reads. */
+static int answer_tools(const mi_agent_host *h, json_t *msgs, json_t *ans) {
+  json_t *calls = json_object_get(ans, "tool_calls");
+  json_array_append_new(msgs, json_pack("{s:s, s:s, s:O}", "role", "assistant", "content",
+                                        json_string_value(json_object_get(ans, "content")) ?: "", "tool_calls", calls));
+  size_t i;
+  json_t *c;
+  int reads = 0;
+  json_array_foreach(calls, i, c) {
+    json_t *fn = json_object_get(c, "function");
+    const char *id = json_string_value(json_object_get(c, "id")) ?: "";
+    const char *name = json_string_value(json_object_get(fn, "name")) ?: "";
+    json_t *args = json_loads(json_string_value(json_object_get(fn, "arguments")) ?: "", 0, NULL);
+    const char *path = json_string_value(json_object_get(args, "path"));
+    char err[1200], *out = NULL;
+    size_t n = 0;
+    if (strcmp(name, "read_file")) snprintf(err, sizeof err, "unknown tool '%.100s': only read_file", name);
+    else if (!path) snprintf(err, sizeof err, "read_file needs {\"path\": STRING}");
+    else if (!(out = lc_read(h, path, MAX_TOOL_READ, &n, err, sizeof err))) {
+    } else
+      reads++;
+    json_t *m = json_pack("{s:s, s:s, s:s}", "role", "tool", "tool_call_id", id, "content", out ? out : err);
+    if (!m) m = json_pack("{s:s, s:s, s:s}", "role", "tool", "tool_call_id", id, "content", "(the file is not UTF-8 text)");
+    json_array_append_new(msgs, m);
+    free(out);
+    json_decref(args);
+  }
+  return reads;
+}
+
 static int implementer_run(void *ctx, const mi_agent_task *t, char **result, char *err, size_t el) {
   (void)ctx;
   const mi_agent_host *h = mi_agent_task_host(t, MI_AGENT_HOST_VERSION);
@@ -127,13 +177,24 @@ static int implementer_run(void *ctx, const mi_agent_task *t, char **result, cha
                            "verification. Reply with exactly one fenced ```c block holding the whole engine.c.",
                            "role", "user", "content", prompt ? prompt : "");
   free(prompt);
-  int rc = -1, answers = 0;
+  json_t *refs = json_object_get(task, "refs");
+  json_t *tools = json_array_size(refs) ? read_tool(refs) : NULL;
+  int rc = -1, answers = 0, tool_rounds = 0, tool_reads = 0;
   char *src = NULL;
   size_t src_len = 0;
   char why[512] = "";
   for (int a = 0; a < attempts; a++) {
-    char *ans = lc_chat(h, msgs, llm, 0, err, el);
-    if (!ans) goto out; /* the client's line (a spent budget starts "budget spent:") */
+    json_t *full = lc_chat_full(h, msgs, tools, llm, err, el);
+    if (!full) goto out; /* the client's line (a spent budget starts "budget spent:") */
+    if (json_array_size(json_object_get(full, "tool_calls")) && tool_rounds < MAX_TOOL_ROUNDS) {
+      tool_rounds++;
+      tool_reads += answer_tools(h, msgs, full);
+      json_decref(full);
+      a--; /* a read is not an answer */
+      continue;
+    }
+    char *ans = strdup(json_string_value(json_object_get(full, "content")) ?: "");
+    json_decref(full);
     answers++;
     const char *blk;
     size_t bl;
@@ -186,9 +247,18 @@ static int implementer_run(void *ctx, const mi_agent_task *t, char **result, cha
   ag_result(result, json_pack("{s:s, s:s, s:s, s:o, s:o, s:O, s:i, s:i}", "status", "ok", "source", sha, "engine_name", engine_name,
                               "contracts", contracts, "experience", exp, "patches", patches ? patches : json_array(), "lines",
                               lines, "answers", answers));
+  {
+    json_t *r = json_loads(*result, 0, NULL);
+    json_object_set_new(r, "tool_rounds", json_integer(tool_rounds));
+    json_object_set_new(r, "tool_reads", json_integer(tool_reads));
+    free(*result);
+    *result = json_dumps(r, JSON_COMPACT);
+    json_decref(r);
+  }
   rc = 0;
 out:
   free(src);
+  json_decref(tools);
   json_decref(msgs);
   json_decref(ctr);
   json_decref(task);

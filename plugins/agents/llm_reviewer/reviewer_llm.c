@@ -91,7 +91,7 @@ static int reviewer_run(void *ctx, const mi_agent_task *t, char **result, char *
   int rc = -1, answers = 0;
   char why[300] = "";
   for (int a = 0; a < attempts; a++) {
-    char *ans = lc_chat(h, msgs, llm, 0, err, el);
+    char *ans = lc_chat(h, msgs, llm, err, el);
     if (!ans) goto out;
     answers++;
     json_t *v = lc_answer_json(ans);

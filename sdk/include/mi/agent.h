@@ -54,7 +54,7 @@ typedef struct mi_agent_host {
   uint32_t version; /* MI_AGENT_HOST_VERSION of the lending core */
   void *ctx;        /* the first argument of every call below */
   /* One chat completion. request_json: {"messages":[{"role","content",
-   * "tool_call_id"?}], "temperature"?, "seed"?, "max_tokens"?, "tools"?,
+   * "tool_call_id"?, "tool_calls"?}], "temperature"?, "seed"?, "max_tokens"?, "tools"?,
    * "stream"?}. On 0, *response_json (malloc'd, free()) is {"content",
    * "tool_calls"|null, "finish_reason", "usage":{"prompt_tokens",
    * "completion_tokens","estimated"}}. On -1 one line in err; when the
