@@ -326,6 +326,11 @@ void gen_llm_account(const char *role, const mi_agent_outcome *o, json_t *line) 
   u->calls++;
   u->wall_s += o->wall_s;
   json_t *h = o->host_report;
+  const limits *rl0 = &G.role[role_ix(role)];
+  if (!h && rl0->wall >= 0 && u->wall_s >= rl0->wall) {
+    G.budget_spent = "wall";
+    snprintf(G.budget_why, sizeof G.budget_why, "the %s's wall-time budget (%.0f s) is spent", role, rl0->wall);
+  }
   if (!h) return;
   json_t *l = json_object_get(h, "llm");
   u->requests += json_integer_value(json_object_get(l, "requests"));
@@ -355,6 +360,11 @@ void gen_llm_account(const char *role, const mi_agent_outcome *o, json_t *line) 
     json_t *c = json_deep_copy(v);
     json_object_set_new(c, "role", json_string(role));
     json_array_append_new(G.refused, c);
+  }
+  const limits *rl = &G.role[role_ix(role)];
+  if (rl->wall >= 0 && u->wall_s >= rl->wall) { /* its limit was capped to what was left */
+    G.budget_spent = "wall";
+    snprintf(G.budget_why, sizeof G.budget_why, "the %s's wall-time budget (%.0f s) is spent", role, rl->wall);
   }
   const char *b = json_string_value(json_object_get(h, "budget_spent"));
   if (b) {

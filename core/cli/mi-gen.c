@@ -562,6 +562,7 @@ int main(int argc, char **argv) {
     if (vtimeout > 0) json_object_set_new(t, "unit_timeout", json_real(vtimeout));
     ver = call_agent(bb, "verifier", "stages", t, ckb_abs, vtimeout > 0 ? 600 + 20 * vtimeout : 1800, &rt, why, sizeof why);
     json_decref(t);
+    if (!ver && (budget_hit = gen_llm_budget_spent())) snprintf(why + strlen(why), sizeof why - strlen(why), "; %s", budget_hit);
     if (!ver) break;
     json_t *stages = json_object_get(ver, "stages");
     json_array_foreach(stages, i, v)

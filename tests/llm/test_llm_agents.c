@@ -454,6 +454,19 @@ START_TEST(test_budgets) {
   char *got = slurp(p);
   ck_assert_str_eq(got, g_bad1);
   free(got);
+  /* wall time, per role: the verifier is given none, so an approved
+   * candidate is the partial result, never verified */
+  policy wall = {"budget-wall", {{200, NULL, NULL, A_bad2, 0, 0}, {200, NULL, NULL, R_approve, 0, 0}}, 2,
+                 {"--budget-wall", "verifier=0", NULL}, 9, "\"status\":\"ok\""};
+  run_policy(&wall);
+  snprintf(r.out_dir, sizeof r.out_dir, "%s/budget-wall", g_tmp);
+  pm = partial_manifest(&r);
+  ck_assert_ptr_nonnull(pm);
+  ck_assert_msg(strstr(json_string_value(json_object_get(pm, "reason")) ?: "", "verifier's wall-time budget"), "%s",
+                json_string_value(json_object_get(pm, "reason")));
+  ck_assert_int_eq(json_is_false(json_object_get(json_object_get(pm, "best"), "review_rejected")), 1);
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(json_object_get(pm, "generation"), "spent"), "verifier"), "calls")), 0);
+  json_decref(pm);
   /* a streamed answer (server-sent events) gives the same candidate */
   policy st = {"budget-stream", {{200, NULL, "text/event-stream", S_good, 0, 0}, {200, NULL, "text/event-stream", S_reject, 0, 0}}, 2,
                {"--llm-stream", NULL}, 9, "\"status\":\"ok\""};
