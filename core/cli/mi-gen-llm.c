@@ -18,7 +18,7 @@
 
 enum {
   O_IMPL = 1000, O_REV, O_BASE, O_MODEL, O_KEYENV, O_RECORD, O_REPLAY, O_LTIMEOUT, O_RETRIES,
-  O_B_ITER, O_B_TOK, O_B_REQ, O_B_WALL, O_REFS, O_TEMP, O_LSEED, O_STREAM,
+  O_B_ITER, O_B_TOK, O_B_REQ, O_B_WALL, O_REFS, O_TEMP, O_LSEED, O_STREAM, O_CONFIG,
 };
 
 static const struct option k_opts[] = {
@@ -28,6 +28,7 @@ static const struct option k_opts[] = {
     {"budget-iterations", 1, 0, O_B_ITER}, {"budget-tokens", 1, 0, O_B_TOK}, {"budget-requests", 1, 0, O_B_REQ},
     {"budget-wall", 1, 0, O_B_WALL},  {"refs", 1, 0, O_REFS},            {"llm-temperature", 1, 0, O_TEMP},
     {"llm-seed", 1, 0, O_LSEED},      {"llm-stream", 0, 0, O_STREAM},
+    {"llm-config", 1, 0, O_CONFIG},
 };
 
 #define N_ROLES 3
@@ -47,7 +48,8 @@ static struct {
   const char *impl, *rev;
   const char *base, *model, *key_env, *record, *replay;
   double llm_timeout, temperature;
-  int retries, stream;
+  int retries, stream, set_timeout, set_retries, set_temp, set_seed;
+  json_t *config; /* --llm-config: flags given win over it */
   long long llm_seed;
   limits run, role[N_ROLES];
   spent used[N_ROLES];
@@ -95,6 +97,8 @@ const char *gen_llm_usage(void) {
          "  --llm-model NAME     the request's model (default $MI_LLM_MODEL)\n"
          "  --llm-key-env VAR    the environment variable holding the API key (default MI_LLM_API_KEY, then\n"
          "                       OPENAI_API_KEY); the key is never logged or saved\n"
+         "  --llm-config FILE    {\"base_url\", \"model\", \"key_env\", \"timeout_s\", \"retries\", \"temperature\",\n"
+         "                       \"seed\", \"stream\"} (no key in it: name the variable that holds it)\n"
          "  --llm-record DIR     save every LLM exchange;  --llm-replay DIR  answer from them, no network\n"
          "  --llm-timeout S      one request's limit (default 300);  --llm-retries N (default 2)\n"
          "  --llm-temperature T, --llm-seed N   sampling (default 0, 0);  --llm-stream  server-sent events\n"
@@ -160,14 +164,37 @@ int gen_llm_option(int ch, const char *arg) {
   case O_REPLAY: G.replay = arg; return 0;
   case O_LTIMEOUT:
     G.llm_timeout = atof(arg);
+    G.set_timeout = 1;
     if (G.llm_timeout <= 0) {
       fprintf(stderr, "mi-gen: --llm-timeout %s: a positive number of seconds\n", arg);
       return -1;
     }
     return 0;
-  case O_RETRIES: G.retries = atoi(arg); return 0;
-  case O_TEMP: G.temperature = atof(arg); return 0;
-  case O_LSEED: G.llm_seed = atoll(arg); return 0;
+  case O_RETRIES: G.retries = atoi(arg), G.set_retries = 1; return 0;
+  case O_TEMP: G.temperature = atof(arg), G.set_temp = 1; return 0;
+  case O_LSEED: G.llm_seed = atoll(arg), G.set_seed = 1; return 0;
+  case O_CONFIG: {
+    json_error_t je;
+    json_decref(G.config);
+    G.config = json_load_file(arg, JSON_REJECT_DUPLICATES, &je);
+    static const char *const known[] = {"base_url", "model", "key_env", "timeout_s", "retries", "temperature", "seed", "stream"};
+    const char *k;
+    json_t *v;
+    if (!json_is_object(G.config)) {
+      fprintf(stderr, "mi-gen: %s: %s\n", arg, G.config ? "not a JSON object" : je.text);
+      return -1;
+    }
+    json_object_foreach(G.config, k, v) {
+      int ok = 0;
+      for (size_t i = 0; i < sizeof known / sizeof *known; i++) ok |= !strcmp(k, known[i]);
+      if (!ok) {
+        fprintf(stderr, "mi-gen: %s: unknown field \"%s\"%s\n", arg, k,
+                strstr(k, "key") ? " (the key itself never goes in a file: name its variable in key_env)" : "");
+        return -1;
+      }
+    }
+    return 0;
+  }
   case O_STREAM: G.stream = 1; return 0;
   case O_B_ITER: return parse_budget("budget-iterations", arg, offsetof(limits, iterations));
   case O_B_TOK: return parse_budget("budget-tokens", arg, offsetof(limits, tokens));
@@ -197,6 +224,17 @@ static void add_root(const char *p) {
 int gen_llm_setup(const char *ckb_abs, const char *model_abs, const char *cons_file, const char *exe_dir,
                   const char *run_dir) {
   G.llm_on = !strcmp(G.impl, "llm") || !strcmp(G.rev, "llm");
+  if (G.config) { /* what the flags left unset */
+    json_t *c = G.config;
+    if (!G.base) G.base = json_string_value(json_object_get(c, "base_url"));
+    if (!G.model) G.model = json_string_value(json_object_get(c, "model"));
+    if (!G.key_env) G.key_env = json_string_value(json_object_get(c, "key_env"));
+    if (!G.set_timeout && json_number_value(json_object_get(c, "timeout_s")) > 0) G.llm_timeout = json_number_value(json_object_get(c, "timeout_s"));
+    if (!G.set_retries && json_is_integer(json_object_get(c, "retries"))) G.retries = (int)json_integer_value(json_object_get(c, "retries"));
+    if (!G.set_temp && json_is_number(json_object_get(c, "temperature"))) G.temperature = json_number_value(json_object_get(c, "temperature"));
+    if (!G.set_seed && json_is_integer(json_object_get(c, "seed"))) G.llm_seed = json_integer_value(json_object_get(c, "seed"));
+    if (json_is_true(json_object_get(c, "stream"))) G.stream = 1;
+  }
   G.seen = json_object();
   G.reads = json_object();
   G.refused = json_array();
@@ -503,5 +541,6 @@ void gen_llm_free(void) {
   json_decref(G.seen);
   json_decref(G.reads);
   json_decref(G.refused);
-  G.seen = G.reads = G.refused = NULL;
+  json_decref(G.config);
+  G.seen = G.reads = G.refused = G.config = NULL;
 }

@@ -549,6 +549,23 @@ START_TEST(test_no_endpoint) {
   r = gen("nobody-answers", a);
   ck_assert_msg(r.rc == 4 && strstr(r.err, "http://127.0.0.1:9/v1/chat/completions"), "exit %d\n%s", r.rc, r.err);
   free(r.err);
+  /* the same endpoint from a config file; a key in it is refused */
+  char cf[1300];
+  snprintf(cf, sizeof cf, "%s/llm.json", g_tmp);
+  FILE *f = fopen(cf, "w");
+  fputs("{\"base_url\": \"http://127.0.0.1:9/v1\", \"model\": \"m\", \"key_env\": \"MI_TEST_KEY\", \"retries\": 0}", f);
+  fclose(f);
+  const char *c[] = {"--implementer", "llm", "--llm-config", cf, NULL};
+  r = gen("config-file", c);
+  ck_assert_msg(r.rc == 4 && strstr(r.err, "http://127.0.0.1:9/v1/chat/completions") && strstr(r.err, "after 1 attempt"), "exit %d\n%s",
+                r.rc, r.err);
+  free(r.err);
+  f = fopen(cf, "w");
+  fputs("{\"base_url\": \"http://127.0.0.1:9\", \"api_key\": \"sk-in-a-file\"}", f);
+  fclose(f);
+  r = gen("config-key", c);
+  ck_assert_msg(r.rc == 2 && strstr(r.err, "unknown field \"api_key\"") && !strstr(r.err, "sk-in-a-file"), "exit %d\n%s", r.rc, r.err);
+  free(r.err);
 }
 END_TEST
 
