@@ -521,7 +521,9 @@ void gen_llm_write_partial(const char *out_abs, const char *run_dir, const char 
   if (G.have_best) {
     snprintf(src, sizeof src, "%s/artifacts/%s.c", run_dir, G.best_src);
     snprintf(p, sizeof p, "%s/engine.c", dir);
-    int ok = copy_file(src, p) == 0;
+    char sha[65] = "";
+    /* re-hashed like every artifact the orchestrator uses */
+    int ok = mi_sha256_file(src, sha) == 0 && !strcmp(sha, G.best_src) && copy_file(src, p) == 0;
     json_object_set_new(m, "best", json_pack("{s:s, s:i, s:i, s:b, s:s}", "source", G.best_src, "iteration", G.best_iter,
                                              "stages_passed", G.best_score < 0 ? 0 : G.best_score, "review_rejected",
                                              G.best_score < 0, "file", ok ? "engine.c" : "(missing)"));
