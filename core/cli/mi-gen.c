@@ -6,10 +6,12 @@
  *   mi-gen --model DIR --platform NAME --dtype bf16 --tp 1 --out ENGINE_DIR
  *
  * Exit status: 0 engine verified and written; 2 usage (or a run that cannot
- * be set up); 3 not covered by the CKB (gaps listed); 4 verification failed
- * or the budget (iterations, time) is spent; 5 unknown platform; 6 a dtype or
+ * be set up); 3 not covered by the CKB (gaps listed); 4 verification failed;
+ * 5 unknown platform; 6 a dtype or
  * KV type the platform contract does not offer; 7 a TP degree that does not
- * divide the model's heads; 8 a malformed --perf. */
+ * divide the model's heads; 8 a malformed --perf; 9 a budget (iterations,
+ * wall time, LLM tokens or requests; per run or per role) is spent: the best
+ * partial result is in ENGINE_DIR/partial. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
@@ -23,6 +25,7 @@
 #include <unistd.h>
 
 #include "core/ckb/ckb.h"
+#include "core/cli/mi-gen-llm.h"
 #include "core/gen/gen.h"
 
 enum { EX_OK = 0, EX_USAGE = 2, EX_GAP = 3, EX_FAIL = 4, EX_PLATFORM = 5, EX_DTYPE = 6, EX_TP = 7, EX_PERF = 8 };
@@ -49,15 +52,12 @@ static void usage(FILE *f) {
           "  --verify-timeout S   mi-verify's per-unit limit (raise it for large shapes)\n"
           "  --goldens DIR        stage 4's llama.cpp goldens (default: tests/goldens of the source tree)\n"
           "  -t, --threads N      verifier threads for the platform (default 0: one per core)\n"
-          "exit: 0 ok, 2 usage, 3 not covered, 4 verification failed or budget spent,\n"
+          "exit: 0 ok, 2 usage, 3 not covered, 4 verification failed, 9 a budget is spent,\n"
           "      5 unknown platform, 6 dtype not offered, 7 TP does not divide the heads, 8 bad --perf\n");
+  fputs(gen_llm_usage(), f);
 }
 
 static char g_exe_dir[PATH_MAX];
-
-static void agent_path(const char *name, char *out, size_t n) {
-  snprintf(out, n, "%s/../lib/metainfer/libmi-agent-%s.so", g_exe_dir, name);
-}
 
 static int write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
@@ -89,12 +89,13 @@ typedef struct role_time {
 static json_t *call_agent(mi_bb *bb, const char *role, const char *strategy, json_t *task, const char *ckb_dir,
                           double timeout, role_time *rt, char *why, size_t why_len) {
   char path[PATH_MAX + 64];
-  agent_path(strategy, path, sizeof path);
+  gen_llm_plugin_path(g_exe_dir, role, strategy, path, sizeof path);
   json_object_set_new(task, "role", json_string(role));
   json_object_set_new(task, "strategy", json_string(strategy));
   fprintf(stderr, "mi-gen: %-11s %-8s ...\n", role, strategy);
+  gen_llm_decorate_task(role, task);
   mi_agent_outcome o;
-  mi_agent_run(path, task, ckb_dir, mi_bb_dir(bb), timeout, &o);
+  gen_llm_run_agent(path, role, task, ckb_dir, mi_bb_dir(bb), gen_llm_timeout(role, timeout), &o);
   if (!strcmp(role, "implementer")) rt->implementer += o.wall_s, rt->n_impl++;
   else if (!strcmp(role, "reviewer")) rt->reviewer += o.wall_s, rt->n_rev++;
   else rt->verifier += o.wall_s, rt->n_ver++;
@@ -103,6 +104,8 @@ static json_t *call_agent(mi_bb *bb, const char *role, const char *strategy, jso
   json_object_set_new(line, "strategy", json_string(strategy));
   if (o.result) json_object_set(line, "result", o.result);
   else json_object_set_new(line, "error", json_string(o.message));
+  gen_llm_account(role, &o, line);
+  json_decref(o.host_report);
   mi_bb_append(bb, line);
   json_decref(line);
   if (!o.result) {
@@ -195,7 +198,8 @@ int main(int argc, char **argv) {
       {"max-iterations", 1, 0, 'i'}, {"time-budget", 1, 0, 'b'}, {"candidate", 1, 0, 'x'},
       {"seed", 1, 0, 's'},           {"threads", 1, 0, 't'},     {"goldens", 1, 0, 'G'}, {"verify-timeout", 1, 0, 'V'},     {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
   int ch;
-  while ((ch = getopt_long(argc, argv, "t:h", longs, NULL)) != -1) {
+  const struct option *all_longs = gen_llm_longopts(longs);
+  while ((ch = getopt_long(argc, argv, "t:h", all_longs, NULL)) != -1) {
     switch (ch) {
     case 'm': model = optarg; break;
     case 'p': platform = optarg; break;
@@ -216,13 +220,19 @@ int main(int argc, char **argv) {
     case 'G': goldens = optarg; break;
     case 'V': vtimeout = atof(optarg); break;
     case 'h': usage(stdout); return EX_OK;
-    default: usage(stderr); return EX_USAGE;
+    default: {
+      int lr = gen_llm_option(ch, optarg);
+      if (lr == 0) break;
+      if (lr > 0) usage(stderr);
+      return EX_USAGE;
+    }
     }
   }
   if (optind != argc) {
     usage(stderr);
     return EX_USAGE;
   }
+  gen_llm_run_limits(&max_iter, &budget);
   {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -404,6 +414,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mi-gen: %s\n", err);
     return EX_USAGE;
   }
+  if (gen_llm_setup(ckb_abs, model_abs, cons_file, g_exe_dir, rd) != 0) return EX_USAGE;
   char cfg_sha[65];
   mi_sha256_file(cfgp, cfg_sha);
   const char *short_name = strchr(me->id, '.') + 1;
@@ -445,10 +456,15 @@ int main(int argc, char **argv) {
   static json_t *impl = NULL, *rev = NULL, *ver = NULL, *repaired_from, *last_feedback = NULL, *rejected;
   rejected = json_array();
   repaired_from = json_array();
-  const char *failed_msg = NULL;
+  const char *failed_msg = NULL, *budget_hit = NULL;
   for (iter = iter0 + 1; iter <= max_iter; iter++) {
     if (now_s() - t_start > budget) {
       snprintf(why, sizeof why, "the time budget of %.0f s is spent", budget);
+      budget_hit = why;
+      break;
+    }
+    if (!candidate && (budget_hit = gen_llm_budget_check("implementer"))) {
+      snprintf(why, sizeof why, "%s", budget_hit);
       break;
     }
     json_decref(impl), json_decref(rev), json_decref(ver);
@@ -472,9 +488,10 @@ int main(int argc, char **argv) {
       mi_bb_append(bb, line);
       json_decref(line);
     } else {
-      impl = call_agent(bb, "implementer", "compose", t, ckb_abs, 120, &rt, why, sizeof why);
+      impl = call_agent(bb, "implementer", gen_llm_strategy("implementer"), t, ckb_abs, 120, &rt, why, sizeof why);
     }
     json_decref(t);
+    if (!impl && (budget_hit = gen_llm_budget_spent())) snprintf(why + strlen(why), sizeof why - strlen(why), "; %s", budget_hit);
     if (!impl) break;
     const char *src = json_string_value(json_object_get(impl, "source"));
     char srcp[PATH_MAX + 128];
@@ -495,9 +512,16 @@ int main(int argc, char **argv) {
       break;
     }
     /* reviewer */
+    if ((budget_hit = gen_llm_budget_check("reviewer"))) {
+      gen_llm_note_candidate(src, iter, -1);
+      snprintf(why, sizeof why, "%s", budget_hit);
+      break;
+    }
     t = json_pack("{s:s, s:O, s:s}", "source", src, "constraints", cons, "model_dir", model_abs);
-    rev = call_agent(bb, "reviewer", "rules", t, ckb_abs, 60, &rt, why, sizeof why);
+    rev = call_agent(bb, "reviewer", gen_llm_strategy("reviewer"), t, ckb_abs, 60, &rt, why, sizeof why);
     json_decref(t);
+    if (!rev) gen_llm_note_candidate(src, iter, -1);
+    if (!rev && (budget_hit = gen_llm_budget_spent())) snprintf(why + strlen(why), sizeof why - strlen(why), "; %s", budget_hit);
     if (!rev) break;
     json_t *fs = json_object_get(rev, "findings");
     json_array_foreach(fs, i, v)
@@ -507,6 +531,7 @@ int main(int argc, char **argv) {
     if (strcmp(json_string_value(json_object_get(rev, "verdict")) ?: "", "approved")) {
       snprintf(why, sizeof why, "the reviewer rejected the source (%zu findings)", json_array_size(fs));
       failed_msg = "review";
+      gen_llm_note_candidate(src, iter, -1);
       json_array_append_new(rejected, json_string(src));
       json_decref(last_feedback);
       last_feedback = json_pack("{s:s, s:O}", "from", "reviewer", "findings", fs);
@@ -514,6 +539,11 @@ int main(int argc, char **argv) {
       continue; /* no repair is known for a review finding: the next iteration would be the same */
     }
     fprintf(stderr, "mi-gen: reviewer: approved\n");
+    if ((budget_hit = gen_llm_budget_check("verifier"))) {
+      gen_llm_note_candidate(src, iter, 0);
+      snprintf(why, sizeof why, "%s", budget_hit);
+      break;
+    }
     /* verifier */
     char sdk[PATH_MAX + 64], cpu[PATH_MAX + 64], mv[PATH_MAX + 64], mr[PATH_MAX + 64], gold[PATH_MAX + 64];
     snprintf(sdk, sizeof sdk, "%s/../../sdk/include", g_exe_dir);
@@ -532,6 +562,7 @@ int main(int argc, char **argv) {
     if (vtimeout > 0) json_object_set_new(t, "unit_timeout", json_real(vtimeout));
     ver = call_agent(bb, "verifier", "stages", t, ckb_abs, vtimeout > 0 ? 600 + 20 * vtimeout : 1800, &rt, why, sizeof why);
     json_decref(t);
+    if (!ver && (budget_hit = gen_llm_budget_spent())) snprintf(why + strlen(why), sizeof why - strlen(why), "; %s", budget_hit);
     if (!ver) break;
     json_t *stages = json_object_get(ver, "stages");
     json_array_foreach(stages, i, v)
@@ -540,6 +571,11 @@ int main(int argc, char **argv) {
                 json_string_value(json_object_get(v, "message")) ? ": " : "",
                 json_string_value(json_object_get(v, "message")) ?: "");
     const char *verdict = json_string_value(json_object_get(ver, "verdict"));
+    {
+      int passed = 0;
+      json_array_foreach(stages, i, v) passed += !strcmp(json_string_value(json_object_get(v, "verdict")) ?: "", "PASS");
+      gen_llm_note_candidate(src, iter, passed);
+    }
     line = json_pack("{s:s, s:i, s:s, s:s, s:{s:s, s:I}}", "event", "verdict", "iteration", iter, "source", src, "verdict",
                      verdict ?: "?", "by", "role", "verifier", "pid", (json_int_t)0);
     mi_bb_append(bb, line);
@@ -560,6 +596,10 @@ int main(int argc, char **argv) {
              ftest ?: "no test contract", fmsg ?: "no message");
     if (candidate) break;
     json_t *reps = repairs_for(c, ftest, tried, me->json, patches);
+    if (!json_array_size(reps) && gen_llm_is_llm("implementer")) {
+      json_decref(reps); /* the implementer itself acts on the failure report */
+      continue;
+    }
     if (!json_array_size(reps)) {
       fprintf(stderr, "mi-gen: no failure mode in the CKB proposes a repair for %s\n", ftest ?: "this failure");
       json_decref(reps);
@@ -584,6 +624,7 @@ int main(int argc, char **argv) {
   if (rc != EX_OK && !why[0]) snprintf(why, sizeof why, "the iteration budget (%d candidates) is spent", max_iter);
   if (iter > max_iter && rc != EX_OK && failed_msg)
     snprintf(why + strlen(why), sizeof why - strlen(why), "; the iteration budget (%d) is spent", max_iter);
+  if (iter > max_iter && rc != EX_OK) budget_hit = "iterations";
   double wall = now_s() - t_start;
   if (rc != EX_OK) {
     json_t *line = json_pack("{s:s, s:s, s:f, s:{s:s, s:I}}", "event", "end", "result", why, "wall_s", wall, "by", "role",
@@ -591,6 +632,10 @@ int main(int argc, char **argv) {
     mi_bb_append(bb, line);
     json_decref(line);
     fprintf(stderr, "mi-gen: FAIL: %s (run %s)\n", why, rd);
+    if (budget_hit && !candidate) {
+      gen_llm_write_partial(out_abs, rd, why, cons);
+      return GEN_EX_BUDGET;
+    }
     return EX_FAIL;
   }
   /* ---- the engine directory ---- */
@@ -656,6 +701,7 @@ int main(int argc, char **argv) {
                           "verifier", "calls", rt.n_ver, "wall_s", rt.verifier, "wall_s", wall, "run_dir", rd, "seed", (json_int_t)seed);
   json_object_set_new(man, "source_lines", json_copy(json_object_get(impl, "lines")));
   json_object_set(man, "repairs", repaired_from);
+  json_object_set_new(man, "generation", gen_llm_manifest());
   json_object_set_new(man, "verifier_pid_note", json_string("stage verdicts came over the verifier process's pipe, never from a file"));
   snprintf(dst, sizeof dst, "%s/manifest.json", out_abs);
   json_dump_file(man, dst, JSON_INDENT(2) | JSON_SORT_KEYS);

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/gen/agent_host.h"
 #include "core/gen/gen.h"
 #include "core/runtime/loader.h"
 #include "mi/agent.h"
@@ -25,22 +26,29 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void child_main(const char *plugin_path, json_t *task, const char *ckb_dir,
-                       const char *run_dir, int wfd) {
+static void child_main(const char *plugin_path, json_t *task, const char *ckb_dir, const char *run_dir,
+                       const mi_agent_host_cfg *cfg, int wfd) {
   char err[1024] = "";
   char *res = NULL;
   dup2(2, 1); /* an agent's prints never reach mi-gen's stdout */
+  const char *ckb_root[] = {ckb_dir};
+  mi_agent_host_cfg dflt = {.requests_left = -1, .tokens_left = -1, .roots = ckb_root, .n_roots = 1, .run_dir = run_dir};
+  mi_agent_services *svc = mi_agent_services_new(cfg ? cfg : &dflt);
   mi_plugin *p = mi_plugin_load_file(plugin_path, NULL);
   if (!p || p->status != MI_PLUGIN_LOADED || !p->desc || p->desc->kind != MI_PLUGIN_AGENT) {
     snprintf(err, sizeof err, "%s: not a loadable agent plugin: %s", plugin_path,
              p && p->reason ? p->reason : "wrong kind");
   } else {
     const mi_agent_iface *A = p->iface;
-    if (A->struct_size < sizeof(mi_agent_iface) || !A->run) {
+    uint32_t need = A->struct_size >= offsetof(mi_agent_iface, host_version) + sizeof(uint32_t) ? A->host_version : 0;
+    if (A->struct_size < offsetof(mi_agent_iface, run) + sizeof(A->run) || !A->run) {
       snprintf(err, sizeof err, "%s: agent interface too small or without run()", plugin_path);
+    } else if (need > MI_AGENT_HOST_VERSION) {
+      snprintf(err, sizeof err, "%s: the agent needs host services version %u; this mi-gen lends version %u (rebuild one of them)",
+               plugin_path, need, MI_AGENT_HOST_VERSION);
     } else {
       char *text = json_dumps(task, JSON_COMPACT);
-      mi_agent_task t = {sizeof t, text, ckb_dir, run_dir};
+      mi_agent_task t = {sizeof t, text, ckb_dir, run_dir, svc ? mi_agent_services_host(svc) : NULL};
       if (A->run(p->ctx, &t, &res, err, sizeof err) != 0) {
         free(res);
         res = NULL;
@@ -49,12 +57,25 @@ static void child_main(const char *plugin_path, json_t *task, const char *ckb_di
       free(text);
     }
   }
-  if (!res) {
-    json_t *e = json_pack("{s:s, s:s}", "status", "error", "message", err);
-    res = json_dumps(e, JSON_COMPACT);
-    json_decref(e);
+  /* the envelope: the agent's result (or its error) and, written by this
+   * code and not the agent's, what the lent services spent and read */
+  json_t *env = json_object();
+  if (res) {
+    json_error_t je;
+    json_t *r = json_loads(res, 0, &je);
+    if (r && json_is_object(r)) json_object_set_new(env, "result", r);
+    else {
+      json_decref(r);
+      json_object_set_new(env, "result_error", json_string(je.text));
+    }
+  } else {
+    json_object_set_new(env, "result", json_pack("{s:s, s:s}", "status", "error", "message", err));
   }
-  size_t n = strlen(res), off = 0;
+  free(res);
+  if (svc) json_object_set_new(env, "host", mi_agent_services_report(svc));
+  res = json_dumps(env, JSON_COMPACT);
+  json_decref(env);
+  size_t n = res ? strlen(res) : 0, off = 0;
   while (off < n) {
     ssize_t w = write(wfd, res + off, n - off);
     if (w <= 0) break;
@@ -66,6 +87,11 @@ static void child_main(const char *plugin_path, json_t *task, const char *ckb_di
 
 int mi_agent_run(const char *plugin_path, json_t *task, const char *ckb_dir, const char *run_dir,
                  double timeout_s, mi_agent_outcome *out) {
+  return mi_agent_run_ex(plugin_path, task, ckb_dir, run_dir, timeout_s, NULL, out);
+}
+
+int mi_agent_run_ex(const char *plugin_path, json_t *task, const char *ckb_dir, const char *run_dir,
+                    double timeout_s, const mi_agent_host_cfg *cfg, mi_agent_outcome *out) {
   memset(out, 0, sizeof *out);
   out->exit_code = -1;
   int fds[2];
@@ -85,7 +111,7 @@ int mi_agent_run(const char *plugin_path, json_t *task, const char *ckb_dir, con
   if (pid == 0) {
     close(fds[0]);
     setpgid(0, 0); /* its own group: a timeout kills what it started too */
-    child_main(plugin_path, task, ckb_dir, run_dir, fds[1]);
+    child_main(plugin_path, task, ckb_dir, run_dir, cfg, fds[1]);
   }
   setpgid(pid, pid);
   close(fds[1]);
@@ -121,12 +147,16 @@ int mi_agent_run(const char *plugin_path, json_t *task, const char *ckb_dir, con
     snprintf(out->message, sizeof out->message, "the agent died of signal %d", WTERMSIG(st));
   } else {
     json_error_t je;
-    out->result = json_loads(buf, 0, &je);
+    json_t *env = json_loads(buf, 0, &je);
+    out->result = json_incref(json_object_get(env, "result"));
+    if (json_is_object(json_object_get(env, "host"))) out->host_report = json_incref(json_object_get(env, "host"));
     if (!out->result || !json_is_object(out->result)) {
       json_decref(out->result);
       out->result = NULL;
-      snprintf(out->message, sizeof out->message, "the agent's result is not a JSON object: %s", je.text);
+      snprintf(out->message, sizeof out->message, "the agent's result is not a JSON object: %s",
+               env ? json_string_value(json_object_get(env, "result_error")) ?: "no result" : je.text);
     }
+    json_decref(env);
   }
   free(buf);
   return out->result ? 0 : -1;
@@ -135,4 +165,6 @@ int mi_agent_run(const char *plugin_path, json_t *task, const char *ckb_dir, con
 void mi_agent_outcome_free(mi_agent_outcome *o) {
   json_decref(o->result);
   o->result = NULL;
+  json_decref(o->host_report);
+  o->host_report = NULL;
 }

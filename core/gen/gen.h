@@ -50,11 +50,19 @@ typedef struct mi_agent_outcome {
   int timed_out;
   double wall_s;
   char message[512]; /* why there is no result */
+  json_t *host_report; /* what the lent services spent and read (agent_host.h), or NULL */
 } mi_agent_outcome;
 /* Runs the agent plugin at `plugin_path` on `task` in a forked child (the
  * plugin is dlopened there, never in the caller), waits at most timeout_s. */
 int mi_agent_run(const char *plugin_path, json_t *task, const char *ckb_dir, const char *run_dir,
                  double timeout_s, mi_agent_outcome *out);
 void mi_agent_outcome_free(mi_agent_outcome *o);
+/* The same, lending the agent the host services over `cfg` (LLM, file tool;
+ * core/gen/agent_host.h). cfg NULL: the file tool reads the CKB only and no
+ * LLM is lent. An agent that needs a newer host services version than this
+ * core lends is refused with a line naming both. */
+struct mi_agent_host_cfg;
+int mi_agent_run_ex(const char *plugin_path, json_t *task, const char *ckb_dir, const char *run_dir,
+                    double timeout_s, const struct mi_agent_host_cfg *cfg, mi_agent_outcome *out);
 
 #endif

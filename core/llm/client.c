@@ -112,6 +112,16 @@ void mi_llm_client_free(mi_llm_client *c) {
 
 void mi_llm_client_usage(const mi_llm_client *c, mi_llm_usage *out) { *out = c->usage; }
 
+const json_t *mi_llm_client_seen(const mi_llm_client *c) { return c->seen; }
+
+void mi_llm_client_set_seen(mi_llm_client *c, const json_t *seen) {
+  if (!json_is_object(seen)) return;
+  json_t *copy = json_deep_copy(seen);
+  if (!copy) return;
+  json_decref(c->seen);
+  c->seen = copy;
+}
+
 void mi_llm_response_free(mi_llm_response *r) {
   if (!r) return;
   free(r->content);
@@ -128,6 +138,7 @@ static json_t *request_json(const mi_llm_client *c, const mi_llm_request *q) {
     json_t *o = json_pack("{s:s, s:s}", "role", m->role ? m->role : "user", "content",
                           m->content ? m->content : "");
     if (m->tool_call_id) json_object_set_new(o, "tool_call_id", json_string(m->tool_call_id));
+    if (json_is_array(m->tool_calls)) json_object_set_new(o, "tool_calls", json_deep_copy(m->tool_calls));
     json_array_append_new(msgs, o);
   }
   json_t *r = json_pack("{s:s, s:o, s:b}", "model", c->model, "messages", msgs, "stream", q->stream);
@@ -503,7 +514,7 @@ int mi_llm_chat(mi_llm_client *c, const mi_llm_request *req, mi_llm_response *ou
     } else {
       int prc = req->stream ? parse_sse_answer(a.body.p ? a.body.p : "", a.body.n, out, why, sizeof why)
                             : parse_json_answer(a.body.p ? a.body.p : "", a.body.n, out, why, sizeof why);
-      if (prc == 0 && a.curl != CURLE_OK) prc = 1; /* the body ended early */
+      if (a.curl != CURLE_OK) prc = 1; /* the body ended early: a cut, whether or not what came parses */
       if (prc > 0) {
         snprintf(why, sizeof why, "the %s was cut (%s)", req->stream ? "stream" : "answer",
                  a.curl != CURLE_OK ? curl_easy_strerror(a.curl) : "no [DONE]");

@@ -47,6 +47,7 @@ typedef struct mi_llm_message {
   const char *role;         /* system, user, assistant, tool */
   const char *content;
   const char *tool_call_id; /* role tool: the call answered, else NULL */
+  const json_t *tool_calls; /* role assistant: the calls it made (as answered), else NULL */
 } mi_llm_message;
 
 typedef struct mi_llm_request {
@@ -89,5 +90,13 @@ typedef struct mi_llm_usage {
   double seconds;
 } mi_llm_usage;
 void mi_llm_client_usage(const mi_llm_client *c, mi_llm_usage *out);
+
+/* Record/replay files are named by the request's hash and how many times
+ * the same request was sent before. A run that spreads its requests over
+ * several clients (one per agent process) carries that count from one to
+ * the next: export it after a client's calls, import it into the next one.
+ * seen: {hash: times}; borrowed (get) or copied (set). */
+const json_t *mi_llm_client_seen(const mi_llm_client *c);
+void mi_llm_client_set_seen(mi_llm_client *c, const json_t *seen);
 
 #endif

@@ -43,7 +43,7 @@ static const char *TOOL_STREAM =
     "\"\\\"engine.c\\\"}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n"
     "data: [DONE]\n\n";
 
-static const mi_llm_message HELLO[] = {{"system", "You write C.", NULL}, {"user", "Say hello", NULL}};
+static const mi_llm_message HELLO[] = {{"system", "You write C.", NULL, NULL}, {"user", "Say hello", NULL, NULL}};
 
 static mi_llm_request req(int stream) {
   return (mi_llm_request){.messages = HELLO, .n_messages = 2, .temperature = 0, .seed = 7,
@@ -346,7 +346,7 @@ START_TEST(record_then_replay) {
   ck_assert_int_ne(mi_llm_chat(c, &q0, &e2, err, sizeof err), 0);
   ck_assert_msg(strstr(err, "HTTP 400") && strstr(err, "too long"), "replayed: %s (live: %s)", err, live_err);
   /* a request never recorded fails loudly */
-  mi_llm_message other[] = {{"user", "something else", NULL}};
+  mi_llm_message other[] = {{"user", "something else", NULL, NULL}};
   mi_llm_request q2 = {.messages = other, .n_messages = 1, .temperature = -1, .seed = -1};
   mi_llm_response x;
   ck_assert_int_ne(mi_llm_chat(c, &q2, &x, err, sizeof err), 0);
