@@ -184,6 +184,9 @@ typedef struct vf_stage_opts {
    * (mi-gen on a checkpoint no peer has seen: stage 5's float64 reference
    * still holds the engine to the math) */
   int goldens_optional;
+  /* stages 3-6: every unit's wall-clock deadline, instead of the stage's own
+   * (tests of a plugin that never returns); 0: the stage's */
+  double unit_timeout_s;
 } vf_stage_opts;
 
 /* Loads the plugin in a child and describes it: {"verdict": "PASS"|"FAIL",
@@ -281,5 +284,24 @@ void vf_case_start(int fd, const char *name, int index, const char *where);
 void vf_case_end(int fd, const char *name, int index, int pass, double max_err, json_t *extra, const char *fmt,
                  ...) __attribute__((format(printf, 7, 8)));
 json_t *vf_stage_result(int stage, const char *name, json_t *units);
+
+/* ---------- the stage 3-6 result protocol (raw.c) ----------
+ * A child that loads the candidate returns raw outputs only: one record per
+ * slot of the parent's plan, in slot order (VF_REC_OUT with the outputs, or
+ * VF_REC_FAIL with why it could not produce them). The parent's judge reads
+ * them with vf_raw_read and writes the case events with vf_ev_*. */
+void vf_ev_start(json_t *ev, const char *name, int index, const char *where);
+void vf_ev_end(json_t *ev, const char *name, int index, int pass, double max_err, json_t *extra,
+               const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+void vf_ev_error(json_t *ev, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* slots[i].type: 0 for a slot with no record. Returns the records read, or
+ * -1 (an error event naming `stage` appended) when the pipe holds anything
+ * but records in slot order. ERROR records become error events. */
+int vf_raw_read(const vf_child_result *r, const char *stage, int nslots, vf_rec *slots, json_t *ev);
+/* vf_run_unit for a candidate's child: the pipe read up to result_cap,
+ * the child's own events dropped, the events judge(arg, r) writes reported. */
+json_t *vf_run_unit_raw(const vf_stage_opts *o, const char *kind, const char *id, const char *member,
+                        int (*fn)(void *arg, int fd), void *arg, double timeout_s, size_t result_cap,
+                        json_t *(*judge)(void *arg, const vf_child_result *r));
 
 #endif

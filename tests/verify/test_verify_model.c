@@ -217,7 +217,7 @@ END_TEST
 START_TEST(stage6_gates_measured) {
   char q3[4200];
   snprintf(q3, sizeof q3, "%s/lib/metainfer/libmi-qwen3.so", getenv("MI_BUILD_DIR"));
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, q3, model, NULL, 0};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, q3, model, NULL, 0, 0};
   json_t *none = json_pack("{s:[]}", "gates");
   json_t *s = vf_stage6(&o, none);
   ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "N/A");
