@@ -321,10 +321,12 @@ static int find_golden(const char *dir, const char *model_dir, char *out, size_t
   snprintf(pat, sizeof pat, "%s/*.json", dir);
   glob_t g;
   int found = 0;
+  char unreadable[700] = ""; /* the first golden that could not be read, said in the message */
   if (glob(pat, 0, NULL, &g) == 0) {
     for (size_t i = 0; i < g.gl_pathc && !found; i++) {
       char e2[600];
       json_t *j = mi_file_load_json(g.gl_pathv[i], 0, GOLDEN_MAX_BYTES, "golden", 0, e2, sizeof e2);
+      if (!j && !unreadable[0]) snprintf(unreadable, sizeof unreadable, "%s", e2);
       const char *f =
           json_string_value(json_object_get(json_object_get(j, "model"), "safetensors_fnv1a32"));
       if (f && !strcasecmp(f, hex)) {
@@ -336,7 +338,8 @@ static int find_golden(const char *dir, const char *model_dir, char *out, size_t
     globfree(&g);
   }
   if (!found)
-    snprintf(why, why_len, "%s: no golden for this model (model.safetensors FNV-1a %s)", dir, hex);
+    snprintf(why, why_len, "%s: no golden for this model (model.safetensors FNV-1a %s)%s%s", dir, hex,
+             unreadable[0] ? "; a golden that cannot be read: " : "", unreadable);
   return found ? 0 : -1;
 }
 

@@ -147,18 +147,12 @@ static int imports_child(void *arg, int fd) {
   s5_job *j = arg;
   const char *path = j->o->model_plugin_path;
   vf_case_start(fd, "imports", 0, path);
-  FILE *f = fopen(path, "rb");
-  unsigned char *b = NULL;
-  long n = -1;
-  if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && n < (1L << 30) &&
-      fseek(f, 0, SEEK_SET) == 0 && (b = malloc((size_t)n)) &&
-      fread(b, 1, (size_t)n, f) != (size_t)n) {
-    free(b);
-    b = NULL;
-  }
-  if (f) fclose(f);
+  char rerr[1200];
+  size_t flen = 0;
+  unsigned char *b = (unsigned char *)mi_file_read_all(path, 0, 1u << 30, "plugin", &flen, rerr, sizeof rerr);
+  long n = (long)flen;
   if (!b) {
-    vf_case_end(fd, "imports", 0, 0, 0, NULL, "%s: cannot read the plugin file", path);
+    vf_case_end(fd, "imports", 0, 0, 0, NULL, "%s", rerr);
     return 1;
   }
   json_t *needed = json_array(), *undef = json_array();

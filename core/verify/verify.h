@@ -224,6 +224,10 @@ json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir
 json_t *vf_stage4(const vf_stage_opts *o, json_t *contract);
 json_t *vf_stage5(const vf_stage_opts *o, json_t *contract);
 json_t *vf_stage6(const vf_stage_opts *o, json_t *contract);
+/* Stage 6's default gate (growth.c): the platform work each decode step
+ * requests, counted, must not grow with the prefix beyond attention's
+ * linear share. A unit report. */
+json_t *vf_decode_growth(const vf_stage_opts *o);
 
 /* ---------- engine-level helpers (verify_model.c), used in children ---------- */
 
@@ -251,6 +255,10 @@ typedef struct vf_loaded {
   int64_t V; /* vocabulary */
 } vf_loaded;
 int vf_load_direct(const struct mi_session *e, const char *dir, vf_loaded *out, char *err, size_t err_len);
+/* The same with another platform table for the model (one that wraps the
+ * engine's: stage 6 counts the work each step asks for). */
+int vf_load_direct_on(const struct mi_session *e, const char *dir, const mi_platform_iface *P, vf_loaded *out,
+                      char *err, size_t err_len);
 void vf_unload_direct(vf_loaded *l);
 
 int64_t vf_argmax(const float *x, int64_t n);
