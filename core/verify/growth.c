@@ -87,7 +87,9 @@ static int w_convert(void *ctx, mi_stream *s, void *dst, mi_dtype dt, const void
 static const mi_platform_iface *counting_table(const mi_platform_iface *real) {
   g_real = real;
   memset(&g_wrap, 0, sizeof g_wrap);
-  memcpy(&g_wrap, real, real->struct_size < sizeof g_wrap ? real->struct_size : sizeof g_wrap);
+  size_t n = real->struct_size < sizeof g_wrap ? real->struct_size : sizeof g_wrap;
+  memcpy(&g_wrap, real, n);
+  g_wrap.struct_size = (uint32_t)n; /* members past what this verifier knows are not handed on */
   /* a member the platform lacks stays NULL (the model sees the same gaps) */
 #define WRAP(m) \
   if (mi_platform_has(real, m)) g_wrap.m = w_##m;

@@ -418,7 +418,7 @@ json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir
       /* a model load and a forward per tensor: the deadline grows with the sample */
       size_t cap = VF_REC_SIZE(0) * 8 + (size_t)(rj.n + 2) * VF_REC_SIZE((size_t)rj.V * sizeof(float));
       json_t *rb = vf_run_unit_raw(o, "readback", model_dir, "weights read-back", readback_child, &rj,
-                                   60 + 4.0 * rj.n, cap, readback_judge);
+                                   60 + 8.0 * rj.n, cap, readback_judge);
       /* The figure that matters: the smallest logit move a perturbation caused. */
       double mn = INFINITY;
       size_t k, nt = 0;
