@@ -5,7 +5,10 @@
  *   ref/ops.c        the operator contracts' references, selected by name
  *   unit.c           one operator contract: cases, inputs, libffi call, compare
  *   child.c          fork + time limit + rlimits around every unit
+ *   raw.c            stages 3-6's result protocol: raw records from the
+ *                    candidate's child, events and verdicts in the parent
  *   stage1..6.c      the stages
+ *   growth.c         stage 6's default gate: platform work per decode step
  *   model.c          engine-level helpers: registry of the two plugins,
  *                    model copies, tensor edits, greedy runs
  *   driver.c         per-model-contract drivers (driver.h): stage 2's layer
@@ -283,7 +286,9 @@ int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t 
 int vf_tensor_restore(const vf_tensor_loc *t, const unsigned char *saved);
 uint32_t vf_fnv1a32_file(const char *path, int *ok);
 
-/* One check run in a child (timeout at least timeout_s), as a unit report. */
+/* One check run in a child (timeout at least timeout_s), as a unit report,
+ * its verdicts the child's own events: only for children that load no
+ * candidate code (stage 3's file check, stage 5's import scan). */
 json_t *vf_run_unit(const vf_stage_opts *o, const char *kind, const char *id, const char *member,
                     int (*fn)(void *arg, int fd), void *arg, double timeout_s);
 void vf_case_start(int fd, const char *name, int index, const char *where);

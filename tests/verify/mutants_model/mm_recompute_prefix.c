@@ -13,19 +13,17 @@ static qwen3_seq *cur;
 
 int mm_forward(qwen3_model *m, qwen3_seq *s, const int32_t *ids, int64_t n, float *logits, int all_logits,
                char *err, size_t err_len) {
-  if (all_logits || n < 1) return qwen3_forward(m, s, ids, n, logits, all_logits, err, err_len);
   if (s != cur || s->len != nh) cur = s, nh = 0; /* another sequence, or one truncated: start over */
+  if (all_logits || n < 1 || s->len != nh) /* a history it does not know: the real forward */
+    return qwen3_forward(m, s, ids, n, logits, all_logits, err, err_len);
   if (nh + n > cap) {
     int64_t c = (nh + n) * 2;
     int32_t *h = realloc(hist, (size_t)c * sizeof *h);
     if (!h) return qwen3_forward(m, s, ids, n, logits, all_logits, err, err_len);
     hist = h, cap = c;
   }
-  if (nh != s->len) nh = 0;
-  int64_t keep = s->len;
   memcpy(hist + nh, ids, (size_t)n * sizeof *ids);
   nh += n;
-  if (keep != nh - n) return qwen3_forward(m, s, ids, n, logits, 0, err, err_len);
   s->len = 0; /* the cache is forgotten: everything again */
   return qwen3_forward(m, s, hist, nh, logits, 0, err, err_len);
 }
