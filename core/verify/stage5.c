@@ -530,7 +530,7 @@ static void unseen_judge_case(json_t *ev, int ci, const uc *c, const vf_rec *cr,
   int32_t *tok = malloc((size_t)steps * sizeof(int32_t));
   double *ref = malloc((size_t)steps * (size_t)V * sizeof(double) + 1), *lp = malloc((size_t)V * sizeof(double)),
          *rp = malloc((size_t)V * sizeof(double));
-  if (c->prep_err[0]) snprintf(msg, sizeof msg, "%s", c->prep_err);
+  if (c->prep_err[0]) snprintf(msg, sizeof msg, "%.3000s", c->prep_err);
   else if (cr->type == VF_REC_FAIL) snprintf(msg, sizeof msg, "%s: %s", cname, cr->msg);
   else if (cr->payload_len != lb + (size_t)steps * sizeof(int32_t))
     snprintf(msg, sizeof msg, "%s: the unit returned %zu bytes, %zu due", cname, cr->payload_len,

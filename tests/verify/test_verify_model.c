@@ -165,7 +165,6 @@ static const struct {
      "links libllama.so (DT_NEEDED), which is not in the allowlist: a foreign inference library"},
     {"dlopen_ggml", 5, "imports", "imports dlopen"},
     {"forged_pass", 3, NULL, "stage 3 (read-back): the unit's result pipe broke the verifier's protocol"},
-    {"recompute_prefix", 6, "decode_growth", "decode cost grows with the prefix: non-attention work per decode step"},
 };
 
 START_TEST(mutant_rejected_at_its_stage) {
@@ -294,6 +293,24 @@ START_TEST(forged_pass_rejected_at_stages_4_to_6) {
                 m ? m : "(none)");
   json_decref(s);
   json_decref(c);
+  json_decref(none);
+}
+END_TEST
+
+/* Stage 6's default gate on the mutant that recomputes its whole prefix at
+ * every decode step (right logits, so only the cost shows it): run alone,
+ * as a full run would spend half a minute on stages 1-5 first. */
+START_TEST(decode_growth_catches_prefix_recompute) {
+  char so[4400];
+  snprintf(so, sizeof so, "%s/libmm-recompute_prefix.so", mm_dir);
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0};
+  json_t *none = json_pack("{s:[]}", "gates");
+  json_t *s = vf_stage6(&o, none);
+  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
+  const char *m = unit_message(s, "decode_growth");
+  ck_assert_msg(m && strstr(m, "decode cost grows with the prefix: non-attention work per decode step (step 0)"),
+                "decode growth says: %s", m ? m : "(none)");
+  json_decref(s);
   json_decref(none);
 }
 END_TEST
@@ -442,6 +459,7 @@ int main(void) {
   tcase_add_test(tc, model_without_golden_fails_stage4);
   tcase_add_test(tc, forged_pass_rejected_at_stages_4_to_6);
   tcase_add_test(tc, hung_plugin_killed_at_the_deadline);
+  tcase_add_test(tc, decode_growth_catches_prefix_recompute);
   tcase_add_test(tc, hostile_files_refused_with_one_line);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);
