@@ -4,11 +4,13 @@
  *     through libffi on fresh seeded inputs, against float64 references;
  *   2 one decoder layer composed from the platform's kernels;
  *   3 weight files against the model contract, and read-back through the
- *     engine (every tensor's perturbation must move the logits);
+ *     engine (each sampled tensor's perturbation must move the logits);
  *   4 end to end against llama.cpp goldens;
  *   5 authenticity: imports allowlist, outputs follow the weights, unseen
  *     prompts against a float64 forward pass, weights from the given path;
- *   6 performance gates (N/A when the contract states none).
+ *   6 performance gates: the contract's, and always the default one, decode
+ *     growth (the platform work a decode step requests, counted, must not
+ *     grow with the prefix beyond attention's linear share).
  * Each unit runs in an isolated child; a stage runs only when all before it
  * passed. Exit status: 0 all passed, 1 something failed, 2 the run could not
  * be set up. */
@@ -23,6 +25,7 @@
 #include "core/ckb/ckb.h"
 #include "core/util/num.h"
 #include "core/util/out.h"
+#include "core/util/file.h"
 #include "core/verify/verify.h"
 #include "mi/host.h"
 
@@ -132,10 +135,11 @@ static int resolve_model_contract(const mi_ckb *c, const char *ckb_dir, const ch
   if (model_dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", model_dir);
-    json_error_t je;
-    json_t *cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    char err[4400];
+    json_t *cfg = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", JSON_REJECT_DUPLICATES, err,
+                                    sizeof err);
     if (!cfg) {
-      fprintf(stderr, "mi-verify: %s: %s (line %d)\n", path, je.text, je.line);
+      fprintf(stderr, "mi-verify: %s\n", err);
       return -1;
     }
     const mi_ckb_entry *m = mi_ckb_find_model(c, json_object_get(cfg, "architectures"));
@@ -302,7 +306,7 @@ int main(int argc, char **argv) {
   json_t *t1 = find_stage_contract(c, 1, "operator_units");
   json_t *lim = json_object_get(t1, "limits");
   mi_options popts = {kv, nkv};
-  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192, 0}, only, NULL, NULL, NULL, 0};
+  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192, 0}, only, NULL, NULL, NULL, 0, 0};
   if (json_is_number(json_object_get(lim, "timeout_s"))) o.lim.timeout_s = json_number_value(json_object_get(lim, "timeout_s"));
   if (json_is_number(json_object_get(lim, "cpu_s"))) o.lim.cpu_s = json_number_value(json_object_get(lim, "cpu_s"));
   if (json_is_integer(json_object_get(lim, "mem_mb"))) o.lim.mem_mb = (uint64_t)json_integer_value(json_object_get(lim, "mem_mb"));

@@ -21,6 +21,7 @@
 #include "core/runtime/host.h"
 #include "core/runtime/safetensors.h"
 #include "core/runtime/rng.h"
+#include "core/util/file.h"
 #include "core/verify/verify.h"
 
 /* ---------- scratch folders ---------- */
@@ -148,15 +149,16 @@ mi_session *vf_open_engine(mi_registry *reg, const char *model_dir, char *err, s
 /* What mi_session_open does for the weights, with the engine's plugins, and
  * without the tokenizer (which costs ~0.4 s and does not touch weights). */
 int vf_load_direct(const mi_session *e, const char *dir, vf_loaded *out, char *err, size_t err_len) {
+  return vf_load_direct_on(e, dir, e->P, out, err, err_len);
+}
+
+int vf_load_direct_on(const mi_session *e, const char *dir, const mi_platform_iface *P, vf_loaded *out, char *err,
+                      size_t err_len) {
   memset(out, 0, sizeof *out);
   char path[4200];
   snprintf(path, sizeof path, "%s/config.json", dir);
-  json_error_t je;
-  out->cfg = json_load_file(path, 0, &je);
-  if (!out->cfg) {
-    snprintf(err, err_len, "%s: %s", path, je.text);
-    return -1;
-  }
+  out->cfg = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, err_len);
+  if (!out->cfg) return -1;
   out->w = mi_weights_open(dir, err, err_len);
   if (!out->w) goto fail;
   mi_options none = {0};
@@ -165,7 +167,7 @@ int vf_load_direct(const mi_session *e, const char *dir, vf_loaded *out, char *e
       .model_dir = dir,
       .config = mi_json_wrap(out->cfg),
       .weights = out->w,
-      .platform = {.iface = e->P, .ctx = e->pc},
+      .platform = {.iface = P, .ctx = e->pc},
       .tp_rank = 0,
       .tp_size = 1,
       .opts = &none,
@@ -237,7 +239,10 @@ int vf_tensor_locate(const char *model_dir, const char *name, vf_tensor_loc *out
   out->dtype = wi.dtype;
   mi_weights_close(w);
   /* The offset from the header itself: 8-byte length, JSON, data. */
-  FILE *f = fopen(out->file, "rb");
+  char e2[600];
+  int hfd = mi_file_open(out->file, 0, 0, NULL, NULL, e2, sizeof e2);
+  FILE *f = hfd >= 0 ? fdopen(hfd, "rb") : NULL;
+  if (hfd >= 0 && !f) close(hfd);
   uint64_t hl = 0;
   if (!f || fread(&hl, 8, 1, f) != 1 || hl > (1u << 28)) {
     snprintf(err, err_len, "%s: cannot read the safetensors header", out->file);
@@ -336,9 +341,12 @@ int vf_tensor_restore(const vf_tensor_loc *t, const unsigned char *saved) {
 }
 
 uint32_t vf_fnv1a32_file(const char *path, int *ok) {
-  FILE *f = fopen(path, "rb");
+  char err[600];
+  int fd = mi_file_open(path, 0, 0, NULL, NULL, err, sizeof err); /* a FIFO there must not block */
+  FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
   uint32_t h = 0x811c9dc5u;
   *ok = 0;
+  if (fd >= 0 && !f) close(fd);
   if (!f) return 0;
   unsigned char buf[1 << 16];
   size_t n;

@@ -9,14 +9,23 @@
  * restored. A tensor whose perturbation leaves the logits unchanged was not
  * read from the given path (baked-in weights, a fixed path, a tensor the
  * forward pass never uses). Each part runs in a child, since it mmaps files
- * that may be hostile and calls plugin code. */
+ * that may be hostile and calls plugin code; the read-back child only
+ * returns logits (raw.c), the verdicts are the parent's (readback_judge).
+ * Read-back perturbs a sample: every global tensor and every tensor of the
+ * first, the last and two seeded layers (sample_tensors). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "core/ckb/ckb.h"
+#include "core/runtime/rng.h"
+#include "core/util/file.h"
 #include "core/runtime/session.h"
 #include "core/runtime/safetensors.h"
 #include "core/verify/verify.h"
@@ -58,19 +67,38 @@ static int weights_child(void *arg, int fd) {
   json_object_set_new(ev, "max_rel_err", json_real(0));
   vf_emit(fd, ev);
   json_decref(r);
+  if (n == 0) {
+    /* The tensor names for read-back's sample: this child loads no plugin,
+     * so the list is the verifier's own reading of the files. */
+    mi_weights *w = mi_weights_open(j->model_dir, err, sizeof err);
+    json_t *names = json_array();
+    for (size_t i = 0, nt = w ? mi_weights_count(w) : 0; i < nt; i++) {
+      mi_weight_info wi;
+      if (mi_weights_at(w, i, &wi) == 0) json_array_append_new(names, json_string(wi.name));
+    }
+    if (w) mi_weights_close(w);
+    vf_emit(fd, json_pack("{s:s, s:o}", "event", "tensors", "names", names));
+  }
   return n != 0;
 }
+
+/* ---------- (2) read-back: the plan, the child, the judge ---------- */
 
 typedef struct rb_job {
   const vf_stage_opts *o;
   const char *model_dir;
   const char *workdir;
+  char **names; /* the tensors perturbed, chosen by the parent */
+  int n;
+  int64_t V;    /* vocabulary from config.json: the size of every logits record */
 } rb_job;
 
 static double max_abs(const float *a, int64_t n) {
   double m = 0;
-  for (int64_t i = 0; i < n; i++)
-    m = fmax(m, fabs((double)a[i]));
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i]);
+    if (!(d <= m)) m = d; /* NaN wins */
+  }
   return m;
 }
 
@@ -98,15 +126,17 @@ static float *logits_from(const mi_session *e, const char *dir, const int32_t *i
   return lg;
 }
 
+/* Slot 0: the engine's logits on the model folder; 1: on a plain copy;
+ * 2 + k: on the copy with tensor k perturbed. Only logits leave the child. */
 static int readback_child(void *arg, int fd) {
   rb_job *j = arg;
   char err[2048] = "", copy[4200];
-  vf_case_start(fd, "engine_load", 0, j->model_dir);
   mi_registry *reg = vf_open_registry(j->o, j->workdir, err, sizeof err);
   mi_session *e = reg ? vf_open_engine(reg, j->model_dir, err, sizeof err) : NULL;
   if (!e) {
-    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "the engine cannot load %s: %s", j->model_dir,
-                err);
+    char m[2600];
+    snprintf(m, sizeof m, "the engine cannot load %s: %s", j->model_dir, err);
+    vf_rec_write(fd, VF_REC_FAIL, 0, 0, m, NULL, 0);
     if (reg) mi_registry_free(reg);
     return 1;
   }
@@ -114,127 +144,241 @@ static int readback_child(void *arg, int fd) {
   int32_t ids[S3_PROMPT], tok;
   vf_random_prompt(j->o->seed ^ 0x53334, ids, S3_PROMPT, 0, V);
   float *base = malloc((size_t)V * sizeof(float)); /* [V] */
-  int rc = 1;
   if (!base || vf_greedy(e->M, e->model, V, ids, S3_PROMPT, 1, base, &tok, err, sizeof err) != 0) {
-    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "forward pass through the engine failed: %s",
-                err);
+    char m[2600];
+    snprintf(m, sizeof m, "forward pass through the engine failed: %s", err);
+    vf_rec_write(fd, VF_REC_FAIL, 0, 0, m, NULL, 0);
     goto out;
   }
-  const double scale = max_abs(base, V);
-  if (!isfinite(scale) || scale == 0) {
-    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "the engine's logits are %s",
-                scale == 0 ? "all zero" : "not finite");
-    goto out;
-  }
-  vf_case_end(fd, "engine_load", 0, 1, 0, json_pack("{s:f}", "max_abs_logit", scale), NULL);
-
-  /* A copy must give the same logits, or changes below mean nothing. */
+  vf_rec_write(fd, VF_REC_OUT, 0, 0, NULL, base, (uint64_t)V * sizeof(float));
   snprintf(copy, sizeof copy, "%s/copy", j->workdir);
-  vf_case_start(fd, "copy", 1, copy);
   float *lc = NULL;
   if (vf_copy_model_dir(j->model_dir, copy, err, sizeof err) != 0 ||
       !(lc = logits_from(e, copy, ids, S3_PROMPT, err, sizeof err))) {
-    vf_case_end(fd, "copy", 1, 0, 0, NULL, "cannot run a copy of the model folder: %s", err);
+    char m[2600];
+    snprintf(m, sizeof m, "cannot run a copy of the model folder: %s", err);
+    vf_rec_write(fd, VF_REC_FAIL, 1, 0, m, NULL, 0);
     goto out;
   }
-  double d0 = max_diff(lc, base, V) / scale;
+  vf_rec_write(fd, VF_REC_OUT, 1, 0, NULL, lc, (uint64_t)V * sizeof(float));
   free(lc);
-  if (!(d0 <= S3_MIN_CHANGE)) {
-    vf_case_end(
-        fd, "copy", 1, 0, d0, NULL,
-        "an identical copy of the model folder gives different logits (max rel difference %.3g): "
-        "outputs do not depend on the weights alone",
-        d0);
-    goto out;
-  }
-  vf_case_end(fd, "copy", 1, 1, d0, NULL, NULL);
-
-  /* Every tensor perturbed in turn; the verdicts are emitted after a
-   * summary case, so the unit's message names the pattern: nothing read
-   * from the folder (baked-in weights, another path) or some tensors unused. */
-  rc = 0;
-  size_t nt = mi_weights_count(e->weights), n_unread = 0, n_run = 0;
-  json_t *evs = json_array();
-  const char *first_unread = NULL;
-  for (size_t i = 0; i < nt; i++) {
-    mi_weight_info wi;
-    if (mi_weights_at(e->weights, i, &wi) != 0) continue;
-    char cname[300];
-    snprintf(cname, sizeof cname, "read:%s", wi.name);
-    json_array_append_new(evs, json_pack("{s:s, s:s, s:i, s:s}", "event", "case_start", "case",
-                                         cname, "index", (int)i + 3, "where", wi.name));
+  for (int i = 0; i < j->n; i++) {
     vf_tensor_loc loc;
     unsigned char *saved = NULL;
     float *lp = NULL;
-    if (vf_tensor_locate(copy, wi.name, &loc, err, sizeof err) != 0 ||
-        vf_tensor_edit(&loc, 1.0, 0.5, j->o->seed + i, &saved, err, sizeof err) != 0 ||
+    if (vf_tensor_locate(copy, j->names[i], &loc, err, sizeof err) != 0 ||
+        vf_tensor_edit(&loc, 1.0, 0.5, j->o->seed + (uint64_t)i, &saved, err, sizeof err) != 0 ||
         !(lp = logits_from(e, copy, ids, S3_PROMPT, err, sizeof err))) {
-      char m2[2600];
-      snprintf(m2, sizeof m2, "tensor \"%s\": cannot run the perturbed copy: %s", wi.name, err);
-      json_array_append_new(evs, json_pack("{s:s, s:s, s:i, s:s, s:s, s:f}", "event", "case_end",
-                                           "case", cname, "index", (int)i + 3, "verdict", "FAIL",
-                                           "message", m2, "max_rel_err", 0.0));
-      rc = 1;
+      char m[2600];
+      snprintf(m, sizeof m, "tensor \"%s\": cannot run the perturbed copy: %s", j->names[i], err);
+      vf_rec_write(fd, VF_REC_FAIL, 2 + i, 0, m, NULL, 0);
     } else {
-      double d = max_diff(lp, base, V) / scale;
-      int pass = d > S3_MIN_CHANGE;
-      rc |= !pass;
-      n_run++;
-      char m2[1200] = "";
-      if (!pass) {
-        n_unread++;
-        if (!first_unread) first_unread = wi.name;
-        snprintf(
-            m2, sizeof m2,
-            "tensor \"%s\" was not read from the given model folder: perturbing it (+-50%%) in "
-            "a copy left the logits unchanged (max rel change %.3g)",
-            wi.name, d);
-      }
-      json_t *ev = json_pack("{s:s, s:s, s:i, s:s, s:f, s:f}", "event", "case_end", "case", cname,
-                             "index", (int)i + 3, "verdict", pass ? "PASS" : "FAIL", "max_rel_err",
-                             0.0, "rel_change", d);
-      if (!pass) json_object_set_new(ev, "message", json_string(m2));
-      json_array_append_new(evs, ev);
+      vf_rec_write(fd, VF_REC_OUT, 2 + i, 0, NULL, lp, (uint64_t)V * sizeof(float));
     }
-    if (saved && vf_tensor_restore(&loc, saved) != 0) rc = 1;
+    if (saved) vf_tensor_restore(&loc, saved);
     free(saved);
     free(lp);
   }
-  vf_case_start(fd, "every tensor read", 2, copy);
-  if (n_unread && n_unread == n_run)
-    vf_case_end(fd, "every tensor read", 2, 0, 0, NULL,
-                "no tensor was read from the given model folder: perturbing each of the %zu in a "
-                "copy left the "
-                "logits unchanged -- weights baked in or read from another path",
-                n_run);
-  else if (n_unread)
-    vf_case_end(fd, "every tensor read", 2, 0, 0, NULL,
-                "%zu of %zu tensors are never read: perturbing \"%s\"%s in a copy left the logits "
-                "unchanged -- the "
-                "forward pass skips them (e.g. a norm not applied) or reads them from elsewhere",
-                n_unread, n_run, first_unread, n_unread > 1 ? " (and others)" : "");
-  else
-    vf_case_end(fd, "every tensor read", 2, !rc, 0, NULL,
-                "all %zu tensors change the logits when perturbed", n_run);
-  size_t k;
-  json_t *ev;
-  json_array_foreach(evs, k, ev) vf_emit(fd, json_incref(ev));
-  json_decref(evs);
 out:
   free(base);
   mi_session_close(e);
   mi_registry_free(reg);
-  return rc;
+  return 0;
+}
+
+static json_t *readback_judge(void *arg, const vf_child_result *r) {
+  rb_job *j = arg;
+  json_t *ev = json_array();
+  int ns = 2 + j->n;
+  vf_rec *sl = calloc((size_t)ns, sizeof *sl);
+  if (!sl || vf_raw_read(r, "stage 3 (read-back)", ns, sl, ev) < 0) goto done;
+  const size_t lbytes = (size_t)j->V * sizeof(float);
+  const char *names[2] = {"engine_load", "copy"};
+  for (int k = 0; k < 2; k++) {
+    if (!sl[k].type) { /* in flight when the child ended */
+      vf_ev_start(ev, names[k], k, k ? "a copy of the model folder" : j->model_dir);
+      goto done;
+    }
+    if (sl[k].type == VF_REC_FAIL) {
+      vf_ev_end(ev, names[k], k, 0, 0, NULL, "%s", sl[k].msg);
+      goto done;
+    }
+    if (sl[k].payload_len != lbytes) {
+      vf_ev_end(ev, names[k], k, 0, 0, NULL,
+                "the engine returned %zu bytes of logits, config.json's vocab_size %lld needs %zu",
+                sl[k].payload_len, (long long)j->V, lbytes);
+      goto done;
+    }
+  }
+  /* records are not aligned in the pipe: copied out before use */
+  float *base = malloc(lbytes), *lg = malloc(lbytes);
+  if (!base || !lg) {
+    free(base), free(lg);
+    vf_ev_error(ev, "stage 3: out of memory in the verifier");
+    goto done;
+  }
+  memcpy(base, sl[0].payload, lbytes);
+  const double scale = max_abs(base, j->V);
+  if (!isfinite(scale) || scale == 0)
+    vf_ev_end(ev, "engine_load", 0, 0, 0, NULL, "the engine's logits are %s", scale == 0 ? "all zero" : "not finite");
+  else {
+    vf_ev_end(ev, "engine_load", 0, 1, 0, json_pack("{s:f}", "max_abs_logit", scale), NULL);
+    memcpy(lg, sl[1].payload, lbytes);
+    double d0 = max_diff(lg, base, j->V) / scale;
+    if (!(d0 <= S3_MIN_CHANGE))
+      vf_ev_end(ev, "copy", 1, 0, d0, NULL,
+                "an identical copy of the model folder gives different logits (max rel difference %.3g): "
+                "outputs do not depend on the weights alone", d0);
+    else {
+      vf_ev_end(ev, "copy", 1, 1, d0, NULL, NULL);
+      /* Every sampled tensor; the verdicts after a summary case, so the
+       * unit's message names the pattern: nothing read from the folder
+       * (baked-in weights, another path) or some tensors unused. */
+      json_t *evs = json_array();
+      size_t n_unread = 0, n_run = 0;
+      const char *first_unread = NULL;
+      int fails = 0, stopped = 0;
+      for (int i = 0; i < j->n && !stopped; i++) {
+        char cname[300];
+        snprintf(cname, sizeof cname, "read:%s", j->names[i]);
+        const vf_rec *s = &sl[2 + i];
+        if (!s->type) {
+          vf_ev_start(evs, cname, i + 3, j->names[i]);
+          stopped = 1;
+        } else if (s->type == VF_REC_FAIL || s->payload_len != lbytes) {
+          vf_ev_end(evs, cname, i + 3, 0, 0, NULL, "%s",
+                    s->type == VF_REC_FAIL ? s->msg : "a logits record of the wrong size");
+          fails++;
+        } else {
+          memcpy(lg, s->payload, lbytes);
+          double d = max_diff(lg, base, j->V) / scale;
+          int pass = d > S3_MIN_CHANGE;
+          n_run++;
+          if (!pass) {
+            n_unread++;
+            if (!first_unread) first_unread = j->names[i];
+          }
+          json_t *x = json_pack("{s:f}", "rel_change", d);
+          if (pass) vf_ev_end(evs, cname, i + 3, 1, 0, x, NULL);
+          else
+            vf_ev_end(evs, cname, i + 3, 0, 0, x,
+                      "tensor \"%s\" was not read from the given model folder: perturbing it (+-50%%) in a copy "
+                      "left the logits unchanged (max rel change %.3g)", j->names[i], d);
+        }
+      }
+      if (!stopped) {
+        if (n_unread && n_unread == n_run)
+          vf_ev_end(ev, "every tensor read", 2, 0, 0, NULL,
+                    "no tensor was read from the given model folder: perturbing each of the %zu in a copy left the "
+                    "logits unchanged -- weights baked in or read from another path", n_run);
+        else if (n_unread)
+          vf_ev_end(ev, "every tensor read", 2, 0, 0, NULL,
+                    "%zu of %zu tensors are never read: perturbing \"%s\"%s in a copy left the logits unchanged -- "
+                    "the forward pass skips them (e.g. a norm not applied) or reads them from elsewhere",
+                    n_unread, n_run, first_unread, n_unread > 1 ? " (and others)" : "");
+        else
+          vf_ev_end(ev, "every tensor read", 2, !fails, 0, NULL, "all %zu tensors sampled change the logits when perturbed",
+                    n_run);
+      }
+      size_t k;
+      json_t *e;
+      json_array_foreach(evs, k, e) json_array_append(ev, e);
+      json_decref(evs);
+    }
+  }
+  free(base);
+  free(lg);
+done:
+  free(sl);
+  return ev;
+}
+
+/* The tensors read-back perturbs: every global tensor (not under
+ * model.layers.N.) and every tensor of a sample of layers: the first, the
+ * last and two drawn with `seed` from those between. Each perturbation costs
+ * a model load and a forward, so all 311 tensors of a 28-layer model would
+ * take many minutes; a candidate that skips tensors of one layer only is
+ * caught with probability (sampled layers)/(layers) per run, one that skips
+ * a kind of tensor (a norm) in every layer always. The seed comes from the
+ * parent when the unit starts, so the candidate cannot know the sample. */
+static int layer_of(const char *name) {
+  int l = -1, n = 0;
+  if (sscanf(name, "model.layers.%d.%n", &l, &n) == 1 && n > 0) return l;
+  return -1;
+}
+
+static int sample_tensors(json_t *names, uint64_t seed, char ***out, int *nout, char *desc, size_t dlen) {
+  int L = 0;
+  size_t i;
+  json_t *v;
+  json_array_foreach(names, i, v) {
+    int l = layer_of(json_string_value(v));
+    if (l + 1 > L) L = l + 1;
+  }
+  char *pick = calloc((size_t)L + 1, 1);
+  *out = calloc(json_array_size(names) + 1, sizeof **out);
+  if (!pick || !*out) {
+    free(pick);
+    return -1;
+  }
+  int nl = 0;
+  if (L <= 4) {
+    for (int l = 0; l < L; l++) pick[l] = 1;
+  } else {
+    pick[0] = pick[L - 1] = 1;
+    uint64_t s = seed;
+    for (int d = 0; d < 2;) {
+      int l = 1 + (int)mi_rng_int(&s, 0, L - 3);
+      if (!pick[l]) pick[l] = 1, d++;
+    }
+  }
+  size_t dl = (size_t)snprintf(desc, dlen, "layers");
+  for (int l = 0; l < L; l++)
+    if (pick[l]) {
+      nl++;
+      if (dl < dlen) dl += (size_t)snprintf(desc + dl, dlen - dl, "%s%d", nl > 1 ? "," : " ", l);
+    }
+  *nout = 0;
+  json_array_foreach(names, i, v) {
+    const char *nm = json_string_value(v);
+    int l = layer_of(nm);
+    if (nm && (l < 0 || pick[l])) (*out)[(*nout)++] = strdup(nm);
+  }
+  if (dl < dlen)
+    snprintf(desc + dl, dlen - dl, " of %d (seed 0x%016llx) and every global tensor: %d of %zu tensors", L,
+             (unsigned long long)seed, *nout, json_array_size(names));
+  free(pick);
+  return 0;
+}
+
+static uint64_t fresh_seed(uint64_t mix) {
+  uint64_t s = 0;
+  if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    s = (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
+  }
+  return s ^ mix;
 }
 
 json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir) {
   s3_job job = {ckb, model_dir};
+  json_t *tensors_ev = NULL;
   vf_child_result r;
   json_t *u;
   if (vf_run_child(&o->lim, weights_child, &job, &r) != 0) {
     u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "weights", "id", model_dir, "verdict",
                   "FAIL", "status", "ERROR", "message", "cannot fork a child");
   } else {
+    /* the tensor list is not a case: taken out before the report */
+    for (size_t i = 0; i < json_array_size(r.events); i++) {
+      json_t *e = json_array_get(r.events, i);
+      if (!strcmp(json_string_value(json_object_get(e, "event")) ?: "", "tensors")) {
+        tensors_ev = json_incref(e);
+        json_array_remove(r.events, i);
+        break;
+      }
+    }
     u = vf_unit_report("weights", model_dir, "-", "weights", &r, o->lim.timeout_s, o->lim.cpu_s);
     vf_child_result_free(&r);
     json_t *c0 = json_array_get(json_object_get(u, "cases"), 0);
@@ -246,21 +390,35 @@ json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir
   json_t *units = json_array();
   json_array_append_new(units, u);
   if (!o->model_plugin_path) {
+    json_decref(tensors_ev);
     return json_pack("{s:i, s:s, s:s, s:s, s:o, s:i, s:i}", "stage", 3, "name", "weight_loading",
                      "verdict", pass ? "PASS" : "FAIL", "status",
                      "partial: files only (no model plugin given)", "units", units, "passed", pass,
                      "failed", !pass);
   }
+  json_t *names = NULL;
   if (pass) {
-    char wd[4096];
-    if (vf_workdir_new(wd, sizeof wd) != 0) {
+    char wd[4096], err[4400], path[4200], desc[600];
+    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    json_t *cfg = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, sizeof err);
+    json_t *jv = json_object_get(cfg, "vocab_size");
+    rb_job rj = {o, model_dir, wd, NULL, 0, json_is_integer(jv) ? json_integer_value(jv) : 0};
+    json_decref(cfg);
+    if (!cfg || rj.V < 1 || rj.V > (1 << 24)) {
+      if (cfg) snprintf(err, sizeof err, "%s: no usable vocab_size", path);
+      json_array_append_new(units, json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "readback", "id", model_dir,
+                                             "verdict", "FAIL", "status", "ERROR", "message", err));
+    } else if (!(names = json_incref(json_object_get(tensors_ev, "names"))) ||
+               sample_tensors(names, fresh_seed(o->seed), &rj.names, &rj.n, desc, sizeof desc) != 0 ||
+               vf_workdir_new(wd, sizeof wd) != 0) {
       json_array_append_new(units, json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "readback", "id",
                                              model_dir, "verdict", "FAIL", "status", "ERROR",
-                                             "message", "cannot create a scratch folder"));
+                                             "message", "cannot list the tensors or create a scratch folder"));
     } else {
-      rb_job rj = {o, model_dir, wd};
-      json_t *rb =
-          vf_run_unit(o, "readback", model_dir, "weights read-back", readback_child, &rj, 120);
+      /* a model load and a forward per tensor: the deadline grows with the sample */
+      size_t cap = VF_REC_SIZE(0) * 8 + (size_t)(rj.n + 2) * VF_REC_SIZE((size_t)rj.V * sizeof(float));
+      json_t *rb = vf_run_unit_raw(o, "readback", model_dir, "weights read-back", readback_child, &rj,
+                                   60 + 8.0 * rj.n, cap, readback_judge);
       /* The figure that matters: the smallest logit move a perturbation caused. */
       double mn = INFINITY;
       size_t k, nt = 0;
@@ -270,15 +428,20 @@ json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir
         mn = fmin(mn, json_number_value(json_object_get(c, "rel_change")));
         nt++;
       }
+      json_object_set_new(rb, "sample", json_string(desc));
       if (nt)
         json_object_set_new(
             rb, "summary",
-            json_sprintf("read-back: %zu tensors perturbed one at a time in a copy, "
+            json_sprintf("read-back: %zu tensors perturbed one at a time in a copy (%s), "
                          "smallest logit move %.3g (relative)",
-                         nt, mn));
+                         nt, desc, mn));
       json_array_append_new(units, rb);
       vf_rmtree(wd);
     }
+    for (int i = 0; i < rj.n; i++) free(rj.names[i]);
+    free(rj.names);
   }
+  json_decref(names);
+  json_decref(tensors_ev);
   return vf_stage_result(3, "weight_loading", units);
 }

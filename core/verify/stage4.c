@@ -15,7 +15,10 @@
  * counted apart; the report says how many cases were held out. The three
  * goldens in tests/goldens are all used by tests/e2e during development, so
  * none of them is held out: stage 5 (c) supplies prompts drawn at run time.
- * TOL = 1e-3 and NEAR_TIE = 2e-3: see the reasoning in tests/e2e/test_e2e_peer.c. */
+ * TOL = 1e-3 and NEAR_TIE = 2e-3: see the reasoning in tests/e2e/test_e2e_peer.c.
+ * The child that runs the engine only returns, per case, the prompt's ids
+ * and the greedy steps with their top-K (child_case); the parent read the
+ * golden (bounded reader) and compares (judge_case). */
 #define _GNU_SOURCE
 #include <glob.h>
 #include <math.h>
@@ -25,17 +28,20 @@
 
 #include "core/runtime/session.h"
 #include "core/tokenizer/tokenizer.h"
+#include "core/util/file.h"
 #include "core/verify/verify.h"
 
 #define TOL 1e-3
 #define NEAR_TIE (2 * TOL)
 #define MAX_TOPK 64
+#define GOLDEN_MAX_BYTES (64u << 20) /* the largest golden in tests/goldens is ~100 KB */
 
 typedef struct s4_job {
   const vf_stage_opts *o;
   json_t *contract;
   const char *workdir;
   char golden[4096];
+  json_t *gold; /* the golden, read by the parent */
 } s4_job;
 
 typedef struct gen_rec {
@@ -77,46 +83,26 @@ static int held_out(json_t *contract, const char *golden, int ci, json_t *gc) {
   return 0;
 }
 
-/* One golden case; 0 pass, 1 fail (case_end emitted either way). */
-static int run_case(int fd, mi_session *e, const char *gname, int ci, json_t *gc, int K, int held,
-                    double *worst) {
-  char cname[64], where[4200], err[1024];
-  /* messages quote `where`; keep them whole */
-  snprintf(cname, sizeof cname, "case %d%s", ci, held ? " (held out)" : "");
-  snprintf(where, sizeof where, "%s case %d", gname, ci);
-  const int ev = ci + 1; /* event index: 0 is the engine load */
-  vf_case_start(fd, cname, ev, where);
+/* The child's record for one case: what the engine made of the prompt and
+ * the greedy steps with their top-K, nothing judged:
+ *   int32 n_ids, n_gen, K; int32 ids[n_ids]; int32 gen[n_gen];
+ *   int32 top[n_gen*K]; double lps[n_gen*K] */
+static void child_case(int fd, mi_session *e, int slot, json_t *gc, int K) {
   const char *prompt = json_string_value(json_object_get(gc, "prompt"));
-  json_t *gids = json_object_get(gc, "prompt_ids"), *gsteps = json_object_get(gc, "steps");
-  int np = (int)json_array_size(gids), ns = (int)json_array_size(gsteps);
-  if (!prompt || np < 1 || ns < 1 || K < 2 || K > MAX_TOPK) {
-    vf_case_end(fd, cname, ev, 0, 0, NULL,
-                "%s: malformed golden case (prompt, prompt_ids, steps, top_k)", where);
-    return 1;
+  int ns = (int)json_array_size(json_object_get(gc, "steps"));
+  char err[1024] = "", msg[1400];
+  if (!prompt || ns < 1 || K < 2 || K > MAX_TOPK) { /* the parent reports the golden as malformed */
+    vf_rec_write(fd, VF_REC_OUT, slot, 0, NULL, NULL, 0);
+    return;
   }
   int32_t *ids = NULL;
   size_t n_ids = 0;
-  int rc = 1;
   if (mi_tokenizer_encode(e->tok, prompt, strlen(prompt), 1, &ids, &n_ids) != 0) {
-    vf_case_end(fd, cname, ev, 0, 0, NULL, "%s: the tokenizer cannot encode the prompt", where);
-    return 1;
+    vf_rec_write(fd, VF_REC_FAIL, slot, 0, "the tokenizer cannot encode the prompt", NULL, 0);
+    return;
   }
-  for (int i = 0; i < np; i++)
-    if ((size_t)i >= n_ids || ids[i] != json_integer_value(json_array_get(gids, (size_t)i)) ||
-        n_ids != (size_t)np) {
-      vf_case_end(fd, cname, ev, 0, 0, NULL,
-                  "%s: prompt tokenisation differs from llama.cpp's at index %d (%zu vs %d ids)",
-                  where, i, n_ids, np);
-      free(ids);
-      return 1;
-    }
-  gen_rec g = {0,
-               ns,
-               K,
-               malloc(ns * sizeof(int32_t)),
-               malloc((size_t)ns * K * sizeof(int32_t)),
-               malloc((size_t)ns * K * sizeof(double)),
-               malloc(ns * sizeof(double))};
+  gen_rec g = {0, ns, K, malloc(ns * sizeof(int32_t)), malloc((size_t)ns * K * sizeof(int32_t)),
+               malloc((size_t)ns * K * sizeof(double)), malloc(ns * sizeof(double))};
   mi_gen_params gp;
   memset(&gp, 0, sizeof gp);
   mi_sampler_defaults(&gp.sampling);
@@ -126,121 +112,196 @@ static int run_case(int fd, mi_session *e, const char *gname, int ci, json_t *gc
   gp.top_logprobs = K;
   mi_gen_stats st;
   memset(&st, 0, sizeof st);
-  double mx = 0;
-  int compared = 0, tie = -1;
-  char msg[6000] = "";
-  if (!g.ids || !g.top || !g.lps || !g.lp) {
-    snprintf(msg, sizeof msg, "out of memory");
+  size_t bytes = 12 + 4 * (n_ids + (size_t)ns + (size_t)ns * K) + 8 * (size_t)ns * K;
+  char *pl = malloc(bytes);
+  if (!g.ids || !g.top || !g.lps || !g.lp || !pl) {
+    vf_rec_write(fd, VF_REC_FAIL, slot, 0, "out of memory", NULL, 0);
   } else if (mi_generate(e, ids, n_ids, &gp, on_token, &g, &st, err, sizeof err) != 0) {
-    snprintf(msg, sizeof msg, "%s: generation failed: %s", where, err);
-  } else if (g.n < ns) {
-    snprintf(msg, sizeof msg, "%s: the engine generated %d tokens, the golden has %d (stop: %s)",
-             where, g.n, ns, st.stop_reason ? st.stop_reason : "?");
+    snprintf(msg, sizeof msg, "generation failed: %s", err);
+    vf_rec_write(fd, VF_REC_FAIL, slot, 0, msg, NULL, 0);
   } else {
-    for (int s = 0; s < ns && !msg[0] && tie < 0; s++) {
-      json_t *gs = json_array_get(gsteps, (size_t)s), *top = json_object_get(gs, "top");
-      int gk = (int)json_array_size(top);
-      if (gk > K) gk = K;
-      int32_t gid[MAX_TOPK];
-      double glp[MAX_TOPK], gfloor = INFINITY, mfloor = INFINITY;
-      for (int i = 0; i < gk; i++) {
-        gid[i] = (int32_t)json_integer_value(json_array_get(json_array_get(top, (size_t)i), 0));
-        glp[i] = json_number_value(json_array_get(json_array_get(top, (size_t)i), 1));
-        gfloor = fmin(gfloor, glp[i]);
-      }
-      const int32_t *mid = g.top + (size_t)s * K;
-      const double *mlp = g.lps + (size_t)s * K;
-      for (int i = 0; i < K; i++)
-        mfloor = fmin(mfloor, mlp[i]);
-      for (int i = 0; i < gk && !msg[0]; i++) {
-        int j = find_id(mid, K, gid[i]);
-        if (j < 0) {
-          if (glp[i] > gfloor + 2 * TOL)
-            snprintf(
-                msg, sizeof msg,
-                "%s step %d: token %d (llama.cpp logprob %.6f) is missing from the engine's top-%d",
-                where, s, gid[i], glp[i], K);
-          continue;
-        }
-        double d = fabs(mlp[j] - glp[i]);
-        if (!(d <= mx)) mx = d;
-        if (!(d <= TOL))
-          snprintf(msg, sizeof msg,
-                   "%s step %d: token %d logprob %.6f, llama.cpp %.6f (|diff| %.2e > %.0e)", where,
-                   s, gid[i], mlp[j], glp[i], d, TOL);
-      }
-      for (int i = 0; i < K && !msg[0]; i++)
-        if (find_id(gid, gk, mid[i]) < 0 && mlp[i] > mfloor + 2 * TOL)
-          snprintf(
-              msg, sizeof msg,
-              "%s step %d: the engine's token %d (logprob %.6f) is missing from llama.cpp's top-%d",
-              where, s, mid[i], mlp[i], gk);
-      if (msg[0]) break;
-      int64_t gtok = json_integer_value(json_object_get(gs, "token_id"));
-      if (g.ids[s] != gtok) {
-        double gap = gk >= 2 ? glp[0] - glp[1] : INFINITY;
-        if (gap <= NEAR_TIE)
-          tie = s;
-        else
-          snprintf(msg, sizeof msg,
-                   "%s step %d: greedy token %d, llama.cpp %lld (top-1/top-2 gap %.2e: not a tie)",
-                   where, s, g.ids[s], (long long)gtok, gap);
-      }
-      compared++;
-    }
-    if (!msg[0]) rc = 0;
+    int32_t hdr[3] = {(int32_t)n_ids, g.n, K};
+    char *p = pl;
+    memcpy(p, hdr, 12), p += 12;
+    memcpy(p, ids, 4 * n_ids), p += 4 * n_ids;
+    memcpy(p, g.ids, 4 * (size_t)g.n), p += 4 * (size_t)g.n;
+    memcpy(p, g.top, 4 * (size_t)g.n * K), p += 4 * (size_t)g.n * K;
+    memcpy(p, g.lps, 8 * (size_t)g.n * K), p += 8 * (size_t)g.n * K;
+    vf_rec_write(fd, VF_REC_OUT, slot, 0, NULL, pl, (uint64_t)(p - pl));
   }
-  if (mx > *worst) *worst = mx;
-  json_t *extra = json_pack("{s:i, s:i, s:f, s:b}", "steps_compared", compared, "prompt_tokens", np,
-                            "max_abs_logprob_diff", mx, "held_out", held);
-  if (tie >= 0) json_object_set_new(extra, "near_tie_at_step", json_integer(tie));
-  if (rc)
-    vf_case_end(fd, cname, ev, 0, mx, extra, "%s", msg);
-  else
-    vf_case_end(fd, cname, ev, 1, mx, extra, "%d steps identical, max |logprob diff| %.2e%s",
-                compared, mx, tie >= 0 ? " (stopped at a near tie)" : "");
+  free(pl);
   free(ids);
   free(g.ids);
   free(g.top);
   free(g.lps);
   free(g.lp);
-  return rc;
 }
 
 static int goldens_child(void *arg, int fd) {
   s4_job *j = arg;
-  char err[2048] = "";
-  json_error_t je;
-  json_t *gold = json_load_file(j->golden, 0, &je);
-  vf_case_start(fd, "engine_load", 0, j->o->model_dir);
-  if (!gold) {
-    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "%s:%d: %s", j->golden, je.line, je.text);
-    return 1;
-  }
+  char err[2048] = "", msg[2600];
   mi_registry *reg = vf_open_registry(j->o, j->workdir, err, sizeof err);
   mi_session *e = reg ? vf_open_engine(reg, j->o->model_dir, err, sizeof err) : NULL;
   if (!e) {
-    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "the engine cannot load %s: %s", j->o->model_dir,
-                err);
-    json_decref(gold);
+    snprintf(msg, sizeof msg, "the engine cannot load %s: %s", j->o->model_dir, err);
+    vf_rec_write(fd, VF_REC_FAIL, 0, 0, msg, NULL, 0);
     if (reg) mi_registry_free(reg);
     return 1;
   }
-  vf_case_end(fd, "engine_load", 0, 1, 0, NULL, NULL);
-  int K = (int)json_integer_value(json_object_get(gold, "top_k")), fails = 0, nheld = 0;
-  double worst = 0;
+  vf_rec_write(fd, VF_REC_OUT, 0, 0, NULL, NULL, 0);
+  int K = (int)json_integer_value(json_object_get(j->gold, "top_k"));
   size_t ci;
   json_t *gc;
-  json_array_foreach(json_object_get(gold, "cases"), ci, gc) {
-    int h = held_out(j->contract, j->golden, (int)ci, gc);
-    nheld += h;
-    fails += run_case(fd, e, j->golden, (int)ci, gc, K, h, &worst);
-  }
-  (void)nheld; /* each case_end carries its held_out flag */
+  json_array_foreach(json_object_get(j->gold, "cases"), ci, gc) child_case(fd, e, 1 + (int)ci, gc, K);
   mi_session_close(e);
   mi_registry_free(reg);
-  json_decref(gold);
-  return fails != 0;
+  return 0;
+}
+
+/* One golden case against the child's record; 0 pass, 1 fail. */
+static int judge_case(json_t *ev, const vf_rec *rec, const char *gname, int ci, json_t *gc, int K, int held,
+                      double *worst) {
+  char cname[64], where[4200];
+  snprintf(cname, sizeof cname, "case %d%s", ci, held ? " (held out)" : "");
+  snprintf(where, sizeof where, "%s case %d", gname, ci);
+  const int evi = ci + 1; /* event index: 0 is the engine load */
+  const char *prompt = json_string_value(json_object_get(gc, "prompt"));
+  json_t *gids = json_object_get(gc, "prompt_ids"), *gsteps = json_object_get(gc, "steps");
+  int np = (int)json_array_size(gids), ns = (int)json_array_size(gsteps);
+  if (!prompt || np < 1 || ns < 1 || K < 2 || K > MAX_TOPK) {
+    vf_ev_end(ev, cname, evi, 0, 0, NULL, "%s: malformed golden case (prompt, prompt_ids, steps, top_k)", where);
+    return 1;
+  }
+  if (rec->type == VF_REC_FAIL) {
+    vf_ev_end(ev, cname, evi, 0, 0, NULL, "%s: %s", where, rec->msg);
+    return 1;
+  }
+  int32_t hdr[3] = {0, 0, 0};
+  if (rec->payload_len >= 12) memcpy(hdr, rec->payload, 12);
+  const int64_t n_ids = hdr[0], gn = hdr[1];
+  if (rec->payload_len < 12 || hdr[2] != K || n_ids < 0 || gn < 0 || gn > ns ||
+      rec->payload_len != (size_t)(12 + 4 * (n_ids + gn + gn * K) + 8 * gn * K)) {
+    vf_ev_end(ev, cname, evi, 0, 0, NULL, "%s: the unit returned a malformed record (%zu bytes)", where,
+              rec->payload_len);
+    return 1;
+  }
+  const char *p = rec->payload + 12;
+  int32_t *ids = malloc(4 * (size_t)(n_ids + 1)), *gtok = malloc(4 * (size_t)(gn + 1)),
+          *top = malloc(4 * (size_t)(gn * K + 1));
+  double *lps = malloc(8 * (size_t)(gn * K + 1));
+  int rc = 1;
+  if (!ids || !gtok || !top || !lps) {
+    vf_ev_end(ev, cname, evi, 0, 0, NULL, "%s: out of memory in the verifier", where);
+    goto out;
+  }
+  memcpy(ids, p, 4 * (size_t)n_ids), p += 4 * n_ids;
+  memcpy(gtok, p, 4 * (size_t)gn), p += 4 * gn;
+  memcpy(top, p, 4 * (size_t)(gn * K)), p += 4 * gn * K;
+  memcpy(lps, p, 8 * (size_t)(gn * K));
+  for (int i = 0; i < np; i++)
+    if (i >= n_ids || ids[i] != json_integer_value(json_array_get(gids, (size_t)i)) || n_ids != np) {
+      vf_ev_end(ev, cname, evi, 0, 0, NULL, "%s: prompt tokenisation differs from llama.cpp's at index %d (%lld vs %d ids)",
+                where, i, (long long)n_ids, np);
+      goto out;
+    }
+  double mx = 0;
+  int compared = 0, tie = -1;
+  char msg[6000] = "";
+  if (gn < ns) {
+    snprintf(msg, sizeof msg, "%s: the engine generated %lld tokens, the golden has %d", where, (long long)gn, ns);
+  } else {
+    for (int s = 0; s < ns && !msg[0] && tie < 0; s++) {
+      json_t *gs = json_array_get(gsteps, (size_t)s), *gtop = json_object_get(gs, "top");
+      int gk = (int)json_array_size(gtop);
+      if (gk > K) gk = K;
+      int32_t gid[MAX_TOPK];
+      double glp[MAX_TOPK], gfloor = INFINITY, mfloor = INFINITY;
+      for (int i = 0; i < gk; i++) {
+        gid[i] = (int32_t)json_integer_value(json_array_get(json_array_get(gtop, (size_t)i), 0));
+        glp[i] = json_number_value(json_array_get(json_array_get(gtop, (size_t)i), 1));
+        gfloor = fmin(gfloor, glp[i]);
+      }
+      const int32_t *mid = top + (size_t)s * K;
+      const double *mlp = lps + (size_t)s * K;
+      for (int i = 0; i < K; i++) mfloor = fmin(mfloor, mlp[i]);
+      for (int i = 0; i < gk && !msg[0]; i++) {
+        int jx = find_id(mid, K, gid[i]);
+        if (jx < 0) {
+          if (glp[i] > gfloor + 2 * TOL)
+            snprintf(msg, sizeof msg, "%s step %d: token %d (llama.cpp logprob %.6f) is missing from the engine's top-%d",
+                     where, s, gid[i], glp[i], K);
+          continue;
+        }
+        double d = fabs(mlp[jx] - glp[i]);
+        if (!(d <= mx)) mx = d;
+        if (!(d <= TOL))
+          snprintf(msg, sizeof msg, "%s step %d: token %d logprob %.6f, llama.cpp %.6f (|diff| %.2e > %.0e)", where, s,
+                   gid[i], mlp[jx], glp[i], d, TOL);
+      }
+      for (int i = 0; i < K && !msg[0]; i++)
+        if (find_id(gid, gk, mid[i]) < 0 && mlp[i] > mfloor + 2 * TOL)
+          snprintf(msg, sizeof msg, "%s step %d: the engine's token %d (logprob %.6f) is missing from llama.cpp's top-%d",
+                   where, s, mid[i], mlp[i], gk);
+      if (msg[0]) break;
+      int64_t gt = json_integer_value(json_object_get(gs, "token_id"));
+      if (gtok[s] != gt) {
+        double gap = gk >= 2 ? glp[0] - glp[1] : INFINITY;
+        if (gap <= NEAR_TIE) tie = s;
+        else
+          snprintf(msg, sizeof msg, "%s step %d: greedy token %d, llama.cpp %lld (top-1/top-2 gap %.2e: not a tie)",
+                   where, s, gtok[s], (long long)gt, gap);
+      }
+      compared++;
+    }
+  }
+  rc = msg[0] != 0;
+  if (mx > *worst) *worst = mx;
+  json_t *extra = json_pack("{s:i, s:i, s:f, s:b}", "steps_compared", compared, "prompt_tokens", np,
+                            "max_abs_logprob_diff", mx, "held_out", held);
+  if (tie >= 0) json_object_set_new(extra, "near_tie_at_step", json_integer(tie));
+  if (rc) vf_ev_end(ev, cname, evi, 0, mx, extra, "%s", msg);
+  else
+    vf_ev_end(ev, cname, evi, 1, mx, extra, "%d steps identical, max |logprob diff| %.2e%s", compared, mx,
+              tie >= 0 ? " (stopped at a near tie)" : "");
+out:
+  free(ids);
+  free(gtok);
+  free(top);
+  free(lps);
+  return rc;
+}
+
+static json_t *goldens_judge(void *arg, const vf_child_result *r) {
+  s4_job *j = arg;
+  json_t *ev = json_array(), *cases = json_object_get(j->gold, "cases");
+  int nc = (int)json_array_size(cases), K = (int)json_integer_value(json_object_get(j->gold, "top_k"));
+  vf_rec *sl = calloc((size_t)nc + 1, sizeof *sl);
+  if (!sl || vf_raw_read(r, "stage 4 (end to end)", nc + 1, sl, ev) < 0) goto done;
+  if (!sl[0].type) {
+    vf_ev_start(ev, "engine_load", 0, j->o->model_dir);
+    goto done;
+  }
+  if (sl[0].type == VF_REC_FAIL) {
+    vf_ev_end(ev, "engine_load", 0, 0, 0, NULL, "%s", sl[0].msg);
+    goto done;
+  }
+  vf_ev_end(ev, "engine_load", 0, 1, 0, NULL, NULL);
+  double worst = 0;
+  for (int ci = 0; ci < nc; ci++) {
+    json_t *gc = json_array_get(cases, (size_t)ci);
+    int h = held_out(j->contract, j->golden, ci, gc);
+    if (!sl[1 + ci].type) {
+      char cname[64], where[4200];
+      snprintf(cname, sizeof cname, "case %d%s", ci, h ? " (held out)" : "");
+      snprintf(where, sizeof where, "%s case %d", j->golden, ci);
+      vf_ev_start(ev, cname, ci + 1, where);
+      break;
+    }
+    judge_case(ev, &sl[1 + ci], j->golden, ci, gc, K, h, &worst);
+  }
+done:
+  free(sl);
+  return ev;
 }
 
 /* The golden whose recorded safetensors hash is the model's. */
@@ -260,9 +321,12 @@ static int find_golden(const char *dir, const char *model_dir, char *out, size_t
   snprintf(pat, sizeof pat, "%s/*.json", dir);
   glob_t g;
   int found = 0;
+  char unreadable[700] = ""; /* the first golden that could not be read, said in the message */
   if (glob(pat, 0, NULL, &g) == 0) {
     for (size_t i = 0; i < g.gl_pathc && !found; i++) {
-      json_t *j = json_load_file(g.gl_pathv[i], 0, NULL);
+      char e2[600];
+      json_t *j = mi_file_load_json(g.gl_pathv[i], 0, GOLDEN_MAX_BYTES, "golden", 0, e2, sizeof e2);
+      if (!j && !unreadable[0]) snprintf(unreadable, sizeof unreadable, "%s", e2);
       const char *f =
           json_string_value(json_object_get(json_object_get(j, "model"), "safetensors_fnv1a32"));
       if (f && !strcasecmp(f, hex)) {
@@ -274,13 +338,14 @@ static int find_golden(const char *dir, const char *model_dir, char *out, size_t
     globfree(&g);
   }
   if (!found)
-    snprintf(why, why_len, "%s: no golden for this model (model.safetensors FNV-1a %s)", dir, hex);
+    snprintf(why, why_len, "%s: no golden for this model (model.safetensors FNV-1a %s)%s%s", dir, hex,
+             unreadable[0] ? "; a golden that cannot be read: " : "", unreadable);
   return found ? 0 : -1;
 }
 
 json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
   json_t *units = json_array();
-  s4_job j = {o, contract, NULL, ""};
+  s4_job j = {o, contract, NULL, "", NULL};
   char why[4400];
   if (!o->goldens_dir ||
       find_golden(o->goldens_dir, o->model_dir, j.golden, sizeof j.golden, why, sizeof why) != 0) {
@@ -298,8 +363,26 @@ json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
   }
   j.workdir = wd;
   const char *gb = strrchr(j.golden, '/');
-  json_t *u =
-      vf_run_unit(o, "goldens", gb ? gb + 1 : j.golden, "end to end", goldens_child, &j, 300);
+  char gerr[1200];
+  j.gold = mi_file_load_json(j.golden, 0, GOLDEN_MAX_BYTES, "golden", 0, gerr, sizeof gerr);
+  json_t *u;
+  if (!j.gold) {
+    u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "goldens", "id", gb ? gb + 1 : j.golden, "verdict", "FAIL",
+                  "status", "ERROR", "message", gerr);
+  } else {
+    /* what a correct child writes: per case its ids, steps and top-K */
+    size_t cap = VF_REC_SIZE(0) * 8, ci;
+    json_t *gc;
+    size_t K = (size_t)json_integer_value(json_object_get(j.gold, "top_k"));
+    json_array_foreach(json_object_get(j.gold, "cases"), ci, gc) {
+      size_t ns = json_array_size(json_object_get(gc, "steps"));
+      cap += VF_REC_SIZE(12 + 4 * (json_array_size(json_object_get(gc, "prompt_ids")) * 4 + 64 + ns + ns * K) +
+                         8 * ns * K);
+    }
+    u = vf_run_unit_raw(o, "goldens", gb ? gb + 1 : j.golden, "end to end", goldens_child, &j, 300, cap,
+                        goldens_judge);
+  }
+  json_decref(j.gold);
   vf_rmtree(wd);
   int steps = 0, held = 0, cases = 0;
   double mx = 0;

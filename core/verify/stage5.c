@@ -18,7 +18,12 @@
  *       gives NaN there.
  *   (d) the path: the engine loads a copy A; no weight file outside A is
  *       mapped or open in the process; A renamed to B: loading A fails and
- *       loading B gives the same logits. */
+ *       loading B gives the same logits.
+ * (a) loads no plugin: its child judges. (b)-(d) load the candidate: their
+ * children return logits, tokens and what they observed (raw.c); the parent
+ * made the copies they run on before the fork and decides; (c)'s float64
+ * reference runs afterwards in a child of its own that loads no plugin, on
+ * the tokens the candidate chose, and the copies must be unchanged. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <elf.h>
@@ -32,7 +37,9 @@
 #include <unistd.h>
 
 #include "core/runtime/session.h"
+#include "core/runtime/rng.h"
 #include "core/runtime/safetensors.h"
+#include "core/util/file.h"
 #include "core/verify/driver.h"
 #include "core/verify/verify.h"
 
@@ -44,6 +51,7 @@ typedef struct s5_job {
   const vf_stage_opts *o;
   json_t *contract;
   const char *workdir;
+  int64_t V; /* vocabulary from config.json: the size of logits records */
 } s5_job;
 
 static json_t *param(const s5_job *j, const char *key) {
@@ -139,18 +147,12 @@ static int imports_child(void *arg, int fd) {
   s5_job *j = arg;
   const char *path = j->o->model_plugin_path;
   vf_case_start(fd, "imports", 0, path);
-  FILE *f = fopen(path, "rb");
-  unsigned char *b = NULL;
-  long n = -1;
-  if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && n < (1L << 30) &&
-      fseek(f, 0, SEEK_SET) == 0 && (b = malloc((size_t)n)) &&
-      fread(b, 1, (size_t)n, f) != (size_t)n) {
-    free(b);
-    b = NULL;
-  }
-  if (f) fclose(f);
+  char rerr[1200];
+  size_t flen = 0;
+  unsigned char *b = (unsigned char *)mi_file_read_all(path, 0, 1u << 30, "plugin", &flen, rerr, sizeof rerr);
+  long n = (long)flen;
   if (!b) {
-    vf_case_end(fd, "imports", 0, 0, 0, NULL, "%s: cannot read the plugin file", path);
+    vf_case_end(fd, "imports", 0, 0, 0, NULL, "%s", rerr);
     return 1;
   }
   json_t *needed = json_array(), *undef = json_array();
@@ -233,73 +235,138 @@ static double max_abs(const float *a, int64_t n) {
   return m;
 }
 
-static int open_engine(const s5_job *j, const char *dir, mi_registry **reg, mi_session **e, int fd,
-                       const char *cname, int ci) {
-  char err[2048] = "";
+static int open_engine(const s5_job *j, const char *dir, mi_registry **reg, mi_session **e, char *err,
+                       size_t err_len) {
+  err[0] = 0;
   *e = NULL;
-  if (!*reg) *reg = vf_open_registry(j->o, j->workdir, err, sizeof err);
-  if (*reg) *e = vf_open_engine(*reg, dir, err, sizeof err);
-  if (!*e) vf_case_end(fd, cname, ci, 0, 0, NULL, "the engine cannot load %s: %s", dir, err);
+  if (!*reg) *reg = vf_open_registry(j->o, j->workdir, err, err_len);
+  if (*reg) *e = vf_open_engine(*reg, dir, err, err_len);
   return *e ? 0 : -1;
+}
+
+static void rec_fail(int fd, int slot, const char *fmt, const char *a, const char *b) {
+  char m[9000]; /* cut to VF_REC_MAX_MSG by vf_rec_write */
+  snprintf(m, sizeof m, fmt, a, b);
+  vf_rec_write(fd, VF_REC_FAIL, slot, 0, m, NULL, 0);
+}
+
+/* The files of a folder, hashed (names and bytes), to see that a unit's
+ * child left the copies the parent made as they were. */
+static uint32_t dir_hash(const char *dir) {
+  uint32_t h = 0;
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  while (d && (de = readdir(d))) {
+    if (de->d_name[0] == '.') continue;
+    char p[4400];
+    snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+    int ok = 0;
+    uint32_t f = vf_fnv1a32_file(p, &ok);
+    h ^= f * 0x9E3779B1u ^ (uint32_t)mi_fnv1a64(de->d_name);
+  }
+  if (d) closedir(d);
+  return h;
+}
+
+static int64_t config_vocab(const char *dir, json_t **cfg_out, char *err, size_t n) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  json_t *cfg = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, n);
+  json_t *v = json_object_get(cfg, "vocab_size");
+  int64_t V = json_is_integer(v) ? json_integer_value(v) : 0;
+  if (cfg && (V < 1 || V > (1 << 24))) {
+    snprintf(err, n, "%s: no usable vocab_size", path);
+    V = 0;
+  }
+  if (cfg_out) *cfg_out = cfg;
+  else json_decref(cfg);
+  return V;
+}
+
+static json_t *unit_error(const char *id, const char *msg) {
+  return json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "authenticity", "id", id, "verdict", "FAIL", "status",
+                   "ERROR", "message", msg);
 }
 
 /* ================= (b) outputs follow the weights ================= */
 
+/* Slot 0: logits [V] on the model; slot 1: on the copy the parent made with
+ * model.norm.weight x2. */
 static int follow_child(void *arg, int fd) {
   s5_job *j = arg;
   char err[2048], copy[4200];
   mi_registry *reg = NULL;
   mi_session *e = NULL;
-  vf_case_start(fd, "final_norm_x2", 0, j->o->model_dir);
-  if (open_engine(j, j->o->model_dir, &reg, &e, fd, "final_norm_x2", 0) != 0) {
+  if (open_engine(j, j->o->model_dir, &reg, &e, err, sizeof err) != 0) {
+    rec_fail(fd, 0, "the engine cannot load %s: %s", j->o->model_dir, err);
     if (reg) mi_registry_free(reg);
     return 1;
   }
   const int64_t V = e->info.vocab_size;
   int32_t ids[12], tok;
   vf_random_prompt(j->o->seed ^ 0x5b, ids, 12, 0, V);
-  float *l0 = malloc((size_t)V * sizeof(float)), *l1 = NULL; /* [V] each */
-  int rc = 1;
+  float *l0 = malloc((size_t)V * sizeof(float)), *l1 = malloc((size_t)V * sizeof(float)); /* [V] each */
   vf_loaded ld = {0};
-  vf_tensor_loc loc;
   snprintf(copy, sizeof copy, "%s/b", j->workdir);
-  if (!l0 || vf_greedy(e->M, e->model, V, ids, 12, 1, l0, &tok, err, sizeof err) != 0 ||
-      vf_copy_model_dir(j->o->model_dir, copy, err, sizeof err) != 0 ||
-      vf_tensor_locate(copy, "model.norm.weight", &loc, err, sizeof err) != 0 ||
-      vf_tensor_edit(&loc, 2.0, 0, 0, NULL, err, sizeof err) != 0 ||
-      vf_load_direct(e, copy, &ld, err, sizeof err) != 0 ||
-      !(l1 = malloc((size_t)V * sizeof(float))) ||
-      vf_greedy(ld.M, ld.m, V, ids, 12, 1, l1, &tok, err, sizeof err) != 0) {
-    vf_case_end(fd, "final_norm_x2", 0, 0, 0, NULL, "cannot run the scaled copy: %s", err);
-    goto out;
+  if (!l0 || !l1 || vf_greedy(e->M, e->model, V, ids, 12, 1, l0, &tok, err, sizeof err) != 0)
+    rec_fail(fd, 0, "forward pass failed: %s%s", err, "");
+  else {
+    vf_rec_write(fd, VF_REC_OUT, 0, 0, NULL, l0, (uint64_t)V * sizeof(float));
+    if (vf_load_direct(e, copy, &ld, err, sizeof err) != 0 ||
+        vf_greedy(ld.M, ld.m, V, ids, 12, 1, l1, &tok, err, sizeof err) != 0)
+      rec_fail(fd, 1, "cannot run the scaled copy: %s%s", err, "");
+    else vf_rec_write(fd, VF_REC_OUT, 1, 0, NULL, l1, (uint64_t)V * sizeof(float));
   }
-  double scale = 2 * max_abs(l0, V), dev = 0, dot = 0, nn = 0;
-  for (int64_t i = 0; i < V; i++) {
-    double d = fabs((double)l1[i] - 2.0 * l0[i]);
-    if (!(d <= dev)) dev = d;
-    dot += (double)l1[i] * l0[i];
-    nn += (double)l0[i] * l0[i];
-  }
-  double rel = scale > 0 ? dev / scale : INFINITY, factor = nn > 0 ? dot / nn : NAN;
-  rc = !(rel <= 1e-5);
-  if (rc)
-    vf_case_end(
-        fd, "final_norm_x2", 0, 0, rel, json_pack("{s:f}", "observed_factor", factor),
-        "outputs do not follow the weights: model.norm.weight x2 in a copy must double every logit "
-        "(float64 relation logits' = 2*logits), but the logits changed by a factor %.4g (max "
-        "deviation "
-        "%.3g relative)",
-        factor, rel);
-  else
-    vf_case_end(fd, "final_norm_x2", 0, 1, rel, json_pack("{s:f}", "observed_factor", factor),
-                "logits doubled (max deviation %.2g relative)", rel);
-out:
   vf_unload_direct(&ld);
   free(l0);
   free(l1);
   mi_session_close(e);
   mi_registry_free(reg);
-  return rc;
+  return 0;
+}
+
+static json_t *follow_judge(void *arg, const vf_child_result *r) {
+  s5_job *j = arg;
+  json_t *ev = json_array();
+  vf_rec sl[2];
+  const char *cn = "final_norm_x2";
+  if (vf_raw_read(r, "stage 5 (b) outputs follow the weights", 2, sl, ev) < 0) return ev;
+  if (!sl[0].type || (sl[0].type == VF_REC_OUT && !sl[1].type)) {
+    vf_ev_start(ev, cn, 0, j->o->model_dir);
+    return ev;
+  }
+  const size_t lb = (size_t)j->V * sizeof(float);
+  for (int k = 0; k < 2; k++)
+    if (sl[k].type == VF_REC_FAIL || sl[k].payload_len != lb) {
+      vf_ev_end(ev, cn, 0, 0, 0, NULL, "%s", sl[k].type == VF_REC_FAIL ? sl[k].msg : "a logits record of the wrong size");
+      return ev;
+    }
+  float *l0 = malloc(lb), *l1 = malloc(lb);
+  if (!l0 || !l1) {
+    vf_ev_error(ev, "stage 5: out of memory in the verifier");
+  } else {
+    memcpy(l0, sl[0].payload, lb);
+    memcpy(l1, sl[1].payload, lb);
+    double scale = 2 * max_abs(l0, j->V), dev = 0, dot = 0, nn = 0;
+    for (int64_t i = 0; i < j->V; i++) {
+      double d = fabs((double)l1[i] - 2.0 * l0[i]);
+      if (!(d <= dev)) dev = d;
+      dot += (double)l1[i] * l0[i];
+      nn += (double)l0[i] * l0[i];
+    }
+    double rel = scale > 0 ? dev / scale : INFINITY, factor = nn > 0 ? dot / nn : NAN;
+    if (!(rel <= 1e-5))
+      vf_ev_end(ev, cn, 0, 0, rel, json_pack("{s:f}", "observed_factor", isfinite(factor) ? factor : 0),
+                "outputs do not follow the weights: model.norm.weight x2 in a copy must double every logit "
+                "(float64 relation logits' = 2*logits), but the logits changed by a factor %.4g (max deviation "
+                "%.3g relative)", factor, rel);
+    else
+      vf_ev_end(ev, cn, 0, 1, rel, json_pack("{s:f}", "observed_factor", factor),
+                "logits doubled (max deviation %.2g relative)", rel);
+  }
+  free(l0);
+  free(l1);
+  return ev;
 }
 
 /* ================= (c) unseen prompts vs float64 ================= */
@@ -341,51 +408,147 @@ static void topk(const double *x, int64_t n, int k, int64_t *idx) {
   }
 }
 
-/* One prompt: plugin greedy vs the float64 reference. Emits the case. */
-static int unseen_case(int fd, int ci, const char *cname, const vf_loaded *pl,
-                       const struct mi_weights *w, const json_t *cfg, const int32_t *prompt, int n,
-                       int steps, double tol, double need_score, double *worst) {
+typedef struct uc { /* one case of (c), fixed by the parent */
+  char cname[96], dir[4200];
+  int32_t *ids;
+  int n, steps;
+  double tol, need_score;
+  char prep_err[4600]; /* the parent could not make its copy */
+} uc;
+
+typedef struct uc_job {
+  s5_job *j;
+  uc *c;
+  int nc;
+  vf_child_result cand; /* the candidate's records, for the reference child */
+  vf_rec *sl;
+} uc_job;
+
+/* The candidate: per case, logits [steps, V] then tokens [steps]. */
+static int unseen_child(void *arg, int fd) {
+  uc_job *u = arg;
+  s5_job *j = u->j;
   char err[2048] = "";
-  const int64_t V = pl->V;
-  float *lg = malloc((size_t)steps * V * sizeof(float)); /* [steps, V] */
-  int32_t *seq = malloc((size_t)(n + steps) * sizeof(int32_t));
-  double *lp = malloc((size_t)V * sizeof(double)),
-         *rp = malloc((size_t)V * sizeof(double)); /* [V] */
-  double *ref = NULL;
-  void *rm = NULL;
-  const char *arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
-  const vf_model_driver *drv = vf_model_driver_for_arch(arch);
-  double max_score = 0;
+  mi_registry *reg = NULL;
+  mi_session *e = NULL;
+  if (open_engine(j, j->o->model_dir, &reg, &e, err, sizeof err) != 0) {
+    rec_fail(fd, 0, "the engine cannot load %s: %s", j->o->model_dir, err);
+    if (reg) mi_registry_free(reg);
+    return 1;
+  }
+  const int64_t V = e->info.vocab_size;
+  for (int k = 0; k < u->nc; k++) {
+    uc *c = &u->c[k];
+    if (c->prep_err[0]) {
+      vf_rec_write(fd, VF_REC_OUT, k, 0, NULL, NULL, 0);
+      continue;
+    }
+    vf_loaded ld = {0}, *pl = &ld;
+    vf_loaded me = {(json_t *)e->config, e->weights, e->model, e->M, V};
+    if (!strcmp(c->dir, j->o->model_dir)) pl = &me;
+    else if (vf_load_direct(e, c->dir, &ld, err, sizeof err) != 0) {
+      rec_fail(fd, k, "cannot run the copy: %s%s", err, "");
+      continue;
+    }
+    size_t lb = (size_t)c->steps * (size_t)V * sizeof(float);
+    char *pay = malloc(lb + (size_t)c->steps * sizeof(int32_t));
+    if (!pay || vf_greedy(pl->M, pl->m, pl->V, c->ids, c->n, c->steps, (float *)pay, (int32_t *)(pay + lb), err,
+                          sizeof err) != 0 || pl->V != V)
+      rec_fail(fd, k, "the plugin's forward failed: %s%s", pay ? err : "out of memory", "");
+    else vf_rec_write(fd, VF_REC_OUT, k, 0, NULL, pay, lb + (size_t)c->steps * sizeof(int32_t));
+    free(pay);
+    vf_unload_direct(&ld);
+  }
+  mi_session_close(e);
+  mi_registry_free(reg);
+  return 0;
+}
+
+/* The reference: no plugin loaded here. Per case, on the prompt followed by
+ * the tokens the candidate chose: double max_score, then logits [steps, V]
+ * in float64. */
+static int reference_child(void *arg, int fd) {
+  uc_job *u = arg;
+  for (int k = 0; k < u->nc; k++) {
+    uc *c = &u->c[k];
+    const vf_rec *cr = &u->sl[k];
+    size_t lb = (size_t)c->steps * (size_t)u->j->V * sizeof(float);
+    if (c->prep_err[0] || cr->type != VF_REC_OUT || cr->payload_len != lb + (size_t)c->steps * sizeof(int32_t)) {
+      vf_rec_write(fd, VF_REC_OUT, k, 0, NULL, NULL, 0);
+      continue;
+    }
+    char err[2048] = "";
+    json_t *cfg = NULL;
+    int64_t V = config_vocab(c->dir, &cfg, err, sizeof err);
+    mi_weights *w = cfg ? mi_weights_open(c->dir, err, sizeof err) : NULL;
+    const char *arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
+    const vf_model_driver *drv = vf_model_driver_for_arch(arch);
+    int32_t *seq = malloc((size_t)(c->n + c->steps) * sizeof(int32_t));
+    void *rm = NULL;
+    double *ref = NULL, ms = 0;
+    if (!w || !seq) {
+      rec_fail(fd, k, "float64 reference: %s%s", err[0] ? err : "out of memory", "");
+    } else if (!drv) {
+      rec_fail(fd, k, "the verifier has no float64 reference for architecture '%s' (core/verify/models/)%s",
+               arch ? arch : "?", "");
+    } else {
+      memcpy(seq, c->ids, (size_t)c->n * sizeof(int32_t));
+      memcpy(seq + c->n, cr->payload + lb, (size_t)c->steps * sizeof(int32_t));
+      if (drv->ref_open(cfg, w, &rm, err, sizeof err) != 0 ||
+          !(ref = drv->ref_forward(rm, seq, c->n + c->steps - 1, c->steps, &ms, err, sizeof err)) ||
+          V != u->j->V)
+        rec_fail(fd, k, "float64 reference: %s%s", err, "");
+      else {
+        size_t rb = (size_t)c->steps * (size_t)V * sizeof(double);
+        char *pay = malloc(sizeof(double) + rb);
+        if (pay) {
+          memcpy(pay, &ms, sizeof ms);
+          memcpy(pay + sizeof ms, ref, rb);
+          vf_rec_write(fd, VF_REC_OUT, k, 0, NULL, pay, sizeof(double) + rb);
+        } else rec_fail(fd, k, "float64 reference: out of memory%s%s", "", "");
+        free(pay);
+      }
+    }
+    free(ref);
+    if (rm) drv->ref_close(rm);
+    free(seq);
+    if (w) mi_weights_close(w);
+    json_decref(cfg);
+  }
+  return 0;
+}
+
+/* One case: the candidate's logits against the reference's. */
+static void unseen_judge_case(json_t *ev, int ci, const uc *c, const vf_rec *cr, const vf_rec *rr, int64_t V) {
+  const int steps = c->steps, n = c->n;
+  const char *cname = c->cname;
   char msg[3400] = "";
-  double mx = 0;
+  double mx = 0, max_score = 0;
   int compared = 0, tie = -1;
-  if (!lg || !seq || !lp || !rp) {
-    snprintf(msg, sizeof msg, "out of memory");
-    goto out;
-  }
-  memcpy(seq, prompt, (size_t)n * sizeof(int32_t));
-  if (vf_greedy(pl->M, pl->m, V, prompt, n, steps, lg, seq + n, err, sizeof err) != 0) {
-    snprintf(msg, sizeof msg, "%s: the plugin's forward failed: %s", cname, err);
-    goto out;
-  }
-  if (!drv) {
-    snprintf(msg, sizeof msg, "%s: the verifier has no float64 reference for architecture '%s' (core/verify/models/)",
-             cname, arch ? arch : "?");
-    goto out;
-  }
-  if (drv->ref_open(cfg, w, &rm, err, sizeof err) != 0 ||
-      !(ref = drv->ref_forward(rm, seq, n + steps - 1, steps, &max_score, err, sizeof err))) {
-    snprintf(msg, sizeof msg, "%s: float64 reference: %s", cname, err);
-    goto out;
-  }
+  size_t lb = (size_t)steps * (size_t)V * sizeof(float);
+  float *lg = malloc(lb + 1);
+  int32_t *tok = malloc((size_t)steps * sizeof(int32_t));
+  double *ref = malloc((size_t)steps * (size_t)V * sizeof(double) + 1), *lp = malloc((size_t)V * sizeof(double)),
+         *rp = malloc((size_t)V * sizeof(double));
+  if (c->prep_err[0]) snprintf(msg, sizeof msg, "%.3000s", c->prep_err);
+  else if (cr->type == VF_REC_FAIL) snprintf(msg, sizeof msg, "%s: %s", cname, cr->msg);
+  else if (cr->payload_len != lb + (size_t)steps * sizeof(int32_t))
+    snprintf(msg, sizeof msg, "%s: the unit returned %zu bytes, %zu due", cname, cr->payload_len,
+             lb + (size_t)steps * sizeof(int32_t));
+  else if (!rr || rr->type != VF_REC_OUT || rr->payload_len != sizeof(double) * (1 + (size_t)steps * V))
+    snprintf(msg, sizeof msg, "%s: %s", cname, rr && rr->type == VF_REC_FAIL ? rr->msg : "float64 reference: no result");
+  else if (!lg || !tok || !ref || !lp || !rp) snprintf(msg, sizeof msg, "%s: out of memory in the verifier", cname);
+  if (msg[0]) goto out;
+  memcpy(lg, cr->payload, lb);
+  memcpy(tok, cr->payload + lb, (size_t)steps * sizeof(int32_t));
+  memcpy(&max_score, rr->payload, sizeof(double));
+  memcpy(ref, rr->payload + sizeof(double), (size_t)steps * (size_t)V * sizeof(double));
   for (int s = 0; s < steps && !msg[0] && tie < 0; s++) {
     const float *row = lg + (size_t)s * V;
-    double a = max_abs(row, V);
-    if (!isfinite(a)) {
+    if (!isfinite(max_abs(row, V))) {
       snprintf(msg, sizeof msg,
                "%s step %d: the plugin's logits are not finite (NaN/Inf) on a %d-token prompt: "
-               "an overflow (e.g. softmax without max subtraction)",
-               cname, s, n);
+               "an overflow (e.g. softmax without max subtraction)", cname, s, n);
       break;
     }
     log_softmax_f(row, V, lp);
@@ -395,136 +558,107 @@ static int unseen_case(int fd, int ci, const char *cname, const vf_loaded *pl,
     for (int i = 0; i < TOPK && !msg[0]; i++) {
       double d = fabs(lp[top[i]] - rp[top[i]]);
       if (!(d <= mx)) mx = d;
-      if (!(d <= tol))
-        snprintf(msg, sizeof msg,
-                 "%s step %d: token %lld logprob %.6f, float64 reference %.6f (|diff| %.2e > %.0e)",
-                 cname, s, (long long)top[i], lp[top[i]], rp[top[i]], d, tol);
+      if (!(d <= c->tol))
+        snprintf(msg, sizeof msg, "%s step %d: token %lld logprob %.6f, float64 reference %.6f (|diff| %.2e > %.0e)",
+                 cname, s, (long long)top[i], lp[top[i]], rp[top[i]], d, c->tol);
     }
     if (msg[0]) break;
-    if (seq[n + s] != top[0]) {
-      if (rp[top[0]] - rp[top[1]] <= NEAR_TIE)
-        tie = s;
+    if (tok[s] != top[0]) {
+      if (rp[top[0]] - rp[top[1]] <= NEAR_TIE) tie = s;
       else
-        snprintf(msg, sizeof msg,
-                 "%s step %d: greedy token %d, float64 reference %lld (gap %.2e: not a tie)", cname,
-                 s, seq[n + s], (long long)top[0], rp[top[0]] - rp[top[1]]);
+        snprintf(msg, sizeof msg, "%s step %d: greedy token %d, float64 reference %lld (gap %.2e: not a tie)", cname,
+                 s, tok[s], (long long)top[0], rp[top[0]] - rp[top[1]]);
     }
     compared++;
   }
-out:
-  if (mx > *worst) *worst = mx;
+out:;
   json_t *extra = json_pack("{s:i, s:i, s:f, s:f}", "prompt_tokens", n, "steps_compared", compared,
-                            "max_abs_logprob_diff", mx, "max_attention_score", max_score);
-  if (msg[0])
-    vf_case_end(fd, cname, ci, 0, mx, extra, "%s", msg);
+                            "max_abs_logprob_diff", isfinite(mx) ? mx : 1e300, "max_attention_score", max_score);
+  if (msg[0]) vf_ev_end(ev, cname, ci, 0, mx, extra, "%s", msg);
   else
-    vf_case_end(fd, cname, ci, 1, mx, extra,
-                "%d-token prompt%s: %d steps match, max |logprob diff| %.1e, "
-                "attention scores up to %.1f%s%s",
-                n, need_score > 0 ? " (sharpened)" : "", compared, mx, max_score,
-                tie >= 0 ? " (stopped at a near tie)" : "",
-                max_score < need_score
-                    ? " -- scores stayed below the f32 exp overflow: not exercised"
-                    : "");
+    vf_ev_end(ev, cname, ci, 1, mx, extra,
+              "%d-token prompt%s: %d steps match, max |logprob diff| %.1e, attention scores up to %.1f%s%s", n,
+              c->need_score > 0 ? " (sharpened)" : "", compared, mx, max_score,
+              tie >= 0 ? " (stopped at a near tie)" : "",
+              max_score < c->need_score ? " -- scores stayed below the f32 exp overflow: not exercised" : "");
   free(lg);
-  free(seq);
+  free(tok);
+  free(ref);
   free(lp);
   free(rp);
-  free(ref);
-  if (rm) drv->ref_close(rm);
-  return msg[0] != 0;
 }
 
-static int unseen_child(void *arg, int fd) {
-  s5_job *j = arg;
-  char err[2048] = "", copy[4200];
-  mi_registry *reg = NULL;
-  mi_session *e = NULL;
-  vf_case_start(fd, "engine_load", 0, j->o->model_dir);
-  if (open_engine(j, j->o->model_dir, &reg, &e, fd, "engine_load", 0) != 0) {
-    if (reg) mi_registry_free(reg);
-    return 1;
+/* A copy of the model folder with the named tensors of layers [0, L) scaled. */
+static void scaled_copy(uc *c, const char *src, const char *dst, const char *fmt, int64_t L, double scale) {
+  char err[2048] = "";
+  snprintf(c->dir, sizeof c->dir, "%s", dst);
+  int ok = vf_copy_model_dir(src, dst, err, sizeof err) == 0;
+  for (int64_t l = 0; ok && l < L; l++)
+    for (int qk = 0; qk < 2 && ok; qk++) {
+      char tn[128];
+      vf_tensor_loc loc;
+      snprintf(tn, sizeof tn, fmt, (long long)l, qk ? "k" : "q");
+      ok = vf_tensor_locate(dst, tn, &loc, err, sizeof err) == 0 &&
+           vf_tensor_edit(&loc, scale, 0, 0, NULL, err, sizeof err) == 0;
+    }
+  if (!ok) snprintf(c->prep_err, sizeof c->prep_err, "%s: cannot make the copy: %s", c->cname, err);
+}
+
+static json_t *run_unseen(s5_job *j, const char *id, const char *member) {
+  const vf_stage_opts *o = j->o;
+  char err[4400];
+  json_t *cfg = NULL;
+  if (!config_vocab(o->model_dir, &cfg, err, sizeof err)) {
+    json_decref(cfg);
+    return unit_error(id, err);
   }
-  vf_case_end(fd, "engine_load", 0, 1, 0, NULL, NULL);
-  const int64_t V = e->info.vocab_size;
-  int fails = 0;
-  double worst = 0;
+  uc c[10];
+  memset(c, 0, sizeof c);
+  int nc = 0;
   /* Plain prompts: lengths and steps from the contract (defaults below). */
-  int lens[8] = {5, 23, 61}, steps[8] = {8, 6, 4}, nc = 3;
+  int lens[8] = {5, 23, 61}, steps[8] = {8, 6, 4}, np = 3;
   json_t *cases = param(j, "unseen_prompts");
   if (json_is_array(cases) && json_array_size(cases)) {
-    nc = 0;
+    np = 0;
     size_t i;
-    json_t *c;
-    json_array_foreach(cases, i, c) if (nc < 8) {
-      lens[nc] = (int)json_integer_value(json_object_get(c, "tokens"));
-      steps[nc] = (int)json_integer_value(json_object_get(c, "steps"));
-      if (lens[nc] > 0 && lens[nc] <= 4096 && steps[nc] > 0 && steps[nc] <= 64) nc++;
+    json_t *cs;
+    json_array_foreach(cases, i, cs) if (np < 8) {
+      lens[np] = (int)json_integer_value(json_object_get(cs, "tokens"));
+      steps[np] = (int)json_integer_value(json_object_get(cs, "steps"));
+      if (lens[np] > 0 && lens[np] <= 4096 && steps[np] > 0 && steps[np] <= 64) np++;
     }
   }
-  vf_loaded me = {(json_t *)e->config, e->weights, e->model, e->M, V};
-  for (int c = 0; c < nc; c++) {
-    char cname[64];
-    snprintf(cname, sizeof cname, "unseen prompt %d (%d tokens)", c, lens[c]);
-    int32_t *ids = malloc((size_t)lens[c] * sizeof(int32_t));
-    if (!ids) return 1;
-    vf_random_prompt(j->o->seed * 7919 + (uint64_t)c, ids, lens[c], 0, V);
-    vf_case_start(fd, cname, c + 1, cname);
-    fails += unseen_case(fd, c + 1, cname, &me, e->weights, e->config, ids, lens[c], steps[c], TOL,
-                         0, &worst);
-    free(ids);
+  for (int k = 0; k < np; k++, nc++) {
+    snprintf(c[nc].cname, sizeof c[nc].cname, "unseen prompt %d (%d tokens)", k, lens[k]);
+    snprintf(c[nc].dir, sizeof c[nc].dir, "%s", o->model_dir);
+    c[nc].n = lens[k], c[nc].steps = steps[k], c[nc].tol = TOL;
+    c[nc].ids = malloc((size_t)lens[k] * sizeof(int32_t));
+    if (c[nc].ids) vf_random_prompt(o->seed * 7919 + (uint64_t)k, c[nc].ids, lens[k], 0, j->V);
   }
   /* Long prompt, sharpened attention: q_norm and k_norm x s in a copy, so
    * scores (x s^2) reach well past 88 (e^88 overflows f32). Measured on the
    * tiny shape with s = 8: the real plugin stays within 3.1e-5 of float64
    * there, so the same TOL applies (the contract may set another); a
-   * NaN/Inf fails whatever it is. */
+   * NaN/Inf fails whatever it is. Only the first `layers` layers are
+   * sharpened: one suffices to overflow a max-less softmax, and the rounding
+   * of near-one-hot attention in f32 then does not compound. */
   json_t *sh = param(j, "sharp_attention");
-  int sl = json_is_integer(json_object_get(sh, "tokens"))
-               ? (int)json_integer_value(json_object_get(sh, "tokens"))
-               : 300;
-  double sf = json_is_number(json_object_get(sh, "norm_scale"))
-                  ? json_number_value(json_object_get(sh, "norm_scale"))
-                  : 8;
-  double stol = json_is_number(json_object_get(sh, "tolerance"))
-                    ? json_number_value(json_object_get(sh, "tolerance"))
-                    : TOL;
-  char cname[96];
-  snprintf(cname, sizeof cname, "long prompt, sharp attention (%d tokens, q/k norms x%g)", sl, sf);
-  int ci = nc + 1;
-  vf_case_start(fd, cname, ci, cname);
-  snprintf(copy, sizeof copy, "%s/c", j->workdir);
-  int ok = vf_copy_model_dir(j->o->model_dir, copy, err, sizeof err) == 0;
-  /* Only the first `layers` layers are sharpened: one suffices to overflow
-   * a max-less softmax, and the rounding of near-one-hot attention in f32
-   * then does not compound through every layer. */
-  int64_t L = json_integer_value(json_object_get(e->config, "num_hidden_layers"));
-  if (json_is_integer(json_object_get(sh, "layers")) &&
-      json_integer_value(json_object_get(sh, "layers")) < L)
+  int sl = json_is_integer(json_object_get(sh, "tokens")) ? (int)json_integer_value(json_object_get(sh, "tokens")) : 300;
+  double sf = json_is_number(json_object_get(sh, "norm_scale")) ? json_number_value(json_object_get(sh, "norm_scale")) : 8;
+  int64_t L = json_integer_value(json_object_get(cfg, "num_hidden_layers"));
+  if (json_is_integer(json_object_get(sh, "layers")) && json_integer_value(json_object_get(sh, "layers")) < L)
     L = json_integer_value(json_object_get(sh, "layers"));
   else if (!json_is_integer(json_object_get(sh, "layers")))
     L = 1;
-  for (int64_t l = 0; ok && l < L; l++)
-    for (int qk = 0; qk < 2 && ok; qk++) {
-      char tn[128];
-      vf_tensor_loc loc;
-      snprintf(tn, sizeof tn, "model.layers.%lld.self_attn.%s_norm.weight", (long long)l,
-               qk ? "k" : "q");
-      ok = vf_tensor_locate(copy, tn, &loc, err, sizeof err) == 0 &&
-           vf_tensor_edit(&loc, sf, 0, 0, NULL, err, sizeof err) == 0;
-    }
-  vf_loaded ld = {0};
-  if (!ok || vf_load_direct(e, copy, &ld, err, sizeof err) != 0) {
-    vf_case_end(fd, cname, ci, 0, 0, NULL, "cannot run the sharpened copy: %s", err);
-    fails++;
-  } else {
-    int32_t *ids = malloc((size_t)sl * sizeof(int32_t));
-    vf_random_prompt(j->o->seed * 104729 + 17, ids, sl, 0, V);
-    fails += unseen_case(fd, ci, cname, &ld, ld.w, ld.cfg, ids, sl, 2, stol,
-                         88.73 /* ln(FLT_MAX) */, &worst);
-    free(ids);
-  }
-  vf_unload_direct(&ld);
+  uc *x = &c[nc++];
+  snprintf(x->cname, sizeof x->cname, "long prompt, sharp attention (%d tokens, q/k norms x%g)", sl, sf);
+  x->n = sl > 0 && sl <= 65536 ? sl : 300, x->steps = 2, x->need_score = 88.73 /* ln(FLT_MAX) */;
+  x->tol = json_is_number(json_object_get(sh, "tolerance")) ? json_number_value(json_object_get(sh, "tolerance")) : TOL;
+  x->ids = malloc((size_t)x->n * sizeof(int32_t));
+  if (x->ids) vf_random_prompt(o->seed * 104729 + 17, x->ids, x->n, 0, j->V);
+  char dst[4200];
+  snprintf(dst, sizeof dst, "%s/c", j->workdir);
+  scaled_copy(x, o->model_dir, dst, "model.layers.%lld.self_attn.%s_norm.weight", L, sf);
   /* Small magnitudes: q_proj and k_proj x 2^-8 in a copy (exact in every
    * float format), so mean(q^2) inside the q/k RMSNorms falls to the order
    * of eps: an eps other than the config's (a hard-coded 1e-5, the wrong
@@ -533,34 +667,83 @@ static int unseen_child(void *arg, int fd) {
   json_t *sm = param(j, "small_magnitude");
   double ss = json_is_number(json_object_get(sm, "scale")) ? json_number_value(json_object_get(sm, "scale")) : 1.0 / 256;
   int sml = json_is_integer(json_object_get(sm, "tokens")) ? (int)json_integer_value(json_object_get(sm, "tokens")) : 23;
-  snprintf(cname, sizeof cname, "small magnitudes (%d tokens, q/k projections x%g)", sml, ss);
-  ci++;
-  vf_case_start(fd, cname, ci, cname);
-  snprintf(copy, sizeof copy, "%s/s", j->workdir);
-  ok = vf_copy_model_dir(j->o->model_dir, copy, err, sizeof err) == 0;
-  L = json_integer_value(json_object_get(e->config, "num_hidden_layers"));
-  for (int64_t l = 0; ok && l < L; l++)
-    for (int qk = 0; qk < 2 && ok; qk++) {
-      char tn[128];
-      vf_tensor_loc loc;
-      snprintf(tn, sizeof tn, "model.layers.%lld.self_attn.%s_proj.weight", (long long)l, qk ? "k" : "q");
-      ok = vf_tensor_locate(copy, tn, &loc, err, sizeof err) == 0 &&
-           vf_tensor_edit(&loc, ss, 0, 0, NULL, err, sizeof err) == 0;
-    }
-  vf_loaded ls = {0};
-  if (!ok || vf_load_direct(e, copy, &ls, err, sizeof err) != 0) {
-    vf_case_end(fd, cname, ci, 0, 0, NULL, "cannot run the small-magnitude copy: %s", err);
-    fails++;
-  } else {
-    int32_t *ids = malloc((size_t)sml * sizeof(int32_t));
-    vf_random_prompt(j->o->seed * 15485863 + 29, ids, sml, 0, V);
-    fails += unseen_case(fd, ci, cname, &ls, ls.w, ls.cfg, ids, sml, 4, TOL, 0, &worst);
-    free(ids);
+  x = &c[nc++];
+  snprintf(x->cname, sizeof x->cname, "small magnitudes (%d tokens, q/k projections x%g)", sml, ss);
+  x->n = sml > 0 && sml <= 65536 ? sml : 23, x->steps = 4, x->tol = TOL;
+  x->ids = malloc((size_t)x->n * sizeof(int32_t));
+  if (x->ids) vf_random_prompt(o->seed * 15485863 + 29, x->ids, x->n, 0, j->V);
+  snprintf(dst, sizeof dst, "%s/s", j->workdir);
+  scaled_copy(x, o->model_dir, dst, "model.layers.%lld.self_attn.%s_proj.weight",
+              json_integer_value(json_object_get(cfg, "num_hidden_layers")), ss);
+  json_decref(cfg);
+  uint32_t h0[10];
+  for (int k = 0; k < nc; k++) {
+    if (!c[k].ids) snprintf(c[k].prep_err, sizeof c[k].prep_err, "out of memory");
+    h0[k] = strcmp(c[k].dir, o->model_dir) ? dir_hash(c[k].dir) : 0;
   }
-  vf_unload_direct(&ls);
-  mi_session_close(e);
-  mi_registry_free(reg);
-  return fails != 0;
+
+  uc_job u = {j, c, nc, {0}, NULL};
+  size_t cap = VF_REC_SIZE(0) * 8;
+  for (int k = 0; k < nc; k++)
+    cap += VF_REC_SIZE((size_t)c[k].steps * ((size_t)j->V * sizeof(double) + 4) + 8);
+  vf_limits lim = o->lim;
+  double timeout = o->unit_timeout_s > 0 ? o->unit_timeout_s : 300;
+  if (o->unit_timeout_s > 0 || timeout > lim.timeout_s) lim.timeout_s = timeout;
+  if (timeout * 2 > lim.cpu_s) lim.cpu_s = timeout * 2;
+  lim.result_cap = cap;
+  json_t *unit;
+  vf_child_result rr;
+  memset(&rr, 0, sizeof rr);
+  u.sl = calloc((size_t)nc, sizeof *u.sl);
+  if (!u.sl || vf_run_child(&lim, unseen_child, &u, &u.cand) != 0) {
+    unit = unit_error(id, "cannot fork a child");
+    goto out;
+  }
+  json_t *ev = json_array();
+  int got = vf_raw_read(&u.cand, "stage 5 (c) unseen prompts", nc, u.sl, ev);
+  /* The copies must be as the parent made them: the reference reads them. */
+  for (int k = 0; got >= 0 && k < nc; k++)
+    if (h0[k] && dir_hash(c[k].dir) != h0[k] && !c[k].prep_err[0]) {
+      char m[4600];
+      snprintf(m, sizeof m, "the unit changed the files of the copy %s", c[k].dir);
+      memcpy(c[k].prep_err, m, sizeof m);
+    }
+  vf_rec *ref = calloc((size_t)nc, sizeof *ref);
+  int have_ref = 0;
+  if (got > 0 && ref) {
+    vf_limits rl = lim;
+    rl.result_cap = cap;
+    if (vf_run_child(&rl, reference_child, &u, &rr) == 0 &&
+        vf_raw_read(&rr, "stage 5 (c) float64 reference", nc, ref, ev) >= 0)
+      have_ref = 1;
+    if (rr.timed_out || rr.signaled)
+      vf_ev_error(ev, "stage 5 (c): the float64 reference %s", rr.timed_out ? "timed out" : "crashed");
+  }
+  if (got >= 0) {
+    if (!u.sl[0].type) vf_ev_start(ev, "engine_load", 0, o->model_dir);
+    else if (u.sl[0].type == VF_REC_FAIL && !strncmp(u.sl[0].msg, "the engine cannot", 17))
+      vf_ev_end(ev, "engine_load", 0, 0, 0, NULL, "%s", u.sl[0].msg);
+    else {
+      vf_ev_end(ev, "engine_load", 0, 1, 0, NULL, NULL);
+      for (int k = 0; k < nc; k++) {
+        if (!u.sl[k].type) {
+          vf_ev_start(ev, c[k].cname, k + 1, c[k].cname);
+          break;
+        }
+        unseen_judge_case(ev, k + 1, &c[k], &u.sl[k], have_ref ? &ref[k] : NULL, j->V);
+      }
+    }
+  }
+  free(ref);
+  json_decref(u.cand.events);
+  u.cand.events = ev;
+  unit = vf_unit_report("authenticity", id, "-", member, &u.cand, lim.timeout_s, lim.cpu_s);
+  vf_child_result_free(&u.cand);
+  if (rr.output) vf_child_result_free(&rr);
+out:
+  free(u.sl);
+  for (int k = 0; k < nc; k++) free(c[k].ids);
+  return unit;
 }
 
 /* ================= (d) the path ================= */
@@ -604,6 +787,9 @@ static void foreign_weight_files(const char *dir, char *out, size_t n) {
   if (d) closedir(d);
 }
 
+/* Slot 0: logits [V] on copy A, then the weight file found in use outside A
+ * (text, may be empty); slot 1: int32 "loading A after the rename worked",
+ * logits [V] on B, the weight file in use outside B. */
 static int path_child(void *arg, int fd) {
   s5_job *j = arg;
   char err[2048] = "", a[4200], bdir[4200], other[4800];
@@ -611,97 +797,140 @@ static int path_child(void *arg, int fd) {
   mi_session *e = NULL;
   snprintf(a, sizeof a, "%s/A", j->workdir);
   snprintf(bdir, sizeof bdir, "%s/B", j->workdir);
-  vf_case_start(fd, "load copy A", 0, a);
-  if (vf_copy_model_dir(j->o->model_dir, a, err, sizeof err) != 0) {
-    vf_case_end(fd, "load copy A", 0, 0, 0, NULL, "%s", err);
-    return 1;
-  }
-  if (open_engine(j, a, &reg, &e, fd, "load copy A", 0) != 0) {
+  if (open_engine(j, a, &reg, &e, err, sizeof err) != 0) {
+    rec_fail(fd, 0, "the engine cannot load %s: %s", a, err);
     if (reg) mi_registry_free(reg);
     return 1;
   }
   const int64_t V = e->info.vocab_size;
   int32_t ids[8], tok;
   vf_random_prompt(j->o->seed ^ 0xd, ids, 8, 0, V);
-  float *la = malloc((size_t)V * sizeof(float)),
-        *lb = malloc((size_t)V * sizeof(float)); /* [V] each */
-  int rc = 1;
-  if (!la || !lb || vf_greedy(e->M, e->model, V, ids, 8, 1, la, &tok, err, sizeof err) != 0) {
-    vf_case_end(fd, "load copy A", 0, 0, 0, NULL, "forward on copy A failed: %s", err);
+  size_t lb = (size_t)V * sizeof(float);
+  char *pay = malloc(4 + lb + sizeof other);
+  if (!pay || vf_greedy(e->M, e->model, V, ids, 8, 1, (float *)pay, &tok, err, sizeof err) != 0) {
+    rec_fail(fd, 0, "forward on copy A failed: %s%s", err, "");
     goto out;
   }
   foreign_weight_files(a, other, sizeof other);
-  if (other[0]) {
-    vf_case_end(fd, "load copy A", 0, 0, 0, NULL,
-                "weights read from outside the given folder: %s is in use after loading %s", other,
-                a);
-    goto out;
-  }
-  vf_case_end(fd, "load copy A", 0, 1, 0, NULL,
-              "no weight file outside the given folder is mapped or open");
+  memcpy(pay + lb, other, strlen(other));
+  vf_rec_write(fd, VF_REC_OUT, 0, 0, NULL, pay, lb + strlen(other));
   mi_session_close(e);
   e = NULL;
-  vf_case_start(fd, "rename A to B", 1, bdir);
   if (rename(a, bdir) != 0) {
-    vf_case_end(fd, "rename A to B", 1, 0, 0, NULL, "cannot rename %s to %s", a, bdir);
+    rec_fail(fd, 1, "cannot rename %s to %s", a, bdir);
     goto out;
   }
+  int32_t old_ok = 0;
   e = vf_open_engine(reg, a, err, sizeof err);
   if (e) {
-    vf_case_end(fd, "rename A to B", 1, 0, 0, NULL,
-                "loading %s succeeded after it was renamed away: the weights come "
-                "from somewhere else",
-                a);
+    old_ok = 1;
+    mi_session_close(e);
+  }
+  e = NULL;
+  if (open_engine(j, bdir, &reg, &e, err, sizeof err) != 0) {
+    rec_fail(fd, 1, "the engine cannot load %s: %s", bdir, err);
     goto out;
   }
-  if (open_engine(j, bdir, &reg, &e, fd, "rename A to B", 1) != 0) goto out;
-  if (vf_greedy(e->M, e->model, V, ids, 8, 1, lb, &tok, err, sizeof err) != 0) {
-    vf_case_end(fd, "rename A to B", 1, 0, 0, NULL, "forward on B failed: %s", err);
+  if (vf_greedy(e->M, e->model, V, ids, 8, 1, (float *)(pay + 4), &tok, err, sizeof err) != 0) {
+    rec_fail(fd, 1, "forward on B failed: %s%s", err, "");
     goto out;
   }
-  double dev = 0, sc = max_abs(la, V);
-  for (int64_t i = 0; i < V; i++)
-    dev = fmax(dev, fabs((double)la[i] - lb[i]));
   foreign_weight_files(bdir, other, sizeof other);
-  if (!(dev <= 1e-6 * sc) || other[0]) {
-    vf_case_end(fd, "rename A to B", 1, 0, dev, NULL, "%s",
-                other[0] ? other : "the model loaded from the new path gives different logits");
-    goto out;
-  }
-  vf_case_end(fd, "rename A to B", 1, 1, dev, NULL,
-              "the old path fails, the new path gives the same logits");
-  rc = 0;
+  memcpy(pay, &old_ok, 4);
+  memcpy(pay + 4 + lb, other, strlen(other));
+  vf_rec_write(fd, VF_REC_OUT, 1, 0, NULL, pay, 4 + lb + strlen(other));
 out:
-  free(la);
-  free(lb);
+  free(pay);
   mi_session_close(e);
   mi_registry_free(reg);
-  return rc;
+  return 0;
+}
+
+static json_t *path_judge(void *arg, const vf_child_result *r) {
+  s5_job *j = arg;
+  json_t *ev = json_array();
+  vf_rec sl[2];
+  char a[4200], bdir[4200], other[1100];
+  snprintf(a, sizeof a, "%s/A", j->workdir);
+  snprintf(bdir, sizeof bdir, "%s/B", j->workdir);
+  if (vf_raw_read(r, "stage 5 (d) weights from the given path", 2, sl, ev) < 0) return ev;
+  const size_t lb = (size_t)j->V * sizeof(float);
+  const char *c0 = "load copy A", *c1 = "rename A to B";
+  if (!sl[0].type) return vf_ev_start(ev, c0, 0, a), ev;
+  if (sl[0].type == VF_REC_FAIL || sl[0].payload_len < lb || sl[0].payload_len > lb + 1024)
+    return vf_ev_end(ev, c0, 0, 0, 0, NULL, "%s", sl[0].type == VF_REC_FAIL ? sl[0].msg : "a record of the wrong size"),
+           ev;
+  snprintf(other, sizeof other, "%.*s", (int)(sl[0].payload_len - lb), sl[0].payload + lb);
+  if (other[0])
+    return vf_ev_end(ev, c0, 0, 0, 0, NULL, "weights read from outside the given folder: %s is in use after loading %s",
+                     other, a),
+           ev;
+  vf_ev_end(ev, c0, 0, 1, 0, NULL, "no weight file outside the given folder is mapped or open");
+  if (!sl[1].type) return vf_ev_start(ev, c1, 1, bdir), ev;
+  if (sl[1].type == VF_REC_FAIL || sl[1].payload_len < 4 + lb || sl[1].payload_len > 4 + lb + 1024)
+    return vf_ev_end(ev, c1, 1, 0, 0, NULL, "%s", sl[1].type == VF_REC_FAIL ? sl[1].msg : "a record of the wrong size"),
+           ev;
+  int32_t old_ok;
+  memcpy(&old_ok, sl[1].payload, 4);
+  snprintf(other, sizeof other, "%.*s", (int)(sl[1].payload_len - 4 - lb), sl[1].payload + 4 + lb);
+  if (old_ok)
+    return vf_ev_end(ev, c1, 1, 0, 0, NULL,
+                     "loading %s succeeded after it was renamed away: the weights come from somewhere else", a),
+           ev;
+  float *la = malloc(lb), *lbv = malloc(lb);
+  if (la && lbv) {
+    memcpy(la, sl[0].payload, lb);
+    memcpy(lbv, sl[1].payload + 4, lb);
+    double dev = 0, sc = max_abs(la, j->V);
+    for (int64_t i = 0; i < j->V; i++) {
+      double d = fabs((double)la[i] - lbv[i]);
+      if (!(d <= dev)) dev = d;
+    }
+    if (!(dev <= 1e-6 * sc) || other[0])
+      vf_ev_end(ev, c1, 1, 0, dev, NULL, "%s", other[0] ? other : "the model loaded from the new path gives different logits");
+    else vf_ev_end(ev, c1, 1, 1, dev, NULL, "the old path fails, the new path gives the same logits");
+  } else vf_ev_error(ev, "stage 5: out of memory in the verifier");
+  free(la);
+  free(lbv);
+  return ev;
 }
 
 /* ================= the stage ================= */
 
 json_t *vf_stage5(const vf_stage_opts *o, json_t *contract) {
   json_t *units = json_array();
-  struct {
-    const char *id, *member;
-    int (*fn)(void *, int);
-    double timeout;
-  } parts[] = {{"imports", "(a) imports allowlist", imports_child, 30},
-               {"follows_weights", "(b) outputs follow the weights", follow_child, 120},
-               {"unseen_prompts", "(c) unseen prompts vs float64", unseen_child, 300},
-               {"weights_path", "(d) weights from the given path", path_child, 120}};
-  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+  const char *ids[4] = {"imports", "follows_weights", "unseen_prompts", "weights_path"};
+  const char *members[4] = {"(a) imports allowlist", "(b) outputs follow the weights", "(c) unseen prompts vs float64",
+                            "(d) weights from the given path"};
+  char err[4400];
+  int64_t V = config_vocab(o->model_dir, NULL, err, sizeof err);
+  for (int i = 0; i < 4; i++) {
     char wd[4096];
     if (vf_workdir_new(wd, sizeof wd) != 0) {
-      json_array_append_new(units, json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "authenticity",
-                                             "id", parts[i].id, "verdict", "FAIL", "status",
-                                             "ERROR", "message", "cannot create a scratch folder"));
+      json_array_append_new(units, unit_error(ids[i], "cannot create a scratch folder"));
       continue;
     }
-    s5_job j = {o, contract, wd};
-    json_t *u = vf_run_unit(o, "authenticity", parts[i].id, parts[i].member, parts[i].fn, &j,
-                            parts[i].timeout);
+    s5_job j = {o, contract, wd, V};
+    json_t *u = NULL;
+    char dst[4200];
+    size_t cap = VF_REC_SIZE(0) * 8 + 2 * VF_REC_SIZE((size_t)V * sizeof(float) + 1024);
+    if (i == 0) u = vf_run_unit(o, "authenticity", ids[i], members[i], imports_child, &j, 30); /* no plugin loaded */
+    else if (!V) u = unit_error(ids[i], err);
+    else if (i == 1) {
+      /* the parent makes the scaled copy: the candidate never touches it first */
+      vf_tensor_loc loc;
+      snprintf(dst, sizeof dst, "%s/b", wd);
+      if (vf_copy_model_dir(o->model_dir, dst, err, sizeof err) != 0 ||
+          vf_tensor_locate(dst, "model.norm.weight", &loc, err, sizeof err) != 0 ||
+          vf_tensor_edit(&loc, 2.0, 0, 0, NULL, err, sizeof err) != 0)
+        u = unit_error(ids[i], err);
+      else u = vf_run_unit_raw(o, "authenticity", ids[i], members[i], follow_child, &j, 120, cap, follow_judge);
+    } else if (i == 2) u = run_unseen(&j, ids[i], members[i]);
+    else {
+      snprintf(dst, sizeof dst, "%s/A", wd);
+      if (vf_copy_model_dir(o->model_dir, dst, err, sizeof err) != 0) u = unit_error(ids[i], err);
+      else u = vf_run_unit_raw(o, "authenticity", ids[i], members[i], path_child, &j, 120, cap, path_judge);
+    }
     vf_rmtree(wd);
     /* One line for the console: the notes of its cases. */
     char sm[1024] = "";

@@ -6,8 +6,11 @@
  *               matched against the folder's config hidden_size/num_layers
  *               as "hidden x layers", e.g. "64x2"), "note": "..."}
  * measured through the engine (mi_generate, greedy, EOS ignored) on a
- * seeded random prompt, best of 2 runs. With no gate stated the stage is
- * "N/A" (not a PASS): nothing was required, so nothing was shown. */
+ * seeded random prompt, best of 2 runs. Whatever the contract states, the
+ * default gate runs too: decode growth, the platform work each decode step
+ * requests counted after a short and a long prefix (growth.c).
+ * The engine's child returns the raw figures of each run (gates_child);
+ * the parent computes the metric and decides (gates_judge). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -15,13 +18,30 @@
 #include <string.h>
 
 #include "core/runtime/session.h"
+#include "core/util/file.h"
 #include "core/verify/verify.h"
 
 typedef struct s6_job {
   const vf_stage_opts *o;
   json_t *gates;
   const char *workdir;
+  char shape[64]; /* "hidden x layers" from config.json, read by the parent */
 } s6_job;
+
+/* A gate the parent can run: 1, or 0 (malformed). */
+static int gate_ok(json_t *g) {
+  const char *metric = json_string_value(json_object_get(g, "metric"));
+  int P = (int)json_integer_value(json_object_get(g, "prompt")),
+      G = (int)json_integer_value(json_object_get(g, "generate"));
+  return metric && P >= 1 && P <= 65536 && G >= 2 && G <= 65536 &&
+         (json_is_number(json_object_get(g, "min")) || json_is_number(json_object_get(g, "max"))) &&
+         (!strcmp(metric, "decode_tok_s") || !strcmp(metric, "prefill_tok_s") || !strcmp(metric, "ttft_s"));
+}
+
+static int gate_applies(const s6_job *j, json_t *g) {
+  const char *gs = json_string_value(json_object_get(g, "shape"));
+  return !gs || !strcmp(gs, j->shape);
+}
 
 static int count_tok(void *user, const mi_gen_token *t) {
   (void)t;
@@ -29,51 +49,32 @@ static int count_tok(void *user, const mi_gen_token *t) {
   return 0;
 }
 
+/* Per gate the raw figures of 2 runs, nothing judged:
+ * double [2][4] = {n_prompt, n_gen, prefill_s, decode_s} and ttft_s after
+ * (double [2][5]); a run that failed is a FAIL record. */
 static int gates_child(void *arg, int fd) {
   s6_job *j = arg;
-  char err[2048] = "";
-  vf_case_start(fd, "engine_load", 0, j->o->model_dir);
+  char err[2048] = "", msg[2600];
   mi_registry *reg = vf_open_registry(j->o, j->workdir, err, sizeof err);
   mi_session *e = reg ? vf_open_engine(reg, j->o->model_dir, err, sizeof err) : NULL;
   if (!e) {
-    vf_case_end(fd, "engine_load", 0, 0, 0, NULL, "the engine cannot load %s: %s", j->o->model_dir,
-                err);
+    snprintf(msg, sizeof msg, "the engine cannot load %s: %s", j->o->model_dir, err);
+    vf_rec_write(fd, VF_REC_FAIL, 0, 0, msg, NULL, 0);
     if (reg) mi_registry_free(reg);
     return 1;
   }
-  vf_case_end(fd, "engine_load", 0, 1, 0, NULL, NULL);
-  char shape[64];
-  snprintf(shape, sizeof shape, "%lldx%lld", (long long)e->info.hidden_size,
-           (long long)e->info.n_layers);
-  int fails = 0;
+  vf_rec_write(fd, VF_REC_OUT, 0, 0, NULL, NULL, 0);
   size_t gi;
   json_t *g;
   json_array_foreach(j->gates, gi, g) {
-    const char *metric = json_string_value(json_object_get(g, "metric"));
-    const char *gs = json_string_value(json_object_get(g, "shape"));
+    if (!gate_ok(g) || !gate_applies(j, g)) continue;
     int P = (int)json_integer_value(json_object_get(g, "prompt")),
         G = (int)json_integer_value(json_object_get(g, "generate"));
-    json_t *jmin = json_object_get(g, "min"), *jmax = json_object_get(g, "max");
-    char cname[160];
-    snprintf(cname, sizeof cname, "%s P=%d G=%d", metric ? metric : "?", P, G);
-    int ci = (int)gi + 1;
-    vf_case_start(fd, cname, ci, cname);
-    if (gs && strcmp(gs, shape)) {
-      vf_case_end(fd, cname, ci, 1, 0, json_pack("{s:b}", "not_applicable", 1),
-                  "gate for shape %s, model is %s: N/A", gs, shape);
-      continue;
-    }
-    if (!metric || P < 1 || G < 2 || (!json_is_number(jmin) && !json_is_number(jmax)) ||
-        (strcmp(metric, "decode_tok_s") && strcmp(metric, "prefill_tok_s") &&
-         strcmp(metric, "ttft_s"))) {
-      vf_case_end(fd, cname, ci, 0, 0, NULL, "malformed gate %d in the test contract", (int)gi);
-      fails++;
-      continue;
-    }
     int32_t *ids = malloc((size_t)P * sizeof(int32_t));
-    vf_random_prompt(j->o->seed + gi, ids, P, 0, e->info.vocab_size);
-    double best = NAN;
-    for (int rep = 0; rep < 2; rep++) {
+    double fig[2][5];
+    int ok = ids != NULL;
+    if (ids) vf_random_prompt(j->o->seed + gi, ids, P, 0, e->info.vocab_size);
+    for (int rep = 0; ok && rep < 2; rep++) {
       mi_gen_params gp;
       memset(&gp, 0, sizeof gp);
       mi_sampler_defaults(&gp.sampling);
@@ -83,45 +84,112 @@ static int gates_child(void *arg, int fd) {
       mi_gen_stats st;
       memset(&st, 0, sizeof st);
       int n = 0;
-      if (mi_generate(e, ids, (size_t)P, &gp, count_tok, &n, &st, err, sizeof err) != 0) break;
-      double v = !strcmp(metric, "decode_tok_s")    ? (st.n_gen - 1) / fmax(st.decode_s, 1e-9)
-                 : !strcmp(metric, "prefill_tok_s") ? st.n_prompt / fmax(st.prefill_s, 1e-9)
-                                                    : st.ttft_s;
-      if (isnan(best) || (json_is_number(jmax) ? v < best : v > best)) best = v;
+      if (mi_generate(e, ids, (size_t)P, &gp, count_tok, &n, &st, err, sizeof err) != 0) ok = 0;
+      double f[5] = {(double)st.n_prompt, (double)st.n_gen, st.prefill_s, st.decode_s, st.ttft_s};
+      memcpy(fig[rep], f, sizeof f);
     }
     free(ids);
-    if (isnan(best)) {
-      vf_case_end(fd, cname, ci, 0, 0, NULL, "%s: generation failed: %s", cname, err);
-      fails++;
-      continue;
+    if (ok) vf_rec_write(fd, VF_REC_OUT, 1 + (int)gi, 0, NULL, fig, sizeof fig);
+    else {
+      snprintf(msg, sizeof msg, "generation failed: %s", ids ? err : "out of memory");
+      vf_rec_write(fd, VF_REC_FAIL, 1 + (int)gi, 0, msg, NULL, 0);
     }
-    int pass = (!json_is_number(jmin) || best >= json_number_value(jmin)) &&
-               (!json_is_number(jmax) || best <= json_number_value(jmax));
-    fails += !pass;
-    vf_case_end(fd, cname, ci, pass, 0, json_pack("{s:f}", "measured", best),
-                "%s = %.4g (gate: %s %g)", cname, best, json_is_number(jmin) ? ">=" : "<=",
-                json_number_value(json_is_number(jmin) ? jmin : jmax));
   }
   mi_session_close(e);
   mi_registry_free(reg);
-  return fails != 0;
+  return 0;
+}
+
+static json_t *gates_judge(void *arg, const vf_child_result *r) {
+  s6_job *j = arg;
+  json_t *ev = json_array();
+  int ng = (int)json_array_size(j->gates);
+  vf_rec *sl = calloc((size_t)ng + 1, sizeof *sl);
+  if (!sl || vf_raw_read(r, "stage 6 (performance gates)", ng + 1, sl, ev) < 0) goto done;
+  if (!sl[0].type) {
+    vf_ev_start(ev, "engine_load", 0, j->o->model_dir);
+    goto done;
+  }
+  if (sl[0].type == VF_REC_FAIL) {
+    vf_ev_end(ev, "engine_load", 0, 0, 0, NULL, "%s", sl[0].msg);
+    goto done;
+  }
+  vf_ev_end(ev, "engine_load", 0, 1, 0, NULL, NULL);
+  for (int gi = 0; gi < ng; gi++) {
+    json_t *g = json_array_get(j->gates, (size_t)gi);
+    const char *metric = json_string_value(json_object_get(g, "metric"));
+    int P = (int)json_integer_value(json_object_get(g, "prompt")),
+        G = (int)json_integer_value(json_object_get(g, "generate"));
+    json_t *jmin = json_object_get(g, "min"), *jmax = json_object_get(g, "max");
+    char cname[160];
+    snprintf(cname, sizeof cname, "%s P=%d G=%d", metric ? metric : "?", P, G);
+    const vf_rec *rec = &sl[1 + gi];
+    if (!gate_ok(g)) {
+      vf_ev_end(ev, cname, gi + 1, 0, 0, NULL, "malformed gate %d in the test contract", gi);
+      continue;
+    }
+    if (!gate_applies(j, g)) {
+      vf_ev_end(ev, cname, gi + 1, 1, 0, json_pack("{s:b}", "not_applicable", 1), "gate for shape %s, model is %s: N/A",
+                json_string_value(json_object_get(g, "shape")), j->shape);
+      continue;
+    }
+    if (!rec->type) {
+      vf_ev_start(ev, cname, gi + 1, cname);
+      break;
+    }
+    if (rec->type == VF_REC_FAIL || rec->payload_len != sizeof(double) * 10) {
+      vf_ev_end(ev, cname, gi + 1, 0, 0, NULL, "%s: %s", cname,
+                rec->type == VF_REC_FAIL ? rec->msg : "a record of the wrong size");
+      continue;
+    }
+    double fig[2][5], best = NAN;
+    memcpy(fig, rec->payload, sizeof fig);
+    for (int rep = 0; rep < 2; rep++) {
+      double v = !strcmp(metric, "decode_tok_s")    ? (fig[rep][1] - 1) / fmax(fig[rep][3], 1e-9)
+                 : !strcmp(metric, "prefill_tok_s") ? fig[rep][0] / fmax(fig[rep][2], 1e-9)
+                                                    : fig[rep][4];
+      if (!isfinite(v)) continue;
+      if (isnan(best) || (json_is_number(jmax) ? v < best : v > best)) best = v;
+    }
+    int pass = isfinite(best) && (!json_is_number(jmin) || best >= json_number_value(jmin)) &&
+               (!json_is_number(jmax) || best <= json_number_value(jmax));
+    vf_ev_end(ev, cname, gi + 1, pass, 0, json_pack("{s:f}", "measured", isfinite(best) ? best : -1),
+              "%s = %.4g (gate: %s %g)", cname, best, json_is_number(jmin) ? ">=" : "<=",
+              json_number_value(json_is_number(jmin) ? jmin : jmax));
+  }
+done:
+  free(sl);
+  return ev;
 }
 
 json_t *vf_stage6(const vf_stage_opts *o, json_t *contract) {
   json_t *gates = json_object_get(contract, "gates");
-  if (!json_is_array(gates) || !json_array_size(gates))
-    return json_pack("{s:i, s:s, s:s, s:s, s:o, s:i, s:i}", "stage", 6, "name", "performance",
-                     "verdict", "N/A", "message",
-                     "no gates stated (the test contract's \"gates\" is empty): nothing measured",
-                     "units", json_array(), "passed", 0, "failed", 0);
-  char wd[4096];
+  if (!json_is_array(gates) || !json_array_size(gates)) {
+    /* no gate stated: the default one still holds (decode growth, counted) */
+    json_t *units = json_array();
+    json_array_append_new(units, vf_decode_growth(o));
+    json_t *s = vf_stage_result(6, "performance", units);
+    json_object_set_new(s, "message", json_string("no gates stated (the test contract's \"gates\" is empty): "
+                                                  "the default decode-growth gate only"));
+    return s;
+  }
+  char wd[4096], path[4200], err[4400];
+  snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+  json_t *cfg = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, sizeof err);
+  if (!cfg)
+    return json_pack("{s:i, s:s, s:s, s:s}", "stage", 6, "name", "performance", "verdict", "FAIL", "message", err);
+  s6_job j = {o, gates, wd, ""};
+  snprintf(j.shape, sizeof j.shape, "%lldx%lld", (long long)json_integer_value(json_object_get(cfg, "hidden_size")),
+           (long long)json_integer_value(json_object_get(cfg, "num_hidden_layers")));
+  json_decref(cfg);
   if (vf_workdir_new(wd, sizeof wd) != 0)
     return json_pack("{s:i, s:s, s:s, s:s}", "stage", 6, "name", "performance", "verdict", "FAIL",
                      "message", "cannot create a scratch folder");
-  s6_job j = {o, gates, wd};
   json_t *units = json_array();
-  json_array_append_new(
-      units, vf_run_unit(o, "performance", "gates", "performance gates", gates_child, &j, 300));
+  size_t cap = VF_REC_SIZE(0) * 8 + (json_array_size(gates) + 1) * VF_REC_SIZE(sizeof(double) * 10);
+  json_array_append_new(units, vf_run_unit_raw(o, "performance", "gates", "performance gates", gates_child, &j, 300,
+                                               cap, gates_judge));
+  json_array_append_new(units, vf_decode_growth(o));
   vf_rmtree(wd);
   return vf_stage_result(6, "performance", units);
 }

@@ -5,7 +5,10 @@
  *   ref/ops.c        the operator contracts' references, selected by name
  *   unit.c           one operator contract: cases, inputs, libffi call, compare
  *   child.c          fork + time limit + rlimits around every unit
+ *   raw.c            stages 3-6's result protocol: raw records from the
+ *                    candidate's child, events and verdicts in the parent
  *   stage1..6.c      the stages
+ *   growth.c         stage 6's default gate: platform work per decode step
  *   model.c          engine-level helpers: registry of the two plugins,
  *                    model copies, tensor edits, greedy runs
  *   driver.c         per-model-contract drivers (driver.h): stage 2's layer
@@ -184,6 +187,9 @@ typedef struct vf_stage_opts {
    * (mi-gen on a checkpoint no peer has seen: stage 5's float64 reference
    * still holds the engine to the math) */
   int goldens_optional;
+  /* stages 3-6: every unit's wall-clock deadline, instead of the stage's own
+   * (tests of a plugin that never returns); 0: the stage's */
+  double unit_timeout_s;
 } vf_stage_opts;
 
 /* Loads the plugin in a child and describes it: {"verdict": "PASS"|"FAIL",
@@ -221,6 +227,10 @@ json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir
 json_t *vf_stage4(const vf_stage_opts *o, json_t *contract);
 json_t *vf_stage5(const vf_stage_opts *o, json_t *contract);
 json_t *vf_stage6(const vf_stage_opts *o, json_t *contract);
+/* Stage 6's default gate (growth.c): the platform work each decode step
+ * requests, counted, must not grow with the prefix beyond attention's
+ * linear share. A unit report. */
+json_t *vf_decode_growth(const vf_stage_opts *o);
 
 /* ---------- engine-level helpers (verify_model.c), used in children ---------- */
 
@@ -248,6 +258,10 @@ typedef struct vf_loaded {
   int64_t V; /* vocabulary */
 } vf_loaded;
 int vf_load_direct(const struct mi_session *e, const char *dir, vf_loaded *out, char *err, size_t err_len);
+/* The same with another platform table for the model (one that wraps the
+ * engine's: stage 6 counts the work each step asks for). */
+int vf_load_direct_on(const struct mi_session *e, const char *dir, const mi_platform_iface *P, vf_loaded *out,
+                      char *err, size_t err_len);
 void vf_unload_direct(vf_loaded *l);
 
 int64_t vf_argmax(const float *x, int64_t n);
@@ -272,7 +286,9 @@ int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t 
 int vf_tensor_restore(const vf_tensor_loc *t, const unsigned char *saved);
 uint32_t vf_fnv1a32_file(const char *path, int *ok);
 
-/* One check run in a child (timeout at least timeout_s), as a unit report. */
+/* One check run in a child (timeout at least timeout_s), as a unit report,
+ * its verdicts the child's own events: only for children that load no
+ * candidate code (stage 3's file check, stage 5's import scan). */
 json_t *vf_run_unit(const vf_stage_opts *o, const char *kind, const char *id, const char *member,
                     int (*fn)(void *arg, int fd), void *arg, double timeout_s);
 void vf_case_start(int fd, const char *name, int index, const char *where);
@@ -281,5 +297,24 @@ void vf_case_start(int fd, const char *name, int index, const char *where);
 void vf_case_end(int fd, const char *name, int index, int pass, double max_err, json_t *extra, const char *fmt,
                  ...) __attribute__((format(printf, 7, 8)));
 json_t *vf_stage_result(int stage, const char *name, json_t *units);
+
+/* ---------- the stage 3-6 result protocol (raw.c) ----------
+ * A child that loads the candidate returns raw outputs only: one record per
+ * slot of the parent's plan, in slot order (VF_REC_OUT with the outputs, or
+ * VF_REC_FAIL with why it could not produce them). The parent's judge reads
+ * them with vf_raw_read and writes the case events with vf_ev_*. */
+void vf_ev_start(json_t *ev, const char *name, int index, const char *where);
+void vf_ev_end(json_t *ev, const char *name, int index, int pass, double max_err, json_t *extra,
+               const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+void vf_ev_error(json_t *ev, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* slots[i].type: 0 for a slot with no record. Returns the records read, or
+ * -1 (an error event naming `stage` appended) when the pipe holds anything
+ * but records in slot order. ERROR records become error events. */
+int vf_raw_read(const vf_child_result *r, const char *stage, int nslots, vf_rec *slots, json_t *ev);
+/* vf_run_unit for a candidate's child: the pipe read up to result_cap,
+ * the child's own events dropped, the events judge(arg, r) writes reported. */
+json_t *vf_run_unit_raw(const vf_stage_opts *o, const char *kind, const char *id, const char *member,
+                        int (*fn)(void *arg, int fd), void *arg, double timeout_s, size_t result_cap,
+                        json_t *(*judge)(void *arg, const vf_child_result *r));
 
 #endif

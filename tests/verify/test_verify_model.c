@@ -1,10 +1,13 @@
 /* mi-verify stages 3-6 on the tiny model (the golden tiny-seed1 weights):
- *   - the real qwen3 plugin on the real CPU plugin passes stages 1-5, and
- *     stage 6 says N/A (the contract states no gate), never PASS;
+ *   - the real qwen3 plugin on the real CPU plugin passes stages 1-6 (stage
+ *     6: the default decode-growth gate, the contract stating none);
  *   - each model mutant (tests/verify/mutants_model, one planted defect
  *     each) is rejected at the stage meant to catch it, with the symptom
  *     named, every earlier stage passing and every later one skipped;
- *   - a model without a golden fails stage 4 with that said.
+ *   - a model without a golden fails stage 4 with that said;
+ *   - the forged-PASS model plugin fails each of stages 3-6 (the stage named),
+ *     and plugins whose forward or teardown never returns are killed at the
+ *     unit's deadline and reported as TIMEOUT.
  * The mutant table here is the one in tests/verify/README.md. */
 #define _GNU_SOURCE
 #include <check.h>
@@ -17,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/ckb/ckb.h"
 #include "core/verify/verify.h"
 
 static char bin[4096], mkmodel[4096], cpu_so[4096], mm_dir[4096], ckb[4096], goldens[4096];
@@ -120,7 +124,10 @@ START_TEST(real_plugin_passes_all_stages) {
   ck_assert_msg(rc == 0, "mi-verify exited %d on the real plugins:\n%s", rc, log);
   for (int s = 1; s <= 5; s++)
     ck_assert_msg(!strcmp(verdict(rep, s), "PASS"), "stage %d: %s\n%s", s, verdict(rep, s), log);
-  ck_assert_str_eq(verdict(rep, 6), "N/A"); /* no gate stated: not a PASS */
+  /* no gate stated: the default decode-growth gate (counted work) holds */
+  ck_assert_msg(!strcmp(verdict(rep, 6), "PASS"), "stage 6: %s\n%s", verdict(rep, 6), log);
+  json_t *dg = json_array_get(json_object_get(stage_of(rep, 6), "units"), 0);
+  ck_assert_str_eq(json_string_value(json_object_get(dg, "id")), "decode_growth");
   /* Stage 3 really perturbed every tensor of the tiny model (2 layers x 11 + embed + norm). */
   json_t *rb = json_array_get(json_object_get(stage_of(rep, 3), "units"), 1);
   ck_assert_msg(rb && json_array_size(json_object_get(rb, "cases")) == 3 + 24,
@@ -135,7 +142,6 @@ START_TEST(real_plugin_passes_all_stages) {
   ck_assert_msg(json_number_value(json_object_get(sharp, "max_attention_score")) > 88.73,
                 "sharp-attention case: scores only up to %g",
                 json_number_value(json_object_get(sharp, "max_attention_score")));
-  ck_assert_ptr_nonnull(strstr(log, "stage 6 (performance gates):\n  N/A: no gates stated"));
   json_decref(rep);
 }
 END_TEST
@@ -158,6 +164,7 @@ static const struct {
     {"foreign_llama", 5, "imports",
      "links libllama.so (DT_NEEDED), which is not in the allowlist: a foreign inference library"},
     {"dlopen_ggml", 5, "imports", "imports dlopen"},
+    {"forged_pass", 3, NULL, "stage 3 (read-back): the unit's result pipe broke the verifier's protocol"},
 };
 
 START_TEST(mutant_rejected_at_its_stage) {
@@ -213,14 +220,16 @@ START_TEST(model_without_golden_fails_stage4) {
 END_TEST
 
 /* Stage 6 measures the gates a contract states (here written by the test):
- * one met, one impossible, one for another shape (N/A); none at all: N/A. */
+ * one met, one impossible, one for another shape (N/A); none at all: the
+ * default decode-growth gate alone. */
 START_TEST(stage6_gates_measured) {
   char q3[4200];
   snprintf(q3, sizeof q3, "%s/lib/metainfer/libmi-qwen3.so", getenv("MI_BUILD_DIR"));
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, q3, model, NULL, 0};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, q3, model, NULL, 0, 0};
   json_t *none = json_pack("{s:[]}", "gates");
-  json_t *s = vf_stage6(&o, none);
-  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "N/A");
+  json_t *s = vf_stage6(&o, none); /* the default gate only */
+  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "PASS");
+  ck_assert_uint_eq(json_array_size(json_object_get(s, "units")), 1);
   json_decref(s);
   json_decref(none);
   json_t *c =
@@ -240,6 +249,175 @@ START_TEST(stage6_gates_measured) {
   ck_assert(json_is_true(json_object_get(json_array_get(cases, 3), "not_applicable")));
   json_decref(s);
   json_decref(c);
+}
+END_TEST
+
+static const char *unit_message(json_t *stage, const char *id) {
+  size_t i;
+  json_t *u;
+  json_array_foreach(json_object_get(stage, "units"), i, u) if (!strcmp(json_string_value(json_object_get(u, "id")), id))
+    return json_string_value(json_object_get(u, "message"));
+  return NULL;
+}
+
+/* The forged-PASS model plugin (mutants_model/mm_forged_pass.c) against
+ * stages 4-6 one by one (stage 3 catches it first in a full run: see
+ * k_mutants): each stage that runs the engine fails it, naming itself. */
+START_TEST(forged_pass_rejected_at_stages_4_to_6) {
+  char so[4400];
+  snprintf(so, sizeof so, "%s/libmm-forged_pass.so", mm_dir);
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0};
+  json_t *none = json_object();
+  json_t *s = vf_stage4(&o, none);
+  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
+  const char *m = unit_message(s, "tiny-seed1.json");
+  ck_assert_msg(m && strstr(m, "stage 4 (end to end): the unit's result pipe broke the verifier's protocol"),
+                "stage 4 says: %s", m ? m : "(none)");
+  json_decref(s);
+  s = vf_stage5(&o, none);
+  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
+  static const char *const parts[][2] = {{"follows_weights", "stage 5 (b) outputs follow the weights: the unit's"},
+                                         {"unseen_prompts", "stage 5 (c) unseen prompts: the unit's"},
+                                         {"weights_path", "stage 5 (d) weights from the given path: the unit's"}};
+  for (int k = 0; k < 3; k++) {
+    m = unit_message(s, parts[k][0]);
+    ck_assert_msg(m && strstr(m, parts[k][1]), "stage 5 %s says: %s", parts[k][0], m ? m : "(none)");
+  }
+  json_decref(s);
+  json_t *c = json_pack("{s:[{s:s, s:i, s:i, s:f}]}", "gates", "metric", "decode_tok_s", "prompt", 4, "generate",
+                        8, "min", 0.5);
+  s = vf_stage6(&o, c);
+  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
+  m = unit_message(s, "gates");
+  ck_assert_msg(m && strstr(m, "stage 6 (performance gates): the unit's result pipe broke"), "stage 6 says: %s",
+                m ? m : "(none)");
+  json_decref(s);
+  json_decref(c);
+  json_decref(none);
+}
+END_TEST
+
+/* Stage 6's default gate on the mutant that recomputes its whole prefix at
+ * every decode step (right logits, so only the cost shows it): run alone,
+ * as a full run would spend half a minute on stages 1-5 first. */
+START_TEST(decode_growth_catches_prefix_recompute) {
+  char so[4400];
+  snprintf(so, sizeof so, "%s/libmm-recompute_prefix.so", mm_dir);
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0};
+  json_t *none = json_pack("{s:[]}", "gates");
+  json_t *s = vf_stage6(&o, none);
+  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
+  const char *m = unit_message(s, "decode_growth");
+  ck_assert_msg(m && strstr(m, "decode cost grows with the prefix: non-attention work per decode step (step 0)"),
+                "decode growth says: %s", m ? m : "(none)");
+  json_decref(s);
+  json_decref(none);
+}
+END_TEST
+
+/* A model plugin whose forward never returns, and one whose teardown
+ * (buffer_free) never returns after every output was produced: each unit
+ * is killed at its deadline (3 s here) and reported as a TIMEOUT. */
+START_TEST(hung_plugin_killed_at_the_deadline) {
+  char so[4400], err[600], ckbdir[4200];
+  snprintf(ckbdir, sizeof ckbdir, "%s", ckb);
+  mi_ckb *kb = mi_ckb_open(ckbdir, err, sizeof err);
+  ck_assert_msg(kb, "%s", err);
+  snprintf(so, sizeof so, "%s/libmm-forward_hang.so", mm_dir);
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 3};
+  json_t *s = vf_stage3(&o, kb, model);
+  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
+  json_t *rb = json_array_get(json_object_get(s, "units"), 1);
+  const char *m = json_string_value(json_object_get(rb, "message"));
+  ck_assert_str_eq(json_string_value(json_object_get(rb, "status")), "TIMEOUT");
+  ck_assert_msg(m && strstr(m, "weights read-back: TIMEOUT: no result within 3s during a call"), "read-back says: %s",
+                m ? m : "(none)");
+  json_decref(s);
+  snprintf(so, sizeof so, "%s/libmm-fini_hang.so", mm_dir);
+  json_t *c = json_pack("{s:[{s:s, s:i, s:i, s:f}]}", "gates", "metric", "decode_tok_s", "prompt", 4, "generate",
+                        4, "min", 0.5);
+  s = vf_stage6(&o, c);
+  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
+  json_t *u = json_array_get(json_object_get(s, "units"), 0);
+  m = json_string_value(json_object_get(u, "message"));
+  ck_assert_str_eq(json_string_value(json_object_get(u, "status")), "TIMEOUT");
+  ck_assert_msg(m && strstr(m, "performance gates: TIMEOUT: no result within 3s"), "stage 6 says: %s", m ? m : "(none)");
+  json_decref(s);
+  json_decref(c);
+  mi_ckb_close(kb);
+}
+END_TEST
+
+/* Puts a hostile file at path: 0 a FIFO, 1 a directory, 2 a sparse file
+ * over `big` bytes, 3 truncated JSON. */
+static void plant(const char *path, int kind, off_t big) {
+  char cmd[9000];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+  ck_assert(system(cmd) == 0);
+  if (kind == 0) ck_assert(mkfifo(path, 0600) == 0);
+  else if (kind == 1) ck_assert(mkdir(path, 0700) == 0);
+  else {
+    FILE *f = fopen(path, "w");
+    ck_assert(f);
+    fputs("{\"architectures\": [\"Qwen3ForCausalLM\"], \"hidden_size\": 6", f);
+    fclose(f);
+    if (kind == 2) ck_assert(truncate(path, big) == 0);
+  }
+}
+
+static const char *const k_hostile_line[] = {"not a regular file (a FIFO)", "not a regular file (a directory)",
+                                             "bytes, over the", "invalid JSON at line 1"};
+
+/* mi-verify's own readers refuse what is not a JSON file, with one line
+ * naming it, and never wait on a FIFO: config.json of the model folder
+ * (mi-verify.c), a golden in the goldens folder (stage 4). */
+START_TEST(hostile_files_refused_with_one_line) {
+  char dir[4200], cfg[4300], logf[4300], log[8192];
+  snprintf(dir, sizeof dir, "%s/tests/verify_models/hostile-%d", getenv("MI_BUILD_DIR"), (int)getpid());
+  mkdir(dir, 0700);
+  snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+  snprintf(logf, sizeof logf, "%s/log", dir);
+  for (int k = 0; k < 4; k++) {
+    plant(cfg, k, 2 << 20);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+      if (!freopen(logf, "w", stderr)) _exit(126);
+      alarm(60); /* a reader that waits on the FIFO fails the test rather than hanging it */
+      execl(bin, bin, "--platform-plugin", cpu_so, "--ckb", ckb, "--stage", "3", "--model", dir, (char *)NULL);
+      _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    FILE *f = fopen(logf, "r");
+    size_t n = f ? fread(log, 1, sizeof log - 1, f) : 0;
+    log[n] = 0;
+    if (f) fclose(f);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 2, "config.json kind %d: status %d\n%s", k, st, log);
+    char want[4600];
+    snprintf(want, sizeof want, "mi-verify: %s: ", cfg);
+    ck_assert_msg(strstr(log, want) && strstr(log, k_hostile_line[k]) && strchr(log, '\n') == log + n - 1,
+                  "config.json kind %d: expected one line '%s...%s', got:\n%s", k, want, k_hostile_line[k], log);
+  }
+  /* goldens: the one file of the folder is hostile; stage 4 says which */
+  char gdir[4300], gold[4400];
+  snprintf(gdir, sizeof gdir, "%s/goldens", dir);
+  mkdir(gdir, 0700);
+  snprintf(gold, sizeof gold, "%s/x.json", gdir);
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, cpu_so, model, gdir, 0, 0};
+  for (int k = 0; k < 4; k++) {
+    plant(gold, k, (off_t)65 << 20);
+    json_t *s = vf_stage4(&o, NULL);
+    const char *m = json_string_value(json_object_get(s, "message"));
+    char want[4600];
+    snprintf(want, sizeof want, "a golden that cannot be read: %s: ", gold);
+    ck_assert_msg(m && strstr(m, want) && strstr(m, k_hostile_line[k]), "golden kind %d: stage 4 says %s", k,
+                  m ? m : "(none)");
+    json_decref(s);
+  }
+  char cmd[9000];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert(system(cmd) == 0);
 }
 END_TEST
 
@@ -279,6 +457,10 @@ int main(void) {
   tcase_add_loop_test(tc, mutant_rejected_at_its_stage, 0,
                       (int)(sizeof k_mutants / sizeof k_mutants[0]));
   tcase_add_test(tc, model_without_golden_fails_stage4);
+  tcase_add_test(tc, forged_pass_rejected_at_stages_4_to_6);
+  tcase_add_test(tc, hung_plugin_killed_at_the_deadline);
+  tcase_add_test(tc, decode_growth_catches_prefix_recompute);
+  tcase_add_test(tc, hostile_files_refused_with_one_line);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);
