@@ -6,18 +6,23 @@
  *          llama.cpp golden of these weights when there is one, N/A otherwise;
  *          stage 5 against the float64 model); each unit in mi-verify's
  *          limited child processes
- *   deploy the engine run exactly as a deployment runs it -- mi-run
+ *   4d     the engine run exactly as a deployment runs it -- mi-run
  *          --plugin-dir with the engine directory's plugins.conf, no
  *          verifier process around it -- on prompts drawn from the seed
- *          (one past BATCH tokens, so chunked prefill and positions beyond
- *          it run), greedy tokens and top-5 logprobs against the platform's
- *          reference model plugin run the same way
- * Task: {"source", "engine_name", "model_dir", "seed", "threads", "tools":
- *        {"sdk_include","platform_plugin","mi_verify","mi_run","goldens"}}
+ *          (a 1-token prefill, odd -b 7 chunks, then several full chunks and
+ *          decode up to the context the engine declares, and one past it,
+ *          which it must refuse in a line), greedy tokens and top-5 logprobs
+ *          against the model contract's reference plugin run the same way
+ *   6d     decode cost against prefix length (the default gate)
+ *   6p     the --perf gates, by mi-bench on the deployed engine
+ * Task: {"source", "engine_name", "model_dir", "seed", "threads", "constraints"
+ *        {"platform", "tp", "perf_gates"}, "tools": {"sdk_include",
+ *        "platform_plugin", "mi_verify", "mi_run", "mi_bench", "goldens",
+ *        "reference_plugin", "reference_name"}}
  * Result: {"status":"ok", "verdict": "PASS"|"FAIL", "library": SHA,
  *          "stages": [{stage, name, verdict, message, test_contract,
  *          evidence}], "failed_stage", "failed_test_contract", "report",
- *          "build_command"} */
+ *          "build_command", "perf_gates": [{gate, measured, figures, verdict}]} */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -358,7 +363,7 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
     snprintf(oa, sizeof oa, "%s/engine-%d.jsonl", dep, k);
     snprintf(ob, sizeof ob, "%s/reference-%d.jsonl", ref, k);
     snprintf(n_s, sizeof n_s, "%d", cases[k].n ? cases[k].n : (int)reach);
-    snprintf(c_s, sizeof c_s, "%lld", cases[k].n ? 2048 < reach ? 2048 : reach : reach);
+    snprintf(c_s, sizeof c_s, "%lld", cases[k].n ? 2048 < max_pos ? 2048 : max_pos : reach);
     const char *a_argv[40] = {mr, "--plugin-dir", dep, "-m", model, "-f", pf, "-n", n_s, "--temp", "0",
                               "--json", "--top-logprobs", "5", "--ignore-eos", "--stats", "-c", c_s};
     int na = 18;
