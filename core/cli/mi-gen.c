@@ -6,9 +6,10 @@
  *   mi-gen --model DIR --platform NAME --dtype bf16 --tp 1 --out ENGINE_DIR
  *
  * Exit status: 0 engine verified and written; 2 usage (or a run that cannot
- * be set up); 3 not covered by the CKB (gaps listed); 4 verification failed
- * or the budget (iterations, time) is spent; 5 unknown platform; 6 a dtype or
- * KV type the platform contract does not offer; 7 a TP degree that does not
+ * be set up); 3 not covered by the CKB (gaps listed, or a KV type no
+ * platform contract offers); 4 verification failed or the budget
+ * (iterations, time) is spent; 5 unknown platform; 6 a weight dtype the
+ * platform contract does not offer; 7 a TP degree that does not
  * divide the model's heads; 8 a malformed --perf; 9 the model contract's
  * reference plugin (the oracle of the deployment run) is not installed; 10 a
  * --perf gate was not met (the line names the gate and the measured figure). */
@@ -345,8 +346,14 @@ int main(int argc, char **argv) {
       char metric[32], unit[32] = "";
       double x;
       int n = 0;
-      if (sscanf(tok, " %31[a-z_]>=%lf%n", metric, &x, &n) < 2 || !(x > 0) ||
-          sscanf(tok + n, "%31s", unit) > 1 || (strcmp(metric, "decode") && strcmp(metric, "prefill")) ||
+      int got = sscanf(tok, " %31[a-z_]>=%lf%n", metric, &x, &n);
+      if (got == 2) { /* the unit: the rest of the token, blanks trimmed */
+        const char *u = tok + n;
+        while (*u == ' ') u++;
+        snprintf(unit, sizeof unit, "%s", u);
+        for (char *z = unit + strlen(unit); z > unit && z[-1] == ' ';) *--z = 0;
+      }
+      if (got < 2 || !(x > 0) || (strcmp(metric, "decode") && strcmp(metric, "prefill")) ||
           (unit[0] && strcmp(unit, "roofline") && strcmp(unit, "tok/s"))) {
         fprintf(stderr, "mi-gen: --perf '%s': expected decode|prefill>=X[roofline|tok/s] with X > 0, comma-separated\n", tok);
         free(dup);
@@ -393,7 +400,7 @@ int main(int argc, char **argv) {
   /* the oracle of the deployment run: the hand-written model plugin the
    * contract names (else model.NAME -> libmi-NAME.so), installed beside the
    * platform plugins, so each architecture's engine meets its own reference */
-  char ref_name[128], ref_plugin[PATH_MAX + 64];
+  char ref_name[128], ref_plugin[PATH_MAX + 200];
   snprintf(ref_name, sizeof ref_name, "%s", json_string_value(json_object_get(me->json, "reference_plugin")) ?: strchr(me->id, '.') + 1);
   snprintf(ref_plugin, sizeof ref_plugin, "%s/../lib/metainfer/libmi-%s.so", g_exe_dir, ref_name);
   if (access(ref_plugin, R_OK) != 0) {
