@@ -199,11 +199,11 @@ END_TEST
 START_TEST(test_engine_equals_plugin) {
   ck_assert_int_eq(g_gen_rc, 0);
   static const char *const prompts[] = {"Once upon a time", "你好，世界! 1+1=2 and λx.x"};
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 2; k++) { /* the second in prefill chunks of 3 (-b), the engine's and the plugin's */
     const char *a[] = {"--plugin-dir", g_out, "-m", g_model, "-p", prompts[k], "-n", "24", "--temp", "0", "--json",
-                       "--top-logprobs", "10", "--ignore-eos", "-t", "2", NULL};
+                       "--top-logprobs", "10", "--ignore-eos", "-t", "2", k ? "-b" : NULL, "3", NULL};
     const char *b[] = {"-m", g_model, "-p", prompts[k], "-n", "24", "--temp", "0", "--json", "--top-logprobs", "10",
-                       "--ignore-eos", "-t", "2", NULL};
+                       "--ignore-eos", "-t", "2", k ? "-b" : NULL, "3", NULL};
     res ra = run("mi-run", a, 120), rb = run("mi-run", b, 120);
     ck_assert_msg(ra.rc == 0 && rb.rc == 0, "engine %d: %s / plugin %d: %s", ra.rc, ra.err, rb.rc, rb.err);
     ck_assert_int_gt(strlen(ra.out), 100);
@@ -231,6 +231,22 @@ START_TEST(test_engine_refuses_other_config) {
   ck_assert_msg(strstr(r.err, "refuses this config: ") && strstr(r.err, "it was generated for"), "%s", r.err);
   ck_assert_int_eq((int)strlen(r.err), (int)(strchr(r.err, '\n') - r.err + 1)); /* one line */
   res_free(&r);
+  /* a context one past the one it declares (config.json's
+   * max_position_embeddings), and a prefill chunk past its BATCH: one line each */
+  char p[1400];
+  snprintf(p, sizeof p, "%s/config.json", g_model);
+  json_t *cfg = json_load_file(p, 0, NULL);
+  char ctx[32];
+  snprintf(ctx, sizeof ctx, "%lld", (long long)json_integer_value(json_object_get(cfg, "max_position_embeddings")) + 1);
+  json_decref(cfg);
+  static const char *const why[] = {"max_position_embeddings", "batch=513"};
+  for (int k = 0; k < 2; k++) {
+    const char *c[] = {"--plugin-dir", g_out, "-m", g_model, "-p", "hi", "-n", "2", k ? "-b" : "-c", k ? "513" : ctx, NULL};
+    r = run("mi-run", c, 60);
+    ck_assert_int_gt(r.rc, 0);
+    ck_assert_msg(strstr(r.err, why[k]) && strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "%s", r.err);
+    res_free(&r);
+  }
 }
 END_TEST
 

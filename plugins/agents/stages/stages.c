@@ -328,7 +328,7 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
   json_decref(mcfg);
   snprintf(cpath, sizeof cpath, "%s/model.safetensors", model);
   struct stat wst;
-  double params = stat(cpath, &wst) == 0 ? (double)wst.st_size / 2 : 1e9;
+  double params = stat(cpath, &wst) == 0 ? (double)wst.st_size / 2 : 1e9; /* bf16 bytes; sharded: assume 1e9 */
   long long reach = max_pos, cap = (long long)(1e12 / (2 * params));
   if (cap > 32768) cap = 32768;
   if (reach > cap) reach = cap;
@@ -337,9 +337,9 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
   snprintf(dmsg, sizeof dmsg, "%s", max_pos > 0 ? "the reference model plugin is not there" : "config.json has no max_position_embeddings");
   double worst_all = 0, words_per_tok = 0;
   long long long_prompt = 0, long_end = 0;
-  /* cases: prefill in one chunk of 1 token; one token per chunk (-b 1); odd
-   * chunks of 7 at unaligned positions; several full chunks up to the
-   * declared context, then decode until it is full */
+  /* cases: a prefill of 1 token; odd chunks of 7 at unaligned positions;
+   * several full chunks up to near the declared context, then decode until it
+   * is full (decode itself is 1-token chunks at every position) */
   static const struct {
     int words, n;
     const char *batch;
