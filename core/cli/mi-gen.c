@@ -6,12 +6,14 @@
  *   mi-gen --model DIR --platform NAME --dtype bf16 --tp 1 --out ENGINE_DIR
  *
  * Exit status: 0 engine verified and written; 2 usage (or a run that cannot
- * be set up); 3 not covered by the CKB (gaps listed); 4 verification failed;
- * 5 unknown platform; 6 a dtype or
- * KV type the platform contract does not offer; 7 a TP degree that does not
- * divide the model's heads; 8 a malformed --perf; 9 a budget (iterations,
+ * be set up); 3 not covered by the CKB (gaps listed, or a KV type no
+ * platform contract offers); 4 verification failed; 5 unknown platform; 6 a
+ * weight dtype the platform contract does not offer; 7 a TP degree that does
+ * not divide the model's heads; 8 a malformed --perf; 9 a budget (iterations,
  * wall time, LLM tokens or requests; per run or per role) is spent: the best
- * partial result is in ENGINE_DIR/partial. */
+ * partial result is in ENGINE_DIR/partial; 10 the model contract's reference
+ * plugin (the oracle of the deployment run) is not installed; 11 a --perf
+ * gate was not met (the line names the gate and the measured figure). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
@@ -28,7 +30,8 @@
 #include "core/cli/mi-gen-llm.h"
 #include "core/gen/gen.h"
 
-enum { EX_OK = 0, EX_USAGE = 2, EX_GAP = 3, EX_FAIL = 4, EX_PLATFORM = 5, EX_DTYPE = 6, EX_TP = 7, EX_PERF = 8 };
+enum { EX_OK = 0, EX_USAGE = 2, EX_GAP = 3, EX_FAIL = 4, EX_PLATFORM = 5, EX_DTYPE = 6, EX_TP = 7, EX_PERF = 8,
+       /* 9: a spent budget, GEN_EX_BUDGET in mi-gen-llm.h */ EX_REFERENCE = 10, EX_GATE = 11 };
 
 static double now_s(void) {
   struct timespec ts;
@@ -42,7 +45,9 @@ static void usage(FILE *f) {
           "       mi-gen --constraints FILE.json [--out ENGINE_DIR]\n"
           "       mi-gen --resume RUN_DIR\n"
           "  --kv-type T          KV cache type (default f32)\n"
-          "  --perf SPEC          performance goals, e.g. \"decode>=0.9roofline\" (comma-separated)\n"
+          "  --perf SPEC          performance gates, e.g. \"decode>=0.9roofline,prefill>=0.3roofline\" (comma-\n"
+          "                       separated; roofline: decode against memory bandwidth, prefill against the\n"
+          "                       platform's matmul peak, both measured in the same run; or tok/s)\n"
           "  --ckb DIR            the CKB (default: $MI_CKB_DIR, ./ckb, next to the exe); experience is written there\n"
           "  --run-dir DIR        the blackboard (default: ENGINE_DIR/run)\n"
           "  --max-iterations N   candidates to try (default 4)\n"
@@ -53,7 +58,8 @@ static void usage(FILE *f) {
           "  --goldens DIR        stage 4's llama.cpp goldens (default: tests/goldens of the source tree)\n"
           "  -t, --threads N      verifier threads for the platform (default 0: one per core)\n"
           "exit: 0 ok, 2 usage, 3 not covered, 4 verification failed, 9 a budget is spent,\n"
-          "      5 unknown platform, 6 dtype not offered, 7 TP does not divide the heads, 8 bad --perf\n");
+          "      5 unknown platform, 6 dtype not offered, 7 TP does not divide the heads, 8 bad --perf,\n"
+          "      10 the model contract's reference plugin is not installed, 11 a --perf gate not met\n");
   fputs(gen_llm_usage(), f);
 }
 
@@ -262,6 +268,7 @@ int main(int argc, char **argv) {
     platform = own(json_string_value(json_object_get(c, "platform")));
     dtype = own(json_string_value(json_object_get(c, "dtype")));
     kv = own(json_string_value(json_object_get(c, "kv_type")));
+    if (json_string_value(json_object_get(c, "perf"))) perf = own(json_string_value(json_object_get(c, "perf")));
     tp = (int)json_integer_value(json_object_get(c, "tp"));
     out = own(json_string_value(json_object_get(start, "out")));
     if (json_string_value(json_object_get(start, "ckb")) && !ckb_dir) ckb_dir = own(json_string_value(json_object_get(start, "ckb")));
@@ -331,21 +338,38 @@ int main(int argc, char **argv) {
   json_array_foreach(json_object_get(dts, "kv_cache"), i, v) ok |= !strcmp(json_string_value(v), kv);
   if (!ok) {
     char *l = json_dumps(json_object_get(dts, "kv_cache"), JSON_COMPACT);
-    fprintf(stderr, "mi-gen: KV type '%s' is not offered by %s (kv_cache: %s)\n", kv, pe->id, l);
+    /* not a bad request but a gap in the CKB: the CPU kernels take an f16/bf16
+     * cache (convert + attention's kv_dtype), but no contract covers the
+     * conversion, so nothing could verify the engine that used it */
+    fprintf(stderr, "mi-gen: not covered: KV type '%s': the platform contract %s (%s) offers kv_cache %s\n", kv, pe->id,
+            pe->path, l);
     free(l);
-    return EX_DTYPE;
+    return EX_GAP;
   }
+  /* --perf: each goal becomes a stage 6 gate the verifier measures */
+  static json_t *gates;
+  gates = json_array();
   if (perf) {
     char *dup = strdup(perf), *save = NULL;
     for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
       char metric[32], unit[32] = "";
       double x;
-      if (sscanf(tok, "%31[a-z_]>=%lf%31s", metric, &x, unit) < 2 ||
-          (strcmp(metric, "decode") && strcmp(metric, "prefill")) || (unit[0] && strcmp(unit, "roofline") && strcmp(unit, "tok/s"))) {
-        fprintf(stderr, "mi-gen: --perf '%s': expected decode|prefill>=X[roofline|tok/s], comma-separated\n", tok);
+      int n = 0;
+      int got = sscanf(tok, " %31[a-z_]>=%lf%n", metric, &x, &n);
+      if (got == 2) { /* the unit: the rest of the token, blanks trimmed */
+        const char *u = tok + n;
+        while (*u == ' ') u++;
+        snprintf(unit, sizeof unit, "%s", u);
+        for (char *z = unit + strlen(unit); z > unit && z[-1] == ' ';) *--z = 0;
+      }
+      if (got < 2 || !(x > 0) || (strcmp(metric, "decode") && strcmp(metric, "prefill")) ||
+          (unit[0] && strcmp(unit, "roofline") && strcmp(unit, "tok/s"))) {
+        fprintf(stderr, "mi-gen: --perf '%s': expected decode|prefill>=X[roofline|tok/s] with X > 0, comma-separated\n", tok);
         free(dup);
         return EX_PERF;
       }
+      json_array_append_new(gates, json_pack("{s:s, s:s, s:f, s:s}", "gate", tok, "metric", metric, "min", x, "unit",
+                                             unit[0] ? unit : "roofline"));
     }
     free(dup);
   }
@@ -381,6 +405,21 @@ int main(int argc, char **argv) {
       fprintf(stderr, "mi-gen: --tp %d does not divide %s = %lld of %s\n", tp, tpf[k], (long long)json_integer_value(x), cfgp);
       return EX_TP;
     }
+  }
+  /* the oracle of the deployment run: the hand-written model plugin the
+   * contract names (else model.NAME -> libmi-NAME.so), installed beside the
+   * platform plugins, so each architecture's engine meets its own reference */
+  char ref_name[128], ref_plugin[PATH_MAX + 200];
+  snprintf(ref_name, sizeof ref_name, "%s", json_string_value(json_object_get(me->json, "reference_plugin")) ?: strchr(me->id, '.') + 1);
+  snprintf(ref_plugin, sizeof ref_plugin, "%s/../lib/metainfer/libmi-%s.so", g_exe_dir, ref_name);
+  if (access(ref_plugin, R_OK) != 0) {
+    fprintf(stderr, "mi-gen: %s: reference plugin '%s' of %s is not installed (%s: %s)\n", me->path, ref_name, me->id,
+            ref_plugin, strerror(errno));
+    return EX_REFERENCE;
+  }
+  if (tp != 1 && json_array_size(gates)) {
+    fprintf(stderr, "mi-gen: --perf: gates are measured by mi-bench in one process; not available at --tp %d yet\n", tp);
+    return EX_PERF;
   }
   if (tp != 1 && !json_object_get(me->json, "tensor_parallel")) {
     fprintf(stderr, "mi-gen: not covered: %s has no tensor_parallel section (asked --tp %d)\n", me->id, tp);
@@ -424,6 +463,7 @@ int main(int argc, char **argv) {
   cons = json_pack("{s:s, s:s, s:s, s:i, s:s}", "model", model_abs, "platform", pe->json ? json_string_value(json_object_get(pe->json, "plugin")) : platform,
                            "dtype", dtype, "tp", tp, "kv_type", kv);
   if (perf) json_object_set_new(cons, "perf", json_string(perf));
+  if (json_array_size(gates)) json_object_set(cons, "perf_gates", gates);
   if (!resume) {
     json_t *st = json_pack("{s:s, s:O, s:s, s:s, s:I, s:s}", "event", "start", "constraints", cons, "out", out_abs, "ckb",
                            ckb_abs, "seed", (json_int_t)seed, "engine_name", engine_name);
@@ -457,6 +497,7 @@ int main(int argc, char **argv) {
   rejected = json_array();
   repaired_from = json_array();
   const char *failed_msg = NULL, *budget_hit = NULL;
+  int gate_failed = 0;
   for (iter = iter0 + 1; iter <= max_iter; iter++) {
     if (now_s() - t_start > budget) {
       snprintf(why, sizeof why, "the time budget of %.0f s is spent", budget);
@@ -559,6 +600,9 @@ int main(int argc, char **argv) {
     t = json_pack("{s:s, s:s, s:O, s:s, s:I, s:i, s:{s:s, s:s, s:s, s:s, s:s}}", "source", src, "engine_name", engine_name,
                   "constraints", cons, "model_dir", model_abs, "seed", (json_int_t)seed, "threads", threads, "tools", "sdk_include",
                   sdk, "platform_plugin", cpu, "mi_verify", mv, "mi_run", mr, "goldens", gold);
+    json_object_set_new(json_object_get(t, "tools"), "reference_plugin", json_string(ref_plugin));
+    json_object_set_new(json_object_get(t, "tools"), "reference_name", json_string(ref_name));
+    json_object_set_new(json_object_get(t, "tools"), "mi_bench", json_sprintf("%s/mi-bench", g_exe_dir));
     if (vtimeout > 0) json_object_set_new(t, "unit_timeout", json_real(vtimeout));
     ver = call_agent(bb, "verifier", "stages", t, ckb_abs, vtimeout > 0 ? 600 + 20 * vtimeout : 1800, &rt, why, sizeof why);
     json_decref(t);
@@ -594,6 +638,13 @@ int main(int argc, char **argv) {
         fmsg = json_string_value(json_object_get(v, "message"));
     snprintf(why, sizeof why, "verification failed at stage %s (%s): %.600s", json_string_value(json_object_get(ver, "failed_stage")) ?: "?",
              ftest ?: "no test contract", fmsg ?: "no message");
+    /* a --perf gate not met: no contract repair makes a correct engine
+     * faster, so the run ends here with the gate and the figure named */
+    if (!strcmp(json_string_value(json_object_get(ver, "failed_stage")) ?: "", "6p")) {
+      gate_failed = 1;
+      snprintf(why, sizeof why, "performance gate %s", fmsg ?: "not met");
+      break;
+    }
     if (candidate) break;
     json_t *reps = repairs_for(c, ftest, tried, me->json, patches);
     if (!json_array_size(reps) && gen_llm_is_llm("implementer")) {
@@ -636,7 +687,7 @@ int main(int argc, char **argv) {
       gen_llm_write_partial(out_abs, rd, why, cons);
       return GEN_EX_BUDGET;
     }
-    return EX_FAIL;
+    return gate_failed ? EX_GATE : EX_FAIL;
   }
   /* ---- the engine directory ---- */
   const char *src = json_string_value(json_object_get(impl, "source"));
@@ -702,6 +753,8 @@ int main(int argc, char **argv) {
   json_object_set_new(man, "source_lines", json_copy(json_object_get(impl, "lines")));
   json_object_set(man, "repairs", repaired_from);
   json_object_set_new(man, "generation", gen_llm_manifest());
+  if (json_object_get(ver, "perf_gates")) json_object_set(man, "perf_gates", json_object_get(ver, "perf_gates"));
+  json_object_set_new(man, "reference_plugin", json_string(ref_name));
   json_object_set_new(man, "verifier_pid_note", json_string("stage verdicts came over the verifier process's pipe, never from a file"));
   snprintf(dst, sizeof dst, "%s/manifest.json", out_abs);
   json_dump_file(man, dst, JSON_INDENT(2) | JSON_SORT_KEYS);

@@ -11,7 +11,13 @@
  *   - hand-broken sources (reads the goldens, behaves differently under the
  *     verifier, allocates in the forward pass, wrong eps) are rejected, by
  *     review or by verification, and the run says why;
- *   - bad constraints give their distinct exit codes;
+ *   - bad constraints give their distinct exit codes (a contract naming a
+ *     reference plugin that is not installed, a KV type no platform contract
+ *     covers, --perf gates at TP > 1 included);
+ *   - --perf gates: met ones recorded in the manifest; one no engine can meet
+ *     ends the run with exit 10 and a line naming it and the figure;
+ *   - the deployment run reaches the declared context and sees it refused
+ *     one past it;
  *   - a run cut after its candidate resumes to the same engine hashes. */
 #define _GNU_SOURCE
 #include <check.h>
@@ -108,8 +114,10 @@ static void setup_all(void) {
   res_free(&r);
   char gold[1200];
   snprintf(gold, sizeof gold, "%s/tests/goldens", g_src);
+  /* with --perf gates any engine meets (1e-4 of each roofline): the gates'
+   * PASS path, without a timed threshold that could flake */
   const char *gen[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "1", "--out", g_out, "--ckb", g_ckb,
-                       "--goldens", gold, "--seed", "5", "-t", "2", NULL};
+                       "--goldens", gold, "--seed", "5", "-t", "2", "--perf", "decode>=0.0001roofline,prefill>=0.0001roofline", NULL};
   r = run("mi-gen", gen, 900);
   g_gen_rc = r.rc;
   g_gen_err = strdup(r.err);
@@ -138,6 +146,37 @@ START_TEST(test_generate) {
     ck_assert_ptr_nonnull(json_object_get(s, "evidence_file"));
   }
   ck_assert(seen4 && seen5 && seen4d);
+  /* the deployment run reached the context the engine declares (config.json's
+   * max_position_embeddings) and saw it refuse one more */
+  snprintf(p, sizeof p, "%s/config.json", g_model);
+  json_t *cfg = json_load_file(p, 0, NULL);
+  char want[96];
+  snprintf(want, sizeof want, "decode to position %lld (declared context %lld)",
+           (long long)json_integer_value(json_object_get(cfg, "max_position_embeddings")),
+           (long long)json_integer_value(json_object_get(cfg, "max_position_embeddings")));
+  json_decref(cfg);
+  int seen_ctx = 0, seen_6p = 0;
+  json_array_foreach(json_object_get(m, "stages"), i, s) {
+    const char *st = json_string_value(json_object_get(s, "stage")), *msg = json_string_value(json_object_get(s, "message"));
+    if (!strcmp(st, "4d")) {
+      ck_assert_msg(msg && strstr(msg, want) && strstr(msg, "max+1 refused") && strstr(msg, "-b 7") &&
+                        strstr(msg, "reference plugin 'qwen3'"),
+                    "4d: %s (want \"%s\")", msg, want);
+      seen_ctx = 1;
+    }
+    if (!strcmp(st, "6p")) {
+      ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "PASS");
+      seen_6p = 1;
+    }
+  }
+  ck_assert(seen_ctx && seen_6p);
+  /* the gates and their measured figures are in the manifest */
+  json_t *gates = json_object_get(m, "perf_gates");
+  ck_assert_int_eq(json_array_size(gates), 2);
+  json_array_foreach(gates, i, s) {
+    ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "PASS");
+    ck_assert(json_number_value(json_object_get(s, "measured")) >= 1e-4);
+  }
   /* the recorded hashes are the files' */
   char sha[65];
   snprintf(p, sizeof p, "%s/engine.c", g_out);
@@ -160,11 +199,11 @@ END_TEST
 START_TEST(test_engine_equals_plugin) {
   ck_assert_int_eq(g_gen_rc, 0);
   static const char *const prompts[] = {"Once upon a time", "你好，世界! 1+1=2 and λx.x"};
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 2; k++) { /* the second in prefill chunks of 3 (-b), the engine's and the plugin's */
     const char *a[] = {"--plugin-dir", g_out, "-m", g_model, "-p", prompts[k], "-n", "24", "--temp", "0", "--json",
-                       "--top-logprobs", "10", "--ignore-eos", "-t", "2", NULL};
+                       "--top-logprobs", "10", "--ignore-eos", "-t", "2", k ? "-b" : NULL, "3", NULL};
     const char *b[] = {"-m", g_model, "-p", prompts[k], "-n", "24", "--temp", "0", "--json", "--top-logprobs", "10",
-                       "--ignore-eos", "-t", "2", NULL};
+                       "--ignore-eos", "-t", "2", k ? "-b" : NULL, "3", NULL};
     res ra = run("mi-run", a, 120), rb = run("mi-run", b, 120);
     ck_assert_msg(ra.rc == 0 && rb.rc == 0, "engine %d: %s / plugin %d: %s", ra.rc, ra.err, rb.rc, rb.err);
     ck_assert_int_gt(strlen(ra.out), 100);
@@ -192,6 +231,22 @@ START_TEST(test_engine_refuses_other_config) {
   ck_assert_msg(strstr(r.err, "refuses this config: ") && strstr(r.err, "it was generated for"), "%s", r.err);
   ck_assert_int_eq((int)strlen(r.err), (int)(strchr(r.err, '\n') - r.err + 1)); /* one line */
   res_free(&r);
+  /* a context one past the one it declares (config.json's
+   * max_position_embeddings), and a prefill chunk past its BATCH: one line each */
+  char p[1400];
+  snprintf(p, sizeof p, "%s/config.json", g_model);
+  json_t *cfg = json_load_file(p, 0, NULL);
+  char ctx[32];
+  snprintf(ctx, sizeof ctx, "%lld", (long long)json_integer_value(json_object_get(cfg, "max_position_embeddings")) + 1);
+  json_decref(cfg);
+  static const char *const why[] = {"max_position_embeddings", "batch=513"};
+  for (int k = 0; k < 2; k++) {
+    const char *c[] = {"--plugin-dir", g_out, "-m", g_model, "-p", "hi", "-n", "2", k ? "-b" : "-c", k ? "513" : ctx, NULL};
+    r = run("mi-run", c, 60);
+    ck_assert_int_gt(r.rc, 0);
+    ck_assert_msg(strstr(r.err, why[k]) && strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "%s", r.err);
+    res_free(&r);
+  }
 }
 END_TEST
 
@@ -205,27 +260,6 @@ static void broken_source(const char *name, const char *from, const char *to, ch
   snprintf(out, n, "%s/%s.c", g_tmp, name);
   FILE *f = fopen(out, "w");
   fprintf(f, "%.*s%s%s", (int)(hit - s), s, to, hit + strlen(from));
-  fclose(f);
-  free(s);
-}
-
-/* the generated source with several edits, each applied once */
-static void edited_source(const char *name, const char *const *edits, char *out, size_t n) {
-  char p[1400];
-  snprintf(p, sizeof p, "%s/engine.c", g_out);
-  char *s = slurp(p);
-  for (int i = 0; edits[i]; i += 2) {
-    char *hit = strstr(s, edits[i]);
-    ck_assert_msg(hit != NULL, "the generated source has no \"%s\"", edits[i]);
-    size_t need = strlen(s) - strlen(edits[i]) + strlen(edits[i + 1]) + 1;
-    char *t = malloc(need);
-    snprintf(t, need, "%.*s%s%s", (int)(hit - s), s, edits[i + 1], hit + strlen(edits[i]));
-    free(s);
-    s = t;
-  }
-  snprintf(out, n, "%s/%s.c", g_tmp, name);
-  FILE *f = fopen(out, "w");
-  fputs(s, f);
   fclose(f);
   free(s);
 }
@@ -320,6 +354,30 @@ START_TEST(test_wrong_math_and_fake_pass) {
 }
 END_TEST
 
+/* A gate no engine can meet (100 times the decode roofline): the run fails
+ * at stage 6p with its own exit code and a line naming the gate and the
+ * figure measured, and writes no engine. */
+START_TEST(test_perf_gate_not_met) {
+  ck_assert_int_eq(g_gen_rc, 0);
+  char src[1400], out[1400], rd[1400];
+  snprintf(src, sizeof src, "%s/engine.c", g_out);
+  snprintf(out, sizeof out, "%s/out-gate", g_tmp);
+  snprintf(rd, sizeof rd, "%s/run-gate", g_tmp);
+  const char *a[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "1", "--out", out, "--ckb", g_ckb,
+                     "--candidate", src, "--run-dir", rd, "--seed", "9", "-t", "2", "--perf", "decode>=100roofline", NULL};
+  res r = run("mi-gen", a, 900);
+  ck_assert_msg(r.rc == 11, "exit %d\n%s", r.rc, r.err);
+  const char *last = r.err + strlen(r.err) - 1;
+  while (last > r.err && last[-1] != '\n') last--;
+  ck_assert_msg(strstr(last, "performance gate decode>=100roofline not met: decode ") && strstr(last, "of the roofline"),
+                "last line: %s", last);
+  char man[1500];
+  snprintf(man, sizeof man, "%s/manifest.json", out);
+  ck_assert_int_ne(access(man, F_OK), 0);
+  res_free(&r);
+}
+END_TEST
+
 /* TP 2: generated, verified under mpirun, and run as a TP deployment runs:
  * identical greedy tokens to the plugin at TP 1, logprobs within 1e-4 (the
  * all-reduce sums in another order); at TP 1 it refuses in one line. */
@@ -394,11 +452,18 @@ START_TEST(test_bad_constraints) {
   } cases[] = {
       {"--platform", "tpu9", 5, "unknown platform"},
       {"--dtype", "u8", 6, "not offered"},
-      {"--kv-type", "f16", 6, "KV type"},
+      {"--kv-type", "f16", 3, "not covered: KV type 'f16': the platform contract platform.cpu"},
       {"--tp", "3", 7, "does not divide"},
       {"--perf", "speed>=2", 8, "--perf"},
+      {"--perf", "decode>=0roofline", 8, "--perf"},
+      {"--ckb", NULL, 10, "reference plugin 'nosuch' of model.qwen3 is not installed"},
       {"--model", NULL, 3, "not covered"},
   };
+  /* a CKB whose model contract names a reference plugin that is not installed */
+  char noref[1300];
+  snprintf(noref, sizeof noref, "%s/ckb-noref", g_tmp);
+  sh("cp -r '%s' '%s' && sed -i 's/\"reference_plugin\": \"qwen3\"/\"reference_plugin\": \"nosuch\"/' '%s/models/qwen3.json'", g_ckb,
+     noref, noref);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char out[1400];
     snprintf(out, sizeof out, "%s/bad-%zu", g_tmp, i);
@@ -406,14 +471,24 @@ START_TEST(test_bad_constraints) {
     int n = 12;
     int replaced = 0;
     for (int k = 0; k < n; k += 2)
-      if (!strcmp(a[k], cases[i].opt)) a[k + 1] = cases[i].val ? cases[i].val : notcov, replaced = 1;
+      if (!strcmp(a[k], cases[i].opt)) a[k + 1] = cases[i].val ? cases[i].val : !strcmp(cases[i].opt, "--ckb") ? noref : notcov, replaced = 1;
     if (!replaced) a[n++] = cases[i].opt, a[n++] = cases[i].val;
     a[n] = NULL;
     res r = run("mi-gen", a, 60);
     ck_assert_msg(r.rc == cases[i].rc, "%s %s: exit %d, want %d\n%s", cases[i].opt, cases[i].val ? cases[i].val : notcov, r.rc,
                   cases[i].rc, r.err);
     ck_assert_msg(strstr(r.err, cases[i].msg), "%s: %s", cases[i].opt, r.err);
-    if (cases[i].rc != 3) ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "not one line: %s", r.err);
+    if (cases[i].val || cases[i].rc != 3) ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "not one line: %s", r.err);
+    res_free(&r);
+  }
+  /* --perf gates at TP > 1: refused (mi-bench measures one process) */
+  {
+    char out[1400];
+    snprintf(out, sizeof out, "%s/bad-perf-tp", g_tmp);
+    const char *a[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "2", "--out", out, "--ckb", g_ckb,
+                       "--perf", "decode>=0.5roofline", NULL};
+    res r = run("mi-gen", a, 60);
+    ck_assert_msg(r.rc == 8 && strstr(r.err, "--tp 2"), "exit %d: %s", r.rc, r.err);
     res_free(&r);
   }
   const char *u[] = {"--model", g_model, NULL};
@@ -472,6 +547,7 @@ int main(void) {
   tcase_add_test(t, test_engine_refuses_other_config);
   tcase_add_test(t, test_broken_sources_rejected_by_review);
   tcase_add_test(t, test_wrong_math_and_fake_pass);
+  tcase_add_test(t, test_perf_gate_not_met);
   tcase_add_test(t, test_tp2);
   tcase_add_test(t, test_bad_constraints);
   tcase_add_test(t, test_resume_same_hash);

@@ -512,6 +512,7 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
   }
   sp(o, "#define %-26s %d /* tensor-parallel ranks; split fields are shared out over them */\n", "TP", g->tp);
   sp(o, "#define %-26s 512 /* tokens per forward chunk (prefill batch) */\n", "BATCH");
+  sp(o, "#define STR_(x) #x\n#define STR(x) STR_(x) /* a constant as text, for messages */\n");
   sp(o, "#define %-26s 8 /* rows per lm_head call when every position's logits are wanted */\n", "LOGIT_ROWS");
   sp(o, "#define %-26s %s /* matrices as stored (constraint) */\n", "WEIGHT_DTYPE", wdt);
   sp(o, "#define %-26s MI_DTYPE_F32 /* KV cache elements */\n\n", "KV_DTYPE");
@@ -624,7 +625,8 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
        json_string_value(json_object_get(e, "name")), sh.s, doc ? doc : "");
     free(sh.s);
   }
-  sp(o, "  int rank; /* this rank of TP */\n  int32_t pos_host[BATCH];\n  uint64_t weight_bytes;\n};\n\n");
+  sp(o, "  int rank; /* this rank of TP */\n  int64_t chunk; /* tokens per forward chunk: BATCH, or the batch option (1..BATCH) */\n"
+        "  int32_t pos_host[BATCH];\n  uint64_t weight_bytes;\n};\n\n");
   sp(o, "struct mi_seq {\n  int64_t n_ctx, len;\n  mi_buffer *buf;\n");
   sp(o, "  float *cache; /* [%s][%zu][n_ctx, row] f32:", LAYERS, json_array_size(json_object_get(g->model, "cache")));
   json_array_foreach(json_object_get(g->model, "cache"), i, e) {
@@ -853,11 +855,20 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
           "    return fail(err, err_len, \"engine: tensor parallelism needs the platform's allreduce%%s%%s\", \"\", \"\");\n");
   sp(o, "%s",
      "  if (e_check_config(NULL, a->config, err, err_len) != 0) return -1;\n"
+     "  /* the batch option (mi-run -b) sets a smaller prefill chunk; the arena stays sized for BATCH */\n"
+     "  int64_t chunk = BATCH;\n"
+     "  const char *bopt = a->opts ? g_host->opt_get(a->opts, \"batch\") : NULL;\n"
+     "  if (bopt) {\n"
+     "    const char *q = bopt;\n"
+     "    for (chunk = 0; *q >= '0' && *q <= '9' && chunk <= BATCH; q++) chunk = chunk * 10 + (*q - '0');\n"
+     "    if (*q || q == bopt || chunk < 1 || chunk > BATCH)\n"
+     "      return fail(err, err_len, \"engine: batch=%s must be an integer in [1, %s] (the engine's BATCH)\", bopt, STR(BATCH));\n"
+     "  }\n"
      "  mi_model *m = g_host->alloc(sizeof *m, 64);\n"
      "  if (!m) return fail(err, err_len, \"engine: out of memory%s%s\", \"\", \"\");\n"
      "  memset(m, 0, sizeof *m);\n"
      "  m->host = g_host;\n  m->P = a->platform.iface;\n  m->pc = a->platform.ctx;\n  m->weights = a->weights;\n"
-     "  m->rank = a->tp_rank;\n"
+     "  m->rank = a->tp_rank;\n  m->chunk = chunk;\n"
      "  if (load_weights(m, err, err_len) != 0 || plan_memory(m, err, err_len) != 0) {\n"
      "    e_unload(m);\n    return -1;\n  }\n"
      "  *out = m;\n  return 0;\n}\n\n"
@@ -892,7 +903,7 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
   sp(o, "static int e_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, size_t err_len) {\n"
         "  *out = NULL;\n"
         "  if (n_ctx < 1 || n_ctx > MAX_POSITION_EMBEDDINGS)\n"
-        "    return fail(err, err_len, \"engine: context size must be in [1, max_position_embeddings]%%s%%s\", \"\", \"\");\n"
+        "    return fail(err, err_len, \"engine: the context asked is outside [1, %%s] (max_position_embeddings)%%s\", STR(MAX_POSITION_EMBEDDINGS), \"\");\n"
         "  mi_seq *s = m->host->alloc(sizeof *s, 64);\n"
         "  if (!s) return fail(err, err_len, \"engine: out of memory%%s%%s\", \"\", \"\");\n"
         "  memset(s, 0, sizeof *s);\n  s->n_ctx = n_ctx;\n"
@@ -914,7 +925,7 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
      "  for (int64_t i = 0; i < n; i++)\n"
      "    if (ids[i] < 0 || ids[i] >= VOCAB_SIZE) return fail(err, err_len, \"engine: a token id is outside the vocabulary%s%s\", \"\", \"\");\n"
      "  for (int64_t done = 0; done < n;) {\n"
-     "    const int64_t T = n - done < BATCH ? n - done : BATCH;\n"
+     "    const int64_t T = n - done < m->chunk ? n - done : m->chunk;\n"
      "    K(P->memcpy_h2d(pc, NULL, m->ids, ids + done, (size_t)T * sizeof(int32_t)));\n"
      "    if (forward_chunk(m, s, T, err, err_len) != 0) return -1;\n"
      "    if (logits && all_logits && logits_rows(m, 0, T, logits + (size_t)done * VOCAB_SIZE, err, err_len) != 0) return -1;\n"

@@ -272,7 +272,7 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
       json_array_foreach(allowed, k, a) okm |= !strcmp(json_string_value(a), n);
       /* the host API table's members are the host's, not the platform's */
       static const char *const host_members[] = {"weights_find", "alloc", "free", "json_string", "json_array_get", "json_get",
-                                                 "json_type", "json_int", "json_real", "json_bool", "log", NULL};
+                                                 "json_type", "json_int", "json_real", "json_bool", "log", "opt_get", NULL};
       okm |= in_list(host_members, n);
       if (!okm) finding(fs, "error", "members", (int)json_integer_value(json_object_get(cl, "line")),
                         "member %s is neither a kernel of %s nor platform plumbing", n, pe->id);
