@@ -69,8 +69,8 @@ int main(int argc, char **argv) {
   const long K = 1024, NB = 151936;
   uint16_t *w = huge_alloc((size_t)NB * K * 2);
   for (size_t i = 0; i < (size_t)NB * K; i++) w[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 256);
-  float *x = malloc(256 * K * 4), *y = malloc((size_t)256 * NB * 4);
-  for (long i = 0; i < 256 * K; i++) x[i] = (float)((i % 17) - 8) / 8.0f;
+  float *x = malloc(1024 * K * 4), *y = malloc((size_t)256 * NB * 4);
+  for (long i = 0; i < 1024 * K; i++) x[i] = (float)((i % 17) - 8) / 8.0f;
 
   if (argc > 3 && strcmp(argv[3], "mm") == 0) {
     /* Prefill matmul by the number of rows M (prompt tokens), bf16, K=1024,
@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
      * 41 calls is the kernel's own rate (the median shows the noise). The
      * weights (N rows) rotate over the 311 MB matrix, so they come from
      * memory as in the model. */
-    static const long Ms[] = {1, 2, 3, 4, 6, 8, 11, 16, 32, 64, 256};
+    static const long Ms[] = {1, 2, 3, 4, 6, 8, 11, 16, 32, 64, 256, 1021};
     for (size_t c = 0; c < sizeof Ms / sizeof Ms[0]; c++) {
       const long M = Ms[c];
       long N = 24576 / M;
