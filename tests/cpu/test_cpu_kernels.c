@@ -291,7 +291,7 @@ START_TEST(test_matmul) {
     check_matmul(&p, dts[d], 33, 130, 515);
     check_matmul(&p, dts[d], 64, 7, 129);
     check_matmul(&p, dts[d], 5, 260, 1024);
-    /* prefill path (M >= 16 on AVX-512: 6x32 outer-product tiles over
+    /* prefill path (M >= 8 on AVX-512: 6x32 outer-product tiles over
      * 256-deep k panels): M around the 6-row tile and its 3/2-row
      * remainders, N around the 32-row panel (masked columns), K across
      * panel boundaries, and N split over threads mid-panel */
@@ -307,7 +307,7 @@ START_TEST(test_matmul) {
      * over); N around the 8-column transpose and the 16-column panel
      * (masked columns); K across the 8-wide transpose tail and the 256-deep
      * panel boundary, odd K included. The same shapes run on every variant
-     * (AVX-512 takes its 4x4 tiles below 16 rows). */
+     * (AVX-512 switches at 8 too, to its 6x32 tile). */
     static const int64_t Ma[] = {7, 8, 9, 10, 11, 12, 13}, Na[] = {8, 15, 16, 17},
                          Ka[] = {1, 7, 9, 255, 257};
     for (int a = 0; a < 7; a++)

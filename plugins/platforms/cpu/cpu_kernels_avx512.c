@@ -172,7 +172,7 @@ AI void gemv_row1(float *y, const float *x, const void *w, mi_dtype dt, int64_t 
 #define OP_NB 32
 #define OP_KC 256
 #define OP_MR 6
-#define OP_MIN_M 16
+#define OP_MIN_M 8
 
 AI void op_tile(const int MR, float *y, int64_t ldy, const float *x, int64_t ldx, const float *panel,
                 int64_t kc, int mr, __mmask16 m0, __mmask16 m1, int accum) {
