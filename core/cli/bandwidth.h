@@ -1,4 +1,5 @@
-/* Machine figures for rooflines: memory bandwidth (STREAM-style). */
+/* Machine figures for rooflines: memory bandwidth (STREAM-style) and the
+ * FMA peak of a kernel variant (a register-only loop). */
 #ifndef MI_CORE_BENCH_H
 #define MI_CORE_BENCH_H
 
@@ -12,5 +13,22 @@ typedef struct mi_bandwidth {
 /* Measures with `threads` threads over arrays of `bytes` each (≥ 4× the
  * last-level cache); best of `reps`. */
 int mi_measure_bandwidth(int threads, size_t bytes, int reps, mi_bandwidth *out);
+
+/* The arithmetic peak of the CPU platform's kernel variant `variant`
+ * ("avx512bf16", "avx512", "avx2", "generic"): FLOP/s of a loop of
+ * independent multiply-adds on registers only (no loads, no stores) in the
+ * widest vectors that variant uses: zmm FMA for avx512*, ymm FMA for avx2,
+ * 128-bit multiply + add for generic (the portable C path is built for
+ * baseline x86-64, which has no FMA). Measured with 1 thread (per_thread)
+ * and with `threads` threads at once (all); best of `reps` runs of ~2 ms,
+ * so a busy neighbour lowers it only if it holds a core for every run.
+ * Returns -1 for a variant it does not know or one this CPU lacks. */
+typedef struct mi_fma_peak {
+  double per_thread_gflops, all_gflops;
+  int lanes; /* f32 lanes per vector of the loop */
+  int fma;   /* 1: fused multiply-add, 0: separate multiply and add */
+} mi_fma_peak;
+
+int mi_measure_fma_peak(const char *variant, int threads, int reps, mi_fma_peak *out);
 
 #endif

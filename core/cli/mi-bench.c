@@ -1,5 +1,6 @@
 /* mi-bench: the paper's workload matrix (prompt lengths × generation lengths)
- * on one model directory, with the memory-bandwidth roofline beside it and,
+ * on one model directory, with the memory-bandwidth roofline (decode) and
+ * the FMA peak of the kernel variant in use (prefill) beside it and,
  * with --peer, llama.cpp (node-llama-cpp, same thread count) run cell by cell
  * in the same session for a ratio.
  *
@@ -42,6 +43,13 @@ typedef struct cell_result {
   uint64_t prefill_flops_token, attn_flops_pos;
   uint64_t weight_bytes; /* every weight the model loaded */
   double peak_gflops; /* the platform's matmul rate, measured in the same process */
+  /* the FMA peak of the platform's variant (register-only loop, same
+   * process; 0 when the variant has no loop): the roofline is the
+   * one-thread rate × threads; the rate of all threads at once is kept
+   * beside it (below the roofline when threads share a core or the host
+   * is busy) */
+  double fma_gflops, fma_thread_gflops, fma_all_gflops;
+  char variant[32];
   /* decode tokens/s by position: window w covers generated tokens
    * [w·win, (w+1)·win), i.e. positions P + w·win ... */
   int n_windows, win;
@@ -191,6 +199,22 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
     r->weight_bytes = e->info.weight_bytes;
     r->attn_flops_pos = e->info.attn_flops_pos;
     r->peak_gflops = measure_peak_matmul(e);
+    /* The prefill roofline: what the cores can do with the instructions the
+     * chosen variant uses. It is a register-only loop, so unlike the matmul
+     * rate it does not move with cache or memory contention; best of 40
+     * runs of ~2 ms (~0.2 s in all). */
+    const char *var = e->P->variant ? e->P->variant(e->pc) : NULL;
+    snprintf(r->variant, sizeof r->variant, "%s", var ? var : "?");
+    mi_fma_peak fp;
+    if (mi_measure_fma_peak(var, o->threads, 40, &fp) == 0) {
+      /* one thread's best × threads: the busy neighbours of a shared
+       * host rarely let every thread run a whole rep at once, but one
+       * thread finds a quiet 2 ms window easily, so this figure is the
+       * one that stays put between runs */
+      r->fma_gflops = fp.per_thread_gflops * o->threads;
+      r->fma_thread_gflops = fp.per_thread_gflops;
+      r->fma_all_gflops = fp.all_gflops;
+    }
     /* windows of at least 32 tokens, at most MAX_WINDOWS of them; the rate
      * of window w is its tokens over the time from the token before it */
     r->win = G / MAX_WINDOWS > 32 ? (G + MAX_WINDOWS - 1) / MAX_WINDOWS : 32;
@@ -416,19 +440,26 @@ int main(int argc, char **argv) {
   json_t *jcells = json_array();
   if (!o.json) {
     printf("model %s, KV cache %s, %d threads, %d repeats (medians); decode roofline = triad bandwidth / "
-           "bytes per decoded token; prefill %%peak = prefill FLOP/s / the platform's measured "
-           "matmul GFLOP/s (column 'peak')\n",
+           "bytes per decoded token; prefill 'GF/s' = its FLOP rate, 'mm GF/s' = the platform's "
+           "own bf16 matmul rate, both measured in each run; %%mm = prefill / mm; %%peak = prefill "
+           "/ the FMA peak of the kernel variant (see the fma line)\n",
            o.model_dir, o.kv_type ? o.kv_type : "f32", o.threads, o.repeats);
-    printf("%6s %6s | %9s %11s %6s %6s %10s %10s %6s %9s", "prompt", "gen", "TTFT ms",
-           "prefill t/s", "peak", "%peak", "decode t/s", "roof t/s", "%roof", "RSS MiB");
+    printf("%6s %6s | %9s %11s %7s %7s %6s %6s %10s %10s %6s %9s", "prompt", "gen", "TTFT ms",
+           "prefill t/s", "GF/s", "mm GF/s", "%mm", "%peak", "decode t/s", "roof t/s", "%roof",
+           "RSS MiB");
     if (o.peer) printf(" | %11s %10s | %7s %7s", "peer pre", "peer dec", "x pre", "x dec");
     printf("\n");
   }
   int failures = 0, total = o.n_prompts * o.n_gens, done = 0;
+  /* every cell's median FMA peak, for the run's summary line */
+  double cell_fma[MAX_CELLS * MAX_CELLS], cell_fma1[MAX_CELLS * MAX_CELLS],
+      cell_fmaa[MAX_CELLS * MAX_CELLS];
+  int n_fma = 0;
+  char variant[32] = "";
   for (int pi = 0; pi < o.n_prompts; pi++) {
     for (int gi = 0; gi < o.n_gens; gi++) {
       int P = o.prompts[pi], G = o.gens[gi];
-      double ttft[100], pre[100], dec[100], rss[100], peak[100];
+      double ttft[100], pre[100], dec[100], rss[100], peak[100], fma[100], fma1[100], fmaa[100];
       double pttft[100], ppre[100], pdec[100], prss[100];
       int n = 0, pn = 0;
       cell_result last = {0};
@@ -441,6 +472,9 @@ int main(int argc, char **argv) {
           pre[n] = cr.prefill_tps;
           dec[n] = cr.decode_tps;
           peak[n] = cr.peak_gflops;
+          fma[n] = cr.fma_gflops;
+          fma1[n] = cr.fma_thread_gflops;
+          fmaa[n] = cr.fma_all_gflops;
           rss[n++] = cr.peak_rss_mib;
           last = cr;
         } else {
@@ -464,16 +498,24 @@ int main(int argc, char **argv) {
       done++;
       if (n == 0) continue;
       double m_ttft = median(ttft, n), m_pre = median(pre, n), m_dec = median(dec, n),
-             m_rss = median(rss, n), m_peak = median(peak, n);
+             m_rss = median(rss, n), m_peak = median(peak, n), m_fma = median(fma, n),
+             m_fma1 = median(fma1, n), m_fmaa = median(fmaa, n);
       /* prefill arithmetic: every matmul once per prompt token, attention
        * over (P+1)/2 positions on average under the causal mask */
       double flops_tok = (double)last.prefill_flops_token + (double)last.attn_flops_pos * (P + 1) / 2.0;
       double pre_frac = m_peak > 0 && flops_tok > 0 ? m_pre * flops_tok / 1e9 / m_peak : 0;
+      double fma_frac = m_fma > 0 && flops_tok > 0 ? m_pre * flops_tok / 1e9 / m_fma : 0;
       /* bytes a decode step reads on average over the cell: all weights a
        * token touches + the KV cache up to its position */
       double avg_pos = P + G / 2.0;
       double bytes = (double)last.decode_weight_bytes + (double)last.state_bytes_token * avg_pos;
       double roof = bw.triad_gbs * 1e9 / bytes;
+      if (m_fma > 0) {
+        cell_fma[n_fma] = m_fma;
+        cell_fmaa[n_fma] = m_fmaa;
+        cell_fma1[n_fma++] = m_fma1;
+      }
+      snprintf(variant, sizeof variant, "%s", last.variant);
       double mp_pre = pn ? median(ppre, pn) : 0, mp_dec = pn ? median(pdec, pn) : 0;
       double mp_ttft = pn ? median(pttft, pn) : 0, mp_rss = pn ? median(prss, pn) : 0;
       {
@@ -483,6 +525,13 @@ int main(int argc, char **argv) {
                                m_peak, "prefill_peak_fraction", pre_frac, "decode_tps", m_dec,
                                "roofline_tps", roof, "roofline_fraction", m_dec / roof,
                                "peak_rss_mib", m_rss, "bytes_per_token", bytes);
+        /* the FMA roofline (the figure %peak in the table refers to) */
+        json_object_set_new(jc, "variant", json_string(last.variant));
+        json_object_set_new(jc, "fma_peak_gflops", json_real(m_fma));
+        json_object_set_new(jc, "fma_peak_thread_gflops", json_real(m_fma1));
+        json_object_set_new(jc, "fma_measured_all_gflops", json_real(m_fmaa));
+        json_object_set_new(jc, "prefill_fma_fraction", json_real(fma_frac));
+        json_object_set_new(jc, "matmul_fma_fraction", json_real(m_fma > 0 ? m_peak / m_fma : 0));
         if (pn)
           json_object_set_new(jc, "peer",
                               json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "ttft_ms", mp_ttft,
@@ -506,8 +555,9 @@ int main(int argc, char **argv) {
       }
       if (!o.json) {
         fprintf(stderr, "\r%80s\r", "");
-        printf("%6d %6d | %9.1f %11.1f %6.0f %5.0f%% %10.2f %10.2f %5.0f%% %9.1f", P, G, m_ttft,
-               m_pre, m_peak, 100 * pre_frac, m_dec, roof, 100 * m_dec / roof, m_rss);
+        printf("%6d %6d | %9.1f %11.1f %7.1f %7.0f %5.0f%% %5.0f%% %10.2f %10.2f %5.0f%% %9.1f", P,
+               G, m_ttft, m_pre, m_pre * flops_tok / 1e9, m_peak, 100 * pre_frac, 100 * fma_frac,
+               m_dec, roof, 100 * m_dec / roof, m_rss);
         if (o.peer)
           printf(" | %11.1f %10.2f | %6.2fx %6.2fx", mp_pre, mp_dec, mp_pre > 0 ? m_pre / mp_pre : 0,
                  mp_dec > 0 ? m_dec / mp_dec : 0);
@@ -517,10 +567,21 @@ int main(int argc, char **argv) {
     }
   }
   fprintf(stderr, "\r%80s\r", "");
+  double fma_roof = median(cell_fma, n_fma), fma_one = median(cell_fma1, n_fma),
+         fma_all = median(cell_fmaa, n_fma);
+  if (!o.json && n_fma > 0)
+    printf("fma: FMA peak of variant %s (register-only loop, medians over cells): %.1f GFLOP/s "
+           "per thread; roofline %.1f = %d threads x that; measured with all %d at once: %.1f\n",
+           variant, fma_one, fma_roof, o.threads, o.threads, fma_all);
+  else if (!o.json && variant[0])
+    printf("fma: no FMA loop for variant %s: %%peak not measured\n", variant);
   json_t *root = json_pack("{s:s,s:i,s:i,s:s,s:{s:f,s:f},s:o}", "model", o.model_dir, "threads",
                            o.threads, "repeats", o.repeats, "kv_type",
                            o.kv_type ? o.kv_type : "f32", "bandwidth_gbs", "triad", bw.triad_gbs,
                            "read", bw.read_gbs, "cells", jcells);
+  json_object_set_new(root, "fma_peak",
+                      json_pack("{s:s,s:f,s:f,s:f}", "variant", variant, "thread_gflops", fma_one,
+                                "roofline_gflops", fma_roof, "measured_all_gflops", fma_all));
   char *js = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
   json_decref(root);
   if (o.json && js) puts(js);

@@ -1,5 +1,6 @@
 /* Micro-benchmark for the CPU platform's hot kernels (not a test).
  *   cpu_bench [threads] [isa]
+ *   cpu_bench [threads] [isa] mm    prefill matmul only, by number of rows
  * GEMV (decode, M=1) with bf16 weights: GB/s of weights streamed, on shapes
  * of Qwen3-0.6B (N=3072,K=1024: an MLP projection; N=151936,K=1024: lm_head).
  * Prefill-shape matmul M=256,N=3072,K=1024 bf16: GFLOP/s. Attention decode
@@ -68,8 +69,46 @@ int main(int argc, char **argv) {
   const long K = 1024, NB = 151936;
   uint16_t *w = huge_alloc((size_t)NB * K * 2);
   for (size_t i = 0; i < (size_t)NB * K; i++) w[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 256);
-  float *x = malloc(256 * K * 4), *y = malloc((size_t)256 * NB * 4);
-  for (long i = 0; i < 256 * K; i++) x[i] = (float)((i % 17) - 8) / 8.0f;
+  float *x = malloc(1024 * K * 4), *y = malloc((size_t)256 * NB * 4);
+  for (long i = 0; i < 1024 * K; i++) x[i] = (float)((i % 17) - 8) / 8.0f;
+
+  if (argc > 3 && strcmp(argv[3], "mm") == 0) {
+    /* Prefill matmul by the number of rows M (prompt tokens), bf16, K=1024,
+     * N sized so one call is ~0.5 ms at 100 GFLOP/s: on a shared machine a
+     * call that short often runs without being preempted, so the best of
+     * 41 calls is the kernel's own rate (the median shows the noise). The
+     * weights (N rows) rotate over the 311 MB matrix, so they come from
+     * memory as in the model. */
+    static const long Ms[] = {1, 2, 3, 4, 6, 8, 11, 16, 32, 64, 256, 1021};
+    for (size_t c = 0; c < sizeof Ms / sizeof Ms[0]; c++) {
+      const long M = Ms[c];
+      long N = 24576 / M;
+      N = N < 64 ? 64 : N > 3072 ? 3072 : N / 16 * 16;
+      enum { R = 41 };
+      double t[R];
+      pi->matmul(ctx, NULL, y, x, w, MI_DTYPE_BF16, M, N, K);
+      for (int r = 0; r < R; r++) {
+        const uint16_t *wr = w + (size_t)((r * 7919L * N) % (NB - N)) * K;
+        double t0 = now();
+        pi->matmul(ctx, NULL, y, x, wr, MI_DTYPE_BF16, M, N, K);
+        t[r] = now() - t0;
+      }
+      for (int i = 0; i < R; i++)
+        for (int j = i + 1; j < R; j++)
+          if (t[j] < t[i]) {
+            double u = t[i];
+            t[i] = t[j];
+            t[j] = u;
+          }
+      printf("matmul bf16 M=%ld N=%ld K=%ld: %.1f GFLOP/s best of %d, %.1f median\n", M, N, K,
+             2.0 * M * N * K / t[0] / 1e9, R, 2.0 * M * N * K / t[R / 2] / 1e9);
+    }
+    d->fini(ctx);
+    free(w);
+    free(x);
+    free(y);
+    return 0;
+  }
 
   long Ns[] = {3072, NB};
   for (int c = 0; c < 2; c++) {

@@ -291,7 +291,7 @@ START_TEST(test_matmul) {
     check_matmul(&p, dts[d], 33, 130, 515);
     check_matmul(&p, dts[d], 64, 7, 129);
     check_matmul(&p, dts[d], 5, 260, 1024);
-    /* prefill path (M >= 16 on AVX-512: 6x32 outer-product tiles over
+    /* prefill path (M >= 8 on AVX-512: 6x32 outer-product tiles over
      * 256-deep k panels): M around the 6-row tile and its 3/2-row
      * remainders, N around the 32-row panel (masked columns), K across
      * panel boundaries, and N split over threads mid-panel */
@@ -300,6 +300,23 @@ START_TEST(test_matmul) {
       for (int b = 0; b < 4; b++) check_matmul(&p, dts[d], Mp[a], Np[b], Kp[(a + b) % 4]);
     check_matmul(&p, dts[d], 20, 200, 300);
     check_matmul(&p, dts[d], 100, 65, 129);
+    /* prefill path on AVX2 (M >= 8: 6x16 outer-product tiles over k-major
+     * panels built with 8x8 transposes, cpu_avx2_pack.h): M just below and
+     * at the switch (7, 8) and past one 6-row tile by 2, 3, 4, 5 (the 2-,
+     * 4- and 6-row remainder tiles), 12 (two whole tiles) and 13 (one row
+     * over); N around the 8-column transpose and the 16-column panel
+     * (masked columns); K across the 8-wide transpose tail and the 256-deep
+     * panel boundary, odd K included. The same shapes run on every variant
+     * (AVX-512 switches at 8 too, to its 6x32 tile). */
+    static const int64_t Ma[] = {7, 8, 9, 10, 11, 12, 13}, Na[] = {8, 15, 16, 17},
+                         Ka[] = {1, 7, 9, 255, 257};
+    for (int a = 0; a < 7; a++)
+      for (int b = 0; b < 4; b++) check_matmul(&p, dts[d], Ma[a], Na[b], Ka[(a + b) % 5]);
+    /* AVX-512's 6x32 tile with 1-, 2- and 3-row remainders (19, 20, 21) and
+     * AVX2's over several panels of N and K */
+    check_matmul(&p, dts[d], 19, 47, 263);
+    check_matmul(&p, dts[d], 20, 64, 17);
+    check_matmul(&p, dts[d], 21, 33, 520);
   }
   /* K = 0: y is all zeros; M or N = 0: nothing to do */
   float y[6] = {1, 1, 1, 1, 1, 1};

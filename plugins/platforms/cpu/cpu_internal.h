@@ -12,6 +12,8 @@
  *   cpu_kernels_avx512.c  per-ISA inner loops, AVX-512F        (compiled with -mavx512f ...)
  *   cpu_attn_avx2.c       tiled prefill attention micro-kernels, AVX2
  *   cpu_attn_avx512.c     tiled prefill attention micro-kernels, AVX-512F
+ *   cpu_avx2_pack.h       prefill matmul weight panels (8x8 transposes), for the two
+ *                         files built with -mavx2
  */
 #ifndef MI_CPU_INTERNAL_H
 #define MI_CPU_INTERNAL_H

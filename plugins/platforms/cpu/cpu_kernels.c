@@ -65,8 +65,9 @@ int cpu_matmul(void *ctx, mi_stream *s, float *y, const float *x, const void *w,
     /* Each thread streams its own contiguous slice of the weights once
      * (decode is bound by that stream). Grain 16 rows keeps the 4-row tiles
      * whole and y writes on separate cache lines; 32 keeps the prefill
-     * path's 32-row weight panels whole. */
-    cpu_parallel_for(c->pool, N, M >= 16 ? 32 : 16, mm_task, &a);
+     * path's weight panels whole (32 rows on AVX-512, 16 on AVX2; both
+     * take that path from 8 tokens, OP_MIN_M). */
+    cpu_parallel_for(c->pool, N, M >= 8 ? 32 : 16, mm_task, &a);
   } else {
     a.split_m = 1; /* few outputs, many tokens: share the tokens instead */
     cpu_parallel_for(c->pool, M, 4, mm_task, &a);

@@ -3,14 +3,17 @@
  * cpu_isa.c found those features with OS-enabled YMM state.
  *
  * Same scheme as cpu_kernels_avx512.c with 8-lane vectors and 16 registers:
- *   4x2 tile (8 accumulators, each converted weight vector reused for 4
- *   activation rows) for prefill, 1x4 tile for leftover rows, and a
- *   single-stream GEMV for decode. Weights are
- *   converted to f32 exactly in registers; accumulation is f32 FMA.
+ *   prefill (OP_MIN_M rows or more): 6x16 outer-product register tiles over
+ *   a k-major f32 weight panel (matmul_outer); 2-3 rows: a 4x2 inner-product
+ *   tile (8 accumulators, each converted weight vector reused for 4
+ *   activation rows) and a 1x4 tile for leftover rows; decode (1 row): a
+ *   multi-stream GEMV. Weights are converted to f32 exactly in registers;
+ *   accumulation is f32 FMA.
  */
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu_avx2_pack.h"
 #include "cpu_internal.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -146,10 +149,104 @@ AI void gemv_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t K,
   gemv_row1(y, x, w, dt, K, n0 + S * chunk, n1);
 }
 
+/* Prefill matmul, outer-product form (the BLIS scheme, as in
+ * cpu_kernels_avx512.c, sized for 16 ymm registers). For each block of
+ * OP_NB = 16 weight rows and OP_KC values of k, the weights are widened to
+ * f32 and transposed ONCE into a k-major panel [kc][16] (16 KB, stays in
+ * L1); then every group of up to 6 activation rows runs a 6x16 register
+ * tile: per k, two panel vectors, six broadcast x values and twelve FMAs
+ * into twelve accumulators (12 + 2 + 1 = 15 of the 16 ymm registers). No
+ * horizontal sums, and 8 loads per 12 FMAs, so the FMA pipes set the pace.
+ * The panel is built with 8x8 in-register transposes (cpu_avx2_pack.h), so
+ * it costs about one load and one store per 8 weights and pays for itself
+ * from a few activation rows on (cpu_bench ... mm: from 8 rows; below, the
+ * inner-product tile that widens weights on the fly is faster):
+ * matmul_dt takes this path from OP_MIN_M rows. Each output is a sequential
+ * f32 sum over k, like the other paths. */
+#define OP_NB 16
+#define OP_KC 256
+#define OP_MR 6
+#define OP_MIN_M 8
+
+/* y[i][0..nr) (+)= x rows i < mr times the panel; rows past mr repeat the
+ * last row and are not stored. MR is a constant after inlining. */
+AI void op_tile(const int MR, float *y, int64_t ldy, const float *x, int64_t ldx,
+                const float *panel, int64_t kc, int mr, int nr, int accum) {
+  const float *xr[OP_MR];
+  for (int i = 0; i < MR; i++) xr[i] = x + (i < mr ? i : mr - 1) * ldx;
+  __m256 c0[OP_MR], c1[OP_MR];
+  for (int i = 0; i < MR; i++) {
+    c0[i] = _mm256_setzero_ps();
+    c1[i] = _mm256_setzero_ps();
+  }
+  for (int64_t k = 0; k < kc; k++) {
+    const __m256 b0 = _mm256_load_ps(panel + k * OP_NB), b1 = _mm256_load_ps(panel + k * OP_NB + VL);
+    for (int i = 0; i < MR; i++) {
+      const __m256 a = _mm256_broadcast_ss(xr[i] + k);
+      c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
+      c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
+    }
+  }
+  /* Every access to c0/c1 has a constant index (MR is one): with a
+   * run-time bound (i < mr) GCC keeps the arrays in memory and stores ten
+   * accumulators on every k step (measured: store-bound, ~half the FMA
+   * rate). So all MR rows go to a buffer and the valid ones are copied. */
+  float out[OP_MR][OP_NB];
+  for (int i = 0; i < MR; i++) {
+    _mm256_storeu_ps(out[i], c0[i]);
+    _mm256_storeu_ps(out[i] + VL, c1[i]);
+  }
+  for (int i = 0; i < mr; i++) {
+    float *yr = y + i * ldy;
+    if (nr == OP_NB) {
+      __m256 v0 = _mm256_loadu_ps(out[i]), v1 = _mm256_loadu_ps(out[i] + VL);
+      if (accum) {
+        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(yr));
+        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(yr + VL));
+      }
+      _mm256_storeu_ps(yr, v0);
+      _mm256_storeu_ps(yr + VL, v1);
+    } else {
+      for (int j = 0; j < nr; j++) yr[j] = accum ? yr[j] + out[i][j] : out[i][j];
+    }
+  }
+}
+
+AI void matmul_outer(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
+                     int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const size_t wrow = (size_t)K * mi_dtype_size(dt);
+  float panel[OP_KC * OP_NB] __attribute__((aligned(32))); /* [kc][16] f32, 16 KB */
+  for (int64_t n = n0; n < n1; n += OP_NB) {
+    const int nr = n1 - n < OP_NB ? (int)(n1 - n) : OP_NB;
+    for (int64_t k0 = 0; k0 < K; k0 += OP_KC) {
+      const int64_t kc = K - k0 < OP_KC ? K - k0 : OP_KC;
+      mi_pack_panel(panel, OP_NB, w, dt, wrow, n, nr, k0, kc);
+      const int acc = k0 > 0;
+      int64_t m = m0;
+      for (; m + OP_MR <= m1; m += OP_MR)
+        op_tile(OP_MR, y + m * N + n, N, x + m * K + k0, K, panel, kc, OP_MR, nr, acc);
+      if (m < m1) {
+        /* the last mr < 6 rows: the smallest tile that holds them */
+        const int mr = (int)(m1 - m);
+        if (mr > 4)
+          op_tile(OP_MR, y + m * N + n, N, x + m * K + k0, K, panel, kc, mr, nr, acc);
+        else if (mr > 2)
+          op_tile(4, y + m * N + n, N, x + m * K + k0, K, panel, kc, mr, nr, acc);
+        else
+          op_tile(2, y + m * N + n, N, x + m * K + k0, K, panel, kc, mr, nr, acc);
+      }
+    }
+  }
+}
+
 AI void matmul_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
                   int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   if (m1 - m0 == 1) {
     gemv_dt(y + m0 * N, x + m0 * K, w, dt, K, n0, n1);
+    return;
+  }
+  if (m1 - m0 >= OP_MIN_M) {
+    matmul_outer(y, x, w, dt, N, K, m0, m1, n0, n1);
     return;
   }
   size_t wrow = (size_t)K * mi_dtype_size(dt);

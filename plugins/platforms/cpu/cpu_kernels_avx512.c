@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu_avx2_pack.h"
 #include "cpu_avx512_load.h"
 #include "cpu_internal.h"
 
@@ -162,13 +163,16 @@ AI void gemv_row1(float *y, const float *x, const void *w, mi_dtype dt, int64_t 
  * vectors, six broadcast x values and twelve FMAs into twelve accumulators.
  * No horizontal sums (the inner-product tile spends a reduction per output
  * per K chunk), and the loads stay below the FMAs, so the FMA ports set the
- * pace. The panel costs 32*kc scalar stores, paid back over the M rows:
+ * pace. The panel is built with 8x8 in-register transposes
+ * (cpu_avx2_pack.h), about one load and one store per 8 weights (the
+ * scalar transpose it replaced cost as much as the tiles below ~32 rows),
+ * paid back over the M rows:
  * matmul_dt only takes this path when M >= OP_MIN_M. Each output is a
  * sequential f32 sum over k, like the other paths. */
 #define OP_NB 32
 #define OP_KC 256
 #define OP_MR 6
-#define OP_MIN_M 16
+#define OP_MIN_M 8
 
 AI void op_tile(const int MR, float *y, int64_t ldy, const float *x, int64_t ldx, const float *panel,
                 int64_t kc, int mr, __mmask16 m0, __mmask16 m1, int accum) {
@@ -200,9 +204,8 @@ AI void op_tile(const int MR, float *y, int64_t ldy, const float *x, int64_t ldx
 
 AI void matmul_outer(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
                      int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-  const size_t es = mi_dtype_size(dt), wrow = (size_t)K * es;
-  float panel[OP_KC * OP_NB] __attribute__((aligned(64))); /* [kc][32] f32, 48 KB */
-  float row[OP_KC] __attribute__((aligned(64)));           /* one widened weight row */
+  const size_t wrow = (size_t)K * mi_dtype_size(dt);
+  float panel[OP_KC * OP_NB] __attribute__((aligned(64))); /* [kc][32] f32, 32 KB */
   for (int64_t n = n0; n < n1; n += OP_NB) {
     const int nr = n1 - n < OP_NB ? (int)(n1 - n) : OP_NB;
     const __mmask16 mk0 = nr >= VL ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
@@ -212,17 +215,7 @@ AI void matmul_outer(float *y, const float *x, const void *w, mi_dtype dt, int64
     for (int64_t k0 = 0; k0 < K; k0 += OP_KC) {
       const int64_t kc = K - k0 < OP_KC ? K - k0 : OP_KC;
       /* panel[k][j] = w[n + j][k0 + k]; columns j >= nr are zero */
-      for (int j = 0; j < OP_NB; j++) {
-        if (j < nr) {
-          const char *src = (const char *)w + (size_t)(n + j) * wrow + (size_t)k0 * es;
-          int64_t k = 0;
-          for (; k + VL <= kc; k += VL) _mm512_store_ps(row + k, ld_w(src, k, dt));
-          if (k < kc) _mm512_store_ps(row + k, ld_w_tail(src, k, kc - k, dt));
-          for (k = 0; k < kc; k++) panel[k * OP_NB + j] = row[k];
-        } else {
-          for (int64_t k = 0; k < kc; k++) panel[k * OP_NB + j] = 0.0f;
-        }
-      }
+      mi_pack_panel(panel, OP_NB, w, dt, wrow, n, nr, k0, kc);
       const int acc = k0 > 0;
       int64_t m = m0;
       for (; m + OP_MR <= m1; m += OP_MR)
