@@ -4,10 +4,14 @@
  * implementer.compose writes for that checkpoint, made at run time (so it
  * cannot go stale); the answers that fail are that source broken.
  *   - end to end: a malformed answer, a candidate the reviewer rejects (after
- *     a malformed verdict), one that fails the verifier's build stage, then
- *     one that passes: exit 0, the engine is the good source, the manifest
- *     records what each role spent and every file read; the implementer's
- *     retry prompt carries the failure report and never the goldens;
+ *     a malformed verdict), one that fails the verifier's build stage, one
+ *     that builds and passes stages 1-3 but fails stage 4 (end to end
+ *     against the llama.cpp golden of the tiny checkpoint: its final norm
+ *     uses the zero-centred (1+w) weights), then one that passes: exit 0,
+ *     the engine is the good source, the journal records each candidate's
+ *     verdicts, the manifest what each role spent and every file read; the
+ *     implementer's retry prompts carry the failure reports and never the
+ *     goldens;
  *   - the API key reaches the server's Authorization header and nothing
  *     else: not stderr, the journal, the manifest or the recordings;
  *   - the recorded run replayed with no server: the same engine hash and the
@@ -43,9 +47,9 @@
 
 static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_ckb[1200], g_gold[1200];
 static char g_engine_name[128];
-static char *g_good, *g_bad1, *g_bad2;
-static char g_good_sha[65];
-static char *S_good, *S_reject, *A_good, *A_bad1, *A_bad2, *A_noblock, *A_huge, *R_reject, *R_approve, *R_prose;
+static char *g_good, *g_bad1, *g_bad2, *g_bad4;
+static char g_good_sha[65], g_bad4_sha[65];
+static char *S_good, *S_reject, *A_good, *A_bad1, *A_bad2, *A_bad4, *A_noblock, *A_huge, *R_reject, *R_approve, *R_prose;
 
 typedef struct res {
   int rc;
@@ -223,11 +227,24 @@ static void setup_all(void) {
   if (asprintf(&g_bad1, "%s\n#error candidate one does not build\n", g_good) < 0 ||
       asprintf(&g_bad2, "%s\n#error candidate two does not build either\n", g_good) < 0)
     abort();
+  /* a candidate that builds and that stages 1 (the platform's kernels), 2 (one
+   * decoder layer, composed by the verifier) and 3 (every tensor read back:
+   * the logits still move with each one) cannot tell from the good one, but
+   * stage 4 (end to end against llama.cpp's golden) can: the final norm takes
+   * the zero-centred (1+w) weights of Gemma-style norms, not Qwen3's w, so
+   * every logit is scaled and the logprobs drift */
+  static const char final_norm_ok[] = "RMS_NORM_EPS, 0.0f)); /* final_norm", final_norm_bad[] = "RMS_NORM_EPS, 1.0f)); /* final_norm";
+  const char *at = strstr(g_good, final_norm_ok);
+  if (!at || strstr(at + 1, final_norm_ok)) fprintf(stderr, "test_llm_agents: the final norm call is not in the composed source once\n");
+  g_bad4 = strdup(g_good);
+  if (at) memcpy(g_bad4 + (at - g_good), final_norm_bad, sizeof final_norm_bad - 1);
+  mi_sha256_buf(g_bad4, strlen(g_bad4), g_bad4_sha);
   char *t;
   A_good = answer(t = fenced("Here is the corrected engine.", g_good));
   S_good = sse_answer(t), free(t);
   A_bad1 = answer(t = fenced("Here is the engine.", g_bad1)), free(t);
   A_bad2 = answer(t = fenced("Here is the engine, reviewed.", g_bad2)), free(t);
+  A_bad4 = answer(t = fenced("Here is the engine; it builds now.", g_bad4)), free(t);
   A_noblock = answer("I would write the engine with the platform's kernels, step by step, as the contract says.");
   /* a block of 2 MiB: under the client's 8 MiB answer limit, over the 1 MiB source limit */
   size_t hn = (size_t)2 << 20;
@@ -250,7 +267,7 @@ static void teardown_all(void) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd) != 0) fprintf(stderr, "test_llm_agents: cleanup failed\n");
   }
-  free(S_good), free(S_reject), free(g_good), free(g_bad1), free(g_bad2), free(A_good), free(A_bad1), free(A_bad2), free(A_noblock), free(A_huge);
+  free(S_good), free(S_reject), free(g_good), free(g_bad1), free(g_bad2), free(g_bad4), free(A_good), free(A_bad1), free(A_bad2), free(A_bad4), free(A_noblock), free(A_huge);
   free(R_reject), free(R_approve), free(R_prose);
 }
 
@@ -258,6 +275,7 @@ static const char *const LLM_BOTH[] = {"--implementer", "llm", "--reviewer", "ll
 
 START_TEST(test_end_to_end_record_replay) {
   ck_assert_msg(g_good_sha[0] && strlen(g_good) > 1000, "compose gave no source");
+  ck_assert_msg(strcmp(g_bad4, g_good), "the stage-4 candidate was not made (no final norm call in the composed source)");
   mock_reply s[] = {
       {200, NULL, NULL, A_noblock, 0, 0}, /* implementer, answer 1: malformed */
       {200, NULL, NULL, A_bad1, 0, 0},    /* implementer, answer 2: candidate 1 */
@@ -265,10 +283,13 @@ START_TEST(test_end_to_end_record_replay) {
       {200, NULL, NULL, R_reject, 0, 0},  /* reviewer: rejects candidate 1 */
       {200, NULL, NULL, A_bad2, 0, 0},    /* implementer: candidate 2 */
       {200, NULL, NULL, R_approve, 0, 0}, /* reviewer approves; the verifier's build fails */
-      {200, NULL, NULL, A_good, 0, 0},    /* implementer: candidate 3 */
+      {200, NULL, NULL, A_bad4, 0, 0},    /* implementer: candidate 3 */
+      {200, NULL, NULL, R_approve, 0, 0}, /* reviewer approves; the verifier fails it at stage 4 */
+      {200, NULL, NULL, A_good, 0, 0},    /* implementer: candidate 4 */
       {200, NULL, NULL, R_approve, 0, 0}, /* reviewer approves; the verifier passes */
   };
-  mock_server *m = mock_start(s, 8);
+  enum { N_REQ = sizeof s / sizeof *s };
+  mock_server *m = mock_start(s, N_REQ);
   ck_assert_ptr_nonnull(m);
   char rec[1300];
   snprintf(rec, sizeof rec, "%s/recording", g_tmp);
@@ -276,22 +297,32 @@ START_TEST(test_end_to_end_record_replay) {
                      "--llm-record", rec, "--llm-retries", "0", NULL};
   res r = gen("e2e", a);
   ck_assert_msg(r.rc == 0, "exit %d\n%s", r.rc, r.err);
-  ck_assert_int_eq(mock_requests(m), 8);
+  ck_assert_int_eq(mock_requests(m), N_REQ);
   /* the key went to the server, in the header only */
-  for (size_t i = 0; i < 8; i++) {
+  for (size_t i = 0; i < N_REQ; i++) {
     ck_assert_str_eq(mock_request_auth(m, i), "Bearer " KEY);
     ck_assert_ptr_null(strstr(mock_request_body(m, i), "SECRET"));
   }
   /* the implementer's retry prompts carry the structured failure reports */
-  const char *p2 = mock_request_body(m, 4), *p3 = mock_request_body(m, 6);
+  const char *p2 = mock_request_body(m, 4), *p3 = mock_request_body(m, 6), *p4 = mock_request_body(m, 8);
   ck_assert_msg(strstr(p2, "REVIEW-FINDING-7"), "the reviewer's finding is not in the next prompt");
   ck_assert_msg(strstr(p3, "build") && strstr(p3, "FAIL"), "the verifier's report is not in the next prompt");
   ck_assert_msg(strstr(p3, "candidate two does not build"), "the previous candidate is not in the prompt");
-  for (size_t i = 0; i < 8; i++) { /* never the goldens (their folder, their file) or the verifier's seed */
-    ck_assert_ptr_null(strstr(mock_request_body(m, i), g_gold));
-    ck_assert_ptr_null(strstr(mock_request_body(m, i), "tiny-seed1"));
-    ck_assert_ptr_null(strstr(mock_request_body(m, i), "\"seed\":5"));
+  ck_assert_msg(strstr(p4, "end_to_end") && strstr(p4, "FAIL"), "the stage 4 report is not in the next prompt");
+  ck_assert_msg(strstr(p4, "RMS_NORM_EPS, 1.0f)); /* final_norm"), "the stage-4 candidate is not in the next prompt");
+  /* never the goldens (their folder, their file) or the verifier's seed.
+   * One exception, as the verifier writes it: the stage 4 failure message
+   * passed on in the retry after it (request 8) names the golden file and the
+   * one logprob that differed; it must be the only mention (no golden pasted,
+   * no listing of the folder) */
+  for (size_t i = 0; i < N_REQ; i++) {
+    const char *q = mock_request_body(m, i);
+    ck_assert_ptr_null(strstr(q, "\"seed\":5"));
+    if (i == 8) continue;
+    ck_assert_msg(!strstr(q, g_gold) && !strstr(q, "tiny-seed1"), "request %zu names the goldens", i);
   }
+  const char *g1 = strstr(p4, "tiny-seed1");
+  ck_assert_msg(g1 && !strstr(g1 + 1, "tiny-seed1") && strstr(g1, " case "), "the stage 4 message is not the only mention of the golden");
   mock_stop(m);
   /* the engine is the good answer's source */
   char p[1500], sha[65];
@@ -303,11 +334,12 @@ START_TEST(test_end_to_end_record_replay) {
   json_t *man = json_load_file(p, 0, NULL);
   ck_assert_ptr_nonnull(man);
   json_t *gsec = json_object_get(man, "generation"), *sp = json_object_get(gsec, "spent");
-  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(sp, "implementer"), "requests")), 4);
-  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(sp, "reviewer"), "requests")), 4);
-  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(sp, "run"), "prompt_tokens")), 800);
-  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(sp, "run"), "completion_tokens")), 400);
-  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(sp, "implementer"), "calls")), 3);
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(sp, "implementer"), "requests")), 5);
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(sp, "reviewer"), "requests")), 5);
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(sp, "run"), "prompt_tokens")), 100 * N_REQ);
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(sp, "run"), "completion_tokens")), 50 * N_REQ);
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(sp, "implementer"), "calls")), 4);
+  ck_assert_int_eq(json_integer_value(json_object_get(man, "iterations")), 4);
   ck_assert_str_eq(json_string_value(json_object_get(json_object_get(gsec, "strategies"), "implementer")), "llm");
   int read_model = 0, read_weights = 0;
   size_t i;
@@ -329,6 +361,42 @@ START_TEST(test_end_to_end_record_replay) {
   free(jt);
   char *v1 = verdicts(j);
   ck_assert_msg(strstr(v1, "review:rejected") && strstr(v1, "build:FAIL") && strstr(v1, "4d:PASS"), "%s", v1);
+  /* the verifier's calls: the build fails; then the stage-4 candidate
+   * passes build and stages 1-3 and fails at 4 (5 and 6 not run); then the
+   * good one passes every stage */
+  json_t *ver = results_of(j, "verifier");
+  ck_assert_int_eq(json_array_size(ver), 3);
+  json_t *v_b = json_object_get(json_array_get(ver, 0), "result"), *v_4 = json_object_get(json_array_get(ver, 1), "result"),
+         *v_ok = json_object_get(json_array_get(ver, 2), "result");
+  ck_assert_str_eq(json_string_value(json_object_get(v_b, "failed_stage")) ?: "-", "build");
+  ck_assert_str_eq(json_string_value(json_object_get(v_4, "verdict")) ?: "-", "FAIL");
+  ck_assert_str_eq(json_string_value(json_object_get(v_4, "failed_stage")) ?: "-", "4");
+  ck_assert_str_eq(json_string_value(json_object_get(v_4, "failed_test_contract")) ?: "-", "test.stage4_end_to_end");
+  char *s4 = NULL;
+  {
+    size_t n = 0, cap = 256, k;
+    json_t *st;
+    s4 = calloc(1, cap);
+    json_array_foreach(json_object_get(v_4, "stages"), k, st)
+        n += (size_t)snprintf(s4 + n, cap - n, "%s:%s ", json_string_value(json_object_get(st, "stage")),
+                              json_string_value(json_object_get(st, "verdict")));
+  }
+  ck_assert_msg(!strncmp(s4, "build:PASS 1:PASS 2:PASS 3:PASS 4:FAIL ", 39) && !strstr(s4, "5:FAIL") && !strstr(s4, "5:PASS"),
+                "the stage-4 candidate's stages: %s", s4);
+  free(s4);
+  ck_assert_str_eq(json_string_value(json_object_get(v_ok, "verdict")) ?: "-", "PASS");
+  ck_assert_msg(!json_object_get(v_ok, "failed_stage") || json_is_null(json_object_get(v_ok, "failed_stage")), "the good candidate failed");
+  /* the candidate the verifier failed at stage 4 is the edited source */
+  size_t k;
+  json_t *ev;
+  int seen4 = 0;
+  json_array_foreach(j, k, ev) if (!strcmp(json_string_value(json_object_get(ev, "event")) ?: "", "verdict") &&
+                                   !strcmp(json_string_value(json_object_get(ev, "source")) ?: "", g_bad4_sha)) {
+    ck_assert_str_eq(json_string_value(json_object_get(ev, "verdict")) ?: "-", "FAIL");
+    seen4++;
+  }
+  ck_assert_int_eq(seen4, 1);
+  json_decref(ver);
   json_decref(j);
   /* nothing holds the key */
   assert_absent(r.out_dir, "SECRET");
