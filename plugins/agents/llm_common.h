@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "mi/agent.h"
 
@@ -251,6 +252,45 @@ static inline json_t *lc_answer_json(const char *text) {
 /* The stage report an implementer may see: stage, name, verdict, and the
  * message of a failed stage; never evidence, reports or libraries (those
  * name artifacts the verifier keeps to itself). */
+/* The verifier's failure messages are written for a person and may quote
+ * what the candidate was held to: a golden's path, the llama.cpp value or
+ * token that differed. The implementer must never see the goldens, so a
+ * message passed on drops every absolute path ("<file>") and every number
+ * that follows a word naming a hidden source ("<hidden>"); the candidate's
+ * own figures and the size of the miss stay. Returns a malloc'd string. */
+static inline char *lc_redact(const char *msg) {
+  static const char *const hidden[] = {"llama.cpp", "expected", "reference", "golden", "float64", "want", NULL};
+  size_t n = strlen(msg);
+  char *out = malloc(n * 8 + 16), *o = out; /* a word grows to 8 bytes at most */
+  if (!out) return NULL;
+  int after_hidden = 0;
+  for (const char *p = msg; *p;) {
+    if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '(' || *p == ',') {
+      *o++ = *p++;
+      continue;
+    }
+    const char *w = p;
+    while (*p && *p != ' ' && *p != '\t' && *p != '\n' && *p != ',' && *p != ')') p++;
+    size_t wl = (size_t)(p - w);
+    int numeric = wl > 0 && (w[0] == '-' || w[0] == '+' || w[0] == '.' || (w[0] >= '0' && w[0] <= '9'));
+    if (w[0] == '/') {
+      memcpy(o, "<file>", 6), o += 6;
+    } else if (after_hidden && numeric) {
+      memcpy(o, "<hidden>", 8), o += 8;
+    } else {
+      memcpy(o, w, wl), o += wl;
+    }
+    after_hidden = 0;
+    for (int k = 0; hidden[k]; k++) {
+      size_t hl = strlen(hidden[k]);
+      if (wl >= hl && !strncasecmp(w, hidden[k], hl)) after_hidden = 1;
+    }
+    if (*p == ')') *o++ = *p++;
+  }
+  *o = 0;
+  return out;
+}
+
 static inline json_t *lc_feedback(json_t *fb) {
   if (!json_is_object(fb)) return NULL;
   json_t *out = json_pack("{s:O?}", "from", json_object_get(fb, "from"));
@@ -265,7 +305,12 @@ static inline json_t *lc_feedback(json_t *fb) {
       const char *verdict = json_string_value(json_object_get(v, "verdict"));
       json_t *o = json_pack("{s:O?, s:O?, s:O?, s:O?}", "stage", json_object_get(v, "stage"), "name", json_object_get(v, "name"),
                             "verdict", json_object_get(v, "verdict"), "test_contract", json_object_get(v, "test_contract"));
-      if (verdict && !strcmp(verdict, "FAIL")) json_object_set(o, "message", json_object_get(v, "message"));
+      const char *msg = json_string_value(json_object_get(v, "message"));
+      if (verdict && !strcmp(verdict, "FAIL") && msg) {
+        char *r = lc_redact(msg);
+        if (r) json_object_set_new(o, "message", json_string(r));
+        free(r);
+      }
       json_array_append_new(a, o);
     }
     json_object_set_new(out, "stages", a);
