@@ -26,9 +26,15 @@ static inline void ag_result(char **result, json_t *res) {
   json_decref(res);
 }
 
-#define AG_DEFINE(role_, strategy_, name_, desc_, run_)                                            \
-  static const mi_agent_iface k_iface = {                                                          \
-      .struct_size = sizeof(mi_agent_iface), .role = role_, .strategy = strategy_, .run = run_};   \
+/* the descriptor, interface and no-op init of an agent plugin; hostv_: the
+ * version of the host's services (mi_agent_host) the agent needs, 0 none */
+#define AG_DEFINE(role_, strategy_, name_, desc_, run_) AG_DEFINE_V(role_, strategy_, name_, desc_, run_, 0)
+#define AG_DEFINE_V(role_, strategy_, name_, desc_, run_, hostv_)                                  \
+  static const mi_agent_iface k_iface = {.struct_size = sizeof(mi_agent_iface),                    \
+                                         .role = role_,                                            \
+                                         .strategy = strategy_,                                    \
+                                         .run = run_,                                              \
+                                         .host_version = hostv_};                                  \
   static int a_init(const mi_host_api *host, const mi_options *opts, void **ctx, char *err,        \
                     size_t err_len) {                                                              \
     (void)host, (void)opts, (void)err, (void)err_len;                                              \

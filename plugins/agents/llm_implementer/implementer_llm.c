@@ -265,21 +265,4 @@ out:
   return rc;
 }
 
-static const mi_agent_iface k_iface = {.struct_size = sizeof(mi_agent_iface), .role = "implementer", .strategy = "llm",
-                                       .run = implementer_run, .host_version = MI_AGENT_HOST_VERSION};
-
-static int a_init(const mi_host_api *host, const mi_options *opts, void **ctx, char *err, size_t err_len) {
-  (void)host, (void)opts, (void)err, (void)err_len;
-  *ctx = NULL;
-  return 0;
-}
-static const void *a_iface(void *ctx) {
-  (void)ctx;
-  return &k_iface;
-}
-static const mi_plugin_desc k_desc = {.abi_major = MI_ABI_MAJOR, .abi_minor = MI_ABI_MINOR,
-                                      .struct_size = sizeof(mi_plugin_desc), .kind = MI_PLUGIN_AGENT,
-                                      .name = "implementer.llm", .version = "0.1.0",
-                                      .description = "engine source from a language model, prompted with the CKB's contracts",
-                                      .init = a_init, .get_iface = a_iface};
-MI_PLUGIN_DEFINE(k_desc)
+AG_DEFINE_V("implementer", "llm", "implementer.llm", "engine source from a language model, prompted with the CKB's contracts", implementer_run, MI_AGENT_HOST_VERSION)
