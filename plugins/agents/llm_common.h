@@ -252,6 +252,24 @@ static inline json_t *lc_answer_json(const char *text) {
 /* The stage report an implementer may see: stage, name, verdict, and the
  * message of a failed stage; never evidence, reports or libraries (those
  * name artifacts the verifier keeps to itself). */
+/* A malformed answer: noted in the journal and on stderr as "AGENT: answer
+ * N malformed: WHY", then the conversation asks again, with the bad answer
+ * (trimmed to 2000 bytes) and what was wrong. Takes ownership of ans. */
+static inline void lc_ask_again(const mi_agent_host *h, json_t *msgs, const char *agent, int n, const char *why, char *ans,
+                                const char *instruction) {
+  char note[700];
+  snprintf(note, sizeof note, "%s: answer %d malformed: %s", agent, n, why);
+  h->note(h->ctx, note);
+  fprintf(stderr, "mi-gen: %s\n", note);
+  char trimmed[2048];
+  snprintf(trimmed, sizeof trimmed, "%.2000s", ans);
+  free(ans);
+  json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "assistant", "content", trimmed));
+  char again[800];
+  snprintf(again, sizeof again, "That answer cannot be used: %s. %s", why, instruction);
+  json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", again));
+}
+
 /* The verifier's failure messages are written for a person and may quote
  * what the candidate was held to: a golden's path, the llama.cpp value or
  * token that differed. The implementer must never see the goldens, so a

@@ -208,18 +208,7 @@ static int implementer_run(void *ctx, const mi_agent_task *t, char **result, cha
       free(ans);
       break;
     }
-    char note[700];
-    snprintf(note, sizeof note, "implementer.llm: answer %d malformed: %s", answers, why);
-    h->note(h->ctx, note);
-    fprintf(stderr, "mi-gen: %s\n", note);
-    /* asked again, with what was wrong; the bad answer goes back trimmed */
-    char trimmed[2048];
-    snprintf(trimmed, sizeof trimmed, "%.2000s", ans);
-    free(ans);
-    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "assistant", "content", trimmed));
-    char again[800];
-    snprintf(again, sizeof again, "That answer cannot be used: %s. Answer again with the whole engine.c in one ```c block.", why);
-    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", again));
+    lc_ask_again(h, msgs, "implementer.llm", answers, why, ans, "Answer again with the whole engine.c in one ```c block.");
   }
   if (!src) {
     snprintf(err, el, "implementer.llm: %d malformed answer%s, the last: %s", answers, answers == 1 ? "" : "s", why);

@@ -104,17 +104,7 @@ static int reviewer_run(void *ctx, const mi_agent_task *t, char **result, char *
       goto out;
     }
     json_decref(v);
-    char note[500];
-    snprintf(note, sizeof note, "reviewer.llm: answer %d malformed: %s", answers, why);
-    h->note(h->ctx, note);
-    fprintf(stderr, "mi-gen: %s\n", note);
-    char trimmed[2048];
-    snprintf(trimmed, sizeof trimmed, "%.2000s", ans);
-    free(ans);
-    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "assistant", "content", trimmed));
-    char again[600];
-    snprintf(again, sizeof again, "That answer cannot be used: %s. Answer again with the JSON verdict only.", why);
-    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", again));
+    lc_ask_again(h, msgs, "reviewer.llm", answers, why, ans, "Answer again with the JSON verdict only.");
   }
   snprintf(err, el, "reviewer.llm: %d malformed answer%s, the last: %s", answers, answers == 1 ? "" : "s", why);
 out:
