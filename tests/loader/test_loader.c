@@ -610,11 +610,14 @@ END_TEST
 
 START_TEST(interface_sizes_follow_the_member_list) {
   ck_assert_uint_eq(mi_platform_iface_min_size(0), END_OF(mi_platform_iface, argmax));
-  ck_assert_uint_eq(mi_platform_iface_min_size(1), sizeof(mi_platform_iface));
+  ck_assert_uint_eq(mi_platform_iface_min_size(1), END_OF(mi_platform_iface, convert));
+  ck_assert_uint_eq(mi_platform_iface_min_size(3), END_OF(mi_platform_iface, convert));
+  ck_assert_uint_eq(mi_platform_iface_min_size(4), END_OF(mi_platform_iface, rmsnorm_gated));
   ck_assert_uint_eq(mi_platform_iface_min_size(MI_ABI_MINOR), sizeof(mi_platform_iface));
   ck_assert_uint_eq(mi_model_iface_min_size(1), END_OF(mi_model_iface, forward));
   ck_assert_uint_eq(mi_model_iface_min_size(2), END_OF(mi_model_iface, platform_needs));
   ck_assert_uint_eq(mi_model_iface_min_size(3), END_OF(mi_model_iface, forward_batch));
+  ck_assert_uint_eq(mi_model_iface_min_size(4), END_OF(mi_model_iface, forward_batch));
   ck_assert_uint_eq(mi_model_iface_min_size(MI_ABI_MINOR), sizeof(mi_model_iface));
   ck_assert_int_eq(mi_platform_member_offset("convert"), (long)offsetof(mi_platform_iface, convert));
   ck_assert_int_eq(mi_platform_member_offset("variant"), (long)offsetof(mi_platform_iface, variant));

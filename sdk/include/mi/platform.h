@@ -136,6 +136,57 @@ typedef struct mi_platform_iface {
    * f16/bf16 -> f32 is exact. Used to write a half-precision KV cache. */
   int (*convert)(void *ctx, mi_stream *s, void *dst, mi_dtype dst_dtype, const void *src,
                  mi_dtype src_dtype, int64_t n);
+
+  /* --- ABI 1.4: the blocks of gated-DeltaNet hybrids (Qwen3.5/3.6-style);
+   * optional: a model that needs them lists them in platform_needs --- */
+
+  /* Strided row copy: y[r*y_stride + i] = x[r*x_stride + i], r < rows, i < n.
+   * Splits interleaved projections (per head query | gate; q | k | v).
+   * y and x must not overlap. */
+  int (*copy2d)(void *ctx, mi_stream *s, float *y, int64_t y_stride, const float *x,
+                int64_t x_stride, int64_t rows, int64_t n);
+
+  /* y[r,:] = x[r,:] · rsqrt(Σ_i x[r,i]² + eps), rows × dim (a sum, not a mean).
+   * y may equal x. */
+  int (*l2norm)(void *ctx, mi_stream *s, float *y, const float *x, int64_t rows, int64_t dim,
+                float eps);
+
+  /* y[i] = x[i] · sigmoid(g[i]), sigmoid(g) = 1 / (1 + e^-g). y may equal x. */
+  int (*sigmoid_mul)(void *ctx, mi_stream *s, float *y, const float *x, const float *g,
+                     int64_t n);
+
+  /* Depthwise causal conv1d over T tokens of C channels, kernel K, no bias,
+   * with a carried state. state [K-1, C] holds the K-1 inputs before x
+   * (oldest first; zeros for a new sequence). With xx = concat(state, x)
+   * [K-1+T, C]: y[t,c] = act(Σ_{j<K} w[c,j] · xx[t+j,c]), act = silu when
+   * `silu` is non-zero, identity otherwise; afterwards state = the last K-1
+   * rows of xx. w [C, K] f32. y must not alias x or state. */
+  int (*conv1d_causal)(void *ctx, mi_stream *s, float *y, const float *x, const float *w,
+                       float *state, int64_t T, int64_t C, int64_t K, int silu);
+
+  /* Gated-DeltaNet gates, T × H: beta[t,h] = sigmoid(b[t,h]),
+   * g[t,h] = -exp(a_log[h]) · softplus(a[t,h] + dt_bias[h]) (a log decay <= 0),
+   * softplus(x) = log(1 + e^x). */
+  int (*deltanet_gates)(void *ctx, mi_stream *s, float *beta, float *g, const float *b,
+                        const float *a, const float *a_log, const float *dt_bias, int64_t T,
+                        int64_t H);
+
+  /* The gated delta rule over T tokens with a carried state S [Hv, Dk, Dv].
+   * q, k [T, Hk, Dk] (l2-normed; q already scaled); v, o [T, Hv, Dv];
+   * g, beta [T, Hv]. Value head h reads key head h / (Hv/Hk) (grouped, the
+   * HF order). For each t in order, each h:
+   *   S_h ← S_h · exp(g[t,h]);  δ = beta[t,h] · (v[t,h] − S_hᵀ k[t,kh]);
+   *   S_h ← S_h + k[t,kh] ⊗ δ;  o[t,h] = S_hᵀ q[t,kh].
+   * A platform may evaluate T > 1 in chunks (the same result up to
+   * rounding). o must not alias the inputs. */
+  int (*gated_delta_rule)(void *ctx, mi_stream *s, float *o, const float *q, const float *k,
+                          const float *v, const float *g, const float *beta, float *state,
+                          int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv);
+
+  /* Gated RMSNorm, rows × dim: y[r,:] = x[r,:] · rsqrt(mean(x[r,:]²) + eps) · w ·
+   * silu(z[r,:]); w [dim] (not zero-centred). y may equal x. */
+  int (*rmsnorm_gated)(void *ctx, mi_stream *s, float *y, const float *x, const float *w,
+                       const float *z, int64_t rows, int64_t dim, float eps);
 } mi_platform_iface;
 
 /* Every mi_platform_iface member after struct_size, in struct order, as
@@ -144,7 +195,8 @@ typedef struct mi_platform_iface {
  *            plugin declaring abi_minor m has a struct_size that covers every
  *            member of minor <= m (the core checks this at load). The
  *            collectives and convert were appended while the ABI was 1.0 and
- *            are guaranteed from 1.1 on, so a 1.0 plugin may end at argmax.
+ *            are guaranteed from 1.1 on, so a 1.0 plugin may end at argmax; the hybrid
+ *            blocks came with 1.4, so a 1.1-1.3 plugin may end at convert.
  *   kernel — 1 for a compute kernel (verified by an operator contract when
  *            the CKB has one), 0 for devices, memory, streams, collectives.
  * Appending a member: add it to the struct AND here, with the new minor.
@@ -177,7 +229,14 @@ typedef struct mi_platform_iface {
   X(comm_info, 1, 0)                                                                               \
   X(allreduce_sum_f32, 1, 0)                                                                       \
   X(broadcast, 1, 0)                                                                               \
-  X(convert, 1, 1)
+  X(convert, 1, 1)                                                                                 \
+  X(copy2d, 4, 1)                                                                                  \
+  X(l2norm, 4, 1)                                                                                  \
+  X(sigmoid_mul, 4, 1)                                                                             \
+  X(conv1d_causal, 4, 1)                                                                           \
+  X(deltanet_gates, 4, 1)                                                                          \
+  X(gated_delta_rule, 4, 1)                                                                        \
+  X(rmsnorm_gated, 4, 1)
 
 /* Does this platform's interface (of the size it declared) provide member m? */
 #define mi_platform_has(iface, m)                                                                  \
