@@ -196,6 +196,11 @@ static const mi_platform_iface my_iface = {
     .scale = my_scale,
     .embed = NULL,
     .argmax = NULL,
+    /* ABI 1.4, the gated-DeltaNet hybrid's blocks (copy2d, l2norm, sigmoid_mul,
+     * conv1d_causal, deltanet_gates, gated_delta_rule, rmsnorm_gated): left
+     * out, so NULL. A hybrid model lists them in its platform_needs and is
+     * refused on this platform with a line naming each one; dense models are
+     * not affected. */
 };
 
 static const void *my_get_iface(void *ctx) { return &my_iface; }
