@@ -62,6 +62,7 @@ typedef struct bench_opts {
   const char *model_dir, *plugin_dir, *platform, *peer_gguf, *peer_script, *kv_type, *json_file;
   int weights; /* MI_SESSION_WEIGHTS_* */
   int threads, repeats, json, peer;
+  int warmup; /* untimed runs of the same cell before the timed one, each side */
   int prompts[MAX_CELLS], n_prompts, gens[MAX_CELLS], n_gens;
   uint64_t seed;
 } bench_opts;
@@ -181,6 +182,24 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
   mi_sampler_defaults(&gp.sampling);
   gp.sampling.temp = 0;
   mi_gen_stats st;
+  /* Warm-up, as llama-bench does: the same prompt, two tokens, untimed. The
+   * first forward after a load pays for first-touch page faults of the
+   * sequence's and the platform's scratch, the thread pool's start and the
+   * clock ramping up: without it the first cell of a run measured up to 2x
+   * slower than the same cell later in the run. Each run gets a fresh
+   * sequence, so nothing of the warm-up is reused but warm memory. */
+  for (int w = 0; w < o->warmup; w++) {
+    mi_gen_params wp = gp;
+    wp.n_predict = G < 2 ? G : 2;
+    tok_clock none = {NULL, 0, 0};
+    if (mi_generate(e, ids, (size_t)P, &wp, on_token, &none, &st, err, sizeof err) != 0) {
+      snprintf(r->err, sizeof r->err, "warm-up: %s", err);
+      free(ids);
+      mi_session_close(e);
+      mi_registry_free(reg);
+      return;
+    }
+  }
   tok_clock clk = {malloc((size_t)G * sizeof(double)), 0, G};
   if (!clk.t) clk.cap = 0;
   if (mi_generate(e, ids, (size_t)P, &gp, on_token, &clk, &st, err, sizeof err) != 0) {
@@ -267,8 +286,10 @@ static int run_peer(const bench_opts *o, int P, int G, peer_result *r, char *why
   snprintf(sg, sizeof sg, "%d", G);
   snprintf(st_, sizeof st_, "%d", o->threads);
   snprintf(ss, sizeof ss, "%llu", (unsigned long long)o->seed);
+  char sw[16];
+  snprintf(sw, sizeof sw, "%d", o->warmup);
   char *argv[] = {"node", (char *)o->peer_script, "--gguf", (char *)o->peer_gguf, "--prompt-len", sp,
-                  "--gen", sg, "--threads", st_, "--seed", ss, NULL};
+                  "--gen", sg, "--threads", st_, "--seed", ss, "--warmup", sw, NULL};
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     snprintf(why, why_len, "pipe: %s", strerror(errno));
@@ -352,18 +373,20 @@ static void usage(FILE *f) {
         "      --peer-script JS   the Node driver (default tools/bench/llamacpp_bench.mjs)\n"
         "      --plugin-dir DIR, --platform NAME   as for mi-run\n"
         "      --seed N           prompt token seed (default 1)\n"
+        "      --warmup N         untimed runs of each cell before the timed one, both sides\n"
+        "                         (default 1, as llama-bench; 0: cold first-forward figures)\n"
         "      --kv-type T        KV cache type f32 (default), f16 or bf16\n"
         "      --mmap, --no-mmap  how MetaInfer loads the weights, as for mi-run\n",
         f);
 }
 
 int main(int argc, char **argv) {
-  bench_opts o = {.repeats = 3, .seed = 1, .peer_script = "tools/bench/llamacpp_bench.mjs"};
+  bench_opts o = {.repeats = 3, .seed = 1, .warmup = 1, .peer_script = "tools/bench/llamacpp_bench.mjs"};
   o.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   mi_out_init();
   parse_list("11,256,1021", o.prompts, &o.n_prompts);
   parse_list("256,1024,2048", o.gens, &o.n_gens);
-  enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED, O_KVT, O_JFILE, O_MMAP, O_NOMMAP };
+  enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED, O_KVT, O_JFILE, O_MMAP, O_NOMMAP, O_WARM };
   static const struct option lopts[] = {
       {"model", required_argument, 0, 'm'},   {"threads", required_argument, 0, 't'},
       {"prompts", required_argument, 0, 'p'}, {"gens", required_argument, 0, 'g'},
@@ -374,6 +397,7 @@ int main(int argc, char **argv) {
       {"kv-type", required_argument, 0, O_KVT},
       {"json-file", required_argument, 0, O_JFILE},
       {"mmap", no_argument, 0, O_MMAP},       {"no-mmap", no_argument, 0, O_NOMMAP},
+      {"warmup", required_argument, 0, O_WARM},
       {0, 0, 0, 0}};
   int c;
   opterr = 0;
@@ -410,6 +434,12 @@ int main(int argc, char **argv) {
     case O_JFILE: o.json_file = optarg; break;
     case O_MMAP: o.weights = MI_SESSION_WEIGHTS_MMAP; break;
     case O_NOMMAP: o.weights = MI_SESSION_WEIGHTS_READ; break;
+    case O_WARM: {
+      int64_t v;
+      if (mi_opt_i64("mi-bench", "--warmup", optarg, 0, 10, &v)) return 2;
+      o.warmup = (int)v;
+      break;
+    }
     case 'h': usage(stdout); return 0;
     default:
       fprintf(stderr, "mi-bench: bad or incomplete option %s (see --help)\n", argv[optind - 1]);
@@ -579,6 +609,7 @@ int main(int argc, char **argv) {
                            o.threads, "repeats", o.repeats, "kv_type",
                            o.kv_type ? o.kv_type : "f32", "bandwidth_gbs", "triad", bw.triad_gbs,
                            "read", bw.read_gbs, "cells", jcells);
+  json_object_set_new(root, "warmup", json_integer(o.warmup));
   json_object_set_new(root, "fma_peak",
                       json_pack("{s:s,s:f,s:f,s:f}", "variant", variant, "thread_gflops", fma_one,
                                 "roofline_gflops", fma_roof, "measured_all_gflops", fma_all));

@@ -82,6 +82,7 @@ START_TEST(one_cell_json) {
   double wtps = json_number_value(json_array_get(json_array_get(dbp, 0), 1));
   ck_assert_msg(isfinite(wtps) && wtps > 0 && 32 / wtps <= 39 / dec * (1 + 1e-4),
                 "window %g tok/s against decode %g tok/s", wtps, dec);
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "warmup")), 1); /* the default, as llama-bench */
   json_t *bw = json_object_get(j, "bandwidth_gbs");
   ck_assert(json_number_value(json_object_get(bw, "triad")) > 0);
   json_decref(j);

@@ -551,6 +551,7 @@ START_TEST(numbers_that_are_not_numbers) {
       {"mi-bench", "--seed", "abc", "mi-bench: --seed expects an integer"},
       {"mi-bench", "-t", "4x", "mi-bench: --threads expects an integer in [1, 1024]"},
       {"mi-bench", "-r", "0", "mi-bench: --repeats expects an integer in [1, 100]"},
+      {"mi-bench", "--warmup", "11", "mi-bench: --warmup expects an integer in [0, 10]"},
       {"mi-verify", "--timeout", "abc", "mi-verify: --timeout expects a number"},
       {"mi-verify", "--mem-limit", "abc", "mi-verify: --mem-limit expects an integer"},
       {"mi-verify", "--cpu-limit", "0", "mi-verify: --cpu-limit expects a number"},

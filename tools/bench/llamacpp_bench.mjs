@@ -3,11 +3,15 @@
 // auto), the same thread count and the same prompt token ids as mi-bench.
 // Prints one JSON line: {"ttft_ms","prefill_tps","decode_tps","peak_rss_mib"}.
 //
-//   node tools/bench/llamacpp_bench.mjs --gguf M.gguf --prompt-len P --gen G --threads T [--seed S]
+//   node tools/bench/llamacpp_bench.mjs --gguf M.gguf --prompt-len P --gen G --threads T [--seed S] [--warmup N]
+//
+// --warmup N (default 0 here; mi-bench passes its own, 1 by default): N
+// untimed evaluations of the same prompt, two tokens each, on the same
+// context, its history cleared after each, as llama-bench warms up.
 import { importDep } from "../peer/deps.mjs";
 
 function parseArgs(argv) {
-  const a = { seed: 1n };
+  const a = { seed: 1n, warmup: 0 };
   for (let i = 0; i < argv.length; i += 2) {
     const k = argv[i], v = argv[i + 1];
     if (v === undefined) throw new Error(`${k} needs a value`);
@@ -16,8 +20,10 @@ function parseArgs(argv) {
     else if (k === "--gen") a.g = Number(v);
     else if (k === "--threads") a.threads = Number(v);
     else if (k === "--seed") a.seed = BigInt(v);
+    else if (k === "--warmup") a.warmup = Number(v);
     else throw new Error(`unknown option ${k}`);
   }
+  if (!Number.isInteger(a.warmup) || a.warmup < 0) throw new Error("--warmup needs a count >= 0");
   if (!a.gguf || !(a.p > 0) || !(a.g > 0) || !(a.threads > 0)) throw new Error("need --gguf, --prompt-len, --gen, --threads");
   return a;
 }
@@ -45,6 +51,14 @@ async function main() {
   const ctx = await model.createContext({ contextSize: ctxSize, batchSize: Math.max(512, a.p), threads: a.threads });
   const seq = ctx.getSequence();
   const ids = makePrompt(a.p, a.seed);
+  for (let w = 0; w < a.warmup; w++) {
+    let k = 0;
+    for await (const tok of seq.evaluate(ids, { temperature: 0 })) {
+      void tok;
+      if (++k >= Math.min(2, a.g)) break;
+    }
+    await seq.clearHistory();
+  }
   const t0 = performance.now();
   let tFirst = 0, n = 0;
   for await (const tok of seq.evaluate(ids, { temperature: 0 })) {
