@@ -342,8 +342,9 @@ int cpu_deltanet_gates(void *ctx, mi_stream *s, float *beta, float *g, const flo
  *
  * Recurrent form (T == 1, and the definition): per token, with e = e^g,
  *   δ = beta · (v − e · S_oldᵀ k);  S ← e · S + k ⊗ δ;  o = Sᵀ q,
- * two passes over S [Dk, Dv]: one reads it for S_oldᵀ k, one rewrites each
- * row and accumulates o from the new row while it is in L1.
+ * two passes over S [Dk, Dv], all with the variant's vector loops: one
+ * reads it for S_oldᵀ k (four rows at a time), one rewrites each row and
+ * accumulates o from the new row while it is in L1.
  *
  * Chunked form (T > 1; docs/hybrid.md "The chunked form"): a chunk of C
  * tokens with cumulative log decays G_i = g_0 + ... + g_i and initial state
@@ -376,23 +377,23 @@ static void axpy_rows(const cpu_kernel_set *K, float *y, const float *c, const f
   for (; m < cnt; m++) K->axpy(y, c[m], x + m * stride, n);
 }
 
-static void gdr_recurrent_head(const gdr_args *a, int64_t h, float *kv) {
+static void gdr_recurrent_head(const gdr_args *a, int64_t h, float *ws) {
   const cpu_kernel_set *K = a->k;
   const int64_t Dk = a->Dk, Dv = a->Dv, Hk = a->Hk, Hv = a->Hv, kh = h / (Hv / Hk);
-  float *S = a->state + h * Dk * Dv;
+  float *S = a->state + h * Dk * Dv, *kv = ws;
   for (int64_t t = 0; t < a->T; t++) {
     const float *kt = a->kk + (t * Hk + kh) * Dk, *qt = a->q + (t * Hk + kh) * Dk;
     const float *vt = a->v + (t * Hv + h) * Dv;
     float *ot = a->o + (t * Hv + h) * Dv;
     const float e = expf(a->g[t * Hv + h]), b = a->beta[t * Hv + h];
-    for (int64_t j = 0; j < Dv; j++) kv[j] = 0.0f;
-    axpy_rows(K, kv, kt, S, Dv, Dk, Dv); /* S_oldᵀ k */
+    for (int64_t j = 0; j < Dv; j++) kv[j] = 0.0f, ot[j] = 0.0f;
+    axpy_rows(K, kv, kt, S, Dv, Dk, Dv); /* S_oldᵀ k, four rows at a time */
     for (int64_t j = 0; j < Dv; j++) kv[j] = b * (vt[j] - e * kv[j]); /* δ */
-    for (int64_t j = 0; j < Dv; j++) ot[j] = 0.0f;
+    /* rewrite each row and take its share of o while it is in L1 */
     for (int64_t i = 0; i < Dk; i++) {
       float *row = S + i * Dv;
-      const float ki = kt[i];
-      for (int64_t j = 0; j < Dv; j++) row[j] = e * row[j] + ki * kv[j];
+      K->scal(row, e, Dv);
+      K->axpy(row, kt[i], kv, Dv);
       K->axpy(ot, qt[i], row, Dv);
     }
   }
