@@ -353,8 +353,10 @@ int cpu_deltanet_gates(void *ctx, mi_stream *s, float *beta, float *g, const flo
  *   SK = K · S₀, SQ = Q · S₀            [C, Dv]   (x = K or Q, w = St)
  *   KK = K · Kᵀ, QK = Q · Kᵀ            [C, C]
  *   δ_i = beta_i (v_i − e^{G_i} SK_i) − Σ_{j<i} beta_i e^{G_i−G_j} KK_ij δ_j
+ *                                       (forward substitution, row by row)
  *   o_i = e^{G_i} SQ_i + Σ_{j<=i} e^{G_i−G_j} QK_ij δ_j
- *   S   = e^{G_C} S₀ + Σ_j e^{G_C−G_j} k_j ⊗ δ_j  (x = Δᵀ [Dv, C], w = K'ᵀ [Dk, C])
+ *                                       (x = the decayed, masked QK, w = Δᵀ [Dv, C])
+ *   S   = e^{G_C} S₀ + Σ_j e^{G_C−G_j} k_j ⊗ δ_j  (x = Δᵀ, w = K'ᵀ [Dk, C])
  * Every exponent is G_i − G_j with j <= i, or G_i itself: a sum of log
  * decays <= 0, so no e^(+large) is ever formed (strong decays underflow to
  * 0, which is the right limit). */
@@ -449,20 +451,24 @@ static void gdr_chunked_head(const gdr_args *a, int64_t h, float *ws) {
       for (int64_t m = 0; m < i; m++) cf[m] = -b * expf(G[i] - G[m]) * KK[i * C + m];
       axpy_rows(K, Di, cf, D, Dv, i, Dv);
     }
-    /* outputs */
-    for (int64_t i = 0; i < C; i++) {
-      float *oi = a->o + ((t0 + i) * Hv + h) * Dv;
-      for (int64_t j = 0; j < Dv; j++) oi[j] = eG[i] * SQ[i * Dv + j];
-      for (int64_t m = 0; m <= i; m++) cf[m] = expf(G[i] - G[m]) * QK[i * C + m];
-      axpy_rows(K, oi, cf, D, Dv, i + 1, Dv);
-    }
-    /* state: St ← e^{G_C} St + Dᵀ · (decayed K) */
+    /* Δᵀ and the keys decayed to the chunk's end, transposed: the operands
+     * of the two products below */
     const float gl = G[C - 1];
     for (int64_t m = 0; m < C; m++) {
       const float dm = expf(gl - G[m]);
       for (int64_t i = 0; i < Dk; i++) Kt[i * C + m] = dm * Kc[m * Dk + i];
       for (int64_t j = 0; j < Dv; j++) Dt[j * C + m] = D[m * Dv + j];
     }
+    /* outputs: o_i = e^{G_i} SQ_i + Σ_{m<=i} e^{G_i−G_m} QK_im δ_m, the sum as
+     * one product (the decayed, causally masked QK times Δ) into SK's space */
+    for (int64_t i = 0; i < C; i++)
+      for (int64_t m = 0; m < C; m++) QK[i * C + m] = m <= i ? expf(G[i] - G[m]) * QK[i * C + m] : 0.0f;
+    K->matmul_tile(SK, QK, Dt, MI_DTYPE_F32, Dv, C, 0, C, 0, Dv);
+    for (int64_t i = 0; i < C; i++) {
+      float *oi = a->o + ((t0 + i) * Hv + h) * Dv;
+      for (int64_t j = 0; j < Dv; j++) oi[j] = eG[i] * SQ[i * Dv + j] + SK[i * Dv + j];
+    }
+    /* state: St ← e^{G_C} St + Δᵀ · (decayed K) */
     K->matmul_tile(tmp, Dt, Kt, MI_DTYPE_F32, Dk, C, 0, Dv, 0, Dk);
     const float el = eG[C - 1];
     for (int64_t i = 0; i < Dv * Dk; i++) St[i] = el * St[i] + tmp[i];
