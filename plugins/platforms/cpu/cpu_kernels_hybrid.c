@@ -441,37 +441,49 @@ static void gdr_chunked_head(const gdr_args *a, int64_t h, float *ws) {
     K->matmul_tile(KK, Kc, Kc, MI_DTYPE_F32, C, Dk, 0, C, 0, C);
     K->matmul_tile(QK, Qc, Kc, MI_DTYPE_F32, C, Dk, 0, C, 0, C);
 
+    /* the decays e^{G_i−G_m} (m <= i) applied once to both C x C products;
+     * QK is causally masked for the output product below */
+    for (int64_t i = 0; i < C; i++) {
+      for (int64_t m = 0; m <= i; m++) {
+        const float gm = expf(G[i] - G[m]);
+        KK[i * C + m] *= gm;
+        QK[i * C + m] *= gm;
+      }
+      for (int64_t m = i + 1; m < C; m++) QK[i * C + m] = 0.0f;
+    }
     /* δ by forward substitution (unit lower-triangular system) */
     for (int64_t i = 0; i < C; i++) {
       const int64_t t = t0 + i;
       const float b = a->beta[t * Hv + h];
       const float *vi = a->v + (t * Hv + h) * Dv;
       float *Di = D + i * Dv;
-      for (int64_t j = 0; j < Dv; j++) Di[j] = b * (vi[j] - eG[i] * SK[i * Dv + j]);
-      for (int64_t m = 0; m < i; m++) cf[m] = -b * expf(G[i] - G[m]) * KK[i * C + m];
+      memcpy(Di, vi, (size_t)Dv * sizeof(float)); /* b · (v_i − e^{G_i} SK_i) */
+      K->axpy(Di, -eG[i], SK + i * Dv, Dv);
+      K->scal(Di, b, Dv);
+      for (int64_t m = 0; m < i; m++) cf[m] = -b * KK[i * C + m];
       axpy_rows(K, Di, cf, D, Dv, i, Dv);
     }
     /* Δᵀ and the keys decayed to the chunk's end, transposed: the operands
      * of the two products below */
     const float gl = G[C - 1];
-    for (int64_t m = 0; m < C; m++) {
-      const float dm = expf(gl - G[m]);
-      for (int64_t i = 0; i < Dk; i++) Kt[i * C + m] = dm * Kc[m * Dk + i];
-      for (int64_t j = 0; j < Dv; j++) Dt[j * C + m] = D[m * Dv + j];
-    }
+    for (int64_t m = 0; m < C; m++) cf[m] = expf(gl - G[m]);
+    for (int64_t i = 0; i < Dk; i++)
+      for (int64_t m = 0; m < C; m++) Kt[i * C + m] = cf[m] * Kc[m * Dk + i];
+    for (int64_t j = 0; j < Dv; j++)
+      for (int64_t m = 0; m < C; m++) Dt[j * C + m] = D[m * Dv + j];
     /* outputs: o_i = e^{G_i} SQ_i + Σ_{m<=i} e^{G_i−G_m} QK_im δ_m, the sum as
-     * one product (the decayed, causally masked QK times Δ) into SK's space */
-    for (int64_t i = 0; i < C; i++)
-      for (int64_t m = 0; m < C; m++) QK[i * C + m] = m <= i ? expf(G[i] - G[m]) * QK[i * C + m] : 0.0f;
+     * one product (the decayed, masked QK times Δ) into SK's space */
     K->matmul_tile(SK, QK, Dt, MI_DTYPE_F32, Dv, C, 0, C, 0, Dv);
     for (int64_t i = 0; i < C; i++) {
       float *oi = a->o + ((t0 + i) * Hv + h) * Dv;
-      for (int64_t j = 0; j < Dv; j++) oi[j] = eG[i] * SQ[i * Dv + j] + SK[i * Dv + j];
+      memcpy(oi, SK + i * Dv, (size_t)Dv * sizeof(float));
+      K->axpy(oi, eG[i], SQ + i * Dv, Dv);
     }
     /* state: St ← e^{G_C} St + Δᵀ · (decayed K) */
     K->matmul_tile(tmp, Dt, Kt, MI_DTYPE_F32, Dk, C, 0, Dv, 0, Dk);
     const float el = eG[C - 1];
-    for (int64_t i = 0; i < Dv * Dk; i++) St[i] = el * St[i] + tmp[i];
+    K->scal(St, el, Dv * Dk);
+    K->axpy(St, 1.0f, tmp, Dv * Dk);
   }
 
   for (int64_t i = 0; i < Dk; i++)
