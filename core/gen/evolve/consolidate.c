@@ -94,8 +94,8 @@ static json_t *full_attention_sequence(const json_t *qwen3_seq, const vf_qwen35_
     set_arg(step_named(seq, "k_norm"), "w_offset", v->qk == VF_Q35_QK_1W ? "1" : "0");
   }
   if (!v->full_rotary) {
-    set_arg(step_named(seq, "q_rope"), "rot_dim", "rotary_dim");
-    set_arg(step_named(seq, "k_rope"), "rot_dim", "rotary_dim");
+    set_arg(step_named(seq, "q_rope"), "rot_dim", "int:partial_rotary_factor * head_dim");
+    set_arg(step_named(seq, "k_rope"), "rot_dim", "int:partial_rotary_factor * head_dim");
   }
   if (v->gate != VF_Q35_GATE_NONE) {
     /* q_proj now yields query and gate rows: into qg, then split */
@@ -109,9 +109,9 @@ static json_t *full_attention_sequence(const json_t *qwen3_seq, const vf_qwen35_
                           json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "y", "q", "y_stride", "head_dim", "x", "qg",
                                     "x_stride", "2 * head_dim", "rows", "T * num_attention_heads", "n", "head_dim")));
       insert_after(seq, "q_split",
-                   mkstep("gate_split", "operator.copy2d", "qgate = the gate rows of each head of qg",
-                          json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "y", "qgate", "y_stride", "head_dim", "x",
-                                    "qg@1", "x_stride", "2 * head_dim", "rows", "T * num_attention_heads", "n",
+                   mkstep("gate_split", "operator.copy2d", "att_gate = the gate rows of each head of qg",
+                          json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "y", "att_gate", "y_stride", "head_dim", "x",
+                                    "qg+head_dim", "x_stride", "2 * head_dim", "rows", "T * num_attention_heads", "n",
                                     "head_dim")));
     } else { /* [all query | all gate] per token */
       insert_after(seq, "q_proj",
@@ -121,15 +121,15 @@ static json_t *full_attention_sequence(const json_t *qwen3_seq, const vf_qwen35_
                                     "2 * num_attention_heads * head_dim", "rows", "T", "n",
                                     "num_attention_heads * head_dim")));
       insert_after(seq, "q_split",
-                   mkstep("gate_split", "operator.copy2d", "qgate = the second half of each token's qg",
-                          json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "y", "qgate", "y_stride",
-                                    "num_attention_heads * head_dim", "x", "qg@num_attention_heads", "x_stride",
+                   mkstep("gate_split", "operator.copy2d", "att_gate = the second half of each token's qg",
+                          json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "y", "att_gate", "y_stride",
+                                    "num_attention_heads * head_dim", "x", "qg+num_attention_heads * head_dim", "x_stride",
                                     "2 * num_attention_heads * head_dim", "rows", "T", "n",
                                     "num_attention_heads * head_dim")));
     }
     insert_after(seq, "attention",
-                 mkstep("output_gate", "operator.sigmoid_mul", "att = att * sigmoid(qgate)",
-                        json_pack("{s:s, s:s, s:s, s:s}", "y", "att", "x", "att", "g", "qgate", "n",
+                 mkstep("output_gate", "operator.sigmoid_mul", "att = att * sigmoid(att_gate)",
+                        json_pack("{s:s, s:s, s:s, s:s}", "y", "att", "x", "att", "g", "att_gate", "n",
                                   "T * num_attention_heads * head_dim")));
   }
   return seq;
@@ -172,7 +172,83 @@ static void append_unique(json_t *arr, const json_t *items, const char *key) {
   }
 }
 
-static json_t *model_entry(const json_t *qwen3, const vf_qwen35_variant *v, const json_t *bundle, json_t *refs) {
+/* Where a config field lives in the checkpoint's config.json: the top
+ * level, or one nested object down (Qwen3.5 keeps rope_theta and
+ * partial_rotary_factor under rope_parameters). The path, or NULL. */
+static const char *field_path(const json_t *cfg, const char *name, char *buf, size_t n, json_t **val) {
+  *val = json_object_get(cfg, name);
+  if (*val) return NULL;
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)cfg, k, v) if (json_is_object(v) && json_object_get(v, name)) {
+    *val = json_object_get(v, name);
+    snprintf(buf, n, "%s.%s", k, name);
+    return buf;
+  }
+  return NULL;
+}
+
+static json_t *find_cfg(json_t *arr, const char *name) {
+  size_t i;
+  json_t *x;
+  json_array_foreach(arr, i, x) if (!strcmp(json_string_value(json_object_get(x, "name")) ?: "", name)) return x;
+  return NULL;
+}
+
+/* A config entry for a field the contract starts to read, typed from the
+ * checkpoint's value, with its path when it is nested. */
+static void add_cfg(json_t *arr, const json_t *cfg, const char *name, const char *meaning) {
+  char pb[256];
+  json_t *val = NULL;
+  const char *path = field_path(cfg, name, pb, sizeof pb, &val);
+  json_t *e = find_cfg(arr, name);
+  if (!e) {
+    const char *type = json_is_integer(val) ? "integer" : json_is_number(val) ? "number" : json_is_boolean(val) ? "boolean"
+                       : json_is_array(val) ? "array" : "string";
+    e = json_pack("{s:s, s:s, s:s}", "name", name, "type", type, "meaning", meaning);
+    if (val) json_object_set_new(e, "required", json_true());
+    json_array_append_new(arr, e);
+  }
+  if (path) json_object_set_new(e, "path", json_string(path));
+}
+
+typedef struct names_ctx {
+  json_t *set; /* name -> true */
+} names_ctx;
+
+static void collect_name(void *user, const char *name, size_t len) {
+  names_ctx *nc = user;
+  char b[128];
+  if (len >= sizeof b) return;
+  memcpy(b, name, len);
+  b[len] = 0;
+  json_object_set_new(nc->set, b, json_true());
+}
+
+/* Every name an expression of the layer uses (shapes, integer arguments). */
+static void expr_names(const json_t *j, names_ctx *nc) {
+  if (json_is_string(j)) {
+    const char *s = json_string_value(j);
+    if (strchr(s, ':')) s = strncmp(s, "int:", 4) ? NULL : s + 4;
+    if (s && strchr(s, '+') && !strchr(s, ' ')) return;
+    char e[256];
+    if (s) mi_expr_names(s, collect_name, nc, e, sizeof e);
+  } else if (json_is_array(j)) {
+    size_t i;
+    json_t *x;
+    json_array_foreach(j, i, x) expr_names(x, nc);
+  } else if (json_is_object(j)) {
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)j, k, x) if (strcmp(k, "doc") && strcmp(k, "what") && strcmp(k, "step") &&
+                                               strcmp(k, "operator") && strcmp(k, "key") && strcmp(k, "name"))
+        expr_names(x, nc);
+  }
+}
+
+static json_t *model_entry(const json_t *qwen3, const vf_qwen35_variant *v, const json_t *bundle, const json_t *cfg,
+                           json_t *refs) {
+  const json_t *layer = json_object_get(bundle, "layer");
   json_t *m = json_deep_copy(qwen3);
   json_object_set_new(m, "id", json_string("model.qwen35"));
   json_object_set_new(m, "version", json_string("1.0.0"));
@@ -183,35 +259,61 @@ static json_t *model_entry(const json_t *qwen3, const vf_qwen35_variant *v, cons
   json_object_set_new(m, "summary",
                       json_string("Qwen3.5/3.6-style hybrid: gated full attention and gated-DeltaNet linear attention "
                                   "layers, zero-centred norms, partial rotary (evolved from model.qwen3)."));
-  json_object_set_new(m, "architectures", json_pack("[s, s]", "Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"));
+  json_object_set_new(m, "architectures", json_pack("[s]", json_string_value(json_array_get(
+                                                               json_object_get(cfg, "architectures"), 0)) ?: "Qwen3_5ForCausalLM"));
   json_object_set_new(m, "reference_plugin", json_string("qwen35"));
-  json_object_del(m, "failure_modes");
-  json_object_del(m, "tensor_parallel"); /* not derived for the DeltaNet heads yet */
-  /* config: the qwen3 fields plus what the variants and the layer read */
-  json_t *cfg = json_object_get(m, "config");
-  json_array_append_new(cfg, json_pack("{s:s, s:s, s:s, s:b}", "name", "layer_types", "type", "array", "meaning",
-                                       "each layer's kind: linear_attention or full_attention", "required", 0));
-  json_array_append_new(cfg, json_pack("{s:s, s:s, s:s, s:b}", "name", "full_attention_interval", "type", "integer",
-                                       "meaning", "every Nth layer is full attention when layer_types is absent",
-                                       "required", 0));
-  if (!v->full_rotary)
-    json_array_append_new(cfg, json_pack("{s:s, s:s, s:s, s:b}", "name", "rotary_dim", "type", "integer", "meaning",
-                                         "rotary channels per head: head_dim * rope_parameters.partial_rotary_factor",
-                                         "required", 0));
-  append_unique(cfg, json_object_get(json_object_get(bundle, "layer"), "config"), "name");
-  /* weights: q_proj carries the gate; the attention weights only in full layers */
-  json_t *ws = json_object_get(m, "weights");
+  json_object_set_new(m, "failure_modes", json_array());
+  json_object_del(m, "tensor_parallel"); /* not derived for the DeltaNet heads */
+  /* config: the closest contract's fields (with their path when the new
+   * checkpoint nests them), the fields the variants read, and every name
+   * the bundle's layer computes with that config.json has */
+  json_t *cf = json_object_get(m, "config");
   size_t i;
   json_t *w;
-  json_array_foreach(ws, i, w) {
-    const char *k = json_string_value(json_object_get(w, "key"));
-    if (!k || !strstr(k, ".self_attn.")) continue;
-    json_object_set_new(w, "layer_kind", json_string("full_attention"));
-    if (strstr(k, "q_proj") && v->gate != VF_Q35_GATE_NONE)
-      json_array_set_new(json_object_get(w, "shape"), 0, json_string("2 * num_attention_heads * head_dim"));
-    if ((strstr(k, "q_norm") || strstr(k, "k_norm")) && v->qk != VF_Q35_QK_NONE) json_object_del(w, "init");
+  json_array_foreach(cf, i, w) {
+    char pb[256];
+    json_t *val;
+    const char *path = field_path(cfg, json_string_value(json_object_get(w, "name")), pb, sizeof pb, &val);
+    if (path) {
+      json_object_set_new(w, "path", json_string(path));
+      if (val) json_object_set(w, "default", val);
+    }
   }
-  json_t *lw = json_deep_copy(json_object_get(json_object_get(bundle, "layer"), "weights"));
+  if (!v->full_rotary) add_cfg(cf, cfg, "partial_rotary_factor", "fraction of head_dim that is rotated (NeoX)");
+  if (v->gate != VF_Q35_GATE_NONE && json_object_get(cfg, "attn_output_gate")) {
+    add_cfg(cf, cfg, "attn_output_gate", "q_proj carries a per-head output gate: att * sigmoid(gate) before o_proj");
+    json_object_set_new(find_cfg(cf, "attn_output_gate"), "check", json_string("== true"));
+  }
+  add_cfg(cf, cfg, "full_attention_interval", "every Nth layer is full attention when layer_types is absent");
+  names_ctx nc = {json_object()};
+  expr_names(json_object_get(layer, "sequence"), &nc);
+  expr_names(json_object_get(layer, "state"), &nc);
+  expr_names(json_object_get(layer, "weights"), &nc);
+  expr_names(json_object_get(layer, "buffers"), &nc);
+  const char *k;
+  json_t *x;
+  json_object_foreach(nc.set, k, x) {
+    char pb[256];
+    json_t *val;
+    field_path(cfg, k, pb, sizeof pb, &val);
+    if (val && !find_cfg(cf, k)) add_cfg(cf, cfg, k, "read by the linear_attention layer (candidate bundle)");
+  }
+  json_decref(nc.set);
+  /* weights: q_proj carries the gate; the attention weights only in full
+   * layers; zero-centred norms start at zero */
+  json_t *ws = json_object_get(m, "weights");
+  json_array_foreach(ws, i, w) {
+    const char *key = json_string_value(json_object_get(w, "key"));
+    if (!key) continue;
+    int qk = strstr(key, "q_norm") || strstr(key, "k_norm");
+    if (strstr(key, ".self_attn.")) json_object_set_new(w, "layer_kind", json_string("full_attention"));
+    if (strstr(key, "q_proj") && v->gate != VF_Q35_GATE_NONE)
+      json_array_set_new(json_object_get(w, "shape"), 0, json_string("2 * num_attention_heads * head_dim"));
+    if ((qk && v->qk == VF_Q35_QK_1W) ||
+        (!qk && strstr(key, "norm.weight") && v->norm_offset != 0))
+      json_object_set_new(w, "init", json_string("zeros"));
+  }
+  json_t *lw = json_deep_copy(json_object_get(layer, "weights"));
   json_array_foreach(lw, i, w) if (!json_object_get(w, "layer_kind"))
       json_object_set_new(w, "layer_kind", json_string("linear_attention"));
   append_unique(ws, lw, "key");
@@ -219,32 +321,37 @@ static json_t *model_entry(const json_t *qwen3, const vf_qwen35_variant *v, cons
   /* buffers: the gate split's, then the layer's */
   json_t *bufs = json_object_get(m, "buffers");
   if (v->gate != VF_Q35_GATE_NONE) {
-    json_array_append_new(bufs, json_pack("{s:s, s:[s, s], s:s}", "name", "qg", "shape",
-                                          "T * num_attention_heads * 2", "head_dim", "doc",
-                                          "q_proj output: query and gate rows (rows of head_dim)"));
-    json_array_append_new(bufs, json_pack("{s:s, s:[s, s, s], s:s}", "name", "qgate", "shape", "T",
+    json_array_append_new(bufs, json_pack("{s:s, s:[s, s, s], s:s}", "name", "qg", "shape", "T", "num_attention_heads",
+                                          "2 * head_dim", "doc", "q_proj output: query and gate rows"));
+    json_array_append_new(bufs, json_pack("{s:s, s:[s, s, s], s:s}", "name", "att_gate", "shape", "T",
                                           "num_attention_heads", "head_dim", "doc", "the attention output gate"));
   }
-  append_unique(bufs, json_object_get(json_object_get(bundle, "layer"), "buffers"), "name");
+  append_unique(bufs, json_object_get(layer, "buffers"), "name");
   /* the two layer kinds instead of one layer_sequence / cache */
   json_t *full = full_attention_sequence(json_object_get(qwen3, "layer_sequence"), v);
-  json_t *lin = linear_sequence(json_object_get(bundle, "layer"), full);
-  json_t *state = json_deep_copy(json_object_get(json_object_get(bundle, "layer"), "state"));
+  json_t *lin = linear_sequence(layer, full);
+  json_t *state = json_deep_copy(json_object_get(layer, "state"));
   json_object_set_new(
       m, "layer_kinds",
-      json_pack("{s:s, s:s, s:{s:{s:o, s:O}, s:{s:o, s:o}}}", "config", "layer_types", "interval",
-                "full_attention_interval", "kinds", "full_attention", "sequence", full, "cache",
-                json_object_get(qwen3, "cache"), "linear_attention", "sequence", lin, "state",
-                state ? state : json_array()));
+      json_pack("{s:s, s:s, s:s, s:{s:{s:o, s:O}, s:{s:o, s:o}}}", "config", "layer_types", "interval",
+                "full_attention_interval", "doc",
+                "layer l is full_attention when layer_types[l] says so; without layer_types, when (l + 1) % "
+                "full_attention_interval == 0",
+                "kinds", "full_attention", "sequence", full, "cache", json_object_get(qwen3, "cache"),
+                "linear_attention", "sequence", lin, "state", state ? state : json_array()));
   json_object_del(m, "layer_sequence");
   json_object_del(m, "cache");
   /* the final norm follows the layer norms' variant */
   json_t *fn = step_named(json_object_get(m, "epilogue"), "final_norm");
   set_arg(fn, "w_offset", v->norm_offset != 0 ? "1" : "0");
-  json_object_set_new(m, "state", json_pack("{s:s, s:s}", "kv_cache",
-                                            "per full-attention layer k and v: [n_ctx, num_key_value_heads, head_dim]",
-                                            "recurrent", "per linear-attention layer: conv_state and rec_state, zeroed "
-                                            "by seq_truncate(0), carried across forwards"));
+  json_t *st = json_pack("{s:s}", "kv_cache", "per full_attention layer k and v: [n_ctx, num_key_value_heads, head_dim]");
+  json_array_foreach(state, i, w) {
+    char d[512];
+    snprintf(d, sizeof d, "per linear_attention layer %s; zeroed by seq_truncate(0), carried across forwards",
+             json_string_value(json_object_get(w, "doc")) ?: "");
+    json_object_set_new(st, json_string_value(json_object_get(w, "name")) ?: "state", json_string(d));
+  }
+  json_object_set_new(m, "state", st);
   return m;
 }
 
@@ -331,7 +438,7 @@ int ev_consolidate(ev_ctx *c, const vf_qwen35_variant *found, const json_t *bund
   const mi_ckb_entry *q3 = mi_ckb_find(ck, "model.qwen3");
   json_t *qwen3 = q3 ? json_deep_copy(q3->json) : NULL;
   mi_ckb_close(ck);
-  if (!qwen3) {
+  if (!qwen3 || !c->model_cfg) {
     snprintf(err, n, "%s: no model.qwen3 (the closest covered contract) to evolve from", c->o->ckb);
     return -1;
   }
@@ -347,7 +454,7 @@ int ev_consolidate(ev_ctx *c, const vf_qwen35_variant *found, const json_t *bund
     if (rc) break;
   }
   if (rc == 0) {
-    json_t *m = model_entry(qwen3, found, bundle, refs);
+    json_t *m = model_entry(qwen3, found, bundle, c->model_cfg, refs);
     rc = put(c->o->ckb, m, *out, err, n);
     json_decref(m);
   }

@@ -36,6 +36,7 @@ static int finish(ev_ctx *c, int rc, const char *why) {
   fprintf(stderr, "mi-gen: evolve: %s (exit %d; report %s/evolve.md)\n", why, rc, c->o->run_dir);
   json_decref(c->reads);
   json_decref(c->report);
+  json_decref(c->model_cfg);
   return rc;
 }
 

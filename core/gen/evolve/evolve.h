@@ -68,6 +68,7 @@ typedef struct ev_ctx {
   json_t *reads;   /* [{path, bytes, sha256, phase}] */
   json_t *report;  /* the evolve.json object under construction */
   double t0;       /* the run's start (monotonic seconds) */
+  json_t *model_cfg; /* a probe checkpoint's config.json: where the new fields live (set by phase 3) */
   char refs_abs[4096];
 } ev_ctx;
 

@@ -245,6 +245,7 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, vf_qwen35_varia
       json_decref(cfg);
       return -1;
     }
+    if (!c->model_cfg) c->model_cfg = json_incref(cfg);
     int passing = 0, pick = -1;
     for (int k = 0; k < nc; k++) {
       vf_qwen35_set_variant(m, &cand[k].v);

