@@ -261,6 +261,211 @@ START_TEST(tampered_oracle_picks_the_other_variant) {
 }
 END_TEST
 
+
+static json_t *load_src(const char *rel) {
+  char *p = src(rel);
+  json_error_t je;
+  json_t *j = json_load_file(p, 0, &je);
+  ck_assert_msg(j, "%s: %s", p, je.text);
+  free(p);
+  return j;
+}
+
+static void noop_diag(void *u, const char *line) { fprintf(stderr, "%s%s\n", (const char *)u, line); }
+
+/* The consolidator into a fresh copy of ckb/: the bundle's layer and the
+ * true reading; returns the tmp root (the CKB in ROOT/ckb). */
+static char *consolidate_once(json_t **written) {
+  char *tmp = tw_mkdtemp("evolve-cons");
+  char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb");
+  sh("cp -r '%s' '%s'", ck, ckb);
+  ev_opts o = {.ckb = ckb, .run_dir = tmp};
+  ev_ctx c = {.o = &o, .reads = json_array(), .report = json_object()};
+  /* what exploration would have logged and phase 3 would have kept */
+  json_array_append_new(c.reads, json_pack("{s:s, s:s, s:s}", "path", "/x/refs/evolve-probe-attn-seed5.json", "ref",
+                                           "refs/evolve-probe-attn-seed5.json", "sha256",
+                                           "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"));
+  c.model_cfg = json_pack("{s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:s, s:b, s:[s, s, s],"
+                          "s:i, s:i, s:i, s:i, s:i, s:{s:f, s:f}}",
+                          "architectures", "Qwen3_5ForCausalLM", "hidden_size", 64, "num_hidden_layers", 3,
+                          "num_attention_heads", 4, "num_key_value_heads", 2, "head_dim", 32, "intermediate_size", 128,
+                          "vocab_size", 151936, "rms_norm_eps", 1e-6, "tie_word_embeddings", 0, "torch_dtype",
+                          "bfloat16", "attn_output_gate", 1, "layer_types", "linear_attention", "full_attention",
+                          "full_attention", "linear_conv_kernel_dim", 4, "linear_key_head_dim", 16,
+                          "linear_value_head_dim", 16, "linear_num_key_heads", 2, "linear_num_value_heads", 4,
+                          "rope_parameters", "rope_theta", 1e7, "partial_rotary_factor", 0.25);
+  /* the candidate bundle's operators (as the CKB will hold them) and layer */
+  json_t *ops = json_array(), *bj = load_src("candidates/hybrid-deltanet/bundle.json");
+  size_t i;
+  json_t *id;
+  json_array_foreach(json_object_get(bj, "operators"), i, id) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "candidates/hybrid-deltanet/operators/%s.json", json_string_value(id) + 9);
+    json_t *op = load_src(rel);
+    json_object_set_new(op, "provenance", json_pack("{s:s}", "source", "evolved"));
+    json_array_append_new(ops, op);
+  }
+  json_decref(bj);
+  json_t *bundle = json_pack("{s:o, s:o}", "operator_entries", ops, "layer",
+                             load_src("candidates/hybrid-deltanet/layer_linear_attention.json"));
+  vf_qwen35_variant v;
+  vf_qwen35_variant_default(&v);
+  char err[1024];
+  ck_assert_msg(ev_consolidate(&c, &v, bundle, json_array(), written, err, sizeof err) == 0, "%s", err);
+  mi_ckb *k = mi_ckb_open(ckb, err, sizeof err);
+  ck_assert_ptr_nonnull(k);
+  ck_assert_int_eq(mi_ckb_validate(k, noop_diag, "consolidated CKB: "), 0);
+  mi_ckb_close(k);
+  json_decref(bundle);
+  json_decref(c.reads);
+  json_decref(c.report);
+  json_decref(c.model_cfg);
+  free(ckb);
+  free(ck);
+  return tmp;
+}
+
+static json_t *names(const json_t *arr, const char *key) {
+  json_t *o = json_object();
+  size_t i;
+  json_t *x;
+  json_array_foreach(arr, i, x) json_object_set_new(o, json_string_value(json_object_get(x, key)), json_true());
+  return o;
+}
+
+/* steps equal in name, operator and arguments (the "what" text aside) */
+static void same_steps(const json_t *a, const json_t *b, const char *what) {
+  ck_assert_msg(json_array_size(a) == json_array_size(b), "%s: %zu steps, the draft %zu", what, json_array_size(a),
+                json_array_size(b));
+  for (size_t i = 0; i < json_array_size(a); i++) {
+    json_t *x = json_array_get(a, i), *y = json_array_get(b, i);
+    char *sx = json_dumps(json_object_get(x, "args"), JSON_SORT_KEYS | JSON_COMPACT | JSON_ENCODE_ANY);
+    char *sy = json_dumps(json_object_get(y, "args"), JSON_SORT_KEYS | JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!sx) sx = strdup("none");
+    if (!sy) sy = strdup("none");
+    ck_assert_msg(json_equal(json_object_get(x, "step"), json_object_get(y, "step")) &&
+                      json_equal(json_object_get(x, "operator"), json_object_get(y, "operator")) && !strcmp(sx, sy),
+                  "%s step %zu: %s %s, the draft %s %s", what, i, json_string_value(json_object_get(x, "step")), sx,
+                  json_string_value(json_object_get(y, "step")), sy);
+    free(sx);
+    free(sy);
+  }
+}
+
+START_TEST(consolidator_entries_validate_are_deterministic_and_match_the_draft) {
+  json_t *w1, *w2;
+  char *t1 = consolidate_once(&w1), *t2 = consolidate_once(&w2);
+  ck_assert_int_ge(json_array_size(w1), 2 + 7); /* the seven operators, model, experience */
+  const char *files[] = {"ckb/models/qwen35.json", "ckb/experience/evolved_qwen35_variants.json"};
+  for (int i = 0; i < 2; i++) {
+    char *a = tw_path(t1, files[i]), *b = tw_path(t2, files[i]);
+    size_t na, nb;
+    char *x = tw_read_all(a, &na), *y = tw_read_all(b, &nb);
+    ck_assert_msg(x && y && na == nb && !memcmp(x, y, na), "%s differs between two runs", files[i]);
+    free(x);
+    free(y);
+    free(a);
+    free(b);
+  }
+  /* the model contract against H4's hand-checked draft */
+  char *mp = tw_path(t1, "ckb/models/qwen35.json");
+  json_t *m = json_load_file(mp, 0, NULL), *d = load_src("tests/gen/contracts/qwen35.draft.json");
+  ck_assert_ptr_nonnull(m);
+  json_t *mk = json_object_get(json_object_get(m, "layer_kinds"), "kinds");
+  json_t *dk = json_object_get(json_object_get(d, "layer_kinds"), "kinds");
+  same_steps(json_object_get(json_object_get(mk, "full_attention"), "sequence"),
+             json_object_get(json_object_get(dk, "full_attention"), "sequence"), "full_attention");
+  same_steps(json_object_get(json_object_get(mk, "linear_attention"), "sequence"),
+             json_object_get(json_object_get(dk, "linear_attention"), "sequence"), "linear_attention");
+  same_steps(json_object_get(m, "epilogue"), json_object_get(d, "epilogue"), "epilogue");
+  json_t *a = names(json_object_get(m, "config"), "name"), *b = names(json_object_get(d, "config"), "name");
+  char *sa = json_dumps(a, JSON_SORT_KEYS | JSON_COMPACT), *sb = json_dumps(b, JSON_SORT_KEYS | JSON_COMPACT);
+  ck_assert_msg(!strcmp(sa, sb), "config fields %s, the draft %s", sa, sb);
+  free(sa);
+  free(sb);
+  json_decref(a);
+  json_decref(b);
+  size_t i;
+  json_t *w;
+  json_array_foreach(json_object_get(d, "weights"), i, w) { /* each weight of the draft, same shape and kind */
+    json_t *mine = NULL, *x;
+    size_t k;
+    json_array_foreach(json_object_get(m, "weights"), k, x) if (json_equal(json_object_get(x, "key"),
+                                                                          json_object_get(w, "key"))) mine = x;
+    ck_assert_msg(mine, "weight %s missing", json_string_value(json_object_get(w, "key")));
+    ck_assert_msg(json_equal(json_object_get(mine, "shape"), json_object_get(w, "shape")) &&
+                      !strcmp(json_string_value(json_object_get(mine, "layer_kind")) ?: "",
+                              json_string_value(json_object_get(w, "layer_kind")) ?: ""),
+                  "weight %s: shape or layer_kind differ from the draft", json_string_value(json_object_get(w, "key")));
+  }
+  ck_assert_int_eq(json_array_size(json_object_get(m, "weights")), json_array_size(json_object_get(d, "weights")));
+  json_t *prov = json_object_get(m, "provenance");
+  ck_assert_str_eq(json_string_value(json_object_get(prov, "source")), "evolved");
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(prov, "refs"), 0)),
+                   "refs/evolve-probe-attn-seed5.json#sha256=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff");
+  json_decref(m);
+  json_decref(d);
+  free(mp);
+  json_decref(w1);
+  json_decref(w2);
+  if (getenv("MI_EVOLVE_KEEP")) fprintf(stderr, "kept %s\n", t1); /* to try mi-gen on the consolidated CKB by hand */
+  else tw_rmtree(t1);
+  tw_rmtree(t2);
+  free(t1);
+  free(t2);
+}
+END_TEST
+
+/* A bundle whose operator contract lacks its "math": rejected before any
+ * unit runs, the line naming the contract and the problem. */
+START_TEST(bundle_with_broken_operator_contract_is_rejected_naming_it) {
+  char *tmp = tw_mkdtemp("evolve-bundle");
+  char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb"), *cand = tw_path(tmp, "cand"), *ops = tw_path(cand, "operators");
+  sh("cp -r '%s' '%s'", ck, ckb);
+  ck_assert_int_eq(mkdir(cand, 0755), 0);
+  ck_assert_int_eq(mkdir(ops, 0755), 0);
+  /* a sigmoid_mul contract shaped like the curated silu_mul one, then broken */
+  json_t *op = load_src("ckb/operators/silu_mul.json");
+  json_object_set_new(op, "id", json_string("operator.sigmoid_mul"));
+  json_object_set_new(op, "member", json_string("sigmoid_mul"));
+  json_object_set_new(op, "provenance", json_pack("{s:s}", "source", "evolved"));
+  json_object_del(op, "math");
+  char *opp = tw_path(ops, "sigmoid_mul.json");
+  ck_assert_int_eq(json_dump_file(op, opp, 0), 0);
+  json_t *b = json_pack("{s:s, s:[s], s:s}", "id", "bundle.test", "operators", "operator.sigmoid_mul", "layer_kind",
+                        "linear_attention");
+  char *bp = tw_path(cand, "bundle.json");
+  ck_assert_int_eq(json_dump_file(b, bp, 0), 0);
+  ev_opts o = {.ckb = ckb, .run_dir = tmp, .candidates = cand};
+  ev_ctx c = {.o = &o, .reads = json_array(), .report = json_object()};
+  vf_qwen35_variant v;
+  vf_qwen35_variant_default(&v);
+  json_t *bundle = NULL, *rep = NULL, *e2e = json_array();
+  char err[2048] = "";
+  ck_assert_int_eq(ev_bundle_verify(&c, &v, e2e, &bundle, &rep, err, sizeof err), 1);
+  ck_assert_ptr_null(bundle);
+  ck_assert_msg(strstr(err, "operator.sigmoid_mul") && strstr(err, "rejected") && strstr(err, "math"), "%s", err);
+  /* both bundle files were read through the log */
+  ck_assert_int_eq(json_array_size(c.reads), 2);
+  ck_assert_str_eq(json_string_value(json_object_get(json_array_get(c.reads, 1), "ref")),
+                   "candidates/operators/sigmoid_mul.json");
+  json_decref(rep);
+  json_decref(e2e);
+  json_decref(c.reads);
+  json_decref(c.report);
+  json_decref(b);
+  json_decref(op);
+  free(bp);
+  free(opp);
+  free(ops);
+  free(cand);
+  free(ck);
+  free(ckb);
+  tw_rmtree(tmp);
+  free(tmp);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("evolve");
   TCase *tc = tcase_create("search");
@@ -268,6 +473,11 @@ static Suite *suite(void) {
   tcase_add_test(tc, search_picks_true_variants_on_two_probes);
   tcase_add_test(tc, references_off_reads_nothing);
   tcase_add_test(tc, tampered_oracle_picks_the_other_variant);
+  TCase *tk = tcase_create("consolidate");
+  tcase_set_timeout(tk, 60);
+  tcase_add_test(tk, consolidator_entries_validate_are_deterministic_and_match_the_draft);
+  tcase_add_test(tk, bundle_with_broken_operator_contract_is_rejected_naming_it);
+  suite_add_tcase(s, tk);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -306,6 +306,7 @@ static json_t *model_entry(const json_t *qwen3, const vf_qwen35_variant *v, cons
     const char *key = json_string_value(json_object_get(w, "key"));
     if (!key) continue;
     int qk = strstr(key, "q_norm") || strstr(key, "k_norm");
+    json_object_del(w, "shard"); /* no tensor_parallel section: nothing is sharded */
     if (strstr(key, ".self_attn.")) json_object_set_new(w, "layer_kind", json_string("full_attention"));
     if (strstr(key, "q_proj") && v->gate != VF_Q35_GATE_NONE)
       json_array_set_new(json_object_get(w, "shape"), 0, json_string("2 * num_attention_heads * head_dim"));
