@@ -305,9 +305,9 @@ static char *consolidate_once(json_t **written) {
     json_object_set_new(op, "provenance", json_pack("{s:s}", "source", "evolved"));
     json_array_append_new(ops, op);
   }
-  json_decref(bj);
-  json_t *bundle = json_pack("{s:o, s:o}", "operator_entries", ops, "layer",
-                             load_src("candidates/hybrid-deltanet/layer_linear_attention.json"));
+  json_t *bundle = bj; /* as phase 4 hands it on: the bundle with its entries and layer */
+  json_object_set_new(bundle, "operator_entries", ops);
+  json_object_set_new(bundle, "layer", load_src("candidates/hybrid-deltanet/layer_linear_attention.json"));
   vf_qwen35_variant v;
   vf_qwen35_variant_default(&v);
   char err[1024];
@@ -355,7 +355,7 @@ static void same_steps(const json_t *a, const json_t *b, const char *what) {
 START_TEST(consolidator_entries_validate_are_deterministic_and_match_the_draft) {
   json_t *w1, *w2;
   char *t1 = consolidate_once(&w1), *t2 = consolidate_once(&w2);
-  ck_assert_int_ge(json_array_size(w1), 2 + 7); /* the seven operators, model, experience */
+  ck_assert_int_eq(json_array_size(w1), 7 + 3); /* the seven operators, platform, model, experience */
   const char *files[] = {"ckb/models/qwen35.json", "ckb/experience/evolved_qwen35_variants.json"};
   for (int i = 0; i < 2; i++) {
     char *a = tw_path(t1, files[i]), *b = tw_path(t2, files[i]);

@@ -52,6 +52,29 @@ static json_t *as_evolved(const json_t *op, const char *bundle_id, const json_t 
   return e;
 }
 
+json_t *ev_platform_with_bundle(const json_t *plat, const json_t *bundle, const char *platform, char *err, size_t n) {
+  const json_t *ks = json_object_get(json_object_get(bundle, "kernels"), platform);
+  if (!json_is_array(ks) || !json_array_size(ks)) {
+    snprintf(err, n, "candidate bundle: no kernels for platform %s (\"kernels\": {\"%s\": [sources]})", platform,
+             platform);
+    return NULL;
+  }
+  json_t *p = json_deep_copy(plat), *kernels = json_object_get(p, "kernels");
+  if (!json_is_array(kernels)) json_object_set_new(p, "kernels", kernels = json_array());
+  size_t i, k;
+  json_t *id, *x;
+  json_array_foreach(json_object_get(bundle, "operators"), i, id) {
+    int have = 0;
+    json_array_foreach(kernels, k, x) have |= json_equal(json_object_get(x, "operator"), id);
+    if (!have) json_array_append_new(kernels, json_pack("{s:O, s:[s]}", "operator", id, "dtypes", "f32"));
+  }
+  json_int_t want = json_integer_value(json_object_get(json_object_get(bundle, "abi"), "minor"));
+  json_t *abi = json_object_get(p, "abi");
+  if (json_is_object(abi) && want > json_integer_value(json_object_get(abi, "minor")))
+    json_object_set_new(abi, "minor", json_integer(want));
+  return p;
+}
+
 static int run_cmd(const char *cmd) {
   int st = system(cmd);
   return st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128;
@@ -142,6 +165,18 @@ int ev_bundle_verify(ev_ctx *c, const vf_qwen35_variant *found, json_t *e2e, jso
       snprintf(err, n, "%s: cannot write", dp);
       rc = -1;
     }
+  }
+  if (rc == 0) { /* the platform contract lists the bundle's kernels (as the consolidator will) */
+    char pp[4500];
+    snprintf(pp, sizeof pp, "%s/platforms/%s.json", tmp, o->platform ? o->platform : "cpu");
+    json_t *plat = json_load_file(pp, 0, NULL);
+    json_t *np = plat ? ev_platform_with_bundle(plat, b, o->platform ? o->platform : "cpu", e2, sizeof e2) : NULL;
+    if (!np || json_dump_file(np, pp, JSON_INDENT(2)) != 0) {
+      snprintf(err, n, "%s", plat ? e2 : "the platform contract is not in the CKB");
+      rc = plat && !np ? 1 : -1;
+    }
+    json_decref(plat);
+    json_decref(np);
   }
   if (rc == 0) {
     snprintf(plugin, sizeof plugin, "%s/../lib/metainfer/libmi-%s.so", o->exe_dir, o->platform ? o->platform : "cpu");

@@ -454,6 +454,22 @@ int ev_consolidate(ev_ctx *c, const vf_qwen35_variant *found, const json_t *bund
     json_decref(e);
     if (rc) break;
   }
+  if (rc == 0 && json_array_size(json_object_get(bundle, "operator_entries"))) {
+    /* the platform contract gains the bundle's kernels and ABI minor */
+    char pid[160];
+    snprintf(pid, sizeof pid, "platform.%s", c->o->platform ? c->o->platform : "cpu");
+    mi_ckb *k2 = mi_ckb_open(c->o->ckb, e2, sizeof e2);
+    const mi_ckb_entry *pe = k2 ? mi_ckb_find_platform(k2, c->o->platform ? c->o->platform : "cpu") : NULL;
+    json_t *np = pe ? ev_platform_with_bundle(pe->json, bundle, c->o->platform ? c->o->platform : "cpu", err, n) : NULL;
+    if (k2) mi_ckb_close(k2);
+    if (!np) {
+      if (!pe) snprintf(err, n, "%s: no platform contract %s", c->o->ckb, pid);
+      rc = -1;
+    } else {
+      rc = put(c->o->ckb, np, *out, err, n);
+      json_decref(np);
+    }
+  }
   if (rc == 0) {
     json_t *m = model_entry(qwen3, found, bundle, c->model_cfg, refs);
     rc = put(c->o->ckb, m, *out, err, n);

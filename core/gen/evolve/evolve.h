@@ -109,6 +109,12 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, vf_qwen35_varia
 int ev_bundle_verify(ev_ctx *c, const vf_qwen35_variant *found, json_t *e2e_goldens, json_t **bundle,
                      json_t **out, char *err, size_t n);
 
+/* The platform contract `plat` extended by the bundle's kernels for
+ * `platform` (bundle "kernels": {"cpu": [...]}): each operator listed with
+ * dtype f32, abi.minor raised to the bundle's "abi". A new object, or NULL
+ * when the bundle has no kernels for that platform (why in err). */
+json_t *ev_platform_with_bundle(const json_t *plat, const json_t *bundle, const char *platform, char *err, size_t n);
+
 /* Phase 5: writes the entries into o->ckb; *out lists them. 0, or -1. */
 int ev_consolidate(ev_ctx *c, const vf_qwen35_variant *found, const json_t *bundle, const json_t *search,
                    json_t **out, char *err, size_t n);
