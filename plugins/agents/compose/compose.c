@@ -298,6 +298,10 @@ static void shape_comment(gen *g, json_t *buf, sb *out, int T_is_batch) {
   for (size_t i = 0; i < json_array_size(shape); i++) {
     const char *d = json_string_value(json_array_get(shape, i));
     sb e = {0};
+    if (!d) { /* a literal dimension ([C, 1, K]) */
+      sp(out, "%s%lld", i ? ", " : "", (long long)json_integer_value(json_array_get(shape, i)));
+      continue;
+    }
     if (!strcmp(d, "T") && T_is_batch) sp(&e, "BATCH");
     else if (!strcmp(d, "R")) sp(&e, "LOGIT_ROWS");
     else expr_c(g, d, &e, NULL);
@@ -505,9 +509,9 @@ static int emit_step(gen *g, json_t *step, sb *out, const char *indent) {
     if (!strncmp(v, "int:", 4)) { /* from real config fields: evaluated now, the config check guards it */
       int64_t x = 0;
       if (int_binding(g, v + 4, &x)) {
-        char e2[1024];
-        snprintf(e2, sizeof e2, "step %s: %s = %s: %s", name, an, v, g->err);
-        snprintf(g->err, sizeof g->err, "%s", e2);
+        char e2[sizeof g->err];
+        snprintf(e2, sizeof e2, "%s", g->err);
+        snprintf(g->err, sizeof g->err, "step %s: %s = %s: %.700s", name, an, v, e2);
         free(call.s);
         return -1;
       }
@@ -767,9 +771,9 @@ static int emit_kinds(gen *g, sb *o) {
     int rc = emit_steps(g, json_object_get(kv, "sequence"), o, "      ");
     g->cur_kind = NULL;
     if (rc) {
-      char e2[1024];
-      snprintf(e2, sizeof e2, "layer kind %s: %s", kn, g->err);
-      snprintf(g->err, sizeof g->err, "%s", e2);
+      char e2[sizeof g->err];
+      snprintf(e2, sizeof e2, "%s", g->err);
+      snprintf(g->err, sizeof g->err, "layer kind %s: %.900s", kn, e2);
       return -1;
     }
     sp(o, "      break;\n    }\n");
@@ -1097,6 +1101,7 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
   /* load_weights */
   sp(o, "static int load_weights(mi_model *m, char *err, size_t err_len) {\n  char key[160];\n");
   for (int pass = 0; pass < 2; pass++) {
+    const char *open_kind = NULL; /* the layer kind whose "if" block is open (consecutive weights share it) */
     if (pass) sp(o, "  for (int l = 0; l < %s; l++) {\n    layer *L = &m->layers[l];\n", LAYERS);
     json_array_foreach(json_object_get(g->model, "weights"), i, e) {
       const char *key = json_string_value(json_object_get(e, "key"));
@@ -1135,7 +1140,8 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
         const char *br = strstr(key, "{i}");
         snprintf(fmt, sizeof fmt, "%.*s%%d%s", (int)(br - key), key, br + 3);
         char U[96] = "";
-        if (wk) {
+        if (open_kind && (!wk || strcmp(wk, open_kind))) sp(o, "    }\n");
+        if (wk && (!open_kind || strcmp(wk, open_kind))) {
           if (kind_index(g, wk) < 0) {
             snprintf(g->err, sizeof g->err, "weight %s: layer_kind %s is not a kind of layer_kinds", key, wk);
             free(d0.s);
@@ -1143,18 +1149,19 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
             return -1;
           }
           upper(U, wk, sizeof U);
-          sp(o, "    if (k_layer_kind[l] == KIND_%s) { /* only in %s layers */\n  ", U, wk);
+          sp(o, "    if (k_layer_kind[l] == KIND_%s) { /* weights only %s layers have */\n", U, wk);
         }
-        sp(o, "    snprintf(key, sizeof key, \"%s\", l);\n", fmt);
+        open_kind = wk;
+        sp(o, "%s    snprintf(key, sizeof key, \"%s\", l);\n", wk ? "  " : "", fmt);
         sp(o, "%s    if (bind(m, key, %s, %s, %d, %s, &L->%s, err, err_len)) return -1;\n", wk ? "  " : "", d0.s, d1.s,
            vec, shc, f);
-        if (wk) sp(o, "    }\n");
       } else {
         sp(o, "  if (bind(m, \"%s\", %s, %s, %d, %s, &m->%s, err, err_len)) return -1;\n", key, d0.s, d1.s, vec, shc, f);
       }
       free(d0.s);
       free(d1.s);
     }
+    if (open_kind) sp(o, "    }\n");
     if (pass) sp(o, "  }\n");
   }
   sp(o, "  (void)key;\n  return 0;\n}\n\n");
