@@ -7,6 +7,9 @@
  *   cpu_memory.c          buffers, copies, streams
  *   cpu_kernels.c         kernel entry points: argument checks, threading, elementwise
  *   cpu_kernels_attn.c    rope and attention
+ *   cpu_kernels_hybrid.c  the gated-DeltaNet hybrid's blocks (ABI 1.4): copy2d, l2norm,
+ *                         sigmoid_mul, conv1d_causal, deltanet_gates, gated_delta_rule
+ *                         (recurrent for one token, chunked for more), rmsnorm_gated
  *   cpu_kernels_generic.c per-ISA inner loops, portable C
  *   cpu_kernels_avx2.c    per-ISA inner loops, AVX2+FMA+F16C   (compiled with -mavx2 ...)
  *   cpu_kernels_avx512.c  per-ISA inner loops, AVX-512F        (compiled with -mavx512f ...)
@@ -164,6 +167,24 @@ int cpu_scale(void *ctx, mi_stream *s, float *y, const float *x, float alpha, in
 int cpu_embed(void *ctx, mi_stream *s, float *y, const void *table, mi_dtype dtype,
               const int32_t *ids, int64_t T, int64_t V, int64_t dim);
 int cpu_argmax(void *ctx, mi_stream *s, int32_t *out, const float *x, int64_t rows, int64_t n);
+
+/* ABI 1.4, cpu_kernels_hybrid.c */
+int cpu_copy2d(void *ctx, mi_stream *s, float *y, int64_t y_stride, const float *x,
+               int64_t x_stride, int64_t rows, int64_t n);
+int cpu_l2norm(void *ctx, mi_stream *s, float *y, const float *x, int64_t rows, int64_t dim,
+               float eps);
+int cpu_sigmoid_mul(void *ctx, mi_stream *s, float *y, const float *x, const float *g,
+                    int64_t n);
+int cpu_conv1d_causal(void *ctx, mi_stream *s, float *y, const float *x, const float *w,
+                      float *state, int64_t T, int64_t C, int64_t K, int silu);
+int cpu_deltanet_gates(void *ctx, mi_stream *s, float *beta, float *g, const float *b,
+                       const float *a, const float *a_log, const float *dt_bias, int64_t T,
+                       int64_t H);
+int cpu_gated_delta_rule(void *ctx, mi_stream *s, float *o, const float *q, const float *k,
+                         const float *v, const float *g, const float *beta, float *state,
+                         int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv);
+int cpu_rmsnorm_gated(void *ctx, mi_stream *s, float *y, const float *x, const float *w,
+                      const float *z, int64_t rows, int64_t dim, float eps);
 
 /* ---- tiled prefill attention micro-kernels (cpu_attn_<isa>.c) ----
  * Used by cpu_kernels_attn.c when many query rows share a KV head (prefill):

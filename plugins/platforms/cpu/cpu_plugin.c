@@ -316,6 +316,13 @@ static const mi_platform_iface cpu_iface = {
     .argmax = cpu_argmax,
     .comm_info = cpu_comm_info,
     .convert = cpu_convert,
+    .copy2d = cpu_copy2d,
+    .l2norm = cpu_l2norm,
+    .sigmoid_mul = cpu_sigmoid_mul,
+    .conv1d_causal = cpu_conv1d_causal,
+    .deltanet_gates = cpu_deltanet_gates,
+    .gated_delta_rule = cpu_gated_delta_rule,
+    .rmsnorm_gated = cpu_rmsnorm_gated,
 #if defined(MI_CPU_MPI)
     .allreduce_sum_f32 = cpu_allreduce_sum_f32,
     .broadcast = cpu_broadcast,
