@@ -16,9 +16,8 @@
  *     out_proj
  *   final rmsnorm (1+w), lm_head or tied embeddings.
  *
- * There is no stage-2 layer driver yet (.layer = NULL): the platform ABI has
- * no kernels for the DeltaNet operators, so stage 2 names the gap instead of
- * composing a layer (the evolution loop's job, issue #15). */
+ * Stage 2 composes one layer per kind from the platform's ABI 1.4 kernels:
+ * the drivers are in core/verify/layers/qwen35_kinds.c (.layer_kinds). */
 #include "core/verify/models/qwen35.h"
 
 #include <math.h>
@@ -463,6 +462,10 @@ static double *model_forward(void *ref, const int32_t *ids, int T, int n_out, do
 
 static const char *const architectures[] = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", NULL};
 
+extern const vf_layer_driver vf_qwen35_layer_full, vf_qwen35_layer_linear; /* layers/qwen35_kinds.c */
+static const vf_layer_kind layer_kinds[] = {
+    {"full_attention", &vf_qwen35_layer_full}, {"linear_attention", &vf_qwen35_layer_linear}, {NULL, NULL}};
+
 const vf_model_driver vf_model_qwen35 = {
     .contract = "model.qwen35",
     .architectures = architectures,
@@ -470,4 +473,6 @@ const vf_model_driver vf_model_qwen35 = {
     .ref_open = model_open,
     .ref_forward = model_forward,
     .ref_close = model_close,
+    .layer_kinds = layer_kinds,
+    .norm_offset = 1,
 };
