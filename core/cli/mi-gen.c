@@ -264,7 +264,7 @@ int main(int argc, char **argv) {
   }
   if (evolve) /* the knowledge-evolution loop (core/gen/evolve, docs/evolution.md) */
     return ev_main(argv[0], g_exe_dir, gen_llm_ref(0), candidates, ckb_dir, model, platform, dtype, out, run_dir,
-                   no_reval);
+                   goldens, no_reval);
   double t_start = now_s();
   static json_t *journal = NULL;
   /* --resume: the constraints and the work done come from the journal */

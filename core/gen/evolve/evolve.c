@@ -53,14 +53,15 @@ static int is_hybrid_golden(const json_t *j) {
 
 static int revalidate(ev_ctx *c, json_t **out, char *why, size_t n) {
   const ev_opts *o = c->o;
-  char cmd[16384], log[4400];
+  char cmd[16384], log[4400], gold[4400] = "";
   snprintf(log, sizeof log, "%s/revalidation.log", o->run_dir);
+  if (o->goldens) snprintf(gold, sizeof gold, "--goldens '%s' ", o->goldens);
   /* from scratch: a fresh run dir and engine dir; no --refs, no candidates */
   snprintf(cmd, sizeof cmd,
            "rm -rf '%s/revalidation' && '%s/mi-gen' --model '%s' --platform '%s' --dtype '%s' --ckb '%s' "
-           "--out '%s/revalidation/engine' --run-dir '%s/revalidation/run' --seed 1 >'%s' 2>&1",
+           "%s--out '%s/revalidation/engine' --run-dir '%s/revalidation/run' --seed 1 >'%s' 2>&1",
            o->run_dir, o->exe_dir, o->model, o->platform ? o->platform : "cpu", o->dtype ? o->dtype : "bf16", o->ckb,
-           o->run_dir, o->run_dir, log);
+           gold, o->run_dir, o->run_dir, log);
   int st = system(cmd);
   int rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128;
   /* the stages the run reached: its stderr lines that name one */
@@ -247,7 +248,7 @@ int ev_run(const ev_opts *o) {
 
 int ev_main(const char *argv0, const char *exe_dir, const char *refs, const char *candidates, const char *ckb,
             const char *model, const char *platform, const char *dtype, const char *out, const char *run_dir,
-            int no_revalidate) {
+            const char *goldens, int no_revalidate) {
   char buf[4096], ckb_abs[PATH_MAX], run[PATH_MAX + 16], model_abs[PATH_MAX], cand_abs[PATH_MAX];
   if (!ckb && !(ckb = mi_ckb_default_dir(argv0, buf, sizeof buf))) {
     fprintf(stderr, "mi-gen: evolve: %s\n", buf);
@@ -279,6 +280,6 @@ int ev_main(const char *argv0, const char *exe_dir, const char *refs, const char
   }
   ev_opts o = {.refs = refs, .candidates = candidates ? cand_abs : NULL, .ckb = ckb_abs,
                .model = model ? model_abs : NULL, .platform = platform ? platform : "cpu", .dtype = dtype ? dtype : "bf16",
-               .run_dir = run, .exe_dir = exe_dir, .no_revalidate = no_revalidate};
+               .run_dir = run, .exe_dir = exe_dir, .goldens = goldens, .no_revalidate = no_revalidate};
   return ev_run(&o);
 }

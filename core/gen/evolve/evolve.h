@@ -43,6 +43,7 @@ typedef struct ev_opts {
   const char *platform, *dtype;
   const char *run_dir;    /* the report and scratch (checkpoints remade from goldens) */
   const char *exe_dir;    /* where mi-mkmodel, mi-verify and mi-gen are */
+  const char *goldens;    /* revalidation's stage-4 goldens (mi-gen --goldens), or NULL: mi-gen's default */
   double tol;             /* the oracle tolerance on top-10 logprobs (0: EV_TOL) */
   int no_revalidate;      /* skip phase 6 (tests of the earlier phases) */
 } ev_opts;
@@ -60,7 +61,7 @@ int ev_run(const ev_opts *o);
  * runs the loop. The report goes to run_dir, else OUT/evolve. */
 int ev_main(const char *argv0, const char *exe_dir, const char *refs, const char *candidates, const char *ckb,
             const char *model, const char *platform, const char *dtype, const char *out, const char *run_dir,
-            int no_revalidate);
+            const char *goldens, int no_revalidate);
 
 /* ---- shared by the phases ---- */
 typedef struct ev_ctx {
