@@ -141,10 +141,16 @@ static int patch_changes(json_t *model, json_t *applied, json_t *patch) {
   const char *op = json_string_value(json_object_get(patch, "operator"));
   const char *arg = json_string_value(json_object_get(patch, "arg"));
   const char *val = json_string_value(json_object_get(patch, "value"));
-  for (int s = 0; s < 3; s++) {
+  json_t *all = json_array(); /* the sections' steps and each layer kind's */
+  for (int s = 0; s < 3; s++) json_array_append(all, json_object_get(model, secs[s]) ?: json_null());
+  const char *kn;
+  json_t *kv;
+  json_object_foreach(json_object_get(json_object_get(model, "layer_kinds"), "kinds"), kn, kv)
+      json_array_append(all, json_object_get(kv, "sequence") ?: json_null());
+  for (size_t s = 0; s < json_array_size(all); s++) {
     size_t i;
     json_t *st;
-    json_array_foreach(json_object_get(model, secs[s]), i, st) {
+    json_array_foreach(json_array_get(all, s), i, st) {
       if (!op || strcmp(json_string_value(json_object_get(st, "operator")) ?: "", op)) continue;
       const char *cur = json_string_value(json_object_get(json_object_get(st, "args"), arg ? arg : ""));
       size_t k;
@@ -152,9 +158,13 @@ static int patch_changes(json_t *model, json_t *applied, json_t *patch) {
       json_array_foreach(applied, k, a) if (!strcmp(json_string_value(json_object_get(a, "operator")) ?: "", op) &&
                                             !strcmp(json_string_value(json_object_get(a, "arg")) ?: "", arg ? arg : ""))
           cur = json_string_value(json_object_get(a, "value"));
-      if (cur && val && strcmp(cur, val)) return 1;
+      if (cur && val && strcmp(cur, val)) {
+        json_decref(all);
+        return 1;
+      }
     }
   }
+  json_decref(all);
   return 0;
 }
 

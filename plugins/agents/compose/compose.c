@@ -285,8 +285,9 @@ static int row_width(gen *g, json_t *buf, sb *out) {
   for (size_t i = 1; i < json_array_size(shape); i++) {
     if (i > 1) sp(out, " * ");
     sb e = {0};
-    if (expr_c(g, json_string_value(json_array_get(shape, i)), &e, NULL)) return -1;
-    sp(out, "%s", e.s);
+    const char *d = json_string_value(json_array_get(shape, i));
+    if (expr_c(g, d, &e, NULL)) return -1;
+    sp(out, strpbrk(d, "+-") ? "(%s)" : "%s", e.s); /* a sum inside a product */
     free(e.s);
   }
   return 0;
@@ -1178,7 +1179,11 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
       if (k) sp(&sz, " * ");
       if (!strcmp(d, "T")) sp(&sz, "BATCH");
       else if (!strcmp(d, "R")) sp(&sz, "LOGIT_ROWS");
-      else expr_c(g, d, &sz, NULL);
+      else if (strpbrk(d, "+-")) { /* a sum inside a product */
+        sp(&sz, "(");
+        expr_c(g, d, &sz, NULL);
+        sp(&sz, ")");
+      } else expr_c(g, d, &sz, NULL);
     }
     sp(o, "  size_t off_%s = off; off += ((size_t)%s * 4 + 63) & ~(size_t)63;\n",
        json_string_value(json_object_get(e, "name")), sz.s);
