@@ -466,6 +466,56 @@ START_TEST(bundle_with_broken_operator_contract_is_rejected_naming_it) {
 }
 END_TEST
 
+/* The real candidate bundle (candidates/hybrid-deltanet): its seven
+ * operators pass as operator units on the CPU plugin, and the true reading
+ * with its DeltaNet layers agrees with llama.cpp end to end on the
+ * probe-deltanet golden (only DeltaNet layers speak there). */
+START_TEST(real_bundle_is_accepted) {
+  char *tmp = tw_mkdtemp("evolve-bundle-ok");
+  char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb"), *cand = src("candidates/hybrid-deltanet");
+  sh("cp -r '%s' '%s'", ck, ckb);
+  char bin[4096];
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  ev_opts o = {.ckb = ckb, .run_dir = tmp, .candidates = cand, .exe_dir = bin, .platform = "cpu"};
+  ev_ctx c = {.o = &o, .reads = json_array(), .report = json_object()};
+  vf_qwen35_variant v;
+  vf_qwen35_variant_default(&v);
+  json_t *e2e = json_array();
+  json_array_append_new(e2e, json_pack("{s:s, s:o}", "path", "evolve-probe-deltanet-seed7.json", "golden",
+                                       load_src("tests/goldens/hybrid/evolve-probe-deltanet-seed7.json")));
+  json_t *bundle = NULL, *rep = NULL;
+  char err[2048] = "";
+  ck_assert_msg(ev_bundle_verify(&c, &v, e2e, &bundle, &rep, err, sizeof err) == 0, "%s", err);
+  json_t *units = json_object_get(rep, "operator_units");
+  ck_assert_int_eq(json_array_size(units), 7);
+  size_t i;
+  json_t *u;
+  json_array_foreach(units, i, u) ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "PASS");
+  json_t *row = json_array_get(json_object_get(rep, "end_to_end"), 0);
+  ck_assert_double_lt(json_number_value(json_object_get(row, "error")), EV_TOL);
+  ck_assert_int_eq(json_integer_value(json_object_get(row, "steps")), 8);
+  ck_assert_int_eq(json_array_size(json_object_get(bundle, "operator_entries")), 7);
+  ck_assert_int_eq(json_array_size(c.reads), 1 + 7 + 1); /* bundle.json, the operators, the layer */
+  /* the same bundle under a wrong reading fails end to end:
+   * probe-deltanet's full layer is muted, so only a DeltaNet-side change
+   * could show here; the norms are shared, so norm=w does */
+  json_decref(bundle);
+  json_decref(rep);
+  v.norm_offset = 0;
+  ck_assert_int_eq(ev_bundle_verify(&c, &v, e2e, &bundle, &rep, err, sizeof err), 1);
+  ck_assert_msg(strstr(err, "end to end"), "%s", err);
+  json_decref(rep);
+  json_decref(e2e);
+  json_decref(c.reads);
+  json_decref(c.report);
+  free(cand);
+  free(ck);
+  free(ckb);
+  tw_rmtree(tmp);
+  free(tmp);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("evolve");
   TCase *tc = tcase_create("search");
@@ -474,9 +524,10 @@ static Suite *suite(void) {
   tcase_add_test(tc, references_off_reads_nothing);
   tcase_add_test(tc, tampered_oracle_picks_the_other_variant);
   TCase *tk = tcase_create("consolidate");
-  tcase_set_timeout(tk, 60);
+  tcase_set_timeout(tk, 120);
   tcase_add_test(tk, consolidator_entries_validate_are_deterministic_and_match_the_draft);
   tcase_add_test(tk, bundle_with_broken_operator_contract_is_rejected_naming_it);
+  tcase_add_test(tk, real_bundle_is_accepted);
   suite_add_tcase(s, tk);
   suite_add_tcase(s, tc);
   return s;
