@@ -285,6 +285,14 @@ static json_t *model_entry(const json_t *qwen3, const vf_qwen35_variant *v, cons
     json_object_set_new(find_cfg(cf, "attn_output_gate"), "check", json_string("== true"));
   }
   add_cfg(cf, cfg, "full_attention_interval", "every Nth layer is full attention when layer_types is absent");
+  /* a checkpoint with explicit layer_types may omit it, and an engine
+   * still compiles the fallback: HF Qwen3_5TextConfig's default (4, the
+   * one core/verify/models/qwen35.c assumes) */
+  json_t *fi = find_cfg(cf, "full_attention_interval");
+  if (!json_object_get(fi, "default")) {
+    json_object_set_new(fi, "default", json_integer(4));
+    json_object_del(fi, "required");
+  }
   names_ctx nc = {json_object()};
   expr_names(json_object_get(layer, "sequence"), &nc);
   expr_names(json_object_get(layer, "state"), &nc);
