@@ -516,6 +516,41 @@ START_TEST(real_bundle_is_accepted) {
 }
 END_TEST
 
+/* Bad input: one line naming the path, a usage exit, no crash. */
+START_TEST(bad_input_is_named) {
+  char *tmp = tw_mkdtemp("evolve-bad");
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-gen' --evolve --refs '%s/nope' --ckb '%s/ckb' --run-dir '%s/run' 2>'%s/err'",
+           getenv("MI_BUILD_DIR"), tmp, getenv("MI_SOURCE_DIR"), tmp, tmp);
+  int st = system(cmd);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == EV_EX_USAGE);
+  char *ep = tw_path(tmp, "err");
+  size_t n;
+  char *e = tw_read_all(ep, &n);
+  ck_assert_msg(e && strstr(e, "--refs") && strstr(e, "/nope") && strchr(e, '\n') == e + n - 1, "%s", e ? e : "");
+  free(e);
+  /* a golden under --refs whose checkpoint cannot be remade: named */
+  char *refs = tw_path(tmp, "refs");
+  ck_assert_int_eq(mkdir(refs, 0755), 0);
+  json_t *g = load_src("tests/goldens/hybrid/evolve-probe-attn-seed5.json");
+  json_object_set_new(json_object_get(g, "model"), "safetensors_fnv1a32", json_string("00000000"));
+  char *gp = tw_path(refs, "bad-probe.json");
+  ck_assert_int_eq(json_dump_file(g, gp, 0), 0);
+  json_t *r;
+  int rc = run_evolve(tmp, refs, NULL, &r);
+  ck_assert_int_eq(rc, EV_EX_USAGE);
+  const char *why = json_string_value(json_object_get(r, "outcome"));
+  ck_assert_msg(strstr(why, "bad-probe.json") && strstr(why, "other weights"), "%s", why);
+  json_decref(r);
+  json_decref(g);
+  free(gp);
+  free(refs);
+  free(ep);
+  tw_rmtree(tmp);
+  free(tmp);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("evolve");
   TCase *tc = tcase_create("search");
@@ -523,6 +558,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, search_picks_true_variants_on_two_probes);
   tcase_add_test(tc, references_off_reads_nothing);
   tcase_add_test(tc, tampered_oracle_picks_the_other_variant);
+  tcase_add_test(tc, bad_input_is_named);
   TCase *tk = tcase_create("consolidate");
   tcase_set_timeout(tk, 120);
   tcase_add_test(tk, consolidator_entries_validate_are_deterministic_and_match_the_draft);
