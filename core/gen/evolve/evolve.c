@@ -71,8 +71,27 @@ static int revalidate(ev_ctx *c, json_t **out, char *why, size_t n) {
   int composer = 0;
   while (f && fgets(line, sizeof line, f)) {
     line[strcspn(line, "\n")] = 0;
-    if (strstr(line, "stage") || strstr(line, "missing") || strstr(line, "not covered") || strstr(line, "compose"))
-      json_array_append_new(lines, json_string(line));
+    const char *st = strstr(line, "verifier: stage ");
+    char id[32];
+    int used = 0;
+    const char *vw = NULL;
+    static const char *const verdicts[] = {" PASS", " FAIL", " N/A", " SKIPPED"};
+    if (st && sscanf(st + 16, "%31s %n", id, &used) == 1 && used > 0)
+      for (size_t k = 0; k < 4; k++) {
+        const char *hit = strstr(st + 16 + used, verdicts[k]);
+        if (hit && (!vw || hit < vw)) vw = hit;
+      }
+    if (vw) {
+      /* "stage 4 end_to_end   PASS: detail" -> {stage, name, verdict, detail} */
+      const char *name = st + 16 + used, *ne = vw;
+      while (ne > name && ne[-1] == ' ') ne--;
+      size_t vl = strcspn(vw + 1, ": ");
+      const char *detail = vw + 1 + vl;
+      while (*detail == ':' || *detail == ' ') detail++;
+      json_array_append_new(lines, json_pack("{s:s, s:s#, s:s#, s:s}", "stage", id, "name", name, (int)(ne - name),
+                                             "verdict", vw + 1, (int)vl, "detail", detail));
+    } else if (strstr(line, "missing") || strstr(line, "not covered") || strstr(line, "FAIL"))
+      json_array_append_new(lines, json_pack("{s:s}", "line", line));
     if (strstr(line, "layer_kinds") || strstr(line, "layer_sequence") || strstr(line, "layer kind")) composer = 1;
     if (line[0]) snprintf(last, sizeof last, "%s", line);
   }

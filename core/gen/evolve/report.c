@@ -7,6 +7,14 @@
 
 #include "core/gen/evolve/evolve.h"
 
+/* A table cell: '|' escaped, at most 200 characters. */
+static void cell(FILE *f, const char *s) {
+  for (int i = 0; s && s[i] && i < 200; i++) {
+    if (s[i] == '|') fputc('\\', f);
+    fputc(s[i] == '\n' ? ' ' : s[i], f);
+  }
+}
+
 static const char *str(const json_t *o, const char *k) {
   const char *s = json_string_value(json_object_get(o, k));
   return s ? s : "";
@@ -32,10 +40,13 @@ int ev_report_write(const ev_ctx *c, char *err, size_t n) {
   fprintf(f, "## Phases\n\n| phase | status | wall s | iterations | detail |\n| --- | --- | --- | --- | --- |\n");
   size_t i;
   json_t *x;
-  json_array_foreach(json_object_get(r, "phases"), i, x)
-      fprintf(f, "| %s | %s | %.2f | %lld | %s |\n", str(x, "phase"), str(x, "status"),
-              json_number_value(json_object_get(x, "wall_s")),
-              (long long)json_integer_value(json_object_get(x, "iterations")), str(x, "detail"));
+  json_array_foreach(json_object_get(r, "phases"), i, x) {
+    fprintf(f, "| %s | %s | %.2f | %lld | ", str(x, "phase"), str(x, "status"),
+            json_number_value(json_object_get(x, "wall_s")),
+            (long long)json_integer_value(json_object_get(x, "iterations")));
+    cell(f, str(x, "detail"));
+    fprintf(f, " |\n");
+  }
   fprintf(f, "\n## Reads (references on)\n\n");
   if (!json_array_size(json_object_get(r, "reads"))) fprintf(f, "None.\n");
   else fprintf(f, "| file | bytes | sha256 | phase |\n| --- | --- | --- | --- |\n");
@@ -70,7 +81,13 @@ int ev_report_write(const ev_ctx *c, char *err, size_t n) {
   if (rv) {
     fprintf(f, "\n## Revalidation (references off)\n\nmi-gen exit %lld; log %s\n\n",
             (long long)json_integer_value(json_object_get(rv, "mi_gen_exit")), str(rv, "log"));
-    json_array_foreach(json_object_get(rv, "stages"), i, x) fprintf(f, "    %s\n", json_string_value(x));
+    fprintf(f, "| stage | name | verdict | detail |\n| --- | --- | --- | --- |\n");
+    json_array_foreach(json_object_get(rv, "stages"), i, x) {
+      if (json_object_get(x, "line")) fprintf(f, "| | | | ");
+      else fprintf(f, "| %s | %s | %s | ", str(x, "stage"), str(x, "name"), str(x, "verdict"));
+      cell(f, json_object_get(x, "line") ? str(x, "line") : str(x, "detail"));
+      fprintf(f, " |\n");
+    }
   }
   return fclose(f) == 0 ? 0 : -1;
 }
