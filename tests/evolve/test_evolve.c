@@ -567,6 +567,69 @@ START_TEST(bad_input_is_named) {
 }
 END_TEST
 
+/* The loop through mi-gen, phases 1-5: coverage names the gaps of a
+ * hybrid checkpoint, the search finds the reading, the real bundle is
+ * accepted, and the consolidated CKB validates and covers the checkpoint
+ * (revalidation, a minute per shape, is the by-hand run of
+ * docs/evolution.md). */
+START_TEST(cli_phases_one_to_five) {
+  const char *goldens[] = {"evolve-probe-attn-seed5.json", "evolve-probe-attn-b-seed6.json",
+                           "evolve-probe-deltanet-seed7.json"};
+  char *refs;
+  char *tmp = make_refs(goldens, 3, &refs);
+  char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb"), *cand = src("candidates/hybrid-deltanet"), *model = tw_path(tmp, "m");
+  sh("cp -r '%s' '%s'", ck, ckb);
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-mkmodel' --family qwen35 --shape tiny --seed 1 --out '%s' >/dev/null",
+           getenv("MI_BUILD_DIR"), model);
+  ck_assert_int_eq(system(cmd), 0);
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-gen' --evolve --refs '%s' --candidates '%s' --ckb '%s' --model '%s' --run-dir '%s/run' "
+           "--no-revalidate 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs, cand, ckb, model, tmp, tmp);
+  int st = system(cmd);
+  ck_assert(WIFEXITED(st));
+  char *rp = tw_path(tmp, "run/evolve.json");
+  json_t *r = json_load_file(rp, 0, NULL);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_msg(WEXITSTATUS(st) == EV_EX_OK, "exit %d: %s", WEXITSTATUS(st),
+                json_string_value(json_object_get(r, "outcome")));
+  const json_t *cov = json_object_get(r, "coverage");
+  ck_assert(json_is_false(json_object_get(cov, "covered")));
+  ck_assert_int_gt(json_array_size(json_object_get(cov, "missing")), 5);
+  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), TRUE_READING);
+  ck_assert_int_eq(json_array_size(json_object_get(json_object_get(r, "bundle"), "operator_units")), 7);
+  ck_assert_int_eq(json_array_size(json_object_get(r, "entries")), 10);
+  /* 3 goldens under --refs, 9 bundle files: each read logged once */
+  ck_assert_int_eq(json_array_size(json_object_get(r, "reads")), 3 + 9);
+  const char *names[] = {"coverage", "exploration", "variant_search", "bundle", "consolidation", "revalidation"};
+  for (int i = 0; i < 6; i++)
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(r, "phases"), (size_t)i), "phase")),
+                     names[i]);
+  /* the updated CKB validates and now covers the checkpoint */
+  char err[1024];
+  mi_ckb *k = mi_ckb_open(ckb, err, sizeof err);
+  ck_assert_ptr_nonnull(k);
+  ck_assert_int_eq(mi_ckb_validate(k, noop_diag, "evolved CKB: "), 0);
+  json_t *c2 = NULL;
+  ck_assert_int_eq(mi_ckb_coverage(k, model, "cpu", &c2, err, sizeof err), 0);
+  json_decref(c2);
+  const mi_ckb_entry *op = mi_ckb_find(k, "operator.gated_delta_rule");
+  ck_assert_ptr_nonnull(op);
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(op->json, "provenance"), "source")), "evolved");
+  mi_ckb_close(k);
+  json_decref(r);
+  free(rp);
+  free(model);
+  free(cand);
+  free(ck);
+  free(ckb);
+  tw_rmtree(tmp);
+  free(tmp);
+  free(refs);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("evolve");
   TCase *tc = tcase_create("search");
@@ -580,6 +643,7 @@ static Suite *suite(void) {
   tcase_add_test(tk, consolidator_entries_validate_are_deterministic_and_match_the_draft);
   tcase_add_test(tk, bundle_with_broken_operator_contract_is_rejected_naming_it);
   tcase_add_test(tk, real_bundle_is_accepted);
+  tcase_add_test(tk, cli_phases_one_to_five);
   suite_add_tcase(s, tk);
   suite_add_tcase(s, tc);
   return s;
