@@ -19,12 +19,16 @@
 #include <check.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "core/runtime/loader.h"
+#include "core/runtime/session.h"
 
 static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_ckb[1200], g_out[1200];
 static int g_gen_rc = -1;
@@ -237,6 +241,82 @@ START_TEST(test_engine_refuses_other_config) {
 }
 END_TEST
 
+/* ---- the engine's per-sequence state, through the runtime (as mi-run loads it) ---- */
+
+static void fwd(mi_session *e, mi_seq *s, const int32_t *ids, int64_t n, float *logits) {
+  char err[512];
+  ck_assert_msg(e->M->forward(e->model, s, ids, n, logits, 0, err, sizeof err) == 0, "%s", err);
+}
+
+/* max |a - b| over the spread of a */
+static double rel(const float *a, const float *b, int64_t n) {
+  double lo = INFINITY, hi = -INFINITY, mx = 0;
+  for (int64_t i = 0; i < n; i++) lo = fmin(lo, a[i]), hi = fmax(hi, a[i]), mx = fmax(mx, fabs((double)a[i] - b[i]));
+  return mx / (hi - lo);
+}
+
+/* The state is per sequence and carried: decoding token by token gives one
+ * prefill's logits; a sequence that saw only the last token differs;
+ * seq_truncate(0) forgets the state; any other cut but the current length
+ * is refused; info() splits the KV rows (full layers only) from the fixed
+ * DeltaNet state, both derived here from config.json. */
+START_TEST(test_engine_state) {
+  ck_assert_int_eq(g_gen_rc, 0);
+  char exe[1200], err[2048];
+  snprintf(exe, sizeof exe, "%s/bin/mi-run", g_build); /* plugins next to the tools: the platform */
+  mi_loader_opts lo = {.plugin_dir = g_out, .exe_path = exe};
+  int fatal = 0;
+  mi_registry *reg = mi_registry_load(&lo, &fatal, err, sizeof err);
+  ck_assert_msg(reg && !fatal, "%s", err);
+  mi_session_opts eo = {.model_dir = g_model, .tp_size = 1};
+  mi_session *e = NULL;
+  ck_assert_msg(mi_session_open(reg, &eo, &e, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(e->model_plugin->desc->kind, MI_PLUGIN_ENGINE);
+  const int64_t V = e->info.vocab_size;
+  enum { T = 12 };
+  int32_t ids[T];
+  for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 7919 + 13) % 151643);
+  float *a = malloc((size_t)V * sizeof(float)), *b = malloc((size_t)V * sizeof(float));
+  mi_seq *s1 = NULL, *s2 = NULL;
+  ck_assert_int_eq(e->M->seq_create(e->model, 16, &s1, err, sizeof err), 0);
+  ck_assert_int_eq(e->M->seq_create(e->model, 16, &s2, err, sizeof err), 0);
+  fwd(e, s1, ids, T, a);
+  fwd(e, s2, ids + T - 1, 1, b);
+  ck_assert_msg(rel(a, b, V) > 1e-2, "the context makes no difference (%.3g)", rel(a, b, V));
+  ck_assert_int_eq(e->M->seq_truncate(e->model, s2, 0), 0);
+  ck_assert_int_eq(e->M->seq_len(e->model, s2), 0);
+  for (int t = 0; t < T; t++) fwd(e, s2, ids + t, 1, b); /* token by token after the reset */
+  ck_assert_msg(rel(a, b, V) < 1e-4, "decode after seq_truncate(0) differs from one prefill by %.3g", rel(a, b, V));
+  ck_assert_int_eq(e->M->seq_truncate(e->model, s1, T), 0);
+  ck_assert_int_ne(e->M->seq_truncate(e->model, s1, 5), 0);
+  ck_assert_int_eq(e->M->seq_len(e->model, s1), T);
+  char p[1400];
+  snprintf(p, sizeof p, "%s/config.json", g_model);
+  json_t *cfg = json_load_file(p, 0, NULL);
+#define CI(k) json_integer_value(json_object_get(cfg, k))
+  int64_t full = 0, lin = 0;
+  size_t i;
+  json_t *v;
+  json_array_foreach(json_object_get(cfg, "layer_types"), i, v) {
+    full += !strcmp(json_string_value(v), "full_attention");
+    lin += !strcmp(json_string_value(v), "linear_attention");
+  }
+  int64_t C = 2 * CI("linear_num_key_heads") * CI("linear_key_head_dim") + CI("linear_num_value_heads") * CI("linear_value_head_dim");
+  ck_assert_uint_eq(e->info.state_bytes_token, (uint64_t)(full * 2 * CI("num_key_value_heads") * CI("head_dim") * 4));
+  ck_assert_uint_eq(e->info.state_bytes_fixed,
+                    (uint64_t)(lin * ((CI("linear_conv_kernel_dim") - 1) * C +
+                                      CI("linear_num_value_heads") * CI("linear_key_head_dim") * CI("linear_value_head_dim")) * 4));
+#undef CI
+  json_decref(cfg);
+  e->M->seq_destroy(e->model, s1);
+  e->M->seq_destroy(e->model, s2);
+  free(a);
+  free(b);
+  mi_session_close(e);
+  mi_registry_free(reg);
+}
+END_TEST
+
 /* ---- mutants of the hybrid's knowledge ---- */
 
 /* stage 4's verdict on an engine whose greedy steps or top-10 logprobs leave
@@ -362,6 +442,7 @@ int main(void) {
   int quick = getenv("MI_TEST_GEN_QUICK") != NULL; /* the sanitizer run: fewer mi-gen runs */
   tcase_add_test(t, test_generate);
   tcase_add_test(t, test_engine_refuses_other_config);
+  tcase_add_test(t, test_engine_state);
   tcase_add_test(t, test_mutant_state_not_carried);
   tcase_add_test(t, test_mutant_norm_w);
   if (!quick) {
