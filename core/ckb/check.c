@@ -274,6 +274,10 @@ static void check_model(json_t *e, const char *file, ckb_diag *d) {
     cfg_names n = {config, file, "layers", d};
     name_is_config(&n, layers, strlen(layers));
   }
+  /* one layer of one kind (layer_sequence) or layers of several (layer_kinds), not both */
+  if (!json_object_get(e, "layer_sequence") == !json_object_get(e, "layer_kinds"))
+    ckb_report(d, file, "a model contract needs exactly one of 'layer_sequence' and 'layer_kinds' (it has %s)",
+               json_object_get(e, "layer_sequence") ? "both" : "neither");
   json_array_foreach(json_object_get(e, "weights"), i, w) {
     const char *when = json_string_value(json_object_get(w, "when"));
     if (when) {
@@ -282,6 +286,10 @@ static void check_model(json_t *e, const char *file, ckb_diag *d) {
       cfg_names n = {config, file, p, d};
       name_is_config(&n, when + (when[0] == '!'), strlen(when + (when[0] == '!')));
     }
+    const char *lk = json_string_value(json_object_get(w, "layer_kind"));
+    if (lk && !json_object_get(json_object_get(json_object_get(e, "layer_kinds"), "kinds"), lk))
+      ckb_report(d, file, "field 'weights[%zu].layer_kind' names '%s', which is not a kind of 'layer_kinds.kinds'", i,
+                 lk);
     json_array_foreach(json_object_get(w, "shape"), j, dim) {
       if (!json_is_string(dim)) continue;
       char p[128];

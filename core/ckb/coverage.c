@@ -513,13 +513,20 @@ int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform
       !str_in(json_object_get(json_object_get(plat->json, "dtypes"), "weights"), wdt))
     missing(r, "platform '%s' does not store %s weights", plat->id, wdt);
 
-  /* Operators: every step of the model's sequences. */
+  /* Operators: every step of the model's sequences (each layer kind's too). */
   const char *seqs[] = {"prologue", "layer_sequence", "epilogue"};
   json_t *ops = json_object_get(r, "operators");
-  for (int s = 0; model && s < 3; s++) {
+  json_t *all = json_array();
+  for (int s = 0; model && s < 3; s++) json_array_append(all, json_object_get(model->json, seqs[s]) ?: json_null());
+  const char *kn;
+  json_t *kv;
+  if (model)
+    json_object_foreach(json_object_get(json_object_get(model->json, "layer_kinds"), "kinds"), kn, kv)
+        json_array_append(all, json_object_get(kv, "sequence") ?: json_null());
+  for (size_t s = 0; s < json_array_size(all); s++) {
     size_t i;
     json_t *step;
-    json_array_foreach(json_object_get(model->json, seqs[s]), i, step) {
+    json_array_foreach(json_array_get(all, s), i, step) {
       const char *op = json_string_value(json_object_get(step, "operator"));
       if (!op || str_in(used, op)) continue;
       add_unique(used, op);
@@ -531,6 +538,7 @@ int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform
       if (plat && !k) missing(r, "platform '%s' provides no kernel for '%s'", plat->id, op);
     }
   }
+  json_decref(all);
 
   json_t *tests = json_object_get(r, "tests");
   if (model) add_tests(c, json_object_get(model->json, "test_contracts"), tests, r);

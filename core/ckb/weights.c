@@ -75,6 +75,23 @@ static void shape_text(char *out, size_t n, const int64_t *s, int nd) {
   if (l < n) snprintf(out + l, n - l, "]");
 }
 
+/* Layer l's kind in a contract with layer_kinds: config.json's array (e.g.
+ * layer_types), else every interval-th layer the first-listed kind and the
+ * others the second (the composer's rule). NULL when it cannot tell. */
+static const char *layer_kind_of(cfg_ctx *c, json_t *model, int64_t l) {
+  json_t *lk = json_object_get(model, "layer_kinds");
+  const char *an = json_string_value(json_object_get(lk, "config"));
+  json_t *arr = an ? json_object_get(c->config, an) : NULL;
+  if (arr) return json_string_value(json_array_get(arr, (size_t)l));
+  const char *ivn = json_string_value(json_object_get(lk, "interval"));
+  json_t *iv = ivn ? cfg_value(c, ivn, strlen(ivn)) : NULL;
+  json_t *kinds = json_object_get(lk, "kinds");
+  if (!json_is_integer(iv) || json_integer_value(iv) < 1 || json_object_size(kinds) != 2) return NULL;
+  void *it = json_object_iter(kinds);
+  if ((l + 1) % json_integer_value(iv) != 0) it = json_object_iter_next(kinds, it);
+  return it ? json_object_iter_key(it) : NULL;
+}
+
 int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, char *err,
                          size_t err_len) {
   (void)c;
@@ -113,10 +130,19 @@ int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, c
     const char *key = json_string_value(json_object_get(spec, "key"));
     if (!key || !when_holds(&cc, json_string_value(json_object_get(spec, "when")))) continue;
     int per_layer = json_is_true(json_object_get(spec, "per_layer"));
+    const char *only = json_string_value(json_object_get(spec, "layer_kind")); /* in layers of that kind only */
     for (int64_t l = 0; l < (per_layer ? n_layers : 1); l++) {
       char name[512];
       expand(name, sizeof name, key, l);
       cc.layer = l;
+      if (only && per_layer) {
+        const char *k = layer_kind_of(&cc, model->json, l);
+        if (!k) {
+          problem(r, "layer %lld: its kind (the contract's layer_kinds) cannot be told from config.json", (long long)l);
+          break;
+        }
+        if (strcmp(k, only)) continue;
+      }
       expected++;
       mi_weight_info wi;
       if (mi_weights_find(w, name, &wi) != 0) {

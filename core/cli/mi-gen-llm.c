@@ -211,6 +211,8 @@ int gen_llm_option(int ch, const char *arg) {
   }
 }
 
+const char *gen_llm_ref(int i) { return i >= 0 && i < G.n_refs ? G.refs[i] : NULL; }
+
 void gen_llm_run_limits(int *max_iter, double *wall_s) {
   if (G.run.iterations >= 0) *max_iter = (int)G.run.iterations;
   if (G.run.wall >= 0) *wall_s = G.run.wall;

@@ -54,4 +54,8 @@ void gen_llm_write_partial(const char *out_abs, const char *run_dir, const char 
 json_t *gen_llm_manifest(void);
 void gen_llm_free(void);
 
+/* The i-th --refs folder (NULL past the last): mi-gen --evolve reads its
+ * references there. */
+const char *gen_llm_ref(int i);
+
 #endif

@@ -28,6 +28,7 @@
 
 #include "core/ckb/ckb.h"
 #include "core/cli/mi-gen-llm.h"
+#include "core/gen/evolve/evolve.h"
 #include "core/gen/gen.h"
 
 enum { EX_OK = 0, EX_USAGE = 2, EX_GAP = 3, EX_FAIL = 4, EX_PLATFORM = 5, EX_DTYPE = 6, EX_TP = 7, EX_PERF = 8,
@@ -57,6 +58,12 @@ static void usage(FILE *f) {
           "  --verify-timeout S   mi-verify's per-unit limit (raise it for large shapes)\n"
           "  --goldens DIR        stage 4's llama.cpp goldens (default: tests/goldens of the source tree)\n"
           "  -t, --threads N      verifier threads for the platform (default 0: one per core)\n"
+          "  --evolve             the knowledge-evolution loop (docs/evolution.md): --refs DIR (the oracle's\n"
+          "                       goldens and sources, every read logged), --candidates DIR (a bundle of new\n"
+          "                       operators), --ckb DIR (written), --model DIR (coverage, revalidation),\n"
+          "                       --run-dir DIR (report); --no-revalidate stops after consolidation;\n"
+          "                       exit 12 no variant, 13 bundle rejected, 14 consolidation, 15 revalidation\n"
+          "                       failed, 16 revalidation: composer lacks layer kinds\n"
           "exit: 0 ok, 2 usage, 3 not covered, 4 verification failed, 9 a budget is spent,\n"
           "      5 unknown platform, 6 dtype not offered, 7 TP does not divide the heads, 8 bad --perf,\n"
           "      10 the model contract's reference plugin is not installed, 11 a --perf gate not met\n");
@@ -134,10 +141,16 @@ static int patch_changes(json_t *model, json_t *applied, json_t *patch) {
   const char *op = json_string_value(json_object_get(patch, "operator"));
   const char *arg = json_string_value(json_object_get(patch, "arg"));
   const char *val = json_string_value(json_object_get(patch, "value"));
-  for (int s = 0; s < 3; s++) {
+  json_t *all = json_array(); /* the sections' steps and each layer kind's */
+  for (int s = 0; s < 3; s++) json_array_append(all, json_object_get(model, secs[s]) ?: json_null());
+  const char *kn;
+  json_t *kv;
+  json_object_foreach(json_object_get(json_object_get(model, "layer_kinds"), "kinds"), kn, kv)
+      json_array_append(all, json_object_get(kv, "sequence") ?: json_null());
+  for (size_t s = 0; s < json_array_size(all); s++) {
     size_t i;
     json_t *st;
-    json_array_foreach(json_object_get(model, secs[s]), i, st) {
+    json_array_foreach(json_array_get(all, s), i, st) {
       if (!op || strcmp(json_string_value(json_object_get(st, "operator")) ?: "", op)) continue;
       const char *cur = json_string_value(json_object_get(json_object_get(st, "args"), arg ? arg : ""));
       size_t k;
@@ -145,9 +158,13 @@ static int patch_changes(json_t *model, json_t *applied, json_t *patch) {
       json_array_foreach(applied, k, a) if (!strcmp(json_string_value(json_object_get(a, "operator")) ?: "", op) &&
                                             !strcmp(json_string_value(json_object_get(a, "arg")) ?: "", arg ? arg : ""))
           cur = json_string_value(json_object_get(a, "value"));
-      if (cur && val && strcmp(cur, val)) return 1;
+      if (cur && val && strcmp(cur, val)) {
+        json_decref(all);
+        return 1;
+      }
     }
   }
+  json_decref(all);
   return 0;
 }
 
@@ -202,7 +219,10 @@ int main(int argc, char **argv) {
       {"out", 1, 0, 'o'},            {"kv-type", 1, 0, 'k'},     {"perf", 1, 0, 'P'},    {"ckb", 1, 0, 'C'},
       {"run-dir", 1, 0, 'r'},        {"resume", 1, 0, 'R'},      {"constraints", 1, 0, 'c'},
       {"max-iterations", 1, 0, 'i'}, {"time-budget", 1, 0, 'b'}, {"candidate", 1, 0, 'x'},
-      {"seed", 1, 0, 's'},           {"threads", 1, 0, 't'},     {"goldens", 1, 0, 'G'}, {"verify-timeout", 1, 0, 'V'},     {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+      {"seed", 1, 0, 's'},           {"threads", 1, 0, 't'},     {"goldens", 1, 0, 'G'}, {"verify-timeout", 1, 0, 'V'},     {"help", 0, 0, 'h'},
+      {"evolve", 0, 0, 'E'},         {"candidates", 1, 0, 'K'},  {"no-revalidate", 0, 0, 'N'}, {0, 0, 0, 0}};
+  static int evolve = 0, no_reval = 0;
+  static const char *candidates = NULL;
   int ch;
   const struct option *all_longs = gen_llm_longopts(longs);
   while ((ch = getopt_long(argc, argv, "t:h", all_longs, NULL)) != -1) {
@@ -225,6 +245,9 @@ int main(int argc, char **argv) {
     case 't': threads = atoi(optarg); break;
     case 'G': goldens = optarg; break;
     case 'V': vtimeout = atof(optarg); break;
+    case 'E': evolve = 1; break;
+    case 'K': candidates = optarg; break;
+    case 'N': no_reval = 1; break;
     case 'h': usage(stdout); return EX_OK;
     default: {
       int lr = gen_llm_option(ch, optarg);
@@ -249,6 +272,9 @@ int main(int argc, char **argv) {
       snprintf(g_exe_dir, sizeof g_exe_dir, "%s", self);
     }
   }
+  if (evolve) /* the knowledge-evolution loop (core/gen/evolve, docs/evolution.md) */
+    return ev_main(argv[0], g_exe_dir, gen_llm_ref(0), candidates, ckb_dir, model, platform, dtype, out, run_dir,
+                   goldens, no_reval);
   double t_start = now_s();
   static json_t *journal = NULL;
   /* --resume: the constraints and the work done come from the journal */

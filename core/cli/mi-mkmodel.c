@@ -146,6 +146,11 @@ static const shape SHAPES[] = {
      "probe: L F F, the linear layer muted (out_proj = 0), untied", "LFF", 0, 2, 4, 16, 16, 4, 0.25, 'L'},
     {FAM_QWEN35, "probe-deltanet", 64, 3, 4, 2, 32, 128, 0, 4096,
      "probe: F L L, the full-attention layer muted (o_proj = 0), untied", "FLL", 0, 2, 4, 16, 16, 4, 0.25, 'F'},
+    /* a second attention probe for the variant search with other head
+     * counts, head_dim and tying (another pattern too), so a variant that
+     * only fits one shape's numbers is not picked by accident */
+    {FAM_QWEN35, "probe-attn-b", 64, 3, 2, 1, 64, 96, 1, 4096,
+     "probe: F L F, the linear layer muted, tied, 2 / 1 heads x 64", "FLF", 0, 2, 2, 16, 16, 4, 0.25, 'L'},
     {FAM_QWEN35, "small", 256, 8, 8, 2, 64, 768, 0, 4096,
      "bigger hybrid test model, untied, interval 4, 4 / 8 DeltaNet heads", NULL, 4, 4, 8, 32, 32, 4, 0.25, 0},
     {FAM_QWEN35, "1b", 1536, 24, 8, 2, 256, 4608, 1, 262144,

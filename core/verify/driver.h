@@ -54,6 +54,7 @@ typedef enum vf_weight_init {
   VF_W_MATRIX = 0, /* normal / sqrt(cols), rounded to the weight dtype */
   VF_W_NORM_ONE,   /* 1 + 0.1 · normal, f32 (norms that multiply by w) */
   VF_W_NORM_ZERO,  /* 0.1 · normal, f32 (zero-centred (1+w) norms) */
+  VF_W_F32,        /* normal / sqrt(cols), f32 (a small weight kept in f32: a conv kernel) */
 } vf_weight_init;
 
 typedef struct vf_layer_weight {
@@ -91,6 +92,13 @@ typedef struct vf_layer_driver {
 double *vf_weight_f64(const struct mi_weights *w, const char *name, size_t expect, char *err,
                       size_t err_len);
 
+/* Stage 2 of a model whose layers are of several kinds (layer_kinds in the
+ * model contract): one driver per kind, a unit each. */
+typedef struct vf_layer_kind {
+  const char *kind; /* the contract's kind name, e.g. "linear_attention" */
+  const vf_layer_driver *layer;
+} vf_layer_kind;
+
 typedef struct vf_model_driver {
   const char *contract;             /* the model contract's id ("model.NAME") */
   const char *const *architectures; /* config.json "architectures" values it covers */
@@ -104,6 +112,12 @@ typedef struct vf_model_driver {
   double *(*ref_forward)(void *ref, const int32_t *ids, int T, int n_out, double *max_score,
                          char *err, size_t err_len);
   void (*ref_close)(void *ref);
+  /* stage 2 when the layers are of several kinds (then .layer is NULL):
+   * {NULL, NULL}-terminated */
+  const vf_layer_kind *layer_kinds;
+  /* 1 when the model's RMSNorms multiply by (1 + w) (zero-centred weights):
+   * stage 5's edits of norm weights keep their meaning through it */
+  int norm_offset;
 } vf_model_driver;
 
 /* By contract id, or by a config.json architecture; NULL when none. */

@@ -12,7 +12,9 @@
  *   - attention work (4·Hq·D per attended position) after the long prefix
  *     at most (long position)/(short position) times that after the short
  *     one (linear in the position), within GROWTH_TOL.
- * An engine that recomputes its prefix at every step fails both. The counts
+ * An engine that recomputes its prefix at every step fails both. The
+ * hybrid's DeltaNet blocks (ABI 1.4) count as non-attention work: their
+ * state has a fixed size, so their cost per decode step must not grow. The counts
  * are the candidate's requests through the table it was given: a candidate
  * computing outside the platform is stage 5's and the imports' concern, and
  * one that asks for no work at all fails here. */
@@ -84,6 +86,44 @@ static int w_convert(void *ctx, mi_stream *s, void *dst, mi_dtype dt, const void
   return g_real->convert(ctx, s, dst, dt, src, st, n);
 }
 
+/* ABI 1.4, the hybrid's blocks: the DeltaNet ones are "other" work too (a
+ * fixed-size recurrent state: constant per decode step, however long the
+ * prefix), counted by what their shapes ask for. */
+static int w_copy2d(void *ctx, mi_stream *s, float *y, int64_t ys, const float *x, int64_t xs, int64_t rows,
+                    int64_t n) {
+  g_other += (double)rows * (double)n;
+  return g_real->copy2d(ctx, s, y, ys, x, xs, rows, n);
+}
+static int w_l2norm(void *ctx, mi_stream *s, float *y, const float *x, int64_t rows, int64_t dim, float eps) {
+  g_other += (double)rows * (double)dim;
+  return g_real->l2norm(ctx, s, y, x, rows, dim, eps);
+}
+static int w_sigmoid_mul(void *ctx, mi_stream *s, float *y, const float *x, const float *g, int64_t n) {
+  g_other += (double)n;
+  return g_real->sigmoid_mul(ctx, s, y, x, g, n);
+}
+static int w_conv1d_causal(void *ctx, mi_stream *s, float *y, const float *x, const float *w, float *state,
+                           int64_t T, int64_t C, int64_t K, int silu) {
+  g_other += (double)T * (double)C * (double)K;
+  return g_real->conv1d_causal(ctx, s, y, x, w, state, T, C, K, silu);
+}
+static int w_deltanet_gates(void *ctx, mi_stream *s, float *beta, float *g, const float *b, const float *a,
+                            const float *a_log, const float *dt_bias, int64_t T, int64_t H) {
+  g_other += (double)T * (double)H;
+  return g_real->deltanet_gates(ctx, s, beta, g, b, a, a_log, dt_bias, T, H);
+}
+static int w_gated_delta_rule(void *ctx, mi_stream *s, float *o, const float *q, const float *k, const float *v,
+                              const float *g, const float *beta, float *state, int64_t T, int64_t Hk, int64_t Hv,
+                              int64_t Dk, int64_t Dv) {
+  g_other += 4.0 * (double)T * (double)Hv * (double)Dk * (double)Dv; /* decay, Sᵀk, the update, Sᵀq */
+  return g_real->gated_delta_rule(ctx, s, o, q, k, v, g, beta, state, T, Hk, Hv, Dk, Dv);
+}
+static int w_rmsnorm_gated(void *ctx, mi_stream *s, float *y, const float *x, const float *w, const float *z,
+                           int64_t rows, int64_t dim, float eps) {
+  g_other += (double)rows * (double)dim;
+  return g_real->rmsnorm_gated(ctx, s, y, x, w, z, rows, dim, eps);
+}
+
 static const mi_platform_iface *counting_table(const mi_platform_iface *real) {
   g_real = real;
   memset(&g_wrap, 0, sizeof g_wrap);
@@ -95,6 +135,8 @@ static const mi_platform_iface *counting_table(const mi_platform_iface *real) {
   if (mi_platform_has(real, m)) g_wrap.m = w_##m;
   WRAP(matmul) WRAP(rmsnorm) WRAP(rope) WRAP(attention) WRAP(silu_mul) WRAP(add) WRAP(scale) WRAP(embed)
   WRAP(argmax) WRAP(convert)
+  WRAP(copy2d) WRAP(l2norm) WRAP(sigmoid_mul) WRAP(conv1d_causal) WRAP(deltanet_gates) WRAP(gated_delta_rule)
+  WRAP(rmsnorm_gated)
 #undef WRAP
   return &g_wrap;
 }

@@ -332,6 +332,23 @@ int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t 
   return rc;
 }
 
+int vf_tensor_affine(const vf_tensor_loc *t, double scale, double add, char *err, size_t err_len) {
+  if (t->dtype != MI_DTYPE_BF16 && t->dtype != MI_DTYPE_F16 && t->dtype != MI_DTYPE_F32) {
+    snprintf(err, err_len, "%s: tensor dtype %d cannot be edited", t->file, t->dtype);
+    return -1;
+  }
+  size_t es = t->dtype == MI_DTYPE_F32 ? 4 : 2, n = t->nbytes / es;
+  unsigned char *b = malloc(t->nbytes ? t->nbytes : 1);
+  int fd = open(t->file, O_RDWR | O_CLOEXEC);
+  int rc = b && fd >= 0 && pread(fd, b, t->nbytes, (off_t)t->offset) == (ssize_t)t->nbytes ? 0 : -1;
+  for (size_t i = 0; rc == 0 && i < n; i++) from_f64(t->dtype, b + i * es, to_f64(t->dtype, b + i * es) * scale + add);
+  if (rc == 0 && pwrite(fd, b, t->nbytes, (off_t)t->offset) != (ssize_t)t->nbytes) rc = -1;
+  if (rc) snprintf(err, err_len, "%s: cannot rewrite a tensor at offset %llu", t->file, (unsigned long long)t->offset);
+  if (fd >= 0) close(fd);
+  free(b);
+  return rc;
+}
+
 int vf_tensor_restore(const vf_tensor_loc *t, const unsigned char *saved) {
   int fd = open(t->file, O_WRONLY | O_CLOEXEC);
   if (fd < 0) return -1;

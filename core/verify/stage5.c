@@ -52,6 +52,7 @@ typedef struct s5_job {
   json_t *contract;
   const char *workdir;
   int64_t V; /* vocabulary from config.json: the size of logits records */
+  int zc;    /* the model's norms multiply by 1 + w (its verifier driver says so) */
 } s5_job;
 
 static json_t *param(const s5_job *j, const char *key) {
@@ -329,7 +330,7 @@ static json_t *follow_judge(void *arg, const vf_child_result *r) {
   s5_job *j = arg;
   json_t *ev = json_array();
   vf_rec sl[2];
-  const char *cn = "final_norm_x2";
+  const char *cn = j->zc ? "final_norm_zeroed" : "final_norm_x2";
   if (vf_raw_read(r, "stage 5 (b) outputs follow the weights", 2, sl, ev) < 0) return ev;
   if (!sl[0].type || (sl[0].type == VF_REC_OUT && !sl[1].type)) {
     vf_ev_start(ev, cn, 0, j->o->model_dir);
@@ -347,6 +348,19 @@ static json_t *follow_judge(void *arg, const vf_child_result *r) {
   } else {
     memcpy(l0, sl[0].payload, lb);
     memcpy(l1, sl[1].payload, lb);
+    if (j->zc) { /* 1 + w = 0: the final norm's output, hence every logit, is exactly 0 */
+      double m0 = max_abs(l0, j->V), m1 = max_abs(l1, j->V);
+      if (!(m0 > 0) || m1 != 0)
+        vf_ev_end(ev, cn, 0, 0, m1, json_pack("{s:f, s:f}", "max_abs_logit", m0, "max_abs_logit_copy", m1),
+                  "outputs do not follow the weights: model.norm.weight = -1 in a copy (a zero-centred norm: 1 + w = "
+                  "0) must make every logit 0, but the largest is %.4g (%.4g on the model)", m1, m0);
+      else
+        vf_ev_end(ev, cn, 0, 1, 0, json_pack("{s:f}", "max_abs_logit", m0),
+                  "every logit 0 with 1 + w = 0 in the final norm (%.4g on the model)", m0);
+      free(l0);
+      free(l1);
+      return ev;
+    }
     double scale = 2 * max_abs(l0, j->V), dev = 0, dot = 0, nn = 0;
     for (int64_t i = 0; i < j->V; i++) {
       double d = fabs((double)l1[i] - 2.0 * l0[i]);
@@ -589,19 +603,32 @@ out:;
 }
 
 /* A copy of the model folder with the named tensors of layers [0, L) scaled. */
-static void scaled_copy(uc *c, const char *src, const char *dst, const char *fmt, int64_t L, double scale) {
+/* The first L layers that have the tensors (a hybrid's linear-attention
+ * layers have none), q and k, scaled; `zc`: they are zero-centred norm
+ * weights, so 1 + w is what is scaled. */
+static void scaled_copy(uc *c, const char *src, const char *dst, const char *fmt, int64_t L, double scale, int zc) {
   char err[2048] = "";
   snprintf(c->dir, sizeof c->dir, "%s", dst);
-  int ok = vf_copy_model_dir(src, dst, err, sizeof err) == 0;
-  for (int64_t l = 0; ok && l < L; l++)
+  int ok = vf_copy_model_dir(src, dst, err, sizeof err) == 0, done = 0;
+  for (int64_t l = 0; ok && done < L && l < 100000; l++) {
+    char tn[128];
+    vf_tensor_loc loc;
+    snprintf(tn, sizeof tn, fmt, (long long)l, "q");
+    if (vf_tensor_locate(dst, tn, &loc, err, sizeof err) != 0) {
+      snprintf(tn, sizeof tn, "model.layers.%lld.input_layernorm.weight", (long long)l);
+      if (vf_tensor_locate(dst, tn, &loc, err, sizeof err) != 0) break; /* past the last layer */
+      continue;                                                         /* a layer without them */
+    }
     for (int qk = 0; qk < 2 && ok; qk++) {
-      char tn[128];
-      vf_tensor_loc loc;
       snprintf(tn, sizeof tn, fmt, (long long)l, qk ? "k" : "q");
       ok = vf_tensor_locate(dst, tn, &loc, err, sizeof err) == 0 &&
-           vf_tensor_edit(&loc, scale, 0, 0, NULL, err, sizeof err) == 0;
+           (zc ? vf_tensor_affine(&loc, scale, scale - 1, err, sizeof err)
+               : vf_tensor_edit(&loc, scale, 0, 0, NULL, err, sizeof err)) == 0;
     }
-  if (!ok) snprintf(c->prep_err, sizeof c->prep_err, "%s: cannot make the copy: %s", c->cname, err);
+    done++;
+  }
+  if (ok && !done) snprintf(err, sizeof err, "no layer has %s", fmt);
+  if (!ok || !done) snprintf(c->prep_err, sizeof c->prep_err, "%s: cannot make the copy: %s", c->cname, err);
 }
 
 static json_t *run_unseen(s5_job *j, const char *id, const char *member) {
@@ -658,7 +685,7 @@ static json_t *run_unseen(s5_job *j, const char *id, const char *member) {
   if (x->ids) vf_random_prompt(o->seed * 104729 + 17, x->ids, x->n, 0, j->V);
   char dst[4200];
   snprintf(dst, sizeof dst, "%s/c", j->workdir);
-  scaled_copy(x, o->model_dir, dst, "model.layers.%lld.self_attn.%s_norm.weight", L, sf);
+  scaled_copy(x, o->model_dir, dst, "model.layers.%lld.self_attn.%s_norm.weight", L, sf, j->zc);
   /* Small magnitudes: q_proj and k_proj x 2^-8 in a copy (exact in every
    * float format), so mean(q^2) inside the q/k RMSNorms falls to the order
    * of eps: an eps other than the config's (a hard-coded 1e-5, the wrong
@@ -674,7 +701,7 @@ static json_t *run_unseen(s5_job *j, const char *id, const char *member) {
   if (x->ids) vf_random_prompt(o->seed * 15485863 + 29, x->ids, x->n, 0, j->V);
   snprintf(dst, sizeof dst, "%s/s", j->workdir);
   scaled_copy(x, o->model_dir, dst, "model.layers.%lld.self_attn.%s_proj.weight",
-              json_integer_value(json_object_get(cfg, "num_hidden_layers")), ss);
+              json_integer_value(json_object_get(cfg, "num_hidden_layers")), ss, 0);
   json_decref(cfg);
   uint32_t h0[10];
   for (int k = 0; k < nc; k++) {
@@ -903,14 +930,20 @@ json_t *vf_stage5(const vf_stage_opts *o, json_t *contract) {
   const char *members[4] = {"(a) imports allowlist", "(b) outputs follow the weights", "(c) unseen prompts vs float64",
                             "(d) weights from the given path"};
   char err[4400];
-  int64_t V = config_vocab(o->model_dir, NULL, err, sizeof err);
+  json_t *cfg0 = NULL;
+  int64_t V = config_vocab(o->model_dir, &cfg0, err, sizeof err);
+  /* zero-centred norms (the verifier's driver for this architecture says so) */
+  const vf_model_driver *drv =
+      vf_model_driver_for_arch(json_string_value(json_array_get(json_object_get(cfg0, "architectures"), 0)));
+  int zc = drv && drv->norm_offset;
+  json_decref(cfg0);
   for (int i = 0; i < 4; i++) {
     char wd[4096];
     if (vf_workdir_new(wd, sizeof wd) != 0) {
       json_array_append_new(units, unit_error(ids[i], "cannot create a scratch folder"));
       continue;
     }
-    s5_job j = {o, contract, wd, V};
+    s5_job j = {o, contract, wd, V, zc};
     json_t *u = NULL;
     char dst[4200];
     size_t cap = VF_REC_SIZE(0) * 8 + 2 * VF_REC_SIZE((size_t)V * sizeof(float) + 1024);
@@ -922,7 +955,7 @@ json_t *vf_stage5(const vf_stage_opts *o, json_t *contract) {
       snprintf(dst, sizeof dst, "%s/b", wd);
       if (vf_copy_model_dir(o->model_dir, dst, err, sizeof err) != 0 ||
           vf_tensor_locate(dst, "model.norm.weight", &loc, err, sizeof err) != 0 ||
-          vf_tensor_edit(&loc, 2.0, 0, 0, NULL, err, sizeof err) != 0)
+          (zc ? vf_tensor_affine(&loc, 0, -1, err, sizeof err) : vf_tensor_edit(&loc, 2.0, 0, 0, NULL, err, sizeof err)) != 0)
         u = unit_error(ids[i], err);
       else u = vf_run_unit_raw(o, "authenticity", ids[i], members[i], follow_child, &j, 120, cap, follow_judge);
     } else if (i == 2) u = run_unseen(&j, ids[i], members[i]);

@@ -284,6 +284,10 @@ int vf_tensor_locate(const char *model_dir, const char *name, vf_tensor_loc *out
 int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t seed, unsigned char **saved,
                    char *err, size_t err_len);
 int vf_tensor_restore(const vf_tensor_loc *t, const unsigned char *saved);
+/* In place: v <- v*scale + add, rounded to the tensor's dtype (a zero-centred
+ * norm weight w: scale s, add s - 1 scales 1 + w by s; scale 0, add -1 makes
+ * 1 + w zero). */
+int vf_tensor_affine(const vf_tensor_loc *t, double scale, double add, char *err, size_t err_len);
 uint32_t vf_fnv1a32_file(const char *path, int *ok);
 
 /* One check run in a child (timeout at least timeout_s), as a unit report,

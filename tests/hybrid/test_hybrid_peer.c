@@ -48,6 +48,26 @@ static void log_softmax(const double *l, double *out, int V) {
   for (int i = 0; i < V; i++) out[i] = l[i] - lz;
 }
 
+/* The `small` golden has the 8 prompts of tools/peer/prompts.json; the
+ * float64 reference teacher-forces only the two of prompts_short.json there
+ * (its cost per step is ~50x the tiny shapes', and the sanitizer run must
+ * stay short). test_hybrid_runtime holds the qwen35 plugin to all eight. */
+static int reference_skips(const json_t *g, const json_t *c) {
+  const char *shape = json_string_value(json_object_get(json_object_get(g, "model"), "shape"));
+  if (!shape || strcmp(shape, "small") != 0) return 0;
+  char f[1024];
+  snprintf(f, sizeof f, "%s/tools/peer/prompts_short.json", getenv("MI_SOURCE_DIR"));
+  json_t *ps = json_load_file(f, 0, NULL);
+  ck_assert_msg(ps, "%s: cannot read", f);
+  const char *prompt = json_string_value(json_object_get(c, "prompt"));
+  int found = 0;
+  size_t i;
+  json_t *p;
+  json_array_foreach(json_object_get(ps, "prompts"), i, p) found |= prompt && !strcmp(prompt, json_string_value(p));
+  json_decref(ps);
+  return !found;
+}
+
 static void check_golden(const char *file) {
   json_error_t je;
   json_t *g = json_load_file(file, 0, &je);
@@ -84,6 +104,7 @@ static void check_golden(const char *file) {
   int steps_total = 0, ties = 0;
   json_t *c;
   json_array_foreach(json_object_get(g, "cases"), i, c) {
+    if (reference_skips(g, c)) continue;
     json_t *pids = json_object_get(c, "prompt_ids"), *steps = json_object_get(c, "steps");
     const int np = (int)json_array_size(pids), ns = (int)json_array_size(steps);
     int32_t *ids = malloc((size_t)(np + ns) * sizeof(int32_t));

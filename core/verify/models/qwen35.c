@@ -16,9 +16,8 @@
  *     out_proj
  *   final rmsnorm (1+w), lm_head or tied embeddings.
  *
- * There is no stage-2 layer driver yet (.layer = NULL): the platform ABI has
- * no kernels for the DeltaNet operators, so stage 2 names the gap instead of
- * composing a layer (the evolution loop's job, issue #15). */
+ * Stage 2 composes one layer per kind from the platform's ABI 1.4 kernels:
+ * the drivers are in core/verify/layers/qwen35_kinds.c (.layer_kinds). */
 #include "core/verify/models/qwen35.h"
 
 #include <math.h>
@@ -35,6 +34,8 @@
 struct vf_qwen35 {
   int H, L, nh, nkv, hd, F, V, tied, rot; /* rot: rotary channels per head */
   int kh, vh, dk, dv, K;                  /* DeltaNet heads, widths, conv kernel */
+  int rot_cfg;                            /* rot from the config (full_rotary variant: hd) */
+  vf_qwen35_variant var;                  /* the math's hypothesis (defaults: the true model) */
   double eps, theta;
   unsigned char *full;                    /* [L] 1 = full_attention */
   const struct mi_weights *w;
@@ -105,6 +106,8 @@ int vf_qwen35_open(const json_t *cfg_in, const struct mi_weights *w, vf_qwen35 *
              "number >= 2)", prf, m->rot, m->hd);
     goto fail;
   }
+  m->rot_cfg = m->rot;
+  vf_qwen35_variant_default(&m->var);
   m->theta = rope_num(cfg, "rope_theta", 1e7);
   json_t *e = json_object_get(cfg, "rms_norm_eps");
   m->eps = json_is_number(e) ? json_number_value(e) : 1e-6;
@@ -157,6 +160,18 @@ void vf_qwen35_close(vf_qwen35 *m) {
 }
 
 int vf_qwen35_vocab(const vf_qwen35 *m) { return m->V; }
+
+void vf_qwen35_variant_default(vf_qwen35_variant *v) {
+  v->norm_offset = 1.0;
+  v->qk = VF_Q35_QK_1W;
+  v->full_rotary = 0;
+  v->gate = VF_Q35_GATE_INTERLEAVED;
+}
+
+void vf_qwen35_set_variant(vf_qwen35 *m, const vf_qwen35_variant *v) {
+  m->var = *v;
+  m->rot = v->full_rotary ? m->hd : m->rot_cfg;
+}
 
 static int64_t conv_dim(const vf_qwen35 *m) { return 2 * (int64_t)m->kh * m->dk + (int64_t)m->vh * m->dv; }
 
@@ -257,16 +272,26 @@ static int full_attention(const vf_qwen35 *m, q35_layer_state *ls, q35_buf *b, i
   int rc = load(m, l, nm, sz, W, 6, err, n);
   if (rc == 0) {
     vf_f64_matmul(b->qg, b->h, W[0], T, 2 * nh * hd, m->H);
-    for (int t = 0; t < T; t++) /* per head: the first hd rows are the query, the next hd the gate */
-      for (int h = 0; h < nh; h++) {
-        memcpy(b->q + ((size_t)t * nh + h) * hd, b->qg + ((size_t)t * nh + h) * 2 * hd, hd * sizeof(double));
-        memcpy(b->gate + ((size_t)t * nh + h) * hd, b->qg + ((size_t)t * nh + h) * 2 * hd + hd,
-               hd * sizeof(double));
+    const size_t qh = (size_t)nh * hd; /* one token's query (or gate) channels */
+    for (int t = 0; t < T; t++) {
+      const double *row = b->qg + (size_t)t * 2 * qh;
+      if (m->var.gate == VF_Q35_GATE_INTERLEAVED) /* per head: hd query rows, then hd gate rows */
+        for (int h = 0; h < nh; h++) {
+          memcpy(b->q + t * qh + (size_t)h * hd, row + (size_t)h * 2 * hd, hd * sizeof(double));
+          memcpy(b->gate + t * qh + (size_t)h * hd, row + (size_t)h * 2 * hd + hd, hd * sizeof(double));
+        }
+      else { /* HALF and NONE: the query is the first half; HALF's gate the second */
+        memcpy(b->q + t * qh, row, qh * sizeof(double));
+        memcpy(b->gate + t * qh, row + qh, qh * sizeof(double));
       }
+    }
     vf_f64_matmul(b->k, b->h, W[1], T, nkv * hd, m->H);
     vf_f64_matmul(b->v, b->h, W[2], T, nkv * hd, m->H);
-    vf_f64_rmsnorm(b->q, b->q, W[4], (int64_t)T * nh, hd, m->eps, 1.0);
-    vf_f64_rmsnorm(b->k, b->k, W[5], (int64_t)T * nkv, hd, m->eps, 1.0);
+    if (m->var.qk != VF_Q35_QK_NONE) {
+      const double off = m->var.qk == VF_Q35_QK_1W ? 1.0 : 0.0;
+      vf_f64_rmsnorm(b->q, b->q, W[4], (int64_t)T * nh, hd, m->eps, off);
+      vf_f64_rmsnorm(b->k, b->k, W[5], (int64_t)T * nkv, hd, m->eps, off);
+    }
     vf_f64_rope(b->q, b->pos, T, nh, (int64_t)nh * hd, hd, m->rot, m->theta);
     vf_f64_rope(b->k, b->pos, T, nkv, (int64_t)nkv * hd, hd, m->rot, m->theta);
     const size_t row = (size_t)nkv * hd;
@@ -276,7 +301,7 @@ static int full_attention(const vf_qwen35 *m, q35_layer_state *ls, q35_buf *b, i
     if (rc) snprintf(err, n, "reference: out of memory");
   }
   if (rc == 0) {
-    vf_f64_sigmoid_mul(b->at, b->at, b->gate, (int64_t)T * nh * hd);
+    if (m->var.gate != VF_Q35_GATE_NONE) vf_f64_sigmoid_mul(b->at, b->at, b->gate, (int64_t)T * nh * hd);
     vf_f64_matmul(b->o, b->at, W[3], T, m->H, nh * hd);
   }
   for (int i = 0; i < 6; i++) free(W[i]);
@@ -376,7 +401,7 @@ int vf_qwen35_forward(vf_qwen35 *m, vf_qwen35_seq *s, const int32_t *ids, int T,
   for (int l = 0; l < m->L; l++) {
     snprintf(name, sizeof name, "%slayers.%d.input_layernorm.weight", m->prefix, l);
     if (!(wn = vf_weight_f64(m->w, name, (size_t)H, err, n))) goto done;
-    vf_f64_rmsnorm(b.h, b.x, wn, T, H, m->eps, 1.0);
+    vf_f64_rmsnorm(b.h, b.x, wn, T, H, m->eps, m->var.norm_offset);
     free(wn);
     wn = NULL;
     if ((m->full[l] ? full_attention(m, &s->ls[l], &b, l, T, s->len, max_score, err, n)
@@ -385,7 +410,7 @@ int vf_qwen35_forward(vf_qwen35 *m, vf_qwen35_seq *s, const int32_t *ids, int T,
     vf_f64_add(b.x, b.x, b.o, (int64_t)T * H);
     snprintf(name, sizeof name, "%slayers.%d.post_attention_layernorm.weight", m->prefix, l);
     if (!(wn = vf_weight_f64(m->w, name, (size_t)H, err, n))) goto done;
-    vf_f64_rmsnorm(b.h, b.x, wn, T, H, m->eps, 1.0);
+    vf_f64_rmsnorm(b.h, b.x, wn, T, H, m->eps, m->var.norm_offset);
     free(wn);
     wn = NULL;
     if (mlp(m, &b, l, T, err, n) != 0) goto done;
@@ -395,7 +420,7 @@ int vf_qwen35_forward(vf_qwen35 *m, vf_qwen35_seq *s, const int32_t *ids, int T,
   if (n_out > 0) {
     snprintf(name, sizeof name, "%snorm.weight", m->prefix);
     if (!(nw = vf_weight_f64(m->w, name, (size_t)H, err, n))) goto done;
-    vf_f64_rmsnorm(b.h, b.x + (size_t)(T - n_out) * H, nw, n_out, H, m->eps, 1.0);
+    vf_f64_rmsnorm(b.h, b.x + (size_t)(T - n_out) * H, nw, n_out, H, m->eps, m->var.norm_offset);
     vf_f64_matmul(logits, b.h, m->lm, n_out, V, H);
   }
   rc = 0;
@@ -437,6 +462,10 @@ static double *model_forward(void *ref, const int32_t *ids, int T, int n_out, do
 
 static const char *const architectures[] = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", NULL};
 
+extern const vf_layer_driver vf_qwen35_layer_full, vf_qwen35_layer_linear; /* layers/qwen35_kinds.c */
+static const vf_layer_kind layer_kinds[] = {
+    {"full_attention", &vf_qwen35_layer_full}, {"linear_attention", &vf_qwen35_layer_linear}, {NULL, NULL}};
+
 const vf_model_driver vf_model_qwen35 = {
     .contract = "model.qwen35",
     .architectures = architectures,
@@ -444,4 +473,6 @@ const vf_model_driver vf_model_qwen35 = {
     .ref_open = model_open,
     .ref_forward = model_forward,
     .ref_close = model_close,
+    .layer_kinds = layer_kinds,
+    .norm_offset = 1,
 };

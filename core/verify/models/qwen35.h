@@ -23,6 +23,25 @@ int vf_qwen35_open(const json_t *cfg, const struct mi_weights *w, vf_qwen35 **ou
 void vf_qwen35_close(vf_qwen35 *m);
 int vf_qwen35_vocab(const vf_qwen35 *m);
 
+/* Variant knobs for the evolution loop's variant search (core/gen/evolve):
+ * the same checkpoint read under another hypothesis of the math. The
+ * defaults (vf_qwen35_open) are the true model; tests of the reference never
+ * touch them. */
+typedef enum vf_q35_qk_norm { VF_Q35_QK_1W = 0, VF_Q35_QK_W, VF_Q35_QK_NONE } vf_q35_qk_norm;
+typedef enum vf_q35_gate {
+  VF_Q35_GATE_INTERLEAVED = 0, /* q_proj per head: hd query rows, then hd gate rows */
+  VF_Q35_GATE_HALF,            /* q_proj: all query rows, then all gate rows */
+  VF_Q35_GATE_NONE             /* the first heads*hd rows are the query (how a Qwen3 contract reads it); no gate */
+} vf_q35_gate;
+typedef struct vf_qwen35_variant {
+  double norm_offset;  /* layer and final RMSNorms multiply by (w + norm_offset): 1 (true) or 0 */
+  vf_q35_qk_norm qk;   /* q_norm/k_norm: 1+w (true), w, or none */
+  int full_rotary;     /* 0: partial_rotary_factor·head_dim channels (true); 1: all head_dim */
+  vf_q35_gate gate;    /* the attention output gate's layout (true: interleaved) */
+} vf_qwen35_variant;
+void vf_qwen35_variant_default(vf_qwen35_variant *v);
+void vf_qwen35_set_variant(vf_qwen35 *m, const vf_qwen35_variant *v);
+
 /* An empty sequence holding up to `capacity` positions; NULL on OOM. */
 vf_qwen35_seq *vf_qwen35_seq_new(const vf_qwen35 *m, int capacity);
 void vf_qwen35_seq_free(vf_qwen35_seq *s);

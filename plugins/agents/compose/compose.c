@@ -67,6 +67,12 @@ typedef struct gen {
   int nosplit; /* 1 while writing full (unsharded) weight shapes */
   char err[1024];
   json_t *weights_seen; /* key -> {"kind": "matrix"|"vector", "field"} */
+  /* layers of several kinds (the contract's layer_kinds): */
+  json_t *kinds;         /* layer_kinds.kinds (kind name -> {sequence, cache, state}), or NULL */
+  json_t *cur_kind;      /* the kind whose sequence is being written: its cache and state names */
+  unsigned char *kind_of; /* [layers] index of each layer's kind, in the order of `kinds` */
+  int64_t n_layers;
+  int has_paths;          /* a config field lives under a dotted path of config.json */
 } gen;
 
 static void upper(char *dst, const char *src, size_t n) {
@@ -93,11 +99,107 @@ static json_t *cfg_entry(gen *g, const char *name, size_t len) {
   return NULL;
 }
 
+/* where config.json holds a field: its dotted "path" (rope_parameters.rope_theta), else its name */
+static const char *cfg_where(json_t *entry) {
+  const char *path = json_string_value(json_object_get(entry, "path"));
+  return path ? path : json_string_value(json_object_get(entry, "name"));
+}
+
 /* the value of a config field: config.json's, else the contract's default */
 static json_t *cfg_value(gen *g, json_t *entry) {
-  json_t *v = json_object_get(g->config, json_string_value(json_object_get(entry, "name")));
+  const char *where = cfg_where(entry);
+  json_t *v = g->config;
+  for (const char *p = where; v && p && *p;) {
+    const char *dot = strchr(p, '.');
+    size_t n = dot ? (size_t)(dot - p) : strlen(p);
+    char seg[128];
+    snprintf(seg, sizeof seg, "%.*s", (int)n, p);
+    v = json_is_object(v) ? json_object_get(v, seg) : NULL;
+    p = dot ? dot + 1 : NULL;
+  }
   if (!v || json_is_null(v)) v = json_object_get(entry, "default");
   return v;
+}
+
+/* A number expression over config fields (numbers, booleans as 0/1), with
+ * + - * / and parentheses, evaluated here: the "int:" binding of an integer
+ * argument whose value comes from a real field (partial_rotary_factor ·
+ * head_dim). */
+static int fx_sum(gen *g, const char **p, double *out);
+static int fx_atom(gen *g, const char **p, double *out) {
+  while (**p == ' ') (*p)++;
+  if (**p == '(') {
+    (*p)++;
+    if (fx_sum(g, p, out)) return -1;
+    while (**p == ' ') (*p)++;
+    if (**p != ')') return -1;
+    (*p)++;
+    return 0;
+  }
+  if (**p == '-') {
+    (*p)++;
+    if (fx_atom(g, p, out)) return -1;
+    *out = -*out;
+    return 0;
+  }
+  if (isalpha((unsigned char)**p) || **p == '_') {
+    const char *s = *p;
+    while (isalnum((unsigned char)**p) || **p == '_') (*p)++;
+    json_t *e = cfg_entry(g, s, (size_t)(*p - s));
+    json_t *v = e ? cfg_value(g, e) : NULL;
+    if (!json_is_number(v) && !json_is_boolean(v)) {
+      snprintf(g->err, sizeof g->err, "\"%.*s\" is not a number config field of %s", (int)(*p - s), s,
+               json_string_value(json_object_get(g->model, "id")));
+      return -1;
+    }
+    *out = json_is_boolean(v) ? json_is_true(v) : json_number_value(v);
+    return 0;
+  }
+  char *end;
+  *out = strtod(*p, &end);
+  if (end == *p) return -1;
+  *p = end;
+  return 0;
+}
+static int fx_prod(gen *g, const char **p, double *out) {
+  if (fx_atom(g, p, out)) return -1;
+  for (;;) {
+    while (**p == ' ') (*p)++;
+    char op = **p;
+    if (op != '*' && op != '/') return 0;
+    (*p)++;
+    double r;
+    if (fx_atom(g, p, &r)) return -1;
+    *out = op == '*' ? *out * r : *out / r;
+  }
+}
+static int fx_sum(gen *g, const char **p, double *out) {
+  if (fx_prod(g, p, out)) return -1;
+  for (;;) {
+    while (**p == ' ') (*p)++;
+    char op = **p;
+    if (op != '+' && op != '-') return 0;
+    (*p)++;
+    double r;
+    if (fx_prod(g, p, &r)) return -1;
+    *out = op == '+' ? *out + r : *out - r;
+  }
+}
+/* "int:EXPR" as an integer, or -1 with g->err set */
+static int int_binding(gen *g, const char *ex, int64_t *val) {
+  const char *p = ex;
+  double d = 0;
+  g->err[0] = 0;
+  if (fx_sum(g, &p, &d) || *p) {
+    if (!g->err[0]) snprintf(g->err, sizeof g->err, "expression \"int:%s\" does not parse", ex);
+    return -1;
+  }
+  if (!(fabs(d - nearbyint(d)) < 1e-9)) {
+    snprintf(g->err, sizeof g->err, "expression \"int:%s\" is %.17g, not an integer, for this config", ex, d);
+    return -1;
+  }
+  *val = (int64_t)nearbyint(d);
+  return 0;
 }
 
 static int is_runtime_name(const char *s, size_t n) {
@@ -183,8 +285,9 @@ static int row_width(gen *g, json_t *buf, sb *out) {
   for (size_t i = 1; i < json_array_size(shape); i++) {
     if (i > 1) sp(out, " * ");
     sb e = {0};
-    if (expr_c(g, json_string_value(json_array_get(shape, i)), &e, NULL)) return -1;
-    sp(out, "%s", e.s);
+    const char *d = json_string_value(json_array_get(shape, i));
+    if (expr_c(g, d, &e, NULL)) return -1;
+    sp(out, strpbrk(d, "+-") ? "(%s)" : "%s", e.s); /* a sum inside a product */
     free(e.s);
   }
   return 0;
@@ -196,6 +299,10 @@ static void shape_comment(gen *g, json_t *buf, sb *out, int T_is_batch) {
   for (size_t i = 0; i < json_array_size(shape); i++) {
     const char *d = json_string_value(json_array_get(shape, i));
     sb e = {0};
+    if (!d) { /* a literal dimension ([C, 1, K]) */
+      sp(out, "%s%lld", i ? ", " : "", (long long)json_integer_value(json_array_get(shape, i)));
+      continue;
+    }
     if (!strcmp(d, "T") && T_is_batch) sp(&e, "BATCH");
     else if (!strcmp(d, "R")) sp(&e, "LOGIT_ROWS");
     else expr_c(g, d, &e, NULL);
@@ -317,11 +424,16 @@ static int emit_step(gen *g, json_t *step, sb *out, const char *indent) {
         sp(&call, "%s->%s.ptr", per_layer ? "L" : "m", f);
         continue;
       }
-      const char *at = strchr(v, '@');
-      size_t bn = at ? (size_t)(at - v) : strlen(v);
+      /* NAME, NAME@ROWS (a row offset) or NAME+ELEMS (an element offset) */
+      const char *at = strchr(v, '@'), *plus = at ? NULL : strchr(v, '+');
+      size_t bn = at ? (size_t)(at - v) : plus ? (size_t)(plus - v) : strlen(v);
       json_t *buf = find_named(json_object_get(g->model, "buffers"), v, bn);
       int cache = 0;
-      if (!buf && (buf = find_named(json_object_get(g->model, "cache"), v, bn))) cache = 1;
+      if (!buf && g->cur_kind &&
+          ((buf = find_named(json_object_get(g->cur_kind, "cache"), v, bn)) ||
+           (buf = find_named(json_object_get(g->cur_kind, "state"), v, bn))))
+        cache = 1; /* this layer's part of the sequence's slab */
+      if (!buf && !g->kinds && (buf = find_named(json_object_get(g->model, "cache"), v, bn))) cache = 1;
       if (!buf) {
         snprintf(g->err, sizeof g->err, "step %s: argument %s: \"%s\" is no buffer, cache or weight", name, an, v);
         free(call.s);
@@ -336,6 +448,14 @@ static int emit_step(gen *g, json_t *step, sb *out, const char *indent) {
         }
         sp(&call, " + (size_t)(%s) * %s", ex.s, rw.s);
         free(rw.s);
+        free(ex.s);
+      } else if (plus) {
+        sb ex = {0};
+        if (expr_c(g, plus + 1, &ex, NULL)) {
+          free(call.s);
+          return -1;
+        }
+        sp(&call, " + (size_t)(%s)", ex.s);
         free(ex.s);
       }
       continue;
@@ -387,6 +507,18 @@ static int emit_step(gen *g, json_t *step, sb *out, const char *indent) {
       continue;
     }
     /* integers */
+    if (!strncmp(v, "int:", 4)) { /* from real config fields: evaluated now, the config check guards it */
+      int64_t x = 0;
+      if (int_binding(g, v + 4, &x)) {
+        char e2[sizeof g->err];
+        snprintf(e2, sizeof e2, "%s", g->err);
+        snprintf(g->err, sizeof g->err, "step %s: %s = %s: %.700s", name, an, v, e2);
+        free(call.s);
+        return -1;
+      }
+      sp(&call, "%lld /* %s */", (long long)x, v + 4);
+      continue;
+    }
     sb ex = {0};
     if (expr_c(g, v, &ex, NULL)) {
       free(call.s);
@@ -401,10 +533,10 @@ static int emit_step(gen *g, json_t *step, sb *out, const char *indent) {
   return 0;
 }
 
-static int emit_steps(gen *g, const char *section, sb *out, const char *indent) {
+static int emit_steps(gen *g, json_t *steps, sb *out, const char *indent) {
   size_t i;
   json_t *st;
-  json_array_foreach(json_object_get(g->model, section), i, st) {
+  json_array_foreach(steps, i, st) {
     if (json_is_true(json_object_get(st, "optional"))) continue;
     const char *pairing = json_string_value(json_object_get(st, "pairing"));
     const char *oppair = json_string_value(json_object_get(json_object_get(g->ops, json_string_value(json_object_get(st, "operator"))), "pairing"));
@@ -449,6 +581,228 @@ static int64_t shape_numel(gen *g, json_t *shape) {
   return n;
 }
 
+
+/* ---- layers of several kinds (layer_kinds) ---- */
+
+/* Each layer's kind from config.json: the array the contract names
+ * (layer_types), else every interval-th layer is the first-listed kind and
+ * the others the second. The table is baked into the engine. */
+static int plan_kinds(gen *g) {
+  json_t *lk = json_object_get(g->model, "layer_kinds");
+  const char *mid = json_string_value(json_object_get(g->model, "id"));
+  sb t = {0};
+  int rc = expr_c(g, json_string_value(json_object_get(g->model, "layers")), &t, &g->n_layers);
+  free(t.s);
+  if (rc || g->n_layers < 1 || g->n_layers > 100000) {
+    if (!rc) snprintf(g->err, sizeof g->err, "%s: the layer count is %lld", mid, (long long)g->n_layers);
+    return -1;
+  }
+  g->kind_of = calloc((size_t)g->n_layers, 1);
+  const char *arr_name = json_string_value(json_object_get(lk, "config"));
+  json_t *arr = arr_name ? json_object_get(g->config, arr_name) : NULL;
+  size_t nk = json_object_size(g->kinds);
+  if (!g->kind_of || nk < 1 || nk > 255) {
+    snprintf(g->err, sizeof g->err, "%s: layer_kinds lists %zu kinds", mid, nk);
+    return -1;
+  }
+  if (arr) {
+    if (!json_is_array(arr) || (int64_t)json_array_size(arr) != g->n_layers) {
+      snprintf(g->err, sizeof g->err, "config.json: \"%s\" must be an array of %lld layer kinds", arr_name,
+               (long long)g->n_layers);
+      return -1;
+    }
+    for (int64_t l = 0; l < g->n_layers; l++) {
+      const char *k = json_string_value(json_array_get(arr, (size_t)l));
+      size_t idx = 0;
+      const char *kn;
+      json_t *kv;
+      int found = 0;
+      json_object_foreach(g->kinds, kn, kv) {
+        if (k && !strcmp(kn, k)) {
+          g->kind_of[l] = (unsigned char)idx;
+          found = 1;
+        }
+        idx++;
+      }
+      if (!found) {
+        snprintf(g->err, sizeof g->err, "config.json: %s[%lld] = \"%s\" is not a layer kind of %s", arr_name,
+                 (long long)l, k ? k : "(not a string)", mid);
+        return -1;
+      }
+    }
+    return 0;
+  }
+  const char *iv_name = json_string_value(json_object_get(lk, "interval"));
+  json_t *ie = iv_name ? cfg_entry(g, iv_name, strlen(iv_name)) : NULL;
+  json_t *iv = ie ? cfg_value(g, ie) : NULL;
+  if (!json_is_integer(iv) || json_integer_value(iv) < 1 || nk != 2) {
+    snprintf(g->err, sizeof g->err, "config.json has no \"%s\" array and %s gives no interval to derive it from",
+             arr_name ? arr_name : "layer kinds", mid);
+    return -1;
+  }
+  for (int64_t l = 0; l < g->n_layers; l++) g->kind_of[l] = (l + 1) % json_integer_value(iv) == 0 ? 0 : 1;
+  return 0;
+}
+
+static int64_t kind_count(gen *g, size_t idx) {
+  int64_t n = 0;
+  for (int64_t l = 0; l < g->n_layers; l++) n += g->kind_of[l] == idx;
+  return n;
+}
+
+/* the kind's index (its order in layer_kinds.kinds), or -1 */
+static int kind_index(gen *g, const char *name) {
+  size_t idx = 0;
+  const char *kn;
+  json_t *kv;
+  json_object_foreach(g->kinds, kn, kv) {
+    if (!strcmp(kn, name)) return (int)idx;
+    idx++;
+  }
+  return -1;
+}
+
+/* Per kind: KV_ROW_<KIND> floats per position (its caches, which grow with
+ * the context) and STATE_<KIND> fixed floats (its state). A layer's part of
+ * a sequence's slab is n_ctx · KV_ROW then STATE floats. */
+static int kind_macros(gen *g, sb *o) {
+  const char *kn;
+  json_t *kv;
+  size_t idx = 0;
+  sp(o, "/* layer kinds (%s.layer_kinds): a layer's part of a sequence's slab is n_ctx * KV_ROW_<KIND>\n"
+        " * floats of caches (one row per position), then STATE_<KIND> floats of fixed state */\n",
+     json_string_value(json_object_get(g->model, "id")));
+  json_object_foreach(g->kinds, kn, kv) {
+    char U[96];
+    upper(U, kn, sizeof U);
+    sb row = {0}, st = {0};
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(kv, "cache"), i, c) {
+      sb rw = {0};
+      if (row_width(g, c, &rw)) return -1;
+      sp(&row, "%s(%s)", i ? " + " : "", rw.s);
+      free(rw.s);
+    }
+    json_array_foreach(json_object_get(kv, "state"), i, c) {
+      json_t *sh = json_object_get(c, "shape");
+      sp(&st, "%s(", i ? " + " : "");
+      for (size_t k = 0; k < json_array_size(sh); k++) {
+        sb e = {0};
+        if (expr_c(g, json_string_value(json_array_get(sh, k)), &e, NULL)) return -1;
+        sp(&st, "%s(%s)", k ? " * " : "", e.s);
+        free(e.s);
+      }
+      sp(&st, ")");
+    }
+    sp(o, "#define KIND_%-24s %zu /* %lld layers */\n", U, idx, (long long)kind_count(g, idx));
+    sp(o, "#define KV_ROW_%-22s (%s) /* floats per position */\n", U, row.s ? row.s : "0");
+    sp(o, "#define STATE_%-23s (%s) /* fixed floats */\n", U, st.s ? st.s : "0");
+    free(row.s);
+    free(st.s);
+    idx++;
+  }
+  sp(o, "static const unsigned char k_layer_kind[%lld] = {", (long long)g->n_layers);
+  for (int64_t l = 0; l < g->n_layers; l++) sp(o, "%s%d", l ? ", " : "", g->kind_of[l]);
+  sp(o, "};\nstatic const char *const k_kind_name[] = {");
+  idx = 0;
+  json_object_foreach(g->kinds, kn, kv) sp(o, "%s\"%s\"", idx++ ? ", " : "", kn);
+  sp(o, "};\nstatic const size_t k_kv_row[] = {");
+  idx = 0;
+  json_object_foreach(g->kinds, kn, kv) {
+    char U[96];
+    upper(U, kn, sizeof U);
+    sp(o, "%sKV_ROW_%s", idx++ ? ", " : "", U);
+  }
+  sp(o, "};\nstatic const size_t k_state[] = {");
+  idx = 0;
+  json_object_foreach(g->kinds, kn, kv) {
+    char U[96];
+    upper(U, kn, sizeof U);
+    sp(o, "%sSTATE_%s", idx++ ? ", " : "", U);
+  }
+  sp(o, "};\n\n");
+  return 0;
+}
+
+/* The layer loop's body: one case per kind, its caches and state named, then
+ * its sequence. */
+static int emit_kinds(gen *g, sb *o) {
+  const char *kn;
+  json_t *kv;
+  sp(o, "    float *slab = s->layer_state[l]; /* this layer's part of the sequence's slab */\n");
+  sp(o, "    switch (k_layer_kind[l]) {\n");
+  json_object_foreach(g->kinds, kn, kv) {
+    char U[96];
+    upper(U, kn, sizeof U);
+    sp(o, "    case KIND_%s: { /* %s */\n", U, kn);
+    sb off = {0};
+    sp(&off, "0");
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(kv, "cache"), i, c) {
+      sb rw = {0}, sh = {0};
+      if (row_width(g, c, &rw)) return -1;
+      shape_comment(g, c, &sh, 0);
+      sp(o, "      float *%s = slab + (size_t)s->n_ctx * (%s); /* %s */\n", json_string_value(json_object_get(c, "name")),
+         off.s, sh.s);
+      sp(&off, " + %s", rw.s);
+      free(rw.s);
+      free(sh.s);
+    }
+    sb soff = {0};
+    sp(&soff, "(size_t)s->n_ctx * KV_ROW_%s", U);
+    json_array_foreach(json_object_get(kv, "state"), i, c) {
+      sb sh = {0};
+      shape_comment(g, c, &sh, 0);
+      sp(o, "      float *%s = slab + %s; /* %s, carried across forwards */\n", json_string_value(json_object_get(c, "name")),
+         soff.s, sh.s);
+      json_t *shp = json_object_get(c, "shape");
+      for (size_t k = 0; k < json_array_size(shp); k++) {
+        sb e = {0};
+        expr_c(g, json_string_value(json_array_get(shp, k)), &e, NULL);
+        sp(&soff, "%s(%s)", k ? " * " : " + ", e.s);
+        free(e.s);
+      }
+      free(sh.s);
+    }
+    free(off.s);
+    free(soff.s);
+    g->cur_kind = kv;
+    int rc = emit_steps(g, json_object_get(kv, "sequence"), o, "      ");
+    g->cur_kind = NULL;
+    if (rc) {
+      char e2[sizeof g->err];
+      snprintf(e2, sizeof e2, "%s", g->err);
+      snprintf(g->err, sizeof g->err, "layer kind %s: %.900s", kn, e2);
+      return -1;
+    }
+    sp(o, "      break;\n    }\n");
+  }
+  sp(o, "    }\n");
+  return 0;
+}
+
+/* Hq * D of a sequence's attention step (0 when it has none) */
+static int64_t attn_width(gen *g, json_t *seq) {
+  size_t i;
+  json_t *e;
+  int64_t hq_d = 0;
+  json_array_foreach(seq, i, e) {
+    json_t *a = json_object_get(e, "args");
+    if (json_object_get(a, "Hq") && json_object_get(a, "D")) {
+      int64_t h = 0, d = 0;
+      sb t1 = {0}, t2 = {0};
+      expr_c(g, json_string_value(json_object_get(a, "Hq")), &t1, &h);
+      expr_c(g, json_string_value(json_object_get(a, "D")), &t2, &d);
+      free(t1.s);
+      free(t2.s);
+      hq_d = h * d;
+    }
+  }
+  return hq_d;
+}
+
 static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t *patches, const char *engine_name,
                           sb *o) {
   const char *mid = json_string_value(json_object_get(g->model, "id"));
@@ -462,8 +816,10 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
 
   /* the forward pass first (it records which weights are matrices, vectors) */
   sb pro = {0}, lay = {0}, epi = {0};
-  if (emit_steps(g, "prologue", &pro, "  ") || emit_steps(g, "layer_sequence", &lay, "    ") ||
-      emit_steps(g, "epilogue", &epi, "  "))
+  if (g->kinds && plan_kinds(g)) return -1;
+  if (emit_steps(g, json_object_get(g->model, "prologue"), &pro, "  ") ||
+      (g->kinds ? emit_kinds(g, &lay) : emit_steps(g, json_object_get(g->model, "layer_sequence"), &lay, "    ")) ||
+      emit_steps(g, json_object_get(g->model, "epilogue"), &epi, "  "))
     return -1;
 
   sp(o, "/* engine.c -- a single-path %s engine, generated by MetaInfer's implementer.compose\n", arch);
@@ -496,18 +852,20 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
     char u[96];
     upper(u, n, sizeof u);
     const char *mean = json_string_value(json_object_get(e, "meaning"));
+    const char *dn = cfg_where(e); /* the digest names where config.json holds it */
+    g->has_paths |= dn != n;
     if (json_is_integer(v)) {
       sp(o, "#define %-26s %lld /* %s */\n", u, (long long)json_integer_value(v), mean);
-      sp(&digest, "%s=%lld;", n, (long long)json_integer_value(v));
+      sp(&digest, "%s=%lld;", dn, (long long)json_integer_value(v));
     } else if (json_is_real(v)) {
       char fb[48];
       sp(o, "#define %-26s %s /* %s */\n", u, flit(json_real_value(v), fb, sizeof fb), mean);
-      sp(&digest, "%s=%.17g;", n, json_real_value(v));
+      sp(&digest, "%s=%.17g;", dn, json_real_value(v));
     } else if (json_is_boolean(v)) {
       sp(o, "#define %-26s %d /* %s */\n", u, json_is_true(v), mean);
-      sp(&digest, "%s=%d;", n, json_is_true(v));
+      sp(&digest, "%s=%d;", dn, json_is_true(v));
     } else if (json_is_string(v)) {
-      sp(&digest, "%s=%s;", n, json_string_value(v));
+      sp(&digest, "%s=%s;", dn, json_string_value(v));
     }
   }
   sp(o, "#define %-26s %d /* tensor-parallel ranks; split fields are shared out over them */\n", "TP", g->tp);
@@ -534,7 +892,9 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
       expr_c(g, layers_field, &t, &lv);
       free(t.s);
       L = lv;
-      if (!vec) mm_layer += (uint64_t)(json_object_get(e, "shard") ? n / g->tp : n);
+      const char *wk = json_string_value(json_object_get(e, "layer_kind"));
+      if (g->kinds && wk) L = kind_index(g, wk) >= 0 ? kind_count(g, (size_t)kind_index(g, wk)) : 0;
+      if (!vec) mm_layer += (uint64_t)(json_object_get(e, "shard") ? n / g->tp : n) * (uint64_t)(g->kinds ? L : 1);
     }
     if (json_object_get(e, "shard")) n /= g->tp;
     uint64_t b = (uint64_t)(n * L) * (vec ? 4 : wsz);
@@ -563,26 +923,33 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
     int64_t row = d0 ? n / d0 : n;
     dbytes -= (uint64_t)(n - row) * wsz;
   }
-  int64_t hq_d = 0;
-  json_array_foreach(json_object_get(g->model, "layer_sequence"), i, e) {
-    json_t *a = json_object_get(e, "args");
-    if (json_object_get(a, "Hq") && json_object_get(a, "D")) {
-      int64_t h = 0, d = 0;
-      sb t1 = {0}, t2 = {0};
-      expr_c(g, json_string_value(json_object_get(a, "Hq")), &t1, &h);
-      expr_c(g, json_string_value(json_object_get(a, "D")), &t2, &d);
-      free(t1.s);
-      free(t2.s);
-      hq_d = h * d;
+  int64_t hq_d = 0, attn_layers = 0; /* attention's width, and (layer kinds) the layers that attend */
+  if (!g->kinds) {
+    hq_d = attn_width(g, json_object_get(g->model, "layer_sequence"));
+  } else {
+    const char *kn;
+    json_t *kv;
+    size_t idx = 0;
+    json_object_foreach(g->kinds, kn, kv) {
+      int64_t w = attn_width(g, json_object_get(kv, "sequence"));
+      if (w) hq_d = w, attn_layers += kind_count(g, idx);
+      idx++;
     }
   }
   sp(o, "#define WEIGHT_BYTES %lluull        /* every bound weight, as the engine holds it */\n",
      (unsigned long long)wbytes);
   sp(o, "#define DECODE_WEIGHT_BYTES %lluull /* what one decode step reads */\n", (unsigned long long)dbytes);
-  sp(o, "#define PREFILL_FLOPS_TOKEN (2ull * %lluull * %s) /* 2 per layer-matmul weight, all layers */\n",
-     (unsigned long long)mm_layer, LAYERS);
-  sp(o, "#define ATTN_FLOPS_POS (4ull * %lld * %s) /* QK^T and PV per earlier position */\n\n", (long long)hq_d,
-     LAYERS);
+  if (g->kinds) {
+    sp(o, "#define PREFILL_FLOPS_TOKEN (2ull * %lluull) /* 2 per layer-matmul weight, each layer of its kind */\n",
+       (unsigned long long)mm_layer);
+    sp(o, "#define ATTN_FLOPS_POS (4ull * %lld * %lld) /* QK^T and PV per earlier position, layers that attend */\n\n",
+       (long long)hq_d, (long long)attn_layers);
+  } else {
+    sp(o, "#define PREFILL_FLOPS_TOKEN (2ull * %lluull * %s) /* 2 per layer-matmul weight, all layers */\n",
+       (unsigned long long)mm_layer, LAYERS);
+    sp(o, "#define ATTN_FLOPS_POS (4ull * %lld * %s) /* QK^T and PV per earlier position */\n\n", (long long)hq_d,
+       LAYERS);
+  }
 
   /* structs */
   sp(o, "typedef struct weight {\n  mi_buffer *buf; /* NULL when borrowed */\n  void *ptr;      /* device address */\n} weight;\n\n");
@@ -627,24 +994,32 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
   }
   sp(o, "  int rank; /* this rank of TP */\n  int64_t chunk; /* tokens per forward chunk: BATCH, or the batch option (1..BATCH) */\n"
         "  int32_t pos_host[BATCH];\n  uint64_t weight_bytes;\n};\n\n");
-  sp(o, "struct mi_seq {\n  int64_t n_ctx, len;\n  mi_buffer *buf;\n");
-  sp(o, "  float *cache; /* [%s][%zu][n_ctx, row] f32:", LAYERS, json_array_size(json_object_get(g->model, "cache")));
-  json_array_foreach(json_object_get(g->model, "cache"), i, e) {
-    sb sh = {0};
-    shape_comment(g, e, &sh, 0);
-    sp(o, " %s %s", json_string_value(json_object_get(e, "name")), sh.s);
-    free(sh.s);
-  }
-  sp(o, " */\n};\n\n");
-
-  /* cache row sizes */
   sb cache_row = {0};
   size_t ncache = json_array_size(json_object_get(g->model, "cache"));
-  json_array_foreach(json_object_get(g->model, "cache"), i, e) {
-    if (i) break;
-    row_width(g, e, &cache_row);
+  if (g->kinds) {
+    sp(o, "struct mi_seq {\n  int64_t n_ctx, len;\n  mi_buffer *buf;\n");
+    sp(o, "  float *zeros; /* STATE_MAX zero floats after the layers' parts: seq_truncate(0) copies them */\n");
+    sp(o, "  float *layer_state[%s]; /* each layer's part of the slab, by its kind (KV_ROW_*, STATE_*) */\n};\n\n",
+       LAYERS);
+    if (kind_macros(g, o)) return -1;
+  } else {
+    sp(o, "struct mi_seq {\n  int64_t n_ctx, len;\n  mi_buffer *buf;\n");
+    sp(o, "  float *cache; /* [%s][%zu][n_ctx, row] f32:", LAYERS, json_array_size(json_object_get(g->model, "cache")));
+    json_array_foreach(json_object_get(g->model, "cache"), i, e) {
+      sb sh = {0};
+      shape_comment(g, e, &sh, 0);
+      sp(o, " %s %s", json_string_value(json_object_get(e, "name")), sh.s);
+      free(sh.s);
+    }
+    sp(o, " */\n};\n\n");
+
+    /* cache row sizes */
+    json_array_foreach(json_object_get(g->model, "cache"), i, e) {
+      if (i) break;
+      row_width(g, e, &cache_row);
+    }
+    sp(o, "#define CACHE_ROW (%s) /* floats per position of one cache */\n\n", cache_row.s);
   }
-  sp(o, "#define CACHE_ROW (%s) /* floats per position of one cache */\n\n", cache_row.s);
 
   /* the fixed helpers */
   sp(o, "%s",
@@ -656,6 +1031,13 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
      "      return fail(err, err_len, \"engine: kernel %s failed: %s\", #call,          \\\n"
      "                  P->last_error ? P->last_error(pc) : \"unknown error\");       \\\n"
      "  } while (0)\n\n");
+  int multi_vec = 0; /* a vector weight stored with more than one dim */
+  json_array_foreach(json_object_get(g->model, "weights"), i, e) {
+    json_t *seen = json_object_get(g->weights_seen, json_string_value(json_object_get(e, "key")));
+    if (seen && !strcmp(json_string_value(json_object_get(seen, "kind")), "vector") &&
+        json_array_size(json_object_get(e, "shape")) > 1)
+      multi_vec = 1;
+  }
   sp(o, "%s",
      "/* Binds one weight [d0, d1]: a matrix in WEIGHT_DTYPE (this rank's rows\n"
      " * zero-copy when shard = SHARD_ROWS, its columns copied when SHARD_COLS),\n"
@@ -666,8 +1048,13 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
      "  const mi_platform_iface *P = m->P;\n"
      "  mi_weight_info wi;\n"
      "  char msg[160];\n"
-     "  if (m->host->weights_find(m->weights, key, &wi) != 0) return fail(err, err_len, \"engine: missing tensor %s%s\", key, \"\");\n"
-     "  if (wi.ndim != (vector ? 1 : 2) || wi.shape[0] != d0 || (!vector && wi.shape[1] != d1)) {\n"
+     "  if (m->host->weights_find(m->weights, key, &wi) != 0) return fail(err, err_len, \"engine: missing tensor %s%s\", key, \"\");\n");
+  sp(o, "%s",
+     multi_vec ? "  int64_t numel = 1; /* a vector may be stored with unit or kernel dims ([C, 1, K]): its element count */\n"
+                 "  for (int i = 0; i < wi.ndim; i++) numel *= wi.shape[i];\n"
+                 "  if (vector ? wi.ndim != vector || numel != d0 : wi.ndim != 2 || wi.shape[0] != d0 || wi.shape[1] != d1) {\n"
+               : "  if (wi.ndim != (vector ? 1 : 2) || wi.shape[0] != d0 || (!vector && wi.shape[1] != d1)) {\n");
+  sp(o, "%s",
      "    snprintf(msg, sizeof msg, \"[%lld, %lld]\", (long long)d0, (long long)d1);\n"
      "    return fail(err, err_len, \"engine: tensor %s does not have the generated shape %s\", key, msg);\n"
      "  }\n"
@@ -715,6 +1102,7 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
   /* load_weights */
   sp(o, "static int load_weights(mi_model *m, char *err, size_t err_len) {\n  char key[160];\n");
   for (int pass = 0; pass < 2; pass++) {
+    const char *open_kind = NULL; /* the layer kind whose "if" block is open (consecutive weights share it) */
     if (pass) sp(o, "  for (int l = 0; l < %s; l++) {\n    layer *L = &m->layers[l];\n", LAYERS);
     json_array_foreach(json_object_get(g->model, "weights"), i, e) {
       const char *key = json_string_value(json_object_get(e, "key"));
@@ -725,25 +1113,56 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
       json_t *sh = json_object_get(e, "shape");
       sb d0 = {0}, d1 = {0};
       g->nosplit = 1; /* the stored tensor's full shape */
-      expr_c(g, json_string_value(json_array_get(sh, 0)), &d0, NULL);
-      if (json_array_size(sh) > 1) expr_c(g, json_string_value(json_array_get(sh, 1)), &d1, NULL);
-      else sp(&d1, "0");
+      int vec = !strcmp(json_string_value(json_object_get(seen, "kind")), "vector");
+      if (vec && json_array_size(sh) > 1) { /* a vector stored [C, 1, K]: its element count, its rank */
+        for (size_t k = 0; k < json_array_size(sh); k++) {
+          json_t *dk = json_array_get(sh, k);
+          if (k) sp(&d0, " * ");
+          if (json_is_integer(dk)) sp(&d0, "%lld", (long long)json_integer_value(dk));
+          else {
+            sp(&d0, "(");
+            expr_c(g, json_string_value(dk), &d0, NULL);
+            sp(&d0, ")");
+          }
+        }
+        sp(&d1, "0");
+        vec = (int)json_array_size(sh);
+      } else {
+        expr_c(g, json_string_value(json_array_get(sh, 0)), &d0, NULL);
+        if (json_array_size(sh) > 1) expr_c(g, json_string_value(json_array_get(sh, 1)), &d1, NULL);
+        else sp(&d1, "0");
+      }
       g->nosplit = 0;
       const char *shard = json_string_value(json_object_get(e, "shard"));
       const char *shc = !shard ? "WHOLE" : !strcmp(shard, "rows") ? "SHARD_ROWS" : "SHARD_COLS";
-      int vec = !strcmp(json_string_value(json_object_get(seen, "kind")), "vector");
+      const char *wk = g->kinds ? json_string_value(json_object_get(e, "layer_kind")) : NULL;
       if (pass) {
         char fmt[200];
         const char *br = strstr(key, "{i}");
         snprintf(fmt, sizeof fmt, "%.*s%%d%s", (int)(br - key), key, br + 3);
-        sp(o, "    snprintf(key, sizeof key, \"%s\", l);\n", fmt);
-        sp(o, "    if (bind(m, key, %s, %s, %d, %s, &L->%s, err, err_len)) return -1;\n", d0.s, d1.s, vec, shc, f);
+        char U[96] = "";
+        if (open_kind && (!wk || strcmp(wk, open_kind))) sp(o, "    }\n");
+        if (wk && (!open_kind || strcmp(wk, open_kind))) {
+          if (kind_index(g, wk) < 0) {
+            snprintf(g->err, sizeof g->err, "weight %s: layer_kind %s is not a kind of layer_kinds", key, wk);
+            free(d0.s);
+            free(d1.s);
+            return -1;
+          }
+          upper(U, wk, sizeof U);
+          sp(o, "    if (k_layer_kind[l] == KIND_%s) { /* weights only %s layers have */\n", U, wk);
+        }
+        open_kind = wk;
+        sp(o, "%s    snprintf(key, sizeof key, \"%s\", l);\n", wk ? "  " : "", fmt);
+        sp(o, "%s    if (bind(m, key, %s, %s, %d, %s, &L->%s, err, err_len)) return -1;\n", wk ? "  " : "", d0.s, d1.s,
+           vec, shc, f);
       } else {
         sp(o, "  if (bind(m, \"%s\", %s, %s, %d, %s, &m->%s, err, err_len)) return -1;\n", key, d0.s, d1.s, vec, shc, f);
       }
       free(d0.s);
       free(d1.s);
     }
+    if (open_kind) sp(o, "    }\n");
     if (pass) sp(o, "  }\n");
   }
   sp(o, "  (void)key;\n  return 0;\n}\n\n");
@@ -760,7 +1179,11 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
       if (k) sp(&sz, " * ");
       if (!strcmp(d, "T")) sp(&sz, "BATCH");
       else if (!strcmp(d, "R")) sp(&sz, "LOGIT_ROWS");
-      else expr_c(g, d, &sz, NULL);
+      else if (strpbrk(d, "+-")) { /* a sum inside a product */
+        sp(&sz, "(");
+        expr_c(g, d, &sz, NULL);
+        sp(&sz, ")");
+      } else expr_c(g, d, &sz, NULL);
     }
     sp(o, "  size_t off_%s = off; off += ((size_t)%s * 4 + 63) & ~(size_t)63;\n",
        json_string_value(json_object_get(e, "name")), sz.s);
@@ -817,6 +1240,19 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
   /* the fixed glue */
   sp(o, "/* ---- the model interface (mi/model.h), embedded in the engine interface ---- */\n\n");
   sp(o, "static const mi_host_api *g_host;\n\n");
+  if (g->has_paths)
+    sp(o, "%s",
+       "/* a config field by its dotted path (rope_parameters.rope_theta) */\n"
+       "static const mi_json *cfg_at(const mi_host_api *h, const mi_json *cfg, const char *path) {\n"
+       "  char seg[64];\n"
+       "  const mi_json *v = cfg;\n"
+       "  while (v && *path) {\n"
+       "    size_t n = strcspn(path, \".\");\n"
+       "    snprintf(seg, sizeof seg, \"%.*s\", (int)n, path);\n"
+       "    v = h->json_type(v) == MI_JSON_OBJECT ? h->json_get(v, seg) : NULL;\n"
+       "    path += n + (path[n] == '.');\n"
+       "  }\n"
+       "  return v;\n}\n\n");
   sp(o, "static int e_check_config(void *ctx, const mi_json *cfg, char *err, size_t err_len) {\n"
         "  /* k_digest lists every contract field as name=value; each must be what this engine was made for */\n"
         "  const mi_host_api *h = g_host;\n"
@@ -829,7 +1265,7 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
         "    char name[64], want[64], got[64] = \"(absent)\";\n"
         "    snprintf(name, sizeof name, \"%%.*s\", (int)(eq - p), p);\n"
         "    snprintf(want, sizeof want, \"%%.*s\", (int)(end - eq - 1), eq + 1);\n"
-        "    const mi_json *v = h->json_get(cfg, name);\n"
+        "    const mi_json *v = %s;\n"
         "    int64_t iv;\n    double dv;\n    int bv;\n"
         "    if (v && h->json_type(v) == MI_JSON_INT && h->json_int(v, &iv) == 0) snprintf(got, sizeof got, \"%%lld\", (long long)iv);\n"
         "    else if (v && h->json_type(v) == MI_JSON_REAL && h->json_real(v, &dv) == 0) snprintf(got, sizeof got, \"%%.17g\", dv);\n"
@@ -841,9 +1277,32 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
         "      return -1;\n"
         "    }\n"
         "    p = end + 1;\n"
-        "  }\n"
-        "  return 0;\n}\n\n",
-     arch, engine_name, arch, engine_name);
+        "  }\n",
+     arch, engine_name, arch, g->has_paths ? "cfg_at(h, cfg, name)" : "h->json_get(cfg, name)", engine_name);
+  if (g->kinds) {
+    json_t *lk = json_object_get(g->model, "layer_kinds");
+    const char *an = json_string_value(json_object_get(lk, "config")), *ivn = json_string_value(json_object_get(lk, "interval"));
+    char IV[96] = "";
+    if (ivn) upper(IV, ivn, sizeof IV);
+    sp(o, "  /* each layer's kind: config.json's %s, else every %s-th layer is the first kind */\n", an ? an : "?",
+       ivn ? ivn : "?");
+    sp(o, "  const mi_json *kinds = h->json_get(cfg, \"%s\");\n", an ? an : "");
+    sp(o, "  if (kinds && (h->json_type(kinds) != MI_JSON_ARRAY || h->json_array_size(kinds) != %s))\n"
+          "    return fail(err, err_len, \"engine %s refuses this config: %s is not an array of %%s layer kinds%%s\", STR(%s), \"\");\n",
+       LAYERS, engine_name, an ? an : "?", LAYERS);
+    sp(o, "  for (int l = 0; l < %s; l++) {\n", LAYERS);
+    if (ivn)
+      sp(o, "    const char *got = kinds ? h->json_string(h->json_array_get(kinds, (size_t)l))\n"
+            "                            : k_kind_name[(l + 1) %% %s == 0 ? 0 : 1];\n", IV);
+    else
+      sp(o, "    const char *got = kinds ? h->json_string(h->json_array_get(kinds, (size_t)l)) : NULL;\n");
+    sp(o, "    if (!got || strcmp(got, k_kind_name[k_layer_kind[l]])) {\n"
+          "      snprintf(err, err_len, \"engine %s refuses this config: %s[%%d] = %%s, it was generated for %%s\", l,\n"
+          "               got ? got : \"(absent)\", k_kind_name[k_layer_kind[l]]);\n"
+          "      return -1;\n    }\n  }\n",
+       engine_name, an ? an : "?");
+  }
+  sp(o, "  return 0;\n}\n\n");
   sp(o, "%s",
      "static void e_unload(mi_model *m);\n\n"
      "static int e_load(void *ctx, const mi_model_load_args *a, mi_model **out, char *err, size_t err_len) {\n"
@@ -890,6 +1349,7 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
     sp(o, "    free_w(m, &m->layers[l].%s);\n", f);
   }
   sp(o, "  }\n  if (m->arena) m->P->buffer_free(m->pc, m->arena);\n  m->host->free(m);\n}\n\n");
+  if (!g->kinds) {
   sp(o, "static int e_info(mi_model *m, mi_model_info *dst) {\n"
         "  size_t room = dst->struct_size ? dst->struct_size : offsetof(mi_model_info, prefill_flops_token);\n"
         "  if (room > sizeof(mi_model_info)) room = sizeof(mi_model_info);\n"
@@ -916,7 +1376,59 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
      "static void e_seq_destroy(mi_model *m, mi_seq *s) {\n  if (!s) return;\n"
      "  if (s->buf) m->P->buffer_free(m->pc, s->buf);\n  m->host->free(s);\n}\n\n"
      "static int e_seq_truncate(mi_model *m, mi_seq *s, int64_t n_keep) {\n  (void)m;\n"
-     "  if (n_keep < 0 || n_keep > s->len) return -1;\n  s->len = n_keep;\n  return 0;\n}\n\n"
+     "  if (n_keep < 0 || n_keep > s->len) return -1;\n  s->len = n_keep;\n  return 0;\n}\n\n");
+  } else {
+    sp(o, "static int e_info(mi_model *m, mi_model_info *dst) {\n"
+          "  size_t room = dst->struct_size ? dst->struct_size : offsetof(mi_model_info, prefill_flops_token);\n"
+          "  if (room > sizeof(mi_model_info)) room = sizeof(mi_model_info);\n"
+          "  mi_model_info i;\n  memset(&i, 0, sizeof i);\n  i.struct_size = (uint32_t)room;\n"
+          "  i.architecture = \"%s\";\n  i.vocab_size = VOCAB_SIZE;\n  i.hidden_size = HIDDEN_SIZE;\n"
+          "  i.n_layers = %s;\n  i.max_position = MAX_POSITION_EMBEDDINGS;\n  i.weight_bytes = m->weight_bytes;\n"
+          "  for (int l = 0; l < %s; l++) { /* caches grow per token; the state of the other kinds is fixed */\n"
+          "    i.state_bytes_token += k_kv_row[k_layer_kind[l]] * sizeof(float);\n"
+          "    i.state_bytes_fixed += k_state[k_layer_kind[l]] * sizeof(float);\n  }\n"
+          "  i.decode_weight_bytes = DECODE_WEIGHT_BYTES;\n  i.prefill_flops_token = PREFILL_FLOPS_TOKEN;\n"
+          "  i.attn_flops_pos = ATTN_FLOPS_POS;\n  memcpy(dst, &i, room);\n  return 0;\n}\n\n",
+       arch, LAYERS, LAYERS);
+    sp(o, "static int e_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, size_t err_len) {\n"
+          "  *out = NULL;\n"
+          "  if (n_ctx < 1 || n_ctx > MAX_POSITION_EMBEDDINGS)\n"
+          "    return fail(err, err_len, \"engine: the context asked is outside [1, %%s] (max_position_embeddings)%%s\", STR(MAX_POSITION_EMBEDDINGS), \"\");\n"
+          "  mi_seq *s = m->host->alloc(sizeof *s, 64);\n"
+          "  if (!s) return fail(err, err_len, \"engine: out of memory%%s%%s\", \"\", \"\");\n"
+          "  memset(s, 0, sizeof *s);\n  s->n_ctx = n_ctx;\n"
+          "  size_t floats = 0, most = 0; /* one slab: each layer's caches and state, then zeros for a reset */\n"
+          "  for (int l = 0; l < %s; l++) {\n"
+          "    floats += (size_t)n_ctx * k_kv_row[k_layer_kind[l]] + k_state[k_layer_kind[l]];\n"
+          "    if (k_state[k_layer_kind[l]] > most) most = k_state[k_layer_kind[l]];\n  }\n"
+          "  if (m->P->buffer_alloc(m->pc, (floats + most) * sizeof(float), &s->buf) != 0) { /* zeroed: a new sequence's state */\n"
+          "    m->host->free(s);\n"
+          "    return fail(err, err_len, \"engine: cannot allocate the sequence's caches and state: %%s%%s\", m->P->last_error(m->pc), \"\");\n  }\n"
+          "  float *p = m->P->buffer_ptr(m->pc, s->buf);\n"
+          "  for (int l = 0; l < %s; l++) {\n"
+          "    s->layer_state[l] = p;\n"
+          "    p += (size_t)n_ctx * k_kv_row[k_layer_kind[l]] + k_state[k_layer_kind[l]];\n  }\n"
+          "  s->zeros = p;\n  *out = s;\n  return 0;\n}\n\n",
+       LAYERS, LAYERS);
+    sp(o, "static void e_seq_destroy(mi_model *m, mi_seq *s) {\n  if (!s) return;\n"
+          "  if (s->buf) m->P->buffer_free(m->pc, s->buf);\n  m->host->free(s);\n}\n\n"
+          "/* The fixed state summarises every position so far: a sequence is kept whole or\n"
+          " * restarted (n_keep 0 zeroes the state), never cut in between. */\n"
+          "static int e_seq_truncate(mi_model *m, mi_seq *s, int64_t n_keep) {\n"
+          "  if (n_keep == s->len) return 0;\n"
+          "  if (n_keep != 0) {\n"
+          "    m->host->log(MI_LOG_ERROR, \"%s\", \"a sequence with recurrent state can be truncated only to 0 or its \"\n"
+          "                 \"length %%lld, not to %%lld\", (long long)s->len, (long long)n_keep);\n"
+          "    return -1;\n  }\n"
+          "  for (int l = 0; l < %s; l++) {\n"
+          "    const size_t n = k_state[k_layer_kind[l]];\n"
+          "    if (n && m->P->memcpy_d2d(m->pc, NULL, s->layer_state[l] + (size_t)s->n_ctx * k_kv_row[k_layer_kind[l]],\n"
+          "                              s->zeros, n * sizeof(float)) != 0)\n"
+          "      return -1;\n  }\n"
+          "  s->len = 0;\n  return 0;\n}\n\n",
+       engine_name, LAYERS);
+  }
+  sp(o, "%s",
      "static int64_t e_seq_len(mi_model *m, mi_seq *s) {\n  (void)m;\n  return s->len;\n}\n\n"
      "static int e_forward(mi_model *m, mi_seq *s, const int32_t *ids, int64_t n, float *logits, int all_logits,\n"
      "                     char *err, size_t err_len) {\n"
@@ -975,16 +1487,23 @@ static void apply_patch(json_t *model, json_t *patch) {
   const char *arg = json_string_value(json_object_get(patch, "arg"));
   json_t *val = json_object_get(patch, "value");
   static const char *const secs[] = {"prologue", "layer_sequence", "epilogue"};
-  for (int s = 0; s < 3; s++) {
+  json_t *all = json_array(); /* every step sequence: the sections, and each layer kind's */
+  for (int s = 0; s < 3; s++) json_array_append(all, json_object_get(model, secs[s]) ?: json_null());
+  const char *kn;
+  json_t *kv;
+  json_object_foreach(json_object_get(json_object_get(model, "layer_kinds"), "kinds"), kn, kv)
+      json_array_append(all, json_object_get(kv, "sequence") ?: json_null());
+  for (size_t s = 0; s < json_array_size(all); s++) {
     size_t i;
     json_t *st;
-    json_array_foreach(json_object_get(model, secs[s]), i, st) {
+    json_array_foreach(json_array_get(all, s), i, st) {
       json_t *args = json_object_get(st, "args");
       if (op && arg && args && !strcmp(json_string_value(json_object_get(st, "operator")), op) &&
           json_object_get(args, arg))
         json_object_set(args, arg, val);
     }
   }
+  json_decref(all);
 }
 
 static int compose_run(void *ctx, const mi_agent_task *t, char **result, char *err, size_t err_len) {
@@ -1028,6 +1547,7 @@ static int compose_run(void *ctx, const mi_agent_task *t, char **result, char *e
     goto out;
   }
   g.model = json_deep_copy(me->json);
+  g.kinds = json_object_get(json_object_get(g.model, "layer_kinds"), "kinds");
   g.platform = pe->json;
   g.dtype = dtype;
   g.tp = json_is_integer(json_object_get(cons, "tp")) ? (int)json_integer_value(json_object_get(cons, "tp")) : 1;
@@ -1106,6 +1626,7 @@ out:
   json_decref(g.model);
   json_decref(g.ops);
   json_decref(g.weights_seen);
+  free(g.kind_of);
   json_decref(g.config);
   json_decref(task);
   mi_ckb_close(c);

@@ -137,18 +137,21 @@ static int in_list(const char *const *l, const char *s) {
   return 0;
 }
 
-static void check_sequence(json_t *fs, const char *base, const char *code, const char *fn, json_t *model,
-                           const char *const *secs, json_t *ops, int tp) {
+/* `seqs`: the step arrays the function's platform calls follow, in order (the
+ * prologue, then the layer sequence or each layer kind's in the contract's
+ * order: the source writes one switch case per kind in that order). */
+static void check_sequence(json_t *fs, const char *base, const char *code, const char *fn, json_t *seqs,
+                           json_t *ops, int tp) {
   const char *b, *e;
   if (body_of(code, fn, &b, &e)) {
     finding(fs, "error", "sequence", 0, "no function %s: the forward pass cannot be checked", fn);
     return;
   }
   json_t *want = json_array();
-  for (int s = 0; secs[s]; s++) {
+  for (size_t s = 0; s < json_array_size(seqs); s++) {
     size_t i;
     json_t *st;
-    json_array_foreach(json_object_get(model, secs[s]), i, st) {
+    json_array_foreach(json_array_get(seqs, s), i, st) {
       if (json_is_true(json_object_get(st, "optional"))) continue;
       const char *op = json_string_value(json_object_get(st, "operator"));
       json_array_append_new(want, json_pack("{s:s, s:s}", "member", json_string_value(json_object_get(json_object_get(ops, op), "member")) ?: "?",
@@ -252,10 +255,22 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
     json_decref(cs);
   }
   if (model && platform) {
-    static const char *const body_secs[] = {"prologue", "layer_sequence", NULL}, *const epi[] = {"epilogue", NULL};
     int tp = (int)json_integer_value(json_object_get(json_object_get(task, "constraints"), "tp"));
-    check_sequence(fs, code, code, "forward_chunk", model, body_secs, ops, tp);
-    check_sequence(fs, code, code, "logits_rows", model, epi, ops, tp);
+    json_t *body = json_array(), *epi = json_array();
+    json_array_append(body, json_object_get(model, "prologue") ?: json_null());
+    json_t *kinds = json_object_get(json_object_get(model, "layer_kinds"), "kinds");
+    if (kinds) {
+      const char *kn;
+      json_t *kv;
+      json_object_foreach(kinds, kn, kv) json_array_append(body, json_object_get(kv, "sequence") ?: json_null());
+    } else {
+      json_array_append(body, json_object_get(model, "layer_sequence") ?: json_null());
+    }
+    json_array_append(epi, json_object_get(model, "epilogue") ?: json_null());
+    check_sequence(fs, code, code, "forward_chunk", body, ops, tp);
+    check_sequence(fs, code, code, "logits_rows", epi, ops, tp);
+    json_decref(body);
+    json_decref(epi);
     /* members */
     json_t *allowed = json_array();
     json_array_foreach(json_object_get(platform, "kernels"), i, cl) {
@@ -272,7 +287,8 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
       json_array_foreach(allowed, k, a) okm |= !strcmp(json_string_value(a), n);
       /* the host API table's members are the host's, not the platform's */
       static const char *const host_members[] = {"weights_find", "alloc", "free", "json_string", "json_array_get", "json_get",
-                                                 "json_type", "json_int", "json_real", "json_bool", "log", "opt_get", NULL};
+                                                 "json_type", "json_int", "json_real", "json_bool", "log", "opt_get",
+                                                 "json_array_size", NULL};
       okm |= in_list(host_members, n);
       if (!okm) finding(fs, "error", "members", (int)json_integer_value(json_object_get(cl, "line")),
                         "member %s is neither a kernel of %s nor platform plumbing", n, pe->id);
@@ -282,7 +298,15 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
     json_t *ce;
     json_array_foreach(json_object_get(model, "config"), i, ce) {
       const char *n = json_string_value(json_object_get(ce, "name"));
-      json_t *v = json_object_get(cfg, n);
+      const char *where = json_string_value(json_object_get(ce, "path")); /* nested: rope_parameters.rope_theta */
+      json_t *v = cfg;
+      for (const char *q = where ? where : n; v && q && *q;) {
+        size_t len = strcspn(q, ".");
+        char seg[128];
+        snprintf(seg, sizeof seg, "%.*s", (int)len, q);
+        v = json_is_object(v) ? json_object_get(v, seg) : NULL;
+        q = q[len] ? q + len + 1 : NULL;
+      }
       if (!v || json_is_null(v)) v = json_object_get(ce, "default");
       if (!json_is_number(v) && !json_is_boolean(v)) continue;
       char U[96], pat[128];

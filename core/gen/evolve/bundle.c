@@ -1,0 +1,281 @@
+/* Phase 4, the candidate bundle: new operators (contract + float64
+ * reference + platform kernels) from the LLM explorer or a researcher
+ * (--candidates DIR, layout in docs/evolution.md). Nothing of it is
+ * trusted: each operator contract must validate as a CKB entry of the
+ * target CKB (schema, references), then pass as operator units (mi-verify
+ * --stage 1 on a temporary CKB = the target plus these operators, against
+ * their float64 references and the platform's kernels), and the found
+ * variants with the DeltaNet layers must then agree with the oracle end to
+ * end (the float64 reference on the goldens of checkpoints with DeltaNet
+ * layers). A rejection names the contract that failed. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/ckb/ckb.h"
+#include "core/gen/evolve/evolve.h"
+#include "core/runtime/safetensors.h"
+
+typedef struct diag_buf {
+  char text[2048];
+  int n;
+} diag_buf;
+
+static void diag(void *user, const char *line) {
+  diag_buf *d = user;
+  if (d->n++ == 0) snprintf(d->text, sizeof d->text, "%s", line);
+}
+
+/* The bundle's operator as the CKB will hold it: provenance "evolved",
+ * naming the candidate and what it cites (the schema's provenance has no
+ * "candidate" source: the loop only ever writes verified knowledge). */
+static json_t *as_evolved(const json_t *op, const char *bundle_id, const json_t *reads) {
+  json_t *e = json_deep_copy(op);
+  json_t *refs = json_array();
+  json_t *old = json_object_get(json_object_get(op, "provenance"), "refs");
+  size_t i;
+  json_t *r;
+  json_array_foreach(old, i, r) if (json_is_string(r)) json_array_append(refs, r);
+  json_array_foreach(reads, i, r) {
+    char s[4400];
+    snprintf(s, sizeof s, "%s#sha256=%s", json_string_value(json_object_get(r, "path")),
+             json_string_value(json_object_get(r, "sha256")));
+    json_array_append_new(refs, json_string(s));
+  }
+  char notes[512];
+  snprintf(notes, sizeof notes, "from candidate bundle %s, verified as operator units and end to end by mi-gen --evolve",
+           bundle_id);
+  json_object_set_new(e, "provenance", json_pack("{s:s, s:o, s:s}", "source", "evolved", "refs", refs, "notes", notes));
+  return e;
+}
+
+json_t *ev_platform_with_bundle(const json_t *plat, const json_t *bundle, const char *platform, char *err, size_t n) {
+  const json_t *ks = json_object_get(json_object_get(bundle, "kernels"), platform);
+  if (!json_is_array(ks) || !json_array_size(ks)) {
+    snprintf(err, n, "candidate bundle: no kernels for platform %s (\"kernels\": {\"%s\": [sources]})", platform,
+             platform);
+    return NULL;
+  }
+  json_t *p = json_deep_copy(plat), *kernels = json_object_get(p, "kernels");
+  if (!json_is_array(kernels)) json_object_set_new(p, "kernels", kernels = json_array());
+  size_t i, k;
+  json_t *id, *x;
+  json_array_foreach(json_object_get(bundle, "operators"), i, id) {
+    int have = 0;
+    json_array_foreach(kernels, k, x) have |= json_equal(json_object_get(x, "operator"), id);
+    if (!have) json_array_append_new(kernels, json_pack("{s:O, s:[s]}", "operator", id, "dtypes", "f32"));
+  }
+  json_int_t want = json_integer_value(json_object_get(json_object_get(bundle, "abi"), "minor"));
+  json_t *abi = json_object_get(p, "abi");
+  if (json_is_object(abi) && want > json_integer_value(json_object_get(abi, "minor")))
+    json_object_set_new(abi, "minor", json_integer(want));
+  return p;
+}
+
+static int run_cmd(const char *cmd) {
+  int st = system(cmd);
+  return st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+int ev_bundle_verify(ev_ctx *c, const vf_qwen35_variant *found, json_t *e2e, json_t **bundle_out, json_t **out,
+                     char *err, size_t n) {
+  const ev_opts *o = c->o;
+  *out = json_object();
+  *bundle_out = NULL;
+  char p[4400], e2[2048];
+  snprintf(p, sizeof p, "%s/bundle.json", o->candidates);
+  json_t *b = ev_read_json(c, p, "bundle", e2, sizeof e2);
+  if (!b) {
+    snprintf(err, n, "candidate bundle: %s", e2);
+    return 1;
+  }
+  const char *bid = json_string_value(json_object_get(b, "id"));
+  json_t *ops = json_object_get(b, "operators");
+  if (!bid || !json_is_array(ops) || !json_array_size(ops)) {
+    snprintf(err, n, "candidate bundle: %s: needs \"id\" and a non-empty \"operators\" array", p);
+    json_decref(b);
+    return 1;
+  }
+  json_object_set_new(*out, "id", json_string(bid));
+  mi_ckb *ck = mi_ckb_open(o->ckb, e2, sizeof e2);
+  if (!ck) {
+    snprintf(err, n, "%s", e2);
+    json_decref(b);
+    return -1;
+  }
+  /* 1. each contract as a CKB entry of the target */
+  json_t *entries = json_array(), *units = json_array();
+  char only[2048] = "";
+  int rc = 0;
+  size_t i;
+  json_t *id;
+  json_array_foreach(ops, i, id) {
+    const char *s = json_string_value(id);
+    const char *name = s && !strncmp(s, "operator.", 9) ? s + 9 : NULL;
+    char why[256];
+    if (!name || mi_ckb_name_check(name, why, sizeof why) != 0) {
+      snprintf(err, n, "candidate bundle: %s: operators[%zu] is not an operator id (operator.NAME)", p, i);
+      rc = 1;
+      break;
+    }
+    char op_path[4400];
+    snprintf(op_path, sizeof op_path, "%s/operators/%s.json", o->candidates, name);
+    json_t *op = ev_read_json(c, op_path, "bundle", e2, sizeof e2);
+    if (!op) {
+      snprintf(err, n, "candidate bundle: operator contract %s rejected: %s", s, e2);
+      rc = 1;
+      break;
+    }
+    json_t *ev = as_evolved(op, bid, NULL);
+    json_decref(op);
+    char rel[4400];
+    snprintf(rel, sizeof rel, "%s/operators/%s.json", o->ckb, name);
+    diag_buf d = {{0}, 0};
+    int probs = mi_ckb_validate_entry(ck, ev, rel, diag, &d);
+    if (probs) {
+      snprintf(err, n, "candidate bundle: operator contract %s (%s) rejected: %d problem(s), first: %s", s, op_path, probs,
+               d.text);
+      json_decref(ev);
+      rc = 1;
+      break;
+    }
+    json_array_append_new(entries, ev);
+    size_t l = strlen(only);
+    snprintf(only + l, sizeof only - l, "%s%s", l ? "," : "", s);
+  }
+  mi_ckb_close(ck);
+  /* 2. operator units on a temporary CKB: the target plus these operators */
+  char tmp[4300], plugin[4400], rep[4400], cmd[16384];
+  snprintf(tmp, sizeof tmp, "%s/bundle-ckb", o->run_dir);
+  if (rc == 0) {
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", tmp, o->ckb, tmp);
+    if (run_cmd(cmd) != 0) {
+      snprintf(err, n, "%s: cannot copy the CKB there", tmp);
+      rc = -1;
+    }
+  }
+  json_array_foreach(entries, i, id) {
+    if (rc) break;
+    char dp[4500];
+    snprintf(dp, sizeof dp, "%s/operators/%s.json", tmp, json_string_value(json_object_get(id, "id")) + 9);
+    if (json_dump_file(id, dp, JSON_INDENT(2) | JSON_SORT_KEYS) != 0) {
+      snprintf(err, n, "%s: cannot write", dp);
+      rc = -1;
+    }
+  }
+  if (rc == 0) { /* the platform contract lists the bundle's kernels (as the consolidator will) */
+    char pp[4500];
+    snprintf(pp, sizeof pp, "%s/platforms/%s.json", tmp, o->platform ? o->platform : "cpu");
+    json_t *plat = json_load_file(pp, 0, NULL);
+    json_t *np = plat ? ev_platform_with_bundle(plat, b, o->platform ? o->platform : "cpu", e2, sizeof e2) : NULL;
+    if (!np || json_dump_file(np, pp, JSON_INDENT(2)) != 0) {
+      snprintf(err, n, "%s", plat ? e2 : "the platform contract is not in the CKB");
+      rc = plat && !np ? 1 : -1;
+    }
+    json_decref(plat);
+    json_decref(np);
+  }
+  if (rc == 0) {
+    snprintf(plugin, sizeof plugin, "%s/../lib/metainfer/libmi-%s.so", o->exe_dir, o->platform ? o->platform : "cpu");
+    snprintf(rep, sizeof rep, "%s/bundle-stage1.json", o->run_dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s/mi-verify' --platform-plugin '%s' --ckb '%s' --stage 1 --only '%s' --seed 1 --report '%s' "
+             ">'%s/bundle-stage1.log' 2>&1",
+             o->exe_dir, plugin, tmp, only, rep, o->run_dir);
+    int vr = run_cmd(cmd);
+    json_t *r = json_load_file(rep, 0, NULL);
+    json_t *st = json_object_get(json_object_get(r, "stages"), "1");
+    if (!st) st = json_array_get(json_object_get(r, "stages"), 0);
+    size_t k;
+    json_t *u;
+    json_array_foreach(json_object_get(st, "units"), k, u)
+        json_array_append_new(units, json_pack("{s:O?, s:O?, s:O?}", "id", json_object_get(u, "id"), "verdict",
+                                               json_object_get(u, "verdict"), "message", json_object_get(u, "message")));
+    json_object_set_new(*out, "stage1_exit", json_integer(vr));
+    if (vr != 0) {
+      const char *bad = NULL;
+      json_array_foreach(json_object_get(st, "units"), k, u) if (!bad &&
+                                                                 strcmp(json_string_value(json_object_get(u, "verdict")) ?: "", "PASS"))
+          bad = json_string_value(json_object_get(u, "id"));
+      snprintf(err, n, "candidate bundle: operator units failed (mi-verify --stage 1 exit %d%s%s; %s/bundle-stage1.log)", vr,
+               bad ? ", first failing: " : "", bad ? bad : "", o->run_dir);
+      rc = 1;
+    }
+    json_decref(r);
+  }
+  json_object_set_new(*out, "operator_units", units);
+  /* 3. the layer sequence of the new layer kind */
+  json_t *layer = NULL;
+  if (rc == 0) {
+    snprintf(p, sizeof p, "%s/layer_%s.json", o->candidates,
+             json_string_value(json_object_get(b, "layer_kind")) ?: "linear_attention");
+    layer = ev_read_json(c, p, "bundle", e2, sizeof e2);
+    if (!layer) {
+      snprintf(err, n, "candidate bundle: %s", e2);
+      rc = 1;
+    }
+  }
+  /* 4. end to end: the found variants and the DeltaNet layers against the oracle */
+  json_t *rows = json_array();
+  const double tol = o->tol > 0 ? o->tol : EV_TOL;
+  json_t *g;
+  json_array_foreach(e2e, i, g) {
+    if (rc) break;
+    const char *gpath = json_string_value(json_object_get(g, "path"));
+    const json_t *gold = json_object_get(g, "golden");
+    const char *shape = json_string_value(json_object_get(json_object_get(gold, "model"), "shape"));
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/e2e/%zu-%s", o->run_dir, i, shape ? shape : "model");
+    if (ev_remake_checkpoint(o, gold, dir, e2, sizeof e2) != 0) {
+      snprintf(err, n, "%s: %s", gpath, e2);
+      rc = -1;
+      break;
+    }
+    char cp[4500];
+    snprintf(cp, sizeof cp, "%s/config.json", dir);
+    json_t *cfg = json_load_file(cp, 0, NULL);
+    mi_weights *w = cfg ? mi_weights_open(dir, e2, sizeof e2) : NULL;
+    vf_qwen35 *m = NULL;
+    double e = 0;
+    int steps = 0;
+    if (!w || vf_qwen35_open(cfg, w, &m, e2, sizeof e2) != 0) {
+      snprintf(err, n, "%s: %s", dir, e2);
+      rc = -1;
+    } else {
+      vf_qwen35_set_variant(m, found);
+      if (ev_oracle_error(m, gold, &e, &steps, e2, sizeof e2) != 0) {
+        snprintf(err, n, "%s: %s", gpath, e2);
+        rc = -1;
+      }
+    }
+    if (rc == 0) {
+      const int pass = e <= tol;
+      json_array_append_new(rows, json_pack("{s:s, s:s, s:f, s:i, s:s}", "golden", gpath, "shape", shape ? shape : "?",
+                                            "error", isfinite(e) ? e : 1e300, "steps", steps, "verdict",
+                                            pass ? "pass" : "fail"));
+      fprintf(stderr, "mi-gen: evolve: end to end %s: %.3g over %d steps, %s\n", shape ? shape : "?", e, steps,
+              pass ? "pass" : "fail");
+      if (!pass) {
+        snprintf(err, n, "candidate bundle: end to end on %s: max |logprob diff| %.3g > %g", gpath, e, tol);
+        rc = 1;
+      }
+    }
+    vf_qwen35_close(m);
+    if (w) mi_weights_close(w);
+    json_decref(cfg);
+  }
+  json_object_set_new(*out, "end_to_end", rows);
+  if (rc == 0) {
+    json_object_set_new(b, "operator_entries", entries);
+    json_object_set_new(b, "layer", layer);
+    *bundle_out = b;
+  } else {
+    json_decref(entries);
+    json_decref(layer);
+    json_decref(b);
+  }
+  return rc;
+}

@@ -1,0 +1,304 @@
+/* The evolution loop's phases, in order, each timed and written to the
+ * report (evolve.h has the overview, docs/evolution.md the details). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "core/ckb/ckb.h"
+#include "core/gen/evolve/evolve.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void phase(ev_ctx *c, const char *name, double t0, const char *status, const char *detail, int iterations) {
+  json_t *p = json_pack("{s:s, s:f, s:s, s:s, s:i}", "phase", name, "wall_s", now_s() - t0, "status", status, "detail",
+                        detail, "iterations", iterations);
+  json_array_append_new(json_object_get(c->report, "phases"), p);
+  fprintf(stderr, "mi-gen: evolve: phase %-14s %-8s %.2f s  %s\n", name, status, now_s() - t0, detail);
+}
+
+static int finish(ev_ctx *c, int rc, const char *why) {
+  json_object_set_new(c->report, "exit", json_integer(rc));
+  json_object_set_new(c->report, "wall_s", json_real(now_s() - c->t0));
+  json_object_set_new(c->report, "outcome", json_string(why));
+  json_object_set(c->report, "reads", c->reads);
+  char err[1024];
+  if (ev_report_write(c, err, sizeof err) != 0) fprintf(stderr, "mi-gen: evolve: %s\n", err);
+  fprintf(stderr, "mi-gen: evolve: %s (exit %d; report %s/evolve.md)\n", why, rc, c->o->run_dir);
+  json_decref(c->reads);
+  json_decref(c->report);
+  json_decref(c->model_cfg);
+  return rc;
+}
+
+/* A golden made by tools/peer/goldens.mjs --family qwen35: model.mkmodel_args
+ * naming qwen35, and cases. */
+static int is_hybrid_golden(const json_t *j) {
+  const json_t *a = json_object_get(json_object_get(j, "model"), "mkmodel_args");
+  if (!json_is_array(a) || !json_is_array(json_object_get(j, "cases"))) return 0;
+  size_t i;
+  json_t *x;
+  json_array_foreach(a, i, x) if (json_is_string(x) && !strcmp(json_string_value(x), "qwen35")) return 1;
+  return 0;
+}
+
+static int revalidate(ev_ctx *c, json_t **out, char *why, size_t n) {
+  const ev_opts *o = c->o;
+  char cmd[16384], log[4400], gold[4400] = "";
+  snprintf(log, sizeof log, "%s/revalidation.log", o->run_dir);
+  if (o->goldens) snprintf(gold, sizeof gold, "--goldens '%s' ", o->goldens);
+  /* from scratch: a fresh run dir and engine dir; no --refs, no candidates */
+  snprintf(cmd, sizeof cmd,
+           "rm -rf '%s/revalidation' && '%s/mi-gen' --model '%s' --platform '%s' --dtype '%s' --ckb '%s' "
+           "%s--out '%s/revalidation/engine' --run-dir '%s/revalidation/run' --seed 1 >'%s' 2>&1",
+           o->run_dir, o->exe_dir, o->model, o->platform ? o->platform : "cpu", o->dtype ? o->dtype : "bf16", o->ckb,
+           gold, o->run_dir, o->run_dir, log);
+  int st = system(cmd);
+  int rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  /* the stages the run reached: its stderr lines that name one */
+  json_t *lines = json_array();
+  FILE *f = fopen(log, "r");
+  char line[2048], last[2048] = "";
+  int composer = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    const char *st = strstr(line, "verifier: stage ");
+    char id[32];
+    int used = 0;
+    const char *vw = NULL;
+    static const char *const verdicts[] = {" PASS", " FAIL", " N/A", " SKIPPED"};
+    if (st && sscanf(st + 16, "%31s %n", id, &used) == 1 && used > 0)
+      for (size_t k = 0; k < 4; k++) {
+        const char *hit = strstr(st + 16 + used, verdicts[k]);
+        if (hit && (!vw || hit < vw)) vw = hit;
+      }
+    if (vw) {
+      /* "stage 4 end_to_end   PASS: detail" -> {stage, name, verdict, detail} */
+      const char *name = st + 16 + used, *ne = vw;
+      while (ne > name && ne[-1] == ' ') ne--;
+      size_t vl = strcspn(vw + 1, ": ");
+      const char *detail = vw + 1 + vl;
+      while (*detail == ':' || *detail == ' ') detail++;
+      json_array_append_new(lines, json_pack("{s:s, s:s#, s:s#, s:s}", "stage", id, "name", name, (int)(ne - name),
+                                             "verdict", vw + 1, (int)vl, "detail", detail));
+    } else if (strstr(line, "missing") || strstr(line, "not covered") || strstr(line, "FAIL"))
+      json_array_append_new(lines, json_pack("{s:s}", "line", line));
+    if (strstr(line, "layer_kinds") || strstr(line, "layer_sequence") || strstr(line, "layer kind")) composer = 1;
+    if (line[0]) snprintf(last, sizeof last, "%s", line);
+  }
+  if (f) fclose(f);
+  *out = json_pack("{s:i, s:s, s:o, s:s}", "mi_gen_exit", rc, "log", log, "stages", lines, "last_line", last);
+  if (rc == 0) {
+    snprintf(why, n, "revalidation: mi-gen with references off passed every stage");
+    return EV_EX_OK;
+  }
+  if (composer) {
+    snprintf(why, n, "revalidation: composer lacks layer kinds (mi-gen exit %d: %s)", rc, last);
+    return EV_EX_COMPOSER;
+  }
+  snprintf(why, n, "revalidation: mi-gen with references off failed (exit %d: %s)", rc, last);
+  return EV_EX_REVALIDATE;
+}
+
+int ev_run(const ev_opts *o) {
+  ev_ctx c = {.o = o, .reads = json_array(), .report = json_object()};
+  char err[2048], why[2300];
+  c.t0 = now_s();
+  if (mkdir(o->run_dir, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "mi-gen: evolve: %s: %s\n", o->run_dir, strerror(errno));
+    json_decref(c.reads);
+    json_decref(c.report);
+    return EV_EX_USAGE;
+  }
+  if (o->refs && !realpath(o->refs, c.refs_abs)) {
+    fprintf(stderr, "mi-gen: evolve: --refs %s: %s\n", o->refs, strerror(errno));
+    json_decref(c.reads);
+    json_decref(c.report);
+    return EV_EX_USAGE;
+  }
+  json_object_set_new(c.report, "references", o->refs ? json_string(c.refs_abs) : json_null());
+  json_object_set_new(c.report, "candidates", o->candidates ? json_string(o->candidates) : json_null());
+  json_object_set_new(c.report, "ckb", json_string(o->ckb));
+  json_object_set_new(c.report, "tolerance", json_real(o->tol > 0 ? o->tol : EV_TOL));
+  json_object_set_new(c.report, "llm", json_false());
+  json_object_set_new(c.report, "phases", json_array());
+
+  /* 1. coverage: what the CKB lacks for the model */
+  double t0 = now_s();
+  if (o->model) {
+    mi_ckb *ck = mi_ckb_open(o->ckb, err, sizeof err);
+    json_t *cov = NULL;
+    int cr = ck ? mi_ckb_coverage(ck, o->model, o->platform ? o->platform : "cpu", &cov, err, sizeof err) : -1;
+    if (ck) mi_ckb_close(ck);
+    if (cr < 0) {
+      phase(&c, "coverage", t0, "error", err, 1);
+      return finish(&c, EV_EX_USAGE, err);
+    }
+    json_object_set_new(c.report, "coverage", json_pack("{s:b, s:O?}", "covered", cr == 0, "missing",
+                                                        json_object_get(cov, "missing")));
+    snprintf(why, sizeof why, "%zu gap line(s) for %s", json_array_size(json_object_get(cov, "missing")), o->model);
+    json_decref(cov);
+    phase(&c, "coverage", t0, cr == 0 ? "covered" : "gaps", why, 1);
+  } else {
+    phase(&c, "coverage", t0, "skipped", "no --model", 0);
+  }
+
+  /* 2. exploration: every file under --refs, read through the log */
+  t0 = now_s();
+  json_t *probes = json_array(), *e2e = json_array();
+  if (!o->refs) {
+    phase(&c, "exploration", t0, "off", "references off: nothing under any reference folder is read", 0);
+    json_decref(probes);
+    json_decref(e2e);
+    return finish(&c, EV_EX_GAP, "references off: no oracle to search the variants with, the gap stays");
+  }
+  json_t *files = ev_list_files(c.refs_abs, err, sizeof err);
+  if (!files) {
+    phase(&c, "exploration", t0, "error", err, 0);
+    json_decref(probes);
+    json_decref(e2e);
+    return finish(&c, EV_EX_USAGE, err);
+  }
+  size_t i;
+  json_t *f;
+  json_array_foreach(files, i, f) {
+    size_t len = 0;
+    unsigned char *b = ev_read(&c, json_string_value(f), "exploration", &len, err, sizeof err);
+    if (!b) continue; /* logged nowhere: it was not read */
+    json_t *j = json_loadb((const char *)b, len, 0, NULL);
+    free(b);
+    if (j && is_hybrid_golden(j)) {
+      const char *shape = json_string_value(json_object_get(json_object_get(j, "model"), "shape")) ?: "";
+      json_array_append_new(!strncmp(shape, "probe-attn", 10) ? probes : e2e,
+                            json_pack("{s:O, s:O}", "path", f, "golden", j));
+    }
+    json_decref(j);
+  }
+  snprintf(why, sizeof why, "%zu file(s) read; %zu probe golden(s), %zu end-to-end golden(s)",
+           json_array_size(c.reads), json_array_size(probes), json_array_size(e2e));
+  phase(&c, "exploration", t0, "done", why, (int)json_array_size(files));
+  json_decref(files);
+
+  /* 3. the variant search */
+  t0 = now_s();
+  json_t *table = NULL;
+  vf_qwen35_variant found;
+  vf_qwen35_variant_default(&found);
+  int vr = ev_variant_search(&c, probes, &table, &found, err, sizeof err);
+  json_object_set_new(c.report, "variant_search", table ? table : json_array());
+  json_decref(probes);
+  if (vr != 0) {
+    phase(&c, "variant_search", t0, vr < 0 ? "error" : "no variant", err, (int)json_array_size(table));
+    json_decref(e2e);
+    return finish(&c, vr < 0 ? EV_EX_USAGE : EV_EX_NO_VARIANT, err);
+  }
+  char fname[96];
+  ev_candidate_name(&found, fname, sizeof fname);
+  json_object_set_new(c.report, "found", json_string(fname));
+  snprintf(why, sizeof why, "found %s", fname);
+  phase(&c, "variant_search", t0, "found", why, (int)json_array_size(table));
+
+  /* 4. the candidate bundle */
+  t0 = now_s();
+  if (!o->candidates) {
+    phase(&c, "bundle", t0, "skipped", "no --candidates: the new operators have no contracts", 0);
+    json_decref(e2e);
+    return finish(&c, EV_EX_GAP, "variants found; no candidate bundle for the new operators, the gap stays");
+  }
+  if (!json_array_size(e2e)) {
+    phase(&c, "bundle", t0, "rejected", "no golden of a checkpoint with DeltaNet layers under the references", 0);
+    json_decref(e2e);
+    return finish(&c, EV_EX_BUNDLE, "candidate bundle: no end-to-end oracle (a hybrid golden other than probe-attn*)");
+  }
+  json_t *bundle = NULL, *brep = NULL;
+  int br = ev_bundle_verify(&c, &found, e2e, &bundle, &brep, err, sizeof err);
+  json_object_set_new(c.report, "bundle", brep);
+  json_decref(e2e);
+  if (br != 0) {
+    phase(&c, "bundle", t0, br < 0 ? "error" : "rejected", err, 1);
+    return finish(&c, br < 0 ? EV_EX_USAGE : EV_EX_BUNDLE, err);
+  }
+  phase(&c, "bundle", t0, "accepted", "operator units and end to end against the oracle", 1);
+
+  /* 5. consolidation */
+  t0 = now_s();
+  json_t *entries = NULL;
+  int cr = ev_consolidate(&c, &found, bundle, json_object_get(c.report, "variant_search"), &entries, err, sizeof err);
+  json_decref(bundle);
+  json_object_set_new(c.report, "entries", entries ? entries : json_array());
+  if (cr != 0) {
+    phase(&c, "consolidation", t0, "error", err, 1);
+    return finish(&c, EV_EX_CONSOLIDATE, err);
+  }
+  mi_ckb *ck = mi_ckb_open(o->ckb, err, sizeof err);
+  int probs = ck ? mi_ckb_validate(ck, NULL, NULL) : -1;
+  if (ck) mi_ckb_close(ck);
+  if (probs != 0) {
+    snprintf(why, sizeof why, "%s: the CKB does not validate after consolidation (%d problem(s); mi-ckb validate)",
+             o->ckb, probs);
+    phase(&c, "consolidation", t0, "error", why, 1);
+    return finish(&c, EV_EX_CONSOLIDATE, why);
+  }
+  snprintf(why, sizeof why, "%zu entries in %s, the CKB validates", json_array_size(json_object_get(c.report, "entries")),
+           o->ckb);
+  phase(&c, "consolidation", t0, "done", why, 1);
+
+  /* 6. revalidation, references off */
+  t0 = now_s();
+  if (o->no_revalidate || !o->model) {
+    phase(&c, "revalidation", t0, "skipped", o->model ? "--no-revalidate" : "no --model", 0);
+    return finish(&c, EV_EX_OK, "consolidated (revalidation skipped)");
+  }
+  json_t *rv = NULL;
+  int rr = revalidate(&c, &rv, why, sizeof why);
+  json_object_set_new(c.report, "revalidation", rv);
+  phase(&c, "revalidation", t0, rr == EV_EX_OK ? "passed" : "failed", why, 1);
+  return finish(&c, rr, why);
+}
+
+int ev_main(const char *argv0, const char *exe_dir, const char *refs, const char *candidates, const char *ckb,
+            const char *model, const char *platform, const char *dtype, const char *out, const char *run_dir,
+            const char *goldens, int no_revalidate) {
+  char buf[4096], ckb_abs[PATH_MAX], run[PATH_MAX + 16], model_abs[PATH_MAX], cand_abs[PATH_MAX];
+  if (!ckb && !(ckb = mi_ckb_default_dir(argv0, buf, sizeof buf))) {
+    fprintf(stderr, "mi-gen: evolve: %s\n", buf);
+    return EV_EX_USAGE;
+  }
+  if (!realpath(ckb, ckb_abs)) {
+    fprintf(stderr, "mi-gen: evolve: --ckb %s: %s\n", ckb, strerror(errno));
+    return EV_EX_USAGE;
+  }
+  if (model && !realpath(model, model_abs)) {
+    fprintf(stderr, "mi-gen: evolve: --model %s: %s\n", model, strerror(errno));
+    return EV_EX_USAGE;
+  }
+  if (candidates && !realpath(candidates, cand_abs)) {
+    fprintf(stderr, "mi-gen: evolve: --candidates %s: %s\n", candidates, strerror(errno));
+    return EV_EX_USAGE;
+  }
+  if (!run_dir && !out) {
+    fprintf(stderr, "mi-gen: evolve: --run-dir DIR (or --out DIR: the report goes to DIR/evolve) is needed\n");
+    return EV_EX_USAGE;
+  }
+  if (run_dir) snprintf(run, sizeof run, "%s", run_dir);
+  else {
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+      fprintf(stderr, "mi-gen: evolve: --out %s: %s\n", out, strerror(errno));
+      return EV_EX_USAGE;
+    }
+    snprintf(run, sizeof run, "%s/evolve", out);
+  }
+  ev_opts o = {.refs = refs, .candidates = candidates ? cand_abs : NULL, .ckb = ckb_abs,
+               .model = model ? model_abs : NULL, .platform = platform ? platform : "cpu", .dtype = dtype ? dtype : "bf16",
+               .run_dir = run, .exe_dir = exe_dir, .goldens = goldens, .no_revalidate = no_revalidate};
+  return ev_run(&o);
+}

@@ -1,0 +1,177 @@
+/* The Qwen3.5/3.6-style hybrid's forward pass, composed from platform
+ * kernels (docs/hybrid.md has the math; core/verify/models/qwen35.c is the
+ * independent float64 version). T tokens at positions p0 … p0+T-1:
+ *
+ *   x = embed(ids)                                            [T, H]
+ *   for each layer l:
+ *     h = rmsnorm(x) · (1 + input_layernorm)
+ *     full attention:
+ *       q | gate = h·Wqᵀ split per head; q = rmsnorm(q)·(1+q_norm); k likewise
+ *       NeoX RoPE on the first rot_dim channels of q and k (→ KV cache)
+ *       o = (attention(q, K, V) · sigmoid(gate)) · Woᵀ
+ *     gated DeltaNet:
+ *       u  = silu(causal_conv1d(h·Wqkvᵀ; conv state))          [T, C]
+ *       q, k, v = split(u); q = l2norm(q)/√Dk; k = l2norm(k)
+ *       beta = sigmoid(h·Wbᵀ); g = −exp(A_log)·softplus(h·Waᵀ + dt_bias)
+ *       core = gated_delta_rule(q, k, v, g, beta; recurrent state)  all T at once
+ *       o = (norm·rmsnorm(core)·silu(h·Wzᵀ)) · Woutᵀ
+ *     x += o
+ *     h = rmsnorm(x) · (1 + post_attention_layernorm)
+ *     x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ) · Wdᵀ
+ *   logits = rmsnorm(x) · (1 + norm) · Wlmᵀ          (Wlm = embed when tied)
+ *
+ * A prefill chunk runs every layer once over all its tokens: the matmuls
+ * are batched, the conv and the delta rule take T tokens in one call (the
+ * platform evaluates the rule in chunks). Nothing here allocates. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mi/model.h"
+#include "qwen35_config.h"
+#include "qwen35_internal.h"
+
+#define CHECK_K(call)                                                                              \
+  do {                                                                                             \
+    if ((call) != 0) {                                                                             \
+      const char *e_ = P->last_error ? P->last_error(pc) : NULL;                                   \
+      snprintf(err, err_len, "qwen35: kernel %s failed: %s", #call, e_ ? e_ : "unknown error");    \
+      return -1;                                                                                   \
+    }                                                                                              \
+  } while (0)
+
+/* Runs T ≤ batch tokens at positions seq->len … seq->len+T-1; leaves the
+ * last layer's residual stream in s->x [T, H]. */
+static int forward_chunk(qwen35_model *m, qwen35_seq *seq, const int32_t *ids, int64_t T,
+                         char *err, size_t err_len) {
+  const mi_platform_iface *P = m->P;
+  void *pc = m->pc;
+  const qwen35_config *c = &m->cfg;
+  q35_scratch *s = &m->s;
+  const int64_t H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+  const int64_t qdim = nh * hd, kvdim = nkv * hd, F = c->ffn;
+  const int64_t Kh = c->lin_kh, Vh = c->lin_vh, Dk = c->lin_dk, Dv = c->lin_dv;
+  const int64_t KD = Kh * Dk, VD = Vh * Dv, C = m->conv_dim, K = c->conv_k;
+  const int64_t pos0 = seq->len;
+  const float eps = (float)c->eps, theta = (float)c->rope_theta;
+  const float att_scale = (float)(1.0 / sqrt((double)hd));
+  const float q_scale = (float)(1.0 / sqrt((double)Dk));
+
+  for (int64_t t = 0; t < T; t++) m->pos_host[t] = (int32_t)(pos0 + t);
+  CHECK_K(P->memcpy_h2d(pc, NULL, s->ids, ids, (size_t)T * sizeof(int32_t)));
+  CHECK_K(P->memcpy_h2d(pc, NULL, s->pos, m->pos_host, (size_t)T * sizeof(int32_t)));
+  CHECK_K(P->embed(pc, NULL, s->x, m->embed.ptr, m->embed.dtype, s->ids, T, c->vocab, H));
+
+  for (int64_t l = 0; l < c->n_layers; l++) {
+    const q35_layer *L = &m->layers[l];
+    CHECK_K(P->rmsnorm(pc, NULL, s->h, s->x, L->attn_norm.ptr, T, H, eps, 1.0f)); /* [T, H] */
+
+    if (L->full) {
+      /* this layer's cache: K [n_ctx, nkv, hd] then V [n_ctx, nkv, hd] */
+      float *kc = seq->kv + (size_t)L->kv_slot * 2 * (size_t)seq->n_ctx * kvdim;
+      float *vc = kc + (size_t)seq->n_ctx * kvdim;
+      float *k_new = kc + (size_t)pos0 * kvdim; /* [T, nkv, hd], straight into the cache */
+      float *v_new = vc + (size_t)pos0 * kvdim; /* [T, nkv, hd] */
+      CHECK_K(P->matmul(pc, NULL, s->qg, s->h, L->wq.ptr, L->wq.dtype, T, 2 * qdim, H));
+      /* per head hd query rows then hd gate rows: [T·nh, 2·hd] → two [T·nh, hd] */
+      CHECK_K(P->copy2d(pc, NULL, s->q, hd, s->qg, 2 * hd, T * nh, hd));
+      CHECK_K(P->copy2d(pc, NULL, s->gate, hd, s->qg + hd, 2 * hd, T * nh, hd));
+      CHECK_K(P->matmul(pc, NULL, k_new, s->h, L->wk.ptr, L->wk.dtype, T, kvdim, H));
+      CHECK_K(P->matmul(pc, NULL, v_new, s->h, L->wv.ptr, L->wv.dtype, T, kvdim, H));
+      CHECK_K(P->rmsnorm(pc, NULL, s->q, s->q, L->q_norm.ptr, T * nh, hd, eps, 1.0f));
+      CHECK_K(P->rmsnorm(pc, NULL, k_new, k_new, L->k_norm.ptr, T * nkv, hd, eps, 1.0f));
+      CHECK_K(P->rope(pc, NULL, s->q, s->pos, T, nh, qdim, hd, c->rot_dim, theta));
+      CHECK_K(P->rope(pc, NULL, k_new, s->pos, T, nkv, kvdim, hd, c->rot_dim, theta));
+      CHECK_K(P->attention(pc, NULL, s->att, s->q, kc, vc, MI_DTYPE_F32, T, nh, nkv, hd, pos0,
+                           att_scale)); /* [T, nh, hd] */
+      CHECK_K(P->sigmoid_mul(pc, NULL, s->att, s->att, s->gate, T * qdim));
+      CHECK_K(P->matmul(pc, NULL, s->o, s->att, L->wo.ptr, L->wo.dtype, T, H, qdim)); /* [T, H] */
+    } else {
+      float *conv_state = seq->conv + (size_t)L->st_slot * (size_t)((K - 1) * C); /* [K-1, C] */
+      float *rec_state = seq->rec + (size_t)L->st_slot * (size_t)(Vh * Dk * Dv);  /* [Vh, Dk, Dv] */
+      CHECK_K(P->matmul(pc, NULL, s->u, s->h, L->w_qkv.ptr, L->w_qkv.dtype, T, C, H)); /* [T, C] */
+      CHECK_K(P->conv1d_causal(pc, NULL, s->cv, s->u, L->conv_w.ptr, conv_state, T, C, K, 1));
+      /* channels q [KD] | k [KD] | v [VD] of each token → three arrays */
+      CHECK_K(P->copy2d(pc, NULL, s->lq, KD, s->cv, C, T, KD));          /* [T, Kh, Dk] */
+      CHECK_K(P->copy2d(pc, NULL, s->lk, KD, s->cv + KD, C, T, KD));     /* [T, Kh, Dk] */
+      CHECK_K(P->copy2d(pc, NULL, s->lv, VD, s->cv + 2 * KD, C, T, VD)); /* [T, Vh, Dv] */
+      CHECK_K(P->l2norm(pc, NULL, s->lq, s->lq, T * Kh, Dk, Q35_L2_EPS));
+      CHECK_K(P->l2norm(pc, NULL, s->lk, s->lk, T * Kh, Dk, Q35_L2_EPS));
+      CHECK_K(P->scale(pc, NULL, s->lq, s->lq, q_scale, T * KD));
+      CHECK_K(P->matmul(pc, NULL, s->z, s->h, L->w_z.ptr, L->w_z.dtype, T, VD, H));   /* [T, Vh, Dv] */
+      CHECK_K(P->matmul(pc, NULL, s->ba, s->h, L->w_b.ptr, L->w_b.dtype, T, Vh, H));  /* [T, Vh] */
+      CHECK_K(P->matmul(pc, NULL, s->aa, s->h, L->w_a.ptr, L->w_a.dtype, T, Vh, H));  /* [T, Vh] */
+      CHECK_K(P->deltanet_gates(pc, NULL, s->beta, s->g, s->ba, s->aa, L->a_log.ptr,
+                                L->dt_bias.ptr, T, Vh)); /* beta, g [T, Vh] */
+      CHECK_K(P->gated_delta_rule(pc, NULL, s->core, s->lq, s->lk, s->lv, s->g, s->beta, rec_state,
+                                  T, Kh, Vh, Dk, Dv)); /* [T, Vh, Dv] */
+      CHECK_K(P->rmsnorm_gated(pc, NULL, s->core, s->core, L->lin_norm.ptr, s->z, T * Vh, Dv, eps));
+      CHECK_K(P->matmul(pc, NULL, s->o, s->core, L->w_out.ptr, L->w_out.dtype, T, H, VD)); /* [T, H] */
+    }
+    CHECK_K(P->add(pc, NULL, s->x, s->x, s->o, T * H));
+
+    /* MLP block */
+    CHECK_K(P->rmsnorm(pc, NULL, s->h, s->x, L->ffn_norm.ptr, T, H, eps, 1.0f));
+    CHECK_K(P->matmul(pc, NULL, s->mg, s->h, L->wg.ptr, L->wg.dtype, T, F, H)); /* [T, F] */
+    CHECK_K(P->matmul(pc, NULL, s->mu, s->h, L->wu.ptr, L->wu.dtype, T, F, H)); /* [T, F] */
+    CHECK_K(P->silu_mul(pc, NULL, s->mg, s->mg, s->mu, T * F));
+    CHECK_K(P->matmul(pc, NULL, s->o, s->mg, L->wd.ptr, L->wd.dtype, T, H, F)); /* [T, H] */
+    CHECK_K(P->add(pc, NULL, s->x, s->x, s->o, T * H));
+  }
+  seq->len += T;
+  return 0;
+}
+
+/* Logits of rows [r0, r0+n) of the last chunk's residual stream → host
+ * out [n, V]. */
+static int compute_logits(qwen35_model *m, int64_t r0, int64_t n, float *out, char *err,
+                          size_t err_len) {
+  const mi_platform_iface *P = m->P;
+  void *pc = m->pc;
+  const qwen35_config *c = &m->cfg;
+  q35_scratch *s = &m->s;
+  const int64_t H = c->hidden, V = c->vocab;
+  for (int64_t i = 0; i < n; i += Q35_LOGIT_ROWS) {
+    const int64_t rows = n - i < Q35_LOGIT_ROWS ? n - i : Q35_LOGIT_ROWS;
+    float *h = s->h + (size_t)(r0 + i) * H; /* [rows, H] */
+    CHECK_K(P->rmsnorm(pc, NULL, h, s->x + (size_t)(r0 + i) * H, m->final_norm.ptr, rows, H,
+                       (float)c->eps, 1.0f));
+    CHECK_K(P->matmul(pc, NULL, s->logits, h, m->lm_head.ptr, m->lm_head.dtype, rows, V, H));
+    CHECK_K(P->memcpy_d2h(pc, NULL, out + (size_t)i * V, s->logits,
+                          (size_t)(rows * V) * sizeof(float)));
+  }
+  /* NULL stream_sync: a synchronous platform (see mi/platform.h) */
+  if (mi_platform_has(P, stream_sync)) CHECK_K(P->stream_sync(pc, NULL));
+  return 0;
+}
+
+int qwen35_forward(qwen35_model *m, qwen35_seq *seq, const int32_t *ids, int64_t n, float *logits,
+                   int all_logits, char *err, size_t err_len) {
+  if (n <= 0) {
+    snprintf(err, err_len, "qwen35: forward needs at least one token");
+    return -1;
+  }
+  if (seq->len + n > seq->n_ctx) {
+    snprintf(err, err_len, "qwen35: %lld tokens do not fit: the context holds %lld and %lld are used",
+             (long long)n, (long long)seq->n_ctx, (long long)seq->len);
+    return -1;
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= m->cfg.vocab) {
+      snprintf(err, err_len, "qwen35: token id %d is outside the vocabulary [0, %lld)", ids[i],
+               (long long)m->cfg.vocab);
+      return -1;
+    }
+  for (int64_t done = 0; done < n;) {
+    const int64_t T = n - done < m->batch ? n - done : m->batch;
+    if (forward_chunk(m, seq, ids + done, T, err, err_len) != 0) return -1;
+    if (logits && all_logits) {
+      if (compute_logits(m, 0, T, logits + (size_t)done * m->cfg.vocab, err, err_len) != 0)
+        return -1;
+    } else if (logits && done + T == n) {
+      if (compute_logits(m, T - 1, 1, logits, err, err_len) != 0) return -1;
+    }
+    done += T;
+  }
+  return 0;
+}

@@ -1,0 +1,658 @@
+/* mi-gen --evolve (core/gen/evolve, docs/evolution.md) against what is
+ * known independently of it:
+ *  - the variant search, on llama.cpp's goldens of two probe shapes
+ *    (tests/goldens/hybrid/evolve-probe-attn*), picks the reading the
+ *    checkpoints were made with (mi-mkmodel's hybrid: 1+w norms, 1+w q/k
+ *    norms, partial rotary, interleaved gate), the true candidate within
+ *    tolerance and every other outside it;
+ *  - fed an oracle of another model (a golden recomputed as a model whose
+ *    q_norm/k_norm multiply by w would answer) it picks that reading instead,
+ *    so the search is not hard-wired;
+ *  - every file under --refs is logged with its size and SHA-256 (computed
+ *    here again); with references off nothing is;
+ *  - the consolidator's entries validate in the CKB, are the same bytes on
+ *    a second run, and its model contract's full-attention layer is the one
+ *    hand-checked in tests/gen/contracts/qwen35.draft.json;
+ *  - a bundle with a broken operator contract is rejected naming it. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "core/ckb/ckb.h"
+#include "core/gen/evolve/evolve.h"
+#include "core/gen/gen.h"
+#include "core/runtime/safetensors.h"
+#include "tests/safetensors/st_writer.h"
+
+static const char *TRUE_READING = "norm=1+w qk=1+w rotary=partial gate=interleaved";
+static const char *PROBES[] = {"evolve-probe-attn-seed5.json", "evolve-probe-attn-b-seed6.json"};
+
+static char *src(const char *rel) {
+  char *p = NULL;
+  ck_assert(asprintf(&p, "%s/%s", getenv("MI_SOURCE_DIR"), rel) > 0);
+  return p;
+}
+
+static void sh(const char *fmt, const char *a, const char *b) {
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, fmt, a, b);
+  ck_assert_msg(system(cmd) == 0, "%s", cmd);
+}
+
+static json_t *load_src(const char *rel) {
+  char *p = src(rel);
+  json_error_t je;
+  json_t *j = json_load_file(p, 0, &je);
+  ck_assert_msg(j, "%s: %s", p, je.text);
+  free(p);
+  return j;
+}
+
+/* refs folder holding the named goldens; returns the tmp root */
+static char *make_refs(const char *const *goldens, int n, char **refs_out) {
+  char *tmp = tw_mkdtemp("evolve");
+  char *refs = tw_path(tmp, "refs");
+  ck_assert_int_eq(mkdir(refs, 0755), 0);
+  for (int i = 0; i < n; i++) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "tests/goldens/hybrid/%s", goldens[i]);
+    /* the first prompt's first 2 steps: the same oracle, a quarter of the
+     * reference's work (the sanitizer run stays short); docs/evolution.md
+     * has a run on the whole goldens */
+    json_t *g = load_src(rel);
+    json_t *cases = json_object_get(g, "cases");
+    while (json_array_size(cases) > 1) json_array_remove(cases, json_array_size(cases) - 1);
+    json_t *steps = json_object_get(json_array_get(cases, 0), "steps");
+    while (json_array_size(steps) > 2) json_array_remove(steps, json_array_size(steps) - 1);
+    char *out = tw_path(refs, goldens[i]);
+    ck_assert_int_eq(json_dump_file(g, out, JSON_COMPACT), 0);
+    free(out);
+    json_decref(g);
+  }
+  *refs_out = refs;
+  return tmp;
+}
+
+/* mi-gen --evolve; returns its exit status and the parsed evolve.json */
+static int run_evolve(const char *tmp, const char *refs, const char *cand, json_t **report) {
+  char *ckb = tw_path(tmp, "ckb"), *run = tw_path(tmp, "run"), *ck = src("ckb");
+  struct stat st;
+  if (stat(ckb, &st) != 0) sh("cp -r '%s' '%s'", ck, ckb);
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-gen' --evolve %s%s%s %s%s%s --ckb '%s' --run-dir '%s' 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs ? "--refs '" : "", refs ? refs : "", refs ? "'" : "", cand ? "--candidates '" : "",
+           cand ? cand : "", cand ? "'" : "", ckb, run, tmp);
+  int s = system(cmd);
+  ck_assert(WIFEXITED(s));
+  char *rp = tw_path(run, "evolve.json");
+  json_error_t je;
+  *report = json_load_file(rp, 0, &je);
+  ck_assert_msg(*report, "%s: %s", rp, je.text);
+  free(rp);
+  free(ckb);
+  free(run);
+  free(ck);
+  return WEXITSTATUS(s);
+}
+
+/* the table: per probe, 36 rows, the true reading the only pass */
+static void check_table(const json_t *table, const char *probe, const char *want) {
+  size_t i;
+  json_t *r;
+  int rows = 0, found = 0;
+  json_array_foreach(table, i, r) {
+    if (strcmp(json_string_value(json_object_get(r, "probe")), probe)) continue;
+    rows++;
+    const char *cand = json_string_value(json_object_get(r, "candidate"));
+    double e = json_number_value(json_object_get(r, "error"));
+    const char *v = json_string_value(json_object_get(r, "verdict"));
+    ck_assert_int_gt(json_integer_value(json_object_get(r, "steps")), 0);
+    if (!strcmp(cand, want)) {
+      found++;
+      ck_assert_msg(e < EV_TOL && !strcmp(v, "pass"), "%s %s: error %g %s", probe, cand, e, v);
+    } else {
+      /* far outside: one wrong reading moves logprobs by O(0.1..10) */
+      ck_assert_msg(e > 10 * EV_TOL && !strcmp(v, "fail"), "%s %s: error %g %s", probe, cand, e, v);
+    }
+  }
+  ck_assert_int_eq(rows, 36);
+  ck_assert_int_eq(found, 1);
+}
+
+START_TEST(search_picks_true_variants_on_two_probes) {
+  char *refs;
+  char *tmp = make_refs(PROBES, 2, &refs);
+  json_t *r;
+  int rc = run_evolve(tmp, refs, NULL, &r);
+  ck_assert_int_eq(rc, EV_EX_GAP); /* no candidate bundle: the operators' gap stays */
+  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), TRUE_READING);
+  json_t *table = json_object_get(r, "variant_search");
+  ck_assert_int_eq(json_array_size(table), 72);
+  check_table(table, "probe-attn", TRUE_READING);
+  check_table(table, "probe-attn-b", TRUE_READING);
+  ck_assert(json_is_false(json_object_get(r, "llm")));
+  /* the reads: both goldens, their sizes and SHA-256 recomputed here */
+  json_t *reads = json_object_get(r, "reads");
+  ck_assert_int_eq(json_array_size(reads), 2);
+  size_t i;
+  json_t *x;
+  json_array_foreach(reads, i, x) {
+    const char *p = json_string_value(json_object_get(x, "path"));
+    char h[65];
+    ck_assert_int_eq(mi_sha256_file(p, h), 0);
+    ck_assert_str_eq(h, json_string_value(json_object_get(x, "sha256")));
+    struct stat st;
+    ck_assert_int_eq(stat(p, &st), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(x, "bytes")), st.st_size);
+    ck_assert_str_eq(json_string_value(json_object_get(x, "phase")), "exploration");
+    ck_assert(!strncmp(json_string_value(json_object_get(x, "ref")), "refs/evolve-probe-attn", 22));
+  }
+  /* the markdown report has the table */
+  char *md = tw_path(tmp, "run/evolve.md");
+  size_t n;
+  char *text = tw_read_all(md, &n);
+  ck_assert_ptr_nonnull(text);
+  ck_assert_ptr_nonnull(strstr(text, "| probe-attn-b | norm=1+w qk=1+w rotary=partial gate=interleaved |"));
+  free(text);
+  free(md);
+  json_decref(r);
+  tw_rmtree(tmp);
+  free(tmp);
+  free(refs);
+}
+END_TEST
+
+START_TEST(references_off_reads_nothing) {
+  char *refs;
+  char *tmp = make_refs(PROBES, 1, &refs);
+  json_t *r;
+  int rc = run_evolve(tmp, NULL, NULL, &r);
+  ck_assert_int_eq(rc, EV_EX_GAP);
+  ck_assert_int_eq(json_array_size(json_object_get(r, "reads")), 0);
+  ck_assert(json_is_null(json_object_get(r, "references")));
+  ck_assert_int_eq(json_array_size(json_object_get(r, "variant_search")), 0);
+  json_t *ph = json_array_get(json_object_get(r, "phases"), 1);
+  ck_assert_str_eq(json_string_value(json_object_get(ph, "phase")), "exploration");
+  ck_assert_str_eq(json_string_value(json_object_get(ph, "status")), "off");
+  json_decref(r);
+  tw_rmtree(tmp);
+  free(tmp);
+  free(refs);
+}
+END_TEST
+
+static void log_softmax(const double *l, double *out, int V) {
+  double mx = -INFINITY, s = 0;
+  for (int i = 0; i < V; i++) mx = fmax(mx, l[i]);
+  for (int i = 0; i < V; i++) s += exp(l[i] - mx);
+  for (int i = 0; i < V; i++) out[i] = l[i] - (mx + log(s));
+}
+
+/* The golden's top-10 replaced by what the reference under variant v
+ * answers on the same tokens: the oracle of another model. */
+static void tamper(json_t *g, const char *dir, const vf_qwen35_variant *v) {
+  char *cp = tw_path(dir, "config.json");
+  json_t *cfg = json_load_file(cp, 0, NULL);
+  char err[512];
+  mi_weights *w = mi_weights_open(dir, err, sizeof err);
+  ck_assert_msg(w, "%s", err);
+  vf_qwen35 *m = NULL;
+  ck_assert_msg(vf_qwen35_open(cfg, w, &m, err, sizeof err) == 0, "%s", err);
+  vf_qwen35_set_variant(m, v);
+  const int V = vf_qwen35_vocab(m);
+  double *lg = malloc((size_t)V * sizeof(double)), *lp = malloc((size_t)V * sizeof(double));
+  size_t i;
+  json_t *c;
+  json_array_foreach(json_object_get(g, "cases"), i, c) {
+    json_t *pids = json_object_get(c, "prompt_ids"), *steps = json_object_get(c, "steps");
+    int np = (int)json_array_size(pids), ns = (int)json_array_size(steps);
+    int32_t *ids = malloc((size_t)(np + ns) * sizeof(int32_t));
+    for (int t = 0; t < np; t++) ids[t] = (int32_t)json_integer_value(json_array_get(pids, (size_t)t));
+    for (int t = 0; t < ns; t++)
+      ids[np + t] = (int32_t)json_integer_value(json_object_get(json_array_get(steps, (size_t)t), "token_id"));
+    vf_qwen35_seq *s = vf_qwen35_seq_new(m, np + ns);
+    for (int t = 0; t < ns; t++) {
+      ck_assert(t == 0 ? vf_qwen35_forward(m, s, ids, np, 1, lg, 0, NULL, err, sizeof err) == 0
+                       : vf_qwen35_forward(m, s, ids + np + t - 1, 1, 1, lg, 0, NULL, err, sizeof err) == 0);
+      log_softmax(lg, lp, V);
+      int best[10];
+      for (int k = 0; k < 10; k++) best[k] = -1;
+      for (int u = 0; u < V; u++) { /* insertion into the 10 largest */
+        int k = 10;
+        while (k > 0 && (best[k - 1] < 0 || lp[u] > lp[best[k - 1]])) k--;
+        if (k == 10) continue;
+        memmove(best + k + 1, best + k, (size_t)(9 - k) * sizeof *best);
+        best[k] = u;
+      }
+      json_t *top = json_array();
+      for (int k = 0; k < 10; k++) json_array_append_new(top, json_pack("[i, f]", best[k], lp[best[k]]));
+      json_object_set_new(json_array_get(steps, (size_t)t), "top", top);
+    }
+    vf_qwen35_seq_free(s);
+    free(ids);
+  }
+  free(lg);
+  free(lp);
+  vf_qwen35_close(m);
+  mi_weights_close(w);
+  json_decref(cfg);
+  free(cp);
+}
+
+START_TEST(tampered_oracle_picks_the_other_variant) {
+  char *refs;
+  char *tmp = make_refs(PROBES + 1, 0, &refs);
+  char *gp = src("tests/goldens/hybrid/evolve-probe-attn-b-seed6.json");
+  json_t *g = json_load_file(gp, 0, NULL);
+  ck_assert_ptr_nonnull(g);
+  json_t *cases = json_object_get(g, "cases"); /* the first prompt, 2 steps (as make_refs) */
+  while (json_array_size(cases) > 1) json_array_remove(cases, json_array_size(cases) - 1);
+  json_t *steps0 = json_object_get(json_array_get(cases, 0), "steps");
+  while (json_array_size(steps0) > 2) json_array_remove(steps0, json_array_size(steps0) - 1);
+  char *dir = tw_path(tmp, "m");
+  ev_opts o = {.exe_dir = NULL};
+  char bin[4096], err[1024];
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  o.exe_dir = bin;
+  ck_assert_msg(ev_remake_checkpoint(&o, g, dir, err, sizeof err) == 0, "%s", err);
+  vf_qwen35_variant v;
+  vf_qwen35_variant_default(&v);
+  v.qk = VF_Q35_QK_W; /* a model whose q_norm and k_norm multiply by w */
+  tamper(g, dir, &v);
+  char *out = tw_path(refs, "tampered-probe-attn-b.json");
+  ck_assert_int_eq(json_dump_file(g, out, JSON_COMPACT), 0);
+  json_t *r;
+  int rc = run_evolve(tmp, refs, NULL, &r);
+  ck_assert_int_eq(rc, EV_EX_GAP);
+  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), "norm=1+w qk=w rotary=partial gate=interleaved");
+  check_table(json_object_get(r, "variant_search"), "probe-attn-b", "norm=1+w qk=w rotary=partial gate=interleaved");
+  json_decref(r);
+  json_decref(g);
+  free(out);
+  free(dir);
+  free(gp);
+  tw_rmtree(tmp);
+  free(tmp);
+  free(refs);
+}
+END_TEST
+
+
+
+static void noop_diag(void *u, const char *line) { fprintf(stderr, "%s%s\n", (const char *)u, line); }
+
+/* The consolidator into a fresh copy of ckb/: the bundle's layer and the
+ * true reading; returns the tmp root (the CKB in ROOT/ckb). */
+static char *consolidate_once(json_t **written) {
+  char *tmp = tw_mkdtemp("evolve-cons");
+  char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb");
+  sh("cp -r '%s' '%s'", ck, ckb);
+  ev_opts o = {.ckb = ckb, .run_dir = tmp};
+  ev_ctx c = {.o = &o, .reads = json_array(), .report = json_object()};
+  /* what exploration would have logged and phase 3 would have kept */
+  json_array_append_new(c.reads, json_pack("{s:s, s:s, s:s}", "path", "/x/refs/evolve-probe-attn-seed5.json", "ref",
+                                           "refs/evolve-probe-attn-seed5.json", "sha256",
+                                           "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"));
+  c.model_cfg = json_pack("{s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:s, s:b, s:[s, s, s],"
+                          "s:i, s:i, s:i, s:i, s:i, s:{s:f, s:f}}",
+                          "architectures", "Qwen3_5ForCausalLM", "hidden_size", 64, "num_hidden_layers", 3,
+                          "num_attention_heads", 4, "num_key_value_heads", 2, "head_dim", 32, "intermediate_size", 128,
+                          "vocab_size", 151936, "rms_norm_eps", 1e-6, "tie_word_embeddings", 0, "torch_dtype",
+                          "bfloat16", "attn_output_gate", 1, "layer_types", "linear_attention", "full_attention",
+                          "full_attention", "linear_conv_kernel_dim", 4, "linear_key_head_dim", 16,
+                          "linear_value_head_dim", 16, "linear_num_key_heads", 2, "linear_num_value_heads", 4,
+                          "rope_parameters", "rope_theta", 1e7, "partial_rotary_factor", 0.25);
+  /* the candidate bundle's operators (as the CKB will hold them) and layer */
+  json_t *ops = json_array(), *bj = load_src("candidates/hybrid-deltanet/bundle.json");
+  size_t i;
+  json_t *id;
+  json_array_foreach(json_object_get(bj, "operators"), i, id) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "candidates/hybrid-deltanet/operators/%s.json", json_string_value(id) + 9);
+    json_t *op = load_src(rel);
+    json_object_set_new(op, "provenance", json_pack("{s:s}", "source", "evolved"));
+    json_array_append_new(ops, op);
+  }
+  json_t *bundle = bj; /* as phase 4 hands it on: the bundle with its entries and layer */
+  json_object_set_new(bundle, "operator_entries", ops);
+  json_object_set_new(bundle, "layer", load_src("candidates/hybrid-deltanet/layer_linear_attention.json"));
+  vf_qwen35_variant v;
+  vf_qwen35_variant_default(&v);
+  char err[1024];
+  json_t *search = json_array();
+  ck_assert_msg(ev_consolidate(&c, &v, bundle, search, written, err, sizeof err) == 0, "%s", err);
+  json_decref(search);
+  mi_ckb *k = mi_ckb_open(ckb, err, sizeof err);
+  ck_assert_ptr_nonnull(k);
+  ck_assert_int_eq(mi_ckb_validate(k, noop_diag, "consolidated CKB: "), 0);
+  mi_ckb_close(k);
+  json_decref(bundle);
+  json_decref(c.reads);
+  json_decref(c.report);
+  json_decref(c.model_cfg);
+  free(ckb);
+  free(ck);
+  return tmp;
+}
+
+static json_t *names(const json_t *arr, const char *key) {
+  json_t *o = json_object();
+  size_t i;
+  json_t *x;
+  json_array_foreach(arr, i, x) json_object_set_new(o, json_string_value(json_object_get(x, key)), json_true());
+  return o;
+}
+
+/* steps equal in name, operator and arguments (the "what" text aside) */
+static void same_steps(const json_t *a, const json_t *b, const char *what) {
+  ck_assert_msg(json_array_size(a) == json_array_size(b), "%s: %zu steps, the draft %zu", what, json_array_size(a),
+                json_array_size(b));
+  for (size_t i = 0; i < json_array_size(a); i++) {
+    json_t *x = json_array_get(a, i), *y = json_array_get(b, i);
+    char *sx = json_dumps(json_object_get(x, "args"), JSON_SORT_KEYS | JSON_COMPACT | JSON_ENCODE_ANY);
+    char *sy = json_dumps(json_object_get(y, "args"), JSON_SORT_KEYS | JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!sx) sx = strdup("none");
+    if (!sy) sy = strdup("none");
+    ck_assert_msg(json_equal(json_object_get(x, "step"), json_object_get(y, "step")) &&
+                      json_equal(json_object_get(x, "operator"), json_object_get(y, "operator")) && !strcmp(sx, sy),
+                  "%s step %zu: %s %s, the draft %s %s", what, i, json_string_value(json_object_get(x, "step")), sx,
+                  json_string_value(json_object_get(y, "step")), sy);
+    free(sx);
+    free(sy);
+  }
+}
+
+START_TEST(consolidator_entries_validate_are_deterministic_and_match_the_draft) {
+  json_t *w1, *w2;
+  char *t1 = consolidate_once(&w1), *t2 = consolidate_once(&w2);
+  ck_assert_int_eq(json_array_size(w1), 7 + 3); /* the seven operators, platform, model, experience */
+  const char *files[] = {"ckb/models/qwen35.json", "ckb/experience/evolved_qwen35_variants.json"};
+  for (int i = 0; i < 2; i++) {
+    char *a = tw_path(t1, files[i]), *b = tw_path(t2, files[i]);
+    size_t na, nb;
+    char *x = tw_read_all(a, &na), *y = tw_read_all(b, &nb);
+    ck_assert_msg(x && y && na == nb && !memcmp(x, y, na), "%s differs between two runs", files[i]);
+    free(x);
+    free(y);
+    free(a);
+    free(b);
+  }
+  /* the model contract against H4's hand-checked draft */
+  char *mp = tw_path(t1, "ckb/models/qwen35.json");
+  json_t *m = json_load_file(mp, 0, NULL), *d = load_src("tests/gen/contracts/qwen35.draft.json");
+  ck_assert_ptr_nonnull(m);
+  json_t *mk = json_object_get(json_object_get(m, "layer_kinds"), "kinds");
+  json_t *dk = json_object_get(json_object_get(d, "layer_kinds"), "kinds");
+  same_steps(json_object_get(json_object_get(mk, "full_attention"), "sequence"),
+             json_object_get(json_object_get(dk, "full_attention"), "sequence"), "full_attention");
+  same_steps(json_object_get(json_object_get(mk, "linear_attention"), "sequence"),
+             json_object_get(json_object_get(dk, "linear_attention"), "sequence"), "linear_attention");
+  same_steps(json_object_get(m, "epilogue"), json_object_get(d, "epilogue"), "epilogue");
+  json_t *a = names(json_object_get(m, "config"), "name"), *b = names(json_object_get(d, "config"), "name");
+  char *sa = json_dumps(a, JSON_SORT_KEYS | JSON_COMPACT), *sb = json_dumps(b, JSON_SORT_KEYS | JSON_COMPACT);
+  ck_assert_msg(!strcmp(sa, sb), "config fields %s, the draft %s", sa, sb);
+  free(sa);
+  free(sb);
+  json_decref(a);
+  json_decref(b);
+  size_t i;
+  json_t *w;
+  json_array_foreach(json_object_get(d, "weights"), i, w) { /* each weight of the draft, same shape and kind */
+    json_t *mine = NULL, *x;
+    size_t k;
+    json_array_foreach(json_object_get(m, "weights"), k, x) if (json_equal(json_object_get(x, "key"),
+                                                                          json_object_get(w, "key"))) mine = x;
+    ck_assert_msg(mine, "weight %s missing", json_string_value(json_object_get(w, "key")));
+    ck_assert_msg(json_equal(json_object_get(mine, "shape"), json_object_get(w, "shape")) &&
+                      !strcmp(json_string_value(json_object_get(mine, "layer_kind")) ?: "",
+                              json_string_value(json_object_get(w, "layer_kind")) ?: ""),
+                  "weight %s: shape or layer_kind differ from the draft", json_string_value(json_object_get(w, "key")));
+  }
+  ck_assert_int_eq(json_array_size(json_object_get(m, "weights")), json_array_size(json_object_get(d, "weights")));
+  json_t *prov = json_object_get(m, "provenance");
+  ck_assert_str_eq(json_string_value(json_object_get(prov, "source")), "evolved");
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(prov, "refs"), 0)),
+                   "refs/evolve-probe-attn-seed5.json#sha256=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff");
+  json_decref(m);
+  json_decref(d);
+  free(mp);
+  json_decref(w1);
+  json_decref(w2);
+  if (getenv("MI_EVOLVE_KEEP")) fprintf(stderr, "kept %s\n", t1); /* to try mi-gen on the consolidated CKB by hand */
+  else tw_rmtree(t1);
+  tw_rmtree(t2);
+  free(t1);
+  free(t2);
+}
+END_TEST
+
+/* A bundle whose operator contract lacks its "math": rejected before any
+ * unit runs, the line naming the contract and the problem. */
+START_TEST(bundle_with_broken_operator_contract_is_rejected_naming_it) {
+  char *tmp = tw_mkdtemp("evolve-bundle");
+  char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb"), *cand = tw_path(tmp, "cand"), *ops = tw_path(cand, "operators");
+  sh("cp -r '%s' '%s'", ck, ckb);
+  ck_assert_int_eq(mkdir(cand, 0755), 0);
+  ck_assert_int_eq(mkdir(ops, 0755), 0);
+  /* a sigmoid_mul contract shaped like the curated silu_mul one, then broken */
+  json_t *op = load_src("ckb/operators/silu_mul.json");
+  json_object_set_new(op, "id", json_string("operator.sigmoid_mul"));
+  json_object_set_new(op, "member", json_string("sigmoid_mul"));
+  json_object_set_new(op, "provenance", json_pack("{s:s}", "source", "evolved"));
+  json_object_del(op, "math");
+  char *opp = tw_path(ops, "sigmoid_mul.json");
+  ck_assert_int_eq(json_dump_file(op, opp, 0), 0);
+  json_t *b = json_pack("{s:s, s:[s], s:s}", "id", "bundle.test", "operators", "operator.sigmoid_mul", "layer_kind",
+                        "linear_attention");
+  char *bp = tw_path(cand, "bundle.json");
+  ck_assert_int_eq(json_dump_file(b, bp, 0), 0);
+  ev_opts o = {.ckb = ckb, .run_dir = tmp, .candidates = cand};
+  ev_ctx c = {.o = &o, .reads = json_array(), .report = json_object()};
+  vf_qwen35_variant v;
+  vf_qwen35_variant_default(&v);
+  json_t *bundle = NULL, *rep = NULL, *e2e = json_array();
+  char err[2048] = "";
+  ck_assert_int_eq(ev_bundle_verify(&c, &v, e2e, &bundle, &rep, err, sizeof err), 1);
+  ck_assert_ptr_null(bundle);
+  ck_assert_msg(strstr(err, "operator.sigmoid_mul") && strstr(err, "rejected") && strstr(err, "math"), "%s", err);
+  /* both bundle files were read through the log */
+  ck_assert_int_eq(json_array_size(c.reads), 2);
+  ck_assert_str_eq(json_string_value(json_object_get(json_array_get(c.reads, 1), "ref")),
+                   "candidates/operators/sigmoid_mul.json");
+  json_decref(rep);
+  json_decref(e2e);
+  json_decref(c.reads);
+  json_decref(c.report);
+  json_decref(b);
+  json_decref(op);
+  free(bp);
+  free(opp);
+  free(ops);
+  free(cand);
+  free(ck);
+  free(ckb);
+  tw_rmtree(tmp);
+  free(tmp);
+}
+END_TEST
+
+/* The real candidate bundle (candidates/hybrid-deltanet): its seven
+ * operators pass as operator units on the CPU plugin, and the true reading
+ * with its DeltaNet layers agrees with llama.cpp end to end on the
+ * probe-deltanet golden (only DeltaNet layers speak there). */
+START_TEST(real_bundle_is_accepted) {
+  char *tmp = tw_mkdtemp("evolve-bundle-ok");
+  char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb"), *cand = src("candidates/hybrid-deltanet");
+  sh("cp -r '%s' '%s'", ck, ckb);
+  char bin[4096];
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  ev_opts o = {.ckb = ckb, .run_dir = tmp, .candidates = cand, .exe_dir = bin, .platform = "cpu"};
+  ev_ctx c = {.o = &o, .reads = json_array(), .report = json_object()};
+  vf_qwen35_variant v;
+  vf_qwen35_variant_default(&v);
+  json_t *e2e = json_array();
+  json_array_append_new(e2e, json_pack("{s:s, s:o}", "path", "evolve-probe-deltanet-seed7.json", "golden",
+                                       load_src("tests/goldens/hybrid/evolve-probe-deltanet-seed7.json")));
+  json_t *bundle = NULL, *rep = NULL;
+  char err[2048] = "";
+  ck_assert_msg(ev_bundle_verify(&c, &v, e2e, &bundle, &rep, err, sizeof err) == 0, "%s", err);
+  json_t *units = json_object_get(rep, "operator_units");
+  ck_assert_int_eq(json_array_size(units), 7);
+  size_t i;
+  json_t *u;
+  json_array_foreach(units, i, u) ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "PASS");
+  json_t *row = json_array_get(json_object_get(rep, "end_to_end"), 0);
+  ck_assert_double_lt(json_number_value(json_object_get(row, "error")), EV_TOL);
+  ck_assert_int_eq(json_integer_value(json_object_get(row, "steps")), 8);
+  ck_assert_int_eq(json_array_size(json_object_get(bundle, "operator_entries")), 7);
+  ck_assert_int_eq(json_array_size(c.reads), 1 + 7 + 1); /* bundle.json, the operators, the layer */
+  /* the same bundle under a wrong reading fails end to end:
+   * probe-deltanet's full layer is muted, so only a DeltaNet-side change
+   * could show here; the norms are shared, so norm=w does */
+  json_decref(bundle);
+  json_decref(rep);
+  v.norm_offset = 0;
+  ck_assert_int_eq(ev_bundle_verify(&c, &v, e2e, &bundle, &rep, err, sizeof err), 1);
+  ck_assert_msg(strstr(err, "end to end"), "%s", err);
+  json_decref(rep);
+  json_decref(e2e);
+  json_decref(c.reads);
+  json_decref(c.report);
+  free(cand);
+  free(ck);
+  free(ckb);
+  tw_rmtree(tmp);
+  free(tmp);
+}
+END_TEST
+
+/* Bad input: one line naming the path, a usage exit, no crash. */
+START_TEST(bad_input_is_named) {
+  char *tmp = tw_mkdtemp("evolve-bad");
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-gen' --evolve --refs '%s/nope' --ckb '%s/ckb' --run-dir '%s/run' 2>'%s/err'",
+           getenv("MI_BUILD_DIR"), tmp, getenv("MI_SOURCE_DIR"), tmp, tmp);
+  int st = system(cmd);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == EV_EX_USAGE);
+  char *ep = tw_path(tmp, "err");
+  size_t n;
+  char *e = tw_read_all(ep, &n);
+  ck_assert_msg(e && strstr(e, "--refs") && strstr(e, "/nope") && strchr(e, '\n') == e + n - 1, "%s", e ? e : "");
+  free(e);
+  /* a golden under --refs whose checkpoint cannot be remade: named */
+  char *refs = tw_path(tmp, "refs");
+  ck_assert_int_eq(mkdir(refs, 0755), 0);
+  json_t *g = load_src("tests/goldens/hybrid/evolve-probe-attn-seed5.json");
+  json_object_set_new(json_object_get(g, "model"), "safetensors_fnv1a32", json_string("00000000"));
+  char *gp = tw_path(refs, "bad-probe.json");
+  ck_assert_int_eq(json_dump_file(g, gp, 0), 0);
+  json_t *r;
+  int rc = run_evolve(tmp, refs, NULL, &r);
+  ck_assert_int_eq(rc, EV_EX_USAGE);
+  const char *why = json_string_value(json_object_get(r, "outcome"));
+  ck_assert_msg(strstr(why, "bad-probe.json") && strstr(why, "other weights"), "%s", why);
+  json_decref(r);
+  json_decref(g);
+  free(gp);
+  free(refs);
+  free(ep);
+  tw_rmtree(tmp);
+  free(tmp);
+}
+END_TEST
+
+/* The loop through mi-gen, phases 1-5: coverage names the gaps of a
+ * hybrid checkpoint, the search finds the reading, the real bundle is
+ * accepted, and the consolidated CKB validates and covers the checkpoint
+ * (revalidation, a minute per shape, is the by-hand run of
+ * docs/evolution.md). */
+START_TEST(cli_phases_one_to_five) {
+  const char *goldens[] = {"evolve-probe-attn-seed5.json", "evolve-probe-attn-b-seed6.json",
+                           "evolve-probe-deltanet-seed7.json"};
+  char *refs;
+  char *tmp = make_refs(goldens, 3, &refs);
+  char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb"), *cand = src("candidates/hybrid-deltanet"), *model = tw_path(tmp, "m");
+  sh("cp -r '%s' '%s'", ck, ckb);
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-mkmodel' --family qwen35 --shape tiny --seed 1 --out '%s' >/dev/null",
+           getenv("MI_BUILD_DIR"), model);
+  ck_assert_int_eq(system(cmd), 0);
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-gen' --evolve --refs '%s' --candidates '%s' --ckb '%s' --model '%s' --run-dir '%s/run' "
+           "--no-revalidate 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs, cand, ckb, model, tmp, tmp);
+  int st = system(cmd);
+  ck_assert(WIFEXITED(st));
+  char *rp = tw_path(tmp, "run/evolve.json");
+  json_t *r = json_load_file(rp, 0, NULL);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_msg(WEXITSTATUS(st) == EV_EX_OK, "exit %d: %s", WEXITSTATUS(st),
+                json_string_value(json_object_get(r, "outcome")));
+  const json_t *cov = json_object_get(r, "coverage");
+  ck_assert(json_is_false(json_object_get(cov, "covered")));
+  ck_assert_int_gt(json_array_size(json_object_get(cov, "missing")), 5);
+  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), TRUE_READING);
+  ck_assert_int_eq(json_array_size(json_object_get(json_object_get(r, "bundle"), "operator_units")), 7);
+  ck_assert_int_eq(json_array_size(json_object_get(r, "entries")), 10);
+  /* 3 goldens under --refs, 9 bundle files: each read logged once */
+  ck_assert_int_eq(json_array_size(json_object_get(r, "reads")), 3 + 9);
+  const char *names[] = {"coverage", "exploration", "variant_search", "bundle", "consolidation", "revalidation"};
+  for (int i = 0; i < 6; i++)
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(r, "phases"), (size_t)i), "phase")),
+                     names[i]);
+  /* the updated CKB validates and now covers the checkpoint */
+  char err[1024];
+  mi_ckb *k = mi_ckb_open(ckb, err, sizeof err);
+  ck_assert_ptr_nonnull(k);
+  ck_assert_int_eq(mi_ckb_validate(k, noop_diag, "evolved CKB: "), 0);
+  json_t *c2 = NULL;
+  ck_assert_int_eq(mi_ckb_coverage(k, model, "cpu", &c2, err, sizeof err), 0);
+  json_decref(c2);
+  const mi_ckb_entry *op = mi_ckb_find(k, "operator.gated_delta_rule");
+  ck_assert_ptr_nonnull(op);
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(op->json, "provenance"), "source")), "evolved");
+  mi_ckb_close(k);
+  json_decref(r);
+  free(rp);
+  free(model);
+  free(cand);
+  free(ck);
+  free(ckb);
+  tw_rmtree(tmp);
+  free(tmp);
+  free(refs);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("evolve");
+  TCase *tc = tcase_create("search");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, search_picks_true_variants_on_two_probes);
+  tcase_add_test(tc, references_off_reads_nothing);
+  tcase_add_test(tc, tampered_oracle_picks_the_other_variant);
+  tcase_add_test(tc, bad_input_is_named);
+  TCase *tk = tcase_create("consolidate");
+  tcase_set_timeout(tk, 120);
+  tcase_add_test(tk, consolidator_entries_validate_are_deterministic_and_match_the_draft);
+  tcase_add_test(tk, bundle_with_broken_operator_contract_is_rejected_naming_it);
+  tcase_add_test(tk, real_bundle_is_accepted);
+  tcase_add_test(tk, cli_phases_one_to_five);
+  suite_add_tcase(s, tk);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

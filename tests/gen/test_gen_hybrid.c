@@ -1,0 +1,460 @@
+/* mi-gen on the Qwen3.5/3.6-style hybrid (issue #15), from CKB entries alone:
+ * a temporary CKB = a copy of ckb/ + the candidate bundle's operator
+ * contracts (candidates/hybrid-deltanet/operators, their kernels listed in
+ * the cpu platform contract) + the hand-checked hybrid contract
+ * (tests/gen/contracts/qwen35.draft.json) as ckb/models/qwen35.json, and a
+ * `mi-mkmodel --family qwen35 --shape tiny --seed 1` checkpoint (the one
+ * tests/goldens/hybrid holds llama.cpp `qwen35` goldens of):
+ *   - the generated engine passes every stage (stage 2 one layer per kind,
+ *     stage 4 against llama.cpp, stage 5 against the float64 model.qwen35,
+ *     the decode-growth gate, the deployment run against the reference
+ *     plugin) and its source bakes in the layer-kind table;
+ *   - it refuses another config in one line, a swapped layer_types included;
+ *   - contract mutants of the hybrid's knowledge (norms w instead of 1 + w,
+ *     no output gate, full instead of partial rotary, conv without SiLU) and
+ *     an engine that drops its recurrent state between forward calls are
+ *     each rejected at a named stage, with the message checked.
+ * Under the sanitizers (MI_TEST_GEN_QUICK) two of the mutants run. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/runtime/loader.h"
+#include "core/runtime/session.h"
+
+static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_ckb[1200], g_out[1200];
+static int g_gen_rc = -1;
+static char *g_gen_err;
+
+typedef struct res {
+  int rc;
+  char *out, *err;
+} res;
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return strdup("");
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  size_t r = fread(b, 1, (size_t)n, f);
+  b[r] = 0;
+  fclose(f);
+  return b;
+}
+
+/* runs build/bin/TOOL with args, stdout and stderr captured, time-limited */
+static res run(const char *tool, const char *const *args, int timeout) {
+  char exe[1200], o[1300], e[1300];
+  snprintf(exe, sizeof exe, "%s/bin/%s", g_build, tool);
+  static int k;
+  snprintf(o, sizeof o, "%s/out.%d.%d", g_tmp, getpid(), k);
+  snprintf(e, sizeof e, "%s/err.%d.%d", g_tmp, getpid(), k++);
+  const char *argv[64] = {exe};
+  int n = 1;
+  for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int nul = open("/dev/null", O_RDONLY);
+    dup2(nul, 0), dup2(fo, 1), dup2(fe, 2);
+    alarm((unsigned)timeout);
+    execv(exe, (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  res r = {WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st), slurp(o), slurp(e)};
+  return r;
+}
+
+static void res_free(res *r) {
+  free(r->out);
+  free(r->err);
+}
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...) {
+  char cmd[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  if (system(cmd) != 0) fprintf(stderr, "test_gen_hybrid: command failed: %s\n", cmd);
+}
+
+/* setup runs outside a Check test: a failed step there ends the program with its reason */
+#define NEED(cond, what)                                                                     \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      fprintf(stderr, "test_gen_hybrid: %s\n", what);                                        \
+      exit(1);                                                                               \
+    }                                                                                        \
+  } while (0)
+
+/* A CKB copy at `dir` holding the bundle's operators and `contract` as
+ * models/qwen35.json. */
+static void make_ckb(const char *dir, json_t *contract) {
+  sh("rm -rf '%s' && cp -r '%s/ckb' '%s' && cp '%s'/candidates/hybrid-deltanet/operators/*.json '%s/operators/'", dir,
+     g_src, dir, g_src, dir);
+  char p[1400];
+  snprintf(p, sizeof p, "%s/platforms/cpu.json", dir);
+  json_t *plat = json_load_file(p, 0, NULL);
+  NEED(plat, p);
+  snprintf(p, sizeof p, "%s/candidates/hybrid-deltanet/bundle.json", g_src);
+  json_t *bundle = json_load_file(p, 0, NULL);
+  NEED(bundle, p);
+  size_t i;
+  json_t *op;
+  json_array_foreach(json_object_get(bundle, "operators"), i, op)
+      json_array_append_new(json_object_get(plat, "kernels"), json_pack("{s:O, s:[s]}", "operator", op, "dtypes", "f32"));
+  snprintf(p, sizeof p, "%s/platforms/cpu.json", dir);
+  NEED(json_dump_file(plat, p, JSON_INDENT(1)) == 0, p);
+  snprintf(p, sizeof p, "%s/models/qwen35.json", dir);
+  NEED(json_dump_file(contract, p, JSON_INDENT(2)) == 0, p);
+  json_decref(plat);
+  json_decref(bundle);
+}
+
+static json_t *draft(void) {
+  char p[1200];
+  snprintf(p, sizeof p, "%s/tests/gen/contracts/qwen35.draft.json", g_src);
+  json_t *c = json_load_file(p, 0, NULL);
+  NEED(c, p);
+  return c;
+}
+
+static res gen(const char *ckb, const char *out, const char *candidate, int iterations) {
+  char gold[1200], it[16];
+  snprintf(gold, sizeof gold, "%s/tests/goldens/hybrid", g_src);
+  snprintf(it, sizeof it, "%d", iterations);
+  const char *a[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "1", "--out", out, "--ckb", ckb,
+                     "--goldens", gold, "--seed", "5", "-t", "2", "--max-iterations", it,
+                     candidate ? "--candidate" : NULL, candidate, NULL};
+  return run("mi-gen", a, 900);
+}
+
+/* once, in the parent: the CKB, the model and one generated engine */
+static void setup_all(void) {
+  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
+  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
+  snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
+  snprintf(g_tmp, sizeof g_tmp, "/tmp/mi-gen-hybrid-XXXXXX");
+  if (!mkdtemp(g_tmp)) abort();
+  snprintf(g_model, sizeof g_model, "%s/tiny", g_tmp);
+  snprintf(g_ckb, sizeof g_ckb, "%s/ckb", g_tmp);
+  snprintf(g_out, sizeof g_out, "%s/engine", g_tmp);
+  json_t *c = draft();
+  make_ckb(g_ckb, c);
+  json_decref(c);
+  const char *mk[] = {"--family", "qwen35", "--shape", "tiny", "--seed", "1", "--dtype", "bf16", "--out", g_model, NULL};
+  res r = run("mi-mkmodel", mk, 120);
+  res_free(&r);
+  r = gen(g_ckb, g_out, NULL, 2);
+  g_gen_rc = r.rc;
+  g_gen_err = strdup(r.err);
+  res_free(&r);
+}
+
+static void teardown_all(void) {
+  if (!getenv("MI_KEEP")) sh("rm -rf '%s'", g_tmp);
+  free(g_gen_err);
+}
+
+START_TEST(test_generate) {
+  ck_assert_msg(g_gen_rc == 0, "mi-gen exited %d:\n%s", g_gen_rc, g_gen_err);
+  char p[1400];
+  snprintf(p, sizeof p, "%s/manifest.json", g_out);
+  json_t *m = json_load_file(p, 0, NULL);
+  ck_assert_ptr_nonnull(m);
+  size_t i;
+  json_t *s;
+  int seen2 = 0, seen4 = 0, seen5 = 0, seen4d = 0;
+  json_array_foreach(json_object_get(m, "stages"), i, s) {
+    const char *v = json_string_value(json_object_get(s, "verdict")), *st = json_string_value(json_object_get(s, "stage"));
+    const char *msg = json_string_value(json_object_get(s, "message"));
+    ck_assert_msg(!strcmp(v, "PASS"), "stage %s: %s (%s)", st, v, msg ? msg : "");
+    seen2 |= !strcmp(st, "2");
+    seen4 |= !strcmp(st, "4"); /* against llama.cpp's qwen35 golden of these weights */
+    seen5 |= !strcmp(st, "5");
+    seen4d |= !strcmp(st, "4d");
+  }
+  ck_assert(seen2 && seen4 && seen5 && seen4d);
+  json_decref(m);
+  /* the source: the layer-kind table as config.json's layer_types has it
+   * (tiny: LFLF), the DeltaNet kernels, the per-layer state, no allocation */
+  snprintf(p, sizeof p, "%s/engine.c", g_out);
+  char *src = slurp(p);
+  ck_assert_ptr_nonnull(strstr(src, "model.qwen35"));
+  ck_assert_ptr_nonnull(strstr(src, "k_layer_kind[4] = {1, 0, 1, 0}"));
+  ck_assert_ptr_nonnull(strstr(src, "P->gated_delta_rule(pc, NULL, m->core, m->lq, m->lk, m->lv, m->lg, m->lbeta, rec_state"));
+  ck_assert_ptr_nonnull(strstr(src, "{\"conv1d_causal\", MI_NEED_ALWAYS"));
+  ck_assert_ptr_null(strstr(src, "malloc"));
+  free(src);
+}
+END_TEST
+
+START_TEST(test_engine_refuses_other_config) {
+  ck_assert_int_eq(g_gen_rc, 0);
+  /* the same shape with the layer kinds swapped: only layer_types differs */
+  char other[1300], p[1400];
+  snprintf(other, sizeof other, "%s/swapped", g_tmp);
+  sh("mkdir -p '%s' && for f in '%s'/*; do ln -sf \"$f\" '%s'/; done && rm '%s/config.json'", other, g_model, other, other);
+  snprintf(p, sizeof p, "%s/config.json", g_model);
+  json_t *cfg = json_load_file(p, 0, NULL);
+  json_t *lt = json_object_get(cfg, "layer_types");
+  ck_assert_int_eq(json_array_size(lt), 4);
+  for (size_t i = 0; i < 4; i++)
+    json_array_set_new(lt, i, json_string(i % 2 ? "linear_attention" : "full_attention"));
+  snprintf(p, sizeof p, "%s/config.json", other);
+  ck_assert_int_eq(json_dump_file(cfg, p, JSON_INDENT(2)), 0);
+  json_decref(cfg);
+  const char *a[] = {"--plugin-dir", g_out, "-m", other, "-p", "hi", "-n", "2", NULL};
+  res r = run("mi-run", a, 60);
+  ck_assert_int_ne(r.rc, 0);
+  ck_assert_msg(strstr(r.err, "refuses this config: layer_types[0] = full_attention, it was generated for linear_attention"),
+                "%s", r.err);
+  ck_assert_int_eq((int)strlen(r.err), (int)(strchr(r.err, '\n') - r.err + 1)); /* one line */
+  res_free(&r);
+  /* another shape (tiny-untied: FLL, other widths) */
+  snprintf(other, sizeof other, "%s/untied", g_tmp);
+  const char *mk[] = {"--family", "qwen35", "--shape", "tiny-untied", "--out", other, NULL};
+  r = run("mi-mkmodel", mk, 120);
+  ck_assert_int_eq(r.rc, 0);
+  res_free(&r);
+  const char *b[] = {"--plugin-dir", g_out, "-m", other, "-p", "hi", "-n", "2", NULL};
+  r = run("mi-run", b, 60);
+  ck_assert_int_ne(r.rc, 0);
+  ck_assert_msg(strstr(r.err, "refuses this config: ") && strstr(r.err, "it was generated for"), "%s", r.err);
+  ck_assert_int_eq((int)strlen(r.err), (int)(strchr(r.err, '\n') - r.err + 1));
+  res_free(&r);
+}
+END_TEST
+
+/* ---- the engine's per-sequence state, through the runtime (as mi-run loads it) ---- */
+
+static void fwd(mi_session *e, mi_seq *s, const int32_t *ids, int64_t n, float *logits) {
+  char err[512];
+  ck_assert_msg(e->M->forward(e->model, s, ids, n, logits, 0, err, sizeof err) == 0, "%s", err);
+}
+
+/* max |a - b| over the spread of a */
+static double rel(const float *a, const float *b, int64_t n) {
+  double lo = INFINITY, hi = -INFINITY, mx = 0;
+  for (int64_t i = 0; i < n; i++) lo = fmin(lo, a[i]), hi = fmax(hi, a[i]), mx = fmax(mx, fabs((double)a[i] - b[i]));
+  return mx / (hi - lo);
+}
+
+/* The state is per sequence and carried: decoding token by token gives one
+ * prefill's logits; a sequence that saw only the last token differs;
+ * seq_truncate(0) forgets the state; any other cut but the current length
+ * is refused; info() splits the KV rows (full layers only) from the fixed
+ * DeltaNet state, both derived here from config.json. */
+START_TEST(test_engine_state) {
+  ck_assert_int_eq(g_gen_rc, 0);
+  char exe[1200], err[2048];
+  snprintf(exe, sizeof exe, "%s/bin/mi-run", g_build); /* plugins next to the tools: the platform */
+  mi_loader_opts lo = {.plugin_dir = g_out, .exe_path = exe};
+  int fatal = 0;
+  mi_registry *reg = mi_registry_load(&lo, &fatal, err, sizeof err);
+  ck_assert_msg(reg && !fatal, "%s", err);
+  mi_session_opts eo = {.model_dir = g_model, .tp_size = 1};
+  mi_session *e = NULL;
+  ck_assert_msg(mi_session_open(reg, &eo, &e, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(e->model_plugin->desc->kind, MI_PLUGIN_ENGINE);
+  const int64_t V = e->info.vocab_size;
+  enum { T = 12 };
+  int32_t ids[T];
+  for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 7919 + 13) % 151643);
+  float *a = malloc((size_t)V * sizeof(float)), *b = malloc((size_t)V * sizeof(float));
+  mi_seq *s1 = NULL, *s2 = NULL;
+  ck_assert_int_eq(e->M->seq_create(e->model, 16, &s1, err, sizeof err), 0);
+  ck_assert_int_eq(e->M->seq_create(e->model, 16, &s2, err, sizeof err), 0);
+  fwd(e, s1, ids, T, a);
+  fwd(e, s2, ids + T - 1, 1, b);
+  ck_assert_msg(rel(a, b, V) > 1e-2, "the context makes no difference (%.3g)", rel(a, b, V));
+  ck_assert_int_eq(e->M->seq_truncate(e->model, s2, 0), 0);
+  ck_assert_int_eq(e->M->seq_len(e->model, s2), 0);
+  for (int t = 0; t < T; t++) fwd(e, s2, ids + t, 1, b); /* token by token after the reset */
+  ck_assert_msg(rel(a, b, V) < 1e-4, "decode after seq_truncate(0) differs from one prefill by %.3g", rel(a, b, V));
+  ck_assert_int_eq(e->M->seq_truncate(e->model, s1, T), 0);
+  ck_assert_int_ne(e->M->seq_truncate(e->model, s1, 5), 0);
+  ck_assert_int_eq(e->M->seq_len(e->model, s1), T);
+  char p[1400];
+  snprintf(p, sizeof p, "%s/config.json", g_model);
+  json_t *cfg = json_load_file(p, 0, NULL);
+#define CI(k) json_integer_value(json_object_get(cfg, k))
+  int64_t full = 0, lin = 0;
+  size_t i;
+  json_t *v;
+  json_array_foreach(json_object_get(cfg, "layer_types"), i, v) {
+    full += !strcmp(json_string_value(v), "full_attention");
+    lin += !strcmp(json_string_value(v), "linear_attention");
+  }
+  int64_t C = 2 * CI("linear_num_key_heads") * CI("linear_key_head_dim") + CI("linear_num_value_heads") * CI("linear_value_head_dim");
+  ck_assert_uint_eq(e->info.state_bytes_token, (uint64_t)(full * 2 * CI("num_key_value_heads") * CI("head_dim") * 4));
+  ck_assert_uint_eq(e->info.state_bytes_fixed,
+                    (uint64_t)(lin * ((CI("linear_conv_kernel_dim") - 1) * C +
+                                      CI("linear_num_value_heads") * CI("linear_key_head_dim") * CI("linear_value_head_dim")) * 4));
+#undef CI
+  json_decref(cfg);
+  e->M->seq_destroy(e->model, s1);
+  e->M->seq_destroy(e->model, s2);
+  free(a);
+  free(b);
+  mi_session_close(e);
+  mi_registry_free(reg);
+}
+END_TEST
+
+/* ---- mutants of the hybrid's knowledge ---- */
+
+/* stage 4's verdict on an engine whose greedy steps or top-10 logprobs leave
+ * llama.cpp's golden: "... tiny-seed1.json case C step S: ..." */
+#define STAGE4_WHY "(test.stage4_end_to_end): "
+
+/* every step of every layer kind whose operator is `op` */
+static void edit_steps(json_t *c, const char *op, const char *arg, const char *val) {
+  const char *kn;
+  json_t *kv;
+  int n = 0;
+  json_object_foreach(json_object_get(json_object_get(c, "layer_kinds"), "kinds"), kn, kv) {
+    size_t i;
+    json_t *st;
+    json_array_foreach(json_object_get(kv, "sequence"), i, st) {
+      if (strcmp(json_string_value(json_object_get(st, "operator")), op)) continue;
+      json_object_set_new(json_object_get(st, "args"), arg, json_string(val));
+      n++;
+    }
+  }
+  size_t i;
+  json_t *st;
+  json_array_foreach(json_object_get(c, "epilogue"), i, st) if (!strcmp(json_string_value(json_object_get(st, "operator")), op) &&
+                                                                 json_object_get(json_object_get(st, "args"), arg)) {
+    json_object_set_new(json_object_get(st, "args"), arg, json_string(val));
+    n++;
+  }
+  ck_assert_int_gt(n, 0);
+}
+
+static void drop_step(json_t *c, const char *kind, const char *step) {
+  json_t *seq = json_object_get(json_object_get(json_object_get(json_object_get(c, "layer_kinds"), "kinds"), kind), "sequence");
+  size_t i;
+  json_t *st;
+  json_array_foreach(seq, i, st) if (!strcmp(json_string_value(json_object_get(st, "step")), step)) {
+    json_array_remove(seq, i);
+    return;
+  }
+  ck_abort_msg("no step %s in %s", step, kind);
+}
+
+/* mi-gen (one candidate) on a CKB holding the mutant contract: rejected at
+ * `stage` with `why` in the message */
+static void expect_rejected(const char *name, json_t *c, const char *stage, const char *why) {
+  char ckb[1400], out[1400], want[64];
+  snprintf(ckb, sizeof ckb, "%s/ckb-%s", g_tmp, name);
+  snprintf(out, sizeof out, "%s/engine-%s", g_tmp, name);
+  make_ckb(ckb, c);
+  res r = gen(ckb, out, NULL, 1);
+  snprintf(want, sizeof want, "verification failed at stage %s (", stage);
+  ck_assert_msg(r.rc == 4 && strstr(r.err, want) && strstr(r.err, why) && strstr(r.err, "tiny-seed1.json case "),
+                "mutant %s: exit %d, want \"%s\" and \"%s\":\n%s", name, r.rc, want, why, r.err);
+  res_free(&r);
+  sh("rm -rf '%s' '%s'", ckb, out);
+}
+
+START_TEST(test_mutant_norm_w) { /* (1 + w) norms read as w */
+  json_t *c = draft();
+  edit_steps(c, "operator.rmsnorm", "w_offset", "0");
+  expect_rejected("norm_w", c, "4", STAGE4_WHY);
+  json_decref(c);
+}
+END_TEST
+
+START_TEST(test_mutant_no_gate) { /* attention output not gated */
+  json_t *c = draft();
+  drop_step(c, "full_attention", "output_gate");
+  expect_rejected("no_gate", c, "4", STAGE4_WHY);
+  json_decref(c);
+}
+END_TEST
+
+START_TEST(test_mutant_full_rotary) { /* rotary over the whole head */
+  json_t *c = draft();
+  edit_steps(c, "operator.rope", "rot_dim", "head_dim");
+  expect_rejected("full_rotary", c, "4", STAGE4_WHY);
+  json_decref(c);
+}
+END_TEST
+
+START_TEST(test_mutant_conv_no_silu) {
+  json_t *c = draft();
+  edit_steps(c, "operator.conv1d_causal", "silu", "0");
+  expect_rejected("conv_no_silu", c, "4", STAGE4_WHY);
+  json_decref(c);
+}
+END_TEST
+
+/* An engine that zeroes its conv and recurrent state at every forward call:
+ * a prefill is right, every decode step after it forgets the prompt. */
+START_TEST(test_mutant_state_not_carried) {
+  ck_assert_int_eq(g_gen_rc, 0);
+  char p[1400], mut[1400], out[1400];
+  snprintf(p, sizeof p, "%s/engine.c", g_out);
+  char *s = slurp(p);
+  const char *from = "  const int64_t pos0 = s->len;\n";
+  char *hit = strstr(s, from);
+  ck_assert_ptr_nonnull(hit);
+  snprintf(mut, sizeof mut, "%s/state_dropped.c", g_tmp);
+  FILE *f = fopen(mut, "w");
+  fprintf(f, "%.*s%s"
+             "  for (int l = 0; l < NUM_HIDDEN_LAYERS; l++) /* the mutant: state dropped between calls */\n"
+             "    if (k_state[k_layer_kind[l]])\n"
+             "      K(P->memcpy_d2d(pc, NULL, s->layer_state[l] + (size_t)s->n_ctx * k_kv_row[k_layer_kind[l]], s->zeros,\n"
+             "                      k_state[k_layer_kind[l]] * sizeof(float)));\n%s",
+          (int)(hit - s), s, from, hit + strlen(from));
+  fclose(f);
+  free(s);
+  snprintf(out, sizeof out, "%s/engine-state", g_tmp);
+  res r = gen(g_ckb, out, mut, 1);
+  ck_assert_msg(r.rc == 4 && strstr(r.err, "verification failed at stage 4 (") && strstr(r.err, STAGE4_WHY) &&
+                    strstr(r.err, " step ") && !strstr(r.err, "step 0:"), /* the prefill is right, a decode step not */
+                "exit %d:\n%s", r.rc, r.err);
+  res_free(&r);
+}
+END_TEST
+
+int main(void) {
+  setup_all();
+  Suite *s = suite_create("gen_hybrid");
+  TCase *t = tcase_create("gen_hybrid");
+  tcase_set_timeout(t, 1200);
+  int quick = getenv("MI_TEST_GEN_QUICK") != NULL; /* the sanitizer run: fewer mi-gen runs */
+  tcase_add_test(t, test_generate);
+  tcase_add_test(t, test_engine_refuses_other_config);
+  tcase_add_test(t, test_engine_state);
+  tcase_add_test(t, test_mutant_state_not_carried);
+  tcase_add_test(t, test_mutant_norm_w);
+  if (!quick) {
+    tcase_add_test(t, test_mutant_no_gate);
+    tcase_add_test(t, test_mutant_full_rotary);
+    tcase_add_test(t, test_mutant_conv_no_silu);
+  }
+  suite_add_tcase(s, t);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  teardown_all();
+  return failed ? 1 : 0;
+}
