@@ -105,7 +105,9 @@ static void sh(const char *fmt, ...) {
 /* A CKB copy at `dir` holding the bundle's operators and `contract` as
  * models/qwen35.json. */
 static void make_ckb(const char *dir, json_t *contract) {
-  sh("rm -rf '%s' && cp -r '%s/ckb' '%s' && cp '%s'/candidates/hybrid-deltanet/operators/*.json '%s/operators/'", dir,
+  /* the bundle's operators where the CKB has none of that name yet (once the
+   * consolidator's evolved entries are in ckb/, those are used) */
+  sh("rm -rf '%s' && cp -r '%s/ckb' '%s' && cp -n '%s'/candidates/hybrid-deltanet/operators/*.json '%s/operators/'", dir,
      g_src, dir, g_src, dir);
   char p[1400];
   snprintf(p, sizeof p, "%s/platforms/cpu.json", dir);
@@ -116,8 +118,14 @@ static void make_ckb(const char *dir, json_t *contract) {
   NEED(bundle, p);
   size_t i;
   json_t *op;
-  json_array_foreach(json_object_get(bundle, "operators"), i, op)
+  json_array_foreach(json_object_get(bundle, "operators"), i, op) {
+    size_t k;
+    json_t *have;
+    int listed = 0;
+    json_array_foreach(json_object_get(plat, "kernels"), k, have) listed |= json_equal(json_object_get(have, "operator"), op);
+    if (!listed)
       json_array_append_new(json_object_get(plat, "kernels"), json_pack("{s:O, s:[s]}", "operator", op, "dtypes", "f32"));
+  }
   snprintf(p, sizeof p, "%s/platforms/cpu.json", dir);
   NEED(json_dump_file(plat, p, JSON_INDENT(1)) == 0, p);
   snprintf(p, sizeof p, "%s/models/qwen35.json", dir);

@@ -4,7 +4,11 @@
  * its operator), the operator contracts' C signatures and platform members,
  * the platform contract, the constraints and the model's config.json.
  * Nothing about a model family is written here: change the contract and
- * the engine changes with it.
+ * the engine changes with it. A contract whose layers are of several kinds
+ * (layer_kinds: a hybrid's linear- and full-attention layers) gives a
+ * per-layer kind table, one switch case per kind in the layer loop, and per
+ * sequence one slab holding each layer's caches (growing with the context)
+ * and fixed state (carried across forwards, zeroed by seq_truncate(0)).
  *
  * Task: {"constraints": {"platform","dtype","tp","kv_type"}, "model_dir",
  *        "patches": [{"operator","arg","value","why"}], "engine_name"?}
