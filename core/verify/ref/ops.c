@@ -148,6 +148,8 @@ static int ref_argmax(vf_call *c, char *err, size_t len) {
   return 0;
 }
 
+int vf_ref_convert(vf_call *c, char *err, size_t len); /* ref/ops_convert.c */
+
 static const struct {
   const char *name;
   vf_ref_fn fn;
@@ -155,6 +157,7 @@ static const struct {
     {"matmul", ref_matmul},   {"rmsnorm", ref_rmsnorm}, {"rope", ref_rope},
     {"attention", ref_attention}, {"silu_mul", ref_silu_mul}, {"add", ref_add},
     {"scale", ref_scale},     {"embed", ref_embed},     {"argmax", ref_argmax},
+    {"convert", vf_ref_convert},
 };
 
 vf_ref_fn vf_ref_find(const char *name) {
