@@ -166,7 +166,7 @@ START_TEST(test_kv_generate) {
   ck_assert_int_eq(count(src, "K(P->convert(pc, NULL, k_cache + "), 1); /* k and v stored once per layer */
   ck_assert_int_eq(count(src, "K(P->convert(pc, NULL, v_cache + "), 1);
   ck_assert_ptr_nonnull(strstr(src, "uint16_t *k_cache = s->cache"));
-  ck_assert_ptr_null(strstr(src, "float *k_cache"));
+  ck_assert_ptr_null(strstr(src, "float *k_cache = ")); /* the cache itself is not f32 (its staging rows are) */
   free(src);
 }
 END_TEST
