@@ -4,7 +4,10 @@
  * its operator), the operator contracts' C signatures and platform members,
  * the platform contract, the constraints and the model's config.json.
  * Nothing about a model family is written here: change the contract and
- * the engine changes with it.
+ * the engine changes with it. A half-precision KV cache (kv_type f16/bf16)
+ * is derived from the same contract: steps that write a cache row in f32
+ * write a staging buffer instead, stored by one operator.convert per cache
+ * entry before the cache is read (store_staged).
  *
  * Task: {"constraints": {"platform","dtype","tp","kv_type"}, "model_dir",
  *        "patches": [{"operator","arg","value","why"}], "engine_name"?}
