@@ -72,8 +72,11 @@ static void check_generator(json_t *gen, json_t *args, const char *file, const c
     }
   }
   const char *dist = json_string_value(json_object_get(gen, "dist"));
-  if (dist && strcmp(dist, "normal") && (!json_object_get(gen, "lo") || !json_object_get(gen, "hi")))
+  if (dist && (!strcmp(dist, "uniform") || !strcmp(dist, "int_uniform")) &&
+      (!json_object_get(gen, "lo") || !json_object_get(gen, "hi")))
     ckb_report(d, file, "field '%s' (dist %s) needs 'lo' and 'hi'", path, dist);
+  if (dist && !strcmp(dist, "values") && !json_object_get(gen, "values"))
+    ckb_report(d, file, "field '%s' (dist values) needs 'values'", path);
 }
 
 static int dtype_name_ok(const char *s) {

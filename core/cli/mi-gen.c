@@ -30,6 +30,8 @@
 #include "core/cli/mi-gen-llm.h"
 #include "core/gen/evolve/evolve.h"
 #include "core/gen/gen.h"
+#include "core/runtime/loader.h"
+#include "mi/model.h"
 
 enum { EX_OK = 0, EX_USAGE = 2, EX_GAP = 3, EX_FAIL = 4, EX_PLATFORM = 5, EX_DTYPE = 6, EX_TP = 7, EX_PERF = 8,
        /* 9: a spent budget, GEN_EX_BUDGET in mi-gen-llm.h */ EX_REFERENCE = 10, EX_GATE = 11 };
@@ -71,6 +73,57 @@ static void usage(FILE *f) {
 }
 
 static char g_exe_dir[PATH_MAX];
+
+/* A half-precision KV cache needs the platform contract to list the
+ * conversion (operator.convert, with a contract in the CKB) and attention
+ * over such a cache, each for this type: else one line, not covered. */
+static int kv_gap(mi_ckb *c, const mi_ckb_entry *pe, const char *kv) {
+  static const char *const need[] = {"operator.convert", "operator.attention"};
+  for (int n = 0; n < 2; n++) {
+    int listed = 0;
+    size_t i, k;
+    json_t *e, *d;
+    json_array_foreach(json_object_get(pe->json, "kernels"), i, e) {
+      if (strcmp(json_string_value(json_object_get(e, "operator")) ?: "", need[n])) continue;
+      json_array_foreach(json_object_get(e, "dtypes"), k, d) listed |= !strcmp(json_string_value(d) ?: "", kv);
+    }
+    if (!listed || !mi_ckb_find(c, need[n])) {
+      fprintf(stderr, "mi-gen: not covered: KV type '%s': %s (%s) %s\n", kv, pe->id, pe->path,
+              !listed ? (n ? "lists no operator.attention kernel over such a cache"
+                           : "lists no operator.convert kernel for it (k and v are stored through it)")
+                      : "names an operator with no contract in the CKB");
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* The deployment run's oracle must implement the model: its descriptor's
+ * architectures hold config.json's. Loads it (a hand-written, installed
+ * model plugin, not a candidate) to read them. One line and 1 otherwise. */
+static int reference_serves(const mi_ckb_entry *me, const char *name, const char *path, const char *arch) {
+  mi_options none = {0};
+  mi_plugin *p = mi_plugin_load_file(path, &none);
+  char serves[512] = "";
+  int ok = 0;
+  if (p && p->status == MI_PLUGIN_LOADED && p->desc && (int)p->desc->kind == MI_PLUGIN_MODEL && p->iface) {
+    const mi_model_iface *mi = p->iface;
+    for (const char *const *a = mi->architectures; a && *a; a++) {
+      ok |= arch && !strcmp(*a, arch);
+      size_t l = strlen(serves);
+      snprintf(serves + l, sizeof serves - l, "%s%s", l ? ", " : "", *a);
+    }
+    if (!ok)
+      fprintf(stderr, "mi-gen: %s: reference plugin '%s' of %s (%s) does not serve architecture %s (it serves %s)\n",
+              me->path, name, me->id, path, arch ? arch : "(none in config.json)", serves[0] ? serves : "none");
+  } else {
+    fprintf(stderr, "mi-gen: %s: reference plugin '%s' of %s (%s) is not a usable model plugin: %s\n", me->path, name,
+            me->id, path, !p ? "out of memory" : p->status != MI_PLUGIN_LOADED ? (p->reason ? p->reason : "not loaded")
+                                                                                 : "not of kind model");
+  }
+  mi_plugin_unload(p);
+  return !ok;
+}
 
 static int write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
@@ -364,14 +417,14 @@ int main(int argc, char **argv) {
   json_array_foreach(json_object_get(dts, "kv_cache"), i, v) ok |= !strcmp(json_string_value(v), kv);
   if (!ok) {
     char *l = json_dumps(json_object_get(dts, "kv_cache"), JSON_COMPACT);
-    /* not a bad request but a gap in the CKB: the CPU kernels take an f16/bf16
-     * cache (convert + attention's kv_dtype), but no contract covers the
-     * conversion, so nothing could verify the engine that used it */
+    /* not a bad request but a gap in the CKB: no contract says the platform
+     * holds such a cache, so nothing could verify the engine that used it */
     fprintf(stderr, "mi-gen: not covered: KV type '%s': the platform contract %s (%s) offers kv_cache %s\n", kv, pe->id,
             pe->path, l);
     free(l);
     return EX_GAP;
   }
+  if (strcmp(kv, "f32") && kv_gap(c, pe, kv)) return EX_GAP;
   /* --perf: each goal becomes a stage 6 gate the verifier measures */
   static json_t *gates;
   gates = json_array();
@@ -443,6 +496,7 @@ int main(int argc, char **argv) {
             ref_plugin, strerror(errno));
     return EX_REFERENCE;
   }
+  if (reference_serves(me, ref_name, ref_plugin, json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0)))) return EX_REFERENCE;
   if (tp != 1 && json_array_size(gates)) {
     fprintf(stderr, "mi-gen: --perf: gates are measured by mi-bench in one process; not available at --tp %d yet\n", tp);
     return EX_PERF;
@@ -485,6 +539,10 @@ int main(int argc, char **argv) {
   const char *short_name = strchr(me->id, '.') + 1;
   char engine_name[128];
   snprintf(engine_name, sizeof engine_name, "%s-%.8s-%s-tp%d", short_name, cfg_sha, dtype, tp);
+  if (strcmp(kv, "f32")) { /* a half-precision KV cache: another engine, another name */
+    size_t l = strlen(engine_name);
+    snprintf(engine_name + l, sizeof engine_name - l, "-kv%s", kv);
+  }
   static json_t *cons;
   cons = json_pack("{s:s, s:s, s:s, s:i, s:s}", "model", model_abs, "platform", pe->json ? json_string_value(json_object_get(pe->json, "plugin")) : platform,
                            "dtype", dtype, "tp", tp, "kv_type", kv);

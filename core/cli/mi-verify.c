@@ -41,6 +41,8 @@ static void usage(FILE *f) {
           "                      contract's, model.NAME -> libmi-NAME.so next to the platform plugin)\n"
           "  --goldens DIR       stage 4's goldens (default: <ckb>/../tests/goldens)\n"
           "  --goldens-optional  stage 4 is N/A (not FAIL) when no golden matches the weights\n"
+          "  --kv-type T         KV cache type of the model under test: f32 (default), f16, bf16\n"
+          "                      (a model plugin gets kv_type=T; stages 4-5 widen their logprob tolerance)\n"
           "  --model-contract ID the model contract stage 2 composes (default: the one whose\n"
           "                      architectures --model's config.json names, else the CKB's only one)\n"
           "  --model DIR         the model folder stage 3 checks against its model contract\n"
@@ -163,7 +165,7 @@ static int resolve_model_contract(const mi_ckb *c, const char *ckb_dir, const ch
 
 int main(int argc, char **argv) {
   const char *plugin = NULL, *ckb_dir = NULL, *platform = NULL, *report = NULL, *only = NULL;
-  const char *model_id = NULL, *model_dir = NULL, *model_plugin = NULL, *goldens = NULL;
+  const char *model_id = NULL, *model_dir = NULL, *model_plugin = NULL, *goldens = NULL, *kv_type = NULL;
   int stage = 1, verbose = 0, have_seed = 0, goldens_optional = 0;
   uint64_t seed = 0;
   mi_out_init();
@@ -177,7 +179,7 @@ int main(int argc, char **argv) {
       {"report", 1, 0, 'r'},          {"timeout", 1, 0, 't'}, {"cpu-limit", 1, 0, 'c'},
       {"mem-limit", 1, 0, 'm'},       {"help", 0, 0, 'h'},   {"model-contract", 1, 0, 'M'},
       {"model", 1, 0, 'D'},           {"model-plugin", 1, 0, 'L'}, {"goldens", 1, 0, 'G'},
-      {"goldens-optional", 0, 0, 'g'}, {0, 0, 0, 0}};
+      {"goldens-optional", 0, 0, 'g'}, {"kv-type", 1, 0, 'K'}, {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "o:vh", longs, NULL)) != -1) {
     char *end = NULL;
@@ -203,6 +205,13 @@ int main(int argc, char **argv) {
     case 'L': model_plugin = optarg; break;
     case 'G': goldens = optarg; break;
     case 'g': goldens_optional = 1; break;
+    case 'K':
+      if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "bf16")) {
+        fprintf(stderr, "mi-verify: --kv-type %s: expected f32, f16 or bf16\n", optarg);
+        return 2;
+      }
+      kv_type = optarg;
+      break;
     /* a limit read as 0 would remove it: strictly parsed, never 0 */
     case 't':
       if (mi_opt_double("mi-verify", "--timeout", optarg, 0.001, 86400, &timeout)) return 2;
@@ -306,7 +315,7 @@ int main(int argc, char **argv) {
   json_t *t1 = find_stage_contract(c, 1, "operator_units");
   json_t *lim = json_object_get(t1, "limits");
   mi_options popts = {kv, nkv};
-  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192, 0}, only, NULL, NULL, NULL, 0, 0};
+  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192, 0}, only, NULL, NULL, NULL, 0, 0, NULL};
   if (json_is_number(json_object_get(lim, "timeout_s"))) o.lim.timeout_s = json_number_value(json_object_get(lim, "timeout_s"));
   if (json_is_number(json_object_get(lim, "cpu_s"))) o.lim.cpu_s = json_number_value(json_object_get(lim, "cpu_s"));
   if (json_is_integer(json_object_get(lim, "mem_mb"))) o.lim.mem_mb = (uint64_t)json_integer_value(json_object_get(lim, "mem_mb"));
@@ -314,6 +323,7 @@ int main(int argc, char **argv) {
   o.model_dir = model_dir;
   o.goldens_dir = goldens;
   o.goldens_optional = goldens_optional;
+  o.kv_type = kv_type;
   if (timeout >= 0) o.lim.timeout_s = timeout;
   if (cpu >= 0) o.lim.cpu_s = cpu;
   if (mem >= 0) o.lim.mem_mb = (uint64_t)mem;

@@ -83,6 +83,13 @@ int vf_copy_model_dir(const char *src, const char *dst, char *err, size_t err_le
 
 /* ---------- the plugins under test in a registry of their own ---------- */
 
+/* The model plugin's kv_type option (mi-verify --kv-type), set with the
+ * registry: every load of the model under test in this process (one model
+ * per mi-verify run) gets it, as mi-run --kv-type gives it. An engine has
+ * its KV type baked in and gets nothing. */
+static mi_kv g_kv_opt[1];
+static mi_options g_model_opts = {g_kv_opt, 0};
+
 /* A plugins.conf naming only the two plugins, so nothing installed next to
  * the executable can stand in for them (the loader then scans no folder). */
 mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char *err,
@@ -125,6 +132,8 @@ mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char 
   for (size_t i = 0; po && i < po->count; i++)
     fprintf(f, " %s=%s", po->items[i].key, po->items[i].value);
   fprintf(f, "\n%s %s %s required\n", is_engine ? "engine" : "model", names[1], ap[1]);
+  g_kv_opt[0] = (mi_kv){"kv_type", o->kv_type ? o->kv_type : "f32"};
+  g_model_opts.count = !is_engine && o->kv_type ? 1 : 0;
   fclose(f);
   mi_loader_opts lo = {.conf_path = conf};
   int fatal = 0;
@@ -138,7 +147,7 @@ mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char 
 }
 
 mi_session *vf_open_engine(mi_registry *reg, const char *model_dir, char *err, size_t err_len) {
-  mi_session_opts eo = {.model_dir = model_dir, .tp_size = 1};
+  mi_session_opts eo = {.model_dir = model_dir, .tp_size = 1, .model_opts = &g_model_opts};
   mi_session *e = NULL;
   if (mi_session_open(reg, &eo, &e, err, err_len) != 0) return NULL;
   return e;
@@ -161,7 +170,6 @@ int vf_load_direct_on(const mi_session *e, const char *dir, const mi_platform_if
   if (!out->cfg) return -1;
   out->w = mi_weights_open(dir, err, err_len);
   if (!out->w) goto fail;
-  mi_options none = {0};
   mi_model_load_args a = {
       .struct_size = sizeof a,
       .model_dir = dir,
@@ -170,7 +178,7 @@ int vf_load_direct_on(const mi_session *e, const char *dir, const mi_platform_if
       .platform = {.iface = P, .ctx = e->pc},
       .tp_rank = 0,
       .tp_size = 1,
-      .opts = &none,
+      .opts = &g_model_opts,
   };
   out->M = e->M;
   if (e->M->load(e->model_plugin->ctx, &a, &out->m, err, err_len) != 0) goto fail;

@@ -139,6 +139,30 @@ static int bound(unit *u, json_t *v, double dflt, double *out, char *err, size_t
   return 0;
 }
 
+/* "bits": a uniformly random bit pattern of the element type, so every class
+ * of value turns up (zeros of both signs, subnormals, infinities, NaNs). */
+static double random_bits(mi_dtype t, uint64_t *rng) {
+  uint64_t r = mi_rng_next(rng);
+  if (t == MI_DTYPE_F16) return mi_f16_to_f32((uint16_t)r);
+  if (t == MI_DTYPE_BF16) return mi_bf16_to_f32((uint16_t)r);
+  uint32_t w = (uint32_t)r;
+  float f;
+  memcpy(&f, &w, 4);
+  return f;
+}
+
+/* "values": a number, or one that JSON cannot spell */
+static int special_value(json_t *j, double *v) {
+  const char *s = json_string_value(j);
+  if (json_is_number(j)) *v = json_number_value(j);
+  else if (s && !strcmp(s, "nan")) *v = NAN;
+  else if (s && !strcmp(s, "inf")) *v = INFINITY;
+  else if (s && !strcmp(s, "-inf")) *v = -INFINITY;
+  else if (s && !strcmp(s, "-0")) *v = -0.0;
+  else return -1;
+  return 0;
+}
+
 static int generate(unit *u, vf_arg *a, json_t *gen, uint64_t *rng, char *err, size_t len) {
   const char *dist = json_string_value(json_object_get(gen, "dist"));
   if (!dist) {
@@ -151,9 +175,21 @@ static int generate(unit *u, vf_arg *a, json_t *gen, uint64_t *rng, char *err, s
   if (bound(u, json_object_get(gen, "lo"), 0, &lo, err, len) ||
       bound(u, json_object_get(gen, "hi"), 1, &hi, err, len))
     return -1;
+  json_t *list = json_object_get(gen, "values");
+  if (!strcmp(dist, "values") && !json_array_size(list)) {
+    snprintf(err, len, "input '%s': \"values\" needs a non-empty array", a->name);
+    return -1;
+  }
   for (int64_t i = 0; i < a->n; i++) {
     double v;
     if (!strcmp(dist, "normal")) v = mean + std * mi_rng_normal(rng);
+    else if (!strcmp(dist, "bits")) v = random_bits(a->dtype, rng);
+    else if (!strcmp(dist, "values")) {
+      if (special_value(json_array_get(list, (size_t)i % json_array_size(list)), &v) != 0) {
+        snprintf(err, len, "input '%s': a value is neither a number nor \"nan\", \"inf\", \"-inf\", \"-0\"", a->name);
+        return -1;
+      }
+    }
     else if (!strcmp(dist, "uniform")) v = lo + (hi - lo) * mi_rng_u01(rng);
     else if (!strcmp(dist, "int_uniform")) v = (double)mi_rng_int(rng, (int64_t)lo, (int64_t)hi);
     else {
@@ -208,7 +244,13 @@ static int resolve_scalars(unit *u, json_t *cs, mi_dtype variant, uint64_t *rng,
     if (u->resolved[i]) continue;
     json_t *v = json_object_get(cs, a->name);
     if (a->kind == VF_DTYPE) {
+      /* a case may fix a dtype argument other than the one its variants run
+       * over (convert: "src_dtype": "f32" while dst_dtype takes the variants) */
       a->dtype = variant;
+      if (json_is_string(v) && vf_dtype_parse(json_string_value(v), &a->dtype) != 0) {
+        snprintf(err, len, "'%s': unknown dtype '%s'", a->name, json_string_value(v));
+        return -1;
+      }
       u->resolved[i] = 1;
     } else if (!v) {
       snprintf(err, len, "case sets no value for '%s'", a->name);
@@ -279,8 +321,11 @@ static int compare(unit *u, dev_buf *db, double tol, json_t *res, char *msg, siz
         if (!nonfinite++) first_bad = k;
         continue;
       }
-      if (got != want && !mismatches++ && first_bad < 0) first_bad = k;
-      double d = fabs(got - want);
+      /* equal means the same value: NaN matches NaN, -0 does not match +0 */
+      int same = (isnan(got) && isnan(want)) || (got == want && signbit(got) == signbit(want));
+      if (!same && !mismatches++ && first_bad < 0) first_bad = k;
+      if (isnan(got) && isnan(want)) continue;
+      double d = got == want ? 0 : fabs(got - want);
       if (d > maxabs || at < 0) maxabs = d, at = k;
     }
     double rel = nonfinite ? INFINITY : maxabs / (refmax > 0 ? refmax : 1.0);
@@ -492,13 +537,13 @@ vf_op_plan *vf_op_plan_new(const vf_unit_opts *o) {
   if (json_array_size(args) > MAX_ARGS) return plan_error(p, "%s: more than 32 arguments%s", u->op_id, ""), p;
   size_t i;
   json_t *ja;
-  int dtype_arg = -1;
+  int dtype_arg0 = -1;
   json_array_foreach(args, i, ja) {
     u->jargs[i] = ja;
     u->a[i].name = json_string_value(json_object_get(ja, "name"));
     if (!u->a[i].name || vf_kind_parse(json_string_value(json_object_get(ja, "kind")), &u->a[i].kind))
       return plan_error(p, "%s: argument without a name or a known kind%s", u->op_id, ""), p;
-    if (u->a[i].kind == VF_DTYPE && dtype_arg < 0) dtype_arg = (int)i;
+    if (u->a[i].kind == VF_DTYPE && dtype_arg0 < 0) dtype_arg0 = (int)i;
   }
   u->nargs = (int)json_array_size(args);
 
@@ -507,6 +552,14 @@ vf_op_plan *vf_op_plan_new(const vf_unit_opts *o) {
   int runs = 0;
   json_t *cs;
   json_array_foreach(json_object_get(u->op, "cases"), i, cs) {
+    /* the dtype argument the case's variants run over: the first one the
+     * case gives a list, else the first one */
+    int dtype_arg = dtype_arg0;
+    for (int k = 0; k < u->nargs; k++)
+      if (u->a[k].kind == VF_DTYPE && json_is_array(json_object_get(cs, u->a[k].name))) {
+        dtype_arg = k;
+        break;
+      }
     json_t *dv = dtype_arg >= 0 ? json_object_get(cs, u->a[dtype_arg].name) : NULL;
     size_t nv = json_is_array(dv) ? json_array_size(dv) : 1;
     for (size_t v = 0; v < nv; v++) {

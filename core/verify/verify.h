@@ -190,7 +190,25 @@ typedef struct vf_stage_opts {
   /* stages 3-6: every unit's wall-clock deadline, instead of the stage's own
    * (tests of a plugin that never returns); 0: the stage's */
   double unit_timeout_s;
+  /* --kv-type: the KV cache element type the model under test was asked for
+   * (NULL or "f32": f32). A model plugin gets it as its kv_type option; an
+   * engine has it baked in. Stages 4 and 5 compare logprobs within
+   * vf_logprob_tol (a half-precision cache rounds every key and value). */
+  const char *kv_type;
 } vf_stage_opts;
+
+/* KV cache types (core/verify/kv.c; docs/mi-gen.md, "KV cache types"):
+ * the logprob tolerance for a model whose cache is o->kv_type, from the f32
+ * one, against goldens of an f32 cache (stage 4) and against the float64
+ * twin that rounds its cache the same way (stage 5); the twin's setting
+ * (stage 5 sets it before its reference child forks) and its rounding of
+ * n keys or values (the float64 models call it when they store them). */
+double vf_logprob_tol(const vf_stage_opts *o, double f32_tol);
+double vf_logprob_tol_twin(const vf_stage_opts *o, double f32_tol);
+void vf_ref_set_kv(const vf_stage_opts *o);
+void vf_ref_round_kv(double *x, int64_t n);
+/* x rounded to nearest even in t (f32, f16, bf16): operator.convert's reference */
+double vf_f64_round_dtype(double x, mi_dtype t);
 
 /* Loads the plugin in a child and describes it: {"verdict": "PASS"|"FAIL",
  * "name", "version", "kind", "variant", "members": [...], "message", ...}. */

@@ -452,7 +452,7 @@ START_TEST(test_bad_constraints) {
   } cases[] = {
       {"--platform", "tpu9", 5, "unknown platform"},
       {"--dtype", "u8", 6, "not offered"},
-      {"--kv-type", "f16", 3, "not covered: KV type 'f16': the platform contract platform.cpu"},
+      {"--kv-type", "u8", 3, "not covered: KV type 'u8': the platform contract platform.cpu"},
       {"--tp", "3", 7, "does not divide"},
       {"--perf", "speed>=2", 8, "--perf"},
       {"--perf", "decode>=0roofline", 8, "--perf"},

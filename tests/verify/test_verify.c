@@ -117,6 +117,53 @@ START_TEST(ref_argmax_first_tie) {
 }
 END_TEST
 
+/* operator.convert's reference, on values whose rounding is known by hand:
+ * ties to even, subnormals, overflow to inf, NaN, the sign of zero. */
+START_TEST(ref_convert_by_hand) {
+  static const struct {
+    mi_dtype to;
+    double x, want;
+  } v[] = {
+      {MI_DTYPE_F16, 1 + 0x1p-11, 1},                  /* tie: to the even 1 */
+      {MI_DTYPE_F16, 1 + 3 * 0x1p-11, 1 + 0x1p-9},     /* tie: up to the even neighbour */
+      {MI_DTYPE_F16, 1 + 0x1p-11 + 0x1p-20, 1 + 0x1p-10}, /* past the tie: up (truncation: 1) */
+      {MI_DTYPE_F16, 2049, 2048},
+      {MI_DTYPE_F16, 65519, 65504},
+      {MI_DTYPE_F16, 65520, INFINITY},                 /* the tie above the largest: inf */
+      {MI_DTYPE_F16, -1e6, -INFINITY},
+      {MI_DTYPE_F16, 3 * 0x1p-25, 0x1p-23},            /* subnormal tie: 1.5 units -> 2 */
+      {MI_DTYPE_F16, 0x1p-25, 0},                      /* half the smallest subnormal: 0 */
+      {MI_DTYPE_F16, 1023.5 * 0x1p-24, 0x1p-14},       /* largest subnormal / smallest normal tie */
+      {MI_DTYPE_BF16, 1 + 0x1p-8, 1},
+      {MI_DTYPE_BF16, 1 + 3 * 0x1p-8, 1 + 0x1p-6},
+      {MI_DTYPE_BF16, 259, 260},
+      {MI_DTYPE_BF16, 3 * 0x1p-134, 0x1p-132},         /* bf16 subnormal tie */
+      {MI_DTYPE_BF16, 0x1.fffffep127, INFINITY},       /* f32's largest: past bf16's */
+      {MI_DTYPE_BF16, 0x1.fep127, 0x1.fep127},         /* bf16's largest stays */
+      {MI_DTYPE_F32, 0x1p-24, 0x1p-24},                /* widening: exact */
+  };
+  int n = (int)(sizeof v / sizeof *v);
+  for (int i = 0; i < n; i++) {
+    double x = v[i].x, y = NAN;
+    vf_arg a[] = {buf_arg("dst", VF_OUT, &y, 1), buf_arg("src", VF_IN, &x, 1), int_arg("n", 1)};
+    a[0].dtype = v[i].to;
+    vf_call c = {a, 3};
+    char err[128];
+    ck_assert_int_eq(vf_ref_find("convert")(&c, err, sizeof err), 0);
+    ck_assert_msg(y == v[i].want, "case %d: %a -> %a, want %a", i, x, y, v[i].want);
+  }
+  double sp[3] = {NAN, -0.0, -INFINITY}, out[3];
+  vf_arg a[] = {buf_arg("dst", VF_OUT, out, 3), buf_arg("src", VF_IN, sp, 3), int_arg("n", 3)};
+  a[0].dtype = MI_DTYPE_F16;
+  vf_call c = {a, 3};
+  char err[128];
+  ck_assert_int_eq(vf_ref_find("convert")(&c, err, sizeof err), 0);
+  ck_assert(isnan(out[0]));
+  ck_assert(out[1] == 0 && signbit(out[1]));
+  ck_assert(isinf(out[2]) && out[2] < 0);
+}
+END_TEST
+
 /* The schema's enums and the verifier's tables must agree, both ways. */
 static void same_set(json_t *en, const char *const *names, const char *what) {
   size_t n = 0;
@@ -192,7 +239,7 @@ START_TEST(cpu_plugin_passes_stage1) {
   ck_assert_ptr_nonnull(r.report);
   ck_assert_str_eq(json_string_value(json_object_get(r.report, "verdict")), "PASS");
   json_t *units = json_object_get(json_array_get(json_object_get(r.report, "stages"), 0), "units");
-  ck_assert_int_eq(json_array_size(units), 9);
+  ck_assert_int_eq(json_array_size(units), 10);
   size_t i, cases = 0;
   json_t *u;
   json_array_foreach(units, i, u) {
@@ -287,6 +334,13 @@ END_TEST
 START_TEST(mutant_silu_alias) {
   /* Passes every separate-buffer case; only the in-place one (y == gate) shows it. */
   mutant("silu_alias", "operator.silu_mul", "FAIL", "case in_place, y aliases gate", "");
+}
+END_TEST
+
+START_TEST(mutant_convert_trunc) {
+  /* truncating f32 -> f16/bf16 is right wherever no rounding is needed: the
+   * exact compare of the random rows (and the ties) shows it */
+  mutant("convert_trunc", "operator.convert", "FAIL", "elements of 'dst' differ", "");
 }
 END_TEST
 
@@ -517,6 +571,7 @@ int main(void) {
   tcase_add_test(t, ref_attention_by_hand);
   tcase_add_test(t, ref_rope_by_hand);
   tcase_add_test(t, ref_argmax_first_tie);
+  tcase_add_test(t, ref_convert_by_hand);
   tcase_add_test(t, tables_match_schema);
   tcase_add_test(t, cpu_plugin_passes_stage1);
   tcase_add_test(t, same_seed_same_inputs);
@@ -526,6 +581,7 @@ int main(void) {
   tcase_add_test(t, mutant_matmul_segv);
   tcase_add_test(t, mutant_argmax_hang);
   tcase_add_test(t, mutant_silu_alias);
+  tcase_add_test(t, mutant_convert_trunc);
   tcase_add_test(t, cpu_plugin_passes_stage2);
   tcase_add_test(t, mutant_d2d_noop_fails_stage2_only);
   tcase_add_test(t, stage3_weight_files);

@@ -15,6 +15,7 @@
 
 #include "core/verify/driver.h"
 #include "core/verify/ref/f64.h"
+#include "core/verify/verify.h"
 
 /* ---------- stage 2: a small Qwen3-shaped layer ---------- */
 
@@ -268,6 +269,8 @@ static double *model_forward(void *ref, const int32_t *ids, int T, int n_out, do
       vf_f64_rmsnorm(k, k, W[7], (int64_t)T * nkv, hd, m->eps, 0);
       vf_f64_rope(q, pos, T, nh, (int64_t)nh * hd, hd, hd, m->theta);
       vf_f64_rope(k, pos, T, nkv, (int64_t)nkv * hd, hd, hd, m->theta);
+      vf_ref_round_kv(k, (int64_t)T * nkv * hd); /* stored in the cache: rounded when it is half precision */
+      vf_ref_round_kv(v, (int64_t)T * nkv * hd);
       ok = vf_f64_attention(at, q, k, v, T, nh, nkv, hd, 0, 1.0 / sqrt((double)hd), max_score) == 0;
       if (!ok) snprintf(err, err_len, "reference: out of memory");
     }

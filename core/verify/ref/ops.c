@@ -246,6 +246,8 @@ static int ref_rmsnorm_gated(vf_call *c, char *err, size_t len) {
   return 0;
 }
 
+int vf_ref_convert(vf_call *c, char *err, size_t len); /* ref/ops_convert.c */
+
 static const struct {
   const char *name;
   vf_ref_fn fn;
@@ -261,6 +263,7 @@ static const struct {
     {"deltanet_gates", ref_deltanet_gates},
     {"gated_delta_rule", ref_gated_delta_rule},
     {"rmsnorm_gated", ref_rmsnorm_gated},
+    {"convert", vf_ref_convert},
 };
 
 vf_ref_fn vf_ref_find(const char *name) {

@@ -9,6 +9,10 @@
  * per-layer kind table, one switch case per kind in the layer loop, and per
  * sequence one slab holding each layer's caches (growing with the context)
  * and fixed state (carried across forwards, zeroed by seq_truncate(0)).
+ * A half-precision KV cache (kv_type f16/bf16) is derived from the same
+ * contract: steps that write a cache row in f32 write a staging buffer
+ * instead, stored by one operator.convert per cache entry before the cache
+ * is read (store_staged); not yet for layer-kind contracts (refused).
  *
  * Task: {"constraints": {"platform","dtype","tp","kv_type"}, "model_dir",
  *        "patches": [{"operator","arg","value","why"}], "engine_name"?}
@@ -69,6 +73,10 @@ typedef struct gen {
   int tied_fallback_used;
   int tp;      /* tensor-parallel degree (constraint) */
   int nosplit; /* 1 while writing full (unsharded) weight shapes */
+  const char *kv;   /* KV cache element type (constraint kv_type): f32, f16 or bf16 */
+  int half_kv;      /* kv is f16/bf16: steps write new k/v rows in f32 to a staging
+                       buffer, then operator.convert stores them (store_staged) */
+  json_t *pending;  /* cache name -> true: staged rows not yet converted into the cache */
   char err[1024];
   json_t *weights_seen; /* key -> {"kind": "matrix"|"vector", "field"} */
   /* layers of several kinds (the contract's layer_kinds): */
@@ -443,6 +451,21 @@ static int emit_step(gen *g, json_t *step, sb *out, const char *indent) {
         free(call.s);
         return -1;
       }
+      const char *adt = json_string_value(json_object_get(a, "dtype"));
+      if (cache && g->half_kv && adt && adt[0] != '$') {
+        /* an argument of a fixed type (f32) bound to a half-precision cache:
+         * the step works on the chunk's new rows in their f32 staging buffer */
+        if (!at || strcmp(at + 1, "pos0")) {
+          snprintf(g->err, sizeof g->err,
+                   "step %s: argument %s: \"%s\" is %s data in a %s KV cache; only the chunk's new rows (@pos0) can "
+                   "be staged in f32", name, an, v, adt, g->kv);
+          free(call.s);
+          return -1;
+        }
+        sp(&call, "m->%.*s_new", (int)bn, v);
+        if (strcmp(kind, "in")) json_object_set_new(g->pending, json_string_value(json_object_get(buf, "name")), json_true());
+        continue;
+      }
       sp(&call, cache ? "%.*s" : "m->%.*s", (int)bn, v);
       if (at) {
         sb rw = {0}, ex = {0};
@@ -537,11 +560,57 @@ static int emit_step(gen *g, json_t *step, sb *out, const char *indent) {
   return 0;
 }
 
+/* Half-precision KV: the staged new rows of every cache written since the
+ * last store, converted into the cache at pos0 (one operator.convert step
+ * each, bound like any contract step). */
+static int store_staged(gen *g, sb *out, const char *indent) {
+  size_t i;
+  json_t *e;
+  json_array_foreach(json_object_get(g->model, "cache"), i, e) {
+    const char *cn = json_string_value(json_object_get(e, "name"));
+    if (!json_is_true(json_object_get(g->pending, cn))) continue;
+    char dst[160], src[160], sname[160], what[200];
+    snprintf(dst, sizeof dst, "%s@pos0", cn);
+    snprintf(src, sizeof src, "%s_new", cn);
+    snprintf(sname, sizeof sname, "%s_store", cn);
+    snprintf(what, sizeof what, "the chunk's new rows of %s, f32 -> %s (round to nearest even)", cn, g->kv);
+    sb n = {0};
+    sp(&n, "T");
+    json_t *shape = json_object_get(e, "shape");
+    for (size_t k = 1; k < json_array_size(shape); k++) sp(&n, " * %s", json_string_value(json_array_get(shape, k)));
+    json_t *step = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:s, s:s, s:s}}", "step", sname, "operator", "operator.convert",
+                             "what", what, "args", "dst", dst, "dst_dtype", "dtype:dst", "src", src, "src_dtype", "f32",
+                             "n", n.s);
+    free(n.s);
+    int rc = emit_step(g, step, out, indent);
+    json_decref(step);
+    if (rc) return -1;
+    json_object_del(g->pending, cn);
+  }
+  return 0;
+}
+
+/* Does the step read a cache through an argument of the cache's own type? */
+static int reads_cache(gen *g, json_t *step) {
+  json_t *op = json_object_get(g->ops, json_string_value(json_object_get(step, "operator")));
+  size_t i;
+  json_t *a;
+  json_array_foreach(json_object_get(json_object_get(op, "signature"), "args"), i, a) {
+    const char *dt = json_string_value(json_object_get(a, "dtype"));
+    const char *v = json_string_value(json_object_get(json_object_get(step, "args"), json_string_value(json_object_get(a, "name"))));
+    if (!dt || dt[0] != '$' || !v) continue;
+    size_t bn = strcspn(v, "@");
+    if (find_named(json_object_get(g->model, "cache"), v, bn)) return 1;
+  }
+  return 0;
+}
+
 static int emit_steps(gen *g, json_t *steps, sb *out, const char *indent) {
   size_t i;
   json_t *st;
   json_array_foreach(steps, i, st) {
     if (json_is_true(json_object_get(st, "optional"))) continue;
+    if (g->half_kv && json_object_size(g->pending) && reads_cache(g, st) && store_staged(g, out, indent)) return -1;
     const char *pairing = json_string_value(json_object_get(st, "pairing"));
     const char *oppair = json_string_value(json_object_get(json_object_get(g->ops, json_string_value(json_object_get(st, "operator"))), "pairing"));
     if (pairing && strcmp(pairing, oppair ? oppair : "neox")) {
@@ -565,6 +634,7 @@ static int emit_steps(gen *g, json_t *steps, sb *out, const char *indent) {
       free(ex.s);
     }
   }
+  if (g->half_kv && json_object_size(g->pending)) return store_staged(g, out, indent); /* written, never read here */
   return 0;
 }
 
@@ -831,8 +901,8 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
   json_array_foreach(contracts, i, e)
       sp(o, " *   %-22s %-8s sha256:%.16s\n", json_string_value(json_object_get(e, "id")),
          json_string_value(json_object_get(e, "version")), json_string_value(json_object_get(e, "sha256")));
-  sp(o, " * Constraints: platform %s, weights %s, tensor parallel %d, KV cache f32.\n",
-     json_string_value(json_object_get(g->platform, "plugin")), g->dtype, g->tp);
+  sp(o, " * Constraints: platform %s, weights %s, tensor parallel %d, KV cache %s.\n",
+     json_string_value(json_object_get(g->platform, "plugin")), g->dtype, g->tp, g->kv);
   sp(o, " * Experience consulted:%s", json_array_size(experience) ? "\n" : " none\n");
   json_array_foreach(experience, i, e)
       sp(o, " *   %s%s\n", json_string_value(json_object_get(e, "id")),
@@ -877,7 +947,8 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
   sp(o, "#define STR_(x) #x\n#define STR(x) STR_(x) /* a constant as text, for messages */\n");
   sp(o, "#define %-26s 8 /* rows per lm_head call when every position's logits are wanted */\n", "LOGIT_ROWS");
   sp(o, "#define %-26s %s /* matrices as stored (constraint) */\n", "WEIGHT_DTYPE", wdt);
-  sp(o, "#define %-26s MI_DTYPE_F32 /* KV cache elements */\n\n", "KV_DTYPE");
+  sp(o, "#define %-26s %s /* KV cache elements */\n", "KV_DTYPE", dtype_const(g->kv));
+  sp(o, "#define %-26s \"%s\" /* its name, as mi-run --kv-type spells it */\n\n", "KV_TYPE", g->kv);
   sp(o, "static const char k_digest[] = \"%s\";\n\n", digest.s);
 
   /* figures for info() */
@@ -1008,7 +1079,8 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
     if (kind_macros(g, o)) return -1;
   } else {
     sp(o, "struct mi_seq {\n  int64_t n_ctx, len;\n  mi_buffer *buf;\n");
-    sp(o, "  float *cache; /* [%s][%zu][n_ctx, row] f32:", LAYERS, json_array_size(json_object_get(g->model, "cache")));
+    const char *kvc = g->half_kv ? "uint16_t" : "float"; /* the C type of one cache element */
+    sp(o, "  %s *cache; /* [%s][%zu][n_ctx, row] %s:", kvc, LAYERS, json_array_size(json_object_get(g->model, "cache")), g->kv);
     json_array_foreach(json_object_get(g->model, "cache"), i, e) {
       sb sh = {0};
       shape_comment(g, e, &sh, 0);
@@ -1022,7 +1094,7 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
       if (i) break;
       row_width(g, e, &cache_row);
     }
-    sp(o, "#define CACHE_ROW (%s) /* floats per position of one cache */\n\n", cache_row.s);
+    sp(o, "#define CACHE_ROW (%s) /* %s per position of one cache */\n\n", cache_row.s, g->half_kv ? "elements" : "floats");
   }
 
   /* the fixed helpers */
@@ -1220,7 +1292,7 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
   json_array_foreach(json_object_get(g->model, "cache"), i, e) {
     sb sh = {0};
     shape_comment(g, e, &sh, 0);
-    sp(o, "    float *%s = s->cache + ((size_t)l * %zu + %zu) * (size_t)s->n_ctx * CACHE_ROW; /* %s */\n",
+    sp(o, "    %s *%s = s->cache + ((size_t)l * %zu + %zu) * (size_t)s->n_ctx * CACHE_ROW; /* %s */\n", kvc,
        json_string_value(json_object_get(e, "name")), ncache, i, sh.s);
     free(sh.s);
   }
@@ -1318,6 +1390,10 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
           "    return fail(err, err_len, \"engine: tensor parallelism needs the platform's allreduce%%s%%s\", \"\", \"\");\n");
   sp(o, "%s",
      "  if (e_check_config(NULL, a->config, err, err_len) != 0) return -1;\n"
+     "  /* the KV cache type is baked in: a run asking for another (mi-run --kv-type) is refused */\n"
+     "  const char *kvopt = a->opts ? g_host->opt_get(a->opts, \"kv_type\") : NULL;\n"
+     "  if (kvopt && strcmp(kvopt, KV_TYPE))\n"
+     "    return fail(err, err_len, \"engine: kv_type=%s asked; this engine was generated for a %s KV cache\", kvopt, KV_TYPE);\n"
      "  /* the batch option (mi-run -b) sets a smaller prefill chunk; the arena stays sized for BATCH */\n"
      "  int64_t chunk = BATCH;\n"
      "  const char *bopt = a->opts ? g_host->opt_get(a->opts, \"batch\") : NULL;\n"
@@ -1360,10 +1436,10 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
         "  mi_model_info i;\n  memset(&i, 0, sizeof i);\n  i.struct_size = (uint32_t)room;\n"
         "  i.architecture = \"%s\";\n  i.vocab_size = VOCAB_SIZE;\n  i.hidden_size = HIDDEN_SIZE;\n"
         "  i.n_layers = %s;\n  i.max_position = MAX_POSITION_EMBEDDINGS;\n  i.weight_bytes = m->weight_bytes;\n"
-        "  i.state_bytes_token = (uint64_t)%s * %zu * CACHE_ROW * sizeof(float);\n"
+        "  i.state_bytes_token = (uint64_t)%s * %zu * CACHE_ROW * sizeof(%s);\n"
         "  i.decode_weight_bytes = DECODE_WEIGHT_BYTES;\n  i.prefill_flops_token = PREFILL_FLOPS_TOKEN;\n"
         "  i.attn_flops_pos = ATTN_FLOPS_POS;\n  memcpy(dst, &i, room);\n  return 0;\n}\n\n",
-     arch, LAYERS, LAYERS, ncache);
+     arch, LAYERS, LAYERS, ncache, kvc);
   sp(o, "static int e_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, size_t err_len) {\n"
         "  *out = NULL;\n"
         "  if (n_ctx < 1 || n_ctx > MAX_POSITION_EMBEDDINGS)\n"
@@ -1371,11 +1447,11 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
         "  mi_seq *s = m->host->alloc(sizeof *s, 64);\n"
         "  if (!s) return fail(err, err_len, \"engine: out of memory%%s%%s\", \"\", \"\");\n"
         "  memset(s, 0, sizeof *s);\n  s->n_ctx = n_ctx;\n"
-        "  size_t bytes = (size_t)%s * %zu * (size_t)n_ctx * CACHE_ROW * sizeof(float);\n"
+        "  size_t bytes = (size_t)%s * %zu * (size_t)n_ctx * CACHE_ROW * sizeof(%s);\n"
         "  if (m->P->buffer_alloc(m->pc, bytes, &s->buf) != 0) {\n    m->host->free(s);\n"
         "    return fail(err, err_len, \"engine: cannot allocate the KV cache: %%s%%s\", m->P->last_error(m->pc), \"\");\n  }\n"
         "  s->cache = m->P->buffer_ptr(m->pc, s->buf);\n  *out = s;\n  return 0;\n}\n\n",
-     LAYERS, ncache);
+     LAYERS, ncache, kvc);
   sp(o, "%s",
      "static void e_seq_destroy(mi_model *m, mi_seq *s) {\n  if (!s) return;\n"
      "  if (s->buf) m->P->buffer_free(m->pc, s->buf);\n  m->host->free(s);\n}\n\n"
@@ -1455,9 +1531,9 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
         "              .seq_create = e_seq_create, .seq_destroy = e_seq_destroy, .seq_truncate = e_seq_truncate,\n"
         "              .seq_len = e_seq_len, .forward = e_forward, .platform_needs = k_needs},\n"
         "    .struct_size = sizeof(mi_engine_iface),\n"
-        "    .constraints = \"{\\\"model\\\":\\\"%s\\\",\\\"platform\\\":\\\"%s\\\",\\\"dtype\\\":\\\"%s\\\",\\\"tp\\\":%d,\\\"kv_type\\\":\\\"f32\\\"}\",\n"
+        "    .constraints = \"{\\\"model\\\":\\\"%s\\\",\\\"platform\\\":\\\"%s\\\",\\\"dtype\\\":\\\"%s\\\",\\\"tp\\\":%d,\\\"kv_type\\\":\\\"%s\\\"}\",\n"
         "    .config_digest = k_digest,\n    .generator = \"implementer.compose 0.1.0\",\n};\n\n",
-     mid, json_string_value(json_object_get(g->platform, "plugin")), g->dtype, g->tp);
+     mid, json_string_value(json_object_get(g->platform, "plugin")), g->dtype, g->tp, g->kv);
   sp(o, "%s",
      "static int e_init(const mi_host_api *host, const mi_options *opts, void **ctx, char *err, size_t err_len) {\n"
      "  (void)opts;\n"
@@ -1558,6 +1634,13 @@ static int compose_run(void *ctx, const mi_agent_task *t, char **result, char *e
   if (g.tp < 1) g.tp = 1;
   g.ops = json_object();
   g.weights_seen = json_object();
+  g.pending = json_object();
+  g.kv = json_string_value(json_object_get(cons, "kv_type")) ?: "f32";
+  if (!dtype_const(g.kv)) {
+    snprintf(err, err_len, "compose: kv_type '%s': the engine's KV cache holds f32, f16 or bf16", g.kv);
+    goto out;
+  }
+  g.half_kv = strcmp(g.kv, "f32") != 0;
   json_t *contracts = json_array();
   json_array_append_new(contracts, entry_ref(me));
   json_array_append_new(contracts, entry_ref(pe));
@@ -1569,6 +1652,29 @@ static int compose_run(void *ctx, const mi_agent_task *t, char **result, char *e
     if (!oe) continue;
     json_object_set(g.ops, id, oe->json);
     json_array_append_new(contracts, entry_ref(oe));
+  }
+  if (g.half_kv && json_object_get(g.model, "layer_kinds")) {
+    snprintf(err, err_len, "compose: KV type %s with a layer-kinds contract (%s) is not composed yet: use --kv-type f32",
+             g.kv, me->id);
+    json_decref(contracts);
+    goto out;
+  }
+  if (g.half_kv) {
+    /* a half-precision cache is written through operator.convert from an f32
+     * staging buffer per cache entry: [T, the entry's row] in the arena */
+    if (!json_object_get(g.ops, "operator.convert")) {
+      snprintf(err, err_len, "compose: KV type %s needs operator.convert among the kernels of %s", g.kv, pe->id);
+      json_decref(contracts);
+      goto out;
+    }
+    json_t *bufs = json_object_get(g.model, "buffers");
+    json_array_foreach(json_object_get(g.model, "cache"), i, k) {
+      json_t *sh = json_deep_copy(json_object_get(k, "shape"));
+      json_array_set_new(sh, 0, json_string("T"));
+      const char *cn = json_string_value(json_object_get(k, "name"));
+      json_array_append_new(bufs, json_pack("{s:o, s:o, s:o}", "name", json_sprintf("%s_new", cn), "shape", sh, "doc",
+                                            json_sprintf("new rows of %s in f32, stored into the %s cache by convert", cn, g.kv)));
+    }
   }
   /* experience: consulted before anything is written */
   char model_sha[65] = "";
@@ -1631,6 +1737,7 @@ out:
   json_decref(g.ops);
   json_decref(g.weights_seen);
   free(g.kind_of);
+  json_decref(g.pending);
   json_decref(g.config);
   json_decref(task);
   mi_ckb_close(c);

@@ -139,9 +139,10 @@ static int in_list(const char *const *l, const char *s) {
 
 /* `seqs`: the step arrays the function's platform calls follow, in order (the
  * prologue, then the layer sequence or each layer kind's in the contract's
- * order: the source writes one switch case per kind in that order). */
-static void check_sequence(json_t *fs, const char *base, const char *code, const char *fn, json_t *seqs,
-                           json_t *ops, int tp) {
+ * order: the source writes one switch case per kind in that order).
+ * `half_kv`: the cache holds f16/bf16, so convert calls store new rows. */
+static void check_sequence(json_t *fs, const char *base, const char *code, const char *fn, json_t *model,
+                           json_t *seqs, json_t *ops, int tp, int half_kv) {
   const char *b, *e;
   if (body_of(code, fn, &b, &e)) {
     finding(fs, "error", "sequence", 0, "no function %s: the forward pass cannot be checked", fn);
@@ -161,12 +162,16 @@ static void check_sequence(json_t *fs, const char *base, const char *code, const
     }
   }
   json_t *got = calls_in(base, b, e, 1);
-  size_t gi = 0, wi = 0;
+  size_t gi = 0, wi = 0, stores = 0;
   json_t *c;
   for (; gi < json_array_size(got); gi++) {
     c = json_array_get(got, gi);
     const char *n = json_string_value(json_object_get(c, "name"));
     if (in_list(k_plumbing, n)) continue;
+    if (half_kv && !strcmp(n, "convert")) { /* the new rows stored into the half-precision cache */
+      stores++;
+      continue;
+    }
     int line = (int)json_integer_value(json_object_get(c, "line"));
     if (wi >= json_array_size(want)) {
       finding(fs, "error", "sequence", line, "%s: platform call %s past the end of the contract's sequence", fn, n);
@@ -180,6 +185,11 @@ static void check_sequence(json_t *fs, const char *base, const char *code, const
   if (wi < json_array_size(want))
     finding(fs, "error", "sequence", line_of(base, e), "%s: the contract's step %s (and %zu after it) is missing", fn,
             json_string_value(json_object_get(json_array_get(want, wi), "step")), json_array_size(want) - wi - 1);
+  /* a half-precision KV cache: each cache entry's new rows stored once per layer */
+  size_t ncache = json_array_size(json_object_get(model, "cache"));
+  if (half_kv && !strcmp(fn, "forward_chunk") && stores != ncache)
+    finding(fs, "error", "sequence", line_of(base, b), "%s: a half-precision KV cache needs one convert per cache entry (%zu), "
+            "the source has %zu", fn, ncache, stores);
   json_decref(want);
   json_decref(got);
 }
@@ -267,8 +277,10 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
       json_array_append(body, json_object_get(model, "layer_sequence") ?: json_null());
     }
     json_array_append(epi, json_object_get(model, "epilogue") ?: json_null());
-    check_sequence(fs, code, code, "forward_chunk", body, ops, tp);
-    check_sequence(fs, code, code, "logits_rows", epi, ops, tp);
+    const char *kvt = json_string_value(json_object_get(json_object_get(task, "constraints"), "kv_type"));
+    int half_kv = kvt && strcmp(kvt, "f32") != 0;
+    check_sequence(fs, code, code, "forward_chunk", model, body, ops, tp, half_kv);
+    check_sequence(fs, code, code, "logits_rows", model, epi, ops, tp, half_kv);
     json_decref(body);
     json_decref(epi);
     /* members */

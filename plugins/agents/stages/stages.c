@@ -178,6 +178,7 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
   const char *refname = json_string_value(json_object_get(tools, "reference_name"));
   const char *bench = json_string_value(json_object_get(tools, "mi_bench"));
   const char *pname = json_string_value(json_object_get(json_object_get(task, "constraints"), "platform"));
+  const char *kvt = json_string_value(json_object_get(json_object_get(task, "constraints"), "kv_type")) ?: "f32";
   uint64_t seed = (uint64_t)json_integer_value(json_object_get(task, "seed"));
   int threads = (int)json_integer_value(json_object_get(task, "threads"));
   int tp = (int)json_integer_value(json_object_get(json_object_get(task, "constraints"), "tp"));
@@ -249,14 +250,18 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
   snprintf(gopt, sizeof gopt, "%s", gold ? gold : "/nonexistent");
   char *mv_argv[] = {(char *)mv, "--platform-plugin", (char *)plat, "--model-plugin", so, "--model", (char *)model, "--stage", tp > 1 ? "2" : "6",
                      "--goldens", gopt, "--goldens-optional", "--ckb", (char *)t->ckb_dir, "--seed", seed_s, "--report", rep,
-                     "-o", thr, NULL, NULL, NULL, NULL};
+                     "-o", thr, NULL, NULL, NULL, NULL, NULL, NULL};
   char tmo[32];
   double ut = json_number_value(json_object_get(task, "unit_timeout"));
+  int na_v = 20;
   if (ut > 0) {
     snprintf(tmo, sizeof tmo, "%g", ut);
-    mv_argv[20] = "--timeout";
-    mv_argv[21] = tmo;
-    mv_argv[22] = NULL;
+    mv_argv[na_v++] = "--timeout";
+    mv_argv[na_v++] = tmo;
+  }
+  if (strcmp(kvt, "f32")) { /* the KV type asked: stages 4-5 compare at its tolerance */
+    mv_argv[na_v++] = "--kv-type";
+    mv_argv[na_v++] = (char *)kvt;
   }
   int vrc = run_cmd(mv_argv, log, NULL, ut > 0 ? (int)(20 * ut) : 1500);
   mi_bb_put_file(bb, log, "txt", ev);
@@ -368,6 +373,10 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
                               "--json", "--top-logprobs", "5", "--ignore-eos", "--stats", "-c", c_s};
     int na = 18;
     if (cases[k].batch) a_argv[na++] = "-b", a_argv[na++] = cases[k].batch;
+    /* a half-precision cache: the reference plugin runs with the same one
+     * (same kernels, same roundings); the engine, which has it baked in,
+     * is asked for it too and must accept */
+    if (strcmp(kvt, "f32")) a_argv[na++] = "--kv-type", a_argv[na++] = kvt;
     a_argv[na] = NULL;
     char *m_argv[48] = {"/usr/bin/mpirun", "-np", np_s, "--oversubscribe", "--bind-to", "none"};
     if (tp > 1) { /* the engine as a TP deployment runs it: one rank per process */
