@@ -1071,6 +1071,7 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
         "  int32_t pos_host[BATCH];\n  uint64_t weight_bytes;\n};\n\n");
   sb cache_row = {0};
   size_t ncache = json_array_size(json_object_get(g->model, "cache"));
+  const char *kvc = g->half_kv ? "uint16_t" : "float"; /* the C type of one cache element */
   if (g->kinds) {
     sp(o, "struct mi_seq {\n  int64_t n_ctx, len;\n  mi_buffer *buf;\n");
     sp(o, "  float *zeros; /* STATE_MAX zero floats after the layers' parts: seq_truncate(0) copies them */\n");
@@ -1079,7 +1080,6 @@ static int compose_source(gen *g, json_t *contracts, json_t *experience, json_t 
     if (kind_macros(g, o)) return -1;
   } else {
     sp(o, "struct mi_seq {\n  int64_t n_ctx, len;\n  mi_buffer *buf;\n");
-    const char *kvc = g->half_kv ? "uint16_t" : "float"; /* the C type of one cache element */
     sp(o, "  %s *cache; /* [%s][%zu][n_ctx, row] %s:", kvc, LAYERS, json_array_size(json_object_get(g->model, "cache")), g->kv);
     json_array_foreach(json_object_get(g->model, "cache"), i, e) {
       sb sh = {0};
