@@ -44,6 +44,13 @@ mi_ckb *mi_ckb_open(const char *dir, char *err, size_t err_len);
 void mi_ckb_close(mi_ckb *c);
 
 const char *mi_ckb_dir(const mi_ckb *c);
+
+/* Writes the curated base of the CKB into out_dir (a new folder): a copy
+ * without the entries knowledge evolution wrote (provenance "evolved") and
+ * without the platform kernels that name them, i.e. the CKB an evolution
+ * run starts from. *n_left_out: how many entries were left out. 0, or -1
+ * with a line in err. */
+int mi_ckb_export_curated(const mi_ckb *c, const char *out_dir, int *n_left_out, char *err, size_t err_len);
 size_t mi_ckb_count(const mi_ckb *c);
 const mi_ckb_entry *mi_ckb_at(const mi_ckb *c, size_t i);
 const mi_ckb_entry *mi_ckb_find(const mi_ckb *c, const char *id);

@@ -18,6 +18,8 @@ static void usage(FILE *f) {
           "  coverage --model DIR --platform NAME [--json]\n"
           "                                        contracts that apply and what is missing; exit 2 when not covered\n"
           "  weights --model DIR [--json]          the model's safetensors against its model contract's weight map; exit 1 on problems\n"
+          "  curated OUT_DIR                       copy the CKB into OUT_DIR without what evolution added\n"
+          "                                        (entries with provenance evolved, platform kernels naming them)\n"
           "  add FILE | update FILE                atomic write of one entry (FILE '-' = stdin); update needs a higher version\n"
           "CKB folder: --ckb DIR, else $MI_CKB_DIR, ./ckb, <exe>/../share/metainfer/ckb, <exe>/../../ckb\n");
 }
@@ -244,6 +246,19 @@ int main(int argc, char **argv) {
   else if (!strcmp(cmd, "validate")) rc = rest ? (fprintf(stderr, "mi-ckb validate: takes no arguments\n"), 1) : cmd_validate(c);
   else if (!strcmp(cmd, "coverage")) rc = cmd_coverage(c, rest, rargv);
   else if (!strcmp(cmd, "weights")) rc = cmd_weights(c, rest, rargv);
+  else if (!strcmp(cmd, "curated")) {
+    int n = 0;
+    if (rest != 1) {
+      fprintf(stderr, "mi-ckb curated: expected one OUT_DIR\n");
+      rc = 1;
+    } else if (mi_ckb_export_curated(c, rargv[0], &n, err, sizeof err) != 0) {
+      fprintf(stderr, "mi-ckb curated: %s\n", err);
+      rc = 1;
+    } else {
+      fprintf(stderr, "mi-ckb: the curated base of %s is in %s (%d evolved entries left out)\n", dir, rargv[0], n);
+      rc = 0;
+    }
+  }
   else {
     fprintf(stderr, "mi-ckb: unknown command '%s'\n", cmd);
     usage(stderr);

@@ -45,6 +45,17 @@ static void sh(const char *fmt, const char *a, const char *b) {
   ck_assert_msg(system(cmd) == 0, "%s", cmd);
 }
 
+/* A fresh copy of ckb/ as it was before evolution (mi_ckb_export_curated:
+ * the entries with provenance evolved and the kernels naming them left
+ * out), so the loop starts from the same knowledge whatever ckb/ holds. */
+static void curated_ckb(const char *from, const char *to) {
+  char err[1024];
+  mi_ckb *c = mi_ckb_open(from, err, sizeof err);
+  ck_assert_msg(c, "%s", err);
+  ck_assert_msg(mi_ckb_export_curated(c, to, NULL, err, sizeof err) == 0, "%s", err);
+  mi_ckb_close(c);
+}
+
 static json_t *load_src(const char *rel) {
   char *p = src(rel);
   json_error_t je;
@@ -83,7 +94,7 @@ static char *make_refs(const char *const *goldens, int n, char **refs_out) {
 static int run_evolve(const char *tmp, const char *refs, const char *cand, json_t **report) {
   char *ckb = tw_path(tmp, "ckb"), *run = tw_path(tmp, "run"), *ck = src("ckb");
   struct stat st;
-  if (stat(ckb, &st) != 0) sh("cp -r '%s' '%s'", ck, ckb);
+  if (stat(ckb, &st) != 0) curated_ckb(ck, ckb);
   char cmd[8192];
   snprintf(cmd, sizeof cmd, "'%s/bin/mi-gen' --evolve %s%s%s %s%s%s --ckb '%s' --run-dir '%s' 2>'%s/stderr'",
            getenv("MI_BUILD_DIR"), refs ? "--refs '" : "", refs ? refs : "", refs ? "'" : "", cand ? "--candidates '" : "",
@@ -292,7 +303,7 @@ static void noop_diag(void *u, const char *line) { fprintf(stderr, "%s%s\n", (co
 static char *consolidate_once(json_t **written) {
   char *tmp = tw_mkdtemp("evolve-cons");
   char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb");
-  sh("cp -r '%s' '%s'", ck, ckb);
+  curated_ckb(ck, ckb);
   ev_opts o = {.ckb = ckb, .run_dir = tmp};
   ev_ctx c = {.o = &o, .reads = json_array(), .report = json_object()};
   /* what exploration would have logged and phase 3 would have kept */
@@ -437,7 +448,7 @@ END_TEST
 START_TEST(bundle_with_broken_operator_contract_is_rejected_naming_it) {
   char *tmp = tw_mkdtemp("evolve-bundle");
   char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb"), *cand = tw_path(tmp, "cand"), *ops = tw_path(cand, "operators");
-  sh("cp -r '%s' '%s'", ck, ckb);
+  curated_ckb(ck, ckb);
   ck_assert_int_eq(mkdir(cand, 0755), 0);
   ck_assert_int_eq(mkdir(ops, 0755), 0);
   /* a sigmoid_mul contract shaped like the curated silu_mul one, then broken */
@@ -489,7 +500,7 @@ END_TEST
 START_TEST(real_bundle_is_accepted) {
   char *tmp = tw_mkdtemp("evolve-bundle-ok");
   char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb"), *cand = src("candidates/hybrid-deltanet");
-  sh("cp -r '%s' '%s'", ck, ckb);
+  curated_ckb(ck, ckb);
   char bin[4096];
   snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
   ev_opts o = {.ckb = ckb, .run_dir = tmp, .candidates = cand, .exe_dir = bin, .platform = "cpu"};
@@ -578,7 +589,7 @@ START_TEST(cli_phases_one_to_five) {
   char *refs;
   char *tmp = make_refs(goldens, 3, &refs);
   char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb"), *cand = src("candidates/hybrid-deltanet"), *model = tw_path(tmp, "m");
-  sh("cp -r '%s' '%s'", ck, ckb);
+  curated_ckb(ck, ckb);
   char cmd[8192];
   snprintf(cmd, sizeof cmd, "'%s/bin/mi-mkmodel' --family qwen35 --shape tiny --seed 1 --out '%s' >/dev/null",
            getenv("MI_BUILD_DIR"), model);

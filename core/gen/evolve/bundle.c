@@ -18,6 +18,7 @@
 #include "core/ckb/ckb.h"
 #include "core/gen/evolve/evolve.h"
 #include "core/runtime/safetensors.h"
+#include "core/util/spawn.h"
 
 typedef struct diag_buf {
   char text[2048];
@@ -73,11 +74,6 @@ json_t *ev_platform_with_bundle(const json_t *plat, const json_t *bundle, const 
   if (json_is_object(abi) && want > json_integer_value(json_object_get(abi, "minor")))
     json_object_set_new(abi, "minor", json_integer(want));
   return p;
-}
-
-static int run_cmd(const char *cmd) {
-  int st = system(cmd);
-  return st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
 int ev_bundle_verify(ev_ctx *c, const vf_qwen35_variant *found, json_t *e2e, json_t **bundle_out, json_t **out,
@@ -148,11 +144,10 @@ int ev_bundle_verify(ev_ctx *c, const vf_qwen35_variant *found, json_t *e2e, jso
   }
   mi_ckb_close(ck);
   /* 2. operator units on a temporary CKB: the target plus these operators */
-  char tmp[4300], plugin[4400], rep[4400], cmd[16384];
+  char tmp[4300], plugin[4400], rep[4400];
   snprintf(tmp, sizeof tmp, "%s/bundle-ckb", o->run_dir);
   if (rc == 0) {
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", tmp, o->ckb, tmp);
-    if (run_cmd(cmd) != 0) {
+    if (mi_remove_tree(tmp) != 0 || mi_copy_tree(o->ckb, tmp) != 0) {
       snprintf(err, n, "%s: cannot copy the CKB there", tmp);
       rc = -1;
     }
@@ -181,11 +176,12 @@ int ev_bundle_verify(ev_ctx *c, const vf_qwen35_variant *found, json_t *e2e, jso
   if (rc == 0) {
     snprintf(plugin, sizeof plugin, "%s/../lib/metainfer/libmi-%s.so", o->exe_dir, o->platform ? o->platform : "cpu");
     snprintf(rep, sizeof rep, "%s/bundle-stage1.json", o->run_dir);
-    snprintf(cmd, sizeof cmd,
-             "'%s/mi-verify' --platform-plugin '%s' --ckb '%s' --stage 1 --only '%s' --seed 1 --report '%s' "
-             ">'%s/bundle-stage1.log' 2>&1",
-             o->exe_dir, plugin, tmp, only, rep, o->run_dir);
-    int vr = run_cmd(cmd);
+    char exe[4200], log[4400];
+    snprintf(exe, sizeof exe, "%s/mi-verify", o->exe_dir);
+    snprintf(log, sizeof log, "%s/bundle-stage1.log", o->run_dir);
+    char *argv[] = {exe, "--platform-plugin", plugin, "--ckb", tmp, "--stage", "1", "--only", only,
+                    "--seed", "1", "--report", rep, NULL};
+    int vr = mi_remove_tree(log) == 0 ? mi_spawn_wait(argv, log, NULL, 0) : -1;
     json_t *r = json_load_file(rep, 0, NULL);
     json_t *st = json_object_get(json_object_get(r, "stages"), "1");
     if (!st) st = json_array_get(json_object_get(r, "stages"), 0);

@@ -12,6 +12,7 @@
 
 #include "core/ckb/ckb.h"
 #include "core/gen/evolve/evolve.h"
+#include "core/util/spawn.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -53,17 +54,21 @@ static int is_hybrid_golden(const json_t *j) {
 
 static int revalidate(ev_ctx *c, json_t **out, char *why, size_t n) {
   const ev_opts *o = c->o;
-  char cmd[16384], log[4400], gold[4400] = "";
+  char log[4400], exe[4200], dir[4400], eng[4400], run[4400];
   snprintf(log, sizeof log, "%s/revalidation.log", o->run_dir);
-  if (o->goldens) snprintf(gold, sizeof gold, "--goldens '%s' ", o->goldens);
-  /* from scratch: a fresh run dir and engine dir; no --refs, no candidates */
-  snprintf(cmd, sizeof cmd,
-           "rm -rf '%s/revalidation' && '%s/mi-gen' --model '%s' --platform '%s' --dtype '%s' --ckb '%s' "
-           "%s--out '%s/revalidation/engine' --run-dir '%s/revalidation/run' --seed 1 >'%s' 2>&1",
-           o->run_dir, o->exe_dir, o->model, o->platform ? o->platform : "cpu", o->dtype ? o->dtype : "bf16", o->ckb,
-           gold, o->run_dir, o->run_dir, log);
-  int st = system(cmd);
-  int rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  snprintf(exe, sizeof exe, "%s/mi-gen", o->exe_dir);
+  snprintf(dir, sizeof dir, "%s/revalidation", o->run_dir);
+  snprintf(eng, sizeof eng, "%s/revalidation/engine", o->run_dir);
+  snprintf(run, sizeof run, "%s/revalidation/run", o->run_dir);
+  /* from scratch: a fresh run dir and engine dir; no --refs, no candidates.
+   * Run without a shell: every path is one argument. */
+  int rc = -1;
+  if (mi_remove_tree(dir) == 0 && mi_remove_tree(log) == 0) {
+    char *argv[] = {exe, "--model", (char *)o->model, "--platform", (char *)(o->platform ? o->platform : "cpu"),
+                    "--dtype", (char *)(o->dtype ? o->dtype : "bf16"), "--ckb", (char *)o->ckb, "--out", eng,
+                    "--run-dir", run, "--seed", "1", o->goldens ? "--goldens" : NULL, (char *)o->goldens, NULL};
+    rc = mi_spawn_wait(argv, log, NULL, 0);
+  }
   /* the stages the run reached: its stderr lines that name one */
   json_t *lines = json_array();
   FILE *f = fopen(log, "r");

@@ -24,6 +24,7 @@
 
 #include "core/gen/evolve/evolve.h"
 #include "core/runtime/safetensors.h"
+#include "core/util/spawn.h"
 
 static const char *qk_name[] = {"1+w", "w", "none"};
 static const char *gate_name[] = {"interleaved", "half", "none"};
@@ -69,26 +70,6 @@ static uint32_t fnv1a32_file(const char *path, int *ok) {
   return h;
 }
 
-/* A shell word in single quotes (the golden's arguments are data). */
-static int quote(char *dst, size_t cap, const char *s) {
-  size_t k = 0;
-  if (k < cap) dst[k++] = '\'';
-  for (; *s; s++) {
-    if (*s == '\'') {
-      if (k + 4 >= cap) return -1;
-      memcpy(dst + k, "'\\''", 4);
-      k += 4;
-    } else if (k + 1 < cap)
-      dst[k++] = *s;
-    else
-      return -1;
-  }
-  if (k + 2 > cap) return -1;
-  dst[k++] = '\'';
-  dst[k] = 0;
-  return (int)k;
-}
-
 int ev_remake_checkpoint(const ev_opts *o, const json_t *golden, const char *dir, char *err, size_t n) {
   const json_t *model = json_object_get(golden, "model");
   const json_t *args = json_object_get(model, "mkmodel_args");
@@ -97,23 +78,31 @@ int ev_remake_checkpoint(const ev_opts *o, const json_t *golden, const char *dir
     snprintf(err, n, "golden: no model.mkmodel_args / model.safetensors_fnv1a32");
     return -1;
   }
-  char cmd[8192], q[1024];
-  int len = snprintf(cmd, sizeof cmd, "'%s/mi-mkmodel'", o->exe_dir);
+  /* mi-mkmodel ARGS... --out DIR, run without a shell: the golden's
+   * arguments are data from a file, never words of a command line */
+  char exe[4200];
+  snprintf(exe, sizeof exe, "%s/mi-mkmodel", o->exe_dir);
+  size_t na = json_array_size(args);
+  if (na > 64) {
+    snprintf(err, n, "golden: mkmodel_args has %zu entries (at most 64)", na);
+    return -1;
+  }
+  char *argv[64 + 4];
+  size_t k = 0;
+  argv[k++] = exe;
   size_t i;
   json_t *a;
   json_array_foreach(args, i, a) {
-    if (!json_is_string(a) || quote(q, sizeof q, json_string_value(a)) < 0) {
+    if (!json_is_string(a) || json_string_length(a) > 1000) {
       snprintf(err, n, "golden: mkmodel_args[%zu] is not a short string", i);
       return -1;
     }
-    len += snprintf(cmd + len, sizeof cmd - (size_t)len, " %s", q);
+    argv[k++] = (char *)json_string_value(a);
   }
-  if (quote(q, sizeof q, dir) < 0) {
-    snprintf(err, n, "%s: path too long", dir);
-    return -1;
-  }
-  snprintf(cmd + len, sizeof cmd - (size_t)len, " --out %s >/dev/null 2>&1", q);
-  if (len >= (int)sizeof cmd - 64 || system(cmd) != 0) {
+  argv[k++] = "--out";
+  argv[k++] = (char *)dir;
+  argv[k] = NULL;
+  if (mi_spawn_wait(argv, "/dev/null", NULL, 600) != 0) {
     snprintf(err, n, "mi-mkmodel failed remaking the golden's checkpoint into %s", dir);
     return -1;
   }
