@@ -49,6 +49,22 @@
  * calls fails it. */
 #define ORDER_REL_TOL 1e-4
 
+/* Under AddressSanitizer (CI's second run) the same code paths run with
+ * fewer repetitions: two cases per golden (the first and the longest
+ * prompt), the `small` shape only in its golden. Each step computes the
+ * logits of all 151936 tokens, which is most of the time; the sanitizer
+ * looks for memory errors, and those paths are all still taken. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
 static char *g_dir; /* per-test temp dir */
 
 static void setup(void) { g_dir = tw_mkdtemp("hybrid-rt"); }
@@ -206,7 +222,9 @@ static void check_golden(const char *file) {
   double worst = 0;
   int steps_total = 0, ties = 0;
   json_t *c;
+  const size_t n_cases = json_array_size(json_object_get(g, "cases"));
   json_array_foreach(json_object_get(g, "cases"), i, c) {
+    if (SANITIZED && i != 0 && i != n_cases - 1) continue;
     json_t *pids = json_object_get(c, "prompt_ids"), *steps = json_object_get(c, "steps");
     const int np = (int)json_array_size(pids), ns = (int)json_array_size(steps);
     int32_t *ids = malloc((size_t)(np + ns) * sizeof(int32_t));
@@ -245,7 +263,7 @@ static void check_golden(const char *file) {
   }
   fprintf(stderr, "%s: %d steps, max |logprob - llama.cpp| %.3g over the top 10, %d near-tie greedy picks\n",
           strrchr(file, '/') + 1, steps_total, worst, ties);
-  ck_assert_int_ge(steps_total, 32);
+  ck_assert_int_ge(steps_total, SANITIZED ? 64 : 256);
   free(lg);
   free(lp);
   rt_close(&r);
@@ -316,7 +334,9 @@ START_TEST(reference_released_layout) {
   against_reference("--family qwen35 --shape tiny --seed 13 --layout conditional", 512);
 }
 END_TEST
-START_TEST(reference_small) { against_reference("--family qwen35 --shape small --seed 14", 512); }
+START_TEST(reference_small) {
+  if (!SANITIZED) against_reference("--family qwen35 --shape small --seed 14", 512);
+}
 END_TEST
 
 /* ---- properties --------------------------------------------------------------- */
@@ -368,7 +388,9 @@ static void orders_agree(const char *args) {
 
 START_TEST(orders_tiny) { orders_agree("--family qwen35 --shape tiny --seed 21"); }
 END_TEST
-START_TEST(orders_small) { orders_agree("--family qwen35 --shape small --seed 22"); }
+START_TEST(orders_small) {
+  if (!SANITIZED) orders_agree("--family qwen35 --shape small --seed 22");
+}
 END_TEST
 
 /* The recurrent state must be carried: a second sequence fed only the last
