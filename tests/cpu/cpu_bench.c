@@ -1,6 +1,7 @@
 /* Micro-benchmark for the CPU platform's hot kernels (not a test).
  *   cpu_bench [threads] [isa]
  *   cpu_bench [threads] [isa] mm    prefill matmul only, by number of rows
+ *   cpu_bench [threads] [isa] gdr   the gated delta rule (chunked prefill vs token by token; decode)
  * GEMV (decode, M=1) with bf16 weights: GB/s of weights streamed, on shapes
  * of Qwen3-0.6B (N=3072,K=1024: an MLP projection; N=151936,K=1024: lm_head).
  * Prefill-shape matmul M=256,N=3072,K=1024 bf16: GFLOP/s. Attention decode
@@ -44,6 +45,66 @@ static const char *opt_get(const mi_options *o, const char *key) {
   return v;
 }
 
+/* The gated delta rule (ABI 1.4) on the ~1B hybrid's DeltaNet shape (16 key
+ * and 16 or 32 value heads of 128): prefill as one call (the chunked form)
+ * against the same tokens one call each (the recurrent form, as a decode
+ * loop runs them), and decode alone: GB/s of recurrent state, which decode
+ * reads twice and writes once. "GFLOP/s" counts the recurrent form's
+ * 6·Dk·Dv per token and head for both, so the figures compare directly. */
+static void bench_gdr(const mi_platform_iface *pi, void *ctx) {
+  if (!mi_platform_has(pi, gated_delta_rule)) {
+    printf("gated_delta_rule: not provided\n");
+    return;
+  }
+  const long Hk = 16, Dk = 128, Dv = 128, Tmax = 1021;
+  for (long Hv = 16; Hv <= 32; Hv += 16) {
+    float *q = malloc((size_t)(Tmax * Hk * Dk) * 4), *k = malloc((size_t)(Tmax * Hk * Dk) * 4);
+    float *v = malloc((size_t)(Tmax * Hv * Dv) * 4), *o = malloc((size_t)(Tmax * Hv * Dv) * 4);
+    float *g = malloc((size_t)(Tmax * Hv) * 4), *b = malloc((size_t)(Tmax * Hv) * 4);
+    float *st = calloc((size_t)(Hv * Dk * Dv), 4);
+    for (long i = 0; i < Tmax * Hk * Dk; i++) {
+      q[i] = (float)(((i * 37) % 29) - 14) / (14.0f * 11.3f);
+      k[i] = (float)(((i * 53) % 31) - 15) / (15.0f * 11.3f); /* |k|² < 1 */
+    }
+    for (long i = 0; i < Tmax * Hv * Dv; i++) v[i] = (float)((i % 19) - 9) / 9.0f;
+    for (long i = 0; i < Tmax * Hv; i++) g[i] = -0.05f * (float)(i % 7), b[i] = 0.5f;
+    static const long Ts[] = {11, 64, 256, 1021};
+    for (size_t c = 0; c < sizeof Ts / sizeof *Ts; c++) {
+      const long T = Ts[c];
+      const double flop = 6.0 * (double)T * (double)Hv * (double)Dk * (double)Dv;
+      double best1 = 1e30, bestT = 1e30;
+      for (int r = 0; r < 5; r++) {
+        double t0 = now();
+        pi->gated_delta_rule(ctx, NULL, o, q, k, v, g, b, st, T, Hk, Hv, Dk, Dv);
+        double t1 = now();
+        for (long t = 0; t < T; t++)
+          pi->gated_delta_rule(ctx, NULL, o + t * Hv * Dv, q + t * Hk * Dk, k + t * Hk * Dk,
+                               v + t * Hv * Dv, g + t * Hv, b + t * Hv, st, 1, Hk, Hv, Dk, Dv);
+        double t2 = now();
+        if (t1 - t0 < best1) best1 = t1 - t0;
+        if (t2 - t1 < bestT) bestT = t2 - t1;
+      }
+      printf("gated_delta_rule Hk=%ld Hv=%ld D=%ld T=%4ld: one call %8.3f ms (%5.1f GFLOP/s), "
+             "token by token %8.3f ms (%5.1f GFLOP/s): %.1fx\n",
+             Hk, Hv, Dk, T, best1 * 1e3, flop / best1 / 1e9, bestT * 1e3, flop / bestT / 1e9,
+             bestT / best1);
+    }
+    enum { R = 201 };
+    double best = 1e30;
+    for (int r = 0; r < R; r++) {
+      double t0 = now();
+      pi->gated_delta_rule(ctx, NULL, o, q, k, v, g, b, st, 1, Hk, Hv, Dk, Dv);
+      double t = now() - t0;
+      if (t < best) best = t;
+    }
+    const double bytes = 3.0 * (double)(Hv * Dk * Dv) * 4;
+    printf("gated_delta_rule decode Hk=%ld Hv=%ld D=%ld: %.1f us, %.1f GB/s of state (read twice, "
+           "written once, %.2f MB), best of %d\n",
+           Hk, Hv, Dk, best * 1e6, bytes / best / 1e9, (double)(Hv * Dk * Dv) * 4 / 1e6, R);
+    free(q), free(k), free(v), free(o), free(g), free(b), free(st);
+  }
+}
+
 int main(int argc, char **argv) {
   const char *threads = argc > 1 ? argv[1] : "2";
   const char *isa = argc > 2 ? argv[2] : "auto";
@@ -65,6 +126,12 @@ int main(int argc, char **argv) {
   }
   const mi_platform_iface *pi = d->get_iface(ctx);
   printf("variant %s, threads %s\n", pi->variant(ctx), threads);
+
+  if (argc > 3 && strcmp(argv[3], "gdr") == 0) {
+    bench_gdr(pi, ctx);
+    d->fini(ctx);
+    return 0;
+  }
 
   const long K = 1024, NB = 151936;
   uint16_t *w = huge_alloc((size_t)NB * K * 2);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/runtime/host.h"
+#include "core/verify/ref/f64.h"
 #include "core/runtime/loader.h"
 #include "mi/platform.h"
 #include "mi/tensor.h"
@@ -363,6 +364,173 @@ static void test_argmax(int64_t rows, int64_t n) {
   free(want);
 }
 
+/* ---------------- ABI 1.4: the gated-DeltaNet hybrid's blocks ----------------
+ * Against the float64 definitions (core/verify/ref/f64.c); errors relative to
+ * the largest reference value of each output, as the operator contracts
+ * (candidates/hybrid-deltanet/operators) measure them. */
+
+static double *f64_of(const float *x, size_t n) {
+  double *d = malloc((n ? n : 1) * sizeof *d);
+  for (size_t i = 0; i < n; i++) d[i] = x[i];
+  return d;
+}
+
+static double rel_err(const float *got, const double *want, size_t n) {
+  double m = 0, e = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (fabs(want[i]) > m) m = fabs(want[i]);
+    double d = fabs(got[i] - want[i]);
+    if (d > e || isnan(d)) e = isnan(d) ? INFINITY : d;
+  }
+  return e / (m > 0 ? m : 1);
+}
+
+static float *rand_vec(size_t n, double scale) {
+  float *v = malloc((n ? n : 1) * 4);
+  for (size_t i = 0; i < n; i++) v[i] = (float)(urand() * scale);
+  return v;
+}
+
+static void test_hybrid_rows(int64_t rows, int64_t dim) {
+  size_t n = (size_t)(rows * dim);
+  float *x = rand_vec(n, 2), *z = rand_vec(n, 6), *w = rand_vec((size_t)dim, 1.5), *y = malloc(n * 4);
+  double *xd = f64_of(x, n), *zd = f64_of(z, n), *wd = f64_of(w, (size_t)dim), *ref = malloc(n * 8);
+  char name[96];
+  dbuf dx = up(x, n * 4), dz = up(z, n * 4), dw = up(w, (size_t)dim * 4), dy = up(NULL, n * 4);
+  if (P->l2norm(C, S, dy.d, dx.d, rows, dim, 1e-6f) != 0) die("l2norm");
+  down(y, &dy);
+  vf_f64_l2norm(ref, xd, rows, dim, 1e-6);
+  snprintf(name, sizeof name, "l2norm rows=%lld dim=%lld", (long long)rows, (long long)dim);
+  report(name, rel_err(y, ref, n), 1e-5);
+  if (P->rmsnorm_gated(C, S, dy.d, dx.d, dw.d, dz.d, rows, dim, 1e-6f) != 0) die("rmsnorm_gated");
+  down(y, &dy);
+  vf_f64_rmsnorm_gated(ref, xd, wd, zd, rows, dim, 1e-6);
+  snprintf(name, sizeof name, "rmsnorm_gated rows=%lld dim=%lld", (long long)rows, (long long)dim);
+  report(name, rel_err(y, ref, n), 1e-5);
+  if (P->sigmoid_mul(C, S, dx.d, dx.d, dz.d, (int64_t)n) != 0) die("sigmoid_mul"); /* in place */
+  down(y, &dx);
+  vf_f64_sigmoid_mul(ref, xd, zd, (int64_t)n);
+  snprintf(name, sizeof name, "sigmoid_mul n=%lld (in place)", (long long)n);
+  report(name, rel_err(y, ref, n), 1e-6);
+  /* copy2d: the second half of each row of x into rows of y, y_stride > n */
+  if (dim >= 2) {
+    const int64_t half = dim / 2, ys = half + 3, ny = (rows - 1) * ys + half;
+    float *yc = malloc((size_t)ny * 4);
+    double *rc = malloc((size_t)ny * 8);
+    for (int64_t i = 0; i < ny; i++) yc[i] = 7.0f, rc[i] = 7.0;
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t i = 0; i < half; i++) rc[r * ys + i] = x[r * dim + (dim - half) + i];
+    dbuf dc = up(yc, (size_t)ny * 4);
+    if (P->copy2d(C, S, dc.d, ys, (float *)dx.d + (dim - half), dim, rows, half) != 0) die("copy2d");
+    /* dx now holds sigmoid_mul's result: compare with that */
+    float *xs = malloc(n * 4);
+    down(xs, &dx);
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t i = 0; i < half; i++) rc[r * ys + i] = xs[r * dim + (dim - half) + i];
+    down(yc, &dc);
+    snprintf(name, sizeof name, "copy2d rows=%lld n=%lld (strided)", (long long)rows, (long long)half);
+    report(name, rel_err(yc, rc, (size_t)ny), 0);
+    drop(&dc);
+    free(xs), free(yc), free(rc);
+  }
+  drop(&dx), drop(&dz), drop(&dw), drop(&dy);
+  free(x), free(z), free(w), free(y), free(xd), free(zd), free(wd), free(ref);
+}
+
+static void test_hybrid_gates(int64_t T, int64_t H) {
+  size_t n = (size_t)(T * H);
+  float *b = rand_vec(n, 6), *a = rand_vec(n, 30), *al = rand_vec((size_t)H, 2), *dt = rand_vec((size_t)H, 1);
+  float *beta = malloc(n * 4), *g = malloc(n * 4);
+  double *bd = f64_of(b, n), *ad = f64_of(a, n), *ald = f64_of(al, (size_t)H), *dtd = f64_of(dt, (size_t)H);
+  double *rb = malloc(n * 8), *rg = malloc(n * 8);
+  dbuf db = up(b, n * 4), da = up(a, n * 4), dal = up(al, (size_t)H * 4), ddt = up(dt, (size_t)H * 4);
+  dbuf dbeta = up(NULL, n * 4), dg = up(NULL, n * 4);
+  if (P->deltanet_gates(C, S, dbeta.d, dg.d, db.d, da.d, dal.d, ddt.d, T, H) != 0) die("deltanet_gates");
+  down(beta, &dbeta);
+  down(g, &dg);
+  vf_f64_deltanet_gates(rg, rb, ad, bd, ald, dtd, T, H);
+  double e = rel_err(beta, rb, n), e2 = rel_err(g, rg, n);
+  char name[96];
+  snprintf(name, sizeof name, "deltanet_gates T=%lld H=%lld", (long long)T, (long long)H);
+  report(name, e > e2 ? e : e2, 1e-5);
+  drop(&db), drop(&da), drop(&dal), drop(&ddt), drop(&dbeta), drop(&dg);
+  free(b), free(a), free(al), free(dt), free(beta), free(g), free(bd), free(ad), free(ald), free(dtd);
+  free(rb), free(rg);
+}
+
+static void test_hybrid_conv(int64_t T, int64_t Cc, int64_t K, int silu) {
+  size_t n = (size_t)(T * Cc), ns = (size_t)((K - 1) * Cc);
+  float *x = rand_vec(n, 2), *w = rand_vec((size_t)(Cc * K), 1), *st = rand_vec(ns, 2), *y = malloc(n * 4);
+  double *xd = f64_of(x, n), *wd = f64_of(w, (size_t)(Cc * K)), *sd = f64_of(st, ns), *ref = malloc(n * 8);
+  dbuf dx = up(x, n * 4), dw = up(w, (size_t)(Cc * K) * 4), ds = up(st, ns * 4), dy = up(NULL, n * 4);
+  if (P->conv1d_causal(C, S, dy.d, dx.d, dw.d, ds.d, T, Cc, K, silu) != 0) die("conv1d_causal");
+  down(y, &dy);
+  down(st, &ds);
+  vf_f64_conv1d_causal(ref, xd, wd, sd, T, Cc, K);
+  if (silu) vf_f64_silu(ref, ref, (int64_t)n);
+  double e = rel_err(y, ref, n), es = rel_err(st, sd, ns);
+  char name[96];
+  snprintf(name, sizeof name, "conv1d_causal T=%lld C=%lld K=%lld silu=%d (+state)", (long long)T,
+           (long long)Cc, (long long)K, silu);
+  report(name, e > es ? e : es, 1e-5);
+  drop(&dx), drop(&dw), drop(&ds), drop(&dy);
+  free(x), free(w), free(st), free(y), free(xd), free(wd), free(sd), free(ref);
+}
+
+/* Run in two calls (T1 then the rest), the state carried on the device. */
+static void test_hybrid_gdr(int64_t T, int64_t T1, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv) {
+  const size_t nqk = (size_t)(T * Hk * Dk), nv = (size_t)(T * Hv * Dv), ng = (size_t)(T * Hv);
+  const size_t ns = (size_t)(Hv * Dk * Dv);
+  const double kq = 1.0 / sqrt((double)Dk); /* |k|² <= 1, as l2-normed keys */
+  float *q = rand_vec(nqk, kq), *k = rand_vec(nqk, kq), *v = rand_vec(nv, 1), *g = rand_vec(ng, 1);
+  float *beta = rand_vec(ng, 1), *st = rand_vec(ns, 1), *o = malloc(nv * 4);
+  for (size_t i = 0; i < ng; i++) g[i] = -fabsf(g[i]) * 2, beta[i] = fabsf(beta[i]);
+  double *qd = f64_of(q, nqk), *kd = f64_of(k, nqk), *vd = f64_of(v, nv), *gd = f64_of(g, ng);
+  double *bd = f64_of(beta, ng), *sd = f64_of(st, ns), *ref = malloc(nv * 8);
+  dbuf dq = up(q, nqk * 4), dk = up(k, nqk * 4), dv = up(v, nv * 4), dg = up(g, ng * 4);
+  dbuf db = up(beta, ng * 4), ds = up(st, ns * 4), dout = up(NULL, nv * 4);
+  for (int part = 0; part < 2; part++) {
+    const int64_t t0 = part ? T1 : 0, tn = part ? T - T1 : T1;
+    if (tn == 0) continue;
+    if (P->gated_delta_rule(C, S, (float *)dout.d + t0 * Hv * Dv, (float *)dq.d + t0 * Hk * Dk,
+                            (float *)dk.d + t0 * Hk * Dk, (float *)dv.d + t0 * Hv * Dv,
+                            (float *)dg.d + t0 * Hv, (float *)db.d + t0 * Hv, ds.d, tn, Hk, Hv, Dk,
+                            Dv) != 0)
+      die("gated_delta_rule");
+  }
+  down(o, &dout);
+  down(st, &ds);
+  vf_f64_gated_delta_rule(ref, sd, qd, kd, vd, gd, bd, T, Hk, Hv, Dk, Dv);
+  double e = rel_err(o, ref, nv), es = rel_err(st, sd, ns);
+  char name[96];
+  snprintf(name, sizeof name, "gated_delta_rule T=%lld(%lld+) Hk=%lld Hv=%lld Dk=%lld Dv=%lld",
+           (long long)T, (long long)T1, (long long)Hk, (long long)Hv, (long long)Dk, (long long)Dv);
+  report(name, e > es ? e : es, 1e-4);
+  drop(&dq), drop(&dk), drop(&dv), drop(&dg), drop(&db), drop(&ds), drop(&dout);
+  free(q), free(k), free(v), free(g), free(beta), free(st), free(o);
+  free(qd), free(kd), free(vd), free(gd), free(bd), free(sd), free(ref);
+}
+
+static void test_hybrid(int quick) {
+  if (!mi_platform_has(P, gated_delta_rule) || !mi_platform_has(P, copy2d) ||
+      !mi_platform_has(P, rmsnorm_gated)) {
+    printf("skip the hybrid blocks (ABI 1.4): not provided by this platform\n");
+    return;
+  }
+  test_hybrid_rows(1, 1);
+  test_hybrid_rows(7, 128);
+  test_hybrid_rows(33, 300);
+  test_hybrid_gates(1, 16);
+  test_hybrid_gates(70, 32);
+  test_hybrid_conv(1, 300, 4, 1);
+  test_hybrid_conv(2, 50, 4, 1); /* T < K-1 */
+  test_hybrid_conv(37, 700, 4, 0);
+  test_hybrid_gdr(1, 1, 2, 4, 16, 16);    /* decode, grouped heads */
+  test_hybrid_gdr(9, 4, 1, 3, 32, 8);     /* prefill in two calls */
+  test_hybrid_gdr(70, 65, 2, 2, 16, 200); /* Dv over two blocks of columns */
+  if (!quick) test_hybrid_gdr(300, 100, 16, 32, 128, 128); /* the ~1B hybrid's shape */
+}
+
 static void test_memory(void) {
   /* zeroed allocation, wrap_host upload, d2d copy inside one buffer */
   size_t n = 1 << 20;
@@ -468,6 +636,7 @@ int main(int argc, char **argv) {
   if (!quick) test_embed(MI_DTYPE_BF16, 151936, 1024, 40);
   test_argmax(3, 100);
   test_argmax(4, 151936);
+  test_hybrid(quick);
 
   P->stream_destroy(C, S);
   printf("%d/%d cases passed\n", n_case - n_fail, n_case);

@@ -185,6 +185,30 @@ static void t_mi_k_silu_mul(void **a) { mi_k_silu_mul(A(0, float *), A(1, const 
 static void t_mi_k_add(void **a) { mi_k_add(A(0, float *), A(1, const float *), A(2, const float *), A(3, int64_t)); }
 static void t_mi_k_scale(void **a) { mi_k_scale(A(0, float *), A(1, const float *), A(2, float), A(3, int64_t)); }
 static void t_mi_k_argmax(void **a) { mi_k_argmax(A(0, int32_t *), A(1, const float *), A(2, int64_t)); }
+/* ABI 1.4: the gated-DeltaNet hybrid's blocks */
+static void t_mi_k_copy2d(void **a) {
+  mi_k_copy2d(A(0, float *), A(1, int64_t), A(2, const float *), A(3, int64_t), A(4, int64_t), A(5, int64_t));
+}
+static void t_mi_k_rownorm(void **a) {
+  mi_k_rownorm(A(0, float *), A(1, const float *), A(2, const float *), A(3, const float *), A(4, int64_t),
+               A(5, float), A(6, int32_t));
+}
+static void t_mi_k_sigmoid_mul(void **a) {
+  mi_k_sigmoid_mul(A(0, float *), A(1, const float *), A(2, const float *), A(3, int64_t));
+}
+static void t_mi_k_deltanet_gates(void **a) {
+  mi_k_deltanet_gates(A(0, float *), A(1, float *), A(2, const float *), A(3, const float *), A(4, const float *),
+                      A(5, const float *), A(6, int64_t), A(7, int64_t));
+}
+static void t_mi_k_conv1d(void **a) {
+  mi_k_conv1d(A(0, float *), A(1, const float *), A(2, const float *), A(3, float *), A(4, int64_t), A(5, int64_t),
+              A(6, int64_t), A(7, int32_t));
+}
+static void t_mi_k_gdr(void **a) {
+  mi_k_gdr(A(0, float *), A(1, const float *), A(2, const float *), A(3, const float *), A(4, const float *),
+           A(5, const float *), A(6, float *), A(7, int64_t), A(8, int64_t), A(9, int64_t), A(10, int64_t),
+           A(11, int64_t));
+}
 
 struct tramp {
   const char *name;

@@ -148,6 +148,104 @@ static int ref_argmax(vf_call *c, char *err, size_t len) {
   return 0;
 }
 
+/* ---- the gated-DeltaNet hybrid's blocks (ABI 1.4) ---- */
+
+static int ref_copy2d(vf_call *c, char *err, size_t len) {
+  BUF(y, "y"); /* inout: what lies between the copied rows keeps its value */
+  BUF(x, "x");
+  INT(y_stride, "y_stride");
+  INT(x_stride, "x_stride");
+  INT(rows, "rows");
+  INT(n, "n");
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t i = 0; i < n; i++) y[r * y_stride + i] = x[r * x_stride + i];
+  return 0;
+}
+
+static int ref_l2norm(vf_call *c, char *err, size_t len) {
+  BUF(y, "y");
+  BUF(x, "x");
+  INT(rows, "rows");
+  INT(dim, "dim");
+  FLT(eps, "eps");
+  vf_f64_l2norm(y, x, rows, dim, eps);
+  return 0;
+}
+
+static int ref_sigmoid_mul(vf_call *c, char *err, size_t len) {
+  BUF(y, "y");
+  BUF(x, "x");
+  BUF(g, "g");
+  INT(n, "n");
+  vf_f64_sigmoid_mul(y, x, g, n);
+  return 0;
+}
+
+static int ref_conv1d_causal(vf_call *c, char *err, size_t len) {
+  BUF(y, "y");
+  BUF(x, "x");
+  BUF(w, "w");
+  BUF(state, "state"); /* inout: the state carried in, becomes the state carried out */
+  INT(T, "T");
+  INT(C, "C");
+  INT(K, "K");
+  INT(silu, "silu");
+  if (vf_f64_conv1d_causal(y, x, w, state, T, C, K) != 0) {
+    snprintf(err, len, "conv1d_causal: out of memory");
+    return -1;
+  }
+  if (silu) vf_f64_silu(y, y, T * C);
+  return 0;
+}
+
+static int ref_deltanet_gates(vf_call *c, char *err, size_t len) {
+  BUF(beta, "beta");
+  BUF(g, "g");
+  BUF(b, "b");
+  BUF(a, "a");
+  BUF(a_log, "a_log");
+  BUF(dt_bias, "dt_bias");
+  INT(T, "T");
+  INT(H, "H");
+  vf_f64_deltanet_gates(g, beta, a, b, a_log, dt_bias, T, H);
+  return 0;
+}
+
+static int ref_gated_delta_rule(vf_call *c, char *err, size_t len) {
+  BUF(o, "o");
+  BUF(q, "q");
+  BUF(k, "k");
+  BUF(v, "v");
+  BUF(g, "g");
+  BUF(beta, "beta");
+  BUF(state, "state"); /* inout */
+  INT(T, "T");
+  INT(Hk, "Hk");
+  INT(Hv, "Hv");
+  INT(Dk, "Dk");
+  INT(Dv, "Dv");
+  /* The recurrent form: the definition; a kernel may chunk (the contract's
+   * tolerance covers the difference in rounding). */
+  if (vf_f64_gated_delta_rule(o, state, q, k, v, g, beta, T, Hk, Hv, Dk, Dv) != 0) {
+    snprintf(err, len, "gated_delta_rule: Hv=%lld is not a multiple of Hk=%lld, or out of memory",
+             (long long)Hv, (long long)Hk);
+    return -1;
+  }
+  return 0;
+}
+
+static int ref_rmsnorm_gated(vf_call *c, char *err, size_t len) {
+  BUF(y, "y");
+  BUF(x, "x");
+  BUF(w, "w");
+  BUF(z, "z");
+  INT(rows, "rows");
+  INT(dim, "dim");
+  FLT(eps, "eps");
+  vf_f64_rmsnorm_gated(y, x, w, z, rows, dim, eps);
+  return 0;
+}
+
 static const struct {
   const char *name;
   vf_ref_fn fn;
@@ -155,6 +253,14 @@ static const struct {
     {"matmul", ref_matmul},   {"rmsnorm", ref_rmsnorm}, {"rope", ref_rope},
     {"attention", ref_attention}, {"silu_mul", ref_silu_mul}, {"add", ref_add},
     {"scale", ref_scale},     {"embed", ref_embed},     {"argmax", ref_argmax},
+    /* ABI 1.4: the gated-DeltaNet hybrid */
+    {"copy2d", ref_copy2d},
+    {"l2norm", ref_l2norm},
+    {"sigmoid_mul", ref_sigmoid_mul},
+    {"conv1d_causal", ref_conv1d_causal},
+    {"deltanet_gates", ref_deltanet_gates},
+    {"gated_delta_rule", ref_gated_delta_rule},
+    {"rmsnorm_gated", ref_rmsnorm_gated},
 };
 
 vf_ref_fn vf_ref_find(const char *name) {

@@ -342,8 +342,9 @@ int cpu_deltanet_gates(void *ctx, mi_stream *s, float *beta, float *g, const flo
  *
  * Recurrent form (T == 1, and the definition): per token, with e = e^g,
  *   δ = beta · (v − e · S_oldᵀ k);  S ← e · S + k ⊗ δ;  o = Sᵀ q,
- * two passes over S [Dk, Dv]: one reads it for S_oldᵀ k, one rewrites each
- * row and accumulates o from the new row while it is in L1.
+ * two passes over S [Dk, Dv], all with the variant's vector loops: one
+ * reads it for S_oldᵀ k (four rows at a time), one rewrites each row and
+ * accumulates o from the new row while it is in L1.
  *
  * Chunked form (T > 1; docs/hybrid.md "The chunked form"): a chunk of C
  * tokens with cumulative log decays G_i = g_0 + ... + g_i and initial state
@@ -352,8 +353,10 @@ int cpu_deltanet_gates(void *ctx, mi_stream *s, float *beta, float *g, const flo
  *   SK = K · S₀, SQ = Q · S₀            [C, Dv]   (x = K or Q, w = St)
  *   KK = K · Kᵀ, QK = Q · Kᵀ            [C, C]
  *   δ_i = beta_i (v_i − e^{G_i} SK_i) − Σ_{j<i} beta_i e^{G_i−G_j} KK_ij δ_j
+ *                                       (forward substitution, row by row)
  *   o_i = e^{G_i} SQ_i + Σ_{j<=i} e^{G_i−G_j} QK_ij δ_j
- *   S   = e^{G_C} S₀ + Σ_j e^{G_C−G_j} k_j ⊗ δ_j  (x = Δᵀ [Dv, C], w = K'ᵀ [Dk, C])
+ *                                       (x = the decayed, masked QK, w = Δᵀ [Dv, C])
+ *   S   = e^{G_C} S₀ + Σ_j e^{G_C−G_j} k_j ⊗ δ_j  (x = Δᵀ, w = K'ᵀ [Dk, C])
  * Every exponent is G_i − G_j with j <= i, or G_i itself: a sum of log
  * decays <= 0, so no e^(+large) is ever formed (strong decays underflow to
  * 0, which is the right limit). */
@@ -376,23 +379,23 @@ static void axpy_rows(const cpu_kernel_set *K, float *y, const float *c, const f
   for (; m < cnt; m++) K->axpy(y, c[m], x + m * stride, n);
 }
 
-static void gdr_recurrent_head(const gdr_args *a, int64_t h, float *kv) {
+static void gdr_recurrent_head(const gdr_args *a, int64_t h, float *ws) {
   const cpu_kernel_set *K = a->k;
   const int64_t Dk = a->Dk, Dv = a->Dv, Hk = a->Hk, Hv = a->Hv, kh = h / (Hv / Hk);
-  float *S = a->state + h * Dk * Dv;
+  float *S = a->state + h * Dk * Dv, *kv = ws;
   for (int64_t t = 0; t < a->T; t++) {
     const float *kt = a->kk + (t * Hk + kh) * Dk, *qt = a->q + (t * Hk + kh) * Dk;
     const float *vt = a->v + (t * Hv + h) * Dv;
     float *ot = a->o + (t * Hv + h) * Dv;
     const float e = expf(a->g[t * Hv + h]), b = a->beta[t * Hv + h];
-    for (int64_t j = 0; j < Dv; j++) kv[j] = 0.0f;
-    axpy_rows(K, kv, kt, S, Dv, Dk, Dv); /* S_oldᵀ k */
+    for (int64_t j = 0; j < Dv; j++) kv[j] = 0.0f, ot[j] = 0.0f;
+    axpy_rows(K, kv, kt, S, Dv, Dk, Dv); /* S_oldᵀ k, four rows at a time */
     for (int64_t j = 0; j < Dv; j++) kv[j] = b * (vt[j] - e * kv[j]); /* δ */
-    for (int64_t j = 0; j < Dv; j++) ot[j] = 0.0f;
+    /* rewrite each row and take its share of o while it is in L1 */
     for (int64_t i = 0; i < Dk; i++) {
       float *row = S + i * Dv;
-      const float ki = kt[i];
-      for (int64_t j = 0; j < Dv; j++) row[j] = e * row[j] + ki * kv[j];
+      K->scal(row, e, Dv);
+      K->axpy(row, kt[i], kv, Dv);
       K->axpy(ot, qt[i], row, Dv);
     }
   }
@@ -438,33 +441,49 @@ static void gdr_chunked_head(const gdr_args *a, int64_t h, float *ws) {
     K->matmul_tile(KK, Kc, Kc, MI_DTYPE_F32, C, Dk, 0, C, 0, C);
     K->matmul_tile(QK, Qc, Kc, MI_DTYPE_F32, C, Dk, 0, C, 0, C);
 
+    /* the decays e^{G_i−G_m} (m <= i) applied once to both C x C products;
+     * QK is causally masked for the output product below */
+    for (int64_t i = 0; i < C; i++) {
+      for (int64_t m = 0; m <= i; m++) {
+        const float gm = expf(G[i] - G[m]);
+        KK[i * C + m] *= gm;
+        QK[i * C + m] *= gm;
+      }
+      for (int64_t m = i + 1; m < C; m++) QK[i * C + m] = 0.0f;
+    }
     /* δ by forward substitution (unit lower-triangular system) */
     for (int64_t i = 0; i < C; i++) {
       const int64_t t = t0 + i;
       const float b = a->beta[t * Hv + h];
       const float *vi = a->v + (t * Hv + h) * Dv;
       float *Di = D + i * Dv;
-      for (int64_t j = 0; j < Dv; j++) Di[j] = b * (vi[j] - eG[i] * SK[i * Dv + j]);
-      for (int64_t m = 0; m < i; m++) cf[m] = -b * expf(G[i] - G[m]) * KK[i * C + m];
+      memcpy(Di, vi, (size_t)Dv * sizeof(float)); /* b · (v_i − e^{G_i} SK_i) */
+      K->axpy(Di, -eG[i], SK + i * Dv, Dv);
+      K->scal(Di, b, Dv);
+      for (int64_t m = 0; m < i; m++) cf[m] = -b * KK[i * C + m];
       axpy_rows(K, Di, cf, D, Dv, i, Dv);
     }
-    /* outputs */
+    /* Δᵀ and the keys decayed to the chunk's end, transposed: the operands
+     * of the two products below */
+    const float gl = G[C - 1];
+    for (int64_t m = 0; m < C; m++) cf[m] = expf(gl - G[m]);
+    for (int64_t i = 0; i < Dk; i++)
+      for (int64_t m = 0; m < C; m++) Kt[i * C + m] = cf[m] * Kc[m * Dk + i];
+    for (int64_t j = 0; j < Dv; j++)
+      for (int64_t m = 0; m < C; m++) Dt[j * C + m] = D[m * Dv + j];
+    /* outputs: o_i = e^{G_i} SQ_i + Σ_{m<=i} e^{G_i−G_m} QK_im δ_m, the sum as
+     * one product (the decayed, masked QK times Δ) into SK's space */
+    K->matmul_tile(SK, QK, Dt, MI_DTYPE_F32, Dv, C, 0, C, 0, Dv);
     for (int64_t i = 0; i < C; i++) {
       float *oi = a->o + ((t0 + i) * Hv + h) * Dv;
-      for (int64_t j = 0; j < Dv; j++) oi[j] = eG[i] * SQ[i * Dv + j];
-      for (int64_t m = 0; m <= i; m++) cf[m] = expf(G[i] - G[m]) * QK[i * C + m];
-      axpy_rows(K, oi, cf, D, Dv, i + 1, Dv);
+      memcpy(oi, SK + i * Dv, (size_t)Dv * sizeof(float));
+      K->axpy(oi, eG[i], SQ + i * Dv, Dv);
     }
-    /* state: St ← e^{G_C} St + Dᵀ · (decayed K) */
-    const float gl = G[C - 1];
-    for (int64_t m = 0; m < C; m++) {
-      const float dm = expf(gl - G[m]);
-      for (int64_t i = 0; i < Dk; i++) Kt[i * C + m] = dm * Kc[m * Dk + i];
-      for (int64_t j = 0; j < Dv; j++) Dt[j * C + m] = D[m * Dv + j];
-    }
+    /* state: St ← e^{G_C} St + Δᵀ · (decayed K) */
     K->matmul_tile(tmp, Dt, Kt, MI_DTYPE_F32, Dk, C, 0, Dv, 0, Dk);
     const float el = eG[C - 1];
-    for (int64_t i = 0; i < Dv * Dk; i++) St[i] = el * St[i] + tmp[i];
+    K->scal(St, el, Dv * Dk);
+    K->axpy(St, 1.0f, tmp, Dv * Dk);
   }
 
   for (int64_t i = 0; i < Dk; i++)

@@ -24,7 +24,13 @@
   X(mi_k_embed_f32)                                                                                \
   X(mi_k_embed_f16)                                                                                \
   X(mi_k_embed_bf16)                                                                               \
-  X(mi_k_argmax)
+  X(mi_k_argmax)                                                                                   \
+  X(mi_k_copy2d)                                                                                   \
+  X(mi_k_rownorm)                                                                                  \
+  X(mi_k_sigmoid_mul)                                                                              \
+  X(mi_k_deltanet_gates)                                                                           \
+  X(mi_k_conv1d)                                                                                   \
+  X(mi_k_gdr)
 
 /* Block sizes fixed by the kernels (not tunables). */
 #define MI_EW_THREADS 256   /* elementwise, embed */
@@ -34,6 +40,8 @@
 #define MI_ATT_MAX_D 512    /* largest head_dim */
 #define MI_ROPE_MAX_HALF 512 /* rot_dim/2 bound: the cos/sin table lives in shared memory */
 #define MI_COMBINE_THREADS 128
+#define MI_GDR_THREADS 128  /* gated_delta_rule: state columns per block */
+#define MI_GDR_MAX_DK 1024  /* key head dim bound: k and q of a token live in shared memory */
 
 /* Defaults for the per-platform tunables (platform.json overrides them). */
 #ifndef MI_MM_BM

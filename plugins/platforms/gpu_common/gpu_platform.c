@@ -688,6 +688,143 @@ static int g_argmax(void *ctx, mi_stream *s, int32_t *out, const float *x, int64
   return launch_1d(c, K_mi_k_argmax, (unsigned)rows, MI_ROW_THREADS, s, a, z, NARGS(a));
 }
 
+/* ---------------- ABI 1.4: the gated-DeltaNet hybrid's blocks ----------------
+ * The contract is sdk/include/mi/platform.h; shapes and NULLs are checked here
+ * (device addresses cannot be checked for overlap beyond equality). */
+
+static int g_copy2d(void *ctx, mi_stream *s, float *y, int64_t y_stride, const float *x,
+                    int64_t x_stride, int64_t rows, int64_t n) {
+  gpu_ctx *c = ctx;
+  if (rows < 0 || n < 0)
+    return fail(c, "copy2d: negative shape rows=%lld n=%lld", (long long)rows, (long long)n);
+  if (rows == 0 || n == 0) return 0;
+  CHECK_PTR(c, y, "copy2d", "y");
+  CHECK_PTR(c, x, "copy2d", "x");
+  if (x_stride < 0 || (rows > 1 && y_stride < n))
+    return fail(c, "copy2d: bad strides y_stride=%lld x_stride=%lld for n=%lld (need y_stride >= n, x_stride >= 0)",
+                (long long)y_stride, (long long)x_stride, (long long)n);
+  void *a[] = {&y, &y_stride, &x, &x_stride, &rows, &n};
+  size_t z[] = {P8, I8, P8, I8, I8, I8};
+  return launch_1d(c, K_mi_k_copy2d, gpu_ew_blocks(rows * n, MI_EW_THREADS), MI_EW_THREADS, s, a,
+                   z, NARGS(a));
+}
+
+static int rownorm(gpu_ctx *c, const char *name, mi_stream *s, float *y, const float *x,
+                   const float *w, const float *zg, int64_t rows, int64_t dim, float eps,
+                   int32_t gated) {
+  if (rows < 0 || dim <= 0)
+    return fail(c, "%s: bad shape rows=%lld dim=%lld (need rows >= 0, dim > 0)", name,
+                (long long)rows, (long long)dim);
+  if (!(eps >= 0.0f)) return fail(c, "%s: eps must be >= 0 (got %g)", name, (double)eps);
+  if (rows > 0x7fffffff) return fail(c, "%s: rows=%lld too many", name, (long long)rows);
+  if (rows == 0) return 0;
+  CHECK_PTR(c, y, name, "y");
+  CHECK_PTR(c, x, name, "x");
+  if (gated) {
+    CHECK_PTR(c, w, name, "w");
+    CHECK_PTR(c, zg, name, "z");
+  }
+  void *a[] = {&y, &x, &w, &zg, &dim, &eps, &gated};
+  size_t z[] = {P8, P8, P8, P8, I8, F4, I4};
+  return launch_1d(c, K_mi_k_rownorm, (unsigned)rows, MI_ROW_THREADS, s, a, z, NARGS(a));
+}
+
+static int g_l2norm(void *ctx, mi_stream *s, float *y, const float *x, int64_t rows, int64_t dim,
+                    float eps) {
+  return rownorm(ctx, "l2norm", s, y, x, NULL, NULL, rows, dim, eps, 0);
+}
+
+static int g_rmsnorm_gated(void *ctx, mi_stream *s, float *y, const float *x, const float *w,
+                           const float *zg, int64_t rows, int64_t dim, float eps) {
+  return rownorm(ctx, "rmsnorm_gated", s, y, x, w, zg, rows, dim, eps, 1);
+}
+
+static int g_sigmoid_mul(void *ctx, mi_stream *s, float *y, const float *x, const float *g,
+                         int64_t n) {
+  gpu_ctx *c = ctx;
+  if (n < 0) return fail(c, "sigmoid_mul: negative n=%lld", (long long)n);
+  if (n == 0) return 0;
+  CHECK_PTR(c, y, "sigmoid_mul", "y");
+  CHECK_PTR(c, x, "sigmoid_mul", "x");
+  CHECK_PTR(c, g, "sigmoid_mul", "g");
+  void *a[] = {&y, &x, &g, &n};
+  size_t z[] = {P8, P8, P8, I8};
+  return launch_1d(c, K_mi_k_sigmoid_mul, gpu_ew_blocks(n, MI_EW_THREADS), MI_EW_THREADS, s, a, z,
+                   NARGS(a));
+}
+
+static int g_deltanet_gates(void *ctx, mi_stream *s, float *beta, float *g, const float *b,
+                            const float *a0, const float *a_log, const float *dt_bias, int64_t T,
+                            int64_t H) {
+  gpu_ctx *c = ctx;
+  if (T < 0 || H <= 0)
+    return fail(c, "deltanet_gates: bad shape T=%lld H=%lld (need T >= 0, H > 0)", (long long)T,
+                (long long)H);
+  if (T == 0) return 0;
+  CHECK_PTR(c, beta, "deltanet_gates", "beta");
+  CHECK_PTR(c, g, "deltanet_gates", "g");
+  CHECK_PTR(c, b, "deltanet_gates", "b");
+  CHECK_PTR(c, a0, "deltanet_gates", "a");
+  CHECK_PTR(c, a_log, "deltanet_gates", "a_log");
+  CHECK_PTR(c, dt_bias, "deltanet_gates", "dt_bias");
+  int64_t n = T * H;
+  void *a[] = {&beta, &g, &b, &a0, &a_log, &dt_bias, &H, &n};
+  size_t z[] = {P8, P8, P8, P8, P8, P8, I8, I8};
+  return launch_1d(c, K_mi_k_deltanet_gates, gpu_ew_blocks(n, MI_EW_THREADS), MI_EW_THREADS, s, a,
+                   z, NARGS(a));
+}
+
+static int g_conv1d_causal(void *ctx, mi_stream *s, float *y, const float *x, const float *w,
+                           float *state, int64_t T, int64_t C, int64_t K, int silu) {
+  gpu_ctx *c = ctx;
+  if (T < 0 || C <= 0 || K <= 0)
+    return fail(c, "conv1d_causal: bad shape T=%lld C=%lld K=%lld (need T >= 0, C > 0, K > 0)",
+                (long long)T, (long long)C, (long long)K);
+  if (T == 0) return 0;
+  CHECK_PTR(c, y, "conv1d_causal", "y");
+  CHECK_PTR(c, x, "conv1d_causal", "x");
+  CHECK_PTR(c, w, "conv1d_causal", "w");
+  if (K > 1) CHECK_PTR(c, state, "conv1d_causal", "state");
+  if ((const float *)y == x || y == state)
+    return fail(c, "conv1d_causal: y aliases %s", (const float *)y == x ? "x" : "state");
+  int32_t act = silu != 0;
+  void *a[] = {&y, &x, &w, &state, &T, &C, &K, &act};
+  size_t z[] = {P8, P8, P8, P8, I8, I8, I8, I4};
+  return launch_1d(c, K_mi_k_conv1d, gpu_ew_blocks(C, MI_EW_THREADS), MI_EW_THREADS, s, a, z,
+                   NARGS(a));
+}
+
+static int g_gated_delta_rule(void *ctx, mi_stream *s, float *o, const float *q, const float *k,
+                              const float *v, const float *g, const float *beta, float *state,
+                              int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv) {
+  gpu_ctx *c = ctx;
+  if (T < 0 || Hk <= 0 || Hv <= 0 || Dk <= 0 || Dv <= 0)
+    return fail(c, "gated_delta_rule: bad shape T=%lld Hk=%lld Hv=%lld Dk=%lld Dv=%lld",
+                (long long)T, (long long)Hk, (long long)Hv, (long long)Dk, (long long)Dv);
+  if (Hv % Hk)
+    return fail(c, "gated_delta_rule: Hv=%lld is not a multiple of Hk=%lld", (long long)Hv,
+                (long long)Hk);
+  if (Dk > MI_GDR_MAX_DK)
+    return fail(c, "gated_delta_rule: key head dim %lld > %d is not supported", (long long)Dk,
+                MI_GDR_MAX_DK);
+  if (Hv > 0x7fffffff) return fail(c, "gated_delta_rule: Hv=%lld too many", (long long)Hv);
+  if (T == 0) return 0;
+  CHECK_PTR(c, o, "gated_delta_rule", "o");
+  CHECK_PTR(c, q, "gated_delta_rule", "q");
+  CHECK_PTR(c, k, "gated_delta_rule", "k");
+  CHECK_PTR(c, v, "gated_delta_rule", "v");
+  CHECK_PTR(c, g, "gated_delta_rule", "g");
+  CHECK_PTR(c, beta, "gated_delta_rule", "beta");
+  CHECK_PTR(c, state, "gated_delta_rule", "state");
+  if ((const float *)o == q || (const float *)o == k || (const float *)o == v || o == state)
+    return fail(c, "gated_delta_rule: o aliases an input or the state");
+  unsigned grid[3] = {(unsigned)Hv, (unsigned)((Dv + MI_GDR_THREADS - 1) / MI_GDR_THREADS), 1};
+  unsigned block[3] = {MI_GDR_THREADS, 1, 1};
+  void *a[] = {&o, &q, &k, &v, &g, &beta, &state, &T, &Hk, &Hv, &Dk, &Dv};
+  size_t z[] = {P8, P8, P8, P8, P8, P8, P8, I8, I8, I8, I8, I8};
+  return launch(c, K_mi_k_gdr, grid, block, 0, s, a, z, NARGS(a));
+}
+
 /* ---------------- collectives ----------------
  * gpu_comm.c: MPI ranks (one process per GPU, mpirun -np N), all-reduce by
  * RCCL (HIP) / NCCL (CUDA) loaded with dlopen like the runtime, broadcast of
@@ -751,6 +888,13 @@ static const mi_platform_iface gpu_iface = {
     .comm_info = g_comm_info,
     .allreduce_sum_f32 = g_allreduce_sum_f32,
     .broadcast = g_broadcast,
+    .copy2d = g_copy2d,
+    .l2norm = g_l2norm,
+    .sigmoid_mul = g_sigmoid_mul,
+    .conv1d_causal = g_conv1d_causal,
+    .deltanet_gates = g_deltanet_gates,
+    .gated_delta_rule = g_gated_delta_rule,
+    .rmsnorm_gated = g_rmsnorm_gated,
 };
 
 const void *gpu_get_iface(void *ctx) {

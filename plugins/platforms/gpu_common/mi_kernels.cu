@@ -521,3 +521,122 @@ MI_KERNEL void mi_k_argmax(int32_t *out, const float *x, int64_t n) {
   }
   if (threadIdx.x == 0) out[blockIdx.x] = (int32_t)(si[0] == n ? 0 : si[0]);
 }
+
+/* ================ ABI 1.4: the gated-DeltaNet hybrid's blocks ================ */
+
+/* y[r*ys + i] = x[r*xs + i]: grid-stride over rows*n; block = MI_EW_THREADS. */
+MI_KERNEL void mi_k_copy2d(float *y, int64_t ys, const float *x, int64_t xs, int64_t rows,
+                           int64_t n) {
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < rows * n;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = e / n, i = e % n;
+    y[r * ys + i] = x[r * xs + i];
+  }
+}
+
+/* y[r,:] = x[r,:] / sqrt(Σx² + eps) (l2norm, gated = 0), or
+ * x[r,:] / sqrt(mean(x²) + eps) · w · silu(z[r,:]) (rmsnorm_gated, gated = 1).
+ * y may equal x. grid.x = rows, block = MI_ROW_THREADS. */
+MI_KERNEL void mi_k_rownorm(float *y, const float *x, const float *w, const float *z, int64_t dim,
+                            float eps, int32_t gated) {
+  __shared__ float red[MI_ROW_THREADS / 32];
+  const float *xr = x + (int64_t)blockIdx.x * dim;
+  float *yr = y + (int64_t)blockIdx.x * dim;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss, red);
+  if (!gated) {
+    const float inv = 1.0f / sqrtf(ss + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv;
+  } else {
+    const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    const float *zr = z + (int64_t)blockIdx.x * dim;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+      const float zi = zr[i]; /* silu: z / (1 + e^-z), -0 at z -> -inf */
+      yr[i] = xr[i] * inv * w[i] * (zi / (1.0f + expf(-zi)));
+    }
+  }
+}
+
+/* y = x · sigmoid(g), grid-stride; block = MI_EW_THREADS. */
+MI_KERNEL void mi_k_sigmoid_mul(float *y, const float *x, const float *g, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = x[i] / (1.0f + expf(-g[i]));
+}
+
+/* beta = sigmoid(b), g = -exp(a_log[h]) · softplus(a + dt_bias[h]) over T·H
+ * elements, h = i % H; grid-stride, block = MI_EW_THREADS. */
+MI_KERNEL void mi_k_deltanet_gates(float *beta, float *g, const float *b, const float *a,
+                                   const float *a_log, const float *dt_bias, int64_t H,
+                                   int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t h = i % H;
+    const float u = a[i] + dt_bias[h];
+    const float sp = u > 20.0f ? u : log1pf(expf(u)); /* e^u overflows near 89 */
+    g[i] = -expf(a_log[h]) * sp;
+    beta[i] = 1.0f / (1.0f + expf(-b[i]));
+  }
+}
+
+/* Depthwise causal conv1d with carried state: one thread per channel c
+ * (channels are independent), all T tokens, then the channel's state.
+ * grid-stride over C; block = MI_EW_THREADS. */
+MI_KERNEL void mi_k_conv1d(float *y, const float *x, const float *w, float *state, int64_t T,
+                           int64_t C, int64_t K, int32_t silu) {
+  for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C;
+       c += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t t = 0; t < T; t++) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < K; j++) {
+        const int64_t r = t + j; /* row of [state; x] */
+        acc += w[c * K + j] * (r < K - 1 ? state[r * C + c] : x[(r - (K - 1)) * C + c]);
+      }
+      y[t * C + c] = silu ? acc / (1.0f + expf(-acc)) : acc;
+    }
+    /* row r of the new state is row T + r of [state; x]: an old state row
+     * lies above r, so ascending r reads it before overwriting it */
+    for (int64_t r = 0; r < K - 1; r++) {
+      const int64_t src = T + r;
+      state[r * C + c] = src < K - 1 ? state[src * C + c] : x[(src - (K - 1)) * C + c];
+    }
+  }
+}
+
+/* The gated delta rule, recurrent form. One block per (value head h, slice
+ * of MI_GDR_THREADS state columns): column j of S_h [Dk, Dv] depends only on
+ * itself and the shared k, q of the token, so each thread owns one column
+ * and walks the tokens in order; k and q are staged in shared memory.
+ *   kv = Σ_i S[i,j] k_i; δ = beta (v_j − e^g kv); S[i,j] = e^g S[i,j] + k_i δ;
+ *   o_j = Σ_i q_i S[i,j]
+ * grid = (Hv, ceil(Dv / MI_GDR_THREADS)), block = MI_GDR_THREADS, Dk <= MI_GDR_MAX_DK. */
+MI_KERNEL void mi_k_gdr(float *o, const float *q, const float *k, const float *v, const float *g,
+                        const float *beta, float *state, int64_t T, int64_t Hk, int64_t Hv,
+                        int64_t Dk, int64_t Dv) {
+  __shared__ float sk[MI_GDR_MAX_DK], sq[MI_GDR_MAX_DK];
+  const int64_t h = blockIdx.x, kh = h / (Hv / Hk);
+  const int64_t j = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+  float *S = state + h * Dk * Dv;
+  for (int64_t t = 0; t < T; t++) {
+    __syncthreads(); /* the previous token's k, q are no longer read */
+    for (int64_t i = threadIdx.x; i < Dk; i += blockDim.x) {
+      sk[i] = k[(t * Hk + kh) * Dk + i];
+      sq[i] = q[(t * Hk + kh) * Dk + i];
+    }
+    __syncthreads();
+    if (j < Dv) { /* no early return: every thread reaches the barriers */
+      const float e = expf(g[t * Hv + h]), b = beta[t * Hv + h];
+      float kv = 0.0f;
+      for (int64_t i = 0; i < Dk; i++) kv += S[i * Dv + j] * sk[i];
+      const float d = b * (v[(t * Hv + h) * Dv + j] - e * kv);
+      float acc = 0.0f;
+      for (int64_t i = 0; i < Dk; i++) {
+        const float s = e * S[i * Dv + j] + sk[i] * d;
+        S[i * Dv + j] = s;
+        acc += sq[i] * s;
+      }
+      o[(t * Hv + h) * Dv + j] = acc;
+    }
+  }
+}
