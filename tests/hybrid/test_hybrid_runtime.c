@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/runtime/compat.h"
 #include "core/runtime/host.h"
 #include "core/runtime/loader.h"
 #include "core/runtime/safetensors.h"
@@ -628,6 +629,30 @@ START_TEST(bad_configs_named) {
 }
 END_TEST
 
+/* A platform without the ABI 1.4 members (e.g. an older GPU plugin) is
+ * refused before the load, with a line naming each one the plugin calls:
+ * the CPU platform's interface with two of them taken away. */
+START_TEST(platform_without_hybrid_kernels_refused) {
+  char *dir = mkmodel("pn", "--family qwen35 --shape tiny --seed 71");
+  rt r;
+  rt_open(&r, dir, 512);
+  mi_plugin fake = *r.e->platform_plugin;
+  mi_platform_iface older = *(const mi_platform_iface *)fake.iface;
+  older.copy2d = NULL;
+  older.gated_delta_rule = NULL;
+  fake.iface = &older;
+  char err[1024] = "";
+  ck_assert_int_ne(mi_compat_check(&fake, r.e->model_plugin, 1, NULL, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "cannot serve model 'qwen35'") && strstr(err, "copy2d") &&
+                    strstr(err, "gated_delta_rule") && !strstr(err, "l2norm"),
+                "%s", err);
+  ck_assert_int_eq(
+      mi_compat_check(r.e->platform_plugin, r.e->model_plugin, 1, NULL, err, sizeof err), 0);
+  rt_close(&r);
+  free(dir);
+}
+END_TEST
+
 /* mi-run picks the plugin by config.json's architecture (both layouts) and
  * generates. */
 START_TEST(mi_run_serves_hybrids) {
@@ -674,6 +699,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, state_is_per_sequence);
   tcase_add_test(tc, batched_decode_equals_single);
   tcase_add_test(tc, bad_configs_named);
+  tcase_add_test(tc, platform_without_hybrid_kernels_refused);
   tcase_add_test(tc, mi_run_serves_hybrids);
   suite_add_tcase(s, tc);
   return s;
