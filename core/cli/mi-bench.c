@@ -40,6 +40,7 @@ typedef struct cell_result {
   double peak_rss_mib;
   double load_s;
   uint64_t decode_weight_bytes, state_bytes_token;
+  uint64_t state_bytes_fixed; /* a recurrent model's per-sequence state (0 for a KV-only model) */
   uint64_t prefill_flops_token, attn_flops_pos;
   uint64_t weight_bytes; /* every weight the model loaded */
   double peak_gflops; /* the platform's matmul rate, measured in the same process */
@@ -213,6 +214,7 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
     r->load_s = e->load_seconds;
     r->decode_weight_bytes = e->info.decode_weight_bytes;
     r->state_bytes_token = e->info.state_bytes_token;
+    r->state_bytes_fixed = e->info.state_bytes_fixed;
     r->n_layers = e->info.n_layers;
     r->prefill_flops_token = e->info.prefill_flops_token;
     r->weight_bytes = e->info.weight_bytes;
@@ -535,10 +537,12 @@ int main(int argc, char **argv) {
       double flops_tok = (double)last.prefill_flops_token + (double)last.attn_flops_pos * (P + 1) / 2.0;
       double pre_frac = m_peak > 0 && flops_tok > 0 ? m_pre * flops_tok / 1e9 / m_peak : 0;
       double fma_frac = m_fma > 0 && flops_tok > 0 ? m_pre * flops_tok / 1e9 / m_fma : 0;
-      /* bytes a decode step reads on average over the cell: all weights a
-       * token touches + the KV cache up to its position */
+      /* bytes a decode step moves on average over the cell: all weights a
+       * token touches + the KV cache up to its position + a recurrent
+       * model's fixed state, read and written every step (hybrids) */
       double avg_pos = P + G / 2.0;
-      double bytes = (double)last.decode_weight_bytes + (double)last.state_bytes_token * avg_pos;
+      double bytes = (double)last.decode_weight_bytes + (double)last.state_bytes_token * avg_pos +
+                     2.0 * (double)last.state_bytes_fixed;
       double roof = bw.triad_gbs * 1e9 / bytes;
       if (m_fma > 0) {
         cell_fma[n_fma] = m_fma;

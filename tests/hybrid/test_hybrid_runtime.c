@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/runtime/compat.h"
 #include "core/runtime/host.h"
 #include "core/runtime/loader.h"
 #include "core/runtime/safetensors.h"
@@ -29,27 +30,47 @@
 /* Tolerance on |logprob(plugin) - logprob(llama.cpp)| over llama.cpp's top
  * 10. Both compute in float32 on the same weights (the golden's GGUF is all
  * F32, its KV cache F32), in different orders (the plugin's delta rule is
- * chunked in prefill); the float64 reference meets these goldens within
- * 3.7e-5 (test_hybrid_peer). 2e-3 is the same bound as that test: far
- * below a real defect (a missing 1+w, output gate, conv SiLU, beta or
- * value-head order moves logprobs by 0.1..15). */
+ * chunked in prefill). Seen: 6.5e-5 (tiny), 2.2e-5 (tiny-untied), 6.0e-5
+ * (small); the float64 reference meets the same goldens within 3.7e-5
+ * (test_hybrid_peer, same bound). 2e-3 is 30x the worst seen and far below
+ * a real defect: by hand, q_norm with w instead of 1+w, conv without SiLU,
+ * no output gate, full instead of partial rotary, or the recurrent state
+ * dropped each fail this test (logprobs off by 0.1..15). */
 #define LOGPROB_TOL 2e-3
 
 /* Plugin (f32) against the float64 reference: |logit difference| relative
- * to the position's logit spread. f32 rounding over these depths gives
- * ~1e-6..1e-5 of the spread; 1e-4 is ten times that, and a defect (a norm
- * without 1+w, a skipped gate, state dropped) moves logits by O(spread). */
+ * to the position's logit spread. Seen 6e-7..3.2e-6; 1e-4 is 30x that,
+ * and each defect above moves logits by a sizeable part of the spread. */
 #define REF_REL_TOL 1e-4
 
-/* Two evaluations by the same plugin in a different order (one batched
+/* Two evaluations by the same plugin in different orders (one batched
  * prefill vs. token by token, or other chunk boundaries): the matmul rows
- * and the chunked vs. step-by-step delta rule round differently; the same
- * relative bound. */
+ * and the chunked vs. step-by-step delta rule round differently. Seen
+ * 2.8e-6..4.7e-6 of the spread; the same bound. Dropping the state between
+ * calls fails it. */
 #define ORDER_REL_TOL 1e-4
+
+/* Under AddressSanitizer (CI's second run) the same code paths run with
+ * fewer repetitions: two cases per golden (the first and the longest
+ * prompt), the `small` shape only in its golden. Each step computes the
+ * logits of all 151936 tokens, which is most of the time; the sanitizer
+ * looks for memory errors, and those paths are all still taken. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
 
 static char *g_dir; /* per-test temp dir */
 
-static void setup(void) { g_dir = tw_mkdtemp("hybrid-rt"); }
+static void setup(void) {
+  g_dir = tw_mkdtemp("hybrid-rt");
+}
 static void teardown(void) {
   tw_rmtree(g_dir);
   free(g_dir);
@@ -67,7 +88,8 @@ static const char *build_dir(void) {
 static char *mkmodel(const char *name, const char *args) {
   char *out = NULL, *cmd = NULL;
   ck_assert_int_ge(asprintf(&out, "%s/%s", g_dir, name), 0);
-  ck_assert_int_ge(asprintf(&cmd, "'%s/bin/mi-mkmodel' %s --out '%s' >/dev/null", build_dir(), args, out), 0);
+  ck_assert_int_ge(
+      asprintf(&cmd, "'%s/bin/mi-mkmodel' %s --out '%s' >/dev/null", build_dir(), args, out), 0);
   ck_assert_msg(system(cmd) == 0, "%s", cmd);
   free(cmd);
   return out;
@@ -125,7 +147,8 @@ static mi_seq *rt_seq(rt *r, int64_t n_ctx) {
 /* forward, asserting success */
 static void rt_fwd(rt *r, mi_seq *s, const int32_t *ids, int64_t n, float *logits, int all) {
   char err[512];
-  ck_assert_msg(r->e->M->forward(r->e->model, s, ids, n, logits, all, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(r->e->M->forward(r->e->model, s, ids, n, logits, all, err, sizeof err) == 0, "%s",
+                err);
 }
 
 /* ids spread over the vocabulary, from a seed */
@@ -162,10 +185,13 @@ static double rel_err_d(const float *a, const double *b, int V) {
 
 static void log_softmax(const float *l, double *out, int V) {
   double mx = -INFINITY, s = 0;
-  for (int i = 0; i < V; i++) mx = fmax(mx, l[i]);
-  for (int i = 0; i < V; i++) s += exp(l[i] - mx);
+  for (int i = 0; i < V; i++)
+    mx = fmax(mx, l[i]);
+  for (int i = 0; i < V; i++)
+    s += exp(l[i] - mx);
   double lz = mx + log(s);
-  for (int i = 0; i < V; i++) out[i] = l[i] - lz;
+  for (int i = 0; i < V; i++)
+    out[i] = l[i] - lz;
 }
 
 static uint32_t fnv1a32(const char *path) {
@@ -173,7 +199,8 @@ static uint32_t fnv1a32(const char *path) {
   unsigned char *b = tw_read_all(path, &n);
   ck_assert_ptr_nonnull(b);
   uint32_t h = 0x811c9dc5u;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x01000193u;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * 0x01000193u;
   free(b);
   return h;
 }
@@ -193,9 +220,11 @@ static void check_golden(const char *file) {
   char *st = tw_path(dir, "model.safetensors");
   char hash[16];
   snprintf(hash, sizeof hash, "%08x", fnv1a32(st));
-  const char *want = json_string_value(json_object_get(json_object_get(g, "model"), "safetensors_fnv1a32"));
-  ck_assert_msg(want && !strcmp(hash, want), "%s: mi-mkmodel made other weights (FNV-1a %s, golden %s)", file,
-                hash, want ? want : "?");
+  const char *want =
+      json_string_value(json_object_get(json_object_get(g, "model"), "safetensors_fnv1a32"));
+  ck_assert_msg(want && !strcmp(hash, want),
+                "%s: mi-mkmodel made other weights (FNV-1a %s, golden %s)", file, hash,
+                want ? want : "?");
   rt r;
   rt_open(&r, dir, 512);
   const int V = r.V;
@@ -204,13 +233,17 @@ static void check_golden(const char *file) {
   double worst = 0;
   int steps_total = 0, ties = 0;
   json_t *c;
+  const size_t n_cases = json_array_size(json_object_get(g, "cases"));
   json_array_foreach(json_object_get(g, "cases"), i, c) {
+    if (SANITIZED && i != 0 && i != n_cases - 1) continue;
     json_t *pids = json_object_get(c, "prompt_ids"), *steps = json_object_get(c, "steps");
     const int np = (int)json_array_size(pids), ns = (int)json_array_size(steps);
     int32_t *ids = malloc((size_t)(np + ns) * sizeof(int32_t));
-    for (int t = 0; t < np; t++) ids[t] = (int32_t)json_integer_value(json_array_get(pids, (size_t)t));
+    for (int t = 0; t < np; t++)
+      ids[t] = (int32_t)json_integer_value(json_array_get(pids, (size_t)t));
     for (int t = 0; t < ns; t++)
-      ids[np + t] = (int32_t)json_integer_value(json_object_get(json_array_get(steps, (size_t)t), "token_id"));
+      ids[np + t] = (int32_t)json_integer_value(
+          json_object_get(json_array_get(steps, (size_t)t), "token_id"));
     mi_seq *s = rt_seq(&r, np + ns);
     for (int t = 0; t < ns; t++) {
       if (t == 0)
@@ -225,15 +258,16 @@ static void check_golden(const char *file) {
         int id = (int)json_integer_value(json_array_get(pair, 0));
         double d = fabs(lp[id] - json_number_value(json_array_get(pair, 1)));
         worst = fmax(worst, d);
-        ck_assert_msg(d < LOGPROB_TOL, "%s case %zu step %d: token %d logprob %.6f, llama.cpp %.6f", file, i, t,
-                      id, lp[id], json_number_value(json_array_get(pair, 1)));
+        ck_assert_msg(d < LOGPROB_TOL, "%s case %zu step %d: token %d logprob %.6f, llama.cpp %.6f",
+                      file, i, t, id, lp[id], json_number_value(json_array_get(pair, 1)));
       }
       int best = 0;
       for (int v = 1; v < V; v++)
         if (lp[v] > lp[best]) best = v;
       if (best != ids[np + t]) { /* only a near-tie may pick another token */
-        ck_assert_msg(fabs(lp[best] - lp[ids[np + t]]) < LOGPROB_TOL, "%s case %zu step %d: greedy %d, llama.cpp %d",
-                      file, i, t, best, ids[np + t]);
+        ck_assert_msg(fabs(lp[best] - lp[ids[np + t]]) < LOGPROB_TOL,
+                      "%s case %zu step %d: greedy %d, llama.cpp %d", file, i, t, best,
+                      ids[np + t]);
         ties++;
       }
       steps_total++;
@@ -241,9 +275,11 @@ static void check_golden(const char *file) {
     r.e->M->seq_destroy(r.e->model, s);
     free(ids);
   }
-  fprintf(stderr, "%s: %d steps, max |logprob - llama.cpp| %.3g over the top 10, %d near-tie greedy picks\n",
-          strrchr(file, '/') + 1, steps_total, worst, ties);
-  ck_assert_int_ge(steps_total, 32);
+  fprintf(
+      stderr,
+      "%s: %d steps, max |logprob - llama.cpp| %.3g over the top 10, %d near-tie greedy picks\n",
+      strrchr(file, '/') + 1, steps_total, worst, ties);
+  ck_assert_int_ge(steps_total, SANITIZED ? 64 : 256);
   free(lg);
   free(lp);
   rt_close(&r);
@@ -258,11 +294,17 @@ static void golden(const char *name) {
   check_golden(f);
 }
 
-START_TEST(golden_tiny) { golden("tiny-seed1.json"); }
+START_TEST(golden_tiny) {
+  golden("tiny-seed1.json");
+}
 END_TEST
-START_TEST(golden_tiny_untied) { golden("tiny-untied-seed2.json"); }
+START_TEST(golden_tiny_untied) {
+  golden("tiny-untied-seed2.json");
+}
 END_TEST
-START_TEST(golden_small) { golden("small-seed3.json"); }
+START_TEST(golden_small) {
+  golden("small-seed3.json");
+}
 END_TEST
 
 /* ---- the float64 reference ------------------------------------------------- */
@@ -282,18 +324,22 @@ static void against_reference(const char *args, int batch) {
   ck_assert_msg(vf_qwen35_open(r.e->config, r.e->weights, &ref, err, sizeof err) == 0, "%s", err);
   vf_qwen35_seq *rs = vf_qwen35_seq_new(ref, T + D);
   double *want = malloc((size_t)(T + D) * V * sizeof(double)); /* [T+D, V] */
-  ck_assert_msg(vf_qwen35_forward(ref, rs, ids, T + D, T + D, want, 0, NULL, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(vf_qwen35_forward(ref, rs, ids, T + D, T + D, want, 0, NULL, err, sizeof err) == 0,
+                "%s", err);
   float *got = malloc((size_t)(T + D) * V * sizeof(float)); /* [T+D, V] */
   mi_seq *s = rt_seq(&r, T + D);
   rt_fwd(&r, s, ids, T, got, 1);
-  for (int t = T; t < T + D; t++) rt_fwd(&r, s, ids + t, 1, got + (size_t)t * V, 0);
+  for (int t = T; t < T + D; t++)
+    rt_fwd(&r, s, ids + t, 1, got + (size_t)t * V, 0);
   double worst = 0;
   for (int t = 0; t < T + D; t++) {
     double e = rel_err_d(got + (size_t)t * V, want + (size_t)t * V, V);
-    ck_assert_msg(e < REF_REL_TOL, "%s: position %d: |logit - float64| = %.3g of the spread", args, t, e);
+    ck_assert_msg(e < REF_REL_TOL, "%s: position %d: |logit - float64| = %.3g of the spread", args,
+                  t, e);
     worst = fmax(worst, e);
   }
-  fprintf(stderr, "reference %s batch %d: max |logit - float64| %.3g of the spread\n", args, batch, worst);
+  fprintf(stderr, "reference %s batch %d: max |logit - float64| %.3g of the spread\n", args, batch,
+          worst);
   r.e->M->seq_destroy(r.e->model, s);
   free(got);
   free(want);
@@ -303,15 +349,22 @@ static void against_reference(const char *args, int batch) {
   free(dir);
 }
 
-START_TEST(reference_tiny) { against_reference("--family qwen35 --shape tiny --seed 11", 512); }
+START_TEST(reference_tiny) {
+  against_reference("--family qwen35 --shape tiny --seed 11", 512);
+}
 END_TEST
-START_TEST(reference_tiny_untied_chunked) { against_reference("--family qwen35 --shape tiny-untied --seed 12", 6); }
+/* f32 weights (the other matmul path), and the plugin's own chunking */
+START_TEST(reference_tiny_untied_chunked) {
+  against_reference("--family qwen35 --shape tiny-untied --seed 12 --dtype f32", 6);
+}
 END_TEST
 START_TEST(reference_released_layout) {
   against_reference("--family qwen35 --shape tiny --seed 13 --layout conditional", 512);
 }
 END_TEST
-START_TEST(reference_small_f32) { against_reference("--family qwen35 --shape small --seed 14 --dtype f32", 512); }
+START_TEST(reference_small) {
+  if (!SANITIZED) against_reference("--family qwen35 --shape small --seed 14", 512);
+}
 END_TEST
 
 /* ---- properties --------------------------------------------------------------- */
@@ -326,44 +379,57 @@ static void orders_agree(const char *args) {
   const int V = r.V, T = 40;
   int32_t ids[40];
   prompt(ids, T, 3);
-  float *one = malloc((size_t)T * V * sizeof(float)), *other = malloc((size_t)T * V * sizeof(float));
+  float *one = malloc((size_t)T * V * sizeof(float)),
+        *other = malloc((size_t)T * V * sizeof(float));
   mi_seq *s = rt_seq(&r, T);
   rt_fwd(&r, s, ids, T, one, 1);
   /* token by token, after seq_truncate(0): the reset must forget the
    * first pass's recurrent state */
   ck_assert_int_eq(r.e->M->seq_truncate(r.e->model, s, 0), 0);
   ck_assert_int_eq(r.e->M->seq_len(r.e->model, s), 0);
-  for (int t = 0; t < T; t++) rt_fwd(&r, s, ids + t, 1, other + (size_t)t * V, 0);
+  for (int t = 0; t < T; t++)
+    rt_fwd(&r, s, ids + t, 1, other + (size_t)t * V, 0);
   double w_dec = 0, w_chunk = 0, w_batch = 0;
-  for (int t = 0; t < T; t++) w_dec = fmax(w_dec, rel_err_f(other + (size_t)t * V, one + (size_t)t * V, V));
+  for (int t = 0; t < T; t++)
+    w_dec = fmax(w_dec, rel_err_f(other + (size_t)t * V, one + (size_t)t * V, V));
   /* uneven chunks */
   ck_assert_int_eq(r.e->M->seq_truncate(r.e->model, s, 0), 0);
   const int cuts[] = {7, 1, 13, 2, 17};
-  for (int i = 0, t = 0; i < 5; t += cuts[i++]) rt_fwd(&r, s, ids + t, cuts[i], other + (size_t)t * V, 1);
+  for (int i = 0, t = 0; i < 5; t += cuts[i++])
+    rt_fwd(&r, s, ids + t, cuts[i], other + (size_t)t * V, 1);
   ck_assert_int_eq(r.e->M->seq_len(r.e->model, s), T);
-  for (int t = 0; t < T; t++) w_chunk = fmax(w_chunk, rel_err_f(other + (size_t)t * V, one + (size_t)t * V, V));
+  for (int t = 0; t < T; t++)
+    w_chunk = fmax(w_chunk, rel_err_f(other + (size_t)t * V, one + (size_t)t * V, V));
   r.e->M->seq_destroy(r.e->model, s);
   rt_close(&r);
   /* the same prompt through a session with batch=3 */
   rt_open(&r, dir, 3);
   s = rt_seq(&r, T);
   rt_fwd(&r, s, ids, T, other, 1);
-  for (int t = 0; t < T; t++) w_batch = fmax(w_batch, rel_err_f(other + (size_t)t * V, one + (size_t)t * V, V));
+  for (int t = 0; t < T; t++)
+    w_batch = fmax(w_batch, rel_err_f(other + (size_t)t * V, one + (size_t)t * V, V));
   r.e->M->seq_destroy(r.e->model, s);
   rt_close(&r);
-  fprintf(stderr, "%s: vs one prefill of %d: decode %.3g, uneven chunks %.3g, batch=3 %.3g of the spread\n", args,
-          T, w_dec, w_chunk, w_batch);
+  fprintf(stderr,
+          "%s: vs one prefill of %d: decode %.3g, uneven chunks %.3g, batch=3 %.3g of the spread\n",
+          args, T, w_dec, w_chunk, w_batch);
   ck_assert_msg(w_dec < ORDER_REL_TOL, "decode differs from prefill by %.3g of the spread", w_dec);
-  ck_assert_msg(w_chunk < ORDER_REL_TOL, "uneven chunks differ from one prefill by %.3g of the spread", w_chunk);
-  ck_assert_msg(w_batch < ORDER_REL_TOL, "batch=3 differs from one prefill by %.3g of the spread", w_batch);
+  ck_assert_msg(w_chunk < ORDER_REL_TOL,
+                "uneven chunks differ from one prefill by %.3g of the spread", w_chunk);
+  ck_assert_msg(w_batch < ORDER_REL_TOL, "batch=3 differs from one prefill by %.3g of the spread",
+                w_batch);
   free(one);
   free(other);
   free(dir);
 }
 
-START_TEST(orders_tiny) { orders_agree("--family qwen35 --shape tiny --seed 21"); }
+START_TEST(orders_tiny) {
+  orders_agree("--family qwen35 --shape tiny --seed 21");
+}
 END_TEST
-START_TEST(orders_small) { orders_agree("--family qwen35 --shape small --seed 22"); }
+START_TEST(orders_small) {
+  if (!SANITIZED) orders_agree("--family qwen35 --shape small --seed 22");
+}
 END_TEST
 
 /* The recurrent state must be carried: a second sequence fed only the last
@@ -381,8 +447,10 @@ START_TEST(state_is_per_sequence) {
   rt_fwd(&r, s1, ids, 12, a, 0);
   rt_fwd(&r, s2, ids + 11, 1, b, 0);
   double lo = INFINITY, hi = -INFINITY, mx = 0;
-  for (int i = 0; i < V; i++) lo = fmin(lo, a[i]), hi = fmax(hi, a[i]), mx = fmax(mx, fabs(a[i] - b[i]));
-  ck_assert_msg(mx / (hi - lo) > 100 * ORDER_REL_TOL, "the context makes no difference (%.3g)", mx / (hi - lo));
+  for (int i = 0; i < V; i++)
+    lo = fmin(lo, a[i]), hi = fmax(hi, a[i]), mx = fmax(mx, fabs(a[i] - b[i]));
+  ck_assert_msg(mx / (hi - lo) > 100 * ORDER_REL_TOL, "the context makes no difference (%.3g)",
+                mx / (hi - lo));
   /* s2 fed the rest of the prompt after a reset equals s1 */
   ck_assert_int_eq(r.e->M->seq_truncate(r.e->model, s2, 0), 0);
   rt_fwd(&r, s2, ids, 12, b, 0);
@@ -402,6 +470,65 @@ START_TEST(state_is_per_sequence) {
   r.e->M->seq_destroy(r.e->model, s2);
   free(a);
   free(b);
+  rt_close(&r);
+  free(dir);
+}
+END_TEST
+
+/* forward_batch (one decode step for several sequences, rows sharing the
+ * matmuls) equals a forward of one token per sequence; its refusals leave
+ * every sequence where it was. */
+START_TEST(batched_decode_equals_single) {
+  char *dir = mkmodel("fb", "--family qwen35 --shape tiny-untied --seed 61");
+  rt r;
+  rt_open(&r, dir, 512);
+  const int V = r.V, NS = 3, lens[3] = {5, 9, 14};
+  ck_assert_ptr_nonnull(r.e->M->forward_batch);
+  mi_seq *a[3], *b[3];
+  float *la[3], *lb = malloc((size_t)V * sizeof(float));
+  int32_t ids[14];
+  for (int i = 0; i < NS; i++) {
+    a[i] = rt_seq(&r, 20);
+    b[i] = rt_seq(&r, 20);
+    la[i] = malloc((size_t)V * sizeof(float));
+    prompt(ids, lens[i], 100 + i);
+    rt_fwd(&r, a[i], ids, lens[i], NULL, 0);
+    rt_fwd(&r, b[i], ids, lens[i], NULL, 0);
+  }
+  char err[512];
+  double worst = 0;
+  for (int step = 0; step < 4; step++) {
+    int32_t next[3];
+    prompt(next, NS, 200 + step);
+    ck_assert_msg(r.e->M->forward_batch(r.e->model, a, next, NS, la, err, sizeof err) == 0, "%s",
+                  err);
+    for (int i = 0; i < NS; i++) {
+      rt_fwd(&r, b[i], next + i, 1, lb, 0);
+      worst = fmax(worst, rel_err_f(la[i], lb, V));
+      ck_assert_int_eq(r.e->M->seq_len(r.e->model, a[i]), lens[i] + step + 1);
+    }
+  }
+  fprintf(stderr, "forward_batch vs one forward per sequence: %.3g of the spread\n", worst);
+  ck_assert_double_lt(worst, ORDER_REL_TOL);
+  /* refused before anything changes: the same sequence twice, a full one */
+  mi_seq *dup[2] = {a[0], a[0]};
+  int32_t two[2] = {1, 2};
+  ck_assert_int_ne(r.e->M->forward_batch(r.e->model, dup, two, 2, la, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "appears twice"), "%s", err);
+  mi_seq *full = rt_seq(&r, 3);
+  rt_fwd(&r, full, ids, 3, NULL, 0);
+  mi_seq *mixed[2] = {a[1], full};
+  ck_assert_int_ne(r.e->M->forward_batch(r.e->model, mixed, two, 2, la, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "is full"), "%s", err);
+  ck_assert_int_eq(r.e->M->seq_len(r.e->model, a[1]), lens[1] + 4);
+  ck_assert_int_eq(r.e->M->seq_len(r.e->model, full), 3);
+  r.e->M->seq_destroy(r.e->model, full);
+  for (int i = 0; i < NS; i++) {
+    r.e->M->seq_destroy(r.e->model, a[i]);
+    r.e->M->seq_destroy(r.e->model, b[i]);
+    free(la[i]);
+  }
+  free(lb);
   rt_close(&r);
   free(dir);
 }
@@ -432,8 +559,8 @@ static void refused(const char *dir, json_t *orig, void (*edit)(json_t *), const
   json_decref(c);
   rt r;
   char err[2048] = "";
-  ck_assert_msg(rt_open_ex(&r, dir, 512, err, sizeof err) != 0, "accepted a config that should fail with \"%s\"",
-                want);
+  ck_assert_msg(rt_open_ex(&r, dir, 512, err, sizeof err) != 0,
+                "accepted a config that should fail with \"%s\"", want);
   ck_assert_msg(strstr(err, want), "error \"%s\" does not name \"%s\"", err, want);
   ck_assert_msg(!strchr(err, '\n'), "error is not one line: %s", err);
   mi_registry_free(r.reg);
@@ -443,33 +570,53 @@ static json_t *text(json_t *c) {
   json_t *t = json_object_get(c, "text_config");
   return t ? t : c;
 }
-static void e_no_kh(json_t *c) { json_object_del(text(c), "linear_num_key_heads"); }
-static void e_vh(json_t *c) { json_object_set_new(text(c), "linear_num_value_heads", json_integer(3)); }
-static void e_types_len(json_t *c) { json_array_remove(json_object_get(text(c), "layer_types"), 0); }
+static void e_no_kh(json_t *c) {
+  json_object_del(text(c), "linear_num_key_heads");
+}
+static void e_vh(json_t *c) {
+  json_object_set_new(text(c), "linear_num_value_heads", json_integer(3));
+}
+static void e_types_len(json_t *c) {
+  json_array_remove(json_object_get(text(c), "layer_types"), 0);
+}
 static void e_types_kind(json_t *c) {
   json_array_set_new(json_object_get(text(c), "layer_types"), 1, json_string("sliding_attention"));
 }
-static void e_gate(json_t *c) { json_object_set_new(text(c), "attn_output_gate", json_false()); }
-static void e_rot(json_t *c) {
-  json_object_set_new(json_object_get(text(c), "rope_parameters"), "partial_rotary_factor", json_real(0.01));
+static void e_gate(json_t *c) {
+  json_object_set_new(text(c), "attn_output_gate", json_false());
 }
-static void e_hidden(json_t *c) { json_object_set_new(text(c), "hidden_size", json_string("64")); }
-static void e_conv(json_t *c) { json_object_set_new(text(c), "linear_conv_kernel_dim", json_integer(3)); }
-static void e_dk(json_t *c) { json_object_set_new(text(c), "linear_key_head_dim", json_integer(8)); }
+static void e_rot(json_t *c) {
+  json_object_set_new(json_object_get(text(c), "rope_parameters"), "partial_rotary_factor",
+                      json_real(0.01));
+}
+static void e_hidden(json_t *c) {
+  json_object_set_new(text(c), "hidden_size", json_string("64"));
+}
+static void e_conv(json_t *c) {
+  json_object_set_new(text(c), "linear_conv_kernel_dim", json_integer(3));
+}
+static void e_dk(json_t *c) {
+  json_object_set_new(text(c), "linear_key_head_dim", json_integer(8));
+}
 
 START_TEST(bad_configs_named) {
   char *dir = mkmodel("bad", "--family qwen35 --shape tiny --seed 41");
   json_t *orig = config_of(dir);
   refused(dir, orig, e_no_kh, "missing field \"linear_num_key_heads\"");
-  refused(dir, orig, e_vh, "linear_num_value_heads\" (3) is not a multiple of linear_num_key_heads (2)");
-  refused(dir, orig, e_types_len, "\"layer_types\" must be an array of num_hidden_layers (4) strings");
+  refused(dir, orig, e_vh,
+          "linear_num_value_heads\" (3) is not a multiple of linear_num_key_heads (2)");
+  refused(dir, orig, e_types_len,
+          "\"layer_types\" must be an array of num_hidden_layers (4) strings");
   refused(dir, orig, e_types_kind, "\"layer_types\"[1] = \"sliding_attention\" is neither");
   refused(dir, orig, e_gate, "attn_output_gate\" = false is not supported");
   refused(dir, orig, e_rot, "partial_rotary_factor\" = 0.01 gives 0 rotary channels");
   refused(dir, orig, e_hidden, "field \"hidden_size\" must be an integer");
   /* config and weights disagree: the tensor and its file are named */
-  refused(dir, orig, e_conv, "linear_attn.conv1d.weight\" has shape [128, 1, 4], config.json implies [128, 1, 3]");
-  refused(dir, orig, e_dk, "layers.0.linear_attn.in_proj_qkv.weight\" has shape [128, 64], config.json implies [96, 64]");
+  refused(dir, orig, e_conv,
+          "linear_attn.conv1d.weight\" has shape [128, 1, 4], config.json implies [128, 1, 3]");
+  refused(dir, orig, e_dk,
+          "layers.0.linear_attn.in_proj_qkv.weight\" has shape [128, 64], config.json implies [96, "
+          "64]");
   json_decref(orig);
   free(dir);
   /* the released layout names its fields under text_config */
@@ -478,6 +625,35 @@ START_TEST(bad_configs_named) {
   refused(dir, orig, e_no_kh, "missing field \"text_config.linear_num_key_heads\"");
   refused(dir, orig, e_hidden, "field \"text_config.hidden_size\" must be an integer");
   json_decref(orig);
+  free(dir);
+}
+END_TEST
+
+/* A platform without the ABI 1.4 members (e.g. an older GPU plugin) is
+ * refused before the load, with a line naming each one the plugin calls:
+ * the CPU platform's interface with two of them taken away. */
+START_TEST(platform_without_hybrid_kernels_refused) {
+  char *dir = mkmodel("pn", "--family qwen35 --shape tiny --seed 71");
+  rt r;
+  rt_open(&r, dir, 512);
+  /* the registry's own entry with its interface swapped for a while (an
+   * mi_plugin lives inside the loader's record: not copied) */
+  mi_plugin *plat = r.e->platform_plugin;
+  const void *orig = plat->iface;
+  mi_platform_iface older = *(const mi_platform_iface *)orig;
+  older.copy2d = NULL;
+  older.gated_delta_rule = NULL;
+  plat->iface = &older;
+  char err[1024] = "";
+  int rc = mi_compat_check(plat, r.e->model_plugin, 1, NULL, err, sizeof err);
+  plat->iface = orig;
+  ck_assert_int_ne(rc, 0);
+  ck_assert_msg(strstr(err, "cannot serve model 'qwen35'") && strstr(err, "copy2d") &&
+                    strstr(err, "gated_delta_rule") && !strstr(err, "l2norm"),
+                "%s", err);
+  ck_assert_int_eq(
+      mi_compat_check(r.e->platform_plugin, r.e->model_plugin, 1, NULL, err, sizeof err), 0);
+  rt_close(&r);
   free(dir);
 }
 END_TEST
@@ -492,11 +668,13 @@ START_TEST(mi_run_serves_hybrids) {
     snprintf(name, sizeof name, "run-%s", layouts[i]);
     char *dir = mkmodel(name, args);
     char *out = tw_path(g_dir, "out.txt"), *cmd = NULL;
-    ck_assert_int_ge(asprintf(&cmd,
-                              "'%s/bin/mi-run' --plugin-dir '%s/lib/metainfer' -m '%s' -p 'Hello there' -n 6 -t 1 "
-                              "--temp 0 --verbose > '%s' 2>&1",
-                              build_dir(), build_dir(), dir, out),
-                     0);
+    ck_assert_int_ge(
+        asprintf(
+            &cmd,
+            "'%s/bin/mi-run' --plugin-dir '%s/lib/metainfer' -m '%s' -p 'Hello there' -n 6 -t 1 "
+            "--temp 0 --verbose > '%s' 2>&1",
+            build_dir(), build_dir(), dir, out),
+        0);
     int rc = system(cmd);
     size_t n = 0;
     char *log = tw_read_all(out, &n);
@@ -520,11 +698,13 @@ static Suite *suite(void) {
   tcase_add_test(tc, reference_tiny);
   tcase_add_test(tc, reference_tiny_untied_chunked);
   tcase_add_test(tc, reference_released_layout);
-  tcase_add_test(tc, reference_small_f32);
+  tcase_add_test(tc, reference_small);
   tcase_add_test(tc, orders_tiny);
   tcase_add_test(tc, orders_small);
   tcase_add_test(tc, state_is_per_sequence);
+  tcase_add_test(tc, batched_decode_equals_single);
   tcase_add_test(tc, bad_configs_named);
+  tcase_add_test(tc, platform_without_hybrid_kernels_refused);
   tcase_add_test(tc, mi_run_serves_hybrids);
   suite_add_tcase(s, tc);
   return s;

@@ -9,8 +9,8 @@
 
 typedef struct reader {
   const mi_host_api *h;
-  const mi_json *obj;  /* where the text model's fields are */
-  const char *prefix;  /* "" or "text_config." */
+  const mi_json *obj; /* where the text model's fields are */
+  const char *prefix; /* "" or "text_config." */
   char *err;
   size_t n;
 } reader;
@@ -99,10 +99,12 @@ static int read_layer_types(reader *r, qwen35_config *c) {
     if (h->json_get(r->obj, "full_attention_interval") &&
         get_int(r, "full_attention_interval", 1, Q35_MAX_LAYERS, &iv))
       return -1;
-    for (int64_t l = 0; l < c->n_layers; l++) c->full[l] = (l + 1) % iv == 0;
+    for (int64_t l = 0; l < c->n_layers; l++)
+      c->full[l] = (l + 1) % iv == 0;
   }
   c->n_full = 0;
-  for (int64_t l = 0; l < c->n_layers; l++) c->n_full += c->full[l];
+  for (int64_t l = 0; l < c->n_layers; l++)
+    c->n_full += c->full[l];
   return 0;
 }
 
@@ -169,7 +171,8 @@ int qwen35_config_read(const mi_host_api *h, const mi_json *cfg, qwen35_config *
   }
   const char *rt = rp ? h->json_string(h->json_get(rp, "rope_type")) : NULL;
   if (rt && strcmp(rt, "default") != 0) {
-    snprintf(err, n, "field \"%srope_parameters.rope_type\" = \"%.40s\" is not supported (only default)",
+    snprintf(err, n,
+             "field \"%srope_parameters.rope_type\" = \"%.40s\" is not supported (only default)",
              r.prefix, rt);
     one_line(err);
     return -1;
@@ -191,7 +194,8 @@ int qwen35_config_read(const mi_host_api *h, const mi_json *cfg, qwen35_config *
       get_bool(&r, r.obj, "attention_bias", r.prefix, 0, &bias))
     return -1;
   if (!gate) {
-    snprintf(err, n, "field \"%sattn_output_gate\" = false is not supported (q_proj must carry the gate)",
+    snprintf(err, n,
+             "field \"%sattn_output_gate\" = false is not supported (q_proj must carry the gate)",
              r.prefix);
     return -1;
   }
@@ -201,14 +205,16 @@ int qwen35_config_read(const mi_host_api *h, const mi_json *cfg, qwen35_config *
   }
   const char *act = h->json_string(h->json_get(r.obj, "hidden_act"));
   if (act && strcmp(act, "silu") != 0) {
-    snprintf(err, n, "field \"%shidden_act\" = \"%.40s\" is not supported (only silu)", r.prefix, act);
+    snprintf(err, n, "field \"%shidden_act\" = \"%.40s\" is not supported (only silu)", r.prefix,
+             act);
     one_line(err);
     return -1;
   }
   if (c->n_heads % c->n_kv_heads != 0) {
-    snprintf(err, n,
-             "field \"%snum_attention_heads\" (%lld) is not a multiple of num_key_value_heads (%lld)",
-             r.prefix, (long long)c->n_heads, (long long)c->n_kv_heads);
+    snprintf(
+        err, n,
+        "field \"%snum_attention_heads\" (%lld) is not a multiple of num_key_value_heads (%lld)",
+        r.prefix, (long long)c->n_heads, (long long)c->n_kv_heads);
     return -1;
   }
   if (c->lin_vh % c->lin_kh != 0) {

@@ -14,25 +14,25 @@
 #define Q35_MAX_LAYERS 1024
 
 typedef struct qwen35_config {
-  int64_t hidden;     /* hidden_size */
-  int64_t n_layers;   /* num_hidden_layers */
-  int64_t n_heads;    /* num_attention_heads (full-attention layers) */
-  int64_t n_kv_heads; /* num_key_value_heads */
-  int64_t head_dim;   /* head_dim */
-  int64_t rot_dim;    /* partial_rotary_factor · head_dim: the rotated channels */
-  int64_t ffn;        /* intermediate_size */
-  int64_t vocab;      /* vocab_size */
-  int64_t max_pos;    /* max_position_embeddings */
-  int64_t lin_kh;     /* linear_num_key_heads */
-  int64_t lin_vh;     /* linear_num_value_heads */
-  int64_t lin_dk;     /* linear_key_head_dim */
-  int64_t lin_dv;     /* linear_value_head_dim */
-  int64_t conv_k;     /* linear_conv_kernel_dim */
-  double eps;         /* rms_norm_eps */
-  double rope_theta;  /* rope_parameters.rope_theta (or top-level rope_theta) */
-  int tied;           /* tie_word_embeddings (either level in the wrapped layout) */
-  int wrapped;        /* 1: Qwen3_5ForConditionalGeneration (text_config) */
-  int64_t n_full;     /* layers of kind full_attention */
+  int64_t hidden;                     /* hidden_size */
+  int64_t n_layers;                   /* num_hidden_layers */
+  int64_t n_heads;                    /* num_attention_heads (full-attention layers) */
+  int64_t n_kv_heads;                 /* num_key_value_heads */
+  int64_t head_dim;                   /* head_dim */
+  int64_t rot_dim;                    /* partial_rotary_factor · head_dim: the rotated channels */
+  int64_t ffn;                        /* intermediate_size */
+  int64_t vocab;                      /* vocab_size */
+  int64_t max_pos;                    /* max_position_embeddings */
+  int64_t lin_kh;                     /* linear_num_key_heads */
+  int64_t lin_vh;                     /* linear_num_value_heads */
+  int64_t lin_dk;                     /* linear_key_head_dim */
+  int64_t lin_dv;                     /* linear_value_head_dim */
+  int64_t conv_k;                     /* linear_conv_kernel_dim */
+  double eps;                         /* rms_norm_eps */
+  double rope_theta;                  /* rope_parameters.rope_theta (or top-level rope_theta) */
+  int tied;                           /* tie_word_embeddings (either level in the wrapped layout) */
+  int wrapped;                        /* 1: Qwen3_5ForConditionalGeneration (text_config) */
+  int64_t n_full;                     /* layers of kind full_attention */
   unsigned char full[Q35_MAX_LAYERS]; /* [n_layers] 1 = full_attention, 0 = linear_attention */
 } qwen35_config;
 

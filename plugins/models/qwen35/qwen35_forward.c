@@ -42,8 +42,8 @@
 
 /* Runs T ≤ batch tokens at positions seq->len … seq->len+T-1; leaves the
  * last layer's residual stream in s->x [T, H]. */
-static int forward_chunk(qwen35_model *m, qwen35_seq *seq, const int32_t *ids, int64_t T,
-                         char *err, size_t err_len) {
+static int forward_chunk(qwen35_model *m, qwen35_seq *seq, const int32_t *ids, int64_t T, char *err,
+                         size_t err_len) {
   const mi_platform_iface *P = m->P;
   void *pc = m->pc;
   const qwen35_config *c = &m->cfg;
@@ -57,7 +57,8 @@ static int forward_chunk(qwen35_model *m, qwen35_seq *seq, const int32_t *ids, i
   const float att_scale = (float)(1.0 / sqrt((double)hd));
   const float q_scale = (float)(1.0 / sqrt((double)Dk));
 
-  for (int64_t t = 0; t < T; t++) m->pos_host[t] = (int32_t)(pos0 + t);
+  for (int64_t t = 0; t < T; t++)
+    m->pos_host[t] = (int32_t)(pos0 + t);
   CHECK_K(P->memcpy_h2d(pc, NULL, s->ids, ids, (size_t)T * sizeof(int32_t)));
   CHECK_K(P->memcpy_h2d(pc, NULL, s->pos, m->pos_host, (size_t)T * sizeof(int32_t)));
   CHECK_K(P->embed(pc, NULL, s->x, m->embed.ptr, m->embed.dtype, s->ids, T, c->vocab, H));
@@ -98,15 +99,17 @@ static int forward_chunk(qwen35_model *m, qwen35_seq *seq, const int32_t *ids, i
       CHECK_K(P->l2norm(pc, NULL, s->lq, s->lq, T * Kh, Dk, Q35_L2_EPS));
       CHECK_K(P->l2norm(pc, NULL, s->lk, s->lk, T * Kh, Dk, Q35_L2_EPS));
       CHECK_K(P->scale(pc, NULL, s->lq, s->lq, q_scale, T * KD));
-      CHECK_K(P->matmul(pc, NULL, s->z, s->h, L->w_z.ptr, L->w_z.dtype, T, VD, H));   /* [T, Vh, Dv] */
-      CHECK_K(P->matmul(pc, NULL, s->ba, s->h, L->w_b.ptr, L->w_b.dtype, T, Vh, H));  /* [T, Vh] */
-      CHECK_K(P->matmul(pc, NULL, s->aa, s->h, L->w_a.ptr, L->w_a.dtype, T, Vh, H));  /* [T, Vh] */
-      CHECK_K(P->deltanet_gates(pc, NULL, s->beta, s->g, s->ba, s->aa, L->a_log.ptr,
-                                L->dt_bias.ptr, T, Vh)); /* beta, g [T, Vh] */
+      CHECK_K(
+          P->matmul(pc, NULL, s->z, s->h, L->w_z.ptr, L->w_z.dtype, T, VD, H)); /* [T, Vh, Dv] */
+      CHECK_K(P->matmul(pc, NULL, s->ba, s->h, L->w_b.ptr, L->w_b.dtype, T, Vh, H)); /* [T, Vh] */
+      CHECK_K(P->matmul(pc, NULL, s->aa, s->h, L->w_a.ptr, L->w_a.dtype, T, Vh, H)); /* [T, Vh] */
+      CHECK_K(P->deltanet_gates(pc, NULL, s->beta, s->g, s->ba, s->aa, L->a_log.ptr, L->dt_bias.ptr,
+                                T, Vh)); /* beta, g [T, Vh] */
       CHECK_K(P->gated_delta_rule(pc, NULL, s->core, s->lq, s->lk, s->lv, s->g, s->beta, rec_state,
                                   T, Kh, Vh, Dk, Dv)); /* [T, Vh, Dv] */
       CHECK_K(P->rmsnorm_gated(pc, NULL, s->core, s->core, L->lin_norm.ptr, s->z, T * Vh, Dv, eps));
-      CHECK_K(P->matmul(pc, NULL, s->o, s->core, L->w_out.ptr, L->w_out.dtype, T, H, VD)); /* [T, H] */
+      CHECK_K(
+          P->matmul(pc, NULL, s->o, s->core, L->w_out.ptr, L->w_out.dtype, T, H, VD)); /* [T, H] */
     }
     CHECK_K(P->add(pc, NULL, s->x, s->x, s->o, T * H));
 
@@ -152,8 +155,15 @@ int qwen35_forward(qwen35_model *m, qwen35_seq *seq, const int32_t *ids, int64_t
     return -1;
   }
   if (seq->len + n > seq->n_ctx) {
-    snprintf(err, err_len, "qwen35: %lld tokens do not fit: the context holds %lld and %lld are used",
+    snprintf(err, err_len,
+             "qwen35: %lld tokens do not fit: the context holds %lld and %lld are used",
              (long long)n, (long long)seq->n_ctx, (long long)seq->len);
+    return -1;
+  }
+  if (seq->broken) {
+    snprintf(err, err_len,
+             "qwen35: this sequence's state was lost by an earlier kernel failure; "
+             "reset it (seq_truncate to 0)");
     return -1;
   }
   for (int64_t i = 0; i < n; i++)
@@ -164,12 +174,169 @@ int qwen35_forward(qwen35_model *m, qwen35_seq *seq, const int32_t *ids, int64_t
     }
   for (int64_t done = 0; done < n;) {
     const int64_t T = n - done < m->batch ? n - done : m->batch;
-    if (forward_chunk(m, seq, ids + done, T, err, err_len) != 0) return -1;
+    if (forward_chunk(m, seq, ids + done, T, err, err_len) != 0) {
+      seq->broken = 1;
+      return -1;
+    }
     if (logits && all_logits) {
       if (compute_logits(m, 0, T, logits + (size_t)done * m->cfg.vocab, err, err_len) != 0)
         return -1;
     } else if (logits && done + T == n) {
       if (compute_logits(m, T - 1, 1, logits, err, err_len) != 0) return -1;
+    }
+    done += T;
+  }
+  return 0;
+}
+
+/* One decode step for T distinct sequences (T ≤ batch), the rows sharing
+ * every matmul: the same layers as forward_chunk with one token per
+ * sequence, each row at its own position, with its own KV cache (full
+ * layers) and its own conv and recurrent states (DeltaNet layers). */
+static int forward_step_rows(qwen35_model *m, qwen35_seq *const *seqs, const int32_t *ids,
+                             int64_t T, float *const *logits, char *err, size_t err_len) {
+  const mi_platform_iface *P = m->P;
+  void *pc = m->pc;
+  const qwen35_config *c = &m->cfg;
+  q35_scratch *s = &m->s;
+  const int64_t H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+  const int64_t qdim = nh * hd, kvdim = nkv * hd, F = c->ffn, V = c->vocab;
+  const int64_t Kh = c->lin_kh, Vh = c->lin_vh, Dk = c->lin_dk, Dv = c->lin_dv;
+  const int64_t KD = Kh * Dk, VD = Vh * Dv, C = m->conv_dim, K = c->conv_k;
+  const float eps = (float)c->eps, theta = (float)c->rope_theta;
+  const float att_scale = (float)(1.0 / sqrt((double)hd));
+  const float q_scale = (float)(1.0 / sqrt((double)Dk));
+
+  for (int64_t t = 0; t < T; t++)
+    m->pos_host[t] = (int32_t)seqs[t]->len;
+  CHECK_K(P->memcpy_h2d(pc, NULL, s->ids, ids, (size_t)T * sizeof(int32_t)));
+  CHECK_K(P->memcpy_h2d(pc, NULL, s->pos, m->pos_host, (size_t)T * sizeof(int32_t)));
+  CHECK_K(P->embed(pc, NULL, s->x, m->embed.ptr, m->embed.dtype, s->ids, T, c->vocab, H));
+  for (int64_t l = 0; l < c->n_layers; l++) {
+    const q35_layer *L = &m->layers[l];
+    CHECK_K(P->rmsnorm(pc, NULL, s->h, s->x, L->attn_norm.ptr, T, H, eps, 1.0f)); /* [T, H] */
+    if (L->full) {
+      CHECK_K(P->matmul(pc, NULL, s->qg, s->h, L->wq.ptr, L->wq.dtype, T, 2 * qdim, H));
+      CHECK_K(P->copy2d(pc, NULL, s->q, hd, s->qg, 2 * hd, T * nh, hd));         /* [T, nh, hd] */
+      CHECK_K(P->copy2d(pc, NULL, s->gate, hd, s->qg + hd, 2 * hd, T * nh, hd)); /* [T, nh, hd] */
+      CHECK_K(
+          P->matmul(pc, NULL, s->kn, s->h, L->wk.ptr, L->wk.dtype, T, kvdim, H)); /* [T, nkv, hd] */
+      CHECK_K(
+          P->matmul(pc, NULL, s->vn, s->h, L->wv.ptr, L->wv.dtype, T, kvdim, H)); /* [T, nkv, hd] */
+      CHECK_K(P->rmsnorm(pc, NULL, s->q, s->q, L->q_norm.ptr, T * nh, hd, eps, 1.0f));
+      CHECK_K(P->rmsnorm(pc, NULL, s->kn, s->kn, L->k_norm.ptr, T * nkv, hd, eps, 1.0f));
+      CHECK_K(P->rope(pc, NULL, s->q, s->pos, T, nh, qdim, hd, c->rot_dim, theta));
+      CHECK_K(P->rope(pc, NULL, s->kn, s->pos, T, nkv, kvdim, hd, c->rot_dim, theta));
+      for (int64_t t = 0; t < T; t++) { /* each row: its key/value into its cache, attend over it */
+        const qwen35_seq *sq = seqs[t];
+        float *kc = sq->kv + (size_t)L->kv_slot * 2 * (size_t)sq->n_ctx * kvdim;
+        float *vc = kc + (size_t)sq->n_ctx * kvdim;
+        CHECK_K(P->memcpy_d2d(pc, NULL, kc + (size_t)sq->len * kvdim, s->kn + (size_t)t * kvdim,
+                              (size_t)kvdim * sizeof(float)));
+        CHECK_K(P->memcpy_d2d(pc, NULL, vc + (size_t)sq->len * kvdim, s->vn + (size_t)t * kvdim,
+                              (size_t)kvdim * sizeof(float)));
+        CHECK_K(P->attention(pc, NULL, s->att + (size_t)t * qdim, s->q + (size_t)t * qdim, kc, vc,
+                             MI_DTYPE_F32, 1, nh, nkv, hd, sq->len, att_scale));
+      }
+      CHECK_K(P->sigmoid_mul(pc, NULL, s->att, s->att, s->gate, T * qdim));
+      CHECK_K(P->matmul(pc, NULL, s->o, s->att, L->wo.ptr, L->wo.dtype, T, H, qdim)); /* [T, H] */
+    } else {
+      CHECK_K(P->matmul(pc, NULL, s->u, s->h, L->w_qkv.ptr, L->w_qkv.dtype, T, C, H)); /* [T, C] */
+      for (int64_t t = 0; t < T; t++) /* each row through its own conv state */
+        CHECK_K(P->conv1d_causal(
+            pc, NULL, s->cv + (size_t)t * C, s->u + (size_t)t * C, L->conv_w.ptr,
+            seqs[t]->conv + (size_t)L->st_slot * (size_t)((K - 1) * C), 1, C, K, 1));
+      CHECK_K(P->copy2d(pc, NULL, s->lq, KD, s->cv, C, T, KD));          /* [T, Kh, Dk] */
+      CHECK_K(P->copy2d(pc, NULL, s->lk, KD, s->cv + KD, C, T, KD));     /* [T, Kh, Dk] */
+      CHECK_K(P->copy2d(pc, NULL, s->lv, VD, s->cv + 2 * KD, C, T, VD)); /* [T, Vh, Dv] */
+      CHECK_K(P->l2norm(pc, NULL, s->lq, s->lq, T * Kh, Dk, Q35_L2_EPS));
+      CHECK_K(P->l2norm(pc, NULL, s->lk, s->lk, T * Kh, Dk, Q35_L2_EPS));
+      CHECK_K(P->scale(pc, NULL, s->lq, s->lq, q_scale, T * KD));
+      CHECK_K(
+          P->matmul(pc, NULL, s->z, s->h, L->w_z.ptr, L->w_z.dtype, T, VD, H)); /* [T, Vh, Dv] */
+      CHECK_K(P->matmul(pc, NULL, s->ba, s->h, L->w_b.ptr, L->w_b.dtype, T, Vh, H)); /* [T, Vh] */
+      CHECK_K(P->matmul(pc, NULL, s->aa, s->h, L->w_a.ptr, L->w_a.dtype, T, Vh, H)); /* [T, Vh] */
+      CHECK_K(P->deltanet_gates(pc, NULL, s->beta, s->g, s->ba, s->aa, L->a_log.ptr, L->dt_bias.ptr,
+                                T, Vh));
+      for (int64_t t = 0; t < T; t++) /* each row through its own recurrent state */
+        CHECK_K(P->gated_delta_rule(
+            pc, NULL, s->core + (size_t)t * VD, s->lq + (size_t)t * KD, s->lk + (size_t)t * KD,
+            s->lv + (size_t)t * VD, s->g + (size_t)t * Vh, s->beta + (size_t)t * Vh,
+            seqs[t]->rec + (size_t)L->st_slot * (size_t)(Vh * Dk * Dv), 1, Kh, Vh, Dk, Dv));
+      CHECK_K(P->rmsnorm_gated(pc, NULL, s->core, s->core, L->lin_norm.ptr, s->z, T * Vh, Dv, eps));
+      CHECK_K(
+          P->matmul(pc, NULL, s->o, s->core, L->w_out.ptr, L->w_out.dtype, T, H, VD)); /* [T, H] */
+    }
+    CHECK_K(P->add(pc, NULL, s->x, s->x, s->o, T * H));
+    CHECK_K(P->rmsnorm(pc, NULL, s->h, s->x, L->ffn_norm.ptr, T, H, eps, 1.0f));
+    CHECK_K(P->matmul(pc, NULL, s->mg, s->h, L->wg.ptr, L->wg.dtype, T, F, H)); /* [T, F] */
+    CHECK_K(P->matmul(pc, NULL, s->mu, s->h, L->wu.ptr, L->wu.dtype, T, F, H)); /* [T, F] */
+    CHECK_K(P->silu_mul(pc, NULL, s->mg, s->mg, s->mu, T * F));
+    CHECK_K(P->matmul(pc, NULL, s->o, s->mg, L->wd.ptr, L->wd.dtype, T, H, F)); /* [T, H] */
+    CHECK_K(P->add(pc, NULL, s->x, s->x, s->o, T * H));
+  }
+  /* logits, Q35_LOGIT_ROWS rows per lm_head call, each row to its own buffer */
+  for (int64_t i = 0; i < T; i += Q35_LOGIT_ROWS) {
+    const int64_t rows = T - i < Q35_LOGIT_ROWS ? T - i : Q35_LOGIT_ROWS;
+    float *h = s->h + (size_t)i * H; /* [rows, H] */
+    CHECK_K(P->rmsnorm(pc, NULL, h, s->x + (size_t)i * H, m->final_norm.ptr, rows, H, eps, 1.0f));
+    CHECK_K(P->matmul(pc, NULL, s->logits, h, m->lm_head.ptr, m->lm_head.dtype, rows, V, H));
+    for (int64_t r = 0; r < rows; r++)
+      CHECK_K(P->memcpy_d2h(pc, NULL, logits[i + r], s->logits + (size_t)r * V,
+                            (size_t)V * sizeof(float)));
+  }
+  if (mi_platform_has(P, stream_sync)) CHECK_K(P->stream_sync(pc, NULL));
+  for (int64_t t = 0; t < T; t++)
+    seqs[t]->len++;
+  return 0;
+}
+
+int qwen35_forward_batch(qwen35_model *m, qwen35_seq *const *seqs, const int32_t *ids, int64_t n,
+                         float *const *logits, char *err, size_t err_len) {
+  if (n <= 0) {
+    snprintf(err, err_len, "qwen35: forward_batch needs at least one sequence");
+    return -1;
+  }
+  /* everything that can be refused is checked before any state changes */
+  for (int64_t i = 0; i < n; i++) {
+    if (!seqs[i] || !logits[i]) {
+      snprintf(err, err_len, "qwen35: forward_batch: sequence %lld has no state or no logits",
+               (long long)i);
+      return -1;
+    }
+    if (seqs[i]->broken) {
+      snprintf(err, err_len,
+               "qwen35: forward_batch: sequence %lld lost its state to an earlier "
+               "kernel failure; reset it (seq_truncate to 0)",
+               (long long)i);
+      return -1;
+    }
+    if (seqs[i]->len + 1 > seqs[i]->n_ctx) {
+      snprintf(err, err_len, "qwen35: forward_batch: sequence %lld is full (%lld tokens)",
+               (long long)i, (long long)seqs[i]->n_ctx);
+      return -1;
+    }
+    if (ids[i] < 0 || ids[i] >= m->cfg.vocab) {
+      snprintf(err, err_len, "qwen35: token id %d is outside the vocabulary [0, %lld)", ids[i],
+               (long long)m->cfg.vocab);
+      return -1;
+    }
+    for (int64_t j = 0; j < i; j++)
+      if (seqs[j] == seqs[i]) {
+        snprintf(err, err_len, "qwen35: forward_batch: sequence %lld appears twice", (long long)i);
+        return -1;
+      }
+  }
+  /* A kernel failure past the checks cannot be undone (the recurrent
+   * states are updated in place): no length advances, and the sequences of
+   * the failed group are marked broken so that none runs on from a
+   * half-updated state. Groups of at most `batch` rows (the scratch). */
+  for (int64_t done = 0; done < n;) {
+    const int64_t T = n - done < m->batch ? n - done : m->batch;
+    if (forward_step_rows(m, seqs + done, ids + done, T, logits + done, err, err_len) != 0) {
+      for (int64_t t = 0; t < T; t++)
+        seqs[done + t]->broken = 1;
+      return -1;
     }
     done += T;
   }

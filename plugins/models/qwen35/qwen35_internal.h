@@ -24,11 +24,11 @@ typedef struct q35_weight {
 /* One decoder layer. `full` picks the mixer; the other kind's weights stay
  * empty. Matrices keep the file's dtype; vectors are f32. */
 typedef struct q35_layer {
-  int full;                  /* 1 full_attention, 0 linear_attention (gated DeltaNet) */
-  int64_t kv_slot;           /* full: index among the full layers (its KV cache) */
-  int64_t st_slot;           /* linear: index among the DeltaNet layers (its states) */
-  q35_weight attn_norm;      /* [H] f32, zero-centred: used as 1 + w */
-  q35_weight ffn_norm;       /* [H] f32, zero-centred */
+  int full;             /* 1 full_attention, 0 linear_attention (gated DeltaNet) */
+  int64_t kv_slot;      /* full: index among the full layers (its KV cache) */
+  int64_t st_slot;      /* linear: index among the DeltaNet layers (its states) */
+  q35_weight attn_norm; /* [H] f32, zero-centred: used as 1 + w */
+  q35_weight ffn_norm;  /* [H] f32, zero-centred */
   /* full attention */
   q35_weight wq;             /* [nh·2·hd, H] per head: hd query rows, then hd gate rows */
   q35_weight wk, wv;         /* [nkv·hd, H] */
@@ -43,37 +43,39 @@ typedef struct q35_layer {
   q35_weight lin_norm;       /* [Dv] f32, not zero-centred (gated RMSNorm) */
   q35_weight w_out;          /* [H, Vh·Dv] */
   /* MLP */
-  q35_weight wg, wu;         /* [F, H] */
-  q35_weight wd;             /* [H, F] */
+  q35_weight wg, wu; /* [F, H] */
+  q35_weight wd;     /* [H, F] */
 } q35_layer;
 
 /* Scratch of one forward chunk of B ≤ batch tokens; shapes in tokens B. */
 typedef struct q35_scratch {
-  mi_buffer *b_x, *b_h, *b_o, *b_qg, *b_q, *b_gate, *b_att, *b_u, *b_cv, *b_lq, *b_lk, *b_lv,
-      *b_z, *b_core, *b_ba, *b_aa, *b_beta, *b_g, *b_mg, *b_mu, *b_logits, *b_ids, *b_pos;
-  float *x;      /* [B, H] residual stream */
-  float *h;      /* [B, H] normed input of a block */
-  float *o;      /* [B, H] block output before the residual add */
-  float *qg;     /* [B, nh, 2, hd] q_proj output: query | gate per head */
-  float *q;      /* [B, nh, hd] queries */
-  float *gate;   /* [B, nh, hd] output gate (pre-sigmoid) */
-  float *att;    /* [B, nh, hd] attention output */
-  float *u;      /* [B, C] in_proj_qkv output */
-  float *cv;     /* [B, C] after the causal conv and SiLU */
-  float *lq;     /* [B, Kh, Dk] DeltaNet queries (l2-normed, scaled) */
-  float *lk;     /* [B, Kh, Dk] DeltaNet keys (l2-normed) */
-  float *lv;     /* [B, Vh, Dv] DeltaNet values */
-  float *z;      /* [B, Vh, Dv] in_proj_z output (the norm's gate) */
-  float *core;   /* [B, Vh, Dv] delta-rule output, then gated-normed */
-  float *ba;     /* [B, Vh] in_proj_b output */
-  float *aa;     /* [B, Vh] in_proj_a output */
-  float *beta;   /* [B, Vh] sigmoid(b) */
-  float *g;      /* [B, Vh] log decay */
-  float *mg;     /* [B, F] MLP gate, then silu(gate)·up */
-  float *mu;     /* [B, F] MLP up */
-  float *logits; /* [Q35_LOGIT_ROWS, V] */
-  int32_t *ids;  /* [B] token ids (device) */
-  int32_t *pos;  /* [B] positions (device) */
+  mi_buffer *b_x, *b_h, *b_o, *b_qg, *b_q, *b_gate, *b_att, *b_u, *b_cv, *b_lq, *b_lk, *b_lv, *b_z,
+      *b_core, *b_ba, *b_aa, *b_beta, *b_g, *b_mg, *b_mu, *b_logits, *b_ids, *b_pos, *b_kn, *b_vn;
+  float *x;       /* [B, H] residual stream */
+  float *h;       /* [B, H] normed input of a block */
+  float *o;       /* [B, H] block output before the residual add */
+  float *qg;      /* [B, nh, 2, hd] q_proj output: query | gate per head */
+  float *q;       /* [B, nh, hd] queries */
+  float *gate;    /* [B, nh, hd] output gate (pre-sigmoid) */
+  float *att;     /* [B, nh, hd] attention output */
+  float *u;       /* [B, C] in_proj_qkv output */
+  float *cv;      /* [B, C] after the causal conv and SiLU */
+  float *lq;      /* [B, Kh, Dk] DeltaNet queries (l2-normed, scaled) */
+  float *lk;      /* [B, Kh, Dk] DeltaNet keys (l2-normed) */
+  float *lv;      /* [B, Vh, Dv] DeltaNet values */
+  float *z;       /* [B, Vh, Dv] in_proj_z output (the norm's gate) */
+  float *core;    /* [B, Vh, Dv] delta-rule output, then gated-normed */
+  float *ba;      /* [B, Vh] in_proj_b output */
+  float *aa;      /* [B, Vh] in_proj_a output */
+  float *beta;    /* [B, Vh] sigmoid(b) */
+  float *g;       /* [B, Vh] log decay */
+  float *mg;      /* [B, F] MLP gate, then silu(gate)·up */
+  float *mu;      /* [B, F] MLP up */
+  float *logits;  /* [Q35_LOGIT_ROWS, V] */
+  int32_t *ids;   /* [B] token ids (device) */
+  int32_t *pos;   /* [B] positions (device) */
+  float *kn, *vn; /* [B, nkv, hd] a batched decode step's new keys/values, before each goes
+                     to its own sequence's cache */
 } q35_scratch;
 
 struct mi_model {
@@ -82,17 +84,17 @@ struct mi_model {
   void *pc;
   const mi_weights *weights;
   char *model_dir;
-  const char *prefix;  /* "model." or "model.language_model." (wrapped layout) */
+  const char *prefix; /* "model." or "model.language_model." (wrapped layout) */
   qwen35_config cfg;
   int64_t n_lin;       /* DeltaNet layers */
   int64_t conv_dim;    /* C = 2·Kh·Dk + Vh·Dv */
   int64_t batch;       /* tokens per forward chunk (prefill batch) */
   uint64_t mem_budget; /* option mem_budget: host bytes left for the scratch (0: unchecked) */
   q35_weight embed, final_norm, lm_head;
-  q35_layer *layers;   /* [n_layers] */
+  q35_layer *layers; /* [n_layers] */
   q35_scratch s;
-  int32_t *pos_host;   /* [batch] */
-  mi_buffer *b_zero;   /* zeros, one DeltaNet layer's largest state: resets states */
+  int32_t *pos_host; /* [batch] */
+  mi_buffer *b_zero; /* zeros, one DeltaNet layer's largest state: resets states */
   void *zero;
   size_t zero_bytes;
   uint64_t weight_bytes;
@@ -103,11 +105,15 @@ struct mi_model {
 struct mi_seq {
   int64_t n_ctx;
   int64_t len;
+  /* 1 after a kernel failed mid-forward: the DeltaNet states may hold part
+   * of a step and cannot be rolled back, so forwards are refused until
+   * seq_truncate(0) */
+  int broken;
   mi_buffer *b_kv;
-  float *kv;    /* [n_full][K|V][n_ctx, nkv·hd] f32 */
+  float *kv; /* [n_full][K|V][n_ctx, nkv·hd] f32 */
   mi_buffer *b_state;
-  float *conv;  /* [n_lin][K-1, C] the last K-1 conv inputs, oldest first */
-  float *rec;   /* [n_lin][Vh, Dk, Dv] the delta rule's state */
+  float *conv; /* [n_lin][K-1, C] the last K-1 conv inputs, oldest first */
+  float *rec;  /* [n_lin][Vh, Dk, Dv] the delta rule's state */
 };
 
 typedef struct mi_model qwen35_model;
@@ -123,6 +129,8 @@ void qwen35_seq_destroy(qwen35_model *m, qwen35_seq *s);
 int qwen35_seq_reset(qwen35_model *m, qwen35_seq *s, char *err, size_t err_len);
 int qwen35_forward(qwen35_model *m, qwen35_seq *s, const int32_t *ids, int64_t n, float *logits,
                    int all_logits, char *err, size_t err_len);
+int qwen35_forward_batch(qwen35_model *m, qwen35_seq *const *seqs, const int32_t *ids, int64_t n,
+                         float *const *logits, char *err, size_t err_len);
 
 /* Bytes of one sequence's DeltaNet states (conv + recurrent, f32). */
 static inline uint64_t q35_state_bytes(const qwen35_model *m) {

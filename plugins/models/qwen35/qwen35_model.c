@@ -40,11 +40,13 @@ static const char *dtype_str(const mi_weight_info *wi) {
 static int find_tensor(qwen35_model *m, const char *name, int ndim, const int64_t *dims,
                        mi_weight_info *wi, char *err, size_t err_len) {
   if (m->host->weights_find(m->weights, name, wi) != 0) {
-    snprintf(err, err_len, "%s: missing tensor \"%s\" (not in any weight file)", m->model_dir, name);
+    snprintf(err, err_len, "%s: missing tensor \"%s\" (not in any weight file)", m->model_dir,
+             name);
     return -1;
   }
   int ok = wi->ndim == ndim;
-  for (int i = 0; ok && i < ndim; i++) ok = wi->shape[i] == dims[i];
+  for (int i = 0; ok && i < ndim; i++)
+    ok = wi->shape[i] == dims[i];
   if (!ok) {
     char a[128], b[128];
     snprintf(err, err_len, "%s: tensor \"%s\" has shape %s, config.json implies %s", wi->file, name,
@@ -68,8 +70,8 @@ static int bind_matrix(qwen35_model *m, const char *name, int64_t rows, int64_t 
   if (find_tensor(m, name, 2, dims, &wi, err, err_len) != 0) return -1;
   const size_t bytes = (size_t)(rows * cols) * mi_dtype_size((mi_dtype)wi.dtype);
   if (m->P->buffer_wrap_host(m->pc, wi.data, bytes, &w->buf) != 0) {
-    snprintf(err, err_len, "%s: cannot place tensor \"%s\" (%zu bytes) on the platform: %s", wi.file,
-             name, bytes, m->P->last_error(m->pc));
+    snprintf(err, err_len, "%s: cannot place tensor \"%s\" (%zu bytes) on the platform: %s",
+             wi.file, name, bytes, m->P->last_error(m->pc));
     return -1;
   }
   w->ptr = m->P->buffer_ptr(m->pc, w->buf);
@@ -85,7 +87,8 @@ static int bind_f32(qwen35_model *m, const char *name, int ndim, const int64_t *
   mi_weight_info wi;
   if (find_tensor(m, name, ndim, dims, &wi, err, err_len) != 0) return -1;
   size_t count = 1;
-  for (int i = 0; i < ndim; i++) count *= (size_t)dims[i];
+  for (int i = 0; i < ndim; i++)
+    count *= (size_t)dims[i];
   float *tmp = malloc(count * sizeof(float));
   if (!tmp) {
     snprintf(err, err_len, "qwen35: out of memory");
@@ -141,8 +144,10 @@ static int bind_layer(qwen35_model *m, int64_t l, q35_layer *L, char *err, size_
     return -1;
   if (L->full)
     return bind_matrix(m, NAME("self_attn.q_proj.weight"), 2 * qdim, H, &L->wq, err, err_len) ||
-                   bind_matrix(m, NAME("self_attn.k_proj.weight"), kvdim, H, &L->wk, err, err_len) ||
-                   bind_matrix(m, NAME("self_attn.v_proj.weight"), kvdim, H, &L->wv, err, err_len) ||
+                   bind_matrix(m, NAME("self_attn.k_proj.weight"), kvdim, H, &L->wk, err,
+                               err_len) ||
+                   bind_matrix(m, NAME("self_attn.v_proj.weight"), kvdim, H, &L->wv, err,
+                               err_len) ||
                    bind_matrix(m, NAME("self_attn.o_proj.weight"), H, qdim, &L->wo, err, err_len) ||
                    bind_vector(m, NAME("self_attn.q_norm.weight"), hd, &L->q_norm, err, err_len) ||
                    bind_vector(m, NAME("self_attn.k_norm.weight"), hd, &L->k_norm, err, err_len)
@@ -150,14 +155,16 @@ static int bind_layer(qwen35_model *m, int64_t l, q35_layer *L, char *err, size_
                : 0;
   const int64_t conv_dims[3] = {C, 1, c->conv_k};
   return bind_matrix(m, NAME("linear_attn.in_proj_qkv.weight"), C, H, &L->w_qkv, err, err_len) ||
-                 bind_matrix(m, NAME("linear_attn.in_proj_z.weight"), VD, H, &L->w_z, err, err_len) ||
+                 bind_matrix(m, NAME("linear_attn.in_proj_z.weight"), VD, H, &L->w_z, err,
+                             err_len) ||
                  bind_matrix(m, NAME("linear_attn.in_proj_b.weight"), c->lin_vh, H, &L->w_b, err,
                              err_len) ||
                  bind_matrix(m, NAME("linear_attn.in_proj_a.weight"), c->lin_vh, H, &L->w_a, err,
                              err_len) ||
                  bind_f32(m, NAME("linear_attn.conv1d.weight"), 3, conv_dims, &L->conv_w, err,
                           err_len) ||
-                 bind_vector(m, NAME("linear_attn.dt_bias"), c->lin_vh, &L->dt_bias, err, err_len) ||
+                 bind_vector(m, NAME("linear_attn.dt_bias"), c->lin_vh, &L->dt_bias, err,
+                             err_len) ||
                  bind_vector(m, NAME("linear_attn.A_log"), c->lin_vh, &L->a_log, err, err_len) ||
                  bind_vector(m, NAME("linear_attn.norm.weight"), c->lin_dv, &L->lin_norm, err,
                              err_len) ||
@@ -172,9 +179,10 @@ static int bind_weights(qwen35_model *m, char *err, size_t err_len) {
   char name[256];
   /* the wrapped layout keeps the text model under model.language_model. */
   mi_weight_info wi;
-  m->prefix = m->host->weights_find(m->weights, "model.language_model.embed_tokens.weight", &wi) == 0
-                  ? "model.language_model."
-                  : "model.";
+  m->prefix =
+      m->host->weights_find(m->weights, "model.language_model.embed_tokens.weight", &wi) == 0
+          ? "model.language_model."
+          : "model.";
   snprintf(name, sizeof name, "%sembed_tokens.weight", m->prefix);
   if (bind_matrix(m, name, c->vocab, c->hidden, &m->embed, err, err_len)) return -1;
   snprintf(name, sizeof name, "%snorm.weight", m->prefix);
@@ -215,7 +223,9 @@ static double scratch_floats_token(const qwen35_model *m) {
   const double H = (double)c->hidden, qdim = (double)(c->n_heads * c->head_dim),
                C = (double)m->conv_dim, KD = (double)(c->lin_kh * c->lin_dk),
                VD = (double)(c->lin_vh * c->lin_dv), Vh = (double)c->lin_vh, F = (double)c->ffn;
-  return 3 * H + 2 * qdim /* qg */ + 3 * qdim + 2 * C + 2 * KD + 3 * VD + 4 * Vh + 2 * F + 2 /* ids, pos */;
+  const double kvdim = (double)(c->n_kv_heads * c->head_dim);
+  return 3 * H + 2 * qdim /* qg */ + 3 * qdim + 2 * kvdim + 2 * C + 2 * KD + 3 * VD + 4 * Vh +
+         2 * F + 2 /* ids, pos */;
 }
 
 static int alloc_scratch(qwen35_model *m, char *err, size_t err_len) {
@@ -223,12 +233,13 @@ static int alloc_scratch(qwen35_model *m, char *err, size_t err_len) {
   const size_t B = (size_t)m->batch, f = sizeof(float), H = (size_t)c->hidden,
                qdim = (size_t)(c->n_heads * c->head_dim), C = (size_t)m->conv_dim,
                KD = (size_t)(c->lin_kh * c->lin_dk), VD = (size_t)(c->lin_vh * c->lin_dv),
-               Vh = (size_t)c->lin_vh, F = (size_t)c->ffn;
+               Vh = (size_t)c->lin_vh, F = (size_t)c->ffn,
+               kvdim = (size_t)(c->n_kv_heads * c->head_dim);
   q35_scratch *s = &m->s;
   /* the host's memory budget (option mem_budget, set by the session on
    * host-memory platforms): refuse before allocating, not be OOM-killed */
-  const double need = (double)B * 4.0 * scratch_floats_token(m) +
-                      (double)Q35_LOGIT_ROWS * (double)c->vocab * 4.0;
+  const double need =
+      (double)B * 4.0 * scratch_floats_token(m) + (double)Q35_LOGIT_ROWS * (double)c->vocab * 4.0;
   if (m->mem_budget && need > (double)m->mem_budget) {
     snprintf(err, err_len,
              "qwen35: the scratch buffers (batch %lld) need %.1f MiB, %.1f MiB available; lower "
@@ -236,34 +247,37 @@ static int alloc_scratch(qwen35_model *m, char *err, size_t err_len) {
              (long long)m->batch, need / 1048576.0, (double)m->mem_budget / 1048576.0);
     return -1;
   }
-  if (alloc_buf(m, B * H * f, &s->b_x, &s->x, err, err_len) ||              /* [B, H] */
-      alloc_buf(m, B * H * f, &s->b_h, &s->h, err, err_len) ||              /* [B, H] */
-      alloc_buf(m, B * H * f, &s->b_o, &s->o, err, err_len) ||              /* [B, H] */
-      alloc_buf(m, B * 2 * qdim * f, &s->b_qg, &s->qg, err, err_len) ||     /* [B, nh, 2, hd] */
-      alloc_buf(m, B * qdim * f, &s->b_q, &s->q, err, err_len) ||           /* [B, nh, hd] */
-      alloc_buf(m, B * qdim * f, &s->b_gate, &s->gate, err, err_len) ||     /* [B, nh, hd] */
-      alloc_buf(m, B * qdim * f, &s->b_att, &s->att, err, err_len) ||       /* [B, nh, hd] */
-      alloc_buf(m, B * C * f, &s->b_u, &s->u, err, err_len) ||              /* [B, C] */
-      alloc_buf(m, B * C * f, &s->b_cv, &s->cv, err, err_len) ||            /* [B, C] */
-      alloc_buf(m, B * KD * f, &s->b_lq, &s->lq, err, err_len) ||           /* [B, Kh, Dk] */
-      alloc_buf(m, B * KD * f, &s->b_lk, &s->lk, err, err_len) ||           /* [B, Kh, Dk] */
-      alloc_buf(m, B * VD * f, &s->b_lv, &s->lv, err, err_len) ||           /* [B, Vh, Dv] */
-      alloc_buf(m, B * VD * f, &s->b_z, &s->z, err, err_len) ||             /* [B, Vh, Dv] */
-      alloc_buf(m, B * VD * f, &s->b_core, &s->core, err, err_len) ||       /* [B, Vh, Dv] */
-      alloc_buf(m, B * Vh * f, &s->b_ba, &s->ba, err, err_len) ||           /* [B, Vh] */
-      alloc_buf(m, B * Vh * f, &s->b_aa, &s->aa, err, err_len) ||           /* [B, Vh] */
-      alloc_buf(m, B * Vh * f, &s->b_beta, &s->beta, err, err_len) ||       /* [B, Vh] */
-      alloc_buf(m, B * Vh * f, &s->b_g, &s->g, err, err_len) ||             /* [B, Vh] */
-      alloc_buf(m, B * F * f, &s->b_mg, &s->mg, err, err_len) ||            /* [B, F] */
-      alloc_buf(m, B * F * f, &s->b_mu, &s->mu, err, err_len) ||            /* [B, F] */
+  if (alloc_buf(m, B * H * f, &s->b_x, &s->x, err, err_len) ||          /* [B, H] */
+      alloc_buf(m, B * H * f, &s->b_h, &s->h, err, err_len) ||          /* [B, H] */
+      alloc_buf(m, B * H * f, &s->b_o, &s->o, err, err_len) ||          /* [B, H] */
+      alloc_buf(m, B * 2 * qdim * f, &s->b_qg, &s->qg, err, err_len) || /* [B, nh, 2, hd] */
+      alloc_buf(m, B * qdim * f, &s->b_q, &s->q, err, err_len) ||       /* [B, nh, hd] */
+      alloc_buf(m, B * qdim * f, &s->b_gate, &s->gate, err, err_len) || /* [B, nh, hd] */
+      alloc_buf(m, B * qdim * f, &s->b_att, &s->att, err, err_len) ||   /* [B, nh, hd] */
+      alloc_buf(m, B * C * f, &s->b_u, &s->u, err, err_len) ||          /* [B, C] */
+      alloc_buf(m, B * C * f, &s->b_cv, &s->cv, err, err_len) ||        /* [B, C] */
+      alloc_buf(m, B * KD * f, &s->b_lq, &s->lq, err, err_len) ||       /* [B, Kh, Dk] */
+      alloc_buf(m, B * KD * f, &s->b_lk, &s->lk, err, err_len) ||       /* [B, Kh, Dk] */
+      alloc_buf(m, B * VD * f, &s->b_lv, &s->lv, err, err_len) ||       /* [B, Vh, Dv] */
+      alloc_buf(m, B * VD * f, &s->b_z, &s->z, err, err_len) ||         /* [B, Vh, Dv] */
+      alloc_buf(m, B * VD * f, &s->b_core, &s->core, err, err_len) ||   /* [B, Vh, Dv] */
+      alloc_buf(m, B * Vh * f, &s->b_ba, &s->ba, err, err_len) ||       /* [B, Vh] */
+      alloc_buf(m, B * Vh * f, &s->b_aa, &s->aa, err, err_len) ||       /* [B, Vh] */
+      alloc_buf(m, B * Vh * f, &s->b_beta, &s->beta, err, err_len) ||   /* [B, Vh] */
+      alloc_buf(m, B * Vh * f, &s->b_g, &s->g, err, err_len) ||         /* [B, Vh] */
+      alloc_buf(m, B * F * f, &s->b_mg, &s->mg, err, err_len) ||        /* [B, F] */
+      alloc_buf(m, B * F * f, &s->b_mu, &s->mu, err, err_len) ||        /* [B, F] */
       alloc_buf(m, Q35_LOGIT_ROWS * (size_t)c->vocab * f, &s->b_logits, &s->logits, err,
-                err_len) ||                                                 /* [rows, V] */
-      alloc_buf(m, B * sizeof(int32_t), &s->b_ids, &s->ids, err, err_len) ||  /* [B] */
-      alloc_buf(m, B * sizeof(int32_t), &s->b_pos, &s->pos, err, err_len))    /* [B] */
+                err_len) ||                                                  /* [rows, V] */
+      alloc_buf(m, B * sizeof(int32_t), &s->b_ids, &s->ids, err, err_len) || /* [B] */
+      alloc_buf(m, B * sizeof(int32_t), &s->b_pos, &s->pos, err, err_len) || /* [B] */
+      alloc_buf(m, B * kvdim * f, &s->b_kn, &s->kn, err, err_len) ||         /* [B, nkv, hd] */
+      alloc_buf(m, B * kvdim * f, &s->b_vn, &s->vn, err, err_len))           /* [B, nkv, hd] */
     return -1;
   m->pos_host = malloc(B * sizeof(int32_t));
   /* zeros for resetting a sequence's DeltaNet states, one layer's largest */
-  const size_t conv_b = (size_t)(c->conv_k - 1) * C * f, rec_b = (size_t)(Vh * c->lin_dk * c->lin_dv) * f;
+  const size_t conv_b = (size_t)(c->conv_k - 1) * C * f,
+               rec_b = (size_t)(Vh * c->lin_dk * c->lin_dv) * f;
   m->zero_bytes = conv_b > rec_b ? conv_b : rec_b;
   if (!m->pos_host || alloc_buf(m, m->zero_bytes, &m->b_zero, &m->zero, err, err_len)) {
     if (!m->pos_host) snprintf(err, err_len, "qwen35: out of memory");
@@ -274,10 +288,11 @@ static int alloc_scratch(qwen35_model *m, char *err, size_t err_len) {
 
 static void free_scratch(qwen35_model *m) {
   q35_scratch *s = &m->s;
-  mi_buffer **bufs[] = {&s->b_x,  &s->b_h,    &s->b_o,  &s->b_qg,   &s->b_q,   &s->b_gate,
-                        &s->b_att, &s->b_u,   &s->b_cv, &s->b_lq,   &s->b_lk,  &s->b_lv,
-                        &s->b_z,  &s->b_core, &s->b_ba, &s->b_aa,   &s->b_beta, &s->b_g,
-                        &s->b_mg, &s->b_mu,   &s->b_logits, &s->b_ids, &s->b_pos, &m->b_zero};
+  mi_buffer **bufs[] = {&s->b_x,   &s->b_h,    &s->b_o,      &s->b_qg,  &s->b_q,    &s->b_gate,
+                        &s->b_att, &s->b_u,    &s->b_cv,     &s->b_lq,  &s->b_lk,   &s->b_lv,
+                        &s->b_z,   &s->b_core, &s->b_ba,     &s->b_aa,  &s->b_beta, &s->b_g,
+                        &s->b_mg,  &s->b_mu,   &s->b_logits, &s->b_ids, &s->b_pos,  &s->b_kn,
+                        &s->b_vn,  &m->b_zero};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (*bufs[i]) {
       m->P->buffer_free(m->pc, *bufs[i]);
@@ -298,7 +313,8 @@ void qwen35_model_free(qwen35_model *m) {
                           &L->wo,        &L->q_norm,   &L->k_norm, &L->w_qkv,   &L->w_z,
                           &L->w_b,       &L->w_a,      &L->conv_w, &L->dt_bias, &L->a_log,
                           &L->lin_norm,  &L->w_out,    &L->wg,     &L->wu,      &L->wd};
-      for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) free_weight(m, ws[i]);
+      for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        free_weight(m, ws[i]);
     }
     free(m->layers);
   }
@@ -317,7 +333,8 @@ static int opt_int(qwen35_model *m, const mi_options *o, const char *key, long l
   char *end;
   long x = strtol(v, &end, 10);
   if (*v == 0 || *end || x < lo || x > hi) {
-    snprintf(err, err_len, "qwen35: option %s=%.40s must be an integer in [%ld, %ld]", key, v, lo, hi);
+    snprintf(err, err_len, "qwen35: option %s=%.40s must be an integer in [%ld, %ld]", key, v, lo,
+             hi);
     return -1;
   }
   *out = x;
@@ -391,7 +408,8 @@ int qwen35_seq_create(qwen35_model *m, int64_t n_ctx, qwen35_seq **out, char *er
   *out = NULL;
   const qwen35_config *c = &m->cfg;
   if (n_ctx < 1 || n_ctx > c->max_pos) {
-    snprintf(err, err_len, "qwen35: context size %lld must be in [1, %lld] (max_position_embeddings)",
+    snprintf(err, err_len,
+             "qwen35: context size %lld must be in [1, %lld] (max_position_embeddings)",
              (long long)n_ctx, (long long)c->max_pos);
     return -1;
   }
@@ -434,10 +452,12 @@ int qwen35_seq_reset(qwen35_model *m, qwen35_seq *s, char *err, size_t err_len) 
     char *cs = (char *)s->conv + (size_t)i * conv_b, *rs = (char *)s->rec + (size_t)i * rec_b;
     if ((conv_b && m->P->memcpy_d2d(m->pc, NULL, cs, m->zero, conv_b) != 0) ||
         m->P->memcpy_d2d(m->pc, NULL, rs, m->zero, rec_b) != 0) {
-      snprintf(err, err_len, "qwen35: cannot reset the sequence state: %s", m->P->last_error(m->pc));
+      snprintf(err, err_len, "qwen35: cannot reset the sequence state: %s",
+               m->P->last_error(m->pc));
       return -1;
     }
   }
   s->len = 0;
+  s->broken = 0;
   return 0;
 }

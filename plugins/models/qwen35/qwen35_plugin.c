@@ -16,8 +16,8 @@ typedef struct plugin_ctx {
 static plugin_ctx g_ctx;
 
 /* the flat text model and the released wrapper (text_config, no vision here) */
-static const char *const k_architectures[] = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
-                                              NULL};
+static const char *const k_architectures[] = {"Qwen3_5ForCausalLM",
+                                              "Qwen3_5ForConditionalGeneration", NULL};
 
 static int q35_check_config(void *ctx, const mi_json *config, char *err, size_t err_len) {
   qwen35_config c;
@@ -29,7 +29,9 @@ static int q35_load(void *ctx, const mi_model_load_args *a, mi_model **out, char
   return qwen35_model_load(((plugin_ctx *)ctx)->host, a, out, err, err_len);
 }
 
-static void q35_unload(mi_model *m) { qwen35_model_free(m); }
+static void q35_unload(mi_model *m) {
+  qwen35_model_free(m);
+}
 
 static int q35_info(mi_model *m, mi_model_info *dst) {
   /* fill a whole local copy, then hand the caller as much as it has room for */
@@ -77,7 +79,9 @@ static int q35_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, s
   return qwen35_seq_create(m, n_ctx, out, err, err_len);
 }
 
-static void q35_seq_destroy(mi_model *m, mi_seq *s) { qwen35_seq_destroy(m, s); }
+static void q35_seq_destroy(mi_model *m, mi_seq *s) {
+  qwen35_seq_destroy(m, s);
+}
 
 /* The DeltaNet state summarises every token seen and cannot be rewound:
  * keeping all tokens is a no-op, keeping none zeroes it, anything else is
@@ -107,6 +111,11 @@ static int q35_forward(mi_model *m, mi_seq *s, const int32_t *ids, int64_t n, fl
   return qwen35_forward(m, s, ids, n, logits, all_logits, err, err_len);
 }
 
+static int q35_forward_batch(mi_model *m, mi_seq *const *seqs, const int32_t *ids, int64_t n,
+                             float *const *logits, char *err, size_t err_len) {
+  return qwen35_forward_batch(m, seqs, ids, n, logits, err, err_len);
+}
+
 /* Every platform member load and forward call (the core refuses a platform
  * lacking one, naming them). stream_sync is called only when provided. */
 static const mi_platform_need k_platform_needs[] = {
@@ -117,7 +126,8 @@ static const mi_platform_need k_platform_needs[] = {
     {"buffer_ptr", MI_NEED_ALWAYS, NULL, NULL},
     {"memcpy_h2d", MI_NEED_ALWAYS, NULL, NULL},
     {"memcpy_d2h", MI_NEED_ALWAYS, NULL, NULL},
-    /* seq_truncate(0) zeroes the DeltaNet states from a zero buffer */
+    /* seq_truncate(0) zeroes the DeltaNet states from a zero buffer;
+     * forward_batch copies each row's new key/value into its own cache */
     {"memcpy_d2d", MI_NEED_ALWAYS, NULL, NULL},
     {"matmul", MI_NEED_ALWAYS, NULL, NULL},
     {"rmsnorm", MI_NEED_ALWAYS, NULL, NULL},
@@ -151,7 +161,7 @@ static const mi_model_iface k_iface = {
     .seq_len = q35_seq_len,
     .forward = q35_forward,
     .platform_needs = k_platform_needs,
-    .forward_batch = NULL, /* a server steps hybrid sequences one at a time */
+    .forward_batch = q35_forward_batch,
 };
 
 static int q35_init(const mi_host_api *host, const mi_options *opts, void **ctx, char *err,
