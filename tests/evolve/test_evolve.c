@@ -39,12 +39,6 @@ static char *src(const char *rel) {
   return p;
 }
 
-static void sh(const char *fmt, const char *a, const char *b) {
-  char cmd[8192];
-  snprintf(cmd, sizeof cmd, fmt, a, b);
-  ck_assert_msg(system(cmd) == 0, "%s", cmd);
-}
-
 /* A fresh copy of ckb/ as it was before evolution (mi_ckb_export_curated:
  * the entries with provenance evolved and the kernels naming them left
  * out), so the loop starts from the same knowledge whatever ckb/ holds. */
