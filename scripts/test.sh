@@ -18,7 +18,8 @@ ctest --test-dir build --output-on-failure -j2
 # reference, checkpoints and coverage), and the slow ones
 # about something else (CLI errors, the verifier's model mutants, the GPU
 # emulator end to end and TP, mi-gen end to end: its engines call the same
-# kernels the model tests hold to float64 on every variant).
+# kernels the model tests hold to float64 on every variant; the hybrid's
+# plugin and engines, whose kernels test_cpu_hybrid runs on every variant).
 variants=()
 for isa in generic avx2 avx512 avx512bf16; do
   # a variant this host cannot run leaves the CPU plugin unsuited
@@ -32,6 +33,7 @@ not_cpu+='|test_safetensors|test_mkmodel|test_ckb|test_gpu_host|test_gpu_plugins
 not_cpu+='|test_cli_errors|test_verify_model|test_gpu_emu_e2e|test_gpu_tp|test_gen|test_llm_client|test_llm_agents|test_llm_openai_mock'
 not_cpu+='|test_serve|test_serve_openai|loader_misbehave|loader_elf_truncated|core_is_model_agnostic|test_fma_peak'
 not_cpu+='|test_hybrid_mkmodel|test_hybrid_reference|test_hybrid_coverage|test_hybrid_peer'
+not_cpu+='|test_gen_kv|test_gen_hybrid|test_hybrid_runtime' # whole engines / the hybrid plugin: their kernels are test_cpu_hybrid's on every variant
 not_cpu+='|test_evolve)$' # float64 search; its stage-1 units are test_verify_hybrid's
 for isa in "${variants[@]}"; do
   echo "== CPU variant $isa (MI_CPU_ISA_MAX=$isa)"

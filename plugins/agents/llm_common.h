@@ -149,10 +149,24 @@ static inline void lc_add(lc_buf *b, const char *fmt, ...) {
   b->n += (size_t)k;
 }
 
+/* A CKB entry (or an array of them) as a prompt shows it: the knowledge,
+ * not where it came from. An evolved entry's provenance names the files
+ * exploration read (the oracle's goldens among them), which an agent
+ * working with references off must not see, not even by name. */
+static inline json_t *lc_without_provenance(json_t *j) {
+  json_t *c = json_deep_copy(j);
+  if (json_is_object(c)) json_object_del(c, "provenance");
+  for (size_t i = 0; json_is_array(c) && i < json_array_size(c); i++)
+    if (json_is_object(json_array_get(c, i))) json_object_del(json_array_get(c, i), "provenance");
+  return c;
+}
+
 static inline void lc_add_json(lc_buf *b, const char *title, json_t *j) {
-  char *t = json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS);
+  json_t *shown = lc_without_provenance(j);
+  char *t = json_dumps(shown, JSON_INDENT(1) | JSON_SORT_KEYS);
   lc_add(b, "### %s\n```json\n%s\n```\n\n", title, t ? t : "null");
   free(t);
+  json_decref(shown);
 }
 
 /* One chat request with these messages (array of {role, content, ...})

@@ -388,7 +388,7 @@ START_TEST(consolidator_entries_validate_are_deterministic_and_match_the_draft) 
     free(a);
     free(b);
   }
-  /* the model contract against H4's hand-checked draft */
+  /* the model contract against the hand-checked draft */
   char *mp = tw_path(t1, "ckb/models/qwen35.json");
   json_t *m = json_load_file(mp, 0, NULL), *d = load_src("tests/gen/contracts/qwen35.draft.json");
   ck_assert_ptr_nonnull(m);

@@ -32,70 +32,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gen_tool.h"
+
 #include "core/gen/gen.h"
 
 static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_ckb[1200], g_out[1200];
 static int g_gen_rc = -1;
 static char *g_gen_err;
 
-typedef struct res {
-  int rc;
-  char *out, *err;
-} res;
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  size_t r = fread(b, 1, (size_t)n, f);
-  b[r] = 0;
-  fclose(f);
-  return b;
-}
-
-/* runs build/bin/TOOL with args, stdout and stderr captured, time-limited */
+/* run a built tool / a setup chore (tests/gen/gen_tool.c) */
 static res run(const char *tool, const char *const *args, int timeout) {
-  char exe[1200], o[1300], e[1300];
-  snprintf(exe, sizeof exe, "%s/bin/%s", g_build, tool);
-  static int k;
-  snprintf(o, sizeof o, "%s/out.%d.%d", g_tmp, getpid(), k);
-  snprintf(e, sizeof e, "%s/err.%d.%d", g_tmp, getpid(), k++);
-  const char *argv[64] = {exe};
-  int n = 1;
-  for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
-  argv[n] = NULL;
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int nul = open("/dev/null", O_RDONLY);
-    dup2(nul, 0), dup2(fo, 1), dup2(fe, 2);
-    alarm((unsigned)timeout);
-    execv(exe, (char *const *)argv);
-    _exit(127);
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  res r = {WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st), slurp(o), slurp(e)};
-  return r;
+  return gt_run(g_build, g_tmp, tool, args, timeout);
 }
-
-static void res_free(res *r) {
-  free(r->out);
-  free(r->err);
-}
-
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...) {
-  char cmd[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  if (system(cmd) != 0) fprintf(stderr, "test_gen: command failed: %s\n", cmd);
-}
+#define sh(...) gt_sh("test_gen", __VA_ARGS__)
+#define slurp gt_slurp
 
 /* once, in the parent: the model and one generated engine */
 static void setup_all(void) {

@@ -62,7 +62,12 @@ static void make_ckb(void) {
   json_t *op;
   only[0] = 0;
   json_array_foreach(ops, i, op) {
-    json_array_append_new(kernels, json_pack("{s:O, s:[s]}", "operator", op, "dtypes", "f32"));
+    /* listed once: ckb/ may hold them already (what evolution consolidated) */
+    size_t k;
+    json_t *have;
+    int listed = 0;
+    json_array_foreach(kernels, k, have) listed |= json_equal(json_object_get(have, "operator"), op);
+    if (!listed) json_array_append_new(kernels, json_pack("{s:O, s:[s]}", "operator", op, "dtypes", "f32"));
     size_t l = strlen(only);
     snprintf(only + l, sizeof only - l, "%s%s", l ? "," : "", json_string_value(op));
   }

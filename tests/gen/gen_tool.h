@@ -1,0 +1,23 @@
+/* What the mi-gen end-to-end tests share: running a built tool with its
+ * output captured, reading a file whole, a shell line for setup chores. */
+#ifndef MI_TESTS_GEN_TOOL_H
+#define MI_TESTS_GEN_TOOL_H
+
+typedef struct res {
+  int rc;          /* exit status, or minus the signal */
+  char *out, *err; /* what it wrote (never NULL) */
+} res;
+
+/* The whole file, NUL-terminated; "" when it cannot be read. */
+char *gt_slurp(const char *path);
+
+/* Runs BUILD/bin/TOOL with args (NULL-ended) and stdin from /dev/null,
+ * stdout and stderr captured through files under tmp, killed after
+ * timeout seconds. */
+res gt_run(const char *build, const char *tmp, const char *tool, const char *const *args, int timeout);
+void res_free(res *r);
+
+/* A setup chore through the shell; a failure is reported, not fatal. */
+void gt_sh(const char *who, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif
