@@ -34,7 +34,7 @@ int mi_spawn_wait(char *const argv[], const char *log, const char *out, int time
   int st = 0;
   while (waitpid(pid, &st, 0) < 0)
     if (errno != EINTR) return -1;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {

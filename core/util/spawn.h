@@ -8,7 +8,8 @@
  * stdout to `out` (truncated) when given, else to `log`, stderr to `log`
  * (appended; NULL: both inherited), killed by SIGALRM after timeout_s
  * seconds when timeout_s > 0 (the alarm survives exec). Returns the exit
- * status, 128 + the signal when killed, -1 when it could not start. */
+ * status (127: it could not be executed), or -1 when it could not start or
+ * was killed by a signal. */
 int mi_spawn_wait(char *const argv[], const char *log, const char *out, int timeout_s);
 
 /* Removes `path` and everything below it (a missing path is no error;

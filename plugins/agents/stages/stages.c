@@ -34,31 +34,9 @@
 
 #include "../common.h"
 #include "core/gen/gen.h"
+#include "core/util/spawn.h"
 #include "mi/agent.h"
 #include "mi/plugin.h"
-
-/* Runs argv with stdout+stderr to `log` (stdout alone to `out` when given),
- * killed after timeout_s. Returns the exit status, or -1 for a signal. */
-static int run_cmd(char *const argv[], const char *log, const char *out, int timeout_s) {
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    int fo = out ? open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644) : fd;
-    if (fd < 0 || fo < 0) _exit(127);
-    dup2(fo, 1);
-    dup2(fd, 2);
-    int nul = open("/dev/null", O_RDONLY);
-    if (nul >= 0) dup2(nul, 0);
-    alarm((unsigned)timeout_s); /* survives exec: a hang ends as SIGALRM */
-    execv(argv[0], argv);
-    _exit(127);
-  }
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static void log_line(const char *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void log_line(const char *log, const char *fmt, ...) {
@@ -230,7 +208,7 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
   char *cc_argv[] = {"/usr/bin/cc", "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-I", (char *)sdk,
                      p, "-o", so, "-lm", NULL};
   log_line(log, "$ cc -std=gnu11 -O2 -fPIC -shared -fvisibility=hidden -Wall -I %s %s -o %s -lm\n", sdk, p, so);
-  int brc = run_cmd(cc_argv, log, NULL, 300);
+  int brc = mi_spawn_wait(cc_argv, log, NULL, 300);
   char ev[65];
   mi_bb_put_file(bb, log, "txt", ev);
   if (brc != 0) {
@@ -263,7 +241,7 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
     mv_argv[na_v++] = "--kv-type";
     mv_argv[na_v++] = (char *)kvt;
   }
-  int vrc = run_cmd(mv_argv, log, NULL, ut > 0 ? (int)(20 * ut) : 1500);
+  int vrc = mi_spawn_wait(mv_argv, log, NULL, ut > 0 ? (int)(20 * ut) : 1500);
   mi_bb_put_file(bb, log, "txt", ev);
   json_t *r = json_load_file(rep, 0, NULL);
   if (r) mi_bb_put_file(bb, rep, "json", rep_sha);
@@ -386,9 +364,9 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
     }
     log_line(log, "$ mi-run --plugin-dir %s -m %s -p <prompt %d: %d words, %zu chars> -n %s --temp 0 --json --top-logprobs 5 --ignore-eos --stats -c %s%s%s\n",
              dep, model, k, words, strlen(prompt), n_s, c_s, cases[k].batch ? " -b " : "", cases[k].batch ? cases[k].batch : "");
-    int ra = run_cmd(tp > 1 ? m_argv : (char *const *)a_argv, log, oa, 300);
+    int ra = mi_spawn_wait(tp > 1 ? m_argv : (char *const *)a_argv, log, oa, 300);
     a_argv[2] = ref;
-    int rb = run_cmd((char *const *)a_argv, log, ob, 300);
+    int rb = mi_spawn_wait((char *const *)a_argv, log, ob, 300);
     double worst = 0;
     if (ra != 0 || rb != 0) {
       snprintf(dmsg, sizeof dmsg, "case %d (%s): mi-run exited %d (engine) / %d (reference)", k, cases[k].what, ra, rb);
@@ -436,7 +414,7 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
       pm_argv[q++] = "--tp", pm_argv[q++] = tp_s, pm_argv[q++] = "-t", pm_argv[q++] = "1", pm_argv[q] = NULL;
     }
     unlink(e_log);
-    int rp = run_cmd(tp > 1 ? pm_argv : p_argv, e_log, oa, 120);
+    int rp = mi_spawn_wait(tp > 1 ? pm_argv : p_argv, e_log, oa, 120);
     char *etxt = ag_read_file(e_log, NULL);
     int lines = 0;
     for (char *q = etxt; q && *q; q++) lines += *q == '\n';
@@ -510,7 +488,7 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
           for (int z = 0; g_argv[z]; z++) gm_argv[q++] = g_argv[z];
           gm_argv[q++] = "--tp", gm_argv[q++] = tp_s, gm_argv[q++] = "-t", gm_argv[q++] = "1", gm_argv[q] = NULL;
         }
-        if (run_cmd(tp > 1 ? gm_argv : g_argv, log, o, 300) != 0) {
+        if (mi_spawn_wait(tp > 1 ? gm_argv : g_argv, log, o, 300) != 0) {
           snprintf(gmsg, sizeof gmsg, "mi-run failed (prompt %d)", k);
           break;
         }
@@ -554,7 +532,7 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
     char *b_argv[] = {(char *)(bench ? bench : "mi-bench"), "--plugin-dir", dep, "-m", (char *)model, "-p", "128", "-g", "64",
                       "-r", "3", "-t", thr_s, "--json", NULL};
     log_line(log, "$ mi-bench --plugin-dir %s -m %s -p 128 -g 64 -r 3 -t %s --json\n", dep, model, thr_s);
-    int brc2 = bench ? run_cmd(b_argv, log, bo, 600) : -1;
+    int brc2 = bench ? mi_spawn_wait(b_argv, log, bo, 600) : -1;
     json_t *bj = json_load_file(bo, 0, NULL), *cell = json_array_get(json_object_get(bj, "cells"), 0);
     double tri = json_number_value(json_object_get(json_object_get(bj, "bandwidth_gbs"), "triad"));
     double dec = json_number_value(json_object_get(cell, "decode_tps")), roof = json_number_value(json_object_get(cell, "roofline_tps"));
