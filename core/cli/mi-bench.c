@@ -2,7 +2,10 @@
  * on one model directory, with the memory-bandwidth roofline (decode) and
  * the FMA peak of the kernel variant in use (prefill) beside it and,
  * with --peer, llama.cpp (node-llama-cpp, same thread count) run cell by cell
- * in the same session for a ratio.
+ * in the same session for a ratio; with --baseline, MetaInfer itself with
+ * another set of plugins (a generated engine against the hand-written
+ * plugin, a new platform build against the old one), run by run in
+ * alternating order, for a ratio that the host's noise moves least.
  *
  * Each run of a cell happens in a fresh child process, so peak RSS is per
  * cell and one cell cannot disturb the next. Figures are medians over
@@ -56,11 +59,14 @@ typedef struct cell_result {
   int n_windows, win;
   double window_tps[MAX_WINDOWS];
   int64_t n_layers;
+  char conf[1024]; /* the plugins.conf this run loaded (--baseline: which side is which) */
   char err[1024]; /* as long as the engine's messages: never cut */
 } cell_result;
 
 typedef struct bench_opts {
   const char *model_dir, *plugin_dir, *platform, *peer_gguf, *peer_script, *kv_type, *json_file;
+  int baseline;               /* --baseline given */
+  const char *baseline_dir;   /* its plugin directory; NULL: the default search */
   int weights; /* MI_SESSION_WEIGHTS_* */
   int threads, repeats, json, peer;
   int warmup; /* untimed runs of the same cell before the timed one, each side */
@@ -167,6 +173,8 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
     mi_registry_free(reg);
     return;
   }
+  const char *conf = mi_registry_conf_path(reg);
+  snprintf(r->conf, sizeof r->conf, "%s", conf ? conf : "(none: plugins found by listing)");
   mi_session *e = NULL;
   mi_kv mkv[] = {{"kv_type", o->kv_type}};
   mi_options mo = {mkv, o->kv_type ? 1 : 0};
@@ -273,6 +281,13 @@ static int run_cell_forked(const bench_opts *o, int P, int G, cell_result *r) {
   return r->ok ? 0 : -1;
 }
 
+/* The same cell with the baseline's plugins (--baseline). */
+static int run_baseline(const bench_opts *o, int P, int G, cell_result *r) {
+  bench_opts b = *o;
+  b.plugin_dir = o->baseline_dir;
+  return run_cell_forked(&b, P, G, r);
+}
+
 typedef struct peer_result {
   int ok;
   double ttft_ms, prefill_tps, decode_tps, peak_rss_mib;
@@ -374,6 +389,10 @@ static void usage(FILE *f) {
         "      --peer GGUF        also run llama.cpp (node-llama-cpp) on GGUF, interleaved\n"
         "      --peer-script JS   the Node driver (default tools/bench/llamacpp_bench.mjs)\n"
         "      --plugin-dir DIR, --platform NAME   as for mi-run\n"
+        "      --baseline DIR     also run each cell with the plugins in DIR (`default`: the\n"
+        "                         search without --plugin-dir), alternating run by run, and\n"
+        "                         print this side / baseline (e.g. an mi-gen engine against\n"
+        "                         the hand-written plugin: --plugin-dir ENGINE --baseline default)\n"
         "      --seed N           prompt token seed (default 1)\n"
         "      --warmup N         untimed runs of each cell before the timed one, both sides\n"
         "                         (default 1, as llama-bench; 0: cold first-forward figures)\n"
@@ -388,7 +407,7 @@ int main(int argc, char **argv) {
   mi_out_init();
   parse_list("11,256,1021", o.prompts, &o.n_prompts);
   parse_list("256,1024,2048", o.gens, &o.n_gens);
-  enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED, O_KVT, O_JFILE, O_MMAP, O_NOMMAP, O_WARM };
+  enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED, O_KVT, O_JFILE, O_MMAP, O_NOMMAP, O_WARM, O_BASE };
   static const struct option lopts[] = {
       {"model", required_argument, 0, 'm'},   {"threads", required_argument, 0, 't'},
       {"prompts", required_argument, 0, 'p'}, {"gens", required_argument, 0, 'g'},
@@ -400,6 +419,7 @@ int main(int argc, char **argv) {
       {"json-file", required_argument, 0, O_JFILE},
       {"mmap", no_argument, 0, O_MMAP},       {"no-mmap", no_argument, 0, O_NOMMAP},
       {"warmup", required_argument, 0, O_WARM},
+      {"baseline", required_argument, 0, O_BASE},
       {0, 0, 0, 0}};
   int c;
   opterr = 0;
@@ -442,6 +462,10 @@ int main(int argc, char **argv) {
       o.warmup = (int)v;
       break;
     }
+    case O_BASE:
+      o.baseline = 1;
+      o.baseline_dir = strcmp(optarg, "default") == 0 ? NULL : optarg;
+      break;
     case 'h': usage(stdout); return 0;
     default:
       fprintf(stderr, "mi-bench: bad or incomplete option %s (see --help)\n", argv[optind - 1]);
@@ -457,6 +481,14 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  if (o.baseline_dir) {
+    struct stat sb;
+    if (stat(o.baseline_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+      fprintf(stderr, "mi-bench: --baseline %s: %s\n", o.baseline_dir,
+              stat(o.baseline_dir, &sb) != 0 ? strerror(errno) : "not a directory");
+      return 2;
+    }
+  }
   if (o.peer && (check_file_arg("--peer", o.peer_gguf) || check_file_arg("--peer-script", o.peer_script)))
     return 2;
 
@@ -476,9 +508,14 @@ int main(int argc, char **argv) {
            "own bf16 matmul rate, both measured in each run; %%mm = prefill / mm; %%peak = prefill "
            "/ the FMA peak of the kernel variant (see the fma line)\n",
            o.model_dir, o.kv_type ? o.kv_type : "f32", o.threads, o.repeats);
+    if (o.baseline)
+      printf("baseline: the same cells with the plugins of %s, alternating with this side run by "
+             "run; '/b' = median of the per-run ratios this side / baseline\n",
+             o.baseline_dir ? o.baseline_dir : "the default search (no --plugin-dir)");
     printf("%6s %6s | %9s %11s %7s %7s %6s %6s %10s %10s %6s %9s", "prompt", "gen", "TTFT ms",
            "prefill t/s", "GF/s", "mm GF/s", "%mm", "%peak", "decode t/s", "roof t/s", "%roof",
            "RSS MiB");
+    if (o.baseline) printf(" | %9s %9s | %7s %7s", "base pre", "base dec", "/b pre", "/b dec");
     if (o.peer) printf(" | %11s %10s | %7s %7s", "peer pre", "peer dec", "x pre", "x dec");
     printf("\n");
   }
@@ -493,12 +530,18 @@ int main(int argc, char **argv) {
       int P = o.prompts[pi], G = o.gens[gi];
       double ttft[100], pre[100], dec[100], rss[100], peak[100], fma[100], fma1[100], fmaa[100];
       double pttft[100], ppre[100], pdec[100], prss[100];
-      int n = 0, pn = 0;
+      double bttft[100], bpre[100], bdec[100], brss[100], rpre[100], rdec[100];
+      char bconf[1024] = "";
+      int n = 0, pn = 0, bn = 0;
       cell_result last = {0};
       for (int r = 0; r < o.repeats; r++) {
         fprintf(stderr, "\rmi-bench: cell %d/%d (prompt %d, gen %d) run %d/%d      ", done + 1,
                 total, P, G, r + 1, o.repeats);
-        cell_result cr;
+        cell_result cr, br;
+        int b_ok = 0;
+        /* the baseline runs before this side on odd repeats: neither side
+         * always gets the first (or the warmer) slot */
+        if (o.baseline && r % 2 == 1) b_ok = run_baseline(&o, P, G, &br) == 0;
         if (run_cell_forked(&o, P, G, &cr) == 0) {
           ttft[n] = cr.ttft_ms;
           pre[n] = cr.prefill_tps;
@@ -513,6 +556,26 @@ int main(int argc, char **argv) {
           fprintf(stderr, "\nmi-bench: prompt %d gen %d: %s\n", P, G, cr.err);
           failures++;
           break;
+        }
+        if (o.baseline && r % 2 == 0) b_ok = run_baseline(&o, P, G, &br) == 0;
+        if (o.baseline && b_ok && done == 0 && r == 0) {
+          fprintf(stderr, "\nmi-bench: this side loads %s; the baseline %s\n", cr.conf, br.conf);
+          if (strcmp(cr.conf, br.conf) == 0)
+            fprintf(stderr, "mi-bench: warning: both sides load the same plugins.conf: the "
+                            "ratios compare a build with itself\n");
+        }
+        if (o.baseline && b_ok) {
+          snprintf(bconf, sizeof bconf, "%s", br.conf);
+          bttft[bn] = br.ttft_ms;
+          bpre[bn] = br.prefill_tps;
+          bdec[bn] = br.decode_tps;
+          brss[bn] = br.peak_rss_mib;
+          /* paired ratios: both runs of this repeat saw about the same host */
+          rpre[bn] = br.prefill_tps > 0 ? cr.prefill_tps / br.prefill_tps : 0;
+          rdec[bn++] = br.decode_tps > 0 ? cr.decode_tps / br.decode_tps : 0;
+        } else if (o.baseline) {
+          fprintf(stderr, "\nmi-bench: baseline failed on prompt %d gen %d: %s\n", P, G, br.err);
+          failures++;
         }
         if (o.peer) {
           peer_result pr;
@@ -561,11 +624,23 @@ int main(int argc, char **argv) {
                                "peak_rss_mib", m_rss, "bytes_per_token", bytes);
         /* the FMA roofline (the figure %peak in the table refers to) */
         json_object_set_new(jc, "variant", json_string(last.variant));
+        json_object_set_new(jc, "plugins_conf", json_string(last.conf));
         json_object_set_new(jc, "fma_peak_gflops", json_real(m_fma));
         json_object_set_new(jc, "fma_peak_thread_gflops", json_real(m_fma1));
         json_object_set_new(jc, "fma_measured_all_gflops", json_real(m_fmaa));
         json_object_set_new(jc, "prefill_fma_fraction", json_real(fma_frac));
         json_object_set_new(jc, "matmul_fma_fraction", json_real(m_fma > 0 ? m_peak / m_fma : 0));
+        if (bn) {
+          double b_pre = median(bpre, bn), b_dec = median(bdec, bn);
+          json_object_set_new(
+              jc, "baseline",
+              json_pack("{s:s?,s:s,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "plugin_dir", o.baseline_dir,
+                        "plugins_conf", bconf, "runs", bn, "ttft_ms", median(bttft, bn), "prefill_tps", b_pre,
+                        "decode_tps", b_dec, "peak_rss_mib", median(brss, bn), "prefill_ratio",
+                        b_pre > 0 ? m_pre / b_pre : 0, "decode_ratio", b_dec > 0 ? m_dec / b_dec : 0,
+                        "prefill_ratio_paired", median(rpre, bn), "decode_ratio_paired",
+                        median(rdec, bn)));
+        }
         if (pn)
           json_object_set_new(jc, "peer",
                               json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "ttft_ms", mp_ttft,
@@ -592,6 +667,12 @@ int main(int argc, char **argv) {
         printf("%6d %6d | %9.1f %11.1f %7.1f %7.0f %5.0f%% %5.0f%% %10.2f %10.2f %5.0f%% %9.1f", P,
                G, m_ttft, m_pre, m_pre * flops_tok / 1e9, m_peak, 100 * pre_frac, 100 * fma_frac,
                m_dec, roof, 100 * m_dec / roof, m_rss);
+        if (o.baseline) {
+          /* medians of the paired (same-repeat) ratios */
+          double b_pre = bn ? median(bpre, bn) : 0, b_dec = bn ? median(bdec, bn) : 0;
+          printf(" | %9.1f %9.2f | %6.3fx %6.3fx", b_pre, b_dec, bn ? median(rpre, bn) : 0,
+                 bn ? median(rdec, bn) : 0);
+        }
         if (o.peer)
           printf(" | %11.1f %10.2f | %6.2fx %6.2fx", mp_pre, mp_dec, mp_pre > 0 ? m_pre / mp_pre : 0,
                  mp_dec > 0 ? m_dec / mp_dec : 0);
@@ -614,6 +695,10 @@ int main(int argc, char **argv) {
                            o.kv_type ? o.kv_type : "f32", "bandwidth_gbs", "triad", bw.triad_gbs,
                            "read", bw.read_gbs, "cells", jcells);
   json_object_set_new(root, "warmup", json_integer(o.warmup));
+  if (o.baseline)
+    json_object_set_new(root, "baseline_plugin_dir",
+                        o.baseline_dir ? json_string(o.baseline_dir) : json_string("default"));
+  if (o.plugin_dir) json_object_set_new(root, "plugin_dir", json_string(o.plugin_dir));
   json_object_set_new(root, "fma_peak",
                       json_pack("{s:s,s:f,s:f,s:f}", "variant", variant, "thread_gflops", fma_one,
                                 "roofline_gflops", fma_roof, "measured_all_gflops", fma_all));

@@ -194,6 +194,70 @@ START_TEST(json_file_errors) {
 }
 END_TEST
 
+/* --baseline: each cell also runs with the other plugin set, alternating
+ * run by run; the JSON has its medians and ratios that agree with them.
+ * (Both sides are the same plugins here: only the bookkeeping is checked,
+ * no speed.) A baseline that is not a directory is refused before any
+ * work; one whose plugins cannot load fails the run with its reason. */
+START_TEST(baseline_side_by_side) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-mkmodel' --shape tiny --seed 9 --out '%s/tests/bench-tiny3' >/dev/null && "
+           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny3' -p 11,5 -g 6 -r 2 -t 1 --baseline default "
+           "--json </dev/null",
+           g_build, g_build, g_build, g_build);
+  FILE *p = popen(cmd, "r");
+  ck_assert(p);
+  json_error_t je;
+  json_t *j = json_loadf(p, 0, &je);
+  int st = pclose(p);
+  ck_assert_msg(st == 0, "mi-bench exited with %d", st);
+  ck_assert_msg(j, "output is not JSON: %s", je.text);
+  ck_assert_str_eq(json_string_value(json_object_get(j, "baseline_plugin_dir")), "default");
+  json_t *cells = json_object_get(j, "cells");
+  ck_assert_int_eq(json_array_size(cells), 2);
+  for (size_t i = 0; i < 2; i++) {
+    json_t *c = json_array_get(cells, i), *b = json_object_get(c, "baseline");
+    ck_assert_msg(b, "cell %zu has no baseline", i);
+    ck_assert_int_eq(json_integer_value(json_object_get(b, "runs")), 2);
+    const char *keys[] = {"prefill_tps", "decode_tps", "ttft_ms", "prefill_ratio_paired",
+                          "decode_ratio_paired"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+      double v = json_number_value(json_object_get(b, keys[k]));
+      ck_assert_msg(isfinite(v) && v > 0, "cell %zu baseline %s = %g", i, keys[k], v);
+    }
+    double pre = json_number_value(json_object_get(c, "prefill_tps")),
+           bpre = json_number_value(json_object_get(b, "prefill_tps")),
+           r = json_number_value(json_object_get(b, "prefill_ratio"));
+    ck_assert_msg(fabs(r - pre / bpre) < 1e-5 * r, "prefill_ratio %g, want %g", r, pre / bpre);
+    double dec = json_number_value(json_object_get(c, "decode_tps")),
+           bdec = json_number_value(json_object_get(b, "decode_tps")),
+           rd = json_number_value(json_object_get(b, "decode_ratio"));
+    ck_assert_msg(fabs(rd - dec / bdec) < 1e-5 * rd, "decode_ratio %g, want %g", rd, dec / bdec);
+  }
+  json_decref(j);
+
+  char out[8192];
+  snprintf(cmd, sizeof cmd,
+           "mkdir -p '%s/tests/bench-broken-dir' && "
+           "printf 'platform cpu ./libmi-nothere.so required\\n' > '%s/tests/bench-broken-dir/plugins.conf'; "
+           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny3' -p 5 -g 2 -r 1 -t 1 --baseline /nonexistent-mi "
+           "</dev/null >/dev/null 2>&1; echo status=$?; "
+           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny3' -p 5 -g 2 -r 1 -t 1 "
+           "--baseline '%s/tests/bench-broken-dir' </dev/null 2>'%s/tests/bench-base-err.txt' "
+           ">/dev/null; echo status=$?; tr '\\r' '\\n' < '%s/tests/bench-base-err.txt'",
+           g_build, g_build, g_build, g_build, g_build, g_build, g_build, g_build, g_build);
+  p = popen(cmd, "r");
+  ck_assert(p);
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = 0;
+  pclose(p);
+  ck_assert_msg(strstr(out, "status=2\nstatus=1\n"), "%s", out);
+  ck_assert_msg(strstr(out, "libmi-nothere.so"), "%s", out);
+  ck_assert_msg(strstr(out, "mi-bench: baseline failed on prompt 5 gen 2: "), "%s", out);
+}
+END_TEST
+
 int main(void) {
   const char *b = getenv("MI_BUILD_DIR");
   snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
@@ -203,6 +267,7 @@ int main(void) {
   tcase_add_test(tc, one_cell_json);
   tcase_add_test(tc, peer_path_reaches_no_shell);
   tcase_add_test(tc, json_file_errors);
+  tcase_add_test(tc, baseline_side_by_side);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
