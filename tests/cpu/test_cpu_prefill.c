@@ -199,8 +199,6 @@ START_TEST(test_matmul_k_first) {
   static const mi_dtype dts[] = {MI_DTYPE_BF16, MI_DTYPE_F16, MI_DTYPE_F32};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
     check_matmul(&p, dts[s % 3], shapes[s][0], shapes[s][1], shapes[s][2]);
-  check_matmul(&p, MI_DTYPE_BF16, 300, 45, 400);
-  check_matmul(&p, MI_DTYPE_F32, 200, 70, 600);
   close_plat(&p);
 }
 END_TEST
@@ -267,7 +265,7 @@ START_TEST(test_convert_exact) {
       0x3f801000u, 0x3f803000u, 0x3f802000u, 0x3f806000u, /* f16 ties */
   };
   const size_t ns = sizeof special / sizeof special[0];
-  static const int64_t lens[] = {1, 7, 8, 15, 16, 17, 37, 1000, 40000, 70003};
+  static const int64_t lens[] = {1, 7, 8, 15, 16, 17, 37, 1000, 70003};
   static const mi_dtype dts[] = {MI_DTYPE_F16, MI_DTYPE_BF16};
   for (size_t c = 0; c < sizeof lens / sizeof lens[0]; c++)
     for (int d = 0; d < 2; d++)
