@@ -2,6 +2,8 @@
  *   cpu_bench [threads] [isa]
  *   cpu_bench [threads] [isa] mm    prefill matmul only, by number of rows
  *   cpu_bench [threads] [isa] gdr   the gated delta rule (chunked prefill vs token by token; decode)
+ *   cpu_bench [threads] [isa] attn  prefill attention at 256..4096 tokens, f16 cache, chunks of 512
+ *   cpu_bench [threads] [isa] layer the seven matmuls of a Qwen3-0.6B layer at M = 11, 256, 512
  * GEMV (decode, M=1) with bf16 weights: GB/s of weights streamed, on shapes
  * of Qwen3-0.6B (N=3072,K=1024: an MLP projection; N=151936,K=1024: lm_head).
  * Prefill-shape matmul M=256,N=3072,K=1024 bf16: GFLOP/s. Attention decode
@@ -23,9 +25,15 @@
 #include "mi/platform.h"
 #include "mi/plugin.h"
 
+/* MI_BENCH_CPUTIME=1: time = the process's CPU time instead of the wall
+ * clock. With 1 thread that is the kernel's own time even on a machine
+ * shared with other work (time slices given to others do not count); with
+ * more threads it also counts the time threads spin waiting for others. */
 static double now(void) {
+  static int cpu = -1;
+  if (cpu < 0) cpu = getenv("MI_BENCH_CPUTIME") && atoi(getenv("MI_BENCH_CPUTIME")) > 0;
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -105,6 +113,85 @@ static void bench_gdr(const mi_platform_iface *pi, void *ctx) {
   }
 }
 
+/* Prefill attention as a model runs it: Qwen3-0.6B's heads (16 query, 8 KV
+ * of 128), an f16 cache, prompts of 1021 / 2048 / 4096 tokens in chunks of
+ * 512 (the qwen3 plugin's default batch), each chunk attending to the cache
+ * so far. GFLOP/s counts QK and PV under the causal mask (as mi-bench's
+ * prefill figure does); best of 3. */
+static void bench_attn(const mi_platform_iface *pi, void *ctx) {
+  const long Hq = 16, Hkv = 8, D = 128, chunk = 512, Ps[] = {256, 1021, 2048, 4096};
+  const long Pmax = 4096;
+  uint16_t *kc = huge_alloc((size_t)Pmax * Hkv * D * 2), *vc = huge_alloc((size_t)Pmax * Hkv * D * 2);
+  float *q = malloc((size_t)chunk * Hq * D * 4), *o = malloc((size_t)chunk * Hq * D * 4);
+  if (!kc || !vc || !q || !o) {
+    printf("attention prefill: out of memory\n");
+    return;
+  }
+  for (size_t i = 0; i < (size_t)Pmax * Hkv * D; i++) {
+    kc[i] = (uint16_t)(0x3000 + (i * 2654435761u >> 22) % 1024); /* f16 in [0.125, 0.25) */
+    vc[i] = (uint16_t)(0xb000 + (i * 40503u >> 6) % 1024);
+  }
+  for (size_t i = 0; i < (size_t)chunk * Hq * D; i++) q[i] = (float)((i * 7u) % 13) / 13.0f - 0.5f;
+  for (size_t c = 0; c < sizeof Ps / sizeof Ps[0]; c++) {
+    const long P = Ps[c];
+    double best = 1e9;
+    for (int r = 0; r < 3; r++) {
+      double t = 0;
+      for (long p0 = 0; p0 < P; p0 += chunk) {
+        const long T = P - p0 < chunk ? P - p0 : chunk;
+        double t0 = now();
+        pi->attention(ctx, NULL, o, q, kc, vc, MI_DTYPE_F16, T, Hq, Hkv, D, p0, 0.088f);
+        t += now() - t0;
+      }
+      if (t < best) best = t;
+    }
+    const double flops = 4.0 * Hq * D * (P * (P + 1) / 2.0);
+    printf("attention prefill f16 P=%ld (chunks of %ld) Hq=%ld Hkv=%ld D=%ld: %.2f ms per layer, "
+           "%.1f GFLOP/s\n", P, chunk, Hq, Hkv, D, best * 1e3, flops / best / 1e9);
+  }
+  free(kc);
+  free(vc);
+  free(q);
+  free(o);
+}
+
+/* The seven matmuls of a Qwen3-0.6B layer (q, k, v, o, gate, up, down) at
+ * the prefill sizes a model runs (M = 11, 256, 512 tokens), bf16 weights
+ * rotating over a 311 MB matrix (from memory, as in the model), x and y
+ * as large as the model's: GFLOP/s best of 5, and the layer's time. */
+static void bench_layer(const mi_platform_iface *pi, void *ctx, const uint16_t *w, long NB) {
+  static const long shapes[7][2] = {{2048, 1024}, {1024, 1024}, {1024, 1024}, {1024, 2048},
+                                    {3072, 1024}, {3072, 1024}, {1024, 3072}};
+  static const char *nm[7] = {"q", "k", "v", "o", "gate", "up", "down"};
+  static const long Ms[] = {11, 256, 512};
+  float *x = malloc((size_t)512 * 3072 * 4), *y = malloc((size_t)512 * 3072 * 4);
+  if (!x || !y) return;
+  for (size_t i = 0; i < (size_t)512 * 3072; i++) x[i] = (float)((i % 17) - 8) / 8.0f;
+  for (size_t c = 0; c < sizeof Ms / sizeof Ms[0]; c++) {
+    const long M = Ms[c];
+    double layer = 0, fl = 0;
+    printf("M=%ld:", M);
+    for (int i = 0; i < 7; i++) {
+      const long N = shapes[i][0], K = shapes[i][1];
+      const long rows = NB * 1024 / K; /* the matrix seen as rows of K */
+      double best = 1e9;
+      for (int r = 0; r < 5; r++) {
+        const uint16_t *wr = w + (size_t)((r * 7919L * N) % (rows - N)) * K;
+        double t0 = now();
+        pi->matmul(ctx, NULL, y, x, wr, MI_DTYPE_BF16, M, N, K);
+        double t = now() - t0;
+        if (t < best) best = t;
+      }
+      printf(" %s %.0f", nm[i], 2.0 * M * N * K / best / 1e9);
+      layer += best;
+      fl += 2.0 * M * N * K;
+    }
+    printf(" GFLOP/s; layer %.2f ms, %.1f GFLOP/s\n", layer * 1e3, fl / layer / 1e9);
+  }
+  free(x);
+  free(y);
+}
+
 int main(int argc, char **argv) {
   const char *threads = argc > 1 ? argv[1] : "2";
   const char *isa = argc > 2 ? argv[2] : "auto";
@@ -127,6 +214,11 @@ int main(int argc, char **argv) {
   const mi_platform_iface *pi = d->get_iface(ctx);
   printf("variant %s, threads %s\n", pi->variant(ctx), threads);
 
+  if (argc > 3 && strcmp(argv[3], "attn") == 0) {
+    bench_attn(pi, ctx);
+    d->fini(ctx);
+    return 0;
+  }
   if (argc > 3 && strcmp(argv[3], "gdr") == 0) {
     bench_gdr(pi, ctx);
     d->fini(ctx);
@@ -139,6 +231,14 @@ int main(int argc, char **argv) {
   float *x = malloc(1024 * K * 4), *y = malloc((size_t)256 * NB * 4);
   for (long i = 0; i < 1024 * K; i++) x[i] = (float)((i % 17) - 8) / 8.0f;
 
+  if (argc > 3 && strcmp(argv[3], "layer") == 0) {
+    bench_layer(pi, ctx, w, NB);
+    d->fini(ctx);
+    free(w);
+    free(x);
+    free(y);
+    return 0;
+  }
   if (argc > 3 && strcmp(argv[3], "mm") == 0) {
     /* Prefill matmul by the number of rows M (prompt tokens), bf16, K=1024,
      * N sized so one call is ~0.5 ms at 100 GFLOP/s: on a shared machine a

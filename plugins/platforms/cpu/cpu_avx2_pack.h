@@ -91,4 +91,28 @@ MI_PACK_AI void mi_pack_panel(float *panel, const int nb, const void *w, mi_dtyp
   }
 }
 
+/* The outer-product matmul's loop order (matmul_outer in both files):
+ * x (M rows of K f32) larger than this stays out of L2 when every panel
+ * reads all of it, so K goes outermost with MI_OUTER_MB-row blocks of x
+ * (a [MI_OUTER_MB][256] f32 slice: 256 KB). Smaller x keeps the
+ * panel-by-panel order, whose weight reads are sequential per row. */
+#define MI_OUTER_X_L2 ((int64_t)384 << 10)
+#define MI_OUTER_MB 256
+
+MI_PACK_AI int mi_outer_k_first(int64_t M, int64_t K) { return M * K * 4 > MI_OUTER_X_L2; }
+
+/* Prefetches into L2 weight rows n .. min(n + nb, n1) - 1 over k0 .. k0+kc-1
+ * (the next panel): in the K-first order the panels jump from row block
+ * to row block, where the hardware prefetchers do not follow. */
+MI_PACK_AI void mi_prefetch_rows(const void *w, mi_dtype dt, size_t wrow, int64_t n, int64_t n1,
+                                 int nb, int64_t k0, int64_t kc) {
+  const size_t es = mi_dtype_size(dt), len = (size_t)kc * es;
+  const int64_t e = n + nb < n1 ? n + nb : n1;
+  for (int64_t r = n; r < e; r++) {
+    const char *p = (const char *)w + (size_t)r * wrow + (size_t)k0 * es;
+    for (size_t o = 0; o < len; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+    _mm_prefetch(p + len - 1, _MM_HINT_T1);
+  }
+}
+
 #endif

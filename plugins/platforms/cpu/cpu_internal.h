@@ -4,6 +4,7 @@
  *   cpu_plugin.c          descriptor, probe/score, init/fini, option parsing, iface table
  *   cpu_isa.c             run-time ISA detection (CPUID + XCR0) and variant names
  *   cpu_threads.c         persistent thread pool, parallel_for
+ *   cpu_profile.c         MI_CPU_PROFILE=1: per-member timing, printed at fini
  *   cpu_memory.c          buffers, copies, streams
  *   cpu_kernels.c         kernel entry points: argument checks, threading, elementwise
  *   cpu_kernels_attn.c    rope and attention
@@ -22,6 +23,7 @@
 #define MI_CPU_INTERNAL_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -77,6 +79,13 @@ typedef struct cpu_kernel_set {
   void (*axpy4)(float *y, const float c[4], const float *x, int64_t stride, int64_t n);
   /* dst[i] = f32(src[i]) for a row of f16 or bf16 (exact widening). */
   void (*to_f32)(float *dst, const void *src, mi_dtype dt, int64_t n);
+  /* Optional (NULL: cpu_kernels.c's portable loop), prefill's elementwise work:
+   *   silu_mul: y[i] = silu(g[i])·u[i], silu(g) = g / (1 + e^-g), within a few
+   *             ulp of that formula in f32 (a vectorised e^x, not expf)
+   *   from_f32: dst[i] = f16/bf16(src[i]) bit for bit as mi_f32_to_f16 /
+   *             mi_f32_to_bf16 (round to nearest even; their NaN encodings) */
+  void (*silu_mul)(float *y, const float *g, const float *u, int64_t n);
+  void (*from_f32)(void *dst, mi_dtype dt, const float *src, int64_t n);
 } cpu_kernel_set;
 
 extern const cpu_kernel_set cpu_kernels_generic;
@@ -104,6 +113,12 @@ void cpu_parallel_for(cpu_pool *p, int64_t total, int64_t grain, cpu_task_fn fn,
  * work whose cost varies by index (causal attention). */
 void cpu_parallel_for_dynamic(cpu_pool *p, int64_t total, int64_t grain, cpu_task_fn fn,
                               void *arg);
+/* Counters kept only while profiling (cpu_profile.c): parallel jobs, the
+ * time the caller waited for workers after its own share, worker sleeps. */
+typedef struct cpu_pool_stats {
+  _Atomic int64_t jobs, wait_ns, sleeps;
+} cpu_pool_stats;
+void cpu_pool_set_profile(cpu_pool *p, cpu_pool_stats *st); /* before any job */
 
 /* ---- the context ---- */
 
@@ -115,6 +130,9 @@ typedef struct cpu_ctx {
   int nthreads;
   char device_name[128];
   int comm_rank, comm_size; /* tensor-parallel group (cpu_comm.c) */
+  struct cpu_prof *prof;    /* MI_CPU_PROFILE timing (cpu_profile.c), else NULL */
+  struct cpu_rope_cache *rope; /* the last positions' cos/sin (cpu_kernels_attn.c) */
+  cpu_pool_stats pool_stats;
   /* The last error message. One per context: a caller sharing a context
    * across threads sees the most recent one. */
   char err[CPU_ERR_LEN];
@@ -126,6 +144,18 @@ int cpu_fail(cpu_ctx *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* ---- rope's cos/sin table, kept between calls (cpu_kernels_attn.c) ---- */
+int cpu_rope_cache_init(cpu_ctx *c); /* -1: out of memory */
+void cpu_rope_cache_free(cpu_ctx *c);
+
+/* ---- per-member timing, MI_CPU_PROFILE=1 (cpu_profile.c) ---- */
+
+typedef struct cpu_prof cpu_prof;
+int cpu_profile_init(cpu_ctx *c); /* after the pool exists; -1: out of memory */
+/* The table get_iface hands out: base, or its timed copy when profiling. */
+const mi_platform_iface *cpu_profile_iface(cpu_ctx *c, const mi_platform_iface *base);
+void cpu_profile_report(cpu_ctx *c); /* prints to stderr and frees; before the pool goes */
 
 /* ---- collectives (cpu_comm.c) ---- */
 

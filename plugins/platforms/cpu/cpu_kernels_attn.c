@@ -1,5 +1,6 @@
 /* Rotary embedding and causal GQA attention. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,28 +9,52 @@
 /* ---------------- rope ---------------- */
 
 #define ROPE_MAX_DIM 8192 /* bounds the stack tables below */
+/* The cos/sin table is kept for the next call (cpu_rope_cache below) when
+ * it holds at most this many (position, frequency) pairs: 16 MiB. */
+#define ROPE_CACHE_MAX ((int64_t)1 << 21)
+
+/* Angles in double: at position 2000 with theta 1e6 the low-index angles
+ * are ~2000 rad; an f32 angle there is off by ~1e-4 rad. */
+static void rope_angles(float *cs, float *sn, int32_t pos, const double *inv_freq, int64_t half) {
+  const double p = (double)pos;
+  for (int64_t i = 0; i < half; i++) {
+    double ang = p * inv_freq[i];
+    cs[i] = (float)cos(ang);
+    sn[i] = (float)sin(ang);
+  }
+}
 
 typedef struct rope_args {
   float *x;
   const int32_t *pos;
   int64_t H, tok_stride, head_stride, half;
   const double *inv_freq; /* [half] theta^(-2i/rot_dim) */
+  const float *tab;       /* NULL, or [T][2·half]: cos then sin per token */
+  float *fill;            /* table rows to compute (rope_fill_task), or NULL */
 } rope_args;
+
+static void rope_fill_task(void *arg, int64_t b, int64_t e, int tid) {
+  (void)tid;
+  const rope_args *a = arg;
+  for (int64_t t = b; t < e; t++)
+    rope_angles(a->fill + t * 2 * a->half, a->fill + t * 2 * a->half + a->half, a->pos[t],
+                a->inv_freq, a->half);
+}
 
 static void rope_task(void *arg, int64_t b, int64_t e, int tid) {
   (void)tid;
   const rope_args *a = arg;
   int64_t half = a->half;
-  float cs[ROPE_MAX_DIM / 2], sn[ROPE_MAX_DIM / 2];
+  float cbuf[a->tab ? 1 : ROPE_MAX_DIM / 2], sbuf[a->tab ? 1 : ROPE_MAX_DIM / 2];
   for (int64_t t = b; t < e; t++) {
-    /* Angles in double: at position 2000 with theta 1e6 the low-index angles
-     * are ~2000 rad; an f32 angle there is off by ~1e-4 rad. The cos/sin
-     * table is made once per token and shared by all heads. */
-    double p = (double)a->pos[t];
-    for (int64_t i = 0; i < half; i++) {
-      double ang = p * a->inv_freq[i];
-      cs[i] = (float)cos(ang);
-      sn[i] = (float)sin(ang);
+    /* the cos/sin of this token's angles: from the table, or made once per
+     * token here and shared by all heads */
+    const float *cs = cbuf, *sn = sbuf;
+    if (a->tab) {
+      cs = a->tab + t * 2 * half;
+      sn = cs + half;
+    } else {
+      rope_angles(cbuf, sbuf, a->pos[t], a->inv_freq, half);
     }
     for (int64_t h = 0; h < a->H; h++) {
       float *v = a->x + t * a->tok_stride + h * a->head_stride;
@@ -40,6 +65,38 @@ static void rope_task(void *arg, int64_t b, int64_t e, int tid) {
       }
     }
   }
+}
+
+/* The cos/sin table of the last call's positions. A model calls rope twice
+ * per layer (q and k) with the same positions in every layer, and the
+ * double-precision cos/sin cost more than the rotation itself (~128 libm
+ * calls per token and call): kept, they are computed once per forward
+ * chunk instead of 2·layers times. Same values as computing them afresh.
+ * Another thread holding the table (a context shared across threads) makes
+ * a call compute its own, as before. */
+struct cpu_rope_cache {
+  pthread_mutex_t mu;
+  float theta;
+  int64_t rot_dim, T;
+  int32_t *pos; /* [T] */
+  float *tab;   /* [T][2·half] */
+  int64_t cap_T, cap; /* positions allocated in pos, pairs in tab */
+};
+
+int cpu_rope_cache_init(cpu_ctx *c) {
+  c->rope = calloc(1, sizeof *c->rope);
+  if (!c->rope) return -1;
+  pthread_mutex_init(&c->rope->mu, NULL);
+  return 0;
+}
+
+void cpu_rope_cache_free(cpu_ctx *c) {
+  if (!c->rope) return;
+  pthread_mutex_destroy(&c->rope->mu);
+  free(c->rope->pos);
+  free(c->rope->tab);
+  free(c->rope);
+  c->rope = NULL;
 }
 
 int cpu_rope(void *ctx, mi_stream *s, float *x, const int32_t *pos, int64_t T, int64_t H,
@@ -60,11 +117,42 @@ int cpu_rope(void *ctx, mi_stream *s, float *x, const int32_t *pos, int64_t T, i
   double inv_freq[ROPE_MAX_DIM / 2];
   for (int64_t i = 0; i < half; i++)
     inv_freq[i] = pow((double)theta, -2.0 * (double)i / (double)rot_dim);
-  rope_args a = {x, pos, H, tok_stride, head_stride, half, inv_freq};
-  if (T > 1 && T * H * half >= 8192)
+  rope_args a = {x, pos, H, tok_stride, head_stride, half, inv_freq, NULL, NULL};
+  const int par = T > 1 && T * H * half >= 8192;
+  struct cpu_rope_cache *rc = c->rope;
+  const int cached = rc && T * half <= ROPE_CACHE_MAX && pthread_mutex_trylock(&rc->mu) == 0;
+  if (cached) {
+    if (rc->theta != theta || rc->rot_dim != rot_dim || rc->T != T ||
+        memcmp(rc->pos, pos, (size_t)T * sizeof *pos) != 0) {
+      if (T > rc->cap_T || T * half > rc->cap) {
+        free(rc->pos);
+        free(rc->tab);
+        rc->pos = malloc((size_t)T * sizeof *rc->pos);
+        rc->tab = malloc((size_t)(T * 2 * half) * sizeof *rc->tab);
+        const int ok = rc->pos && rc->tab;
+        rc->cap_T = ok ? T : 0;
+        rc->cap = ok ? T * half : 0;
+      }
+      rc->T = 0; /* invalid until filled */
+      if (rc->cap_T >= T && rc->cap >= T * half) {
+        a.fill = rc->tab;
+        if (par)
+          cpu_parallel_for(c->pool, T, 1, rope_fill_task, &a);
+        else
+          rope_fill_task(&a, 0, T, 0);
+        memcpy(rc->pos, pos, (size_t)T * sizeof *pos);
+        rc->theta = theta;
+        rc->rot_dim = rot_dim;
+        rc->T = T;
+      }
+    }
+    if (rc->T == T) a.tab = rc->tab; /* else out of memory: compute per token */
+  }
+  if (par)
     cpu_parallel_for(c->pool, T, 1, rope_task, &a);
   else
     rope_task(&a, 0, T, 0);
+  if (cached) pthread_mutex_unlock(&rc->mu);
   return 0;
 }
 
@@ -325,13 +413,15 @@ static void attn_tile_task(void *arg, int64_t b, int64_t e, int tid) {
   }
 }
 
-/* The tile kernels for this context's ISA, or NULL (portable path). */
-static const cpu_attn_ops *tile_ops(const cpu_kernel_set *k) {
+/* The tile kernels for this context's ISA, or NULL (portable path). By
+ * the variant, not the kernel set: a variant may bring its own matmul in a
+ * kernel set of its own (avx512bf16) and still use these. */
+static const cpu_attn_ops *tile_ops(const cpu_ctx *c) {
 #if defined(MI_CPU_X86)
-  if (k == &cpu_kernels_avx512) return &cpu_attn_avx512;
-  if (k == &cpu_kernels_avx2) return &cpu_attn_avx2;
+  if (c->isa >= CPU_ISA_AVX512) return &cpu_attn_avx512;
+  if (c->isa == CPU_ISA_AVX2) return &cpu_attn_avx2;
 #else
-  (void)k;
+  (void)c;
 #endif
   return NULL;
 }
@@ -502,7 +592,7 @@ static int attn_split(cpu_ctx *c, const attn_args *a) {
   ntask = ntask < 1 ? 1 : ntask > c->nthreads ? c->nthreads : ntask;
   float *part = malloc((size_t)ntask * (size_t)(a->Hq * (a->D + 2)) * sizeof(float));
   if (!part) return -1;
-  const cpu_attn_ops *ops = tile_ops(a->k);
+  const cpu_attn_ops *ops = tile_ops(c);
   if (ops && (!ops->dec_qk || a->D % ops->lanes)) ops = NULL;
   split_args sa = {a, ops, ntask, part};
   if (ntask == 1)
@@ -538,7 +628,7 @@ int cpu_attention(void *ctx, mi_stream *s, float *out, const float *q, const voi
   attn_args a = {c->k, out, q, k_cache, v_cache, kv_dtype, T, Hq, Hkv, D, pos0, G,
                  (G + GMAX - 1) / GMAX, scale};
   /* Dynamic split: under the causal mask later tokens cost more. */
-  const cpu_attn_ops *ops = tile_ops(c->k);
+  const cpu_attn_ops *ops = tile_ops(c);
   /* lim[] and the row offsets of load_q are int32 */
   if (ops && T * G >= ops->lanes && pos0 + T <= INT32_MAX &&
       (CPU_ATTN_MAX_LANES + 1) * Hq * D <= INT32_MAX) {
@@ -561,7 +651,36 @@ int cpu_attention(void *ctx, mi_stream *s, float *out, const float *q, const voi
 /* ---------------- convert ---------------- */
 
 /* dst[i] = src[i] converted (f32 -> f32/f16/bf16 with round-to-nearest-even,
- * f16/bf16 -> f32 exactly): writing a half-precision KV cache. */
+ * f16/bf16 -> f32 exactly): writing a half-precision KV cache. A prefill
+ * chunk converts T·Hkv·D keys and as many values per layer: split over the
+ * pool, with the ISA's vector converter when it has one (the scalar loop
+ * was ~2% of a 256-token prefill). */
+#define CONV_GRAIN 16384 /* elements per task at least: 64 KiB of f32 */
+
+typedef struct conv_args {
+  const cpu_kernel_set *k;
+  void *dst;
+  const void *src;
+  mi_dtype dd, sd;
+} conv_args;
+
+static void conv_task(void *arg, int64_t b, int64_t e, int tid) {
+  (void)tid;
+  const conv_args *a = arg;
+  if (a->sd == MI_DTYPE_F32) {
+    const float *x = (const float *)a->src + b;
+    uint16_t *y = (uint16_t *)a->dst + b;
+    if (a->k->from_f32)
+      a->k->from_f32(y, a->dd, x, e - b);
+    else if (a->dd == MI_DTYPE_F16)
+      for (int64_t i = 0; i < e - b; i++) y[i] = mi_f32_to_f16(x[i]);
+    else
+      for (int64_t i = 0; i < e - b; i++) y[i] = mi_f32_to_bf16(x[i]);
+  } else {
+    a->k->to_f32((float *)a->dst + b, (const uint16_t *)a->src + b, a->sd, e - b);
+  }
+}
+
 int cpu_convert(void *ctx, mi_stream *s, void *dst, mi_dtype dst_dtype, const void *src,
                 mi_dtype src_dtype, int64_t n) {
   (void)s;
@@ -571,15 +690,18 @@ int cpu_convert(void *ctx, mi_stream *s, void *dst, mi_dtype dst_dtype, const vo
   if (!dst || !src) return cpu_fail(c, "convert: %s is NULL", !dst ? "dst" : "src");
   if (src_dtype == MI_DTYPE_F32 && dst_dtype == MI_DTYPE_F32) {
     memmove(dst, src, (size_t)n * sizeof(float));
-  } else if (src_dtype == MI_DTYPE_F32 && (dst_dtype == MI_DTYPE_F16 || dst_dtype == MI_DTYPE_BF16)) {
-    const float *x = src;
-    uint16_t *y = dst;
-    if (dst_dtype == MI_DTYPE_F16)
-      for (int64_t i = 0; i < n; i++) y[i] = mi_f32_to_f16(x[i]);
+  } else if ((src_dtype == MI_DTYPE_F32 && (dst_dtype == MI_DTYPE_F16 || dst_dtype == MI_DTYPE_BF16)) ||
+             (dst_dtype == MI_DTYPE_F32 && (src_dtype == MI_DTYPE_F16 || src_dtype == MI_DTYPE_BF16))) {
+    conv_args a = {c->k, dst, src, dst_dtype, src_dtype};
+    /* Overlapping ranges run front to back on one thread, as they always
+     * did (tasks would read what another task already wrote). */
+    const char *d0 = dst, *s0 = src;
+    const size_t dn = (size_t)n * mi_dtype_size(dst_dtype), sn = (size_t)n * mi_dtype_size(src_dtype);
+    const int overlap = d0 < s0 + sn && s0 < d0 + dn;
+    if (n >= 2 * CONV_GRAIN && !overlap)
+      cpu_parallel_for(c->pool, n, CONV_GRAIN, conv_task, &a);
     else
-      for (int64_t i = 0; i < n; i++) y[i] = mi_f32_to_bf16(x[i]);
-  } else if (dst_dtype == MI_DTYPE_F32 && (src_dtype == MI_DTYPE_F16 || src_dtype == MI_DTYPE_BF16)) {
-    c->k->to_f32(dst, src, src_dtype, n);
+      conv_task(&a, 0, n, 0);
   } else {
     return cpu_fail(c, "convert: %s -> %s is not supported", mi_dtype_name(src_dtype),
                     mi_dtype_name(dst_dtype));

@@ -171,9 +171,14 @@ AI void gemv_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t K,
 /* y[i][0..nr) (+)= x rows i < mr times the panel; rows past mr repeat the
  * last row and are not stored. MR is a constant after inlining. */
 AI void op_tile(const int MR, float *y, int64_t ldy, const float *x, int64_t ldx,
-                const float *panel, int64_t kc, int mr, int nr, int accum) {
+                const float *panel, int64_t kc, int mr, int nr, int accum, int pfy) {
   const float *xr[OP_MR];
   for (int i = 0; i < MR; i++) xr[i] = x + (i < mr ? i : mr - 1) * ldx;
+  if (accum && pfy) /* outputs out of L2 (K-first order): start fetching them now */
+    for (int i = 0; i < mr; i++) {
+      _mm_prefetch((const char *)(y + i * ldy), _MM_HINT_T0);
+      _mm_prefetch((const char *)(y + i * ldy) + 60, _MM_HINT_T0);
+    }
   __m256 c0[OP_MR], c1[OP_MR];
   for (int i = 0; i < MR; i++) {
     c0[i] = _mm256_setzero_ps();
@@ -212,28 +217,58 @@ AI void op_tile(const int MR, float *y, int64_t ldy, const float *x, int64_t ldx
   }
 }
 
+/* Weight rows n .. n+nr-1 over k0 .. k0+kc-1: packed once into the panel,
+ * then every group of OP_MR rows of x in [m0, m1) runs over it. */
+AI void op_panel(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
+                 int64_t m0, int64_t m1, int64_t n, int nr, int64_t k0, int64_t kc, float *panel,
+                 int pfy) {
+  mi_pack_panel(panel, OP_NB, w, dt, (size_t)K * mi_dtype_size(dt), n, nr, k0, kc);
+  const int acc = k0 > 0;
+  int64_t m = m0;
+  for (; m + OP_MR <= m1; m += OP_MR)
+    op_tile(OP_MR, y + m * N + n, N, x + m * K + k0, K, panel, kc, OP_MR, nr, acc, pfy);
+  if (m < m1) {
+    /* the last mr < 6 rows: the smallest tile that holds them */
+    const int mr = (int)(m1 - m);
+    if (mr > 4)
+      op_tile(OP_MR, y + m * N + n, N, x + m * K + k0, K, panel, kc, mr, nr, acc, pfy);
+    else if (mr > 2)
+      op_tile(4, y + m * N + n, N, x + m * K + k0, K, panel, kc, mr, nr, acc, pfy);
+    else
+      op_tile(2, y + m * N + n, N, x + m * K + k0, K, panel, kc, mr, nr, acc, pfy);
+  }
+}
+
+/* The two loop orders of cpu_kernels_avx512.c's matmul_outer (see there
+ * and mi_outer_k_first in cpu_avx2_pack.h). */
 AI void matmul_outer(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
                      int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-  const size_t wrow = (size_t)K * mi_dtype_size(dt);
   float panel[OP_KC * OP_NB] __attribute__((aligned(32))); /* [kc][16] f32, 16 KB */
-  for (int64_t n = n0; n < n1; n += OP_NB) {
-    const int nr = n1 - n < OP_NB ? (int)(n1 - n) : OP_NB;
-    for (int64_t k0 = 0; k0 < K; k0 += OP_KC) {
-      const int64_t kc = K - k0 < OP_KC ? K - k0 : OP_KC;
-      mi_pack_panel(panel, OP_NB, w, dt, wrow, n, nr, k0, kc);
-      const int acc = k0 > 0;
-      int64_t m = m0;
-      for (; m + OP_MR <= m1; m += OP_MR)
-        op_tile(OP_MR, y + m * N + n, N, x + m * K + k0, K, panel, kc, OP_MR, nr, acc);
-      if (m < m1) {
-        /* the last mr < 6 rows: the smallest tile that holds them */
-        const int mr = (int)(m1 - m);
-        if (mr > 4)
-          op_tile(OP_MR, y + m * N + n, N, x + m * K + k0, K, panel, kc, mr, nr, acc);
-        else if (mr > 2)
-          op_tile(4, y + m * N + n, N, x + m * K + k0, K, panel, kc, mr, nr, acc);
-        else
-          op_tile(2, y + m * N + n, N, x + m * K + k0, K, panel, kc, mr, nr, acc);
+  const size_t wrow = (size_t)K * mi_dtype_size(dt);
+  if (!mi_outer_k_first(m1 - m0, K)) {
+    for (int64_t n = n0; n < n1; n += OP_NB) {
+      const int nr = n1 - n < OP_NB ? (int)(n1 - n) : OP_NB;
+      for (int64_t k0 = 0; k0 < K; k0 += OP_KC) {
+        /* the next panel's weights, into L2 while this one works: at a
+         * few rows (an 11-token prompt) the panels come from memory
+         * faster than the 32 row streams' own prefetch (+5-10% at M = 11) */
+        if (k0 + OP_KC < K)
+          mi_prefetch_rows(w, dt, wrow, n, n1, OP_NB, k0 + OP_KC, K - k0 - OP_KC < OP_KC ? K - k0 - OP_KC : OP_KC);
+        else if (n + OP_NB < n1)
+          mi_prefetch_rows(w, dt, wrow, n + OP_NB, n1, OP_NB, 0, K < OP_KC ? K : OP_KC);
+        op_panel(y, x, w, dt, N, K, m0, m1, n, nr, k0, K - k0 < OP_KC ? K - k0 : OP_KC, panel, 0);
+      }
+    }
+    return;
+  }
+  for (int64_t k0 = 0; k0 < K; k0 += OP_KC) {
+    const int64_t kc = K - k0 < OP_KC ? K - k0 : OP_KC;
+    for (int64_t ms = m0; ms < m1; ms += MI_OUTER_MB) {
+      const int64_t me = m1 - ms < MI_OUTER_MB ? m1 : ms + MI_OUTER_MB;
+      for (int64_t n = n0; n < n1; n += OP_NB) {
+        const int nr = n1 - n < OP_NB ? (int)(n1 - n) : OP_NB;
+        if (n + OP_NB < n1) mi_prefetch_rows(w, dt, wrow, n + OP_NB, n1, OP_NB, k0, kc);
+        op_panel(y, x, w, dt, N, K, ms, me, n, nr, k0, kc, panel, 1);
       }
     }
   }
@@ -358,6 +393,83 @@ static void to_f32(float *dst, const void *src, mi_dtype dt, int64_t n) {
   }
 }
 
+/* e^x for x in [-86, 89] (callers clamp), to about 1 ulp: x = n·ln2 + r,
+ * |r| <= ln2/2 (ln2 in two parts), e^r by its degree-7 Taylor polynomial,
+ * times 2^(n-1)·2 so that n = 128 (x near 88.7) overflows to inf as expf
+ * does instead of wrapping the exponent field. The same reduction as
+ * exp_neg in cpu_attn_avx2.c. */
+AI __m256 exp_clamped(__m256 x) {
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693147182f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-1.90465421e-9f), r);
+  __m256 p = _mm256_set1_ps(1.98412698e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.38888889e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.33333333e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.16666667e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66666667e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126)), 23);
+  return _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_set1_ps(2.0f));
+}
+
+/* g / (1 + e^-g) · u, the portable formula with e^-g vectorised: -g is
+ * clamped to [-86, 89] (below, 1 + e^-g is 1 in f32 either way; above,
+ * e^-g overflows to inf as expf's does and the quotient is -0). NaN g gives
+ * NaN (min/max return the bound, then g/(...) is NaN). */
+AI __m256 silu8(__m256 g, __m256 u) {
+  __m256 x = _mm256_xor_ps(g, _mm256_set1_ps(-0.0f));
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(89.0f)), _mm256_set1_ps(-86.0f));
+  __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), exp_clamped(x));
+  return _mm256_mul_ps(_mm256_div_ps(g, d), u);
+}
+
+static void silu_mul(float *y, const float *g, const float *u, int64_t n) {
+  int64_t i = 0;
+  for (; i + VL <= n; i += VL)
+    _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+  if (i < n) {
+    float bg[VL] = {0}, bu[VL] = {0}, by[VL];
+    memcpy(bg, g + i, (size_t)(n - i) * 4);
+    memcpy(bu, u + i, (size_t)(n - i) * 4);
+    _mm256_storeu_ps(by, silu8(_mm256_loadu_ps(bg), _mm256_loadu_ps(bu)));
+    memcpy(y + i, by, (size_t)(n - i) * 4);
+  }
+}
+
+/* f32 -> f16 with F16C (round to nearest even, IEEE: overflow to inf,
+ * subnormals kept) and f32 -> bf16 with the integer rounding of
+ * mi_f32_to_bf16. A vector holding a NaN goes through the scalar
+ * converters, whose NaN encodings F16C does not reproduce (it keeps the
+ * payload). */
+static void from_f32(void *dst, mi_dtype dt, const float *src, int64_t n) {
+  uint16_t *y = dst;
+  const __m256i absm = _mm256_set1_epi32(0x7fffffff), infv = _mm256_set1_epi32(0x7f800000);
+  const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff);
+  int64_t i = 0;
+  for (; i + VL <= n; i += VL) {
+    const __m256 v = _mm256_loadu_ps(src + i);
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absm), infv);
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(nan))) {
+      for (int j = 0; j < VL; j++)
+        y[i + j] = dt == MI_DTYPE_F16 ? mi_f32_to_f16(src[i + j]) : mi_f32_to_bf16(src[i + j]);
+      continue;
+    }
+    if (dt == MI_DTYPE_F16) {
+      _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    } else {
+      __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+      r = _mm256_srli_epi32(r, 16); /* <= 0xffff: packus keeps it */
+      r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+      _mm_storeu_si128((__m128i *)(y + i), _mm256_castsi256_si128(r));
+    }
+  }
+  for (; i < n; i++) y[i] = dt == MI_DTYPE_F16 ? mi_f32_to_f16(src[i]) : mi_f32_to_bf16(src[i]);
+}
+
 const cpu_kernel_set cpu_kernels_avx2 = {.name = "avx2",
                                          .matmul_tile = matmul_tile,
                                          .dot = dot,
@@ -365,4 +477,6 @@ const cpu_kernel_set cpu_kernels_avx2 = {.name = "avx2",
                                          .scal = scal,
                                          .dot4 = dot4,
                                          .axpy4 = axpy4,
-                                         .to_f32 = to_f32};
+                                         .to_f32 = to_f32,
+                                         .silu_mul = silu_mul,
+                                         .from_f32 = from_f32};

@@ -232,6 +232,14 @@ static int cpu_init(const mi_host_api *host, const mi_options *opts, void **ctx,
     free(c);
     return -1;
   }
+  if (cpu_rope_cache_init(c) != 0 || cpu_profile_init(c) != 0) {
+    snprintf(err, err_len, "cpu: out of memory creating the context");
+    cpu_rope_cache_free(c);
+    cpu_comm_fini(c);
+    cpu_pool_destroy(c->pool);
+    free(c);
+    return -1;
+  }
   snprintf(c->device_name, sizeof c->device_name, "%s (%d thread%s)", cpu_isa_describe(c->isa),
            c->nthreads, c->nthreads == 1 ? "" : "s");
   if (host && host->log)
@@ -244,6 +252,8 @@ static int cpu_init(const mi_host_api *host, const mi_options *opts, void **ctx,
 static void cpu_fini(void *ctx) {
   cpu_ctx *c = ctx;
   if (!c) return;
+  cpu_profile_report(c);
+  cpu_rope_cache_free(c);
   cpu_comm_fini(c);
   cpu_pool_destroy(c->pool);
   free(c);
@@ -330,8 +340,8 @@ static const mi_platform_iface cpu_iface = {
 };
 
 static const void *cpu_get_iface(void *ctx) {
-  (void)ctx;
-  return &cpu_iface;
+  /* MI_CPU_PROFILE=1: the timed copy (cpu_profile.c); else this table */
+  return cpu_profile_iface(ctx, &cpu_iface);
 }
 
 static const mi_plugin_desc cpu_desc = {

@@ -54,6 +54,8 @@ struct cpu_pool {
   _Atomic int busy;       /* a job is in flight (guards against concurrent callers) */
   pthread_mutex_t mu;
   pthread_cond_t cv_work, cv_done;
+  /* MI_CPU_PROFILE counters, or NULL; atomic: set while workers run */
+  cpu_pool_stats *_Atomic stats;
 };
 
 typedef struct worker_arg {
@@ -120,6 +122,8 @@ static void *worker_main(void *varg) {
     if (g == seen && spin_wait(p, 1, seen)) g = atomic_load(&p->gen);
     if (g == seen && !atomic_load(&p->stop)) {
       pthread_mutex_lock(&p->mu);
+      cpu_pool_stats *st = atomic_load_explicit(&p->stats, memory_order_relaxed);
+      if (st) atomic_fetch_add(&st->sleeps, 1);
       while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop))
         pthread_cond_wait(&p->cv_work, &p->mu);
       pthread_mutex_unlock(&p->mu);
@@ -208,6 +212,10 @@ void cpu_pool_destroy(cpu_pool *p) {
 
 int cpu_pool_threads(const cpu_pool *p) { return p ? p->n : 1; }
 
+void cpu_pool_set_profile(cpu_pool *p, cpu_pool_stats *st) {
+  if (p) atomic_store(&p->stats, st);
+}
+
 static void pool_run(cpu_pool *p, int64_t total, int64_t grain, int dynamic, cpu_task_fn fn,
                      void *arg) {
   if (total <= 0) return;
@@ -231,10 +239,16 @@ static void pool_run(cpu_pool *p, int64_t total, int64_t grain, int dynamic, cpu
 
   run_share(p, 0);
 
+  cpu_pool_stats *st = atomic_load_explicit(&p->stats, memory_order_relaxed);
+  const int64_t t0 = st ? mono_ns() : 0;
   if (atomic_load(&p->pending) > 0 && !spin_wait(p, 0, 0)) {
     pthread_mutex_lock(&p->mu);
     while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+  }
+  if (st) {
+    atomic_fetch_add(&st->jobs, 1);
+    atomic_fetch_add(&st->wait_ns, mono_ns() - t0);
   }
   atomic_store(&p->busy, 0);
 }
