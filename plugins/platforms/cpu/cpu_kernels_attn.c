@@ -328,7 +328,7 @@ static void attn_tile_task(void *arg, int64_t b, int64_t e, int tid) {
 /* The tile kernels for this context's ISA, or NULL (portable path). */
 static const cpu_attn_ops *tile_ops(const cpu_kernel_set *k) {
 #if defined(MI_CPU_X86)
-  if (k == &cpu_kernels_avx512) return &cpu_attn_avx512;
+  if (k == &cpu_kernels_avx512 || k == &cpu_kernels_avx512bf16act) return &cpu_attn_avx512;
   if (k == &cpu_kernels_avx2) return &cpu_attn_avx2;
 #else
   (void)k;
