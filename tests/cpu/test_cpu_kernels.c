@@ -1233,9 +1233,9 @@ static int64_t check_matmul_bf16act(plat *p, mi_dtype dt, int64_t M, int64_t N, 
 
 /* matmul_act=bf16 on avx512bf16, threads 1, 2, 3 (skipped on a host or
  * under an MI_CPU_ISA_MAX without AVX512_BF16). Shapes: rows below, at and
- * above the switch to the bf16 path (7, 8, 9) and around its 8-row tile
- * (13, 16, 17, 20, 23: the 4- and 2-row remainder tiles and a clamped
- * 8-row one), outputs around the 16-word transpose and the 32-output panel
+ * above the switch to the bf16 path (2..5: CPU_BF16ACT_MIN_M is 4, and the
+ * rows of one thread's call count) and around its 8-row tile (7, 8, 9, 13,
+ * 16, 17, 20, 23: the 2- and 4-row tiles and clamped 8-row ones), outputs around the 16-word transpose and the 32-output panel
  * (masked columns), K odd and even around the 16-pair transpose (31, 32,
  * 33, 63) and the 128-pair panel block (255, 256, 257), one row (decode,
  * always exact). From 64 rows and 48 outputs (every thread then has all
@@ -1253,11 +1253,11 @@ START_TEST(test_matmul_bf16act) {
   ck_assert_int_gt(open_with(kv, 3, &p, why, sizeof why), 0);
   ck_assert_str_eq(variant_full(p.ctx), "avx512bf16+bf16act");
   rng_seed(seed_for(20, _i));
-  static const int64_t Ms[] = {1, 7, 8, 9, 13, 16, 17, 20, 23, 64, 67},
+  static const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 20, 23, 64, 67},
                        Ns[] = {1, 15, 16, 17, 31, 32, 33, 48, 97},
                        Ks[] = {1, 2, 3, 31, 32, 33, 63, 255, 256, 257, 1023};
   int64_t nb = 0;
-  for (int a = 0; a < 11; a++)
+  for (int a = 0; a < 15; a++)
     for (int b = 0; b < 9; b++) {
       const int64_t M = Ms[a], N = Ns[b], K = Ks[(a + 2 * b) % 11];
       nb += check_matmul_bf16act(&p, MI_DTYPE_BF16, M, N, K, M >= 64 && N >= 48);

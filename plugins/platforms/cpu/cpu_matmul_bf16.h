@@ -8,10 +8,12 @@
 #include "cpu_internal.h"
 
 /* From this many rows (tokens per thread's call) the bf16 path replaces the
- * f32 outer-product tiles; below it the exact paths run (decode, M = 1, is
- * always exact). Set by interleaved runs of both (cpu_bench mmbf16; the
- * plugin README, "bf16 dot"). */
-#define CPU_BF16ACT_MIN_M 8
+ * exact tiles; below it the exact paths run (decode, M = 1, is always
+ * exact). Set by interleaved runs of both (cpu_bench mmbf16, 1 thread, K
+ * 1024 and 3072, best of 31): the bf16 tiles were 1.4-1.6x the exact
+ * inner-product tiles at 4 rows, ~2x at 6 and 1.7-1.9x the f32
+ * outer-product tiles at 8 (the plugin README, "bf16 dot"). */
+#define CPU_BF16ACT_MIN_M 4
 
 /* y[m, n] = Σ_k bf16(x[m, k]) · w[n, k] for m in [m0, m1), n in [n0, n1):
  * x rounded to bf16 (round to nearest even, VCVTNE2PS2BF16), w bf16 [N, K],
