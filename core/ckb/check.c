@@ -192,8 +192,23 @@ static void check_operator(json_t *e, const char *file, ckb_diag *d) {
       ckb_report(d, file, "missing field 'inputs.%s' (a generator for input buffer '%s')", name, name);
   }
 
-  /* Cases: every scalar argument set, nothing else. */
+  /* Modes (a looser contract a platform may announce): the bound's term
+   * count is an expression over the signature's integers, and a mode's
+   * dtypes are ones the contract has a tolerance for. */
   json_t *tol = json_object_get(e, "tolerance");
+  json_t *mode;
+  json_object_foreach(json_object_get(e, "modes"), key, mode) {
+    char p[256];
+    snprintf(p, sizeof p, "modes.%s.bound.terms", key);
+    expr_names(json_object_get(json_object_get(mode, "bound"), "terms"), args, file, p, d);
+    json_t *dt;
+    json_array_foreach(json_object_get(mode, "dtypes"), i, dt)
+      if (json_is_string(dt) && json_is_object(tol) && !json_object_get(tol, json_string_value(dt)))
+        ckb_report(d, file, "field 'modes.%s.dtypes' lists %s, which has no tolerance", key,
+                   json_string_value(dt));
+  }
+
+  /* Cases: every scalar argument set, nothing else. */
   int has_dtype_arg = 0;
   json_array_foreach(args, i, a) has_dtype_arg |= !strcmp(arg_kind(a), "dtype");
   if (!has_dtype_arg && json_is_object(tol) && !json_object_get(tol, "f32"))

@@ -161,6 +161,25 @@ __attribute__((target("avx512f,fma"))) static float fma_loop_avx512(long iters) 
   _mm512_storeu_ps(t, a[0]);
   return t[0] + t[15];
 }
+
+/* The bf16 dot-product peak: VDPBF16PS zmm, 16 lanes x 2 multiply-adds.
+ * BF16_ACC accumulators: 32 zmm registers leave room for more than the FMA
+ * loop's 12, which covers a longer latency than the FMA's (5-6 cycles on
+ * the cores that have it). acc += 1·2^-20 + 1·2^-20 per step: after the
+ * longest run (2^30 steps) 2^11, so never denormal nor infinite. */
+#define BF16_ACC 16
+__attribute__((target("avx512f,avx512bf16"))) static float bf16dot_loop_avx512(long iters) {
+  __m512 a[BF16_ACC];
+  /* bf16 1.0 = 0x3f80, 2^-20 = 0x3580: pairs (1, 1) and (2^-20, 2^-20) */
+  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = (__m512bh)_mm512_set1_epi32(0x35803580);
+  for (int j = 0; j < BF16_ACC; j++) a[j] = _mm512_set1_ps((float)j);
+  for (long i = 0; i < iters; i++)
+    for (int j = 0; j < BF16_ACC; j++) a[j] = _mm512_dpbf16_ps(a[j], x, y);
+  for (int j = 1; j < BF16_ACC; j++) a[0] = _mm512_add_ps(a[0], a[j]);
+  float t[16];
+  _mm512_storeu_ps(t, a[0]);
+  return t[0] + t[15];
+}
 #endif
 
 typedef float (*fma_loop_fn)(long iters);
@@ -239,6 +258,47 @@ static double run_fma(fma_loop_fn fn, long iters, int threads, int reps) {
   return best;
 }
 
+/* Per-thread and all-threads GFLOP/s of fn at flops_iter FLOPs per
+ * iteration: iterations for ~2 ms on one thread (long against the timer
+ * and the barrier, microseconds; shorter than a scheduler time slice, so on
+ * a shared machine some of the reps run without being preempted and the
+ * best of them is the cores' own rate). */
+static int measure_loop(fma_loop_fn fn, double flops_iter, int threads, int reps,
+                        mi_fma_peak *out) {
+  if (threads < 1) threads = 1;
+  if (reps < 1) reps = 1;
+  long iters = 1 << 12;
+  for (;;) {
+    double t = run_fma(fn, iters, 1, 3);
+    if (t < 0) return -1;
+    if (t >= 0.002 || iters >= (1L << 30)) break;
+    iters *= t > 0.0002 ? (long)(0.002 / t) + 1 : 8;
+  }
+  const double flops = (double)iters * flops_iter;
+  double t1 = run_fma(fn, iters, 1, reps), tn = threads > 1 ? run_fma(fn, iters, threads, reps) : t1;
+  if (t1 <= 0 || tn <= 0) return -1;
+  out->per_thread_gflops = flops / t1 / 1e9;
+  out->all_gflops = flops * threads / tn / 1e9;
+  return 0;
+}
+
+int mi_measure_bf16dot_peak(const char *variant, int threads, int reps, mi_fma_peak *out) {
+  memset(out, 0, sizeof *out);
+  if (!variant || !strstr(variant, "+bf16act")) return -1;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bf16")) return -1;
+  out->lanes = 16;
+  out->fma = 1;
+  /* each iteration: BF16_ACC instructions of 16 lanes x 2 multiply-adds */
+  return measure_loop(bf16dot_loop_avx512, (double)BF16_ACC * 16 * 2 * 2.0, threads, reps, out);
+#else
+  (void)threads;
+  (void)reps;
+  return -1;
+#endif
+}
+
 int mi_measure_fma_peak(const char *variant, int threads, int reps, mi_fma_peak *out) {
   memset(out, 0, sizeof *out);
   if (!variant) return -1;
@@ -263,24 +323,6 @@ int mi_measure_fma_peak(const char *variant, int threads, int reps, mi_fma_peak 
   }
 #endif
   if (!fn) return -1;
-  if (threads < 1) threads = 1;
-  if (reps < 1) reps = 1;
-  /* iterations for ~2 ms on one thread: long against the timer and the
-   * barrier (microseconds), shorter than a scheduler time slice, so on a
-   * shared machine some of the reps run without being preempted and the
-   * best of them is the cores' own rate */
-  long iters = 1 << 12;
-  for (;;) {
-    double t = run_fma(fn, iters, 1, 3);
-    if (t < 0) return -1;
-    if (t >= 0.002 || iters >= (1L << 30)) break;
-    iters *= t > 0.0002 ? (long)(0.002 / t) + 1 : 8;
-  }
   /* each iteration: FMA_ACC vector ops of `lanes` multiply-adds, 2 FLOPs each */
-  const double flops = (double)iters * FMA_ACC * out->lanes * 2.0;
-  double t1 = run_fma(fn, iters, 1, reps), tn = threads > 1 ? run_fma(fn, iters, threads, reps) : t1;
-  if (t1 <= 0 || tn <= 0) return -1;
-  out->per_thread_gflops = flops / t1 / 1e9;
-  out->all_gflops = flops * threads / tn / 1e9;
-  return 0;
+  return measure_loop(fn, (double)FMA_ACC * out->lanes * 2.0, threads, reps, out);
 }

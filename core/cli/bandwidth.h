@@ -31,4 +31,11 @@ typedef struct mi_fma_peak {
 
 int mi_measure_fma_peak(const char *variant, int threads, int reps, mi_fma_peak *out);
 
+/* The bf16 dot-product peak, for a variant whose prefill uses VDPBF16PS
+ * (the CPU platform's "avx512bf16+bf16act"): a register-only loop of
+ * independent VDPBF16PS zmm (16 lanes x 2 multiply-adds each), measured as
+ * mi_measure_fma_peak measures (lanes 16, fma 1). Returns -1 for any other
+ * variant or a CPU without AVX512_BF16. */
+int mi_measure_bf16dot_peak(const char *variant, int threads, int reps, mi_fma_peak *out);
+
 #endif

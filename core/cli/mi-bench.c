@@ -53,6 +53,9 @@ typedef struct cell_result {
    * beside it (below the roofline when threads share a core or the host
    * is busy) */
   double fma_gflops, fma_thread_gflops, fma_all_gflops;
+  /* the bf16 dot-product peak (VDPBF16PS loop), measured the same way, when
+   * the variant's prefill uses it (the CPU platform's "+bf16act"); else 0 */
+  double bf16_gflops, bf16_thread_gflops;
   char variant[32];
   /* decode tokens/s by position: window w covers generated tokens
    * [w·win, (w+1)·win), i.e. positions P + w·win ... */
@@ -243,6 +246,12 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
       r->fma_gflops = fp.per_thread_gflops * o->threads;
       r->fma_thread_gflops = fp.per_thread_gflops;
       r->fma_all_gflops = fp.all_gflops;
+    }
+    /* the variant's prefill may run on VDPBF16PS (2x the multiply-adds per
+     * instruction): its own peak beside the FMA one, which %peak keeps */
+    if (mi_measure_bf16dot_peak(var, o->threads, 40, &fp) == 0) {
+      r->bf16_gflops = fp.per_thread_gflops * o->threads;
+      r->bf16_thread_gflops = fp.per_thread_gflops;
     }
     /* windows of at least 32 tokens, at most MAX_WINDOWS of them; the rate
      * of window w is its tokens over the time from the token before it */
@@ -506,29 +515,27 @@ int main(int argc, char **argv) {
     printf("model %s, KV cache %s, %d threads, %d repeats (medians); decode roofline = triad bandwidth / "
            "bytes per decoded token; prefill 'GF/s' = its FLOP rate, 'mm GF/s' = the platform's "
            "own bf16 matmul rate, both measured in each run; %%mm = prefill / mm; %%peak = prefill "
-           "/ the FMA peak of the kernel variant (see the fma line)\n",
+           "/ the FMA peak of the kernel variant (see the fma line); %%bf16 = prefill / the bf16 "
+           "dot-product peak, where the variant's prefill uses it ('+bf16act': activations rounded "
+           "to bf16, VDPBF16PS), else -\n",
            o.model_dir, o.kv_type ? o.kv_type : "f32", o.threads, o.repeats);
     if (o.baseline)
       printf("baseline: the same cells with the plugins of %s, alternating with this side run by "
              "run; '/b' = median of the per-run ratios this side / baseline\n",
              o.baseline_dir ? o.baseline_dir : "the default search (no --plugin-dir)");
-    printf("%6s %6s | %9s %11s %7s %7s %6s %6s %10s %10s %6s %9s", "prompt", "gen", "TTFT ms",
-           "prefill t/s", "GF/s", "mm GF/s", "%mm", "%peak", "decode t/s", "roof t/s", "%roof",
-           "RSS MiB");
-    if (o.baseline) printf(" | %9s %9s | %7s %7s", "base pre", "base dec", "/b pre", "/b dec");
-    if (o.peer) printf(" | %11s %10s | %7s %7s", "peer pre", "peer dec", "x pre", "x dec");
-    printf("\n");
   }
   int failures = 0, total = o.n_prompts * o.n_gens, done = 0;
   /* every cell's median FMA peak, for the run's summary line */
   double cell_fma[MAX_CELLS * MAX_CELLS], cell_fma1[MAX_CELLS * MAX_CELLS],
-      cell_fmaa[MAX_CELLS * MAX_CELLS];
-  int n_fma = 0;
+      cell_fmaa[MAX_CELLS * MAX_CELLS], cell_bf1[MAX_CELLS * MAX_CELLS],
+      cell_bf[MAX_CELLS * MAX_CELLS];
+  int n_fma = 0, n_bf = 0, shown_path = 0;
   char variant[32] = "";
   for (int pi = 0; pi < o.n_prompts; pi++) {
     for (int gi = 0; gi < o.n_gens; gi++) {
       int P = o.prompts[pi], G = o.gens[gi];
-      double ttft[100], pre[100], dec[100], rss[100], peak[100], fma[100], fma1[100], fmaa[100];
+      double ttft[100], pre[100], dec[100], rss[100], peak[100], fma[100], fma1[100], fmaa[100],
+          bf[100], bf1[100];
       double pttft[100], ppre[100], pdec[100], prss[100];
       double bttft[100], bpre[100], bdec[100], brss[100], rpre[100], rdec[100];
       char bconf[1024] = "";
@@ -550,6 +557,8 @@ int main(int argc, char **argv) {
           fma[n] = cr.fma_gflops;
           fma1[n] = cr.fma_thread_gflops;
           fmaa[n] = cr.fma_all_gflops;
+          bf[n] = cr.bf16_gflops;
+          bf1[n] = cr.bf16_thread_gflops;
           rss[n++] = cr.peak_rss_mib;
           last = cr;
         } else {
@@ -594,12 +603,14 @@ int main(int argc, char **argv) {
       if (n == 0) continue;
       double m_ttft = median(ttft, n), m_pre = median(pre, n), m_dec = median(dec, n),
              m_rss = median(rss, n), m_peak = median(peak, n), m_fma = median(fma, n),
-             m_fma1 = median(fma1, n), m_fmaa = median(fmaa, n);
+             m_fma1 = median(fma1, n), m_fmaa = median(fmaa, n), m_bf = median(bf, n),
+             m_bf1 = median(bf1, n);
       /* prefill arithmetic: every matmul once per prompt token, attention
        * over (P+1)/2 positions on average under the causal mask */
       double flops_tok = (double)last.prefill_flops_token + (double)last.attn_flops_pos * (P + 1) / 2.0;
       double pre_frac = m_peak > 0 && flops_tok > 0 ? m_pre * flops_tok / 1e9 / m_peak : 0;
       double fma_frac = m_fma > 0 && flops_tok > 0 ? m_pre * flops_tok / 1e9 / m_fma : 0;
+      double bf_frac = m_bf > 0 && flops_tok > 0 ? m_pre * flops_tok / 1e9 / m_bf : 0;
       /* bytes a decode step moves on average over the cell: all weights a
        * token touches + the KV cache up to its position + a recurrent
        * model's fixed state, read and written every step (hybrids) */
@@ -611,6 +622,10 @@ int main(int argc, char **argv) {
         cell_fma[n_fma] = m_fma;
         cell_fmaa[n_fma] = m_fmaa;
         cell_fma1[n_fma++] = m_fma1;
+      }
+      if (m_bf > 0) {
+        cell_bf[n_bf] = m_bf;
+        cell_bf1[n_bf++] = m_bf1;
       }
       snprintf(variant, sizeof variant, "%s", last.variant);
       double mp_pre = pn ? median(ppre, pn) : 0, mp_dec = pn ? median(pdec, pn) : 0;
@@ -641,6 +656,16 @@ int main(int argc, char **argv) {
                         "prefill_ratio_paired", median(rpre, bn), "decode_ratio_paired",
                         median(rdec, bn)));
         }
+        /* the prefill kernel path: "+bf16act" in the variant = bf16-weight
+         * matmuls from a few rows on VDPBF16PS with activations rounded to
+         * bf16 (the matmul contract's mode "bf16_activations") */
+        json_object_set_new(jc, "prefill_matmul",
+                            json_string(strstr(last.variant, "+bf16act") ? "bf16_activations" : "exact"));
+        if (m_bf > 0) {
+          json_object_set_new(jc, "bf16dot_peak_gflops", json_real(m_bf));
+          json_object_set_new(jc, "bf16dot_peak_thread_gflops", json_real(m_bf1));
+          json_object_set_new(jc, "prefill_bf16dot_fraction", json_real(bf_frac));
+        }
         if (pn)
           json_object_set_new(jc, "peer",
                               json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "ttft_ms", mp_ttft,
@@ -664,9 +689,24 @@ int main(int argc, char **argv) {
       }
       if (!o.json) {
         fprintf(stderr, "\r%80s\r", "");
-        printf("%6d %6d | %9.1f %11.1f %7.1f %7.0f %5.0f%% %5.0f%% %10.2f %10.2f %5.0f%% %9.1f", P,
+        if (!shown_path++) {
+          /* the kernel path is known once a cell has run: the header ends here */
+          printf("prefill matmul path: variant %s, %s\n", last.variant,
+                 strstr(last.variant, "+bf16act")
+                     ? "bf16 weights from a few rows on VDPBF16PS, activations rounded to bf16 "
+                       "(matmul contract mode bf16_activations; MI_CPU_MATMUL_ACT=f32 for the exact path)"
+                     : "exact (activations f32)");
+          printf("%6s %6s | %9s %11s %7s %7s %6s %6s %6s %10s %10s %6s %9s", "prompt", "gen",
+                 "TTFT ms", "prefill t/s", "GF/s", "mm GF/s", "%mm", "%peak", "%bf16", "decode t/s",
+                 "roof t/s", "%roof", "RSS MiB");
+          if (o.peer) printf(" | %11s %10s | %7s %7s", "peer pre", "peer dec", "x pre", "x dec");
+          printf("\n");
+        }
+        char bfcol[16] = "     -";
+        if (m_bf > 0) snprintf(bfcol, sizeof bfcol, "%5.0f%%", 100 * bf_frac);
+        printf("%6d %6d | %9.1f %11.1f %7.1f %7.0f %5.0f%% %5.0f%% %6s %10.2f %10.2f %5.0f%% %9.1f", P,
                G, m_ttft, m_pre, m_pre * flops_tok / 1e9, m_peak, 100 * pre_frac, 100 * fma_frac,
-               m_dec, roof, 100 * m_dec / roof, m_rss);
+               bfcol, m_dec, roof, 100 * m_dec / roof, m_rss);
         if (o.baseline) {
           /* medians of the paired (same-repeat) ratios */
           double b_pre = bn ? median(bpre, bn) : 0, b_dec = bn ? median(bdec, bn) : 0;
@@ -683,11 +723,17 @@ int main(int argc, char **argv) {
   }
   fprintf(stderr, "\r%80s\r", "");
   double fma_roof = median(cell_fma, n_fma), fma_one = median(cell_fma1, n_fma),
-         fma_all = median(cell_fmaa, n_fma);
-  if (!o.json && n_fma > 0)
+         fma_all = median(cell_fmaa, n_fma), bf_roof = median(cell_bf, n_bf),
+         bf_one = median(cell_bf1, n_bf);
+  if (!o.json && n_fma > 0) {
     printf("fma: FMA peak of variant %s (register-only loop, medians over cells): %.1f GFLOP/s "
-           "per thread; roofline %.1f = %d threads x that; measured with all %d at once: %.1f\n",
+           "per thread; roofline %.1f = %d threads x that; measured with all %d at once: %.1f",
            variant, fma_one, fma_roof, o.threads, o.threads, fma_all);
+    if (n_bf > 0)
+      printf("; bf16 dot (VDPBF16PS, prefill's bf16-weight matmuls with activations rounded to "
+             "bf16): %.1f per thread, %.1f for %d", bf_one, bf_roof, o.threads);
+    printf("\n");
+  }
   else if (!o.json && variant[0])
     printf("fma: no FMA loop for variant %s: %%peak not measured\n", variant);
   json_t *root = json_pack("{s:s,s:i,s:i,s:s,s:{s:f,s:f},s:o}", "model", o.model_dir, "threads",
@@ -702,6 +748,10 @@ int main(int argc, char **argv) {
   json_object_set_new(root, "fma_peak",
                       json_pack("{s:s,s:f,s:f,s:f}", "variant", variant, "thread_gflops", fma_one,
                                 "roofline_gflops", fma_roof, "measured_all_gflops", fma_all));
+  if (n_bf > 0)
+    json_object_set_new(root, "bf16dot_peak",
+                        json_pack("{s:s,s:f,s:f}", "variant", variant, "thread_gflops", bf_one,
+                                  "roofline_gflops", bf_roof));
   char *js = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
   json_decref(root);
   if (o.json && js) puts(js);

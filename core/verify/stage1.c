@@ -234,11 +234,27 @@ static int selected(const char *only, const char *id, const char *member) {
   return hit;
 }
 
+/* The plugin's variant() name, asked of a probe child, when some kernel of
+ * the platform contract lists modes (the name says which is on); else NULL.
+ * The caller frees *holder. */
+static const char *probe_variant(const vf_stage_opts *o, json_t **holder) {
+  size_t i;
+  json_t *k;
+  *holder = NULL;
+  int any = 0;
+  json_array_foreach(json_object_get(o->platform, "kernels"), i, k) any |= json_object_size(json_object_get(k, "modes")) > 0;
+  if (!any) return NULL;
+  *holder = vf_probe_plugin(o);
+  return json_string_value(json_object_get(*holder, "variant"));
+}
+
 json_t *vf_stage1(const vf_stage_opts *o) {
   json_t *units = json_array();
   int fails = 0;
   size_t i;
-  json_t *k;
+  json_t *k, *probe;
+  /* each kernel is judged in the mode the plugin says it runs */
+  const char *variant = probe_variant(o, &probe);
   json_array_foreach(json_object_get(o->platform, "kernels"), i, k) {
     const char *op_id = json_string_value(json_object_get(k, "operator"));
     json_t *op = json_object_get(o->operators, op_id ? op_id : "");
@@ -251,7 +267,7 @@ json_t *vf_stage1(const vf_stage_opts *o) {
     } else {
       /* The inputs are drawn here, before the child exists; the expected
        * outputs only after it has ended (vf_op_plan_judge). */
-      vf_unit_opts uo = {o->seed, op, k, -1};
+      vf_unit_opts uo = {o->seed, op, k, -1, variant};
       vf_op_plan *plan = vf_op_plan_new(&uo);
       unit_job job = {o, plan};
       vf_limits lim = o->lim;
@@ -273,7 +289,10 @@ json_t *vf_stage1(const vf_stage_opts *o) {
     json_array_append_new(units, u);
   }
   size_t n = json_array_size(units);
-  return json_pack("{s:i, s:s, s:s, s:o, s:i, s:i}", "stage", 1, "name", "operator_units",
-                   "verdict", (fails || !n) ? "FAIL" : "PASS", "units", units, "passed",
-                   (int)(n - (size_t)fails), "failed", fails);
+  json_t *res = json_pack("{s:i, s:s, s:s, s:o, s:i, s:i}", "stage", 1, "name", "operator_units",
+                          "verdict", (fails || !n) ? "FAIL" : "PASS", "units", units, "passed",
+                          (int)(n - (size_t)fails), "failed", fails);
+  if (variant) json_object_set_new(res, "variant", json_string(variant));
+  json_decref(probe);
+  return res;
 }

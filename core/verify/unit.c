@@ -368,12 +368,142 @@ static int compare(unit *u, dev_buf *db, double tol, json_t *res, char *msg, siz
   return pass;
 }
 
+/* A mode's bound ("abs_bound"): every output within
+ *   (act_rel + terms·accum_unit·(1 + act_rel))·mag + terms·abs_per_term
+ * of the reference, mag being the reference on the absolute values of the
+ * inputs (Σ_k |x_k·w_k| for matmul). NaN/Inf where the reference is finite,
+ * or a write past the end, fails as in compare. Fills res; 1 on pass. */
+static int compare_bound(unit *u, dev_buf *db, const double *mag, json_t *mode, double terms,
+                         const char *mode_name, json_t *res, char *msg, size_t mlen,
+                         const char *where) {
+  json_t *b = json_object_get(mode, "bound");
+  const double act = json_number_value(json_object_get(b, "act_rel")),
+               unit_r = json_number_value(json_object_get(b, "accum_unit")),
+               abs_t = json_number_value(json_object_get(b, "abs_per_term"));
+  const double rel = act + terms * unit_r * (1 + act), floor_abs = terms * abs_t;
+  int pass = 1;
+  double worst_ratio = 0, worst_abs = 0, worst_rel = 0;
+  json_t *outs = json_array();
+  int64_t off = 0;
+  for (int i = 0; i < u->nargs; i++) {
+    vf_arg *a = &u->a[i];
+    if (a->kind != VF_OUT && a->kind != VF_INOUT) continue;
+    int guard_ok = 1;
+    for (size_t g = 0; g < GUARD; g++) guard_ok &= db[i].host[db[i].bytes + g] == GUARD_BYTE;
+    double maxabs = 0, refmax = 0, ratio = 0;
+    int64_t at = -1, nonfinite = 0, first_bad = -1;
+    for (int64_t k = 0; k < a->n; k++) {
+      double want = a->val[k], got = decode_one(a->dtype, db[i].host, k);
+      double lim = rel * mag[off + k] + floor_abs;
+      if (fabs(want) > refmax) refmax = fabs(want);
+      if (isnan(got) && isnan(want)) continue;
+      if (!isfinite(got) && isfinite(want)) {
+        if (!nonfinite++) first_bad = k;
+        continue;
+      }
+      double d = got == want ? 0 : fabs(got - want);
+      if (d > maxabs) maxabs = d;
+      double r = d == 0 ? 0 : lim > 0 ? d / lim : INFINITY;
+      if (r > ratio || at < 0) ratio = r, at = k;
+    }
+    off += a->n;
+    double relerr = nonfinite ? INFINITY : maxabs / (refmax > 0 ? refmax : 1.0);
+    int ok = guard_ok && !nonfinite && ratio <= 1;
+    int64_t show = nonfinite ? first_bad : at;
+    double got_s = show >= 0 ? decode_one(a->dtype, db[i].host, show) : 0;
+    double want_s = show >= 0 ? a->val[show] : 0;
+    double lim_s = show >= 0 ? rel * mag[off - a->n + show] + floor_abs : 0;
+    json_t *o = json_pack("{s:s, s:o, s:o, s:I, s:b, s:s, s:o}", "arg", a->name, "max_abs_err",
+                          jnum(nonfinite ? INFINITY : maxabs), "max_rel_err", jnum(relerr),
+                          "nonfinite", (json_int_t)nonfinite, "guard_intact", guard_ok, "mode",
+                          mode_name, "max_err_over_bound", jnum(nonfinite ? INFINITY : ratio));
+    if (show >= 0)
+      json_object_set_new(o, "worst", json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)show, "got",
+                                                jnum(got_s), "want", jnum(want_s), "bound", jnum(lim_s)));
+    json_array_append_new(outs, o);
+    if (ratio > worst_ratio || isnan(ratio)) worst_ratio = ratio;
+    if (maxabs > worst_abs) worst_abs = maxabs;
+    if (relerr > worst_rel || isnan(relerr)) worst_rel = relerr;
+    if (!ok && pass) {
+      pass = 0;
+      if (!guard_ok)
+        snprintf(msg, mlen, "%s: wrote past the end of '%s' (%lld elements) %s", u->member, a->name,
+                 (long long)a->n, where);
+      else if (nonfinite)
+        snprintf(msg, mlen, "%s: %lld NaN/Inf values in '%s' (first %s[%lld]: got %g, want %g) %s",
+                 u->member, (long long)nonfinite, a->name, a->name, (long long)show, got_s, want_s,
+                 where);
+      else
+        snprintf(msg, mlen, "%s: error %.3g at %s[%lld] (got %.9g, want %.9g) > the %s bound %.3g %s",
+                 u->member, fabs(got_s - want_s), a->name, (long long)show, got_s, want_s, mode_name,
+                 lim_s, where);
+    }
+  }
+  json_object_set_new(res, "outputs", outs);
+  json_object_set_new(res, "max_abs_err", jnum(worst_abs));
+  json_object_set_new(res, "max_rel_err", jnum(worst_rel));
+  json_object_set_new(res, "mode", json_string(mode_name));
+  json_object_set_new(res, "max_err_over_bound", jnum(worst_ratio));
+  return pass;
+}
+
+/* mag = the reference on |inputs| (the outputs' magnitudes, Σ|x·w| for a
+ * product), every output buffer in argument order; u->a holds the case,
+ * its outputs already the reference's. */
+static int ref_magnitudes(unit *u, double **mag, char *err, size_t len) {
+  int64_t n = 0;
+  for (int i = 0; i < u->nargs; i++)
+    if (u->a[i].kind == VF_OUT || u->a[i].kind == VF_INOUT) n += u->a[i].n;
+  vf_arg a2[MAX_ARGS];
+  memcpy(a2, u->a, sizeof a2);
+  double *m = calloc((size_t)(n ? n : 1), sizeof *m), *keep[MAX_ARGS] = {0};
+  int rc = m ? 0 : -1;
+  if (!m) snprintf(err, len, "out of memory");
+  for (int i = 0; rc == 0 && i < u->nargs; i++) {
+    if (a2[i].kind == VF_INOUT) { /* its input is gone: the reference wrote over it */
+      snprintf(err, len, "a mode's bound needs separate input and output buffers ('%s' is inout)",
+               a2[i].name);
+      rc = -1;
+      break;
+    }
+    if (a2[i].kind != VF_IN && a2[i].kind != VF_OUT) continue;
+    keep[i] = malloc((size_t)(a2[i].n ? a2[i].n : 1) * sizeof(double));
+    if (!keep[i]) {
+      snprintf(err, len, "out of memory");
+      rc = -1;
+      break;
+    }
+    for (int64_t k = 0; k < a2[i].n; k++) keep[i][k] = a2[i].kind == VF_OUT ? 0 : fabs(a2[i].val[k]);
+    a2[i].val = keep[i];
+  }
+  vf_call call = {a2, u->nargs};
+  if (rc == 0) rc = u->ref(&call, err, len);
+  int64_t off = 0;
+  for (int i = 0; rc == 0 && i < u->nargs; i++)
+    if (a2[i].kind == VF_OUT || a2[i].kind == VF_INOUT) {
+      for (int64_t k = 0; k < a2[i].n; k++) m[off + k] = fabs(a2[i].val[k]);
+      off += a2[i].n;
+    }
+  for (int i = 0; i < u->nargs; i++) free(keep[i]);
+  if (rc != 0) {
+    free(m);
+    m = NULL;
+  }
+  *mag = m;
+  return rc;
+}
+
 /* ---------- the plan: every case's inputs, drawn in the parent ---------- */
 
 typedef struct pcase {
   int ci, vi;
   mi_dtype variant;
   double tol;
+  /* a mode of the operator contract the platform runs for this dtype, or
+   * NULL: the per-output bound replaces tol (compare_bound) */
+  json_t *mode;
+  const char *mode_name;
+  double terms; /* the mode's bound.terms for this case */
   const char *cname;
   char seed_hex[24], where[600];
   json_t *params;
@@ -549,6 +679,22 @@ vf_op_plan *vf_op_plan_new(const vf_unit_opts *o) {
 
   json_t *tol = json_object_get(u->op, "tolerance");
   json_t *plat_dtypes = json_object_get(o->platform_kernel, "dtypes");
+  /* the mode the platform runs: one its contract lists for this kernel
+   * whose tag is in the plugin's variant name (at most one is on) */
+  json_t *mode = NULL;
+  const char *mode_name = NULL, *mk;
+  json_t *mtag;
+  json_object_foreach(json_object_get(o->platform_kernel, "modes"), mk, mtag) {
+    json_t *m = json_object_get(json_object_get(u->op, "modes"), mk);
+    if (!m) {
+      plan_error(p, "%s: the platform contract lists mode '%s', which the operator contract does not define", u->op_id, mk);
+      return p;
+    }
+    if (o->variant && json_is_string(mtag) && strstr(o->variant, json_string_value(mtag))) {
+      mode = m;
+      mode_name = mk;
+    }
+  }
   int runs = 0;
   json_t *cs;
   json_array_foreach(json_object_get(u->op, "cases"), i, cs) {
@@ -587,6 +733,19 @@ vf_op_plan *vf_op_plan_new(const vf_unit_opts *o) {
       pc->tol = json_is_number(t) ? json_number_value(t) : 0.0;
       runs++;
       prepare_case(u, pc, cs);
+      if (mode && str_in(json_object_get(mode, "dtypes"), dname) && pc->state == 0) {
+        /* the term count of the bound, from this case's integers (still in u->a) */
+        json_t *tv = json_object_get(json_object_get(mode, "bound"), "terms");
+        int64_t terms = json_is_integer(tv) ? json_integer_value(tv) : 0;
+        if (json_is_string(tv) &&
+            mi_expr_eval(json_string_value(tv), lookup_int, u, &terms, pc->err, sizeof pc->err) != 0) {
+          pc->state = 1;
+          continue;
+        }
+        pc->mode = mode;
+        pc->mode_name = mode_name;
+        pc->terms = (double)terms;
+      }
     }
   }
   if (!runs) plan_error(p, "%s: no case could run on this platform%s", u->op_id, "");
@@ -817,6 +976,17 @@ json_t *vf_op_plan_judge(vf_op_plan *p, const vf_child_result *r) {
       if (u->ref(&call, err, sizeof err) != 0) {
         snprintf(msg, sizeof msg, "%s: contract error in case %s: %s", u->member, pc->cname, err);
         verdict = "ERROR";
+      } else if (pc->mode) {
+        double *mag = NULL;
+        if (ref_magnitudes(u, &mag, err, sizeof err) != 0) {
+          snprintf(msg, sizeof msg, "%s: contract error in case %s: %s", u->member, pc->cname, err);
+          verdict = "ERROR";
+        } else {
+          pass = compare_bound(u, db, mag, pc->mode, pc->terms, pc->mode_name, res, msg, sizeof msg,
+                               pc->where);
+          verdict = pass ? "PASS" : "FAIL";
+        }
+        free(mag);
       } else {
         pass = compare(u, db, pc->tol, res, msg, sizeof msg, pc->where);
         verdict = pass ? "PASS" : "FAIL";

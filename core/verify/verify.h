@@ -72,8 +72,13 @@ void *vf_member_fn(const mi_platform_iface *iface, const char *member);
 typedef struct vf_unit_opts {
   uint64_t seed;           /* master seed */
   json_t *operator_entry;  /* the operator contract */
-  json_t *platform_kernel; /* the platform contract's kernels[] item (dtypes) */
+  json_t *platform_kernel; /* the platform contract's kernels[] item (dtypes, modes) */
   int result_fd;           /* unused (kept for layout) */
+  /* the plugin's variant() name (from the probe), or NULL: a mode the
+   * platform contract lists for this kernel (kernels[].modes: mode -> tag)
+   * is on when its tag is part of this name, and the operator contract's
+   * bound for that mode replaces the tolerance on the dtypes it covers */
+  const char *variant;
 } vf_unit_opts;
 
 /* One operator contract as a plan: the parent draws every case's inputs

@@ -4,6 +4,9 @@
  *   cpu_bench [threads] [isa] gdr   the gated delta rule (chunked prefill vs token by token; decode)
  *   cpu_bench [threads] [isa] attn  prefill attention at 256..4096 tokens, f16 cache, chunks of 512
  *   cpu_bench [threads] [isa] layer the seven matmuls of a Qwen3-0.6B layer at M = 11, 256, 512
+ *   cpu_bench [threads] [isa] mmbf16  prefill matmul, bf16 weights: the exact f32 path
+ *                                   (matmul_act=f32) against the bf16-activation one
+ *                                   (matmul_act=bf16, avx512bf16 only), interleaved
  * GEMV (decode, M=1) with bf16 weights: GB/s of weights streamed, on shapes
  * of Qwen3-0.6B (N=3072,K=1024: an MLP projection; N=151936,K=1024: lm_head).
  * Prefill-shape matmul M=256,N=3072,K=1024 bf16: GFLOP/s. Attention decode
@@ -192,6 +195,77 @@ static void bench_layer(const mi_platform_iface *pi, void *ctx, const uint16_t *
   free(y);
 }
 
+static int sort_dbl(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The prefill matmul with bf16 weights, kernel alone: matmul_act=f32 (the
+ * exact f32 outer-product tiles) and matmul_act=bf16 (VDPBF16PS on bf16
+ * activations), calls of the two alternating so a busy neighbour slows both
+ * alike; best of R (and the median) per mode. M = prompt rows; K = 1024 (the
+ * 0.6B's q/k/v/o, gate/up) and 3072 (down); N sized for ~1 ms per call. The
+ * weights rotate over a 200+ MB matrix, so they come from memory as in the
+ * model. */
+static int bench_mmbf16(const mi_plugin_desc *d, mi_host_api *host, const char *threads,
+                        const char *isa) {
+  void *ctx[2];
+  const mi_platform_iface *pi[2];
+  static const char *const act[2] = {"f32", "bf16"};
+  for (int i = 0; i < 2; i++) {
+    mi_kv kv[] = {{"threads", threads}, {"isa", isa}, {"matmul_act", act[i]}};
+    mi_options opts = {kv, 3};
+    char err[512];
+    if (d->init(host, &opts, &ctx[i], err, sizeof err)) {
+      fprintf(stderr, "cpu_bench: %s\n", err);
+      if (i) d->fini(ctx[0]);
+      return 1;
+    }
+    pi[i] = d->get_iface(ctx[i]);
+  }
+  printf("variants %s vs %s, threads %s\n", pi[0]->variant(ctx[0]), pi[1]->variant(ctx[1]), threads);
+  const long NB = 36864, Kmax = 3072, Mmax = 1021;
+  uint16_t *w = huge_alloc((size_t)NB * 1024 * 2); /* NB rows of K = 1024, or a third of them of 3072 */
+  float *x = malloc((size_t)Mmax * Kmax * 4), *y = malloc((size_t)Mmax * 3072 * 4);
+  if (!w || !x || !y) {
+    fprintf(stderr, "cpu_bench: out of memory\n");
+    return 1;
+  }
+  for (size_t i = 0; i < (size_t)NB * 1024; i++) w[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 256);
+  for (long i = 0; i < Mmax * Kmax; i++) x[i] = (float)((i * 7919 % 4099) - 2049) / 2049.0f;
+  static const long Ks[] = {1024, 3072}, Ms[] = {4, 6, 8, 11, 16, 64, 256, 1021};
+  for (int kc = 0; kc < 2; kc++)
+    for (size_t c = 0; c < sizeof Ms / sizeof Ms[0]; c++) {
+      const long K = Ks[kc], M = Ms[c], rows = NB * 1024 / K;
+      /* ~150 MFLOP, at least 256 outputs (each thread converts its rows of x
+       * once per call: on a handful of panels that would dominate, unlike
+       * the model's 1024-3072 outputs) */
+      long N = 3 * 24576 * 1024 / (M * K);
+      N = N < 256 ? 256 : N > 3072 ? 3072 : N / 32 * 32;
+      enum { R = 31 };
+      double t[2][R];
+      for (int i = 0; i < 2; i++) pi[i]->matmul(ctx[i], NULL, y, x, w, MI_DTYPE_BF16, M, N, K);
+      for (int r = 0; r < R; r++)
+        for (int i = 0; i < 2; i++) {
+          const uint16_t *wr = w + (size_t)(((r * 2 + i) * 7919L * N) % (rows - N)) * K;
+          double t0 = now();
+          pi[i]->matmul(ctx[i], NULL, y, x, wr, MI_DTYPE_BF16, M, N, K);
+          t[i][r] = now() - t0;
+        }
+      const double fl = 2.0 * M * N * K;
+      for (int i = 0; i < 2; i++) qsort(t[i], R, sizeof t[i][0], sort_dbl);
+      printf("matmul bf16 M=%4ld N=%4ld K=%ld: f32 %6.1f GFLOP/s (median %6.1f), bf16act %6.1f "
+             "(median %6.1f): %.2fx, best of %d\n",
+             M, N, K, fl / t[0][0] / 1e9, fl / t[0][R / 2] / 1e9, fl / t[1][0] / 1e9,
+             fl / t[1][R / 2] / 1e9, t[0][0] / t[1][0], R);
+    }
+  for (int i = 0; i < 2; i++) d->fini(ctx[i]);
+  free(w);
+  free(x);
+  free(y);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *threads = argc > 1 ? argv[1] : "2";
   const char *isa = argc > 2 ? argv[2] : "auto";
@@ -203,6 +277,7 @@ int main(int argc, char **argv) {
   }
   const mi_plugin_desc *d = ((mi_plugin_entry_fn)dlsym(dl, MI_PLUGIN_ENTRY_SYMBOL))();
   mi_host_api host = {.struct_size = sizeof host, .abi_minor = MI_ABI_MINOR, .opt_get = opt_get};
+  if (argc > 3 && strcmp(argv[3], "mmbf16") == 0) return bench_mmbf16(d, &host, threads, isa);
   mi_kv kv[] = {{"threads", threads}, {"isa", isa}};
   mi_options opts = {kv, 2};
   void *ctx;

@@ -121,7 +121,11 @@ static int open_conf(int i, plat *p) {
   char err[512] = "";
   EXPECT(d->init(&host, &opts, &p->ctx, err, sizeof err) == 0, "init: %s", err);
   p->pi = d->get_iface(p->ctx);
-  ck_assert_str_eq(p->pi->variant(p->ctx), isa);
+  /* the ISA asked for; "avx512bf16+bf16act" (bf16-weight prefill on
+   * VDPBF16PS, the default there) runs these f32 products exactly too */
+  const char *v = p->pi->variant(p->ctx);
+  EXPECT(strncmp(v, isa, strlen(isa)) == 0 && (v[strlen(isa)] == 0 || v[strlen(isa)] == '+'),
+         "isa=%s: variant %s", isa, v);
   /* every hybrid member is there, on every variant */
   ck_assert(mi_platform_has(p->pi, copy2d) && mi_platform_has(p->pi, l2norm) &&
             mi_platform_has(p->pi, sigmoid_mul) && mi_platform_has(p->pi, conv1d_causal) &&

@@ -28,6 +28,14 @@
  *    weighted sum of L rows adds (L + 16)·u. All times max|v|, doubled.
  *  - silu_mul 8u·|ref|; add and scale 2u·|ref| (one rounding);
  *    embed and argmax exact.
+ *
+ * Every kernel test above runs with matmul_act=f32 (the exact path). The
+ * bf16-activation prefill path (matmul_act=bf16, avx512bf16 hosts only) is
+ * tested on its own (test_matmul_bf16act): each output against two float64
+ * references, the exact one and one with x rounded to bf16 (RNE) first,
+ * and always within the contract's bound for that mode,
+ *   |y - ref| <= (2^-8 + K·u·(1 + 2^-8))·Σ_k|x_k·w_k| + K·2^-126,
+ * computed from the inputs (ckb/operators/matmul.json, "bf16_activations").
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -51,6 +59,7 @@
 #endif
 
 #define U (FLT_EPSILON / 2) /* f32 unit roundoff 2^-24 */
+#define U_BF16 (1.0 / 256)  /* bf16 unit roundoff 2^-8 (8 significant bits, RNE) */
 
 /* Like ck_assert_msg, but silent when the condition holds: in fork mode
  * every ck_assert_* call is a write to Check's pipe, and the element loops
@@ -148,9 +157,9 @@ static void close_plat(plat *p) {
  * unavailable here (and says so). */
 static int open_conf(int i, plat *p) {
   const char *isa = ISAS[i / 3], *thr = THREADS[i % 3];
-  mi_kv kv[] = {{"threads", "0"}, {"isa", isa}, {"threads", thr}};
+  mi_kv kv[] = {{"threads", "0"}, {"isa", isa}, {"threads", thr}, {"matmul_act", "f32"}};
   char why[256] = "";
-  int score = open_with(kv, 3, p, why, sizeof why);
+  int score = open_with(kv, 4, p, why, sizeof why);
   if (score <= 0) {
     printf("SKIP isa=%s threads=%s: not available here (%s)\n", isa, thr, why);
     return 0;
@@ -977,9 +986,19 @@ static int expected_best(const host_isas *h) {
   return best;
 }
 
-static const char *variant_of(void *ctx) {
+static const char *variant_full(void *ctx) {
   const mi_platform_iface *pi = load_desc()->get_iface(ctx);
   return pi ? pi->variant(ctx) : "";
+}
+
+/* The ISA part of the variant name: "avx512bf16+bf16act" (the bf16-activation
+ * prefill mode, tested in test_matmul_act_option) names the ISA avx512bf16. */
+static const char *variant_of(void *ctx) {
+  static char buf[64];
+  snprintf(buf, sizeof buf, "%s", variant_full(ctx));
+  char *plus = strchr(buf, '+');
+  if (plus) *plus = 0;
+  return buf;
 }
 
 /* Not looped: option handling and ISA refusal. */
@@ -1133,6 +1152,206 @@ START_TEST(test_isa_env) {
 }
 END_TEST
 
+
+/* ---------------- the bf16-activation prefill matmul ---------------- */
+
+/* f32 -> bf16 -> double, round to nearest even, subnormals to zero (as
+ * VCVTNE2PS2BF16 does); written here, independent of the plugin and SDK. */
+static double bf16_rne(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0) return signbit(f) ? -0.0 : 0.0;
+  if (isnan(f)) return f;
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* One call in matmul_act=bf16 mode. Every output must be within the
+ * contract's bound for the mode, and be either the exact result or the
+ * bf16-activation one (each within f32 accumulation error of its float64
+ * reference). bf16 weights with must_bf16 must give the latter (the path is
+ * really taken); decode (M = 1) and f32/f16 weights the former. Returns how
+ * many outputs were the bf16-activation result and not the exact one. */
+static int64_t check_matmul_bf16act(plat *p, mi_dtype dt, int64_t M, int64_t N, int64_t K,
+                                    int must_bf16) {
+  size_t es = mi_dtype_size(dt);
+  float *x = rand_f32((size_t)(M * K), -1, 1);
+  double *wref = malloc((size_t)(N * K + 1) * sizeof *wref);
+  double *xb = malloc((size_t)(M * K + 1) * sizeof *xb);
+  for (int64_t i = 0; i < M * K; i++) xb[i] = bf16_rne(x[i]);
+  void *w = rand_weights(dt, (size_t)(N * K), wref);
+  float *y = malloc((size_t)(M * N) * sizeof *y);
+  for (int64_t i = 0; i < M * N; i++) y[i] = NAN;
+  mi_buffer *bx, *bw;
+  const float *dx = wrap(p, x, (size_t)(M * K) * 4, &bx);
+  const void *dw = wrap(p, w, (size_t)(N * K) * es, &bw);
+  int rc = p->pi->matmul(p->ctx, NULL, y, dx, dw, dt, M, N, K);
+  EXPECT(rc == 0, "matmul %s M=%ld N=%ld K=%ld: rc %d: %s", mi_dtype_name(dt), (long)M, (long)N,
+         (long)K, rc, p->pi->last_error(p->ctx));
+  int64_t nb = 0;
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t n = 0; n < N; n++) {
+      double ref = 0, mag = 0, refb = 0, magb = 0;
+      for (int64_t k = 0; k < K; k++) {
+        double t = (double)x[m * K + k] * wref[n * K + k], tb = xb[m * K + k] * wref[n * K + k];
+        ref += t, mag += fabs(t);
+        refb += tb, magb += fabs(tb);
+      }
+      const double got = y[m * N + n];
+      const double bound = (U_BF16 + (double)K * U * (1 + U_BF16)) * mag + (double)K * 0x1p-126;
+      EXPECT(fabs(got - ref) <= bound,
+             "matmul_act=bf16 %s M=%ld N=%ld K=%ld: y[%ld,%ld] = %.9g, want %.9g (err %.3g > the "
+             "bf16_activations bound %.3g)",
+             mi_dtype_name(dt), (long)M, (long)N, (long)K, (long)m, (long)n, got, ref,
+             fabs(got - ref), bound);
+      const int is_exact = fabs(got - ref) <= 4.0 * sqrt((double)K) * U * mag + 1e-30;
+      const int is_bf16 = fabs(got - refb) <= 4.0 * sqrt((double)K) * U * magb + 1e-30;
+      if (dt != MI_DTYPE_BF16 || M == 1)
+        EXPECT(is_exact, "matmul_act=bf16 %s M=%ld N=%ld K=%ld: y[%ld,%ld] = %.9g is not the exact "
+               "result %.9g (only bf16 weights in prefill may round x)",
+               mi_dtype_name(dt), (long)M, (long)N, (long)K, (long)m, (long)n, got, ref);
+      else if (must_bf16)
+        EXPECT(is_bf16, "matmul_act=bf16 M=%ld N=%ld K=%ld: y[%ld,%ld] = %.9g is not the "
+               "bf16-activation result %.9g (exact: %.9g)",
+               (long)M, (long)N, (long)K, (long)m, (long)n, got, refb, ref);
+      else
+        EXPECT(is_exact || is_bf16, "matmul_act=bf16 M=%ld N=%ld K=%ld: y[%ld,%ld] = %.9g is "
+               "neither the exact result %.9g nor the bf16-activation one %.9g",
+               (long)M, (long)N, (long)K, (long)m, (long)n, got, ref, refb);
+      nb += is_bf16 && !is_exact;
+    }
+  p->pi->buffer_free(p->ctx, bx);
+  p->pi->buffer_free(p->ctx, bw);
+  free(x);
+  free(xb);
+  free(w);
+  free(wref);
+  free(y);
+  return nb;
+}
+
+/* matmul_act=bf16 on avx512bf16, threads 1, 2, 3 (skipped on a host or
+ * under an MI_CPU_ISA_MAX without AVX512_BF16). Shapes: rows below, at and
+ * above the switch to the bf16 path (2..5: CPU_BF16ACT_MIN_M is 4, and the
+ * rows of one thread's call count) and around its 8-row tile (7, 8, 9, 13,
+ * 16, 17, 20, 23: the 2- and 4-row tiles and clamped 8-row ones), outputs around the 16-word transpose and the 32-output panel
+ * (masked columns), K odd and even around the 16-pair transpose (31, 32,
+ * 33, 63) and the 128-pair panel block (255, 256, 257), one row (decode,
+ * always exact). From 64 rows and 48 outputs (every thread then has all
+ * the rows) the path must be taken. */
+START_TEST(test_matmul_bf16act) {
+  const host_isas h = expected_isas(-1);
+  const char *thr = THREADS[_i];
+  if (!h.avail[3]) {
+    printf("SKIP matmul_act=bf16 threads=%s: avx512bf16 not available here (%s)\n", thr, h.why[3]);
+    return;
+  }
+  plat p;
+  mi_kv kv[] = {{"isa", "avx512bf16"}, {"threads", thr}, {"matmul_act", "bf16"}};
+  char why[256] = "";
+  ck_assert_int_gt(open_with(kv, 3, &p, why, sizeof why), 0);
+  ck_assert_str_eq(variant_full(p.ctx), "avx512bf16+bf16act");
+  rng_seed(seed_for(20, _i));
+  static const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 20, 23, 64, 67},
+                       Ns[] = {1, 15, 16, 17, 31, 32, 33, 48, 97},
+                       Ks[] = {1, 2, 3, 31, 32, 33, 63, 255, 256, 257, 1023};
+  int64_t nb = 0;
+  for (int a = 0; a < 15; a++)
+    for (int b = 0; b < 9; b++) {
+      const int64_t M = Ms[a], N = Ns[b], K = Ks[(a + 2 * b) % 11];
+      nb += check_matmul_bf16act(&p, MI_DTYPE_BF16, M, N, K, M >= 64 && N >= 48);
+    }
+  /* several panels of N and blocks of K, M over many tiles */
+  nb += check_matmul_bf16act(&p, MI_DTYPE_BF16, 100, 200, 300, 1);
+  nb += check_matmul_bf16act(&p, MI_DTYPE_BF16, 67, 97, 1023, 1);
+  nb += check_matmul_bf16act(&p, MI_DTYPE_BF16, 130, 64, 65, 1);
+  /* decode and the other weight types stay exact */
+  check_matmul_bf16act(&p, MI_DTYPE_BF16, 1, 1000, 300, 0);
+  check_matmul_bf16act(&p, MI_DTYPE_F32, 40, 97, 257, 0);
+  check_matmul_bf16act(&p, MI_DTYPE_F16, 40, 97, 257, 0);
+  printf("matmul_act=bf16 threads=%s: %lld outputs were the bf16-activation result\n", thr,
+         (long long)nb);
+  ck_assert_int_gt(nb, 0);
+  close_plat(&p);
+}
+END_TEST
+
+/* matmul_act= and MI_CPU_MATMUL_ACT: the variant name tells the mode;
+ * bf16 where the variant has no AVX512_BF16, or an unknown value, is
+ * refused in one line; the option wins over the environment. */
+START_TEST(test_matmul_act_option) {
+  const mi_plugin_desc *d = load_desc();
+  char *act0 = saved_env("MI_CPU_MATMUL_ACT"), *isa0 = saved_env("MI_CPU_ISA");
+  unsetenv("MI_CPU_MATMUL_ACT");
+  unsetenv("MI_CPU_ISA");
+  const host_isas h = expected_isas(-1);
+  const int best = expected_best(&h);
+  char want[64], why[256], err[512];
+  void *ctx = NULL;
+  snprintf(want, sizeof want, "%s%s", ISAS[best], best == 3 ? "+bf16act" : "");
+  /* auto (the default): the bf16 path exactly where the variant has it */
+  mi_options none = {NULL, 0};
+  ck_assert_int_eq(d->init(&host, &none, &ctx, err, sizeof err), 0);
+  ck_assert_str_eq(variant_full(ctx), want);
+  d->fini(ctx);
+  mi_kv f32[] = {{"matmul_act", "f32"}};
+  mi_options of = {f32, 1};
+  ck_assert_int_eq(d->init(&host, &of, &ctx, err, sizeof err), 0);
+  ck_assert_str_eq(variant_full(ctx), ISAS[best]);
+  d->fini(ctx);
+  for (int i = 0; i < 3; i++) /* lesser variants: exact, whatever the mode */
+    if (h.avail[i]) {
+      mi_kv kv[] = {{"isa", ISAS[i]}, {"matmul_act", "auto"}};
+      mi_options o = {kv, 2};
+      ck_assert_int_eq(d->init(&host, &o, &ctx, err, sizeof err), 0);
+      ck_assert_str_eq(variant_full(ctx), ISAS[i]);
+      d->fini(ctx);
+      kv[1].value = "bf16";
+      ck_assert_int_eq(d->probe(&host, &o, why, sizeof why), 0);
+      err[0] = 0;
+      ck_assert_int_ne(d->init(&host, &o, &ctx, err, sizeof err), 0);
+      printf("isa=%s matmul_act=bf16 refused: %s\n", ISAS[i], err);
+      EXPECT(strstr(err, "matmul_act=bf16 was requested") && !strchr(err, '\n') &&
+                 strstr(err, h.avail[3] ? "has no VDPBF16PS" : h.why[3]),
+             "isa=%s matmul_act=bf16: got '%s'", ISAS[i], err);
+    }
+  mi_kv bf[] = {{"matmul_act", "bf16"}};
+  mi_options ob = {bf, 1};
+  if (h.avail[3]) {
+    ck_assert_int_eq(d->init(&host, &ob, &ctx, err, sizeof err), 0);
+    ck_assert_str_eq(variant_full(ctx), "avx512bf16+bf16act");
+    d->fini(ctx);
+  }
+  mi_kv bad[] = {{"matmul_act", "fp8"}};
+  mi_options obad = {bad, 1};
+  ck_assert_int_eq(d->probe(&host, &obad, why, sizeof why), 0);
+  ck_assert_int_ne(d->init(&host, &obad, &ctx, err, sizeof err), 0);
+  EXPECT(strstr(err, "option matmul_act=fp8 is unknown") && !strchr(err, '\n'), "got '%s'", err);
+  /* the environment: the default for the option, which wins */
+  setenv("MI_CPU_MATMUL_ACT", "f32", 1);
+  ck_assert_int_eq(d->init(&host, &none, &ctx, err, sizeof err), 0);
+  ck_assert_str_eq(variant_full(ctx), ISAS[best]);
+  d->fini(ctx);
+  mi_kv au[] = {{"matmul_act", "auto"}};
+  mi_options oau = {au, 1};
+  ck_assert_int_eq(d->init(&host, &oau, &ctx, err, sizeof err), 0);
+  ck_assert_str_eq(variant_full(ctx), want);
+  d->fini(ctx);
+  setenv("MI_CPU_MATMUL_ACT", "half", 1);
+  ck_assert_int_ne(d->init(&host, &none, &ctx, err, sizeof err), 0);
+  EXPECT(strstr(err, "MI_CPU_MATMUL_ACT=half is unknown") && !strchr(err, '\n'), "got '%s'", err);
+  if (!h.avail[3]) {
+    setenv("MI_CPU_MATMUL_ACT", "bf16", 1);
+    ck_assert_int_ne(d->init(&host, &none, &ctx, err, sizeof err), 0);
+    EXPECT(strstr(err, "MI_CPU_MATMUL_ACT=bf16 was requested") && strstr(err, h.why[3]),
+           "got '%s'", err);
+  }
+  restore_env("MI_CPU_MATMUL_ACT", act0);
+  restore_env("MI_CPU_ISA", isa0);
+}
+END_TEST
+
 static Suite *cpu_suite(void) {
   Suite *s = suite_create("cpu_kernels");
   TCase *tc = tcase_create("kernels");
@@ -1150,6 +1369,8 @@ static Suite *cpu_suite(void) {
   tcase_add_loop_test(tc, test_concurrent_callers, 0, NCONF);
   tcase_add_test(tc, test_isa_selection);
   tcase_add_test(tc, test_isa_env);
+  tcase_add_loop_test(tc, test_matmul_bf16act, 0, 3);
+  tcase_add_test(tc, test_matmul_act_option);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -48,6 +48,31 @@ START_TEST(test_x86_variants) {
 }
 END_TEST
 
+/* The bf16-dot loop: measured only for a variant that uses VDPBF16PS (the
+ * CPU platform's "+bf16act") on a CPU that has it; refused otherwise. */
+START_TEST(test_bf16dot) {
+  mi_fma_peak p;
+  ck_assert_int_eq(mi_measure_bf16dot_peak("avx512bf16", 1, 1, &p), -1);
+  ck_assert_int_eq(mi_measure_bf16dot_peak("avx2", 1, 1, &p), -1);
+  ck_assert_int_eq(mi_measure_bf16dot_peak(NULL, 1, 1, &p), -1);
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16")) {
+    ck_assert_int_eq(mi_measure_bf16dot_peak("avx512bf16+bf16act", 2, 10, &p), 0);
+    ck_assert_msg(isfinite(p.per_thread_gflops) && p.per_thread_gflops > 0 &&
+                      isfinite(p.all_gflops) && p.all_gflops > 0,
+                  "bf16 dot peak %g / %g", p.per_thread_gflops, p.all_gflops);
+    ck_assert_int_eq(p.lanes, 16);
+    printf("avx512bf16+bf16act: bf16 dot %.1f GFLOP/s per thread, %.1f with 2 threads (not "
+           "checked)\n",
+           p.per_thread_gflops, p.all_gflops);
+    return;
+  }
+#endif
+  ck_assert_int_eq(mi_measure_bf16dot_peak("avx512bf16+bf16act", 1, 1, &p), -1);
+}
+END_TEST
+
 START_TEST(test_unknown_refused) {
   mi_fma_peak p;
   ck_assert_int_eq(mi_measure_fma_peak(NULL, 1, 1, &p), -1);
@@ -63,6 +88,7 @@ int main(void) {
   tcase_add_test(tc, test_generic_always);
   tcase_add_test(tc, test_x86_variants);
   tcase_add_test(tc, test_unknown_refused);
+  tcase_add_test(tc, test_bf16dot);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

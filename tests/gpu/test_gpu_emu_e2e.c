@@ -139,6 +139,10 @@ START_TEST(device_memory_not_host_accessible) {
 END_TEST
 
 int main(void) {
+  /* The emulated GPU computes in f32: compared with the CPU platform's exact
+   * matmul path (its default on AVX512_BF16 hosts rounds prefill
+   * activations to bf16, the matmul contract's bf16_activations mode). */
+  setenv("MI_CPU_MATMUL_ACT", "f32", 1);
   Suite *s = suite_create("gpu_emu_e2e");
   TCase *tc = tcase_create("qwen3");
   tcase_add_checked_fixture(tc, setup, teardown);

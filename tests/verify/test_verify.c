@@ -334,6 +334,63 @@ START_TEST(mutant_matmul_segv) {
   mutant("matmul_segv", "operator.matmul", "CRASH", "matmul: crashed (", "");
 }
 END_TEST
+/* Rounds x to bf16 but claims the exact mode (no "+bf16act" in its variant
+ * name): the exact tolerance, which holds for every weight type, rejects it. */
+START_TEST(mutant_matmul_bf16act) {
+  mutant("matmul_bf16act", "operator.matmul", "FAIL", "matmul: max rel error", "");
+}
+END_TEST
+
+/* operator.matmul in the mode the plugin runs. MI_CPU_MATMUL_ACT=f32: the
+ * exact mode, the tolerance. The default (auto): on a host whose variant
+ * announces the bf16_activations mode ("+bf16act"), its bf16 cases are
+ * judged by the mode's per-output bound, and the prefill cases really
+ * round (an error the exact tolerance would refuse). */
+static json_t *matmul_cases(run *r) {
+  ck_assert_msg(r->exited && r->code == 0, "exit %d:\n%s", r->code, r->out);
+  json_t *u = unit(r->report, "operator.matmul");
+  ck_assert_ptr_nonnull(u);
+  ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "PASS");
+  return json_object_get(u, "cases");
+}
+
+START_TEST(matmul_mode_stage1) {
+  run r;
+  snprintf(env_prefix, sizeof env_prefix, "MI_CPU_MATMUL_ACT=f32");
+  verify(&r, cpu_so, "--seed 11 --only operator.matmul");
+  env_prefix[0] = 0;
+  size_t i;
+  json_t *c;
+  json_array_foreach(matmul_cases(&r), i, c) {
+    ck_assert_ptr_null(json_object_get(c, "mode"));
+    ck_assert_double_le(json_number_value(json_object_get(c, "max_rel_err")), 2e-5);
+  }
+  json_decref(r.report);
+  snprintf(env_prefix, sizeof env_prefix, "MI_CPU_MATMUL_ACT=auto");
+  verify(&r, cpu_so, "--seed 11 --only operator.matmul");
+  env_prefix[0] = 0;
+  json_t *cases = matmul_cases(&r);
+  const char *variant = json_string_value(json_object_get(json_array_get(json_object_get(r.report, "stages"), 0), "variant"));
+  int announced = variant && strstr(variant, "+bf16act");
+  printf("matmul, MI_CPU_MATMUL_ACT=auto: variant %s\n", variant ? variant : "(no mode listed)");
+  double worst_bf16 = 0;
+  json_array_foreach(cases, i, c) {
+    const char *dt = json_string_value(json_object_get(c, "dtype")), *mode = json_string_value(json_object_get(c, "mode"));
+    if (announced && !strcmp(dt, "bf16")) {
+      ck_assert_str_eq(mode, "bf16_activations");
+      ck_assert_double_le(json_number_value(json_object_get(c, "max_err_over_bound")), 1);
+      const char *name = json_string_value(json_object_get(c, "case"));
+      if (!strncmp(name, "prefill", 7) && json_number_value(json_object_get(c, "max_rel_err")) > worst_bf16)
+        worst_bf16 = json_number_value(json_object_get(c, "max_rel_err"));
+    } else {
+      ck_assert_ptr_null(mode);
+    }
+  }
+  if (announced) ck_assert_double_gt(worst_bf16, 2e-5); /* the path ran: x was rounded */
+  json_decref(r.report);
+}
+END_TEST
+
 START_TEST(mutant_argmax_hang) {
   mutant("argmax_hang", "operator.argmax", "TIMEOUT", "argmax: TIMEOUT", "--timeout 1.5");
 }
@@ -588,6 +645,8 @@ int main(void) {
   tcase_add_test(t, mutant_softmax_nomax);
   tcase_add_test(t, mutant_matmul_segv);
   tcase_add_test(t, mutant_argmax_hang);
+  tcase_add_test(t, mutant_matmul_bf16act);
+  tcase_add_test(t, matmul_mode_stage1);
   tcase_add_test(t, mutant_silu_alias);
   tcase_add_test(t, mutant_convert_trunc);
   tcase_add_test(t, cpu_plugin_passes_stage2);

@@ -18,6 +18,8 @@
  *   cpu_attn_avx512.c     tiled prefill attention micro-kernels, AVX-512F
  *   cpu_avx2_pack.h       prefill matmul weight panels (8x8 transposes), for the two
  *                         files built with -mavx2
+ *   cpu_matmul_bf16.c     prefill matmul with activations rounded to bf16, VDPBF16PS
+ *                         (AVX512_BF16; matmul_act=auto|bf16), compiled with -mavx512bf16
  */
 #ifndef MI_CPU_INTERNAL_H
 #define MI_CPU_INTERNAL_H
@@ -92,6 +94,8 @@ extern const cpu_kernel_set cpu_kernels_generic;
 #if defined(MI_CPU_X86)
 extern const cpu_kernel_set cpu_kernels_avx2;
 extern const cpu_kernel_set cpu_kernels_avx512;
+/* cpu_kernels_avx512 with bf16-weight prefill on VDPBF16PS (cpu_matmul_bf16.h) */
+extern const cpu_kernel_set cpu_kernels_avx512bf16act;
 #endif
 
 /* ---- thread pool (cpu_threads.c) ---- */

@@ -20,6 +20,7 @@
 #include "cpu_avx2_pack.h"
 #include "cpu_avx512_load.h"
 #include "cpu_internal.h"
+#include "cpu_matmul_bf16.h"
 
 #define AI static inline __attribute__((always_inline))
 #define VL 16
@@ -491,3 +492,26 @@ const cpu_kernel_set cpu_kernels_avx512 = {.name = "avx512",
                                            .to_f32 = to_f32,
                                            .silu_mul = silu_mul,
                                            .from_f32 = from_f32};
+
+/* matmul_act=auto|bf16 on the avx512bf16 variant: bf16 weights at
+ * CPU_BF16ACT_MIN_M rows or more go to the bf16-activation tiles
+ * (cpu_matmul_bf16.c); everything else, and that path when its scratch
+ * cannot be allocated, runs the exact kernels above. */
+static void matmul_tile_bf16act(float *y, const float *x, const void *w, mi_dtype dt, int64_t N,
+                                int64_t K, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  if (dt == MI_DTYPE_BF16 && m1 - m0 >= CPU_BF16ACT_MIN_M &&
+      cpu_matmul_bf16(y, x, w, N, K, m0, m1, n0, n1) == 0)
+    return;
+  matmul_tile(y, x, w, dt, N, K, m0, m1, n0, n1);
+}
+
+const cpu_kernel_set cpu_kernels_avx512bf16act = {.name = "avx512bf16+bf16act",
+                                                  .matmul_tile = matmul_tile_bf16act,
+                                                  .dot = dot,
+                                                  .axpy = axpy,
+                                                  .scal = scal,
+                                                  .dot4 = dot4,
+                                                  .axpy4 = axpy4,
+                                                  .to_f32 = to_f32,
+                                                  .silu_mul = silu_mul,
+                                                  .from_f32 = from_f32};

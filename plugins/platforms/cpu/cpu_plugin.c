@@ -5,10 +5,21 @@
  *   threads=N      worker count including the caller; 0 or absent = online CPUs
  *   isa=NAME       generic | avx2 | avx512 | avx512bf16 (or auto): force a
  *                  variant; one this machine/OS cannot run is refused
+ *   matmul_act=M   auto | f32 | bf16: how prefill matmuls with bf16 weights
+ *                  treat the activations. f32: exact everywhere (weights
+ *                  widened, f32 FMA). auto (default): on the avx512bf16
+ *                  variant, from CPU_BF16ACT_MIN_M rows the activations are
+ *                  rounded to bf16 and VDPBF16PS does the work (the matmul
+ *                  contract's mode "bf16_activations"); exact elsewhere and
+ *                  always for decode (M = 1). bf16: as auto, but refused on a
+ *                  variant without AVX512_BF16. The variant name then reads
+ *                  "avx512bf16+bf16act", so callers see the mode.
  *
  * Environment:
  *   MI_CPU_ISA=NAME      the default for isa= (an isa= option wins); refused
  *                        exactly like isa=NAME
+ *   MI_CPU_MATMUL_ACT=M  the default for matmul_act= (the option wins);
+ *                        refused exactly like matmul_act=M
  *   MI_CPU_ISA_MAX=NAME  behave as a host whose best variant is NAME: the
  *                        variants above it count as unavailable (auto picks
  *                        at most NAME, isa= above it is refused). A host
@@ -21,12 +32,12 @@
  *
  * Variants. One .so carries all of them; cpu_isa.c decides at run time which
  * ones this CPU and OS can run, and the best one is used unless isa= says
- * otherwise. "avx512bf16" runs the same exact kernels as "avx512": bf16
- * weights are widened to f32 in registers and multiplied with f32 FMA, which
- * is exact with respect to the f32 activations. (VDPBF16PS would need the
- * activations rounded to bf16 — a relative error of up to 2^-9 per product,
- * far outside the f32 tolerance — so it is not used.) The variant is kept
- * separate so it scores higher and can gain bf16-specific paths later.
+ * otherwise. "avx512bf16" runs the same kernels as "avx512" (bf16 weights
+ * widened to f32 in registers, f32 FMA: exact with respect to the f32
+ * activations) except, unless matmul_act=f32, the prefill matmul with bf16
+ * weights: VDPBF16PS on activations rounded to bf16 (cpu_matmul_bf16.c), 2x
+ * the multiply-adds per instruction, within the looser bound the matmul
+ * contract states for that mode.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -36,6 +47,7 @@
 #include <unistd.h>
 
 #include "cpu_internal.h"
+#include "cpu_matmul_bf16.h"
 
 #define CPU_PLUGIN_VERSION "0.1.0"
 #define CPU_MAX_THREADS 1024
@@ -68,6 +80,7 @@ typedef struct cpu_config {
   const char *forced_by; /* "isa" or "MI_CPU_ISA" when a variant was asked for, else NULL */
   int nthreads;
   int spin_us;
+  int bf16act; /* 1: prefill bf16-weight matmuls round x to bf16 (matmul_act) */
   cpu_isa_info info;
 } cpu_config;
 
@@ -133,6 +146,35 @@ static int read_config(const mi_host_api *host, const mi_options *opts, cpu_conf
     cfg->forced_by = src;
   }
 
+  /* matmul_act: read after the variant, which decides what it can do */
+  src = "option matmul_act";
+  v = opt(host, opts, "matmul_act");
+  if (!v || !*v) {
+    src = "MI_CPU_MATMUL_ACT";
+    v = getenv("MI_CPU_MATMUL_ACT");
+  }
+  int act = 0; /* 0 auto, 1 f32, 2 bf16 */
+  if (v && *v) {
+    if (strcmp(v, "auto") == 0) act = 0;
+    else if (strcmp(v, "f32") == 0) act = 1;
+    else if (strcmp(v, "bf16") == 0) act = 2;
+    else {
+      snprintf(err, err_len, "cpu: %s=%s is unknown (auto, f32, bf16)", src, v);
+      return -1;
+    }
+  }
+  if (act == 2 && cfg->isa != CPU_ISA_AVX512BF16) {
+    if (!cfg->info.available[CPU_ISA_AVX512BF16])
+      snprintf(err, err_len, "cpu: %s=bf16 was requested but this machine cannot run it: %s", src,
+               cfg->info.why_not[CPU_ISA_AVX512BF16]);
+    else
+      snprintf(err, err_len, "cpu: %s=bf16 was requested but the variant in use, %s (%s=%s), has no VDPBF16PS",
+               src, cpu_isa_name(cfg->isa), cfg->forced_by ? cfg->forced_by : "isa",
+               cpu_isa_name(cfg->isa));
+    return -1;
+  }
+  cfg->bf16act = act != 1 && cfg->isa == CPU_ISA_AVX512BF16;
+
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   cfg->nthreads = online > 0 ? (int)(online < CPU_MAX_THREADS ? online : CPU_MAX_THREADS) : 1;
   v = opt(host, opts, "threads");
@@ -190,6 +232,8 @@ static int cpu_probe(const mi_host_api *host, const mi_options *opts, char *why,
   return cpu_isa_score(cfg.isa);
 }
 
+static const char *cpu_variant(void *ctx);
+
 static const cpu_kernel_set *kernels_for(cpu_isa isa) {
 #if defined(MI_CPU_X86)
   if (isa >= CPU_ISA_AVX512) return &cpu_kernels_avx512;
@@ -222,6 +266,9 @@ static int cpu_init(const mi_host_api *host, const mi_options *opts, void **ctx,
   c->host = host;
   c->isa = cfg.isa;
   c->k = kernels_for(cfg.isa);
+#if defined(MI_CPU_X86)
+  if (cfg.bf16act) c->k = &cpu_kernels_avx512bf16act;
+#endif
   c->nthreads = cfg.nthreads;
   if (cpu_pool_create(&c->pool, cfg.nthreads, cfg.spin_us, err, err_len) != 0) {
     free(c);
@@ -243,7 +290,7 @@ static int cpu_init(const mi_host_api *host, const mi_options *opts, void **ctx,
   snprintf(c->device_name, sizeof c->device_name, "%s (%d thread%s)", cpu_isa_describe(c->isa),
            c->nthreads, c->nthreads == 1 ? "" : "s");
   if (host && host->log)
-    host->log(MI_LOG_INFO, CPU_PLUGIN_NAME, "variant %s, %d thread%s", cpu_isa_name(c->isa),
+    host->log(MI_LOG_INFO, CPU_PLUGIN_NAME, "variant %s, %d thread%s", cpu_variant(c),
               c->nthreads, c->nthreads == 1 ? "" : "s");
   *ctx = c;
   return 0;
@@ -263,7 +310,13 @@ static void cpu_fini(void *ctx) {
 
 static const char *cpu_variant(void *ctx) {
   cpu_ctx *c = ctx;
-  return c ? cpu_isa_name(c->isa) : "?";
+  /* the kernel set's name: the ISA, plus "+bf16act" when prefill rounds
+   * activations to bf16 (callers such as mi-verify pick the tolerance by it) */
+  if (!c) return "?";
+#if defined(MI_CPU_X86)
+  if (c->k == &cpu_kernels_avx512bf16act) return c->k->name;
+#endif
+  return cpu_isa_name(c->isa);
 }
 
 static int cpu_device_count(void *ctx) {
