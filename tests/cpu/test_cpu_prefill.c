@@ -81,8 +81,11 @@ static const char *const THREADS[] = {"1", "2", "3"};
  * available here (and says so). */
 static int open_conf(int i, plat *p) {
   const char *isa = ISAS[i / 3], *thr = THREADS[i % 3];
-  mi_kv kv[] = {{"isa", isa}, {"threads", thr}};
-  mi_options opts = {kv, 2};
+  /* matmul_act=f32: the exact f32 tiles are what this file checks (on
+   * avx512bf16 the default sends bf16 prefill matmuls to the
+   * bf16-activation tiles, which test_cpu_kernels checks by their bound) */
+  mi_kv kv[] = {{"isa", isa}, {"threads", thr}, {"matmul_act", "f32"}};
+  mi_options opts = {kv, 3};
   char why[256] = "";
   const mi_plugin_desc *d = load_desc();
   if (d->probe(&host, &opts, why, sizeof why) <= 0) {
