@@ -5,10 +5,11 @@
  * Everything but gated_delta_rule is elementwise or per row and bound by
  * memory; those loops are plain C the compiler vectorises, split over the
  * pool when large. gated_delta_rule is the layer's compute: one value head
- * per task, and for T > 1 the chunked form (below) so prefill runs as small
- * matrix products through the variant's matmul_tile instead of T rank-1
- * updates of the state. One token (decode) uses the recurrent form, which
- * reads and writes the state twice and is bound by that traffic.
+ * per task, and above GDR_RECURRENT_MAX_T tokens the chunked form (below) so
+ * prefill runs as small matrix products through the variant's matmul_tile
+ * instead of T rank-1 updates of the state. One or two tokens (decode) use
+ * the recurrent form, which reads and writes the state twice per token and
+ * is bound by that traffic.
  *
  * Every entry point checks shapes, NULLs and the aliasing the contract
  * forbids before touching memory, and fails with "cpu: <kernel>: ..." */
@@ -353,13 +354,13 @@ int cpu_deltanet_gates(void *ctx, mi_stream *s, float *beta, float *g, const flo
 
 /* ---------------- gated_delta_rule ----------------
  *
- * Recurrent form (T == 1, and the definition): per token, with e = e^g,
+ * Recurrent form (T <= GDR_RECURRENT_MAX_T, and the definition): per token, with e = e^g,
  *   δ = beta · (v − e · S_oldᵀ k);  S ← e · S + k ⊗ δ;  o = Sᵀ q,
  * two passes over S [Dk, Dv], all with the variant's vector loops: one
  * reads it for S_oldᵀ k (four rows at a time), one rewrites each row and
  * accumulates o from the new row while it is in L1.
  *
- * Chunked form (T > 1; docs/hybrid.md "The chunked form"): a chunk of C
+ * Chunked form (longer calls; docs/hybrid.md "The chunked form"): a chunk of C
  * tokens with cumulative log decays G_i = g_0 + ... + g_i and initial state
  * S₀ (kept transposed, St = S₀ᵀ [Dv, Dk], for the chunk's whole life in the
  * head so the products below are matmul_tile's y = x · wᵀ):
