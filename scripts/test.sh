@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test: the Release build's ctest suite, then the tests that run
 # CPU kernels once more for each lesser CPU variant this host can run, each
-# libFuzzer harness for a short time (MI_FUZZ_SECONDS, default 15), then the
-# ASan+UBSan build's ctest suite.
+# libFuzzer harness for a short time (MI_FUZZ_SECONDS, default 15, one
+# harness per core), then the ASan+UBSan build's ctest suite (MI_TEST_QUICK:
+# the suites that say so run fewer repetitions of the same paths there;
+# tests/CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh build
@@ -30,7 +32,7 @@ done
 unset 'variants[${#variants[@]}-1]' # the best one: the run above
 not_cpu='^(test_loader|test_loader_conf|loader_mi_run_list|loader_sdk_template|test_tokenizer'
 not_cpu+='|test_safetensors|test_mkmodel|test_ckb|test_gpu_host|test_gpu_plugins|gpu_conformance_emu(32|64)'
-not_cpu+='|test_cli_errors|test_verify_model|test_gpu_emu_e2e|test_gpu_tp|test_gen|test_llm_client|test_llm_agents|test_llm_openai_mock'
+not_cpu+='|test_cli_errors|test_verify_model|test_gpu_emu_e2e|test_gpu_tp|test_gen|test_gen_tp2|test_llm_client|test_llm_agents|test_llm_openai_mock'
 not_cpu+='|test_serve|test_serve_openai|loader_misbehave|loader_elf_truncated|core_is_model_agnostic|test_fma_peak'
 not_cpu+='|test_hybrid_mkmodel|test_hybrid_reference|test_hybrid_coverage|test_hybrid_peer'
 not_cpu+='|test_gen_kv|test_gen_hybrid|test_hybrid_runtime' # whole engines / the hybrid plugin: their kernels are test_cpu_hybrid's on every variant
@@ -40,7 +42,8 @@ for isa in "${variants[@]}"; do
   MI_CPU_ISA_MAX=$isa ctest --test-dir build --output-on-failure -j2 -E "$not_cpu"
 done
 
-scripts/fuzz.sh "${MI_FUZZ_SECONDS:-15}"
+# one harness per core: each still fuzzes MI_FUZZ_SECONDS on a core of its own
+MI_FUZZ_PARALLEL=${MI_FUZZ_PARALLEL:-$(nproc)} scripts/fuzz.sh "${MI_FUZZ_SECONDS:-15}"
 # -O1: ASan's own advice for usable speed (about a sixth less CPU for the
 # verifier's suites than -O0); still no inlining that hides a frame.
 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DMI_SANITIZE=ON

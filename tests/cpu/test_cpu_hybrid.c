@@ -44,6 +44,11 @@
 
 #define U (FLT_EPSILON / 2)
 
+/* cpu_kernels_hybrid.c's GDR_RECURRENT_MAX_T: one call of up to this many
+ * tokens takes the recurrent form, a longer one the chunked form; the
+ * cases below sit at, below and above it. */
+#define GDR_RECURRENT_MAX_T 2
+
 #define EXPECT(cond, ...)                                                                          \
   do {                                                                                             \
     if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                        \
@@ -430,7 +435,11 @@ START_TEST(test_gated_delta_rule) {
   seed_for(5, _i);
   static const gdr_case cases[] = {
       {1, 1, 1, 4, 3, -1, 0},     {1, 2, 4, 16, 8, -2, 0},     {2, 1, 1, 8, 8, -1, 0},
-      {5, 1, 2, 8, 8, -3, 0},     {63, 2, 2, 16, 16, -0.05, 0}, {64, 1, 1, 16, 24, -1, 0},
+      {5, 1, 2, 8, 8, -3, 0},
+      /* around the switch from the recurrent to the chunked form */
+      {GDR_RECURRENT_MAX_T - 1, 1, 2, 16, 16, -0.3, 0}, {GDR_RECURRENT_MAX_T, 2, 2, 8, 16, -1, 0},
+      {GDR_RECURRENT_MAX_T + 1, 1, 1, 16, 8, -0.1, 0},
+      {63, 2, 2, 16, 16, -0.05, 0}, {64, 1, 1, 16, 24, -1, 0},
       {65, 1, 3, 8, 12, -2, 0},   {130, 2, 4, 32, 16, -0.5, 0}, {200, 1, 2, 16, 16, -0.02, 0},
       {150, 2, 2, 24, 8, -60, -20}, /* decays that forget everything: exp underflows to 0 */
       {97, 4, 8, 16, 16, -1, -0.001},
@@ -445,7 +454,7 @@ START_TEST(test_gated_delta_rule) {
     float *o = randf(no, 9, 9), *s = malloc((size_t)ns * 4);
     float *q0 = dupf(in.q, c->T * c->Hk * c->Dk), *v0 = dupf(in.v, no), *g0 = dupf(in.g, c->T * c->Hv);
 
-    /* one call (chunked for T > 1) */
+    /* one call (chunked above GDR_RECURRENT_MAX_T tokens) */
     int64_t one[] = {0, c->T};
     gdr_run(&p, &in, one, 2, o, s);
     expect_close("one call: output", &in, o, ro, no, &worst_o);

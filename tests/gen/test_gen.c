@@ -47,7 +47,14 @@ static res run(const char *tool, const char *const *args, int timeout) {
 #define sh(...) gt_sh("test_gen", __VA_ARGS__)
 #define slurp gt_slurp
 
-/* once, in the parent: the model and one generated engine */
+/* MI_TEST_GEN_PART (tests/gen/CMakeLists.txt): "tp2" runs test_tp2 alone
+ * (ctest's test_gen_tp2, RUN_SERIAL: its decode-growth gate is timed),
+ * "no-tp2" every other case (ctest's test_gen, beside other tests); unset,
+ * all of them. */
+static const char *g_part;
+
+/* once, in the parent: the model and one generated engine (test_tp2
+ * generates its own, so the "tp2" part skips this one) */
 static void setup_all(void) {
   const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
   snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
@@ -62,6 +69,7 @@ static void setup_all(void) {
   const char *mk[] = {"--shape", "tiny", "--seed", "1", "--dtype", "bf16", "--out", g_model, NULL};
   res r = run("mi-mkmodel", mk, 120);
   res_free(&r);
+  if (g_part && !strcmp(g_part, "tp2")) return;
   char gold[1200];
   snprintf(gold, sizeof gold, "%s/tests/goldens", g_src);
   /* with --perf gates any engine meets (1e-4 of each roofline): the gates'
@@ -487,11 +495,8 @@ START_TEST(test_resume_same_hash) {
 }
 END_TEST
 
-int main(void) {
-  setup_all();
-  Suite *s = suite_create("gen");
-  TCase *t = tcase_create("gen");
-  tcase_set_timeout(t, 900);
+/* Every case but the "tp2" part's. */
+static void add_cases(TCase *t) {
   tcase_add_test(t, test_generate);
   tcase_add_test(t, test_engine_equals_plugin);
   tcase_add_test(t, test_engine_refuses_other_config);
@@ -505,11 +510,27 @@ int main(void) {
   int quick = getenv("MI_TEST_GEN_QUICK") != NULL;
   if (!quick) {
     tcase_add_test(t, test_perf_gate_not_met);
-    tcase_add_test(t, test_tp2);
+    if (!g_part) tcase_add_test(t, test_tp2);
   }
   tcase_add_test(t, test_bad_constraints);
   if (!quick) tcase_add_test(t, test_resume_same_hash);
   else fprintf(stderr, "test_gen: MI_TEST_GEN_QUICK: perf gate, TP 2 and resume left to the Release run\n");
+}
+
+int main(void) {
+  g_part = getenv("MI_TEST_GEN_PART");
+  if (g_part && strcmp(g_part, "tp2") && strcmp(g_part, "no-tp2")) {
+    fprintf(stderr, "test_gen: MI_TEST_GEN_PART must be tp2 or no-tp2 (got \"%s\")\n", g_part);
+    return 2;
+  }
+  setup_all();
+  Suite *s = suite_create("gen");
+  TCase *t = tcase_create("gen");
+  tcase_set_timeout(t, 900);
+  if (g_part && !strcmp(g_part, "tp2"))
+    tcase_add_test(t, test_tp2);
+  else
+    add_cases(t);
   suite_add_tcase(s, t);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -146,41 +146,49 @@ START_TEST(real_plugin_passes_all_stages) {
 }
 END_TEST
 
-/* mutant -> the stage that must catch it, the unit, words of its message */
+/* mutant -> the stage that must catch it, the unit, words of its message.
+ * quick: run under MI_TEST_QUICK (the sanitizer tree, tests/CMakeLists.txt):
+ * one mutant per failing unit and symptom path of the verifier; the others
+ * plant another defect caught by the same unit with the same code (a
+ * golden mismatch, an unseen-prompt mismatch, an import), so they are
+ * numerics the Release run holds, not new paths for ASan+UBSan. */
 static const struct {
   const char *name;
   int stage;
   const char *unit, *symptom;
+  int quick;
 } k_mutants[] = {
-    {"rmsnorm_eps", 4, "tiny-seed1.json", "step 0: token"},
+    {"rmsnorm_eps", 4, "tiny-seed1.json", "step 0: token", 0},
     {"qnorm_skip", 3, NULL,
-     "tensors are never read: perturbing \"model.layers.0.self_attn.q_norm.weight\""},
-    {"rope_half", 4, "tiny-seed1.json", "llama.cpp"},
-    {"kv_offbyone", 4, "tiny-seed1.json", "step 1: token"},
+     "tensors are never read: perturbing \"model.layers.0.self_attn.q_norm.weight\"", 1},
+    {"rope_half", 4, "tiny-seed1.json", "llama.cpp", 0},
+    {"kv_offbyone", 4, "tiny-seed1.json", "step 1: token", 1},
     {"softmax_nomax", 5, "unseen_prompts",
-     "not finite (NaN/Inf) on a 300-token prompt: an overflow"},
-    {"canned", 5, "unseen_prompts", "unseen prompt 0 (5 tokens) step 0"},
-    {"baked", 3, NULL, "no tensor was read from the given model folder"},
+     "not finite (NaN/Inf) on a 300-token prompt: an overflow", 1},
+    {"canned", 5, "unseen_prompts", "unseen prompt 0 (5 tokens) step 0", 0},
+    {"baked", 3, NULL, "no tensor was read from the given model folder", 1},
     {"foreign_llama", 5, "imports",
-     "links libllama.so (DT_NEEDED), which is not in the allowlist: a foreign inference library"},
-    {"dlopen_ggml", 5, "imports", "imports dlopen"},
-    {"forged_pass", 3, NULL, "stage 3 (read-back): the unit's result pipe broke the verifier's protocol"},
+     "links libllama.so (DT_NEEDED), which is not in the allowlist: a foreign inference library", 1},
+    {"dlopen_ggml", 5, "imports", "imports dlopen", 0},
+    {"forged_pass", 3, NULL, "stage 3 (read-back): the unit's result pipe broke the verifier's protocol", 1},
 };
+static int g_quick, g_run[16], g_nrun; /* the k_mutants indices this run checks */
 
 START_TEST(mutant_rejected_at_its_stage) {
   char so[4400], log[65536];
-  snprintf(so, sizeof so, "%s/libmm-%s.so", mm_dir, k_mutants[_i].name);
+  const int m = g_run[_i]; /* the k_mutants entry */
+  snprintf(so, sizeof so, "%s/libmm-%s.so", mm_dir, k_mutants[m].name);
   json_t *rep = NULL;
   int rc = run_verify(so, model, &rep, log, sizeof log);
-  const int st = k_mutants[_i].stage;
-  ck_assert_msg(rc == 1, "mutant %s: mi-verify exited %d (expected 1):\n%s", k_mutants[_i].name, rc,
+  const int st = k_mutants[m].stage;
+  ck_assert_msg(rc == 1, "mutant %s: mi-verify exited %d (expected 1):\n%s", k_mutants[m].name, rc,
                 log);
   for (int s = 1; s < st; s++)
     ck_assert_msg(!strcmp(verdict(rep, s), "PASS"),
                   "mutant %s: stage %d is %s, expected PASS (caught too early?)\n%s",
-                  k_mutants[_i].name, s, verdict(rep, s), log);
+                  k_mutants[m].name, s, verdict(rep, s), log);
   ck_assert_msg(!strcmp(verdict(rep, st), "FAIL"), "mutant %s: stage %d is %s, expected FAIL\n%s",
-                k_mutants[_i].name, st, verdict(rep, st), log);
+                k_mutants[m].name, st, verdict(rep, st), log);
   for (int s = st + 1; s <= 6; s++)
     ck_assert_str_eq(verdict(rep, s), "SKIPPED");
   /* The failing unit names the symptom. */
@@ -191,14 +199,14 @@ START_TEST(mutant_rejected_at_its_stage) {
     const char *v = json_string_value(json_object_get(u, "verdict")),
                *id = json_string_value(json_object_get(u, "id"));
     const char *msg = json_string_value(json_object_get(u, "message"));
-    if (strcmp(v, "FAIL") || (k_mutants[_i].unit && strcmp(id, k_mutants[_i].unit))) continue;
-    ck_assert_msg(msg && strstr(msg, k_mutants[_i].symptom),
-                  "mutant %s: unit %s says \"%s\", expected \"%s\"", k_mutants[_i].name, id,
-                  msg ? msg : "(none)", k_mutants[_i].symptom);
+    if (strcmp(v, "FAIL") || (k_mutants[m].unit && strcmp(id, k_mutants[m].unit))) continue;
+    ck_assert_msg(msg && strstr(msg, k_mutants[m].symptom),
+                  "mutant %s: unit %s says \"%s\", expected \"%s\"", k_mutants[m].name, id,
+                  msg ? msg : "(none)", k_mutants[m].symptom);
     found = 1;
   }
-  ck_assert_msg(found, "mutant %s: no failing unit %s in stage %d\n%s", k_mutants[_i].name,
-                k_mutants[_i].unit ? k_mutants[_i].unit : "", st, log);
+  ck_assert_msg(found, "mutant %s: no failing unit %s in stage %d\n%s", k_mutants[m].name,
+                k_mutants[m].unit ? k_mutants[m].unit : "", st, log);
   json_decref(rep);
 }
 END_TEST
@@ -447,6 +455,12 @@ START_TEST(bad_arguments_are_refused) {
 END_TEST
 
 int main(void) {
+  g_quick = getenv("MI_TEST_QUICK") != NULL;
+  for (int i = 0; i < (int)(sizeof k_mutants / sizeof k_mutants[0]); i++)
+    if (!g_quick || k_mutants[i].quick) g_run[g_nrun++] = i;
+  if (g_quick)
+    fprintf(stderr, "test_verify_model: MI_TEST_QUICK: %d of the %d model mutants (one per failing unit)\n", g_nrun,
+            (int)(sizeof k_mutants / sizeof k_mutants[0]));
   Suite *s = suite_create("verify_model");
   TCase *tc = tcase_create("stages3to6");
   tcase_add_checked_fixture(tc, setup, NULL);
@@ -454,8 +468,7 @@ int main(void) {
   tcase_add_test(tc, bad_arguments_are_refused);
   tcase_add_test(tc, stage6_gates_measured);
   tcase_add_test(tc, real_plugin_passes_all_stages);
-  tcase_add_loop_test(tc, mutant_rejected_at_its_stage, 0,
-                      (int)(sizeof k_mutants / sizeof k_mutants[0]));
+  tcase_add_loop_test(tc, mutant_rejected_at_its_stage, 0, g_nrun);
   tcase_add_test(tc, model_without_golden_fails_stage4);
   tcase_add_test(tc, forged_pass_rejected_at_stages_4_to_6);
   tcase_add_test(tc, hung_plugin_killed_at_the_deadline);

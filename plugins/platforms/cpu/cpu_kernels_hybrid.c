@@ -5,10 +5,11 @@
  * Everything but gated_delta_rule is elementwise or per row and bound by
  * memory; those loops are plain C the compiler vectorises, split over the
  * pool when large. gated_delta_rule is the layer's compute: one value head
- * per task, and for T > 1 the chunked form (below) so prefill runs as small
- * matrix products through the variant's matmul_tile instead of T rank-1
- * updates of the state. One token (decode) uses the recurrent form, which
- * reads and writes the state twice and is bound by that traffic.
+ * per task, and above GDR_RECURRENT_MAX_T tokens the chunked form (below) so
+ * prefill runs as small matrix products through the variant's matmul_tile
+ * instead of T rank-1 updates of the state. One or two tokens (decode) use
+ * the recurrent form, which reads and writes the state twice per token and
+ * is bound by that traffic.
  *
  * Every entry point checks shapes, NULLs and the aliasing the contract
  * forbids before touching memory, and fails with "cpu: <kernel>: ..." */
@@ -16,6 +17,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
 
 #include "cpu_internal.h"
 
@@ -27,6 +31,16 @@
  * C x C and C x Dv blocks in L2 for Dk = Dv = 128 and gives matmul_tile
  * enough rows for its register tiles; the triangular part grows as C². */
 #define GDR_CHUNK 64
+
+/* Up to this many tokens a call takes the recurrent form, token after token
+ * with the head's state in cache: the chunked form's fixed cost per call
+ * and head (the state transposed in and out, four small products, the
+ * workspace) is worth it only over enough tokens. Measured on the ~1B
+ * hybrid's heads (Dk = Dv = 128, cpu_bench gdr): see
+ * plugins/platforms/cpu/README.md. */
+#ifndef GDR_RECURRENT_MAX_T
+#define GDR_RECURRENT_MAX_T 2
+#endif
 
 #define CHECK_PTR(c, p, kern, what)                                                                \
   do {                                                                                             \
@@ -340,13 +354,13 @@ int cpu_deltanet_gates(void *ctx, mi_stream *s, float *beta, float *g, const flo
 
 /* ---------------- gated_delta_rule ----------------
  *
- * Recurrent form (T == 1, and the definition): per token, with e = e^g,
+ * Recurrent form (T <= GDR_RECURRENT_MAX_T, and the definition): per token, with e = e^g,
  *   δ = beta · (v − e · S_oldᵀ k);  S ← e · S + k ⊗ δ;  o = Sᵀ q,
  * two passes over S [Dk, Dv], all with the variant's vector loops: one
  * reads it for S_oldᵀ k (four rows at a time), one rewrites each row and
  * accumulates o from the new row while it is in L1.
  *
- * Chunked form (T > 1; docs/hybrid.md "The chunked form"): a chunk of C
+ * Chunked form (longer calls; docs/hybrid.md "The chunked form"): a chunk of C
  * tokens with cumulative log decays G_i = g_0 + ... + g_i and initial state
  * S₀ (kept transposed, St = S₀ᵀ [Dv, Dk], for the chunk's whole life in the
  * head so the products below are matmul_tile's y = x · wᵀ):
@@ -401,6 +415,43 @@ static void gdr_recurrent_head(const gdr_args *a, int64_t h, float *ws) {
   }
 }
 
+/* dst[j·ldd + i] = src[i·lds + j] for i < rows, j < cols, in TB x TB tiles:
+ * a plain element-by-element transpose of a 128 x 128 state writes 128
+ * floats 512 bytes apart per source row, lines that share a handful of L1
+ * sets and evict each other (perf: ~70% of a 11-token call went to the two
+ * transposes of the state); a tile reads TB lines and writes TB lines, all
+ * of them in L1. On x86-64 the tile goes by 4 x 4 SSE transposes (SSE is
+ * in the baseline this file is built for). */
+#define TB 16
+static void transpose(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                      int64_t cols) {
+  for (int64_t i0 = 0; i0 < rows; i0 += TB) {
+    const int64_t i1 = i0 + TB < rows ? i0 + TB : rows;
+    for (int64_t j0 = 0; j0 < cols; j0 += TB) {
+      const int64_t j1 = j0 + TB < cols ? j0 + TB : cols;
+      int64_t i = i0;
+#if defined(__SSE2__)
+      for (; i + 4 <= i1; i += 4) {
+        int64_t j = j0;
+        for (; j + 4 <= j1; j += 4) {
+          __m128 r0 = _mm_loadu_ps(src + i * lds + j), r1 = _mm_loadu_ps(src + (i + 1) * lds + j);
+          __m128 r2 = _mm_loadu_ps(src + (i + 2) * lds + j), r3 = _mm_loadu_ps(src + (i + 3) * lds + j);
+          _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+          _mm_storeu_ps(dst + j * ldd + i, r0);
+          _mm_storeu_ps(dst + (j + 1) * ldd + i, r1);
+          _mm_storeu_ps(dst + (j + 2) * ldd + i, r2);
+          _mm_storeu_ps(dst + (j + 3) * ldd + i, r3);
+        }
+        for (; j < j1; j++)
+          for (int64_t r = i; r < i + 4; r++) dst[j * ldd + r] = src[r * lds + j];
+      }
+#endif
+      for (; i < i1; i++)
+        for (int64_t j = j0; j < j1; j++) dst[j * ldd + i] = src[i * lds + j];
+    }
+  }
+}
+
 /* Workspace of one thread for the chunked form, in floats. */
 static int64_t gdr_ws_floats(int64_t C, int64_t Dk, int64_t Dv) {
   return 2 * C * Dk      /* Kc, Qc: the chunk's key and query rows, gathered */
@@ -417,16 +468,20 @@ static void gdr_chunked_head(const gdr_args *a, int64_t h, float *ws) {
   const int64_t Dk = a->Dk, Dv = a->Dv, Hk = a->Hk, Hv = a->Hv, kh = h / (Hv / Hk);
   const int64_t CH = a->chunk;
   float *S = a->state + h * Dk * Dv;
-  float *Kc = ws, *Qc = Kc + CH * Dk, *St = Qc + CH * Dk, *tmp = St + Dv * Dk;
-  float *SK = tmp + Dv * Dk, *SQ = SK + CH * Dv, *D = SQ + CH * Dv;
-  float *KK = D + CH * Dv, *QK = KK + CH * CH, *Dt = QK + CH * CH, *Kt = Dt + Dv * CH;
+  /* Kc, SK and KK each have room for 2·CH rows: a chunk of C tokens puts
+   * its query rows right after its C key rows (Qc), so one product with
+   * 2C rows gives SK then SQ, and one more KK then QK (the state and the
+   * keys packed once for both) */
+  float *Kc = ws, *St = Kc + 2 * CH * Dk, *tmp = St + Dv * Dk;
+  float *SK = tmp + Dv * Dk, *D = SK + 2 * CH * Dv;
+  float *KK = D + CH * Dv, *Dt = KK + 2 * CH * CH, *Kt = Dt + Dv * CH;
   float *G = Kt + Dk * CH, *eG = G + CH, *cf = eG + CH;
 
-  for (int64_t i = 0; i < Dk; i++)
-    for (int64_t j = 0; j < Dv; j++) St[j * Dk + i] = S[i * Dv + j];
+  transpose(St, Dk, S, Dv, Dk, Dv); /* St = Sᵀ [Dv, Dk] */
 
   for (int64_t t0 = 0; t0 < a->T; t0 += CH) {
     const int64_t C = a->T - t0 < CH ? a->T - t0 : CH;
+    float *Qc = Kc + C * Dk, *SQ = SK + C * Dv, *QK = KK + C * C;
     double run = 0.0; /* the cumulative sum in double: 64 terms lose nothing */
     for (int64_t i = 0; i < C; i++) {
       const int64_t t = t0 + i;
@@ -436,10 +491,8 @@ static void gdr_chunked_head(const gdr_args *a, int64_t h, float *ws) {
       G[i] = (float)run;
       eG[i] = (float)exp(run);
     }
-    K->matmul_tile(SK, Kc, St, MI_DTYPE_F32, Dv, Dk, 0, C, 0, Dv);
-    K->matmul_tile(SQ, Qc, St, MI_DTYPE_F32, Dv, Dk, 0, C, 0, Dv);
-    K->matmul_tile(KK, Kc, Kc, MI_DTYPE_F32, C, Dk, 0, C, 0, C);
-    K->matmul_tile(QK, Qc, Kc, MI_DTYPE_F32, C, Dk, 0, C, 0, C);
+    K->matmul_tile(SK, Kc, St, MI_DTYPE_F32, Dv, Dk, 0, 2 * C, 0, Dv); /* SK; SQ */
+    K->matmul_tile(KK, Kc, Kc, MI_DTYPE_F32, C, Dk, 0, 2 * C, 0, C);  /* KK; QK */
 
     /* the decays e^{G_i−G_m} (m <= i) applied once to both C x C products;
      * QK is causally masked for the output product below */
@@ -486,15 +539,14 @@ static void gdr_chunked_head(const gdr_args *a, int64_t h, float *ws) {
     K->axpy(St, 1.0f, tmp, Dv * Dk);
   }
 
-  for (int64_t i = 0; i < Dk; i++)
-    for (int64_t j = 0; j < Dv; j++) S[i * Dv + j] = St[j * Dk + i];
+  transpose(S, Dv, St, Dk, Dv, Dk);
 }
 
 static void gdr_task(void *arg, int64_t hb, int64_t he, int tid) {
   const gdr_args *a = arg;
   float *ws = a->ws + (int64_t)tid * a->ws_floats;
   for (int64_t h = hb; h < he; h++) {
-    if (a->T == 1)
+    if (a->T <= GDR_RECURRENT_MAX_T)
       gdr_recurrent_head(a, h, ws);
     else
       gdr_chunked_head(a, h, ws);
@@ -528,9 +580,9 @@ int cpu_gated_delta_rule(void *ctx, mi_stream *s, float *o, const float *q, cons
 
   const int64_t chunk = T < GDR_CHUNK ? T : GDR_CHUNK;
   const int nt = cpu_pool_threads(c->pool);
-  const int64_t per = T == 1 ? Dv : gdr_ws_floats(chunk, Dk, Dv);
-  /* Decode keeps its one Dv-vector on the stack for the common head sizes:
-   * no allocation per token. */
+  const int64_t per = T <= GDR_RECURRENT_MAX_T ? Dv : gdr_ws_floats(chunk, Dk, Dv);
+  /* The recurrent form (decode, short prompts) keeps its one Dv-vector per
+   * thread on the stack for the common head sizes: no allocation. */
   float stack_ws[2048];
   float *heap = NULL, *ws = stack_ws;
   if (per * nt > (int64_t)(sizeof stack_ws / sizeof *stack_ws)) {
