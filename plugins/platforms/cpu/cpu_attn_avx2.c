@@ -11,32 +11,12 @@
 #include <math.h>
 
 #include "cpu_internal.h"
+#include "cpu_exp_simd.h"
 
 #define AI static inline __attribute__((always_inline))
 #define R 8  /* query rows per tile = ymm lanes */
 #define NK 8 /* keys per qk register tile */
 
-/* e^x for x <= 0, to about 1 ulp: the same reduction and polynomial as
- * exp_neg in cpu_attn_avx512.c; below ln(FLT_MIN) (and for -inf) it is 0. */
-AI __m256 exp_neg(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.33f);
-  __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
-  x = _mm256_max_ps(x, lo);
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693147182f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-1.90465421e-9f), r);
-  __m256 p = _mm256_set1_ps(1.98412698e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.38888889e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.33333333e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.16666667e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66666667e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(keep, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
 
 static void load_q(float *qt, const float *q, const int32_t *off, int64_t D) {
   const __m256i idx = _mm256_loadu_si256((const __m256i *)off);
@@ -92,10 +72,10 @@ static void softmax(float *st, int nb, int64_t j0, const int32_t *lim, int maske
   __m256 bm = ninf;
   for (int j = 0; j < nb; j++) bm = _mm256_max_ps(bm, _mm256_loadu_ps(st + j * R));
   __m256 mo = _mm256_loadu_ps(m), mn = _mm256_max_ps(mo, bm);
-  __m256 c = exp_neg(_mm256_sub_ps(mo, mn)); /* first block: e^-inf = 0 */
+  __m256 c = exp_neg8(_mm256_sub_ps(mo, mn)); /* first block: e^-inf = 0 */
   __m256 sum = _mm256_setzero_ps();
   for (int j = 0; j < nb; j++) {
-    __m256 p = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(st + j * R), mn));
+    __m256 p = exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(st + j * R), mn));
     _mm256_storeu_ps(st + j * R, p);
     sum = _mm256_add_ps(sum, p);
   }

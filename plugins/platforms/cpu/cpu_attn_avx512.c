@@ -16,36 +16,12 @@
 
 #include "cpu_avx512_load.h"
 #include "cpu_internal.h"
+#include "cpu_exp_simd.h"
 
 #define AI static inline __attribute__((always_inline))
 #define R 16  /* query rows per tile = zmm lanes */
 #define NK 8  /* keys per qk register tile */
 
-/* e^x for x <= 0, to about 1 ulp (checked against expf over [-88, 0]):
- * x = n·ln2 + r with |r| <= ln2/2 (ln2 split in two so r is accurate),
- * e^r by its degree-7 Taylor polynomial (truncation < 0.1 ulp there), times
- * 2^n built in the exponent field. Below ln(FLT_MIN) the result is 0 (expf
- * would give a subnormal < 1.2e-38: irrelevant next to the 1 of the max
- * row), and -inf (masked keys) gives exactly 0. */
-AI __m512 exp_neg(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.33f);
-  __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-  x = _mm512_max_ps(x, lo);
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693147182f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-1.90465421e-9f), r);
-  __m512 p = _mm512_set1_ps(1.98412698e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.38888889e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.33333333e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.16666667e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66666667e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(e));
-}
 
 static void load_q(float *qt, const float *q, const int32_t *off, int64_t D) {
   const __m512i idx = _mm512_loadu_si512(off);
@@ -100,10 +76,10 @@ static void softmax(float *st, int nb, int64_t j0, const int32_t *lim, int maske
   __m512 bm = ninf;
   for (int j = 0; j < nb; j++) bm = _mm512_max_ps(bm, _mm512_loadu_ps(st + j * R));
   __m512 mo = _mm512_loadu_ps(m), mn = _mm512_max_ps(mo, bm);
-  __m512 c = exp_neg(_mm512_sub_ps(mo, mn)); /* first block: e^-inf = 0 */
+  __m512 c = exp_neg16(_mm512_sub_ps(mo, mn)); /* first block: e^-inf = 0 */
   __m512 sum = _mm512_setzero_ps();
   for (int j = 0; j < nb; j++) {
-    __m512 p = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(st + j * R), mn));
+    __m512 p = exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(st + j * R), mn));
     _mm512_storeu_ps(st + j * R, p);
     sum = _mm512_add_ps(sum, p);
   }
@@ -252,7 +228,7 @@ static void dec_softmax(float *s, int64_t ss, int nb, int64_t Hq, float *m, floa
     __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < nb; j += R) {
       __mmask16 mk = nb - j >= R ? (__mmask16)0xFFFF : (__mmask16)((1u << (nb - j)) - 1);
-      __m512 p = _mm512_maskz_mov_ps(mk, exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, sh + j), mv)));
+      __m512 p = _mm512_maskz_mov_ps(mk, exp_neg16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, sh + j), mv)));
       _mm512_mask_storeu_ps(sh + j, mk, p);
       sum = _mm512_add_ps(sum, p);
     }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cpu_avx2_pack.h"
+#include "cpu_exp_simd.h"
 #include "cpu_internal.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -393,27 +394,6 @@ static void to_f32(float *dst, const void *src, mi_dtype dt, int64_t n) {
   }
 }
 
-/* e^x for x in [-86, 89] (callers clamp), to about 1 ulp: x = n·ln2 + r,
- * |r| <= ln2/2 (ln2 in two parts), e^r by its degree-7 Taylor polynomial,
- * times 2^(n-1)·2 so that n = 128 (x near 88.7) overflows to inf as expf
- * does instead of wrapping the exponent field. The same reduction as
- * exp_neg in cpu_attn_avx2.c. */
-AI __m256 exp_clamped(__m256 x) {
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693147182f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-1.90465421e-9f), r);
-  __m256 p = _mm256_set1_ps(1.98412698e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.38888889e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.33333333e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.16666667e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66666667e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126)), 23);
-  return _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_set1_ps(2.0f));
-}
 
 /* g / (1 + e^-g) · u, the portable formula with e^-g vectorised: -g is
  * clamped to [-86, 89] (below, 1 + e^-g is 1 in f32 either way; above,
@@ -422,7 +402,7 @@ AI __m256 exp_clamped(__m256 x) {
 AI __m256 silu8(__m256 g, __m256 u) {
   __m256 x = _mm256_xor_ps(g, _mm256_set1_ps(-0.0f));
   x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(89.0f)), _mm256_set1_ps(-86.0f));
-  __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), exp_clamped(x));
+  __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), exp_clamped8(x));
   return _mm256_mul_ps(_mm256_div_ps(g, d), u);
 }
 

@@ -20,6 +20,7 @@
 #include "cpu_avx2_pack.h"
 #include "cpu_avx512_load.h"
 #include "cpu_internal.h"
+#include "cpu_exp_simd.h"
 #include "cpu_matmul_bf16.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -420,30 +421,12 @@ static void to_f32(float *dst, const void *src, mi_dtype dt, int64_t n) {
   }
 }
 
-/* e^x for x in [-86, 89] (callers clamp), as exp_clamped in
- * cpu_kernels_avx2.c: n = 128 overflows to inf as expf does. */
-AI __m512 exp_clamped(__m512 x) {
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693147182f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-1.90465421e-9f), r);
-  __m512 p = _mm512_set1_ps(1.98412698e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.38888889e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.33333333e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.16666667e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66666667e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(126)), 23);
-  return _mm512_mul_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(e)), _mm512_set1_ps(2.0f));
-}
 
 /* g / (1 + e^-g) · u, as silu8 in cpu_kernels_avx2.c. */
 AI __m512 silu16(__m512 g, __m512 u) {
   __m512 x = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32((int)0x80000000u)));
   x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(89.0f)), _mm512_set1_ps(-86.0f));
-  __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_clamped(x));
+  __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_clamped16(x));
   return _mm512_mul_ps(_mm512_div_ps(g, d), u);
 }
 
