@@ -41,6 +41,7 @@
 #include "core/verify/ref/f64.h"
 #include "mi/platform.h"
 #include "mi/plugin.h"
+#include "tests/cpu/cpu_test_harness.h"
 
 #define U (FLT_EPSILON / 2)
 
@@ -49,88 +50,27 @@
  * cases below sit at, below and above it. */
 #define GDR_RECURRENT_MAX_T 2
 
-#define EXPECT(cond, ...)                                                                          \
-  do {                                                                                             \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                        \
-  } while (0)
 
-/* ---------------- host stub and loading ---------------- */
-
-static void h_log(mi_log_level level, const char *who, const char *fmt, ...) {
-  (void)level;
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "[%s] ", who ? who : "?");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-}
-static void *h_alloc(size_t size, size_t align) {
-  void *p = NULL;
-  return posix_memalign(&p, align, size ? size : 1) == 0 ? p : NULL;
-}
-static void h_free(void *p) { free(p); }
-static const char *h_opt_get(const mi_options *o, const char *key) {
-  const char *v = NULL;
-  for (size_t i = 0; o && i < o->count; i++)
-    if (strcmp(o->items[i].key, key) == 0) v = o->items[i].value;
-  return v;
-}
-static const mi_host_api host = {
-    .struct_size = sizeof(mi_host_api),
-    .abi_minor = MI_ABI_MINOR,
-    .log = h_log,
-    .alloc = h_alloc,
-    .free = h_free,
-    .opt_get = h_opt_get,
-};
-
-static const mi_plugin_desc *load_desc(void) {
-  static const mi_plugin_desc *desc;
-  if (desc) return desc;
-  const char *bd = getenv("MI_BUILD_DIR");
-  EXPECT(bd != NULL, "MI_BUILD_DIR is not set (run through ctest)");
-  char path[4096];
-  snprintf(path, sizeof path, "%s/lib/metainfer/libmi-cpu.so", bd);
-  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  EXPECT(dl != NULL, "dlopen %s: %s", path, dlerror());
-  mi_plugin_entry_fn entry = (mi_plugin_entry_fn)dlsym(dl, MI_PLUGIN_ENTRY_SYMBOL);
-  EXPECT(entry != NULL, "%s has no %s", path, MI_PLUGIN_ENTRY_SYMBOL);
-  desc = entry();
-  ck_assert(desc != NULL);
-  /* the hybrid blocks came with 1.4: the plugin must declare it */
-  ck_assert_uint_eq(desc->abi_major, MI_ABI_MAJOR);
-  ck_assert_uint_ge(desc->abi_minor, 4);
-  return desc;
-}
-
-typedef struct plat {
-  void *ctx;
-  const mi_platform_iface *pi;
-} plat;
+/* ---------------- opening ---------------- */
 
 static const char *const ISAS[] = {"generic", "avx2", "avx512", "avx512bf16"};
 static const char *const THREADS[] = {"1", "3"};
 #define NCONF 8 /* ISAS x THREADS */
 
 static int open_conf(int i, plat *p) {
-  const mi_plugin_desc *d = load_desc();
   const char *isa = ISAS[i / 2], *thr = THREADS[i % 2];
   mi_kv kv[] = {{"isa", isa}, {"threads", thr}, {"spin_us", "0"}};
-  mi_options opts = {kv, 3};
   char why[256] = "";
-  if (d->probe(&host, &opts, why, sizeof why) <= 0) {
+  /* the hybrid blocks came with 1.4: the plugin must declare it */
+  ck_assert_uint_ge(load_desc()->abi_minor, 4);
+  if (open_with(kv, 3, p, why, sizeof why) <= 0) {
     printf("SKIP isa=%s threads=%s: not available here (%s)\n", isa, thr, why);
     return 0;
   }
-  char err[512] = "";
-  EXPECT(d->init(&host, &opts, &p->ctx, err, sizeof err) == 0, "init: %s", err);
-  p->pi = d->get_iface(p->ctx);
   /* the ISA asked for; "avx512bf16+bf16act" (bf16-weight prefill on
    * VDPBF16PS, the default there) runs these f32 products exactly too */
   const char *v = p->pi->variant(p->ctx);
-  EXPECT(strncmp(v, isa, strlen(isa)) == 0 && (v[strlen(isa)] == 0 || v[strlen(isa)] == '+'),
-         "isa=%s: variant %s", isa, v);
+  EXPECT(variant_is(v, isa), "isa=%s: variant %s", isa, v);
   /* every hybrid member is there, on every variant */
   ck_assert(mi_platform_has(p->pi, copy2d) && mi_platform_has(p->pi, l2norm) &&
             mi_platform_has(p->pi, sigmoid_mul) && mi_platform_has(p->pi, conv1d_causal) &&
@@ -139,33 +79,13 @@ static int open_conf(int i, plat *p) {
   return 1;
 }
 
-static void close_plat(plat *p) { load_desc()->fini(p->ctx); }
 
 /* ---------------- random data ---------------- */
 
-static uint64_t rng_state;
-static void seed_for(int test_id, int conf) {
-  uint64_t base = 0x5eed2026ull;
-  const char *s = getenv("MI_TEST_SEED");
-  if (s) base = strtoull(s, NULL, 0);
-  uint64_t seed = base * 1000003u + (uint64_t)test_id * 97u + (uint64_t)conf;
-  printf("seed %#llx (MI_TEST_SEED=%#llx, test %d, config %d)\n", (unsigned long long)seed,
-         (unsigned long long)base, test_id, conf);
-  rng_state = seed ? seed : 1;
-}
-static uint64_t rng_u64(void) {
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 0x2545F4914F6CDD1Dull;
-}
-static double unif(double lo, double hi) {
-  return lo + (hi - lo) * ((double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0));
-}
 static int64_t irand(int64_t lo, int64_t hi) { return lo + (int64_t)(rng_u64() % (uint64_t)(hi - lo + 1)); }
 static float *randf(int64_t n, double lo, double hi) {
   float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
-  for (int64_t i = 0; i < n; i++) v[i] = (float)unif(lo, hi);
+  for (int64_t i = 0; i < n; i++) v[i] = (float)rng_unif(lo, hi);
   return v;
 }
 static double *to64(const float *x, int64_t n) {
@@ -184,7 +104,7 @@ static float *dupf(const float *x, int64_t n) {
 START_TEST(test_copy2d) {
   plat p;
   if (!open_conf(_i, &p)) return;
-  seed_for(1, _i);
+  rng_seed(seed_for(1, _i));
   for (int c = 0; c < 6; c++) {
     int64_t rows = irand(1, c == 5 ? 300 : 9), n = irand(1, c == 5 ? 700 : 40);
     int64_t ys = n + irand(0, 5), xs = c == 0 ? 0 : n + irand(0, 7); /* xs 0: a broadcast row */
@@ -215,7 +135,7 @@ END_TEST
 START_TEST(test_norms_and_gate) {
   plat p;
   if (!open_conf(_i, &p)) return;
-  seed_for(2, _i);
+  rng_seed(seed_for(2, _i));
   static const int64_t shapes[][2] = {{1, 1}, {3, 7}, {5, 128}, {40, 96}, {700, 128}, {2, 2048}};
   for (int c = 0; c < 6; c++) {
     const int64_t R = shapes[c][0], dim = shapes[c][1], n = R * dim;
@@ -262,7 +182,7 @@ END_TEST
 START_TEST(test_gates) {
   plat p;
   if (!open_conf(_i, &p)) return;
-  seed_for(3, _i);
+  rng_seed(seed_for(3, _i));
   static const int64_t shapes[][2] = {{1, 1}, {1, 16}, {7, 3}, {300, 32}, {2100, 32}};
   for (int c = 0; c < 5; c++) {
     const int64_t T = shapes[c][0], H = shapes[c][1], n = T * H;
@@ -322,7 +242,7 @@ static void check_conv(plat *p, int64_t T, int64_t C, int64_t K, int silu) {
 START_TEST(test_conv1d) {
   plat p;
   if (!open_conf(_i, &p)) return;
-  seed_for(4, _i);
+  rng_seed(seed_for(4, _i));
   static const int64_t shapes[][3] = {{1, 1, 1}, {1, 6, 4},  {2, 5, 4},   {3, 300, 4},
                                       {9, 17, 2}, {40, 70, 3}, {130, 520, 4}, {5, 9, 20}};
   for (int c = 0; c < 8; c++)
@@ -432,7 +352,7 @@ static void gdr_run(plat *p, const gdr_in *in, const int64_t *cuts, int ncuts, f
 START_TEST(test_gated_delta_rule) {
   plat p;
   if (!open_conf(_i, &p)) return;
-  seed_for(5, _i);
+  rng_seed(seed_for(5, _i));
   static const gdr_case cases[] = {
       {1, 1, 1, 4, 3, -1, 0},     {1, 2, 4, 16, 8, -2, 0},     {2, 1, 1, 8, 8, -1, 0},
       {5, 1, 2, 8, 8, -3, 0},

@@ -52,6 +52,7 @@
 
 #include "mi/platform.h"
 #include "mi/plugin.h"
+#include "tests/cpu/cpu_test_harness.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -61,97 +62,11 @@
 #define U (FLT_EPSILON / 2) /* f32 unit roundoff 2^-24 */
 #define U_BF16 (1.0 / 256)  /* bf16 unit roundoff 2^-8 (8 significant bits, RNE) */
 
-/* Like ck_assert_msg, but silent when the condition holds: in fork mode
- * every ck_assert_* call is a write to Check's pipe, and the element loops
- * below make millions of checks. */
-#define EXPECT(cond, ...)                                                                          \
-  do {                                                                                             \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                        \
-  } while (0)
-
-/* ---------------- host API stub ---------------- */
-
-static void h_log(mi_log_level level, const char *who, const char *fmt, ...) {
-  static const char *lv[] = {"error", "warn", "info", "debug"};
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "[%s] %s: ", who ? who : "?", (unsigned)level < 4 ? lv[level] : "?");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-}
-static void *h_alloc(size_t size, size_t align) {
-  void *p = NULL;
-  return posix_memalign(&p, align, size ? size : 1) == 0 ? p : NULL;
-}
-static void h_free(void *p) { free(p); }
-static const char *h_opt_get(const mi_options *o, const char *key) {
-  const char *v = NULL; /* last one wins, like command line over plugins.conf */
-  for (size_t i = 0; o && i < o->count; i++)
-    if (strcmp(o->items[i].key, key) == 0) v = o->items[i].value;
-  return v;
-}
-static const mi_host_api host = {
-    .struct_size = sizeof(mi_host_api),
-    .abi_minor = MI_ABI_MINOR,
-    .log = h_log,
-    .alloc = h_alloc,
-    .free = h_free,
-    .opt_get = h_opt_get,
-};
-
-/* ---------------- loading ---------------- */
-
-static const mi_plugin_desc *load_desc(void) {
-  static void *dl;
-  static const mi_plugin_desc *desc;
-  if (desc) return desc;
-  const char *bd = getenv("MI_BUILD_DIR");
-  EXPECT(bd != NULL, "MI_BUILD_DIR is not set (run through ctest)");
-  char path[4096];
-  snprintf(path, sizeof path, "%s/lib/metainfer/libmi-cpu.so", bd);
-  dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  EXPECT(dl != NULL, "dlopen %s: %s", path, dlerror());
-  mi_plugin_entry_fn entry = (mi_plugin_entry_fn)dlsym(dl, MI_PLUGIN_ENTRY_SYMBOL);
-  EXPECT(entry != NULL, "%s has no %s", path, MI_PLUGIN_ENTRY_SYMBOL);
-  desc = entry();
-  ck_assert(desc != NULL);
-  ck_assert_uint_eq(desc->abi_major, MI_ABI_MAJOR);
-  ck_assert_uint_eq(desc->kind, MI_PLUGIN_PLATFORM);
-  ck_assert_str_eq(desc->name, "cpu");
-  ck_assert(desc->probe && desc->init && desc->fini && desc->get_iface);
-  return desc;
-}
-
-typedef struct plat {
-  void *ctx;
-  const mi_platform_iface *pi;
-} plat;
+/* ---------------- opening (cpu_test_harness.h loads the plugin) ---------------- */
 
 static const char *const ISAS[] = {"generic", "avx2", "avx512", "avx512bf16"};
 static const char *const THREADS[] = {"1", "2", "3"};
 #define NCONF 12 /* ISAS x THREADS */
-
-/* probe + init with the given options. Returns the probe score; on score 0
- * nothing is initialised and why holds the reason. */
-static int open_with(const mi_kv *kv, size_t n, plat *p, char *why, size_t why_len) {
-  const mi_plugin_desc *d = load_desc();
-  mi_options opts = {kv, n};
-  int score = d->probe(&host, &opts, why, why_len);
-  if (score <= 0) return score;
-  char err[512] = "";
-  int rc = d->init(&host, &opts, &p->ctx, err, sizeof err);
-  EXPECT(rc == 0, "init failed after probe scored %d: %s", score, err);
-  p->pi = d->get_iface(p->ctx);
-  ck_assert(p->pi != NULL);
-  ck_assert_uint_ge(p->pi->struct_size, sizeof(mi_platform_iface));
-  return score;
-}
-
-static void close_plat(plat *p) {
-  load_desc()->fini(p->ctx);
-  p->ctx = NULL;
-}
 
 /* Opens configuration i (ISA i/3, threads i%3). Returns 0 when the ISA is
  * unavailable here (and says so). */
@@ -168,38 +83,7 @@ static int open_conf(int i, plat *p) {
   return 1;
 }
 
-/* ---------------- random data ---------------- */
-
-static uint64_t rng_state;
-
-static uint64_t seed_for(int test_id, int conf) {
-  static uint64_t base;
-  if (!base) {
-    const char *s = getenv("MI_TEST_SEED");
-    base = s ? strtoull(s, NULL, 0) : 0x5eed2026ull;
-    if (!base) base = 1;
-  }
-  uint64_t seed = base * 1000003u + (uint64_t)test_id * 97u + (uint64_t)conf;
-  printf("seed %#llx (MI_TEST_SEED=%#llx, test %d, config %d)\n", (unsigned long long)seed,
-         (unsigned long long)base, test_id, conf);
-  return seed;
-}
-
-static void rng_seed(uint64_t s) { rng_state = s ? s : 1; }
-static uint64_t rng_u64(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 0x2545F4914F6CDD1Dull;
-}
-static double rng_unif(double lo, double hi) {
-  return lo + (hi - lo) * ((double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0));
-}
-static float *rand_f32(size_t n, double lo, double hi) {
-  float *v = malloc((n ? n : 1) * sizeof *v);
-  for (size_t i = 0; i < n; i++) v[i] = (float)rng_unif(lo, hi);
-  return v;
-}
+/* ---------------- random data (seeded in cpu_test_harness.h) ---------------- */
 
 /* Weights stored in dt with their exact values in ref (independent of the
  * SDK converters: bf16 = the top half of an f32 whose low half is zero; f16

@@ -32,46 +32,11 @@
 
 #include "mi/platform.h"
 #include "mi/plugin.h"
+#include "tests/cpu/cpu_test_harness.h"
 
 #define U (FLT_EPSILON / 2) /* f32 unit roundoff 2^-24 */
 
-/* Silent when the condition holds (see test_cpu_kernels.c). */
-#define EXPECT(cond, ...)                                                                          \
-  do {                                                                                             \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                        \
-  } while (0)
-
-/* ---------------- host stub and loading ---------------- */
-
-static const char *h_opt_get(const mi_options *o, const char *key) {
-  const char *v = NULL;
-  for (size_t i = 0; o && i < o->count; i++)
-    if (strcmp(o->items[i].key, key) == 0) v = o->items[i].value;
-  return v;
-}
-static const mi_host_api host = {
-    .struct_size = sizeof(mi_host_api), .abi_minor = MI_ABI_MINOR, .opt_get = h_opt_get};
-
-static const mi_plugin_desc *load_desc(void) {
-  static const mi_plugin_desc *desc;
-  if (desc) return desc;
-  const char *bd = getenv("MI_BUILD_DIR");
-  EXPECT(bd != NULL, "MI_BUILD_DIR is not set (run through ctest)");
-  char path[4096];
-  snprintf(path, sizeof path, "%s/lib/metainfer/libmi-cpu.so", bd);
-  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  EXPECT(dl != NULL, "dlopen %s: %s", path, dlerror());
-  mi_plugin_entry_fn entry = (mi_plugin_entry_fn)dlsym(dl, MI_PLUGIN_ENTRY_SYMBOL);
-  EXPECT(entry != NULL, "%s has no %s", path, MI_PLUGIN_ENTRY_SYMBOL);
-  desc = entry();
-  ck_assert(desc && desc->probe && desc->init && desc->fini && desc->get_iface);
-  return desc;
-}
-
-typedef struct plat {
-  void *ctx;
-  const mi_platform_iface *pi;
-} plat;
+/* ---------------- opening (cpu_test_harness.h loads the plugin) ---------------- */
 
 static const char *const ISAS[] = {"generic", "avx2", "avx512", "avx512bf16"};
 static const char *const THREADS[] = {"1", "2", "3"};
@@ -85,47 +50,17 @@ static int open_conf(int i, plat *p) {
    * avx512bf16 the default sends bf16 prefill matmuls to the
    * bf16-activation tiles, which test_cpu_kernels checks by their bound) */
   mi_kv kv[] = {{"isa", isa}, {"threads", thr}, {"matmul_act", "f32"}};
-  mi_options opts = {kv, 3};
   char why[256] = "";
-  const mi_plugin_desc *d = load_desc();
-  if (d->probe(&host, &opts, why, sizeof why) <= 0) {
+  if (open_with(kv, 3, p, why, sizeof why) <= 0) {
     printf("SKIP isa=%s threads=%s: not available here (%s)\n", isa, thr, why);
     return 0;
   }
-  char err[512] = "";
-  EXPECT(d->init(&host, &opts, &p->ctx, err, sizeof err) == 0, "init: %s", err);
-  p->pi = d->get_iface(p->ctx);
   ck_assert_str_eq(p->pi->variant(p->ctx), isa);
   return 1;
 }
 
-static void close_plat(plat *p) { load_desc()->fini(p->ctx); }
+/* ---------------- random data (seeded in cpu_test_harness.h) ---------------- */
 
-/* ---------------- random data ---------------- */
-
-static uint64_t rng_state;
-static void rng_seed_for(int test_id, int conf) {
-  const char *s = getenv("MI_TEST_SEED");
-  uint64_t base = s ? strtoull(s, NULL, 0) : 0x5eed2026ull;
-  uint64_t seed = (base ? base : 1) * 1000003u + (uint64_t)test_id * 97u + (uint64_t)conf;
-  printf("seed %#llx (MI_TEST_SEED=%#llx, test %d, config %d)\n", (unsigned long long)seed,
-         (unsigned long long)base, test_id, conf);
-  rng_state = seed ? seed : 1;
-}
-static uint64_t rng_u64(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 0x2545F4914F6CDD1Dull;
-}
-static double rng_unif(double lo, double hi) {
-  return lo + (hi - lo) * ((double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0));
-}
-static float *rand_f32(size_t n, double lo, double hi) {
-  float *v = malloc((n ? n : 1) * sizeof *v);
-  for (size_t i = 0; i < n; i++) v[i] = (float)rng_unif(lo, hi);
-  return v;
-}
 static float bits_f32(uint32_t u) {
   float f;
   memcpy(&f, &u, 4);
@@ -191,7 +126,7 @@ static void check_matmul(plat *p, mi_dtype dt, int64_t M, int64_t N, int64_t K) 
 START_TEST(test_matmul_k_first) {
   plat p;
   if (!open_conf(_i, &p)) return;
-  rng_seed_for(1, _i);
+  rng_seed(seed_for(1, _i));
   /* M·K·4 above 384 KB: K outermost, blocks of 256 rows of x. {M, N, K}:
    * three K chunks with a 88-deep tail, a 6-column last panel; two row
    * blocks (the second 44 rows: 7 tiles + 2); a 76-deep K tail and N
@@ -211,7 +146,7 @@ END_TEST
 START_TEST(test_silu_range) {
   plat p;
   if (!open_conf(_i, &p)) return;
-  rng_seed_for(2, _i);
+  rng_seed(seed_for(2, _i));
   static const float special[] = {0.0f,   -0.0f,   INFINITY, -INFINITY, NAN,     -NAN,
                                   88.7f,  88.73f,  -88.7f,   -88.73f,   -86.0f,  -86.01f,
                                   -89.0f, -89.01f, 86.0f,    89.5f,     -103.0f, -200.0f,
@@ -255,7 +190,7 @@ static uint16_t sdk_half(float f, mi_dtype dt) {
 START_TEST(test_convert_exact) {
   plat p;
   if (!open_conf(_i, &p)) return;
-  rng_seed_for(3, _i);
+  rng_seed(seed_for(3, _i));
   static const uint32_t special[] = {
       0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, /* zeros, infinities */
       0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff812345u, /* quiet and signalling NaNs */
@@ -387,7 +322,7 @@ static void *rope_worker(void *arg) {
 START_TEST(test_rope_kept_table) {
   plat p;
   if (!open_conf(_i, &p)) return;
-  rng_seed_for(4, _i);
+  rng_seed(seed_for(4, _i));
   /* In order on one context: each call differs from the one before in one
    * way the table must notice (or repeats it exactly). */
   static const rope_case seq[] = {
@@ -451,7 +386,7 @@ static void attn_ref(const float *q, const float *kc, const float *vc, int64_t H
 START_TEST(test_attention_chunks) {
   plat p;
   if (!open_conf(_i, &p)) return;
-  rng_seed_for(5, _i);
+  rng_seed(seed_for(5, _i));
   /* G = 2 (a tile mixes two heads of a position), D = 32; the prompt of
    * 557 positions as chunks of 1 (a decode-shaped first call), 150, 300
    * (several tile tasks per KV head) and 106: chunk edges off the 8/16-row
