@@ -205,7 +205,7 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
     wp.n_predict = G < 2 ? G : 2;
     tok_clock none = {NULL, 0, 0};
     if (mi_generate(e, ids, (size_t)P, &wp, on_token, &none, &st, err, sizeof err) != 0) {
-      snprintf(r->err, sizeof r->err, "warm-up: %s", err);
+      snprintf(r->err, sizeof r->err, "warm-up: %.1000s", err);
       free(ids);
       mi_session_close(e);
       mi_registry_free(reg);
