@@ -301,6 +301,30 @@ static int resolve_scalars(unit *u, json_t *cs, mi_dtype variant, uint64_t *rng,
   return 0;
 }
 
+/* The guard bytes after an output are as the harness wrote them: nothing
+ * was written past its end. */
+static int guard_intact(const dev_buf *b) {
+  int ok = 1;
+  for (size_t g = 0; g < GUARD; g++) ok &= b->host[b->bytes + g] == GUARD_BYTE;
+  return ok;
+}
+
+/* The failure message both comparisons share: a write past the end of an
+ * output, or NaN/Inf where the reference is finite. 1 when it wrote one. */
+static int fail_msg_common(const unit *u, const vf_arg *a, int guard_ok, int64_t nonfinite,
+                           int64_t show, double got, double want, const char *where, char *msg,
+                           size_t mlen) {
+  if (!guard_ok)
+    snprintf(msg, mlen, "%s: wrote past the end of '%s' (%lld elements) %s", u->member, a->name,
+             (long long)a->n, where);
+  else if (nonfinite)
+    snprintf(msg, mlen, "%s: %lld NaN/Inf values in '%s' (first %s[%lld]: got %g, want %g) %s",
+             u->member, (long long)nonfinite, a->name, a->name, (long long)show, got, want, where);
+  else
+    return 0;
+  return 1;
+}
+
 /* Compares outputs; fills res and a one-line message. Returns 1 on pass. */
 static int compare(unit *u, dev_buf *db, double tol, json_t *res, char *msg, size_t mlen,
                    const char *where) {
@@ -310,8 +334,7 @@ static int compare(unit *u, dev_buf *db, double tol, json_t *res, char *msg, siz
   for (int i = 0; i < u->nargs; i++) {
     vf_arg *a = &u->a[i];
     if (a->kind != VF_OUT && a->kind != VF_INOUT) continue;
-    int guard_ok = 1;
-    for (size_t g = 0; g < GUARD; g++) guard_ok &= db[i].host[db[i].bytes + g] == GUARD_BYTE;
+    int guard_ok = guard_intact(&db[i]);
     double maxabs = 0, refmax = 0;
     int64_t at = -1, nonfinite = 0, mismatches = 0, first_bad = -1;
     for (int64_t k = 0; k < a->n; k++) {
@@ -346,13 +369,8 @@ static int compare(unit *u, dev_buf *db, double tol, json_t *res, char *msg, siz
     if (maxabs > worst_abs) worst_abs = maxabs;
     if (!ok && pass) {
       pass = 0;
-      if (!guard_ok)
-        snprintf(msg, mlen, "%s: wrote past the end of '%s' (%lld elements) %s", u->member, a->name,
-                 (long long)a->n, where);
-      else if (nonfinite)
-        snprintf(msg, mlen, "%s: %lld NaN/Inf values in '%s' (first %s[%lld]: got %g, want %g) %s",
-                 u->member, (long long)nonfinite, a->name, a->name, (long long)show, got_s, want_s,
-                 where);
+      if (fail_msg_common(u, a, guard_ok, nonfinite, show, got_s, want_s, where, msg, mlen))
+        ; /* written */
       else if (!strcmp(u->compare, "exact"))
         snprintf(msg, mlen, "%s: %lld of %lld elements of '%s' differ (first %s[%lld]: got %g, want %g) %s",
                  u->member, (long long)mismatches, (long long)a->n, a->name, a->name,
@@ -388,8 +406,7 @@ static int compare_bound(unit *u, dev_buf *db, const double *mag, json_t *mode, 
   for (int i = 0; i < u->nargs; i++) {
     vf_arg *a = &u->a[i];
     if (a->kind != VF_OUT && a->kind != VF_INOUT) continue;
-    int guard_ok = 1;
-    for (size_t g = 0; g < GUARD; g++) guard_ok &= db[i].host[db[i].bytes + g] == GUARD_BYTE;
+    int guard_ok = guard_intact(&db[i]);
     double maxabs = 0, refmax = 0, ratio = 0;
     int64_t at = -1, nonfinite = 0, first_bad = -1;
     for (int64_t k = 0; k < a->n; k++) {
@@ -426,14 +443,7 @@ static int compare_bound(unit *u, dev_buf *db, const double *mag, json_t *mode, 
     if (relerr > worst_rel || isnan(relerr)) worst_rel = relerr;
     if (!ok && pass) {
       pass = 0;
-      if (!guard_ok)
-        snprintf(msg, mlen, "%s: wrote past the end of '%s' (%lld elements) %s", u->member, a->name,
-                 (long long)a->n, where);
-      else if (nonfinite)
-        snprintf(msg, mlen, "%s: %lld NaN/Inf values in '%s' (first %s[%lld]: got %g, want %g) %s",
-                 u->member, (long long)nonfinite, a->name, a->name, (long long)show, got_s, want_s,
-                 where);
-      else
+      if (!fail_msg_common(u, a, guard_ok, nonfinite, show, got_s, want_s, where, msg, mlen))
         snprintf(msg, mlen, "%s: error %.3g at %s[%lld] (got %.9g, want %.9g) > the %s bound %.3g %s",
                  u->member, fabs(got_s - want_s), a->name, (long long)show, got_s, want_s, mode_name,
                  lim_s, where);
