@@ -1118,12 +1118,17 @@ static int64_t check_matmul_bf16act(plat *p, mi_dtype dt, int64_t M, int64_t N, 
 /* matmul_act=bf16 on avx512bf16, threads 1, 2, 3 (skipped on a host or
  * under an MI_CPU_ISA_MAX without AVX512_BF16). Shapes: rows below, at and
  * above the switch to the bf16 path (2..5: CPU_BF16ACT_MIN_M is 4, and the
- * rows of one thread's call count) and around its 8-row tile (7, 8, 9, 13,
- * 16, 17, 20, 23: the 2- and 4-row tiles and clamped 8-row ones), outputs around the 16-word transpose and the 32-output panel
- * (masked columns), K odd and even around the 16-pair transpose (31, 32,
- * 33, 63) and the 128-pair panel block (255, 256, 257), one row (decode,
- * always exact). From 64 rows and 48 outputs (every thread then has all
- * the rows) the path must be taken. */
+ * rows of one thread's call count); the inner-product tiles of a short
+ * prompt (4..32 rows: whole 4-row tiles and 1-3 rows left, the 4 weight
+ * streams per thread and the rows left over, K in blocks of 1024 with a
+ * tail) and the switch to panels at 33; the panels' 8-row tiles (64, 67:
+ * the 2- and 4-row tiles and clamped 8-row ones); outputs around the
+ * 16-word transpose and the 32-output panel (masked columns), K odd and
+ * even around the 16-pair transpose (31, 32, 33, 63) and the 128-pair
+ * panel block (255, 256, 257); one row (decode, always exact). Each output
+ * is held to the contract's bound; from 64 rows and 48 outputs (every
+ * thread then has all the rows), and on the model-like shapes, the path
+ * must be taken. */
 START_TEST(test_matmul_bf16act) {
   const host_isas h = expected_isas(-1);
   const char *thr = THREADS[_i];
@@ -1137,19 +1142,26 @@ START_TEST(test_matmul_bf16act) {
   ck_assert_int_gt(open_with(kv, 3, &p, why, sizeof why), 0);
   ck_assert_str_eq(variant_full(p.ctx), "avx512bf16+bf16act");
   rng_seed(seed_for(20, _i));
-  static const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 20, 23, 64, 67},
+  /* rows: the inner-product tiles (4..32; 4-row tiles and 1-3 left) and
+   * the panels (33+); N: 4 streams of rows per thread and the rows left;
+   * K: the tail of 32, and blocks of 1024 */
+  static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 16, 17, 23, 31, 32, 33, 64, 67},
                        Ns[] = {1, 15, 16, 17, 31, 32, 33, 48, 97},
-                       Ks[] = {1, 2, 3, 31, 32, 33, 63, 255, 256, 257, 1023};
+                       Ks[] = {1, 2, 3, 31, 32, 33, 63, 255, 256, 257, 1023, 1025, 2079};
+  enum { NM = sizeof Ms / sizeof Ms[0], NN = sizeof Ns / sizeof Ns[0], NK = sizeof Ks / sizeof Ks[0] };
   int64_t nb = 0;
-  for (int a = 0; a < 15; a++)
-    for (int b = 0; b < 9; b++) {
-      const int64_t M = Ms[a], N = Ns[b], K = Ks[(a + 2 * b) % 11];
+  for (int a = 0; a < NM; a++)
+    for (int b = 0; b < NN; b++) {
+      const int64_t M = Ms[a], N = Ns[b], K = Ks[(a + 2 * b) % NK];
       nb += check_matmul_bf16act(&p, MI_DTYPE_BF16, M, N, K, M >= 64 && N >= 48);
     }
   /* several panels of N and blocks of K, M over many tiles */
   nb += check_matmul_bf16act(&p, MI_DTYPE_BF16, 100, 200, 300, 1);
   nb += check_matmul_bf16act(&p, MI_DTYPE_BF16, 67, 97, 1023, 1);
   nb += check_matmul_bf16act(&p, MI_DTYPE_BF16, 130, 64, 65, 1);
+  /* a short prompt on a model's shapes: K blocks of 1024, 4 streams of 256 rows */
+  nb += check_matmul_bf16act(&p, MI_DTYPE_BF16, 11, 1024, 3072, 1);
+  nb += check_matmul_bf16act(&p, MI_DTYPE_BF16, 5, 2050, 1024, 1);
   /* decode and the other weight types stay exact */
   check_matmul_bf16act(&p, MI_DTYPE_BF16, 1, 1000, 300, 0);
   check_matmul_bf16act(&p, MI_DTYPE_F32, 40, 97, 257, 0);

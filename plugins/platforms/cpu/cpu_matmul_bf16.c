@@ -27,6 +27,10 @@
  *  - tiles of BF_MR tokens x 32 outputs: per pair of k, two panel vectors,
  *    one broadcast word per token, two VDPBF16PS per token into 2·BF_MR
  *    accumulators. No horizontal sums.
+ * Up to CPU_BF16ACT_IP_MAX_M tokens (a short prompt) the weights are not
+ * packed: 4x4 inner-product tiles read them as stored, in a few sequential
+ * streams with a software prefetch ahead ("few tokens" below), which keeps
+ * the weight stream, the bound at that size, near the decode GEMV's.
  */
 #include <immintrin.h>
 #include <stdlib.h>
@@ -45,6 +49,15 @@
 #endif
 #ifndef BF_MR
 #define BF_MR 8 /* tokens per register tile: 16 accumulators */
+#endif
+#ifndef IP_KB
+#define IP_KB 1024 /* values of k per inner-product block */
+#endif
+#ifndef IP_STREAMS
+#define IP_STREAMS 4 /* weight streams per thread (a multiple of 4) */
+#endif
+#ifndef IP_PF_AHEAD
+#define IP_PF_AHEAD 1024 /* values (2 KB) ahead in each stream, prefetched */
 #endif
 
 /* ---- x: f32 rows to bf16 pairs ---- */
@@ -166,6 +179,124 @@ AI void bf_tile(const int MR, float *y, int64_t ldy, const uint32_t *xb, int64_t
   }
 }
 
+/* ---- few tokens: inner products, no panels ---- */
+
+/* At a handful of tokens each weight is used only M times, so the panel's
+ * transposes (64 shuffles per 512 weights) cost as much as the dot
+ * products they feed (an 11-token prefill's matmuls ran at ~25% of the
+ * bf16-dot peak, the weights coming in at half the decode GEMV's rate).
+ * Here the weights are read as stored: one zmm holds
+ * 16 pairs of k of one output row, one holds the same 16 pairs of one token
+ * (xb), and VDPBF16PS leaves 16 partial sums per (token, output) that a
+ * reduction tree adds at the end. Tiles of 4 tokens x 4 outputs: 16
+ * accumulators, enough independent chains to hide VDPBF16PS's latency,
+ * 8 loads per 16 dot products. */
+
+/* v[0..15] -> one vector: lane 4l + c = Σ lanes of v[4c + l]. Four levels
+ * of adjacent pairs: 128-bit halves, then 128-bit lanes, then within lanes. */
+AI __m512 reduce16(const __m512 v[16]) {
+  __m512 a[8], b[4], c[2];
+  for (int q = 0; q < 8; q++)
+    a[q] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * q], v[2 * q + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * q], v[2 * q + 1], 0xEE));
+  /* a[q], 128-bit lane l: v[2q] (l < 2) or v[2q+1] (l >= 2), 4 partials */
+  for (int r = 0; r < 4; r++)
+    b[r] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * r], a[2 * r + 1], 0x88),
+                         _mm512_shuffle_f32x4(a[2 * r], a[2 * r + 1], 0xDD));
+  /* b[r], 128-bit lane l: the 4 partials of v[4r + l] */
+  for (int t = 0; t < 2; t++)
+    c[t] = _mm512_add_ps(_mm512_unpacklo_ps(b[2 * t], b[2 * t + 1]),
+                         _mm512_unpackhi_ps(b[2 * t], b[2 * t + 1]));
+  /* c[t], lane l: (v[8t + l], v[8t + 4 + l], v[8t + l], v[8t + 4 + l]), 2 partials each */
+  return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x44), _mm512_shuffle_ps(c[0], c[1], 0xEE));
+}
+
+/* y[i·ldy + col[j]] (+)= Σ_{k0 <= k < k1} bf16 x row i (xb, ldx words
+ * apart, zero past K) · w row wr[j] for i < mr, j < nr; accum: add to y.
+ * k0 is a multiple of 32; k1 < k0 + 32·(K/32) + 32. Rows i >= mr and
+ * outputs j >= nr repeat the last valid one and are not stored. */
+AI void ip_tile(float *y, int64_t ldy, const int64_t col[4], const uint32_t *xb, int64_t ldx,
+                const uint16_t *const wrow[4], int64_t k0, int64_t k1, int accum, int mr,
+                int nr) {
+  const uint32_t *xr[4];
+  const uint16_t *wr[4];
+  for (int i = 0; i < 4; i++) xr[i] = xb + (i < mr ? i : mr - 1) * ldx;
+  for (int j = 0; j < 4; j++) wr[j] = wrow[j < nr || nr < 1 ? j : nr - 1];
+  __m512 acc[16];
+  for (int a = 0; a < 16; a++) acc[a] = _mm512_setzero_ps();
+  int64_t k = k0;
+  for (; k + 2 * VL <= k1; k += 2 * VL) {
+    __m512bh xv[4];
+    for (int i = 0; i < 4; i++) xv[i] = (__m512bh)_mm512_load_si512((const void *)(xr[i] + k / 2));
+    for (int j = 0; j < 4; j++) {
+      const __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wr[j] + k));
+      _mm_prefetch((const char *)(wr[j] + k + IP_PF_AHEAD), _MM_HINT_T0);
+      for (int i = 0; i < 4; i++) acc[i * 4 + j] = _mm512_dpbf16_ps(acc[i * 4 + j], xv[i], wv);
+    }
+  }
+  if (k < k1) { /* k1 = K: its last K mod 32 values, w masked (past a row: the next, or nothing) */
+    const __mmask32 m = (__mmask32)((1u << (k1 - k)) - 1);
+    __m512bh xv[4];
+    for (int i = 0; i < 4; i++) xv[i] = (__m512bh)_mm512_load_si512((const void *)(xr[i] + k / 2));
+    for (int j = 0; j < 4; j++) {
+      const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, wr[j] + k);
+      for (int i = 0; i < 4; i++) acc[i * 4 + j] = _mm512_dpbf16_ps(acc[i * 4 + j], xv[i], wv);
+    }
+  }
+  float s[16] __attribute__((aligned(64)));
+  _mm512_store_ps(s, reduce16(acc)); /* lane 4l + c: acc[4c + l], token c, output l */
+  for (int i = 0; i < mr; i++)
+    for (int j = 0; j < nr; j++) {
+      float *d = y + i * ldy + col[j];
+      *d = accum ? *d + s[4 * j + i] : s[4 * j + i];
+    }
+}
+
+/* Every token of xb ([rows][ldx]) times the 4 weight rows wr (outputs
+ * col[j] of y), all of K: blocks of IP_KB values of k (the rows' block and
+ * the tokens' stay in L1 while every 4 tokens pass over them). */
+static void ip_outputs(float *y, int64_t ldy, const int64_t col[4], const uint32_t *xb,
+                       int64_t ldx, const uint16_t *const wr[4], int64_t K, int64_t rows, int nr) {
+  for (int64_t k0 = 0; k0 < K; k0 += IP_KB) {
+    const int64_t k1 = K - k0 < IP_KB ? K : k0 + IP_KB;
+    for (int64_t i = 0; i < rows; i += 4)
+      ip_tile(y + i * ldy, ldy, col, xb + i * ldx, ldx, wr, k0, k1, k0 > 0,
+              rows - i < 4 ? (int)(rows - i) : 4, nr);
+  }
+}
+
+/* rows [0, rows) of xb times w rows [n0, n1) into y (row 0 of y = row 0
+ * of xb). As the decode GEMV does (cpu_kernels_avx512.c), the weight rows
+ * are taken as IP_STREAMS sequential streams from that many equal parts of
+ * [n0, n1), far apart: the L2 hardware prefetcher follows each, where 4
+ * adjacent rows read side by side (2-6 KB apart, in the same pages) kept
+ * fewer fills in flight. A tile takes 4 of the streams' current rows. */
+static void ip_rows(float *y, int64_t ldy, const uint32_t *xb, int64_t ldx, const uint16_t *w,
+                    int64_t K, int64_t rows, int64_t n0, int64_t n1) {
+  enum { S = IP_STREAMS };
+  const int64_t chunk = (n1 - n0) / S; /* rows per stream */
+  for (int64_t r = 0; r < chunk; r++)
+    for (int t = 0; t < S; t += 4) {
+      int64_t col[4];
+      const uint16_t *wr[4];
+      for (int j = 0; j < 4; j++) {
+        col[j] = n0 + (t + j) * chunk + r;
+        wr[j] = w + (size_t)col[j] * (size_t)K;
+      }
+      ip_outputs(y, ldy, col, xb, ldx, wr, K, rows, 4);
+    }
+  for (int64_t n = n0 + S * chunk; n < n1; n += 4) { /* the rows left, 4 at a time */
+    int64_t col[4];
+    const uint16_t *wr[4];
+    const int nr = n1 - n < 4 ? (int)(n1 - n) : 4;
+    for (int j = 0; j < 4; j++) {
+      col[j] = n + (j < nr ? j : nr - 1);
+      wr[j] = w + (size_t)col[j] * (size_t)K;
+    }
+    ip_outputs(y, ldy, col, xb, ldx, wr, K, rows, nr);
+  }
+}
+
 int cpu_matmul_bf16(float *y, const float *x, const uint16_t *w, int64_t N, int64_t K, int64_t m0,
                     int64_t m1, int64_t n0, int64_t n1) {
   const int64_t rows = m1 - m0, pairs = (K + 1) / 2, ldxb = (pairs + VL - 1) / VL * VL;
@@ -176,6 +307,11 @@ int cpu_matmul_bf16(float *y, const float *x, const uint16_t *w, int64_t N, int6
   uint32_t *xb = aligned_alloc(64, (size_t)rows * (size_t)ldxb * sizeof *xb);
   if (!xb) return -1;
   convert_x(xb, ldxb, x + m0 * K, K, rows);
+  if (rows <= CPU_BF16ACT_IP_MAX_M) {
+    ip_rows(y + m0 * N, N, xb, ldxb, w, K, rows, n0, n1);
+    free(xb);
+    return 0;
+  }
   uint32_t panel[BF_KCP * BF_NB] __attribute__((aligned(64))); /* [pairs][32] words */
   for (int64_t n = n0; n < n1; n += BF_NB) {
     const int nr = n1 - n < BF_NB ? (int)(n1 - n) : BF_NB;

@@ -15,6 +15,15 @@
  * outer-product tiles at 8 (the plugin README, "bf16 dot"). */
 #define CPU_BF16ACT_MIN_M 4
 
+/* Up to this many rows per call the bf16 path takes inner products of the
+ * weight rows as stored, streamed (no panels); more rows share the cost of
+ * packing panels. Interleaved runs (cpu_bench mmbf16 style, 2 threads,
+ * weights from memory, medians of 61): the inner products were 1.4-1.7x the
+ * panels at 4-16 rows, 1.1-1.3x at 24-32, even at 48-64 and behind at 128. */
+#ifndef CPU_BF16ACT_IP_MAX_M
+#define CPU_BF16ACT_IP_MAX_M 32
+#endif
+
 /* y[m, n] = Σ_k bf16(x[m, k]) · w[n, k] for m in [m0, m1), n in [n0, n1):
  * x rounded to bf16 (round to nearest even, VCVTNE2PS2BF16), w bf16 [N, K],
  * products and sums in f32 by VDPBF16PS. Returns 0, or -1 (nothing written)
