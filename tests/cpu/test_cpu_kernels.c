@@ -184,6 +184,12 @@ START_TEST(test_matmul) {
     check_matmul(&p, dts[d], 33, 130, 515);
     check_matmul(&p, dts[d], 64, 7, 129);
     check_matmul(&p, dts[d], 5, 260, 1024);
+    /* a short prompt (AVX-512, bf16 weights, 2-32 rows: inner products on
+     * the weights as stored, 4 streams per thread, K in blocks of 1024 with
+     * an odd tail) */
+    check_matmul(&p, dts[d], 11, 70, 2085);
+    check_matmul(&p, dts[d], 3, 41, 1030);
+    check_matmul(&p, dts[d], 32, 19, 1055);
     /* prefill path (M >= 8 on AVX-512: 6x32 outer-product tiles over
      * 256-deep k panels): M around the 6-row tile and its 3/2-row
      * remainders, N around the 32-row panel (masked columns), K across

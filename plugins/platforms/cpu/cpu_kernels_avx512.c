@@ -5,23 +5,28 @@
  * Matmul: y[m,n] = Σ_k x[m,k]·w[n,k]. Weights are converted to f32 in
  * registers (bf16: zero-extend to 32 bits and shift left 16 — exact; f16:
  * vcvtph2ps — exact) and accumulated with f32 FMA, so the only error is f32
- * accumulation order. Register tiles:
- *   4x4: 4 rows of x times 4 rows of w, 16 zmm accumulators (prefill); the
- *        weights come from an f32 panel converted once per block of x rows.
- *   1x4: a leftover row of x (M not a multiple of 4).
- * Decode (M = 1) uses gemv_dt instead: one sequential weight stream.
+ * accumulation order. By rows per call:
+ *   1: gemv_dt, several sequential weight streams (decode).
+ *   2-32, bf16 weights: xip_*, 4x4 inner-product tiles on the weights as
+ *        stored, streamed (a short prompt, bound by the weight stream).
+ *   2-7 (f32/f16 weights): 4x4 inner-product tiles, the weights converted
+ *        to an f32 panel once per block of x rows; 1x4 for a leftover row.
+ *   8+: outer-product tiles over packed weight panels (matmul_outer).
  * Tails (K not a multiple of 16, fewer than 4 rows) are handled with masked
  * or zero-padded loads, and by clamping row pointers to the last valid row
  * (the duplicate results are discarded).
  */
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_avx2_pack.h"
 #include "cpu_avx512_load.h"
 #include "cpu_internal.h"
 #include "cpu_exp_simd.h"
+#include "cpu_ip_streams.h"
 #include "cpu_matmul_bf16.h"
+#include "cpu_reduce_avx512.h"
 
 #define AI static inline __attribute__((always_inline))
 #define VL 16
@@ -286,12 +291,122 @@ AI void matmul_outer(float *y, const float *x, const void *w, mi_dtype dt, int64
   }
 }
 
+/* ---- exact, a few rows, bf16 weights: inner products on the weights as stored ---- */
+
+/* A short prompt's matmuls are bound by the weight stream (each weight is
+ * used only M times), so the weights are read as stored, in the streams of
+ * cpu_ip_streams.h, not packed into panels. A bf16 pair (w[2p], w[2p+1]) is
+ * one 32-bit word: shifted left 16 it is w[2p] as f32, its low half
+ * cleared it is w[2p+1], both exact; x comes deinterleaved to match (per 32
+ * values of k: 16 even, then 16 odd, xip_convert), so a 64-byte load of w
+ * feeds two FMAs per token with two integer operations, off the FMA ports.
+ * Tiles of 4 tokens x 4 outputs, 16 accumulators of 16 partial sums each,
+ * added by a reduction tree at the end (cpu_reduce_avx512.h). Still exact:
+ * f32 products of exact values, f32 sums, only their order differs. */
+#define XIP_MAX_M 32 /* interleaved runs, 2 threads, weights from memory, medians: 1.7-2.2x the
+                        * 4-row tiles at 2-8 rows, 1.5x the outer-product tiles at 11-16, 1.1-1.3x
+                        * at 24-32 */
+
+/* xd[i·ldx + 32c + l] = x[i][32c + 2l], xd[i·ldx + 32c + 16 + l] =
+ * x[i][32c + 2l + 1] (l < 16), zero past K; ldx = K rounded up to 32. */
+static void xip_convert(float *xd, int64_t ldx, const float *x, int64_t K, int64_t rows) {
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t k = 0; k < ldx; k += 2 * VL) {
+      const float *xr = x + i * K + k;
+      const int64_t r = K - k;
+      const __m512 lo = r >= VL ? _mm512_loadu_ps(xr) : ld_x_tail(xr, 0, r > 0 ? r : 0);
+      const __m512 hi = r >= 2 * VL ? _mm512_loadu_ps(xr + VL)
+                                    : ld_x_tail(xr + VL, 0, r > VL ? r - VL : 0);
+      _mm512_store_ps(xd + i * ldx + k, _mm512_permutex2var_ps(lo, ev, hi));
+      _mm512_store_ps(xd + i * ldx + k + VL, _mm512_permutex2var_ps(lo, od, hi));
+    }
+}
+
+AI void xip_fma(__m512 acc[16], const __m512 xe[4], const __m512 xo[4], __m512i wv, int j) {
+  const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+  const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(wv, _mm512_set1_epi32((int)0xffff0000u)));
+  for (int i = 0; i < 4; i++) {
+    acc[i * 4 + j] = _mm512_fmadd_ps(xe[i], we, acc[i * 4 + j]);
+    acc[i * 4 + j] = _mm512_fmadd_ps(xo[i], wo, acc[i * 4 + j]);
+  }
+}
+
+/* y[i·ldy + col[j]] (+)= Σ_{k0 <= k < k1} x[i][k]·w[j][k] for i < mr, j <
+ * nr (xd: xip_convert's rows, ldx apart); k0 a multiple of 32; accum: add
+ * to y. Rows and outputs past mr / nr repeat the last valid one. */
+AI void xip_tile(float *y, int64_t ldy, const int64_t col[4], const float *xd, int64_t ldx,
+                 const void *const wrow[4], int64_t k0, int64_t k1, int accum, int mr, int nr) {
+  const float *xr[4];
+  const uint16_t *wr[4];
+  for (int i = 0; i < 4; i++) xr[i] = xd + (i < mr ? i : mr - 1) * ldx;
+  for (int j = 0; j < 4; j++) wr[j] = wrow[j < nr || nr < 1 ? j : nr - 1];
+  __m512 acc[16], xe[4], xo[4];
+  for (int a = 0; a < 16; a++) acc[a] = _mm512_setzero_ps();
+  int64_t k = k0;
+  for (; k + 2 * VL <= k1; k += 2 * VL) {
+    for (int i = 0; i < 4; i++) {
+      xe[i] = _mm512_load_ps(xr[i] + k);
+      xo[i] = _mm512_load_ps(xr[i] + k + VL);
+    }
+    for (int j = 0; j < 4; j++) {
+      _mm_prefetch((const char *)(wr[j] + k + IP_PF_AHEAD), _MM_HINT_T0);
+      xip_fma(acc, xe, xo, _mm512_loadu_si512((const void *)(wr[j] + k)), j);
+    }
+  }
+  if (k < k1) { /* k1 = K: its last K mod 32 values (zero-padded copies: never past a row) */
+    for (int i = 0; i < 4; i++) {
+      xe[i] = _mm512_load_ps(xr[i] + k);
+      xo[i] = _mm512_load_ps(xr[i] + k + VL);
+    }
+    for (int j = 0; j < 4; j++) {
+      uint16_t buf[2 * VL] __attribute__((aligned(64))) = {0};
+      memcpy(buf, wr[j] + k, (size_t)(k1 - k) * sizeof *buf);
+      xip_fma(acc, xe, xo, _mm512_load_si512((const void *)buf), j);
+    }
+  }
+  mi_store4x4(y, ldy, col, acc, mr, nr, accum);
+}
+
+typedef struct xip_args {
+  float *y;
+  int64_t ldy;
+  const float *xd;
+  int64_t ldx, K, rows;
+} xip_args;
+
+static void xip_outputs(void *arg, const int64_t col[4], const void *const wr[4], int nr) {
+  const xip_args *a = arg;
+  for (int64_t k0 = 0; k0 < a->K; k0 += IP_KB) {
+    const int64_t k1 = a->K - k0 < IP_KB ? a->K : k0 + IP_KB;
+    for (int64_t i = 0; i < a->rows; i += 4)
+      xip_tile(a->y + i * a->ldy, a->ldy, col, a->xd + i * a->ldx, a->ldx, wr, k0, k1, k0 > 0,
+               a->rows - i < 4 ? (int)(a->rows - i) : 4, nr);
+  }
+}
+
+/* Returns -1 (nothing written) when the x copy cannot be allocated. */
+static int xip_matmul(float *y, const float *x, const uint16_t *w, int64_t N, int64_t K,
+                      int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const int64_t rows = m1 - m0, ldx = (K + 2 * VL - 1) / (2 * VL) * (2 * VL);
+  float *xd = aligned_alloc(64, (size_t)rows * (size_t)ldx * sizeof *xd);
+  if (!xd) return -1;
+  xip_convert(xd, ldx, x + m0 * K, K, rows);
+  xip_args a = {y + m0 * N, N, xd, ldx, K, rows};
+  ip_stream_rows(w, (size_t)K * sizeof *w, n0, n1, xip_outputs, &a);
+  free(xd);
+  return 0;
+}
+
 AI void matmul_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
                   int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   if (m1 - m0 == 1) {
     gemv_dt(y + m0 * N, x + m0 * K, w, dt, K, n0, n1);
     return;
   }
+  if (dt == MI_DTYPE_BF16 && m1 - m0 <= XIP_MAX_M && xip_matmul(y, x, w, N, K, m0, m1, n0, n1) == 0)
+    return;
   if (m1 - m0 >= OP_MIN_M) {
     matmul_outer(y, x, w, dt, N, K, m0, m1, n0, n1);
     return;

@@ -36,7 +36,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_ip_streams.h"
 #include "cpu_matmul_bf16.h"
+#include "cpu_reduce_avx512.h"
 
 #define AI static inline __attribute__((always_inline))
 #define VL 16
@@ -49,15 +51,6 @@
 #endif
 #ifndef BF_MR
 #define BF_MR 8 /* tokens per register tile: 16 accumulators */
-#endif
-#ifndef IP_KB
-#define IP_KB 1024 /* values of k per inner-product block */
-#endif
-#ifndef IP_STREAMS
-#define IP_STREAMS 4 /* weight streams per thread (a multiple of 4) */
-#endif
-#ifndef IP_PF_AHEAD
-#define IP_PF_AHEAD 1024 /* values (2 KB) ahead in each stream, prefetched */
 #endif
 
 /* ---- x: f32 rows to bf16 pairs ---- */
@@ -185,39 +178,19 @@ AI void bf_tile(const int MR, float *y, int64_t ldy, const uint32_t *xb, int64_t
  * transposes (64 shuffles per 512 weights) cost as much as the dot
  * products they feed (an 11-token prefill's matmuls ran at ~25% of the
  * bf16-dot peak, the weights coming in at half the decode GEMV's rate).
- * Here the weights are read as stored: one zmm holds
- * 16 pairs of k of one output row, one holds the same 16 pairs of one token
- * (xb), and VDPBF16PS leaves 16 partial sums per (token, output) that a
- * reduction tree adds at the end. Tiles of 4 tokens x 4 outputs: 16
- * accumulators, enough independent chains to hide VDPBF16PS's latency,
- * 8 loads per 16 dot products. */
-
-/* v[0..15] -> one vector: lane 4l + c = Σ lanes of v[4c + l]. Four levels
- * of adjacent pairs: 128-bit halves, then 128-bit lanes, then within lanes. */
-AI __m512 reduce16(const __m512 v[16]) {
-  __m512 a[8], b[4], c[2];
-  for (int q = 0; q < 8; q++)
-    a[q] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * q], v[2 * q + 1], 0x44),
-                         _mm512_shuffle_f32x4(v[2 * q], v[2 * q + 1], 0xEE));
-  /* a[q], 128-bit lane l: v[2q] (l < 2) or v[2q+1] (l >= 2), 4 partials */
-  for (int r = 0; r < 4; r++)
-    b[r] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * r], a[2 * r + 1], 0x88),
-                         _mm512_shuffle_f32x4(a[2 * r], a[2 * r + 1], 0xDD));
-  /* b[r], 128-bit lane l: the 4 partials of v[4r + l] */
-  for (int t = 0; t < 2; t++)
-    c[t] = _mm512_add_ps(_mm512_unpacklo_ps(b[2 * t], b[2 * t + 1]),
-                         _mm512_unpackhi_ps(b[2 * t], b[2 * t + 1]));
-  /* c[t], lane l: (v[8t + l], v[8t + 4 + l], v[8t + l], v[8t + 4 + l]), 2 partials each */
-  return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x44), _mm512_shuffle_ps(c[0], c[1], 0xEE));
-}
+ * Here the weights are read as stored, in the streams of cpu_ip_streams.h:
+ * one zmm holds 16 pairs of k of one output row, one holds the same 16
+ * pairs of one token (xb), and VDPBF16PS leaves 16 partial sums per (token,
+ * output) that a reduction tree adds at the end (cpu_reduce_avx512.h).
+ * Tiles of 4 tokens x 4 outputs: 16 accumulators, enough independent chains
+ * to hide VDPBF16PS's latency, 8 loads per 16 dot products. */
 
 /* y[i·ldy + col[j]] (+)= Σ_{k0 <= k < k1} bf16 x row i (xb, ldx words
  * apart, zero past K) · w row wr[j] for i < mr, j < nr; accum: add to y.
- * k0 is a multiple of 32; k1 < k0 + 32·(K/32) + 32. Rows i >= mr and
- * outputs j >= nr repeat the last valid one and are not stored. */
+ * k0 is a multiple of 32 and k1 - k0 <= IP_KB, or k1 = K. Rows i >= mr
+ * and outputs j >= nr repeat the last valid one and are not stored. */
 AI void ip_tile(float *y, int64_t ldy, const int64_t col[4], const uint32_t *xb, int64_t ldx,
-                const uint16_t *const wrow[4], int64_t k0, int64_t k1, int accum, int mr,
-                int nr) {
+                const void *const wrow[4], int64_t k0, int64_t k1, int accum, int mr, int nr) {
   const uint32_t *xr[4];
   const uint16_t *wr[4];
   for (int i = 0; i < 4; i++) xr[i] = xb + (i < mr ? i : mr - 1) * ldx;
@@ -243,57 +216,26 @@ AI void ip_tile(float *y, int64_t ldy, const int64_t col[4], const uint32_t *xb,
       for (int i = 0; i < 4; i++) acc[i * 4 + j] = _mm512_dpbf16_ps(acc[i * 4 + j], xv[i], wv);
     }
   }
-  float s[16] __attribute__((aligned(64)));
-  _mm512_store_ps(s, reduce16(acc)); /* lane 4l + c: acc[4c + l], token c, output l */
-  for (int i = 0; i < mr; i++)
-    for (int j = 0; j < nr; j++) {
-      float *d = y + i * ldy + col[j];
-      *d = accum ? *d + s[4 * j + i] : s[4 * j + i];
-    }
+  mi_store4x4(y, ldy, col, acc, mr, nr, accum);
 }
 
-/* Every token of xb ([rows][ldx]) times the 4 weight rows wr (outputs
- * col[j] of y), all of K: blocks of IP_KB values of k (the rows' block and
- * the tokens' stay in L1 while every 4 tokens pass over them). */
-static void ip_outputs(float *y, int64_t ldy, const int64_t col[4], const uint32_t *xb,
-                       int64_t ldx, const uint16_t *const wr[4], int64_t K, int64_t rows, int nr) {
-  for (int64_t k0 = 0; k0 < K; k0 += IP_KB) {
-    const int64_t k1 = K - k0 < IP_KB ? K : k0 + IP_KB;
-    for (int64_t i = 0; i < rows; i += 4)
-      ip_tile(y + i * ldy, ldy, col, xb + i * ldx, ldx, wr, k0, k1, k0 > 0,
-              rows - i < 4 ? (int)(rows - i) : 4, nr);
-  }
-}
+typedef struct ip_args {
+  float *y;
+  int64_t ldy;
+  const uint32_t *xb;
+  int64_t ldx, K, rows;
+} ip_args;
 
-/* rows [0, rows) of xb times w rows [n0, n1) into y (row 0 of y = row 0
- * of xb). As the decode GEMV does (cpu_kernels_avx512.c), the weight rows
- * are taken as IP_STREAMS sequential streams from that many equal parts of
- * [n0, n1), far apart: the L2 hardware prefetcher follows each, where 4
- * adjacent rows read side by side (2-6 KB apart, in the same pages) kept
- * fewer fills in flight. A tile takes 4 of the streams' current rows. */
-static void ip_rows(float *y, int64_t ldy, const uint32_t *xb, int64_t ldx, const uint16_t *w,
-                    int64_t K, int64_t rows, int64_t n0, int64_t n1) {
-  enum { S = IP_STREAMS };
-  const int64_t chunk = (n1 - n0) / S; /* rows per stream */
-  for (int64_t r = 0; r < chunk; r++)
-    for (int t = 0; t < S; t += 4) {
-      int64_t col[4];
-      const uint16_t *wr[4];
-      for (int j = 0; j < 4; j++) {
-        col[j] = n0 + (t + j) * chunk + r;
-        wr[j] = w + (size_t)col[j] * (size_t)K;
-      }
-      ip_outputs(y, ldy, col, xb, ldx, wr, K, rows, 4);
-    }
-  for (int64_t n = n0 + S * chunk; n < n1; n += 4) { /* the rows left, 4 at a time */
-    int64_t col[4];
-    const uint16_t *wr[4];
-    const int nr = n1 - n < 4 ? (int)(n1 - n) : 4;
-    for (int j = 0; j < 4; j++) {
-      col[j] = n + (j < nr ? j : nr - 1);
-      wr[j] = w + (size_t)col[j] * (size_t)K;
-    }
-    ip_outputs(y, ldy, col, xb, ldx, wr, K, rows, nr);
+/* Every token times 4 weight rows, all of K, in blocks of IP_KB values of
+ * k (the rows' block and the tokens' stay in L1 while every 4 tokens pass
+ * over them). */
+static void ip_outputs(void *arg, const int64_t col[4], const void *const wr[4], int nr) {
+  const ip_args *a = arg;
+  for (int64_t k0 = 0; k0 < a->K; k0 += IP_KB) {
+    const int64_t k1 = a->K - k0 < IP_KB ? a->K : k0 + IP_KB;
+    for (int64_t i = 0; i < a->rows; i += 4)
+      ip_tile(a->y + i * a->ldy, a->ldy, col, a->xb + i * a->ldx, a->ldx, wr, k0, k1, k0 > 0,
+              a->rows - i < 4 ? (int)(a->rows - i) : 4, nr);
   }
 }
 
@@ -308,7 +250,8 @@ int cpu_matmul_bf16(float *y, const float *x, const uint16_t *w, int64_t N, int6
   if (!xb) return -1;
   convert_x(xb, ldxb, x + m0 * K, K, rows);
   if (rows <= CPU_BF16ACT_IP_MAX_M) {
-    ip_rows(y + m0 * N, N, xb, ldxb, w, K, rows, n0, n1);
+    ip_args a = {y + m0 * N, N, xb, ldxb, K, rows};
+    ip_stream_rows(w, (size_t)K * sizeof *w, n0, n1, ip_outputs, &a);
     free(xb);
     return 0;
   }
