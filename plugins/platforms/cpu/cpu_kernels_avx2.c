@@ -4,16 +4,19 @@
  *
  * Same scheme as cpu_kernels_avx512.c with 8-lane vectors and 16 registers:
  *   prefill (OP_MIN_M rows or more): 6x16 outer-product register tiles over
- *   a k-major f32 weight panel (matmul_outer); 2-3 rows: a 4x2 inner-product
- *   tile (8 accumulators, each converted weight vector reused for 4
- *   activation rows) and a 1x4 tile for leftover rows; decode (1 row): a
- *   multi-stream GEMV. Weights are converted to f32 exactly in registers;
- *   accumulation is f32 FMA.
+ *   a k-major f32 weight panel (matmul_outer); bf16 weights at 2-32 rows:
+ *   2x4 inner-product tiles on the weights as stored, streamed (xip_*);
+ *   other weights at 2-7 rows: a 4x2 inner-product tile (8 accumulators,
+ *   each converted weight vector reused for 4 activation rows) and a 1x4
+ *   tile for leftover rows; decode (1 row): a multi-stream GEMV. Weights
+ *   are converted to f32 exactly in registers; accumulation is f32 FMA.
  */
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_avx2_pack.h"
+#include "cpu_ip_streams.h"
 #include "cpu_exp_simd.h"
 #include "cpu_internal.h"
 
@@ -275,12 +278,127 @@ AI void matmul_outer(float *y, const float *x, const void *w, mi_dtype dt, int64
   }
 }
 
+/* ---- exact, a few rows, bf16 weights: inner products on the weights as stored ---- */
+
+/* As cpu_kernels_avx512.c's xip_* (the reasons are there): a 32-byte load
+ * of w is 8 bf16 pairs; shifted left 16 they are the even k as f32, their
+ * low halves cleared the odd k, both exact, against x deinterleaved once
+ * per call (per 16 values of k: 8 even, then 8 odd). Tiles of 2 tokens x 4
+ * outputs: 8 accumulators + 4 x + 2 w registers of the 16. */
+#define XIP_MAX_M 32 /* interleaved runs, 2 threads, weights from memory, medians: 1.5-2.4x the
+                        * 4x2 tiles at 2-8 rows, 1.2-1.3x the outer-product tiles at 11-16,
+                        * 1.1x at 24-32 */
+
+/* xd[i·ldx + 16c + l] = x[i][16c + 2l], xd[i·ldx + 16c + 8 + l] =
+ * x[i][16c + 2l + 1] (l < 8), zero past K; ldx = K rounded up to 16. */
+static void xip_convert(float *xd, int64_t ldx, const float *x, int64_t K, int64_t rows) {
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t k = 0; k < ldx; k += 2 * VL) {
+      const float *xr = x + i * K + k;
+      const int64_t r = K - k;
+      const __m256 lo = r >= VL ? _mm256_loadu_ps(xr) : ld_x_tail(xr, 0, r > 0 ? r : 0);
+      const __m256 hi = r >= 2 * VL ? _mm256_loadu_ps(xr + VL)
+                                    : ld_x_tail(xr + VL, 0, r > VL ? r - VL : 0);
+      /* per 128-bit lane: (lo0 lo2 hi0 hi2) (lo4 lo6 hi4 hi6); 64-bit order 0 2 1 3 */
+      const __m256 ev = _mm256_shuffle_ps(lo, hi, 0x88), od = _mm256_shuffle_ps(lo, hi, 0xDD);
+      _mm256_store_ps(xd + i * ldx + k,
+                      _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xD8)));
+      _mm256_store_ps(xd + i * ldx + k + VL,
+                      _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xD8)));
+    }
+}
+
+AI void xip_fma(__m256 acc[8], const __m256 xe[2], const __m256 xo[2], __m256i wv, int j) {
+  const __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(wv, 16));
+  const __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(wv, _mm256_set1_epi32((int)0xffff0000u)));
+  for (int i = 0; i < 2; i++) {
+    acc[i * 4 + j] = _mm256_fmadd_ps(xe[i], we, acc[i * 4 + j]);
+    acc[i * 4 + j] = _mm256_fmadd_ps(xo[i], wo, acc[i * 4 + j]);
+  }
+}
+
+/* y[i·ldy + col[j]] (+)= Σ_{k0 <= k < k1} x[i][k]·w[j][k] for i < mr <= 2,
+ * j < nr; k0 a multiple of 16; accum: add to y. */
+AI void xip_tile(float *y, int64_t ldy, const int64_t col[4], const float *xd, int64_t ldx,
+                 const void *const wrow[4], int64_t k0, int64_t k1, int accum, int mr, int nr) {
+  const float *xr[2] = {xd, xd + (mr > 1 ? ldx : 0)};
+  const uint16_t *wr[4];
+  for (int j = 0; j < 4; j++) wr[j] = wrow[j < nr || nr < 1 ? j : nr - 1];
+  __m256 acc[8], xe[2], xo[2];
+  for (int a = 0; a < 8; a++) acc[a] = _mm256_setzero_ps();
+  int64_t k = k0;
+  for (; k + 2 * VL <= k1; k += 2 * VL) {
+    for (int i = 0; i < 2; i++) {
+      xe[i] = _mm256_load_ps(xr[i] + k);
+      xo[i] = _mm256_load_ps(xr[i] + k + VL);
+    }
+    for (int j = 0; j < 4; j++) {
+      if ((k & 31) == 0) _mm_prefetch((const char *)(wr[j] + k + IP_PF_AHEAD), _MM_HINT_T0);
+      xip_fma(acc, xe, xo, _mm256_loadu_si256((const __m256i *)(wr[j] + k)), j);
+    }
+  }
+  if (k < k1) { /* k1 = K: its last K mod 16 values (zero-padded copies: never past a row) */
+    for (int i = 0; i < 2; i++) {
+      xe[i] = _mm256_load_ps(xr[i] + k);
+      xo[i] = _mm256_load_ps(xr[i] + k + VL);
+    }
+    for (int j = 0; j < 4; j++) {
+      uint16_t buf[2 * VL] __attribute__((aligned(32))) = {0};
+      memcpy(buf, wr[j] + k, (size_t)(k1 - k) * sizeof *buf);
+      xip_fma(acc, xe, xo, _mm256_load_si256((const __m256i *)buf), j);
+    }
+  }
+  /* 8 sums at once: lane 4i + j = acc[4i + j] */
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+  float s[8] __attribute__((aligned(32)));
+  _mm256_store_ps(s, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                                   _mm256_permute2f128_ps(u0, u1, 0x31)));
+  for (int i = 0; i < mr; i++)
+    for (int j = 0; j < nr; j++) {
+      float *d = y + i * ldy + col[j];
+      *d = accum ? *d + s[4 * i + j] : s[4 * i + j];
+    }
+}
+
+typedef struct xip_args {
+  float *y;
+  int64_t ldy;
+  const float *xd;
+  int64_t ldx, K, rows;
+} xip_args;
+
+static void xip_outputs(void *arg, const int64_t col[4], const void *const wr[4], int nr) {
+  const xip_args *a = arg;
+  for (int64_t k0 = 0; k0 < a->K; k0 += IP_KB) {
+    const int64_t k1 = a->K - k0 < IP_KB ? a->K : k0 + IP_KB;
+    for (int64_t i = 0; i < a->rows; i += 2)
+      xip_tile(a->y + i * a->ldy, a->ldy, col, a->xd + i * a->ldx, a->ldx, wr, k0, k1, k0 > 0,
+               a->rows - i < 2 ? 1 : 2, nr);
+  }
+}
+
+/* Returns -1 (nothing written) when the x copy cannot be allocated. */
+static int xip_matmul(float *y, const float *x, const uint16_t *w, int64_t N, int64_t K,
+                      int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const int64_t rows = m1 - m0, ldx = (K + 2 * VL - 1) / (2 * VL) * (2 * VL);
+  float *xd = aligned_alloc(32, (size_t)rows * (size_t)ldx * sizeof *xd);
+  if (!xd) return -1;
+  xip_convert(xd, ldx, x + m0 * K, K, rows);
+  xip_args a = {y + m0 * N, N, xd, ldx, K, rows};
+  ip_stream_rows(w, (size_t)K * sizeof *w, n0, n1, xip_outputs, &a);
+  free(xd);
+  return 0;
+}
+
 AI void matmul_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
                   int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   if (m1 - m0 == 1) {
     gemv_dt(y + m0 * N, x + m0 * K, w, dt, K, n0, n1);
     return;
   }
+  if (dt == MI_DTYPE_BF16 && m1 - m0 <= XIP_MAX_M && xip_matmul(y, x, w, N, K, m0, m1, n0, n1) == 0)
+    return;
   if (m1 - m0 >= OP_MIN_M) {
     matmul_outer(y, x, w, dt, N, K, m0, m1, n0, n1);
     return;
