@@ -337,8 +337,9 @@ START_TEST(test_perf_gate_not_met) {
 END_TEST
 
 /* TP 2: generated, verified under mpirun, and run as a TP deployment runs:
- * identical greedy tokens to the plugin at TP 1, logprobs within 1e-4 (the
- * all-reduce sums in another order); at TP 1 it refuses in one line. */
+ * identical greedy tokens to the plugin at TP 1, logprobs within 1e-4 on the
+ * exact matmul path (the all-reduce sums in another order); at TP 1 it
+ * refuses in one line. */
 START_TEST(test_tp2) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
@@ -356,6 +357,11 @@ START_TEST(test_tp2) {
   ck_assert_msg(r.rc == 0, "mi-gen --tp 2 exited %d:\n%s", r.rc, r.err);
   ck_assert_msg(strstr(r.err, "mpirun -np 2"), "%s", r.err);
   res_free(&r);
+  /* the comparison on the exact matmul path, both sides (mpirun's ranks
+   * inherit it; mi-gen above verified as deployed, in the default): in the
+   * bf16-activation default the all-reduce's last-bit differences flip a
+   * rounding now and then, and logprobs move by up to ~0.01 (tests/tp) */
+  setenv("MI_CPU_MATMUL_ACT", "f32", 1);
   char exe[1200];
   snprintf(exe, sizeof exe, "%s/bin/mi-run", g_build);
   const char *a[] = {"-np", "2", "--oversubscribe", "--bind-to", "none", exe, "--plugin-dir", out, "-m", g_model, "-p",
