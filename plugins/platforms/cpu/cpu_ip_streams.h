@@ -20,14 +20,30 @@
 
 #define IP_STREAMS 4     /* weight streams per thread's call */
 #define IP_PF_AHEAD 1024 /* values of k (2 KB of bf16) prefetched ahead in a stream */
-#define IP_KB 1024       /* values of k per block: a block of 4 rows and the tokens' x stay in L1 */
+#define IP_KB 1024       /* values of k per block (ip_outputs) */
 
-/* Called once per 4 outputs: col[j] the output (weight row) index, wr[j]
- * its row, j < nr valid (the others repeat the last valid one). */
-typedef void (*ip_outputs_fn)(void *arg, const int64_t col[4], const void *const wr[4], int nr);
+/* One register tile: tokens [row, row + mr) of the call times the 4
+ * weight rows wr (outputs col[j], j < nr valid; the others repeat the last
+ * valid one) over k in [k0, k1); accum: add to y (a later block of k). */
+typedef void (*ip_tile_fn)(void *arg, int64_t row, int mr, const int64_t col[4],
+                           const void *const wr[4], int nr, int64_t k0, int64_t k1, int accum);
 
-static inline void ip_stream_rows(const void *w, size_t wrow, int64_t n0, int64_t n1,
-                                  ip_outputs_fn fn, void *arg) {
+/* 4 outputs at a time: every block of IP_KB values of k, and in it every
+ * group of up to mr_max tokens (the 4 rows' block and the tokens' x stay
+ * in L1 while all the tokens pass over them). */
+static inline void ip_outputs(const int64_t col[4], const void *const wr[4], int nr, int64_t K,
+                              int64_t rows, int mr_max, ip_tile_fn fn, void *arg) {
+  for (int64_t k0 = 0; k0 < K; k0 += IP_KB) {
+    const int64_t k1 = K - k0 < IP_KB ? K : k0 + IP_KB;
+    for (int64_t i = 0; i < rows; i += mr_max)
+      fn(arg, i, rows - i < mr_max ? (int)(rows - i) : mr_max, col, wr, nr, k0, k1, k0 > 0);
+  }
+}
+
+/* rows tokens times weight rows [n0, n1) (wrow bytes apart, K values each),
+ * in tiles of up to mr_max tokens x 4 outputs. */
+static inline void ip_stream_rows(const void *w, size_t wrow, int64_t K, int64_t rows, int mr_max,
+                                  int64_t n0, int64_t n1, ip_tile_fn fn, void *arg) {
   const int64_t chunk = (n1 - n0) / IP_STREAMS; /* rows per stream */
   int64_t col[4];
   const void *wr[4];
@@ -37,7 +53,7 @@ static inline void ip_stream_rows(const void *w, size_t wrow, int64_t n0, int64_
         col[j] = n0 + (t + j) * chunk + r;
         wr[j] = (const char *)w + (size_t)col[j] * wrow;
       }
-      fn(arg, col, wr, 4);
+      ip_outputs(col, wr, 4, K, rows, mr_max, fn, arg);
     }
   for (int64_t n = n0 + IP_STREAMS * chunk; n < n1; n += 4) { /* the rows left, 4 at a time */
     const int nr = n1 - n < 4 ? (int)(n1 - n) : 4;
@@ -45,7 +61,7 @@ static inline void ip_stream_rows(const void *w, size_t wrow, int64_t n0, int64_
       col[j] = n + (j < nr ? j : nr - 1);
       wr[j] = (const char *)w + (size_t)col[j] * wrow;
     }
-    fn(arg, col, wr, nr);
+    ip_outputs(col, wr, nr, K, rows, mr_max, fn, arg);
   }
 }
 

@@ -21,10 +21,10 @@
 #include <string.h>
 
 #include "cpu_avx2_pack.h"
+#include "cpu_ip_streams.h"
 #include "cpu_avx512_load.h"
 #include "cpu_internal.h"
 #include "cpu_exp_simd.h"
-#include "cpu_ip_streams.h"
 #include "cpu_matmul_bf16.h"
 #include "cpu_reduce_avx512.h"
 
@@ -369,35 +369,8 @@ AI void xip_tile(float *y, int64_t ldy, const int64_t col[4], const float *xd, i
   mi_store4x4(y, ldy, col, acc, mr, nr, accum);
 }
 
-typedef struct xip_args {
-  float *y;
-  int64_t ldy;
-  const float *xd;
-  int64_t ldx, K, rows;
-} xip_args;
-
-static void xip_outputs(void *arg, const int64_t col[4], const void *const wr[4], int nr) {
-  const xip_args *a = arg;
-  for (int64_t k0 = 0; k0 < a->K; k0 += IP_KB) {
-    const int64_t k1 = a->K - k0 < IP_KB ? a->K : k0 + IP_KB;
-    for (int64_t i = 0; i < a->rows; i += 4)
-      xip_tile(a->y + i * a->ldy, a->ldy, col, a->xd + i * a->ldx, a->ldx, wr, k0, k1, k0 > 0,
-               a->rows - i < 4 ? (int)(a->rows - i) : 4, nr);
-  }
-}
-
-/* Returns -1 (nothing written) when the x copy cannot be allocated. */
-static int xip_matmul(float *y, const float *x, const uint16_t *w, int64_t N, int64_t K,
-                      int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-  const int64_t rows = m1 - m0, ldx = (K + 2 * VL - 1) / (2 * VL) * (2 * VL);
-  float *xd = aligned_alloc(64, (size_t)rows * (size_t)ldx * sizeof *xd);
-  if (!xd) return -1;
-  xip_convert(xd, ldx, x + m0 * K, K, rows);
-  xip_args a = {y + m0 * N, N, xd, ldx, K, rows};
-  ip_stream_rows(w, (size_t)K * sizeof *w, n0, n1, xip_outputs, &a);
-  free(xd);
-  return 0;
-}
+#define XIP_MR 4
+#include "cpu_xip_driver.h"
 
 AI void matmul_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t N, int64_t K,
                   int64_t m0, int64_t m1, int64_t n0, int64_t n1) {

@@ -223,20 +223,17 @@ typedef struct ip_args {
   float *y;
   int64_t ldy;
   const uint32_t *xb;
-  int64_t ldx, K, rows;
+  int64_t ldx;
 } ip_args;
 
-/* Every token times 4 weight rows, all of K, in blocks of IP_KB values of
- * k (the rows' block and the tokens' stay in L1 while every 4 tokens pass
- * over them). */
-static void ip_outputs(void *arg, const int64_t col[4], const void *const wr[4], int nr) {
+/* noinline: a tile on its own keeps its accumulators in registers (see
+ * cpu_xip_driver.h) */
+static __attribute__((noinline)) void ip_tile_cb(void *arg, int64_t row, int mr,
+                                                 const int64_t col[4], const void *const wr[4],
+                                                 int nr, int64_t k0, int64_t k1, int accum) {
   const ip_args *a = arg;
-  for (int64_t k0 = 0; k0 < a->K; k0 += IP_KB) {
-    const int64_t k1 = a->K - k0 < IP_KB ? a->K : k0 + IP_KB;
-    for (int64_t i = 0; i < a->rows; i += 4)
-      ip_tile(a->y + i * a->ldy, a->ldy, col, a->xb + i * a->ldx, a->ldx, wr, k0, k1, k0 > 0,
-              a->rows - i < 4 ? (int)(a->rows - i) : 4, nr);
-  }
+  ip_tile(a->y + row * a->ldy, a->ldy, col, a->xb + row * a->ldx, a->ldx, wr, k0, k1, accum, mr,
+          nr);
 }
 
 int cpu_matmul_bf16(float *y, const float *x, const uint16_t *w, int64_t N, int64_t K, int64_t m0,
@@ -250,8 +247,8 @@ int cpu_matmul_bf16(float *y, const float *x, const uint16_t *w, int64_t N, int6
   if (!xb) return -1;
   convert_x(xb, ldxb, x + m0 * K, K, rows);
   if (rows <= CPU_BF16ACT_IP_MAX_M) {
-    ip_args a = {y + m0 * N, N, xb, ldxb, K, rows};
-    ip_stream_rows(w, (size_t)K * sizeof *w, n0, n1, ip_outputs, &a);
+    ip_args a = {y + m0 * N, N, xb, ldxb};
+    ip_stream_rows(w, (size_t)K * sizeof *w, K, rows, 4, n0, n1, ip_tile_cb, &a);
     free(xb);
     return 0;
   }
