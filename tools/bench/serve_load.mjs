@@ -9,16 +9,23 @@
 // (the queue is kept small on purpose) are counted and retried; the
 // server's RSS after each round (flat = no leak).
 //
+// The check needs a batch-invariant server: on the CPU platform's default
+// (AVX512_BF16 hosts: activations rounded to bf16 from 4 rows, so a batched
+// step is not bit-for-bit one sequence alone) answers differ without being
+// mixed. So the servers run the exact matmul path (MI_CPU_MATMUL_ACT=f32)
+// unless --act default is given; then the differences are counted and
+// printed but do not fail the run.
+//
 // usage: node tools/bench/serve_load.mjs --build build [--model DIR | --shape small]
 //          [--clients 32] [--requests 256] [--max-tokens 32] [--parallel 16]
-//          [--queue 8] [--threads N] [--rounds 4]
+//          [--queue 8] [--threads N] [--rounds 4] [--act exact|default]
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import http from "node:http";
 
 const opt = { build: "build", model: null, shape: "small", clients: 32, requests: 256,
-  "max-tokens": 32, parallel: 16, queue: 8, threads: 0, rounds: 4, seed: 7 };
+  "max-tokens": 32, parallel: 16, queue: 8, threads: 0, rounds: 4, seed: 7, act: "exact" };
 for (let i = 2; i < process.argv.length; i += 2) {
   const k = process.argv[i].replace(/^--/, "");
   if (!(k in opt)) { console.error(`unknown option --${k}`); process.exit(2); }
@@ -32,6 +39,8 @@ if (!fs.existsSync(path.join(model, "config.json"))) {
     ["--shape", opt.shape, "--seed", String(opt.seed), "--out", model], { stdio: "inherit" });
   if (r.status !== 0) process.exit(1);
 }
+if (opt.act !== "exact" && opt.act !== "default") { console.error(`--act: exact or default, not ${opt.act}`); process.exit(2); }
+const serverEnv = opt.act === "exact" ? { ...process.env, MI_CPU_MATMUL_ACT: "f32" } : process.env;
 const NPROMPTS = 32;
 const prompts = Array.from({ length: NPROMPTS }, (_, i) => `Request ${i}: tell me about the number ${i * 37 % 101}.`);
 
@@ -39,7 +48,7 @@ async function startServer(extra) {
   const args = ["-m", model, "--port", "0", "-c", "512", "--parallel", String(opt.parallel),
     "--queue", String(opt.queue), ...extra];
   if (opt.threads > 0) args.push("-t", String(opt.threads));
-  const p = spawn(path.join(build, "bin", "mi-serve"), args, { stdio: ["ignore", "ignore", "pipe"] });
+  const p = spawn(path.join(build, "bin", "mi-serve"), args, { stdio: ["ignore", "ignore", "pipe"], env: serverEnv });
   let log = "";
   const port = await new Promise((res, rej) => {
     p.stderr.on("data", (d) => {
@@ -159,11 +168,16 @@ async function runWorkload(label, extra, expected) {
 }
 
 console.log(`model ${model}; ${opt.clients} clients, ${opt.requests} requests of ${opt["max-tokens"]} tokens, ` +
-  `--parallel ${opt.parallel} --queue ${opt.queue}`);
+  `--parallel ${opt.parallel} --queue ${opt.queue}; matmul path: ` +
+  (opt.act === "exact" ? "exact (MI_CPU_MATMUL_ACT=f32)" : "the platform's default"));
 const a = await runWorkload("batched", []);
 const b = await runWorkload("one-at-a-time", ["--no-batch"], a.alone);
 console.log(`aggregate decode: batched ${a.r.agg_tok_s} tok/s vs one-at-a-time ${b.r.agg_tok_s} tok/s ` +
   `(x${(a.r.agg_tok_s / b.r.agg_tok_s).toFixed(2)}); TTFT p50/p99 batched ${a.r.ttft_p50_ms}/${a.r.ttft_p99_ms} ms, ` +
   `one-at-a-time ${b.r.ttft_p50_ms}/${b.r.ttft_p99_ms} ms`);
-const bad = a.r.failed + a.r.mismatched + b.r.failed + b.r.mismatched + a.r.exit + b.r.exit;
+if (opt.act === "default" && a.r.mismatched + b.r.mismatched > 0)
+  console.log(`${a.r.mismatched + b.r.mismatched} answers differ from their prompt's alone: expected with ` +
+    `--act default where the platform rounds activations in batched steps (not counted as failures)`);
+const strict = opt.act === "exact";
+const bad = a.r.failed + b.r.failed + a.r.exit + b.r.exit + (strict ? a.r.mismatched + b.r.mismatched : 0);
 process.exit(bad ? 1 : 0);
