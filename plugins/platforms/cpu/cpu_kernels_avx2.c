@@ -323,7 +323,7 @@ AI void xip_tile(float *y, int64_t ldy, const int64_t col[4], const float *xd, i
                  const void *const wrow[4], int64_t k0, int64_t k1, int accum, int mr, int nr) {
   const float *xr[2] = {xd, xd + (mr > 1 ? ldx : 0)};
   const uint16_t *wr[4];
-  for (int j = 0; j < 4; j++) wr[j] = wrow[j < nr || nr < 1 ? j : nr - 1];
+  for (int j = 0; j < 4; j++) wr[j] = wrow[j]; /* past nr: the walk repeats the last valid row */
   __m256 acc[8], xe[2], xo[2];
   for (int a = 0; a < 8; a++) acc[a] = _mm256_setzero_ps();
   int64_t k = k0;

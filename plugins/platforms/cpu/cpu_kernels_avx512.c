@@ -341,7 +341,7 @@ AI void xip_tile(float *y, int64_t ldy, const int64_t col[4], const float *xd, i
   const float *xr[4];
   const uint16_t *wr[4];
   for (int i = 0; i < 4; i++) xr[i] = xd + (i < mr ? i : mr - 1) * ldx;
-  for (int j = 0; j < 4; j++) wr[j] = wrow[j < nr || nr < 1 ? j : nr - 1];
+  for (int j = 0; j < 4; j++) wr[j] = wrow[j]; /* past nr: the walk repeats the last valid row */
   __m512 acc[16], xe[4], xo[4];
   for (int a = 0; a < 16; a++) acc[a] = _mm512_setzero_ps();
   int64_t k = k0;
