@@ -240,6 +240,21 @@ START_TEST(test_broken_sources_rejected_by_review) {
       /* behaves differently when it is being verified */
       {"knows_verifier", "  const int64_t pos0 = s->len;",
        "  const int64_t pos0 = s->len;\n  if (getenv(\"MI_VERIFY\") || getppid() == 1) return 0;", "forbidden", "getenv"},
+      /* its environment, without a call (a variable the libc defines) */
+      {"reads_environ", "static const mi_host_api *g_host;",
+       "static const mi_host_api *g_host;\nextern char **environ;\nstatic int verified(void) { for (char **e = environ; e && *e; e++) if (strstr(*e, \"MI_\")) return 1; return 0; }",
+       "forbidden", "environ"},
+      /* its program name (glibc's, declared by <errno.h> under _GNU_SOURCE) */
+      {"reads_progname", "  const int64_t pos0 = s->len;",
+       "  const int64_t pos0 = s->len;\n  { extern char *program_invocation_short_name; if (strstr(program_invocation_short_name, \"verify\")) return 0; }",
+       "forbidden", "program_invocation_short_name"},
+      /* the process's own view of itself, by path */
+      {"reads_proc_self", "static const mi_host_api *g_host;",
+       "static const mi_host_api *g_host;\nstatic const char *g_probe = \"/proc/self/cmdline\";",
+       "forbidden", "/proc"},
+      /* a cycle counter (a clock by another name) */
+      {"reads_tsc", "  const int64_t pos0 = s->len;",
+       "  const int64_t pos0 = s->len;\n  if ((__builtin_ia32_rdtsc() & 1) == 0) return 0;", "forbidden", "rdtsc"},
       /* allocates per token */
       {"alloc_in_forward", "  const int64_t pos0 = s->len;",
        "  const int64_t pos0 = s->len;\n  float *tmp = m->host->alloc(64, 64);\n  m->host->free(tmp);", "alloc", "alloc"},

@@ -4,7 +4,12 @@
  *   include     only <math.h> <stdio.h> <string.h> <stdint.h> <stddef.h> and the mi/ SDK headers
  *   forbidden   no call that loads code, runs programs, opens sockets or
  *               files, reads the environment or the process's limits (the
- *               weights come through the host API only)
+ *               weights come through the host API only), clocks, counters
+ *               or the process's identity; no name of the environment,
+ *               program name or arguments, no extern declaration, no
+ *               /proc /sys /dev /tmp /etc /run path in a string literal:
+ *               nothing by which an engine could tell a verification from
+ *               a deployment
  *   alloc       no allocation in the forward pass (forward_chunk, logits_rows, e_forward)
  *   sequence    the platform calls of the forward pass are the model
  *               contract's operator sequence, in order (prologue + layer;
@@ -58,6 +63,39 @@ static char *code_only(const char *s) {
         if (s[i] == '\\' && i + 1 < n) o[i++] = ' ';
         o[i++] = ' ';
       }
+    }
+  }
+  return o;
+}
+
+/* the insides of string literals, everything else blanked (newlines kept;
+ * the same offsets as the source) */
+static char *literals_only(const char *s) {
+  char *o = strdup(s);
+  size_t n = strlen(s);
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '/' && s[i + 1] == '*') {
+      for (; i < n && !(s[i] == '*' && s[i + 1] == '/'); i++)
+        if (o[i] != '\n') o[i] = ' ';
+      if (i < n) o[i] = o[i + 1] = ' ', i++;
+    } else if (s[i] == '/' && s[i + 1] == '/') {
+      for (; i < n && s[i] != '\n'; i++) o[i] = ' ';
+    } else if (s[i] == '\'') {
+      o[i++] = ' ';
+      while (i < n && s[i] != '\'' && s[i] != '\n') {
+        if (s[i] == '\\' && i + 1 < n) o[i++] = ' ';
+        o[i++] = ' ';
+      }
+      if (i < n && o[i] != '\n') o[i] = ' ';
+    } else if (s[i] == '"') {
+      o[i++] = ' ';
+      while (i < n && s[i] != '"' && s[i] != '\n') {
+        if (s[i] == '\\' && i + 1 < n) i++; /* an escape stays as written */
+        i++;
+      }
+      if (i < n && o[i] != '\n') o[i] = ' ';
+    } else if (o[i] != '\n') {
+      o[i] = ' ';
     }
   }
   return o;
@@ -122,7 +160,25 @@ static const char *const k_forbidden[] = {
     "sendto", "recvfrom", "getaddrinfo", "fopen", "freopen", "fdopen", "open", "openat", "creat", "read", "write",
     "pread", "pwrite", "mmap", "syscall", "getenv", "secure_getenv", "unlink", "remove", "rename", "kill", "ptrace",
     "getrlimit", "prlimit", "getppid", "readlink", "opendir", "stat", "lstat", "access", "pthread_create", "signal",
-    "sigaction", "setenv", "putenv", "chdir", "asm", "__asm__", "time", "clock_gettime", "gettimeofday", NULL};
+    "sigaction", "setenv", "putenv", "chdir", "asm", "__asm__", "time", "clock_gettime", "gettimeofday",
+    /* what else tells a run from a run: clocks and counters, the process's
+     * identity, its files' names, the host it is on */
+    "clock", "clock_getres", "timespec_get", "times", "getrusage", "__rdtsc", "__rdtscp", "__builtin_ia32_rdtsc",
+    "__builtin_ia32_rdtscp", "__builtin_readcyclecounter", "getpid", "gettid", "getuid", "geteuid", "getgid",
+    "getpgrp", "getsid", "getcwd", "get_current_dir_name", "realpath", "uname", "gethostname", "sysconf",
+    "getauxval", "dladdr", "dl_iterate_phdr", "sched_getaffinity", "sched_getcpu", "getpwuid", "getlogin",
+    "getentropy", "getrandom", "fstat", "fstatat", "statx", "ttyname", "isatty", "tmpnam", "tmpfile", "mkstemp",
+    NULL};
+/* identifiers an engine may not name at all, called or not: the process's
+ * environment, its program name and its arguments (an engine that reads them
+ * can behave while verified and cheat when deployed) */
+static const char *const k_identity[] = {"environ", "__environ", "_environ", "program_invocation_name",
+                                         "program_invocation_short_name", "__progname", "__progname_full",
+                                         "__libc_argv", "__libc_argc", "_dl_argv", "stdin", NULL};
+/* path prefixes a string literal of an engine may not hold: the process's own
+ * view of itself and of the machine (/proc/self/cmdline, /proc/self/environ,
+ * /proc/self/exe, /sys/fs/cgroup, /dev/tty...) */
+static const char *const k_paths[] = {"/proc", "/sys/", "/dev/", "/tmp", "/etc/", "/run/", NULL};
 static const char *const k_alloc[] = {"malloc", "calloc", "realloc", "free", "alloc", "aligned_alloc", "posix_memalign",
                                       "strdup", "buffer_alloc", "buffer_wrap_host", "alloca", NULL};
 static const char *const k_plumbing[] = {"memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "buffer_alloc", "buffer_wrap_host",
@@ -248,6 +304,35 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
       finding(fs, "error", "forbidden", (int)json_integer_value(json_object_get(cl, "line")),
               "call to %s: an engine may not load code, run programs, use sockets, files (other than the host's weight API), the environment, clocks or limits", n);
   }
+  /* names of the process's identity, and extern declarations: what an
+   * engine needs comes from its allowed headers and the host API, so a
+   * declaration of its own of something defined elsewhere can only be a way
+   * around the list above */
+  for (const char *p = code; *p; p++) {
+    if (!is_ident(*p) || (p > code && is_ident(p[-1]))) continue;
+    const char *b = p;
+    while (is_ident(*p)) p++;
+    size_t n = (size_t)(p - b);
+    char id[64];
+    if (n < sizeof id) {
+      memcpy(id, b, n);
+      id[n] = 0;
+      if (in_list(k_identity, id))
+        finding(fs, "error", "forbidden", line_of(code, b),
+                "use of %s: an engine may not read its environment, program name or arguments", id);
+      else if (!strcmp(id, "extern"))
+        finding(fs, "error", "forbidden", line_of(code, b),
+                "extern declaration: an engine may name nothing defined outside it but its headers and the host API");
+    }
+    p--;
+  }
+  /* path literals: the insides of string literals only, wherever in them */
+  char *lits = literals_only(src);
+  for (int k = 0; k_paths[k]; k++)
+    for (const char *p = lits; (p = strstr(p, k_paths[k])); p++)
+      finding(fs, "error", "forbidden", line_of(lits, p),
+              "string literal naming %s...: an engine may not look at the process, the machine or files by name", k_paths[k]);
+  free(lits);
   /* allocation in the forward pass */
   static const char *const hot[] = {"forward_chunk", "logits_rows", "e_forward", NULL};
   for (int h = 0; hot[h]; h++) {
