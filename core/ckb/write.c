@@ -124,6 +124,13 @@ static int put_locked(const char *dir, json_t *entry, mi_ckb_put_mode mode, ckb_
                strlen(text) + 1, MI_CKB_MAX_FILE);
     goto out;
   }
+  struct stat tst;
+  if (lstat(target, &tst) == 0 && !S_ISREG(tst.st_mode)) {
+    /* rename() would replace a device, FIFO or symlink there with a file. */
+    ckb_report(d, target, "cannot write: it is not a regular file (a %s); refusing to replace it",
+               S_ISLNK(tst.st_mode) ? "symbolic link" : S_ISDIR(tst.st_mode) ? "directory" : "device, FIFO or socket");
+    goto out;
+  }
   if (!text || asprintf(&tmp, "%s/.%s.json.tmp.XXXXXX", kdir, id + kl + 1) < 0) goto out;
   int fd = mkstemp(tmp);
   if (fd < 0) {

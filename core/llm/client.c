@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/runtime/rng.h"
+#include "core/util/out.h"
 
 #define MI_LLM_DEFAULT_MAX_BYTES ((size_t)8 << 20)
 
@@ -326,13 +327,13 @@ static int record_exchange(const char *path, json_t *request, int status, const 
   json_t *rec = json_pack("{s:i, s:O, s:i, s:s%}", "format", 1, "request", request, "status", status,
                           "body", body ? body : "", body ? n : 0);
   if (rec && error) json_object_set_new(rec, "error", json_string(error));
-  char tmp[4300];
-  snprintf(tmp, sizeof tmp, "%.4200s.tmp.%d", path, (int)getpid());
-  int rc = rec ? json_dump_file(rec, tmp, JSON_INDENT(1) | JSON_SORT_KEYS) : -1;
+  char *text = rec ? json_dumps(rec, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
   json_decref(rec);
-  if (rc != 0 || rename(tmp, path) != 0) {
-    snprintf(why, wl, "%.400s: cannot write the recording: %s", path, strerror(errno));
-    unlink(tmp);
+  char err[600] = "out of memory";
+  int rc = text ? mi_out_write_file(path, text, strlen(text), err, sizeof err) : -1;
+  free(text);
+  if (rc != 0) {
+    snprintf(why, wl, "the recording: %.500s", err);
     return -1;
   }
   return 0;

@@ -24,10 +24,50 @@ static int read_u64_file(const char *path, uint64_t *out) {
   return 0;
 }
 
-uint64_t mi_mem_available(const char **source) {
+/* The tightest cgroup limit on the path from dir up to root (root
+ * included: inside a container the mount's root is the container's own
+ * cgroup): limit_name minus usage_name in each folder that has both. */
+static void cgroup_walk(const char *root, const char *rel, const char *limit_name,
+                        const char *usage_name, const char *label, uint64_t *best,
+                        const char **src) {
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s%s", root, strcmp(rel, "/") ? rel : "");
+  size_t root_len = strlen(root);
+  for (;;) {
+    char pm[4300], pc[4300];
+    uint64_t max, cur;
+    snprintf(pm, sizeof pm, "%s/%s", dir, limit_name);
+    snprintf(pc, sizeof pc, "%s/%s", dir, usage_name);
+    if (read_u64_file(pm, &max) == 0 && read_u64_file(pc, &cur) == 0) {
+      uint64_t left = max > cur ? max - cur : 0;
+      if (!*src || left < *best) {
+        *best = left;
+        *src = label;
+      }
+    }
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash < dir + root_len || strlen(dir) <= root_len) break;
+    *slash = 0;
+  }
+}
+
+/* Does a cgroup v1 line's controller list ("cpu,cpuacct" / "memory")
+ * name the memory controller? */
+static int names_memory(const char *list, size_t n) {
+  for (const char *p = list; p < list + n;) {
+    const char *c = memchr(p, ',', (size_t)(list + n - p));
+    size_t len = c ? (size_t)(c - p) : (size_t)(list + n - p);
+    if (len == 6 && !memcmp(p, "memory", 6)) return 1;
+    p += len + 1;
+  }
+  return 0;
+}
+
+uint64_t mi_mem_available_at(const char *meminfo, const char *proc_cgroup, const char *cgroup_fs,
+                             const char **source) {
   uint64_t best = 0;
   const char *src = NULL;
-  FILE *f = fopen("/proc/meminfo", "re");
+  FILE *f = fopen(meminfo, "re");
   if (f) {
     char line[256];
     unsigned long long kb;
@@ -39,37 +79,35 @@ uint64_t mi_mem_available(const char **source) {
       }
     fclose(f);
   }
-  /* cgroup v2: "0::/some/path" */
-  f = fopen("/proc/self/cgroup", "re");
+  /* cgroup v2: "0::/some/path"; cgroup v1 (older Docker and Kubernetes
+   * nodes): "4:memory:/some/path", its files under <fs>/memory. A host
+   * may have both (hybrid mode): each limit counts. v1 reports no limit as
+   * a huge number, which never wins. */
+  f = fopen(proc_cgroup, "re");
   if (f) {
     char line[4096];
     while (fgets(line, sizeof line, f)) {
-      if (strncmp(line, "0::", 3) != 0) continue;
       line[strcspn(line, "\n")] = 0;
-      char dir[4200];
-      snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", line + 3);
-      for (;;) {
-        char pm[4300], pc[4300];
-        uint64_t max, cur;
-        snprintf(pm, sizeof pm, "%s/memory.max", dir);
-        snprintf(pc, sizeof pc, "%s/memory.current", dir);
-        if (read_u64_file(pm, &max) == 0 && read_u64_file(pc, &cur) == 0) {
-          uint64_t left = max > cur ? max - cur : 0;
-          if (!src || left < best) {
-            best = left;
-            src = "cgroup memory.max";
-          }
-        }
-        char *slash = strrchr(dir, '/');
-        if (!slash || slash <= dir + strlen("/sys/fs/cgroup")) break;
-        *slash = 0;
+      char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+      if (!c2 || c2[1] != '/') continue;
+      char root[4200];
+      if (c2 == c1 + 1 && !strncmp(line, "0:", 2)) {
+        snprintf(root, sizeof root, "%s", cgroup_fs);
+        cgroup_walk(root, c2 + 1, "memory.max", "memory.current", "cgroup memory.max", &best, &src);
+      } else if (names_memory(c1 + 1, (size_t)(c2 - c1 - 1))) {
+        snprintf(root, sizeof root, "%s/memory", cgroup_fs);
+        cgroup_walk(root, c2 + 1, "memory.limit_in_bytes", "memory.usage_in_bytes",
+                    "cgroup v1 memory.limit_in_bytes", &best, &src);
       }
-      break;
     }
     fclose(f);
   }
   if (source) *source = src ? src : "unknown";
   return best;
+}
+
+uint64_t mi_mem_available(const char **source) {
+  return mi_mem_available_at("/proc/meminfo", "/proc/self/cgroup", "/sys/fs/cgroup", source);
 }
 
 uint64_t mi_mem_rss(void) {

@@ -11,10 +11,17 @@ extern "C" {
 #endif
 
 /* Bytes this process may still allocate: MemAvailable from /proc/meminfo,
- * or memory.max minus memory.current of its cgroup (v2; and each parent)
- * when lower. *source says which ("MemAvailable", "cgroup memory.max").
- * 0 when nothing can be read. */
+ * or the limit minus the usage of its cgroup (and each parent) when lower:
+ * v2 memory.max - memory.current, v1 memory.limit_in_bytes -
+ * memory.usage_in_bytes. *source says which ("MemAvailable", "cgroup
+ * memory.max", "cgroup v1 memory.limit_in_bytes"). 0 when nothing can be
+ * read. */
 uint64_t mi_mem_available(const char **source);
+
+/* The same, reading the given files in place of /proc/meminfo,
+ * /proc/self/cgroup and the cgroup mount /sys/fs/cgroup (for tests). */
+uint64_t mi_mem_available_at(const char *meminfo, const char *proc_cgroup, const char *cgroup_fs,
+                             const char **source);
 
 /* Resident set size now, bytes (/proc/self/statm); 0 when unknown. */
 uint64_t mi_mem_rss(void);

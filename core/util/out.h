@@ -28,8 +28,12 @@ int mi_out_flush_stdout(void);
 /* Flush + close stdout, report a loss once; returns rc, or 1 when rc was 0
  * and output was lost. */
 int mi_out_finish(const char *prog, int rc);
-/* Writes data to path atomically (PATH.tmp.PID, fsync, rename). 0, or -1
- * with "PATH: cannot write: STRERROR" in err. */
+/* Writes data to path: a regular file or a new path atomically
+ * (PATH.tmp.PID beside it, fsync, rename; the file's mode kept); a symlink's
+ * target likewise, the link kept; a device, FIFO or socket written through
+ * (never replaced: /dev/full fails with ENOSPC, /dev/null swallows it, a
+ * FIFO with no reader is refused rather than waited on); a directory
+ * refused. 0, or -1 with "PATH: cannot write: WHY" in err. */
 int mi_out_write_file(const char *path, const void *data, size_t len, char *err, size_t err_len);
 
 #ifdef __cplusplus
