@@ -116,6 +116,14 @@ const mi_ckb_entry *mi_ckb_find_platform(const mi_ckb *c, const char *name);
  * architecture that some model contract lists. NULL if none. */
 const mi_ckb_entry *mi_ckb_find_model(const mi_ckb *c, const json_t *architectures);
 
+/* ---- config fields ----
+ * One line appended to `lines` per config.json field or value the model
+ * contract does not account for (bound in "config", supported in its
+ * "values"/"items", or listed in "config_inert"), and per required field
+ * that is absent: "config field 'hidden_act' = \"gelu\": model.NAME
+ * supports only \"silu\"". Returns the number of lines added. */
+size_t mi_ckb_config_gaps(const mi_ckb_entry *model, const json_t *config, json_t *lines);
+
 /* ---- coverage ----
  * Which contracts apply to a model directory on a platform, and what is
  * missing. Writes a JSON report to *out (caller frees with json_decref).

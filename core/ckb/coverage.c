@@ -113,10 +113,6 @@ static void add_tests(const mi_ckb *c, json_t *ids, json_t *tests, json_t *repor
 
 /* ---------- gaps against the closest model contract ---------- */
 
-/* config.json fields that are HF bookkeeping, not model math: never a gap. */
-static const char *const BOOKKEEPING[] = {
-    "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "bos_token_id",
-    "eos_token_id", "pad_token_id", "use_cache", "initializer_range", "attention_dropout", NULL};
 
 /* What a weight-name fragment or a config field implies in operators. The
  * CKB's entries do not carry this yet (docs/hybrid.md: the evolution loop
@@ -132,12 +128,6 @@ static const struct {
     {".linear_attn.norm.weight", NULL, "operator.rmsnorm_gated", "gated RMSNorm w * norm(x) * silu(z)"},
     {NULL, "attn_output_gate", "operator.sigmoid_mul", "attention output * sigmoid(gate)"},
 };
-
-static int in_list(const char *const *l, const char *s) {
-  for (; *l; l++)
-    if (!strcmp(*l, s)) return 1;
-  return 0;
-}
 
 /* "model.layers.12.mlp.up_proj.weight" -> "model.layers.{i}.mlp.up_proj.weight", *layer = 12 (-1 if none). */
 static void layer_pattern(const char *name, char *out, size_t n, long *layer) {
@@ -283,31 +273,32 @@ static const mi_ckb_entry *closest_model(const mi_ckb *c, json_t *pats, int *hit
 }
 
 static void config_gaps(const mi_ckb_entry *m, json_t *cfg, json_t *r) {
-  const char *k;
-  json_t *v;
-  json_object_foreach(cfg, k, v) {
-    if (in_list(BOOKKEEPING, k) || contract_reads(m, k) || json_is_null(v) || json_is_false(v)) continue;
-    if (json_is_object(v)) { /* e.g. rope_parameters: one line per member */
-      const char *k2;
-      json_t *v2;
-      json_object_foreach(v, k2, v2) {
-        char *t = json_dumps(v2, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(6));
-        missing(r, "config field '%s.%s' = %s: %s does not read it", k, k2, t ? t : "?", m->id);
-        free(t);
-      }
-      continue;
-    }
-    if (!strcmp(k, "layer_types")) continue; /* its own lines below */
-    char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(6));
-    if (t && strlen(t) > 60) strcpy(t + 56, "...");
-    missing(r, "config field '%s' = %s: %s does not read it", k, t ? t : "?", m->id);
-    free(t);
+  /* each field the contract neither binds nor lists as inert, and each
+   * value outside what it supports (its layer_types: the lines below) */
+  json_t *lines = json_array();
+  mi_ckb_config_gaps(m, cfg, lines);
+  size_t j;
+  json_t *l;
+  json_array_foreach(lines, j, l) {
+    const char *t = json_string_value(l);
+    if (strncmp(t, "config field 'layer_types'", 26) && !strstr(t, "' is absent; ")) missing(r, "%s", t);
   }
+  json_decref(lines);
   size_t i;
   json_t *f;
   json_array_foreach(json_object_get(m->json, "config"), i, f) {
     const char *n = json_string_value(json_object_get(f, "name"));
-    if (!n || json_object_get(cfg, n)) continue;
+    const char *path = json_string_value(json_object_get(f, "path"));
+    if (path) n = path; /* nested: rope_parameters.rope_theta */
+    json_t *at = cfg;
+    for (const char *p = n; at && p && *p;) {
+      const char *dot = strchr(p, '.');
+      char seg[128];
+      snprintf(seg, sizeof seg, "%.*s", (int)(dot ? dot - p : (long)strlen(p)), p);
+      at = json_is_object(at) ? json_object_get(at, seg) : NULL;
+      p = dot ? dot + 1 : NULL;
+    }
+    if (!n || at) continue;
     json_t *d = json_object_get(f, "default");
     char *t = d ? json_dumps(d, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     missing(r, "config field '%s' is absent; %s %s%s", n, m->id, t ? "would assume " : "requires it",
@@ -318,7 +309,8 @@ static void config_gaps(const mi_ckb_entry *m, json_t *cfg, json_t *r) {
 
 static void layer_type_gaps(const mi_ckb_entry *m, json_t *cfg, json_t *r) {
   json_t *lt = json_object_get(cfg, "layer_types");
-  if (!json_is_array(lt) || contract_reads(m, "layer_types")) return;
+  const char *lk = json_string_value(json_object_get(json_object_get(m->json, "layer_kinds"), "config"));
+  if (!json_is_array(lt) || contract_reads(m, "layer_types") || (lk && !strcmp(lk, "layer_types"))) return;
   json_t *kinds = json_object(); /* type -> [layers] */
   size_t i;
   json_t *v;
@@ -382,7 +374,10 @@ static void weight_gaps(const mi_ckb_entry *m, json_t *cfg, json_t *pats, json_t
       missing(r, "weight '%s' averages %.3g where %s multiplies by w (weights near 1): a zero-centred (1+w) norm?",
               pat, json_number_value(mean), m->id);
     size_t nl = json_array_size(json_object_get(e, "layers"));
-    if (json_is_true(json_object_get(spec, "per_layer")) && n_layers > 0 && (int64_t)nl < n_layers) {
+    /* a weight of one layer kind (the hybrid's linear_attn.*) is in that
+     * kind's layers only: stage 3 checks it against the layer table */
+    if (json_is_true(json_object_get(spec, "per_layer")) && !json_object_get(spec, "layer_kind") && n_layers > 0 &&
+        (int64_t)nl < n_layers) {
       json_t *absent = json_array();
       for (int64_t l = 0; l < n_layers; l++) {
         int found = 0;
@@ -399,7 +394,8 @@ static void weight_gaps(const mi_ckb_entry *m, json_t *cfg, json_t *pats, json_t
   }
 }
 
-static void operator_gaps(const mi_ckb *c, const mi_ckb_entry *plat, json_t *cfg, json_t *pats, json_t *r) {
+static void operator_gaps(const mi_ckb *c, const mi_ckb_entry *m, const mi_ckb_entry *plat, json_t *cfg, json_t *pats,
+                          json_t *r) {
   for (size_t i = 0; i < sizeof IMPLIES / sizeof *IMPLIES; i++) {
     const char *why = NULL;
     char buf[300];
@@ -427,7 +423,7 @@ static void operator_gaps(const mi_ckb *c, const mi_ckb_entry *plat, json_t *cfg
   json_t *prf = json_object_get(json_is_object(rp) ? rp : cfg, "partial_rotary_factor");
   if (!prf) prf = json_object_get(cfg, "partial_rotary_factor");
   json_t *hd = json_object_get(cfg, "head_dim");
-  if (json_is_number(prf) && json_number_value(prf) < 1 && json_is_integer(hd))
+  if (json_is_number(prf) && json_number_value(prf) < 1 && json_is_integer(hd) && !contract_reads(m, "partial_rotary_factor"))
     missing(r, "variant: rotary on %d of head_dim %lld channels (partial_rotary_factor %g): operator.rope's rot_dim, "
             "which no model contract sets below head_dim",
             (int)(json_number_value(prf) * (double)json_integer_value(hd)), (long long)json_integer_value(hd),
@@ -471,7 +467,7 @@ static void name_gaps(const mi_ckb *c, const char *model_dir, json_t *outer, con
   config_gaps(m, cfg, r);
   layer_type_gaps(m, cfg, r);
   if (pats) weight_gaps(m, cfg, pats, r);
-  operator_gaps(c, plat, cfg, pats, r);
+  operator_gaps(c, m, plat, cfg, pats, r);
   json_decref(pats);
 }
 
@@ -501,6 +497,17 @@ int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform
   if (plat) json_object_set_new(r, "platform_contract", json_sprintf("%s@%s", plat->id, plat->version));
   else missing(r, "platform contract for '%s'", platform);
   if (!model) name_gaps(c, model_dir, cfg, plat, r);
+  /* every config.json field bound, supported or inert, else one line each */
+  if (model) mi_ckb_config_gaps(model, cfg, json_object_get(r, "missing"));
+  /* and every weight: a name outside the weight map (sandwich norms, q/k/v
+   * biases), a shape the contract's formulas do not give, a norm centred
+   * on 0 where the contract multiplies by w */
+  if (model) {
+    json_t *pats = weight_patterns(model_dir, r);
+    json_t *tc = json_object_get(cfg, "text_config");
+    if (pats) weight_gaps(model, json_is_object(tc) ? tc : cfg, pats, r);
+    json_decref(pats);
+  }
 
   json_t *used = json_array(); /* every id in play, for failure modes / experience */
   if (model) add_unique(used, model->id);

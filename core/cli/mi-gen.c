@@ -461,7 +461,7 @@ int main(int argc, char **argv) {
   if (cr == 1) {
     fprintf(stderr, "mi-gen: %s on %s is not covered by the CKB:\n", model, pe->id);
     json_array_foreach(json_object_get(cov, "missing"), i, v) fprintf(stderr, "  missing: %s\n", json_is_string(v) ? json_string_value(v) : "(not a string)");
-    fprintf(stderr, "mi-gen: add the missing contracts to the CKB (or evolve it: mi-gen --evolve, not yet available)\n");
+    fprintf(stderr, "mi-gen: add what is missing to the CKB, or let knowledge evolution try: mi-gen --evolve\n");
     return EX_GAP;
   }
   char cfgp[PATH_MAX + 16];

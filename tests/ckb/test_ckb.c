@@ -605,17 +605,31 @@ static char *model_dir(const char *arch) {
   return dir;
 }
 
+static char *make_model(const char *shape);
+
 START_TEST(coverage_qwen3_cpu) {
   char err[512];
   mi_ckb *c = mi_ckb_open(src_ckb, err, sizeof err);
   ck_assert_ptr_nonnull(c);
+  /* a config that names the architecture and nothing else: the contract's
+   * required fields are gaps, and so are the weights it has none of */
   char *m = model_dir("Qwen3ForCausalLM");
   json_t *r;
-  int rc = mi_ckb_coverage(c, m, "cpu", &r, err, sizeof err);
+  ck_assert_int_eq(mi_ckb_coverage(c, m, "cpu", &r, err, sizeof err), 1);
   char *s = json_dumps(r, 0);
+  ck_assert_msg(strstr(s, "config field 'hidden_size' is absent; model.qwen3 requires it") &&
+                    strstr(s, "weights: cannot read them to compare"), "%s", s);
+  free(s);
+  json_decref(r);
+  /* a whole checkpoint: covered */
+  char *whole = make_model("tiny"), mdir[4200];
+  snprintf(mdir, sizeof mdir, "%s/m", whole);
+  int rc = mi_ckb_coverage(c, mdir, "cpu", &r, err, sizeof err);
+  s = json_dumps(r, 0);
   ck_assert_msg(rc == 0, "%s", s);
   free(s);
-  ck_assert_str_eq(json_string_value(json_object_get(r, "model_contract")), "model.qwen3@1.3.0");
+  remove_tree(whole);
+  ck_assert_str_eq(json_string_value(json_object_get(r, "model_contract")), "model.qwen3@1.4.0");
   ck_assert_str_eq(json_string_value(json_object_get(r, "platform_contract")), "platform.cpu@1.3.0");
   ck_assert_int_ge(json_array_size(json_object_get(r, "operators")), 8);
   ck_assert_int_ge(json_array_size(json_object_get(r, "tests")), 6);

@@ -291,6 +291,7 @@ static json_t *model_entry(const json_t *qwen3, const vf_qwen35_variant *v, cons
   json_t *fi = find_cfg(cf, "full_attention_interval");
   if (!json_object_get(fi, "default")) {
     json_object_set_new(fi, "default", json_integer(4));
+    json_object_set_new(fi, "type", json_string("integer")); /* not typed from an absent value */
     json_object_del(fi, "required");
   }
   names_ctx nc = {json_object()};
@@ -307,6 +308,24 @@ static json_t *model_entry(const json_t *qwen3, const vf_qwen35_variant *v, cons
     if (val && !find_cfg(cf, k)) add_cfg(cf, cfg, k, "read by the linear_attention layer (candidate bundle)");
   }
   json_decref(nc.set);
+  /* the rotary reading the oracle picked is plain NeoX RoPE (rope_theta,
+   * rot_dim from partial_rotary_factor): a rope_parameters block's type is
+   * then "default", and its multimodal sections carry one position for
+   * text, so they do not change the computation */
+  json_t *rp = json_object_get(cfg, "rope_parameters");
+  json_t *inert = json_object_get(m, "config_inert");
+  if (json_is_object(rp) && json_is_array(inert)) {
+    if (json_is_string(json_object_get(rp, "rope_type")))
+      json_array_append_new(inert, json_pack("{s:s, s:s, s:[s]}", "name", "rope_parameters.rope_type", "why",
+                                             "the default (unscaled) rotary frequencies are what operator.rope computes",
+                                             "values", "default"));
+    const char *mrope[] = {"mrope_interleaved", "mrope_section"};
+    for (int q = 0; q < 2; q++)
+      if (json_object_get(rp, mrope[q]))
+        json_array_append_new(inert, json_pack("{s:o, s:s}", "name", json_sprintf("rope_parameters.%s", mrope[q]), "why",
+                                               "multimodal RoPE: for text every section carries the same position, "
+                                               "so it is plain NeoX RoPE on the rotated channels"));
+  }
   /* weights: q_proj carries the gate; the attention weights only in full
    * layers; zero-centred norms start at zero */
   json_t *ws = json_object_get(m, "weights");

@@ -189,10 +189,15 @@ int qwen35_config_read(const mi_host_api *h, const mi_json *cfg, qwen35_config *
     return -1;
   c->tied = tied_text || tied_top;
   /* variants this plugin does not implement: refuse rather than run wrong */
-  int gate = 1, bias = 0;
+  int gate = 1, bias = 0, swa = 0;
   if (get_bool(&r, r.obj, "attn_output_gate", r.prefix, 1, &gate) ||
-      get_bool(&r, r.obj, "attention_bias", r.prefix, 0, &bias))
+      get_bool(&r, r.obj, "attention_bias", r.prefix, 0, &bias) ||
+      get_bool(&r, r.obj, "use_sliding_window", r.prefix, 0, &swa))
     return -1;
+  if (swa) { /* the full-attention layers attend to every cached position */
+    snprintf(err, n, "field \"%suse_sliding_window\" = true is not supported", r.prefix);
+    return -1;
+  }
   if (!gate) {
     snprintf(err, n,
              "field \"%sattn_output_gate\" = false is not supported (q_proj must carry the gate)",

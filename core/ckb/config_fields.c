@@ -1,0 +1,210 @@
+/* Every config.json field accounted for (ckb.h, mi_ckb_config_gaps).
+ *
+ * A model contract names the fields it binds (its "config" entries, by name
+ * or dotted "path"), the values it supports ("values"; "items" for each
+ * element of an array), and the fields that do not change the computation
+ * ("config_inert", each with why, optionally only at some values). A field
+ * config.json holds that is none of these, or a value outside what the
+ * contract lists, is a gap: the contract does not say what the model
+ * computes with it, so nothing generated from the contract may claim to
+ * compute that model. A nested object (rope_parameters, text_config) is
+ * checked member by member unless the contract names it as a whole. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ckb/internal.h"
+
+/* The one field every contract reads by construction: it picked the contract. */
+static const char *const MATCHED[] = {"architectures", NULL};
+
+static void line(json_t *lines, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void line(json_t *lines, const char *fmt, ...) {
+  char buf[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  json_array_append_new(lines, json_string(buf));
+}
+
+/* compact JSON of a value, cut at 60 characters */
+static void show(const json_t *v, char *out, size_t n) {
+  char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(6));
+  snprintf(out, n, "%s", t ? t : "?");
+  if (strlen(out) > 60) strcpy(out + 56, "...");
+  free(t);
+}
+
+/* "\"silu\"", "null or \"linear\"": the listed values, as text */
+static void show_list(const json_t *vals, char *out, size_t n) {
+  size_t i, l = 0;
+  json_t *v;
+  out[0] = 0;
+  json_array_foreach(vals, i, v) {
+    char one[80];
+    show(v, one, sizeof one);
+    if (l + strlen(one) + 8 >= n) {
+      snprintf(out + l, n - l, ", ...");
+      return;
+    }
+    l += (size_t)snprintf(out + l, n - l, "%s%s", !i ? "" : i + 1 == json_array_size(vals) ? " or " : ", ", one);
+  }
+}
+
+static int listed(const json_t *vals, const json_t *v) {
+  size_t i;
+  json_t *x;
+  json_array_foreach(vals, i, x) if (json_equal(x, v) || (json_is_number(x) && json_is_number(v) &&
+                                                           json_number_value(x) == json_number_value(v))) return 1;
+  return 0;
+}
+
+static const char *where(const json_t *entry) {
+  const char *p = json_string_value(json_object_get(entry, "path"));
+  return p ? p : json_string_value(json_object_get(entry, "name"));
+}
+
+/* The contract's entry (bound or inert) for a dotted field name. */
+static const json_t *entry_for(const json_t *list, const char *field) {
+  size_t i;
+  json_t *e;
+  json_array_foreach(list, i, e) {
+    const char *w = where(e);
+    if (w && !strcmp(w, field)) return e;
+  }
+  return NULL;
+}
+
+/* Does the contract name anything under "field." (so an object there is
+ * walked member by member)? */
+static int names_under(const json_t *model, const char *field) {
+  const char *lists[] = {"config", "config_inert"};
+  size_t fl = strlen(field);
+  for (int k = 0; k < 2; k++) {
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(model, lists[k]), i, e) {
+      const char *w = where(e);
+      if (w && !strncmp(w, field, fl) && w[fl] == '.') return 1;
+    }
+  }
+  return 0;
+}
+
+/* Fields a contract reads outside its "config" list: the layer-kind table's
+ * per-layer array and interval. */
+static int read_elsewhere(const json_t *model, const char *field) {
+  const json_t *lk = json_object_get(model, "layer_kinds");
+  const char *a = json_string_value(json_object_get(lk, "config"));
+  const char *b = json_string_value(json_object_get(lk, "interval"));
+  const char *layers = json_string_value(json_object_get(model, "layers"));
+  return (a && !strcmp(a, field)) || (b && !strcmp(b, field)) || (layers && !strcmp(layers, field));
+}
+
+static int type_ok(const char *type, const json_t *v) {
+  if (!type || json_is_null(v)) return 1;
+  if (!strcmp(type, "integer")) return json_is_integer(v);
+  if (!strcmp(type, "number")) return json_is_number(v);
+  if (!strcmp(type, "boolean")) return json_is_boolean(v);
+  if (!strcmp(type, "string")) return json_is_string(v);
+  if (!strcmp(type, "array")) return json_is_array(v);
+  if (!strcmp(type, "object")) return json_is_object(v);
+  return 1;
+}
+
+/* The value against an entry's "values" / "items"; one line when outside. */
+static void check_values(const char *id, const char *field, const json_t *e, const json_t *v, json_t *lines) {
+  char have[80], want[300];
+  const json_t *vals = json_object_get(e, "values");
+  if (json_is_array(vals) && !listed(vals, v)) {
+    show(v, have, sizeof have);
+    show_list(vals, want, sizeof want);
+    line(lines, "config field '%s' = %s: %s supports only %s", field, have, id, want);
+    return;
+  }
+  const json_t *items = json_object_get(e, "items");
+  if (json_is_array(items) && json_is_array(v)) {
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) if (!listed(items, x)) {
+      show(x, have, sizeof have);
+      show_list(items, want, sizeof want);
+      line(lines, "config field '%s' has %s at index %zu: %s supports only %s in it", field, have, i, id, want);
+      return; /* one line per field */
+    }
+  }
+}
+
+static void walk(const json_t *model, const char *id, const json_t *obj, const char *prefix, json_t *lines) {
+  const json_t *bound = json_object_get(model, "config"), *inert = json_object_get(model, "config_inert");
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)obj, k, v) {
+    char field[512], have[80];
+    snprintf(field, sizeof field, "%s%s", prefix, k);
+    int top = !prefix[0];
+    const char *const *m = MATCHED;
+    int matched = 0;
+    for (; top && *m; m++) matched |= !strcmp(*m, k);
+    if (matched) continue;
+    const json_t *e = entry_for(bound, field);
+    if (e) {
+      const char *type = json_string_value(json_object_get(e, "type"));
+      if (!type_ok(type, v)) {
+        show(v, have, sizeof have);
+        line(lines, "config field '%s' = %s: %s reads it as %s %s", field, have, id,
+             type[0] == 'a' || type[0] == 'i' || type[0] == 'o' ? "an" : "a", type);
+        continue;
+      }
+      check_values(id, field, e, v, lines);
+      continue;
+    }
+    if (top && read_elsewhere(model, k)) continue;
+    if ((e = entry_for(inert, field))) {
+      check_values(id, field, e, v, lines); /* inert only at these values, where it says */
+      continue;
+    }
+    if (json_is_object(v) && (names_under(model, field) || json_object_size(v))) {
+      char sub[520];
+      snprintf(sub, sizeof sub, "%s.", field);
+      walk(model, id, v, sub, lines);
+      continue;
+    }
+    show(v, have, sizeof have);
+    line(lines, "config field '%s' = %s: %s does not read it", field, have, id);
+  }
+}
+
+/* The value at a dotted path, or NULL. */
+static const json_t *at_path(const json_t *cfg, const char *path) {
+  const json_t *v = cfg;
+  for (const char *p = path; v && p && *p;) {
+    const char *dot = strchr(p, '.');
+    size_t n = dot ? (size_t)(dot - p) : strlen(p);
+    char seg[128];
+    snprintf(seg, sizeof seg, "%.*s", (int)(n < 127 ? n : 127), p);
+    v = json_is_object(v) ? json_object_get(v, seg) : NULL;
+    p = dot ? dot + 1 : NULL;
+  }
+  return v;
+}
+
+size_t mi_ckb_config_gaps(const mi_ckb_entry *model, const json_t *config, json_t *lines) {
+  size_t before = json_array_size(lines);
+  if (!json_is_object(config)) {
+    line(lines, "config: not a JSON object");
+    return 1;
+  }
+  walk(model->json, model->id, config, "", lines);
+  size_t i;
+  json_t *e;
+  json_array_foreach(json_object_get(model->json, "config"), i, e) {
+    const char *w = where(e);
+    const json_t *v = w ? at_path(config, w) : NULL;
+    if (json_is_true(json_object_get(e, "required")) && (!v || json_is_null(v)))
+      line(lines, "config field '%s' is absent; %s requires it", w ? w : "?", model->id);
+  }
+  return json_array_size(lines) - before;
+}
