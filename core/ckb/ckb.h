@@ -116,6 +116,19 @@ const mi_ckb_entry *mi_ckb_find_platform(const mi_ckb *c, const char *name);
  * architecture that some model contract lists. NULL if none. */
 const mi_ckb_entry *mi_ckb_find_model(const mi_ckb *c, const json_t *architectures);
 
+/* ---- transactions ----
+ * A staging copy of the CKB beside it (staging), written and checked, then
+ * switched in by one atomic exchange (commit; *how says how it was done),
+ * or removed (abort). Nothing reaches the live CKB before the commit: a
+ * failed or killed writer leaves it byte for byte as it was. */
+typedef struct mi_ckb_txn {
+  char live[4096];    /* the CKB folder, resolved */
+  char staging[4700]; /* its staging copy; empty when none */
+} mi_ckb_txn;
+int mi_ckb_txn_begin(mi_ckb_txn *t, const char *ckb_dir, char *err, size_t err_len);
+int mi_ckb_txn_commit(mi_ckb_txn *t, char *how, size_t how_len, char *err, size_t err_len);
+void mi_ckb_txn_abort(mi_ckb_txn *t);
+
 /* ---- config fields ----
  * One line appended to `lines` per config.json field or value the model
  * contract does not account for (bound in "config", supported in its

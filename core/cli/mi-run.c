@@ -33,6 +33,9 @@ static void usage(FILE *f) {
         "                           tokenizer.json)\n"
         "  -p, --prompt TEXT        prompt text (special tokens like <|im_start|> are parsed)\n"
         "  -f, --file FILE          read the prompt from FILE ('-' reads stdin)\n"
+        "      --prompts FILE       several prompts, one JSON string per line ('-' reads stdin), each\n"
+        "                           generated on its own from an empty context, one model load for all\n"
+        "                           (with --json each starts with {\"prompt_index\":I,\"prompt_ids\":[...]})\n"
         "      --chat               wrap the prompt in the chat template the model declares\n"
         "      --system TEXT        system message for --chat\n"
         "      --no-think           --chat: turn reasoning off (templates with <think> blocks)\n"
@@ -172,8 +175,111 @@ static int on_token(void *user, const mi_gen_token *t) {
   return !s || mi_out_flush_stdout() != 0;
 }
 
+/* One prompt: chat-rendered when asked, tokenized, generated, printed
+ * (text, or --json lines), with --stats after it. index >= 0: --prompts'
+ * index, said in its first --json line. 0, or -1 after a line on stderr. */
+static int run_prompt(mi_session *eng, const char *prompt_text, size_t plen, long index, const char *src_name,
+                      const char *model_dir, int chat, const char *system_msg, int no_think, int json, int quiet,
+                      int stats, long top_logprobs, mi_gen_params *gp0, const char **stops, size_t n_stops,
+                      int32_t **ids_out, size_t *n_ids_out, char **rendered_out) {
+  mi_gen_params gp = *gp0;
+  char err[2048] = "";
+  int32_t *ids = NULL;
+  size_t n_ids = 0;
+  char *rendered = NULL;
+  int rc = -1;
+  const char *to_encode = prompt_text;
+  size_t enc_len = plen;
+  if (chat) {
+    mi_chat_msg msgs[2];
+    size_t nm = 0;
+    if (system_msg) msgs[nm++] = (mi_chat_msg){"system", system_msg};
+    msgs[nm++] = (mi_chat_msg){"user", prompt_text};
+    const char *tmpl = mi_tokenizer_chat_template(eng->tok);
+    mi_chat_format cf;
+    if (mi_chat_format_detect(tmpl, &cf) != 0) {
+      fprintf(stderr, "mi-run: %s/tokenizer_config.json: %s (--chat renders ChatML templates)\n",
+              eng->model_dir,
+              tmpl ? "the chat_template is not one MetaInfer can render"
+                   : "declares no chat_template (nor is there a chat_template.jinja)");
+      goto done;
+    }
+    rendered = mi_chat_render(&cf, msgs, nm, 1, !no_think);
+    if (!rendered) {
+      fprintf(stderr, "mi-run: out of memory\n");
+      goto done;
+    }
+    to_encode = rendered;
+    enc_len = strlen(rendered);
+  }
+  int trc = mi_tokenizer_encode(eng->tok, to_encode, enc_len, 1, &ids, &n_ids);
+  if (trc == MI_TOK_EREGEX) { /* the model's file is at fault, not the prompt */
+    fprintf(stderr, "mi-run: %s/tokenizer.json: cannot tokenize the prompt: %s\n", model_dir,
+            mi_tokenizer_strerror(trc));
+    goto done;
+  }
+  if (trc != 0) {
+    fprintf(stderr, "mi-run: %s: cannot tokenize the prompt: %s\n",
+            src_name, mi_tokenizer_strerror(trc));
+    goto done;
+  }
+  if (n_ids == 0) {
+    fprintf(stderr, "mi-run: the prompt is empty\n");
+    goto done;
+  }
+  if (json) {
+    json_t *first = json_object(), *arr = json_array();
+    for (size_t i = 0; i < n_ids; i++) json_array_append_new(arr, json_integer(ids[i]));
+    if (index >= 0) json_object_set_new(first, "prompt_index", json_integer(index));
+    json_object_set_new(first, "prompt_ids", arr);
+    char *s = json_dumps(first, JSON_COMPACT);
+    printf("%s\n", s);
+    (void)mi_out_flush_stdout();
+    free(s);
+    json_decref(first);
+  }
+  gp.top_logprobs = json ? (int)top_logprobs : 0;
+  gp.stop = stops;
+  gp.n_stop = n_stops;
+  run_out ro = {.json = json, .quiet = quiet};
+  mi_gen_stats st;
+  if (mi_generate(eng, ids, n_ids, &gp, on_token, &ro, &st, err, sizeof err) != 0) {
+    fprintf(stderr, "mi-run: %s\n", err);
+    goto done;
+  }
+  if (!json && !quiet) {
+    fputs(st.tail, stdout);
+    fputc('\n', stdout);
+  }
+  (void)mi_out_flush_stdout();
+  if (stats && !quiet) {
+    double pre_tps = st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0;
+    double dec_tps = st.n_gen > 1 && st.decode_s > 0 ? (st.n_gen - 1) / st.decode_s : 0;
+    double rss_mib = mi_peak_rss_bytes() / 1048576.0;
+    fprintf(stderr,
+            "mi-run: load %.3f s | prompt %lld tok, prefill %.1f tok/s | TTFT %.1f ms | "
+            "generated %lld tok, decode %.2f tok/s | ctx %lld | peak RSS %.1f MiB | stop: %s\n",
+            eng->load_seconds, (long long)st.n_prompt, pre_tps, st.ttft_s * 1e3,
+            (long long)st.n_gen, dec_tps, (long long)st.n_ctx, rss_mib, st.stop_reason);
+    if (json) {
+      printf("{\"stats\":{\"load_s\":%.6f,\"n_prompt\":%lld,\"prefill_tps\":%.3f,\"ttft_ms\":%.3f,"
+             "\"n_gen\":%lld,\"decode_tps\":%.3f,\"n_ctx\":%lld,\"peak_rss_bytes\":%llu,"
+             "\"stop_reason\":\"%s\"}}\n",
+             eng->load_seconds, (long long)st.n_prompt, pre_tps, st.ttft_s * 1e3,
+             (long long)st.n_gen, dec_tps, (long long)st.n_ctx,
+             (unsigned long long)mi_peak_rss_bytes(), st.stop_reason);
+    }
+  }
+  rc = 0;
+done:
+  *ids_out = ids;
+  *n_ids_out = n_ids;
+  *rendered_out = rendered;
+  return rc;
+}
+
 static int run(int argc, char **argv) {
-  const char *model_dir = NULL, *prompt_arg = NULL, *prompt_file = NULL, *system_msg = NULL;
+  const char *model_dir = NULL, *prompt_arg = NULL, *prompt_file = NULL, *system_msg = NULL, *prompts_file = NULL;
   const char *plugin_dir = NULL, *conf_path = NULL, *platform = NULL, *kv_type = NULL;
   const char *stops[MAX_STOPS];
   size_t n_stops = 0;
@@ -192,11 +298,12 @@ static int run(int argc, char **argv) {
   enum {
     O_CHAT = 256, O_SYSTEM, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPP, O_REPN, O_SEED,
     O_IGNEOS, O_STOP, O_JSON, O_TOPLP, O_STATS, O_PLUGDIR, O_CONF, O_PLATFORM, O_LIST, O_TP,
-    O_KVTYPE, O_VERSION, O_MMAP, O_NOMMAP, O_MEMLIMIT,
+    O_KVTYPE, O_VERSION, O_MMAP, O_NOMMAP, O_MEMLIMIT, O_PROMPTS,
   };
   static const struct option longopts[] = {
       {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
       {"file", required_argument, 0, 'f'},        {"chat", no_argument, 0, O_CHAT},
+      {"prompts", required_argument, 0, O_PROMPTS},
       {"system", required_argument, 0, O_SYSTEM}, {"no-think", no_argument, 0, O_NOTHINK},
       {"n-predict", required_argument, 0, 'n'},   {"ctx-size", required_argument, 0, 'c'},
       {"batch-size", required_argument, 0, 'b'},  {"temp", required_argument, 0, O_TEMP},
@@ -222,6 +329,7 @@ static int run(int argc, char **argv) {
     case 'm': model_dir = optarg; break;
     case 'p': prompt_arg = optarg; break;
     case 'f': prompt_file = optarg; break;
+    case O_PROMPTS: prompts_file = optarg; break;
     case O_CHAT: chat = 1; break;
     case O_SYSTEM: system_msg = optarg; break;
     case O_NOTHINK: no_think = 1; break;
@@ -316,12 +424,12 @@ static int run(int argc, char **argv) {
       fprintf(stderr, "mi-run: no model: give -m MODEL_DIR (see --help)\n");
       return 2;
     }
-    if (!prompt_arg && !prompt_file) {
-      fprintf(stderr, "mi-run: no prompt: give -p TEXT or -f FILE (-f - reads stdin)\n");
+    if (!prompt_arg && !prompt_file && !prompts_file) {
+      fprintf(stderr, "mi-run: no prompt: give -p TEXT, -f FILE (-f - reads stdin) or --prompts FILE\n");
       return 2;
     }
-    if (prompt_arg && prompt_file) {
-      fprintf(stderr, "mi-run: give either -p or -f, not both\n");
+    if (!!prompt_arg + !!prompt_file + !!prompts_file > 1) {
+      fprintf(stderr, "mi-run: give one of -p, -f and --prompts\n");
       return 2;
     }
   }
@@ -382,94 +490,61 @@ static int run(int argc, char **argv) {
          eng->platform_plugin->desc->name, eng->P->variant ? eng->P->variant(eng->pc) : "-",
          eng->model_plugin->desc->name, eng->info.architecture, eng->load_seconds);
 
-  if (prompt_file) {
+  /* the prompts: -p, -f, or one JSON string per line of --prompts */
+  json_t *plist = json_array();
+  if (prompts_file) {
+    prompt_text = read_all(prompts_file, &plen);
+    if (!prompt_text) goto out;
+    size_t lineno = 0;
+    for (char *line = prompt_text, *next; line && *line; line = next) {
+      next = strchr(line, '\n');
+      if (next) *next++ = 0;
+      lineno++;
+      if (!line[strspn(line, " \t\r")]) continue;
+      json_error_t je;
+      json_t *v = json_loads(line, JSON_DECODE_ANY, &je);
+      if (!json_is_string(v)) {
+        fprintf(stderr, "mi-run: %s:%zu: not a JSON string (one prompt per line, e.g. \"Hello\")\n", prompts_file,
+                lineno);
+        json_decref(v);
+        json_decref(plist);
+        goto out;
+      }
+      json_array_append_new(plist, v);
+    }
+    if (!json_array_size(plist)) {
+      fprintf(stderr, "mi-run: %s: no prompt in it\n", prompts_file);
+      json_decref(plist);
+      goto out;
+    }
+  } else if (prompt_file) {
     prompt_text = read_all(prompt_file, &plen);
     if (!prompt_text) goto out;
+    json_array_append_new(plist, json_stringn(prompt_text, plen));
   } else {
-    prompt_text = strdup(prompt_arg);
-    plen = strlen(prompt_text);
+    json_array_append_new(plist, json_string(prompt_arg));
   }
-  const char *to_encode = prompt_text;
-  size_t enc_len = plen;
-  if (chat) {
-    mi_chat_msg msgs[2];
-    size_t nm = 0;
-    if (system_msg) msgs[nm++] = (mi_chat_msg){"system", system_msg};
-    msgs[nm++] = (mi_chat_msg){"user", prompt_text};
-    const char *tmpl = mi_tokenizer_chat_template(eng->tok);
-    mi_chat_format cf;
-    if (mi_chat_format_detect(tmpl, &cf) != 0) {
-      fprintf(stderr, "mi-run: %s/tokenizer_config.json: %s (--chat renders ChatML templates)\n",
-              eng->model_dir,
-              tmpl ? "the chat_template is not one MetaInfer can render"
-                   : "declares no chat_template (nor is there a chat_template.jinja)");
+  if (json_array_size(plist) == 1 && !json_string_value(json_array_get(plist, 0))) {
+    fprintf(stderr, "mi-run: %s: the prompt is not valid UTF-8\n", prompt_file ? prompt_file : "prompt");
+    json_decref(plist);
+    goto out;
+  }
+  const char *src_name = prompts_file ? prompts_file : prompt_file ? prompt_file : "prompt";
+  for (size_t pi = 0; pi < json_array_size(plist); pi++) {
+    const char *one = json_string_value(json_array_get(plist, pi));
+    size_t one_len = json_string_length(json_array_get(plist, pi));
+    free(ids);
+    ids = NULL;
+    n_ids = 0;
+    free(rendered);
+    rendered = NULL;
+    if (run_prompt(eng, one, one_len, prompts_file ? (long)pi : -1, src_name, model_dir, chat, system_msg, no_think,
+                   json, quiet, stats, top_logprobs, &gp, stops, n_stops, &ids, &n_ids, &rendered) != 0) {
+      json_decref(plist);
       goto out;
     }
-    rendered = mi_chat_render(&cf, msgs, nm, 1, !no_think);
-    if (!rendered) {
-      fprintf(stderr, "mi-run: out of memory\n");
-      goto out;
-    }
-    to_encode = rendered;
-    enc_len = strlen(rendered);
   }
-  int trc = mi_tokenizer_encode(eng->tok, to_encode, enc_len, 1, &ids, &n_ids);
-  if (trc == MI_TOK_EREGEX) { /* the model's file is at fault, not the prompt */
-    fprintf(stderr, "mi-run: %s/tokenizer.json: cannot tokenize the prompt: %s\n", model_dir,
-            mi_tokenizer_strerror(trc));
-    goto out;
-  }
-  if (trc != 0) {
-    fprintf(stderr, "mi-run: %s: cannot tokenize the prompt: %s\n",
-            prompt_file ? prompt_file : "prompt", mi_tokenizer_strerror(trc));
-    goto out;
-  }
-  if (n_ids == 0) {
-    fprintf(stderr, "mi-run: the prompt is empty\n");
-    goto out;
-  }
-  if (json) {
-    json_t *first = json_object(), *arr = json_array();
-    for (size_t i = 0; i < n_ids; i++) json_array_append_new(arr, json_integer(ids[i]));
-    json_object_set_new(first, "prompt_ids", arr);
-    char *s = json_dumps(first, JSON_COMPACT);
-    printf("%s\n", s);
-    (void)mi_out_flush_stdout();
-    free(s);
-    json_decref(first);
-  }
-  gp.top_logprobs = json ? (int)top_logprobs : 0;
-  gp.stop = stops;
-  gp.n_stop = n_stops;
-  run_out ro = {.json = json, .quiet = quiet};
-  mi_gen_stats st;
-  if (mi_generate(eng, ids, n_ids, &gp, on_token, &ro, &st, err, sizeof err) != 0) {
-    fprintf(stderr, "mi-run: %s\n", err);
-    goto out;
-  }
-  if (!json && !quiet) {
-    fputs(st.tail, stdout);
-    fputc('\n', stdout);
-  }
-  (void)mi_out_flush_stdout();
-  if (stats && !quiet) {
-    double pre_tps = st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0;
-    double dec_tps = st.n_gen > 1 && st.decode_s > 0 ? (st.n_gen - 1) / st.decode_s : 0;
-    double rss_mib = mi_peak_rss_bytes() / 1048576.0;
-    fprintf(stderr,
-            "mi-run: load %.3f s | prompt %lld tok, prefill %.1f tok/s | TTFT %.1f ms | "
-            "generated %lld tok, decode %.2f tok/s | ctx %lld | peak RSS %.1f MiB | stop: %s\n",
-            eng->load_seconds, (long long)st.n_prompt, pre_tps, st.ttft_s * 1e3,
-            (long long)st.n_gen, dec_tps, (long long)st.n_ctx, rss_mib, st.stop_reason);
-    if (json) {
-      printf("{\"stats\":{\"load_s\":%.6f,\"n_prompt\":%lld,\"prefill_tps\":%.3f,\"ttft_ms\":%.3f,"
-             "\"n_gen\":%lld,\"decode_tps\":%.3f,\"n_ctx\":%lld,\"peak_rss_bytes\":%llu,"
-             "\"stop_reason\":\"%s\"}}\n",
-             eng->load_seconds, (long long)st.n_prompt, pre_tps, st.ttft_s * 1e3,
-             (long long)st.n_gen, dec_tps, (long long)st.n_ctx,
-             (unsigned long long)mi_peak_rss_bytes(), st.stop_reason);
-    }
-  }
+  json_decref(plist);
   rc = 0;
 out:
   free(ids);

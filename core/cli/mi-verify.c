@@ -40,7 +40,13 @@ static void usage(FILE *f) {
           "  --model-plugin PATH the model plugin under test for stages 3-6 (default: the model\n"
           "                      contract's, model.NAME -> libmi-NAME.so next to the platform plugin)\n"
           "  --goldens DIR       stage 4's goldens (default: <ckb>/../tests/goldens)\n"
-          "  --goldens-optional  stage 4 is N/A (not FAIL) when no golden matches the weights\n"
+          "  --goldens-optional  stage 4 is N/A (not FAIL) when no golden matches and none can be made\n"
+          "  --oracle-cache DIR  stage 4's goldens made on demand for a checkpoint no committed golden\n"
+          "                      matches (llama.cpp through tools/peer/oracle.mjs), kept by the weights'\n"
+          "                      and config's hashes (default: $MI_ORACLE_CACHE, else\n"
+          "                      ${XDG_CACHE_HOME:-~/.cache}/metainfer/oracle)\n"
+          "  --no-oracle         never make a golden (also MI_ORACLE=0); node: $MI_NODE, else PATH;\n"
+          "                      the script: $MI_PEER_DIR/oracle.mjs, else <ckb>/../tools/peer/\n"
           "  --kv-type T         KV cache type of the model under test: f32 (default), f16, bf16\n"
           "                      (a model plugin gets kv_type=T; stages 4-5 widen their logprob tolerance)\n"
           "  --model-contract ID the model contract stage 2 composes (default: the one whose\n"
@@ -52,7 +58,9 @@ static void usage(FILE *f) {
           "  --timeout S         wall-clock limit per unit (default: the test contract's)\n"
           "  --cpu-limit S       RLIMIT_CPU per unit     --mem-limit MB   RLIMIT_AS per unit\n"
           "  -o KEY=VALUE        plugin option (repeatable), e.g. -o threads=2\n"
-          "  -v                  print every case\n");
+          "  -v                  print every case\n"
+          "exit: 0 PASS, 1 FAIL, 2 usage or input error, 3 --model's config.json has a field or value\n"
+          "      the model contract does not account for (one line each)\n");
 }
 
 static uint64_t random_seed(void) {
@@ -166,7 +174,8 @@ static int resolve_model_contract(const mi_ckb *c, const char *ckb_dir, const ch
 int main(int argc, char **argv) {
   const char *plugin = NULL, *ckb_dir = NULL, *platform = NULL, *report = NULL, *only = NULL;
   const char *model_id = NULL, *model_dir = NULL, *model_plugin = NULL, *goldens = NULL, *kv_type = NULL;
-  int stage = 1, verbose = 0, have_seed = 0, goldens_optional = 0;
+  int stage = 1, verbose = 0, have_seed = 0, goldens_optional = 0, no_oracle = 0;
+  const char *oracle_cache = NULL;
   uint64_t seed = 0;
   mi_out_init();
   double timeout = -1, cpu = -1;
@@ -179,7 +188,8 @@ int main(int argc, char **argv) {
       {"report", 1, 0, 'r'},          {"timeout", 1, 0, 't'}, {"cpu-limit", 1, 0, 'c'},
       {"mem-limit", 1, 0, 'm'},       {"help", 0, 0, 'h'},   {"model-contract", 1, 0, 'M'},
       {"model", 1, 0, 'D'},           {"model-plugin", 1, 0, 'L'}, {"goldens", 1, 0, 'G'},
-      {"goldens-optional", 0, 0, 'g'}, {"kv-type", 1, 0, 'K'}, {0, 0, 0, 0}};
+      {"goldens-optional", 0, 0, 'g'}, {"kv-type", 1, 0, 'K'},
+      {"no-oracle", 0, 0, 1000},        {"oracle-cache", 1, 0, 1001}, {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "o:vh", longs, NULL)) != -1) {
     char *end = NULL;
@@ -205,6 +215,8 @@ int main(int argc, char **argv) {
     case 'L': model_plugin = optarg; break;
     case 'G': goldens = optarg; break;
     case 'g': goldens_optional = 1; break;
+    case 1000: no_oracle = 1; break;
+    case 1001: oracle_cache = optarg; break;
     case 'K':
       if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "bf16")) {
         fprintf(stderr, "mi-verify: --kv-type %s: expected f32, f16 or bf16\n", optarg);
@@ -279,6 +291,36 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!model_id) model_id = id_buf;
+  /* Every config.json field of the model bound, supported or inert: a
+   * field the contract does not account for is a gap (exit 3), not a pass
+   * of a model nobody described (hidden_act gelu under a silu contract). */
+  if (model_dir && stage >= 2) {
+    const mi_ckb_entry *me = mi_ckb_find(c, model_id);
+    char cpath[4200], cerr[4400];
+    snprintf(cpath, sizeof cpath, "%s/config.json", model_dir);
+    json_t *cfg = me ? mi_file_load_json(cpath, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", JSON_REJECT_DUPLICATES,
+                                         cerr, sizeof cerr)
+                     : NULL;
+    if (me && !cfg) {
+      fprintf(stderr, "mi-verify: %s\n", cerr);
+      mi_ckb_close(c);
+      return 2;
+    }
+    json_t *gaps = json_array();
+    if (me) mi_ckb_config_gaps(me, cfg, gaps);
+    json_decref(cfg);
+    size_t gi;
+    json_t *gl;
+    json_array_foreach(gaps, gi, gl) fprintf(stderr, "mi-verify: %s: %s\n", cpath, json_string_value(gl));
+    size_t ng = json_array_size(gaps);
+    json_decref(gaps);
+    if (ng) {
+      fprintf(stderr, "mi-verify: %s does not describe this model (%zu gap%s above); nothing was run\n", model_id,
+              ng, ng == 1 ? "" : "s");
+      mi_ckb_close(c);
+      return 3;
+    }
+  }
   char mp_buf[4096];
   if (stage >= 3 && !model_plugin) {
     /* The contract's model plugin (model.NAME -> libmi-NAME.so), installed
@@ -315,7 +357,8 @@ int main(int argc, char **argv) {
   json_t *t1 = find_stage_contract(c, 1, "operator_units");
   json_t *lim = json_object_get(t1, "limits");
   mi_options popts = {kv, nkv};
-  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192, 0}, only, NULL, NULL, NULL, 0, 0, NULL};
+  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192, 0}, only, NULL, NULL, NULL, 0, 0, NULL,
+                     NULL, NULL, NULL, 0, NULL};
   if (json_is_number(json_object_get(lim, "timeout_s"))) o.lim.timeout_s = json_number_value(json_object_get(lim, "timeout_s"));
   if (json_is_number(json_object_get(lim, "cpu_s"))) o.lim.cpu_s = json_number_value(json_object_get(lim, "cpu_s"));
   if (json_is_integer(json_object_get(lim, "mem_mb"))) o.lim.mem_mb = (uint64_t)json_integer_value(json_object_get(lim, "mem_mb"));
@@ -324,6 +367,53 @@ int main(int argc, char **argv) {
   o.goldens_dir = goldens;
   o.goldens_optional = goldens_optional;
   o.kv_type = kv_type;
+  /* stage 4 as deployed: the mi-run installed beside this mi-verify */
+  char run_buf[4200];
+  if (stage >= 4) {
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl > 0) {
+      self[sl] = 0;
+      char *slash = strrchr(self, '/');
+      if (slash) *slash = 0;
+      snprintf(run_buf, sizeof run_buf, "%s/mi-run", self);
+      if (access(run_buf, X_OK) == 0) o.mi_run = run_buf;
+    }
+    if (!o.mi_run) fprintf(stderr, "mi-verify: stage 4: no mi-run beside mi-verify: the deployed run is skipped\n");
+  }
+  /* stage 4's oracle: node and tools/peer/oracle.mjs, when both exist */
+  char node_buf[4200], script_buf[4200], cache_buf[4200];
+  const char *mo = getenv("MI_ORACLE");
+  if (stage >= 4 && !no_oracle && !(mo && !strcmp(mo, "0"))) {
+    const char *node = getenv("MI_NODE");
+    if (node && *node) snprintf(node_buf, sizeof node_buf, "%s", node);
+    else {
+      node_buf[0] = 0;
+      const char *path = getenv("PATH");
+      for (const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin"; p && *p;) {
+        const char *colon = strchr(p, ':');
+        int len = colon ? (int)(colon - p) : (int)strlen(p);
+        snprintf(node_buf, sizeof node_buf, "%.*s/node", len, p);
+        if (len && access(node_buf, X_OK) == 0) break;
+        node_buf[0] = 0;
+        p = colon ? colon + 1 : NULL;
+      }
+    }
+    const char *peer = getenv("MI_PEER_DIR");
+    if (peer && *peer) snprintf(script_buf, sizeof script_buf, "%s/oracle.mjs", peer);
+    else snprintf(script_buf, sizeof script_buf, "%s/../tools/peer/oracle.mjs", ckb_dir);
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (oracle_cache) snprintf(cache_buf, sizeof cache_buf, "%s", oracle_cache);
+    else if (getenv("MI_ORACLE_CACHE") && *getenv("MI_ORACLE_CACHE")) snprintf(cache_buf, sizeof cache_buf, "%s", getenv("MI_ORACLE_CACHE"));
+    else if (xdg && *xdg) snprintf(cache_buf, sizeof cache_buf, "%s/metainfer/oracle", xdg);
+    else if (home && *home) snprintf(cache_buf, sizeof cache_buf, "%s/.cache/metainfer/oracle", home);
+    else snprintf(cache_buf, sizeof cache_buf, "/tmp/metainfer-oracle-%d", (int)getuid());
+    if (node_buf[0] && access(script_buf, R_OK) == 0) {
+      o.oracle_node = node_buf;
+      o.oracle_script = script_buf;
+      o.oracle_cache = cache_buf;
+    }
+  }
   if (timeout >= 0) o.lim.timeout_s = timeout;
   if (cpu >= 0) o.lim.cpu_s = cpu;
   if (mem >= 0) o.lim.mem_mb = (uint64_t)mem;
@@ -378,13 +468,28 @@ int main(int argc, char **argv) {
   if (stage >= 2) {
     /* Stages 2-6 hold whole layers and models to exact references (float64
      * twins, goldens of an F32 GGUF) at f32 tolerances: the platform runs
-     * its exact path there, as its contract says how (exact_env; e.g. the
-     * CPU platform's MI_CPU_MATMUL_ACT=f32). A looser mode it runs by default
+     * its exact path there, as its contract says how: exact_options, open
+     * options of the platform (the CPU platform's matmul_act=f32), which a
+     * deployment may give as well, so that the engine under test sees no
+     * verifier variable in its environment. A looser mode it runs by default
      * was judged at stage 1 by the operator contract's bound for it, and its
-     * effect on a whole model is that mode's, not the model's. Children
-     * inherit the environment. */
+     * effect on a whole model is that mode's, not the model's. An option the
+     * user gave with -o stays as given. */
     const char *ek;
     json_t *ev;
+    json_object_foreach(json_object_get(o.platform, "exact_options"), ek, ev) if (json_is_string(ev)) {
+      int given = 0;
+      for (size_t q = 0; q < nkv; q++) given |= !strcmp(kv[q].key, ek);
+      if (given || nkv == sizeof kv / sizeof *kv) continue;
+      kv[nkv].key = ek;
+      kv[nkv++].value = json_string_value(ev);
+      popts.count = nkv;
+      fprintf(stderr, "mi-verify: stages 2-%d: platform option %s=%s (the platform's exact path)\n", stage, ek,
+              json_string_value(ev));
+    }
+    if (json_object_size(json_object_get(o.platform, "exact_options")))
+      json_object_set(rep, "exact_options", json_object_get(o.platform, "exact_options"));
+    /* deprecated: a contract that can only say it through the environment */
     json_object_foreach(json_object_get(o.platform, "exact_env"), ek, ev) if (json_is_string(ev)) {
       setenv(ek, json_string_value(ev), 1);
       fprintf(stderr, "mi-verify: stages 2-%d: %s=%s (the platform's exact path)\n", stage, ek,

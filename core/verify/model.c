@@ -90,20 +90,18 @@ int vf_copy_model_dir(const char *src, const char *dst, char *err, size_t err_le
 static mi_kv g_kv_opt[1];
 static mi_options g_model_opts = {g_kv_opt, 0};
 
-/* A plugins.conf naming only the two plugins, so nothing installed next to
- * the executable can stand in for them (the loader then scans no folder). */
-mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char *err,
-                              size_t err_len) {
+/* The names (and whether the second is an engine) of the two plugins under
+ * test: loads them, so only a unit's child may call it. */
+int vf_plugin_names(const vf_stage_opts *o, char names[2][128], int *is_engine, char *err, size_t err_len) {
   const char *paths[2] = {o->plugin_path, o->model_plugin_path};
-  char names[2][128];
-  int is_engine = 0;
+  *is_engine = 0;
   for (int i = 0; i < 2; i++) {
     mi_plugin *p = mi_plugin_load_file(paths[i], NULL);
     if (!p || p->status != MI_PLUGIN_LOADED || !p->desc) {
       snprintf(err, err_len, "%s: cannot load the plugin: %s", paths[i],
                p && p->reason ? p->reason : "out of memory");
       mi_plugin_unload(p);
-      return NULL;
+      return -1;
     }
     /* the model under test: a model plugin or a generated engine (mi/engine.h) */
     int kind_ok = i ? ((int)p->desc->kind == MI_PLUGIN_MODEL || (int)p->desc->kind == MI_PLUGIN_ENGINE)
@@ -111,18 +109,25 @@ mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char 
     if (!kind_ok) {
       snprintf(err, err_len, "%s: not a %s plugin", paths[i], i ? "model or engine" : "platform");
       mi_plugin_unload(p);
-      return NULL;
+      return -1;
     }
-    if (i) is_engine = (int)p->desc->kind == MI_PLUGIN_ENGINE;
-    snprintf(names[i], sizeof names[i], "%s", p->desc->name);
+    if (i) *is_engine = (int)p->desc->kind == MI_PLUGIN_ENGINE;
+    snprintf(names[i], 128, "%s", p->desc->name);
     mi_plugin_unload(p);
   }
-  char conf[4200];
-  snprintf(conf, sizeof conf, "%s/plugins.conf", workdir);
+  return 0;
+}
+
+/* A plugins.conf naming only the two plugins, so nothing installed next to
+ * the executable can stand in for them (the loader then scans no folder):
+ * the platform with its options, then the model or engine under test. */
+int vf_write_plugins_conf(const vf_stage_opts *o, const char *conf, char names[2][128], int is_engine, char *err,
+                          size_t err_len) {
+  const char *paths[2] = {o->plugin_path, o->model_plugin_path};
   FILE *f = fopen(conf, "w");
   if (!f) {
     snprintf(err, err_len, "%s: cannot write: %s", conf, strerror(errno));
-    return NULL;
+    return -1;
   }
   char ap[2][4096];
   for (int i = 0; i < 2; i++)
@@ -132,9 +137,24 @@ mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char 
   for (size_t i = 0; po && i < po->count; i++)
     fprintf(f, " %s=%s", po->items[i].key, po->items[i].value);
   fprintf(f, "\n%s %s %s required\n", is_engine ? "engine" : "model", names[1], ap[1]);
+  if (fclose(f) != 0) {
+    snprintf(err, err_len, "%s: cannot write: %s", conf, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char *err,
+                              size_t err_len) {
+  char conf[4200];
+  snprintf(conf, sizeof conf, "%s/plugins.conf", workdir);
+  char names[2][128];
+  int is_engine = 0;
+  if (vf_plugin_names(o, names, &is_engine, err, err_len) != 0 ||
+      vf_write_plugins_conf(o, conf, names, is_engine, err, err_len) != 0)
+    return NULL;
   g_kv_opt[0] = (mi_kv){"kv_type", o->kv_type ? o->kv_type : "f32"};
   g_model_opts.count = !is_engine && o->kv_type ? 1 : 0;
-  fclose(f);
   mi_loader_opts lo = {.conf_path = conf};
   int fatal = 0;
   mi_registry *r = mi_registry_load(&lo, &fatal, err, err_len);

@@ -1,7 +1,12 @@
 /* Stage 4 of the verifier: end to end against goldens from an independent
  * implementation (llama.cpp, tests/goldens/NAME.json, made by tools/peer). The
- * golden is chosen by the FNV-1a 32 of the model's model.safetensors (the
- * golden records it), so goldens can never be compared with other weights.
+ * golden is chosen by the FNV-1a 32 of the model's model.safetensors and of
+ * its config.json (the golden records both), so goldens can never be
+ * compared with other weights or another config. When the goldens folder
+ * has none, the oracle makes one for this checkpoint (tools/peer/oracle.mjs:
+ * convert to an F32 GGUF, llama.cpp on the prompt set), kept in a cache by
+ * the same two hashes; N/A only where llama.cpp knows no conversion for the
+ * architecture, saying so.
  * For each golden case, through the engine (mi_session_open + mi_generate,
  * the path mi-run takes): the prompt's tokenisation equals llama.cpp's
  * prompt_ids, then greedy generation of as many steps as the golden holds
@@ -20,15 +25,21 @@
  * and the greedy steps with their top-K (child_case); the parent read the
  * golden (bounded reader) and compares (judge_case). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/runtime/session.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/file.h"
+#include "core/util/spawn.h"
+#include "core/verify/deployed.h"
 #include "core/verify/verify.h"
 
 /* 1e-3 with an f32 KV cache; wider with a half-precision one (vf_logprob_tol),
@@ -307,20 +318,28 @@ done:
   return ev;
 }
 
-/* The golden whose recorded safetensors hash is the model's. */
-static int find_golden(const char *dir, const char *model_dir, char *out, size_t n, char *why,
-                       size_t why_len) {
-  char st[4200], pat[4200];
+/* The model's two hashes, as hex; 0, or -1 with why. */
+static int model_hashes(const char *model_dir, char whex[16], char chex[16], char *why, size_t why_len) {
+  char st[4200], cf[4200];
   snprintf(st, sizeof st, "%s/model.safetensors", model_dir);
-  int ok = 0;
-  uint32_t h = vf_fnv1a32_file(st, &ok);
-  if (!ok) {
-    snprintf(why, why_len,
-             "%s: cannot read it to find its golden (sharded models have no goldens yet)", st);
+  snprintf(cf, sizeof cf, "%s/config.json", model_dir);
+  int ok = 0, cok = 0;
+  uint32_t h = vf_fnv1a32_file(st, &ok), ch = vf_fnv1a32_file(cf, &cok);
+  if (!ok || !cok) {
+    snprintf(why, why_len, "%s: cannot read it to find its golden%s", ok ? cf : st,
+             ok ? "" : " (sharded checkpoints have no goldens yet)");
     return -1;
   }
-  char hex[16];
-  snprintf(hex, sizeof hex, "%08x", h);
+  snprintf(whex, 16, "%08x", h);
+  snprintf(chex, 16, "%08x", ch);
+  return 0;
+}
+
+/* The golden in dir whose recorded hashes are the model's (a golden that
+ * records no config hash matches on the weights alone). */
+static int find_golden(const char *dir, const char *whex, const char *chex, char *out, size_t n, char *why,
+                       size_t why_len) {
+  char pat[4200];
   snprintf(pat, sizeof pat, "%s/*.json", dir);
   glob_t g;
   int found = 0;
@@ -330,9 +349,10 @@ static int find_golden(const char *dir, const char *model_dir, char *out, size_t
       char e2[600];
       json_t *j = mi_file_load_json(g.gl_pathv[i], 0, GOLDEN_MAX_BYTES, "golden", 0, e2, sizeof e2);
       if (!j && !unreadable[0]) snprintf(unreadable, sizeof unreadable, "%s", e2);
-      const char *f =
-          json_string_value(json_object_get(json_object_get(j, "model"), "safetensors_fnv1a32"));
-      if (f && !strcasecmp(f, hex)) {
+      json_t *m = json_object_get(j, "model");
+      const char *f = json_string_value(json_object_get(m, "safetensors_fnv1a32"));
+      const char *c = json_string_value(json_object_get(m, "config_fnv1a32"));
+      if (f && !strcasecmp(f, whex) && (!c || !strcasecmp(c, chex))) {
         snprintf(out, n, "%s", g.gl_pathv[i]);
         found = 1;
       }
@@ -341,19 +361,154 @@ static int find_golden(const char *dir, const char *model_dir, char *out, size_t
     globfree(&g);
   }
   if (!found)
-    snprintf(why, why_len, "%s: no golden for this model (model.safetensors FNV-1a %s)%s%s", dir, hex,
-             unreadable[0] ? "; a golden that cannot be read: " : "", unreadable);
+    snprintf(why, why_len, "%s: no golden for this model (model.safetensors FNV-1a %s, config.json %s)%s%s", dir,
+             whex, chex, unreadable[0] ? "; a golden that cannot be read: " : "", unreadable);
   return found ? 0 : -1;
+}
+
+static int mkdir_p(const char *dir) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *s = p + 1; *s; s++)
+    if (*s == '/') {
+      *s = 0;
+      if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+      *s = '/';
+    }
+  return mkdir(p, 0755) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+/* The oracle's golden for this checkpoint: from the cache, else made now.
+ * 0 (path in out; *made, *secs), 3 llama.cpp has no conversion for it
+ * (why), -1 it could not be made (why). */
+static int oracle_golden(const vf_stage_opts *o, const char *whex, const char *chex, char *out, size_t n,
+                         int *made, double *secs, char *why, size_t why_len) {
+  *made = 0;
+  *secs = 0;
+  char tmp[600];
+  if (find_golden(o->oracle_cache, whex, chex, out, n, tmp, sizeof tmp) == 0) return 0;
+  if (mkdir_p(o->oracle_cache) != 0) {
+    snprintf(why, why_len, "%s: cannot create the oracle's cache: %s", o->oracle_cache, strerror(errno));
+    return -1;
+  }
+  char dst[4096], log[4096], prompts[4096];
+  snprintf(dst, sizeof dst, "%s/%s-%s.json", o->oracle_cache, whex, chex);
+  snprintf(log, sizeof log, "%s/.%s-%s.log", o->oracle_cache, whex, chex);
+  snprintf(prompts, sizeof prompts, "%.4000s", o->oracle_script);
+  char *slash = strrchr(prompts, '/');
+  snprintf(slash ? slash + 1 : prompts, sizeof prompts - (size_t)(slash ? slash + 1 - prompts : 0), "prompts.json");
+  unlink(log);
+  char *argv[] = {(char *)o->oracle_node, (char *)o->oracle_script, "--model", (char *)o->model_dir,
+                  "--out", dst, "--prompts", prompts, NULL};
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int rc = mi_spawn_wait(argv, log, NULL, o->oracle_timeout_s > 0 ? o->oracle_timeout_s : 1800);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  *secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  /* its last line says why when it did not write one */
+  char last[600] = "";
+  FILE *f = fopen(log, "re");
+  if (f) {
+    char line[600];
+    while (fgets(line, sizeof line, f))
+      if (line[0] && line[0] != '\n') snprintf(last, sizeof last, "%s", line);
+    fclose(f);
+  }
+  last[strcspn(last, "\n")] = 0;
+  if (rc == 0 && access(dst, R_OK) == 0) {
+    unlink(log);
+    snprintf(out, n, "%s", dst);
+    *made = 1;
+    return 0;
+  }
+  if (rc == 3) {
+    snprintf(why, why_len, "no golden for this model, and the oracle cannot make one: %.590s", last[0] ? last : "?");
+    return 3;
+  }
+  snprintf(why, why_len, "the oracle (%.200s %.300s) %s after %.0f s%s%.400s (log: %.300s)", o->oracle_node, o->oracle_script,
+           rc < 0 ? "was killed or timed out" : rc == 127 ? "could not be run" : "failed", *secs, last[0] ? ": " : "",
+           last, log);
+  return -1;
+}
+
+/* The golden's prompts as deployed (deployed.c), judged as the in-process
+ * unit's: one unit, its events the same case events. */
+static json_t *deployed_unit(const vf_stage_opts *o, s4_job *j) {
+  json_t *ev = json_array(), *cases = json_object_get(j->gold, "cases");
+  int K = (int)json_integer_value(json_object_get(j->gold, "top_k"));
+  char dir[4200] = "", conf[4300], err[2000] = "";
+  int is_engine = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  if (vf_deploy_prepare(o, dir, sizeof dir, conf, sizeof conf, &is_engine, err, sizeof err) != 0) {
+    vf_ev_end(ev, "engine_load", 0, 0, 0, NULL, "as deployed: %s", err);
+  } else {
+    vf_ev_end(ev, "engine_load", 0, 1, 0, NULL, NULL);
+    double worst = 0;
+    size_t nc = json_array_size(cases), ci;
+    vf_rec *recs = calloc(nc + 1, sizeof *recs);
+    char **pls = calloc(nc + 1, sizeof *pls);
+    json_t *gc;
+    if (recs && pls) vf_deploy_run(o, dir, conf, is_engine, cases, K, recs, pls);
+    json_array_foreach(cases, ci, gc) {
+      if (!recs || !pls) break;
+      judge_case(ev, &recs[ci], j->golden, (int)ci, gc, K, held_out(j->contract, j->golden, (int)ci, gc), &worst);
+      free(pls[ci]);
+    }
+    free(recs);
+    free(pls);
+  }
+  if (dir[0]) vf_rmtree(dir);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  vf_child_result r;
+  memset(&r, 0, sizeof r);
+  r.exited = 1;
+  r.events = ev;
+  r.wall_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  json_t *u = vf_unit_report("deployed", "mi-run", "-", "end to end as deployed", &r, o->lim.timeout_s, o->lim.cpu_s);
+  json_decref(ev);
+  return u;
 }
 
 json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
   json_t *units = json_array();
   s4_job j = {o, contract, NULL, "", NULL};
   g_tol = vf_logprob_tol(o, 1e-3);
-  char why[4400];
-  if (!o->goldens_dir ||
-      find_golden(o->goldens_dir, o->model_dir, j.golden, sizeof j.golden, why, sizeof why) != 0) {
-    if (!o->goldens_dir) snprintf(why, sizeof why, "no goldens folder (give --goldens DIR)");
+  char why[4400], whex[16], chex[16];
+  json_t *oracle = NULL; /* evidence: where the golden came from */
+  int have = model_hashes(o->model_dir, whex, chex, why, sizeof why) == 0;
+  if (have && !o->goldens_dir) {
+    snprintf(why, sizeof why, "no goldens folder (give --goldens DIR)");
+    have = 0;
+  }
+  if (have && find_golden(o->goldens_dir, whex, chex, j.golden, sizeof j.golden, why, sizeof why) != 0) {
+    have = 0;
+    if (o->oracle_node && o->oracle_script && o->oracle_cache) {
+      int made = 0;
+      double secs = 0;
+      char owhy[2000] = "";
+      int orc = oracle_golden(o, whex, chex, j.golden, sizeof j.golden, &made, &secs, owhy, sizeof owhy);
+      if (orc == 0) {
+        have = 1;
+        oracle = json_pack("{s:s, s:b, s:f}", "golden", j.golden, "made_now", made, "seconds", secs);
+        fprintf(stderr, "mi-verify: stage 4: %s llama.cpp golden for this checkpoint: %s%s\n",
+                made ? "made a" : "the cached", j.golden, made ? "" : "");
+        if (made) fprintf(stderr, "mi-verify: stage 4: the oracle took %.1f s (cached for the next run)\n", secs);
+      } else {
+        snprintf(why, sizeof why, "%s", owhy);
+        if (orc == 3) { /* llama.cpp does not know it: N/A, saying so */
+          json_t *s = vf_stage_result(4, "end_to_end", units);
+          json_object_set_new(s, "verdict", json_string("N/A"));
+          json_object_set_new(s, "message", json_string(why));
+          return s;
+        }
+      }
+    } else {
+      size_t l = strlen(why);
+      snprintf(why + l, sizeof why - l, "; no oracle to make one (mi-verify --no-oracle, or node / tools/peer not found)");
+    }
+  }
+  if (!have) {
     json_t *s = vf_stage_result(4, "end_to_end", units);
     json_object_set_new(s, "verdict", json_string(o->goldens_optional ? "N/A" : "FAIL"));
     json_object_set_new(s, "message", json_string(why));
@@ -386,6 +541,7 @@ json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
     u = vf_run_unit_raw(o, "goldens", gb ? gb + 1 : j.golden, "end to end", goldens_child, &j, 300, cap,
                         goldens_judge);
   }
+  json_t *du = j.gold && o->mi_run ? deployed_unit(o, &j) : NULL;
   json_decref(j.gold);
   vf_rmtree(wd);
   int steps = 0, held = 0, cases = 0;
@@ -399,13 +555,34 @@ json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
     held += json_is_true(json_object_get(c, "held_out"));
     mx = fmax(mx, json_number_value(json_object_get(c, "max_abs_logprob_diff")));
   }
+  char whence[160] = "";
+  if (oracle && json_is_true(json_object_get(oracle, "made_now")))
+    snprintf(whence, sizeof whence, " (a golden the oracle made for this checkpoint in %.1f s)",
+             json_number_value(json_object_get(oracle, "seconds")));
+  else if (oracle)
+    snprintf(whence, sizeof whence, " (the oracle's cached golden for this checkpoint)");
   json_object_set_new(
       u, "summary",
       json_sprintf("%d cases (%d held out), %d greedy steps identical to llama.cpp, "
-                   "max |logprob diff| %.2e",
-                   cases, held, steps, mx));
+                   "max |logprob diff| %.2e%s",
+                   cases, held, steps, mx, whence));
   json_array_append_new(units, u);
+  if (du) {
+    int dc = 0, ds = 0;
+    double dmx = 0;
+    json_array_foreach(json_object_get(du, "cases"), k, c) if (json_is_integer(json_object_get(c, "steps_compared"))) {
+      dc++;
+      ds += (int)json_integer_value(json_object_get(c, "steps_compared"));
+      dmx = fmax(dmx, json_number_value(json_object_get(c, "max_abs_logprob_diff")));
+    }
+    json_object_set_new(du, "summary",
+                        json_sprintf("as deployed (mi-run, the user's model path, environment and temp folder): "
+                                     "%d cases, %d greedy steps identical to llama.cpp, max |logprob diff| %.2e",
+                                     dc, ds, dmx));
+    json_array_append_new(units, du);
+  }
   json_t *s = vf_stage_result(4, "end_to_end", units);
   json_object_set_new(s, "golden", json_string(j.golden));
+  if (oracle) json_object_set_new(s, "oracle", oracle);
   return s;
 }

@@ -639,7 +639,7 @@ static json_t *run_unseen(s5_job *j, const char *id, const char *member) {
     json_decref(cfg);
     return unit_error(id, err);
   }
-  uc c[10];
+  uc c[12];
   memset(c, 0, sizeof c);
   int nc = 0;
   /* Plain prompts: lengths and steps from the contract (defaults below). */
@@ -702,8 +702,33 @@ static json_t *run_unseen(s5_job *j, const char *id, const char *member) {
   snprintf(dst, sizeof dst, "%s/s", j->workdir);
   scaled_copy(x, o->model_dir, dst, "model.layers.%lld.self_attn.%s_proj.weight",
               json_integer_value(json_object_get(cfg, "num_hidden_layers")), ss, 0);
+  /* Deep positions: a prompt reaching far into the declared context
+   * (max_position_embeddings; at most the contract's long_context.max_tokens,
+   * default 2048, within the time a float64 forward takes), its length drawn
+   * from the seed in [cap/2, cap]: a KV cache kept as a ring of a few
+   * hundred rows, a position table cut short, a rotary angle computed in
+   * low precision show only past where the other prompts end. */
+  json_t *lc = param(j, "long_context");
+  json_t *tc = json_object_get(cfg, "text_config");
+  json_t *mp = json_object_get(json_is_object(tc) ? tc : cfg, "max_position_embeddings");
+  int64_t declared = json_is_integer(mp) && json_integer_value(mp) > 0 ? json_integer_value(mp) : 2048;
+  int64_t lcap = json_is_integer(json_object_get(lc, "max_tokens")) ? json_integer_value(json_object_get(lc, "max_tokens")) : 2048;
+  if (lcap > declared) lcap = declared;
+  if (lcap > 65536) lcap = 65536;
+  if (lcap >= 16) {
+    x = &c[nc++];
+    int ls = 3;
+    uint64_t r = o->seed * 2862933555777941757ull + 3037000493ull;
+    int ln = (int)(lcap / 2 + (int64_t)((r >> 33) % (uint64_t)(lcap / 2 - ls + 1)));
+    snprintf(x->cname, sizeof x->cname, "deep positions (%d tokens of the declared context %lld, then %d steps)", ln,
+             (long long)declared, ls);
+    snprintf(x->dir, sizeof x->dir, "%s", o->model_dir);
+    x->n = ln, x->steps = ls, x->tol = vf_logprob_tol_twin(o, TOL);
+    x->ids = malloc((size_t)x->n * sizeof(int32_t));
+    if (x->ids) vf_random_prompt(o->seed * 32452843 + 41, x->ids, x->n, 0, j->V);
+  }
   json_decref(cfg);
-  uint32_t h0[10];
+  uint32_t h0[12];
   for (int k = 0; k < nc; k++) {
     if (!c[k].ids) snprintf(c[k].prep_err, sizeof c[k].prep_err, "out of memory");
     h0[k] = strcmp(c[k].dir, o->model_dir) ? dir_hash(c[k].dir) : 0;

@@ -200,6 +200,17 @@ typedef struct vf_stage_opts {
    * engine has it baked in. Stages 4 and 5 compare logprobs within
    * vf_logprob_tol (a half-precision cache rounds every key and value). */
   const char *kv_type;
+  /* stage 4 with no golden in goldens_dir: the oracle that makes one for
+   * this checkpoint (llama.cpp through tools/peer/oracle.mjs), cached in
+   * oracle_cache by the weights' and the config's hashes. NULL node or
+   * script: no oracle (stage 4 then N/A or FAIL as before). */
+  const char *oracle_node;   /* the node executable (a path) */
+  const char *oracle_script; /* tools/peer/oracle.mjs */
+  const char *oracle_cache;  /* a folder, created when missing */
+  int oracle_timeout_s;      /* 0: 1800 */
+  /* stage 4, deployed: the mi-run executable that runs the golden's prompts
+   * as a deployment does (NULL: that unit is not run) */
+  const char *mi_run;
 } vf_stage_opts;
 
 /* KV cache types (core/verify/kv.c; docs/mi-gen.md, "KV cache types"):
@@ -270,6 +281,12 @@ int vf_copy_model_dir(const char *src, const char *dst, char *err, size_t err_le
 /* A registry with exactly the platform and the model plugin under test
  * (a plugins.conf written into workdir). NULL + err. */
 struct mi_registry *vf_open_registry(const vf_stage_opts *o, const char *workdir, char *err, size_t err_len);
+/* The two plugins' names and kinds (loads them: a unit's child only), and
+ * the plugins.conf vf_open_registry loads from them: the platform (with
+ * its options) and the model or engine under test, by absolute path. */
+int vf_plugin_names(const vf_stage_opts *o, char names[2][128], int *is_engine, char *err, size_t err_len);
+int vf_write_plugins_conf(const vf_stage_opts *o, const char *conf, char names[2][128], int is_engine, char *err,
+                          size_t err_len);
 struct mi_session *vf_open_engine(struct mi_registry *reg, const char *model_dir, char *err, size_t err_len);
 
 /* The engine's model plugin loaded again on another folder (no tokenizer). */

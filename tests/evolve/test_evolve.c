@@ -635,6 +635,86 @@ START_TEST(cli_phases_one_to_five) {
 }
 END_TEST
 
+/* A hash of every file under dir (names and bytes), as text. */
+static void tree_hash(const char *dir, char *out, size_t n) {
+  char cmd[8192], f[4200];
+  snprintf(f, sizeof f, "%s.hash", dir);
+  snprintf(cmd, sizeof cmd, "cd '%s' && find . -type f | LC_ALL=C sort | xargs -d '\\n' sha256sum | sha256sum > '%s'",
+           dir, f);
+  ck_assert_int_eq(system(cmd), 0);
+  FILE *h = fopen(f, "r");
+  ck_assert_ptr_nonnull(h);
+  ck_assert_ptr_nonnull(fgets(out, (int)n, h));
+  fclose(h);
+  unlink(f);
+}
+
+/* Evolution is a transaction: a run killed in the middle of writing its
+ * entries, and a run whose revalidation fails, leave the CKB byte for byte
+ * as it was; a run that passes commits everything at once. */
+static void evolve_leaves_ckb(const char *crash, const char *act, int want_exit) {
+  const char *goldens[] = {"evolve-probe-attn-seed5.json", "evolve-probe-attn-b-seed6.json",
+                           "evolve-probe-deltanet-seed7.json"};
+  char *refs;
+  char *tmp = make_refs(goldens, 3, &refs);
+  char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb"), *cand = src("candidates/hybrid-deltanet"), *model = tw_path(tmp, "m");
+  curated_ckb(ck, ckb);
+  char cmd[8192], before[200], after[200];
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-mkmodel' --family qwen35 --shape tiny --seed 1 --out '%s' >/dev/null",
+           getenv("MI_BUILD_DIR"), model);
+  ck_assert_int_eq(system(cmd), 0);
+  if (act) { /* a model the CKB cannot be made to cover: its revalidation fails */
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"hidden_act\": \"silu\"/\"hidden_act\": \"%s\"/' '%s/config.json' && "
+             "grep -q '\"hidden_act\": \"%s\"' '%s/config.json'", act, model, act, model);
+    ck_assert_int_eq(system(cmd), 0);
+  }
+  tree_hash(ckb, before, sizeof before);
+  snprintf(cmd, sizeof cmd,
+           "%s%s '%s/bin/mi-gen' --evolve --refs '%s' --candidates '%s' --ckb '%s' --model '%s' --run-dir '%s/run' "
+           "%s 2>'%s/stderr'",
+           crash ? "MI_CKB_TEST_CRASH=" : "", crash ? crash : "", getenv("MI_BUILD_DIR"), refs, cand, ckb, model, tmp,
+           act ? "" : "--no-revalidate", tmp);
+  int st = system(cmd);
+  ck_assert(WIFEXITED(st));
+  char *errp = tw_path(tmp, "stderr");
+  size_t el;
+  char *errs = tw_read_all(errp, &el);
+  ck_assert_msg(WEXITSTATUS(st) == want_exit, "exit %d, want %d:\n%s", WEXITSTATUS(st), want_exit, errs ? errs : "");
+  tree_hash(ckb, after, sizeof after);
+  ck_assert_msg(!strcmp(before, after), "the CKB changed (%s -> %s):\n%s", before, after, errs ? errs : "");
+  if (act) ck_assert_msg(errs && strstr(errs, "left as it was"), "%s", errs ? errs : "");
+  /* a later run on the same CKB removes what a killed one left beside it
+   * and commits (the staging copy of the dead run is gone) */
+  if (crash) {
+    snprintf(cmd, sizeof cmd,
+             "'%s/bin/mi-gen' --evolve --refs '%s' --candidates '%s' --ckb '%s' --model '%s' --run-dir '%s/run2' "
+             "--no-revalidate 2>'%s/stderr2' && ls -a '%s' | grep -c '^\\.ckb\\.txn-' | grep -qx 0",
+             getenv("MI_BUILD_DIR"), refs, cand, ckb, model, tmp, tmp, tmp);
+    ck_assert_int_eq(system(cmd), 0);
+    tree_hash(ckb, after, sizeof after);
+    ck_assert_msg(strcmp(before, after), "the passing run committed nothing");
+    char err[1024];
+    mi_ckb *k = mi_ckb_open(ckb, err, sizeof err);
+    ck_assert_ptr_nonnull(k);
+    ck_assert_ptr_nonnull(mi_ckb_find(k, "model.qwen35"));
+    mi_ckb_close(k);
+  }
+  free(errs);
+  free(errp);
+  free(model);
+  free(cand);
+  free(ck);
+  free(ckb);
+  tw_rmtree(tmp);
+  free(tmp);
+  free(refs);
+}
+
+START_TEST(killed_evolve_leaves_the_ckb_unchanged) { evolve_leaves_ckb("before_rename", NULL, 86); }
+END_TEST
+START_TEST(failed_evolve_leaves_the_ckb_unchanged) { evolve_leaves_ckb(NULL, "gelu_pytorch_tanh", EV_EX_REVALIDATE); }
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("evolve");
   TCase *tc = tcase_create("search");
@@ -649,6 +729,8 @@ static Suite *suite(void) {
   tcase_add_test(tk, bundle_with_broken_operator_contract_is_rejected_naming_it);
   tcase_add_test(tk, real_bundle_is_accepted);
   tcase_add_test(tk, cli_phases_one_to_five);
+  tcase_add_test(tk, killed_evolve_leaves_the_ckb_unchanged);
+  tcase_add_test(tk, failed_evolve_leaves_the_ckb_unchanged);
   suite_add_tcase(s, tk);
   suite_add_tcase(s, tc);
   return s;

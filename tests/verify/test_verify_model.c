@@ -67,6 +67,8 @@ static void setup(void) {
 
 /* Runs mi-verify --stage 6 on `dir` with the model plugin `mp` (NULL: the
  * default next to the CPU plugin); returns its exit status, the report in *rep. */
+static const char *g_extra[8]; /* more mi-verify arguments, NULL-terminated */
+
 static int run_verify(const char *mp, const char *dir, json_t **rep, char *log, size_t log_len) {
   char report[4200], logf[4200];
   snprintf(report, sizeof report, "%s/tests/verify_models/report-%d.json", getenv("MI_BUILD_DIR"),
@@ -81,6 +83,7 @@ static int run_verify(const char *mp, const char *dir, json_t **rep, char *log, 
                             goldens, "--stage",           "6",    "--model", dir, "--seed",
                             "7",     "--report",          report};
     int ac = 15;
+    for (int k = 0; g_extra[k]; k++) argv[ac++] = g_extra[k];
     if (mp) {
       argv[ac++] = "--model-plugin";
       argv[ac++] = mp;
@@ -171,6 +174,11 @@ static const struct {
      "links libllama.so (DT_NEEDED), which is not in the allowlist: a foreign inference library", 1},
     {"dlopen_ggml", 5, "imports", "imports dlopen", 0},
     {"forged_pass", 3, NULL, "stage 3 (read-back): the unit's result pipe broke the verifier's protocol", 1},
+    /* right only while verified: caught by the run as deployed */
+    {"disguise_progname", 4, "mi-run", "case 0 step 0", 1},
+    {"disguise_path", 4, "mi-run", "case 0 step 0", 0},
+    /* right below position 512 only */
+    {"kv_ring512", 5, "unseen_prompts", "deep positions", 1},
 };
 static int g_quick, g_run[16], g_nrun; /* the k_mutants indices this run checks */
 
@@ -227,13 +235,72 @@ START_TEST(model_without_golden_fails_stage4) {
 }
 END_TEST
 
+/* No committed golden: the oracle makes one for this checkpoint (llama.cpp
+ * on the checkpoint's own F32 GGUF), stage 4 passes against it, and the
+ * next run takes it from the cache. */
+START_TEST(model_without_golden_gets_one_from_the_oracle) {
+  char dir[4200], cache[4200], log[65536];
+  snprintf(dir, sizeof dir, "%s/tests/verify_models/tiny-seed5", getenv("MI_BUILD_DIR"));
+  make_model(dir, "5");
+  snprintf(cache, sizeof cache, "%s/tests/verify_models/oracle-cache-%d", getenv("MI_BUILD_DIR"), (int)getpid());
+  char rm[4300];
+  snprintf(rm, sizeof rm, "rm -rf '%s'", cache);
+  ck_assert_int_eq(system(rm), 0);
+  setenv("MI_ORACLE", "1", 1);
+  g_extra[0] = "--oracle-cache";
+  g_extra[1] = cache;
+  for (int run = 0; run < 2; run++) {
+    json_t *rep = NULL;
+    int rc = run_verify(NULL, dir, &rep, log, sizeof log);
+    ck_assert_msg(rc == 0, "run %d: exit %d:\n%s", run, rc, log);
+    ck_assert_str_eq(verdict(rep, 4), "PASS");
+    json_t *s4 = stage_of(rep, 4), *orc = json_object_get(s4, "oracle");
+    ck_assert_msg(json_is_object(orc), "run %d: no oracle evidence:\n%s", run, log);
+    ck_assert_int_eq(json_is_true(json_object_get(orc, "made_now")), run == 0);
+    const char *g = json_string_value(json_object_get(s4, "golden"));
+    ck_assert_msg(g && !strncmp(g, cache, strlen(cache)), "golden %s", g ? g : "(none)");
+    /* every case compared, against llama.cpp's tokens */
+    json_t *u = json_array_get(json_object_get(s4, "units"), 0);
+    const char *sum = json_string_value(json_object_get(u, "summary"));
+    ck_assert_msg(sum && strstr(sum, "8 cases") && strstr(sum, "greedy steps identical to llama.cpp"), "%s",
+                  sum ? sum : "(none)");
+    json_decref(rep);
+  }
+  g_extra[0] = g_extra[1] = NULL;
+  setenv("MI_ORACLE", "0", 1);
+  ck_assert_int_eq(system(rm), 0);
+}
+END_TEST
+
+/* A golden is chosen by weights and config together: the committed golden
+ * of tiny-seed1 does not hold for the same weights under another config. */
+START_TEST(golden_is_picked_by_config_too) {
+  char dir[4200], log[65536], cmd[9000];
+  snprintf(dir, sizeof dir, "%s/tests/verify_models/tiny-seed1-eps", getenv("MI_BUILD_DIR"));
+  make_model(dir, "1");
+  snprintf(cmd, sizeof cmd, "sed -i 's/\"rms_norm_eps\": 1e-6,/\"rms_norm_eps\": 1e-05,/' '%s/config.json' && "
+           "grep -q '\"rms_norm_eps\": 1e-05' '%s/config.json'", dir, dir);
+  ck_assert_int_eq(system(cmd), 0);
+  g_extra[0] = "--no-oracle";
+  json_t *rep = NULL;
+  int rc = run_verify(NULL, dir, &rep, log, sizeof log);
+  g_extra[0] = NULL;
+  ck_assert_int_eq(rc, 1);
+  ck_assert_str_eq(verdict(rep, 4), "FAIL");
+  const char *msg = json_string_value(json_object_get(stage_of(rep, 4), "message"));
+  ck_assert_msg(msg && strstr(msg, "no golden for this model") && strstr(msg, "no oracle to make one"), "%s",
+                msg ? msg : "(none)");
+  json_decref(rep);
+}
+END_TEST
+
 /* Stage 6 measures the gates a contract states (here written by the test):
  * one met, one impossible, one for another shape (N/A); none at all: the
  * default decode-growth gate alone. */
 START_TEST(stage6_gates_measured) {
   char q3[4200];
   snprintf(q3, sizeof q3, "%s/lib/metainfer/libmi-qwen3.so", getenv("MI_BUILD_DIR"));
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, q3, model, NULL, 0, 0, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, q3, model, NULL, 0, 0, NULL, NULL, NULL, NULL, 0, NULL};
   json_t *none = json_pack("{s:[]}", "gates");
   json_t *s = vf_stage6(&o, none); /* the default gate only */
   ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "PASS");
@@ -274,7 +341,7 @@ static const char *unit_message(json_t *stage, const char *id) {
 START_TEST(forged_pass_rejected_at_stages_4_to_6) {
   char so[4400];
   snprintf(so, sizeof so, "%s/libmm-forged_pass.so", mm_dir);
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL};
   json_t *none = json_object();
   json_t *s = vf_stage4(&o, none);
   ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
@@ -311,7 +378,7 @@ END_TEST
 START_TEST(decode_growth_catches_prefix_recompute) {
   char so[4400];
   snprintf(so, sizeof so, "%s/libmm-recompute_prefix.so", mm_dir);
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL};
   json_t *none = json_pack("{s:[]}", "gates");
   json_t *s = vf_stage6(&o, none);
   ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
@@ -332,7 +399,7 @@ START_TEST(hung_plugin_killed_at_the_deadline) {
   mi_ckb *kb = mi_ckb_open(ckbdir, err, sizeof err);
   ck_assert_msg(kb, "%s", err);
   snprintf(so, sizeof so, "%s/libmm-forward_hang.so", mm_dir);
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 3, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 3, NULL, NULL, NULL, NULL, 0, NULL};
   json_t *s = vf_stage3(&o, kb, model);
   ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
   json_t *rb = json_array_get(json_object_get(s, "units"), 1);
@@ -412,7 +479,7 @@ START_TEST(hostile_files_refused_with_one_line) {
   snprintf(gdir, sizeof gdir, "%s/goldens", dir);
   mkdir(gdir, 0700);
   snprintf(gold, sizeof gold, "%s/x.json", gdir);
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, cpu_so, model, gdir, 0, 0, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, cpu_so, model, gdir, 0, 0, NULL, NULL, NULL, NULL, 0, NULL};
   for (int k = 0; k < 4; k++) {
     plant(gold, k, (off_t)65 << 20);
     json_t *s = vf_stage4(&o, NULL);
@@ -470,6 +537,8 @@ int main(void) {
   tcase_add_test(tc, real_plugin_passes_all_stages);
   tcase_add_loop_test(tc, mutant_rejected_at_its_stage, 0, g_nrun);
   tcase_add_test(tc, model_without_golden_fails_stage4);
+  tcase_add_test(tc, golden_is_picked_by_config_too);
+  tcase_add_test(tc, model_without_golden_gets_one_from_the_oracle);
   tcase_add_test(tc, forged_pass_rejected_at_stages_4_to_6);
   tcase_add_test(tc, hung_plugin_killed_at_the_deadline);
   tcase_add_test(tc, decode_growth_catches_prefix_recompute);

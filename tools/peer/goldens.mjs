@@ -34,14 +34,12 @@ import os from "node:os";
 import path from "node:path";
 import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { importDep } from "./deps.mjs";
 import { convert } from "./hf2gguf.mjs";
+import { PEER, TOPK, fnv1a32File, formatGolden, runPeer } from "./peer_run.mjs";
 import { RefQwen3 } from "./ref_forward.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, "../..");
-const TOPK = 10;
-const PKG = "node-llama-cpp@3.21.1";
 
 function parseArgs(argv) {
   const a = { steps: 32, checkRef: false, dtype: "bf16", mkmodel: path.join(ROOT, "build/bin/mi-mkmodel") };
@@ -69,54 +67,6 @@ function parseArgs(argv) {
   return a;
 }
 
-/** FNV-1a 32-bit of a file, as hex: lets the C test notice a golden made from other weights. */
-export function fnv1a32File(file) {
-  const buf = fs.readFileSync(file);
-  let h = 0x811c9dc5;
-  for (let i = 0; i < buf.length; i++) h = Math.imul(h ^ buf[i], 0x01000193);
-  return (h >>> 0).toString(16).padStart(8, "0");
-}
-
-/** Top-K [id, logprob] pairs (float64, renormalised) from node-llama-cpp's probability map. */
-function topLogprobs(probMap, k) {
-  let z = 0;
-  for (const p of probMap.values()) z += p;
-  const lz = Math.log(z);
-  const out = [];
-  for (const [id, p] of probMap) { // sorted by logit, highest first
-    if (out.length === k) break;
-    out.push([id, Math.log(p) - lz]);
-  }
-  return out;
-}
-
-// One step per line keeps diffs of regenerated goldens readable.
-function formatGolden(g) {
-  const lines = [];
-  lines.push("{");
-  lines.push(`  "model": ${JSON.stringify(g.model)},`);
-  lines.push(`  "peer": ${JSON.stringify(g.peer)},`);
-  lines.push(`  "top_k": ${g.top_k},`);
-  lines.push(`  "cases": [`);
-  g.cases.forEach((c, ci) => {
-    lines.push("    {");
-    lines.push(`      "prompt": ${JSON.stringify(c.prompt)},`);
-    lines.push(`      "prompt_ids": ${JSON.stringify(c.prompt_ids)},`);
-    if (c.completion !== undefined) lines.push(`      "completion": ${JSON.stringify(c.completion)},`);
-    if (c.ref_max_abs_err !== undefined) lines.push(`      "ref_max_abs_err": ${c.ref_max_abs_err.toExponential(3)},`);
-    lines.push(`      "steps": [`);
-    c.steps.forEach((s, si) => {
-      const top = "[" + s.top.map(([id, lp]) => `[${id},${lp.toPrecision(10)}]`).join(",") + "]";
-      lines.push(`        {"token_id":${s.token_id},"top":${top}}${si + 1 < c.steps.length ? "," : ""}`);
-    });
-    lines.push("      ]");
-    lines.push(`    }${ci + 1 < g.cases.length ? "," : ""}`);
-  });
-  lines.push("  ]");
-  lines.push("}");
-  return lines.join("\n") + "\n";
-}
-
 async function main() {
   const args = parseArgs(process.argv.slice(2));
   const prompts = JSON.parse(fs.readFileSync(args.prompts, "utf8")).prompts;
@@ -127,36 +77,10 @@ async function main() {
   const gguf = path.join(tmp, `${args.shape}-seed${args.seed}-f32.gguf`);
   await convert(modelDir, gguf, { type: "f32" });
 
-  const { getLlama, LlamaLogLevel } = await importDep("node-llama-cpp");
-  const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
-  const model = await llama.loadModel({ modelPath: gguf });
-  const tokenized = prompts.map((p) => Array.from(model.tokenize(p, true)));
-  const maxLen = Math.max(...tokenized.map((t) => t.length)) + args.steps + 8;
-  const ctxSize = Math.ceil(maxLen / 256) * 256;
-  const ctx = await model.createContext({
-    contextSize: ctxSize,
-    batchSize: ctxSize, // whole prompt in one batch
-    threads: llama.cpuMathCores, // the default oversubscribes small machines
-    flashAttention: false,
-    experimentalKvCacheKeyType: "F32", // the default F16 cache adds ~5e-3 logprob error
-    experimentalKvCacheValueType: "F32",
-  });
   const ref = args.checkRef ? new RefQwen3(modelDir) : null;
-
-  const cases = [];
-  for (let pi = 0; pi < prompts.length; pi++) {
-    const seq = ctx.getSequence();
-    const ids = tokenized[pi];
-    const steps = [];
-    const t0 = Date.now();
-    for await (const out of seq.evaluateWithMetadata(ids, { probabilities: true }, { temperature: 0, yieldEogToken: true })) {
-      steps.push({ token_id: out.token, top: topLogprobs(out.probabilities, TOPK) });
-      if (steps.length >= args.steps) break;
-    }
-    seq.dispose();
-    if (steps.length !== args.steps) throw new Error(`prompt ${pi}: only ${steps.length} steps generated`);
-    const c = { prompt: prompts[pi], prompt_ids: ids, completion: model.detokenize(steps.map((s) => s.token_id), true), steps };
-    let msg = `case ${pi}: ${ids.length} prompt tokens, ${steps.length} steps, ${Date.now() - t0} ms`;
+  const cases = await runPeer(gguf, prompts, args.steps, (c, pi, ms) => {
+    const ids = c.prompt_ids, steps = c.steps;
+    let msg = `case ${pi}: ${ids.length} prompt tokens, ${steps.length} steps, ${ms} ms`;
     if (ref) {
       // Teacher-forced on llama.cpp's tokens: compare the top-10 of every step.
       ref.reset();
@@ -175,14 +99,11 @@ async function main() {
       msg += `; float64 reference: max |dlogprob| ${err.toExponential(2)}, greedy mismatches ${greedyMismatch}`;
     }
     console.error(msg);
-    cases.push(c);
-  }
-  await ctx.dispose();
-  await model.dispose();
+  });
 
   const golden = {
-    model: { shape: args.shape, seed: args.seed, mkmodel_args: mkArgs, safetensors_fnv1a32: fnv1a32File(path.join(modelDir, "model.safetensors")) },
-    peer: { package: PKG, llama_cpp: "v0.4.0 (node-llama-cpp prebuilt CPU)", kv: "F32", weights: "F32", flash_attention: false, logprobs: "float64 log-softmax of full-vocabulary probabilities, renormalised" },
+    model: { shape: args.shape, seed: args.seed, mkmodel_args: mkArgs, safetensors_fnv1a32: fnv1a32File(path.join(modelDir, "model.safetensors")), config_fnv1a32: fnv1a32File(path.join(modelDir, "config.json")) },
+    peer: PEER,
     top_k: TOPK,
     cases,
   };

@@ -569,6 +569,11 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   if (scaling && scaling.rope_type !== "default" && scaling.type !== "default")
     die(`${cfgFile}: rope scaling ${JSON.stringify(scaling)} is not supported by this converter`);
   if (cfg.attention_bias) die(`${cfgFile}: attention_bias=true is not supported`);
+  // llama.cpp's qwen3 graph is SiLU-gated and attends to every position: a
+  // config that says otherwise would get an oracle for another model
+  if (cfg.hidden_act !== undefined && cfg.hidden_act !== "silu")
+    die(`${cfgFile}: hidden_act ${JSON.stringify(cfg.hidden_act)}: llama.cpp's qwen3 computes silu`);
+  if (cfg.use_sliding_window === true) die(`${cfgFile}: use_sliding_window=true: llama.cpp's qwen3 has no sliding window`);
 
   const st = readSafetensorsIndex(modelDir);
   const expect = expectedShapes(h);

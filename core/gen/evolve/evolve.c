@@ -234,40 +234,73 @@ int ev_run(const ev_opts *o) {
   }
   phase(&c, "bundle", t0, "accepted", "operator units and end to end against the oracle", 1);
 
-  /* 5. consolidation */
+  /* 5-6 in a staging copy of the CKB (a transaction): nothing reaches
+   * o->ckb until revalidation passes, then one atomic switch; a failed or
+   * killed run leaves the CKB byte for byte as it was. */
   t0 = now_s();
+  mi_ckb_txn txn;
+  if (mi_ckb_txn_begin(&txn, o->ckb, err, sizeof err) != 0) {
+    json_decref(bundle);
+    phase(&c, "consolidation", t0, "error", err, 1);
+    return finish(&c, EV_EX_CONSOLIDATE, err);
+  }
+  ev_opts staged = *o;
+  staged.ckb = txn.staging;
+  c.o = &staged;
+
+  /* 5. consolidation */
   json_t *entries = NULL;
   int cr = ev_consolidate(&c, &found, bundle, json_object_get(c.report, "variant_search"), &entries, err, sizeof err);
   json_decref(bundle);
   json_object_set_new(c.report, "entries", entries ? entries : json_array());
   if (cr != 0) {
+    mi_ckb_txn_abort(&txn);
+    c.o = o;
     phase(&c, "consolidation", t0, "error", err, 1);
     return finish(&c, EV_EX_CONSOLIDATE, err);
   }
-  mi_ckb *ck = mi_ckb_open(o->ckb, err, sizeof err);
+  mi_ckb *ck = mi_ckb_open(staged.ckb, err, sizeof err);
   int probs = ck ? mi_ckb_validate(ck, NULL, NULL) : -1;
   if (ck) mi_ckb_close(ck);
   if (probs != 0) {
-    snprintf(why, sizeof why, "%s: the CKB does not validate after consolidation (%d problem(s); mi-ckb validate)",
-             o->ckb, probs);
+    mi_ckb_txn_abort(&txn);
+    c.o = o;
+    snprintf(why, sizeof why,
+             "%s: the CKB would not validate after consolidation (%d problem(s)); nothing written to it", o->ckb,
+             probs);
     phase(&c, "consolidation", t0, "error", why, 1);
     return finish(&c, EV_EX_CONSOLIDATE, why);
   }
-  snprintf(why, sizeof why, "%zu entries in %s, the CKB validates", json_array_size(json_object_get(c.report, "entries")),
-           o->ckb);
+  snprintf(why, sizeof why, "%zu entries in a staging copy of %s, which validates",
+           json_array_size(json_object_get(c.report, "entries")), o->ckb);
   phase(&c, "consolidation", t0, "done", why, 1);
 
-  /* 6. revalidation, references off */
+  /* 6. revalidation, references off, on the staged CKB */
   t0 = now_s();
+  int rr = EV_EX_OK;
   if (o->no_revalidate || !o->model) {
     phase(&c, "revalidation", t0, "skipped", o->model ? "--no-revalidate" : "no --model", 0);
-    return finish(&c, EV_EX_OK, "consolidated (revalidation skipped)");
+    snprintf(why, sizeof why, "consolidated (revalidation skipped)");
+  } else {
+    json_t *rv = NULL;
+    rr = revalidate(&c, &rv, why, sizeof why);
+    json_object_set_new(c.report, "revalidation", rv);
+    phase(&c, "revalidation", t0, rr == EV_EX_OK ? "passed" : "failed", why, 1);
   }
-  json_t *rv = NULL;
-  int rr = revalidate(&c, &rv, why, sizeof why);
-  json_object_set_new(c.report, "revalidation", rv);
-  phase(&c, "revalidation", t0, rr == EV_EX_OK ? "passed" : "failed", why, 1);
-  return finish(&c, rr, why);
+  c.o = o;
+  if (rr != EV_EX_OK) {
+    mi_ckb_txn_abort(&txn);
+    size_t l = strlen(why);
+    snprintf(why + l, sizeof why - l, "; %s left as it was (the staged entries discarded)", o->ckb);
+    return finish(&c, rr, why);
+  }
+  char how[600];
+  if (mi_ckb_txn_commit(&txn, how, sizeof how, err, sizeof err) != 0)
+    return finish(&c, EV_EX_CONSOLIDATE, err); /* the staging copy stays for a look; the next run removes it */
+  json_object_set_new(c.report, "commit", json_string(how));
+  size_t l = strlen(why);
+  snprintf(why + l, sizeof why - l, "; committed to %s (%s)", o->ckb, how);
+  return finish(&c, EV_EX_OK, why);
 }
 
 int ev_main(const char *argv0, const char *exe_dir, const char *refs, const char *candidates, const char *ckb,

@@ -1,0 +1,224 @@
+/* Stage 4 as deployed (deployed.h): the golden's prompts through mi-run, the
+ * program a deployment runs, with nothing of the verifier around it.
+ *
+ * What the model under test sees is what it sees in a deployment: the
+ * program is mi-run (its own name, its own argv), the environment is the
+ * user's (mi-verify sets nothing in it: the exact path comes through the
+ * platform's options in plugins.conf, as a deployment gives them), the
+ * model is read from the folder the user named (not a copy), the temp
+ * folder is the user's, and plugins.conf lives in a folder named like any
+ * other. Only the plugins' names are learnt in a contained child (loading
+ * a candidate is a child's job); the parent writes the conf, runs mi-run
+ * once per case and turns its --json output into the record stage 4's
+ * judge reads, so a deployed case is judged exactly as an in-process one. */
+#define _GNU_SOURCE
+#include "core/verify/deployed.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/util/spawn.h"
+
+static int names_child(void *arg, int fd) {
+  const vf_stage_opts *o = arg;
+  char names[2][128], err[1024] = "", buf[300];
+  int eng = 0;
+  if (vf_plugin_names(o, names, &eng, err, sizeof err) != 0) {
+    vf_rec_write(fd, VF_REC_FAIL, 0, 0, err, NULL, 0);
+    return 1;
+  }
+  int n = snprintf(buf, sizeof buf, "%d\n%s\n%s\n", eng, names[0], names[1]);
+  vf_rec_write(fd, VF_REC_OUT, 0, 0, NULL, buf, (uint64_t)n);
+  return 0;
+}
+
+static int plain_name(const char *s) {
+  if (!*s) return 0;
+  for (; *s; s++)
+    if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-' && *s != '.') return 0;
+  return 1;
+}
+
+int vf_deploy_prepare(const vf_stage_opts *o, char *dir, size_t dn, char *conf, size_t cn, int *is_engine, char *err,
+                      size_t el) {
+  vf_limits lim = o->lim;
+  if (lim.timeout_s < 60) lim.timeout_s = 60;
+  lim.result_cap = 4096;
+  vf_child_result r;
+  if (vf_run_child(&lim, names_child, (void *)o, &r) != 0) {
+    snprintf(err, el, "cannot fork a child to read the plugins' names");
+    return -1;
+  }
+  size_t off = 0;
+  vf_rec rec;
+  char why[300] = "";
+  int got = r.results ? vf_rec_next(r.results, r.results_len, &off, &rec, why, sizeof why) : 0;
+  char names[2][128] = {"", ""};
+  int eng = -1;
+  if (got == 1 && rec.type == VF_REC_OUT && rec.payload_len < 300) {
+    char buf[300];
+    memcpy(buf, rec.payload, rec.payload_len);
+    buf[rec.payload_len] = 0;
+    char *a = strchr(buf, '\n'), *b = a ? strchr(a + 1, '\n') : NULL, *c = b ? strchr(b + 1, '\n') : NULL;
+    if (c) {
+      *a = *b = *c = 0;
+      eng = buf[0] == '1' && !buf[1] ? 1 : buf[0] == '0' && !buf[1] ? 0 : -1;
+      snprintf(names[0], 128, "%s", a + 1);
+      snprintf(names[1], 128, "%s", b + 1);
+    }
+  } else if (got == 1 && rec.type == VF_REC_FAIL) {
+    snprintf(err, el, "%s", rec.msg);
+    vf_child_result_free(&r);
+    return -1;
+  }
+  vf_child_result_free(&r);
+  if (eng < 0 || !plain_name(names[0]) || !plain_name(names[1])) {
+    snprintf(err, el, "the child that reads the plugins' names returned no usable answer%s%s", why[0] ? ": " : "",
+             why);
+    return -1;
+  }
+  *is_engine = eng;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, dn, "%s/metainfer-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) {
+    snprintf(err, el, "%s: cannot create: %s", dir, strerror(errno));
+    return -1;
+  }
+  snprintf(conf, cn, "%s/plugins.conf", dir);
+  return vf_write_plugins_conf(o, conf, names, eng, err, el);
+}
+
+/* The last non-empty line of a log, for a message. */
+static void last_line(const char *log, char *out, size_t n) {
+  out[0] = 0;
+  FILE *f = fopen(log, "re");
+  if (!f) return;
+  char line[400];
+  while (fgets(line, sizeof line, f))
+    if (line[0] != '\n') snprintf(out, n, "%s", line);
+  fclose(f);
+  out[strcspn(out, "\n")] = 0;
+}
+
+/* One case's record from what mi-run printed for it. */
+static void make_rec(vf_rec *rec, char **payload, int ci, int n_ids, const int32_t *ids, int n_gen, const int32_t *gen,
+                     const int32_t *top, const double *lps, int K) {
+  size_t bytes = 12 + 4 * ((size_t)n_ids + (size_t)n_gen + (size_t)n_gen * K) + 8 * (size_t)n_gen * K;
+  char *pl = malloc(bytes);
+  rec->index = 1 + ci;
+  if (!pl) {
+    rec->type = VF_REC_FAIL;
+    snprintf(rec->msg, sizeof rec->msg, "out of memory in the verifier");
+    return;
+  }
+  int32_t hdr[3] = {n_ids, n_gen, K};
+  char *p = pl;
+  memcpy(p, hdr, 12), p += 12;
+  memcpy(p, ids, 4 * (size_t)n_ids), p += 4 * (size_t)n_ids;
+  memcpy(p, gen, 4 * (size_t)n_gen), p += 4 * (size_t)n_gen;
+  memcpy(p, top, 4 * (size_t)n_gen * K), p += 4 * (size_t)n_gen * K;
+  memcpy(p, lps, 8 * (size_t)n_gen * K), p += 8 * (size_t)n_gen * K;
+  rec->type = VF_REC_OUT;
+  rec->payload = pl;
+  rec->payload_len = (size_t)(p - pl);
+  *payload = pl;
+}
+
+int vf_deploy_run(const vf_stage_opts *o, const char *dir, const char *conf, int is_engine, json_t *cases, int K,
+                  vf_rec *recs, char **payloads) {
+  int nc = (int)json_array_size(cases), ns_max = 0;
+  for (int ci = 0; ci < nc; ci++) {
+    memset(&recs[ci], 0, sizeof recs[ci]);
+    payloads[ci] = NULL;
+    recs[ci].type = VF_REC_FAIL;
+    recs[ci].index = 1 + ci;
+    snprintf(recs[ci].msg, sizeof recs[ci].msg, "as deployed, mi-run printed nothing for this case");
+  }
+  /* the prompts, one JSON string a line: one mi-run, one model load */
+  char pf[4400], out[4400], log[4400], nsb[16], kb[16];
+  snprintf(pf, sizeof pf, "%s/prompts.jsonl", dir);
+  snprintf(out, sizeof out, "%s/out.jsonl", dir);
+  snprintf(log, sizeof log, "%s/run.log", dir);
+  FILE *f = fopen(pf, "we");
+  for (int ci = 0; f && ci < nc; ci++) {
+    json_t *gc = json_array_get(cases, (size_t)ci);
+    json_t *pr = json_object_get(gc, "prompt");
+    int ns = (int)json_array_size(json_object_get(gc, "steps"));
+    if (ns > ns_max) ns_max = ns;
+    char *t = json_is_string(pr) ? json_dumps(pr, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    fprintf(f, "%s\n", t ? t : "\"\"");
+    free(t);
+  }
+  if (!f || fclose(f) != 0 || ns_max < 1 || K < 1) {
+    for (int ci = 0; ci < nc; ci++)
+      snprintf(recs[ci].msg, sizeof recs[ci].msg, "as deployed: cannot write %.900s (or no case to run)", pf);
+    return -1;
+  }
+  snprintf(nsb, sizeof nsb, "%d", ns_max);
+  snprintf(kb, sizeof kb, "%d", K);
+  char *argv[24] = {(char *)o->mi_run, "--plugins-conf", (char *)conf, "-m", (char *)o->model_dir, "--prompts",
+                    pf, "-n", nsb, "--temp", "0", "--ignore-eos", "--json", "--top-logprobs", kb};
+  int ac = 15;
+  if (!is_engine && o->kv_type) {
+    argv[ac++] = "--kv-type";
+    argv[ac++] = (char *)o->kv_type;
+  }
+  argv[ac] = NULL;
+  int tmo = o->unit_timeout_s > 0 ? (int)o->unit_timeout_s : 300 + 30 * nc;
+  int rc = mi_spawn_wait(argv, log, out, tmo);
+  /* {"prompt_index":I,"prompt_ids":[...]} then one line per step with
+   * "token_id" and "top_logprobs":[[id,lp],...]; cases in order */
+  f = fopen(out, "re");
+  int32_t *ids = malloc(4 * 8192), *gen = malloc(4 * (size_t)ns_max), *top = malloc(4 * (size_t)ns_max * K);
+  double *lps = malloc(8 * (size_t)ns_max * K);
+  int cur = -1, n_ids = 0, n_gen = 0, ns_cur = 0;
+  size_t llen = 0;
+  char *line = NULL;
+  while (f && ids && gen && top && lps && getline(&line, &llen, f) > 0) {
+    json_t *j = json_loads(line, 0, NULL);
+    json_t *pi = json_object_get(j, "prompt_ids");
+    if (json_is_array(pi)) {
+      if (cur >= 0 && cur < nc) make_rec(&recs[cur], &payloads[cur], cur, n_ids, ids, n_gen, gen, top, lps, K);
+      cur = (int)json_integer_value(json_object_get(j, "prompt_index"));
+      n_ids = (int)json_array_size(pi);
+      if (n_ids > 8192) n_ids = 8192;
+      for (int i = 0; i < n_ids; i++) ids[i] = (int32_t)json_integer_value(json_array_get(pi, (size_t)i));
+      n_gen = 0;
+      ns_cur = cur >= 0 && cur < nc ? (int)json_array_size(json_object_get(json_array_get(cases, (size_t)cur), "steps")) : 0;
+    } else if (json_is_integer(json_object_get(j, "token_id")) && cur >= 0 && n_gen < ns_cur) {
+      gen[n_gen] = (int32_t)json_integer_value(json_object_get(j, "token_id"));
+      json_t *tl = json_object_get(j, "top_logprobs");
+      for (int k = 0; k < K; k++) {
+        json_t *e = json_array_get(tl, (size_t)k);
+        top[(size_t)n_gen * K + k] = e ? (int32_t)json_integer_value(json_array_get(e, 0)) : -1;
+        lps[(size_t)n_gen * K + k] = e ? json_number_value(json_array_get(e, 1)) : -INFINITY;
+      }
+      n_gen++;
+    }
+    json_decref(j);
+  }
+  if (cur >= 0 && cur < nc && ids && gen && top && lps)
+    make_rec(&recs[cur], &payloads[cur], cur, n_ids, ids, n_gen, gen, top, lps, K);
+  free(line);
+  if (f) fclose(f);
+  free(ids);
+  free(gen);
+  free(top);
+  free(lps);
+  if (rc != 0) { /* what it printed before it stopped is judged; the rest says why */
+    char last[400];
+    last_line(log, last, sizeof last);
+    for (int ci = 0; ci < nc; ci++)
+      if (recs[ci].type != VF_REC_OUT || ci == cur)
+        snprintf(recs[ci].msg, sizeof recs[ci].msg, "as deployed, mi-run %s%s%s",
+                 rc < 0 ? "was killed or timed out" : rc == 127 ? "could not be run" : "exited non-zero",
+                 last[0] ? ": " : "", last), recs[ci].type = VF_REC_FAIL;
+    return -1;
+  }
+  return 0;
+}
