@@ -35,7 +35,7 @@ not_cpu+='|test_safetensors|test_mkmodel|test_ckb|test_gpu_host|test_gpu_plugins
 not_cpu+='|test_cli_errors|test_verify_model|test_gpu_emu_e2e|test_gpu_tp|test_gen|test_gen_tp2|test_llm_client|test_llm_agents|test_llm_openai_mock'
 not_cpu+='|test_serve|test_serve_openai|loader_misbehave|loader_elf_truncated|core_is_model_agnostic|test_fma_peak'
 not_cpu+='|test_hybrid_mkmodel|test_hybrid_reference|test_hybrid_coverage|test_hybrid_peer'
-not_cpu+='|test_gen_kv|test_gen_hybrid|test_hybrid_runtime' # whole engines / the hybrid plugin: their kernels are test_cpu_hybrid's on every variant
+not_cpu+='|test_gen_kv|test_gen_hybrid|test_gen_experience|test_hybrid_runtime' # whole engines / the hybrid plugin: their kernels are test_cpu_hybrid's on every variant
 not_cpu+='|test_config_fields|test_evolve)$' # float64 search; its stage-1 units are test_verify_hybrid's
 for isa in "${variants[@]}"; do
   echo "== CPU variant $isa (MI_CPU_ISA_MAX=$isa)"

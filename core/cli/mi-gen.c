@@ -189,6 +189,31 @@ static json_t *call_agent(mi_bb *bb, const char *role, const char *strategy, jso
 }
 
 /* Would `patch` change the model contract (with `applied` already on it)? */
+/* The binding every step of operator `op` gives its argument `arg` in the
+ * model contract (the first found), or NULL. */
+static const char *binding_of(json_t *model, const char *op, const char *arg) {
+  static const char *const secs[] = {"prologue", "layer_sequence", "epilogue"};
+  for (int s = 0; op && arg && s < 3; s++) {
+    size_t i;
+    json_t *st;
+    json_array_foreach(json_object_get(model, secs[s]), i, st) if (!strcmp(json_string_value(json_object_get(st, "operator")) ?: "", op)) {
+      const char *b = json_string_value(json_object_get(json_object_get(st, "args"), arg));
+      if (b) return b;
+    }
+  }
+  const char *kn;
+  json_t *kv;
+  json_object_foreach(json_object_get(json_object_get(model, "layer_kinds"), "kinds"), kn, kv) {
+    size_t i;
+    json_t *st;
+    json_array_foreach(json_object_get(kv, "sequence"), i, st) if (op && arg && !strcmp(json_string_value(json_object_get(st, "operator")) ?: "", op)) {
+      const char *b = json_string_value(json_object_get(json_object_get(st, "args"), arg));
+      if (b) return b;
+    }
+  }
+  return NULL;
+}
+
 static int patch_changes(json_t *model, json_t *applied, json_t *patch) {
   static const char *const secs[] = {"prologue", "layer_sequence", "epilogue"};
   const char *op = json_string_value(json_object_get(patch, "operator"));
@@ -747,9 +772,10 @@ int main(int argc, char **argv) {
             json_string_value(json_object_get(json_object_get(r0, "patch"), "value")));
     json_array_append(tried, json_object_get(r0, "failure_mode"));
     json_array_append(patches, json_object_get(r0, "patch"));
-    json_array_append_new(repaired_from, json_pack("{s:O, s:O, s:s, s:O, s:i}", "failure_mode", json_object_get(r0, "failure_mode"),
+    json_array_append_new(repaired_from, json_pack("{s:O, s:O, s:s, s:O, s:O, s:i}", "failure_mode", json_object_get(r0, "failure_mode"),
                                                    "patch", json_object_get(r0, "patch"), "symptom", why, "test_contract",
-                                                   json_object_get(ver, "failed_test_contract"), "iteration", iter));
+                                                   json_object_get(ver, "failed_test_contract"), "stage",
+                                                   json_object_get(ver, "failed_stage"), "iteration", iter));
     line = json_pack("{s:s, s:O, s:O, s:s, s:{s:s, s:I}}", "event", "repair", "failure_mode", json_object_get(r0, "failure_mode"),
                      "patch", json_object_get(r0, "patch"), "after", why, "by", "role", "orchestrator", "pid", (json_int_t)getpid());
     mi_bb_append(bb, line);
@@ -867,6 +893,21 @@ int main(int argc, char **argv) {
         "measured", "failed_iteration", (int)json_integer_value(json_object_get(v, "iteration")), "passed_iteration", iter, "wall_s", wall,
         "related", me->id, fm, json_string_value(json_object_get(v, "test_contract")) ?: "test.stage5_authenticity",
         "applies_to", "contract", me->id, "version", me->version, "sha256", msha, "patch", p);
+    /* what it is matched by: the binding the contract carried (so any later
+     * version, shape or seed of the contract that still carries it gets the
+     * repair), and the symptom it showed */
+    const char *pop = json_string_value(json_object_get(p, "operator")), *parg = json_string_value(json_object_get(p, "arg"));
+    const char *was = binding_of(me->json, pop, parg);
+    json_t *ap = json_object_get(x, "applies_to");
+    if (ap && was && pop && parg)
+      json_object_set_new(ap, "binding", json_pack("{s:s, s:s, s:s}", "operator", pop, "arg", parg, "was", was));
+    json_t *sy = json_object();
+    const char *fst = json_string_value(json_object_get(v, "stage")), *ftc = json_string_value(json_object_get(v, "test_contract"));
+    if (fst) json_object_set_new(sy, "stage", json_string(fst));
+    if (ftc) json_object_set_new(sy, "test_contract", json_string(ftc));
+    json_object_set_new(sy, "failure_mode", json_string(fm));
+    if (ap) json_object_set_new(ap, "symptom", sy);
+    else json_decref(sy);
     json_decref(p);
     if (mi_ckb_put(ckb_abs, x, MI_CKB_ADD, NULL, NULL) == 0)
       fprintf(stderr, "mi-gen: experience %s written to %s\n", id, ckb_abs);

@@ -1562,6 +1562,32 @@ static json_t *entry_ref(const mi_ckb_entry *e) {
   return json_pack("{s:s, s:s, s:s}", "id", e->id, "version", e->version ? e->version : "?", "sha256", sha);
 }
 
+/* Does some step of the binding's operator bind its argument as `was`? */
+static int carries_binding(json_t *model, json_t *bd) {
+  const char *op = json_string_value(json_object_get(bd, "operator"));
+  const char *arg = json_string_value(json_object_get(bd, "arg"));
+  const char *was = json_string_value(json_object_get(bd, "was"));
+  if (!op || !arg || !was) return 0;
+  static const char *const secs[] = {"prologue", "layer_sequence", "epilogue"};
+  json_t *all = json_array();
+  for (int s = 0; s < 3; s++) json_array_append(all, json_object_get(model, secs[s]) ?: json_null());
+  const char *kn;
+  json_t *kv;
+  json_object_foreach(json_object_get(json_object_get(model, "layer_kinds"), "kinds"), kn, kv)
+      json_array_append(all, json_object_get(kv, "sequence") ?: json_null());
+  int hit = 0;
+  for (size_t s = 0; !hit && s < json_array_size(all); s++) {
+    size_t i;
+    json_t *st;
+    json_array_foreach(json_array_get(all, s), i, st) {
+      const char *b = json_string_value(json_object_get(json_object_get(st, "args"), arg));
+      if (!strcmp(json_string_value(json_object_get(st, "operator")) ?: "", op) && b && !strcmp(b, was)) hit = 1;
+    }
+  }
+  json_decref(all);
+  return hit;
+}
+
 static void apply_patch(json_t *model, json_t *patch) {
   const char *op = json_string_value(json_object_get(patch, "operator"));
   const char *arg = json_string_value(json_object_get(patch, "arg"));
@@ -1692,8 +1718,14 @@ static int compose_run(void *ctx, const mi_agent_task *t, char **result, char *e
       json_array_foreach(contracts, z, ci) if (!strcmp(json_string_value(r), json_string_value(json_object_get(ci, "id")))) related = 1;
     }
     json_t *ap = json_object_get(e->json, "applies_to");
-    int applies = ap && !strcmp(json_string_value(json_object_get(ap, "contract")) ?: "", me->id) &&
-                  !strcmp(json_string_value(json_object_get(ap, "sha256")) ?: "", model_sha);
+    /* Applies to this contract when it is the very file the experience was
+     * written for, or when it still carries the defect the experience
+     * repaired (its binding: any later version, any shape or seed of the
+     * family), and the repair would change something. */
+    int same_contract = ap && !strcmp(json_string_value(json_object_get(ap, "contract")) ?: "", me->id);
+    json_t *bd = json_object_get(ap, "binding");
+    int applies = same_contract && (!strcmp(json_string_value(json_object_get(ap, "sha256")) ?: "", model_sha) ||
+                                    (bd && carries_binding(g.model, bd)));
     if (!related && !applies) continue;
     if (applies) {
       json_array_foreach(json_object_get(e->json, "patch"), q, r) {
