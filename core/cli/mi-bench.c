@@ -396,7 +396,9 @@ static void usage(FILE *f) {
         "      --json             machine-readable output on stdout\n"
         "      --json-file FILE   also write that JSON to FILE (the table stays on stdout)\n"
         "      --peer GGUF        also run llama.cpp (node-llama-cpp) on GGUF, interleaved\n"
-        "      --peer-script JS   the Node driver (default tools/bench/llamacpp_bench.mjs)\n"
+        "      --peer-script JS   the Node driver (default tools/bench/llamacpp_bench.mjs); a peer run\n"
+        "                         that fails is said in a line, its figures are n/a (JSON null),\n"
+        "                         and mi-bench exits 3\n"
         "      --plugin-dir DIR, --platform NAME   as for mi-run\n"
         "      --baseline DIR     also run each cell with the plugins in DIR (`default`: the\n"
         "                         search without --plugin-dir), alternating run by run, and\n"
@@ -524,7 +526,8 @@ int main(int argc, char **argv) {
              "run; '/b' = median of the per-run ratios this side / baseline\n",
              o.baseline_dir ? o.baseline_dir : "the default search (no --plugin-dir)");
   }
-  int failures = 0, total = o.n_prompts * o.n_gens, done = 0;
+  int failures = 0, total = o.n_prompts * o.n_gens, done = 0, peer_failures = 0;
+  char peer_why[256] = "";
   /* every cell's median FMA peak, for the run's summary line */
   double cell_fma[MAX_CELLS * MAX_CELLS], cell_fma1[MAX_CELLS * MAX_CELLS],
       cell_fmaa[MAX_CELLS * MAX_CELLS], cell_bf1[MAX_CELLS * MAX_CELLS],
@@ -539,7 +542,7 @@ int main(int argc, char **argv) {
       double pttft[100], ppre[100], pdec[100], prss[100];
       double bttft[100], bpre[100], bdec[100], brss[100], rpre[100], rdec[100];
       char bconf[1024] = "";
-      int n = 0, pn = 0, bn = 0;
+      int n = 0, pn = 0, bn = 0, cell_peer_failed = 0;
       cell_result last = {0};
       for (int r = 0; r < o.repeats; r++) {
         fprintf(stderr, "\rmi-bench: cell %d/%d (prompt %d, gen %d) run %d/%d      ", done + 1,
@@ -596,6 +599,8 @@ int main(int argc, char **argv) {
             prss[pn++] = pr.peak_rss_mib;
           } else {
             fprintf(stderr, "\nmi-bench: peer failed on prompt %d gen %d: %s\n", P, G, why);
+            if (!peer_failures++) snprintf(peer_why, sizeof peer_why, "%s", why);
+            cell_peer_failed++;
           }
         }
       }
@@ -673,6 +678,9 @@ int main(int argc, char **argv) {
                                         "peak_rss_mib", mp_rss, "prefill_ratio",
                                         mp_pre > 0 ? m_pre / mp_pre : 0, "decode_ratio",
                                         mp_dec > 0 ? m_dec / mp_dec : 0));
+        else if (o.peer)
+          json_object_set_new(jc, "peer", json_null()); /* no figure, not a 0 ratio */
+        if (o.peer) json_object_set_new(jc, "peer_failed_runs", json_integer(cell_peer_failed));
         /* decode tokens/s by position (last repeat): [first position, tok/s] */
         json_t *jw = json_array();
         for (int w = 0; w < last.n_windows; w++)
@@ -713,9 +721,11 @@ int main(int argc, char **argv) {
           printf(" | %9.1f %9.2f | %6.3fx %6.3fx", b_pre, b_dec, bn ? median(rpre, bn) : 0,
                  bn ? median(rdec, bn) : 0);
         }
-        if (o.peer)
+        if (o.peer && pn)
           printf(" | %11.1f %10.2f | %6.2fx %6.2fx", mp_pre, mp_dec, mp_pre > 0 ? m_pre / mp_pre : 0,
                  mp_dec > 0 ? m_dec / mp_dec : 0);
+        else if (o.peer)
+          printf(" | %11s %10s | %7s %7s", "n/a", "n/a", "n/a", "n/a");
         printf("\n");
         (void)mi_out_flush_stdout(); /* a failure is reported at exit, with its errno */
       }
@@ -769,6 +779,11 @@ int main(int argc, char **argv) {
     failures++;
   }
   free(js);
+  if (peer_failures) { /* a comparison that did not happen is not a result */
+    fprintf(stderr, "mi-bench: the peer (node %s) failed on %d run%s (first: %s): its figures and ratios are n/a\n",
+            o.peer_script, peer_failures, peer_failures == 1 ? "" : "s", peer_why);
+    return mi_out_finish("mi-bench", 3);
+  }
   return mi_out_finish("mi-bench", failures ? 1 : 0);
 bad_list:
   fprintf(stderr, "mi-bench: %s expects a comma-separated list of positive integers\n",

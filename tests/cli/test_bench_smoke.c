@@ -92,6 +92,8 @@ END_TEST
 /* mi-bench --peer PATH: the path reaches node as one argument, never a
  * shell. Run without a shell (fork + execv) in a scratch folder holding a
  * file whose name is an injection; no PWNED file may appear. */
+static const char *g_jf; /* --json-file for run_bench_in, or NULL */
+
 static int run_bench_in(const char *dir, const char *peer, char *err, size_t errlen) {
   char exe[1200], model[1200], script[1200];
   const char *src = getenv("MI_SOURCE_DIR");
@@ -108,7 +110,7 @@ static int run_bench_in(const char *dir, const char *peer, char *err, size_t err
     int dn = open("/dev/null", O_RDWR);
     dup2(dn, 0), dup2(dn, 1);
     char *argv[] = {exe, "-m", model, "-p", "11", "-g", "4", "-r", "1", "-t", "1", "--peer", (char *)peer,
-                    "--peer-script", script, NULL};
+                    "--peer-script", script, g_jf ? "--json-file" : NULL, (char *)g_jf, NULL};
     execv(exe, argv);
     _exit(98);
   }
@@ -144,6 +146,22 @@ START_TEST(peer_path_reaches_no_shell) {
   close(fd);
   rc = run_bench_in(dir, evil, err, sizeof err);
   ck_assert_msg(strstr(err, "mi-bench: peer failed on prompt 11 gen 4: "), "exit %d: %s", rc, err);
+  /* a comparison that did not happen: said, no 0.00x ratio, exit 3 */
+  ck_assert_msg(rc == 3 && strstr(err, "mi-bench: the peer (node ") && strstr(err, "its figures and ratios are n/a"),
+                "exit %d: %s", rc, err);
+  char jf[1300];
+  snprintf(jf, sizeof jf, "%s/bench.json", dir);
+  g_jf = jf;
+  rc = run_bench_in(dir, evil, err, sizeof err);
+  g_jf = NULL;
+  ck_assert_int_eq(rc, 3);
+  json_t *j = json_load_file(jf, 0, NULL);
+  ck_assert_msg(j, "no JSON written: %s", err);
+  json_t *cell = json_array_get(json_object_get(j, "cells"), 0);
+  ck_assert_msg(json_is_null(json_object_get(cell, "peer")), "the peer's figures are not null");
+  ck_assert_int_eq(json_integer_value(json_object_get(cell, "peer_failed_runs")), 1);
+  json_decref(j);
+  unlink(jf);
   ck_assert_msg(access(pwned, F_OK) != 0, "PWNED was created: the path reached a shell");
   unlink(evil);
   rmdir(dir);
