@@ -137,7 +137,13 @@ static void check_values(const char *id, const char *field, const json_t *e, con
   }
 }
 
-static void walk(const json_t *model, const char *id, const json_t *obj, const char *prefix, json_t *lines) {
+/* Deeper than this, a config is not a model's (HF nests two levels:
+ * text_config.rope_parameters): one line, not a recursion as deep as the
+ * file. */
+#define MAX_NESTING 8
+
+static void walk(const json_t *model, const char *id, const json_t *obj, const char *prefix, int depth,
+                 json_t *lines) {
   const json_t *bound = json_object_get(model, "config"), *inert = json_object_get(model, "config_inert");
   const char *k;
   json_t *v;
@@ -167,9 +173,14 @@ static void walk(const json_t *model, const char *id, const json_t *obj, const c
       continue;
     }
     if (json_is_object(v) && (names_under(model, field) || json_object_size(v))) {
+      if (depth >= MAX_NESTING) {
+        line(lines, "config field '%s' nests objects deeper than %d levels: %s does not read it", field,
+             MAX_NESTING, id);
+        continue;
+      }
       char sub[520];
       snprintf(sub, sizeof sub, "%s.", field);
-      walk(model, id, v, sub, lines);
+      walk(model, id, v, sub, depth + 1, lines);
       continue;
     }
     show(v, have, sizeof have);
@@ -197,7 +208,7 @@ size_t mi_ckb_config_gaps(const mi_ckb_entry *model, const json_t *config, json_
     line(lines, "config: not a JSON object");
     return 1;
   }
-  walk(model->json, model->id, config, "", lines);
+  walk(model->json, model->id, config, "", 0, lines);
   size_t i;
   json_t *e;
   json_array_foreach(json_object_get(model->json, "config"), i, e) {

@@ -382,6 +382,15 @@ async function convertQwen35(modelDir, outPath, cfg, cfgFile, type, textPrefix =
   const sec = Array.isArray(rp.mrope_section) ? [...rp.mrope_section] : [11, 11, 10];
   while (sec.length < 4) sec.push(0);
   const lt = q35LayerTypes(h, cfgFile);
+  // what llama.cpp's qwen35 graph computes: SiLU MLPs, no biases, no
+  // sliding window, unscaled rotary, the output gate
+  if (cfg.hidden_act !== undefined && cfg.hidden_act !== "silu")
+    die(`${cfgFile}: hidden_act ${JSON.stringify(cfg.hidden_act)}: llama.cpp's qwen35 computes silu`);
+  if (cfg.attention_bias === true) die(`${cfgFile}: attention_bias=true is not supported`);
+  if (cfg.use_sliding_window === true) die(`${cfgFile}: use_sliding_window=true: llama.cpp's qwen35 has no sliding window`);
+  if (cfg.rope_scaling || (rp.rope_type && rp.rope_type !== "default"))
+    die(`${cfgFile}: rope scaling ${JSON.stringify(cfg.rope_scaling || rp)} is not supported by this converter`);
+  if (cfg.attn_output_gate === false) die(`${cfgFile}: attn_output_gate=false: llama.cpp's qwen35 always gates`);
 
   let st = readSafetensorsIndex(modelDir);
   if (textPrefix) { // model.language_model.X -> model.X; vision tensors dropped
