@@ -116,6 +116,15 @@ const mi_ckb_entry *mi_ckb_find_platform(const mi_ckb *c, const char *name);
  * architecture that some model contract lists. NULL if none. */
 const mi_ckb_entry *mi_ckb_find_model(const mi_ckb *c, const json_t *architectures);
 
+/* ---- reading a model contract ----
+ * Every step sequence of a model contract, in order: prologue,
+ * layer_sequence, epilogue, then each layer kind's sequence (a new array
+ * holding references, json_null() for a section it lacks; json_decref it).
+ * mi_ckb_config_at: the value at a dotted path (rope_parameters.rope_theta)
+ * of a config.json object, or NULL. */
+json_t *mi_ckb_model_sequences(const json_t *model);
+const json_t *mi_ckb_config_at(const json_t *cfg, const char *path);
+
 /* ---- transactions ----
  * A staging copy of the CKB beside it (staging), written and checked, then
  * switched in by one atomic exchange (commit; *how says how it was done),

@@ -188,18 +188,11 @@ static void walk(const json_t *model, const char *id, const json_t *obj, const c
   }
 }
 
-/* The value at a dotted path, or NULL. */
-static const json_t *at_path(const json_t *cfg, const char *path) {
-  const json_t *v = cfg;
-  for (const char *p = path; v && p && *p;) {
-    const char *dot = strchr(p, '.');
-    size_t n = dot ? (size_t)(dot - p) : strlen(p);
-    char seg[128];
-    snprintf(seg, sizeof seg, "%.*s", (int)(n < 127 ? n : 127), p);
-    v = json_is_object(v) ? json_object_get(v, seg) : NULL;
-    p = dot ? dot + 1 : NULL;
-  }
-  return v;
+size_t ckb_config_field_gaps(const mi_ckb_entry *model, const json_t *config, json_t *lines) {
+  size_t before = json_array_size(lines);
+  if (!json_is_object(config)) line(lines, "config: not a JSON object");
+  else walk(model->json, model->id, config, "", 0, lines);
+  return json_array_size(lines) - before;
 }
 
 size_t mi_ckb_config_gaps(const mi_ckb_entry *model, const json_t *config, json_t *lines) {
@@ -208,12 +201,12 @@ size_t mi_ckb_config_gaps(const mi_ckb_entry *model, const json_t *config, json_
     line(lines, "config: not a JSON object");
     return 1;
   }
-  walk(model->json, model->id, config, "", 0, lines);
+  ckb_config_field_gaps(model, config, lines);
   size_t i;
   json_t *e;
   json_array_foreach(json_object_get(model->json, "config"), i, e) {
     const char *w = where(e);
-    const json_t *v = w ? at_path(config, w) : NULL;
+    const json_t *v = w ? mi_ckb_config_at(config, w) : NULL;
     if (json_is_true(json_object_get(e, "required")) && (!v || json_is_null(v)))
       line(lines, "config field '%s' is absent; %s requires it", w ? w : "?", model->id);
   }

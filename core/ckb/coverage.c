@@ -276,12 +276,12 @@ static void config_gaps(const mi_ckb_entry *m, json_t *cfg, json_t *r) {
   /* each field the contract neither binds nor lists as inert, and each
    * value outside what it supports (its layer_types: the lines below) */
   json_t *lines = json_array();
-  mi_ckb_config_gaps(m, cfg, lines);
+  ckb_config_field_gaps(m, cfg, lines); /* absent fields: below, with what the contract would assume */
   size_t j;
   json_t *l;
   json_array_foreach(lines, j, l) {
     const char *t = json_string_value(l);
-    if (strncmp(t, "config field 'layer_types'", 26) && !strstr(t, "' is absent; ")) missing(r, "%s", t);
+    if (strncmp(t, "config field 'layer_types'", 26)) missing(r, "%s", t);
   }
   json_decref(lines);
   size_t i;
@@ -290,15 +290,7 @@ static void config_gaps(const mi_ckb_entry *m, json_t *cfg, json_t *r) {
     const char *n = json_string_value(json_object_get(f, "name"));
     const char *path = json_string_value(json_object_get(f, "path"));
     if (path) n = path; /* nested: rope_parameters.rope_theta */
-    json_t *at = cfg;
-    for (const char *p = n; at && p && *p;) {
-      const char *dot = strchr(p, '.');
-      char seg[128];
-      snprintf(seg, sizeof seg, "%.*s", (int)(dot ? dot - p : (long)strlen(p)), p);
-      at = json_is_object(at) ? json_object_get(at, seg) : NULL;
-      p = dot ? dot + 1 : NULL;
-    }
-    if (!n || at) continue;
+    if (!n || mi_ckb_config_at(cfg, n)) continue;
     json_t *d = json_object_get(f, "default");
     char *t = d ? json_dumps(d, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     missing(r, "config field '%s' is absent; %s %s%s", n, m->id, t ? "would assume " : "requires it",
@@ -521,15 +513,8 @@ int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform
     missing(r, "platform '%s' does not store %s weights", plat->id, wdt);
 
   /* Operators: every step of the model's sequences (each layer kind's too). */
-  const char *seqs[] = {"prologue", "layer_sequence", "epilogue"};
   json_t *ops = json_object_get(r, "operators");
-  json_t *all = json_array();
-  for (int s = 0; model && s < 3; s++) json_array_append(all, json_object_get(model->json, seqs[s]) ?: json_null());
-  const char *kn;
-  json_t *kv;
-  if (model)
-    json_object_foreach(json_object_get(json_object_get(model->json, "layer_kinds"), "kinds"), kn, kv)
-        json_array_append(all, json_object_get(kv, "sequence") ?: json_null());
+  json_t *all = model ? mi_ckb_model_sequences(model->json) : json_array();
   for (size_t s = 0; s < json_array_size(all); s++) {
     size_t i;
     json_t *step;

@@ -57,4 +57,9 @@ void ckb_semantic_check(const mi_ckb *c, json_t *entry, const char *kind, const 
  * write-time validation): returns entries by id. */
 typedef const mi_ckb_entry *(*ckb_finder)(const mi_ckb *c, const char *id);
 
+/* mi_ckb_config_gaps without its required-field lines: the fields and
+ * values config.json holds that the contract does not account for
+ * (coverage against the closest contract words absent fields itself). */
+size_t ckb_config_field_gaps(const mi_ckb_entry *model, const json_t *config, json_t *lines);
+
 #endif

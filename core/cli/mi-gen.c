@@ -188,43 +188,27 @@ static json_t *call_agent(mi_bb *bb, const char *role, const char *strategy, jso
   return o.result;
 }
 
-/* Would `patch` change the model contract (with `applied` already on it)? */
-/* The binding every step of operator `op` gives its argument `arg` in the
- * model contract (the first found), or NULL. */
+/* The binding the first step of operator `op` gives its argument `arg` in
+ * the model contract, or NULL. */
 static const char *binding_of(json_t *model, const char *op, const char *arg) {
-  static const char *const secs[] = {"prologue", "layer_sequence", "epilogue"};
-  for (int s = 0; op && arg && s < 3; s++) {
+  json_t *all = mi_ckb_model_sequences(model);
+  const char *b = NULL;
+  for (size_t s = 0; op && arg && !b && s < json_array_size(all); s++) {
     size_t i;
     json_t *st;
-    json_array_foreach(json_object_get(model, secs[s]), i, st) if (!strcmp(json_string_value(json_object_get(st, "operator")) ?: "", op)) {
-      const char *b = json_string_value(json_object_get(json_object_get(st, "args"), arg));
-      if (b) return b;
-    }
+    json_array_foreach(json_array_get(all, s), i, st) if (!b && !strcmp(json_string_value(json_object_get(st, "operator")) ?: "", op))
+        b = json_string_value(json_object_get(json_object_get(st, "args"), arg));
   }
-  const char *kn;
-  json_t *kv;
-  json_object_foreach(json_object_get(json_object_get(model, "layer_kinds"), "kinds"), kn, kv) {
-    size_t i;
-    json_t *st;
-    json_array_foreach(json_object_get(kv, "sequence"), i, st) if (op && arg && !strcmp(json_string_value(json_object_get(st, "operator")) ?: "", op)) {
-      const char *b = json_string_value(json_object_get(json_object_get(st, "args"), arg));
-      if (b) return b;
-    }
-  }
-  return NULL;
+  json_decref(all); /* b points into model, which holds it */
+  return b;
 }
 
+/* Would `patch` change the model contract (with `applied` already on it)? */
 static int patch_changes(json_t *model, json_t *applied, json_t *patch) {
-  static const char *const secs[] = {"prologue", "layer_sequence", "epilogue"};
   const char *op = json_string_value(json_object_get(patch, "operator"));
   const char *arg = json_string_value(json_object_get(patch, "arg"));
   const char *val = json_string_value(json_object_get(patch, "value"));
-  json_t *all = json_array(); /* the sections' steps and each layer kind's */
-  for (int s = 0; s < 3; s++) json_array_append(all, json_object_get(model, secs[s]) ?: json_null());
-  const char *kn;
-  json_t *kv;
-  json_object_foreach(json_object_get(json_object_get(model, "layer_kinds"), "kinds"), kn, kv)
-      json_array_append(all, json_object_get(kv, "sequence") ?: json_null());
+  json_t *all = mi_ckb_model_sequences(model);
   for (size_t s = 0; s < json_array_size(all); s++) {
     size_t i;
     json_t *st;

@@ -93,6 +93,7 @@
 #include "core/runtime/rng.h"
 
 #include "mi/tensor.h"
+#include "core/util/file.h"
 #include "core/util/num.h"
 
 #define VOCAB 151936
@@ -187,30 +188,6 @@ static double gen_normal(uint64_t key, uint64_t i) {
 }
 
 /* ---- small helpers ------------------------------------------------------ */
-
-static int mkdir_p(const char *dir) {
-  char tmp[PATH_MAX];
-  if (strlen(dir) >= sizeof tmp) {
-    errno = ENAMETOOLONG;
-    return -1;
-  }
-  memcpy(tmp, dir, strlen(dir) + 1);
-  for (char *p = tmp + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -1;
-    *p = '/';
-  }
-  if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -1;
-  struct stat st;
-  if (stat(tmp, &st) != 0) return -1;
-  if (!S_ISDIR(st.st_mode)) {
-    errno = ENOTDIR;
-    return -1;
-  }
-  if (access(tmp, W_OK) != 0) return -1;
-  return 0;
-}
 
 /* dir/file into out[n]; -1 (and out = "") when it does not fit. */
 static int path_join(char *out, size_t n, const char *dir, const char *file) {
@@ -832,7 +809,7 @@ int main(int argc, char **argv) {
     free(t);
     return 1;
   }
-  if (mkdir_p(out) != 0) {
+  if (mi_mkdir_p(out) != 0) {
     fprintf(stderr, "mi-mkmodel: %s: cannot create or write output directory: %s\n", out, strerror(errno));
     free(t);
     return 1;

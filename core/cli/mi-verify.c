@@ -171,6 +171,57 @@ static int resolve_model_contract(const mi_ckb *c, const char *ckb_dir, const ch
   return 0;
 }
 
+/* Stage 4 as deployed: the mi-run installed beside this mi-verify (*out
+ * stays NULL, said in a line, when there is none). */
+static void find_mi_run(char *buf, size_t n, const char **out) {
+  char self[4096];
+  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (sl > 0) {
+    self[sl] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = 0;
+    snprintf(buf, n, "%s/mi-run", self);
+    if (access(buf, X_OK) == 0) *out = buf;
+  }
+  if (!*out) fprintf(stderr, "mi-verify: stage 4: no mi-run beside mi-verify: the deployed run is skipped\n");
+}
+
+/* Stage 4's oracle: node ($MI_NODE, else the first on PATH) and
+ * oracle.mjs ($MI_PEER_DIR, else <ckb>/../tools/peer), with its cache
+ * (--oracle-cache, $MI_ORACLE_CACHE, the XDG cache, ~/.cache); set in o
+ * only when both programs exist. Each buffer holds n bytes. */
+static void find_oracle(const char *ckb_dir, const char *cache_arg, char *node_buf, char *script_buf,
+                        char *cache_buf, size_t n, vf_stage_opts *o) {
+  const char *node = getenv("MI_NODE");
+  if (node && *node) snprintf(node_buf, n, "%s", node);
+  else {
+    node_buf[0] = 0;
+    const char *path = getenv("PATH");
+    for (const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin"; p && *p;) {
+      const char *colon = strchr(p, ':');
+      int len = colon ? (int)(colon - p) : (int)strlen(p);
+      snprintf(node_buf, n, "%.*s/node", len, p);
+      if (len && access(node_buf, X_OK) == 0) break;
+      node_buf[0] = 0;
+      p = colon ? colon + 1 : NULL;
+    }
+  }
+  const char *peer = getenv("MI_PEER_DIR");
+  if (peer && *peer) snprintf(script_buf, n, "%s/oracle.mjs", peer);
+  else snprintf(script_buf, n, "%s/../tools/peer/oracle.mjs", ckb_dir);
+  const char *env = getenv("MI_ORACLE_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (cache_arg) snprintf(cache_buf, n, "%s", cache_arg);
+  else if (env && *env) snprintf(cache_buf, n, "%s", env);
+  else if (xdg && *xdg) snprintf(cache_buf, n, "%s/metainfer/oracle", xdg);
+  else if (home && *home) snprintf(cache_buf, n, "%s/.cache/metainfer/oracle", home);
+  else snprintf(cache_buf, n, "/tmp/metainfer-oracle-%d", (int)getuid());
+  if (node_buf[0] && access(script_buf, R_OK) == 0) {
+    o->oracle_node = node_buf;
+    o->oracle_script = script_buf;
+    o->oracle_cache = cache_buf;
+  }
+}
+
 int main(int argc, char **argv) {
   const char *plugin = NULL, *ckb_dir = NULL, *platform = NULL, *report = NULL, *only = NULL;
   const char *model_id = NULL, *model_dir = NULL, *model_plugin = NULL, *goldens = NULL, *kv_type = NULL;
@@ -367,52 +418,13 @@ int main(int argc, char **argv) {
   o.goldens_dir = goldens;
   o.goldens_optional = goldens_optional;
   o.kv_type = kv_type;
-  /* stage 4 as deployed: the mi-run installed beside this mi-verify */
-  char run_buf[4200];
+  /* stage 4: the deployed run's mi-run, and the oracle */
+  char run_buf[4200], node_buf[4200], script_buf[4200], cache_buf[4200];
   if (stage >= 4) {
-    char self[4096];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (sl > 0) {
-      self[sl] = 0;
-      char *slash = strrchr(self, '/');
-      if (slash) *slash = 0;
-      snprintf(run_buf, sizeof run_buf, "%s/mi-run", self);
-      if (access(run_buf, X_OK) == 0) o.mi_run = run_buf;
-    }
-    if (!o.mi_run) fprintf(stderr, "mi-verify: stage 4: no mi-run beside mi-verify: the deployed run is skipped\n");
-  }
-  /* stage 4's oracle: node and tools/peer/oracle.mjs, when both exist */
-  char node_buf[4200], script_buf[4200], cache_buf[4200];
-  const char *mo = getenv("MI_ORACLE");
-  if (stage >= 4 && !no_oracle && !(mo && !strcmp(mo, "0"))) {
-    const char *node = getenv("MI_NODE");
-    if (node && *node) snprintf(node_buf, sizeof node_buf, "%s", node);
-    else {
-      node_buf[0] = 0;
-      const char *path = getenv("PATH");
-      for (const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin"; p && *p;) {
-        const char *colon = strchr(p, ':');
-        int len = colon ? (int)(colon - p) : (int)strlen(p);
-        snprintf(node_buf, sizeof node_buf, "%.*s/node", len, p);
-        if (len && access(node_buf, X_OK) == 0) break;
-        node_buf[0] = 0;
-        p = colon ? colon + 1 : NULL;
-      }
-    }
-    const char *peer = getenv("MI_PEER_DIR");
-    if (peer && *peer) snprintf(script_buf, sizeof script_buf, "%s/oracle.mjs", peer);
-    else snprintf(script_buf, sizeof script_buf, "%s/../tools/peer/oracle.mjs", ckb_dir);
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (oracle_cache) snprintf(cache_buf, sizeof cache_buf, "%s", oracle_cache);
-    else if (getenv("MI_ORACLE_CACHE") && *getenv("MI_ORACLE_CACHE")) snprintf(cache_buf, sizeof cache_buf, "%s", getenv("MI_ORACLE_CACHE"));
-    else if (xdg && *xdg) snprintf(cache_buf, sizeof cache_buf, "%s/metainfer/oracle", xdg);
-    else if (home && *home) snprintf(cache_buf, sizeof cache_buf, "%s/.cache/metainfer/oracle", home);
-    else snprintf(cache_buf, sizeof cache_buf, "/tmp/metainfer-oracle-%d", (int)getuid());
-    if (node_buf[0] && access(script_buf, R_OK) == 0) {
-      o.oracle_node = node_buf;
-      o.oracle_script = script_buf;
-      o.oracle_cache = cache_buf;
-    }
+    find_mi_run(run_buf, sizeof run_buf, &o.mi_run);
+    const char *mo = getenv("MI_ORACLE");
+    if (!no_oracle && !(mo && !strcmp(mo, "0")))
+      find_oracle(ckb_dir, oracle_cache, node_buf, script_buf, cache_buf, sizeof node_buf, &o);
   }
   if (timeout >= 0) o.lim.timeout_s = timeout;
   if (cpu >= 0) o.lim.cpu_s = cpu;

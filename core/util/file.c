@@ -151,3 +151,37 @@ json_t *mi_file_load_json(const char *path, unsigned flags, uint64_t max_bytes, 
   if (!j) mi_path_err(err, err_len, path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
   return j;
 }
+
+int mi_mkdir_p(const char *dir) {
+  char tmp[PATH_MAX];
+  if (strlen(dir) >= sizeof tmp) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  memcpy(tmp, dir, strlen(dir) + 1);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -1;
+  struct stat st;
+  if (stat(tmp, &st) != 0) return -1;
+  if (!S_ISDIR(st.st_mode)) {
+    errno = ENOTDIR;
+    return -1;
+  }
+  return access(tmp, W_OK);
+}
+
+void mi_file_last_line(const char *path, char *out, size_t n) {
+  out[0] = 0;
+  FILE *f = fopen(path, "re");
+  if (!f) return;
+  char line[600];
+  while (fgets(line, sizeof line, f))
+    if (line[0] && line[0] != '\n') snprintf(out, n, "%s", line);
+  fclose(f);
+  out[strcspn(out, "\n")] = 0;
+}

@@ -55,6 +55,15 @@ const char *mi_file_kind(unsigned mode);
  * location, else 0 (also when either cannot be resolved). */
 int mi_file_inside(const char *path, const char *dir);
 
+/* Makes dir and every missing parent (0777 before the umask); 0 when dir
+ * then is a writable directory, else -1 with errno (ENOTDIR when it, or a
+ * parent, is something else). */
+int mi_mkdir_p(const char *dir);
+
+/* The last non-empty line of a text file (a child's log), without its
+ * newline, into out[n]; "" when there is none or it cannot be read. */
+void mi_file_last_line(const char *path, char *out, size_t n);
+
 /* err = "PATH: " + the formatted message, control characters replaced by
  * spaces so the line stays one line (paths and file contents are the user's). */
 void mi_path_err(char *err, size_t len, const char *path, const char *fmt, ...)

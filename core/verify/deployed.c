@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/util/file.h"
 #include "core/util/spawn.h"
 
 static int names_child(void *arg, int fd) {
@@ -93,39 +94,36 @@ int vf_deploy_prepare(const vf_stage_opts *o, char *dir, size_t dn, char *conf, 
   return vf_write_plugins_conf(o, conf, names, eng, err, el);
 }
 
-/* The last non-empty line of a log, for a message. */
-static void last_line(const char *log, char *out, size_t n) {
-  out[0] = 0;
-  FILE *f = fopen(log, "re");
-  if (!f) return;
-  char line[400];
-  while (fgets(line, sizeof line, f))
-    if (line[0] != '\n') snprintf(out, n, "%s", line);
-  fclose(f);
-  out[strcspn(out, "\n")] = 0;
-}
-
-/* One case's record from what mi-run printed for it. */
-static void make_rec(vf_rec *rec, char **payload, int ci, int n_ids, const int32_t *ids, int n_gen, const int32_t *gen,
-                     const int32_t *top, const double *lps, int K) {
+char *vf_s4_record(int n_ids, const int32_t *ids, int n_gen, const int32_t *gen, const int32_t *top,
+                   const double *lps, int K, size_t *len) {
   size_t bytes = 12 + 4 * ((size_t)n_ids + (size_t)n_gen + (size_t)n_gen * K) + 8 * (size_t)n_gen * K;
   char *pl = malloc(bytes);
-  rec->index = 1 + ci;
-  if (!pl) {
-    rec->type = VF_REC_FAIL;
-    snprintf(rec->msg, sizeof rec->msg, "out of memory in the verifier");
-    return;
-  }
+  if (!pl) return NULL;
   int32_t hdr[3] = {n_ids, n_gen, K};
   char *p = pl;
   memcpy(p, hdr, 12), p += 12;
   memcpy(p, ids, 4 * (size_t)n_ids), p += 4 * (size_t)n_ids;
   memcpy(p, gen, 4 * (size_t)n_gen), p += 4 * (size_t)n_gen;
   memcpy(p, top, 4 * (size_t)n_gen * K), p += 4 * (size_t)n_gen * K;
-  memcpy(p, lps, 8 * (size_t)n_gen * K), p += 8 * (size_t)n_gen * K;
+  memcpy(p, lps, 8 * (size_t)n_gen * K);
+  *len = bytes;
+  return pl;
+}
+
+/* One case's record from what mi-run printed for it. */
+static void make_rec(vf_rec *rec, char **payload, int ci, int n_ids, const int32_t *ids, int n_gen, const int32_t *gen,
+                     const int32_t *top, const double *lps, int K) {
+  size_t len = 0;
+  char *pl = vf_s4_record(n_ids, ids, n_gen, gen, top, lps, K, &len);
+  rec->index = 1 + ci;
+  if (!pl) {
+    rec->type = VF_REC_FAIL;
+    snprintf(rec->msg, sizeof rec->msg, "out of memory in the verifier");
+    return;
+  }
   rec->type = VF_REC_OUT;
   rec->payload = pl;
-  rec->payload_len = (size_t)(p - pl);
+  rec->payload_len = len;
   *payload = pl;
 }
 
@@ -212,7 +210,7 @@ int vf_deploy_run(const vf_stage_opts *o, const char *dir, const char *conf, int
   free(lps);
   if (rc != 0) { /* what it printed before it stopped is judged; the rest says why */
     char last[400];
-    last_line(log, last, sizeof last);
+    mi_file_last_line(log, last, sizeof last);
     for (int ci = 0; ci < nc; ci++)
       if (recs[ci].type != VF_REC_OUT || ci == cur)
         snprintf(recs[ci].msg, sizeof recs[ci].msg, "as deployed, mi-run %s%s%s",

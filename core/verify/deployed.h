@@ -4,6 +4,13 @@
 
 #include "core/verify/verify.h"
 
+/* The record of one stage-4 case, in the layout the in-process child
+ * writes and judge_case reads: int32 n_ids, n_gen, K; int32 ids[n_ids];
+ * int32 gen[n_gen]; int32 top[n_gen*K]; double lps[n_gen*K]. Malloc'ed
+ * (its size in *len), or NULL. */
+char *vf_s4_record(int n_ids, const int32_t *ids, int n_gen, const int32_t *gen, const int32_t *top,
+                   const double *lps, int K, size_t *len);
+
 /* A deployment folder under the user's temp folder (dir) with a plugins.conf
  * (conf) naming the platform (its options) and the model under test;
  * *is_engine set. 0, or -1 with err. */

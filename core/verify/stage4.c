@@ -126,22 +126,17 @@ static void child_case(int fd, mi_session *e, int slot, json_t *gc, int K) {
   gp.top_logprobs = K;
   mi_gen_stats st;
   memset(&st, 0, sizeof st);
-  size_t bytes = 12 + 4 * (n_ids + (size_t)ns + (size_t)ns * K) + 8 * (size_t)ns * K;
-  char *pl = malloc(bytes);
-  if (!g.ids || !g.top || !g.lps || !g.lp || !pl) {
+  char *pl = NULL;
+  size_t pn = 0;
+  if (!g.ids || !g.top || !g.lps || !g.lp) {
     vf_rec_write(fd, VF_REC_FAIL, slot, 0, "out of memory", NULL, 0);
   } else if (mi_generate(e, ids, n_ids, &gp, on_token, &g, &st, err, sizeof err) != 0) {
     snprintf(msg, sizeof msg, "generation failed: %s", err);
     vf_rec_write(fd, VF_REC_FAIL, slot, 0, msg, NULL, 0);
+  } else if (!(pl = vf_s4_record((int)n_ids, ids, g.n, g.ids, g.top, g.lps, K, &pn))) {
+    vf_rec_write(fd, VF_REC_FAIL, slot, 0, "out of memory", NULL, 0);
   } else {
-    int32_t hdr[3] = {(int32_t)n_ids, g.n, K};
-    char *p = pl;
-    memcpy(p, hdr, 12), p += 12;
-    memcpy(p, ids, 4 * n_ids), p += 4 * n_ids;
-    memcpy(p, g.ids, 4 * (size_t)g.n), p += 4 * (size_t)g.n;
-    memcpy(p, g.top, 4 * (size_t)g.n * K), p += 4 * (size_t)g.n * K;
-    memcpy(p, g.lps, 8 * (size_t)g.n * K), p += 8 * (size_t)g.n * K;
-    vf_rec_write(fd, VF_REC_OUT, slot, 0, NULL, pl, (uint64_t)(p - pl));
+    vf_rec_write(fd, VF_REC_OUT, slot, 0, NULL, pl, (uint64_t)pn);
   }
   free(pl);
   free(ids);
@@ -366,18 +361,6 @@ static int find_golden(const char *dir, const char *whex, const char *chex, char
   return found ? 0 : -1;
 }
 
-static int mkdir_p(const char *dir) {
-  char p[4200];
-  snprintf(p, sizeof p, "%s", dir);
-  for (char *s = p + 1; *s; s++)
-    if (*s == '/') {
-      *s = 0;
-      if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
-      *s = '/';
-    }
-  return mkdir(p, 0755) == 0 || errno == EEXIST ? 0 : -1;
-}
-
 /* The oracle's golden for this checkpoint: from the cache, else made now.
  * 0 (path in out; *made, *secs), 3 llama.cpp has no conversion for it
  * (why), -1 it could not be made (why). */
@@ -387,7 +370,7 @@ static int oracle_golden(const vf_stage_opts *o, const char *whex, const char *c
   *secs = 0;
   char tmp[600];
   if (find_golden(o->oracle_cache, whex, chex, out, n, tmp, sizeof tmp) == 0) return 0;
-  if (mkdir_p(o->oracle_cache) != 0) {
+  if (mi_mkdir_p(o->oracle_cache) != 0) {
     snprintf(why, why_len, "%s: cannot create the oracle's cache: %s", o->oracle_cache, strerror(errno));
     return -1;
   }
@@ -406,15 +389,8 @@ static int oracle_golden(const vf_stage_opts *o, const char *whex, const char *c
   clock_gettime(CLOCK_MONOTONIC, &t1);
   *secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   /* its last line says why when it did not write one */
-  char last[600] = "";
-  FILE *f = fopen(log, "re");
-  if (f) {
-    char line[600];
-    while (fgets(line, sizeof line, f))
-      if (line[0] && line[0] != '\n') snprintf(last, sizeof last, "%s", line);
-    fclose(f);
-  }
-  last[strcspn(last, "\n")] = 0;
+  char last[600];
+  mi_file_last_line(log, last, sizeof last);
   if (rc == 0 && access(dst, R_OK) == 0) {
     unlink(log);
     snprintf(out, n, "%s", dst);
@@ -491,8 +467,8 @@ json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
       if (orc == 0) {
         have = 1;
         oracle = json_pack("{s:s, s:b, s:f}", "golden", j.golden, "made_now", made, "seconds", secs);
-        fprintf(stderr, "mi-verify: stage 4: %s llama.cpp golden for this checkpoint: %s%s\n",
-                made ? "made a" : "the cached", j.golden, made ? "" : "");
+        fprintf(stderr, "mi-verify: stage 4: %s llama.cpp golden for this checkpoint: %s\n",
+                made ? "made a" : "the cached", j.golden);
         if (made) fprintf(stderr, "mi-verify: stage 4: the oracle took %.1f s (cached for the next run)\n", secs);
       } else {
         snprintf(why, sizeof why, "%s", owhy);

@@ -119,16 +119,7 @@ static const char *cfg_where(json_t *entry) {
 
 /* the value of a config field: config.json's, else the contract's default */
 static json_t *cfg_value(gen *g, json_t *entry) {
-  const char *where = cfg_where(entry);
-  json_t *v = g->config;
-  for (const char *p = where; v && p && *p;) {
-    const char *dot = strchr(p, '.');
-    size_t n = dot ? (size_t)(dot - p) : strlen(p);
-    char seg[128];
-    snprintf(seg, sizeof seg, "%.*s", (int)n, p);
-    v = json_is_object(v) ? json_object_get(v, seg) : NULL;
-    p = dot ? dot + 1 : NULL;
-  }
+  json_t *v = (json_t *)mi_ckb_config_at(g->config, cfg_where(entry));
   if (!v || json_is_null(v)) v = json_object_get(entry, "default");
   return v;
 }
@@ -1568,13 +1559,7 @@ static int carries_binding(json_t *model, json_t *bd) {
   const char *arg = json_string_value(json_object_get(bd, "arg"));
   const char *was = json_string_value(json_object_get(bd, "was"));
   if (!op || !arg || !was) return 0;
-  static const char *const secs[] = {"prologue", "layer_sequence", "epilogue"};
-  json_t *all = json_array();
-  for (int s = 0; s < 3; s++) json_array_append(all, json_object_get(model, secs[s]) ?: json_null());
-  const char *kn;
-  json_t *kv;
-  json_object_foreach(json_object_get(json_object_get(model, "layer_kinds"), "kinds"), kn, kv)
-      json_array_append(all, json_object_get(kv, "sequence") ?: json_null());
+  json_t *all = mi_ckb_model_sequences(model);
   int hit = 0;
   for (size_t s = 0; !hit && s < json_array_size(all); s++) {
     size_t i;
@@ -1592,13 +1577,7 @@ static void apply_patch(json_t *model, json_t *patch) {
   const char *op = json_string_value(json_object_get(patch, "operator"));
   const char *arg = json_string_value(json_object_get(patch, "arg"));
   json_t *val = json_object_get(patch, "value");
-  static const char *const secs[] = {"prologue", "layer_sequence", "epilogue"};
-  json_t *all = json_array(); /* every step sequence: the sections, and each layer kind's */
-  for (int s = 0; s < 3; s++) json_array_append(all, json_object_get(model, secs[s]) ?: json_null());
-  const char *kn;
-  json_t *kv;
-  json_object_foreach(json_object_get(json_object_get(model, "layer_kinds"), "kinds"), kn, kv)
-      json_array_append(all, json_object_get(kv, "sequence") ?: json_null());
+  json_t *all = mi_ckb_model_sequences(model); /* the sections' steps and each layer kind's */
   for (size_t s = 0; s < json_array_size(all); s++) {
     size_t i;
     json_t *st;
