@@ -16,6 +16,7 @@
  * gate was not met (the line names the gate and the measured figure). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fnmatch.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -30,6 +31,7 @@
 #include "core/cli/mi-gen-llm.h"
 #include "core/gen/evolve/evolve.h"
 #include "core/gen/gen.h"
+#include "core/gen/learn.h"
 #include "core/runtime/loader.h"
 #include "mi/model.h"
 
@@ -51,7 +53,9 @@ static void usage(FILE *f) {
           "  --perf SPEC          performance gates, e.g. \"decode>=0.9roofline,prefill>=0.3roofline\" (comma-\n"
           "                       separated; roofline: decode against memory bandwidth, prefill against the\n"
           "                       platform's matmul peak, both measured in the same run; or tok/s)\n"
-          "  --ckb DIR            the CKB (default: $MI_CKB_DIR, ./ckb, next to the exe); experience is written there\n"
+          "  --ckb DIR            the CKB (default: $MI_CKB_DIR, ./ckb, next to the exe); experience is written there,\n"
+          "                       and failure reports and knowledge gaps (one entry per distinct symptom or gap;\n"
+          "                       MI_CKB_LEARN=0 writes neither)\n"
           "  --run-dir DIR        the blackboard (default: ENGINE_DIR/run)\n"
           "  --max-iterations N   candidates to try (default 4)\n"
           "  --time-budget S      wall-clock budget in seconds (default 1800)\n"
@@ -203,6 +207,17 @@ static const char *binding_of(json_t *model, const char *op, const char *arg) {
   return b;
 }
 
+/* Does the binding `cur` show the defect a repair is for? Its when_bound
+ * patterns (fnmatch), where it has them; any binding otherwise. */
+static int bound_as(json_t *repair, const char *cur) {
+  json_t *pats = json_object_get(repair, "when_bound");
+  if (!json_is_array(pats)) return 1;
+  size_t i;
+  json_t *p;
+  json_array_foreach(pats, i, p) if (json_is_string(p) && fnmatch(json_string_value(p), cur, 0) == 0) return 1;
+  return 0;
+}
+
 /* Would `patch` change the model contract (with `applied` already on it)? */
 static int patch_changes(json_t *model, json_t *applied, json_t *patch) {
   const char *op = json_string_value(json_object_get(patch, "operator"));
@@ -220,7 +235,7 @@ static int patch_changes(json_t *model, json_t *applied, json_t *patch) {
       json_array_foreach(applied, k, a) if (!strcmp(json_string_value(json_object_get(a, "operator")) ?: "", op) &&
                                             !strcmp(json_string_value(json_object_get(a, "arg")) ?: "", arg ? arg : ""))
           cur = json_string_value(json_object_get(a, "value"));
-      if (cur && val && strcmp(cur, val)) {
+      if (cur && val && strcmp(cur, val) && bound_as(patch, cur)) {
         json_decref(all);
         return 1;
       }
@@ -248,10 +263,36 @@ static json_t *repairs_for(const mi_ckb *c, const char *test_id, json_t *tried, 
     if (!patch_changes(model, applied, json_object_get(e->json, "repair"))) continue; /* already so */
     json_t *r = json_deep_copy(json_object_get(e->json, "repair"));
     json_object_del(r, "note");
+    json_object_del(r, "when_bound"); /* the patch binds every step of the operator (compose's apply_patch) */
     json_object_set_new(r, "why", json_sprintf("repair from %s@%s", e->id, e->version));
     json_array_append_new(out, json_pack("{s:s, s:o}", "failure_mode", e->id, "patch", r));
   }
   return out;
+}
+
+/* What a coverage gap teaches (core/gen/learn.h): a knowledge_gap entry
+ * per line, one entry per distinct line however often it is seen. */
+static void note_gaps(const char *ckb, json_t *cov, const char *model_dir, const char *platform) {
+  if (!mi_learn_enabled()) return;
+  char cfgp[PATH_MAX + 16];
+  snprintf(cfgp, sizeof cfgp, "%s/config.json", model_dir);
+  int n_new = 0, n_seen = 0;
+  mi_learn_gaps(ckb, cov, cfgp, platform, &n_new, &n_seen);
+  if (n_new + n_seen)
+    fprintf(stderr, "mi-gen: %d knowledge gap%s recorded in %s/knowledge_gaps (%d new, %d seen before)\n", n_new + n_seen,
+            n_new + n_seen > 1 ? "s" : "", ckb, n_new, n_seen);
+}
+
+/* A failed candidate's failure report (core/gen/learn.h); its id (or null)
+ * is appended to `reports`, so a repair that clears it can mark it. */
+static void note_failure(const char *ckb, const mi_ckb_entry *me, const char *model_dir, json_t *cons, const char *stage,
+                         const char *test_contract, const char *msg, json_t *tried, const char *rd, json_t *reports) {
+  char id[200] = "", cfgp[PATH_MAX + 16];
+  int r = -1;
+  snprintf(cfgp, sizeof cfgp, "%s/config.json", model_dir);
+  if (mi_learn_enabled()) r = mi_learn_failure(ckb, me, cfgp, cons, stage, test_contract, msg, tried, rd, id, sizeof id);
+  if (r >= 0) fprintf(stderr, "mi-gen: failure report %s %s\n", id, r ? "written" : "updated (seen before)");
+  json_array_append_new(reports, r >= 0 ? json_string(id) : json_null());
 }
 
 /* Strings taken from a resumed journal or a constraints file: copies owned
@@ -471,6 +512,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mi-gen: %s on %s is not covered by the CKB:\n", model, pe->id);
     json_array_foreach(json_object_get(cov, "missing"), i, v) fprintf(stderr, "  missing: %s\n", json_is_string(v) ? json_string_value(v) : "(not a string)");
     fprintf(stderr, "mi-gen: add what is missing to the CKB, or let knowledge evolution try: mi-gen --evolve\n");
+    note_gaps(ckb_abs, cov, model_abs, pe->id);
     return EX_GAP;
   }
   char cfgp[PATH_MAX + 16];
@@ -589,6 +631,8 @@ int main(int argc, char **argv) {
   static json_t *impl = NULL, *rev = NULL, *ver = NULL, *repaired_from, *last_feedback = NULL, *rejected;
   rejected = json_array();
   repaired_from = json_array();
+  static json_t *reports; /* the failure report of each failed candidate, in order (null: not written) */
+  reports = json_array();
   const char *failed_msg = NULL, *budget_hit = NULL;
   int gate_failed = 0;
   for (iter = iter0 + 1; iter <= max_iter; iter++) {
@@ -665,6 +709,13 @@ int main(int argc, char **argv) {
     if (strcmp(json_string_value(json_object_get(rev, "verdict")) ?: "", "approved")) {
       snprintf(why, sizeof why, "the reviewer rejected the source (%zu findings)", json_array_size(fs));
       failed_msg = "review";
+      {
+        json_t *f0 = json_array_get(fs, 0);
+        char fmsg[700];
+        snprintf(fmsg, sizeof fmsg, "%s: %s", json_string_value(json_object_get(f0, "rule")) ?: "?",
+                 json_string_value(json_object_get(f0, "message")) ?: "rejected");
+        note_failure(ckb_abs, me, model_abs, cons, "review", NULL, fmsg, tried, rd, reports);
+      }
       gen_llm_note_candidate(src, iter, -1);
       json_array_append_new(rejected, json_string(src));
       json_decref(last_feedback);
@@ -731,6 +782,8 @@ int main(int argc, char **argv) {
         fmsg = json_string_value(json_object_get(v, "message"));
     snprintf(why, sizeof why, "verification failed at stage %s (%s): %.600s", json_string_value(json_object_get(ver, "failed_stage")) ?: "?",
              ftest ?: "no test contract", fmsg ?: "no message");
+    note_failure(ckb_abs, me, model_abs, cons, json_string_value(json_object_get(ver, "failed_stage")) ?: "?", ftest,
+                 fmsg ?: "no message", tried, rd, reports);
     /* a --perf gate not met: no contract repair makes a correct engine
      * faster, so the run ends here with the gate and the figure named */
     if (!strcmp(json_string_value(json_object_get(ver, "failed_stage")) ?: "", "6p")) {
@@ -749,6 +802,18 @@ int main(int argc, char **argv) {
       json_decref(reps);
       break;
     }
+    /* the repair that cleared this very symptom before (its failure
+     * report's repaired_by) goes first */
+    char last_fm[200];
+    const char *rid = json_string_value(json_array_get(reports, json_array_size(reports) - 1));
+    if (rid && mi_learn_last_repair(ckb_abs, rid, last_fm, sizeof last_fm) == 0)
+      json_array_foreach(reps, i, v) if (i > 0 && !strcmp(json_string_value(json_object_get(v, "failure_mode")) ?: "", last_fm)) {
+        json_incref(v);
+        json_array_remove(reps, i);
+        json_array_insert_new(reps, 0, v);
+        fprintf(stderr, "mi-gen: %s cleared this symptom before (%s): tried first\n", last_fm, rid);
+        break;
+      }
     json_t *r0 = json_array_get(reps, 0);
     fprintf(stderr, "mi-gen: repair: %s proposes %s.%s = %s\n", json_string_value(json_object_get(r0, "failure_mode")),
             json_string_value(json_object_get(json_object_get(r0, "patch"), "operator")),
@@ -760,6 +825,9 @@ int main(int argc, char **argv) {
                                                    "patch", json_object_get(r0, "patch"), "symptom", why, "test_contract",
                                                    json_object_get(ver, "failed_test_contract"), "stage",
                                                    json_object_get(ver, "failed_stage"), "iteration", iter));
+    if (json_is_string(json_array_get(reports, json_array_size(reports) - 1)))
+      json_object_set(json_array_get(repaired_from, json_array_size(repaired_from) - 1), "failure_report",
+                      json_array_get(reports, json_array_size(reports) - 1));
     line = json_pack("{s:s, s:O, s:O, s:s, s:{s:s, s:I}}", "event", "repair", "failure_mode", json_object_get(r0, "failure_mode"),
                      "patch", json_object_get(r0, "patch"), "after", why, "by", "role", "orchestrator", "pid", (json_int_t)getpid());
     mi_bb_append(bb, line);
@@ -897,6 +965,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "mi-gen: experience %s written to %s\n", id, ckb_abs);
     else
       fprintf(stderr, "mi-gen: experience %s not written (exists already, or invalid)\n", id);
+    const char *fr = json_string_value(json_object_get(v, "failure_report"));
+    if (fr && mi_learn_repaired(ckb_abs, fr, fm, json_object_get(x, "patch") ? json_array_get(json_object_get(x, "patch"), 0) : NULL, id) == 0)
+      fprintf(stderr, "mi-gen: failure report %s marked repaired by %s\n", fr, fm);
     json_decref(x);
   }
   json_t *line = json_pack("{s:s, s:s, s:s, s:s, s:f, s:{s:s, s:I}}", "event", "end", "result", "PASS", "engine", engine_name,
