@@ -12,6 +12,24 @@
  * was killed by a signal. */
 int mi_spawn_wait(char *const argv[], const char *log, const char *out, int timeout_s);
 
+/* mi_spawn_wait, the folder `ro_dir` (when not NULL) read-only for the
+ * program: in the child, before exec, a private mount namespace (as root
+ * directly, else inside a user namespace that maps the program's own uid and
+ * gid to themselves, so it never sees itself as root) where ro_dir is
+ * bind-mounted on itself read-only, submounts included where the kernel has
+ * mount_setattr. Every other path is as it was. A step that fails (no
+ * permission, seccomp, no user namespaces) leaves the program to run without
+ * it, never failing the run: *ro_out (when given) says which happened: 1 the
+ * program saw ro_dir read-only, 0 it did not (or ro_dir was NULL), -1 the
+ * child stopped before it got that far (it could not be started). */
+int mi_spawn_wait_ro(char *const argv[], const char *log, const char *out, int timeout_s, const char *ro_dir,
+                     int *ro_out);
+
+/* The mount at `path` and every mount below it read-only (on = 1) or
+ * writable (on = 0), through mount_setattr(2) (Linux 5.12+). 0, or -1 with
+ * errno (ENOSYS where the kernel or the headers lack it). */
+int mi_mount_set_rdonly(const char *path, int on);
+
 /* Removes `path` and everything below it (a missing path is no error;
  * symlinks are removed, never followed). 0 or -1 with errno. */
 int mi_remove_tree(const char *path);

@@ -50,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/util/spawn.h"
 #include "core/verify/verify.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -383,30 +384,6 @@ static void kill_all(pid_t pid, const cgs *g, unsigned long long t0, int *main_s
 
 /* ---------- the child's side of containment ---------- */
 
-#ifndef MOUNT_ATTR_RDONLY
-#define MOUNT_ATTR_RDONLY 0x00000001
-struct mount_attr {
-  __u64 attr_set, attr_clr, propagation, userns_fd;
-};
-#endif
-#ifndef AT_RECURSIVE
-#define AT_RECURSIVE 0x8000
-#endif
-
-static int set_rdonly(const char *path, int on) {
-#ifdef SYS_mount_setattr
-  struct mount_attr a;
-  memset(&a, 0, sizeof a);
-  if (on) a.attr_set = MOUNT_ATTR_RDONLY;
-  else a.attr_clr = MOUNT_ATTR_RDONLY;
-  return (int)syscall(SYS_mount_setattr, AT_FDCWD, path, AT_RECURSIVE, &a, sizeof a);
-#else
-  (void)path, (void)on;
-  errno = ENOSYS;
-  return -1;
-#endif
-}
-
 enum {
   L_SESSION = 1, L_SUBREAPER = 2, L_CGROUP = 4, L_MEMCG = 8, L_MNTNS = 16, L_RDONLY = 32,
   L_TMPFS = 64, L_CAPS = 128, L_USERNS = 256,
@@ -433,10 +410,10 @@ static unsigned confine(unsigned want, const char *unit_dir, uint64_t mem_mb) {
   unsigned ns = (want & L_MNTNS) ? new_mount_ns() : 0;
   if (ns && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0) {
     got |= ns;
-    if ((want & L_RDONLY) && set_rdonly("/", 1) == 0) {
+    if ((want & L_RDONLY) && mi_mount_set_rdonly("/", 1) == 0) {
       got |= L_RDONLY;
       /* the scratch folder (model copies of stages 3-6) stays writable */
-      if (mount(C.root, C.root, NULL, MS_BIND | MS_REC, NULL) != 0 || set_rdonly(C.root, 0) != 0)
+      if (mount(C.root, C.root, NULL, MS_BIND | MS_REC, NULL) != 0 || mi_mount_set_rdonly(C.root, 0) != 0)
         got &= ~(unsigned)L_RDONLY;
     }
     char opts[64];

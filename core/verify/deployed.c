@@ -10,16 +10,26 @@
  * other. Only the plugins' names are learnt in a contained child (loading
  * a candidate is a child's job); the parent writes the conf, runs mi-run
  * once per case and turns its --json output into the record stage 4's
- * judge reads, so a deployed case is judged exactly as an in-process one. */
+ * judge reads, so a deployed case is judged exactly as an in-process one.
+ *
+ * The user's folder, not a copy, is the one thing a deployed plugin could
+ * harm: mi-run sees it read-only (a bind mount in a mount namespace of its
+ * own, mi_spawn_wait_ro; where none can be made it runs writable), and the
+ * folder is fingerprinted before and after (vf_fp_*: names, types, inodes,
+ * sizes, mtimes, ctimes): a change fails every deployed case, naming it. */
 #define _GNU_SOURCE
 #include "core/verify/deployed.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/util/file.h"
@@ -110,6 +120,150 @@ char *vf_s4_record(int n_ids, const int32_t *ids, int n_gen, const int32_t *gen,
   return pl;
 }
 
+/* ---------- the model folder's fingerprint ---------- */
+
+#define FP_MAX_DEPTH 32
+#define FP_MAX_ENTRIES 200000
+
+typedef struct fp_ent {
+  char *name; /* relative to the folder; "." for the folder itself */
+  mode_t type;
+  ino_t ino;
+  off_t size;
+  struct timespec mt, ct;
+} fp_ent;
+
+struct vf_fp {
+  fp_ent *e;
+  size_t n, cap;
+};
+
+static int fp_add(vf_fp *f, const char *name, const struct stat *st) {
+  if (f->n == FP_MAX_ENTRIES) return -1; /* the same cap on both sides: the first entries are compared */
+  if (f->n == f->cap) {
+    size_t cap = f->cap ? 2 * f->cap : 64;
+    fp_ent *e = realloc(f->e, cap * sizeof *e);
+    if (!e) return -1;
+    f->e = e, f->cap = cap;
+  }
+  fp_ent *e = &f->e[f->n];
+  if (!(e->name = strdup(name))) return -1;
+  e->type = st->st_mode & S_IFMT;
+  e->ino = st->st_ino;
+  e->size = st->st_size;
+  e->mt = st->st_mtim;
+  e->ct = st->st_ctim;
+  f->n++;
+  return 0;
+}
+
+/* The entries under the open folder dfd (closed here), named from rel.
+ * Entries are stat'ed, never opened, but folders (O_NOFOLLOW): a FIFO or a
+ * symlink out of the tree is recorded as itself. -1 only when out of memory
+ * or at the entry cap. */
+static int fp_walk(vf_fp *f, int dfd, const char *rel, int depth) {
+  DIR *d = fdopendir(dfd);
+  if (!d) {
+    close(dfd);
+    return 0; /* an unreadable folder: its own entry holds it */
+  }
+  struct dirent *de;
+  int rc = 0;
+  while (rc == 0 && (de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    char sub[PATH_MAX];
+    struct stat st;
+    if (snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name) >= (int)sizeof sub ||
+        fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+      continue; /* too deep a name to say, or gone between readdir and stat */
+    rc = fp_add(f, sub, &st);
+    if (rc == 0 && S_ISDIR(st.st_mode) && depth < FP_MAX_DEPTH) {
+      int c = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (c >= 0) rc = fp_walk(f, c, sub, depth + 1);
+    }
+  }
+  closedir(d);
+  return f->n == FP_MAX_ENTRIES ? 0 : rc;
+}
+
+static int fp_cmp(const void *a, const void *b) {
+  return strcmp(((const fp_ent *)a)->name, ((const fp_ent *)b)->name);
+}
+
+vf_fp *vf_fp_take(const char *dir, char *err, size_t el) {
+  vf_fp *f = calloc(1, sizeof *f);
+  if (!f) {
+    snprintf(err, el, "%s: cannot fingerprint the folder: out of memory", dir);
+    return NULL;
+  }
+  /* the folder the user named, followed as mi-run follows it; nothing below */
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  struct stat st;
+  int rc = dfd < 0 || fstat(dfd, &st) != 0 || fp_add(f, ".", &st) != 0 ? -1 : 0;
+  if (rc != 0 && dfd >= 0) {
+    int e = errno;
+    close(dfd);
+    errno = e;
+  }
+  if (rc == 0) rc = fp_walk(f, dfd, "", 1); /* closes dfd */
+  if (rc != 0) {
+    snprintf(err, el, "%s: cannot fingerprint the folder: %s", dir, strerror(errno));
+    vf_fp_free(f);
+    return NULL;
+  }
+  qsort(f->e, f->n, sizeof *f->e, fp_cmp);
+  return f;
+}
+
+void vf_fp_free(vf_fp *f) {
+  if (!f) return;
+  for (size_t i = 0; i < f->n; i++) free(f->e[i].name);
+  free(f->e);
+  free(f);
+}
+
+static int ts_ne(struct timespec a, struct timespec b) {
+  return a.tv_sec != b.tv_sec || a.tv_nsec != b.tv_nsec;
+}
+
+/* "name (size, mtime)": the fields of one entry that differ; 0 when none. */
+static int fp_ent_diff(const fp_ent *a, const fp_ent *b, char *what, size_t wl) {
+  const char *f[5];
+  int n = 0;
+  if (a->type != b->type) f[n++] = "type";
+  if (a->ino != b->ino) f[n++] = "inode";
+  if (a->size != b->size) f[n++] = "size";
+  if (ts_ne(a->mt, b->mt)) f[n++] = "mtime";
+  if (ts_ne(a->ct, b->ct)) f[n++] = "ctime";
+  if (!n) return 0;
+  int l = snprintf(what, wl, "%s (", strcmp(a->name, ".") ? a->name : "the folder itself");
+  for (int k = 0; k < n && l >= 0 && (size_t)l < wl; k++)
+    l += snprintf(what + l, wl - (size_t)l, "%s%s", k ? ", " : "", f[k]);
+  if (l >= 0 && (size_t)l < wl) snprintf(what + l, wl - (size_t)l, ")");
+  return 1;
+}
+
+int vf_fp_diff(const vf_fp *a, const vf_fp *b, char *what, size_t wl) {
+  char dir_change[700] = ""; /* a folder's own change: said only when nothing below it says more */
+  size_t i = 0, j = 0;
+  while (i < a->n || j < b->n) {
+    int c = i == a->n ? 1 : j == b->n ? -1 : strcmp(a->e[i].name, b->e[j].name);
+    if (c) {
+      snprintf(what, wl, "%s %s", c < 0 ? "removed" : "created", c < 0 ? a->e[i].name : b->e[j].name);
+      return 1;
+    }
+    const fp_ent *x = &a->e[i++], *y = &b->e[j++];
+    if (x->type == S_IFDIR && y->type == S_IFDIR && x->ino == y->ino) {
+      if (!dir_change[0]) fp_ent_diff(x, y, dir_change, sizeof dir_change);
+    } else if (fp_ent_diff(x, y, what, wl)) {
+      return 1;
+    }
+  }
+  if (!dir_change[0]) return 0;
+  snprintf(what, wl, "%s", dir_change);
+  return 1;
+}
+
 /* One case's record from what mi-run printed for it. */
 static void make_rec(vf_rec *rec, char **payload, int ci, int n_ids, const int32_t *ids, int n_gen, const int32_t *gen,
                      const int32_t *top, const double *lps, int K) {
@@ -128,7 +282,9 @@ static void make_rec(vf_rec *rec, char **payload, int ci, int n_ids, const int32
 }
 
 int vf_deploy_run(const vf_stage_opts *o, const char *dir, const char *conf, int is_engine, json_t *cases, int K,
-                  vf_rec *recs, char **payloads) {
+                  vf_rec *recs, char **payloads, vf_deploy_guard *g) {
+  memset(g, 0, sizeof *g);
+  g->read_only = -1;
   int nc = (int)json_array_size(cases), ns_max = 0;
   for (int ci = 0; ci < nc; ci++) {
     memset(&recs[ci], 0, sizeof recs[ci]);
@@ -168,7 +324,23 @@ int vf_deploy_run(const vf_stage_opts *o, const char *dir, const char *conf, int
   }
   argv[ac] = NULL;
   int tmo = o->unit_timeout_s > 0 ? (int)o->unit_timeout_s : 300 + 30 * nc;
-  int rc = mi_spawn_wait(argv, log, out, tmo);
+  /* The user's folder, not a copy, so the model under test could write into
+   * it: mi-run sees it read-only where a mount namespace can be made, and a
+   * fingerprint before and after catches a change where it cannot (or where
+   * a root program undid the mount). */
+  vf_fp *fp0 = vf_fp_take(o->model_dir, g->what, sizeof g->what);
+  int rc = mi_spawn_wait_ro(argv, log, out, tmo, o->model_dir, &g->read_only);
+  if (fp0) {
+    char why[600];
+    vf_fp *fp1 = vf_fp_take(o->model_dir, why, sizeof why);
+    g->fingerprinted = 1;
+    if (!fp1) /* gone or unreadable now: as much a change as a new file */
+      g->changed = 1, snprintf(g->what, sizeof g->what, "%s", why);
+    else
+      g->changed = vf_fp_diff(fp0, fp1, g->what, sizeof g->what);
+    vf_fp_free(fp0);
+    vf_fp_free(fp1);
+  }
   /* {"prompt_index":I,"prompt_ids":[...]} then one line per step with
    * "token_id" and "top_logprobs":[[id,lp],...]; cases in order */
   f = fopen(out, "re");
@@ -208,6 +380,18 @@ int vf_deploy_run(const vf_stage_opts *o, const char *dir, const char *conf, int
   free(gen);
   free(top);
   free(lps);
+  if (g->changed) { /* whatever it printed: a deployment of it harms the user's model */
+    for (int ci = 0; ci < nc; ci++) {
+      free(payloads[ci]);
+      payloads[ci] = NULL;
+      memset(&recs[ci], 0, sizeof recs[ci]);
+      recs[ci].type = VF_REC_FAIL;
+      recs[ci].index = 1 + ci;
+      snprintf(recs[ci].msg, sizeof recs[ci].msg, "as deployed, the model under test changed the model folder: %s",
+               g->what);
+    }
+    return -1;
+  }
   if (rc != 0) { /* what it printed before it stopped is judged; the rest says why */
     char last[400];
     mi_file_last_line(log, last, sizeof last);

@@ -414,6 +414,7 @@ static json_t *deployed_unit(const vf_stage_opts *o, s4_job *j) {
   int K = (int)json_integer_value(json_object_get(j->gold, "top_k"));
   char dir[4200] = "", conf[4300], err[2000] = "";
   int is_engine = 0;
+  vf_deploy_guard g = {-1, 0, 0, ""};
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   if (vf_deploy_prepare(o, dir, sizeof dir, conf, sizeof conf, &is_engine, err, sizeof err) != 0) {
@@ -425,7 +426,7 @@ static json_t *deployed_unit(const vf_stage_opts *o, s4_job *j) {
     vf_rec *recs = calloc(nc + 1, sizeof *recs);
     char **pls = calloc(nc + 1, sizeof *pls);
     json_t *gc;
-    if (recs && pls) vf_deploy_run(o, dir, conf, is_engine, cases, K, recs, pls);
+    if (recs && pls) vf_deploy_run(o, dir, conf, is_engine, cases, K, recs, pls, &g);
     json_array_foreach(cases, ci, gc) {
       if (!recs || !pls) break;
       judge_case(ev, &recs[ci], j->golden, (int)ci, gc, K, held_out(j->contract, j->golden, (int)ci, gc), &worst);
@@ -443,6 +444,17 @@ static json_t *deployed_unit(const vf_stage_opts *o, s4_job *j) {
   r.wall_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   json_t *u = vf_unit_report("deployed", "mi-run", "-", "end to end as deployed", &r, o->lim.timeout_s, o->lim.cpu_s);
   json_decref(ev);
+  /* evidence: how the user's model folder was held during the run */
+  char how[900];
+  snprintf(how, sizeof how, "%s, %s%s%s",
+           g.read_only == 1   ? "read-only for mi-run (a mount namespace)"
+           : g.read_only == 0 ? "writable for mi-run (no mount namespace could be made)"
+                              : "not reached (mi-run did not start)",
+           !g.fingerprinted ? "not fingerprinted" : g.changed ? "changed" : "fingerprinted: unchanged",
+           g.what[0] ? ": " : "", g.what);
+  json_t *mf = json_pack("{s:b, s:b, s:b, s:s}", "read_only", g.read_only == 1, "fingerprinted", g.fingerprinted,
+                         "changed", g.changed, "how", how);
+  json_object_set_new(u, "model_folder", mf);
   return u;
 }
 
@@ -551,10 +563,12 @@ json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
       ds += (int)json_integer_value(json_object_get(c, "steps_compared"));
       dmx = fmax(dmx, json_number_value(json_object_get(c, "max_abs_logprob_diff")));
     }
+    const char *how = json_string_value(json_object_get(json_object_get(du, "model_folder"), "how"));
     json_object_set_new(du, "summary",
                         json_sprintf("as deployed (mi-run, the user's model path, environment and temp folder): "
-                                     "%d cases, %d greedy steps identical to llama.cpp, max |logprob diff| %.2e",
-                                     dc, ds, dmx));
+                                     "%d cases, %d greedy steps identical to llama.cpp, max |logprob diff| %.2e; "
+                                     "the model folder %s",
+                                     dc, ds, dmx, how ? how : "?"));
     json_array_append_new(units, du);
   }
   json_t *s = vf_stage_result(4, "end_to_end", units);

@@ -7,20 +7,30 @@
  *   - a model without a golden fails stage 4 with that said;
  *   - the forged-PASS model plugin fails each of stages 3-6 (the stage named),
  *     and plugins whose forward or teardown never returns are killed at the
- *     unit's deadline and reported as TIMEOUT.
+ *     unit's deadline and reported as TIMEOUT;
+ *   - a model plugin that writes into its model folder when deployed leaves
+ *     the folder unchanged (read-only for stage 4's mi-run), or fails stage
+ *     4 naming the change (the folder's fingerprint, deployed.c).
  * The mutant table here is the one in tests/verify/README.md. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/ckb/ckb.h"
+#include "core/verify/deployed.h"
 #include "core/verify/verify.h"
 
 static char bin[4096], mkmodel[4096], cpu_so[4096], mm_dir[4096], ckb[4096], goldens[4096];
@@ -69,6 +79,21 @@ static void setup(void) {
  * default next to the CPU plugin); returns its exit status, the report in *rep. */
 static const char *g_extra[8]; /* more mi-verify arguments, NULL-terminated */
 static const char *g_stage;    /* --stage (NULL: 6) */
+static int g_no_unshare;       /* mi-verify and all it runs get EPERM from unshare(2) (seccomp) */
+
+/* Where no mount namespace can be made (no permission, a seccomp policy, a
+ * kernel without user namespaces): unshare(2) fails with EPERM. */
+static void deny_unshare(void) {
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_unshare, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {(unsigned short)(sizeof f / sizeof f[0]), f};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+    _exit(126);
+}
 
 static int run_verify(const char *mp, const char *dir, json_t **rep, char *log, size_t log_len) {
   char report[4200], logf[4200];
@@ -80,6 +105,7 @@ static int run_verify(const char *mp, const char *dir, json_t **rep, char *log, 
   if (pid == 0) {
     FILE *f = freopen(logf, "w", stderr);
     (void)f;
+    if (g_no_unshare) deny_unshare();
     const char *argv[32] = {bin,     "--platform-plugin", cpu_so,             "--ckb",   ckb, "--goldens",
                             goldens, "--stage",           g_stage ? g_stage : "6", "--model", dir, "--seed",
                             "7",     "--report",          report};
@@ -499,6 +525,150 @@ START_TEST(hostile_files_refused_with_one_line) {
 }
 END_TEST
 
+/* The folder's fingerprint (deployed.c) sees every kind of change a
+ * plugin could make, names the first, and nothing when nothing changed;
+ * reading is no change, and a FIFO or a symlink in it is never opened. */
+START_TEST(model_folder_fingerprint_sees_changes) {
+  char dir[4200], p[4400], q[4400], what[800], err[600], cmd[9000];
+  snprintf(dir, sizeof dir, "%s/tests/verify_models/fp-%d", getenv("MI_BUILD_DIR"), (int)getpid());
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s/sub' && echo '{}' > '%s/config.json' && echo abc > '%s/sub/w'",
+           dir, dir, dir, dir);
+  ck_assert_int_eq(system(cmd), 0);
+  snprintf(p, sizeof p, "%s/fifo", dir);
+  ck_assert_int_eq(mkfifo(p, 0600), 0);
+  snprintf(p, sizeof p, "%s/link", dir);
+  ck_assert_int_eq(symlink("/nonexistent/target", p), 0);
+  vf_fp *a = NULL, *b = NULL;
+  /* each step: a baseline, a change on a later clock tick, what the diff says */
+#define FP_STEP(change, want)                                                                                   \
+  do {                                                                                                          \
+    vf_fp_free(a);                                                                                              \
+    a = vf_fp_take(dir, err, sizeof err);                                                                       \
+    ck_assert_msg(a, "%s", err);                                                                                \
+    usleep(30000);                                                                                              \
+    change;                                                                                                     \
+    b = vf_fp_take(dir, err, sizeof err);                                                                       \
+    ck_assert_msg(b, "%s", err);                                                                                \
+    what[0] = 0;                                                                                                \
+    int d = vf_fp_diff(a, b, what, sizeof what);                                                                \
+    ck_assert_msg((want)[0] ? d == 1 && !strcmp(what, want) : d == 0, "expected \"%s\", got %d \"%s\"", want, d, \
+                  what);                                                                                        \
+    vf_fp_free(b);                                                                                              \
+  } while (0)
+  FP_STEP((void)0, "");
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  FP_STEP({ /* a read is no change (atime is not in the fingerprint) */
+    FILE *f = fopen(p, "r");
+    ck_assert(f && fgetc(f) == '{');
+    fclose(f);
+  }, "");
+  FP_STEP(ck_assert_int_eq(utimensat(AT_FDCWD, p, NULL, 0), 0), "config.json (mtime, ctime)");
+  FP_STEP(ck_assert_int_eq(chmod(p, 0600), 0), "config.json (ctime)");
+  snprintf(p, sizeof p, "%s/sub/new", dir);
+  FP_STEP(ck_assert_int_eq(close(open(p, O_WRONLY | O_CREAT, 0644)), 0), "created sub/new");
+  snprintf(p, sizeof p, "%s/sub/w", dir);
+  snprintf(q, sizeof q, "%s/sub/w2", dir);
+  FP_STEP(ck_assert_int_eq(rename(p, q), 0), "removed sub/w");
+  snprintf(cmd, sizeof cmd, "echo abcd > '%s'", q);
+  FP_STEP(ck_assert_int_eq(system(cmd), 0), "sub/w2 (size, mtime, ctime)");
+  FP_STEP(ck_assert_int_eq(chmod(dir, 0700), 0), "the folder itself (ctime)");
+  /* gone: one line naming the folder */
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_ptr_null(vf_fp_take(dir, err, sizeof err));
+  ck_assert_msg(strstr(err, dir) && strstr(err, "cannot fingerprint the folder") && !strchr(err, '\n'), "%s", err);
+  vf_fp_free(a);
+#undef FP_STEP
+}
+END_TEST
+
+/* Names, types, sizes, modes and content hashes of every file under dir:
+ * the test's own view of the folder, independent of the verifier's. */
+static char *listing(const char *dir) {
+  char cmd[9000];
+  snprintf(cmd, sizeof cmd,
+           "cd '%s' && find . -printf '%%p %%y %%s %%m\\n' | LC_ALL=C sort && "
+           "find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum",
+           dir);
+  FILE *f = popen(cmd, "r");
+  ck_assert(f);
+  size_t cap = 1 << 16, n = 0, k;
+  char *buf = malloc(cap);
+  ck_assert(buf);
+  while ((k = fread(buf + n, 1, cap - n - 1, f)) > 0)
+    if ((n += k) == cap - 1) ck_assert(buf = realloc(buf, cap *= 2));
+  buf[n] = 0;
+  ck_assert_int_eq(pclose(f), 0);
+  return buf;
+}
+
+static json_t *unit_of(json_t *stage, const char *id) {
+  size_t i;
+  json_t *u;
+  json_array_foreach(json_object_get(stage, "units"), i, u) if (!strcmp(json_string_value(json_object_get(u, "id")), id))
+    return u;
+  return NULL;
+}
+
+/* The writes_model_dir mutant (mutants_model/mm_writes_model_dir.c) creates
+ * .marker in its model folder once a program other than mi-verify loads it:
+ * stage 4's deployed run, on the folder the user gave. Run 1 as this
+ * machine allows: mi-run sees the folder read-only (then the folder is
+ * unchanged, byte for byte, and stage 4 passes: the write failed), or the
+ * verifier's fingerprint names the change and fails every deployed case.
+ * Run 2 with unshare(2) denied (seccomp), no mount namespace anywhere: the
+ * mutant really writes, and stage 4 fails naming .marker. */
+START_TEST(model_folder_held_as_deployed) {
+  char dir[4200], so[4400], cmd[9000], log[65536];
+  snprintf(dir, sizeof dir, "%s/tests/verify_models/tiny-seed1-w-%d", getenv("MI_BUILD_DIR"), (int)getpid());
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -a '%s' '%s'", dir, model, dir);
+  ck_assert_int_eq(system(cmd), 0);
+  snprintf(so, sizeof so, "%s/libmm-writes_model_dir.so", mm_dir);
+  g_stage = "4"; /* stage 4 holds the deployed run; 5-6 are the other tests' */
+  for (int run = 0; run < 2; run++) {
+    char *before = listing(dir);
+    json_t *rep = NULL;
+    g_no_unshare = run == 1;
+    int rc = run_verify(so, dir, &rep, log, sizeof log);
+    g_no_unshare = 0;
+    char *after = listing(dir);
+    json_t *s4 = stage_of(rep, 4), *du = unit_of(s4, "mi-run"), *mf = json_object_get(du, "model_folder");
+    ck_assert_msg(json_is_object(mf), "run %d: no model_folder evidence in the deployed unit:\n%s", run, log);
+    const char *msg = json_string_value(json_object_get(du, "message"));
+    if (json_is_true(json_object_get(mf, "read_only"))) {
+      ck_assert_msg(run == 0, "run %d: read-only with unshare(2) denied?", run);
+      ck_assert_msg(!strcmp(before, after), "run %d: the model folder changed although read-only:\n%s\n---\n%s", run,
+                    before, after);
+      ck_assert_msg(rc == 0 && !strcmp(verdict(rep, 4), "PASS"), "run %d: exit %d, stage 4 %s:\n%s", run, rc,
+                    verdict(rep, 4), log);
+      ck_assert(json_is_true(json_object_get(mf, "fingerprinted")) && json_is_false(json_object_get(mf, "changed")));
+      const char *sum = json_string_value(json_object_get(du, "summary"));
+      ck_assert_msg(sum && strstr(sum, "the model folder read-only for mi-run (a mount namespace)"), "%s",
+                    sum ? sum : "(none)");
+    } else {
+      ck_assert_msg(rc == 1 && !strcmp(verdict(rep, 3), "PASS") && !strcmp(verdict(rep, 4), "FAIL"),
+                    "run %d: exit %d, stage 3 %s, stage 4 %s:\n%s", run, rc, verdict(rep, 3), verdict(rep, 4), log);
+      ck_assert_msg(msg && strstr(msg, "as deployed, the model under test changed the model folder: created .marker"),
+                    "run %d: unit mi-run says: %s", run, msg ? msg : "(none)");
+      ck_assert(strstr(after, "./.marker f 1 ") && !strstr(before, ".marker"));
+      /* every case fails, not the first alone */
+      size_t i;
+      json_t *c;
+      json_array_foreach(json_object_get(du, "cases"), i, c) if (i > 0) ck_assert_str_eq(
+          json_string_value(json_object_get(c, "verdict")), "FAIL");
+      snprintf(cmd, sizeof cmd, "rm -f '%s/.marker'", dir);
+      ck_assert_int_eq(system(cmd), 0);
+    }
+    free(before);
+    free(after);
+    json_decref(rep);
+  }
+  g_stage = NULL;
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(bad_arguments_are_refused) {
   /* --stage 4 without --model: a usage error (2), one line naming it. */
   pid_t pid = fork();
@@ -546,6 +716,8 @@ int main(void) {
   tcase_add_test(tc, hung_plugin_killed_at_the_deadline);
   tcase_add_test(tc, decode_growth_catches_prefix_recompute);
   tcase_add_test(tc, hostile_files_refused_with_one_line);
+  tcase_add_test(tc, model_folder_fingerprint_sees_changes);
+  tcase_add_test(tc, model_folder_held_as_deployed);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);
