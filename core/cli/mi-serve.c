@@ -110,6 +110,7 @@ struct req {
   json_t *lp; /* chat: array of logprob entries; completions: object of arrays */
   size_t text_off;
   int started; /* stream: first chunk sent */
+  int64_t n_gen; /* tokens generated, set when the sequence ends (the log line) */
   req *next;
 };
 
@@ -415,6 +416,7 @@ static void slot_end(slot *s, int status, const char *msg) {
   int cancelled;
   pthread_mutex_lock(&s->r->mu);
   cancelled = s->r->cancelled;
+  s->r->n_gen = st.n_gen;
   pthread_mutex_unlock(&s->r->mu);
   if (cancelled && !msg) {
     msg = "the request was cancelled";
@@ -569,7 +571,18 @@ typedef struct conn {
   size_t len, cap;
   int too_big;
   int fd;
+  /* the request's log line (completed) */
+  double t0;
+  int status;    /* 0: no response queued */
+  char method[8];
+  char path[96]; /* printable ASCII, truncated: never a prompt */
+  req *r;        /* completions: a reference for the token counts */
 } conn;
+
+/* The connection this thread answers (one thread per connection): lets
+ * send_buf record the status for the log line without threading the
+ * connection state through every reply helper. */
+static __thread conn *cur_conn;
 
 static enum MHD_Result send_buf(struct MHD_Connection *c, int status, const char *ctype,
                                 const char *body, size_t len, const char *retry_after) {
@@ -580,6 +593,7 @@ static enum MHD_Result send_buf(struct MHD_Connection *c, int status, const char
   if (retry_after) MHD_add_response_header(resp, "Retry-After", retry_after);
   enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
   MHD_destroy_response(resp);
+  if (cur_conn) cur_conn->status = status;
   pthread_mutex_lock(&S.mu);
   if (status / 100 >= 1 && status / 100 <= 5) S.m.requests[status / 100]++;
   pthread_mutex_unlock(&S.mu);
@@ -817,6 +831,152 @@ oom:
   return -1;
 }
 
+static json_t *model_json(void) {
+  return json_pack("{s:s,s:s,s:I,s:s,s:{s:I,s:I}}", "id", S.cfg.alias, "object", "model",
+                   "created", (json_int_t)time(NULL), "owned_by", "metainfer", "meta", "n_ctx",
+                   (json_int_t)S.cfg.ctx, "n_vocab", (json_int_t)S.eng->info.vocab_size);
+}
+
+/* llama-server's /props, with what this server knows */
+static enum MHD_Result handle_props(struct MHD_Connection *c) {
+  const char *tmpl = mi_tokenizer_chat_template(S.eng->tok);
+  json_t *j = json_object();
+  json_object_set_new(j, "model", json_string(S.cfg.alias));
+  json_object_set_new(j, "architecture", safe_string(S.eng->info.architecture));
+  json_object_set_new(j, "model_plugin", safe_string(S.eng->model_plugin->desc->name));
+  json_object_set_new(j, "platform", safe_string(S.eng->platform_plugin->desc->name));
+  json_object_set_new(j, "n_ctx", json_integer((json_int_t)S.cfg.ctx));
+  json_object_set_new(j, "n_ctx_train", json_integer((json_int_t)S.eng->info.max_position));
+  json_object_set_new(j, "n_vocab", json_integer((json_int_t)S.eng->info.vocab_size));
+  json_object_set_new(j, "has_chat_template", json_boolean(tmpl && *tmpl));
+  json_object_set_new(j, "chat_template_supported", json_boolean(S.has_chat));
+  json_object_set_new(j, "total_slots", json_integer(S.cfg.parallel));
+  json_object_set_new(j, "queue_max", json_integer(S.cfg.queue_max));
+  json_object_set_new(j, "batched_decode", json_boolean(S.have_batch));
+  json_object_set_new(j, "max_logit_bias", json_integer(SERVE_MAX_LOGIT_BIAS));
+  json_object_set_new(j, "default_generation_settings",
+                      json_pack("{s:f,s:i,s:f,s:f,s:f}", "temperature", 0.8, "top_k", 40, "top_p",
+                                0.95, "min_p", 0.05, "repeat_penalty", 1.0));
+  char build[128];
+  snprintf(build, sizeof build, "mi-serve (MetaInfer) %s, plugin ABI %d.%d", MI_VERSION,
+           MI_ABI_MAJOR, MI_ABI_MINOR);
+  json_object_set_new(j, "build_info", json_string(build));
+  return send_json(c, 200, j, NULL);
+}
+
+/* The JSON object body of /tokenize or /detokenize, or NULL after a 400. */
+static json_t *small_body(struct MHD_Connection *c, conn *cs, enum MHD_Result *ret) {
+  json_error_t je;
+  json_t *j = json_loadb(cs->body ? cs->body : "", cs->len, JSON_REJECT_DUPLICATES, &je);
+  if (!j || !json_is_object(j)) {
+    char msg[256];
+    if (j) snprintf(msg, sizeof msg, "the request body must be a JSON object");
+    else snprintf(msg, sizeof msg, "We could not parse the JSON body of your request: %s (line %d, "
+                  "column %d)", je.text, je.line, je.column);
+    for (char *p = msg; *p; p++)
+      if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) *p = '?';
+    json_decref(j);
+    *ret = send_error(c, 400, "invalid_request_error", "invalid_json", NULL, "%s", msg);
+    return NULL;
+  }
+  return j;
+}
+
+/* POST /tokenize {content | prompt, add_special?, parse_special?, with_pieces?}
+ * → {tokens:[ids]} (or [{id, piece}]), as llama-server. The text is
+ * tokenized as a completion's prompt is: special tokens parsed, nothing
+ * added unless add_special (the BOS tokenizer_config.json declares). */
+static enum MHD_Result handle_tokenize(struct MHD_Connection *c, conn *cs) {
+  enum MHD_Result ret;
+  json_t *j = small_body(c, cs, &ret);
+  if (!j) return ret;
+  const char *pname = json_object_get(j, "content") ? "content" : "prompt";
+  json_t *t = json_object_get(j, pname);
+  json_t *as = json_object_get(j, "add_special"), *ps = json_object_get(j, "parse_special");
+  json_t *wp = json_object_get(j, "with_pieces");
+  const char *bad = !json_is_string(t) ? pname
+                    : as && !json_is_boolean(as) ? "add_special"
+                    : ps && !json_is_boolean(ps) ? "parse_special"
+                    : wp && !json_is_boolean(wp) ? "with_pieces"
+                                                 : NULL;
+  if (bad) {
+    ret = send_error(c, 400, "invalid_request_error", "invalid_type", bad,
+                     !strcmp(bad, pname) ? "'%s' must be a string" : "'%s' must be a boolean", bad);
+    json_decref(j);
+    return ret;
+  }
+  int32_t *ids = NULL;
+  size_t n = 0;
+  int rc = mi_tokenizer_encode(S.eng->tok, json_string_value(t), json_string_length(t),
+                               !ps || json_is_true(ps), &ids, &n);
+  if (rc != 0) {
+    ret = send_error(c, 400, "invalid_request_error", "invalid_value", pname,
+                     "cannot tokenize '%s': %s", pname, mi_tokenizer_strerror(rc));
+    json_decref(j);
+    return ret;
+  }
+  json_t *arr = json_array();
+  int32_t bos = mi_tokenizer_bos_id(S.eng->tok);
+  if (json_is_true(as) && bos >= 0) json_array_append_new(arr, json_integer(bos));
+  for (size_t i = 0; i < n; i++) {
+    if (json_is_true(wp)) {
+      char *piece = mi_tokenizer_decode(S.eng->tok, &ids[i], 1, NULL, NULL);
+      json_array_append_new(arr, json_pack("{s:i,s:o}", "id", ids[i],
+                                           "piece", json_string(piece ? piece : "")));
+      free(piece);
+    } else {
+      json_array_append_new(arr, json_integer(ids[i]));
+    }
+  }
+  free(ids);
+  json_decref(j);
+  return send_json(c, 200, json_pack("{s:o}", "tokens", arr), NULL);
+}
+
+/* POST /detokenize {tokens:[ids]} → {content}. The body limit bounds the
+ * array; every id must be in the tokenizer's vocabulary. */
+static enum MHD_Result handle_detokenize(struct MHD_Connection *c, conn *cs) {
+  enum MHD_Result ret;
+  json_t *j = small_body(c, cs, &ret);
+  if (!j) return ret;
+  json_t *t = json_object_get(j, "tokens");
+  if (!json_is_array(t)) {
+    json_decref(j);
+    return send_error(c, 400, "invalid_request_error", "invalid_type", "tokens",
+                      "'tokens' must be an array of token ids");
+  }
+  size_t n = json_array_size(t), vocab = mi_tokenizer_vocab_size(S.eng->tok);
+  int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+  if (!ids) {
+    json_decref(j);
+    return send_error(c, 500, "server_error", NULL, NULL, "out of memory");
+  }
+  for (size_t i = 0; i < n; i++) {
+    json_t *v = json_array_get(t, i);
+    json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+    if (id < 0 || (size_t)id >= vocab || !mi_tokenizer_token_str(S.eng->tok, (int32_t)id)) {
+      free(ids);
+      json_decref(j);
+      return send_error(c, 400, "invalid_request_error", "invalid_value", "tokens",
+                        "'tokens[%zu]' is not a token id of this model's vocabulary (%zu ids)", i,
+                        vocab);
+    }
+    ids[i] = (int32_t)id;
+  }
+  json_decref(j);
+  int rc = 0;
+  size_t len = 0;
+  char *s = mi_tokenizer_decode(S.eng->tok, ids, n, &len, &rc);
+  free(ids);
+  if (!s)
+    return send_error(c, 400, "invalid_request_error", "invalid_value", "tokens",
+                      "cannot detokenize: %s", mi_tokenizer_strerror(rc));
+  json_t *content = json_stringn(s, len);
+  free(s);
+  return send_json(c, 200, json_pack("{s:o}", "content", content ? content : json_string("")),
+                   NULL);
+}
+
 static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int chat) {
   serve_req sr;
   serve_err e;
@@ -831,6 +991,15 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
     serve_req_free(&sr);
     return ret;
   }
+  for (size_t i = 0; i < sr.n_bias; i++)
+    if (sr.bias_ids[i] >= S.eng->info.vocab_size) {
+      enum MHD_Result ret = send_error(c, 400, "invalid_request_error", "invalid_value",
+                                       "logit_bias",
+                                       "'logit_bias' token %d is outside the vocabulary (%lld ids)",
+                                       sr.bias_ids[i], (long long)S.eng->info.vocab_size);
+      serve_req_free(&sr);
+      return ret;
+    }
   int32_t *ids = NULL;
   size_t n_ids = 0;
   if (build_prompt(&sr, &ids, &n_ids, &e) != 0) {
@@ -858,7 +1027,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
   }
   pthread_mutex_init(&r->mu, NULL);
   pthread_cond_init(&r->cv, NULL);
-  r->refs = 2; /* this handler (or its stream) + the scheduler */
+  r->refs = 3; /* this handler (or its stream) + the scheduler + the log line */
   r->r = sr;
   r->ids = ids;
   r->n_ids = n_ids;
@@ -882,6 +1051,10 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
                                   : (uint64_t)time(NULL) * 6364136223846793005ULL + k;
   gp->stop = r->r.stop;
   gp->n_stop = r->r.n_stop;
+  /* the sampler copies these: this sequence only */
+  gp->sampling.bias_ids = r->r.bias_ids;
+  gp->sampling.bias_vals = r->r.bias_vals;
+  gp->sampling.n_bias = r->r.n_bias;
 
   /* enqueue, or 503 when the queue is full */
   pthread_mutex_lock(&S.mu);
@@ -891,6 +1064,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
     pthread_mutex_unlock(&S.mu);
     r->refs = 1;
     req_unref(r);
+    r = NULL;
     return send_error(c, 503, "server_error", stopping ? "shutting_down" : "server_busy", NULL,
                       stopping ? "the server is shutting down"
                                : "the server is busy (the queue is full): retry later");
@@ -900,6 +1074,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
   else S.q_head = r;
   S.q_tail = r;
   S.q_len++;
+  cs->r = r; /* completed() logs its token counts and drops this reference */
   mi_log(MI_LOG_INFO, "mi-serve", "%s queued (%d waiting, %d running)", r->id, S.q_len, S.running);
   pthread_cond_signal(&S.cv);
   pthread_mutex_unlock(&S.mu);
@@ -923,6 +1098,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     enum MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
+    cs->status = 200;
     pthread_mutex_lock(&S.mu);
     S.m.requests[2]++;
     pthread_mutex_unlock(&S.mu);
@@ -948,6 +1124,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
   int status = r->status ? r->status : 500;
   enum MHD_Result ret;
   if (status == 499) {
+    cs->status = 499;
     ret = MHD_NO; /* nobody is listening */
   } else {
     ret = send_buf(c, status, "application/json", r->out ? r->out : "{}", r->out ? r->out_len : 2,
@@ -970,6 +1147,13 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     cs->fd = ci ? ci->connect_fd : -1;
+    cs->t0 = mi_now_seconds();
+    snprintf(cs->method, sizeof cs->method, "%s", method);
+    snprintf(cs->path, sizeof cs->path, "%s", url);
+    for (char *p = cs->method; *p; p++)
+      if ((unsigned char)*p < 0x21 || (unsigned char)*p > 0x7e) *p = '?';
+    for (char *p = cs->path; *p; p++)
+      if ((unsigned char)*p < 0x21 || (unsigned char)*p > 0x7e) *p = '?';
     *state = cs;
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > S.cfg.max_body) cs->too_big = 1;
@@ -982,6 +1166,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
     *upload_size = 0;
     return MHD_YES;
   }
+  cur_conn = cs;
   int is_get = !strcmp(method, "GET"), is_post = !strcmp(method, "POST");
   if (!strcmp(url, "/health") && is_get) {
     if (!S.ready)
@@ -998,22 +1183,34 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
   int is_compl = !strcmp(url, "/v1/completions") || !strcmp(url, "/completions");
   int is_models = !strcmp(url, "/v1/models") || !strcmp(url, "/models");
   int is_metrics = !strcmp(url, "/metrics");
-  if (!is_chat && !is_compl && !is_models && !is_metrics)
+  int is_tok = !strcmp(url, "/tokenize"), is_detok = !strcmp(url, "/detokenize");
+  int is_props = !strcmp(url, "/props");
+  const char *model_id = !strncmp(url, "/v1/models/", 11) ? url + 11
+                         : !strncmp(url, "/models/", 8)   ? url + 8
+                                                          : NULL;
+  if (model_id && !*model_id) model_id = NULL;
+  if (!is_chat && !is_compl && !is_models && !is_metrics && !is_tok && !is_detok && !is_props &&
+      !model_id)
     return send_error(c, 404, "invalid_request_error", "not_found", NULL, "no route %s %s",
                       method, url);
-  if ((is_chat || is_compl) ? !is_post : !is_get)
+  if ((is_chat || is_compl || is_tok || is_detok) ? !is_post : !is_get)
     return send_error(c, 405, "invalid_request_error", "method_not_allowed", NULL,
                       "%s %s is not allowed", method, url);
   if (is_metrics) return handle_metrics(c);
   if (!S.ready)
     return send_error(c, 503, "server_error", "loading", NULL, "the model is loading");
-  if (is_models) {
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:{s:I,s:I}}", "id", S.cfg.alias, "object", "model",
-                          "created", (json_int_t)time(NULL), "owned_by", "metainfer", "meta",
-                          "n_ctx", (json_int_t)S.cfg.ctx, "n_vocab",
-                          (json_int_t)S.eng->info.vocab_size);
-    return send_json(c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m), NULL);
+  if (is_models) return send_json(c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data",
+                                                   model_json()), NULL);
+  if (model_id) {
+    if (strcmp(model_id, S.cfg.alias) != 0)
+      return send_error(c, 404, "invalid_request_error", "model_not_found", "model",
+                        "The model '%s' does not exist (this server serves '%s')", model_id,
+                        S.cfg.alias);
+    return send_json(c, 200, model_json(), NULL);
   }
+  if (is_props) return handle_props(c);
+  if (is_tok) return handle_tokenize(c, cs);
+  if (is_detok) return handle_detokenize(c, cs);
   return handle_completion(c, cs, is_chat);
 }
 
@@ -1024,6 +1221,18 @@ static void completed(void *cls, struct MHD_Connection *c, void **state,
   (void)toe;
   conn *cs = *state;
   if (!cs) return;
+  /* one line per request: never the prompt or the answer */
+  char toks[96] = "";
+  if (cs->r) {
+    pthread_mutex_lock(&cs->r->mu);
+    snprintf(toks, sizeof toks, " prompt=%zu completion=%lld", cs->r->n_ids,
+             (long long)cs->r->n_gen);
+    pthread_mutex_unlock(&cs->r->mu);
+    req_unref(cs->r);
+  }
+  fprintf(stderr, "mi-serve: %s %s %d%s %.1f ms\n", cs->method, cs->path, cs->status, toks,
+          (mi_now_seconds() - cs->t0) * 1e3);
+  if (cur_conn == cs) cur_conn = NULL;
   free(cs->body);
   free(cs);
   *state = NULL;
@@ -1035,7 +1244,8 @@ static void usage(FILE *f) {
   fputs("usage: mi-serve -m MODEL_DIR [options]\n"
         "\n"
         "An OpenAI-compatible server: POST /v1/chat/completions, POST /v1/completions,\n"
-        "GET /v1/models, GET /health, GET /metrics.\n"
+        "GET /v1/models, GET /v1/models/{id}, POST /tokenize, POST /detokenize, GET /props,\n"
+        "GET /health, GET /metrics. One line per request on stderr.\n"
         "\n"
         "  -m, --model DIR          Hugging Face model directory\n"
         "      --alias NAME         the model's name in the API (default: the folder's name)\n"

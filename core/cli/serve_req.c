@@ -2,6 +2,7 @@
 #include "core/cli/serve_req.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -182,6 +183,170 @@ static int parse_prompt(json_t *root, serve_req *r, serve_err *e) {
               "(one prompt per request)");
 }
 
+/* Fields OpenAI-style clients send that would change the output and that
+ * this server does not implement: refused with a 400 naming them rather
+ * than silently ignored. A value that means "off" passes, so clients that
+ * send every knob at its default (llama.cpp's, vLLM's) still work. Fields
+ * that cannot change the output (user, metadata, store, service_tier,
+ * safety_identifier, prompt_cache_key, cache_prompt, id_slot, n_keep,
+ * timings_per_token, ...) and fields nobody here knows are ignored. */
+enum {
+  U_ANY,      /* refused whatever the value */
+  U_NUM,      /* refused unless the number `off` */
+  U_FALSE,    /* refused unless false */
+  U_TRUE,     /* refused unless true */
+  U_EMPTY,    /* refused unless an empty array, object or string */
+  U_NONEAUTO, /* refused unless "none" or "auto" (meaningless without tools) */
+  U_TEXTONLY, /* refused unless an array of "text" */
+};
+
+typedef struct unsupported {
+  const char *name;
+  int mode;
+  double off;
+  int chat_only;
+  const char *why;
+} unsupported;
+
+static const unsupported UNSUPPORTED[] = {
+    {"grammar", U_ANY, 0, 0, "needs grammar-constrained sampling"},
+    {"json_schema", U_ANY, 0, 0, "needs grammar-constrained sampling"},
+    {"guided_json", U_ANY, 0, 0, "needs grammar-constrained sampling"},
+    {"guided_regex", U_ANY, 0, 0, "needs grammar-constrained sampling"},
+    {"guided_choice", U_ANY, 0, 0, "needs grammar-constrained sampling"},
+    {"guided_grammar", U_ANY, 0, 0, "needs grammar-constrained sampling"},
+    {"structured_outputs", U_ANY, 0, 0, "needs grammar-constrained sampling"},
+    {"tool_choice", U_NONEAUTO, 0, 0, "tool calls are not supported"},
+    {"parallel_tool_calls", U_ANY, 0, 0, "tool calls are not supported"},
+    {"functions", U_EMPTY, 0, 0, "function calls are not supported"},
+    {"function_call", U_NONEAUTO, 0, 0, "function calls are not supported"},
+    {"prediction", U_ANY, 0, 0, "predicted outputs are not supported"},
+    {"audio", U_ANY, 0, 0, "only text is supported"},
+    {"modalities", U_TEXTONLY, 0, 0, "only [\"text\"] is supported"},
+    {"web_search_options", U_ANY, 0, 0, "there is no web search"},
+    {"reasoning_effort", U_ANY, 0, 0, "use chat_template_kwargs.enable_thinking"},
+    {"verbosity", U_ANY, 0, 0, NULL},
+    {"echo", U_FALSE, 0, 1, NULL}, /* vLLM's chat echo; completions check it below */
+    {"prompt_logprobs", U_ANY, 0, 0, NULL},
+    {"min_tokens", U_NUM, 0, 0, NULL},
+    {"use_beam_search", U_FALSE, 0, 0, NULL},
+    {"length_penalty", U_NUM, 1, 0, NULL},
+    {"repetition_penalty", U_NUM, 1, 0, "use repeat_penalty"},
+    {"stop_token_ids", U_EMPTY, 0, 0, NULL},
+    {"bad_words", U_EMPTY, 0, 0, "use logit_bias"},
+    {"allowed_token_ids", U_EMPTY, 0, 0, "use logit_bias"},
+    {"include_stop_str_in_output", U_FALSE, 0, 0, NULL},
+    {"truncate_prompt_tokens", U_ANY, 0, 0, NULL},
+    {"add_generation_prompt", U_TRUE, 0, 1, NULL},
+    {"continue_final_message", U_FALSE, 0, 1, NULL},
+    {"chat_template", U_ANY, 0, 0, "the model folder's template is used"},
+    {"documents", U_EMPTY, 0, 0, NULL},
+    {"n_predict", U_ANY, 0, 0, "use max_tokens"},
+    {"n_probs", U_NUM, 0, 0, "use logprobs"},
+    {"typical_p", U_NUM, 1, 0, NULL},
+    {"tfs_z", U_NUM, 1, 0, NULL},
+    {"mirostat", U_NUM, 0, 0, NULL},
+    {"dynatemp_range", U_NUM, 0, 0, NULL},
+    {"dry_multiplier", U_NUM, 0, 0, NULL},
+    {"xtc_probability", U_NUM, 0, 0, NULL},
+    {"top_n_sigma", U_NUM, -1, 0, NULL},
+    {"repeat_last_n", U_NUM, 64, 0, "the penalty looks at the last 64 tokens"},
+    {"penalty_last_n", U_NUM, 64, 0, "the penalty looks at the last 64 tokens"},
+    {"samplers", U_ANY, 0, 0, "the sampler order is fixed"},
+    {"lora", U_EMPTY, 0, 0, NULL},
+    {"t_max_predict_ms", U_NUM, 0, 0, "use max_tokens"},
+};
+
+static int is_off(json_t *v, const unsupported *u) {
+  switch (u->mode) {
+  case U_NUM: return json_is_number(v) && json_number_value(v) == u->off;
+  case U_FALSE: return json_is_false(v);
+  case U_TRUE: return json_is_true(v);
+  case U_EMPTY:
+    return (json_is_array(v) && json_array_size(v) == 0) ||
+           (json_is_object(v) && json_object_size(v) == 0) ||
+           (json_is_string(v) && json_string_length(v) == 0);
+  case U_NONEAUTO:
+    return json_is_string(v) &&
+           (!strcmp(json_string_value(v), "none") || !strcmp(json_string_value(v), "auto"));
+  case U_TEXTONLY: {
+    if (!json_is_array(v)) return 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(v, i, m) {
+      if (!json_is_string(m) || strcmp(json_string_value(m), "text")) return 0;
+    }
+    return 1;
+  }
+  default: return 0;
+  }
+}
+
+static int refuse_unsupported(json_t *root, int chat, serve_err *e) {
+  json_t *v;
+  if ((v = field(root, "response_format"))) {
+    json_t *t = json_object_get(v, "type");
+    if (!json_is_object(v) || !json_is_string(t))
+      return fail(e, 400, "response_format", "invalid_type",
+                  "'response_format' must be an object with a string 'type'");
+    const char *ts = json_string_value(t);
+    if (!strcmp(ts, "json_object") || !strcmp(ts, "json_schema"))
+      return fail(e, 400, "response_format", "unsupported_parameter",
+                  "'response_format' is not supported yet (json_object/json_schema need "
+                  "grammar-constrained sampling)");
+    if (strcmp(ts, "text") != 0)
+      return fail(e, 400, "response_format", "invalid_value",
+                  "'response_format.type' must be text, json_object or json_schema");
+  }
+  for (size_t i = 0; i < sizeof UNSUPPORTED / sizeof *UNSUPPORTED; i++) {
+    const unsupported *u = &UNSUPPORTED[i];
+    if (u->chat_only && !chat) continue;
+    if (!(v = field(root, u->name)) || is_off(v, u)) continue;
+    char off[64] = "";
+    if (u->mode == U_NUM) snprintf(off, sizeof off, "only %g, its off value, is accepted", u->off);
+    return fail(e, 400, u->name, "unsupported_parameter", "'%s' is not supported%s%s%s%s%s",
+                u->name, u->why || off[0] ? " (" : "", u->why ? u->why : "",
+                u->why && off[0] ? "; " : "", off, u->why || off[0] ? ")" : "");
+  }
+  return 0;
+}
+
+/* logit_bias: {"TOKEN_ID": BIAS, ...}, ids as decimal strings, biases in
+ * [-100, 100] (OpenAI's). The vocabulary bound is the server's to check. */
+static int parse_logit_bias(json_t *root, serve_req *r, serve_err *e) {
+  json_t *v = field(root, "logit_bias");
+  if (!v) return 0;
+  if (!json_is_object(v))
+    return fail(e, 400, "logit_bias", "invalid_type",
+                "'logit_bias' must be an object of token ids (strings) to numbers in [-100, 100]");
+  size_t n = json_object_size(v);
+  if (n > SERVE_MAX_LOGIT_BIAS)
+    return fail(e, 400, "logit_bias", "invalid_value", "'logit_bias' holds more than %d entries",
+                SERVE_MAX_LOGIT_BIAS);
+  if (n == 0) return 0;
+  r->bias_ids = malloc(n * sizeof(int32_t));
+  r->bias_vals = malloc(n * sizeof(float));
+  if (!r->bias_ids || !r->bias_vals) return fail(e, 500, NULL, NULL, "out of memory");
+  const char *key;
+  json_t *b;
+  json_object_foreach(v, key, b) {
+    size_t kl = strlen(key);
+    int ok = kl > 0 && kl <= 10 && (key[0] != '0' || kl == 1);
+    for (size_t i = 0; ok && i < kl; i++) ok = key[i] >= '0' && key[i] <= '9';
+    long long id = ok ? strtoll(key, NULL, 10) : -1;
+    if (!ok || id > INT32_MAX)
+      return fail(e, 400, "logit_bias", "invalid_value",
+                  "'logit_bias' key '%.32s' is not a token id (a decimal integer)", key);
+    if (!json_is_number(b) || !(json_number_value(b) >= -100 && json_number_value(b) <= 100))
+      return fail(e, 400, "logit_bias", "invalid_value",
+                  "'logit_bias' value for token %lld must be a number in [-100, 100]", id);
+    r->bias_ids[r->n_bias] = (int32_t)id;
+    r->bias_vals[r->n_bias] = (float)json_number_value(b);
+    r->n_bias++;
+  }
+  return 0;
+}
+
 int serve_req_parse(const char *body, size_t len, int chat, serve_req *r, serve_err *e) {
   memset(r, 0, sizeof *r);
   memset(e, 0, sizeof *e);
@@ -297,6 +462,8 @@ int serve_req_parse(const char *body, size_t len, int chat, serve_req *r, serve_
   if (get_bool(root, "ignore_eos", &r->ignore_eos, e)) return -1;
   if ((v = field(root, "tools")) && json_is_array(v) && json_array_size(v) > 0)
     return fail(e, 400, "tools", "unsupported_parameter", "tools are not supported");
+  if (refuse_unsupported(root, chat, e)) return -1;
+  if (parse_logit_bias(root, r, e)) return -1;
   if ((v = field(root, "chat_template_kwargs"))) {
     if (!json_is_object(v))
       return fail(e, 400, "chat_template_kwargs", "invalid_type",
@@ -315,6 +482,8 @@ void serve_req_free(serve_req *r) {
   for (size_t i = 0; i < r->n_msgs; i++) free(r->msgs[i].content);
   free(r->msgs);
   free(r->prompt_ids);
+  free(r->bias_ids);
+  free(r->bias_vals);
   if (r->root) json_decref((json_t *)r->root);
   memset(r, 0, sizeof *r);
 }

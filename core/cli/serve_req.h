@@ -11,6 +11,7 @@
 #define SERVE_MAX_STOP 16
 #define SERVE_MAX_TOP_LOGPROBS 20
 #define SERVE_MAX_MESSAGES 4096
+#define SERVE_MAX_LOGIT_BIAS 1024 /* entries of logit_bias */
 
 typedef struct serve_err {
   int status;        /* HTTP status */
@@ -45,10 +46,20 @@ typedef struct serve_req {
   int stream, include_usage;
   int ignore_eos;
   int enable_thinking;  /* -1: template default */
+  int32_t *bias_ids;    /* logit_bias: ids (not yet checked against the vocabulary) */
+  float *bias_vals;     /* and their biases in [-100, 100] */
+  size_t n_bias;
   void *root;           /* json_t* owning the strings above */
 } serve_req;
 
-/* 0, or -1 with *e filled. On success free with serve_req_free. */
+/* 0, or -1 with *e filled. On success free with serve_req_free.
+ * Fields: those the server honours are parsed; harmless ones that cannot
+ * change the output (user, metadata, store, service_tier, ...) are
+ * accepted; fields known to change the output that the server does not
+ * implement (response_format other than text, grammar, functions, ...) are
+ * refused with a 400 naming them (a value that means "off", e.g.
+ * typical_p 1, passes); any other field is ignored, as llama-server and
+ * vLLM (outside strict mode) do. */
 int serve_req_parse(const char *body, size_t len, int chat, serve_req *out, serve_err *e);
 void serve_req_free(serve_req *r);
 

@@ -12,6 +12,8 @@ struct mi_sampler {
   float *work;    /* [vocab] penalised logits */
   int32_t *cand;  /* [vocab] candidate ids, best first */
   double *prob;   /* [vocab] candidate probabilities */
+  int32_t *bias_ids; /* [p.n_bias] owned copies of p.bias_* */
+  float *bias_vals;
   uint64_t rng;
 };
 
@@ -24,6 +26,9 @@ void mi_sampler_defaults(mi_sampler_params *p) {
   p->repeat_penalty = 1.0f;
   p->repeat_last_n = 64;
   p->seed = 0x5eed;
+  p->bias_ids = NULL;
+  p->bias_vals = NULL;
+  p->n_bias = 0;
 }
 
 mi_sampler *mi_sampler_create(const mi_sampler_params *p, int64_t vocab) {
@@ -35,7 +40,17 @@ mi_sampler *mi_sampler_create(const mi_sampler_params *p, int64_t vocab) {
   s->cand = malloc((size_t)vocab * sizeof(int32_t));
   s->prob = malloc((size_t)vocab * sizeof(double));
   s->rng = p->seed ^ 0x9e3779b97f4a7c15ull;
-  if (!s->work || !s->cand || !s->prob) {
+  s->p.bias_ids = NULL;
+  s->p.bias_vals = NULL;
+  if (p->n_bias > 0) {
+    s->bias_ids = malloc(p->n_bias * sizeof(int32_t));
+    s->bias_vals = malloc(p->n_bias * sizeof(float));
+    if (s->bias_ids && s->bias_vals) {
+      memcpy(s->bias_ids, p->bias_ids, p->n_bias * sizeof(int32_t));
+      memcpy(s->bias_vals, p->bias_vals, p->n_bias * sizeof(float));
+    }
+  }
+  if (!s->work || !s->cand || !s->prob || (p->n_bias > 0 && (!s->bias_ids || !s->bias_vals))) {
     mi_sampler_free(s);
     return NULL;
   }
@@ -47,6 +62,8 @@ void mi_sampler_free(mi_sampler *s) {
   free(s->work);
   free(s->cand);
   free(s->prob);
+  free(s->bias_ids);
+  free(s->bias_vals);
   free(s);
 }
 
@@ -107,8 +124,16 @@ int32_t mi_sampler_sample(mi_sampler *s, const float *logits, const int32_t *his
                           size_t n_history) {
   const int64_t V = s->vocab;
   const float *v = logits;
-  if (s->p.repeat_penalty != 1.0f && n_history > 0) {
+  /* logit bias first, as llama.cpp orders its samplers: a banned token stays
+   * banned whatever the penalty does after */
+  if (s->p.n_bias > 0) {
     memcpy(s->work, logits, (size_t)V * sizeof(float));
+    for (size_t i = 0; i < s->p.n_bias; i++)
+      if (s->bias_ids[i] >= 0 && s->bias_ids[i] < V) s->work[s->bias_ids[i]] += s->bias_vals[i];
+    v = s->work;
+  }
+  if (s->p.repeat_penalty != 1.0f && n_history > 0) {
+    if (v != s->work) memcpy(s->work, logits, (size_t)V * sizeof(float));
     size_t from = s->p.repeat_last_n > 0 && n_history > (size_t)s->p.repeat_last_n
                       ? n_history - (size_t)s->p.repeat_last_n
                       : 0;

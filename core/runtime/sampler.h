@@ -15,6 +15,13 @@ typedef struct mi_sampler_params {
   float repeat_penalty; /* 1: off */
   int repeat_last_n;    /* tokens of history the penalty looks at */
   uint64_t seed;
+  /* OpenAI logit_bias: bias_vals[i] is added to the logit of bias_ids[i]
+   * before anything else (greedy included). mi_sampler_create copies them:
+   * the arrays need not outlive that call. Ids outside the vocabulary are
+   * skipped. */
+  const int32_t *bias_ids;
+  const float *bias_vals;
+  size_t n_bias;
 } mi_sampler_params;
 
 void mi_sampler_defaults(mi_sampler_params *p);

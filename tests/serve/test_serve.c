@@ -5,7 +5,10 @@
  *  - concurrent clients get exactly what each gets alone (nothing mixed);
  *  - the malformed cases answer OpenAI's error shape with the right status;
  *  - /health is 503 while loading; --api-key; a full queue answers 503 with
- *    Retry-After; a client that leaves frees its sequence; SIGTERM drains. */
+ *    Retry-After; a client that leaves frees its sequence; SIGTERM drains;
+ *  - fields the server does not implement are refused with a 400 naming
+ *    them; logit_bias bans and forces tokens (greedy too); /tokenize,
+ *    /detokenize, /props, /v1/models/{id}; one log line per request. */
 #include "serve_util.h"
 
 #include <check.h>
@@ -631,6 +634,255 @@ START_TEST(metrics_text) {
 }
 END_TEST
 
+/* ---- refused fields, logit_bias, tokenizer endpoints, /props, log ---- */
+
+START_TEST(unsupported_fields_refused) {
+  int p = g_srv.port;
+  const char *C = "/v1/chat/completions", *P = "/v1/completions";
+  static const struct {
+    const char *more, *param;
+  } chat[] = {
+      {"\"response_format\":{\"type\":\"json_object\"}", "response_format"},
+      {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\"}}",
+       "response_format"},
+      {"\"response_format\":{\"type\":\"yaml\"}", "response_format"},
+      {"\"response_format\":\"json\"", "response_format"},
+      {"\"grammar\":\"root ::= \\\"a\\\"\"", "grammar"},
+      {"\"json_schema\":{}", "json_schema"},
+      {"\"guided_regex\":\"a+\"", "guided_regex"},
+      {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "tools"},
+      {"\"tool_choice\":\"required\"", "tool_choice"},
+      {"\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", "tool_choice"},
+      {"\"parallel_tool_calls\":true", "parallel_tool_calls"},
+      {"\"functions\":[{\"name\":\"f\"}]", "functions"},
+      {"\"function_call\":{\"name\":\"f\"}", "function_call"},
+      {"\"n\":2", "n"},
+      {"\"echo\":true", "echo"},
+      {"\"prediction\":{\"type\":\"content\",\"content\":\"x\"}", "prediction"},
+      {"\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}", "audio"},
+      {"\"modalities\":[\"text\",\"audio\"]", "modalities"},
+      {"\"reasoning_effort\":\"low\"", "reasoning_effort"},
+      {"\"presence_penalty\":0.5", "presence_penalty"},
+      {"\"typical_p\":0.5", "typical_p"},
+      {"\"mirostat\":2", "mirostat"},
+      {"\"repetition_penalty\":1.2", "repetition_penalty"},
+      {"\"min_tokens\":4", "min_tokens"},
+      {"\"logit_bias\":{\"abc\":1}", "logit_bias"},
+      {"\"logit_bias\":{\"5\":101}", "logit_bias"},
+      {"\"logit_bias\":{\"5\":\"1\"}", "logit_bias"},
+      {"\"logit_bias\":{\"-5\":1}", "logit_bias"},
+      {"\"logit_bias\":{\"99999999\":1}", "logit_bias"}, /* over the vocabulary */
+      {"\"logit_bias\":[[5,1]]", "logit_bias"},
+  };
+  for (size_t i = 0; i < sizeof chat / sizeof *chat; i++) {
+    char *body = chat_body("x", 2, chat[i].more);
+    expect_error(p, "POST", C, NULL, body, 400, chat[i].param, NULL);
+    free(body);
+  }
+  expect_error(p, "POST", P, NULL, "{\"prompt\":\"x\",\"echo\":true}", 400, "echo", NULL);
+  expect_error(p, "POST", P, NULL, "{\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "suffix", NULL);
+  expect_error(p, "POST", P, NULL, "{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of", NULL);
+  expect_error(p, "POST", P, NULL, "{\"prompt\":\"x\",\"grammar\":\"g\"}", 400, "grammar", NULL);
+  /* over SERVE_MAX_LOGIT_BIAS entries */
+  char *big = malloc(64 * 1100);
+  strcpy(big, "{\"prompt\":\"x\",\"logit_bias\":{");
+  for (int i = 0; i < 1100; i++) sprintf(big + strlen(big), "%s\"%d\":1", i ? "," : "", i);
+  strcat(big, "}}");
+  expect_error(p, "POST", P, NULL, big, 400, "logit_bias", NULL);
+  free(big);
+  /* harmless fields, "off" values and unknown fields pass */
+  char *body = chat_body("x", 2,
+                         "\"user\":\"u1\",\"metadata\":{\"k\":\"v\"},\"store\":false,"
+                         "\"service_tier\":\"auto\",\"response_format\":{\"type\":\"text\"},"
+                         "\"tool_choice\":\"none\",\"tools\":[],\"typical_p\":1,\"mirostat\":0,"
+                         "\"modalities\":[\"text\"],\"logit_bias\":{},\"some_future_field\":7");
+  http_resp r = http(p, "POST", C, NULL, body);
+  free(body);
+  ck_assert_msg(r.status == 200, "status %d: %s", r.status, r.body);
+  free(r.raw);
+}
+END_TEST
+
+/* The first generated token's raw bytes (chat, logprobs; greedy unless
+ * more sets a temperature). */
+static void first_token_bytes(const char *more, unsigned char *b, size_t *nb) {
+  char body[1024];
+  snprintf(body, sizeof body,
+           "{\"messages\":[{\"role\":\"user\",\"content\":\"The capital of France is\"}],"
+           "\"max_tokens\":2,\"logprobs\":true%s%s%s}",
+           more && strstr(more, "temperature") ? "" : ",\"temperature\":0", more ? "," : "",
+           more ? more : "");
+  http_resp r = http(g_srv.port, "POST", "/v1/chat/completions", NULL, body);
+  ck_assert_msg(r.status == 200, "status %d: %s", r.status, r.body);
+  json_t *j = json_of(&r);
+  json_t *e = json_array_get(json_object_get(json_object_get(
+      json_array_get(json_object_get(j, "choices"), 0), "logprobs"), "content"), 0);
+  json_t *bytes = json_object_get(e, "bytes");
+  *nb = json_array_size(bytes);
+  ck_assert_uint_lt(*nb, 64);
+  for (size_t i = 0; i < *nb; i++) b[i] = (unsigned char)json_integer_value(json_array_get(bytes, i));
+  json_decref(j);
+  free(r.raw);
+}
+
+static int same_token(const unsigned char *b, size_t nb, int32_t id) {
+  size_t n = 0;
+  const unsigned char *tb = mi_tokenizer_token_bytes(g_tok, id, &n);
+  return tb && n == nb && memcmp(tb, b, n) == 0;
+}
+
+/* greedy: -100 on the greedy first token T makes another come first; +100
+ * on some other token U makes U come first */
+START_TEST(logit_bias_bans_and_forces) {
+  ref_out ref;
+  mi_run("The capital of France is", 1, 1, &ref);
+  ck_assert_int_eq(ref.n, 1);
+  int32_t T = ref.ids[0], U = mi_tokenizer_token_id(g_tok, "Paris");
+  ck_assert_int_ge(U, 0);
+  ck_assert_int_ne(U, T);
+  unsigned char b[64];
+  size_t nb;
+  first_token_bytes(NULL, b, &nb);
+  ck_assert_msg(same_token(b, nb, T), "the server's greedy first token is not mi-run's %d", T);
+  char m[128];
+  snprintf(m, sizeof m, "\"logit_bias\":{\"%d\":-100}", T);
+  first_token_bytes(m, b, &nb);
+  ck_assert_msg(!same_token(b, nb, T), "logit_bias -100 on %d: it still came first", T);
+  snprintf(m, sizeof m, "\"logit_bias\":{\"%d\":100}", U);
+  first_token_bytes(m, b, &nb);
+  ck_assert_msg(same_token(b, nb, U), "logit_bias 100 on %d: it did not come first", U);
+  /* sampled (temperature 1) too: a forced token wins every draw */
+  snprintf(m, sizeof m, "\"logit_bias\":{\"%d\":100},\"temperature\":1,\"seed\":7", U);
+  first_token_bytes(m, b, &nb);
+  ck_assert(same_token(b, nb, U));
+}
+END_TEST
+
+START_TEST(tokenize_detokenize) {
+  int p = g_srv.port;
+  const char *text = "Hello, w\xc3\xb6rld! <|im_start|>user 1+1=2 \xf0\x9f\x99\x82";
+  json_t *req = json_pack("{s:s}", "content", text);
+  char *body = json_dumps(req, JSON_COMPACT);
+  json_decref(req);
+  http_resp r = http(p, "POST", "/tokenize", NULL, body);
+  free(body);
+  ck_assert_msg(r.status == 200, "status %d: %s", r.status, r.body);
+  json_t *j = json_of(&r);
+  json_t *toks = json_object_get(j, "tokens");
+  int32_t *want = NULL;
+  size_t n = 0;
+  ck_assert_int_eq(mi_tokenizer_encode(g_tok, text, strlen(text), 1, &want, &n), 0);
+  ck_assert_int_eq((int)json_array_size(toks), (int)n);
+  for (size_t i = 0; i < n; i++) ck_assert_int_eq(json_integer_value(json_array_get(toks, i)), want[i]);
+  int special = 0; /* special tokens are parsed, as in a prompt */
+  for (size_t i = 0; i < n; i++) special |= want[i] == mi_tokenizer_token_id(g_tok, "<|im_start|>");
+  ck_assert(special);
+  free(want);
+  /* round trip */
+  json_t *dreq = json_pack("{s:O}", "tokens", toks);
+  body = json_dumps(dreq, JSON_COMPACT);
+  json_decref(dreq);
+  json_decref(j);
+  free(r.raw);
+  r = http(p, "POST", "/detokenize", NULL, body);
+  free(body);
+  ck_assert_msg(r.status == 200, "status %d: %s", r.status, r.body);
+  j = json_of(&r);
+  ck_assert_str_eq(json_string_value(json_object_get(j, "content")), text);
+  json_decref(j);
+  free(r.raw);
+  /* "prompt" as another name for the text; with_pieces */
+  r = http(p, "POST", "/tokenize", NULL, "{\"prompt\":\"Hi\",\"with_pieces\":true}");
+  ck_assert_int_eq(r.status, 200);
+  j = json_of(&r);
+  json_t *t0 = json_array_get(json_object_get(j, "tokens"), 0);
+  ck_assert_str_eq(json_string_value(json_object_get(t0, "piece")), "Hi");
+  json_decref(j);
+  free(r.raw);
+  /* hostile input */
+  expect_error(p, "POST", "/tokenize", NULL, "{\"content\":5}", 400, "content", NULL);
+  expect_error(p, "POST", "/tokenize", NULL, "{}", 400, "prompt", NULL);
+  expect_error(p, "POST", "/tokenize", NULL, "{\"content\":\"x\",\"add_special\":1}", 400,
+               "add_special", NULL);
+  expect_error(p, "POST", "/tokenize", NULL, "[", 400, NULL, "invalid_json");
+  expect_error(p, "POST", "/detokenize", NULL, "{\"tokens\":[1,-1]}", 400, "tokens", NULL);
+  expect_error(p, "POST", "/detokenize", NULL, "{\"tokens\":[99999999]}", 400, "tokens", NULL);
+  expect_error(p, "POST", "/detokenize", NULL, "{\"tokens\":[\"a\"]}", 400, "tokens", NULL);
+  expect_error(p, "POST", "/detokenize", NULL, "{\"tokens\":5}", 400, "tokens", NULL);
+  expect_error(p, "GET", "/tokenize", NULL, NULL, 405, NULL, NULL);
+  /* deep JSON: refused by the parser, and the server lives on */
+  char *deep = malloc(40000);
+  strcpy(deep, "{\"tokens\":");
+  memset(deep + 10, '[', 10000);
+  deep[10010] = 0;
+  expect_error(p, "POST", "/detokenize", NULL, deep, 400, NULL, "invalid_json");
+  free(deep);
+}
+END_TEST
+
+START_TEST(props_and_model_by_id) {
+  int p = g_srv.port;
+  http_resp r = http(p, "GET", "/props", NULL, NULL);
+  ck_assert_int_eq(r.status, 200);
+  json_t *j = json_of(&r);
+  ck_assert_str_eq(json_string_value(json_object_get(j, "model")), "tiny-seed5");
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "n_ctx")), 256);
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "total_slots")), 4);
+  ck_assert(json_is_true(json_object_get(j, "has_chat_template")));
+  ck_assert(json_is_true(json_object_get(j, "batched_decode")));
+  ck_assert_int_gt(json_integer_value(json_object_get(j, "n_vocab")), 0);
+  ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(j, "build_info")), "MetaInfer"));
+  json_decref(j);
+  free(r.raw);
+  r = http(g_srv_nb.port, "GET", "/props", NULL, NULL);
+  j = json_of(&r);
+  ck_assert(json_is_false(json_object_get(j, "batched_decode")));
+  json_decref(j);
+  free(r.raw);
+  r = http(p, "GET", "/v1/models/tiny-seed5", NULL, NULL);
+  ck_assert_int_eq(r.status, 200);
+  j = json_of(&r);
+  ck_assert_str_eq(json_string_value(json_object_get(j, "id")), "tiny-seed5");
+  ck_assert_str_eq(json_string_value(json_object_get(j, "object")), "model");
+  json_decref(j);
+  free(r.raw);
+  expect_error(p, "GET", "/v1/models/gpt-4o", NULL, NULL, 404, "model", "model_not_found");
+  expect_error(p, "POST", "/props", NULL, "{}", 405, NULL, NULL);
+}
+END_TEST
+
+/* One line per request on stderr with method, path, status, token counts
+ * and wall time; never the prompt. */
+START_TEST(request_log_line) {
+  const char *secret = "zebra-7f3a-secret";
+  char body[256];
+  snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":3,\"temperature\":0,"
+           "\"ignore_eos\":true}", secret);
+  http_resp r = http(g_srv_nb.port, "POST", "/v1/completions", NULL, body);
+  ck_assert_int_eq(r.status, 200);
+  json_t *j = json_of(&r);
+  long np = (long)json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens"));
+  json_decref(j);
+  free(r.raw);
+  char want[128];
+  snprintf(want, sizeof want, "mi-serve: POST /v1/completions 200 prompt=%ld completion=3 ", np);
+  int found = 0, leaked = 0;
+  /* written when the connection completes, just after the reply */
+  for (double t0 = now_s(); !found && now_s() - t0 < 5; usleep(10000)) {
+    FILE *f = fopen(g_srv_nb.log, "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+      if (strstr(line, secret)) leaked = 1;
+      const char *at = strstr(line, want);
+      if (at && strstr(at, " ms\n")) found = 1;
+    }
+    if (f) fclose(f);
+  }
+  ck_assert_msg(found, "no line '%s... ms' in %s", want, g_srv_nb.log);
+  ck_assert_msg(!leaked, "the prompt text is in the log %s", g_srv_nb.log);
+}
+END_TEST
+
 int main(void) {
   setup();
   Suite *s = suite_create("serve");
@@ -648,6 +900,11 @@ int main(void) {
   tcase_add_test(tc, concurrent_clients_not_mixed);
   tcase_add_test(tc, malformed_requests);
   tcase_add_test(tc, metrics_text);
+  tcase_add_test(tc, unsupported_fields_refused);
+  tcase_add_test(tc, logit_bias_bans_and_forces);
+  tcase_add_test(tc, tokenize_detokenize);
+  tcase_add_test(tc, props_and_model_by_id);
+  tcase_add_test(tc, request_log_line);
   tcase_add_test(tc, health_503_while_loading_then_200);
   tcase_add_test(tc, api_key);
   tcase_add_test(tc, queue_full_and_disconnect);
