@@ -36,6 +36,9 @@ static void one(const uint8_t *data, size_t size, int chat) {
     FUZZ_CHECK(r.top_logprobs >= 0 && r.top_logprobs <= SERVE_MAX_TOP_LOGPROBS, "top_logprobs");
     FUZZ_CHECK(r.n_stop <= SERVE_MAX_STOP, "n_stop");
     for (size_t i = 0; i < r.n_stop; i++) FUZZ_CHECK(r.stop[i][0], "empty stop string kept");
+    FUZZ_CHECK(r.n_bias <= SERVE_MAX_LOGIT_BIAS && (!r.n_bias || (r.bias_ids && r.bias_vals)), "logit_bias count");
+    for (size_t i = 0; i < r.n_bias; i++)
+      FUZZ_CHECK(r.bias_ids[i] >= 0 && r.bias_vals[i] >= -100 && r.bias_vals[i] <= 100, "logit_bias entry %zu", i);
     FUZZ_CHECK(!r.include_usage || r.stream, "include_usage without stream");
   }
   serve_req_free(&r);
