@@ -104,6 +104,12 @@ int mi_ckb_put(const char *dir, json_t *entry, mi_ckb_put_mode mode, mi_ckb_diag
 typedef int (*mi_expr_lookup)(void *user, const char *name, size_t len, int64_t *out);
 int mi_expr_eval(const char *expr, mi_expr_lookup lookup, void *user, int64_t *out, char *err,
                  size_t err_len);
+/* The same over doubles, without comparisons ("partial_rotary_factor *
+ * head_dim"): real division, decimal numbers; a result that is not finite
+ * is an error. */
+typedef int (*mi_expr_lookup_f64)(void *user, const char *name, size_t len, double *out);
+int mi_expr_eval_f64(const char *expr, mi_expr_lookup_f64 lookup, void *user, double *out,
+                     char *err, size_t err_len);
 /* Calls fn for every name in expr (for checks); -1 on a syntax error. */
 int mi_expr_names(const char *expr, void (*fn)(void *user, const char *name, size_t len),
                   void *user, char *err, size_t err_len);
@@ -124,6 +130,18 @@ const mi_ckb_entry *mi_ckb_find_model(const mi_ckb *c, const json_t *architectur
  * of a config.json object, or NULL. */
 json_t *mi_ckb_model_sequences(const json_t *model);
 const json_t *mi_ckb_config_at(const json_t *cfg, const char *path);
+
+/* ---- binding a model contract to a checkpoint's config.json ----
+ * mi_ckb_config_value: the value of the config field `name` the contract
+ * lists (its `path` where it is nested, else its name; in text_config when
+ * the top level lacks it), else the entry's `default`; for a name the
+ * contract does not list, config.json's own top-level value. NULL (or JSON
+ * null) when there is none. mi_ckb_layer_kind: layer l's kind in a contract
+ * with layer_kinds (config.json's per-layer array, else every interval-th
+ * layer the first-listed kind and the others the second: the composer's
+ * rule); NULL when the contract has no kinds or cannot tell. */
+const json_t *mi_ckb_config_value(const json_t *model, const json_t *cfg, const char *name, size_t len);
+const char *mi_ckb_layer_kind(const json_t *model, const json_t *cfg, int64_t l);
 
 /* ---- transactions ----
  * A staging copy of the CKB beside it (staging), written and checked, then

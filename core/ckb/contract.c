@@ -30,3 +30,42 @@ const json_t *mi_ckb_config_at(const json_t *cfg, const char *path) {
   }
   return v;
 }
+
+static const json_t *present(const json_t *v) { return v && !json_is_null(v) ? v : NULL; }
+
+const json_t *mi_ckb_config_value(const json_t *model, const json_t *cfg, const char *name, size_t len) {
+  char key[128];
+  snprintf(key, sizeof key, "%.*s", (int)(len < 127 ? len : 127), name);
+  const json_t *tc = json_object_get(cfg, "text_config");
+  size_t i;
+  json_t *f;
+  json_array_foreach(json_object_get(model, "config"), i, f) {
+    const char *n = json_string_value(json_object_get(f, "name"));
+    if (!n || strcmp(n, key)) continue;
+    const char *path = json_string_value(json_object_get(f, "path"));
+    const json_t *v = present(mi_ckb_config_at(cfg, path ? path : key));
+    if (!v && path) v = present(json_object_get(cfg, key)); /* the flat spelling of a nested field */
+    if (!v && json_is_object(tc)) v = present(mi_ckb_config_at(tc, path ? path : key));
+    return v ? v : json_object_get(f, "default");
+  }
+  const json_t *v = present(json_object_get(cfg, key));
+  return v || !json_is_object(tc) ? v : present(json_object_get(tc, key));
+}
+
+const char *mi_ckb_layer_kind(const json_t *model, const json_t *cfg, int64_t l) {
+  const json_t *lk = json_object_get(model, "layer_kinds");
+  const json_t *kinds = json_object_get(lk, "kinds");
+  if (!json_is_object(kinds) || l < 0) return NULL;
+  const char *an = json_string_value(json_object_get(lk, "config"));
+  const json_t *arr = an ? mi_ckb_config_value(model, cfg, an, strlen(an)) : NULL;
+  if (json_is_array(arr)) {
+    const char *k = json_string_value(json_array_get(arr, (size_t)l));
+    return k && json_object_get(kinds, k) ? k : NULL;
+  }
+  const char *ivn = json_string_value(json_object_get(lk, "interval"));
+  const json_t *iv = ivn ? mi_ckb_config_value(model, cfg, ivn, strlen(ivn)) : NULL;
+  if (!json_is_integer(iv) || json_integer_value(iv) < 1 || json_object_size(kinds) != 2) return NULL;
+  void *it = json_object_iter((json_t *)kinds);
+  if ((l + 1) % json_integer_value(iv) != 0) it = json_object_iter_next((json_t *)kinds, it);
+  return it ? json_object_iter_key(it) : NULL;
+}

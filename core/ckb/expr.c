@@ -3,8 +3,10 @@
  * never allocates, and reports syntax errors, unknown names and division by
  * zero as one line. */
 #include <ctype.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/ckb/ckb.h"
@@ -182,4 +184,103 @@ int mi_expr_names(const char *expr, void (*fn)(void *user, const char *name, siz
   if (!fn) fn = ignore_name; /* syntax check only */
   ex e = {expr, expr, NULL, user, fn, err, err_len, 0, 0};
   return run(&e, NULL);
+}
+
+/* ---- real-valued expressions ("int:partial_rotary_factor * head_dim") ----
+ * The same grammar without comparisons, over doubles: + - * / (real
+ * division), unary minus, parentheses, decimal numbers (with a fraction and
+ * an exponent) and names. */
+typedef struct exf {
+  const char *s, *p;
+  mi_expr_lookup_f64 lookup;
+  void *user;
+  char *err;
+  size_t err_len;
+  int failed, depth;
+} exf;
+
+static void exf_fail(exf *e, const char *what) {
+  ex shim = {e->s, e->p, NULL, NULL, NULL, e->err, e->err_len, e->failed, 0};
+  ex_fail(&shim, what);
+  e->failed = 1;
+}
+
+static double f_add(exf *e);
+
+static double f_primary(exf *e) {
+  while (isspace((unsigned char)*e->p)) e->p++;
+  if (e->failed) return 0;
+  if ((*e->p == '(' || *e->p == '-') && e->depth >= MI_EXPR_MAX_DEPTH) {
+    exf_fail(e, "nested too deeply");
+    return 0;
+  }
+  if (*e->p == '(' || *e->p == '-') {
+    int paren = *e->p++ == '(';
+    e->depth++;
+    double v = paren ? f_add(e) : -f_primary(e);
+    e->depth--;
+    if (paren) {
+      while (isspace((unsigned char)*e->p)) e->p++;
+      if (*e->p != ')') exf_fail(e, "expected ')'");
+      else e->p++;
+    }
+    return v;
+  }
+  if (isdigit((unsigned char)*e->p) || (*e->p == '.' && isdigit((unsigned char)e->p[1]))) {
+    char *end;
+    double v = strtod(e->p, &end);
+    e->p = end;
+    return v;
+  }
+  if (isalpha((unsigned char)*e->p) || *e->p == '_') {
+    const char *n = e->p;
+    while (isalnum((unsigned char)*e->p) || *e->p == '_') e->p++;
+    size_t len = (size_t)(e->p - n);
+    double v = 0;
+    if (!e->lookup || e->lookup(e->user, n, len, &v) != 0) {
+      char msg[96];
+      snprintf(msg, sizeof msg, "unknown name '%.*s'", (int)(len < 60 ? len : 60), n);
+      exf_fail(e, msg);
+    }
+    return v;
+  }
+  exf_fail(e, *e->p ? "unexpected character" : "unexpected end");
+  return 0;
+}
+
+static double f_mul(exf *e) {
+  double v = f_primary(e);
+  for (;;) {
+    while (isspace((unsigned char)*e->p)) e->p++;
+    char op = *e->p;
+    if (op != '*' && op != '/') return v;
+    e->p++;
+    double r = f_primary(e);
+    if (op == '/' && r == 0) exf_fail(e, "division by zero");
+    v = op == '*' ? v * r : r != 0 ? v / r : 0;
+  }
+}
+
+static double f_add(exf *e) {
+  double v = f_mul(e);
+  for (;;) {
+    while (isspace((unsigned char)*e->p)) e->p++;
+    char op = *e->p;
+    if (op != '+' && op != '-') return v;
+    e->p++;
+    double r = f_mul(e);
+    v = op == '+' ? v + r : v - r;
+  }
+}
+
+int mi_expr_eval_f64(const char *expr, mi_expr_lookup_f64 lookup, void *user, double *out, char *err,
+                     size_t err_len) {
+  exf e = {expr, expr, lookup, user, err, err_len, 0, 0};
+  double v = f_add(&e);
+  while (isspace((unsigned char)*e.p)) e.p++;
+  if (!e.failed && *e.p) exf_fail(&e, "unexpected trailing text");
+  if (!e.failed && !isfinite(v)) exf_fail(&e, "not a finite number");
+  if (e.failed) return -1;
+  *out = v;
+  return 0;
 }

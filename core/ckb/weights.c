@@ -13,30 +13,20 @@
 #include "core/runtime/safetensors.h"
 
 typedef struct cfg_ctx {
-  json_t *config;   /* config.json */
-  json_t *contract; /* the model contract's "config" list (defaults) */
-  int64_t layer;    /* the current {i} */
+  json_t *config;      /* config.json */
+  const json_t *model; /* the model contract (fields, defaults, layer kinds) */
+  int64_t layer;       /* the current {i} */
 } cfg_ctx;
 
-/* A config value: config.json's, else the contract's default. */
-static json_t *cfg_value(cfg_ctx *c, const char *name, size_t len) {
-  char key[128];
-  snprintf(key, sizeof key, "%.*s", (int)(len < 127 ? len : 127), name);
-  json_t *v = json_object_get(c->config, key);
-  if (v && !json_is_null(v)) return v;
-  size_t i;
-  json_t *f;
-  json_array_foreach(c->contract, i, f) {
-    const char *n = json_string_value(json_object_get(f, "name"));
-    if (n && !strcmp(n, key)) return json_object_get(f, "default");
-  }
-  return NULL;
+/* A config value as the contract binds it (mi_ckb_config_value). */
+static const json_t *cfg_value(cfg_ctx *c, const char *name, size_t len) {
+  return mi_ckb_config_value(c->model, c->config, name, len);
 }
 
 static int lookup(void *user, const char *name, size_t len, int64_t *out) {
   cfg_ctx *c = user;
   if (len == 1 && name[0] == 'i') return *out = c->layer, 0;
-  json_t *v = cfg_value(c, name, len);
+  const json_t *v = cfg_value(c, name, len);
   if (json_is_integer(v)) return *out = json_integer_value(v), 0;
   if (json_is_boolean(v)) return *out = json_is_true(v), 0;
   return -1;
@@ -47,7 +37,7 @@ static int when_holds(cfg_ctx *c, const char *when) {
   if (!when) return 1;
   int neg = when[0] == '!';
   const char *n = when + neg;
-  json_t *v = cfg_value(c, n, strlen(n));
+  const json_t *v = cfg_value(c, n, strlen(n));
   int on = json_is_true(v);
   return neg ? !on : on;
 }
@@ -75,23 +65,6 @@ static void shape_text(char *out, size_t n, const int64_t *s, int nd) {
   if (l < n) snprintf(out + l, n - l, "]");
 }
 
-/* Layer l's kind in a contract with layer_kinds: config.json's array (e.g.
- * layer_types), else every interval-th layer the first-listed kind and the
- * others the second (the composer's rule). NULL when it cannot tell. */
-static const char *layer_kind_of(cfg_ctx *c, json_t *model, int64_t l) {
-  json_t *lk = json_object_get(model, "layer_kinds");
-  const char *an = json_string_value(json_object_get(lk, "config"));
-  json_t *arr = an ? json_object_get(c->config, an) : NULL;
-  if (arr) return json_string_value(json_array_get(arr, (size_t)l));
-  const char *ivn = json_string_value(json_object_get(lk, "interval"));
-  json_t *iv = ivn ? cfg_value(c, ivn, strlen(ivn)) : NULL;
-  json_t *kinds = json_object_get(lk, "kinds");
-  if (!json_is_integer(iv) || json_integer_value(iv) < 1 || json_object_size(kinds) != 2) return NULL;
-  void *it = json_object_iter(kinds);
-  if ((l + 1) % json_integer_value(iv) != 0) it = json_object_iter_next(kinds, it);
-  return it ? json_object_iter_key(it) : NULL;
-}
-
 int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, char *err,
                          size_t err_len) {
   (void)c;
@@ -114,7 +87,7 @@ int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, c
   }
   json_t *r = json_pack("{s:s, s:s, s:[], s:{}}", "model_dir", model_dir, "model_contract",
                         model->id, "problems", "dtypes");
-  cfg_ctx cc = {config, json_object_get(model->json, "config"), 0};
+  cfg_ctx cc = {config, model->json, 0};
   const char *layers_field = json_string_value(json_object_get(model->json, "layers"));
   int64_t n_layers = 0;
   if (layers_field && lookup(&cc, layers_field, strlen(layers_field), &n_layers) != 0)
@@ -136,7 +109,7 @@ int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, c
       expand(name, sizeof name, key, l);
       cc.layer = l;
       if (only && per_layer) {
-        const char *k = layer_kind_of(&cc, model->json, l);
+        const char *k = mi_ckb_layer_kind(model->json, config, l);
         if (!k) {
           problem(r, "layer %lld: its kind (the contract's layer_kinds) cannot be told from config.json", (long long)l);
           break;
