@@ -409,12 +409,13 @@ int main(int argc, char **argv) {
   json_t *lim = json_object_get(t1, "limits");
   mi_options popts = {kv, nkv};
   vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192, 0}, only, NULL, NULL, NULL, 0, 0, NULL,
-                     NULL, NULL, NULL, 0, NULL};
+                     NULL, NULL, NULL, 0, NULL, NULL};
   if (json_is_number(json_object_get(lim, "timeout_s"))) o.lim.timeout_s = json_number_value(json_object_get(lim, "timeout_s"));
   if (json_is_number(json_object_get(lim, "cpu_s"))) o.lim.cpu_s = json_number_value(json_object_get(lim, "cpu_s"));
   if (json_is_integer(json_object_get(lim, "mem_mb"))) o.lim.mem_mb = (uint64_t)json_integer_value(json_object_get(lim, "mem_mb"));
   o.model_plugin_path = model_plugin;
   o.model_dir = model_dir;
+  o.ckb = c;
   o.goldens_dir = goldens;
   o.goldens_optional = goldens_optional;
   o.kv_type = kv_type;

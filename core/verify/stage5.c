@@ -41,6 +41,7 @@
 #include "core/runtime/safetensors.h"
 #include "core/util/file.h"
 #include "core/verify/driver.h"
+#include "core/verify/interp.h"
 #include "core/verify/verify.h"
 
 #define TOL 1e-3
@@ -497,19 +498,27 @@ static int reference_child(void *arg, int fd) {
     mi_weights *w = cfg ? mi_weights_open(c->dir, err, sizeof err) : NULL;
     const char *arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
     const vf_model_driver *drv = vf_model_driver_for_arch(arch);
+    const mi_ckb_entry *me = !drv && u->j->o->ckb ? mi_ckb_find_model(u->j->o->ckb, json_object_get(cfg, "architectures")) : NULL;
     int32_t *seq = malloc((size_t)(c->n + c->steps) * sizeof(int32_t));
     void *rm = NULL;
     double *ref = NULL, ms = 0;
     if (!w || !seq) {
       rec_fail(fd, k, "float64 reference: %s%s", err[0] ? err : "out of memory", "");
-    } else if (!drv) {
-      rec_fail(fd, k, "the verifier has no float64 reference for architecture '%s' (core/verify/models/)%s",
+    } else if (!drv && !me) {
+      rec_fail(fd, k, "the verifier has no float64 reference for architecture '%s' (core/verify/models/, or a model contract in the CKB)%s",
                arch ? arch : "?", "");
     } else {
       memcpy(seq, c->ids, (size_t)c->n * sizeof(int32_t));
       memcpy(seq + c->n, cr->payload + lb, (size_t)c->steps * sizeof(int32_t));
-      if (drv->ref_open(cfg, w, &rm, err, sizeof err) != 0 ||
-          !(ref = drv->ref_forward(rm, seq, c->n + c->steps - 1, c->steps, &ms, err, sizeof err)) ||
+      /* a hand-written float64 model where the verifier has one, else the
+       * model contract interpreted in float64 (interp.h) */
+      if (!drv) {
+        vf_interp *in = vf_interp_open(u->j->o->ckb, me, cfg, w, err, sizeof err);
+        ref = in ? vf_interp_forward(in, seq, c->n + c->steps - 1, c->steps, &ms, err, sizeof err) : NULL;
+        vf_interp_close(in);
+      }
+      if ((drv && drv->ref_open(cfg, w, &rm, err, sizeof err) != 0) ||
+          (drv && !(ref = drv->ref_forward(rm, seq, c->n + c->steps - 1, c->steps, &ms, err, sizeof err))) || !ref ||
           V != u->j->V)
         rec_fail(fd, k, "float64 reference: %s%s", err, "");
       else {
@@ -962,6 +971,15 @@ json_t *vf_stage5(const vf_stage_opts *o, json_t *contract) {
   const vf_model_driver *drv =
       vf_model_driver_for_arch(json_string_value(json_array_get(json_object_get(cfg0, "architectures"), 0)));
   int zc = drv && drv->norm_offset;
+  if (!drv && o->ckb) { /* no hand-written model: the contract says whether its final norm is (1 + w) */
+    const mi_ckb_entry *me = mi_ckb_find_model(o->ckb, json_object_get(cfg0, "architectures"));
+    size_t i;
+    json_t *st;
+    json_array_foreach(me ? json_object_get(me->json, "epilogue") : NULL, i, st) {
+      const char *wo = json_string_value(json_object_get(json_object_get(st, "args"), "w_offset"));
+      if (wo && strtod(wo, NULL) != 0) zc = 1;
+    }
+  }
   json_decref(cfg0);
   for (int i = 0; i < 4; i++) {
     char wd[4096];

@@ -211,6 +211,10 @@ typedef struct vf_stage_opts {
   /* stage 4, deployed: the mi-run executable that runs the golden's prompts
    * as a deployment does (NULL: that unit is not run) */
   const char *mi_run;
+  /* the CKB (stage 5: the model contract interpreted in float64,
+   * core/verify/interp.c, for an architecture the verifier has no
+   * hand-written float64 model of; NULL: none) */
+  const struct mi_ckb *ckb;
 } vf_stage_opts;
 
 /* KV cache types (core/verify/kv.c; docs/mi-gen.md, "KV cache types"):
