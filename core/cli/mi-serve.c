@@ -30,6 +30,7 @@
 #include "core/runtime/host.h"
 #include "core/runtime/loader.h"
 #include "core/runtime/session.h"
+#include "core/template/jinja.h"
 
 #ifndef MI_VERSION
 #define MI_VERSION "0.1.0"
@@ -67,7 +68,6 @@ static const double RATE_BOUNDS[] = {1, 5, 10, 25, 50, 100, 250, 500, 1000};
 static struct {
   serve_cfg cfg;
   mi_session *eng;
-  mi_chat_format chat;
   int has_chat;
   volatile int ready;
   pthread_mutex_t mu; /* queue, slots count, metrics, flags below */
@@ -794,15 +794,23 @@ static int build_prompt(serve_req *sr, int32_t **ids, size_t *n, serve_err *e) {
       e->status = 400;
       e->type = "invalid_request_error";
       snprintf(e->message, sizeof e->message,
-               "this model declares no chat template MetaInfer can render: use /v1/completions");
+               "this model declares no chat template this server can parse (its log says why at start): use /v1/completions");
       return -1;
     }
     mi_chat_msg *msgs = calloc(sr->n_msgs, sizeof *msgs);
     if (!msgs) goto oom;
     for (size_t i = 0; i < sr->n_msgs; i++) msgs[i] = (mi_chat_msg){sr->msgs[i].role, sr->msgs[i].content};
-    rendered = mi_chat_render(&S.chat, msgs, sr->n_msgs, 1, sr->enable_thinking != 0);
+    char terr[300] = "";
+    rendered = mi_tokenizer_chat_render(tok, msgs, sr->n_msgs, 1, sr->enable_thinking != 0, terr, sizeof terr);
     free(msgs);
-    if (!rendered) goto oom;
+    if (!rendered && !strcmp(terr, "out of memory")) goto oom;
+    if (!rendered) { /* the template's own raise_exception ("roles must alternate"), or a limit */
+      e->status = 400;
+      e->type = "invalid_request_error";
+      snprintf(e->param, sizeof e->param, "messages");
+      snprintf(e->message, sizeof e->message, "the model's chat template refuses these messages: %s", terr);
+      return -1;
+    }
     text = rendered;
   }
   /* chat: the template's special tokens are parsed; a completion's prompt
@@ -1488,7 +1496,16 @@ int main(int argc, char **argv) {
             (long long)cfg->ctx, (long long)S.eng->info.max_position);
     goto out;
   }
-  S.has_chat = mi_chat_format_detect(mi_tokenizer_chat_template(S.eng->tok), &S.chat) == 0;
+  { /* rendered by the Jinja engine (core/template): a template it cannot parse is said once, here */
+    const char *tmpl = mi_tokenizer_chat_template(S.eng->tok);
+    char terr[300] = "";
+    mi_jinja *jt = tmpl ? mi_jinja_parse(tmpl, strlen(tmpl), terr, sizeof terr) : NULL;
+    S.has_chat = jt != NULL;
+    mi_jinja_free(jt);
+    if (tmpl && !jt)
+      fprintf(stderr, "mi-serve: %s: chat template line %s: /v1/chat/completions answers 400\n", model_dir,
+              strncmp(terr, "line ", 5) ? terr : terr + 5);
+  }
   S.have_batch = cfg->batched && mi_model_has(S.eng->M, forward_batch);
   if (pthread_create(&sched, NULL, scheduler, NULL) != 0) {
     fprintf(stderr, "mi-serve: cannot start the scheduler thread\n");

@@ -1,5 +1,8 @@
-/* core/tokenizer/chat.c — chat templates, rendered without a Jinja engine.
+/* core/tokenizer/chat.c — chat templates.
  *
+ * mi_chat_render_template / mi_tokenizer_chat_render render any template
+ * with the Jinja engine (core/template). mi_chat_format_detect /
+ * mi_chat_render below are the older renderer without a Jinja engine:
  * A model folder declares its template (tokenizer_config.json
  * "chat_template", or chat_template.jinja beside it). mi_chat_format_detect()
  * reads what the template text declares and picks a renderer; only the
@@ -24,9 +27,13 @@
  *     not wrapped in <tool_response>...</tool_response>.
  * Both are checked against @huggingface/jinja rendering the real templates
  * (tests/tokenizer/golden_chat.json, made by tools/node/chat_goldens.mjs). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/template/jinja.h"
+#include "core/tokenizer/internal.h"
 #include "core/tokenizer/tokenizer.h"
 
 typedef struct { char *p; size_t n, cap; int oom; } sbuf;
@@ -141,4 +148,51 @@ char *mi_chat_render(const mi_chat_format *f, const mi_chat_msg *msgs, size_t n,
     }
     if (b.oom) { free(b.p); return NULL; }
     return b.p;
+}
+
+char *mi_chat_render_template(const char *tmpl, const mi_chat_msg *msgs, size_t n,
+                              const mi_chat_template_vars *v, char *err, size_t el) {
+    char e[512] = "";
+    if (err && el) err[0] = 0;
+    if (!tmpl) { if (err && el) snprintf(err, el, "no chat template"); return NULL; }
+    json_t *ctx = json_object(), *ms = json_array();
+    int oom = !ctx || !ms || json_object_set_new(ctx, "messages", ms);
+    for (size_t i = 0; i < n && !oom; i++) {
+        json_t *m = json_object();
+        oom = !m || json_array_append_new(ms, m) ||
+              json_object_set_new(m, "role", json_string(msgs[i].role ? msgs[i].role : "")) ||
+              json_object_set_new(m, "content", json_string(msgs[i].content ? msgs[i].content : ""));
+    }
+    if (!oom && v) {
+        oom = json_object_set_new(ctx, "add_generation_prompt", json_boolean(v->add_generation_prompt)) ||
+              json_object_set_new(ctx, "enable_thinking", json_boolean(v->enable_thinking)) ||
+              (v->bos_token && json_object_set_new(ctx, "bos_token", json_string(v->bos_token))) ||
+              (v->eos_token && json_object_set_new(ctx, "eos_token", json_string(v->eos_token)));
+    }
+    if (oom) {
+        json_decref(ctx);
+        if (err && el) snprintf(err, el, "out of memory");
+        return NULL;
+    }
+    mi_jinja_opts o = {.now = (int64_t)time(NULL)};
+    char *s = mi_jinja_render_text(tmpl, ctx, &o, e, sizeof e, NULL);
+    json_decref(ctx);
+    if (!s && err && el) snprintf(err, el, "chat template %s", e);
+    return s;
+}
+
+static const char *token_text(const mi_tokenizer *t, int32_t id) {
+    if (id < 0 || (uint32_t)id >= t->vocab_size || t->str_off[id] == UINT32_MAX) return NULL;
+    return t->strpool + t->str_off[id];
+}
+
+char *mi_tokenizer_chat_render(const mi_tokenizer *tok, const mi_chat_msg *msgs, size_t n,
+                               int add_generation_prompt, int enable_thinking, char *err, size_t el) {
+    const char *tmpl = mi_tokenizer_chat_template(tok);
+    if (!tmpl) {
+        if (err && el) snprintf(err, el, "declares no chat_template (nor is there a chat_template.jinja)");
+        return NULL;
+    }
+    mi_chat_template_vars v = {add_generation_prompt, enable_thinking, token_text(tok, tok->bos_id), token_text(tok, tok->eos_id)};
+    return mi_chat_render_template(tmpl, msgs, n, &v, err, el);
 }

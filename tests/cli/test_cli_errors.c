@@ -422,12 +422,17 @@ START_TEST(chat_template_from_model_folder) {
   ck_assert(nl && wnl);
   *nl = *wnl = 0;
   ck_assert_str_eq(r.out, want.out); /* the prompt_ids line */
-  /* a template of another family, or none at all: one line, no guess */
-  edit_json(p, "chat_template", json_string("{% for m in messages %}<|start_header_id|>{{ m['role'] }}"
-                                            "<|end_header_id|>{{ m['content'] }}<|eot_id|>{% endfor %}"));
+  /* a template of another family renders through the Jinja engine (core/template) */
+  edit_json(p, "chat_template", json_string("{% for m in messages %}<|im_start|>{{ m['role'] | upper }}"
+                                            "<|im_end|>{{ m['content'] }}{% endfor %}"));
+  run_mi(&r, a);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  /* one outside the engine's subset, or none at all: one line, no guess */
+  edit_json(p, "chat_template", json_string("{% for m in messages %}{{ m['content'] | wordwrap }}{% endfor %}"));
   run_mi(&r, a);
   ck_assert_int_ne(r.status, 0);
-  ck_assert_msg(strstr(r.err, "tokenizer_config.json") && strstr(r.err, "not one MetaInfer can render"),
+  ck_assert_msg(strstr(r.err, "tokenizer_config.json: chat template line 1 col ") &&
+                strstr(r.err, "unknown filter 'wordwrap'") && strchr(r.err, '\n') == r.err + strlen(r.err) - 1,
                 "stderr: %s", r.err);
   edit_json(p, "chat_template", NULL);
   run_mi(&r, a);
