@@ -8,7 +8,7 @@
 # each is one process on one core, so scripts/test.sh runs one per core:
 # the same fuzzing time per harness in less wall time).
 #
-#   scripts/fuzz.sh [SECONDS_PER_HARNESS] [HARNESS...]
+#   scripts/fuzz.sh [SECONDS_PER_HARNESS] [HARNESS...]   (HARNESS: expr or fuzz_expr)
 #
 # Environment: MI_FUZZ_BUILD (build folder, default build-fuzz), CC (default
 # clang), MI_FUZZ_TOKENIZER (the real Qwen3 tokenizer.json for
@@ -28,8 +28,8 @@ BUILD=${MI_FUZZ_BUILD:-build-fuzz}
 NICE=${MI_FUZZ_NICE:-0}
 PAR=${MI_FUZZ_PARALLEL:-1}
 case "$PAR" in '' | *[!0-9]* | 0) echo "fuzz.sh: MI_FUZZ_PARALLEL must be a number >= 1" >&2; exit 2 ;; esac
-ALL=(safetensors st_index qwen3_config tokenizer_load tokenizer_codec conf ckb_entry expr serve_req)
-HARNESSES=("$@")
+ALL=(safetensors st_index qwen3_config tokenizer_load tokenizer_codec conf ckb_entry expr serve_req jinja gguf)
+HARNESSES=("${@#fuzz_}") # "fuzz_expr" or "expr"
 [ ${#HARNESSES[@]} -gt 0 ] || HARNESSES=("${ALL[@]}")
 
 CC=${CC:-clang}

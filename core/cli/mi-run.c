@@ -30,7 +30,7 @@ static void usage(FILE *f) {
         "\n"
         "model and prompt:\n"
         "  -m, --model DIR          Hugging Face model directory (config.json, *.safetensors,\n"
-        "                           tokenizer.json)\n"
+        "                           tokenizer.json), or a GGUF file (F32/F16/BF16; docs/gguf.md)\n"
         "  -p, --prompt TEXT        prompt text (special tokens like <|im_start|> are parsed)\n"
         "  -f, --file FILE          read the prompt from FILE ('-' reads stdin)\n"
         "      --prompts FILE       several prompts, one JSON string per line ('-' reads stdin), each\n"
@@ -195,18 +195,11 @@ static int run_prompt(mi_session *eng, const char *prompt_text, size_t plen, lon
     size_t nm = 0;
     if (system_msg) msgs[nm++] = (mi_chat_msg){"system", system_msg};
     msgs[nm++] = (mi_chat_msg){"user", prompt_text};
-    const char *tmpl = mi_tokenizer_chat_template(eng->tok);
-    mi_chat_format cf;
-    if (mi_chat_format_detect(tmpl, &cf) != 0) {
-      fprintf(stderr, "mi-run: %s/tokenizer_config.json: %s (--chat renders ChatML templates)\n",
-              eng->model_dir,
-              tmpl ? "the chat_template is not one MetaInfer can render"
-                   : "declares no chat_template (nor is there a chat_template.jinja)");
-      goto done;
-    }
-    rendered = mi_chat_render(&cf, msgs, nm, 1, !no_think);
+    /* the model folder's template, rendered by the Jinja engine (core/template) */
+    char cerr[600];
+    rendered = mi_tokenizer_chat_render(eng->tok, msgs, nm, 1, !no_think, cerr, sizeof cerr);
     if (!rendered) {
-      fprintf(stderr, "mi-run: out of memory\n");
+      fprintf(stderr, "mi-run: %s/tokenizer_config.json: %s\n", eng->model_dir, cerr);
       goto done;
     }
     to_encode = rendered;

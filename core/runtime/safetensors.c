@@ -403,6 +403,49 @@ mi_st_file *mi_st_open_file(const char *path, char *err, size_t err_len) {
   return mi_st_open_file_ex(path, MI_WEIGHTS_MMAP, err, err_len);
 }
 
+int mi_weights_map_file(const char *path, mi_weights_load how, uint64_t min_size,
+                        const char *min_why, void **map, size_t *map_len, uint64_t *size_out,
+                        char *err, size_t err_len) {
+  *map = NULL;
+  *map_len = 0;
+  /* the shared opener: a FIFO or a device is refused, never waited on */
+  uint64_t size;
+  int fd = mi_file_open(path, 0, 0, NULL, &size, err, err_len);
+  if (fd < 0) return -1;
+  if (size < min_size || size == 0) {
+    mi_path_err(err, err_len, path, "file too small (%llu bytes; %s)", (unsigned long long)size,
+                min_why);
+    close(fd);
+    return -1;
+  }
+  if (how == MI_WEIGHTS_READ) {
+    *map = read_whole(fd, size, map_len, path, err, err_len);
+    close(fd);
+    if (!*map) return -1;
+  } else {
+    /* MAP_POPULATE: fault the whole file in now (load time) rather than
+     * page by page inside the first forward pass, where ~300k minor faults
+     * for a 1.2 GB model cost a third of a second of time-to-first-token. */
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    close(fd); /* the mapping keeps the file */
+    if (m == MAP_FAILED) {
+      mi_path_err(err, err_len, path, "cannot mmap: %s", strerror(errno));
+      return -1;
+    }
+    *map = m;
+    *map_len = (size_t)size;
+    mi_st_guard_add(m, (size_t)size, path);
+  }
+  *size_out = size;
+  return 0;
+}
+
+void mi_weights_unmap_file(void *map, size_t map_len) {
+  if (!map) return;
+  mi_st_guard_remove(map);
+  munmap(map, map_len);
+}
+
 mi_st_file *mi_st_open_file_ex(const char *path, mi_weights_load how, char *err, size_t err_len) {
   mi_st_file *f = calloc(1, sizeof *f);
   if (!f || !(f->path = strdup(path))) {
@@ -410,34 +453,13 @@ mi_st_file *mi_st_open_file_ex(const char *path, mi_weights_load how, char *err,
     mi_path_err(err, err_len, path, "out of memory");
     return NULL;
   }
-  /* the shared opener: a FIFO or a device is refused, never waited on */
   uint64_t size;
-  int fd = mi_file_open(path, 0, 0, NULL, &size, err, err_len);
-  if (fd < 0) goto fail;
-  if (size < 8) {
-    mi_path_err(err, err_len, path, "file too small (%llu bytes; a safetensors file has at least 8)",
-           (unsigned long long)size);
-    close(fd);
+  void *map;
+  /* f->path: the guard keeps the pointer for its message */
+  if (mi_weights_map_file(f->path, how, 8, "a safetensors file has at least 8", &map, &f->map_len,
+                          &size, err, err_len) != 0)
     goto fail;
-  }
-  if (how == MI_WEIGHTS_READ) {
-    f->map = read_whole(fd, size, &f->map_len, path, err, err_len);
-    close(fd);
-    if (!f->map) goto fail;
-  } else {
-    /* MAP_POPULATE: fault the whole file in now (load time) rather than
-     * page by page inside the first forward pass, where ~300k minor faults
-     * for a 1.2 GB model cost a third of a second of time-to-first-token. */
-    f->map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-    close(fd); /* the mapping keeps the file */
-    if (f->map == MAP_FAILED) {
-      f->map = NULL;
-      mi_path_err(err, err_len, path, "cannot mmap: %s", strerror(errno));
-      goto fail;
-    }
-    f->map_len = (size_t)size;
-    mi_st_guard_add(f->map, f->map_len, f->path);
-  }
+  f->map = map;
   const unsigned char *p = f->map;
   uint64_t hlen = 0;
   for (int b = 0; b < 8; b++) hlen |= (uint64_t)p[b] << (8 * b);
@@ -477,10 +499,7 @@ void mi_st_close_file(mi_st_file *f) {
   free(f->t);
   free(f->by_name);
   if (f->meta) json_decref(f->meta);
-  if (f->map) {
-    mi_st_guard_remove(f->map);
-    munmap(f->map, f->map_len);
-  }
+  mi_weights_unmap_file(f->map, f->map_len);
   free(f->path);
   free(f);
 }
@@ -549,10 +568,47 @@ struct mi_weights {
   w_entry *e; /* [n], sorted by name */
   size_t n;
   uint64_t total;
+  /* or a table another reader made (mi_weights_from_table): */
+  mi_weight_info *tab; /* [n], sorted by name */
+  void *owner;
+  void (*owner_close)(void *owner);
 };
+
+static int cmp_info(const void *a, const void *b) {
+  return strcmp(((const mi_weight_info *)a)->name, ((const mi_weight_info *)b)->name);
+}
+
+mi_weights *mi_weights_from_table(const mi_weight_info *infos, size_t n, void *owner,
+                                  void (*owner_close)(void *owner), const char *path, char *err,
+                                  size_t err_len) {
+  mi_weights *w = calloc(1, sizeof *w);
+  if (w) w->tab = malloc((n ? n : 1) * sizeof *w->tab);
+  if (!w || !w->tab) {
+    free(w);
+    mi_path_err(err, err_len, path, "out of memory");
+    return NULL;
+  }
+  if (n) memcpy(w->tab, infos, n * sizeof *w->tab);
+  w->n = n;
+  qsort(w->tab, n, sizeof *w->tab, cmp_info);
+  for (size_t i = 0; i < n; i++) {
+    if (i && strcmp(w->tab[i - 1].name, w->tab[i].name) == 0) {
+      mi_path_err(err, err_len, path, "two tensors are served as '%s'", w->tab[i].name);
+      free(w->tab);
+      free(w);
+      return NULL;
+    }
+    w->total += w->tab[i].nbytes;
+  }
+  w->owner = owner;
+  w->owner_close = owner_close;
+  return w;
+}
 
 void mi_weights_close(mi_weights *w) {
   if (!w) return;
+  free(w->tab);
+  if (w->owner_close) w->owner_close(w->owner);
   for (size_t i = 0; i < w->nfiles; i++) mi_st_close_file(w->files[i]);
   free(w->files);
   free(w->e);
@@ -759,6 +815,10 @@ uint64_t mi_weights_total_bytes(const mi_weights *w) { return w ? w->total : 0; 
 
 int mi_weights_at(const mi_weights *w, size_t i, mi_weight_info *out) {
   if (!w || i >= w->n) return -1;
+  if (w->tab) {
+    if (out) *out = w->tab[i];
+    return 0;
+  }
   if (out) fill_info(w->e[i].file, w->e[i].t, out);
   return 0;
 }
@@ -768,6 +828,18 @@ int mi_weights_find(const mi_weights *w, const char *name, mi_weight_info *out) 
   size_t lo = 0, hi = w->n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
+    if (w->tab) {
+      int c = strcmp(name, w->tab[mid].name);
+      if (c == 0) {
+        if (out) *out = w->tab[mid];
+        return 0;
+      }
+      if (c < 0)
+        hi = mid;
+      else
+        lo = mid + 1;
+      continue;
+    }
     int c = strcmp(name, w->e[mid].t->name);
     if (c == 0) {
       if (out) fill_info(w->e[mid].file, w->e[mid].t, out);

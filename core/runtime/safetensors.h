@@ -87,6 +87,23 @@ int mi_weights_find(const mi_weights *w, const char *name, mi_weight_info *out);
 size_t mi_weights_count(const mi_weights *w);
 int mi_weights_at(const mi_weights *w, size_t i, mi_weight_info *out); /* 0 ok, -1 out of range */
 
+/* A weight set served from a table another reader built (the GGUF reader,
+ * core/runtime/gguf.h): infos are copied (their names and data must live
+ * as long as owner); owner_close(owner) runs at mi_weights_close. Two
+ * entries with one name: NULL + "PATH: problem". */
+mi_weights *mi_weights_from_table(const mi_weight_info *infos, size_t n, void *owner,
+                                  void (*owner_close)(void *owner), const char *path, char *err,
+                                  size_t err_len);
+
+/* A weight file in memory, as the readers here load it: mmapped read-only
+ * (pre-faulted, guarded: a truncation while mapped is one line and exit 1,
+ * not a SIGBUS) or read into huge pages (MI_WEIGHTS_READ). A file under
+ * min_size bytes: "PATH: file too small (N bytes; MIN_WHY)". 0, or -1 + err. */
+int mi_weights_map_file(const char *path, mi_weights_load how, uint64_t min_size,
+                        const char *min_why, void **map, size_t *map_len, uint64_t *size,
+                        char *err, size_t err_len);
+void mi_weights_unmap_file(void *map, size_t map_len);
+
 /* Sum of every visible tensor's nbytes. */
 uint64_t mi_weights_total_bytes(const mi_weights *w);
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/runtime/compat.h"
+#include "core/runtime/gguf_model.h"
 #include "core/runtime/host.h"
 #include "core/runtime/mem.h"
 #include "core/runtime/safetensors.h"
@@ -124,6 +125,11 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
   }
   e->model_dir = strdup(o->model_dir);
   char path[4096];
+  /* -m names a Hugging Face folder, or a GGUF file (known by its magic):
+   * then config, tokenizer and weights all come from that one file through
+   * its model contract (core/runtime/gguf_model.h, docs/gguf.md). */
+  mi_gguf_model *gm = NULL;
+  const int is_gguf = mi_gguf_sniff(o->model_dir);
 
   /* platform */
   e->platform_plugin = mi_registry_best(reg, MI_PLUGIN_PLATFORM, o->platform);
@@ -167,7 +173,45 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
   /* config.json */
   snprintf(path, sizeof path, "%s/config.json", o->model_dir);
   struct stat cst;
-  json_t *cfg = load_small_json(path, err, err_len);
+  json_t *cfg;
+  if (is_gguf) {
+    snprintf(path, sizeof path, "%s", o->model_dir); /* messages name the file */
+    /* the memory check first: reading the file is reading the weights */
+    mi_device_info mdi = {.struct_size = sizeof mdi};
+    e->mem_host = e->P->device_info(e->pc, 0, &mdi) == 0 && mdi.host_memory;
+    e->mem_source = "--mem-limit";
+    e->mem_avail = o->mem_limit ? o->mem_limit : mi_mem_available(&e->mem_source);
+    e->rss_start = mi_mem_rss();
+    uint64_t wb = mi_mem_weight_file_bytes(o->model_dir);
+    if (e->mem_host && e->mem_avail && wb > e->mem_avail) {
+      char need[32], have[32];
+      mi_mem_gib(wb, need, sizeof need);
+      mi_mem_gib(e->mem_avail, have, sizeof have);
+      snprintf(err, err_len, "%s: needs %s for the weights, %s available (%s%s)", o->model_dir,
+               need, have, e->mem_source, o->mem_limit ? "" : "; override with --mem-limit");
+      goto fail;
+    }
+    mi_weights_load ghow =
+        o->weights == MI_SESSION_WEIGHTS_READ || (o->weights == MI_SESSION_WEIGHTS_AUTO && e->mem_host)
+            ? MI_WEIGHTS_READ
+            : MI_WEIGHTS_MMAP;
+    char ckb[4096];
+    if (!mi_gguf_ckb_dir(ckb, sizeof ckb)) {
+      snprintf(err, err_len, "%s: a GGUF file is read through its model contract: %s", o->model_dir,
+               ckb);
+      goto fail;
+    }
+    if (mi_gguf_model_open(o->model_dir, ckb, ghow, &gm, err, err_len) != 0) goto fail;
+    cfg = json_incref(gm->config);
+  } else {
+    struct stat mst;
+    if (stat(o->model_dir, &mst) == 0 && !S_ISDIR(mst.st_mode)) {
+      snprintf(err, err_len, "%s: not a model folder (config.json, *.safetensors) or a GGUF file "
+               "(no \"GGUF\" magic)", o->model_dir);
+      goto fail;
+    }
+    cfg = load_small_json(path, err, err_len);
+  }
   if (!cfg) goto fail;
   e->config = cfg;
   json_t *archs = json_object_get(cfg, "architectures");
@@ -214,21 +258,34 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
     goto fail;
 
   /* tokenizer */
-  snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
-  e->tok = mi_tokenizer_load(path, err, err_len);
-  if (!e->tok) goto fail;
-  snprintf(path, sizeof path, "%s/tokenizer_config.json", o->model_dir);
-  if (access(path, F_OK) == 0) { /* not fopen: a FIFO would block it */
-    if (mi_tokenizer_load_config(e->tok, path, err, err_len) != 0) goto fail;
+  if (gm) {
+    e->tok = mi_tokenizer_load_json(gm->tokenizer, o->model_dir, err, err_len);
+    if (!e->tok || mi_tokenizer_set_config(e->tok, gm->eos, gm->bos, gm->pad, gm->chat_template,
+                                           o->model_dir, err, err_len) != 0)
+      goto fail;
+  } else {
+    snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
+    e->tok = mi_tokenizer_load(path, err, err_len);
+    if (!e->tok) goto fail;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", o->model_dir);
+    if (access(path, F_OK) == 0) { /* not fopen: a FIFO would block it */
+      if (mi_tokenizer_load_config(e->tok, path, err, err_len) != 0) goto fail;
+    }
   }
 
   /* End-of-generation tokens, as the model folder declares them:
    * generation_config.json and config.json "eos_token_id" (an id or a
    * list), and tokenizer_config.json "eos_token". */
+  /* A GGUF file: its eos id (set on the tokenizer above) and the contract's
+   * end tokens present in its vocabulary (llama.cpp stops at those too). */
+  for (size_t i = 0; gm && i < json_array_size(gm->end_tokens); i++) {
+    const char *t = json_string_value(json_array_get(gm->end_tokens, i));
+    if (t) add_eos(e, mi_tokenizer_token_id(e->tok, t));
+  }
   snprintf(path, sizeof path, "%s/config.json", o->model_dir);
-  if (add_eos_field(e, cfg, path, err, err_len) != 0) goto fail;
+  if (!gm && add_eos_field(e, cfg, path, err, err_len) != 0) goto fail;
   snprintf(path, sizeof path, "%s/generation_config.json", o->model_dir);
-  if (stat(path, &cst) == 0) {
+  if (!gm && stat(path, &cst) == 0) {
     json_t *gen = load_small_json(path, err, err_len);
     int bad = !gen || add_eos_field(e, gen, path, err, err_len) != 0;
     json_decref(gen);
@@ -245,14 +302,14 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
    * here, the model's scratch in its load (option mem_budget), the KV cache
    * in mi_generate. Host-memory platforms only (a GPU's own memory is its
    * plugin's to check). */
-  {
+  if (!gm) {
     mi_device_info mdi = {.struct_size = sizeof mdi};
     e->mem_host = e->P->device_info(e->pc, 0, &mdi) == 0 && mdi.host_memory;
+    e->mem_source = "--mem-limit";
+    e->mem_avail = o->mem_limit ? o->mem_limit : mi_mem_available(&e->mem_source);
+    e->rss_start = mi_mem_rss();
   }
-  e->mem_source = "--mem-limit";
-  e->mem_avail = o->mem_limit ? o->mem_limit : mi_mem_available(&e->mem_source);
-  e->rss_start = mi_mem_rss();
-  if (e->mem_host && e->mem_avail) {
+  if (!gm && e->mem_host && e->mem_avail) {
     uint64_t wb = mi_mem_weight_file_bytes(o->model_dir);
     if (wb > e->mem_avail) {
       char need[32], have[32];
@@ -270,7 +327,8 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
     mi_device_info di = {.struct_size = sizeof di};
     if (e->P->device_info(e->pc, 0, &di) == 0 && di.host_memory) how = MI_WEIGHTS_READ;
   }
-  e->weights = mi_weights_open_ex(o->model_dir, how, err, err_len);
+  e->weights = gm ? mi_gguf_model_weights(gm, err, err_len)
+                 : mi_weights_open_ex(o->model_dir, how, err, err_len);
   if (!e->weights) goto fail;
   mi_options none = {0};
   /* the model's options plus mem_budget: bytes left for its scratch */
@@ -301,14 +359,17 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
   e->info.struct_size = sizeof e->info;
   e->M->info(e->model, &e->info);
   if ((int64_t)mi_tokenizer_vocab_size(e->tok) > e->info.vocab_size) {
-    snprintf(err, err_len, "%s/tokenizer.json: %zu tokens but the model's vocab_size is %lld",
-             o->model_dir, mi_tokenizer_vocab_size(e->tok), (long long)e->info.vocab_size);
+    snprintf(err, err_len, "%s%s: %zu tokens but the model's vocab_size is %lld", o->model_dir,
+             gm ? "" : "/tokenizer.json", mi_tokenizer_vocab_size(e->tok),
+             (long long)e->info.vocab_size);
     goto fail;
   }
   e->load_seconds = mi_now_seconds() - t0;
+  mi_gguf_model_close(gm);
   *out = e;
   return 0;
 fail:
+  mi_gguf_model_close(gm);
   mi_session_close(e);
   return -1;
 }

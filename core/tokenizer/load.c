@@ -225,6 +225,8 @@ static char *read_file(const char *path, size_t *len, char *err, size_t el) {
     return buf;
 }
 
+static mi_tokenizer *load_root(json_t *root, const char *path, char *err, size_t el);
+
 mi_tokenizer *mi_tokenizer_load(const char *path, char *err, size_t el) {
     if (err && el) err[0] = 0;
     if (!path) { set_err(err, el, "(null)", "no path given"); return NULL; }
@@ -235,7 +237,18 @@ mi_tokenizer *mi_tokenizer_load(const char *path, char *err, size_t el) {
     json_t *root = json_loadb(text, flen, 0, &je);
     free(text);
     if (!root) { set_err(err, el, path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text); return NULL; }
+    return load_root(root, path, err, el);
+}
 
+mi_tokenizer *mi_tokenizer_load_json(const json_t *root, const char *name, char *err, size_t el) {
+    if (err && el) err[0] = 0;
+    if (!name) name = "(tokenizer)";
+    if (!root) { set_err(err, el, name, "no tokenizer JSON given"); return NULL; }
+    return load_root(json_incref((json_t *)root), name, err, el);
+}
+
+/* Builds the tokenizer from a parsed tokenizer.json; takes root's reference. */
+static mi_tokenizer *load_root(json_t *root, const char *path, char *err, size_t el) {
     mi_tokenizer *t = calloc(1, sizeof *t);
     pool sp = {0}, bp = {0};
     if (!t) { set_err(err, el, path, "out of memory"); json_decref(root); return NULL; }
@@ -522,6 +535,27 @@ int mi_tokenizer_load_config(mi_tokenizer *t, const char *path, char *err, size_
     }
     json_decref(root);
     return rc;
+}
+
+int mi_tokenizer_set_config(mi_tokenizer *t, int32_t eos, int32_t bos, int32_t pad,
+                            const char *chat_template, const char *name, char *err, size_t el) {
+    if (err && el) err[0] = 0;
+    if (!name) name = "(tokenizer)";
+    if (!t) { set_err(err, el, name, "no tokenizer"); return -1; }
+    const int32_t ids[3] = {eos, bos, pad};
+    static const char *const what[3] = {"eos", "bos", "padding"};
+    for (int i = 0; i < 3; i++)
+        if (ids[i] < -1 || (ids[i] >= 0 && (uint32_t)ids[i] >= t->vocab_size)) {
+            set_err(err, el, name, "%s token id %d is outside the vocabulary (%u tokens)", what[i],
+                    (int)ids[i], t->vocab_size);
+            return -1;
+        }
+    char *ct = NULL;
+    if (chat_template && !(ct = strdup(chat_template))) { set_err(err, el, name, "out of memory"); return -1; }
+    t->eos_id = eos; t->bos_id = bos; t->pad_id = pad;
+    free(t->chat_template);
+    t->chat_template = ct;
+    return 0;
 }
 
 const char *mi_tokenizer_chat_template(const mi_tokenizer *t) { return t ? t->chat_template : NULL; }

@@ -23,8 +23,10 @@
  * not U+FEFF; HF's Oniguruma counts U+0085, not U+180E or U+FEFF; JS counts
  * U+FEFF, not U+0085. With Qwen's pattern none of these changed any id in
  * the corpus (which has all three), but U+180E could in principle.
- * Not implemented: Jinja chat templates (mi_chat_render hard-codes
- * ChatML), dropout, byte_fallback, unk_token, other model types.
+ * Chat templates: rendered by the Jinja engine in core/template
+ * (mi_chat_render_template, mi_tokenizer_chat_render; docs/chat-templates.md);
+ * mi_chat_render keeps the hard-coded ChatML renderer.
+ * Not implemented: dropout, byte_fallback, unk_token, other model types.
  *
  * Thread safety: a loaded tokenizer is immutable except for an internal
  * word cache guarded by a mutex; encode/decode may run concurrently.
@@ -80,6 +82,19 @@ mi_tokenizer *mi_tokenizer_load(const char *tokenizer_json_path, char *err, size
  * the id at -1. Returns 0, or -1 with "PATH: problem". */
 int mi_tokenizer_load_config(mi_tokenizer *tok, const char *tokenizer_config_path,
                              char *err, size_t err_len);
+
+/* The same from a tokenizer.json already parsed (or built in memory, e.g.
+ * from a GGUF file's tokenizer.ggml.* keys): root is only read (the caller
+ * keeps its reference); name is the PATH of error lines. */
+typedef struct json_t json_t;
+mi_tokenizer *mi_tokenizer_load_json(const json_t *root, const char *name, char *err, size_t err_len);
+
+/* What mi_tokenizer_load_config reads, given directly (a GGUF file's
+ * tokenizer.ggml.*_token_id and tokenizer.chat_template): ids -1 when
+ * unknown, chat_template NULL when none (copied). 0, or -1 with "NAME:
+ * problem" for an id outside the vocabulary. */
+int mi_tokenizer_set_config(mi_tokenizer *tok, int32_t eos, int32_t bos, int32_t pad,
+                            const char *chat_template, const char *name, char *err, size_t err_len);
 
 void mi_tokenizer_free(mi_tokenizer *tok);
 
@@ -180,6 +195,31 @@ typedef struct mi_chat_msg {
  * enable_thinking matters only to a format with reasoning. */
 char *mi_chat_render(const mi_chat_format *f, const mi_chat_msg *msgs, size_t n_msgs,
                      int add_generation_prompt, int enable_thinking);
+
+/* Any chat template, rendered by the Jinja engine (core/template/jinja.h)
+ * as transformers renders it: the variables are messages (a list of
+ * {role, content}), add_generation_prompt, enable_thinking, and bos_token /
+ * eos_token when given (NULL: left undefined). It reproduces
+ * tests/tokenizer/golden_chat.json and tests/template/golden_templates.json
+ * (Qwen3, Qwen2.5, Llama 3.1/3.2, Mistral v0.3/Nemo, Gemma 2/3) byte for
+ * byte. A malloc'd prompt, or NULL with err set to one line
+ * "chat template line L col C: PROBLEM" (a template that does not parse,
+ * one outside the engine's subset, the template's own raise_exception(),
+ * a limit hit) or "out of memory". */
+typedef struct mi_chat_template_vars {
+    int add_generation_prompt;
+    int enable_thinking;
+    const char *bos_token, *eos_token;
+} mi_chat_template_vars;
+char *mi_chat_render_template(const char *chat_template, const mi_chat_msg *msgs, size_t n_msgs,
+                              const mi_chat_template_vars *vars, char *err, size_t errlen);
+
+/* The tokenizer's own template (mi_tokenizer_chat_template) through
+ * mi_chat_render_template, with bos_token / eos_token the text of the
+ * tokens tokenizer_config.json names (left undefined where it names none).
+ * NULL with err set when the folder declares no template, as above otherwise. */
+char *mi_tokenizer_chat_render(const mi_tokenizer *tok, const mi_chat_msg *msgs, size_t n_msgs,
+                               int add_generation_prompt, int enable_thinking, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,571 @@
+/* A GGUF file as a model input: see gguf_model.h and docs/gguf.md. */
+#define _GNU_SOURCE
+#include "core/runtime/gguf_model.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/tokenizer/tokenizer.h"
+#include "core/util/file.h"
+#include "mi/tensor.h"
+
+/* A contract file is small; jansson needs ~20x its size. */
+#define GGUF_CONTRACT_MAX_BYTES (4u << 20)
+
+static int has_dir(const char *d, const char *sub) {
+  char p[4096];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%s", d, sub);
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+const char *mi_gguf_ckb_dir(char *buf, size_t n) {
+  const char *env = getenv("MI_CKB_DIR");
+  if (env && *env) {
+    snprintf(buf, n, "%s", env);
+    return buf;
+  }
+  if (has_dir("ckb", "models") && has_dir("ckb", "schemas")) {
+    snprintf(buf, n, "ckb");
+    return buf;
+  }
+  char exe[4096];
+  ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (l > 0) {
+    exe[l] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = 0;
+      const char *rel[] = {"../share/metainfer/ckb", "../../ckb"};
+      for (int i = 0; i < 2; i++) {
+        snprintf(buf, n, "%s/%s", exe, rel[i]);
+        if (has_dir(buf, "models")) return buf;
+      }
+    }
+  }
+  snprintf(buf, n, "no CKB folder found (tried $MI_CKB_DIR, ./ckb, <exe>/../share/metainfer/ckb, "
+                   "<exe>/../../ckb)");
+  return NULL;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The contract under ckb_dir/models whose gguf.architecture is arch (files
+ * in name order; unreadable ones are skipped: mi-ckb validate reports them). */
+static json_t *find_contract(const char *ckb_dir, const char *arch, char *path_out, size_t n,
+                             char *known, size_t known_len) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/models", ckb_dir);
+  known[0] = 0;
+  DIR *d = opendir(dir);
+  if (!d) return NULL;
+  char **names = NULL;
+  size_t nn = 0, cap = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    size_t l = strlen(de->d_name);
+    if (de->d_name[0] == '.' || l < 6 || strcmp(de->d_name + l - 5, ".json")) continue;
+    if (nn == cap) {
+      cap = cap ? 2 * cap : 16;
+      char **nb = realloc(names, cap * sizeof *nb);
+      if (!nb) break;
+      names = nb;
+    }
+    if (!(names[nn] = strdup(de->d_name))) break;
+    nn++;
+  }
+  closedir(d);
+  if (nn) qsort(names, nn, sizeof *names, cmp_str);
+  json_t *hit = NULL;
+  size_t used = 0;
+  for (size_t i = 0; i < nn; i++) {
+    char p[4096 + 256];
+    snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+    json_t *c = hit ? NULL : mi_file_load_json(p, 0, GGUF_CONTRACT_MAX_BYTES, "model contract",
+                                               JSON_REJECT_DUPLICATES, NULL, 0);
+    const char *a = json_string_value(json_object_get(json_object_get(c, "gguf"), "architecture"));
+    if (a && !strcmp(a, arch)) {
+      hit = c;
+      if ((size_t)snprintf(path_out, n, "%s", p) >= n) path_out[n - 1] = 0;
+    } else {
+      if (a && used + strlen(a) + 3 < known_len)
+        used += (size_t)snprintf(known + used, known_len - used, "%s%s", used ? ", " : "", a);
+      json_decref(c);
+    }
+    free(names[i]);
+  }
+  free(names);
+  return hit;
+}
+
+/* key with "{arch}" replaced by arch. */
+static int expand_key(const char *pat, const char *arch, char *out, size_t n) {
+  const char *at = strstr(pat, "{arch}");
+  int k = at ? snprintf(out, n, "%.*s%s%s", (int)(at - pat), pat, arch, at + 6)
+             : snprintf(out, n, "%s", pat);
+  return k < 0 || (size_t)k >= n ? -1 : 0;
+}
+
+/* The contract's config entry named name (its "type", "required"). */
+static json_t *contract_field(json_t *contract, const char *name) {
+  size_t i;
+  json_t *e;
+  json_array_foreach(json_object_get(contract, "config"), i, e) {
+    const char *nm = json_string_value(json_object_get(e, "name"));
+    if (nm && !strcmp(nm, name)) return e;
+  }
+  return NULL;
+}
+
+/* The shortest decimal that reads back as the same float: an f32 1e-6
+ * becomes the double 1e-6, as config.json writes it, not 9.99999997e-07. */
+static double f32_as_decimal(double v) {
+  char b[64];
+  for (int prec = 1; prec <= 9; prec++) {
+    snprintf(b, sizeof b, "%.*g", prec, v);
+    if ((float)strtod(b, NULL) == (float)v) return strtod(b, NULL);
+  }
+  return v;
+}
+
+/* A JSON value for one metadata value, typed as the contract's field says. */
+static json_t *kv_to_json(const mi_gguf_kv *kv, const char *type, const char *field,
+                          const char *key, const char *path, char *err, size_t el) {
+  int64_t i;
+  double d;
+  if (kv->type == MI_GGUF_ARRAY) {
+    mi_path_err(err, el, path, "GGUF key '%s' (for %s) is an array", key, field);
+    return NULL;
+  }
+  if (type && !strcmp(type, "boolean")) {
+    if (kv->type == MI_GGUF_BOOL) return json_boolean(kv->p[0]);
+  } else if (type && !strcmp(type, "integer")) {
+    if (kv->type != MI_GGUF_BOOL && kv->type != MI_GGUF_F32 && kv->type != MI_GGUF_F64 &&
+        mi_gguf_kv_int(kv, &i) == 0)
+      return json_integer(i);
+  } else if (type && !strcmp(type, "number")) {
+    if (kv->type != MI_GGUF_BOOL && mi_gguf_kv_real(kv, &d) == 0)
+      return json_real(kv->type == MI_GGUF_F32 ? f32_as_decimal(d) : d);
+  } else if (type && !strcmp(type, "string")) {
+    size_t n;
+    const char *s = mi_gguf_kv_str(kv, &n);
+    json_t *j = s ? json_stringn(s, n) : NULL;
+    if (j) return j;
+  } else { /* the contract does not type it: as stored */
+    if (kv->type == MI_GGUF_BOOL) return json_boolean(kv->p[0]);
+    if (kv->type == MI_GGUF_F32 || kv->type == MI_GGUF_F64) {
+      mi_gguf_kv_real(kv, &d);
+      return json_real(kv->type == MI_GGUF_F32 ? f32_as_decimal(d) : d);
+    }
+    if (mi_gguf_kv_int(kv, &i) == 0) return json_integer(i);
+    size_t n;
+    const char *s = mi_gguf_kv_str(kv, &n);
+    json_t *j = s ? json_stringn(s, n) : NULL;
+    if (j) return j;
+  }
+  mi_path_err(err, el, path, "GGUF key '%s' (for %s) is a %s, not a%s %s", key, field,
+              mi_gguf_vtype_name(kv->type), type && type[0] == 'i' ? "n" : "",
+              type ? type : "scalar");
+  return NULL;
+}
+
+static json_t *build_config(const mi_gguf *g, json_t *contract, const char *arch, char *err,
+                            size_t el) {
+  const char *path = mi_gguf_path(g);
+  json_t *map = json_object_get(json_object_get(contract, "gguf"), "config");
+  json_t *cfg = json_object();
+  const char *a0 = json_string_value(json_array_get(json_object_get(contract, "architectures"), 0));
+  if (!cfg || !a0) {
+    mi_path_err(err, el, path, "the model contract names no architectures");
+    json_decref(cfg);
+    return NULL;
+  }
+  json_object_set_new(cfg, "architectures", json_pack("[s]", a0));
+  const char *field;
+  json_t *spec;
+  json_object_foreach(map, field, spec) {
+    json_t *cf = contract_field(contract, field);
+    const char *type = json_string_value(json_object_get(cf, "type"));
+    int required = json_is_true(json_object_get(cf, "required"));
+    json_t *v = NULL;
+    char key[512];
+    if (json_is_string(spec)) {
+      if (expand_key(json_string_value(spec), arch, key, sizeof key)) {
+        mi_path_err(err, el, path, "the contract's key for %s is too long", field);
+        goto fail;
+      }
+      const mi_gguf_kv *kv = mi_gguf_get(g, key);
+      if (!kv) {
+        if (required) {
+          mi_path_err(err, el, path, "GGUF key '%s' (for %s) is missing", key, field);
+          goto fail;
+        }
+        continue; /* the model's default */
+      }
+      if (!(v = kv_to_json(kv, type, field, key, path, err, el))) goto fail;
+    } else if (json_is_string(json_object_get(spec, "array_length"))) {
+      if (expand_key(json_string_value(json_object_get(spec, "array_length")), arch, key,
+                     sizeof key)) {
+        mi_path_err(err, el, path, "the contract's key for %s is too long", field);
+        goto fail;
+      }
+      const mi_gguf_kv *kv = mi_gguf_get(g, key);
+      if (!kv || kv->type != MI_GGUF_ARRAY) {
+        mi_path_err(err, el, path, "GGUF key '%s' (for %s) is %s", key, field,
+                    kv ? "not an array" : "missing");
+        goto fail;
+      }
+      v = json_integer((json_int_t)kv->n);
+    } else if (json_is_string(json_object_get(spec, "tensor_absent"))) {
+      v = json_boolean(!mi_gguf_tensor_find(g, json_string_value(json_object_get(spec, "tensor_absent"))));
+    } else {
+      mi_path_err(err, el, path, "the model contract's gguf.config.%s is not a key, "
+                  "{\"array_length\": KEY} or {\"tensor_absent\": NAME}", field);
+      goto fail;
+    }
+    json_object_set_new(cfg, field, v);
+  }
+  return cfg;
+fail:
+  json_decref(cfg);
+  return NULL;
+}
+
+/* ---- the tokenizer -------------------------------------------------------- */
+
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+
+static int tok_id(const mi_gguf *g, const char *key, uint64_t n_tokens, int32_t *out, char *err,
+                  size_t el) {
+  *out = -1;
+  const mi_gguf_kv *kv = mi_gguf_get(g, key);
+  if (!kv) return 0;
+  int64_t v;
+  if (kv->type == MI_GGUF_BOOL || mi_gguf_kv_int(kv, &v) != 0 || v < 0 || (uint64_t)v >= n_tokens) {
+    mi_path_err(err, el, mi_gguf_path(g), "%s is not a token id below %llu", key,
+                (unsigned long long)n_tokens);
+    return -1;
+  }
+  *out = (int32_t)v;
+  return 0;
+}
+
+static json_t *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_model *m, char *err,
+                               size_t el) {
+  const char *path = mi_gguf_path(g);
+  size_t n;
+  const char *s;
+#define TFAIL(...) do { mi_path_err(err, el, path, __VA_ARGS__); goto fail; } while (0)
+  json_t *root = NULL, *vocab = NULL, *added = NULL, *merges = NULL;
+  char *buf = NULL;
+  if (!spec) TFAIL("the model contract says nothing of the tokenizer (gguf.tokenizer)");
+  const char *want = json_string_value(json_object_get(spec, "model"));
+  s = mi_gguf_kv_str(mi_gguf_get(g, "tokenizer.ggml.model"), &n);
+  if (!s) TFAIL("tokenizer.ggml.model is missing (the file holds no tokenizer)");
+  if (!want || strlen(want) != n || memcmp(s, want, n))
+    TFAIL("tokenizer.ggml.model '%.*s' is not supported (the contract reads '%s')",
+          (int)(n < 60 ? n : 60), s, want ? want : "?");
+  s = mi_gguf_kv_str(mi_gguf_get(g, "tokenizer.ggml.pre"), &n);
+  if (!s) TFAIL("tokenizer.ggml.pre is missing (which pre-tokenizer is unknown)");
+  char pre[128];
+  snprintf(pre, sizeof pre, "%.*s", (int)(n < 127 ? n : 127), s);
+  const char *regex = json_string_value(json_object_get(json_object_get(spec, "pre"), pre));
+  if (!regex || strlen(pre) != n) {
+    char known[256] = "";
+    size_t used = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(spec, "pre"), k, v)
+      if (used + strlen(k) + 3 < sizeof known)
+        used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "", k);
+    TFAIL("tokenizer.ggml.pre '%s' is not one the model contract knows (%s)", pre, known);
+  }
+  const mi_gguf_kv *toks = mi_gguf_get(g, "tokenizer.ggml.tokens");
+  if (!toks || toks->type != MI_GGUF_ARRAY || toks->arr_type != MI_GGUF_STRING)
+    TFAIL("tokenizer.ggml.tokens is missing or not an array of strings");
+  if (toks->n == 0 || toks->n > MI_TOK_MAX_VOCAB)
+    TFAIL("tokenizer.ggml.tokens has %llu entries (1..%u)", (unsigned long long)toks->n,
+          MI_TOK_MAX_VOCAB);
+  const mi_gguf_kv *types = mi_gguf_get(g, "tokenizer.ggml.token_type");
+  if (types && (types->type != MI_GGUF_ARRAY || types->n != toks->n ||
+                types->arr_type == MI_GGUF_STRING || types->arr_type == MI_GGUF_F32 ||
+                types->arr_type == MI_GGUF_F64))
+    TFAIL("tokenizer.ggml.token_type is not an integer array as long as tokenizer.ggml.tokens");
+  const mi_gguf_kv *mg = mi_gguf_get(g, "tokenizer.ggml.merges");
+  if (!mg || mg->type != MI_GGUF_ARRAY || mg->arr_type != MI_GGUF_STRING)
+    TFAIL("tokenizer.ggml.merges is missing or not an array of strings");
+  root = json_object();
+  vocab = json_object();
+  added = json_array();
+  merges = json_array();
+  buf = malloc(MI_TOK_MAX_TOKEN_BYTES + 1);
+  if (!root || !vocab || !added || !merges || !buf) TFAIL("out of memory");
+  for (uint64_t i = 0; i < toks->n; i++) {
+    int64_t tt = TT_NORMAL;
+    if (types) mi_gguf_arr_int(types, i, &tt);
+    mi_gguf_arr_str(toks, i, &s, &n);
+    if (tt == TT_UNUSED) continue; /* padding rows ([PAD151669] ...) */
+    if (n == 0 || n > MI_TOK_MAX_TOKEN_BYTES || memchr(s, 0, n))
+      TFAIL("tokenizer.ggml.tokens[%llu] is empty, over %u bytes or holds a NUL",
+            (unsigned long long)i, MI_TOK_MAX_TOKEN_BYTES);
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    if (tt == TT_CONTROL || tt == TT_USER) {
+      json_t *str = json_stringn(s, n);
+      if (!str) TFAIL("tokenizer.ggml.tokens[%llu] is not valid UTF-8", (unsigned long long)i);
+      json_t *a = json_pack("{s:I, s:o, s:b, s:b, s:b, s:b, s:b}", "id", (json_int_t)i, "content",
+                            str, "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0,
+                            "special", tt == TT_CONTROL);
+      if (!a || json_array_append_new(added, a)) TFAIL("out of memory");
+      continue;
+    }
+    if (json_object_get(vocab, buf))
+      TFAIL("tokenizer.ggml.tokens[%llu] repeats an earlier token", (unsigned long long)i);
+    if (json_object_set_new(vocab, buf, json_integer((json_int_t)i)))
+      TFAIL("tokenizer.ggml.tokens[%llu] is not valid UTF-8", (unsigned long long)i);
+  }
+  for (uint64_t i = 0; i < mg->n; i++) {
+    mi_gguf_arr_str(mg, i, &s, &n);
+    json_t *str = json_stringn(s, n);
+    if (!str || memchr(s, 0, n)) {
+      json_decref(str);
+      TFAIL("tokenizer.ggml.merges[%llu] is not valid UTF-8 text", (unsigned long long)i);
+    }
+    json_array_append_new(merges, str);
+  }
+  json_t *model = json_pack("{s:s, s:n, s:n, s:s, s:s, s:b, s:b, s:b, s:o, s:o}", "type", "BPE",
+                            "dropout", "unk_token", "continuing_subword_prefix", "",
+                            "end_of_word_suffix", "", "fuse_unk", 0, "byte_fallback", 0,
+                            "ignore_merges", 0, "vocab", vocab, "merges", merges);
+  vocab = merges = NULL;
+  const char *norm = json_string_value(json_object_get(spec, "normalizer"));
+  json_t *pre_tok = json_pack(
+      "{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]}", "type", "Sequence",
+      "pretokenizers", "type", "Split", "pattern", "Regex", regex, "behavior", "Isolated", "invert",
+      0, "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0);
+  json_t *dec = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
+                          "trim_offsets", 0, "use_regex", 0);
+  if (!model || !pre_tok || !dec) {
+    json_decref(model);
+    json_decref(pre_tok);
+    json_decref(dec);
+    TFAIL("out of memory");
+  }
+  json_object_set_new(root, "version", json_string("1.0"));
+  json_object_set_new(root, "added_tokens", added);
+  added = NULL;
+  json_object_set_new(root, "normalizer",
+                      norm && !strcmp(norm, "NFC") ? json_pack("{s:s}", "type", "NFC") : json_null());
+  json_object_set_new(root, "pre_tokenizer", pre_tok);
+  json_object_set_new(root, "decoder", dec);
+  json_object_set_new(root, "model", model);
+  if (tok_id(g, "tokenizer.ggml.bos_token_id", toks->n, &m->bos, err, el) ||
+      tok_id(g, "tokenizer.ggml.eos_token_id", toks->n, &m->eos, err, el) ||
+      tok_id(g, "tokenizer.ggml.padding_token_id", toks->n, &m->pad, err, el))
+    goto fail;
+  const mi_gguf_kv *ct = mi_gguf_get(g, "tokenizer.chat_template");
+  if (ct) {
+    s = mi_gguf_kv_str(ct, &n);
+    if (!s || memchr(s, 0, n)) TFAIL("tokenizer.chat_template is not a string without NULs");
+    if (!(m->chat_template = strndup(s, n))) TFAIL("out of memory");
+  }
+  free(buf);
+  return root;
+fail:
+#undef TFAIL
+  free(buf);
+  json_decref(root);
+  json_decref(vocab);
+  json_decref(added);
+  json_decref(merges);
+  return NULL;
+}
+
+/* ---- open ------------------------------------------------------------------ */
+
+void mi_gguf_model_close(mi_gguf_model *m) {
+  if (!m) return;
+  mi_gguf_close(m->g);
+  free(m->contract_path);
+  json_decref(m->contract);
+  json_decref(m->config);
+  json_decref(m->tokenizer);
+  free(m->chat_template);
+  free(m);
+}
+
+int mi_gguf_model_from(mi_gguf *g, json_t *contract, const char *contract_path,
+                       mi_gguf_model **out, char *err, size_t err_len) {
+  *out = NULL;
+  mi_gguf_model *m = calloc(1, sizeof *m);
+  if (!m) {
+    mi_gguf_close(g);
+    mi_path_err(err, err_len, mi_gguf_path(g), "out of memory");
+    return -1;
+  }
+  m->g = g;
+  m->contract = json_incref(contract);
+  m->contract_path = strdup(contract_path ? contract_path : "(contract)");
+  m->bos = m->eos = m->pad = -1;
+  json_t *sec = json_object_get(contract, "gguf");
+  const char *arch = json_string_value(json_object_get(sec, "architecture"));
+  if (!arch) {
+    mi_path_err(err, err_len, mi_gguf_path(g), "the model contract %s has no gguf section",
+                m->contract_path);
+    goto fail;
+  }
+  if (!(m->config = build_config(g, contract, arch, err, err_len))) goto fail;
+  if (!(m->tokenizer = build_tokenizer(g, json_object_get(sec, "tokenizer"), m, err, err_len)))
+    goto fail;
+  json_t *et = json_object_get(sec, "end_tokens");
+  m->end_tokens = json_is_array(et) ? et : NULL;
+  *out = m;
+  return 0;
+fail:
+  mi_gguf_model_close(m);
+  return -1;
+}
+
+int mi_gguf_model_open(const char *path, const char *ckb_dir, mi_weights_load how,
+                       mi_gguf_model **out, char *err, size_t err_len) {
+  *out = NULL;
+  mi_gguf *g = mi_gguf_open(path, how, err, err_len);
+  if (!g) return -1;
+  size_t n;
+  const char *a = mi_gguf_kv_str(mi_gguf_get(g, "general.architecture"), &n);
+  if (!a || n == 0 || n > 64 || memchr(a, 0, n)) {
+    mi_path_err(err, err_len, path, "general.architecture is missing or not a short string");
+    mi_gguf_close(g);
+    return -1;
+  }
+  char arch[65], cpath[4096], known[256];
+  snprintf(arch, sizeof arch, "%.*s", (int)n, a);
+  json_t *c = find_contract(ckb_dir, arch, cpath, sizeof cpath, known, sizeof known);
+  if (!c) {
+    mi_path_err(err, err_len, path,
+                "GGUF architecture '%s' is not described by any model contract in %s/models "
+                "(those with a gguf section: %s)",
+                arch, ckb_dir, known[0] ? known : "none");
+    mi_gguf_close(g);
+    return -1;
+  }
+  int rc = mi_gguf_model_from(g, c, cpath, out, err, err_len);
+  json_decref(c);
+  return rc;
+}
+
+/* ---- weights ----------------------------------------------------------------- */
+
+typedef struct gguf_owner {
+  mi_gguf *g;
+  char **names;
+  size_t n;
+} gguf_owner;
+
+static void owner_close(void *p) {
+  gguf_owner *o = p;
+  if (!o) return;
+  for (size_t i = 0; i < o->n; i++) free(o->names[i]);
+  free(o->names);
+  mi_gguf_close(o->g);
+  free(o);
+}
+
+/* name matches pat ("blk.{i}.attn_q.weight"): the Hugging Face name from
+ * hf with {i} replaced by the same digits. 1 matched, 0 not. */
+static int map_name(const char *pat, const char *hf, const char *name, char *out, size_t n) {
+  const char *at = strstr(pat, "{i}");
+  if (!at) {
+    if (strcmp(pat, name)) return 0;
+    return snprintf(out, n, "%s", hf) < (int)n;
+  }
+  size_t pre = (size_t)(at - pat), suf = strlen(at + 3), nl = strlen(name);
+  if (nl < pre + suf + 1 || strncmp(name, pat, pre) || strcmp(name + nl - suf, at + 3)) return 0;
+  const char *d = name + pre;
+  size_t dl = nl - pre - suf;
+  if (dl > 9 || (dl > 1 && d[0] == '0')) return 0;
+  for (size_t k = 0; k < dl; k++)
+    if (d[k] < '0' || d[k] > '9') return 0;
+  const char *hat = strstr(hf, "{i}");
+  int k = hat ? snprintf(out, n, "%.*s%.*s%s", (int)(hat - hf), hf, (int)dl, d, hat + 3)
+              : snprintf(out, n, "%s", hf);
+  return k > 0 && (size_t)k < n;
+}
+
+mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
+  mi_gguf *g = m->g;
+  const char *path = mi_gguf_path(g);
+  json_t *map = json_object_get(json_object_get(m->contract, "gguf"), "tensors");
+  size_t nt = mi_gguf_tensor_count(g);
+  gguf_owner *o = calloc(1, sizeof *o);
+  mi_weight_info *tab = calloc(nt ? nt : 1, sizeof *tab);
+  if (o) o->names = calloc(nt ? nt : 1, sizeof *o->names);
+  if (!o || !tab || !o->names) {
+    mi_path_err(err, err_len, path, "out of memory");
+    goto fail;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < nt; i++) {
+    const mi_gguf_tensor *t = mi_gguf_tensor_at(g, i);
+    char hf[512];
+    const char *pat;
+    json_t *v;
+    int hit = 0;
+    json_object_foreach(map, pat, v) {
+      if (json_is_string(v) && map_name(pat, json_string_value(v), t->name, hf, sizeof hf)) {
+        hit = 1;
+        break;
+      }
+    }
+    if (!hit) continue; /* not a tensor the model reads */
+    int dt = t->type == MI_GGML_F32 ? MI_DTYPE_F32 : t->type == MI_GGML_F16 ? MI_DTYPE_F16
+             : t->type == MI_GGML_BF16 ? MI_DTYPE_BF16 : -1;
+    if (dt < 0) {
+      const char *tn = mi_gguf_type_name(t->type);
+      if (tn)
+        mi_path_err(err, err_len, path,
+                    "tensor '%s' (%s) has ggml type %s, which is not supported yet (F32, F16 "
+                    "and BF16 are)",
+                    t->name, hf, tn);
+      else
+        mi_path_err(err, err_len, path,
+                    "tensor '%s' (%s) has ggml type %u, unknown to this reader", t->name, hf,
+                    t->type);
+      goto fail;
+    }
+    if (!(o->names[k] = strdup(hf))) {
+      mi_path_err(err, err_len, path, "out of memory");
+      goto fail;
+    }
+    o->n = k + 1;
+    mi_weight_info *w = &tab[k++];
+    w->name = o->names[k - 1];
+    w->dtype = dt;
+    w->ndim = (int)t->n_dims;
+    for (uint32_t d = 0; d < t->n_dims; d++) w->shape[d] = (int64_t)t->ne[t->n_dims - 1 - d];
+    w->data = t->data;
+    w->nbytes = (size_t)t->nbytes;
+    w->file = path;
+  }
+  o->g = g;
+  mi_weights *ws = mi_weights_from_table(tab, k, o, owner_close, path, err, err_len);
+  free(tab);
+  if (!ws) {
+    o->g = NULL; /* still m's */
+    owner_close(o);
+    return NULL;
+  }
+  m->g = NULL;
+  return ws;
+fail:
+  free(tab);
+  if (o) o->g = NULL;
+  owner_close(o);
+  return NULL;
+}
