@@ -27,7 +27,8 @@ static void check_reader(const mi_gguf *g, const uint8_t *base, size_t size) {
     (void)mi_gguf_kv_real(kv, &d);
     size_t n;
     const char *s = mi_gguf_kv_str(kv, &n);
-    if (s) FUZZ_CHECK((const uint8_t *)s >= base && (const uint8_t *)s + n <= base + size, "string");
+    if (s)
+      FUZZ_CHECK((const uint8_t *)s >= base && (const uint8_t *)s + n <= base + size, "string");
     if (kv->type == MI_GGUF_ARRAY)
       for (uint64_t k = 0; k < kv->n && k < 4096; k++) {
         if (mi_gguf_arr_str(kv, k, &s, &n) == 0)
@@ -49,7 +50,8 @@ static void check_reader(const mi_gguf *g, const uint8_t *base, size_t size) {
     FUZZ_CHECK(t->nbytes <= size, "tensor '%s' larger than the file", t->name);
     if (t->nbytes) {
       const uint8_t *p = t->data;
-      FUZZ_CHECK(p >= base && p + t->nbytes <= base + size, "tensor '%s' outside the file", t->name);
+      FUZZ_CHECK(p >= base && p + t->nbytes <= base + size, "tensor '%s' outside the file",
+                 t->name);
       volatile uint8_t a = p[0], z = p[t->nbytes - 1];
       (void)a, (void)z;
     }
@@ -115,7 +117,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       FUZZ_CHECK(mi_weights_at(w, i, &wi) == 0, "mi_weights_at(%zu)", i);
       FUZZ_CHECK(mi_weights_find(w, wi.name, NULL) == 0, "find '%s'", wi.name);
       uint64_t count = 1;
-      for (int d = 0; d < wi.ndim; d++) count *= (uint64_t)wi.shape[d];
+      for (int d = 0; d < wi.ndim; d++)
+        count *= (uint64_t)wi.shape[d];
       FUZZ_CHECK(count * (wi.dtype == 0 ? 4 : 2) == wi.nbytes, "'%s': nbytes %zu", wi.name,
                  wi.nbytes);
     }

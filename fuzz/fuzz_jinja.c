@@ -13,21 +13,28 @@ static json_t *g_ctx;
 
 static void init_ctx(void) {
   json_error_t je;
-  g_ctx = json_loads(
-      "{\"messages\":[{\"role\":\"system\",\"content\":\"sys\"},{\"role\":\"user\",\"content\":\"hi \\u00e9 \\ud83d\\ude00\"},"
-      "{\"role\":\"assistant\",\"content\":\"<think>\\nr\\n</think>\\n\\nok\",\"tool_calls\":[{\"type\":\"function\","
-      "\"function\":{\"name\":\"f\",\"arguments\":{\"a\":1,\"b\":[true,null,2.5]}}}]},"
-      "{\"role\":\"tool\",\"content\":\"42\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
-      "\"parameters\":{\"type\":\"object\"}}}],\"add_generation_prompt\":true,\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}",
-      0, &je);
+  g_ctx =
+      json_loads("{\"messages\":[{\"role\":\"system\",\"content\":\"sys\"},{\"role\":\"user\","
+                 "\"content\":\"hi \\u00e9 \\ud83d\\ude00\"},"
+                 "{\"role\":\"assistant\",\"content\":\"<think>\\nr\\n</"
+                 "think>\\n\\nok\",\"tool_calls\":[{\"type\":\"function\","
+                 "\"function\":{\"name\":\"f\",\"arguments\":{\"a\":1,\"b\":[true,null,2.5]}}}]},"
+                 "{\"role\":\"tool\",\"content\":\"42\"}],\"tools\":[{\"type\":\"function\","
+                 "\"function\":{\"name\":\"f\","
+                 "\"parameters\":{\"type\":\"object\"}}}],\"add_generation_prompt\":true,\"bos_"
+                 "token\":\"<s>\",\"eos_token\":\"</s>\"}",
+                 0, &je);
   FUZZ_CHECK(g_ctx != NULL, "context: %s", je.text);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!g_ctx) init_ctx();
   char *s = fuzz_cstr(data, size);
-  static const mi_jinja_limits lim = {.max_output = 1 << 20, .max_memory = 32 << 20, .max_steps = 200000,
-                                      .max_iters = 50000, .max_depth = 16};
+  static const mi_jinja_limits lim = {.max_output = 1 << 20,
+                                      .max_memory = 32 << 20,
+                                      .max_steps = 200000,
+                                      .max_iters = 50000,
+                                      .max_depth = 16};
   mi_jinja_opts o = {.now = 1721952000, .limits = &lim};
   char err[512] = "";
   int raised = 0;

@@ -22,17 +22,17 @@ typedef struct ggml_type_info {
 } ggml_type_info;
 
 static const ggml_type_info GGML_TYPES[] = {
-    [0] = {"F32", 1, 4},        [1] = {"F16", 1, 2},        [2] = {"Q4_0", 32, 18},
-    [3] = {"Q4_1", 32, 20},     [6] = {"Q5_0", 32, 22},     [7] = {"Q5_1", 32, 24},
-    [8] = {"Q8_0", 32, 34},     [9] = {"Q8_1", 32, 36},     [10] = {"Q2_K", 256, 84},
-    [11] = {"Q3_K", 256, 110},  [12] = {"Q4_K", 256, 144},  [13] = {"Q5_K", 256, 176},
-    [14] = {"Q6_K", 256, 210},  [15] = {"Q8_K", 256, 292},  [16] = {"IQ2_XXS", 256, 66},
-    [17] = {"IQ2_XS", 256, 74}, [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
-    [20] = {"IQ4_NL", 32, 18},  [21] = {"IQ3_S", 256, 110}, [22] = {"IQ2_S", 256, 82},
-    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},       [25] = {"I16", 1, 2},
-    [26] = {"I32", 1, 4},       [27] = {"I64", 1, 8},       [28] = {"F64", 1, 8},
-    [29] = {"IQ1_M", 256, 56},  [30] = {"BF16", 1, 2},      [34] = {"TQ1_0", 256, 54},
-    [35] = {"TQ2_0", 256, 66},  [39] = {"MXFP4", 32, 17},
+    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},
+    [3] = {"Q4_1", 32, 20},      [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
+    [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 36},      [10] = {"Q2_K", 256, 84},
+    [11] = {"Q3_K", 256, 110},   [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
+    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66},
+    [17] = {"IQ2_XS", 256, 74},  [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
+    [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},  [22] = {"IQ2_S", 256, 82},
+    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
+    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},
+    [29] = {"IQ1_M", 256, 56},   [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
+    [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},
 };
 #define N_GGML_TYPES (sizeof GGML_TYPES / sizeof GGML_TYPES[0])
 
@@ -45,11 +45,13 @@ const char *mi_gguf_type_name(uint32_t t) {
   return i ? i->name : NULL;
 }
 
-static const char *const VTYPE_NAMES[] = {"u8",  "i8",   "u16",    "i16",   "u32", "i32", "f32",
+static const char *const VTYPE_NAMES[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
                                           "bool", "string", "array", "u64", "i64", "f64"};
 static const unsigned VTYPE_SIZE[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 
-const char *mi_gguf_vtype_name(uint32_t v) { return v <= MI_GGUF_F64 ? VTYPE_NAMES[v] : NULL; }
+const char *mi_gguf_vtype_name(uint32_t v) {
+  return v <= MI_GGUF_F64 ? VTYPE_NAMES[v] : NULL;
+}
 
 /* ---- the reader ---------------------------------------------------------- */
 
@@ -99,7 +101,8 @@ static int rd_u32(rd *r, uint32_t *v) {
 
 static uint64_t le64(const unsigned char *p) {
   uint64_t v = 0;
-  for (int b = 0; b < 8; b++) v |= (uint64_t)p[b] << (8 * b);
+  for (int b = 0; b < 8; b++)
+    v |= (uint64_t)p[b] << (8 * b);
   return v;
 }
 
@@ -187,8 +190,8 @@ static int rd_value(rd *r, uint32_t vt, mi_gguf_kv *kv, const char *key) {
       if (at == MI_GGUF_BOOL)
         for (uint64_t i = 0; i < n; i++)
           if (kv->p[i] > 1) {
-            mi_path_err(r->err, r->el, r->g->path, "key '%.200s': element %llu: bool value %u",
-                        key, (unsigned long long)i, kv->p[i]);
+            mi_path_err(r->err, r->el, r->g->path, "key '%.200s': element %llu: bool value %u", key,
+                        (unsigned long long)i, kv->p[i]);
             return -1;
           }
       r->pos += n * VTYPE_SIZE[at];
@@ -244,8 +247,10 @@ static int parse(mi_gguf *g, char *err, size_t el) {
   if (rd_u32(&r, &g->version)) return -1;
   if (g->version != 2 && g->version != 3) {
     if ((g->version & 0xffff) == 0 && g->version)
-      mi_path_err(err, el, g->path, "GGUF version %u: a big-endian file? (only little-endian v2 "
-                  "and v3 are read)", g->version);
+      mi_path_err(err, el, g->path,
+                  "GGUF version %u: a big-endian file? (only little-endian v2 "
+                  "and v3 are read)",
+                  g->version);
     else
       mi_path_err(err, el, g->path, "GGUF version %u is not supported (only v2 and v3)",
                   g->version);
@@ -291,7 +296,8 @@ static int parse(mi_gguf *g, char *err, size_t el) {
     snprintf(r.what, sizeof r.what, "the value of key '%.80s'", kv->key);
     if (rd_u32(&r, &kv->type) || rd_value(&r, kv->type, kv, kv->key)) return -1;
   }
-  for (size_t i = 0; i < g->n_kv; i++) g->kv_by_key[i] = &g->kv[i];
+  for (size_t i = 0; i < g->n_kv; i++)
+    g->kv_by_key[i] = &g->kv[i];
   qsort(g->kv_by_key, g->n_kv, sizeof *g->kv_by_key, cmp_kv);
   for (size_t i = 1; i < g->n_kv; i++)
     if (!strcmp(g->kv_by_key[i - 1]->key, g->kv_by_key[i]->key)) {
@@ -336,13 +342,13 @@ static int parse(mi_gguf *g, char *err, size_t el) {
       return -1;
     }
     uint64_t count = 1;
-    for (int d = 0; d < MI_GGUF_MAX_DIMS; d++) t->ne[d] = 1;
+    for (int d = 0; d < MI_GGUF_MAX_DIMS; d++)
+      t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
       if (rd_u64(&r, &t->ne[d])) return -1;
       if (t->ne[d] > (uint64_t)INT64_MAX || __builtin_mul_overflow(count, t->ne[d], &count) ||
           count > (uint64_t)INT64_MAX) {
-        mi_path_err(err, el, g->path, "tensor '%s': the product of its dimensions overflows",
-                    name);
+        mi_path_err(err, el, g->path, "tensor '%s': the product of its dimensions overflows", name);
         return -1;
       }
     }
@@ -368,7 +374,8 @@ static int parse(mi_gguf *g, char *err, size_t el) {
       t->known = 1;
     }
   }
-  for (size_t i = 0; i < g->n_t; i++) g->t_by_name[i] = &g->t[i];
+  for (size_t i = 0; i < g->n_t; i++)
+    g->t_by_name[i] = &g->t[i];
   qsort(g->t_by_name, g->n_t, sizeof *g->t_by_name, cmp_tname);
   for (size_t i = 1; i < g->n_t; i++)
     if (!strcmp(g->t_by_name[i - 1]->name, g->t_by_name[i]->name)) {
@@ -378,8 +385,10 @@ static int parse(mi_gguf *g, char *err, size_t el) {
   /* the data section */
   g->data_off = (r.pos + g->alignment - 1) / g->alignment * g->alignment;
   if (g->n_t && g->data_off > g->size) {
-    mi_path_err(err, el, g->path, "truncated: the data section would start at byte %llu, the "
-                "file has %llu", (unsigned long long)g->data_off, (unsigned long long)g->size);
+    mi_path_err(err, el, g->path,
+                "truncated: the data section would start at byte %llu, the "
+                "file has %llu",
+                (unsigned long long)g->data_off, (unsigned long long)g->size);
     return -1;
   }
   const uint64_t data_len = g->data_off <= g->size ? g->size - g->data_off : 0;
@@ -441,8 +450,8 @@ mi_gguf *mi_gguf_open(const char *path, mi_weights_load how, char *err, size_t e
   if (!g) return NULL;
   void *map;
   uint64_t size;
-  if (mi_weights_map_file(g->path, how, 24, "a GGUF file has at least 24", &map, &g->map_len,
-                          &size, err, err_len) != 0) {
+  if (mi_weights_map_file(g->path, how, 24, "a GGUF file has at least 24", &map, &g->map_len, &size,
+                          err, err_len) != 0) {
     mi_gguf_close(g);
     return NULL;
   }
@@ -475,7 +484,8 @@ void mi_gguf_close(mi_gguf *g) {
     free((char *)g->kv[i].key);
     free((uint64_t *)g->kv[i].str_off);
   }
-  for (size_t i = 0; i < g->n_t; i++) free((char *)g->t[i].name);
+  for (size_t i = 0; i < g->n_t; i++)
+    free((char *)g->t[i].name);
   free(g->kv);
   free(g->kv_by_key);
   free(g->t);
@@ -496,11 +506,21 @@ int mi_gguf_sniff(const char *path) {
   return n == 4 && memcmp(m, "GGUF", 4) == 0;
 }
 
-const char *mi_gguf_path(const mi_gguf *g) { return g->path; }
-uint32_t mi_gguf_version(const mi_gguf *g) { return g->version; }
-uint64_t mi_gguf_alignment(const mi_gguf *g) { return g->alignment; }
-uint64_t mi_gguf_file_size(const mi_gguf *g) { return g->size; }
-size_t mi_gguf_kv_count(const mi_gguf *g) { return g ? g->n_kv : 0; }
+const char *mi_gguf_path(const mi_gguf *g) {
+  return g->path;
+}
+uint32_t mi_gguf_version(const mi_gguf *g) {
+  return g->version;
+}
+uint64_t mi_gguf_alignment(const mi_gguf *g) {
+  return g->alignment;
+}
+uint64_t mi_gguf_file_size(const mi_gguf *g) {
+  return g->size;
+}
+size_t mi_gguf_kv_count(const mi_gguf *g) {
+  return g ? g->n_kv : 0;
+}
 const mi_gguf_kv *mi_gguf_kv_at(const mi_gguf *g, size_t i) {
   return g && i < g->n_kv ? &g->kv[i] : NULL;
 }
@@ -524,7 +544,8 @@ const mi_gguf_kv *mi_gguf_get(const mi_gguf *g, const char *key) {
 static int int_at(uint32_t vt, const unsigned char *p, int64_t *out) {
   uint64_t u;
   switch (vt) {
-  case MI_GGUF_U8: case MI_GGUF_BOOL: *out = p[0]; return 0;
+  case MI_GGUF_U8:
+  case MI_GGUF_BOOL: *out = p[0]; return 0;
   case MI_GGUF_I8: *out = (int8_t)p[0]; return 0;
   case MI_GGUF_U16: *out = (uint16_t)(p[0] | p[1] << 8); return 0;
   case MI_GGUF_I16: *out = (int16_t)(uint16_t)(p[0] | p[1] << 8); return 0;
@@ -591,7 +612,9 @@ int mi_gguf_arr_int(const mi_gguf_kv *kv, uint64_t i, int64_t *out) {
   return int_at(kv->arr_type, kv->p + i * VTYPE_SIZE[kv->arr_type], out);
 }
 
-size_t mi_gguf_tensor_count(const mi_gguf *g) { return g ? g->n_t : 0; }
+size_t mi_gguf_tensor_count(const mi_gguf *g) {
+  return g ? g->n_t : 0;
+}
 const mi_gguf_tensor *mi_gguf_tensor_at(const mi_gguf *g, size_t i) {
   return g && i < g->n_t ? &g->t[i] : NULL;
 }

@@ -42,19 +42,29 @@ extern "C" {
  * 150k-entry token arrays, chat templates of ~10 KB). */
 #define MI_GGUF_MAX_KV 65536u
 #define MI_GGUF_MAX_TENSORS 1000000u
-#define MI_GGUF_MAX_KEY 65535u           /* bytes of a key (the spec's bound) */
-#define MI_GGUF_MAX_NAME 256u            /* bytes of a tensor name (the spec says 64) */
-#define MI_GGUF_MAX_STRING (64u << 20)   /* bytes of one string value */
-#define MI_GGUF_MAX_ARRAY (64u << 20)    /* elements of one array */
+#define MI_GGUF_MAX_KEY 65535u         /* bytes of a key (the spec's bound) */
+#define MI_GGUF_MAX_NAME 256u          /* bytes of a tensor name (the spec says 64) */
+#define MI_GGUF_MAX_STRING (64u << 20) /* bytes of one string value */
+#define MI_GGUF_MAX_ARRAY (64u << 20)  /* elements of one array */
 #define MI_GGUF_MAX_DIMS 4
 #define MI_GGUF_MAX_ALIGNMENT (1u << 20)
 #define MI_GGUF_DEFAULT_ALIGNMENT 32u
 
 /* Metadata value types. */
 enum {
-  MI_GGUF_U8 = 0, MI_GGUF_I8 = 1, MI_GGUF_U16 = 2, MI_GGUF_I16 = 3, MI_GGUF_U32 = 4,
-  MI_GGUF_I32 = 5, MI_GGUF_F32 = 6, MI_GGUF_BOOL = 7, MI_GGUF_STRING = 8, MI_GGUF_ARRAY = 9,
-  MI_GGUF_U64 = 10, MI_GGUF_I64 = 11, MI_GGUF_F64 = 12,
+  MI_GGUF_U8 = 0,
+  MI_GGUF_I8 = 1,
+  MI_GGUF_U16 = 2,
+  MI_GGUF_I16 = 3,
+  MI_GGUF_U32 = 4,
+  MI_GGUF_I32 = 5,
+  MI_GGUF_F32 = 6,
+  MI_GGUF_BOOL = 7,
+  MI_GGUF_STRING = 8,
+  MI_GGUF_ARRAY = 9,
+  MI_GGUF_U64 = 10,
+  MI_GGUF_I64 = 11,
+  MI_GGUF_F64 = 12,
 };
 
 /* ggml tensor types this project reads today. */
@@ -66,10 +76,10 @@ typedef struct mi_gguf mi_gguf;
 
 typedef struct mi_gguf_kv {
   const char *key;
-  uint32_t type;     /* MI_GGUF_* */
-  uint32_t arr_type; /* an array's element type */
-  uint64_t n;        /* an array's element count; a string's byte count */
-  const unsigned char *p; /* the value's bytes in the file (an array: its first element) */
+  uint32_t type;           /* MI_GGUF_* */
+  uint32_t arr_type;       /* an array's element type */
+  uint64_t n;              /* an array's element count; a string's byte count */
+  const unsigned char *p;  /* the value's bytes in the file (an array: its first element) */
   const uint64_t *str_off; /* an array of strings: each element's offset from p */
 } mi_gguf_kv;
 
@@ -77,9 +87,9 @@ typedef struct mi_gguf_tensor {
   const char *name;
   uint32_t n_dims;
   uint64_t ne[MI_GGUF_MAX_DIMS]; /* ne[0] innermost; unused dims are 1 */
-  uint32_t type;   /* the ggml type as stored */
-  int known;       /* the type's size is known (nbytes, data valid) */
-  uint64_t offset; /* within the data section */
+  uint32_t type;                 /* the ggml type as stored */
+  int known;                     /* the type's size is known (nbytes, data valid) */
+  uint64_t offset;               /* within the data section */
   uint64_t nbytes;
   const void *data; /* NULL when !known */
 } mi_gguf_tensor;
@@ -100,12 +110,12 @@ uint64_t mi_gguf_alignment(const mi_gguf *g);
 uint64_t mi_gguf_file_size(const mi_gguf *g);
 
 size_t mi_gguf_kv_count(const mi_gguf *g);
-const mi_gguf_kv *mi_gguf_kv_at(const mi_gguf *g, size_t i); /* file order */
+const mi_gguf_kv *mi_gguf_kv_at(const mi_gguf *g, size_t i);      /* file order */
 const mi_gguf_kv *mi_gguf_get(const mi_gguf *g, const char *key); /* NULL if absent */
 
 /* Typed reads of a scalar; 0 ok, -1 wrong type (or a u64 past INT64_MAX). */
-int mi_gguf_kv_int(const mi_gguf_kv *kv, int64_t *out);   /* any integer type or bool */
-int mi_gguf_kv_real(const mi_gguf_kv *kv, double *out);   /* f32, f64 or an integer */
+int mi_gguf_kv_int(const mi_gguf_kv *kv, int64_t *out); /* any integer type or bool */
+int mi_gguf_kv_real(const mi_gguf_kv *kv, double *out); /* f32, f64 or an integer */
 /* A string value's bytes (not NUL-terminated) and length, or NULL. */
 const char *mi_gguf_kv_str(const mi_gguf_kv *kv, size_t *len);
 /* Element i of an array: 0 ok, -1 out of range or wrong element type. */

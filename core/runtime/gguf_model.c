@@ -47,8 +47,9 @@ const char *mi_gguf_ckb_dir(char *buf, size_t n) {
       }
     }
   }
-  snprintf(buf, n, "no CKB folder found (tried $MI_CKB_DIR, ./ckb, <exe>/../share/metainfer/ckb, "
-                   "<exe>/../../ckb)");
+  snprintf(buf, n,
+           "no CKB folder found (tried $MI_CKB_DIR, ./ckb, <exe>/../share/metainfer/ckb, "
+           "<exe>/../../ckb)");
   return NULL;
 }
 
@@ -87,8 +88,9 @@ static json_t *find_contract(const char *ckb_dir, const char *arch, char *path_o
   for (size_t i = 0; i < nn; i++) {
     char p[4096 + 256];
     snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-    json_t *c = hit ? NULL : mi_file_load_json(p, 0, GGUF_CONTRACT_MAX_BYTES, "model contract",
-                                               JSON_REJECT_DUPLICATES, NULL, 0);
+    json_t *c = hit ? NULL
+                    : mi_file_load_json(p, 0, GGUF_CONTRACT_MAX_BYTES, "model contract",
+                                        JSON_REJECT_DUPLICATES, NULL, 0);
     const char *a = json_string_value(json_object_get(json_object_get(c, "gguf"), "architecture"));
     if (a && !strcmp(a, arch)) {
       hit = c;
@@ -223,10 +225,13 @@ static json_t *build_config(const mi_gguf *g, json_t *contract, const char *arch
       }
       v = json_integer((json_int_t)kv->n);
     } else if (json_is_string(json_object_get(spec, "tensor_absent"))) {
-      v = json_boolean(!mi_gguf_tensor_find(g, json_string_value(json_object_get(spec, "tensor_absent"))));
+      v = json_boolean(
+          !mi_gguf_tensor_find(g, json_string_value(json_object_get(spec, "tensor_absent"))));
     } else {
-      mi_path_err(err, el, path, "the model contract's gguf.config.%s is not a key, "
-                  "{\"array_length\": KEY} or {\"tensor_absent\": NAME}", field);
+      mi_path_err(err, el, path,
+                  "the model contract's gguf.config.%s is not a key, "
+                  "{\"array_length\": KEY} or {\"tensor_absent\": NAME}",
+                  field);
       goto fail;
     }
     json_object_set_new(cfg, field, v);
@@ -261,7 +266,11 @@ static json_t *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_model *m,
   const char *path = mi_gguf_path(g);
   size_t n;
   const char *s;
-#define TFAIL(...) do { mi_path_err(err, el, path, __VA_ARGS__); goto fail; } while (0)
+#define TFAIL(...)                                                                                 \
+  do {                                                                                             \
+    mi_path_err(err, el, path, __VA_ARGS__);                                                       \
+    goto fail;                                                                                     \
+  } while (0)
   json_t *root = NULL, *vocab = NULL, *added = NULL, *merges = NULL;
   char *buf = NULL;
   if (!spec) TFAIL("the model contract says nothing of the tokenizer (gguf.tokenizer)");
@@ -281,8 +290,7 @@ static json_t *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_model *m,
     size_t used = 0;
     const char *k;
     json_t *v;
-    json_object_foreach(json_object_get(spec, "pre"), k, v)
-      if (used + strlen(k) + 3 < sizeof known)
+    json_object_foreach(json_object_get(spec, "pre"), k, v) if (used + strlen(k) + 3 < sizeof known)
         used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "", k);
     TFAIL("tokenizer.ggml.pre '%s' is not one the model contract knows (%s)", pre, known);
   }
@@ -293,9 +301,9 @@ static json_t *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_model *m,
     TFAIL("tokenizer.ggml.tokens has %llu entries (1..%u)", (unsigned long long)toks->n,
           MI_TOK_MAX_VOCAB);
   const mi_gguf_kv *types = mi_gguf_get(g, "tokenizer.ggml.token_type");
-  if (types && (types->type != MI_GGUF_ARRAY || types->n != toks->n ||
-                types->arr_type == MI_GGUF_STRING || types->arr_type == MI_GGUF_F32 ||
-                types->arr_type == MI_GGUF_F64))
+  if (types &&
+      (types->type != MI_GGUF_ARRAY || types->n != toks->n || types->arr_type == MI_GGUF_STRING ||
+       types->arr_type == MI_GGUF_F32 || types->arr_type == MI_GGUF_F64))
     TFAIL("tokenizer.ggml.token_type is not an integer array as long as tokenizer.ggml.tokens");
   const mi_gguf_kv *mg = mi_gguf_get(g, "tokenizer.ggml.merges");
   if (!mg || mg->type != MI_GGUF_ARRAY || mg->arr_type != MI_GGUF_STRING)
@@ -339,16 +347,16 @@ static json_t *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_model *m,
     }
     json_array_append_new(merges, str);
   }
-  json_t *model = json_pack("{s:s, s:n, s:n, s:s, s:s, s:b, s:b, s:b, s:o, s:o}", "type", "BPE",
-                            "dropout", "unk_token", "continuing_subword_prefix", "",
-                            "end_of_word_suffix", "", "fuse_unk", 0, "byte_fallback", 0,
-                            "ignore_merges", 0, "vocab", vocab, "merges", merges);
+  json_t *model =
+      json_pack("{s:s, s:n, s:n, s:s, s:s, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout",
+                "unk_token", "continuing_subword_prefix", "", "end_of_word_suffix", "", "fuse_unk",
+                0, "byte_fallback", 0, "ignore_merges", 0, "vocab", vocab, "merges", merges);
   vocab = merges = NULL;
   const char *norm = json_string_value(json_object_get(spec, "normalizer"));
-  json_t *pre_tok = json_pack(
-      "{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]}", "type", "Sequence",
-      "pretokenizers", "type", "Split", "pattern", "Regex", regex, "behavior", "Isolated", "invert",
-      0, "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0);
+  json_t *pre_tok = json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]}", "type",
+                              "Sequence", "pretokenizers", "type", "Split", "pattern", "Regex",
+                              regex, "behavior", "Isolated", "invert", 0, "type", "ByteLevel",
+                              "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0);
   json_t *dec = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
                           "trim_offsets", 0, "use_regex", 0);
   if (!model || !pre_tok || !dec) {
@@ -361,7 +369,8 @@ static json_t *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_model *m,
   json_object_set_new(root, "added_tokens", added);
   added = NULL;
   json_object_set_new(root, "normalizer",
-                      norm && !strcmp(norm, "NFC") ? json_pack("{s:s}", "type", "NFC") : json_null());
+                      norm && !strcmp(norm, "NFC") ? json_pack("{s:s}", "type", "NFC")
+                                                   : json_null());
   json_object_set_new(root, "pre_tokenizer", pre_tok);
   json_object_set_new(root, "decoder", dec);
   json_object_set_new(root, "model", model);
@@ -400,8 +409,8 @@ void mi_gguf_model_close(mi_gguf_model *m) {
   free(m);
 }
 
-int mi_gguf_model_from(mi_gguf *g, json_t *contract, const char *contract_path,
-                       mi_gguf_model **out, char *err, size_t err_len) {
+int mi_gguf_model_from(mi_gguf *g, json_t *contract, const char *contract_path, mi_gguf_model **out,
+                       char *err, size_t err_len) {
   *out = NULL;
   mi_gguf_model *m = calloc(1, sizeof *m);
   if (!m) {
@@ -471,7 +480,8 @@ typedef struct gguf_owner {
 static void owner_close(void *p) {
   gguf_owner *o = p;
   if (!o) return;
-  for (size_t i = 0; i < o->n; i++) free(o->names[i]);
+  for (size_t i = 0; i < o->n; i++)
+    free(o->names[i]);
   free(o->names);
   mi_gguf_close(o->g);
   free(o);
@@ -524,8 +534,10 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
       }
     }
     if (!hit) continue; /* not a tensor the model reads */
-    int dt = t->type == MI_GGML_F32 ? MI_DTYPE_F32 : t->type == MI_GGML_F16 ? MI_DTYPE_F16
-             : t->type == MI_GGML_BF16 ? MI_DTYPE_BF16 : -1;
+    int dt = t->type == MI_GGML_F32    ? MI_DTYPE_F32
+             : t->type == MI_GGML_F16  ? MI_DTYPE_F16
+             : t->type == MI_GGML_BF16 ? MI_DTYPE_BF16
+                                       : -1;
     if (dt < 0) {
       const char *tn = mi_gguf_type_name(t->type);
       if (tn)
@@ -534,9 +546,8 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
                     "and BF16 are)",
                     t->name, hf, tn);
       else
-        mi_path_err(err, err_len, path,
-                    "tensor '%s' (%s) has ggml type %u, unknown to this reader", t->name, hf,
-                    t->type);
+        mi_path_err(err, err_len, path, "tensor '%s' (%s) has ggml type %u, unknown to this reader",
+                    t->name, hf, t->type);
       goto fail;
     }
     if (!(o->names[k] = strdup(hf))) {
@@ -548,7 +559,8 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
     w->name = o->names[k - 1];
     w->dtype = dt;
     w->ndim = (int)t->n_dims;
-    for (uint32_t d = 0; d < t->n_dims; d++) w->shape[d] = (int64_t)t->ne[t->n_dims - 1 - d];
+    for (uint32_t d = 0; d < t->n_dims; d++)
+      w->shape[d] = (int64_t)t->ne[t->n_dims - 1 - d];
     w->data = t->data;
     w->nbytes = (size_t)t->nbytes;
     w->file = path;

@@ -46,8 +46,8 @@ int mi_gguf_model_open(const char *path, const char *ckb_dir, mi_weights_load ho
                        mi_gguf_model **out, char *err, size_t err_len);
 /* The same from an open reader and a contract (g is taken, closed on
  * failure too); contract_path names the contract in messages. */
-int mi_gguf_model_from(mi_gguf *g, json_t *contract, const char *contract_path,
-                       mi_gguf_model **out, char *err, size_t err_len);
+int mi_gguf_model_from(mi_gguf *g, json_t *contract, const char *contract_path, mi_gguf_model **out,
+                       char *err, size_t err_len);
 
 /* The weights, by Hugging Face name; the reader moves into them (m->g is
  * NULL after a success). NULL + err: e.g. "PATH: tensor 'blk.0.attn_q.weight'

@@ -13,9 +13,9 @@
 #ifndef MI_CORE_TEMPLATE_JINJA_H
 #define MI_CORE_TEMPLATE_JINJA_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <jansson.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,16 +24,16 @@ extern "C" {
 typedef struct mi_jinja mi_jinja;
 
 typedef struct mi_jinja_limits {
-    size_t max_output;     /* bytes of rendered text (default 16 MiB) */
-    size_t max_memory;     /* bytes of values made while rendering (default 256 MiB) */
-    uint64_t max_steps;    /* statements + expressions evaluated (default 20 M) */
-    uint64_t max_iters;    /* loop iterations, all loops together (default 1 M) */
-    int max_depth;         /* nesting of macro calls (default 64) */
+  size_t max_output;  /* bytes of rendered text (default 16 MiB) */
+  size_t max_memory;  /* bytes of values made while rendering (default 256 MiB) */
+  uint64_t max_steps; /* statements + expressions evaluated (default 20 M) */
+  uint64_t max_iters; /* loop iterations, all loops together (default 1 M) */
+  int max_depth;      /* nesting of macro calls (default 64) */
 } mi_jinja_limits;
 
 typedef struct mi_jinja_opts {
-    int64_t now;                  /* strftime_now()'s clock: seconds since the epoch, UTC */
-    const mi_jinja_limits *limits; /* NULL: the defaults */
+  int64_t now;                   /* strftime_now()'s clock: seconds since the epoch, UTC */
+  const mi_jinja_limits *limits; /* NULL: the defaults */
 } mi_jinja_opts;
 
 /* Nesting of expressions and blocks the parser accepts. */
@@ -47,12 +47,12 @@ void mi_jinja_free(mi_jinja *t);
  * A malloc'd NUL-terminated string, or NULL with err set. *raised (if not
  * NULL) is set to 1 when the error came from the template's own
  * raise_exception(), else 0. */
-char *mi_jinja_render(const mi_jinja *t, const json_t *vars, const mi_jinja_opts *o,
-                      char *err, size_t errlen, int *raised);
+char *mi_jinja_render(const mi_jinja *t, const json_t *vars, const mi_jinja_opts *o, char *err,
+                      size_t errlen, int *raised);
 
 /* Parse + render in one call. */
-char *mi_jinja_render_text(const char *src, const json_t *vars, const mi_jinja_opts *o,
-                           char *err, size_t errlen, int *raised);
+char *mi_jinja_render_text(const char *src, const json_t *vars, const mi_jinja_opts *o, char *err,
+                           size_t errlen, int *raised);
 
 #ifdef __cplusplus
 }

@@ -56,7 +56,8 @@ static void u32(gw *w, uint32_t v) {
 }
 static void u64(gw *w, uint64_t v) {
   unsigned char b[8];
-  for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    b[i] = (unsigned char)(v >> (8 * i));
   put(w, b, 8);
 }
 static void str(gw *w, const char *s) {
@@ -64,7 +65,8 @@ static void str(gw *w, const char *s) {
   put(w, s, strlen(s));
 }
 __attribute__((noinline)) static void set_u32(gw *w, size_t at, uint32_t v) {
-  for (int i = 0; i < 4; i++) w->b[at + i] = (unsigned char)(v >> (8 * i));
+  for (int i = 0; i < 4; i++)
+    w->b[at + i] = (unsigned char)(v >> (8 * i));
 }
 /* Offset of the first s in w (the test fails when there is none). */
 static size_t find(const gw *w, const char *s) {
@@ -73,17 +75,18 @@ static size_t find(const gw *w, const char *s) {
   return (size_t)(h - w->b);
 }
 __attribute__((noinline)) static void set_u64(gw *w, size_t at, uint64_t v) {
-  for (int i = 0; i < 8; i++) w->b[at + i] = (unsigned char)(v >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    w->b[at + i] = (unsigned char)(v >> (8 * i));
 }
 
 /* Where the fields a test breaks were written. */
 typedef struct layout {
-  size_t n_tensors, n_kv;     /* the counts */
-  size_t first_key_len;       /* length of the first key */
-  size_t first_vtype;         /* value type of the first key */
-  size_t arch_value;          /* the bytes "qwen3" of general.architecture */
-  size_t tokens_count;        /* element count of tokenizer.ggml.tokens */
-  size_t merges_vtype;        /* value type of tokenizer.ggml.merges */
+  size_t n_tensors, n_kv; /* the counts */
+  size_t first_key_len;   /* length of the first key */
+  size_t first_vtype;     /* value type of the first key */
+  size_t arch_value;      /* the bytes "qwen3" of general.architecture */
+  size_t tokens_count;    /* element count of tokenizer.ggml.tokens */
+  size_t merges_vtype;    /* value type of tokenizer.ggml.merges */
   size_t t_ndims[16], t_ne0[16], t_type[16], t_off[16];
   const char *t_name[16];
   uint64_t t_offset[16], t_bytes[16];
@@ -91,8 +94,8 @@ typedef struct layout {
   size_t data_start, data_end; /* file offsets */
 } layout;
 
-#define D 64   /* hidden */
-#define F 128  /* ffn */
+#define D 64  /* hidden */
+#define F 128 /* ffn */
 #define HQ 4
 #define HK 2
 #define HD 16
@@ -164,13 +167,16 @@ static gw make_model(layout *L) {
     u64(&w, (uint64_t)n);
     put(&w, c, (size_t)n);
   }
-  const char *extra[] = {"hi", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "[PAD261]",
-                         "[PAD262]"};
+  const char *extra[] = {"hi",      "<|endoftext|>", "<|im_start|>", "<|im_end|>",
+                         "<think>", "[PAD261]",      "[PAD262]"};
   const int32_t extra_type[] = {1, 3, 3, 3, 4, 5, 5};
-  for (int i = 0; i < 7; i++) str(&w, extra[i]);
+  for (int i = 0; i < 7; i++)
+    str(&w, extra[i]);
   KV("tokenizer.ggml.token_type", MI_GGUF_ARRAY), u32(&w, MI_GGUF_I32), u64(&w, NV);
-  for (int i = 0; i < 256; i++) u32(&w, 1);
-  for (int i = 0; i < 7; i++) u32(&w, (uint32_t)extra_type[i]);
+  for (int i = 0; i < 256; i++)
+    u32(&w, 1);
+  for (int i = 0; i < 7; i++)
+    u32(&w, (uint32_t)extra_type[i]);
   KV("tokenizer.ggml.merges", MI_GGUF_ARRAY);
   L->merges_vtype = w.len - 4;
   u32(&w, MI_GGUF_STRING), u64(&w, 1), str(&w, "h i");
@@ -187,13 +193,20 @@ static gw make_model(layout *L) {
     uint64_t ne0, ne1;
     int nd, ones;
   } T[] = {
-      {"token_embd.weight", D, NV, 2, 0},       {"output_norm.weight", D, 1, 1, 1},
-      {"blk.0.attn_norm.weight", D, 1, 1, 1},   {"blk.0.attn_q.weight", D, HQ * HD, 2, 0},
-      {"blk.0.attn_k.weight", D, HK * HD, 2, 0}, {"blk.0.attn_v.weight", D, HK * HD, 2, 0},
-      {"blk.0.attn_output.weight", HQ * HD, D, 2, 0}, {"blk.0.attn_q_norm.weight", HD, 1, 1, 1},
-      {"blk.0.attn_k_norm.weight", HD, 1, 1, 1}, {"blk.0.ffn_norm.weight", D, 1, 1, 1},
-      {"blk.0.ffn_gate.weight", D, F, 2, 0},    {"blk.0.ffn_up.weight", D, F, 2, 0},
-      {"blk.0.ffn_down.weight", F, D, 2, 0},    {"rope_freqs.unused", 4, 1, 1, 1},
+      {"token_embd.weight", D, NV, 2, 0},
+      {"output_norm.weight", D, 1, 1, 1},
+      {"blk.0.attn_norm.weight", D, 1, 1, 1},
+      {"blk.0.attn_q.weight", D, HQ * HD, 2, 0},
+      {"blk.0.attn_k.weight", D, HK * HD, 2, 0},
+      {"blk.0.attn_v.weight", D, HK * HD, 2, 0},
+      {"blk.0.attn_output.weight", HQ * HD, D, 2, 0},
+      {"blk.0.attn_q_norm.weight", HD, 1, 1, 1},
+      {"blk.0.attn_k_norm.weight", HD, 1, 1, 1},
+      {"blk.0.ffn_norm.weight", D, 1, 1, 1},
+      {"blk.0.ffn_gate.weight", D, F, 2, 0},
+      {"blk.0.ffn_up.weight", D, F, 2, 0},
+      {"blk.0.ffn_down.weight", F, D, 2, 0},
+      {"rope_freqs.unused", 4, 1, 1, 1},
   };
   L->n_t = sizeof T / sizeof T[0];
   uint64_t off = 0;
@@ -214,14 +227,16 @@ static gw make_model(layout *L) {
     off += (L->t_bytes[i] + 31) / 32 * 32;
   }
   set_u64(&w, L->n_tensors, L->n_t);
-  while (w.len % 32) put(&w, "\0", 1);
+  while (w.len % 32)
+    put(&w, "\0", 1);
   L->data_start = w.len;
   for (size_t i = 0; i < L->n_t; i++) {
     for (uint64_t k = 0; k < T[i].ne0 * T[i].ne1; k++) {
       float v = T[i].ones ? 1.0f : frand();
       put(&w, &v, 4);
     }
-    while ((w.len - L->data_start) % 32) put(&w, "\0", 1);
+    while ((w.len - L->data_start) % 32)
+      put(&w, "\0", 1);
   }
   L->data_end = L->data_start + L->t_offset[L->n_t - 1] + L->t_bytes[L->n_t - 1];
   return w;
@@ -275,7 +290,8 @@ static run_result run_mi(const char *const *args) {
     alarm(120);
     const char *argv[64] = {exe};
     int n = 1;
-    for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+    for (; args[n - 1] && n < 63; n++)
+      argv[n] = args[n - 1];
     argv[n] = NULL;
     execv(exe, (char *const *)argv);
     _exit(127);
@@ -385,12 +401,12 @@ START_TEST(reader_refuses_hostile_headers) {
   layout L;
   gw w = make_model(&L);
   gw c = {0};
-#define MUT(stmt, want)                                  \
-  do {                                                   \
-    c.len = 0;                                           \
-    put(&c, w.b, w.len);                                 \
-    stmt;                                                \
-    expect_reader_error(&c, c.len, want);                \
+#define MUT(stmt, want)                                                                            \
+  do {                                                                                             \
+    c.len = 0;                                                                                     \
+    put(&c, w.b, w.len);                                                                           \
+    stmt;                                                                                          \
+    expect_reader_error(&c, c.len, want);                                                          \
   } while (0)
   MUT(set_u32(&c, 4, 1), "version 1");
   MUT(set_u32(&c, 4, 0x03000000u), "big-endian");
@@ -528,7 +544,8 @@ START_TEST(model_from_c_gguf_runs_and_maps) {
 
   /* mi-run generates from it, greedy, twice the same */
   setenv("MI_CKB_DIR", ckb, 1);
-  const char *args[] = {"-m", p, "-p", "hi hi<|im_start|>", "-n", "6", "--temp", "0", "--json", NULL};
+  const char *args[] = {"-m", p,        "-p", "hi hi<|im_start|>", "-n", "6", "--temp",
+                        "0",  "--json", NULL};
   run_result r1 = run_mi(args), r2 = run_mi(args);
   ck_assert_msg(r1.status == 0, "exit %d: %s", r1.status, r1.err);
   ck_assert_ptr_nonnull(strstr(r1.out, "\"prompt_ids\":[256,32,256,258]"));
@@ -547,22 +564,22 @@ START_TEST(mi_run_refuses_hostile_files) {
   setenv("MI_CKB_DIR", ckb, 1);
   gw c = {0};
   int k = 0;
-#define BADLEN(len_, want)                                         \
-  do {                                                             \
-    c.len = 0;                                                     \
-    put(&c, w.b, w.len);                                           \
-    snprintf(p, sizeof p, "%s/bad%d.gguf", g_tmp, k++);            \
-    write_file(p, &c, (len_));                                     \
-    expect_run_error(p, want);                                     \
+#define BADLEN(len_, want)                                                                         \
+  do {                                                                                             \
+    c.len = 0;                                                                                     \
+    put(&c, w.b, w.len);                                                                           \
+    snprintf(p, sizeof p, "%s/bad%d.gguf", g_tmp, k++);                                            \
+    write_file(p, &c, (len_));                                                                     \
+    expect_run_error(p, want);                                                                     \
   } while (0)
-#define BAD(stmt, want)                                            \
-  do {                                                             \
-    c.len = 0;                                                     \
-    put(&c, w.b, w.len);                                           \
-    stmt;                                                          \
-    snprintf(p, sizeof p, "%s/bad%d.gguf", g_tmp, k++);            \
-    write_file(p, &c, c.len);                                      \
-    expect_run_error(p, want);                                     \
+#define BAD(stmt, want)                                                                            \
+  do {                                                                                             \
+    c.len = 0;                                                                                     \
+    put(&c, w.b, w.len);                                                                           \
+    stmt;                                                                                          \
+    snprintf(p, sizeof p, "%s/bad%d.gguf", g_tmp, k++);                                            \
+    write_file(p, &c, c.len);                                                                      \
+    expect_run_error(p, want);                                                                     \
   } while (0)
   BADLEN(3, "not a model folder");
   BADLEN(23, "too small");
@@ -580,10 +597,12 @@ START_TEST(mi_run_refuses_hostile_files) {
   /* a needed tensor of a quantized type (Q8_0 blocks of 32 fit ne[0] = 64) */
   BAD(set_u32(&c, L.t_type[3], 8),
       "tensor 'blk.0.attn_q.weight' (model.layers.0.self_attn.q_proj.weight) has ggml type Q8_0");
-  BAD(set_u32(&c, L.t_type[10], 77), "tensor 'blk.0.ffn_gate.weight' (model.layers.0.mlp.gate_proj.weight) has ggml type 77");
+  BAD(set_u32(&c, L.t_type[10], 77),
+      "tensor 'blk.0.ffn_gate.weight' (model.layers.0.mlp.gate_proj.weight) has ggml type 77");
   /* an unneeded tensor of an unknown type is fine: covered by the reader test */
   /* an architecture no contract lists */
-  BAD(memcpy(c.b + L.arch_value, "qwen9", 5), "GGUF architecture 'qwen9' is not described by any model contract");
+  BAD(memcpy(c.b + L.arch_value, "qwen9", 5),
+      "GGUF architecture 'qwen9' is not described by any model contract");
   /* a tokenizer the contract does not read */
   BAD(memcpy(c.b + find(&c, "gpt2"), "gpt3", 4), "tokenizer.ggml.model 'gpt3'");
   BAD(memcpy(c.b + find(&c, "qwen2"), "qwen7", 5), "tokenizer.ggml.pre 'qwen7'");
@@ -615,7 +634,8 @@ static int sh(const char *fmt, ...) {
 /* mi-run --json: the prompt ids line and the generated ids, as one string. */
 static char *run_ids(const char *model, const char *prompt, int chat) {
   const char *a1[] = {"-m", model, "-p", prompt, "-n", "16", "--temp", "0", "--json", NULL};
-  const char *a2[] = {"-m", model, "--chat", "-p", prompt, "-n", "16", "--temp", "0", "--json", NULL};
+  const char *a2[] = {"-m", model,    "--chat", "-p",     prompt, "-n",
+                      "16", "--temp", "0",      "--json", NULL};
   run_result r = run_mi(chat ? a2 : a1);
   ck_assert_msg(r.status == 0, "%s: exit %d: %s", model, r.status, r.err);
   char *acc = calloc(1, 65536);
@@ -628,7 +648,8 @@ static char *run_ids(const char *model, const char *prompt, int chat) {
       used += (size_t)snprintf(acc + used, 65536 - used, "%s |", s);
       free(s);
     } else if (id) {
-      used += (size_t)snprintf(acc + used, 65536 - used, " %lld", (long long)json_integer_value(id));
+      used +=
+          (size_t)snprintf(acc + used, 65536 - used, " %lld", (long long)json_integer_value(id));
     }
     json_decref(j);
   }
@@ -643,17 +664,22 @@ START_TEST(peer_hf2gguf_matches_the_folder) {
   snprintf(bf16, sizeof bf16, "%s/tiny-bf16.gguf", g_tmp);
   snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
   setenv("MI_CKB_DIR", ckb, 1);
-  ck_assert_int_eq(sh("'%s/bin/mi-mkmodel' --shape tiny --seed 1 --out '%s' >/dev/null", g_build, dir), 0);
+  ck_assert_int_eq(
+      sh("'%s/bin/mi-mkmodel' --shape tiny --seed 1 --out '%s' >/dev/null", g_build, dir), 0);
   ck_assert_int_eq(sh("node '%s/tools/peer/hf2gguf.mjs' '%s' '%s' --type f32", g_src, dir, f32), 0);
-  ck_assert_int_eq(sh("node '%s/tools/peer/hf2gguf.mjs' '%s' '%s' --type bf16", g_src, dir, bf16), 0);
-  const char *prompts[] = {"Hello, world! The quick brown fox", "你好，世界 🙂 <|im_start|>user\nhi<|im_end|>",
+  ck_assert_int_eq(sh("node '%s/tools/peer/hf2gguf.mjs' '%s' '%s' --type bf16", g_src, dir, bf16),
+                   0);
+  const char *prompts[] = {"Hello, world! The quick brown fox",
+                           "你好，世界 🙂 <|im_start|>user\nhi<|im_end|>",
                            "  spaces\t\ttabs\n\nnewlines 12345 ÀÉÎ"};
   for (int chat = 0; chat < 2; chat++)
     for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
       char *want = run_ids(dir, prompts[i], chat);
       char *a = run_ids(bf16, prompts[i], chat), *b = run_ids(f32, prompts[i], chat);
-      ck_assert_msg(!strcmp(want, a), "bf16 GGUF differs (chat %d, prompt %zu):\n%s\n%s", chat, i, want, a);
-      ck_assert_msg(!strcmp(want, b), "f32 GGUF differs (chat %d, prompt %zu):\n%s\n%s", chat, i, want, b);
+      ck_assert_msg(!strcmp(want, a), "bf16 GGUF differs (chat %d, prompt %zu):\n%s\n%s", chat, i,
+                    want, a);
+      ck_assert_msg(!strcmp(want, b), "f32 GGUF differs (chat %d, prompt %zu):\n%s\n%s", chat, i,
+                    want, b);
       free(want);
       free(a);
       free(b);
@@ -666,17 +692,20 @@ START_TEST(peer_hf2gguf_matches_the_folder) {
   mi_tokenizer *hf = mi_tokenizer_load(tp, err, sizeof err);
   ck_assert_msg(hf && mi_tokenizer_load_config(hf, cp, err, sizeof err) == 0, "%s", err);
   mi_gguf_model *m;
-  ck_assert_msg(mi_gguf_model_open(bf16, ckb, MI_WEIGHTS_MMAP, &m, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(mi_gguf_model_open(bf16, ckb, MI_WEIGHTS_MMAP, &m, err, sizeof err) == 0, "%s",
+                err);
   mi_tokenizer *gt = mi_tokenizer_load_json(m->tokenizer, bf16, err, sizeof err);
   ck_assert_msg(gt && mi_tokenizer_set_config(gt, m->eos, m->bos, m->pad, m->chat_template, bf16,
-                                              err, sizeof err) == 0, "%s", err);
+                                              err, sizeof err) == 0,
+                "%s", err);
   ck_assert_uint_eq(mi_tokenizer_vocab_size(gt), mi_tokenizer_vocab_size(hf));
   ck_assert_int_eq(mi_tokenizer_eos_id(gt), mi_tokenizer_eos_id(hf));
   ck_assert_int_eq(mi_tokenizer_pad_id(gt), mi_tokenizer_pad_id(hf));
   ck_assert_str_eq(mi_tokenizer_chat_template(gt), mi_tokenizer_chat_template(hf));
   const char *texts[] = {"<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\n",
                          "<think>\nreasoning</think>\n\n<tool_call>{}</tool_call>",
-                         "naïve café — 日本語のテキスト, 한국어, العربية, emoji 👩‍👩‍👧 e\u0301",
+                         "naïve café — 日本語のテキスト, 한국어, العربية, emoji 👩‍👩‍👧 "
+                         "e\u0301",
                          "don't I'll WE'RE 1234567 3.14159 $$$ \r\n\r\n  x",
                          "<|endoftext|><|endoftext|>x<|im_end"};
   for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
@@ -686,8 +715,10 @@ START_TEST(peer_hf2gguf_matches_the_folder) {
       size_t na, nb;
       ck_assert_int_eq(mi_tokenizer_encode(hf, texts[i], strlen(texts[i]), ps, &a, &na), 0);
       ck_assert_int_eq(mi_tokenizer_encode(gt, texts[i], strlen(texts[i]), ps, &b, &nb), 0);
-      ck_assert_msg(na == nb && !memcmp(a, b, na * sizeof *a), "text %zu (special %d): ids differ", i, ps);
-      char *da = mi_tokenizer_decode(hf, a, na, NULL, NULL), *db = mi_tokenizer_decode(gt, b, nb, NULL, NULL);
+      ck_assert_msg(na == nb && !memcmp(a, b, na * sizeof *a), "text %zu (special %d): ids differ",
+                    i, ps);
+      char *da = mi_tokenizer_decode(hf, a, na, NULL, NULL),
+           *db = mi_tokenizer_decode(gt, b, nb, NULL, NULL);
       ck_assert_str_eq(da, db); /* (NFC: not always the text itself) */
       free(da);
       free(db);
