@@ -1,9 +1,13 @@
 /* Fuzzes the CKB integer expression language (shapes "pos0 + T",
  * constraints "Hq % Hkv == 0"): mi_expr_eval with names bound to extreme
- * values, and mi_expr_names (the validator's syntax/name pass). Any
+ * values, mi_expr_eval_f64 (real-valued bindings such as
+ * "int:partial_rotary_factor * head_dim": the result finite or an error),
+ * and mi_expr_names (the validator's syntax/name pass). Any
  * overflow must be an error, never undefined behaviour; a deep nesting must
  * be an error, never a stack overflow. */
 #include "fuzz_util.h"
+
+#include <math.h>
 
 #include "core/ckb/ckb.h"
 
@@ -19,6 +23,14 @@ static int lookup(void *user, const char *name, size_t len, int64_t *out) {
   return -1;
 }
 
+static int lookup_f64(void *user, const char *name, size_t len, double *out) {
+  int64_t v;
+  if (lookup(user, name, len, &v) == 0) return *out = (double)v, 0;
+  if (len == 1 && name[0] == 'F') return *out = 0.25, 0;
+  if (len == 3 && !memcmp(name, "BIG", 3)) return *out = 1e308, 0;
+  return -1;
+}
+
 static void count_name(void *user, const char *name, size_t len) {
   FUZZ_CHECK(len > 0, "empty name");
   ++*(size_t *)user;
@@ -29,6 +41,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char err[256] = "";
   int64_t v;
   if (mi_expr_eval(s, lookup, NULL, &v, err, sizeof err) != 0) fuzz_check_one_line("mi_expr_eval", err);
+  double d;
+  err[0] = 0;
+  if (mi_expr_eval_f64(s, lookup_f64, NULL, &d, err, sizeof err) != 0) fuzz_check_one_line("mi_expr_eval_f64", err);
+  else FUZZ_CHECK(isfinite(d), "mi_expr_eval_f64 returned %g", d);
   size_t n = 0;
   err[0] = 0;
   if (mi_expr_names(s, count_name, &n, err, sizeof err) != 0) fuzz_check_one_line("mi_expr_names", err);
