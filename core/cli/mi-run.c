@@ -25,7 +25,7 @@
 #endif
 
 static void usage(FILE *f) {
-  fputs("usage: mi-run -m MODEL_DIR (-p PROMPT | -f FILE) [options]\n"
+  fputs("usage: mi-run -m MODEL_DIR (-p PROMPT | -f FILE | --prompts FILE | -i) [options]\n"
         "       mi-run [--plugin-dir DIR] --list-plugins\n"
         "\n"
         "model and prompt:\n"
@@ -37,6 +37,9 @@ static void usage(FILE *f) {
         "                           generated on its own from an empty context, one model load for all\n"
         "                           (with --json each starts with {\"prompt_index\":I,\"prompt_ids\":[...]})\n"
         "      --chat               wrap the prompt in the chat template the model declares\n"
+        "  -i, --interactive        a conversation: one user turn per line of stdin (end a line with '\\'\n"
+        "                           to go on), each answered with the whole conversation so far;\n"
+        "                           /reset forgets it, /exit or the end of input ends it\n"
         "      --system TEXT        system message for --chat\n"
         "      --no-think           --chat: turn reasoning off (templates with <think> blocks)\n"
         "generation:\n"
@@ -141,11 +144,29 @@ static char *read_all(const char *path, size_t *len) {
 
 typedef struct run_out {
   int json;
-  int quiet; /* a tensor-parallel rank other than 0 */
+  int quiet;      /* a tensor-parallel rank other than 0 */
+  char *answer;   /* -i: the visible text generated, kept for the next turn (NULL: not kept) */
+  size_t alen, acap;
+  int keep;       /* keep the answer */
 } run_out;
+
+static void keep_text(run_out *o, const char *s, size_t n) {
+  if (!o->keep || !n) return;
+  if (o->alen + n + 1 > o->acap) {
+    size_t c = o->acap ? o->acap : 256;
+    while (o->alen + n + 1 > c) c *= 2;
+    char *p = realloc(o->answer, c);
+    if (!p) return; /* the answer stays as far as it got */
+    o->answer = p, o->acap = c;
+  }
+  memcpy(o->answer + o->alen, s, n);
+  o->alen += n;
+  o->answer[o->alen] = 0;
+}
 
 static int on_token(void *user, const mi_gen_token *t) {
   run_out *o = user;
+  keep_text(o, t->visible, t->visible_len);
   if (o->quiet) return 0;
   if (!o->json) {
     fwrite(t->visible, 1, t->visible_len, stdout);
@@ -175,14 +196,28 @@ static int on_token(void *user, const mi_gen_token *t) {
   return !s || mi_out_flush_stdout() != 0;
 }
 
-/* One prompt: chat-rendered when asked, tokenized, generated, printed
- * (text, or --json lines), with --stats after it. index >= 0: --prompts'
- * index, said in its first --json line. 0, or -1 after a line on stderr. */
-static int run_prompt(mi_session *eng, const char *prompt_text, size_t plen, long index, const char *src_name,
-                      const char *model_dir, int chat, const char *system_msg, int no_think, int json, int quiet,
-                      int stats, long top_logprobs, mi_gen_params *gp0, const char **stops, size_t n_stops,
-                      int32_t **ids_out, size_t *n_ids_out, char **rendered_out) {
-  mi_gen_params gp = *gp0;
+/* What every prompt of one mi-run shares. */
+typedef struct run_opts {
+  const char *src_name, *model_dir, *system_msg;
+  int chat, no_think, json, quiet, stats;
+  long top_logprobs;
+  const mi_gen_params *gp;
+  const char **stops;
+  size_t n_stops;
+} run_opts;
+
+/* One prompt: chat-rendered when asked (turns: the conversation so far, the
+ * last a user turn; NULL: the system message, if any, and the prompt),
+ * tokenized, generated, printed (text, or --json lines), with --stats after
+ * it. index >= 0: --prompts' index, said in its first --json line. answer
+ * (may be NULL): the visible text generated, malloc'd. 0, or -1 after a line
+ * on stderr. */
+static int run_prompt(mi_session *eng, const run_opts *r, const char *prompt_text, size_t plen, long index,
+                      const mi_chat_msg *turns, size_t n_turns, int32_t **ids_out, size_t *n_ids_out,
+                      char **rendered_out, char **answer) {
+  mi_gen_params gp = *r->gp;
+  const char *src_name = r->src_name, *model_dir = r->model_dir;
+  const int json = r->json, quiet = r->quiet, stats = r->stats;
   char err[2048] = "";
   int32_t *ids = NULL;
   size_t n_ids = 0;
@@ -190,14 +225,19 @@ static int run_prompt(mi_session *eng, const char *prompt_text, size_t plen, lon
   int rc = -1;
   const char *to_encode = prompt_text;
   size_t enc_len = plen;
-  if (chat) {
-    mi_chat_msg msgs[2];
+  run_out ro = {.json = json, .quiet = quiet, .keep = answer != NULL};
+  if (answer) *answer = NULL;
+  if (r->chat) {
+    mi_chat_msg one[2];
     size_t nm = 0;
-    if (system_msg) msgs[nm++] = (mi_chat_msg){"system", system_msg};
-    msgs[nm++] = (mi_chat_msg){"user", prompt_text};
+    if (!turns) {
+      if (r->system_msg) one[nm++] = (mi_chat_msg){"system", r->system_msg};
+      one[nm++] = (mi_chat_msg){"user", prompt_text};
+      turns = one, n_turns = nm;
+    }
     /* the model folder's template, rendered by the Jinja engine (core/template) */
     char cerr[600];
-    rendered = mi_tokenizer_chat_render(eng->tok, msgs, nm, 1, !no_think, cerr, sizeof cerr);
+    rendered = mi_tokenizer_chat_render(eng->tok, turns, n_turns, 1, !r->no_think, cerr, sizeof cerr);
     if (!rendered) {
       fprintf(stderr, "mi-run: %s/tokenizer_config.json: %s\n", eng->model_dir, cerr);
       goto done;
@@ -231,15 +271,15 @@ static int run_prompt(mi_session *eng, const char *prompt_text, size_t plen, lon
     free(s);
     json_decref(first);
   }
-  gp.top_logprobs = json ? (int)top_logprobs : 0;
-  gp.stop = stops;
-  gp.n_stop = n_stops;
-  run_out ro = {.json = json, .quiet = quiet};
+  gp.top_logprobs = json ? (int)r->top_logprobs : 0;
+  gp.stop = r->stops;
+  gp.n_stop = r->n_stops;
   mi_gen_stats st;
   if (mi_generate(eng, ids, n_ids, &gp, on_token, &ro, &st, err, sizeof err) != 0) {
     fprintf(stderr, "mi-run: %s\n", err);
     goto done;
   }
+  keep_text(&ro, st.tail, strlen(st.tail));
   if (!json && !quiet) {
     fputs(st.tail, stdout);
     fputc('\n', stdout);
@@ -268,7 +308,81 @@ done:
   *ids_out = ids;
   *n_ids_out = n_ids;
   *rendered_out = rendered;
+  if (answer && rc == 0) *answer = ro.answer ? ro.answer : strdup("");
+  else free(ro.answer);
   return rc;
+}
+
+/* -i: a conversation on stdin, one user turn a line (a line ending in '\\'
+ * goes on on the next), each answered with the whole conversation rendered
+ * through the model's template; "/reset" forgets it, "/exit" or the end of
+ * input ends it. The prompt marker goes to stderr, and only on a terminal:
+ * stdout holds the answers alone. Every turn is prefilled whole (no KV kept
+ * between turns). 0, or 1 when some turn failed (each said on stderr). */
+static int run_interactive(mi_session *eng, const run_opts *r) {
+  mi_chat_msg *turns = NULL;
+  size_t n = 0, cap = 0, lcap = 0, len = 0;
+  char *line = NULL, *text = NULL;
+  int failed = 0, tty = isatty(STDIN_FILENO);
+  const size_t keep_sys = r->system_msg ? 1 : 0;
+  for (;;) {
+    if (tty) fputs(len ? ". " : "> ", stderr);
+    ssize_t got = getline(&line, &lcap, stdin);
+    if (got < 0) break;
+    while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
+    int more = got > 0 && line[got - 1] == '\\';
+    if (more) line[--got] = 0;
+    char *t = realloc(text, len + (size_t)got + 2);
+    if (!t) break;
+    text = t;
+    memcpy(text + len, line, (size_t)got);
+    len += (size_t)got;
+    if (more) {
+      text[len++] = '\n';
+      continue;
+    }
+    text[len] = 0;
+    size_t tl = len;
+    len = 0;
+    if (!text[strspn(text, " \t")]) continue;
+    if (!strcmp(text, "/exit") || !strcmp(text, "/quit")) break;
+    json_t *utf8 = json_stringn(text, tl); /* the same UTF-8 check as every prompt */
+    json_decref(utf8);
+    if (!utf8) {
+      fprintf(stderr, "mi-run: stdin: this turn is not valid UTF-8; skipped\n");
+      failed = 1;
+      continue;
+    }
+    if (n + 2 > cap) {
+      size_t c = cap ? 2 * cap : 16;
+      mi_chat_msg *p = realloc(turns, c * sizeof *p);
+      if (!p) break;
+      turns = p, cap = c;
+    }
+    if (n == 0 && r->system_msg) turns[n++] = (mi_chat_msg){"system", strdup(r->system_msg)};
+    if (!strcmp(text, "/reset")) {
+      while (n > keep_sys) free((char *)turns[--n].content);
+      if (tty) fputs("(conversation cleared)\n", stderr);
+      continue;
+    }
+    turns[n++] = (mi_chat_msg){"user", strdup(text)};
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    char *rendered = NULL, *answer = NULL;
+    if (run_prompt(eng, r, text, tl, -1, turns, n, &ids, &n_ids, &rendered, &answer) != 0) {
+      free((char *)turns[--n].content); /* the turn is forgotten: the next one starts where this one did */
+      failed = 1;
+    } else {
+      turns[n++] = (mi_chat_msg){"assistant", answer};
+    }
+    free(ids);
+    free(rendered);
+  }
+  while (n) free((char *)turns[--n].content);
+  free(turns);
+  free(line);
+  free(text);
+  return failed;
 }
 
 static int run(int argc, char **argv) {
@@ -276,7 +390,7 @@ static int run(int argc, char **argv) {
   const char *plugin_dir = NULL, *conf_path = NULL, *platform = NULL, *kv_type = NULL;
   const char *stops[MAX_STOPS];
   size_t n_stops = 0;
-  int chat = 0, no_think = 0, json = 0, stats = 0, list_plugins = 0, verbose = 0;
+  int chat = 0, no_think = 0, json = 0, stats = 0, list_plugins = 0, verbose = 0, interactive = 0;
   long threads = -1, batch = 0, top_logprobs = 0, tp = 1;
   mi_gen_params gp = {.n_predict = 128};
   mi_sampler_defaults(&gp.sampling);
@@ -296,6 +410,7 @@ static int run(int argc, char **argv) {
   static const struct option longopts[] = {
       {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
       {"file", required_argument, 0, 'f'},        {"chat", no_argument, 0, O_CHAT},
+      {"interactive", no_argument, 0, 'i'},
       {"prompts", required_argument, 0, O_PROMPTS},
       {"system", required_argument, 0, O_SYSTEM}, {"no-think", no_argument, 0, O_NOTHINK},
       {"n-predict", required_argument, 0, 'n'},   {"ctx-size", required_argument, 0, 'c'},
@@ -317,13 +432,14 @@ static int run(int argc, char **argv) {
   int c;
   long v;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":m:p:f:n:c:b:t:vh", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":m:p:f:n:c:b:t:ivh", longopts, NULL)) != -1) {
     switch (c) {
     case 'm': model_dir = optarg; break;
     case 'p': prompt_arg = optarg; break;
     case 'f': prompt_file = optarg; break;
     case O_PROMPTS: prompts_file = optarg; break;
     case O_CHAT: chat = 1; break;
+    case 'i': interactive = chat = 1; break;
     case O_SYSTEM: system_msg = optarg; break;
     case O_NOTHINK: no_think = 1; break;
     case 'n':
@@ -417,8 +533,16 @@ static int run(int argc, char **argv) {
       fprintf(stderr, "mi-run: no model: give -m MODEL_DIR (see --help)\n");
       return 2;
     }
-    if (!prompt_arg && !prompt_file && !prompts_file) {
-      fprintf(stderr, "mi-run: no prompt: give -p TEXT, -f FILE (-f - reads stdin) or --prompts FILE\n");
+    if (interactive && tp > 1) { /* only rank 0 reads stdin: the others would run out of turns first */
+      fprintf(stderr, "mi-run: -i runs on one process: not with --tp %ld\n", tp);
+      return 2;
+    }
+    if (interactive && (prompt_arg || prompt_file || prompts_file)) {
+      fprintf(stderr, "mi-run: -i reads the conversation from stdin: give no -p, -f or --prompts with it\n");
+      return 2;
+    }
+    if (!interactive && !prompt_arg && !prompt_file && !prompts_file) {
+      fprintf(stderr, "mi-run: no prompt: give -p TEXT, -f FILE (-f - reads stdin), --prompts FILE or -i\n");
       return 2;
     }
     if (!!prompt_arg + !!prompt_file + !!prompts_file > 1) {
@@ -483,6 +607,14 @@ static int run(int argc, char **argv) {
          eng->platform_plugin->desc->name, eng->P->variant ? eng->P->variant(eng->pc) : "-",
          eng->model_plugin->desc->name, eng->info.architecture, eng->load_seconds);
 
+  run_opts ropt = {.model_dir = model_dir, .system_msg = system_msg, .chat = chat, .no_think = no_think,
+                   .json = json, .quiet = quiet, .stats = stats, .top_logprobs = top_logprobs, .gp = &gp,
+                   .stops = stops, .n_stops = n_stops};
+  if (interactive) {
+    ropt.src_name = "stdin";
+    rc = run_interactive(eng, &ropt);
+    goto out;
+  }
   /* the prompts: -p, -f, or one JSON string per line of --prompts */
   json_t *plist = json_array();
   if (prompts_file) {
@@ -531,8 +663,8 @@ static int run(int argc, char **argv) {
     n_ids = 0;
     free(rendered);
     rendered = NULL;
-    if (run_prompt(eng, one, one_len, prompts_file ? (long)pi : -1, src_name, model_dir, chat, system_msg, no_think,
-                   json, quiet, stats, top_logprobs, &gp, stops, n_stops, &ids, &n_ids, &rendered) != 0) {
+    ropt.src_name = src_name;
+    if (run_prompt(eng, &ropt, one, one_len, prompts_file ? (long)pi : -1, NULL, 0, &ids, &n_ids, &rendered, NULL) != 0) {
       json_decref(plist);
       goto out;
     }

@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/tokenizer/tokenizer.h"
+
 static char g_build[1024], g_good[1200], g_tmp[1200];
 static int g_no_pad; /* edit_header: leave the header unpadded */
 
@@ -654,6 +656,104 @@ START_TEST(output_lost) {
 }
 END_TEST
 
+/* -i: a conversation on stdin. Each turn's prompt (its --json prompt_ids,
+ * decoded by the tokenizer here) holds the conversation so far: the earlier
+ * user turns and answers, in order; /reset forgets them; a line ending in
+ * '\\' goes on; stdout holds the answers alone, stderr nothing. */
+static json_t *turn_prompts(const char *input, const char *extra, char *err_out, size_t en, int *status) {
+  char in[1300], out[1300], er[1300], cmd[5000];
+  snprintf(in, sizeof in, "%s/turns.txt", g_tmp);
+  snprintf(out, sizeof out, "%s/turns.out", g_tmp);
+  snprintf(er, sizeof er, "%s/turns.err", g_tmp);
+  FILE *f = fopen(in, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(input, f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "timeout 120 '%s/bin/mi-run' -m '%s' -i -n 6 --temp 0 -t 1 %s < '%s' > '%s' 2> '%s'", g_build,
+           g_good, extra, in, out, er);
+  int st = system(cmd);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  f = fopen(er, "r");
+  size_t k = f ? fread(err_out, 1, en - 1, f) : 0;
+  err_out[k] = 0;
+  if (f) fclose(f);
+  /* [{prompt: [ids], answer: [ids]}] per turn */
+  json_t *turns = json_array(), *cur = NULL;
+  f = fopen(out, "r");
+  char line[65536];
+  while (f && fgets(line, sizeof line, f)) {
+    json_t *j = json_loads(line, 0, NULL);
+    if (json_object_get(j, "prompt_ids")) {
+      cur = json_pack("{s:O, s:[]}", "prompt", json_object_get(j, "prompt_ids"), "answer");
+      json_array_append_new(turns, cur);
+    } else if (cur && json_object_get(j, "token_id"))
+      json_array_append(json_object_get(cur, "answer"), json_object_get(j, "token_id"));
+    json_decref(j);
+  }
+  if (f) fclose(f);
+  return turns;
+}
+
+static char *decode(const mi_tokenizer *tok, json_t *ids) {
+  size_t n = json_array_size(ids);
+  int32_t *v = malloc((n ? n : 1) * sizeof *v);
+  for (size_t i = 0; i < n; i++) v[i] = (int32_t)json_integer_value(json_array_get(ids, i));
+  char *s = mi_tokenizer_decode(tok, v, n, NULL, NULL);
+  free(v);
+  ck_assert_ptr_nonnull(s);
+  return s;
+}
+
+/* haystack holds the needles in this order */
+static int in_order(const char *hay, const char *const *needles, int n) {
+  const char *p = hay;
+  for (int i = 0; i < n; i++) {
+    p = strstr(p, needles[i]);
+    if (!p) return 0;
+    p += strlen(needles[i]);
+  }
+  return 1;
+}
+
+START_TEST(interactive_conversation) {
+  char tp[1300], err[4096];
+  snprintf(tp, sizeof tp, "%s/tokenizer.json", g_good);
+  mi_tokenizer *tok = mi_tokenizer_load(tp, err, sizeof err);
+  ck_assert_msg(tok != NULL, "%s", err);
+  int st = -1;
+  json_t *t = turn_prompts("Hello there\nAgain please\n/reset\nline one\\\nline two\n/exit\nnever read\n", "--json", err,
+                           sizeof err, &st);
+  ck_assert_msg(st == 0 && err[0] == 0, "exit %d, stderr: %s", st, err);
+  ck_assert_int_eq(json_array_size(t), 3);
+  char *p1 = decode(tok, json_object_get(json_array_get(t, 0), "prompt"));
+  char *a1 = decode(tok, json_object_get(json_array_get(t, 0), "answer"));
+  char *p2 = decode(tok, json_object_get(json_array_get(t, 1), "prompt"));
+  char *p3 = decode(tok, json_object_get(json_array_get(t, 2), "prompt"));
+  /* the first answer as the template keeps it: surrounding blanks aside */
+  char *a = a1;
+  while (*a == ' ' || *a == '\n') a++;
+  for (size_t k = strlen(a); k && (a[k - 1] == ' ' || a[k - 1] == '\n');) a[--k] = 0;
+  const char *want2[] = {"<|im_start|>user\nHello there", "<|im_start|>assistant\n", a, "<|im_start|>user\nAgain please",
+                         "<|im_start|>assistant\n"};
+  ck_assert_msg(strstr(p1, "Hello there") && !strstr(p1, "Again"), "turn 1: %s", p1);
+  ck_assert_msg(in_order(p2, want2, 5), "turn 2 lacks the conversation so far:\n%s\n(answer 1: %s)", p2, a);
+  ck_assert_msg(strlen(p2) > strlen(p1) + strlen(a), "turn 2 is not longer than turn 1 and its answer");
+  ck_assert_msg(!strstr(p3, "Hello") && strstr(p3, "line one\nline two"), "after /reset: %s", p3);
+  free(p1), free(a1), free(p2), free(p3);
+  json_decref(t);
+  /* plain text: the answers on stdout, nothing else; -i with -p refused */
+  t = turn_prompts("Hi\n", "", err, sizeof err, &st);
+  ck_assert_int_eq(st, 0);
+  json_decref(t);
+  run_result r;
+  const char *args[] = {"-m", g_good, "-i", "-p", "hello", NULL};
+  run_mi(&r, args);
+  ck_assert_int_eq(r.status, 2);
+  expect_one_line(&r, "-i reads the conversation from stdin", NULL);
+  mi_tokenizer_free(tok);
+}
+END_TEST
+
 int main(void) {
   const char *b = getenv("MI_BUILD_DIR");
   snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
@@ -691,6 +791,7 @@ int main(void) {
   tcase_add_test(tc, bad_option_values);
   tcase_add_test(tc, eos_from_generation_config);
   tcase_add_test(tc, chat_template_from_model_folder);
+  tcase_add_test(tc, interactive_conversation);
   tcase_add_test(tc, fifo_in_place_of_files);
   tcase_add_test(tc, fifo_plugins_conf);
   tcase_add_test(tc, symlink_shard_outside);
