@@ -71,6 +71,7 @@ enum {
 #define MI_GGML_F32 0u
 #define MI_GGML_F16 1u
 #define MI_GGML_BF16 30u
+#define MI_GGML_Q8_0 8u /* blocks of 32: an f16 scale d, 32 int8 q; x = d * q */
 
 typedef struct mi_gguf mi_gguf;
 

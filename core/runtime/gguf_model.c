@@ -474,15 +474,19 @@ int mi_gguf_model_open(const char *path, const char *ckb_dir, mi_weights_load ho
 typedef struct gguf_owner {
   mi_gguf *g;
   char **names;
+  float **dequant; /* [n]: a quantized tensor widened to f32 at load, else NULL */
   size_t n;
 } gguf_owner;
 
 static void owner_close(void *p) {
   gguf_owner *o = p;
   if (!o) return;
-  for (size_t i = 0; i < o->n; i++)
+  for (size_t i = 0; i < o->n; i++) {
     free(o->names[i]);
+    if (o->dequant) free(o->dequant[i]);
+  }
   free(o->names);
+  free(o->dequant);
   mi_gguf_close(o->g);
   free(o);
 }
@@ -508,6 +512,23 @@ static int map_name(const char *pat, const char *hf, const char *name, char *out
   return k > 0 && (size_t)k < n;
 }
 
+/* A Q8_0 tensor as f32 (malloc'd), or NULL. The reader has checked that
+ * its bytes are whole blocks of 34 (an f16 d, then 32 int8 q): x = d * q. */
+static float *dequant_q8_0(const mi_gguf_tensor *t) {
+  uint64_t nb = t->nbytes / 34;
+  float *out = malloc((size_t)(nb ? nb : 1) * 32 * sizeof(float)); /* [nb * 32] */
+  if (!out) return NULL;
+  const uint8_t *p = t->data;
+  for (uint64_t b = 0; b < nb; b++, p += 34) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    const float d = mi_f16_to_f32(h);
+    for (int j = 0; j < 32; j++)
+      out[b * 32 + (uint64_t)j] = d * (float)(int8_t)p[2 + j];
+  }
+  return out;
+}
+
 mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
   mi_gguf *g = m->g;
   const char *path = mi_gguf_path(g);
@@ -516,7 +537,8 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
   gguf_owner *o = calloc(1, sizeof *o);
   mi_weight_info *tab = calloc(nt ? nt : 1, sizeof *tab);
   if (o) o->names = calloc(nt ? nt : 1, sizeof *o->names);
-  if (!o || !tab || !o->names) {
+  if (o) o->dequant = calloc(nt ? nt : 1, sizeof *o->dequant);
+  if (!o || !tab || !o->names || !o->dequant) {
     mi_path_err(err, err_len, path, "out of memory");
     goto fail;
   }
@@ -534,16 +556,16 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
       }
     }
     if (!hit) continue; /* not a tensor the model reads */
-    int dt = t->type == MI_GGML_F32    ? MI_DTYPE_F32
-             : t->type == MI_GGML_F16  ? MI_DTYPE_F16
-             : t->type == MI_GGML_BF16 ? MI_DTYPE_BF16
-                                       : -1;
+    int dt = t->type == MI_GGML_F32 || t->type == MI_GGML_Q8_0 ? MI_DTYPE_F32
+             : t->type == MI_GGML_F16                          ? MI_DTYPE_F16
+             : t->type == MI_GGML_BF16                         ? MI_DTYPE_BF16
+                                                               : -1;
     if (dt < 0) {
       const char *tn = mi_gguf_type_name(t->type);
       if (tn)
         mi_path_err(err, err_len, path,
-                    "tensor '%s' (%s) has ggml type %s, which is not supported yet (F32, F16 "
-                    "and BF16 are)",
+                    "tensor '%s' (%s) has ggml type %s, which is not supported yet (F32, F16, "
+                    "BF16 and Q8_0 are)",
                     t->name, hf, tn);
       else
         mi_path_err(err, err_len, path, "tensor '%s' (%s) has ggml type %u, unknown to this reader",
@@ -563,6 +585,17 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
       w->shape[d] = (int64_t)t->ne[t->n_dims - 1 - d];
     w->data = t->data;
     w->nbytes = (size_t)t->nbytes;
+    if (t->type ==
+        MI_GGML_Q8_0) { /* widened to f32 at load: exact (an f16 times an int8 needs 19 bits) */
+      float *f = dequant_q8_0(t);
+      if (!f) {
+        mi_path_err(err, err_len, path, "tensor '%s': out of memory widening Q8_0 to f32", t->name);
+        goto fail;
+      }
+      o->dequant[k - 1] = f;
+      w->data = f;
+      w->nbytes = (size_t)(t->nbytes / 34 * 32 * sizeof(float));
+    }
     w->file = path;
   }
   o->g = g;

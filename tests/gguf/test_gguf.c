@@ -594,9 +594,9 @@ START_TEST(mi_run_refuses_hostile_files) {
   BAD(set_u64(&c, L.tokens_count, 1ull << 40), "tokenizer.ggml.tokens");
   BAD(set_u64(&c, L.t_off[3], 1ull << 40), "blk.0.attn_q.weight");
   BAD(set_u64(&c, L.t_off[4], L.t_offset[3]), "overlap");
-  /* a needed tensor of a quantized type (Q8_0 blocks of 32 fit ne[0] = 64) */
-  BAD(set_u32(&c, L.t_type[3], 8),
-      "tensor 'blk.0.attn_q.weight' (model.layers.0.self_attn.q_proj.weight) has ggml type Q8_0");
+  /* a needed tensor of a quantized type not read yet (Q4_0 blocks of 32 fit ne[0] = 64) */
+  BAD(set_u32(&c, L.t_type[3], 2),
+      "tensor 'blk.0.attn_q.weight' (model.layers.0.self_attn.q_proj.weight) has ggml type Q4_0");
   BAD(set_u32(&c, L.t_type[10], 77),
       "tensor 'blk.0.ffn_gate.weight' (model.layers.0.mlp.gate_proj.weight) has ggml type 77");
   /* an unneeded tensor of an unknown type is fine: covered by the reader test */

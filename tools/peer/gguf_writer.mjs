@@ -10,8 +10,10 @@
 
 import fs from "node:fs";
 
-export const GGML_TYPE = { F32: 0, F16: 1, BF16: 30 };
+export const GGML_TYPE = { F32: 0, F16: 1, Q8_0: 8, BF16: 30 };
 export const GGML_TYPE_SIZE = { 0: 4, 1: 2, 30: 2 };
+// Block types: elements per block and bytes per block (ggml's definitions).
+export const GGML_BLOCK = { 8: [32, 34] }; // Q8_0: fp16 scale + 32 int8
 
 // GGUF metadata value types.
 const VT = {
@@ -80,7 +82,9 @@ export class GgufWriter {
   addTensor(name, ne, type, writeFn) {
     if (Buffer.byteLength(name) >= 64) throw new Error(`tensor name too long: ${name}`);
     const nel = ne.reduce((a, b) => a * b, 1);
-    const nbytes = nel * GGML_TYPE_SIZE[type];
+    const blk = GGML_BLOCK[type];
+    if (blk && ne[0] % blk[0]) throw new Error(`${name}: ne[0] = ${ne[0]} is not a multiple of the block of ${blk[0]}`);
+    const nbytes = blk ? (nel / blk[0]) * blk[1] : nel * GGML_TYPE_SIZE[type];
     this.tensors.push({ name, ne, type, nbytes, writeFn });
   }
 

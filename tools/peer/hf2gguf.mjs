@@ -2,13 +2,16 @@
 // HF Qwen3 checkpoint directory -> GGUF v3 file (arch "qwen3") for llama.cpp,
 // or a Qwen3.5/3.6-style hybrid (Qwen3_5ForCausalLM) -> arch "qwen35".
 //
-//   node tools/peer/hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16]
+//   node tools/peer/hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0]
 //
 // --type f32 (default): every tensor F32. bf16/f16 source values are widened
 //   exactly, so llama.cpp computes on the very same weights as MetaInfer and
 //   does not round activations to bf16 (it does with BF16 weights).
 // --type bf16: 2-D weights BF16 (round-to-nearest-even from f32 sources),
 //   1-D norm weights F32, as llama.cpp's own converter does; for speed runs.
+// --type q8_0: 2-D weights Q8_0 (blocks of 32 along a row: an f16 scale
+//   amax/127 and 32 int8, as ggml defines it), 1-D weights F32: a quantized
+//   file made here, for MetaInfer and llama.cpp to read alike (qwen3 only).
 //
 // Follows llama.cpp's convert_hf_to_gguf.py (Qwen3Model -> Qwen2Model ->
 // TextModel, _set_vocab_gpt2, gguf-py SpecialVocab) as read in its source;
@@ -101,6 +104,45 @@ function f32BitsToBf16Bits(u) {
   return ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff;
 }
 
+// f32 value -> f16 bits, round to nearest even (subnormals, overflow to inf).
+const F32V = new Float32Array(1), U32V = new Uint32Array(F32V.buffer);
+function f32ToF16Bits(x) {
+  F32V[0] = x;
+  const u = U32V[0], sign = (u >>> 16) & 0x8000, exp = (u >>> 23) & 0xff, man = u & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (man ? 0x200 : 0);
+  let e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    const m = man | 0x800000, shift = 14 - e, half = 1 << (shift - 1);
+    let r = m >>> shift;
+    const rest = m & ((1 << shift) - 1);
+    if (rest > half || (rest === half && (r & 1))) r++;
+    return sign | r;
+  }
+  let r = (e << 10) | (man >>> 13);
+  const rest = man & 0x1fff;
+  if (rest > 0x1000 || (rest === 0x1000 && (r & 1))) r++;
+  return sign | r;
+}
+
+/** Q8_0 (ggml's definition): per block of 32, d = amax / 127 stored as f16,
+ *  q = round(x / d) (half away from zero, in f32 as ggml computes it). */
+function quantizeQ8_0(vals) {
+  const nb = vals.length / 32, out = Buffer.alloc(nb * 34);
+  for (let b = 0; b < nb; b++) {
+    let amax = 0;
+    for (let j = 0; j < 32; j++) amax = Math.max(amax, Math.abs(vals[b * 32 + j]));
+    const d = Math.fround(amax / 127), id = d ? Math.fround(1 / d) : 0;
+    out.writeUInt16LE(f32ToF16Bits(d), b * 34);
+    for (let j = 0; j < 32; j++) {
+      const v = Math.fround(vals[b * 32 + j] * id);
+      out.writeInt8(Math.sign(v) * Math.round(Math.abs(v)), b * 34 + 2 + j);
+    }
+  }
+  return out;
+}
+
 const CHUNK = 1 << 24; // bytes of source read at a time
 
 /** Stream one source tensor into fd at `at`, converted to ggml type `dst`. Returns bytes written. */
@@ -139,6 +181,17 @@ function copyConverted(src, dst, fd, at) {
           }
           out = Buffer.from(o.buffer);
         }
+      } else if (dst === GGML_TYPE.Q8_0) {
+        let f;
+        if (src.dtype === "F32") f = new Float32Array(buf.buffer.slice(buf.byteOffset, buf.byteOffset + n));
+        else {
+          const o = new Uint32Array(count);
+          const inp = new Uint16Array(buf.buffer, buf.byteOffset, count);
+          if (src.dtype === "BF16") for (let i = 0; i < count; i++) o[i] = inp[i] << 16;
+          else for (let i = 0; i < count; i++) o[i] = f16BitsToF32Bits(inp[i]);
+          f = new Float32Array(o.buffer);
+        }
+        out = quantizeQ8_0(f); // a chunk holds whole blocks: CHUNK / 4 is a multiple of 32, as ne[0] is
       } else die(`internal: unsupported destination type ${dst}`);
       fs.writeSync(fd, out, 0, out.length, at + written);
       written += out.length;
@@ -550,7 +603,7 @@ function buildVocab(dir, cfg, w) {
 // ---------------------------------------------------------------- main
 
 export async function convert(modelDir, outPath, { type = "f32" } = {}) {
-  if (type !== "f32" && type !== "bf16") die(`--type must be f32 or bf16, not ${type}`);
+  if (type !== "f32" && type !== "bf16" && type !== "q8_0") die(`--type must be f32, bf16 or q8_0, not ${type}`);
   const cfgFile = path.join(modelDir, "config.json");
   const cfg = readJson(cfgFile);
   const archs = cfg.architectures || [];
@@ -602,7 +655,7 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   const A = "qwen3";
   w.addString("general.architecture", A);
   w.addString("general.name", path.basename(path.resolve(modelDir)));
-  w.addU32("general.file_type", type === "f32" ? 0 : 32); // ALL_F32 / MOSTLY_BF16
+  w.addU32("general.file_type", type === "f32" ? 0 : type === "q8_0" ? 7 : 32); // ALL_F32 / MOSTLY_Q8_0 / MOSTLY_BF16
   w.addU32(`${A}.block_count`, h.num_hidden_layers);
   w.addU32(`${A}.context_length`, h.max_position_embeddings ?? 40960);
   w.addU32(`${A}.embedding_length`, h.hidden_size);
@@ -617,7 +670,9 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
 
   for (const name of expect.keys()) {
     const src = st.get(name);
-    const dst = type === "f32" || src.shape.length === 1 ? GGML_TYPE.F32 : GGML_TYPE.BF16;
+    const dst = type === "f32" || src.shape.length === 1 ? GGML_TYPE.F32
+      : type === "q8_0" ? (src.shape[src.shape.length - 1] % 32 ? GGML_TYPE.F32 : GGML_TYPE.Q8_0)
+      : GGML_TYPE.BF16;
     const ne = [...src.shape].reverse();
     w.addTensor(ggufName(name), ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
   }
@@ -634,7 +689,7 @@ async function main(argv) {
     else pos.push(argv[i]);
   }
   if (pos.length !== 2) {
-    console.error("usage: node hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16]");
+    console.error("usage: node hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0]");
     process.exit(2);
   }
   try {
