@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "core/cli/serve_req.h"
+#include "core/cli/serve_tools.h"
 #include "core/runtime/host.h"
 #include "core/runtime/loader.h"
 #include "core/runtime/session.h"
@@ -69,6 +70,7 @@ static struct {
   serve_cfg cfg;
   mi_session *eng;
   int has_chat;
+  serve_tools_fmt tools_fmt; /* the tool-call format the chat template asks for */
   volatile int ready;
   pthread_mutex_t mu; /* queue, slots count, metrics, flags below */
   pthread_cond_t cv;  /* the scheduler's wake-up */
@@ -110,6 +112,8 @@ struct req {
   json_t *lp; /* chat: array of logprob entries; completions: object of arrays */
   size_t text_off;
   int started; /* stream: first chunk sent */
+  serve_tools_fmt tfmt;  /* tool calls parsed from the output: NONE when no tools or tool_choice none */
+  serve_tool_stream ts;  /* stream: holds text from a tool-call marker on */
   int64_t n_gen; /* tokens generated, set when the sequence ends (the log line) */
   req *next;
 };
@@ -124,6 +128,7 @@ static void req_unref(req *r) {
   free(r->out);
   free(r->content);
   if (r->lp) json_decref(r->lp);
+  serve_tool_stream_free(&r->ts);
   pthread_mutex_destroy(&r->mu);
   pthread_cond_destroy(&r->cv);
   free(r);
@@ -239,17 +244,21 @@ static json_t *chunk_base(req *r) {
                    (json_int_t)r->created, "model", S.cfg.alias);
 }
 
-/* A streamed chunk with one choice: delta text (or NULL), logprobs, finish. */
-static void stream_chunk(req *r, const char *text, size_t len, json_t *lp, const char *finish) {
+/* A streamed chunk with one choice: delta text (or NULL), logprobs, finish;
+ * chat: or a whole delta object (steals it; tool calls). */
+static void stream_chunk_delta(req *r, const char *text, size_t len, json_t *lp,
+                               const char *finish, json_t *delta) {
   json_t *c = chunk_base(r);
   json_t *choice = json_pack("{s:i}", "index", 0);
   json_t *t = text ? json_stringn(text, len) : NULL;
   if (text && !t) t = json_string("\xef\xbf\xbd");
   if (r->r.chat) {
-    json_t *delta = json_object();
+    if (!delta) delta = json_object();
     if (!r->started) json_object_set_new(delta, "role", json_string("assistant"));
     if (t) json_object_set_new(delta, "content", t);
-    else if (!r->started) json_object_set_new(delta, "content", json_string(""));
+    else if (!r->started && !json_object_get(delta, "content") &&
+             !json_object_get(delta, "tool_calls"))
+      json_object_set_new(delta, "content", json_string(""));
     json_object_set_new(choice, "delta", delta);
     json_object_set_new(choice, "logprobs",
                         lp ? json_pack("{s:[o]}", "content", lp) : json_null());
@@ -261,6 +270,10 @@ static void stream_chunk(req *r, const char *text, size_t len, json_t *lp, const
   json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
   json_object_set_new(c, "choices", json_pack("[o]", choice));
   sse_json(r, c);
+}
+
+static void stream_chunk(req *r, const char *text, size_t len, json_t *lp, const char *finish) {
+  stream_chunk_delta(r, text, len, lp, finish, NULL);
 }
 
 static json_t *usage_json(const mi_gen_stats *st) {
@@ -304,7 +317,15 @@ static void emit_token(req *r, const mi_gen_token *t) {
         compl_lp_add(lp, t, r->text_off);
       }
     }
-    if (t->visible_len || lp || !r->started) stream_chunk(r, t->visible, t->visible_len, lp, NULL);
+    if (r->tfmt != SERVE_TOOLS_NONE) { /* content until a tool call may be starting */
+      char *out = NULL;
+      size_t out_len = 0;
+      serve_tool_stream_feed(&r->ts, t->visible, t->visible_len, &out, &out_len);
+      if (out_len || lp || !r->started) stream_chunk(r, out_len ? out : NULL, out_len, lp, NULL);
+      free(out);
+    } else if (t->visible_len || lp || !r->started) {
+      stream_chunk(r, t->visible, t->visible_len, lp, NULL);
+    }
   } else {
     if (r->r.logprobs) {
       if (!r->lp) r->lp = r->r.chat ? json_array() : compl_lp_new();
@@ -355,11 +376,23 @@ static void finish_req(req *r, const mi_gen_stats *st, int status, const char *m
       free(s);
     }
   } else if (r->r.stream) {
-    if (st->tail[0]) {
+    int called = 0;
+    if (r->tfmt != SERVE_TOOLS_NONE) {
+      char *out = NULL;
+      size_t out_len = 0;
+      serve_tool_stream_feed(&r->ts, st->tail, strlen(st->tail), &out, &out_len);
+      if (out_len) stream_chunk(r, out, out_len, NULL, NULL);
+      free(out);
+      json_t *deltas = serve_tool_stream_end(&r->ts, &called);
+      size_t i;
+      json_t *d;
+      json_array_foreach(deltas, i, d) stream_chunk_delta(r, NULL, 0, NULL, NULL, json_incref(d));
+      json_decref(deltas);
+    } else if (st->tail[0]) {
       json_t *none = NULL;
       stream_chunk(r, st->tail, strlen(st->tail), none, NULL);
     }
-    stream_chunk(r, NULL, 0, NULL, finish_of(st->stop_reason));
+    stream_chunk(r, NULL, 0, NULL, called ? "tool_calls" : finish_of(st->stop_reason));
     if (r->r.include_usage) {
       json_t *c = chunk_base(r);
       json_object_set_new(c, "choices", json_array());
@@ -371,12 +404,15 @@ static void finish_req(req *r, const mi_gen_stats *st, int status, const char *m
     r->status = 200;
   } else {
     buf_append(&r->content, &r->c_len, &r->c_cap, st->tail, strlen(st->tail));
-    json_t *text = json_stringn(r->content ? r->content : "", r->c_len);
-    if (!text) text = json_string("\xef\xbf\xbd");
+    int called = 0;
+    json_t *text = r->r.chat ? NULL : json_stringn(r->content ? r->content : "", r->c_len);
+    if (!r->r.chat && !text) text = json_string("\xef\xbf\xbd");
     json_t *choice = json_pack("{s:i}", "index", 0);
     if (r->r.chat) {
+      /* the text, or its tool calls (serve_tools.c) */
       json_object_set_new(choice, "message",
-                          json_pack("{s:s,s:o}", "role", "assistant", "content", text));
+                          serve_tools_message(r->tfmt, r->content ? r->content : "", r->c_len,
+                                              r->r.parallel_tool_calls, &called));
       json_object_set_new(choice, "logprobs",
                           r->r.logprobs ? json_pack("{s:O}", "content", r->lp ? r->lp : json_array())
                                         : json_null());
@@ -385,7 +421,8 @@ static void finish_req(req *r, const mi_gen_stats *st, int status, const char *m
       json_object_set_new(choice, "logprobs",
                           r->r.logprobs ? (r->lp ? json_incref(r->lp) : compl_lp_new()) : json_null());
     }
-    json_object_set_new(choice, "finish_reason", json_string(finish_of(st->stop_reason)));
+    json_object_set_new(choice, "finish_reason",
+                        json_string(called ? "tool_calls" : finish_of(st->stop_reason)));
     json_t *body = json_pack("{s:s,s:s,s:I,s:s}", "id", r->id, "object",
                              r->r.chat ? "chat.completion" : "text_completion", "created",
                              (json_int_t)r->created, "model", S.cfg.alias);
@@ -797,12 +834,17 @@ static int build_prompt(serve_req *sr, int32_t **ids, size_t *n, serve_err *e) {
                "this model declares no chat template this server can parse (its log says why at start): use /v1/completions");
       return -1;
     }
-    mi_chat_msg *msgs = calloc(sr->n_msgs, sizeof *msgs);
-    if (!msgs) goto oom;
-    for (size_t i = 0; i < sr->n_msgs; i++) msgs[i] = (mi_chat_msg){sr->msgs[i].role, sr->msgs[i].content};
+    /* as transformers renders it: messages (tool calls' arguments as
+     * mappings), tools as sent, add_generation_prompt, enable_thinking */
+    json_t *ctx = json_pack("{s:O,s:b,s:b}", "messages", (json_t *)sr->tmpl_msgs,
+                            "add_generation_prompt", 1, "enable_thinking", sr->enable_thinking != 0);
+    if (!ctx || (sr->tools && json_object_set(ctx, "tools", (json_t *)sr->tools))) {
+      json_decref(ctx);
+      goto oom;
+    }
     char terr[300] = "";
-    rendered = mi_tokenizer_chat_render(tok, msgs, sr->n_msgs, 1, sr->enable_thinking != 0, terr, sizeof terr);
-    free(msgs);
+    rendered = mi_tokenizer_chat_render_ctx(tok, ctx, terr, sizeof terr);
+    json_decref(ctx);
     if (!rendered && !strcmp(terr, "out of memory")) goto oom;
     if (!rendered) { /* the template's own raise_exception ("roles must alternate"), or a limit */
       e->status = 400;
@@ -1008,6 +1050,16 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
       serve_req_free(&sr);
       return ret;
     }
+  if (sr.tools && sr.tool_choice == SERVE_TOOL_CHOICE_AUTO && S.has_chat &&
+      S.tools_fmt == SERVE_TOOLS_NONE) {
+    enum MHD_Result ret = send_error(c, 400, "invalid_request_error", "unsupported_parameter",
+                                     "tools",
+                                     "this model's chat template asks for no tool-call format this "
+                                     "server parses (<tool_call> blocks, or Llama 3's "
+                                     "{\"name\", \"parameters\"} JSON)");
+    serve_req_free(&sr);
+    return ret;
+  }
   int32_t *ids = NULL;
   size_t n_ids = 0;
   if (build_prompt(&sr, &ids, &n_ids, &e) != 0) {
@@ -1039,6 +1091,10 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
   r->r = sr;
   r->ids = ids;
   r->n_ids = n_ids;
+  /* tool_choice none: the tools are rendered, the output is not parsed (vLLM's default) */
+  r->tfmt = chat && sr.tools && sr.tool_choice == SERVE_TOOL_CHOICE_AUTO ? S.tools_fmt
+                                                                        : SERVE_TOOLS_NONE;
+  serve_tool_stream_init(&r->ts, r->tfmt, sr.parallel_tool_calls);
   r->created = (long long)time(NULL);
   static unsigned long long counter;
   unsigned long long k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
@@ -1501,6 +1557,7 @@ int main(int argc, char **argv) {
     char terr[300] = "";
     mi_jinja *jt = tmpl ? mi_jinja_parse(tmpl, strlen(tmpl), terr, sizeof terr) : NULL;
     S.has_chat = jt != NULL;
+    S.tools_fmt = jt ? serve_tools_detect(tmpl) : SERVE_TOOLS_NONE;
     mi_jinja_free(jt);
     if (tmpl && !jt)
       fprintf(stderr, "mi-serve: %s: chat template line %s: /v1/chat/completions answers 400\n", model_dir,

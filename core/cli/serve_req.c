@@ -113,6 +113,183 @@ static int content_text(json_t *c, size_t idx, char **out, serve_err *e) {
   return 0;
 }
 
+/* 1 when v nests deeper than max (arrays and objects). */
+static int too_deep(json_t *v, int max) {
+  if (max < 0) return 1;
+  size_t i;
+  const char *k;
+  json_t *m;
+  if (json_is_array(v)) {
+    json_array_foreach(v, i, m) if (too_deep(m, max - 1)) return 1;
+  } else if (json_is_object(v)) {
+    json_object_foreach(v, k, m) if (too_deep(m, max - 1)) return 1;
+  }
+  return 0;
+}
+
+/* A string field: absent (NULL, 0), a string (0), else -1 with e set. */
+static int opt_string(json_t *obj, const char *name, const char *param, json_t **out,
+                      serve_err *e) {
+  json_t *v = field(obj, name);
+  *out = NULL;
+  if (!v) return 0;
+  if (!json_is_string(v) || memchr(json_string_value(v), 0, json_string_length(v)))
+    return fail(e, 400, param, "invalid_type", "'%s' must be a string", param);
+  *out = v;
+  return 0;
+}
+
+/* A function name: a non-empty string without NUL, at most 256 bytes. */
+static int check_name(json_t *v, const char *param, serve_err *e) {
+  if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 256 ||
+      memchr(json_string_value(v), 0, json_string_length(v)))
+    return fail(e, 400, param, json_is_string(v) ? "invalid_value" : "invalid_type",
+                "'%s' must be a non-empty string of at most 256 bytes", param);
+  return 0;
+}
+
+/* What the template sees beyond role and content: an assistant's
+ * tool_calls (arguments parsed), a tool result's tool_call_id and name,
+ * an assistant's reasoning_content. */
+static int template_extras(json_t *msg, json_t *tm, const char *role, size_t i, serve_err *e) {
+  char param[96];
+  json_t *v, *s;
+  if ((v = field(msg, "tool_calls")) && !(json_is_array(v) && json_array_size(v) == 0)) {
+    snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+    if (strcmp(role, "assistant"))
+      return fail(e, 400, param, "invalid_value", "'%s' is allowed on assistant messages only",
+                  param);
+    if (!json_is_array(v))
+      return fail(e, 400, param, "invalid_type", "'%s' must be an array", param);
+    if (json_array_size(v) > SERVE_MAX_TOOLS)
+      return fail(e, 400, param, "invalid_value", "'%s' holds more than %d calls", param,
+                  SERVE_MAX_TOOLS);
+    json_t *calls = json_array();
+    if (!calls || json_object_set_new(tm, "tool_calls", calls))
+      return fail(e, 500, NULL, NULL, "out of memory");
+    size_t j;
+    json_t *tc;
+    json_array_foreach(v, j, tc) {
+      snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu]", i, j);
+      if (!json_is_object(tc))
+        return fail(e, 400, param, "invalid_type", "'%s' must be an object", param);
+      json_t *type = field(tc, "type"), *fn = json_object_get(tc, "function"), *id;
+      if (type && (!json_is_string(type) || strcmp(json_string_value(type), "function")))
+        return fail(e, 400, param, "invalid_value", "'%s.type' must be \"function\"", param);
+      char p2[128];
+      snprintf(p2, sizeof p2, "%s.id", param);
+      if (opt_string(tc, "id", p2, &id, e)) return -1;
+      snprintf(p2, sizeof p2, "%s.function", param);
+      if (!json_is_object(fn))
+        return fail(e, 400, p2, "invalid_type", "'%s' must be an object {name, arguments}", p2);
+      snprintf(p2, sizeof p2, "%s.function.name", param);
+      json_t *name = json_object_get(fn, "name");
+      if (check_name(name, p2, e)) return -1;
+      snprintf(p2, sizeof p2, "%s.function.arguments", param);
+      json_t *as = json_object_get(fn, "arguments"), *args;
+      if (!json_is_string(as))
+        return fail(e, 400, p2, "invalid_type", "'%s' must be a string (a JSON object)", p2);
+      if (json_string_length(as) == 0) {
+        args = json_object();
+      } else {
+        args = json_loadb(json_string_value(as), json_string_length(as), JSON_REJECT_DUPLICATES,
+                          NULL);
+        if (!json_is_object(args)) {
+          json_decref(args);
+          return fail(e, 400, p2, "invalid_value", "'%s' must be a JSON object encoded as a string",
+                      p2);
+        }
+        if (too_deep(args, SERVE_MAX_JSON_DEPTH)) {
+          json_decref(args);
+          return fail(e, 400, p2, "invalid_value", "'%s' nests deeper than %d", p2,
+                      SERVE_MAX_JSON_DEPTH);
+        }
+      }
+      json_t *call = json_pack("{s:s,s:{s:O,s:o}}", "type", "function", "function", "name", name,
+                               "arguments", args);
+      if (!call || (id && json_object_set(call, "id", id)) || json_array_append_new(calls, call))
+        return fail(e, 500, NULL, NULL, "out of memory");
+    }
+  }
+  if (!strcmp(role, "tool")) {
+    snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+    v = field(msg, "tool_call_id");
+    if (!v)
+      return fail(e, 400, param, "missing_required_parameter", "'%s' is required on tool messages",
+                  param);
+    if (opt_string(msg, "tool_call_id", param, &s, e)) return -1;
+    if (json_object_set(tm, "tool_call_id", s)) return fail(e, 500, NULL, NULL, "out of memory");
+  }
+  if (!strcmp(role, "tool") || !strcmp(role, "assistant")) {
+    snprintf(param, sizeof param, "messages[%zu].name", i);
+    if (opt_string(msg, "name", param, &s, e)) return -1;
+    if (s && json_object_set(tm, "name", s)) return fail(e, 500, NULL, NULL, "out of memory");
+  }
+  if (!strcmp(role, "assistant")) {
+    snprintf(param, sizeof param, "messages[%zu].reasoning_content", i);
+    if (opt_string(msg, "reasoning_content", param, &s, e)) return -1;
+    if (s && json_object_set(tm, "reasoning_content", s))
+      return fail(e, 500, NULL, NULL, "out of memory");
+  }
+  return 0;
+}
+
+/* tools: [{type:"function", function:{name, description?, parameters?}}],
+ * passed to the template as sent; tool_choice; parallel_tool_calls. */
+static int parse_tools(json_t *root, serve_req *r, serve_err *e) {
+  json_t *v = field(root, "tools");
+  r->parallel_tool_calls = 1;
+  if (v) {
+    if (!json_is_array(v))
+      return fail(e, 400, "tools", "invalid_type", "'tools' must be an array");
+    if (json_array_size(v) > SERVE_MAX_TOOLS)
+      return fail(e, 400, "tools", "invalid_value", "'tools' holds more than %d tools",
+                  SERVE_MAX_TOOLS);
+    size_t i;
+    json_t *t;
+    json_array_foreach(v, i, t) {
+      char param[96], p2[128];
+      snprintf(param, sizeof param, "tools[%zu]", i);
+      json_t *type = json_object_get(t, "type"), *fn = json_object_get(t, "function"), *s;
+      if (!json_is_object(t) || !json_is_string(type) ||
+          strcmp(json_string_value(type), "function") || !json_is_object(fn))
+        return fail(e, 400, param, "invalid_value",
+                    "'%s' must be {\"type\":\"function\",\"function\":{\"name\":...}}", param);
+      snprintf(p2, sizeof p2, "%s.function.name", param);
+      if (check_name(json_object_get(fn, "name"), p2, e)) return -1;
+      snprintf(p2, sizeof p2, "%s.function.description", param);
+      if (opt_string(fn, "description", p2, &s, e)) return -1;
+      snprintf(p2, sizeof p2, "%s.function.parameters", param);
+      json_t *pa = field(fn, "parameters");
+      if (pa && !json_is_object(pa))
+        return fail(e, 400, p2, "invalid_type", "'%s' must be an object (a JSON Schema)", p2);
+      if (pa && too_deep(pa, SERVE_MAX_JSON_DEPTH))
+        return fail(e, 400, p2, "invalid_value", "'%s' nests deeper than %d", p2,
+                    SERVE_MAX_JSON_DEPTH);
+    }
+    if (json_array_size(v) > 0) r->tools = v;
+  }
+  if ((v = field(root, "tool_choice"))) {
+    if (json_is_string(v) && !strcmp(json_string_value(v), "none")) {
+      r->tool_choice = SERVE_TOOL_CHOICE_NONE;
+    } else if (json_is_string(v) && !strcmp(json_string_value(v), "auto")) {
+      r->tool_choice = SERVE_TOOL_CHOICE_AUTO;
+    } else if ((json_is_string(v) && !strcmp(json_string_value(v), "required")) ||
+               json_is_object(v)) {
+      return fail(e, 400, "tool_choice", "unsupported_value",
+                  "'tool_choice' %s is not supported (it needs grammar-constrained sampling): "
+                  "use \"auto\" or \"none\"",
+                  json_is_object(v) ? "naming a function" : "\"required\"");
+    } else {
+      return fail(e, 400, "tool_choice", "invalid_value",
+                  "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                  "{\"type\":\"function\",\"function\":{\"name\":...}}");
+    }
+  }
+  if (get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, e)) return -1;
+  return 0;
+}
+
 static int parse_messages(json_t *root, serve_req *r, serve_err *e) {
   json_t *m = field(root, "messages");
   if (!m) return fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
@@ -125,7 +302,8 @@ static int parse_messages(json_t *root, serve_req *r, serve_err *e) {
     return fail(e, 400, "messages", "invalid_value", "'messages' holds more than %d messages",
                 SERVE_MAX_MESSAGES);
   r->msgs = calloc(n, sizeof *r->msgs);
-  if (!r->msgs) return fail(e, 500, NULL, NULL, "out of memory");
+  r->tmpl_msgs = json_array();
+  if (!r->msgs || !r->tmpl_msgs) return fail(e, 500, NULL, NULL, "out of memory");
   for (size_t i = 0; i < n; i++) {
     json_t *msg = json_array_get(m, i);
     char param[64];
@@ -144,11 +322,15 @@ static int parse_messages(json_t *root, serve_req *r, serve_err *e) {
       return fail(e, 400, param, "invalid_value",
                   "'%s' must be one of system, developer, user, assistant, tool", param);
     }
-    if (field(msg, "tool_calls"))
-      return fail(e, 400, param, "unsupported_parameter", "tool calls are not supported");
     r->msgs[i].role = strcmp(rs, "developer") == 0 ? "system" : rs;
     if (content_text(json_object_get(msg, "content"), i, &r->msgs[i].content, e) != 0) return -1;
     r->n_msgs = i + 1;
+    json_t *tm = json_object();
+    if (!tm || json_array_append_new((json_t *)r->tmpl_msgs, tm) ||
+        json_object_set_new(tm, "role", json_string(r->msgs[i].role)) ||
+        json_object_set_new(tm, "content", json_string(r->msgs[i].content)))
+      return fail(e, 500, NULL, NULL, "out of memory");
+    if (template_extras(msg, tm, rs, i, e)) return -1;
   }
   return 0;
 }
@@ -216,8 +398,6 @@ static const unsupported UNSUPPORTED[] = {
     {"guided_choice", U_ANY, 0, 0, "needs grammar-constrained sampling"},
     {"guided_grammar", U_ANY, 0, 0, "needs grammar-constrained sampling"},
     {"structured_outputs", U_ANY, 0, 0, "needs grammar-constrained sampling"},
-    {"tool_choice", U_NONEAUTO, 0, 0, "tool calls are not supported"},
-    {"parallel_tool_calls", U_ANY, 0, 0, "tool calls are not supported"},
     {"functions", U_EMPTY, 0, 0, "function calls are not supported"},
     {"function_call", U_NONEAUTO, 0, 0, "function calls are not supported"},
     {"prediction", U_ANY, 0, 0, "predicted outputs are not supported"},
@@ -460,8 +640,10 @@ int serve_req_parse(const char *body, size_t len, int chat, serve_req *r, serve_
     r->include_usage = iu && json_is_true(iu);
   }
   if (get_bool(root, "ignore_eos", &r->ignore_eos, e)) return -1;
-  if ((v = field(root, "tools")) && json_is_array(v) && json_array_size(v) > 0)
-    return fail(e, 400, "tools", "unsupported_parameter", "tools are not supported");
+  if (chat && parse_tools(root, r, e)) return -1;
+  if (!chat && (v = field(root, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
+    return fail(e, 400, "tools", "unsupported_parameter",
+                "'tools' needs a chat template: use /v1/chat/completions");
   if (refuse_unsupported(root, chat, e)) return -1;
   if (parse_logit_bias(root, r, e)) return -1;
   if ((v = field(root, "chat_template_kwargs"))) {
@@ -484,6 +666,7 @@ void serve_req_free(serve_req *r) {
   free(r->prompt_ids);
   free(r->bias_ids);
   free(r->bias_vals);
+  if (r->tmpl_msgs) json_decref((json_t *)r->tmpl_msgs);
   if (r->root) json_decref((json_t *)r->root);
   memset(r, 0, sizeof *r);
 }

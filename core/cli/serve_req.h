@@ -12,6 +12,10 @@
 #define SERVE_MAX_TOP_LOGPROBS 20
 #define SERVE_MAX_MESSAGES 4096
 #define SERVE_MAX_LOGIT_BIAS 1024 /* entries of logit_bias */
+#define SERVE_MAX_TOOLS 128      /* entries of tools, and tool_calls of one message */
+#define SERVE_MAX_JSON_DEPTH 64  /* nesting of a tool's parameters, a call's arguments */
+
+enum { SERVE_TOOL_CHOICE_AUTO = 0, SERVE_TOOL_CHOICE_NONE = 1 };
 
 typedef struct serve_err {
   int status;        /* HTTP status */
@@ -49,6 +53,14 @@ typedef struct serve_req {
   int32_t *bias_ids;    /* logit_bias: ids (not yet checked against the vocabulary) */
   float *bias_vals;     /* and their biases in [-100, 100] */
   size_t n_bias;
+  /* chat: the template's view of the messages (json_t* array of
+   * {role, content, tool_calls?, tool_call_id?, name?, reasoning_content?},
+   * content the joined text ("" for null), each tool call's
+   * function.arguments parsed from its JSON string into an object) */
+  void *tmpl_msgs;
+  const void *tools;    /* json_t* array as sent (borrowed from root), NULL: none or [] */
+  int tool_choice;      /* SERVE_TOOL_CHOICE_* */
+  int parallel_tool_calls; /* 0: at most one call is returned */
   void *root;           /* json_t* owning the strings above */
 } serve_req;
 
@@ -56,7 +68,8 @@ typedef struct serve_req {
  * Fields: those the server honours are parsed; harmless ones that cannot
  * change the output (user, metadata, store, service_tier, ...) are
  * accepted; fields known to change the output that the server does not
- * implement (response_format other than text, grammar, functions, ...) are
+ * implement (response_format other than text, grammar, functions,
+ * tool_choice "required" or a named function, ...) are
  * refused with a 400 naming them (a value that means "off", e.g.
  * typical_p 1, passes); any other field is ignored, as llama-server and
  * vLLM (outside strict mode) do. */

@@ -152,7 +152,6 @@ char *mi_chat_render(const mi_chat_format *f, const mi_chat_msg *msgs, size_t n,
 
 char *mi_chat_render_template(const char *tmpl, const mi_chat_msg *msgs, size_t n,
                               const mi_chat_template_vars *v, char *err, size_t el) {
-    char e[512] = "";
     if (err && el) err[0] = 0;
     if (!tmpl) { if (err && el) snprintf(err, el, "no chat template"); return NULL; }
     json_t *ctx = json_object(), *ms = json_array();
@@ -174,9 +173,17 @@ char *mi_chat_render_template(const char *tmpl, const mi_chat_msg *msgs, size_t 
         if (err && el) snprintf(err, el, "out of memory");
         return NULL;
     }
+    char *s = mi_chat_render_template_ctx(tmpl, ctx, err, el);
+    json_decref(ctx);
+    return s;
+}
+
+char *mi_chat_render_template_ctx(const char *tmpl, const json_t *ctx, char *err, size_t el) {
+    char e[512] = "";
+    if (err && el) err[0] = 0;
+    if (!tmpl) { if (err && el) snprintf(err, el, "no chat template"); return NULL; }
     mi_jinja_opts o = {.now = (int64_t)time(NULL)};
     char *s = mi_jinja_render_text(tmpl, ctx, &o, e, sizeof e, NULL);
-    json_decref(ctx);
     if (!s && err && el) snprintf(err, el, "chat template %s", e);
     return s;
 }
@@ -195,4 +202,24 @@ char *mi_tokenizer_chat_render(const mi_tokenizer *tok, const mi_chat_msg *msgs,
     }
     mi_chat_template_vars v = {add_generation_prompt, enable_thinking, token_text(tok, tok->bos_id), token_text(tok, tok->eos_id)};
     return mi_chat_render_template(tmpl, msgs, n, &v, err, el);
+}
+
+char *mi_tokenizer_chat_render_ctx(const mi_tokenizer *tok, const json_t *ctx, char *err, size_t el) {
+    if (err && el) err[0] = 0;
+    const char *tmpl = mi_tokenizer_chat_template(tok);
+    if (!tmpl) {
+        if (err && el) snprintf(err, el, "declares no chat_template (nor is there a chat_template.jinja)");
+        return NULL;
+    }
+    json_t *c = json_is_object(ctx) ? json_copy((json_t *)ctx) : json_object();
+    const char *bos = token_text(tok, tok->bos_id), *eos = token_text(tok, tok->eos_id);
+    if (!c || (bos && !json_object_get(c, "bos_token") && json_object_set_new(c, "bos_token", json_string(bos))) ||
+        (eos && !json_object_get(c, "eos_token") && json_object_set_new(c, "eos_token", json_string(eos)))) {
+        json_decref(c);
+        if (err && el) snprintf(err, el, "out of memory");
+        return NULL;
+    }
+    char *s = mi_chat_render_template_ctx(tmpl, c, err, el);
+    json_decref(c);
+    return s;
 }

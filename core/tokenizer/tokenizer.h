@@ -221,6 +221,20 @@ char *mi_chat_render_template(const char *chat_template, const mi_chat_msg *msgs
 char *mi_tokenizer_chat_render(const mi_tokenizer *tok, const mi_chat_msg *msgs, size_t n_msgs,
                                int add_generation_prompt, int enable_thinking, char *err, size_t errlen);
 
+/* The same renders with the template's variables given as one jansson
+ * object (struct json_t: core/template/jinja.h), so messages may carry
+ * what mi_chat_msg cannot: tool_calls (function.arguments a mapping or a
+ * string), tool_call_id, name, reasoning_content; and tools (the list as
+ * an OpenAI client sends it), add_generation_prompt, enable_thinking,
+ * anything else the template reads. The object is not changed;
+ * mi_tokenizer_chat_render_ctx sets bos_token / eos_token (as above) on a
+ * shallow copy of it unless it has them. Errors as above. */
+struct json_t;
+char *mi_chat_render_template_ctx(const char *chat_template, const struct json_t *ctx, char *err,
+                                  size_t errlen);
+char *mi_tokenizer_chat_render_ctx(const mi_tokenizer *tok, const struct json_t *ctx, char *err,
+                                   size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

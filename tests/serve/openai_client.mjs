@@ -175,6 +175,52 @@ await check("wrong API key → 401", async () => {
   await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
 });
 
+// tools and a tool-call history, rendered by the server's Jinja engine: the
+// prompt must be what @huggingface/jinja renders from the real Qwen3
+// template (the model's own) for the same conversation, as transformers
+// passes it (a call's arguments parsed into a mapping, null content as "").
+let Template = null;
+try {
+  ({ Template } = await import(pathToFileURL(req.resolve("@huggingface/jinja")).href));
+} catch {
+  console.log("skip tools = @huggingface/jinja rendering: the package is not installed");
+}
+if (Template) await check("tools + tool-call history: prompt = @huggingface/jinja's Qwen3 rendering", async () => {
+  const tools = [{ type: "function", function: { name: "get_weather", description: "Weather now",
+    parameters: { type: "object", properties: { city: { type: "string", description: "Ville \u00e9" } },
+      required: ["city"] } } }];
+  const messages = [
+    { role: "user", content: "Weather in Paris?" },
+    { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function",
+      function: { name: "get_weather", arguments: JSON.stringify({ city: "Paris", days: 2 }) } }] },
+    { role: "tool", tool_call_id: "call_1", content: "18 C, sunny" },
+    { role: "user", content: "And tomorrow?" },
+  ];
+  const r = await client.chat.completions.create({ model: "tiny-seed5", messages, tools,
+    tool_choice: "auto", max_tokens: 4, temperature: 0 });
+  assert.equal(r.choices[0].message.role, "assistant");
+  const cfg = JSON.parse(fs.readFileSync(path.join(model, "tokenizer_config.json"), "utf8"));
+  assert.ok(cfg.chat_template.includes("<tool_call>"), "the test model's template is not Qwen3's");
+  const refMsgs = messages.map((m) => m.tool_calls
+    ? { ...m, content: m.content ?? "", tool_calls: m.tool_calls.map((tc) =>
+        ({ ...tc, function: { ...tc.function, arguments: JSON.parse(tc.function.arguments) } })) }
+    : m);
+  const text = new Template(cfg.chat_template).render({ messages: refMsgs, tools,
+    add_generation_prompt: true });
+  assert.ok(text.includes('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}'), text);
+  const tok = await fetch(`${base}/tokenize`, { method: "POST",
+    headers: { "Content-Type": "application/json", Authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ content: text }) }).then((x) => x.json());
+  assert.equal(r.usage.prompt_tokens, tok.tokens.length);
+});
+
+await check("tool_choice required → 400 naming tool_choice", async () => {
+  await assert.rejects(client.chat.completions.create({ model: "tiny-seed5",
+    messages: [{ role: "user", content: "x" }], tool_choice: "required",
+    tools: [{ type: "function", function: { name: "f" } }] }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "tool_choice");
+});
+
 srv.kill("SIGTERM");
 const code = await new Promise((r) => srv.on("exit", (c) => r(c)));
 if (code !== 0) { failures++; console.log(`FAIL mi-serve exited ${code} on SIGTERM`); }

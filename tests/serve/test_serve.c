@@ -8,7 +8,13 @@
  *    Retry-After; a client that leaves frees its sequence; SIGTERM drains;
  *  - fields the server does not implement are refused with a 400 naming
  *    them; logit_bias bans and forces tokens (greedy too); /tokenize,
- *    /detokenize, /props, /v1/models/{id}; one log line per request. */
+ *    /detokenize, /props, /v1/models/{id}; one log line per request;
+ *  - tools: a request with tools and a tool-call history renders them
+ *    through the template (its prompt is the library's rendering of the
+ *    same context, arguments parsed into a mapping), streamed = plain, and
+ *    the malformed tool fields answer a 400 naming the field (the output
+ *    side: test_serve_tools.c; the exact Qwen3 rendering:
+ *    openai_client.mjs with @huggingface/jinja). */
 #include "serve_util.h"
 
 #include <check.h>
@@ -650,10 +656,9 @@ START_TEST(unsupported_fields_refused) {
       {"\"grammar\":\"root ::= \\\"a\\\"\"", "grammar"},
       {"\"json_schema\":{}", "json_schema"},
       {"\"guided_regex\":\"a+\"", "guided_regex"},
-      {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "tools"},
       {"\"tool_choice\":\"required\"", "tool_choice"},
       {"\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", "tool_choice"},
-      {"\"parallel_tool_calls\":true", "parallel_tool_calls"},
+      {"\"parallel_tool_calls\":1", "parallel_tool_calls"},
       {"\"functions\":[{\"name\":\"f\"}]", "functions"},
       {"\"function_call\":{\"name\":\"f\"}", "function_call"},
       {"\"n\":2", "n"},
@@ -755,6 +760,173 @@ START_TEST(logit_bias_bans_and_forces) {
   snprintf(m, sizeof m, "\"logit_bias\":{\"%d\":100},\"temperature\":1,\"seed\":7", U);
   first_token_bytes(m, b, &nb);
   ck_assert(same_token(b, nb, U));
+}
+END_TEST
+
+#define TOOLS_JSON                                                                            \
+  "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather "      \
+  "now\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},"     \
+  "\"required\":[\"city\"]}}}]"
+#define TOOL_HISTORY                                                                          \
+  "[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},"                                     \
+  "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":"       \
+  "\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": "         \
+  "\\\"Paris\\\"}\"}}]},"                                                                       \
+  "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"name\":\"get_weather\",\"content\":\"18 C, "    \
+  "sunny\"},{\"role\":\"user\",\"content\":\"Thanks! And tomorrow?\"}]"
+
+static long prompt_tokens_of(const char *body, int status) {
+  http_resp r = http(g_srv.port, "POST", "/v1/chat/completions", NULL, body);
+  ck_assert_msg(r.status == status, "status %d: %.400s", r.status, r.body);
+  long n = -1;
+  if (status == 200) {
+    json_t *j = json_of(&r);
+    n = (long)json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens"));
+    json_t *m = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    ck_assert(json_is_string(json_object_get(m, "content"))); /* the random model calls nothing */
+    json_decref(j);
+  }
+  free(r.raw);
+  return n;
+}
+
+START_TEST(tools_request_side) {
+  int p = g_srv.port;
+  const char *C = "/v1/chat/completions";
+  char body[4096];
+  snprintf(body, sizeof body, "{\"messages\":%s,\"tools\":%s,\"max_tokens\":4,\"temperature\":0}",
+           TOOL_HISTORY, TOOLS_JSON);
+  long with_tools = prompt_tokens_of(body, 200);
+  /* the prompt is the template's rendering of the same context, the call's
+   * arguments a mapping (Qwen3 writes it with tojson) */
+  json_t *ctx = json_loads("{\"messages\":" TOOL_HISTORY ",\"tools\":" TOOLS_JSON
+                           ",\"add_generation_prompt\":true,\"enable_thinking\":true}",
+                           0, NULL);
+  ck_assert_ptr_nonnull(ctx);
+  json_t *am = json_array_get(json_object_get(ctx, "messages"), 1);
+  json_object_set_new(am, "content", json_string(""));
+  json_t *fn = json_object_get(json_array_get(json_object_get(am, "tool_calls"), 0), "function");
+  json_object_set_new(fn, "arguments", json_pack("{s:s}", "city", "Paris"));
+  char err[512], cp[1300];
+  snprintf(cp, sizeof cp, "%s/tokenizer_config.json", g_model);
+  if (!mi_tokenizer_chat_template(g_tok))
+    ck_assert_msg(mi_tokenizer_load_config(g_tok, cp, err, sizeof err) == 0, "%s", err);
+  char *text = mi_tokenizer_chat_render_ctx(g_tok, ctx, err, sizeof err);
+  ck_assert_msg(text, "%s", err);
+  ck_assert_msg(strstr(text, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                             "\"Paris\"}}\n</tool_call>") &&
+                    strstr(text, "<tool_response>\n18 C, sunny\n</tool_response>") &&
+                    strstr(text, "\"name\": \"get_weather\""),
+                "%s", text);
+  int32_t *ids = NULL;
+  size_t n = 0;
+  ck_assert_int_eq(mi_tokenizer_encode(g_tok, text, strlen(text), 1, &ids, &n), 0);
+  ck_assert_int_eq(with_tools, (long)n);
+  free(ids);
+  free(text);
+  json_decref(ctx);
+  /* tool_choice none: the tools are still rendered (vLLM's default) */
+  snprintf(body, sizeof body,
+           "{\"messages\":%s,\"tools\":%s,\"tool_choice\":\"none\",\"max_tokens\":4,"
+           "\"parallel_tool_calls\":false}",
+           TOOL_HISTORY, TOOLS_JSON);
+  ck_assert_int_eq(prompt_tokens_of(body, 200), with_tools);
+  snprintf(body, sizeof body, "{\"messages\":%s,\"max_tokens\":4}", TOOL_HISTORY);
+  ck_assert_int_lt(prompt_tokens_of(body, 200), with_tools);
+
+  /* streamed with tools = plain (nothing held back for good) */
+  snprintf(body, sizeof body,
+           "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tools\":%s,\"max_tokens\":12,"
+           "\"temperature\":0}",
+           TOOLS_JSON);
+  http_resp plain = http(p, "POST", C, NULL, body);
+  ck_assert_int_eq(plain.status, 200);
+  json_t *pj = json_of(&plain);
+  json_t *pc = json_array_get(json_object_get(pj, "choices"), 0);
+  snprintf(body + strlen(body) - 1, sizeof body - strlen(body) + 1, ",\"stream\":true}");
+  http_resp r = http(p, "POST", C, NULL, body);
+  ck_assert_int_eq(r.status, 200);
+  char *ev[256];
+  int ne = sse_events(r.body, ev, 256);
+  ck_assert_int_ge(ne, 2);
+  char got[4096] = "";
+  const char *finish = NULL;
+  json_t *last = NULL;
+  for (int i = 0; i < ne - 1; i++) {
+    json_t *c = json_loads(ev[i], 0, NULL);
+    ck_assert_ptr_nonnull(c);
+    json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
+    const char *t = json_string_value(json_object_get(json_object_get(ch, "delta"), "content"));
+    if (t) strcat(got, t);
+    if (json_is_string(json_object_get(ch, "finish_reason"))) {
+      json_decref(last);
+      last = json_incref(c);
+      finish = json_string_value(json_object_get(ch, "finish_reason"));
+    }
+    json_decref(c);
+  }
+  ck_assert_str_eq(got, json_string_value(json_object_get(json_object_get(pc, "message"), "content")));
+  ck_assert_str_eq(finish, json_string_value(json_object_get(pc, "finish_reason")));
+  json_decref(last);
+  for (int i = 0; i < ne; i++) free(ev[i]);
+  json_decref(pj);
+  free(plain.raw);
+  free(r.raw);
+
+  /* the malformed tool fields: a 400 naming the field */
+  static const struct {
+    const char *more, *param;
+  } bad[] = {
+      {"\"tools\":{\"type\":\"function\"}", "tools"},
+      {"\"tools\":[{\"type\":\"function\",\"function\":{\"description\":\"x\"}}]",
+       "tools[0].function.name"},
+      {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":5}}]",
+       "tools[0].function.parameters"},
+      {"\"tools\":[5]", "tools[0]"},
+      {"\"tool_choice\":\"required\"", "tool_choice"},
+      {"\"tool_choice\":\"sometimes\"", "tool_choice"},
+      {"\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", "tool_choice"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char *b = chat_body("x", 2, bad[i].more);
+    expect_error(p, "POST", C, NULL, b, 400, bad[i].param, NULL);
+    free(b);
+  }
+  static const struct {
+    const char *msgs, *param;
+  } badm[] = {
+      {"[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"type\":\"function\","
+       "\"function\":{\"name\":\"f\",\"arguments\":{\"a\":1}}}]}]",
+       "messages[0].tool_calls[0].function.arguments"},
+      {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":"
+       "\"[1]\"}}]}]",
+       "messages[0].tool_calls[0].function.arguments"},
+      {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":\"{}\"}}]}]",
+       "messages[0].tool_calls[0].function.name"},
+      {"[{\"role\":\"assistant\",\"tool_calls\":{}}]", "messages[0].tool_calls"},
+      {"[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[{}]}]", "messages[0].tool_calls"},
+      {"[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"tool\",\"content\":\"42\"}]",
+       "messages[1].tool_call_id"},
+      {"[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"tool\",\"tool_call_id\":7,"
+       "\"content\":\"42\"}]",
+       "messages[1].tool_call_id"},
+  };
+  for (size_t i = 0; i < sizeof badm / sizeof *badm; i++) {
+    snprintf(body, sizeof body, "{\"messages\":%s,\"max_tokens\":2}", badm[i].msgs);
+    expect_error(p, "POST", C, NULL, body, 400, badm[i].param, NULL);
+  }
+  /* over the bound: 129 tools */
+  char *many = malloc(129 * 64 + 128);
+  strcpy(many, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[");
+  for (int i = 0; i < 129; i++)
+    sprintf(many + strlen(many), "%s{\"type\":\"function\",\"function\":{\"name\":\"f%d\"}}",
+            i ? "," : "", i);
+  strcat(many, "]}");
+  expect_error(p, "POST", C, NULL, many, 400, "tools", NULL);
+  free(many);
+  /* /v1/completions has no template to render tools with */
+  expect_error(p, "POST", "/v1/completions", NULL,
+               "{\"prompt\":\"x\",\"tools\":" TOOLS_JSON "}", 400, "tools", NULL);
 }
 END_TEST
 
@@ -956,6 +1128,7 @@ int main(void) {
   tcase_add_test(tc, metrics_text);
   tcase_add_test(tc, unsupported_fields_refused);
   tcase_add_test(tc, logit_bias_bans_and_forces);
+  tcase_add_test(tc, tools_request_side);
   tcase_add_test(tc, tokenize_detokenize);
   tcase_add_test(tc, props_and_model_by_id);
   tcase_add_test(tc, request_log_line);
