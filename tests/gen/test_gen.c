@@ -149,6 +149,18 @@ START_TEST(test_generate) {
   ck_assert_ptr_nonnull(strstr(src, "model.qwen3"));
   ck_assert_ptr_null(strstr(src, "model_type"));
   ck_assert_ptr_null(strstr(src, "malloc"));
+  /* docs/engines/ shows this very engine: regenerated here, so a change of
+   * the CKB or of the composer that changes it fails until the copy in docs
+   * is brought along (MI_UPDATE_DOCS=1 writes it) */
+  char doc[1400];
+  snprintf(doc, sizeof doc, "%s/docs/engines/qwen3-tiny-seed1-cpu-bf16.c", g_src);
+  if (getenv("MI_UPDATE_DOCS")) sh("cp '%s' '%s'", p, doc);
+  char *shown = slurp(doc);
+  ck_assert_msg(!strcmp(src, shown),
+                "%s is not the engine mi-gen generates now (the CKB or the composer changed it): "
+                "rerun this test with MI_UPDATE_DOCS=1, or copy %s over it",
+                doc, p);
+  free(shown);
   free(src);
   json_decref(m);
 }
