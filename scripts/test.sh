@@ -36,7 +36,9 @@ not_cpu+='|test_cli_errors|test_verify_model|test_gpu_emu_e2e|test_gpu_tp|test_g
 not_cpu+='|test_serve|test_serve_openai|loader_misbehave|loader_elf_truncated|core_is_model_agnostic|test_fma_peak'
 not_cpu+='|test_hybrid_mkmodel|test_hybrid_reference|test_hybrid_coverage|test_hybrid_peer'
 not_cpu+='|test_gen_kv|test_gen_hybrid|test_gen_experience|test_hybrid_runtime' # whole engines / the hybrid plugin: their kernels are test_cpu_hybrid's on every variant
-not_cpu+='|test_config_fields|test_evolve)$' # float64 search; its stage-1 units are test_verify_hybrid's
+not_cpu+='|test_config_fields|test_evolve' # float64 search; its stage-1 units are test_verify_hybrid's
+not_cpu+='|test_interp|test_template|test_serve_tools' # float64 / text only: no CPU kernel
+not_cpu+='|test_gguf|test_gguf_peer|test_gguf_q8_peer)$' # file reading; the f32/bf16 kernels they end in are test_cpu_*'s
 for isa in "${variants[@]}"; do
   echo "== CPU variant $isa (MI_CPU_ISA_MAX=$isa)"
   MI_CPU_ISA_MAX=$isa ctest --test-dir build --output-on-failure -j2 -E "$not_cpu"
