@@ -28,7 +28,7 @@ BUILD=${MI_FUZZ_BUILD:-build-fuzz}
 NICE=${MI_FUZZ_NICE:-0}
 PAR=${MI_FUZZ_PARALLEL:-1}
 case "$PAR" in '' | *[!0-9]* | 0) echo "fuzz.sh: MI_FUZZ_PARALLEL must be a number >= 1" >&2; exit 2 ;; esac
-ALL=(safetensors st_index qwen3_config tokenizer_load tokenizer_codec conf ckb_entry expr serve_req jinja gguf)
+ALL=(safetensors st_index qwen3_config tokenizer_load tokenizer_codec conf ckb_entry expr serve_req jinja gguf tool_calls)
 HARNESSES=("${@#fuzz_}") # "fuzz_expr" or "expr"
 [ ${#HARNESSES[@]} -gt 0 ] || HARNESSES=("${ALL[@]}")
 
