@@ -28,7 +28,9 @@ BUILD=${MI_FUZZ_BUILD:-build-fuzz}
 NICE=${MI_FUZZ_NICE:-0}
 PAR=${MI_FUZZ_PARALLEL:-1}
 case "$PAR" in '' | *[!0-9]* | 0) echo "fuzz.sh: MI_FUZZ_PARALLEL must be a number >= 1" >&2; exit 2 ;; esac
-ALL=(safetensors st_index qwen3_config tokenizer_load tokenizer_codec conf ckb_entry expr serve_req jinja gguf tool_calls)
+# the harnesses fuzz/CMakeLists.txt builds (its MI_FUZZ_HARNESSES list): one list, not two
+read -r -a ALL <<< "$(sed -n '/^set(MI_FUZZ_HARNESSES/,/)/p' fuzz/CMakeLists.txt | tr -d '()' | sed 's/^set//; s/MI_FUZZ_HARNESSES//' | tr '\n' ' ')"
+[ ${#ALL[@]} -gt 0 ] || { echo "fuzz.sh: no MI_FUZZ_HARNESSES list in fuzz/CMakeLists.txt" >&2; exit 2; }
 HARNESSES=("${@#fuzz_}") # "fuzz_expr" or "expr"
 [ ${#HARNESSES[@]} -gt 0 ] || HARNESSES=("${ALL[@]}")
 
