@@ -113,16 +113,15 @@ static int content_text(json_t *c, size_t idx, char **out, serve_err *e) {
   return 0;
 }
 
-/* 1 when v nests deeper than max (arrays and objects). */
-static int too_deep(json_t *v, int max) {
+int serve_json_too_deep(const json_t *v, int max) {
   if (max < 0) return 1;
   size_t i;
   const char *k;
   json_t *m;
   if (json_is_array(v)) {
-    json_array_foreach(v, i, m) if (too_deep(m, max - 1)) return 1;
+    json_array_foreach((json_t *)v, i, m) if (serve_json_too_deep(m, max - 1)) return 1;
   } else if (json_is_object(v)) {
-    json_object_foreach(v, k, m) if (too_deep(m, max - 1)) return 1;
+    json_object_foreach((json_t *)v, k, m) if (serve_json_too_deep(m, max - 1)) return 1;
   }
   return 0;
 }
@@ -199,7 +198,7 @@ static int template_extras(json_t *msg, json_t *tm, const char *role, size_t i, 
           return fail(e, 400, p2, "invalid_value", "'%s' must be a JSON object encoded as a string",
                       p2);
         }
-        if (too_deep(args, SERVE_MAX_JSON_DEPTH)) {
+        if (serve_json_too_deep(args, SERVE_MAX_JSON_DEPTH)) {
           json_decref(args);
           return fail(e, 400, p2, "invalid_value", "'%s' nests deeper than %d", p2,
                       SERVE_MAX_JSON_DEPTH);
@@ -263,7 +262,7 @@ static int parse_tools(json_t *root, serve_req *r, serve_err *e) {
       json_t *pa = field(fn, "parameters");
       if (pa && !json_is_object(pa))
         return fail(e, 400, p2, "invalid_type", "'%s' must be an object (a JSON Schema)", p2);
-      if (pa && too_deep(pa, SERVE_MAX_JSON_DEPTH))
+      if (pa && serve_json_too_deep(pa, SERVE_MAX_JSON_DEPTH))
         return fail(e, 400, p2, "invalid_value", "'%s' nests deeper than %d", p2,
                     SERVE_MAX_JSON_DEPTH);
     }

@@ -74,6 +74,10 @@ typedef struct serve_req {
  * typical_p 1, passes); any other field is ignored, as llama-server and
  * vLLM (outside strict mode) do. */
 int serve_req_parse(const char *body, size_t len, int chat, serve_req *out, serve_err *e);
+/* 1 when v nests arrays and objects deeper than max (a tool's parameters, a
+ * call's arguments: the request's and the model's alike), else 0. */
+typedef struct json_t json_t;
+int serve_json_too_deep(const json_t *v, int max);
 void serve_req_free(serve_req *r);
 
 #endif

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "core/cli/serve_tools.h"
 
+#include "core/cli/serve_req.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +14,6 @@
 #define QWEN_OPEN "<tool_call>"
 #define QWEN_CLOSE "</tool_call>"
 #define PYTHON_TAG "<|python_tag|>"
-#define MAX_DEPTH 64
 
 serve_tools_fmt serve_tools_detect(const char *t) {
   if (!t) return SERVE_TOOLS_NONE;
@@ -25,18 +26,6 @@ static int is_space(char c) {
   return c == ' ' || c == '\n' || c == '\r' || c == '\t';
 }
 
-static int too_deep(json_t *v, int max) {
-  if (max < 0) return 1;
-  size_t i;
-  const char *k;
-  json_t *m;
-  if (json_is_array(v)) {
-    json_array_foreach(v, i, m) if (too_deep(m, max - 1)) return 1;
-  } else if (json_is_object(v)) {
-    json_object_foreach(v, k, m) if (too_deep(m, max - 1)) return 1;
-  }
-  return 0;
-}
 
 /* "call_" and 24 hex digits, unique in this process (a counter through a
  * bijective mix) and unlikely to repeat across processes (time, pid). */
@@ -73,7 +62,7 @@ static json_t *one_call(const char *s, size_t n, serve_tools_fmt fmt) {
     parsed = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
     args = parsed;
   }
-  if (args && (!json_is_object(args) || too_deep(args, MAX_DEPTH))) goto out;
+  if (args && (!json_is_object(args) || serve_json_too_deep(args, SERVE_MAX_JSON_DEPTH))) goto out;
   char *as = args ? json_dumps(args, 0) : strdup("{}");
   char id[40];
   call_id(id);

@@ -89,6 +89,34 @@ static int add_eos_field(mi_session *e, json_t *cfg, const char *path, char *err
  * shared reader: a FIFO or a device in its place is refused, never waited
  * on, and the size is checked first, since jansson builds a tree ~20x the
  * file before any check. */
+/* The memory the session may use (e->mem_*, from the platform, --mem-limit
+ * or the host), and whether the weight files fit in it: 0, or -1 with one
+ * line naming the model and the shortfall. Host-memory platforms only (a
+ * GPU's own memory is its plugin's to check). */
+static int weights_fit(mi_session *e, const mi_session_opts *o, char *err, size_t err_len) {
+  mi_device_info mdi = {.struct_size = sizeof mdi};
+  e->mem_host = e->P->device_info(e->pc, 0, &mdi) == 0 && mdi.host_memory;
+  e->mem_source = "--mem-limit";
+  e->mem_avail = o->mem_limit ? o->mem_limit : mi_mem_available(&e->mem_source);
+  e->rss_start = mi_mem_rss();
+  if (!e->mem_host || !e->mem_avail) return 0;
+  uint64_t wb = mi_mem_weight_file_bytes(o->model_dir);
+  if (wb <= e->mem_avail) return 0;
+  char need[32], have[32];
+  mi_mem_gib(wb, need, sizeof need);
+  mi_mem_gib(e->mem_avail, have, sizeof have);
+  snprintf(err, err_len, "%s: needs %s for the weights, %s available (%s%s)", o->model_dir, need,
+           have, e->mem_source, o->mem_limit ? "" : "; override with --mem-limit");
+  return -1;
+}
+
+/* Host memory: the weights read into huge pages unless --mmap; else mapped. */
+static mi_weights_load weights_load_mode(const mi_session *e, const mi_session_opts *o) {
+  return o->weights == MI_SESSION_WEIGHTS_READ || (o->weights == MI_SESSION_WEIGHTS_AUTO && e->mem_host)
+             ? MI_WEIGHTS_READ
+             : MI_WEIGHTS_MMAP;
+}
+
 static json_t *load_small_json(const char *path, char *err, size_t err_len) {
   size_t len;
   char *text = mi_file_read_all(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config file", &len, err, err_len);
@@ -177,24 +205,8 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
   if (is_gguf) {
     snprintf(path, sizeof path, "%s", o->model_dir); /* messages name the file */
     /* the memory check first: reading the file is reading the weights */
-    mi_device_info mdi = {.struct_size = sizeof mdi};
-    e->mem_host = e->P->device_info(e->pc, 0, &mdi) == 0 && mdi.host_memory;
-    e->mem_source = "--mem-limit";
-    e->mem_avail = o->mem_limit ? o->mem_limit : mi_mem_available(&e->mem_source);
-    e->rss_start = mi_mem_rss();
-    uint64_t wb = mi_mem_weight_file_bytes(o->model_dir);
-    if (e->mem_host && e->mem_avail && wb > e->mem_avail) {
-      char need[32], have[32];
-      mi_mem_gib(wb, need, sizeof need);
-      mi_mem_gib(e->mem_avail, have, sizeof have);
-      snprintf(err, err_len, "%s: needs %s for the weights, %s available (%s%s)", o->model_dir,
-               need, have, e->mem_source, o->mem_limit ? "" : "; override with --mem-limit");
-      goto fail;
-    }
-    mi_weights_load ghow =
-        o->weights == MI_SESSION_WEIGHTS_READ || (o->weights == MI_SESSION_WEIGHTS_AUTO && e->mem_host)
-            ? MI_WEIGHTS_READ
-            : MI_WEIGHTS_MMAP;
+    if (weights_fit(e, o, err, err_len) != 0) goto fail;
+    mi_weights_load ghow = weights_load_mode(e, o);
     char ckb[4096];
     if (!mi_gguf_ckb_dir(ckb, sizeof ckb)) {
       snprintf(err, err_len, "%s: a GGUF file is read through its model contract: %s", o->model_dir,
@@ -302,33 +314,11 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
    * here, the model's scratch in its load (option mem_budget), the KV cache
    * in mi_generate. Host-memory platforms only (a GPU's own memory is its
    * plugin's to check). */
-  if (!gm) {
-    mi_device_info mdi = {.struct_size = sizeof mdi};
-    e->mem_host = e->P->device_info(e->pc, 0, &mdi) == 0 && mdi.host_memory;
-    e->mem_source = "--mem-limit";
-    e->mem_avail = o->mem_limit ? o->mem_limit : mi_mem_available(&e->mem_source);
-    e->rss_start = mi_mem_rss();
-  }
-  if (!gm && e->mem_host && e->mem_avail) {
-    uint64_t wb = mi_mem_weight_file_bytes(o->model_dir);
-    if (wb > e->mem_avail) {
-      char need[32], have[32];
-      mi_mem_gib(wb, need, sizeof need);
-      mi_mem_gib(e->mem_avail, have, sizeof have);
-      snprintf(err, err_len, "%s: needs %s for the weights, %s available (%s%s)", o->model_dir,
-               need, have, e->mem_source, o->mem_limit ? "" : "; override with --mem-limit");
-      goto fail;
-    }
-  }
+  if (!gm && weights_fit(e, o, err, err_len) != 0) goto fail; /* a GGUF file's was checked above */
 
   /* weights + model */
-  mi_weights_load how = o->weights == MI_SESSION_WEIGHTS_READ ? MI_WEIGHTS_READ : MI_WEIGHTS_MMAP;
-  if (o->weights == MI_SESSION_WEIGHTS_AUTO) {
-    mi_device_info di = {.struct_size = sizeof di};
-    if (e->P->device_info(e->pc, 0, &di) == 0 && di.host_memory) how = MI_WEIGHTS_READ;
-  }
   e->weights = gm ? mi_gguf_model_weights(gm, err, err_len)
-                 : mi_weights_open_ex(o->model_dir, how, err, err_len);
+                 : mi_weights_open_ex(o->model_dir, weights_load_mode(e, o), err, err_len);
   if (!e->weights) goto fail;
   mi_options none = {0};
   /* the model's options plus mem_budget: bytes left for its scratch */

@@ -424,9 +424,7 @@ static int test_named(jrender *r, const jnode *at, const char *name, size_t nn, 
     *out = x->t == V_STR;
   else if (T("mapping"))
     *out = x->t == V_DICT;
-  else if (T("iterable"))
-    *out = x->t == V_LIST || x->t == V_DICT || x->t == V_STR;
-  else if (T("sequence"))
+  else if (T("iterable") || T("sequence"))
     *out = x->t == V_LIST || x->t == V_DICT || x->t == V_STR;
   else if (T("number"))
     *out = x->t == V_INT || x->t == V_FLOAT;

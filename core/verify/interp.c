@@ -132,12 +132,10 @@ static ibuf *find_buf(scope *s, const char *name, size_t len) {
   return NULL;
 }
 
-/* A zeroed buffer of the shape the contract gives (dims: expressions). */
-static int make_buf(scope *s, ibuf *b, const json_t *spec) {
-  b->name = json_string_value(json_object_get(spec, "name"));
-  const json_t *shape = json_object_get(spec, "shape");
-  if (!b->name || !json_is_array(shape) || !json_array_size(shape))
-    return fail(s, "a buffer of the contract has no name or no shape");
+/* The element count of a shape the contract gives (dimensions: numbers or
+ * expressions), and the elements per row of its first dimension. */
+static int shape_elems(scope *s, const char *what, const char *name, const json_t *shape,
+                       int64_t *n_out, int64_t *row_out) {
   int64_t n = 1, row = 1;
   size_t i;
   json_t *d;
@@ -145,15 +143,28 @@ static int make_buf(scope *s, ibuf *b, const json_t *spec) {
     int64_t x;
     if (json_is_integer(d))
       x = json_integer_value(d);
-    else if (!json_is_string(d) || bind_int(s, json_string_value(d), &x) != 0)
-      return json_is_string(d)
-                 ? -1
-                 : fail(s, "buffer %s: a dimension is neither a number nor an expression", b->name);
+    else if (!json_is_string(d))
+      return fail(s, "%s %s: a dimension is neither a number nor an expression", what, name);
+    else if (bind_int(s, json_string_value(d), &x) != 0)
+      return -1;
     if (x < 0 || (x && n > MAX_ELEMS / x))
-      return fail(s, "buffer %s: dimension %lld out of range", b->name, (long long)x);
+      return fail(s, "%s %s: dimension %lld out of range", what, name, (long long)x);
     n *= x;
     if (i > 0) row *= x;
   }
+  *n_out = n;
+  *row_out = row;
+  return 0;
+}
+
+/* A zeroed buffer of the shape the contract gives (dims: expressions). */
+static int make_buf(scope *s, ibuf *b, const json_t *spec) {
+  b->name = json_string_value(json_object_get(spec, "name"));
+  const json_t *shape = json_object_get(spec, "shape");
+  if (!b->name || !json_is_array(shape) || !json_array_size(shape))
+    return fail(s, "a buffer of the contract has no name or no shape");
+  int64_t n, row;
+  if (shape_elems(s, "buffer", b->name, shape, &n, &row) != 0) return -1;
   b->n = n;
   b->row = row;
   b->p = calloc((size_t)(n ? n : 1), sizeof(double));
@@ -220,19 +231,8 @@ static double *bind_weight(scope *s, const char *key, int64_t *n_out) {
     key = fb;
     if (!spec) return fail(s, "the fallback %s is not in the contract's weight map", fb), NULL;
   }
-  int64_t n = 1;
-  size_t i;
-  json_t *d;
-  json_array_foreach(json_object_get(spec, "shape"), i, d) {
-    int64_t x;
-    if (json_is_integer(d))
-      x = json_integer_value(d);
-    else if (!json_is_string(d) || bind_int(s, json_string_value(d), &x) != 0)
-      return NULL;
-    if (x < 0 || (x && n > MAX_ELEMS / x))
-      return fail(s, "weight %s: dimension out of range", key), NULL;
-    n *= x;
-  }
+  int64_t n, row;
+  if (shape_elems(s, "weight", key, json_object_get(spec, "shape"), &n, &row) != 0) return NULL;
   char name[512];
   const char *p = strstr(key, "{i}");
   if (p)
