@@ -1,10 +1,10 @@
-/* Fuzzes mi-serve's request parser (core/cli/serve_req.c): the JSON body of
+/* Fuzzes mi-serve's request parser (core/serve/request.c): the JSON body of
  * POST /v1/chat/completions and /v1/completions, parsed both ways. An
  * accepted request must be in range; a refused one must carry an HTTP 4xx
  * status, an error type and a one-line message. */
 #include "fuzz_util.h"
 
-#include "core/cli/serve_req.h"
+#include "core/serve/request.h"
 
 static void one(const uint8_t *data, size_t size, int chat) {
   serve_req r;

@@ -1,4 +1,4 @@
-/* Fuzzes mi-serve's tool-call parsing of generated text (core/cli/serve_tools.c):
+/* Fuzzes mi-serve's tool-call parsing of generated text (core/serve/tools.c):
  * both formats, plain and streamed in pieces of the input's own choosing.
  * Invariants: no crash, no leak; a parse that finds calls returns at most
  * SERVE_MAX_TOOL_CALLS, each with a name and arguments that are a JSON
@@ -6,7 +6,7 @@
  * does, and the same ones. */
 #include "fuzz_util.h"
 
-#include "core/cli/serve_tools.h"
+#include "core/serve/tools.h"
 
 static void check_calls(const json_t *calls, int n) {
   FUZZ_CHECK(n >= 0 && n <= SERVE_MAX_TOOL_CALLS && (size_t)n == json_array_size(calls), "%d calls", n);

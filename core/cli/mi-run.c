@@ -59,6 +59,8 @@ static void usage(FILE *f) {
         "output:\n"
         "      --json               JSON lines: {\"prompt_ids\":[...]} then one line per token\n"
         "      --top-logprobs K     with --json: the K best log-probabilities per step\n"
+        "      --prompt-logprobs    with --json: a line with every prompt token's log-probability\n"
+        "                           (and its top K), as mi-serve's completions echo reports them\n"
         "      --stats              load time, TTFT, prefill/decode tokens/s, peak RSS\n"
         "  -v, --verbose            more logging on stderr (repeat for debug)\n"
         "plugins:\n"
@@ -199,12 +201,46 @@ static int on_token(void *user, const mi_gen_token *t) {
 /* What every prompt of one mi-run shares. */
 typedef struct run_opts {
   const char *src_name, *model_dir, *system_msg;
-  int chat, no_think, json, quiet, stats;
+  int chat, no_think, json, quiet, stats, prompt_logprobs;
   long top_logprobs;
   const mi_gen_params *gp;
   const char **stops;
   size_t n_stops;
 } run_opts;
+
+/* --prompt-logprobs: {"prompt_logprobs":[null, {"id","logprob","top":[[id, lp]...]}, ...]},
+ * from a pass over the prompt with every position's logits (as mi-serve's
+ * echo computes them). */
+static int print_prompt_logprobs(mi_session *eng, const int32_t *ids, size_t n_ids,
+                                 const mi_gen_params *p, char *err, size_t err_len) {
+  mi_gen_params gp = *p;
+  gp.prompt_logprobs = 1;
+  gp.n_predict = 0;
+  gp.n_ctx = (int64_t)n_ids;
+  gp.defer_prefill = 0;
+  mi_gen *g;
+  if (mi_gen_begin(eng, ids, n_ids, &gp, &g, err, err_len) != 0) return -1;
+  json_t *arr = json_array();
+  json_array_append_new(arr, json_null());
+  for (size_t i = 1; i < n_ids; i++) {
+    double lp;
+    const int32_t *ti;
+    const double *tl;
+    int nt;
+    if (mi_gen_prompt_logprob(g, (int64_t)i, &lp, &ti, &tl, &nt) != 0) break;
+    json_t *top = json_array();
+    for (int k = 0; k < nt; k++) json_array_append_new(top, json_pack("[i,f]", ti[k], tl[k]));
+    json_array_append_new(arr, json_pack("{s:i,s:f,s:o}", "id", ids[i], "logprob", lp, "top", top));
+  }
+  mi_gen_end(g, NULL);
+  json_t *o = json_pack("{s:o}", "prompt_logprobs", arr);
+  char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(o);
+  if (s) printf("%s\n", s);
+  free(s);
+  (void)mi_out_flush_stdout();
+  return 0;
+}
 
 /* One prompt: chat-rendered when asked (turns: the conversation so far, the
  * last a user turn; NULL: the system message, if any, and the prompt),
@@ -274,6 +310,10 @@ static int run_prompt(mi_session *eng, const run_opts *r, const char *prompt_tex
   gp.top_logprobs = json ? (int)r->top_logprobs : 0;
   gp.stop = r->stops;
   gp.n_stop = r->n_stops;
+  if (json && r->prompt_logprobs && print_prompt_logprobs(eng, ids, n_ids, &gp, err, sizeof err) != 0) {
+    fprintf(stderr, "mi-run: %s\n", err);
+    goto done;
+  }
   mi_gen_stats st;
   if (mi_generate(eng, ids, n_ids, &gp, on_token, &ro, &st, err, sizeof err) != 0) {
     fprintf(stderr, "mi-run: %s\n", err);
@@ -390,7 +430,7 @@ static int run(int argc, char **argv) {
   const char *plugin_dir = NULL, *conf_path = NULL, *platform = NULL, *kv_type = NULL;
   const char *stops[MAX_STOPS];
   size_t n_stops = 0;
-  int chat = 0, no_think = 0, json = 0, stats = 0, list_plugins = 0, verbose = 0, interactive = 0;
+  int chat = 0, no_think = 0, json = 0, stats = 0, prompt_logprobs = 0, list_plugins = 0, verbose = 0, interactive = 0;
   long threads = -1, batch = 0, top_logprobs = 0, tp = 1;
   mi_gen_params gp = {.n_predict = 128};
   mi_sampler_defaults(&gp.sampling);
@@ -405,7 +445,7 @@ static int run(int argc, char **argv) {
   enum {
     O_CHAT = 256, O_SYSTEM, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPP, O_REPN, O_SEED,
     O_IGNEOS, O_STOP, O_JSON, O_TOPLP, O_STATS, O_PLUGDIR, O_CONF, O_PLATFORM, O_LIST, O_TP,
-    O_KVTYPE, O_VERSION, O_MMAP, O_NOMMAP, O_MEMLIMIT, O_PROMPTS,
+    O_KVTYPE, O_VERSION, O_MMAP, O_NOMMAP, O_MEMLIMIT, O_PROMPTS, O_PROMPTLP,
   };
   static const struct option longopts[] = {
       {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
@@ -420,6 +460,7 @@ static int run(int argc, char **argv) {
       {"repeat-last-n", required_argument, 0, O_REPN}, {"seed", required_argument, 0, O_SEED},
       {"ignore-eos", no_argument, 0, O_IGNEOS},   {"stop", required_argument, 0, O_STOP},
       {"json", no_argument, 0, O_JSON},           {"top-logprobs", required_argument, 0, O_TOPLP},
+      {"prompt-logprobs", no_argument, 0, O_PROMPTLP},
       {"stats", no_argument, 0, O_STATS},         {"verbose", no_argument, 0, 'v'},
       {"plugin-dir", required_argument, 0, O_PLUGDIR}, {"plugins-conf", required_argument, 0, O_CONF},
       {"platform", required_argument, 0, O_PLATFORM}, {"threads", required_argument, 0, 't'},
@@ -492,6 +533,7 @@ static int run(int argc, char **argv) {
       if (parse_long("--top-logprobs", optarg, 0, 1000, &top_logprobs)) return 2;
       break;
     case O_STATS: stats = 1; break;
+    case O_PROMPTLP: prompt_logprobs = 1; break;
     case 'v': verbose++; break;
     case O_PLUGDIR: plugin_dir = optarg; break;
     case O_CONF: conf_path = optarg; break;
@@ -609,6 +651,7 @@ static int run(int argc, char **argv) {
 
   run_opts ropt = {.model_dir = model_dir, .system_msg = system_msg, .chat = chat, .no_think = no_think,
                    .json = json, .quiet = quiet, .stats = stats, .top_logprobs = top_logprobs, .gp = &gp,
+                   .prompt_logprobs = prompt_logprobs,
                    .stops = stops, .n_stops = n_stops};
   if (interactive) {
     ropt.src_name = "stdin";

@@ -60,7 +60,8 @@ size_t mi_platform_iface_min_size(unsigned minor) {
 }
 
 size_t mi_model_iface_min_size(unsigned minor) {
-  return minor >= 3   ? END_OF(mi_model_iface, forward_batch)
+  return minor >= 5   ? END_OF(mi_model_iface, seq_state_write)
+         : minor >= 3 ? END_OF(mi_model_iface, forward_batch)
          : minor >= 2 ? END_OF(mi_model_iface, platform_needs)
                       : END_OF(mi_model_iface, forward);
 }

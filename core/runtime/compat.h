@@ -20,7 +20,8 @@ int mi_platform_provides(const mi_platform_iface *iface, const char *name);
  * it covers every member of minor <= `minor` in MI_PLATFORM_MEMBERS. */
 size_t mi_platform_iface_min_size(unsigned minor);
 
-/* The same for a model interface (1.0/1.1: up to forward; 1.2: platform_needs). */
+/* The same for a model interface (1.0/1.1: up to forward; 1.2: platform_needs;
+ * 1.3/1.4: forward_batch; 1.5: seq_state_write). */
 size_t mi_model_iface_min_size(unsigned minor);
 
 /* Checks a model interface's platform_needs list at load (names known,

@@ -430,7 +430,21 @@ struct mi_gen {
   int64_t step;
   int32_t last;
   int is_eos, stop_hit, done;
+  /* the prompt: hist[0, n_prompt); n_run of it is in the sequence */
+  int64_t n_prompt, n_run;
+  /* echo: prompt token i's logprob plp[i] and top plp_ids/plp_lps[i*k ..] */
+  double *plp;
+  int32_t *plp_ids;
+  double *plp_lps;
+  float *chunk_logits; /* [MI_GEN_LP_CHUNK, vocab] all-positions logits */
+  /* constrained decoding: allowed[vocab] and the masked logits [vocab] */
+  uint8_t *allowed;
+  float *masked;
 };
+
+/* Prompt positions per forward when every position's logits are kept
+ * (echo): bounds that scratch to 64 × vocab floats. */
+#define MI_GEN_LP_CHUNK 64
 
 void mi_gen_end(mi_gen *g, mi_gen_stats *st) {
   if (!g) return;
@@ -454,6 +468,12 @@ void mi_gen_end(mi_gen *g, mi_gen_stats *st) {
   free(g->top_lps);
   free(g->tok_text);
   free(g->pend);
+  free(g->plp);
+  free(g->plp_ids);
+  free(g->plp_lps);
+  free(g->chunk_logits);
+  free(g->allowed);
+  free(g->masked);
   free(g);
 }
 
@@ -528,38 +548,166 @@ int mi_gen_begin(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi
   if (e->M->seq_create(e->model, n_ctx, &g->seq, err, err_len) != 0) goto fail;
   memcpy(g->hist, prompt, n_prompt * sizeof(int32_t));
   g->n_hist = n_prompt;
+  g->n_prompt = (int64_t)n_prompt;
   mi_tok_stream_init(&g->ts, e->tok);
-
-  g->t0 = mi_now_seconds();
-  if (e->M->forward(e->model, g->seq, prompt, (int64_t)n_prompt, g->logits, 0, err, err_len) != 0)
-    goto fail;
-  g->st.prefill_s = mi_now_seconds() - g->t0;
-  if (!logits_finite(g->logits, V)) {
-    snprintf(err, err_len,
-             "%s: step 0 (prefill): the logits are not finite (NaN or infinity): broken weights?",
-             e->model_dir);
-    goto fail;
+  if (p->prompt_logprobs) {
+    size_t kk = (size_t)(g->k > 0 ? g->k : 1);
+    g->plp = calloc(n_prompt, sizeof(double));
+    g->plp_ids = calloc(n_prompt * kk, sizeof(int32_t));
+    g->plp_lps = calloc(n_prompt * kk, sizeof(double));
+    g->chunk_logits = malloc((size_t)MI_GEN_LP_CHUNK * (size_t)V * sizeof(float));
+    if (!g->plp || !g->plp_ids || !g->plp_lps || !g->chunk_logits) {
+      snprintf(err, err_len, "out of memory (prompt logprobs for %zu tokens)", n_prompt);
+      goto fail;
+    }
+  }
+  if (p->constraint) {
+    g->allowed = malloc((size_t)V);
+    g->masked = malloc((size_t)V * sizeof(float));
+    if (!g->allowed || !g->masked) {
+      snprintf(err, err_len, "out of memory");
+      goto fail;
+    }
   }
   g->st.stop_reason = "length";
-  g->done = p->n_predict == 0;
+  g->t0 = mi_now_seconds();
   *out = g;
+  if (!p->defer_prefill && mi_gen_prefill(g, 0, err, err_len) != 0) {
+    *out = NULL;
+    goto fail;
+  }
   return 0;
 fail:
   mi_gen_end(g, NULL);
   return -1;
 }
 
+int mi_gen_set_cached(mi_gen *g, int64_t n, char *err, size_t err_len) {
+  if (g->n_run != 0 || n < 0 || n >= g->n_prompt || g->p.prompt_logprobs) {
+    snprintf(err, err_len, "a cached prefix of %lld tokens cannot start a prompt of %lld%s",
+             (long long)n, (long long)g->n_prompt,
+             g->p.prompt_logprobs ? " whose logprobs are asked for" : "");
+    return -1;
+  }
+  int64_t len = g->e->M->seq_len(g->e->model, g->seq);
+  if (len != n) {
+    snprintf(err, err_len, "the sequence holds %lld tokens, not the %lld cached", (long long)len,
+             (long long)n);
+    return -1;
+  }
+  g->n_run = n;
+  g->st.n_cached = n;
+  return 0;
+}
+
+int64_t mi_gen_prefill_left(const mi_gen *g) { return g->n_prompt - g->n_run; }
+
+/* Prompt logprobs of the tokens after a chunk's positions: row j of the
+ * chunk's logits predicts prompt token pos0 + j + 1. */
+static void record_prompt_logprobs(mi_gen *g, int64_t pos0, int64_t T) {
+  const int64_t V = g->e->info.vocab_size;
+  const int kk = g->k > 0 ? g->k : 1;
+  for (int64_t j = 0; j < T && pos0 + j + 1 < g->n_prompt; j++) {
+    int64_t i = pos0 + j + 1;
+    mi_logprobs_topk(g->chunk_logits + (size_t)j * (size_t)V, V, g->hist[i], &g->plp[i], g->k,
+                     g->plp_ids + (size_t)i * (size_t)kk, g->plp_lps + (size_t)i * (size_t)kk);
+  }
+}
+
+int64_t mi_gen_prefill(mi_gen *g, int64_t max_tokens, char *err, size_t err_len) {
+  mi_session *e = g->e;
+  const int64_t V = e->info.vocab_size;
+  int64_t left = g->n_prompt - g->n_run;
+  if (left <= 0) return 0;
+  int64_t todo = max_tokens > 0 && max_tokens < left ? max_tokens : left;
+  double t = mi_now_seconds();
+  while (todo > 0) {
+    int64_t T = todo;
+    if (g->p.prompt_logprobs && T > MI_GEN_LP_CHUNK) T = MI_GEN_LP_CHUNK;
+    const int32_t *ids = g->hist + g->n_run;
+    int last_chunk = g->n_run + T == g->n_prompt;
+    if (g->p.prompt_logprobs) {
+      if (e->M->forward(e->model, g->seq, ids, T, g->chunk_logits, 1, err, err_len) != 0) return -1;
+      record_prompt_logprobs(g, g->n_run, T);
+      if (last_chunk)
+        memcpy(g->logits, g->chunk_logits + (size_t)(T - 1) * (size_t)V, (size_t)V * sizeof(float));
+    } else if (e->M->forward(e->model, g->seq, ids, T, last_chunk ? g->logits : NULL, 0, err,
+                             err_len) != 0) {
+      return -1;
+    }
+    g->n_run += T;
+    todo -= T;
+  }
+  g->st.prefill_s += mi_now_seconds() - t;
+  left = g->n_prompt - g->n_run;
+  if (left > 0) return left;
+  if (!logits_finite(g->logits, V)) {
+    snprintf(err, err_len,
+             "%s: step 0 (prefill): the logits are not finite (NaN or infinity): broken weights?",
+             e->model_dir);
+    return -1;
+  }
+  g->done = g->p.n_predict == 0;
+  return 0;
+}
+
+int mi_gen_prompt_logprob(const mi_gen *g, int64_t i, double *lp, const int32_t **top_ids,
+                          const double **top_lps, int *n_top) {
+  if (!g->plp || i < 1 || i >= g->n_run) return -1;
+  const int kk = g->k > 0 ? g->k : 1;
+  *lp = g->plp[i];
+  *top_ids = g->plp_ids + (size_t)i * (size_t)kk;
+  *top_lps = g->plp_lps + (size_t)i * (size_t)kk;
+  const int64_t V = g->e->info.vocab_size;
+  *n_top = g->k < V ? g->k : (int)V;
+  return 0;
+}
+
 int mi_gen_done(const mi_gen *g) { return g->done; }
 mi_seq *mi_gen_seq(mi_gen *g) { return g->seq; }
 float *mi_gen_logits(mi_gen *g) { return g->logits; }
 int32_t mi_gen_last(const mi_gen *g) { return g->last; }
+const int32_t *mi_gen_tokens(const mi_gen *g, size_t *n) {
+  *n = g->n_hist;
+  return g->hist;
+}
 const mi_gen_stats *mi_gen_stats_now(const mi_gen *g) { return &g->st; }
+
+/* The drawn token *id, or a draw from the masked logits when the
+ * constraint refuses it (see mi_gen_constraint); then the constraint
+ * advances over the token. */
+static int constrain(mi_gen *g, int32_t *id, char *err, size_t err_len) {
+  const mi_gen_constraint *c = g->p.constraint;
+  const int64_t V = g->e->info.vocab_size;
+  if (!c->allows(c->user, *id)) {
+    if (c->mask(c->user, g->allowed) == 0) {
+      snprintf(err, err_len, "step %lld: no token can continue the structured output",
+               (long long)g->step);
+      return -1;
+    }
+    for (int64_t v = 0; v < V; v++) g->masked[v] = g->allowed[v] ? g->logits[v] : -INFINITY;
+    *id = mi_sampler_sample(g->smp, g->masked, g->hist, g->n_hist);
+    if (*id < 0 || *id >= V || !g->allowed[*id]) { /* every finite logit penalised away: the best allowed */
+      int64_t best = -1;
+      for (int64_t v = 0; v < V; v++)
+        if (g->allowed[v] && (best < 0 || g->logits[v] > g->logits[best])) best = v;
+      *id = (int32_t)best;
+    }
+  }
+  if (c->accept(c->user, *id) != 0) {
+    snprintf(err, err_len, "step %lld: token %d does not continue the structured output",
+             (long long)g->step, *id);
+    return -1;
+  }
+  return 0;
+}
 
 int mi_gen_sample(mi_gen *g, mi_gen_token *tok, char *err, size_t err_len) {
   mi_session *e = g->e;
   const mi_gen_params *p = &g->p;
   const int64_t V = e->info.vocab_size;
   int32_t id = mi_sampler_sample(g->smp, g->logits, g->hist, g->n_hist);
+  if (p->constraint && constrain(g, &id, err, err_len) != 0) return -1;
   /* every rank continues with rank 0's choice, whatever rounding did */
   if (e->tp_size > 1 && e->P->broadcast(e->pc, NULL, &id, sizeof id, 0) != 0) {
     snprintf(err, err_len, "broadcast of the sampled token failed: %s", e->P->last_error(e->pc));

@@ -70,7 +70,27 @@ typedef struct mi_gen_params {
   mi_sampler_params sampling;
   const char *const *stop; /* stop strings */
   size_t n_stop;
+  /* mi_gen_begin leaves the prompt to mi_gen_prefill (chunked prefill, a
+   * prefix restored into the sequence first): 0 runs it all in begin */
+  int defer_prefill;
+  /* the log-probability of every prompt token after the first, with the
+   * top_logprobs best (echo): the prompt runs with all positions' logits */
+  int prompt_logprobs;
+  /* constrained decoding (structured output): NULL, or the tokens allowed */
+  const struct mi_gen_constraint *constraint;
 } mi_gen_params;
+
+/* Which tokens may come next (a grammar's view of the text so far). The
+ * sampler draws from the raw distribution first and asks `allows`; only
+ * when the draw is refused does it build the whole mask and draw again from
+ * the masked distribution: the result is distributed as a draw from the
+ * masked logits, at the cost of one mask on the refused steps only. */
+typedef struct mi_gen_constraint {
+  void *user;
+  int (*allows)(void *user, int32_t id);        /* 1: id may come next */
+  size_t (*mask)(void *user, uint8_t *allowed); /* allowed[vocab]; returns how many */
+  int (*accept)(void *user, int32_t id);        /* id was drawn: advance; -1 refuses */
+} mi_gen_constraint;
 
 typedef struct mi_gen_token {
   int64_t step;
@@ -93,6 +113,7 @@ typedef struct mi_gen_stats {
   double ttft_s;     /* prompt submitted → first token sampled */
   double prefill_s;  /* the batched prompt pass */
   double decode_s;   /* all decode steps after the first token */
+  int64_t n_cached;  /* prompt tokens restored from a prefix cache, not computed */
   const char *stop_reason; /* "eos", "length", "stop string", "context full", "callback" */
   char tail[256];    /* visible text held back at the end and flushed */
 } mi_gen_stats;
@@ -113,6 +134,19 @@ int mi_generate(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_
 typedef struct mi_gen mi_gen;
 int mi_gen_begin(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi_gen_params *p,
                  mi_gen **out, char *err, size_t err_len);
+/* With defer_prefill: the first n prompt tokens are already in
+ * mi_gen_seq(g) (restored by the caller, e.g. from a prefix cache); call
+ * before any mi_gen_prefill, n < the prompt's length (the last prompt token
+ * always runs: its logits start the generation). */
+int mi_gen_set_cached(mi_gen *g, int64_t n, char *err, size_t err_len);
+/* With defer_prefill: runs up to max_tokens (≤ 0: all) more prompt tokens.
+ * Returns the prompt tokens still to run (0: ready to sample), or -1. */
+int64_t mi_gen_prefill(mi_gen *g, int64_t max_tokens, char *err, size_t err_len);
+int64_t mi_gen_prefill_left(const mi_gen *g);
+/* echo (prompt_logprobs): prompt token i ≥ 1's logprob and its top ids and
+ * logprobs (top_logprobs of them, ≤ n_top); 0, or -1 when not recorded */
+int mi_gen_prompt_logprob(const mi_gen *g, int64_t i, double *lp, const int32_t **top_ids,
+                          const double **top_lps, int *n_top);
 int mi_gen_done(const mi_gen *g);
 int mi_gen_sample(mi_gen *g, mi_gen_token *t, char *err, size_t err_len);
 int mi_gen_advance(mi_gen *g, int cb_stop);
@@ -123,6 +157,8 @@ int mi_gen_check_logits(mi_gen *g, char *err, size_t err_len);
 mi_seq *mi_gen_seq(mi_gen *g);
 float *mi_gen_logits(mi_gen *g); /* [vocab]: where the next step's logits go */
 int32_t mi_gen_last(const mi_gen *g);
+/* the prompt and the tokens sampled so far: [n] */
+const int32_t *mi_gen_tokens(const mi_gen *g, size_t *n);
 const mi_gen_stats *mi_gen_stats_now(const mi_gen *g);
 void mi_gen_end(mi_gen *g, mi_gen_stats *st);
 

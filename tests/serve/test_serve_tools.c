@@ -1,4 +1,4 @@
-/* mi-serve's tool calls on strings (core/cli/serve_tools.c): the model's
+/* mi-serve's tool calls on strings (core/serve/tools.c): the model's
  * text → OpenAI tool_calls, non-streamed (a message) and streamed (the
  * deltas from text pieces), for Qwen's <tool_call> blocks and Llama 3's
  * JSON form; malformed calls stay content; hostile input is bounded. */
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cli/serve_tools.h"
+#include "core/serve/tools.h"
 
 /* The message for text; asserts its OpenAI shape. */
 static json_t *message(serve_tools_fmt f, const char *text, int parallel, int *called) {

@@ -127,6 +127,11 @@ void qwen35_seq_destroy(qwen35_model *m, qwen35_seq *s);
 /* Zeroes the DeltaNet states (the KV cache needs nothing: rows past len are
  * overwritten). 0, or -1 with the platform's error in err. */
 int qwen35_seq_reset(qwen35_model *m, qwen35_seq *s, char *err, size_t err_len);
+/* mi_model_iface seq_state_read / seq_state_write (ABI 1.5, prefix caching) */
+int qwen35_seq_state_read(qwen35_model *m, qwen35_seq *s, int64_t pos, int64_t n, void *dst,
+                          void *fixed_dst, char *err, size_t err_len);
+int qwen35_seq_state_write(qwen35_model *m, qwen35_seq *s, int64_t pos, int64_t n, const void *src,
+                           const void *fixed_src, char *err, size_t err_len);
 int qwen35_forward(qwen35_model *m, qwen35_seq *s, const int32_t *ids, int64_t n, float *logits,
                    int all_logits, char *err, size_t err_len);
 int qwen35_forward_batch(qwen35_model *m, qwen35_seq *const *seqs, const int32_t *ids, int64_t n,

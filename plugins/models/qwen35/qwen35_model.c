@@ -461,3 +461,159 @@ int qwen35_seq_reset(qwen35_model *m, qwen35_seq *s, char *err, size_t err_len) 
   s->broken = 0;
   return 0;
 }
+
+/* ---- sequence state export/import (prefix caching, ABI 1.5) -------------
+ * Per-position state: the full-attention layers' KV rows, exported position
+ * by position, [n][n_full][K|V][nkv·hd] f32, so one position is
+ * state_bytes_token bytes and the reads of adjacent ranges concatenate to
+ * the read of their union (a prefix cache stores blocks and writes a
+ * hybrid's gathered blocks at once, with the fixed state at their end). The
+ * cache is [n_full][K|V][n_ctx, nkv·hd]: a range's rows of one layer and
+ * part are one contiguous run, so the device sees 2·n_full copies per staged
+ * chunk and the host reorders rows in a staging buffer (per-row device
+ * copies would cost a GPU one transfer per row). Fixed state: the DeltaNet
+ * slab as it is, conv states then recurrent states (qwen35_seq_create), one
+ * copy of q35_state_bytes = state_bytes_fixed. Nothing is converted: a
+ * restored sequence computes bit for bit what the original would. */
+
+/* Staging per device round trip: this many bytes, or one position if more. */
+#define Q35_STATE_STAGE_BYTES ((size_t)8 << 20)
+
+static int state_copy_failed(qwen35_model *m, const char *fn, const char *what, char *err,
+                             size_t err_len) {
+  const char *e = m->P->last_error ? m->P->last_error(m->pc) : NULL;
+  snprintf(err, err_len, "qwen35: %s: copying the %s failed: %s", fn, what,
+           e && e[0] ? e : "unknown error");
+  return -1;
+}
+
+/* KV rows of positions [pos, pos+n) to host (to_host) or from it (host is
+ * then only read), host in the exported layout. 0, or -1 with a line. */
+static int kv_copy(qwen35_model *m, qwen35_seq *s, int64_t pos, int64_t n, char *host, int to_host,
+                   const char *fn, char *err, size_t err_len) {
+  const mi_platform_iface *P = m->P;
+  const qwen35_config *c = &m->cfg;
+  const int64_t parts = 2 * c->n_full; /* (full layer, K|V) pairs, cache order */
+  const size_t row = (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float);
+  const size_t tok = (size_t)parts * row; /* state_bytes_token */
+  if (n == 0 || tok == 0) return 0;
+  int64_t chunk = (int64_t)(Q35_STATE_STAGE_BYTES / tok);
+  if (chunk < 1) chunk = 1;
+  if (chunk > n) chunk = n;
+  char *stage = malloc((size_t)chunk * tok);
+  if (!stage) {
+    snprintf(err, err_len, "qwen35: %s: out of memory (%zu bytes of staging)", fn,
+             (size_t)chunk * tok);
+    return -1;
+  }
+  int rc = 0;
+  for (int64_t p0 = 0; p0 < n && rc == 0; p0 += chunk) {
+    const int64_t cn = n - p0 < chunk ? n - p0 : chunk;
+    const size_t run = (size_t)cn * row; /* one part's rows in the staging */
+    char *h = host + (size_t)p0 * tok;
+    if (!to_host)
+      for (int64_t i = 0; i < parts; i++)
+        for (int64_t t = 0; t < cn; t++)
+          memcpy(stage + (size_t)i * run + (size_t)t * row, h + (size_t)t * tok + (size_t)i * row,
+                 row);
+    for (int64_t i = 0; i < parts && rc == 0; i++) {
+      char *dev = (char *)s->kv + ((size_t)i * (size_t)s->n_ctx + (size_t)(pos + p0)) * row;
+      rc = to_host ? P->memcpy_d2h(m->pc, NULL, stage + (size_t)i * run, dev, run)
+                   : P->memcpy_h2d(m->pc, NULL, dev, stage + (size_t)i * run, run);
+    }
+    /* the host reads the staging next, or fills it again */
+    if (rc == 0 && mi_platform_has(P, stream_sync)) rc = P->stream_sync(m->pc, NULL);
+    if (rc == 0 && to_host)
+      for (int64_t i = 0; i < parts; i++)
+        for (int64_t t = 0; t < cn; t++)
+          memcpy(h + (size_t)t * tok + (size_t)i * row, stage + (size_t)i * run + (size_t)t * row,
+                 row);
+  }
+  free(stage);
+  return rc != 0 ? state_copy_failed(m, fn, "KV cache", err, err_len) : 0;
+}
+
+int qwen35_seq_state_read(qwen35_model *m, qwen35_seq *s, int64_t pos, int64_t n, void *dst,
+                          void *fixed_dst, char *err, size_t err_len) {
+  if (pos < 0 || n < 0 || pos > s->len || n > s->len - pos) {
+    snprintf(err, err_len,
+             "qwen35: seq_state_read: positions [%lld, %lld) are not within the sequence's %lld",
+             (long long)pos, (long long)pos + (long long)n, (long long)s->len);
+    return -1;
+  }
+  if (fixed_dst && pos + n != s->len) {
+    snprintf(err, err_len,
+             "qwen35: seq_state_read: the recurrent state exists only at the sequence's length "
+             "%lld, not at %lld",
+             (long long)s->len, (long long)(pos + n));
+    return -1;
+  }
+  if (s->broken) {
+    snprintf(err, err_len,
+             "qwen35: seq_state_read: this sequence's state was lost by an earlier kernel "
+             "failure; reset it (seq_truncate to 0)");
+    return -1;
+  }
+  if (n > 0 && !dst) {
+    snprintf(err, err_len, "qwen35: seq_state_read: dst is NULL");
+    return -1;
+  }
+  if (kv_copy(m, s, pos, n, dst, 1, "seq_state_read", err, err_len) != 0) return -1;
+  if (!fixed_dst) return 0;
+  const mi_platform_iface *P = m->P;
+  /* fixed_dst is the caller's as soon as this returns */
+  if (P->memcpy_d2h(m->pc, NULL, fixed_dst, s->conv, q35_state_bytes(m)) != 0 ||
+      (mi_platform_has(P, stream_sync) && P->stream_sync(m->pc, NULL) != 0))
+    return state_copy_failed(m, "seq_state_read", "recurrent state", err, err_len);
+  return 0;
+}
+
+int qwen35_seq_state_write(qwen35_model *m, qwen35_seq *s, int64_t pos, int64_t n, const void *src,
+                           const void *fixed_src, char *err, size_t err_len) {
+  if (pos != s->len) {
+    snprintf(err, err_len,
+             "qwen35: seq_state_write: position %lld is not the sequence's length %lld "
+             "(state is only appended)",
+             (long long)pos, (long long)s->len);
+    return -1;
+  }
+  if (n < 0 || n > s->n_ctx - pos) {
+    snprintf(err, err_len,
+             "qwen35: seq_state_write: %lld positions do not fit: the context holds %lld and "
+             "%lld are used",
+             (long long)n, (long long)s->n_ctx, (long long)pos);
+    return -1;
+  }
+  /* the KV rows alone would leave the DeltaNet layers at the old length */
+  if (!fixed_src) {
+    snprintf(err, err_len,
+             "qwen35: seq_state_write: fixed_src is NULL: a hybrid needs the recurrent state at "
+             "position %lld",
+             (long long)(pos + n));
+    return -1;
+  }
+  if (n > 0 && !src) {
+    snprintf(err, err_len, "qwen35: seq_state_write: src is NULL");
+    return -1;
+  }
+  if (s->broken) {
+    snprintf(err, err_len,
+             "qwen35: seq_state_write: this sequence's state was lost by an earlier kernel "
+             "failure; reset it (seq_truncate to 0)");
+    return -1;
+  }
+  /* KV rows at and past len are not part of the sequence: a copy failing
+   * here leaves it unchanged */
+  if (kv_copy(m, s, pos, n, (char *)src, 0, "seq_state_write", err, err_len) != 0) return -1;
+  /* The recurrent state is replaced in place, last: a failure from here on
+   * cannot be rolled back, so (as after a failed forward) the sequence is
+   * marked broken rather than left to run on from a half-copied state. */
+  const mi_platform_iface *P = m->P;
+  if (P->memcpy_h2d(m->pc, NULL, s->conv, fixed_src, q35_state_bytes(m)) != 0 ||
+      (mi_platform_has(P, stream_sync) && P->stream_sync(m->pc, NULL) != 0)) {
+    s->broken = 1;
+    return state_copy_failed(m, "seq_state_write", "recurrent state", err, err_len);
+  }
+  s->len = pos + n;
+  return 0;
+}

@@ -116,6 +116,16 @@ static int q35_forward_batch(mi_model *m, mi_seq *const *seqs, const int32_t *id
   return qwen35_forward_batch(m, seqs, ids, n, logits, err, err_len);
 }
 
+static int q35_seq_state_read(mi_model *m, mi_seq *s, int64_t pos, int64_t n, void *dst,
+                              void *fixed_dst, char *err, size_t err_len) {
+  return qwen35_seq_state_read(m, s, pos, n, dst, fixed_dst, err, err_len);
+}
+
+static int q35_seq_state_write(mi_model *m, mi_seq *s, int64_t pos, int64_t n, const void *src,
+                               const void *fixed_src, char *err, size_t err_len) {
+  return qwen35_seq_state_write(m, s, pos, n, src, fixed_src, err, err_len);
+}
+
 /* Every platform member load and forward call (the core refuses a platform
  * lacking one, naming them). stream_sync is called only when provided. */
 static const mi_platform_need k_platform_needs[] = {
@@ -162,6 +172,8 @@ static const mi_model_iface k_iface = {
     .forward = q35_forward,
     .platform_needs = k_platform_needs,
     .forward_batch = q35_forward_batch,
+    .seq_state_read = q35_seq_state_read,
+    .seq_state_write = q35_seq_state_write,
 };
 
 static int q35_init(const mi_host_api *host, const mi_options *opts, void **ctx, char *err,

@@ -121,6 +121,30 @@ typedef struct mi_model_iface {
    * half-advanced: either all n advanced, or none (-1, err set). */
   int (*forward_batch)(mi_model *m, mi_seq *const *seqs, const int32_t *ids, int64_t n,
                        float *const *logits, char *err, size_t err_len);
+
+  /* ABI 1.5 (appended; optional, NULL = no prefix caching). The per-position
+   * state (KV cache) of positions [pos, pos+n) of s, copied into host memory
+   * at dst: n * state_bytes_token bytes in the plugin's own layout (only the
+   * same plugin, same load options, reads it back), position by position:
+   * the reads of adjacent ranges, concatenated, are the read of their union
+   * (a cache may keep blocks and write several at once). Requires
+   * pos+n <= seq_len. fixed_dst: NULL, or state_bytes_fixed bytes receiving
+   * the fixed (recurrent) state, which exists only at the current length: it
+   * requires pos + n == seq_len(s). Under tensor parallelism each rank reads
+   * and writes its own share (its state_bytes_*). Both return 0, or -1 with
+   * one line in err. */
+  int (*seq_state_read)(mi_model *m, mi_seq *s, int64_t pos, int64_t n, void *dst,
+                        void *fixed_dst, char *err, size_t err_len);
+  /* Appends positions [pos, pos+n) from src (as seq_state_read wrote them):
+   * requires pos == seq_len(s) and pos+n within the sequence's context; then
+   * seq_len(s) == pos + n. A model with fixed state (state_bytes_fixed > 0)
+   * requires fixed_src (the fixed state at pos + n) and refuses NULL; a model
+   * without ignores it. On failure the sequence is unchanged (except that a
+   * device copy failing half way through a fixed state replaced in place
+   * leaves it refusing forwards until seq_truncate(0), as a failed forward
+   * does). */
+  int (*seq_state_write)(mi_model *m, mi_seq *s, int64_t pos, int64_t n, const void *src,
+                         const void *fixed_src, char *err, size_t err_len);
 } mi_model_iface;
 
 /* Whether a model interface has a member (covered by its struct_size, set). */

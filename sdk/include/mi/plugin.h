@@ -32,8 +32,9 @@ extern "C" {
  * 1.2: mi_model_iface platform_needs (the platform members a model calls).
  * 1.3: mi_model_iface forward_batch (one decode step for many sequences).
  * 1.4: mi_platform_iface copy2d, l2norm, sigmoid_mul, conv1d_causal,
- *      deltanet_gates, gated_delta_rule, rmsnorm_gated (gated-DeltaNet hybrids). */
-#define MI_ABI_MINOR 4
+ *      deltanet_gates, gated_delta_rule, rmsnorm_gated (gated-DeltaNet hybrids).
+ * 1.5: mi_model_iface seq_state_read, seq_state_write (prefix caching). */
+#define MI_ABI_MINOR 5
 
 #define MI_PLUGIN_ENTRY_SYMBOL "mi_plugin_get_descriptor"
 

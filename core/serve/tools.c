@@ -1,8 +1,8 @@
-/* mi-serve's tool calls, response side (serve_tools.h). */
+/* mi-serve's tool calls, response side (tools.h). */
 #define _GNU_SOURCE
-#include "core/cli/serve_tools.h"
+#include "core/serve/tools.h"
 
-#include "core/cli/serve_req.h"
+#include "core/serve/request.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
-/* mi-serve's request parser (serve_req.h). */
-#include "core/cli/serve_req.h"
+/* mi-serve's request parser (request.h). */
+#include "core/serve/request.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -461,6 +461,34 @@ static int is_off(json_t *v, const unsupported *u) {
   }
 }
 
+/* response_format: text, json_object (any JSON object), or json_schema
+ * {name, schema, strict?} (the schema is compiled by the caller). */
+static int parse_response_format(json_t *root, serve_req *r, serve_err *e) {
+  json_t *v = field(root, "response_format");
+  if (!v) return 0;
+  const char *ts = json_string_value(json_object_get(v, "type")); /* checked: a string */
+  if (!ts) return 0;
+  if (!strcmp(ts, "json_object")) {
+    r->json_mode = 1;
+  } else if (!strcmp(ts, "json_schema")) {
+    json_t *js = json_object_get(v, "json_schema");
+    if (!json_is_object(js))
+      return fail(e, 400, "response_format.json_schema", "invalid_type",
+                  "'response_format.json_schema' must be an object with a 'schema'");
+    json_t *sch = json_object_get(js, "schema");
+    if (!sch) sch = json_object_get(js, "json_schema"); /* vLLM's older spelling */
+    if (!json_is_object(sch) && !json_is_boolean(sch))
+      return fail(e, 400, "response_format.json_schema.schema", "invalid_type",
+                  "'response_format.json_schema.schema' must be a JSON Schema object");
+    if (json_is_false(sch))
+      return fail(e, 400, "response_format.json_schema.schema", "invalid_value",
+                  "'response_format.json_schema.schema' false accepts no output");
+    r->json_mode = 2;
+    r->json_schema = sch;
+  }
+  return 0;
+}
+
 static int refuse_unsupported(json_t *root, int chat, serve_err *e) {
   json_t *v;
   if ((v = field(root, "response_format"))) {
@@ -469,11 +497,7 @@ static int refuse_unsupported(json_t *root, int chat, serve_err *e) {
       return fail(e, 400, "response_format", "invalid_type",
                   "'response_format' must be an object with a string 'type'");
     const char *ts = json_string_value(t);
-    if (!strcmp(ts, "json_object") || !strcmp(ts, "json_schema"))
-      return fail(e, 400, "response_format", "unsupported_parameter",
-                  "'response_format' is not supported yet (json_object/json_schema need "
-                  "grammar-constrained sampling)");
-    if (strcmp(ts, "text") != 0)
+    if (strcmp(ts, "text") && strcmp(ts, "json_object") && strcmp(ts, "json_schema"))
       return fail(e, 400, "response_format", "invalid_value",
                   "'response_format.type' must be text, json_object or json_schema");
   }
@@ -571,7 +595,8 @@ int serve_req_parse(const char *body, size_t len, int chat, serve_req *r, serve_
     r->seed = (uint64_t)json_integer_value(v);
   }
   i64 = 1;
-  if (get_int(root, "n", 1, 1, &i64, e)) return -1;
+  if (get_int(root, "n", 1, SERVE_MAX_N, &i64, e)) return -1;
+  r->n = (int)i64;
   double pen = 0;
   if (get_number(root, "presence_penalty", -2, 2, &pen, e)) return -1;
   if (pen != 0)
@@ -619,7 +644,7 @@ int serve_req_parse(const char *body, size_t len, int chat, serve_req *r, serve_
     r->top_logprobs = i64 > 0 ? (int)i64 : 0;
     int echo = 0;
     if (get_bool(root, "echo", &echo, e)) return -1;
-    if (echo) return fail(e, 400, "echo", "unsupported_value", "'echo' is not supported");
+    r->echo = echo;
     json_t *suffix = field(root, "suffix");
     if (suffix) return fail(e, 400, "suffix", "unsupported_value", "'suffix' is not supported");
     i64 = 1;
@@ -643,7 +668,7 @@ int serve_req_parse(const char *body, size_t len, int chat, serve_req *r, serve_
   if (!chat && (v = field(root, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
     return fail(e, 400, "tools", "unsupported_parameter",
                 "'tools' needs a chat template: use /v1/chat/completions");
-  if (refuse_unsupported(root, chat, e)) return -1;
+  if (refuse_unsupported(root, chat, e) || parse_response_format(root, r, e)) return -1;
   if (parse_logit_bias(root, r, e)) return -1;
   if ((v = field(root, "chat_template_kwargs"))) {
     if (!json_is_object(v))

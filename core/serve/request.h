@@ -2,8 +2,8 @@
  * /v1/completions → a checked request, or an OpenAI-shaped error (HTTP
  * status, type, param, message). Pure: no model, no I/O (fuzzed by
  * fuzz/fuzz_serve_req.c). */
-#ifndef MI_CLI_SERVE_REQ_H
-#define MI_CLI_SERVE_REQ_H
+#ifndef MI_CORE_SERVE_REQUEST_H
+#define MI_CORE_SERVE_REQUEST_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -13,6 +13,7 @@
 #define SERVE_MAX_MESSAGES 4096
 #define SERVE_MAX_LOGIT_BIAS 1024 /* entries of logit_bias */
 #define SERVE_MAX_TOOLS 128      /* entries of tools, and tool_calls of one message */
+#define SERVE_MAX_N 16            /* choices of one request */
 #define SERVE_MAX_JSON_DEPTH 64  /* nesting of a tool's parameters, a call's arguments */
 
 enum { SERVE_TOOL_CHOICE_AUTO = 0, SERVE_TOOL_CHOICE_NONE = 1 };
@@ -61,6 +62,10 @@ typedef struct serve_req {
   const void *tools;    /* json_t* array as sent (borrowed from root), NULL: none or [] */
   int tool_choice;      /* SERVE_TOOL_CHOICE_* */
   int parallel_tool_calls; /* 0: at most one call is returned */
+  int n;                /* choices (n), 1..SERVE_MAX_N */
+  int echo;             /* completions: the prompt before the text (and its logprobs) */
+  int json_mode;        /* response_format: 0 text, 1 json_object, 2 json_schema */
+  const void *json_schema; /* json_mode 2: json_t* schema (borrowed from root) */
   void *root;           /* json_t* owning the strings above */
 } serve_req;
 
@@ -68,7 +73,7 @@ typedef struct serve_req {
  * Fields: those the server honours are parsed; harmless ones that cannot
  * change the output (user, metadata, store, service_tier, ...) are
  * accepted; fields known to change the output that the server does not
- * implement (response_format other than text, grammar, functions,
+ * implement (grammar, functions,
  * tool_choice "required" or a named function, ...) are
  * refused with a 400 naming them (a value that means "off", e.g.
  * typical_p 1, passes); any other field is ignored, as llama-server and

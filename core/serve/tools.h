@@ -14,8 +14,8 @@
  * whole text plain content, as vLLM does; nothing here crashes or grows
  * without bound (at most SERVE_MAX_TOOL_CALLS calls, JSON nesting at most
  * SERVE_MAX_JSON_DEPTH). */
-#ifndef MI_CLI_SERVE_TOOLS_H
-#define MI_CLI_SERVE_TOOLS_H
+#ifndef MI_CORE_SERVE_TOOLS_H
+#define MI_CORE_SERVE_TOOLS_H
 
 #include <jansson.h>
 #include <stddef.h>
