@@ -1311,6 +1311,51 @@ static enum MHD_Result handle_detokenize(struct MHD_Connection *c, conn *cs) {
                    NULL);
 }
 
+/* tool_choice "required" or naming a function: the answer is one call in
+ * the template's format, its arguments valid for that tool's parameters:
+ * {"name": NAME, "arguments"|"parameters": ...}, inside <tool_call> lines
+ * for Qwen-style templates, the whole message for Llama 3's. NULL with err
+ * (a tool's parameters the grammar cannot take, named by their path). */
+static mi_json_grammar *tool_call_grammar(const serve_req *sr, char *err, size_t err_len) {
+  const char *args_key = S.tools_fmt == SERVE_TOOLS_LLAMA ? "parameters" : "arguments";
+  json_t *alts = json_array();
+  size_t i;
+  json_t *t;
+  json_array_foreach((json_t *)sr->tools, i, t) {
+    json_t *fn = json_object_get(t, "function");
+    const char *name = json_string_value(json_object_get(fn, "name"));
+    if (!name || (sr->tool_choice == SERVE_TOOL_CHOICE_NAMED && strcmp(name, sr->tool_name)))
+      continue;
+    json_t *params = json_object_get(fn, "parameters");
+    char path[64];
+    snprintf(path, sizeof path, "tools[%zu].function.parameters", i);
+    mi_json_grammar *alone = params ? mi_json_grammar_compile_at(params, path, err, err_len) : NULL;
+    if (params && !alone) {
+      json_decref(alts);
+      return NULL;
+    }
+    mi_json_grammar_free(alone);
+    json_t *props = json_pack("{s:{s:s}}", "name", "const", name);
+    json_object_set_new(props, args_key,
+                        params ? json_deep_copy(params) : json_pack("{s:s}", "type", "object"));
+    json_array_append_new(alts, json_pack("{s:s,s:o,s:[s,s],s:b}", "type", "object", "properties",
+                                          props, "required", "name", args_key,
+                                          "additionalProperties", 0));
+  }
+  json_t *schema = json_array_size(alts) == 1 ? json_incref(json_array_get(alts, 0))
+                                              : json_pack("{s:O}", "anyOf", alts);
+  json_decref(alts);
+  mi_json_grammar *g = mi_json_grammar_compile_at(schema, "tools", err, err_len);
+  json_decref(schema);
+  if (g && S.tools_fmt == SERVE_TOOLS_QWEN &&
+      mi_json_grammar_wrap(g, "<tool_call>\n", "\n</tool_call>") != 0) {
+    mi_json_grammar_free(g);
+    snprintf(err, err_len, "out of memory");
+    return NULL;
+  }
+  return g;
+}
+
 static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int chat) {
   serve_req sr;
   serve_err e;
@@ -1334,7 +1379,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
       serve_req_free(&sr);
       return ret;
     }
-  if (sr.tools && sr.tool_choice == SERVE_TOOL_CHOICE_AUTO && S.has_chat &&
+  if (sr.tools && sr.tool_choice != SERVE_TOOL_CHOICE_NONE && S.has_chat &&
       S.tools_fmt == SERVE_TOOLS_NONE) {
     enum MHD_Result ret = send_error(c, 400, "invalid_request_error", "unsupported_parameter",
                                      "tools",
@@ -1364,17 +1409,24 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
     return ret;
   }
   mi_json_grammar *grammar = NULL;
-  if (sr.json_mode) { /* response_format json_object / json_schema */
+  int forced_call = sr.tools && (sr.tool_choice == SERVE_TOOL_CHOICE_REQUIRED ||
+                                 sr.tool_choice == SERVE_TOOL_CHOICE_NAMED);
+  if (sr.json_mode || forced_call) { /* response_format json_object / json_schema, or a call */
     char gerr[512] = "";
+    const char *param = forced_call ? "tool_choice" : "response_format";
     if (!S.trie)
       snprintf(gerr, sizeof gerr, "structured output is off on this server: %s", S.trie_why);
+    else if (sr.json_mode && forced_call)
+      snprintf(gerr, sizeof gerr, "'response_format' and a required tool call exclude each other");
+    else if (forced_call)
+      grammar = tool_call_grammar(&sr, gerr, sizeof gerr);
     else
       grammar = mi_json_grammar_compile(sr.json_mode == 2 ? (const json_t *)sr.json_schema : NULL,
                                         gerr, sizeof gerr);
     if (!grammar) {
       free(ids);
-      enum MHD_Result ret = send_error(c, 400, "invalid_request_error", "invalid_value",
-                                       "response_format", "%s", gerr);
+      enum MHD_Result ret = send_error(c, 400, "invalid_request_error", "invalid_value", param,
+                                       "%s", gerr);
       serve_req_free(&sr);
       return ret;
     }
@@ -1398,7 +1450,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
   /* this handler (or its stream) + the log line + the scheduler's, one per choice */
   r->refs = 2 + r->n_ch;
   /* tool_choice none: the tools are rendered, the output is not parsed (vLLM's default) */
-  r->tfmt = chat && sr.tools && sr.tool_choice == SERVE_TOOL_CHOICE_AUTO ? S.tools_fmt
+  r->tfmt = chat && sr.tools && sr.tool_choice != SERVE_TOOL_CHOICE_NONE ? S.tools_fmt
                                                                         : SERVE_TOOLS_NONE;
   r->created = (long long)time(NULL);
   static unsigned long long counter;

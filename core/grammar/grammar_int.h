@@ -71,6 +71,10 @@ struct mi_json_grammar {
   uint32_t n_lits, lit_bool, lit_null; /* first index of the two built-in sets */
   char *blob;                          /* the bytes jg_text points into */
   size_t blob_len;
+  /* mi_json_grammar_wrap: literal text before and after the value (a tool
+   * call's "<tool_call>\n" ... "\n</tool_call>"), NULL: none */
+  char *prefix, *suffix;
+  uint32_t prefix_len, suffix_len;
 };
 
 /* ---- the matcher's frames ----
@@ -82,7 +86,8 @@ struct mi_json_grammar {
 enum { F_ROOT, F_OBJ, F_ARR, F_STR, F_LIT, F_NUM, F_KEYREC };
 
 /* Fields by kind (every field is set; unused ones are 0):
- *   ROOT   phase: R_VALUE / R_DONE
+ *   ROOT   phase: R_PREFIX / R_VALUE / R_SUFFIX / R_DONE; d: bytes of the
+ *          prefix or suffix matched
  *   OBJ    node, depth, phase O_*, ws; a: last KEYREC (JG_NONE: no key yet);
  *          b: node of the current key's value; c: required keys seen;
  *          sub: keys not in "properties" seen

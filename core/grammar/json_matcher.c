@@ -17,7 +17,7 @@
 #define FNV_BASIS 0xcbf29ce484222325ULL
 #define FNV_PRIME 0x100000001b3ULL
 
-enum { R_VALUE, R_DONE };
+enum { R_PREFIX, R_VALUE, R_SUFFIX, R_DONE };
 enum { O_OPEN, O_COMMA, O_COLON, O_VALUE, O_AFTER };
 enum { A_OPEN, A_COMMA, A_AFTER };
 enum { S_NORMAL, S_ESC, S_HEX, S_LOWBS, S_LOWU, S_LOWHEX, S_UTF8 };
@@ -93,12 +93,30 @@ static uint32_t push_add(jg_arena *A, jg_state *out, const jg_frame *f) {
   return t;
 }
 
+/* The root after its value: the wrapping suffix, if any, then the end. */
+static uint8_t root_after_value(const mi_json_grammar *g) { return g->suffix_len ? R_SUFFIX : R_DONE; }
+
+/* The root's literal text before or after the value: one byte of it. */
+static int root_literal_step(const mi_json_grammar *g, jg_arena *A, const jg_frame *f, int c,
+                             jg_state *out) {
+  const char *lit = f->phase == R_PREFIX ? g->prefix : g->suffix;
+  uint32_t len = f->phase == R_PREFIX ? g->prefix_len : g->suffix_len;
+  if (f->d >= len || (unsigned char)lit[f->d] != c) return REJECT;
+  jg_frame n = *f;
+  if (++n.d == len) {
+    n.phase = f->phase == R_PREFIX ? R_VALUE : R_DONE;
+    n.d = 0;
+  }
+  push_add(A, out, &n);
+  return TAKEN;
+}
+
 /* The container below a finished value goes on past it. */
-static uint32_t value_done(jg_arena *A, uint32_t p) {
+static uint32_t value_done(const mi_json_grammar *g, jg_arena *A, uint32_t p) {
   jg_frame f = *FR(A, p);
   f.ws = 0;
   if (f.kind == F_ROOT)
-    f.phase = R_DONE;
+    f.phase = root_after_value(g), f.d = 0;
   else if (f.kind == F_OBJ)
     f.phase = O_AFTER;
   else if (f.kind == F_ARR)
@@ -162,7 +180,7 @@ static int lit_step(const mi_json_grammar *g, jg_arena *A, const jg_frame *f, in
   jg_frame n = *f;
   n.a = lo, n.c = hi, n.d = f->d + 1;
   if (hi - lo == 1 && g->lits[lo].len == n.d)
-    out_add(A, out, value_done(A, f->parent));
+    out_add(A, out, value_done(g, A, f->parent));
   else
     push_add(A, out, &n);
   return TAKEN;
@@ -353,7 +371,7 @@ static int str_step(const mi_json_grammar *g, jg_arena *A, const jg_frame *f, in
   switch (lex_step(&n, c)) {
   case LX_CLOSE:
     if (f->a < v->min_len) return REJECT;
-    out_add(A, out, value_done(A, f->parent));
+    out_add(A, out, value_done(g, A, f->parent));
     return TAKEN;
   case LX_START:
     if (f->a >= v->max_len) return REJECT;
@@ -514,7 +532,7 @@ static int obj_step(const mi_json_grammar *g, jg_arena *A, uint32_t t, const jg_
   jg_frame n = *f;
   if (c == '}' && (f->phase == O_OPEN || f->phase == O_AFTER)) {
     if (f->c < v->nreq) return REJECT; /* a required key is missing */
-    out_add(A, out, value_done(A, f->parent));
+    out_add(A, out, value_done(g, A, f->parent));
     return TAKEN;
   }
   switch (f->phase) {
@@ -546,7 +564,7 @@ static int arr_step(const mi_json_grammar *g, jg_arena *A, uint32_t t, const jg_
   if (f->phase == A_AFTER || (f->phase == A_OPEN && c == ']')) {
     if (c == ']') {
       if (f->a < v->min_items) return REJECT;
-      out_add(A, out, value_done(A, f->parent));
+      out_add(A, out, value_done(g, A, f->parent));
       return TAKEN;
     }
     uint32_t it = f->a < v->max_items ? item_node(g, v, f->a) : JG_NONE;
@@ -570,7 +588,11 @@ static void thread_feed(const mi_json_grammar *g, jg_arena *A, uint32_t t, int c
     jg_frame f = *FR(A, t);
     int r = REJECT;
     switch (f.kind) {
-    case F_ROOT: r = f.phase == R_VALUE ? value_start(g, A, t, 0, g->root, c, out) : REJECT; break;
+    case F_ROOT:
+      r = f.phase == R_VALUE                            ? value_start(g, A, t, 0, g->root, c, out)
+          : f.phase == R_PREFIX || f.phase == R_SUFFIX ? root_literal_step(g, A, &f, c, out)
+                                                       : REJECT;
+      break;
     case F_OBJ: r = obj_step(g, A, t, &f, c, out); break;
     case F_ARR: r = arr_step(g, A, t, &f, c, out); break;
     case F_STR:
@@ -580,7 +602,7 @@ static void thread_feed(const mi_json_grammar *g, jg_arena *A, uint32_t t, int c
     case F_NUM: r = num_step(g, A, &f, c, out); break;
     }
     if (r != ENDED) return;
-    t = value_done(A, f.parent);
+    t = value_done(g, A, f.parent);
   }
 }
 
@@ -596,7 +618,7 @@ int jg_state_can_end(const mi_json_grammar *g, const jg_arena *A, const jg_state
     const jg_frame *f = FR(A, s->top[i]);
     if (f->kind == F_ROOT && f->phase == R_DONE) return 1;
     int done = (f->kind == F_NUM && num_complete(g, f)) || (f->kind == F_LIT && lit_complete(g, f));
-    if (done && FR(A, f->parent)->kind == F_ROOT) return 1;
+    if (done && FR(A, f->parent)->kind == F_ROOT && !g->suffix_len) return 1;
   }
   return 0;
 }
@@ -635,7 +657,8 @@ mi_json_matcher *mi_json_matcher_new(const mi_json_grammar *g) {
     return NULL;
   }
   m->g = g;
-  m->frames[0] = (jg_frame){.parent = JG_NONE, .kind = F_ROOT, .phase = R_VALUE};
+  m->frames[0] = (jg_frame){.parent = JG_NONE, .kind = F_ROOT,
+                            .phase = g->prefix_len ? R_PREFIX : R_VALUE};
   m->n_frames = 1;
   m->st.n = 1;
   m->st.top[0] = 0;

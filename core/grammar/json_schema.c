@@ -883,8 +883,28 @@ mi_json_grammar *mi_json_grammar_compile(const json_t *schema, char *err, size_t
   return mi_json_grammar_compile_at(schema, ROOT_PATH, err, err_len);
 }
 
+int mi_json_grammar_wrap(mi_json_grammar *g, const char *prefix, const char *suffix) {
+  size_t np = prefix ? strlen(prefix) : 0, ns = suffix ? strlen(suffix) : 0;
+  if (!g || np > 4096 || ns > 4096) return -1;
+  char *p = np ? strdup(prefix) : NULL, *q = ns ? strdup(suffix) : NULL;
+  if ((np && !p) || (ns && !q)) {
+    free(p);
+    free(q);
+    return -1;
+  }
+  free(g->prefix);
+  free(g->suffix);
+  g->prefix = p;
+  g->suffix = q;
+  g->prefix_len = (uint32_t)np;
+  g->suffix_len = (uint32_t)ns;
+  return 0;
+}
+
 void mi_json_grammar_free(mi_json_grammar *g) {
   if (!g) return;
+  free(g->prefix);
+  free(g->suffix);
   free(g->nodes);
   free(g->ids);
   free(g->prop_key);

@@ -49,6 +49,10 @@ mi_json_grammar *mi_json_grammar_compile(const json_t *schema, char *err, size_t
  * "response_format.json_schema.schema". */
 mi_json_grammar *mi_json_grammar_compile_at(const json_t *schema, const char *root_path, char *err,
                                             size_t err_len);
+/* The value must come between these literal bytes (each NULL or "" for
+ * none, at most 4096 bytes): a tool call's "<tool_call>\n" and
+ * "\n</tool_call>". Before any matcher is made from g. 0, or -1. */
+int mi_json_grammar_wrap(mi_json_grammar *g, const char *prefix, const char *suffix);
 void mi_json_grammar_free(mi_json_grammar *g);
 
 typedef struct mi_json_matcher mi_json_matcher;                 /* one generation's parse state */

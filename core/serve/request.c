@@ -273,12 +273,17 @@ static int parse_tools(json_t *root, serve_req *r, serve_err *e) {
       r->tool_choice = SERVE_TOOL_CHOICE_NONE;
     } else if (json_is_string(v) && !strcmp(json_string_value(v), "auto")) {
       r->tool_choice = SERVE_TOOL_CHOICE_AUTO;
-    } else if ((json_is_string(v) && !strcmp(json_string_value(v), "required")) ||
-               json_is_object(v)) {
-      return fail(e, 400, "tool_choice", "unsupported_value",
-                  "'tool_choice' %s is not supported (it needs grammar-constrained sampling): "
-                  "use \"auto\" or \"none\"",
-                  json_is_object(v) ? "naming a function" : "\"required\"");
+    } else if (json_is_string(v) && !strcmp(json_string_value(v), "required")) {
+      r->tool_choice = SERVE_TOOL_CHOICE_REQUIRED;
+    } else if (json_is_object(v)) {
+      json_t *fn = json_object_get(v, "function");
+      const char *name = json_string_value(json_object_get(fn, "name"));
+      if (!json_is_object(fn) || !name)
+        return fail(e, 400, "tool_choice", "invalid_value",
+                    "'tool_choice' naming a function must be "
+                    "{\"type\":\"function\",\"function\":{\"name\":...}}");
+      r->tool_choice = SERVE_TOOL_CHOICE_NAMED;
+      r->tool_name = name;
     } else {
       return fail(e, 400, "tool_choice", "invalid_value",
                   "'tool_choice' must be \"none\", \"auto\", \"required\" or "
@@ -286,6 +291,23 @@ static int parse_tools(json_t *root, serve_req *r, serve_err *e) {
     }
   }
   if (get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, e)) return -1;
+  if ((r->tool_choice == SERVE_TOOL_CHOICE_REQUIRED || r->tool_choice == SERVE_TOOL_CHOICE_NAMED) &&
+      !r->tools)
+    return fail(e, 400, "tool_choice", "invalid_value",
+                "'tool_choice' %s needs 'tools'",
+                r->tool_choice == SERVE_TOOL_CHOICE_NAMED ? "naming a function" : "\"required\"");
+  if (r->tool_choice == SERVE_TOOL_CHOICE_NAMED) {
+    size_t i;
+    json_t *t;
+    int found = 0;
+    json_array_foreach((json_t *)r->tools, i, t) {
+      const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+      found |= n && !strcmp(n, r->tool_name);
+    }
+    if (!found)
+      return fail(e, 400, "tool_choice", "invalid_value",
+                  "'tool_choice' names '%s', which is not among 'tools'", r->tool_name);
+  }
   return 0;
 }
 

@@ -16,7 +16,15 @@
 #define SERVE_MAX_N 16            /* choices of one request */
 #define SERVE_MAX_JSON_DEPTH 64  /* nesting of a tool's parameters, a call's arguments */
 
-enum { SERVE_TOOL_CHOICE_AUTO = 0, SERVE_TOOL_CHOICE_NONE = 1 };
+/* tool_choice: auto (the model decides), none (rendered, not parsed),
+ * required (a call, constrained by the tools' schemas), named (a call of
+ * tool_name) */
+enum {
+  SERVE_TOOL_CHOICE_AUTO = 0,
+  SERVE_TOOL_CHOICE_NONE = 1,
+  SERVE_TOOL_CHOICE_REQUIRED = 2,
+  SERVE_TOOL_CHOICE_NAMED = 3
+};
 
 typedef struct serve_err {
   int status;        /* HTTP status */
@@ -61,6 +69,7 @@ typedef struct serve_req {
   void *tmpl_msgs;
   const void *tools;    /* json_t* array as sent (borrowed from root), NULL: none or [] */
   int tool_choice;      /* SERVE_TOOL_CHOICE_* */
+  const char *tool_name; /* SERVE_TOOL_CHOICE_NAMED: one of tools' names */
   int parallel_tool_calls; /* 0: at most one call is returned */
   int n;                /* choices (n), 1..SERVE_MAX_N */
   int echo;             /* completions: the prompt before the text (and its logprobs) */
@@ -74,7 +83,7 @@ typedef struct serve_req {
  * change the output (user, metadata, store, service_tier, ...) are
  * accepted; fields known to change the output that the server does not
  * implement (grammar, functions,
- * tool_choice "required" or a named function, ...) are
+ * ...) are
  * refused with a 400 naming them (a value that means "off", e.g.
  * typical_p 1, passes); any other field is ignored, as llama-server and
  * vLLM (outside strict mode) do. */

@@ -847,6 +847,32 @@ static const char *const MASK_CASES[][2] = {
      "\"abcde\""},
 };
 
+/* mi_json_grammar_wrap: literal bytes around the value (tool calls). */
+START_TEST(wrapped_value) {
+  mi_json_grammar *g = compile_text("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":"
+                                    "\"integer\"}},\"required\":[\"n\"]}");
+  ck_assert_int_eq(mi_json_grammar_wrap(g, "<call>\n", "\n</call>"), 0);
+  ACCEPT(g, "<call>\n{\"n\":12}\n</call>");
+  REJECT_AT(g, "{\"n\":12}", 0);                     /* the prefix first */
+  REJECT_AT(g, "<call>\n{\"n\":12}", 15);          /* complete value, no suffix: not the end */
+  REJECT_AT(g, "<call>\n{\"n\":12}\n</call>x", 23); /* nothing after the suffix */
+  REJECT_AT(g, "<cell>", 2);
+  mi_json_matcher *m = mi_json_matcher_new(g);
+  ck_assert_int_eq(feed_str(m, "<call>\n{\"n\":12}\n</ca"), 0);
+  ck_assert(!mi_json_matcher_can_end(m));
+  ck_assert_int_eq(feed_str(m, "ll>"), 0);
+  ck_assert(mi_json_matcher_can_end(m) && mi_json_matcher_must_end(m));
+  mi_json_matcher_free(m);
+  mi_json_grammar_free(g);
+  /* a number at the value's end: the suffix's first byte ends it */
+  g = compile_text("{\"type\":\"number\"}");
+  ck_assert_int_eq(mi_json_grammar_wrap(g, NULL, "]"), 0);
+  ACCEPT(g, "12.5]");
+  REJECT_AT(g, "12.5", 4);
+  mi_json_grammar_free(g);
+}
+END_TEST
+
 START_TEST(mask_matches_brute_force_synthetic) {
   mi_tokenizer *tok = synthetic_tokenizer();
   char err[256];
@@ -857,6 +883,19 @@ START_TEST(mask_matches_brute_force_synthetic) {
   ck_assert_int_ge(end_id, 0);
   for (size_t i = 0; i < sizeof MASK_CASES / sizeof *MASK_CASES; i++)
     check_masks_along(t, tok, end_id, MASK_CASES[i][0], MASK_CASES[i][1], 1);
+  { /* a wrapped value: tokens straddling the prefix and the value */
+    mi_json_grammar *g = compile_text("{\"type\":\"array\",\"maxItems\":2}");
+    ck_assert_int_eq(mi_json_grammar_wrap(g, "<t>", "</t>"), 0);
+    mi_json_matcher *m = mi_json_matcher_new(g);
+    const char *text = "<t>[1,\"a\"]</t>";
+    for (size_t i = 0; text[i]; i++) {
+      check_mask(t, tok, m, end_id, "wrapped");
+      ck_assert_int_eq(mi_json_matcher_feed(m, (const unsigned char *)text + i, 1), 0);
+    }
+    check_mask(t, tok, m, end_id, "wrapped, at the end");
+    mi_json_matcher_free(m);
+    mi_json_grammar_free(g);
+  }
   mi_token_trie_free(t);
   mi_tokenizer_free(tok);
 }
@@ -930,6 +969,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, nesting_limit);
   tcase_add_test(tc, unsupported_named_by_path);
   tcase_add_test(tc, limits);
+  tcase_add_test(tc, wrapped_value);
   tcase_add_test(tc, mask_matches_brute_force_synthetic);
   tcase_add_test(tc, mask_qwen3_brute_force_and_time);
   suite_add_tcase(s, tc);

@@ -214,9 +214,10 @@ if (Template) await check("tools + tool-call history: prompt = @huggingface/jinj
   assert.equal(r.usage.prompt_tokens, tok.tokens.length);
 });
 
-await check("tool_choice required → 400 naming tool_choice", async () => {
+await check("tool_choice naming a function not in tools → 400 naming tool_choice", async () => {
   await assert.rejects(client.chat.completions.create({ model: "tiny-seed5",
-    messages: [{ role: "user", content: "x" }], tool_choice: "required",
+    messages: [{ role: "user", content: "x" }],
+    tool_choice: { type: "function", function: { name: "g" } },
     tools: [{ type: "function", function: { name: "f" } }] }),
     (e) => e instanceof OpenAI.BadRequestError && e.param === "tool_choice");
 });

@@ -292,6 +292,75 @@ function validate(v, s, defs, at = "$") {
     assert.ok(stopped >= 4, `only ${stopped} of 6 answers ended`);
   });
 
+  // A tool-calling conversation: tool_choice "required" makes even a
+  // random-weight model call a tool (grammar-constrained, in the template's
+  // <tool_call> format); the call is parsed, checked against its schema,
+  // sent back with the tool's answer, and that turn's prompt is what
+  // @huggingface/jinja renders from the model's own template.
+  const tools = [
+    { type: "function", function: { name: "get_weather", description: "Weather now",
+      parameters: { type: "object", properties: { city: { type: "string", maxLength: 10 },
+        days: { type: "integer", minimum: 1, maximum: 7 } }, required: ["city", "days"],
+        additionalProperties: false } } },
+    { type: "function", function: { name: "get_time", parameters: { type: "object",
+      properties: { zone: { enum: ["UTC", "CET"] } }, required: ["zone"], additionalProperties: false } } },
+  ];
+  const toolSchema = Object.fromEntries(tools.map((t) => [t.function.name, t.function.parameters]));
+  let Template = null;
+  try {
+    ({ Template } = await import(pathToFileURL(req.resolve("@huggingface/jinja")).href));
+  } catch { /* the rendering check is skipped */ }
+  await check("tool calling: required call parsed and valid, its answer rendered back", async () => {
+    const msgs = [{ role: "user", content: "What is the weather in Paris?" }];
+    const r1 = await client.chat.completions.create({ model: "tiny-seed5", messages: msgs, tools,
+      tool_choice: "required", temperature: 1.0, seed: 11, max_tokens: 200 });
+    const c = r1.choices[0];
+    assert.equal(c.finish_reason, "tool_calls", JSON.stringify(c.message));
+    assert.equal(c.message.tool_calls.length, 1);
+    const call = c.message.tool_calls[0];
+    assert.ok(call.function.name in toolSchema, call.function.name);
+    validate(JSON.parse(call.function.arguments), toolSchema[call.function.name], {});
+    msgs.push(c.message, { role: "tool", tool_call_id: call.id, content: "18 C, sunny" });
+    const r2 = await client.chat.completions.create({ model: "tiny-seed5", messages: msgs, tools,
+      max_tokens: 4, temperature: 0 });
+    assert.ok(r2.usage.prompt_tokens > r1.usage.prompt_tokens);
+    if (Template) {
+      const cfg = JSON.parse(fs.readFileSync(path.join(dense, "tokenizer_config.json"), "utf8"));
+      const ref = msgs.map((m) => m.tool_calls ? { ...m, content: m.content ?? "",
+        tool_calls: m.tool_calls.map((tc) => ({ ...tc,
+          function: { ...tc.function, arguments: JSON.parse(tc.function.arguments) } })) } : m);
+      const text = new Template(cfg.chat_template).render({ messages: ref, tools, add_generation_prompt: true });
+      assert.ok(text.includes("<tool_response>\n18 C, sunny\n</tool_response>"), text);
+      const tok = await fetch(`${base}/tokenize`, { method: "POST",
+        headers: { "Content-Type": "application/json" }, body: JSON.stringify({ content: text }) })
+        .then((x) => x.json());
+      assert.equal(r2.usage.prompt_tokens, tok.tokens.length);
+    }
+  });
+
+  await check("tool calling: a named function, streamed = non-streamed", async () => {
+    const body = { model: "tiny-seed5", messages: [{ role: "user", content: "Time?" }], tools,
+      tool_choice: { type: "function", function: { name: "get_time" } }, temperature: 1.0, seed: 5,
+      max_tokens: 100 };
+    const plain = await client.chat.completions.create(body);
+    const call = plain.choices[0].message.tool_calls[0];
+    assert.equal(call.function.name, "get_time");
+    validate(JSON.parse(call.function.arguments), toolSchema.get_time, {});
+    const stream = await client.chat.completions.create({ ...body, stream: true });
+    let name = "", args = "", finish = null;
+    for await (const ch of stream) {
+      const d = ch.choices[0]?.delta;
+      for (const tc of d?.tool_calls ?? []) {
+        name += tc.function?.name ?? "";
+        args += tc.function?.arguments ?? "";
+      }
+      if (ch.choices[0]?.finish_reason) finish = ch.choices[0].finish_reason;
+    }
+    assert.equal(finish, "tool_calls");
+    assert.equal(name, "get_time");
+    assert.deepEqual(JSON.parse(args), JSON.parse(call.function.arguments));
+  });
+
   await check("json_schema with an unsupported keyword → 400 naming it", async () => {
     await assert.rejects(client.chat.completions.create({ model: "tiny-seed5",
       messages: [{ role: "user", content: "x" }], response_format: { type: "json_schema",
