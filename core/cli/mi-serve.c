@@ -607,6 +607,7 @@ typedef struct slot {
   choice *c; /* this choice */
   mi_gen *g;
   int decoding;   /* the prompt has run: a token is sampled every step */
+  int begun;      /* the prefix cache was asked (the prompt's first step) */
   int64_t snap_at; /* fixed-state models: the prefill stops here once so the
                       prefix cache can keep the state there (0: no stop) */
 } slot;
@@ -694,20 +695,28 @@ static void slot_start(slot *s, int cancel_all) {
     slot_release(s);
     return;
   }
-  int64_t hit = 0;
-  if (S.cache && !s->c->gp.prompt_logprobs) {
-    mi_seq *seq = mi_gen_seq(s->g);
-    hit = serve_cache_restore(S.cache, r->ids, (int64_t)r->n_ids, seq, err, sizeof err);
-    if (hit > 0 && mi_gen_set_cached(s->g, hit, err, sizeof err) != 0) hit = -1;
-    if (hit < 0) { /* computed in full instead */
-      mi_log(MI_LOG_WARN, "mi-serve", "%s: prefix cache: %s", r->id, err);
-      S.eng->M->seq_truncate(S.eng->model, seq, 0);
-      hit = 0;
-    }
-    cache_metrics();
+  s->begun = !S.cache || s->c->gp.prompt_logprobs; /* nothing to restore: the prompt runs as is */
+}
+
+/* A prompt's first step: the longest prefix the cache holds is copied in
+ * (another sequence may have stored it since this one was admitted), and
+ * with fixed state the prefill is set to stop once at the last block
+ * boundary for a snapshot. */
+static void slot_restore(slot *s) {
+  req *r = s->r;
+  char err[1024];
+  s->begun = 1;
+  mi_seq *seq = mi_gen_seq(s->g);
+  int64_t hit = serve_cache_restore(S.cache, r->ids, (int64_t)r->n_ids, seq, err, sizeof err);
+  if (hit > 0 && mi_gen_set_cached(s->g, hit, err, sizeof err) != 0) hit = -1;
+  if (hit < 0) { /* computed in full instead */
+    mi_log(MI_LOG_WARN, "mi-serve", "%s: prefix cache: %s", r->id, err);
+    S.eng->M->seq_truncate(S.eng->model, seq, 0);
+    hit = 0;
   }
+  cache_metrics();
   s->snap_at = 0;
-  if (S.cache && serve_cache_has_fixed(S.cache)) {
+  if (serve_cache_has_fixed(S.cache)) {
     int64_t B = serve_cache_block(S.cache), at = ((int64_t)r->n_ids - 1) / B * B;
     if (at > hit) s->snap_at = at;
   }
@@ -719,12 +728,18 @@ static void slot_start(slot *s, int cancel_all) {
 static void prefill_step(slot *slots, int P, int64_t budget) {
   char err[1024];
   while (budget > 0) {
+    /* prompts not begun whose prefix another sequence has cached since: take it now */
+    for (int i = 0; i < P; i++)
+      if (slots[i].g && !slots[i].begun &&
+          serve_cache_peek(S.cache, slots[i].r->ids, (int64_t)slots[i].r->n_ids) > 0)
+        slot_restore(&slots[i]);
     slot *s = NULL;
     for (int i = 0; i < P; i++)
       if (slots[i].g && !slots[i].decoding &&
           (!s || mi_gen_prefill_left(slots[i].g) < mi_gen_prefill_left(s->g)))
         s = &slots[i];
     if (!s) return;
+    if (!s->begun) slot_restore(s);
     int64_t left = mi_gen_prefill_left(s->g), done = (int64_t)s->r->n_ids - left;
     int64_t want = left < budget ? left : budget;
     if (s->snap_at > done && done + want > s->snap_at) want = s->snap_at - done;
@@ -739,6 +754,9 @@ static void prefill_step(slot *slots, int P, int64_t budget) {
       slot_end(s, 500, err);
       continue;
     }
+    /* what ran is cached at once: prompts waiting with the same prefix
+     * (32 clients over one system prompt) restore it instead of running it */
+    if (S.cache && !serve_cache_has_fixed(S.cache)) cache_store(s, done + want);
     if (s->snap_at && done + want == s->snap_at) {
       cache_store(s, s->snap_at);
       s->snap_at = 0;
@@ -751,7 +769,6 @@ static void prefill_step(slot *slots, int P, int64_t budget) {
         pthread_cond_broadcast(&s->r->cv);
         pthread_mutex_unlock(&s->r->mu);
       }
-      if (S.cache && !serve_cache_has_fixed(S.cache)) cache_store(s, (int64_t)s->r->n_ids);
       if (mi_gen_done(s->g)) slot_end(s, 0, NULL); /* max_tokens 0 */
     }
   }

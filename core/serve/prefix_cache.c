@@ -215,15 +215,12 @@ static int restore_gathered(serve_cache *c, cblock **chain, int64_t k, mi_seq *s
                                   err, err_len);
 }
 
-int64_t serve_cache_restore(serve_cache *c, const int32_t *ids, int64_t n, mi_seq *seq, char *err,
-                            size_t err_len) {
-  c->st.lookups++;
-  c->st.lookup_tokens += (uint64_t)(n > 0 ? n : 0);
+/* The longest run of cached blocks ids[0, n) starts with that leaves a
+ * token to run and ends where the model can resume (with fixed state: a
+ * block with a snapshot), into chain (NULL: only counted). Blocks. */
+static int64_t usable_blocks(const serve_cache *c, const int32_t *ids, int64_t n, cblock **chain) {
   const int B = c->B;
   int64_t max_blocks = n > 0 ? (n - 1) / B : 0; /* the last token always runs */
-  if (max_blocks == 0) return 0;
-  cblock **chain = malloc((size_t)max_blocks * sizeof *chain);
-  if (!chain) return 0; /* a miss, not an error */
   int64_t k = 0, usable = 0;
   uint64_t h = 0;
   cblock *parent = NULL;
@@ -231,10 +228,28 @@ int64_t serve_cache_restore(serve_cache *c, const int32_t *ids, int64_t n, mi_se
     h = block_hash(h, ids + k * B, B);
     cblock *b = find(c, h, parent, ids + k * B);
     if (!b) break;
-    chain[k++] = b;
+    if (chain) chain[k] = b;
+    k++;
     parent = b;
     if (!c->fixed_bytes || b->fixed) usable = k;
   }
+  return usable;
+}
+
+int64_t serve_cache_peek(const serve_cache *c, const int32_t *ids, int64_t n) {
+  return usable_blocks(c, ids, n, NULL) * c->B;
+}
+
+int64_t serve_cache_restore(serve_cache *c, const int32_t *ids, int64_t n, mi_seq *seq, char *err,
+                            size_t err_len) {
+  c->st.lookups++;
+  c->st.lookup_tokens += (uint64_t)(n > 0 ? n : 0);
+  const int B = c->B;
+  int64_t max_blocks = n > 0 ? (n - 1) / B : 0;
+  if (max_blocks == 0) return 0;
+  cblock **chain = malloc((size_t)max_blocks * sizeof *chain);
+  if (!chain) return 0; /* a miss, not an error */
+  int64_t usable = usable_blocks(c, ids, n, chain);
   if (usable == 0) {
     free(chain);
     return 0;

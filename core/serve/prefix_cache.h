@@ -55,6 +55,11 @@ int serve_cache_has_fixed(const serve_cache *c); /* the model has fixed state */
 int64_t serve_cache_restore(serve_cache *c, const int32_t *ids, int64_t n, mi_seq *seq, char *err,
                             size_t err_len);
 
+/* What serve_cache_restore would restore now, without copying or counting
+ * a lookup (the scheduler asks this every step for prompts not yet begun:
+ * another sequence may be running the same prefix). */
+int64_t serve_cache_peek(const serve_cache *c, const int32_t *ids, int64_t n);
+
 /* seq holds ids[0, len): keeps every whole block of it not yet cached, and
  * with fixed state a snapshot when len ends a block. 0, or -1 with err
  * (the cache is unchanged then, apart from evictions). */

@@ -361,6 +361,38 @@ function validate(v, s, defs, at = "$") {
     assert.deepEqual(JSON.parse(args), JSON.parse(call.function.arguments));
   });
 
+  await check("logit_bias: -100 bans the greedy token, +100 forces a token", async () => {
+    const body = { model: "tiny-seed5", prompt: "The sky is", max_tokens: 3, temperature: 0, logprobs: 1 };
+    const plain = await client.completions.create(body);
+    const tokenize = async (t) => (await fetch(`${base}/tokenize`, { method: "POST",
+      headers: { "Content-Type": "application/json" }, body: JSON.stringify({ content: t }) })
+      .then((x) => x.json())).tokens;
+    const [first] = await tokenize(plain.choices[0].logprobs.tokens[0]);
+    const banned = await client.completions.create({ ...body, logit_bias: { [first]: -100 } });
+    assert.notEqual(banned.choices[0].logprobs.tokens[0], plain.choices[0].logprobs.tokens[0]);
+    const [x] = await tokenize(" banana");
+    const xText = (await fetch(`${base}/detokenize`, { method: "POST",
+      headers: { "Content-Type": "application/json" }, body: JSON.stringify({ tokens: [x] }) })
+      .then((r) => r.json())).content;
+    const forced = await client.completions.create({ ...body, logit_bias: { [x]: 100 } });
+    assert.equal(forced.choices[0].text, xText.repeat(3));
+  });
+
+  await check("hostile schemas: too deep, too many nodes → 400 within a limit", async () => {
+    let deep = { type: "integer" };
+    for (let i = 0; i < 40; i++) deep = { type: "array", items: deep };
+    const props = Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`k${i}`, { type: "integer" }]));
+    for (const schema of [deep, { type: "object", properties: props }]) {
+      const t0 = Date.now();
+      await assert.rejects(client.chat.completions.create({ model: "tiny-seed5",
+        messages: [{ role: "user", content: "x" }],
+        response_format: { type: "json_schema", json_schema: { name: "x", schema } } }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === "response_format" &&
+        !e.message.includes("\n"));
+      assert.ok(Date.now() - t0 < 5000, "refused too slowly");
+    }
+  });
+
   await check("json_schema with an unsupported keyword → 400 naming it", async () => {
     await assert.rejects(client.chat.completions.create({ model: "tiny-seed5",
       messages: [{ role: "user", content: "x" }], response_format: { type: "json_schema",

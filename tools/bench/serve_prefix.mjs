@@ -9,9 +9,9 @@
 //    cache hit rate (/metrics), the server's RSS after each client wave.
 //    Every answer of the cached server must equal the uncached server's
 //    answer to the same conversation (nothing lost or mixed).
-// 2. Head-of-line: one LONG-token prompt runs while SHORT short requests
-//    arrive one after another; their TTFT with --prefill-chunk CHUNK vs 0
-//    (the whole prompt in one step).
+// 2. Head-of-line: one LONG-token prompt runs while short requests arrive
+//    one after another until its first token; their TTFT with
+//    --prefill-chunk CHUNK vs 0 (the whole prompt in one step).
 //
 // The servers run the exact matmul path (MI_CPU_MATMUL_ACT=f32) so that
 // answers can be compared; a restored prefix still takes other matmul
@@ -21,14 +21,14 @@
 //
 // usage: node tools/bench/serve_prefix.mjs --build build [--shape small] [--clients 32]
 //          [--turns 3] [--system 1000] [--max-tokens 16] [--parallel 8] [--threads N]
-//          [--long 4000] [--short 8] [--chunk 256]
+//          [--long 3900] [--chunk 256]   (-c 4096: the long prompt and its answer fit)
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 
 const opt = { build: "build", shape: "small", seed: 7, clients: 32, turns: 3, system: 1000,
-  "max-tokens": 16, parallel: 8, threads: 0, long: 4000, short: 8, chunk: 256 };
+  "max-tokens": 16, parallel: 8, threads: 0, long: 3900, chunk: 256 };
 for (let i = 2; i < process.argv.length; i += 2) {
   const k = process.argv[i].replace(/^--/, "");
   if (!(k in opt)) { console.error(`unknown option --${k}`); process.exit(2); }
@@ -46,7 +46,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const pct = (a, q) => { const s = [...a].sort((x, y) => x - y); return s[Math.min(s.length - 1, Math.floor(q * s.length))]; };
 
 async function startServer(extra) {
-  const args = ["-m", model, "--port", "0", "-c", String(opt.long + 512), "--parallel",
+  const args = ["-m", model, "--port", "0", "-c", "4096", "--parallel",
     String(opt.parallel), "--queue", "256", ...extra];
   if (opt.threads > 0) args.push("-t", String(opt.threads));
   const p = spawn(path.join(build, "bin", "mi-serve"), args,
@@ -61,7 +61,12 @@ async function startServer(extra) {
     p.on("exit", (c) => rej(new Error(`mi-serve exited ${c}: ${log}`)));
   });
   const base = `http://127.0.0.1:${port}`;
-  while ((await fetch(`${base}/health`).then((r) => r.status, () => 0)) !== 200) await sleep(50);
+  let exited = null;
+  p.on("exit", (c) => { exited = c; });
+  while ((await fetch(`${base}/health`).then((r) => r.status, () => 0)) !== 200) {
+    if (exited !== null) throw new Error(`mi-serve exited ${exited} while loading: ${log}`);
+    await sleep(50);
+  }
   return { p, base, log: () => log };
 }
 async function stopServer(s) {
@@ -154,18 +159,25 @@ async function headOfLine(label, chunk) {
   const s = await startServer(["--prefill-chunk", String(chunk), "--cache-mem", "0"]);
   const longPrompt = Array.from({ length: opt.long }, () => wl[Math.floor(rnd() * wl.length)]).join(" ");
   const t0 = performance.now();
-  const long = stream(s.base, "/v1/completions", { prompt: longPrompt, max_tokens: 4, temperature: 0 });
-  await sleep(100); // the long prompt is in its prefill
+  let longFirst = null;
+  const long = stream(s.base, "/v1/completions", { prompt: longPrompt, max_tokens: 4, temperature: 0 })
+    .then((r) => { longFirst = t0 + r.ttft_ms; return r; });
+  await sleep(50); // the long prompt is in its prefill
+  // short requests one after another while the long prompt runs: those
+  // started before its first token are the ones it could hold up
   const ttfts = [];
-  for (let i = 0; i < opt.short; i++) {
-    const r = await stream(s.base, "/v1/completions", { prompt: `Short question ${i}?`, max_tokens: 4, temperature: 0 });
-    ttfts.push(r.ttft_ms);
+  for (let i = 0; longFirst === null && i < 1000; i++) {
+    const start = performance.now();
+    const r = await stream(s.base, "/v1/completions", { prompt: `Short question ${i}?`, max_tokens: 4,
+      temperature: 0 });
+    if (longFirst === null || start < longFirst) ttfts.push(r.ttft_ms);
   }
   const lr = await long;
   const code = await stopServer(s);
   const r = { label, long_prompt_tokens: lr.usage.prompt_tokens, long_ttft_ms: +lr.ttft_ms.toFixed(0),
-    short_ttft_p50_ms: +pct(ttfts, 0.5).toFixed(1), short_ttft_max_ms: +Math.max(...ttfts).toFixed(1),
-    wall_s: +((performance.now() - t0) / 1000).toFixed(2), exit: code };
+    short_requests_during: ttfts.length, short_ttft_p50_ms: +pct(ttfts, 0.5).toFixed(1),
+    short_ttft_max_ms: +Math.max(...ttfts).toFixed(1), wall_s: +((performance.now() - t0) / 1000).toFixed(2),
+    exit: code };
   console.log(JSON.stringify(r));
   return r;
 }
