@@ -4,12 +4,13 @@
 //
 // usage: node tests/serve/openai_client.mjs BUILD_DIR
 // Exit 77 (ctest: skipped) when the openai package is not installed.
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import assert from "node:assert/strict";
+import { startServer, stopServer } from "../../tools/bench/serve_proc.mjs";
 
 const build = path.resolve(process.argv[2] || "build");
 const req = createRequire(new URL("../../tools/node/package.json", import.meta.url));
@@ -41,26 +42,9 @@ function miRun(prompt, chat, n) {
 
 // start the server on a free port
 const KEY = "sk-test-0123456789";
-const srv = spawn(path.join(build, "bin", "mi-serve"),
-  ["-m", model, "-t", "1", "-c", "256", "--port", "0", "--api-key", KEY, "--parallel", "4"],
-  { stdio: ["ignore", "ignore", "pipe"] });
-let log = "";
-const port = await new Promise((resolve, reject) => {
-  const timer = setTimeout(() => reject(new Error("mi-serve did not start:\n" + log)), 60000);
-  srv.stderr.on("data", (d) => {
-    log += d;
-    const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
-    if (m) { clearTimeout(timer); resolve(Number(m[1])); }
-  });
-  srv.on("exit", (c) => reject(new Error(`mi-serve exited ${c}:\n${log}`)));
-});
-const base = `http://127.0.0.1:${port}`;
-for (let t0 = Date.now(); ; ) {
-  const ok = await fetch(`${base}/health`).then((r) => r.status === 200, () => false);
-  if (ok) break;
-  if (Date.now() - t0 > 120000) throw new Error("mi-serve never became ready:\n" + log);
-  await new Promise((r) => setTimeout(r, 50));
-}
+const srv = await startServer(build,
+  ["-m", model, "-t", "1", "-c", "256", "--api-key", KEY, "--parallel", "4"]);
+const base = srv.base;
 
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: KEY, maxRetries: 0 });
 let failures = 0;
@@ -222,8 +206,7 @@ await check("tool_choice naming a function not in tools → 400 naming tool_choi
     (e) => e instanceof OpenAI.BadRequestError && e.param === "tool_choice");
 });
 
-srv.kill("SIGTERM");
-const code = await new Promise((r) => srv.on("exit", (c) => r(c)));
+const code = await stopServer(srv);
 if (code !== 0) { failures++; console.log(`FAIL mi-serve exited ${code} on SIGTERM`); }
 console.log(failures ? `${failures} failed` : "all passed");
 process.exit(failures ? 1 : 0);

@@ -6,12 +6,13 @@
 //
 // usage: node tests/serve/serve_features.mjs BUILD_DIR
 // Exit 77 (ctest: skipped) when the openai package is not installed.
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import assert from "node:assert/strict";
+import { startServer as startServer_, stopServer as stopServer_, metric } from "../../tools/bench/serve_proc.mjs";
 
 const build = path.resolve(process.argv[2] || "build");
 const req = createRequire(new URL("../../tools/node/package.json", import.meta.url));
@@ -59,38 +60,12 @@ function miRunJson(model, prompt, n, extra = []) {
 }
 
 async function startServer(model, args) {
-  const srv = spawn(path.join(build, "bin", "mi-serve"),
-    ["-m", model, "-t", "1", "--port", "0", ...args], { stdio: ["ignore", "ignore", "pipe"] });
-  let log = "";
-  const port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("mi-serve did not start:\n" + log)), 60000);
-    srv.stderr.on("data", (d) => {
-      log += d;
-      const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
-      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
-    });
-    srv.on("exit", (c) => reject(new Error(`mi-serve exited ${c}:\n${log}`)));
-  });
-  const base = `http://127.0.0.1:${port}`;
-  for (let t0 = Date.now(); ; ) {
-    const ok = await fetch(`${base}/health`).then((r) => r.status === 200, () => false);
-    if (ok) break;
-    if (Date.now() - t0 > 120000) throw new Error("mi-serve never became ready:\n" + log);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return { srv, base, client: new OpenAI({ baseURL: `${base}/v1`, apiKey: "none", maxRetries: 0 }),
-    log: () => log };
+  const s = await startServer_(build, ["-m", model, "-t", "1", ...args]);
+  return { ...s, client: new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "none", maxRetries: 0 }) };
 }
 async function stopServer(s) {
-  s.srv.kill("SIGTERM");
-  const code = await new Promise((r) => s.srv.on("exit", (c) => r(c)));
+  const code = await stopServer_(s);
   if (code !== 0) { failures++; console.log(`FAIL mi-serve exited ${code} on SIGTERM`); }
-}
-async function metric(base, name) {
-  const text = await fetch(`${base}/metrics`).then((r) => r.text());
-  const m = new RegExp(`^${name} ([0-9.e+-]+)$`, "m").exec(text);
-  assert.ok(m, `no metric ${name}`);
-  return Number(m[1]);
 }
 
 let failures = 0;

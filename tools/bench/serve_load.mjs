@@ -19,7 +19,8 @@
 // usage: node tools/bench/serve_load.mjs --build build [--model DIR | --shape small]
 //          [--clients 32] [--requests 256] [--max-tokens 32] [--parallel 16]
 //          [--queue 8] [--threads N] [--rounds 4] [--act exact|default]
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
+import { startServer as startServer_, stopServer } from "./serve_proc.mjs";
 import fs from "node:fs";
 import path from "node:path";
 import http from "node:http";
@@ -45,25 +46,9 @@ const NPROMPTS = 32;
 const prompts = Array.from({ length: NPROMPTS }, (_, i) => `Request ${i}: tell me about the number ${i * 37 % 101}.`);
 
 async function startServer(extra) {
-  const args = ["-m", model, "--port", "0", "-c", "512", "--parallel", String(opt.parallel),
-    "--queue", String(opt.queue), ...extra];
+  const args = ["-m", model, "-c", "512", "--parallel", String(opt.parallel), "--queue", String(opt.queue), ...extra];
   if (opt.threads > 0) args.push("-t", String(opt.threads));
-  const p = spawn(path.join(build, "bin", "mi-serve"), args, { stdio: ["ignore", "ignore", "pipe"], env: serverEnv });
-  let log = "";
-  const port = await new Promise((res, rej) => {
-    p.stderr.on("data", (d) => {
-      log += d;
-      const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
-      if (m) res(Number(m[1]));
-    });
-    p.on("exit", (c) => rej(new Error(`mi-serve exited ${c}: ${log}`)));
-  });
-  for (;;) {
-    const s = await get(port, "/health").then((r) => r.status, () => 0);
-    if (s === 200) break;
-    await sleep(50);
-  }
-  return { p, port, log: () => log };
+  return await startServer_(build, args, { env: serverEnv });
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -157,8 +142,7 @@ async function runWorkload(label, extra, expected) {
   }
   const wall = (performance.now() - t0) / 1000;
   const metrics = (await get(srv.port, "/metrics")).body;
-  srv.p.kill("SIGTERM");
-  const code = await new Promise((r) => srv.p.on("exit", r));
+  const code = await stopServer(srv);
   const r = { label, requests: opt.requests, served, failed, mismatched, busy503, tokens, wall_s: wall.toFixed(2),
     agg_tok_s: (tokens / wall).toFixed(1), ttft_p50_ms: pct(ttfts, 0.5).toFixed(1),
     ttft_p99_ms: pct(ttfts, 0.99).toFixed(1), rss_mib_per_round: rss.join(" → "), exit: code,

@@ -22,7 +22,8 @@
 // usage: node tools/bench/serve_prefix.mjs --build build [--shape small] [--clients 32]
 //          [--turns 3] [--system 1000] [--max-tokens 16] [--parallel 8] [--threads N]
 //          [--long 3900] [--chunk 256]   (-c 4096: the long prompt and its answer fit)
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
+import { startServer as startServer_, stopServer, metric } from "./serve_proc.mjs";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -46,39 +47,11 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const pct = (a, q) => { const s = [...a].sort((x, y) => x - y); return s[Math.min(s.length - 1, Math.floor(q * s.length))]; };
 
 async function startServer(extra) {
-  const args = ["-m", model, "--port", "0", "-c", "4096", "--parallel",
-    String(opt.parallel), "--queue", "256", ...extra];
+  const args = ["-m", model, "-c", "4096", "--parallel", String(opt.parallel), "--queue", "256", ...extra];
   if (opt.threads > 0) args.push("-t", String(opt.threads));
-  const p = spawn(path.join(build, "bin", "mi-serve"), args,
-    { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, MI_CPU_MATMUL_ACT: "f32" } });
-  let log = "";
-  const port = await new Promise((res, rej) => {
-    p.stderr.on("data", (d) => {
-      log += d;
-      const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
-      if (m) res(Number(m[1]));
-    });
-    p.on("exit", (c) => rej(new Error(`mi-serve exited ${c}: ${log}`)));
-  });
-  const base = `http://127.0.0.1:${port}`;
-  let exited = null;
-  p.on("exit", (c) => { exited = c; });
-  while ((await fetch(`${base}/health`).then((r) => r.status, () => 0)) !== 200) {
-    if (exited !== null) throw new Error(`mi-serve exited ${exited} while loading: ${log}`);
-    await sleep(50);
-  }
-  return { p, base, log: () => log };
-}
-async function stopServer(s) {
-  s.p.kill("SIGTERM");
-  return await new Promise((r) => s.p.on("exit", r));
+  return await startServer_(build, args, { env: { ...process.env, MI_CPU_MATMUL_ACT: "f32" } });
 }
 const rssMiB = (pid) => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, "utf8"))[1]) / 1024;
-async function metric(base, name) {
-  const t = await fetch(`${base}/metrics`).then((r) => r.text());
-  return Number(new RegExp(`^${name} ([0-9.e+-]+)$`, "m").exec(t)?.[1] ?? NaN);
-}
-
 // One streamed request: {text, ttft_ms, usage}
 async function stream(base, pathname, body) {
   const t0 = performance.now();
