@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the Release build's ctest suite, then the tests that run
 # CPU kernels once more for each lesser CPU variant this host can run, each
-# libFuzzer harness for a short time (MI_FUZZ_SECONDS, default 15, one
+# libFuzzer harness for a short time (MI_FUZZ_SECONDS, default 10, one
 # harness per core), then the ASan+UBSan build's ctest suite (MI_TEST_QUICK:
 # the suites that say so run fewer repetitions of the same paths there;
 # tests/CMakeLists.txt).
@@ -47,7 +47,7 @@ for isa in "${variants[@]}"; do
 done
 
 # one harness per core: each still fuzzes MI_FUZZ_SECONDS on a core of its own
-MI_FUZZ_PARALLEL=${MI_FUZZ_PARALLEL:-$(nproc)} scripts/fuzz.sh "${MI_FUZZ_SECONDS:-15}"
+MI_FUZZ_PARALLEL=${MI_FUZZ_PARALLEL:-$(nproc)} scripts/fuzz.sh "${MI_FUZZ_SECONDS:-10}"
 # -O1: ASan's own advice for usable speed (about a sixth less CPU for the
 # verifier's suites than -O0); still no inlining that hides a frame.
 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DMI_SANITIZE=ON
