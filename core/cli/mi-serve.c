@@ -1205,6 +1205,20 @@ static enum MHD_Result handle_props(struct MHD_Connection *c) {
   json_object_set_new(j, "queue_max", json_integer(S.cfg.queue_max));
   json_object_set_new(j, "batched_decode", json_boolean(S.have_batch));
   json_object_set_new(j, "max_logit_bias", json_integer(SERVE_MAX_LOGIT_BIAS));
+  json_object_set_new(j, "max_n", json_integer(SERVE_MAX_N));
+  json_object_set_new(j, "prefill_chunk", json_integer((json_int_t)S.cfg.prefill_chunk));
+  json_object_set_new(j, "structured_output", json_boolean(S.trie != NULL));
+  if (S.cache) { /* the limits (fixed at start); what it holds now is in /metrics */
+    pthread_mutex_lock(&S.mu);
+    uint64_t max_bytes = S.m.cache.max_bytes; /* the scheduler's copy: it owns the cache */
+    pthread_mutex_unlock(&S.mu);
+    json_object_set_new(j, "prefix_cache",
+                        json_pack("{s:I,s:i,s:b}", "max_bytes", (json_int_t)max_bytes,
+                                  "block_tokens", serve_cache_block(S.cache), "fixed_state_snapshots",
+                                  serve_cache_has_fixed(S.cache)));
+  } else {
+    json_object_set_new(j, "prefix_cache", json_null());
+  }
   json_object_set_new(j, "default_generation_settings",
                       json_pack("{s:f,s:i,s:f,s:f,s:f}", "temperature", 0.8, "top_k", 40, "top_p",
                                 0.95, "min_p", 0.05, "repeat_penalty", 1.0));

@@ -1002,6 +1002,12 @@ START_TEST(props_and_model_by_id) {
   ck_assert(json_is_true(json_object_get(j, "batched_decode")));
   ck_assert_int_gt(json_integer_value(json_object_get(j, "n_vocab")), 0);
   ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(j, "build_info")), "MetaInfer"));
+  ck_assert(json_is_true(json_object_get(j, "structured_output")));
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "max_n")), 16);
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "prefill_chunk")), 256);
+  json_t *pc = json_object_get(j, "prefix_cache"); /* the qwen3 plugin has ABI 1.5's state copies */
+  ck_assert_int_eq(json_integer_value(json_object_get(pc, "block_tokens")), 32);
+  ck_assert_int_gt(json_integer_value(json_object_get(pc, "max_bytes")), 0);
   json_decref(j);
   free(r.raw);
   r = http(g_srv_nb.port, "GET", "/props", NULL, NULL);
