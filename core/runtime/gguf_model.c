@@ -529,6 +529,12 @@ static float *dequant_q8_0(const mi_gguf_tensor *t) {
   return out;
 }
 
+int mi_gguf_platform_takes_q8_0(const mi_platform_iface *P, void *ctx) {
+  if (!P || !mi_platform_has(P, matmul) || !mi_platform_has(P, embed)) return 0;
+  return P->matmul(ctx, NULL, NULL, NULL, NULL, MI_DTYPE_Q8_0, 0, 0, MI_Q8_0_BLOCK) == 0 &&
+         P->embed(ctx, NULL, NULL, NULL, MI_DTYPE_Q8_0, NULL, 0, 0, MI_Q8_0_BLOCK) == 0;
+}
+
 mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
   mi_gguf *g = m->g;
   const char *path = mi_gguf_path(g);
@@ -556,10 +562,14 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
       }
     }
     if (!hit) continue; /* not a tensor the model reads */
-    int dt = t->type == MI_GGML_F32 || t->type == MI_GGML_Q8_0 ? MI_DTYPE_F32
-             : t->type == MI_GGML_F16                          ? MI_DTYPE_F16
-             : t->type == MI_GGML_BF16                         ? MI_DTYPE_BF16
-                                                               : -1;
+    /* Q8_0: a matrix stays as stored where the platform takes it, else
+     * (and a vector always: norms are read as f32) it is widened below */
+    const int keep = t->type == MI_GGML_Q8_0 && m->keep_q8_0 && t->n_dims == 2;
+    int dt = keep                                                ? MI_DTYPE_Q8_0
+             : t->type == MI_GGML_F32 || t->type == MI_GGML_Q8_0 ? MI_DTYPE_F32
+             : t->type == MI_GGML_F16                            ? MI_DTYPE_F16
+             : t->type == MI_GGML_BF16                           ? MI_DTYPE_BF16
+                                                                 : -1;
     if (dt < 0) {
       const char *tn = mi_gguf_type_name(t->type);
       if (tn)
@@ -585,8 +595,8 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
       w->shape[d] = (int64_t)t->ne[t->n_dims - 1 - d];
     w->data = t->data;
     w->nbytes = (size_t)t->nbytes;
-    if (t->type ==
-        MI_GGML_Q8_0) { /* widened to f32 at load: exact (an f16 times an int8 needs 19 bits) */
+    if (t->type == MI_GGML_Q8_0 && !keep) {
+      /* widened to f32 at load: exact (an f16 times an int8 needs 19 bits) */
       float *f = dequant_q8_0(t);
       if (!f) {
         mi_path_err(err, err_len, path, "tensor '%s': out of memory widening Q8_0 to f32", t->name);

@@ -317,6 +317,9 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
   if (!gm && weights_fit(e, o, err, err_len) != 0) goto fail; /* a GGUF file's was checked above */
 
   /* weights + model */
+  /* Q8_0 matrices stay as stored where the platform's kernels take them
+   * (asked, core/runtime/gguf_model.h); else they are widened to f32 */
+  if (gm) gm->keep_q8_0 = mi_gguf_platform_takes_q8_0(e->P, e->pc);
   e->weights = gm ? mi_gguf_model_weights(gm, err, err_len)
                  : mi_weights_open_ex(o->model_dir, weights_load_mode(e, o), err, err_len);
   if (!e->weights) goto fail;

@@ -44,10 +44,11 @@ static int bind_matrix_rows(qwen3_model *m, const char *name, int64_t rows, int6
                             int64_t row0, int64_t n, q3_weight *w, char *err, size_t err_len) {
   mi_weight_info wi;
   if (check_matrix(m, name, rows, cols, &wi, err, err_len) != 0) return -1;
-  const size_t esz = mi_dtype_size((mi_dtype)wi.dtype);
-  const size_t bytes = (size_t)(n * cols) * esz;
+  /* a row's bytes: Q8_0 has blocks, not elements (check_matrix: whole ones) */
+  const size_t rowb = mi_dtype_row_bytes((mi_dtype)wi.dtype, cols);
+  const size_t bytes = (size_t)n * rowb;
   const mi_platform_iface *P = m->P;
-  if (P->buffer_wrap_host(m->pc, (const char *)wi.data + (size_t)(row0 * cols) * esz, bytes,
+  if (P->buffer_wrap_host(m->pc, (const char *)wi.data + (size_t)row0 * rowb, bytes,
                           &w->buf) != 0) {
     snprintf(err, err_len, "%s: cannot place tensor \"%s\" (%zu bytes) on the platform: %s",
              wi.file, name, bytes, P->last_error(m->pc));
@@ -67,16 +68,25 @@ static int bind_matrix_cols(qwen3_model *m, const char *name, int64_t rows, int6
   if (col0 == 0 && n == cols) return bind_matrix_rows(m, name, rows, cols, 0, rows, w, err, err_len);
   mi_weight_info wi;
   if (check_matrix(m, name, rows, cols, &wi, err, err_len) != 0) return -1;
-  const size_t esz = mi_dtype_size((mi_dtype)wi.dtype);
-  const size_t bytes = (size_t)(rows * n) * esz;
+  const mi_dtype dt = (mi_dtype)wi.dtype;
+  const int64_t blk = mi_dtype_block(dt);
+  if (col0 % blk || n % blk) { /* Q8_0: a shard must be whole blocks of 32 */
+    snprintf(err, err_len,
+             "%s: tensor \"%s\" is %s: its columns [%lld, %lld) per rank are not whole blocks "
+             "of %lld (choose another tp)",
+             wi.file, name, mi_dtype_name(dt), (long long)col0, (long long)(col0 + n), (long long)blk);
+    return -1;
+  }
+  const size_t rowb = mi_dtype_row_bytes(dt, cols), nb = mi_dtype_row_bytes(dt, n);
+  const size_t off = mi_dtype_row_bytes(dt, col0);
+  const size_t bytes = (size_t)rows * nb;
   char *tmp = malloc(bytes);
   if (!tmp) {
     snprintf(err, err_len, "qwen3: out of memory slicing \"%s\"", name);
     return -1;
   }
   for (int64_t r = 0; r < rows; r++)
-    memcpy(tmp + (size_t)(r * n) * esz, (const char *)wi.data + (size_t)(r * cols + col0) * esz,
-           (size_t)n * esz);
+    memcpy(tmp + (size_t)r * nb, (const char *)wi.data + (size_t)r * rowb + off, nb);
   const mi_platform_iface *P = m->P;
   int rc = P->buffer_alloc(m->pc, bytes, &w->buf);
   if (rc == 0) {
@@ -100,7 +110,9 @@ static int bind_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t c
   return bind_matrix_rows(m, name, rows, cols, 0, rows, w, err, err_len);
 }
 
-/* Finds a weight and checks it is [rows, cols] in a matmul dtype. */
+/* Finds a weight and checks it is [rows, cols] in a matmul dtype: f32, f16,
+ * bf16, or Q8_0 (a GGUF file's, served as stored where the platform takes
+ * it: core/runtime/gguf_model.h) with whole blocks per row. */
 static int check_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t cols,
                         mi_weight_info *out, char *err, size_t err_len) {
   mi_weight_info wi;
@@ -113,9 +125,16 @@ static int check_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t 
              wi.file, name, q3_shape_str(&wi), (long long)rows, (long long)cols);
     return -1;
   }
-  if (wi.dtype != MI_DTYPE_F32 && wi.dtype != MI_DTYPE_F16 && wi.dtype != MI_DTYPE_BF16) {
-    snprintf(err, err_len, "%s: tensor \"%s\" has dtype %s; expected BF16, F16 or F32", wi.file,
-             name, q3_dtype_str(&wi));
+  if (wi.dtype != MI_DTYPE_F32 && wi.dtype != MI_DTYPE_F16 && wi.dtype != MI_DTYPE_BF16 &&
+      wi.dtype != MI_DTYPE_Q8_0) {
+    snprintf(err, err_len, "%s: tensor \"%s\" has dtype %s; expected BF16, F16, F32 or Q8_0",
+             wi.file, name, q3_dtype_str(&wi));
+    return -1;
+  }
+  if (mi_dtype_row_bytes((mi_dtype)wi.dtype, cols) == 0) {
+    snprintf(err, err_len, "%s: tensor \"%s\" is %s with rows of %lld values: not whole blocks of %lld",
+             wi.file, name, q3_dtype_str(&wi), (long long)cols,
+             (long long)mi_dtype_block((mi_dtype)wi.dtype));
     return -1;
   }
   *out = wi;

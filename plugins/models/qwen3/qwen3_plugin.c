@@ -46,8 +46,9 @@ static int q3_info(mi_model *m, mi_model_info *dst) {
       (uint64_t)(m->cfg.n_layers * 2 * m->nkv_l * m->cfg.head_dim) * mi_dtype_size(m->kv_dtype);
   out->state_bytes_fixed = 0;
   /* An untied embedding table is gathered one row per token, not streamed. */
-  uint64_t emb = (uint64_t)(m->cfg.vocab * m->cfg.hidden) * mi_dtype_size(m->embed.dtype);
-  uint64_t row = (uint64_t)m->cfg.hidden * mi_dtype_size(m->embed.dtype);
+  /* rows, not elements: a Q8_0 table (GGUF) has blocks of 32 */
+  uint64_t row = (uint64_t)mi_dtype_row_bytes(m->embed.dtype, m->cfg.hidden);
+  uint64_t emb = (uint64_t)m->cfg.vocab * row;
   out->decode_weight_bytes = m->weight_bytes - (m->cfg.tied ? 0 : emb - row);
   /* per prompt token: 2 FLOPs per weight of every layer matmul (this rank's
    * share); attention: QKᵀ and PV, 2 FLOPs each per head dim per position */

@@ -20,6 +20,10 @@
  *                         files built with -mavx2
  *   cpu_matmul_bf16.c     prefill matmul with activations rounded to bf16, VDPBF16PS
  *                         (AVX512_BF16; matmul_act=auto|bf16), compiled with -mavx512bf16
+ *   cpu_matmul_q8_0.c     the matmul with Q8_0 weights: activations quantized to 8 bits,
+ *                         integer dot products (cpu_q8_0.h); its inner loops in
+ *                         cpu_q8_0_generic.c, cpu_q8_0_avx2.c (-mavx2) and
+ *                         cpu_q8_0_avx512.c (-mavx512bw -mavx512vnni ...)
  */
 #ifndef MI_CPU_INTERNAL_H
 #define MI_CPU_INTERNAL_H
@@ -50,6 +54,9 @@ typedef enum cpu_isa {
 typedef struct cpu_isa_info {
   int available[CPU_ISA_COUNT]; /* 1 when this machine AND its OS can run the variant */
   char why_not[CPU_ISA_COUNT][160]; /* for unavailable ones: the missing piece */
+  /* AVX-512BW, VL and VNNI beside a usable avx512 variant: the Q8_0 matmul's
+   * VPDPBUSD tiles (cpu_q8_0_avx512.c); without them it runs AVX2's. */
+  int avx512_vnni;
   char vendor[16];
 } cpu_isa_info;
 
@@ -136,6 +143,12 @@ typedef struct cpu_ctx {
   int comm_rank, comm_size; /* tensor-parallel group (cpu_comm.c) */
   struct cpu_prof *prof;    /* MI_CPU_PROFILE timing (cpu_profile.c), else NULL */
   struct cpu_rope_cache *rope; /* the last positions' cos/sin (cpu_kernels_attn.c) */
+  /* Q8_0 weights (cpu_matmul_q8_0.c): the ISA's inner loops, the kept
+   * buffer of quantized activations, and matmul_act=f32 (exact: x stays
+   * f32, the weights are widened) */
+  const struct cpu_q8_ops *q8ops;
+  struct cpu_q8_scratch *q8;
+  int matmul_exact;
   cpu_pool_stats pool_stats;
   /* The last error message. One per context: a caller sharing a context
    * across threads sees the most recent one. */

@@ -43,11 +43,12 @@ void cpu_isa_detect(cpu_isa_info *out, long long xcr0_override) {
     memcpy(out->vendor + 8, &c, 4);
     out->vendor[12] = 0;
   }
-  unsigned int l1c = 0, l7b = 0, l7_1a = 0, l7_max_sub = 0;
+  unsigned int l1c = 0, l7b = 0, l7c = 0, l7_1a = 0, l7_max_sub = 0;
   if (max_leaf >= 1 && __get_cpuid(1, &a, &b, &c, &d)) l1c = c;
   if (max_leaf >= 7) {
     __cpuid_count(7, 0, a, b, c, d);
     l7b = b;
+    l7c = c;
     l7_max_sub = a;
     if (l7_max_sub >= 1) {
       __cpuid_count(7, 1, a, b, c, d);
@@ -59,6 +60,7 @@ void cpu_isa_detect(cpu_isa_info *out, long long xcr0_override) {
   int avx2 = (l7b >> 5) & 1;
   int avx512f = (l7b >> 16) & 1, avx512bw = (l7b >> 30) & 1, avx512vl = (l7b >> 31) & 1;
   int avx512bf16 = (l7_1a >> 5) & 1;
+  int avx512vnni = (l7c >> 11) & 1;
   unsigned long long xcr0 = 0;
   if (xcr0_override >= 0)
     xcr0 = (unsigned long long)xcr0_override;
@@ -84,6 +86,8 @@ void cpu_isa_detect(cpu_isa_info *out, long long xcr0_override) {
              "OS does not enable AVX-512 opmask/ZMM state (XCR0=0x%llx)", xcr0);
   else
     out->available[CPU_ISA_AVX512] = 1;
+  /* not a variant of its own: the Q8_0 matmul's tiles within avx512 */
+  out->avx512_vnni = out->available[CPU_ISA_AVX512] && avx512bw && avx512vl && avx512vnni;
   if (!out->available[CPU_ISA_AVX512])
     snprintf(out->why_not[CPU_ISA_AVX512BF16], 160, "needs avx512 first: %.120s",
              out->why_not[CPU_ISA_AVX512]);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "cpu_q8_0.h"
 
 /* Below this many multiply-adds / elements a kernel runs on the calling
  * thread: waking workers costs a few microseconds. */
@@ -45,8 +46,9 @@ int cpu_matmul(void *ctx, mi_stream *s, float *y, const float *x, const void *w,
   if (M < 0 || N < 0 || K < 0)
     return cpu_fail(c, "matmul: negative shape M=%lld N=%lld K=%lld", (long long)M, (long long)N,
                     (long long)K);
-  if (w_dtype != MI_DTYPE_F32 && w_dtype != MI_DTYPE_F16 && w_dtype != MI_DTYPE_BF16)
-    return cpu_fail(c, "matmul: unsupported weight dtype %s (f32, f16, bf16 only)",
+  if (w_dtype != MI_DTYPE_F32 && w_dtype != MI_DTYPE_F16 && w_dtype != MI_DTYPE_BF16 &&
+      w_dtype != MI_DTYPE_Q8_0)
+    return cpu_fail(c, "matmul: unsupported weight dtype %s (f32, f16, bf16, q8_0 only)",
                     mi_dtype_name(w_dtype));
   if (M == 0 || N == 0) return 0;
   CHECK_PTR(c, y, "matmul", "y");
@@ -56,6 +58,7 @@ int cpu_matmul(void *ctx, mi_stream *s, float *y, const float *x, const void *w,
   }
   CHECK_PTR(c, x, "matmul", "x");
   CHECK_PTR(c, w, "matmul", "w");
+  if (w_dtype == MI_DTYPE_Q8_0) return cpu_matmul_q8_0(c, y, x, w, M, N, K); /* cpu_matmul_q8_0.c */
   mm_args a = {c->k, y, x, w, w_dtype, M, N, K, 0};
   int nt = cpu_pool_threads(c->pool);
   double macs = (double)M * (double)N * (double)K;
@@ -220,7 +223,10 @@ static void embed_task(void *arg, int64_t b, int64_t e, int tid) {
   for (int64_t t = b; t < e; t++) {
     float *yr = a->y + t * dim;
     size_t row = (size_t)a->ids[t] * (size_t)dim;
-    if (a->dt == MI_DTYPE_F32) {
+    if (a->dt == MI_DTYPE_Q8_0) { /* whole blocks per row: checked by cpu_embed */
+      const size_t rowb = mi_dtype_row_bytes(a->dt, dim);
+      cpu_q8_dequant_row(yr, (const char *)a->table + (size_t)a->ids[t] * rowb, dim);
+    } else if (a->dt == MI_DTYPE_F32) {
       memcpy(yr, (const float *)a->table + row, (size_t)dim * sizeof(float));
     } else if (a->dt == MI_DTYPE_BF16) {
       const uint16_t *src = (const uint16_t *)a->table + row;
@@ -239,9 +245,13 @@ int cpu_embed(void *ctx, mi_stream *s, float *y, const void *table, mi_dtype dty
   if (T < 0 || V < 0 || dim <= 0)
     return cpu_fail(c, "embed: bad shape T=%lld V=%lld dim=%lld", (long long)T, (long long)V,
                     (long long)dim);
-  if (dtype != MI_DTYPE_F32 && dtype != MI_DTYPE_F16 && dtype != MI_DTYPE_BF16)
-    return cpu_fail(c, "embed: unsupported table dtype %s (f32, f16, bf16 only)",
+  if (dtype != MI_DTYPE_F32 && dtype != MI_DTYPE_F16 && dtype != MI_DTYPE_BF16 &&
+      dtype != MI_DTYPE_Q8_0)
+    return cpu_fail(c, "embed: unsupported table dtype %s (f32, f16, bf16, q8_0 only)",
                     mi_dtype_name(dtype));
+  if (dtype == MI_DTYPE_Q8_0 && dim % MI_Q8_0_BLOCK)
+    return cpu_fail(c, "embed: a q8_0 table needs dim a multiple of %d (got dim=%lld)",
+                    MI_Q8_0_BLOCK, (long long)dim);
   if (T == 0) return 0;
   CHECK_PTR(c, y, "embed", "y");
   CHECK_PTR(c, table, "embed", "table");

@@ -14,6 +14,10 @@
  *                  always for decode (M = 1). bf16: as auto, but refused on a
  *                  variant without AVX512_BF16. The variant name then reads
  *                  "avx512bf16+bf16act", so callers see the mode.
+ *                  Q8_0 weights (cpu_matmul_q8_0.c): auto and bf16 quantize
+ *                  the activations to 8 bits per block of 32 (integer dot
+ *                  products, every variant, decode too); f32 widens the
+ *                  weights instead (exact, slow).
  *
  * Environment:
  *   MI_CPU_ISA=NAME      the default for isa= (an isa= option wins); refused
@@ -48,6 +52,7 @@
 
 #include "cpu_internal.h"
 #include "cpu_matmul_bf16.h"
+#include "cpu_q8_0.h"
 
 #define CPU_PLUGIN_VERSION "0.1.0"
 #define CPU_MAX_THREADS 1024
@@ -81,6 +86,7 @@ typedef struct cpu_config {
   int nthreads;
   int spin_us;
   int bf16act; /* 1: prefill bf16-weight matmuls round x to bf16 (matmul_act) */
+  int act_exact; /* 1: matmul_act=f32: no activation rounding anywhere (Q8_0 included) */
   cpu_isa_info info;
 } cpu_config;
 
@@ -174,6 +180,7 @@ static int read_config(const mi_host_api *host, const mi_options *opts, cpu_conf
     return -1;
   }
   cfg->bf16act = act != 1 && cfg->isa == CPU_ISA_AVX512BF16;
+  cfg->act_exact = act == 1;
 
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   cfg->nthreads = online > 0 ? (int)(online < CPU_MAX_THREADS ? online : CPU_MAX_THREADS) : 1;
@@ -269,6 +276,8 @@ static int cpu_init(const mi_host_api *host, const mi_options *opts, void **ctx,
 #if defined(MI_CPU_X86)
   if (cfg.bf16act) c->k = &cpu_kernels_avx512bf16act;
 #endif
+  c->q8ops = cpu_q8_ops_for(cfg.isa, cfg.info.avx512_vnni);
+  c->matmul_exact = cfg.act_exact;
   c->nthreads = cfg.nthreads;
   if (cpu_pool_create(&c->pool, cfg.nthreads, cfg.spin_us, err, err_len) != 0) {
     free(c);
@@ -279,8 +288,9 @@ static int cpu_init(const mi_host_api *host, const mi_options *opts, void **ctx,
     free(c);
     return -1;
   }
-  if (cpu_rope_cache_init(c) != 0 || cpu_profile_init(c) != 0) {
+  if (cpu_rope_cache_init(c) != 0 || cpu_q8_scratch_init(c) != 0 || cpu_profile_init(c) != 0) {
     snprintf(err, err_len, "cpu: out of memory creating the context");
+    cpu_q8_scratch_free(c);
     cpu_rope_cache_free(c);
     cpu_comm_fini(c);
     cpu_pool_destroy(c->pool);
@@ -290,8 +300,9 @@ static int cpu_init(const mi_host_api *host, const mi_options *opts, void **ctx,
   snprintf(c->device_name, sizeof c->device_name, "%s (%d thread%s)", cpu_isa_describe(c->isa),
            c->nthreads, c->nthreads == 1 ? "" : "s");
   if (host && host->log)
-    host->log(MI_LOG_INFO, CPU_PLUGIN_NAME, "variant %s, %d thread%s", cpu_variant(c),
-              c->nthreads, c->nthreads == 1 ? "" : "s");
+    host->log(MI_LOG_INFO, CPU_PLUGIN_NAME, "variant %s, %d thread%s, q8_0 matmul: %s", cpu_variant(c),
+              c->nthreads, c->nthreads == 1 ? "" : "s",
+              c->matmul_exact ? "exact (matmul_act=f32)" : c->q8ops->name);
   *ctx = c;
   return 0;
 }
@@ -300,6 +311,7 @@ static void cpu_fini(void *ctx) {
   cpu_ctx *c = ctx;
   if (!c) return;
   cpu_profile_report(c);
+  cpu_q8_scratch_free(c);
   cpu_rope_cache_free(c);
   cpu_comm_fini(c);
   cpu_pool_destroy(c->pool);

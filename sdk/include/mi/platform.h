@@ -75,7 +75,12 @@ typedef struct mi_platform_iface {
 
   /* --- kernels (all pointers are device addresses) --- */
 
-  /* y[M,N] = x[M,K] · w[N,K]ᵀ, w in w_dtype (f32, f16, bf16), f32 accumulation. */
+  /* y[M,N] = x[M,K] · w[N,K]ᵀ, w in w_dtype (f32, f16, bf16), f32 accumulation.
+   * w_dtype q8_0 (GGUF's blocks, mi/tensor.h; K a multiple of 32) where a
+   * platform takes it: the CPU platform's quantizes x to 8 bits per block
+   * (its README states the bound). A w_dtype a platform does not take must
+   * be refused before anything else is looked at, even in an empty call
+   * (M = N = 0): that call is how callers ask (core/runtime/gguf_model.h). */
   int (*matmul)(void *ctx, mi_stream *s, float *y, const float *x, const void *w,
                 mi_dtype w_dtype, int64_t M, int64_t N, int64_t K);
 
@@ -111,7 +116,8 @@ typedef struct mi_platform_iface {
   int (*scale)(void *ctx, mi_stream *s, float *y, const float *x, float alpha, int64_t n);
 
   /* y[t,:] = f32(table[ids[t], :]), table [V, dim] in dtype; ids device int32 [T].
-   * ids outside [0, V) are an error. */
+   * ids outside [0, V) are an error. dtype q8_0 as for matmul (rows of
+   * whole blocks, dequantized exactly), refused the same way where not taken. */
   int (*embed)(void *ctx, mi_stream *s, float *y, const void *table, mi_dtype dtype,
                const int32_t *ids, int64_t T, int64_t V, int64_t dim);
 

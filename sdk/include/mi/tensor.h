@@ -17,9 +17,20 @@ typedef enum mi_dtype {
   MI_DTYPE_I32 = 3,
   MI_DTYPE_I64 = 4,
   MI_DTYPE_U8 = 5,
+  /* A block type (GGUF's Q8_0, llama.cpp's block_q8_0): each run of 32
+   * values along a row is 34 bytes, an IEEE half scale d then 32 int8 q,
+   * value = d * q. A row of n values (n a multiple of 32) is n / 32 blocks
+   * back to back, with no padding or alignment. Only weights [N, K] of
+   * matmul and tables of embed come in it, on platforms that accept it. */
+  MI_DTYPE_Q8_0 = 6,
   MI_DTYPE_COUNT
 } mi_dtype;
 
+#define MI_Q8_0_BLOCK 32       /* values per Q8_0 block */
+#define MI_Q8_0_BLOCK_BYTES 34 /* bytes per Q8_0 block: f16 d + 32 int8 */
+
+/* Bytes per element; 0 for a block type (Q8_0), which has none: size its
+ * rows with mi_dtype_row_bytes. */
 static inline size_t mi_dtype_size(mi_dtype t) {
   switch (t) {
   case MI_DTYPE_F32: return 4;
@@ -40,8 +51,22 @@ static inline const char *mi_dtype_name(mi_dtype t) {
   case MI_DTYPE_I32: return "i32";
   case MI_DTYPE_I64: return "i64";
   case MI_DTYPE_U8: return "u8";
+  case MI_DTYPE_Q8_0: return "q8_0";
   default: return "?";
   }
+}
+
+/* Values per block: 32 for Q8_0, 1 for the element types. */
+static inline int64_t mi_dtype_block(mi_dtype t) { return t == MI_DTYPE_Q8_0 ? MI_Q8_0_BLOCK : 1; }
+
+/* Bytes of a row of n values in t: n * size for an element type, whole
+ * blocks for a block type. 0 when n is not a whole number of blocks (or t
+ * is unknown): callers treat 0 as "this shape cannot be stored in t". */
+static inline size_t mi_dtype_row_bytes(mi_dtype t, int64_t n) {
+  if (n < 0) return 0;
+  if (t == MI_DTYPE_Q8_0)
+    return n % MI_Q8_0_BLOCK ? 0 : (size_t)(n / MI_Q8_0_BLOCK) * MI_Q8_0_BLOCK_BYTES;
+  return (size_t)n * mi_dtype_size(t);
 }
 
 /* bf16 <-> f32: bf16 is the top half of an IEEE f32; round to nearest even. */

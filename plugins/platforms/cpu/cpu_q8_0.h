@@ -1,0 +1,120 @@
+/* Q8_0 weights (GGUF / llama.cpp block_q8_0): what the Q8_0 matmul's
+ * driver (cpu_matmul_q8_0.c) and its per-ISA inner loops
+ * (cpu_q8_0_{avx2,avx512}.c, the generic ones in the driver) share.
+ *
+ * Weights as stored, never repacked (they stay zero-copy in the mapped
+ * file): a row of K values is K/32 blocks of 34 bytes, an IEEE half d_w
+ * then 32 int8 q_w, w = d_w * q_w.
+ *
+ * Activations, once per call: each row of x cut into blocks of 32 and each
+ * block quantized to 8 bits with an f32 scale (llama.cpp's q8_0 activation
+ * scheme, but with the scale kept in f32 where llama.cpp rounds it to f16):
+ *   amax = max |x_k| over the block,  d_x = amax / 127 (f32),
+ *   q_k  = RNE(x_k · (1 / d_x))       (f32 multiply, round to nearest even)
+ * so q_k is in [-127, 127]. Every ISA computes those same f32 operations,
+ * so q and d_x are bit for bit the same on all of them. Two exceptions:
+ *   - amax < CPU_Q8_TINY (a block of zeros, or of values near 2^-100):
+ *     d_x = 0, q = 0 (1/d_x would overflow; the block contributes 0);
+ *   - a NaN or an infinity in the block: d_x = NaN, q = 0, so every output
+ *     it feeds is NaN (as the f32 path would give).
+ * Then y[m,n] = Σ_b d_x[m,b] · d_w[n,b] · Σ_{k in b} q_x[m,k] · q_w[n,k]:
+ * the inner sums are exact integers (|Σ| <= 32·127·128 < 2^24, exact in
+ * f32 too), the scales and the sum over blocks are f32. The error bound
+ * this gives is in the plugin README ("Q8_0 weights"). */
+#ifndef MI_CPU_Q8_0_H
+#define MI_CPU_Q8_0_H
+
+#include <stdint.h>
+
+#include "cpu_internal.h"
+
+#define CPU_Q8_QK 32          /* values per block */
+#define CPU_Q8_WBYTES 34      /* bytes per weight block */
+#define CPU_Q8_TINY 0x1p-100f /* blocks with a smaller amax quantize to 0 */
+
+/* The quantized activations of one call: rows [0, M) of x, each padded to
+ * kp values (a multiple of 64: two blocks, one zmm), the padding zero.
+ *   q [M][kp]      int8 q_x
+ *   d [M][kp / 32] d_x (0 in the padding)
+ *   s [M][kp / 32] -128 · Σ q_x over each block: the panel GEMM's bias
+ *                  correction (cpu_q8_0_avx512.c); filled only by a
+ *                  quantize whose ops have a gemm
+ * The arrays are 64-byte aligned (the driver's scratch). */
+typedef struct cpu_q8_act {
+  int64_t M, K, kp;
+  int8_t *q;
+  float *d;
+  int32_t *s;
+} cpu_q8_act;
+
+/* From this many tokens per thread's call, ops with a gemm use it instead
+ * of the tiles: it packs weight panels (~11 GB/s of weights from memory
+ * for 2 threads here), paid back over the tokens. Interleaved runs of both
+ * (N 3072, K 1024, 2 threads, weights cold; AMD EPYC, Zen 5 class): equal
+ * at 16 tokens, panels 1.15x at 24, 1.4x at 32, 1.8x at 64; tiles ~1.5x
+ * at 11 (from cache, panels already won at 11). */
+#ifndef CPU_Q8_PANEL_MIN_M
+#define CPU_Q8_PANEL_MIN_M 16
+#endif
+
+/* One ISA's inner loops. */
+typedef struct cpu_q8_ops {
+  const char *name; /* "avx512vnni", "avx2", "generic" */
+  /* Quantizes rows [m0, m1) of x [M, K] into a (as specified above). */
+  void (*quantize)(const cpu_q8_act *a, const float *x, int64_t m0, int64_t m1);
+  /* The register tile: activation rows [row, row + mr) (mr <= 4) times the
+   * weight rows wr[j] (j < nr valid; the others repeat the last valid one),
+   * over blocks [b0, b1):
+   *   y[i·ldy + col[j]] (accum ? += : =) Σ_b d_x·d_w·Σ q_x·q_w. */
+  void (*tile)(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a, int64_t row,
+               int mr, const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum);
+  /* Optional (NULL: the tiles do all): prefill, rows [m0, m1) of y [M, ldy]
+   * times weight rows [n0, n1) of w (rows wrow bytes apart), all of K, on
+   * packed weight panels. The same sums as the tiles, in another order. */
+  void (*gemm)(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t m1, const void *w,
+               size_t wrow, int64_t n0, int64_t n1);
+} cpu_q8_ops;
+
+extern const cpu_q8_ops cpu_q8_generic;
+#if defined(MI_CPU_X86)
+extern const cpu_q8_ops cpu_q8_avx2;
+extern const cpu_q8_ops cpu_q8_avx512vnni;
+#endif
+
+/* The Q8_0 matmul (cpu_matmul_q8_0.c), after cpu_matmul's checks (M, N,
+ * K > 0, pointers set): the quantized path, or the exact one when the
+ * context's matmul_exact is set. */
+int cpu_matmul_q8_0(cpu_ctx *c, float *y, const float *x, const void *w, int64_t M, int64_t N,
+                    int64_t K);
+/* The ops for a variant: AVX-512 VNNI needs avx512 + AVX512BW/VL/VNNI
+ * (avx512_vnni: cpu_isa_info's flag), else the AVX2 ones from avx2 up. */
+const cpu_q8_ops *cpu_q8_ops_for(cpu_isa isa, int avx512_vnni);
+/* dst[i] = d_w · q_w for the n values (whole blocks) of a weight row at
+ * src: exact (an f16 times an int8 has at most 19 significant bits). */
+void cpu_q8_dequant_row(float *dst, const void *src, int64_t n);
+/* The kept activation buffer (cpu_ctx.q8): -1 out of memory. */
+int cpu_q8_scratch_init(cpu_ctx *c);
+void cpu_q8_scratch_free(cpu_ctx *c);
+
+/* The scalar quantization of one block, the definition the SIMD versions
+ * reproduce bit for bit: fills q[0..31], returns d_x. */
+static inline float cpu_q8_quantize_block(int8_t *q, const float *x) {
+  float amax = 0.0f;
+  int bad = 0;
+  for (int i = 0; i < CPU_Q8_QK; i++) {
+    const float v = x[i] < 0 ? -x[i] : x[i];
+    bad |= !(v <= 3.4028234663852886e38f); /* NaN or infinity */
+    if (v > amax) amax = v;
+  }
+  if (bad || amax < CPU_Q8_TINY) {
+    for (int i = 0; i < CPU_Q8_QK; i++)
+      q[i] = 0;
+    return bad ? __builtin_nanf("") : 0.0f;
+  }
+  const float d = amax / 127.0f, id = 1.0f / d;
+  for (int i = 0; i < CPU_Q8_QK; i++)
+    q[i] = (int8_t)__builtin_lrintf(x[i] * id);
+  return d;
+}
+
+#endif

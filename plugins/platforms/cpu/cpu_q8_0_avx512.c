@@ -1,0 +1,298 @@
+/* The Q8_0 matmul's inner loops, AVX-512 with VNNI (cpu_q8_0.h has the
+ * scheme). This file alone is compiled with -mavx512f -mavx512bw
+ * -mavx512vl -mavx512vnni (and the AVX2 set); nothing here runs unless
+ * cpu_isa.c found those with OS-enabled ZMM state (cpu_isa_info.avx512_vnni).
+ *
+ * Two blocks (64 values) per zmm. VPDPBUSD multiplies unsigned by signed
+ * bytes and adds groups of 4 into int32 lanes, without saturation. The
+ * weights go in unsigned as q_w + 128 (q_w XOR 0x80: exact for every int8,
+ * -128 included) and the activations signed, so each lane gets
+ *   Σ (q_w + 128)·q_x = Σ q_w·q_x + 128·Σ q_x;
+ * the second term depends on the activations alone: one VPDPBUSD of the
+ * bias with q_x per token and pair of blocks gives it, and its negation is
+ * the starting value of the token's VPDPBUSD with each weight row. One
+ * instruction per 64 products and token, plus one XOR per weight vector.
+ * The int32 lanes (at most 4·255·127, exact in f32) are converted and
+ * added with their block's d_x·d_w (lanes 0-7 the first block, 8-15 the
+ * second) into one f32 accumulator per
+ * output, and the 16 accumulators of a 4x4 tile are reduced together
+ * (cpu_reduce_avx512.h). Tiles: up to 4 tokens x 4 weight rows. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "cpu_q8_0.h"
+#include "cpu_reduce_avx512.h"
+
+#define AI static inline __attribute__((always_inline))
+#define Q8_PF_AHEAD 1024 /* bytes prefetched ahead in each weight row */
+
+/* Quantizes one block (cpu_q8_quantize_block, in vectors): the same f32
+ * operations, so the same q and d. */
+AI float quantize_block(int8_t *q, const float *xb) {
+  const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+  const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+  const __m512 inf = _mm512_set1_ps(__builtin_inff());
+  const int bad =
+      (_mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ)) != 0;
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+  if (bad || amax < CPU_Q8_TINY) {
+    memset(q, 0, CPU_Q8_QK);
+    return bad ? __builtin_nanf("") : 0.0f;
+  }
+  const float d = amax / 127.0f, id = 1.0f / d;
+  const __m512 idv = _mm512_set1_ps(id);
+  _mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, idv))));
+  _mm_storeu_si128((__m128i *)(q + 16),
+                   _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, idv))));
+  return d;
+}
+
+static void quantize(const cpu_q8_act *a, const float *x, int64_t m0, int64_t m1) {
+  const int64_t nb = a->K / CPU_Q8_QK, nbp = a->kp / CPU_Q8_QK;
+  for (int64_t m = m0; m < m1; m++) {
+    int8_t *q = a->q + m * a->kp;
+    float *d = a->d + m * nbp;
+    int32_t *cs = a->s + m * nbp;
+    for (int64_t b = 0; b < nb; b++) {
+      d[b] = quantize_block(q + b * CPU_Q8_QK, x + m * a->K + b * CPU_Q8_QK);
+      /* the panel GEMM's bias correction: -128 · Σ q_x (VPSADBW would need
+       * unsigned bytes; 32 adds per block are noise next to the matmul) */
+      int32_t sum = 0;
+      for (int i = 0; i < CPU_Q8_QK; i++)
+        sum += q[b * CPU_Q8_QK + i];
+      cs[b] = -128 * sum;
+    }
+    memset(q + a->K, 0, (size_t)(a->kp - a->K));
+    for (int64_t b = nb; b < nbp; b++) {
+      d[b] = 0.0f;
+      cs[b] = 0;
+    }
+  }
+}
+
+/* The scales of two weight blocks at p0 and p1 (p1 NULL: 0) as 8 + 8 lanes. */
+AI __m512 ld_dw2(const uint8_t *p0, const uint8_t *p1) {
+  uint16_t h0, h1 = 0;
+  memcpy(&h0, p0, 2);
+  if (p1) memcpy(&h1, p1, 2);
+  const __m256i hh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)h0)),
+                                             _mm_set1_epi16((short)h1), 1);
+  return _mm512_cvtph_ps(hh);
+}
+
+/* MR tokens (1..4) x 4 weight rows over blocks [b0, b1); b0 is even (the
+ * walk's k blocks are multiples of 64 values), an odd b1 only at the end
+ * of a row: that last block goes alone in the low half of a zmm. */
+AI void tile_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
+                int64_t row, const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
+  const int64_t nbp = a->kp / CPU_Q8_QK;
+  const int8_t *qx[4];
+  const float *dx[4];
+  for (int i = 0; i < MR; i++) {
+    qx[i] = a->q + (row + i) * a->kp;
+    dx[i] = a->d + (row + i) * nbp;
+  }
+  const __m512i bias = _mm512_set1_epi8((char)0x80);
+  const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m512 acc[16];
+  for (int t = 0; t < 16; t++)
+    acc[t] = _mm512_setzero_ps();
+  /* pairs of blocks, then (odd b1) the last block alone: its high half
+   * holds weights 0x80 (zero plus the bias) against the activations' zero
+   * padding, and scale 0 there: it adds 0 */
+  for (int64_t b = b0; b < b1; b += 2) {
+    const int two = b + 2 <= b1;
+    __m512i wu[4];
+    __m512 dw[4];
+    for (int j = 0; j < 4; j++) {
+      const uint8_t *p = (const uint8_t *)wr[j] + (size_t)b * CPU_Q8_WBYTES;
+      _mm_prefetch((const char *)p + Q8_PF_AHEAD, _MM_HINT_T0);
+      const __m512i lo = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 2)));
+      wu[j] = _mm512_xor_si512(
+          two ? _mm512_inserti64x4(lo, _mm256_loadu_si256((const __m256i *)(p + 2 + CPU_Q8_WBYTES)),
+                                   1)
+              : _mm512_zextsi256_si512(_mm512_castsi512_si256(lo)),
+          bias);
+      dw[j] = ld_dw2(p, two ? p + CPU_Q8_WBYTES : NULL);
+    }
+    for (int i = 0; i < MR; i++) {
+      const __m512i qv = _mm512_load_si512((const void *)(qx[i] + b * CPU_Q8_QK));
+      /* -128 · (each 4 q_x summed): the bias's share, VPDPBUSD's start */
+      const __m512i cv = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, qv));
+      /* d_x of the two blocks, 8 lanes each (the padding's d is 0) */
+      const __m512 dev = _mm512_permutexvar_ps(
+          half, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(dx[i] + b)))));
+      for (int j = 0; j < 4; j++) {
+        const __m512 s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(cv, wu[j], qv));
+        acc[4 * i + j] = _mm512_fmadd_ps(s, _mm512_mul_ps(dev, dw[j]), acc[4 * i + j]);
+      }
+    }
+  }
+  mi_store4x4(y, ldy, col, acc, MR, nr, accum);
+}
+
+static void tile(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a, int64_t row,
+                 int mr, const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
+  switch (mr) {
+  case 1: tile_mr(1, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  case 2: tile_mr(2, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  case 3: tile_mr(3, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  default: tile_mr(4, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  }
+}
+
+/* ---- prefill: packed weight panels, outer products ----
+ * The tiles above spend ~5 instructions per 64 products and token-output
+ * pair (VPDPBUSD, convert, two multiplies, the bias start), because each
+ * output is an inner product over k that a zmm holds 16 values of. With
+ * many tokens, the weights are instead packed once per PN = 16 outputs and
+ * PKB blocks into a panel whose zmm holds one 4-byte group of k for each of
+ * the 16 outputs: P[g][j] = bytes 4g..4g+3 of row j (XOR 0x80, the bias),
+ * S[b][j] = d_w of row j, block b. A token then needs, per block, 8
+ * VPDPBUSD with a broadcast 4-byte group of its q_x (one 32-bit memory
+ * operand each) into one int32 vector whose 16 lanes are the 16 outputs'
+ * exact block sums (started at the token's bias correction s = -128·Σq_x),
+ * one convert and one FMA with S[b]·d_x: 12 instructions per 512 products
+ * and token, no horizontal sums. Tiles of PMR tokens share each panel
+ * vector. Each panel (16 KB + 2 KB of scales) stays in L1 while every
+ * token of the pass goes over it; passes of PMB tokens keep their q_x
+ * (PMB · 1 KB per panel block) in L2. */
+#define PN 16  /* outputs per panel */
+#define PKB 32 /* blocks per panel: 1024 values of k */
+#define PMR 8  /* tokens per register tile (12 measured no faster) */
+_Static_assert(PMR == 8, "panel_rows' remainder switch covers 1..7 tokens");
+#define PMB 256 /* tokens per pass */
+
+/* acc += u8 · (the 4 signed bytes at p, broadcast): VPDPBUSD with its
+ * m32bcst operand. GCC does not fold the broadcast load into the
+ * intrinsic; with a VPBROADCASTD per token and group, 256 tokens x N 3072 x
+ * K 1024 on 1 thread took 5.1 ms (best of 5), with this 3.8-4.0. */
+AI __m512i dpbusd_bcast(__m512i acc, __m512i u8, const int8_t *p) {
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*(const int32_t *)p));
+  return acc;
+}
+
+/* r[i] (8 rows of 8 dwords) -> r[t] = dword t of each row, in place. */
+AI void transpose8(__m256i r[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; i++) {
+    t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; i++) {
+    u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; c++) {
+    r[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
+    r[4 + c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+  }
+}
+
+/* Packs rows n .. n+nr-1 (nr <= 16; the others: weights 0, scale 0, which
+ * add exactly 0) over blocks b0 .. b0+nbk-1 into P [nbk·8][16] and S [nbk][16]. */
+static void pack_panel(uint32_t *P, float *S, const uint8_t *w, size_t wrow, int64_t n, int nr,
+                       int64_t b0, int nbk) {
+  const __m256i bias = _mm256_set1_epi8((char)0x80);
+  for (int b = 0; b < nbk; b++) {
+    for (int h = 0; h < 2; h++) { /* rows 8h .. 8h+7 */
+      __m256i r[8];
+      for (int i = 0; i < 8; i++) {
+        const int j = 8 * h + i;
+        const uint8_t *p =
+            w + (size_t)(n + (j < nr ? j : 0)) * wrow + (size_t)(b0 + b) * CPU_Q8_WBYTES;
+        r[i] = j < nr ? _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)), bias) : bias;
+        uint16_t hs;
+        memcpy(&hs, p, 2);
+        S[b * PN + j] = j < nr ? mi_f16_to_f32(hs) : 0.0f;
+      }
+      transpose8(r);
+      for (int t = 0; t < 8; t++)
+        _mm256_store_si256((__m256i *)(P + (b * 8 + t) * PN + 8 * h), r[t]);
+    }
+  }
+}
+
+/* MR tokens (rows m .. m+MR-1) x the panel's 16 outputs over its nbk
+ * blocks (block b0 + b of the row); y row i at y + i·ldy, lanes past nr
+ * masked off (mk); accum: add to y. */
+AI void panel_tile(const int MR, float *y, int64_t ldy, const cpu_q8_act *a, int64_t m,
+                   const uint32_t *P, const float *S, int64_t b0, int nbk, __mmask16 mk,
+                   int accum) {
+  const int64_t nbp = a->kp / CPU_Q8_QK;
+  const int8_t *q[PMR];
+  const float *d[PMR];
+  const int32_t *cs[PMR];
+  for (int i = 0; i < MR; i++) {
+    q[i] = a->q + (m + i) * a->kp + b0 * CPU_Q8_QK;
+    d[i] = a->d + (m + i) * nbp + b0;
+    cs[i] = a->s + (m + i) * nbp + b0;
+  }
+  __m512 acc[PMR];
+  for (int i = 0; i < MR; i++)
+    acc[i] = _mm512_setzero_ps();
+  for (int b = 0; b < nbk; b++) {
+    __m512i I[PMR];
+    for (int i = 0; i < MR; i++)
+      I[i] = _mm512_set1_epi32(cs[i][b]);
+    for (int t = 0; t < 8; t++) {
+      const __m512i pv = _mm512_load_si512((const void *)(P + (b * 8 + t) * PN));
+      for (int i = 0; i < MR; i++)
+        I[i] = dpbusd_bcast(I[i], pv, q[i] + b * CPU_Q8_QK + 4 * t);
+    }
+    const __m512 sv = _mm512_load_ps(S + b * PN);
+    for (int i = 0; i < MR; i++)
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[i]), _mm512_mul_ps(sv, _mm512_set1_ps(d[i][b])),
+                               acc[i]);
+  }
+  for (int i = 0; i < MR; i++) {
+    float *yr = y + i * ldy;
+    if (accum) acc[i] = _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(mk, yr));
+    _mm512_mask_storeu_ps(yr, mk, acc[i]);
+  }
+}
+
+/* Tokens [m, me) over one panel (y at its first output): PMR at a time,
+ * then one tile of exactly the rest. */
+static void panel_rows(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m, int64_t me,
+                       const uint32_t *P, const float *S, int64_t b0, int nbk, __mmask16 mk) {
+  const int acc = b0 > 0;
+  for (; m + PMR <= me; m += PMR)
+    panel_tile(PMR, y + m * ldy, ldy, a, m, P, S, b0, nbk, mk, acc);
+  float *yr = y + m * ldy;
+  switch (me - m) {
+  case 1: panel_tile(1, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
+  case 2: panel_tile(2, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
+  case 3: panel_tile(3, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
+  case 4: panel_tile(4, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
+  case 5: panel_tile(5, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
+  case 6: panel_tile(6, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
+  case 7: panel_tile(7, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
+  default: break;
+  }
+}
+
+static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t m1, const void *w,
+                 size_t wrow, int64_t n0, int64_t n1) {
+  uint32_t P[PKB * 8 * PN] __attribute__((aligned(64))); /* 16 KB */
+  float S[PKB * PN] __attribute__((aligned(64)));        /* 2 KB */
+  const int64_t nb = a->K / CPU_Q8_QK;
+  for (int64_t ms = m0; ms < m1; ms += PMB) {
+    const int64_t me = m1 - ms < PMB ? m1 : ms + PMB;
+    for (int64_t n = n0; n < n1; n += PN) {
+      const int nr = n1 - n < PN ? (int)(n1 - n) : PN;
+      const __mmask16 mk = (__mmask16)((1u << nr) - 1);
+      for (int64_t b0 = 0; b0 < nb; b0 += PKB) {
+        const int nbk = nb - b0 < PKB ? (int)(nb - b0) : PKB;
+        pack_panel(P, S, w, wrow, n, nr, b0, nbk);
+        panel_rows(y + n, ldy, a, ms, me, P, S, b0, nbk, mk);
+      }
+    }
+  }
+}
+
+const cpu_q8_ops cpu_q8_avx512vnni = {
+    .name = "avx512vnni", .quantize = quantize, .tile = tile, .gemm = gemm};

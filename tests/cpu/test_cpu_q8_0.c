@@ -1,0 +1,347 @@
+/* The CPU platform's matmul with Q8_0 weights (plugins/platforms/cpu/
+ * cpu_matmul_q8_0.c) against float64, on every ISA variant this host has.
+ *
+ * The weights are made here in ggml's block layout (an f16 scale, 32 int8;
+ * -128 included, which ggml's quantizer never writes but a file may hold)
+ * and dequantized exactly as the format defines. The activations are
+ * quantized here as the plugin specifies (plugins/platforms/cpu/README.md,
+ * "Q8_0 weights"): per block of 32, amax = max|x|, d = amax / 127 (f32),
+ * q = RNE(x · (1/d)) (f32), d = 0 below 2^-100, NaN for a block with a NaN
+ * or an infinity. Two checks per output:
+ *   1. against the float64 product of the quantized operands: only f32
+ *      rounding of the block scales and the sum over blocks,
+ *      |y - yq| <= (K/32 + 16) 2^-24 Σ_b |d_x d_w| Σ_k |q_x q_w|
+ *      (a differently quantized x fails this by far);
+ *   2. against the float64 product of the unquantized x, within the bound
+ *      the README states: |y - y64| <= Σ_b (amax_b / 254)(1 + 2^-14)
+ *      Σ_{k in b} |w_k| + the bound of check 1.
+ * Shapes: K = 32, 64, 96, 4096 (and 1024, 1120, 3072), N odd, T = 1, 2,
+ * 7, 64 (and 3, 16-23, 300: the panel GEMM's remainders and passes).
+ * matmul_act=f32 (exact mode): within K 2^-24 Σ|x w| of y64. Also: embed
+ * of a Q8_0 table (exact), NaN propagation, K not a multiple of 32 refused,
+ * the empty call (what the runtime asks before keeping Q8_0 weights). */
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_test_harness.h"
+#include "mi/tensor.h"
+
+#define U (FLT_EPSILON / 2) /* f32 unit roundoff 2^-24 */
+
+static const char *const ISAS[] = {"generic", "avx2", "avx512", "avx512bf16"};
+#define NISA 4
+
+/* Opens ISA i with `threads`, the exact mode when exact; 0 when this host
+ * cannot run it (said on stdout). */
+static int open_isa(int i, const char *threads, int exact, plat *p) {
+  mi_kv kv[] = {{"isa", ISAS[i]}, {"threads", threads}, {"matmul_act", exact ? "f32" : "auto"}};
+  char why[256] = "";
+  if (open_with(kv, 3, p, why, sizeof why) <= 0) {
+    printf("SKIP isa=%s: not available here (%s)\n", ISAS[i], why);
+    return 0;
+  }
+  printf("RUN isa=%s threads=%s%s (the plugin's log line above names its q8_0 kernels)\n", ISAS[i],
+         threads, exact ? " matmul_act=f32" : "");
+  return 1;
+}
+
+/* ---- Q8_0 weights ---- */
+
+/* W [N, K] as blocks, and its exact values in wv (double). */
+static uint8_t *rand_q8(int64_t N, int64_t K, double *wv) {
+  const int64_t nb = K / 32;
+  uint8_t *w = malloc((size_t)(N * nb) * 34);
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t b = 0; b < nb; b++) {
+      uint8_t *p = w + (size_t)(n * nb + b) * 34;
+      /* scale: a normal f16 in [2^-12, 2^-4), either sign (ggml's are >= 0,
+       * but the format allows any half) */
+      const int e = 3 + (int)(rng_u64() % 8), man = (int)(rng_u64() & 0x3ff);
+      const uint16_t h = (uint16_t)((rng_u64() & 1) << 15 | (uint16_t)(e << 10) | (uint16_t)man);
+      memcpy(p, &h, 2);
+      const double d = (h & 0x8000 ? -1.0 : 1.0) * ldexp(1.0 + man / 1024.0, e - 15);
+      for (int i = 0; i < 32; i++) {
+        int8_t q = (int8_t)(uint8_t)rng_u64(); /* -128 .. 127 */
+        if (b == 0 && i == 0) q = -128;        /* always one */
+        p[2 + i] = (uint8_t)q;
+        wv[n * K + b * 32 + i] = d * q;
+      }
+    }
+  return w;
+}
+
+/* x [M, K]: blocks of varied magnitude (1e-3 .. 1e2), one of zeros, one
+ * with a single outlier, one of values below 2^-100 (flushed). */
+static float *rand_x(int64_t M, int64_t K) {
+  float *x = malloc((size_t)(M * K) * sizeof *x);
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t b = 0; b < K / 32; b++) {
+      float *xb = x + m * K + b * 32;
+      const int kind = (int)((m * 7 + b) % 9);
+      const double mag = pow(10.0, rng_unif(-3, 2));
+      for (int i = 0; i < 32; i++)
+        xb[i] = (float)(mag * rng_unif(-1, 1));
+      if (kind == 3) memset(xb, 0, 32 * sizeof *xb);
+      if (kind == 5) xb[(int)(rng_u64() % 32)] = (float)(mag * 300);
+      if (kind == 7 && K > 32)
+        for (int i = 0; i < 32; i++)
+          xb[i] = (float)ldexp(rng_unif(-1, 1), -105);
+    }
+  return x;
+}
+
+/* The activation scheme, as specified: q[32], returns d. */
+static float quant_block(int8_t *q, const float *x) {
+  float amax = 0.0f;
+  int bad = 0;
+  for (int i = 0; i < 32; i++) {
+    bad |= !isfinite(x[i]);
+    if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
+  }
+  if (bad || amax < 0x1p-100f) {
+    memset(q, 0, 32);
+    return bad ? NAN : 0.0f;
+  }
+  const float d = amax / 127.0f, id = 1.0f / d;
+  for (int i = 0; i < 32; i++) {
+    const float t = x[i] * id;
+    const long r = lrintf(t); /* round to nearest even */
+    EXPECT(r >= -127 && r <= 127, "quantized %ld out of range", r);
+    q[i] = (int8_t)r;
+  }
+  return d;
+}
+
+typedef struct refs {
+  double *yq, *tq;  /* product of the quantized operands, its f32-rounding bound */
+  double *y64, *ta; /* product of the unquantized x, the activation bound (+ tq) */
+  double *mag;      /* Σ |x w| (the exact mode's bound) */
+} refs;
+
+static refs reference(const float *x, const uint8_t *w, const double *wv, int64_t M, int64_t N,
+                      int64_t K) {
+  const int64_t nb = K / 32;
+  refs r;
+  const size_t n = (size_t)(M * N);
+  r.yq = calloc(n, sizeof(double));
+  r.tq = calloc(n, sizeof(double));
+  r.y64 = calloc(n, sizeof(double));
+  r.ta = calloc(n, sizeof(double));
+  r.mag = calloc(n, sizeof(double));
+  int8_t *qx = malloc((size_t)K);
+  float *dx = malloc((size_t)nb * sizeof *dx);
+  for (int64_t m = 0; m < M; m++) {
+    for (int64_t b = 0; b < nb; b++)
+      dx[b] = quant_block(qx + b * 32, x + m * K + b * 32);
+    for (int64_t o = 0; o < N; o++) {
+      double yq = 0, s = 0, y64 = 0, ta = 0, mag = 0;
+      for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + (size_t)(o * nb + b) * 34;
+        uint16_t h;
+        memcpy(&h, p, 2);
+        const double d_w = (double)mi_f16_to_f32(h);
+        int64_t isum = 0, iabs = 0;
+        double amax = 0, wabs = 0;
+        for (int i = 0; i < 32; i++) {
+          const int qw = (int8_t)p[2 + i], q = qx[b * 32 + i];
+          const double xv = x[m * K + b * 32 + i], wval = wv[o * K + b * 32 + i];
+          isum += (int64_t)q * qw;
+          iabs += llabs((int64_t)q * qw);
+          y64 += xv * wval;
+          mag += fabs(xv * wval);
+          amax = fmax(amax, fabs(xv));
+          wabs += fabs(wval);
+        }
+        yq += (double)dx[b] * d_w * (double)isum;
+        s += fabs((double)dx[b] * d_w) * (double)iabs;
+        ta += amax < 0x1p-100 ? amax * wabs : amax / 254.0 * (1 + 0x1p-14) * wabs;
+      }
+      const size_t at = (size_t)(m * N + o);
+      r.yq[at] = yq;
+      r.tq[at] = ((double)K / 32 + 16) * U * s + 1e-37;
+      r.y64[at] = y64;
+      r.ta[at] = ta + r.tq[at];
+      r.mag[at] = mag;
+    }
+  }
+  free(qx);
+  free(dx);
+  return r;
+}
+
+static void refs_free(refs *r) {
+  free(r->yq);
+  free(r->tq);
+  free(r->y64);
+  free(r->ta);
+  free(r->mag);
+}
+
+/* One shape on an open platform: both checks, or (exact) the f32 bound. */
+static void check_shape(plat *p, int64_t M, int64_t N, int64_t K, int exact, const char *isa) {
+  double *wv = malloc((size_t)(N * K) * sizeof *wv);
+  uint8_t *w = rand_q8(N, K, wv);
+  float *x = rand_x(M, K), *y = malloc((size_t)(M * N) * sizeof *y);
+  float *x0 = malloc((size_t)(M * K) * sizeof *x0);
+  memcpy(x0, x, (size_t)(M * K) * sizeof *x);
+  for (int64_t i = 0; i < M * N; i++)
+    y[i] = NAN;
+  refs r = reference(x, w, wv, M, N, K);
+  int rc = p->pi->matmul(p->ctx, NULL, y, x, w, MI_DTYPE_Q8_0, M, N, K);
+  EXPECT(rc == 0, "matmul q8_0 M=%lld N=%lld K=%lld: %s", (long long)M, (long long)N, (long long)K,
+         p->pi->last_error(p->ctx));
+  EXPECT(memcmp(x, x0, (size_t)(M * K) * sizeof *x) == 0, "x was modified");
+  double worst_q = 0, worst_a = 0;
+  for (int64_t i = 0; i < M * N; i++) {
+    const double got = y[i];
+    if (exact) {
+      const double lim = (double)K * U * r.mag[i] + 1e-30;
+      EXPECT(fabs(got - r.y64[i]) <= lim,
+             "%s exact M=%lld N=%lld K=%lld out %lld: %.9g vs %.9g (bound %.3g)", isa, (long long)M,
+             (long long)N, (long long)K, (long long)i, got, r.y64[i], lim);
+      continue;
+    }
+    EXPECT(fabs(got - r.yq[i]) <= r.tq[i],
+           "%s M=%lld N=%lld K=%lld out (%lld,%lld): %.9g vs quantized-operand reference %.9g "
+           "(|diff| %.3g > bound %.3g)",
+           isa, (long long)M, (long long)N, (long long)K, (long long)(i / N), (long long)(i % N),
+           got, r.yq[i], fabs(got - r.yq[i]), r.tq[i]);
+    EXPECT(fabs(got - r.y64[i]) <= r.ta[i],
+           "%s M=%lld N=%lld K=%lld out %lld: %.9g vs float64 %.9g (|diff| %.3g > bound %.3g)", isa,
+           (long long)M, (long long)N, (long long)K, (long long)i, got, r.y64[i],
+           fabs(got - r.y64[i]), r.ta[i]);
+    if (r.tq[i] > 0) worst_q = fmax(worst_q, fabs(got - r.yq[i]) / r.tq[i]);
+    if (r.ta[i] > 0) worst_a = fmax(worst_a, fabs(got - r.y64[i]) / r.ta[i]);
+  }
+  /* a second call gives the same bits */
+  float *y2 = malloc((size_t)(M * N) * sizeof *y2);
+  ck_assert_int_eq(p->pi->matmul(p->ctx, NULL, y2, x, w, MI_DTYPE_Q8_0, M, N, K), 0);
+  EXPECT(memcmp(y, y2, (size_t)(M * N) * sizeof *y) == 0, "two calls differ");
+  if (!exact && (K == 4096 || M == 64 || M == 300))
+    printf("  %s M=%lld N=%lld K=%lld: worst |y - yq| / bound %.3f, |y - y64| / bound %.3f\n", isa,
+           (long long)M, (long long)N, (long long)K, worst_q, worst_a);
+  refs_free(&r);
+  free(y2);
+  free(x0);
+  free(x);
+  free(y);
+  free(w);
+  free(wv);
+}
+
+static const int64_t KS[] = {32, 64, 96, 4096};
+static const int64_t NS[] = {1, 5, 67};
+static const int64_t MS[] = {1, 2, 7, 64};
+
+/* Loop i: ISA i % NISA, threads 1 or 2 (i / NISA). */
+START_TEST(test_q8_matmul) {
+  const char *thr = _i / NISA ? "2" : "1";
+  plat p;
+  rng_seed(seed_for(1, _i));
+  if (!open_isa(_i % NISA, thr, 0, &p)) return;
+  for (size_t k = 0; k < sizeof KS / sizeof *KS; k++)
+    for (size_t n = 0; n < sizeof NS / sizeof *NS; n++)
+      for (size_t m = 0; m < sizeof MS / sizeof *MS; m++)
+        check_shape(&p, MS[m], NS[n], KS[k], 0, ISAS[_i % NISA]);
+  /* the decode shapes of a Qwen3-0.6B layer and its lm_head slice: many
+   * rows, the thread split and the weight streams */
+  check_shape(&p, 1, 1030, 1024, 0, ISAS[_i % NISA]);
+  check_shape(&p, 3, 515, 3072, 0, ISAS[_i % NISA]);
+  /* prefill on packed panels (AVX-512 VNNI from 16 tokens per thread):
+   * every count of tokens left after the 8-token tiles, outputs past 16,
+   * K over the 1024-value panel block with an odd tail, a pass of 256 */
+  for (int64_t m = 16; m < 24; m++)
+    check_shape(&p, m, 37, 1120, 0, ISAS[_i % NISA]);
+  check_shape(&p, 300, 21, 96, 0, ISAS[_i % NISA]);
+  close_plat(&p);
+}
+END_TEST
+
+START_TEST(test_q8_exact) {
+  plat p;
+  rng_seed(seed_for(2, _i));
+  if (!open_isa(_i, "2", 1, &p)) return;
+  for (size_t k = 0; k < sizeof KS / sizeof *KS; k++)
+    check_shape(&p, 7, 33, KS[k], 1, ISAS[_i]);
+  check_shape(&p, 1, 70, 1024, 1, ISAS[_i]);
+  close_plat(&p);
+}
+END_TEST
+
+/* Embed of a Q8_0 table: each row dequantized exactly. NaN in x: the
+ * outputs it feeds are NaN. Refusals. */
+START_TEST(test_q8_embed_and_edges) {
+  plat p;
+  rng_seed(seed_for(3, _i));
+  if (!open_isa(_i, "2", 0, &p)) return;
+  const int64_t V = 37, dim = 96;
+  double *wv = malloc((size_t)(V * dim) * sizeof *wv);
+  uint8_t *tab = rand_q8(V, dim, wv);
+  int32_t ids[5] = {0, 36, 5, 5, 17};
+  float y[5 * 96];
+  ck_assert_int_eq(p.pi->embed(p.ctx, NULL, y, tab, MI_DTYPE_Q8_0, ids, 5, V, dim), 0);
+  for (int t = 0; t < 5; t++)
+    for (int i = 0; i < dim; i++)
+      EXPECT(y[t * dim + i] == (float)wv[ids[t] * dim + i], "embed row %d col %d: %g vs %g", ids[t],
+             i, y[t * dim + i], wv[ids[t] * dim + i]);
+  ck_assert_int_ne(p.pi->embed(p.ctx, NULL, y, tab, MI_DTYPE_Q8_0, ids, 1, V, 40), 0);
+  EXPECT(strstr(p.pi->last_error(p.ctx), "multiple of 32"), "got '%s'", p.pi->last_error(p.ctx));
+
+  /* NaN / infinity in a block of row 1: row 1's outputs NaN, row 0's finite */
+  float x[2 * 96];
+  for (int i = 0; i < 2 * 96; i++)
+    x[i] = (float)rng_unif(-1, 1);
+  x[96 + 40] = NAN;
+  float yy[2 * 37];
+  ck_assert_int_eq(p.pi->matmul(p.ctx, NULL, yy, x, tab, MI_DTYPE_Q8_0, 2, V, dim), 0);
+  for (int o = 0; o < V; o++) {
+    EXPECT(isfinite(yy[o]), "row 0 out %d: %g", o, yy[o]);
+    EXPECT(isnan(yy[V + o]), "row 1 (a NaN in x) out %d: %g, want NaN", o, yy[V + o]);
+  }
+  x[96 + 40] = INFINITY;
+  ck_assert_int_eq(p.pi->matmul(p.ctx, NULL, yy, x, tab, MI_DTYPE_Q8_0, 2, V, dim), 0);
+  for (int o = 0; o < V; o++)
+    EXPECT(isnan(yy[V + o]), "row 1 (inf in x) out %d: %g", o, yy[V + o]);
+
+  /* K not a whole number of blocks: refused in one line */
+  ck_assert_int_ne(p.pi->matmul(p.ctx, NULL, yy, x, tab, MI_DTYPE_Q8_0, 1, 2, 48), 0);
+  EXPECT(strstr(p.pi->last_error(p.ctx), "multiple of 32") &&
+             !strchr(p.pi->last_error(p.ctx), '\n'),
+         "got '%s'", p.pi->last_error(p.ctx));
+  /* the empty call the runtime makes to ask whether q8_0 is accepted */
+  ck_assert_int_eq(p.pi->matmul(p.ctx, NULL, NULL, NULL, NULL, MI_DTYPE_Q8_0, 0, 0, 32), 0);
+  ck_assert_int_eq(p.pi->embed(p.ctx, NULL, NULL, NULL, MI_DTYPE_Q8_0, NULL, 0, 0, 32), 0);
+  ck_assert_str_eq(mi_dtype_name(MI_DTYPE_Q8_0), "q8_0");
+  ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_Q8_0, 4096), 4352);
+  ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_Q8_0, 40), 0);
+  ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_BF16, 40), 80);
+  close_plat(&p);
+  free(tab);
+  free(wv);
+}
+END_TEST
+
+static Suite *q8_suite(void) {
+  Suite *s = suite_create("cpu_q8_0");
+  TCase *tc = tcase_create("q8_0");
+  tcase_set_timeout(tc, 120);
+  tcase_add_loop_test(tc, test_q8_matmul, 0, 2 * NISA);
+  tcase_add_loop_test(tc, test_q8_exact, 0, NISA);
+  tcase_add_loop_test(tc, test_q8_embed_and_edges, 0, NISA);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  SRunner *sr = srunner_create(q8_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
