@@ -28,6 +28,7 @@
 extern char **environ;
 
 #include "core/cli/bandwidth.h"
+#include "core/runtime/safetensors.h"
 #include "core/runtime/session.h"
 #include "core/runtime/host.h"
 #include "core/runtime/loader.h"
@@ -47,6 +48,9 @@ typedef struct cell_result {
   uint64_t prefill_flops_token, attn_flops_pos;
   uint64_t weight_bytes; /* every weight the model loaded */
   double peak_gflops; /* the platform's matmul rate, measured in the same process */
+  mi_dtype mm_dtype;  /* the type most matrix bytes are in: what peak_gflops ran on */
+  char wmix[96];      /* the matrices' types by share of bytes */
+  int exact_act;      /* MI_CPU_MATMUL_ACT=f32 was set: no activation rounding */
   /* the FMA peak of the platform's variant (register-only loop, same
    * process; 0 when the variant has no loop): the roofline is the
    * one-thread rate × threads; the rate of all threads at once is kept
@@ -108,43 +112,124 @@ static void make_prompt(int32_t *ids, int P, uint64_t seed) {
 /* The platform's own matmul rate on a prefill-shaped, compute-bound
  * problem (M = 256 tokens, N = 4·hidden, K = hidden, bf16 weights): the
  * "peak" the prefill roofline compares against. Best of 5; 0 on failure. */
-static double measure_peak_matmul(mi_session *e) {
+/* The type most of the model's matrices (2-D weights) are stored in, by
+ * bytes, and a line such as "q4_k 64%, q6_k 34%, f32 2%" listing them:
+ * what the prefill's matmuls and the mm column run on. */
+static mi_dtype weight_mix(const mi_session *e, char *line, size_t n) {
+  double bytes[MI_DTYPE_COUNT] = {0}, total = 0;
+  mi_weight_info wi;
+  for (size_t i = 0; mi_weights_at(e->weights, i, &wi) == 0; i++)
+    if (wi.ndim == 2 && wi.dtype >= 0 && wi.dtype < MI_DTYPE_COUNT) {
+      bytes[wi.dtype] += (double)wi.nbytes;
+      total += (double)wi.nbytes;
+    }
+  mi_dtype top = MI_DTYPE_BF16;
+  size_t at = 0;
+  line[0] = 0;
+  for (int pass = 0; pass < MI_DTYPE_COUNT && total > 0; pass++) {
+    int best = -1; /* largest share not yet listed */
+    for (int t = 0; t < MI_DTYPE_COUNT; t++)
+      if (bytes[t] > 0 && (best < 0 || bytes[t] > bytes[best])) best = t;
+    if (best < 0) break;
+    if (pass == 0) top = (mi_dtype)best;
+    if (at < n)
+      at += (size_t)snprintf(line + at, n - at, "%s%s %.0f%%", pass ? ", " : "",
+                             mi_dtype_name((mi_dtype)best), 100 * bytes[best] / total);
+    bytes[best] = 0;
+  }
+  return top;
+}
+
+/* Synthetic weights [N, K] in dt: small values for the element types,
+ * random codes with unit scales for the block types (every field a block
+ * holds is valid: the f16 scales are set, the codes are any bits).
+ * malloc'd, its size in *bytes; NULL when K is not whole blocks. */
+static void *synthetic_weights(mi_dtype dt, int64_t N, int64_t K, size_t *bytes) {
+  const size_t row = mi_dtype_row_bytes(dt, K);
+  if (row == 0) return NULL;
+  *bytes = row * (size_t)N;
+  uint8_t *w = malloc(*bytes);
+  if (!w) return NULL;
+  uint32_t h = 2654435761u;
+  for (size_t i = 0; i < *bytes; i++) {
+    h = h * 1664525u + 1013904223u;
+    w[i] = (uint8_t)(h >> 24);
+  }
+  const uint16_t one = 0x3c00, small = 0x2000; /* f16 1.0 and 2^-7 */
+  const size_t bb = mi_dtype_block_bytes(dt);
+  for (size_t b = 0; bb && b < *bytes / bb; b++) {
+    uint8_t *blk = w + b * bb;
+    if (dt == MI_DTYPE_Q6_K) {
+      memcpy(blk + 208, &small, 2);
+    } else {
+      memcpy(blk, &small, 2);
+      if (dt == MI_DTYPE_Q4_K) memcpy(blk + 2, &one, 2);
+    }
+  }
+  for (size_t i = 0; !bb && dt == MI_DTYPE_F32 && i < *bytes / 4; i++) {
+    const float v = (float)((int)(i % 17) - 8) * 0.0625f;
+    memcpy(w + 4 * i, &v, 4);
+  }
+  for (size_t i = 0; !bb && dt != MI_DTYPE_F32 && i < *bytes / 2; i++) {
+    const uint16_t v = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 256);
+    memcpy(w + 2 * i, &v, 2);
+  }
+  return w;
+}
+
+/* The platform's own matmul rate on weights in dt (the model's main matrix
+ * type), M = 256 tokens, K = hidden, N = 4K: best of 5 after a warm-up. */
+static double measure_peak_matmul(mi_session *e, mi_dtype dt) {
   const int64_t M = 256, K = e->info.hidden_size, N = 4 * K;
   const mi_platform_iface *P = e->P;
-  size_t xb = (size_t)(M * K) * sizeof(float), wb = (size_t)(N * K) * 2,
-         yb = (size_t)(M * N) * sizeof(float);
+  size_t xb = (size_t)(M * K) * sizeof(float), wb = 0, yb = (size_t)(M * N) * sizeof(float);
   mi_buffer *bx = NULL, *bw = NULL, *by = NULL;
   double best = 0;
-  if (K <= 0 || P->buffer_alloc(e->pc, xb, &bx) != 0 || P->buffer_alloc(e->pc, wb, &bw) != 0 ||
+  if (K <= 0) return 0;
+  void *hw = synthetic_weights(dt, N, K, &wb);
+  if (!hw && dt != MI_DTYPE_BF16) hw = synthetic_weights(dt = MI_DTYPE_BF16, N, K, &wb);
+  float *hx = malloc(xb);
+  if (!hw || !hx || P->buffer_alloc(e->pc, xb, &bx) != 0 || P->buffer_alloc(e->pc, wb, &bw) != 0 ||
       P->buffer_alloc(e->pc, yb, &by) != 0)
     goto done;
-  float *hx = malloc(xb);
-  uint16_t *hw = malloc(wb);
-  if (!hx || !hw) {
-    free(hx);
-    free(hw);
-    goto done;
-  }
   for (int64_t i = 0; i < M * K; i++) hx[i] = (float)((i % 17) - 8) * 0.0625f;
-  for (int64_t i = 0; i < N * K; i++) hw[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 256);
   int ok = P->memcpy_h2d(e->pc, NULL, P->buffer_ptr(e->pc, bx), hx, xb) == 0 &&
            P->memcpy_h2d(e->pc, NULL, P->buffer_ptr(e->pc, bw), hw, wb) == 0;
-  free(hx);
-  free(hw);
   for (int r = 0; ok && r < 6; r++) {
     double t0 = mi_now_seconds();
     ok = P->matmul(e->pc, NULL, P->buffer_ptr(e->pc, by), P->buffer_ptr(e->pc, bx),
-                   P->buffer_ptr(e->pc, bw), MI_DTYPE_BF16, M, N, K) == 0 &&
+                   P->buffer_ptr(e->pc, bw), dt, M, N, K) == 0 &&
          P->stream_sync(e->pc, NULL) == 0;
-    double dt = mi_now_seconds() - t0;
-    double rate = 2.0 * (double)M * (double)N * (double)K / dt / 1e9;
+    double dt_s = mi_now_seconds() - t0;
+    double rate = 2.0 * (double)M * (double)N * (double)K / dt_s / 1e9;
     if (ok && r > 0 && rate > best) best = rate; /* run 0 warms up */
   }
 done:
+  free(hx);
+  free(hw);
   if (by) P->buffer_free(e->pc, by);
   if (bw) P->buffer_free(e->pc, bw);
   if (bx) P->buffer_free(e->pc, bx);
   return best;
+}
+
+/* How the prefill's matmuls treat activations, from the variant and the
+ * main matrix type: an id for the JSON and a sentence for the table. */
+static const char *prefill_path_id(const cell_result *r) {
+  if (r->exact_act) return "exact";
+  if (mi_dtype_is_block(r->mm_dtype)) return "q8_activations";
+  return r->mm_dtype == MI_DTYPE_BF16 && strstr(r->variant, "+bf16act") ? "bf16_activations" : "exact";
+}
+
+static const char *prefill_path_text(const cell_result *r) {
+  const char *id = prefill_path_id(r);
+  if (!strcmp(id, "q8_activations"))
+    return "block-quantized weights read as stored, activations quantized to 8 bits per block of "
+           "32 with an f32 scale, integer dot products (MI_CPU_MATMUL_ACT=f32 for the exact path)";
+  if (!strcmp(id, "bf16_activations"))
+    return "bf16 weights from a few rows on VDPBF16PS, activations rounded to bf16 (matmul "
+           "contract mode bf16_activations; MI_CPU_MATMUL_ACT=f32 for the exact path)";
+  return "exact (activations f32)";
 }
 
 /* Token timestamps for the decode-by-position series. */
@@ -230,7 +315,10 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
     r->prefill_flops_token = e->info.prefill_flops_token;
     r->weight_bytes = e->info.weight_bytes;
     r->attn_flops_pos = e->info.attn_flops_pos;
-    r->peak_gflops = measure_peak_matmul(e);
+    r->mm_dtype = weight_mix(e, r->wmix, sizeof r->wmix);
+    const char *act = getenv("MI_CPU_MATMUL_ACT");
+    r->exact_act = act && !strcmp(act, "f32");
+    r->peak_gflops = measure_peak_matmul(e, r->mm_dtype);
     /* The prefill roofline: what the cores can do with the instructions the
      * chosen variant uses. It is a register-only loop, so unlike the matmul
      * rate it does not move with cache or memory contention; best of 40
@@ -249,7 +337,7 @@ static void run_cell(const bench_opts *o, int P, int G, cell_result *r) {
     }
     /* the variant's prefill may run on VDPBF16PS (2x the multiply-adds per
      * instruction): its own peak beside the FMA one, which %peak keeps */
-    if (mi_measure_bf16dot_peak(var, o->threads, 40, &fp) == 0) {
+    if (r->mm_dtype == MI_DTYPE_BF16 && mi_measure_bf16dot_peak(var, o->threads, 40, &fp) == 0) {
       r->bf16_gflops = fp.per_thread_gflops * o->threads;
       r->bf16_thread_gflops = fp.per_thread_gflops;
     }
@@ -516,10 +604,10 @@ int main(int argc, char **argv) {
   if (!o.json) {
     printf("model %s, KV cache %s, %d threads, %d repeats (medians); decode roofline = triad bandwidth / "
            "bytes per decoded token; prefill 'GF/s' = its FLOP rate, 'mm GF/s' = the platform's "
-           "own bf16 matmul rate, both measured in each run; %%mm = prefill / mm; %%peak = prefill "
-           "/ the FMA peak of the kernel variant (see the fma line); %%bf16 = prefill / the bf16 "
-           "dot-product peak, where the variant's prefill uses it ('+bf16act': activations rounded "
-           "to bf16, VDPBF16PS), else -\n",
+           "own matmul rate on the model's main matrix type (the matrices line), both measured in "
+           "each run; %%mm = prefill / mm; %%peak = prefill / the FMA peak of the kernel variant "
+           "(see the fma line); %%bf16 = prefill / the bf16 dot-product peak, where the prefill "
+           "uses it (bf16 matrices, '+bf16act': activations rounded to bf16, VDPBF16PS), else -\n",
            o.model_dir, o.kv_type ? o.kv_type : "f32", o.threads, o.repeats);
     if (o.baseline)
       printf("baseline: the same cells with the plugins of %s, alternating with this side run by "
@@ -664,8 +752,9 @@ int main(int argc, char **argv) {
         /* the prefill kernel path: "+bf16act" in the variant = bf16-weight
          * matmuls from a few rows on VDPBF16PS with activations rounded to
          * bf16 (the matmul contract's mode "bf16_activations") */
-        json_object_set_new(jc, "prefill_matmul",
-                            json_string(strstr(last.variant, "+bf16act") ? "bf16_activations" : "exact"));
+        json_object_set_new(jc, "prefill_matmul", json_string(prefill_path_id(&last)));
+        json_object_set_new(jc, "matrix_dtype", json_string(mi_dtype_name(last.mm_dtype)));
+        json_object_set_new(jc, "matrix_dtypes", json_string(last.wmix));
         if (m_bf > 0) {
           json_object_set_new(jc, "bf16dot_peak_gflops", json_real(m_bf));
           json_object_set_new(jc, "bf16dot_peak_thread_gflops", json_real(m_bf1));
@@ -699,11 +788,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "\r%80s\r", "");
         if (!shown_path++) {
           /* the kernel path is known once a cell has run: the header ends here */
-          printf("prefill matmul path: variant %s, %s\n", last.variant,
-                 strstr(last.variant, "+bf16act")
-                     ? "bf16 weights from a few rows on VDPBF16PS, activations rounded to bf16 "
-                       "(matmul contract mode bf16_activations; MI_CPU_MATMUL_ACT=f32 for the exact path)"
-                     : "exact (activations f32)");
+          printf("matrices: %s of their bytes; 'mm GF/s' runs on %s\n", last.wmix,
+                 mi_dtype_name(last.mm_dtype));
+          printf("prefill matmul path: variant %s, %s\n", last.variant, prefill_path_text(&last));
           printf("%6s %6s | %9s %11s %7s %7s %6s %6s %6s %10s %10s %6s %9s", "prompt", "gen",
                  "TTFT ms", "prefill t/s", "GF/s", "mm GF/s", "%mm", "%peak", "%bf16", "decode t/s",
                  "roof t/s", "%roof", "RSS MiB");

@@ -82,6 +82,13 @@ START_TEST(one_cell_json) {
   double wtps = json_number_value(json_array_get(json_array_get(dbp, 0), 1));
   ck_assert_msg(isfinite(wtps) && wtps > 0 && 32 / wtps <= 39 / dec * (1 + 1e-4),
                 "window %g tok/s against decode %g tok/s", wtps, dec);
+  /* the matrices' types, read from the weights: mi-mkmodel writes bf16, so
+   * the mm column runs on bf16 and the prefill path is a bf16 one */
+  ck_assert_str_eq(json_string_value(json_object_get(c, "matrix_dtype")), "bf16");
+  ck_assert_str_eq(json_string_value(json_object_get(c, "matrix_dtypes")), "bf16 100%");
+  const char *path = json_string_value(json_object_get(c, "prefill_matmul"));
+  ck_assert_msg(path && (!strcmp(path, "exact") || !strcmp(path, "bf16_activations")),
+                "prefill_matmul %s", path ? path : "(missing)");
   ck_assert_int_eq(json_integer_value(json_object_get(j, "warmup")), 1); /* the default, as llama-bench */
   json_t *bw = json_object_get(j, "bandwidth_gbs");
   ck_assert(json_number_value(json_object_get(bw, "triad")) > 0);

@@ -23,11 +23,23 @@ typedef enum mi_dtype {
    * back to back, with no padding or alignment. Only weights [N, K] of
    * matmul and tables of embed come in it, on platforms that accept it. */
   MI_DTYPE_Q8_0 = 6,
+  /* More of GGUF's block types (llama.cpp's block_q4_0, block_q4_K,
+   * block_q6_K), with the same rules as Q8_0: rows of whole blocks, only
+   * matmul weights and embed tables, where a platform accepts them. Their
+   * layouts and dequantization are in <mi/quant.h>. */
+  MI_DTYPE_Q4_0 = 7, /* 32 values in 18 bytes: f16 d, 16 bytes of nibbles; d*(q-8) */
+  MI_DTYPE_Q4_K = 8, /* 256 values in 144 bytes: 8 sub-blocks with 6-bit scale and min */
+  MI_DTYPE_Q6_K = 9, /* 256 values in 210 bytes: 16 sub-blocks of 16, int8 scales */
   MI_DTYPE_COUNT
 } mi_dtype;
 
 #define MI_Q8_0_BLOCK 32       /* values per Q8_0 block */
 #define MI_Q8_0_BLOCK_BYTES 34 /* bytes per Q8_0 block: f16 d + 32 int8 */
+#define MI_Q4_0_BLOCK 32
+#define MI_Q4_0_BLOCK_BYTES 18
+#define MI_QK_K 256 /* values per K-quant super-block */
+#define MI_Q4_K_BLOCK_BYTES 144
+#define MI_Q6_K_BLOCK_BYTES 210
 
 /* Bytes per element; 0 for a block type (Q8_0), which has none: size its
  * rows with mi_dtype_row_bytes. */
@@ -52,20 +64,47 @@ static inline const char *mi_dtype_name(mi_dtype t) {
   case MI_DTYPE_I64: return "i64";
   case MI_DTYPE_U8: return "u8";
   case MI_DTYPE_Q8_0: return "q8_0";
+  case MI_DTYPE_Q4_0: return "q4_0";
+  case MI_DTYPE_Q4_K: return "q4_k";
+  case MI_DTYPE_Q6_K: return "q6_k";
   default: return "?";
   }
 }
 
-/* Values per block: 32 for Q8_0, 1 for the element types. */
-static inline int64_t mi_dtype_block(mi_dtype t) { return t == MI_DTYPE_Q8_0 ? MI_Q8_0_BLOCK : 1; }
+/* Values per block: 32 for Q8_0 and Q4_0, 256 for Q4_K and Q6_K, 1 for the
+ * element types. */
+static inline int64_t mi_dtype_block(mi_dtype t) {
+  switch (t) {
+  case MI_DTYPE_Q8_0: return MI_Q8_0_BLOCK;
+  case MI_DTYPE_Q4_0: return MI_Q4_0_BLOCK;
+  case MI_DTYPE_Q4_K:
+  case MI_DTYPE_Q6_K: return MI_QK_K;
+  default: return 1;
+  }
+}
+
+/* Bytes per block of a block type; 0 for the element types. */
+static inline size_t mi_dtype_block_bytes(mi_dtype t) {
+  switch (t) {
+  case MI_DTYPE_Q8_0: return MI_Q8_0_BLOCK_BYTES;
+  case MI_DTYPE_Q4_0: return MI_Q4_0_BLOCK_BYTES;
+  case MI_DTYPE_Q4_K: return MI_Q4_K_BLOCK_BYTES;
+  case MI_DTYPE_Q6_K: return MI_Q6_K_BLOCK_BYTES;
+  default: return 0;
+  }
+}
+
+/* 1 for a block type (values come in blocks, a row has no per-element
+ * address). */
+static inline int mi_dtype_is_block(mi_dtype t) { return mi_dtype_block_bytes(t) != 0; }
 
 /* Bytes of a row of n values in t: n * size for an element type, whole
  * blocks for a block type. 0 when n is not a whole number of blocks (or t
  * is unknown): callers treat 0 as "this shape cannot be stored in t". */
 static inline size_t mi_dtype_row_bytes(mi_dtype t, int64_t n) {
   if (n < 0) return 0;
-  if (t == MI_DTYPE_Q8_0)
-    return n % MI_Q8_0_BLOCK ? 0 : (size_t)(n / MI_Q8_0_BLOCK) * MI_Q8_0_BLOCK_BYTES;
+  if (mi_dtype_is_block(t))
+    return n % mi_dtype_block(t) ? 0 : (size_t)(n / mi_dtype_block(t)) * mi_dtype_block_bytes(t);
   return (size_t)n * mi_dtype_size(t);
 }
 

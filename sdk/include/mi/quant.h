@@ -1,0 +1,114 @@
+/* GGUF's block types as MetaInfer reads them: each format's layout and its
+ * exact value, the definition every kernel, the load-time widening and the
+ * float64 references share. Layouts are llama.cpp's (ggml-common.h's
+ * block_q8_0, block_q4_0, block_q4_K, block_q6_K), little-endian, packed,
+ * a row being whole blocks back to back.
+ *
+ *   Q8_0  32 values, 34 bytes   d (f16) | q[32] int8          x = d*q
+ *   Q4_0  32 values, 18 bytes   d (f16) | qs[16]              x = d*(q-8)
+ *         value j < 16 is the low nibble of qs[j], value j+16 its high one.
+ *   Q4_K  256 values, 144 bytes d (f16) | dmin (f16) | scales[12] | qs[128]
+ *         8 sub-blocks of 32 values, sub-block j with a 6-bit scale sc_j
+ *         and a 6-bit min m_j: x = d*sc_j*q - dmin*m_j, q in 0..15.
+ *         scales: for j < 4, sc_j = s[j] & 63, m_j = s[j+4] & 63; for
+ *         j >= 4, sc_j = (s[j+4] & 15) | (s[j-4] >> 6) << 4 and
+ *         m_j = (s[j+4] >> 4) | (s[j] >> 6) << 4.
+ *         qs: 4 chunks of 64 values, chunk c in qs[32c .. 32c+31]: the low
+ *         nibbles are values 64c+l (sub-block 2c), the high ones 64c+32+l
+ *         (sub-block 2c+1), l < 32.
+ *   Q6_K  256 values, 210 bytes ql[128] | qh[64] | scales[16] int8 | d (f16)
+ *         16 sub-blocks of 16, x = d*scales[i/16]*(q-32), q in 0..63, from
+ *         4 low bits in ql and 2 high bits in qh. Two halves of 128 values,
+ *         half h using ql[64h ..], qh[32h ..], for l < 32:
+ *           value 128h+l     low nibble of ql[64h+l]    | bits 0-1 of qh[32h+l] << 4
+ *           value 128h+l+32  low nibble of ql[64h+l+32] | bits 2-3 of qh[32h+l] << 4
+ *           value 128h+l+64  high nibble of ql[64h+l]   | bits 4-5 of qh[32h+l] << 4
+ *           value 128h+l+96  high nibble of ql[64h+l+32]| bits 6-7 of qh[32h+l] << 4
+ *
+ * mi_quant_value64 gives a value exactly (every product above is exact in
+ * a double); the f32 row is that value rounded once. */
+#ifndef MI_QUANT_H
+#define MI_QUANT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+static inline float mi_quant_f16(const uint8_t *p) {
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return mi_f16_to_f32(h);
+}
+
+/* Q4_K's sub-block j (0..7) scale and min from its 12 scale bytes. */
+static inline void mi_q4_k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+/* Q6_K's 6-bit code of value i (0..255) of the block at b, 0..63. */
+static inline int mi_q6_k_code(const uint8_t *b, int i) {
+  const uint8_t *ql = b, *qh = b + 128;
+  const int h = i / 128, r = i % 128, quarter = r / 32, l = r % 32;
+  const uint8_t lo = ql[64 * h + l + (quarter & 1) * 32];
+  const int low = (quarter & 2) ? lo >> 4 : lo & 15;
+  const int high = (qh[32 * h + l] >> (2 * quarter)) & 3;
+  return low | high << 4;
+}
+
+/* Value i of the block at b (a block of t), exactly. */
+static inline double mi_quant_value64(mi_dtype t, const uint8_t *b, int i) {
+  switch (t) {
+  case MI_DTYPE_Q8_0: return (double)mi_quant_f16(b) * (int8_t)b[2 + i];
+  case MI_DTYPE_Q4_0: {
+    const uint8_t q = b[2 + i % 16];
+    return (double)mi_quant_f16(b) * ((i < 16 ? q & 15 : q >> 4) - 8);
+  }
+  case MI_DTYPE_Q4_K: {
+    int sc, m;
+    mi_q4_k_scale_min(b + 4, i / 32, &sc, &m);
+    const int c = i / 64, l = i % 32;
+    const uint8_t byte = b[16 + 32 * c + l];
+    const int q = (i % 64) < 32 ? byte & 15 : byte >> 4;
+    return (double)mi_quant_f16(b) * sc * q - (double)mi_quant_f16(b + 2) * m;
+  }
+  case MI_DTYPE_Q6_K:
+    return (double)mi_quant_f16(b + 208) * (int8_t)b[192 + i / 16] * (mi_q6_k_code(b, i) - 32);
+  default: return 0.0;
+  }
+}
+
+/* The n values (whole blocks) of a row at src, exactly / rounded once to
+ * f32. n must be a multiple of mi_dtype_block(t) and t a block type. */
+static inline void mi_quant_row_f64(mi_dtype t, const void *src, int64_t n, double *dst) {
+  const int64_t qk = mi_dtype_block(t);
+  const size_t bb = mi_dtype_block_bytes(t);
+  const uint8_t *p = (const uint8_t *)src;
+  for (int64_t b = 0; b < n / qk; b++, p += bb)
+    for (int i = 0; i < (int)qk; i++)
+      dst[b * qk + i] = mi_quant_value64(t, p, i);
+}
+
+static inline void mi_quant_row_f32(mi_dtype t, const void *src, int64_t n, float *dst) {
+  const int64_t qk = mi_dtype_block(t);
+  const size_t bb = mi_dtype_block_bytes(t);
+  const uint8_t *p = (const uint8_t *)src;
+  for (int64_t b = 0; b < n / qk; b++, p += bb)
+    for (int i = 0; i < (int)qk; i++)
+      dst[b * qk + i] = (float)mi_quant_value64(t, p, i);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
