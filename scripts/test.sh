@@ -34,13 +34,13 @@ not_cpu='^(test_loader|test_loader_conf|test_files_and_limits|loader_mi_run_list
 not_cpu+='|test_safetensors|test_mkmodel|test_ckb|test_gpu_host|test_gpu_plugins|gpu_conformance_emu(32|64)'
 not_cpu+='|test_cli_errors|test_verify_model|test_gpu_emu_e2e|test_gpu_tp|test_gen|test_gen_tp2|test_llm_client|test_llm_agents|test_llm_openai_mock'
 not_cpu+='|test_serve|test_serve_openai|test_serve_features|loader_misbehave|loader_elf_truncated|core_is_model_agnostic|test_fma_peak'
-not_cpu+='|test_hybrid_mkmodel|test_hybrid_reference|test_hybrid_coverage|test_hybrid_peer'
+not_cpu+='|test_hybrid_mkmodel|test_hybrid_reference|test_hybrid_coverage|test_hybrid_peer|test_cpu_quant'
 not_cpu+='|test_gen_kv|test_gen_hybrid|test_gen_experience|test_hybrid_runtime' # whole engines / the hybrid plugin: their kernels are test_cpu_hybrid's on every variant
 not_cpu+='|test_config_fields|test_evolve' # float64 search; its stage-1 units are test_verify_hybrid's
 not_cpu+='|test_interp|test_template|test_serve_tools|test_json_grammar' # float64 / text only: no CPU kernel
 not_cpu+='|test_prefix_cache' # the cache's bookkeeping; the state copies it makes are test_seq_state's on every variant
 not_cpu+='|test_cpu_q8_0' # runs every variant the host has itself (isa= per case)
-not_cpu+='|test_gguf|test_gguf_peer|test_gguf_q8_peer)$' # file reading; the f32/bf16/q8_0 kernels they end in are test_cpu_*'s
+not_cpu+='|test_gguf|test_gguf_peer|test_gguf_q8_peer|test_gguf_q4_peer)$' # file reading; the f32/bf16/block-type kernels they end in are test_cpu_*'s
 for isa in "${variants[@]}"; do
   echo "== CPU variant $isa (MI_CPU_ISA_MAX=$isa)"
   MI_CPU_ISA_MAX=$isa ctest --test-dir build --output-on-failure -j2 -E "$not_cpu"

@@ -630,15 +630,15 @@ START_TEST(coverage_qwen3_cpu) {
   free(s);
   remove_tree(whole);
   ck_assert_str_eq(json_string_value(json_object_get(r, "model_contract")), "model.qwen3@1.5.0");
-  ck_assert_str_eq(json_string_value(json_object_get(r, "platform_contract")), "platform.cpu@1.5.0");
+  ck_assert_str_eq(json_string_value(json_object_get(r, "platform_contract")), "platform.cpu@1.6.0");
   ck_assert_int_ge(json_array_size(json_object_get(r, "operators")), 8);
   ck_assert_int_ge(json_array_size(json_object_get(r, "tests")), 6);
   json_decref(r);
 
   /* An unknown platform, an unknown architecture: not covered, and why. */
-  ck_assert_int_eq(mi_ckb_coverage(c, m, "k100", &r, err, sizeof err), 1);
+  ck_assert_int_eq(mi_ckb_coverage(c, m, "tpu9", &r, err, sizeof err), 1);
   ck_assert_str_eq(json_string_value(json_array_get(json_object_get(r, "missing"), 0)),
-                   "platform contract for 'k100'");
+                   "platform contract for 'tpu9'");
   json_decref(r);
   char *m2 = model_dir("LlamaForCausalLM");
   ck_assert_int_eq(mi_ckb_coverage(c, m2, "cpu", &r, err, sizeof err), 1);

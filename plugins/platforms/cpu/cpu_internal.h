@@ -23,7 +23,10 @@
  *   cpu_matmul_q8_0.c     the matmul with Q8_0 weights: activations quantized to 8 bits,
  *                         integer dot products (cpu_q8_0.h); its inner loops in
  *                         cpu_q8_0_generic.c, cpu_q8_0_avx2.c (-mavx2) and
- *                         cpu_q8_0_avx512.c (-mavx512bw -mavx512vnni ...)
+ *                         cpu_q8_0_avx512.c (-mavx512bw -mavx512vnni ...); the same
+ *                         driver takes Q4_0, Q4_K and Q6_K weights (cpu_matmul_quant)
+ *   cpu_quant_*.c         the Q4_0 / Q4_K / Q6_K tiles (cpu_quant.h): generic, avx2,
+ *                         avx512 (VNNI), the activations quantized as for Q8_0
  */
 #ifndef MI_CPU_INTERNAL_H
 #define MI_CPU_INTERNAL_H

@@ -47,8 +47,10 @@ int cpu_matmul(void *ctx, mi_stream *s, float *y, const float *x, const void *w,
     return cpu_fail(c, "matmul: negative shape M=%lld N=%lld K=%lld", (long long)M, (long long)N,
                     (long long)K);
   if (w_dtype != MI_DTYPE_F32 && w_dtype != MI_DTYPE_F16 && w_dtype != MI_DTYPE_BF16 &&
-      w_dtype != MI_DTYPE_Q8_0)
-    return cpu_fail(c, "matmul: unsupported weight dtype %s (f32, f16, bf16, q8_0 only)",
+      !mi_dtype_is_block(w_dtype))
+    return cpu_fail(c,
+                    "matmul: unsupported weight dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k "
+                    "only)",
                     mi_dtype_name(w_dtype));
   if (M == 0 || N == 0) return 0;
   CHECK_PTR(c, y, "matmul", "y");
@@ -58,7 +60,8 @@ int cpu_matmul(void *ctx, mi_stream *s, float *y, const float *x, const void *w,
   }
   CHECK_PTR(c, x, "matmul", "x");
   CHECK_PTR(c, w, "matmul", "w");
-  if (w_dtype == MI_DTYPE_Q8_0) return cpu_matmul_q8_0(c, y, x, w, M, N, K); /* cpu_matmul_q8_0.c */
+  if (mi_dtype_is_block(w_dtype)) /* Q8_0, Q4_0, Q4_K, Q6_K: cpu_matmul_q8_0.c */
+    return cpu_matmul_quant(c, w_dtype, y, x, w, M, N, K);
   mm_args a = {c->k, y, x, w, w_dtype, M, N, K, 0};
   int nt = cpu_pool_threads(c->pool);
   double macs = (double)M * (double)N * (double)K;
@@ -223,9 +226,9 @@ static void embed_task(void *arg, int64_t b, int64_t e, int tid) {
   for (int64_t t = b; t < e; t++) {
     float *yr = a->y + t * dim;
     size_t row = (size_t)a->ids[t] * (size_t)dim;
-    if (a->dt == MI_DTYPE_Q8_0) { /* whole blocks per row: checked by cpu_embed */
+    if (mi_dtype_is_block(a->dt)) { /* whole blocks per row: checked by cpu_embed */
       const size_t rowb = mi_dtype_row_bytes(a->dt, dim);
-      cpu_q8_dequant_row(yr, (const char *)a->table + (size_t)a->ids[t] * rowb, dim);
+      cpu_quant_dequant_row(a->dt, yr, (const char *)a->table + (size_t)a->ids[t] * rowb, dim);
     } else if (a->dt == MI_DTYPE_F32) {
       memcpy(yr, (const float *)a->table + row, (size_t)dim * sizeof(float));
     } else if (a->dt == MI_DTYPE_BF16) {
@@ -246,12 +249,14 @@ int cpu_embed(void *ctx, mi_stream *s, float *y, const void *table, mi_dtype dty
     return cpu_fail(c, "embed: bad shape T=%lld V=%lld dim=%lld", (long long)T, (long long)V,
                     (long long)dim);
   if (dtype != MI_DTYPE_F32 && dtype != MI_DTYPE_F16 && dtype != MI_DTYPE_BF16 &&
-      dtype != MI_DTYPE_Q8_0)
-    return cpu_fail(c, "embed: unsupported table dtype %s (f32, f16, bf16, q8_0 only)",
+      !mi_dtype_is_block(dtype))
+    return cpu_fail(c,
+                    "embed: unsupported table dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k "
+                    "only)",
                     mi_dtype_name(dtype));
-  if (dtype == MI_DTYPE_Q8_0 && dim % MI_Q8_0_BLOCK)
-    return cpu_fail(c, "embed: a q8_0 table needs dim a multiple of %d (got dim=%lld)",
-                    MI_Q8_0_BLOCK, (long long)dim);
+  if (mi_dtype_is_block(dtype) && dim % mi_dtype_block(dtype))
+    return cpu_fail(c, "embed: a %s table needs dim a multiple of %lld (got dim=%lld)",
+                    mi_dtype_name(dtype), (long long)mi_dtype_block(dtype), (long long)dim);
   if (T == 0) return 0;
   CHECK_PTR(c, y, "embed", "y");
   CHECK_PTR(c, table, "embed", "table");

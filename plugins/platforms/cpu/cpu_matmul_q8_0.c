@@ -13,9 +13,14 @@
  * weight block for every token. Ops with a gemm (AVX-512 VNNI) take calls
  * of CPU_Q8_PANEL_MIN_M tokens and more on packed weight panels instead.
  *
+ * Q4_0, Q4_K and Q6_K weights (cpu_quant.h) take this same driver: the
+ * same quantized activations (plus fl(d_x·Σq_x) per block for Q4_K's min
+ * term), the same walk and threading, their own tiles; no panels.
+ *
  * matmul_act=f32 (the plugin's exact mode): x stays f32 and the weights are
- * widened exactly (an f16 times an int8 is exact in f32), chunk by chunk,
- * for the f32 dot product: the f32-accumulation error only, slowly. */
+ * widened exactly (an f16 times an int8 is exact in f32; a Q4_K/Q6_K value
+ * is rounded once), chunk by chunk, for the f32 dot product: the
+ * f32-accumulation error only, slowly. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
@@ -24,6 +29,7 @@
 #include "cpu_internal.h"
 #include "cpu_ip_streams.h"
 #include "cpu_q8_0.h"
+#include "cpu_quant.h"
 
 /* ---- the quantized activations' buffer, kept between calls ----
  * Decode quantizes a few KB per matmul, hundreds of times per token: the
@@ -69,7 +75,7 @@ const cpu_q8_ops *cpu_q8_ops_for(cpu_isa isa, int avx512_vnni) {
 /* Bytes of the quantized activations for M rows (see cpu_q8_act). */
 static size_t act_bytes(int64_t M, int64_t kp) {
   const size_t m = (size_t)M, k = (size_t)kp;
-  return ALIGN64(m * k) + 2 * ALIGN64(m * (k / CPU_Q8_QK) * sizeof(float));
+  return ALIGN64(m * k) + 3 * ALIGN64(m * (k / CPU_Q8_QK) * sizeof(float));
 }
 
 /* Points a's arrays into buf (64-byte aligned). */
@@ -77,13 +83,19 @@ static void act_layout(cpu_q8_act *a, char *buf) {
   const size_t m = (size_t)a->M, k = (size_t)a->kp;
   a->q = (int8_t *)buf;
   a->d = (float *)(buf + ALIGN64(m * k));
-  a->s = (int32_t *)(buf + ALIGN64(m * k) + ALIGN64(m * (k / CPU_Q8_QK) * sizeof(float)));
+  const size_t f = ALIGN64(m * (k / CPU_Q8_QK) * sizeof(float));
+  a->s = (int32_t *)(buf + ALIGN64(m * k) + f);
+  a->ds = (float *)(buf + ALIGN64(m * k) + 2 * f);
 }
 
 /* ---- the quantized path ---- */
 
 typedef struct q8_args {
   const cpu_q8_ops *ops;
+  mi_dtype dt;
+  cpu_q_tile_fn tile; /* the weight type's */
+  int64_t qk;         /* values per weight block */
+  size_t wrow;        /* bytes per weight row */
   cpu_q8_act act;
   const float *x;
   float *y;
@@ -101,6 +113,18 @@ static void quant_task(void *arg, int64_t b, int64_t e, int tid) {
   (void)tid;
   const q8_args *a = arg;
   a->ops->quantize(&a->act, a->x, b, e);
+  if (a->dt != MI_DTYPE_Q4_K) return;
+  /* Q4_K's min term wants d_x·Σq_x per block: M·K adds, once per call
+   * (padding blocks: q = 0, d = 0, so 0) */
+  const int64_t nbp = a->act.kp / CPU_Q8_QK;
+  for (int64_t m = b; m < e; m++)
+    for (int64_t j = 0; j < nbp; j++) {
+      const int8_t *q = a->act.q + m * a->act.kp + j * CPU_Q8_QK;
+      int32_t sum = 0;
+      for (int i = 0; i < CPU_Q8_QK; i++)
+        sum += q[i];
+      a->act.ds[m * nbp + j] = a->act.d[m * nbp + j] * (float)sum;
+    }
 }
 
 /* cpu_ip_streams.h's callback: k in values (multiples of 1024 but the
@@ -109,8 +133,8 @@ static void q8_tile_cb(void *arg, int64_t row, int mr, const int64_t col[4],
                        const void *const wr[4], int nr, int64_t k0, int64_t k1, int accum) {
   const q8_tile_args *t = arg;
   const q8_args *a = t->a;
-  a->ops->tile(a->y + (t->m0 + row) * a->N, a->N, col, &a->act, t->m0 + row, mr, wr, nr,
-               k0 / CPU_Q8_QK, k1 / CPU_Q8_QK, accum);
+  a->tile(a->y + (t->m0 + row) * a->N, a->N, col, &a->act, t->m0 + row, mr, wr, nr, k0 / a->qk,
+          k1 / a->qk, accum);
 }
 
 /* Tokens per pass of the tiles over a task's weight rows: their quantized
@@ -123,10 +147,10 @@ static void q8_tile_cb(void *arg, int64_t row, int mr, const int64_t col[4],
 static void q8_task(void *arg, int64_t b, int64_t e, int tid) {
   (void)tid;
   const q8_args *a = arg;
-  const size_t wrow = (size_t)(a->K / CPU_Q8_QK) * CPU_Q8_WBYTES;
+  const size_t wrow = a->wrow;
   const int64_t r0 = a->split_m ? b : 0, r1 = a->split_m ? e : a->M;
   const int64_t n0 = a->split_m ? 0 : b, n1 = a->split_m ? a->N : e;
-  if (a->ops->gemm && r1 - r0 >= CPU_Q8_PANEL_MIN_M) {
+  if (a->dt == MI_DTYPE_Q8_0 && a->ops->gemm && r1 - r0 >= CPU_Q8_PANEL_MIN_M) {
     a->ops->gemm(a->y, a->N, &a->act, r0, r1, a->w, wrow, n0, n1);
     return;
   }
@@ -138,10 +162,11 @@ static void q8_task(void *arg, int64_t b, int64_t e, int tid) {
 
 /* ---- the exact path (matmul_act=f32) ---- */
 
-#define EX_KC 256 /* values of k widened at a time (a multiple of 32) */
+#define EX_KC 256 /* values of k widened at a time (a multiple of every block) */
 
 typedef struct ex_args {
   const cpu_kernel_set *k;
+  mi_dtype dt;
   float *y;
   const float *x;
   const uint8_t *w;
@@ -151,15 +176,16 @@ typedef struct ex_args {
 static void ex_task(void *arg, int64_t n0, int64_t n1, int tid) {
   (void)tid;
   const ex_args *a = arg;
-  const size_t wrow = (size_t)(a->K / CPU_Q8_QK) * CPU_Q8_WBYTES;
+  const size_t wrow = mi_dtype_row_bytes(a->dt, a->K);
+  const size_t bb = mi_dtype_block_bytes(a->dt);
+  const int64_t qk = mi_dtype_block(a->dt);
   float wf[EX_KC] __attribute__((aligned(64)));
   for (int64_t n = n0; n < n1; n++) {
     for (int64_t m = 0; m < a->M; m++)
       a->y[m * a->N + n] = 0.0f;
     for (int64_t k0 = 0; k0 < a->K; k0 += EX_KC) {
       const int64_t kn = a->K - k0 < EX_KC ? a->K - k0 : EX_KC;
-      cpu_q8_dequant_row(wf, a->w + (size_t)n * wrow + (size_t)(k0 / CPU_Q8_QK) * CPU_Q8_WBYTES,
-                         kn);
+      cpu_quant_dequant_row(a->dt, wf, a->w + (size_t)n * wrow + (size_t)(k0 / qk) * bb, kn);
       for (int64_t m = 0; m < a->M; m++)
         a->y[m * a->N + n] += a->k->dot(a->x + m * a->K + k0, wf, kn);
     }
@@ -177,6 +203,13 @@ void cpu_q8_dequant_row(float *dst, const void *src, int64_t n) {
   }
 }
 
+void cpu_quant_dequant_row(mi_dtype dt, float *dst, const void *src, int64_t n) {
+  if (dt == MI_DTYPE_Q8_0)
+    cpu_q8_dequant_row(dst, src, n);
+  else
+    mi_quant_row_f32(dt, src, n, dst); /* the definition, rounded once */
+}
+
 /* ---- entry ---- */
 
 /* Below this many multiply-adds a call runs on the calling thread. */
@@ -184,13 +217,28 @@ void cpu_q8_dequant_row(float *dst, const void *src, int64_t n) {
 
 int cpu_matmul_q8_0(cpu_ctx *c, float *y, const float *x, const void *w, int64_t M, int64_t N,
                     int64_t K) {
-  if (K % CPU_Q8_QK)
-    return cpu_fail(c, "matmul: q8_0 weights need K a multiple of %d (got K=%lld)", CPU_Q8_QK,
-                    (long long)K);
+  return cpu_matmul_quant(c, MI_DTYPE_Q8_0, y, x, w, M, N, K);
+}
+
+static cpu_q_tile_fn tile_for(const cpu_q8_ops *ops, mi_dtype dt) {
+  switch (dt) {
+  case MI_DTYPE_Q4_0: return ops->tile_q4_0;
+  case MI_DTYPE_Q4_K: return ops->tile_q4_k;
+  case MI_DTYPE_Q6_K: return ops->tile_q6_k;
+  default: return ops->tile;
+  }
+}
+
+int cpu_matmul_quant(cpu_ctx *c, mi_dtype dt, float *y, const float *x, const void *w, int64_t M,
+                     int64_t N, int64_t K) {
+  const int64_t qk = mi_dtype_block(dt);
+  if (K % qk)
+    return cpu_fail(c, "matmul: %s weights need K a multiple of %lld (got K=%lld)",
+                    mi_dtype_name(dt), (long long)qk, (long long)K);
   const int nt = cpu_pool_threads(c->pool);
   const int serial = nt == 1 || (double)M * (double)N * (double)K < Q8_PAR_MIN_MACS;
   if (c->matmul_exact) {
-    ex_args e = {c->k, y, x, w, M, N, K};
+    ex_args e = {c->k, dt, y, x, w, M, N, K};
     if (serial)
       ex_task(&e, 0, N, 0);
     else
@@ -198,7 +246,17 @@ int cpu_matmul_q8_0(cpu_ctx *c, float *y, const float *x, const void *w, int64_t
     return 0;
   }
   const cpu_q8_ops *ops = c->q8ops;
-  q8_args a = {.ops = ops, .x = x, .y = y, .w = w, .M = M, .N = N, .K = K};
+  q8_args a = {.ops = ops,
+               .dt = dt,
+               .tile = tile_for(ops, dt),
+               .qk = qk,
+               .wrow = mi_dtype_row_bytes(dt, K),
+               .x = x,
+               .y = y,
+               .w = w,
+               .M = M,
+               .N = N,
+               .K = K};
   a.act.M = M;
   a.act.K = K;
   a.act.kp = (K + 63) / 64 * 64;
@@ -217,7 +275,7 @@ int cpu_matmul_q8_0(cpu_ctx *c, float *y, const float *x, const void *w, int64_t
     buf = own = aligned_alloc(64, (need + 63) / 64 * 64);
     if (!own) {
       if (kept) pthread_mutex_unlock(&sc->mu);
-      return cpu_fail(c, "matmul: out of memory for the q8_0 activations (%zu bytes)", need);
+      return cpu_fail(c, "matmul: out of memory for the quantized activations (%zu bytes)", need);
     }
   }
   act_layout(&a.act, buf);

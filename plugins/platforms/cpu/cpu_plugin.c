@@ -14,10 +14,11 @@
  *                  always for decode (M = 1). bf16: as auto, but refused on a
  *                  variant without AVX512_BF16. The variant name then reads
  *                  "avx512bf16+bf16act", so callers see the mode.
- *                  Q8_0 weights (cpu_matmul_q8_0.c): auto and bf16 quantize
- *                  the activations to 8 bits per block of 32 (integer dot
- *                  products, every variant, decode too); f32 widens the
- *                  weights instead (exact, slow).
+ *                  Q8_0, Q4_0, Q4_K and Q6_K weights (cpu_matmul_q8_0.c,
+ *                  cpu_quant.h): auto and bf16 quantize the activations to
+ *                  8 bits per block of 32 (integer dot products, every
+ *                  variant, decode too); f32 widens the weights instead
+ *                  (each value rounded once, f32 dot products: slow).
  *
  * Environment:
  *   MI_CPU_ISA=NAME      the default for isa= (an isa= option wins); refused
@@ -86,7 +87,7 @@ typedef struct cpu_config {
   int nthreads;
   int spin_us;
   int bf16act; /* 1: prefill bf16-weight matmuls round x to bf16 (matmul_act) */
-  int act_exact; /* 1: matmul_act=f32: no activation rounding anywhere (Q8_0 included) */
+  int act_exact; /* 1: matmul_act=f32: no activation rounding anywhere (block types included) */
   cpu_isa_info info;
 } cpu_config;
 
@@ -300,7 +301,8 @@ static int cpu_init(const mi_host_api *host, const mi_options *opts, void **ctx,
   snprintf(c->device_name, sizeof c->device_name, "%s (%d thread%s)", cpu_isa_describe(c->isa),
            c->nthreads, c->nthreads == 1 ? "" : "s");
   if (host && host->log)
-    host->log(MI_LOG_INFO, CPU_PLUGIN_NAME, "variant %s, %d thread%s, q8_0 matmul: %s", cpu_variant(c),
+    host->log(MI_LOG_INFO, CPU_PLUGIN_NAME,
+              "variant %s, %d thread%s, q8_0/q4_0/q4_k/q6_k matmul: %s", cpu_variant(c),
               c->nthreads, c->nthreads == 1 ? "" : "s",
               c->matmul_exact ? "exact (matmul_act=f32)" : c->q8ops->name);
   *ctx = c;

@@ -20,7 +20,11 @@
  * Then y[m,n] = Σ_b d_x[m,b] · d_w[n,b] · Σ_{k in b} q_x[m,k] · q_w[n,k]:
  * the inner sums are exact integers (|Σ| <= 32·127·128 < 2^24, exact in
  * f32 too), the scales and the sum over blocks are f32. The error bound
- * this gives is in the plugin README ("Q8_0 weights"). */
+ * this gives is in the plugin README ("Q8_0 weights").
+ *
+ * Q4_0, Q4_K and Q6_K weights (cpu_quant.h, README "Q4_0, Q4_K and Q6_K
+ * weights") take the same quantized activations and the same driver;
+ * only the tiles differ (ops.tile_q4_0/q4_k/q6_k). */
 #ifndef MI_CPU_Q8_0_H
 #define MI_CPU_Q8_0_H
 
@@ -39,13 +43,25 @@
  *   s [M][kp / 32] -128 · Σ q_x over each block: the panel GEMM's bias
  *                  correction (cpu_q8_0_avx512.c); filled only by a
  *                  quantize whose ops have a gemm
+ *   ds [M][kp / 32] fl(d_x · Σ q_x) over each block: Q4_K's min term
+ *                  (cpu_quant.h); filled by the driver only for Q4_K
  * The arrays are 64-byte aligned (the driver's scratch). */
 typedef struct cpu_q8_act {
   int64_t M, K, kp;
   int8_t *q;
   float *d;
   int32_t *s;
+  float *ds;
 } cpu_q8_act;
+
+/* The register tile of every block type: activation rows [row, row + mr)
+ * (mr <= 4) times the weight rows wr[j] (j < nr valid; the others repeat
+ * the last valid one), over weight blocks [b0, b1) (of the weight type:
+ * 32 values for Q8_0/Q4_0, 256 for Q4_K/Q6_K):
+ *   y[i·ldy + col[j]] (accum ? += : =) the blocks' share of the dot product. */
+typedef void (*cpu_q_tile_fn)(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
+                              int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
+                              int64_t b1, int accum);
 
 /* From this many tokens per thread's call, ops with a gemm use it instead
  * of the tiles: it packs weight panels (~11 GB/s of weights from memory
@@ -66,13 +82,15 @@ typedef struct cpu_q8_ops {
    * weight rows wr[j] (j < nr valid; the others repeat the last valid one),
    * over blocks [b0, b1):
    *   y[i·ldy + col[j]] (accum ? += : =) Σ_b d_x·d_w·Σ q_x·q_w. */
-  void (*tile)(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a, int64_t row,
-               int mr, const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum);
+  cpu_q_tile_fn tile;
   /* Optional (NULL: the tiles do all): prefill, rows [m0, m1) of y [M, ldy]
    * times weight rows [n0, n1) of w (rows wrow bytes apart), all of K, on
    * packed weight panels. The same sums as the tiles, in another order. */
   void (*gemm)(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t m1, const void *w,
                size_t wrow, int64_t n0, int64_t n1);
+  /* The tiles of the other block types (cpu_quant_<isa>.c), same contract
+   * as tile, on the same quantized activations. */
+  cpu_q_tile_fn tile_q4_0, tile_q4_k, tile_q6_k;
 } cpu_q8_ops;
 
 extern const cpu_q8_ops cpu_q8_generic;
@@ -86,6 +104,12 @@ extern const cpu_q8_ops cpu_q8_avx512vnni;
  * context's matmul_exact is set. */
 int cpu_matmul_q8_0(cpu_ctx *c, float *y, const float *x, const void *w, int64_t M, int64_t N,
                     int64_t K);
+/* The same for any block type dt (Q8_0, Q4_0, Q4_K, Q6_K). */
+int cpu_matmul_quant(cpu_ctx *c, mi_dtype dt, float *y, const float *x, const void *w, int64_t M,
+                     int64_t N, int64_t K);
+/* dst = the n values (whole blocks) of a row of type dt at src, each
+ * rounded once to f32 (exact for Q8_0 and Q4_0). */
+void cpu_quant_dequant_row(mi_dtype dt, float *dst, const void *src, int64_t n);
 /* The ops for a variant: AVX-512 VNNI needs avx512 + AVX512BW/VL/VNNI
  * (avx512_vnni: cpu_isa_info's flag), else the AVX2 ones from avx2 up. */
 const cpu_q8_ops *cpu_q8_ops_for(cpu_isa isa, int avx512_vnni);

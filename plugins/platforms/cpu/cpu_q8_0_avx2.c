@@ -15,7 +15,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "cpu_q8_0.h"
+#include "cpu_quant.h"
 
 #define AI static inline __attribute__((always_inline))
 #define Q8_PF_AHEAD 1024 /* bytes prefetched ahead in each weight row */
@@ -136,4 +136,9 @@ static void tile(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *
   }
 }
 
-const cpu_q8_ops cpu_q8_avx2 = {.name = "avx2", .quantize = quantize, .tile = tile};
+const cpu_q8_ops cpu_q8_avx2 = {.name = "avx2",
+                                .quantize = quantize,
+                                .tile = tile,
+                                .tile_q4_0 = cpu_q4_0_tile_avx2,
+                                .tile_q4_k = cpu_q4_k_tile_avx2,
+                                .tile_q6_k = cpu_q6_k_tile_avx2};

@@ -20,7 +20,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "cpu_q8_0.h"
+#include "cpu_quant.h"
 #include "cpu_reduce_avx512.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -294,5 +294,10 @@ static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t
   }
 }
 
-const cpu_q8_ops cpu_q8_avx512vnni = {
-    .name = "avx512vnni", .quantize = quantize, .tile = tile, .gemm = gemm};
+const cpu_q8_ops cpu_q8_avx512vnni = {.name = "avx512vnni",
+                                      .quantize = quantize,
+                                      .tile = tile,
+                                      .gemm = gemm,
+                                      .tile_q4_0 = cpu_q4_0_tile_avx512,
+                                      .tile_q4_k = cpu_q4_k_tile_avx512,
+                                      .tile_q6_k = cpu_q6_k_tile_avx512};

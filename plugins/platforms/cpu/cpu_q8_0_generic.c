@@ -4,7 +4,7 @@
  * running sum per output. */
 #include <string.h>
 
-#include "cpu_q8_0.h"
+#include "cpu_quant.h"
 
 static void quantize(const cpu_q8_act *a, const float *x, int64_t m0, int64_t m1) {
   const int64_t nb = a->K / CPU_Q8_QK, nbp = a->kp / CPU_Q8_QK;
@@ -49,4 +49,9 @@ static void tile(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *
   }
 }
 
-const cpu_q8_ops cpu_q8_generic = {.name = "generic", .quantize = quantize, .tile = tile};
+const cpu_q8_ops cpu_q8_generic = {.name = "generic",
+                                   .quantize = quantize,
+                                   .tile = tile,
+                                   .tile_q4_0 = cpu_q4_0_tile_generic,
+                                   .tile_q4_k = cpu_q4_k_tile_generic,
+                                   .tile_q6_k = cpu_q6_k_tile_generic};

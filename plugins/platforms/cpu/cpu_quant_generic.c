@@ -1,0 +1,112 @@
+/* The Q4_0, Q4_K and Q6_K tiles, portable C (the generic variant): the
+ * definition in cpu_quant.h written out one block at a time. Every
+ * integer sum is exact; each activation block adds one f32 term to one
+ * running f32 sum per output. */
+#include "cpu_quant.h"
+
+/* y[i·ldy + col[j]] = s (or += with accum). */
+static void put(float *y, int64_t ldy, const int64_t col[4], int i, int j, float s, int accum) {
+  float *yo = y + i * ldy + col[j];
+  *yo = accum ? *yo + s : s;
+}
+
+/* One output over Q4_0 blocks [b0, b1): Σ_b fl(d_x·d)·Σ q_x·(q - 8), the
+ * integer sum at most 32·127·8 in magnitude. */
+static float q4_0_row(const uint8_t *w, const int8_t *qx, const float *dx, int64_t b0, int64_t b1) {
+  float s = 0.0f;
+  for (int64_t b = b0; b < b1; b++) {
+    const uint8_t *p = w + (size_t)b * CPU_Q4_0_BYTES;
+    const int8_t *xb = qx + b * 32;
+    int32_t isum = 0;
+    for (int l = 0; l < 16; l++) {
+      isum += xb[l] * ((p[2 + l] & 15) - 8);
+      isum += xb[l + 16] * ((p[2 + l] >> 4) - 8);
+    }
+    s += dx[b] * mi_quant_f16(p) * (float)isum;
+  }
+  return s;
+}
+
+/* One output over Q4_K blocks [b0, b1): per sub-block j (activation block
+ * 8b + j), d_x·(d·(sc_j·Σ q_x·q) - dmin·(m_j·Σ q_x)); sc_j·Σ q_x·q is at
+ * most 63·32·127·15 < 2^22, exact in f32 too. */
+static float q4_k_row(const uint8_t *w, const int8_t *qx, const float *dx, int64_t b0, int64_t b1) {
+  float s = 0.0f;
+  for (int64_t b = b0; b < b1; b++) {
+    const uint8_t *p = w + (size_t)b * CPU_Q4_K_BYTES;
+    const float d = mi_quant_f16(p), dmin = mi_quant_f16(p + 2);
+    uint8_t sm[16];
+    cpu_q4_k_scales(sm, p + 4);
+    for (int j = 0; j < 8; j++) {
+      const uint8_t *qs = p + 16 + 32 * (j / 2);
+      const int8_t *xb = qx + (b * 8 + j) * 32;
+      const int shift = 4 * (j & 1); /* even sub-blocks the low nibbles */
+      int32_t isum = 0, xsum = 0;
+      for (int l = 0; l < 32; l++) {
+        isum += xb[l] * ((qs[l] >> shift) & 15);
+        xsum += xb[l];
+      }
+      const float t = d * (float)(sm[j] * isum) - dmin * (float)(sm[8 + j] * xsum);
+      s += dx[b * 8 + j] * t;
+    }
+  }
+  return s;
+}
+
+/* One output over Q6_K blocks [b0, b1): per activation block j (sub-blocks
+ * 2j, 2j+1 of 16), fl(d_x·d)·(sc_2j·Σ q_x·(q-32) + sc_2j+1·Σ ...), the
+ * integer at most 2·128·16·127·32 < 2^24. */
+static float q6_k_row(const uint8_t *w, const int8_t *qx, const float *dx, int64_t b0, int64_t b1) {
+  float s = 0.0f;
+  for (int64_t b = b0; b < b1; b++) {
+    const uint8_t *p = w + (size_t)b * CPU_Q6_K_BYTES;
+    const float d = mi_quant_f16(p + 208);
+    const int8_t *sc = (const int8_t *)(p + 192);
+    for (int j = 0; j < 8; j++) {
+      const int8_t *xb = qx + (b * 8 + j) * 32;
+      /* values 32j + l: half j/4, quarter r = j%4 (mi_q6_k_code's rule,
+       * unrolled per block of 32) */
+      const int r = j % 4, nsh = 4 * (r >> 1), hsh = 2 * r;
+      const uint8_t *ql = p + 64 * (j / 4) + 32 * (r & 1), *qh = p + 128 + 32 * (j / 4);
+      int32_t t = 0;
+      for (int h = 0; h < 2; h++) {
+        int32_t isum = 0;
+        for (int l = 16 * h; l < 16 * h + 16; l++)
+          isum += xb[l] * ((((ql[l] >> nsh) & 15) | ((qh[l] >> hsh) & 3) << 4) - 32);
+        t += sc[2 * j + h] * isum;
+      }
+      s += dx[b * 8 + j] * d * (float)t;
+    }
+  }
+  return s;
+}
+
+typedef float (*row_fn)(const uint8_t *, const int8_t *, const float *, int64_t, int64_t);
+
+static void tile_rows(row_fn f, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
+                      int64_t row, int mr, const void *const wr[4], int nr, int64_t b0, int64_t b1,
+                      int accum) {
+  const int64_t nbp = a->kp / 32;
+  for (int j = 0; j < nr; j++)
+    for (int i = 0; i < mr; i++)
+      put(y, ldy, col, i, j, f(wr[j], a->q + (row + i) * a->kp, a->d + (row + i) * nbp, b0, b1),
+          accum);
+}
+
+void cpu_q4_0_tile_generic(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
+                           int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
+                           int64_t b1, int accum) {
+  tile_rows(q4_0_row, y, ldy, col, a, row, mr, wr, nr, b0, b1, accum);
+}
+
+void cpu_q4_k_tile_generic(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
+                           int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
+                           int64_t b1, int accum) {
+  tile_rows(q4_k_row, y, ldy, col, a, row, mr, wr, nr, b0, b1, accum);
+}
+
+void cpu_q6_k_tile_generic(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
+                           int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
+                           int64_t b1, int accum) {
+  tile_rows(q6_k_row, y, ldy, col, a, row, mr, wr, nr, b0, b1, accum);
+}
