@@ -10,7 +10,10 @@
 #include <unistd.h>
 
 #include "core/tokenizer/tokenizer.h"
+#include "core/runtime/host.h"
+#include "core/runtime/mem.h"
 #include "core/util/file.h"
+#include "mi/quant.h"
 #include "mi/tensor.h"
 
 /* A contract file is small; jansson needs ~20x its size. */
@@ -512,27 +515,141 @@ static int map_name(const char *pat, const char *hf, const char *name, char *out
   return k > 0 && (size_t)k < n;
 }
 
-/* A Q8_0 tensor as f32 (malloc'd), or NULL. The reader has checked that
- * its bytes are whole blocks of 34 (an f16 d, then 32 int8 q): x = d * q. */
-static float *dequant_q8_0(const mi_gguf_tensor *t) {
-  uint64_t nb = t->nbytes / 34;
-  float *out = malloc((size_t)(nb ? nb : 1) * 32 * sizeof(float)); /* [nb * 32] */
-  if (!out) return NULL;
-  const uint8_t *p = t->data;
-  for (uint64_t b = 0; b < nb; b++, p += 34) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    const float d = mi_f16_to_f32(h);
-    for (int j = 0; j < 32; j++)
-      out[b * 32 + (uint64_t)j] = d * (float)(int8_t)p[2 + j];
+/* The ggml block types quant.h defines, as MetaInfer dtypes; -1 for any
+ * other ggml type. (ggml's numbers: Q4_0 2, Q8_0 8, Q4_K 12, Q6_K 14.) */
+static int block_dtype(uint32_t ggml_type) {
+  switch (ggml_type) {
+  case MI_GGML_Q8_0: return MI_DTYPE_Q8_0;
+  case 2u: return MI_DTYPE_Q4_0;
+  case 12u: return MI_DTYPE_Q4_K;
+  case 14u: return MI_DTYPE_Q6_K;
+  default: return -1;
   }
+}
+
+/* A block-type tensor as f32 (malloc'd), or NULL: each value as quant.h
+ * defines it, rounded once to f32 (Q8_0, Q4_0 and Q6_K exactly: an f16
+ * times small integers fits 24 bits; Q4_K's d*sc*q - dmin*m may round). The
+ * caller has checked that its rows are whole blocks (the reader has too). */
+static float *widen_blocks(mi_dtype dt, const mi_gguf_tensor *t) {
+  const int64_t qk = mi_dtype_block(dt);
+  const uint64_t nb = t->nbytes / mi_dtype_block_bytes(dt);
+  float *out = malloc((size_t)(nb ? nb : 1) * (size_t)qk * sizeof(float)); /* [nb * qk] */
+  if (!out) return NULL;
+  mi_quant_row_f32(dt, t->data, (int64_t)nb * qk, out);
   return out;
 }
 
-int mi_gguf_platform_takes_q8_0(const mi_platform_iface *P, void *ctx) {
-  if (!P || !mi_platform_has(P, matmul) || !mi_platform_has(P, embed)) return 0;
-  return P->matmul(ctx, NULL, NULL, NULL, NULL, MI_DTYPE_Q8_0, 0, 0, MI_Q8_0_BLOCK) == 0 &&
-         P->embed(ctx, NULL, NULL, NULL, MI_DTYPE_Q8_0, NULL, 0, 0, MI_Q8_0_BLOCK) == 0;
+int mi_gguf_platform_takes(const mi_platform_iface *P, void *ctx, mi_dtype dt) {
+  if (!P || !mi_dtype_is_block(dt) || !mi_platform_has(P, matmul) || !mi_platform_has(P, embed))
+    return 0;
+  const int64_t blk = mi_dtype_block(dt);
+  return P->matmul(ctx, NULL, NULL, NULL, NULL, dt, 0, 0, blk) == 0 &&
+         P->embed(ctx, NULL, NULL, NULL, dt, NULL, 0, 0, blk) == 0;
+}
+
+uint32_t mi_gguf_platform_blocks(const mi_platform_iface *P, void *ctx) {
+  /* MI_GGUF_WIDEN=1: widen every block type even where the platform takes
+   * it, the exact path to hold its kernels (and llama.cpp) against */
+  const char *w = getenv("MI_GGUF_WIDEN");
+  if (w && !strcmp(w, "1")) return 0;
+  uint32_t mask = 0;
+  for (int dt = 0; dt < MI_DTYPE_COUNT; dt++)
+    if (mi_dtype_is_block((mi_dtype)dt) && mi_gguf_platform_takes(P, ctx, (mi_dtype)dt))
+      mask |= 1u << dt;
+  return mask;
+}
+
+/* The dtype tensor t is served as: a block-type matrix stays as stored where
+ * the platform takes its dtype; else it (and a block-type vector always:
+ * norms are read as f32) is widened, *widen = its dtype. -1 + err for a
+ * ggml type the model cannot take, or rows that are not whole blocks. */
+static int serve_dtype(const mi_gguf_model *m, const mi_gguf_tensor *t, const char *hf, int *widen,
+                       char *err, size_t err_len) {
+  const char *path = mi_gguf_path(m->g);
+  const int bd = block_dtype(t->type);
+  *widen = -1;
+  if (bd >= 0) {
+    if (!t->known || mi_dtype_row_bytes((mi_dtype)bd, (int64_t)t->ne[0]) == 0) {
+      mi_path_err(err, err_len, path, "tensor '%s' (%s) is %s with rows of %llu values: not whole blocks of %lld",
+                  t->name, hf, mi_gguf_type_name(t->type), (unsigned long long)t->ne[0],
+                  (long long)mi_dtype_block((mi_dtype)bd));
+      return -1;
+    }
+    if (t->n_dims == 2 && (m->keep_blocks >> bd & 1u)) return bd;
+    *widen = bd;
+    return MI_DTYPE_F32;
+  }
+  if (t->type == MI_GGML_F32) return MI_DTYPE_F32;
+  if (t->type == MI_GGML_F16) return MI_DTYPE_F16;
+  if (t->type == MI_GGML_BF16) return MI_DTYPE_BF16;
+  const char *tn = mi_gguf_type_name(t->type);
+  if (tn)
+    mi_path_err(err, err_len, path,
+                "tensor '%s' (%s) has ggml type %s, which is not supported yet (F32, F16, BF16, "
+                "Q8_0, Q4_0, Q4_K and Q6_K are)",
+                t->name, hf, tn);
+  else
+    mi_path_err(err, err_len, path, "tensor '%s' (%s) has ggml type %u, unknown to this reader",
+                t->name, hf, t->type);
+  return -1;
+}
+
+/* The Hugging Face name of GGUF tensor name under the contract's map, in
+ * hf; 0 when the model does not read it. */
+static int hf_name(json_t *map, const char *name, char *hf, size_t n) {
+  const char *pat;
+  json_t *v;
+  json_object_foreach(map, pat, v) {
+    if (json_is_string(v) && map_name(pat, json_string_value(v), name, hf, n)) return 1;
+  }
+  return 0;
+}
+
+/* Host memory: the file's tensors (read or mapped, they stay) plus the f32
+ * copies widening makes must fit m->mem_avail; the session's check before
+ * the file was opened counted the file alone. 0, or -1 + err. */
+static int widened_fit(const mi_gguf_model *m, json_t *map, char *err, size_t err_len) {
+  if (!m->mem_avail) return 0;
+  uint64_t file = 0, wide = 0;
+  for (size_t i = 0; i < mi_gguf_tensor_count(m->g); i++) {
+    const mi_gguf_tensor *t = mi_gguf_tensor_at(m->g, i);
+    char hf[512];
+    file += t->nbytes;
+    const int bd = block_dtype(t->type);
+    if (bd < 0 || !t->known || !hf_name(map, t->name, hf, sizeof hf)) continue;
+    if (t->n_dims == 2 && (m->keep_blocks >> bd & 1u)) continue;
+    wide += t->nbytes / mi_dtype_block_bytes((mi_dtype)bd) * (uint64_t)mi_dtype_block((mi_dtype)bd) * 4u;
+  }
+  if (file + wide <= m->mem_avail) return 0;
+  char need[32], w[32], have[32];
+  mi_mem_gib(file + wide, need, sizeof need);
+  mi_mem_gib(wide, w, sizeof w);
+  mi_mem_gib(m->mem_avail, have, sizeof have);
+  mi_path_err(err, err_len, mi_gguf_path(m->g),
+              "needs %s for the weights (%s of them quantized tensors widened to f32 at load: the "
+              "platform's kernels do not take their type), %s available; override with --mem-limit",
+              need, w, have);
+  return -1;
+}
+
+/* One info line (-v) saying which block types reach the platform as stored
+ * and which were widened: the evidence, for a user or a test, of the path a
+ * quantized file took. n[dt][0] kept, n[dt][1] widened, per tensor. */
+static void log_blocks(const char *path, unsigned n[MI_DTYPE_COUNT][2]) {
+  char line[512];
+  size_t u = 0;
+  for (int how = 0; how < 2; how++) {
+    int any = 0;
+    for (int dt = 0; dt < MI_DTYPE_COUNT; dt++) {
+      if (!n[dt][how] || u >= sizeof line) continue;
+      u += (size_t)snprintf(line + u, sizeof line - u, "%s%s %s x%u", any ? "," : u ? "; " : "",
+                            any ? "" : how ? "widened to f32 at load:" : "kept as stored:",
+                            mi_dtype_name((mi_dtype)dt), n[dt][how]);
+      any = 1;
+    }
+  }
+  if (u) mi_log(MI_LOG_INFO, "gguf", "%s: quantized tensors %s", path, line);
 }
 
 mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
@@ -548,40 +665,17 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
     mi_path_err(err, err_len, path, "out of memory");
     goto fail;
   }
+  if (widened_fit(m, map, err, err_len) != 0) goto fail;
+  unsigned blocks[MI_DTYPE_COUNT][2] = {{0}};
   size_t k = 0;
   for (size_t i = 0; i < nt; i++) {
     const mi_gguf_tensor *t = mi_gguf_tensor_at(g, i);
     char hf[512];
-    const char *pat;
-    json_t *v;
-    int hit = 0;
-    json_object_foreach(map, pat, v) {
-      if (json_is_string(v) && map_name(pat, json_string_value(v), t->name, hf, sizeof hf)) {
-        hit = 1;
-        break;
-      }
-    }
-    if (!hit) continue; /* not a tensor the model reads */
-    /* Q8_0: a matrix stays as stored where the platform takes it, else
-     * (and a vector always: norms are read as f32) it is widened below */
-    const int keep = t->type == MI_GGML_Q8_0 && m->keep_q8_0 && t->n_dims == 2;
-    int dt = keep                                                ? MI_DTYPE_Q8_0
-             : t->type == MI_GGML_F32 || t->type == MI_GGML_Q8_0 ? MI_DTYPE_F32
-             : t->type == MI_GGML_F16                            ? MI_DTYPE_F16
-             : t->type == MI_GGML_BF16                           ? MI_DTYPE_BF16
-                                                                 : -1;
-    if (dt < 0) {
-      const char *tn = mi_gguf_type_name(t->type);
-      if (tn)
-        mi_path_err(err, err_len, path,
-                    "tensor '%s' (%s) has ggml type %s, which is not supported yet (F32, F16, "
-                    "BF16 and Q8_0 are)",
-                    t->name, hf, tn);
-      else
-        mi_path_err(err, err_len, path, "tensor '%s' (%s) has ggml type %u, unknown to this reader",
-                    t->name, hf, t->type);
-      goto fail;
-    }
+    if (!hf_name(map, t->name, hf, sizeof hf)) continue; /* not a tensor the model reads */
+    int widen;
+    const int dt = serve_dtype(m, t, hf, &widen, err, err_len);
+    if (dt < 0) goto fail;
+    if (widen >= 0 || mi_dtype_is_block((mi_dtype)dt)) blocks[widen >= 0 ? widen : dt][widen >= 0]++;
     if (!(o->names[k] = strdup(hf))) {
       mi_path_err(err, err_len, path, "out of memory");
       goto fail;
@@ -595,19 +689,21 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
       w->shape[d] = (int64_t)t->ne[t->n_dims - 1 - d];
     w->data = t->data;
     w->nbytes = (size_t)t->nbytes;
-    if (t->type == MI_GGML_Q8_0 && !keep) {
-      /* widened to f32 at load: exact (an f16 times an int8 needs 19 bits) */
-      float *f = dequant_q8_0(t);
+    if (widen >= 0) {
+      float *f = widen_blocks((mi_dtype)widen, t);
       if (!f) {
-        mi_path_err(err, err_len, path, "tensor '%s': out of memory widening Q8_0 to f32", t->name);
+        mi_path_err(err, err_len, path, "tensor '%s': out of memory widening %s to f32", t->name,
+                    mi_gguf_type_name(t->type));
         goto fail;
       }
       o->dequant[k - 1] = f;
       w->data = f;
-      w->nbytes = (size_t)(t->nbytes / 34 * 32 * sizeof(float));
+      w->nbytes = (size_t)(t->nbytes / mi_dtype_block_bytes((mi_dtype)widen)) *
+                  (size_t)mi_dtype_block((mi_dtype)widen) * sizeof(float);
     }
     w->file = path;
   }
+  log_blocks(path, blocks);
   o->g = g;
   mi_weights *ws = mi_weights_from_table(tab, k, o, owner_close, path, err, err_len);
   free(tab);

@@ -9,11 +9,14 @@
  * tokenizer.json object (what the tokenizer loader takes), the special ids
  * and chat template, and an mi_weights serving the mapped tensors under
  * their Hugging Face names, shapes reversed (GGUF ne[0] is innermost).
- * Tensors the model uses must be F32, F16, BF16 or Q8_0 today; any other
- * ggml type is one line naming the tensor and its type. Q8_0 matrices are
- * served as MI_DTYPE_Q8_0 (no copy) when keep_q8_0 is set, which the
- * session does when its platform takes them (mi_gguf_platform_takes_q8_0);
- * otherwise, and for Q8_0 vectors, they are widened to f32 at load. */
+ * Tensors the model uses must be F32, F16, BF16 or one of the block types
+ * sdk/include/mi/quant.h defines (Q8_0, Q4_0, Q4_K, Q6_K) today; any other
+ * ggml type is one line naming the tensor and its type. A block-type matrix
+ * is served as stored (MI_DTYPE_Q8_0, _Q4_0, _Q4_K, _Q6_K; no copy) when
+ * its dtype's bit is in keep_blocks, which the session sets for the dtypes
+ * its platform takes (mi_gguf_platform_blocks); otherwise, and for
+ * block-type vectors, it is widened to f32 at load, exactly as
+ * mi_quant_row_f32 defines each value. */
 #ifndef MI_CORE_GGUF_MODEL_H
 #define MI_CORE_GGUF_MODEL_H
 
@@ -37,10 +40,14 @@ typedef struct mi_gguf_model {
   int32_t bos, eos, pad; /* tokenizer.ggml.*_token_id, -1 when absent */
   char *chat_template;   /* tokenizer.chat_template, or NULL */
   json_t *end_tokens;    /* the contract's gguf.end_tokens (borrowed), or NULL */
-  /* Set before mi_gguf_model_weights: 1 serves 2-D Q8_0 tensors in place as
-   * MI_DTYPE_Q8_0; 0 (the default) widens them to f32 (exact, 3.8x the
-   * bytes) for platforms whose kernels do not take Q8_0. */
-  int keep_q8_0;
+  /* Set before mi_gguf_model_weights. keep_blocks: bit (1u << dtype) set
+   * serves 2-D tensors of that block dtype in place; clear (the default)
+   * widens them to f32 for platforms whose kernels do not take it (Q8_0
+   * 3.8x the bytes, Q4_0/Q4_K 7.1x, Q6_K 4.9x). mem_avail: host bytes the
+   * weights may take, the file's and the widened ones together; 0 = not
+   * checked (a GPU's memory is its plugin's to check). */
+  uint32_t keep_blocks;
+  uint64_t mem_avail;
 } mi_gguf_model;
 
 /* The CKB folder the runtime reads contracts from: $MI_CKB_DIR, ./ckb,
@@ -64,11 +71,16 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len);
 
 void mi_gguf_model_close(mi_gguf_model *m);
 
-/* Does this platform take Q8_0 weights in matmul and Q8_0 tables in embed?
- * Asked, not assumed: an empty call of each (M = N = 0, T = 0) with dtype
- * q8_0, which a platform answers 0 only if it knows the dtype (the ABI:
- * an unsupported dtype is refused before anything else). 1 yes, 0 no. */
-int mi_gguf_platform_takes_q8_0(const mi_platform_iface *P, void *ctx);
+/* Does this platform take weights of block dtype dt in matmul and tables of
+ * it in embed? Asked, not assumed: an empty call of each (M = N = 0, T = 0)
+ * with that dtype, which a platform answers 0 only if it knows the dtype
+ * (the ABI: an unsupported dtype is refused before anything else). 1 yes,
+ * 0 no (also for a dtype that is not a block type). */
+int mi_gguf_platform_takes(const mi_platform_iface *P, void *ctx, mi_dtype dt);
+/* The keep_blocks mask for this platform: every block dtype it takes; 0
+ * when the environment has MI_GGUF_WIDEN=1 (widen them all: the exact path,
+ * to compare a platform's kernels with). */
+uint32_t mi_gguf_platform_blocks(const mi_platform_iface *P, void *ctx);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,9 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,6 +287,17 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
       if (mi_tokenizer_load_config(e->tok, path, err, err_len) != 0) goto fail;
     }
   }
+  /* The tokenizer's JSON (a GGUF file's is built in memory: ~30 MB of small
+   * jansson nodes for a 151k vocabulary) is no longer needed. Hand the freed
+   * heap back before the weights come in, so that it does not stay in the
+   * process's peak RSS beside them. */
+  if (gm && gm->tokenizer) {
+    json_decref(gm->tokenizer);
+    gm->tokenizer = NULL;
+  }
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
 
   /* End-of-generation tokens, as the model folder declares them:
    * generation_config.json and config.json "eos_token_id" (an id or a
@@ -317,9 +331,14 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
   if (!gm && weights_fit(e, o, err, err_len) != 0) goto fail; /* a GGUF file's was checked above */
 
   /* weights + model */
-  /* Q8_0 matrices stay as stored where the platform's kernels take them
-   * (asked, core/runtime/gguf_model.h); else they are widened to f32 */
-  if (gm) gm->keep_q8_0 = mi_gguf_platform_takes_q8_0(e->P, e->pc);
+  /* Block-type matrices (Q8_0, Q4_0, Q4_K, Q6_K) stay as stored where the
+   * platform's kernels take their dtype (asked per dtype,
+   * core/runtime/gguf_model.h); else they are widened to f32, which the
+   * memory check counts there */
+  if (gm) {
+    gm->keep_blocks = mi_gguf_platform_blocks(e->P, e->pc);
+    gm->mem_avail = e->mem_host ? e->mem_avail : 0;
+  }
   e->weights = gm ? mi_gguf_model_weights(gm, err, err_len)
                  : mi_weights_open_ex(o->model_dir, weights_load_mode(e, o), err, err_len);
   if (!e->weights) goto fail;

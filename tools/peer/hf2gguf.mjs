@@ -2,7 +2,7 @@
 // HF Qwen3 checkpoint directory -> GGUF v3 file (arch "qwen3") for llama.cpp,
 // or a Qwen3.5/3.6-style hybrid (Qwen3_5ForCausalLM) -> arch "qwen35".
 //
-//   node tools/peer/hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0]
+//   node tools/peer/hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m]
 //
 // --type f32 (default): every tensor F32. bf16/f16 source values are widened
 //   exactly, so llama.cpp computes on the very same weights as MetaInfer and
@@ -12,6 +12,12 @@
 // --type q8_0: 2-D weights Q8_0 (blocks of 32 along a row: an f16 scale
 //   amax/127 and 32 int8, as ggml defines it), 1-D weights F32: a quantized
 //   file made here, for MetaInfer and llama.cpp to read alike (qwen3 only).
+// --type q4_0 | q4_k | q6_k: every 2-D weight in that ggml block type (as
+//   llama-quantize --pure would), 1-D F32 (qwen3 only). --type q4_k_m:
+//   llama-quantize's Q4_K_M mix (Q6_K for the output and for attn_v/ffn_down
+//   on some layers, Q4_K elsewhere: pickType). How each type's scales and
+//   codes are chosen: the quantize* functions and docs/gguf.md. A row that
+//   is not whole blocks falls back (pickType), and the tool says so.
 //
 // Follows llama.cpp's convert_hf_to_gguf.py (Qwen3Model -> Qwen2Model ->
 // TextModel, _set_vocab_gpt2, gguf-py SpecialVocab) as read in its source;
@@ -21,7 +27,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
-import { GgufWriter, GGML_TYPE } from "./gguf_writer.mjs";
+import { GgufWriter, GGML_TYPE, GGML_BLOCK } from "./gguf_writer.mjs";
 
 function die(msg) {
   const e = new Error(msg);
@@ -143,6 +149,174 @@ function quantizeQ8_0(vals) {
   return out;
 }
 
+const TYPE_NAME = { 0: "F32", 1: "F16", 2: "Q4_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K", 30: "BF16" };
+
+/** The value an f16 holds (for quantizing against a stored, rounded scale). */
+function f16Value(bits) {
+  U32V[0] = f16BitsToF32Bits(bits);
+  return F32V[0];
+}
+
+/** Q4_0, llama.cpp's reference choice: per block of 32, d = m / -8 where m
+ *  is the value of largest magnitude (sign kept), so m itself is code 0;
+ *  q = clamp(floor(x/d + 8.5), 0, 15). The codes are taken against the f16
+ *  d as stored (llama.cpp divides by the unrounded one), so each value is
+ *  the nearest the stored block can give within the code range. */
+function quantizeQ4_0(vals) {
+  const nb = vals.length / 32, out = Buffer.alloc(nb * 18);
+  for (let b = 0; b < nb; b++) {
+    const x = b * 32, o = b * 18;
+    let amax = 0, max = 0;
+    for (let j = 0; j < 32; j++) {
+      const v = vals[x + j], a = Math.abs(v);
+      if (a > amax) { amax = a; max = v; }
+    }
+    const hb = f32ToF16Bits(max / -8), d = f16Value(hb), id = d ? 1 / d : 0;
+    out[o] = hb & 255; out[o + 1] = hb >> 8;
+    for (let j = 0; j < 16; j++) {
+      const lo = Math.min(15, Math.max(0, Math.floor(vals[x + j] * id + 8.5)));
+      const hi = Math.min(15, Math.max(0, Math.floor(vals[x + 16 + j] * id + 8.5)));
+      out[o + 2 + j] = lo | (hi << 4);
+    }
+  }
+  return out;
+}
+
+/** One sub-block's affine fit x ~ a*q + b, q in 0..qmax, a >= 0, b <= 0 (Q4_K
+ *  stores -b as an unsigned min). Start from the range [min(0, lo), hi],
+ *  then twice: codes to the nearest, then (a, b) by least squares on those
+ *  codes (b clamped to 0 if the fit wants it positive). Each step cannot
+ *  raise the squared error: nearest-in-range codes are optimal for a given
+ *  (a, b), and the least-squares (a, b) optimal for given codes. fit[0] = a,
+ *  fit[1] = -b. */
+function fitAffine(vals, x, n, qmax, fit) {
+  let lo = 0, hi = -Infinity;
+  for (let j = 0; j < n; j++) { const v = vals[x + j]; if (v < lo) lo = v; if (v > hi) hi = v; }
+  let a = (hi - lo) / qmax, b = lo;
+  for (let it = 0; it < 2 && a > 0; it++) {
+    const ia = 1 / a;
+    let sq = 0, sqq = 0, sx = 0, sxq = 0;
+    for (let j = 0; j < n; j++) {
+      const v = vals[x + j];
+      const q = Math.min(qmax, Math.max(0, Math.round((v - b) * ia)));
+      sq += q; sqq += q * q; sx += v; sxq += v * q;
+    }
+    const det = n * sqq - sq * sq;
+    if (det <= 0) break; // every code equal: the range fit stands
+    let na = (n * sxq - sq * sx) / det, nb = (sx - na * sq) / n;
+    if (nb > 0) { nb = 0; na = sxq / sqq; }
+    if (!(na > 0)) break;
+    a = na; b = nb;
+  }
+  fit[0] = a > 0 ? a : 0;
+  fit[1] = -b;
+}
+
+/** Q4_K: per sub-block of 32 an affine fit (fitAffine); the 8 scales and 8
+ *  mins then quantized to 6 bits against the super-block's d = max scale/63
+ *  and dmin = max min/63 (f16, rounded to nearest); the codes are taken
+ *  against those stored values: q = clamp(round((x + dmin*m)/(d*sc)), 0, 15). */
+function quantizeQ4_K(vals) {
+  const nb = vals.length / 256, out = Buffer.alloc(nb * 144);
+  const A = new Float64Array(8), M = new Float64Array(8), fit = new Float64Array(2);
+  const sc = new Uint8Array(8), mn = new Uint8Array(8), L = new Uint8Array(256);
+  for (let b = 0; b < nb; b++) {
+    const x = b * 256, o = b * 144;
+    let amax = 0, mmax = 0;
+    for (let j = 0; j < 8; j++) {
+      fitAffine(vals, x + 32 * j, 32, 15, fit);
+      A[j] = fit[0]; M[j] = fit[1];
+      if (fit[0] > amax) amax = fit[0];
+      if (fit[1] > mmax) mmax = fit[1];
+    }
+    const hd = f32ToF16Bits(amax / 63), hm = f32ToF16Bits(mmax / 63);
+    const d = f16Value(hd), dmin = f16Value(hm);
+    for (let j = 0; j < 8; j++) {
+      sc[j] = d ? Math.min(63, Math.round(A[j] / d)) : 0;
+      mn[j] = dmin ? Math.min(63, Math.round(M[j] / dmin)) : 0;
+      const ds = d * sc[j], dm = dmin * mn[j], id = ds ? 1 / ds : 0;
+      for (let l = 0; l < 32; l++)
+        L[32 * j + l] = Math.min(15, Math.max(0, Math.round((vals[x + 32 * j + l] + dm) * id)));
+    }
+    out[o] = hd & 255; out[o + 1] = hd >> 8; out[o + 2] = hm & 255; out[o + 3] = hm >> 8;
+    for (let j = 0; j < 4; j++) { // the 12 scale bytes, as quant.h's mi_q4_k_scale_min reads them
+      out[o + 4 + j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+      out[o + 8 + j] = mn[j] | ((mn[j + 4] >> 4) << 6);
+      out[o + 12 + j] = (sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4);
+    }
+    for (let c = 0; c < 4; c++)
+      for (let l = 0; l < 32; l++) out[o + 16 + 32 * c + l] = L[64 * c + l] | (L[64 * c + 32 + l] << 4);
+  }
+  return out;
+}
+
+/** Q6_K: per sub-block of 16 a scale s = m / -32 (m the value of largest
+ *  magnitude, sign kept: it becomes code 0), refitted once by least squares
+ *  on its codes (which cannot raise the error); the 16 scales quantized to
+ *  int8 against d = S / -128 (S the scale of largest magnitude; f16), and
+ *  the codes taken against d*scale as stored: q = clamp(round(x/(d*sc)) + 32, 0, 63). */
+function quantizeQ6_K(vals) {
+  const nb = vals.length / 256, out = Buffer.alloc(nb * 210);
+  const S = new Float64Array(16), L = new Uint8Array(256);
+  for (let b = 0; b < nb; b++) {
+    const x = b * 256, o = b * 210;
+    let smax = 0, sabs = 0;
+    for (let s = 0; s < 16; s++) {
+      const y = x + 16 * s;
+      let amax = 0, max = 0;
+      for (let j = 0; j < 16; j++) { const v = vals[y + j], a = Math.abs(v); if (a > amax) { amax = a; max = v; } }
+      let sc = max / -32;
+      if (sc) {
+        const is = 1 / sc;
+        let sxc = 0, scc = 0;
+        for (let j = 0; j < 16; j++) {
+          const c = Math.min(31, Math.max(-32, Math.round(vals[y + j] * is)));
+          sxc += vals[y + j] * c; scc += c * c;
+        }
+        if (scc > 0 && sxc / scc) sc = sxc / scc;
+      }
+      S[s] = sc;
+      if (Math.abs(sc) > sabs) { sabs = Math.abs(sc); smax = sc; }
+    }
+    const hd = f32ToF16Bits(smax / -128), d = f16Value(hd);
+    for (let s = 0; s < 16; s++) {
+      const ls = d ? Math.min(127, Math.max(-128, Math.round(S[s] / d))) : 0;
+      out[o + 192 + s] = ls & 255;
+      const ds = d * ls, id = ds ? 1 / ds : 0;
+      for (let j = 0; j < 16; j++)
+        L[16 * s + j] = Math.min(63, Math.max(0, Math.round(vals[x + 16 * s + j] * id) + 32));
+    }
+    for (let h = 0; h < 2; h++) // quant.h's mi_q6_k_code, inverted
+      for (let l = 0; l < 32; l++) {
+        const q1 = L[128 * h + l], q2 = L[128 * h + l + 32], q3 = L[128 * h + l + 64], q4 = L[128 * h + l + 96];
+        out[o + 64 * h + l] = (q1 & 15) | ((q3 & 15) << 4);
+        out[o + 64 * h + l + 32] = (q2 & 15) | ((q4 & 15) << 4);
+        out[o + 128 + 32 * h + l] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6);
+      }
+    out[o + 208] = hd & 255; out[o + 209] = hd >> 8;
+  }
+  return out;
+}
+
+function quantizeF16(vals) {
+  const o = new Uint16Array(vals.length);
+  for (let i = 0; i < vals.length; i++) o[i] = f32ToF16Bits(vals[i]);
+  return Buffer.from(o.buffer);
+}
+
+const QUANTIZE = { 1: quantizeF16, 2: quantizeQ4_0, 8: quantizeQ8_0, 12: quantizeQ4_K, 14: quantizeQ6_K };
+
+/** count source values in buf (F32, F16 or BF16) as a Float32Array of their own. */
+function sourceF32(buf, n, dtype) {
+  const count = n / ST_DTYPE_SIZE[dtype];
+  if (dtype === "F32") return new Float32Array(buf.buffer.slice(buf.byteOffset, buf.byteOffset + n));
+  const o = new Uint32Array(count);
+  const inp = new Uint16Array(buf.buffer, buf.byteOffset, count);
+  if (dtype === "BF16") for (let i = 0; i < count; i++) o[i] = inp[i] << 16;
+  else for (let i = 0; i < count; i++) o[i] = f16BitsToF32Bits(inp[i]);
+  return new Float32Array(o.buffer);
+}
+
 const CHUNK = 1 << 24; // bytes of source read at a time
 
 /** Stream one source tensor into fd at `at`, converted to ggml type `dst`. Returns bytes written. */
@@ -161,13 +335,7 @@ function copyConverted(src, dst, fd, at) {
       let out;
       if (dst === GGML_TYPE.F32) {
         if (src.dtype === "F32") out = buf.subarray(0, n);
-        else {
-          const o = new Uint32Array(count);
-          const inp = new Uint16Array(buf.buffer, buf.byteOffset, count);
-          if (src.dtype === "BF16") for (let i = 0; i < count; i++) o[i] = inp[i] << 16;
-          else for (let i = 0; i < count; i++) o[i] = f16BitsToF32Bits(inp[i]);
-          out = Buffer.from(o.buffer);
-        }
+        else out = Buffer.from(sourceF32(buf, n, src.dtype).buffer);
       } else if (dst === GGML_TYPE.BF16) {
         if (src.dtype === "BF16") out = buf.subarray(0, n);
         else {
@@ -181,17 +349,10 @@ function copyConverted(src, dst, fd, at) {
           }
           out = Buffer.from(o.buffer);
         }
-      } else if (dst === GGML_TYPE.Q8_0) {
-        let f;
-        if (src.dtype === "F32") f = new Float32Array(buf.buffer.slice(buf.byteOffset, buf.byteOffset + n));
-        else {
-          const o = new Uint32Array(count);
-          const inp = new Uint16Array(buf.buffer, buf.byteOffset, count);
-          if (src.dtype === "BF16") for (let i = 0; i < count; i++) o[i] = inp[i] << 16;
-          else for (let i = 0; i < count; i++) o[i] = f16BitsToF32Bits(inp[i]);
-          f = new Float32Array(o.buffer);
-        }
-        out = quantizeQ8_0(f); // a chunk holds whole blocks: CHUNK / 4 is a multiple of 32, as ne[0] is
+      } else if (QUANTIZE[dst]) {
+        // a chunk holds whole blocks: CHUNK / 4 is a multiple of 256, as ne[0]
+        // is of the block (pickType), so no block straddles two chunks
+        out = QUANTIZE[dst](sourceF32(buf, n, src.dtype));
       } else die(`internal: unsupported destination type ${dst}`);
       fs.writeSync(fd, out, 0, out.length, at + written);
       written += out.length;
@@ -200,6 +361,51 @@ function copyConverted(src, dst, fd, at) {
     fs.closeSync(sfd);
   }
   return written;
+}
+
+// ---------------------------------------------------------------- types per tensor
+
+// --type -> [general.file_type (llama_ftype), the 2-D weights' ggml type].
+// q4_0, q4_k, q6_k and q8_0 are "pure" (every 2-D weight in that type, as
+// llama-quantize --pure and convert_hf_to_gguf.py --outtype q8_0 write);
+// q4_k_m is llama-quantize's Q4_K_M mix (pickType). q4_k says Q4_K_S (14),
+// the ftype llama-quantize --pure Q4_K_S would write.
+const FTYPE = {
+  f32: [0, 0], bf16: [32, 30], q8_0: [7, 8], q4_0: [2, 2], q4_k: [14, 12], q6_k: [18, 14], q4_k_m: [15, 12],
+};
+
+/** llama.cpp's use_more_bits (src/llama-quant.cpp): the first and last
+ *  eighth of the layers and every third one between get more bits. */
+function useMoreBits(i, n) {
+  const e = Math.trunc(n / 8);
+  return i < e || i >= Math.trunc((7 * n) / 8) || (i - e) % 3 === 2;
+}
+
+/** The ggml type of the 2-D weight `gname` (row length ne0) under --type
+ *  `type`, as llama-quantize picks it (read in src/llama-quant.cpp,
+ *  llama_tensor_get_type; written from that reading):
+ *   - Q4_K_M: output.weight, or token_embd.weight when there is no output
+ *     tensor (tied), Q6_K; attn_v and ffn_down Q6_K on the layers
+ *     useMoreBits picks, else Q4_K; every other 2-D weight Q4_K;
+ *   - a row that is not whole blocks falls back: Q6_K (and the output) to
+ *     Q8_0 as llama.cpp does; Q4_K to Q8_0 where llama.cpp picks Q5_0,
+ *     which this tool does not write (noted in `notes`); and to F16 if not
+ *     even whole blocks of 32, as llama.cpp does (q8_0 keeps F32 there). */
+function pickType(type, gname, ne0, nLayers, tied, notes) {
+  let t = FTYPE[type][1];
+  if (type === "q4_k_m") {
+    const layer = /^blk\.(\d+)\.(attn_v|ffn_down)\.weight$/.exec(gname);
+    const isOutput = gname === "output.weight" || (tied && gname === "token_embd.weight");
+    if (isOutput) t = ne0 % 256 ? GGML_TYPE.Q8_0 : GGML_TYPE.Q6_K;
+    else if (layer && useMoreBits(Number(layer[1]), nLayers)) t = GGML_TYPE.Q6_K;
+  }
+  const blk = GGML_BLOCK[t];
+  if (!blk || ne0 % blk[0] === 0) return t;
+  if (t === GGML_TYPE.Q8_0) return GGML_TYPE.F32; // (q8_0 as before: the rare odd row stays exact)
+  const fb = ne0 % 32 ? GGML_TYPE.F16 : GGML_TYPE.Q8_0;
+  notes.push(`${gname}: rows of ${ne0} are not whole blocks of ${blk[0]}: ${TYPE_NAME[fb]} instead of ${TYPE_NAME[t]}` +
+    (t === GGML_TYPE.Q4_K && fb === GGML_TYPE.Q8_0 ? " (llama.cpp would write Q5_0, which this tool does not)" : ""));
+  return fb;
 }
 
 // ---------------------------------------------------------------- tensor names
@@ -603,10 +809,12 @@ function buildVocab(dir, cfg, w) {
 // ---------------------------------------------------------------- main
 
 export async function convert(modelDir, outPath, { type = "f32" } = {}) {
-  if (type !== "f32" && type !== "bf16" && type !== "q8_0") die(`--type must be f32, bf16 or q8_0, not ${type}`);
+  if (!Object.hasOwn(FTYPE, type)) die(`--type must be one of ${Object.keys(FTYPE).join(", ")}, not ${type}`);
   const cfgFile = path.join(modelDir, "config.json");
   const cfg = readJson(cfgFile);
   const archs = cfg.architectures || [];
+  const q35 = archs.includes("Qwen3_5ForCausalLM") || archs.includes("Qwen3_5ForConditionalGeneration") || cfg.model_type === "qwen3_5_text";
+  if (q35 && type !== "f32" && type !== "bf16") die(`--type ${type}: quantized files are made for qwen3 only (qwen35 takes f32 or bf16)`);
   if (archs.includes("Qwen3_5ForConditionalGeneration") && cfg.text_config && typeof cfg.text_config === "object") {
     // the released layout: the text model's config under text_config, its
     // weights under model.language_model. (a vision tower, if any, is not converted)
@@ -655,7 +863,8 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   const A = "qwen3";
   w.addString("general.architecture", A);
   w.addString("general.name", path.basename(path.resolve(modelDir)));
-  w.addU32("general.file_type", type === "f32" ? 0 : type === "q8_0" ? 7 : 32); // ALL_F32 / MOSTLY_Q8_0 / MOSTLY_BF16
+  w.addU32("general.file_type", FTYPE[type][0]); // llama_ftype: ALL_F32 0, MOSTLY_Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15, Q6_K 18, BF16 32
+  if (type !== "f32" && type !== "bf16") w.addU32("general.quantization_version", 2); // ggml's GGML_QNT_VERSION
   w.addU32(`${A}.block_count`, h.num_hidden_layers);
   w.addU32(`${A}.context_length`, h.max_position_embeddings ?? 40960);
   w.addU32(`${A}.embedding_length`, h.hidden_size);
@@ -668,17 +877,23 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   w.addU32(`${A}.attention.value_length`, h.head_dim);
   const vocab = buildVocab(modelDir, h, w);
 
+  const notes = [], types = {};
   for (const name of expect.keys()) {
     const src = st.get(name);
-    const dst = type === "f32" || src.shape.length === 1 ? GGML_TYPE.F32
-      : type === "q8_0" ? (src.shape[src.shape.length - 1] % 32 ? GGML_TYPE.F32 : GGML_TYPE.Q8_0)
-      : GGML_TYPE.BF16;
+    const gname = ggufName(name), ne0 = src.shape[src.shape.length - 1];
+    const dst = src.shape.length === 1 ? GGML_TYPE.F32
+      : type === "f32" || type === "bf16" ? FTYPE[type][1]
+      : pickType(type, gname, ne0, h.num_hidden_layers, h.tie_word_embeddings, notes);
     const ne = [...src.shape].reverse();
-    w.addTensor(ggufName(name), ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
+    types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
+    w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
   }
   await w.write(outPath);
-  return { config: h, vocab };
+  return { config: h, vocab, types, notes };
 }
+
+// the block quantizers, for tests (tests/gguf/q4_peer.mjs)
+export const quantizers = { Q4_0: quantizeQ4_0, Q4_K: quantizeQ4_K, Q6_K: quantizeQ6_K, Q8_0: quantizeQ8_0 };
 
 async function main(argv) {
   const pos = [];
@@ -689,11 +904,17 @@ async function main(argv) {
     else pos.push(argv[i]);
   }
   if (pos.length !== 2) {
-    console.error("usage: node hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0]");
+    console.error("usage: node hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m]");
     process.exit(2);
   }
   try {
-    await convert(pos[0], pos[1], { type });
+    const t0 = Date.now();
+    const r = await convert(pos[0], pos[1], { type });
+    for (const n of r.notes || []) console.error(`hf2gguf: ${n}`);
+    if (r.types) {
+      const counts = Object.entries(r.types).map(([k, v]) => `${v} ${k}`).join(", ");
+      console.error(`hf2gguf: ${pos[1]}: --type ${type}: tensors ${counts}; ${fs.statSync(pos[1]).size} bytes in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    }
   } catch (e) {
     console.error(`hf2gguf: ${e.userError ? e.message : e.stack}`);
     try { fs.unlinkSync(pos[1]); } catch { /* nothing written */ }

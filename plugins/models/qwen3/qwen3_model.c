@@ -44,7 +44,8 @@ static int bind_matrix_rows(qwen3_model *m, const char *name, int64_t rows, int6
                             int64_t row0, int64_t n, q3_weight *w, char *err, size_t err_len) {
   mi_weight_info wi;
   if (check_matrix(m, name, rows, cols, &wi, err, err_len) != 0) return -1;
-  /* a row's bytes: Q8_0 has blocks, not elements (check_matrix: whole ones) */
+  /* a row's bytes: block dtypes (GGUF's Q8_0, Q4_0, Q4_K, Q6_K) have blocks,
+   * not elements (check_matrix: whole ones) */
   const size_t rowb = mi_dtype_row_bytes((mi_dtype)wi.dtype, cols);
   const size_t bytes = (size_t)n * rowb;
   const mi_platform_iface *P = m->P;
@@ -70,7 +71,7 @@ static int bind_matrix_cols(qwen3_model *m, const char *name, int64_t rows, int6
   if (check_matrix(m, name, rows, cols, &wi, err, err_len) != 0) return -1;
   const mi_dtype dt = (mi_dtype)wi.dtype;
   const int64_t blk = mi_dtype_block(dt);
-  if (col0 % blk || n % blk) { /* Q8_0: a shard must be whole blocks of 32 */
+  if (col0 % blk || n % blk) { /* a block dtype: a shard must be whole blocks (32 or 256) */
     snprintf(err, err_len,
              "%s: tensor \"%s\" is %s: its columns [%lld, %lld) per rank are not whole blocks "
              "of %lld (choose another tp)",
@@ -111,8 +112,10 @@ static int bind_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t c
 }
 
 /* Finds a weight and checks it is [rows, cols] in a matmul dtype: f32, f16,
- * bf16, or Q8_0 (a GGUF file's, served as stored where the platform takes
- * it: core/runtime/gguf_model.h) with whole blocks per row. */
+ * bf16, or a block dtype (Q8_0, Q4_0, Q4_K, Q6_K: a GGUF file's, served as
+ * stored where the platform takes it: core/runtime/gguf_model.h) with whole
+ * blocks per row. Whether the platform's kernels take the dtype is theirs
+ * to answer (the GGUF loader asked before keeping it). */
 static int check_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t cols,
                         mi_weight_info *out, char *err, size_t err_len) {
   mi_weight_info wi;
@@ -126,8 +129,10 @@ static int check_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t 
     return -1;
   }
   if (wi.dtype != MI_DTYPE_F32 && wi.dtype != MI_DTYPE_F16 && wi.dtype != MI_DTYPE_BF16 &&
-      wi.dtype != MI_DTYPE_Q8_0) {
-    snprintf(err, err_len, "%s: tensor \"%s\" has dtype %s; expected BF16, F16, F32 or Q8_0",
+      !(wi.dtype >= 0 && wi.dtype < MI_DTYPE_COUNT && mi_dtype_is_block((mi_dtype)wi.dtype))) {
+    snprintf(err, err_len,
+             "%s: tensor \"%s\" has dtype %s; expected BF16, F16, F32 or a block type (Q8_0, "
+             "Q4_0, Q4_K, Q6_K)",
              wi.file, name, q3_dtype_str(&wi));
     return -1;
   }

@@ -46,7 +46,8 @@ static int q3_info(mi_model *m, mi_model_info *dst) {
       (uint64_t)(m->cfg.n_layers * 2 * m->nkv_l * m->cfg.head_dim) * mi_dtype_size(m->kv_dtype);
   out->state_bytes_fixed = 0;
   /* An untied embedding table is gathered one row per token, not streamed. */
-  /* rows, not elements: a Q8_0 table (GGUF) has blocks of 32 */
+  /* rows, not elements: a block-dtype table (GGUF's Q8_0, Q4_0, Q4_K, Q6_K)
+   * has blocks of 32 or 256 */
   uint64_t row = (uint64_t)mi_dtype_row_bytes(m->embed.dtype, m->cfg.hidden);
   uint64_t emb = (uint64_t)m->cfg.vocab * row;
   out->decode_weight_bytes = m->weight_bytes - (m->cfg.tied ? 0 : emb - row);
