@@ -23,6 +23,7 @@
 #include "core/verify/ref/f64.h"
 #include "core/runtime/loader.h"
 #include "mi/platform.h"
+#include "mi/quant.h"
 #include "mi/tensor.h"
 
 static const mi_platform_iface *P;
@@ -290,6 +291,101 @@ static void test_elementwise(int64_t n) {
   drop(&dy);
   free(a);
   free(b);
+  free(y);
+}
+
+/* n values (whole blocks) of block type dt: random codes and scales (any
+ * bits), the f16 super-block scales set to sane random magnitudes; their
+ * exact values back in vals (mi_quant_value64, the format's definition). */
+static void *make_blocks(mi_dtype dt, double *vals, size_t n) {
+  const size_t qk = (size_t)mi_dtype_block(dt), bb = mi_dtype_block_bytes(dt), nb = n / qk;
+  uint8_t *w = malloc(nb * bb);
+  for (size_t i = 0; i < nb * bb; i++) w[i] = (uint8_t)(urand() * 128 + 128);
+  for (size_t b = 0; b < nb; b++) {
+    uint8_t *blk = w + b * bb;
+    uint16_t d = mi_f32_to_f16((float)(0.01 + 0.02 * fabs(urand()))), d2 = mi_f32_to_f16(0.004f);
+    if (dt == MI_DTYPE_Q6_K) {
+      d = mi_f32_to_f16((float)(0.0005 + 0.001 * fabs(urand())));
+      memcpy(blk + 208, &d, 2);
+    } else {
+      memcpy(blk, &d, 2);
+      if (dt == MI_DTYPE_Q4_K) memcpy(blk + 2, &d2, 2);
+    }
+    for (size_t j = 0; j < qk; j++) vals[b * qk + j] = mi_quant_value64(dt, blk, (int)j);
+  }
+  return w;
+}
+
+/* matmul with block-type weights, dequantized as read: against the float64
+ * product of x and the weights' exact values, the tolerance of the element
+ * types (the kernels' values are those exact values rounded once to f32). */
+static void test_matmul_block(int64_t M, int64_t N, int64_t K, mi_dtype dt) {
+  double *wv = malloc(sizeof(double) * (size_t)(N * K));
+  float *x = malloc(sizeof(float) * (size_t)(M * K));
+  for (int64_t i = 0; i < M * K; i++) x[i] = (float)urand();
+  void *w = make_blocks(dt, wv, (size_t)(N * K));
+  dbuf dw = up(w, mi_dtype_row_bytes(dt, K) * (size_t)N);
+  dbuf dx = up(x, sizeof(float) * (size_t)(M * K));
+  dbuf dy = up(NULL, sizeof(float) * (size_t)(M * N));
+  if (P->matmul(C, S, dy.d, dx.d, dw.d, dt, M, N, K) != 0) die("matmul");
+  float *y = malloc(dy.n);
+  down(y, &dy);
+  double err = 0;
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t n = 0; n < N; n++) {
+      double sum = 0, a = 0;
+      for (int64_t k = 0; k < K; k++) {
+        sum += (double)x[m * K + k] * wv[n * K + k];
+        a += fabs((double)x[m * K + k] * wv[n * K + k]);
+      }
+      double e = fabs(y[m * N + n] - sum) / (a + 1e-30);
+      if (!(e <= err)) err = e; /* NaN sticks */
+    }
+  char name[128];
+  snprintf(name, sizeof name, "matmul %s M=%lld N=%lld K=%lld", mi_dtype_name(dt), (long long)M,
+           (long long)N, (long long)K);
+  report(name, err, 5e-7 * sqrt((double)K) + 1e-7);
+  /* K not whole blocks: refused, not read past a row */
+  snprintf(name, sizeof name, "matmul %s refuses K=%lld", mi_dtype_name(dt),
+           (long long)(K + 16));
+  report(name, P->matmul(C, S, dy.d, dx.d, dw.d, dt, 1, 1, K + 16) != 0 ? 0.0 : 1.0, 0.0);
+  drop(&dw);
+  drop(&dx);
+  drop(&dy);
+  free(wv);
+  free(x);
+  free(w);
+  free(y);
+}
+
+/* embed from a block-type table: each value its exact value rounded once */
+static void test_embed_block(mi_dtype dt, int64_t V, int64_t dim, int64_t T) {
+  double *tv = malloc(sizeof(double) * (size_t)(V * dim));
+  void *tab = make_blocks(dt, tv, (size_t)(V * dim));
+  int32_t *ids = malloc((size_t)T * 4);
+  for (int64_t t = 0; t < T; t++) ids[t] = (int32_t)((t * 7919 + 3) % V);
+  ids[T - 1] = (int32_t)(V - 1);
+  dbuf dt_ = up(tab, mi_dtype_row_bytes(dt, dim) * (size_t)V), di = up(ids, (size_t)T * 4),
+       dy = up(NULL, (size_t)(T * dim) * 4);
+  if (P->embed(C, S, dy.d, dt_.d, dt, di.d, T, V, dim) != 0) die("embed");
+  float *y = malloc(dy.n);
+  down(y, &dy);
+  double err = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t i = 0; i < dim; i++) {
+      const double e = fabs((double)y[t * dim + i] - (double)(float)tv[ids[t] * dim + i]);
+      if (!(e <= err)) err = e;
+    }
+  char name[64];
+  snprintf(name, sizeof name, "embed %s V=%lld dim=%lld T=%lld", mi_dtype_name(dt), (long long)V,
+           (long long)dim, (long long)T);
+  report(name, err, 0.0);
+  drop(&dt_);
+  drop(&di);
+  drop(&dy);
+  free(tv);
+  free(tab);
+  free(ids);
   free(y);
 }
 
@@ -602,6 +698,15 @@ int main(int argc, char **argv) {
     test_matmul(8, 40, 128, dts[d], 0);   /* GEMV, largest M */
     test_matmul(9, 70, 72, dts[d], 0);    /* tiled, edges */
     test_matmul(37, 130, 300, dts[d], 0); /* tiled, ragged tiles */
+  }
+  /* GGUF's block types: one block, several, GEMV and tiled, ragged N */
+  const mi_dtype qts[] = {MI_DTYPE_Q8_0, MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q6_K};
+  for (int d = 0; d < 4; d++) {
+    const int64_t qk = mi_dtype_block(qts[d]);
+    test_matmul_block(1, 37, qk, qts[d]);        /* GEMV, one block */
+    test_matmul_block(3, 50, 3 * qk, qts[d]);    /* GEMV, several rows */
+    test_matmul_block(11, 70, 2 * qk, qts[d]);   /* tiled, ragged tiles */
+    test_embed_block(qts[d], 40, 2 * qk, 7);
   }
   if (!quick) {
     test_matmul(1, 4096, 4096, MI_DTYPE_BF16, 0);  /* Qwen3-8B q/o decode */

@@ -11,9 +11,17 @@
   X(mi_k_gemv_f32)                                                                                 \
   X(mi_k_gemv_f16)                                                                                 \
   X(mi_k_gemv_bf16)                                                                                \
+  X(mi_k_gemv_q8_0)                                                                                \
+  X(mi_k_gemv_q4_0)                                                                                \
+  X(mi_k_gemv_q4_k)                                                                                \
+  X(mi_k_gemv_q6_k)                                                                                \
   X(mi_k_mm_f32)                                                                                   \
   X(mi_k_mm_f16)                                                                                   \
   X(mi_k_mm_bf16)                                                                                  \
+  X(mi_k_mm_q8_0)                                                                                  \
+  X(mi_k_mm_q4_0)                                                                                  \
+  X(mi_k_mm_q4_k)                                                                                  \
+  X(mi_k_mm_q6_k)                                                                                  \
   X(mi_k_rmsnorm)                                                                                  \
   X(mi_k_rope)                                                                                     \
   X(mi_k_attn)                                                                                     \
@@ -24,6 +32,10 @@
   X(mi_k_embed_f32)                                                                                \
   X(mi_k_embed_f16)                                                                                \
   X(mi_k_embed_bf16)                                                                               \
+  X(mi_k_embed_q8_0)                                                                               \
+  X(mi_k_embed_q4_0)                                                                               \
+  X(mi_k_embed_q4_k)                                                                               \
+  X(mi_k_embed_q6_k)                                                                               \
   X(mi_k_argmax)                                                                                   \
   X(mi_k_copy2d)                                                                                   \
   X(mi_k_rownorm)                                                                                  \

@@ -498,15 +498,34 @@ static int launch_1d(gpu_ctx *c, int k, unsigned blocks, unsigned threads, mi_st
     if (!(p)) return fail((c), "%s: %s is NULL", (kern), (what));                                  \
   } while (0)
 
+/* The offset of a weight type's kernel from the f32 one in each family
+ * (gemv, mm, embed; gpu_kernels.h lists them in this order), or -1. */
+static int kernel_dtype(mi_dtype t) {
+  switch (t) {
+  case MI_DTYPE_F32: return 0;
+  case MI_DTYPE_F16: return 1;
+  case MI_DTYPE_BF16: return 2;
+  case MI_DTYPE_Q8_0: return 3;
+  case MI_DTYPE_Q4_0: return 4;
+  case MI_DTYPE_Q4_K: return 5;
+  case MI_DTYPE_Q6_K: return 6;
+  default: return -1;
+  }
+}
+
 static int g_matmul(void *ctx, mi_stream *s, float *y, const float *x, const void *w,
                     mi_dtype w_dtype, int64_t M, int64_t N, int64_t K) {
   gpu_ctx *c = ctx;
   if (M < 0 || N < 0 || K < 0)
     return fail(c, "matmul: negative shape M=%lld N=%lld K=%lld", (long long)M, (long long)N,
                 (long long)K);
-  if (w_dtype != MI_DTYPE_F32 && w_dtype != MI_DTYPE_F16 && w_dtype != MI_DTYPE_BF16)
-    return fail(c, "matmul: unsupported weight dtype %s (f32, f16, bf16 only)",
+  const int dt = kernel_dtype(w_dtype);
+  if (dt < 0)
+    return fail(c, "matmul: unsupported weight dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)",
                 mi_dtype_name(w_dtype));
+  if (mi_dtype_row_bytes(w_dtype, K) == 0 && K > 0)
+    return fail(c, "matmul: %s weights need K a multiple of %lld (got K=%lld)",
+                mi_dtype_name(w_dtype), (long long)mi_dtype_block(w_dtype), (long long)K);
   if (M == 0 || N == 0) return 0;
   CHECK_PTR(c, y, "matmul", "y");
   if (K == 0) { /* rare: y = 0, ordered after earlier work on s */
@@ -519,10 +538,11 @@ static int g_matmul(void *ctx, mi_stream *s, float *y, const float *x, const voi
   CHECK_PTR(c, x, "matmul", "x");
   CHECK_PTR(c, w, "matmul", "w");
   gpu_mm_plan p;
-  if (gpu_plan_matmul(&c->tu, M, N, K, (uintptr_t)w, (uintptr_t)x, &p) != 0)
+  /* block types are read byte by byte: their address needs no alignment */
+  const uintptr_t w_align = mi_dtype_is_block(w_dtype) ? 0 : (uintptr_t)w;
+  if (gpu_plan_matmul(&c->tu, M, N, K, w_align, (uintptr_t)x, &p) != 0)
     return fail(c, "matmul: shape M=%lld N=%lld K=%lld exceeds the launch limits", (long long)M,
                 (long long)N, (long long)K);
-  int dt = w_dtype == MI_DTYPE_F32 ? 0 : w_dtype == MI_DTYPE_F16 ? 1 : 2;
   if (p.gemv) {
     int32_t vec = p.vec;
     void *a[] = {&y, &x, &w, &M, &N, &K, &vec};
@@ -657,14 +677,18 @@ static int g_embed(void *ctx, mi_stream *s, float *y, const void *table, mi_dtyp
   if (T < 0 || V < 0 || dim <= 0)
     return fail(c, "embed: bad shape T=%lld V=%lld dim=%lld", (long long)T, (long long)V,
                 (long long)dim);
-  if (dtype != MI_DTYPE_F32 && dtype != MI_DTYPE_F16 && dtype != MI_DTYPE_BF16)
-    return fail(c, "embed: unsupported table dtype %s (f32, f16, bf16 only)", mi_dtype_name(dtype));
+  const int dt = kernel_dtype(dtype);
+  if (dt < 0)
+    return fail(c, "embed: unsupported table dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)",
+                mi_dtype_name(dtype));
+  if (mi_dtype_row_bytes(dtype, dim) == 0)
+    return fail(c, "embed: a %s table needs dim a multiple of %lld (got dim=%lld)",
+                mi_dtype_name(dtype), (long long)mi_dtype_block(dtype), (long long)dim);
   if (T > 0x7fffffff) return fail(c, "embed: T=%lld too many", (long long)T);
   if (T == 0) return 0;
   CHECK_PTR(c, y, "embed", "y");
   CHECK_PTR(c, table, "embed", "table");
   CHECK_PTR(c, ids, "embed", "ids");
-  int dt = dtype == MI_DTYPE_F32 ? 0 : dtype == MI_DTYPE_F16 ? 1 : 2;
   int32_t *e = c->embed_err;
   void *a[] = {&y, &table, &ids, &V, &dim, &e};
   size_t z[] = {P8, P8, P8, I8, I8, P8};

@@ -4,7 +4,8 @@
  * module API (hipModuleLoadData / cuModuleLoadData): see gpu_rt.h.
  *
  * Conventions: every pointer is a device address; shapes are int64_t; all
- * arithmetic is f32 with f32 accumulation (weights are widened on load).
+ * arithmetic is f32 with f32 accumulation (f16/bf16 weights widened as they
+ * are read; GGUF block types dequantized as they are read, exactly).
  * Launch geometry is chosen on the host (gpu_launch.c) and must match the
  * comment above each kernel.
  */
@@ -40,17 +41,77 @@ __device__ __forceinline__ float block_sum(float v, float *red) {
   return s;
 }
 
-/* Weight element i of w in dtype DT (0 f32, 1 f16, 2 bf16) as f32. */
+/* GGUF's block types (DT 3 q8_0, 4 q4_0, 5 q4_k, 6 q6_k; layouts in
+ * sdk/include/mi/quant.h). A matrix [N, K] in a block type is N rows of
+ * K / QK whole blocks, so element i = n·K + k sits in block i / QK at
+ * position i % QK: the same flat index as the element types. Each value is
+ * computed with one rounding of its exact value (one fmaf where two terms
+ * meet), so it equals mi_quant_value64 rounded to f32. */
+/* (the element types get a placeholder: their branches are never taken) */
+template <int DT> struct blk_fmt { enum { QK = 1, BYTES = 1 }; };
+template <> struct blk_fmt<3> { enum { QK = 32, BYTES = 34 }; };
+template <> struct blk_fmt<4> { enum { QK = 32, BYTES = 18 }; };
+template <> struct blk_fmt<5> { enum { QK = 256, BYTES = 144 }; };
+template <> struct blk_fmt<6> { enum { QK = 256, BYTES = 210 }; };
+
+__device__ __forceinline__ float blk_half(const uint8_t *p) {
+  return mi_half_bits_to_f32((uint16_t)(p[0] | (uint16_t)p[1] << 8));
+}
+
+/* Value j (0..QK-1) of the block at b. */
+template <int DT> __device__ __forceinline__ float blk_value(const uint8_t *b, int j) {
+  if (DT == 3) return blk_half(b) * (float)(int8_t)b[2 + j];
+  if (DT == 4) {
+    const int q = j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4;
+    return blk_half(b) * (float)(q - 8);
+  }
+  if (DT == 5) {
+    const uint8_t *s = b + 4;
+    const int sb = j / 32;
+    int sc, m;
+    if (sb < 4) {
+      sc = s[sb] & 63;
+      m = s[sb + 4] & 63;
+    } else {
+      sc = (s[sb + 4] & 15) | ((s[sb - 4] >> 6) << 4);
+      m = (s[sb + 4] >> 4) | ((s[sb] >> 6) << 4);
+    }
+    const uint8_t byte = b[16 + 32 * (j / 64) + j % 32];
+    const int q = (j % 64) < 32 ? byte & 15 : byte >> 4;
+    /* d·sc and dmin·m are exact in f32 (11 + 6 bits); one rounding at the end */
+    return fmaf(blk_half(b) * (float)sc, (float)q, -(blk_half(b + 2) * (float)m));
+  }
+  /* DT == 6: d·scale exact (11 + 8 bits), times a 6-bit code: one rounding */
+  const int h = j / 128, r = j % 128, quarter = r / 32, l = r % 32;
+  const uint8_t lo = b[64 * h + l + (quarter & 1) * 32];
+  const int low = (quarter & 2) ? lo >> 4 : lo & 15;
+  const int high = (b[128 + 32 * h + l] >> (2 * quarter)) & 3;
+  return blk_half(b + 208) * (float)(int8_t)b[192 + j / 16] * (float)((low | high << 4) - 32);
+}
+
+/* Weight element i of w in dtype DT (0 f32, 1 f16, 2 bf16, 3.. a block
+ * type) as f32. */
 template <int DT> __device__ __forceinline__ float load_w(const void *w, int64_t i) {
   if (DT == 0) return ((const float *)w)[i];
+  if (DT >= 3) {
+    const uint8_t *b = (const uint8_t *)w + (i / blk_fmt<DT>::QK) * blk_fmt<DT>::BYTES;
+    return blk_value<DT>(b, (int)(i % blk_fmt<DT>::QK));
+  }
   uint16_t h = ((const uint16_t *)w)[i];
   return DT == 1 ? mi_half_bits_to_f32(h) : mi_bf16_bits_to_f32(h);
 }
 
 /* 8 consecutive weights starting at element i (16-byte aligned for 16-bit
- * types, 32-byte for f32) as f32: one or two vector loads. */
+ * types, 32-byte for f32; a multiple of 8 for the block types, whose 8
+ * values then lie in one block) as f32: one or two vector loads, or one
+ * block's header and 8 codes. */
 template <int DT> __device__ __forceinline__ void load_w8(const void *w, int64_t i, float *o) {
-  if (DT == 0) {
+  if (DT >= 3) {
+    const uint8_t *b = (const uint8_t *)w + (i / blk_fmt<DT>::QK) * blk_fmt<DT>::BYTES;
+    const int j0 = (int)(i % blk_fmt<DT>::QK);
+#pragma unroll
+    for (int j = 0; j < 8; j++) o[j] = blk_value<DT>(b, j0 + j);
+  } else if (DT == 0) {
     const float4 *p = (const float4 *)((const float *)w + i);
     float4 a = p[0], b = p[1];
     o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
@@ -135,6 +196,15 @@ MI_KERNEL void mi_k_gemv_bf16(float *y, const float *x, const void *w, int64_t M
                               int64_t K, int32_t vec) {
   gemv_body<2>(y, x, w, M, N, K, vec);
 }
+#define MI_GEMV_BLOCK(name, dt)                                                                    \
+  MI_KERNEL void mi_k_gemv_##name(float *y, const float *x, const void *w, int64_t M, int64_t N,   \
+                                  int64_t K, int32_t vec) {                                        \
+    gemv_body<dt>(y, x, w, M, N, K, vec);                                                          \
+  }
+MI_GEMV_BLOCK(q8_0, 3)
+MI_GEMV_BLOCK(q4_0, 4)
+MI_GEMV_BLOCK(q4_k, 5)
+MI_GEMV_BLOCK(q6_k, 6)
 
 /* ---------------- matmul: tiled path (M > MI_GEMV_MAX_M) ----------------
  * Block tile BM x BN of y, K walked in steps of BK through shared memory
@@ -209,6 +279,15 @@ MI_KERNEL void mi_k_mm_bf16(float *y, const float *x, const void *w, int64_t M, 
                             int64_t K) {
   mm_body<2>(y, x, w, M, N, K);
 }
+#define MI_MM_BLOCK(name, dt)                                                                      \
+  MI_KERNEL void mi_k_mm_##name(float *y, const float *x, const void *w, int64_t M, int64_t N,     \
+                                int64_t K) {                                                       \
+    mm_body<dt>(y, x, w, M, N, K);                                                                 \
+  }
+MI_MM_BLOCK(q8_0, 3)
+MI_MM_BLOCK(q4_0, 4)
+MI_MM_BLOCK(q4_k, 5)
+MI_MM_BLOCK(q6_k, 6)
 
 /* ---------------- rmsnorm ----------------
  * y[r,:] = x[r,:] · 1/sqrt(mean(x²) + eps) · (w + off). y may equal x: each
@@ -487,6 +566,15 @@ MI_KERNEL void mi_k_embed_bf16(float *y, const void *table, const int32_t *ids, 
                                int64_t dim, int32_t *err) {
   embed_body<2>(y, table, ids, V, dim, err);
 }
+#define MI_EMBED_BLOCK(name, dt)                                                                   \
+  MI_KERNEL void mi_k_embed_##name(float *y, const void *table, const int32_t *ids, int64_t V,     \
+                                   int64_t dim, int32_t *err) {                                    \
+    embed_body<dt>(y, table, ids, V, dim, err);                                                    \
+  }
+MI_EMBED_BLOCK(q8_0, 3)
+MI_EMBED_BLOCK(q4_0, 4)
+MI_EMBED_BLOCK(q4_k, 5)
+MI_EMBED_BLOCK(q6_k, 6)
 
 /* ---------------- argmax ----------------
  * out[r] = first index of the largest x[r,:]; NaN never wins; a row with no
