@@ -63,6 +63,10 @@ static void usage(FILE *f) {
           "  --seed N             the verifier's master seed (default: random)\n"
           "  --verify-timeout S   mi-verify's per-unit limit (raise it for large shapes)\n"
           "  --goldens DIR        stage 4's llama.cpp goldens (default: tests/goldens of the source tree)\n"
+          "  --platform-plugin PATH  verify and deploy on this platform plugin (libmi-NAME.so) in place of the\n"
+          "                       contract's own; one of another name stands in for the platform, said in the\n"
+          "                       output, plugins.conf and manifest: the GPU emulator, e.g. --platform nvidia\n"
+          "                       --platform-plugin build/tests/gpu-emu/libmi-gpuemu32.so (docs/mi-gen.md)\n"
           "  -t, --threads N      verifier threads for the platform (default 0: one per core)\n"
           "  --evolve             the knowledge-evolution loop (docs/evolution.md): --refs DIR (the oracle's\n"
           "                       goldens and sources, every read logged), --candidates DIR (a bundle of new\n"
@@ -77,6 +81,36 @@ static void usage(FILE *f) {
 }
 
 static char g_exe_dir[PATH_MAX];
+
+/* --platform-plugin PATH: the platform plugin the verifier and the engine's
+ * plugins.conf use in place of the contract's own libmi-<plugin>.so. Its name
+ * is the file's (libmi-NAME.so), which the loader then holds its descriptor
+ * to; one whose name is not the contract's plugin stands in for the platform
+ * (the GPU emulator for a GPU contract), and mi-verify holds it to the
+ * contract's wavefront and memory model. Returns the constraints' record
+ * {name, path, stands_in_for}, or NULL with the reason on stderr. */
+static json_t *platform_plugin_arg(const mi_ckb_entry *pe, const char *arg) {
+  char abs_p[PATH_MAX];
+  if (!realpath(arg, abs_p) || access(abs_p, R_OK) != 0) {
+    fprintf(stderr, "mi-gen: --platform-plugin %s: %s\n", arg, strerror(errno));
+    return NULL;
+  }
+  const char *base = strrchr(abs_p, '/') + 1, *own_name = json_string_value(json_object_get(pe->json, "plugin"));
+  size_t n = strlen(base);
+  if (strncmp(base, "libmi-", 6) || n <= 9 || strcmp(base + n - 3, ".so")) {
+    fprintf(stderr, "mi-gen: --platform-plugin %s: not named libmi-NAME.so (NAME: the plugin's name, which plugins.conf gives)\n", arg);
+    return NULL;
+  }
+  char name[128];
+  snprintf(name, sizeof name, "%.*s", (int)(n - 9), base + 6);
+  json_t *r = json_pack("{s:s, s:s}", "name", name, "path", abs_p);
+  if (own_name && strcmp(name, own_name)) {
+    json_object_set_new(r, "stands_in_for", json_string(pe->id));
+    fprintf(stderr, "mi-gen: platform plugin '%s' (%s) stands in for %s, whose own plugin is '%s': the engine is verified on it, not on a %s device\n",
+            name, abs_p, pe->id, own_name, own_name);
+  }
+  return r;
+}
 
 /* A half-precision KV cache needs the platform contract to list the
  * conversion (operator.convert, with a contract in the CKB) and attention
@@ -313,7 +347,7 @@ int main(int argc, char **argv) {
   const char *model = NULL, *platform = NULL, *dtype = NULL, *out = NULL, *kv = "f32", *perf = NULL;
   const char *goldens = NULL;
   double vtimeout = 0;
-  static const char *ckb_dir = NULL, *run_dir = NULL, *resume = NULL, *cons_file = NULL, *candidate = NULL;
+  static const char *ckb_dir = NULL, *run_dir = NULL, *resume = NULL, *cons_file = NULL, *candidate = NULL, *plat_plugin = NULL;
   static int tp = 0, max_iter = 4, threads = 0;
   double budget = 1800;
   long long seed = -1;
@@ -323,6 +357,7 @@ int main(int argc, char **argv) {
       {"run-dir", 1, 0, 'r'},        {"resume", 1, 0, 'R'},      {"constraints", 1, 0, 'c'},
       {"max-iterations", 1, 0, 'i'}, {"time-budget", 1, 0, 'b'}, {"candidate", 1, 0, 'x'},
       {"seed", 1, 0, 's'},           {"threads", 1, 0, 't'},     {"goldens", 1, 0, 'G'}, {"verify-timeout", 1, 0, 'V'},     {"help", 0, 0, 'h'},
+      {"platform-plugin", 1, 0, 'U'},
       {"evolve", 0, 0, 'E'},         {"candidates", 1, 0, 'K'},  {"no-revalidate", 0, 0, 'N'}, {0, 0, 0, 0}};
   static int evolve = 0, no_reval = 0;
   static const char *candidates = NULL;
@@ -348,6 +383,7 @@ int main(int argc, char **argv) {
     case 't': threads = atoi(optarg); break;
     case 'G': goldens = optarg; break;
     case 'V': vtimeout = atof(optarg); break;
+    case 'U': plat_plugin = optarg; break;
     case 'E': evolve = 1; break;
     case 'K': candidates = optarg; break;
     case 'N': no_reval = 1; break;
@@ -398,6 +434,7 @@ int main(int argc, char **argv) {
     dtype = own(json_string_value(json_object_get(c, "dtype")));
     kv = own(json_string_value(json_object_get(c, "kv_type")));
     if (json_string_value(json_object_get(c, "perf"))) perf = own(json_string_value(json_object_get(c, "perf")));
+    if (!plat_plugin) plat_plugin = own(json_string_value(json_object_get(json_object_get(c, "platform_plugin"), "path")));
     tp = (int)json_integer_value(json_object_get(c, "tp"));
     out = own(json_string_value(json_object_get(start, "out")));
     if (json_string_value(json_object_get(start, "ckb")) && !ckb_dir) ckb_dir = own(json_string_value(json_object_get(start, "ckb")));
@@ -452,6 +489,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mi-gen: unknown platform '%s': no platform contract in %s\n", platform, ckb_abs);
     return EX_PLATFORM;
   }
+  static json_t *pplug = NULL; /* --platform-plugin: {name, path[, stands_in_for]} */
+  if (plat_plugin && !(pplug = platform_plugin_arg(pe, plat_plugin))) return EX_USAGE;
   json_t *dts = json_object_get(pe->json, "dtypes");
   int ok = 0;
   size_t i;
@@ -598,6 +637,7 @@ int main(int argc, char **argv) {
   cons = json_pack("{s:s, s:s, s:s, s:i, s:s}", "model", model_abs, "platform", pe->json ? json_string_value(json_object_get(pe->json, "plugin")) : platform,
                            "dtype", dtype, "tp", tp, "kv_type", kv);
   if (perf) json_object_set_new(cons, "perf", json_string(perf));
+  if (pplug) json_object_set(cons, "platform_plugin", pplug);
   if (json_array_size(gates)) json_object_set(cons, "perf_gates", gates);
   if (!resume) {
     json_t *st = json_pack("{s:s, s:O, s:s, s:s, s:I, s:s}", "event", "start", "constraints", cons, "out", out_abs, "ckb",
@@ -734,6 +774,7 @@ int main(int argc, char **argv) {
     snprintf(sdk, sizeof sdk, "%s/../../sdk/include", g_exe_dir);
     if (access(sdk, R_OK) != 0) snprintf(sdk, sizeof sdk, "%s/../include", g_exe_dir);
     snprintf(cpu, sizeof cpu, "%s/../lib/metainfer/libmi-%s.so", g_exe_dir, json_string_value(json_object_get(pe->json, "plugin")));
+    if (pplug) snprintf(cpu, sizeof cpu, "%s", json_string_value(json_object_get(pplug, "path")));
     snprintf(mv, sizeof mv, "%s/mi-verify", g_exe_dir);
     snprintf(mr, sizeof mr, "%s/mi-run", g_exe_dir);
     if (goldens) snprintf(gold, sizeof gold, "%s", goldens);
@@ -873,14 +914,30 @@ int main(int argc, char **argv) {
   write_file(dst, buf);
   chmod(dst, 0755);
   snprintf(dst, sizeof dst, "%s/plugins.conf", out_abs);
-  snprintf(buf, sizeof buf,
-           "# Generated by mi-gen: the platform the engine was verified on, and the engine.\n"
-           "# KIND   NAME   PATH   required|optional   options%s\n"
-           "platform %s libmi-%s.so required threads=%d\n"
-           "engine   %s ./libmi-engine-%s.so required\n",
-           tp > 1 ? "\n# tensor parallel: mpirun -np TP mi-run --plugin-dir THIS_DIR --tp TP -t 1 ..." : "", 
-           json_string_value(json_object_get(pe->json, "plugin")), json_string_value(json_object_get(pe->json, "plugin")),
-           threads, engine_name, engine_name);
+  if (pplug) { /* the plugin it was verified on, by path; a stand-in said so */
+    const char *pn = json_string_value(json_object_get(pplug, "name")), *own_p = json_string_value(json_object_get(pe->json, "plugin"));
+    const char *sf = json_string_value(json_object_get(pplug, "stands_in_for"));
+    char note[640] = "";
+    if (sf)
+      snprintf(note, sizeof note,
+               "# STAND-IN: '%s' stands in for %s (verified on it, not on a %s device); on the device,\n"
+               "# replace the platform line with: platform %s libmi-%s.so required\n", pn, sf, own_p, own_p, own_p);
+    snprintf(buf, sizeof buf,
+             "# Generated by mi-gen: the platform the engine was verified on, and the engine.\n"
+             "# KIND   NAME   PATH   required|optional   options\n%s"
+             "platform %s %s required threads=%d\n"
+             "engine   %s ./libmi-engine-%s.so required\n",
+             note, pn, json_string_value(json_object_get(pplug, "path")), threads, engine_name, engine_name);
+  } else {
+    snprintf(buf, sizeof buf,
+             "# Generated by mi-gen: the platform the engine was verified on, and the engine.\n"
+             "# KIND   NAME   PATH   required|optional   options%s\n"
+             "platform %s libmi-%s.so required threads=%d\n"
+             "engine   %s ./libmi-engine-%s.so required\n",
+             tp > 1 ? "\n# tensor parallel: mpirun -np TP mi-run --plugin-dir THIS_DIR --tp TP -t 1 ..." : "", 
+             json_string_value(json_object_get(pe->json, "plugin")), json_string_value(json_object_get(pe->json, "plugin")),
+             threads, engine_name, engine_name);
+  }
   write_file(dst, buf);
   /* evidence files */
   snprintf(dst, sizeof dst, "%s/evidence", out_abs);
@@ -917,6 +974,11 @@ int main(int argc, char **argv) {
   json_object_set_new(man, "generation", gen_llm_manifest());
   if (json_object_get(ver, "perf_gates")) json_object_set(man, "perf_gates", json_object_get(ver, "perf_gates"));
   json_object_set_new(man, "reference_plugin", json_string(ref_name));
+  if (json_object_get(pplug, "stands_in_for"))
+    json_object_set_new(man, "stand_in", json_sprintf("verified on the platform plugin '%s' (%s) standing in for %s, not on a %s device",
+                                                      json_string_value(json_object_get(pplug, "name")),
+                                                      json_string_value(json_object_get(pplug, "path")), pe->id,
+                                                      json_string_value(json_object_get(pe->json, "plugin"))));
   json_object_set_new(man, "verifier_pid_note", json_string("stage verdicts came over the verifier process's pipe, never from a file"));
   snprintf(dst, sizeof dst, "%s/manifest.json", out_abs);
   json_dump_file(man, dst, JSON_INDENT(2) | JSON_SORT_KEYS);

@@ -29,11 +29,51 @@
 #include "core/verify/verify.h"
 #include "mi/host.h"
 
+/* A plugin held to another platform's contract (--platform NAME naming a
+ * contract whose plugin is not this one: the GPU emulator for platform.nvidia,
+ * say) stands in for that platform. Never silently: it is said on stderr and
+ * in the report ("stand_in"), and the plugin is held to the device facts of
+ * the contract it can show through device_info: the memory model (host
+ * memory or not) and the wavefront the contract's kernel limits state. */
+static int stand_in(json_t *probe, const mi_ckb_entry *pc, json_t *rep) {
+  const char *name = json_string_value(json_object_get(probe, "name"));
+  const char *own = json_string_value(json_object_get(pc->json, "plugin"));
+  if (!name || !own || !strcmp(name, own)) return 0;
+  json_int_t wf = 0;
+  size_t i;
+  json_t *k;
+  json_array_foreach(json_object_get(pc->json, "kernels"), i, k) {
+    json_t *w = json_object_get(json_object_get(k, "limits"), "wavefront");
+    if (json_is_integer(w) && !wf) wf = json_integer_value(w);
+  }
+  json_t *sw = json_object_get(probe, "simd_width"), *hm = json_object_get(probe, "host_memory");
+  json_t *chm = json_object_get(json_object_get(pc->json, "memory_model"), "host_memory");
+  if (wf && (!json_is_integer(sw) || json_integer_value(sw) != wf)) {
+    fprintf(stderr, "mi-verify: %s: plugin '%s' cannot stand in for %s: its device's wavefront is %lld, the contract's %lld\n",
+            pc->path, name, pc->id, json_is_integer(sw) ? (long long)json_integer_value(sw) : -1LL, (long long)wf);
+    return -1;
+  }
+  if (json_is_boolean(chm) && (!json_is_boolean(hm) || json_is_true(hm) != json_is_true(chm))) {
+    fprintf(stderr, "mi-verify: %s: plugin '%s' cannot stand in for %s: its device memory is %s, the contract's %s\n",
+            pc->path, name, pc->id, !json_is_boolean(hm) ? "not reported" : json_is_true(hm) ? "host memory" : "device memory",
+            json_is_true(chm) ? "host memory" : "device memory");
+    return -1;
+  }
+  fprintf(stderr, "mi-verify: plugin '%s' (device %s) stands in for %s, whose own plugin is '%s': verified on it, not on a %s device\n",
+          name, json_string_value(json_object_get(probe, "device")) ?: "?", pc->id, own, own);
+  json_object_set_new(rep, "stand_in", json_pack("{s:s, s:s, s:s, s:O}", "plugin", name, "for", pc->id, "contract_plugin", own,
+                                                 "device", json_object_get(probe, "device") ?: json_null()));
+  return 0;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: mi-verify --platform-plugin PATH.so [options]\n"
           "  --ckb DIR           the contract knowledge base (default: $MI_CKB_DIR, ./ckb, next to the exe)\n"
-          "  --platform NAME     the platform contract to hold the plugin to (default: the plugin's name)\n"
+          "  --platform NAME     the platform contract to hold the plugin to (default: the plugin's name);\n"
+          "                      a plugin of another name stands in for it (said, and held to the\n"
+          "                      contract's wavefront and memory model), e.g. the GPU emulator\n"
+          "                      tests/gpu-emu/libmi-gpuemu32.so with --platform nvidia\n"
           "  --stage N           run stages 1..N (1: operator units, 2: one decoder layer, 3: weight\n"
           "                      loading, 4: end to end vs goldens, 5: authenticity, 6: performance;\n"
           "                      default 1)\n"
@@ -454,6 +494,11 @@ int main(int argc, char **argv) {
   if (!pc) {
     fprintf(stderr, "mi-verify: %s: no platform contract for '%s' (give one with --platform NAME)\n",
             ckb_dir, pname);
+    rc = 2;
+    json_object_set_new(rep, "verdict", json_string("ERROR"));
+    goto write;
+  }
+  if (stand_in(probe, pc, rep) != 0) {
     rc = 2;
     json_object_set_new(rep, "verdict", json_string("ERROR"));
     goto write;

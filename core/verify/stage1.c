@@ -55,8 +55,12 @@ static int probe_child(void *arg, int fd) {
   mi_device_info di;
   memset(&di, 0, sizeof di);
   di.struct_size = sizeof di;
-  if (pi->device_info && pi->device_info(p->ctx, 0, &di) == 0)
+  if (pi->device_info && pi->device_info(p->ctx, 0, &di) == 0) {
     json_object_set_new(ev, "device", json_string(di.name));
+    /* what a stand-in for another platform is held to (mi-verify --platform) */
+    json_object_set_new(ev, "simd_width", json_integer(di.simd_width));
+    json_object_set_new(ev, "host_memory", json_boolean(di.host_memory));
+  }
   vf_emit(fd, ev);
   mi_plugin_unload(p);
   return 0;

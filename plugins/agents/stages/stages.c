@@ -156,6 +156,12 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
   const char *refname = json_string_value(json_object_get(tools, "reference_name"));
   const char *bench = json_string_value(json_object_get(tools, "mi_bench"));
   const char *pname = json_string_value(json_object_get(json_object_get(task, "constraints"), "platform"));
+  /* mi-gen --platform-plugin: the plugin's own name for plugins.conf, and the
+   * contract (constraints.platform) named to mi-verify, which says and checks
+   * a stand-in (the GPU emulator for a GPU platform's contract) */
+  const char *contract_plat = pname;
+  json_t *pplug = json_object_get(json_object_get(task, "constraints"), "platform_plugin");
+  if (json_string_value(json_object_get(pplug, "name"))) pname = json_string_value(json_object_get(pplug, "name"));
   const char *kvt = json_string_value(json_object_get(json_object_get(task, "constraints"), "kv_type")) ?: "f32";
   uint64_t seed = (uint64_t)json_integer_value(json_object_get(task, "seed"));
   int threads = (int)json_integer_value(json_object_get(task, "threads"));
@@ -228,7 +234,7 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
   snprintf(gopt, sizeof gopt, "%s", gold ? gold : "/nonexistent");
   char *mv_argv[] = {(char *)mv, "--platform-plugin", (char *)plat, "--model-plugin", so, "--model", (char *)model, "--stage", tp > 1 ? "2" : "6",
                      "--goldens", gopt, "--goldens-optional", "--ckb", (char *)t->ckb_dir, "--seed", seed_s, "--report", rep,
-                     "-o", thr, NULL, NULL, NULL, NULL, NULL, NULL};
+                     "-o", thr, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   char tmo[32];
   double ut = json_number_value(json_object_get(task, "unit_timeout"));
   int na_v = 20;
@@ -236,6 +242,10 @@ static int stages_run(void *ctx, const mi_agent_task *t, char **result, char *er
     snprintf(tmo, sizeof tmo, "%g", ut);
     mv_argv[na_v++] = "--timeout";
     mv_argv[na_v++] = tmo;
+  }
+  if (contract_plat && strcmp(contract_plat, pname)) {
+    mv_argv[na_v++] = "--platform";
+    mv_argv[na_v++] = (char *)contract_plat;
   }
   if (strcmp(kvt, "f32")) { /* the KV type asked: stages 4-5 compare at its tolerance */
     mv_argv[na_v++] = "--kv-type";
