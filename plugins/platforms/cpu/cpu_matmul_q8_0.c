@@ -150,8 +150,8 @@ static void q8_task(void *arg, int64_t b, int64_t e, int tid) {
   const size_t wrow = a->wrow;
   const int64_t r0 = a->split_m ? b : 0, r1 = a->split_m ? e : a->M;
   const int64_t n0 = a->split_m ? 0 : b, n1 = a->split_m ? a->N : e;
-  if (a->dt == MI_DTYPE_Q8_0 && a->ops->gemm && r1 - r0 >= CPU_Q8_PANEL_MIN_M) {
-    a->ops->gemm(a->y, a->N, &a->act, r0, r1, a->w, wrow, n0, n1);
+  if (a->ops->gemm && a->ops->gemm_takes(a->dt) && r1 - r0 >= CPU_Q8_PANEL_MIN_M) {
+    a->ops->gemm(a->y, a->N, &a->act, r0, r1, a->w, a->dt, wrow, n0, n1);
     return;
   }
   for (int64_t m = r0; m < r1; m += Q8_MB) {

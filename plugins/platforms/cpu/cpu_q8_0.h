@@ -41,8 +41,8 @@
  *   q [M][kp]      int8 q_x
  *   d [M][kp / 32] d_x (0 in the padding)
  *   s [M][kp / 32] -128 · Σ q_x over each block: the panel GEMM's bias
- *                  correction (cpu_q8_0_avx512.c); filled only by a
- *                  quantize whose ops have a gemm
+ *                  correction (cpu_q8_0_avx512.c, for Q8_0, Q4_0 and Q4_K
+ *                  weights); filled only by a quantize whose ops have a gemm
  *   ds [M][kp / 32] fl(d_x · Σ q_x) over each block: Q4_K's min term
  *                  (cpu_quant.h); filled by the driver only for Q4_K
  * The arrays are 64-byte aligned (the driver's scratch). */
@@ -84,10 +84,13 @@ typedef struct cpu_q8_ops {
    *   y[i·ldy + col[j]] (accum ? += : =) Σ_b d_x·d_w·Σ q_x·q_w. */
   cpu_q_tile_fn tile;
   /* Optional (NULL: the tiles do all): prefill, rows [m0, m1) of y [M, ldy]
-   * times weight rows [n0, n1) of w (rows wrow bytes apart), all of K, on
-   * packed weight panels. The same sums as the tiles, in another order. */
+   * times weight rows [n0, n1) of w (rows wrow bytes apart, type dt), all
+   * of K, on packed weight panels. The same sums as the tiles, in another
+   * order. gemm_takes(dt): which weight types it packs (the others stay on
+   * the tiles). */
   void (*gemm)(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t m1, const void *w,
-               size_t wrow, int64_t n0, int64_t n1);
+               mi_dtype dt, size_t wrow, int64_t n0, int64_t n1);
+  int (*gemm_takes)(mi_dtype dt);
   /* The tiles of the other block types (cpu_quant_<isa>.c), same contract
    * as tile, on the same quantized activations. */
   cpu_q_tile_fn tile_q4_0, tile_q4_k, tile_q6_k;

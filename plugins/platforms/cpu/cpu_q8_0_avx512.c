@@ -192,22 +192,56 @@ AI void transpose8(__m256i r[8]) {
   }
 }
 
+/* Block b (of 32 values) of a weight row as 32 biased bytes (the signed
+ * code + 128, what the panels hold) and its f32 scale; for Q4_K also the
+ * block's min term dmin·m (*mn; 0 for the others). The types the panels
+ * take: Q8_0 (d, q), Q4_0 (d, q - 8) and Q4_K, whose sub-block j of 32 is
+ * scale d·sc_j (exact in f32: 11 + 6 bits) over codes q in 0..15, less
+ * dmin·m_j, which the panel tile takes off as dmin·m_j·fl(d_x·Σq_x) (the
+ * tiles' very terms). */
+AI __m256i block_codes(mi_dtype dt, const uint8_t *row, int64_t b, float *sc, float *mn) {
+  const __m256i bias = _mm256_set1_epi8((char)0x80), lo4 = _mm256_set1_epi8(0x0f);
+  *mn = 0.0f;
+  if (dt == MI_DTYPE_Q8_0) {
+    const uint8_t *p = row + (size_t)b * CPU_Q8_WBYTES;
+    *sc = mi_quant_f16(p);
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)), bias);
+  }
+  if (dt == MI_DTYPE_Q4_0) {
+    const uint8_t *p = row + (size_t)b * CPU_Q4_0_BYTES;
+    *sc = mi_quant_f16(p);
+    const __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+    const __m256i q = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(v, 4), v), lo4); /* values 0-15 | 16-31 */
+    return _mm256_add_epi8(q, _mm256_set1_epi8(120)); /* (q - 8) + 128 */
+  }
+  /* Q4_K */
+  const uint8_t *p = row + (size_t)(b / 8) * CPU_Q4_K_BYTES;
+  const int j = (int)(b % 8);
+  uint8_t sm[16];
+  cpu_q4_k_scales(sm, p + 4);
+  *sc = mi_quant_f16(p) * (float)sm[j];
+  *mn = mi_quant_f16(p + 2) * (float)sm[8 + j];
+  const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * (j / 2)));
+  const __m256i q = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, lo4);
+  return _mm256_add_epi8(q, bias); /* q + 128 */
+}
+
 /* Packs rows n .. n+nr-1 (nr <= 16; the others: weights 0, scale 0, which
- * add exactly 0) over blocks b0 .. b0+nbk-1 into P [nbk·8][16] and S [nbk][16]. */
-static void pack_panel(uint32_t *P, float *S, const uint8_t *w, size_t wrow, int64_t n, int nr,
-                       int64_t b0, int nbk) {
+ * add exactly 0) over blocks b0 .. b0+nbk-1 into P [nbk·8][16], S [nbk][16]
+ * and, for Q4_K, Mn [nbk][16] (the min terms). */
+static void pack_panel(uint32_t *P, float *S, float *Mn, const uint8_t *w, mi_dtype dt,
+                       size_t wrow, int64_t n, int nr, int64_t b0, int nbk) {
   const __m256i bias = _mm256_set1_epi8((char)0x80);
   for (int b = 0; b < nbk; b++) {
     for (int h = 0; h < 2; h++) { /* rows 8h .. 8h+7 */
       __m256i r[8];
       for (int i = 0; i < 8; i++) {
         const int j = 8 * h + i;
-        const uint8_t *p =
-            w + (size_t)(n + (j < nr ? j : 0)) * wrow + (size_t)(b0 + b) * CPU_Q8_WBYTES;
-        r[i] = j < nr ? _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 2)), bias) : bias;
-        uint16_t hs;
-        memcpy(&hs, p, 2);
-        S[b * PN + j] = j < nr ? mi_f16_to_f32(hs) : 0.0f;
+        float sc = 0.0f, mn = 0.0f;
+        r[i] = j < nr ? block_codes(dt, w + (size_t)(n + j) * wrow, b0 + b, &sc, &mn) : bias;
+        S[b * PN + j] = sc;
+        Mn[b * PN + j] = mn;
       }
       transpose8(r);
       for (int t = 0; t < 8; t++)
@@ -220,16 +254,18 @@ static void pack_panel(uint32_t *P, float *S, const uint8_t *w, size_t wrow, int
  * blocks (block b0 + b of the row); y row i at y + i·ldy, lanes past nr
  * masked off (mk); accum: add to y. */
 AI void panel_tile(const int MR, float *y, int64_t ldy, const cpu_q8_act *a, int64_t m,
-                   const uint32_t *P, const float *S, int64_t b0, int nbk, __mmask16 mk,
-                   int accum) {
+                   const uint32_t *P, const float *S, const float *Mn, int64_t b0, int nbk,
+                   __mmask16 mk, int accum) {
   const int64_t nbp = a->kp / CPU_Q8_QK;
   const int8_t *q[PMR];
   const float *d[PMR];
   const int32_t *cs[PMR];
+  const float *ds[PMR];
   for (int i = 0; i < MR; i++) {
     q[i] = a->q + (m + i) * a->kp + b0 * CPU_Q8_QK;
     d[i] = a->d + (m + i) * nbp + b0;
     cs[i] = a->s + (m + i) * nbp + b0;
+    ds[i] = Mn ? a->ds + (m + i) * nbp + b0 : NULL;
   }
   __m512 acc[PMR];
   for (int i = 0; i < MR; i++)
@@ -247,6 +283,11 @@ AI void panel_tile(const int MR, float *y, int64_t ldy, const cpu_q8_act *a, int
     for (int i = 0; i < MR; i++)
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[i]), _mm512_mul_ps(sv, _mm512_set1_ps(d[i][b])),
                                acc[i]);
+    if (Mn) { /* Q4_K: less dmin·m_j · fl(d_x·Σq_x) */
+      const __m512 mv = _mm512_load_ps(Mn + b * PN);
+      for (int i = 0; i < MR; i++)
+        acc[i] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(ds[i][b]), acc[i]);
+    }
   }
   for (int i = 0; i < MR; i++) {
     float *yr = y + i * ldy;
@@ -258,27 +299,34 @@ AI void panel_tile(const int MR, float *y, int64_t ldy, const cpu_q8_act *a, int
 /* Tokens [m, me) over one panel (y at its first output): PMR at a time,
  * then one tile of exactly the rest. */
 static void panel_rows(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m, int64_t me,
-                       const uint32_t *P, const float *S, int64_t b0, int nbk, __mmask16 mk) {
+                       const uint32_t *P, const float *S, const float *Mn, int64_t b0, int nbk,
+                       __mmask16 mk) {
   const int acc = b0 > 0;
   for (; m + PMR <= me; m += PMR)
-    panel_tile(PMR, y + m * ldy, ldy, a, m, P, S, b0, nbk, mk, acc);
+    panel_tile(PMR, y + m * ldy, ldy, a, m, P, S, Mn, b0, nbk, mk, acc);
   float *yr = y + m * ldy;
   switch (me - m) {
-  case 1: panel_tile(1, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
-  case 2: panel_tile(2, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
-  case 3: panel_tile(3, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
-  case 4: panel_tile(4, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
-  case 5: panel_tile(5, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
-  case 6: panel_tile(6, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
-  case 7: panel_tile(7, yr, ldy, a, m, P, S, b0, nbk, mk, acc); break;
+  case 1: panel_tile(1, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
+  case 2: panel_tile(2, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
+  case 3: panel_tile(3, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
+  case 4: panel_tile(4, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
+  case 5: panel_tile(5, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
+  case 6: panel_tile(6, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
+  case 7: panel_tile(7, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
   default: break;
   }
 }
 
+static int gemm_takes(mi_dtype dt) {
+  return dt == MI_DTYPE_Q8_0 || dt == MI_DTYPE_Q4_0 || dt == MI_DTYPE_Q4_K;
+}
+
 static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t m1, const void *w,
-                 size_t wrow, int64_t n0, int64_t n1) {
+                 mi_dtype dt, size_t wrow, int64_t n0, int64_t n1) {
   uint32_t P[PKB * 8 * PN] __attribute__((aligned(64))); /* 16 KB */
   float S[PKB * PN] __attribute__((aligned(64)));        /* 2 KB */
+  float Mn[PKB * PN] __attribute__((aligned(64)));       /* 2 KB: Q4_K's min terms */
+  const float *mins = dt == MI_DTYPE_Q4_K ? Mn : NULL;
   const int64_t nb = a->K / CPU_Q8_QK;
   for (int64_t ms = m0; ms < m1; ms += PMB) {
     const int64_t me = m1 - ms < PMB ? m1 : ms + PMB;
@@ -287,8 +335,8 @@ static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t
       const __mmask16 mk = (__mmask16)((1u << nr) - 1);
       for (int64_t b0 = 0; b0 < nb; b0 += PKB) {
         const int nbk = nb - b0 < PKB ? (int)(nb - b0) : PKB;
-        pack_panel(P, S, w, wrow, n, nr, b0, nbk);
-        panel_rows(y + n, ldy, a, ms, me, P, S, b0, nbk, mk);
+        pack_panel(P, S, Mn, w, dt, wrow, n, nr, b0, nbk);
+        panel_rows(y + n, ldy, a, ms, me, P, S, mins, b0, nbk, mk);
       }
     }
   }
@@ -298,6 +346,7 @@ const cpu_q8_ops cpu_q8_avx512vnni = {.name = "avx512vnni",
                                       .quantize = quantize,
                                       .tile = tile,
                                       .gemm = gemm,
+                                      .gemm_takes = gemm_takes,
                                       .tile_q4_0 = cpu_q4_0_tile_avx512,
                                       .tile_q4_k = cpu_q4_k_tile_avx512,
                                       .tile_q6_k = cpu_q6_k_tile_avx512};
