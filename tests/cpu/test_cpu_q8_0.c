@@ -29,26 +29,10 @@
 #include <string.h>
 
 #include "cpu_test_harness.h"
+#include "q8_act_test.h"
 #include "mi/tensor.h"
 
 #define U (FLT_EPSILON / 2) /* f32 unit roundoff 2^-24 */
-
-static const char *const ISAS[] = {"generic", "avx2", "avx512", "avx512bf16"};
-#define NISA 4
-
-/* Opens ISA i with `threads`, the exact mode when exact; 0 when this host
- * cannot run it (said on stdout). */
-static int open_isa(int i, const char *threads, int exact, plat *p) {
-  mi_kv kv[] = {{"isa", ISAS[i]}, {"threads", threads}, {"matmul_act", exact ? "f32" : "auto"}};
-  char why[256] = "";
-  if (open_with(kv, 3, p, why, sizeof why) <= 0) {
-    printf("SKIP isa=%s: not available here (%s)\n", ISAS[i], why);
-    return 0;
-  }
-  printf("RUN isa=%s threads=%s%s (the plugin's log line above names its q8_0 kernels)\n", ISAS[i],
-         threads, exact ? " matmul_act=f32" : "");
-  return 1;
-}
 
 /* ---- Q8_0 weights ---- */
 
@@ -73,48 +57,6 @@ static uint8_t *rand_q8(int64_t N, int64_t K, double *wv) {
       }
     }
   return w;
-}
-
-/* x [M, K]: blocks of varied magnitude (1e-3 .. 1e2), one of zeros, one
- * with a single outlier, one of values below 2^-100 (flushed). */
-static float *rand_x(int64_t M, int64_t K) {
-  float *x = malloc((size_t)(M * K) * sizeof *x);
-  for (int64_t m = 0; m < M; m++)
-    for (int64_t b = 0; b < K / 32; b++) {
-      float *xb = x + m * K + b * 32;
-      const int kind = (int)((m * 7 + b) % 9);
-      const double mag = pow(10.0, rng_unif(-3, 2));
-      for (int i = 0; i < 32; i++)
-        xb[i] = (float)(mag * rng_unif(-1, 1));
-      if (kind == 3) memset(xb, 0, 32 * sizeof *xb);
-      if (kind == 5) xb[(int)(rng_u64() % 32)] = (float)(mag * 300);
-      if (kind == 7 && K > 32)
-        for (int i = 0; i < 32; i++)
-          xb[i] = (float)ldexp(rng_unif(-1, 1), -105);
-    }
-  return x;
-}
-
-/* The activation scheme, as specified: q[32], returns d. */
-static float quant_block(int8_t *q, const float *x) {
-  float amax = 0.0f;
-  int bad = 0;
-  for (int i = 0; i < 32; i++) {
-    bad |= !isfinite(x[i]);
-    if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
-  }
-  if (bad || amax < 0x1p-100f) {
-    memset(q, 0, 32);
-    return bad ? NAN : 0.0f;
-  }
-  const float d = amax / 127.0f, id = 1.0f / d;
-  for (int i = 0; i < 32; i++) {
-    const float t = x[i] * id;
-    const long r = lrintf(t); /* round to nearest even */
-    EXPECT(r >= -127 && r <= 127, "quantized %ld out of range", r);
-    q[i] = (int8_t)r;
-  }
-  return d;
 }
 
 typedef struct refs {
