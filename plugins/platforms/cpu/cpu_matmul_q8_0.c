@@ -75,7 +75,7 @@ const cpu_q8_ops *cpu_q8_ops_for(cpu_isa isa, int avx512_vnni) {
 /* Bytes of the quantized activations for M rows (see cpu_q8_act). */
 static size_t act_bytes(int64_t M, int64_t kp) {
   const size_t m = (size_t)M, k = (size_t)kp;
-  return ALIGN64(m * k) + 3 * ALIGN64(m * (k / CPU_Q8_QK) * sizeof(float));
+  return ALIGN64(m * k) + 4 * ALIGN64(m * (k / CPU_Q8_QK) * sizeof(float));
 }
 
 /* Points a's arrays into buf (64-byte aligned). */
@@ -86,6 +86,7 @@ static void act_layout(cpu_q8_act *a, char *buf) {
   const size_t f = ALIGN64(m * (k / CPU_Q8_QK) * sizeof(float));
   a->s = (int32_t *)(buf + ALIGN64(m * k) + f);
   a->ds = (float *)(buf + ALIGN64(m * k) + 2 * f);
+  a->sh = (int32_t *)(buf + ALIGN64(m * k) + 3 * f);
 }
 
 /* ---- the quantized path ---- */

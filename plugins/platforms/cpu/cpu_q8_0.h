@@ -41,10 +41,13 @@
  *   q [M][kp]      int8 q_x
  *   d [M][kp / 32] d_x (0 in the padding)
  *   s [M][kp / 32] -128 · Σ q_x over each block: the panel GEMM's bias
- *                  correction (cpu_q8_0_avx512.c, for Q8_0, Q4_0 and Q4_K
- *                  weights); filled only by a quantize whose ops have a gemm
+ *                  correction (cpu_q8_0_avx512.c, for Q8_0, Q4_0, Q4_K and
+ *                  Q6_K weights); filled only by a quantize whose ops have a gemm
  *   ds [M][kp / 32] fl(d_x · Σ q_x) over each block: Q4_K's min term
  *                  (cpu_quant.h); filled by the driver only for Q4_K
+ *   sh [M][kp / 32] -128 · Σ q_x over the first 16 values of each block:
+ *                  the bias of the Q6_K panels, whose two halves have
+ *                  scales of their own; filled with s
  * The arrays are 64-byte aligned (the driver's scratch). */
 typedef struct cpu_q8_act {
   int64_t M, K, kp;
@@ -52,6 +55,7 @@ typedef struct cpu_q8_act {
   float *d;
   int32_t *s;
   float *ds;
+  int32_t *sh;
 } cpu_q8_act;
 
 /* The register tile of every block type: activation rows [row, row + mr)

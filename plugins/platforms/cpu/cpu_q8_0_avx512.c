@@ -52,20 +52,24 @@ static void quantize(const cpu_q8_act *a, const float *x, int64_t m0, int64_t m1
   for (int64_t m = m0; m < m1; m++) {
     int8_t *q = a->q + m * a->kp;
     float *d = a->d + m * nbp;
-    int32_t *cs = a->s + m * nbp;
+    int32_t *cs = a->s + m * nbp, *ch = a->sh + m * nbp;
     for (int64_t b = 0; b < nb; b++) {
       d[b] = quantize_block(q + b * CPU_Q8_QK, x + m * a->K + b * CPU_Q8_QK);
-      /* the panel GEMM's bias correction: -128 · Σ q_x (VPSADBW would need
-       * unsigned bytes; 32 adds per block are noise next to the matmul) */
-      int32_t sum = 0;
-      for (int i = 0; i < CPU_Q8_QK; i++)
-        sum += q[b * CPU_Q8_QK + i];
-      cs[b] = -128 * sum;
+      /* the panel GEMM's bias correction: -128 · Σ q_x, and over the first
+       * half for Q6_K (VPSADBW would need unsigned bytes; 32 adds per block
+       * are noise next to the matmul) */
+      int32_t lo = 0, hi = 0;
+      for (int i = 0; i < CPU_Q8_QK / 2; i++) {
+        lo += q[b * CPU_Q8_QK + i];
+        hi += q[b * CPU_Q8_QK + CPU_Q8_QK / 2 + i];
+      }
+      cs[b] = -128 * (lo + hi);
+      ch[b] = -128 * lo;
     }
     memset(q + a->K, 0, (size_t)(a->kp - a->K));
     for (int64_t b = nb; b < nbp; b++) {
       d[b] = 0.0f;
-      cs[b] = 0;
+      cs[b] = ch[b] = 0;
     }
   }
 }
@@ -202,6 +206,22 @@ AI void transpose8(__m256i r[8]) {
 AI __m256i block_codes(mi_dtype dt, const uint8_t *row, int64_t b, float *sc, float *mn) {
   const __m256i bias = _mm256_set1_epi8((char)0x80), lo4 = _mm256_set1_epi8(0x0f);
   *mn = 0.0f;
+  if (dt == MI_DTYPE_Q6_K) { /* 32 values of one quarter: (q - 32) + 128 */
+    const uint8_t *p = row + (size_t)(b / 8) * CPU_Q6_K_BYTES;
+    const int j = (int)(b % 8), h = j / 4, quarter = j % 4;
+    const float d = mi_quant_f16(p + 208);
+    /* two scales, one per 16 values: d·sc exact in f32 (11 + 8 bits); the
+     * second goes where Q4_K keeps its min (the panel tile knows which) */
+    *sc = d * (float)(int8_t)p[192 + 2 * j];
+    *mn = d * (float)(int8_t)p[192 + 2 * j + 1];
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 64 * h + (quarter & 1) * 32));
+    const __m256i low = _mm256_and_si256(quarter & 2 ? _mm256_srli_epi16(lo, 4) : lo, lo4);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
+    const __m256i high =
+        _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), _mm256_set1_epi8(3));
+    const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4)); /* 0..63 */
+    return _mm256_add_epi8(q, _mm256_set1_epi8(96));
+  }
   if (dt == MI_DTYPE_Q8_0) {
     const uint8_t *p = row + (size_t)b * CPU_Q8_WBYTES;
     *sc = mi_quant_f16(p);
@@ -254,23 +274,47 @@ static void pack_panel(uint32_t *P, float *S, float *Mn, const uint8_t *w, mi_dt
  * blocks (block b0 + b of the row); y row i at y + i·ldy, lanes past nr
  * masked off (mk); accum: add to y. */
 AI void panel_tile(const int MR, float *y, int64_t ldy, const cpu_q8_act *a, int64_t m,
-                   const uint32_t *P, const float *S, const float *Mn, int64_t b0, int nbk,
-                   __mmask16 mk, int accum) {
+                   const uint32_t *P, const float *S, const float *Mn, int halves, int64_t b0,
+                   int nbk, __mmask16 mk, int accum) {
   const int64_t nbp = a->kp / CPU_Q8_QK;
   const int8_t *q[PMR];
   const float *d[PMR];
-  const int32_t *cs[PMR];
+  const int32_t *cs[PMR], *ch[PMR];
   const float *ds[PMR];
   for (int i = 0; i < MR; i++) {
     q[i] = a->q + (m + i) * a->kp + b0 * CPU_Q8_QK;
     d[i] = a->d + (m + i) * nbp + b0;
     cs[i] = a->s + (m + i) * nbp + b0;
-    ds[i] = Mn ? a->ds + (m + i) * nbp + b0 : NULL;
+    ch[i] = a->sh + (m + i) * nbp + b0;
+    ds[i] = Mn && !halves ? a->ds + (m + i) * nbp + b0 : NULL;
   }
   __m512 acc[PMR];
   for (int i = 0; i < MR; i++)
     acc[i] = _mm512_setzero_ps();
-  for (int b = 0; b < nbk; b++) {
+  for (int b = 0; halves && b < nbk; b++) {
+    /* Q6_K: values 0-15 (groups 0-3) and 16-31 (groups 4-7) have scales of
+     * their own (S and Mn), so two sums, each started at its half's bias */
+    __m512i I[PMR], J[PMR];
+    for (int i = 0; i < MR; i++) {
+      I[i] = _mm512_set1_epi32(ch[i][b]);
+      J[i] = _mm512_set1_epi32(cs[i][b] - ch[i][b]);
+    }
+    for (int t = 0; t < 4; t++) {
+      const __m512i pv = _mm512_load_si512((const void *)(P + (b * 8 + t) * PN));
+      const __m512i pw = _mm512_load_si512((const void *)(P + (b * 8 + 4 + t) * PN));
+      for (int i = 0; i < MR; i++) {
+        I[i] = dpbusd_bcast(I[i], pv, q[i] + b * CPU_Q8_QK + 4 * t);
+        J[i] = dpbusd_bcast(J[i], pw, q[i] + b * CPU_Q8_QK + 16 + 4 * t);
+      }
+    }
+    const __m512 sv = _mm512_load_ps(S + b * PN), sw = _mm512_load_ps(Mn + b * PN);
+    for (int i = 0; i < MR; i++) {
+      const __m512 dx = _mm512_set1_ps(d[i][b]);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[i]), _mm512_mul_ps(sv, dx), acc[i]);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(J[i]), _mm512_mul_ps(sw, dx), acc[i]);
+    }
+  }
+  for (int b = 0; !halves && b < nbk; b++) {
     __m512i I[PMR];
     for (int i = 0; i < MR; i++)
       I[i] = _mm512_set1_epi32(cs[i][b]);
@@ -299,34 +343,35 @@ AI void panel_tile(const int MR, float *y, int64_t ldy, const cpu_q8_act *a, int
 /* Tokens [m, me) over one panel (y at its first output): PMR at a time,
  * then one tile of exactly the rest. */
 static void panel_rows(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m, int64_t me,
-                       const uint32_t *P, const float *S, const float *Mn, int64_t b0, int nbk,
-                       __mmask16 mk) {
+                       const uint32_t *P, const float *S, const float *Mn, int halves, int64_t b0,
+                       int nbk, __mmask16 mk) {
   const int acc = b0 > 0;
   for (; m + PMR <= me; m += PMR)
-    panel_tile(PMR, y + m * ldy, ldy, a, m, P, S, Mn, b0, nbk, mk, acc);
+    panel_tile(PMR, y + m * ldy, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc);
   float *yr = y + m * ldy;
   switch (me - m) {
-  case 1: panel_tile(1, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
-  case 2: panel_tile(2, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
-  case 3: panel_tile(3, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
-  case 4: panel_tile(4, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
-  case 5: panel_tile(5, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
-  case 6: panel_tile(6, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
-  case 7: panel_tile(7, yr, ldy, a, m, P, S, Mn, b0, nbk, mk, acc); break;
+  case 1: panel_tile(1, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
+  case 2: panel_tile(2, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
+  case 3: panel_tile(3, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
+  case 4: panel_tile(4, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
+  case 5: panel_tile(5, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
+  case 6: panel_tile(6, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
+  case 7: panel_tile(7, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
   default: break;
   }
 }
 
 static int gemm_takes(mi_dtype dt) {
-  return dt == MI_DTYPE_Q8_0 || dt == MI_DTYPE_Q4_0 || dt == MI_DTYPE_Q4_K;
+  return dt == MI_DTYPE_Q8_0 || dt == MI_DTYPE_Q4_0 || dt == MI_DTYPE_Q4_K || dt == MI_DTYPE_Q6_K;
 }
 
 static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t m1, const void *w,
                  mi_dtype dt, size_t wrow, int64_t n0, int64_t n1) {
   uint32_t P[PKB * 8 * PN] __attribute__((aligned(64))); /* 16 KB */
   float S[PKB * PN] __attribute__((aligned(64)));        /* 2 KB */
-  float Mn[PKB * PN] __attribute__((aligned(64)));       /* 2 KB: Q4_K's min terms */
-  const float *mins = dt == MI_DTYPE_Q4_K ? Mn : NULL;
+  float Mn[PKB * PN] __attribute__((aligned(64)));       /* 2 KB: Q4_K's mins, Q6_K's 2nd scales */
+  const float *mins = dt == MI_DTYPE_Q4_K || dt == MI_DTYPE_Q6_K ? Mn : NULL;
+  const int halves = dt == MI_DTYPE_Q6_K;
   const int64_t nb = a->K / CPU_Q8_QK;
   for (int64_t ms = m0; ms < m1; ms += PMB) {
     const int64_t me = m1 - ms < PMB ? m1 : ms + PMB;
@@ -336,7 +381,7 @@ static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t
       for (int64_t b0 = 0; b0 < nb; b0 += PKB) {
         const int nbk = nb - b0 < PKB ? (int)(nb - b0) : PKB;
         pack_panel(P, S, Mn, w, dt, wrow, n, nr, b0, nbk);
-        panel_rows(y + n, ldy, a, ms, me, P, S, mins, b0, nbk, mk);
+        panel_rows(y + n, ldy, a, ms, me, P, S, mins, halves, b0, nbk, mk);
       }
     }
   }
