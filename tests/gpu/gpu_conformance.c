@@ -93,6 +93,24 @@ static void *make_w(mi_dtype dt, double *vals, size_t n) {
   return w;
 }
 
+/* max over outputs of |y - Σ x·w| / Σ|x·w|, the sums in float64 over the
+ * weights' values wv [N, K] (what the device really sees); a NaN sticks */
+static double matmul_rel_err(const float *y, const float *x, const double *wv, int64_t M,
+                             int64_t N, int64_t K) {
+  double err = 0;
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t n = 0; n < N; n++) {
+      double s = 0, a = 0;
+      for (int64_t k = 0; k < K; k++) {
+        s += (double)x[m * K + k] * wv[n * K + k];
+        a += fabs((double)x[m * K + k] * wv[n * K + k]);
+      }
+      const double e = fabs(y[m * N + n] - s) / (a + 1e-30);
+      if (!(e <= err)) err = e;
+    }
+  return err;
+}
+
 static void test_matmul(int64_t M, int64_t N, int64_t K, mi_dtype dt, int misalign) {
   double *wv = malloc(sizeof(double) * (size_t)(N * K));
   float *x = malloc(sizeof(float) * (size_t)(M * K + 1));
@@ -110,17 +128,7 @@ static void test_matmul(int64_t M, int64_t N, int64_t K, mi_dtype dt, int misali
     die("matmul");
   float *y = malloc(dy.n);
   down(y, &dy);
-  double err = 0;
-  for (int64_t m = 0; m < M; m++)
-    for (int64_t n = 0; n < N; n++) {
-      double s = 0, a = 0;
-      for (int64_t k = 0; k < K; k++) {
-        s += (double)x[m * K + k] * wv[n * K + k];
-        a += fabs((double)x[m * K + k] * wv[n * K + k]);
-      }
-      double e = fabs(y[m * N + n] - s) / (a + 1e-30);
-      if (e > err) err = e;
-    }
+  const double err = matmul_rel_err(y, x, wv, M, N, K);
   char name[128];
   snprintf(name, sizeof name, "matmul %s M=%lld N=%lld K=%lld%s", mi_dtype_name(dt), (long long)M,
            (long long)N, (long long)K, misalign ? " misaligned" : "");
@@ -330,17 +338,7 @@ static void test_matmul_block(int64_t M, int64_t N, int64_t K, mi_dtype dt) {
   if (P->matmul(C, S, dy.d, dx.d, dw.d, dt, M, N, K) != 0) die("matmul");
   float *y = malloc(dy.n);
   down(y, &dy);
-  double err = 0;
-  for (int64_t m = 0; m < M; m++)
-    for (int64_t n = 0; n < N; n++) {
-      double sum = 0, a = 0;
-      for (int64_t k = 0; k < K; k++) {
-        sum += (double)x[m * K + k] * wv[n * K + k];
-        a += fabs((double)x[m * K + k] * wv[n * K + k]);
-      }
-      double e = fabs(y[m * N + n] - sum) / (a + 1e-30);
-      if (!(e <= err)) err = e; /* NaN sticks */
-    }
+  const double err = matmul_rel_err(y, x, wv, M, N, K);
   char name[128];
   snprintf(name, sizeof name, "matmul %s M=%lld N=%lld K=%lld", mi_dtype_name(dt), (long long)M,
            (long long)N, (long long)K);
