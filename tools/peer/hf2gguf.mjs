@@ -1,6 +1,8 @@
 #!/usr/bin/env node
-// HF Qwen3 checkpoint directory -> GGUF v3 file (arch "qwen3") for llama.cpp,
-// or a Qwen3.5/3.6-style hybrid (Qwen3_5ForCausalLM) -> arch "qwen35".
+// HF checkpoint directory -> GGUF v3 file for llama.cpp: the dense families
+// of DENSE below (Qwen3 -> arch "qwen3", Qwen2 -> "qwen2", Llama and Mistral
+// -> "llama", q/k permuted), or a Qwen3.5/3.6-style hybrid
+// (Qwen3_5ForCausalLM) -> arch "qwen35".
 //
 //   node tools/peer/hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m]
 //
@@ -418,6 +420,9 @@ const LAYER_MAP = {
   "self_attn.o_proj.weight": "attn_output.weight",
   "self_attn.q_norm.weight": "attn_q_norm.weight",
   "self_attn.k_norm.weight": "attn_k_norm.weight",
+  "self_attn.q_proj.bias": "attn_q.bias",
+  "self_attn.k_proj.bias": "attn_k.bias",
+  "self_attn.v_proj.bias": "attn_v.bias",
   "post_attention_layernorm.weight": "ffn_norm.weight",
   "mlp.gate_proj.weight": "ffn_gate.weight",
   "mlp.up_proj.weight": "ffn_up.weight",
@@ -425,7 +430,7 @@ const LAYER_MAP = {
 };
 
 /** Expected HF shapes for every tensor, from config. */
-function expectedShapes(h) {
+function expectedShapes(h, fam) {
   const D = h.hidden_size, F = h.intermediate_size, V = h.vocab_size, hd = h.head_dim;
   const Hq = h.num_attention_heads, Hk = h.num_key_value_heads;
   const m = new Map();
@@ -439,8 +444,15 @@ function expectedShapes(h) {
     m.set(p + "self_attn.k_proj.weight", [Hk * hd, D]);
     m.set(p + "self_attn.v_proj.weight", [Hk * hd, D]);
     m.set(p + "self_attn.o_proj.weight", [D, Hq * hd]);
-    m.set(p + "self_attn.q_norm.weight", [hd]);
-    m.set(p + "self_attn.k_norm.weight", [hd]);
+    if (fam.qkNorm) {
+      m.set(p + "self_attn.q_norm.weight", [hd]);
+      m.set(p + "self_attn.k_norm.weight", [hd]);
+    }
+    if (fam.qkvBias) {
+      m.set(p + "self_attn.q_proj.bias", [Hq * hd]);
+      m.set(p + "self_attn.k_proj.bias", [Hk * hd]);
+      m.set(p + "self_attn.v_proj.bias", [Hk * hd]);
+    }
     m.set(p + "post_attention_layernorm.weight", [D]);
     m.set(p + "mlp.gate_proj.weight", [F, D]);
     m.set(p + "mlp.up_proj.weight", [F, D]);
@@ -806,6 +818,44 @@ function buildVocab(dir, cfg, w) {
   return { nTokens: V, ids };
 }
 
+// ---------------------------------------------------------------- dense families
+
+// The dense decoder families this converter maps, each as llama.cpp's
+// convert_hf_to_gguf.py registers it (read there; nothing copied):
+//  - qwen3: per-head q/k RMSNorm, NeoX rotary, no permutation;
+//  - qwen2: q/k/v biases, no q/k norm, NeoX rotary;
+//  - llama (and Mistral, which llama.cpp converts as llama): no q/k norm;
+//    llama.cpp's llama graph rotates adjacent pairs (GPT-J), so q_proj and
+//    k_proj rows are permuted per head from Hugging Face's rotate-half
+//    layout (permuteRope), which makes the two computations the same.
+const DENSE = {
+  qwen3: { archs: ["Qwen3ForCausalLM"], modelType: "qwen3", gguf: "qwen3", qkNorm: true },
+  qwen2: { archs: ["Qwen2ForCausalLM"], modelType: "qwen2", gguf: "qwen2", qkvBias: true, slidingWindowField: false },
+  llama: { archs: ["LlamaForCausalLM", "MistralForCausalLM"], modelType: "llama", gguf: "llama", permuteQK: true,
+    ropeThetaDefault: 10000, slidingWindowField: true },
+};
+
+function denseFamily(archs, modelType) {
+  for (const f of Object.values(DENSE)) if (archs.some((a) => f.archs.includes(a))) return f;
+  for (const f of Object.values(DENSE)) if (archs.length === 0 && modelType === f.modelType) return f;
+  return null;
+}
+
+/** Rows of a [heads*hd, cols] q/k projection from rotate-half order (pair
+ *  (j, j + hd/2)) to adjacent pairs (2j, 2j+1), per head: llama.cpp's
+ *  permutation for the llama architecture. */
+function permuteRope(a, heads, hd, cols) {
+  const half = hd / 2;
+  const head = new Float32Array(hd * cols);
+  for (let g = 0; g < heads; g++) {
+    const base = g * hd * cols;
+    head.set(a.subarray(base, base + hd * cols));
+    for (let j = 0; j < half; j++)
+      for (let p = 0; p < 2; p++)
+        a.set(head.subarray((p * half + j) * cols, (p * half + j + 1) * cols), base + (2 * j + p) * cols);
+  }
+}
+
 // ---------------------------------------------------------------- main
 
 export async function convert(modelDir, outPath, { type = "f32" } = {}) {
@@ -824,29 +874,35 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   }
   if (archs.includes("Qwen3_5ForCausalLM") || cfg.model_type === "qwen3_5_text")
     return convertQwen35(modelDir, outPath, cfg, cfgFile, type);
-  if (!archs.includes("Qwen3ForCausalLM") && cfg.model_type !== "qwen3")
-    die(`${cfgFile}: not a Qwen3 model (architectures ${JSON.stringify(archs)}, model_type ${cfg.model_type})`);
+  const fam = denseFamily(archs, cfg.model_type);
+  if (!fam)
+    die(`${cfgFile}: no conversion for architectures ${JSON.stringify(archs)} (model_type ${cfg.model_type}): ` +
+      `this converter knows ${Object.values(DENSE).flatMap((f) => f.archs).concat(["Qwen3_5ForCausalLM"]).join(", ")}`);
   const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size", "rms_norm_eps"];
   for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
   const h = { ...cfg };
   if (typeof h.head_dim !== "number") h.head_dim = h.hidden_size / h.num_attention_heads;
-  // transformers' Qwen3Config defaults tie_word_embeddings to false.
+  // transformers' configs of these families default tie_word_embeddings to false.
   h.tie_word_embeddings = cfg.tie_word_embeddings === true;
   const ropeParams = cfg.rope_parameters || {};
-  const theta = cfg.rope_theta ?? ropeParams.rope_theta;
+  const theta = cfg.rope_theta ?? ropeParams.rope_theta ?? fam.ropeThetaDefault;
   if (typeof theta !== "number") die(`${cfgFile}: no rope_theta`);
   const scaling = cfg.rope_scaling || (ropeParams.rope_type && ropeParams.rope_type !== "default" ? ropeParams : null);
   if (scaling && scaling.rope_type !== "default" && scaling.type !== "default")
     die(`${cfgFile}: rope scaling ${JSON.stringify(scaling)} is not supported by this converter`);
-  if (cfg.attention_bias) die(`${cfgFile}: attention_bias=true is not supported`);
-  // llama.cpp's qwen3 graph is SiLU-gated and attends to every position: a
-  // config that says otherwise would get an oracle for another model
+  if (cfg.attention_bias === true && !fam.qkvBias) die(`${cfgFile}: attention_bias=true is not supported`);
+  if (cfg.mlp_bias === true) die(`${cfgFile}: mlp_bias=true is not supported`);
+  // llama.cpp's graphs for these architectures are SiLU-gated and attend to
+  // every position: a config that says otherwise would get an oracle for
+  // another model
   if (cfg.hidden_act !== undefined && cfg.hidden_act !== "silu")
-    die(`${cfgFile}: hidden_act ${JSON.stringify(cfg.hidden_act)}: llama.cpp's qwen3 computes silu`);
-  if (cfg.use_sliding_window === true) die(`${cfgFile}: use_sliding_window=true: llama.cpp's qwen3 has no sliding window`);
+    die(`${cfgFile}: hidden_act ${JSON.stringify(cfg.hidden_act)}: llama.cpp's ${fam.gguf} computes silu`);
+  if (cfg.use_sliding_window === true) die(`${cfgFile}: use_sliding_window=true: llama.cpp's ${fam.gguf} has no sliding window`);
+  if (fam.slidingWindowField && cfg.sliding_window != null && cfg.sliding_window < (h.max_position_embeddings ?? Infinity))
+    die(`${cfgFile}: sliding_window ${cfg.sliding_window}: llama.cpp's ${fam.gguf} graph attends to every position`);
 
   const st = readSafetensorsIndex(modelDir);
-  const expect = expectedShapes(h);
+  const expect = expectedShapes(h, fam);
   for (const [name, shape] of expect) {
     const t = st.get(name);
     if (!t) die(`${modelDir}: safetensors lacks tensor ${name}`);
@@ -860,7 +916,7 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   }
 
   const w = new GgufWriter();
-  const A = "qwen3";
+  const A = fam.gguf;
   w.addString("general.architecture", A);
   w.addString("general.name", path.basename(path.resolve(modelDir)));
   w.addU32("general.file_type", FTYPE[type][0]); // llama_ftype: ALL_F32 0, MOSTLY_Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15, Q6_K 18, BF16 32
@@ -875,6 +931,7 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   w.addF32(`${A}.attention.layer_norm_rms_epsilon`, h.rms_norm_eps);
   w.addU32(`${A}.attention.key_length`, h.head_dim);
   w.addU32(`${A}.attention.value_length`, h.head_dim);
+  if (fam.permuteQK) w.addU32(`${A}.rope.dimension_count`, h.head_dim);
   const vocab = buildVocab(modelDir, h, w);
 
   const notes = [], types = {};
@@ -886,7 +943,12 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
       : pickType(type, gname, ne0, h.num_hidden_layers, h.tie_word_embeddings, notes);
     const ne = [...src.shape].reverse();
     types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
-    w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
+    const heads = !fam.permuteQK ? 0 : name.endsWith(".q_proj.weight") ? h.num_attention_heads
+      : name.endsWith(".k_proj.weight") ? h.num_key_value_heads : 0;
+    if (heads && (dst === GGML_TYPE.F32 || dst === GGML_TYPE.BF16))
+      w.addTensor(gname, ne, dst, (fd, at) => { const a = readF32(src); permuteRope(a, heads, h.head_dim, h.hidden_size); return writeF32As(a, dst, fd, at); });
+    else if (heads) die(`--type ${type}: ${A} files are made f32 or bf16 here (q/k need their rows permuted)`);
+    else w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
   }
   await w.write(outPath);
   return { config: h, vocab, types, notes };

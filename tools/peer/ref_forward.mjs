@@ -1,5 +1,9 @@
-// Float64 Qwen3 forward pass straight from an HF directory (safetensors),
-// written from the HF modeling_qwen3.py definition (see KNOWLEDGE.md).
+// Float64 forward pass of a dense decoder straight from an HF directory
+// (safetensors), written from the HF modeling_qwen3.py definition (see
+// KNOWLEDGE.md); the per-head q/k norms and the q/k/v biases apply where the
+// checkpoint has them, so it is also the HF math of Llama/Mistral (no norms,
+// no biases) and Qwen2 (biases): every family tools/peer/hf2gguf.mjs maps
+// as dense.
 // It exists to check the peer, not MetaInfer: it reads the HF files without
 // going through hf2gguf, so agreement with llama.cpp on the converted GGUF
 // shows the converter (names, shapes, no q/k permutation, tokens) is right,
@@ -50,6 +54,10 @@ function rmsnorm(x, off, n, w, eps, out, outOff) {
   for (let i = 0; i < n; i++) out[outOff + i] = w[i] * (x[off + i] * inv);
 }
 
+function addBias(y, b) {
+  if (b) for (let i = 0; i < y.length; i++) y[i] += b[i];
+}
+
 export class RefQwen3 {
   constructor(dir) {
     const cfg = JSON.parse(fs.readFileSync(path.join(dir, "config.json"), "utf8"));
@@ -57,9 +65,10 @@ export class RefQwen3 {
     this.D = cfg.hidden_size; this.F = cfg.intermediate_size; this.L = cfg.num_hidden_layers;
     this.Hq = cfg.num_attention_heads; this.Hk = cfg.num_key_value_heads;
     this.hd = cfg.head_dim ?? this.D / this.Hq; this.V = cfg.vocab_size;
-    this.eps = cfg.rms_norm_eps; this.theta = cfg.rope_theta ?? cfg.rope_parameters.rope_theta;
+    this.eps = cfg.rms_norm_eps; this.theta = cfg.rope_theta ?? cfg.rope_parameters?.rope_theta ?? 10000;
     this.w = loadSafetensors(dir);
     const g = (n) => { const x = this.w.get(n); if (!x) throw new Error(`${dir}: missing ${n}`); return x.data; };
+    const opt = (n) => this.w.get(n)?.data ?? null; // a tensor this family may not have
     this.emb = g("model.embed_tokens.weight");
     this.head = cfg.tie_word_embeddings === true ? this.emb : g("lm_head.weight");
     this.normF = g("model.norm.weight");
@@ -68,8 +77,9 @@ export class RefQwen3 {
       const p = `model.layers.${l}.`;
       this.layers.push({
         inNorm: g(p + "input_layernorm.weight"), q: g(p + "self_attn.q_proj.weight"), k: g(p + "self_attn.k_proj.weight"),
-        v: g(p + "self_attn.v_proj.weight"), o: g(p + "self_attn.o_proj.weight"), qn: g(p + "self_attn.q_norm.weight"),
-        kn: g(p + "self_attn.k_norm.weight"), postNorm: g(p + "post_attention_layernorm.weight"),
+        v: g(p + "self_attn.v_proj.weight"), o: g(p + "self_attn.o_proj.weight"), qn: opt(p + "self_attn.q_norm.weight"),
+        kn: opt(p + "self_attn.k_norm.weight"), qb: opt(p + "self_attn.q_proj.bias"), kb: opt(p + "self_attn.k_proj.bias"),
+        vb: opt(p + "self_attn.v_proj.bias"), postNorm: g(p + "post_attention_layernorm.weight"),
         gate: g(p + "mlp.gate_proj.weight"), up: g(p + "mlp.up_proj.weight"), down: g(p + "mlp.down_proj.weight"),
         K: [], Vc: [], // per position: Float64Array [Hk*hd]
       });
@@ -99,8 +109,9 @@ export class RefQwen3 {
     for (const L of this.layers) {
       rmsnorm(x, 0, D, L.inNorm, eps, h, 0);
       matvec(L.q, Hq * hd, D, h, q); matvec(L.k, Hk * hd, D, h, k); matvec(L.v, Hk * hd, D, h, v);
-      for (let j = 0; j < Hq; j++) { rmsnorm(q, j * hd, hd, L.qn, eps, q, j * hd); this.rope(q, j * hd); }
-      for (let j = 0; j < Hk; j++) { rmsnorm(k, j * hd, hd, L.kn, eps, k, j * hd); this.rope(k, j * hd); }
+      addBias(q, L.qb); addBias(k, L.kb); addBias(v, L.vb);
+      for (let j = 0; j < Hq; j++) { if (L.qn) rmsnorm(q, j * hd, hd, L.qn, eps, q, j * hd); this.rope(q, j * hd); }
+      for (let j = 0; j < Hk; j++) { if (L.kn) rmsnorm(k, j * hd, hd, L.kn, eps, k, j * hd); this.rope(k, j * hd); }
       L.K.push(Float64Array.from(k)); L.Vc.push(Float64Array.from(v));
       const T = L.K.length, grp = Hq / Hk, scale = 1 / Math.sqrt(hd);
       const sc = new Float64Array(T);
