@@ -23,7 +23,7 @@ static void check_calls(const json_t *calls, int n) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
-  const serve_tools_fmt fmt = data[0] & 1 ? SERVE_TOOLS_LLAMA : SERVE_TOOLS_QWEN;
+  const serve_tools_fmt fmt = data[0] & 1 ? SERVE_TOOLS_BARE_JSON : SERVE_TOOLS_TAGGED;
   const int parallel = !(data[0] & 2);
   const size_t piece = 1 + data[1] % 13; /* the stream's piece size */
   const char *text = (const char *)data + 2;

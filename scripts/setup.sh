@@ -11,7 +11,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 pkgs=(build-essential cmake pkg-config git clang libclang-rt-14-dev
       check libjansson-dev libpcre2-dev libffi-dev libcurl4-openssl-dev libssl-dev libmicrohttpd-dev
-      libopenmpi-dev openmpi-bin nodejs npm
+      libopenmpi-dev openmpi-bin nodejs npm jq
       hipcc libamdhip64-dev)  # HIP: builds the K100/Z200 plugins (about 650 MB)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -113,6 +113,13 @@ int mi_expr_eval_f64(const char *expr, mi_expr_lookup_f64 lookup, void *user, do
 /* Calls fn for every name in expr (for checks); -1 on a syntax error. */
 int mi_expr_names(const char *expr, void (*fn)(void *user, const char *name, size_t len),
                   void *user, char *err, size_t err_len);
+/* expr as C source (core/ckb/expr_c.c): the syntax checked as above, each
+ * name replaced by what fn writes at out (at most out_len bytes, NUL
+ * included; fn returns -1 to refuse the name: err then names it), the rest
+ * copied as written. 0, or -1 with a one-line message in err. */
+typedef int (*mi_expr_c_name)(void *user, const char *name, size_t len, char *out, size_t out_len);
+int mi_expr_c(const char *expr, mi_expr_c_name fn, void *user, char *out, size_t out_len, char *err,
+              size_t err_len);
 
 /* The platform contract for a name: its id, its "plugin" or one of its
  * "aliases". NULL if none. */
@@ -141,6 +148,13 @@ const json_t *mi_ckb_config_at(const json_t *cfg, const char *path);
  * layer the first-listed kind and the others the second: the composer's
  * rule); NULL when the contract has no kinds or cannot tell. */
 const json_t *mi_ckb_config_value(const json_t *model, const json_t *cfg, const char *name, size_t len);
+
+/* A repair's patch ({"operator", "arg", "value"}: mi-gen's failure-mode and
+ * experience repairs) applied in place to every step of `model` that calls
+ * that operator with that argument. Returns how many arguments it set, or
+ * -1 for a patch without operator, arg or value. The implementer composes
+ * from the patched contract and the verifier interprets the same one. */
+int mi_ckb_apply_patch(json_t *model, const json_t *patch);
 const char *mi_ckb_layer_kind(const json_t *model, const json_t *cfg, int64_t l);
 
 /* ---- transactions ----
@@ -180,5 +194,36 @@ int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform
  * to *out. Returns the number of problems, or -1 on an error (err). */
 int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, char *err,
                          size_t err_len);
+
+/* ---- a random-weight checkpoint from a model contract (mi-mkmodel) ----
+ * The contract's "checkpoint" block (config.json template, presets, layouts,
+ * file order) and each weight's "random_init" (mean + std / sqrt(fan) * z,
+ * expressions over config fields); core/ckb/checkpoint.c has the rules.
+ * mi_ckb_checkpoint_family: the model contract named NAME or model.NAME
+ * with a checkpoint block (NULL name: the one marked checkpoint.default);
+ * NULL with one line in err. mi_ckb_checkpoint_plan: preset PRESET in
+ * layout LAYOUT (NULL or "causal": the flat one): config.json, the optional
+ * generation_config.json and every tensor in file order. 0; 1 when the
+ * contract has no such preset; -1 on any other problem ("FILE: what",
+ * one line). Free with mi_ckb_checkpoint_free. */
+#define MI_CKB_CKPT_MAX_DIMS 8
+typedef struct mi_ckb_ckpt_tensor {
+  char name[192]; /* in the chosen layout */
+  char key[192];  /* in the causal layout: what the values are keyed by */
+  int ndim;
+  int64_t dims[MI_CKB_CKPT_MAX_DIMS];
+  double mean, sigma; /* element = mean + sigma * z */
+} mi_ckb_ckpt_tensor;
+typedef struct mi_ckb_ckpt {
+  json_t *config;            /* config.json */
+  json_t *generation_config; /* NULL when the contract has none */
+  const json_t *tokenizer;   /* checkpoint.tokenizer (borrowed), or NULL */
+  mi_ckb_ckpt_tensor *t;     /* [n] in file order */
+  size_t n;
+} mi_ckb_ckpt;
+const mi_ckb_entry *mi_ckb_checkpoint_family(const mi_ckb *c, const char *name, char *err, size_t n);
+int mi_ckb_checkpoint_plan(const mi_ckb_entry *model, const char *preset, const char *layout, const char *torch_dtype,
+                           mi_ckb_ckpt *out, char *err, size_t n);
+void mi_ckb_checkpoint_free(mi_ckb_ckpt *ck);
 
 #endif

@@ -217,7 +217,7 @@ static json_t *weight_patterns(const char *model_dir, json_t *report) {
     if (mi_weights_at(w, k, &wi) != 0) continue;
     char pat[512], tn[512];
     long layer;
-    /* a multimodal wrapper (HF's *ForConditionalGeneration) keeps the text
+    /* a multimodal wrapper (a conditional-generation architecture) keeps the text
      * model under model.language_model.: compare it as model.* */
     if (!strncmp(wi.name, "model.language_model.", 21))
       snprintf(tn, sizeof tn, "model.%s", wi.name + 21);

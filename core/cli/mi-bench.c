@@ -500,12 +500,12 @@ static void usage(FILE *f) {
         f);
 }
 
-int main(int argc, char **argv) {
-  bench_opts o = {.repeats = 3, .seed = 1, .warmup = 1, .peer_script = "tools/bench/llamacpp_bench.mjs"};
-  o.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  mi_out_init();
-  parse_list("11,256,1021", o.prompts, &o.n_prompts);
-  parse_list("256,1024,2048", o.gens, &o.n_gens);
+/* The command line into o; -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, bench_opts *o) {
+  *o = (bench_opts){.repeats = 3, .seed = 1, .warmup = 1, .peer_script = "tools/bench/llamacpp_bench.mjs"};
+  o->threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  parse_list("11,256,1021", o->prompts, &o->n_prompts);
+  parse_list("256,1024,2048", o->gens, &o->n_gens);
   enum { O_JSON = 256, O_PEER, O_PSCRIPT, O_PDIR, O_PLAT, O_SEED, O_KVT, O_JFILE, O_MMAP, O_NOMMAP, O_WARM, O_BASE };
   static const struct option lopts[] = {
       {"model", required_argument, 0, 'm'},   {"threads", required_argument, 0, 't'},
@@ -523,47 +523,43 @@ int main(int argc, char **argv) {
   int c;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":m:t:p:g:r:h", lopts, NULL)) != -1) {
+    int64_t v;
     switch (c) {
-    case 'm': o.model_dir = optarg; break;
-    case 't': {
-      int64_t v;
+    case 'm': o->model_dir = optarg; break;
+    case 't':
       if (mi_opt_i64("mi-bench", "--threads", optarg, 1, 1024, &v)) return 2;
-      o.threads = (int)v;
+      o->threads = (int)v;
       break;
-    }
     case 'p':
-      if (parse_list(optarg, o.prompts, &o.n_prompts)) goto bad_list;
-      break;
     case 'g':
-      if (parse_list(optarg, o.gens, &o.n_gens)) goto bad_list;
+      if (parse_list(optarg, c == 'p' ? o->prompts : o->gens, c == 'p' ? &o->n_prompts : &o->n_gens)) {
+        fprintf(stderr, "mi-bench: %s expects a comma-separated list of positive integers\n", argv[optind - 1]);
+        return 2;
+      }
       break;
-    case 'r': {
-      int64_t v;
+    case 'r':
       if (mi_opt_i64("mi-bench", "--repeats", optarg, 1, 100, &v)) return 2;
-      o.repeats = (int)v;
+      o->repeats = (int)v;
       break;
-    }
-    case O_JSON: o.json = 1; break;
-    case O_PEER: o.peer = 1; o.peer_gguf = optarg; break;
-    case O_PSCRIPT: o.peer_script = optarg; break;
-    case O_PDIR: o.plugin_dir = optarg; break;
-    case O_PLAT: o.platform = optarg; break;
+    case O_JSON: o->json = 1; break;
+    case O_PEER: o->peer = 1; o->peer_gguf = optarg; break;
+    case O_PSCRIPT: o->peer_script = optarg; break;
+    case O_PDIR: o->plugin_dir = optarg; break;
+    case O_PLAT: o->platform = optarg; break;
     case O_SEED:
-      if (mi_opt_u64("mi-bench", "--seed", optarg, 0, UINT64_MAX, &o.seed)) return 2;
+      if (mi_opt_u64("mi-bench", "--seed", optarg, 0, UINT64_MAX, &o->seed)) return 2;
       break;
-    case O_KVT: o.kv_type = optarg; break;
-    case O_JFILE: o.json_file = optarg; break;
-    case O_MMAP: o.weights = MI_SESSION_WEIGHTS_MMAP; break;
-    case O_NOMMAP: o.weights = MI_SESSION_WEIGHTS_READ; break;
-    case O_WARM: {
-      int64_t v;
+    case O_KVT: o->kv_type = optarg; break;
+    case O_JFILE: o->json_file = optarg; break;
+    case O_MMAP: o->weights = MI_SESSION_WEIGHTS_MMAP; break;
+    case O_NOMMAP: o->weights = MI_SESSION_WEIGHTS_READ; break;
+    case O_WARM:
       if (mi_opt_i64("mi-bench", "--warmup", optarg, 0, 10, &v)) return 2;
-      o.warmup = (int)v;
+      o->warmup = (int)v;
       break;
-    }
     case O_BASE:
-      o.baseline = 1;
-      o.baseline_dir = strcmp(optarg, "default") == 0 ? NULL : optarg;
+      o->baseline = 1;
+      o->baseline_dir = strcmp(optarg, "default") == 0 ? NULL : optarg;
       break;
     case 'h': usage(stdout); return 0;
     default:
@@ -571,309 +567,376 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (!o.model_dir) {
+  if (!o->model_dir) {
     fprintf(stderr, "mi-bench: no model: give -m MODEL_DIR\n");
     return 2;
   }
-  if (o.threads < 1 || o.threads > 1024 || o.repeats < 1 || o.repeats > 100) {
+  if (o->threads < 1 || o->threads > 1024 || o->repeats < 1 || o->repeats > 100) {
     fprintf(stderr, "mi-bench: --threads must be 1..1024 and --repeats 1..100\n");
     return 2;
   }
-
-  if (o.baseline_dir) {
+  if (o->baseline_dir) {
     struct stat sb;
-    if (stat(o.baseline_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-      fprintf(stderr, "mi-bench: --baseline %s: %s\n", o.baseline_dir,
-              stat(o.baseline_dir, &sb) != 0 ? strerror(errno) : "not a directory");
+    if (stat(o->baseline_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+      fprintf(stderr, "mi-bench: --baseline %s: %s\n", o->baseline_dir,
+              stat(o->baseline_dir, &sb) != 0 ? strerror(errno) : "not a directory");
       return 2;
     }
   }
-  if (o.peer && (check_file_arg("--peer", o.peer_gguf) || check_file_arg("--peer-script", o.peer_script)))
+  if (o->peer && (check_file_arg("--peer", o->peer_gguf) || check_file_arg("--peer-script", o->peer_script)))
     return 2;
+  return -1;
+}
 
-  /* machine figures, measured once per run with the same thread count */
-  mi_bandwidth bw = {0};
-  if (mi_measure_bandwidth(o.threads, (size_t)256 << 20, 5, &bw) != 0) {
-    fprintf(stderr, "mi-bench: cannot allocate the STREAM arrays\n");
-    return 1;
-  }
-  fprintf(stderr, "mi-bench: memory bandwidth, %d threads: triad %.1f GB/s, read %.1f GB/s\n",
-          o.threads, bw.triad_gbs, bw.read_gbs);
+/* The table's header lines, before any cell has run. */
+static void print_header(const bench_opts *o) {
+  printf("model %s, KV cache %s, %d threads, %d repeats (medians); decode roofline = triad bandwidth / "
+         "bytes per decoded token; prefill 'GF/s' = its FLOP rate, 'mm GF/s' = the platform's "
+         "own matmul rate on the model's main matrix type (the matrices line), both measured in "
+         "each run; %%mm = prefill / mm; %%peak = prefill / the FMA peak of the kernel variant "
+         "(see the fma line); %%bf16 = prefill / the bf16 dot-product peak, where the prefill "
+         "uses it (bf16 matrices, '+bf16act': activations rounded to bf16, VDPBF16PS), else -\n",
+         o->model_dir, o->kv_type ? o->kv_type : "f32", o->threads, o->repeats);
+  if (o->baseline)
+    printf("baseline: the same cells with the plugins of %s, alternating with this side run by "
+           "run; '/b' = median of the per-run ratios this side / baseline\n",
+           o->baseline_dir ? o->baseline_dir : "the default search (no --plugin-dir)");
+}
 
-  json_t *jcells = json_array();
-  if (!o.json) {
-    printf("model %s, KV cache %s, %d threads, %d repeats (medians); decode roofline = triad bandwidth / "
-           "bytes per decoded token; prefill 'GF/s' = its FLOP rate, 'mm GF/s' = the platform's "
-           "own matmul rate on the model's main matrix type (the matrices line), both measured in "
-           "each run; %%mm = prefill / mm; %%peak = prefill / the FMA peak of the kernel variant "
-           "(see the fma line); %%bf16 = prefill / the bf16 dot-product peak, where the prefill "
-           "uses it (bf16 matrices, '+bf16act': activations rounded to bf16, VDPBF16PS), else -\n",
-           o.model_dir, o.kv_type ? o.kv_type : "f32", o.threads, o.repeats);
-    if (o.baseline)
-      printf("baseline: the same cells with the plugins of %s, alternating with this side run by "
-             "run; '/b' = median of the per-run ratios this side / baseline\n",
-             o.baseline_dir ? o.baseline_dir : "the default search (no --plugin-dir)");
+/* The whole run: machine figures, cells done, failures, and every cell's
+ * median FMA peaks for the run's summary line. */
+typedef struct bench_run {
+  mi_bandwidth bw;
+  json_t *jcells;
+  int failures, total, done, peer_failures;
+  char peer_why[256];
+  double cell_fma[MAX_CELLS * MAX_CELLS], cell_fma1[MAX_CELLS * MAX_CELLS], cell_fmaa[MAX_CELLS * MAX_CELLS],
+      cell_bf1[MAX_CELLS * MAX_CELLS], cell_bf[MAX_CELLS * MAX_CELLS];
+  int n_fma, n_bf, shown_path;
+  char variant[32];
+} bench_run;
+
+/* One cell's runs (at most 100 repeats): this side's n, the peer's pn, the
+ * baseline's bn with the paired ratios rpre/rdec. */
+typedef struct cell_samples {
+  double ttft[100], pre[100], dec[100], rss[100], peak[100], fma[100], fma1[100], fmaa[100], bf[100], bf1[100];
+  double pttft[100], ppre[100], pdec[100], prss[100];
+  double bttft[100], bpre[100], bdec[100], brss[100], rpre[100], rdec[100];
+  char bconf[1024];
+  int n, pn, bn, peer_failed;
+  cell_result last; /* this side's last run */
+} cell_samples;
+
+/* The baseline's run br beside this side's cr, or its failure counted. */
+static void add_baseline(bench_run *b, cell_samples *s, int P, int G, int b_ok, const cell_result *cr, const cell_result *br) {
+  if (b_ok) {
+    snprintf(s->bconf, sizeof s->bconf, "%s", br->conf);
+    s->bttft[s->bn] = br->ttft_ms;
+    s->bpre[s->bn] = br->prefill_tps;
+    s->bdec[s->bn] = br->decode_tps;
+    s->brss[s->bn] = br->peak_rss_mib;
+    /* paired ratios: both runs of this repeat saw about the same host */
+    s->rpre[s->bn] = br->prefill_tps > 0 ? cr->prefill_tps / br->prefill_tps : 0;
+    s->rdec[s->bn++] = br->decode_tps > 0 ? cr->decode_tps / br->decode_tps : 0;
+  } else {
+    fprintf(stderr, "\nmi-bench: baseline failed on prompt %d gen %d: %s\n", P, G, br->err);
+    b->failures++;
   }
-  int failures = 0, total = o.n_prompts * o.n_gens, done = 0, peer_failures = 0;
-  char peer_why[256] = "";
-  /* every cell's median FMA peak, for the run's summary line */
-  double cell_fma[MAX_CELLS * MAX_CELLS], cell_fma1[MAX_CELLS * MAX_CELLS],
-      cell_fmaa[MAX_CELLS * MAX_CELLS], cell_bf1[MAX_CELLS * MAX_CELLS],
-      cell_bf[MAX_CELLS * MAX_CELLS];
-  int n_fma = 0, n_bf = 0, shown_path = 0;
-  char variant[32] = "";
-  for (int pi = 0; pi < o.n_prompts; pi++) {
-    for (int gi = 0; gi < o.n_gens; gi++) {
-      int P = o.prompts[pi], G = o.gens[gi];
-      double ttft[100], pre[100], dec[100], rss[100], peak[100], fma[100], fma1[100], fmaa[100],
-          bf[100], bf1[100];
-      double pttft[100], ppre[100], pdec[100], prss[100];
-      double bttft[100], bpre[100], bdec[100], brss[100], rpre[100], rdec[100];
-      char bconf[1024] = "";
-      int n = 0, pn = 0, bn = 0, cell_peer_failed = 0;
-      cell_result last = {0};
-      for (int r = 0; r < o.repeats; r++) {
-        fprintf(stderr, "\rmi-bench: cell %d/%d (prompt %d, gen %d) run %d/%d      ", done + 1,
-                total, P, G, r + 1, o.repeats);
-        cell_result cr, br;
-        int b_ok = 0;
-        /* the baseline runs before this side on odd repeats: neither side
-         * always gets the first (or the warmer) slot */
-        if (o.baseline && r % 2 == 1) b_ok = run_baseline(&o, P, G, &br) == 0;
-        if (run_cell_forked(&o, P, G, &cr) == 0) {
-          ttft[n] = cr.ttft_ms;
-          pre[n] = cr.prefill_tps;
-          dec[n] = cr.decode_tps;
-          peak[n] = cr.peak_gflops;
-          fma[n] = cr.fma_gflops;
-          fma1[n] = cr.fma_thread_gflops;
-          fmaa[n] = cr.fma_all_gflops;
-          bf[n] = cr.bf16_gflops;
-          bf1[n] = cr.bf16_thread_gflops;
-          rss[n++] = cr.peak_rss_mib;
-          last = cr;
-        } else {
-          fprintf(stderr, "\nmi-bench: prompt %d gen %d: %s\n", P, G, cr.err);
-          failures++;
-          break;
-        }
-        if (o.baseline && r % 2 == 0) b_ok = run_baseline(&o, P, G, &br) == 0;
-        if (o.baseline && b_ok && done == 0 && r == 0) {
-          fprintf(stderr, "\nmi-bench: this side loads %s; the baseline %s\n", cr.conf, br.conf);
-          if (strcmp(cr.conf, br.conf) == 0)
-            fprintf(stderr, "mi-bench: warning: both sides load the same plugins.conf: the "
-                            "ratios compare a build with itself\n");
-        }
-        if (o.baseline && b_ok) {
-          snprintf(bconf, sizeof bconf, "%s", br.conf);
-          bttft[bn] = br.ttft_ms;
-          bpre[bn] = br.prefill_tps;
-          bdec[bn] = br.decode_tps;
-          brss[bn] = br.peak_rss_mib;
-          /* paired ratios: both runs of this repeat saw about the same host */
-          rpre[bn] = br.prefill_tps > 0 ? cr.prefill_tps / br.prefill_tps : 0;
-          rdec[bn++] = br.decode_tps > 0 ? cr.decode_tps / br.decode_tps : 0;
-        } else if (o.baseline) {
-          fprintf(stderr, "\nmi-bench: baseline failed on prompt %d gen %d: %s\n", P, G, br.err);
-          failures++;
-        }
-        if (o.peer) {
-          peer_result pr;
-          char why[256] = "";
-          if (run_peer(&o, P, G, &pr, why, sizeof why) == 0) {
-            pttft[pn] = pr.ttft_ms;
-            ppre[pn] = pr.prefill_tps;
-            pdec[pn] = pr.decode_tps;
-            prss[pn++] = pr.peak_rss_mib;
-          } else {
-            fprintf(stderr, "\nmi-bench: peer failed on prompt %d gen %d: %s\n", P, G, why);
-            if (!peer_failures++) snprintf(peer_why, sizeof peer_why, "%s", why);
-            cell_peer_failed++;
-          }
-        }
-      }
-      done++;
-      if (n == 0) continue;
-      double m_ttft = median(ttft, n), m_pre = median(pre, n), m_dec = median(dec, n),
-             m_rss = median(rss, n), m_peak = median(peak, n), m_fma = median(fma, n),
-             m_fma1 = median(fma1, n), m_fmaa = median(fmaa, n), m_bf = median(bf, n),
-             m_bf1 = median(bf1, n);
-      /* prefill arithmetic: every matmul once per prompt token, attention
-       * over (P+1)/2 positions on average under the causal mask */
-      double flops_tok = (double)last.prefill_flops_token + (double)last.attn_flops_pos * (P + 1) / 2.0;
-      double pre_frac = m_peak > 0 && flops_tok > 0 ? m_pre * flops_tok / 1e9 / m_peak : 0;
-      double fma_frac = m_fma > 0 && flops_tok > 0 ? m_pre * flops_tok / 1e9 / m_fma : 0;
-      double bf_frac = m_bf > 0 && flops_tok > 0 ? m_pre * flops_tok / 1e9 / m_bf : 0;
-      /* bytes a decode step moves on average over the cell: all weights a
-       * token touches + the KV cache up to its position + a recurrent
-       * model's fixed state, read and written every step (hybrids) */
-      double avg_pos = P + G / 2.0;
-      double bytes = (double)last.decode_weight_bytes + (double)last.state_bytes_token * avg_pos +
-                     2.0 * (double)last.state_bytes_fixed;
-      double roof = bw.triad_gbs * 1e9 / bytes;
-      if (m_fma > 0) {
-        cell_fma[n_fma] = m_fma;
-        cell_fmaa[n_fma] = m_fmaa;
-        cell_fma1[n_fma++] = m_fma1;
-      }
-      if (m_bf > 0) {
-        cell_bf[n_bf] = m_bf;
-        cell_bf1[n_bf++] = m_bf1;
-      }
-      snprintf(variant, sizeof variant, "%s", last.variant);
-      double mp_pre = pn ? median(ppre, pn) : 0, mp_dec = pn ? median(pdec, pn) : 0;
-      double mp_ttft = pn ? median(pttft, pn) : 0, mp_rss = pn ? median(prss, pn) : 0;
-      {
-        json_t *jc = json_pack("{s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "prompt", P,
-                               "gen", G, "ttft_ms", m_ttft, "prefill_tps", m_pre,
-                               "prefill_gflops", m_pre * flops_tok / 1e9, "peak_matmul_gflops",
-                               m_peak, "prefill_peak_fraction", pre_frac, "decode_tps", m_dec,
-                               "roofline_tps", roof, "roofline_fraction", m_dec / roof,
-                               "peak_rss_mib", m_rss, "bytes_per_token", bytes);
-        /* the FMA roofline (the figure %peak in the table refers to) */
-        json_object_set_new(jc, "variant", json_string(last.variant));
-        json_object_set_new(jc, "plugins_conf", json_string(last.conf));
-        json_object_set_new(jc, "fma_peak_gflops", json_real(m_fma));
-        json_object_set_new(jc, "fma_peak_thread_gflops", json_real(m_fma1));
-        json_object_set_new(jc, "fma_measured_all_gflops", json_real(m_fmaa));
-        json_object_set_new(jc, "prefill_fma_fraction", json_real(fma_frac));
-        json_object_set_new(jc, "matmul_fma_fraction", json_real(m_fma > 0 ? m_peak / m_fma : 0));
-        if (bn) {
-          double b_pre = median(bpre, bn), b_dec = median(bdec, bn);
-          json_object_set_new(
-              jc, "baseline",
-              json_pack("{s:s?,s:s,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "plugin_dir", o.baseline_dir,
-                        "plugins_conf", bconf, "runs", bn, "ttft_ms", median(bttft, bn), "prefill_tps", b_pre,
-                        "decode_tps", b_dec, "peak_rss_mib", median(brss, bn), "prefill_ratio",
-                        b_pre > 0 ? m_pre / b_pre : 0, "decode_ratio", b_dec > 0 ? m_dec / b_dec : 0,
-                        "prefill_ratio_paired", median(rpre, bn), "decode_ratio_paired",
-                        median(rdec, bn)));
-        }
-        /* the prefill kernel path: "+bf16act" in the variant = bf16-weight
-         * matmuls from a few rows on VDPBF16PS with activations rounded to
-         * bf16 (the matmul contract's mode "bf16_activations") */
-        json_object_set_new(jc, "prefill_matmul", json_string(prefill_path_id(&last)));
-        json_object_set_new(jc, "matrix_dtype", json_string(mi_dtype_name(last.mm_dtype)));
-        json_object_set_new(jc, "matrix_dtypes", json_string(last.wmix));
-        if (m_bf > 0) {
-          json_object_set_new(jc, "bf16dot_peak_gflops", json_real(m_bf));
-          json_object_set_new(jc, "bf16dot_peak_thread_gflops", json_real(m_bf1));
-          json_object_set_new(jc, "prefill_bf16dot_fraction", json_real(bf_frac));
-        }
-        if (pn)
-          json_object_set_new(jc, "peer",
-                              json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "ttft_ms", mp_ttft,
-                                        "prefill_tps", mp_pre, "decode_tps", mp_dec,
-                                        "peak_rss_mib", mp_rss, "prefill_ratio",
-                                        mp_pre > 0 ? m_pre / mp_pre : 0, "decode_ratio",
-                                        mp_dec > 0 ? m_dec / mp_dec : 0));
-        else if (o.peer)
-          json_object_set_new(jc, "peer", json_null()); /* no figure, not a 0 ratio */
-        if (o.peer) json_object_set_new(jc, "peer_failed_runs", json_integer(cell_peer_failed));
-        /* decode tokens/s by position (last repeat): [first position, tok/s] */
-        json_t *jw = json_array();
-        for (int w = 0; w < last.n_windows; w++)
-          json_array_append_new(jw, json_pack("[i,f]", P + w * last.win, last.window_tps[w]));
-        json_object_set_new(jc, "decode_by_position", jw);
-        /* the issue's memory bound: weights + the KV cache of the whole
-         * context (prompt + gen) + 10% */
-        double w_mib = (double)last.weight_bytes / 1048576.0;
-        double kv_mib = (double)last.state_bytes_token * (P + G) / 1048576.0;
-        json_object_set_new(jc, "weights_mib", json_real(w_mib));
-        json_object_set_new(jc, "kv_cache_mib", json_real(kv_mib));
-        json_object_set_new(jc, "rss_bound_mib", json_real(1.1 * (w_mib + kv_mib)));
-        json_array_append_new(jcells, jc);
-      }
-      if (!o.json) {
-        fprintf(stderr, "\r%80s\r", "");
-        if (!shown_path++) {
-          /* the kernel path is known once a cell has run: the header ends here */
-          printf("matrices: %s of their bytes; 'mm GF/s' runs on %s\n", last.wmix,
-                 mi_dtype_name(last.mm_dtype));
-          printf("prefill matmul path: variant %s, %s\n", last.variant, prefill_path_text(&last));
-          printf("%6s %6s | %9s %11s %7s %7s %6s %6s %6s %10s %10s %6s %9s", "prompt", "gen",
-                 "TTFT ms", "prefill t/s", "GF/s", "mm GF/s", "%mm", "%peak", "%bf16", "decode t/s",
-                 "roof t/s", "%roof", "RSS MiB");
-          if (o.peer) printf(" | %11s %10s | %7s %7s", "peer pre", "peer dec", "x pre", "x dec");
-          printf("\n");
-        }
-        char bfcol[16] = "     -";
-        if (m_bf > 0) snprintf(bfcol, sizeof bfcol, "%5.0f%%", 100 * bf_frac);
-        printf("%6d %6d | %9.1f %11.1f %7.1f %7.0f %5.0f%% %5.0f%% %6s %10.2f %10.2f %5.0f%% %9.1f", P,
-               G, m_ttft, m_pre, m_pre * flops_tok / 1e9, m_peak, 100 * pre_frac, 100 * fma_frac,
-               bfcol, m_dec, roof, 100 * m_dec / roof, m_rss);
-        if (o.baseline) {
-          /* medians of the paired (same-repeat) ratios */
-          double b_pre = bn ? median(bpre, bn) : 0, b_dec = bn ? median(bdec, bn) : 0;
-          printf(" | %9.1f %9.2f | %6.3fx %6.3fx", b_pre, b_dec, bn ? median(rpre, bn) : 0,
-                 bn ? median(rdec, bn) : 0);
-        }
-        if (o.peer && pn)
-          printf(" | %11.1f %10.2f | %6.2fx %6.2fx", mp_pre, mp_dec, mp_pre > 0 ? m_pre / mp_pre : 0,
-                 mp_dec > 0 ? m_dec / mp_dec : 0);
-        else if (o.peer)
-          printf(" | %11s %10s | %7s %7s", "n/a", "n/a", "n/a", "n/a");
-        printf("\n");
-        (void)mi_out_flush_stdout(); /* a failure is reported at exit, with its errno */
-      }
-    }
+}
+
+/* The peer (llama.cpp) on the same cell, once. */
+static void add_peer(const bench_opts *o, bench_run *b, cell_samples *s, int P, int G) {
+  peer_result pr;
+  char why[256] = "";
+  if (run_peer(o, P, G, &pr, why, sizeof why) == 0) {
+    s->pttft[s->pn] = pr.ttft_ms;
+    s->ppre[s->pn] = pr.prefill_tps;
+    s->pdec[s->pn] = pr.decode_tps;
+    s->prss[s->pn++] = pr.peak_rss_mib;
+  } else {
+    fprintf(stderr, "\nmi-bench: peer failed on prompt %d gen %d: %s\n", P, G, why);
+    if (!b->peer_failures++) snprintf(b->peer_why, sizeof b->peer_why, "%s", why);
+    s->peer_failed++;
   }
+}
+
+/* Repeat r of cell (P, G): this side, the baseline alternating with it, the
+ * peer. -1 when this side failed (the cell's repeats end there). */
+static int run_repeat(const bench_opts *o, bench_run *b, cell_samples *s, int P, int G, int r) {
+  fprintf(stderr, "\rmi-bench: cell %d/%d (prompt %d, gen %d) run %d/%d      ", b->done + 1, b->total, P, G, r + 1,
+          o->repeats);
+  static cell_result cr, br; /* large: off the stack */
+  int b_ok = 0;
+  /* the baseline runs before this side on odd repeats: neither side
+   * always gets the first (or the warmer) slot */
+  if (o->baseline && r % 2 == 1) b_ok = run_baseline(o, P, G, &br) == 0;
+  if (run_cell_forked(o, P, G, &cr) != 0) {
+    fprintf(stderr, "\nmi-bench: prompt %d gen %d: %s\n", P, G, cr.err);
+    b->failures++;
+    return -1;
+  }
+  s->ttft[s->n] = cr.ttft_ms;
+  s->pre[s->n] = cr.prefill_tps;
+  s->dec[s->n] = cr.decode_tps;
+  s->peak[s->n] = cr.peak_gflops;
+  s->fma[s->n] = cr.fma_gflops;
+  s->fma1[s->n] = cr.fma_thread_gflops;
+  s->fmaa[s->n] = cr.fma_all_gflops;
+  s->bf[s->n] = cr.bf16_gflops;
+  s->bf1[s->n] = cr.bf16_thread_gflops;
+  s->rss[s->n++] = cr.peak_rss_mib;
+  s->last = cr;
+  if (o->baseline && r % 2 == 0) b_ok = run_baseline(o, P, G, &br) == 0;
+  if (o->baseline && b_ok && b->done == 0 && r == 0) {
+    fprintf(stderr, "\nmi-bench: this side loads %s; the baseline %s\n", cr.conf, br.conf);
+    if (strcmp(cr.conf, br.conf) == 0)
+      fprintf(stderr, "mi-bench: warning: both sides load the same plugins.conf: the "
+                      "ratios compare a build with itself\n");
+  }
+  if (o->baseline) add_baseline(b, s, P, G, b_ok, &cr, &br);
+  if (o->peer) add_peer(o, b, s, P, G);
+  return 0;
+}
+
+/* A cell's figures: medians over its runs, and what they are against. */
+typedef struct cell_figs {
+  double ttft, pre, dec, rss, peak, fma, fma1, fmaa, bf, bf1;
+  double flops_tok, pre_frac, fma_frac, bf_frac, bytes, roof;
+  double p_pre, p_dec, p_ttft, p_rss; /* the peer's; 0 without runs */
+} cell_figs;
+
+static void cell_figures(const bench_run *b, cell_samples *s, int P, int G, cell_figs *f) {
+  int n = s->n, pn = s->pn;
+  const cell_result *last = &s->last;
+  f->ttft = median(s->ttft, n), f->pre = median(s->pre, n), f->dec = median(s->dec, n);
+  f->rss = median(s->rss, n), f->peak = median(s->peak, n), f->fma = median(s->fma, n);
+  f->fma1 = median(s->fma1, n), f->fmaa = median(s->fmaa, n), f->bf = median(s->bf, n);
+  f->bf1 = median(s->bf1, n);
+  /* prefill arithmetic: every matmul once per prompt token, attention
+   * over (P+1)/2 positions on average under the causal mask */
+  f->flops_tok = (double)last->prefill_flops_token + (double)last->attn_flops_pos * (P + 1) / 2.0;
+  f->pre_frac = f->peak > 0 && f->flops_tok > 0 ? f->pre * f->flops_tok / 1e9 / f->peak : 0;
+  f->fma_frac = f->fma > 0 && f->flops_tok > 0 ? f->pre * f->flops_tok / 1e9 / f->fma : 0;
+  f->bf_frac = f->bf > 0 && f->flops_tok > 0 ? f->pre * f->flops_tok / 1e9 / f->bf : 0;
+  /* bytes a decode step moves on average over the cell: all weights a
+   * token touches + the KV cache up to its position + a recurrent
+   * model's fixed state, read and written every step (hybrids) */
+  double avg_pos = P + G / 2.0;
+  f->bytes = (double)last->decode_weight_bytes + (double)last->state_bytes_token * avg_pos +
+             2.0 * (double)last->state_bytes_fixed;
+  f->roof = b->bw.triad_gbs * 1e9 / f->bytes;
+  f->p_pre = pn ? median(s->ppre, pn) : 0, f->p_dec = pn ? median(s->pdec, pn) : 0;
+  f->p_ttft = pn ? median(s->pttft, pn) : 0, f->p_rss = pn ? median(s->prss, pn) : 0;
+}
+
+/* The baseline's figures (medians of its runs, and the ratios this side /
+ * baseline) into the cell's JSON object jc. */
+static void cell_json_baseline(const bench_opts *o, cell_samples *s, const cell_figs *f, json_t *jc) {
+  int bn = s->bn;
+  double b_pre = median(s->bpre, bn), b_dec = median(s->bdec, bn);
+  json_object_set_new(
+      jc, "baseline",
+      json_pack("{s:s?,s:s,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "plugin_dir", o->baseline_dir,
+                "plugins_conf", s->bconf, "runs", bn, "ttft_ms", median(s->bttft, bn), "prefill_tps", b_pre,
+                "decode_tps", b_dec, "peak_rss_mib", median(s->brss, bn), "prefill_ratio",
+                b_pre > 0 ? f->pre / b_pre : 0, "decode_ratio", b_dec > 0 ? f->dec / b_dec : 0,
+                "prefill_ratio_paired", median(s->rpre, bn), "decode_ratio_paired",
+                median(s->rdec, bn)));
+}
+
+/* The peer's figures (null when it gave none) into jc. */
+static void cell_json_peer(const cell_samples *s, const cell_figs *f, json_t *jc) {
+  if (s->pn)
+    json_object_set_new(jc, "peer",
+                        json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "ttft_ms", f->p_ttft,
+                                  "prefill_tps", f->p_pre, "decode_tps", f->p_dec,
+                                  "peak_rss_mib", f->p_rss, "prefill_ratio",
+                                  f->p_pre > 0 ? f->pre / f->p_pre : 0, "decode_ratio",
+                                  f->p_dec > 0 ? f->dec / f->p_dec : 0));
+  else
+    json_object_set_new(jc, "peer", json_null()); /* no figure, not a 0 ratio */
+  json_object_set_new(jc, "peer_failed_runs", json_integer(s->peer_failed));
+}
+
+/* The cell as a JSON object (--json, --json-file). */
+static json_t *cell_json(const bench_opts *o, cell_samples *s, const cell_figs *f, int P, int G) {
+  const cell_result *last = &s->last;
+  json_t *jc = json_pack("{s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "prompt", P,
+                         "gen", G, "ttft_ms", f->ttft, "prefill_tps", f->pre,
+                         "prefill_gflops", f->pre * f->flops_tok / 1e9, "peak_matmul_gflops",
+                         f->peak, "prefill_peak_fraction", f->pre_frac, "decode_tps", f->dec,
+                         "roofline_tps", f->roof, "roofline_fraction", f->dec / f->roof,
+                         "peak_rss_mib", f->rss, "bytes_per_token", f->bytes);
+  /* the FMA roofline (the figure %peak in the table refers to) */
+  json_object_set_new(jc, "variant", json_string(last->variant));
+  json_object_set_new(jc, "plugins_conf", json_string(last->conf));
+  json_object_set_new(jc, "fma_peak_gflops", json_real(f->fma));
+  json_object_set_new(jc, "fma_peak_thread_gflops", json_real(f->fma1));
+  json_object_set_new(jc, "fma_measured_all_gflops", json_real(f->fmaa));
+  json_object_set_new(jc, "prefill_fma_fraction", json_real(f->fma_frac));
+  json_object_set_new(jc, "matmul_fma_fraction", json_real(f->fma > 0 ? f->peak / f->fma : 0));
+  if (s->bn) cell_json_baseline(o, s, f, jc);
+  /* the prefill kernel path: "+bf16act" in the variant = bf16-weight
+   * matmuls from a few rows on VDPBF16PS with activations rounded to
+   * bf16 (the matmul contract's mode "bf16_activations") */
+  json_object_set_new(jc, "prefill_matmul", json_string(prefill_path_id(last)));
+  json_object_set_new(jc, "matrix_dtype", json_string(mi_dtype_name(last->mm_dtype)));
+  json_object_set_new(jc, "matrix_dtypes", json_string(last->wmix));
+  if (f->bf > 0) {
+    json_object_set_new(jc, "bf16dot_peak_gflops", json_real(f->bf));
+    json_object_set_new(jc, "bf16dot_peak_thread_gflops", json_real(f->bf1));
+    json_object_set_new(jc, "prefill_bf16dot_fraction", json_real(f->bf_frac));
+  }
+  if (o->peer) cell_json_peer(s, f, jc);
+  /* decode tokens/s by position (last repeat): [first position, tok/s] */
+  json_t *jw = json_array();
+  for (int w = 0; w < last->n_windows; w++)
+    json_array_append_new(jw, json_pack("[i,f]", P + w * last->win, last->window_tps[w]));
+  json_object_set_new(jc, "decode_by_position", jw);
+  /* the issue's memory bound: weights + the KV cache of the whole
+   * context (prompt + gen) + 10% */
+  double w_mib = (double)last->weight_bytes / 1048576.0;
+  double kv_mib = (double)last->state_bytes_token * (P + G) / 1048576.0;
+  json_object_set_new(jc, "weights_mib", json_real(w_mib));
+  json_object_set_new(jc, "kv_cache_mib", json_real(kv_mib));
+  json_object_set_new(jc, "rss_bound_mib", json_real(1.1 * (w_mib + kv_mib)));
+  return jc;
+}
+/* The table's row for the cell, after the header's last lines when this is
+ * the first cell (the kernel path is known once a cell has run). */
+static void print_row(const bench_opts *o, bench_run *b, cell_samples *s, const cell_figs *f, int P, int G) {
+  const cell_result *last = &s->last;
+  int bn = s->bn;
   fprintf(stderr, "\r%80s\r", "");
-  double fma_roof = median(cell_fma, n_fma), fma_one = median(cell_fma1, n_fma),
-         fma_all = median(cell_fmaa, n_fma), bf_roof = median(cell_bf, n_bf),
-         bf_one = median(cell_bf1, n_bf);
-  if (!o.json && n_fma > 0) {
-    printf("fma: FMA peak of variant %s (register-only loop, medians over cells): %.1f GFLOP/s "
-           "per thread; roofline %.1f = %d threads x that; measured with all %d at once: %.1f",
-           variant, fma_one, fma_roof, o.threads, o.threads, fma_all);
-    if (n_bf > 0)
-      printf("; bf16 dot (VDPBF16PS, prefill's bf16-weight matmuls with activations rounded to "
-             "bf16): %.1f per thread, %.1f for %d", bf_one, bf_roof, o.threads);
+  if (!b->shown_path++) {
+    printf("matrices: %s of their bytes; 'mm GF/s' runs on %s\n", last->wmix, mi_dtype_name(last->mm_dtype));
+    printf("prefill matmul path: variant %s, %s\n", last->variant, prefill_path_text(last));
+    printf("%6s %6s | %9s %11s %7s %7s %6s %6s %6s %10s %10s %6s %9s", "prompt", "gen",
+           "TTFT ms", "prefill t/s", "GF/s", "mm GF/s", "%mm", "%peak", "%bf16", "decode t/s",
+           "roof t/s", "%roof", "RSS MiB");
+    if (o->peer) printf(" | %11s %10s | %7s %7s", "peer pre", "peer dec", "x pre", "x dec");
     printf("\n");
   }
-  else if (!o.json && variant[0])
-    printf("fma: no FMA loop for variant %s: %%peak not measured\n", variant);
-  json_t *root = json_pack("{s:s,s:i,s:i,s:s,s:{s:f,s:f},s:o}", "model", o.model_dir, "threads",
-                           o.threads, "repeats", o.repeats, "kv_type",
-                           o.kv_type ? o.kv_type : "f32", "bandwidth_gbs", "triad", bw.triad_gbs,
-                           "read", bw.read_gbs, "cells", jcells);
-  json_object_set_new(root, "warmup", json_integer(o.warmup));
-  if (o.baseline)
+  char bfcol[16] = "     -";
+  if (f->bf > 0) snprintf(bfcol, sizeof bfcol, "%5.0f%%", 100 * f->bf_frac);
+  printf("%6d %6d | %9.1f %11.1f %7.1f %7.0f %5.0f%% %5.0f%% %6s %10.2f %10.2f %5.0f%% %9.1f", P,
+         G, f->ttft, f->pre, f->pre * f->flops_tok / 1e9, f->peak, 100 * f->pre_frac, 100 * f->fma_frac,
+         bfcol, f->dec, f->roof, 100 * f->dec / f->roof, f->rss);
+  if (o->baseline) {
+    /* medians of the paired (same-repeat) ratios */
+    double b_pre = bn ? median(s->bpre, bn) : 0, b_dec = bn ? median(s->bdec, bn) : 0;
+    printf(" | %9.1f %9.2f | %6.3fx %6.3fx", b_pre, b_dec, bn ? median(s->rpre, bn) : 0,
+           bn ? median(s->rdec, bn) : 0);
+  }
+  if (o->peer && s->pn)
+    printf(" | %11.1f %10.2f | %6.2fx %6.2fx", f->p_pre, f->p_dec, f->p_pre > 0 ? f->pre / f->p_pre : 0,
+           f->p_dec > 0 ? f->dec / f->p_dec : 0);
+  else if (o->peer)
+    printf(" | %11s %10s | %7s %7s", "n/a", "n/a", "n/a", "n/a");
+  printf("\n");
+  (void)mi_out_flush_stdout(); /* a failure is reported at exit, with its errno */
+}
+
+/* One cell (prompt P, generation G): its repeats, figures, JSON and row. */
+static void run_one_cell(const bench_opts *o, bench_run *b, int P, int G) {
+  static cell_samples s; /* large: off the stack */
+  memset(&s, 0, sizeof s);
+  for (int r = 0; r < o->repeats; r++)
+    if (run_repeat(o, b, &s, P, G, r) != 0) break;
+  b->done++;
+  if (s.n == 0) return;
+  cell_figs f;
+  cell_figures(b, &s, P, G, &f);
+  if (f.fma > 0) {
+    b->cell_fma[b->n_fma] = f.fma;
+    b->cell_fmaa[b->n_fma] = f.fmaa;
+    b->cell_fma1[b->n_fma++] = f.fma1;
+  }
+  if (f.bf > 0) {
+    b->cell_bf[b->n_bf] = f.bf;
+    b->cell_bf1[b->n_bf++] = f.bf1;
+  }
+  snprintf(b->variant, sizeof b->variant, "%s", s.last.variant);
+  json_array_append_new(b->jcells, cell_json(o, &s, &f, P, G));
+  if (!o->json) print_row(o, b, &s, &f, P, G);
+}
+
+/* The run's JSON (stdout with --json, the file with --json-file), after the
+ * fma summary line of the table; the exit status. */
+static int finish(const bench_opts *o, bench_run *b) {
+  fprintf(stderr, "\r%80s\r", "");
+  double fma_roof = median(b->cell_fma, b->n_fma), fma_one = median(b->cell_fma1, b->n_fma),
+         fma_all = median(b->cell_fmaa, b->n_fma), bf_roof = median(b->cell_bf, b->n_bf),
+         bf_one = median(b->cell_bf1, b->n_bf);
+  if (!o->json && b->n_fma > 0) {
+    printf("fma: FMA peak of variant %s (register-only loop, medians over cells): %.1f GFLOP/s "
+           "per thread; roofline %.1f = %d threads x that; measured with all %d at once: %.1f",
+           b->variant, fma_one, fma_roof, o->threads, o->threads, fma_all);
+    if (b->n_bf > 0)
+      printf("; bf16 dot (VDPBF16PS, prefill's bf16-weight matmuls with activations rounded to "
+             "bf16): %.1f per thread, %.1f for %d", bf_one, bf_roof, o->threads);
+    printf("\n");
+  }
+  else if (!o->json && b->variant[0])
+    printf("fma: no FMA loop for variant %s: %%peak not measured\n", b->variant);
+  json_t *root = json_pack("{s:s,s:i,s:i,s:s,s:{s:f,s:f},s:o}", "model", o->model_dir, "threads",
+                           o->threads, "repeats", o->repeats, "kv_type",
+                           o->kv_type ? o->kv_type : "f32", "bandwidth_gbs", "triad", b->bw.triad_gbs,
+                           "read", b->bw.read_gbs, "cells", b->jcells);
+  json_object_set_new(root, "warmup", json_integer(o->warmup));
+  if (o->baseline)
     json_object_set_new(root, "baseline_plugin_dir",
-                        o.baseline_dir ? json_string(o.baseline_dir) : json_string("default"));
-  if (o.plugin_dir) json_object_set_new(root, "plugin_dir", json_string(o.plugin_dir));
+                        o->baseline_dir ? json_string(o->baseline_dir) : json_string("default"));
+  if (o->plugin_dir) json_object_set_new(root, "plugin_dir", json_string(o->plugin_dir));
   json_object_set_new(root, "fma_peak",
-                      json_pack("{s:s,s:f,s:f,s:f}", "variant", variant, "thread_gflops", fma_one,
+                      json_pack("{s:s,s:f,s:f,s:f}", "variant", b->variant, "thread_gflops", fma_one,
                                 "roofline_gflops", fma_roof, "measured_all_gflops", fma_all));
-  if (n_bf > 0)
+  if (b->n_bf > 0)
     json_object_set_new(root, "bf16dot_peak",
-                        json_pack("{s:s,s:f,s:f}", "variant", variant, "thread_gflops", bf_one,
+                        json_pack("{s:s,s:f,s:f}", "variant", b->variant, "thread_gflops", bf_one,
                                   "roofline_gflops", bf_roof));
   char *js = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
   json_decref(root);
-  if (o.json && js) puts(js);
-  if (o.json_file && js) {
+  if (o->json && js) puts(js);
+  if (o->json_file && js) {
     /* whole or not at all: a temp file, every write checked, renamed */
     char werr[1200];
     size_t jl = strlen(js);
     js[jl] = '\n'; /* json_dumps' NUL becomes the final newline */
-    if (mi_out_write_file(o.json_file, js, jl + 1, werr, sizeof werr) != 0) {
+    if (mi_out_write_file(o->json_file, js, jl + 1, werr, sizeof werr) != 0) {
       fprintf(stderr, "mi-bench: %s\n", werr);
-      failures++;
+      b->failures++;
     }
-  } else if (o.json_file) {
-    fprintf(stderr, "mi-bench: %s: nothing written: out of memory\n", o.json_file);
-    failures++;
+  } else if (o->json_file) {
+    fprintf(stderr, "mi-bench: %s: nothing written: out of memory\n", o->json_file);
+    b->failures++;
   }
   free(js);
-  if (peer_failures) { /* a comparison that did not happen is not a result */
+  if (b->peer_failures) { /* a comparison that did not happen is not a result */
     fprintf(stderr, "mi-bench: the peer (node %s) failed on %d run%s (first: %s): its figures and ratios are n/a\n",
-            o.peer_script, peer_failures, peer_failures == 1 ? "" : "s", peer_why);
+            o->peer_script, b->peer_failures, b->peer_failures == 1 ? "" : "s", b->peer_why);
     return mi_out_finish("mi-bench", 3);
   }
-  return mi_out_finish("mi-bench", failures ? 1 : 0);
-bad_list:
-  fprintf(stderr, "mi-bench: %s expects a comma-separated list of positive integers\n",
-          argv[optind - 1]);
-  return 2;
+  return mi_out_finish("mi-bench", b->failures ? 1 : 0);
+}
+
+int main(int argc, char **argv) {
+  bench_opts o;
+  mi_out_init();
+  int rc = parse_args(argc, argv, &o);
+  if (rc >= 0) return rc;
+  static bench_run b;
+  /* machine figures, measured once per run with the same thread count */
+  if (mi_measure_bandwidth(o.threads, (size_t)256 << 20, 5, &b.bw) != 0) {
+    fprintf(stderr, "mi-bench: cannot allocate the STREAM arrays\n");
+    return 1;
+  }
+  fprintf(stderr, "mi-bench: memory bandwidth, %d threads: triad %.1f GB/s, read %.1f GB/s\n",
+          o.threads, b.bw.triad_gbs, b.bw.read_gbs);
+  b.jcells = json_array();
+  if (!o.json) print_header(&o);
+  b.total = o.n_prompts * o.n_gens;
+  for (int pi = 0; pi < o.n_prompts; pi++)
+    for (int gi = 0; gi < o.n_gens; gi++) run_one_cell(&o, &b, o.prompts[pi], o.gens[gi]);
+  return finish(&o, &b);
 }

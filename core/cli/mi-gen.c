@@ -73,7 +73,8 @@ static void usage(FILE *f) {
           "                       operators), --ckb DIR (written), --model DIR (coverage, revalidation),\n"
           "                       --run-dir DIR (report); --no-revalidate stops after consolidation;\n"
           "                       exit 12 no variant, 13 bundle rejected, 14 consolidation, 15 revalidation\n"
-          "                       failed, 16 revalidation: composer lacks layer kinds\n"
+          "                       failed, 16 revalidation: composer lacks layer kinds, 17 a config field or\n"
+          "                       weight the vocabulary of variants does not explain (named; CKB unchanged)\n"
           "exit: 0 ok, 2 usage, 3 not covered, 4 verification failed, 9 a budget is spent,\n"
           "      5 unknown platform, 6 dtype not offered, 7 TP does not divide the heads, 8 bad --perf,\n"
           "      10 the model contract's reference plugin is not installed, 11 a --perf gate not met\n");
@@ -343,14 +344,45 @@ static char *own(const char *s) {
   return g_owned[g_n_owned++] = strdup(s);
 }
 
-int main(int argc, char **argv) {
-  const char *model = NULL, *platform = NULL, *dtype = NULL, *out = NULL, *kv = "f32", *perf = NULL;
-  const char *goldens = NULL;
-  double vtimeout = 0;
-  static const char *ckb_dir = NULL, *run_dir = NULL, *resume = NULL, *cons_file = NULL, *candidate = NULL, *plat_plugin = NULL;
-  static int tp = 0, max_iter = 4, threads = 0;
-  double budget = 1800;
-  long long seed = -1;
+/* One run of mi-gen: the constraints as asked (options, then a resumed
+ * journal or a constraints file), what the checks against the CKB found, the
+ * blackboard, and the candidate loop's state. One file-scope instance, so what
+ * it holds stays reachable until the process ends right after main returns. */
+typedef struct gen_run {
+  /* the options */
+  const char *model, *platform, *dtype, *out, *kv, *perf, *goldens;
+  const char *ckb_dir, *run_dir, *resume, *cons_file, *candidate, *plat_plugin, *candidates;
+  double vtimeout, budget;
+  int tp, max_iter, threads, evolve, no_reval;
+  long long seed;
+  json_t *journal, *cons_json; /* --resume's journal, --constraints' object */
+  /* the checks against the CKB */
+  char ckb_abs[PATH_MAX], model_abs[PATH_MAX], cfgp[PATH_MAX + 16];
+  mi_ckb *c;
+  const mi_ckb_entry *pe, *me; /* the platform and model contracts */
+  json_t *pplug;               /* --platform-plugin: {name, path[, stands_in_for]} */
+  json_t *gates, *cov, *cfg;
+  char ref_name[128], ref_plugin[PATH_MAX + 200];
+  /* the blackboard and the engine's identity */
+  char out_abs[PATH_MAX], rd[PATH_MAX + 16];
+  mi_bb *bb;
+  const char *short_name;
+  char engine_name[128];
+  json_t *cons;
+  /* the candidate loop */
+  double t_start, wall; /* wall: the seconds the run took, when the loop ended */
+  json_t *tried, *patches, *impl, *rev, *ver, *repaired_from, *last_feedback, *rejected;
+  json_t *reports; /* the failure report of each failed candidate, in order (null: not written) */
+  role_time rt;
+  int iter;
+  char why[2048];
+  const char *failed_msg, *budget_hit;
+  int gate_failed;
+} gen_run;
+
+/* Parses the command line into r; -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, gen_run *r) {
+  r->kv = "f32", r->max_iter = 4, r->budget = 1800, r->seed = -1;
   static const struct option longs[] = {
       {"model", 1, 0, 'm'},          {"platform", 1, 0, 'p'},    {"dtype", 1, 0, 'd'},   {"tp", 1, 0, 'T'},
       {"out", 1, 0, 'o'},            {"kv-type", 1, 0, 'k'},     {"perf", 1, 0, 'P'},    {"ckb", 1, 0, 'C'},
@@ -359,34 +391,32 @@ int main(int argc, char **argv) {
       {"seed", 1, 0, 's'},           {"threads", 1, 0, 't'},     {"goldens", 1, 0, 'G'}, {"verify-timeout", 1, 0, 'V'},     {"help", 0, 0, 'h'},
       {"platform-plugin", 1, 0, 'U'},
       {"evolve", 0, 0, 'E'},         {"candidates", 1, 0, 'K'},  {"no-revalidate", 0, 0, 'N'}, {0, 0, 0, 0}};
-  static int evolve = 0, no_reval = 0;
-  static const char *candidates = NULL;
   int ch;
   const struct option *all_longs = gen_llm_longopts(longs);
   while ((ch = getopt_long(argc, argv, "t:h", all_longs, NULL)) != -1) {
     switch (ch) {
-    case 'm': model = optarg; break;
-    case 'p': platform = optarg; break;
-    case 'd': dtype = optarg; break;
-    case 'T': tp = atoi(optarg); if (tp < 1) { fprintf(stderr, "mi-gen: --tp %s: a positive integer\n", optarg); return EX_USAGE; } break;
-    case 'o': out = optarg; break;
-    case 'k': kv = optarg; break;
-    case 'P': perf = optarg; break;
-    case 'C': ckb_dir = optarg; break;
-    case 'r': run_dir = optarg; break;
-    case 'R': resume = optarg; break;
-    case 'c': cons_file = optarg; break;
-    case 'i': max_iter = atoi(optarg); break;
-    case 'b': budget = atof(optarg); break;
-    case 'x': candidate = optarg; break;
-    case 's': seed = atoll(optarg); break;
-    case 't': threads = atoi(optarg); break;
-    case 'G': goldens = optarg; break;
-    case 'V': vtimeout = atof(optarg); break;
-    case 'U': plat_plugin = optarg; break;
-    case 'E': evolve = 1; break;
-    case 'K': candidates = optarg; break;
-    case 'N': no_reval = 1; break;
+    case 'm': r->model = optarg; break;
+    case 'p': r->platform = optarg; break;
+    case 'd': r->dtype = optarg; break;
+    case 'T': r->tp = atoi(optarg); if (r->tp < 1) { fprintf(stderr, "mi-gen: --tp %s: a positive integer\n", optarg); return EX_USAGE; } break;
+    case 'o': r->out = optarg; break;
+    case 'k': r->kv = optarg; break;
+    case 'P': r->perf = optarg; break;
+    case 'C': r->ckb_dir = optarg; break;
+    case 'r': r->run_dir = optarg; break;
+    case 'R': r->resume = optarg; break;
+    case 'c': r->cons_file = optarg; break;
+    case 'i': r->max_iter = atoi(optarg); break;
+    case 'b': r->budget = atof(optarg); break;
+    case 'x': r->candidate = optarg; break;
+    case 's': r->seed = atoll(optarg); break;
+    case 't': r->threads = atoi(optarg); break;
+    case 'G': r->goldens = optarg; break;
+    case 'V': r->vtimeout = atof(optarg); break;
+    case 'U': r->plat_plugin = optarg; break;
+    case 'E': r->evolve = 1; break;
+    case 'K': r->candidates = optarg; break;
+    case 'N': r->no_reval = 1; break;
     case 'h': usage(stdout); return EX_OK;
     default: {
       int lr = gen_llm_option(ch, optarg);
@@ -400,210 +430,243 @@ int main(int argc, char **argv) {
     usage(stderr);
     return EX_USAGE;
   }
-  gen_llm_run_limits(&max_iter, &budget);
-  {
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) {
-      self[n] = 0;
-      char *sl = strrchr(self, '/');
-      if (sl) *sl = 0;
-      snprintf(g_exe_dir, sizeof g_exe_dir, "%s", self);
-    }
+  gen_llm_run_limits(&r->max_iter, &r->budget);
+  return -1;
+}
+
+/* g_exe_dir: the folder of this executable (the agents, mi-verify and the
+ * plugins are found from it). */
+static void find_exe_dir(void) {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = 0;
+    char *sl = strrchr(self, '/');
+    if (sl) *sl = 0;
+    snprintf(g_exe_dir, sizeof g_exe_dir, "%s", self);
   }
-  if (evolve) /* the knowledge-evolution loop (core/gen/evolve, docs/evolution.md) */
-    return ev_main(argv[0], g_exe_dir, gen_llm_ref(0), candidates, ckb_dir, model, platform, dtype, out, run_dir,
-                   goldens, no_reval);
-  double t_start = now_s();
-  static json_t *journal = NULL;
-  /* --resume: the constraints and the work done come from the journal */
-  if (resume) {
+}
+
+/* --resume: the constraints and the work done come from the journal; then
+ * --constraints FILE fills what the options left out. -1 to go on, else the
+ * exit status. */
+static int load_constraints(gen_run *r) {
+  if (r->resume) {
     int bad = 0;
-    journal = mi_bb_read_journal(resume, &bad);
+    r->journal = mi_bb_read_journal(r->resume, &bad);
     json_t *start = NULL;
     size_t i;
     json_t *e;
-    json_array_foreach(journal, i, e) if (!start && !strcmp(json_string_value(json_object_get(e, "event")) ?: "", "start")) start = e;
+    json_array_foreach(r->journal, i, e) if (!start && !strcmp(json_string_value(json_object_get(e, "event")) ?: "", "start")) start = e;
     if (!start) {
-      fprintf(stderr, "mi-gen: --resume %s: no journal with a start line there\n", resume);
+      fprintf(stderr, "mi-gen: --resume %s: no journal with a start line there\n", r->resume);
       return EX_USAGE;
     }
     json_t *c = json_object_get(start, "constraints");
-    model = own(json_string_value(json_object_get(c, "model")));
-    platform = own(json_string_value(json_object_get(c, "platform")));
-    dtype = own(json_string_value(json_object_get(c, "dtype")));
-    kv = own(json_string_value(json_object_get(c, "kv_type")));
-    if (json_string_value(json_object_get(c, "perf"))) perf = own(json_string_value(json_object_get(c, "perf")));
-    if (!plat_plugin) plat_plugin = own(json_string_value(json_object_get(json_object_get(c, "platform_plugin"), "path")));
-    tp = (int)json_integer_value(json_object_get(c, "tp"));
-    out = own(json_string_value(json_object_get(start, "out")));
-    if (json_string_value(json_object_get(start, "ckb")) && !ckb_dir) ckb_dir = own(json_string_value(json_object_get(start, "ckb")));
-    if (json_string_value(json_object_get(start, "candidate"))) candidate = own(json_string_value(json_object_get(start, "candidate")));
-    if (json_is_integer(json_object_get(start, "seed")) && seed < 0) seed = json_integer_value(json_object_get(start, "seed"));
-    run_dir = resume;
-    fprintf(stderr, "mi-gen: resuming %s (%zu journal lines%s)\n", resume, json_array_size(journal), bad ? ", some unreadable" : "");
+    r->model = own(json_string_value(json_object_get(c, "model")));
+    r->platform = own(json_string_value(json_object_get(c, "platform")));
+    r->dtype = own(json_string_value(json_object_get(c, "dtype")));
+    r->kv = own(json_string_value(json_object_get(c, "kv_type")));
+    if (json_string_value(json_object_get(c, "perf"))) r->perf = own(json_string_value(json_object_get(c, "perf")));
+    if (!r->plat_plugin) r->plat_plugin = own(json_string_value(json_object_get(json_object_get(c, "platform_plugin"), "path")));
+    r->tp = (int)json_integer_value(json_object_get(c, "tp"));
+    r->out = own(json_string_value(json_object_get(start, "out")));
+    if (json_string_value(json_object_get(start, "ckb")) && !r->ckb_dir) r->ckb_dir = own(json_string_value(json_object_get(start, "ckb")));
+    if (json_string_value(json_object_get(start, "candidate"))) r->candidate = own(json_string_value(json_object_get(start, "candidate")));
+    if (json_is_integer(json_object_get(start, "seed")) && r->seed < 0) r->seed = json_integer_value(json_object_get(start, "seed"));
+    r->run_dir = r->resume;
+    fprintf(stderr, "mi-gen: resuming %s (%zu journal lines%s)\n", r->resume, json_array_size(r->journal), bad ? ", some unreadable" : "");
   }
-  if (cons_file) {
+  if (r->cons_file) {
     json_error_t je;
-    static json_t *c;
-    c = json_load_file(cons_file, 0, &je);
+    json_t *c = r->cons_json = json_load_file(r->cons_file, 0, &je);
     if (!c || !json_is_object(c)) {
-      fprintf(stderr, "mi-gen: %s: %s\n", cons_file, c ? "not a JSON object" : je.text);
+      fprintf(stderr, "mi-gen: %s: %s\n", r->cons_file, c ? "not a JSON object" : je.text);
       return EX_USAGE;
     }
 #define CSTR(field, var) if (!var && json_string_value(json_object_get(c, field))) var = own(json_string_value(json_object_get(c, field)))
-    CSTR("model", model); CSTR("platform", platform); CSTR("dtype", dtype); CSTR("out", out); CSTR("perf", perf);
-    if (json_string_value(json_object_get(c, "kv_type"))) kv = own(json_string_value(json_object_get(c, "kv_type")));
-    if (!tp && json_is_integer(json_object_get(c, "tp"))) tp = (int)json_integer_value(json_object_get(c, "tp"));
+    CSTR("model", r->model); CSTR("platform", r->platform); CSTR("dtype", r->dtype); CSTR("out", r->out); CSTR("perf", r->perf);
+#undef CSTR
+    if (json_string_value(json_object_get(c, "kv_type"))) r->kv = own(json_string_value(json_object_get(c, "kv_type")));
+    if (!r->tp && json_is_integer(json_object_get(c, "tp"))) r->tp = (int)json_integer_value(json_object_get(c, "tp"));
   }
-  if (!tp) tp = 1;
-  if (!model || !platform || !dtype || !out) {
+  if (!r->tp) r->tp = 1;
+  if (!r->model || !r->platform || !r->dtype || !r->out) {
     fprintf(stderr, "mi-gen: --model, --platform, --dtype and --out are needed (or --constraints FILE)\n");
     usage(stderr);
     return EX_USAGE;
   }
-  if (seed < 0) seed = (long long)(time(NULL) ^ getpid()) & 0xffffff;
+  if (r->seed < 0) r->seed = (long long)(time(NULL) ^ getpid()) & 0xffffff;
+  return -1;
+}
+
+/* Opens and validates the CKB, then checks the platform, the weight dtype and
+ * the KV type against the platform contract. -1 to go on, else the exit status. */
+static int check_platform(gen_run *r, const char *argv0) {
   char buf[4096], err[1024];
-  if (!ckb_dir && !(ckb_dir = mi_ckb_default_dir(argv[0], buf, sizeof buf))) {
+  if (!r->ckb_dir && !(r->ckb_dir = mi_ckb_default_dir(argv0, buf, sizeof buf))) {
     fprintf(stderr, "mi-gen: %s\n", buf);
     return EX_USAGE;
   }
-  char ckb_abs[PATH_MAX], model_abs[PATH_MAX];
-  if (!realpath(ckb_dir, ckb_abs) || !realpath(model, model_abs)) {
-    fprintf(stderr, "mi-gen: %s: %s\n", realpath(ckb_dir, ckb_abs) ? model : ckb_dir, strerror(errno));
+  if (!realpath(r->ckb_dir, r->ckb_abs) || !realpath(r->model, r->model_abs)) {
+    fprintf(stderr, "mi-gen: %s: %s\n", realpath(r->ckb_dir, r->ckb_abs) ? r->model : r->ckb_dir, strerror(errno));
     return EX_USAGE;
   }
-  static mi_ckb *c;
-  c = mi_ckb_open(ckb_abs, err, sizeof err);
-  if (!c) {
+  r->ckb_dir = NULL; /* it may point into buf; ckb_abs is the CKB from here on */
+  r->c = mi_ckb_open(r->ckb_abs, err, sizeof err);
+  if (!r->c) {
     fprintf(stderr, "mi-gen: %s\n", err);
     return EX_USAGE;
   }
-  if (mi_ckb_validate(c, NULL, NULL)) {
-    fprintf(stderr, "mi-gen: %s: the CKB does not validate (see mi-ckb validate)\n", ckb_abs);
+  if (mi_ckb_validate(r->c, NULL, NULL)) {
+    fprintf(stderr, "mi-gen: %s: the CKB does not validate (see mi-ckb validate)\n", r->ckb_abs);
     return EX_USAGE;
   }
-  /* ---- constraints against the CKB ---- */
-  const mi_ckb_entry *pe = mi_ckb_find_platform(c, platform);
+  const mi_ckb_entry *pe = r->pe = mi_ckb_find_platform(r->c, r->platform);
   if (!pe) {
-    fprintf(stderr, "mi-gen: unknown platform '%s': no platform contract in %s\n", platform, ckb_abs);
+    fprintf(stderr, "mi-gen: unknown platform '%s': no platform contract in %s\n", r->platform, r->ckb_abs);
     return EX_PLATFORM;
   }
-  static json_t *pplug = NULL; /* --platform-plugin: {name, path[, stands_in_for]} */
-  if (plat_plugin && !(pplug = platform_plugin_arg(pe, plat_plugin))) return EX_USAGE;
+  if (r->plat_plugin && !(r->pplug = platform_plugin_arg(pe, r->plat_plugin))) return EX_USAGE;
   json_t *dts = json_object_get(pe->json, "dtypes");
   int ok = 0;
   size_t i;
   json_t *v;
-  json_array_foreach(json_object_get(dts, "weights"), i, v) ok |= !strcmp(json_string_value(v), dtype);
+  json_array_foreach(json_object_get(dts, "weights"), i, v) ok |= !strcmp(json_string_value(v), r->dtype);
   if (!ok) {
     char *l = json_dumps(json_object_get(dts, "weights"), JSON_COMPACT);
-    fprintf(stderr, "mi-gen: dtype '%s' is not offered by %s (weights: %s)\n", dtype, pe->id, l);
+    fprintf(stderr, "mi-gen: dtype '%s' is not offered by %s (weights: %s)\n", r->dtype, pe->id, l);
     free(l);
     return EX_DTYPE;
   }
   ok = 0;
-  json_array_foreach(json_object_get(dts, "kv_cache"), i, v) ok |= !strcmp(json_string_value(v), kv);
+  json_array_foreach(json_object_get(dts, "kv_cache"), i, v) ok |= !strcmp(json_string_value(v), r->kv);
   if (!ok) {
     char *l = json_dumps(json_object_get(dts, "kv_cache"), JSON_COMPACT);
     /* not a bad request but a gap in the CKB: no contract says the platform
      * holds such a cache, so nothing could verify the engine that used it */
-    fprintf(stderr, "mi-gen: not covered: KV type '%s': the platform contract %s (%s) offers kv_cache %s\n", kv, pe->id,
+    fprintf(stderr, "mi-gen: not covered: KV type '%s': the platform contract %s (%s) offers kv_cache %s\n", r->kv, pe->id,
             pe->path, l);
     free(l);
     return EX_GAP;
   }
-  if (strcmp(kv, "f32") && kv_gap(c, pe, kv)) return EX_GAP;
-  /* --perf: each goal becomes a stage 6 gate the verifier measures */
-  static json_t *gates;
-  gates = json_array();
-  if (perf) {
-    char *dup = strdup(perf), *save = NULL;
-    for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-      char metric[32], unit[32] = "";
-      double x;
-      int n = 0;
-      int got = sscanf(tok, " %31[a-z_]>=%lf%n", metric, &x, &n);
-      if (got == 2) { /* the unit: the rest of the token, blanks trimmed */
-        const char *u = tok + n;
-        while (*u == ' ') u++;
-        snprintf(unit, sizeof unit, "%s", u);
-        for (char *z = unit + strlen(unit); z > unit && z[-1] == ' ';) *--z = 0;
-      }
-      if (got < 2 || !(x > 0) || (strcmp(metric, "decode") && strcmp(metric, "prefill")) ||
-          (unit[0] && strcmp(unit, "roofline") && strcmp(unit, "tok/s"))) {
-        fprintf(stderr, "mi-gen: --perf '%s': expected decode|prefill>=X[roofline|tok/s] with X > 0, comma-separated\n", tok);
-        free(dup);
-        return EX_PERF;
-      }
-      json_array_append_new(gates, json_pack("{s:s, s:s, s:f, s:s}", "gate", tok, "metric", metric, "min", x, "unit",
-                                             unit[0] ? unit : "roofline"));
+  if (strcmp(r->kv, "f32") && kv_gap(r->c, pe, r->kv)) return EX_GAP;
+  return -1;
+}
+
+/* --perf: each goal becomes a stage 6 gate the verifier measures. -1 to go
+ * on, else the exit status. */
+static int parse_perf_gates(gen_run *r) {
+  r->gates = json_array();
+  if (!r->perf) return -1;
+  char *dup = strdup(r->perf), *save = NULL;
+  for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    char metric[32], unit[32] = "";
+    double x;
+    int n = 0;
+    int got = sscanf(tok, " %31[a-z_]>=%lf%n", metric, &x, &n);
+    if (got == 2) { /* the unit: the rest of the token, blanks trimmed */
+      const char *u = tok + n;
+      while (*u == ' ') u++;
+      snprintf(unit, sizeof unit, "%s", u);
+      for (char *z = unit + strlen(unit); z > unit && z[-1] == ' ';) *--z = 0;
     }
-    free(dup);
+    if (got < 2 || !(x > 0) || (strcmp(metric, "decode") && strcmp(metric, "prefill")) ||
+        (unit[0] && strcmp(unit, "roofline") && strcmp(unit, "tok/s"))) {
+      fprintf(stderr, "mi-gen: --perf '%s': expected decode|prefill>=X[roofline|tok/s] with X > 0, comma-separated\n", tok);
+      free(dup);
+      return EX_PERF;
+    }
+    json_array_append_new(r->gates, json_pack("{s:s, s:s, s:f, s:s}", "gate", tok, "metric", metric, "min", x, "unit",
+                                              unit[0] ? unit : "roofline"));
   }
-  static json_t *cov = NULL;
-  int cr = mi_ckb_coverage(c, model_abs, pe->id, &cov, err, sizeof err);
+  free(dup);
+  return -1;
+}
+
+/* The model against the CKB: coverage, its model contract, the TP degree and
+ * the reference plugin the deployment run needs. -1 to go on, else the exit
+ * status. */
+static int check_model(gen_run *r) {
+  char err[1024];
+  const mi_ckb_entry *pe = r->pe;
+  size_t i;
+  json_t *v;
+  int cr = mi_ckb_coverage(r->c, r->model_abs, pe->id, &r->cov, err, sizeof err);
   if (cr < 0) {
     fprintf(stderr, "mi-gen: %s\n", err);
     return EX_GAP;
   }
   if (cr == 1) {
-    fprintf(stderr, "mi-gen: %s on %s is not covered by the CKB:\n", model, pe->id);
-    json_array_foreach(json_object_get(cov, "missing"), i, v) fprintf(stderr, "  missing: %s\n", json_is_string(v) ? json_string_value(v) : "(not a string)");
+    fprintf(stderr, "mi-gen: %s on %s is not covered by the CKB:\n", r->model, pe->id);
+    json_array_foreach(json_object_get(r->cov, "missing"), i, v) fprintf(stderr, "  missing: %s\n", json_is_string(v) ? json_string_value(v) : "(not a string)");
     fprintf(stderr, "mi-gen: add what is missing to the CKB, or let knowledge evolution try: mi-gen --evolve\n");
-    note_gaps(ckb_abs, cov, model_abs, pe->id);
+    note_gaps(r->ckb_abs, r->cov, r->model_abs, pe->id);
     return EX_GAP;
   }
-  char cfgp[PATH_MAX + 16];
-  snprintf(cfgp, sizeof cfgp, "%s/config.json", model_abs);
+  snprintf(r->cfgp, sizeof r->cfgp, "%s/config.json", r->model_abs);
   json_error_t je;
-  static json_t *cfg;
-  cfg = json_load_file(cfgp, 0, &je);
+  r->cfg = json_load_file(r->cfgp, 0, &je);
   char mid[256] = "";
-  snprintf(mid, sizeof mid, "%s", json_string_value(json_object_get(cov, "model_contract")) ?: "");
+  snprintf(mid, sizeof mid, "%s", json_string_value(json_object_get(r->cov, "model_contract")) ?: "");
   if (strchr(mid, '@')) *strchr(mid, '@') = 0;
-  const mi_ckb_entry *me = mid[0] ? mi_ckb_find(c, mid) : NULL;
-  if (!cfg || !me) {
-    fprintf(stderr, "mi-gen: %s: %s\n", cfgp, cfg ? "no model contract found for it" : je.text);
+  const mi_ckb_entry *me = r->me = mid[0] ? mi_ckb_find(r->c, mid) : NULL;
+  if (!r->cfg || !me) {
+    fprintf(stderr, "mi-gen: %s: %s\n", r->cfgp, r->cfg ? "no model contract found for it" : je.text);
     return EX_GAP;
   }
   const char *tpf[] = {"num_attention_heads", "num_key_value_heads", "intermediate_size"};
   for (int k = 0; k < 3; k++) {
-    json_t *x = json_object_get(cfg, tpf[k]);
-    if (json_is_integer(x) && json_integer_value(x) % tp) {
-      fprintf(stderr, "mi-gen: --tp %d does not divide %s = %lld of %s\n", tp, tpf[k], (long long)json_integer_value(x), cfgp);
+    json_t *x = json_object_get(r->cfg, tpf[k]);
+    if (json_is_integer(x) && json_integer_value(x) % r->tp) {
+      fprintf(stderr, "mi-gen: --tp %d does not divide %s = %lld of %s\n", r->tp, tpf[k], (long long)json_integer_value(x), r->cfgp);
       return EX_TP;
     }
   }
   /* the oracle of the deployment run: the hand-written model plugin the
-   * contract names (else model.NAME -> libmi-NAME.so), installed beside the
-   * platform plugins, so each architecture's engine meets its own reference */
-  char ref_name[128], ref_plugin[PATH_MAX + 200];
-  snprintf(ref_name, sizeof ref_name, "%s", json_string_value(json_object_get(me->json, "reference_plugin")) ?: strchr(me->id, '.') + 1);
-  snprintf(ref_plugin, sizeof ref_plugin, "%s/../lib/metainfer/libmi-%s.so", g_exe_dir, ref_name);
-  if (access(ref_plugin, R_OK) != 0) {
-    fprintf(stderr, "mi-gen: %s: reference plugin '%s' of %s is not installed (%s: %s)\n", me->path, ref_name, me->id,
-            ref_plugin, strerror(errno));
-    return EX_REFERENCE;
+   * contract names (else model.NAME -> libmi-NAME.so when one is installed),
+   * beside the platform plugins, so each architecture's engine meets its own
+   * reference. A contract that names none and has none installed is a family
+   * that exists as knowledge only: stage 4 (llama.cpp) is its independent
+   * check, and 4d holds the deployed engine to itself prefilled token by
+   * token. A named plugin that is missing is an install error. */
+  const char *named = json_string_value(json_object_get(me->json, "reference_plugin"));
+  snprintf(r->ref_name, sizeof r->ref_name, "%s", named ?: strchr(me->id, '.') + 1);
+  snprintf(r->ref_plugin, sizeof r->ref_plugin, "%s/../lib/metainfer/libmi-%s.so", g_exe_dir, r->ref_name);
+  if (access(r->ref_plugin, R_OK) != 0) {
+    if (!named) {
+      r->ref_name[0] = r->ref_plugin[0] = '\0';
+    } else {
+      fprintf(stderr, "mi-gen: %s: reference plugin '%s' of %s is not installed (%s: %s)\n", me->path, r->ref_name, me->id,
+              r->ref_plugin, strerror(errno));
+      return EX_REFERENCE;
+    }
   }
-  if (reference_serves(me, ref_name, ref_plugin, json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0)))) return EX_REFERENCE;
-  if (tp != 1 && json_array_size(gates)) {
-    fprintf(stderr, "mi-gen: --perf: gates are measured by mi-bench in one process; not available at --tp %d yet\n", tp);
+  if (r->ref_name[0] &&
+      reference_serves(me, r->ref_name, r->ref_plugin, json_string_value(json_array_get(json_object_get(r->cfg, "architectures"), 0))))
+    return EX_REFERENCE;
+  if (r->tp != 1 && json_array_size(r->gates)) {
+    fprintf(stderr, "mi-gen: --perf: gates are measured by mi-bench in one process; not available at --tp %d yet\n", r->tp);
     return EX_PERF;
   }
-  if (tp != 1 && !json_object_get(me->json, "tensor_parallel")) {
-    fprintf(stderr, "mi-gen: not covered: %s has no tensor_parallel section (asked --tp %d)\n", me->id, tp);
+  if (r->tp != 1 && !json_object_get(me->json, "tensor_parallel")) {
+    fprintf(stderr, "mi-gen: not covered: %s has no tensor_parallel section (asked --tp %d)\n", me->id, r->tp);
     return EX_GAP;
   }
-  if (tp != 1 && !json_object_get(pe->json, "collectives")) {
-    fprintf(stderr, "mi-gen: not covered: %s lists no collectives (asked --tp %d)\n", pe->id, tp);
+  if (r->tp != 1 && !json_object_get(pe->json, "collectives")) {
+    fprintf(stderr, "mi-gen: not covered: %s lists no collectives (asked --tp %d)\n", pe->id, r->tp);
     return EX_GAP;
   }
-  /* ---- the blackboard ---- */
-  char rd[PATH_MAX + 16];
-  /* --out and its parents, as mkdir -p */
+  return -1;
+}
+
+/* --out and its parents (as mkdir -p), the blackboard, the engine's name and
+ * the journal's start line. -1 to go on, else the exit status. */
+static int open_blackboard(gen_run *r) {
+  char buf[4096], err[1024];
+  const mi_ckb_entry *pe = r->pe, *me = r->me;
   char parts[PATH_MAX];
-  snprintf(parts, sizeof parts, "%s", out);
+  snprintf(parts, sizeof parts, "%s", r->out);
   for (char *sl = strchr(parts + 1, '/');; sl = strchr(sl + 1, '/')) {
     if (sl) *sl = 0;
     if (parts[0] && mkdir(parts, 0755) != 0 && errno != EEXIST) {
@@ -613,310 +676,356 @@ int main(int argc, char **argv) {
     if (!sl) break;
     *sl = '/';
   }
-  char out_abs[PATH_MAX];
-  realpath(out, out_abs);
-  snprintf(rd, sizeof rd, "%s", run_dir ? run_dir : "");
-  if (!run_dir) snprintf(rd, sizeof rd, "%s/run", out_abs);
-  static mi_bb *bb;
-  bb = mi_bb_open(rd, 1, err, sizeof err);
-  if (!bb) {
+  realpath(r->out, r->out_abs);
+  snprintf(r->rd, sizeof r->rd, "%s", r->run_dir ? r->run_dir : "");
+  if (!r->run_dir) snprintf(r->rd, sizeof r->rd, "%s/run", r->out_abs);
+  r->bb = mi_bb_open(r->rd, 1, err, sizeof err);
+  if (!r->bb) {
     fprintf(stderr, "mi-gen: %s\n", err);
     return EX_USAGE;
   }
-  if (gen_llm_setup(ckb_abs, model_abs, cons_file, g_exe_dir, rd) != 0) return EX_USAGE;
+  if (gen_llm_setup(r->ckb_abs, r->model_abs, r->cons_file, g_exe_dir, r->rd) != 0) return EX_USAGE;
   char cfg_sha[65];
-  mi_sha256_file(cfgp, cfg_sha);
-  const char *short_name = strchr(me->id, '.') + 1;
-  char engine_name[128];
-  snprintf(engine_name, sizeof engine_name, "%s-%.8s-%s-tp%d", short_name, cfg_sha, dtype, tp);
-  if (strcmp(kv, "f32")) { /* a half-precision KV cache: another engine, another name */
-    size_t l = strlen(engine_name);
-    snprintf(engine_name + l, sizeof engine_name - l, "-kv%s", kv);
+  mi_sha256_file(r->cfgp, cfg_sha);
+  r->short_name = strchr(me->id, '.') + 1;
+  snprintf(r->engine_name, sizeof r->engine_name, "%s-%.8s-%s-tp%d", r->short_name, cfg_sha, r->dtype, r->tp);
+  if (strcmp(r->kv, "f32")) { /* a half-precision KV cache: another engine, another name */
+    size_t l = strlen(r->engine_name);
+    snprintf(r->engine_name + l, sizeof r->engine_name - l, "-kv%s", r->kv);
   }
-  static json_t *cons;
-  cons = json_pack("{s:s, s:s, s:s, s:i, s:s}", "model", model_abs, "platform", pe->json ? json_string_value(json_object_get(pe->json, "plugin")) : platform,
-                           "dtype", dtype, "tp", tp, "kv_type", kv);
-  if (perf) json_object_set_new(cons, "perf", json_string(perf));
-  if (pplug) json_object_set(cons, "platform_plugin", pplug);
-  if (json_array_size(gates)) json_object_set(cons, "perf_gates", gates);
-  if (!resume) {
-    json_t *st = json_pack("{s:s, s:O, s:s, s:s, s:I, s:s}", "event", "start", "constraints", cons, "out", out_abs, "ckb",
-                           ckb_abs, "seed", (json_int_t)seed, "engine_name", engine_name);
-    if (candidate) json_object_set_new(st, "candidate", json_string(realpath(candidate, buf) ? buf : candidate));
+  r->cons = json_pack("{s:s, s:s, s:s, s:i, s:s}", "model", r->model_abs, "platform", pe->json ? json_string_value(json_object_get(pe->json, "plugin")) : r->platform,
+                      "dtype", r->dtype, "tp", r->tp, "kv_type", r->kv);
+  if (r->perf) json_object_set_new(r->cons, "perf", json_string(r->perf));
+  if (r->pplug) json_object_set(r->cons, "platform_plugin", r->pplug);
+  if (json_array_size(r->gates)) json_object_set(r->cons, "perf_gates", r->gates);
+  if (!r->resume) {
+    json_t *st = json_pack("{s:s, s:O, s:s, s:s, s:I, s:s}", "event", "start", "constraints", r->cons, "out", r->out_abs, "ckb",
+                           r->ckb_abs, "seed", (json_int_t)r->seed, "engine_name", r->engine_name);
+    if (r->candidate) json_object_set_new(st, "candidate", json_string(realpath(r->candidate, buf) ? buf : r->candidate));
     json_object_set_new(st, "by", json_pack("{s:s, s:I}", "role", "orchestrator", "pid", (json_int_t)getpid()));
-    mi_bb_append(bb, st);
+    mi_bb_append(r->bb, st);
     json_decref(st);
   }
-  fprintf(stderr, "mi-gen: %s on %s, %s, tp %d -> %s (run %s)\n", me->id, pe->id, dtype, tp, out_abs, rd);
-  /* work already done (resume): the patches tried, in order. Verdicts found
-   * in the journal are NOT trusted: only this run's verifier passes. */
-  static json_t *tried, *patches;
-  tried = json_array(), patches = json_array();
+  fprintf(stderr, "mi-gen: %s on %s, %s, tp %d -> %s (run %s)\n", me->id, pe->id, r->dtype, r->tp, r->out_abs, r->rd);
+  return -1;
+}
+
+/* Work already done (resume): the patches tried, in order; returns the
+ * iteration to start after. Verdicts found in the journal are NOT trusted:
+ * only this run's verifier passes. */
+static int replay_journal(gen_run *r) {
+  r->tried = json_array(), r->patches = json_array();
   int iter0 = 0;
-  json_array_foreach(journal, i, v) {
+  size_t i;
+  json_t *v;
+  json_array_foreach(r->journal, i, v) {
     const char *ev = json_string_value(json_object_get(v, "event"));
     if (ev && !strcmp(ev, "repair")) {
-      json_array_append(tried, json_object_get(v, "failure_mode"));
-      json_array_append(patches, json_object_get(v, "patch"));
+      json_array_append(r->tried, json_object_get(v, "failure_mode"));
+      json_array_append(r->patches, json_object_get(v, "patch"));
     }
     if (ev && !strcmp(ev, "candidate")) iter0++;
     if (ev && !strcmp(ev, "verdict") && !strcmp(json_string_value(json_object_get(v, "verdict")) ?: "", "PASS"))
       fprintf(stderr, "mi-gen: the journal records a PASS (seq %lld); not trusted: the candidate is verified again\n",
               (long long)json_integer_value(json_object_get(v, "seq")));
   }
-  if (resume && iter0) iter0--; /* the last candidate is redone */
-  role_time rt = {0};
-  int rc = EX_FAIL, iter;
-  char why[2048] = "";
-  static json_t *impl = NULL, *rev = NULL, *ver = NULL, *repaired_from, *last_feedback = NULL, *rejected;
-  rejected = json_array();
-  repaired_from = json_array();
-  static json_t *reports; /* the failure report of each failed candidate, in order (null: not written) */
-  reports = json_array();
-  const char *failed_msg = NULL, *budget_hit = NULL;
-  int gate_failed = 0;
-  for (iter = iter0 + 1; iter <= max_iter; iter++) {
-    if (now_s() - t_start > budget) {
-      snprintf(why, sizeof why, "the time budget of %.0f s is spent", budget);
-      budget_hit = why;
-      break;
+  if (r->resume && iter0) iter0--; /* the last candidate is redone */
+  return iter0;
+}
+
+/* What one step of an iteration tells the loop; any other value is an exit status. */
+enum { IT_GO = -1, IT_CONTINUE = -2, IT_STOP = -3, IT_PASS = -4 };
+
+/* why += "; " + the spent budget, when the agent call failed for that reason */
+static void note_budget_spent(gen_run *r) {
+  if ((r->budget_hit = gen_llm_budget_spent())) snprintf(r->why + strlen(r->why), sizeof r->why - strlen(r->why), "; %s", r->budget_hit);
+}
+
+/* The implementer's candidate (or --candidate's file), journalled; sets
+ * *src to its source artifact. IT_GO on a new candidate. */
+static int implement(gen_run *r, const char **src) {
+  size_t i;
+  json_t *v;
+  json_t *t = json_pack("{s:O, s:s, s:O, s:s, s:i}", "constraints", r->cons, "model_dir", r->model_abs, "patches", r->patches,
+                        "engine_name", r->engine_name, "iteration", r->iter);
+  /* the last review's findings and stage failures go back to the implementer (a strategy that can act on them does) */
+  if (r->last_feedback) json_object_set(t, "feedback", r->last_feedback);
+  if (r->candidate) {
+    char sha[65];
+    if (mi_bb_put_file(r->bb, r->candidate, "c", sha) != 0) {
+      fprintf(stderr, "mi-gen: %s: cannot read\n", r->candidate);
+      return EX_USAGE;
     }
-    if (!candidate && (budget_hit = gen_llm_budget_check("implementer"))) {
-      snprintf(why, sizeof why, "%s", budget_hit);
-      break;
-    }
-    json_decref(impl), json_decref(rev), json_decref(ver);
-    impl = rev = ver = NULL;
-    fprintf(stderr, "mi-gen: candidate %d\n", iter);
-    /* implementer */
-    json_t *t = json_pack("{s:O, s:s, s:O, s:s, s:i}", "constraints", cons, "model_dir", model_abs, "patches", patches,
-                          "engine_name", engine_name, "iteration", iter);
-    /* the last review's findings and stage failures go back to the implementer (a strategy that can act on them does) */
-    if (last_feedback) json_object_set(t, "feedback", last_feedback);
-    if (candidate) {
-      char sha[65];
-      if (mi_bb_put_file(bb, candidate, "c", sha) != 0) {
-        fprintf(stderr, "mi-gen: %s: cannot read\n", candidate);
-        return EX_USAGE;
-      }
-      impl = json_pack("{s:s, s:s, s:s, s:[], s:[], s:[]}", "status", "ok", "source", sha, "engine_name", engine_name,
-                       "contracts", "experience", "patches");
-      json_t *line = json_pack("{s:s, s:s, s:s, s:{s:s, s:I}}", "event", "candidate_given", "source", sha, "file", candidate,
-                               "by", "role", "orchestrator", "pid", (json_int_t)getpid());
-      mi_bb_append(bb, line);
-      json_decref(line);
-    } else {
-      impl = call_agent(bb, "implementer", gen_llm_strategy("implementer"), t, ckb_abs, 120, &rt, why, sizeof why);
-    }
-    json_decref(t);
-    if (!impl && (budget_hit = gen_llm_budget_spent())) snprintf(why + strlen(why), sizeof why - strlen(why), "; %s", budget_hit);
-    if (!impl) break;
-    const char *src = json_string_value(json_object_get(impl, "source"));
-    char srcp[PATH_MAX + 128];
-    if (!src || mi_bb_artifact(bb, src, "c", srcp, sizeof srcp) != 0) {
-      snprintf(why, sizeof why, "the implementer's source artifact is missing or does not match its hash");
-      break;
-    }
-    json_t *line = json_pack("{s:s, s:i, s:s, s:O, s:{s:s, s:I}}", "event", "candidate", "iteration", iter, "source", src,
-                             "patches", patches, "by", "role", "orchestrator", "pid", (json_int_t)getpid());
-    mi_bb_append(bb, line);
+    r->impl = json_pack("{s:s, s:s, s:s, s:[], s:[], s:[]}", "status", "ok", "source", sha, "engine_name", r->engine_name,
+                        "contracts", "experience", "patches");
+    json_t *line = json_pack("{s:s, s:s, s:s, s:{s:s, s:I}}", "event", "candidate_given", "source", sha, "file", r->candidate,
+                             "by", "role", "orchestrator", "pid", (json_int_t)getpid());
+    mi_bb_append(r->bb, line);
     json_decref(line);
-    fprintf(stderr, "mi-gen: implementer: source %.12s (%lld lines)\n", src,
-            (long long)json_integer_value(json_object_get(impl, "lines")));
-    int again = 0;
-    json_array_foreach(rejected, i, v) again |= !strcmp(json_string_value(v), src);
-    if (again) {
-      snprintf(why, sizeof why, "the implementer wrote a source already rejected (%.12s): no strategy left to change it", src);
-      break;
-    }
-    /* reviewer */
-    if ((budget_hit = gen_llm_budget_check("reviewer"))) {
-      gen_llm_note_candidate(src, iter, -1);
-      snprintf(why, sizeof why, "%s", budget_hit);
-      break;
-    }
-    t = json_pack("{s:s, s:O, s:s}", "source", src, "constraints", cons, "model_dir", model_abs);
-    rev = call_agent(bb, "reviewer", gen_llm_strategy("reviewer"), t, ckb_abs, 60, &rt, why, sizeof why);
-    json_decref(t);
-    if (!rev) gen_llm_note_candidate(src, iter, -1);
-    if (!rev && (budget_hit = gen_llm_budget_spent())) snprintf(why + strlen(why), sizeof why - strlen(why), "; %s", budget_hit);
-    if (!rev) break;
-    json_t *fs = json_object_get(rev, "findings");
-    json_array_foreach(fs, i, v)
-        fprintf(stderr, "mi-gen: reviewer: %s %s line %lld: %s\n", json_string_value(json_object_get(v, "severity")),
-                json_string_value(json_object_get(v, "rule")), (long long)json_integer_value(json_object_get(v, "line")),
-                json_string_value(json_object_get(v, "message")));
-    if (strcmp(json_string_value(json_object_get(rev, "verdict")) ?: "", "approved")) {
-      snprintf(why, sizeof why, "the reviewer rejected the source (%zu findings)", json_array_size(fs));
-      failed_msg = "review";
-      {
-        json_t *f0 = json_array_get(fs, 0);
-        char fmsg[700];
-        snprintf(fmsg, sizeof fmsg, "%s: %s", json_string_value(json_object_get(f0, "rule")) ?: "?",
-                 json_string_value(json_object_get(f0, "message")) ?: "rejected");
-        note_failure(ckb_abs, me, model_abs, cons, "review", NULL, fmsg, tried, rd, reports);
-      }
-      gen_llm_note_candidate(src, iter, -1);
-      json_array_append_new(rejected, json_string(src));
-      json_decref(last_feedback);
-      last_feedback = json_pack("{s:s, s:O}", "from", "reviewer", "findings", fs);
-      if (candidate) break;
-      continue; /* no repair is known for a review finding: the next iteration would be the same */
-    }
-    fprintf(stderr, "mi-gen: reviewer: approved\n");
-    if ((budget_hit = gen_llm_budget_check("verifier"))) {
-      gen_llm_note_candidate(src, iter, 0);
-      snprintf(why, sizeof why, "%s", budget_hit);
-      break;
-    }
-    /* verifier */
-    char sdk[PATH_MAX + 64], cpu[PATH_MAX + 64], mv[PATH_MAX + 64], mr[PATH_MAX + 64], gold[PATH_MAX + 64];
-    snprintf(sdk, sizeof sdk, "%s/../../sdk/include", g_exe_dir);
-    if (access(sdk, R_OK) != 0) snprintf(sdk, sizeof sdk, "%s/../include", g_exe_dir);
-    snprintf(cpu, sizeof cpu, "%s/../lib/metainfer/libmi-%s.so", g_exe_dir, json_string_value(json_object_get(pe->json, "plugin")));
-    if (pplug) snprintf(cpu, sizeof cpu, "%s", json_string_value(json_object_get(pplug, "path")));
-    snprintf(mv, sizeof mv, "%s/mi-verify", g_exe_dir);
-    snprintf(mr, sizeof mr, "%s/mi-run", g_exe_dir);
-    if (goldens) snprintf(gold, sizeof gold, "%s", goldens);
-    else {
-      snprintf(gold, sizeof gold, "%s/../../tests/goldens", g_exe_dir); /* a build folder in the source tree */
-      if (access(gold, R_OK) != 0) snprintf(gold, sizeof gold, "%s/../tests/goldens", ckb_abs);
-    }
-    t = json_pack("{s:s, s:s, s:O, s:s, s:I, s:i, s:{s:s, s:s, s:s, s:s, s:s}}", "source", src, "engine_name", engine_name,
-                  "constraints", cons, "model_dir", model_abs, "seed", (json_int_t)seed, "threads", threads, "tools", "sdk_include",
-                  sdk, "platform_plugin", cpu, "mi_verify", mv, "mi_run", mr, "goldens", gold);
-    json_object_set_new(json_object_get(t, "tools"), "reference_plugin", json_string(ref_plugin));
-    json_object_set_new(json_object_get(t, "tools"), "reference_name", json_string(ref_name));
-    json_object_set_new(json_object_get(t, "tools"), "mi_bench", json_sprintf("%s/mi-bench", g_exe_dir));
-    if (vtimeout > 0) json_object_set_new(t, "unit_timeout", json_real(vtimeout));
-    ver = call_agent(bb, "verifier", "stages", t, ckb_abs, vtimeout > 0 ? 600 + 20 * vtimeout : 1800, &rt, why, sizeof why);
-    json_decref(t);
-    if (!ver && (budget_hit = gen_llm_budget_spent())) snprintf(why + strlen(why), sizeof why - strlen(why), "; %s", budget_hit);
-    if (!ver) break;
-    json_t *stages = json_object_get(ver, "stages");
-    json_array_foreach(stages, i, v)
-        fprintf(stderr, "mi-gen: verifier: stage %s %-28s %s%s%s\n", json_string_value(json_object_get(v, "stage")),
-                json_string_value(json_object_get(v, "name")), json_string_value(json_object_get(v, "verdict")),
-                json_string_value(json_object_get(v, "message")) ? ": " : "",
-                json_string_value(json_object_get(v, "message")) ?: "");
-    const char *verdict = json_string_value(json_object_get(ver, "verdict"));
+  } else {
+    r->impl = call_agent(r->bb, "implementer", gen_llm_strategy("implementer"), t, r->ckb_abs, 120, &r->rt, r->why, sizeof r->why);
+  }
+  json_decref(t);
+  if (!r->impl) note_budget_spent(r);
+  if (!r->impl) return IT_STOP;
+  *src = json_string_value(json_object_get(r->impl, "source"));
+  char srcp[PATH_MAX + 128];
+  if (!*src || mi_bb_artifact(r->bb, *src, "c", srcp, sizeof srcp) != 0) {
+    snprintf(r->why, sizeof r->why, "the implementer's source artifact is missing or does not match its hash");
+    return IT_STOP;
+  }
+  json_t *line = json_pack("{s:s, s:i, s:s, s:O, s:{s:s, s:I}}", "event", "candidate", "iteration", r->iter, "source", *src,
+                           "patches", r->patches, "by", "role", "orchestrator", "pid", (json_int_t)getpid());
+  mi_bb_append(r->bb, line);
+  json_decref(line);
+  fprintf(stderr, "mi-gen: implementer: source %.12s (%lld lines)\n", *src,
+          (long long)json_integer_value(json_object_get(r->impl, "lines")));
+  int again = 0;
+  json_array_foreach(r->rejected, i, v) again |= !strcmp(json_string_value(v), *src);
+  if (again) {
+    snprintf(r->why, sizeof r->why, "the implementer wrote a source already rejected (%.12s): no strategy left to change it", *src);
+    return IT_STOP;
+  }
+  return IT_GO;
+}
+
+/* The reviewer on source src: IT_GO when it approved, else what the loop
+ * does next (a rejection is a failure report and the next iteration). */
+static int review(gen_run *r, const char *src) {
+  size_t i;
+  json_t *v;
+  if ((r->budget_hit = gen_llm_budget_check("reviewer"))) {
+    gen_llm_note_candidate(src, r->iter, -1);
+    snprintf(r->why, sizeof r->why, "%s", r->budget_hit);
+    return IT_STOP;
+  }
+  json_t *t = json_pack("{s:s, s:O, s:s}", "source", src, "constraints", r->cons, "model_dir", r->model_abs);
+  r->rev = call_agent(r->bb, "reviewer", gen_llm_strategy("reviewer"), t, r->ckb_abs, 60, &r->rt, r->why, sizeof r->why);
+  json_decref(t);
+  if (!r->rev) gen_llm_note_candidate(src, r->iter, -1);
+  if (!r->rev) note_budget_spent(r);
+  if (!r->rev) return IT_STOP;
+  json_t *fs = json_object_get(r->rev, "findings");
+  json_array_foreach(fs, i, v)
+      fprintf(stderr, "mi-gen: reviewer: %s %s line %lld: %s\n", json_string_value(json_object_get(v, "severity")),
+              json_string_value(json_object_get(v, "rule")), (long long)json_integer_value(json_object_get(v, "line")),
+              json_string_value(json_object_get(v, "message")));
+  if (strcmp(json_string_value(json_object_get(r->rev, "verdict")) ?: "", "approved")) {
+    snprintf(r->why, sizeof r->why, "the reviewer rejected the source (%zu findings)", json_array_size(fs));
+    r->failed_msg = "review";
     {
-      int passed = 0;
-      json_array_foreach(stages, i, v) passed += !strcmp(json_string_value(json_object_get(v, "verdict")) ?: "", "PASS");
-      gen_llm_note_candidate(src, iter, passed);
+      json_t *f0 = json_array_get(fs, 0);
+      char fmsg[700];
+      snprintf(fmsg, sizeof fmsg, "%s: %s", json_string_value(json_object_get(f0, "rule")) ?: "?",
+               json_string_value(json_object_get(f0, "message")) ?: "rejected");
+      note_failure(r->ckb_abs, r->me, r->model_abs, r->cons, "review", NULL, fmsg, r->tried, r->rd, r->reports);
     }
-    line = json_pack("{s:s, s:i, s:s, s:s, s:{s:s, s:I}}", "event", "verdict", "iteration", iter, "source", src, "verdict",
-                     verdict ?: "?", "by", "role", "verifier", "pid", (json_int_t)0);
-    mi_bb_append(bb, line);
-    json_decref(line);
-    if (verdict && !strcmp(verdict, "PASS")) {
-      rc = EX_OK;
-      break;
-    }
-    failed_msg = "verification";
-    json_array_append_new(rejected, json_string(src));
-    json_decref(last_feedback);
-    last_feedback = json_pack("{s:s, s:O}", "from", "verifier", "stages", stages);
-    const char *ftest = json_string_value(json_object_get(ver, "failed_test_contract"));
-    const char *fmsg = NULL;
-    json_array_foreach(stages, i, v) if (!fmsg && !strcmp(json_string_value(json_object_get(v, "verdict")) ?: "", "FAIL"))
-        fmsg = json_string_value(json_object_get(v, "message"));
-    snprintf(why, sizeof why, "verification failed at stage %s (%s): %.600s", json_string_value(json_object_get(ver, "failed_stage")) ?: "?",
-             ftest ?: "no test contract", fmsg ?: "no message");
-    note_failure(ckb_abs, me, model_abs, cons, json_string_value(json_object_get(ver, "failed_stage")) ?: "?", ftest,
-                 fmsg ?: "no message", tried, rd, reports);
-    /* a --perf gate not met: no contract repair makes a correct engine
-     * faster, so the run ends here with the gate and the figure named */
-    if (!strcmp(json_string_value(json_object_get(ver, "failed_stage")) ?: "", "6p")) {
-      gate_failed = 1;
-      snprintf(why, sizeof why, "performance gate %s", fmsg ?: "not met");
-      break;
-    }
-    if (candidate) break;
-    json_t *reps = repairs_for(c, ftest, tried, me->json, patches);
-    if (!json_array_size(reps) && gen_llm_is_llm("implementer")) {
-      json_decref(reps); /* the implementer itself acts on the failure report */
-      continue;
-    }
-    if (!json_array_size(reps)) {
-      fprintf(stderr, "mi-gen: no failure mode in the CKB proposes a repair for %s\n", ftest ?: "this failure");
-      json_decref(reps);
-      break;
-    }
-    /* the repair that cleared this very symptom before (its failure
-     * report's repaired_by) goes first */
-    char last_fm[200];
-    const char *rid = json_string_value(json_array_get(reports, json_array_size(reports) - 1));
-    if (rid && mi_learn_last_repair(ckb_abs, rid, last_fm, sizeof last_fm) == 0)
-      json_array_foreach(reps, i, v) if (i > 0 && !strcmp(json_string_value(json_object_get(v, "failure_mode")) ?: "", last_fm)) {
-        json_incref(v);
-        json_array_remove(reps, i);
-        json_array_insert_new(reps, 0, v);
-        fprintf(stderr, "mi-gen: %s cleared this symptom before (%s): tried first\n", last_fm, rid);
-        break;
-      }
-    json_t *r0 = json_array_get(reps, 0);
-    fprintf(stderr, "mi-gen: repair: %s proposes %s.%s = %s\n", json_string_value(json_object_get(r0, "failure_mode")),
-            json_string_value(json_object_get(json_object_get(r0, "patch"), "operator")),
-            json_string_value(json_object_get(json_object_get(r0, "patch"), "arg")),
-            json_string_value(json_object_get(json_object_get(r0, "patch"), "value")));
-    json_array_append(tried, json_object_get(r0, "failure_mode"));
-    json_array_append(patches, json_object_get(r0, "patch"));
-    json_array_append_new(repaired_from, json_pack("{s:O, s:O, s:s, s:O, s:O, s:i}", "failure_mode", json_object_get(r0, "failure_mode"),
-                                                   "patch", json_object_get(r0, "patch"), "symptom", why, "test_contract",
-                                                   json_object_get(ver, "failed_test_contract"), "stage",
-                                                   json_object_get(ver, "failed_stage"), "iteration", iter));
-    if (json_is_string(json_array_get(reports, json_array_size(reports) - 1)))
-      json_object_set(json_array_get(repaired_from, json_array_size(repaired_from) - 1), "failure_report",
-                      json_array_get(reports, json_array_size(reports) - 1));
-    line = json_pack("{s:s, s:O, s:O, s:s, s:{s:s, s:I}}", "event", "repair", "failure_mode", json_object_get(r0, "failure_mode"),
-                     "patch", json_object_get(r0, "patch"), "after", why, "by", "role", "orchestrator", "pid", (json_int_t)getpid());
-    mi_bb_append(bb, line);
-    json_decref(line);
+    gen_llm_note_candidate(src, r->iter, -1);
+    json_array_append_new(r->rejected, json_string(src));
+    json_decref(r->last_feedback);
+    r->last_feedback = json_pack("{s:s, s:O}", "from", "reviewer", "findings", fs);
+    if (r->candidate) return IT_STOP;
+    return IT_CONTINUE; /* no repair is known for a review finding: the next iteration would be the same */
+  }
+  fprintf(stderr, "mi-gen: reviewer: approved\n");
+  return IT_GO;
+}
+
+/* The verifier's task for source src: the tools it runs, found beside this
+ * executable (or in the source tree a build folder sits in). */
+static json_t *verifier_task(gen_run *r, const char *src) {
+  char sdk[PATH_MAX + 64], cpu[PATH_MAX + 64], mv[PATH_MAX + 64], mr[PATH_MAX + 64], gold[PATH_MAX + 64];
+  snprintf(sdk, sizeof sdk, "%s/../../sdk/include", g_exe_dir);
+  if (access(sdk, R_OK) != 0) snprintf(sdk, sizeof sdk, "%s/../include", g_exe_dir);
+  snprintf(cpu, sizeof cpu, "%s/../lib/metainfer/libmi-%s.so", g_exe_dir, json_string_value(json_object_get(r->pe->json, "plugin")));
+  if (r->pplug) snprintf(cpu, sizeof cpu, "%s", json_string_value(json_object_get(r->pplug, "path")));
+  snprintf(mv, sizeof mv, "%s/mi-verify", g_exe_dir);
+  snprintf(mr, sizeof mr, "%s/mi-run", g_exe_dir);
+  if (r->goldens) snprintf(gold, sizeof gold, "%s", r->goldens);
+  else {
+    snprintf(gold, sizeof gold, "%s/../../tests/goldens", g_exe_dir); /* a build folder in the source tree */
+    if (access(gold, R_OK) != 0) snprintf(gold, sizeof gold, "%s/../tests/goldens", r->ckb_abs);
+  }
+  json_t *t = json_pack("{s:s, s:s, s:O, s:s, s:I, s:i, s:{s:s, s:s, s:s, s:s, s:s}}", "source", src, "engine_name", r->engine_name,
+                        "constraints", r->cons, "model_dir", r->model_abs, "seed", (json_int_t)r->seed, "threads", r->threads, "tools", "sdk_include",
+                        sdk, "platform_plugin", cpu, "mi_verify", mv, "mi_run", mr, "goldens", gold);
+  json_object_set_new(json_object_get(t, "tools"), "reference_plugin", json_string(r->ref_plugin));
+  json_object_set_new(json_object_get(t, "tools"), "reference_name", json_string(r->ref_name));
+  json_object_set_new(json_object_get(t, "tools"), "mi_bench", json_sprintf("%s/mi-bench", g_exe_dir));
+  /* the repairs the implementer composed with (failure modes, experience):
+   * the verifier interprets the contract with them (mi-verify --contract-patches) */
+  if (json_array_size(json_object_get(r->impl, "patches"))) json_object_set(t, "patches", json_object_get(r->impl, "patches"));
+  if (r->vtimeout > 0) json_object_set_new(t, "unit_timeout", json_real(r->vtimeout));
+  return t;
+}
+
+/* The verifier on source src, its stages printed and its verdict journalled:
+ * IT_PASS, or IT_GO with why, the failure report and the feedback set. */
+static int verify(gen_run *r, const char *src) {
+  size_t i;
+  json_t *v;
+  if ((r->budget_hit = gen_llm_budget_check("verifier"))) {
+    gen_llm_note_candidate(src, r->iter, 0);
+    snprintf(r->why, sizeof r->why, "%s", r->budget_hit);
+    return IT_STOP;
+  }
+  json_t *t = verifier_task(r, src);
+  r->ver = call_agent(r->bb, "verifier", "stages", t, r->ckb_abs, r->vtimeout > 0 ? 600 + 20 * r->vtimeout : 1800, &r->rt, r->why,
+                      sizeof r->why);
+  json_decref(t);
+  if (!r->ver) note_budget_spent(r);
+  if (!r->ver) return IT_STOP;
+  json_t *stages = json_object_get(r->ver, "stages");
+  json_array_foreach(stages, i, v)
+      fprintf(stderr, "mi-gen: verifier: stage %s %-28s %s%s%s\n", json_string_value(json_object_get(v, "stage")),
+              json_string_value(json_object_get(v, "name")), json_string_value(json_object_get(v, "verdict")),
+              json_string_value(json_object_get(v, "message")) ? ": " : "",
+              json_string_value(json_object_get(v, "message")) ?: "");
+  const char *verdict = json_string_value(json_object_get(r->ver, "verdict"));
+  {
+    int passed = 0;
+    json_array_foreach(stages, i, v) passed += !strcmp(json_string_value(json_object_get(v, "verdict")) ?: "", "PASS");
+    gen_llm_note_candidate(src, r->iter, passed);
+  }
+  json_t *line = json_pack("{s:s, s:i, s:s, s:s, s:{s:s, s:I}}", "event", "verdict", "iteration", r->iter, "source", src, "verdict",
+                           verdict ?: "?", "by", "role", "verifier", "pid", (json_int_t)0);
+  mi_bb_append(r->bb, line);
+  json_decref(line);
+  if (verdict && !strcmp(verdict, "PASS")) return IT_PASS;
+  r->failed_msg = "verification";
+  json_array_append_new(r->rejected, json_string(src));
+  json_decref(r->last_feedback);
+  r->last_feedback = json_pack("{s:s, s:O}", "from", "verifier", "stages", stages);
+  const char *ftest = json_string_value(json_object_get(r->ver, "failed_test_contract"));
+  const char *fmsg = NULL;
+  json_array_foreach(stages, i, v) if (!fmsg && !strcmp(json_string_value(json_object_get(v, "verdict")) ?: "", "FAIL"))
+      fmsg = json_string_value(json_object_get(v, "message"));
+  snprintf(r->why, sizeof r->why, "verification failed at stage %s (%s): %.600s", json_string_value(json_object_get(r->ver, "failed_stage")) ?: "?",
+           ftest ?: "no test contract", fmsg ?: "no message");
+  note_failure(r->ckb_abs, r->me, r->model_abs, r->cons, json_string_value(json_object_get(r->ver, "failed_stage")) ?: "?", ftest,
+               fmsg ?: "no message", r->tried, r->rd, r->reports);
+  /* a --perf gate not met: no contract repair makes a correct engine
+   * faster, so the run ends here with the gate and the figure named */
+  if (!strcmp(json_string_value(json_object_get(r->ver, "failed_stage")) ?: "", "6p")) {
+    r->gate_failed = 1;
+    snprintf(r->why, sizeof r->why, "performance gate %s", fmsg ?: "not met");
+    return IT_STOP;
+  }
+  return IT_GO;
+}
+
+/* After a failed verification: the failure mode that proposes a repair of
+ * the model contract, tried on the next candidate (and journalled). */
+static int propose_repair(gen_run *r) {
+  size_t i;
+  json_t *v;
+  const char *ftest = json_string_value(json_object_get(r->ver, "failed_test_contract"));
+  json_t *reps = repairs_for(r->c, ftest, r->tried, r->me->json, r->patches);
+  if (!json_array_size(reps) && gen_llm_is_llm("implementer")) {
+    json_decref(reps); /* the implementer itself acts on the failure report */
+    return IT_CONTINUE;
+  }
+  if (!json_array_size(reps)) {
+    fprintf(stderr, "mi-gen: no failure mode in the CKB proposes a repair for %s\n", ftest ?: "this failure");
     json_decref(reps);
+    return IT_STOP;
   }
-  if (rc != EX_OK && !why[0]) snprintf(why, sizeof why, "the iteration budget (%d candidates) is spent", max_iter);
-  if (iter > max_iter && rc != EX_OK && failed_msg)
-    snprintf(why + strlen(why), sizeof why - strlen(why), "; the iteration budget (%d) is spent", max_iter);
-  if (iter > max_iter && rc != EX_OK) budget_hit = "iterations";
-  double wall = now_s() - t_start;
-  if (rc != EX_OK) {
-    json_t *line = json_pack("{s:s, s:s, s:f, s:{s:s, s:I}}", "event", "end", "result", why, "wall_s", wall, "by", "role",
-                             "orchestrator", "pid", (json_int_t)getpid());
-    mi_bb_append(bb, line);
-    json_decref(line);
-    fprintf(stderr, "mi-gen: FAIL: %s (run %s)\n", why, rd);
-    if (budget_hit && !candidate) {
-      gen_llm_write_partial(out_abs, rd, why, cons);
-      return GEN_EX_BUDGET;
+  /* the repair that cleared this very symptom before (its failure
+   * report's repaired_by) goes first */
+  char last_fm[200];
+  const char *rid = json_string_value(json_array_get(r->reports, json_array_size(r->reports) - 1));
+  if (rid && mi_learn_last_repair(r->ckb_abs, rid, last_fm, sizeof last_fm) == 0)
+    json_array_foreach(reps, i, v) if (i > 0 && !strcmp(json_string_value(json_object_get(v, "failure_mode")) ?: "", last_fm)) {
+      json_incref(v);
+      json_array_remove(reps, i);
+      json_array_insert_new(reps, 0, v);
+      fprintf(stderr, "mi-gen: %s cleared this symptom before (%s): tried first\n", last_fm, rid);
+      break;
     }
-    return gate_failed ? EX_GATE : EX_FAIL;
+  json_t *r0 = json_array_get(reps, 0);
+  fprintf(stderr, "mi-gen: repair: %s proposes %s.%s = %s\n", json_string_value(json_object_get(r0, "failure_mode")),
+          json_string_value(json_object_get(json_object_get(r0, "patch"), "operator")),
+          json_string_value(json_object_get(json_object_get(r0, "patch"), "arg")),
+          json_string_value(json_object_get(json_object_get(r0, "patch"), "value")));
+  json_array_append(r->tried, json_object_get(r0, "failure_mode"));
+  json_array_append(r->patches, json_object_get(r0, "patch"));
+  json_array_append_new(r->repaired_from, json_pack("{s:O, s:O, s:s, s:O, s:O, s:i}", "failure_mode", json_object_get(r0, "failure_mode"),
+                                                    "patch", json_object_get(r0, "patch"), "symptom", r->why, "test_contract",
+                                                    json_object_get(r->ver, "failed_test_contract"), "stage",
+                                                    json_object_get(r->ver, "failed_stage"), "iteration", r->iter));
+  if (json_is_string(json_array_get(r->reports, json_array_size(r->reports) - 1)))
+    json_object_set(json_array_get(r->repaired_from, json_array_size(r->repaired_from) - 1), "failure_report",
+                    json_array_get(r->reports, json_array_size(r->reports) - 1));
+  json_t *line = json_pack("{s:s, s:O, s:O, s:s, s:{s:s, s:I}}", "event", "repair", "failure_mode", json_object_get(r0, "failure_mode"),
+                           "patch", json_object_get(r0, "patch"), "after", r->why, "by", "role", "orchestrator", "pid", (json_int_t)getpid());
+  mi_bb_append(r->bb, line);
+  json_decref(line);
+  json_decref(reps);
+  return IT_CONTINUE;
+}
+
+/* One candidate: implementer, reviewer, verifier, then a repair. */
+static int iterate(gen_run *r) {
+  if (now_s() - r->t_start > r->budget) {
+    snprintf(r->why, sizeof r->why, "the time budget of %.0f s is spent", r->budget);
+    r->budget_hit = r->why;
+    return IT_STOP;
   }
-  /* ---- the engine directory ---- */
-  const char *src = json_string_value(json_object_get(impl, "source"));
-  const char *lib = json_string_value(json_object_get(ver, "library"));
-  char srcp[PATH_MAX + 128], libp[PATH_MAX + 128], dst[PATH_MAX + 256];
-  if (mi_bb_artifact(bb, src, "c", srcp, sizeof srcp) || !lib || mi_bb_artifact(bb, lib, "so", libp, sizeof libp)) {
-    fprintf(stderr, "mi-gen: FAIL: the verified artifacts do not match their hashes\n");
-    return EX_FAIL;
+  if (!r->candidate && (r->budget_hit = gen_llm_budget_check("implementer"))) {
+    snprintf(r->why, sizeof r->why, "%s", r->budget_hit);
+    return IT_STOP;
   }
-  snprintf(dst, sizeof dst, "%s/engine.c", out_abs);
-  copy_file(srcp, dst);
-  snprintf(dst, sizeof dst, "%s/libmi-engine-%s.so", out_abs, engine_name);
-  copy_file(srcp, dst); /* placeholder replaced below */
-  copy_file(libp, dst);
-  chmod(dst, 0755);
-  snprintf(dst, sizeof dst, "%s/build.sh", out_abs);
-  snprintf(buf, sizeof buf,
-           "#!/bin/sh\n# Rebuilds the engine exactly as the verifier did (SDK headers: sdk/include).\n"
-           "set -e\ncd \"$(dirname \"$0\")\"\n%s\n",
-           json_string_value(json_object_get(ver, "build_command")) ?: "");
-  write_file(dst, buf);
-  chmod(dst, 0755);
-  snprintf(dst, sizeof dst, "%s/plugins.conf", out_abs);
-  if (pplug) { /* the plugin it was verified on, by path; a stand-in said so */
-    const char *pn = json_string_value(json_object_get(pplug, "name")), *own_p = json_string_value(json_object_get(pe->json, "plugin"));
-    const char *sf = json_string_value(json_object_get(pplug, "stands_in_for"));
+  json_decref(r->impl), json_decref(r->rev), json_decref(r->ver);
+  r->impl = r->rev = r->ver = NULL;
+  fprintf(stderr, "mi-gen: candidate %d\n", r->iter);
+  const char *src = NULL;
+  int s = implement(r, &src);
+  if (s == IT_GO) s = review(r, src);
+  if (s == IT_GO) s = verify(r, src);
+  if (s != IT_GO) return s;
+  if (r->candidate) return IT_STOP;
+  return propose_repair(r);
+}
+
+/* The candidate loop; the exit status when it ends without a PASS, else -1. */
+static int generate(gen_run *r, int iter0) {
+  r->rejected = json_array();
+  r->repaired_from = json_array();
+  r->reports = json_array();
+  int rc = EX_FAIL;
+  for (r->iter = iter0 + 1; r->iter <= r->max_iter; r->iter++) {
+    int s = iterate(r);
+    if (s == IT_CONTINUE) continue;
+    if (s == IT_PASS) rc = EX_OK;
+    else if (s != IT_STOP) return s;
+    break;
+  }
+  if (rc != EX_OK && !r->why[0]) snprintf(r->why, sizeof r->why, "the iteration budget (%d candidates) is spent", r->max_iter);
+  if (r->iter > r->max_iter && rc != EX_OK && r->failed_msg)
+    snprintf(r->why + strlen(r->why), sizeof r->why - strlen(r->why), "; the iteration budget (%d) is spent", r->max_iter);
+  if (r->iter > r->max_iter && rc != EX_OK) r->budget_hit = "iterations";
+  r->wall = now_s() - r->t_start;
+  if (rc == EX_OK) return -1;
+  json_t *line = json_pack("{s:s, s:s, s:f, s:{s:s, s:I}}", "event", "end", "result", r->why, "wall_s", r->wall, "by", "role",
+                           "orchestrator", "pid", (json_int_t)getpid());
+  mi_bb_append(r->bb, line);
+  json_decref(line);
+  fprintf(stderr, "mi-gen: FAIL: %s (run %s)\n", r->why, r->rd);
+  if (r->budget_hit && !r->candidate) {
+    gen_llm_write_partial(r->out_abs, r->rd, r->why, r->cons);
+    return GEN_EX_BUDGET;
+  }
+  return r->gate_failed ? EX_GATE : EX_FAIL;
+}
+
+/* plugins.conf of the engine directory: the platform the engine was verified
+ * on (by path for --platform-plugin; a stand-in says so), and the engine. */
+static void write_plugins_conf(gen_run *r, const char *dst) {
+  char buf[4096];
+  const mi_ckb_entry *pe = r->pe;
+  if (r->pplug) {
+    const char *pn = json_string_value(json_object_get(r->pplug, "name")), *own_p = json_string_value(json_object_get(pe->json, "plugin"));
+    const char *sf = json_string_value(json_object_get(r->pplug, "stands_in_for"));
     char note[640] = "";
     if (sf)
       snprintf(note, sizeof note,
@@ -927,117 +1036,195 @@ int main(int argc, char **argv) {
              "# KIND   NAME   PATH   required|optional   options\n%s"
              "platform %s %s required threads=%d\n"
              "engine   %s ./libmi-engine-%s.so required\n",
-             note, pn, json_string_value(json_object_get(pplug, "path")), threads, engine_name, engine_name);
+             note, pn, json_string_value(json_object_get(r->pplug, "path")), r->threads, r->engine_name, r->engine_name);
   } else {
     snprintf(buf, sizeof buf,
              "# Generated by mi-gen: the platform the engine was verified on, and the engine.\n"
              "# KIND   NAME   PATH   required|optional   options%s\n"
              "platform %s libmi-%s.so required threads=%d\n"
              "engine   %s ./libmi-engine-%s.so required\n",
-             tp > 1 ? "\n# tensor parallel: mpirun -np TP mi-run --plugin-dir THIS_DIR --tp TP -t 1 ..." : "", 
+             r->tp > 1 ? "\n# tensor parallel: mpirun -np TP mi-run --plugin-dir THIS_DIR --tp TP -t 1 ..." : "",
              json_string_value(json_object_get(pe->json, "plugin")), json_string_value(json_object_get(pe->json, "plugin")),
-             threads, engine_name, engine_name);
+             r->threads, r->engine_name, r->engine_name);
   }
   write_file(dst, buf);
-  /* evidence files */
-  snprintf(dst, sizeof dst, "%s/evidence", out_abs);
+}
+
+/* The engine directory: engine.c, the library, build.sh and plugins.conf.
+ * -1 to go on, else the exit status. */
+static int write_engine(gen_run *r) {
+  char buf[4096];
+  const char *src = json_string_value(json_object_get(r->impl, "source"));
+  const char *lib = json_string_value(json_object_get(r->ver, "library"));
+  char srcp[PATH_MAX + 128], libp[PATH_MAX + 128], dst[PATH_MAX + 256];
+  if (mi_bb_artifact(r->bb, src, "c", srcp, sizeof srcp) || !lib || mi_bb_artifact(r->bb, lib, "so", libp, sizeof libp)) {
+    fprintf(stderr, "mi-gen: FAIL: the verified artifacts do not match their hashes\n");
+    return EX_FAIL;
+  }
+  snprintf(dst, sizeof dst, "%s/engine.c", r->out_abs);
+  copy_file(srcp, dst);
+  snprintf(dst, sizeof dst, "%s/libmi-engine-%s.so", r->out_abs, r->engine_name);
+  copy_file(srcp, dst); /* placeholder replaced below */
+  copy_file(libp, dst);
+  chmod(dst, 0755);
+  snprintf(dst, sizeof dst, "%s/build.sh", r->out_abs);
+  snprintf(buf, sizeof buf,
+           "#!/bin/sh\n# Rebuilds the engine exactly as the verifier did (SDK headers: sdk/include).\n"
+           "set -e\ncd \"$(dirname \"$0\")\"\n%s\n",
+           json_string_value(json_object_get(r->ver, "build_command")) ?: "");
+  write_file(dst, buf);
+  chmod(dst, 0755);
+  snprintf(dst, sizeof dst, "%s/plugins.conf", r->out_abs);
+  write_plugins_conf(r, dst);
+  return -1;
+}
+
+/* evidence/: each stage's evidence file and the verifier's report; returns
+ * the stages for the manifest, each naming its evidence file. */
+static json_t *copy_evidence(gen_run *r) {
+  char dst[PATH_MAX + 256];
+  size_t i;
+  json_t *v;
+  snprintf(dst, sizeof dst, "%s/evidence", r->out_abs);
   mkdir(dst, 0755);
-  static json_t *stages_m;
-  stages_m = json_array();
-  json_array_foreach(json_object_get(ver, "stages"), i, v) {
+  json_t *stages_m = json_array();
+  json_array_foreach(json_object_get(r->ver, "stages"), i, v) {
     json_t *s = json_deep_copy(v);
     const char *ev = json_string_value(json_object_get(v, "evidence"));
     char evp[PATH_MAX + 128];
-    if (ev && mi_bb_artifact(bb, ev, "txt", evp, sizeof evp) == 0) {
+    if (ev && mi_bb_artifact(r->bb, ev, "txt", evp, sizeof evp) == 0) {
       char d2[PATH_MAX + 300];
-      snprintf(d2, sizeof d2, "%s/evidence/%s.txt", out_abs, ev);
+      snprintf(d2, sizeof d2, "%s/evidence/%s.txt", r->out_abs, ev);
       copy_file(evp, d2);
       json_object_set_new(s, "evidence_file", json_sprintf("evidence/%s.txt", ev));
     }
     json_array_append_new(stages_m, s);
   }
-  const char *rep = json_string_value(json_object_get(ver, "report"));
+  const char *rep = json_string_value(json_object_get(r->ver, "report"));
   char repp[PATH_MAX + 128];
-  if (rep && mi_bb_artifact(bb, rep, "json", repp, sizeof repp) == 0) {
-    snprintf(dst, sizeof dst, "%s/evidence/mi-verify-report.json", out_abs);
+  if (rep && mi_bb_artifact(r->bb, rep, "json", repp, sizeof repp) == 0) {
+    snprintf(dst, sizeof dst, "%s/evidence/mi-verify-report.json", r->out_abs);
     copy_file(repp, dst);
   }
-  static json_t *man;
+  return stages_m;
+}
+
+/* manifest.json: what was generated from what, with the evidence. */
+static void write_manifest(gen_run *r, json_t *stages_m) {
+  char dst[PATH_MAX + 256];
+  const role_time *rt = &r->rt;
+  const char *src = json_string_value(json_object_get(r->impl, "source"));
+  const char *lib = json_string_value(json_object_get(r->ver, "library"));
+  static json_t *man; /* reachable until exit, as the rest of the run */
   man = json_pack("{s:s, s:s, s:O, s:O, s:O, s:O, s:{s:s, s:s}, s:o, s:i, s:{s:{s:i, s:f}, s:{s:i, s:f}, s:{s:i, s:f}}, s:f, s:s, s:I}",
-                          "tool", "mi-gen", "engine", engine_name, "constraints", cons, "contracts", json_object_get(impl, "contracts"),
-                          "experience_consulted", json_object_get(impl, "experience"), "patches", json_object_get(impl, "patches"),
-                          "hashes", "engine.c", src, "library", lib, "stages", stages_m, "iterations", iter, "time_per_role",
-                          "implementer", "calls", rt.n_impl, "wall_s", rt.implementer, "reviewer", "calls", rt.n_rev, "wall_s", rt.reviewer,
-                          "verifier", "calls", rt.n_ver, "wall_s", rt.verifier, "wall_s", wall, "run_dir", rd, "seed", (json_int_t)seed);
-  json_object_set_new(man, "source_lines", json_copy(json_object_get(impl, "lines")));
-  json_object_set(man, "repairs", repaired_from);
+                  "tool", "mi-gen", "engine", r->engine_name, "constraints", r->cons, "contracts", json_object_get(r->impl, "contracts"),
+                  "experience_consulted", json_object_get(r->impl, "experience"), "patches", json_object_get(r->impl, "patches"),
+                  "hashes", "engine.c", src, "library", lib, "stages", stages_m, "iterations", r->iter, "time_per_role",
+                  "implementer", "calls", rt->n_impl, "wall_s", rt->implementer, "reviewer", "calls", rt->n_rev, "wall_s", rt->reviewer,
+                  "verifier", "calls", rt->n_ver, "wall_s", rt->verifier, "wall_s", r->wall, "run_dir", r->rd, "seed", (json_int_t)r->seed);
+  json_object_set_new(man, "source_lines", json_copy(json_object_get(r->impl, "lines")));
+  json_object_set(man, "repairs", r->repaired_from);
   json_object_set_new(man, "generation", gen_llm_manifest());
-  if (json_object_get(ver, "perf_gates")) json_object_set(man, "perf_gates", json_object_get(ver, "perf_gates"));
-  json_object_set_new(man, "reference_plugin", json_string(ref_name));
-  if (json_object_get(pplug, "stands_in_for"))
+  if (json_object_get(r->ver, "perf_gates")) json_object_set(man, "perf_gates", json_object_get(r->ver, "perf_gates"));
+  json_object_set_new(man, "reference_plugin", r->ref_name[0] ? json_string(r->ref_name) : json_null());
+  if (json_object_get(r->pplug, "stands_in_for"))
     json_object_set_new(man, "stand_in", json_sprintf("verified on the platform plugin '%s' (%s) standing in for %s, not on a %s device",
-                                                      json_string_value(json_object_get(pplug, "name")),
-                                                      json_string_value(json_object_get(pplug, "path")), pe->id,
-                                                      json_string_value(json_object_get(pe->json, "plugin"))));
+                                                      json_string_value(json_object_get(r->pplug, "name")),
+                                                      json_string_value(json_object_get(r->pplug, "path")), r->pe->id,
+                                                      json_string_value(json_object_get(r->pe->json, "plugin"))));
   json_object_set_new(man, "verifier_pid_note", json_string("stage verdicts came over the verifier process's pipe, never from a file"));
-  snprintf(dst, sizeof dst, "%s/manifest.json", out_abs);
+  snprintf(dst, sizeof dst, "%s/manifest.json", r->out_abs);
   json_dump_file(man, dst, JSON_INDENT(2) | JSON_SORT_KEYS);
-  /* experience: every repair that cleared a failure */
-  json_array_foreach(repaired_from, i, v) {
-    char msha[65];
-    mi_sha256_file(me->path, msha);
-    const char *fm = json_string_value(json_object_get(v, "failure_mode"));
-    const mi_ckb_entry *fe = mi_ckb_find(c, fm);
-    json_t *p = json_deep_copy(json_object_get(v, "patch"));
-    json_object_del(p, "why");
+}
+
+/* The experience entry for repair v (one of repaired_from) that cleared a
+ * failure: matched later by the binding the contract carried (so any later
+ * version, shape or seed of the contract that still carries it gets the
+ * repair) and by the symptom it showed. Writes its id into id. */
+static json_t *experience_entry(gen_run *r, json_t *v, char *id, size_t id_len) {
+  const mi_ckb_entry *me = r->me;
+  char msha[65];
+  mi_sha256_file(me->path, msha);
+  const char *fm = json_string_value(json_object_get(v, "failure_mode"));
+  const mi_ckb_entry *fe = mi_ckb_find(r->c, fm);
+  json_t *p = json_deep_copy(json_object_get(v, "patch"));
+  json_object_del(p, "why");
+  snprintf(id, id_len, "experience.gen_%s_%.10s_%s", r->short_name, msha, strchr(fm, '.') + 1);
+  char fix[512];
+  snprintf(fix, sizeof fix, "%s.%s = %s in %s@%s", json_string_value(json_object_get(p, "operator")),
+           json_string_value(json_object_get(p, "arg")), json_string_value(json_object_get(p, "value")), me->id, me->version);
+  json_t *x = json_pack(
+      "{s:s, s:s, s:s, s:{s:s, s:[s]}, s:s, s:s, s:s, s:s, s:s, s:s, s:{s:i, s:i, s:f}, s:[s, s, s], s:{s:s, s:s, s:s}, s:[O]}",
+      "id", id, "kind", "experience", "version", "1.0.0", "provenance", "source", "experience", "refs", r->rd,
+      "summary", "mi-gen: a generated engine failed verification; a failure-mode repair of the model contract cleared it",
+      "symptom", json_string_value(json_object_get(v, "symptom")),
+      "root_cause", fe ? json_string_value(json_object_get(fe->json, "cause")) : "see the failure mode",
+      "detection", json_string_value(json_object_get(v, "test_contract")) ?: "verification",
+      "fix", fix,
+      "verification", "the repaired candidate passed every stage of mi-verify and the deployment run (manifest.json)",
+      "measured", "failed_iteration", (int)json_integer_value(json_object_get(v, "iteration")), "passed_iteration", r->iter, "wall_s", r->wall,
+      "related", me->id, fm, json_string_value(json_object_get(v, "test_contract")) ?: "test.stage5_authenticity",
+      "applies_to", "contract", me->id, "version", me->version, "sha256", msha, "patch", p);
+  const char *pop = json_string_value(json_object_get(p, "operator")), *parg = json_string_value(json_object_get(p, "arg"));
+  const char *was = binding_of(me->json, pop, parg);
+  json_t *ap = json_object_get(x, "applies_to");
+  if (ap && was && pop && parg)
+    json_object_set_new(ap, "binding", json_pack("{s:s, s:s, s:s}", "operator", pop, "arg", parg, "was", was));
+  json_t *sy = json_object();
+  const char *fst = json_string_value(json_object_get(v, "stage")), *ftc = json_string_value(json_object_get(v, "test_contract"));
+  if (fst) json_object_set_new(sy, "stage", json_string(fst));
+  if (ftc) json_object_set_new(sy, "test_contract", json_string(ftc));
+  json_object_set_new(sy, "failure_mode", json_string(fm));
+  if (ap) json_object_set_new(ap, "symptom", sy);
+  else json_decref(sy);
+  json_decref(p);
+  return x;
+}
+
+/* experience: every repair that cleared a failure, written to the CKB, and
+ * its failure report marked repaired */
+static void write_experience(gen_run *r) {
+  size_t i;
+  json_t *v;
+  json_array_foreach(r->repaired_from, i, v) {
     char id[160];
-    snprintf(id, sizeof id, "experience.gen_%s_%.10s_%s", short_name, msha, strchr(fm, '.') + 1);
-    char fix[512];
-    snprintf(fix, sizeof fix, "%s.%s = %s in %s@%s", json_string_value(json_object_get(p, "operator")),
-             json_string_value(json_object_get(p, "arg")), json_string_value(json_object_get(p, "value")), me->id, me->version);
-    json_t *x = json_pack(
-        "{s:s, s:s, s:s, s:{s:s, s:[s]}, s:s, s:s, s:s, s:s, s:s, s:s, s:{s:i, s:i, s:f}, s:[s, s, s], s:{s:s, s:s, s:s}, s:[O]}",
-        "id", id, "kind", "experience", "version", "1.0.0", "provenance", "source", "experience", "refs", rd,
-        "summary", "mi-gen: a generated engine failed verification; a failure-mode repair of the model contract cleared it",
-        "symptom", json_string_value(json_object_get(v, "symptom")),
-        "root_cause", fe ? json_string_value(json_object_get(fe->json, "cause")) : "see the failure mode",
-        "detection", json_string_value(json_object_get(v, "test_contract")) ?: "verification",
-        "fix", fix,
-        "verification", "the repaired candidate passed every stage of mi-verify and the deployment run (manifest.json)",
-        "measured", "failed_iteration", (int)json_integer_value(json_object_get(v, "iteration")), "passed_iteration", iter, "wall_s", wall,
-        "related", me->id, fm, json_string_value(json_object_get(v, "test_contract")) ?: "test.stage5_authenticity",
-        "applies_to", "contract", me->id, "version", me->version, "sha256", msha, "patch", p);
-    /* what it is matched by: the binding the contract carried (so any later
-     * version, shape or seed of the contract that still carries it gets the
-     * repair), and the symptom it showed */
-    const char *pop = json_string_value(json_object_get(p, "operator")), *parg = json_string_value(json_object_get(p, "arg"));
-    const char *was = binding_of(me->json, pop, parg);
-    json_t *ap = json_object_get(x, "applies_to");
-    if (ap && was && pop && parg)
-      json_object_set_new(ap, "binding", json_pack("{s:s, s:s, s:s}", "operator", pop, "arg", parg, "was", was));
-    json_t *sy = json_object();
-    const char *fst = json_string_value(json_object_get(v, "stage")), *ftc = json_string_value(json_object_get(v, "test_contract"));
-    if (fst) json_object_set_new(sy, "stage", json_string(fst));
-    if (ftc) json_object_set_new(sy, "test_contract", json_string(ftc));
-    json_object_set_new(sy, "failure_mode", json_string(fm));
-    if (ap) json_object_set_new(ap, "symptom", sy);
-    else json_decref(sy);
-    json_decref(p);
-    if (mi_ckb_put(ckb_abs, x, MI_CKB_ADD, NULL, NULL) == 0)
-      fprintf(stderr, "mi-gen: experience %s written to %s\n", id, ckb_abs);
+    json_t *x = experience_entry(r, v, id, sizeof id);
+    const char *fm = json_string_value(json_object_get(v, "failure_mode"));
+    if (mi_ckb_put(r->ckb_abs, x, MI_CKB_ADD, NULL, NULL) == 0)
+      fprintf(stderr, "mi-gen: experience %s written to %s\n", id, r->ckb_abs);
     else
       fprintf(stderr, "mi-gen: experience %s not written (exists already, or invalid)\n", id);
     const char *fr = json_string_value(json_object_get(v, "failure_report"));
-    if (fr && mi_learn_repaired(ckb_abs, fr, fm, json_object_get(x, "patch") ? json_array_get(json_object_get(x, "patch"), 0) : NULL, id) == 0)
+    if (fr && mi_learn_repaired(r->ckb_abs, fr, fm, json_object_get(x, "patch") ? json_array_get(json_object_get(x, "patch"), 0) : NULL, id) == 0)
       fprintf(stderr, "mi-gen: failure report %s marked repaired by %s\n", fr, fm);
     json_decref(x);
   }
-  json_t *line = json_pack("{s:s, s:s, s:s, s:s, s:f, s:{s:s, s:I}}", "event", "end", "result", "PASS", "engine", engine_name,
-                           "library", lib, "wall_s", wall, "by", "role", "orchestrator", "pid", (json_int_t)getpid());
-  mi_bb_append(bb, line);
+}
+
+static gen_run g_run;
+
+int main(int argc, char **argv) {
+  gen_run *r = &g_run;
+  int rc = parse_args(argc, argv, r);
+  if (rc >= 0) return rc;
+  find_exe_dir();
+  if (r->evolve) /* the knowledge-evolution loop (core/gen/evolve, docs/evolution.md) */
+    return ev_main(argv[0], g_exe_dir, gen_llm_ref(0), r->candidates, r->ckb_dir, r->model, r->platform, r->dtype, r->out,
+                   r->run_dir, r->goldens, r->no_reval);
+  r->t_start = now_s();
+  if ((rc = load_constraints(r)) >= 0 || (rc = check_platform(r, argv[0])) >= 0 || (rc = parse_perf_gates(r)) >= 0 ||
+      (rc = check_model(r)) >= 0 || (rc = open_blackboard(r)) >= 0)
+    return rc;
+  if ((rc = generate(r, replay_journal(r))) >= 0 || (rc = write_engine(r)) >= 0) return rc;
+  write_manifest(r, copy_evidence(r));
+  write_experience(r);
+  json_t *line = json_pack("{s:s, s:s, s:s, s:s, s:f, s:{s:s, s:I}}", "event", "end", "result", "PASS", "engine", r->engine_name,
+                           "library", json_string_value(json_object_get(r->ver, "library")), "wall_s", r->wall, "by", "role",
+                           "orchestrator", "pid", (json_int_t)getpid());
+  mi_bb_append(r->bb, line);
   json_decref(line);
-  fprintf(stderr, "mi-gen: PASS: %s (%d candidate%s, %.1f s); run it: mi-run --plugin-dir %s -m %s -p ...\n", out_abs,
-          iter, iter > 1 ? "s" : "", wall, out_abs, model_abs);
-  printf("%s\n", out_abs);
+  fprintf(stderr, "mi-gen: PASS: %s (%d candidate%s, %.1f s); run it: mi-run --plugin-dir %s -m %s -p ...\n", r->out_abs,
+          r->iter, r->iter > 1 ? "s" : "", r->wall, r->out_abs, r->model_abs);
+  printf("%s\n", r->out_abs);
   return EX_OK;
 }

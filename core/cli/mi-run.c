@@ -426,131 +426,142 @@ static int run_interactive(mi_session *eng, const run_opts *r) {
   return failed;
 }
 
-static int run(int argc, char **argv) {
-  const char *model_dir = NULL, *prompt_arg = NULL, *prompt_file = NULL, *system_msg = NULL, *prompts_file = NULL;
-  const char *plugin_dir = NULL, *conf_path = NULL, *platform = NULL, *kv_type = NULL;
+/* The command line (and the option strings made from it, which the plugins
+ * and the session may keep pointers to). */
+typedef struct cli_args {
+  const char *model_dir, *prompt_arg, *prompt_file, *system_msg, *prompts_file;
+  const char *plugin_dir, *conf_path, *platform, *kv_type;
   const char *stops[MAX_STOPS];
-  size_t n_stops = 0;
-  int chat = 0, no_think = 0, json = 0, stats = 0, prompt_logprobs = 0, list_plugins = 0, verbose = 0, interactive = 0;
-  long threads = -1, batch = 0, top_logprobs = 0, tp = 1;
-  mi_gen_params gp = {.n_predict = 128};
-  mi_sampler_defaults(&gp.sampling);
-  gp.sampling.seed = 24301;
-  int weights_load = MI_SESSION_WEIGHTS_AUTO;
-  uint64_t mem_limit = 0; /* 0: what the machine has (MemAvailable, cgroup) */
-  mi_out_init();
-  const char *env_limit = getenv("MI_MEM_LIMIT");
-  if (env_limit && *env_limit && mi_opt_size("mi-run", "MI_MEM_LIMIT", env_limit, &mem_limit))
-    return 2;
+  size_t n_stops;
+  int chat, no_think, json, stats, prompt_logprobs, list_plugins, verbose, interactive;
+  long threads, batch, top_logprobs, tp;
+  mi_gen_params gp;
+  int weights_load;
+  uint64_t mem_limit; /* 0: what the machine has (MemAvailable, cgroup) */
+  char tbuf[32], bbuf[32];
+} cli_args;
 
-  enum {
-    O_CHAT = 256, O_SYSTEM, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPP, O_REPN, O_SEED,
-    O_IGNEOS, O_STOP, O_JSON, O_TOPLP, O_STATS, O_PLUGDIR, O_CONF, O_PLATFORM, O_LIST, O_TP,
-    O_KVTYPE, O_VERSION, O_MMAP, O_NOMMAP, O_MEMLIMIT, O_PROMPTS, O_PROMPTLP,
-  };
-  static const struct option longopts[] = {
-      {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
-      {"file", required_argument, 0, 'f'},        {"chat", no_argument, 0, O_CHAT},
-      {"interactive", no_argument, 0, 'i'},
-      {"prompts", required_argument, 0, O_PROMPTS},
-      {"system", required_argument, 0, O_SYSTEM}, {"no-think", no_argument, 0, O_NOTHINK},
-      {"n-predict", required_argument, 0, 'n'},   {"ctx-size", required_argument, 0, 'c'},
-      {"batch-size", required_argument, 0, 'b'},  {"temp", required_argument, 0, O_TEMP},
-      {"top-k", required_argument, 0, O_TOPK},    {"top-p", required_argument, 0, O_TOPP},
-      {"min-p", required_argument, 0, O_MINP},    {"repeat-penalty", required_argument, 0, O_REPP},
-      {"repeat-last-n", required_argument, 0, O_REPN}, {"seed", required_argument, 0, O_SEED},
-      {"ignore-eos", no_argument, 0, O_IGNEOS},   {"stop", required_argument, 0, O_STOP},
-      {"json", no_argument, 0, O_JSON},           {"top-logprobs", required_argument, 0, O_TOPLP},
-      {"prompt-logprobs", no_argument, 0, O_PROMPTLP},
-      {"stats", no_argument, 0, O_STATS},         {"verbose", no_argument, 0, 'v'},
-      {"plugin-dir", required_argument, 0, O_PLUGDIR}, {"plugins-conf", required_argument, 0, O_CONF},
-      {"platform", required_argument, 0, O_PLATFORM}, {"threads", required_argument, 0, 't'},
-      {"list-plugins", no_argument, 0, O_LIST},   {"help", no_argument, 0, 'h'},
-      {"version", no_argument, 0, O_VERSION},
-      {"tp", required_argument, 0, O_TP},         {"kv-type", required_argument, 0, O_KVTYPE},
-      {"mmap", no_argument, 0, O_MMAP},           {"no-mmap", no_argument, 0, O_NOMMAP},
-      {"mem-limit", required_argument, 0, O_MEMLIMIT},
-      {0, 0, 0, 0}};
+/* mi-run's long options (the short ones are in parse_args' optstring). */
+enum {
+  O_CHAT = 256, O_SYSTEM, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPP, O_REPN, O_SEED,
+  O_IGNEOS, O_STOP, O_JSON, O_TOPLP, O_STATS, O_PLUGDIR, O_CONF, O_PLATFORM, O_LIST, O_TP,
+  O_KVTYPE, O_VERSION, O_MMAP, O_NOMMAP, O_MEMLIMIT, O_PROMPTS, O_PROMPTLP,
+};
+static const struct option longopts[] = {
+    {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
+    {"file", required_argument, 0, 'f'},        {"chat", no_argument, 0, O_CHAT},
+    {"interactive", no_argument, 0, 'i'},
+    {"prompts", required_argument, 0, O_PROMPTS},
+    {"system", required_argument, 0, O_SYSTEM}, {"no-think", no_argument, 0, O_NOTHINK},
+    {"n-predict", required_argument, 0, 'n'},   {"ctx-size", required_argument, 0, 'c'},
+    {"batch-size", required_argument, 0, 'b'},  {"temp", required_argument, 0, O_TEMP},
+    {"top-k", required_argument, 0, O_TOPK},    {"top-p", required_argument, 0, O_TOPP},
+    {"min-p", required_argument, 0, O_MINP},    {"repeat-penalty", required_argument, 0, O_REPP},
+    {"repeat-last-n", required_argument, 0, O_REPN}, {"seed", required_argument, 0, O_SEED},
+    {"ignore-eos", no_argument, 0, O_IGNEOS},   {"stop", required_argument, 0, O_STOP},
+    {"json", no_argument, 0, O_JSON},           {"top-logprobs", required_argument, 0, O_TOPLP},
+    {"prompt-logprobs", no_argument, 0, O_PROMPTLP},
+    {"stats", no_argument, 0, O_STATS},         {"verbose", no_argument, 0, 'v'},
+    {"plugin-dir", required_argument, 0, O_PLUGDIR}, {"plugins-conf", required_argument, 0, O_CONF},
+    {"platform", required_argument, 0, O_PLATFORM}, {"threads", required_argument, 0, 't'},
+    {"list-plugins", no_argument, 0, O_LIST},   {"help", no_argument, 0, 'h'},
+    {"version", no_argument, 0, O_VERSION},
+    {"tp", required_argument, 0, O_TP},         {"kv-type", required_argument, 0, O_KVTYPE},
+    {"mmap", no_argument, 0, O_MMAP},           {"no-mmap", no_argument, 0, O_NOMMAP},
+    {"mem-limit", required_argument, 0, O_MEMLIMIT},
+    {0, 0, 0, 0}};
+
+/* The command line into a; -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, cli_args *a) {
+  a->threads = -1, a->tp = 1;
+  a->gp = (mi_gen_params){.n_predict = 128};
+  mi_sampler_defaults(&a->gp.sampling);
+  a->gp.sampling.seed = 24301;
+  a->weights_load = MI_SESSION_WEIGHTS_AUTO;
+  const char *env_limit = getenv("MI_MEM_LIMIT");
+  if (env_limit && *env_limit && mi_opt_size("mi-run", "MI_MEM_LIMIT", env_limit, &a->mem_limit))
+    return 2;
   int c;
   long v;
+  mi_gen_params *gp = &a->gp;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":m:p:f:n:c:b:t:ivh", longopts, NULL)) != -1) {
     switch (c) {
-    case 'm': model_dir = optarg; break;
-    case 'p': prompt_arg = optarg; break;
-    case 'f': prompt_file = optarg; break;
-    case O_PROMPTS: prompts_file = optarg; break;
-    case O_CHAT: chat = 1; break;
-    case 'i': interactive = chat = 1; break;
-    case O_SYSTEM: system_msg = optarg; break;
-    case O_NOTHINK: no_think = 1; break;
+    case 'm': a->model_dir = optarg; break;
+    case 'p': a->prompt_arg = optarg; break;
+    case 'f': a->prompt_file = optarg; break;
+    case O_PROMPTS: a->prompts_file = optarg; break;
+    case O_CHAT: a->chat = 1; break;
+    case 'i': a->interactive = a->chat = 1; break;
+    case O_SYSTEM: a->system_msg = optarg; break;
+    case O_NOTHINK: a->no_think = 1; break;
     case 'n':
       if (parse_long("-n", optarg, -1, INT_MAX, &v)) return 2;
-      gp.n_predict = v;
+      gp->n_predict = v;
       break;
     case 'c':
       if (parse_long("-c", optarg, 1, INT_MAX, &v)) return 2;
-      gp.n_ctx = v;
+      gp->n_ctx = v;
       break;
     case 'b':
-      if (parse_long("-b", optarg, 1, 65536, &batch)) return 2;
+      if (parse_long("-b", optarg, 1, 65536, &a->batch)) return 2;
       break;
     case 't':
-      if (parse_long("-t", optarg, 1, 1024, &threads)) return 2;
+      if (parse_long("-t", optarg, 1, 1024, &a->threads)) return 2;
       break;
-    case O_TEMP: if (parse_float("--temp", optarg, 0, 100, &gp.sampling.temp)) return 2; break;
+    case O_TEMP: if (parse_float("--temp", optarg, 0, 100, &gp->sampling.temp)) return 2; break;
     case O_TOPK:
       if (parse_long("--top-k", optarg, 0, INT_MAX, &v)) return 2;
-      gp.sampling.top_k = (int)v;
+      gp->sampling.top_k = (int)v;
       break;
-    case O_TOPP: if (parse_float("--top-p", optarg, 0, 1, &gp.sampling.top_p)) return 2; break;
-    case O_MINP: if (parse_float("--min-p", optarg, 0, 1, &gp.sampling.min_p)) return 2; break;
+    case O_TOPP: if (parse_float("--top-p", optarg, 0, 1, &gp->sampling.top_p)) return 2; break;
+    case O_MINP: if (parse_float("--min-p", optarg, 0, 1, &gp->sampling.min_p)) return 2; break;
     case O_REPP:
-      if (parse_float("--repeat-penalty", optarg, 0.01, 100, &gp.sampling.repeat_penalty)) return 2;
+      if (parse_float("--repeat-penalty", optarg, 0.01, 100, &gp->sampling.repeat_penalty)) return 2;
       break;
     case O_REPN:
       if (parse_long("--repeat-last-n", optarg, 0, INT_MAX, &v)) return 2;
-      gp.sampling.repeat_last_n = (int)v;
+      gp->sampling.repeat_last_n = (int)v;
       break;
     case O_SEED: {
       uint64_t s;
       if (mi_opt_u64("mi-run", "--seed", optarg, 0, UINT64_MAX, &s)) return 2;
-      gp.sampling.seed = s;
+      gp->sampling.seed = s;
       break;
     }
     case O_MEMLIMIT:
-      if (mi_opt_size("mi-run", "--mem-limit", optarg, &mem_limit)) return 2;
+      if (mi_opt_size("mi-run", "--mem-limit", optarg, &a->mem_limit)) return 2;
       break;
-    case O_IGNEOS: gp.ignore_eos = 1; break;
+    case O_IGNEOS: gp->ignore_eos = 1; break;
     case O_STOP:
-      if (n_stops == MAX_STOPS || !optarg[0]) {
+      if (a->n_stops == MAX_STOPS || !optarg[0]) {
         fprintf(stderr, "mi-run: --stop: at most %d non-empty strings\n", MAX_STOPS);
         return 2;
       }
-      stops[n_stops++] = optarg;
+      a->stops[a->n_stops++] = optarg;
       break;
-    case O_JSON: json = 1; break;
+    case O_JSON: a->json = 1; break;
     case O_TOPLP:
-      if (parse_long("--top-logprobs", optarg, 0, 1000, &top_logprobs)) return 2;
+      if (parse_long("--top-logprobs", optarg, 0, 1000, &a->top_logprobs)) return 2;
       break;
-    case O_STATS: stats = 1; break;
-    case O_PROMPTLP: prompt_logprobs = 1; break;
-    case 'v': verbose++; break;
-    case O_PLUGDIR: plugin_dir = optarg; break;
-    case O_CONF: conf_path = optarg; break;
-    case O_PLATFORM: platform = optarg; break;
-    case O_LIST: list_plugins = 1; break;
-    case O_MMAP: weights_load = MI_SESSION_WEIGHTS_MMAP; break;
-    case O_NOMMAP: weights_load = MI_SESSION_WEIGHTS_READ; break;
+    case O_STATS: a->stats = 1; break;
+    case O_PROMPTLP: a->prompt_logprobs = 1; break;
+    case 'v': a->verbose++; break;
+    case O_PLUGDIR: a->plugin_dir = optarg; break;
+    case O_CONF: a->conf_path = optarg; break;
+    case O_PLATFORM: a->platform = optarg; break;
+    case O_LIST: a->list_plugins = 1; break;
+    case O_MMAP: a->weights_load = MI_SESSION_WEIGHTS_MMAP; break;
+    case O_NOMMAP: a->weights_load = MI_SESSION_WEIGHTS_READ; break;
     case O_KVTYPE:
       if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "bf16")) {
         fprintf(stderr, "mi-run: --kv-type must be f32, f16 or bf16, got '%s'\n", optarg);
         return 2;
       }
-      kv_type = optarg;
+      a->kv_type = optarg;
       break;
     case O_TP:
-      if (parse_long("--tp", optarg, 1, 1024, &tp)) return 2;
+      if (parse_long("--tp", optarg, 1, 1024, &a->tp)) return 2;
       break;
     case 'h': usage(stdout); return mi_out_finish("mi-run", 0);
     case O_VERSION:
@@ -568,104 +579,77 @@ static int run(int argc, char **argv) {
     fprintf(stderr, "mi-run: unexpected argument '%s' (see --help)\n", argv[optind]);
     return 2;
   }
-  mi_log_set_level(verbose >= 2 ? MI_LOG_DEBUG : verbose ? MI_LOG_INFO : MI_LOG_WARN);
-  mi_progress_enable(isatty(STDERR_FILENO) && !json);
+  return -1;
+}
 
-  if (!list_plugins) {
-    if (!model_dir) {
-      fprintf(stderr, "mi-run: no model: give -m MODEL_DIR (see --help)\n");
-      return 2;
-    }
-    if (interactive && tp > 1) { /* only rank 0 reads stdin: the others would run out of turns first */
-      fprintf(stderr, "mi-run: -i runs on one process: not with --tp %ld\n", tp);
-      return 2;
-    }
-    if (interactive && (prompt_arg || prompt_file || prompts_file)) {
-      fprintf(stderr, "mi-run: -i reads the conversation from stdin: give no -p, -f or --prompts with it\n");
-      return 2;
-    }
-    if (!interactive && !prompt_arg && !prompt_file && !prompts_file) {
-      fprintf(stderr, "mi-run: no prompt: give -p TEXT, -f FILE (-f - reads stdin), --prompts FILE or -i\n");
-      return 2;
-    }
-    if (!!prompt_arg + !!prompt_file + !!prompts_file > 1) {
-      fprintf(stderr, "mi-run: give one of -p, -f and --prompts\n");
-      return 2;
-    }
+/* A run (not --list-plugins) needs a model and exactly one source of
+ * prompts. -1 to go on, else the exit status. */
+static int check_run_args(const cli_args *a) {
+  if (!a->model_dir) {
+    fprintf(stderr, "mi-run: no model: give -m MODEL_DIR (see --help)\n");
+    return 2;
   }
+  if (a->interactive && a->tp > 1) { /* only rank 0 reads stdin: the others would run out of turns first */
+    fprintf(stderr, "mi-run: -i runs on one process: not with --tp %ld\n", a->tp);
+    return 2;
+  }
+  if (a->interactive && (a->prompt_arg || a->prompt_file || a->prompts_file)) {
+    fprintf(stderr, "mi-run: -i reads the conversation from stdin: give no -p, -f or --prompts with it\n");
+    return 2;
+  }
+  if (!a->interactive && !a->prompt_arg && !a->prompt_file && !a->prompts_file) {
+    fprintf(stderr, "mi-run: no prompt: give -p TEXT, -f FILE (-f - reads stdin), --prompts FILE or -i\n");
+    return 2;
+  }
+  if (!!a->prompt_arg + !!a->prompt_file + !!a->prompts_file > 1) {
+    fprintf(stderr, "mi-run: give one of -p, -f and --prompts\n");
+    return 2;
+  }
+  return -1;
+}
 
-  /* plugins */
-  char tbuf[32], bbuf[32];
+/* The plugins into *reg (--list-plugins: listed, and the run ends there).
+ * -1 to go on, else the exit status. */
+static int load_plugins(cli_args *a, mi_registry **reg) {
   mi_kv extra[1];
   size_t n_extra = 0;
-  if (threads > 0) {
-    snprintf(tbuf, sizeof tbuf, "%ld", threads);
-    extra[n_extra++] = (mi_kv){"threads", tbuf};
+  if (a->threads > 0) {
+    snprintf(a->tbuf, sizeof a->tbuf, "%ld", a->threads);
+    extra[n_extra++] = (mi_kv){"threads", a->tbuf};
   }
-  mi_loader_opts lo = {.plugin_dir = plugin_dir, .conf_path = conf_path, .exe_path = NULL,
+  mi_loader_opts lo = {.plugin_dir = a->plugin_dir, .conf_path = a->conf_path, .exe_path = NULL,
                        .extra_opts = extra, .n_extra_opts = n_extra};
   int fatal = 0;
   char err[2048] = "";
-  mi_registry *reg = mi_registry_load(&lo, &fatal, err, sizeof err);
-  if (!reg) {
+  *reg = mi_registry_load(&lo, &fatal, err, sizeof err);
+  if (!*reg) {
     fprintf(stderr, "mi-run: out of memory loading plugins\n");
     return 1;
   }
-  if (list_plugins) {
-    mi_registry_print(reg, stdout);
+  if (a->list_plugins) {
+    mi_registry_print(*reg, stdout);
     if (fatal) fprintf(stderr, "mi-run: %s\n", err);
-    mi_registry_free(reg);
+    mi_registry_free(*reg);
     return mi_out_finish("mi-run", fatal ? 1 : 0);
   }
   if (fatal) {
     fprintf(stderr, "mi-run: %s\n", err);
-    mi_registry_free(reg);
+    mi_registry_free(*reg);
     return 1;
   }
+  return -1;
+}
 
-  int rc = 1;
-  mi_session *eng = NULL;
-  char *prompt_text = NULL, *rendered = NULL;
-  int32_t *ids = NULL;
-  size_t n_ids = 0, plen = 0;
-  mi_kv mopts[2];
-  size_t n_mopts = 0;
-  if (kv_type) mopts[n_mopts++] = (mi_kv){"kv_type", kv_type};
-  if (batch > 0) {
-    snprintf(bbuf, sizeof bbuf, "%ld", batch);
-    mopts[n_mopts++] = (mi_kv){"batch", bbuf};
-  }
-  mi_options model_opts = {mopts, n_mopts};
-  mi_session_opts eo = {.model_dir = model_dir, .platform = platform, .model_opts = &model_opts,
-                       .tp_rank = 0, .tp_size = (int)tp, .weights = weights_load,
-                       .mem_limit = mem_limit};
-  if (mi_session_open(reg, &eo, &eng, err, sizeof err) != 0) {
-    fprintf(stderr, "mi-run: %s\n", err);
-    goto out;
-  }
-  /* With tensor parallelism every rank computes; rank 0 alone answers. */
-  const int quiet = eng->tp_rank != 0;
-  if (quiet) json = 0;
-  mi_log(MI_LOG_INFO, "mi-run", "platform %s (%s), model plugin %s, %s loaded in %.2f s",
-         eng->platform_plugin->desc->name, eng->P->variant ? eng->P->variant(eng->pc) : "-",
-         eng->model_plugin->desc->name, eng->info.architecture, eng->load_seconds);
-
-  run_opts ropt = {.model_dir = model_dir, .system_msg = system_msg, .chat = chat, .no_think = no_think,
-                   .json = json, .quiet = quiet, .stats = stats, .top_logprobs = top_logprobs, .gp = &gp,
-                   .prompt_logprobs = prompt_logprobs,
-                   .stops = stops, .n_stops = n_stops};
-  if (interactive) {
-    ropt.src_name = "stdin";
-    rc = run_interactive(eng, &ropt);
-    goto out;
-  }
-  /* the prompts: -p, -f, or one JSON string per line of --prompts */
+/* The prompts: -p, -f, or one JSON string per line of --prompts (the file's
+ * text into *text, the caller frees it); NULL after a line on stderr. */
+static json_t *read_prompts(const cli_args *a, char **text) {
+  size_t plen = 0;
   json_t *plist = json_array();
-  if (prompts_file) {
-    prompt_text = read_all(prompts_file, &plen);
-    if (!prompt_text) goto out;
+  if (a->prompts_file) {
+    *text = read_all(a->prompts_file, &plen);
+    if (!*text) return json_decref(plist), NULL;
     size_t lineno = 0;
-    for (char *line = prompt_text, *next; line && *line; line = next) {
+    for (char *line = *text, *next; line && *line; line = next) {
       next = strchr(line, '\n');
       if (next) *next++ = 0;
       lineno++;
@@ -673,33 +657,43 @@ static int run(int argc, char **argv) {
       json_error_t je;
       json_t *v = json_loads(line, JSON_DECODE_ANY, &je);
       if (!json_is_string(v)) {
-        fprintf(stderr, "mi-run: %s:%zu: not a JSON string (one prompt per line, e.g. \"Hello\")\n", prompts_file,
+        fprintf(stderr, "mi-run: %s:%zu: not a JSON string (one prompt per line, e.g. \"Hello\")\n", a->prompts_file,
                 lineno);
         json_decref(v);
         json_decref(plist);
-        goto out;
+        return NULL;
       }
       json_array_append_new(plist, v);
     }
     if (!json_array_size(plist)) {
-      fprintf(stderr, "mi-run: %s: no prompt in it\n", prompts_file);
+      fprintf(stderr, "mi-run: %s: no prompt in it\n", a->prompts_file);
       json_decref(plist);
-      goto out;
+      return NULL;
     }
-  } else if (prompt_file) {
-    prompt_text = read_all(prompt_file, &plen);
-    if (!prompt_text) goto out;
-    json_array_append_new(plist, json_stringn(prompt_text, plen));
+  } else if (a->prompt_file) {
+    *text = read_all(a->prompt_file, &plen);
+    if (!*text) return json_decref(plist), NULL;
+    json_array_append_new(plist, json_stringn(*text, plen));
   } else {
-    json_array_append_new(plist, json_string(prompt_arg));
+    json_array_append_new(plist, json_string(a->prompt_arg));
   }
   if (json_array_size(plist) == 1 && !json_string_value(json_array_get(plist, 0))) {
-    fprintf(stderr, "mi-run: %s: the prompt is not valid UTF-8\n", prompt_file ? prompt_file : "prompt");
+    fprintf(stderr, "mi-run: %s: the prompt is not valid UTF-8\n", a->prompt_file ? a->prompt_file : "prompt");
     json_decref(plist);
-    goto out;
+    return NULL;
   }
-  const char *src_name = prompts_file ? prompts_file : prompt_file ? prompt_file : "prompt";
-  for (size_t pi = 0; pi < json_array_size(plist); pi++) {
+  return plist;
+}
+
+/* Each prompt in turn; 0, or 1 after a line on stderr. */
+static int run_prompts(mi_session *eng, run_opts *ropt, const cli_args *a) {
+  char *prompt_text = NULL, *rendered = NULL;
+  int32_t *ids = NULL;
+  size_t n_ids = 0;
+  int rc = 1;
+  json_t *plist = read_prompts(a, &prompt_text);
+  const char *src_name = a->prompts_file ? a->prompts_file : a->prompt_file ? a->prompt_file : "prompt";
+  for (size_t pi = 0; plist && pi < json_array_size(plist); pi++) {
     const char *one = json_string_value(json_array_get(plist, pi));
     size_t one_len = json_string_length(json_array_get(plist, pi));
     free(ids);
@@ -707,19 +701,70 @@ static int run(int argc, char **argv) {
     n_ids = 0;
     free(rendered);
     rendered = NULL;
-    ropt.src_name = src_name;
-    if (run_prompt(eng, &ropt, one, one_len, prompts_file ? (long)pi : -1, NULL, 0, &ids, &n_ids, &rendered, NULL) != 0) {
-      json_decref(plist);
+    ropt->src_name = src_name;
+    if (run_prompt(eng, ropt, one, one_len, a->prompts_file ? (long)pi : -1, NULL, 0, &ids, &n_ids, &rendered, NULL) != 0)
       goto out;
-    }
   }
-  json_decref(plist);
-  rc = 0;
+  if (plist) rc = 0;
 out:
+  json_decref(plist);
   free(ids);
   free(rendered);
   free(prompt_text);
+  return rc;
+}
+
+/* The session on the loaded plugins, then the conversation (-i) or the
+ * prompts; the exit status. */
+static int run_session(cli_args *a, mi_registry *reg) {
+  char err[2048] = "";
+  int rc = 1;
+  mi_session *eng = NULL;
+  mi_kv mopts[2];
+  size_t n_mopts = 0;
+  if (a->kv_type) mopts[n_mopts++] = (mi_kv){"kv_type", a->kv_type};
+  if (a->batch > 0) {
+    snprintf(a->bbuf, sizeof a->bbuf, "%ld", a->batch);
+    mopts[n_mopts++] = (mi_kv){"batch", a->bbuf};
+  }
+  mi_options model_opts = {mopts, n_mopts};
+  mi_session_opts eo = {.model_dir = a->model_dir, .platform = a->platform, .model_opts = &model_opts,
+                       .tp_rank = 0, .tp_size = (int)a->tp, .weights = a->weights_load,
+                       .mem_limit = a->mem_limit};
+  if (mi_session_open(reg, &eo, &eng, err, sizeof err) != 0) {
+    fprintf(stderr, "mi-run: %s\n", err);
+    mi_session_close(eng);
+    return rc;
+  }
+  /* With tensor parallelism every rank computes; rank 0 alone answers. */
+  const int quiet = eng->tp_rank != 0;
+  mi_log(MI_LOG_INFO, "mi-run", "platform %s (%s), model plugin %s, %s loaded in %.2f s",
+         eng->platform_plugin->desc->name, eng->P->variant ? eng->P->variant(eng->pc) : "-",
+         eng->model_plugin->desc->name, eng->info.architecture, eng->load_seconds);
+  run_opts ropt = {.model_dir = a->model_dir, .system_msg = a->system_msg, .chat = a->chat, .no_think = a->no_think,
+                   .json = quiet ? 0 : a->json, .quiet = quiet, .stats = a->stats, .top_logprobs = a->top_logprobs,
+                   .gp = &a->gp, .prompt_logprobs = a->prompt_logprobs, .stops = a->stops, .n_stops = a->n_stops};
+  if (a->interactive) {
+    ropt.src_name = "stdin";
+    rc = run_interactive(eng, &ropt);
+  } else {
+    rc = run_prompts(eng, &ropt, a);
+  }
   mi_session_close(eng);
+  return rc;
+}
+
+static int run(int argc, char **argv) {
+  static cli_args a;
+  mi_out_init();
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  mi_log_set_level(a.verbose >= 2 ? MI_LOG_DEBUG : a.verbose ? MI_LOG_INFO : MI_LOG_WARN);
+  mi_progress_enable(isatty(STDERR_FILENO) && !a.json);
+  if (!a.list_plugins && (rc = check_run_args(&a)) >= 0) return rc;
+  mi_registry *reg;
+  if ((rc = load_plugins(&a, &reg)) >= 0) return rc;
+  rc = run_session(&a, reg);
   mi_registry_free(reg);
   return mi_out_finish("mi-run", rc);
 }

@@ -1345,10 +1345,10 @@ static enum MHD_Result handle_detokenize(struct MHD_Connection *c, conn *cs) {
 /* tool_choice "required" or naming a function: the answer is one call in
  * the template's format, its arguments valid for that tool's parameters:
  * {"name": NAME, "arguments"|"parameters": ...}, inside <tool_call> lines
- * for Qwen-style templates, the whole message for Llama 3's. NULL with err
+ * for tagged templates, the whole message for bare-JSON ones. NULL with err
  * (a tool's parameters the grammar cannot take, named by their path). */
 static mi_json_grammar *tool_call_grammar(const serve_req *sr, char *err, size_t err_len) {
-  const char *args_key = S.tools_fmt == SERVE_TOOLS_LLAMA ? "parameters" : "arguments";
+  const char *args_key = S.tools_fmt == SERVE_TOOLS_BARE_JSON ? "parameters" : "arguments";
   json_t *alts = json_array();
   size_t i;
   json_t *t;
@@ -1378,7 +1378,7 @@ static mi_json_grammar *tool_call_grammar(const serve_req *sr, char *err, size_t
   json_decref(alts);
   mi_json_grammar *g = mi_json_grammar_compile_at(schema, "tools", err, err_len);
   json_decref(schema);
-  if (g && S.tools_fmt == SERVE_TOOLS_QWEN &&
+  if (g && S.tools_fmt == SERVE_TOOLS_TAGGED &&
       mi_json_grammar_wrap(g, "<tool_call>\n", "\n</tool_call>") != 0) {
     mi_json_grammar_free(g);
     snprintf(err, err_len, "out of memory");
@@ -1387,138 +1387,146 @@ static mi_json_grammar *tool_call_grammar(const serve_req *sr, char *err, size_t
   return g;
 }
 
-static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int chat) {
-  serve_req sr;
-  serve_err e;
-  if (serve_req_parse(cs->body ? cs->body : "", cs->len, chat, &sr, &e) != 0) {
-    serve_req_free(&sr);
-    return send_error(c, e.status, e.type, e.code, e.param, "%s", e.message);
+/* A parsed request this server cannot serve as asked (another model, a
+ * logit_bias id outside the vocabulary, tools without a tool-call format):
+ * the error sent into *ret, 1; else 0. */
+static int refuse_request(struct MHD_Connection *c, const serve_req *sr, enum MHD_Result *ret) {
+  if (sr->model && strcmp(sr->model, S.cfg.alias) != 0) {
+    *ret = send_error(c, 404, "invalid_request_error", "model_not_found", "model",
+                      "The model '%s' does not exist (this server serves '%s')",
+                      sr->model, S.cfg.alias);
+    return 1;
   }
-  if (sr.model && strcmp(sr.model, S.cfg.alias) != 0) {
-    enum MHD_Result ret = send_error(c, 404, "invalid_request_error", "model_not_found", "model",
-                                     "The model '%s' does not exist (this server serves '%s')",
-                                     sr.model, S.cfg.alias);
-    serve_req_free(&sr);
-    return ret;
-  }
-  for (size_t i = 0; i < sr.n_bias; i++)
-    if (sr.bias_ids[i] >= S.eng->info.vocab_size) {
-      enum MHD_Result ret = send_error(c, 400, "invalid_request_error", "invalid_value",
-                                       "logit_bias",
-                                       "'logit_bias' token %d is outside the vocabulary (%lld ids)",
-                                       sr.bias_ids[i], (long long)S.eng->info.vocab_size);
-      serve_req_free(&sr);
-      return ret;
+  for (size_t i = 0; i < sr->n_bias; i++)
+    if (sr->bias_ids[i] >= S.eng->info.vocab_size) {
+      *ret = send_error(c, 400, "invalid_request_error", "invalid_value",
+                        "logit_bias",
+                        "'logit_bias' token %d is outside the vocabulary (%lld ids)",
+                        sr->bias_ids[i], (long long)S.eng->info.vocab_size);
+      return 1;
     }
-  if (sr.tools && sr.tool_choice != SERVE_TOOL_CHOICE_NONE && S.has_chat &&
+  if (sr->tools && sr->tool_choice != SERVE_TOOL_CHOICE_NONE && S.has_chat &&
       S.tools_fmt == SERVE_TOOLS_NONE) {
-    enum MHD_Result ret = send_error(c, 400, "invalid_request_error", "unsupported_parameter",
-                                     "tools",
-                                     "this model's chat template asks for no tool-call format this "
-                                     "server parses (<tool_call> blocks, or Llama 3's "
-                                     "{\"name\", \"parameters\"} JSON)");
-    serve_req_free(&sr);
-    return ret;
+    *ret = send_error(c, 400, "invalid_request_error", "unsupported_parameter",
+                      "tools",
+                      "this model's chat template asks for no tool-call format this "
+                      "server parses (<tool_call> blocks, or a bare "
+                      "{\"name\", \"parameters\"} JSON message)");
+    return 1;
   }
-  int32_t *ids = NULL;
-  size_t n_ids = 0;
-  if (build_prompt(&sr, &ids, &n_ids, &e) != 0) {
-    serve_req_free(&sr);
-    return send_error(c, e.status, e.type, e.code, e.param, "%s", e.message);
-  }
+  return 0;
+}
+
+/* A prompt of n_ids tokens (plus max_tokens) past the context: the error
+ * sent into *ret, 1; else 0. */
+static int refuse_context(struct MHD_Connection *c, const serve_req *sr, size_t n_ids, enum MHD_Result *ret) {
   int64_t ctx = S.cfg.ctx;
-  if ((int64_t)n_ids >= ctx || (sr.max_tokens > 0 && (int64_t)n_ids + sr.max_tokens > ctx)) {
-    free(ids);
-    enum MHD_Result ret = send_error(
+  if ((int64_t)n_ids >= ctx || (sr->max_tokens > 0 && (int64_t)n_ids + sr->max_tokens > ctx)) {
+    *ret = send_error(
         c, 400, "invalid_request_error", "context_length_exceeded",
-        sr.chat ? "messages" : "prompt",
+        sr->chat ? "messages" : "prompt",
         "This model's maximum context length is %lld tokens. However, you requested %lld tokens "
         "(%zu in the prompt, %lld for the completion). Please reduce the prompt or max_tokens.",
-        (long long)ctx, (long long)n_ids + (sr.max_tokens > 0 ? sr.max_tokens : 1), n_ids,
-        (long long)(sr.max_tokens > 0 ? sr.max_tokens : 1));
-    serve_req_free(&sr);
-    return ret;
+        (long long)ctx, (long long)n_ids + (sr->max_tokens > 0 ? sr->max_tokens : 1), n_ids,
+        (long long)(sr->max_tokens > 0 ? sr->max_tokens : 1));
+    return 1;
   }
-  mi_json_grammar *grammar = NULL;
-  int forced_call = sr.tools && (sr.tool_choice == SERVE_TOOL_CHOICE_REQUIRED ||
-                                 sr.tool_choice == SERVE_TOOL_CHOICE_NAMED);
-  if (sr.json_mode || forced_call) { /* response_format json_object / json_schema, or a call */
-    char gerr[512] = "";
-    const char *param = forced_call ? "tool_choice" : "response_format";
-    if (!S.trie)
-      snprintf(gerr, sizeof gerr, "structured output is off on this server: %s", S.trie_why);
-    else if (sr.json_mode && forced_call)
-      snprintf(gerr, sizeof gerr, "'response_format' and a required tool call exclude each other");
-    else if (forced_call)
-      grammar = tool_call_grammar(&sr, gerr, sizeof gerr);
-    else
-      grammar = mi_json_grammar_compile(sr.json_mode == 2 ? (const json_t *)sr.json_schema : NULL,
-                                        gerr, sizeof gerr);
-    if (!grammar) {
-      free(ids);
-      enum MHD_Result ret = send_error(c, 400, "invalid_request_error", "invalid_value", param,
-                                       "%s", gerr);
-      serve_req_free(&sr);
-      return ret;
-    }
-  }
+  return 0;
+}
+
+/* The grammar the output is held to (response_format json_object /
+ * json_schema, or a required tool call) into *grammar (NULL: none); when it
+ * cannot be made, the error sent into *ret, 1; else 0. */
+static int request_grammar(struct MHD_Connection *c, serve_req *sr, mi_json_grammar **grammar, enum MHD_Result *ret) {
+  *grammar = NULL;
+  int forced_call = sr->tools && (sr->tool_choice == SERVE_TOOL_CHOICE_REQUIRED ||
+                                  sr->tool_choice == SERVE_TOOL_CHOICE_NAMED);
+  if (!sr->json_mode && !forced_call) return 0;
+  char gerr[512] = "";
+  const char *param = forced_call ? "tool_choice" : "response_format";
+  if (!S.trie)
+    snprintf(gerr, sizeof gerr, "structured output is off on this server: %s", S.trie_why);
+  else if (sr->json_mode && forced_call)
+    snprintf(gerr, sizeof gerr, "'response_format' and a required tool call exclude each other");
+  else if (forced_call)
+    *grammar = tool_call_grammar(sr, gerr, sizeof gerr);
+  else
+    *grammar = mi_json_grammar_compile(sr->json_mode == 2 ? (const json_t *)sr->json_schema : NULL,
+                                       gerr, sizeof gerr);
+  if (*grammar) return 0;
+  *ret = send_error(c, 400, "invalid_request_error", "invalid_value", param, "%s", gerr);
+  return 1;
+}
+
+/* The generation parameters every choice of r starts from (the request's
+ * sampling; request number k seeds a request without a seed). */
+static mi_gen_params request_params(const req *r, unsigned long long k) {
+  const serve_req *sr = &r->r;
+  mi_gen_params gp = {0};
+  gp.n_predict = sr->max_tokens >= 0 ? sr->max_tokens : S.cfg.ctx - (int64_t)r->n_ids;
+  gp.n_ctx = (int64_t)r->n_ids + gp.n_predict;
+  gp.ignore_eos = sr->ignore_eos;
+  gp.top_logprobs = sr->logprobs ? sr->top_logprobs : 0;
+  gp.prompt_logprobs = sr->echo && sr->logprobs;
+  mi_sampler_defaults(&gp.sampling);
+  gp.sampling.temp = (float)sr->temperature;
+  gp.sampling.top_k = sr->top_k;
+  gp.sampling.top_p = (float)sr->top_p;
+  gp.sampling.min_p = (float)sr->min_p;
+  gp.sampling.repeat_penalty = (float)sr->repeat_penalty;
+  gp.sampling.seed = sr->has_seed ? sr->seed : (uint64_t)time(NULL) * 6364136223846793005ULL + k;
+  gp.stop = sr->stop;
+  gp.n_stop = sr->n_stop;
+  gp.defer_prefill = 1; /* the scheduler runs it in chunks, after the prefix cache */
+  /* the sampler copies these: this sequence only */
+  gp.sampling.bias_ids = sr->bias_ids;
+  gp.sampling.bias_vals = sr->bias_vals;
+  gp.sampling.n_bias = sr->n_bias;
+  return gp;
+}
+
+/* The request object for a checked request (it takes sr, ids and grammar):
+ * its id, echo text and choices. NULL when out of memory (everything given
+ * freed). */
+static req *new_req(serve_req *sr, int32_t *ids, size_t n_ids, mi_json_grammar *grammar, int chat) {
   req *r = calloc(1, sizeof *r);
-  if (r) r->ch = calloc((size_t)sr.n, sizeof *r->ch);
+  if (r) r->ch = calloc((size_t)sr->n, sizeof *r->ch);
   if (!r || !r->ch) {
     free(r);
     free(ids);
     mi_json_grammar_free(grammar);
-    serve_req_free(&sr);
-    return send_error(c, 500, "server_error", NULL, NULL, "out of memory");
+    serve_req_free(sr);
+    return NULL;
   }
   pthread_mutex_init(&r->mu, NULL);
   pthread_cond_init(&r->cv, NULL);
-  r->r = sr;
+  r->r = *sr;
   r->ids = ids;
   r->n_ids = n_ids;
-  r->n_ch = sr.n;
+  r->n_ch = sr->n;
   r->grammar = grammar;
   /* this handler (or its stream) + the log line + the scheduler's, one per choice */
   r->refs = 2 + r->n_ch;
   /* tool_choice none: the tools are rendered, the output is not parsed (vLLM's default) */
-  r->tfmt = chat && sr.tools && sr.tool_choice != SERVE_TOOL_CHOICE_NONE ? S.tools_fmt
-                                                                        : SERVE_TOOLS_NONE;
+  r->tfmt = chat && sr->tools && sr->tool_choice != SERVE_TOOL_CHOICE_NONE ? S.tools_fmt
+                                                                           : SERVE_TOOLS_NONE;
   r->created = (long long)time(NULL);
   static unsigned long long counter;
   unsigned long long k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
   snprintf(r->id, sizeof r->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl",
            (unsigned long long)r->created, k);
-  if (sr.echo)
-    r->echo_text = sr.prompt ? strdup(sr.prompt)
-                             : mi_tokenizer_decode(S.eng->tok, ids, n_ids, NULL, NULL);
-  mi_gen_params gp = {0};
-  gp.n_predict = sr.max_tokens >= 0 ? sr.max_tokens : ctx - (int64_t)n_ids;
-  gp.n_ctx = (int64_t)n_ids + gp.n_predict;
-  gp.ignore_eos = sr.ignore_eos;
-  gp.top_logprobs = r->r.logprobs ? r->r.top_logprobs : 0;
-  gp.prompt_logprobs = sr.echo && sr.logprobs;
-  mi_sampler_defaults(&gp.sampling);
-  gp.sampling.temp = (float)sr.temperature;
-  gp.sampling.top_k = sr.top_k;
-  gp.sampling.top_p = (float)sr.top_p;
-  gp.sampling.min_p = (float)sr.min_p;
-  gp.sampling.repeat_penalty = (float)sr.repeat_penalty;
-  gp.sampling.seed = sr.has_seed ? sr.seed : (uint64_t)time(NULL) * 6364136223846793005ULL + k;
-  gp.stop = r->r.stop;
-  gp.n_stop = r->r.n_stop;
-  gp.defer_prefill = 1; /* the scheduler runs it in chunks, after the prefix cache */
-  /* the sampler copies these: this sequence only */
-  gp.sampling.bias_ids = r->r.bias_ids;
-  gp.sampling.bias_vals = r->r.bias_vals;
-  gp.sampling.n_bias = r->r.n_bias;
-  int oom = sr.echo && !r->echo_text;
+  if (sr->echo)
+    r->echo_text = sr->prompt ? strdup(sr->prompt)
+                              : mi_tokenizer_decode(S.eng->tok, ids, n_ids, NULL, NULL);
+  mi_gen_params gp = request_params(r, k);
+  int oom = sr->echo && !r->echo_text;
   for (int i = 0; i < r->n_ch; i++) {
     choice *ch = &r->ch[i];
     ch->r = r;
     ch->index = i;
     ch->gp = gp;
     ch->gp.sampling.seed = gp.sampling.seed + (uint64_t)i; /* n > 1: distinct draws */
-    serve_tool_stream_init(&ch->ts, r->tfmt, sr.parallel_tool_calls);
+    serve_tool_stream_init(&ch->ts, r->tfmt, sr->parallel_tool_calls);
     if (grammar) {
       ch->jm = mi_json_matcher_new(grammar);
       ch->con = (mi_gen_constraint){.user = ch, .allows = json_allows, .mask = json_mask,
@@ -1530,10 +1538,15 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
   if (oom) {
     r->refs = 1;
     req_unref(r);
-    return send_error(c, 500, "server_error", NULL, NULL, "out of memory");
+    return NULL;
   }
+  return r;
+}
 
-  /* enqueue, or 503 when the queue is full */
+/* r's choices onto the scheduler's queue (cs keeps a reference for the log
+ * line); when the queue is full or the server stops, the 503 sent into
+ * *ret, r dropped, 1; else 0. */
+static int enqueue(struct MHD_Connection *c, conn *cs, req *r, enum MHD_Result *ret) {
   pthread_mutex_lock(&S.mu);
   if (S.stopping || S.q_len >= S.cfg.queue_max) {
     int stopping = S.stopping;
@@ -1541,10 +1554,10 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
     pthread_mutex_unlock(&S.mu);
     r->refs = 1;
     req_unref(r);
-    r = NULL;
-    return send_error(c, 503, "server_error", stopping ? "shutting_down" : "server_busy", NULL,
+    *ret = send_error(c, 503, "server_error", stopping ? "shutting_down" : "server_busy", NULL,
                       stopping ? "the server is shutting down"
                                : "the server is busy (the queue is full): retry later");
+    return 1;
   }
   r->t_enqueue = mi_now_seconds();
   for (int i = 0; i < r->n_ch; i++) {
@@ -1558,33 +1571,38 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
   mi_log(MI_LOG_INFO, "mi-serve", "%s queued (%d waiting, %d running)", r->id, S.q_len, S.running);
   pthread_cond_signal(&S.cv);
   pthread_mutex_unlock(&S.mu);
+  return 0;
+}
 
-  if (r->r.stream) {
-    stream_ctx *sc = calloc(1, sizeof *sc);
-    if (!sc) {
-      cancel_req(r);
-      req_unref(r);
-      return MHD_NO;
-    }
-    sc->r = r;
-    sc->fd = cs->fd;
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_reader, sc, sse_free);
-    if (!resp) {
-      sse_free(sc);
-      return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-    MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    enum MHD_Result ret = MHD_queue_response(c, 200, resp);
-    MHD_destroy_response(resp);
-    cs->status = 200;
-    pthread_mutex_lock(&S.mu);
-    S.m.requests[2]++;
-    pthread_mutex_unlock(&S.mu);
-    return ret;
+/* stream: server-sent events, written as the scheduler makes them */
+static enum MHD_Result stream_response(struct MHD_Connection *c, conn *cs, req *r) {
+  stream_ctx *sc = calloc(1, sizeof *sc);
+  if (!sc) {
+    cancel_req(r);
+    req_unref(r);
+    return MHD_NO;
   }
-  /* non-streaming: wait here (one thread per connection), watching the peer */
+  sc->r = r;
+  sc->fd = cs->fd;
+  struct MHD_Response *resp =
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_reader, sc, sse_free);
+  if (!resp) {
+    sse_free(sc);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+  MHD_add_response_header(resp, "Cache-Control", "no-cache");
+  enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+  MHD_destroy_response(resp);
+  cs->status = 200;
+  pthread_mutex_lock(&S.mu);
+  S.m.requests[2]++;
+  pthread_mutex_unlock(&S.mu);
+  return ret;
+}
+
+/* non-streaming: wait here (one thread per connection), watching the peer */
+static enum MHD_Result wait_response(struct MHD_Connection *c, conn *cs, req *r) {
   pthread_mutex_lock(&r->mu);
   while (r->state != R_DONE) {
     struct timespec ts;
@@ -1613,6 +1631,36 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int
   pthread_mutex_unlock(&r->mu);
   req_unref(r);
   return ret;
+}
+
+static enum MHD_Result handle_completion(struct MHD_Connection *c, conn *cs, int chat) {
+  serve_req sr;
+  serve_err e;
+  enum MHD_Result ret;
+  if (serve_req_parse(cs->body ? cs->body : "", cs->len, chat, &sr, &e) != 0) {
+    serve_req_free(&sr);
+    return send_error(c, e.status, e.type, e.code, e.param, "%s", e.message);
+  }
+  if (refuse_request(c, &sr, &ret)) {
+    serve_req_free(&sr);
+    return ret;
+  }
+  int32_t *ids = NULL;
+  size_t n_ids = 0;
+  if (build_prompt(&sr, &ids, &n_ids, &e) != 0) {
+    serve_req_free(&sr);
+    return send_error(c, e.status, e.type, e.code, e.param, "%s", e.message);
+  }
+  mi_json_grammar *grammar = NULL;
+  if (refuse_context(c, &sr, n_ids, &ret) || request_grammar(c, &sr, &grammar, &ret)) {
+    free(ids);
+    serve_req_free(&sr);
+    return ret;
+  }
+  req *r = new_req(&sr, ids, n_ids, grammar, chat);
+  if (!r) return send_error(c, 500, "server_error", NULL, NULL, "out of memory");
+  if (enqueue(c, cs, r, &ret)) return ret;
+  return r->r.stream ? stream_response(c, cs, r) : wait_response(c, cs, r);
 }
 
 static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *url,
@@ -1795,42 +1843,42 @@ static int parse_long(const char *opt, const char *s, long lo, long hi, long *ou
   return 0;
 }
 
-int main(int argc, char **argv) {
-  const char *model_dir = NULL, *plugin_dir = NULL, *conf_path = NULL, *platform = NULL;
-  const char *kv_type = NULL;
-  long threads = -1, batch = 0, v;
-  int verbose = 0, weights_load = MI_SESSION_WEIGHTS_AUTO;
+/* mi-serve's options beyond S.cfg (and the option strings made from them,
+ * which the plugins and the session may keep pointers to). */
+typedef struct serve_args {
+  const char *model_dir, *plugin_dir, *conf_path, *platform, *kv_type;
+  long threads, batch;
+  int verbose, weights_load;
+  char tbuf[32], bbuf[32];
+} serve_args;
+
+enum { O_ALIAS = 256, O_HOST, O_PORT, O_KEY, O_PAR, O_QUEUE, O_MAXBODY, O_NOBATCH, O_DRAIN,
+       O_KV, O_PDIR, O_CONF, O_PLAT, O_MMAP, O_NOMMAP, O_VERSION, O_CHUNK, O_CMEM, O_CBLOCK };
+static const struct option serve_longopts[] = {
+    {"model", required_argument, 0, 'm'},       {"alias", required_argument, 0, O_ALIAS},
+    {"host", required_argument, 0, O_HOST},     {"port", required_argument, 0, O_PORT},
+    {"api-key", required_argument, 0, O_KEY},   {"parallel", required_argument, 0, O_PAR},
+    {"queue", required_argument, 0, O_QUEUE},   {"ctx-size", required_argument, 0, 'c'},
+    {"max-body", required_argument, 0, O_MAXBODY}, {"no-batch", no_argument, 0, O_NOBATCH},
+    {"drain-timeout", required_argument, 0, O_DRAIN}, {"batch-size", required_argument, 0, 'b'},
+    {"kv-type", required_argument, 0, O_KV},    {"plugin-dir", required_argument, 0, O_PDIR},
+    {"plugins-conf", required_argument, 0, O_CONF}, {"platform", required_argument, 0, O_PLAT},
+    {"threads", required_argument, 0, 't'},     {"mmap", no_argument, 0, O_MMAP},
+    {"no-mmap", no_argument, 0, O_NOMMAP},      {"verbose", no_argument, 0, 'v'},
+    {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, O_VERSION},
+    {"prefill-chunk", required_argument, 0, O_CHUNK}, {"cache-mem", required_argument, 0, O_CMEM},
+    {"cache-block", required_argument, 0, O_CBLOCK},
+    {0, 0, 0, 0}};
+
+/* The command line into S.cfg and a; -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, serve_args *a) {
   serve_cfg *cfg = &S.cfg;
-  *cfg = (serve_cfg){.host = "127.0.0.1", .port = 8080, .parallel = 4, .queue_max = 64,
-                     .ctx = 0, .max_body = 1 << 20, .max_header = 64 << 10, .batched = 1,
-                     .drain_s = 10, .prefill_chunk = 256, .cache_mib = -1, .cache_block = 32};
-  cfg->api_key = getenv("MI_API_KEY");
-  if (cfg->api_key && !*cfg->api_key) cfg->api_key = NULL;
-  /* -np as llama-server spells it */
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "-np")) argv[i] = "--parallel";
-  enum { O_ALIAS = 256, O_HOST, O_PORT, O_KEY, O_PAR, O_QUEUE, O_MAXBODY, O_NOBATCH, O_DRAIN,
-         O_KV, O_PDIR, O_CONF, O_PLAT, O_MMAP, O_NOMMAP, O_VERSION, O_CHUNK, O_CMEM, O_CBLOCK };
-  static const struct option lo[] = {
-      {"model", required_argument, 0, 'm'},       {"alias", required_argument, 0, O_ALIAS},
-      {"host", required_argument, 0, O_HOST},     {"port", required_argument, 0, O_PORT},
-      {"api-key", required_argument, 0, O_KEY},   {"parallel", required_argument, 0, O_PAR},
-      {"queue", required_argument, 0, O_QUEUE},   {"ctx-size", required_argument, 0, 'c'},
-      {"max-body", required_argument, 0, O_MAXBODY}, {"no-batch", no_argument, 0, O_NOBATCH},
-      {"drain-timeout", required_argument, 0, O_DRAIN}, {"batch-size", required_argument, 0, 'b'},
-      {"kv-type", required_argument, 0, O_KV},    {"plugin-dir", required_argument, 0, O_PDIR},
-      {"plugins-conf", required_argument, 0, O_CONF}, {"platform", required_argument, 0, O_PLAT},
-      {"threads", required_argument, 0, 't'},     {"mmap", no_argument, 0, O_MMAP},
-      {"no-mmap", no_argument, 0, O_NOMMAP},      {"verbose", no_argument, 0, 'v'},
-      {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, O_VERSION},
-      {"prefill-chunk", required_argument, 0, O_CHUNK}, {"cache-mem", required_argument, 0, O_CMEM},
-      {"cache-block", required_argument, 0, O_CBLOCK},
-      {0, 0, 0, 0}};
+  long v;
   int c;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":m:c:b:t:vh", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":m:c:b:t:vh", serve_longopts, NULL)) != -1) {
     switch (c) {
-    case 'm': model_dir = optarg; break;
+    case 'm': a->model_dir = optarg; break;
     case O_ALIAS: cfg->alias = optarg; break;
     case O_HOST: cfg->host = optarg; break;
     case O_PORT:
@@ -1860,7 +1908,7 @@ int main(int argc, char **argv) {
       cfg->drain_s = (double)v;
       break;
     case 'b':
-      if (parse_long("-b", optarg, 1, 65536, &batch)) return 2;
+      if (parse_long("-b", optarg, 1, 65536, &a->batch)) return 2;
       break;
     case O_CHUNK:
       if (parse_long("--prefill-chunk", optarg, 0, 1L << 30, &v)) return 2;
@@ -1875,21 +1923,21 @@ int main(int argc, char **argv) {
       cfg->cache_block = (int)v;
       break;
     case 't':
-      if (parse_long("-t", optarg, 1, 1024, &threads)) return 2;
+      if (parse_long("-t", optarg, 1, 1024, &a->threads)) return 2;
       break;
     case O_KV:
       if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "bf16")) {
         fprintf(stderr, "mi-serve: --kv-type must be f32, f16 or bf16, got '%s'\n", optarg);
         return 2;
       }
-      kv_type = optarg;
+      a->kv_type = optarg;
       break;
-    case O_PDIR: plugin_dir = optarg; break;
-    case O_CONF: conf_path = optarg; break;
-    case O_PLAT: platform = optarg; break;
-    case O_MMAP: weights_load = MI_SESSION_WEIGHTS_MMAP; break;
-    case O_NOMMAP: weights_load = MI_SESSION_WEIGHTS_READ; break;
-    case 'v': verbose++; break;
+    case O_PDIR: a->plugin_dir = optarg; break;
+    case O_CONF: a->conf_path = optarg; break;
+    case O_PLAT: a->platform = optarg; break;
+    case O_MMAP: a->weights_load = MI_SESSION_WEIGHTS_MMAP; break;
+    case O_NOMMAP: a->weights_load = MI_SESSION_WEIGHTS_READ; break;
+    case 'v': a->verbose++; break;
     case 'h': usage(stdout); return 0;
     case O_VERSION:
       printf("mi-serve (MetaInfer) %s, plugin ABI %d.%d\n", MI_VERSION, MI_ABI_MAJOR, MI_ABI_MINOR);
@@ -1906,36 +1954,30 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mi-serve: unexpected argument '%s' (see --help)\n", argv[optind]);
     return 2;
   }
-  if (!model_dir) {
+  if (!a->model_dir) {
     fprintf(stderr, "mi-serve: no model: give -m MODEL_DIR (see --help)\n");
     return 2;
   }
-  mi_log_set_level(verbose >= 2 ? MI_LOG_DEBUG : verbose ? MI_LOG_INFO : MI_LOG_WARN);
-  mi_progress_enable(0);
-  if (!cfg->alias) {
-    const char *b = model_dir + strlen(model_dir);
-    while (b > model_dir && b[-1] == '/') b--;
-    const char *a = b;
-    while (a > model_dir && a[-1] != '/') a--;
-    static char alias[256];
-    snprintf(alias, sizeof alias, "%.*s", (int)(b - a), a);
-    cfg->alias = alias[0] ? alias : "model";
-  }
+  return -1;
+}
 
-  /* signals: every thread blocks them; main waits for them */
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-  signal(SIGPIPE, SIG_IGN);
-  pthread_mutex_init(&S.mu, NULL);
-  pthread_cond_init(&S.cv, NULL);
+/* The name the server answers to without --alias: the model folder's. */
+static const char *default_alias(const char *model_dir) {
+  const char *b = model_dir + strlen(model_dir);
+  while (b > model_dir && b[-1] == '/') b--;
+  const char *a = b;
+  while (a > model_dir && a[-1] != '/') a--;
+  static char alias[256];
+  snprintf(alias, sizeof alias, "%.*s", (int)(b - a), a);
+  return alias[0] ? alias : "model";
+}
 
-  /* listen first: /health answers 503 while the model loads */
+/* Listens on --host:--port (/health answers 503 while the model loads):
+ * the daemon into *d; -1 to go on, else the exit status. */
+static int start_listening(struct MHD_Daemon **d) {
+  serve_cfg *cfg = &S.cfg;
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof ss);
-  socklen_t sl;
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                    MHD_USE_ITC | MHD_USE_ERROR_LOG;
   if (strchr(cfg->host, ':')) {
@@ -1946,7 +1988,6 @@ int main(int argc, char **argv) {
       fprintf(stderr, "mi-serve: --host '%s' is not an IPv6 address\n", cfg->host);
       return 2;
     }
-    sl = sizeof *a6;
     flags |= MHD_USE_IPv6;
   } else {
     struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
@@ -1956,97 +1997,92 @@ int main(int argc, char **argv) {
       fprintf(stderr, "mi-serve: --host '%s' is not an IPv4 address\n", cfg->host);
       return 2;
     }
-    sl = sizeof *a4;
   }
-  (void)sl;
-  struct MHD_Daemon *d = MHD_start_daemon(
+  *d = MHD_start_daemon(
       flags, (uint16_t)cfg->port, NULL, NULL, answer, NULL, MHD_OPTION_SOCK_ADDR,
       (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->queue_max + cfg->parallel + 64),
       MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
       MHD_OPTION_END);
-  if (!d) {
+  if (!*d) {
     fprintf(stderr, "mi-serve: cannot listen on %s:%d: %s\n", cfg->host, cfg->port,
             strerror(errno));
     return 1;
   }
-  const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-  int port = di ? di->port : cfg->port;
-  fprintf(stderr, "mi-serve: listening on http://%s:%d (loading %s)\n", cfg->host, port, model_dir);
+  return -1;
+}
 
-  /* plugins + model */
-  char tbuf[32], bbuf[32], err[2048] = "";
+/* The plugins into *reg; NULL after a line on stderr. */
+static mi_registry *load_plugins(serve_args *a) {
+  char err[2048] = "";
   mi_kv extra[1];
   size_t n_extra = 0;
-  if (threads > 0) {
-    snprintf(tbuf, sizeof tbuf, "%ld", threads);
-    extra[n_extra++] = (mi_kv){"threads", tbuf};
+  if (a->threads > 0) {
+    snprintf(a->tbuf, sizeof a->tbuf, "%ld", a->threads);
+    extra[n_extra++] = (mi_kv){"threads", a->tbuf};
   }
-  mi_loader_opts lopts = {.plugin_dir = plugin_dir, .conf_path = conf_path, .exe_path = NULL,
+  mi_loader_opts lopts = {.plugin_dir = a->plugin_dir, .conf_path = a->conf_path, .exe_path = NULL,
                           .extra_opts = extra, .n_extra_opts = n_extra};
-  int fatal = 0, rc = 1;
+  int fatal = 0;
   mi_registry *reg = mi_registry_load(&lopts, &fatal, err, sizeof err);
   if (!reg || fatal) {
     fprintf(stderr, "mi-serve: %s\n", reg ? err : "out of memory loading plugins");
-    MHD_stop_daemon(d);
     mi_registry_free(reg);
-    return 1;
+    return NULL;
   }
+  return reg;
+}
+
+/* The model's session into S.eng, the context checked against it; 0, or -1
+ * after a line on stderr. */
+static int open_model(serve_args *a, mi_registry *reg) {
+  serve_cfg *cfg = &S.cfg;
+  char err[2048] = "";
   mi_kv mopts[2];
   size_t n_mopts = 0;
-  if (kv_type) mopts[n_mopts++] = (mi_kv){"kv_type", kv_type};
-  if (batch > 0) {
-    snprintf(bbuf, sizeof bbuf, "%ld", batch);
-    mopts[n_mopts++] = (mi_kv){"batch", bbuf};
+  if (a->kv_type) mopts[n_mopts++] = (mi_kv){"kv_type", a->kv_type};
+  if (a->batch > 0) {
+    snprintf(a->bbuf, sizeof a->bbuf, "%ld", a->batch);
+    mopts[n_mopts++] = (mi_kv){"batch", a->bbuf};
   }
   mi_options model_opts = {mopts, n_mopts};
-  mi_session_opts eo = {.model_dir = model_dir, .platform = platform, .model_opts = &model_opts,
-                        .tp_rank = 0, .tp_size = 1, .weights = weights_load};
-  pthread_t sched;
+  mi_session_opts eo = {.model_dir = a->model_dir, .platform = a->platform, .model_opts = &model_opts,
+                        .tp_rank = 0, .tp_size = 1, .weights = a->weights_load};
   if (mi_session_open(reg, &eo, &S.eng, err, sizeof err) != 0) {
     fprintf(stderr, "mi-serve: %s\n", err);
-    goto out;
+    return -1;
   }
   if (cfg->ctx <= 0) cfg->ctx = S.eng->info.max_position < 4096 ? S.eng->info.max_position : 4096;
   if (cfg->ctx > S.eng->info.max_position) {
     fprintf(stderr, "mi-serve: -c %lld is over the model's max_position_embeddings %lld\n",
             (long long)cfg->ctx, (long long)S.eng->info.max_position);
-    goto out;
+    return -1;
   }
-  { /* rendered by the Jinja engine (core/template): a template it cannot parse is said once, here */
-    const char *tmpl = mi_tokenizer_chat_template(S.eng->tok);
-    char terr[300] = "";
-    mi_jinja *jt = tmpl ? mi_jinja_parse(tmpl, strlen(tmpl), terr, sizeof terr) : NULL;
-    S.has_chat = jt != NULL;
-    S.tools_fmt = jt ? serve_tools_detect(tmpl) : SERVE_TOOLS_NONE;
-    mi_jinja_free(jt);
-    if (tmpl && !jt)
-      fprintf(stderr, "mi-serve: %s: chat template line %s: /v1/chat/completions answers 400\n", model_dir,
-              strncmp(terr, "line ", 5) ? terr : terr + 5);
-  }
-  S.have_batch = cfg->batched && mi_model_has(S.eng->M, forward_batch);
-  char cache_line[400];
-  open_prefix_cache(cache_line, sizeof cache_line);
-  open_structured_output();
-  if (pthread_create(&sched, NULL, scheduler, NULL) != 0) {
-    fprintf(stderr, "mi-serve: cannot start the scheduler thread\n");
-    goto out;
-  }
-  S.ready = 1;
-  fprintf(stderr,
-          "mi-serve: ready: model '%s' (%s, plugin %s, platform %s), %d sequences of up to %lld "
-          "tokens, %s decode, %s, loaded in %.2f s\n",
-          cfg->alias, S.eng->info.architecture, S.eng->model_plugin->desc->name,
-          S.eng->platform_plugin->desc->name, cfg->parallel, (long long)cfg->ctx,
-          S.have_batch ? "batched" : "one-at-a-time", cache_line, S.eng->load_seconds);
+  return 0;
+}
 
-  int sig = 0;
-  sigwait(&sigs, &sig);
-  /* stop listening: new connections are refused from now on */
+/* The chat template, rendered by the Jinja engine (core/template): a
+ * template it cannot parse is said once, here; and its tool-call format. */
+static void detect_chat_template(const char *model_dir) {
+  const char *tmpl = mi_tokenizer_chat_template(S.eng->tok);
+  char terr[300] = "";
+  mi_jinja *jt = tmpl ? mi_jinja_parse(tmpl, strlen(tmpl), terr, sizeof terr) : NULL;
+  S.has_chat = jt != NULL;
+  S.tools_fmt = jt ? serve_tools_detect(tmpl) : SERVE_TOOLS_NONE;
+  mi_jinja_free(jt);
+  if (tmpl && !jt)
+    fprintf(stderr, "mi-serve: %s: chat template line %s: /v1/chat/completions answers 400\n", model_dir,
+            strncmp(terr, "line ", 5) ? terr : terr + 5);
+}
+
+/* After SIGTERM or SIGINT: no new connections, the queued requests 503, the
+ * running sequences finish for up to --drain-timeout s and are cancelled
+ * then; the scheduler thread ends. */
+static void drain(struct MHD_Daemon *d, int sig, pthread_t sched) {
   MHD_socket lfd = MHD_quiesce_daemon(d);
   if (lfd != MHD_INVALID_SOCKET) close(lfd);
   fprintf(stderr, "mi-serve: %s: finishing in-flight requests (up to %.0f s)\n",
-          sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg->drain_s);
+          sig == SIGTERM ? "SIGTERM" : "SIGINT", S.cfg.drain_s);
   /* stop taking work; let the running sequences finish, then cancel */
   pthread_mutex_lock(&S.mu);
   S.stopping = 1;
@@ -2063,7 +2099,7 @@ int main(int argc, char **argv) {
   }
   S.q_tail = NULL;
   pthread_mutex_unlock(&S.mu);
-  double t_end = mi_now_seconds() + cfg->drain_s;
+  double t_end = mi_now_seconds() + S.cfg.drain_s;
   for (;;) {
     pthread_mutex_lock(&S.mu);
     int run = S.running;
@@ -2084,8 +2120,73 @@ int main(int argc, char **argv) {
   pthread_cond_signal(&S.cv);
   pthread_mutex_unlock(&S.mu);
   pthread_join(sched, NULL);
-  rc = 0;
-out:
+}
+
+/* Serves until SIGTERM or SIGINT (sigs), then drains; 0, or 1 when the
+ * model or the scheduler could not start. */
+static int serve(serve_args *a, struct MHD_Daemon *d, sigset_t *sigs, mi_registry *reg) {
+  serve_cfg *cfg = &S.cfg;
+  if (open_model(a, reg) != 0) return 1;
+  detect_chat_template(a->model_dir);
+  S.have_batch = cfg->batched && mi_model_has(S.eng->M, forward_batch);
+  char cache_line[400];
+  open_prefix_cache(cache_line, sizeof cache_line);
+  open_structured_output();
+  pthread_t sched;
+  if (pthread_create(&sched, NULL, scheduler, NULL) != 0) {
+    fprintf(stderr, "mi-serve: cannot start the scheduler thread\n");
+    return 1;
+  }
+  S.ready = 1;
+  fprintf(stderr,
+          "mi-serve: ready: model '%s' (%s, plugin %s, platform %s), %d sequences of up to %lld "
+          "tokens, %s decode, %s, loaded in %.2f s\n",
+          cfg->alias, S.eng->info.architecture, S.eng->model_plugin->desc->name,
+          S.eng->platform_plugin->desc->name, cfg->parallel, (long long)cfg->ctx,
+          S.have_batch ? "batched" : "one-at-a-time", cache_line, S.eng->load_seconds);
+  int sig = 0;
+  sigwait(sigs, &sig);
+  drain(d, sig, sched);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  static serve_args a = {.threads = -1, .weights_load = MI_SESSION_WEIGHTS_AUTO};
+  serve_cfg *cfg = &S.cfg;
+  *cfg = (serve_cfg){.host = "127.0.0.1", .port = 8080, .parallel = 4, .queue_max = 64,
+                     .ctx = 0, .max_body = 1 << 20, .max_header = 64 << 10, .batched = 1,
+                     .drain_s = 10, .prefill_chunk = 256, .cache_mib = -1, .cache_block = 32};
+  cfg->api_key = getenv("MI_API_KEY");
+  if (cfg->api_key && !*cfg->api_key) cfg->api_key = NULL;
+  /* -np as llama-server spells it */
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "-np")) argv[i] = "--parallel";
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  mi_log_set_level(a.verbose >= 2 ? MI_LOG_DEBUG : a.verbose ? MI_LOG_INFO : MI_LOG_WARN);
+  mi_progress_enable(0);
+  if (!cfg->alias) cfg->alias = default_alias(a.model_dir);
+  /* signals: every thread blocks them; main waits for them */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  pthread_mutex_init(&S.mu, NULL);
+  pthread_cond_init(&S.cv, NULL);
+  /* listen first: /health answers 503 while the model loads */
+  struct MHD_Daemon *d;
+  if ((rc = start_listening(&d)) >= 0) return rc;
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+  int port = di ? di->port : cfg->port;
+  fprintf(stderr, "mi-serve: listening on http://%s:%d (loading %s)\n", cfg->host, port, a.model_dir);
+  mi_registry *reg = load_plugins(&a);
+  if (!reg) {
+    MHD_stop_daemon(d);
+    return 1;
+  }
+  rc = serve(&a, d, &sigs, reg);
   MHD_stop_daemon(d); /* waits for the connection threads: their requests are done */
   serve_cache_free(S.cache);
   mi_token_trie_free(S.trie);

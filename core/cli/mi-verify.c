@@ -89,6 +89,8 @@ static void usage(FILE *f) {
           "                      the script: $MI_PEER_DIR/oracle.mjs, else <ckb>/../tools/peer/\n"
           "  --kv-type T         KV cache type of the model under test: f32 (default), f16, bf16\n"
           "                      (a model plugin gets kv_type=T; stages 4-5 widen their logprob tolerance)\n"
+          "  --contract-patches FILE  a JSON array of repairs ({operator, arg, value}, as mi-gen applies\n"
+          "                      them) applied to the model contract before any stage reads it\n"
           "  --model-contract ID the model contract stage 2 composes (default: the one whose\n"
           "                      architectures --model's config.json names, else the CKB's only one)\n"
           "  --model DIR         the model folder stage 3 checks against its model contract\n"
@@ -262,17 +264,24 @@ static void find_oracle(const char *ckb_dir, const char *cache_arg, char *node_b
   }
 }
 
-int main(int argc, char **argv) {
-  const char *plugin = NULL, *ckb_dir = NULL, *platform = NULL, *report = NULL, *only = NULL;
-  const char *model_id = NULL, *model_dir = NULL, *model_plugin = NULL, *goldens = NULL, *kv_type = NULL;
-  int stage = 1, verbose = 0, have_seed = 0, goldens_optional = 0, no_oracle = 0;
-  const char *oracle_cache = NULL;
-  uint64_t seed = 0;
-  mi_out_init();
-  double timeout = -1, cpu = -1;
-  long mem = -1;
-  mi_kv kv[32];
-  size_t nkv = 0;
+/* The command line, and the paths derived from it (each buffer holds a path
+ * one of the pointers may point into). */
+typedef struct verify_args {
+  const char *plugin, *ckb_dir, *platform, *report, *only;
+  const char *model_id, *model_dir, *model_plugin, *goldens, *kv_type, *oracle_cache, *patches;
+  int stage, verbose, have_seed, goldens_optional, no_oracle;
+  uint64_t seed;
+  double timeout, cpu;
+  long mem;
+  mi_kv kv[32]; /* -o KEY=VALUE, then the platform's exact_options */
+  size_t nkv;
+  char ckb_buf[4096], id_buf[256], mp_buf[4096], gold_buf[4200], abs_buf[4][8200];
+  char run_buf[4200], node_buf[4200], script_buf[4200], cache_buf[4200];
+} verify_args;
+
+/* The command line into a; -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, verify_args *a) {
+  a->stage = 1, a->timeout = -1, a->cpu = -1, a->mem = -1;
   static const struct option longs[] = {
       {"platform-plugin", 1, 0, 'P'}, {"ckb", 1, 0, 'C'},    {"platform", 1, 0, 'p'},
       {"stage", 1, 0, 's'},           {"only", 1, 0, 'O'},   {"seed", 1, 0, 'S'},
@@ -280,373 +289,451 @@ int main(int argc, char **argv) {
       {"mem-limit", 1, 0, 'm'},       {"help", 0, 0, 'h'},   {"model-contract", 1, 0, 'M'},
       {"model", 1, 0, 'D'},           {"model-plugin", 1, 0, 'L'}, {"goldens", 1, 0, 'G'},
       {"goldens-optional", 0, 0, 'g'}, {"kv-type", 1, 0, 'K'},
-      {"no-oracle", 0, 0, 1000},        {"oracle-cache", 1, 0, 1001}, {0, 0, 0, 0}};
+      {"no-oracle", 0, 0, 1000},        {"oracle-cache", 1, 0, 1001}, {"contract-patches", 1, 0, 1002},
+      {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "o:vh", longs, NULL)) != -1) {
-    char *end = NULL;
     switch (ch) {
-    case 'P': plugin = optarg; break;
-    case 'C': ckb_dir = optarg; break;
-    case 'p': platform = optarg; break;
+    case 'P': a->plugin = optarg; break;
+    case 'C': a->ckb_dir = optarg; break;
+    case 'p': a->platform = optarg; break;
     case 's': {
       int64_t v;
       if (mi_opt_i64("mi-verify", "--stage", optarg, 1, 6, &v)) return 2;
-      stage = (int)v;
+      a->stage = (int)v;
       break;
     }
-    case 'O': only = optarg; break;
+    case 'O': a->only = optarg; break;
     case 'S':
-      (void)end;
-      if (mi_opt_u64("mi-verify", "--seed", optarg, 0, (1ull << 63) - 1, &seed)) return 2;
-      have_seed = 1;
+      if (mi_opt_u64("mi-verify", "--seed", optarg, 0, (1ull << 63) - 1, &a->seed)) return 2;
+      a->have_seed = 1;
       break;
-    case 'r': report = optarg; break;
-    case 'M': model_id = optarg; break;
-    case 'D': model_dir = optarg; break;
-    case 'L': model_plugin = optarg; break;
-    case 'G': goldens = optarg; break;
-    case 'g': goldens_optional = 1; break;
-    case 1000: no_oracle = 1; break;
-    case 1001: oracle_cache = optarg; break;
+    case 'r': a->report = optarg; break;
+    case 'M': a->model_id = optarg; break;
+    case 'D': a->model_dir = optarg; break;
+    case 'L': a->model_plugin = optarg; break;
+    case 'G': a->goldens = optarg; break;
+    case 'g': a->goldens_optional = 1; break;
+    case 1000: a->no_oracle = 1; break;
+    case 1001: a->oracle_cache = optarg; break;
+    case 1002: a->patches = optarg; break;
     case 'K':
       if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "bf16")) {
         fprintf(stderr, "mi-verify: --kv-type %s: expected f32, f16 or bf16\n", optarg);
         return 2;
       }
-      kv_type = optarg;
+      a->kv_type = optarg;
       break;
     /* a limit read as 0 would remove it: strictly parsed, never 0 */
     case 't':
-      if (mi_opt_double("mi-verify", "--timeout", optarg, 0.001, 86400, &timeout)) return 2;
+      if (mi_opt_double("mi-verify", "--timeout", optarg, 0.001, 86400, &a->timeout)) return 2;
       break;
     case 'c':
-      if (mi_opt_double("mi-verify", "--cpu-limit", optarg, 0.001, 86400, &cpu)) return 2;
+      if (mi_opt_double("mi-verify", "--cpu-limit", optarg, 0.001, 86400, &a->cpu)) return 2;
       break;
     case 'm': {
       int64_t v;
       if (mi_opt_i64("mi-verify", "--mem-limit", optarg, 1, (int64_t)1 << 30, &v)) return 2;
-      mem = (long)v;
+      a->mem = (long)v;
       break;
     }
-    case 'v': verbose = 1; break;
+    case 'v': a->verbose = 1; break;
     case 'o': {
       char *eq = strchr(optarg, '=');
-      if (!eq || nkv == 32) {
+      if (!eq || a->nkv == 32) {
         fprintf(stderr, "mi-verify: -o expects KEY=VALUE (got '%s')\n", optarg);
         return 2;
       }
       *eq = 0;
-      kv[nkv].key = optarg;
-      kv[nkv++].value = eq + 1;
+      a->kv[a->nkv].key = optarg;
+      a->kv[a->nkv++].value = eq + 1;
       break;
     }
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
   }
-  if (!plugin || optind != argc) {
+  if (!a->plugin || optind != argc) {
     usage(stderr);
     return 2;
   }
-  if (stage < 1 || stage > 6) {
+  if (a->stage < 1 || a->stage > 6) {
     fprintf(stderr, "mi-verify: --stage %d: stages are 1 (operator units), 2 (one decoder layer), 3 "
-                    "(weight loading), 4 (end to end), 5 (authenticity) and 6 (performance)\n", stage);
+                    "(weight loading), 4 (end to end), 5 (authenticity) and 6 (performance)\n", a->stage);
     return 2;
   }
-  if (stage >= 3 && !model_dir) {
-    fprintf(stderr, "mi-verify: --stage %d needs --model DIR (a Hugging Face model folder)\n", stage);
+  if (a->stage >= 3 && !a->model_dir) {
+    fprintf(stderr, "mi-verify: --stage %d needs --model DIR (a Hugging Face model folder)\n", a->stage);
     return 2;
   }
-  char buf[4096], err[512];
-  if (!ckb_dir && !(ckb_dir = mi_ckb_default_dir(argv[0], buf, sizeof buf))) {
-    fprintf(stderr, "mi-verify: %s\n", buf);
-    return 2;
+  return -1;
+}
+
+/* The CKB, opened and validated (NULL after a line on stderr). */
+static mi_ckb *open_ckb(verify_args *a, const char *argv0) {
+  char err[512];
+  if (!a->ckb_dir && !(a->ckb_dir = mi_ckb_default_dir(argv0, a->ckb_buf, sizeof a->ckb_buf))) {
+    fprintf(stderr, "mi-verify: %s\n", a->ckb_buf);
+    return NULL;
   }
-  mi_ckb *c = mi_ckb_open(ckb_dir, err, sizeof err);
+  mi_ckb *c = mi_ckb_open(a->ckb_dir, err, sizeof err);
   if (!c) {
     fprintf(stderr, "mi-verify: %s\n", err);
-    return 2;
+    return NULL;
   }
   int problems = mi_ckb_validate(c, NULL, NULL);
   if (problems) {
     fprintf(stderr, "mi-verify: %s: the CKB has %d problem(s) (listed above; see mi-ckb validate)\n",
-            ckb_dir, problems);
+            a->ckb_dir, problems);
     mi_ckb_close(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* Every config.json field of the model bound, supported or inert: a field
+ * the contract does not account for is a gap (exit 3), not a pass of a model
+ * nobody described (hidden_act gelu under a silu contract). -1 to go on,
+ * else the exit status. */
+static int check_config_gaps(const verify_args *a, mi_ckb *c) {
+  const mi_ckb_entry *me = mi_ckb_find(c, a->model_id);
+  char cpath[4200], cerr[4400];
+  snprintf(cpath, sizeof cpath, "%s/config.json", a->model_dir);
+  json_t *cfg = me ? mi_file_load_json(cpath, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", JSON_REJECT_DUPLICATES,
+                                       cerr, sizeof cerr)
+                   : NULL;
+  if (me && !cfg) {
+    fprintf(stderr, "mi-verify: %s\n", cerr);
     return 2;
   }
-  /* The model contract: --model-contract, else the one whose architectures
-   * the model folder's config.json names, else the CKB's only one. */
-  char id_buf[256];
-  if (!model_id && stage >= 2 && resolve_model_contract(c, ckb_dir, model_dir, id_buf, sizeof id_buf) != 0) {
-    mi_ckb_close(c);
+  json_t *gaps = json_array();
+  if (me) mi_ckb_config_gaps(me, cfg, gaps);
+  json_decref(cfg);
+  size_t gi;
+  json_t *gl;
+  json_array_foreach(gaps, gi, gl) fprintf(stderr, "mi-verify: %s: %s\n", cpath, json_string_value(gl));
+  size_t ng = json_array_size(gaps);
+  json_decref(gaps);
+  if (ng) {
+    fprintf(stderr, "mi-verify: %s does not describe this model (%zu gap%s above); nothing was run\n", a->model_id,
+            ng, ng == 1 ? "" : "s");
+    return 3;
+  }
+  return -1;
+}
+
+/* The model contract (--model-contract, else the one whose architectures
+ * the model folder's config.json names, else the CKB's only one), its model
+ * plugin, the goldens, every path absolute, and the seed. -1 to go on, else
+ * the exit status. */
+static int resolve_inputs(verify_args *a, mi_ckb *c) {
+  int rc;
+  if (!a->model_id && a->stage >= 2 && resolve_model_contract(c, a->ckb_dir, a->model_dir, a->id_buf, sizeof a->id_buf) != 0)
     return 2;
-  }
-  if (!model_id) model_id = id_buf;
-  /* Every config.json field of the model bound, supported or inert: a
-   * field the contract does not account for is a gap (exit 3), not a pass
-   * of a model nobody described (hidden_act gelu under a silu contract). */
-  if (model_dir && stage >= 2) {
-    const mi_ckb_entry *me = mi_ckb_find(c, model_id);
-    char cpath[4200], cerr[4400];
-    snprintf(cpath, sizeof cpath, "%s/config.json", model_dir);
-    json_t *cfg = me ? mi_file_load_json(cpath, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", JSON_REJECT_DUPLICATES,
-                                         cerr, sizeof cerr)
-                     : NULL;
-    if (me && !cfg) {
-      fprintf(stderr, "mi-verify: %s\n", cerr);
-      mi_ckb_close(c);
-      return 2;
-    }
-    json_t *gaps = json_array();
-    if (me) mi_ckb_config_gaps(me, cfg, gaps);
-    json_decref(cfg);
-    size_t gi;
-    json_t *gl;
-    json_array_foreach(gaps, gi, gl) fprintf(stderr, "mi-verify: %s: %s\n", cpath, json_string_value(gl));
-    size_t ng = json_array_size(gaps);
-    json_decref(gaps);
-    if (ng) {
-      fprintf(stderr, "mi-verify: %s does not describe this model (%zu gap%s above); nothing was run\n", model_id,
-              ng, ng == 1 ? "" : "s");
-      mi_ckb_close(c);
-      return 3;
-    }
-  }
-  char mp_buf[4096];
-  if (stage >= 3 && !model_plugin) {
+  if (!a->model_id) a->model_id = a->id_buf;
+  if (a->model_dir && a->stage >= 2 && (rc = check_config_gaps(a, c)) >= 0) return rc;
+  if (a->stage >= 3 && !a->model_plugin) {
     /* The contract's model plugin (model.NAME -> libmi-NAME.so), installed
      * next to the platform plugin. */
-    const char *slash = strrchr(plugin, '/'), *dot = strchr(model_id, '.');
-    snprintf(mp_buf, sizeof mp_buf, "%.*slibmi-%s.so", slash ? (int)(slash - plugin + 1) : 0, plugin,
-             dot ? dot + 1 : model_id);
-    if (access(mp_buf, R_OK) == 0) model_plugin = mp_buf;
-    else if (stage >= 4) {
-      fprintf(stderr, "mi-verify: --stage %d needs --model-plugin PATH.so (%s does not exist)\n", stage, mp_buf);
-      mi_ckb_close(c);
+    const char *slash = strrchr(a->plugin, '/'), *dot = strchr(a->model_id, '.');
+    snprintf(a->mp_buf, sizeof a->mp_buf, "%.*slibmi-%s.so", slash ? (int)(slash - a->plugin + 1) : 0, a->plugin,
+             dot ? dot + 1 : a->model_id);
+    if (access(a->mp_buf, R_OK) == 0) a->model_plugin = a->mp_buf;
+    else if (a->stage >= 4) {
+      fprintf(stderr, "mi-verify: --stage %d needs --model-plugin PATH.so (%s does not exist)\n", a->stage, a->mp_buf);
       return 2;
     }
   }
-  char gold_buf[4200];
-  if (!goldens) {
-    snprintf(gold_buf, sizeof gold_buf, "%s/../tests/goldens", ckb_dir);
-    goldens = gold_buf;
+  if (!a->goldens) {
+    snprintf(a->gold_buf, sizeof a->gold_buf, "%s/../tests/goldens", a->ckb_dir);
+    a->goldens = a->gold_buf;
   }
   /* Each unit runs with its own folder as the working directory: every
    * path it is given is made absolute here. */
-  char abs_buf[4][8200], cwd[4096];
-  const char **paths[4] = {&plugin, &model_plugin, &model_dir, &goldens};
+  char cwd[4096];
+  const char **paths[4] = {&a->plugin, &a->model_plugin, &a->model_dir, &a->goldens};
   if (getcwd(cwd, sizeof cwd))
     for (int k = 0; k < 4; k++)
       if (*paths[k] && (*paths[k])[0] != '/') {
-        snprintf(abs_buf[k], sizeof abs_buf[k], "%s/%s", cwd, *paths[k]);
-        *paths[k] = abs_buf[k];
+        snprintf(a->abs_buf[k], sizeof a->abs_buf[k], "%s/%s", cwd, *paths[k]);
+        *paths[k] = a->abs_buf[k];
       }
-  if (!have_seed) seed = random_seed();
-  fprintf(stderr, "mi-verify: seed %llu (rerun with --seed %llu)\n", (unsigned long long)seed,
-          (unsigned long long)seed);
+  if (!a->have_seed) a->seed = random_seed();
+  fprintf(stderr, "mi-verify: seed %llu (rerun with --seed %llu)\n", (unsigned long long)a->seed,
+          (unsigned long long)a->seed);
+  return -1;
+}
 
-  json_t *t1 = find_stage_contract(c, 1, "operator_units");
+/* The options every stage runs with: stage 1's contract limits (t1),
+ * overridden by --timeout, --cpu-limit and --mem-limit; from stage 4 the
+ * deployed run's mi-run and the oracle. */
+static void stage_options(verify_args *a, mi_ckb *c, json_t *t1, const mi_options *popts, vf_stage_opts *o) {
   json_t *lim = json_object_get(t1, "limits");
-  mi_options popts = {kv, nkv};
-  vf_stage_opts o = {plugin, &popts, NULL, json_object(), seed, {30, 60, 8192, 0}, only, NULL, NULL, NULL, 0, 0, NULL,
-                     NULL, NULL, NULL, 0, NULL, NULL};
-  if (json_is_number(json_object_get(lim, "timeout_s"))) o.lim.timeout_s = json_number_value(json_object_get(lim, "timeout_s"));
-  if (json_is_number(json_object_get(lim, "cpu_s"))) o.lim.cpu_s = json_number_value(json_object_get(lim, "cpu_s"));
-  if (json_is_integer(json_object_get(lim, "mem_mb"))) o.lim.mem_mb = (uint64_t)json_integer_value(json_object_get(lim, "mem_mb"));
-  o.model_plugin_path = model_plugin;
-  o.model_dir = model_dir;
-  o.ckb = c;
-  o.goldens_dir = goldens;
-  o.goldens_optional = goldens_optional;
-  o.kv_type = kv_type;
-  /* stage 4: the deployed run's mi-run, and the oracle */
-  char run_buf[4200], node_buf[4200], script_buf[4200], cache_buf[4200];
-  if (stage >= 4) {
-    find_mi_run(run_buf, sizeof run_buf, &o.mi_run);
+  *o = (vf_stage_opts){.plugin_path = a->plugin, .plugin_opts = popts, .operators = json_object(), .seed = a->seed,
+                       .lim = {30, 60, 8192, 0}, .only = a->only};
+  if (json_is_number(json_object_get(lim, "timeout_s"))) o->lim.timeout_s = json_number_value(json_object_get(lim, "timeout_s"));
+  if (json_is_number(json_object_get(lim, "cpu_s"))) o->lim.cpu_s = json_number_value(json_object_get(lim, "cpu_s"));
+  if (json_is_integer(json_object_get(lim, "mem_mb"))) o->lim.mem_mb = (uint64_t)json_integer_value(json_object_get(lim, "mem_mb"));
+  o->model_plugin_path = a->model_plugin;
+  o->model_dir = a->model_dir;
+  o->ckb = c;
+  o->goldens_dir = a->goldens;
+  o->goldens_optional = a->goldens_optional;
+  o->kv_type = a->kv_type;
+  if (a->stage >= 4) {
+    find_mi_run(a->run_buf, sizeof a->run_buf, &o->mi_run);
     const char *mo = getenv("MI_ORACLE");
-    if (!no_oracle && !(mo && !strcmp(mo, "0")))
-      find_oracle(ckb_dir, oracle_cache, node_buf, script_buf, cache_buf, sizeof node_buf, &o);
+    if (!a->no_oracle && !(mo && !strcmp(mo, "0")))
+      find_oracle(a->ckb_dir, a->oracle_cache, a->node_buf, a->script_buf, a->cache_buf, sizeof a->node_buf, o);
   }
-  if (timeout >= 0) o.lim.timeout_s = timeout;
-  if (cpu >= 0) o.lim.cpu_s = cpu;
-  if (mem >= 0) o.lim.mem_mb = (uint64_t)mem;
+  if (a->timeout >= 0) o->lim.timeout_s = a->timeout;
+  if (a->cpu >= 0) o->lim.cpu_s = a->cpu;
+  if (a->mem >= 0) o->lim.mem_mb = (uint64_t)a->mem;
+}
 
-  json_t *rep = json_pack("{s:s, s:i, s:I, s:{s:s}, s:{s:f, s:f, s:I}}", "tool", "mi-verify",
-                          "format", 1, "seed", (json_int_t)seed, "ckb", "dir", ckb_dir, "limits",
-                          "timeout_s", o.lim.timeout_s, "cpu_s", o.lim.cpu_s, "mem_mb",
-                          (json_int_t)o.lim.mem_mb);
-  /* Which layers confine each unit here (cgroups, namespaces, ...). */
-  fprintf(stderr, "mi-verify: containment: %s\n", vf_containment());
-  json_object_set_new(rep, "containment", json_string(vf_containment()));
-  int rc = 1;
-  json_t *probe = vf_probe_plugin(&o);
-  json_object_set_new(probe, "path", json_string(plugin));
-  json_object_set(rep, "plugin", probe);
-  json_t *stages = json_array();
-  json_object_set_new(rep, "stages", stages);
+/* The platform contract the probed plugin is held to (--platform, else its
+ * own name), a stand-in said so, and the CKB's operators into o. -1 to go
+ * on, else the exit status with the report's verdict set. */
+static int bind_platform(const verify_args *a, mi_ckb *c, json_t *probe, json_t *rep, vf_stage_opts *o) {
   if (strcmp(json_string_value(json_object_get(probe, "verdict")), "PASS")) {
     fprintf(stderr, "mi-verify: FAIL: %s\n", json_string_value(json_object_get(probe, "message")));
     json_object_set_new(rep, "verdict", json_string("FAIL"));
-    goto write;
+    return 1;
   }
-  const char *pname = platform ? platform : json_string_value(json_object_get(probe, "name"));
+  const char *pname = a->platform ? a->platform : json_string_value(json_object_get(probe, "name"));
   const mi_ckb_entry *pc = mi_ckb_find_platform(c, pname);
   if (!pc) {
     fprintf(stderr, "mi-verify: %s: no platform contract for '%s' (give one with --platform NAME)\n",
-            ckb_dir, pname);
-    rc = 2;
+            a->ckb_dir, pname);
     json_object_set_new(rep, "verdict", json_string("ERROR"));
-    goto write;
+    return 2;
   }
   if (stand_in(probe, pc, rep) != 0) {
-    rc = 2;
     json_object_set_new(rep, "verdict", json_string("ERROR"));
-    goto write;
+    return 2;
   }
-  o.platform = pc->json;
+  o->platform = pc->json;
   json_object_set_new(rep, "platform_contract", json_sprintf("%s@%s", pc->id, pc->version));
   for (size_t i = 0; i < mi_ckb_count(c); i++) {
     const mi_ckb_entry *e = mi_ckb_at(c, i);
-    if (e->kind && !strcmp(e->kind, "operator") && e->id) json_object_set(o.operators, e->id, e->json);
+    if (e->kind && !strcmp(e->kind, "operator") && e->id) json_object_set(o->operators, e->id, e->json);
   }
   fprintf(stderr, "mi-verify: %s %s (%s) against %s@%s\n",
           json_string_value(json_object_get(probe, "name")),
           json_string_value(json_object_get(probe, "version")),
           json_string_value(json_object_get(probe, "variant")) ?: "?", pc->id, pc->version);
+  return -1;
+}
 
-  json_t *s1 = vf_stage1(&o);
-  if (t1) json_object_set_new(s1, "test_contract", json_sprintf("%s@%s", json_string_value(json_object_get(t1, "id")),
-                                                                json_string_value(json_object_get(t1, "version"))));
-  json_array_append_new(stages, s1);
-  fprintf(stderr, "stage 1 (operator units):\n");
-  summary(s1, verbose);
-  int pass = !strcmp(json_string_value(json_object_get(s1, "verdict")), "PASS"), skipped = 0;
-  int passed = (int)json_integer_value(json_object_get(s1, "passed"));
-  int failed = (int)json_integer_value(json_object_get(s1, "failed"));
-  if (stage >= 2) {
-    /* Stages 2-6 hold whole layers and models to exact references (float64
-     * twins, goldens of an F32 GGUF) at f32 tolerances: the platform runs
-     * its exact path there, as its contract says how: exact_options, open
-     * options of the platform (the CPU platform's matmul_act=f32), which a
-     * deployment may give as well, so that the engine under test sees no
-     * verifier variable in its environment. A looser mode it runs by default
-     * was judged at stage 1 by the operator contract's bound for it, and its
-     * effect on a whole model is that mode's, not the model's. An option the
-     * user gave with -o stays as given. */
-    const char *ek;
-    json_t *ev;
-    json_object_foreach(json_object_get(o.platform, "exact_options"), ek, ev) if (json_is_string(ev)) {
-      int given = 0;
-      for (size_t q = 0; q < nkv; q++) given |= !strcmp(kv[q].key, ek);
-      if (given || nkv == sizeof kv / sizeof *kv) continue;
-      kv[nkv].key = ek;
-      kv[nkv++].value = json_string_value(ev);
-      popts.count = nkv;
-      fprintf(stderr, "mi-verify: stages 2-%d: platform option %s=%s (the platform's exact path)\n", stage, ek,
-              json_string_value(ev));
-    }
-    if (json_object_size(json_object_get(o.platform, "exact_options")))
-      json_object_set(rep, "exact_options", json_object_get(o.platform, "exact_options"));
-    /* deprecated: a contract that can only say it through the environment */
-    json_object_foreach(json_object_get(o.platform, "exact_env"), ek, ev) if (json_is_string(ev)) {
-      setenv(ek, json_string_value(ev), 1);
-      fprintf(stderr, "mi-verify: stages 2-%d: %s=%s (the platform's exact path)\n", stage, ek,
-              json_string_value(ev));
-    }
-    if (json_object_size(json_object_get(o.platform, "exact_env")))
-      json_object_set(rep, "exact_env", json_object_get(o.platform, "exact_env"));
-    /* Each stage runs only on what passed the ones before it. */
+/* The stages' verdicts so far. */
+typedef struct tally {
+  int pass, passed, failed, skipped;
+} tally;
+
+/* Stage sj (its test contract tc named in it) into the report, on stderr
+ * under `title` with its units' summary when by_units, else its verdict and
+ * message. */
+static void add_stage(json_t *stages, json_t *sj, json_t *tc, const char *title, int by_units, int verbose) {
+  if (tc) json_object_set_new(sj, "test_contract", json_sprintf("%s@%s", json_string_value(json_object_get(tc, "id")),
+                                                                json_string_value(json_object_get(tc, "version"))));
+  json_array_append_new(stages, sj);
+  fprintf(stderr, "%s:\n", title);
+  if (by_units) summary(sj, verbose);
+  else fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(sj, "verdict")),
+               json_string_value(json_object_get(sj, "message")));
+}
+
+/* Stages 2-6 hold whole layers and models to exact references (float64
+ * twins, goldens of an F32 GGUF) at f32 tolerances: the platform runs its
+ * exact path there, as its contract says how: exact_options, open options of
+ * the platform (the CPU platform's matmul_act=f32), which a deployment may
+ * give as well, so that the engine under test sees no verifier variable in
+ * its environment. A looser mode it runs by default was judged at stage 1 by
+ * the operator contract's bound for it, and its effect on a whole model is
+ * that mode's, not the model's. An option the user gave with -o stays as
+ * given. */
+static void use_exact_path(verify_args *a, const vf_stage_opts *o, mi_options *popts, json_t *rep) {
+  const char *ek;
+  json_t *ev;
+  json_object_foreach(json_object_get(o->platform, "exact_options"), ek, ev) if (json_is_string(ev)) {
+    int given = 0;
+    for (size_t q = 0; q < a->nkv; q++) given |= !strcmp(a->kv[q].key, ek);
+    if (given || a->nkv == sizeof a->kv / sizeof *a->kv) continue;
+    a->kv[a->nkv].key = ek;
+    a->kv[a->nkv++].value = json_string_value(ev);
+    popts->count = a->nkv;
+    fprintf(stderr, "mi-verify: stages 2-%d: platform option %s=%s (the platform's exact path)\n", a->stage, ek,
+            json_string_value(ev));
+  }
+  if (json_object_size(json_object_get(o->platform, "exact_options")))
+    json_object_set(rep, "exact_options", json_object_get(o->platform, "exact_options"));
+  /* deprecated: a contract that can only say it through the environment */
+  json_object_foreach(json_object_get(o->platform, "exact_env"), ek, ev) if (json_is_string(ev)) {
+    setenv(ek, json_string_value(ev), 1);
+    fprintf(stderr, "mi-verify: stages 2-%d: %s=%s (the platform's exact path)\n", a->stage, ek,
+            json_string_value(ev));
+  }
+  if (json_object_size(json_object_get(o->platform, "exact_env")))
+    json_object_set(rep, "exact_env", json_object_get(o->platform, "exact_env"));
+}
+
+/* Stages 2 and 3, each run only on what passed the ones before it. */
+static void run_stages_2_3(const verify_args *a, mi_ckb *c, vf_stage_opts *o, json_t *stages, tally *t) {
+  char title[8400]; /* model_dir: up to 8200 bytes */
+  if (a->stage >= 2) {
     json_t *t2 = find_stage_contract(c, 2, "decoder_layer");
-    const mi_ckb_entry *me = mi_ckb_find(c, model_id);
+    const mi_ckb_entry *me = mi_ckb_find(c, a->model_id);
     json_t *s2;
-    if (!pass)
+    if (!t->pass)
       s2 = json_pack("{s:i, s:s, s:s, s:s}", "stage", 2, "name", "decoder_layer", "verdict", "SKIPPED",
                      "message", "stage 1 failed");
     else if (!me || !me->kind || strcmp(me->kind, "model"))
       s2 = json_pack("{s:i, s:s, s:s, s:s}", "stage", 2, "name", "decoder_layer", "verdict", "FAIL",
                      "message", "no such model contract (see --model-contract)");
     else
-      s2 = vf_stage2(&o, me->json, t2);
-    if (t2) json_object_set_new(s2, "test_contract", json_sprintf("%s@%s", json_string_value(json_object_get(t2, "id")),
-                                                                  json_string_value(json_object_get(t2, "version"))));
-    json_array_append_new(stages, s2);
-    fprintf(stderr, "stage 2 (one decoder layer of %s):\n", model_id);
-    if (json_object_get(s2, "units")) summary(s2, verbose);
-    else fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(s2, "verdict")),
-                 json_string_value(json_object_get(s2, "message")));
+      s2 = vf_stage2(o, me->json, t2);
+    snprintf(title, sizeof title, "stage 2 (one decoder layer of %s)", a->model_id);
+    add_stage(stages, s2, t2, title, json_object_get(s2, "units") != NULL, a->verbose);
     int p2 = !strcmp(json_string_value(json_object_get(s2, "verdict")), "PASS");
-    passed += p2;
-    failed += !p2;
-    pass = pass && p2;
+    t->passed += p2;
+    t->failed += !p2;
+    t->pass = t->pass && p2;
   }
-  if (stage >= 3) {
+  if (a->stage >= 3) {
     json_t *t3 = find_stage_contract(c, 3, "weight_loading");
-    json_t *s3 = pass ? vf_stage3(&o, c, model_dir)
-                      : json_pack("{s:i, s:s, s:s, s:s}", "stage", 3, "name", "weight_loading",
-                                  "verdict", "SKIPPED", "message", "an earlier stage failed");
-    if (t3) json_object_set_new(s3, "test_contract", json_sprintf("%s@%s", json_string_value(json_object_get(t3, "id")),
-                                                                  json_string_value(json_object_get(t3, "version"))));
-    json_array_append_new(stages, s3);
-    fprintf(stderr, "stage 3 (weight files of %s%s):\n", model_dir,
-            model_plugin ? ", read-back through the engine" : "");
-    if (json_object_get(s3, "units")) summary(s3, verbose);
-    else fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(s3, "verdict")),
-                 json_string_value(json_object_get(s3, "message")));
+    json_t *s3 = t->pass ? vf_stage3(o, c, a->model_dir)
+                         : json_pack("{s:i, s:s, s:s, s:s}", "stage", 3, "name", "weight_loading",
+                                     "verdict", "SKIPPED", "message", "an earlier stage failed");
+    snprintf(title, sizeof title, "stage 3 (weight files of %s%s)", a->model_dir,
+             a->model_plugin ? ", read-back through the engine" : "");
+    add_stage(stages, s3, t3, title, json_object_get(s3, "units") != NULL, a->verbose);
     int p3 = !strcmp(json_string_value(json_object_get(s3, "verdict")), "PASS");
-    passed += p3;
-    failed += !p3;
-    pass = pass && p3;
+    t->passed += p3;
+    t->failed += !p3;
+    t->pass = t->pass && p3;
   }
+}
+
+/* Stages 4-6 up to --stage: N/A counts neither way, SKIPPED as skipped. */
+static void run_stages_4_6(const verify_args *a, mi_ckb *c, vf_stage_opts *o, json_t *stages, tally *t) {
   static const char *const later_names[] = {NULL, NULL, NULL, NULL, "end_to_end", "authenticity", "performance"};
   static const char *const later_titles[] = {NULL, NULL, NULL, NULL, "end to end against goldens",
                                              "authenticity and single path", "performance gates"};
-  for (int sn = 4; sn <= stage; sn++) {
+  for (int sn = 4; sn <= a->stage; sn++) {
     json_t *tc = find_stage_contract(c, sn, later_names[sn]);
     json_t *sj;
-    if (!pass)
+    if (!t->pass)
       sj = json_pack("{s:i, s:s, s:s, s:s}", "stage", sn, "name", later_names[sn], "verdict", "SKIPPED", "message",
                      "an earlier stage failed");
-    else if (sn == 4) sj = vf_stage4(&o, tc);
-    else if (sn == 5) sj = vf_stage5(&o, tc);
-    else sj = vf_stage6(&o, tc);
-    if (tc) json_object_set_new(sj, "test_contract", json_sprintf("%s@%s", json_string_value(json_object_get(tc, "id")),
-                                                                  json_string_value(json_object_get(tc, "version"))));
-    json_array_append_new(stages, sj);
-    fprintf(stderr, "stage %d (%s):\n", sn, later_titles[sn]);
-    if (json_array_size(json_object_get(sj, "units"))) summary(sj, verbose);
-    else fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(sj, "verdict")),
-                 json_string_value(json_object_get(sj, "message")));
+    else if (sn == 4) sj = vf_stage4(o, tc);
+    else if (sn == 5) sj = vf_stage5(o, tc);
+    else sj = vf_stage6(o, tc);
+    char title[128];
+    snprintf(title, sizeof title, "stage %d (%s)", sn, later_titles[sn]);
+    add_stage(stages, sj, tc, title, json_array_size(json_object_get(sj, "units")) > 0, a->verbose);
     const char *v = json_string_value(json_object_get(sj, "verdict"));
     if (!strcmp(v, "N/A")) continue; /* nothing was required: neither passed nor failed */
     if (!strcmp(v, "SKIPPED")) {
-      skipped++;
+      t->skipped++;
       continue;
     }
     int p = !strcmp(v, "PASS");
-    passed += p;
-    failed += !p;
-    pass = pass && p;
+    t->passed += p;
+    t->failed += !p;
+    t->pass = t->pass && p;
   }
+}
+
+/* Stages 1 to --stage into the report, the stages not run named in it;
+ * the exit status. */
+static int run_stages(verify_args *a, mi_ckb *c, json_t *t1, vf_stage_opts *o, mi_options *popts, json_t *rep) {
+  json_t *stages = json_object_get(rep, "stages");
+  json_t *s1 = vf_stage1(o);
+  add_stage(stages, s1, t1, "stage 1 (operator units)", 1, a->verbose);
+  tally t = {!strcmp(json_string_value(json_object_get(s1, "verdict")), "PASS"),
+             (int)json_integer_value(json_object_get(s1, "passed")), (int)json_integer_value(json_object_get(s1, "failed")), 0};
+  if (a->stage >= 2) use_exact_path(a, o, popts, rep);
+  run_stages_2_3(a, c, o, stages, &t);
+  run_stages_4_6(a, c, o, stages, &t);
   /* The stages not run, so a report says what it does not cover. */
   json_t *later = json_array();
   for (size_t i = 0; i < mi_ckb_count(c); i++) {
     const mi_ckb_entry *e = mi_ckb_at(c, i);
-    if (!e->kind || strcmp(e->kind, "test") || json_integer_value(json_object_get(e->json, "stage")) <= stage) continue;
+    if (!e->kind || strcmp(e->kind, "test") || json_integer_value(json_object_get(e->json, "stage")) <= a->stage) continue;
     json_array_append_new(later, json_pack("{s:O, s:s, s:O}", "stage", json_object_get(e->json, "stage"),
                                            "test_contract", e->id, "status", json_object_get(e->json, "status")));
   }
   json_object_set_new(rep, "not_run", later);
-  json_object_set_new(rep, "verdict", json_string(pass ? "PASS" : "FAIL"));
-  fprintf(stderr, "mi-verify: %s: %d passed, %d failed%s (seed %llu)\n", pass ? "PASS" : "FAIL", passed,
-          failed, skipped ? ", later stages skipped" : "", (unsigned long long)seed);
-  rc = pass ? 0 : 1;
+  json_object_set_new(rep, "verdict", json_string(t.pass ? "PASS" : "FAIL"));
+  fprintf(stderr, "mi-verify: %s: %d passed, %d failed%s (seed %llu)\n", t.pass ? "PASS" : "FAIL", t.passed,
+          t.failed, t.skipped ? ", later stages skipped" : "", (unsigned long long)a->seed);
+  return t.pass ? 0 : 1;
+}
 
-write:
-  if (report) { /* whole or not at all: temp file, checked writes, rename */
+/* --contract-patches: the repairs the engine was composed with, applied to
+ * the model contract in memory, so stages 2 and 5 interpret the contract
+ * the engine claims to implement (units are forked: they see it too). -1
+ * to go on, else the exit status. */
+static int apply_patches(verify_args *a, mi_ckb *c) {
+  if (!a->patches) return -1;
+  json_error_t je;
+  json_t *arr = json_load_file(a->patches, 0, &je);
+  const mi_ckb_entry *me = a->model_id ? mi_ckb_find(c, a->model_id) : NULL;
+  if (!json_is_array(arr)) {
+    fprintf(stderr, "mi-verify: %s: %s\n", a->patches, arr ? "not a JSON array of patches" : je.text);
+    json_decref(arr);
+    return 2;
+  }
+  if (!me) {
+    fprintf(stderr, "mi-verify: %s: no model contract to patch (give --model or --model-contract)\n", a->patches);
+    json_decref(arr);
+    return 2;
+  }
+  size_t i;
+  json_t *p;
+  json_array_foreach(arr, i, p) if (mi_ckb_apply_patch((json_t *)me->json, p) < 0) {
+    fprintf(stderr, "mi-verify: %s: patch %zu lacks operator, arg or value\n", a->patches, i);
+    json_decref(arr);
+    return 2;
+  }
+  fprintf(stderr, "mi-verify: %s: %zu patch%s applied from %s\n", me->id, json_array_size(arr),
+          json_array_size(arr) == 1 ? "" : "es", a->patches);
+  json_decref(arr);
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  static verify_args a; /* large buffers: off the stack */
+  mi_out_init();
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  mi_ckb *c = open_ckb(&a, argv[0]);
+  if (!c) return 2;
+  if ((rc = resolve_inputs(&a, c)) >= 0 || (rc = apply_patches(&a, c)) >= 0) {
+    mi_ckb_close(c);
+    return rc;
+  }
+  json_t *t1 = find_stage_contract(c, 1, "operator_units");
+  mi_options popts = {a.kv, a.nkv};
+  vf_stage_opts o;
+  stage_options(&a, c, t1, &popts, &o);
+  json_t *rep = json_pack("{s:s, s:i, s:I, s:{s:s}, s:{s:f, s:f, s:I}}", "tool", "mi-verify",
+                          "format", 1, "seed", (json_int_t)a.seed, "ckb", "dir", a.ckb_dir, "limits",
+                          "timeout_s", o.lim.timeout_s, "cpu_s", o.lim.cpu_s, "mem_mb",
+                          (json_int_t)o.lim.mem_mb);
+  /* Which layers confine each unit here (cgroups, namespaces, ...). */
+  fprintf(stderr, "mi-verify: containment: %s\n", vf_containment());
+  json_object_set_new(rep, "containment", json_string(vf_containment()));
+  json_t *probe = vf_probe_plugin(&o);
+  json_object_set_new(probe, "path", json_string(a.plugin));
+  json_object_set(rep, "plugin", probe);
+  json_object_set_new(rep, "stages", json_array());
+  if ((rc = bind_platform(&a, c, probe, rep, &o)) < 0) rc = run_stages(&a, c, t1, &o, &popts, rep);
+  if (a.report) { /* whole or not at all: temp file, checked writes, rename */
     char *js = json_dumps(rep, JSON_INDENT(2));
     char werr[1200] = "out of memory";
-    if (!js || mi_out_write_file(report, js, strlen(js), werr, sizeof werr) != 0) {
-      fprintf(stderr, "mi-verify: %s: cannot write the report: %s\n", report, werr);
+    if (!js || mi_out_write_file(a.report, js, strlen(js), werr, sizeof werr) != 0) {
+      fprintf(stderr, "mi-verify: %s: cannot write the report: %s\n", a.report, werr);
       if (rc == 0) rc = 2;
     }
     free(js);

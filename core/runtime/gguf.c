@@ -235,16 +235,18 @@ static int cmp_toff(const void *a, const void *b) {
   return 0;
 }
 
-static int parse(mi_gguf *g, char *err, size_t el) {
-  rd r = {.g = g, .pos = 0, .err = err, .el = el};
-  snprintf(r.what, sizeof r.what, "the header");
+/* The magic, the version and the counts; the tables sized for them. */
+static int parse_header(rd *r, uint64_t *nt, uint64_t *nkv) {
+  mi_gguf *g = r->g;
+  char *err = r->err;
+  size_t el = r->el;
+  snprintf(r->what, sizeof r->what, "the header");
   if (g->size < 4 || memcmp(g->base, "GGUF", 4) != 0) {
     mi_path_err(err, el, g->path, "not a GGUF file (no \"GGUF\" magic)");
     return -1;
   }
-  r.pos = 4;
-  uint64_t nt, nkv;
-  if (rd_u32(&r, &g->version)) return -1;
+  r->pos = 4;
+  if (rd_u32(r, &g->version)) return -1;
   if (g->version != 2 && g->version != 3) {
     if ((g->version & 0xffff) == 0 && g->version)
       mi_path_err(err, el, g->path,
@@ -256,33 +258,41 @@ static int parse(mi_gguf *g, char *err, size_t el) {
                   g->version);
     return -1;
   }
-  if (rd_u64(&r, &nt) || rd_u64(&r, &nkv)) return -1;
+  if (rd_u64(r, nt) || rd_u64(r, nkv)) return -1;
   /* a key-value pair takes >= 8 + 1 + 4 + 1 bytes, a tensor info >= 8 + 1 + 4 + 8 + 4 + 8 */
-  if (nkv > MI_GGUF_MAX_KV || nkv > (g->size - r.pos) / 14) {
+  if (*nkv > MI_GGUF_MAX_KV || *nkv > (g->size - r->pos) / 14) {
     mi_path_err(err, el, g->path, "%llu metadata keys (limit %u, and the file is %llu bytes)",
-                (unsigned long long)nkv, MI_GGUF_MAX_KV, (unsigned long long)g->size);
+                (unsigned long long)*nkv, MI_GGUF_MAX_KV, (unsigned long long)g->size);
     return -1;
   }
-  if (nt > MI_GGUF_MAX_TENSORS || nt > (g->size - r.pos) / 33) {
+  if (*nt > MI_GGUF_MAX_TENSORS || *nt > (g->size - r->pos) / 33) {
     mi_path_err(err, el, g->path, "%llu tensors (limit %u, and the file is %llu bytes)",
-                (unsigned long long)nt, MI_GGUF_MAX_TENSORS, (unsigned long long)g->size);
+                (unsigned long long)*nt, MI_GGUF_MAX_TENSORS, (unsigned long long)g->size);
     return -1;
   }
-  g->kv = calloc(nkv ? nkv : 1, sizeof *g->kv);
-  g->kv_by_key = calloc(nkv ? nkv : 1, sizeof *g->kv_by_key);
-  g->t = calloc(nt ? nt : 1, sizeof *g->t);
-  g->t_by_name = calloc(nt ? nt : 1, sizeof *g->t_by_name);
+  g->kv = calloc(*nkv ? *nkv : 1, sizeof *g->kv);
+  g->kv_by_key = calloc(*nkv ? *nkv : 1, sizeof *g->kv_by_key);
+  g->t = calloc(*nt ? *nt : 1, sizeof *g->t);
+  g->t_by_name = calloc(*nt ? *nt : 1, sizeof *g->t_by_name);
   if (!g->kv || !g->kv_by_key || !g->t || !g->t_by_name) {
     mi_path_err(err, el, g->path, "out of memory");
     return -1;
   }
+  return 0;
+}
+
+/* The nkv metadata pairs, each key once, and general.alignment. */
+static int parse_metadata(rd *r, uint64_t nkv) {
+  mi_gguf *g = r->g;
+  char *err = r->err;
+  size_t el = r->el;
   g->alignment = MI_GGUF_DEFAULT_ALIGNMENT;
   for (uint64_t i = 0; i < nkv; i++) {
     mi_gguf_kv *kv = &g->kv[g->n_kv];
     const unsigned char *k;
     uint64_t kl;
-    snprintf(r.what, sizeof r.what, "metadata key %llu", (unsigned long long)i);
-    if (rd_str(&r, MI_GGUF_MAX_KEY, &k, &kl)) return -1;
+    snprintf(r->what, sizeof r->what, "metadata key %llu", (unsigned long long)i);
+    if (rd_str(r, MI_GGUF_MAX_KEY, &k, &kl)) return -1;
     if (!clean_name(k, kl)) {
       mi_path_err(err, el, g->path, "metadata key %llu is empty or has a control character",
                   (unsigned long long)i);
@@ -293,8 +303,8 @@ static int parse(mi_gguf *g, char *err, size_t el) {
       return -1;
     }
     g->n_kv++;
-    snprintf(r.what, sizeof r.what, "the value of key '%.80s'", kv->key);
-    if (rd_u32(&r, &kv->type) || rd_value(&r, kv->type, kv, kv->key)) return -1;
+    snprintf(r->what, sizeof r->what, "the value of key '%.80s'", kv->key);
+    if (rd_u32(r, &kv->type) || rd_value(r, kv->type, kv, kv->key)) return -1;
   }
   for (size_t i = 0; i < g->n_kv; i++)
     g->kv_by_key[i] = &g->kv[i];
@@ -316,74 +326,82 @@ static int parse(mi_gguf *g, char *err, size_t el) {
     }
     g->alignment = (uint64_t)a;
   }
-  for (uint64_t i = 0; i < nt; i++) {
-    mi_gguf_tensor *t = &g->t[g->n_t];
-    const unsigned char *s;
-    uint64_t sl;
-    snprintf(r.what, sizeof r.what, "the info of tensor %llu", (unsigned long long)i);
-    if (rd_str(&r, MI_GGUF_MAX_NAME, &s, &sl)) return -1;
-    if (!clean_name(s, sl)) {
-      mi_path_err(err, el, g->path, "tensor %llu: name is empty or has a control character",
-                  (unsigned long long)i);
+  return 0;
+}
+
+/* Tensor info i: its name, shape, type and offset; its byte size when the
+ * type is known. */
+static int parse_tensor_info(rd *r, uint64_t i) {
+  mi_gguf *g = r->g;
+  char *err = r->err;
+  size_t el = r->el;
+  mi_gguf_tensor *t = &g->t[g->n_t];
+  const unsigned char *s;
+  uint64_t sl;
+  snprintf(r->what, sizeof r->what, "the info of tensor %llu", (unsigned long long)i);
+  if (rd_str(r, MI_GGUF_MAX_NAME, &s, &sl)) return -1;
+  if (!clean_name(s, sl)) {
+    mi_path_err(err, el, g->path, "tensor %llu: name is empty or has a control character",
+                (unsigned long long)i);
+    return -1;
+  }
+  char *name = dup_n(s, sl);
+  if (!name) {
+    mi_path_err(err, el, g->path, "out of memory");
+    return -1;
+  }
+  t->name = name;
+  g->n_t++;
+  snprintf(r->what, sizeof r->what, "the info of tensor '%.80s'", name);
+  if (rd_u32(r, &t->n_dims)) return -1;
+  if (t->n_dims < 1 || t->n_dims > MI_GGUF_MAX_DIMS) {
+    mi_path_err(err, el, g->path, "tensor '%s': %u dimensions (1..%d)", name, t->n_dims,
+                MI_GGUF_MAX_DIMS);
+    return -1;
+  }
+  uint64_t count = 1;
+  for (int d = 0; d < MI_GGUF_MAX_DIMS; d++)
+    t->ne[d] = 1;
+  for (uint32_t d = 0; d < t->n_dims; d++) {
+    if (rd_u64(r, &t->ne[d])) return -1;
+    if (t->ne[d] > (uint64_t)INT64_MAX || __builtin_mul_overflow(count, t->ne[d], &count) ||
+        count > (uint64_t)INT64_MAX) {
+      mi_path_err(err, el, g->path, "tensor '%s': the product of its dimensions overflows", name);
       return -1;
-    }
-    char *name = dup_n(s, sl);
-    if (!name) {
-      mi_path_err(err, el, g->path, "out of memory");
-      return -1;
-    }
-    t->name = name;
-    g->n_t++;
-    snprintf(r.what, sizeof r.what, "the info of tensor '%.80s'", name);
-    if (rd_u32(&r, &t->n_dims)) return -1;
-    if (t->n_dims < 1 || t->n_dims > MI_GGUF_MAX_DIMS) {
-      mi_path_err(err, el, g->path, "tensor '%s': %u dimensions (1..%d)", name, t->n_dims,
-                  MI_GGUF_MAX_DIMS);
-      return -1;
-    }
-    uint64_t count = 1;
-    for (int d = 0; d < MI_GGUF_MAX_DIMS; d++)
-      t->ne[d] = 1;
-    for (uint32_t d = 0; d < t->n_dims; d++) {
-      if (rd_u64(&r, &t->ne[d])) return -1;
-      if (t->ne[d] > (uint64_t)INT64_MAX || __builtin_mul_overflow(count, t->ne[d], &count) ||
-          count > (uint64_t)INT64_MAX) {
-        mi_path_err(err, el, g->path, "tensor '%s': the product of its dimensions overflows", name);
-        return -1;
-      }
-    }
-    if (rd_u32(&r, &t->type) || rd_u64(&r, &t->offset)) return -1;
-    if (t->offset % g->alignment) {
-      mi_path_err(err, el, g->path,
-                  "tensor '%s': data offset %llu is not a multiple of the alignment %llu", name,
-                  (unsigned long long)t->offset, (unsigned long long)g->alignment);
-      return -1;
-    }
-    const ggml_type_info *ti = ggml_type(t->type);
-    if (ti) {
-      if (t->ne[0] % ti->block) {
-        mi_path_err(err, el, g->path,
-                    "tensor '%s': ne[0] = %llu is not a multiple of the %s block of %u", name,
-                    (unsigned long long)t->ne[0], ti->name, ti->block);
-        return -1;
-      }
-      if (__builtin_mul_overflow(count / ti->block, (uint64_t)ti->size, &t->nbytes)) {
-        mi_path_err(err, el, g->path, "tensor '%s': its byte size overflows", name);
-        return -1;
-      }
-      t->known = 1;
     }
   }
-  for (size_t i = 0; i < g->n_t; i++)
-    g->t_by_name[i] = &g->t[i];
-  qsort(g->t_by_name, g->n_t, sizeof *g->t_by_name, cmp_tname);
-  for (size_t i = 1; i < g->n_t; i++)
-    if (!strcmp(g->t_by_name[i - 1]->name, g->t_by_name[i]->name)) {
-      mi_path_err(err, el, g->path, "tensor '%s' appears twice", g->t_by_name[i]->name);
+  if (rd_u32(r, &t->type) || rd_u64(r, &t->offset)) return -1;
+  if (t->offset % g->alignment) {
+    mi_path_err(err, el, g->path,
+                "tensor '%s': data offset %llu is not a multiple of the alignment %llu", name,
+                (unsigned long long)t->offset, (unsigned long long)g->alignment);
+    return -1;
+  }
+  const ggml_type_info *ti = ggml_type(t->type);
+  if (ti) {
+    if (t->ne[0] % ti->block) {
+      mi_path_err(err, el, g->path,
+                  "tensor '%s': ne[0] = %llu is not a multiple of the %s block of %u", name,
+                  (unsigned long long)t->ne[0], ti->name, ti->block);
       return -1;
     }
-  /* the data section */
-  g->data_off = (r.pos + g->alignment - 1) / g->alignment * g->alignment;
+    if (__builtin_mul_overflow(count / ti->block, (uint64_t)ti->size, &t->nbytes)) {
+      mi_path_err(err, el, g->path, "tensor '%s': its byte size overflows", name);
+      return -1;
+    }
+    t->known = 1;
+  }
+  return 0;
+}
+
+/* The data section after the infos: every tensor's bytes inside it, a
+ * power-of-two element size aligned in the file (the mapping is
+ * page-aligned: kernels load these without memcpy). */
+static int place_tensor_data(rd *r) {
+  mi_gguf *g = r->g;
+  char *err = r->err;
+  size_t el = r->el;
+  g->data_off = (r->pos + g->alignment - 1) / g->alignment * g->alignment;
   if (g->n_t && g->data_off > g->size) {
     mi_path_err(err, el, g->path,
                 "truncated: the data section would start at byte %llu, the "
@@ -403,8 +421,6 @@ static int parse(mi_gguf *g, char *err, size_t el) {
       return -1;
     }
     if (!t->known) continue;
-    /* an element size that is a power of two must divide the file offset
-     * (the mapping is page-aligned): kernels load these without memcpy */
     const ggml_type_info *ti = ggml_type(t->type);
     uint64_t abs_off = g->data_off + t->offset;
     if (ti->block == 1 && abs_off % ti->size) {
@@ -414,7 +430,11 @@ static int parse(mi_gguf *g, char *err, size_t el) {
     }
     t->data = g->base + abs_off;
   }
-  /* no two tensors share bytes (aliasing would let one write show in another) */
+  return 0;
+}
+
+/* no two tensors share bytes (aliasing would let one write show in another) */
+static int check_no_overlap(mi_gguf *g, char *err, size_t el) {
   mi_gguf_tensor **by_off = malloc((g->n_t ? g->n_t : 1) * sizeof *by_off);
   if (!by_off) {
     mi_path_err(err, el, g->path, "out of memory");
@@ -433,6 +453,24 @@ static int parse(mi_gguf *g, char *err, size_t el) {
     }
   free(by_off);
   return 0;
+}
+
+static int parse(mi_gguf *g, char *err, size_t el) {
+  rd r = {.g = g, .pos = 0, .err = err, .el = el};
+  uint64_t nt, nkv;
+  if (parse_header(&r, &nt, &nkv) || parse_metadata(&r, nkv)) return -1;
+  for (uint64_t i = 0; i < nt; i++)
+    if (parse_tensor_info(&r, i)) return -1;
+  for (size_t i = 0; i < g->n_t; i++)
+    g->t_by_name[i] = &g->t[i];
+  qsort(g->t_by_name, g->n_t, sizeof *g->t_by_name, cmp_tname);
+  for (size_t i = 1; i < g->n_t; i++)
+    if (!strcmp(g->t_by_name[i - 1]->name, g->t_by_name[i]->name)) {
+      mi_path_err(err, el, g->path, "tensor '%s' appears twice", g->t_by_name[i]->name);
+      return -1;
+    }
+  if (place_tensor_data(&r)) return -1;
+  return check_no_overlap(g, err, el);
 }
 
 static mi_gguf *new_gguf(const char *path, char *err, size_t el) {

@@ -48,7 +48,7 @@ typedef enum mi_weights_load {
   /* read it into private memory aligned to 2 MiB and advised for
    * transparent huge pages: one copy at load time, and then far fewer TLB
    * misses while kernels stream the weights (measured here, CPU decode of
-   * Qwen3-0.6B: ~14% faster than from the mapping). */
+   * the 0.6B test shape: ~14% faster than from the mapping). */
   MI_WEIGHTS_READ = 1,
 } mi_weights_load;
 

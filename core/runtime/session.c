@@ -145,24 +145,9 @@ int mi_session_is_eos(const mi_session *e, int32_t id) {
   return 0;
 }
 
-int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out, char *err,
-                   size_t err_len) {
-  double t0 = mi_now_seconds();
-  *out = NULL;
-  mi_session *e = calloc(1, sizeof *e);
-  if (!e) {
-    snprintf(err, err_len, "out of memory");
-    return -1;
-  }
-  e->model_dir = strdup(o->model_dir);
-  char path[4096];
-  /* -m names a Hugging Face folder, or a GGUF file (known by its magic):
-   * then config, tokenizer and weights all come from that one file through
-   * its model contract (core/runtime/gguf_model.h, docs/gguf.md). */
-  mi_gguf_model *gm = NULL;
-  const int is_gguf = mi_gguf_sniff(o->model_dir);
-
-  /* platform */
+/* The platform plugin (-p, else the best loaded) into e, and its process
+ * group, which must be the size --tp asks for. */
+static int open_platform(mi_registry *reg, const mi_session_opts *o, mi_session *e, char *err, size_t err_len) {
   e->platform_plugin = mi_registry_best(reg, MI_PLUGIN_PLATFORM, o->platform);
   if (!e->platform_plugin) {
     /* Name the reason the loader recorded (e.g. a GPU probe's "no device"). */
@@ -180,65 +165,77 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
                o->platform);
     else
       snprintf(err, err_len, "no platform plugin is loaded (see --list-plugins for why)");
-    goto fail;
+    return -1;
   }
   e->P = e->platform_plugin->iface;
   e->pc = e->platform_plugin->ctx;
-
   /* tensor parallelism: the platform's group must be the size asked for */
   e->tp_size = o->tp_size > 0 ? o->tp_size : 1;
   int rank = 0, size = 1;
   if (mi_platform_has(e->P, comm_info) && e->P->comm_info(e->pc, &rank, &size) != 0) {
     snprintf(err, err_len, "platform '%s': cannot query its process group: %s",
              e->platform_plugin->desc->name, e->P->last_error(e->pc));
-    goto fail;
+    return -1;
   }
   if (size != e->tp_size) {
     snprintf(err, err_len,
              "--tp %d needs %d ranks, but platform '%s' runs %d (start with e.g. mpirun -np %d)",
              e->tp_size, e->tp_size, e->platform_plugin->desc->name, size, e->tp_size);
-    goto fail;
+    return -1;
   }
   e->tp_rank = rank;
+  return 0;
+}
 
-  /* config.json */
-  snprintf(path, sizeof path, "%s/config.json", o->model_dir);
-  struct stat cst;
+/* config.json into e->config: the folder's, or a GGUF file's through its
+ * model contract (opened into *gm). path (n bytes) is set to what messages
+ * about the config name. */
+static int open_config(mi_session *e, const mi_session_opts *o, int is_gguf, mi_gguf_model **gm, char *path, size_t n,
+                       char *err, size_t err_len) {
+  snprintf(path, n, "%s/config.json", o->model_dir);
   json_t *cfg;
   if (is_gguf) {
-    snprintf(path, sizeof path, "%s", o->model_dir); /* messages name the file */
+    snprintf(path, n, "%s", o->model_dir); /* messages name the file */
     /* the memory check first: reading the file is reading the weights */
-    if (weights_fit(e, o, err, err_len) != 0) goto fail;
+    if (weights_fit(e, o, err, err_len) != 0) return -1;
     mi_weights_load ghow = weights_load_mode(e, o);
     char ckb[4096];
     if (!mi_gguf_ckb_dir(ckb, sizeof ckb)) {
       snprintf(err, err_len, "%s: a GGUF file is read through its model contract: %s", o->model_dir,
                ckb);
-      goto fail;
+      return -1;
     }
-    if (mi_gguf_model_open(o->model_dir, ckb, ghow, &gm, err, err_len) != 0) goto fail;
-    cfg = json_incref(gm->config);
+    if (mi_gguf_model_open(o->model_dir, ckb, ghow, gm, err, err_len) != 0) return -1;
+    cfg = json_incref((*gm)->config);
   } else {
     struct stat mst;
     if (stat(o->model_dir, &mst) == 0 && !S_ISDIR(mst.st_mode)) {
       snprintf(err, err_len, "%s: not a model folder (config.json, *.safetensors) or a GGUF file "
                "(no \"GGUF\" magic)", o->model_dir);
-      goto fail;
+      return -1;
     }
     cfg = load_small_json(path, err, err_len);
   }
-  if (!cfg) goto fail;
+  if (!cfg) return -1;
   e->config = cfg;
+  return 0;
+}
+
+/* The model plugin for the config's architecture into e: a generated engine
+ * (mi/engine.h: a model interface baked for one config) is preferred when it
+ * accepts this config.json; its refusal is reported when no model plugin
+ * can take the model either. Then the plugin's own check of the config, and
+ * the platform's and the model's needs against each other. */
+static int pick_model_plugin(mi_registry *reg, const mi_session_opts *o, mi_session *e, const char *path, char *err,
+                             size_t err_len) {
+  json_t *cfg = e->config;
   json_t *archs = json_object_get(cfg, "architectures");
   const char *arch = json_string_value(json_array_get(archs, 0));
   if (!arch) {
     snprintf(err, err_len, "%s: \"architectures\" must be a non-empty array of strings", path);
-    goto fail;
+    return -1;
   }
   char names[512];
-  /* A generated engine (mi/engine.h: a model interface baked for one config)
-   * is preferred when it accepts this config.json; its refusal is reported
-   * when no model plugin can take the model either. */
   char engine_err[1024] = "";
   e->model_plugin = NULL;
   for (size_t i = 0; i < mi_registry_count(reg) && !e->model_plugin; i++) {
@@ -254,37 +251,41 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
     e->model_plugin = find_model_plugin(reg, arch, names, sizeof names);
     if (!e->model_plugin && engine_err[0]) {
       snprintf(err, err_len, "%s: %s", path, engine_err);
-      goto fail;
+      return -1;
     }
   }
   if (!e->model_plugin) {
     snprintf(err, err_len, "%s: architecture '%s' is not supported by any loaded model plugin%s%s",
              path, arch, names[0] ? " (loaded: " : "", names[0] ? names : "");
     if (names[0]) strncat(err, ")", err_len - strlen(err) - 1);
-    goto fail;
+    return -1;
   }
   e->M = e->model_plugin->iface;
   char perr[1024];
   if (e->M->check_config(e->model_plugin->ctx, mi_json_wrap(cfg), perr, sizeof perr) != 0) {
     snprintf(err, err_len, "%s: %s", path, perr);
-    goto fail;
+    return -1;
   }
-  if (mi_compat_check(e->platform_plugin, e->model_plugin, e->tp_size, o->model_opts, err, err_len))
-    goto fail;
+  if (mi_compat_check(e->platform_plugin, e->model_plugin, e->tp_size, o->model_opts, err, err_len)) return -1;
+  return 0;
+}
 
-  /* tokenizer */
+/* The tokenizer (a GGUF file's built in memory), and the end-of-generation
+ * tokens as the model declares them. */
+static int open_tokenizer(mi_session *e, const mi_session_opts *o, mi_gguf_model *gm, char *err, size_t err_len) {
+  char path[4096];
   if (gm) {
     e->tok = mi_tokenizer_load_json(gm->tokenizer, o->model_dir, err, err_len);
     if (!e->tok || mi_tokenizer_set_config(e->tok, gm->eos, gm->bos, gm->pad, gm->chat_template,
                                            o->model_dir, err, err_len) != 0)
-      goto fail;
+      return -1;
   } else {
     snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
     e->tok = mi_tokenizer_load(path, err, err_len);
-    if (!e->tok) goto fail;
+    if (!e->tok) return -1;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", o->model_dir);
     if (access(path, F_OK) == 0) { /* not fopen: a FIFO would block it */
-      if (mi_tokenizer_load_config(e->tok, path, err, err_len) != 0) goto fail;
+      if (mi_tokenizer_load_config(e->tok, path, err, err_len) != 0) return -1;
     }
   }
   /* The tokenizer's JSON (a GGUF file's is built in memory: ~30 MB of small
@@ -298,24 +299,29 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif
+  return 0;
+}
 
-  /* End-of-generation tokens, as the model folder declares them:
-   * generation_config.json and config.json "eos_token_id" (an id or a
-   * list), and tokenizer_config.json "eos_token". */
-  /* A GGUF file: its eos id (set on the tokenizer above) and the contract's
-   * end tokens present in its vocabulary (llama.cpp stops at those too). */
+/* End-of-generation tokens, as the model folder declares them:
+ * generation_config.json and config.json "eos_token_id" (an id or a list),
+ * and tokenizer_config.json "eos_token". A GGUF file: its eos id (set on
+ * the tokenizer) and the contract's end tokens present in its vocabulary
+ * (llama.cpp stops at those too). */
+static int collect_eos(mi_session *e, const mi_session_opts *o, mi_gguf_model *gm, char *err, size_t err_len) {
+  char path[4096];
+  struct stat cst;
   for (size_t i = 0; gm && i < json_array_size(gm->end_tokens); i++) {
     const char *t = json_string_value(json_array_get(gm->end_tokens, i));
     if (t) add_eos(e, mi_tokenizer_token_id(e->tok, t));
   }
   snprintf(path, sizeof path, "%s/config.json", o->model_dir);
-  if (!gm && add_eos_field(e, cfg, path, err, err_len) != 0) goto fail;
+  if (!gm && add_eos_field(e, e->config, path, err, err_len) != 0) return -1;
   snprintf(path, sizeof path, "%s/generation_config.json", o->model_dir);
   if (!gm && stat(path, &cst) == 0) {
     json_t *gen = load_small_json(path, err, err_len);
     int bad = !gen || add_eos_field(e, gen, path, err, err_len) != 0;
     json_decref(gen);
-    if (bad) goto fail;
+    if (bad) return -1;
   }
   add_eos(e, mi_tokenizer_eos_id(e->tok));
   if (e->n_eos == 0)
@@ -323,25 +329,21 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
            "%s declares no end-of-sequence token (generation_config.json, config.json or "
            "tokenizer_config.json): generation stops only at -n or the context end",
            o->model_dir);
+  return 0;
+}
 
-  /* Memory, estimated before anything big is allocated: the weight files
-   * here, the model's scratch in its load (option mem_budget), the KV cache
-   * in mi_generate. Host-memory platforms only (a GPU's own memory is its
-   * plugin's to check). */
-  if (!gm && weights_fit(e, o, err, err_len) != 0) goto fail; /* a GGUF file's was checked above */
-
-  /* weights + model */
-  /* Block-type matrices (Q8_0, Q4_0, Q4_K, Q6_K) stay as stored where the
-   * platform's kernels take their dtype (asked per dtype,
-   * core/runtime/gguf_model.h); else they are widened to f32, which the
-   * memory check counts there */
+/* The weights, then the model plugin's load of them. Block-type matrices
+ * (Q8_0, Q4_0, Q4_K, Q6_K) stay as stored where the platform's kernels take
+ * their dtype (asked per dtype, core/runtime/gguf_model.h); else they are
+ * widened to f32, which the memory check counts there. */
+static int load_model(mi_session *e, const mi_session_opts *o, mi_gguf_model *gm, char *err, size_t err_len) {
   if (gm) {
     gm->keep_blocks = mi_gguf_platform_blocks(e->P, e->pc);
     gm->mem_avail = e->mem_host ? e->mem_avail : 0;
   }
   e->weights = gm ? mi_gguf_model_weights(gm, err, err_len)
                  : mi_weights_open_ex(o->model_dir, weights_load_mode(e, o), err, err_len);
-  if (!e->weights) goto fail;
+  if (!e->weights) return -1;
   mi_options none = {0};
   /* the model's options plus mem_budget: bytes left for its scratch */
   const mi_options *uo = o->model_opts ? o->model_opts : &none;
@@ -360,22 +362,52 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
   mi_model_load_args a = {
       .struct_size = sizeof a,
       .model_dir = o->model_dir,
-      .config = mi_json_wrap(cfg),
+      .config = mi_json_wrap(e->config),
       .weights = e->weights,
       .platform = {.iface = e->P, .ctx = e->pc},
       .tp_rank = e->tp_rank,
       .tp_size = e->tp_size,
       .opts = uo,
   };
-  if (e->M->load(e->model_plugin->ctx, &a, &e->model, err, err_len) != 0) goto fail;
+  if (e->M->load(e->model_plugin->ctx, &a, &e->model, err, err_len) != 0) return -1;
   e->info.struct_size = sizeof e->info;
   e->M->info(e->model, &e->info);
   if ((int64_t)mi_tokenizer_vocab_size(e->tok) > e->info.vocab_size) {
     snprintf(err, err_len, "%s%s: %zu tokens but the model's vocab_size is %lld", o->model_dir,
              gm ? "" : "/tokenizer.json", mi_tokenizer_vocab_size(e->tok),
              (long long)e->info.vocab_size);
-    goto fail;
+    return -1;
   }
+  return 0;
+}
+
+int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out, char *err,
+                   size_t err_len) {
+  double t0 = mi_now_seconds();
+  *out = NULL;
+  mi_session *e = calloc(1, sizeof *e);
+  if (!e) {
+    snprintf(err, err_len, "out of memory");
+    return -1;
+  }
+  e->model_dir = strdup(o->model_dir);
+  char path[4096];
+  /* -m names a Hugging Face folder, or a GGUF file (known by its magic):
+   * then config, tokenizer and weights all come from that one file through
+   * its model contract (core/runtime/gguf_model.h, docs/gguf.md). */
+  mi_gguf_model *gm = NULL;
+  const int is_gguf = mi_gguf_sniff(o->model_dir);
+  if (open_platform(reg, o, e, err, err_len) != 0 ||
+      open_config(e, o, is_gguf, &gm, path, sizeof path, err, err_len) != 0 ||
+      pick_model_plugin(reg, o, e, path, err, err_len) != 0 || open_tokenizer(e, o, gm, err, err_len) != 0 ||
+      collect_eos(e, o, gm, err, err_len) != 0)
+    goto fail;
+  /* Memory, estimated before anything big is allocated: the weight files
+   * here, the model's scratch in its load (option mem_budget), the KV cache
+   * in mi_generate. Host-memory platforms only (a GPU's own memory is its
+   * plugin's to check). */
+  if (!gm && weights_fit(e, o, err, err_len) != 0) goto fail; /* a GGUF file's was checked above */
+  if (load_model(e, o, gm, err, err_len) != 0) goto fail;
   e->load_seconds = mi_now_seconds() - t0;
   mi_gguf_model_close(gm);
   *out = e;
@@ -745,7 +777,7 @@ int mi_gen_sample(mi_gen *g, mi_gen_token *tok, char *err, size_t err_len) {
   g->hist[g->n_hist++] = id;
   g->last = id;
   g->is_eos = mi_session_is_eos(e, id);
-  /* Ids past the tokenizer's vocabulary but inside the model's (Qwen pads
+  /* Ids past the tokenizer's vocabulary but inside the model's (a model may pad
    * its embedding to 151936 rows) have no text: they decode to nothing,
    * as in Hugging Face. */
   int n = id < (int32_t)mi_tokenizer_vocab_size(e->tok)

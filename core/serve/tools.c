@@ -11,14 +11,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define QWEN_OPEN "<tool_call>"
-#define QWEN_CLOSE "</tool_call>"
+#define TAG_OPEN "<tool_call>"
+#define TAG_CLOSE "</tool_call>"
 #define PYTHON_TAG "<|python_tag|>"
 
 serve_tools_fmt serve_tools_detect(const char *t) {
   if (!t) return SERVE_TOOLS_NONE;
-  if (strstr(t, QWEN_OPEN)) return SERVE_TOOLS_QWEN;
-  if (strstr(t, "\"parameters\"") && strstr(t, "tool")) return SERVE_TOOLS_LLAMA;
+  if (strstr(t, TAG_OPEN)) return SERVE_TOOLS_TAGGED;
+  if (strstr(t, "\"parameters\"") && strstr(t, "tool")) return SERVE_TOOLS_BARE_JSON;
   return SERVE_TOOLS_NONE;
 }
 
@@ -55,7 +55,7 @@ static json_t *one_call(const char *s, size_t n, serve_tools_fmt fmt) {
   json_t *o = json_loadb(s, n, 0, NULL);
   json_t *name = json_object_get(o, "name");
   json_t *args = json_object_get(o, "arguments");
-  if (!args && fmt == SERVE_TOOLS_LLAMA) args = json_object_get(o, "parameters");
+  if (!args && fmt == SERVE_TOOLS_BARE_JSON) args = json_object_get(o, "parameters");
   json_t *call = NULL, *parsed = NULL;
   if (!json_is_object(o) || !json_is_string(name) || json_string_length(name) == 0) goto out;
   if (json_is_string(args)) { /* arguments as a JSON string: accepted when it holds an object */
@@ -90,24 +90,24 @@ int serve_tools_parse(serve_tools_fmt fmt, const char *text, size_t len, int par
   char *outside = malloc(len + 1);
   size_t olen = 0;
   int ok = arr && outside;
-  if (fmt == SERVE_TOOLS_QWEN) {
-    const size_t ol = strlen(QWEN_OPEN), cl = strlen(QWEN_CLOSE);
+  if (fmt == SERVE_TOOLS_TAGGED) {
+    const size_t ol = strlen(TAG_OPEN), cl = strlen(TAG_CLOSE);
     size_t pos = 0;
     while (ok) {
-      const char *st = memmem(text + pos, len - pos, QWEN_OPEN, ol);
+      const char *st = memmem(text + pos, len - pos, TAG_OPEN, ol);
       size_t stop = st ? (size_t)(st - text) : len;
       memcpy(outside + olen, text + pos, stop - pos);
       olen += stop - pos;
       if (!st) break;
       size_t b = stop + ol;
-      const char *en = memmem(text + b, len - b, QWEN_CLOSE, cl);
+      const char *en = memmem(text + b, len - b, TAG_CLOSE, cl);
       size_t e = en ? (size_t)(en - text) : len;
       json_t *c =
           json_array_size(arr) < SERVE_MAX_TOOL_CALLS ? one_call(text + b, e - b, fmt) : NULL;
       if (!c || json_array_append_new(arr, c)) ok = 0;
       pos = en ? e + cl : len;
     }
-  } else { /* LLAMA: the whole message, calls separated by ';' */
+  } else { /* BARE_JSON: the whole message, calls separated by ';' */
     size_t pos = 0;
     while (pos < len && is_space(text[pos]))
       pos++;
@@ -230,15 +230,15 @@ int serve_tool_stream_feed(serve_tool_stream *s, const char *text, size_t len, c
   *out_len = 0;
   if (append(s, text, len)) return -1;
   if (s->holding) return 0;
-  if (s->fmt == SERVE_TOOLS_QWEN) {
-    const char *st = memmem(s->buf, s->len, QWEN_OPEN, strlen(QWEN_OPEN));
+  if (s->fmt == SERVE_TOOLS_TAGGED) {
+    const char *st = memmem(s->buf, s->len, TAG_OPEN, strlen(TAG_OPEN));
     if (st) {
       s->holding = 1;
       return release(s, (size_t)(st - s->buf), out, out_len);
     }
-    return release(s, s->len - partial_suffix(s->buf, s->len, QWEN_OPEN), out, out_len);
+    return release(s, s->len - partial_suffix(s->buf, s->len, TAG_OPEN), out, out_len);
   }
-  if (s->fmt == SERVE_TOOLS_LLAMA && !s->decided) {
+  if (s->fmt == SERVE_TOOLS_BARE_JSON && !s->decided) {
     size_t p = 0;
     while (p < s->len && is_space(s->buf[p]))
       p++;

@@ -3,11 +3,11 @@
  * tests/serve/test_serve_tools.c).
  *
  * Formats, chosen by what the chat template's text asks the model for:
- *  - QWEN (the template mentions <tool_call>: Qwen2.5, Qwen3, Hermes):
+ *  - TAGGED (the template mentions <tool_call>, the Hermes-style tags):
  *    <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>, any number,
  *    text around them; an unclosed last block runs to the end of the text.
- *  - LLAMA (the template asks for {"name": ..., "parameters": ...}: Llama
- *    3.1/3.2): the whole message (after an optional <|python_tag|>) is one
+ *  - BARE_JSON (the template asks for {"name": ..., "parameters": ...}):
+ *    the whole message (after an optional <|python_tag|>) is one
  *    JSON object {"name", "parameters" (or "arguments")}, or several
  *    separated by ';'.
  * A malformed call (not JSON, no name, arguments not an object) leaves the
@@ -22,7 +22,7 @@
 
 #define SERVE_MAX_TOOL_CALLS 128
 
-typedef enum { SERVE_TOOLS_NONE = 0, SERVE_TOOLS_QWEN, SERVE_TOOLS_LLAMA } serve_tools_fmt;
+typedef enum { SERVE_TOOLS_NONE = 0, SERVE_TOOLS_TAGGED, SERVE_TOOLS_BARE_JSON } serve_tools_fmt;
 
 /* The format a chat template's text asks for; NONE for NULL or no known one. */
 serve_tools_fmt serve_tools_detect(const char *chat_template);
@@ -44,14 +44,14 @@ json_t *serve_tools_message(serve_tools_fmt fmt, const char *text, size_t len, i
                             int *called);
 
 /* Streaming: content deltas pass through until a call may be starting
- * (QWEN: "<tool_call>", or a prefix of it at the end of what came so far;
- * LLAMA: the message's first non-space text is '{' or <|python_tag|>); from
+ * (TAGGED: "<tool_call>", or a prefix of it at the end of what came so far;
+ * BARE_JSON: the message's first non-space text is '{' or <|python_tag|>); from
  * there the text is held, and serve_tool_stream_end parses it. */
 typedef struct serve_tool_stream {
   serve_tools_fmt fmt;
   int parallel;
   int holding; /* a call may have started: everything from `held` on is held */
-  int decided; /* LLAMA: the message's start has been seen */
+  int decided; /* BARE_JSON: the message's start has been seen */
   char *buf;   /* text not yet released */
   size_t len, cap;
 } serve_tool_stream;

@@ -612,11 +612,334 @@ static jv *to_string(jrender *r, const jnode *n, jv *x) {
   return s;
 }
 
-jv *jb_filter(jrender *r, jframe *f, const jnode *n, jv *x) {
-  jv **a, **kwv;
+/* A filter call's arguments: positional a[na], keywords kwn[i]=kwv[i]. */
+typedef struct fargs {
+  jv **a;
+  size_t na;
   jstr *kwn;
-  size_t na, nk;
-  if (eval_list(r, f, &n->args, &a, &na, &kwn, &kwv, &nk)) return NULL;
+  jv **kwv;
+  size_t nk;
+} fargs;
+
+/* argument i, else the keyword `name` */
+static jv *farg(const fargs *fa, size_t i, const char *name) {
+  return arg(fa->a, fa->na, i, fa->kwn, fa->kwv, fa->nk, name);
+}
+static jv *fkw(const fargs *fa, const char *name) { return kwarg(fa->kwn, fa->kwv, fa->nk, name); }
+
+/* the text accumulated in b as a string (b freed); its output limit failed */
+static jv *buf_string(jrender *r, const jnode *n, jbuf *b) {
+  if (b->over) {
+    free(b->p);
+    return jfail(r, n, "output limit: a string over %zu bytes", r->lim->max_output);
+  }
+  jv *s = jv_str(r, b->p ? b->p : "", b->n);
+  free(b->p);
+  return s;
+}
+
+static jv *f_tojson(jrender *r, const jnode *n, jv *x, const fargs *fa) {
+  jv *ind = farg(fa, 0, "indent");
+  jv *ea = fkw(fa, "ensure_ascii");
+  jv *sk = fkw(fa, "sort_keys");
+  if (ind && ind->t != V_INT && ind->t != V_NONE)
+    return jfail(r, n, "tojson: indent must be an integer");
+  if (ind && ind->t == V_INT && (ind->i < 0 || ind->i > 64))
+    return jfail(r, n, "tojson: indent must be 0..64");
+  for (size_t i = 0; i < fa->nk; i++)
+    if (!eq(fa->kwn[i].s, fa->kwn[i].n, "indent") && !eq(fa->kwn[i].s, fa->kwn[i].n, "ensure_ascii") &&
+        !eq(fa->kwn[i].s, fa->kwn[i].n, "sort_keys"))
+      return jfail(r, n, "tojson: unsupported argument '%.*s'", (int)fa->kwn[i].n, fa->kwn[i].s);
+  jbuf b = {.max = r->lim->max_output};
+  int rc = jv_to_json(r, x, &b, ind && ind->t == V_INT ? (int)ind->i : -1, ea && jv_truthy(ea),
+                      sk && jv_truthy(sk), 0);
+  if (rc || b.over) {
+    free(b.p);
+    return r->failed ? NULL
+                     : jfail(r, n, "output limit: a string over %zu bytes", r->lim->max_output);
+  }
+  jv *s = jv_str(r, b.p ? b.p : "", b.n);
+  free(b.p);
+  return s;
+}
+
+static jv *f_length(jrender *r, const jnode *n, jv *x) {
+  if (x->t == V_STR) {
+    long long k = 0;
+    for (size_t i = 0; i < x->s.n; i++)
+      if (((unsigned char)x->s.s[i] & 0xC0) != 0x80) k++;
+    return jv_int(r, k);
+  }
+  if (x->t == V_LIST) return jv_int(r, (long long)x->l.n);
+  if (x->t == V_DICT || x->t == V_NS) return jv_int(r, (long long)x->d.n);
+  return jfail(r, n, "filter 'length' needs a string, list or dict, got %s", jv_type_name(x));
+}
+
+static jv *f_reverse(jrender *r, const jnode *n, jv *x) {
+  if (x->t == V_STR) {
+    jv *l = need_list(r, n, x), *o = l ? jnew_bytes(r, n, x->s.n) : NULL;
+    if (!o) return NULL;
+    size_t off = 0;
+    for (size_t i = l->l.n; i-- > 0;) {
+      memcpy((char *)o->s.s + off, l->l.a[i]->s.s, l->l.a[i]->s.n);
+      off += l->l.a[i]->s.n;
+    }
+    return o;
+  }
+  jv *l = need_list(r, n, x), *o = l ? jv_list(r, l->l.n) : NULL;
+  if (!o) return NULL;
+  for (size_t i = 0; i < l->l.n; i++)
+    o->l.a[i] = l->l.a[l->l.n - 1 - i];
+  return o;
+}
+
+static jv *f_join(jrender *r, const jnode *n, jv *x, const fargs *fa) {
+  jv *sep = farg(fa, 0, "d");
+  jv *at = farg(fa, 1, "attribute");
+  jv *l = need_list(r, n, x);
+  if (!l) return NULL;
+  jbuf b = {.max = r->lim->max_output};
+  for (size_t i = 0; i < l->l.n; i++) {
+    if (i && sep && sep->t == V_STR) jb_put(&b, sep->s.s, sep->s.n);
+    jv *it = at && at->t == V_STR ? attr_path(r, l->l.a[i], at) : l->l.a[i];
+    if (jv_to_text(r, it, &b)) {
+      free(b.p);
+      return NULL;
+    }
+  }
+  return buf_string(r, n, &b);
+}
+
+/* A string's number as int and float read it (Python: surrounding blanks
+ * allowed); 1 with *d, else 0. */
+static int str_number(const jv *x, double *d) {
+  char buf[64];
+  size_t k = x->s.n < 63 ? x->s.n : 63;
+  memcpy(buf, x->s.s, k);
+  buf[k] = 0;
+  char *end;
+  *d = strtod(buf, &end);
+  while (*end && is_space((unsigned char)*end))
+    end++;
+  return end != buf && !*end;
+}
+
+static jv *f_int(jrender *r, jv *x, const fargs *fa) {
+  jv *dv = farg(fa, 0, "default");
+  double d;
+  if (x->t == V_INT) return x;
+  if (x->t == V_BOOL) return jv_int(r, x->b);
+  if (x->t == V_FLOAT && isfinite(x->f) && fabs(x->f) < 9.2e18) return jv_int(r, (long long)x->f);
+  if (x->t == V_STR && str_number(x, &d) && isfinite(d) && fabs(d) < 9.2e18) return jv_int(r, (long long)d);
+  return dv ? dv : jv_int(r, 0);
+}
+
+static jv *f_float(jrender *r, jv *x, const fargs *fa) {
+  jv *dv = farg(fa, 0, "default");
+  double d;
+  if (x->t == V_FLOAT) return x;
+  if (x->t == V_INT) return jv_float(r, (double)x->i);
+  if (x->t == V_BOOL) return jv_float(r, x->b);
+  if (x->t == V_STR && str_number(x, &d)) return jv_float(r, d);
+  return dv ? dv : jv_float(r, 0);
+}
+
+static jv *f_round(jrender *r, const jnode *n, jv *x, const fargs *fa) {
+  jv *pr = farg(fa, 0, "precision"), *me = farg(fa, 1, "method");
+  double v = x->t == V_INT ? (double)x->i : x->t == V_FLOAT ? x->f : NAN;
+  if (isnan(v) && x->t != V_FLOAT) return jfail(r, n, "filter 'round' needs a number");
+  long long p = pr && pr->t == V_INT ? pr->i : 0;
+  if (p < 0 || p > 15) return jfail(r, n, "round: precision must be 0..15");
+  double m = pow(10, (double)p), s = v * m;
+  if (me && me->t == V_STR && eq(me->s.s, me->s.n, "floor"))
+    s = floor(s);
+  else if (me && me->t == V_STR && eq(me->s.s, me->s.n, "ceil"))
+    s = ceil(s);
+  else
+    s = nearbyint(s); /* Python round: half to even */
+  return jv_float(r, s / m);
+}
+
+static jv *f_indent(jrender *r, const jnode *n, jv *x, const fargs *fa) {
+  jv *w = farg(fa, 0, "width"), *fi = farg(fa, 1, "first"), *bl = farg(fa, 2, "blank");
+  jv *s = to_string(r, n, x);
+  if (!s) return NULL;
+  jbuf ib = {0};
+  if (w && w->t == V_STR)
+    jb_put(&ib, w->s.s, w->s.n);
+  else {
+    long long k = w && w->t == V_INT ? w->i : 4;
+    if (k < 0 || k > 256) k = 0;
+    for (long long i = 0; i < k; i++)
+      jb_put(&ib, " ", 1);
+  }
+  jbuf b = {.max = r->lim->max_output};
+  size_t i = 0, line = 0;
+  while (i <= s->s.n) {
+    const char *nl = memchr(s->s.s + i, '\n', s->s.n - i);
+    size_t e = nl ? (size_t)(nl - s->s.s) : s->s.n;
+    int blank = e == i;
+    if ((line > 0 || (fi && jv_truthy(fi))) && (!blank || (bl && jv_truthy(bl))))
+      jb_put(&b, ib.p ? ib.p : "", ib.n);
+    jb_put(&b, s->s.s + i, e - i);
+    if (!nl) break;
+    jb_put(&b, "\n", 1);
+    i = e + 1;
+    line++;
+  }
+  free(ib.p);
+  return buf_string(r, n, &b);
+}
+
+/* map(attribute=, default=) or map('filter') over list l into o; o's length */
+static int f_map(jrender *r, jframe *f, const jnode *n, jv *l, jv *o, const fargs *fa, size_t *k) {
+  jv *at = fkw(fa, "attribute"), *dv = fkw(fa, "default");
+  for (size_t i = 0; i < l->l.n; i++) {
+    jv *it = l->l.a[i];
+    if (at) {
+      if (at->t != V_STR) return jfail(r, n, "map: attribute must be a string"), -1;
+      jv *v = attr_path(r, it, at);
+      o->l.a[(*k)++] = v->t == V_UNDEF && dv ? dv : v;
+    } else if (fa->na && fa->a[0]->t == V_STR) {
+      /* map('filter') with the simple one-argument filters */
+      jnode fake = *n;
+      fake.s = fa->a[0]->s;
+      fake.args.n = 0;
+      jv *v = jb_filter(r, f, &fake, it);
+      if (!v) return -1;
+      o->l.a[(*k)++] = v;
+    } else
+      return jfail(r, n, "map needs attribute= or a filter name"), -1;
+  }
+  return 0;
+}
+
+/* select / reject (by a test, else truthiness), selectattr / rejectattr (of
+ * an attribute), map */
+static jv *f_select(jrender *r, jframe *f, const jnode *n, jv *x, const fargs *fa) {
+  const char *nm = n->s.s;
+  size_t nn = n->s.n;
+  jv *l = need_list(r, n, x);
+  if (!l) return NULL;
+  jv *o = jv_list(r, l->l.n);
+  if (!o) return NULL;
+  size_t k = 0;
+  if (eq(nm, nn, "map")) {
+    if (f_map(r, f, n, l, o, fa, &k)) return NULL;
+  } else {
+    int attr = eq(nm, nn, "selectattr") || eq(nm, nn, "rejectattr");
+    int keep_true = eq(nm, nn, "selectattr") || eq(nm, nn, "select");
+    size_t t0 = attr ? 1 : 0, na = fa->na;
+    jv **a = fa->a;
+    if (attr && (!na || a[0]->t != V_STR))
+      return jfail(r, n, "filter '%.*s' needs an attribute name", (int)nn, nm);
+    for (size_t i = 0; i < l->l.n; i++) {
+      jv *it = attr ? attr_path(r, l->l.a[i], a[0]) : l->l.a[i];
+      int t;
+      if (na > t0) {
+        if (a[t0]->t != V_STR) return jfail(r, n, "filter '%.*s' needs a test name", (int)nn, nm);
+        if (test_named(r, n, a[t0]->s.s, a[t0]->s.n, it, a + t0 + 1, na - t0 - 1, &t))
+          return NULL;
+      } else
+        t = jv_truthy(it);
+      if (t == keep_true) o->l.a[k++] = l->l.a[i];
+    }
+  }
+  o->l.n = k;
+  return o;
+}
+
+static jv *f_unique(jrender *r, const jnode *n, jv *x) {
+  jv *l = need_list(r, n, x), *o = l ? jv_list(r, l->l.n) : NULL;
+  if (!o) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < l->l.n; i++) {
+    int dup = 0;
+    for (size_t j = 0; j < k && !dup; j++)
+      dup = jv_equal(o->l.a[j], l->l.a[i]);
+    if (!dup) o->l.a[k++] = l->l.a[i];
+  }
+  o->l.n = k;
+  return o;
+}
+
+static jv *f_dictsort(jrender *r, const jnode *n, jv *x) {
+  if (x->t != V_DICT) return jfail(r, n, "filter 'dictsort' needs a dict");
+  jv *it = items_of(r, x);
+  if (!it) return NULL;
+  for (size_t i = 1; i < it->l.n; i++) /* insertion sort by key (bounded by the dict size) */
+    for (size_t j = i; j > 0; j--) {
+      jv *p = it->l.a[j - 1]->l.a[0], *q = it->l.a[j]->l.a[0];
+      size_t m = p->s.n < q->s.n ? p->s.n : q->s.n;
+      int c = strncasecmp(p->s.s, q->s.s, m);
+      if (c < 0 || (c == 0 && p->s.n <= q->s.n)) break;
+      jv *t = it->l.a[j - 1];
+      it->l.a[j - 1] = it->l.a[j];
+      it->l.a[j] = t;
+    }
+  return it;
+}
+
+/* The filters that take a string, a list or a number as it is; NULL with
+ * *done 0 when f is none of them. */
+static jv *simple_filter(jrender *r, const jnode *n, jv *x, const fargs *fa, int *done) {
+  const char *nm = n->s.s;
+  size_t nn = n->s.n;
+#define F(w) eq(nm, nn, w)
+  *done = 1;
+  if (F("string")) return x->t == V_UNDEF ? jv_strc(r, "") : to_string(r, n, x);
+  if (F("list")) {
+    if (x->t == V_UNDEF) return jv_list(r, 0);
+    jv *l = need_list(r, n, x);
+    if (!l || l != x) return l;
+    jv *c = jv_list(r, x->l.n);
+    if (c && x->l.n) memcpy(c->l.a, x->l.a, x->l.n * sizeof *c->l.a);
+    return c;
+  }
+  if (F("trim")) {
+    if (x->t != V_STR) return jfail(r, n, "filter 'trim' needs a string, got %s", jv_type_name(x));
+    jv *c = farg(fa, 0, "chars");
+    return strip(r, x, 1, 1, c && c->t == V_STR ? &c->s : NULL);
+  }
+  if (F("upper") || F("lower") || F("title") || F("capitalize")) {
+    if (x->t != V_STR)
+      return jfail(r, n, "filter '%.*s' needs a string, got %s", (int)nn, nm, jv_type_name(x));
+    return casemap(r, x, F("upper") ? 0 : F("lower") ? 1 : F("title") ? 2 : 3);
+  }
+  if (F("first") || F("last")) {
+    jv *l = need_list(r, n, x);
+    if (!l) return NULL;
+    if (!l->l.n) return &jv_undef;
+    return F("first") ? l->l.a[0] : l->l.a[l->l.n - 1];
+  }
+  if (F("items")) {
+    if (x->t != V_DICT && x->t != V_NS)
+      return jfail(r, n, "filter 'items' needs a dict, got %s", jv_type_name(x));
+    return items_of(r, x);
+  }
+  if (F("abs")) {
+    if (x->t == V_INT)
+      return x->i == (long long)(-9223372036854775807LL - 1) ? jfail(r, n, "integer overflow")
+                                                             : jv_int(r, x->i < 0 ? -x->i : x->i);
+    if (x->t == V_FLOAT) return jv_float(r, fabs(x->f));
+    return jfail(r, n, "filter 'abs' needs a number");
+  }
+  if (F("replace")) {
+    jv *o = farg(fa, 0, "old"), *nw = farg(fa, 1, "new"), *c = farg(fa, 2, "count");
+    jv *s = to_string(r, n, x);
+    if (!s) return NULL;
+    if (!o || !nw || o->t != V_STR || nw->t != V_STR)
+      return jfail(r, n, "filter 'replace' takes two strings");
+    return replace(r, n, s, o, nw, c && c->t == V_INT ? c->i : -1);
+  }
+#undef F
+  *done = 0;
+  return NULL;
+}
+
+jv *jb_filter(jrender *r, jframe *f, const jnode *n, jv *x) {
+  fargs fa;
+  if (eval_list(r, f, &n->args, &fa.a, &fa.na, &fa.kwn, &fa.kwv, &fa.nk)) return NULL;
   const char *nm = n->s.s;
   size_t nn = n->s.n;
 #define F(w) eq(nm, nn, w)
@@ -631,295 +954,27 @@ jv *jb_filter(jrender *r, jframe *f, const jnode *n, jv *x) {
   if (!found) return jfail(r, n, "unknown filter '%.*s'", (int)(nn > 40 ? 40 : nn), nm);
   if (F("safe")) return x;
   if (F("default") || F("d")) {
-    jv *dv = arg(a, na, 0, kwn, kwv, nk, "default_value");
-    jv *bo = arg(a, na, 1, kwn, kwv, nk, "boolean");
+    jv *dv = farg(&fa, 0, "default_value");
+    jv *bo = farg(&fa, 1, "boolean");
     int use = x->t == V_UNDEF || (bo && jv_truthy(bo) && !jv_truthy(x));
     return use ? (dv ? dv : jv_strc(r, "")) : x;
   }
   if (x->t == V_UNDEF && !F("list") && !F("string") && !F("tojson"))
     return jfail(r, n, "filter '%.*s' applied to an undefined value", (int)(nn > 40 ? 40 : nn), nm);
-  if (F("tojson")) {
-    jv *ind = arg(a, na, 0, kwn, kwv, nk, "indent");
-    jv *ea = kwarg(kwn, kwv, nk, "ensure_ascii");
-    jv *sk = kwarg(kwn, kwv, nk, "sort_keys");
-    if (ind && ind->t != V_INT && ind->t != V_NONE)
-      return jfail(r, n, "tojson: indent must be an integer");
-    if (ind && ind->t == V_INT && (ind->i < 0 || ind->i > 64))
-      return jfail(r, n, "tojson: indent must be 0..64");
-    for (size_t i = 0; i < nk; i++)
-      if (!eq(kwn[i].s, kwn[i].n, "indent") && !eq(kwn[i].s, kwn[i].n, "ensure_ascii") &&
-          !eq(kwn[i].s, kwn[i].n, "sort_keys"))
-        return jfail(r, n, "tojson: unsupported argument '%.*s'", (int)kwn[i].n, kwn[i].s);
-    jbuf b = {.max = r->lim->max_output};
-    int rc = jv_to_json(r, x, &b, ind && ind->t == V_INT ? (int)ind->i : -1, ea && jv_truthy(ea),
-                        sk && jv_truthy(sk), 0);
-    if (rc || b.over) {
-      free(b.p);
-      return r->failed ? NULL
-                       : jfail(r, n, "output limit: a string over %zu bytes", r->lim->max_output);
-    }
-    jv *s = jv_str(r, b.p ? b.p : "", b.n);
-    free(b.p);
-    return s;
-  }
-  if (F("string")) return x->t == V_UNDEF ? jv_strc(r, "") : to_string(r, n, x);
-  if (F("list")) {
-    if (x->t == V_UNDEF) return jv_list(r, 0);
-    jv *l = need_list(r, n, x);
-    if (!l || l != x) return l;
-    jv *c = jv_list(r, x->l.n);
-    if (c && x->l.n) memcpy(c->l.a, x->l.a, x->l.n * sizeof *c->l.a);
-    return c;
-  }
-  if (F("trim")) {
-    if (x->t != V_STR) return jfail(r, n, "filter 'trim' needs a string, got %s", jv_type_name(x));
-    jv *c = arg(a, na, 0, kwn, kwv, nk, "chars");
-    return strip(r, x, 1, 1, c && c->t == V_STR ? &c->s : NULL);
-  }
-  if (F("upper") || F("lower") || F("title") || F("capitalize")) {
-    if (x->t != V_STR)
-      return jfail(r, n, "filter '%.*s' needs a string, got %s", (int)nn, nm, jv_type_name(x));
-    return casemap(r, x, F("upper") ? 0 : F("lower") ? 1 : F("title") ? 2 : 3);
-  }
-  if (F("length") || F("count")) {
-    if (x->t == V_STR) {
-      long long k = 0;
-      for (size_t i = 0; i < x->s.n; i++)
-        if (((unsigned char)x->s.s[i] & 0xC0) != 0x80) k++;
-      return jv_int(r, k);
-    }
-    if (x->t == V_LIST) return jv_int(r, (long long)x->l.n);
-    if (x->t == V_DICT || x->t == V_NS) return jv_int(r, (long long)x->d.n);
-    return jfail(r, n, "filter 'length' needs a string, list or dict, got %s", jv_type_name(x));
-  }
-  if (F("first") || F("last")) {
-    jv *l = need_list(r, n, x);
-    if (!l) return NULL;
-    if (!l->l.n) return &jv_undef;
-    return F("first") ? l->l.a[0] : l->l.a[l->l.n - 1];
-  }
-  if (F("reverse")) {
-    if (x->t == V_STR) {
-      jv *l = need_list(r, n, x), *o = l ? jnew_bytes(r, n, x->s.n) : NULL;
-      if (!o) return NULL;
-      size_t off = 0;
-      for (size_t i = l->l.n; i-- > 0;) {
-        memcpy((char *)o->s.s + off, l->l.a[i]->s.s, l->l.a[i]->s.n);
-        off += l->l.a[i]->s.n;
-      }
-      return o;
-    }
-    jv *l = need_list(r, n, x), *o = l ? jv_list(r, l->l.n) : NULL;
-    if (!o) return NULL;
-    for (size_t i = 0; i < l->l.n; i++)
-      o->l.a[i] = l->l.a[l->l.n - 1 - i];
-    return o;
-  }
-  if (F("join")) {
-    jv *sep = arg(a, na, 0, kwn, kwv, nk, "d");
-    jv *at = arg(a, na, 1, kwn, kwv, nk, "attribute");
-    jv *l = need_list(r, n, x);
-    if (!l) return NULL;
-    jbuf b = {.max = r->lim->max_output};
-    for (size_t i = 0; i < l->l.n; i++) {
-      if (i && sep && sep->t == V_STR) jb_put(&b, sep->s.s, sep->s.n);
-      jv *it = at && at->t == V_STR ? attr_path(r, l->l.a[i], at) : l->l.a[i];
-      if (jv_to_text(r, it, &b)) {
-        free(b.p);
-        return NULL;
-      }
-    }
-    if (b.over) {
-      free(b.p);
-      return jfail(r, n, "output limit: a string over %zu bytes", r->lim->max_output);
-    }
-    jv *s = jv_str(r, b.p ? b.p : "", b.n);
-    free(b.p);
-    return s;
-  }
-  if (F("items")) {
-    if (x->t != V_DICT && x->t != V_NS)
-      return jfail(r, n, "filter 'items' needs a dict, got %s", jv_type_name(x));
-    return items_of(r, x);
-  }
-  if (F("int")) {
-    jv *dv = arg(a, na, 0, kwn, kwv, nk, "default");
-    if (x->t == V_INT) return x;
-    if (x->t == V_BOOL) return jv_int(r, x->b);
-    if (x->t == V_FLOAT && isfinite(x->f) && fabs(x->f) < 9.2e18) return jv_int(r, (long long)x->f);
-    if (x->t == V_STR) {
-      char buf[64];
-      size_t k = x->s.n < 63 ? x->s.n : 63;
-      memcpy(buf, x->s.s, k);
-      buf[k] = 0;
-      char *end;
-      double d = strtod(buf, &end);
-      while (*end && is_space((unsigned char)*end))
-        end++;
-      if (end != buf && !*end && isfinite(d) && fabs(d) < 9.2e18) return jv_int(r, (long long)d);
-    }
-    return dv ? dv : jv_int(r, 0);
-  }
-  if (F("float")) {
-    jv *dv = arg(a, na, 0, kwn, kwv, nk, "default");
-    if (x->t == V_FLOAT) return x;
-    if (x->t == V_INT) return jv_float(r, (double)x->i);
-    if (x->t == V_BOOL) return jv_float(r, x->b);
-    if (x->t == V_STR) {
-      char buf[64];
-      size_t k = x->s.n < 63 ? x->s.n : 63;
-      memcpy(buf, x->s.s, k);
-      buf[k] = 0;
-      char *end;
-      double d = strtod(buf, &end);
-      while (*end && is_space((unsigned char)*end))
-        end++;
-      if (end != buf && !*end) return jv_float(r, d);
-    }
-    return dv ? dv : jv_float(r, 0);
-  }
-  if (F("abs")) {
-    if (x->t == V_INT)
-      return x->i == (long long)(-9223372036854775807LL - 1) ? jfail(r, n, "integer overflow")
-                                                             : jv_int(r, x->i < 0 ? -x->i : x->i);
-    if (x->t == V_FLOAT) return jv_float(r, fabs(x->f));
-    return jfail(r, n, "filter 'abs' needs a number");
-  }
-  if (F("round")) {
-    jv *pr = arg(a, na, 0, kwn, kwv, nk, "precision"), *me = arg(a, na, 1, kwn, kwv, nk, "method");
-    double v = x->t == V_INT ? (double)x->i : x->t == V_FLOAT ? x->f : NAN;
-    if (isnan(v) && x->t != V_FLOAT) return jfail(r, n, "filter 'round' needs a number");
-    long long p = pr && pr->t == V_INT ? pr->i : 0;
-    if (p < 0 || p > 15) return jfail(r, n, "round: precision must be 0..15");
-    double m = pow(10, (double)p), s = v * m;
-    if (me && me->t == V_STR && eq(me->s.s, me->s.n, "floor"))
-      s = floor(s);
-    else if (me && me->t == V_STR && eq(me->s.s, me->s.n, "ceil"))
-      s = ceil(s);
-    else
-      s = nearbyint(s); /* Python round: half to even */
-    return jv_float(r, s / m);
-  }
-  if (F("replace")) {
-    jv *o = arg(a, na, 0, kwn, kwv, nk, "old"), *nw = arg(a, na, 1, kwn, kwv, nk, "new"),
-       *c = arg(a, na, 2, kwn, kwv, nk, "count");
-    jv *s = to_string(r, n, x);
-    if (!s) return NULL;
-    if (!o || !nw || o->t != V_STR || nw->t != V_STR)
-      return jfail(r, n, "filter 'replace' takes two strings");
-    return replace(r, n, s, o, nw, c && c->t == V_INT ? c->i : -1);
-  }
-  if (F("indent")) {
-    jv *w = arg(a, na, 0, kwn, kwv, nk, "width"), *fi = arg(a, na, 1, kwn, kwv, nk, "first"),
-       *bl = arg(a, na, 2, kwn, kwv, nk, "blank");
-    jv *s = to_string(r, n, x);
-    if (!s) return NULL;
-    jbuf ib = {0};
-    if (w && w->t == V_STR)
-      jb_put(&ib, w->s.s, w->s.n);
-    else {
-      long long k = w && w->t == V_INT ? w->i : 4;
-      if (k < 0 || k > 256) k = 0;
-      for (long long i = 0; i < k; i++)
-        jb_put(&ib, " ", 1);
-    }
-    jbuf b = {.max = r->lim->max_output};
-    size_t i = 0, line = 0;
-    while (i <= s->s.n) {
-      const char *nl = memchr(s->s.s + i, '\n', s->s.n - i);
-      size_t e = nl ? (size_t)(nl - s->s.s) : s->s.n;
-      int blank = e == i;
-      if ((line > 0 || (fi && jv_truthy(fi))) && (!blank || (bl && jv_truthy(bl))))
-        jb_put(&b, ib.p ? ib.p : "", ib.n);
-      jb_put(&b, s->s.s + i, e - i);
-      if (!nl) break;
-      jb_put(&b, "\n", 1);
-      i = e + 1;
-      line++;
-    }
-    free(ib.p);
-    if (b.over) {
-      free(b.p);
-      return jfail(r, n, "output limit: a string over %zu bytes", r->lim->max_output);
-    }
-    jv *o = jv_str(r, b.p ? b.p : "", b.n);
-    free(b.p);
-    return o;
-  }
-  if (F("selectattr") || F("rejectattr") || F("select") || F("reject") || F("map")) {
-    jv *l = need_list(r, n, x);
-    if (!l) return NULL;
-    jv *o = jv_list(r, l->l.n);
-    if (!o) return NULL;
-    size_t k = 0;
-    if (F("map")) {
-      jv *at = kwarg(kwn, kwv, nk, "attribute"), *dv = kwarg(kwn, kwv, nk, "default");
-      for (size_t i = 0; i < l->l.n; i++) {
-        jv *it = l->l.a[i];
-        if (at) {
-          if (at->t != V_STR) return jfail(r, n, "map: attribute must be a string");
-          jv *v = attr_path(r, it, at);
-          o->l.a[k++] = v->t == V_UNDEF && dv ? dv : v;
-        } else if (na && a[0]->t == V_STR) {
-          /* map('filter') with the simple one-argument filters */
-          jnode fake = *n;
-          fake.s = a[0]->s;
-          fake.args.n = 0;
-          jv *v = jb_filter(r, f, &fake, it);
-          if (!v) return NULL;
-          o->l.a[k++] = v;
-        } else
-          return jfail(r, n, "map needs attribute= or a filter name");
-      }
-    } else {
-      int attr = F("selectattr") || F("rejectattr"), keep_true = F("selectattr") || F("select");
-      size_t t0 = attr ? 1 : 0;
-      if (attr && (!na || a[0]->t != V_STR))
-        return jfail(r, n, "filter '%.*s' needs an attribute name", (int)nn, nm);
-      for (size_t i = 0; i < l->l.n; i++) {
-        jv *it = attr ? attr_path(r, l->l.a[i], a[0]) : l->l.a[i];
-        int t;
-        if (na > t0) {
-          if (a[t0]->t != V_STR) return jfail(r, n, "filter '%.*s' needs a test name", (int)nn, nm);
-          if (test_named(r, n, a[t0]->s.s, a[t0]->s.n, it, a + t0 + 1, na - t0 - 1, &t))
-            return NULL;
-        } else
-          t = jv_truthy(it);
-        if (t == keep_true) o->l.a[k++] = l->l.a[i];
-      }
-    }
-    o->l.n = k;
-    return o;
-  }
-  if (F("unique")) {
-    jv *l = need_list(r, n, x), *o = l ? jv_list(r, l->l.n) : NULL;
-    if (!o) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < l->l.n; i++) {
-      int dup = 0;
-      for (size_t j = 0; j < k && !dup; j++)
-        dup = jv_equal(o->l.a[j], l->l.a[i]);
-      if (!dup) o->l.a[k++] = l->l.a[i];
-    }
-    o->l.n = k;
-    return o;
-  }
-  if (F("dictsort")) {
-    if (x->t != V_DICT) return jfail(r, n, "filter 'dictsort' needs a dict");
-    jv *it = items_of(r, x);
-    if (!it) return NULL;
-    for (size_t i = 1; i < it->l.n; i++) /* insertion sort by key (bounded by the dict size) */
-      for (size_t j = i; j > 0; j--) {
-        jv *p = it->l.a[j - 1]->l.a[0], *q = it->l.a[j]->l.a[0];
-        size_t m = p->s.n < q->s.n ? p->s.n : q->s.n;
-        int c = strncasecmp(p->s.s, q->s.s, m);
-        if (c < 0 || (c == 0 && p->s.n <= q->s.n)) break;
-        jv *t = it->l.a[j - 1];
-        it->l.a[j - 1] = it->l.a[j];
-        it->l.a[j] = t;
-      }
-    return it;
-  }
+  if (F("tojson")) return f_tojson(r, n, x, &fa);
+  int done;
+  jv *v = simple_filter(r, n, x, &fa, &done);
+  if (done) return v;
+  if (F("length") || F("count")) return f_length(r, n, x);
+  if (F("reverse")) return f_reverse(r, n, x);
+  if (F("join")) return f_join(r, n, x, &fa);
+  if (F("int")) return f_int(r, x, &fa);
+  if (F("float")) return f_float(r, x, &fa);
+  if (F("round")) return f_round(r, n, x, &fa);
+  if (F("indent")) return f_indent(r, n, x, &fa);
+  if (F("selectattr") || F("rejectattr") || F("select") || F("reject") || F("map")) return f_select(r, f, n, x, &fa);
+  if (F("unique")) return f_unique(r, n, x);
+  if (F("dictsort")) return f_dictsort(r, n, x);
 #undef F
   return jfail(r, n, "unknown filter '%.*s'", (int)(nn > 40 ? 40 : nn), nm);
 }

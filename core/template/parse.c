@@ -568,9 +568,226 @@ static int stmt_name(P *p, const char *nm) {
   return cur(p)->t == T_OPEN_STMT && is_name_at(p, 1, nm);
 }
 
-static jnode *stmt(P *p) {
-  jtok *open = cur(p); /* '{%' */
+/* {% if %} ... {% elif %} ... {% else %} ... {% endif %}: kw is "if" */
+static jnode *stmt_if(P *p, jtok *kw) {
   adv(p);
+  jnode *n = mk(p, N_IF, kw);
+  if (!n || !(n->a = expr(p)) || expect_close(p, T_CLOSE_STMT)) return NULL;
+  static const char *const e1[] = {"elif", "else", "endif", NULL};
+  if (block(p, &n->body, e1)) return NULL;
+  jnode *tail = n;
+  for (;;) {
+    if (stmt_name(p, "elif")) {
+      adv(p);
+      jnode *m = mk(p, N_IF, cur(p));
+      adv(p);
+      if (!m || !(m->a = expr(p)) || expect_close(p, T_CLOSE_STMT) || block(p, &m->body, e1))
+        return NULL;
+      if (nl_push(p, &tail->els, m)) return NULL;
+      tail = m;
+    } else if (stmt_name(p, "else")) {
+      adv(p);
+      adv(p);
+      static const char *const e2[] = {"endif", NULL};
+      if (expect_close(p, T_CLOSE_STMT) || block(p, &tail->els, e2)) return NULL;
+    } else
+      break;
+  }
+  adv(p);
+  adv(p); /* {% endif */
+  return n;
+}
+
+/* A name (what: in the message when there is none) as an E_NAME node. */
+static jnode *name_node(P *p, const char *what) {
+  if (cur(p)->t != T_NAME) {
+    char b[64];
+    return pfail(p, cur(p), "expected %s, got %s", what, tok_desc(cur(p), b, sizeof b));
+  }
+  jnode *v = mk(p, E_NAME, cur(p));
+  if (!v) return NULL;
+  v->s = cur(p)->s;
+  adv(p);
+  return v;
+}
+
+/* the iterable of a for loop: no ternary here, so that "for x in xs if
+ * cond" reads the filter; "a, b" a tuple */
+static jnode *for_iterable(P *p) {
+  jtok *at = cur(p);
+  jnode *it = or_expr(p);
+  if (it && is_op(p, ",")) {
+    jnode *tu = mk(p, E_TUPLE, at);
+    if (!tu || nl_push(p, &tu->args, it)) return NULL;
+    while (is_op(p, ",")) {
+      adv(p);
+      jnode *x = or_expr(p);
+      if (!x || nl_push(p, &tu->args, x)) return NULL;
+    }
+    it = tu;
+  }
+  return it;
+}
+
+/* {% for a[, b] in iterable [if cond] %} ... [{% else %} ...] {% endfor %} */
+static jnode *stmt_for(P *p, jtok *kw) {
+  adv(p);
+  jnode *n = mk(p, N_FOR, kw);
+  if (!n) return NULL;
+  for (;;) {
+    jnode *v = name_node(p, "a loop variable name");
+    if (!v || nl_push(p, &n->args, v)) return NULL;
+    if (is_op(p, ",")) {
+      adv(p);
+      continue;
+    }
+    break;
+  }
+  if (!is_name(p, "in")) {
+    char b[64];
+    return pfail(p, cur(p), "expected 'in' in a for loop, got %s", tok_desc(cur(p), b, sizeof b));
+  }
+  adv(p);
+  if (!(n->b = for_iterable(p))) return NULL;
+  if (is_name(p, "if")) {
+    adv(p);
+    if (!(n->c = expr(p))) return NULL;
+  }
+  if (is_name(p, "recursive")) return pfail(p, cur(p), "unsupported: recursive loops");
+  if (expect_close(p, T_CLOSE_STMT)) return NULL;
+  static const char *const e1[] = {"else", "endfor", NULL};
+  if (block(p, &n->body, e1)) return NULL;
+  if (stmt_name(p, "else")) {
+    adv(p);
+    adv(p);
+    static const char *const e2[] = {"endfor", NULL};
+    if (expect_close(p, T_CLOSE_STMT) || block(p, &n->els, e2)) return NULL;
+  }
+  adv(p);
+  adv(p);
+  return n;
+}
+
+/* what {% set %} assigns: a name, ns.attr, or a tuple of names */
+static jnode *set_target(P *p) {
+  jtok *tt = cur(p);
+  if (tt->t != T_NAME) {
+    char b[64];
+    return pfail(p, tt, "expected a variable name after 'set', got %s",
+                 tok_desc(tt, b, sizeof b));
+  }
+  jnode *target = mk(p, E_NAME, tt);
+  if (!target) return NULL;
+  target->s = tt->s;
+  adv(p);
+  if (is_op(p, ".")) {
+    adv(p);
+    if (cur(p)->t != T_NAME) {
+      char b[64];
+      return pfail(p, cur(p), "expected an attribute name, got %s",
+                   tok_desc(cur(p), b, sizeof b));
+    }
+    jnode *m = mk(p, E_ATTR, cur(p));
+    if (!m) return NULL;
+    m->a = target;
+    m->s = cur(p)->s;
+    target = m;
+    adv(p);
+  } else if (is_op(p, ",")) {
+    jnode *tu = mk(p, E_TUPLE, tt);
+    if (!tu || nl_push(p, &tu->args, target)) return NULL;
+    while (is_op(p, ",")) {
+      adv(p);
+      jnode *v = name_node(p, "a variable name");
+      if (!v || nl_push(p, &tu->args, v)) return NULL;
+    }
+    target = tu;
+  }
+  return target;
+}
+
+/* {% set target = value %} (its '%}' consumed), or {% set name %} ...
+ * {% endset %} (its last '%}' not) */
+static jnode *stmt_set(P *p, jtok *kw) {
+  adv(p);
+  jnode *target = set_target(p);
+  if (!target) return NULL;
+  jnode *n;
+  if (is_op(p, "=")) {
+    adv(p);
+    n = mk(p, N_SET, kw);
+    if (!n) return NULL;
+    n->a = target;
+    if (!(n->b = tuple_expr(p)) || expect_close(p, T_CLOSE_STMT)) return NULL;
+  } else {
+    if (target->t != E_NAME)
+      return pfail(p, cur(p), "a {%% set %%} block takes a plain variable name");
+    n = mk(p, N_SETBLOCK, kw);
+    if (!n) return NULL;
+    n->a = target;
+    static const char *const e1[] = {"endset", NULL};
+    if (expect_close(p, T_CLOSE_STMT) || block(p, &n->body, e1)) return NULL;
+    adv(p);
+    adv(p);
+  }
+  return n;
+}
+
+/* {% macro name(a, b=default) %} ... {% endmacro %} */
+static jnode *stmt_macro(P *p, jtok *kw) {
+  adv(p);
+  if (cur(p)->t != T_NAME) {
+    char b[64];
+    return pfail(p, cur(p), "expected a macro name, got %s", tok_desc(cur(p), b, sizeof b));
+  }
+  jnode *n = mk(p, N_MACRO, kw);
+  if (!n) return NULL;
+  n->s = cur(p)->s;
+  adv(p);
+  if (expect_op(p, "(")) return NULL;
+  while (!is_op(p, ")")) {
+    jnode *v = name_node(p, "a parameter name");
+    if (!v) return NULL;
+    jnode *def = NULL;
+    if (is_op(p, "=")) {
+      adv(p);
+      if (!(def = expr(p))) return NULL;
+    }
+    if (nl_push(p, &n->args, v) || nl_push(p, &n->args2, def)) return NULL;
+    if (is_op(p, ","))
+      adv(p);
+    else if (!is_op(p, ")")) {
+      char b[64];
+      return pfail(p, cur(p), "expected ',' or ')', got %s", tok_desc(cur(p), b, sizeof b));
+    }
+  }
+  adv(p);
+  static const char *const e1[] = {"endmacro", NULL};
+  if (expect_close(p, T_CLOSE_STMT) || block(p, &n->body, e1)) return NULL;
+  adv(p);
+  adv(p);
+  return n;
+}
+
+/* {% call macro(args) %} ... {% endcall %} */
+static jnode *stmt_call(P *p, jtok *kw) {
+  adv(p);
+  jnode *n = mk(p, N_CALLBLOCK, kw);
+  if (!n) return NULL;
+  if (is_op(p, "(")) return pfail(p, cur(p), "unsupported: {%% call(args) %%}");
+  jnode *c = unary(p);
+  if (!c) return NULL;
+  if (c->t != E_CALL) return pfail(p, kw, "{%% call %%} needs a macro call");
+  n->a = c;
+  static const char *const e1[] = {"endcall", NULL};
+  if (expect_close(p, T_CLOSE_STMT) || block(p, &n->body, e1)) return NULL;
+  adv(p);
+  adv(p);
+  return n;
+}
+
+static jnode *stmt(P *p) {
+  adv(p); /* '{%' */
   jtok *kw = cur(p);
   if (kw->t != T_NAME) {
     char b[64];
@@ -578,205 +795,15 @@ static jnode *stmt(P *p) {
   }
   if (++p->depth > MI_JINJA_MAX_NEST)
     return pfail(p, kw, "blocks nested too deeply (over %d levels)", MI_JINJA_MAX_NEST);
-  (void)open;
   const jtok *saved_kw = p->kw;
   p->kw = kw;
   jnode *n = NULL;
-  if (is_name(p, "if")) {
-    adv(p);
-    n = mk(p, N_IF, kw);
-    if (!n || !(n->a = expr(p)) || expect_close(p, T_CLOSE_STMT)) return NULL;
-    static const char *const e1[] = {"elif", "else", "endif", NULL};
-    if (block(p, &n->body, e1)) return NULL;
-    jnode *tail = n;
-    for (;;) {
-      if (stmt_name(p, "elif")) {
-        adv(p);
-        jnode *m = mk(p, N_IF, cur(p));
-        adv(p);
-        if (!m || !(m->a = expr(p)) || expect_close(p, T_CLOSE_STMT) || block(p, &m->body, e1))
-          return NULL;
-        if (nl_push(p, &tail->els, m)) return NULL;
-        tail = m;
-      } else if (stmt_name(p, "else")) {
-        adv(p);
-        adv(p);
-        static const char *const e2[] = {"endif", NULL};
-        if (expect_close(p, T_CLOSE_STMT) || block(p, &tail->els, e2)) return NULL;
-      } else
-        break;
-    }
-    adv(p);
-    adv(p); /* {% endif */
-  } else if (is_name(p, "for")) {
-    adv(p);
-    n = mk(p, N_FOR, kw);
-    if (!n) return NULL;
-    for (;;) {
-      if (cur(p)->t != T_NAME) {
-        char b[64];
-        return pfail(p, cur(p), "expected a loop variable name, got %s",
-                     tok_desc(cur(p), b, sizeof b));
-      }
-      jnode *v = mk(p, E_NAME, cur(p));
-      if (!v) return NULL;
-      v->s = cur(p)->s;
-      adv(p);
-      if (nl_push(p, &n->args, v)) return NULL;
-      if (is_op(p, ",")) {
-        adv(p);
-        continue;
-      }
-      break;
-    }
-    if (!is_name(p, "in")) {
-      char b[64];
-      return pfail(p, cur(p), "expected 'in' in a for loop, got %s", tok_desc(cur(p), b, sizeof b));
-    }
-    adv(p);
-    /* the iterable: no ternary here, so that "for x in xs if cond" reads the filter */
-    jtok *at = cur(p);
-    jnode *it = or_expr(p);
-    if (it && is_op(p, ",")) {
-      jnode *tu = mk(p, E_TUPLE, at);
-      if (!tu || nl_push(p, &tu->args, it)) return NULL;
-      while (is_op(p, ",")) {
-        adv(p);
-        jnode *x = or_expr(p);
-        if (!x || nl_push(p, &tu->args, x)) return NULL;
-      }
-      it = tu;
-    }
-    if (!(n->b = it)) return NULL;
-    if (is_name(p, "if")) {
-      adv(p);
-      if (!(n->c = expr(p))) return NULL;
-    }
-    if (is_name(p, "recursive")) return pfail(p, cur(p), "unsupported: recursive loops");
-    if (expect_close(p, T_CLOSE_STMT)) return NULL;
-    static const char *const e1[] = {"else", "endfor", NULL};
-    if (block(p, &n->body, e1)) return NULL;
-    if (stmt_name(p, "else")) {
-      adv(p);
-      adv(p);
-      static const char *const e2[] = {"endfor", NULL};
-      if (expect_close(p, T_CLOSE_STMT) || block(p, &n->els, e2)) return NULL;
-    }
-    adv(p);
-    adv(p);
-  } else if (is_name(p, "set")) {
-    adv(p);
-    jtok *tt = cur(p);
-    if (tt->t != T_NAME) {
-      char b[64];
-      return pfail(p, tt, "expected a variable name after 'set', got %s",
-                   tok_desc(tt, b, sizeof b));
-    }
-    jnode *target = mk(p, E_NAME, tt);
-    if (!target) return NULL;
-    target->s = tt->s;
-    adv(p);
-    if (is_op(p, ".")) {
-      adv(p);
-      if (cur(p)->t != T_NAME) {
-        char b[64];
-        return pfail(p, cur(p), "expected an attribute name, got %s",
-                     tok_desc(cur(p), b, sizeof b));
-      }
-      jnode *m = mk(p, E_ATTR, cur(p));
-      if (!m) return NULL;
-      m->a = target;
-      m->s = cur(p)->s;
-      target = m;
-      adv(p);
-    } else if (is_op(p, ",")) {
-      jnode *tu = mk(p, E_TUPLE, tt);
-      if (!tu || nl_push(p, &tu->args, target)) return NULL;
-      while (is_op(p, ",")) {
-        adv(p);
-        if (cur(p)->t != T_NAME) {
-          char b[64];
-          return pfail(p, cur(p), "expected a variable name, got %s",
-                       tok_desc(cur(p), b, sizeof b));
-        }
-        jnode *v = mk(p, E_NAME, cur(p));
-        if (!v) return NULL;
-        v->s = cur(p)->s;
-        adv(p);
-        if (nl_push(p, &tu->args, v)) return NULL;
-      }
-      target = tu;
-    }
-    if (is_op(p, "=")) {
-      adv(p);
-      n = mk(p, N_SET, kw);
-      if (!n) return NULL;
-      n->a = target;
-      if (!(n->b = tuple_expr(p)) || expect_close(p, T_CLOSE_STMT)) return NULL;
-    } else {
-      if (target->t != E_NAME)
-        return pfail(p, cur(p), "a {%% set %%} block takes a plain variable name");
-      n = mk(p, N_SETBLOCK, kw);
-      if (!n) return NULL;
-      n->a = target;
-      static const char *const e1[] = {"endset", NULL};
-      if (expect_close(p, T_CLOSE_STMT) || block(p, &n->body, e1)) return NULL;
-      adv(p);
-      adv(p);
-    }
-    if (n->t == N_SET) goto done_noclose;
-  } else if (is_name(p, "macro")) {
-    adv(p);
-    if (cur(p)->t != T_NAME) {
-      char b[64];
-      return pfail(p, cur(p), "expected a macro name, got %s", tok_desc(cur(p), b, sizeof b));
-    }
-    n = mk(p, N_MACRO, kw);
-    if (!n) return NULL;
-    n->s = cur(p)->s;
-    adv(p);
-    if (expect_op(p, "(")) return NULL;
-    while (!is_op(p, ")")) {
-      if (cur(p)->t != T_NAME) {
-        char b[64];
-        return pfail(p, cur(p), "expected a parameter name, got %s", tok_desc(cur(p), b, sizeof b));
-      }
-      jnode *v = mk(p, E_NAME, cur(p));
-      if (!v) return NULL;
-      v->s = cur(p)->s;
-      adv(p);
-      jnode *def = NULL;
-      if (is_op(p, "=")) {
-        adv(p);
-        if (!(def = expr(p))) return NULL;
-      }
-      if (nl_push(p, &n->args, v) || nl_push(p, &n->args2, def)) return NULL;
-      if (is_op(p, ","))
-        adv(p);
-      else if (!is_op(p, ")")) {
-        char b[64];
-        return pfail(p, cur(p), "expected ',' or ')', got %s", tok_desc(cur(p), b, sizeof b));
-      }
-    }
-    adv(p);
-    static const char *const e1[] = {"endmacro", NULL};
-    if (expect_close(p, T_CLOSE_STMT) || block(p, &n->body, e1)) return NULL;
-    adv(p);
-    adv(p);
-  } else if (is_name(p, "call")) {
-    adv(p);
-    n = mk(p, N_CALLBLOCK, kw);
-    if (!n) return NULL;
-    if (is_op(p, "(")) return pfail(p, cur(p), "unsupported: {%% call(args) %%}");
-    jnode *c = unary(p);
-    if (!c) return NULL;
-    if (c->t != E_CALL) return pfail(p, kw, "{%% call %%} needs a macro call");
-    n->a = c;
-    static const char *const e1[] = {"endcall", NULL};
-    if (expect_close(p, T_CLOSE_STMT) || block(p, &n->body, e1)) return NULL;
-    adv(p);
-    adv(p);
-  } else if (is_name(p, "break") || is_name(p, "continue")) {
+  if (is_name(p, "if")) n = stmt_if(p, kw);
+  else if (is_name(p, "for")) n = stmt_for(p, kw);
+  else if (is_name(p, "set")) n = stmt_set(p, kw);
+  else if (is_name(p, "macro")) n = stmt_macro(p, kw);
+  else if (is_name(p, "call")) n = stmt_call(p, kw);
+  else if (is_name(p, "break") || is_name(p, "continue")) {
     n = mk(p, is_name(p, "break") ? N_BREAK : N_CONTINUE, kw);
     adv(p);
   } else if (is_name(p, "generation") || is_name(p, "endgeneration")) {
@@ -785,8 +812,8 @@ static jnode *stmt(P *p) {
   } else {
     return pfail(p, kw, "unknown statement '%.*s'", (int)(kw->s.n > 40 ? 40 : kw->s.n), kw->s.s);
   }
-  if (!n || expect_close(p, T_CLOSE_STMT)) return NULL;
-done_noclose:
+  /* {% set x = v %} consumed its own '%}' */
+  if (!n || (n->t != N_SET && expect_close(p, T_CLOSE_STMT))) return NULL;
   p->depth--;
   p->kw = saved_kw;
   return n;

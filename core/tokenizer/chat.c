@@ -10,7 +10,7 @@
  *
  *   plain ChatML: each message "<|im_start|>ROLE\nCONTENT<|im_end|>\n";
  *     add_generation_prompt: "<|im_start|>assistant\n".
- *   reasoning (the template handles "</think>", as Qwen3's does):
+ *   reasoning (the template handles "</think>", as reasoning models' templates do):
  *     assistant content is split at the last "</think>" (text before it is
  *     reasoning, text after it, left-stripped of '\n', is the answer). After
  *     the last user query, the final message -- or one with non-empty

@@ -247,66 +247,69 @@ mi_tokenizer *mi_tokenizer_load_json(const json_t *root, const char *name, char 
     return load_root(json_incref((json_t *)root), name, err, el);
 }
 
-/* Builds the tokenizer from a parsed tokenizer.json; takes root's reference. */
-static mi_tokenizer *load_root(json_t *root, const char *path, char *err, size_t el) {
-    mi_tokenizer *t = calloc(1, sizeof *t);
-    pool sp = {0}, bp = {0};
-    if (!t) { set_err(err, el, path, "out of memory"); json_decref(root); return NULL; }
-    t->eos_id = t->bos_id = t->pad_id = -1;
-#define FAIL(...) do { set_err(err, el, path, __VA_ARGS__); goto fail; } while (0)
-#define OOM() FAIL("out of memory")
+/* The parts of load_root: each sets err (naming path) and returns -1 on a
+ * tokenizer.json it refuses. */
+#define RFAIL(...) do { set_err(err, el, path, __VA_ARGS__); return -1; } while (0)
 
-    if (!json_is_object(root)) FAIL("top level is not a JSON object");
-    json_t *model = json_object_get(root, "model");
-    if (!model) FAIL("missing field \"model\"");
-    if (!json_is_object(model)) FAIL("\"model\" is not an object");
+/* The fields load_root reads, checked for shape (byte-level BPE only). */
+typedef struct tok_json {
+    json_t *model, *vocab, *merges, *added;
+    size_t nv, na;
+} tok_json;
+
+static int check_fields(json_t *root, tok_json *j, const char *path, char *err, size_t el) {
+    if (!json_is_object(root)) RFAIL("top level is not a JSON object");
+    json_t *model = j->model = json_object_get(root, "model");
+    if (!model) RFAIL("missing field \"model\"");
+    if (!json_is_object(model)) RFAIL("\"model\" is not an object");
     json_t *mtype = json_object_get(model, "type");
     if (mtype && !json_is_null(mtype) && (!json_is_string(mtype) || strcmp(json_string_value(mtype), "BPE")))
-        FAIL("model.type is not \"BPE\" (only byte-level BPE is supported)");
-    json_t *vocab = json_object_get(model, "vocab");
-    if (!vocab) FAIL("missing field \"model.vocab\"");
-    if (!json_is_object(vocab)) FAIL("\"model.vocab\" is not an object");
-    json_t *merges = json_object_get(model, "merges");
-    if (!merges) FAIL("missing field \"model.merges\"");
-    if (!json_is_array(merges)) FAIL("\"model.merges\" is not an array");
-    if (json_is_true(json_object_get(model, "byte_fallback"))) FAIL("model.byte_fallback=true is not supported");
-    if (json_is_true(json_object_get(model, "ignore_merges"))) FAIL("model.ignore_merges=true is not supported");
-    {
-        json_t *d = json_object_get(model, "dropout");
-        if (d && !json_is_null(d) && !(json_is_number(d) && json_number_value(d) == 0.0)) FAIL("model.dropout is not supported");
-    }
-    size_t nv = json_object_size(vocab);
-    if (nv == 0) FAIL("\"model.vocab\" is empty");
-    if (nv > MI_TOK_MAX_VOCAB) FAIL("model.vocab has %zu entries, over the limit of %u", nv, MI_TOK_MAX_VOCAB);
-    json_t *added = json_object_get(root, "added_tokens");
-    if (added && !json_is_null(added) && !json_is_array(added)) FAIL("\"added_tokens\" is not an array");
-    size_t na = json_is_array(added) ? json_array_size(added) : 0;
-    if (na > MI_TOK_MAX_VOCAB) FAIL("added_tokens has %zu entries, over the limit", na);
+        RFAIL("model.type is not \"BPE\" (only byte-level BPE is supported)");
+    j->vocab = json_object_get(model, "vocab");
+    if (!j->vocab) RFAIL("missing field \"model.vocab\"");
+    if (!json_is_object(j->vocab)) RFAIL("\"model.vocab\" is not an object");
+    j->merges = json_object_get(model, "merges");
+    if (!j->merges) RFAIL("missing field \"model.merges\"");
+    if (!json_is_array(j->merges)) RFAIL("\"model.merges\" is not an array");
+    if (json_is_true(json_object_get(model, "byte_fallback"))) RFAIL("model.byte_fallback=true is not supported");
+    if (json_is_true(json_object_get(model, "ignore_merges"))) RFAIL("model.ignore_merges=true is not supported");
+    json_t *d = json_object_get(model, "dropout");
+    if (d && !json_is_null(d) && !(json_is_number(d) && json_number_value(d) == 0.0)) RFAIL("model.dropout is not supported");
+    j->nv = json_object_size(j->vocab);
+    if (j->nv == 0) RFAIL("\"model.vocab\" is empty");
+    if (j->nv > MI_TOK_MAX_VOCAB) RFAIL("model.vocab has %zu entries, over the limit of %u", j->nv, MI_TOK_MAX_VOCAB);
+    json_t *added = j->added = json_object_get(root, "added_tokens");
+    if (added && !json_is_null(added) && !json_is_array(added)) RFAIL("\"added_tokens\" is not an array");
+    j->na = json_is_array(added) ? json_array_size(added) : 0;
+    if (j->na > MI_TOK_MAX_VOCAB) RFAIL("added_tokens has %zu entries, over the limit", j->na);
+    return 0;
+}
 
-    /* Pass 1: ids and sizes. */
+/* Pass 1: every id and string checked; the tables sized for the largest id. */
+static int size_tables(mi_tokenizer *t, const tok_json *j, const char *path, char *err, size_t el) {
     uint64_t maxid = 0;
     const char *key; json_t *val;
-    json_object_foreach(vocab, key, val) {
-        if (!json_is_integer(val)) FAIL("model.vocab[\"%.60s\"]: id is not an integer", key);
+    json_object_foreach(j->vocab, key, val) {
+        if (!json_is_integer(val)) RFAIL("model.vocab[\"%.60s\"]: id is not an integer", key);
         json_int_t id = json_integer_value(val);
-        if (id < 0 || id >= (json_int_t)MI_TOK_MAX_VOCAB) FAIL("model.vocab[\"%.60s\"]: id %lld out of range [0, %u)", key, (long long)id, MI_TOK_MAX_VOCAB);
-        if (strlen(key) > MI_TOK_MAX_TOKEN_BYTES) FAIL("model.vocab: a token string is longer than %u bytes", MI_TOK_MAX_TOKEN_BYTES);
-        if (strlen(key) == 0) FAIL("model.vocab: empty token string");
+        if (id < 0 || id >= (json_int_t)MI_TOK_MAX_VOCAB) RFAIL("model.vocab[\"%.60s\"]: id %lld out of range [0, %u)", key, (long long)id, MI_TOK_MAX_VOCAB);
+        if (strlen(key) > MI_TOK_MAX_TOKEN_BYTES) RFAIL("model.vocab: a token string is longer than %u bytes", MI_TOK_MAX_TOKEN_BYTES);
+        if (strlen(key) == 0) RFAIL("model.vocab: empty token string");
         if ((uint64_t)id > maxid) maxid = (uint64_t)id;
     }
-    for (size_t i = 0; i < na; i++) {
-        json_t *a = json_array_get(added, i);
-        if (!json_is_object(a)) FAIL("added_tokens[%zu] is not an object", i);
+    for (size_t i = 0; i < j->na; i++) {
+        json_t *a = json_array_get(j->added, i);
+        if (!json_is_object(a)) RFAIL("added_tokens[%zu] is not an object", i);
         json_t *id = json_object_get(a, "id");
         json_t *c = json_object_get(a, "content");
-        if (!json_is_integer(id)) FAIL("added_tokens[%zu].id is missing or not an integer", i);
-        if (!json_is_string(c)) FAIL("added_tokens[%zu].content is missing or not a string", i);
+        if (!json_is_integer(id)) RFAIL("added_tokens[%zu].id is missing or not an integer", i);
+        if (!json_is_string(c)) RFAIL("added_tokens[%zu].content is missing or not a string", i);
         json_int_t v = json_integer_value(id);
-        if (v < 0 || v >= (json_int_t)MI_TOK_MAX_VOCAB) FAIL("added_tokens[%zu].id %lld out of range", i, (long long)v);
+        if (v < 0 || v >= (json_int_t)MI_TOK_MAX_VOCAB) RFAIL("added_tokens[%zu].id %lld out of range", i, (long long)v);
         size_t cl = json_string_length(c);
-        if (cl == 0) FAIL("added_tokens[%zu].content is empty", i);
-        if (cl > MI_TOK_MAX_TOKEN_BYTES) FAIL("added_tokens[%zu].content is longer than %u bytes", i, MI_TOK_MAX_TOKEN_BYTES);
-        if (strlen(json_string_value(c)) != cl) FAIL("added_tokens[%zu].content contains a NUL character", i);
+        if (cl == 0) RFAIL("added_tokens[%zu].content is empty", i);
+        if (cl > MI_TOK_MAX_TOKEN_BYTES) RFAIL("added_tokens[%zu].content is longer than %u bytes", i, MI_TOK_MAX_TOKEN_BYTES);
+        if (strlen(json_string_value(c)) != cl) RFAIL("added_tokens[%zu].content contains a NUL character", i);
         if ((uint64_t)v > maxid) maxid = (uint64_t)v;
     }
     t->vocab_size = (uint32_t)(maxid + 1);
@@ -316,59 +319,69 @@ static mi_tokenizer *load_root(json_t *root, const char *path, char *err, size_t
     t->bytes_off = calloc(V, sizeof *t->bytes_off);
     t->bytes_len = calloc(V, sizeof *t->bytes_len);
     t->is_special = calloc(V, 1);
-    if (!t->str_off || !t->str_len || !t->bytes_off || !t->bytes_len || !t->is_special) OOM();
+    if (!t->str_off || !t->str_len || !t->bytes_off || !t->bytes_len || !t->is_special) RFAIL("out of memory");
     for (size_t i = 0; i < V; i++) t->str_off[i] = UINT32_MAX;
-    t->strmap.cap = pow2_at_least(2 * (uint64_t)(nv + na));
+    t->strmap.cap = pow2_at_least(2 * (uint64_t)(j->nv + j->na));
     t->strmap.slots = calloc(t->strmap.cap, sizeof *t->strmap.slots);
-    if (!t->strmap.slots) OOM();
+    if (!t->strmap.slots) RFAIL("out of memory");
+    return 0;
+}
 
+/* The token strings and their decoded bytes as they are filled in. */
+typedef struct tok_fill {
+    mi_tokenizer *t;
+    pool sp, bp;          /* token strings (NUL-ended), decoded bytes */
+    unsigned char *tmp;   /* MI_TOK_MAX_TOKEN_BYTES: one token's decoded bytes */
     uint32_t byte_to_cp[256];
     int16_t cp_to_byte[324];
-    byte_unicode_tables(byte_to_cp, cp_to_byte);
+} tok_fill;
 
-    /* Decoded bytes of a token string: the byte-level inverse when every
-     * character is a byte-level character, else the raw UTF-8 (HF's
-     * ByteLevel decoder does exactly this per token). */
-    unsigned char *tmp = malloc(MI_TOK_MAX_TOKEN_BYTES);
-    if (!tmp) OOM();
-#define SET_TOKEN(ID, S, N) do {                                                  \
-        uint32_t off_;                                                            \
-        if (pool_add(&sp, (S), (N), 1, &off_)) { free(tmp); OOM(); }              \
-        t->str_off[ID] = off_; t->str_len[ID] = (uint32_t)(N);                    \
-        size_t k_ = 0, j_ = 0; int all_ = 1;                                      \
-        const unsigned char *u_ = (const unsigned char *)(S);                     \
-        while (j_ < (size_t)(N)) {                                                \
-            uint32_t cp_; j_ += utf8_next(u_ + j_, (N) - j_, &cp_);               \
-            if (cp_ >= 324 || cp_to_byte[cp_] < 0) { all_ = 0; break; }           \
-            tmp[k_++] = (unsigned char)cp_to_byte[cp_];                           \
-        }                                                                         \
-        const void *src_ = all_ ? (const void *)tmp : (const void *)(S);          \
-        size_t bl_ = all_ ? k_ : (size_t)(N);                                     \
-        if (pool_add(&bp, src_, bl_, 0, &off_)) { free(tmp); OOM(); }             \
-        t->bytes_off[ID] = off_; t->bytes_len[ID] = (uint32_t)bl_;                \
-        if (bl_ > t->max_token_bytes) t->max_token_bytes = bl_;                   \
-    } while (0)
-
-    json_object_foreach(vocab, key, val) {
-        json_int_t id = json_integer_value(val);
-        if (t->str_off[id] != UINT32_MAX) { free(tmp); FAIL("model.vocab: id %lld is used twice", (long long)id); }
-        SET_TOKEN(id, key, strlen(key));
+/* Token id's string s[0, n) and its decoded bytes: the byte-level inverse
+ * when every character is a byte-level character, else the raw UTF-8 (HF's
+ * ByteLevel decoder does exactly this per token). -1 out of memory. */
+static int set_token(tok_fill *f, json_int_t id, const char *s, size_t n) {
+    mi_tokenizer *t = f->t;
+    uint32_t off;
+    if (pool_add(&f->sp, s, n, 1, &off)) return -1;
+    t->str_off[id] = off; t->str_len[id] = (uint32_t)n;
+    size_t k = 0, j = 0; int all = 1;
+    const unsigned char *u = (const unsigned char *)s;
+    while (j < n) {
+        uint32_t cp; j += utf8_next(u + j, n - j, &cp);
+        if (cp >= 324 || f->cp_to_byte[cp] < 0) { all = 0; break; }
+        f->tmp[k++] = (unsigned char)f->cp_to_byte[cp];
     }
-    t->added = calloc(na ? na : 1, sizeof *t->added);
-    if (!t->added) { free(tmp); OOM(); }
-    for (size_t i = 0; i < na; i++) {
-        json_t *a = json_array_get(added, i);
+    const void *src = all ? (const void *)f->tmp : (const void *)s;
+    size_t bl = all ? k : n;
+    if (pool_add(&f->bp, src, bl, 0, &off)) return -1;
+    t->bytes_off[id] = off; t->bytes_len[id] = (uint32_t)bl;
+    if (bl > t->max_token_bytes) t->max_token_bytes = bl;
+    return 0;
+}
+
+/* Pass 2: the vocab's strings, then the added tokens (one may restate a
+ * vocab entry with the same id: one string is kept). */
+static int fill_tokens(tok_fill *f, const tok_json *j, const char *path, char *err, size_t el) {
+    mi_tokenizer *t = f->t;
+    const char *key; json_t *val;
+    json_object_foreach(j->vocab, key, val) {
+        json_int_t id = json_integer_value(val);
+        if (t->str_off[id] != UINT32_MAX) RFAIL("model.vocab: id %lld is used twice", (long long)id);
+        if (set_token(f, id, key, strlen(key))) RFAIL("out of memory");
+    }
+    t->added = calloc(j->na ? j->na : 1, sizeof *t->added);
+    if (!t->added) RFAIL("out of memory");
+    for (size_t i = 0; i < j->na; i++) {
+        json_t *a = json_array_get(j->added, i);
         json_t *c = json_object_get(a, "content");
         json_int_t id = json_integer_value(json_object_get(a, "id"));
         const char *s = json_string_value(c);
         size_t cl = json_string_length(c);
         int sp_, ls, rs, sw;
-        if (opt_bool(a, "special", &sp_) || opt_bool(a, "lstrip", &ls) || opt_bool(a, "rstrip", &rs) || opt_bool(a, "single_word", &sw)) {
-            free(tmp); FAIL("added_tokens[%zu]: special/lstrip/rstrip/single_word must be booleans", i);
-        }
-        /* An added token may restate a vocab entry (same id): keep one string. */
-        if (t->str_off[id] == UINT32_MAX || t->str_len[id] != cl || memcmp(sp.p + t->str_off[id], s, cl))
-            SET_TOKEN(id, s, cl);
+        if (opt_bool(a, "special", &sp_) || opt_bool(a, "lstrip", &ls) || opt_bool(a, "rstrip", &rs) || opt_bool(a, "single_word", &sw))
+            RFAIL("added_tokens[%zu]: special/lstrip/rstrip/single_word must be booleans", i);
+        if (t->str_off[id] == UINT32_MAX || t->str_len[id] != cl || memcmp(f->sp.p + t->str_off[id], s, cl))
+            if (set_token(f, id, s, cl)) RFAIL("out of memory");
         t->is_special[id] = (unsigned char)sp_;
         mi_tok_added *ad = &t->added[t->n_added++];
         ad->id = (int32_t)id; ad->len = (uint32_t)cl;
@@ -376,91 +389,118 @@ static mi_tokenizer *load_root(json_t *root, const char *path, char *err, size_t
         ad->rstrip = (unsigned char)rs; ad->single_word = (unsigned char)sw;
         ad->content = NULL; /* set below, once strpool stops moving */
     }
-    free(tmp);
-#undef SET_TOKEN
-    t->strpool = sp.p; sp.p = NULL;
-    t->bytepool = (unsigned char *)bp.p; bp.p = NULL;
+    return 0;
+}
+
+/* The pools handed to t, the string map filled (vocab first, then added
+ * tokens: an added token wins its string), and the one-byte tokens found. */
+static int index_tokens(tok_fill *f, const tok_json *j, const char *path, char *err, size_t el) {
+    mi_tokenizer *t = f->t;
+    t->strpool = f->sp.p; f->sp.p = NULL;
+    t->bytepool = (unsigned char *)f->bp.p; f->bp.p = NULL;
     for (uint32_t i = 0; i < t->n_added; i++) {
         mi_tok_added *ad = &t->added[i];
         ad->content = t->strpool + t->str_off[ad->id];
         t->added_first[(unsigned char)ad->content[0]] = 1;
     }
     if (t->n_added) qsort(t->added, t->n_added, sizeof *t->added, cmp_added);
-    /* vocab first, then added tokens: an added token wins its string */
-    json_object_foreach(vocab, key, val) strmap_put(t, (uint32_t)json_integer_value(val));
+    const char *key; json_t *val;
+    json_object_foreach(j->vocab, key, val) strmap_put(t, (uint32_t)json_integer_value(val));
     for (uint32_t i = 0; i < t->n_added; i++) strmap_put(t, (uint32_t)t->added[i].id);
-
-    /* one-byte tokens */
     for (int b = 0; b < 256; b++) {
         char u[4];
-        int k = put_utf8(byte_to_cp[b], u);
+        int k = put_utf8(f->byte_to_cp[b], u);
         t->byte_id[b] = strmap_get(t, u, (size_t)k);
-        if (t->byte_id[b] < 0) FAIL("model.vocab has no byte-level token for byte 0x%02X (not a byte-level BPE vocabulary)", b);
+        if (t->byte_id[b] < 0) RFAIL("model.vocab has no byte-level token for byte 0x%02X (not a byte-level BPE vocabulary)", b);
     }
+    return 0;
+}
 
-    /* merges */
+/* Merge i ("a b" or ["a", "b"]) into the merge table: both tokens and their
+ * concatenation (cat: room for two tokens) in the vocab; a repeated pair
+ * keeps its first (best) rank. */
+static int add_merge(mi_tokenizer *t, json_t *m, size_t i, char *cat, const char *path, char *err, size_t el) {
+    const char *a, *b;
+    size_t la, lb;
+    if (json_is_string(m)) {
+        const char *s = json_string_value(m);
+        const char *spc = strchr(s, ' ');
+        if (!spc || strchr(spc + 1, ' ')) RFAIL("model.merges[%zu]: \"%.60s\" is not two tokens separated by one space", i, s);
+        a = s; la = (size_t)(spc - s); b = spc + 1; lb = strlen(b);
+    } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+        a = json_string_value(json_array_get(m, 0)); la = json_string_length(json_array_get(m, 0));
+        b = json_string_value(json_array_get(m, 1)); lb = json_string_length(json_array_get(m, 1));
+    } else {
+        RFAIL("model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"]", i);
+    }
+    if (la > MI_TOK_MAX_TOKEN_BYTES || lb > MI_TOK_MAX_TOKEN_BYTES) RFAIL("model.merges[%zu]: token longer than %u bytes", i, MI_TOK_MAX_TOKEN_BYTES);
+    int32_t ia = strmap_get(t, a, la), ib = strmap_get(t, b, lb);
+    memcpy(cat, a, la); memcpy(cat + la, b, lb);
+    int32_t ir = strmap_get(t, cat, la + lb);
+    if (ia < 0 || ib < 0 || ir < 0)
+        /* a and b are not NUL-terminated at la/lb for "a b" strings */
+        RFAIL("model.merges[%zu]: \"%.*s\" + \"%.*s\": %s not in model.vocab", i,
+              (int)(la < 40 ? la : 40), a, (int)(lb < 40 ? lb : 40), b,
+              ia < 0 ? "left token" : ib < 0 ? "right token" : "merged token");
+    uint64_t mk = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
+    uint64_t h = mk * 0x9E3779B97F4A7C15ull;
+    uint32_t mask = t->merge_cap - 1, j = (uint32_t)(h >> 32) & mask;
+    while (t->merges[j].key != UINT64_MAX && t->merges[j].key != mk) j = (j + 1) & mask;
+    if (t->merges[j].key == UINT64_MAX) {
+        t->merges[j].key = mk; t->merges[j].rank = (uint32_t)i; t->merges[j].result = ir;
+    }
+    return 0;
+}
+
+static int load_merges(mi_tokenizer *t, json_t *merges, const char *path, char *err, size_t el) {
     size_t nm = json_array_size(merges);
-    if (nm > MI_TOK_MAX_VOCAB) FAIL("model.merges has %zu entries, over the limit", nm);
+    if (nm > MI_TOK_MAX_VOCAB) RFAIL("model.merges has %zu entries, over the limit", nm);
     t->merge_cap = pow2_at_least(2 * (uint64_t)nm + 1);
     t->merges = malloc((size_t)t->merge_cap * sizeof *t->merges);
-    if (!t->merges) OOM();
+    if (!t->merges) RFAIL("out of memory");
     for (uint32_t i = 0; i < t->merge_cap; i++) t->merges[i].key = UINT64_MAX;
     char *cat = malloc(2 * (size_t)MI_TOK_MAX_TOKEN_BYTES + 2);
-    if (!cat) OOM();
-    for (size_t i = 0; i < nm; i++) {
-        json_t *m = json_array_get(merges, i);
-        const char *a, *b;
-        size_t la, lb;
-        if (json_is_string(m)) {
-            const char *s = json_string_value(m);
-            const char *spc = strchr(s, ' ');
-            if (!spc || strchr(spc + 1, ' ')) { free(cat); FAIL("model.merges[%zu]: \"%.60s\" is not two tokens separated by one space", i, s); }
-            a = s; la = (size_t)(spc - s); b = spc + 1; lb = strlen(b);
-        } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
-            a = json_string_value(json_array_get(m, 0)); la = json_string_length(json_array_get(m, 0));
-            b = json_string_value(json_array_get(m, 1)); lb = json_string_length(json_array_get(m, 1));
-        } else {
-            free(cat); FAIL("model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"]", i);
-        }
-        if (la > MI_TOK_MAX_TOKEN_BYTES || lb > MI_TOK_MAX_TOKEN_BYTES) { free(cat); FAIL("model.merges[%zu]: token longer than %u bytes", i, MI_TOK_MAX_TOKEN_BYTES); }
-        int32_t ia = strmap_get(t, a, la), ib = strmap_get(t, b, lb);
-        memcpy(cat, a, la); memcpy(cat + la, b, lb);
-        int32_t ir = strmap_get(t, cat, la + lb);
-        if (ia < 0 || ib < 0 || ir < 0) {
-            free(cat);
-            /* a and b are not NUL-terminated at la/lb for "a b" strings */
-            FAIL("model.merges[%zu]: \"%.*s\" + \"%.*s\": %s not in model.vocab", i,
-                 (int)(la < 40 ? la : 40), a, (int)(lb < 40 ? lb : 40), b,
-                 ia < 0 ? "left token" : ib < 0 ? "right token" : "merged token");
-        }
-        uint64_t mk = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
-        uint64_t h = mk * 0x9E3779B97F4A7C15ull;
-        uint32_t mask = t->merge_cap - 1, j = (uint32_t)(h >> 32) & mask;
-        while (t->merges[j].key != UINT64_MAX && t->merges[j].key != mk) j = (j + 1) & mask;
-        if (t->merges[j].key == UINT64_MAX) { /* a repeated pair keeps its first (best) rank */
-            t->merges[j].key = mk; t->merges[j].rank = (uint32_t)i; t->merges[j].result = ir;
-        }
-    }
+    if (!cat) RFAIL("out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < nm && rc == 0; i++) rc = add_merge(t, json_array_get(merges, i), i, cat, path, err, el);
     free(cat);
+    return rc;
+}
 
-    if (parse_normalizer(t, json_object_get(root, "normalizer"), path, err, el, 0)) goto fail;
-    if (parse_pre(t, json_object_get(root, "pre_tokenizer"), path, err, el, 0)) goto fail;
-    {
-        json_t *d = json_object_get(root, "decoder");
-        const char *dt = json_string_value(json_object_get(d, "type"));
-        if (d && !json_is_null(d) && (!dt || strcmp(dt, "ByteLevel")))
-            FAIL("decoder type \"%s\" is not supported (only ByteLevel)", dt ? dt : "?");
-    }
+/* normalizer, pre_tokenizer and decoder */
+static int load_pipeline(mi_tokenizer *t, json_t *root, const char *path, char *err, size_t el) {
+    if (parse_normalizer(t, json_object_get(root, "normalizer"), path, err, el, 0)) return -1;
+    if (parse_pre(t, json_object_get(root, "pre_tokenizer"), path, err, el, 0)) return -1;
+    json_t *d = json_object_get(root, "decoder");
+    const char *dt = json_string_value(json_object_get(d, "type"));
+    if (d && !json_is_null(d) && (!dt || strcmp(dt, "ByteLevel")))
+        RFAIL("decoder type \"%s\" is not supported (only ByteLevel)", dt ? dt : "?");
+    return 0;
+}
+#undef RFAIL
 
+/* Builds the tokenizer from a parsed tokenizer.json; takes root's reference. */
+static mi_tokenizer *load_root(json_t *root, const char *path, char *err, size_t el) {
+    mi_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) { set_err(err, el, path, "out of memory"); json_decref(root); return NULL; }
+    t->eos_id = t->bos_id = t->pad_id = -1;
+    tok_json j = {0};
+    tok_fill f = {.t = t};
+    if (check_fields(root, &j, path, err, el) || size_tables(t, &j, path, err, el)) goto fail;
+    byte_unicode_tables(f.byte_to_cp, f.cp_to_byte);
+    if (!(f.tmp = malloc(MI_TOK_MAX_TOKEN_BYTES))) { set_err(err, el, path, "out of memory"); goto fail; }
+    if (fill_tokens(&f, &j, path, err, el) || index_tokens(&f, &j, path, err, el) ||
+        load_merges(t, j.merges, path, err, el) || load_pipeline(t, root, path, err, el))
+        goto fail;
+    free(f.tmp);
+    f.tmp = NULL;
     t->cache = calloc(MI_TOK_CACHE_SLOTS, sizeof *t->cache);
-    if (!t->cache) OOM();
+    if (!t->cache) { set_err(err, el, path, "out of memory"); goto fail; }
     pthread_mutex_init(&t->cache_lock, NULL);
     json_decref(root);
     return t;
 fail:
-#undef FAIL
-#undef OOM
-    free(sp.p); free(bp.p);
+    free(f.tmp); free(f.sp.p); free(f.bp.p);
     json_decref(root);
     mi_tokenizer_free(t);
     return NULL;

@@ -1,5 +1,5 @@
 /* core/tokenizer/nfc.c — UTF-8 validation and Unicode NFC normalisation for
- * the tokenizer (Qwen's tokenizer.json asks for NFC; PCRE2 has none).
+ * the tokenizer (a tokenizer.json may ask for NFC; PCRE2 has none).
  *
  * NFC = canonical decomposition, canonical reordering of combining marks,
  * canonical composition (Unicode UAX #15), with Hangul done algorithmically

@@ -1,5 +1,5 @@
 /* core/tokenizer/tokenizer.h — byte-level BPE tokenizer read from a Hugging Face
- * tokenizer.json (Qwen2/Qwen3 family; GPT-2 style byte-level BPE).
+ * tokenizer.json (GPT-2 style byte-level BPE, as the project's test models ship).
  *
  * What is implemented (and matched against Hugging Face / transformers.js
  * goldens in tests/tokenizer/):
@@ -9,7 +9,7 @@
  *     normalisation and pre-tokenisation, longest match first, as HF does;
  *     the lstrip / rstrip flags are honoured (whitespace next to the token is
  *     swallowed); single_word is honoured; "normalized" is ignored (all added
- *     tokens are matched on the raw text — every Qwen added token has
+ *     tokens are matched on the raw text — every added token of those files has
  *     normalized=false, which is the case where this is exact);
  *   - normalizer: null, "NFC", or a "Sequence" of those (NFC is implemented
  *     in core/tokenizer/nfc.c from Unicode 14 tables; other normalizers are
@@ -21,7 +21,7 @@
  *   - decoder: ByteLevel (GPT-2 bytes_to_unicode inverse).
  * Regex engines differ on what \s is: PCRE2 (UCP) counts U+0085 and U+180E,
  * not U+FEFF; HF's Oniguruma counts U+0085, not U+180E or U+FEFF; JS counts
- * U+FEFF, not U+0085. With Qwen's pattern none of these changed any id in
+ * U+FEFF, not U+0085. With the project tokenizer's pattern none of these changed any id in
  * the corpus (which has all three), but U+180E could in principle.
  * Chat templates: rendered by the Jinja engine in core/template
  * (mi_chat_render_template, mi_tokenizer_chat_render; docs/chat-templates.md);
@@ -44,7 +44,7 @@ extern "C" {
 typedef struct mi_tokenizer mi_tokenizer;
 
 /* Resource limits enforced by the loader (a file beyond them is refused). */
-/* tokenizer.json size: the largest real ones are ~35 MB (Qwen3: 11 MB);
+/* tokenizer.json size: the largest real ones are ~35 MB (the project tokenizer: 11 MB);
  * jansson holds a parsed file in up to ~22x its size, so 64 MiB bounds a
  * hostile file at ~1.5 GB of memory (256 MiB allowed ~6 GB). */
 #define MI_TOK_MAX_FILE_BYTES   (64u * 1024u * 1024u)
@@ -201,7 +201,7 @@ char *mi_chat_render(const mi_chat_format *f, const mi_chat_msg *msgs, size_t n_
  * {role, content}), add_generation_prompt, enable_thinking, and bos_token /
  * eos_token when given (NULL: left undefined). It reproduces
  * tests/tokenizer/golden_chat.json and tests/template/golden_templates.json
- * (Qwen3, Qwen2.5, Llama 3.1/3.2, Mistral v0.3/Nemo, Gemma 2/3) byte for
+ * (the real templates docs/chat-templates.md names) byte for
  * byte. A malloc'd prompt, or NULL with err set to one line
  * "chat template line L col C: PROBLEM" (a template that does not parse,
  * one outside the engine's subset, the template's own raise_exception(),

@@ -604,6 +604,146 @@ static int pidfd_open_(pid_t pid) {
 #endif
 }
 
+/* The child side of vf_run_child, in the forked process: its own session, output on op, the unit
+ * confined (every layer the probe found, else exit VF_EXIT_CONTAIN), limits set, then fn with its
+ * result pipe rp. Never returns. */
+static _Noreturn void run_unit(const vf_limits *lim, cgs *g, const char *unit_dir, int op[2], int rp[2],
+                               pid_t parent, int (*fn)(void *arg, int result_fd), void *arg) {
+  /* Own session and process group; die with the verifier. */
+  setsid();
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(3); /* the parent is already gone */
+  close(op[0]);
+  close(rp[0]);
+  dup2(op[1], 1);
+  dup2(op[1], 2);
+  close(op[1]);
+  unsigned want = C.active & (L_MNTNS | L_RDONLY | L_TMPFS | L_CAPS | L_USERNS);
+  int need_v2 = (C.active & L_CGROUP) != 0, need_v1 = (C.active & L_MEMCG) && !C.cg2_mem && lim->mem_mb;
+  if ((need_v2 && !g->v2[0]) || (need_v1 && !g->v1[0]) || cg_join(g) != 0) _exit(VF_EXIT_CONTAIN);
+  unsigned need = want & ~(unsigned)L_USERNS; /* how the namespace came is not a layer */
+  if ((confine(want, unit_dir, lim->mem_mb) & need) != need) _exit(VF_EXIT_CONTAIN);
+  set_limits(lim);
+  int rc = fn(arg, rp[1]);
+  fflush(stdout);
+  fflush(stderr);
+  _exit(rc ? 1 : 0); /* no atexit handlers: the parent's state is not ours */
+}
+
+/* The parent side while unit pid runs: read its output (out_fd, into outb, capped) and results
+ * (res_fd, into resb, up to the cap, else flooded), kill it and what it left behind at the
+ * deadline, on a flood or when it exits, then reap it; its wait status into *st. */
+static void supervise(const vf_limits *lim, pid_t pid, cgs *g, int out_fd, int res_fd, double t0,
+                      unsigned long long t0_ticks, vf_child_result *out, sbuf *outb, sbuf *resb, int *st) {
+  int pfd = pidfd_open_(pid);
+  size_t res_cap = lim->result_cap ? lim->result_cap : RESULT_CAP_DEFAULT;
+  out->result_cap = res_cap;
+  struct pollfd pf[3] = {{out_fd, POLLIN, 0}, {res_fd, POLLIN, 0}, {pfd, POLLIN, 0}};
+  int open_fds = 2, exited = 0, killed = 0;
+  double deadline = t0 + (lim->timeout_s > 0 ? lim->timeout_s : 1e9), drain_until = 1e18;
+  while (open_fds || !exited) {
+    double now = now_s();
+    if (!exited && waitpid(pid, st, WNOHANG) == pid) exited = 1;
+    if (exited && pfd >= 0) close(pfd), pf[2].fd = pfd = -1;
+    if (exited && !killed) {
+      /* The unit is over when its main process is: anything still running
+       * was left behind. */
+      out->strays = strays(pid, g, t0_ticks, 0, out->stray_desc, sizeof out->stray_desc);
+      kill_all(pid, g, t0_ticks, st, &exited);
+      killed = 1;
+      drain_until = now + 2.0; /* whatever holds the pipes is dead now */
+    }
+    if (!out->timed_out && !exited && now >= deadline) {
+      kill_all(pid, g, t0_ticks, st, &exited);
+      killed = 1;
+      out->timed_out = 1;
+      drain_until = now + 2.0;
+    }
+    if (out->flooded && !killed) {
+      kill_all(pid, g, t0_ticks, st, &exited);
+      killed = 1;
+      drain_until = now + 2.0;
+    }
+    if (now >= drain_until || (!open_fds && exited)) break;
+    double until = exited || killed ? drain_until : deadline;
+    int ms = (int)((until - now) * 1000) + 1;
+    if (ms > 1000) ms = 1000;
+    if (pfd < 0 && !exited && ms > 20) ms = 20; /* no pidfd: notice the exit by polling */
+    int n = poll(pf, 3, ms);
+    if (n < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2 && n > 0; i++) {
+      if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[65536];
+      ssize_t r = read(pf[i].fd, buf, sizeof buf);
+      if (r > 0 && i == 0) sbuf_add(outb, buf, (size_t)r, OUTPUT_CAP);
+      else if (r > 0 && (out->flooded || resb->n + (size_t)r > res_cap)) {
+        out->flooded = 1; /* nothing more is kept: the parent stays bounded */
+      } else if (r > 0) {
+        if (sbuf_add(resb, buf, (size_t)r, 0) != 0) out->flooded = 1;
+      } else if (r == 0 || errno != EINTR) {
+        close(pf[i].fd);
+        pf[i].fd = -1;
+        open_fds--;
+      }
+    }
+  }
+  for (int i = 0; i < 3; i++)
+    if (pf[i].fd >= 0) close(pf[i].fd);
+  if (!exited) kill_all(pid, g, t0_ticks, st, &exited);
+  if (!exited) { /* unkillable for now (e.g. in uninterruptible sleep): wait */
+    while (waitpid(pid, st, 0) < 0 && errno == EINTR) {
+    }
+    exited = 1;
+  }
+  kill_all(pid, g, t0_ticks, st, &exited); /* and reap what is left */
+}
+
+/* Whether the kernel OOM-killed anything in the unit's cgroups (v2 and v1 counters). */
+static int oom_killed(const cgs *g) {
+  char p[4400];
+  long long ooms = 0;
+  if (g->v2[0]) {
+    snprintf(p, sizeof p, "%s/memory.events", g->v2);
+    long long k = keyed(p, "oom_kill");
+    if (k > 0) ooms += k;
+  }
+  if (g->v1[0]) {
+    snprintf(p, sizeof p, "%s/memory.oom_control", g->v1);
+    long long k = keyed(p, "oom_kill");
+    if (k > 0) ooms += k;
+  }
+  return ooms > 0;
+}
+
+/* The unit's output and results into out (both owned by it now), and the event lines parsed. */
+static void take_output(vf_child_result *out, sbuf outb, sbuf resb) {
+  if (outb.truncated) {
+    sbuf tmp = {0};
+    const char *note = "[... earlier output dropped ...]\n";
+    sbuf_add(&tmp, note, strlen(note), 0);
+    sbuf_add(&tmp, outb.p, outb.n, 0);
+    free(outb.p);
+    outb = tmp;
+  }
+  out->output = outb.p ? outb.p : strdup("");
+  out->results = resb.p ? resb.p : strdup("");
+  out->results_len = resb.n;
+  /* Event lines (stages 3-6); a torn last line (the child died mid-write)
+   * is dropped. Stages 1-2 read `results` as records instead. */
+  char *copy = malloc(resb.n + 1);
+  if (copy) {
+    memcpy(copy, out->results, resb.n);
+    copy[resb.n] = 0;
+    for (char *line = copy, *nl; (nl = memchr(line, '\n', resb.n - (size_t)(line - copy))); line = nl + 1) {
+      *nl = 0;
+      json_t *ev = json_loads(line, 0, NULL);
+      if (json_is_object(ev)) json_array_append_new(out->events, ev);
+      else json_decref(ev);
+    }
+    free(copy);
+  }
+}
+
 int vf_run_child(const vf_limits *lim, int (*fn)(void *arg, int result_fd), void *arg,
                  vf_child_result *out) {
   memset(out, 0, sizeof *out);
@@ -631,137 +771,22 @@ int vf_run_child(const vf_limits *lim, int (*fn)(void *arg, int result_fd), void
     close(op[0]), close(op[1]), close(rp[0]), close(rp[1]);
     return -1;
   }
-  if (pid == 0) {
-    /* Own session and process group; die with the verifier. */
-    setsid();
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(3); /* the parent is already gone */
-    close(op[0]);
-    close(rp[0]);
-    dup2(op[1], 1);
-    dup2(op[1], 2);
-    close(op[1]);
-    unsigned want = C.active & (L_MNTNS | L_RDONLY | L_TMPFS | L_CAPS | L_USERNS);
-    int need_v2 = (C.active & L_CGROUP) != 0, need_v1 = (C.active & L_MEMCG) && !C.cg2_mem && lim->mem_mb;
-    if ((need_v2 && !g.v2[0]) || (need_v1 && !g.v1[0]) || cg_join(&g) != 0) _exit(VF_EXIT_CONTAIN);
-    unsigned need = want & ~(unsigned)L_USERNS; /* how the namespace came is not a layer */
-    if ((confine(want, unit_dir, lim->mem_mb) & need) != need) _exit(VF_EXIT_CONTAIN);
-    set_limits(lim);
-    int rc = fn(arg, rp[1]);
-    fflush(stdout);
-    fflush(stderr);
-    _exit(rc ? 1 : 0); /* no atexit handlers: the parent's state is not ours */
-  }
+  if (pid == 0) run_unit(lim, &g, unit_dir, op, rp, parent, fn, arg);
   close(op[1]);
   close(rp[1]);
 
-  int pfd = pidfd_open_(pid);
-  size_t res_cap = lim->result_cap ? lim->result_cap : RESULT_CAP_DEFAULT;
-  out->result_cap = res_cap;
   sbuf outb = {0}, resb = {0};
-  struct pollfd pf[3] = {{op[0], POLLIN, 0}, {rp[0], POLLIN, 0}, {pfd, POLLIN, 0}};
-  int open_fds = 2, exited = 0, st = 0, killed = 0;
-  double deadline = t0 + (lim->timeout_s > 0 ? lim->timeout_s : 1e9), drain_until = 1e18;
-  while (open_fds || !exited) {
-    double now = now_s();
-    if (!exited && waitpid(pid, &st, WNOHANG) == pid) exited = 1;
-    if (exited && pfd >= 0) close(pfd), pf[2].fd = pfd = -1;
-    if (exited && !killed) {
-      /* The unit is over when its main process is: anything still running
-       * was left behind. */
-      out->strays = strays(pid, &g, t0_ticks, 0, out->stray_desc, sizeof out->stray_desc);
-      kill_all(pid, &g, t0_ticks, &st, &exited);
-      killed = 1;
-      drain_until = now + 2.0; /* whatever holds the pipes is dead now */
-    }
-    if (!out->timed_out && !exited && now >= deadline) {
-      kill_all(pid, &g, t0_ticks, &st, &exited);
-      killed = 1;
-      out->timed_out = 1;
-      drain_until = now + 2.0;
-    }
-    if (out->flooded && !killed) {
-      kill_all(pid, &g, t0_ticks, &st, &exited);
-      killed = 1;
-      drain_until = now + 2.0;
-    }
-    if (now >= drain_until || (!open_fds && exited)) break;
-    double until = exited || killed ? drain_until : deadline;
-    int ms = (int)((until - now) * 1000) + 1;
-    if (ms > 1000) ms = 1000;
-    if (pfd < 0 && !exited && ms > 20) ms = 20; /* no pidfd: notice the exit by polling */
-    int n = poll(pf, 3, ms);
-    if (n < 0 && errno != EINTR) break;
-    for (int i = 0; i < 2 && n > 0; i++) {
-      if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buf[65536];
-      ssize_t r = read(pf[i].fd, buf, sizeof buf);
-      if (r > 0 && i == 0) sbuf_add(&outb, buf, (size_t)r, OUTPUT_CAP);
-      else if (r > 0 && (out->flooded || resb.n + (size_t)r > res_cap)) {
-        out->flooded = 1; /* nothing more is kept: the parent stays bounded */
-      } else if (r > 0) {
-        if (sbuf_add(&resb, buf, (size_t)r, 0) != 0) out->flooded = 1;
-      } else if (r == 0 || errno != EINTR) {
-        close(pf[i].fd);
-        pf[i].fd = -1;
-        open_fds--;
-      }
-    }
-  }
-  for (int i = 0; i < 3; i++)
-    if (pf[i].fd >= 0) close(pf[i].fd);
-  if (!exited) kill_all(pid, &g, t0_ticks, &st, &exited);
-  if (!exited) { /* unkillable for now (e.g. in uninterruptible sleep): wait */
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    exited = 1;
-  }
-  kill_all(pid, &g, t0_ticks, &st, &exited); /* and reap what is left */
+  int st = 0;
+  supervise(lim, pid, &g, op[0], rp[0], t0, t0_ticks, out, &outb, &resb, &st);
   out->wall_s = now_s() - t0;
-  char p[4400];
-  long long ooms = 0;
-  if (g.v2[0]) {
-    snprintf(p, sizeof p, "%s/memory.events", g.v2);
-    long long k = keyed(p, "oom_kill");
-    if (k > 0) ooms += k;
-  }
-  if (g.v1[0]) {
-    snprintf(p, sizeof p, "%s/memory.oom_control", g.v1);
-    long long k = keyed(p, "oom_kill");
-    if (k > 0) ooms += k;
-  }
-  out->oom_killed = ooms > 0;
+  out->oom_killed = oom_killed(&g);
   cg_remove(g.v2);
   cg_remove(g.v1);
   if (strcmp(unit_dir, C.root)) vf_rmtree(unit_dir);
   if (WIFEXITED(st)) out->exited = 1, out->exit_code = WEXITSTATUS(st);
   if (WIFSIGNALED(st)) out->signaled = 1, out->term_signal = WTERMSIG(st);
   out->contain_failed = out->exited && out->exit_code == VF_EXIT_CONTAIN;
-  if (outb.truncated) {
-    sbuf tmp = {0};
-    const char *note = "[... earlier output dropped ...]\n";
-    sbuf_add(&tmp, note, strlen(note), 0);
-    sbuf_add(&tmp, outb.p, outb.n, 0);
-    free(outb.p);
-    outb = tmp;
-  }
-  out->output = outb.p ? outb.p : strdup("");
-  out->results = resb.p ? resb.p : strdup("");
-  out->results_len = resb.n;
-  /* Event lines (stages 3-6); a torn last line (the child died mid-write)
-   * is dropped. Stages 1-2 read `results` as records instead. */
-  char *copy = malloc(resb.n + 1);
-  if (copy) {
-    memcpy(copy, out->results, resb.n);
-    copy[resb.n] = 0;
-    for (char *line = copy, *nl; (nl = memchr(line, '\n', resb.n - (size_t)(line - copy))); line = nl + 1) {
-      *nl = 0;
-      json_t *ev = json_loads(line, 0, NULL);
-      if (json_is_object(ev)) json_array_append_new(out->events, ev);
-      else json_decref(ev);
-    }
-    free(copy);
-  }
+  take_output(out, outb, resb);
   return 0;
 }
 

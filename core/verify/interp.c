@@ -5,370 +5,203 @@
 #define _GNU_SOURCE
 #include "core/verify/interp.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/verify/driver.h"
+#include "core/runtime/safetensors.h"
+#include "core/verify/bind.h"
 #include "core/verify/ref/f64.h"
 #include "core/verify/verify.h"
 #include "mi/host.h"
 
-#define MAX_ARGS 32
 #define MAX_BUFS 128
-#define MAX_ELEMS ((int64_t)1 << 34) /* one buffer: 128 GiB of doubles, past any test shape */
+#define MAX_LAYER_BUFS 8
 
 struct vf_interp {
   const mi_ckb *c;
   const json_t *model, *cfg;
   const struct mi_weights *w;
   int64_t layers, vocab;
+  /* the weights: the files (w), or a caller's source (stage 2) */
+  vf_weight_src src;
+  void *src_user;
+  const json_t *layout; /* the checkpoint layout cfg names (renamed weights), or NULL */
+  /* stage 2's twin of a device layer: real arguments of kind f32 rounded to
+   * float as the kernels get them; the cache kept exact (the device's is f32) */
+  int layer_mode;
 };
 
-typedef struct ibuf {
-  const char *name; /* the contract's name for it (borrowed) */
-  double *p;        /* [n] */
-  int64_t n, row;   /* elements; elements per row of the first dimension */
-} ibuf;
-
-/* What names mean while the steps of one forward are bound. */
+/* What names mean while the steps of one call are bound: the binder, and
+ * the storage of every buffer it sizes. */
 typedef struct scope {
   vf_interp *m;
-  int64_t T, pos0, R, r0, n_ctx, layer;
-  ibuf bufs[MAX_BUFS]; /* the contract's buffers */
+  vf_binder b;
+  vf_bbuf bufs[MAX_BUFS]; /* the contract's buffers */
+  double *bp[MAX_BUFS];
   int nbufs;
-  ibuf *per_layer; /* [layers][MAX_LAYER_BUFS]: caches and state */
-  int *n_per_layer;
-  char *err;
-  size_t err_len;
+  vf_bbuf *lbufs; /* [layers][MAX_LAYER_BUFS]: caches and state */
+  double **lp;
+  int *nl;
+  double *max_score;
 } scope;
-#define MAX_LAYER_BUFS 8
 
 static int fail(scope *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(scope *s, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(s->err, s->err_len, fmt, ap);
+  vsnprintf(s->b.err, s->b.err_len, fmt, ap);
   va_end(ap);
   return -1;
 }
 
-/* ---------- names in expressions ---------- */
-
-static int runtime_name(const scope *s, const char *n, size_t len, int64_t *out) {
-  static const char *const names[] = {"T", "pos0", "R", "r0", "n_ctx", "i"};
-  const int64_t vals[] = {s->T, s->pos0, s->R, s->r0, s->n_ctx, s->layer};
-  for (int k = 0; k < 6; k++)
-    if (strlen(names[k]) == len && !memcmp(names[k], n, len)) return *out = vals[k], 0;
-  return -1;
-}
-
-static int lookup_f64(void *user, const char *n, size_t len, double *out) {
-  scope *s = user;
-  int64_t r;
-  if (runtime_name(s, n, len, &r) == 0) return *out = (double)r, 0;
-  const json_t *v = mi_ckb_config_value(s->m->model, s->m->cfg, n, len);
-  if (json_is_number(v)) return *out = json_number_value(v), 0;
-  if (json_is_boolean(v)) return *out = json_is_true(v), 0;
-  return -1;
-}
-
-static int lookup_int(void *user, const char *n, size_t len, int64_t *out) {
-  double d;
-  if (lookup_f64(user, n, len, &d) != 0 || d != floor(d) || fabs(d) > 9e15) return -1;
-  *out = (int64_t)d;
-  return 0;
-}
-
-/* An integer argument: an expression over config fields and T, pos0, R,
- * r0, n_ctx, i; "int:EXPR" is a real expression whose value must be whole */
-static int bind_int(scope *s, const char *b, int64_t *out) {
-  char e[300];
-  if (!strncmp(b, "int:", 4)) {
-    double d;
-    if (mi_expr_eval_f64(b + 4, lookup_f64, s, &d, e, sizeof e) != 0) return fail(s, "%s", e);
-    if (d != floor(d) || fabs(d) > 9e15)
-      return fail(s, "\"%s\" is %.17g on this config, not a whole number", b, d);
-    *out = (int64_t)d;
-    return 0;
+double *vf_weight_f64(const struct mi_weights *w, const char *name, size_t expect, char *err,
+                      size_t err_len) {
+  mi_weight_info wi;
+  if (mi_weights_find(w, name, &wi) != 0) {
+    snprintf(err, err_len, "reference: no tensor \"%s\"", name);
+    return NULL;
   }
-  return mi_expr_eval(b, lookup_int, s, out, e, sizeof e) == 0 ? 0 : fail(s, "%s", e);
-}
-
-/* A real argument: "config:FIELD", "rsqrt:INT_EXPR", or a literal */
-static int bind_real(scope *s, const char *b, double *out) {
-  if (!strncmp(b, "config:", 7)) {
-    const json_t *v = mi_ckb_config_value(s->m->model, s->m->cfg, b + 7, strlen(b + 7));
-    if (!json_is_number(v))
-      return fail(s, "\"%s\": config.json has no such number and the contract no default", b);
-    *out = json_number_value(v);
-    return 0;
+  size_t n = 1;
+  for (int i = 0; i < wi.ndim; i++) n *= (size_t)wi.shape[i];
+  if (n != expect ||
+      (wi.dtype != MI_DTYPE_BF16 && wi.dtype != MI_DTYPE_F16 && wi.dtype != MI_DTYPE_F32)) {
+    snprintf(err, err_len, "reference: tensor \"%s\" has %zu elements of dtype %d, expected %zu",
+             name, n, wi.dtype, expect);
+    return NULL;
   }
-  if (!strncmp(b, "rsqrt:", 6)) {
-    int64_t x;
-    if (bind_int(s, b + 6, &x) != 0) return -1;
-    if (x <= 0) return fail(s, "\"%s\" is %lld on this config, not positive", b, (long long)x);
-    *out = 1.0 / sqrt((double)x);
-    return 0;
+  double *out = malloc(n * sizeof(double));
+  if (!out) {
+    snprintf(err, err_len, "reference: out of memory");
+    return NULL;
   }
-  char *end;
-  *out = strtod(b, &end);
-  return *end || end == b ? fail(s, "\"%s\" is not a number", b) : 0;
-}
-
-/* ---------- buffers ---------- */
-
-static ibuf *find_buf(scope *s, const char *name, size_t len) {
-  if (s->layer >= 0) {
-    ibuf *lb = s->per_layer + s->layer * MAX_LAYER_BUFS;
-    for (int k = 0; k < s->n_per_layer[s->layer]; k++)
-      if (strlen(lb[k].name) == len && !memcmp(lb[k].name, name, len)) return &lb[k];
+  const unsigned char *p = wi.data;
+  for (size_t i = 0; i < n; i++) {
+    uint16_t h;
+    float f;
+    if (wi.dtype == MI_DTYPE_F32) {
+      memcpy(&f, p + 4 * i, 4);
+      out[i] = f;
+    } else {
+      memcpy(&h, p + 2 * i, 2);
+      out[i] = wi.dtype == MI_DTYPE_BF16 ? mi_bf16_to_f32(h) : mi_f16_to_f32(h);
+    }
   }
-  for (int k = 0; k < s->nbufs; k++)
-    if (strlen(s->bufs[k].name) == len && !memcmp(s->bufs[k].name, name, len)) return &s->bufs[k];
-  return NULL;
+  return out;
 }
 
-/* The element count of a shape the contract gives (dimensions: numbers or
- * expressions), and the elements per row of its first dimension. */
-static int shape_elems(scope *s, const char *what, const char *name, const json_t *shape,
-                       int64_t *n_out, int64_t *row_out) {
-  int64_t n = 1, row = 1;
-  size_t i;
-  json_t *d;
-  json_array_foreach(shape, i, d) {
-    int64_t x;
-    if (json_is_integer(d))
-      x = json_integer_value(d);
-    else if (!json_is_string(d))
-      return fail(s, "%s %s: a dimension is neither a number nor an expression", what, name);
-    else if (bind_int(s, json_string_value(d), &x) != 0)
-      return -1;
-    if (x < 0 || (x && n > MAX_ELEMS / x))
-      return fail(s, "%s %s: dimension %lld out of range", what, name, (long long)x);
-    n *= x;
-    if (i > 0) row *= x;
-  }
-  *n_out = n;
-  *row_out = row;
-  return 0;
+/* A buffer's storage: zeroed doubles of the size the binder gave it. */
+static int alloc_buf(scope *s, const vf_bbuf *b, double **p) {
+  *p = calloc((size_t)(b->n ? b->n : 1), sizeof(double)); /* [n] */
+  return *p ? 0 : fail(s, "reference: out of memory for buffer %s (%lld doubles)", b->name, (long long)b->n);
 }
 
-/* A zeroed buffer of the shape the contract gives (dims: expressions). */
-static int make_buf(scope *s, ibuf *b, const json_t *spec) {
-  b->name = json_string_value(json_object_get(spec, "name"));
-  const json_t *shape = json_object_get(spec, "shape");
-  if (!b->name || !json_is_array(shape) || !json_array_size(shape))
-    return fail(s, "a buffer of the contract has no name or no shape");
-  int64_t n, row;
-  if (shape_elems(s, "buffer", b->name, shape, &n, &row) != 0) return -1;
-  b->n = n;
-  b->row = row;
-  b->p = calloc((size_t)(n ? n : 1), sizeof(double));
-  return b->p ? 0
-              : fail(s, "reference: out of memory for buffer %s (%lld doubles)", b->name,
-                     (long long)n);
-}
-
-/* "NAME", "NAME@pos0", "NAME@r0", each optionally "+EXPR" elements on */
-static int bind_buf(scope *s, const char *b, double **p, int64_t *avail) {
-  size_t len = strcspn(b, "@+");
-  ibuf *buf = find_buf(s, b, len);
-  if (!buf) return fail(s, "\"%s\" names no buffer, cache or state of the contract", b);
-  int64_t off = 0;
-  const char *r = b + len;
-  if (*r == '@') {
-    size_t rl = strcspn(r + 1, "+");
-    int64_t row = 0;
-    if ((rl == 4 && !memcmp(r + 1, "pos0", 4)) || (rl == 2 && !memcmp(r + 1, "r0", 2)))
-      runtime_name(s, r + 1, rl, &row);
-    else
-      return fail(s, "\"%s\": a row is @pos0 or @r0", b);
-    off = row * buf->row;
-    r += 1 + rl;
-  }
-  if (*r == '+') {
-    int64_t x;
-    if (bind_int(s, r + 1, &x) != 0) return -1;
-    off += x;
-  }
-  if (off < 0 || off > buf->n)
-    return fail(s, "\"%s\" lies outside %s (%lld elements)", b, buf->name, (long long)buf->n);
-  *p = buf->p + off;
-  *avail = buf->n - off;
-  return 0;
-}
-
-/* The weight map's entry for a key as the steps write it ({i} unexpanded) */
-static const json_t *weight_spec(const vf_interp *m, const char *key) {
-  size_t i;
-  json_t *w;
-  json_array_foreach(
-      json_object_get(m->model, "weights"), i,
-      w) if (!strcmp(json_string_value(json_object_get(w, "key")) ?: "", key)) return w;
-  return NULL;
-}
-
-static int holds(const vf_interp *m, const char *when) {
-  if (!when) return 1;
-  int neg = when[0] == '!';
-  const json_t *v = mi_ckb_config_value(m->model, m->cfg, when + neg, strlen(when + neg));
-  return neg ? !json_is_true(v) : json_is_true(v);
-}
-
-/* "weight:KEY": the tensor widened to float64 (the caller frees it); a key
- * whose `when` does not hold on this config reads its `fallback` (a tied
- * lm_head reads the embedding). */
-static double *bind_weight(scope *s, const char *key, int64_t *n_out) {
-  const json_t *spec = weight_spec(s->m, key);
-  if (!spec) return fail(s, "weight:%s is not in the contract's weight map", key), NULL;
-  const char *fb = json_string_value(json_object_get(spec, "fallback"));
-  if (fb && !holds(s->m, json_string_value(json_object_get(spec, "when")))) {
-    spec = weight_spec(s->m, fb);
-    key = fb;
-    if (!spec) return fail(s, "the fallback %s is not in the contract's weight map", fb), NULL;
-  }
-  int64_t n, row;
-  if (shape_elems(s, "weight", key, json_object_get(spec, "shape"), &n, &row) != 0) return NULL;
-  char name[512];
-  const char *p = strstr(key, "{i}");
-  if (p)
-    snprintf(name, sizeof name, "%.*s%lld%s", (int)(p - key), key, (long long)s->layer, p + 3);
-  else
-    snprintf(name, sizeof name, "%s", key);
-  double *v = vf_weight_f64(s->m->w, name, (size_t)n, s->err, s->err_len);
-  *n_out = n;
-  return v;
+static double *buf_storage(scope *s, int idx) {
+  return idx < s->nbufs ? s->bp[idx] : s->lp[s->b.layer * MAX_LAYER_BUFS + idx - s->nbufs];
 }
 
 /* ---------- one step ---------- */
 
-static int run_step(scope *s, const json_t *step, double *max_score) {
-  const char *op = json_string_value(json_object_get(step, "operator"));
-  const char *sname = json_string_value(json_object_get(step, "step")) ?: op ?: "?";
-  const mi_ckb_entry *oe = op ? mi_ckb_find(s->m->c, op) : NULL;
-  if (!oe) return fail(s, "step %s: operator %s is not in the CKB", sname, op ? op : "(none)");
-  const char *refname = json_string_value(json_object_get(oe->json, "reference"));
+static int run_attention(scope *s, const char *sname, vf_arg *args, int na) {
+  /* the cache rows this chunk stored are rounded as the engine's cache type
+   * rounds them (kv.c), and the largest scaled score is kept */
+  double *out = NULL, *q = NULL, *kc = NULL, *vc = NULL, scale = 0;
+  int64_t T = 0, Hq = 0, Hkv = 0, D = 0, pos0 = 0;
+  for (int k = 0; k < na; k++) {
+    const char *n = args[k].name;
+    if (!strcmp(n, "out"))
+      out = args[k].val;
+    else if (!strcmp(n, "q"))
+      q = args[k].val;
+    else if (!strcmp(n, "k_cache"))
+      kc = args[k].val;
+    else if (!strcmp(n, "v_cache"))
+      vc = args[k].val;
+    else if (!strcmp(n, "T"))
+      T = args[k].i;
+    else if (!strcmp(n, "Hq"))
+      Hq = args[k].i;
+    else if (!strcmp(n, "Hkv"))
+      Hkv = args[k].i;
+    else if (!strcmp(n, "D"))
+      D = args[k].i;
+    else if (!strcmp(n, "pos0"))
+      pos0 = args[k].i;
+    else if (!strcmp(n, "scale"))
+      scale = args[k].f;
+  }
+  if (!out || !q || !kc || !vc || Hkv <= 0 || Hq % Hkv)
+    return fail(s, "step %s: attention's arguments do not fit", sname);
+  if (!s->m->layer_mode) {
+    vf_ref_round_kv(kc + pos0 * Hkv * D, T * Hkv * D);
+    vf_ref_round_kv(vc + pos0 * Hkv * D, T * Hkv * D);
+  }
+  if (vf_f64_attention(out, q, kc, vc, T, Hq, Hkv, D, pos0, scale, s->max_score) != 0)
+    return fail(s, "reference: out of memory");
+  return 0;
+}
+
+static int run_step(scope *s, const json_t *step) {
   /* the interpreter wants logits; an argmax step picks a token from them */
-  if (refname && !strcmp(refname, "argmax")) return 0;
-  vf_ref_fn fn = refname ? vf_ref_find(refname) : NULL;
-  if (!fn) return fail(s, "step %s: %s has no float64 reference", sname, op);
-  const json_t *bind = json_object_get(step, "args");
-  vf_arg args[MAX_ARGS];
-  double *owned[MAX_ARGS];
+  const char *op = json_string_value(json_object_get(step, "operator"));
+  const mi_ckb_entry *oe = op ? mi_ckb_find(s->m->c, op) : NULL;
+  const char *ref = oe ? json_string_value(json_object_get(oe->json, "reference")) : NULL;
+  if (ref && !strcmp(ref, "argmax")) return 0;
+  vf_bstep bs;
+  if (vf_bind_step(&s->b, s->m->c, step, &bs) != 0) return -1;
+  vf_ref_fn fn = bs.reference ? vf_ref_find(bs.reference) : NULL;
+  if (!fn) return fail(s, "step %s: %s has no float64 reference", bs.name, bs.op);
+  vf_arg args[VF_BIND_MAX_ARGS];
+  double *owned[VF_BIND_MAX_ARGS];
   int na = 0, no = 0, rc = 0;
   memset(args, 0, sizeof args);
-  size_t i;
-  json_t *sa;
-  json_array_foreach(json_object_get(json_object_get(oe->json, "signature"), "args"), i, sa) {
-    const char *an = json_string_value(json_object_get(sa, "name"));
-    vf_kind k;
-    if (!an || vf_kind_parse(json_string_value(json_object_get(sa, "kind")) ?: "", &k) != 0) {
-      rc = fail(s, "%s: an argument of its signature has no name or an unknown kind", op);
-      break;
-    }
-    if (k == VF_CTX || k == VF_STREAM) continue;
-    if (na == MAX_ARGS) {
-      rc = fail(s, "%s: more than %d arguments", op, MAX_ARGS);
-      break;
-    }
+  for (int k = 0; k < bs.nargs && rc == 0; k++) {
+    const vf_barg *ba = &bs.a[k];
+    if (ba->what == VB_NONE) continue; /* ctx, stream */
     vf_arg *a = &args[na++];
-    a->name = an;
-    a->kind = k;
-    a->dtype = MI_DTYPE_F32;
-    const json_t *bv = json_object_get(bind, an);
-    if (k == VF_DTYPE) continue; /* float64 throughout */
-    char num[32];
-    const char *b = json_string_value(bv);
-    if (json_is_integer(bv))
-      snprintf(num, sizeof num, "%lld", (long long)json_integer_value(bv)), b = num;
-    else if (json_is_real(bv))
-      snprintf(num, sizeof num, "%.17g", json_real_value(bv)), b = num;
-    if (!b) {
-      rc = fail(s, "step %s: argument %s of %s is not bound", sname, an, op);
-      break;
-    }
-    if (k == VF_IN || k == VF_OUT || k == VF_INOUT) {
-      if (!strncmp(b, "weight:", 7)) {
-        a->val = owned[no] = bind_weight(s, b + 7, &a->n);
-        if (!a->val) {
-          rc = -1;
-          break;
-        }
-        no++;
-      } else if (bind_buf(s, b, &a->val, &a->n) != 0) {
-        rc = -1;
-        break;
-      }
-    } else if (k == VF_I64 || k == VF_I32) {
-      if (bind_int(s, b, &a->i) != 0) {
-        rc = -1;
-        break;
-      }
-    } else if (bind_real(s, b, &a->f) != 0) {
-      rc = -1;
-      break;
+    a->name = ba->name;
+    a->kind = ba->kind;
+    a->dtype = MI_DTYPE_F32; /* float64 throughout */
+    if (ba->what == VB_BUF) {
+      a->val = buf_storage(s, ba->buf) + ba->off;
+      a->n = ba->avail;
+    } else if (ba->what == VB_WEIGHT) {
+      char name[300];
+      vf_bind_rename(s->m->layout, ba->wname, name, sizeof name);
+      a->val = owned[no] = s->m->src ? s->m->src(s->m->src_user, ba->wkey, ba->wname, ba->wn, s->b.err, s->b.err_len)
+                                     : vf_weight_f64(s->m->w, name, (size_t)ba->wn, s->b.err, s->b.err_len);
+      a->n = ba->wn;
+      if (!a->val) rc = -1;
+      else no++;
+    } else if (ba->what == VB_INT) {
+      a->i = ba->i;
+    } else if (ba->what == VB_REAL) {
+      a->f = s->m->layer_mode && ba->kind == VF_F32 ? (double)(float)ba->f : ba->f;
     }
   }
   if (rc == 0) {
     vf_call call = {args, na};
     char e[400] = "";
-    if (refname && !strcmp(refname, "attention")) {
-      /* the cache rows this chunk stored are rounded as the engine's cache
-       * type rounds them (kv.c), and the largest scaled score is kept */
-      double *out = NULL, *q = NULL, *kc = NULL, *vc = NULL, scale = 0;
-      int64_t T = 0, Hq = 0, Hkv = 0, D = 0, pos0 = 0;
-      for (int k = 0; k < na; k++) {
-        const char *n = args[k].name;
-        if (!strcmp(n, "out"))
-          out = args[k].val;
-        else if (!strcmp(n, "q"))
-          q = args[k].val;
-        else if (!strcmp(n, "k_cache"))
-          kc = args[k].val;
-        else if (!strcmp(n, "v_cache"))
-          vc = args[k].val;
-        else if (!strcmp(n, "T"))
-          T = args[k].i;
-        else if (!strcmp(n, "Hq"))
-          Hq = args[k].i;
-        else if (!strcmp(n, "Hkv"))
-          Hkv = args[k].i;
-        else if (!strcmp(n, "D"))
-          D = args[k].i;
-        else if (!strcmp(n, "pos0"))
-          pos0 = args[k].i;
-        else if (!strcmp(n, "scale"))
-          scale = args[k].f;
-      }
-      if (!out || !q || !kc || !vc || Hkv <= 0 || Hq % Hkv)
-        rc = fail(s, "step %s: attention's arguments do not fit", sname);
-      else {
-        vf_ref_round_kv(kc + pos0 * Hkv * D, T * Hkv * D);
-        vf_ref_round_kv(vc + pos0 * Hkv * D, T * Hkv * D);
-        if (vf_f64_attention(out, q, kc, vc, T, Hq, Hkv, D, pos0, scale, max_score) != 0)
-          rc = fail(s, "reference: out of memory");
-      }
-    } else if (fn(&call, e, sizeof e) != 0) {
-      rc = fail(s, "step %s (%s): %s", sname, op, e);
-    }
-  } else {
+    if (!strcmp(bs.reference, "attention"))
+      rc = run_attention(s, bs.name, args, na);
+    else if (fn(&call, e, sizeof e) != 0)
+      rc = fail(s, "step %s (%s): %s", bs.name, bs.op, e);
+  } else if (strncmp(s->b.err, "step ", 5)) {
     char e2[600];
-    snprintf(e2, sizeof e2, "%s", s->err);
-    if (strncmp(e2, "step ", 5)) fail(s, "step %s (%s): %s", sname, op, e2);
+    snprintf(e2, sizeof e2, "%s", s->b.err);
+    fail(s, "step %s (%s): %s", bs.name, bs.op, e2);
   }
   for (int k = 0; k < no; k++)
     free(owned[k]);
   return rc;
 }
 
-static int run_sequence(scope *s, const json_t *seq, double *max_score) {
+static int run_sequence(scope *s, const json_t *seq) {
   size_t i;
   json_t *st;
-  json_array_foreach(seq, i, st) if (run_step(s, st, max_score) != 0) return -1;
+  json_array_foreach(seq, i, st) if (run_step(s, st) != 0) return -1;
   return 0;
 }
 
@@ -376,20 +209,30 @@ static int run_sequence(scope *s, const json_t *seq, double *max_score) {
 
 vf_interp *vf_interp_open(const mi_ckb *c, const mi_ckb_entry *model, const json_t *cfg,
                           const struct mi_weights *w, char *err, size_t err_len) {
+  return vf_interp_open_json(c, model->json, cfg, w, err, err_len);
+}
+
+vf_interp *vf_interp_open_json(const mi_ckb *c, const json_t *model_contract, const json_t *cfg,
+                               const struct mi_weights *w, char *err, size_t err_len) {
+  if (!json_is_object(model_contract)) {
+    snprintf(err, err_len, "reference: the model contract is not a JSON object");
+    return NULL;
+  }
+  const char *id = json_string_value(json_object_get(model_contract, "id")) ?: "(model contract)";
   vf_interp *m = calloc(1, sizeof *m);
   if (!m) {
     snprintf(err, err_len, "reference: out of memory");
     return NULL;
   }
-  *m = (vf_interp){c, model->json, cfg, w, 0, 0};
-  scope s = {.m = m, .layer = -1, .err = err, .err_len = err_len};
-  const char *lf = json_string_value(json_object_get(model->json, "layers"));
-  if (!lf || bind_int(&s, lf, &m->layers) != 0 || m->layers < 1 || m->layers > 100000 ||
-      bind_int(&s, "vocab_size", &m->vocab) != 0 || m->vocab < 1) {
+  *m = (vf_interp){.c = c, .model = model_contract, .cfg = cfg, .w = w,
+                   .layout = vf_bind_layout(model_contract, cfg)};
+  vf_binder b = {.model = model_contract, .cfg = cfg, .layer = -1, .err = err, .err_len = err_len};
+  const char *lf = json_string_value(json_object_get(model_contract, "layers"));
+  if (!lf || vf_bind_int(&b, lf, &m->layers) != 0 || m->layers < 1 || m->layers > 100000 ||
+      vf_bind_int(&b, "vocab_size", &m->vocab) != 0 || m->vocab < 1) {
     char e[600];
     snprintf(e, sizeof e, "%s", err);
-    snprintf(err, err_len, "%s: the layer count or vocab_size of this config.json: %s", model->id,
-             e);
+    snprintf(err, err_len, "%s: the layer count or vocab_size of this config.json: %s", id, e);
     free(m);
     return NULL;
   }
@@ -400,29 +243,80 @@ void vf_interp_close(vf_interp *m) {
   free(m);
 }
 
-/* The caches and state of layer l (its kind's, or the contract's cache) */
-static int layer_bufs(scope *s, int64_t l) {
-  const json_t *model = s->m->model;
-  const char *kind = mi_ckb_layer_kind(model, s->m->cfg, l);
-  const json_t *kinds = json_object_get(json_object_get(model, "layer_kinds"), "kinds");
-  if (kinds && !kind)
-    return fail(s, "layer %lld: its kind cannot be told from config.json", (long long)l);
-  const json_t *kv = kind ? json_object_get(kinds, kind) : NULL;
-  const json_t *lists[2] = {kind ? json_object_get(kv, "cache") : json_object_get(model, "cache"),
-                            kind ? json_object_get(kv, "state") : json_object_get(model, "state")};
-  ibuf *lb = s->per_layer + l * MAX_LAYER_BUFS;
+/* The caches and state of layer l (its kind's, or the contract's) */
+static int layer_bufs(scope *s, int64_t l, const char *kind) {
+  const json_t *lists[2];
+  vf_bind_layer_lists(s->m->model, kind, lists);
   for (int k = 0; k < 2; k++) {
     size_t i;
     json_t *spec;
-    if (!json_is_array(lists[k])) continue; /* a description in prose only */
     json_array_foreach(lists[k], i, spec) {
-      if (s->n_per_layer[l] == MAX_LAYER_BUFS)
+      int at = s->nl[l];
+      if (at == MAX_LAYER_BUFS)
         return fail(s, "layer %lld: more than %d caches and states", (long long)l, MAX_LAYER_BUFS);
-      if (make_buf(s, &lb[s->n_per_layer[l]], spec) != 0) return -1;
-      s->n_per_layer[l]++;
+      vf_bbuf *lb = &s->lbufs[l * MAX_LAYER_BUFS + at];
+      if (vf_bind_buffer(&s->b, spec, lb) != 0 || alloc_buf(s, lb, &s->lp[l * MAX_LAYER_BUFS + at]) != 0)
+        return -1;
+      s->nl[l]++;
     }
   }
   return 0;
+}
+
+/* A scope for `layers` layers: the contract's buffers sized on the binder's
+ * call (only those `only` names, when given), caches and state per layer. */
+static scope *scope_new(vf_interp *m, int64_t layers, const vf_binder *b, const json_t *only) {
+  scope *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(b->err, b->err_len, "reference: out of memory");
+    return NULL;
+  }
+  s->m = m;
+  s->b = *b;
+  s->lbufs = calloc((size_t)layers * MAX_LAYER_BUFS, sizeof *s->lbufs);
+  s->lp = calloc((size_t)layers * MAX_LAYER_BUFS, sizeof *s->lp);
+  s->nl = calloc((size_t)layers, sizeof *s->nl);
+  int rc = s->lbufs && s->lp && s->nl ? 0 : fail(s, "reference: out of memory");
+  size_t i;
+  json_t *spec;
+  json_array_foreach(json_object_get(m->model, "buffers"), i, spec) {
+    if (rc || s->nbufs == MAX_BUFS) {
+      if (!rc)
+        rc = fail(s, "%s: more than %d buffers", json_string_value(json_object_get(m->model, "id")), MAX_BUFS);
+      break;
+    }
+    vf_bbuf *vb = &s->bufs[s->nbufs];
+    const char *name = json_string_value(json_object_get(spec, "name"));
+    if (only && name && !vf_bind_uses(only, name)) { /* not this layer's: left empty */
+      *vb = (vf_bbuf){.name = name, .dtype = MI_DTYPE_F32};
+      s->bp[s->nbufs++] = NULL;
+      continue;
+    }
+    if ((rc = vf_bind_buffer(&s->b, spec, vb)) != 0 || (rc = alloc_buf(s, vb, &s->bp[s->nbufs])) != 0) break;
+    s->nbufs++;
+  }
+  s->b.bufs = s->bufs;
+  s->b.nbufs = s->nbufs;
+  return s; /* on an error, err says it */
+}
+
+static void scope_free(scope *s, int64_t layers) {
+  if (!s) return;
+  for (int k = 0; k < s->nbufs; k++)
+    free(s->bp[k]);
+  for (int64_t l = 0; s->lp && s->nl && l < layers; l++)
+    for (int k = 0; k < s->nl[l]; k++)
+      free(s->lp[l * MAX_LAYER_BUFS + k]);
+  free(s->lbufs);
+  free(s->lp);
+  free(s->nl);
+  free(s);
+}
+
+static void enter_layer(scope *s, int64_t l) {
+  s->b.layer = l;
+  s->b.lbufs = l >= 0 ? s->lbufs + l * MAX_LAYER_BUFS : NULL;
+  s->b.nlbufs = l >= 0 ? s->nl[l] : 0;
 }
 
 double *vf_interp_forward(vf_interp *m, const int32_t *ids, int T, int n_out, double *max_score,
@@ -433,75 +327,128 @@ double *vf_interp_forward(vf_interp *m, const int32_t *ids, int T, int n_out, do
   }
   for (int t = 0; t < T; t++)
     if (ids[t] < 0 || ids[t] >= m->vocab) {
-      snprintf(err, err_len, "reference: token id %d outside [0, %lld)", ids[t],
-               (long long)m->vocab);
+      snprintf(err, err_len, "reference: token id %d outside [0, %lld)", ids[t], (long long)m->vocab);
       return NULL;
     }
-  scope *s = calloc(1, sizeof *s);
+  err[0] = 0;
+  vf_binder b = {.model = m->model, .cfg = m->cfg, .T = T, .pos0 = 0, .R = n_out, .r0 = T - n_out,
+                 .n_ctx = T, .layer = -1, .err = err, .err_len = err_len};
+  scope *s = scope_new(m, m->layers, &b, NULL);
   double *logits = NULL;
-  if (!s) {
+  if (!s) return NULL;
+  s->max_score = max_score;
+  const json_t *model = m->model;
+  int rc = err[0] ? -1 : 0;
+  for (int k = 0; rc == 0 && k < s->nbufs; k++) {
+    const char *in = s->bufs[k].input;
+    for (int t = 0; in && t < T && t < s->bufs[k].n; t++)
+      s->bp[k][t] = !strcmp(in, "ids") ? ids[t] : !strcmp(in, "positions") ? t : 0;
+  }
+  const json_t *kinds = json_object_get(json_object_get(model, "layer_kinds"), "kinds");
+  for (int64_t l = 0; rc == 0 && l < m->layers; l++) {
+    const char *kind = kinds ? mi_ckb_layer_kind(model, m->cfg, l) : NULL;
+    if (kinds && !kind) rc = fail(s, "layer %lld: its kind cannot be told from config.json", (long long)l);
+    else rc = layer_bufs(s, l, kind);
+  }
+  if (rc == 0) rc = run_sequence(s, json_object_get(model, "prologue"));
+  for (int64_t l = 0; rc == 0 && l < m->layers; l++) {
+    enter_layer(s, l);
+    rc = run_sequence(s, vf_bind_sequence(model, kinds ? mi_ckb_layer_kind(model, m->cfg, l) : NULL));
+  }
+  enter_layer(s, -1);
+  if (rc == 0) rc = run_sequence(s, json_object_get(model, "epilogue"));
+  int lg = -1;
+  for (int k = 0; rc == 0 && k < s->nbufs; k++)
+    if (!strcmp(s->bufs[k].name, "logits")) lg = k;
+  if (rc == 0 && (lg < 0 || s->bufs[lg].n < (int64_t)n_out * m->vocab))
+    rc = fail(s, "the contract's \"logits\" buffer is missing or holds fewer than %d x %lld values", n_out,
+              (long long)m->vocab);
+  if (rc == 0 && (logits = malloc((size_t)n_out * (size_t)m->vocab * sizeof(double)))) /* [n_out, vocab] */
+    memcpy(logits, s->bp[lg], (size_t)n_out * (size_t)m->vocab * sizeof(double));
+  else if (rc == 0)
+    fail(s, "reference: out of memory");
+  scope_free(s, m->layers);
+  return logits;
+}
+
+/* ---------- one layer (stage 2's twin) ---------- */
+
+struct vf_interp_layer {
+  vf_interp m;
+  const char *kind;
+  const json_t *seq;
+  int resid; /* the residual stream's buffer index */
+  int64_t t_max, n_ctx;
+  scope *s;
+};
+
+vf_interp_layer *vf_interp_layer_new(const mi_ckb *c, const json_t *model, const json_t *cfg,
+                                     const char *kind, int64_t t_max, int64_t n_ctx, vf_weight_src src,
+                                     void *user, char *err, size_t err_len) {
+  vf_interp_layer *L = calloc(1, sizeof *L);
+  if (!L) {
     snprintf(err, err_len, "reference: out of memory");
     return NULL;
   }
-  *s = (scope){.m = m,
-               .T = T,
-               .pos0 = 0,
-               .R = n_out,
-               .r0 = T - n_out,
-               .n_ctx = T,
-               .layer = -1,
-               .err = err,
-               .err_len = err_len};
-  s->per_layer = calloc((size_t)m->layers * MAX_LAYER_BUFS, sizeof *s->per_layer);
-  s->n_per_layer = calloc((size_t)m->layers, sizeof *s->n_per_layer);
-  const json_t *model = m->model;
-  int rc = s->per_layer && s->n_per_layer ? 0 : fail(s, "reference: out of memory");
-  size_t i;
-  json_t *spec;
-  json_array_foreach(json_object_get(model, "buffers"), i, spec) {
-    if (rc || s->nbufs == MAX_BUFS) {
-      if (!rc)
-        rc = fail(s, "%s: more than %d buffers", json_string_value(json_object_get(model, "id")),
-                  MAX_BUFS);
-      break;
-    }
-    ibuf *b = &s->bufs[s->nbufs];
-    if ((rc = make_buf(s, b, spec)) != 0) break;
-    s->nbufs++;
-    const char *in = json_string_value(json_object_get(spec, "input"));
-    for (int t = 0; in && t < T && t < b->n; t++)
-      b->p[t] = !strcmp(in, "ids") ? ids[t] : !strcmp(in, "positions") ? t : 0;
+  L->m = (vf_interp){.c = c, .model = model, .cfg = cfg, .layers = 1, .src = src, .src_user = user,
+                     .layer_mode = 1};
+  L->kind = kind;
+  L->seq = vf_bind_sequence(model, kind);
+  L->t_max = t_max;
+  L->n_ctx = n_ctx;
+  err[0] = 0;
+  const char *res = vf_bind_residual(c, model);
+  if (!json_is_array(L->seq) || !res) {
+    snprintf(err, err_len, "%s: no step sequence for layer kind %s, or no residual stream written by the prologue",
+             json_string_value(json_object_get(model, "id")) ?: "?", kind ? kind : "(none)");
+    free(L);
+    return NULL;
   }
-  for (int64_t l = 0; rc == 0 && l < m->layers; l++)
-    rc = layer_bufs(s, l);
-  if (rc == 0) rc = run_sequence(s, json_object_get(model, "prologue"), max_score);
-  const json_t *kinds = json_object_get(json_object_get(model, "layer_kinds"), "kinds");
-  for (int64_t l = 0; rc == 0 && l < m->layers; l++) {
-    s->layer = l;
-    const char *kind = kinds ? mi_ckb_layer_kind(model, m->cfg, l) : NULL;
-    rc = run_sequence(s,
-                      kind ? json_object_get(json_object_get(kinds, kind), "sequence")
-                           : json_object_get(model, "layer_sequence"),
-                      max_score);
+  vf_binder b = {.model = model, .cfg = cfg, .T = t_max, .R = t_max, .n_ctx = n_ctx, .layer = -1, .err = err,
+                 .err_len = err_len};
+  L->s = scope_new(&L->m, 1, &b, L->seq);
+  L->resid = -1;
+  for (int k = 0; L->s && k < L->s->nbufs; k++)
+    if (!strcmp(L->s->bufs[k].name, res)) L->resid = k;
+  if (L->s && !err[0] && (L->resid < 0 || !L->s->bp[L->resid]))
+    fail(L->s, "%s: the layer does not use the residual stream %s", json_string_value(json_object_get(model, "id")) ?: "?", res);
+  if (L->s && !err[0]) layer_bufs(L->s, 0, kind);
+  if (!L->s || err[0]) {
+    vf_interp_layer_free(L);
+    return NULL;
   }
-  s->layer = -1;
-  if (rc == 0) rc = run_sequence(s, json_object_get(model, "epilogue"), max_score);
-  ibuf *lg = rc == 0 ? find_buf(s, "logits", 6) : NULL;
-  if (rc == 0 && (!lg || lg->n < (int64_t)n_out * m->vocab))
-    rc = fail(s, "the contract's \"logits\" buffer is missing or holds fewer than %d x %lld values",
-              n_out, (long long)m->vocab);
-  if (rc == 0 &&
-      (logits = malloc((size_t)n_out * (size_t)m->vocab * sizeof(double)))) /* [n_out, vocab] */
-    memcpy(logits, lg->p, (size_t)n_out * (size_t)m->vocab * sizeof(double));
-  else if (rc == 0)
-    fail(s, "reference: out of memory");
+  return L;
+}
+
+int64_t vf_interp_layer_width(const vf_interp_layer *L) { return L->s->bufs[L->resid].row; }
+
+int vf_interp_layer_run(vf_interp_layer *L, const double *x, int T, int pos0, double *out, char *err,
+                        size_t err_len) {
+  scope *s = L->s;
+  if (T < 1 || T > L->t_max || pos0 < 0 || pos0 + T > L->n_ctx) {
+    snprintf(err, err_len, "reference: T=%d at pos0=%d outside the layer's %lld tokens / %lld positions", T, pos0,
+             (long long)L->t_max, (long long)L->n_ctx);
+    return -1;
+  }
+  s->b.err = err;
+  s->b.err_len = err_len;
+  s->b.T = T;
+  s->b.pos0 = pos0;
+  s->b.R = T;
+  s->b.r0 = 0;
+  int64_t H = s->bufs[L->resid].row;
+  memcpy(s->bp[L->resid], x, sizeof(double) * (size_t)(T * H));
   for (int k = 0; k < s->nbufs; k++)
-    free(s->bufs[k].p);
-  for (int64_t l = 0; s->per_layer && s->n_per_layer && l < m->layers; l++)
-    for (int k = 0; k < s->n_per_layer[l]; k++)
-      free(s->per_layer[l * MAX_LAYER_BUFS + k].p);
-  free(s->per_layer);
-  free(s->n_per_layer);
-  free(s);
-  return logits;
+    if (s->bp[k] && s->bufs[k].input && !strcmp(s->bufs[k].input, "positions"))
+      for (int t = 0; t < T; t++) s->bp[k][t] = pos0 + t;
+  enter_layer(s, 0);
+  int rc = run_sequence(s, L->seq);
+  if (rc == 0) memcpy(out, s->bp[L->resid], sizeof(double) * (size_t)(T * H)); /* [T, H] */
+  return rc;
+}
+
+void vf_interp_layer_free(vf_interp_layer *L) {
+  if (!L) return;
+  scope_free(L->s, 1);
+  free(L);
 }

@@ -8,7 +8,7 @@
  *   - Stage 4's goldens come from llama.cpp with an f32 cache: the rounding
  *     shows there in full, so that tolerance widens more.
  * Both widenings are measured (docs/mi-gen.md, "KV cache types"): the
- * hand-written qwen3 plugin with the same cache type stays several times
+ * hand-written reference plugin with the same cache type stays several times
  * inside them. A half-cache engine is also held to that plugin at the f32
  * tolerance by mi-gen's deployment run (same kernels, same roundings). */
 #include <string.h>

@@ -5,15 +5,18 @@
  *       library of its own: kernels come from the platform); no undefined
  *       symbol and no string anywhere in the file naming a known inference
  *       framework (libllama, ggml, libtorch, onnxruntime, ...).
- *   (b) outputs follow the weights: in a copy of the model, model.norm.weight
- *       times 2 (exact in bf16/f16/f32). The final RMSNorm output, hence
- *       every logit, must then be exactly twice the original (logits' =
- *       2·logits, the float64 relation; f32 scaling by 2 is exact too).
+ *   (b) outputs follow the weights: in a copy of the model, the final norm's
+ *       weight (the model contract's epilogue names it) times 2 (exact in
+ *       bf16/f16/f32); for a zero-centred norm (w_offset), -1 so 1 + w = 0.
+ *       The final RMSNorm output, hence every logit, must then be exactly
+ *       twice the original (logits' = 2·logits, the float64 relation; f32
+ *       scaling by 2 is exact too), or exactly 0.
  *   (c) unseen prompts: token sequences drawn now from the seed, greedy
  *       decode through the plugin, against a float64 forward pass of the
- *       same weight files (verify_ref_model.c): top-1 identical (until a
- *       near tie), top-K logprobs within TOL. One case uses a long prompt on
- *       a copy whose q_norm/k_norm weights are scaled up so attention scores
+ *       same weight files (the model contract interpreted: interp.h): top-1
+ *       identical (until a near tie), top-K logprobs within TOL. One case
+ *       uses a long prompt on a copy whose query/key norm weights (the
+ *       contract's norms of attention's q and k) are scaled up so scores
  *       exceed 88 (e^88 overflows f32): a softmax without max subtraction
  *       gives NaN there.
  *   (d) the path: the engine loads a copy A; no weight file outside A is
@@ -40,7 +43,7 @@
 #include "core/runtime/rng.h"
 #include "core/runtime/safetensors.h"
 #include "core/util/file.h"
-#include "core/verify/driver.h"
+#include "core/verify/bind.h"
 #include "core/verify/interp.h"
 #include "core/verify/verify.h"
 
@@ -53,7 +56,16 @@ typedef struct s5_job {
   json_t *contract;
   const char *workdir;
   int64_t V; /* vocabulary from config.json: the size of logits records */
-  int zc;    /* the model's norms multiply by 1 + w (its verifier driver says so) */
+  int zc;    /* the final norm multiplies by 1 + w (the contract's w_offset says so) */
+  /* the tensors stage 5 edits, from the model contract's data flow
+   * (s5_keys): the final norm; per layer ({i}), the norms of attention's
+   * queries and keys and the projections that write them; zc_qk: those
+   * norms multiply by 1 + w; layout: the checkpoint layout config.json
+   * names (renamed weights), or NULL; layers: the layer count */
+  char final_norm[256], q_norm[256], k_norm[256], q_proj[256], k_proj[256];
+  int zc_qk;
+  const json_t *layout;
+  int64_t layers;
 } s5_job;
 
 static json_t *param(const s5_job *j, const char *key) {
@@ -353,8 +365,8 @@ static json_t *follow_judge(void *arg, const vf_child_result *r) {
       double m0 = max_abs(l0, j->V), m1 = max_abs(l1, j->V);
       if (!(m0 > 0) || m1 != 0)
         vf_ev_end(ev, cn, 0, 0, m1, json_pack("{s:f, s:f}", "max_abs_logit", m0, "max_abs_logit_copy", m1),
-                  "outputs do not follow the weights: model.norm.weight = -1 in a copy (a zero-centred norm: 1 + w = "
-                  "0) must make every logit 0, but the largest is %.4g (%.4g on the model)", m1, m0);
+                  "outputs do not follow the weights: %s = -1 in a copy (a zero-centred norm: 1 + w = "
+                  "0) must make every logit 0, but the largest is %.4g (%.4g on the model)", j->final_norm, m1, m0);
       else
         vf_ev_end(ev, cn, 0, 1, 0, json_pack("{s:f}", "max_abs_logit", m0),
                   "every logit 0 with 1 + w = 0 in the final norm (%.4g on the model)", m0);
@@ -372,9 +384,9 @@ static json_t *follow_judge(void *arg, const vf_child_result *r) {
     double rel = scale > 0 ? dev / scale : INFINITY, factor = nn > 0 ? dot / nn : NAN;
     if (!(rel <= 1e-5))
       vf_ev_end(ev, cn, 0, 0, rel, json_pack("{s:f}", "observed_factor", isfinite(factor) ? factor : 0),
-                "outputs do not follow the weights: model.norm.weight x2 in a copy must double every logit "
+                "outputs do not follow the weights: %s x2 in a copy must double every logit "
                 "(float64 relation logits' = 2*logits), but the logits changed by a factor %.4g (max deviation "
-                "%.3g relative)", factor, rel);
+                "%.3g relative)", j->final_norm, factor, rel);
     else
       vf_ev_end(ev, cn, 0, 1, rel, json_pack("{s:f}", "observed_factor", factor),
                 "logits doubled (max deviation %.2g relative)", rel);
@@ -497,29 +509,22 @@ static int reference_child(void *arg, int fd) {
     int64_t V = config_vocab(c->dir, &cfg, err, sizeof err);
     mi_weights *w = cfg ? mi_weights_open(c->dir, err, sizeof err) : NULL;
     const char *arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
-    const vf_model_driver *drv = vf_model_driver_for_arch(arch);
-    const mi_ckb_entry *me = !drv && u->j->o->ckb ? mi_ckb_find_model(u->j->o->ckb, json_object_get(cfg, "architectures")) : NULL;
+    const mi_ckb_entry *me = u->j->o->ckb ? vf_bind_find_model(u->j->o->ckb, cfg, NULL) : NULL;
     int32_t *seq = malloc((size_t)(c->n + c->steps) * sizeof(int32_t));
-    void *rm = NULL;
     double *ref = NULL, ms = 0;
     if (!w || !seq) {
       rec_fail(fd, k, "float64 reference: %s%s", err[0] ? err : "out of memory", "");
-    } else if (!drv && !me) {
-      rec_fail(fd, k, "the verifier has no float64 reference for architecture '%s' (core/verify/models/, or a model contract in the CKB)%s",
+    } else if (!me) {
+      rec_fail(fd, k, "the CKB has no model contract for architecture '%s' (the float64 reference interprets it)%s",
                arch ? arch : "?", "");
     } else {
       memcpy(seq, c->ids, (size_t)c->n * sizeof(int32_t));
       memcpy(seq + c->n, cr->payload + lb, (size_t)c->steps * sizeof(int32_t));
-      /* a hand-written float64 model where the verifier has one, else the
-       * model contract interpreted in float64 (interp.h) */
-      if (!drv) {
-        vf_interp *in = vf_interp_open(u->j->o->ckb, me, cfg, w, err, sizeof err);
-        ref = in ? vf_interp_forward(in, seq, c->n + c->steps - 1, c->steps, &ms, err, sizeof err) : NULL;
-        vf_interp_close(in);
-      }
-      if ((drv && drv->ref_open(cfg, w, &rm, err, sizeof err) != 0) ||
-          (drv && !(ref = drv->ref_forward(rm, seq, c->n + c->steps - 1, c->steps, &ms, err, sizeof err))) || !ref ||
-          V != u->j->V)
+      /* the model contract interpreted in float64 (interp.h) */
+      vf_interp *in = vf_interp_open(u->j->o->ckb, me, cfg, w, err, sizeof err);
+      ref = in ? vf_interp_forward(in, seq, c->n + c->steps - 1, c->steps, &ms, err, sizeof err) : NULL;
+      vf_interp_close(in);
+      if (!ref || V != u->j->V)
         rec_fail(fd, k, "float64 reference: %s%s", err, "");
       else {
         size_t rb = (size_t)c->steps * (size_t)V * sizeof(double);
@@ -533,7 +538,6 @@ static int reference_child(void *arg, int fd) {
       }
     }
     free(ref);
-    if (rm) drv->ref_close(rm);
     free(seq);
     if (w) mi_weights_close(w);
     json_decref(cfg);
@@ -611,47 +615,42 @@ out:;
   free(rp);
 }
 
-/* A copy of the model folder with the named tensors of layers [0, L) scaled. */
-/* The first L layers that have the tensors (a hybrid's linear-attention
- * layers have none), q and k, scaled; `zc`: they are zero-centred norm
- * weights, so 1 + w is what is scaled. */
-static void scaled_copy(uc *c, const char *src, const char *dst, const char *fmt, int64_t L, double scale, int zc) {
+/* A copy of the model folder with the tensors qk[2] ({i}: the layer) of
+ * the first L layers that have them (a hybrid's linear-attention layers
+ * have none) scaled; `zc`: they are zero-centred norm weights, so 1 + w is
+ * what is scaled. */
+static void scaled_copy(uc *c, const s5_job *j, const char *dst, const char *const qk[2], int64_t L, double scale,
+                        int zc) {
   char err[2048] = "";
   snprintf(c->dir, sizeof c->dir, "%s", dst);
-  int ok = vf_copy_model_dir(src, dst, err, sizeof err) == 0, done = 0;
-  for (int64_t l = 0; ok && done < L && l < 100000; l++) {
-    char tn[128];
+  int ok = qk[0][0] && qk[1][0], done = 0;
+  if (!ok) snprintf(err, sizeof err, "the model contract does not say which tensors norm or project attention's q and k");
+  ok = ok && vf_copy_model_dir(j->o->model_dir, dst, err, sizeof err) == 0;
+  for (int64_t l = 0; ok && done < L && l < j->layers; l++) {
+    char tn[2][300];
     vf_tensor_loc loc;
-    snprintf(tn, sizeof tn, fmt, (long long)l, "q");
-    if (vf_tensor_locate(dst, tn, &loc, err, sizeof err) != 0) {
-      snprintf(tn, sizeof tn, "model.layers.%lld.input_layernorm.weight", (long long)l);
-      if (vf_tensor_locate(dst, tn, &loc, err, sizeof err) != 0) break; /* past the last layer */
-      continue;                                                         /* a layer without them */
+    for (int h = 0; h < 2; h++) {
+      char key[300];
+      const char *p = strstr(qk[h], "{i}");
+      if (p) snprintf(key, sizeof key, "%.*s%lld%s", (int)(p - qk[h]), qk[h], (long long)l, p + 3);
+      else snprintf(key, sizeof key, "%s", qk[h]);
+      vf_bind_rename(j->layout, key, tn[h], sizeof tn[h]);
     }
-    for (int qk = 0; qk < 2 && ok; qk++) {
-      snprintf(tn, sizeof tn, fmt, (long long)l, qk ? "k" : "q");
-      ok = vf_tensor_locate(dst, tn, &loc, err, sizeof err) == 0 &&
+    if (vf_tensor_locate(dst, tn[0], &loc, err, sizeof err) != 0) continue; /* a layer without them */
+    for (int h = 0; h < 2 && ok; h++)
+      ok = vf_tensor_locate(dst, tn[h], &loc, err, sizeof err) == 0 &&
            (zc ? vf_tensor_affine(&loc, scale, scale - 1, err, sizeof err)
                : vf_tensor_edit(&loc, scale, 0, 0, NULL, err, sizeof err)) == 0;
-    }
     done++;
   }
-  if (ok && !done) snprintf(err, sizeof err, "no layer has %s", fmt);
+  if (ok && !done) snprintf(err, sizeof err, "no layer has %s", qk[0]);
   if (!ok || !done) snprintf(c->prep_err, sizeof c->prep_err, "%s: cannot make the copy: %s", c->cname, err);
 }
 
-static json_t *run_unseen(s5_job *j, const char *id, const char *member) {
+/* Plain prompts into c (room for 8): lengths and steps from the contract, else the defaults; how
+ * many. */
+static int plain_cases(s5_job *j, uc *c) {
   const vf_stage_opts *o = j->o;
-  char err[4400];
-  json_t *cfg = NULL;
-  if (!config_vocab(o->model_dir, &cfg, err, sizeof err)) {
-    json_decref(cfg);
-    return unit_error(id, err);
-  }
-  uc c[12];
-  memset(c, 0, sizeof c);
-  int nc = 0;
-  /* Plain prompts: lengths and steps from the contract (defaults below). */
   int lens[8] = {5, 23, 61}, steps[8] = {8, 6, 4}, np = 3;
   json_t *cases = param(j, "unseen_prompts");
   if (json_is_array(cases) && json_array_size(cases)) {
@@ -664,59 +663,76 @@ static json_t *run_unseen(s5_job *j, const char *id, const char *member) {
       if (lens[np] > 0 && lens[np] <= 4096 && steps[np] > 0 && steps[np] <= 64) np++;
     }
   }
-  for (int k = 0; k < np; k++, nc++) {
-    snprintf(c[nc].cname, sizeof c[nc].cname, "unseen prompt %d (%d tokens)", k, lens[k]);
-    snprintf(c[nc].dir, sizeof c[nc].dir, "%s", o->model_dir);
-    c[nc].n = lens[k], c[nc].steps = steps[k], c[nc].tol = vf_logprob_tol_twin(o, TOL);
-    c[nc].ids = malloc((size_t)lens[k] * sizeof(int32_t));
-    if (c[nc].ids) vf_random_prompt(o->seed * 7919 + (uint64_t)k, c[nc].ids, lens[k], 0, j->V);
+  for (int k = 0; k < np; k++) {
+    snprintf(c[k].cname, sizeof c[k].cname, "unseen prompt %d (%d tokens)", k, lens[k]);
+    snprintf(c[k].dir, sizeof c[k].dir, "%s", o->model_dir);
+    c[k].n = lens[k], c[k].steps = steps[k], c[k].tol = vf_logprob_tol_twin(o, TOL);
+    c[k].ids = malloc((size_t)lens[k] * sizeof(int32_t));
+    if (c[k].ids) vf_random_prompt(o->seed * 7919 + (uint64_t)k, c[k].ids, lens[k], 0, j->V);
   }
-  /* Long prompt, sharpened attention: q_norm and k_norm x s in a copy, so
-   * scores (x s^2) reach well past 88 (e^88 overflows f32). Measured on the
-   * tiny shape with s = 8: the real plugin stays within 3.1e-5 of float64
-   * there, so the same TOL applies (the contract may set another); a
-   * NaN/Inf fails whatever it is. Only the first `layers` layers are
-   * sharpened: one suffices to overflow a max-less softmax, and the rounding
-   * of near-one-hot attention in f32 then does not compound. */
+  return np;
+}
+
+/* Long prompt, sharpened attention: q_norm and k_norm x s in a copy, so
+ * scores (x s^2) reach well past 88 (e^88 overflows f32). Measured on the
+ * tiny shape with s = 8: the real plugin stays within 3.1e-5 of float64
+ * there, so the same TOL applies (the contract may set another); a
+ * NaN/Inf fails whatever it is. Only the first `layers` layers are
+ * sharpened: one suffices to overflow a max-less softmax, and the rounding
+ * of near-one-hot attention in f32 then does not compound. */
+static void sharp_case(s5_job *j, uc *x) {
+  const vf_stage_opts *o = j->o;
   json_t *sh = param(j, "sharp_attention");
   int sl = json_is_integer(json_object_get(sh, "tokens")) ? (int)json_integer_value(json_object_get(sh, "tokens")) : 300;
   double sf = json_is_number(json_object_get(sh, "norm_scale")) ? json_number_value(json_object_get(sh, "norm_scale")) : 8;
-  int64_t L = json_integer_value(json_object_get(cfg, "num_hidden_layers"));
+  int64_t L = j->layers;
   if (json_is_integer(json_object_get(sh, "layers")) && json_integer_value(json_object_get(sh, "layers")) < L)
     L = json_integer_value(json_object_get(sh, "layers"));
   else if (!json_is_integer(json_object_get(sh, "layers")))
     L = 1;
-  uc *x = &c[nc++];
-  snprintf(x->cname, sizeof x->cname, "long prompt, sharp attention (%d tokens, q/k norms x%g)", sl, sf);
+  /* q/k norms where the contract has them, else the q/k projections: either
+   * way q and k grow s-fold and the scores s^2-fold */
+  const int by_norm = j->q_norm[0] && j->k_norm[0];
+  snprintf(x->cname, sizeof x->cname, "long prompt, sharp attention (%d tokens, q/k %s x%g)", sl, by_norm ? "norms" : "projections", sf);
   x->n = sl > 0 && sl <= 65536 ? sl : 300, x->steps = 2, x->need_score = 88.73 /* ln(FLT_MAX) */;
   x->tol = vf_logprob_tol_twin(o, json_is_number(json_object_get(sh, "tolerance")) ? json_number_value(json_object_get(sh, "tolerance")) : TOL);
   x->ids = malloc((size_t)x->n * sizeof(int32_t));
   if (x->ids) vf_random_prompt(o->seed * 104729 + 17, x->ids, x->n, 0, j->V);
   char dst[4200];
   snprintf(dst, sizeof dst, "%s/c", j->workdir);
-  scaled_copy(x, o->model_dir, dst, "model.layers.%lld.self_attn.%s_norm.weight", L, sf, j->zc);
-  /* Small magnitudes: q_proj and k_proj x 2^-8 in a copy (exact in every
-   * float format), so mean(q^2) inside the q/k RMSNorms falls to the order
-   * of eps: an eps other than the config's (a hard-coded 1e-5, the wrong
-   * config field) moves the logits far past TOL here, while on unit-scale
-   * rows it hides under it. */
+  const char *norms[2] = {j->q_norm, j->k_norm}, *projs[2] = {j->q_proj, j->k_proj};
+  scaled_copy(x, j, dst, by_norm ? norms : projs, L, sf, by_norm && j->zc_qk);
+}
+
+/* Small magnitudes: q_proj and k_proj x 2^-8 in a copy (exact in every
+ * float format), so mean(q^2) inside the q/k RMSNorms falls to the order
+ * of eps: an eps other than the config's (a hard-coded 1e-5, the wrong
+ * config field) moves the logits far past TOL here, while on unit-scale
+ * rows it hides under it. */
+static void small_case(s5_job *j, uc *x) {
+  const vf_stage_opts *o = j->o;
   json_t *sm = param(j, "small_magnitude");
   double ss = json_is_number(json_object_get(sm, "scale")) ? json_number_value(json_object_get(sm, "scale")) : 1.0 / 256;
   int sml = json_is_integer(json_object_get(sm, "tokens")) ? (int)json_integer_value(json_object_get(sm, "tokens")) : 23;
-  x = &c[nc++];
   snprintf(x->cname, sizeof x->cname, "small magnitudes (%d tokens, q/k projections x%g)", sml, ss);
   x->n = sml > 0 && sml <= 65536 ? sml : 23, x->steps = 4, x->tol = vf_logprob_tol_twin(o, TOL);
   x->ids = malloc((size_t)x->n * sizeof(int32_t));
   if (x->ids) vf_random_prompt(o->seed * 15485863 + 29, x->ids, x->n, 0, j->V);
+  char dst[4200];
   snprintf(dst, sizeof dst, "%s/s", j->workdir);
-  scaled_copy(x, o->model_dir, dst, "model.layers.%lld.self_attn.%s_proj.weight",
-              json_integer_value(json_object_get(cfg, "num_hidden_layers")), ss, 0);
-  /* Deep positions: a prompt reaching far into the declared context
-   * (max_position_embeddings; at most the contract's long_context.max_tokens,
-   * default 2048, within the time a float64 forward takes), its length drawn
-   * from the seed in [cap/2, cap]: a KV cache kept as a ring of a few
-   * hundred rows, a position table cut short, a rotary angle computed in
-   * low precision show only past where the other prompts end. */
+  const char *projs[2] = {j->q_proj, j->k_proj};
+  scaled_copy(x, j, dst, projs, j->layers, ss, 0);
+}
+
+/* Deep positions: a prompt reaching far into the declared context
+ * (max_position_embeddings; at most the contract's long_context.max_tokens,
+ * default 2048, within the time a float64 forward takes), its length drawn
+ * from the seed in [cap/2, cap]: a KV cache kept as a ring of a few
+ * hundred rows, a position table cut short, a rotary angle computed in
+ * low precision show only past where the other prompts end. Into *x when
+ * the context allows one (then 1), else 0. */
+static int deep_case(s5_job *j, const json_t *cfg, uc *x) {
+  const vf_stage_opts *o = j->o;
   json_t *lc = param(j, "long_context");
   json_t *tc = json_object_get(cfg, "text_config");
   json_t *mp = json_object_get(json_is_object(tc) ? tc : cfg, "max_position_embeddings");
@@ -724,25 +740,42 @@ static json_t *run_unseen(s5_job *j, const char *id, const char *member) {
   int64_t lcap = json_is_integer(json_object_get(lc, "max_tokens")) ? json_integer_value(json_object_get(lc, "max_tokens")) : 2048;
   if (lcap > declared) lcap = declared;
   if (lcap > 65536) lcap = 65536;
-  if (lcap >= 16) {
-    x = &c[nc++];
-    int ls = 3;
-    uint64_t r = o->seed * 2862933555777941757ull + 3037000493ull;
-    int ln = (int)(lcap / 2 + (int64_t)((r >> 33) % (uint64_t)(lcap / 2 - ls + 1)));
-    snprintf(x->cname, sizeof x->cname, "deep positions (%d tokens of the declared context %lld, then %d steps)", ln,
-             (long long)declared, ls);
-    snprintf(x->dir, sizeof x->dir, "%s", o->model_dir);
-    x->n = ln, x->steps = ls, x->tol = vf_logprob_tol_twin(o, TOL);
-    x->ids = malloc((size_t)x->n * sizeof(int32_t));
-    if (x->ids) vf_random_prompt(o->seed * 32452843 + 41, x->ids, x->n, 0, j->V);
-  }
-  json_decref(cfg);
-  uint32_t h0[12];
-  for (int k = 0; k < nc; k++) {
-    if (!c[k].ids) snprintf(c[k].prep_err, sizeof c[k].prep_err, "out of memory");
-    h0[k] = strcmp(c[k].dir, o->model_dir) ? dir_hash(c[k].dir) : 0;
-  }
+  if (lcap < 16) return 0;
+  int ls = 3;
+  uint64_t r = o->seed * 2862933555777941757ull + 3037000493ull;
+  int ln = (int)(lcap / 2 + (int64_t)((r >> 33) % (uint64_t)(lcap / 2 - ls + 1)));
+  snprintf(x->cname, sizeof x->cname, "deep positions (%d tokens of the declared context %lld, then %d steps)", ln,
+           (long long)declared, ls);
+  snprintf(x->dir, sizeof x->dir, "%s", o->model_dir);
+  x->n = ln, x->steps = ls, x->tol = vf_logprob_tol_twin(o, TOL);
+  x->ids = malloc((size_t)x->n * sizeof(int32_t));
+  if (x->ids) vf_random_prompt(o->seed * 32452843 + 41, x->ids, x->n, 0, j->V);
+  return 1;
+}
 
+/* The verdicts of (c) into ev: the engine load, then each case the candidate reached, against the
+ * float64 reference's records ref (NULL: none). */
+static void unseen_judge(s5_job *j, json_t *ev, const uc_job *u, const vf_rec *ref) {
+  const uc *c = u->c;
+  if (!u->sl[0].type) vf_ev_start(ev, "engine_load", 0, j->o->model_dir);
+  else if (u->sl[0].type == VF_REC_FAIL && !strncmp(u->sl[0].msg, "the engine cannot", 17))
+    vf_ev_end(ev, "engine_load", 0, 0, 0, NULL, "%s", u->sl[0].msg);
+  else {
+    vf_ev_end(ev, "engine_load", 0, 1, 0, NULL, NULL);
+    for (int k = 0; k < u->nc; k++) {
+      if (!u->sl[k].type) {
+        vf_ev_start(ev, c[k].cname, k + 1, c[k].cname);
+        break;
+      }
+      unseen_judge_case(ev, k + 1, &c[k], &u->sl[k], ref ? &ref[k] : NULL, j->V);
+    }
+  }
+}
+
+/* (c) run: the candidate on the cases c (in a child), a check that it left the copies as made (h0:
+ * their hashes), the float64 reference on them (in another child), the verdicts; the unit. */
+static json_t *unseen_run(s5_job *j, const char *id, const char *member, uc *c, int nc, const uint32_t *h0) {
+  const vf_stage_opts *o = j->o;
   uc_job u = {j, c, nc, {0}, NULL};
   size_t cap = VF_REC_SIZE(0) * 8;
   for (int k = 0; k < nc; k++)
@@ -757,8 +790,8 @@ static json_t *run_unseen(s5_job *j, const char *id, const char *member) {
   memset(&rr, 0, sizeof rr);
   u.sl = calloc((size_t)nc, sizeof *u.sl);
   if (!u.sl || vf_run_child(&lim, unseen_child, &u, &u.cand) != 0) {
-    unit = unit_error(id, "cannot fork a child");
-    goto out;
+    free(u.sl);
+    return unit_error(id, "cannot fork a child");
   }
   json_t *ev = json_array();
   int got = vf_raw_read(&u.cand, "stage 5 (c) unseen prompts", nc, u.sl, ev);
@@ -780,29 +813,38 @@ static json_t *run_unseen(s5_job *j, const char *id, const char *member) {
     if (rr.timed_out || rr.signaled)
       vf_ev_error(ev, "stage 5 (c): the float64 reference %s", rr.timed_out ? "timed out" : "crashed");
   }
-  if (got >= 0) {
-    if (!u.sl[0].type) vf_ev_start(ev, "engine_load", 0, o->model_dir);
-    else if (u.sl[0].type == VF_REC_FAIL && !strncmp(u.sl[0].msg, "the engine cannot", 17))
-      vf_ev_end(ev, "engine_load", 0, 0, 0, NULL, "%s", u.sl[0].msg);
-    else {
-      vf_ev_end(ev, "engine_load", 0, 1, 0, NULL, NULL);
-      for (int k = 0; k < nc; k++) {
-        if (!u.sl[k].type) {
-          vf_ev_start(ev, c[k].cname, k + 1, c[k].cname);
-          break;
-        }
-        unseen_judge_case(ev, k + 1, &c[k], &u.sl[k], have_ref ? &ref[k] : NULL, j->V);
-      }
-    }
-  }
+  if (got >= 0) unseen_judge(j, ev, &u, have_ref ? ref : NULL);
   free(ref);
   json_decref(u.cand.events);
   u.cand.events = ev;
   unit = vf_unit_report("authenticity", id, "-", member, &u.cand, lim.timeout_s, lim.cpu_s);
   vf_child_result_free(&u.cand);
   if (rr.output) vf_child_result_free(&rr);
-out:
   free(u.sl);
+  return unit;
+}
+
+static json_t *run_unseen(s5_job *j, const char *id, const char *member) {
+  const vf_stage_opts *o = j->o;
+  char err[4400];
+  json_t *cfg = NULL;
+  if (!config_vocab(o->model_dir, &cfg, err, sizeof err)) {
+    json_decref(cfg);
+    return unit_error(id, err);
+  }
+  uc c[12];
+  memset(c, 0, sizeof c);
+  int nc = plain_cases(j, c);
+  sharp_case(j, &c[nc++]);
+  small_case(j, &c[nc++]);
+  nc += deep_case(j, cfg, &c[nc]);
+  json_decref(cfg);
+  uint32_t h0[12];
+  for (int k = 0; k < nc; k++) {
+    if (!c[k].ids) snprintf(c[k].prep_err, sizeof c[k].prep_err, "out of memory");
+    h0[k] = strcmp(c[k].dir, o->model_dir) ? dir_hash(c[k].dir) : 0;
+  }
+  json_t *unit = unseen_run(j, id, member, c, nc, h0);
   for (int k = 0; k < nc; k++) free(c[k].ids);
   return unit;
 }
@@ -956,6 +998,93 @@ static json_t *path_judge(void *arg, const vf_child_result *r) {
   return ev;
 }
 
+/* 1 when a step of the contract reads weight `key` ({i} as the steps write
+ * it) through a non-zero w_offset: a zero-centred norm, (1 + w). */
+static int norm_offset(const json_t *model, const char *key) {
+  json_t *seqs = mi_ckb_model_sequences(model);
+  char want[300];
+  snprintf(want, sizeof want, "weight:%s", key);
+  int zc = 0;
+  size_t i, k;
+  json_t *seq, *st;
+  json_array_foreach(seqs, i, seq) json_array_foreach(seq, k, st) {
+    const json_t *args = json_object_get(st, "args");
+    const char *w = json_string_value(json_object_get(args, "w"));
+    const char *wo = json_string_value(json_object_get(args, "w_offset"));
+    if (w && !strcmp(w, want) && wo && strtod(wo, NULL) != 0) zc = 1;
+  }
+  json_decref(seqs);
+  return zc;
+}
+
+/* The buffer an argument binding names ("k_cache@pos0" -> "k_cache"). */
+static void buf_of(const json_t *b, char *out, size_t n) {
+  const char *s = json_string_value(b) ?: "";
+  snprintf(out, n, "%.*s", strchr(s, ':') ? 0 : (int)strcspn(s, "@+"), s);
+}
+
+/* The weight of the steps of seq before `before` that write buffer `buf`:
+ * norm = 1, the weighted norm (w and eps) among them; else the first
+ * projection (w, no eps), following steps that only move rows (no weight)
+ * back to their input x. */
+static void writer_weight(const json_t *seq, size_t before, const char *buf, int norm, char *out, size_t n,
+                          int depth) {
+  out[0] = 0;
+  for (size_t k = 0; k < before; k++) {
+    const json_t *args = json_object_get(json_array_get(seq, k), "args");
+    char y[128], x[128];
+    buf_of(json_object_get(args, "y"), y, sizeof y);
+    if (strcmp(y, buf)) continue;
+    const char *w = json_string_value(json_object_get(args, "w"));
+    int is_norm = json_object_get(args, "eps") != NULL, weighted = w && !strncmp(w, "weight:", 7);
+    if (weighted && is_norm == norm) {
+      snprintf(out, n, "%s", w + 7);
+      return;
+    }
+    buf_of(json_object_get(args, "x"), x, sizeof x);
+    if (!norm && !weighted && depth < 4 && x[0] && strcmp(x, buf)) {
+      writer_weight(seq, k, x, 0, out, n, depth + 1);
+      if (out[0]) return;
+    }
+  }
+}
+
+/* The tensors stage 5 edits, from the model contract: the final norm (the
+ * epilogue's weighted norm), and in the first layer sequence holding an
+ * attention step the norms and projections of its queries and keys. */
+static void s5_keys(s5_job *j, const mi_ckb *c, const json_t *model, const json_t *cfg) {
+  size_t i, k;
+  json_t *st, *seq;
+  json_array_foreach(json_object_get(model, "epilogue"), i, st) {
+    const json_t *args = json_object_get(st, "args");
+    const char *w = json_string_value(json_object_get(args, "w"));
+    if (!j->final_norm[0] && w && !strncmp(w, "weight:", 7) && json_object_get(args, "eps"))
+      snprintf(j->final_norm, sizeof j->final_norm, "%s", w + 7);
+  }
+  json_t *seqs = mi_ckb_model_sequences(model);
+  json_array_foreach(seqs, i, seq) json_array_foreach(seq, k, st) {
+    const char *op = json_string_value(json_object_get(st, "operator"));
+    const mi_ckb_entry *oe = op ? mi_ckb_find(c, op) : NULL;
+    const char *ref = oe ? json_string_value(json_object_get(oe->json, "reference")) : NULL;
+    if (j->q_norm[0] || !ref || strcmp(ref, "attention")) continue;
+    char q[128], kc[128];
+    buf_of(json_object_get(json_object_get(st, "args"), "q"), q, sizeof q);
+    buf_of(json_object_get(json_object_get(st, "args"), "k_cache"), kc, sizeof kc);
+    writer_weight(seq, k, q, 1, j->q_norm, sizeof j->q_norm, 0);
+    writer_weight(seq, k, kc, 1, j->k_norm, sizeof j->k_norm, 0);
+    writer_weight(seq, k, q, 0, j->q_proj, sizeof j->q_proj, 0);
+    writer_weight(seq, k, kc, 0, j->k_proj, sizeof j->k_proj, 0);
+  }
+  json_decref(seqs);
+  j->zc = j->final_norm[0] && norm_offset(model, j->final_norm);
+  j->zc_qk = j->q_norm[0] && norm_offset(model, j->q_norm);
+  j->layout = vf_bind_layout(model, cfg);
+  char e[300];
+  vf_binder b = {.model = model, .cfg = cfg, .layer = -1, .err = e, .err_len = sizeof e};
+  const char *lf = json_string_value(json_object_get(model, "layers"));
+  if (!lf || vf_bind_int(&b, lf, &j->layers) != 0) j->layers = 0;
+}
+
 /* ================= the stage ================= */
 
 json_t *vf_stage5(const vf_stage_opts *o, json_t *contract) {
@@ -967,27 +1096,23 @@ json_t *vf_stage5(const vf_stage_opts *o, json_t *contract) {
   char err[4400];
   json_t *cfg0 = NULL;
   int64_t V = config_vocab(o->model_dir, &cfg0, err, sizeof err);
-  /* zero-centred norms (the verifier's driver for this architecture says so) */
-  const vf_model_driver *drv =
-      vf_model_driver_for_arch(json_string_value(json_array_get(json_object_get(cfg0, "architectures"), 0)));
-  int zc = drv && drv->norm_offset;
-  if (!drv && o->ckb) { /* no hand-written model: the contract says whether its final norm is (1 + w) */
-    const mi_ckb_entry *me = mi_ckb_find_model(o->ckb, json_object_get(cfg0, "architectures"));
-    size_t i;
-    json_t *st;
-    json_array_foreach(me ? json_object_get(me->json, "epilogue") : NULL, i, st) {
-      const char *wo = json_string_value(json_object_get(json_object_get(st, "args"), "w_offset"));
-      if (wo && strtod(wo, NULL) != 0) zc = 1;
-    }
-  }
-  json_decref(cfg0);
+  /* what (b) and (c) edit, and whether those norms multiply by (1 + w) so
+   * the edits keep their meaning through it: from the model contract */
+  const mi_ckb_entry *me = o->ckb ? vf_bind_find_model(o->ckb, cfg0, NULL) : NULL;
+  s5_job keys = {.o = o};
+  if (me) s5_keys(&keys, o->ckb, me->json, cfg0);
+  if (!keys.final_norm[0]) snprintf(keys.final_norm, sizeof keys.final_norm, "(no model contract names a final norm)");
+  char final_norm[300]; /* its name in this checkpoint's layout */
+  vf_bind_rename(keys.layout, keys.final_norm, final_norm, sizeof final_norm);
+  json_decref(cfg0); /* keys.layout is the contract's */
   for (int i = 0; i < 4; i++) {
     char wd[4096];
     if (vf_workdir_new(wd, sizeof wd) != 0) {
       json_array_append_new(units, unit_error(ids[i], "cannot create a scratch folder"));
       continue;
     }
-    s5_job j = {o, contract, wd, V, zc};
+    s5_job j = keys;
+    j.contract = contract, j.workdir = wd, j.V = V;
     json_t *u = NULL;
     char dst[4200];
     size_t cap = VF_REC_SIZE(0) * 8 + 2 * VF_REC_SIZE((size_t)V * sizeof(float) + 1024);
@@ -998,8 +1123,8 @@ json_t *vf_stage5(const vf_stage_opts *o, json_t *contract) {
       vf_tensor_loc loc;
       snprintf(dst, sizeof dst, "%s/b", wd);
       if (vf_copy_model_dir(o->model_dir, dst, err, sizeof err) != 0 ||
-          vf_tensor_locate(dst, "model.norm.weight", &loc, err, sizeof err) != 0 ||
-          (zc ? vf_tensor_affine(&loc, 0, -1, err, sizeof err) : vf_tensor_edit(&loc, 2.0, 0, 0, NULL, err, sizeof err)) != 0)
+          vf_tensor_locate(dst, final_norm, &loc, err, sizeof err) != 0 ||
+          (j.zc ? vf_tensor_affine(&loc, 0, -1, err, sizeof err) : vf_tensor_edit(&loc, 2.0, 0, 0, NULL, err, sizeof err)) != 0)
         u = unit_error(ids[i], err);
       else u = vf_run_unit_raw(o, "authenticity", ids[i], members[i], follow_child, &j, 120, cap, follow_judge);
     } else if (i == 2) u = run_unseen(&j, ids[i], members[i]);

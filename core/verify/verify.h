@@ -11,9 +11,12 @@
  *   growth.c         stage 6's default gate: platform work per decode step
  *   model.c          engine-level helpers: registry of the two plugins,
  *                    model copies, tensor edits, greedy runs
- *   driver.c         per-model-contract drivers (driver.h): stage 2's layer
- *                    and the float64 model, one file each in models/
- */
+ *   bind.c           the binder: a model contract's step arguments on one
+ *                    config and call (bind.h), shared by
+ *   interp.c         the model contract in float64 (stage 5, the model
+ *                    tests) and one layer of it (stage 2's twin)
+ * Nothing here names a model family: what a family is comes from its
+ * contract alone. */
 #ifndef MI_CORE_VERIFY_H
 #define MI_CORE_VERIFY_H
 

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "core/ckb/ckb.h"
+#include "tests/util/check_main.h"
+#include "tests/util/test_proc.h"
 
 /* ---------- helpers ---------- */
 
@@ -561,11 +563,7 @@ START_TEST(add_refuses_oversized_entry) {
   fclose(f);
   ck_assert_int_eq(truncate(file, 100 << 20), 0);
   snprintf(cmd, sizeof cmd, "'%s/bin/mi-ckb' --ckb '%s' add '%s' 2>&1; echo \"rc=$?\"", getenv("MI_BUILD_DIR"), dir, file);
-  FILE *pp = popen(cmd, "r");
-  ck_assert_ptr_nonnull(pp);
-  size_t got = fread(out, 1, sizeof out - 1, pp);
-  out[got] = 0;
-  pclose(pp);
+  mi_test_popen_out(cmd, out, sizeof out);
   ck_assert_msg(strstr(out, ": larger than 4194304 bytes, the limit for a CKB file\nrc=1"), "%s", out);
   unlink(file);
   json_decref(e);
@@ -843,57 +841,19 @@ START_TEST(versions) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("ckb");
-  TCase *t = tcase_create("store");
-  tcase_add_checked_fixture(t, setup, NULL);
-  tcase_set_timeout(t, 60);
-  tcase_add_test(t, real_ckb_is_valid);
-  tcase_add_test(t, cli_validate_and_show);
-  tcase_add_test(t, missing_field);
-  tcase_add_test(t, missing_nested_field);
-  tcase_add_test(t, tolerance_wrong_type);
-  tcase_add_test(t, tolerance_unknown_dtype);
-  tcase_add_test(t, dangling_reference);
-  tcase_add_test(t, reference_wrong_kind);
-  tcase_add_test(t, model_step_dangling);
-  tcase_add_test(t, unknown_kind);
-  tcase_add_test(t, bad_id_format);
-  tcase_add_test(t, id_file_mismatch);
-  tcase_add_test(t, version_not_semver);
-  tcase_add_test(t, version_wrong_type);
-  tcase_add_test(t, provenance_bad_enum);
-  tcase_add_test(t, unknown_field);
-  tcase_add_test(t, case_unknown_arg);
-  tcase_add_test(t, case_missing_arg);
-  tcase_add_test(t, shape_unknown_name);
-  tcase_add_test(t, generator_for_output);
-  tcase_add_test(t, alias_to_output);
-  tcase_add_test(t, expression_syntax);
-  tcase_add_test(t, model_shape_unknown_config);
-  tcase_add_test(t, duplicate_ids);
-  tcase_add_test(t, invalid_json);
-  tcase_add_test(t, missing_kind_and_non_object);
-  tcase_add_test(t, add_then_update);
-  tcase_add_test(t, concurrent_writers);
-  tcase_add_test(t, crash_mid_write);
-  tcase_add_test(t, crash_before_rename);
-  tcase_add_test(t, cli_add_update);
-  tcase_add_test(t, add_refuses_hostile_ids);
-  tcase_add_test(t, add_refuses_oversized_entry);
-  tcase_add_test(t, schema_dir_outside_ckb);
-  tcase_add_test(t, coverage_qwen3_cpu);
-  tcase_add_test(t, weights_against_contract);
-  tcase_add_test(t, expressions);
-  tcase_add_test(t, expressions_hostile);
-  tcase_add_test(t, field_name_with_newline);
-  tcase_add_test(t, expression_too_deep);
-  tcase_add_test(t, entry_file_too_big);
-  tcase_add_test(t, entry_is_a_fifo);
-  tcase_add_test(t, versions);
-  suite_add_tcase(s, t);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  Suite *s = mi_check_suite(
+      "ckb", "store", 60, setup, NULL,
+      MI_CHECK_TESTS(
+          real_ckb_is_valid, cli_validate_and_show, missing_field, missing_nested_field,
+          tolerance_wrong_type, tolerance_unknown_dtype, dangling_reference, reference_wrong_kind,
+          model_step_dangling, unknown_kind, bad_id_format, id_file_mismatch, version_not_semver,
+          version_wrong_type, provenance_bad_enum, unknown_field, case_unknown_arg,
+          case_missing_arg, shape_unknown_name, generator_for_output, alias_to_output,
+          expression_syntax, model_shape_unknown_config, duplicate_ids, invalid_json,
+          missing_kind_and_non_object, add_then_update, concurrent_writers, crash_mid_write,
+          crash_before_rename, cli_add_update, add_refuses_hostile_ids, add_refuses_oversized_entry,
+          schema_dir_outside_ckb, coverage_qwen3_cpu, weights_against_contract, expressions,
+          expressions_hostile, field_name_with_newline, expression_too_deep, entry_file_too_big,
+          entry_is_a_fifo, versions));
+  return mi_check_run(s);
 }

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "core/ckb/ckb.h"
+#include "tests/util/check_main.h"
 
 static char g_dir[] = "/tmp/mi-cfgfields.XXXXXX";
 static const char *B, *S;
@@ -334,18 +335,9 @@ START_TEST(qwen3_variants_a_user_meets) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("config_fields");
-  TCase *t = tcase_create("fields");
-  tcase_add_checked_fixture(t, setup, teardown);
-  tcase_set_timeout(t, 300);
-  tcase_add_test(t, supported_values_refused_everywhere);
-  tcase_add_test(t, inert_fields_change_nothing);
-  tcase_add_test(t, unknown_field_and_absent_field_are_gaps);
-  tcase_add_test(t, qwen3_variants_a_user_meets);
-  suite_add_tcase(s, t);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  Suite *s = mi_check_suite(
+      "config_fields", "fields", 300, setup, teardown,
+      MI_CHECK_TESTS(supported_values_refused_everywhere, inert_fields_change_nothing,
+                     unknown_field_and_absent_field_are_gaps, qwen3_variants_a_user_meets));
+  return mi_check_run(s);
 }

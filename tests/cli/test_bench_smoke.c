@@ -12,15 +12,14 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "tests/util/check_main.h"
+#include "tests/util/test_proc.h"
 
 static char g_build[1024];
 
-START_TEST(one_cell_json) {
-  char cmd[4096];
-  snprintf(cmd, sizeof cmd,
-           "'%s/bin/mi-mkmodel' --shape tiny --seed 9 --out '%s/tests/bench-tiny' >/dev/null && "
-           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny' -p 11 -g 40 -r 1 -t 2 --json </dev/null",
-           g_build, g_build, g_build, g_build);
+/* What the shell line cmd (ending in mi-bench --json) printed, parsed; the
+ * test fails when it exits non-zero or prints something else. */
+static json_t *bench_json(const char *cmd) {
   FILE *p = popen(cmd, "r");
   ck_assert(p);
   json_error_t je;
@@ -28,6 +27,16 @@ START_TEST(one_cell_json) {
   int st = pclose(p);
   ck_assert_msg(st == 0, "mi-bench exited with %d", st);
   ck_assert_msg(j, "output is not JSON: %s", je.text);
+  return j;
+}
+
+START_TEST(one_cell_json) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-mkmodel' --shape tiny --seed 9 --out '%s/tests/bench-tiny' >/dev/null && "
+           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny' -p 11 -g 40 -r 1 -t 2 --json </dev/null",
+           g_build, g_build, g_build, g_build);
+  json_t *j = bench_json(cmd);
   json_t *cells = json_object_get(j, "cells");
   ck_assert_int_eq(json_array_size(cells), 1);
   json_t *c = json_array_get(cells, 0);
@@ -54,6 +63,7 @@ START_TEST(one_cell_json) {
    * positions on average (QKᵀ and PV, 2 FLOPs per head dim each) */
   char cfgp[1200];
   snprintf(cfgp, sizeof cfgp, "%s/tests/bench-tiny/config.json", g_build);
+  json_error_t je;
   json_t *cfg = json_load_file(cfgp, 0, &je);
   ck_assert_msg(cfg, "%s: %s", cfgp, je.text);
 #define CFG(k) ((double)json_integer_value(json_object_get(cfg, k)))
@@ -186,11 +196,7 @@ START_TEST(json_file_errors) {
            "--json-file /nonexistent-dir/b.json </dev/null >/dev/null 2>'%s/tests/bench-err.txt'; "
            "echo status=$?; cat '%s/tests/bench-err.txt'",
            g_build, g_build, g_build, g_build, g_build, g_build);
-  FILE *p = popen(cmd, "r");
-  ck_assert(p);
-  size_t n = fread(out, 1, sizeof out - 1, p);
-  out[n] = 0;
-  pclose(p);
+  mi_test_popen_out(cmd, out, sizeof out);
   ck_assert_msg(strstr(out, "status=1"), "%s", out);
   ck_assert_msg(strstr(out, "mi-bench: /nonexistent-dir/b.json: cannot write: No such file or directory"),
                 "%s", out);
@@ -200,11 +206,7 @@ START_TEST(json_file_errors) {
            "--json-file '%s/tests/bench-ok.json' </dev/null >/dev/full 2>'%s/tests/bench-err.txt'; "
            "echo status=$?; cat '%s/tests/bench-err.txt'; ls '%s/tests' | grep -c 'bench-ok.json.tmp'",
            g_build, g_build, g_build, g_build, g_build, g_build);
-  p = popen(cmd, "r");
-  ck_assert(p);
-  n = fread(out, 1, sizeof out - 1, p);
-  out[n] = 0;
-  pclose(p);
+  mi_test_popen_out(cmd, out, sizeof out);
   ck_assert_msg(strstr(out, "status=1"), "%s", out);
   ck_assert_msg(strstr(out, "mi-bench: standard output: write failed: No space left on device"), "%s",
                 out);
@@ -231,13 +233,7 @@ START_TEST(baseline_side_by_side) {
            "'%s/bin/mi-bench' -m '%s/tests/bench-tiny3' -p 11,5 -g 6 -r 2 -t 1 --baseline default "
            "--json </dev/null",
            g_build, g_build, g_build, g_build);
-  FILE *p = popen(cmd, "r");
-  ck_assert(p);
-  json_error_t je;
-  json_t *j = json_loadf(p, 0, &je);
-  int st = pclose(p);
-  ck_assert_msg(st == 0, "mi-bench exited with %d", st);
-  ck_assert_msg(j, "output is not JSON: %s", je.text);
+  json_t *j = bench_json(cmd);
   ck_assert_str_eq(json_string_value(json_object_get(j, "baseline_plugin_dir")), "default");
   json_t *cells = json_object_get(j, "cells");
   ck_assert_int_eq(json_array_size(cells), 2);
@@ -272,11 +268,7 @@ START_TEST(baseline_side_by_side) {
            "--baseline '%s/tests/bench-broken-dir' </dev/null 2>'%s/tests/bench-base-err.txt' "
            ">/dev/null; echo status=$?; tr '\\r' '\\n' < '%s/tests/bench-base-err.txt'",
            g_build, g_build, g_build, g_build, g_build, g_build, g_build, g_build, g_build);
-  p = popen(cmd, "r");
-  ck_assert(p);
-  size_t n = fread(out, 1, sizeof out - 1, p);
-  out[n] = 0;
-  pclose(p);
+  mi_test_popen_out(cmd, out, sizeof out);
   ck_assert_msg(strstr(out, "status=2\nstatus=1\n"), "%s", out);
   ck_assert_msg(strstr(out, "libmi-nothere.so"), "%s", out);
   ck_assert_msg(strstr(out, "mi-bench: baseline failed on prompt 5 gen 2: "), "%s", out);
@@ -286,17 +278,8 @@ END_TEST
 int main(void) {
   const char *b = getenv("MI_BUILD_DIR");
   snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
-  Suite *s = suite_create("bench_smoke");
-  TCase *tc = tcase_create("bench");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, one_cell_json);
-  tcase_add_test(tc, peer_path_reaches_no_shell);
-  tcase_add_test(tc, json_file_errors);
-  tcase_add_test(tc, baseline_side_by_side);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? 1 : 0;
+  Suite *s = mi_check_suite("bench_smoke", "bench", 300, NULL, NULL,
+                            MI_CHECK_TESTS(one_cell_json, peer_path_reaches_no_shell,
+                                           json_file_errors, baseline_side_by_side));
+  return mi_check_run(s);
 }

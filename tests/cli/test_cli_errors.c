@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "core/tokenizer/tokenizer.h"
+#include "tests/util/check_main.h"
+#include "tests/util/test_proc.h"
 
 static char g_build[1024], g_good[1200], g_tmp[1200];
 static int g_no_pad; /* edit_header: leave the header unpadded */
@@ -57,13 +59,7 @@ static void run_tool_out(run_result *res, const char *tool, int out_mode, const 
     close(o);
     close(e);
     if (out_mode == OUT_CLOSED) close(1);
-    alarm(60);
-    const char *argv[64] = {exe};
-    int n = 1;
-    for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
-    argv[n] = NULL;
-    execv(exe, (char *const *)argv);
-    _exit(127);
+    mi_test_exec(exe, args, 60);
   }
   int st;
   waitpid(pid, &st, 0);
@@ -179,6 +175,27 @@ static void edit_json(const char *path, const char *key, json_t *val) {
   json_decref(j);
 }
 
+/* The model copied to name, its safetensors header edited by fn: mi-run
+ * must refuse it with one line naming want1 and want2. */
+static void header_case(const char *name, void (*fn)(json_t *hdr, size_t data_len), const char *want1,
+                        const char *want2) {
+  char d[1300];
+  copy_model(name, d, sizeof d);
+  edit_header(d, fn);
+  expect_error(d, want1, want2);
+}
+
+/* The model copied to name with key of its file set to val (NULL: removed):
+ * mi-run must refuse it with one line naming want1 and want2. */
+static void json_case(const char *name, const char *file, const char *key, json_t *val, const char *want1,
+                      const char *want2) {
+  char d[1300], p[1400];
+  copy_model(name, d, sizeof d);
+  snprintf(p, sizeof p, "%s/%s", d, file);
+  edit_json(p, key, val);
+  expect_error(d, want1, want2);
+}
+
 START_TEST(good_model_runs) {
   run_result r;
   const char *args[] = {"-m", g_good, "-p", "hello", "-n", "3", "--temp", "0", NULL};
@@ -209,35 +226,23 @@ START_TEST(tiny_safetensors) {
 END_TEST
 
 START_TEST(offsets_past_end) {
-  char d[1300];
-  copy_model("offsets", d, sizeof d);
-  edit_header(d, shift_norm_past_end);
-  expect_error(d, "model.safetensors", "model.norm.weight");
+  header_case("offsets", shift_norm_past_end, "model.safetensors", "model.norm.weight");
 }
 END_TEST
 
 START_TEST(wrong_dtype) {
-  char d[1300];
-  copy_model("dtype", d, sizeof d);
-  edit_header(d, norm_dtype_i16);
-  expect_error(d, "model.safetensors", "up_proj");
+  header_case("dtype", norm_dtype_i16, "model.safetensors", "up_proj");
 }
 END_TEST
 
 START_TEST(missing_tensor) {
-  char d[1300];
-  copy_model("missing", d, sizeof d);
-  edit_header(d, rename_norm);
-  expect_error(d, "missing tensor", "model.norm.weight");
+  header_case("missing", rename_norm, "missing tensor", "model.norm.weight");
 }
 END_TEST
 
 START_TEST(shape_mismatch) {
-  char d[1300], p[1400];
-  copy_model("shape", d, sizeof d);
-  snprintf(p, sizeof p, "%s/config.json", d);
-  edit_json(p, "intermediate_size", json_integer(4096));
-  expect_error(d, "mlp.gate_proj.weight", "shape");
+  json_case("shape", "config.json", "intermediate_size", json_integer(4096), "mlp.gate_proj.weight",
+            "shape");
 }
 END_TEST
 
@@ -275,11 +280,8 @@ START_TEST(unknown_architecture) {
 END_TEST
 
 START_TEST(unsupported_config_value) {
-  char d[1300], p[1400];
-  copy_model("heads", d, sizeof d);
-  snprintf(p, sizeof p, "%s/config.json", d);
-  edit_json(p, "num_key_value_heads", json_integer(3));
-  expect_error(d, "config.json", "num_key_value_heads");
+  json_case("heads", "config.json", "num_key_value_heads", json_integer(3), "config.json",
+            "num_key_value_heads");
 }
 END_TEST
 
@@ -300,20 +302,13 @@ END_TEST
 /* The value of hidden_act is the file's: a newline in it must not make the
  * error two lines (expect_error checks for exactly one). */
 START_TEST(config_value_with_newline) {
-  char d[1300], p[1400];
-  copy_model("act", d, sizeof d);
-  snprintf(p, sizeof p, "%s/config.json", d);
-  edit_json(p, "hidden_act", json_string("gelu\nsecond line"));
-  expect_error(d, "config.json", "hidden_act");
+  json_case("act", "config.json", "hidden_act", json_string("gelu\nsecond line"), "config.json",
+            "hidden_act");
 }
 END_TEST
 
 START_TEST(tokenizer_missing_model) {
-  char d[1300], p[1400];
-  copy_model("tok", d, sizeof d);
-  snprintf(p, sizeof p, "%s/tokenizer.json", d);
-  edit_json(p, "model", NULL);
-  expect_error(d, "tokenizer.json", "model");
+  json_case("tok", "tokenizer.json", "model", NULL, "tokenizer.json", "model");
 }
 END_TEST
 
@@ -768,43 +763,18 @@ int main(void) {
     fprintf(stderr, "cannot generate the test model: %s\n", cmd);
     return 1;
   }
-  Suite *s = suite_create("cli_errors");
-  TCase *tc = tcase_create("bad_input");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, good_model_runs);
-  tcase_add_test(tc, truncated_safetensors);
-  tcase_add_test(tc, tiny_safetensors);
-  tcase_add_test(tc, offsets_past_end);
-  tcase_add_test(tc, wrong_dtype);
-  tcase_add_test(tc, missing_tensor);
-  tcase_add_test(tc, shape_mismatch);
-  tcase_add_test(tc, invalid_config_json);
-  tcase_add_test(tc, config_too_large);
-  tcase_add_test(tc, unknown_architecture);
-  tcase_add_test(tc, unsupported_config_value);
-  tcase_add_test(tc, derived_head_dim_out_of_range);
-  tcase_add_test(tc, config_value_with_newline);
-  tcase_add_test(tc, tokenizer_missing_model);
-  tcase_add_test(tc, missing_model_dir);
-  tcase_add_test(tc, prompt_longer_than_context);
-  tcase_add_test(tc, no_prompt_does_not_read_stdin);
-  tcase_add_test(tc, bad_option_values);
-  tcase_add_test(tc, eos_from_generation_config);
-  tcase_add_test(tc, chat_template_from_model_folder);
-  tcase_add_test(tc, interactive_conversation);
-  tcase_add_test(tc, fifo_in_place_of_files);
-  tcase_add_test(tc, fifo_plugins_conf);
-  tcase_add_test(tc, symlink_shard_outside);
-  tcase_add_test(tc, header_not_multiple_of_8);
-  tcase_add_test(tc, memory_estimate);
-  tcase_add_test(tc, numbers_that_are_not_numbers);
-  tcase_add_test(tc, nan_weights);
-  tcase_add_test(tc, output_lost);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK); /* run_mi uses one shared tmp dir: keep it serial */
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? 1 : 0;
+  Suite *s = mi_check_suite(
+      "cli_errors", "bad_input", 120, NULL, NULL,
+      MI_CHECK_TESTS(good_model_runs, truncated_safetensors, tiny_safetensors, offsets_past_end,
+                     wrong_dtype, missing_tensor, shape_mismatch, invalid_config_json,
+                     config_too_large, unknown_architecture, unsupported_config_value,
+                     derived_head_dim_out_of_range, config_value_with_newline,
+                     tokenizer_missing_model, missing_model_dir, prompt_longer_than_context,
+                     no_prompt_does_not_read_stdin, bad_option_values, eos_from_generation_config,
+                     chat_template_from_model_folder, interactive_conversation,
+                     fifo_in_place_of_files, fifo_plugins_conf, symlink_shard_outside,
+                     header_not_multiple_of_8, memory_estimate, numbers_that_are_not_numbers,
+                     nan_weights, output_lost));
+  setenv("CK_FORK", "no", 1); /* run_mi uses one shared tmp dir: keep it serial */
+  return mi_check_run(s);
 }

@@ -42,6 +42,7 @@
 #include "mi/platform.h"
 #include "mi/plugin.h"
 #include "tests/cpu/cpu_test_harness.h"
+#include "tests/util/check_main.h"
 
 #define U (FLT_EPSILON / 2)
 
@@ -424,20 +425,15 @@ static Suite *suite(void) {
   Suite *s = suite_create("cpu_hybrid");
   TCase *tc = tcase_create("hybrid");
   tcase_set_timeout(tc, 120);
-  tcase_add_loop_test(tc, test_copy2d, 0, NCONF);
-  tcase_add_loop_test(tc, test_norms_and_gate, 0, NCONF);
-  tcase_add_loop_test(tc, test_gates, 0, NCONF);
-  tcase_add_loop_test(tc, test_conv1d, 0, NCONF);
-  tcase_add_loop_test(tc, test_gated_delta_rule, 0, NCONF);
+  mi_check_add_loop(tc,
+                    MI_CHECK_TESTS(test_copy2d, test_norms_and_gate, test_gates, test_conv1d,
+                                   test_gated_delta_rule),
+                    0, NCONF);
   suite_add_tcase(s, tc);
   return s;
 }
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(suite());
 }

@@ -53,6 +53,7 @@
 #include "mi/platform.h"
 #include "mi/plugin.h"
 #include "tests/cpu/cpu_test_harness.h"
+#include "tests/util/check_main.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -1258,17 +1259,12 @@ static Suite *cpu_suite(void) {
   Suite *s = suite_create("cpu_kernels");
   TCase *tc = tcase_create("kernels");
   tcase_set_timeout(tc, 120);
-  tcase_add_loop_test(tc, test_matmul, 0, NCONF);
-  tcase_add_loop_test(tc, test_rmsnorm, 0, NCONF);
-  tcase_add_loop_test(tc, test_rope, 0, NCONF);
-  tcase_add_loop_test(tc, test_attention, 0, NCONF);
-  tcase_add_loop_test(tc, test_attention_causal, 0, NCONF);
-  tcase_add_loop_test(tc, test_elementwise, 0, NCONF);
-  tcase_add_loop_test(tc, test_embed, 0, NCONF);
-  tcase_add_loop_test(tc, test_argmax, 0, NCONF);
-  tcase_add_loop_test(tc, test_memory_streams_device, 0, NCONF);
-  tcase_add_loop_test(tc, test_errors, 0, NCONF);
-  tcase_add_loop_test(tc, test_concurrent_callers, 0, NCONF);
+  mi_check_add_loop(tc,
+                    MI_CHECK_TESTS(test_matmul, test_rmsnorm, test_rope, test_attention,
+                                   test_attention_causal, test_elementwise, test_embed, test_argmax,
+                                   test_memory_streams_device, test_errors,
+                                   test_concurrent_callers),
+                    0, NCONF);
   tcase_add_test(tc, test_isa_selection);
   tcase_add_test(tc, test_isa_env);
   tcase_add_loop_test(tc, test_matmul_bf16act, 0, 3);
@@ -1279,9 +1275,5 @@ static Suite *cpu_suite(void) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  SRunner *sr = srunner_create(cpu_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(cpu_suite());
 }

@@ -33,6 +33,7 @@
 #include "mi/platform.h"
 #include "mi/plugin.h"
 #include "tests/cpu/cpu_test_harness.h"
+#include "tests/util/check_main.h"
 
 #define U (FLT_EPSILON / 2) /* f32 unit roundoff 2^-24 */
 
@@ -467,20 +468,15 @@ static Suite *prefill_suite(void) {
   Suite *s = suite_create("cpu_prefill");
   TCase *tc = tcase_create("prefill");
   tcase_set_timeout(tc, 120);
-  tcase_add_loop_test(tc, test_matmul_k_first, 0, NCONF);
-  tcase_add_loop_test(tc, test_silu_range, 0, NCONF);
-  tcase_add_loop_test(tc, test_convert_exact, 0, NCONF);
-  tcase_add_loop_test(tc, test_rope_kept_table, 0, NCONF);
-  tcase_add_loop_test(tc, test_attention_chunks, 0, NCONF);
+  mi_check_add_loop(tc,
+                    MI_CHECK_TESTS(test_matmul_k_first, test_silu_range, test_convert_exact,
+                                   test_rope_kept_table, test_attention_chunks),
+                    0, NCONF);
   suite_add_tcase(s, tc);
   return s;
 }
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  SRunner *sr = srunner_create(prefill_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(prefill_suite());
 }

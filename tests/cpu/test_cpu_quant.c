@@ -43,9 +43,10 @@
 
 #include "core/cli/bandwidth.h"
 #include "cpu_test_harness.h"
-#include "q8_act_test.h"
 #include "mi/quant.h"
 #include "mi/tensor.h"
+#include "q8_act_test.h"
+#include "tests/util/check_main.h"
 
 #define U (FLT_EPSILON / 2) /* f32 unit roundoff 2^-24 */
 
@@ -401,9 +402,5 @@ static Suite *quant_suite(void) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  SRunner *sr = srunner_create(quant_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(quant_suite());
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "core/cli/bandwidth.h"
+#include "tests/util/check_main.h"
 
 static void check_variant(const char *variant, int threads, int want_lanes, int want_fma) {
   mi_fma_peak p = {0};
@@ -85,14 +86,8 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("fma_peak");
   TCase *tc = tcase_create("peak");
-  tcase_add_test(tc, test_generic_always);
-  tcase_add_test(tc, test_x86_variants);
-  tcase_add_test(tc, test_unknown_refused);
-  tcase_add_test(tc, test_bf16dot);
+  mi_check_add(tc, MI_CHECK_TESTS(test_generic_always, test_x86_variants, test_unknown_refused,
+                                  test_bf16dot));
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return mi_check_run(s);
 }

@@ -40,6 +40,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "tests/util/check_main.h"
 
 #define TOL 1e-3
 #define NEAR_TIE (2 * TOL)
@@ -374,10 +375,7 @@ int main(void) {
   else
     tcase_add_test(tc, test_no_goldens);
   suite_add_tcase(su, tc);
-  SRunner *sr = srunner_create(su);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  const int failed = mi_check_run(su) != EXIT_SUCCESS;
   if (grc == 0) globfree(&g_goldens);
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

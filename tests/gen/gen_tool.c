@@ -53,6 +53,17 @@ void res_free(res *r) {
   free(r->err);
 }
 
+int gt_dirs(const char *tmpl, char *build, char *src, char *tmp, char *model, char *ckb) {
+  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
+  snprintf(build, 1024, "%s", b ? b : "build");
+  snprintf(src, 1024, "%s", s ? s : ".");
+  snprintf(tmp, 1100, "%s", tmpl);
+  if (!mkdtemp(tmp)) return -1;
+  if (model) snprintf(model, 1200, "%s/tiny", tmp);
+  if (ckb) snprintf(ckb, 1200, "%s/ckb", tmp);
+  return 0;
+}
+
 void gt_sh(const char *who, const char *fmt, ...) {
   char cmd[4096];
   va_list ap;

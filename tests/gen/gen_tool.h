@@ -17,6 +17,14 @@ char *gt_slurp(const char *path);
 res gt_run(const char *build, const char *tmp, const char *tool, const char *const *args, int timeout);
 void res_free(res *r);
 
+/* The folders a mi-gen test works in: build and source trees
+ * ($MI_BUILD_DIR, $MI_SOURCE_DIR; "build" and "." when unset), a fresh
+ * folder tmp made from the mkdtemp template tmpl, and under it model
+ * ("tiny") and ckb ("ckb"), either NULL when unwanted. The buffers are the
+ * tests' own: build[1024], src[1024], tmp[1100], model[1200], ckb[1200].
+ * 0, or -1 when the folder could not be made. */
+int gt_dirs(const char *tmpl, char *build, char *src, char *tmp, char *model, char *ckb);
+
 /* A setup chore through the shell; a failure is reported, not fatal. */
 void gt_sh(const char *who, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

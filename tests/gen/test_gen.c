@@ -35,6 +35,7 @@
 #include "gen_tool.h"
 
 #include "core/gen/gen.h"
+#include "tests/util/check_main.h"
 
 static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_ckb[1200], g_out[1200];
 static int g_gen_rc = -1;
@@ -56,13 +57,7 @@ static const char *g_part;
 /* once, in the parent: the model and one generated engine (test_tp2
  * generates its own, so the "tp2" part skips this one) */
 static void setup_all(void) {
-  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
-  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
-  snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
-  snprintf(g_tmp, sizeof g_tmp, "/tmp/mi-gen-test-XXXXXX");
-  if (!mkdtemp(g_tmp)) abort();
-  snprintf(g_model, sizeof g_model, "%s/tiny", g_tmp);
-  snprintf(g_ckb, sizeof g_ckb, "%s/ckb", g_tmp);
+  if (gt_dirs("/tmp/mi-gen-test-XXXXXX", g_build, g_src, g_tmp, g_model, g_ckb)) abort();
   snprintf(g_out, sizeof g_out, "%s/engine", g_tmp);
   /* a CKB copy: the runs may write experience into it */
   sh("cp -r '%s/ckb' '%s'", g_src, g_ckb);
@@ -530,11 +525,9 @@ END_TEST
 
 /* Every case but the "tp2" part's. */
 static void add_cases(TCase *t) {
-  tcase_add_test(t, test_generate);
-  tcase_add_test(t, test_engine_equals_plugin);
-  tcase_add_test(t, test_engine_refuses_other_config);
-  tcase_add_test(t, test_broken_sources_rejected_by_review);
-  tcase_add_test(t, test_wrong_math_and_fake_pass);
+  mi_check_add(
+      t, MI_CHECK_TESTS(test_generate, test_engine_equals_plugin, test_engine_refuses_other_config,
+                        test_broken_sources_rejected_by_review, test_wrong_math_and_fake_pass));
   /* MI_TEST_GEN_QUICK (the sanitizer tree sets it, tests/gen/CMakeLists.txt):
    * leave out the three cases that are each one more whole verification of
    * the same orchestrator code (perf gate, TP 2 under mpirun, resume); the
@@ -565,10 +558,7 @@ int main(void) {
   else
     add_cases(t);
   suite_add_tcase(s, t);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  const int failed = mi_check_run(s) != EXIT_SUCCESS;
   teardown_all();
   return failed ? 1 : 0;
 }

@@ -32,6 +32,7 @@
 
 #include "core/gen/learn.h"
 #include "gen_tool.h"
+#include "tests/util/check_main.h"
 
 static char g_build[1024], g_src[1024], g_tmp[1100], g_ckb[1200];
 
@@ -140,12 +141,7 @@ static int applied(json_t *man) {
 }
 
 START_TEST(experience_carries_to_another_shape_and_version) {
-  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
-  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
-  snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
-  snprintf(g_tmp, sizeof g_tmp, "/tmp/mi-gen-exp-test-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(g_tmp));
-  snprintf(g_ckb, sizeof g_ckb, "%s/ckb", g_tmp);
+  ck_assert_int_eq(gt_dirs("/tmp/mi-gen-exp-test-XXXXXX", g_build, g_src, g_tmp, NULL, g_ckb), 0);
   sh("cp -r '%s/ckb' '%s'", g_src, g_ckb);
   setenv("MI_CKB_LEARN", "1", 1); /* ctest turns learning off for suites on the shipped CKB */
   plant("1.4.0", "planted: every RMSNorm reads layer_norm_eps");
@@ -215,12 +211,7 @@ END_TEST
 
 /* Failures no failure mode repairs, and coverage gaps, are knowledge too */
 START_TEST(open_reports_and_knowledge_gaps) {
-  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
-  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
-  snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
-  snprintf(g_tmp, sizeof g_tmp, "/tmp/mi-gen-learn-test-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(g_tmp));
-  snprintf(g_ckb, sizeof g_ckb, "%s/ckb", g_tmp);
+  ck_assert_int_eq(gt_dirs("/tmp/mi-gen-learn-test-XXXXXX", g_build, g_src, g_tmp, NULL, g_ckb), 0);
   sh("cp -r '%s/ckb' '%s'", g_src, g_ckb);
   sh("rm -rf '%s/failure_reports' '%s/knowledge_gaps'", g_ckb, g_ckb);
   setenv("MI_CKB_LEARN", "1", 1);
@@ -374,16 +365,8 @@ START_TEST(signature_rules) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("gen_experience");
-  TCase *t = tcase_create("experience");
-  tcase_set_timeout(t, 1500);
-  tcase_add_test(t, experience_carries_to_another_shape_and_version);
-  tcase_add_test(t, open_reports_and_knowledge_gaps);
-  tcase_add_test(t, signature_rules);
-  suite_add_tcase(s, t);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  Suite *s = mi_check_suite("gen_experience", "experience", 1500, NULL, NULL,
+                            MI_CHECK_TESTS(experience_carries_to_another_shape_and_version,
+                                           open_reports_and_knowledge_gaps, signature_rules));
+  return mi_check_run(s);
 }

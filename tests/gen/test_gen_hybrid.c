@@ -32,6 +32,7 @@
 
 #include "core/runtime/loader.h"
 #include "core/runtime/session.h"
+#include "tests/util/check_main.h"
 
 static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_ckb[1200], g_out[1200];
 static int g_gen_rc = -1;
@@ -108,13 +109,7 @@ static res gen(const char *ckb, const char *out, const char *candidate, int iter
 
 /* once, in the parent: the CKB, the model and one generated engine */
 static void setup_all(void) {
-  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
-  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
-  snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
-  snprintf(g_tmp, sizeof g_tmp, "/tmp/mi-gen-hybrid-XXXXXX");
-  if (!mkdtemp(g_tmp)) abort();
-  snprintf(g_model, sizeof g_model, "%s/tiny", g_tmp);
-  snprintf(g_ckb, sizeof g_ckb, "%s/ckb", g_tmp);
+  if (gt_dirs("/tmp/mi-gen-hybrid-XXXXXX", g_build, g_src, g_tmp, g_model, g_ckb)) abort();
   snprintf(g_out, sizeof g_out, "%s/engine", g_tmp);
   json_t *c = draft();
   make_ckb(g_ckb, c);
@@ -407,21 +402,14 @@ int main(void) {
   TCase *t = tcase_create("gen_hybrid");
   tcase_set_timeout(t, 1200);
   int quick = getenv("MI_TEST_GEN_QUICK") != NULL; /* the sanitizer run: fewer mi-gen runs */
-  tcase_add_test(t, test_generate);
-  tcase_add_test(t, test_engine_refuses_other_config);
-  tcase_add_test(t, test_engine_state);
-  tcase_add_test(t, test_mutant_state_not_carried);
-  tcase_add_test(t, test_mutant_norm_w);
+  mi_check_add(t, MI_CHECK_TESTS(test_generate, test_engine_refuses_other_config, test_engine_state,
+                                 test_mutant_state_not_carried, test_mutant_norm_w));
   if (!quick) {
-    tcase_add_test(t, test_mutant_no_gate);
-    tcase_add_test(t, test_mutant_full_rotary);
-    tcase_add_test(t, test_mutant_conv_no_silu);
+    mi_check_add(
+        t, MI_CHECK_TESTS(test_mutant_no_gate, test_mutant_full_rotary, test_mutant_conv_no_silu));
   }
   suite_add_tcase(s, t);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  const int failed = mi_check_run(s) != EXIT_SUCCESS;
   teardown_all();
   return failed ? 1 : 0;
 }

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "gen_tool.h"
+#include "tests/util/check_main.h"
 
 static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_ckb[1200], g_out[2][1200];
 static int g_rc[2] = {-1, -1};
@@ -43,13 +44,7 @@ static int one_line(const char *s) { return strchr(s, '\n') == s + strlen(s) - 1
 
 /* once, in the parent: the model and one engine per KV type */
 static void setup_all(void) {
-  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
-  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
-  snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
-  snprintf(g_tmp, sizeof g_tmp, "/tmp/mi-gen-kv-test-XXXXXX");
-  if (!mkdtemp(g_tmp)) abort();
-  snprintf(g_model, sizeof g_model, "%s/tiny", g_tmp);
-  snprintf(g_ckb, sizeof g_ckb, "%s/ckb", g_tmp);
+  if (gt_dirs("/tmp/mi-gen-kv-test-XXXXXX", g_build, g_src, g_tmp, g_model, g_ckb)) abort();
   sh("cp -r '%s/ckb' '%s'", g_src, g_ckb); /* the runs may write experience */
   const char *mk[] = {"--shape", "tiny", "--seed", "1", "--dtype", "bf16", "--out", g_model, NULL};
   res r = run("mi-mkmodel", mk, 120);
@@ -204,10 +199,7 @@ int main(void) {
   tcase_add_loop_test(t, test_kv_engine_equals_plugin, 0, g_nkv);
   tcase_add_test(t, test_kv_gaps_and_wrong_reference);
   suite_add_tcase(s, t);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  const int failed = mi_check_run(s) != EXIT_SUCCESS;
   teardown_all();
   for (int k = 0; k < 2; k++) free(g_err[k]);
   return failed ? 1 : 0;

@@ -31,6 +31,7 @@
 #include "core/runtime/gguf.h"
 #include "core/runtime/gguf_model.h"
 #include "core/tokenizer/tokenizer.h"
+#include "tests/util/check_main.h"
 
 static char g_build[1024], g_src[1024], g_tmp[1024];
 
@@ -759,17 +760,13 @@ int main(int argc, char **argv) {
   if (peer) {
     tcase_add_test(tc, peer_hf2gguf_matches_the_folder);
   } else {
-    tcase_add_test(tc, reader_reads_what_was_written);
-    tcase_add_test(tc, reader_refuses_truncation_at_every_length);
-    tcase_add_test(tc, reader_refuses_hostile_headers);
-    tcase_add_test(tc, model_from_c_gguf_runs_and_maps);
-    tcase_add_test(tc, mi_run_refuses_hostile_files);
+    mi_check_add(tc, MI_CHECK_TESTS(reader_reads_what_was_written,
+                                    reader_refuses_truncation_at_every_length,
+                                    reader_refuses_hostile_headers, model_from_c_gguf_runs_and_maps,
+                                    mi_run_refuses_hostile_files));
   }
   suite_add_tcase(su, tc);
-  SRunner *sr = srunner_create(su);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  const int nf = mi_check_run(su) != EXIT_SUCCESS;
   char cmd[1200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
   if (system(cmd)) {

@@ -18,6 +18,7 @@
 
 #include "core/runtime/loader.h"
 #include "mi/platform.h"
+#include "tests/util/check_main.h"
 
 static char g_dir[PATH_MAX], g_build[PATH_MAX];
 
@@ -153,9 +154,5 @@ int main(void) {
   tcase_add_test_raise_signal(tm, device_memory_not_host_accessible, SIGSEGV);
   suite_add_tcase(s, tm);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return mi_check_run(s);
 }

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "gpu_test_config.h"
+#include "tests/util/check_main.h"
+#include "tests/util/test_files.h"
 
 typedef struct gpu_plugin_info {
   const char *name, *api;
@@ -25,16 +27,10 @@ static const gpu_plugin_info plugins[] = {GPU_TEST_PLUGINS};
 
 static char g_dir[PATH_MAX], g_bin[PATH_MAX], g_lib[PATH_MAX];
 
+/* a file's text, "" when missing or unreadable */
 static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = calloc(1, (size_t)n + 1);
-  if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = '\0';
-  fclose(f);
-  return s;
+  char *s = mi_test_slurp(path);
+  return s ? s : strdup("");
 }
 
 /* Runs a shell command; stdout/stderr go to files in g_dir. Returns the exit status. */
@@ -156,9 +152,5 @@ int main(void) {
   tcase_add_test(tc, falls_back_to_cpu);
   tcase_add_loop_test(tc, platform_gpu_refused, 0, NPLUGINS);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return mi_check_run(s);
 }

@@ -28,6 +28,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "tests/util/check_main.h"
+
 static char g_dir[PATH_MAX], g_build[PATH_MAX], g_src[PATH_MAX];
 
 static int sh(const char *cmd) {
@@ -196,9 +198,5 @@ int main(void) {
   tcase_add_test(t, gen_nvidia_on_warp32);
   tcase_add_test(t, gen_z200_on_wavefront64);
   suite_add_tcase(s, t);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int nf = srunner_ntests_failed(r);
-  srunner_free(r);
-  return nf ? 1 : 0;
+  return mi_check_run(s);
 }

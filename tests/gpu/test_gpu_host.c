@@ -21,6 +21,7 @@
 #include "gpu_kernels.h"
 #include "gpu_launch.h"
 #include "gpu_libsearch.h"
+#include "tests/util/check_main.h"
 
 static gpu_tunables tunables(int warp, int cus) {
   gpu_tunables t = {.warp = warp, .mm_bm = 64, .mm_bn = 64, .mm_bk = 16, .mm_tm = 4, .mm_tn = 4,
@@ -372,23 +373,14 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("gpu_host");
   TCase *tc = tcase_create("launch");
-  tcase_add_test(tc, matmul_plan_paths);
-  tcase_add_test(tc, matmul_plan_coverage);
-  tcase_add_test(tc, attention_plan_coverage);
-  tcase_add_test(tc, attention_plan_decode_splits);
-  tcase_add_test(tc, ew_blocks);
+  mi_check_add(tc, MI_CHECK_TESTS(matmul_plan_paths, matmul_plan_coverage, attention_plan_coverage,
+                                  attention_plan_decode_splits, ew_blocks));
   suite_add_tcase(s, tc);
   TCase *tl = tcase_create("libsearch");
-  tcase_add_test(tl, libsearch_hip_order);
-  tcase_add_test(tl, libsearch_nothing);
-  tcase_add_test(tl, libsearch_ccl_order);
+  mi_check_add(tl, MI_CHECK_TESTS(libsearch_hip_order, libsearch_nothing, libsearch_ccl_order));
   suite_add_tcase(s, tl);
   TCase *tm = tcase_create("comm");
   tcase_add_test(tm, comm_without_mpi);
   suite_add_tcase(s, tm);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return mi_check_run(s);
 }

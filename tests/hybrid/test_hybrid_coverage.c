@@ -14,6 +14,7 @@
 
 #include "core/ckb/ckb.h"
 #include "tests/safetensors/st_writer.h"
+#include "tests/util/check_main.h"
 
 static char *g_dir;
 static void setup(void) { g_dir = tw_mkdtemp("hybrid-cov"); }
@@ -261,23 +262,11 @@ START_TEST(evolved_ckb_covers_the_hybrid) {
 END_TEST
 
 static Suite *suite(void) {
-  Suite *s = suite_create("hybrid_coverage");
-  TCase *tc = tcase_create("coverage");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, gaps_tiny);
-  tcase_add_test(tc, gaps_tiny_untied);
-  tcase_add_test(tc, gaps_released_layout);
-  tcase_add_test(tc, qwen3_still_covered);
-  tcase_add_test(tc, evolved_ckb_covers_the_hybrid);
-  suite_add_tcase(s, tc);
-  return s;
+  return mi_check_suite("hybrid_coverage", "coverage", 120, setup, teardown,
+                        MI_CHECK_TESTS(gaps_tiny, gaps_tiny_untied, gaps_released_layout,
+                                       qwen3_still_covered, evolved_ckb_covers_the_hybrid));
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(suite());
 }

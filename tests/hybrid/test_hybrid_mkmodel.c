@@ -17,6 +17,7 @@
 #include "core/runtime/safetensors.h"
 #include "mi/tensor.h"
 #include "tests/safetensors/st_writer.h"
+#include "tests/util/check_main.h"
 
 static char *g_dir;
 
@@ -365,25 +366,12 @@ START_TEST(cli_errors) {
 END_TEST
 
 static Suite *suite(void) {
-  Suite *s = suite_create("hybrid_mkmodel");
-  TCase *tc = tcase_create("hybrid_mkmodel");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, layout_matches_config);
-  tcase_add_test(tc, shapes_cover_two_patterns);
-  tcase_add_test(tc, seeded_determinism);
-  tcase_add_test(tc, norm_centres);
-  tcase_add_test(tc, probes_mute_one_kind);
-  tcase_add_test(tc, conditional_layout);
-  tcase_add_test(tc, cli_errors);
-  suite_add_tcase(s, tc);
-  return s;
+  return mi_check_suite("hybrid_mkmodel", "hybrid_mkmodel", 120, setup, teardown,
+                        MI_CHECK_TESTS(layout_matches_config, shapes_cover_two_patterns,
+                                       seeded_determinism, norm_centres, probes_mute_one_kind,
+                                       conditional_layout, cli_errors));
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(suite());
 }

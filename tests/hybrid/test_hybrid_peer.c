@@ -1,4 +1,4 @@
-/* The hybrid's float64 reference (core/verify/models/qwen35.c) against
+/* The hybrid's float64 reference (tests/hybrid/ref/qwen35_f64.c) against
  * llama.cpp's `qwen35` on the same weights: the goldens in
  * tests/goldens/hybrid/ (tools/peer/goldens.mjs --family qwen35: greedy
  * tokens and top-10 logprobs from llama.cpp on an all-F32 GGUF written by
@@ -19,8 +19,10 @@
 #include <string.h>
 
 #include "core/runtime/safetensors.h"
-#include "core/verify/models/qwen35.h"
+#include "tests/hybrid/ref/qwen35_f64.h"
 #include "tests/safetensors/st_writer.h"
+#include "tests/hybrid/golden_steps.h"
+#include "tests/util/check_main.h"
 
 /* Tolerance on |logprob(reference) - logprob(llama.cpp)| over the top 10.
  * llama.cpp computes in float32 (F32 weights and KV cache); on the Qwen3
@@ -118,14 +120,10 @@ static void check_golden(const char *file) {
     if (reference_skips(g, c)) continue;
     if (g_quick && cases == 1) break;
     cases++;
-    json_t *pids = json_object_get(c, "prompt_ids"), *steps = json_object_get(c, "steps");
-    const int np = (int)json_array_size(pids);
-    int ns = (int)json_array_size(steps);
+    json_t *steps = json_object_get(c, "steps");
+    int ns = (int)json_array_size(steps), np;
     if (g_quick && ns > QUICK_STEPS) ns = QUICK_STEPS;
-    int32_t *ids = malloc((size_t)(np + ns) * sizeof(int32_t));
-    for (int t = 0; t < np; t++) ids[t] = (int32_t)json_integer_value(json_array_get(pids, (size_t)t));
-    for (int t = 0; t < ns; t++)
-      ids[np + t] = (int32_t)json_integer_value(json_object_get(json_array_get(steps, (size_t)t), "token_id"));
+    int32_t *ids = hy_golden_ids(c, ns, &np);
     vf_qwen35_seq *s = vf_qwen35_seq_new(m, np + ns);
     for (int t = 0; t < ns; t++) {
       /* step t predicts ids[np + t]: prefill the prompt, then one token per step */
@@ -133,24 +131,7 @@ static void check_golden(const char *file) {
                       : vf_qwen35_forward(m, s, ids + np + t - 1, 1, 1, lg, 0, NULL, err, sizeof err);
       ck_assert_msg(rc == 0, "%s", err);
       log_softmax(lg, lp, V);
-      json_t *top = json_object_get(json_array_get(steps, (size_t)t), "top");
-      size_t k;
-      json_t *pair;
-      json_array_foreach(top, k, pair) {
-        int id = (int)json_integer_value(json_array_get(pair, 0));
-        double d = fabs(lp[id] - json_number_value(json_array_get(pair, 1)));
-        worst = fmax(worst, d);
-        ck_assert_msg(d < LOGPROB_TOL, "%s case %zu step %d: token %d logprob %.6f, llama.cpp %.6f", file, i, t, id,
-                      lp[id], json_number_value(json_array_get(pair, 1)));
-      }
-      int best = 0;
-      for (int v = 1; v < V; v++)
-        if (lp[v] > lp[best]) best = v;
-      if (best != ids[np + t]) { /* only a near-tie may pick another token */
-        ck_assert_msg(fabs(lp[best] - lp[ids[np + t]]) < LOGPROB_TOL,
-                      "%s case %zu step %d: greedy %d, llama.cpp %d", file, i, t, best, ids[np + t]);
-        ties++;
-      }
+      hy_check_step(steps, t, lp, V, ids[np + t], LOGPROB_TOL, file, i, &worst, &ties);
       steps_total++;
     }
     vf_qwen35_seq_free(s);
@@ -194,19 +175,11 @@ START_TEST(reference_matches_llamacpp) {
 END_TEST
 
 static Suite *suite(void) {
-  Suite *s = suite_create("hybrid_peer");
-  TCase *tc = tcase_create("peer");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, reference_matches_llamacpp);
-  suite_add_tcase(s, tc);
-  return s;
+  return mi_check_suite("hybrid_peer", "peer", 300, NULL, NULL,
+                        MI_CHECK_TESTS(reference_matches_llamacpp));
 }
 
 int main(void) {
   g_quick = getenv("MI_TEST_QUICK") != NULL;
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(suite());
 }

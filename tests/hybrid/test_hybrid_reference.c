@@ -1,20 +1,24 @@
-/* The hybrid's float64 reference (core/verify/models/qwen35.c and the new
- * operators in core/verify/ref/f64.c), held to properties that must hold
- * and to independent second computations:
+/* The hybrid's float64 references -- the model contract model.qwen35
+ * interpreted (core/verify/interp.h, what stage 5 holds an engine to), the
+ * hand-written model of tests/hybrid/ref/qwen35_f64.c (kept for the evolution
+ * loop and token-by-token decoding) and the new operators in
+ * core/verify/ref/f64.c -- held to properties that must hold and to
+ * independent second computations:
  *  - the gated delta rule's chunked form (a triangular solve per chunk)
  *    equals its recurrent form (rank-1 updates per token), state included;
  *    closed forms for one token and for a decay that forgets everything;
  *  - the causal conv1d equals a zero-padded convolution written here, and
  *    splitting the sequence with the state carried changes nothing;
- *  - the model decoded token by token (KV cache, conv and recurrent state
- *    carried) equals the full-sequence recompute at every position, on two
- *    shapes (tied LFLF with 2 key / 4 value heads; untied FLL), and a
- *    chunked prefill equals the recurrent one; dropping the state between
- *    tokens is caught;
+ *  - the hand-written model decoded token by token (KV cache, conv and
+ *    recurrent state carried) equals the contract's full-sequence recompute
+ *    at every position, on three shapes, and a chunked prefill equals it
+ *    too; dropping the state between tokens is caught;
+ *  - the released layout (text_config, model.language_model.) gives the
+ *    same logits through the contract its architecture names;
  *  - a hybrid with only full-attention layers, full rotary, zero output-gate
- *    rows and its (1+w) norms reduces to the Qwen3 reference
- *    (core/verify/models/qwen3.c) on the equivalent Qwen3 checkpoint
- *    (norms 1+w, query rows only, o_proj halved for sigmoid(0) = 1/2). */
+ *    rows and its (1+w) norms reduces to model.qwen3 on the equivalent
+ *    Qwen3 checkpoint (norms 1+w, query rows only, o_proj halved for
+ *    sigmoid(0) = 1/2), both contracts interpreted. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -25,10 +29,13 @@
 #include <sys/stat.h>
 
 #include "core/runtime/safetensors.h"
-#include "core/verify/driver.h"
-#include "core/verify/models/qwen35.h"
+#include "core/ckb/ckb.h"
+#include "core/verify/bind.h"
+#include "core/verify/interp.h"
+#include "tests/hybrid/ref/qwen35_f64.h"
 #include "core/verify/ref/f64.h"
 #include "tests/safetensors/st_writer.h"
+#include "tests/util/check_main.h"
 
 /* ---- deterministic test inputs --------------------------------------- */
 
@@ -222,6 +229,24 @@ static double row_rel(const double *a, const double *b, int V) {
   return maxdiff(a, b, (size_t)V) / (hi - lo);
 }
 
+/* Logits [T, V] of ids[T] from scratch: the model contract config.json's
+ * architectures name, interpreted in float64 (core/verify/interp.h) */
+static double *contract_logits(const json_t *cfg, const mi_weights *w, const int32_t *ids, int T) {
+  char dir[1100], err[1200] = "";
+  snprintf(dir, sizeof dir, "%s/ckb", getenv("MI_SOURCE_DIR") ? getenv("MI_SOURCE_DIR") : ".");
+  mi_ckb *c = mi_ckb_open(dir, err, sizeof err);
+  ck_assert_msg(c != NULL, "%s", err);
+  const mi_ckb_entry *me = vf_bind_find_model(c, cfg, NULL);
+  ck_assert_msg(me != NULL, "no model contract for this config's architectures");
+  vf_interp *in = vf_interp_open(c, me, cfg, w, err, sizeof err);
+  ck_assert_msg(in != NULL, "%s", err);
+  double *l = vf_interp_forward(in, ids, T, T, NULL, err, sizeof err);
+  ck_assert_msg(l != NULL, "%s", err);
+  vf_interp_close(in);
+  mi_ckb_close(c);
+  return l;
+}
+
 static void decode_equals_recompute(const char *shape, int seed) {
   char *dir = mkmodel(shape, seed);
   json_t *cfg = config(dir);
@@ -236,15 +261,8 @@ static void decode_equals_recompute(const char *shape, int seed) {
   double *full = malloc((size_t)T * V * sizeof(double)), *step = malloc((size_t)V * sizeof(double));
   double *chunked = malloc((size_t)T * V * sizeof(double));
 
-  /* (1) the driver (from scratch, recurrent form) */
-  const vf_model_driver *drv = vf_model_driver_for_arch("Qwen3_5ForCausalLM");
-  ck_assert_ptr_nonnull(drv);
-  ck_assert_str_eq(drv->contract, "model.qwen35");
-  void *rm = NULL;
-  ck_assert_msg(drv->ref_open(cfg, w, &rm, err, sizeof err) == 0, "%s", err);
-  double *ref = drv->ref_forward(rm, ids, T, T, NULL, err, sizeof err);
-  ck_assert_msg(ref, "%s", err);
-  drv->ref_close(rm);
+  /* (1) the model contract interpreted (from scratch) */
+  double *ref = contract_logits(cfg, w, ids, T);
   double lo = INFINITY, hi = -INFINITY;
   for (int i = 0; i < V; i++) lo = fmin(lo, ref[i]), hi = fmax(hi, ref[i]);
   ck_assert_msg(hi - lo > 1.0, "%s: logits are flat (spread %g)", shape, hi - lo);
@@ -302,8 +320,8 @@ END_TEST
 
 /* The released layout (Qwen3_5ForConditionalGeneration: text_config,
  * model.language_model. weights) of the same model gives the same logits,
- * through the driver found by that architecture. */
-static double *driver_logits(const char *dir, const char *arch, const int32_t *ids, int T, int *V) {
+ * through the model contract found by that architecture. */
+static double *layout_logits(const char *dir, const char *arch, const int32_t *ids, int T, int *V) {
   char *p = tw_path(dir, "config.json");
   json_t *cfg = json_load_file(p, 0, NULL);
   free(p);
@@ -312,14 +330,9 @@ static double *driver_logits(const char *dir, const char *arch, const int32_t *i
   char err[1024] = "";
   mi_weights *w = mi_weights_open(dir, err, sizeof err);
   ck_assert_msg(w, "%s", err);
-  const vf_model_driver *drv = vf_model_driver_for_arch(arch);
-  ck_assert_ptr_nonnull(drv);
-  void *rm = NULL;
-  ck_assert_msg(drv->ref_open(cfg, w, &rm, err, sizeof err) == 0, "%s", err);
-  *V = vf_qwen35_vocab(rm);
-  double *l = drv->ref_forward(rm, ids, T, T, NULL, err, sizeof err);
-  ck_assert_msg(l, "%s", err);
-  drv->ref_close(rm);
+  const json_t *tc = json_object_get(cfg, "text_config");
+  *V = (int)json_integer_value(json_object_get(tc ? tc : cfg, "vocab_size"));
+  double *l = contract_logits(cfg, w, ids, T);
   mi_weights_close(w);
   json_decref(cfg);
   return l;
@@ -332,8 +345,8 @@ START_TEST(released_layout_same_model) {
     enum { T = 6 };
     int32_t ids[T] = {11, 2025, 151643, 7, 99, 40000};
     int V = 0, V2 = 0;
-    double *la = driver_logits(a, "Qwen3_5ForCausalLM", ids, T, &V);
-    double *lb = driver_logits(b, "Qwen3_5ForConditionalGeneration", ids, T, &V2);
+    double *la = layout_logits(a, "Qwen3_5ForCausalLM", ids, T, &V);
+    double *lb = layout_logits(b, "Qwen3_5ForConditionalGeneration", ids, T, &V2);
     ck_assert_int_eq(V, V2);
     ck_assert_msg(memcmp(la, lb, sizeof(double) * (size_t)T * V) == 0, "%s: the two layouts differ", shapes[s]);
     ck_assert(maxabs(la, (size_t)T * V) > 1);
@@ -477,16 +490,10 @@ START_TEST(full_attention_only_reduces_to_qwen3) {
   double *out[2];
   const char *dirs[2] = {da, db};
   json_t *cfgs[2] = {ca, cb};
-  const vf_model_driver *drv[2] = {vf_model_driver_find("model.qwen35"), vf_model_driver_find("model.qwen3")};
-  for (int i = 0; i < 2; i++) {
-    ck_assert_ptr_nonnull(drv[i]);
+  for (int i = 0; i < 2; i++) { /* model.qwen35, then model.qwen3, each interpreted */
     mi_weights *w = mi_weights_open(dirs[i], err, sizeof err);
     ck_assert_msg(w, "%s", err);
-    void *rm = NULL;
-    ck_assert_msg(drv[i]->ref_open(cfgs[i], w, &rm, err, sizeof err) == 0, "%s", err);
-    out[i] = drv[i]->ref_forward(rm, ids, T, T, NULL, err, sizeof err);
-    ck_assert_msg(out[i], "%s", err);
-    drv[i]->ref_close(rm);
+    out[i] = contract_logits(cfgs[i], w, ids, T);
     mi_weights_close(w);
   }
   double worst = 0;
@@ -537,28 +544,19 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("hybrid_reference");
   TCase *ops = tcase_create("operators");
-  tcase_add_test(ops, delta_rule_chunked_equals_recurrent);
-  tcase_add_test(ops, delta_rule_closed_forms);
-  tcase_add_test(ops, conv1d_causal);
-  tcase_add_test(ops, norms_and_gates);
-  tcase_add_test(ops, config_errors_named);
+  mi_check_add(ops, MI_CHECK_TESTS(delta_rule_chunked_equals_recurrent, delta_rule_closed_forms,
+                                   conv1d_causal, norms_and_gates, config_errors_named));
   suite_add_tcase(s, ops);
   TCase *model = tcase_create("model");
   tcase_add_checked_fixture(model, setup, teardown);
   tcase_set_timeout(model, 120);
-  tcase_add_test(model, decode_tiny);
-  tcase_add_test(model, decode_tiny_untied);
-  tcase_add_test(model, decode_probe_deltanet);
-  tcase_add_test(model, released_layout_same_model);
-  tcase_add_test(model, full_attention_only_reduces_to_qwen3);
+  mi_check_add(model,
+               MI_CHECK_TESTS(decode_tiny, decode_tiny_untied, decode_probe_deltanet,
+                              released_layout_same_model, full_attention_only_reduces_to_qwen3));
   suite_add_tcase(s, model);
   return s;
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(suite());
 }

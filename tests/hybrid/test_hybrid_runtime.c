@@ -2,7 +2,7 @@
  * to things it cannot see:
  *   - llama.cpp's `qwen35` goldens (tests/goldens/hybrid, teacher-forced:
  *     greedy tokens and top-10 log-probabilities at every step);
- *   - the float64 reference (core/verify/models/qwen35.c, sharing no code
+ *   - the float64 reference (tests/hybrid/ref/qwen35_f64.c, sharing no code
  *     with the plugin or the platform) on a random prompt, every position,
  *     in both config layouts;
  *   - properties: a token-by-token decode equals one batched prefill;
@@ -24,8 +24,11 @@
 #include "core/runtime/loader.h"
 #include "core/runtime/safetensors.h"
 #include "core/runtime/session.h"
-#include "core/verify/models/qwen35.h"
+#include "tests/hybrid/ref/qwen35_f64.h"
+#include "tests/hybrid/golden_steps.h"
 #include "tests/safetensors/st_writer.h"
+#include "tests/util/check_main.h"
+#include "tests/util/test_registry.h"
 
 /* Tolerance on |logprob(plugin) - logprob(llama.cpp)| over llama.cpp's top
  * 10. Both compute in float32 on the same weights (the golden's GGUF is all
@@ -95,16 +98,7 @@ static char *mkmodel(const char *name, const char *args) {
   return out;
 }
 
-static mi_registry *load_registry(void) {
-  char pdir[1100];
-  snprintf(pdir, sizeof pdir, "%s/lib/metainfer", build_dir());
-  mi_loader_opts lo = {.plugin_dir = pdir};
-  int fatal = 0;
-  char err[1024];
-  mi_registry *r = mi_registry_load(&lo, &fatal, err, sizeof err);
-  ck_assert_msg(r && !fatal, "plugins: %s", err);
-  return r;
-}
+static mi_registry *load_registry(void) { return mi_test_registry(build_dir()); }
 
 typedef struct rt {
   mi_registry *reg;
@@ -236,14 +230,10 @@ static void check_golden(const char *file) {
   const size_t n_cases = json_array_size(json_object_get(g, "cases"));
   json_array_foreach(json_object_get(g, "cases"), i, c) {
     if (SANITIZED && i != 0 && i != n_cases - 1) continue;
-    json_t *pids = json_object_get(c, "prompt_ids"), *steps = json_object_get(c, "steps");
-    const int np = (int)json_array_size(pids), ns = (int)json_array_size(steps);
-    int32_t *ids = malloc((size_t)(np + ns) * sizeof(int32_t));
-    for (int t = 0; t < np; t++)
-      ids[t] = (int32_t)json_integer_value(json_array_get(pids, (size_t)t));
-    for (int t = 0; t < ns; t++)
-      ids[np + t] = (int32_t)json_integer_value(
-          json_object_get(json_array_get(steps, (size_t)t), "token_id"));
+    json_t *steps = json_object_get(c, "steps");
+    const int ns = (int)json_array_size(steps);
+    int np;
+    int32_t *ids = hy_golden_ids(c, ns, &np);
     mi_seq *s = rt_seq(&r, np + ns);
     for (int t = 0; t < ns; t++) {
       if (t == 0)
@@ -251,25 +241,7 @@ static void check_golden(const char *file) {
       else
         rt_fwd(&r, s, ids + np + t - 1, 1, lg, 0);
       log_softmax(lg, lp, V);
-      json_t *top = json_object_get(json_array_get(steps, (size_t)t), "top");
-      size_t k;
-      json_t *pair;
-      json_array_foreach(top, k, pair) {
-        int id = (int)json_integer_value(json_array_get(pair, 0));
-        double d = fabs(lp[id] - json_number_value(json_array_get(pair, 1)));
-        worst = fmax(worst, d);
-        ck_assert_msg(d < LOGPROB_TOL, "%s case %zu step %d: token %d logprob %.6f, llama.cpp %.6f",
-                      file, i, t, id, lp[id], json_number_value(json_array_get(pair, 1)));
-      }
-      int best = 0;
-      for (int v = 1; v < V; v++)
-        if (lp[v] > lp[best]) best = v;
-      if (best != ids[np + t]) { /* only a near-tie may pick another token */
-        ck_assert_msg(fabs(lp[best] - lp[ids[np + t]]) < LOGPROB_TOL,
-                      "%s case %zu step %d: greedy %d, llama.cpp %d", file, i, t, best,
-                      ids[np + t]);
-        ties++;
-      }
+      hy_check_step(steps, t, lp, V, ids[np + t], LOGPROB_TOL, file, i, &worst, &ties);
       steps_total++;
     }
     r.e->M->seq_destroy(r.e->model, s);
@@ -688,26 +660,13 @@ START_TEST(mi_run_serves_hybrids) {
 END_TEST
 
 static Suite *suite(void) {
-  Suite *s = suite_create("hybrid_runtime");
-  TCase *tc = tcase_create("runtime");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, golden_tiny);
-  tcase_add_test(tc, golden_tiny_untied);
-  tcase_add_test(tc, golden_small);
-  tcase_add_test(tc, reference_tiny);
-  tcase_add_test(tc, reference_tiny_untied_chunked);
-  tcase_add_test(tc, reference_released_layout);
-  tcase_add_test(tc, reference_small);
-  tcase_add_test(tc, orders_tiny);
-  tcase_add_test(tc, orders_small);
-  tcase_add_test(tc, state_is_per_sequence);
-  tcase_add_test(tc, batched_decode_equals_single);
-  tcase_add_test(tc, bad_configs_named);
-  tcase_add_test(tc, platform_without_hybrid_kernels_refused);
-  tcase_add_test(tc, mi_run_serves_hybrids);
-  suite_add_tcase(s, tc);
-  return s;
+  return mi_check_suite(
+      "hybrid_runtime", "runtime", 300, setup, teardown,
+      MI_CHECK_TESTS(golden_tiny, golden_tiny_untied, golden_small, reference_tiny,
+                     reference_tiny_untied_chunked, reference_released_layout, reference_small,
+                     orders_tiny, orders_small, state_is_per_sequence, batched_decode_equals_single,
+                     bad_configs_named, platform_without_hybrid_kernels_refused,
+                     mi_run_serves_hybrids));
 }
 
 int main(void) {
@@ -716,9 +675,5 @@ int main(void) {
    * AVX512_BF16 hosts rounds prefill activations to bf16, the matmul
    * contract's bf16_activations mode: 0.005-0.04 of the logit spread here). */
   setenv("MI_CPU_MATMUL_ACT", "f32", 1);
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(suite());
 }

@@ -10,23 +10,15 @@
 // usage: node tests/llm/openai_vs_mock.mjs BUILD_DIR
 // Exit 77 (ctest: skipped) when the openai package is not installed.
 import { spawn } from "node:child_process";
-import { createRequire } from "node:module";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import readline from "node:readline";
-import { pathToFileURL } from "node:url";
 import assert from "node:assert/strict";
+import { openaiOrSkip } from "../util/node_packages.mjs";
 
 const build = path.resolve(process.argv[2] || "build");
-const req = createRequire(new URL("../../tools/node/package.json", import.meta.url));
-let OpenAI;
-try {
-  OpenAI = (await import(pathToFileURL(req.resolve("openai")).href)).default;
-} catch {
-  console.log("SKIP: the openai npm package is not installed (npm ci --prefix tools/node)");
-  process.exit(77);
-}
+const OpenAI = await openaiOrSkip();
 
 const answer = (content) => JSON.stringify({
   id: "chatcmpl-1", object: "chat.completion", created: 0, model: "tiny-coder",

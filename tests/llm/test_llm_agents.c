@@ -42,6 +42,8 @@
 #include "core/gen/agent_host.h"
 #include "core/gen/gen.h"
 #include "mock_llm_server.h"
+#include "tests/util/check_main.h"
+#include "tests/util/test_files.h"
 
 #define KEY "sk-test-SECRET-0451"
 
@@ -57,17 +59,10 @@ typedef struct res {
   char out_dir[1300];
 } res;
 
+/* a file's text, "" when missing or unreadable */
 static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  size_t r = fread(b, 1, (size_t)n, f);
-  b[r] = 0;
-  fclose(f);
-  return b;
+  char *s = mi_test_slurp(path);
+  return s ? s : strdup("");
 }
 
 /* A chat completion whose message is `content` (usage 100 + 50 tokens). */
@@ -716,18 +711,12 @@ int main(void) {
   TCase *t = tcase_create("policies"), *e = tcase_create("end_to_end");
   tcase_set_timeout(t, 300);
   tcase_set_timeout(e, 900);
-  tcase_add_test(t, test_file_tool_roots);
-  tcase_add_test(t, test_no_endpoint);
-  tcase_add_test(t, test_failure_policies);
-  tcase_add_test(t, test_budgets);
-  tcase_add_test(t, test_references_on_off);
+  mi_check_add(t, MI_CHECK_TESTS(test_file_tool_roots, test_no_endpoint, test_failure_policies,
+                                 test_budgets, test_references_on_off));
   tcase_add_test(e, test_end_to_end_record_replay);
   suite_add_tcase(s, t);
   suite_add_tcase(s, e);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
+  const int rc = mi_check_run(s);
   teardown_all();
-  return failed ? 1 : 0;
+  return rc;
 }

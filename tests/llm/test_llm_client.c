@@ -17,6 +17,7 @@
 
 #include "core/llm/client.h"
 #include "mock_llm_server.h"
+#include "tests/util/check_main.h"
 
 #define KEY "sk-test-SECRET-4242"
 
@@ -373,21 +374,11 @@ int main(void) {
   Suite *s = suite_create("llm_client");
   TCase *tc = tcase_create("client");
   tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, plain_answer);
-  tcase_add_test(tc, stream_with_usage);
-  tcase_add_test(tc, tool_calls_streamed_and_whole);
-  tcase_add_test(tc, retry_after_429_then_answer);
-  tcase_add_test(tc, server_errors_retried_then_given_up);
-  tcase_add_test(tc, client_errors_not_retried);
-  tcase_add_test(tc, cut_stream_counts_estimated_tokens);
-  tcase_add_test(tc, hung_connection_times_out);
-  tcase_add_test(tc, huge_answer_refused);
-  tcase_add_test(tc, nobody_listening);
-  tcase_add_test(tc, record_then_replay);
+  mi_check_add(tc, MI_CHECK_TESTS(plain_answer, stream_with_usage, tool_calls_streamed_and_whole,
+                                  retry_after_429_then_answer, server_errors_retried_then_given_up,
+                                  client_errors_not_retried, cut_stream_counts_estimated_tokens,
+                                  hung_connection_times_out, huge_answer_refused, nobody_listening,
+                                  record_then_replay));
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? 1 : 0;
+  return mi_check_run(s);
 }

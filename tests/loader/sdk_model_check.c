@@ -3,7 +3,7 @@
  * (PLUGIN_DIR first, then the plugins next to this executable) on the CPU
  * platform, against the project's float64 implementation of the same
  * architecture (the verifier's float64 model of contract model.qwen3,
- * core/verify/models/qwen3.c, which shares no code with it):
+ * the model contract interpreted in float64 (core/verify/interp.c), which shares no code with it):
  *   - logits of every position of a prompt longer than the template's
  *     chunk (64 tokens), in one call;
  *   - a prefill followed by single-token decode steps (KV cache positions);
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "core/runtime/session.h"
-#include "core/verify/driver.h"
+#include "core/verify/interp.h"
 
 /* Weights are bf16 (exact in f32 and f64); the plugin computes in f32, so
  * logits differ from float64 by ~1e-5 on these shapes (tests/qwen3 shows the
@@ -46,9 +46,9 @@ static double max_diff(const float *a, const double *b, int V) {
 /* mi-run's --json output against the reference: returns the worst |Δlogprob|. */
 /* The float64 model the template is held to. */
 typedef struct ref_model {
-  const vf_model_driver *drv;
-  void *ref;
-  int V; /* vocabulary */
+  mi_ckb *ckb;
+  vf_interp *in; /* model.qwen3 interpreted in float64 */
+  int V;         /* vocabulary */
 } ref_model;
 
 static double check_mi_run(const ref_model *rm, const char *path) {
@@ -78,7 +78,7 @@ static double check_mi_run(const ref_model *rm, const char *path) {
   if (n_prompt <= 0 || steps == 0) return INFINITY;
   char err[512];
   /* step s is predicted at position n_prompt - 1 + s */
-  double *ref = rm->drv->ref_forward(rm->ref, ids, n_prompt + steps - 1, steps, NULL, err, sizeof err);
+  double *ref = vf_interp_forward(rm->in, ids, n_prompt + steps - 1, steps, NULL, err, sizeof err);
   CHECK(ref != NULL, "reference: %s", err);
   if (!ref) return INFINITY;
   double worst = 0;
@@ -137,15 +137,17 @@ int main(int argc, char **argv) {
         mi_plugin_name(e->model_plugin));
   CHECK(e->info.architecture && strcmp(e->info.architecture, "MyModelForCausalLM") == 0,
         "info.architecture is %s", e->info.architecture ? e->info.architecture : "NULL");
-  ref_model rm = {vf_model_driver_find("model.qwen3"), NULL, (int)e->info.vocab_size};
-  if (!rm.drv || rm.drv->ref_open(e->config, e->weights, &rm.ref, err, sizeof err) != 0) {
-    fprintf(stderr, "loader_sdk_model_check: reference: %s\n", rm.drv ? err : "no model.qwen3 driver");
+  ref_model rm = {mi_ckb_open(MI_CKB_DIR, err, sizeof err), NULL, (int)e->info.vocab_size};
+  const mi_ckb_entry *me = rm.ckb ? mi_ckb_find(rm.ckb, "model.qwen3") : NULL;
+  if (!me || !(rm.in = vf_interp_open(rm.ckb, me, e->config, e->weights, err, sizeof err))) {
+    fprintf(stderr, "loader_sdk_model_check: reference: %s\n",
+            me ? err : "no model.qwen3 in " MI_CKB_DIR);
     return 1;
   }
   const int T = 70, V = rm.V; /* more than one 64-token chunk */
   int32_t ids[70];
   for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 7919 + 13) % V);
-  double *ref = rm.drv->ref_forward(rm.ref, ids, T, T, NULL, err, sizeof err); /* [T, V] */
+  double *ref = vf_interp_forward(rm.in, ids, T, T, NULL, err, sizeof err); /* [T, V] */
   float *lg = malloc((size_t)T * V * sizeof(float));                  /* [T, V] */
   if (!ref || !lg) {
     fprintf(stderr, "loader_sdk_model_check: reference: %s\n", err);
@@ -182,7 +184,8 @@ int main(int argc, char **argv) {
   free(lg);
   free(ref);
   e->M->seq_destroy(e->model, s);
-  rm.drv->ref_close(rm.ref);
+  vf_interp_close(rm.in);
+  mi_ckb_close(rm.ckb);
   mi_session_close(e);
   mi_registry_free(reg);
   return fails ? 1 : 0;

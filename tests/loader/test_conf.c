@@ -10,6 +10,7 @@
 #include "core/runtime/conf.h"
 #include "core/runtime/host.h"
 #include "mi/plugin.h"
+#include "tests/util/check_main.h"
 
 START_TEST(parses_entries_comments_and_options) {
   const char *text = "# a comment\n"
@@ -198,14 +199,8 @@ int main(void) {
   tcase_add_test(tc, kind_names_round_trip);
   tcase_add_loop_test(tc, malformed_line_names_file_and_line, 0,
                       (int)(sizeof bad_lines / sizeof bad_lines[0]));
-  tcase_add_test(tc, valid_utf8_is_accepted);
-  tcase_add_test(tc, long_line_is_an_error);
-  tcase_add_test(tc, too_many_entries_is_an_error);
-  tcase_add_test(tc, file_errors);
+  mi_check_add(tc, MI_CHECK_TESTS(valid_utf8_is_accepted, long_line_is_an_error,
+                                  too_many_entries_is_an_error, file_errors));
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(s);
 }

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tests/util/test_files.h"
+
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   ck_assert_msg(f != NULL, "cannot write %s", path);
@@ -20,14 +22,8 @@ static void write_text(const char *path, const char *text) {
 
 /* Whole file as a NUL-terminated string ("" when missing); caller frees. */
 static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = calloc(1, (size_t)n + 1);
-  ck_assert_int_eq(fread(s, 1, (size_t)n, f), n);
-  fclose(f);
+  char *s = mi_test_slurp(path);
+  ck_assert_msg(s != NULL, "cannot read %s whole", path);
   return s;
 }
 

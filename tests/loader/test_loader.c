@@ -19,6 +19,7 @@
 #include "core/runtime/loader.h"
 #include "mi/platform.h"
 #include "test_helpers.h"
+#include "tests/util/check_main.h"
 
 static char g_plugins[PATH_MAX]; /* $MI_BUILD_DIR/tests/plugins */
 static char g_tmp[PATH_MAX];     /* per-test scratch dir */
@@ -729,30 +730,21 @@ int main(void) {
 
   TCase *tr = tcase_create("registry");
   tcase_add_checked_fixture(tr, setup, teardown);
-  tcase_add_test(tr, required_broken_plugin_is_fatal);
-  tcase_add_test(tr, optional_broken_plugins_are_skipped);
-  tcase_add_test(tr, conf_kind_and_name_must_match_the_file);
-  tcase_add_test(tr, conf_paths_and_missing_files);
-  tcase_add_test(tr, extra_options_override_conf_options);
-  tcase_add_test(tr, malformed_conf_is_fatal);
-  tcase_add_test(tr, search_order_plugin_dir_then_env_then_exe_dir);
-  tcase_add_test(tr, conf_is_searched_like_plugins);
-  tcase_add_test(tr, scan_of_broken_dir_lists_every_file);
-  tcase_add_test(tr, null_and_empty_arguments_do_not_crash);
+  mi_check_add(tr, MI_CHECK_TESTS(
+                       required_broken_plugin_is_fatal, optional_broken_plugins_are_skipped,
+                       conf_kind_and_name_must_match_the_file, conf_paths_and_missing_files,
+                       extra_options_override_conf_options, malformed_conf_is_fatal,
+                       search_order_plugin_dir_then_env_then_exe_dir, conf_is_searched_like_plugins,
+                       scan_of_broken_dir_lists_every_file, null_and_empty_arguments_do_not_crash));
   suite_add_tcase(s, tr);
 
   TCase *ta = tcase_create("abi");
   tcase_add_checked_fixture(ta, setup, teardown);
-  tcase_add_test(ta, host_api_reports_the_core_abi_minor);
-  tcase_add_test(ta, interface_sizes_follow_the_member_list);
-  tcase_add_test(ta, old_abi_plugins_still_load);
-  tcase_add_test(ta, bad_platform_needs_are_rejected);
-  tcase_add_test(ta, platform_needs_with_conditions);
+  mi_check_add(ta,
+               MI_CHECK_TESTS(host_api_reports_the_core_abi_minor,
+                              interface_sizes_follow_the_member_list, old_abi_plugins_still_load,
+                              bad_platform_needs_are_rejected, platform_needs_with_conditions));
   suite_add_tcase(s, ta);
 
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(s);
 }

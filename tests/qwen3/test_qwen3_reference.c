@@ -1,8 +1,8 @@
-/* The qwen3 plugin on the CPU platform against the project's float64
- * implementation of Hugging Face's modeling_qwen3 (core/verify/models/qwen3.c,
- * written from the math — RMSNorm, q/k norm, NeoX RoPE, GQA causal softmax
- * attention, SwiGLU — and sharing no code with the plugin or the platform),
- * on models made by mi-mkmodel. Checks the logits of every position of a
+/* The qwen3 plugin on the CPU platform against the model contract
+ * model.qwen3 interpreted in float64 (core/verify/interp.h: the contract's
+ * steps over the operator references, sharing no code with the plugin or
+ * the platform; the contract itself is held to llama.cpp's goldens by
+ * stage 4), on models made by mi-mkmodel. Checks the logits of every position of a
  * prompt, a prompt fed in several chunks (prefill batching), and decode
  * after prefill (KV cache positions). */
 #include <check.h>
@@ -17,7 +17,10 @@
 #include "core/runtime/host.h"
 #include "core/runtime/loader.h"
 #include "core/runtime/safetensors.h"
-#include "core/verify/driver.h"
+#include "core/ckb/ckb.h"
+#include "core/verify/interp.h"
+#include "tests/util/check_main.h"
+#include "tests/util/test_registry.h"
 
 static char g_build[1024], g_models[1024];
 
@@ -38,16 +41,7 @@ static void make_model(const char *shape, int seed, char *dir, size_t n) {
   ck_assert_msg(system(cmd) == 0, "mi-mkmodel failed: %s", cmd);
 }
 
-static mi_registry *load_registry(void) {
-  char pdir[1100];
-  snprintf(pdir, sizeof pdir, "%s/lib/metainfer", g_build);
-  mi_loader_opts lo = {.plugin_dir = pdir};
-  int fatal = 0;
-  char err[1024];
-  mi_registry *r = mi_registry_load(&lo, &fatal, err, sizeof err);
-  ck_assert_msg(r && !fatal, "plugins: %s", err);
-  return r;
-}
+static mi_registry *load_registry(void) { return mi_test_registry(g_build); }
 
 /* max |a - b| over a row, relative to the row's logit spread */
 static double row_err(const float *a, const double *b, int V, double *spread) {
@@ -84,17 +78,23 @@ static void check_model_kv(const char *shape, int seed, int chunk, const char *k
   mi_session_opts eo = {.model_dir = dir, .model_opts = &mo, .tp_size = 1};
   mi_session *e = NULL;
   ck_assert_msg(mi_session_open(reg, &eo, &e, err, sizeof err) == 0, "%s", err);
-  const vf_model_driver *drv = vf_model_driver_find("model.qwen3");
-  ck_assert_ptr_nonnull(drv);
-  void *rm = NULL;
-  ck_assert_msg(drv->ref_open(e->config, e->weights, &rm, err, sizeof err) == 0, "%s", err);
+  /* the float64 reference: the model contract interpreted (interp.h) */
+  char ckb_dir[1100];
+  snprintf(ckb_dir, sizeof ckb_dir, "%s/ckb", getenv("MI_SOURCE_DIR") ? getenv("MI_SOURCE_DIR") : ".");
+  mi_ckb *ckb = mi_ckb_open(ckb_dir, err, sizeof err);
+  ck_assert_msg(ckb != NULL, "%s", err);
+  const mi_ckb_entry *me = mi_ckb_find(ckb, "model.qwen3");
+  ck_assert_ptr_nonnull(me);
+  vf_interp *rm = vf_interp_open(ckb, me, e->config, e->weights, err, sizeof err);
+  ck_assert_msg(rm != NULL, "%s", err);
   /* a prompt that spans several chunks, with ids across the vocabulary */
   const int T = 23;
   int32_t ids[23];
   for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 7919 + 13) % 151643);
-  double *ref = drv->ref_forward(rm, ids, T, T, NULL, err, sizeof err); /* [T, V] */
+  double *ref = vf_interp_forward(rm, ids, T, T, NULL, err, sizeof err); /* [T, V] */
   ck_assert_msg(ref, "%s", err);
-  drv->ref_close(rm);
+  vf_interp_close(rm);
+  mi_ckb_close(ckb);
   const int V = (int)e->info.vocab_size;
 
   /* (1) all positions in one call (chunked internally by `batch`) */
@@ -166,18 +166,8 @@ int main(void) {
   char cmd[1200];
   snprintf(cmd, sizeof cmd, "mkdir -p '%s'", g_models);
   if (system(cmd) != 0) return 1;
-  Suite *s = suite_create("qwen3_reference");
-  TCase *tc = tcase_create("float64");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, tiny_tied);
-  tcase_add_test(tc, tiny_tied_chunked);
-  tcase_add_test(tc, tiny_untied_gqa4);
-  tcase_add_test(tc, tiny_untied_kv_f16);
-  tcase_add_test(tc, tiny_untied_kv_bf16);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? 1 : 0;
+  Suite *s = mi_check_suite("qwen3_reference", "float64", 300, NULL, NULL,
+                            MI_CHECK_TESTS(tiny_tied, tiny_tied_chunked, tiny_untied_gqa4,
+                                           tiny_untied_kv_f16, tiny_untied_kv_bf16));
+  return mi_check_run(s);
 }

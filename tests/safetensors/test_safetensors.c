@@ -12,6 +12,7 @@
 
 #include "core/runtime/safetensors.h"
 #include "st_writer.h"
+#include "tests/util/check_main.h"
 
 static char *g_dir;
 
@@ -522,32 +523,15 @@ START_TEST(truncated_while_mapped) {
 END_TEST
 
 static Suite *suite(void) {
-  Suite *s = suite_create("safetensors");
-  TCase *tc = tcase_create("reader");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_add_test(tc, valid_three_tensors);
-  tcase_add_test(tc, other_dtypes_and_empty_tensor);
-  tcase_add_test(tc, two_shard_index);
-  tcase_add_test(tc, read_mode_same_as_mmap);
-  tcase_add_test(tc, reject_empty_and_short);
-  tcase_add_test(tc, reject_header_length);
-  tcase_add_test(tc, reject_bad_json);
-  tcase_add_test(tc, reject_missing_fields);
-  tcase_add_test(tc, reject_bad_values);
-  tcase_add_test(tc, reject_layout);
-  tcase_add_test(tc, reject_index);
-  tcase_add_test(tc, reject_misaligned);
-  tcase_add_test(tc, reject_fifo_and_device);
-  tcase_add_test(tc, reject_shard_outside);
-  tcase_add_test(tc, truncated_while_mapped);
-  suite_add_tcase(s, tc);
-  return s;
+  return mi_check_suite(
+      "safetensors", "reader", 0, setup, teardown,
+      MI_CHECK_TESTS(valid_three_tensors, other_dtypes_and_empty_tensor, two_shard_index,
+                     read_mode_same_as_mmap, reject_empty_and_short, reject_header_length,
+                     reject_bad_json, reject_missing_fields, reject_bad_values, reject_layout,
+                     reject_index, reject_misaligned, reject_fifo_and_device, reject_shard_outside,
+                     truncated_while_mapped));
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(suite());
 }

@@ -5,22 +5,14 @@
 // usage: node tests/serve/openai_client.mjs BUILD_DIR
 // Exit 77 (ctest: skipped) when the openai package is not installed.
 import { spawnSync } from "node:child_process";
-import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
-import { pathToFileURL } from "node:url";
 import assert from "node:assert/strict";
 import { startServer, stopServer } from "../../tools/bench/serve_proc.mjs";
+import { importPinned, openaiOrSkip } from "../util/node_packages.mjs";
 
 const build = path.resolve(process.argv[2] || "build");
-const req = createRequire(new URL("../../tools/node/package.json", import.meta.url));
-let OpenAI;
-try {
-  OpenAI = (await import(pathToFileURL(req.resolve("openai")).href)).default;
-} catch {
-  console.log("SKIP: the openai npm package is not installed (npm ci --prefix tools/node)");
-  process.exit(77);
-}
+const OpenAI = await openaiOrSkip();
 
 const model = path.join(build, "models", "tiny-seed5");
 if (!fs.existsSync(path.join(model, "config.json"))) {
@@ -165,7 +157,7 @@ await check("wrong API key → 401", async () => {
 // passes it (a call's arguments parsed into a mapping, null content as "").
 let Template = null;
 try {
-  ({ Template } = await import(pathToFileURL(req.resolve("@huggingface/jinja")).href));
+  ({ Template } = await importPinned("@huggingface/jinja"));
 } catch {
   console.log("skip tools = @huggingface/jinja rendering: the package is not installed");
 }

@@ -7,22 +7,14 @@
 // usage: node tests/serve/serve_features.mjs BUILD_DIR
 // Exit 77 (ctest: skipped) when the openai package is not installed.
 import { spawnSync } from "node:child_process";
-import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
-import { pathToFileURL } from "node:url";
 import assert from "node:assert/strict";
 import { startServer as startServer_, stopServer as stopServer_, metric } from "../../tools/bench/serve_proc.mjs";
+import { importPinned, openaiOrSkip } from "../util/node_packages.mjs";
 
 const build = path.resolve(process.argv[2] || "build");
-const req = createRequire(new URL("../../tools/node/package.json", import.meta.url));
-let OpenAI;
-try {
-  OpenAI = (await import(pathToFileURL(req.resolve("openai")).href)).default;
-} catch {
-  console.log("SKIP: the openai npm package is not installed (npm ci --prefix tools/node)");
-  process.exit(77);
-}
+const OpenAI = await openaiOrSkip();
 // one row at a time and many rows at once give the same bits on this path
 // (the CPU platform's default may round bf16 activations of 4+ rows)
 process.env.MI_CPU_MATMUL_ACT = "f32";
@@ -287,7 +279,7 @@ function validate(v, s, defs, at = "$") {
   const toolSchema = Object.fromEntries(tools.map((t) => [t.function.name, t.function.parameters]));
   let Template = null;
   try {
-    ({ Template } = await import(pathToFileURL(req.resolve("@huggingface/jinja")).href));
+    ({ Template } = await importPinned("@huggingface/jinja"));
   } catch { /* the rendering check is skipped */ }
   await check("tool calling: required call parsed and valid, its answer rendered back", async () => {
     const msgs = [{ role: "user", content: "What is the weather in Paris?" }];

@@ -20,6 +20,8 @@
 #include "core/runtime/loader.h"
 #include "core/runtime/session.h"
 #include "core/serve/prefix_cache.h"
+#include "tests/util/check_main.h"
+#include "tests/util/test_env.h"
 
 #define B 16
 #define N_CTX 256
@@ -202,18 +204,8 @@ START_TEST(hybrid_needs_a_snapshot) {
 END_TEST
 
 int main(void) {
-  const char *b = getenv("MI_BUILD_DIR");
-  snprintf(g_build, sizeof g_build, "%s", b ? b : ".");
-  snprintf(g_models, sizeof g_models, "%s/models", g_build);
-  Suite *s = suite_create("prefix_cache");
-  TCase *tc = tcase_create("cache");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, dense_restore_share_evict);
-  tcase_add_test(tc, hybrid_needs_a_snapshot);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? 1 : 0;
+  snprintf(g_models, sizeof g_models, "%s/models", mi_test_build_dir(g_build, sizeof g_build, "."));
+  return mi_check_run(
+      mi_check_suite("prefix_cache", "cache", 300, NULL, NULL,
+                     MI_CHECK_TESTS(dense_restore_share_evict, hybrid_needs_a_snapshot)));
 }

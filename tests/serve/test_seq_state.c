@@ -22,8 +22,10 @@
 
 #include "core/runtime/loader.h"
 #include "core/runtime/session.h"
+#include "tests/util/check_main.h"
+#include "tests/util/test_env.h"
 
-static char g_build[1024], g_models[1024];
+static char g_build[1024];
 
 /* K_LEN positions restored (4 blocks of 16), of a prompt of P_LEN. One
  * prefill of P_LEN equals K_LEN then P_LEN - K_LEN bit for bit only where
@@ -42,18 +44,9 @@ static char g_build[1024], g_models[1024];
 /* mi-mkmodel into the build's model folder, under a name only this suite
  * uses (suites run in parallel; another one's generation is not waited for) */
 static int make_model(const char *args, const char *name, char *dir, size_t n) {
-  snprintf(dir, n, "%s/seq-state-%s", g_models, name);
-  char cfg[1200];
-  snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-  FILE *f = fopen(cfg, "r");
-  if (f) {
-    fclose(f);
-    return 0;
-  }
-  char cmd[4096];
-  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s/bin/mi-mkmodel' %s --out '%s' >/dev/null",
-           g_models, g_build, args, dir);
-  if (system(cmd) == 0) return 0;
+  char full[128], cmd[4096];
+  snprintf(full, sizeof full, "seq-state-%s", name);
+  if (mi_test_checkpoint(g_build, args, full, dir, n, cmd, sizeof cmd) == 0) return 0;
   fprintf(stderr, "mi-mkmodel failed: %s\n", cmd);
   return -1;
 }
@@ -394,26 +387,13 @@ START_TEST(hybrid) {
 END_TEST
 
 int main(void) {
-  const char *b = getenv("MI_BUILD_DIR");
-  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
-  snprintf(g_models, sizeof g_models, "%s/models", g_build);
+  mi_test_build_dir(g_build, sizeof g_build, "build");
   /* generated once, before the forked cases can race to make them */
   char dir[1200];
   if (make_model("--shape tiny --seed 5", "tiny-seed5", dir, sizeof dir) != 0 ||
       make_model("--family qwen35 --shape tiny --seed 51", "qwen35-tiny-seed51", dir, sizeof dir) !=
           0)
     return 1;
-  Suite *s = suite_create("seq_state");
-  TCase *tc = tcase_create("seq_state");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, qwen3_f32);
-  tcase_add_test(tc, qwen3_bf16);
-  tcase_add_test(tc, qwen3_f16);
-  tcase_add_test(tc, hybrid);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? 1 : 0;
+  return mi_check_run(mi_check_suite("seq_state", "seq_state", 300, NULL, NULL,
+                                     MI_CHECK_TESTS(qwen3_f32, qwen3_bf16, qwen3_f16, hybrid)));
 }

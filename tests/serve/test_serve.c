@@ -23,6 +23,8 @@
 #include <pthread.h>
 
 #include "core/tokenizer/tokenizer.h"
+#include "tests/util/check_main.h"
+#include "tests/util/test_env.h"
 
 static char g_build[1024], g_model[1200];
 static srv g_srv;            /* shared: batched decode, 4 sequences */
@@ -30,18 +32,9 @@ static srv g_srv_nb;         /* shared: --no-batch */
 static mi_tokenizer *g_tok;
 
 static void make_model(void) {
-  snprintf(g_model, sizeof g_model, "%s/models/tiny-seed5", g_build);
-  char cfg[1300];
-  snprintf(cfg, sizeof cfg, "%s/config.json", g_model);
-  FILE *f = fopen(cfg, "r");
-  if (f) {
-    fclose(f);
-    return;
-  }
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "'%s/bin/mi-mkmodel' --shape tiny --seed 5 --out '%s' >/dev/null",
-           g_build, g_model);
-  if (system(cmd) != 0) {
+  if (mi_test_checkpoint(g_build, "--shape tiny --seed 5", "tiny-seed5", g_model, sizeof g_model,
+                         cmd, sizeof cmd) != 0) {
     fprintf(stderr, "mi-mkmodel failed: %s\n", cmd);
     exit(1);
   }
@@ -73,8 +66,7 @@ static void wait_ready(const srv *s) {
 }
 
 static void setup(void) {
-  const char *b = getenv("MI_BUILD_DIR");
-  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
+  mi_test_build_dir(g_build, sizeof g_build, "build");
   make_model();
   start_or_die(&g_srv, (const char *[]){"--parallel", "4", NULL});
   start_or_die(&g_srv_nb, (const char *[]){"--parallel", "4", "--no-batch", NULL});
@@ -1125,22 +1117,13 @@ int main(void) {
   const int quick = getenv("MI_TEST_QUICK") != NULL;
   tcase_add_loop_test(tc, greedy_chat_equals_mi_run, 0, quick ? 2 : 4);
   tcase_add_loop_test(tc, greedy_completion_equals_mi_run, quick ? 2 : 0, 4);
-  tcase_add_test(tc, stream_equals_plain_with_usage);
-  tcase_add_test(tc, stop_strings);
-  tcase_add_test(tc, concurrent_clients_not_mixed);
-  tcase_add_test(tc, malformed_requests);
-  tcase_add_test(tc, metrics_text);
-  tcase_add_test(tc, unsupported_fields_refused);
-  tcase_add_test(tc, logit_bias_bans_and_forces);
-  tcase_add_test(tc, tools_request_side);
-  tcase_add_test(tc, tokenize_detokenize);
-  tcase_add_test(tc, props_and_model_by_id);
-  tcase_add_test(tc, request_log_line);
-  tcase_add_test(tc, other_family_chat_template);
-  tcase_add_test(tc, health_503_while_loading_then_200);
-  tcase_add_test(tc, api_key);
-  tcase_add_test(tc, queue_full_and_disconnect);
-  tcase_add_test(tc, sigterm_drains);
+  mi_check_add(tc, MI_CHECK_TESTS(stream_equals_plain_with_usage, stop_strings,
+                                  concurrent_clients_not_mixed, malformed_requests, metrics_text,
+                                  unsupported_fields_refused, logit_bias_bans_and_forces,
+                                  tools_request_side, tokenize_detokenize, props_and_model_by_id,
+                                  request_log_line, other_family_chat_template,
+                                  health_503_while_loading_then_200, api_key,
+                                  queue_full_and_disconnect, sigterm_drains));
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   /* the shared servers must be ready before the first test */

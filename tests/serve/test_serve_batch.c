@@ -11,22 +11,17 @@
 
 #include "core/runtime/loader.h"
 #include "core/runtime/session.h"
+#include "tests/util/check_main.h"
+#include "tests/util/test_env.h"
 
-static char g_build[1024], g_models[1024];
+static char g_build[1024];
 
 static void make_model(const char *shape, int seed, char *dir, size_t n) {
-  snprintf(dir, n, "%s/%s-seed%d", g_models, shape, seed);
-  char cfg[1200];
-  snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-  FILE *f = fopen(cfg, "r");
-  if (f) {
-    fclose(f);
-    return;
-  }
-  char cmd[4096];
-  snprintf(cmd, sizeof cmd, "'%s/bin/mi-mkmodel' --shape %s --seed %d --out '%s' >/dev/null",
-           g_build, shape, seed, dir);
-  ck_assert_msg(system(cmd) == 0, "mi-mkmodel failed: %s", cmd);
+  char args[128], name[128], cmd[4096];
+  snprintf(args, sizeof args, "--shape %s --seed %d", shape, seed);
+  snprintf(name, sizeof name, "%s-seed%d", shape, seed);
+  ck_assert_msg(mi_test_checkpoint(g_build, args, name, dir, n, cmd, sizeof cmd) == 0,
+                "mi-mkmodel failed: %s", cmd);
 }
 
 static mi_session *open_session(const char *shape, int seed, const char *kv_type,
@@ -146,18 +141,8 @@ START_TEST(batched_equals_single_f16) { check_batched("f16", 1e-5); }
 END_TEST
 
 int main(void) {
-  const char *b = getenv("MI_BUILD_DIR");
-  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
-  snprintf(g_models, sizeof g_models, "%s/models", g_build);
-  Suite *s = suite_create("serve_batch");
-  TCase *tc = tcase_create("forward_batch");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, batched_equals_single_f32);
-  tcase_add_test(tc, batched_equals_single_f16);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? 1 : 0;
+  mi_test_build_dir(g_build, sizeof g_build, "build");
+  return mi_check_run(
+      mi_check_suite("serve_batch", "forward_batch", 300, NULL, NULL,
+                     MI_CHECK_TESTS(batched_equals_single_f32, batched_equals_single_f16)));
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/serve/tools.h"
+#include "tests/util/check_main.h"
 
 /* The message for text; asserts its OpenAI shape. */
 static json_t *message(serve_tools_fmt f, const char *text, int parallel, int *called) {
@@ -53,7 +54,7 @@ START_TEST(qwen_several_calls_and_text) {
                   "{\"city\": \"Paris\", \"days\": 3}}\n</tool_call>\n<tool_call>\n{\"name\": "
                   "\"get_time\", \"arguments\": {\"tz\": \"Europe/Paris\"}}\n</tool_call>";
   int called;
-  json_t *m = message(SERVE_TOOLS_QWEN, t, 1, &called);
+  json_t *m = message(SERVE_TOOLS_TAGGED, t, 1, &called);
   ck_assert_int_eq(called, 1);
   ck_assert_str_eq(json_string_value(json_object_get(m, "content")), "Let me check both.");
   ck_assert_int_eq(json_array_size(json_object_get(m, "tool_calls")), 2);
@@ -71,13 +72,13 @@ START_TEST(qwen_several_calls_and_text) {
   json_decref(m);
 
   /* parallel_tool_calls false: the first call only */
-  m = message(SERVE_TOOLS_QWEN, t, 0, &called);
+  m = message(SERVE_TOOLS_TAGGED, t, 0, &called);
   ck_assert_int_eq(json_array_size(json_object_get(m, "tool_calls")), 1);
   ck_assert_str_eq(call_name(m, 0), "get_weather");
   json_decref(m);
 
   /* only calls: content null; an unclosed last block runs to the end; no arguments: {} */
-  m = message(SERVE_TOOLS_QWEN,
+  m = message(SERVE_TOOLS_TAGGED,
               "<tool_call>\n{\"name\": \"a\", \"arguments\": "
               "{}}\n</tool_call>\n\n<tool_call>\n{\"name\": \"b\"}",
               1, &called);
@@ -89,7 +90,7 @@ START_TEST(qwen_several_calls_and_text) {
   json_decref(m);
 
   /* arguments given as a JSON string holding an object */
-  m = message(SERVE_TOOLS_QWEN,
+  m = message(SERVE_TOOLS_TAGGED,
               "<tool_call>{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}</tool_call>", 1,
               &called);
   a = call_args(m, 0);
@@ -114,7 +115,7 @@ START_TEST(malformed_stays_content) {
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     int called = 1;
-    json_t *m = message(SERVE_TOOLS_QWEN, bad[i], 1, &called);
+    json_t *m = message(SERVE_TOOLS_TAGGED, bad[i], 1, &called);
     ck_assert_int_eq(called, 0);
     ck_assert_str_eq(json_string_value(json_object_get(m, "content")), bad[i]);
     json_decref(m);
@@ -125,7 +126,7 @@ START_TEST(malformed_stays_content) {
   ck_assert_int_eq(called, 0);
   json_decref(m);
   /* plain text */
-  m = message(SERVE_TOOLS_QWEN, "The weather is fine.", 1, &called);
+  m = message(SERVE_TOOLS_TAGGED, "The weather is fine.", 1, &called);
   ck_assert_int_eq(called, 0);
   ck_assert_str_eq(json_string_value(json_object_get(m, "content")), "The weather is fine.");
   json_decref(m);
@@ -135,7 +136,7 @@ END_TEST
 START_TEST(llama_json_form) {
   int called;
   json_t *m =
-      message(SERVE_TOOLS_LLAMA,
+      message(SERVE_TOOLS_BARE_JSON,
               "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}", 1, &called);
   ck_assert(called && json_is_null(json_object_get(m, "content")));
   ck_assert_str_eq(call_name(m, 0), "get_weather");
@@ -145,7 +146,7 @@ START_TEST(llama_json_form) {
   json_decref(m);
   /* after <|python_tag|>, several separated by ';', "arguments" also taken */
   m = message(
-      SERVE_TOOLS_LLAMA,
+      SERVE_TOOLS_BARE_JSON,
       "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"arguments\": "
       "{\"k\": [1, 2]}}",
       1, &called);
@@ -160,7 +161,7 @@ START_TEST(llama_json_form) {
                                 "<|python_tag|>",
                                 "{\"x\": 1}"};
   for (size_t i = 0; i < sizeof plain / sizeof *plain; i++) {
-    m = message(SERVE_TOOLS_LLAMA, plain[i], 1, &called);
+    m = message(SERVE_TOOLS_BARE_JSON, plain[i], 1, &called);
     ck_assert_msg(!called, "%s", plain[i]);
     ck_assert_str_eq(json_string_value(json_object_get(m, "content")), plain[i]);
     json_decref(m);
@@ -173,7 +174,7 @@ START_TEST(unicode_arguments) {
       "<tool_call>\n{\"name\": \"translate\", \"arguments\": {\"text\": \"h\xc3\xa9llo "
       "\xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x98\x80\", \"esc\": \"\\u00e9\\n\"}}\n</tool_call>";
   int called;
-  json_t *m = message(SERVE_TOOLS_QWEN, t, 1, &called);
+  json_t *m = message(SERVE_TOOLS_TAGGED, t, 1, &called);
   ck_assert(called);
   json_t *a = call_args(m, 0);
   ck_assert_str_eq(json_string_value(json_object_get(a, "text")),
@@ -182,7 +183,7 @@ START_TEST(unicode_arguments) {
   json_decref(a);
   json_decref(m);
   /* bytes that are not UTF-8 outside a call: content, never a crash */
-  m = message(SERVE_TOOLS_QWEN, "\xff\xfe<tool_call>{\"name\":\"f\"}</tool_call>", 1, &called);
+  m = message(SERVE_TOOLS_TAGGED, "\xff\xfe<tool_call>{\"name\":\"f\"}</tool_call>", 1, &called);
   ck_assert(called && json_is_string(json_object_get(m, "content")));
   json_decref(m);
 }
@@ -200,7 +201,7 @@ START_TEST(hostile_bounded) {
     t[n++] = ']';
   strcpy(t + n, "}}</tool_call>");
   int called = 1;
-  json_t *m = message(SERVE_TOOLS_QWEN, t, 1, &called);
+  json_t *m = message(SERVE_TOOLS_TAGGED, t, 1, &called);
   ck_assert_int_eq(called, 0);
   json_decref(m);
   /* 70 levels: over SERVE_MAX_JSON_DEPTH's 64, content */
@@ -211,7 +212,7 @@ START_TEST(hostile_bounded) {
   for (size_t i = 0; i < 70; i++)
     t[n++] = ']';
   strcpy(t + n, "}}</tool_call>");
-  m = message(SERVE_TOOLS_QWEN, t, 1, &called);
+  m = message(SERVE_TOOLS_TAGGED, t, 1, &called);
   ck_assert_int_eq(called, 0);
   json_decref(m);
   free(t);
@@ -222,11 +223,11 @@ START_TEST(hostile_bounded) {
   t[0] = 0;
   for (size_t i = 0; i < k; i++)
     strcat(t, one);
-  m = message(SERVE_TOOLS_QWEN, t, 1, &called);
+  m = message(SERVE_TOOLS_TAGGED, t, 1, &called);
   ck_assert_int_eq(called, 0);
   json_decref(m);
   t[(k - 1) * strlen(one)] = 0;
-  m = message(SERVE_TOOLS_QWEN, t, 1, &called);
+  m = message(SERVE_TOOLS_TAGGED, t, 1, &called);
   ck_assert_int_eq(json_array_size(json_object_get(m, "tool_calls")), SERVE_MAX_TOOL_CALLS);
   json_decref(m);
   free(t);
@@ -236,7 +237,7 @@ START_TEST(hostile_bounded) {
   n = strlen(t);
   memset(t + n, 'x', big);
   strcpy(t + n + big, "\"}}</tool_call>");
-  m = message(SERVE_TOOLS_QWEN, t, 1, &called);
+  m = message(SERVE_TOOLS_TAGGED, t, 1, &called);
   ck_assert(called);
   json_decref(m);
   free(t);
@@ -301,16 +302,16 @@ START_TEST(streamed_equals_plain) {
     serve_tools_fmt f;
     const char *text;
   } cases[] = {
-      {SERVE_TOOLS_QWEN, "Checking.\n<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": "
+      {SERVE_TOOLS_TAGGED, "Checking.\n<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": "
                          "\"\xc3\xa9\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"t\", "
                          "\"arguments\": {}}\n</tool_call>"},
-      {SERVE_TOOLS_QWEN, "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"a\": 1}}\n</tool_call>"},
-      {SERVE_TOOLS_QWEN, "No call here, only a < sign and <tool_ and <tool_call"},
-      {SERVE_TOOLS_QWEN, "Text <tool_call>{broken</tool_call> after"},
-      {SERVE_TOOLS_LLAMA, "  {\"name\": \"w\", \"parameters\": {\"c\": \"x\"}}"},
-      {SERVE_TOOLS_LLAMA, "<|python_tag|>{\"name\": \"w\", \"parameters\": {}}"},
-      {SERVE_TOOLS_LLAMA, "Hello {\"name\": \"w\"}"},
-      {SERVE_TOOLS_LLAMA, "<|python"},
+      {SERVE_TOOLS_TAGGED, "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"a\": 1}}\n</tool_call>"},
+      {SERVE_TOOLS_TAGGED, "No call here, only a < sign and <tool_ and <tool_call"},
+      {SERVE_TOOLS_TAGGED, "Text <tool_call>{broken</tool_call> after"},
+      {SERVE_TOOLS_BARE_JSON, "  {\"name\": \"w\", \"parameters\": {\"c\": \"x\"}}"},
+      {SERVE_TOOLS_BARE_JSON, "<|python_tag|>{\"name\": \"w\", \"parameters\": {}}"},
+      {SERVE_TOOLS_BARE_JSON, "Hello {\"name\": \"w\"}"},
+      {SERVE_TOOLS_BARE_JSON, "<|python"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     int pc;
@@ -352,27 +353,19 @@ START_TEST(detect_by_template_text) {
   ck_assert_int_eq(serve_tools_detect(NULL), SERVE_TOOLS_NONE);
   ck_assert_int_eq(serve_tools_detect("{{ messages }}"), SERVE_TOOLS_NONE);
   ck_assert_int_eq(serve_tools_detect("{% if tools %}<tool_call>\n{{ x }}{% endif %}"),
-                   SERVE_TOOLS_QWEN);
+                   SERVE_TOOLS_TAGGED);
   ck_assert_int_eq(serve_tools_detect("{% if tools %}Respond in the format {\"name\": function "
                                       "name, \"parameters\": dictionary}{% endif %}"),
-                   SERVE_TOOLS_LLAMA);
+                   SERVE_TOOLS_BARE_JSON);
 }
 END_TEST
 
 int main(void) {
   Suite *s = suite_create("serve_tools");
   TCase *tc = tcase_create("parse");
-  tcase_add_test(tc, qwen_several_calls_and_text);
-  tcase_add_test(tc, malformed_stays_content);
-  tcase_add_test(tc, llama_json_form);
-  tcase_add_test(tc, unicode_arguments);
-  tcase_add_test(tc, hostile_bounded);
-  tcase_add_test(tc, streamed_equals_plain);
-  tcase_add_test(tc, detect_by_template_text);
+  mi_check_add(tc, MI_CHECK_TESTS(qwen_several_calls_and_text, malformed_stays_content,
+                                  llama_json_form, unicode_arguments, hostile_bounded,
+                                  streamed_equals_plain, detect_by_template_text));
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? 1 : 0;
+  return mi_check_run(s);
 }

@@ -13,6 +13,7 @@
 
 #include "core/template/jinja.h"
 #include "core/tokenizer/tokenizer.h"
+#include "tests/util/check_main.h"
 
 static char *render(const char *tpl, const char *ctx_json, char *err, size_t el, int *raised) {
   json_error_t je;
@@ -448,23 +449,11 @@ START_TEST(test_chat_wiring) {
 END_TEST
 
 static Suite *suite(void) {
-  Suite *s = suite_create("template");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, test_units);
-  tcase_add_test(tc, test_errors);
-  tcase_add_test(tc, test_limits);
-  tcase_add_test(tc, test_goldens);
-  tcase_add_test(tc, test_python_semantics);
-  tcase_add_test(tc, test_chat_wiring);
-  suite_add_tcase(s, tc);
-  return s;
+  return mi_check_suite("template", "core", 120, NULL, NULL,
+                        MI_CHECK_TESTS(test_units, test_errors, test_limits, test_goldens,
+                                       test_python_semantics, test_chat_wiring));
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return mi_check_run(suite());
 }

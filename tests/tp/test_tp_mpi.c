@@ -16,6 +16,8 @@ static char g_build[1024], g_small[1200], g_tiny[1200], g_mpirun[256];
 #define TOPK 5
 
 #include "run_json.h"
+#include "tests/util/check_main.h"
+#include "tests/util/test_env.h"
 
 static void run(const char *launcher, const char *model, int tp, run_out *r) {
   char errf[1300], cmd[8192];
@@ -97,18 +99,10 @@ START_TEST(tp_without_launcher) {
 END_TEST
 
 int main(void) {
-  const char *b = getenv("MI_BUILD_DIR");
-  snprintf(g_build, sizeof g_build, "%s", b ? b : "build");
+  mi_test_build_dir(g_build, sizeof g_build, "build");
   snprintf(g_small, sizeof g_small, "%s/models/tp-small-seed4", g_build);
   snprintf(g_tiny, sizeof g_tiny, "%s/models/tp-tiny-seed4", g_build);
-  const char *mr = getenv("MI_MPIRUN");
-  snprintf(g_mpirun, sizeof g_mpirun, "%s", mr ? mr : "mpirun");
-  /* CI runs as root in a container: OpenMPI needs to be told that is fine,
-   * and single-copy (CMA) transfers need ptrace rights containers lack. */
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+  mi_test_mpi_env(g_mpirun, sizeof g_mpirun);
   /* The exact matmul path (the ranks inherit it): with the CPU platform's
    * default on AVX512_BF16 hosts, activations rounded to bf16, the
    * all-reduce's last-bit differences now and then flip a rounding, which
@@ -116,14 +110,6 @@ int main(void) {
    * prompts: up to 0.01), in whichever tiles; the sharding is what is
    * tested here. */
   setenv("MI_CPU_MATMUL_ACT", "f32", 1);
-  /* Under the sanitizer build, OpenMPI's components leak by design and are
-   * dlclosed before LeakSanitizer reports, so their frames cannot even be
-   * suppressed by library name. Leak checking of mi-run itself is covered
-   * by the single-process tests; here only ASan/UBSan errors count. */
-  const char *asan = getenv("ASAN_OPTIONS");
-  char asan_opts[1024];
-  snprintf(asan_opts, sizeof asan_opts, "%s%sdetect_leaks=0", asan ? asan : "", asan ? ":" : "");
-  setenv("ASAN_OPTIONS", asan_opts, 1);
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
            "mkdir -p '%s/models' && ([ -f '%s/config.json' ] || '%s/bin/mi-mkmodel' --shape small "
@@ -145,9 +131,5 @@ int main(void) {
   tcase_add_test(tc, tp4_heads_do_not_divide);
   tcase_add_test(tc, tp_without_launcher);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? 1 : 0;
+  return mi_check_run(s);
 }

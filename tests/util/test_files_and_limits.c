@@ -13,6 +13,7 @@
 
 #include "core/runtime/mem.h"
 #include "core/util/out.h"
+#include "tests/util/check_main.h"
 
 static char dir[64];
 
@@ -193,17 +194,12 @@ int main(void) {
   Suite *s = suite_create("files_and_limits");
   TCase *t = tcase_create("files");
   tcase_add_checked_fixture(t, setup, teardown);
-  tcase_add_test(t, regular_file_replaced_whole_mode_kept);
-  tcase_add_test(t, symlink_target_written_link_kept);
-  tcase_add_test(t, devices_written_through_never_replaced);
-  tcase_add_test(t, fifo_without_reader_refused_not_waited_on);
-  tcase_add_test(t, cgroup_v1_limit_counts);
-  tcase_add_test(t, cgroup_v2_limit_and_parents_count);
+  mi_check_add(t, MI_CHECK_TESTS(regular_file_replaced_whole_mode_kept,
+                                 symlink_target_written_link_kept,
+                                 devices_written_through_never_replaced,
+                                 fifo_without_reader_refused_not_waited_on, cgroup_v1_limit_counts,
+                                 cgroup_v2_limit_and_parents_count));
   tcase_set_timeout(t, 20);
   suite_add_tcase(s, t);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  return mi_check_run(s);
 }

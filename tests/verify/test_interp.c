@@ -1,12 +1,13 @@
-/* The model contract in float64 (core/verify/interp.c) against the
- * hand-written float64 models of core/verify/models/ (written from the
- * families' math, sharing no code with the interpreter but the operator
- * references): for every family the CKB holds and several shapes, the same
- * logits to float64 rounding and the same largest attention score. And the
- * interpreter follows the contract, not a family: a contract edited (a
- * literal RoPE base, a (1+w) norm) moves its logits away from the
- * hand-written model's, a contract it cannot bind fails in one line naming
- * the step. */
+/* The model contract in float64 (core/verify/interp.c): it computes what
+ * the contract says, whatever it says -- a contract edited (a literal RoPE
+ * base, a (1+w) norm) moves its logits, a contract it cannot bind fails in
+ * one line naming the step -- and on the hybrid it is the hand-written
+ * float64 model of tests/hybrid/ref/qwen35_f64.c (written from the family's
+ * math, sharing no code with the interpreter but the operator references)
+ * to float64 rounding. tests/qwen3 and tests/hybrid hold it to llama.cpp's
+ * goldens. Stage 2's twin (vf_interp_layer_*) is the same interpreter on
+ * one layer: a layer run on the checkpoint's own layer 0 weights, fed the
+ * embedding rows, is what the whole model computes there. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -17,8 +18,10 @@
 
 #include "core/ckb/ckb.h"
 #include "core/runtime/safetensors.h"
-#include "core/verify/driver.h"
+#include "core/verify/bind.h"
 #include "core/verify/interp.h"
+#include "tests/hybrid/ref/qwen35_f64.h"
+#include "tests/util/check_main.h"
 
 static char g_build[1024], g_src[1024], g_tmp[1100];
 
@@ -46,12 +49,11 @@ static void make_model(const char *family, const char *shape, int seed, char *di
   ck_assert_msg(system(cmd) == 0, "mi-mkmodel %s %s failed", family, shape);
 }
 
+/* The interpreter on one CKB and checkpoint */
 typedef struct both {
   mi_ckb *ckb;
   json_t *cfg;
   mi_weights *w;
-  const vf_model_driver *drv;
-  void *hand;
   vf_interp *in;
 } both;
 
@@ -65,10 +67,6 @@ static void open_both(both *b, const char *ckb_dir, const char *model) {
   ck_assert_ptr_nonnull(b->cfg);
   b->w = mi_weights_open(model, err, sizeof err);
   ck_assert_msg(b->w != NULL, "%s", err);
-  const char *arch = json_string_value(json_array_get(json_object_get(b->cfg, "architectures"), 0));
-  b->drv = vf_model_driver_for_arch(arch);
-  ck_assert_msg(b->drv != NULL, "no hand-written model for %s", arch);
-  ck_assert_msg(b->drv->ref_open(b->cfg, b->w, &b->hand, err, sizeof err) == 0, "%s", err);
   const mi_ckb_entry *me = mi_ckb_find_model(b->ckb, json_object_get(b->cfg, "architectures"));
   ck_assert_ptr_nonnull(me);
   b->in = vf_interp_open(b->ckb, me, b->cfg, b->w, err, sizeof err);
@@ -77,7 +75,6 @@ static void open_both(both *b, const char *ckb_dir, const char *model) {
 
 static void close_both(both *b) {
   vf_interp_close(b->in);
-  b->drv->ref_close(b->hand);
   mi_weights_close(b->w);
   json_decref(b->cfg);
   mi_ckb_close(b->ckb);
@@ -93,19 +90,40 @@ static double rel_diff(const double *a, const double *b, size_t n) {
   return worst;
 }
 
-/* Both models on the same prompt: the largest relative logit difference */
-static double compare(both *b, const int32_t *ids, int T, int n_out, double *score_gap) {
+/* The interpreter against the hand-written hybrid (from scratch, the
+ * recurrent DeltaNet form): the largest relative logit difference */
+static double compare_hand(both *b, const int32_t *ids, int T, int n_out, double *score_gap) {
   char err[1200];
   double ms_h = 0, ms_i = 0;
-  double *lh = b->drv->ref_forward(b->hand, ids, T, n_out, &ms_h, err, sizeof err);
-  ck_assert_msg(lh != NULL, "hand-written: %s", err);
+  vf_qwen35 *m = NULL;
+  ck_assert_msg(vf_qwen35_open(b->cfg, b->w, &m, err, sizeof err) == 0, "%s", err);
+  int64_t V = vf_qwen35_vocab(m);
+  vf_qwen35_seq *s = vf_qwen35_seq_new(m, T);
+  double *lh = malloc((size_t)n_out * (size_t)V * sizeof(double)); /* [n_out, V] */
+  ck_assert(s && lh);
+  ck_assert_msg(vf_qwen35_forward(m, s, ids, T, n_out, lh, 0, &ms_h, err, sizeof err) == 0, "hand-written: %s", err);
   double *li = vf_interp_forward(b->in, ids, T, n_out, &ms_i, err, sizeof err);
   ck_assert_msg(li != NULL, "interpreter: %s", err);
-  int64_t V = json_integer_value(json_object_get(b->cfg, "vocab_size"));
   double d = rel_diff(li, lh, (size_t)n_out * (size_t)V);
   if (score_gap) *score_gap = fabs(ms_h - ms_i) / (1 + fabs(ms_h));
   free(lh);
   free(li);
+  vf_qwen35_seq_free(s);
+  vf_qwen35_close(m);
+  return d;
+}
+
+/* Two interpreters (two CKBs) on the same prompt */
+static double compare_two(both *a, both *b, const int32_t *ids, int T, int n_out) {
+  char err[1200];
+  double *la = vf_interp_forward(a->in, ids, T, n_out, NULL, err, sizeof err);
+  ck_assert_msg(la != NULL, "%s", err);
+  double *lb = vf_interp_forward(b->in, ids, T, n_out, NULL, err, sizeof err);
+  ck_assert_msg(lb != NULL, "%s", err);
+  int64_t V = json_integer_value(json_object_get(a->cfg, "vocab_size"));
+  double d = rel_diff(lb, la, (size_t)n_out * (size_t)V);
+  free(la);
+  free(lb);
   return d;
 }
 
@@ -113,27 +131,25 @@ static const int32_t PROMPT[] = {9707, 11,  1879, 0,  151644, 872, 198,
                                  3838, 374, 220,  17, 10,     17,  30};
 #define NP ((int)(sizeof PROMPT / sizeof PROMPT[0]))
 
-/* every family the CKB holds, several shapes: the contract in float64 is
- * the hand-written model, to float64 rounding */
-START_TEST(interpreter_matches_hand_written_models) {
+/* the hybrid's contract in float64 is the hand-written model, to float64
+ * rounding, on several shapes (qwen3's contract is held to llama.cpp's
+ * goldens by tests/qwen3) */
+START_TEST(interpreter_matches_hand_written_hybrid) {
   setup_paths();
-  static const char *const cases[][2] = {
-      {"qwen3", "tiny"},         {"qwen3", "tiny-untied"},   {"qwen35", "tiny"},
-      {"qwen35", "tiny-untied"}, {"qwen35", "probe-attn-b"},
-  };
+  static const char *const shapes[] = {"tiny", "tiny-untied", "probe-attn-b"};
   char ckb[1200], model[1300];
   snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    make_model(cases[c][0], cases[c][1], 3, model, sizeof model);
+  for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+    make_model("qwen35", shapes[c], 3, model, sizeof model);
     both b;
     open_both(&b, ckb, model);
     double gap = 0;
-    double d1 = compare(&b, PROMPT, NP, 3, &gap);
-    double d2 = compare(&b, PROMPT + 4, 1, 1, NULL);
-    printf("%s %s: max relative logit difference %.2e (T=%d), %.2e (T=1); attention score %.2e\n",
-           cases[c][0], cases[c][1], d1, NP, d2, gap);
-    ck_assert_msg(d1 < 1e-10 && d2 < 1e-10 && gap < 1e-10, "%s %s: %.3e / %.3e / score %.3e",
-                  cases[c][0], cases[c][1], d1, d2, gap);
+    double d1 = compare_hand(&b, PROMPT, NP, 3, &gap);
+    double d2 = compare_hand(&b, PROMPT + 4, 1, 1, NULL);
+    printf("qwen35 %s: max relative logit difference %.2e (T=%d), %.2e (T=1); attention score %.2e\n", shapes[c], d1,
+           NP, d2, gap);
+    ck_assert_msg(d1 < 1e-10 && d2 < 1e-10 && gap < 1e-10, "qwen35 %s: %.3e / %.3e / score %.3e", shapes[c], d1, d2,
+                  gap);
     close_both(&b);
   }
 }
@@ -172,15 +188,20 @@ START_TEST(interpreter_follows_the_contract) {
   char model[1300], ckb[1300];
   make_model("qwen3", "tiny-untied", 4, model, sizeof model);
   static const char *const edits[] = {"theta", "norm"};
+  char orig[1200];
+  snprintf(orig, sizeof orig, "%s/ckb", g_src);
+  both o;
+  open_both(&o, orig, model);
   for (int e = 0; e < 2; e++) {
     edited_ckb(ckb, sizeof ckb, edits[e]);
     both b;
     open_both(&b, ckb, model);
-    double d = compare(&b, PROMPT, NP, 2, NULL);
-    printf("edit %s: the contract's logits move %.2e from the hand-written model's\n", edits[e], d);
+    double d = compare_two(&o, &b, PROMPT, NP, 2);
+    printf("edit %s: the contract's logits move %.2e from the unedited contract's\n", edits[e], d);
     ck_assert_msg(d > 1e-3, "edit %s: logits moved only %.3e", edits[e], d);
     close_both(&b);
   }
+  close_both(&o);
   /* a binding that names nothing: one line naming the step */
   edited_ckb(ckb, sizeof ckb, "unbound");
   both b;
@@ -200,18 +221,90 @@ START_TEST(interpreter_follows_the_contract) {
 }
 END_TEST
 
+/* ---------- stage 2's twin: one layer ---------- */
+
+typedef struct draw {
+  const json_t *model;
+} draw;
+
+/* deterministic weights from the key, shaped like stage 2's */
+static double *draw_weight(void *user, const char *key, const char *name, int64_t n, char *err, size_t err_len) {
+  const draw *d = user;
+  (void)name, (void)err, (void)err_len;
+  const char *init = json_string_value(json_object_get(vf_bind_weight_spec(d->model, key), "init"));
+  uint64_t h = 1469598103934665603ull;
+  for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  double *v = malloc(sizeof(double) * (size_t)n);
+  for (int64_t i = 0; v && i < n; i++) {
+    h = h * 6364136223846793005ull + 1442695040888963407ull;
+    double z = ((double)(h >> 11) / 9007199254740992.0 - 0.5) * 3.4;
+    v[i] = init && !strcmp(init, "ones") ? 1 + 0.1 * z : init ? 0.1 * z : z / 8;
+  }
+  return v;
+}
+
+/* Seven tokens in one call equal five, then one, then one through the same
+ * caches and state: the twin carries what a decode step needs (the KV rows
+ * at @pos0, the conv and recurrent state), for every layer kind of every
+ * family the CKB holds, on each family's tiny checkpoint config. */
+START_TEST(layer_twin_carries_its_state) {
+  setup_paths();
+  char ckb_dir[1200], model[1300], p[1400], err[1200];
+  snprintf(ckb_dir, sizeof ckb_dir, "%s/ckb", g_src);
+  mi_ckb *c = mi_ckb_open(ckb_dir, err, sizeof err);
+  ck_assert_msg(c != NULL, "%s", err);
+  static const char *const fams[] = {"qwen3", "qwen35"};
+  for (int f = 0; f < 2; f++) {
+    make_model(fams[f], "tiny", 5, model, sizeof model);
+    snprintf(p, sizeof p, "%s/config.json", model);
+    json_t *cfg = json_load_file(p, 0, NULL);
+    const mi_ckb_entry *me = mi_ckb_find_model(c, json_object_get(cfg, "architectures"));
+    ck_assert_ptr_nonnull(me);
+    const json_t *kinds = json_object_get(json_object_get(me->json, "layer_kinds"), "kinds");
+    const char *kind = NULL;
+    void *it = kinds ? json_object_iter((json_t *)kinds) : NULL;
+    do {
+      kind = it ? json_object_iter_key(it) : NULL;
+      draw d = {me->json};
+      vf_interp_layer *one = vf_interp_layer_new(c, me->json, cfg, kind, 7, 16, draw_weight, &d, err, sizeof err);
+      ck_assert_msg(one != NULL, "%s", err);
+      vf_interp_layer *inc = vf_interp_layer_new(c, me->json, cfg, kind, 7, 16, draw_weight, &d, err, sizeof err);
+      ck_assert_msg(inc != NULL, "%s", err);
+      int64_t H = vf_interp_layer_width(one);
+      double *x = malloc(sizeof(double) * 7 * (size_t)H), *y1 = malloc(sizeof(double) * 7 * (size_t)H);
+      double *y2 = malloc(sizeof(double) * 7 * (size_t)H); /* [7, H] */
+      for (int64_t i = 0; i < 7 * H; i++) x[i] = sin(0.37 * (double)i + 1.0);
+      ck_assert_msg(vf_interp_layer_run(one, x, 7, 0, y1, err, sizeof err) == 0, "%s", err);
+      ck_assert_msg(vf_interp_layer_run(inc, x, 5, 0, y2, err, sizeof err) == 0, "%s", err);
+      ck_assert_msg(vf_interp_layer_run(inc, x + 5 * H, 1, 5, y2 + 5 * H, err, sizeof err) == 0, "%s", err);
+      ck_assert_msg(vf_interp_layer_run(inc, x + 6 * H, 1, 6, y2 + 6 * H, err, sizeof err) == 0, "%s", err);
+      double dd = rel_diff(y2, y1, (size_t)(7 * H)), moved = rel_diff(y1, x, (size_t)(7 * H));
+      printf("%s %s: 5+1+1 vs 7 tokens %.2e (the layer moves its input %.2e)\n", fams[f], kind ? kind : "layer", dd,
+             moved);
+      ck_assert_msg(dd < 1e-12 && moved > 1e-2, "%s %s: %.3e / %.3e", fams[f], kind ? kind : "layer", dd, moved);
+      /* a call past its positions: one line */
+      ck_assert_int_eq(vf_interp_layer_run(inc, x, 1, 16, y2, err, sizeof err), -1);
+      ck_assert_ptr_nonnull(strstr(err, "outside"));
+      free(x);
+      free(y1);
+      free(y2);
+      vf_interp_layer_free(one);
+      vf_interp_layer_free(inc);
+      it = it ? json_object_iter_next((json_t *)kinds, it) : NULL;
+    } while (it);
+    json_decref(cfg);
+  }
+  mi_ckb_close(c);
+}
+END_TEST
+
 int main(void) {
   setup_paths(); /* before the tests fork: they share the folder, main removes it */
-  Suite *s = suite_create("interp");
-  TCase *t = tcase_create("interp");
-  tcase_set_timeout(t, 600);
-  tcase_add_test(t, interpreter_matches_hand_written_models);
-  tcase_add_test(t, interpreter_follows_the_contract);
-  suite_add_tcase(s, t);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
+  Suite *s = mi_check_suite("interp", "interp", 600, NULL, NULL,
+                            MI_CHECK_TESTS(interpreter_matches_hand_written_hybrid,
+                                           layer_twin_carries_its_state,
+                                           interpreter_follows_the_contract));
+  const int failed = mi_check_run(s) != EXIT_SUCCESS;
   if (!failed && !getenv("MI_KEEP") && g_tmp[0]) {
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);

@@ -15,35 +15,20 @@
 #include <unistd.h>
 
 #include "core/verify/verify.h"
+#include "tests/util/check_main.h"
+#include "tests/verify/verify_test.h"
 
 static char bin[4096], cpu_so[4096], mutants[4096], ckb[4096];
 
 static void setup(void) {
-  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
-  ck_assert_msg(b && s, "MI_BUILD_DIR and MI_SOURCE_DIR must be set (ctest sets them)");
-  snprintf(bin, sizeof bin, "%s/bin/mi-verify", b);
-  snprintf(cpu_so, sizeof cpu_so, "%s/lib/metainfer/libmi-cpu.so", b);
+  const char *b, *s;
+  vt_env(&b, &s, bin, cpu_so);
   snprintf(mutants, sizeof mutants, "%s/tests/mutants", b);
   snprintf(ckb, sizeof ckb, "%s/ckb", s);
 }
 
 /* ---------- references, by hand ---------- */
 
-static vf_arg buf_arg(const char *name, vf_kind k, double *v, int64_t n) {
-  vf_arg a = {0};
-  a.name = name, a.kind = k, a.dtype = MI_DTYPE_F32, a.val = v, a.n = n;
-  return a;
-}
-static vf_arg int_arg(const char *name, int64_t i) {
-  vf_arg a = {0};
-  a.name = name, a.kind = VF_I64, a.i = i;
-  return a;
-}
-static vf_arg flt_arg(const char *name, double f) {
-  vf_arg a = {0};
-  a.name = name, a.kind = VF_F32, a.f = f;
-  return a;
-}
 
 START_TEST(ref_rmsnorm_by_hand) {
   double x[2] = {3, 4}, w[2] = {1, 2}, y[2];
@@ -195,32 +180,15 @@ START_TEST(tables_match_schema) {
 }
 END_TEST
 
-/* ---------- mi-verify runs ---------- */
-
-typedef struct run {
-  int exited, code;
-  char out[65536];
-  json_t *report;
-} run;
-
 /* Prefixed to the mi-verify command line (environment for a mutant). */
 static char env_prefix[1024];
 
 static void verify(run *r, const char *plugin, const char *extra) {
   char report[256], cmd[16384];
   snprintf(report, sizeof report, "/tmp/mi-verify-test-%d.json", (int)getpid());
-  unlink(report);
   snprintf(cmd, sizeof cmd, "%s '%s' --ckb '%s' --platform-plugin '%s' --report '%s' -o threads=2 %s 2>&1",
            env_prefix, bin, ckb, plugin, report, extra);
-  FILE *p = popen(cmd, "r");
-  ck_assert_ptr_nonnull(p);
-  size_t n = fread(r->out, 1, sizeof r->out - 1, p);
-  r->out[n] = 0;
-  int st = pclose(p);
-  r->exited = WIFEXITED(st);
-  r->code = WEXITSTATUS(st);
-  r->report = json_load_file(report, 0, NULL);
-  unlink(report);
+  vt_run(r, cmd, report);
 }
 
 static json_t *unit(json_t *report, const char *id) {
@@ -628,40 +596,15 @@ START_TEST(setup_errors) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("verify");
-  TCase *t = tcase_create("stage1");
-  tcase_add_checked_fixture(t, setup, NULL);
-  tcase_set_timeout(t, 60);
-  tcase_add_test(t, ref_rmsnorm_by_hand);
-  tcase_add_test(t, ref_attention_by_hand);
-  tcase_add_test(t, ref_rope_by_hand);
-  tcase_add_test(t, ref_argmax_first_tie);
-  tcase_add_test(t, ref_convert_by_hand);
-  tcase_add_test(t, tables_match_schema);
-  tcase_add_test(t, cpu_plugin_passes_stage1);
-  tcase_add_test(t, same_seed_same_inputs);
-  tcase_add_test(t, mutant_rmsnorm_eps);
-  tcase_add_test(t, mutant_rope_pairing);
-  tcase_add_test(t, mutant_softmax_nomax);
-  tcase_add_test(t, mutant_matmul_segv);
-  tcase_add_test(t, mutant_argmax_hang);
-  tcase_add_test(t, mutant_matmul_bf16act);
-  tcase_add_test(t, matmul_mode_stage1);
-  tcase_add_test(t, mutant_silu_alias);
-  tcase_add_test(t, mutant_convert_trunc);
-  tcase_add_test(t, cpu_plugin_passes_stage2);
-  tcase_add_test(t, mutant_d2d_noop_fails_stage2_only);
-  tcase_add_test(t, stage3_weight_files);
-  tcase_add_test(t, setup_errors);
-  tcase_add_test(t, mutant_forged_pass);
-  tcase_add_test(t, mutant_daemon);
-  tcase_add_test(t, mutant_write_outside);
-  tcase_add_test(t, mutant_memfd_hog);
-  tcase_add_test(t, mutant_pipe_flood);
-  suite_add_tcase(s, t);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  Suite *s = mi_check_suite(
+      "verify", "stage1", 60, setup, NULL,
+      MI_CHECK_TESTS(
+          ref_rmsnorm_by_hand, ref_attention_by_hand, ref_rope_by_hand, ref_argmax_first_tie,
+          ref_convert_by_hand, tables_match_schema, cpu_plugin_passes_stage1, same_seed_same_inputs,
+          mutant_rmsnorm_eps, mutant_rope_pairing, mutant_softmax_nomax, mutant_matmul_segv,
+          mutant_argmax_hang, mutant_matmul_bf16act, matmul_mode_stage1, mutant_silu_alias,
+          mutant_convert_trunc, cpu_plugin_passes_stage2, mutant_d2d_noop_fails_stage2_only,
+          stage3_weight_files, setup_errors, mutant_forged_pass, mutant_daemon,
+          mutant_write_outside, mutant_memfd_hog, mutant_pipe_flood));
+  return mi_check_run(s);
 }

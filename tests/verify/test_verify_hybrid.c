@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "core/verify/verify.h"
+#include "tests/util/check_main.h"
+#include "tests/verify/verify_test.h"
 
 static char bin[4096], cpu_so[4096], mutants[4096], src[4096], tmp_ckb[4096], only[1024];
 static char tmp_dir[4096];
@@ -33,10 +35,8 @@ static void sh(const char *cmd) {
  * contract listing them as kernels (f32). Made once per process (Check
  * forks each test; the fixture runs in the parent as an unchecked fixture). */
 static void make_ckb(void) {
-  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
-  ck_assert_msg(b && s, "MI_BUILD_DIR and MI_SOURCE_DIR must be set (ctest sets them)");
-  snprintf(bin, sizeof bin, "%s/bin/mi-verify", b);
-  snprintf(cpu_so, sizeof cpu_so, "%s/lib/metainfer/libmi-cpu.so", b);
+  const char *b, *s;
+  vt_env(&b, &s, bin, cpu_so);
   snprintf(mutants, sizeof mutants, "%s/tests/mutants", b);
   snprintf(src, sizeof src, "%s", s);
   const char *t = getenv("TMPDIR");
@@ -86,16 +86,6 @@ static void remove_ckb(void) {
 
 /* ---------- references, by hand ---------- */
 
-static vf_arg buf_arg(const char *name, vf_kind k, double *v, int64_t n) {
-  vf_arg a = {0};
-  a.name = name, a.kind = k, a.dtype = MI_DTYPE_F32, a.val = v, a.n = n;
-  return a;
-}
-static vf_arg int_arg(const char *name, int64_t i) {
-  vf_arg a = {0};
-  a.name = name, a.kind = VF_I64, a.i = i;
-  return a;
-}
 
 START_TEST(ref_gated_delta_rule_by_hand) {
   /* Dk = Dv = 1, one key head shared by two value heads. Head 0: S0 = 2,
@@ -158,29 +148,12 @@ START_TEST(ref_conv_gates_norms_by_hand) {
 }
 END_TEST
 
-/* ---------- mi-verify runs ---------- */
-
-typedef struct run {
-  int exited, code;
-  char out[65536];
-  json_t *report;
-} run;
-
 static void verify(run *r, const char *plugin, const char *extra) {
   char report[4200], cmd[16384];
   snprintf(report, sizeof report, "%s/report-%d.json", tmp_dir, (int)getpid());
-  unlink(report);
   snprintf(cmd, sizeof cmd, "'%s' --ckb '%s' --platform-plugin '%s' --report '%s' --stage 1 --only '%s' -o threads=2 %s 2>&1",
            bin, tmp_ckb, plugin, report, only, extra);
-  FILE *p = popen(cmd, "r");
-  ck_assert_ptr_nonnull(p);
-  size_t n = fread(r->out, 1, sizeof r->out - 1, p);
-  r->out[n] = 0;
-  int st = pclose(p);
-  r->exited = WIFEXITED(st);
-  r->code = WEXITSTATUS(st);
-  r->report = json_load_file(report, 0, NULL);
-  unlink(report);
+  vt_run(r, cmd, report);
 }
 
 static json_t *units_of(json_t *report) {
@@ -270,23 +243,15 @@ static Suite *suite(void) {
   TCase *t = tcase_create("bundle");
   tcase_add_unchecked_fixture(t, make_ckb, remove_ckb);
   tcase_set_timeout(t, 300);
-  tcase_add_test(t, ref_gated_delta_rule_by_hand);
-  tcase_add_test(t, ref_conv_gates_norms_by_hand);
-  tcase_add_test(t, cpu_plugin_passes_the_bundle);
-  tcase_add_test(t, mutant_gates_nobeta);
-  tcase_add_test(t, mutant_gdr_nobeta);
-  tcase_add_test(t, mutant_gdr_head_order);
-  tcase_add_test(t, mutant_gdr_nostate);
-  tcase_add_test(t, mutant_conv_nostate);
+  mi_check_add(t,
+               MI_CHECK_TESTS(ref_gated_delta_rule_by_hand, ref_conv_gates_norms_by_hand,
+                              cpu_plugin_passes_the_bundle, mutant_gates_nobeta, mutant_gdr_nobeta,
+                              mutant_gdr_head_order, mutant_gdr_nostate, mutant_conv_nostate));
   suite_add_tcase(s, t);
   return s;
 }
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(suite());
 }

@@ -32,6 +32,8 @@
 #include "core/ckb/ckb.h"
 #include "core/verify/deployed.h"
 #include "core/verify/verify.h"
+#include "tests/util/check_main.h"
+#include "tests/verify/verify_test.h"
 
 static char bin[4096], mkmodel[4096], cpu_so[4096], mm_dir[4096], ckb[4096], goldens[4096];
 static char model[4096]; /* tiny seed 1: also the fixed path the "baked" mutant reads */
@@ -60,11 +62,9 @@ static void make_model(const char *dir, const char *seed) {
 }
 
 static void setup(void) {
-  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
-  ck_assert_msg(b && s, "MI_BUILD_DIR and MI_SOURCE_DIR must be set (ctest sets them)");
-  snprintf(bin, sizeof bin, "%s/bin/mi-verify", b);
+  const char *b, *s;
+  vt_env(&b, &s, bin, cpu_so);
   snprintf(mkmodel, sizeof mkmodel, "%s/bin/mi-mkmodel", b);
-  snprintf(cpu_so, sizeof cpu_so, "%s/lib/metainfer/libmi-cpu.so", b);
   snprintf(mm_dir, sizeof mm_dir, "%s/tests/mutants_model", b);
   snprintf(ckb, sizeof ckb, "%s/ckb", s);
   snprintf(goldens, sizeof goldens, "%s/tests/goldens", s);
@@ -370,7 +370,10 @@ static const char *unit_message(json_t *stage, const char *id) {
 START_TEST(forged_pass_rejected_at_stages_4_to_6) {
   char so[4400];
   snprintf(so, sizeof so, "%s/libmm-forged_pass.so", mm_dir);
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
+  char err[600];
+  mi_ckb *kb = mi_ckb_open(ckb, err, sizeof err); /* stage 5 interprets the model contract */
+  ck_assert_msg(kb, "%s", err);
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, kb};
   json_t *none = json_object();
   json_t *s = vf_stage4(&o, none);
   ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
@@ -396,6 +399,7 @@ START_TEST(forged_pass_rejected_at_stages_4_to_6) {
   ck_assert_msg(m && strstr(m, "stage 6 (performance gates): the unit's result pipe broke"), "stage 6 says: %s",
                 m ? m : "(none)");
   json_decref(s);
+  mi_ckb_close(kb);
   json_decref(c);
   json_decref(none);
 }
@@ -705,23 +709,15 @@ int main(void) {
   TCase *tc = tcase_create("stages3to6");
   tcase_add_checked_fixture(tc, setup, NULL);
   tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, bad_arguments_are_refused);
-  tcase_add_test(tc, stage6_gates_measured);
-  tcase_add_test(tc, real_plugin_passes_all_stages);
+  mi_check_add(tc, MI_CHECK_TESTS(bad_arguments_are_refused, stage6_gates_measured,
+                                  real_plugin_passes_all_stages));
   tcase_add_loop_test(tc, mutant_rejected_at_its_stage, 0, g_nrun);
-  tcase_add_test(tc, model_without_golden_fails_stage4);
-  tcase_add_test(tc, golden_is_picked_by_config_too);
-  tcase_add_test(tc, model_without_golden_gets_one_from_the_oracle);
-  tcase_add_test(tc, forged_pass_rejected_at_stages_4_to_6);
-  tcase_add_test(tc, hung_plugin_killed_at_the_deadline);
-  tcase_add_test(tc, decode_growth_catches_prefix_recompute);
-  tcase_add_test(tc, hostile_files_refused_with_one_line);
-  tcase_add_test(tc, model_folder_fingerprint_sees_changes);
-  tcase_add_test(tc, model_folder_held_as_deployed);
+  mi_check_add(tc, MI_CHECK_TESTS(
+                       model_without_golden_fails_stage4, golden_is_picked_by_config_too,
+                       model_without_golden_gets_one_from_the_oracle,
+                       forged_pass_rejected_at_stages_4_to_6, hung_plugin_killed_at_the_deadline,
+                       decode_growth_catches_prefix_recompute, hostile_files_refused_with_one_line,
+                       model_folder_fingerprint_sees_changes, model_folder_held_as_deployed));
   suite_add_tcase(s, tc);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(s);
 }

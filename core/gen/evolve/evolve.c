@@ -12,6 +12,7 @@
 
 #include "core/ckb/ckb.h"
 #include "core/gen/evolve/evolve.h"
+#include "core/runtime/safetensors.h"
 #include "core/util/spawn.h"
 
 static double now_s(void) {
@@ -41,15 +42,93 @@ static int finish(ev_ctx *c, int rc, const char *why) {
   return rc;
 }
 
-/* A golden made by tools/peer/goldens.mjs --family qwen35: model.mkmodel_args
- * naming qwen35, and cases. */
-static int is_hybrid_golden(const json_t *j) {
-  const json_t *a = json_object_get(json_object_get(j, "model"), "mkmodel_args");
-  if (!json_is_array(a) || !json_is_array(json_object_get(j, "cases"))) return 0;
+/* A golden made by tools/peer/goldens.mjs: model.mkmodel_args (how its
+ * checkpoint is remade) and cases. */
+static int is_golden(const json_t *j) {
+  return json_is_array(json_object_get(json_object_get(j, "model"), "mkmodel_args")) &&
+         json_is_array(json_object_get(j, "cases"));
+}
+
+/* Every config field and weight of the checkpoint in dir explained by the
+ * model entry m; the unexplained appended to `lines` ("DIR: ..."). */
+static void explain_dir(const json_t *m, const char *dir, json_t *lines) {
+  char cp[4500], e2[1024];
+  snprintf(cp, sizeof cp, "%s/config.json", dir);
+  json_error_t je;
+  json_t *cfg = json_load_file(cp, 0, &je);
+  mi_weights *w = cfg ? mi_weights_open(dir, e2, sizeof e2) : NULL;
+  if (!w) {
+    json_array_append_new(lines, json_sprintf("%s: %s", cfg ? dir : cp, cfg ? e2 : je.text));
+    json_decref(cfg);
+    return;
+  }
+  json_t *un = json_array();
+  ev_explain(m, cfg, w, un, NULL);
   size_t i;
   json_t *x;
-  json_array_foreach(a, i, x) if (json_is_string(x) && !strcmp(json_string_value(x), "qwen35")) return 1;
-  return 0;
+  json_array_foreach(un, i, x) json_array_append_new(lines, json_sprintf("%s: %s", dir, json_string_value(x)));
+  json_decref(un);
+  mi_weights_close(w);
+  json_decref(cfg);
+}
+
+/* Phase 4 when the reading found leaves a layer kind or an operator to a
+ * candidate bundle: -1 to go on (*bundle the verified bundle, or NULL when
+ * none was needed), else the exit status to finish with (why says why). */
+static int bundle_phase(ev_ctx *c, const json_t *found, json_t *e2e, json_t **bundle, char *why, size_t wn) {
+  const double t0 = now_s();
+  const size_t n_def = json_array_size(json_object_get(found, "deferred"));
+  const size_t n_ops = json_array_size(json_object_get(found, "operators"));
+  *bundle = NULL;
+  if (!n_def && !n_ops) {
+    phase(c, "bundle", t0, "not needed", "the variants explain the probes with the CKB's operators", 0);
+    return -1;
+  }
+  if (!c->o->candidates) {
+    char *d = json_dumps(json_object_get(found, n_def ? "deferred" : "operators"), JSON_COMPACT);
+    snprintf(why, wn, "no --candidates: left to a candidate bundle: %.1500s", d ? d : "?");
+    free(d);
+    phase(c, "bundle", t0, "skipped", why, 0);
+    snprintf(why, wn, "variants found; no candidate bundle for what they leave unexplained, the gap stays");
+    return EV_EX_GAP;
+  }
+  if (!json_array_size(e2e)) {
+    phase(c, "bundle", t0, "rejected", "no golden of a checkpoint where the new layer kind speaks under the references", 0);
+    snprintf(why, wn, "candidate bundle: no end-to-end oracle (a golden other than a probe-attn* one)");
+    return EV_EX_BUNDLE;
+  }
+  json_t *brep = NULL;
+  int br = ev_bundle_verify(c, found, e2e, bundle, &brep, why, wn);
+  json_object_set_new(c->report, "bundle", brep);
+  if (br != 0) {
+    phase(c, "bundle", t0, br < 0 ? "error" : "rejected", why, 1);
+    return br < 0 ? EV_EX_USAGE : EV_EX_BUNDLE;
+  }
+  phase(c, "bundle", t0, "accepted", "operator units and end to end against the oracle", 1);
+  return -1;
+}
+
+/* The model entry phase 5 would write, held to the first probe's
+ * checkpoint and to --model: EV_EX_OK when it explains every config field
+ * and weight of both, else EV_EX_UNEXPLAINED (each one named in why and in
+ * the report's "unexplained") or EV_EX_CONSOLIDATE. */
+static int explained(ev_ctx *c, const json_t *found, const json_t *bundle, char *why, size_t wn) {
+  json_t *m = ev_model_entry(c, found, bundle, why, wn);
+  if (!m) return EV_EX_CONSOLIDATE;
+  json_t *un = json_array();
+  explain_dir(m, c->probe_dir, un);
+  if (c->o->model) explain_dir(m, c->o->model, un);
+  json_decref(m);
+  if (!json_array_size(un)) {
+    json_decref(un);
+    return EV_EX_OK;
+  }
+  size_t l = (size_t)snprintf(why, wn, "%zu config field(s) or weight(s) unexplained, nothing written: ", json_array_size(un));
+  size_t i;
+  json_t *x;
+  json_array_foreach(un, i, x) if (l < wn) l += (size_t)snprintf(why + l, wn - l, "%s%s", i ? "; " : "", json_string_value(x));
+  json_object_set_new(c->report, "unexplained", un);
+  return EV_EX_UNEXPLAINED;
 }
 
 static int revalidate(ev_ctx *c, json_t **out, char *why, size_t n) {
@@ -114,9 +193,190 @@ static int revalidate(ev_ctx *c, json_t **out, char *why, size_t n) {
   return EV_EX_REVALIDATE;
 }
 
+/* ev_run's text buffers, shared by its phases: a callee's error, the phase's one-line outcome. */
+typedef struct run_text {
+  char err[2048], why[2300];
+} run_text;
+
+/* The phases below return -1 to go on, else the run's exit code (after finish). */
+
+/* 1. coverage: what the CKB lacks for the model */
+static int coverage_phase(ev_ctx *c, run_text *t) {
+  const ev_opts *o = c->o;
+  double t0 = now_s();
+  if (!o->model) {
+    phase(c, "coverage", t0, "skipped", "no --model", 0);
+    return -1;
+  }
+  mi_ckb *ck = mi_ckb_open(o->ckb, t->err, sizeof t->err);
+  json_t *cov = NULL;
+  int cr = ck ? mi_ckb_coverage(ck, o->model, o->platform ? o->platform : "cpu", &cov, t->err, sizeof t->err) : -1;
+  if (ck) mi_ckb_close(ck);
+  if (cr < 0) {
+    phase(c, "coverage", t0, "error", t->err, 1);
+    return finish(c, EV_EX_USAGE, t->err);
+  }
+  json_object_set_new(c->report, "coverage", json_pack("{s:b, s:O?}", "covered", cr == 0, "missing",
+                                                       json_object_get(cov, "missing")));
+  snprintf(t->why, sizeof t->why, "%zu gap line(s) for %s", json_array_size(json_object_get(cov, "missing")),
+           o->model);
+  json_decref(cov);
+  phase(c, "coverage", t0, cr == 0 ? "covered" : "gaps", t->why, 1);
+  return -1;
+}
+
+/* 2. exploration: every file under --refs, read through the log; the goldens it finds sorted into
+ * *probes (attention probes) and *e2e (end to end), both set only when it goes on. */
+static int explore_phase(ev_ctx *c, run_text *t, json_t **probes_out, json_t **e2e_out) {
+  double t0 = now_s();
+  if (!c->o->refs) {
+    phase(c, "exploration", t0, "off", "references off: nothing under any reference folder is read", 0);
+    return finish(c, EV_EX_GAP, "references off: no oracle to search the variants with, the gap stays");
+  }
+  json_t *files = ev_list_files(c->refs_abs, t->err, sizeof t->err);
+  if (!files) {
+    phase(c, "exploration", t0, "error", t->err, 0);
+    return finish(c, EV_EX_USAGE, t->err);
+  }
+  json_t *probes = json_array(), *e2e = json_array();
+  size_t i;
+  json_t *f;
+  json_array_foreach(files, i, f) {
+    size_t len = 0;
+    unsigned char *b = ev_read(c, json_string_value(f), "exploration", &len, t->err, sizeof t->err);
+    if (!b) continue; /* logged nowhere: it was not read */
+    json_t *j = json_loadb((const char *)b, len, 0, NULL);
+    free(b);
+    if (j && is_golden(j)) {
+      const char *shape = json_string_value(json_object_get(json_object_get(j, "model"), "shape")) ?: "";
+      json_array_append_new(!strncmp(shape, "probe-attn", 10) ? probes : e2e,
+                            json_pack("{s:O, s:O}", "path", f, "golden", j));
+    }
+    json_decref(j);
+  }
+  snprintf(t->why, sizeof t->why, "%zu file(s) read; %zu probe golden(s), %zu end-to-end golden(s)",
+           json_array_size(c->reads), json_array_size(probes), json_array_size(e2e));
+  phase(c, "exploration", t0, "done", t->why, (int)json_array_size(files));
+  json_decref(files);
+  *probes_out = probes;
+  *e2e_out = e2e;
+  return -1;
+}
+
+/* 3. the variant search over the probe goldens (consumed); the reading found into *found. */
+static int search_phase(ev_ctx *c, run_text *t, json_t *probes, json_t **found) {
+  double t0 = now_s();
+  json_t *table = NULL;
+  int vr = ev_variant_search(c, probes, &table, found, t->err, sizeof t->err);
+  json_object_set_new(c->report, "variant_search", table ? table : json_array());
+  json_decref(probes);
+  if (vr != 0) {
+    phase(c, "variant_search", t0, vr < 0 ? "error" : "no variant", t->err, (int)json_array_size(table));
+    return finish(c, vr < 0 ? EV_EX_USAGE : EV_EX_NO_VARIANT, t->err);
+  }
+  const char *fname = json_string_value(json_object_get(*found, "name"));
+  json_object_set_new(c->report, "found", json_string(fname));
+  json_object_set_new(c->report, "found_variants", json_deep_copy(json_object_get(*found, "variants")));
+  json_object_set_new(c->report, "deferred", json_deep_copy(json_object_get(*found, "deferred")));
+  snprintf(t->why, sizeof t->why, "found %s", fname);
+  phase(c, "variant_search", t0, "found", t->why, (int)json_array_size(table));
+  return -1;
+}
+
+/* 5. consolidation into the staging copy (c->o is the staged options), once the result explains
+ * the probe and the model; found and bundle consumed. On a stop the transaction is aborted and
+ * c->o is back to o. */
+static int consolidate_phase(ev_ctx *c, run_text *t, const ev_opts *o, mi_ckb_txn *txn, json_t *found,
+                             json_t *bundle, double t0) {
+  json_t *entries = NULL;
+  int ux = explained(c, found, bundle, t->why, sizeof t->why);
+  if (ux != EV_EX_OK) {
+    mi_ckb_txn_abort(txn);
+    c->o = o;
+    json_decref(bundle);
+    json_decref(found);
+    phase(c, "consolidation", t0, ux == EV_EX_UNEXPLAINED ? "unexplained" : "error", t->why, 1);
+    return finish(c, ux, t->why);
+  }
+  int cr = ev_consolidate(c, found, bundle, json_object_get(c->report, "variant_search"), &entries, t->err,
+                          sizeof t->err);
+  json_decref(bundle);
+  json_decref(found);
+  json_object_set_new(c->report, "entries", entries ? entries : json_array());
+  if (cr != 0) {
+    mi_ckb_txn_abort(txn);
+    c->o = o;
+    phase(c, "consolidation", t0, "error", t->err, 1);
+    return finish(c, EV_EX_CONSOLIDATE, t->err);
+  }
+  mi_ckb *ck = mi_ckb_open(c->o->ckb, t->err, sizeof t->err);
+  int probs = ck ? mi_ckb_validate(ck, NULL, NULL) : -1;
+  if (ck) mi_ckb_close(ck);
+  if (probs != 0) {
+    mi_ckb_txn_abort(txn);
+    c->o = o;
+    snprintf(t->why, sizeof t->why,
+             "%s: the CKB would not validate after consolidation (%d problem(s)); nothing written to it", o->ckb,
+             probs);
+    phase(c, "consolidation", t0, "error", t->why, 1);
+    return finish(c, EV_EX_CONSOLIDATE, t->why);
+  }
+  snprintf(t->why, sizeof t->why, "%zu entries in a staging copy of %s, which validates",
+           json_array_size(json_object_get(c->report, "entries")), o->ckb);
+  phase(c, "consolidation", t0, "done", t->why, 1);
+  return -1;
+}
+
+/* 5-6 in a staging copy of the CKB (a transaction): nothing reaches o->ckb until revalidation
+ * passes, then one atomic switch; a failed or killed run leaves the CKB byte for byte as it was.
+ * found and bundle consumed; the run's exit code. */
+static int staged_phases(ev_ctx *c, run_text *t, json_t *found, json_t *bundle) {
+  const ev_opts *o = c->o;
+  double t0 = now_s();
+  mi_ckb_txn txn;
+  if (mi_ckb_txn_begin(&txn, o->ckb, t->err, sizeof t->err) != 0) {
+    json_decref(bundle);
+    json_decref(found);
+    phase(c, "consolidation", t0, "error", t->err, 1);
+    return finish(c, EV_EX_CONSOLIDATE, t->err);
+  }
+  ev_opts staged = *o;
+  staged.ckb = txn.staging;
+  c->o = &staged;
+  int x = consolidate_phase(c, t, o, &txn, found, bundle, t0);
+  if (x >= 0) return x;
+
+  /* 6. revalidation, references off, on the staged CKB */
+  t0 = now_s();
+  int rr = EV_EX_OK;
+  if (o->no_revalidate || !o->model) {
+    phase(c, "revalidation", t0, "skipped", o->model ? "--no-revalidate" : "no --model", 0);
+    snprintf(t->why, sizeof t->why, "consolidated (revalidation skipped)");
+  } else {
+    json_t *rv = NULL;
+    rr = revalidate(c, &rv, t->why, sizeof t->why);
+    json_object_set_new(c->report, "revalidation", rv);
+    phase(c, "revalidation", t0, rr == EV_EX_OK ? "passed" : "failed", t->why, 1);
+  }
+  c->o = o;
+  if (rr != EV_EX_OK) {
+    mi_ckb_txn_abort(&txn);
+    size_t l = strlen(t->why);
+    snprintf(t->why + l, sizeof t->why - l, "; %s left as it was (the staged entries discarded)", o->ckb);
+    return finish(c, rr, t->why);
+  }
+  char how[600];
+  if (mi_ckb_txn_commit(&txn, how, sizeof how, t->err, sizeof t->err) != 0)
+    return finish(c, EV_EX_CONSOLIDATE, t->err); /* the staging copy stays for a look; the next run removes it */
+  json_object_set_new(c->report, "commit", json_string(how));
+  size_t l = strlen(t->why);
+  snprintf(t->why + l, sizeof t->why - l, "; committed to %s (%s)", o->ckb, how);
+  return finish(c, EV_EX_OK, t->why);
+}
+
 int ev_run(const ev_opts *o) {
   ev_ctx c = {.o = o, .reads = json_array(), .report = json_object()};
-  char err[2048], why[2300];
+  run_text t;
   c.t0 = now_s();
   if (mkdir(o->run_dir, 0755) != 0 && errno != EEXIST) {
     fprintf(stderr, "mi-gen: evolve: %s: %s\n", o->run_dir, strerror(errno));
@@ -137,170 +397,25 @@ int ev_run(const ev_opts *o) {
   json_object_set_new(c.report, "llm", json_false());
   json_object_set_new(c.report, "phases", json_array());
 
-  /* 1. coverage: what the CKB lacks for the model */
-  double t0 = now_s();
-  if (o->model) {
-    mi_ckb *ck = mi_ckb_open(o->ckb, err, sizeof err);
-    json_t *cov = NULL;
-    int cr = ck ? mi_ckb_coverage(ck, o->model, o->platform ? o->platform : "cpu", &cov, err, sizeof err) : -1;
-    if (ck) mi_ckb_close(ck);
-    if (cr < 0) {
-      phase(&c, "coverage", t0, "error", err, 1);
-      return finish(&c, EV_EX_USAGE, err);
-    }
-    json_object_set_new(c.report, "coverage", json_pack("{s:b, s:O?}", "covered", cr == 0, "missing",
-                                                        json_object_get(cov, "missing")));
-    snprintf(why, sizeof why, "%zu gap line(s) for %s", json_array_size(json_object_get(cov, "missing")), o->model);
-    json_decref(cov);
-    phase(&c, "coverage", t0, cr == 0 ? "covered" : "gaps", why, 1);
-  } else {
-    phase(&c, "coverage", t0, "skipped", "no --model", 0);
+  int x = coverage_phase(&c, &t);
+  if (x >= 0) return x;
+  json_t *probes = NULL, *e2e = NULL, *found = NULL;
+  if ((x = explore_phase(&c, &t, &probes, &e2e)) >= 0) return x;
+  if ((x = search_phase(&c, &t, probes, &found)) >= 0) {
+    json_decref(e2e);
+    return x;
   }
 
-  /* 2. exploration: every file under --refs, read through the log */
-  t0 = now_s();
-  json_t *probes = json_array(), *e2e = json_array();
-  if (!o->refs) {
-    phase(&c, "exploration", t0, "off", "references off: nothing under any reference folder is read", 0);
-    json_decref(probes);
-    json_decref(e2e);
-    return finish(&c, EV_EX_GAP, "references off: no oracle to search the variants with, the gap stays");
-  }
-  json_t *files = ev_list_files(c.refs_abs, err, sizeof err);
-  if (!files) {
-    phase(&c, "exploration", t0, "error", err, 0);
-    json_decref(probes);
-    json_decref(e2e);
-    return finish(&c, EV_EX_USAGE, err);
-  }
-  size_t i;
-  json_t *f;
-  json_array_foreach(files, i, f) {
-    size_t len = 0;
-    unsigned char *b = ev_read(&c, json_string_value(f), "exploration", &len, err, sizeof err);
-    if (!b) continue; /* logged nowhere: it was not read */
-    json_t *j = json_loadb((const char *)b, len, 0, NULL);
-    free(b);
-    if (j && is_hybrid_golden(j)) {
-      const char *shape = json_string_value(json_object_get(json_object_get(j, "model"), "shape")) ?: "";
-      json_array_append_new(!strncmp(shape, "probe-attn", 10) ? probes : e2e,
-                            json_pack("{s:O, s:O}", "path", f, "golden", j));
-    }
-    json_decref(j);
-  }
-  snprintf(why, sizeof why, "%zu file(s) read; %zu probe golden(s), %zu end-to-end golden(s)",
-           json_array_size(c.reads), json_array_size(probes), json_array_size(e2e));
-  phase(&c, "exploration", t0, "done", why, (int)json_array_size(files));
-  json_decref(files);
-
-  /* 3. the variant search */
-  t0 = now_s();
-  json_t *table = NULL;
-  vf_qwen35_variant found;
-  vf_qwen35_variant_default(&found);
-  int vr = ev_variant_search(&c, probes, &table, &found, err, sizeof err);
-  json_object_set_new(c.report, "variant_search", table ? table : json_array());
-  json_decref(probes);
-  if (vr != 0) {
-    phase(&c, "variant_search", t0, vr < 0 ? "error" : "no variant", err, (int)json_array_size(table));
-    json_decref(e2e);
-    return finish(&c, vr < 0 ? EV_EX_USAGE : EV_EX_NO_VARIANT, err);
-  }
-  char fname[96];
-  ev_candidate_name(&found, fname, sizeof fname);
-  json_object_set_new(c.report, "found", json_string(fname));
-  snprintf(why, sizeof why, "found %s", fname);
-  phase(&c, "variant_search", t0, "found", why, (int)json_array_size(table));
-
-  /* 4. the candidate bundle */
-  t0 = now_s();
-  if (!o->candidates) {
-    phase(&c, "bundle", t0, "skipped", "no --candidates: the new operators have no contracts", 0);
-    json_decref(e2e);
-    return finish(&c, EV_EX_GAP, "variants found; no candidate bundle for the new operators, the gap stays");
-  }
-  if (!json_array_size(e2e)) {
-    phase(&c, "bundle", t0, "rejected", "no golden of a checkpoint with DeltaNet layers under the references", 0);
-    json_decref(e2e);
-    return finish(&c, EV_EX_BUNDLE, "candidate bundle: no end-to-end oracle (a hybrid golden other than probe-attn*)");
-  }
-  json_t *bundle = NULL, *brep = NULL;
-  int br = ev_bundle_verify(&c, &found, e2e, &bundle, &brep, err, sizeof err);
-  json_object_set_new(c.report, "bundle", brep);
+  /* 4. the candidate bundle, when the reading found leaves a layer kind or
+   * an operator to one */
+  json_t *bundle = NULL;
+  int bx = bundle_phase(&c, found, e2e, &bundle, t.why, sizeof t.why);
   json_decref(e2e);
-  if (br != 0) {
-    phase(&c, "bundle", t0, br < 0 ? "error" : "rejected", err, 1);
-    return finish(&c, br < 0 ? EV_EX_USAGE : EV_EX_BUNDLE, err);
+  if (bx >= 0) {
+    json_decref(found);
+    return finish(&c, bx, t.why);
   }
-  phase(&c, "bundle", t0, "accepted", "operator units and end to end against the oracle", 1);
-
-  /* 5-6 in a staging copy of the CKB (a transaction): nothing reaches
-   * o->ckb until revalidation passes, then one atomic switch; a failed or
-   * killed run leaves the CKB byte for byte as it was. */
-  t0 = now_s();
-  mi_ckb_txn txn;
-  if (mi_ckb_txn_begin(&txn, o->ckb, err, sizeof err) != 0) {
-    json_decref(bundle);
-    phase(&c, "consolidation", t0, "error", err, 1);
-    return finish(&c, EV_EX_CONSOLIDATE, err);
-  }
-  ev_opts staged = *o;
-  staged.ckb = txn.staging;
-  c.o = &staged;
-
-  /* 5. consolidation */
-  json_t *entries = NULL;
-  int cr = ev_consolidate(&c, &found, bundle, json_object_get(c.report, "variant_search"), &entries, err, sizeof err);
-  json_decref(bundle);
-  json_object_set_new(c.report, "entries", entries ? entries : json_array());
-  if (cr != 0) {
-    mi_ckb_txn_abort(&txn);
-    c.o = o;
-    phase(&c, "consolidation", t0, "error", err, 1);
-    return finish(&c, EV_EX_CONSOLIDATE, err);
-  }
-  mi_ckb *ck = mi_ckb_open(staged.ckb, err, sizeof err);
-  int probs = ck ? mi_ckb_validate(ck, NULL, NULL) : -1;
-  if (ck) mi_ckb_close(ck);
-  if (probs != 0) {
-    mi_ckb_txn_abort(&txn);
-    c.o = o;
-    snprintf(why, sizeof why,
-             "%s: the CKB would not validate after consolidation (%d problem(s)); nothing written to it", o->ckb,
-             probs);
-    phase(&c, "consolidation", t0, "error", why, 1);
-    return finish(&c, EV_EX_CONSOLIDATE, why);
-  }
-  snprintf(why, sizeof why, "%zu entries in a staging copy of %s, which validates",
-           json_array_size(json_object_get(c.report, "entries")), o->ckb);
-  phase(&c, "consolidation", t0, "done", why, 1);
-
-  /* 6. revalidation, references off, on the staged CKB */
-  t0 = now_s();
-  int rr = EV_EX_OK;
-  if (o->no_revalidate || !o->model) {
-    phase(&c, "revalidation", t0, "skipped", o->model ? "--no-revalidate" : "no --model", 0);
-    snprintf(why, sizeof why, "consolidated (revalidation skipped)");
-  } else {
-    json_t *rv = NULL;
-    rr = revalidate(&c, &rv, why, sizeof why);
-    json_object_set_new(c.report, "revalidation", rv);
-    phase(&c, "revalidation", t0, rr == EV_EX_OK ? "passed" : "failed", why, 1);
-  }
-  c.o = o;
-  if (rr != EV_EX_OK) {
-    mi_ckb_txn_abort(&txn);
-    size_t l = strlen(why);
-    snprintf(why + l, sizeof why - l, "; %s left as it was (the staged entries discarded)", o->ckb);
-    return finish(&c, rr, why);
-  }
-  char how[600];
-  if (mi_ckb_txn_commit(&txn, how, sizeof how, err, sizeof err) != 0)
-    return finish(&c, EV_EX_CONSOLIDATE, err); /* the staging copy stays for a look; the next run removes it */
-  json_object_set_new(c.report, "commit", json_string(how));
-  size_t l = strlen(why);
-  snprintf(why + l, sizeof why - l, "; committed to %s (%s)", o->ckb, how);
-  return finish(&c, EV_EX_OK, why);
+  return staged_phases(&c, &t, found, bundle);
 }
 
 int ev_main(const char *argv0, const char *exe_dir, const char *refs, const char *candidates, const char *ckb,

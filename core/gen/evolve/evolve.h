@@ -6,22 +6,29 @@
  *   2 exploration     every file under --refs (and of the candidate bundle)
  *                     read through ev_read, which logs path, bytes, sha256
  *                     and phase; with no --refs nothing there is read
- *   3 variant search  candidate readings of the closest contract's math,
- *                     each scored by the float64 reference against the
- *                     llama.cpp goldens of the probe checkpoints
- *   4 bundle          the candidate operators as operator units, then the
- *                     found variants with the DeltaNet layers end to end
- *   5 consolidation   operator, model and experience entries into --ckb
+ *   3 variant search  the closest contract edited by combinations of the
+ *                     vocabulary's variants (ckb/variants/) whose evidence
+ *                     the checkpoint shows, each interpreted in float64
+ *                     against the llama.cpp goldens of the probe checkpoints
+ *   4 bundle          (when a layer kind or operator is missing) the
+ *                     candidate operators as operator units, then the found
+ *                     reading with the bundle's layer kind end to end
+ *   5 consolidation   operator, model and experience entries into --ckb,
+ *                     once the result explains every config field and
+ *                     weight of the probes and of --model
  *   6 revalidation    mi-gen from scratch, references off, on the new CKB
- * One file per job: reads.c (the logged reads), variant_search.c,
- * bundle.c, consolidate.c, report.c, evolve.c (the phases). */
+ * One file per job: reads.c (the logged reads), contract_edit.c (the
+ * vocabulary and contract edits), variant_search.c, bundle.c,
+ * consolidate.c, report.c, evolve.c (the phases). */
 #ifndef MI_CORE_GEN_EVOLVE_H
 #define MI_CORE_GEN_EVOLVE_H
 
 #include <jansson.h>
 #include <stddef.h>
 
-#include "core/verify/models/qwen35.h"
+#include "core/ckb/ckb.h"
+
+struct mi_weights;
 
 /* Exit statuses of the loop (mi-gen's own run 0..11). */
 enum {
@@ -32,7 +39,8 @@ enum {
   EV_EX_BUNDLE = 13,     /* the candidate bundle was rejected (the line names the contract) */
   EV_EX_CONSOLIDATE = 14,/* an entry did not validate in the target CKB */
   EV_EX_REVALIDATE = 15, /* revalidation ran and a stage failed */
-  EV_EX_COMPOSER = 16    /* revalidation: the composer lacks layer kinds (no hybrid engines yet) */
+  EV_EX_COMPOSER = 16,   /* revalidation: the composer lacks layer kinds (no hybrid engines yet) */
+  EV_EX_UNEXPLAINED = 17 /* the result leaves config fields or weights of a checkpoint unexplained (each named) */
 };
 
 typedef struct ev_opts {
@@ -70,6 +78,7 @@ typedef struct ev_ctx {
   json_t *report;  /* the evolve.json object under construction */
   double t0;       /* the run's start (monotonic seconds) */
   json_t *model_cfg; /* a probe checkpoint's config.json: where the new fields live (set by phase 3) */
+  char probe_dir[4400]; /* the first probe's checkpoint, remade (set by phase 3) */
   char refs_abs[4096];
 } ev_ctx;
 
@@ -81,34 +90,69 @@ json_t *ev_read_json(ev_ctx *c, const char *path, const char *phase, char *err, 
  * paths; NULL with a message. */
 json_t *ev_list_files(const char *dir, char *err, size_t n);
 
-/* One reading of the math: a point in the variant space. */
-typedef struct ev_candidate {
-  vf_qwen35_variant v;
-  char name[96]; /* "norm=1+w qk=1+w rotary=partial gate=interleaved" */
-} ev_candidate;
-/* The whole product of the four dimensions in a fixed order (36); the
- * first is the closest covered contract's reading (model.qwen3). */
-int ev_candidates(ev_candidate *out, int max);
-void ev_candidate_name(const vf_qwen35_variant *v, char *out, size_t n);
+/* ---- the vocabulary (contract_edit.c; entries of kind "variant") ----
+ * ev_vocab: every variant entry of the CKB, by group, then order, then id
+ * (a new array). ev_cfg_field: a config.json field at the top level, one
+ * object down or by dotted path. ev_evidence: 1 when every evidence item of
+ * the entry holds in the checkpoint. ev_apply: the contract edited by the
+ * entries (an array), structure first, then settings (a new object).
+ * ev_missing_kinds: the per-layer kinds the checkpoint names that the
+ * contract does not compute (a new array). ev_probe_form: the contract with
+ * each such kind as a layer kind marked "muted": the layer from its first
+ * residual add on (a probe zeroes that kind's output projection).
+ * ev_with_layer: the muted kind replaced by a candidate bundle's layer
+ * (sequence, state, weights, buffers, the config fields it reads).
+ * ev_explain: appends one line per config field or weight of the
+ * checkpoint the contract does not explain to `unexplained`, or (when
+ * `deferred` is given) to `deferred` when it belongs to a kind the contract
+ * lacks; returns the number of unexplained lines. */
+json_t *ev_vocab(const mi_ckb *c);
+const json_t *ev_cfg_field(const json_t *cfg, const char *name);
+int ev_evidence(const json_t *variant, const json_t *cfg, const struct mi_weights *w);
+json_t *ev_apply(const json_t *contract, const json_t *variants, const json_t *cfg);
+json_t *ev_missing_kinds(const json_t *contract, const json_t *cfg);
+json_t *ev_probe_form(const json_t *base, const json_t *cfg);
+json_t *ev_with_layer(const json_t *contract, const json_t *layer, const json_t *cfg);
+int ev_explain(const json_t *contract, const json_t *cfg, const struct mi_weights *w, json_t *unexplained,
+               json_t *deferred);
+
+/* The model contract of c whose weight map and config fields explain most
+ * of the checkpoint (tensors matched, then fields bound; ties by id). */
+const mi_ckb_entry *ev_closest_contract(const mi_ckb *c, const json_t *cfg, const struct mi_weights *w);
 
 /* A golden's checkpoint remade from its recorded mi-mkmodel arguments
  * into dir (its bytes checked against the recorded hash). 0, or -1. */
 int ev_remake_checkpoint(const ev_opts *o, const json_t *golden, const char *dir, char *err, size_t n);
 
-/* Max |top-10 logprob difference| of the reference (as configured) against
- * a golden, teacher-forced, state carried; *steps counts the steps. 0, or -1. */
-int ev_oracle_error(vf_qwen35 *m, const json_t *golden, double *max_err, int *steps, char *err, size_t n);
+/* Max |top-10 logprob difference| of the contract, interpreted in float64
+ * over the operators of c (core/verify/interp.h), against a golden,
+ * teacher-forced: one forward per case over the prompt and the steps'
+ * tokens, the logits of each step's position compared. *steps counts the
+ * steps. 0, or -1. */
+int ev_oracle_error(const mi_ckb *c, const json_t *contract, const json_t *cfg, const struct mi_weights *w,
+                    const json_t *golden, double *max_err, int *steps, char *err, size_t n);
 
-/* Phase 3: scores every candidate on every probe golden (array of
- * {"path", "golden"}); writes rows to *table and the found reading to
- * *found. 0 found (one passing candidate, the same on every probe), 1 none
- * or ambiguous (the reason in err), -1 error. */
-int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, vf_qwen35_variant *found, char *err, size_t n);
+/* Phase 3: from the closest contract, every combination of the members of
+ * each variant group whose evidence holds in the first probe's checkpoint,
+ * applied as a contract edit; candidates that leave a field or weight
+ * unexplained are not scored; the others are scored on every probe golden
+ * (array of {"path", "golden"}). Rows go to *table; *found is {"name",
+ * "base", "variants": [ids], "contract": the edited contract in probe form,
+ * "deferred": [what the candidate bundle must explain], "operators": [ids
+ * the CKB lacks]}. 0 found (one passing candidate, the same on every
+ * probe), 1 none or ambiguous (the reason in err), -1 error. */
+int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found, char *err, size_t n);
 
-/* Phase 4: the bundle (operators as units, then end to end). Writes its
- * part of the report to *out; 0 accepted, 1 rejected (err names it), -1. */
-int ev_bundle_verify(ev_ctx *c, const vf_qwen35_variant *found, json_t *e2e_goldens, json_t **bundle,
-                     json_t **out, char *err, size_t n);
+/* A copy of the CKB under run_dir/NAME with the candidate bundle's
+ * operator contracts the target lacks (read through the log); the path in
+ * dir. 0, or -1. Without --candidates: a plain copy. */
+int ev_scratch_ckb(ev_ctx *c, const char *name, char *dir, size_t dn, char *err, size_t n);
+
+/* Phase 4: the bundle (operators as units, then end to end with `found`'s
+ * contract and the bundle's layer). Writes its part of the report to *out;
+ * 0 accepted, 1 rejected (err names it), -1. */
+int ev_bundle_verify(ev_ctx *c, const json_t *found, json_t *e2e_goldens, json_t **bundle, json_t **out, char *err,
+                     size_t n);
 
 /* The platform contract `plat` extended by the bundle's kernels for
  * `platform` (bundle "kernels": {"cpu": [...]}): each operator listed with
@@ -116,9 +160,15 @@ int ev_bundle_verify(ev_ctx *c, const vf_qwen35_variant *found, json_t *e2e_gold
  * when the bundle has no kernels for that platform (why in err). */
 json_t *ev_platform_with_bundle(const json_t *plat, const json_t *bundle, const char *platform, char *err, size_t n);
 
+/* The model entry phase 5 writes: found's contract (with the bundle's
+ * layer when one was verified), named from the checkpoint's config
+ * (architectures[0] without its For... suffix, lowercased: model.NAME).
+ * A new object, or NULL with the reason in err. */
+json_t *ev_model_entry(const ev_ctx *c, const json_t *found, const json_t *bundle, char *err, size_t n);
+
 /* Phase 5: writes the entries into o->ckb; *out lists them. 0, or -1. */
-int ev_consolidate(ev_ctx *c, const vf_qwen35_variant *found, const json_t *bundle, const json_t *search,
-                   json_t **out, char *err, size_t n);
+int ev_consolidate(ev_ctx *c, const json_t *found, const json_t *bundle, const json_t *search, json_t **out,
+                   char *err, size_t n);
 
 /* The report: RUN_DIR/evolve.json and evolve.md. */
 int ev_report_write(const ev_ctx *c, char *err, size_t n);

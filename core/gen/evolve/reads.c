@@ -52,7 +52,11 @@ unsigned char *ev_read(ev_ctx *c, const char *path, const char *phase, size_t *l
     snprintf(label, sizeof label, "refs%s", p + strlen(c->refs_abs));
   else if (c->o->candidates && realpath(c->o->candidates, cand) && under(p, cand))
     snprintf(label, sizeof label, "candidates%s", p + strlen(cand));
-  if (label[0]) {
+  int again = 0; /* a file read again (the bundle's, by the search and by phase 4) is logged once */
+  size_t k;
+  json_t *r;
+  json_array_foreach(c->reads, k, r) again |= !strcmp(json_string_value(json_object_get(r, "path")) ?: "", p);
+  if (label[0] && !again) {
     char h[65];
     mi_sha256_buf(b, got, h);
     json_array_append_new(c->reads, json_pack("{s:s, s:s, s:I, s:s, s:s}", "path", p, "ref", label, "bytes",

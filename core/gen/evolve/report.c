@@ -56,11 +56,22 @@ int ev_report_write(const ev_ctx *c, char *err, size_t n) {
   if (json_array_size(json_object_get(r, "variant_search"))) {
     fprintf(f, "\n## Variant search (tolerance %g on max |top-10 logprob diff|)\n\n",
             json_number_value(json_object_get(r, "tolerance")));
-    fprintf(f, "| probe | candidate | oracle error | verdict |\n| --- | --- | --- | --- |\n");
-    json_array_foreach(json_object_get(r, "variant_search"), i, x)
-        fprintf(f, "| %s | %s | %.3g | %s |\n", str(x, "probe"), str(x, "candidate"),
-                json_number_value(json_object_get(x, "error")), str(x, "verdict"));
+    fprintf(f, "From **%s**.\n\n| probe | candidate | oracle error | verdict |\n| --- | --- | --- | --- |\n", str(r, "base"));
+    json_array_foreach(json_object_get(r, "variant_search"), i, x) {
+      fprintf(f, "| %s | %s | ", str(x, "probe"), str(x, "candidate"));
+      if (json_object_get(x, "error")) fprintf(f, "%.3g | %s |\n", json_number_value(json_object_get(x, "error")), str(x, "verdict"));
+      else { /* not scored: why */
+        const json_t *why = json_object_get(x, "unexplained") ?: json_object_get(x, "operators_missing");
+        fprintf(f, "- | %s: ", str(x, "verdict"));
+        cell(f, json_string_value(json_array_get(why, 0)) ?: "");
+        fprintf(f, " |\n");
+      }
+    }
     if (json_is_string(json_object_get(r, "found"))) fprintf(f, "\nFound: **%s**\n", str(r, "found"));
+    if (json_array_size(json_object_get(r, "deferred"))) {
+      fprintf(f, "\nLeft to a candidate bundle (a layer kind the base lacks):\n\n");
+      json_array_foreach(json_object_get(r, "deferred"), i, x) fprintf(f, "- %s\n", json_string_value(x));
+    }
   }
   const json_t *b = json_object_get(r, "bundle");
   if (b) {
@@ -71,6 +82,10 @@ int ev_report_write(const ev_ctx *c, char *err, size_t n) {
     json_array_foreach(json_object_get(b, "end_to_end"), i, x)
         fprintf(f, "| %s | %.3g | %lld | %s |\n", str(x, "shape"), json_number_value(json_object_get(x, "error")),
                 (long long)json_integer_value(json_object_get(x, "steps")), str(x, "verdict"));
+  }
+  if (json_array_size(json_object_get(r, "unexplained"))) {
+    fprintf(f, "\n## Unexplained (nothing written)\n\n");
+    json_array_foreach(json_object_get(r, "unexplained"), i, x) fprintf(f, "- %s\n", json_string_value(x));
   }
   if (json_array_size(json_object_get(r, "entries"))) {
     fprintf(f, "\n## Entered the CKB\n\n| entry | version | action |\n| --- | --- | --- |\n");

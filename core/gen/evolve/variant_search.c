@@ -1,20 +1,25 @@
 /* Phase 3, the variant search: which reading of the math does the oracle
- * agree with? From the closest covered contract (model.qwen3: norms ·w,
- * full rotary, q/k RMSNorm ·w, no output gate) the candidates are every
- * combination of
- *   layer/final norm   w | 1+w
- *   q/k norm           w | 1+w | none
- *   rotary             full | partial_rotary_factor
- *   attention output   none | sigmoid gate interleaved per head | gate as q_proj's second half
- * (36, the full product: small enough that nothing needs pruning, and the
- * table then shows every reading's distance from the oracle). Each is the
- * float64 reference (core/verify/models/qwen35.c) with that knob setting,
- * teacher-forced on llama.cpp's goldens of the probe checkpoints (only
- * full-attention layers speak); its error is the max |top-10 logprob diff|
- * over prompts x steps, and it passes within EV_TOL. A reading is found
- * when exactly one candidate passes on each probe and the probes agree.
- * No LLM, no randomness: the order is fixed and every score is logged. */
+ * agree with? Generic over the vocabulary of ckb/variants/ (kind
+ * "variant"): from the closest contract (the CKB's model contract that
+ * explains most of the first probe's weights and fields), the candidates
+ * are every combination of one member per variant group, among the members
+ * whose evidence (config fields and values, weight keys) holds in the
+ * probe's checkpoint; a group's order-0 member is the base's own reading,
+ * so the first candidate is the closest contract as it is. Each candidate
+ * is the base edited by its members (ev_apply). A candidate whose contract
+ * leaves a config field or weight of the probe unexplained is not scored
+ * (verdict "unexplained", the first names kept); one that needs an
+ * operator the CKB (plus the candidate bundle's contracts) lacks neither;
+ * every other is interpreted in float64 (core/verify/interp.h) and
+ * teacher-forced on llama.cpp's goldens of the probe checkpoints: its
+ * error is the max |top-10 logprob diff| over prompts x steps, and it
+ * passes within the tolerance. A reading is found when exactly one
+ * candidate passes on each probe and the probes agree. No LLM, no
+ * randomness: the order is fixed and every score is logged. A candidate's
+ * name is group=value for each group the search varies or whose member is
+ * not the base's own reading (order 0). */
 #define _GNU_SOURCE
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,37 +30,9 @@
 #include "core/gen/evolve/evolve.h"
 #include "core/runtime/safetensors.h"
 #include "core/util/spawn.h"
+#include "core/verify/interp.h"
 
-static const char *qk_name[] = {"1+w", "w", "none"};
-static const char *gate_name[] = {"interleaved", "half", "none"};
-
-void ev_candidate_name(const vf_qwen35_variant *v, char *out, size_t n) {
-  snprintf(out, n, "norm=%s qk=%s rotary=%s gate=%s", v->norm_offset != 0 ? "1+w" : "w", qk_name[v->qk],
-           v->full_rotary ? "full" : "partial", gate_name[v->gate]);
-}
-
-int ev_candidates(ev_candidate *out, int max) {
-  /* the closest contract's reading first, then the product with each
-   * dimension's covered value first */
-  static const double norms[] = {0.0, 1.0};
-  static const vf_q35_qk_norm qks[] = {VF_Q35_QK_W, VF_Q35_QK_1W, VF_Q35_QK_NONE};
-  static const int rots[] = {1, 0};
-  static const vf_q35_gate gates[] = {VF_Q35_GATE_NONE, VF_Q35_GATE_INTERLEAVED, VF_Q35_GATE_HALF};
-  int k = 0;
-  for (int a = 0; a < 2; a++)
-    for (int b = 0; b < 3; b++)
-      for (int r = 0; r < 2; r++)
-        for (int g = 0; g < 3; g++) {
-          if (k >= max) return -1;
-          ev_candidate *c = &out[k++];
-          c->v.norm_offset = norms[a];
-          c->v.qk = qks[b];
-          c->v.full_rotary = rots[r];
-          c->v.gate = gates[g];
-          ev_candidate_name(&c->v, c->name, sizeof c->name);
-        }
-  return k;
-}
+#define EV_MAX_CANDIDATES 4096
 
 static uint32_t fnv1a32_file(const char *path, int *ok) {
   FILE *f = fopen(path, "rb");
@@ -126,45 +103,50 @@ static void log_softmax(const double *l, double *out, int V) {
   for (int i = 0; i < V; i++) out[i] = l[i] - lz;
 }
 
-int ev_oracle_error(vf_qwen35 *m, const json_t *golden, double *max_err, int *steps_out, char *err, size_t n) {
-  const int V = vf_qwen35_vocab(m);
-  double *lg = malloc((size_t)V * sizeof(double)), *lp = malloc((size_t)V * sizeof(double));
+int ev_oracle_error(const mi_ckb *c, const json_t *contract, const json_t *cfg, const mi_weights *w,
+                    const json_t *golden, double *max_err, int *steps_out, char *err, size_t n) {
   double worst = 0;
   int steps = 0, rc = 0;
-  size_t i;
-  json_t *c;
-  if (!lg || !lp) {
-    snprintf(err, n, "out of memory");
-    rc = -1;
+  const json_t *vv = mi_ckb_config_value(contract, cfg, "vocab_size", 10);
+  const int V = json_is_integer(vv) ? (int)json_integer_value(vv) : 0;
+  vf_interp *m = V > 0 ? vf_interp_open_json(c, contract, cfg, w, err, n) : NULL;
+  double *lp = m ? malloc((size_t)V * sizeof(double)) : NULL;
+  if (!lp) {
+    if (V <= 0) snprintf(err, n, "the contract binds no vocab_size on this config.json");
+    else if (m) snprintf(err, n, "out of memory");
+    vf_interp_close(m);
+    return -1;
   }
-  json_array_foreach(json_object_get(golden, "cases"), i, c) {
-    if (rc) break;
-    json_t *pids = json_object_get(c, "prompt_ids"), *st = json_object_get(c, "steps");
+  size_t i;
+  json_t *cs;
+  json_array_foreach(json_object_get(golden, "cases"), i, cs) {
+    json_t *pids = json_object_get(cs, "prompt_ids"), *st = json_object_get(cs, "steps");
     const int np = (int)json_array_size(pids), ns = (int)json_array_size(st);
     if (np < 1 || ns < 1) {
       snprintf(err, n, "golden case %zu: no prompt_ids or steps", i);
       rc = -1;
       break;
     }
-    int32_t *ids = malloc((size_t)(np + ns) * sizeof(int32_t));
-    vf_qwen35_seq *s = ids ? vf_qwen35_seq_new(m, np + ns) : NULL;
-    if (!s) {
+    /* the prompt and every step's token but the last: causal, so the
+     * logits at position np-1+t are step t's, state carried as in decode */
+    const int T = np + ns - 1;
+    int32_t *ids = malloc((size_t)T * sizeof(int32_t));
+    if (!ids) {
       snprintf(err, n, "out of memory");
-      free(ids);
       rc = -1;
       break;
     }
     for (int t = 0; t < np; t++) ids[t] = (int32_t)json_integer_value(json_array_get(pids, (size_t)t));
-    for (int t = 0; t < ns; t++)
+    for (int t = 0; t + 1 < ns; t++)
       ids[np + t] = (int32_t)json_integer_value(json_object_get(json_array_get(st, (size_t)t), "token_id"));
+    double *lg = vf_interp_forward(m, ids, T, ns, NULL, err, n); /* [ns, V] */
+    free(ids);
+    if (!lg) {
+      rc = -1;
+      break;
+    }
     for (int t = 0; t < ns && rc == 0; t++) {
-      /* step t predicts ids[np + t]: the prompt, then one token per step, state carried */
-      if ((t == 0 ? vf_qwen35_forward(m, s, ids, np, 1, lg, 0, NULL, err, n)
-                  : vf_qwen35_forward(m, s, ids + np + t - 1, 1, 1, lg, 0, NULL, err, n)) != 0) {
-        rc = -1;
-        break;
-      }
-      log_softmax(lg, lp, V);
+      log_softmax(lg + (size_t)t * (size_t)V, lp, V);
       size_t k;
       json_t *pair;
       json_array_foreach(json_object_get(json_array_get(st, (size_t)t), "top"), k, pair) {
@@ -178,11 +160,11 @@ int ev_oracle_error(vf_qwen35 *m, const json_t *golden, double *max_err, int *st
       }
       steps++;
     }
-    vf_qwen35_seq_free(s);
-    free(ids);
+    free(lg);
+    if (rc) break;
   }
-  free(lg);
   free(lp);
+  vf_interp_close(m);
   *max_err = worst;
   if (steps_out) *steps_out = steps;
   return rc;
@@ -194,88 +176,353 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static json_t *variant_json(const vf_qwen35_variant *v) {
-  return json_pack("{s:s, s:s, s:s, s:s}", "norm", v->norm_offset != 0 ? "1+w" : "w", "qk_norm", qk_name[v->qk],
-                   "rotary", v->full_rotary ? "full" : "partial", "gate", gate_name[v->gate]);
+const mi_ckb_entry *ev_closest_contract(const mi_ckb *c, const json_t *cfg, const mi_weights *w) {
+  const mi_ckb_entry *best = NULL;
+  long best_score = -1;
+  for (size_t i = 0; i < mi_ckb_count(c); i++) {
+    const mi_ckb_entry *e = mi_ckb_at(c, i);
+    if (!e->kind || strcmp(e->kind, "model") || !e->id) continue;
+    /* tensors a weight key matches count most; bound config fields break ties */
+    long score = 0;
+    for (size_t k = 0; k < mi_weights_count(w); k++) {
+      mi_weight_info x;
+      size_t j;
+      json_t *spec;
+      if (mi_weights_at(w, k, &x) != 0) continue;
+      json_array_foreach(json_object_get(e->json, "weights"), j, spec) {
+        const char *key = json_string_value(json_object_get(spec, "key"));
+        const char *p = key ? strstr(key, "{i}") : NULL;
+        int hit = 0;
+        if (key && !p) hit = !strcmp(key, x.name);
+        else if (p && !strncmp(key, x.name, (size_t)(p - key))) {
+          const char *q = x.name + (p - key);
+          while (*q >= '0' && *q <= '9') q++;
+          hit = q > x.name + (p - key) && !strcmp(q, p + 3);
+        }
+        if (hit) {
+          score += 1000;
+          break;
+        }
+      }
+    }
+    size_t j;
+    json_t *f;
+    json_array_foreach(json_object_get(e->json, "config"), j, f) {
+      const char *nm = json_string_value(json_object_get(f, "name"));
+      if (nm && ev_cfg_field(cfg, nm)) score++;
+    }
+    if (score > best_score || (score == best_score && best && strcmp(e->id, best->id) < 0)) best = e, best_score = score;
+  }
+  return best;
 }
 
-static int same_variant(const vf_qwen35_variant *a, const vf_qwen35_variant *b) {
-  return a->norm_offset == b->norm_offset && a->qk == b->qk && a->full_rotary == b->full_rotary && a->gate == b->gate;
+int ev_scratch_ckb(ev_ctx *c, const char *name, char *dir, size_t dn, char *err, size_t n) {
+  snprintf(dir, dn, "%s/%s", c->o->run_dir, name);
+  if (mi_remove_tree(dir) != 0 || mi_copy_tree(c->o->ckb, dir) != 0) {
+    snprintf(err, n, "%s: cannot copy the CKB there", dir);
+    return -1;
+  }
+  if (!c->o->candidates) return 0;
+  char p[4400], e2[1024];
+  snprintf(p, sizeof p, "%s/bundle.json", c->o->candidates);
+  json_t *b = ev_read_json(c, p, "variant_search", e2, sizeof e2);
+  if (!b) return 0; /* phase 4 rejects the bundle, naming why */
+  mi_ckb *ck = mi_ckb_open(dir, e2, sizeof e2);
+  size_t i;
+  json_t *id;
+  json_array_foreach(json_object_get(b, "operators"), i, id) {
+    const char *s = json_string_value(id);
+    char why[200];
+    if (!ck || !s || strncmp(s, "operator.", 9) || mi_ckb_name_check(s + 9, why, sizeof why) != 0 || mi_ckb_find(ck, s))
+      continue;
+    char op[4400], dp[4400];
+    snprintf(op, sizeof op, "%s/operators/%s.json", c->o->candidates, s + 9);
+    snprintf(dp, sizeof dp, "%s/operators/%s.json", dir, s + 9);
+    json_t *e = ev_read_json(c, op, "variant_search", e2, sizeof e2);
+    if (e) json_dump_file(e, dp, JSON_INDENT(2)); /* scored with; verified as a unit in phase 4 */
+    json_decref(e);
+  }
+  if (ck) mi_ckb_close(ck);
+  json_decref(b);
+  return 0;
 }
 
-int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, vf_qwen35_variant *found, char *err, size_t n) {
+/* The members of each group whose evidence holds: groups[g] = array of entries. */
+static json_t *candidate_groups(const json_t *vocab, const json_t *cfg, const mi_weights *w) {
+  json_t *groups = json_object();
+  size_t i;
+  json_t *v;
+  json_array_foreach(vocab, i, v) {
+    if (!ev_evidence(v, cfg, w)) continue;
+    const char *g = json_string_value(json_object_get(v, "group"));
+    if (!g) continue;
+    json_t *arr = json_object_get(groups, g);
+    if (!arr) json_object_set_new(groups, g, arr = json_array());
+    json_array_append(arr, v);
+  }
+  return groups;
+}
+
+/* Candidate k of the product (the last group fastest): its members and name. */
+static json_t *candidate(const json_t *groups, size_t k, char *name, size_t n) {
+  json_t *members = json_array();
+  const char *keys[64];
+  size_t ng = 0;
+  const char *g;
+  json_t *arr;
+  json_object_foreach((json_t *)groups, g, arr) if (ng < 64) keys[ng++] = g;
+  /* jansson iterates in insertion order, which is the vocabulary's (by group) */
+  size_t idx[64];
+  for (size_t q = ng; q-- > 0;) {
+    size_t m = json_array_size(json_object_get(groups, keys[q]));
+    idx[q] = k % m;
+    k /= m;
+  }
+  size_t l = 0;
+  name[0] = 0;
+  for (size_t q = 0; q < ng; q++) {
+    json_t *grp = json_object_get(groups, keys[q]), *v = json_array_get(grp, idx[q]);
+    json_array_append(members, v);
+    /* named: a group the search varies, or a member other than the base's own reading */
+    if ((json_array_size(grp) > 1 || json_integer_value(json_object_get(v, "order")) > 0) && l < n)
+      l += (size_t)snprintf(name + l, n - l, "%s%s=%s", l ? " " : "", keys[q], json_string_value(json_object_get(v, "value")) ?: "?");
+  }
+  if (!name[0]) snprintf(name, n, "as the closest contract");
+  return members;
+}
+
+static json_t *ids_of(const json_t *members) {
+  json_t *ids = json_array();
+  size_t i;
+  json_t *v;
+  json_array_foreach(members, i, v) json_array_append(ids, json_object_get(v, "id"));
+  return ids;
+}
+
+/* The operators the edited contract's steps name that the CKB lacks. */
+static json_t *missing_ops(const mi_ckb *c, const json_t *m) {
+  json_t *out = json_array(), *seqs = mi_ckb_model_sequences(m);
+  size_t i, k;
+  json_t *seq, *st;
+  json_array_foreach(seqs, i, seq) json_array_foreach(seq, k, st) {
+    const char *op = json_string_value(json_object_get(st, "operator"));
+    if (!op || mi_ckb_find(c, op)) continue;
+    int dup = 0;
+    size_t j;
+    json_t *x;
+    json_array_foreach(out, j, x) dup |= !strcmp(json_string_value(x), op);
+    if (!dup) json_array_append_new(out, json_string(op));
+  }
+  json_decref(seqs);
+  return out;
+}
+
+static char *joined(const json_t *lines, size_t max) {
+  size_t cap = 1024, l = 0;
+  char *s = calloc(1, cap);
+  size_t i;
+  json_t *x;
+  json_array_foreach(lines, i, x) {
+    if (i == max) {
+      l += (size_t)snprintf(s + l, cap - l, "; and %zu more", json_array_size(lines) - max);
+      break;
+    }
+    const char *t = json_string_value(x) ?: "";
+    if (l + strlen(t) + 8 >= cap) {
+      cap = 2 * (cap + strlen(t));
+      char *ns = realloc(s, cap);
+      if (!ns) break;
+      s = ns;
+    }
+    l += (size_t)snprintf(s + l, cap - l, "%s%s", i ? "; " : "", t);
+  }
+  return s;
+}
+
+/* One probe as the candidates are scored on it. */
+typedef struct probe_ctx {
+  const mi_ckb *ck;
+  const json_t *cfg;
+  const mi_weights *w;
+  const json_t *golden;
+  const char *gpath, *shape;
+  int first; /* the first probe: a passing row keeps what it defers */
+  double tol;
+} probe_ctx;
+
+/* Candidate k (its members, its name) on one probe: its row appended to
+ * table. 1 pass, 0 fail or not scored, -1 error (err). */
+static int score_one(const probe_ctx *p, const json_t *base, const json_t *members, const char *name, size_t k,
+                     json_t *table, char *err, size_t n) {
+  json_t *m = ev_apply(base, members, p->cfg), *unexp = json_array(), *deferred = json_array();
+  json_t *row = json_pack("{s:s, s:s, s:I, s:s, s:o}", "probe", p->shape, "golden", p->gpath, "index", (json_int_t)k,
+                          "candidate", name, "variants", ids_of(members));
+  double t0 = now_s(), e = 0;
+  int steps = 0, rc = 0;
+  char e2[2048];
+  json_t *ops = missing_ops(p->ck, m);
+  if (ev_explain(m, p->cfg, p->w, unexp, deferred) > 0) { /* not scored: what it cannot explain */
+    char *why = joined(unexp, 3);
+    json_object_set_new(row, "verdict", json_string("unexplained"));
+    json_object_set(row, "unexplained", unexp);
+    fprintf(stderr, "mi-gen: evolve: %-14s %-52s unexplained: %s\n", p->shape, name, why ? why : "");
+    free(why);
+  } else if (json_array_size(ops)) { /* not scored: an operator neither the CKB nor the bundle has */
+    json_object_set_new(row, "verdict", json_string("no operator"));
+    json_object_set(row, "operators_missing", ops);
+    fprintf(stderr, "mi-gen: evolve: %-14s %-52s needs %s\n", p->shape, name, json_string_value(json_array_get(ops, 0)));
+  } else if (ev_oracle_error(p->ck, m, p->cfg, p->w, p->golden, &e, &steps, e2, sizeof e2) != 0) {
+    snprintf(err, n, "%s, candidate %s: %s", p->gpath, name, e2);
+    rc = -1;
+  } else {
+    const int pass = e <= p->tol; /* a NaN error fails */
+    json_object_set_new(row, "error", json_real(isfinite(e) ? e : 1e300));
+    json_object_set_new(row, "steps", json_integer(steps));
+    json_object_set_new(row, "verdict", json_string(pass ? "pass" : "fail"));
+    fprintf(stderr, "mi-gen: evolve: %-14s %-52s %.3g %s\n", p->shape, name, e, pass ? "pass" : "fail");
+    if (pass && p->first) json_object_set(row, "deferred", deferred);
+    rc = pass;
+  }
+  json_object_set_new(row, "wall_s", json_real(now_s() - t0));
+  json_array_append_new(table, row);
+  json_decref(ops);
+  json_decref(unexp);
+  json_decref(deferred);
+  json_decref(m);
+  return rc;
+}
+
+int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found, char *err, size_t n) {
   const double tol = c->o->tol > 0 ? c->o->tol : EV_TOL;
-  ev_candidate cand[64];
-  const int nc = ev_candidates(cand, 64);
   *table = json_array();
-  int rc = 0, have = 0;
+  *found = NULL;
+  /* each scored candidate is a forward from scratch that widens the
+   * embedding and lm_head to float64 (V x hidden doubles each): keep those
+   * blocks in the heap once freed, rather than mapping and faulting them
+   * in again for the next candidate (most of the search's time otherwise) */
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  if (!json_array_size(probes)) {
+    snprintf(err, n, "no probe golden (a golden whose model.shape starts with probe) under the references");
+    return 1;
+  }
+  char sdir[4400], e2[2048];
+  if (ev_scratch_ckb(c, "search-ckb", sdir, sizeof sdir, e2, sizeof e2) != 0) {
+    snprintf(err, n, "%s", e2);
+    return -1;
+  }
+  mi_ckb *ck = mi_ckb_open(sdir, e2, sizeof e2);
+  if (!ck) {
+    snprintf(err, n, "%s", e2);
+    return -1;
+  }
+  json_t *vocab = ev_vocab(ck), *groups = NULL, *base = NULL, *pick_members = NULL;
+  char pick_name[512] = "";
+  int rc = 0;
   size_t pi;
   json_t *p;
   json_array_foreach(probes, pi, p) {
     const char *gpath = json_string_value(json_object_get(p, "path"));
     const json_t *g = json_object_get(p, "golden");
-    const char *shape = json_string_value(json_object_get(json_object_get(g, "model"), "shape"));
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s/probes/%zu-%s", c->o->run_dir, pi, shape ? shape : "probe");
-    char e2[1024];
+    const char *shape = json_string_value(json_object_get(json_object_get(g, "model"), "shape")) ?: "probe";
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/probes/%zu-%s", c->o->run_dir, pi, shape);
     if (ev_remake_checkpoint(c->o, g, dir, e2, sizeof e2) != 0) {
       snprintf(err, n, "%s: %s", gpath, e2);
-      return -1;
+      rc = -1;
+      break;
     }
-    char cp[4300];
+    char cp[4500];
     snprintf(cp, sizeof cp, "%s/config.json", dir);
     json_error_t je;
     json_t *cfg = json_load_file(cp, 0, &je);
     mi_weights *w = cfg ? mi_weights_open(dir, e2, sizeof e2) : NULL;
-    vf_qwen35 *m = NULL;
-    if (!cfg || !w || vf_qwen35_open(cfg, w, &m, e2, sizeof e2) != 0) {
+    if (!cfg || !w) {
       snprintf(err, n, "%s: %s", cfg ? dir : cp, cfg ? e2 : je.text);
-      if (w) mi_weights_close(w);
       json_decref(cfg);
-      return -1;
+      rc = -1;
+      break;
     }
-    if (!c->model_cfg) c->model_cfg = json_incref(cfg);
-    int passing = 0, pick = -1;
-    for (int k = 0; k < nc; k++) {
-      vf_qwen35_set_variant(m, &cand[k].v);
-      double e = 0, t0 = now_s();
-      int steps = 0;
-      if (ev_oracle_error(m, g, &e, &steps, e2, sizeof e2) != 0) {
-        snprintf(err, n, "%s, candidate %s: %s", gpath, cand[k].name, e2);
-        rc = -1;
-        break;
+    if (!base) { /* the first probe picks the base and the candidates; the others score the same */
+      const mi_ckb_entry *be = ev_closest_contract(ck, cfg, w);
+      if (!be) {
+        snprintf(err, n, "%s: no model contract to start from", c->o->ckb);
+        rc = 1;
+      } else {
+        base = ev_probe_form(be->json, cfg);
+        groups = candidate_groups(vocab, cfg, w);
+        json_object_set_new(c->report, "base", json_string(be->id));
+        c->model_cfg = json_incref(cfg);
+        snprintf(c->probe_dir, sizeof c->probe_dir, "%s", dir);
+        fprintf(stderr, "mi-gen: evolve: closest contract %s; %zu variant group(s) with evidence\n", be->id,
+                json_object_size(groups));
       }
-      const int pass = e <= tol; /* a NaN error fails */
-      if (pass) passing++, pick = k;
-      json_t *row = json_pack("{s:s, s:s, s:i, s:s, s:o, s:f, s:s, s:i, s:f}", "probe", shape ? shape : "?", "golden",
-                              gpath, "index", k, "candidate", cand[k].name, "variant", variant_json(&cand[k].v),
-                              "error", isfinite(e) ? e : 1e300, "verdict", pass ? "pass" : "fail", "steps", steps,
-                              "wall_s", now_s() - t0);
-      json_array_append_new(*table, row);
-      fprintf(stderr, "mi-gen: evolve: %-14s %-52s %.3g %s\n", shape ? shape : "?", cand[k].name, e,
-              pass ? "pass" : "fail");
     }
-    vf_qwen35_close(m);
+    size_t total = 1;
+    const char *gk;
+    json_t *ga;
+    json_object_foreach(groups, gk, ga) total *= json_array_size(ga);
+    if (rc == 0 && total > EV_MAX_CANDIDATES) {
+      snprintf(err, n, "%zu candidates (at most %d): the evidence selects too many variants", total, EV_MAX_CANDIDATES);
+      rc = 1;
+    }
+    int passing = 0;
+    json_t *pass_members = NULL;
+    char pass_name[512] = "";
+    for (size_t k = 0; rc == 0 && k < total; k++) {
+      probe_ctx pc = {ck, cfg, w, g, gpath, shape, pi == 0, tol};
+      char name[512];
+      json_t *members = candidate(groups, k, name, sizeof name);
+      const int r = score_one(&pc, base, members, name, k, *table, err, n);
+      if (r < 0) rc = -1;
+      else if (r == 1) {
+        passing++;
+        json_decref(pass_members);
+        pass_members = json_incref(members);
+        snprintf(pass_name, sizeof pass_name, "%s", name);
+      }
+      json_decref(members);
+    }
     mi_weights_close(w);
     json_decref(cfg);
-    if (rc) return rc;
-    if (passing != 1) {
-      snprintf(err, n, "%s (%s): %d of %d candidates within %g of the oracle (need exactly one)", gpath,
-               shape ? shape : "?", passing, nc, tol);
-      return 1;
+    if (rc == 0 && passing != 1) {
+      snprintf(err, n, "%s (%s): %d of %zu candidates within %g of the oracle (need exactly one)", gpath, shape,
+               passing, total, tol);
+      rc = 1;
     }
-    if (have && !same_variant(&cand[pick].v, found)) {
-      char a[96];
-      ev_candidate_name(found, a, sizeof a);
-      snprintf(err, n, "the probes disagree: %s picks %s, an earlier probe %s", gpath, cand[pick].name, a);
-      return 1;
+    if (rc == 0 && pick_members && strcmp(pick_name, pass_name)) {
+      snprintf(err, n, "the probes disagree: %s picks %s, an earlier probe %s", gpath, pass_name, pick_name);
+      rc = 1;
     }
-    *found = cand[pick].v;
-    have = 1;
+    if (rc == 0 && !pick_members) {
+      pick_members = json_incref(pass_members);
+      snprintf(pick_name, sizeof pick_name, "%s", pass_name);
+    }
+    json_decref(pass_members);
+    if (rc) break;
   }
-  if (!have) {
-    snprintf(err, n, "no probe golden (a golden whose model.shape starts with probe-attn) under the references");
-    return 1;
+  if (rc == 0) {
+    /* the found reading on the first probe: what stays for a candidate bundle */
+    json_t *m = ev_apply(base, pick_members, c->model_cfg), *deferred = NULL;
+    size_t i;
+    json_t *r;
+    json_array_foreach(*table, i, r) if (!strcmp(json_string_value(json_object_get(r, "verdict")) ?: "", "pass") &&
+                                         json_object_get(r, "deferred") && !deferred) deferred =
+        json_object_get(r, "deferred");
+    *found = json_pack("{s:s, s:O, s:o, s:o, s:o, s:o}", "name", pick_name, "base", json_object_get(c->report, "base"),
+                       "variants", ids_of(pick_members), "contract", m, "deferred",
+                       deferred ? json_deep_copy(deferred) : json_array(), "operators", json_array());
+    /* the operators it needs that the target CKB (not the scratch copy) lacks */
+    mi_ckb *tk = mi_ckb_open(c->o->ckb, e2, sizeof e2);
+    if (tk) {
+      json_object_set_new(*found, "operators", missing_ops(tk, m));
+      mi_ckb_close(tk);
+    }
   }
-  return 0;
+  json_decref(pick_members);
+  json_decref(groups);
+  json_decref(base);
+  json_decref(vocab);
+  mi_ckb_close(ck);
+  return rc;
 }

@@ -1,7 +1,7 @@
 /* The float64 operator references: the one definition of each operator's
  * math that the verifier holds kernels, layers and whole models against
- * (operator units through ref/ops.c, the per-model layer drivers and model
- * references in core/verify/models/). Written for clarity, not speed.
+ * (operator units through ref/ops.c; layers and whole models through the
+ * contract interpreter, core/verify/interp.c). Written for clarity, not speed.
  * Layouts follow sdk/include/mi/platform.h (row-major, innermost last). */
 #ifndef MI_CORE_VERIFY_REF_F64_H
 #define MI_CORE_VERIFY_REF_F64_H
@@ -34,7 +34,7 @@ void vf_f64_silu_mul(double *y, const double *gate, const double *up, int64_t n)
 /* y[i] = a[i] + b[i]; y may equal a or b. */
 void vf_f64_add(double *y, const double *a, const double *b, int64_t n);
 
-/* ---- the Qwen3.5/3.6-style hybrid's operators (docs/hybrid.md) ---- */
+/* ---- the gated-DeltaNet hybrid's operators (docs/hybrid.md) ---- */
 
 /* y[i] = x[i] · sigmoid(gate[i]) (the gated attention output); y may equal x. */
 void vf_f64_sigmoid_mul(double *y, const double *x, const double *gate, int64_t n);

@@ -250,28 +250,11 @@ static void check_sequence(json_t *fs, const char *base, const char *code, const
   json_decref(got);
 }
 
-static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err, size_t err_len) {
-  (void)ctx;
-  json_t *task = json_loads(t->task_json, 0, NULL);
-  const char *sha = json_string_value(json_object_get(task, "source"));
-  const char *model_dir = json_string_value(json_object_get(task, "model_dir"));
-  char path[4400];
-  mi_bb *bb = mi_bb_open(t->run_dir, 0, err, err_len);
-  if (!bb || !sha || mi_bb_artifact(bb, sha, "c", path, sizeof path) != 0) {
-    if (bb) snprintf(err, err_len, "rules: the source artifact %s is missing or altered", sha ? sha : "(none)");
-    mi_bb_close(bb);
-    json_decref(task);
-    return -1;
-  }
-  mi_bb_close(bb);
-  char *src = ag_read_file(path, NULL);
-  char *code = code_only(src);
-  json_t *fs = json_array();
-  mi_ckb *c = mi_ckb_open(t->ckb_dir, err, err_len);
-  snprintf(path, sizeof path, "%s/config.json", model_dir ? model_dir : ".");
-  json_t *cfg = json_load_file(path, 0, NULL);
-  const char *arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
-  json_t *model = NULL, *platform = NULL, *ops = json_object();
+/* The model contract whose architectures name arch, the operators by id (into ops) and the platform
+ * contract the task asks for (default cpu), from the CKB c (NULL: none of them). */
+static json_t *find_contracts(mi_ckb *c, const json_t *task, const char *arch, json_t *ops,
+                              const mi_ckb_entry **pe) {
+  json_t *model = NULL;
   for (size_t i = 0; c && i < mi_ckb_count(c); i++) {
     const mi_ckb_entry *e = mi_ckb_at(c, i);
     size_t k;
@@ -280,11 +263,12 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
       json_array_foreach(json_object_get(e->json, "architectures"), k, a) if (arch && !strcmp(json_string_value(a), arch)) model = e->json;
     if (e->kind && !strcmp(e->kind, "operator")) json_object_set(ops, e->id, e->json);
   }
-  const mi_ckb_entry *pe = c ? mi_ckb_find_platform(c, json_string_value(json_object_get(json_object_get(task, "constraints"), "platform")) ?: "cpu") : NULL;
-  platform = pe ? pe->json : NULL;
-  if (!model || !platform) finding(fs, "error", "contracts", 0, "no model or platform contract to review against");
+  *pe = c ? mi_ckb_find_platform(c, json_string_value(json_object_get(json_object_get(task, "constraints"), "platform")) ?: "cpu") : NULL;
+  return model;
+}
 
-  /* includes */
+/* includes: only the engine's allowed headers */
+static void check_includes(json_t *fs, const char *src) {
   for (const char *p = src; (p = strstr(p, "#include")); p += 8) {
     const char *q = p + 8;
     while (*q == ' ') q++;
@@ -294,8 +278,11 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
     for (char *z = inc + strlen(inc); z > inc && isspace((unsigned char)z[-1]);) *--z = 0;
     if (!in_list(k_includes, inc)) finding(fs, "error", "include", line_of(src, p), "#include %s is not allowed in an engine", inc);
   }
-  /* forbidden calls, anywhere */
-  json_t *all = calls_in(code, code, code + strlen(code), 0);
+}
+
+/* What an engine may not do anywhere: forbidden calls (all: the calls in code), names of the
+ * process's identity, extern declarations, path literals (in src's string literals). */
+static void check_forbidden(json_t *fs, const char *src, const char *code, const json_t *all) {
   size_t i;
   json_t *cl;
   json_array_foreach(all, i, cl) {
@@ -333,7 +320,10 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
       finding(fs, "error", "forbidden", line_of(lits, p),
               "string literal naming %s...: an engine may not look at the process, the machine or files by name", k_paths[k]);
   free(lits);
-  /* allocation in the forward pass */
+}
+
+/* allocation in the forward pass */
+static void check_hot_alloc(json_t *fs, const char *code) {
   static const char *const hot[] = {"forward_chunk", "logits_rows", "e_forward", NULL};
   for (int h = 0; hot[h]; h++) {
     const char *b, *e;
@@ -342,6 +332,8 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
       continue;
     }
     json_t *cs = calls_in(code, b, e, 0);
+    size_t i;
+    json_t *cl;
     json_array_foreach(cs, i, cl) {
       const char *n = json_string_value(json_object_get(cl, "name"));
       if (in_list(k_alloc, n))
@@ -349,86 +341,140 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
     }
     json_decref(cs);
   }
+}
+
+/* the step sequences: forward_chunk against the prologue and every layer kind's sequence,
+ * logits_rows against the epilogue */
+static void check_sequences(json_t *fs, const char *code, const json_t *task, json_t *model, json_t *ops) {
+  int tp = (int)json_integer_value(json_object_get(json_object_get(task, "constraints"), "tp"));
+  json_t *body = json_array(), *epi = json_array();
+  json_array_append(body, json_object_get(model, "prologue") ?: json_null());
+  json_t *kinds = json_object_get(json_object_get(model, "layer_kinds"), "kinds");
+  if (kinds) {
+    const char *kn;
+    json_t *kv;
+    json_object_foreach(kinds, kn, kv) json_array_append(body, json_object_get(kv, "sequence") ?: json_null());
+  } else {
+    json_array_append(body, json_object_get(model, "layer_sequence") ?: json_null());
+  }
+  json_array_append(epi, json_object_get(model, "epilogue") ?: json_null());
+  const char *kvt = json_string_value(json_object_get(json_object_get(task, "constraints"), "kv_type"));
+  int half_kv = kvt && strcmp(kvt, "f32") != 0;
+  check_sequence(fs, code, code, "forward_chunk", model, body, ops, tp, half_kv);
+  check_sequence(fs, code, code, "logits_rows", model, epi, ops, tp, half_kv);
+  json_decref(body);
+  json_decref(epi);
+}
+
+/* members: every member call is a kernel of the platform pe, platform plumbing or the host's */
+static void check_members(json_t *fs, const json_t *all, const mi_ckb_entry *pe, json_t *ops) {
+  const json_t *platform = pe->json;
+  size_t i;
+  json_t *cl;
+  json_t *allowed = json_array();
+  json_array_foreach(json_object_get(platform, "kernels"), i, cl) {
+    const char *m = json_string_value(json_object_get(json_object_get(ops, json_string_value(json_object_get(cl, "operator"))), "member"));
+    if (m) json_array_append_new(allowed, json_string(m));
+  }
+  json_array_foreach(json_object_get(json_object_get(platform, "collectives"), "ops"), i, cl) json_array_append(allowed, cl);
+  json_array_foreach(all, i, cl) {
+    if (!json_is_true(json_object_get(cl, "member"))) continue;
+    const char *n = json_string_value(json_object_get(cl, "name"));
+    int okm = in_list(k_plumbing, n);
+    size_t k;
+    json_t *a;
+    json_array_foreach(allowed, k, a) okm |= !strcmp(json_string_value(a), n);
+    /* the host API table's members are the host's, not the platform's */
+    static const char *const host_members[] = {"weights_find", "alloc", "free", "json_string", "json_array_get", "json_get",
+                                               "json_type", "json_int", "json_real", "json_bool", "log", "opt_get",
+                                               "json_array_size", NULL};
+    okm |= in_list(host_members, n);
+    if (!okm) finding(fs, "error", "members", (int)json_integer_value(json_object_get(cl, "line")),
+                      "member %s is neither a kernel of %s nor platform plumbing", n, pe->id);
+  }
+  json_decref(allowed);
+}
+
+/* constants: each numeric config field the model contract names has its #define, equal to
+ * config.json's value (or the contract's default) */
+static void check_constants(json_t *fs, const char *code, const json_t *model, json_t *cfg) {
+  size_t i;
+  json_t *ce;
+  json_array_foreach(json_object_get(model, "config"), i, ce) {
+    const char *n = json_string_value(json_object_get(ce, "name"));
+    const char *where = json_string_value(json_object_get(ce, "path")); /* nested: rope_parameters.rope_theta */
+    json_t *v = cfg;
+    for (const char *q = where ? where : n; v && q && *q;) {
+      size_t len = strcspn(q, ".");
+      char seg[128];
+      snprintf(seg, sizeof seg, "%.*s", (int)len, q);
+      v = json_is_object(v) ? json_object_get(v, seg) : NULL;
+      q = q[len] ? q + len + 1 : NULL;
+    }
+    if (!v || json_is_null(v)) v = json_object_get(ce, "default");
+    if (!json_is_number(v) && !json_is_boolean(v)) continue;
+    char U[96], pat[128];
+    size_t k = 0;
+    for (; n[k] && k < 95; k++) U[k] = (char)toupper((unsigned char)n[k]);
+    U[k] = 0;
+    snprintf(pat, sizeof pat, "#define %s ", U);
+    const char *p = strstr(code, pat);
+    if (!p) {
+      snprintf(pat, sizeof pat, "#define %s", U);
+      p = strstr(code, pat);
+      if (p && is_ident(p[strlen(pat)])) p = NULL;
+    }
+    if (!p) {
+      finding(fs, "warning", "constants", 0, "config field %s has no #define %s", n, U);
+      continue;
+    }
+    double want = json_is_boolean(v) ? json_is_true(v) : json_number_value(v);
+    double got = strtod(p + strlen(pat), NULL);
+    if (fabs(got - want) > 1e-6 * fabs(want))
+      finding(fs, "error", "constants", line_of(code, p), "%s is %.9g in the source, config.json says %s = %.9g", U, got, n, want);
+  }
+}
+
+static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err, size_t err_len) {
+  (void)ctx;
+  json_t *task = json_loads(t->task_json, 0, NULL);
+  const char *sha = json_string_value(json_object_get(task, "source"));
+  const char *model_dir = json_string_value(json_object_get(task, "model_dir"));
+  char path[4400];
+  mi_bb *bb = mi_bb_open(t->run_dir, 0, err, err_len);
+  if (!bb || !sha || mi_bb_artifact(bb, sha, "c", path, sizeof path) != 0) {
+    if (bb) snprintf(err, err_len, "rules: the source artifact %s is missing or altered", sha ? sha : "(none)");
+    mi_bb_close(bb);
+    json_decref(task);
+    return -1;
+  }
+  mi_bb_close(bb);
+  char *src = ag_read_file(path, NULL);
+  char *code = code_only(src);
+  json_t *fs = json_array();
+  mi_ckb *c = mi_ckb_open(t->ckb_dir, err, err_len);
+  snprintf(path, sizeof path, "%s/config.json", model_dir ? model_dir : ".");
+  json_t *cfg = json_load_file(path, 0, NULL);
+  const char *arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
+  json_t *ops = json_object();
+  const mi_ckb_entry *pe = NULL;
+  json_t *model = find_contracts(c, task, arch, ops, &pe);
+  const json_t *platform = pe ? pe->json : NULL;
+  if (!model || !platform) finding(fs, "error", "contracts", 0, "no model or platform contract to review against");
+
+  check_includes(fs, src);
+  json_t *all = calls_in(code, code, code + strlen(code), 0);
+  check_forbidden(fs, src, code, all);
+  check_hot_alloc(fs, code);
   if (model && platform) {
-    int tp = (int)json_integer_value(json_object_get(json_object_get(task, "constraints"), "tp"));
-    json_t *body = json_array(), *epi = json_array();
-    json_array_append(body, json_object_get(model, "prologue") ?: json_null());
-    json_t *kinds = json_object_get(json_object_get(model, "layer_kinds"), "kinds");
-    if (kinds) {
-      const char *kn;
-      json_t *kv;
-      json_object_foreach(kinds, kn, kv) json_array_append(body, json_object_get(kv, "sequence") ?: json_null());
-    } else {
-      json_array_append(body, json_object_get(model, "layer_sequence") ?: json_null());
-    }
-    json_array_append(epi, json_object_get(model, "epilogue") ?: json_null());
-    const char *kvt = json_string_value(json_object_get(json_object_get(task, "constraints"), "kv_type"));
-    int half_kv = kvt && strcmp(kvt, "f32") != 0;
-    check_sequence(fs, code, code, "forward_chunk", model, body, ops, tp, half_kv);
-    check_sequence(fs, code, code, "logits_rows", model, epi, ops, tp, half_kv);
-    json_decref(body);
-    json_decref(epi);
-    /* members */
-    json_t *allowed = json_array();
-    json_array_foreach(json_object_get(platform, "kernels"), i, cl) {
-      const char *m = json_string_value(json_object_get(json_object_get(ops, json_string_value(json_object_get(cl, "operator"))), "member"));
-      if (m) json_array_append_new(allowed, json_string(m));
-    }
-    json_array_foreach(json_object_get(json_object_get(platform, "collectives"), "ops"), i, cl) json_array_append(allowed, cl);
-    json_array_foreach(all, i, cl) {
-      if (!json_is_true(json_object_get(cl, "member"))) continue;
-      const char *n = json_string_value(json_object_get(cl, "name"));
-      int okm = in_list(k_plumbing, n);
-      size_t k;
-      json_t *a;
-      json_array_foreach(allowed, k, a) okm |= !strcmp(json_string_value(a), n);
-      /* the host API table's members are the host's, not the platform's */
-      static const char *const host_members[] = {"weights_find", "alloc", "free", "json_string", "json_array_get", "json_get",
-                                                 "json_type", "json_int", "json_real", "json_bool", "log", "opt_get",
-                                                 "json_array_size", NULL};
-      okm |= in_list(host_members, n);
-      if (!okm) finding(fs, "error", "members", (int)json_integer_value(json_object_get(cl, "line")),
-                        "member %s is neither a kernel of %s nor platform plumbing", n, pe->id);
-    }
-    json_decref(allowed);
-    /* constants */
-    json_t *ce;
-    json_array_foreach(json_object_get(model, "config"), i, ce) {
-      const char *n = json_string_value(json_object_get(ce, "name"));
-      const char *where = json_string_value(json_object_get(ce, "path")); /* nested: rope_parameters.rope_theta */
-      json_t *v = cfg;
-      for (const char *q = where ? where : n; v && q && *q;) {
-        size_t len = strcspn(q, ".");
-        char seg[128];
-        snprintf(seg, sizeof seg, "%.*s", (int)len, q);
-        v = json_is_object(v) ? json_object_get(v, seg) : NULL;
-        q = q[len] ? q + len + 1 : NULL;
-      }
-      if (!v || json_is_null(v)) v = json_object_get(ce, "default");
-      if (!json_is_number(v) && !json_is_boolean(v)) continue;
-      char U[96], pat[128];
-      size_t k = 0;
-      for (; n[k] && k < 95; k++) U[k] = (char)toupper((unsigned char)n[k]);
-      U[k] = 0;
-      snprintf(pat, sizeof pat, "#define %s ", U);
-      const char *p = strstr(code, pat);
-      if (!p) {
-        snprintf(pat, sizeof pat, "#define %s", U);
-        p = strstr(code, pat);
-        if (p && is_ident(p[strlen(pat)])) p = NULL;
-      }
-      if (!p) {
-        finding(fs, "warning", "constants", 0, "config field %s has no #define %s", n, U);
-        continue;
-      }
-      double want = json_is_boolean(v) ? json_is_true(v) : json_number_value(v);
-      double got = strtod(p + strlen(pat), NULL);
-      if (fabs(got - want) > 1e-6 * fabs(want))
-        finding(fs, "error", "constants", line_of(code, p), "%s is %.9g in the source, config.json says %s = %.9g", U, got, n, want);
-    }
+    check_sequences(fs, code, task, model, ops);
+    check_members(fs, all, pe, ops);
+    check_constants(fs, code, model, cfg);
   }
   if (!strstr(code, "MI_PLUGIN_ENGINE")) finding(fs, "error", "kind", 0, "the descriptor does not declare MI_PLUGIN_ENGINE");
   int errors = 0;
+  size_t i;
+  json_t *cl;
   json_array_foreach(fs, i, cl) errors += !strcmp(json_string_value(json_object_get(cl, "severity")), "error");
   ag_result(result, json_pack("{s:s, s:s, s:o, s:i}", "status", "ok", "verdict", errors ? "rejected" : "approved", "findings", fs,
                               "errors", errors));

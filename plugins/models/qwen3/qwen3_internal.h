@@ -5,17 +5,14 @@
 #include <stdio.h>
 
 #include "mi/model.h"
+#include "mi/model_glue.h"
 #include "qwen3_config.h"
 
 /* Rows of logits computed per lm_head call: bounds the logits scratch to
  * Q3_LOGIT_ROWS × vocab floats when all positions' logits are requested. */
 #define Q3_LOGIT_ROWS 8
 
-typedef struct q3_weight {
-  mi_buffer *buf; /* NULL when borrowed (tied lm_head) */
-  void *ptr;      /* device address */
-  mi_dtype dtype;
-} q3_weight;
+typedef mi_glue_weight q3_weight; /* buf NULL when borrowed (tied lm_head) */
 
 typedef struct q3_layer {
   q3_weight attn_norm, ffn_norm;   /* [H] f32 */
@@ -49,6 +46,7 @@ struct mi_model {
   void *pc;
   const mi_weights *weights;
   char *model_dir;
+  mi_glue glue; /* binding weights and scratch (mi/model_glue.h) */
   qwen3_config cfg;
   int64_t batch; /* tokens per forward chunk (prefill batch) */
   uint64_t mem_budget; /* option mem_budget: host bytes left for the scratch (0: unchecked) */
@@ -81,21 +79,5 @@ int qwen3_forward(qwen3_model *m, qwen3_seq *s, const int32_t *ids, int64_t n, f
                   int all_logits, char *err, size_t err_len);
 int qwen3_forward_batch(qwen3_model *m, qwen3_seq *const *seqs, const int32_t *ids, int64_t n,
                         float *const *logits, char *err, size_t err_len);
-
-static inline const char *q3_shape_str(const mi_weight_info *wi) {
-  static __thread char buf[128];
-  int o = snprintf(buf, sizeof buf, "[");
-  for (int i = 0; i < wi->ndim && i < 8 && o < (int)sizeof buf - 24; i++)
-    o += snprintf(buf + o, sizeof buf - o, "%s%lld", i ? ", " : "", (long long)wi->shape[i]);
-  snprintf(buf + o, sizeof buf - o, "]");
-  return buf;
-}
-
-/* The dtype of a stored weight, for messages ("an unsupported dtype" when
- * the file's type has no mi_dtype, e.g. I16 or F8). */
-static inline const char *q3_dtype_str(const mi_weight_info *wi) {
-  return wi->dtype >= 0 && wi->dtype < MI_DTYPE_COUNT ? mi_dtype_name((mi_dtype)wi->dtype)
-                                                      : "(unsupported)";
-}
 
 #endif

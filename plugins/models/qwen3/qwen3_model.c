@@ -23,183 +23,15 @@
 #include "qwen3_config.h"
 #include "qwen3_internal.h"
 
-#define CHECK_K(call)                                                                              \
-  do {                                                                                             \
-    if ((call) != 0) {                                                                             \
-      const char *e_ = P->last_error ? P->last_error(pc) : NULL;                                   \
-      snprintf(err, err_len, "qwen3: kernel %s failed: %s", #call, e_ ? e_ : "unknown error");     \
-      return -1;                                                                                   \
-    }                                                                                              \
-  } while (0)
+#define CHECK_K(call) MI_GLUE_K("qwen3", call)
 
-/* ---- weights ---------------------------------------------------------- */
-
-static int check_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t cols,
-                        mi_weight_info *wi, char *err, size_t err_len);
-
-/* Binds rows [row0, row0+n) of a weight [rows, cols]: a contiguous slice,
- * so it stays zero-copy where the platform's memory is host memory. This is
- * how column-parallel (output-sharded) layers are split across TP ranks. */
-static int bind_matrix_rows(qwen3_model *m, const char *name, int64_t rows, int64_t cols,
-                            int64_t row0, int64_t n, q3_weight *w, char *err, size_t err_len) {
-  mi_weight_info wi;
-  if (check_matrix(m, name, rows, cols, &wi, err, err_len) != 0) return -1;
-  /* a row's bytes: block dtypes (GGUF's Q8_0, Q4_0, Q4_K, Q6_K) have blocks,
-   * not elements (check_matrix: whole ones) */
-  const size_t rowb = mi_dtype_row_bytes((mi_dtype)wi.dtype, cols);
-  const size_t bytes = (size_t)n * rowb;
-  const mi_platform_iface *P = m->P;
-  if (P->buffer_wrap_host(m->pc, (const char *)wi.data + (size_t)row0 * rowb, bytes,
-                          &w->buf) != 0) {
-    snprintf(err, err_len, "%s: cannot place tensor \"%s\" (%zu bytes) on the platform: %s",
-             wi.file, name, bytes, P->last_error(m->pc));
-    return -1;
-  }
-  w->ptr = P->buffer_ptr(m->pc, w->buf);
-  w->dtype = (mi_dtype)wi.dtype;
-  m->weight_bytes += bytes;
-  return 0;
-}
-
-/* Binds columns [col0, col0+n) of a weight [rows, cols] into a buffer of its
- * own ([rows, n], same dtype): the input-sharded (row-parallel) layers of TP. */
-static int bind_matrix_cols(qwen3_model *m, const char *name, int64_t rows, int64_t cols,
-                            int64_t col0, int64_t n, q3_weight *w, char *err, size_t err_len) {
-  /* all columns: nothing to slice, keep it zero-copy */
-  if (col0 == 0 && n == cols) return bind_matrix_rows(m, name, rows, cols, 0, rows, w, err, err_len);
-  mi_weight_info wi;
-  if (check_matrix(m, name, rows, cols, &wi, err, err_len) != 0) return -1;
-  const mi_dtype dt = (mi_dtype)wi.dtype;
-  const int64_t blk = mi_dtype_block(dt);
-  if (col0 % blk || n % blk) { /* a block dtype: a shard must be whole blocks (32 or 256) */
-    snprintf(err, err_len,
-             "%s: tensor \"%s\" is %s: its columns [%lld, %lld) per rank are not whole blocks "
-             "of %lld (choose another tp)",
-             wi.file, name, mi_dtype_name(dt), (long long)col0, (long long)(col0 + n), (long long)blk);
-    return -1;
-  }
-  const size_t rowb = mi_dtype_row_bytes(dt, cols), nb = mi_dtype_row_bytes(dt, n);
-  const size_t off = mi_dtype_row_bytes(dt, col0);
-  const size_t bytes = (size_t)rows * nb;
-  char *tmp = malloc(bytes);
-  if (!tmp) {
-    snprintf(err, err_len, "qwen3: out of memory slicing \"%s\"", name);
-    return -1;
-  }
-  for (int64_t r = 0; r < rows; r++)
-    memcpy(tmp + (size_t)r * nb, (const char *)wi.data + (size_t)r * rowb + off, nb);
-  const mi_platform_iface *P = m->P;
-  int rc = P->buffer_alloc(m->pc, bytes, &w->buf);
-  if (rc == 0) {
-    w->ptr = P->buffer_ptr(m->pc, w->buf);
-    rc = P->memcpy_h2d(m->pc, NULL, w->ptr, tmp, bytes);
-  }
-  free(tmp);
-  if (rc != 0) {
-    snprintf(err, err_len, "qwen3: cannot upload a shard of \"%s\": %s", name,
-             P->last_error(m->pc));
-    return -1;
-  }
-  w->dtype = (mi_dtype)wi.dtype;
-  m->weight_bytes += bytes;
-  return 0;
-}
-
-/* Binds a whole weight [rows, cols]. */
-static int bind_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t cols, q3_weight *w,
-                       char *err, size_t err_len) {
-  return bind_matrix_rows(m, name, rows, cols, 0, rows, w, err, err_len);
-}
-
-/* Finds a weight and checks it is [rows, cols] in a matmul dtype: f32, f16,
- * bf16, or a block dtype (Q8_0, Q4_0, Q4_K, Q6_K: a GGUF file's, served as
- * stored where the platform takes it: core/runtime/gguf_model.h) with whole
- * blocks per row. Whether the platform's kernels take the dtype is theirs
- * to answer (the GGUF loader asked before keeping it). */
-static int check_matrix(qwen3_model *m, const char *name, int64_t rows, int64_t cols,
-                        mi_weight_info *out, char *err, size_t err_len) {
-  mi_weight_info wi;
-  if (m->host->weights_find(m->weights, name, &wi) != 0) {
-    snprintf(err, err_len, "%s: missing tensor \"%s\" (not in any weight file)", m->model_dir, name);
-    return -1;
-  }
-  if (wi.ndim != 2 || wi.shape[0] != rows || wi.shape[1] != cols) {
-    snprintf(err, err_len, "%s: tensor \"%s\" has shape %s, config.json implies [%lld, %lld]",
-             wi.file, name, q3_shape_str(&wi), (long long)rows, (long long)cols);
-    return -1;
-  }
-  if (wi.dtype != MI_DTYPE_F32 && wi.dtype != MI_DTYPE_F16 && wi.dtype != MI_DTYPE_BF16 &&
-      !(wi.dtype >= 0 && wi.dtype < MI_DTYPE_COUNT && mi_dtype_is_block((mi_dtype)wi.dtype))) {
-    snprintf(err, err_len,
-             "%s: tensor \"%s\" has dtype %s; expected BF16, F16, F32 or a block type (Q8_0, "
-             "Q4_0, Q4_K, Q6_K)",
-             wi.file, name, q3_dtype_str(&wi));
-    return -1;
-  }
-  if (mi_dtype_row_bytes((mi_dtype)wi.dtype, cols) == 0) {
-    snprintf(err, err_len, "%s: tensor \"%s\" is %s with rows of %lld values: not whole blocks of %lld",
-             wi.file, name, q3_dtype_str(&wi), (long long)cols,
-             (long long)mi_dtype_block((mi_dtype)wi.dtype));
-    return -1;
-  }
-  *out = wi;
-  return 0;
-}
-
-/* Binds a norm weight [dim]: widened to f32 once at load (they are tiny). */
-static int bind_vector(qwen3_model *m, const char *name, int64_t dim, q3_weight *w, char *err,
-                       size_t err_len) {
-  mi_weight_info wi;
-  if (m->host->weights_find(m->weights, name, &wi) != 0) {
-    snprintf(err, err_len, "%s: missing tensor \"%s\" (not in any weight file)", m->model_dir, name);
-    return -1;
-  }
-  if (wi.ndim != 1 || wi.shape[0] != dim) {
-    snprintf(err, err_len, "%s: tensor \"%s\" has shape %s, config.json implies [%lld]", wi.file,
-             name, q3_shape_str(&wi), (long long)dim);
-    return -1;
-  }
-  float *tmp = malloc((size_t)dim * sizeof(float));
-  if (!tmp) {
-    snprintf(err, err_len, "qwen3: out of memory");
-    return -1;
-  }
-  for (int64_t i = 0; i < dim; i++) {
-    if (wi.dtype == MI_DTYPE_F32) {
-      memcpy(&tmp[i], (const char *)wi.data + 4 * i, 4);
-    } else if (wi.dtype == MI_DTYPE_BF16 || wi.dtype == MI_DTYPE_F16) {
-      uint16_t h;
-      memcpy(&h, (const char *)wi.data + 2 * i, 2);
-      tmp[i] = wi.dtype == MI_DTYPE_BF16 ? mi_bf16_to_f32(h) : mi_f16_to_f32(h);
-    } else {
-      free(tmp);
-      snprintf(err, err_len, "%s: tensor \"%s\" has dtype %s; expected BF16, F16 or F32",
-               wi.file, name, q3_dtype_str(&wi));
-      return -1;
-    }
-  }
-  const mi_platform_iface *P = m->P;
-  size_t bytes = (size_t)dim * sizeof(float);
-  int rc = P->buffer_alloc(m->pc, bytes, &w->buf);
-  if (rc == 0) {
-    w->ptr = P->buffer_ptr(m->pc, w->buf);
-    rc = P->memcpy_h2d(m->pc, NULL, w->ptr, tmp, bytes);
-  }
-  free(tmp);
-  if (rc != 0) {
-    snprintf(err, err_len, "qwen3: cannot upload \"%s\": %s", name, P->last_error(m->pc));
-    return -1;
-  }
-  w->dtype = MI_DTYPE_F32;
-  m->weight_bytes += wi.nbytes;
-  return 0;
-}
-
-static void free_weight(qwen3_model *m, q3_weight *w) {
-  if (w->buf) m->P->buffer_free(m->pc, w->buf);
-  w->buf = NULL;
-  w->ptr = NULL;
-}
+/* ---- weights ----------------------------------------------------------
+ * Matrices keep the file's dtype: f32, f16, bf16, or a block dtype (Q8_0,
+ * Q4_0, Q4_K, Q6_K: a GGUF file's, served as stored where the platform
+ * takes it: core/runtime/gguf_model.h) with whole blocks per row. Whether
+ * the platform's kernels take the dtype is theirs to answer (the GGUF
+ * loader asked before keeping it). Norm vectors are widened to f32. */
+#define Q3_MATRIX_DTYPES (MI_GLUE_FLOATS | MI_GLUE_BLOCKS)
 
 static int bind_weights(qwen3_model *m, char *err, size_t err_len) {
   const qwen3_config *c = &m->cfg;
@@ -209,38 +41,45 @@ static int bind_weights(qwen3_model *m, char *err, size_t err_len) {
    * matching KV heads and FFN columns; q/k/v/gate/up are split by output
    * rows, o/down by input columns (their partial sums are all-reduced). */
   const int64_t r = m->tp_rank, qd_l = m->nh_l * hd, kvd_l = m->nkv_l * hd, F_l = m->ffn_l;
+  const mi_glue *g = &m->glue;
+  const int mat = Q3_MATRIX_DTYPES;
   char name[160];
-  if (bind_matrix(m, "model.embed_tokens.weight", c->vocab, H, &m->embed, err, err_len) ||
-      bind_vector(m, "model.norm.weight", H, &m->final_norm, err, err_len))
+  if (mi_glue_bind_matrix(g, "model.embed_tokens.weight", c->vocab, H, mat, &m->embed, err,
+                          err_len) ||
+      mi_glue_bind_vector(g, "model.norm.weight", H, &m->final_norm, err, err_len))
     return -1;
   if (c->tied) {
     m->lm_head = m->embed;
     m->lm_head.buf = NULL; /* borrowed: not freed twice */
-  } else if (bind_matrix(m, "lm_head.weight", c->vocab, H, &m->lm_head, err, err_len)) {
+  } else if (mi_glue_bind_matrix(g, "lm_head.weight", c->vocab, H, mat, &m->lm_head, err,
+                                 err_len)) {
     return -1;
   }
   for (int64_t l = 0; l < c->n_layers; l++) {
     q3_layer *L = &m->layers[l];
 #define LAYER_NAME(s) (snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, s), name)
-    if (bind_vector(m, LAYER_NAME("input_layernorm.weight"), H, &L->attn_norm, err, err_len) ||
-        bind_matrix_rows(m, LAYER_NAME("self_attn.q_proj.weight"), qdim, H, r * qd_l, qd_l, &L->wq,
-                         err, err_len) ||
-        bind_matrix_rows(m, LAYER_NAME("self_attn.k_proj.weight"), kvdim, H, r * kvd_l, kvd_l,
-                         &L->wk, err, err_len) ||
-        bind_matrix_rows(m, LAYER_NAME("self_attn.v_proj.weight"), kvdim, H, r * kvd_l, kvd_l,
-                         &L->wv, err, err_len) ||
-        bind_matrix_cols(m, LAYER_NAME("self_attn.o_proj.weight"), H, qdim, r * qd_l, qd_l, &L->wo,
-                         err, err_len) ||
-        bind_vector(m, LAYER_NAME("self_attn.q_norm.weight"), hd, &L->q_norm, err, err_len) ||
-        bind_vector(m, LAYER_NAME("self_attn.k_norm.weight"), hd, &L->k_norm, err, err_len) ||
-        bind_vector(m, LAYER_NAME("post_attention_layernorm.weight"), H, &L->ffn_norm, err,
-                    err_len) ||
-        bind_matrix_rows(m, LAYER_NAME("mlp.gate_proj.weight"), F, H, r * F_l, F_l, &L->wg, err,
-                         err_len) ||
-        bind_matrix_rows(m, LAYER_NAME("mlp.up_proj.weight"), F, H, r * F_l, F_l, &L->wu, err,
-                         err_len) ||
-        bind_matrix_cols(m, LAYER_NAME("mlp.down_proj.weight"), H, F, r * F_l, F_l, &L->wd, err,
-                         err_len))
+    if (mi_glue_bind_vector(g, LAYER_NAME("input_layernorm.weight"), H, &L->attn_norm, err,
+                            err_len) ||
+        mi_glue_bind_rows(g, LAYER_NAME("self_attn.q_proj.weight"), qdim, H, r * qd_l, qd_l, mat,
+                          &L->wq, err, err_len) ||
+        mi_glue_bind_rows(g, LAYER_NAME("self_attn.k_proj.weight"), kvdim, H, r * kvd_l, kvd_l, mat,
+                          &L->wk, err, err_len) ||
+        mi_glue_bind_rows(g, LAYER_NAME("self_attn.v_proj.weight"), kvdim, H, r * kvd_l, kvd_l, mat,
+                          &L->wv, err, err_len) ||
+        mi_glue_bind_cols(g, LAYER_NAME("self_attn.o_proj.weight"), H, qdim, r * qd_l, qd_l, mat,
+                          &L->wo, err, err_len) ||
+        mi_glue_bind_vector(g, LAYER_NAME("self_attn.q_norm.weight"), hd, &L->q_norm, err,
+                            err_len) ||
+        mi_glue_bind_vector(g, LAYER_NAME("self_attn.k_norm.weight"), hd, &L->k_norm, err,
+                            err_len) ||
+        mi_glue_bind_vector(g, LAYER_NAME("post_attention_layernorm.weight"), H, &L->ffn_norm, err,
+                            err_len) ||
+        mi_glue_bind_rows(g, LAYER_NAME("mlp.gate_proj.weight"), F, H, r * F_l, F_l, mat, &L->wg,
+                          err, err_len) ||
+        mi_glue_bind_rows(g, LAYER_NAME("mlp.up_proj.weight"), F, H, r * F_l, F_l, mat, &L->wu, err,
+                          err_len) ||
+        mi_glue_bind_cols(g, LAYER_NAME("mlp.down_proj.weight"), H, F, r * F_l, F_l, mat, &L->wd,
+                          err, err_len))
       return -1;
 #undef LAYER_NAME
   }
@@ -251,13 +90,7 @@ static int bind_weights(qwen3_model *m, char *err, size_t err_len) {
 
 static int alloc_buf(qwen3_model *m, size_t bytes, mi_buffer **b, void **ptr, char *err,
                      size_t err_len) {
-  if (m->P->buffer_alloc(m->pc, bytes ? bytes : 4, b) != 0) {
-    snprintf(err, err_len, "qwen3: cannot allocate %zu bytes on the platform: %s", bytes,
-             m->P->last_error(m->pc));
-    return -1;
-  }
-  *ptr = m->P->buffer_ptr(m->pc, *b);
-  return 0;
+  return mi_glue_alloc(&m->glue, bytes, b, ptr, err, err_len);
 }
 
 /* Bytes alloc_scratch allocates (the same sums, in double: no overflow). */
@@ -331,13 +164,12 @@ void qwen3_model_free(qwen3_model *m) {
       q3_layer *L = &m->layers[l];
       q3_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk,       &L->wv, &L->wo, &L->q_norm,
                          &L->k_norm,    &L->ffn_norm, &L->wg, &L->wu, &L->wd};
-      for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) free_weight(m, ws[i]);
+      mi_glue_weights_free(m->P, m->pc, ws, sizeof ws / sizeof ws[0]);
     }
     free(m->layers);
   }
-  free_weight(m, &m->embed);
-  free_weight(m, &m->final_norm);
-  free_weight(m, &m->lm_head);
+  mi_glue_weights_free(m->P, m->pc, (mi_glue_weight *[]){&m->embed, &m->final_norm, &m->lm_head},
+                       3);
   free_scratch(m);
   free(m->model_dir);
   free(m);
@@ -356,6 +188,7 @@ int qwen3_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3
   m->pc = a->platform.ctx;
   m->weights = a->weights;
   m->model_dir = strdup(a->model_dir ? a->model_dir : "(model)");
+  m->glue = (mi_glue){"qwen3", host, m->P, m->pc, m->weights, m->model_dir, &m->weight_bytes};
   char cerr[768];
   if (qwen3_config_read(host, a->config, &m->cfg, cerr, sizeof cerr) != 0) {
     snprintf(err, err_len, "%s/config.json: %s", m->model_dir, cerr);
@@ -405,27 +238,11 @@ int qwen3_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3
       goto fail;
     }
   }
-  m->batch = 512;
-  const char *bs = host->opt_get(a->opts, "batch");
-  if (bs) {
-    char *end;
-    long v = strtol(bs, &end, 10);
-    if (*end || v < 1 || v > 65536) {
-      snprintf(err, err_len, "qwen3: option batch=%s must be an integer in [1, 65536]", bs);
-      goto fail;
-    }
-    m->batch = v;
-  }
-  const char *mb = host->opt_get(a->opts, "mem_budget");
-  if (mb) {
-    char *end;
-    unsigned long long v = strtoull(mb, &end, 10);
-    if (*end || end == mb) {
-      snprintf(err, err_len, "qwen3: option mem_budget=%s must be a byte count", mb);
-      goto fail;
-    }
-    m->mem_budget = v;
-  }
+  long batch = 512;
+  if (mi_glue_opt_long(&m->glue, a->opts, "batch", 1, 65536, &batch, err, err_len) ||
+      mi_glue_opt_bytes(&m->glue, a->opts, "mem_budget", &m->mem_budget, err, err_len))
+    goto fail;
+  m->batch = batch;
   m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
   if (!m->layers || !m->model_dir) {
     snprintf(err, err_len, "qwen3: out of memory");
@@ -541,54 +358,18 @@ static int forward_chunk(qwen3_model *m, qwen3_seq *seq, const int32_t *ids, int
 /* logits for rows [r0, r0+n) of the last chunk's hidden state → host. */
 static int compute_logits(qwen3_model *m, int64_t r0, int64_t n, float *out, char *err,
                           size_t err_len) {
-  const mi_platform_iface *P = m->P;
-  void *pc = m->pc;
-  const qwen3_config *c = &m->cfg;
-  q3_scratch *s = &m->s;
-  const int64_t H = c->hidden, V = c->vocab;
-  for (int64_t i = 0; i < n; i += Q3_LOGIT_ROWS) {
-    int64_t rows = n - i < Q3_LOGIT_ROWS ? n - i : Q3_LOGIT_ROWS;
-    float *h = s->h + (size_t)(r0 + i) * H; /* [rows, H] */
-    CHECK_K(P->rmsnorm(pc, NULL, h, s->x + (size_t)(r0 + i) * H, m->final_norm.ptr, rows, H,
-                       (float)c->eps, 0.0f));
-    CHECK_K(P->matmul(pc, NULL, s->logits, h, m->lm_head.ptr, m->lm_head.dtype, rows, V, H));
-    CHECK_K(P->memcpy_d2h(pc, NULL, out + (size_t)i * V, s->logits, (size_t)(rows * V) * sizeof(float)));
-  }
-  /* NULL stream_sync: a synchronous platform (see mi/platform.h) */
-  if (mi_platform_has(P, stream_sync)) CHECK_K(P->stream_sync(pc, NULL));
-  return 0;
+  const int64_t H = m->cfg.hidden;
+  return mi_glue_logits(&m->glue, m->s.x + (size_t)r0 * H, m->s.h + (size_t)r0 * H, n, H,
+                        m->cfg.vocab, &m->final_norm, (float)m->cfg.eps, 0.0f, &m->lm_head,
+                        m->s.logits, Q3_LOGIT_ROWS, out, NULL, err, err_len);
 }
 
 int qwen3_forward(qwen3_model *m, qwen3_seq *seq, const int32_t *ids, int64_t n, float *logits,
                   int all_logits, char *err, size_t err_len) {
-  if (n <= 0) {
-    snprintf(err, err_len, "qwen3: forward needs at least one token");
+  if (mi_glue_check_forward("qwen3", ids, n, seq->len, seq->n_ctx, m->cfg.vocab, err, err_len))
     return -1;
-  }
-  if (seq->len + n > seq->n_ctx) {
-    snprintf(err, err_len,
-             "qwen3: %lld tokens do not fit: the context holds %lld and %lld are used",
-             (long long)n, (long long)seq->n_ctx, (long long)seq->len);
-    return -1;
-  }
-  for (int64_t i = 0; i < n; i++)
-    if (ids[i] < 0 || ids[i] >= m->cfg.vocab) {
-      snprintf(err, err_len, "qwen3: token id %d is outside the vocabulary [0, %lld)", ids[i],
-               (long long)m->cfg.vocab);
-      return -1;
-    }
-  for (int64_t done = 0; done < n;) {
-    int64_t T = n - done < m->batch ? n - done : m->batch;
-    if (forward_chunk(m, seq, ids + done, T, err, err_len) != 0) return -1;
-    if (logits && all_logits) {
-      if (compute_logits(m, 0, T, logits + (size_t)done * m->cfg.vocab, err, err_len) != 0)
-        return -1;
-    } else if (logits && done + T == n) {
-      if (compute_logits(m, T - 1, 1, logits, err, err_len) != 0) return -1;
-    }
-    done += T;
-  }
-  return 0;
+  return mi_glue_forward_chunks(m, seq, ids, n, m->batch, m->cfg.vocab, logits, all_logits,
+                                forward_chunk, compute_logits, err, err_len);
 }
 
 /* One decode step for n distinct sequences (n ≤ batch): rows share every
@@ -648,51 +429,25 @@ static int forward_step_rows(qwen3_model *m, qwen3_seq *const *seqs, const int32
     if (tp) CHECK_K(P->allreduce_sum_f32(pc, NULL, s->o, T * H));
     CHECK_K(P->add(pc, NULL, s->x, s->x, s->o, T * H));
   }
-  /* logits, Q3_LOGIT_ROWS rows per lm_head call, each row to its own buffer */
-  const int64_t V = c->vocab;
-  for (int64_t i = 0; i < T; i += Q3_LOGIT_ROWS) {
-    int64_t rows = T - i < Q3_LOGIT_ROWS ? T - i : Q3_LOGIT_ROWS;
-    float *h = s->h + (size_t)i * H;
-    CHECK_K(P->rmsnorm(pc, NULL, h, s->x + (size_t)i * H, m->final_norm.ptr, rows, H, eps, 0.0f));
-    CHECK_K(P->matmul(pc, NULL, s->logits, h, m->lm_head.ptr, m->lm_head.dtype, rows, V, H));
-    for (int64_t r = 0; r < rows; r++)
-      CHECK_K(P->memcpy_d2h(pc, NULL, logits[i + r], s->logits + (size_t)r * V,
-                            (size_t)V * sizeof(float)));
-  }
-  if (mi_platform_has(P, stream_sync)) CHECK_K(P->stream_sync(pc, NULL));
+  /* logits, each row to its own buffer */
+  if (mi_glue_logits(&m->glue, s->x, s->h, T, H, c->vocab, &m->final_norm, eps, 0.0f, &m->lm_head,
+                     s->logits, Q3_LOGIT_ROWS, NULL, logits, err, err_len))
+    return -1;
   /* only now: a failure above leaves every sequence as it was */
   for (int64_t t = 0; t < T; t++) seqs[t]->len++;
   return 0;
 }
 
+/* a KV cache takes a token wherever there is room */
+static const char *seq_state(const mi_seq *s, int64_t *len, int64_t *n_ctx) {
+  *len = s->len, *n_ctx = s->n_ctx;
+  return NULL;
+}
+
 int qwen3_forward_batch(qwen3_model *m, qwen3_seq *const *seqs, const int32_t *ids, int64_t n,
                         float *const *logits, char *err, size_t err_len) {
-  if (n <= 0) {
-    snprintf(err, err_len, "qwen3: forward_batch needs at least one sequence");
+  if (mi_glue_check_batch("qwen3", seqs, ids, n, logits, m->cfg.vocab, seq_state, err, err_len))
     return -1;
-  }
-  for (int64_t i = 0; i < n; i++) {
-    if (!seqs[i] || !logits[i]) {
-      snprintf(err, err_len, "qwen3: forward_batch: sequence %lld has no state or no logits",
-               (long long)i);
-      return -1;
-    }
-    if (seqs[i]->len + 1 > seqs[i]->n_ctx) {
-      snprintf(err, err_len, "qwen3: forward_batch: sequence %lld is full (%lld tokens)",
-               (long long)i, (long long)seqs[i]->n_ctx);
-      return -1;
-    }
-    if (ids[i] < 0 || ids[i] >= m->cfg.vocab) {
-      snprintf(err, err_len, "qwen3: token id %d is outside the vocabulary [0, %lld)", ids[i],
-               (long long)m->cfg.vocab);
-      return -1;
-    }
-    for (int64_t j = 0; j < i; j++)
-      if (seqs[j] == seqs[i]) {
-        snprintf(err, err_len, "qwen3: forward_batch: sequence %lld appears twice", (long long)i);
-        return -1;
-      }
-  }
   /* groups of at most `batch` rows (the scratch's size); a failure in a
    * later group would leave earlier groups advanced, so groups are only
    * used past the batch size */

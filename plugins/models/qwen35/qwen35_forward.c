@@ -1,5 +1,5 @@
 /* The Qwen3.5/3.6-style hybrid's forward pass, composed from platform
- * kernels (docs/hybrid.md has the math; core/verify/models/qwen35.c is the
+ * kernels (docs/hybrid.md has the math; tests/hybrid/ref/qwen35_f64.c is the
  * independent float64 version). T tokens at positions p0 … p0+T-1:
  *
  *   x = embed(ids)                                            [T, H]
@@ -31,14 +31,7 @@
 #include "qwen35_config.h"
 #include "qwen35_internal.h"
 
-#define CHECK_K(call)                                                                              \
-  do {                                                                                             \
-    if ((call) != 0) {                                                                             \
-      const char *e_ = P->last_error ? P->last_error(pc) : NULL;                                   \
-      snprintf(err, err_len, "qwen35: kernel %s failed: %s", #call, e_ ? e_ : "unknown error");    \
-      return -1;                                                                                   \
-    }                                                                                              \
-  } while (0)
+#define CHECK_K(call) MI_GLUE_K("qwen35", call)
 
 /* Runs T ≤ batch tokens at positions seq->len … seq->len+T-1; leaves the
  * last layer's residual stream in s->x [T, H]. */
@@ -129,64 +122,33 @@ static int forward_chunk(qwen35_model *m, qwen35_seq *seq, const int32_t *ids, i
  * out [n, V]. */
 static int compute_logits(qwen35_model *m, int64_t r0, int64_t n, float *out, char *err,
                           size_t err_len) {
-  const mi_platform_iface *P = m->P;
-  void *pc = m->pc;
-  const qwen35_config *c = &m->cfg;
-  q35_scratch *s = &m->s;
-  const int64_t H = c->hidden, V = c->vocab;
-  for (int64_t i = 0; i < n; i += Q35_LOGIT_ROWS) {
-    const int64_t rows = n - i < Q35_LOGIT_ROWS ? n - i : Q35_LOGIT_ROWS;
-    float *h = s->h + (size_t)(r0 + i) * H; /* [rows, H] */
-    CHECK_K(P->rmsnorm(pc, NULL, h, s->x + (size_t)(r0 + i) * H, m->final_norm.ptr, rows, H,
-                       (float)c->eps, 1.0f));
-    CHECK_K(P->matmul(pc, NULL, s->logits, h, m->lm_head.ptr, m->lm_head.dtype, rows, V, H));
-    CHECK_K(P->memcpy_d2h(pc, NULL, out + (size_t)i * V, s->logits,
-                          (size_t)(rows * V) * sizeof(float)));
-  }
-  /* NULL stream_sync: a synchronous platform (see mi/platform.h) */
-  if (mi_platform_has(P, stream_sync)) CHECK_K(P->stream_sync(pc, NULL));
-  return 0;
+  const int64_t H = m->cfg.hidden;
+  return mi_glue_logits(&m->glue, m->s.x + (size_t)r0 * H, m->s.h + (size_t)r0 * H, n, H,
+                        m->cfg.vocab, &m->final_norm, (float)m->cfg.eps, 1.0f, &m->lm_head,
+                        m->s.logits, Q35_LOGIT_ROWS, out, NULL, err, err_len);
+}
+
+/* forward_chunk, marking the sequence broken when it fails: the DeltaNet
+ * states may hold part of a step and cannot be rolled back. */
+static int forward_chunk_or_break(qwen35_model *m, qwen35_seq *seq, const int32_t *ids, int64_t T,
+                                  char *err, size_t err_len) {
+  if (forward_chunk(m, seq, ids, T, err, err_len) == 0) return 0;
+  seq->broken = 1;
+  return -1;
 }
 
 int qwen35_forward(qwen35_model *m, qwen35_seq *seq, const int32_t *ids, int64_t n, float *logits,
                    int all_logits, char *err, size_t err_len) {
-  if (n <= 0) {
-    snprintf(err, err_len, "qwen35: forward needs at least one token");
-    return -1;
-  }
-  if (seq->len + n > seq->n_ctx) {
-    snprintf(err, err_len,
-             "qwen35: %lld tokens do not fit: the context holds %lld and %lld are used",
-             (long long)n, (long long)seq->n_ctx, (long long)seq->len);
-    return -1;
-  }
   if (seq->broken) {
     snprintf(err, err_len,
              "qwen35: this sequence's state was lost by an earlier kernel failure; "
              "reset it (seq_truncate to 0)");
     return -1;
   }
-  for (int64_t i = 0; i < n; i++)
-    if (ids[i] < 0 || ids[i] >= m->cfg.vocab) {
-      snprintf(err, err_len, "qwen35: token id %d is outside the vocabulary [0, %lld)", ids[i],
-               (long long)m->cfg.vocab);
-      return -1;
-    }
-  for (int64_t done = 0; done < n;) {
-    const int64_t T = n - done < m->batch ? n - done : m->batch;
-    if (forward_chunk(m, seq, ids + done, T, err, err_len) != 0) {
-      seq->broken = 1;
-      return -1;
-    }
-    if (logits && all_logits) {
-      if (compute_logits(m, 0, T, logits + (size_t)done * m->cfg.vocab, err, err_len) != 0)
-        return -1;
-    } else if (logits && done + T == n) {
-      if (compute_logits(m, T - 1, 1, logits, err, err_len) != 0) return -1;
-    }
-    done += T;
-  }
-  return 0;
+  if (mi_glue_check_forward("qwen35", ids, n, seq->len, seq->n_ctx, m->cfg.vocab, err, err_len))
+    return -1;
+  return mi_glue_forward_chunks(m, seq, ids, n, m->batch, m->cfg.vocab, logits, all_logits,
+                                forward_chunk_or_break, compute_logits, err, err_len);
 }
 
 /* One decode step for T distinct sequences (T ≤ batch), the rows sharing
@@ -275,58 +237,27 @@ static int forward_step_rows(qwen35_model *m, qwen35_seq *const *seqs, const int
     CHECK_K(P->matmul(pc, NULL, s->o, s->mg, L->wd.ptr, L->wd.dtype, T, H, F)); /* [T, H] */
     CHECK_K(P->add(pc, NULL, s->x, s->x, s->o, T * H));
   }
-  /* logits, Q35_LOGIT_ROWS rows per lm_head call, each row to its own buffer */
-  for (int64_t i = 0; i < T; i += Q35_LOGIT_ROWS) {
-    const int64_t rows = T - i < Q35_LOGIT_ROWS ? T - i : Q35_LOGIT_ROWS;
-    float *h = s->h + (size_t)i * H; /* [rows, H] */
-    CHECK_K(P->rmsnorm(pc, NULL, h, s->x + (size_t)i * H, m->final_norm.ptr, rows, H, eps, 1.0f));
-    CHECK_K(P->matmul(pc, NULL, s->logits, h, m->lm_head.ptr, m->lm_head.dtype, rows, V, H));
-    for (int64_t r = 0; r < rows; r++)
-      CHECK_K(P->memcpy_d2h(pc, NULL, logits[i + r], s->logits + (size_t)r * V,
-                            (size_t)V * sizeof(float)));
-  }
-  if (mi_platform_has(P, stream_sync)) CHECK_K(P->stream_sync(pc, NULL));
+  /* logits, each row to its own buffer */
+  if (mi_glue_logits(&m->glue, s->x, s->h, T, H, V, &m->final_norm, eps, 1.0f, &m->lm_head,
+                     s->logits, Q35_LOGIT_ROWS, NULL, logits, err, err_len))
+    return -1;
   for (int64_t t = 0; t < T; t++)
     seqs[t]->len++;
   return 0;
 }
 
+/* A sequence broken by a kernel failure takes no token until it is reset. */
+static const char *seq_state(const mi_seq *s, int64_t *len, int64_t *n_ctx) {
+  *len = s->len, *n_ctx = s->n_ctx;
+  return s->broken ? "lost its state to an earlier kernel failure; reset it (seq_truncate to 0)"
+                   : NULL;
+}
+
 int qwen35_forward_batch(qwen35_model *m, qwen35_seq *const *seqs, const int32_t *ids, int64_t n,
                          float *const *logits, char *err, size_t err_len) {
-  if (n <= 0) {
-    snprintf(err, err_len, "qwen35: forward_batch needs at least one sequence");
-    return -1;
-  }
   /* everything that can be refused is checked before any state changes */
-  for (int64_t i = 0; i < n; i++) {
-    if (!seqs[i] || !logits[i]) {
-      snprintf(err, err_len, "qwen35: forward_batch: sequence %lld has no state or no logits",
-               (long long)i);
-      return -1;
-    }
-    if (seqs[i]->broken) {
-      snprintf(err, err_len,
-               "qwen35: forward_batch: sequence %lld lost its state to an earlier "
-               "kernel failure; reset it (seq_truncate to 0)",
-               (long long)i);
-      return -1;
-    }
-    if (seqs[i]->len + 1 > seqs[i]->n_ctx) {
-      snprintf(err, err_len, "qwen35: forward_batch: sequence %lld is full (%lld tokens)",
-               (long long)i, (long long)seqs[i]->n_ctx);
-      return -1;
-    }
-    if (ids[i] < 0 || ids[i] >= m->cfg.vocab) {
-      snprintf(err, err_len, "qwen35: token id %d is outside the vocabulary [0, %lld)", ids[i],
-               (long long)m->cfg.vocab);
-      return -1;
-    }
-    for (int64_t j = 0; j < i; j++)
-      if (seqs[j] == seqs[i]) {
-        snprintf(err, err_len, "qwen35: forward_batch: sequence %lld appears twice", (long long)i);
-        return -1;
-      }
-  }
+  if (mi_glue_check_batch("qwen35", seqs, ids, n, logits, m->cfg.vocab, seq_state, err, err_len))
+    return -1;
   /* A kernel failure past the checks cannot be undone (the recurrent
    * states are updated in place): no length advances, and the sequences of
    * the failed group are marked broken so that none runs on from a

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "mi/model.h"
+#include "mi/model_glue.h"
 #include "qwen35_config.h"
 
 /* Rows of logits per lm_head call: bounds the logits scratch to
@@ -15,11 +16,7 @@
 /* The L2 norm's epsilon inside the gated delta rule (HF's l2norm). */
 #define Q35_L2_EPS 1e-6f
 
-typedef struct q35_weight {
-  mi_buffer *buf; /* NULL when borrowed (tied lm_head) */
-  void *ptr;      /* device address */
-  mi_dtype dtype;
-} q35_weight;
+typedef mi_glue_weight q35_weight; /* buf NULL when borrowed (tied lm_head) */
 
 /* One decoder layer. `full` picks the mixer; the other kind's weights stay
  * empty. Matrices keep the file's dtype; vectors are f32. */
@@ -84,6 +81,7 @@ struct mi_model {
   void *pc;
   const mi_weights *weights;
   char *model_dir;
+  mi_glue glue;       /* binding weights and scratch (mi/model_glue.h) */
   const char *prefix; /* "model." or "model.language_model." (wrapped layout) */
   qwen35_config cfg;
   int64_t n_lin;       /* DeltaNet layers */

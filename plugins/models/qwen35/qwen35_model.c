@@ -10,124 +10,25 @@
 #include "qwen35_config.h"
 #include "qwen35_internal.h"
 
-/* ---- messages ----------------------------------------------------------- */
+/* ---- weights ------------------------------------------------------------
+ * Matrices (matmul/embed) keep the file's dtype (BF16, F16 or F32),
+ * zero-copy where the platform's memory is host memory; small tensors
+ * (norms, the conv kernel, the gates' parameters) are widened to f32 once
+ * at load: the kernels that read them take f32. */
 
-static const char *shape_str(const mi_weight_info *wi, char *buf, size_t n) {
-  int o = snprintf(buf, n, "[");
-  for (int i = 0; i < wi->ndim && i < 8 && o < (int)n - 24; i++)
-    o += snprintf(buf + o, n - (size_t)o, "%s%lld", i ? ", " : "", (long long)wi->shape[i]);
-  snprintf(buf + o, n - (size_t)o, "]");
-  return buf;
-}
-
-static const char *dims_str(int ndim, const int64_t *d, char *buf, size_t n) {
-  int o = snprintf(buf, n, "[");
-  for (int i = 0; i < ndim && o < (int)n - 24; i++)
-    o += snprintf(buf + o, n - (size_t)o, "%s%lld", i ? ", " : "", (long long)d[i]);
-  snprintf(buf + o, n - (size_t)o, "]");
-  return buf;
-}
-
-/* "an unsupported dtype" when the file's type has no mi_dtype (I16, F8...) */
-static const char *dtype_str(const mi_weight_info *wi) {
-  return wi->dtype >= 0 && wi->dtype < MI_DTYPE_COUNT ? mi_dtype_name((mi_dtype)wi->dtype)
-                                                      : "(unsupported)";
-}
-
-/* ---- weights ------------------------------------------------------------ */
-
-/* Finds `name` and checks its shape is exactly dims[ndim]. */
-static int find_tensor(qwen35_model *m, const char *name, int ndim, const int64_t *dims,
-                       mi_weight_info *wi, char *err, size_t err_len) {
-  if (m->host->weights_find(m->weights, name, wi) != 0) {
-    snprintf(err, err_len, "%s: missing tensor \"%s\" (not in any weight file)", m->model_dir,
-             name);
-    return -1;
-  }
-  int ok = wi->ndim == ndim;
-  for (int i = 0; ok && i < ndim; i++)
-    ok = wi->shape[i] == dims[i];
-  if (!ok) {
-    char a[128], b[128];
-    snprintf(err, err_len, "%s: tensor \"%s\" has shape %s, config.json implies %s", wi->file, name,
-             shape_str(wi, a, sizeof a), dims_str(ndim, dims, b, sizeof b));
-    return -1;
-  }
-  if (wi->dtype != MI_DTYPE_F32 && wi->dtype != MI_DTYPE_F16 && wi->dtype != MI_DTYPE_BF16) {
-    snprintf(err, err_len, "%s: tensor \"%s\" has dtype %s; expected BF16, F16 or F32", wi->file,
-             name, dtype_str(wi));
-    return -1;
-  }
-  return 0;
-}
-
-/* A matrix [rows, cols] used by matmul/embed: kept in the file's dtype,
- * zero-copy where the platform's memory is host memory. */
 static int bind_matrix(qwen35_model *m, const char *name, int64_t rows, int64_t cols, q35_weight *w,
                        char *err, size_t err_len) {
-  mi_weight_info wi;
-  const int64_t dims[2] = {rows, cols};
-  if (find_tensor(m, name, 2, dims, &wi, err, err_len) != 0) return -1;
-  const size_t bytes = (size_t)(rows * cols) * mi_dtype_size((mi_dtype)wi.dtype);
-  if (m->P->buffer_wrap_host(m->pc, wi.data, bytes, &w->buf) != 0) {
-    snprintf(err, err_len, "%s: cannot place tensor \"%s\" (%zu bytes) on the platform: %s",
-             wi.file, name, bytes, m->P->last_error(m->pc));
-    return -1;
-  }
-  w->ptr = m->P->buffer_ptr(m->pc, w->buf);
-  w->dtype = (mi_dtype)wi.dtype;
-  m->weight_bytes += bytes;
-  return 0;
+  return mi_glue_bind_matrix(&m->glue, name, rows, cols, MI_GLUE_FLOATS, w, err, err_len);
 }
 
-/* A small tensor (norms, conv kernel, gates' parameters) of shape dims,
- * widened to f32 once at load: the kernels that read them take f32. */
 static int bind_f32(qwen35_model *m, const char *name, int ndim, const int64_t *dims, q35_weight *w,
                     char *err, size_t err_len) {
-  mi_weight_info wi;
-  if (find_tensor(m, name, ndim, dims, &wi, err, err_len) != 0) return -1;
-  size_t count = 1;
-  for (int i = 0; i < ndim; i++)
-    count *= (size_t)dims[i];
-  float *tmp = malloc(count * sizeof(float));
-  if (!tmp) {
-    snprintf(err, err_len, "qwen35: out of memory");
-    return -1;
-  }
-  for (size_t i = 0; i < count; i++) {
-    if (wi.dtype == MI_DTYPE_F32) {
-      memcpy(&tmp[i], (const char *)wi.data + 4 * i, 4);
-    } else {
-      uint16_t v;
-      memcpy(&v, (const char *)wi.data + 2 * i, 2);
-      tmp[i] = wi.dtype == MI_DTYPE_BF16 ? mi_bf16_to_f32(v) : mi_f16_to_f32(v);
-    }
-  }
-  const size_t bytes = count * sizeof(float);
-  int rc = m->P->buffer_alloc(m->pc, bytes, &w->buf);
-  if (rc == 0) {
-    w->ptr = m->P->buffer_ptr(m->pc, w->buf);
-    rc = m->P->memcpy_h2d(m->pc, NULL, w->ptr, tmp, bytes);
-  }
-  free(tmp);
-  if (rc != 0) {
-    snprintf(err, err_len, "qwen35: cannot upload \"%s\": %s", name, m->P->last_error(m->pc));
-    return -1;
-  }
-  w->dtype = MI_DTYPE_F32;
-  m->weight_bytes += wi.nbytes;
-  return 0;
+  return mi_glue_bind_f32(&m->glue, name, ndim, dims, w, err, err_len);
 }
 
 static int bind_vector(qwen35_model *m, const char *name, int64_t dim, q35_weight *w, char *err,
                        size_t err_len) {
-  return bind_f32(m, name, 1, &dim, w, err, err_len);
-}
-
-static void free_weight(qwen35_model *m, q35_weight *w) {
-  if (w->buf) m->P->buffer_free(m->pc, w->buf);
-  w->buf = NULL;
-  w->ptr = NULL;
+  return mi_glue_bind_vector(&m->glue, name, dim, w, err, err_len);
 }
 
 static int bind_layer(qwen35_model *m, int64_t l, q35_layer *L, char *err, size_t err_len) {
@@ -208,13 +109,7 @@ static int bind_weights(qwen35_model *m, char *err, size_t err_len) {
 
 static int alloc_buf(qwen35_model *m, size_t bytes, mi_buffer **b, void *ptr, char *err,
                      size_t err_len) {
-  if (m->P->buffer_alloc(m->pc, bytes ? bytes : 4, b) != 0) {
-    snprintf(err, err_len, "qwen35: cannot allocate %zu bytes on the platform: %s", bytes,
-             m->P->last_error(m->pc));
-    return -1;
-  }
-  *(void **)ptr = m->P->buffer_ptr(m->pc, *b);
-  return 0;
+  return mi_glue_alloc(&m->glue, bytes, b, ptr, err, err_len);
 }
 
 /* Floats per token of the scratch (the same sums as alloc_scratch). */
@@ -313,32 +208,15 @@ void qwen35_model_free(qwen35_model *m) {
                           &L->wo,        &L->q_norm,   &L->k_norm, &L->w_qkv,   &L->w_z,
                           &L->w_b,       &L->w_a,      &L->conv_w, &L->dt_bias, &L->a_log,
                           &L->lin_norm,  &L->w_out,    &L->wg,     &L->wu,      &L->wd};
-      for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-        free_weight(m, ws[i]);
+      mi_glue_weights_free(m->P, m->pc, ws, sizeof ws / sizeof ws[0]);
     }
     free(m->layers);
   }
-  free_weight(m, &m->embed);
-  free_weight(m, &m->final_norm);
-  free_weight(m, &m->lm_head);
+  mi_glue_weights_free(m->P, m->pc, (mi_glue_weight *[]){&m->embed, &m->final_norm, &m->lm_head},
+                       3);
   free_scratch(m);
   free(m->model_dir);
   free(m);
-}
-
-static int opt_int(qwen35_model *m, const mi_options *o, const char *key, long lo, long hi,
-                   long *out, char *err, size_t err_len) {
-  const char *v = m->host->opt_get(o, key);
-  if (!v) return 0;
-  char *end;
-  long x = strtol(v, &end, 10);
-  if (*v == 0 || *end || x < lo || x > hi) {
-    snprintf(err, err_len, "qwen35: option %s=%.40s must be an integer in [%ld, %ld]", key, v, lo,
-             hi);
-    return -1;
-  }
-  *out = x;
-  return 0;
 }
 
 int qwen35_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen35_model **out,
@@ -354,6 +232,7 @@ int qwen35_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen
   m->pc = a->platform.ctx;
   m->weights = a->weights;
   m->model_dir = strdup(a->model_dir ? a->model_dir : "(model)");
+  m->glue = (mi_glue){"qwen35", host, m->P, m->pc, m->weights, m->model_dir, &m->weight_bytes};
   char cerr[768];
   if (!m->model_dir) {
     snprintf(err, err_len, "qwen35: out of memory");
@@ -377,18 +256,10 @@ int qwen35_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen
   m->n_lin = c->n_layers - c->n_full;
   m->conv_dim = 2 * c->lin_kh * c->lin_dk + c->lin_vh * c->lin_dv;
   long batch = 512;
-  if (opt_int(m, a->opts, "batch", 1, 65536, &batch, err, err_len)) goto fail;
+  if (mi_glue_opt_long(&m->glue, a->opts, "batch", 1, 65536, &batch, err, err_len) ||
+      mi_glue_opt_bytes(&m->glue, a->opts, "mem_budget", &m->mem_budget, err, err_len))
+    goto fail;
   m->batch = batch;
-  const char *mb = host->opt_get(a->opts, "mem_budget");
-  if (mb) {
-    char *end;
-    unsigned long long v = strtoull(mb, &end, 10);
-    if (*end || end == mb) {
-      snprintf(err, err_len, "qwen35: option mem_budget=%.40s must be a byte count", mb);
-      goto fail;
-    }
-    m->mem_budget = v;
-  }
   m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
   if (!m->layers) {
     snprintf(err, err_len, "qwen35: out of memory");
@@ -476,9 +347,6 @@ int qwen35_seq_reset(qwen35_model *m, qwen35_seq *s, char *err, size_t err_len) 
  * copy of q35_state_bytes = state_bytes_fixed. Nothing is converted: a
  * restored sequence computes bit for bit what the original would. */
 
-/* Staging per device round trip: this many bytes, or one position if more. */
-#define Q35_STATE_STAGE_BYTES ((size_t)8 << 20)
-
 static int state_copy_failed(qwen35_model *m, const char *fn, const char *what, char *err,
                              size_t err_len) {
   const char *e = m->P->last_error ? m->P->last_error(m->pc) : NULL;
@@ -491,71 +359,22 @@ static int state_copy_failed(qwen35_model *m, const char *fn, const char *what, 
  * then only read), host in the exported layout. 0, or -1 with a line. */
 static int kv_copy(qwen35_model *m, qwen35_seq *s, int64_t pos, int64_t n, char *host, int to_host,
                    const char *fn, char *err, size_t err_len) {
-  const mi_platform_iface *P = m->P;
   const qwen35_config *c = &m->cfg;
-  const int64_t parts = 2 * c->n_full; /* (full layer, K|V) pairs, cache order */
   const size_t row = (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float);
-  const size_t tok = (size_t)parts * row; /* state_bytes_token */
-  if (n == 0 || tok == 0) return 0;
-  int64_t chunk = (int64_t)(Q35_STATE_STAGE_BYTES / tok);
-  if (chunk < 1) chunk = 1;
-  if (chunk > n) chunk = n;
-  char *stage = malloc((size_t)chunk * tok);
-  if (!stage) {
-    snprintf(err, err_len, "qwen35: %s: out of memory (%zu bytes of staging)", fn,
-             (size_t)chunk * tok);
-    return -1;
-  }
-  int rc = 0;
-  for (int64_t p0 = 0; p0 < n && rc == 0; p0 += chunk) {
-    const int64_t cn = n - p0 < chunk ? n - p0 : chunk;
-    const size_t run = (size_t)cn * row; /* one part's rows in the staging */
-    char *h = host + (size_t)p0 * tok;
-    if (!to_host)
-      for (int64_t i = 0; i < parts; i++)
-        for (int64_t t = 0; t < cn; t++)
-          memcpy(stage + (size_t)i * run + (size_t)t * row, h + (size_t)t * tok + (size_t)i * row,
-                 row);
-    for (int64_t i = 0; i < parts && rc == 0; i++) {
-      char *dev = (char *)s->kv + ((size_t)i * (size_t)s->n_ctx + (size_t)(pos + p0)) * row;
-      rc = to_host ? P->memcpy_d2h(m->pc, NULL, stage + (size_t)i * run, dev, run)
-                   : P->memcpy_h2d(m->pc, NULL, dev, stage + (size_t)i * run, run);
-    }
-    /* the host reads the staging next, or fills it again */
-    if (rc == 0 && mi_platform_has(P, stream_sync)) rc = P->stream_sync(m->pc, NULL);
-    if (rc == 0 && to_host)
-      for (int64_t i = 0; i < parts; i++)
-        for (int64_t t = 0; t < cn; t++)
-          memcpy(h + (size_t)t * tok + (size_t)i * row, stage + (size_t)i * run + (size_t)t * row,
-                 row);
-  }
-  free(stage);
-  return rc != 0 ? state_copy_failed(m, fn, "KV cache", err, err_len) : 0;
+  return mi_glue_kv_copy(&m->glue, (char *)s->kv, 2 * c->n_full, row, s->n_ctx, pos, n, host,
+                         to_host, fn, err, err_len);
 }
+
+static const char k_broken[] = "this sequence's state was lost by an earlier kernel failure; "
+                               "reset it (seq_truncate to 0)";
 
 int qwen35_seq_state_read(qwen35_model *m, qwen35_seq *s, int64_t pos, int64_t n, void *dst,
                           void *fixed_dst, char *err, size_t err_len) {
-  if (pos < 0 || n < 0 || pos > s->len || n > s->len - pos) {
-    snprintf(err, err_len,
-             "qwen35: seq_state_read: positions [%lld, %lld) are not within the sequence's %lld",
-             (long long)pos, (long long)pos + (long long)n, (long long)s->len);
+  if (mi_glue_check_state_read("qwen35", pos, n, s->len, dst, fixed_dst != NULL, "recurrent state",
+                               err, err_len))
     return -1;
-  }
-  if (fixed_dst && pos + n != s->len) {
-    snprintf(err, err_len,
-             "qwen35: seq_state_read: the recurrent state exists only at the sequence's length "
-             "%lld, not at %lld",
-             (long long)s->len, (long long)(pos + n));
-    return -1;
-  }
   if (s->broken) {
-    snprintf(err, err_len,
-             "qwen35: seq_state_read: this sequence's state was lost by an earlier kernel "
-             "failure; reset it (seq_truncate to 0)");
-    return -1;
-  }
-  if (n > 0 && !dst) {
-    snprintf(err, err_len, "qwen35: seq_state_read: dst is NULL");
+    snprintf(err, err_len, "qwen35: seq_state_read: %s", k_broken);
     return -1;
   }
   if (kv_copy(m, s, pos, n, dst, 1, "seq_state_read", err, err_len) != 0) return -1;
@@ -570,20 +389,7 @@ int qwen35_seq_state_read(qwen35_model *m, qwen35_seq *s, int64_t pos, int64_t n
 
 int qwen35_seq_state_write(qwen35_model *m, qwen35_seq *s, int64_t pos, int64_t n, const void *src,
                            const void *fixed_src, char *err, size_t err_len) {
-  if (pos != s->len) {
-    snprintf(err, err_len,
-             "qwen35: seq_state_write: position %lld is not the sequence's length %lld "
-             "(state is only appended)",
-             (long long)pos, (long long)s->len);
-    return -1;
-  }
-  if (n < 0 || n > s->n_ctx - pos) {
-    snprintf(err, err_len,
-             "qwen35: seq_state_write: %lld positions do not fit: the context holds %lld and "
-             "%lld are used",
-             (long long)n, (long long)s->n_ctx, (long long)pos);
-    return -1;
-  }
+  if (mi_glue_check_state_write("qwen35", pos, n, s->len, s->n_ctx, src, err, err_len)) return -1;
   /* the KV rows alone would leave the DeltaNet layers at the old length */
   if (!fixed_src) {
     snprintf(err, err_len,
@@ -592,14 +398,8 @@ int qwen35_seq_state_write(qwen35_model *m, qwen35_seq *s, int64_t pos, int64_t 
              (long long)(pos + n));
     return -1;
   }
-  if (n > 0 && !src) {
-    snprintf(err, err_len, "qwen35: seq_state_write: src is NULL");
-    return -1;
-  }
   if (s->broken) {
-    snprintf(err, err_len,
-             "qwen35: seq_state_write: this sequence's state was lost by an earlier kernel "
-             "failure; reset it (seq_truncate to 0)");
+    snprintf(err, err_len, "qwen35: seq_state_write: %s", k_broken);
     return -1;
   }
   /* KV rows at and past len are not part of the sequence: a copy failing

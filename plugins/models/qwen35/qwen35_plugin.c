@@ -9,38 +9,25 @@
 #include "qwen35_config.h"
 #include "qwen35_internal.h"
 
-typedef struct plugin_ctx {
-  const mi_host_api *host;
-} plugin_ctx;
-
-static plugin_ctx g_ctx;
-
 /* the flat text model and the released wrapper (text_config, no vision here) */
 static const char *const k_architectures[] = {"Qwen3_5ForCausalLM",
                                               "Qwen3_5ForConditionalGeneration", NULL};
 
 static int q35_check_config(void *ctx, const mi_json *config, char *err, size_t err_len) {
   qwen35_config c;
-  return qwen35_config_read(((plugin_ctx *)ctx)->host, config, &c, err, err_len);
+  return qwen35_config_read((const mi_host_api *)ctx, config, &c, err, err_len);
 }
 
 static int q35_load(void *ctx, const mi_model_load_args *a, mi_model **out, char *err,
                     size_t err_len) {
-  return qwen35_model_load(((plugin_ctx *)ctx)->host, a, out, err, err_len);
-}
-
-static void q35_unload(mi_model *m) {
-  qwen35_model_free(m);
+  return qwen35_model_load((const mi_host_api *)ctx, a, out, err, err_len);
 }
 
 static int q35_info(mi_model *m, mi_model_info *dst) {
   /* fill a whole local copy, then hand the caller as much as it has room for */
-  size_t room = dst->struct_size ? dst->struct_size : offsetof(mi_model_info, prefill_flops_token);
-  if (room > sizeof(mi_model_info)) room = sizeof(mi_model_info);
   const qwen35_config *c = &m->cfg;
   mi_model_info info, *out = &info;
   memset(out, 0, sizeof *out);
-  out->struct_size = (uint32_t)room;
   out->architecture = c->wrapped ? "Qwen3_5ForConditionalGeneration" : "Qwen3_5ForCausalLM";
   out->vocab_size = c->vocab;
   out->hidden_size = c->hidden;
@@ -71,16 +58,8 @@ static int q35_info(mi_model *m, mi_model_info *dst) {
                              (uint64_t)(c->n_layers - c->n_full) * (2 * lin_w + rule) +
                              (uint64_t)c->n_layers * 2 * 3 * H * F;
   out->attn_flops_pos = 4 * qdim * (uint64_t)c->n_full;
-  memcpy(dst, out, room);
+  mi_glue_info_write(dst, out);
   return 0;
-}
-
-static int q35_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, size_t err_len) {
-  return qwen35_seq_create(m, n_ctx, out, err, err_len);
-}
-
-static void q35_seq_destroy(mi_model *m, mi_seq *s) {
-  qwen35_seq_destroy(m, s);
 }
 
 /* The DeltaNet state summarises every token seen and cannot be rewound:
@@ -106,56 +85,24 @@ static int64_t q35_seq_len(mi_model *m, mi_seq *s) {
   return s->len;
 }
 
-static int q35_forward(mi_model *m, mi_seq *s, const int32_t *ids, int64_t n, float *logits,
-                       int all_logits, char *err, size_t err_len) {
-  return qwen35_forward(m, s, ids, n, logits, all_logits, err, err_len);
-}
-
-static int q35_forward_batch(mi_model *m, mi_seq *const *seqs, const int32_t *ids, int64_t n,
-                             float *const *logits, char *err, size_t err_len) {
-  return qwen35_forward_batch(m, seqs, ids, n, logits, err, err_len);
-}
-
-static int q35_seq_state_read(mi_model *m, mi_seq *s, int64_t pos, int64_t n, void *dst,
-                              void *fixed_dst, char *err, size_t err_len) {
-  return qwen35_seq_state_read(m, s, pos, n, dst, fixed_dst, err, err_len);
-}
-
-static int q35_seq_state_write(mi_model *m, mi_seq *s, int64_t pos, int64_t n, const void *src,
-                               const void *fixed_src, char *err, size_t err_len) {
-  return qwen35_seq_state_write(m, s, pos, n, src, fixed_src, err, err_len);
-}
-
 /* Every platform member load and forward call (the core refuses a platform
  * lacking one, naming them). stream_sync is called only when provided. */
 static const mi_platform_need k_platform_needs[] = {
-    {"last_error", MI_NEED_ALWAYS, NULL, NULL},
-    {"buffer_alloc", MI_NEED_ALWAYS, NULL, NULL},
-    {"buffer_wrap_host", MI_NEED_ALWAYS, NULL, NULL},
-    {"buffer_free", MI_NEED_ALWAYS, NULL, NULL},
-    {"buffer_ptr", MI_NEED_ALWAYS, NULL, NULL},
-    {"memcpy_h2d", MI_NEED_ALWAYS, NULL, NULL},
-    {"memcpy_d2h", MI_NEED_ALWAYS, NULL, NULL},
+    MI_GLUE_NEEDS_MEMORY,
     /* seq_truncate(0) zeroes the DeltaNet states from a zero buffer;
      * forward_batch copies each row's new key/value into its own cache */
-    {"memcpy_d2d", MI_NEED_ALWAYS, NULL, NULL},
-    {"matmul", MI_NEED_ALWAYS, NULL, NULL},
-    {"rmsnorm", MI_NEED_ALWAYS, NULL, NULL},
-    {"rope", MI_NEED_ALWAYS, NULL, NULL},
-    {"attention", MI_NEED_ALWAYS, NULL, NULL},
-    {"silu_mul", MI_NEED_ALWAYS, NULL, NULL},
-    {"add", MI_NEED_ALWAYS, NULL, NULL},
-    {"scale", MI_NEED_ALWAYS, NULL, NULL},
-    {"embed", MI_NEED_ALWAYS, NULL, NULL},
+    MI_GLUE_NEED(memcpy_d2d),
+    MI_GLUE_NEEDS_DECODER,
+    MI_GLUE_NEED(scale),
     /* ABI 1.4: the hybrid's blocks */
-    {"copy2d", MI_NEED_ALWAYS, NULL, NULL},
-    {"l2norm", MI_NEED_ALWAYS, NULL, NULL},
-    {"sigmoid_mul", MI_NEED_ALWAYS, NULL, NULL},
-    {"conv1d_causal", MI_NEED_ALWAYS, NULL, NULL},
-    {"deltanet_gates", MI_NEED_ALWAYS, NULL, NULL},
-    {"gated_delta_rule", MI_NEED_ALWAYS, NULL, NULL},
-    {"rmsnorm_gated", MI_NEED_ALWAYS, NULL, NULL},
-    {NULL, 0, NULL, NULL},
+    MI_GLUE_NEED(copy2d),
+    MI_GLUE_NEED(l2norm),
+    MI_GLUE_NEED(sigmoid_mul),
+    MI_GLUE_NEED(conv1d_causal),
+    MI_GLUE_NEED(deltanet_gates),
+    MI_GLUE_NEED(gated_delta_rule),
+    MI_GLUE_NEED(rmsnorm_gated),
+    MI_GLUE_NEEDS_END,
 };
 
 static const mi_model_iface k_iface = {
@@ -163,30 +110,18 @@ static const mi_model_iface k_iface = {
     .architectures = k_architectures,
     .check_config = q35_check_config,
     .load = q35_load,
-    .unload = q35_unload,
+    .unload = qwen35_model_free,
     .info = q35_info,
-    .seq_create = q35_seq_create,
-    .seq_destroy = q35_seq_destroy,
+    .seq_create = qwen35_seq_create,
+    .seq_destroy = qwen35_seq_destroy,
     .seq_truncate = q35_seq_truncate,
     .seq_len = q35_seq_len,
-    .forward = q35_forward,
+    .forward = qwen35_forward,
     .platform_needs = k_platform_needs,
-    .forward_batch = q35_forward_batch,
-    .seq_state_read = q35_seq_state_read,
-    .seq_state_write = q35_seq_state_write,
+    .forward_batch = qwen35_forward_batch,
+    .seq_state_read = qwen35_seq_state_read,
+    .seq_state_write = qwen35_seq_state_write,
 };
-
-static int q35_init(const mi_host_api *host, const mi_options *opts, void **ctx, char *err,
-                    size_t err_len) {
-  (void)opts;
-  if (!host || host->struct_size < sizeof(mi_host_api)) {
-    snprintf(err, err_len, "host API table too old for this plugin");
-    return -1;
-  }
-  g_ctx.host = host;
-  *ctx = &g_ctx;
-  return 0;
-}
 
 static const void *q35_get_iface(void *ctx) {
   (void)ctx;
@@ -203,7 +138,7 @@ static const mi_plugin_desc k_desc = {
     .description = "Qwen3.5/3.6-style hybrid (gated DeltaNet + gated attention, (1+w) norms, "
                    "partial rotary)",
     .probe = NULL,
-    .init = q35_init,
+    .init = mi_glue_model_init,
     .fini = NULL,
     .get_iface = q35_get_iface,
 };

@@ -23,41 +23,9 @@ static void load_q(float *qt, const float *q, const int32_t *off, int64_t D) {
   for (int64_t d = 0; d < D; d++) _mm256_storeu_ps(qt + d * R, _mm256_i32gather_ps(q + d, idx, 4));
 }
 
-/* NT tiles (1 or 2) at once: with two, each broadcast K element feeds two
- * FMAs. Two tiles use NK/2 keys per pass (16 registers). */
-AI void qk_n(const int NT, float *st, const float *qt, const float *k, int64_t ks, int nb,
-             int64_t D, float scale) {
-  const int nk = NT == 2 ? NK / 2 : NK;
-  const __m256 sc = _mm256_set1_ps(scale);
-  for (int j = 0; j < nb; j += nk) {
-    /* A short last group repeats its last key; those results are dropped. */
-    const float *kr[NK];
-    for (int i = 0; i < nk; i++) kr[i] = k + (int64_t)(j + i < nb ? j + i : nb - 1) * ks;
-    __m256 acc[2][NK];
-    for (int u = 0; u < NT; u++)
-      for (int i = 0; i < nk; i++) acc[u][i] = _mm256_setzero_ps();
-    for (int64_t d = 0; d < D; d++) {
-      __m256 qv[2];
-      for (int u = 0; u < NT; u++) qv[u] = _mm256_loadu_ps(qt + (u * D + d) * R);
-      for (int i = 0; i < nk; i++) {
-        __m256 kv = _mm256_set1_ps(kr[i][d]);
-        for (int u = 0; u < NT; u++) acc[u][i] = _mm256_fmadd_ps(kv, qv[u], acc[u][i]);
-      }
-    }
-    int nv = nb - j < nk ? nb - j : nk;
-    for (int u = 0; u < NT; u++)
-      for (int i = 0; i < nv; i++)
-        _mm256_storeu_ps(st + (u * nb + j + i) * R, _mm256_mul_ps(acc[u][i], sc));
-  }
-}
-
-static void qk(float *st, const float *qt, int ntl, const float *k, int64_t ks, int nb, int64_t D,
-               float scale) {
-  if (ntl == 2)
-    qk_n(2, st, qt, k, ks, nb, D, scale);
-  else
-    qk_n(1, st, qt, k, ks, nb, D, scale);
-}
+/* qk and the online-softmax update: the same for both ISAs */
+#define ATTN_VBITS 256
+#include "cpu_attn_qk.h"
 
 static void softmax(float *st, int nb, int64_t j0, const int32_t *lim, int masked, float *m,
                     float *l, float *corr) {
@@ -69,19 +37,7 @@ static void softmax(float *st, int nb, int64_t j0, const int32_t *lim, int maske
       _mm256_storeu_ps(st + j * R, _mm256_blendv_ps(_mm256_loadu_ps(st + j * R), ninf, fut));
     }
   }
-  __m256 bm = ninf;
-  for (int j = 0; j < nb; j++) bm = _mm256_max_ps(bm, _mm256_loadu_ps(st + j * R));
-  __m256 mo = _mm256_loadu_ps(m), mn = _mm256_max_ps(mo, bm);
-  __m256 c = exp_neg8(_mm256_sub_ps(mo, mn)); /* first block: e^-inf = 0 */
-  __m256 sum = _mm256_setzero_ps();
-  for (int j = 0; j < nb; j++) {
-    __m256 p = exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(st + j * R), mn));
-    _mm256_storeu_ps(st + j * R, p);
-    sum = _mm256_add_ps(sum, p);
-  }
-  _mm256_storeu_ps(l, _mm256_fmadd_ps(_mm256_loadu_ps(l), c, sum));
-  _mm256_storeu_ps(m, mn);
-  _mm256_storeu_ps(corr, c);
+  softmax_update(st, nb, m, l, corr);
 }
 
 /* Lane mask for the first `rem` of 8 floats (maskload/maskstore). */

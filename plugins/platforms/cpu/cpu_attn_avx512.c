@@ -28,41 +28,12 @@ static void load_q(float *qt, const float *q, const int32_t *off, int64_t D) {
   for (int64_t d = 0; d < D; d++) _mm512_storeu_ps(qt + d * R, _mm512_i32gather_ps(idx, q + d, 4));
 }
 
-/* NT tiles (1 or 2) at once: with two, each broadcast K element feeds two
- * FMAs (16 per 10 loads instead of 8 per 9), which is what limits qk. */
-AI void qk_n(const int NT, float *st, const float *qt, const float *k, int64_t ks, int nb,
-             int64_t D, float scale) {
-  const __m512 sc = _mm512_set1_ps(scale);
-  for (int j = 0; j < nb; j += NK) {
-    /* A short last group repeats its last key; those results are dropped. */
-    const float *kr[NK];
-    for (int i = 0; i < NK; i++) kr[i] = k + (int64_t)(j + i < nb ? j + i : nb - 1) * ks;
-    __m512 acc[2][NK];
-    for (int u = 0; u < NT; u++)
-      for (int i = 0; i < NK; i++) acc[u][i] = _mm512_setzero_ps();
-    for (int64_t d = 0; d < D; d++) {
-      __m512 qv[2];
-      for (int u = 0; u < NT; u++) qv[u] = _mm512_loadu_ps(qt + (u * D + d) * R);
-      for (int i = 0; i < NK; i++) {
-        __m512 kv = _mm512_set1_ps(kr[i][d]);
-        for (int u = 0; u < NT; u++) acc[u][i] = _mm512_fmadd_ps(kv, qv[u], acc[u][i]);
-      }
-    }
-    int nv = nb - j < NK ? nb - j : NK;
-    for (int u = 0; u < NT; u++)
-      for (int i = 0; i < nv; i++)
-        _mm512_storeu_ps(st + (u * nb + j + i) * R, _mm512_mul_ps(acc[u][i], sc));
-  }
-}
+/* qk and the online-softmax update: the same for both ISAs */
+#define ATTN_VBITS 512
+#include "cpu_attn_qk.h"
 
-static void qk(float *st, const float *qt, int ntl, const float *k, int64_t ks, int nb, int64_t D,
-               float scale) {
-  if (ntl == 2)
-    qk_n(2, st, qt, k, ks, nb, D, scale);
-  else
-    qk_n(1, st, qt, k, ks, nb, D, scale);
-}
-
+/* Rows past their causal limit (lim [R]) masked to -inf with one masked
+ * store per key, then the block's online-softmax update. */
 static void softmax(float *st, int nb, int64_t j0, const int32_t *lim, int masked, float *m,
                     float *l, float *corr) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
@@ -73,19 +44,7 @@ static void softmax(float *st, int nb, int64_t j0, const int32_t *lim, int maske
       _mm512_mask_storeu_ps(st + j * R, fut, ninf);
     }
   }
-  __m512 bm = ninf;
-  for (int j = 0; j < nb; j++) bm = _mm512_max_ps(bm, _mm512_loadu_ps(st + j * R));
-  __m512 mo = _mm512_loadu_ps(m), mn = _mm512_max_ps(mo, bm);
-  __m512 c = exp_neg16(_mm512_sub_ps(mo, mn)); /* first block: e^-inf = 0 */
-  __m512 sum = _mm512_setzero_ps();
-  for (int j = 0; j < nb; j++) {
-    __m512 p = exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(st + j * R), mn));
-    _mm512_storeu_ps(st + j * R, p);
-    sum = _mm512_add_ps(sum, p);
-  }
-  _mm512_storeu_ps(l, _mm512_fmadd_ps(_mm512_loadu_ps(l), c, sum));
-  _mm512_storeu_ps(m, mn);
-  _mm512_storeu_ps(corr, c);
+  softmax_update(st, nb, m, l, corr);
 }
 
 /* Rows r0..r0+3, columns d0 .. d0+63 of acc. full: all 64 columns exist

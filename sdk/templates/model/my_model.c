@@ -25,6 +25,11 @@
  * Everything the forward pass needs is allocated by load() and
  * seq_create(): the decode loop never allocates.
  *
+ * The glue around the math (binding weights by name with their shapes
+ * checked, the checks before a forward, the kernel-call check, the
+ * platform-needs table) comes from <mi/model_glue.h>, shared with the
+ * in-tree model plugins.
+ *
  * To make your own: rename "mymodel" / "MyModelForCausalLM", change the
  * config reading, the weights and forward_chunk(). Build: see README.md.
  */
@@ -34,6 +39,7 @@
 #include <string.h>
 
 #include <mi/model.h>
+#include <mi/model_glue.h>
 #include <mi/plugin.h>
 
 #define BATCH 64 /* tokens per forward chunk: bounds the scratch buffers */
@@ -74,11 +80,7 @@ static int read_config(const mi_host_api *host, const mi_json *j, config *c, cha
 
 /* ---- model and sequence state ---- */
 
-typedef struct weight {
-  mi_buffer *buf; /* NULL when borrowed (tied lm_head) */
-  void *ptr;      /* device address */
-  mi_dtype dtype;
-} weight;
+typedef mi_glue_weight weight; /* buf NULL when borrowed (tied lm_head) */
 
 typedef struct layer {
   weight attn_norm, ffn_norm; /* [H] f32 */
@@ -94,7 +96,7 @@ struct mi_model {
   const mi_host_api *host; /* lent by the core: JSON, weights, logging */
   const mi_platform_iface *P;
   void *pc; /* the platform's context */
-  const mi_weights *w;
+  mi_glue g; /* what binding weights and scratch needs */
   config c;
   weight embed;      /* [V, H] */
   weight final_norm; /* [H] f32 */
@@ -125,69 +127,17 @@ struct mi_seq {
 /* ---- load ---- */
 
 /* A matrix [rows, cols] in bf16/f16/f32, used in place (zero-copy on
- * host-memory platforms, uploaded on a GPU). */
+ * host-memory platforms, uploaded on a GPU); a missing tensor, another
+ * shape or dtype is refused with one line naming the file and the tensor. */
 static int bind_matrix(mi_model *m, const char *name, int64_t rows, int64_t cols, weight *out,
                        char *err, size_t err_len) {
-  mi_weight_info wi;
-  if (m->host->weights_find(m->w, name, &wi) != 0) {
-    snprintf(err, err_len, "mymodel: missing tensor \"%s\"", name);
-    return -1;
-  }
-  if (wi.ndim != 2 || wi.shape[0] != rows || wi.shape[1] != cols ||
-      (wi.dtype != MI_DTYPE_BF16 && wi.dtype != MI_DTYPE_F16 && wi.dtype != MI_DTYPE_F32)) {
-    snprintf(err, err_len, "%s: tensor \"%s\" must be [%lld, %lld] in BF16, F16 or F32", wi.file,
-             name, (long long)rows, (long long)cols);
-    return -1;
-  }
-  if (m->P->buffer_wrap_host(m->pc, wi.data, wi.nbytes, &out->buf) != 0) {
-    snprintf(err, err_len, "mymodel: cannot place \"%s\": %s", name, m->P->last_error(m->pc));
-    return -1;
-  }
-  out->ptr = m->P->buffer_ptr(m->pc, out->buf);
-  out->dtype = (mi_dtype)wi.dtype;
-  m->weight_bytes += wi.nbytes;
-  return 0;
+  return mi_glue_bind_matrix(&m->g, name, rows, cols, MI_GLUE_FLOATS, out, err, err_len);
 }
 
 /* A norm weight [n], widened to f32 once (the rmsnorm kernel takes f32). */
 static int bind_vector(mi_model *m, const char *name, int64_t n, weight *out, char *err,
                        size_t err_len) {
-  mi_weight_info wi;
-  if (m->host->weights_find(m->w, name, &wi) != 0 || wi.ndim != 1 || wi.shape[0] != n ||
-      (wi.dtype != MI_DTYPE_BF16 && wi.dtype != MI_DTYPE_F16 && wi.dtype != MI_DTYPE_F32)) {
-    snprintf(err, err_len, "mymodel: tensor \"%s\" must exist as [%lld] in BF16, F16 or F32",
-             name, (long long)n);
-    return -1;
-  }
-  float *tmp = malloc((size_t)n * sizeof(float)); /* [n] */
-  if (!tmp) return snprintf(err, err_len, "mymodel: out of memory"), -1;
-  for (int64_t i = 0; i < n; i++) {
-    uint16_t u;
-    if (wi.dtype == MI_DTYPE_F32) {
-      memcpy(&tmp[i], (const char *)wi.data + 4 * i, 4);
-      continue;
-    }
-    memcpy(&u, (const char *)wi.data + 2 * i, 2);
-    tmp[i] = wi.dtype == MI_DTYPE_BF16 ? mi_bf16_to_f32(u) : mi_f16_to_f32(u);
-  }
-  int rc = m->P->buffer_alloc(m->pc, (size_t)n * sizeof(float), &out->buf);
-  if (rc == 0) {
-    out->ptr = m->P->buffer_ptr(m->pc, out->buf);
-    rc = m->P->memcpy_h2d(m->pc, NULL, out->ptr, tmp, (size_t)n * sizeof(float));
-  }
-  free(tmp);
-  if (rc != 0) {
-    snprintf(err, err_len, "mymodel: cannot upload \"%s\": %s", name, m->P->last_error(m->pc));
-    return -1;
-  }
-  out->dtype = MI_DTYPE_F32;
-  m->weight_bytes += wi.nbytes;
-  return 0;
-}
-
-static void free_weight(mi_model *m, weight *w) {
-  if (w->buf) m->P->buffer_free(m->pc, w->buf);
-  w->buf = NULL;
+  return mi_glue_bind_vector(&m->g, name, n, out, err, err_len);
 }
 
 static void my_unload(mi_model *m) {
@@ -196,12 +146,11 @@ static void my_unload(mi_model *m) {
     layer *y = &m->layers[l];
     weight *ws[] = {&y->attn_norm, &y->ffn_norm, &y->q_norm, &y->k_norm, &y->wq, &y->wk,
                     &y->wv,        &y->wo,       &y->wg,     &y->wu,     &y->wd};
-    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) free_weight(m, ws[i]);
+    mi_glue_weights_free(m->P, m->pc, ws, sizeof ws / sizeof ws[0]);
   }
   free(m->layers);
-  free_weight(m, &m->embed);
-  free_weight(m, &m->final_norm);
-  free_weight(m, &m->lm_head);
+  mi_glue_weights_free(m->P, m->pc, (mi_glue_weight *[]){&m->embed, &m->final_norm, &m->lm_head},
+                       3);
   for (int i = 0; i < 10; i++)
     if (m->bufs[i]) m->P->buffer_free(m->pc, m->bufs[i]);
   free(m);
@@ -216,7 +165,10 @@ static int my_load(void *ctx, const mi_model_load_args *a, mi_model **out, char 
   }
   mi_model *m = calloc(1, sizeof *m);
   if (!m) return snprintf(err, err_len, "mymodel: out of memory"), -1;
-  m->host = ctx, m->P = a->platform.iface, m->pc = a->platform.ctx, m->w = a->weights;
+  m->host = ctx, m->P = a->platform.iface, m->pc = a->platform.ctx;
+  m->g = (mi_glue){"mymodel",       m->host,    m->P,
+                   m->pc,           a->weights, a->model_dir ? a->model_dir : "(model)",
+                   &m->weight_bytes};
   if (read_config(m->host, a->config, &m->c, err, err_len) != 0) goto fail;
   const config *c = &m->c;
   const int64_t H = c->H, hd = c->hd, qd = c->nh * hd, kvd = c->nkv * hd;
@@ -258,14 +210,8 @@ static int my_load(void *ctx, const mi_model_load_args *a, mi_model **out, char 
                      (void **)&m->att,  (void **)&m->o,    (void **)&m->gate,
                      (void **)&m->up,   (void **)&m->logits, (void **)&m->ids,
                      (void **)&m->pos};
-  for (int i = 0; i < 10; i++) {
-    if (m->P->buffer_alloc(m->pc, sizes[i], &m->bufs[i]) != 0) {
-      snprintf(err, err_len, "mymodel: cannot allocate %zu bytes: %s", sizes[i],
-               m->P->last_error(m->pc));
-      goto fail;
-    }
-    *ptrs[i] = m->P->buffer_ptr(m->pc, m->bufs[i]);
-  }
+  for (int i = 0; i < 10; i++)
+    if (mi_glue_alloc(&m->g, sizes[i], &m->bufs[i], ptrs[i], err, err_len) != 0) goto fail;
   *out = m;
   return 0;
 oom:
@@ -293,13 +239,10 @@ static int my_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, si
   if (!s) return snprintf(err, err_len, "mymodel: out of memory"), -1;
   s->n_ctx = n_ctx;
   size_t bytes = (size_t)(m->c.L * 2 * n_ctx * m->c.nkv * m->c.hd) * sizeof(float);
-  if (m->P->buffer_alloc(m->pc, bytes, &s->buf) != 0) {
-    snprintf(err, err_len, "mymodel: cannot allocate a %zu-byte KV cache: %s", bytes,
-             m->P->last_error(m->pc));
+  if (mi_glue_alloc(&m->g, bytes, &s->buf, &s->kv, err, err_len) != 0) {
     free(s);
     return -1;
   }
-  s->kv = m->P->buffer_ptr(m->pc, s->buf);
   *out = s;
   return 0;
 }
@@ -324,13 +267,8 @@ static int64_t my_seq_len(mi_model *m, mi_seq *s) {
 
 /* ---- forward ---- */
 
-#define K(call)                                                                                    \
-  do {                                                                                             \
-    if ((call) != 0) {                                                                             \
-      snprintf(err, err_len, "mymodel: %s failed: %s", #call, P->last_error(pc));                 \
-      return -1;                                                                                   \
-    }                                                                                              \
-  } while (0)
+/* Runs a kernel; on failure "mymodel: kernel <call> failed: <why>" and return -1. */
+#define K(call) MI_GLUE_K("mymodel", call)
 
 /* T <= BATCH tokens at positions s->len .. s->len+T-1; leaves the final
  * hidden states of the chunk in m->x [T, H]. */
@@ -375,54 +313,28 @@ static int forward_chunk(mi_model *m, mi_seq *s, const int32_t *ids, int64_t T, 
   return 0;
 }
 
-/* Logits of row r of the last chunk into host memory out [V]. */
-static int logits_row(mi_model *m, int64_t r, float *out, char *err, size_t err_len) {
-  const mi_platform_iface *P = m->P;
-  void *pc = m->pc;
-  const int64_t H = m->c.H, V = m->c.V;
-  float *h = m->h + r * H; /* [1, H] */
-  K(P->rmsnorm(pc, NULL, h, m->x + r * H, m->final_norm.ptr, 1, H, (float)m->c.eps, 0));
-  K(P->matmul(pc, NULL, m->logits, h, m->lm_head.ptr, m->lm_head.dtype, 1, V, H)); /* [V] */
-  K(P->memcpy_d2h(pc, NULL, out, m->logits, (size_t)V * sizeof(float)));
-  K(P->stream_sync(pc, NULL));
-  return 0;
+/* Logits of rows [r0, r0+n) of the last chunk into host memory out [n, V]:
+ * rmsnorm(x) * final_norm, then the lm_head, one row per call (m->logits
+ * holds one row). */
+static int logits_rows(mi_model *m, int64_t r0, int64_t n, float *out, char *err, size_t err_len) {
+  const int64_t H = m->c.H;
+  return mi_glue_logits(&m->g, m->x + r0 * H, m->h + r0 * H, n, H, m->c.V, &m->final_norm,
+                        (float)m->c.eps, 0.0f, &m->lm_head, m->logits, 1, out, NULL, err, err_len);
 }
 
 static int my_forward(mi_model *m, mi_seq *s, const int32_t *ids, int64_t n, float *logits,
                       int all_logits, char *err, size_t err_len) {
-  if (n < 1 || s->len + n > s->n_ctx) {
-    snprintf(err, err_len, "mymodel: %lld tokens do not fit (context %lld, %lld used)",
-             (long long)n, (long long)s->n_ctx, (long long)s->len);
-    return -1;
-  }
-  for (int64_t i = 0; i < n; i++)
-    if (ids[i] < 0 || ids[i] >= m->c.V) {
-      snprintf(err, err_len, "mymodel: token id %d is outside [0, %lld)", ids[i],
-               (long long)m->c.V);
-      return -1;
-    }
-  for (int64_t done = 0; done < n;) {
-    const int64_t T = n - done < BATCH ? n - done : BATCH;
-    if (forward_chunk(m, s, ids + done, T, err, err_len) != 0) return -1;
-    if (logits && all_logits) { /* logits [n, V] */
-      for (int64_t r = 0; r < T; r++)
-        if (logits_row(m, r, logits + (done + r) * m->c.V, err, err_len) != 0) return -1;
-    } else if (logits && done + T == n) { /* logits [V] of the last token */
-      if (logits_row(m, T - 1, logits, err, err_len) != 0) return -1;
-    }
-    done += T;
-  }
-  return 0;
+  /* at least one token, room for all, every id in the vocabulary */
+  if (mi_glue_check_forward("mymodel", ids, n, s->len, s->n_ctx, m->c.V, err, err_len)) return -1;
+  /* chunks of BATCH tokens; logits [n, V] of every token, or [V] of the last */
+  return mi_glue_forward_chunks(m, s, ids, n, BATCH, m->c.V, logits, all_logits, forward_chunk,
+                                logits_rows, err, err_len);
 }
 
 static int my_info(mi_model *m, mi_model_info *dst) {
-  /* write no more than the caller's struct holds (0 = the ABI 1.0 size) */
-  size_t room = dst->struct_size ? dst->struct_size : offsetof(mi_model_info, prefill_flops_token);
-  if (room > sizeof(mi_model_info)) room = sizeof(mi_model_info);
   const config *c = &m->c;
   const uint64_t H = (uint64_t)c->H, qd = (uint64_t)(c->nh * c->hd), kvd = (uint64_t)(c->nkv * c->hd);
   mi_model_info i = {
-      .struct_size = (uint32_t)room,
       .architecture = "MyModelForCausalLM",
       .vocab_size = c->V,
       .hidden_size = c->H,
@@ -431,10 +343,11 @@ static int my_info(mi_model *m, mi_model_info *dst) {
       .weight_bytes = m->weight_bytes,
       .state_bytes_token = (uint64_t)c->L * 2 * kvd * sizeof(float),
       .decode_weight_bytes = m->weight_bytes,
-      .prefill_flops_token = 2 * (uint64_t)c->L * (2 * H * qd + 2 * H * kvd + 3 * H * (uint64_t)c->F),
+      .prefill_flops_token =
+          2 * (uint64_t)c->L * (2 * H * qd + 2 * H * kvd + 3 * H * (uint64_t)c->F),
       .attn_flops_pos = 4 * qd * (uint64_t)c->L,
   };
-  memcpy(dst, &i, room);
+  mi_glue_info_write(dst, &i); /* no more than the caller's struct holds */
   return 0;
 }
 
@@ -445,17 +358,15 @@ static const char *const architectures[] = {"MyModelForCausalLM", NULL};
 /* Every platform member load and forward call: the core refuses a platform
  * lacking one with a line naming them (mi-run --list-plugins shows, under
  * each platform, which model plugins it can serve). A member needed only
- * sometimes says when: MI_NEED_TP (tensor parallelism) or MI_NEED_OPTION
- * (a model option's value, e.g. {"convert", MI_NEED_OPTION, "kv_type", "f32"}). */
+ * sometimes says when: MI_GLUE_NEED_TP(member) (tensor parallelism) or
+ * MI_GLUE_NEED_OPTION(member, key, unless) (a model option's value, e.g.
+ * MI_GLUE_NEED_OPTION(convert, "kv_type", "f32")). A misspelt member does
+ * not compile. */
 static const mi_platform_need platform_needs[] = {
-    {"last_error", MI_NEED_ALWAYS, NULL, NULL},   {"buffer_alloc", MI_NEED_ALWAYS, NULL, NULL},
-    {"buffer_wrap_host", MI_NEED_ALWAYS, NULL, NULL}, {"buffer_free", MI_NEED_ALWAYS, NULL, NULL},
-    {"buffer_ptr", MI_NEED_ALWAYS, NULL, NULL},   {"memcpy_h2d", MI_NEED_ALWAYS, NULL, NULL},
-    {"memcpy_d2h", MI_NEED_ALWAYS, NULL, NULL},   {"stream_sync", MI_NEED_ALWAYS, NULL, NULL},
-    {"embed", MI_NEED_ALWAYS, NULL, NULL},        {"matmul", MI_NEED_ALWAYS, NULL, NULL},
-    {"rmsnorm", MI_NEED_ALWAYS, NULL, NULL},      {"rope", MI_NEED_ALWAYS, NULL, NULL},
-    {"attention", MI_NEED_ALWAYS, NULL, NULL},    {"silu_mul", MI_NEED_ALWAYS, NULL, NULL},
-    {"add", MI_NEED_ALWAYS, NULL, NULL},          {NULL, 0, NULL, NULL},
+    MI_GLUE_NEEDS_MEMORY, /* buffers and copies: binding, scratch, logits back */
+    MI_GLUE_NEED(stream_sync),
+    MI_GLUE_NEEDS_DECODER, /* embed, matmul, rmsnorm, rope, attention, silu_mul, add */
+    MI_GLUE_NEEDS_END,
 };
 
 static const mi_model_iface iface = {
@@ -476,10 +387,7 @@ static const mi_model_iface iface = {
 static int my_init(const mi_host_api *h, const mi_options *opts, void **ctx, char *err,
                    size_t err_len) {
   (void)opts;
-  if (!h || h->struct_size < sizeof(mi_host_api)) {
-    snprintf(err, err_len, "mymodel: host API table too old");
-    return -1;
-  }
+  if (!mi_glue_host_ok(h, err, err_len)) return -1;
   *ctx = (void *)h; /* the plugin's context is just the host table */
   return 0;
 }

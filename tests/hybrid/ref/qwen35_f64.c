@@ -1,5 +1,9 @@
-/* The verifier's knowledge of model contract model.qwen35: the
- * Qwen3.5/3.6-style hybrid (HF Qwen3_5ForCausalLM), written from the math
+/* A hand-written float64 model of the Qwen3.5/3.6-style hybrid (HF
+ * Qwen3_5ForCausalLM) with a sequence state, kept only for the tests that
+ * decode it token by token and hold the contract's interpretation to a
+ * second computation (tests/hybrid, tests/verify/test_interp.c); the
+ * verifier itself interprets the model contract (interp.h) and names no
+ * family. Written from the math
  * (docs/hybrid.md), in float64, reading the weight files directly and
  * sharing no code with any plugin. Every operator comes from ref/f64.c.
  *
@@ -14,11 +18,8 @@
  *     g = −exp(A_log)·softplus(in_proj_a + dt_bias); gated delta rule
  *     (state [Hv, Dk, Dv]); gated RMSNorm w·norm(o)·silu(in_proj_z);
  *     out_proj
- *   final rmsnorm (1+w), lm_head or tied embeddings.
- *
- * Stage 2 composes one layer per kind from the platform's ABI 1.4 kernels:
- * the drivers are in core/verify/layers/qwen35_kinds.c (.layer_kinds). */
-#include "core/verify/models/qwen35.h"
+ *   final rmsnorm (1+w), lm_head or tied embeddings. */
+#include "tests/hybrid/ref/qwen35_f64.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -26,7 +27,7 @@
 #include <string.h>
 
 #include "core/runtime/safetensors.h"
-#include "core/verify/driver.h"
+#include "core/verify/interp.h"
 #include "core/verify/ref/f64.h"
 
 #define L2_EPS 1e-6 /* HF's l2norm inside the gated delta rule */
@@ -430,49 +431,3 @@ done:
   buf_free(&b);
   return rc;
 }
-
-/* ---------- the model driver (from scratch, like every driver) ---------- */
-
-static int model_open(const json_t *cfg, const struct mi_weights *w, void **out, char *err, size_t n) {
-  vf_qwen35 *m = NULL;
-  int rc = vf_qwen35_open(cfg, w, &m, err, n);
-  *out = m;
-  return rc;
-}
-
-static void model_close(void *m) { vf_qwen35_close(m); }
-
-static double *model_forward(void *ref, const int32_t *ids, int T, int n_out, double *max_score, char *err,
-                             size_t n) {
-  vf_qwen35 *m = ref;
-  if (T < 1 || n_out < 1 || n_out > T) {
-    snprintf(err, n, "reference: bad lengths T=%d n_out=%d", T, n_out);
-    return NULL;
-  }
-  vf_qwen35_seq *s = vf_qwen35_seq_new(m, T);
-  double *logits = s ? malloc((size_t)n_out * m->V * sizeof(double)) : NULL; /* [n_out, V] */
-  if (!logits) snprintf(err, n, "reference: out of memory");
-  if (logits && vf_qwen35_forward(m, s, ids, T, n_out, logits, 0, max_score, err, n) != 0) {
-    free(logits);
-    logits = NULL;
-  }
-  vf_qwen35_seq_free(s);
-  return logits;
-}
-
-static const char *const architectures[] = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", NULL};
-
-extern const vf_layer_driver vf_qwen35_layer_full, vf_qwen35_layer_linear; /* layers/qwen35_kinds.c */
-static const vf_layer_kind layer_kinds[] = {
-    {"full_attention", &vf_qwen35_layer_full}, {"linear_attention", &vf_qwen35_layer_linear}, {NULL, NULL}};
-
-const vf_model_driver vf_model_qwen35 = {
-    .contract = "model.qwen35",
-    .architectures = architectures,
-    .layer = NULL,
-    .ref_open = model_open,
-    .ref_forward = model_forward,
-    .ref_close = model_close,
-    .layer_kinds = layer_kinds,
-    .norm_offset = 1,
-};

@@ -1,11 +1,11 @@
-/* The float64 reference of the Qwen3.5/3.6-style hybrid with a sequence
- * state, for tests that decode token by token (the model driver in
- * qwen35.c, vf_model_qwen35, recomputes from scratch like every driver).
+/* A hand-written float64 model of the Qwen3.5/3.6-style hybrid with a
+ * sequence state, for the tests that decode token by token (the
+ * verifier's stages interpret the model contract instead: interp.h).
  * A sequence carries what the runtime will have to carry: a KV cache per
  * full-attention layer, a conv state [K-1, C] and a recurrent state
  * [Hv, Dk, Dv] per gated-DeltaNet layer. docs/hybrid.md has the math. */
-#ifndef MI_CORE_VERIFY_MODELS_QWEN35_H
-#define MI_CORE_VERIFY_MODELS_QWEN35_H
+#ifndef MI_TESTS_HYBRID_REF_QWEN35_F64_H
+#define MI_TESTS_HYBRID_REF_QWEN35_F64_H
 
 #include <jansson.h>
 #include <stddef.h>
@@ -23,10 +23,9 @@ int vf_qwen35_open(const json_t *cfg, const struct mi_weights *w, vf_qwen35 **ou
 void vf_qwen35_close(vf_qwen35 *m);
 int vf_qwen35_vocab(const vf_qwen35 *m);
 
-/* Variant knobs for the evolution loop's variant search (core/gen/evolve):
- * the same checkpoint read under another hypothesis of the math. The
- * defaults (vf_qwen35_open) are the true model; tests of the reference never
- * touch them. */
+/* Variant knobs (the evolution loop's variant search used them before it
+ * interpreted edited contracts): the same checkpoint read under another
+ * hypothesis of the math. The defaults (vf_qwen35_open) are the true model. */
 typedef enum vf_q35_qk_norm { VF_Q35_QK_1W = 0, VF_Q35_QK_W, VF_Q35_QK_NONE } vf_q35_qk_norm;
 typedef enum vf_q35_gate {
   VF_Q35_GATE_INTERLEAVED = 0, /* q_proj per head: hd query rows, then hd gate rows */
