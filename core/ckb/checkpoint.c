@@ -47,17 +47,6 @@ static void fail(plan_ctx *p, const char *fmt, ...) {
 
 static const json_t *ckpt_of(const mi_ckb_entry *m) { return json_object_get(m->json, "checkpoint"); }
 
-/* the contract's config entry named `name`, or NULL */
-static const json_t *config_entry(const json_t *model, const char *name) {
-  size_t i;
-  json_t *f;
-  json_array_foreach(json_object_get(model, "config"), i, f) {
-    const char *n = json_string_value(json_object_get(f, "name"));
-    if (n && !strcmp(n, name)) return f;
-  }
-  return NULL;
-}
-
 /* The layer kinds of a contract with layer_kinds whose preset gives only the
  * interval: what mi_ckb_layer_kind says for each layer of the preset. */
 static json_t *derived_kinds(plan_ctx *p) {
@@ -96,7 +85,7 @@ static json_t *resolve(plan_ctx *p, const char *name, int optional) {
   const json_t *lk = json_object_get(p->model->json, "layer_kinds");
   const char *kn = json_string_value(json_object_get(lk, "config"));
   if (kn && !strcmp(kn, name)) return derived_kinds(p);
-  const json_t *f = optional ? NULL : config_entry(p->model->json, name);
+  const json_t *f = optional ? NULL : mi_ckb_named(json_object_get(p->model->json, "config"), "name", name);
   const json_t *d = f ? json_object_get(f, "default") : NULL;
   return d ? json_deep_copy(d) : NULL;
 }

@@ -149,6 +149,11 @@ const json_t *mi_ckb_config_at(const json_t *cfg, const char *path);
  * rule); NULL when the contract has no kinds or cannot tell. */
 const json_t *mi_ckb_config_value(const json_t *model, const json_t *cfg, const char *name, size_t len);
 
+/* The element of the array `arr` whose string member `field` is `value`
+ * (a contract's config field by "name", weight by "key", step by "step"),
+ * or NULL. */
+json_t *mi_ckb_named(const json_t *arr, const char *field, const char *value);
+
 /* A repair's patch ({"operator", "arg", "value"}: mi-gen's failure-mode and
  * experience repairs) applied in place to every step of `model` that calls
  * that operator with that argument. Returns how many arguments it set, or

@@ -33,15 +33,23 @@ const json_t *mi_ckb_config_at(const json_t *cfg, const char *path) {
 
 static const json_t *present(const json_t *v) { return v && !json_is_null(v) ? v : NULL; }
 
+json_t *mi_ckb_named(const json_t *arr, const char *field, const char *value) {
+  size_t i;
+  json_t *x;
+  if (!value) return NULL;
+  json_array_foreach(arr, i, x) {
+    const char *v = json_string_value(json_object_get(x, field));
+    if (v && !strcmp(v, value)) return x;
+  }
+  return NULL;
+}
+
 const json_t *mi_ckb_config_value(const json_t *model, const json_t *cfg, const char *name, size_t len) {
   char key[128];
   snprintf(key, sizeof key, "%.*s", (int)(len < 127 ? len : 127), name);
   const json_t *tc = json_object_get(cfg, "text_config");
-  size_t i;
-  json_t *f;
-  json_array_foreach(json_object_get(model, "config"), i, f) {
-    const char *n = json_string_value(json_object_get(f, "name"));
-    if (!n || strcmp(n, key)) continue;
+  const json_t *f = mi_ckb_named(json_object_get(model, "config"), "name", key);
+  if (f) {
     const char *path = json_string_value(json_object_get(f, "path"));
     const json_t *v = present(mi_ckb_config_at(cfg, path ? path : key));
     if (!v && path) v = present(json_object_get(cfg, key)); /* the flat spelling of a nested field */

@@ -162,13 +162,7 @@ const char *vf_bind_residual(const mi_ckb *c, const json_t *model) {
 }
 
 const json_t *vf_bind_weight_spec(const json_t *model, const char *key) {
-  size_t i;
-  json_t *w;
-  json_array_foreach(json_object_get(model, "weights"), i, w) {
-    const char *k = json_string_value(json_object_get(w, "key"));
-    if (k && !strcmp(k, key)) return w;
-  }
-  return NULL;
+  return mi_ckb_named(json_object_get(model, "weights"), "key", key);
 }
 
 static int holds(const vf_binder *b, const char *when) {

@@ -36,6 +36,7 @@
 #include "core/runtime/loader.h"
 #include "core/runtime/rng.h"
 #include "core/verify/bind.h"
+#include "core/verify/ffi_call.h"
 #include "core/verify/interp.h"
 #include "core/verify/verify.h"
 
@@ -300,40 +301,28 @@ static int dev_step(const l2_job *j, l2_dev *d, const vf_bstep *bs, mi_dtype wt)
   void *fn = vf_member_fn(d->pi, bs->member);
   ffi_type *types[VF_BIND_MAX_ARGS];
   void *values[VF_BIND_MAX_ARGS];
-  union {
-    void *p;
-    int64_t i64;
-    int32_t i32;
-    float f32;
-    double f64;
-    int dt;
-  } store[VF_BIND_MAX_ARGS];
+  vf_ffi_slot store[VF_BIND_MAX_ARGS];
   for (int k = 0; k < bs->nargs; k++) {
     const vf_barg *a = &bs->a[k];
-    if (a->kind == VF_CTX) store[k].p = d->ctx, types[k] = &ffi_type_pointer;
-    else if (a->kind == VF_STREAM) store[k].p = NULL, types[k] = &ffi_type_pointer;
-    else if (a->what == VB_WEIGHT) store[k].p = d->w[weight_index(j, a->wkey)], types[k] = &ffi_type_pointer;
+    if (a->kind == VF_CTX) types[k] = vf_ffi_pointer(&store[k], d->ctx);
+    else if (a->kind == VF_STREAM) types[k] = vf_ffi_pointer(&store[k], NULL);
+    else if (a->what == VB_WEIGHT) types[k] = vf_ffi_pointer(&store[k], d->w[weight_index(j, a->wkey)]);
     else if (a->what == VB_BUF) {
       const vf_bbuf *vb = a->buf < j->nbufs ? &j->bufs[a->buf] : &j->lbufs[a->buf - j->nbufs];
-      store[k].p = (char *)d->buf[a->buf] + a->off * (int64_t)mi_dtype_size(vb->dtype);
-      types[k] = &ffi_type_pointer;
-    } else if (a->kind == VF_I64) store[k].i64 = a->i, types[k] = &ffi_type_sint64;
-    else if (a->kind == VF_I32) store[k].i32 = (int32_t)a->i, types[k] = &ffi_type_sint32;
-    else if (a->kind == VF_F32) store[k].f32 = (float)a->f, types[k] = &ffi_type_float;
-    else if (a->kind == VF_F64) store[k].f64 = a->f, types[k] = &ffi_type_double;
-    else store[k].dt = (int)arg_dtype(j, bs, a->dtype_of, wt), types[k] = &ffi_type_sint; /* C enum: int */
+      types[k] = vf_ffi_pointer(&store[k], (char *)d->buf[a->buf] + a->off * (int64_t)mi_dtype_size(vb->dtype));
+    } else
+      types[k] = vf_ffi_scalar(&store[k], a->kind, a->i, a->f,
+                               a->kind == VF_DTYPE ? (int)arg_dtype(j, bs, a->dtype_of, wt) : 0);
     values[k] = &store[k];
   }
-  ffi_cif cif;
-  if (!fn || ffi_prep_cif(&cif, FFI_DEFAULT_ABI, (unsigned)bs->nargs, &ffi_type_sint, types) != FFI_OK) {
+  int rc = 0;
+  if (!fn || vf_ffi_call(fn, bs->nargs, types, values, &rc) != 0) {
     snprintf(d->err, sizeof d->err, "layer: step %s: %s cannot be called with its declared signature", bs->name,
              bs->member);
     return -1;
   }
-  ffi_arg rc = 0;
-  ffi_call(&cif, FFI_FN(fn), &rc, values);
-  if ((int)rc != 0) {
-    snprintf(d->err, sizeof d->err, "layer: step %s returned %d (%s)", bs->name, (int)rc,
+  if (rc != 0) {
+    snprintf(d->err, sizeof d->err, "layer: step %s returned %d (%s)", bs->name, rc,
              d->pi->last_error ? d->pi->last_error(d->ctx) : "no message");
     return -1;
   }

@@ -17,6 +17,7 @@
 
 #include "core/ckb/ckb.h"
 #include "core/runtime/rng.h"
+#include "core/verify/ffi_call.h"
 #include "core/verify/verify.h"
 
 #define MAX_ARGS 32
@@ -813,40 +814,27 @@ static void exec_case(const unit *u, const pcase *pc, int k, const mi_platform_i
     if (pc->alias[i] >= 0) dev[i] = dev[pc->alias[i]];
   ffi_type *types[MAX_ARGS];
   void *values[MAX_ARGS];
-  union {
-    void *p;
-    int64_t i64;
-    int32_t i32;
-    float f32;
-    double f64;
-    int dt;
-  } store[MAX_ARGS];
+  vf_ffi_slot store[MAX_ARGS];
   for (int i = 0; i < u->nargs; i++) {
     const vf_arg *a = &pc->a[i];
     switch (a->kind) {
-    case VF_CTX: store[i].p = ctx, types[i] = &ffi_type_pointer; break;
-    case VF_STREAM: store[i].p = NULL, types[i] = &ffi_type_pointer; break;
+    case VF_CTX: types[i] = vf_ffi_pointer(&store[i], ctx); break;
+    case VF_STREAM: types[i] = vf_ffi_pointer(&store[i], NULL); break;
     case VF_IN:
     case VF_OUT:
-    case VF_INOUT: store[i].p = dev[i], types[i] = &ffi_type_pointer; break;
-    case VF_I64: store[i].i64 = a->i, types[i] = &ffi_type_sint64; break;
-    case VF_I32: store[i].i32 = (int32_t)a->i, types[i] = &ffi_type_sint32; break;
-    case VF_F32: store[i].f32 = (float)a->f, types[i] = &ffi_type_float; break;
-    case VF_F64: store[i].f64 = a->f, types[i] = &ffi_type_double; break;
-    case VF_DTYPE: store[i].dt = (int)a->dtype, types[i] = &ffi_type_sint; break; /* C enum: int */
+    case VF_INOUT: types[i] = vf_ffi_pointer(&store[i], dev[i]); break;
+    default: types[i] = vf_ffi_scalar(&store[i], a->kind, a->i, a->f, (int)a->dtype); break;
     }
     values[i] = &store[i];
   }
-  ffi_cif cif;
-  if (ffi_prep_cif(&cif, FFI_DEFAULT_ABI, (unsigned)u->nargs, &ffi_type_sint, types) != FFI_OK) {
+  int rc = 0;
+  if (vf_ffi_call(fn, u->nargs, types, values, &rc) != 0) {
     snprintf(msg, sizeof msg, "%s: ffi_prep_cif failed for the declared signature %s", u->member, pc->where);
     goto done;
   }
-  ffi_arg rc = 0;
-  ffi_call(&cif, FFI_FN(fn), &rc, values);
-  if ((int)rc != 0) {
-    rcode = (int)rc;
-    snprintf(msg, sizeof msg, "%s: kernel returned %d (%s) %s", u->member, (int)rc,
+  if (rc != 0) {
+    rcode = rc;
+    snprintf(msg, sizeof msg, "%s: kernel returned %d (%s) %s", u->member, rc,
              iface->last_error ? iface->last_error(ctx) : "no message", pc->where);
     goto done;
   }

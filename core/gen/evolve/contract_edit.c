@@ -137,14 +137,6 @@ static int sequences(json_t *m, json_t **out, int max) {
   return n;
 }
 
-static json_t *named(json_t *arr, const char *field, const char *name) {
-  size_t i;
-  json_t *x;
-  json_array_foreach(
-      arr, i, x) if (!strcmp(json_string_value(json_object_get(x, field)) ?: "", name)) return x;
-  return NULL;
-}
-
 static void remove_named(json_t *arr, const char *field, const char *name) {
   for (size_t i = json_array_size(arr); i-- > 0;)
     if (!strcmp(json_string_value(json_object_get(json_array_get(arr, i), field)) ?: "", name))
@@ -157,7 +149,7 @@ static void add_config(json_t *m, const json_t *spec, const json_t *cfg) {
   json_t *cf = json_object_get(m, "config");
   const char *name = json_string_value(json_object_get(spec, "name"));
   const json_t *val = ev_cfg_field(cfg, name);
-  if (!json_is_array(cf) || named(cf, "name", name)) return;
+  if (!json_is_array(cf) || mi_ckb_named(cf, "name", name)) return;
   if (json_is_true(json_object_get(spec, "if_present")) && !val) return;
   json_t *e = json_deep_copy(spec);
   json_object_del(e, "if_present");
@@ -215,18 +207,18 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
     json_array_foreach(json_object_get(ed, "remove_weights"), i, x)
         remove_named(ws, "key", json_string_value(x));
     json_array_foreach(json_object_get(ed, "add_weights"), i,
-                       x) if (!named(ws, "key", json_string_value(json_object_get(x, "key"))))
+                       x) if (!mi_ckb_named(ws, "key", json_string_value(json_object_get(x, "key"))))
         json_array_append_new(ws, json_deep_copy(x));
     json_t *bufs = json_object_get(m, "buffers");
     json_array_foreach(json_object_get(ed, "add_buffers"), i,
-                       x) if (!named(bufs, "name", json_string_value(json_object_get(x, "name"))))
+                       x) if (!mi_ckb_named(bufs, "name", json_string_value(json_object_get(x, "name"))))
         json_array_append_new(bufs, json_deep_copy(x));
     json_array_foreach(json_object_get(ed, "add_config"), i, x) add_config(m, x, cfg);
     json_t *inert = json_object_get(m, "config_inert");
     if (!json_is_array(inert)) json_object_set_new(m, "config_inert", inert = json_array());
     json_array_foreach(json_object_get(ed, "add_inert"), i, x) {
       const char *nm = json_string_value(json_object_get(x, "name"));
-      if (named(inert, "name", nm) ||
+      if (mi_ckb_named(inert, "name", nm) ||
           (json_is_true(json_object_get(x, "if_present")) && !ev_cfg_field(cfg, nm)))
         continue;
       json_t *e = json_deep_copy(x);
@@ -239,23 +231,23 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
     return;
   }
   json_array_foreach(json_object_get(ed, "set_args"), i, x) for (int s = 0; s < ns; s++) {
-    json_t *st = named(seqs[s], "step", json_string_value(json_object_get(x, "step")));
+    json_t *st = mi_ckb_named(seqs[s], "step", json_string_value(json_object_get(x, "step")));
     if (st)
       json_object_set(json_object_get(st, "args"), json_string_value(json_object_get(x, "arg")),
                       json_object_get(x, "value"));
   }
   json_array_foreach(json_object_get(ed, "set_step"), i, x) for (int s = 0; s < ns; s++) {
-    json_t *st = named(seqs[s], "step", json_string_value(json_object_get(x, "step")));
+    json_t *st = mi_ckb_named(seqs[s], "step", json_string_value(json_object_get(x, "step")));
     if (st) merge(st, x, "step");
   }
   json_array_foreach(json_object_get(ed, "set_weights"), i, x) {
     json_t *w =
-        named(json_object_get(m, "weights"), "key", json_string_value(json_object_get(x, "key")));
+        mi_ckb_named(json_object_get(m, "weights"), "key", json_string_value(json_object_get(x, "key")));
     if (w) merge(w, x, "key");
   }
   json_array_foreach(json_object_get(ed, "set_config"), i, x) {
     json_t *c =
-        named(json_object_get(m, "config"), "name", json_string_value(json_object_get(x, "name")));
+        mi_ckb_named(json_object_get(m, "config"), "name", json_string_value(json_object_get(x, "name")));
     if (c) merge(c, x, "name");
   }
 }
@@ -447,14 +439,14 @@ json_t *ev_with_layer(const json_t *contract, const json_t *layer, const json_t 
     if (users == 1) json_object_set_new(w, "layer_kind", json_string(only));
   }
   json_array_foreach(json_object_get(layer, "weights"), i,
-                     w) if (!named(json_object_get(m, "weights"), "key",
+                     w) if (!mi_ckb_named(json_object_get(m, "weights"), "key",
                                    json_string_value(json_object_get(w, "key")))) {
     json_t *c = json_deep_copy(w);
     if (!json_object_get(c, "layer_kind")) json_object_set_new(c, "layer_kind", json_string(kind));
     json_array_append_new(json_object_get(m, "weights"), c);
   }
   json_array_foreach(json_object_get(layer, "buffers"), i,
-                     w) if (!named(json_object_get(m, "buffers"), "name",
+                     w) if (!mi_ckb_named(json_object_get(m, "buffers"), "name",
                                    json_string_value(json_object_get(w, "name"))))
       json_array_append(json_object_get(m, "buffers"), w);
   /* every name the layer computes with that config.json has */
