@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "core/verify/bind.h"
 
+#include "core/ckb/bind.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,12 +22,13 @@ int vf_bind_fail(vf_binder *b, const char *fmt, ...) {
 
 /* ---------- names in expressions ---------- */
 
+/* the value of runtime name n on this call, or -1 when n is none */
 static int runtime_name(const vf_binder *b, const char *n, size_t len, int64_t *out) {
-  static const char *const names[] = {"T", "pos0", "R", "r0", "n_ctx", "i"};
-  const int64_t vals[] = {b->T, b->pos0, b->R, b->r0, b->n_ctx, b->layer};
-  for (int k = 0; k < 6; k++)
-    if (strlen(names[k]) == len && !memcmp(names[k], n, len)) return *out = vals[k], 0;
-  return -1;
+  const int64_t vals[MI_RT_COUNT] = {b->T, b->pos0, b->R, b->r0, b->n_ctx, b->layer};
+  int k = mi_ckb_runtime_name(n, len);
+  if (k < 0) return -1;
+  *out = vals[k];
+  return 0;
 }
 
 static int lookup_f64(void *user, const char *n, size_t len, double *out) {
@@ -133,9 +136,6 @@ void vf_bind_layer_lists(const json_t *model, const char *kind, const json_t *li
     if (!json_is_array(lists[k])) lists[k] = NULL; /* a description in prose only */
 }
 
-/* the buffer name an argument binding writes ("x@r0+4" -> "x") */
-static size_t buf_name_len(const char *s) { return strcspn(s, "@+"); }
-
 const char *vf_bind_residual(const mi_ckb *c, const json_t *model) {
   const json_t *pro = json_object_get(model, "prologue");
   size_t np = json_array_size(pro);
@@ -154,7 +154,7 @@ const char *vf_bind_residual(const mi_ckb *c, const json_t *model) {
     json_t *bs;
     json_array_foreach(s ? json_object_get(model, "buffers") : NULL, j, bs) {
       const char *n = json_string_value(json_object_get(bs, "name"));
-      if (n && strlen(n) == buf_name_len(s) && !strncmp(n, s, strlen(n))) return n;
+      if (n && strlen(n) == mi_ckb_arg_buffer_name_len(s) && !strncmp(n, s, strlen(n))) return n;
     }
     return NULL;
   }
@@ -165,43 +165,28 @@ const json_t *vf_bind_weight_spec(const json_t *model, const char *key) {
   return mi_ckb_named(json_object_get(model, "weights"), "key", key);
 }
 
-static int holds(const vf_binder *b, const char *when) {
-  if (!when) return 1;
-  int neg = when[0] == '!';
-  const json_t *v = mi_ckb_config_value(b->model, b->cfg, when + neg, strlen(when + neg));
-  return neg ? !json_is_true(v) : json_is_true(v);
-}
-
 /* ---------- one argument ---------- */
 
-static int bind_buf(vf_binder *b, const char *s, vf_barg *a) {
-  size_t len = buf_name_len(s);
+static int bind_buf(vf_binder *b, const mi_ckb_arg *p, vf_barg *a) {
   int idx = -1;
   for (int k = 0; idx < 0 && k < b->nlbufs; k++)
-    if (strlen(b->lbufs[k].name) == len && !memcmp(b->lbufs[k].name, s, len)) idx = b->nbufs + k;
+    if (strlen(b->lbufs[k].name) == p->name_len && !memcmp(b->lbufs[k].name, p->name, p->name_len))
+      idx = b->nbufs + k;
   for (int k = 0; idx < 0 && k < b->nbufs; k++)
-    if (strlen(b->bufs[k].name) == len && !memcmp(b->bufs[k].name, s, len)) idx = k;
-  if (idx < 0) return vf_bind_fail(b, "\"%s\" names no buffer, cache or state of the contract", s);
+    if (strlen(b->bufs[k].name) == p->name_len && !memcmp(b->bufs[k].name, p->name, p->name_len)) idx = k;
+  if (idx < 0) return vf_bind_fail(b, "\"%s\" names no buffer, cache or state of the contract", p->text);
   const vf_bbuf *buf = idx < b->nbufs ? &b->bufs[idx] : &b->lbufs[idx - b->nbufs];
-  int64_t off = 0;
-  const char *r = s + len;
-  if (*r == '@') {
-    size_t rl = strcspn(r + 1, "+");
-    int64_t row = 0;
-    if ((rl == 4 && !memcmp(r + 1, "pos0", 4)) || (rl == 2 && !memcmp(r + 1, "r0", 2)))
-      runtime_name(b, r + 1, rl, &row);
-    else
-      return vf_bind_fail(b, "\"%s\": a row is @pos0 or @r0", s);
-    off = row * buf->row;
-    r += 1 + rl;
+  int64_t off = 0, x;
+  if (p->row >= 0) { /* rows of the buffer, then elements */
+    runtime_name(b, p->row == MI_RT_POS0 ? "pos0" : "r0", p->row == MI_RT_POS0 ? 4 : 2, &x);
+    off = x * buf->row;
   }
-  if (*r == '+') {
-    int64_t x;
-    if (vf_bind_int(b, r + 1, &x) != 0) return -1;
+  if (p->elems) {
+    if (vf_bind_int(b, p->elems, &x) != 0) return -1;
     off += x;
   }
   if (off < 0 || off > buf->n)
-    return vf_bind_fail(b, "\"%s\" lies outside %s (%lld elements)", s, buf->name, (long long)buf->n);
+    return vf_bind_fail(b, "\"%s\" lies outside %s (%lld elements)", p->text, buf->name, (long long)buf->n);
   a->what = VB_BUF;
   a->buf = idx;
   a->off = off;
@@ -210,48 +195,41 @@ static int bind_buf(vf_binder *b, const char *s, vf_barg *a) {
 }
 
 static int bind_weight(vf_binder *b, const char *key, vf_barg *a) {
-  const json_t *spec = vf_bind_weight_spec(b->model, key);
-  if (!spec) return vf_bind_fail(b, "weight:%s is not in the contract's weight map", key);
-  const char *fb = json_string_value(json_object_get(spec, "fallback"));
-  if (fb && !holds(b, json_string_value(json_object_get(spec, "when")))) {
-    spec = vf_bind_weight_spec(b->model, fb);
-    key = fb;
-    if (!spec) return vf_bind_fail(b, "the fallback %s is not in the contract's weight map", fb);
-  }
+  const json_t *spec = mi_ckb_weight_bound(b->model, b->cfg, key, b->err, b->err_len);
+  if (!spec) return -1;
   a->wkey = json_string_value(json_object_get(spec, "key"));
-  if (vf_bind_shape(b, "weight", key, json_object_get(spec, "shape"), &a->wn, &a->wrow) != 0) return -1;
-  const char *p = strstr(key, "{i}");
+  if (vf_bind_shape(b, "weight", a->wkey, json_object_get(spec, "shape"), &a->wn, &a->wrow) != 0) return -1;
+  const char *p = strstr(a->wkey, "{i}");
   if (p)
-    snprintf(a->wname, sizeof a->wname, "%.*s%lld%s", (int)(p - key), key, (long long)b->layer, p + 3);
+    snprintf(a->wname, sizeof a->wname, "%.*s%lld%s", (int)(p - a->wkey), a->wkey, (long long)b->layer, p + 3);
   else
-    snprintf(a->wname, sizeof a->wname, "%s", key);
+    snprintf(a->wname, sizeof a->wname, "%s", a->wkey);
   a->what = VB_WEIGHT;
   return 0;
 }
 
-static int bind_arg(vf_binder *b, const json_t *bv, vf_barg *a, const char *op, const char *sname) {
-  char num[32];
-  const char *s = json_string_value(bv);
-  if (json_is_integer(bv))
-    snprintf(num, sizeof num, "%lld", (long long)json_integer_value(bv)), s = num;
-  else if (json_is_real(bv))
-    snprintf(num, sizeof num, "%.17g", json_real_value(bv)), s = num;
-  if (!s) return vf_bind_fail(b, "step %s: argument %s of %s is not bound", sname, a->name, op);
-  switch (a->kind) {
-  case VF_IN:
-  case VF_OUT:
-  case VF_INOUT: return !strncmp(s, "weight:", 7) ? bind_weight(b, s + 7, a) : bind_buf(b, s, a);
-  case VF_I64:
-  case VF_I32: a->what = VB_INT; return vf_bind_int(b, s, &a->i);
-  case VF_F32:
-  case VF_F64: a->what = VB_REAL; return vf_bind_real(b, s, &a->f);
-  case VF_DTYPE:
+/* one argument of the signature (kind: its "kind") as the step binds it:
+ * the contract's grammar (core/ckb/bind.h) evaluated on this call */
+static int bind_arg(vf_binder *b, const char *kind, const json_t *bv, vf_barg *a) {
+  mi_ckb_arg p;
+  if (mi_ckb_arg_parse(kind, bv, &p, b->err, b->err_len) != 0) return -1;
+  switch (p.form) {
+  case MI_ARG_BUFFER: return bind_buf(b, &p, a);
+  case MI_ARG_WEIGHT: return bind_weight(b, p.name, a);
+  case MI_ARG_INT:
+  case MI_ARG_INT_REAL: a->what = VB_INT; return vf_bind_int(b, p.text, &a->i);
+  case MI_ARG_CONFIG:
+  case MI_ARG_RSQRT:
+  case MI_ARG_NUMBER: a->what = VB_REAL; return vf_bind_real(b, p.text, &a->f);
+  case MI_ARG_DTYPE_OF:
+  case MI_ARG_DTYPE:
     a->what = VB_DTYPE;
-    a->dtype_of = !strncmp(s, "dtype:", 6) ? s + 6 : NULL;
-    if (!a->dtype_of) return vf_bind_fail(b, "\"%s\": a dtype argument is bound as dtype:ARG", s);
-    return 0;
-  default: return 0;
+    a->dtype_of = p.form == MI_ARG_DTYPE_OF ? p.name : NULL;
+    a->dtype = MI_DTYPE_F32;
+    return p.form == MI_ARG_DTYPE ? vf_dtype_parse(p.name, &a->dtype) : 0;
+  case MI_ARG_NONE: return 0;
   }
+  return 0;
 }
 
 int vf_bind_step(vf_binder *b, const mi_ckb *c, const json_t *step, vf_bstep *out) {
@@ -275,7 +253,7 @@ int vf_bind_step(vf_binder *b, const mi_ckb *c, const json_t *step, vf_bstep *ou
     if (!a->name || vf_kind_parse(json_string_value(json_object_get(sa, "kind")) ?: "", &a->kind) != 0)
       return vf_bind_fail(b, "%s: an argument of its signature has no name or an unknown kind", out->op);
     if (a->kind == VF_CTX || a->kind == VF_STREAM) continue;
-    if (bind_arg(b, json_object_get(bind, a->name), a, out->op, out->name) != 0) {
+    if (bind_arg(b, json_string_value(json_object_get(sa, "kind")), json_object_get(bind, a->name), a) != 0) {
       if (strncmp(b->err, "step ", 5)) {
         char e[600];
         snprintf(e, sizeof e, "%s", b->err);
@@ -295,7 +273,7 @@ int vf_bind_uses(const json_t *seq, const char *name) {
     json_t *v;
     json_object_foreach(json_object_get(st, "args"), k, v) {
       const char *s = json_string_value(v);
-      if (s && buf_name_len(s) == n && !strncmp(s, name, n)) return 1;
+      if (s && mi_ckb_arg_buffer_name_len(s) == n && !strncmp(s, name, n)) return 1;
     }
   }
   return 0;

@@ -9,7 +9,10 @@
  *   - an integer: an expression over config fields and T, pos0, R, r0,
  *     n_ctx, i; "int:EXPR" a real expression whose value must be whole;
  *   - a real: "config:FIELD", "rsqrt:INT_EXPR", a literal;
- *   - a dtype: "dtype:ARG", the element type of what ARG is bound to.
+ *   - a dtype: "dtype:ARG", the element type of what ARG is bound to, or
+ *     the type named.
+ * The grammar of these forms is core/ckb/bind.h's, which the composer reads
+ * too; this binder evaluates it.
  * It knows no storage: the float64 interpreter (interp.c) hands the result
  * to the operators' references, stage 2 (stage2.c) to the platform's
  * kernels through libffi. Nothing in it names a family. */
@@ -95,7 +98,8 @@ typedef struct vf_barg {
   int64_t wn, wrow;
   int64_t i;           /* VB_INT */
   double f;            /* VB_REAL */
-  const char *dtype_of; /* VB_DTYPE: the argument whose element type it passes */
+  const char *dtype_of; /* VB_DTYPE: the argument whose element type it passes, */
+  mi_dtype dtype;       /* else the type the contract names */
 } vf_barg;
 
 typedef struct vf_bstep {

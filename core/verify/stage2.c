@@ -312,7 +312,7 @@ static int dev_step(const l2_job *j, l2_dev *d, const vf_bstep *bs, mi_dtype wt)
       types[k] = vf_ffi_pointer(&store[k], (char *)d->buf[a->buf] + a->off * (int64_t)mi_dtype_size(vb->dtype));
     } else
       types[k] = vf_ffi_scalar(&store[k], a->kind, a->i, a->f,
-                               a->kind == VF_DTYPE ? (int)arg_dtype(j, bs, a->dtype_of, wt) : 0);
+                               a->kind != VF_DTYPE ? 0 : a->dtype_of ? (int)arg_dtype(j, bs, a->dtype_of, wt) : (int)a->dtype);
     values[k] = &store[k];
   }
   int rc = 0;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ckb/bind.h"
 #include "core/ckb/ckb.h"
 #include "plugins/agents/compose/compose.h"
 
@@ -68,11 +69,12 @@ const char *cfg_where(json_t *entry) {
   return path ? path : json_string_value(json_object_get(entry, "name"));
 }
 
-/* the value of a config field: config.json's, else the contract's default */
+/* the value of a config field as the verifier reads it too (core/ckb:
+ * config.json's, at its path, else the contract's default) */
 json_t *cfg_value(gen *g, json_t *entry) {
-  json_t *v = (json_t *)mi_ckb_config_at(g->config, cfg_where(entry));
-  if (!v || json_is_null(v)) v = json_object_get(entry, "default");
-  return v;
+  const char *name = json_string_value(json_object_get(entry, "name"));
+  return (json_t *)(name ? mi_ckb_config_value(g->model, g->config, name, strlen(name))
+                         : json_object_get(entry, "default"));
 }
 
 static const char *model_id(gen *g) {
@@ -114,11 +116,11 @@ int int_binding(gen *g, const char *ex, int64_t *val) {
   return 0;
 }
 
+/* a runtime quantity the engine's forward has in scope (the layer index
+ * is not one: a generated engine unrolls nothing by layer) */
 static int is_runtime_name(const char *s, size_t n) {
-  static const char *const rt[] = {"T", "pos0", "R", "r0", "n_ctx", NULL};
-  for (int i = 0; rt[i]; i++)
-    if (strlen(rt[i]) == n && !strncmp(rt[i], s, n)) return 1;
-  return 0;
+  int k = mi_ckb_runtime_name(s, n);
+  return k >= 0 && k != MI_RT_LAYER;
 }
 
 /* Is the field shared out over the TP ranks here (the contract's
@@ -280,18 +282,11 @@ json_t *weight_entry(gen *g, const char *key) {
   return NULL;
 }
 
-/* Follows a weight's "when"/"fallback": the key actually bound. */
+/* Follows a weight's "when"/"fallback" (core/ckb's rule, the verifier's
+ * too): the key actually bound, or NULL with g->err set. */
 const char *bound_key(gen *g, const char *key) {
-  json_t *w = weight_entry(g, key);
-  const char *when = json_string_value(json_object_get(w, "when"));
-  if (!when) return key;
-  int neg = when[0] == '!';
-  json_t *e = cfg_entry(g, when + neg, strlen(when + neg));
-  int on = e && json_is_true(cfg_value(g, e));
-  if (neg) on = !on;
-  if (on) return key;
-  const char *fb = json_string_value(json_object_get(w, "fallback"));
-  return fb ? fb : NULL;
+  const json_t *w = mi_ckb_weight_bound(g->model, g->config, key, g->err, sizeof g->err);
+  return w ? json_string_value(json_object_get(w, "key")) : NULL;
 }
 
 int64_t shape_numel(gen *g, json_t *shape) {

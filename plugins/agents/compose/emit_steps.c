@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ckb/bind.h"
+#include "core/ckb/ckb.h"
 #include "plugins/agents/compose/compose.h"
 
 /* the step being written: for messages */
@@ -23,10 +25,7 @@ typedef struct step_ctx {
 static int arg_weight(step_ctx *c, json_t *a, const char *key0, sb *call) {
   gen *g = c->g;
   const char *key = bound_key(g, key0);
-  if (!key || !weight_entry(g, key)) {
-    snprintf(g->err, sizeof g->err, "step %s: weight %s is not in the weight map", c->name, key0);
-    return -1;
-  }
+  if (!key) return -1;
   char f[128];
   weight_field(key, f, sizeof f);
   int per_layer = json_is_true(json_object_get(weight_entry(g, key), "per_layer"));
@@ -50,13 +49,13 @@ static json_t *find_buffer(gen *g, const char *v, size_t bn, int *cache) {
   return buf;
 }
 
-/* NAME, NAME@ROWS (a row offset) or NAME+ELEMS (an element offset) */
-static int arg_buffer(step_ctx *c, json_t *a, const char *kind, const char *v, sb *call) {
+/* NAME, NAME@ROW (pos0 or r0 rows on), NAME+ELEMS (elements on) or NAME@ROW+ELEMS */
+static int arg_buffer(step_ctx *c, json_t *a, const char *kind, const mi_ckb_arg *p, sb *call) {
   gen *g = c->g;
-  const char *at = strchr(v, '@'), *plus = at ? NULL : strchr(v, '+');
-  size_t bn = at ? (size_t)(at - v) : plus ? (size_t)(plus - v) : strlen(v);
-  int cache;
-  json_t *buf = find_buffer(g, v, bn, &cache);
+  const char *v = p->text;
+  const char *row = p->row == MI_RT_POS0 ? "pos0" : p->row == MI_RT_R0 ? "r0" : NULL;
+  int cache, bn = (int)p->name_len;
+  json_t *buf = find_buffer(g, v, p->name_len, &cache);
   if (!buf) {
     snprintf(g->err, sizeof g->err, "step %s: argument %s: \"%s\" is no buffer, cache or weight",
              c->name, c->an, v);
@@ -66,110 +65,114 @@ static int arg_buffer(step_ctx *c, json_t *a, const char *kind, const char *v, s
   if (cache && g->half_kv && adt && adt[0] != '$') {
     /* an argument of a fixed type (f32) bound to a half-precision cache:
      * the step works on the chunk's new rows in their f32 staging buffer */
-    if (!at || strcmp(at + 1, "pos0")) {
+    if (p->row != MI_RT_POS0 || p->elems) {
       snprintf(g->err, sizeof g->err,
                "step %s: argument %s: \"%s\" is %s data in a %s KV cache; only the chunk's new "
-               "rows (@pos0) can "
-               "be staged in f32",
+               "rows (@pos0) can be staged in f32",
                c->name, c->an, v, adt, g->kv);
       return -1;
     }
-    sp(call, "m->%.*s_new", (int)bn, v);
+    sp(call, "m->%.*s_new", bn, v);
     if (strcmp(kind, "in"))
       json_object_set_new(g->pending, json_string_value(json_object_get(buf, "name")), json_true());
     return 0;
   }
-  sp(call, cache ? "%.*s" : "m->%.*s", (int)bn, v);
-  if (!at && !plus) return 0;
+  sp(call, cache ? "%.*s" : "m->%.*s", bn, v);
   sb rw = {0}, ex = {0};
-  int rc = (at && row_width(g, buf, &rw)) || expr_c(g, at ? at + 1 : plus + 1, &ex, NULL) ? -1 : 0;
-  if (!rc && at) sp(call, " + (size_t)(%s) * %s", ex.s, rw.s);
-  if (!rc && plus) sp(call, " + (size_t)(%s)", ex.s);
+  int rc = (row && row_width(g, buf, &rw)) || (p->elems && expr_c(g, p->elems, &ex, NULL)) ? -1 : 0;
+  if (!rc && row) sp(call, " + (size_t)(%s) * %s", row, rw.s);
+  if (!rc && p->elems) sp(call, " + (size_t)(%s)", ex.s);
   free(rw.s);
   free(ex.s);
   return rc;
 }
 
-/* a dtype: written as the constant, or "dtype:ARG" (the type of the data ARG binds) */
-static void arg_dtype(step_ctx *c, const char *v, sb *call) {
-  if (strncmp(v, "dtype:", 6)) {
-    sp(call, "%s", dtype_const(v) ? dtype_const(v) : v);
+/* a dtype: the constant named, or "dtype:ARG" (the type of the data ARG binds) */
+static void arg_dtype(step_ctx *c, const mi_ckb_arg *p, sb *call) {
+  if (p->form == MI_ARG_DTYPE) {
+    sp(call, "%s", dtype_const(p->name));
     return;
   }
-  const char *src = json_string_value(json_object_get(c->args, v + 6));
+  const char *src = json_string_value(json_object_get(c->args, p->name));
   sp(call, "%s", src && !strncmp(src, "weight:", 7) ? "WEIGHT_DTYPE" : "KV_DTYPE");
 }
 
 /* a float: "config:FIELD" (its macro), "rsqrt:EXPR" (evaluated) or a number */
-static int arg_real(step_ctx *c, const char *v, sb *call) {
+static int arg_real(step_ctx *c, const mi_ckb_arg *p, sb *call) {
   gen *g = c->g;
   char fb[48];
-  if (!strncmp(v, "config:", 7)) {
-    json_t *e = cfg_entry(g, v + 7, strlen(v + 7));
-    if (!json_is_number(e ? cfg_value(g, e) : NULL)) {
+  if (p->form == MI_ARG_CONFIG) {
+    if (!json_is_number(mi_ckb_config_value(g->model, g->config, p->name, p->name_len))) {
       snprintf(g->err, sizeof g->err,
                "step %s: %s = %s: no such number field in config.json or the contract", c->name,
-               c->an, v);
+               c->an, p->text);
       return -1;
     }
     char u[96];
-    upper(u, v + 7, sizeof u);
+    upper(u, p->name, sizeof u);
     sp(call, "%s", u);
-  } else if (!strncmp(v, "rsqrt:", 6)) {
+  } else if (p->form == MI_ARG_RSQRT) {
     sb ex = {0};
     int64_t x = 0;
-    if (expr_c(g, v + 6, &ex, &x)) return -1;
-    sp(call, "%s /* 1/sqrt(%s) */", flit(1.0 / sqrt((double)x), fb, sizeof fb), ex.s);
-    free(ex.s);
-  } else {
-    char *end;
-    double d = strtod(v, &end);
-    if (*end) {
-      snprintf(g->err, sizeof g->err, "step %s: %s = \"%s\" is not a number", c->name, c->an, v);
+    if (expr_c(g, p->expr, &ex, &x)) return -1;
+    if (x <= 0) {
+      snprintf(g->err, sizeof g->err, "step %s: %s = %s is %lld on this config, not positive",
+               c->name, c->an, p->text, (long long)x);
+      free(ex.s);
       return -1;
     }
-    sp(call, "%s", flit(d, fb, sizeof fb));
-  }
+    sp(call, "%s /* 1/sqrt(%s) */", flit(1.0 / sqrt((double)x), fb, sizeof fb), ex.s);
+    free(ex.s);
+  } else
+    sp(call, "%s", flit(p->number, fb, sizeof fb));
   return 0;
 }
 
 /* an integer: "int:EXPR" over real fields (evaluated now: the config check
  * guards it) or an integer expression as C */
-static int arg_int(step_ctx *c, const char *v, sb *call) {
+static int arg_int(step_ctx *c, const mi_ckb_arg *p, sb *call) {
   gen *g = c->g;
-  if (!strncmp(v, "int:", 4)) {
+  if (p->form == MI_ARG_INT_REAL) {
     int64_t x = 0;
-    if (int_binding(g, v + 4, &x)) {
+    if (int_binding(g, p->expr, &x)) {
       char e2[sizeof g->err];
       snprintf(e2, sizeof e2, "%s", g->err);
-      snprintf(g->err, sizeof g->err, "step %s: %s = %s: %.700s", c->name, c->an, v, e2);
+      snprintf(g->err, sizeof g->err, "step %s: %s = %s: %.700s", c->name, c->an, p->text, e2);
       return -1;
     }
-    sp(call, "%lld /* %s */", (long long)x, v + 4);
+    sp(call, "%lld /* %s */", (long long)x, p->expr);
     return 0;
   }
-  return expr_c(g, v, call, NULL);
+  return expr_c(g, p->expr, call, NULL);
 }
 
-/* one argument of the operator's signature, as the step binds it */
+/* one argument of the operator's signature, as the step binds it: the
+ * contract's grammar (core/ckb/bind.h, which the verifier reads too) as C */
 static int emit_arg(step_ctx *c, json_t *a, sb *call) {
   gen *g = c->g;
   const char *kind = json_string_value(json_object_get(a, "kind"));
   c->an = json_string_value(json_object_get(a, "name"));
-  if (!strcmp(kind, "ctx")) return sp(call, "pc"), 0;
-  if (!strcmp(kind, "stream")) return sp(call, "NULL"), 0;
-  const char *v = json_string_value(json_object_get(c->args, c->an));
-  if (!v) {
-    snprintf(g->err, sizeof g->err, "step %s: argument %s of %s is not bound in the model contract",
-             c->name, c->an, c->opid);
+  if (kind && !strcmp(kind, "ctx")) return sp(call, "pc"), 0;
+  if (kind && !strcmp(kind, "stream")) return sp(call, "NULL"), 0;
+  mi_ckb_arg p;
+  char e[300];
+  if (mi_ckb_arg_parse(kind, json_object_get(c->args, c->an ? c->an : ""), &p, e, sizeof e)) {
+    snprintf(g->err, sizeof g->err, "step %s: argument %s of %s: %s", c->name, c->an, c->opid, e);
     return -1;
   }
-  if (!strcmp(kind, "in") || !strcmp(kind, "out") || !strcmp(kind, "inout"))
-    return !strncmp(v, "weight:", 7) ? arg_weight(c, a, v + 7, call)
-                                     : arg_buffer(c, a, kind, v, call);
-  if (!strcmp(kind, "dtype")) return arg_dtype(c, v, call), 0;
-  if (!strcmp(kind, "f32") || !strcmp(kind, "f64")) return arg_real(c, v, call);
-  return arg_int(c, v, call);
+  switch (p.form) {
+  case MI_ARG_WEIGHT: return arg_weight(c, a, p.name, call);
+  case MI_ARG_BUFFER: return arg_buffer(c, a, kind, &p, call);
+  case MI_ARG_DTYPE:
+  case MI_ARG_DTYPE_OF: return arg_dtype(c, &p, call), 0;
+  case MI_ARG_CONFIG:
+  case MI_ARG_RSQRT:
+  case MI_ARG_NUMBER: return arg_real(c, &p, call);
+  case MI_ARG_INT:
+  case MI_ARG_INT_REAL: return arg_int(c, &p, call);
+  case MI_ARG_NONE: break;
+  }
+  return 0;
 }
 
 /* ---- one step: a platform kernel call ---- */
