@@ -12,18 +12,9 @@
 static mi_ckb *g_ckb;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  const char *dir = getenv("MI_FUZZ_CKB_DIR");
-  char buf[1024];
-  if (!dir) {
-    snprintf(buf, sizeof buf, "%s/ckb", MI_FUZZ_SOURCE_DIR);
-    dir = buf;
-  }
-  char err[512];
-  g_ckb = mi_ckb_open(dir, err, sizeof err);
-  if (!g_ckb) {
-    fprintf(stderr, "fuzz_ckb_entry: %s\n", err);
-    abort();
-  }
+  char buf[1024], err[512];
+  g_ckb = mi_ckb_open(fuzz_input_path("MI_FUZZ_CKB_DIR", "ckb", buf, sizeof buf), err, sizeof err);
+  fuzz_setup_check(g_ckb, "fuzz_ckb_entry", err, "");
   return 0;
 }
 

@@ -12,25 +12,11 @@
 #include <jansson.h>
 
 #include "core/grammar/json_schema.h"
+#include "tests/util/test_gpt2.h"
 
 static mi_tokenizer *g_tok;
 static mi_token_trie *g_trie;
 static int32_t g_end_id;
-
-/* GPT-2's byte -> unicode map, as byte-level vocabularies spell tokens. */
-static void byte_char(unsigned b, char out[3]) {
-  unsigned cp = b;
-  if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)) {
-    unsigned n = 0;
-    for (unsigned x = 0; x < b; x++)
-      if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174)) n++;
-    cp = 256 + n;
-  }
-  if (cp < 0x80)
-    out[0] = (char)cp, out[1] = 0;
-  else
-    out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
-}
 
 /* The 256 bytes, JSON-ish pieces, and one special token (the end). */
 static void init_vocab(void) {
@@ -38,26 +24,9 @@ static void init_vocab(void) {
                                        "false",    "null", "12",    "1.",    ".5",  "e+",  "-0",
                                        "\"a\"",    "ab",   "a\"",   "[1",    "],",  "\\u", "00",
                                        "\xc3\xa9", " \"",  "\n}",   "\\\"",  "]}"};
-  json_t *vocab = json_object();
-  int id = 0;
-  for (unsigned b = 0; b < 256; b++) {
-    char s[3];
-    byte_char(b, s);
-    json_object_set_new(vocab, s, json_integer(id++));
-  }
-  for (size_t i = 0; i < sizeof pieces / sizeof *pieces; i++) {
-    char s[64] = "";
-    for (const unsigned char *p = (const unsigned char *)pieces[i]; *p; p++) {
-      char c[3];
-      byte_char(*p, c);
-      strcat(s, c);
-    }
-    json_object_set_new(vocab, s, json_integer(id++));
-  }
-  g_end_id = id;
-  json_t *root = json_pack("{s:{s:s,s:o,s:[]},s:[{s:i,s:s,s:b}],s:{s:s}}", "model", "type", "BPE",
-                           "vocab", vocab, "merges", "added_tokens", "id", id, "content", "<|end|>",
-                           "special", 1, "decoder", "type", "ByteLevel");
+  int end_id;
+  json_t *root = mi_test_byte_bpe(pieces, sizeof pieces / sizeof *pieces, &end_id);
+  g_end_id = end_id;
   char err[256];
   g_tok = mi_tokenizer_load_json(root, "fuzz-vocab", err, sizeof err);
   FUZZ_CHECK(g_tok != NULL, "vocabulary: %s", err);

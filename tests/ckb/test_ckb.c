@@ -14,6 +14,7 @@
 
 #include "core/ckb/ckb.h"
 #include "tests/util/check_main.h"
+#include "tests/util/test_json.h"
 #include "tests/util/test_proc.h"
 
 /* ---------- helpers ---------- */
@@ -57,15 +58,6 @@ static void remove_tree(char *dir) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   ck_assert_int_eq(system(cmd), 0);
   free(dir);
-}
-
-static json_t *load(const char *dir, const char *rel) {
-  char p[4200];
-  snprintf(p, sizeof p, "%s/%s", dir, rel);
-  json_error_t je;
-  json_t *j = json_load_file(p, 0, &je);
-  ck_assert_msg(j != NULL, "%s: %s", p, je.text);
-  return j;
 }
 
 static void save(const char *dir, const char *rel, json_t *j) {
@@ -112,7 +104,7 @@ static void expect_line(const diags *d, const char *file, const char *text) {
 #define BROKEN(name, rel, edit_block, file_part, text)                                             \
   START_TEST(name) {                                                                               \
     char *dir = copy_ckb();                                                                        \
-    json_t *j = load(dir, rel);                                                                    \
+    json_t *j = mi_test_json_at(dir, rel);                                                         \
     edit_block;                                                                                    \
     save(dir, rel, j);                                                                             \
     diags d;                                                                                       \
@@ -159,7 +151,7 @@ START_TEST(cli_validate_and_show) {
   ck_assert_msg(strstr(out, "0 problems"), "%s", out);
 
   char *dir = copy_ckb();
-  json_t *j = load(dir, "operators/rmsnorm.json");
+  json_t *j = mi_test_json_at(dir, "operators/rmsnorm.json");
   json_object_set_new(json_object_get(j, "tolerance"), "bf16", json_string("tight"));
   save(dir, "operators/rmsnorm.json", j);
   snprintf(cmd, sizeof cmd, "'%s/bin/mi-ckb' --ckb '%s' validate 2>&1", getenv("MI_BUILD_DIR"), dir);
@@ -238,7 +230,7 @@ BROKEN(model_shape_unknown_config, "models/qwen3.json",
 
 START_TEST(duplicate_ids) {
   char *dir = copy_ckb();
-  json_t *j = load(dir, "operators/rmsnorm.json");
+  json_t *j = mi_test_json_at(dir, "operators/rmsnorm.json");
   save(dir, "operators/rmsnorm_copy.json", j); /* same id, second file */
   diags d;
   validate_dir(dir, &d);
@@ -420,12 +412,12 @@ static void crash_during(const char *point) {
   char path[4200], sub[4200];
   snprintf(path, sizeof path, "%s/operators/rmsnorm.json", dir);
   snprintf(sub, sizeof sub, "%s/operators", dir);
-  json_t *before = load(dir, "operators/rmsnorm.json");
+  json_t *before = mi_test_json_at(dir, "operators/rmsnorm.json");
 
   pid_t pid = fork();
   if (pid == 0) {
     setenv("MI_CKB_TEST_CRASH", point, 1);
-    json_t *e = load(dir, "operators/rmsnorm.json");
+    json_t *e = mi_test_json_at(dir, "operators/rmsnorm.json");
     json_object_set_new(e, "version", json_string("99.0.0"));
     json_object_set_new(e, "summary", json_string("the update that never landed"));
     mi_ckb_put(dir, e, MI_CKB_UPDATE, NULL, NULL);
@@ -435,7 +427,7 @@ static void crash_during(const char *point) {
   ck_assert_int_eq(child_exit_code(pid, "crashing writer"), 86);
   ck_assert_int_eq(count_temp_files(sub), 1);
 
-  json_t *after = load(dir, "operators/rmsnorm.json");
+  json_t *after = mi_test_json_at(dir, "operators/rmsnorm.json");
   ck_assert(json_equal(before, after));
   json_decref(after);
   diags d;
@@ -446,7 +438,7 @@ static void crash_during(const char *point) {
   json_object_set_new(before, "version", json_string("99.0.1"));
   ck_assert_int_eq(mi_ckb_put(dir, before, MI_CKB_UPDATE, NULL, NULL), 0);
   ck_assert_int_eq(count_temp_files(sub), 0);
-  after = load(dir, "operators/rmsnorm.json");
+  after = mi_test_json_at(dir, "operators/rmsnorm.json");
   ck_assert_str_eq(json_string_value(json_object_get(after, "version")), "99.0.1");
   json_decref(after);
   json_decref(before);
@@ -573,7 +565,7 @@ END_TEST
 
 START_TEST(schema_dir_outside_ckb) {
   char *dir = copy_ckb();
-  json_t *j = load(dir, "schemas/experience.json");
+  json_t *j = mi_test_json_at(dir, "schemas/experience.json");
   json_object_set_new(j, "dir", json_string("../x"));
   save(dir, "schemas/experience.json", j);
   char err[512];

@@ -24,22 +24,11 @@
 
 #include "core/ckb/ckb.h"
 #include "tests/util/check_main.h"
+#include "tests/util/test_proc.h"
 
 static char g_dir[] = "/tmp/mi-cfgfields.XXXXXX";
 static const char *B, *S;
 static mi_ckb *g_ckb;
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-  char *cmd;
-  va_list ap;
-  va_start(ap, fmt);
-  ck_assert_int_ge(vasprintf(&cmd, fmt, ap), 0);
-  va_end(ap);
-  int st = system(cmd);
-  free(cmd);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
 
 static char *slurp(const char *path) {
   FILE *f = fopen(path, "r");
@@ -52,13 +41,13 @@ static char *slurp(const char *path) {
 }
 
 static void make_family(const char *family, const char *out) {
-  ck_assert_int_eq(sh("'%s/bin/mi-mkmodel' --family %s --shape tiny --seed 3 --out '%s' >/dev/null", B, family, out), 0);
+  ck_assert_int_eq(mi_test_sh("'%s/bin/mi-mkmodel' --family %s --shape tiny --seed 3 --out '%s' >/dev/null", B, family, out), 0);
 }
 
 /* A copy of src (weights and tokenizer hard-linked: the loader refuses
  * a symlink out of the folder) whose config.json is cfg. */
 static void variant(const char *src, const char *dst, json_t *cfg) {
-  ck_assert_int_eq(sh("rm -rf '%s' && cp -al '%s' '%s' && rm '%s/config.json'", dst, src, dst, dst), 0);
+  ck_assert_int_eq(mi_test_sh("rm -rf '%s' && cp -al '%s' '%s' && rm '%s/config.json'", dst, src, dst, dst), 0);
   char p[512];
   snprintf(p, sizeof p, "%s/config.json", dst);
   ck_assert_int_eq(json_dump_file(cfg, p, JSON_INDENT(1)), 0);
@@ -123,7 +112,7 @@ static int has_line(json_t *r, const char *start, const char *also) {
 static int verify(const char *dir, char **out) {
   char log[512];
   snprintf(log, sizeof log, "%s/verify.log", g_dir);
-  int rc = sh("'%s/bin/mi-verify' --platform-plugin '%s/lib/metainfer/libmi-cpu.so' --ckb '%s/ckb' --stage 2 "
+  int rc = mi_test_sh("'%s/bin/mi-verify' --platform-plugin '%s/lib/metainfer/libmi-cpu.so' --ckb '%s/ckb' --stage 2 "
               "--model '%s' --only operator.add >/dev/null 2>'%s'", B, B, S, dir, log);
   *out = slurp(log);
   return rc;
@@ -133,7 +122,7 @@ static int verify(const char *dir, char **out) {
 static int run(const char *dir, char **out) {
   char log[512];
   snprintf(log, sizeof log, "%s/run.log", g_dir);
-  int rc = sh("'%s/bin/mi-run' -m '%s' -p 'Hello there' -n 4 --temp 0 -t 1 --json >'%s' 2>&1", B, dir, log);
+  int rc = mi_test_sh("'%s/bin/mi-run' -m '%s' -p 'Hello there' -n 4 --temp 0 -t 1 --json >'%s' 2>&1", B, dir, log);
   *out = slurp(log);
   return rc;
 }
@@ -150,7 +139,7 @@ static void setup(void) {
 
 static void teardown(void) {
   mi_ckb_close(g_ckb);
-  sh("rm -rf '%s'", g_dir);
+  mi_test_sh("rm -rf '%s'", g_dir);
 }
 
 /* Each model contract with a reference plugin and a mi-mkmodel family. */
@@ -319,7 +308,7 @@ START_TEST(qwen3_variants_a_user_meets) {
   }
   /* sandwich norms: weights the map does not have (post_feedforward_layernorm) */
   snprintf(dst, sizeof dst, "%s-sandwich", g_dir);
-  ck_assert_int_eq(sh("cp -r '%s' '%s' && node -e \"\n"
+  ck_assert_int_eq(mi_test_sh("cp -r '%s' '%s' && node -e \"\n"
                       "const fs=require('fs');const p=process.argv[1]+'/model.safetensors';const b=fs.readFileSync(p);\n"
                       "const n=Number(b.readBigUInt64LE(0));const h=JSON.parse(b.slice(8,8+n).toString());\n"
                       "const data=b.slice(8+n);let end=data.length;const add={};\n"

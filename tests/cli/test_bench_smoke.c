@@ -185,37 +185,44 @@ START_TEST(peer_path_reaches_no_shell) {
 }
 END_TEST
 
+/* mi-bench on tests/bench-tiny2 with --json-file json, stdout to
+ * stdout_to: it exits 1 naming `want` on stderr. out[8192] gets "status=N",
+ * its stderr, then what the shell line `after` prints. */
+static void bench_fails(const char *json, const char *stdout_to, const char *after,
+                        const char *want, char *out) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny2' -p 11 -g 4 -r 1 -t 2 "
+           "--json-file '%s' </dev/null >%s 2>'%s/tests/bench-err.txt'; "
+           "echo status=$?; cat '%s/tests/bench-err.txt'; %s",
+           g_build, g_build, json, stdout_to, g_build, g_build, after);
+  mi_test_popen_out(cmd, out, 8192);
+  ck_assert_msg(strstr(out, "status=1"), "%s", out);
+  ck_assert_msg(strstr(out, want), "%s", out);
+}
+
 /* Issue 18: --json-file that cannot be written is an error with the file
  * and errno (not exit 0 with nothing written), stdout on a full disk too;
  * a good one is complete JSON and leaves no temp file. */
 START_TEST(json_file_errors) {
   char cmd[4096], out[8192];
-  snprintf(cmd, sizeof cmd,
-           "'%s/bin/mi-mkmodel' --shape tiny --seed 9 --out '%s/tests/bench-tiny2' >/dev/null && "
-           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny2' -p 11 -g 4 -r 1 -t 2 "
-           "--json-file /nonexistent-dir/b.json </dev/null >/dev/null 2>'%s/tests/bench-err.txt'; "
-           "echo status=$?; cat '%s/tests/bench-err.txt'",
-           g_build, g_build, g_build, g_build, g_build, g_build);
-  mi_test_popen_out(cmd, out, sizeof out);
-  ck_assert_msg(strstr(out, "status=1"), "%s", out);
-  ck_assert_msg(strstr(out, "mi-bench: /nonexistent-dir/b.json: cannot write: No such file or directory"),
-                "%s", out);
+  ck_assert_int_eq(
+      mi_test_sh(
+          "'%s/bin/mi-mkmodel' --shape tiny --seed 9 --out '%s/tests/bench-tiny2' >/dev/null",
+          g_build, g_build),
+      0);
+  bench_fails("/nonexistent-dir/b.json", "/dev/null", "",
+              "mi-bench: /nonexistent-dir/b.json: cannot write: No such file or directory", out);
 
-  snprintf(cmd, sizeof cmd,
-           "'%s/bin/mi-bench' -m '%s/tests/bench-tiny2' -p 11 -g 4 -r 1 -t 2 "
-           "--json-file '%s/tests/bench-ok.json' </dev/null >/dev/full 2>'%s/tests/bench-err.txt'; "
-           "echo status=$?; cat '%s/tests/bench-err.txt'; ls '%s/tests' | grep -c 'bench-ok.json.tmp'",
-           g_build, g_build, g_build, g_build, g_build, g_build);
-  mi_test_popen_out(cmd, out, sizeof out);
-  ck_assert_msg(strstr(out, "status=1"), "%s", out);
-  ck_assert_msg(strstr(out, "mi-bench: standard output: write failed: No space left on device"), "%s",
-                out);
+  char ok[1200];
+  snprintf(ok, sizeof ok, "%s/tests/bench-ok.json", g_build);
+  snprintf(cmd, sizeof cmd, "ls '%s/tests' | grep -c 'bench-ok.json.tmp'", g_build);
+  bench_fails(ok, "/dev/full", cmd,
+              "mi-bench: standard output: write failed: No space left on device", out);
   ck_assert_msg(strstr(out, "\n0\n"), "a temp file was left: %s", out);
-  char jp[1200];
-  snprintf(jp, sizeof jp, "%s/tests/bench-ok.json", g_build);
   json_error_t je;
-  json_t *j = json_load_file(jp, 0, &je);
-  ck_assert_msg(j, "%s: %s", jp, je.text);
+  json_t *j = json_load_file(ok, 0, &je);
+  ck_assert_msg(j, "%s: %s", ok, je.text);
   ck_assert_int_eq(json_array_size(json_object_get(j, "cells")), 1);
   json_decref(j);
 }

@@ -92,6 +92,12 @@ static void copy_model(const char *name, char *dir, size_t n) {
   ck_assert(system(cmd) == 0);
 }
 
+/* copy_model into d[1300], and the path of the copy's `file` into p[1400]. */
+static void copy_model_file(const char *name, const char *file, char *d, char *p) {
+  copy_model(name, d, 1300);
+  snprintf(p, 1400, "%s/%s", d, file);
+}
+
 static void expect_error(const char *dir, const char *want1, const char *want2) {
   run_result r;
   const char *args[] = {"-m", dir, "-p", "hello", "-n", "2", "--temp", "0", NULL};
@@ -99,32 +105,53 @@ static void expect_error(const char *dir, const char *want1, const char *want2) 
   ck_assert_msg(r.status != 0, "exit 0 for a broken model; stderr: %s", r.err);
   ck_assert_msg(r.status < 128, "mi-run crashed (status %d); stderr: %s", r.status, r.err);
   ck_assert_msg(r.out[0] == 0, "stdout not empty: %s", r.out);
-  char *nl = strchr(r.err, '\n');
-  ck_assert_msg(nl && nl[1] == 0, "expected exactly one line on stderr, got: %s", r.err);
-  ck_assert_msg(strstr(r.err, want1), "stderr lacks '%s': %s", want1, r.err);
-  if (want2) ck_assert_msg(strstr(r.err, want2), "stderr lacks '%s': %s", want2, r.err);
+  expect_one_line(&r, want1, want2);
+}
+
+/* A copy `name` of the model whose `file` is cut to len bytes (-1: half
+ * its size): mi-run refuses it naming `want`. */
+static void truncated_case(const char *name, const char *file, off_t len, const char *want) {
+  char d[1300], p[1400];
+  copy_model_file(name, file, d, p);
+  if (len < 0) {
+    struct stat sb;
+    ck_assert(stat(p, &sb) == 0);
+    len = sb.st_size / 2;
+  }
+  ck_assert(truncate(p, len) == 0);
+  expect_error(d, want, NULL);
+}
+
+/* DIR/model.safetensors (its path into path[1300]) opened with mode and
+ * read up to its data: the header's length into *hl, the header parsed
+ * into *j; the caller closes the file and decrefs *j. */
+static FILE *open_safetensors(const char *dir, const char *mode, char *path, uint64_t *hl,
+                              json_t **j) {
+  snprintf(path, 1300, "%s/model.safetensors", dir);
+  FILE *f = fopen(path, mode);
+  ck_assert(f);
+  ck_assert(fread(hl, 8, 1, f) == 1);
+  char *hdr = malloc(*hl + 1);
+  ck_assert(fread(hdr, 1, *hl, f) == *hl);
+  hdr[*hl] = 0;
+  *j = json_loads(hdr, 0, NULL);
+  ck_assert(*j);
+  free(hdr);
+  return f;
 }
 
 /* Rewrites model.safetensors with its header edited by fn. */
 static void edit_header(const char *dir, void (*fn)(json_t *hdr, size_t data_len)) {
   char path[1300];
-  snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  FILE *f = fopen(path, "rb");
-  ck_assert(f);
   uint64_t hl;
-  ck_assert(fread(&hl, 8, 1, f) == 1);
-  char *hdr = malloc(hl + 1);
-  ck_assert(fread(hdr, 1, hl, f) == hl);
-  hdr[hl] = 0;
+  json_t *j;
+  FILE *f = open_safetensors(dir, "rb", path, &hl, &j);
   fseek(f, 0, SEEK_END);
   size_t data_len = (size_t)ftell(f) - 8 - hl;
   char *data = malloc(data_len);
   fseek(f, (long)(8 + hl), SEEK_SET);
   ck_assert(fread(data, 1, data_len, f) == data_len);
   fclose(f);
-  json_error_t je;
-  json_t *j = json_loads(hdr, 0, &je);
-  ck_assert(j);
   fn(j, data_len);
   char *nh = json_dumps(j, JSON_COMPACT);
   uint64_t nl = strlen(nh), padded = (nl + 7) & ~(uint64_t)7; /* as the format pads */
@@ -137,7 +164,6 @@ static void edit_header(const char *dir, void (*fn)(json_t *hdr, size_t data_len
   fclose(f);
   free(nh);
   json_decref(j);
-  free(hdr);
   free(data);
 }
 
@@ -190,8 +216,7 @@ static void header_case(const char *name, void (*fn)(json_t *hdr, size_t data_le
 static void json_case(const char *name, const char *file, const char *key, json_t *val, const char *want1,
                       const char *want2) {
   char d[1300], p[1400];
-  copy_model(name, d, sizeof d);
-  snprintf(p, sizeof p, "%s/%s", d, file);
+  copy_model_file(name, file, d, p);
   edit_json(p, key, val);
   expect_error(d, want1, want2);
 }
@@ -206,22 +231,12 @@ START_TEST(good_model_runs) {
 END_TEST
 
 START_TEST(truncated_safetensors) {
-  char d[1300], p[1400];
-  copy_model("trunc", d, sizeof d);
-  snprintf(p, sizeof p, "%s/model.safetensors", d);
-  struct stat sb;
-  stat(p, &sb);
-  ck_assert(truncate(p, sb.st_size / 2) == 0);
-  expect_error(d, "model.safetensors", NULL);
+  truncated_case("trunc", "model.safetensors", -1, "model.safetensors");
 }
 END_TEST
 
 START_TEST(tiny_safetensors) {
-  char d[1300], p[1400];
-  copy_model("tiny", d, sizeof d);
-  snprintf(p, sizeof p, "%s/model.safetensors", d);
-  ck_assert(truncate(p, 5) == 0);
-  expect_error(d, "model.safetensors", NULL);
+  truncated_case("tiny", "model.safetensors", 5, "model.safetensors");
 }
 END_TEST
 
@@ -247,18 +262,13 @@ START_TEST(shape_mismatch) {
 END_TEST
 
 START_TEST(invalid_config_json) {
-  char d[1300], p[1400];
-  copy_model("badjson", d, sizeof d);
-  snprintf(p, sizeof p, "%s/config.json", d);
-  ck_assert(truncate(p, 20) == 0);
-  expect_error(d, "config.json", NULL);
+  truncated_case("badjson", "config.json", 20, "config.json");
 }
 END_TEST
 
 START_TEST(config_too_large) {
   char d[1300], p[1400];
-  copy_model("bigcfg", d, sizeof d);
-  snprintf(p, sizeof p, "%s/config.json", d);
+  copy_model_file("bigcfg", "config.json", d, p);
   char *pad = malloc(2 << 20);
   memset(pad, 'x', (2 << 20) - 1);
   pad[(2 << 20) - 1] = 0;
@@ -270,8 +280,7 @@ END_TEST
 
 START_TEST(unknown_architecture) {
   char d[1300], p[1400];
-  copy_model("arch", d, sizeof d);
-  snprintf(p, sizeof p, "%s/config.json", d);
+  copy_model_file("arch", "config.json", d, p);
   json_t *a = json_array();
   json_array_append_new(a, json_string("MambaForCausalLM"));
   edit_json(p, "architectures", a);
@@ -289,8 +298,7 @@ END_TEST
  * num_attention_heads was used unchecked (0 here, or past 1024). */
 START_TEST(derived_head_dim_out_of_range) {
   char d[1300], p[1400];
-  copy_model("headdim", d, sizeof d);
-  snprintf(p, sizeof p, "%s/config.json", d);
+  copy_model_file("headdim", "config.json", d, p);
   edit_json(p, "head_dim", NULL);
   edit_json(p, "hidden_size", json_integer(1));
   edit_json(p, "num_attention_heads", json_integer(2));
@@ -400,8 +408,7 @@ END_TEST
 
 START_TEST(chat_template_from_model_folder) {
   char d[1300], p[1400];
-  copy_model("chat", d, sizeof d);
-  snprintf(p, sizeof p, "%s/tokenizer_config.json", d);
+  copy_model_file("chat", "tokenizer_config.json", d, p);
   /* the plain ChatML template: --chat must render exactly its turns */
   edit_json(p, "chat_template",
             json_string("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
@@ -449,8 +456,7 @@ START_TEST(fifo_in_place_of_files) {
                          "model.safetensors"};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
     char d[1300], p[1500];
-    copy_model("fifo", d, sizeof d);
-    snprintf(p, sizeof p, "%s/%s", d, files[i]);
+    copy_model_file("fifo", files[i], d, p);
     ck_assert(unlink(p) == 0);
     ck_assert(mkfifo(p, 0644) == 0);
     expect_error(d, files[i], "not a regular file (a FIFO)");
@@ -475,15 +481,13 @@ END_TEST
  * to a file inside it is fine. */
 START_TEST(symlink_shard_outside) {
   char d[1300], p[1400], out[1400];
-  copy_model("symout", d, sizeof d);
-  snprintf(p, sizeof p, "%s/model.safetensors", d);
+  copy_model_file("symout", "model.safetensors", d, p);
   snprintf(out, sizeof out, "%s/outside.safetensors", g_tmp);
   ck_assert(rename(p, out) == 0);
   ck_assert(symlink(out, p) == 0);
   expect_error(d, "model.safetensors: leads outside the model folder", "refused");
 
-  copy_model("symin", d, sizeof d);
-  snprintf(p, sizeof p, "%s/model.safetensors", d);
+  copy_model_file("symin", "model.safetensors", d, p);
   snprintf(out, sizeof out, "%s/weights.bin", d);
   ck_assert(rename(p, out) == 0);
   ck_assert(symlink("weights.bin", p) == 0);
@@ -521,8 +525,7 @@ START_TEST(memory_estimate) {
   expect_one_line(&r, "needs 18.", "MiB for the weights, 0.0 MiB available (--mem-limit)");
 
   char d[1300], p[1400];
-  copy_model("bigctx", d, sizeof d);
-  snprintf(p, sizeof p, "%s/config.json", d);
+  copy_model_file("bigctx", "config.json", d, p);
   edit_json(p, "max_position_embeddings", json_integer(16777216));
   /* the tiny model's KV cache: 2 layers x K,V x 2 heads x 16 x 4 bytes = 512 B a token */
   const char *a2[] = {"-m", d, "-p", "hi", "-n", "2", "-c", "16777216", "--mem-limit", "1G", NULL};
@@ -583,16 +586,9 @@ END_TEST
 /* Rewrites every element of one bf16 tensor as NaN. */
 static void poison_tensor(const char *dir, const char *name) {
   char path[1300];
-  snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  FILE *f = fopen(path, "r+b");
-  ck_assert(f);
   uint64_t hl;
-  ck_assert(fread(&hl, 8, 1, f) == 1);
-  char *hdr = malloc(hl + 1);
-  ck_assert(fread(hdr, 1, hl, f) == hl);
-  hdr[hl] = 0;
-  json_t *j = json_loads(hdr, 0, NULL);
-  ck_assert(j);
+  json_t *j;
+  FILE *f = open_safetensors(dir, "r+b", path, &hl, &j);
   json_t *off = json_object_get(json_object_get(j, name), "data_offsets");
   long b = (long)json_integer_value(json_array_get(off, 0)),
        e = (long)json_integer_value(json_array_get(off, 1));
@@ -604,7 +600,6 @@ static void poison_tensor(const char *dir, const char *name) {
   }
   ck_assert(fclose(f) == 0);
   json_decref(j);
-  free(hdr);
 }
 
 /* NaN weights: stop at the first non-finite logits, naming the step, with
@@ -626,28 +621,29 @@ END_TEST
 /* Output that is lost: stdout closed or on a full disk is an error. */
 START_TEST(output_lost) {
   const char *args[] = {"-m", g_good, "-p", "hello", "-n", "3", "--temp", "0", NULL};
-  run_result r;
-  run_tool_out(&r, "mi-run", OUT_FULL, args);
-  ck_assert_int_eq(r.status, 1);
-  expect_one_line(&r, "mi-run: standard output: write failed: No space left on device", NULL);
-  run_tool_out(&r, "mi-run", OUT_CLOSED, args);
-  ck_assert_int_eq(r.status, 1);
-  expect_one_line(&r, "mi-run: standard output is closed", NULL);
   const char *jargs[] = {"-m", g_good, "-p", "hello", "-n", "3", "--json", NULL};
-  run_tool_out(&r, "mi-run", OUT_FULL, jargs);
-  ck_assert_int_eq(r.status, 1);
-  expect_one_line(&r, "mi-run: standard output: write failed", NULL);
-
   char ckb[1300];
   const char *src = getenv("MI_SOURCE_DIR");
   snprintf(ckb, sizeof ckb, "%s/ckb", src ? src : ".");
   const char *largs[] = {"--ckb", ckb, "list", NULL};
-  run_tool_out(&r, "mi-ckb", OUT_FULL, largs);
-  ck_assert_int_eq(r.status, 1);
-  expect_one_line(&r, "mi-ckb: standard output: write failed: No space left on device", NULL);
-  run_tool_out(&r, "mi-ckb", OUT_CLOSED, largs);
-  ck_assert_int_eq(r.status, 1);
-  expect_one_line(&r, "mi-ckb: standard output is closed", NULL);
+  const struct {
+    const char *tool;
+    int out_mode;
+    const char *const *args;
+    const char *want; /* the one line on stderr; exit status 1 */
+  } cases[] = {
+      {"mi-run", OUT_FULL, args, "mi-run: standard output: write failed: No space left on device"},
+      {"mi-run", OUT_CLOSED, args, "mi-run: standard output is closed"},
+      {"mi-run", OUT_FULL, jargs, "mi-run: standard output: write failed"},
+      {"mi-ckb", OUT_FULL, largs, "mi-ckb: standard output: write failed: No space left on device"},
+      {"mi-ckb", OUT_CLOSED, largs, "mi-ckb: standard output is closed"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    run_result r;
+    run_tool_out(&r, cases[i].tool, cases[i].out_mode, cases[i].args);
+    ck_assert_msg(r.status == 1, "%s case %zu: status %d", cases[i].tool, i, r.status);
+    expect_one_line(&r, cases[i].want, NULL);
+  }
 }
 END_TEST
 

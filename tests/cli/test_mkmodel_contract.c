@@ -59,16 +59,6 @@ static res mkmodel(const char *const *args) {
   return r;
 }
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-  char cmd[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  int st = system(cmd);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 /* ---- the test family: model.qwen3 without q/k norms, as a CKB entry ------ */
 
@@ -135,7 +125,7 @@ static void setup(void) {
   snprintf(g_ckb, sizeof g_ckb, "%s/ckb", g_tmp);
   snprintf(g_tok, sizeof g_tok, "%s/tok", g_tmp);
   snprintf(g_entry, sizeof g_entry, "%s/models/noqknorm.json", g_ckb);
-  ck_assert_int_eq(sh("cp -r '%s/ckb' '%s' && mkdir '%s' && echo '{\"stub\": 1}' > '%s/tokenizer.json' && "
+  ck_assert_int_eq(mi_test_sh("cp -r '%s/ckb' '%s' && mkdir '%s' && echo '{\"stub\": 1}' > '%s/tokenizer.json' && "
                       "echo '{\"stub\": 2}' > '%s/tokenizer_config.json'",
                       g_src, g_ckb, g_tok, g_tok, g_tok),
                    0);
@@ -144,7 +134,7 @@ static void setup(void) {
   json_decref(m);
 }
 
-static void teardown(void) { sh("rm -rf '%s'", g_tmp); }
+static void teardown(void) { mi_test_sh("rm -rf '%s'", g_tmp); }
 
 /* ---- reading what was written, independently ------------------------------ */
 
@@ -298,8 +288,8 @@ START_TEST(family_from_a_ckb_entry_alone) {
                       "--tokenizer-dir", g_tok, NULL};
   r = mkmodel(a2);
   ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
-  ck_assert_int_eq(sh("cmp -s '%s/m/model.safetensors' '%s/m2/model.safetensors'", g_tmp, g_tmp), 0);
-  ck_assert_int_eq(sh("'%s/bin/mi-mkmodel' --ckb '%s' --list-shapes | grep -q '^  noqknorm *wide '", g_build, g_ckb), 0);
+  ck_assert_int_eq(mi_test_sh("cmp -s '%s/m/model.safetensors' '%s/m2/model.safetensors'", g_tmp, g_tmp), 0);
+  ck_assert_int_eq(mi_test_sh("'%s/bin/mi-mkmodel' --ckb '%s' --list-shapes | grep -q '^  noqknorm *wide '", g_build, g_ckb), 0);
 }
 END_TEST
 

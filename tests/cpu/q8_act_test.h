@@ -6,6 +6,7 @@
 #ifndef MI_TESTS_CPU_Q8_ACT_TEST_H
 #define MI_TESTS_CPU_Q8_ACT_TEST_H
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,6 +69,82 @@ static float quant_block(int8_t *q, const float *x) {
     q[i] = (int8_t)r;
   }
   return d;
+}
+
+/* The references of each output of a quantized matmul y [M, N]. */
+typedef struct refs {
+  double *yq, *tq;  /* product of the quantized operands, its f32-rounding bound */
+  double *y64, *ta; /* product of the unquantized x, the activation bound (+ tq) */
+  double *mag;      /* Σ |x w| (the exact mode's bound) */
+} refs;
+
+/* Output at's references from its sums over the K inputs: yq, s =
+ * Σ_b |d_x d_w| Σ_k |q_x q_w|, y64, ta (the activation bound alone), mag. */
+static void refs_set(refs *r, size_t at, int64_t K, double yq, double s, double y64, double ta,
+                     double mag) {
+  r->yq[at] = yq;
+  r->tq[at] = ((double)K / 32 + 16) * (FLT_EPSILON / 2) * s + 1e-37;
+  r->y64[at] = y64;
+  r->ta[at] = ta + r->tq[at];
+  r->mag[at] = mag;
+}
+
+/* Fills output at = m N + o from row m of x (x[K], quantized here: qx[K],
+ * block scales dx[K / 32]) and the weights in ctx, with refs_set. */
+typedef void (*ref_row_fn)(const void *ctx, refs *r, size_t at, const float *x, const int8_t *qx,
+                           const float *dx, int64_t o, int64_t K);
+
+/* The references of y = x W^T for x [M, K]: each row of x quantized by the
+ * scheme above, then row() for each output. */
+static refs reference_of(const float *x, int64_t M, int64_t N, int64_t K, ref_row_fn row,
+                         const void *ctx) {
+  refs r;
+  const size_t n = (size_t)(M * N);
+  r.yq = calloc(n, sizeof(double));
+  r.tq = calloc(n, sizeof(double));
+  r.y64 = calloc(n, sizeof(double));
+  r.ta = calloc(n, sizeof(double));
+  r.mag = calloc(n, sizeof(double));
+  int8_t *qx = malloc((size_t)K);
+  float *dx = malloc((size_t)(K / 32) * sizeof *dx);
+  for (int64_t m = 0; m < M; m++) {
+    for (int64_t b = 0; b < K / 32; b++)
+      dx[b] = quant_block(qx + b * 32, x + m * K + b * 32);
+    for (int64_t o = 0; o < N; o++)
+      row(ctx, &r, (size_t)(m * N + o), x + m * K, qx, dx, o, K);
+  }
+  free(qx);
+  free(dx);
+  return r;
+}
+
+/* y = x W^T (x [M, K], W [N, K] of type t) by the open platform: the call
+ * succeeds, leaves x as it was, and a second call gives the same bits.
+ * Returns y [M, N] (the caller frees it); `what` names the case in the
+ * failure messages. */
+static float *matmul_checked(plat *p, const float *x, const void *w, mi_dtype t, int64_t M,
+                             int64_t N, int64_t K, const char *what) {
+  float *y = malloc((size_t)(M * N) * sizeof *y), *y2 = malloc((size_t)(M * N) * sizeof *y2);
+  float *x0 = malloc((size_t)(M * K) * sizeof *x0);
+  memcpy(x0, x, (size_t)(M * K) * sizeof *x);
+  for (int64_t i = 0; i < M * N; i++)
+    y[i] = NAN;
+  int rc = p->pi->matmul(p->ctx, NULL, y, x, w, t, M, N, K);
+  EXPECT(rc == 0, "%s: %s", what, p->pi->last_error(p->ctx));
+  EXPECT(memcmp(x, x0, (size_t)(M * K) * sizeof *x) == 0, "%s: x was modified", what);
+  ck_assert_int_eq(p->pi->matmul(p->ctx, NULL, y2, x, w, t, M, N, K), 0);
+  EXPECT(memcmp(y, y2, (size_t)(M * N) * sizeof *y) == 0, "%s: two calls differ", what);
+  free(y2);
+  free(x0);
+  return y;
+}
+
+static void refs_free(refs *r) {
+  free(r->yq);
+  free(r->tq);
+  free(r->y64);
+  free(r->ta);
+  free(r->mag);
 }
 
 #endif

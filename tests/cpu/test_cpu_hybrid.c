@@ -422,15 +422,10 @@ START_TEST(test_gated_delta_rule) {
 END_TEST
 
 static Suite *suite(void) {
-  Suite *s = suite_create("cpu_hybrid");
-  TCase *tc = tcase_create("hybrid");
-  tcase_set_timeout(tc, 120);
-  mi_check_add_loop(tc,
-                    MI_CHECK_TESTS(test_copy2d, test_norms_and_gate, test_gates, test_conv1d,
-                                   test_gated_delta_rule),
-                    0, NCONF);
-  suite_add_tcase(s, tc);
-  return s;
+  return mi_check_loop_suite("cpu_hybrid", "hybrid", 120,
+                             MI_CHECK_TESTS(test_copy2d, test_norms_and_gate, test_gates,
+                                            test_conv1d, test_gated_delta_rule),
+                             0, NCONF);
 }
 
 int main(void) {

@@ -1257,19 +1257,16 @@ END_TEST
 
 static Suite *cpu_suite(void) {
   Suite *s = suite_create("cpu_kernels");
-  TCase *tc = tcase_create("kernels");
-  tcase_set_timeout(tc, 120);
+  TCase *tc = mi_check_case(s, "kernels", 120, NULL, NULL);
   mi_check_add_loop(tc,
                     MI_CHECK_TESTS(test_matmul, test_rmsnorm, test_rope, test_attention,
                                    test_attention_causal, test_elementwise, test_embed, test_argmax,
                                    test_memory_streams_device, test_errors,
                                    test_concurrent_callers),
                     0, NCONF);
-  tcase_add_test(tc, test_isa_selection);
-  tcase_add_test(tc, test_isa_env);
+  mi_check_add(tc, MI_CHECK_TESTS(test_isa_selection, test_isa_env));
   tcase_add_loop_test(tc, test_matmul_bf16act, 0, 3);
   tcase_add_test(tc, test_matmul_act_option);
-  suite_add_tcase(s, tc);
   return s;
 }
 

@@ -465,15 +465,11 @@ START_TEST(test_attention_chunks) {
 END_TEST
 
 static Suite *prefill_suite(void) {
-  Suite *s = suite_create("cpu_prefill");
-  TCase *tc = tcase_create("prefill");
-  tcase_set_timeout(tc, 120);
-  mi_check_add_loop(tc,
-                    MI_CHECK_TESTS(test_matmul_k_first, test_silu_range, test_convert_exact,
-                                   test_rope_kept_table, test_attention_chunks),
-                    0, NCONF);
-  suite_add_tcase(s, tc);
-  return s;
+  return mi_check_loop_suite("cpu_prefill", "prefill", 120,
+                             MI_CHECK_TESTS(test_matmul_k_first, test_silu_range,
+                                            test_convert_exact, test_rope_kept_table,
+                                            test_attention_chunks),
+                             0, NCONF);
 }
 
 int main(void) {

@@ -103,14 +103,11 @@ static uint8_t *rand_w(mi_dtype t, int64_t N, int64_t K, double *wv, double *wa)
   return w;
 }
 
-typedef struct refs {
-  double *yq, *tq;  /* product of the quantized operands, its f32-rounding bound */
-  double *y64, *ta; /* product of the unquantized x, the activation bound (+ tq) */
-  double *mag;      /* Σ |x w| (the exact mode's bound) */
-} refs;
-
-static void ref_row(refs *r, size_t at, const float *x, const int8_t *qx, const float *dx,
-                    const double *wv, const double *wa, int64_t K) {
+/* Output at from the quantized row and row o of W (ctx: {wv, wa} of
+ * rand_w, its exact values and its |w| terms). */
+static void ref_row(const void *ctx, refs *r, size_t at, const float *x, const int8_t *qx,
+                    const float *dx, int64_t o, int64_t K) {
+  const double *const *w = ctx, *wv = w[0] + o * K, *wa = w[1] + o * K;
   double yq = 0, s = 0, y64 = 0, ta = 0, mag = 0;
   for (int64_t b = 0; b < K / 32; b++) {
     double isum = 0, iabs = 0, amax = 0, wabs = 0;
@@ -126,41 +123,7 @@ static void ref_row(refs *r, size_t at, const float *x, const int8_t *qx, const 
     s += fabs((double)dx[b]) * iabs;
     ta += amax < 0x1p-100 ? amax * wabs : amax / 254.0 * (1 + 0x1p-14) * wabs;
   }
-  r->yq[at] = yq;
-  r->tq[at] = ((double)K / 32 + 16) * U * s + 1e-37;
-  r->y64[at] = y64;
-  r->ta[at] = ta + r->tq[at];
-  r->mag[at] = mag;
-}
-
-static refs reference(const float *x, const double *wv, const double *wa, int64_t M, int64_t N,
-                      int64_t K) {
-  refs r;
-  const size_t n = (size_t)(M * N);
-  r.yq = calloc(n, sizeof(double));
-  r.tq = calloc(n, sizeof(double));
-  r.y64 = calloc(n, sizeof(double));
-  r.ta = calloc(n, sizeof(double));
-  r.mag = calloc(n, sizeof(double));
-  int8_t *qx = malloc((size_t)K);
-  float *dx = malloc((size_t)(K / 32) * sizeof *dx);
-  for (int64_t m = 0; m < M; m++) {
-    for (int64_t b = 0; b < K / 32; b++)
-      dx[b] = quant_block(qx + b * 32, x + m * K + b * 32);
-    for (int64_t o = 0; o < N; o++)
-      ref_row(&r, (size_t)(m * N + o), x + m * K, qx, dx, wv + o * K, wa + o * K, K);
-  }
-  free(qx);
-  free(dx);
-  return r;
-}
-
-static void refs_free(refs *r) {
-  free(r->yq);
-  free(r->tq);
-  free(r->y64);
-  free(r->ta);
-  free(r->mag);
+  refs_set(r, at, K, yq, s, y64, ta, mag);
 }
 
 typedef struct worst {
@@ -190,26 +153,16 @@ static void check_shape(plat *p, mi_dtype t, int64_t M, int64_t N, int64_t K, in
                         const char *isa, worst *wo) {
   double *wv = malloc((size_t)(N * K) * sizeof *wv), *wa = malloc((size_t)(N * K) * sizeof *wa);
   uint8_t *w = rand_w(t, N, K, wv, wa);
-  float *x = rand_x(M, K), *y = malloc((size_t)(M * N) * sizeof *y);
-  float *x0 = malloc((size_t)(M * K) * sizeof *x0);
-  memcpy(x0, x, (size_t)(M * K) * sizeof *x);
-  for (int64_t i = 0; i < M * N; i++)
-    y[i] = NAN;
-  refs r = reference(x, wv, wa, M, N, K);
+  float *x = rand_x(M, K);
+  const double *const w_ref[2] = {wv, wa};
+  refs r = reference_of(x, M, N, K, ref_row, w_ref);
   char what[128];
   snprintf(what, sizeof what, "%s %s M=%lld N=%lld K=%lld", isa, mi_dtype_name(t), (long long)M,
            (long long)N, (long long)K);
-  int rc = p->pi->matmul(p->ctx, NULL, y, x, w, t, M, N, K);
-  EXPECT(rc == 0, "%s: %s", what, p->pi->last_error(p->ctx));
-  EXPECT(memcmp(x, x0, (size_t)(M * K) * sizeof *x) == 0, "%s: x was modified", what);
+  float *y = matmul_checked(p, x, w, t, M, N, K, what);
   for (int64_t i = 0; i < M * N; i++)
     check_out(&r, i, y[i], exact, K, wo, what);
-  float *y2 = malloc((size_t)(M * N) * sizeof *y2); /* a second call: the same bits */
-  ck_assert_int_eq(p->pi->matmul(p->ctx, NULL, y2, x, w, t, M, N, K), 0);
-  EXPECT(memcmp(y, y2, (size_t)(M * N) * sizeof *y) == 0, "%s: two calls differ", what);
   refs_free(&r);
-  free(y2);
-  free(x0);
   free(x);
   free(y);
   free(w);
@@ -390,13 +343,10 @@ END_TEST
 
 static Suite *quant_suite(void) {
   Suite *s = suite_create("cpu_quant");
-  TCase *tc = tcase_create("quant");
-  tcase_set_timeout(tc, 300);
+  TCase *tc = mi_check_case(s, "quant", 300, NULL, NULL);
   tcase_add_loop_test(tc, test_quant_matmul, 0, 2 * NISA);
-  tcase_add_loop_test(tc, test_quant_exact, 0, NISA);
-  tcase_add_loop_test(tc, test_quant_embed_and_edges, 0, NISA);
+  mi_check_add_loop(tc, MI_CHECK_TESTS(test_quant_exact, test_quant_embed_and_edges), 0, NISA);
   tcase_add_test(tc, test_quant_bench);
-  suite_add_tcase(s, tc);
   return s;
 }
 

@@ -37,6 +37,9 @@
 #include "core/verify/interp.h"
 #include "tests/safetensors/st_writer.h"
 #include "tests/util/check_main.h"
+#include "tests/util/test_json.h"
+#include "tests/util/test_logits.h"
+#include "tests/util/test_proc.h"
 
 static const char *TRUE_READING = "gate=interleaved norm=1+w qk=1+w rotary=partial";
 /* the vocabulary's entries that make it up, and those of every group the probes show evidence of */
@@ -272,19 +275,11 @@ START_TEST(references_off_reads_nothing) {
 }
 END_TEST
 
-static void log_softmax(const double *l, double *out, int V) {
-  double mx = -INFINITY, s = 0;
-  for (int i = 0; i < V; i++) mx = fmax(mx, l[i]);
-  for (int i = 0; i < V; i++) s += exp(l[i] - mx);
-  for (int i = 0; i < V; i++) out[i] = l[i] - (mx + log(s));
-}
-
 /* The golden's top-10 replaced by what the contract of the given reading
  * answers on the same tokens (interpreted in float64): the oracle of
  * another model. */
 static void tamper(json_t *g, const char *dir, const char *const *ids) {
-  char *cp = tw_path(dir, "config.json");
-  json_t *cfg = json_load_file(cp, 0, NULL);
+  json_t *cfg = mi_test_json_at(dir, "config.json");
   char err[512], *ck = src("ckb");
   mi_weights *w = mi_weights_open(dir, err, sizeof err);
   ck_assert_msg(w, "%s", err);
@@ -307,7 +302,7 @@ static void tamper(json_t *g, const char *dir, const char *const *ids) {
     double *lg = vf_interp_forward(m, ids2, np + ns - 1, ns, NULL, err, sizeof err);
     ck_assert_msg(lg, "%s", err);
     for (int t = 0; t < ns; t++) {
-      log_softmax(lg + (size_t)t * (size_t)V, lp, V);
+      mi_test_log_softmax_of(NULL, lg + (size_t)t * (size_t)V, lp, V);
       int best[10];
       for (int q = 0; q < 10; q++) best[q] = -1;
       for (int u = 0; u < V; u++) { /* insertion into the 10 largest */
@@ -331,7 +326,6 @@ static void tamper(json_t *g, const char *dir, const char *const *ids) {
   mi_weights_close(w);
   json_decref(cfg);
   free(ck);
-  free(cp);
 }
 
 START_TEST(tampered_oracle_picks_the_other_variant) {
@@ -540,6 +534,16 @@ START_TEST(consolidator_entries_validate_are_deterministic_and_match_the_draft) 
 }
 END_TEST
 
+/* The folders of a bundle test (the scratch folder tmp, removed, with the
+ * CKB copy in it; the source CKB and the candidate bundle): freed. */
+static void drop_bundle_dirs(char *tmp, char *ckb, char *ck, char *cand) {
+  free(cand);
+  free(ck);
+  free(ckb);
+  tw_rmtree(tmp);
+  free(tmp);
+}
+
 /* A bundle whose operator contract lacks its "math": rejected before any
  * unit runs, the line naming the contract and the problem. */
 START_TEST(bundle_with_broken_operator_contract_is_rejected_naming_it) {
@@ -582,11 +586,7 @@ START_TEST(bundle_with_broken_operator_contract_is_rejected_naming_it) {
   free(bp);
   free(opp);
   free(ops);
-  free(cand);
-  free(ck);
-  free(ckb);
-  tw_rmtree(tmp);
-  free(tmp);
+  drop_bundle_dirs(tmp, ckb, ck, cand);
 }
 END_TEST
 
@@ -646,11 +646,7 @@ START_TEST(real_bundle_is_accepted) {
   json_decref(e2e);
   json_decref(c.reads);
   json_decref(c.report);
-  free(cand);
-  free(ck);
-  free(ckb);
-  tw_rmtree(tmp);
-  free(tmp);
+  drop_bundle_dirs(tmp, ckb, ck, cand);
 }
 END_TEST
 
@@ -689,6 +685,24 @@ START_TEST(bad_input_is_named) {
 }
 END_TEST
 
+
+/* The workspace of an evolve run on the hybrid, under the folder *tmp: the
+ * references of both probes (*refs), a curated copy (*ckb) of the source
+ * CKB (*ck) that holds the true reading alone, the real candidate bundle
+ * (*cand) and a tiny qwen35 checkpoint (*model). The caller frees them. */
+static void hybrid_workspace(char **tmp, char **refs, char **ckb, char **ck, char **cand,
+                             char **model) {
+  const char *goldens[] = {"evolve-probe-attn-seed5.json", "evolve-probe-deltanet-seed7.json"};
+  *tmp = make_refs(goldens, 2, refs);
+  *ckb = tw_path(*tmp, "ckb"), *ck = src("ckb"), *cand = src("candidates/hybrid-deltanet");
+  *model = tw_path(*tmp, "m");
+  curated_ckb(*ck, *ckb);
+  true_reading_only(*ckb);
+  ck_assert_int_eq(
+      mi_test_sh("'%s/bin/mi-mkmodel' --family qwen35 --shape tiny --seed 1 --out '%s' >/dev/null",
+                 getenv("MI_BUILD_DIR"), *model),
+      0);
+}
 /* The loop through mi-gen, phases 1-5: coverage names the gaps of a
  * hybrid checkpoint, the search finds the reading, the real bundle is
  * accepted, and the consolidated CKB validates and covers the checkpoint
@@ -696,16 +710,9 @@ END_TEST
  * docs/evolution.md). */
 START_TEST(cli_phases_one_to_five) {
   /* one probe (the two-probe search is search_picks_true_variants_on_two_probes's) */
-  const char *goldens[] = {"evolve-probe-attn-seed5.json", "evolve-probe-deltanet-seed7.json"};
-  char *refs;
-  char *tmp = make_refs(goldens, 2, &refs);
-  char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb"), *cand = src("candidates/hybrid-deltanet"), *model = tw_path(tmp, "m");
-  curated_ckb(ck, ckb);
-  true_reading_only(ckb);
+  char *tmp, *refs, *ckb, *ck, *cand, *model;
+  hybrid_workspace(&tmp, &refs, &ckb, &ck, &cand, &model);
   char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s/bin/mi-mkmodel' --family qwen35 --shape tiny --seed 1 --out '%s' >/dev/null",
-           getenv("MI_BUILD_DIR"), model);
-  ck_assert_int_eq(system(cmd), 0);
   snprintf(cmd, sizeof cmd,
            "'%s/bin/mi-gen' --evolve --refs '%s' --candidates '%s' --ckb '%s' --model '%s' --run-dir '%s/run' "
            "--no-revalidate 2>'%s/stderr'",
@@ -746,11 +753,7 @@ START_TEST(cli_phases_one_to_five) {
   json_decref(r);
   free(rp);
   free(model);
-  free(cand);
-  free(ck);
-  free(ckb);
-  tw_rmtree(tmp);
-  free(tmp);
+  drop_bundle_dirs(tmp, ckb, ck, cand);
   free(refs);
 }
 END_TEST
@@ -773,16 +776,9 @@ static void tree_hash(const char *dir, char *out, size_t n) {
  * entries, and a run whose revalidation fails, leave the CKB byte for byte
  * as it was; a run that passes commits everything at once. */
 static void evolve_leaves_ckb(const char *crash, const char *act, int want_exit) {
-  const char *goldens[] = {"evolve-probe-attn-seed5.json", "evolve-probe-deltanet-seed7.json"};
-  char *refs;
-  char *tmp = make_refs(goldens, 2, &refs);
-  char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb"), *cand = src("candidates/hybrid-deltanet"), *model = tw_path(tmp, "m");
-  curated_ckb(ck, ckb);
-  true_reading_only(ckb);
+  char *tmp, *refs, *ckb, *ck, *cand, *model;
+  hybrid_workspace(&tmp, &refs, &ckb, &ck, &cand, &model);
   char cmd[8192], before[200], after[200];
-  snprintf(cmd, sizeof cmd, "'%s/bin/mi-mkmodel' --family qwen35 --shape tiny --seed 1 --out '%s' >/dev/null",
-           getenv("MI_BUILD_DIR"), model);
-  ck_assert_int_eq(system(cmd), 0);
   if (act) { /* a model the CKB cannot be made to cover: its revalidation fails */
     snprintf(cmd, sizeof cmd, "sed -i 's/\"hidden_act\": \"silu\"/\"hidden_act\": \"%s\"/' '%s/config.json' && "
              "grep -q '\"hidden_act\": \"%s\"' '%s/config.json'", act, model, act, model);
@@ -824,11 +820,7 @@ static void evolve_leaves_ckb(const char *crash, const char *act, int want_exit)
   free(errs);
   free(errp);
   free(model);
-  free(cand);
-  free(ck);
-  free(ckb);
-  tw_rmtree(tmp);
-  free(tmp);
+  drop_bundle_dirs(tmp, ckb, ck, cand);
   free(refs);
 }
 
@@ -851,8 +843,7 @@ START_TEST(explain_names_fields_and_weights) {
   ev_opts o = {.exe_dir = bin};
   json_t *g = load_src("tests/goldens/hybrid/evolve-probe-attn-seed5.json");
   ck_assert_msg(ev_remake_checkpoint(&o, g, dir, err, sizeof err) == 0, "%s", err);
-  char *cp = tw_path(dir, "config.json");
-  json_t *cfg = json_load_file(cp, 0, NULL);
+  json_t *cfg = mi_test_json_at(dir, "config.json");
   mi_weights *w = mi_weights_open(dir, err, sizeof err);
   ck_assert_msg(w, "%s", err);
   json_t *f = reading(cfg, TRUE_IDS, TRUE_READING);
@@ -883,7 +874,6 @@ START_TEST(explain_names_fields_and_weights) {
   mi_weights_close(w);
   json_decref(cfg);
   json_decref(g);
-  free(cp);
   free(dir);
   tw_rmtree(tmp);
   free(tmp);
@@ -892,21 +882,18 @@ END_TEST
 
 static Suite *suite(void) {
   Suite *s = suite_create("evolve");
-  TCase *tc = tcase_create("search");
-  tcase_set_timeout(tc, 300);
+  /* consolidate runs first: the order the cases were always added in */
+  TCase *tk = mi_check_case(s, "consolidate", 120, NULL, NULL);
+  TCase *tc = mi_check_case(s, "search", 300, NULL, NULL);
   mi_check_add(tc, MI_CHECK_TESTS(search_picks_true_variants_on_two_probes,
                                   references_off_reads_nothing,
                                   tampered_oracle_picks_the_other_variant, bad_input_is_named));
-  TCase *tk = tcase_create("consolidate");
-  tcase_set_timeout(tk, 120);
   mi_check_add(
       tk, MI_CHECK_TESTS(
               consolidator_entries_validate_are_deterministic_and_match_the_draft,
               bundle_with_broken_operator_contract_is_rejected_naming_it, real_bundle_is_accepted,
               cli_phases_one_to_five, killed_evolve_leaves_the_ckb_unchanged,
               unexplained_field_leaves_the_ckb_unchanged, explain_names_fields_and_weights));
-  suite_add_tcase(s, tk);
-  suite_add_tcase(s, tc);
   return s;
 }
 

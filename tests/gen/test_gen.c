@@ -37,16 +37,8 @@
 #include "core/gen/gen.h"
 #include "tests/util/check_main.h"
 
-static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_ckb[1200], g_out[1200];
-static int g_gen_rc = -1;
-static char *g_gen_err;
-
-/* run a built tool / a setup chore (tests/gen/gen_tool.c) */
-static res run(const char *tool, const char *const *args, int timeout) {
-  return gt_run(g_build, g_tmp, tool, args, timeout);
-}
-#define sh(...) gt_sh("test_gen", __VA_ARGS__)
-#define slurp gt_slurp
+#define GEN_TEST_NAME "test_gen"
+#include "gen_test_state.h"
 
 /* MI_TEST_GEN_PART (tests/gen/CMakeLists.txt): "tp2" runs test_tp2 alone
  * (ctest's test_gen_tp2, RUN_SERIAL: its decode-growth gate is timed),
@@ -72,21 +64,12 @@ static void setup_all(void) {
   const char *gen[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "1", "--out", g_out, "--ckb", g_ckb,
                        "--goldens", gold, "--seed", "5", "-t", "2", "--perf", "decode>=0.0001roofline,prefill>=0.0001roofline", NULL};
   r = run("mi-gen", gen, 900);
-  g_gen_rc = r.rc;
-  g_gen_err = strdup(r.err);
-  res_free(&r);
-}
-
-static void teardown_all(void) {
-  if (!getenv("MI_KEEP")) sh("rm -rf '%s'", g_tmp);
+  keep_gen_run(&r);
 }
 
 START_TEST(test_generate) {
-  ck_assert_msg(g_gen_rc == 0, "mi-gen exited %d:\n%s", g_gen_rc, g_gen_err);
+  json_t *m = gen_manifest();
   char p[1400];
-  snprintf(p, sizeof p, "%s/manifest.json", g_out);
-  json_t *m = json_load_file(p, 0, NULL);
-  ck_assert_ptr_nonnull(m);
   size_t i;
   json_t *s;
   int seen4 = 0, seen5 = 0, seen4d = 0;
@@ -235,6 +218,20 @@ static res gen_candidate(const char *src, const char *out, const char *run_dir) 
   return run("mi-gen", a, 600);
 }
 
+/* The output and run folders of a candidate run `name`, under g_tmp, into
+ * out[1400] and rd[1400]. */
+static void run_dirs(const char *name, char *out, char *rd) {
+  snprintf(out, 1400, "%s/out-%s", g_tmp, name);
+  snprintf(rd, 1400, "%s/run-%s", g_tmp, name);
+}
+
+/* A run that failed wrote no engine: no manifest in its output folder. */
+static void expect_no_engine(const char *out) {
+  char man[1500];
+  snprintf(man, sizeof man, "%s/manifest.json", out);
+  ck_assert_int_ne(access(man, F_OK), 0);
+}
+
 START_TEST(test_broken_sources_rejected_by_review) {
   ck_assert_int_eq(g_gen_rc, 0);
   static const struct {
@@ -272,15 +269,12 @@ START_TEST(test_broken_sources_rejected_by_review) {
     char src[1400], out[1400], rd[1400];
     if (!cases[i].rule) continue;
     broken_source(cases[i].name, cases[i].from, cases[i].to, src, sizeof src);
-    snprintf(out, sizeof out, "%s/out-%s", g_tmp, cases[i].name);
-    snprintf(rd, sizeof rd, "%s/run-%s", g_tmp, cases[i].name);
+    run_dirs(cases[i].name, out, rd);
     res r = gen_candidate(src, out, rd);
     ck_assert_msg(r.rc == 4, "%s: exit %d\n%s", cases[i].name, r.rc, r.err);
     ck_assert_msg(strstr(r.err, "reviewer rejected"), "%s: %s", cases[i].name, r.err);
     ck_assert_msg(strstr(r.err, cases[i].rule) && strstr(r.err, cases[i].what), "%s: %s", cases[i].name, r.err);
-    char man[1500];
-    snprintf(man, sizeof man, "%s/manifest.json", out);
-    ck_assert_int_ne(access(man, F_OK), 0);
+    expect_no_engine(out);
     res_free(&r);
   }
 }
@@ -309,8 +303,7 @@ START_TEST(test_wrong_math_and_fake_pass) {
   }
   fclose(f);
   free(s);
-  snprintf(out, sizeof out, "%s/out-wrong", g_tmp);
-  snprintf(rd, sizeof rd, "%s/run-wrong", g_tmp);
+  run_dirs("wrong", out, rd);
   res r = gen_candidate(src, out, rd);
   ck_assert_msg(r.rc == 4, "exit %d\n%s", r.rc, r.err);
   ck_assert_msg(strstr(r.err, "reviewer: approved") && strstr(r.err, "verification failed at stage"), "%s", r.err);
@@ -327,9 +320,7 @@ START_TEST(test_wrong_math_and_fake_pass) {
   ck_assert_msg(r.rc == 4, "resume exit %d\n%s", r.rc, r.err);
   ck_assert_msg(strstr(r.err, "not trusted"), "%s", r.err);
   ck_assert_msg(strstr(r.err, "verification failed at stage"), "%s", r.err);
-  char man[1500];
-  snprintf(man, sizeof man, "%s/manifest.json", out);
-  ck_assert_int_ne(access(man, F_OK), 0);
+  expect_no_engine(out);
   res_free(&r);
 }
 END_TEST
@@ -341,8 +332,7 @@ START_TEST(test_perf_gate_not_met) {
   ck_assert_int_eq(g_gen_rc, 0);
   char src[1400], out[1400], rd[1400];
   snprintf(src, sizeof src, "%s/engine.c", g_out);
-  snprintf(out, sizeof out, "%s/out-gate", g_tmp);
-  snprintf(rd, sizeof rd, "%s/run-gate", g_tmp);
+  run_dirs("gate", out, rd);
   const char *a[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "1", "--out", out, "--ckb", g_ckb,
                      "--candidate", src, "--run-dir", rd, "--seed", "9", "-t", "2", "--perf", "decode>=100roofline", NULL};
   res r = run("mi-gen", a, 900);
@@ -351,9 +341,7 @@ START_TEST(test_perf_gate_not_met) {
   while (last > r.err && last[-1] != '\n') last--;
   ck_assert_msg(strstr(last, "performance gate decode>=100roofline not met: decode ") && strstr(last, "of the roofline"),
                 "last line: %s", last);
-  char man[1500];
-  snprintf(man, sizeof man, "%s/manifest.json", out);
-  ck_assert_int_ne(access(man, F_OK), 0);
+  expect_no_engine(out);
   res_free(&r);
 }
 END_TEST

@@ -34,16 +34,8 @@
 #include "core/runtime/session.h"
 #include "tests/util/check_main.h"
 
-static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_ckb[1200], g_out[1200];
-static int g_gen_rc = -1;
-static char *g_gen_err;
-
-/* run a built tool / a setup chore (tests/gen/gen_tool.c) */
-static res run(const char *tool, const char *const *args, int timeout) {
-  return gt_run(g_build, g_tmp, tool, args, timeout);
-}
-#define sh(...) gt_sh("test_gen_hybrid", __VA_ARGS__)
-#define slurp gt_slurp
+#define GEN_TEST_NAME "test_gen_hybrid"
+#include "gen_test_state.h"
 
 /* setup runs outside a Check test: a failed step there ends the program with its reason */
 #define NEED(cond, what)                                                                     \
@@ -118,22 +110,12 @@ static void setup_all(void) {
   res r = run("mi-mkmodel", mk, 120);
   res_free(&r);
   r = gen(g_ckb, g_out, NULL, 2);
-  g_gen_rc = r.rc;
-  g_gen_err = strdup(r.err);
-  res_free(&r);
-}
-
-static void teardown_all(void) {
-  if (!getenv("MI_KEEP")) sh("rm -rf '%s'", g_tmp);
-  free(g_gen_err);
+  keep_gen_run(&r);
 }
 
 START_TEST(test_generate) {
-  ck_assert_msg(g_gen_rc == 0, "mi-gen exited %d:\n%s", g_gen_rc, g_gen_err);
+  json_t *m = gen_manifest();
   char p[1400];
-  snprintf(p, sizeof p, "%s/manifest.json", g_out);
-  json_t *m = json_load_file(p, 0, NULL);
-  ck_assert_ptr_nonnull(m);
   size_t i;
   json_t *s;
   int seen2 = 0, seen4 = 0, seen5 = 0, seen4d = 0;
@@ -330,11 +312,18 @@ static void expect_rejected(const char *name, json_t *c, const char *stage, cons
   sh("rm -rf '%s' '%s'", ckb, out);
 }
 
-START_TEST(test_mutant_norm_w) { /* (1 + w) norms read as w */
+/* Mutant `name`: the draft with every step of operator `op` given
+ * param=value, rejected at stage 4. */
+static void expect_edit_rejected(const char *name, const char *op, const char *param,
+                                 const char *value) {
   json_t *c = draft();
-  edit_steps(c, "operator.rmsnorm", "w_offset", "0");
-  expect_rejected("norm_w", c, "4", STAGE4_WHY);
+  edit_steps(c, op, param, value);
+  expect_rejected(name, c, "4", STAGE4_WHY);
   json_decref(c);
+}
+
+START_TEST(test_mutant_norm_w) { /* (1 + w) norms read as w */
+  expect_edit_rejected("norm_w", "operator.rmsnorm", "w_offset", "0");
 }
 END_TEST
 
@@ -347,18 +336,12 @@ START_TEST(test_mutant_no_gate) { /* attention output not gated */
 END_TEST
 
 START_TEST(test_mutant_full_rotary) { /* rotary over the whole head */
-  json_t *c = draft();
-  edit_steps(c, "operator.rope", "rot_dim", "head_dim");
-  expect_rejected("full_rotary", c, "4", STAGE4_WHY);
-  json_decref(c);
+  expect_edit_rejected("full_rotary", "operator.rope", "rot_dim", "head_dim");
 }
 END_TEST
 
 START_TEST(test_mutant_conv_no_silu) {
-  json_t *c = draft();
-  edit_steps(c, "operator.conv1d_causal", "silu", "0");
-  expect_rejected("conv_no_silu", c, "4", STAGE4_WHY);
-  json_decref(c);
+  expect_edit_rejected("conv_no_silu", "operator.conv1d_causal", "silu", "0");
 }
 END_TEST
 

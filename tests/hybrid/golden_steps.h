@@ -9,7 +9,34 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "tests/safetensors/st_writer.h"
+
+/* The golden g (read from file) was made from the weights in the checkpoint
+ * dir: its model.safetensors has the FNV-1a (32-bit) the golden records;
+ * `hint` ends the failure message (what to do about it). */
+static inline void hy_check_golden_weights(const json_t *g, const char *dir, const char *file,
+                                           const char *hint) {
+  char *st = tw_path(dir, "model.safetensors");
+  size_t n = 0;
+  unsigned char *b = tw_read_all(st, &n);
+  ck_assert_msg(b != NULL, "%s: cannot read", st);
+  uint32_t h = 0x811c9dc5u;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * 0x01000193u;
+  free(b);
+  free(st);
+  char hash[16];
+  snprintf(hash, sizeof hash, "%08x", h);
+  const char *want =
+      json_string_value(json_object_get(json_object_get(g, "model"), "safetensors_fnv1a32"));
+  ck_assert_msg(want && !strcmp(hash, want),
+                "%s was made from other weights (model.safetensors FNV-1a %s, golden %s)%s", file,
+                hash, want ? want : "?", hint);
+}
 
 /* The case's prompt ids, then the token of each of its first ns steps
  * (malloc'd, [np + ns]); *np the prompt's length. */

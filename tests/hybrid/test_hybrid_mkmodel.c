@@ -18,6 +18,7 @@
 #include "mi/tensor.h"
 #include "tests/safetensors/st_writer.h"
 #include "tests/util/check_main.h"
+#include "tests/util/test_proc.h"
 
 static char *g_dir;
 
@@ -29,13 +30,7 @@ static void teardown(void) {
 
 /* Runs mi-mkmodel ARGS; returns its exit status (stderr kept in g_dir). */
 static int mkmodel(const char *args) {
-  const char *bd = getenv("MI_BUILD_DIR");
-  ck_assert_msg(bd != NULL, "MI_BUILD_DIR not set (run through ctest)");
-  char *cmd = NULL;
-  ck_assert_int_ge(asprintf(&cmd, "'%s/bin/mi-mkmodel' %s >/dev/null 2>'%s/stderr.txt'", bd, args, g_dir), 0);
-  int st = system(cmd);
-  free(cmd);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return mi_test_mkmodel(g_dir, args);
 }
 
 static char *make(const char *sub, const char *shape, int seed, int shards, const char *dtype) {

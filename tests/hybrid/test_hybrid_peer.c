@@ -19,10 +19,13 @@
 #include <string.h>
 
 #include "core/runtime/safetensors.h"
+#include "tests/hybrid/f64_model.h"
 #include "tests/hybrid/ref/qwen35_f64.h"
 #include "tests/safetensors/st_writer.h"
 #include "tests/hybrid/golden_steps.h"
 #include "tests/util/check_main.h"
+#include "tests/util/test_json.h"
+#include "tests/util/test_logits.h"
 
 /* Tolerance on |logprob(reference) - logprob(llama.cpp)| over the top 10.
  * llama.cpp computes in float32 (F32 weights and KV cache); on the Qwen3
@@ -42,24 +45,6 @@
  * path; the Release run holds every golden, case and step to llama.cpp. */
 #define QUICK_STEPS 4
 static int g_quick;
-
-static uint32_t fnv1a32(const char *path) {
-  size_t n = 0;
-  unsigned char *b = tw_read_all(path, &n);
-  ck_assert_ptr_nonnull(b);
-  uint32_t h = 0x811c9dc5u;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x01000193u;
-  free(b);
-  return h;
-}
-
-static void log_softmax(const double *l, double *out, int V) {
-  double mx = -INFINITY, s = 0;
-  for (int i = 0; i < V; i++) mx = fmax(mx, l[i]);
-  for (int i = 0; i < V; i++) s += exp(l[i] - mx);
-  double lz = mx + log(s);
-  for (int i = 0; i < V; i++) out[i] = l[i] - lz;
-}
 
 /* The `small` golden has the 8 prompts of tools/peer/prompts.json; the
  * float64 reference teacher-forces only the two of prompts_short.json there
@@ -96,22 +81,12 @@ static void check_golden(const char *file) {
       snprintf(cmd + len, sizeof cmd - (size_t)len, " '%s'", json_string_value(a));
   snprintf(cmd + len, sizeof cmd - (size_t)len, " --out '%s' >/dev/null", dir);
   ck_assert_msg(system(cmd) == 0, "%s", cmd);
-  char *st = tw_path(dir, "model.safetensors");
-  char hash[16];
-  snprintf(hash, sizeof hash, "%08x", fnv1a32(st));
-  const char *want = json_string_value(json_object_get(json_object_get(g, "model"), "safetensors_fnv1a32"));
-  ck_assert_msg(want && !strcmp(hash, want),
-                "%s was made from other weights (model.safetensors FNV-1a %s, golden %s): regenerate it with "
-                "tools/peer/goldens.mjs --family qwen35 (tools/peer/README.md)",
-                file, hash, want ? want : "?");
-  char *cp = tw_path(dir, "config.json");
-  json_t *cfg = json_load_file(cp, 0, NULL);
+  hy_check_golden_weights(g, dir, file,
+                          ": regenerate it with tools/peer/goldens.mjs --family qwen35 "
+                          "(tools/peer/README.md)");
+  hy_f64 f = hy_f64_open(dir);
   char err[1024] = "";
-  mi_weights *w = mi_weights_open(dir, err, sizeof err);
-  ck_assert_msg(w, "%s", err);
-  vf_qwen35 *m = NULL;
-  ck_assert_msg(vf_qwen35_open(cfg, w, &m, err, sizeof err) == 0, "%s", err);
-  const int V = vf_qwen35_vocab(m);
+  const int V = vf_qwen35_vocab(f.m);
   double *lg = malloc((size_t)V * sizeof(double)), *lp = malloc((size_t)V * sizeof(double));
   double worst = 0;
   int steps_total = 0, ties = 0, cases = 0;
@@ -124,13 +99,13 @@ static void check_golden(const char *file) {
     int ns = (int)json_array_size(steps), np;
     if (g_quick && ns > QUICK_STEPS) ns = QUICK_STEPS;
     int32_t *ids = hy_golden_ids(c, ns, &np);
-    vf_qwen35_seq *s = vf_qwen35_seq_new(m, np + ns);
+    vf_qwen35_seq *s = vf_qwen35_seq_new(f.m, np + ns);
     for (int t = 0; t < ns; t++) {
       /* step t predicts ids[np + t]: prefill the prompt, then one token per step */
-      int rc = t == 0 ? vf_qwen35_forward(m, s, ids, np, 1, lg, 0, NULL, err, sizeof err)
-                      : vf_qwen35_forward(m, s, ids + np + t - 1, 1, 1, lg, 0, NULL, err, sizeof err);
+      int rc = t == 0 ? vf_qwen35_forward(f.m, s, ids, np, 1, lg, 0, NULL, err, sizeof err)
+                      : vf_qwen35_forward(f.m, s, ids + np + t - 1, 1, 1, lg, 0, NULL, err, sizeof err);
       ck_assert_msg(rc == 0, "%s", err);
-      log_softmax(lg, lp, V);
+      mi_test_log_softmax_of(NULL, lg, lp, V);
       hy_check_step(steps, t, lp, V, ids[np + t], LOGPROB_TOL, file, i, &worst, &ties);
       steps_total++;
     }
@@ -142,12 +117,8 @@ static void check_golden(const char *file) {
   ck_assert_int_gt(steps_total, 0);
   free(lg);
   free(lp);
-  vf_qwen35_close(m);
-  mi_weights_close(w);
-  json_decref(cfg);
+  hy_f64_close(&f);
   json_decref(g);
-  free(cp);
-  free(st);
   free(dir);
   tw_rmtree(tmp);
   free(tmp);

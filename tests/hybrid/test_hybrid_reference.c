@@ -32,10 +32,12 @@
 #include "core/ckb/ckb.h"
 #include "core/verify/bind.h"
 #include "core/verify/interp.h"
+#include "tests/hybrid/f64_model.h"
 #include "tests/hybrid/ref/qwen35_f64.h"
 #include "core/verify/ref/f64.h"
 #include "tests/safetensors/st_writer.h"
 #include "tests/util/check_main.h"
+#include "tests/util/test_json.h"
 
 /* ---- deterministic test inputs --------------------------------------- */
 
@@ -214,14 +216,6 @@ static char *mkmodel_layout(const char *shape, int seed, const char *layout) {
 
 static char *mkmodel(const char *shape, int seed) { return mkmodel_layout(shape, seed, "causal"); }
 
-static json_t *config(const char *dir) {
-  char *p = tw_path(dir, "config.json");
-  json_t *c = json_load_file(p, 0, NULL);
-  ck_assert_ptr_nonnull(c);
-  free(p);
-  return c;
-}
-
 /* max |a - b| relative to the spread of b's row */
 static double row_rel(const double *a, const double *b, int V) {
   double lo = INFINITY, hi = -INFINITY;
@@ -249,29 +243,25 @@ static double *contract_logits(const json_t *cfg, const mi_weights *w, const int
 
 static void decode_equals_recompute(const char *shape, int seed) {
   char *dir = mkmodel(shape, seed);
-  json_t *cfg = config(dir);
+  hy_f64 f = hy_f64_open(dir);
   char err[1024] = "";
-  mi_weights *w = mi_weights_open(dir, err, sizeof err);
-  ck_assert_msg(w, "%s", err);
-  vf_qwen35 *m = NULL;
-  ck_assert_msg(vf_qwen35_open(cfg, w, &m, err, sizeof err) == 0, "%s", err);
-  const int V = vf_qwen35_vocab(m), T = 9;
+  const int V = vf_qwen35_vocab(f.m), T = 9;
   int32_t ids[9];
   for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 7919 + 13 * seed) % 151643);
   double *full = malloc((size_t)T * V * sizeof(double)), *step = malloc((size_t)V * sizeof(double));
   double *chunked = malloc((size_t)T * V * sizeof(double));
 
   /* (1) the model contract interpreted (from scratch) */
-  double *ref = contract_logits(cfg, w, ids, T);
+  double *ref = contract_logits(f.cfg, f.w, ids, T);
   double lo = INFINITY, hi = -INFINITY;
   for (int i = 0; i < V; i++) lo = fmin(lo, ref[i]), hi = fmax(hi, ref[i]);
   ck_assert_msg(hi - lo > 1.0, "%s: logits are flat (spread %g)", shape, hi - lo);
 
   /* (2) token by token with the state carried */
-  vf_qwen35_seq *s = vf_qwen35_seq_new(m, T);
+  vf_qwen35_seq *s = vf_qwen35_seq_new(f.m, T);
   double worst = 0;
   for (int t = 0; t < T; t++) {
-    ck_assert_msg(vf_qwen35_forward(m, s, ids + t, 1, 1, step, 0, NULL, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(vf_qwen35_forward(f.m, s, ids + t, 1, 1, step, 0, NULL, err, sizeof err) == 0, "%s", err);
     double d = row_rel(step, ref + (size_t)t * V, V);
     worst = fmax(worst, d);
     ck_assert_msg(d < 1e-10, "%s: decode at position %d differs from the recompute by %g of the spread", shape, t,
@@ -280,21 +270,21 @@ static void decode_equals_recompute(const char *shape, int seed) {
   vf_qwen35_seq_free(s);
 
   /* (3) prefill 4 in chunks of 3, then 7 more in one call with chunks of 2 */
-  s = vf_qwen35_seq_new(m, T);
-  ck_assert(vf_qwen35_forward(m, s, ids, 4, 4, chunked, 3, NULL, err, sizeof err) == 0);
-  ck_assert(vf_qwen35_forward(m, s, ids + 4, T - 4, T - 4, chunked + (size_t)4 * V, 2, NULL, err, sizeof err) == 0);
+  s = vf_qwen35_seq_new(f.m, T);
+  ck_assert(vf_qwen35_forward(f.m, s, ids, 4, 4, chunked, 3, NULL, err, sizeof err) == 0);
+  ck_assert(vf_qwen35_forward(f.m, s, ids + 4, T - 4, T - 4, chunked + (size_t)4 * V, 2, NULL, err, sizeof err) == 0);
   for (int t = 0; t < T; t++)
     ck_assert_msg(row_rel(chunked + (size_t)t * V, ref + (size_t)t * V, V) < 1e-10, "%s: chunked prefill, position %d",
                   shape, t);
   /* a sequence is full at its capacity: refused, not overrun */
-  ck_assert_int_eq(vf_qwen35_forward(m, s, ids, 1, 1, step, 0, NULL, err, sizeof err), -1);
+  ck_assert_int_eq(vf_qwen35_forward(f.m, s, ids, 1, 1, step, 0, NULL, err, sizeof err), -1);
   vf_qwen35_seq_free(s);
 
   /* (4) the check can fail: a fresh state per token (state not carried) */
   double dropped = 0;
   for (int t = 1; t < T; t++) {
-    s = vf_qwen35_seq_new(m, T);
-    ck_assert(vf_qwen35_forward(m, s, ids + t, 1, 1, step, 0, NULL, err, sizeof err) == 0);
+    s = vf_qwen35_seq_new(f.m, T);
+    ck_assert(vf_qwen35_forward(f.m, s, ids + t, 1, 1, step, 0, NULL, err, sizeof err) == 0);
     dropped = fmax(dropped, row_rel(step, ref + (size_t)t * V, V));
     vf_qwen35_seq_free(s);
   }
@@ -305,9 +295,7 @@ static void decode_equals_recompute(const char *shape, int seed) {
   free(full);
   free(step);
   free(chunked);
-  vf_qwen35_close(m);
-  mi_weights_close(w);
-  json_decref(cfg);
+  hy_f64_close(&f);
   free(dir);
 }
 

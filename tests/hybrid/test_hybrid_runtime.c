@@ -24,10 +24,12 @@
 #include "core/runtime/loader.h"
 #include "core/runtime/safetensors.h"
 #include "core/runtime/session.h"
-#include "tests/hybrid/ref/qwen35_f64.h"
 #include "tests/hybrid/golden_steps.h"
+#include "tests/hybrid/ref/qwen35_f64.h"
 #include "tests/safetensors/st_writer.h"
 #include "tests/util/check_main.h"
+#include "tests/util/test_json.h"
+#include "tests/util/test_logits.h"
 #include "tests/util/test_registry.h"
 
 /* Tolerance on |logprob(plugin) - logprob(llama.cpp)| over llama.cpp's top
@@ -126,78 +128,7 @@ static void rt_open(rt *r, const char *dir, int batch) {
   ck_assert_str_eq(r->e->model_plugin->desc->name, "qwen35");
 }
 
-static void rt_close(rt *r) {
-  mi_session_close(r->e);
-  mi_registry_free(r->reg);
-}
-
-static mi_seq *rt_seq(rt *r, int64_t n_ctx) {
-  char err[512];
-  mi_seq *s = NULL;
-  ck_assert_msg(r->e->M->seq_create(r->e->model, n_ctx, &s, err, sizeof err) == 0, "%s", err);
-  return s;
-}
-
-/* forward, asserting success */
-static void rt_fwd(rt *r, mi_seq *s, const int32_t *ids, int64_t n, float *logits, int all) {
-  char err[512];
-  ck_assert_msg(r->e->M->forward(r->e->model, s, ids, n, logits, all, err, sizeof err) == 0, "%s",
-                err);
-}
-
-/* ids spread over the vocabulary, from a seed */
-static void prompt(int32_t *ids, int T, unsigned seed) {
-  unsigned x = seed * 2654435761u + 12345u;
-  for (int t = 0; t < T; t++) {
-    x = x * 1664525u + 1013904223u;
-    ids[t] = (int32_t)((x >> 8) % 151643u);
-  }
-}
-
-/* max |a - b| / spread(b) over one row of V logits */
-static double rel_err_f(const float *a, const float *b, int V) {
-  double lo = INFINITY, hi = -INFINITY, mx = 0;
-  for (int i = 0; i < V; i++) {
-    lo = fmin(lo, b[i]), hi = fmax(hi, b[i]);
-    mx = fmax(mx, fabs((double)a[i] - b[i]));
-  }
-  ck_assert_msg(hi - lo > 1.0, "flat logits (spread %g)", hi - lo);
-  return mx / (hi - lo);
-}
-
-static double rel_err_d(const float *a, const double *b, int V) {
-  double lo = INFINITY, hi = -INFINITY, mx = 0;
-  for (int i = 0; i < V; i++) {
-    lo = fmin(lo, b[i]), hi = fmax(hi, b[i]);
-    mx = fmax(mx, fabs((double)a[i] - b[i]));
-  }
-  ck_assert_msg(hi - lo > 1.0, "flat logits (spread %g)", hi - lo);
-  return mx / (hi - lo);
-}
-
 /* ---- llama.cpp goldens ----------------------------------------------------- */
-
-static void log_softmax(const float *l, double *out, int V) {
-  double mx = -INFINITY, s = 0;
-  for (int i = 0; i < V; i++)
-    mx = fmax(mx, l[i]);
-  for (int i = 0; i < V; i++)
-    s += exp(l[i] - mx);
-  double lz = mx + log(s);
-  for (int i = 0; i < V; i++)
-    out[i] = l[i] - lz;
-}
-
-static uint32_t fnv1a32(const char *path) {
-  size_t n = 0;
-  unsigned char *b = tw_read_all(path, &n);
-  ck_assert_ptr_nonnull(b);
-  uint32_t h = 0x811c9dc5u;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ b[i]) * 0x01000193u;
-  free(b);
-  return h;
-}
 
 /* Teacher-forced on the golden's tokens: prefill the prompt in one pass,
  * then one token per step, state carried. */
@@ -211,14 +142,7 @@ static void check_golden(const char *file) {
   json_array_foreach(json_object_get(json_object_get(g, "model"), "mkmodel_args"), i, a) len +=
       (size_t)snprintf(args + len, sizeof args - len, " '%s'", json_string_value(a));
   char *dir = mkmodel("golden", args);
-  char *st = tw_path(dir, "model.safetensors");
-  char hash[16];
-  snprintf(hash, sizeof hash, "%08x", fnv1a32(st));
-  const char *want =
-      json_string_value(json_object_get(json_object_get(g, "model"), "safetensors_fnv1a32"));
-  ck_assert_msg(want && !strcmp(hash, want),
-                "%s: mi-mkmodel made other weights (FNV-1a %s, golden %s)", file, hash,
-                want ? want : "?");
+  hy_check_golden_weights(g, dir, file, "");
   rt r;
   rt_open(&r, dir, 512);
   const int V = r.V;
@@ -234,13 +158,13 @@ static void check_golden(const char *file) {
     const int ns = (int)json_array_size(steps);
     int np;
     int32_t *ids = hy_golden_ids(c, ns, &np);
-    mi_seq *s = rt_seq(&r, np + ns);
+    mi_seq *s = mi_test_seq(r.e, np + ns);
     for (int t = 0; t < ns; t++) {
       if (t == 0)
-        rt_fwd(&r, s, ids, np, lg, 0);
+        mi_test_forward(r.e, s, ids, np, lg, 0);
       else
-        rt_fwd(&r, s, ids + np + t - 1, 1, lg, 0);
-      log_softmax(lg, lp, V);
+        mi_test_forward(r.e, s, ids + np + t - 1, 1, lg, 0);
+      mi_test_log_softmax_of(lg, NULL, lp, V);
       hy_check_step(steps, t, lp, V, ids[np + t], LOGPROB_TOL, file, i, &worst, &ties);
       steps_total++;
     }
@@ -254,8 +178,7 @@ static void check_golden(const char *file) {
   ck_assert_int_ge(steps_total, SANITIZED ? 64 : 256);
   free(lg);
   free(lp);
-  rt_close(&r);
-  free(st);
+  mi_test_session_close(r.e, r.reg);
   free(dir);
   json_decref(g);
 }
@@ -289,7 +212,7 @@ static void against_reference(const char *args, int batch) {
   rt_open(&r, dir, batch);
   const int V = r.V, T = 29, D = 4;
   int32_t ids[33];
-  prompt(ids, T + D, 7);
+  mi_test_prompt(ids, T + D, 7);
   /* the reference reads the same weight files */
   char err[1024];
   vf_qwen35 *ref = NULL;
@@ -299,13 +222,13 @@ static void against_reference(const char *args, int batch) {
   ck_assert_msg(vf_qwen35_forward(ref, rs, ids, T + D, T + D, want, 0, NULL, err, sizeof err) == 0,
                 "%s", err);
   float *got = malloc((size_t)(T + D) * V * sizeof(float)); /* [T+D, V] */
-  mi_seq *s = rt_seq(&r, T + D);
-  rt_fwd(&r, s, ids, T, got, 1);
+  mi_seq *s = mi_test_seq(r.e, T + D);
+  mi_test_forward(r.e, s, ids, T, got, 1);
   for (int t = T; t < T + D; t++)
-    rt_fwd(&r, s, ids + t, 1, got + (size_t)t * V, 0);
+    mi_test_forward(r.e, s, ids + t, 1, got + (size_t)t * V, 0);
   double worst = 0;
   for (int t = 0; t < T + D; t++) {
-    double e = rel_err_d(got + (size_t)t * V, want + (size_t)t * V, V);
+    double e = mi_test_rel_err_of(got + (size_t)t * V, NULL, want + (size_t)t * V, V);
     ck_assert_msg(e < REF_REL_TOL, "%s: position %d: |logit - float64| = %.3g of the spread", args,
                   t, e);
     worst = fmax(worst, e);
@@ -317,7 +240,7 @@ static void against_reference(const char *args, int batch) {
   free(want);
   vf_qwen35_seq_free(rs);
   vf_qwen35_close(ref);
-  rt_close(&r);
+  mi_test_session_close(r.e, r.reg);
   free(dir);
 }
 
@@ -350,38 +273,38 @@ static void orders_agree(const char *args) {
   rt_open(&r, dir, 512);
   const int V = r.V, T = 40;
   int32_t ids[40];
-  prompt(ids, T, 3);
+  mi_test_prompt(ids, T, 3);
   float *one = malloc((size_t)T * V * sizeof(float)),
         *other = malloc((size_t)T * V * sizeof(float));
-  mi_seq *s = rt_seq(&r, T);
-  rt_fwd(&r, s, ids, T, one, 1);
+  mi_seq *s = mi_test_seq(r.e, T);
+  mi_test_forward(r.e, s, ids, T, one, 1);
   /* token by token, after seq_truncate(0): the reset must forget the
    * first pass's recurrent state */
   ck_assert_int_eq(r.e->M->seq_truncate(r.e->model, s, 0), 0);
   ck_assert_int_eq(r.e->M->seq_len(r.e->model, s), 0);
   for (int t = 0; t < T; t++)
-    rt_fwd(&r, s, ids + t, 1, other + (size_t)t * V, 0);
+    mi_test_forward(r.e, s, ids + t, 1, other + (size_t)t * V, 0);
   double w_dec = 0, w_chunk = 0, w_batch = 0;
   for (int t = 0; t < T; t++)
-    w_dec = fmax(w_dec, rel_err_f(other + (size_t)t * V, one + (size_t)t * V, V));
+    w_dec = fmax(w_dec, mi_test_rel_err(other + (size_t)t * V, one + (size_t)t * V, V));
   /* uneven chunks */
   ck_assert_int_eq(r.e->M->seq_truncate(r.e->model, s, 0), 0);
   const int cuts[] = {7, 1, 13, 2, 17};
   for (int i = 0, t = 0; i < 5; t += cuts[i++])
-    rt_fwd(&r, s, ids + t, cuts[i], other + (size_t)t * V, 1);
+    mi_test_forward(r.e, s, ids + t, cuts[i], other + (size_t)t * V, 1);
   ck_assert_int_eq(r.e->M->seq_len(r.e->model, s), T);
   for (int t = 0; t < T; t++)
-    w_chunk = fmax(w_chunk, rel_err_f(other + (size_t)t * V, one + (size_t)t * V, V));
+    w_chunk = fmax(w_chunk, mi_test_rel_err(other + (size_t)t * V, one + (size_t)t * V, V));
   r.e->M->seq_destroy(r.e->model, s);
-  rt_close(&r);
+  mi_test_session_close(r.e, r.reg);
   /* the same prompt through a session with batch=3 */
   rt_open(&r, dir, 3);
-  s = rt_seq(&r, T);
-  rt_fwd(&r, s, ids, T, other, 1);
+  s = mi_test_seq(r.e, T);
+  mi_test_forward(r.e, s, ids, T, other, 1);
   for (int t = 0; t < T; t++)
-    w_batch = fmax(w_batch, rel_err_f(other + (size_t)t * V, one + (size_t)t * V, V));
+    w_batch = fmax(w_batch, mi_test_rel_err(other + (size_t)t * V, one + (size_t)t * V, V));
   r.e->M->seq_destroy(r.e->model, s);
-  rt_close(&r);
+  mi_test_session_close(r.e, r.reg);
   fprintf(stderr,
           "%s: vs one prefill of %d: decode %.3g, uneven chunks %.3g, batch=3 %.3g of the spread\n",
           args, T, w_dec, w_chunk, w_batch);
@@ -413,11 +336,11 @@ START_TEST(state_is_per_sequence) {
   rt_open(&r, dir, 512);
   const int V = r.V;
   int32_t ids[12];
-  prompt(ids, 12, 5);
+  mi_test_prompt(ids, 12, 5);
   float *a = malloc((size_t)V * sizeof(float)), *b = malloc((size_t)V * sizeof(float));
-  mi_seq *s1 = rt_seq(&r, 16), *s2 = rt_seq(&r, 16);
-  rt_fwd(&r, s1, ids, 12, a, 0);
-  rt_fwd(&r, s2, ids + 11, 1, b, 0);
+  mi_seq *s1 = mi_test_seq(r.e, 16), *s2 = mi_test_seq(r.e, 16);
+  mi_test_forward(r.e, s1, ids, 12, a, 0);
+  mi_test_forward(r.e, s2, ids + 11, 1, b, 0);
   double lo = INFINITY, hi = -INFINITY, mx = 0;
   for (int i = 0; i < V; i++)
     lo = fmin(lo, a[i]), hi = fmax(hi, a[i]), mx = fmax(mx, fabs(a[i] - b[i]));
@@ -425,8 +348,8 @@ START_TEST(state_is_per_sequence) {
                 mx / (hi - lo));
   /* s2 fed the rest of the prompt after a reset equals s1 */
   ck_assert_int_eq(r.e->M->seq_truncate(r.e->model, s2, 0), 0);
-  rt_fwd(&r, s2, ids, 12, b, 0);
-  ck_assert_double_lt(rel_err_f(b, a, V), ORDER_REL_TOL);
+  mi_test_forward(r.e, s2, ids, 12, b, 0);
+  ck_assert_double_lt(mi_test_rel_err(b, a, V), ORDER_REL_TOL);
   /* a recurrent state cannot be rewound: only 0 and the current length */
   ck_assert_int_eq(r.e->M->seq_truncate(r.e->model, s1, 12), 0);
   ck_assert_int_ne(r.e->M->seq_truncate(r.e->model, s1, 5), 0);
@@ -442,7 +365,7 @@ START_TEST(state_is_per_sequence) {
   r.e->M->seq_destroy(r.e->model, s2);
   free(a);
   free(b);
-  rt_close(&r);
+  mi_test_session_close(r.e, r.reg);
   free(dir);
 }
 END_TEST
@@ -460,23 +383,23 @@ START_TEST(batched_decode_equals_single) {
   float *la[3], *lb = malloc((size_t)V * sizeof(float));
   int32_t ids[14];
   for (int i = 0; i < NS; i++) {
-    a[i] = rt_seq(&r, 20);
-    b[i] = rt_seq(&r, 20);
+    a[i] = mi_test_seq(r.e, 20);
+    b[i] = mi_test_seq(r.e, 20);
     la[i] = malloc((size_t)V * sizeof(float));
-    prompt(ids, lens[i], 100 + i);
-    rt_fwd(&r, a[i], ids, lens[i], NULL, 0);
-    rt_fwd(&r, b[i], ids, lens[i], NULL, 0);
+    mi_test_prompt(ids, lens[i], 100 + i);
+    mi_test_forward(r.e, a[i], ids, lens[i], NULL, 0);
+    mi_test_forward(r.e, b[i], ids, lens[i], NULL, 0);
   }
   char err[512];
   double worst = 0;
   for (int step = 0; step < 4; step++) {
     int32_t next[3];
-    prompt(next, NS, 200 + step);
+    mi_test_prompt(next, NS, 200 + step);
     ck_assert_msg(r.e->M->forward_batch(r.e->model, a, next, NS, la, err, sizeof err) == 0, "%s",
                   err);
     for (int i = 0; i < NS; i++) {
-      rt_fwd(&r, b[i], next + i, 1, lb, 0);
-      worst = fmax(worst, rel_err_f(la[i], lb, V));
+      mi_test_forward(r.e, b[i], next + i, 1, lb, 0);
+      worst = fmax(worst, mi_test_rel_err(la[i], lb, V));
       ck_assert_int_eq(r.e->M->seq_len(r.e->model, a[i]), lens[i] + step + 1);
     }
   }
@@ -487,8 +410,8 @@ START_TEST(batched_decode_equals_single) {
   int32_t two[2] = {1, 2};
   ck_assert_int_ne(r.e->M->forward_batch(r.e->model, dup, two, 2, la, err, sizeof err), 0);
   ck_assert_msg(strstr(err, "appears twice"), "%s", err);
-  mi_seq *full = rt_seq(&r, 3);
-  rt_fwd(&r, full, ids, 3, NULL, 0);
+  mi_seq *full = mi_test_seq(r.e, 3);
+  mi_test_forward(r.e, full, ids, 3, NULL, 0);
   mi_seq *mixed[2] = {a[1], full};
   ck_assert_int_ne(r.e->M->forward_batch(r.e->model, mixed, two, 2, la, err, sizeof err), 0);
   ck_assert_msg(strstr(err, "is full"), "%s", err);
@@ -501,20 +424,12 @@ START_TEST(batched_decode_equals_single) {
     free(la[i]);
   }
   free(lb);
-  rt_close(&r);
+  mi_test_session_close(r.e, r.reg);
   free(dir);
 }
 END_TEST
 
 /* ---- refusals ------------------------------------------------------------------ */
-
-static json_t *config_of(const char *dir) {
-  char *p = tw_path(dir, "config.json");
-  json_t *c = json_load_file(p, 0, NULL);
-  ck_assert_ptr_nonnull(c);
-  free(p);
-  return c;
-}
 
 static void write_config(const char *dir, json_t *c) {
   char *p = tw_path(dir, "config.json");
@@ -573,7 +488,7 @@ static void e_dk(json_t *c) {
 
 START_TEST(bad_configs_named) {
   char *dir = mkmodel("bad", "--family qwen35 --shape tiny --seed 41");
-  json_t *orig = config_of(dir);
+  json_t *orig = mi_test_json_at(dir, "config.json");
   refused(dir, orig, e_no_kh, "missing field \"linear_num_key_heads\"");
   refused(dir, orig, e_vh,
           "linear_num_value_heads\" (3) is not a multiple of linear_num_key_heads (2)");
@@ -593,7 +508,7 @@ START_TEST(bad_configs_named) {
   free(dir);
   /* the released layout names its fields under text_config */
   dir = mkmodel("badc", "--family qwen35 --shape tiny --seed 41 --layout conditional");
-  orig = config_of(dir);
+  orig = mi_test_json_at(dir, "config.json");
   refused(dir, orig, e_no_kh, "missing field \"text_config.linear_num_key_heads\"");
   refused(dir, orig, e_hidden, "field \"text_config.hidden_size\" must be an integer");
   json_decref(orig);
@@ -625,7 +540,7 @@ START_TEST(platform_without_hybrid_kernels_refused) {
                 "%s", err);
   ck_assert_int_eq(
       mi_compat_check(r.e->platform_plugin, r.e->model_plugin, 1, NULL, err, sizeof err), 0);
-  rt_close(&r);
+  mi_test_session_close(r.e, r.reg);
   free(dir);
 }
 END_TEST

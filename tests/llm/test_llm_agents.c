@@ -544,17 +544,26 @@ START_TEST(test_budgets) {
 }
 END_TEST
 
+/* A reference folder g_tmp/DIR (its path into refs[1300]) holding the file
+ * NAME (its path into file[1400]) with `text`. */
+static void write_reference(char *refs, const char *dir, char *file, const char *name,
+                            const char *text) {
+  snprintf(refs, 1300, "%s/%s", g_tmp, dir);
+  mkdir(refs, 0755);
+  snprintf(file, 1400, "%s/%s", refs, name);
+  FILE *f = fopen(file, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
 /* references on and off, the same scripted model: it asks to read a
  * reference file, then answers a candidate the reviewer rejects (one
  * iteration allowed: exit 9, so no verifier runs) */
 START_TEST(test_references_on_off) {
   char refs[1300], ref[1400];
-  snprintf(refs, sizeof refs, "%s/refs-src", g_tmp);
-  mkdir(refs, 0755);
-  snprintf(ref, sizeof ref, "%s/llama-model.cpp", refs);
-  FILE *f = fopen(ref, "w");
-  fputs("// REFERENCE-MARKER-3: how a peer builds the graph\n", f);
-  fclose(f);
+  write_reference(refs, "refs-src", ref, "llama-model.cpp",
+                  "// REFERENCE-MARKER-3: how a peer builds the graph\n");
   char args[1500];
   snprintf(args, sizeof args, "{\"path\":\"%s\"}", ref);
   json_t *tc = json_pack("{s:[{s:i, s:{s:s, s:n, s:[{s:s, s:s, s:{s:s, s:s}}]}, s:s}], s:{s:i, s:i, s:i}}", "choices", "index", 0,
@@ -632,12 +641,7 @@ END_TEST
 START_TEST(test_file_tool_roots) {
   char rd[1300], refs[1300], plug[1300], p[1400];
   snprintf(rd, sizeof rd, "%s/probe-run", g_tmp);
-  snprintf(refs, sizeof refs, "%s/refs", g_tmp);
-  mkdir(refs, 0755);
-  snprintf(p, sizeof p, "%s/llama.h", refs);
-  FILE *f = fopen(p, "w");
-  fputs("/* a reference */\n", f);
-  fclose(f);
+  write_reference(refs, "refs", p, "llama.h", "/* a reference */\n");
   char e[256], sha_c[65], sha_t[65];
   mi_bb *bb = mi_bb_open(rd, 1, e, sizeof e);
   ck_assert_ptr_nonnull(bb);

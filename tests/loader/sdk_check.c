@@ -9,15 +9,8 @@
 #include "core/runtime/loader.h"
 #include "mi/platform.h"
 
-static int fails = 0;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "loader_sdk_check: " __VA_ARGS__);                                          \
-      fputc('\n', stderr);                                                                         \
-      fails++;                                                                                     \
-    }                                                                                              \
-  } while (0)
+#define SDK_CHECK_NAME "loader_sdk_check"
+#include "sdk_check_util.h"
 
 static float urand(void) { return (float)rand() / (float)RAND_MAX * 2.0f - 1.0f; }
 

@@ -27,15 +27,8 @@
  * same); a wrong norm, RoPE pairing or KV row moves them by O(1). */
 #define TOL 1e-3
 
-static int fails = 0;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "loader_sdk_model_check: " __VA_ARGS__);                                    \
-      fputc('\n', stderr);                                                                         \
-      fails++;                                                                                     \
-    }                                                                                              \
-  } while (0)
+#define SDK_CHECK_NAME "loader_sdk_model_check"
+#include "sdk_check_util.h"
 
 static double max_diff(const float *a, const double *b, int V) {
   double m = 0;

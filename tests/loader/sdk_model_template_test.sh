@@ -9,22 +9,11 @@ set -eu
 src=$1 build=$2 check=$3 cc=$4 cmake=$5 mirun=$6 mkmodel=$7
 tmp=$(mktemp -d /tmp/mi-sdk-model-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/sdk_template_lib.sh"
 
-echo "== install the SDK component into $tmp/prefix"
-"$cmake" --install "$build" --prefix "$tmp/prefix" --component sdk >/dev/null
-# The researcher's copy of the template: nothing from the source tree but it.
-cp -r "$src/sdk/templates/model" "$tmp/my_model"
-
-echo "== CMake route: find_package(MetaInferSDK)"
-"$cmake" -S "$tmp/my_model" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
-  -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS=-Werror >"$tmp/configure.log" 2>&1 \
-  || { cat "$tmp/configure.log"; exit 1; }
-"$cmake" --build "$tmp/build" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
+# The researcher's copy of the template, built.
+sdk_build_template model my_model libmi-mymodel.so
 so="$tmp/build/libmi-mymodel.so"
-test -f "$so"
-if nm -D --defined-only "$so" | grep ' T ' | grep -v ' mi_plugin_get_descriptor$'; then
-  echo "FAIL: the template exports more than its descriptor"; exit 1
-fi
 
 echo "== pkg-config route"
 pc=$(find "$tmp/prefix" -name metainfer-sdk.pc | head -n1)

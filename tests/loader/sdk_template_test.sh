@@ -10,23 +10,12 @@ set -eu
 src=$1 build=$2 check=$3 cc=$4 cmake=$5 mirun=${6:-} mkmodel=${7:-}
 tmp=$(mktemp -d /tmp/mi-sdk-test-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/sdk_template_lib.sh"
 
-echo "== install the SDK component into $tmp/prefix"
-"$cmake" --install "$build" --prefix "$tmp/prefix" --component sdk >/dev/null
-# The vendor's copy of the template: nothing from the source tree but it.
-cp -r "$src/sdk/templates/platform" "$tmp/my_platform"
-
-echo "== CMake route: find_package(MetaInferSDK)"
-"$cmake" -S "$tmp/my_platform" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
-  -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS=-Werror >"$tmp/configure.log" 2>&1 \
-  || { cat "$tmp/configure.log"; exit 1; }
-"$cmake" --build "$tmp/build" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
-test -f "$tmp/build/libmi-myplatform.so"
-# only the descriptor entry point is exported
+# The vendor's copy of the template, built: only the descriptor entry point
+# is exported, and it is.
+sdk_build_template platform my_platform libmi-myplatform.so
 nm -D --defined-only "$tmp/build/libmi-myplatform.so" | grep -q ' T mi_plugin_get_descriptor$'
-if nm -D --defined-only "$tmp/build/libmi-myplatform.so" | grep ' T ' | grep -v mi_plugin_get_descriptor; then
-  echo "FAIL: the template exports more than its descriptor"; exit 1
-fi
 "$check" "$tmp/build/libmi-myplatform.so"
 
 if [ -n "$mirun" ]; then

@@ -194,13 +194,11 @@ END_TEST
 
 int main(void) {
   Suite *s = suite_create("loader_conf");
-  TCase *tc = tcase_create("conf");
-  tcase_add_test(tc, parses_entries_comments_and_options);
-  tcase_add_test(tc, kind_names_round_trip);
+  TCase *tc = mi_check_case(s, "conf", 0, NULL, NULL);
+  mi_check_add(tc, MI_CHECK_TESTS(parses_entries_comments_and_options, kind_names_round_trip));
   tcase_add_loop_test(tc, malformed_line_names_file_and_line, 0,
                       (int)(sizeof bad_lines / sizeof bad_lines[0]));
   mi_check_add(tc, MI_CHECK_TESTS(valid_utf8_is_accepted, long_line_is_an_error,
                                   too_many_entries_is_an_error, file_errors));
-  suite_add_tcase(s, tc);
   return mi_check_run(s);
 }

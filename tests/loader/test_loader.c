@@ -119,17 +119,24 @@ static const struct {
 };
 #define N_BROKEN ((int)(sizeof broken / sizeof broken[0]))
 
-START_TEST(broken_plugin_is_rejected_with_reason) {
-  char path[PATH_MAX], mark[PATH_MAX + 16];
-  plugin_path(path, sizeof path, broken[_i].file);
-  snprintf(mark, sizeof mark, "%s/fini", g_tmp);
+/* Loads the built plugin `file` (its path into path[PATH_MAX]) with option
+ * fini_mark=MARK, the file its fini writes "fini\n" to (g_tmp/fini, into
+ * mark[PATH_MAX + 16]); what the loader logged meanwhile into *log. */
+static mi_plugin *load_marked(const char *file, char *path, char *mark, char **log) {
+  plugin_path(path, PATH_MAX, file);
+  snprintf(mark, PATH_MAX + 16, "%s/fini", g_tmp);
   mi_kv kv[] = {{"fini_mark", mark}};
   mi_options opts = {kv, 1};
-
   capture cap;
   capture_begin(&cap);
   mi_plugin *p = mi_plugin_load_file(path, &opts);
-  char *log = capture_end(&cap);
+  *log = capture_end(&cap);
+  return p;
+}
+
+START_TEST(broken_plugin_is_rejected_with_reason) {
+  char path[PATH_MAX], mark[PATH_MAX + 16], *log;
+  mi_plugin *p = load_marked(broken[_i].file, path, mark, &log);
 
   ck_assert_ptr_nonnull(p);
   ck_assert_int_eq(p->status, broken[_i].status);
@@ -184,15 +191,8 @@ END_TEST
 /* ---------- the good plugin ---------- */
 
 START_TEST(good_plugin_loads_and_computes) {
-  char path[PATH_MAX], mark[PATH_MAX + 16];
-  plugin_path(path, sizeof path, "libmi-good.so");
-  snprintf(mark, sizeof mark, "%s/fini", g_tmp);
-  mi_kv kv[] = {{"fini_mark", mark}};
-  mi_options opts = {kv, 1};
-  capture cap;
-  capture_begin(&cap);
-  mi_plugin *p = mi_plugin_load_file(path, &opts);
-  char *log = capture_end(&cap);
+  char path[PATH_MAX], mark[PATH_MAX + 16], *log;
+  mi_plugin *p = load_marked("libmi-good.so", path, mark, &log);
   ck_assert_str_eq(log, ""); /* nothing to say at info level */
   free(log);
   ck_assert_int_eq(p->status, MI_PLUGIN_LOADED);
@@ -716,35 +716,26 @@ END_TEST
 
 int main(void) {
   Suite *s = suite_create("loader");
-  TCase *tb = tcase_create("broken");
-  tcase_add_checked_fixture(tb, setup, teardown);
+  TCase *tb = mi_check_case(s, "broken", 0, setup, teardown);
   tcase_add_loop_test(tb, broken_plugin_is_rejected_with_reason, 0, N_BROKEN);
   tcase_add_test(tb, missing_and_non_regular_files);
-  suite_add_tcase(s, tb);
 
-  TCase *tg = tcase_create("good");
-  tcase_add_checked_fixture(tg, setup, teardown);
-  tcase_add_test(tg, good_plugin_loads_and_computes);
-  tcase_add_test(tg, probe_score_comes_from_options_and_is_clamped);
-  suite_add_tcase(s, tg);
+  mi_check_add(mi_check_case(s, "good", 0, setup, teardown),
+               MI_CHECK_TESTS(good_plugin_loads_and_computes,
+                              probe_score_comes_from_options_and_is_clamped));
 
-  TCase *tr = tcase_create("registry");
-  tcase_add_checked_fixture(tr, setup, teardown);
-  mi_check_add(tr, MI_CHECK_TESTS(
-                       required_broken_plugin_is_fatal, optional_broken_plugins_are_skipped,
-                       conf_kind_and_name_must_match_the_file, conf_paths_and_missing_files,
-                       extra_options_override_conf_options, malformed_conf_is_fatal,
-                       search_order_plugin_dir_then_env_then_exe_dir, conf_is_searched_like_plugins,
-                       scan_of_broken_dir_lists_every_file, null_and_empty_arguments_do_not_crash));
-  suite_add_tcase(s, tr);
+  mi_check_add(mi_check_case(s, "registry", 0, setup, teardown),
+               MI_CHECK_TESTS(required_broken_plugin_is_fatal, optional_broken_plugins_are_skipped,
+                              conf_kind_and_name_must_match_the_file, conf_paths_and_missing_files,
+                              extra_options_override_conf_options, malformed_conf_is_fatal,
+                              search_order_plugin_dir_then_env_then_exe_dir,
+                              conf_is_searched_like_plugins, scan_of_broken_dir_lists_every_file,
+                              null_and_empty_arguments_do_not_crash));
 
-  TCase *ta = tcase_create("abi");
-  tcase_add_checked_fixture(ta, setup, teardown);
-  mi_check_add(ta,
+  mi_check_add(mi_check_case(s, "abi", 0, setup, teardown),
                MI_CHECK_TESTS(host_api_reports_the_core_abi_minor,
                               interface_sizes_follow_the_member_list, old_abi_plugins_still_load,
                               bad_platform_needs_are_rejected, platform_needs_with_conditions));
-  suite_add_tcase(s, ta);
 
   return mi_check_run(s);
 }

@@ -15,6 +15,8 @@
 
 #include "core/runtime/safetensors.h"
 #include "st_writer.h"
+#include "tests/util/check_main.h"
+#include "tests/util/test_proc.h"
 
 static char *g_dir;    /* per-test temp dir */
 static char *g_tokdir; /* stub tokenizer files */
@@ -40,14 +42,7 @@ static void teardown(void) {
 
 /* Runs mi-mkmodel ARGS (stderr to g_dir/stderr.txt); returns exit status. */
 static int mkmodel(const char *args) {
-  const char *bd = getenv("MI_BUILD_DIR");
-  ck_assert_msg(bd != NULL, "MI_BUILD_DIR not set (run through ctest)");
-  char *cmd = NULL;
-  ck_assert_int_ge(asprintf(&cmd, "'%s/bin/mi-mkmodel' %s >/dev/null 2>'%s/stderr.txt'", bd, args, g_dir), 0);
-  int st = system(cmd);
-  free(cmd);
-  ck_assert_int_ne(st, -1);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return mi_test_mkmodel(g_dir, args);
 }
 
 static char *last_stderr(void) {
@@ -408,24 +403,12 @@ START_TEST(default_tokenizer_dir) {
 END_TEST
 
 static Suite *suite(void) {
-  Suite *s = suite_create("mkmodel");
-  TCase *tc = tcase_create("mkmodel");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, tiny_sharded_equals_unsharded);
-  tcase_add_test(tc, same_seed_same_bytes_other_seed_differs);
-  tcase_add_test(tc, weight_scales);
-  tcase_add_test(tc, f32_matches_bf16);
-  tcase_add_test(tc, cli_errors);
-  tcase_add_test(tc, default_tokenizer_dir);
-  suite_add_tcase(s, tc);
-  return s;
+  return mi_check_suite("mkmodel", "mkmodel", 120, setup, teardown,
+                        MI_CHECK_TESTS(tiny_sharded_equals_unsharded,
+                                       same_seed_same_bytes_other_seed_differs, weight_scales,
+                                       f32_matches_bf16, cli_errors, default_tokenizer_dir));
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return mi_check_run(suite());
 }

@@ -10,6 +10,7 @@ import path from "node:path";
 import assert from "node:assert/strict";
 import { startServer, stopServer } from "../../tools/bench/serve_proc.mjs";
 import { importPinned, openaiOrSkip } from "../util/node_packages.mjs";
+import { check, fail, finish } from "../util/node_checks.mjs";
 
 const build = path.resolve(process.argv[2] || "build");
 const OpenAI = await openaiOrSkip();
@@ -39,16 +40,6 @@ const srv = await startServer(build,
 const base = srv.base;
 
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: KEY, maxRetries: 0 });
-let failures = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failures++;
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-  }
-}
 
 await check("models.list", async () => {
   const page = await client.models.list();
@@ -199,6 +190,5 @@ await check("tool_choice naming a function not in tools → 400 naming tool_choi
 });
 
 const code = await stopServer(srv);
-if (code !== 0) { failures++; console.log(`FAIL mi-serve exited ${code} on SIGTERM`); }
-console.log(failures ? `${failures} failed` : "all passed");
-process.exit(failures ? 1 : 0);
+if (code !== 0) fail(`mi-serve exited ${code} on SIGTERM`);
+finish();

@@ -12,6 +12,7 @@ import path from "node:path";
 import assert from "node:assert/strict";
 import { startServer as startServer_, stopServer as stopServer_, metric } from "../../tools/bench/serve_proc.mjs";
 import { importPinned, openaiOrSkip } from "../util/node_packages.mjs";
+import { check, fail, finish } from "../util/node_checks.mjs";
 
 const build = path.resolve(process.argv[2] || "build");
 const OpenAI = await openaiOrSkip();
@@ -59,18 +60,7 @@ async function startServer(model, args) {
 }
 async function stopServer(s) {
   const code = await stopServer_(s);
-  if (code !== 0) { failures++; console.log(`FAIL mi-serve exited ${code} on SIGTERM`); }
-}
-
-let failures = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failures++;
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-  }
+  if (code !== 0) fail(`mi-serve exited ${code} on SIGTERM`);
 }
 
 // ---- a JSON Schema validator for the subset mi-serve compiles ----------
@@ -398,5 +388,4 @@ function validate(v, s, defs, at = "$") {
   await stopServer(s);
 }
 
-console.log(failures ? `${failures} failed` : "all passed");
-process.exit(failures ? 1 : 0);
+finish();

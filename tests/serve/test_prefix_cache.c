@@ -22,6 +22,7 @@
 #include "core/serve/prefix_cache.h"
 #include "tests/util/check_main.h"
 #include "tests/util/test_env.h"
+#include "tests/util/test_registry.h"
 
 #define B 16
 #define N_CTX 256
@@ -35,38 +36,16 @@ typedef struct rt {
 } rt;
 
 static void rt_open(rt *r, const char *args, const char *name) {
-  char dir[1200], pdir[1100], err[2048], cmd[4096];
+  char dir[1200], err[2048], cmd[4096];
   snprintf(dir, sizeof dir, "%s/prefix-cache-%s", g_models, name);
   snprintf(cmd, sizeof cmd,
            "test -f '%s/config.json' || (mkdir -p '%s' && '%s/bin/mi-mkmodel' %s --out '%s' >/dev/null)",
            dir, g_models, g_build, args, dir);
   ck_assert_int_eq(system(cmd), 0);
-  snprintf(pdir, sizeof pdir, "%s/lib/metainfer", g_build);
-  mi_loader_opts lo = {.plugin_dir = pdir};
-  int fatal = 0;
-  r->reg = mi_registry_load(&lo, &fatal, err, sizeof err);
-  ck_assert_msg(r->reg && !fatal, "plugins: %s", err);
+  r->reg = mi_test_registry(g_build);
   mi_session_opts eo = {.model_dir = dir, .tp_size = 1};
   ck_assert_msg(mi_session_open(r->reg, &eo, &r->e, err, sizeof err) == 0, "%s", err);
   r->V = r->e->info.vocab_size;
-}
-
-static void rt_close(rt *r) {
-  mi_session_close(r->e);
-  mi_registry_free(r->reg);
-}
-
-static mi_seq *seq_new(rt *r) {
-  char err[512];
-  mi_seq *s = NULL;
-  ck_assert_msg(r->e->M->seq_create(r->e->model, N_CTX, &s, err, sizeof err) == 0, "%s", err);
-  return s;
-}
-
-static void fwd(rt *r, mi_seq *s, const int32_t *ids, int64_t n, float *logits) {
-  char err[512];
-  ck_assert_msg(r->e->M->forward(r->e->model, s, ids, n, logits, 0, err, sizeof err) == 0, "%s",
-                err);
 }
 
 static void prompt(int32_t *ids, int n, unsigned seed) {
@@ -80,8 +59,8 @@ static void prompt(int32_t *ids, int n, unsigned seed) {
 /* Runs ids[0, n) into a fresh sequence and stores it. */
 static void run_and_store(rt *r, serve_cache *c, const int32_t *ids, int n) {
   char err[512];
-  mi_seq *s = seq_new(r);
-  fwd(r, s, ids, n, NULL);
+  mi_seq *s = mi_test_seq(r->e, N_CTX);
+  mi_test_forward(r->e, s, ids, n, NULL, 0);
   ck_assert_msg(serve_cache_store(c, ids, n, s, err, sizeof err) == 0, "%s", err);
   r->e->M->seq_destroy(r->e->model, s);
 }
@@ -91,14 +70,14 @@ static void run_and_store(rt *r, serve_cache *c, const int32_t *ids, int n) {
 static int64_t restore_matches(rt *r, serve_cache *c, const int32_t *ids, int n) {
   char err[512];
   float *a = malloc((size_t)r->V * sizeof *a), *b = malloc((size_t)r->V * sizeof *b);
-  mi_seq *s = seq_new(r), *ref = seq_new(r);
+  mi_seq *s = mi_test_seq(r->e, N_CTX), *ref = mi_test_seq(r->e, N_CTX);
   int64_t k = serve_cache_restore(c, ids, n, s, err, sizeof err);
   ck_assert_msg(k >= 0, "%s", err);
   ck_assert_int_eq(k % B, 0);
   ck_assert_int_lt(k, n);
   ck_assert_int_eq(r->e->M->seq_len(r->e->model, s), k);
-  fwd(r, s, ids + k, n - k, a);
-  fwd(r, ref, ids, n, b);
+  mi_test_forward(r->e, s, ids + k, n - k, a, 0);
+  mi_test_forward(r->e, ref, ids, n, b, 0);
   double spread = 0, worst = 0;
   for (int64_t v = 0; v < r->V; v++) {
     if (fabs(b[v]) > spread) spread = fabs(b[v]);
@@ -169,7 +148,7 @@ START_TEST(dense_restore_share_evict) {
   /* a limit below one block: no cache, and why */
   ck_assert_ptr_null(serve_cache_new(r.e, 100, B, why, sizeof why));
   ck_assert_msg(strstr(why, "below one block"), "%s", why);
-  rt_close(&r);
+  mi_test_session_close(r.e, r.reg);
 }
 END_TEST
 
@@ -190,8 +169,8 @@ START_TEST(hybrid_needs_a_snapshot) {
   ck_assert_uint_eq(st.snapshots, 0);
   ck_assert_int_eq(restore_matches(&r, c, p, 90), 0);
   /* stored at 64, a block end: a snapshot there; a restore ends at it */
-  mi_seq *s = seq_new(&r);
-  fwd(&r, s, p, 64, NULL);
+  mi_seq *s = mi_test_seq(r.e, N_CTX);
+  mi_test_forward(r.e, s, p, 64, NULL, 0);
   ck_assert_msg(serve_cache_store(c, p, 64, s, err, sizeof err) == 0, "%s", err);
   r.e->M->seq_destroy(r.e->model, s);
   serve_cache_stats_get(c, &st);
@@ -199,7 +178,7 @@ START_TEST(hybrid_needs_a_snapshot) {
   ck_assert_int_eq(restore_matches(&r, c, p, 90), 64);
   ck_assert_int_eq(restore_matches(&r, c, p, 64), 0); /* the last token must run */
   serve_cache_free(c);
-  rt_close(&r);
+  mi_test_session_close(r.e, r.reg);
 }
 END_TEST
 

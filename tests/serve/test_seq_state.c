@@ -24,6 +24,8 @@
 #include "core/runtime/session.h"
 #include "tests/util/check_main.h"
 #include "tests/util/test_env.h"
+#include "tests/util/test_logits.h"
+#include "tests/util/test_registry.h"
 
 static char g_build[1024];
 
@@ -62,13 +64,9 @@ typedef struct rt {
 
 static void rt_open(rt *r, const char *args, const char *name, const char *kv_type,
                     const char *plugin) {
-  char dir[1200], pdir[1100], err[2048];
+  char dir[1200], err[2048];
   ck_assert_int_eq(make_model(args, name, dir, sizeof dir), 0);
-  snprintf(pdir, sizeof pdir, "%s/lib/metainfer", g_build);
-  mi_loader_opts lo = {.plugin_dir = pdir};
-  int fatal = 0;
-  r->reg = mi_registry_load(&lo, &fatal, err, sizeof err);
-  ck_assert_msg(r->reg && !fatal, "plugins: %s", err);
+  r->reg = mi_test_registry(g_build);
   mi_kv kv[] = {{"kv_type", kv_type}};
   mi_options mo = {kv, kv_type ? 1 : 0};
   mi_session_opts eo = {.model_dir = dir, .model_opts = &mo, .tp_size = 1};
@@ -90,48 +88,11 @@ static void rt_open(rt *r, const char *args, const char *name, const char *kv_ty
   ck_assert_uint_gt(r->tok_bytes, 0);
 }
 
-static void rt_close(rt *r) {
-  mi_session_close(r->e);
-  mi_registry_free(r->reg);
-}
-
-static mi_seq *rt_seq(rt *r) {
-  char err[512];
-  mi_seq *s = NULL;
-  ck_assert_msg(r->M->seq_create(r->m, N_CTX, &s, err, sizeof err) == 0, "%s", err);
-  return s;
-}
-
-static void rt_fwd(rt *r, mi_seq *s, const int32_t *ids, int64_t n, float *logits) {
-  char err[512];
-  ck_assert_msg(r->M->forward(r->m, s, ids, n, logits, 0, err, sizeof err) == 0, "%s", err);
-}
-
-/* ids spread over the vocabulary, from a seed */
-static void prompt(int32_t *ids, int T, unsigned seed) {
-  unsigned x = seed * 2654435761u + 12345u;
-  for (int t = 0; t < T; t++) {
-    x = x * 1664525u + 1013904223u;
-    ids[t] = (int32_t)((x >> 8) % 151643u);
-  }
-}
-
 static int32_t argmax(const float *l, int64_t V) {
   int64_t b = 0;
   for (int64_t i = 1; i < V; i++)
     if (l[i] > l[b]) b = i;
   return (int32_t)b;
-}
-
-/* max |a - b| / spread(b) over one row */
-static double rel_err(const float *a, const float *b, int64_t V) {
-  double lo = INFINITY, hi = -INFINITY, mx = 0;
-  for (int64_t i = 0; i < V; i++) {
-    lo = fmin(lo, b[i]), hi = fmax(hi, b[i]);
-    mx = fmax(mx, fabs((double)a[i] - b[i]));
-  }
-  ck_assert_msg(hi - lo > 1.0, "flat logits (spread %g)", hi - lo);
-  return mx / (hi - lo);
 }
 
 #define CANARY 64
@@ -271,12 +232,12 @@ static void restore_and_continue(const char *args, const char *name, const char 
   char tag[96], err[512];
   snprintf(tag, sizeof tag, "%s%s%s", name, kv_type ? " kv_type=" : "", kv_type ? kv_type : "");
   int32_t ids[P_LEN];
-  prompt(ids, P_LEN, 7);
+  mi_test_prompt(ids, P_LEN, 7);
   float *la = malloc(lbytes), *lb = malloc(lbytes), *lc = malloc(lbytes);
 
-  mi_seq *a = rt_seq(&r), *b = rt_seq(&r), *c = rt_seq(&r);
-  rt_fwd(&r, a, ids, P_LEN, la);
-  rt_fwd(&r, c, ids, K_LEN, NULL);
+  mi_seq *a = mi_test_seq(r.e, N_CTX), *b = mi_test_seq(r.e, N_CTX), *c = mi_test_seq(r.e, N_CTX);
+  mi_test_forward(r.e, a, ids, P_LEN, la, 0);
+  mi_test_forward(r.e, c, ids, K_LEN, NULL, 0);
   /* the prefix cache's blocks: read one by one (the last with the fixed
    * state at K_LEN, which the hybrid's source C ends at); concatenated,
    * they are the read of the whole range */
@@ -312,34 +273,34 @@ static void restore_and_continue(const char *args, const char *name, const char 
   /* refused calls on the restored sequence: its logits below must still
    * be those of a sequence that was refused nothing */
   check_refusals(&r, b, tag);
-  rt_fwd(&r, b, ids + K_LEN, P_LEN - K_LEN, lb);
-  rt_fwd(&r, c, ids + K_LEN, P_LEN - K_LEN, lc);
+  mi_test_forward(r.e, b, ids + K_LEN, P_LEN - K_LEN, lb, 0);
+  mi_test_forward(r.e, c, ids + K_LEN, P_LEN - K_LEN, lc, 0);
   ck_assert_int_eq(r.M->seq_len(r.m, b), P_LEN);
   ck_assert_msg(memcmp(lc, lb, lbytes) == 0,
                 "%s: after the prompt, the restored sequence's logits differ from those of the "
                 "sequence it came from (%.3g of the spread)",
-                tag, rel_err(lb, lc, V));
+                tag, mi_test_rel_err(lb, lc, V));
   ck_assert_msg(memcmp(la, lb, lbytes) == 0,
                 "%s: after the prompt, the restored sequence's logits differ from one prefill's "
                 "(%.3g of the spread; it equals its source fed in the same two chunks)",
-                tag, rel_err(lb, la, V));
+                tag, mi_test_rel_err(lb, la, V));
 
   for (int step = 0; step < N_DEC; step++) {
     int32_t next = argmax(lb, V);
     ck_assert_int_eq(argmax(la, V), next);
     ck_assert_int_eq(argmax(lc, V), next);
     if (step == N_DEC / 2) check_refusals(&r, b, tag); /* mid-decode too */
-    rt_fwd(&r, b, &next, 1, lb);
-    rt_fwd(&r, c, &next, 1, lc);
-    rt_fwd(&r, a, &next, 1, la);
+    mi_test_forward(r.e, b, &next, 1, lb, 0);
+    mi_test_forward(r.e, c, &next, 1, lc, 0);
+    mi_test_forward(r.e, a, &next, 1, la, 0);
     ck_assert_msg(memcmp(lc, lb, lbytes) == 0,
                   "%s: decode step %d: the restored sequence's logits differ from those of the "
                   "sequence it came from (%.3g of the spread)",
-                  tag, step, rel_err(lb, lc, V));
+                  tag, step, mi_test_rel_err(lb, lc, V));
     ck_assert_msg(memcmp(la, lb, lbytes) == 0,
                   "%s: decode step %d: the restored sequence's logits differ from one prefill's "
                   "(%.3g of the spread)",
-                  tag, step, rel_err(lb, la, V));
+                  tag, step, mi_test_rel_err(lb, la, V));
   }
   ck_assert_int_eq(r.M->seq_len(r.m, b), P_LEN + N_DEC);
   fprintf(stderr,
@@ -348,7 +309,7 @@ static void restore_and_continue(const char *args, const char *name, const char 
           tag, K_LEN, P_LEN, r.tok_bytes, r.fixed_bytes, N_DEC);
 
   /* zero positions: nothing to copy, nothing changes */
-  mi_seq *d = rt_seq(&r);
+  mi_seq *d = mi_test_seq(r.e, N_CTX);
   ck_assert_int_eq(r.M->seq_state_read(r.m, a, 0, 0, NULL, NULL, err, sizeof err), 0);
   if (!hybrid) {
     ck_assert_int_eq(r.M->seq_state_write(r.m, d, 0, 0, NULL, NULL, err, sizeof err), 0);
@@ -362,7 +323,7 @@ static void restore_and_continue(const char *args, const char *name, const char 
   free(la);
   free(lb);
   free(lc);
-  rt_close(&r);
+  mi_test_session_close(r.e, r.reg);
 }
 
 START_TEST(qwen3_f32) {

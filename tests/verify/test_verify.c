@@ -204,8 +204,6 @@ START_TEST(cpu_plugin_passes_stage1) {
   verify(&r, cpu_so, ""); /* a fresh random seed every run */
   ck_assert_msg(r.exited && r.code == 0, "exit %d:\n%s", r.code, r.out);
   ck_assert_ptr_nonnull(strstr(r.out, "mi-verify: seed "));
-  ck_assert_ptr_nonnull(r.report);
-  ck_assert_str_eq(json_string_value(json_object_get(r.report, "verdict")), "PASS");
   json_t *units = json_object_get(json_array_get(json_object_get(r.report, "stages"), 0), "units");
   /* one unit per kernel the cpu platform contract lists (each has an
    * operator contract: the CKB validates that) */
@@ -216,14 +214,7 @@ START_TEST(cpu_plugin_passes_stage1) {
   ck_assert_int_ge(json_array_size(json_object_get(plat, "kernels")), 10);
   ck_assert_int_eq(json_array_size(units), json_array_size(json_object_get(plat, "kernels")));
   json_decref(plat);
-  size_t i, cases = 0;
-  json_t *u;
-  json_array_foreach(units, i, u) {
-    ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "PASS");
-    ck_assert_int_gt(json_array_size(json_object_get(u, "cases")), 0);
-    cases += json_array_size(json_object_get(u, "cases"));
-  }
-  ck_assert_int_ge(cases, 40);
+  ck_assert_int_ge(vt_all_units_pass(r.report, units, 1), 40);
   printf("cpu plugin, stage 1:\n%s", r.out);
   json_decref(r.report);
 }

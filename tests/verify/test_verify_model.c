@@ -364,6 +364,14 @@ static const char *unit_message(json_t *stage, const char *id) {
   return NULL;
 }
 
+/* The stage result `stage` is a FAIL whose unit `id` says `want` (`what`
+ * names the check in the failure message). */
+static void expect_failed_unit(json_t *stage, const char *id, const char *want, const char *what) {
+  ck_assert_str_eq(json_string_value(json_object_get(stage, "verdict")), "FAIL");
+  const char *m = unit_message(stage, id);
+  ck_assert_msg(m && strstr(m, want), "%s says: %s", what, m ? m : "(none)");
+}
+
 /* The forged-PASS model plugin (mutants_model/mm_forged_pass.c) against
  * stages 4-6 one by one (stage 3 catches it first in a full run: see
  * k_mutants): each stage that runs the engine fails it, naming itself. */
@@ -376,28 +384,23 @@ START_TEST(forged_pass_rejected_at_stages_4_to_6) {
   vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, kb};
   json_t *none = json_object();
   json_t *s = vf_stage4(&o, none);
-  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
-  const char *m = unit_message(s, "tiny-seed1.json");
-  ck_assert_msg(m && strstr(m, "stage 4 (end to end): the unit's result pipe broke the verifier's protocol"),
-                "stage 4 says: %s", m ? m : "(none)");
+  expect_failed_unit(s, "tiny-seed1.json",
+                     "stage 4 (end to end): the unit's result pipe broke the verifier's protocol", "stage 4");
   json_decref(s);
   s = vf_stage5(&o, none);
-  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
   static const char *const parts[][2] = {{"follows_weights", "stage 5 (b) outputs follow the weights: the unit's"},
                                          {"unseen_prompts", "stage 5 (c) unseen prompts: the unit's"},
                                          {"weights_path", "stage 5 (d) weights from the given path: the unit's"}};
   for (int k = 0; k < 3; k++) {
-    m = unit_message(s, parts[k][0]);
-    ck_assert_msg(m && strstr(m, parts[k][1]), "stage 5 %s says: %s", parts[k][0], m ? m : "(none)");
+    char what[64];
+    snprintf(what, sizeof what, "stage 5 %s", parts[k][0]);
+    expect_failed_unit(s, parts[k][0], parts[k][1], what);
   }
   json_decref(s);
   json_t *c = json_pack("{s:[{s:s, s:i, s:i, s:f}]}", "gates", "metric", "decode_tok_s", "prompt", 4, "generate",
                         8, "min", 0.5);
   s = vf_stage6(&o, c);
-  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
-  m = unit_message(s, "gates");
-  ck_assert_msg(m && strstr(m, "stage 6 (performance gates): the unit's result pipe broke"), "stage 6 says: %s",
-                m ? m : "(none)");
+  expect_failed_unit(s, "gates", "stage 6 (performance gates): the unit's result pipe broke", "stage 6");
   json_decref(s);
   mi_ckb_close(kb);
   json_decref(c);
@@ -414,10 +417,9 @@ START_TEST(decode_growth_catches_prefix_recompute) {
   vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
   json_t *none = json_pack("{s:[]}", "gates");
   json_t *s = vf_stage6(&o, none);
-  ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
-  const char *m = unit_message(s, "decode_growth");
-  ck_assert_msg(m && strstr(m, "decode cost grows with the prefix: non-attention work per decode step (step 0)"),
-                "decode growth says: %s", m ? m : "(none)");
+  expect_failed_unit(s, "decode_growth",
+                     "decode cost grows with the prefix: non-attention work per decode step (step 0)",
+                     "decode growth");
   json_decref(s);
   json_decref(none);
 }

@@ -65,4 +65,20 @@ static inline void vt_run(run *r, const char *cmd, const char *report) {
   unlink(report);
 }
 
+/* The units of the first stage of a report that passed: PASS, each unit
+ * PASS with at least min_cases cases. Returns the number of cases in all. */
+static inline size_t vt_all_units_pass(const json_t *report, const json_t *units,
+                                       size_t min_cases) {
+  ck_assert_ptr_nonnull(report);
+  ck_assert_str_eq(json_string_value(json_object_get(report, "verdict")), "PASS");
+  size_t i, cases = 0;
+  const json_t *u;
+  json_array_foreach(units, i, u) {
+    ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "PASS");
+    ck_assert_int_ge(json_array_size(json_object_get(u, "cases")), min_cases);
+    cases += json_array_size(json_object_get(u, "cases"));
+  }
+  return cases;
+}
+
 #endif
