@@ -14,21 +14,27 @@
 
 #define CPU_EXP_AI static inline __attribute__((always_inline))
 
-/* e^r for x = n·ln2 + r; n (rounded) in *n */
-CPU_EXP_AI __m256 exp_reduce8(__m256 x, __m256 *n) {
-  *n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(*n, _mm256_set1_ps(0.693147182f), x);
-  r = _mm256_fnmadd_ps(*n, _mm256_set1_ps(-1.90465421e-9f), r);
-  __m256 p = _mm256_set1_ps(1.98412698e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.38888889e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.33333333e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.16666667e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66666667e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  return _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-}
+/* e^r for x = n·ln2 + r; n (rounded) in *n. Written once for both widths
+ * (V: the vector type, W: the intrinsics' prefix, _mm256 or _mm512; ROUND:
+ * that width's round-to-integer): r = x - n·ln2 (ln2 in two parts), then
+ * the Taylor polynomial of e^r in Horner form. */
+#define CPU_EXP_REDUCE(name, V, W, ROUND)                                                          \
+  CPU_EXP_AI V name(V x, V *n) {                                                                   \
+    *n = ROUND(W##_mul_ps(x, W##_set1_ps(1.44269504f)),                                            \
+               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);                                     \
+    V r = W##_fnmadd_ps(*n, W##_set1_ps(0.693147182f), x);                                         \
+    r = W##_fnmadd_ps(*n, W##_set1_ps(-1.90465421e-9f), r);                                        \
+    V p = W##_set1_ps(1.98412698e-4f);                                                             \
+    p = W##_fmadd_ps(p, r, W##_set1_ps(1.38888889e-3f));                                           \
+    p = W##_fmadd_ps(p, r, W##_set1_ps(8.33333333e-3f));                                           \
+    p = W##_fmadd_ps(p, r, W##_set1_ps(4.16666667e-2f));                                           \
+    p = W##_fmadd_ps(p, r, W##_set1_ps(1.66666667e-1f));                                           \
+    p = W##_fmadd_ps(p, r, W##_set1_ps(0.5f));                                                     \
+    p = W##_fmadd_ps(p, r, W##_set1_ps(1.0f));                                                     \
+    return W##_fmadd_ps(p, r, W##_set1_ps(1.0f));                                                  \
+  }
+
+CPU_EXP_REDUCE(exp_reduce8, __m256, _mm256, _mm256_round_ps)
 
 CPU_EXP_AI __m256 exp_neg8(__m256 x) {
   const __m256 lo = _mm256_set1_ps(-87.33f);
@@ -45,20 +51,7 @@ CPU_EXP_AI __m256 exp_clamped8(__m256 x) {
 }
 
 #ifdef __AVX512F__
-CPU_EXP_AI __m512 exp_reduce16(__m512 x, __m512 *n) {
-  *n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(*n, _mm512_set1_ps(0.693147182f), x);
-  r = _mm512_fnmadd_ps(*n, _mm512_set1_ps(-1.90465421e-9f), r);
-  __m512 p = _mm512_set1_ps(1.98412698e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.38888889e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.33333333e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.16666667e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66666667e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-}
+CPU_EXP_REDUCE(exp_reduce16, __m512, _mm512, _mm512_roundscale_ps)
 
 CPU_EXP_AI __m512 exp_neg16(__m512 x) {
   const __m512 lo = _mm512_set1_ps(-87.33f);

@@ -100,6 +100,15 @@ typedef struct cpu_kernel_set {
   void (*from_f32)(void *dst, mi_dtype dt, const float *src, int64_t n);
 } cpu_kernel_set;
 
+/* Every cpu_kernels_<isa>.c names its inner loops after the members above,
+ * so one list fills each ISA's table: CPU_KERNEL_SET_BASE for the required
+ * members, CPU_KERNEL_SET for an ISA that also has the optional ones. */
+#define CPU_KERNEL_SET_BASE(set_name, tile_fn)                                                     \
+  .name = (set_name), .matmul_tile = (tile_fn), .dot = dot, .axpy = axpy, .scal = scal,            \
+  .dot4 = dot4, .axpy4 = axpy4, .to_f32 = to_f32
+#define CPU_KERNEL_SET(set_name, tile_fn)                                                          \
+  { CPU_KERNEL_SET_BASE(set_name, tile_fn), .silu_mul = silu_mul, .from_f32 = from_f32 }
+
 extern const cpu_kernel_set cpu_kernels_generic;
 #if defined(MI_CPU_X86)
 extern const cpu_kernel_set cpu_kernels_avx2;
@@ -164,6 +173,19 @@ int cpu_fail(cpu_ctx *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* The argument checks the entry points share (cpu_kernels.c), in the
+ * contract's order, failing as cpu_fail does ("<kern>: ..."). Each returns
+ * -1 after cpu_fail, 0 when there is nothing to do (the pointers are not
+ * looked at then), 1 to go on.
+ *   cpu_check_ew:   elementwise over n: n >= 0, then y, a and b non-NULL
+ *                   (b_name NULL: no b)
+ *   cpu_check_rows: a norm over rows of dim: rows >= 0, dim > 0, eps >= 0,
+ *                   then y and x non-NULL */
+int cpu_check_ew(cpu_ctx *c, const char *kern, int64_t n, const void *y, const void *a,
+                 const char *a_name, const void *b, const char *b_name);
+int cpu_check_rows(cpu_ctx *c, const char *kern, int64_t rows, int64_t dim, float eps,
+                   const void *y, const void *x);
 
 /* ---- rope's cos/sin table, kept between calls (cpu_kernels_attn.c) ---- */
 int cpu_rope_cache_init(cpu_ctx *c); /* -1: out of memory */

@@ -104,17 +104,24 @@ static void norm_task(void *arg, int64_t b, int64_t e, int tid) {
   }
 }
 
+int cpu_check_rows(cpu_ctx *c, const char *kern, int64_t rows, int64_t dim, float eps,
+                   const void *y, const void *x) {
+  if (rows < 0 || dim <= 0)
+    return cpu_fail(c, "%s: bad shape rows=%lld dim=%lld (need rows >= 0, dim > 0)", kern,
+                    (long long)rows, (long long)dim);
+  if (!(eps >= 0.0f)) return cpu_fail(c, "%s: eps must be >= 0 (got %g)", kern, (double)eps);
+  if (rows == 0) return 0;
+  CHECK_PTR(c, y, kern, "y");
+  CHECK_PTR(c, x, kern, "x");
+  return 1;
+}
+
 int cpu_rmsnorm(void *ctx, mi_stream *s, float *y, const float *x, const float *w, int64_t rows,
                 int64_t dim, float eps, float w_offset) {
   (void)s;
   cpu_ctx *c = ctx;
-  if (rows < 0 || dim <= 0)
-    return cpu_fail(c, "rmsnorm: bad shape rows=%lld dim=%lld (need rows >= 0, dim > 0)",
-                    (long long)rows, (long long)dim);
-  if (!(eps >= 0.0f)) return cpu_fail(c, "rmsnorm: eps must be >= 0 (got %g)", (double)eps);
-  if (rows == 0) return 0;
-  CHECK_PTR(c, y, "rmsnorm", "y");
-  CHECK_PTR(c, x, "rmsnorm", "x");
+  int go = cpu_check_rows(c, "rmsnorm", rows, dim, eps, y, x);
+  if (go <= 0) return go;
   CHECK_PTR(c, w, "rmsnorm", "w");
   norm_args a = {c->k, y, x, w, dim, eps, w_offset};
   if (rows > 1 && rows * dim >= PAR_MIN_ELEMS / 4) {
@@ -173,40 +180,39 @@ static int ew_run(cpu_ctx *c, ew_args *e, int64_t n) {
   return 0;
 }
 
+int cpu_check_ew(cpu_ctx *c, const char *kern, int64_t n, const void *y, const void *a,
+                 const char *a_name, const void *b, const char *b_name) {
+  if (n < 0) return cpu_fail(c, "%s: negative n=%lld", kern, (long long)n);
+  if (n == 0) return 0;
+  CHECK_PTR(c, y, kern, "y");
+  CHECK_PTR(c, a, kern, a_name);
+  if (b_name) CHECK_PTR(c, b, kern, b_name);
+  return 1;
+}
+
+/* op: ew_args.op; b is NULL for scale (one input). */
+static int ew(cpu_ctx *c, const char *kern, int op, float *y, const float *a, const char *a_name,
+              const float *b, const char *b_name, float alpha, int64_t n) {
+  int go = cpu_check_ew(c, kern, n, y, a, a_name, b, b_name);
+  if (go <= 0) return go;
+  ew_args e = {c->k, op, y, a, b, alpha};
+  return ew_run(c, &e, n);
+}
+
 int cpu_silu_mul(void *ctx, mi_stream *s, float *y, const float *gate, const float *up,
                  int64_t n) {
   (void)s;
-  cpu_ctx *c = ctx;
-  if (n < 0) return cpu_fail(c, "silu_mul: negative n=%lld", (long long)n);
-  if (n == 0) return 0;
-  CHECK_PTR(c, y, "silu_mul", "y");
-  CHECK_PTR(c, gate, "silu_mul", "gate");
-  CHECK_PTR(c, up, "silu_mul", "up");
-  ew_args e = {c->k, 0, y, gate, up, 0.0f};
-  return ew_run(c, &e, n);
+  return ew(ctx, "silu_mul", 0, y, gate, "gate", up, "up", 0.0f, n);
 }
 
 int cpu_add(void *ctx, mi_stream *s, float *y, const float *a, const float *b, int64_t n) {
   (void)s;
-  cpu_ctx *c = ctx;
-  if (n < 0) return cpu_fail(c, "add: negative n=%lld", (long long)n);
-  if (n == 0) return 0;
-  CHECK_PTR(c, y, "add", "y");
-  CHECK_PTR(c, a, "add", "a");
-  CHECK_PTR(c, b, "add", "b");
-  ew_args e = {c->k, 1, y, a, b, 0.0f};
-  return ew_run(c, &e, n);
+  return ew(ctx, "add", 1, y, a, "a", b, "b", 0.0f, n);
 }
 
 int cpu_scale(void *ctx, mi_stream *s, float *y, const float *x, float alpha, int64_t n) {
   (void)s;
-  cpu_ctx *c = ctx;
-  if (n < 0) return cpu_fail(c, "scale: negative n=%lld", (long long)n);
-  if (n == 0) return 0;
-  CHECK_PTR(c, y, "scale", "y");
-  CHECK_PTR(c, x, "scale", "x");
-  ew_args e = {c->k, 2, y, x, NULL, alpha};
-  return ew_run(c, &e, n);
+  return ew(ctx, "scale", 2, y, x, "x", NULL, NULL, alpha, n);
 }
 
 /* ---------------- embed ---------------- */

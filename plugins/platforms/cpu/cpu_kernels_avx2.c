@@ -19,43 +19,15 @@
 #include "cpu_ip_streams.h"
 #include "cpu_exp_simd.h"
 #include "cpu_internal.h"
+#include "cpu_reduce_avx2.h"
 
 #define AI static inline __attribute__((always_inline))
 #define VL 8
-
-AI __m256 ld_w(const void *w, int64_t k, mi_dtype dt) {
-  if (dt == MI_DTYPE_BF16) {
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-  if (dt == MI_DTYPE_F16)
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + k)));
-  return _mm256_loadu_ps((const float *)w + k);
-}
-
-/* The last r < 8 elements, zero padded (zeros add exactly nothing). */
-AI __m256 ld_w_tail(const void *w, int64_t k, int64_t r, mi_dtype dt) {
-  if (dt == MI_DTYPE_F32) {
-    float buf[VL] = {0};
-    memcpy(buf, (const float *)w + k, (size_t)r * 4);
-    return _mm256_loadu_ps(buf);
-  }
-  uint16_t buf[VL] = {0};
-  memcpy(buf, (const uint16_t *)w + k, (size_t)r * 2);
-  return ld_w(buf, 0, dt);
-}
 
 AI __m256 ld_x_tail(const float *x, int64_t k, int64_t r) {
   float buf[VL] = {0};
   memcpy(buf, x + k, (size_t)r * 4);
   return _mm256_loadu_ps(buf);
-}
-
-AI float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 /* One MR x NR register tile over all of K; mr/nr valid rows/columns, the
@@ -72,7 +44,7 @@ AI void tile(const int MR, const int NR, float *y, int64_t ldy, const float *x, 
   int64_t k = 0;
   for (; k + VL <= K; k += VL) {
     __m256 wv[4];
-    for (int j = 0; j < NR; j++) wv[j] = ld_w(wr[j], k, dt);
+    for (int j = 0; j < NR; j++) wv[j] = mi_pack_ld8(wr[j], k, dt);
     for (int i = 0; i < MR; i++) {
       __m256 xv = _mm256_loadu_ps(xr[i] + k);
       for (int j = 0; j < NR; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -81,14 +53,14 @@ AI void tile(const int MR, const int NR, float *y, int64_t ldy, const float *x, 
   if (k < K) {
     int64_t r = K - k;
     __m256 wv[4];
-    for (int j = 0; j < NR; j++) wv[j] = ld_w_tail(wr[j], k, r, dt);
+    for (int j = 0; j < NR; j++) wv[j] = mi_pack_ld8_tail(wr[j], k, r, dt);
     for (int i = 0; i < MR; i++) {
       __m256 xv = ld_x_tail(xr[i], k, r);
       for (int j = 0; j < NR; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
     }
   }
   for (int i = 0; i < mr; i++)
-    for (int j = 0; j < nr; j++) y[i * ldy + j] = hsum(acc[i][j]);
+    for (int j = 0; j < nr; j++) y[i * ldy + j] = mi_hsum8_ps(acc[i][j]);
 }
 
 /* Decode GEMV (one activation row, memory bound): GEMV_STREAMS rows from
@@ -111,14 +83,15 @@ AI void gemv_row1(float *y, const float *x, const void *w, mi_dtype dt, int64_t 
       const char *pf = wr + (size_t)k * mi_dtype_size(dt) + PF_AHEAD;
       _mm_prefetch(pf, _MM_HINT_T0);
       if (dt == MI_DTYPE_F32) _mm_prefetch(pf + 64, _MM_HINT_T0);
-      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), ld_w(wr, k, dt), a0);
-      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + VL), ld_w(wr, k + VL, dt), a1);
-      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 2 * VL), ld_w(wr, k + 2 * VL, dt), a2);
-      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 3 * VL), ld_w(wr, k + 3 * VL, dt), a3);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), mi_pack_ld8(wr, k, dt), a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + VL), mi_pack_ld8(wr, k + VL, dt), a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 2 * VL), mi_pack_ld8(wr, k + 2 * VL, dt), a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 3 * VL), mi_pack_ld8(wr, k + 3 * VL, dt), a3);
     }
-    for (; k + VL <= K; k += VL) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), ld_w(wr, k, dt), a0);
-    if (k < K) a1 = _mm256_fmadd_ps(ld_x_tail(x, k, K - k), ld_w_tail(wr, k, K - k, dt), a1);
-    y[n] = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; k + VL <= K; k += VL)
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), mi_pack_ld8(wr, k, dt), a0);
+    if (k < K) a1 = _mm256_fmadd_ps(ld_x_tail(x, k, K - k), mi_pack_ld8_tail(wr, k, K - k, dt), a1);
+    y[n] = mi_hsum8_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   }
 }
 
@@ -140,15 +113,16 @@ AI void gemv_dt(float *y, const float *x, const void *w, mi_dtype dt, int64_t K,
       for (int s = 0; s < S; s++)
         for (int u = 0; u < 4; u++)
           a[s][u & 1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + u * VL),
-                                        ld_w(wr[s], k + u * VL, dt), a[s][u & 1]);
+                                        mi_pack_ld8(wr[s], k + u * VL, dt), a[s][u & 1]);
     for (; k < K; k += VL) {
       const int64_t r = K - k < VL ? K - k : VL;
       const __m256 xv = r == VL ? _mm256_loadu_ps(x + k) : ld_x_tail(x, k, r);
       for (int s = 0; s < S; s++)
-        a[s][0] = _mm256_fmadd_ps(xv, r == VL ? ld_w(wr[s], k, dt) : ld_w_tail(wr[s], k, r, dt),
-                                  a[s][0]);
+        a[s][0] = _mm256_fmadd_ps(
+            xv, r == VL ? mi_pack_ld8(wr[s], k, dt) : mi_pack_ld8_tail(wr[s], k, r, dt), a[s][0]);
     }
-    for (int s = 0; s < S; s++) y[n0 + s * chunk + i] = hsum(_mm256_add_ps(a[s][0], a[s][1]));
+    for (int s = 0; s < S; s++)
+      y[n0 + s * chunk + i] = mi_hsum8_ps(_mm256_add_ps(a[s][0], a[s][1]));
   }
   gemv_row1(y, x, w, dt, K, n0 + S * chunk, n1);
 }
@@ -411,7 +385,7 @@ static float dot(const float *a, const float *b, int64_t n) {
     s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + VL), _mm256_loadu_ps(b + i + VL), s1);
   }
   for (; i + VL <= n; i += VL) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-  float s = hsum(_mm256_add_ps(s0, s1));
+  float s = mi_hsum8_ps(_mm256_add_ps(s0, s1));
   for (; i < n; i++) s += a[i] * b[i];
   return s;
 }
@@ -442,10 +416,10 @@ static void dot4(const float *a, const float *b, int64_t stride, int64_t n, floa
     s2 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b2 + i), s2);
     s3 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b3 + i), s3);
   }
-  out[0] = hsum(s0);
-  out[1] = hsum(s1);
-  out[2] = hsum(s2);
-  out[3] = hsum(s3);
+  out[0] = mi_hsum8_ps(s0);
+  out[1] = mi_hsum8_ps(s1);
+  out[2] = mi_hsum8_ps(s2);
+  out[3] = mi_hsum8_ps(s3);
   for (; i < n; i++) {
     out[0] += a[i] * b0[i];
     out[1] += a[i] * b1[i];
@@ -472,7 +446,7 @@ static void axpy4(float *y, const float c[4], const float *x, int64_t stride, in
 
 static void to_f32(float *dst, const void *src, mi_dtype dt, int64_t n) {
   int64_t i = 0;
-  for (; i + VL <= n; i += VL) _mm256_storeu_ps(dst + i, ld_w(src, i, dt));
+  for (; i + VL <= n; i += VL) _mm256_storeu_ps(dst + i, mi_pack_ld8(src, i, dt));
   if (i < n) {
     uint16_t buf[VL] = {0};
     float tail[VL];
@@ -541,13 +515,4 @@ static void from_f32(void *dst, mi_dtype dt, const float *src, int64_t n) {
   for (; i < n; i++) y[i] = dt == MI_DTYPE_F16 ? mi_f32_to_f16(src[i]) : mi_f32_to_bf16(src[i]);
 }
 
-const cpu_kernel_set cpu_kernels_avx2 = {.name = "avx2",
-                                         .matmul_tile = matmul_tile,
-                                         .dot = dot,
-                                         .axpy = axpy,
-                                         .scal = scal,
-                                         .dot4 = dot4,
-                                         .axpy4 = axpy4,
-                                         .to_f32 = to_f32,
-                                         .silu_mul = silu_mul,
-                                         .from_f32 = from_f32};
+const cpu_kernel_set cpu_kernels_avx2 = CPU_KERNEL_SET("avx2", matmul_tile);

@@ -553,16 +553,7 @@ static void from_f32(void *dst, mi_dtype dt, const float *src, int64_t n) {
   for (; i < n; i++) y[i] = dt == MI_DTYPE_F16 ? mi_f32_to_f16(src[i]) : mi_f32_to_bf16(src[i]);
 }
 
-const cpu_kernel_set cpu_kernels_avx512 = {.name = "avx512",
-                                           .matmul_tile = matmul_tile,
-                                           .dot = dot,
-                                           .axpy = axpy,
-                                           .scal = scal,
-                                           .dot4 = dot4,
-                                           .axpy4 = axpy4,
-                                           .to_f32 = to_f32,
-                                           .silu_mul = silu_mul,
-                                           .from_f32 = from_f32};
+const cpu_kernel_set cpu_kernels_avx512 = CPU_KERNEL_SET("avx512", matmul_tile);
 
 /* matmul_act=auto|bf16 on the avx512bf16 variant: bf16 weights at
  * CPU_BF16ACT_MIN_M rows or more go to the bf16-activation tiles
@@ -576,13 +567,5 @@ static void matmul_tile_bf16act(float *y, const float *x, const void *w, mi_dtyp
   matmul_tile(y, x, w, dt, N, K, m0, m1, n0, n1);
 }
 
-const cpu_kernel_set cpu_kernels_avx512bf16act = {.name = "avx512bf16+bf16act",
-                                                  .matmul_tile = matmul_tile_bf16act,
-                                                  .dot = dot,
-                                                  .axpy = axpy,
-                                                  .scal = scal,
-                                                  .dot4 = dot4,
-                                                  .axpy4 = axpy4,
-                                                  .to_f32 = to_f32,
-                                                  .silu_mul = silu_mul,
-                                                  .from_f32 = from_f32};
+const cpu_kernel_set cpu_kernels_avx512bf16act =
+    CPU_KERNEL_SET("avx512bf16+bf16act", matmul_tile_bf16act);

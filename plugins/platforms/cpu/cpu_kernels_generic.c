@@ -79,11 +79,5 @@ static void to_f32(float *dst, const void *src, mi_dtype dt, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = mi_f16_to_f32(h[i]);
 }
 
-const cpu_kernel_set cpu_kernels_generic = {.name = "generic",
-                                            .matmul_tile = matmul_tile,
-                                            .dot = dot,
-                                            .axpy = axpy,
-                                            .scal = scal,
-                                            .dot4 = dot4,
-                                            .axpy4 = axpy4,
-                                            .to_f32 = to_f32};
+/* silu_mul and from_f32 stay NULL: the callers' portable loops serve. */
+const cpu_kernel_set cpu_kernels_generic = {CPU_KERNEL_SET_BASE("generic", matmul_tile)};

@@ -145,13 +145,8 @@ int cpu_l2norm(void *ctx, mi_stream *s, float *y, const float *x, int64_t rows, 
                float eps) {
   (void)s;
   cpu_ctx *c = ctx;
-  if (rows < 0 || dim <= 0)
-    return cpu_fail(c, "l2norm: bad shape rows=%lld dim=%lld (need rows >= 0, dim > 0)",
-                    (long long)rows, (long long)dim);
-  if (!(eps >= 0.0f)) return cpu_fail(c, "l2norm: eps must be >= 0 (got %g)", (double)eps);
-  if (rows == 0) return 0;
-  CHECK_PTR(c, y, "l2norm", "y");
-  CHECK_PTR(c, x, "l2norm", "x");
+  int go = cpu_check_rows(c, "l2norm", rows, dim, eps, y, x);
+  if (go <= 0) return go;
   if (y != x && overlap(y, rows * dim, x, rows * dim))
     return cpu_fail(c, "l2norm: y overlaps x without being equal to it");
   rownorm_args a = {c->k, y, x, NULL, NULL, dim, eps, 0};
@@ -162,13 +157,8 @@ int cpu_rmsnorm_gated(void *ctx, mi_stream *s, float *y, const float *x, const f
                       const float *z, int64_t rows, int64_t dim, float eps) {
   (void)s;
   cpu_ctx *c = ctx;
-  if (rows < 0 || dim <= 0)
-    return cpu_fail(c, "rmsnorm_gated: bad shape rows=%lld dim=%lld (need rows >= 0, dim > 0)",
-                    (long long)rows, (long long)dim);
-  if (!(eps >= 0.0f)) return cpu_fail(c, "rmsnorm_gated: eps must be >= 0 (got %g)", (double)eps);
-  if (rows == 0) return 0;
-  CHECK_PTR(c, y, "rmsnorm_gated", "y");
-  CHECK_PTR(c, x, "rmsnorm_gated", "x");
+  int go = cpu_check_rows(c, "rmsnorm_gated", rows, dim, eps, y, x);
+  if (go <= 0) return go;
   CHECK_PTR(c, w, "rmsnorm_gated", "w");
   CHECK_PTR(c, z, "rmsnorm_gated", "z");
   if (y != x && overlap(y, rows * dim, x, rows * dim))
@@ -195,11 +185,8 @@ int cpu_sigmoid_mul(void *ctx, mi_stream *s, float *y, const float *x, const flo
                     int64_t n) {
   (void)s;
   cpu_ctx *c = ctx;
-  if (n < 0) return cpu_fail(c, "sigmoid_mul: negative n=%lld", (long long)n);
-  if (n == 0) return 0;
-  CHECK_PTR(c, y, "sigmoid_mul", "y");
-  CHECK_PTR(c, x, "sigmoid_mul", "x");
-  CHECK_PTR(c, g, "sigmoid_mul", "g");
+  int go = cpu_check_ew(c, "sigmoid_mul", n, y, x, "x", g, "g");
+  if (go <= 0) return go;
   sm_args a = {y, x, g};
   if (n >= HY_PAR_MIN)
     cpu_parallel_for(c->pool, n, 4096, sm_task, &a);

@@ -63,9 +63,10 @@ typedef struct cpu_q8_act {
  * the last valid one), over weight blocks [b0, b1) (of the weight type:
  * 32 values for Q8_0/Q4_0, 256 for Q4_K/Q6_K):
  *   y[i·ldy + col[j]] (accum ? += : =) the blocks' share of the dot product. */
-typedef void (*cpu_q_tile_fn)(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                              int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
-                              int64_t b1, int accum);
+typedef void cpu_q_tile(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
+                        int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
+                        int64_t b1, int accum);
+typedef cpu_q_tile *cpu_q_tile_fn;
 
 /* From this many tokens per thread's call, ops with a gemm use it instead
  * of the tiles: it packs weight panels (~11 GB/s of weights from memory
@@ -99,6 +100,13 @@ typedef struct cpu_q8_ops {
    * as tile, on the same quantized activations. */
   cpu_q_tile_fn tile_q4_0, tile_q4_k, tile_q6_k;
 } cpu_q8_ops;
+
+/* Each cpu_q8_0_<isa>.c names its loops quantize and tile, and its
+ * cpu_quant_<isa>.c the other block types' tiles cpu_<type>_tile_<isa>:
+ * the members every ISA fills (gemm stays optional). */
+#define CPU_Q8_OPS_BASE(ops_name, isa)                                                             \
+  .name = (ops_name), .quantize = quantize, .tile = tile, .tile_q4_0 = cpu_q4_0_tile_##isa,        \
+  .tile_q4_k = cpu_q4_k_tile_##isa, .tile_q6_k = cpu_q6_k_tile_##isa
 
 extern const cpu_q8_ops cpu_q8_generic;
 #if defined(MI_CPU_X86)

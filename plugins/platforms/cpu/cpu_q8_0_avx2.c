@@ -16,23 +16,10 @@
 #include <string.h>
 
 #include "cpu_quant.h"
+#include "cpu_reduce_avx2.h"
 
 #define AI static inline __attribute__((always_inline))
 #define Q8_PF_AHEAD 1024 /* bytes prefetched ahead in each weight row */
-
-AI float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-AI float hmax8(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 /* The f16 scale at p, as 8 lanes. */
 AI __m256 ld_d8(const uint8_t *p) {
@@ -59,7 +46,7 @@ static void quantize(const cpu_q8_act *a, const float *x, int64_t m0, int64_t m1
         bad |= _mm256_movemask_ps(_mm256_cmp_ps(av, inf, _CMP_NLT_UQ)); /* NaN or inf */
         mx = _mm256_max_ps(mx, av);
       }
-      const float amax = hmax8(mx);
+      const float amax = mi_hmax8_ps(mx);
       if (bad || amax < CPU_Q8_TINY) {
         memset(q + b * CPU_Q8_QK, 0, CPU_Q8_QK);
         d[b] = bad ? __builtin_nanf("") : 0.0f;
@@ -121,7 +108,7 @@ AI void tile_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
   for (int i = 0; i < MR; i++)
     for (int j = 0; j < nr; j++) {
       float *yo = y + i * ldy + col[j];
-      const float s = hsum8(acc[i][j]);
+      const float s = mi_hsum8_ps(acc[i][j]);
       *yo = accum ? *yo + s : s;
     }
 }
@@ -136,9 +123,4 @@ static void tile(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *
   }
 }
 
-const cpu_q8_ops cpu_q8_avx2 = {.name = "avx2",
-                                .quantize = quantize,
-                                .tile = tile,
-                                .tile_q4_0 = cpu_q4_0_tile_avx2,
-                                .tile_q4_k = cpu_q4_k_tile_avx2,
-                                .tile_q6_k = cpu_q6_k_tile_avx2};
+const cpu_q8_ops cpu_q8_avx2 = {CPU_Q8_OPS_BASE("avx2", avx2)};

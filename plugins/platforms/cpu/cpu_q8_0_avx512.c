@@ -387,11 +387,5 @@ static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t
   }
 }
 
-const cpu_q8_ops cpu_q8_avx512vnni = {.name = "avx512vnni",
-                                      .quantize = quantize,
-                                      .tile = tile,
-                                      .gemm = gemm,
-                                      .gemm_takes = gemm_takes,
-                                      .tile_q4_0 = cpu_q4_0_tile_avx512,
-                                      .tile_q4_k = cpu_q4_k_tile_avx512,
-                                      .tile_q6_k = cpu_q6_k_tile_avx512};
+const cpu_q8_ops cpu_q8_avx512vnni = {CPU_Q8_OPS_BASE("avx512vnni", avx512), .gemm = gemm,
+                                      .gemm_takes = gemm_takes};

@@ -49,9 +49,4 @@ static void tile(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *
   }
 }
 
-const cpu_q8_ops cpu_q8_generic = {.name = "generic",
-                                   .quantize = quantize,
-                                   .tile = tile,
-                                   .tile_q4_0 = cpu_q4_0_tile_generic,
-                                   .tile_q4_k = cpu_q4_k_tile_generic,
-                                   .tile_q6_k = cpu_q6_k_tile_generic};
+const cpu_q8_ops cpu_q8_generic = {CPU_Q8_OPS_BASE("generic", generic)};

@@ -51,35 +51,22 @@ static inline void cpu_q4_k_scales(uint8_t out[16], const uint8_t *s12) {
   memcpy(out, u, 16);
 }
 
-/* The tiles (cpu_q_tile_fn), per ISA. */
-void cpu_q4_0_tile_generic(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                           int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
-                           int64_t b1, int accum);
-void cpu_q4_k_tile_generic(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                           int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
-                           int64_t b1, int accum);
-void cpu_q6_k_tile_generic(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                           int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
-                           int64_t b1, int accum);
+#if defined(__F16C__)
+#include <immintrin.h>
+/* The f16 at p as an f32 scalar, by VCVTPH2PS: for the SIMD tiles (their
+ * files are built with -mf16c). */
+static inline __attribute__((always_inline)) float cpu_f16_at(const uint8_t *p) {
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+#endif
+
+/* The tiles, per ISA (declared through their type: one signature). */
+cpu_q_tile cpu_q4_0_tile_generic, cpu_q4_k_tile_generic, cpu_q6_k_tile_generic;
 #if defined(MI_CPU_X86)
-void cpu_q4_0_tile_avx2(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                        int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
-                        int64_t b1, int accum);
-void cpu_q4_k_tile_avx2(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                        int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
-                        int64_t b1, int accum);
-void cpu_q6_k_tile_avx2(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                        int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
-                        int64_t b1, int accum);
-void cpu_q4_0_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                          int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
-                          int64_t b1, int accum);
-void cpu_q4_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                          int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
-                          int64_t b1, int accum);
-void cpu_q6_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                          int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
-                          int64_t b1, int accum);
+cpu_q_tile cpu_q4_0_tile_avx2, cpu_q4_k_tile_avx2, cpu_q6_k_tile_avx2;
+cpu_q_tile cpu_q4_0_tile_avx512, cpu_q4_k_tile_avx512, cpu_q6_k_tile_avx512;
 #endif
 
 #endif

@@ -19,22 +19,10 @@
 #include <string.h>
 
 #include "cpu_quant.h"
+#include "cpu_reduce_avx2.h"
 
 #define AI static inline __attribute__((always_inline))
 #define PF_AHEAD 1024 /* bytes prefetched ahead in each weight row */
-
-AI float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-AI float f16(const uint8_t *p) {
-  uint16_t h;
-  memcpy(&h, p, 2);
-  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
 
 /* Lane j of v in all 8 lanes. */
 AI __m256 bcast_lane(__m256 v, int j) {
@@ -47,7 +35,7 @@ AI void store(float *y, int64_t ldy, const int64_t col[4], __m256 acc[2][4], int
   for (int i = 0; i < MR; i++)
     for (int j = 0; j < nr; j++) {
       float *yo = y + i * ldy + col[j];
-      const float s = hsum8(acc[i][j]);
+      const float s = mi_hsum8_ps(acc[i][j]);
       *yo = accum ? *yo + s : s;
     }
 }
@@ -79,7 +67,7 @@ AI void q4_0_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
       const uint8_t *p = (const uint8_t *)wr[j] + (size_t)b * CPU_Q4_0_BYTES;
       _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
       const __m256i wc = q4_0_codes(p);
-      const __m256 dw = _mm256_set1_ps(f16(p));
+      const __m256 dw = _mm256_set1_ps(cpu_f16_at(p));
       for (int i = 0; i < MR; i++) {
         const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(wc, xq[i]), off[i]);
         const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
@@ -109,9 +97,10 @@ AI void q4_k_scales(__m256 out[2], const uint8_t *p) {
       _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
   /* bits 6-7 to 4-5 (16-bit shift: the kept bits stay within their byte) */
   const __m128i sm = _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30)));
-  out[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)), _mm256_set1_ps(f16(p)));
+  out[0] =
+      _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)), _mm256_set1_ps(cpu_f16_at(p)));
   out[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))),
-                         _mm256_set1_ps(f16(p + 2)));
+                         _mm256_set1_ps(cpu_f16_at(p + 2)));
 }
 
 AI void q4_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
@@ -193,7 +182,7 @@ AI void q6_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
       const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 192)));
       const __m256i sg[2] = {_mm256_permute2x128_si256(s16, s16, 0x00),
                              _mm256_permute2x128_si256(s16, s16, 0x11)};
-      const float d = f16(p + 208);
+      const float d = cpu_f16_at(p + 208);
       __m256 f[2]; /* d·d_x[t], per token */
       for (int i = 0; i < MR; i++)
         f[i] = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps(a->d + (row + i) * nbp + b * 8));

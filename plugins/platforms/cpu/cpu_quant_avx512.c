@@ -27,13 +27,6 @@
 #define AI static inline __attribute__((always_inline))
 #define PF_AHEAD 1024 /* bytes prefetched ahead in each weight row */
 
-/* The f16 at p as an f32 scalar. */
-AI float f16(const uint8_t *p) {
-  uint16_t h;
-  memcpy(&h, p, 2);
-  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
-
 /* d_x of activation blocks c, c+1: 8 lanes each. */
 AI __m512 dx_pair(const float *d) {
   const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
@@ -397,7 +390,7 @@ static void q6_k_m1(float *y, const int64_t col[4], const cpu_q8_act *a, int64_t
       const __m512 sc =
           _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 192))));
       const __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_permutexvar_ps(sub, sc), dx),
-                                     _mm512_set1_ps(f16(p + 208)));
+                                     _mm512_set1_ps(cpu_f16_at(p + 208)));
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold4(I)), f, acc[j]);
     }
   }
@@ -421,7 +414,7 @@ AI void q6_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
       _mm_prefetch((const char *)p[j] + PF_AHEAD + 192, _MM_HINT_T0);
       const __m512 s16 =
           _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p[j] + 192))));
-      sc[j] = _mm512_mul_ps(s16, _mm512_set1_ps(f16(p[j] + 208)));
+      sc[j] = _mm512_mul_ps(s16, _mm512_set1_ps(cpu_f16_at(p[j] + 208)));
     }
     for (int g = 0; g < 4; g++) {
       __m512i wc[4];

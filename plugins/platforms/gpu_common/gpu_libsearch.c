@@ -73,22 +73,31 @@ static void add_versioned(gpu_lib_search *s, const char *root, const char *stem)
 
 static const char *real_getenv(const char *n) { return getenv(n); }
 
+static void search_init(gpu_lib_search *s, const char *const *names) {
+  memset(s, 0, sizeof *s);
+  s->names = names;
+}
+
+/* add (add_dir or add_prefix) of root + rel: root stands for "/" in tests. */
+static void add_rooted(gpu_lib_search *s, void (*add)(gpu_lib_search *, const char *),
+                       const char *root, const char *rel) {
+  char p[GPU_LIB_PATH_LEN];
+  snprintf(p, sizeof p, "%s%s", root ? root : "", rel);
+  add(s, p);
+}
+
 /* The HIP install directories, appended to s (see the header for the order). */
 static void hip_dirs(gpu_lib_search *s, gpu_getenv_fn env, const char *root) {
   const char *vars[] = {"ROCM_PATH", "HIP_PATH", "DTK_HOME", "DTK_PATH"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) add_prefix(s, env(vars[i]));
-  char p[GPU_LIB_PATH_LEN];
-  snprintf(p, sizeof p, "%s/opt/dtk", root);
-  add_prefix(s, p);
+  add_rooted(s, add_prefix, root, "/opt/dtk");
   add_versioned(s, root, "dtk");
-  snprintf(p, sizeof p, "%s/opt/rocm", root);
-  add_prefix(s, p);
+  add_rooted(s, add_prefix, root, "/opt/rocm");
   add_versioned(s, root, "rocm");
 }
 
 void gpu_lib_search_hip(gpu_lib_search *s, gpu_getenv_fn env, const char *root) {
-  memset(s, 0, sizeof *s);
-  s->names = hip_names;
+  search_init(s, hip_names);
   hip_dirs(s, env ? env : real_getenv, root ? root : "");
 }
 
@@ -106,8 +115,7 @@ static void add_dir_of(gpu_lib_search *s, const char *lib) {
 
 void gpu_lib_search_rccl(gpu_lib_search *s, const char *rt_lib, gpu_getenv_fn env,
                          const char *root) {
-  memset(s, 0, sizeof *s);
-  s->names = rccl_names;
+  search_init(s, rccl_names);
   /* RCCL is linked against a HIP runtime; the one beside the runtime this
    * plugin opened is the one most likely to be the same library (two HIP
    * runtimes in one process do not share devices, streams or memory). */
@@ -116,26 +124,18 @@ void gpu_lib_search_rccl(gpu_lib_search *s, const char *rt_lib, gpu_getenv_fn en
 }
 
 void gpu_lib_search_nccl(gpu_lib_search *s, gpu_getenv_fn env, const char *root) {
-  memset(s, 0, sizeof *s);
-  s->names = nccl_names;
+  search_init(s, nccl_names);
   if (!env) env = real_getenv;
-  if (!root) root = "";
   add_prefix(s, env("NCCL_HOME"));
   add_prefix(s, env("CUDA_HOME"));
-  char p[GPU_LIB_PATH_LEN];
-  snprintf(p, sizeof p, "%s/usr/local/cuda", root);
-  add_prefix(s, p);
+  add_rooted(s, add_prefix, root, "/usr/local/cuda");
 }
 
 void gpu_lib_search_cuda(gpu_lib_search *s, gpu_getenv_fn env, const char *root) {
-  memset(s, 0, sizeof *s);
-  s->names = cuda_names;
+  search_init(s, cuda_names);
   if (!env) env = real_getenv;
-  if (!root) root = "";
   add_dir(s, env("CUDA_DRIVER_PATH"));
-  char p[GPU_LIB_PATH_LEN];
-  snprintf(p, sizeof p, "%s/usr/lib/wsl/lib", root);
-  add_dir(s, p);
+  add_rooted(s, add_dir, root, "/usr/lib/wsl/lib");
 }
 
 /* Appends to a bounded string; keeps the result terminated. */

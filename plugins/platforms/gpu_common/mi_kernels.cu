@@ -289,18 +289,24 @@ MI_MM_BLOCK(q4_0, 4)
 MI_MM_BLOCK(q4_k, 5)
 MI_MM_BLOCK(q6_k, 6)
 
+/* Σ xr[i]² over a row of dim, the whole block's sum (every thread gets it);
+ * block = MI_ROW_THREADS. Shared by rmsnorm and rownorm. */
+__device__ __forceinline__ float row_sumsq(const float *xr, int64_t dim) {
+  __shared__ float red[MI_ROW_THREADS / 32];
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  return block_sum(ss, red);
+}
+
 /* ---------------- rmsnorm ----------------
  * y[r,:] = x[r,:] · 1/sqrt(mean(x²) + eps) · (w + off). y may equal x: each
  * thread rewrites only the elements it read.
  * grid.x = rows, block = MI_ROW_THREADS. */
 MI_KERNEL void mi_k_rmsnorm(float *y, const float *x, const float *w, int64_t dim, float eps,
                             float off) {
-  __shared__ float red[MI_ROW_THREADS / 32];
   const float *xr = x + (int64_t)blockIdx.x * dim;
   float *yr = y + (int64_t)blockIdx.x * dim;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
-  ss = block_sum(ss, red);
+  const float ss = row_sumsq(xr, dim);
   const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * (w[i] + off);
 }
@@ -627,12 +633,9 @@ MI_KERNEL void mi_k_copy2d(float *y, int64_t ys, const float *x, int64_t xs, int
  * y may equal x. grid.x = rows, block = MI_ROW_THREADS. */
 MI_KERNEL void mi_k_rownorm(float *y, const float *x, const float *w, const float *z, int64_t dim,
                             float eps, int32_t gated) {
-  __shared__ float red[MI_ROW_THREADS / 32];
   const float *xr = x + (int64_t)blockIdx.x * dim;
   float *yr = y + (int64_t)blockIdx.x * dim;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
-  ss = block_sum(ss, red);
+  const float ss = row_sumsq(xr, dim);
   if (!gated) {
     const float inv = 1.0f / sqrtf(ss + eps);
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv;
