@@ -150,13 +150,10 @@ static json_t *subst(plan_ctx *p, const json_t *t, const char *where, int *omit)
 
 /* ---- weights --------------------------------------------------------------- */
 
-typedef struct eval_ctx {
-  const json_t *model, *cfg;
-  int64_t layer;
-} eval_ctx;
+typedef mi_ckb_layer_ctx eval_ctx;
 
-static int lookup_i64(void *user, const char *name, size_t len, int64_t *out) {
-  eval_ctx *e = user;
+int mi_ckb_layer_lookup(void *user, const char *name, size_t len, int64_t *out) {
+  const mi_ckb_layer_ctx *e = user;
   if (len == 1 && name[0] == 'i') return *out = e->layer, 0;
   const json_t *v = mi_ckb_config_value(e->model, e->cfg, name, len);
   if (json_is_integer(v)) return *out = json_integer_value(v), 0;
@@ -242,7 +239,7 @@ static int add_tensor(plan_ctx *p, mi_ckb_ckpt *ck, size_t *cap, eval_ctx *e, co
     else if (!json_is_string(dim)) {
       fail(p, "weight '%s': shape[%zu] is neither an integer nor an expression", key, d);
       return -1;
-    } else if (mi_expr_eval(json_string_value(dim), lookup_i64, e, &v, e2, sizeof e2) != 0) {
+    } else if (mi_expr_eval(json_string_value(dim), mi_ckb_layer_lookup, e, &v, e2, sizeof e2) != 0) {
       fail(p, "weight '%s': shape[%zu]: %s", key, d, e2);
       return -1;
     }
@@ -330,8 +327,7 @@ static json_t *weight_order(plan_ctx *p, const json_t *ckpt) {
   return out;
 }
 
-/* "tie_word_embeddings" or "!tie_word_embeddings" on the config. */
-static int when_holds(const json_t *model, const json_t *cfg, const char *when) {
+int mi_ckb_when_holds(const json_t *model, const json_t *cfg, const char *when) {
   if (!when) return 1;
   int neg = when[0] == '!';
   const json_t *v = mi_ckb_config_value(model, cfg, when + neg, strlen(when + neg));
@@ -376,7 +372,7 @@ static int plan_weights(plan_ctx *p, const json_t *ckpt, const json_t *preset, c
     }
     if (!per_layer) {
       const json_t *init = json_object_get(over, key) ?: json_object_get(w, "random_init");
-      if (when_holds(m, cfg, json_string_value(json_object_get(w, "when")))) add_tensor(p, ck, &cap, &e, w, init, 0);
+      if (mi_ckb_when_holds(m, cfg, json_string_value(json_object_get(w, "when")))) add_tensor(p, ck, &cap, &e, w, init, 0);
       continue;
     }
     if (layers_done++) continue;
@@ -396,7 +392,7 @@ static int plan_weights(plan_ctx *p, const json_t *ckpt, const json_t *preset, c
           }
           if (strcmp(kind, only)) continue;
         }
-        if (!when_holds(m, cfg, json_string_value(json_object_get(x, "when")))) continue;
+        if (!mi_ckb_when_holds(m, cfg, json_string_value(json_object_get(x, "when")))) continue;
         add_tensor(p, ck, &cap, &e, x, json_object_get(over, xk) ?: json_object_get(x, "random_init"), l);
       }
     }

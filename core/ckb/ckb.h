@@ -149,6 +149,19 @@ const json_t *mi_ckb_config_at(const json_t *cfg, const char *path);
  * rule); NULL when the contract has no kinds or cannot tell. */
 const json_t *mi_ckb_config_value(const json_t *model, const json_t *cfg, const char *name, size_t len);
 
+/* The names an integer expression over a contract's config fields reads
+ * (mi_expr_eval's lookup, user a mi_ckb_layer_ctx): "i" is the layer, any
+ * other name mi_ckb_config_value's integer (a boolean as 0 or 1). */
+typedef struct mi_ckb_layer_ctx {
+  const json_t *model, *cfg;
+  int64_t layer;
+} mi_ckb_layer_ctx;
+int mi_ckb_layer_lookup(void *user, const char *name, size_t len, int64_t *out);
+
+/* A weight's "when" on the config: "FIELD" holds when the field is true,
+ * "!FIELD" when it is not; NULL always holds. */
+int mi_ckb_when_holds(const json_t *model, const json_t *cfg, const char *when);
+
 /* The element of the array `arr` whose string member `field` is `value`
  * (a contract's config field by "name", weight by "key", step by "step"),
  * or NULL. */

@@ -19,15 +19,6 @@
 /* The one field every contract reads by construction: it picked the contract. */
 static const char *const MATCHED[] = {"architectures", NULL};
 
-static void line(json_t *lines, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void line(json_t *lines, const char *fmt, ...) {
-  char buf[600];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  json_array_append_new(lines, json_string(buf));
-}
 
 /* compact JSON of a value, cut at 60 characters */
 static void show(const json_t *v, char *out, size_t n) {
@@ -103,15 +94,10 @@ static int read_elsewhere(const json_t *model, const char *field) {
   return (a && !strcmp(a, field)) || (b && !strcmp(b, field)) || (layers && !strcmp(layers, field));
 }
 
+/* A config field may be null whatever its type; a type the field entry
+ * names that is no value type ("null" among them) checks nothing. */
 static int type_ok(const char *type, const json_t *v) {
-  if (!type || json_is_null(v)) return 1;
-  if (!strcmp(type, "integer")) return json_is_integer(v);
-  if (!strcmp(type, "number")) return json_is_number(v);
-  if (!strcmp(type, "boolean")) return json_is_boolean(v);
-  if (!strcmp(type, "string")) return json_is_string(v);
-  if (!strcmp(type, "array")) return json_is_array(v);
-  if (!strcmp(type, "object")) return json_is_object(v);
-  return 1;
+  return !type || json_is_null(v) || !strcmp(type, "null") || ckb_type_is(type, v) != 0;
 }
 
 /* The value against an entry's "values" / "items"; one line when outside. */
@@ -121,7 +107,7 @@ static void check_values(const char *id, const char *field, const json_t *e, con
   if (json_is_array(vals) && !listed(vals, v)) {
     show(v, have, sizeof have);
     show_list(vals, want, sizeof want);
-    line(lines, "config field '%s' = %s: %s supports only %s", field, have, id, want);
+    ckb_line(lines, "config field '%s' = %s: %s supports only %s", field, have, id, want);
     return;
   }
   const json_t *items = json_object_get(e, "items");
@@ -131,7 +117,7 @@ static void check_values(const char *id, const char *field, const json_t *e, con
     json_array_foreach(v, i, x) if (!listed(items, x)) {
       show(x, have, sizeof have);
       show_list(items, want, sizeof want);
-      line(lines, "config field '%s' has %s at index %zu: %s supports only %s in it", field, have, i, id, want);
+      ckb_line(lines, "config field '%s' has %s at index %zu: %s supports only %s in it", field, have, i, id, want);
       return; /* one line per field */
     }
   }
@@ -160,7 +146,7 @@ static void walk(const json_t *model, const char *id, const json_t *obj, const c
       const char *type = json_string_value(json_object_get(e, "type"));
       if (!type_ok(type, v)) {
         show(v, have, sizeof have);
-        line(lines, "config field '%s' = %s: %s reads it as %s %s", field, have, id,
+        ckb_line(lines, "config field '%s' = %s: %s reads it as %s %s", field, have, id,
              type[0] == 'a' || type[0] == 'i' || type[0] == 'o' ? "an" : "a", type);
         continue;
       }
@@ -174,7 +160,7 @@ static void walk(const json_t *model, const char *id, const json_t *obj, const c
     }
     if (json_is_object(v) && (names_under(model, field) || json_object_size(v))) {
       if (depth >= MAX_NESTING) {
-        line(lines, "config field '%s' nests objects deeper than %d levels: %s does not read it", field,
+        ckb_line(lines, "config field '%s' nests objects deeper than %d levels: %s does not read it", field,
              MAX_NESTING, id);
         continue;
       }
@@ -184,13 +170,13 @@ static void walk(const json_t *model, const char *id, const json_t *obj, const c
       continue;
     }
     show(v, have, sizeof have);
-    line(lines, "config field '%s' = %s: %s does not read it", field, have, id);
+    ckb_line(lines, "config field '%s' = %s: %s does not read it", field, have, id);
   }
 }
 
 size_t ckb_config_field_gaps(const mi_ckb_entry *model, const json_t *config, json_t *lines) {
   size_t before = json_array_size(lines);
-  if (!json_is_object(config)) line(lines, "config: not a JSON object");
+  if (!json_is_object(config)) ckb_line(lines, "config: not a JSON object");
   else walk(model->json, model->id, config, "", 0, lines);
   return json_array_size(lines) - before;
 }
@@ -198,7 +184,7 @@ size_t ckb_config_field_gaps(const mi_ckb_entry *model, const json_t *config, js
 size_t mi_ckb_config_gaps(const mi_ckb_entry *model, const json_t *config, json_t *lines) {
   size_t before = json_array_size(lines);
   if (!json_is_object(config)) {
-    line(lines, "config: not a JSON object");
+    ckb_line(lines, "config: not a JSON object");
     return 1;
   }
   ckb_config_field_gaps(model, config, lines);
@@ -208,7 +194,7 @@ size_t mi_ckb_config_gaps(const mi_ckb_entry *model, const json_t *config, json_
     const char *w = where(e);
     const json_t *v = w ? mi_ckb_config_at(config, w) : NULL;
     if (json_is_true(json_object_get(e, "required")) && (!v || json_is_null(v)))
-      line(lines, "config field '%s' is absent; %s requires it", w ? w : "?", model->id);
+      ckb_line(lines, "config field '%s' is absent; %s requires it", w ? w : "?", model->id);
   }
   return json_array_size(lines) - before;
 }

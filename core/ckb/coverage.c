@@ -34,15 +34,8 @@ static void add_unique(json_t *arr, const char *s) {
   if (s && !str_in(arr, s)) json_array_append_new(arr, json_string(s));
 }
 
-static void missing(json_t *report, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void missing(json_t *report, const char *fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  json_array_append_new(json_object_get(report, "missing"), json_string(buf));
-}
+/* One line into the report's "missing". */
+#define missing(report, ...) ckb_line(json_object_get(report, "missing"), __VA_ARGS__)
 
 const mi_ckb_entry *mi_ckb_find_platform(const mi_ckb *c, const char *name) {
   for (size_t i = 0; i < mi_ckb_count(c); i++) {
@@ -79,13 +72,7 @@ static const char *hf_dtype(const char *torch_dtype) {
 }
 
 static json_t *platform_kernel(const mi_ckb_entry *p, const char *op) {
-  size_t i;
-  json_t *k;
-  json_array_foreach(json_object_get(p->json, "kernels"), i, k) {
-    const char *o = json_string_value(json_object_get(k, "operator"));
-    if (o && !strcmp(o, op)) return k;
-  }
-  return NULL;
+  return mi_ckb_named(json_object_get(p->json, "kernels"), "operator", op);
 }
 
 static void add_tests(const mi_ckb *c, json_t *ids, json_t *tests, json_t *report) {
@@ -182,13 +169,7 @@ static int gap_lookup(void *user, const char *name, size_t len, int64_t *out) {
 }
 
 static json_t *contract_weight(const mi_ckb_entry *m, const char *pattern) {
-  size_t i;
-  json_t *spec;
-  json_array_foreach(json_object_get(m->json, "weights"), i, spec) {
-    const char *k = json_string_value(json_object_get(spec, "key"));
-    if (k && !strcmp(k, pattern)) return spec;
-  }
-  return NULL;
+  return mi_ckb_named(json_object_get(m->json, "weights"), "key", pattern);
 }
 
 static int contract_reads(const mi_ckb_entry *m, const char *field) {

@@ -41,6 +41,13 @@ typedef struct ckb_diag {
 void ckb_report(ckb_diag *d, const char *file, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* One formatted line appended to a JSON array of lines (a report's
+ * problems, what is missing, ...). */
+void ckb_line(json_t *lines, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Whether v is of the JSON Schema type t: 1 or 0; -1 when t names no type. */
+int ckb_type_is(const char *t, const json_t *v);
+
 const ckb_kind *ckb_kind_find(const mi_ckb *c, const char *kind);
 
 /* Schema rules: checks `value` against kind k's schema; problems name `file`

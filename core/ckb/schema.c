@@ -47,16 +47,7 @@ static const char *type_name(json_t *v) {
   }
 }
 
-static int type_ok(const char *t, json_t *v) {
-  if (!strcmp(t, "object")) return json_is_object(v);
-  if (!strcmp(t, "array")) return json_is_array(v);
-  if (!strcmp(t, "string")) return json_is_string(v);
-  if (!strcmp(t, "number")) return json_is_number(v);
-  if (!strcmp(t, "integer")) return json_is_integer(v);
-  if (!strcmp(t, "boolean")) return json_is_boolean(v);
-  if (!strcmp(t, "null")) return json_is_null(v);
-  return 0;
-}
+static int type_ok(const char *t, json_t *v) { return ckb_type_is(t, v) == 1; }
 
 static const char *article(const char *t) {
   return (t[0] == 'a' || t[0] == 'i' || t[0] == 'o') ? "an" : "a";

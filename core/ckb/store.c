@@ -69,6 +69,24 @@ static int want_subdir(const char *dir, const char *name) {
   return ok;
 }
 
+void ckb_line(json_t *lines, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  json_array_append_new(lines, json_vsprintf(fmt, ap));
+  va_end(ap);
+}
+
+int ckb_type_is(const char *t, const json_t *v) {
+  if (!strcmp(t, "object")) return json_is_object(v);
+  if (!strcmp(t, "array")) return json_is_array(v);
+  if (!strcmp(t, "string")) return json_is_string(v);
+  if (!strcmp(t, "number")) return json_is_number(v);
+  if (!strcmp(t, "integer")) return json_is_integer(v);
+  if (!strcmp(t, "boolean")) return json_is_boolean(v);
+  if (!strcmp(t, "null")) return json_is_null(v);
+  return -1;
+}
+
 void ckb_report(ckb_diag *d, const char *file, const char *fmt, ...) {
   char msg[1024];
   va_list ap;
@@ -366,21 +384,8 @@ const char *mi_ckb_default_dir(const char *argv0, char *buf, size_t n) {
     snprintf(buf, n, "ckb");
     return buf;
   }
-  char exe[4096];
-  ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (l <= 0 && argv0) l = (ssize_t)snprintf(exe, sizeof exe, "%s", argv0);
-  if (l > 0) {
-    exe[l] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) {
-      *slash = 0;
-      const char *rel[] = {"../share/metainfer/ckb", "../../ckb"};
-      for (int i = 0; i < 2; i++) {
-        snprintf(buf, n, "%s/%s", exe, rel[i]);
-        if (is_ckb_dir(buf)) return buf;
-      }
-    }
-  }
+  const char *const rel[] = {"../share/metainfer/ckb", "../../ckb"};
+  if (mi_exe_rel_dir(argv0, rel, 2, is_ckb_dir, buf, n)) return buf;
   snprintf(buf, n, "no CKB folder found: tried $MI_CKB_DIR, ./ckb, <exe>/../share/metainfer/ckb, <exe>/../../ckb; pass --ckb DIR");
   return NULL;
 }

@@ -49,15 +49,8 @@ static void expand(char *out, size_t n, const char *key, int64_t i) {
   else snprintf(out, n, "%.*s%lld%s", (int)(p - key), key, (long long)i, p + 3);
 }
 
-static void problem(json_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void problem(json_t *r, const char *fmt, ...) {
-  char buf[600];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  json_array_append_new(json_object_get(r, "problems"), json_string(buf));
-}
+/* One line into the report's "problems". */
+#define problem(r, ...) ckb_line(json_object_get(r, "problems"), __VA_ARGS__)
 
 static void shape_text(char *out, size_t n, const int64_t *s, int nd) {
   size_t l = (size_t)snprintf(out, n, "[");

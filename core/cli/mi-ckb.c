@@ -48,6 +48,12 @@ static int cmd_list(mi_ckb *c, int argc, char **argv) {
   return 0;
 }
 
+static void print_json(const json_t *j) {
+  char *s = json_dumps(j, JSON_INDENT(2));
+  printf("%s\n", s ? s : "");
+  free(s);
+}
+
 static int cmd_show(mi_ckb *c, int argc, char **argv) {
   if (argc != 1) {
     fprintf(stderr, "mi-ckb show: expected one ID\n");
@@ -58,9 +64,7 @@ static int cmd_show(mi_ckb *c, int argc, char **argv) {
     fprintf(stderr, "mi-ckb show: no entry '%s' in %s\n", argv[0], mi_ckb_dir(c));
     return 1;
   }
-  char *s = json_dumps(e->json, JSON_INDENT(2));
-  printf("%s\n", s ? s : "");
-  free(s);
+  print_json(e->json);
   return 0;
 }
 
@@ -69,6 +73,53 @@ static int cmd_validate(mi_ckb *c) {
   fprintf(stderr, "%s: %zu entries, %d problem%s\n", mi_ckb_dir(c), mi_ckb_count(c), n,
           n == 1 ? "" : "s");
   return n ? 1 : 0;
+}
+
+/* A check's report r: its error said when rc < 0 (then -1, r not set),
+ * else the JSON (--json) or text(r, arg, rc) printed and r freed (0). */
+static int report(const char *cmd, int rc, json_t *r, const char *err, int as_json,
+                  void (*text)(json_t *r, const char *arg, int rc), const char *arg) {
+  if (rc < 0) {
+    fprintf(stderr, "mi-ckb %s: %s\n", cmd, err);
+    return -1;
+  }
+  if (as_json) print_json(r);
+  else text(r, arg, rc);
+  json_decref(r);
+  return 0;
+}
+
+static void coverage_text(json_t *r, const char *platform, int rc) {
+  json_t *v;
+  size_t i;
+  const char *mc = json_string_value(json_object_get(r, "model_contract"));
+  const char *pc = json_string_value(json_object_get(r, "platform_contract"));
+  printf("model     %s -> %s\n", json_string_value(json_array_get(json_object_get(r, "architectures"), 0)),
+         mc ? mc : "(none)");
+  printf("platform  %s -> %s\n", platform, pc ? pc : "(none)");
+  json_array_foreach(json_object_get(r, "operators"), i, v)
+    printf("operator  %-24s contract %-3s platform %s\n", json_string_value(json_object_get(v, "id")),
+           json_is_true(json_object_get(v, "contract")) ? "yes" : "NO",
+           json_is_true(json_object_get(v, "platform")) ? "yes" : "NO");
+  json_array_foreach(json_object_get(r, "tests"), i, v)
+    printf("test      stage %lld %-28s %s\n", (long long)json_integer_value(json_object_get(v, "stage")),
+           json_string_value(json_object_get(v, "id")), json_string_value(json_object_get(v, "status")));
+  json_array_foreach(json_object_get(r, "failure_modes"), i, v)
+    printf("watch     %s\n", json_string_value(v));
+  json_array_foreach(json_object_get(r, "experience"), i, v)
+    printf("recall    %s\n", json_string_value(v));
+  json_array_foreach(json_object_get(r, "missing"), i, v) printf("MISSING   %s\n", json_string_value(v));
+  printf("%s\n", rc == 0 ? "covered" : "NOT covered");
+}
+
+static void weights_text(json_t *r, const char *model, int n) {
+  size_t i;
+  json_t *v;
+  json_array_foreach(json_object_get(r, "problems"), i, v) printf("%s: %s\n", model, json_string_value(v));
+  printf("%s: %lld weights expected by %s, %lld found, %d problem%s\n", model,
+         (long long)json_integer_value(json_object_get(r, "expected")),
+         json_string_value(json_object_get(r, "model_contract")),
+         (long long)json_integer_value(json_object_get(r, "found")), n, n == 1 ? "" : "s");
 }
 
 static int cmd_coverage(mi_ckb *c, int argc, char **argv) {
@@ -87,40 +138,10 @@ static int cmd_coverage(mi_ckb *c, int argc, char **argv) {
     fprintf(stderr, "mi-ckb coverage: needs --model DIR and --platform NAME\n");
     return 1;
   }
-  json_t *r;
+  json_t *r = NULL;
   char err[512];
   int rc = mi_ckb_coverage(c, model, platform, &r, err, sizeof err);
-  if (rc < 0) {
-    fprintf(stderr, "mi-ckb coverage: %s\n", err);
-    return 1;
-  }
-  if (as_json) {
-    char *s = json_dumps(r, JSON_INDENT(2));
-    printf("%s\n", s ? s : "");
-    free(s);
-  } else {
-    json_t *v;
-    size_t i;
-    const char *mc = json_string_value(json_object_get(r, "model_contract"));
-    const char *pc = json_string_value(json_object_get(r, "platform_contract"));
-    printf("model     %s -> %s\n", json_string_value(json_array_get(json_object_get(r, "architectures"), 0)),
-           mc ? mc : "(none)");
-    printf("platform  %s -> %s\n", platform, pc ? pc : "(none)");
-    json_array_foreach(json_object_get(r, "operators"), i, v)
-      printf("operator  %-24s contract %-3s platform %s\n", json_string_value(json_object_get(v, "id")),
-             json_is_true(json_object_get(v, "contract")) ? "yes" : "NO",
-             json_is_true(json_object_get(v, "platform")) ? "yes" : "NO");
-    json_array_foreach(json_object_get(r, "tests"), i, v)
-      printf("test      stage %lld %-28s %s\n", (long long)json_integer_value(json_object_get(v, "stage")),
-             json_string_value(json_object_get(v, "id")), json_string_value(json_object_get(v, "status")));
-    json_array_foreach(json_object_get(r, "failure_modes"), i, v)
-      printf("watch     %s\n", json_string_value(v));
-    json_array_foreach(json_object_get(r, "experience"), i, v)
-      printf("recall    %s\n", json_string_value(v));
-    json_array_foreach(json_object_get(r, "missing"), i, v) printf("MISSING   %s\n", json_string_value(v));
-    printf("%s\n", rc == 0 ? "covered" : "NOT covered");
-  }
-  json_decref(r);
+  if (report("coverage", rc, r, err, as_json, coverage_text, platform) < 0) return 1;
   return rc == 0 ? 0 : 2;
 }
 
@@ -139,27 +160,10 @@ static int cmd_weights(mi_ckb *c, int argc, char **argv) {
     fprintf(stderr, "mi-ckb weights: needs --model DIR\n");
     return 1;
   }
-  json_t *r;
+  json_t *r = NULL;
   char err[1024];
   int n = mi_ckb_check_weights(c, model, &r, err, sizeof err);
-  if (n < 0) {
-    fprintf(stderr, "mi-ckb weights: %s\n", err);
-    return 1;
-  }
-  if (as_json) {
-    char *s = json_dumps(r, JSON_INDENT(2));
-    printf("%s\n", s ? s : "");
-    free(s);
-  } else {
-    size_t i;
-    json_t *v;
-    json_array_foreach(json_object_get(r, "problems"), i, v) printf("%s: %s\n", model, json_string_value(v));
-    printf("%s: %lld weights expected by %s, %lld found, %d problem%s\n", model,
-           (long long)json_integer_value(json_object_get(r, "expected")),
-           json_string_value(json_object_get(r, "model_contract")),
-           (long long)json_integer_value(json_object_get(r, "found")), n, n == 1 ? "" : "s");
-  }
-  json_decref(r);
+  if (report("weights", n, r, err, as_json, weights_text, model) < 0) return 1;
   return n ? 1 : 0;
 }
 

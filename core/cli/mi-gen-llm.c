@@ -15,6 +15,7 @@
 
 #include "core/gen/agent_host.h"
 #include "core/llm/client.h"
+#include "core/util/file.h"
 
 enum {
   O_IMPL = 1000, O_REV, O_BASE, O_MODEL, O_KEYENV, O_RECORD, O_REPLAY, O_LTIMEOUT, O_RETRIES,
@@ -141,22 +142,20 @@ static int parse_budget(const char *flag, const char *arg, size_t field) {
   return rc;
 }
 
+/* arg into *out when it is a or b; -1 after a line on stderr. */
+static int one_of(const char *opt, const char *arg, const char *a, const char *b, const char **out) {
+  if (strcmp(arg, a) && strcmp(arg, b)) {
+    fprintf(stderr, "mi-gen: %s %s: %s or %s\n", opt, arg, a, b);
+    return -1;
+  }
+  *out = arg;
+  return 0;
+}
+
 int gen_llm_option(int ch, const char *arg) {
   switch (ch) {
-  case O_IMPL:
-    if (strcmp(arg, "compose") && strcmp(arg, "llm")) {
-      fprintf(stderr, "mi-gen: --implementer %s: compose or llm\n", arg);
-      return -1;
-    }
-    G.impl = arg;
-    return 0;
-  case O_REV:
-    if (strcmp(arg, "rules") && strcmp(arg, "llm")) {
-      fprintf(stderr, "mi-gen: --reviewer %s: rules or llm\n", arg);
-      return -1;
-    }
-    G.rev = arg;
-    return 0;
+  case O_IMPL: return one_of("--implementer", arg, "compose", "llm", &G.impl);
+  case O_REV: return one_of("--reviewer", arg, "rules", "llm", &G.rev);
   case O_BASE: G.base = arg; return 0;
   case O_MODEL: G.model = arg; return 0;
   case O_KEYENV: G.key_env = arg; return 0;
@@ -499,19 +498,6 @@ json_t *gen_llm_manifest(void) {
   return m;
 }
 
-static int copy_file(const char *src, const char *dst) {
-  FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
-  if (!in || !out) {
-    if (in) fclose(in);
-    return -1;
-  }
-  char buf[1 << 16];
-  size_t r;
-  while ((r = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, r, out);
-  fclose(in);
-  return fclose(out);
-}
-
 void gen_llm_write_partial(const char *out_abs, const char *run_dir, const char *reason, json_t *cons) {
   char dir[PATH_MAX + 16], p[PATH_MAX + 128], src[PATH_MAX + 128];
   snprintf(dir, sizeof dir, "%s/partial", out_abs);
@@ -525,7 +511,7 @@ void gen_llm_write_partial(const char *out_abs, const char *run_dir, const char 
     snprintf(p, sizeof p, "%s/engine.c", dir);
     char sha[65] = "";
     /* re-hashed like every artifact the orchestrator uses */
-    int ok = mi_sha256_file(src, sha) == 0 && !strcmp(sha, G.best_src) && copy_file(src, p) == 0;
+    int ok = mi_sha256_file(src, sha) == 0 && !strcmp(sha, G.best_src) && mi_file_copy(src, p) == 0;
     json_object_set_new(m, "best", json_pack("{s:s, s:i, s:i, s:b, s:s}", "source", G.best_src, "iteration", G.best_iter,
                                              "stages_passed", G.best_score < 0 ? 0 : G.best_score, "review_rejected",
                                              G.best_score < 0, "file", ok ? "engine.c" : "(missing)"));

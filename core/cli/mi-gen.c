@@ -33,6 +33,7 @@
 #include "core/gen/gen.h"
 #include "core/gen/learn.h"
 #include "core/runtime/loader.h"
+#include "core/util/file.h"
 #include "mi/model.h"
 
 enum { EX_OK = 0, EX_USAGE = 2, EX_GAP = 3, EX_FAIL = 4, EX_PLATFORM = 5, EX_DTYPE = 6, EX_TP = 7, EX_PERF = 8,
@@ -169,19 +170,6 @@ static int write_file(const char *path, const char *text) {
   if (!f) return -1;
   fputs(text, f);
   return fclose(f);
-}
-
-static int copy_file(const char *src, const char *dst) {
-  FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
-  if (!in || !out) {
-    if (in) fclose(in);
-    return -1;
-  }
-  char buf[1 << 16];
-  size_t r;
-  while ((r = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, r, out);
-  fclose(in);
-  return fclose(out);
 }
 
 /* one agent call: progress on stderr, a journal line written by us, the
@@ -1062,10 +1050,10 @@ static int write_engine(gen_run *r) {
     return EX_FAIL;
   }
   snprintf(dst, sizeof dst, "%s/engine.c", r->out_abs);
-  copy_file(srcp, dst);
+  mi_file_copy(srcp, dst);
   snprintf(dst, sizeof dst, "%s/libmi-engine-%s.so", r->out_abs, r->engine_name);
-  copy_file(srcp, dst); /* placeholder replaced below */
-  copy_file(libp, dst);
+  mi_file_copy(srcp, dst); /* placeholder replaced below */
+  mi_file_copy(libp, dst);
   chmod(dst, 0755);
   snprintf(dst, sizeof dst, "%s/build.sh", r->out_abs);
   snprintf(buf, sizeof buf,
@@ -1095,7 +1083,7 @@ static json_t *copy_evidence(gen_run *r) {
     if (ev && mi_bb_artifact(r->bb, ev, "txt", evp, sizeof evp) == 0) {
       char d2[PATH_MAX + 300];
       snprintf(d2, sizeof d2, "%s/evidence/%s.txt", r->out_abs, ev);
-      copy_file(evp, d2);
+      mi_file_copy(evp, d2);
       json_object_set_new(s, "evidence_file", json_sprintf("evidence/%s.txt", ev));
     }
     json_array_append_new(stages_m, s);
@@ -1104,7 +1092,7 @@ static json_t *copy_evidence(gen_run *r) {
   char repp[PATH_MAX + 128];
   if (rep && mi_bb_artifact(r->bb, rep, "json", repp, sizeof repp) == 0) {
     snprintf(dst, sizeof dst, "%s/evidence/mi-verify-report.json", r->out_abs);
-    copy_file(repp, dst);
+    mi_file_copy(repp, dst);
   }
   return stages_m;
 }

@@ -421,6 +421,18 @@ typedef struct {
   mi_dtype dt;
 } mk_args;
 
+/* Where the options that take a plain string keep it; NULL for any other. */
+static const char **string_option(mk_args *a, const char *o) {
+  const struct {
+    const char *name;
+    const char **to;
+  } opts[] = {{"--shape", &a->shape_name}, {"--layout", &a->layout}, {"--family", &a->family},
+              {"--ckb", &a->ckb_flag},     {"--out", &a->out},       {"--tokenizer-dir", &a->tok_flag}};
+  for (size_t k = 0; k < sizeof opts / sizeof *opts; k++)
+    if (!strcmp(o, opts[k].name)) return opts[k].to;
+  return NULL;
+}
+
 /* Fills *a from argv; 0 when the run may go on, else the exit code (2) after a line on stderr. */
 static int parse_args(int argc, char **argv, mk_args *a) {
   *a = (mk_args){.seed = 1, .nshards = 1, .dt = MI_DTYPE_BF16};
@@ -440,18 +452,9 @@ static int parse_args(int argc, char **argv, mk_args *a) {
       return 2;
     }
     i++;
-    if (!strcmp(o, "--shape")) {
-      a->shape_name = v;
-    } else if (!strcmp(o, "--layout")) {
-      a->layout = v;
-    } else if (!strcmp(o, "--family")) {
-      a->family = v;
-    } else if (!strcmp(o, "--ckb")) {
-      a->ckb_flag = v;
-    } else if (!strcmp(o, "--out")) {
-      a->out = v;
-    } else if (!strcmp(o, "--tokenizer-dir")) {
-      a->tok_flag = v;
+    const char **str = string_option(a, o);
+    if (str) {
+      *str = v;
     } else if (!strcmp(o, "--seed")) {
       if (parse_u64(v, &a->seed)) {
         fprintf(stderr, "mi-mkmodel: --seed %s: not a non-negative integer\n", v);

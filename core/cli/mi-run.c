@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/cli/cli_common.h"
 #include "core/runtime/session.h"
 #include "core/runtime/host.h"
 #include "core/runtime/loader.h"
@@ -85,12 +86,8 @@ static void usage(FILE *f) {
         f);
 }
 
-/* every number through the shared strict parser (core/util/num.h) */
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
-  int64_t v;
-  if (mi_opt_i64("mi-run", opt, s, lo, hi, &v)) return -1;
-  *out = (long)v;
-  return 0;
+  return cli_parse_long("mi-run", opt, s, lo, hi, out);
 }
 
 static int parse_float(const char *opt, const char *s, double lo, double hi, float *out) {
@@ -554,32 +551,16 @@ static int parse_args(int argc, char **argv, cli_args *a) {
     case O_MMAP: a->weights_load = MI_SESSION_WEIGHTS_MMAP; break;
     case O_NOMMAP: a->weights_load = MI_SESSION_WEIGHTS_READ; break;
     case O_KVTYPE:
-      if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "bf16")) {
-        fprintf(stderr, "mi-run: --kv-type must be f32, f16 or bf16, got '%s'\n", optarg);
-        return 2;
-      }
-      a->kv_type = optarg;
+      if (cli_kv_type("mi-run", optarg, &a->kv_type)) return 2;
       break;
     case O_TP:
       if (parse_long("--tp", optarg, 1, 1024, &a->tp)) return 2;
       break;
     case 'h': usage(stdout); return mi_out_finish("mi-run", 0);
-    case O_VERSION:
-      printf("mi-run (MetaInfer) %s, plugin ABI %d.%d\n", MI_VERSION, MI_ABI_MAJOR, MI_ABI_MINOR);
-      return mi_out_finish("mi-run", 0);
-    case ':':
-      fprintf(stderr, "mi-run: option %s needs a value (see --help)\n", argv[optind - 1]);
-      return 2;
-    default:
-      fprintf(stderr, "mi-run: unknown option %s (see --help)\n", argv[optind - 1]);
-      return 2;
+    default: return cli_other_option("mi-run", c, c == O_VERSION, argv);
     }
   }
-  if (optind < argc) {
-    fprintf(stderr, "mi-run: unexpected argument '%s' (see --help)\n", argv[optind]);
-    return 2;
-  }
-  return -1;
+  return cli_no_operands("mi-run", argc, argv);
 }
 
 /* A run (not --list-plugins) needs a model and exactly one source of
@@ -611,17 +592,9 @@ static int check_run_args(const cli_args *a) {
 /* The plugins into *reg (--list-plugins: listed, and the run ends there).
  * -1 to go on, else the exit status. */
 static int load_plugins(cli_args *a, mi_registry **reg) {
-  mi_kv extra[1];
-  size_t n_extra = 0;
-  if (a->threads > 0) {
-    snprintf(a->tbuf, sizeof a->tbuf, "%ld", a->threads);
-    extra[n_extra++] = (mi_kv){"threads", a->tbuf};
-  }
-  mi_loader_opts lo = {.plugin_dir = a->plugin_dir, .conf_path = a->conf_path, .exe_path = NULL,
-                       .extra_opts = extra, .n_extra_opts = n_extra};
-  int fatal = 0;
+  int fatal;
   char err[2048] = "";
-  *reg = mi_registry_load(&lo, &fatal, err, sizeof err);
+  *reg = cli_load_registry(a->plugin_dir, a->conf_path, a->threads, a->tbuf, &fatal, err, sizeof err);
   if (!*reg) {
     fprintf(stderr, "mi-run: out of memory loading plugins\n");
     return 1;
@@ -721,13 +694,7 @@ static int run_session(cli_args *a, mi_registry *reg) {
   int rc = 1;
   mi_session *eng = NULL;
   mi_kv mopts[2];
-  size_t n_mopts = 0;
-  if (a->kv_type) mopts[n_mopts++] = (mi_kv){"kv_type", a->kv_type};
-  if (a->batch > 0) {
-    snprintf(a->bbuf, sizeof a->bbuf, "%ld", a->batch);
-    mopts[n_mopts++] = (mi_kv){"batch", a->bbuf};
-  }
-  mi_options model_opts = {mopts, n_mopts};
+  mi_options model_opts = cli_model_opts(mopts, a->kv_type, a->batch, a->bbuf);
   mi_session_opts eo = {.model_dir = a->model_dir, .platform = a->platform, .model_opts = &model_opts,
                        .tp_rank = 0, .tp_size = (int)a->tp, .weights = a->weights_load,
                        .mem_limit = a->mem_limit};

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/cli/cli_common.h"
 #include "core/serve/prefix_cache.h"
 #include "core/serve/request.h"
 #include "core/serve/tools.h"
@@ -965,6 +966,19 @@ typedef struct stream_ctx {
   int fd;
 } stream_ctx;
 
+/* Waits (r->mu held) up to 50 ms for r to change: the waiters look at
+ * their peer's socket between ticks. */
+static void wait_tick(req *r) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += 50 * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
 static void cancel_req(req *r) {
   pthread_mutex_lock(&r->mu);
   int was = r->state != R_DONE && !r->cancelled;
@@ -1003,14 +1017,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
   (void)pos;
   pthread_mutex_lock(&r->mu);
   while (r->sent == r->out_len && r->state != R_DONE) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 50 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    wait_tick(r);
     if (r->sent == r->out_len && r->state != R_DONE && peer_gone(sc->fd)) {
       pthread_mutex_unlock(&r->mu);
       cancel_req(r);
@@ -1034,6 +1041,23 @@ static void sse_free(void *cls) {
   cancel_req(sc->r); /* no-op when it finished */
   req_unref(sc->r);
   free(sc);
+}
+
+/* One Prometheus histogram: HELP and TYPE, a bucket per bound, +Inf, _sum
+ * and _count. */
+static void out_histogram(char **b, size_t *len, size_t *cap, const char *name, const char *help,
+                          const double *bounds, size_t n, const unsigned long long *buckets,
+                          unsigned long long count, double sum) {
+  char line[512];
+  int k = snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+  buf_append(b, len, cap, line, (size_t)k);
+  for (size_t i = 0; i < n; i++) {
+    k = snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], buckets[i]);
+    buf_append(b, len, cap, line, (size_t)k);
+  }
+  k = snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, count, name,
+               sum, name, count);
+  buf_append(b, len, cap, line, (size_t)k);
 }
 
 static enum MHD_Result handle_metrics(struct MHD_Connection *c) {
@@ -1066,21 +1090,11 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c) {
       "# TYPE mi_queue_depth gauge\nmi_queue_depth %d\n", q);
   OUT("# HELP mi_requests_running Requests holding a sequence slot.\n"
       "# TYPE mi_requests_running gauge\nmi_requests_running %d\n", run);
-  OUT("# HELP mi_time_to_first_token_seconds Request queued to first token sampled (queueing and "
-      "prefill).\n"
-      "# TYPE mi_time_to_first_token_seconds histogram\n");
-  for (size_t i = 0; i < sizeof TTFT_BOUNDS / sizeof *TTFT_BOUNDS; i++)
-    OUT("mi_time_to_first_token_seconds_bucket{le=\"%g\"} %llu\n", TTFT_BOUNDS[i], m.ttft_b[i]);
-  OUT("mi_time_to_first_token_seconds_bucket{le=\"+Inf\"} %llu\n", m.ttft_count);
-  OUT("mi_time_to_first_token_seconds_sum %.6f\nmi_time_to_first_token_seconds_count %llu\n",
-      m.ttft_sum, m.ttft_count);
-  OUT("# HELP mi_decode_tokens_per_second Per-request decode rate after the first token.\n"
-      "# TYPE mi_decode_tokens_per_second histogram\n");
-  for (size_t i = 0; i < sizeof RATE_BOUNDS / sizeof *RATE_BOUNDS; i++)
-    OUT("mi_decode_tokens_per_second_bucket{le=\"%g\"} %llu\n", RATE_BOUNDS[i], m.rate_b[i]);
-  OUT("mi_decode_tokens_per_second_bucket{le=\"+Inf\"} %llu\n", m.rate_count);
-  OUT("mi_decode_tokens_per_second_sum %.6f\nmi_decode_tokens_per_second_count %llu\n",
-      m.rate_sum, m.rate_count);
+  out_histogram(&b, &len, &cap, "mi_time_to_first_token_seconds",
+                "Request queued to first token sampled (queueing and prefill).", TTFT_BOUNDS,
+                sizeof TTFT_BOUNDS / sizeof *TTFT_BOUNDS, m.ttft_b, m.ttft_count, m.ttft_sum);
+  out_histogram(&b, &len, &cap, "mi_decode_tokens_per_second", "Per-request decode rate after the first token.",
+                RATE_BOUNDS, sizeof RATE_BOUNDS / sizeof *RATE_BOUNDS, m.rate_b, m.rate_count, m.rate_sum);
   const serve_cache_stats *pc = &m.cache;
   OUT("# HELP mi_prefix_cache_lookup_tokens_total Prompt tokens looked up in the prefix cache.\n"
       "# TYPE mi_prefix_cache_lookup_tokens_total counter\nmi_prefix_cache_lookup_tokens_total %llu\n",
@@ -1605,14 +1619,7 @@ static enum MHD_Result stream_response(struct MHD_Connection *c, conn *cs, req *
 static enum MHD_Result wait_response(struct MHD_Connection *c, conn *cs, req *r) {
   pthread_mutex_lock(&r->mu);
   while (r->state != R_DONE) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 50 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    wait_tick(r);
     if (r->state != R_DONE && !r->cancelled && peer_gone(cs->fd)) {
       pthread_mutex_unlock(&r->mu);
       cancel_req(r);
@@ -1831,18 +1838,6 @@ static void open_prefix_cache(char *line, size_t len) {
   cache_metrics();
 }
 
-static int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end || end == s || v < lo || v > hi) {
-    fprintf(stderr, "mi-serve: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
-
 /* mi-serve's options beyond S.cfg (and the option strings made from them,
  * which the plugins and the session may keep pointers to). */
 typedef struct serve_args {
@@ -1870,67 +1865,48 @@ static const struct option serve_longopts[] = {
     {"cache-block", required_argument, 0, O_CBLOCK},
     {0, 0, 0, 0}};
 
+/* The integer options, checked here before parse_args stores them. */
+static const cli_int_opt serve_ints[] = {
+    {O_PORT, "--port", 0, 65535},
+    {O_PAR, "--parallel", 1, 256},
+    {O_QUEUE, "--queue", 0, 1 << 20},
+    {'c', "-c", 2, INT_MAX},
+    {O_MAXBODY, "--max-body", 64, 1L << 30},
+    {O_DRAIN, "--drain-timeout", 0, 3600},
+    {'b', "-b", 1, 65536},
+    {O_CHUNK, "--prefill-chunk", 0, 1L << 30},
+    {O_CMEM, "--cache-mem", 0, 1L << 30},
+    {O_CBLOCK, "--cache-block", 1, 4096},
+    {'t', "-t", 1, 1024},
+};
+
 /* The command line into S.cfg and a; -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, serve_args *a) {
   serve_cfg *cfg = &S.cfg;
-  long v;
+  long v = 0;
   int c;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":m:c:b:t:vh", serve_longopts, NULL)) != -1) {
+    if (cli_int_option("mi-serve", serve_ints, sizeof serve_ints / sizeof *serve_ints, c, optarg, &v)) return 2;
     switch (c) {
     case 'm': a->model_dir = optarg; break;
     case O_ALIAS: cfg->alias = optarg; break;
     case O_HOST: cfg->host = optarg; break;
-    case O_PORT:
-      if (parse_long("--port", optarg, 0, 65535, &v)) return 2;
-      cfg->port = (int)v;
-      break;
+    case O_PORT: cfg->port = (int)v; break;
     case O_KEY: cfg->api_key = *optarg ? optarg : NULL; break;
-    case O_PAR:
-      if (parse_long("--parallel", optarg, 1, 256, &v)) return 2;
-      cfg->parallel = (int)v;
-      break;
-    case O_QUEUE:
-      if (parse_long("--queue", optarg, 0, 1 << 20, &v)) return 2;
-      cfg->queue_max = (int)v;
-      break;
-    case 'c':
-      if (parse_long("-c", optarg, 2, INT_MAX, &v)) return 2;
-      cfg->ctx = v;
-      break;
-    case O_MAXBODY:
-      if (parse_long("--max-body", optarg, 64, 1L << 30, &v)) return 2;
-      cfg->max_body = (size_t)v;
-      break;
+    case O_PAR: cfg->parallel = (int)v; break;
+    case O_QUEUE: cfg->queue_max = (int)v; break;
+    case 'c': cfg->ctx = v; break;
+    case O_MAXBODY: cfg->max_body = (size_t)v; break;
     case O_NOBATCH: cfg->batched = 0; break;
-    case O_DRAIN:
-      if (parse_long("--drain-timeout", optarg, 0, 3600, &v)) return 2;
-      cfg->drain_s = (double)v;
-      break;
-    case 'b':
-      if (parse_long("-b", optarg, 1, 65536, &a->batch)) return 2;
-      break;
-    case O_CHUNK:
-      if (parse_long("--prefill-chunk", optarg, 0, 1L << 30, &v)) return 2;
-      cfg->prefill_chunk = v;
-      break;
-    case O_CMEM:
-      if (parse_long("--cache-mem", optarg, 0, 1L << 30, &v)) return 2;
-      cfg->cache_mib = v;
-      break;
-    case O_CBLOCK:
-      if (parse_long("--cache-block", optarg, 1, 4096, &v)) return 2;
-      cfg->cache_block = (int)v;
-      break;
-    case 't':
-      if (parse_long("-t", optarg, 1, 1024, &a->threads)) return 2;
-      break;
+    case O_DRAIN: cfg->drain_s = (double)v; break;
+    case 'b': a->batch = v; break;
+    case O_CHUNK: cfg->prefill_chunk = v; break;
+    case O_CMEM: cfg->cache_mib = v; break;
+    case O_CBLOCK: cfg->cache_block = (int)v; break;
+    case 't': a->threads = v; break;
     case O_KV:
-      if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "bf16")) {
-        fprintf(stderr, "mi-serve: --kv-type must be f32, f16 or bf16, got '%s'\n", optarg);
-        return 2;
-      }
-      a->kv_type = optarg;
+      if (cli_kv_type("mi-serve", optarg, &a->kv_type)) return 2;
       break;
     case O_PDIR: a->plugin_dir = optarg; break;
     case O_CONF: a->conf_path = optarg; break;
@@ -1939,21 +1915,11 @@ static int parse_args(int argc, char **argv, serve_args *a) {
     case O_NOMMAP: a->weights_load = MI_SESSION_WEIGHTS_READ; break;
     case 'v': a->verbose++; break;
     case 'h': usage(stdout); return 0;
-    case O_VERSION:
-      printf("mi-serve (MetaInfer) %s, plugin ABI %d.%d\n", MI_VERSION, MI_ABI_MAJOR, MI_ABI_MINOR);
-      return 0;
-    case ':':
-      fprintf(stderr, "mi-serve: option %s needs a value (see --help)\n", argv[optind - 1]);
-      return 2;
-    default:
-      fprintf(stderr, "mi-serve: unknown option %s (see --help)\n", argv[optind - 1]);
-      return 2;
+    default: return cli_other_option("mi-serve", c, c == O_VERSION, argv);
     }
   }
-  if (optind < argc) {
-    fprintf(stderr, "mi-serve: unexpected argument '%s' (see --help)\n", argv[optind]);
-    return 2;
-  }
+  int rc = cli_no_operands("mi-serve", argc, argv);
+  if (rc >= 0) return rc;
   if (!a->model_dir) {
     fprintf(stderr, "mi-serve: no model: give -m MODEL_DIR (see --help)\n");
     return 2;
@@ -1980,23 +1946,20 @@ static int start_listening(struct MHD_Daemon **d) {
   memset(&ss, 0, sizeof ss);
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                    MHD_USE_ITC | MHD_USE_ERROR_LOG;
-  if (strchr(cfg->host, ':')) {
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+  struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+  struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+  const int v6 = strchr(cfg->host, ':') != NULL;
+  if (v6) {
     a6->sin6_family = AF_INET6;
     a6->sin6_port = htons((uint16_t)cfg->port);
-    if (inet_pton(AF_INET6, cfg->host, &a6->sin6_addr) != 1) {
-      fprintf(stderr, "mi-serve: --host '%s' is not an IPv6 address\n", cfg->host);
-      return 2;
-    }
     flags |= MHD_USE_IPv6;
   } else {
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
     a4->sin_family = AF_INET;
     a4->sin_port = htons((uint16_t)cfg->port);
-    if (inet_pton(AF_INET, cfg->host, &a4->sin_addr) != 1) {
-      fprintf(stderr, "mi-serve: --host '%s' is not an IPv4 address\n", cfg->host);
-      return 2;
-    }
+  }
+  if (inet_pton(v6 ? AF_INET6 : AF_INET, cfg->host, v6 ? (void *)&a6->sin6_addr : (void *)&a4->sin_addr) != 1) {
+    fprintf(stderr, "mi-serve: --host '%s' is not an IPv%d address\n", cfg->host, v6 ? 6 : 4);
+    return 2;
   }
   *d = MHD_start_daemon(
       flags, (uint16_t)cfg->port, NULL, NULL, answer, NULL, MHD_OPTION_SOCK_ADDR,
@@ -2015,16 +1978,8 @@ static int start_listening(struct MHD_Daemon **d) {
 /* The plugins into *reg; NULL after a line on stderr. */
 static mi_registry *load_plugins(serve_args *a) {
   char err[2048] = "";
-  mi_kv extra[1];
-  size_t n_extra = 0;
-  if (a->threads > 0) {
-    snprintf(a->tbuf, sizeof a->tbuf, "%ld", a->threads);
-    extra[n_extra++] = (mi_kv){"threads", a->tbuf};
-  }
-  mi_loader_opts lopts = {.plugin_dir = a->plugin_dir, .conf_path = a->conf_path, .exe_path = NULL,
-                          .extra_opts = extra, .n_extra_opts = n_extra};
-  int fatal = 0;
-  mi_registry *reg = mi_registry_load(&lopts, &fatal, err, sizeof err);
+  int fatal;
+  mi_registry *reg = cli_load_registry(a->plugin_dir, a->conf_path, a->threads, a->tbuf, &fatal, err, sizeof err);
   if (!reg || fatal) {
     fprintf(stderr, "mi-serve: %s\n", reg ? err : "out of memory loading plugins");
     mi_registry_free(reg);
@@ -2039,13 +1994,7 @@ static int open_model(serve_args *a, mi_registry *reg) {
   serve_cfg *cfg = &S.cfg;
   char err[2048] = "";
   mi_kv mopts[2];
-  size_t n_mopts = 0;
-  if (a->kv_type) mopts[n_mopts++] = (mi_kv){"kv_type", a->kv_type};
-  if (a->batch > 0) {
-    snprintf(a->bbuf, sizeof a->bbuf, "%ld", a->batch);
-    mopts[n_mopts++] = (mi_kv){"batch", a->bbuf};
-  }
-  mi_options model_opts = {mopts, n_mopts};
+  mi_options model_opts = cli_model_opts(mopts, a->kv_type, a->batch, a->bbuf);
   mi_session_opts eo = {.model_dir = a->model_dir, .platform = a->platform, .model_opts = &model_opts,
                         .tp_rank = 0, .tp_size = 1, .weights = a->weights_load};
   if (mi_session_open(reg, &eo, &S.eng, err, sizeof err) != 0) {

@@ -26,6 +26,8 @@ static int has_dir(const char *d, const char *sub) {
   return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+static int has_models(const char *d) { return has_dir(d, "models"); }
+
 const char *mi_gguf_ckb_dir(char *buf, size_t n) {
   const char *env = getenv("MI_CKB_DIR");
   if (env && *env) {
@@ -36,20 +38,8 @@ const char *mi_gguf_ckb_dir(char *buf, size_t n) {
     snprintf(buf, n, "ckb");
     return buf;
   }
-  char exe[4096];
-  ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (l > 0) {
-    exe[l] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) {
-      *slash = 0;
-      const char *rel[] = {"../share/metainfer/ckb", "../../ckb"};
-      for (int i = 0; i < 2; i++) {
-        snprintf(buf, n, "%s/%s", exe, rel[i]);
-        if (has_dir(buf, "models")) return buf;
-      }
-    }
-  }
+  const char *const rel[] = {"../share/metainfer/ckb", "../../ckb"};
+  if (mi_exe_rel_dir(NULL, rel, 2, has_models, buf, n)) return buf;
   snprintf(buf, n,
            "no CKB folder found (tried $MI_CKB_DIR, ./ckb, <exe>/../share/metainfer/ckb, "
            "<exe>/../../ckb)");

@@ -72,6 +72,22 @@ static int better(const float *v, int32_t a, int32_t b) {
   return v[a] > v[b] || (v[a] == v[b] && a < b);
 }
 
+/* Restores the min-heap (the worst id on top) of out[size] after its top
+ * was replaced. */
+static void sift_down(const float *v, int32_t *out, int size) {
+  int c = 0;
+  for (;;) {
+    int l = 2 * c + 1, r = l + 1, w = c;
+    if (l < size && better(v, out[w], out[l])) w = l;
+    if (r < size && better(v, out[w], out[r])) w = r;
+    if (w == c) break;
+    int32_t t = out[c];
+    out[c] = out[w];
+    out[w] = t;
+    c = w;
+  }
+}
+
 /* The k best ids of v[n] into out[k], best first: a min-heap of size k,
  * then a sort. O(n log k). */
 static void select_topk(const float *v, int64_t n, int k, int32_t *out) {
@@ -88,17 +104,7 @@ static void select_topk(const float *v, int64_t n, int k, int32_t *out) {
       }
     } else if (better(v, i, out[0])) {
       out[0] = i;
-      int c = 0;
-      for (;;) { /* sift down */
-        int l = 2 * c + 1, r = l + 1, w = c;
-        if (l < size && better(v, out[w], out[l])) w = l;
-        if (r < size && better(v, out[w], out[r])) w = r;
-        if (w == c) break;
-        int32_t t = out[c];
-        out[c] = out[w];
-        out[w] = t;
-        c = w;
-      }
+      sift_down(v, out, size);
     }
   }
   /* heap-sort in place: repeatedly move the worst to the end */
@@ -106,17 +112,7 @@ static void select_topk(const float *v, int64_t n, int k, int32_t *out) {
     int32_t t = out[0];
     out[0] = out[end];
     out[end] = t;
-    int c = 0;
-    for (;;) {
-      int l = 2 * c + 1, r = l + 1, w = c;
-      if (l < end && better(v, out[w], out[l])) w = l;
-      if (r < end && better(v, out[w], out[r])) w = r;
-      if (w == c) break;
-      int32_t u = out[c];
-      out[c] = out[w];
-      out[w] = u;
-      c = w;
-    }
+    sift_down(v, out, end);
   }
 }
 

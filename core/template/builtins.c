@@ -117,13 +117,7 @@ static jv *replace(jrender *r, const jnode *at, jv *s, jv *old, jv *new, long lo
         jb_put(&b, s->s.s + i++, 1);
     }
   }
-  if (b.over) {
-    free(b.p);
-    return jfail(r, at, "output limit: a string over %zu bytes", r->lim->max_output);
-  }
-  jv *o = jv_str(r, b.p ? b.p : "", b.n);
-  free(b.p);
-  return o;
+  return jbuf_str(r, at, &b, 0);
 }
 static jv *split(jrender *r, jv *s, jv *sep, long long maxsplit) {
   jv *parts[1];
@@ -513,34 +507,11 @@ static int test_named(jrender *r, const jnode *at, const char *name, size_t nn, 
   return 0;
 }
 
-static int eval_list(jrender *r, jframe *f, const jnlist *l, jv ***a, size_t *na, jstr **kwn,
-                     jv ***kwv, size_t *nk) {
-  *na = *nk = 0;
-  *a = ja_alloc(&r->a, (l->n + 1) * sizeof **a);
-  *kwv = ja_alloc(&r->a, (l->n + 1) * sizeof **kwv);
-  *kwn = ja_alloc(&r->a, (l->n + 1) * sizeof **kwn);
-  if (!*a || !*kwv || !*kwn) {
-    jfail(r, NULL, "memory limit");
-    return -1;
-  }
-  for (size_t i = 0; i < l->n; i++) {
-    const jnode *e = l->v[i];
-    jv *v = jeval(r, f, e->t == E_KW ? e->a : e);
-    if (!v) return -1;
-    if (e->t == E_KW) {
-      (*kwn)[*nk] = e->s;
-      (*kwv)[(*nk)++] = v;
-    } else
-      (*a)[(*na)++] = v;
-  }
-  return 0;
-}
-
 jv *jb_test(jrender *r, jframe *f, const jnode *n, jv *x) {
   jv **a, **kwv;
   jstr *kwn;
   size_t na, nk;
-  if (eval_list(r, f, &n->args, &a, &na, &kwn, &kwv, &nk)) return NULL;
+  if (jeval_args(r, f, &n->args, &a, &na, &kwn, &kwv, &nk)) return NULL;
   int out = 0;
   if (test_named(r, n, n->s.s, n->s.n, x, a, na, &out)) return NULL;
   return out ? &jv_true : &jv_false;
@@ -573,29 +544,9 @@ static jv *attr_path(jrender *r, jv *item, jv *path) {
 }
 
 static jv *need_list(jrender *r, const jnode *n, jv *x) {
-  if (x->t == V_LIST) return x;
-  if (x->t == V_DICT) { /* iterate keys */
-    jv *l = jv_list(r, x->d.n);
-    if (!l) return NULL;
-    for (size_t i = 0; i < x->d.n; i++)
-      if (!(l->l.a[i] = jv_str(r, x->d.k[i].s, x->d.k[i].n))) return NULL;
-    return l;
-  }
-  if (x->t == V_STR) {
-    jv *l = jv_list(r, x->s.n);
-    size_t k = 0;
-    if (!l) return NULL;
-    for (size_t i = 0; i < x->s.n;) {
-      size_t j = i + 1;
-      while (j < x->s.n && ((unsigned char)x->s.s[j] & 0xC0) == 0x80)
-        j++;
-      if (!(l->l.a[k++] = jv_str(r, x->s.s + i, j - i))) return NULL;
-      i = j;
-    }
-    l->l.n = k;
-    return l;
-  }
-  return jfail(r, n, "filter '%.*s' needs a list, got %s", (int)n->s.n, n->s.s, jv_type_name(x));
+  int other = 0;
+  jv *l = jlist_of(r, x, 0, &other); /* a dict gives its keys */
+  return other ? jfail(r, n, "filter '%.*s' needs a list, got %s", (int)n->s.n, n->s.s, jv_type_name(x)) : l;
 }
 
 static jv *to_string(jrender *r, const jnode *n, jv *x) {
@@ -603,13 +554,7 @@ static jv *to_string(jrender *r, const jnode *n, jv *x) {
   if (x->t == V_NONE) return jv_strc(r, "None");
   if (x->t == V_BOOL) return jv_strc(r, x->b ? "True" : "False");
   jbuf b = {.max = r->lim->max_output};
-  if (jv_to_text(r, x, &b) || b.over) {
-    free(b.p);
-    return r->failed ? NULL : jfail(r, n, "output limit");
-  }
-  jv *s = jv_str(r, b.p ? b.p : "", b.n);
-  free(b.p);
-  return s;
+  return jbuf_str(r, n, &b, jv_to_text(r, x, &b));
 }
 
 /* A filter call's arguments: positional a[na], keywords kwn[i]=kwv[i]. */
@@ -653,14 +598,7 @@ static jv *f_tojson(jrender *r, const jnode *n, jv *x, const fargs *fa) {
   jbuf b = {.max = r->lim->max_output};
   int rc = jv_to_json(r, x, &b, ind && ind->t == V_INT ? (int)ind->i : -1, ea && jv_truthy(ea),
                       sk && jv_truthy(sk), 0);
-  if (rc || b.over) {
-    free(b.p);
-    return r->failed ? NULL
-                     : jfail(r, n, "output limit: a string over %zu bytes", r->lim->max_output);
-  }
-  jv *s = jv_str(r, b.p ? b.p : "", b.n);
-  free(b.p);
-  return s;
+  return jbuf_str(r, n, &b, rc);
 }
 
 static jv *f_length(jrender *r, const jnode *n, jv *x) {
@@ -939,7 +877,7 @@ static jv *simple_filter(jrender *r, const jnode *n, jv *x, const fargs *fa, int
 
 jv *jb_filter(jrender *r, jframe *f, const jnode *n, jv *x) {
   fargs fa;
-  if (eval_list(r, f, &n->args, &fa.a, &fa.na, &fa.kwn, &fa.kwv, &fa.nk)) return NULL;
+  if (jeval_args(r, f, &n->args, &fa.a, &fa.na, &fa.kwn, &fa.kwv, &fa.nk)) return NULL;
   const char *nm = n->s.s;
   size_t nn = n->s.n;
 #define F(w) eq(nm, nn, w)

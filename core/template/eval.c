@@ -16,19 +16,10 @@ static const mi_jinja_limits default_limits = {
 };
 
 void *jfail(jrender *r, const jnode *n, const char *fmt, ...) {
-  if (r->failed) return NULL;
-  r->failed = 1;
-  char msg[400];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  jerr_v(&r->failed, r->err, sizeof r->err, n ? n->line : -1, n ? n->col : -1, fmt, ap);
   va_end(ap);
-  for (char *c = msg; *c; c++)
-    if (*c == '\n' || *c == '\r') *c = ' ';
-  if (n)
-    snprintf(r->err, sizeof r->err, "line %d col %d: %s", n->line, n->col, msg);
-  else
-    snprintf(r->err, sizeof r->err, "%s", msg);
   return NULL;
 }
 
@@ -119,17 +110,21 @@ static int as_num(const jv *v, double *d, int *is_int, long long *i) {
   return 0;
 }
 
-static jv *text_of(jrender *r, const jnode *at, jv *v) {
-  if (v->t == V_STR) return v;
-  jbuf b = {.max = r->lim->max_output};
-  if (jv_to_text(r, v, &b) || b.over) {
-    free(b.p);
+jv *jbuf_str(jrender *r, const jnode *at, jbuf *b, int rc) {
+  if (rc || b->over) {
+    free(b->p);
     return r->failed ? NULL
                      : jfail(r, at, "output limit: a string over %zu bytes", r->lim->max_output);
   }
-  jv *s = jv_str(r, b.p ? b.p : "", b.n);
-  free(b.p);
+  jv *s = jv_str(r, b->p ? b->p : "", b->n);
+  free(b->p);
   return s;
+}
+
+static jv *text_of(jrender *r, const jnode *at, jv *v) {
+  if (v->t == V_STR) return v;
+  jbuf b = {.max = r->lim->max_output};
+  return jbuf_str(r, at, &b, jv_to_text(r, v, &b));
 }
 
 static jv *concat(jrender *r, const jnode *at, jv *a, jv *b) {
@@ -337,6 +332,18 @@ static int slice_arg(jrender *r, const jnode *n, jframe *f, const jnode *e, long
   return 0;
 }
 
+/* One end of a slice over len items as Python's slice.indices places it
+ * (dflt when not given). */
+static long long slice_index(long long v, int given, long long len, long long stp, long long dflt) {
+  if (!given) return dflt;
+  if (v < 0) {
+    v += len;
+    if (v < 0) v = stp < 0 ? -1 : 0;
+  } else if (v >= len)
+    v = stp < 0 ? len - 1 : len;
+  return v;
+}
+
 static jv *slice_of(jrender *r, jframe *f, const jnode *n, jv *o) {
   long long st = 0, sp = 0, stp = 1;
   int hs, hp, hstp;
@@ -346,23 +353,8 @@ static jv *slice_of(jrender *r, jframe *f, const jnode *n, jv *o) {
   if (stp == 0) return jfail(r, n, "slice step cannot be zero");
   if (o->t != V_LIST && o->t != V_STR) return jfail(r, n, "cannot slice a %s", jv_type_name(o));
   long long len = o->t == V_LIST ? (long long)o->l.n : (long long)cp_count(&o->s);
-  /* Python's slice.indices */
-  if (hs) {
-    if (st < 0) {
-      st += len;
-      if (st < 0) st = stp < 0 ? -1 : 0;
-    } else if (st >= len)
-      st = stp < 0 ? len - 1 : len;
-  } else
-    st = stp < 0 ? len - 1 : 0;
-  if (hp) {
-    if (sp < 0) {
-      sp += len;
-      if (sp < 0) sp = stp < 0 ? -1 : 0;
-    } else if (sp >= len)
-      sp = stp < 0 ? len - 1 : len;
-  } else
-    sp = stp < 0 ? -1 : len;
+  st = slice_index(st, hs, len, stp, stp < 0 ? len - 1 : 0);
+  sp = slice_index(sp, hp, len, stp, stp < 0 ? -1 : len);
   size_t cnt = 0;
   if (stp > 0 && sp > st) cnt = (size_t)((sp - st + stp - 1) / stp);
   if (stp < 0 && st > sp) cnt = (size_t)((st - sp - stp - 1) / -stp);
@@ -391,8 +383,8 @@ static jv *slice_of(jrender *r, jframe *f, const jnode *n, jv *o) {
 }
 
 /* evaluate call arguments: positional and keyword */
-static int eval_args(jrender *r, jframe *f, const jnlist *args, jv ***pos, size_t *np, jstr **kwn,
-                     jv ***kwv, size_t *nk) {
+int jeval_args(jrender *r, jframe *f, const jnlist *args, jv ***pos, size_t *np, jstr **kwn,
+               jv ***kwv, size_t *nk) {
   *np = *nk = 0;
   *pos = ja_alloc(&r->a, (args->n + 1) * sizeof **pos);
   *kwv = ja_alloc(&r->a, (args->n + 1) * sizeof **kwv);
@@ -497,8 +489,9 @@ jv *jeval(jrender *r, jframe *f, const jnode *n) {
     if (!v) FAILPOS(r, n);
     return v;
   case E_INDEX:
+  case E_BIN:
     if (!(a = jeval(r, f, n->a)) || !(b = jeval(r, f, n->b))) return NULL;
-    v = index_of(r, n, a, b);
+    v = n->t == E_INDEX ? index_of(r, n, a, b) : binary(r, n, a, b);
     if (!v) FAILPOS(r, n);
     return v;
   case E_SLICE:
@@ -510,7 +503,7 @@ jv *jeval(jrender *r, jframe *f, const jnode *n) {
     jv **pos, **kwv;
     jstr *kwn;
     size_t np, nk;
-    if (eval_args(r, f, &n->args, &pos, &np, &kwn, &kwv, &nk)) return NULL;
+    if (jeval_args(r, f, &n->args, &pos, &np, &kwn, &kwv, &nk)) return NULL;
     if (fn->t == V_MACRO)
       v = jcall_macro(r, n, fn, pos, np, kwn, kwv, nk);
     else if (fn->t == V_FUNC)
@@ -537,11 +530,6 @@ jv *jeval(jrender *r, jframe *f, const jnode *n) {
       return NULL;
     }
     return (jv_truthy(v) ^ n->op) ? &jv_true : &jv_false;
-  case E_BIN:
-    if (!(a = jeval(r, f, n->a)) || !(b = jeval(r, f, n->b))) return NULL;
-    v = binary(r, n, a, b);
-    if (!v) FAILPOS(r, n);
-    return v;
   case E_NOT:
     if (!(a = jeval(r, f, n->a))) return NULL;
     return jv_truthy(a) ? &jv_false : &jv_true;
@@ -581,6 +569,18 @@ static int emit(jrender *r, const jnode *n, jv *v) {
   return 0;
 }
 
+/* A list's items into the names t->args lists, one each; `what` names
+ * them in the error. */
+static int unpack(jrender *r, jframe *f, const jnode *t, jv *v, const char *what) {
+  if (v->t != V_LIST || v->l.n != t->args.n) {
+    jfail(r, t, "cannot unpack a %s into %zu %s", jv_type_name(v), t->args.n, what);
+    return -1;
+  }
+  for (size_t i = 0; i < t->args.n; i++)
+    if (fset(r, f, t->args.v[i]->s, v->l.a[i])) return -1;
+  return 0;
+}
+
 static int assign(jrender *r, jframe *f, const jnode *t, jv *v) {
   if (t->t == E_NAME) return fset(r, f, t->s, v);
   if (t->t == E_ATTR) {
@@ -591,51 +591,45 @@ static int assign(jrender *r, jframe *f, const jnode *t, jv *v) {
     }
     return jv_dict_set(r, o, t->s.s, t->s.n, v);
   }
-  /* tuple */
-  if (v->t != V_LIST || v->l.n != t->args.n) {
-    jfail(r, t, "cannot unpack a %s into %zu names", jv_type_name(v), t->args.n);
-    return -1;
-  }
-  for (size_t i = 0; i < t->args.n; i++)
-    if (fset(r, f, t->args.v[i]->s, v->l.a[i])) return -1;
-  return 0;
+  return unpack(r, f, t, v, "names"); /* tuple */
 }
 
-static jv *iterable(jrender *r, const jnode *n, jv *it) {
-  if (it->t == V_LIST) return it;
-  if (it->t == V_DICT || it->t == V_NS) {
-    jv *l = jv_list(r, it->d.n);
+jv *jlist_of(jrender *r, jv *x, int ns, int *other) {
+  *other = 0;
+  if (x->t == V_LIST) return x;
+  if (x->t == V_DICT || (ns && x->t == V_NS)) {
+    jv *l = jv_list(r, x->d.n);
     if (!l) return NULL;
-    for (size_t i = 0; i < it->d.n; i++)
-      if (!(l->l.a[i] = jv_str(r, it->d.k[i].s, it->d.k[i].n))) return NULL;
+    for (size_t i = 0; i < x->d.n; i++)
+      if (!(l->l.a[i] = jv_str(r, x->d.k[i].s, x->d.k[i].n))) return NULL;
     return l;
   }
-  if (it->t == V_STR) {
-    size_t cnt = cp_count(&it->s);
-    jv *l = jv_list(r, cnt);
+  if (x->t == V_STR) {
+    jv *l = jv_list(r, cp_count(&x->s));
     if (!l) return NULL;
     size_t k = 0;
-    for (size_t i = 0; i < it->s.n;) {
+    for (size_t i = 0; i < x->s.n;) {
       size_t j = i + 1;
-      while (j < it->s.n && ((unsigned char)it->s.s[j] & 0xC0) == 0x80)
+      while (j < x->s.n && ((unsigned char)x->s.s[j] & 0xC0) == 0x80)
         j++;
-      if (!(l->l.a[k++] = jv_str(r, it->s.s + i, j - i))) return NULL;
+      if (!(l->l.a[k++] = jv_str(r, x->s.s + i, j - i))) return NULL;
       i = j;
     }
     return l;
   }
-  return jfail(r, n, "cannot loop over a %s", jv_type_name(it));
+  *other = 1;
+  return NULL;
+}
+
+static jv *iterable(jrender *r, const jnode *n, jv *it) {
+  int other = 0;
+  jv *l = jlist_of(r, it, 1, &other); /* a dict or namespace gives its keys */
+  return other ? jfail(r, n, "cannot loop over a %s", jv_type_name(it)) : l;
 }
 
 static int bind_targets(jrender *r, jframe *f, const jnode *n, jv *item) {
   if (n->args.n == 1) return fset(r, f, n->args.v[0]->s, item);
-  if (item->t != V_LIST || item->l.n != n->args.n) {
-    jfail(r, n, "cannot unpack a %s into %zu loop variables", jv_type_name(item), n->args.n);
-    return -1;
-  }
-  for (size_t i = 0; i < n->args.n; i++)
-    if (fset(r, f, n->args.v[i]->s, item->l.a[i])) return -1;
-  return 0;
+  return unpack(r, f, n, item, "loop variables");
 }
 
 static int iter_step(jrender *r, const jnode *n) {
@@ -768,7 +762,7 @@ int jexec(jrender *r, jframe *f, const jnlist *body) {
       jv **pos, **kwv;
       jstr *kwn;
       size_t np, nk;
-      if (eval_args(r, f, &c->args, &pos, &np, &kwn, &kwv, &nk)) return -1;
+      if (jeval_args(r, f, &c->args, &pos, &np, &kwn, &kwv, &nk)) return -1;
       if (!(v = jcall_macro(r, n, m2, pos, np, kwn, kwv, nk)) || emit(r, n, v)) return -1;
       break;
     }

@@ -225,9 +225,24 @@ struct jrender {
   char err[512];
   jv *caller; /* the innermost {% call %} body, for caller() */
 };
+/* The first error of a parse or a render into err[el] (later ones follow
+ * from it): "line L col C: message" (line -1: the message alone), made one
+ * line; *failed set. */
+void jerr_v(int *failed, char *err, size_t el, int line, int col, const char *fmt, va_list ap);
 /* records the first error (at node n's position); returns NULL */
 void *jfail(jrender *r, const jnode *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 jv *jeval(jrender *r, jframe *f, const jnode *n);
+/* A call's arguments evaluated: positional into pos[np], keyword into
+ * kwn/kwv[nk]; 0, or -1 after jfail. */
+int jeval_args(jrender *r, jframe *f, const jnlist *args, jv ***pos, size_t *np, jstr **kwn,
+               jv ***kwv, size_t *nk);
+/* A string value of b's text (b freed); rc != 0 or b over its limit fails
+ * the render with "output limit" (unless it failed already). */
+jv *jbuf_str(jrender *r, const jnode *at, jbuf *b, int rc);
+/* x as a list: itself, a dict's keys (a namespace's too when ns), a
+ * string's code points; NULL when out of memory, or with *other set for a
+ * value of any other type. */
+jv *jlist_of(jrender *r, jv *x, int ns, int *other);
 int jexec(jrender *r, jframe *f, const jnlist *body); /* 0, -1 error, 1 break, 2 continue */
 jv *jcall_macro(jrender *r, const jnode *at, jv *m, jv **args, size_t nargs, jstr *kwn, jv **kwv,
                 size_t nkw);

@@ -359,3 +359,14 @@ int jlex(jarena *a, const char *src, size_t len, jtok **toks, size_t *ntok, char
   *ntok = l.nt;
   return 0;
 }
+
+void jerr_v(int *failed, char *err, size_t el, int line, int col, const char *fmt, va_list ap) {
+  if (*failed) return;
+  *failed = 1;
+  char msg[400];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  for (char *c = msg; *c; c++)
+    if (*c == '\n' || *c == '\r') *c = ' ';
+  if (line >= 0) snprintf(err, el, "line %d col %d: %s", line, col, msg);
+  else snprintf(err, el, "%s", msg);
+}

@@ -23,14 +23,10 @@ typedef struct {
 
 static void *pfail(P *p, const jtok *t, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void *pfail(P *p, const jtok *t, const char *fmt, ...) {
-  if (p->failed) return NULL;
-  p->failed = 1;
-  char msg[300];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  jerr_v(&p->failed, p->err, p->el, t->line, t->col, fmt, ap);
   va_end(ap);
-  snprintf(p->err, p->el, "line %d col %d: %s", t->line, t->col, msg);
   return NULL;
 }
 

@@ -150,6 +150,18 @@ char *mi_chat_render(const mi_chat_format *f, const mi_chat_msg *msgs, size_t n,
     return b.p;
 }
 
+/* tmpl rendered with ctx, which it frees; oom: building ctx ran out of memory. */
+static char *render_ctx(const char *tmpl, json_t *ctx, int oom, char *err, size_t el) {
+    if (oom) {
+        json_decref(ctx);
+        if (err && el) snprintf(err, el, "out of memory");
+        return NULL;
+    }
+    char *s = mi_chat_render_template_ctx(tmpl, ctx, err, el);
+    json_decref(ctx);
+    return s;
+}
+
 char *mi_chat_render_template(const char *tmpl, const mi_chat_msg *msgs, size_t n,
                               const mi_chat_template_vars *v, char *err, size_t el) {
     if (err && el) err[0] = 0;
@@ -168,14 +180,7 @@ char *mi_chat_render_template(const char *tmpl, const mi_chat_msg *msgs, size_t 
               (v->bos_token && json_object_set_new(ctx, "bos_token", json_string(v->bos_token))) ||
               (v->eos_token && json_object_set_new(ctx, "eos_token", json_string(v->eos_token)));
     }
-    if (oom) {
-        json_decref(ctx);
-        if (err && el) snprintf(err, el, "out of memory");
-        return NULL;
-    }
-    char *s = mi_chat_render_template_ctx(tmpl, ctx, err, el);
-    json_decref(ctx);
-    return s;
+    return render_ctx(tmpl, ctx, oom, err, el);
 }
 
 char *mi_chat_render_template_ctx(const char *tmpl, const json_t *ctx, char *err, size_t el) {
@@ -213,13 +218,7 @@ char *mi_tokenizer_chat_render_ctx(const mi_tokenizer *tok, const json_t *ctx, c
     }
     json_t *c = json_is_object(ctx) ? json_copy((json_t *)ctx) : json_object();
     const char *bos = token_text(tok, tok->bos_id), *eos = token_text(tok, tok->eos_id);
-    if (!c || (bos && !json_object_get(c, "bos_token") && json_object_set_new(c, "bos_token", json_string(bos))) ||
-        (eos && !json_object_get(c, "eos_token") && json_object_set_new(c, "eos_token", json_string(eos)))) {
-        json_decref(c);
-        if (err && el) snprintf(err, el, "out of memory");
-        return NULL;
-    }
-    char *s = mi_chat_render_template_ctx(tmpl, c, err, el);
-    json_decref(c);
-    return s;
+    int oom = !c || (bos && !json_object_get(c, "bos_token") && json_object_set_new(c, "bos_token", json_string(bos))) ||
+              (eos && !json_object_get(c, "eos_token") && json_object_set_new(c, "eos_token", json_string(eos)));
+    return render_ctx(tmpl, c, oom, err, el);
 }

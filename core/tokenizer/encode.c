@@ -21,13 +21,21 @@ typedef struct {
     size_t n, cap;
 } ivec;
 
+/* An array v of n elements with room for one more (its capacity *cap
+ * doubled, from `first`, when full): v, the moved array, or NULL when out
+ * of memory (v left as it was). */
+static void *grow(void *v, size_t n, size_t *cap, size_t elem, size_t first) {
+    if (n < *cap) return v;
+    size_t c = *cap ? *cap * 2 : first;
+    void *p = realloc(v, c * elem);
+    if (p) *cap = c;
+    return p;
+}
+
 static int ivec_push(ivec *a, int32_t x) {
-    if (a->n == a->cap) {
-        size_t c = a->cap ? a->cap * 2 : 256;
-        int32_t *p = realloc(a->v, c * sizeof *p);
-        if (!p) return MI_TOK_ENOMEM;
-        a->v = p; a->cap = c;
-    }
+    int32_t *p = grow(a->v, a->n, &a->cap, sizeof *p, 256);
+    if (!p) return MI_TOK_ENOMEM;
+    a->v = p;
     a->v[a->n++] = x;
     return 0;
 }
@@ -59,12 +67,9 @@ static int cand_less(const cand *a, const cand *b) {
 }
 
 static int heap_push(scratch *s, cand c) {
-    if (s->nheap == s->cap_heap) {
-        size_t nc = s->cap_heap ? s->cap_heap * 2 : 64;
-        cand *p = realloc(s->heap, nc * sizeof *p);
-        if (!p) return MI_TOK_ENOMEM;
-        s->heap = p; s->cap_heap = nc;
-    }
+    cand *p = grow(s->heap, s->nheap, &s->cap_heap, sizeof *p, 64);
+    if (!p) return MI_TOK_ENOMEM;
+    s->heap = p;
     size_t i = s->nheap++;
     while (i > 0) {
         size_t up = (i - 1) / 2;

@@ -133,18 +133,30 @@ static int opt_bool(json_t *o, const char *k, int *out) {
 }
 
 /* ---- normalizer / pre-tokenizer ---- */
-static int parse_normalizer(mi_tokenizer *t, json_t *n, const char *path, char *err, size_t el, int depth) {
-    if (!n || json_is_null(n)) return 0;
-    const char *type = json_string_value(json_object_get(n, "type"));
-    if (!json_is_object(n) || !type) { set_err(err, el, path, "normalizer: expected an object with a string \"type\""); return -1; }
-    if (!strcmp(type, "NFC")) { t->nfc = 1; return 0; }
+/* One step of a normalizer or a pre_tokenizer, of the given "type". */
+typedef int (*step_fn)(mi_tokenizer *t, json_t *s, const char *type, const char *path, char *err, size_t el);
+
+/* A normalizer or a pre_tokenizer (`what`): absent or null is none; else
+ * one step, or a top-level "Sequence" of steps (listed under `list`), each
+ * read by step. */
+static int parse_steps(mi_tokenizer *t, json_t *s, const char *what, const char *list, step_fn step,
+                       const char *path, char *err, size_t el, int depth) {
+    if (!s || json_is_null(s)) return 0;
+    const char *type = json_string_value(json_object_get(s, "type"));
+    if (!json_is_object(s) || !type) { set_err(err, el, path, "%s: expected an object with a string \"type\"", what); return -1; }
     if (!strcmp(type, "Sequence") && depth == 0) {
-        json_t *arr = json_object_get(n, "normalizers");
-        if (!json_is_array(arr)) { set_err(err, el, path, "normalizer.normalizers: expected an array"); return -1; }
+        json_t *arr = json_object_get(s, list);
+        if (!json_is_array(arr)) { set_err(err, el, path, "%s.%s: expected an array", what, list); return -1; }
         size_t i; json_t *x;
-        json_array_foreach(arr, i, x) if (parse_normalizer(t, x, path, err, el, 1)) return -1;
+        json_array_foreach(arr, i, x) if (parse_steps(t, x, what, list, step, path, err, el, 1)) return -1;
         return 0;
     }
+    return step(t, s, type, path, err, el);
+}
+
+static int normalizer_step(mi_tokenizer *t, json_t *n, const char *type, const char *path, char *err, size_t el) {
+    (void)n;
+    if (!strcmp(type, "NFC")) { t->nfc = 1; return 0; }
     set_err(err, el, path, "normalizer type \"%s\" is not supported (only NFC)", type);
     return -1;
 }
@@ -169,17 +181,7 @@ static int add_split(mi_tokenizer *t, const char *pat, const char *path, char *e
     return 0;
 }
 
-static int parse_pre(mi_tokenizer *t, json_t *p, const char *path, char *err, size_t el, int depth) {
-    if (!p || json_is_null(p)) return 0;
-    const char *type = json_string_value(json_object_get(p, "type"));
-    if (!json_is_object(p) || !type) { set_err(err, el, path, "pre_tokenizer: expected an object with a string \"type\""); return -1; }
-    if (!strcmp(type, "Sequence") && depth == 0) {
-        json_t *arr = json_object_get(p, "pretokenizers");
-        if (!json_is_array(arr)) { set_err(err, el, path, "pre_tokenizer.pretokenizers: expected an array"); return -1; }
-        size_t i; json_t *x;
-        json_array_foreach(arr, i, x) if (parse_pre(t, x, path, err, el, 1)) return -1;
-        return 0;
-    }
+static int pre_step(mi_tokenizer *t, json_t *p, const char *type, const char *path, char *err, size_t el) {
     if (!strcmp(type, "Split")) {
         json_t *pat = json_object_get(p, "pattern");
         const char *re = json_string_value(json_object_get(pat, "Regex"));
@@ -469,8 +471,11 @@ static int load_merges(mi_tokenizer *t, json_t *merges, const char *path, char *
 
 /* normalizer, pre_tokenizer and decoder */
 static int load_pipeline(mi_tokenizer *t, json_t *root, const char *path, char *err, size_t el) {
-    if (parse_normalizer(t, json_object_get(root, "normalizer"), path, err, el, 0)) return -1;
-    if (parse_pre(t, json_object_get(root, "pre_tokenizer"), path, err, el, 0)) return -1;
+    if (parse_steps(t, json_object_get(root, "normalizer"), "normalizer", "normalizers", normalizer_step, path, err,
+                    el, 0) ||
+        parse_steps(t, json_object_get(root, "pre_tokenizer"), "pre_tokenizer", "pretokenizers", pre_step, path, err,
+                    el, 0))
+        return -1;
     json_t *d = json_object_get(root, "decoder");
     const char *dt = json_string_value(json_object_get(d, "type"));
     if (d && !json_is_null(d) && (!dt || strcmp(dt, "ByteLevel")))

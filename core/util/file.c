@@ -175,6 +175,36 @@ int mi_mkdir_p(const char *dir) {
   return access(tmp, W_OK);
 }
 
+const char *mi_exe_rel_dir(const char *argv0, const char *const *rel, size_t n_rel, int (*ok)(const char *dir),
+                           char *buf, size_t n) {
+  char exe[4096];
+  ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (l <= 0 && argv0) l = (ssize_t)snprintf(exe, sizeof exe, "%s", argv0);
+  if (l <= 0) return NULL;
+  exe[l < (ssize_t)sizeof exe ? l : (ssize_t)sizeof exe - 1] = 0;
+  char *slash = strrchr(exe, '/');
+  if (!slash) return NULL;
+  *slash = 0;
+  for (size_t i = 0; i < n_rel; i++) {
+    snprintf(buf, n, "%s/%s", exe, rel[i]);
+    if (ok(buf)) return buf;
+  }
+  return NULL;
+}
+
+int mi_file_copy(const char *src, const char *dst) {
+  FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
+  if (!in || !out) {
+    if (in) fclose(in);
+    return -1;
+  }
+  char buf[1 << 16];
+  size_t r;
+  while ((r = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, r, out);
+  fclose(in);
+  return fclose(out);
+}
+
 void mi_file_last_line(const char *path, char *out, size_t n) {
   out[0] = 0;
   FILE *f = fopen(path, "re");

@@ -60,6 +60,16 @@ int mi_file_inside(const char *path, const char *dir);
  * parent, is something else). */
 int mi_mkdir_p(const char *dir);
 
+/* The first folder of rel[] (paths relative to the folder of the running
+ * executable: /proc/self/exe, else argv0 when not NULL) for which ok(dir)
+ * holds, in buf; NULL when none does. */
+const char *mi_exe_rel_dir(const char *argv0, const char *const *rel, size_t n_rel,
+                           int (*ok)(const char *dir), char *buf, size_t n);
+
+/* Copies src to dst (created or truncated) byte for byte; 0, or -1 when
+ * either cannot be opened, else fclose(dst)'s result. */
+int mi_file_copy(const char *src, const char *dst);
+
 /* The last non-empty line of a text file (a child's log), without its
  * newline, into out[n]; "" when there is none or it cannot be read. */
 void mi_file_last_line(const char *path, char *out, size_t n);

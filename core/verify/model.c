@@ -173,6 +173,28 @@ mi_session *vf_open_engine(mi_registry *reg, const char *model_dir, char *err, s
   return e;
 }
 
+mi_session *vf_child_engine(const vf_stage_opts *o, const char *workdir, const char *model_dir, int fd,
+                            mi_registry **reg) {
+  char err[2048] = "", msg[2600];
+  *reg = vf_open_registry(o, workdir, err, sizeof err);
+  mi_session *e = *reg ? vf_open_engine(*reg, model_dir, err, sizeof err) : NULL;
+  if (!e) {
+    snprintf(msg, sizeof msg, "the engine cannot load %s: %s", model_dir, err);
+    vf_rec_write(fd, VF_REC_FAIL, 0, 0, msg, NULL, 0);
+    if (*reg) mi_registry_free(*reg);
+    *reg = NULL;
+  }
+  return e;
+}
+
+void vf_greedy_gen_params(mi_gen_params *gp, int n_predict) {
+  memset(gp, 0, sizeof *gp);
+  mi_sampler_defaults(&gp->sampling);
+  gp->sampling.temp = 0;
+  gp->n_predict = n_predict;
+  gp->ignore_eos = 1;
+}
+
 /* ---------- the model under test loaded from another folder ---------- */
 
 /* What mi_session_open does for the weights, with the engine's plugins, and
@@ -323,26 +345,44 @@ static void from_f64(int dtype, unsigned char *p, double v) {
   }
 }
 
-int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t seed,
-                   unsigned char **saved, char *err, size_t err_len) {
+/* The bytes of a tensor to edit in place (malloc'd), its file open in *fd
+ * to write them back with tensor_write; NULL with why. */
+static unsigned char *tensor_read(const vf_tensor_loc *t, int *fd, char *err, size_t err_len) {
   if (t->dtype != MI_DTYPE_BF16 && t->dtype != MI_DTYPE_F16 && t->dtype != MI_DTYPE_F32) {
     snprintf(err, err_len, "%s: tensor dtype %d cannot be edited", t->file, t->dtype);
-    return -1;
+    return NULL;
   }
-  size_t es = t->dtype == MI_DTYPE_F32 ? 4 : 2, n = t->nbytes / es;
   unsigned char *b = malloc(t->nbytes ? t->nbytes : 1);
-  int fd = open(t->file, O_RDWR | O_CLOEXEC);
-  if (!b || fd < 0 || pread(fd, b, t->nbytes, (off_t)t->offset) != (ssize_t)t->nbytes) {
+  *fd = open(t->file, O_RDWR | O_CLOEXEC);
+  if (!b || *fd < 0 || pread(*fd, b, t->nbytes, (off_t)t->offset) != (ssize_t)t->nbytes) {
     snprintf(err, err_len, "%s: cannot read a tensor at offset %llu", t->file,
              (unsigned long long)t->offset);
     free(b);
-    if (fd >= 0) close(fd);
-    return -1;
+    if (*fd >= 0) close(*fd);
+    return NULL;
   }
+  return b;
+}
+
+/* tensor_read's bytes written back, fd closed and b freed; 0 or -1 with why. */
+static int tensor_write(const vf_tensor_loc *t, int fd, unsigned char *b, char *err, size_t err_len) {
+  int rc = pwrite(fd, b, t->nbytes, (off_t)t->offset) == (ssize_t)t->nbytes ? 0 : -1;
+  if (rc) snprintf(err, err_len, "%s: cannot write a tensor: %s", t->file, strerror(errno));
+  close(fd);
+  free(b);
+  return rc;
+}
+
+int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t seed,
+                   unsigned char **saved, char *err, size_t err_len) {
+  int fd;
+  unsigned char *b = tensor_read(t, &fd, err, err_len);
+  if (!b) return -1;
   if (saved) {
     *saved = malloc(t->nbytes ? t->nbytes : 1);
     if (*saved) memcpy(*saved, b, t->nbytes);
   }
+  size_t es = t->dtype == MI_DTYPE_F32 ? 4 : 2, n = t->nbytes / es;
   uint64_t x = seed | 1;
   for (size_t i = 0; i < n; i++) {
     x ^= x << 13;
@@ -353,28 +393,16 @@ int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t 
     /* Noise proportional to the value and an absolute part, so zeros move too. */
     from_f64(t->dtype, b + i * es, v * scale * (1 + noise * u) + noise * 0.05 * u);
   }
-  int rc = pwrite(fd, b, t->nbytes, (off_t)t->offset) == (ssize_t)t->nbytes ? 0 : -1;
-  if (rc) snprintf(err, err_len, "%s: cannot write a tensor: %s", t->file, strerror(errno));
-  close(fd);
-  free(b);
-  return rc;
+  return tensor_write(t, fd, b, err, err_len);
 }
 
 int vf_tensor_affine(const vf_tensor_loc *t, double scale, double add, char *err, size_t err_len) {
-  if (t->dtype != MI_DTYPE_BF16 && t->dtype != MI_DTYPE_F16 && t->dtype != MI_DTYPE_F32) {
-    snprintf(err, err_len, "%s: tensor dtype %d cannot be edited", t->file, t->dtype);
-    return -1;
-  }
+  int fd;
+  unsigned char *b = tensor_read(t, &fd, err, err_len);
+  if (!b) return -1;
   size_t es = t->dtype == MI_DTYPE_F32 ? 4 : 2, n = t->nbytes / es;
-  unsigned char *b = malloc(t->nbytes ? t->nbytes : 1);
-  int fd = open(t->file, O_RDWR | O_CLOEXEC);
-  int rc = b && fd >= 0 && pread(fd, b, t->nbytes, (off_t)t->offset) == (ssize_t)t->nbytes ? 0 : -1;
-  for (size_t i = 0; rc == 0 && i < n; i++) from_f64(t->dtype, b + i * es, to_f64(t->dtype, b + i * es) * scale + add);
-  if (rc == 0 && pwrite(fd, b, t->nbytes, (off_t)t->offset) != (ssize_t)t->nbytes) rc = -1;
-  if (rc) snprintf(err, err_len, "%s: cannot rewrite a tensor at offset %llu", t->file, (unsigned long long)t->offset);
-  if (fd >= 0) close(fd);
-  free(b);
-  return rc;
+  for (size_t i = 0; i < n; i++) from_f64(t->dtype, b + i * es, to_f64(t->dtype, b + i * es) * scale + add);
+  return tensor_write(t, fd, b, err, err_len);
 }
 
 int vf_tensor_restore(const vf_tensor_loc *t, const unsigned char *saved) {
@@ -421,19 +449,10 @@ json_t *vf_run_unit(const vf_stage_opts *o, const char *kind, const char *id, co
 
 void vf_case_end(int fd, const char *name, int index, int pass, double max_err, json_t *extra,
                  const char *fmt, ...) {
-  json_t *ev = json_pack("{s:s, s:s, s:i, s:s, s:f}", "event", "case_end", "case", name, "index",
-                         index, "verdict", pass ? "PASS" : "FAIL", "max_rel_err",
-                         isfinite(max_err) ? max_err : 1e300);
-  if (extra) json_object_update(ev, extra);
-  json_decref(extra);
-  if (fmt) {
-    char msg[1200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    json_object_set_new(ev, pass ? "note" : "message", json_string(msg));
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  json_t *ev = vf_case_end_event(name, index, pass, max_err, extra, fmt, ap);
+  va_end(ap);
   vf_emit(fd, ev);
 }
 

@@ -24,21 +24,39 @@ void vf_ev_start(json_t *ev, const char *name, int index, const char *where) {
                                       index, "where", where ? where : name));
 }
 
-void vf_ev_end(json_t *ev, const char *name, int index, int pass, double max_err, json_t *extra,
-               const char *fmt, ...) {
+json_t *vf_case_end_event(const char *name, int index, int pass, double max_err, json_t *extra, const char *fmt,
+                          va_list ap) {
   json_t *e = json_pack("{s:s, s:s, s:i, s:s, s:f}", "event", "case_end", "case", name, "index", index,
                         "verdict", pass ? "PASS" : "FAIL", "max_rel_err", isfinite(max_err) ? max_err : 1e300);
   if (extra) json_object_update(e, extra);
   json_decref(extra);
   if (fmt) {
     char msg[1200];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     json_object_set_new(e, pass ? "note" : "message", json_string(msg));
   }
-  json_array_append_new(ev, e);
+  return e;
+}
+
+void vf_ev_end(json_t *ev, const char *name, int index, int pass, double max_err, json_t *extra,
+               const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  json_array_append_new(ev, vf_case_end_event(name, index, pass, max_err, extra, fmt, ap));
+  va_end(ap);
+}
+
+int vf_ev_engine_load(json_t *ev, const vf_rec *slot0, const char *model_dir) {
+  if (!slot0->type) {
+    vf_ev_start(ev, "engine_load", 0, model_dir);
+    return 0;
+  }
+  if (slot0->type == VF_REC_FAIL) {
+    vf_ev_end(ev, "engine_load", 0, 0, 0, NULL, "%s", slot0->msg);
+    return 0;
+  }
+  vf_ev_end(ev, "engine_load", 0, 1, 0, NULL, NULL);
+  return 1;
 }
 
 void vf_ev_error(json_t *ev, const char *fmt, ...) {

@@ -131,15 +131,9 @@ static float *logits_from(const mi_session *e, const char *dir, const int32_t *i
 static int readback_child(void *arg, int fd) {
   rb_job *j = arg;
   char err[2048] = "", copy[4200];
-  mi_registry *reg = vf_open_registry(j->o, j->workdir, err, sizeof err);
-  mi_session *e = reg ? vf_open_engine(reg, j->model_dir, err, sizeof err) : NULL;
-  if (!e) {
-    char m[2600];
-    snprintf(m, sizeof m, "the engine cannot load %s: %s", j->model_dir, err);
-    vf_rec_write(fd, VF_REC_FAIL, 0, 0, m, NULL, 0);
-    if (reg) mi_registry_free(reg);
-    return 1;
-  }
+  mi_registry *reg;
+  mi_session *e = vf_child_engine(j->o, j->workdir, j->model_dir, fd, &reg);
+  if (!e) return 1;
   const int64_t V = e->info.vocab_size;
   int32_t ids[S3_PROMPT], tok;
   vf_random_prompt(j->o->seed ^ 0x53334, ids, S3_PROMPT, 0, V);

@@ -118,11 +118,7 @@ static void child_case(int fd, mi_session *e, int slot, json_t *gc, int K) {
   gen_rec g = {0, ns, K, malloc(ns * sizeof(int32_t)), malloc((size_t)ns * K * sizeof(int32_t)),
                malloc((size_t)ns * K * sizeof(double)), malloc(ns * sizeof(double))};
   mi_gen_params gp;
-  memset(&gp, 0, sizeof gp);
-  mi_sampler_defaults(&gp.sampling);
-  gp.sampling.temp = 0;
-  gp.n_predict = ns;
-  gp.ignore_eos = 1;
+  vf_greedy_gen_params(&gp, ns);
   gp.top_logprobs = K;
   mi_gen_stats st;
   memset(&st, 0, sizeof st);
@@ -148,15 +144,9 @@ static void child_case(int fd, mi_session *e, int slot, json_t *gc, int K) {
 
 static int goldens_child(void *arg, int fd) {
   s4_job *j = arg;
-  char err[2048] = "", msg[2600];
-  mi_registry *reg = vf_open_registry(j->o, j->workdir, err, sizeof err);
-  mi_session *e = reg ? vf_open_engine(reg, j->o->model_dir, err, sizeof err) : NULL;
-  if (!e) {
-    snprintf(msg, sizeof msg, "the engine cannot load %s: %s", j->o->model_dir, err);
-    vf_rec_write(fd, VF_REC_FAIL, 0, 0, msg, NULL, 0);
-    if (reg) mi_registry_free(reg);
-    return 1;
-  }
+  mi_registry *reg;
+  mi_session *e = vf_child_engine(j->o, j->workdir, j->o->model_dir, fd, &reg);
+  if (!e) return 1;
   vf_rec_write(fd, VF_REC_OUT, 0, 0, NULL, NULL, 0);
   int K = (int)json_integer_value(json_object_get(j->gold, "top_k"));
   size_t ci;
@@ -285,16 +275,9 @@ static json_t *goldens_judge(void *arg, const vf_child_result *r) {
   json_t *ev = json_array(), *cases = json_object_get(j->gold, "cases");
   int nc = (int)json_array_size(cases), K = (int)json_integer_value(json_object_get(j->gold, "top_k"));
   vf_rec *sl = calloc((size_t)nc + 1, sizeof *sl);
-  if (!sl || vf_raw_read(r, "stage 4 (end to end)", nc + 1, sl, ev) < 0) goto done;
-  if (!sl[0].type) {
-    vf_ev_start(ev, "engine_load", 0, j->o->model_dir);
+  if (!sl || vf_raw_read(r, "stage 4 (end to end)", nc + 1, sl, ev) < 0 ||
+      !vf_ev_engine_load(ev, &sl[0], j->o->model_dir))
     goto done;
-  }
-  if (sl[0].type == VF_REC_FAIL) {
-    vf_ev_end(ev, "engine_load", 0, 0, 0, NULL, "%s", sl[0].msg);
-    goto done;
-  }
-  vf_ev_end(ev, "engine_load", 0, 1, 0, NULL, NULL);
   double worst = 0;
   for (int ci = 0; ci < nc; ci++) {
     json_t *gc = json_array_get(cases, (size_t)ci);

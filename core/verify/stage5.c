@@ -308,14 +308,10 @@ static json_t *unit_error(const char *id, const char *msg) {
  * model.norm.weight x2. */
 static int follow_child(void *arg, int fd) {
   s5_job *j = arg;
-  char err[2048], copy[4200];
-  mi_registry *reg = NULL;
-  mi_session *e = NULL;
-  if (open_engine(j, j->o->model_dir, &reg, &e, err, sizeof err) != 0) {
-    rec_fail(fd, 0, "the engine cannot load %s: %s", j->o->model_dir, err);
-    if (reg) mi_registry_free(reg);
-    return 1;
-  }
+  char err[2048] = "", copy[4200];
+  mi_registry *reg;
+  mi_session *e = vf_child_engine(j->o, j->workdir, j->o->model_dir, fd, &reg);
+  if (!e) return 1;
   const int64_t V = e->info.vocab_size;
   int32_t ids[12], tok;
   vf_random_prompt(j->o->seed ^ 0x5b, ids, 12, 0, V);
@@ -456,13 +452,9 @@ static int unseen_child(void *arg, int fd) {
   uc_job *u = arg;
   s5_job *j = u->j;
   char err[2048] = "";
-  mi_registry *reg = NULL;
-  mi_session *e = NULL;
-  if (open_engine(j, j->o->model_dir, &reg, &e, err, sizeof err) != 0) {
-    rec_fail(fd, 0, "the engine cannot load %s: %s", j->o->model_dir, err);
-    if (reg) mi_registry_free(reg);
-    return 1;
-  }
+  mi_registry *reg;
+  mi_session *e = vf_child_engine(j->o, j->workdir, j->o->model_dir, fd, &reg);
+  if (!e) return 1;
   const int64_t V = e->info.vocab_size;
   for (int k = 0; k < u->nc; k++) {
     uc *c = &u->c[k];

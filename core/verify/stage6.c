@@ -55,14 +55,9 @@ static int count_tok(void *user, const mi_gen_token *t) {
 static int gates_child(void *arg, int fd) {
   s6_job *j = arg;
   char err[2048] = "", msg[2600];
-  mi_registry *reg = vf_open_registry(j->o, j->workdir, err, sizeof err);
-  mi_session *e = reg ? vf_open_engine(reg, j->o->model_dir, err, sizeof err) : NULL;
-  if (!e) {
-    snprintf(msg, sizeof msg, "the engine cannot load %s: %s", j->o->model_dir, err);
-    vf_rec_write(fd, VF_REC_FAIL, 0, 0, msg, NULL, 0);
-    if (reg) mi_registry_free(reg);
-    return 1;
-  }
+  mi_registry *reg;
+  mi_session *e = vf_child_engine(j->o, j->workdir, j->o->model_dir, fd, &reg);
+  if (!e) return 1;
   vf_rec_write(fd, VF_REC_OUT, 0, 0, NULL, NULL, 0);
   size_t gi;
   json_t *g;
@@ -76,11 +71,7 @@ static int gates_child(void *arg, int fd) {
     if (ids) vf_random_prompt(j->o->seed + gi, ids, P, 0, e->info.vocab_size);
     for (int rep = 0; ok && rep < 2; rep++) {
       mi_gen_params gp;
-      memset(&gp, 0, sizeof gp);
-      mi_sampler_defaults(&gp.sampling);
-      gp.sampling.temp = 0;
-      gp.n_predict = G;
-      gp.ignore_eos = 1;
+      vf_greedy_gen_params(&gp, G);
       mi_gen_stats st;
       memset(&st, 0, sizeof st);
       int n = 0;
@@ -105,16 +96,9 @@ static json_t *gates_judge(void *arg, const vf_child_result *r) {
   json_t *ev = json_array();
   int ng = (int)json_array_size(j->gates);
   vf_rec *sl = calloc((size_t)ng + 1, sizeof *sl);
-  if (!sl || vf_raw_read(r, "stage 6 (performance gates)", ng + 1, sl, ev) < 0) goto done;
-  if (!sl[0].type) {
-    vf_ev_start(ev, "engine_load", 0, j->o->model_dir);
+  if (!sl || vf_raw_read(r, "stage 6 (performance gates)", ng + 1, sl, ev) < 0 ||
+      !vf_ev_engine_load(ev, &sl[0], j->o->model_dir))
     goto done;
-  }
-  if (sl[0].type == VF_REC_FAIL) {
-    vf_ev_end(ev, "engine_load", 0, 0, 0, NULL, "%s", sl[0].msg);
-    goto done;
-  }
-  vf_ev_end(ev, "engine_load", 0, 1, 0, NULL, NULL);
   for (int gi = 0; gi < ng; gi++) {
     json_t *g = json_array_get(j->gates, (size_t)gi);
     const char *metric = json_string_value(json_object_get(g, "metric"));

@@ -21,6 +21,7 @@
 #define MI_CORE_VERIFY_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -295,6 +296,14 @@ int vf_plugin_names(const vf_stage_opts *o, char names[2][128], int *is_engine, 
 int vf_write_plugins_conf(const vf_stage_opts *o, const char *conf, char names[2][128], int is_engine, char *err,
                           size_t err_len);
 struct mi_session *vf_open_engine(struct mi_registry *reg, const char *model_dir, char *err, size_t err_len);
+/* A candidate's child opening the engine under test on model_dir: NULL when
+ * it cannot, after slot 0's FAIL record "the engine cannot load DIR: why"
+ * (*reg then NULL); the caller writes slot 0's OUT record. */
+struct mi_session *vf_child_engine(const vf_stage_opts *o, const char *workdir, const char *model_dir, int fd,
+                                   struct mi_registry **reg);
+/* Greedy decoding of exactly n_predict tokens (temperature 0, EOS ignored). */
+struct mi_gen_params;
+void vf_greedy_gen_params(struct mi_gen_params *gp, int n_predict);
 
 /* The engine's model plugin loaded again on another folder (no tokenizer). */
 typedef struct vf_loaded {
@@ -357,6 +366,12 @@ json_t *vf_stage_result(int stage, const char *name, json_t *units);
 void vf_ev_start(json_t *ev, const char *name, int index, const char *where);
 void vf_ev_end(json_t *ev, const char *name, int index, int pass, double max_err, json_t *extra,
                const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+/* The case_end event vf_case_end and vf_ev_end write (fmt may be NULL). */
+json_t *vf_case_end_event(const char *name, int index, int pass, double max_err, json_t *extra, const char *fmt,
+                          va_list ap);
+/* The engine_load event of slot 0 (vf_child_engine's record): 1 when the
+ * engine loaded, else 0 (the case started or failed). */
+int vf_ev_engine_load(json_t *ev, const vf_rec *slot0, const char *model_dir);
 void vf_ev_error(json_t *ev, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* slots[i].type: 0 for a slot with no record. Returns the records read, or
  * -1 (an error event naming `stage` appended) when the pipe holds anything

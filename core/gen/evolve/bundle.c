@@ -21,16 +21,6 @@
 #include "core/runtime/safetensors.h"
 #include "core/util/spawn.h"
 
-typedef struct diag_buf {
-  char text[2048];
-  int n;
-} diag_buf;
-
-static void diag(void *user, const char *line) {
-  diag_buf *d = user;
-  if (d->n++ == 0) snprintf(d->text, sizeof d->text, "%s", line);
-}
-
 /* The bundle's operator as the CKB will hold it: provenance "evolved",
  * naming the candidate and what it cites (the schema's provenance has no
  * "candidate" source: the loop only ever writes verified knowledge). */
@@ -118,8 +108,8 @@ static int bundle_entries(bundle_run *r, mi_ckb *ck) {
     json_decref(op);
     char rel[4400];
     snprintf(rel, sizeof rel, "%s/operators/%s.json", o->ckb, name);
-    diag_buf d = {{0}, 0};
-    int probs = mi_ckb_validate_entry(ck, ev, rel, diag, &d);
+    ev_diag_buf d = {{0}, 0};
+    int probs = mi_ckb_validate_entry(ck, ev, rel, ev_diag_first, &d);
     if (probs) {
       snprintf(err, n, "candidate bundle: operator contract %s (%s) rejected: %d problem(s), first: %s", s, op_path, probs,
                d.text);

@@ -19,16 +19,6 @@
 
 #include "core/ckb/ckb.h"
 #include "core/gen/evolve/evolve.h"
-typedef struct diag_buf {
-  char text[2048];
-  int n;
-} diag_buf;
-
-static void diag(void *user, const char *line) {
-  diag_buf *d = user;
-  if (d->n++ == 0) snprintf(d->text, sizeof d->text, "%s", line);
-}
-
 static json_t *refs_of(const ev_ctx *c) {
   json_t *refs = json_array();
   size_t i;
@@ -173,8 +163,8 @@ static int put(const char *dir, json_t *e, json_t *written, char *err, size_t n)
   }
   mi_ckb_close(ck);
   if (!same) {
-    diag_buf d = {{0}, 0};
-    if (mi_ckb_put(dir, e, mode, diag, &d) != 0) {
+    ev_diag_buf d = {{0}, 0};
+    if (mi_ckb_put(dir, e, mode, ev_diag_first, &d) != 0) {
       snprintf(err, n, "consolidator: %s not written: %s", id, d.n ? d.text : "mi_ckb_put failed");
       return -1;
     }

@@ -493,27 +493,6 @@ json_t *ev_with_layer(const json_t *contract, const json_t *layer, const json_t 
 
 /* ---------- explaining a checkpoint ---------- */
 
-typedef struct shape_ctx {
-  const json_t *m, *cfg;
-  int64_t layer;
-} shape_ctx;
-
-static int shape_lookup(void *user, const char *name, size_t len, int64_t *out) {
-  shape_ctx *c = user;
-  if (len == 1 && name[0] == 'i') return *out = c->layer, 0;
-  const json_t *v = mi_ckb_config_value(c->m, c->cfg, name, len);
-  if (json_is_integer(v)) return *out = json_integer_value(v), 0;
-  if (json_is_boolean(v)) return *out = json_is_true(v), 0;
-  return -1;
-}
-
-static int when_holds(const json_t *m, const json_t *cfg, const char *when) {
-  if (!when) return 1;
-  int neg = when[0] == '!';
-  const json_t *v = mi_ckb_config_value(m, cfg, when + neg, strlen(when + neg));
-  return neg ? !json_is_true(v) : json_is_true(v);
-}
-
 /* The layer a tensor name belongs to under the per-layer key's prefix, or -1. */
 static int64_t layer_of(const json_t *m, const char *name) {
   size_t i;
@@ -548,15 +527,15 @@ int ev_explain(const json_t *m, const json_t *cfg, const mi_weights *w, json_t *
   }
   json_decref(lines);
   /* weights: each expected one there with its shape, each tensor expected */
-  shape_ctx sc = {m, cfg, 0};
+  mi_ckb_layer_ctx sc = {m, cfg, 0};
   int64_t layers = 0;
   const char *lf = json_string_value(json_object_get(m, "layers"));
-  if (lf && shape_lookup(&sc, lf, strlen(lf), &layers) != 0) layers = 0;
+  if (lf && mi_ckb_layer_lookup(&sc, lf, strlen(lf), &layers) != 0) layers = 0;
   size_t nt = mi_weights_count(w);
   char *seen = calloc(nt ? nt : 1, 1);
   json_array_foreach(json_object_get(m, "weights"), i, x) {
     const char *key = json_string_value(json_object_get(x, "key"));
-    if (!key || !when_holds(m, cfg, json_string_value(json_object_get(x, "when")))) continue;
+    if (!key || !mi_ckb_when_holds(m, cfg, json_string_value(json_object_get(x, "when")))) continue;
     const int per = json_is_true(json_object_get(x, "per_layer"));
     const char *only = json_string_value(json_object_get(x, "layer_kind"));
     for (int64_t l = 0; l < (per ? layers : 1); l++) {
@@ -599,7 +578,7 @@ int ev_explain(const json_t *m, const json_t *cfg, const mi_weights *w, json_t *
         if (!same) break;
         if (json_is_integer(dim))
           v = json_integer_value(dim);
-        else if (mi_expr_eval(json_string_value(dim) ?: "?", shape_lookup, &sc, &v, e2,
+        else if (mi_expr_eval(json_string_value(dim) ?: "?", mi_ckb_layer_lookup, &sc, &v, e2,
                               sizeof e2) != 0)
           v = -1;
         same = v == wi.shape[d];

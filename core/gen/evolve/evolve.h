@@ -82,6 +82,13 @@ typedef struct ev_ctx {
   char refs_abs[4096];
 } ev_ctx;
 
+/* A CKB check's diagnostics (mi_ckb_diag_fn ev_diag_first): the first
+ * line, and how many there were. */
+typedef struct ev_diag_buf {
+  char text[2048];
+  int n;
+} ev_diag_buf;
+void ev_diag_first(void *user, const char *line);
 /* Reads a whole file and logs it (path, bytes, sha256, phase) when it is
  * under --refs or the candidate bundle. NULL with a message naming the file. */
 unsigned char *ev_read(ev_ctx *c, const char *path, const char *phase, size_t *len, char *err, size_t n);

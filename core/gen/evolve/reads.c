@@ -76,6 +76,11 @@ json_t *ev_read_json(ev_ctx *c, const char *path, const char *phase, char *err, 
   return j;
 }
 
+void ev_diag_first(void *user, const char *line) {
+  ev_diag_buf *d = user;
+  if (d->n++ == 0) snprintf(d->text, sizeof d->text, "%s", line);
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static int walk(const char *dir, char ***v, size_t *k, size_t *cap, int depth, char *err, size_t n) {
