@@ -14,6 +14,14 @@
 
 #include "mi/agent.h"
 
+/* The task's host services, or NULL with "<agent>: ..." in err when the core
+ * lends none of the version these agents are built against. */
+static inline const mi_agent_host *lc_task_host(const mi_agent_task *t, const char *agent, char *err, size_t el) {
+  const mi_agent_host *h = mi_agent_task_host(t, MI_AGENT_HOST_VERSION);
+  if (!h) snprintf(err, el, "%s: the core lends no host services version %d (an older mi-gen?)", agent, MI_AGENT_HOST_VERSION);
+  return h;
+}
+
 /* Reads a file through the host (NULL + err when refused or unreadable). */
 static inline char *lc_read(const mi_agent_host *h, const char *path, size_t max, size_t *len, char *err, size_t el) {
   char *d = NULL;

@@ -35,29 +35,25 @@ import path from "node:path";
 import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { convert } from "./hf2gguf.mjs";
-import { PEER, TOPK, fnv1a32File, formatGolden, runPeer } from "./peer_run.mjs";
+import { PEER, TOPK, fnv1a32File, formatGolden, parseFlags, runPeer } from "./peer_run.mjs";
 import { RefQwen3 } from "./ref_forward.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, "../..");
 
 function parseArgs(argv) {
-  const a = { steps: 32, checkRef: false, dtype: "bf16", mkmodel: path.join(ROOT, "build/bin/mi-mkmodel") };
-  for (let i = 0; i < argv.length; i++) {
-    const k = argv[i];
-    const v = () => { if (i + 1 >= argv.length) throw new Error(`${k} needs a value`); return argv[++i]; };
-    if (k === "--mkmodel") a.mkmodel = v();
-    else if (k === "--family") a.family = v();
-    else if (k === "--shape") a.shape = v();
-    else if (k === "--seed") a.seed = Number(v());
-    else if (k === "--dtype") a.dtype = v();
-    else if (k === "--steps") a.steps = Number(v());
-    else if (k === "--out") a.out = v();
-    else if (k === "--prompts") a.prompts = v();
-    else if (k === "--keep") a.keep = v();
-    else if (k === "--check-ref") a.checkRef = true;
-    else throw new Error(`unknown argument ${k}`);
-  }
+  const a = parseFlags(argv, { steps: 32, checkRef: false, dtype: "bf16", mkmodel: path.join(ROOT, "build/bin/mi-mkmodel") }, {
+    "--mkmodel": ["mkmodel", String],
+    "--family": ["family", String],
+    "--shape": ["shape", String],
+    "--seed": ["seed", Number],
+    "--dtype": ["dtype", String],
+    "--steps": ["steps", Number],
+    "--out": ["out", String],
+    "--prompts": ["prompts", String],
+    "--keep": ["keep", String],
+    "--check-ref": ["checkRef", null],
+  });
   if (!a.shape || !Number.isInteger(a.seed)) throw new Error("--shape and --seed N are required");
   if (!Number.isInteger(a.steps) || a.steps < 1) throw new Error("--steps must be a positive integer");
   if (a.family !== undefined && a.family !== "qwen3" && a.family !== "qwen35") throw new Error("--family must be qwen3 or qwen35");

@@ -412,21 +412,30 @@ function pickType(type, gname, ne0, nLayers, tied, notes) {
 
 // ---------------------------------------------------------------- tensor names
 
-const LAYER_MAP = {
-  "input_layernorm.weight": "attn_norm.weight",
+// The attention block's and the MLP's per-layer tensors, named alike by
+// every family converted here.
+const ATTN_MAP = {
   "self_attn.q_proj.weight": "attn_q.weight",
   "self_attn.k_proj.weight": "attn_k.weight",
   "self_attn.v_proj.weight": "attn_v.weight",
   "self_attn.o_proj.weight": "attn_output.weight",
   "self_attn.q_norm.weight": "attn_q_norm.weight",
   "self_attn.k_norm.weight": "attn_k_norm.weight",
+};
+const MLP_MAP = {
+  "mlp.gate_proj.weight": "ffn_gate.weight",
+  "mlp.up_proj.weight": "ffn_up.weight",
+  "mlp.down_proj.weight": "ffn_down.weight",
+};
+
+const LAYER_MAP = {
+  "input_layernorm.weight": "attn_norm.weight",
+  ...ATTN_MAP,
   "self_attn.q_proj.bias": "attn_q.bias",
   "self_attn.k_proj.bias": "attn_k.bias",
   "self_attn.v_proj.bias": "attn_v.bias",
   "post_attention_layernorm.weight": "ffn_norm.weight",
-  "mlp.gate_proj.weight": "ffn_gate.weight",
-  "mlp.up_proj.weight": "ffn_up.weight",
-  "mlp.down_proj.weight": "ffn_down.weight",
+  ...MLP_MAP,
 };
 
 /** Expected HF shapes for every tensor, from config. */
@@ -461,13 +470,47 @@ function expectedShapes(h, fam) {
   return m;
 }
 
-function ggufName(hfName) {
+/** The GGUF name of an HF tensor, a layer's through layerMap (null: none). */
+function ggufName(layerMap, hfName) {
   if (hfName === "model.embed_tokens.weight") return "token_embd.weight";
   if (hfName === "model.norm.weight") return "output_norm.weight";
   if (hfName === "lm_head.weight") return "output.weight";
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hfName);
-  if (m && LAYER_MAP[m[2]]) return `blk.${m[1]}.${LAYER_MAP[m[2]]}`;
+  if (m && layerMap[m[2]]) return `blk.${m[1]}.${layerMap[m[2]]}`;
   return null;
+}
+
+/** Every tensor expect lists is in st with that shape, and st holds no other
+ * (but those `allowed` lets through). */
+function checkTensors(modelDir, st, expect, allowed = () => false) {
+  for (const [name, shape] of expect) {
+    const t = st.get(name);
+    if (!t) die(`${modelDir}: safetensors lacks tensor ${name}`);
+    if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i]))
+      die(`${modelDir}: tensor ${name} has shape [${t.shape}], config says [${shape}]`);
+  }
+  for (const name of st.keys()) if (!expect.has(name) && !allowed(name)) die(`${modelDir}: unexpected tensor ${name}`);
+}
+
+/** The general.* keys every file starts with. */
+function addGeneral(w, A, modelDir, fileType) {
+  w.addString("general.architecture", A);
+  w.addString("general.name", path.basename(path.resolve(modelDir)));
+  w.addU32("general.file_type", fileType);
+}
+
+/** The decoder's sizes, RoPE base and norm epsilon, as llama.cpp's A reads them. */
+function addDecoderKeys(w, A, h, contextDefault, theta) {
+  w.addU32(`${A}.block_count`, h.num_hidden_layers);
+  w.addU32(`${A}.context_length`, h.max_position_embeddings ?? contextDefault);
+  w.addU32(`${A}.embedding_length`, h.hidden_size);
+  w.addU32(`${A}.feed_forward_length`, h.intermediate_size);
+  w.addU32(`${A}.attention.head_count`, h.num_attention_heads);
+  w.addU32(`${A}.attention.head_count_kv`, h.num_key_value_heads);
+  w.addF32(`${A}.rope.freq_base`, theta);
+  w.addF32(`${A}.attention.layer_norm_rms_epsilon`, h.rms_norm_eps);
+  w.addU32(`${A}.attention.key_length`, h.head_dim);
+  w.addU32(`${A}.attention.value_length`, h.head_dim);
 }
 
 // ---------------------------------------------------------------- qwen35
@@ -486,12 +529,7 @@ function ggufName(hfName) {
 const Q35_LAYER_MAP = {
   "input_layernorm.weight": "attn_norm.weight",
   "post_attention_layernorm.weight": "post_attention_norm.weight",
-  "self_attn.q_proj.weight": "attn_q.weight",
-  "self_attn.k_proj.weight": "attn_k.weight",
-  "self_attn.v_proj.weight": "attn_v.weight",
-  "self_attn.o_proj.weight": "attn_output.weight",
-  "self_attn.q_norm.weight": "attn_q_norm.weight",
-  "self_attn.k_norm.weight": "attn_k_norm.weight",
+  ...ATTN_MAP,
   "linear_attn.in_proj_qkv.weight": "attn_qkv.weight",
   "linear_attn.in_proj_z.weight": "attn_gate.weight",
   "linear_attn.in_proj_b.weight": "ssm_beta.weight",
@@ -501,9 +539,7 @@ const Q35_LAYER_MAP = {
   "linear_attn.A_log": "ssm_a",
   "linear_attn.norm.weight": "ssm_norm.weight",
   "linear_attn.out_proj.weight": "ssm_out.weight",
-  "mlp.gate_proj.weight": "ffn_gate.weight",
-  "mlp.up_proj.weight": "ffn_up.weight",
-  "mlp.down_proj.weight": "ffn_down.weight",
+  ...MLP_MAP,
 };
 
 function q35LayerTypes(h, cfgFile) {
@@ -554,15 +590,6 @@ function q35Shapes(h, lt) {
   m.set("model.norm.weight", [D]);
   if (!h.tie_word_embeddings) m.set("lm_head.weight", [V, D]);
   return m;
-}
-
-function q35GgufName(hfName) {
-  if (hfName === "model.embed_tokens.weight") return "token_embd.weight";
-  if (hfName === "model.norm.weight") return "output_norm.weight";
-  if (hfName === "lm_head.weight") return "output.weight";
-  const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hfName);
-  if (m && Q35_LAYER_MAP[m[2]]) return `blk.${m[1]}.${Q35_LAYER_MAP[m[2]]}`;
-  return null;
 }
 
 /** Whole tensor as Float32Array (for the value transforms; fine up to a few hundred MB). */
@@ -673,29 +700,12 @@ async function convertQwen35(modelDir, outPath, cfg, cfgFile, type, textPrefix =
     st = renamed;
   }
   const expect = q35Shapes(h, lt);
-  for (const [name, shape] of expect) {
-    const t = st.get(name);
-    if (!t) die(`${modelDir}: safetensors lacks tensor ${name}`);
-    if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i]))
-      die(`${modelDir}: tensor ${name} has shape [${t.shape}], config says [${shape}]`);
-  }
-  for (const name of st.keys()) if (!expect.has(name)) die(`${modelDir}: unexpected tensor ${name}`);
+  checkTensors(modelDir, st, expect);
 
   const w = new GgufWriter();
   const A = "qwen35";
-  w.addString("general.architecture", A);
-  w.addString("general.name", path.basename(path.resolve(modelDir)));
-  w.addU32("general.file_type", type === "f32" ? 0 : 32);
-  w.addU32(`${A}.block_count`, h.num_hidden_layers);
-  w.addU32(`${A}.context_length`, h.max_position_embeddings ?? 262144);
-  w.addU32(`${A}.embedding_length`, h.hidden_size);
-  w.addU32(`${A}.feed_forward_length`, h.intermediate_size);
-  w.addU32(`${A}.attention.head_count`, h.num_attention_heads);
-  w.addU32(`${A}.attention.head_count_kv`, h.num_key_value_heads);
-  w.addF32(`${A}.rope.freq_base`, theta);
-  w.addF32(`${A}.attention.layer_norm_rms_epsilon`, h.rms_norm_eps);
-  w.addU32(`${A}.attention.key_length`, h.head_dim);
-  w.addU32(`${A}.attention.value_length`, h.head_dim);
+  addGeneral(w, A, modelDir, type === "f32" ? 0 : 32);
+  addDecoderKeys(w, A, h, 262144, theta);
   w.addU32(`${A}.rope.dimension_count`, rot);
   w.addI32Array(`${A}.rope.dimension_sections`, sec.slice(0, 4));
   w.addU32(`${A}.ssm.conv_kernel`, h.linear_conv_kernel_dim);
@@ -714,7 +724,7 @@ async function convertQwen35(modelDir, outPath, cfg, cfgFile, type, textPrefix =
     const dst = type === "f32" || shape.length === 1 || conv ? GGML_TYPE.F32 : GGML_TYPE.BF16;
     const ne = [...shape].reverse();
     const tf = q35Transform(name, h);
-    const gname = q35GgufName(name);
+    const gname = ggufName(Q35_LAYER_MAP, name);
     if (!gname) die(`internal: no GGUF name for ${name}`);
     if (tf) w.addTensor(gname, ne, dst, (fd, at) => { const a = readF32(src); tf(a); return writeF32As(a, dst, fd, at); });
     else w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
@@ -903,41 +913,22 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
 
   const st = readSafetensorsIndex(modelDir);
   const expect = expectedShapes(h, fam);
-  for (const [name, shape] of expect) {
-    const t = st.get(name);
-    if (!t) die(`${modelDir}: safetensors lacks tensor ${name}`);
-    if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i]))
-      die(`${modelDir}: tensor ${name} has shape [${t.shape}], config says [${shape}]`);
-  }
-  for (const name of st.keys()) {
-    if (expect.has(name)) continue;
-    if (name === "lm_head.weight" && h.tie_word_embeddings) continue; // tied: llama.cpp reuses token_embd
-    die(`${modelDir}: unexpected tensor ${name}`);
-  }
+  // tied: llama.cpp reuses token_embd
+  checkTensors(modelDir, st, expect, (name) => name === "lm_head.weight" && h.tie_word_embeddings);
 
   const w = new GgufWriter();
   const A = fam.gguf;
-  w.addString("general.architecture", A);
-  w.addString("general.name", path.basename(path.resolve(modelDir)));
-  w.addU32("general.file_type", FTYPE[type][0]); // llama_ftype: ALL_F32 0, MOSTLY_Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15, Q6_K 18, BF16 32
+  // llama_ftype: ALL_F32 0, MOSTLY_Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15, Q6_K 18, BF16 32
+  addGeneral(w, A, modelDir, FTYPE[type][0]);
   if (type !== "f32" && type !== "bf16") w.addU32("general.quantization_version", 2); // ggml's GGML_QNT_VERSION
-  w.addU32(`${A}.block_count`, h.num_hidden_layers);
-  w.addU32(`${A}.context_length`, h.max_position_embeddings ?? 40960);
-  w.addU32(`${A}.embedding_length`, h.hidden_size);
-  w.addU32(`${A}.feed_forward_length`, h.intermediate_size);
-  w.addU32(`${A}.attention.head_count`, h.num_attention_heads);
-  w.addU32(`${A}.attention.head_count_kv`, h.num_key_value_heads);
-  w.addF32(`${A}.rope.freq_base`, theta);
-  w.addF32(`${A}.attention.layer_norm_rms_epsilon`, h.rms_norm_eps);
-  w.addU32(`${A}.attention.key_length`, h.head_dim);
-  w.addU32(`${A}.attention.value_length`, h.head_dim);
+  addDecoderKeys(w, A, h, 40960, theta);
   if (fam.permuteQK) w.addU32(`${A}.rope.dimension_count`, h.head_dim);
   const vocab = buildVocab(modelDir, h, w);
 
   const notes = [], types = {};
   for (const name of expect.keys()) {
     const src = st.get(name);
-    const gname = ggufName(name), ne0 = src.shape[src.shape.length - 1];
+    const gname = ggufName(LAYER_MAP, name), ne0 = src.shape[src.shape.length - 1];
     const dst = src.shape.length === 1 ? GGML_TYPE.F32
       : type === "f32" || type === "bf16" ? FTYPE[type][1]
       : pickType(type, gname, ne0, h.num_hidden_layers, h.tie_word_embeddings, notes);

@@ -20,22 +20,18 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { convert } from "./hf2gguf.mjs";
-import { PEER, TOPK, fnv1a32File, formatGolden, runPeer } from "./peer_run.mjs";
+import { PEER, TOPK, fnv1a32File, formatGolden, parseFlags, runPeer } from "./peer_run.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 
 function parseArgs(argv) {
-  const a = { steps: 32, prompts: path.join(HERE, "prompts.json") };
-  for (let i = 0; i < argv.length; i++) {
-    const k = argv[i];
-    const v = () => { if (i + 1 >= argv.length) throw new Error(`${k} needs a value`); return argv[++i]; };
-    if (k === "--model") a.model = v();
-    else if (k === "--out") a.out = v();
-    else if (k === "--prompts") a.prompts = v();
-    else if (k === "--steps") a.steps = Number(v());
-    else if (k === "--work") a.work = v();
-    else throw new Error(`unknown argument ${k}`);
-  }
+  const a = parseFlags(argv, { steps: 32, prompts: path.join(HERE, "prompts.json") }, {
+    "--model": ["model", String],
+    "--out": ["out", String],
+    "--prompts": ["prompts", String],
+    "--steps": ["steps", Number],
+    "--work": ["work", String],
+  });
   if (!a.model || !a.out) throw new Error("--model DIR and --out FILE are required");
   if (!Number.isInteger(a.steps) || a.steps < 1 || a.steps > 4096) throw new Error("--steps must be an integer in 1..4096");
   return a;

@@ -23,6 +23,24 @@ export const PEER = {
   logprobs: "float64 log-softmax of full-vocabulary probabilities, renormalised",
 };
 
+/** Command-line flags into `a` (its defaults): spec maps each flag to [key,
+ * parse], parse turning the flag's value into a[key], or null for a switch
+ * (a[key] = true). Throws on an unknown flag or a missing value. */
+export function parseFlags(argv, a, spec) {
+  for (let i = 0; i < argv.length; i++) {
+    const k = argv[i];
+    if (!Object.hasOwn(spec, k)) throw new Error(`unknown argument ${k}`);
+    const [key, parse] = spec[k];
+    if (!parse) {
+      a[key] = true;
+      continue;
+    }
+    if (i + 1 >= argv.length) throw new Error(`${k} needs a value`);
+    a[key] = parse(argv[++i]);
+  }
+  return a;
+}
+
 /** FNV-1a 32-bit of a file, as hex: lets the C side notice a golden made from other weights or config. */
 export function fnv1a32File(file) {
   const buf = fs.readFileSync(file);

@@ -202,21 +202,28 @@ void part_figures(gen *g, sb *o) {
   }
 }
 
+/* A contract weight the emitted steps use (its key seen) that is per layer
+ * or not, as asked: 1 with its struct field's name in f (unless NULL), else 0. */
+static int used_weight(gen *g, json_t *e, int per_layer, char *f, size_t n) {
+  const char *key = str(e, "key");
+  if (!json_object_get(g->weights_seen, key) ||
+      json_is_true(json_object_get(e, "per_layer")) != per_layer)
+    return 0;
+  if (f) weight_field(key, f, n);
+  return 1;
+}
+
 /* the weight fields of struct layer (per_layer) or of struct mi_model */
 void part_weight_fields(gen *g, int per_layer, sb *o) {
   size_t i;
   json_t *e;
   json_array_foreach(json_object_get(g->model, "weights"), i, e) {
-    const char *key = str(e, "key");
-    if (!json_object_get(g->weights_seen, key) ||
-        json_is_true(json_object_get(e, "per_layer")) != per_layer)
-      continue;
     char f[128];
-    weight_field(key, f, sizeof f);
+    if (!used_weight(g, e, per_layer, f, sizeof f)) continue;
     sb sh = {0};
     shape_comment(g, e, &sh, 0); /* a weight has a "shape" like a buffer */
     sp(o, "  weight %s; /* %s %s */\n", f, sh.s,
-       weight_is_vector(g, key) ? "f32 (widened at load)" : g->dtype);
+       weight_is_vector(g, str(e, "key")) ? "f32 (widened at load)" : g->dtype);
     free(sh.s);
   }
 }
@@ -354,9 +361,7 @@ int part_load_weights(gen *g, sb *o) {
     json_t *e;
     if (pass) sp(o, "  for (int l = 0; l < %s; l++) {\n    layer *L = &m->layers[l];\n", L);
     json_array_foreach(json_object_get(g->model, "weights"), i, e) {
-      if (!json_object_get(g->weights_seen, str(e, "key")) ||
-          json_is_true(json_object_get(e, "per_layer")) != pass)
-        continue;
+      if (!used_weight(g, e, pass, NULL, 0)) continue;
       if (bind_line(g, e, pass, &open_kind, o)) return -1;
     }
     if (open_kind) sp(o, "    }\n");
@@ -436,12 +441,8 @@ void part_free_weights(gen *g, sb *o) {
     json_t *e;
     if (pass) sp(o, "  for (int l = 0; l < %s; l++) {\n", L);
     json_array_foreach(json_object_get(g->model, "weights"), i, e) {
-      const char *key = str(e, "key");
-      if (!json_object_get(g->weights_seen, key) ||
-          json_is_true(json_object_get(e, "per_layer")) != pass)
-        continue;
       char f[128];
-      weight_field(key, f, sizeof f);
+      if (!used_weight(g, e, pass, f, sizeof f)) continue;
       sp(o, pass ? "    free_w(m, &m->layers[l].%s);\n" : "  free_w(m, &m->%s);\n", f);
     }
     if (pass) sp(o, "  }\n");

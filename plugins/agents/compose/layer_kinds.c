@@ -92,6 +92,21 @@ int kind_index(gen *g, const char *name) {
   return -1;
 }
 
+/* "static const size_t <name>[] = {<MACRO>KIND_A, <MACRO>KIND_B, ...};": one
+ * entry per kind, in the order of layer_kinds.kinds (the KIND_ indices). */
+static void kind_table(gen *g, const char *name, const char *macro, sb *o) {
+  const char *kn;
+  json_t *kv;
+  size_t idx = 0;
+  sp(o, "static const size_t %s[] = {", name);
+  json_object_foreach(g->kinds, kn, kv) {
+    char U[96];
+    upper(U, kn, sizeof U);
+    sp(o, "%s%s%s", idx++ ? ", " : "", macro, U);
+  }
+  sp(o, "};\n");
+}
+
 /* Per kind: KV_ROW_<KIND> floats per position (its caches, which grow with
  * the context) and STATE_<KIND> fixed floats (its state). A layer's part of
  * a sequence's slab is n_ctx · KV_ROW then STATE floats. */
@@ -140,21 +155,10 @@ int kind_macros(gen *g, sb *o) {
   sp(o, "};\nstatic const char *const k_kind_name[] = {");
   idx = 0;
   json_object_foreach(g->kinds, kn, kv) sp(o, "%s\"%s\"", idx++ ? ", " : "", kn);
-  sp(o, "};\nstatic const size_t k_kv_row[] = {");
-  idx = 0;
-  json_object_foreach(g->kinds, kn, kv) {
-    char U[96];
-    upper(U, kn, sizeof U);
-    sp(o, "%sKV_ROW_%s", idx++ ? ", " : "", U);
-  }
-  sp(o, "};\nstatic const size_t k_state[] = {");
-  idx = 0;
-  json_object_foreach(g->kinds, kn, kv) {
-    char U[96];
-    upper(U, kn, sizeof U);
-    sp(o, "%sSTATE_%s", idx++ ? ", " : "", U);
-  }
-  sp(o, "};\n\n");
+  sp(o, "};\n");
+  kind_table(g, "k_kv_row", "KV_ROW_", o);
+  kind_table(g, "k_state", "STATE_", o);
+  sp(o, "\n");
   return 0;
 }
 

@@ -148,11 +148,8 @@ static int answer_tools(const mi_agent_host *h, json_t *msgs, json_t *ans) {
 
 static int implementer_run(void *ctx, const mi_agent_task *t, char **result, char *err, size_t el) {
   (void)ctx;
-  const mi_agent_host *h = mi_agent_task_host(t, MI_AGENT_HOST_VERSION);
-  if (!h) {
-    snprintf(err, el, "implementer.llm: the core lends no host services version %d (an older mi-gen?)", MI_AGENT_HOST_VERSION);
-    return -1;
-  }
+  const mi_agent_host *h = lc_task_host(t, "implementer.llm", err, el);
+  if (!h) return -1;
   json_t *task = json_loads(t->task_json, 0, NULL);
   json_t *cons = json_object_get(task, "constraints");
   const char *model_dir = json_string_value(json_object_get(task, "model_dir"));

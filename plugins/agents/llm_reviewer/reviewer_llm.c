@@ -46,11 +46,8 @@ static int check_verdict(json_t *v, char *why, size_t wl) {
 
 static int reviewer_run(void *ctx, const mi_agent_task *t, char **result, char *err, size_t el) {
   (void)ctx;
-  const mi_agent_host *h = mi_agent_task_host(t, MI_AGENT_HOST_VERSION);
-  if (!h) {
-    snprintf(err, el, "reviewer.llm: the core lends no host services version %d (an older mi-gen?)", MI_AGENT_HOST_VERSION);
-    return -1;
-  }
+  const mi_agent_host *h = lc_task_host(t, "reviewer.llm", err, el);
+  if (!h) return -1;
   json_t *task = json_loads(t->task_json, 0, NULL);
   const char *sha = json_string_value(json_object_get(task, "source"));
   const char *model_dir = json_string_value(json_object_get(task, "model_dir"));

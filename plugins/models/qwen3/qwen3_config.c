@@ -1,64 +1,30 @@
 #include "qwen3_config.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-static int get_int(const mi_host_api *h, const mi_json *cfg, const char *key, int64_t lo,
-                   int64_t hi, int64_t *out, char *err, size_t n) {
-  const mi_json *v = h->json_get(cfg, key);
-  if (!v) {
-    snprintf(err, n, "missing field \"%s\"", key);
-    return -1;
-  }
-  if (h->json_int(v, out) != 0) {
-    snprintf(err, n, "field \"%s\" must be an integer", key);
-    return -1;
-  }
-  if (*out < lo || *out > hi) {
-    snprintf(err, n, "field \"%s\" = %lld is out of range [%lld, %lld]", key,
-             (long long)*out, (long long)lo, (long long)hi);
-    return -1;
-  }
-  return 0;
-}
-
-static int get_real(const mi_host_api *h, const mi_json *cfg, const char *key, double lo,
-                    double hi, double dflt, double *out, char *err, size_t n) {
-  const mi_json *v = h->json_get(cfg, key);
-  if (!v || h->json_type(v) == MI_JSON_NULL) {
-    *out = dflt;
-    return 0;
-  }
-  if (h->json_real(v, out) != 0 || !isfinite(*out) || *out < lo || *out > hi) {
-    snprintf(err, n, "field \"%s\" must be a number in [%g, %g]", key, lo, hi);
-    return -1;
-  }
-  return 0;
-}
+#include "mi/model_glue.h"
 
 int qwen3_config_read(const mi_host_api *h, const mi_json *cfg, qwen3_config *c, char *err,
                       size_t n) {
   memset(c, 0, sizeof *c);
-  if (h->json_type(cfg) != MI_JSON_OBJECT) {
-    snprintf(err, n, "not a JSON object");
-    return -1;
-  }
+  mi_glue_json r;
+  if (mi_glue_json_open(&r, h, cfg, err, n) != 0) return -1;
   /* Limits are generous (well past any released Qwen3) but keep hostile
    * configs from asking for absurd allocations. */
-  if (get_int(h, cfg, "hidden_size", 1, 65536, &c->hidden, err, n) ||
-      get_int(h, cfg, "num_hidden_layers", 1, 1024, &c->n_layers, err, n) ||
-      get_int(h, cfg, "num_attention_heads", 1, 1024, &c->n_heads, err, n) ||
-      get_int(h, cfg, "intermediate_size", 1, 1 << 20, &c->ffn, err, n) ||
-      get_int(h, cfg, "vocab_size", 1, 1 << 24, &c->vocab, err, n))
+  if (mi_glue_json_int(&r, "hidden_size", 1, 65536, &c->hidden) ||
+      mi_glue_json_int(&r, "num_hidden_layers", 1, 1024, &c->n_layers) ||
+      mi_glue_json_int(&r, "num_attention_heads", 1, 1024, &c->n_heads) ||
+      mi_glue_json_int(&r, "intermediate_size", 1, 1 << 20, &c->ffn) ||
+      mi_glue_json_int(&r, "vocab_size", 1, 1 << 24, &c->vocab))
     return -1;
   if (h->json_get(cfg, "num_key_value_heads")) {
-    if (get_int(h, cfg, "num_key_value_heads", 1, 1024, &c->n_kv_heads, err, n)) return -1;
+    if (mi_glue_json_int(&r, "num_key_value_heads", 1, 1024, &c->n_kv_heads)) return -1;
   } else {
     c->n_kv_heads = c->n_heads;
   }
   if (h->json_get(cfg, "head_dim") && h->json_type(h->json_get(cfg, "head_dim")) != MI_JSON_NULL) {
-    if (get_int(h, cfg, "head_dim", 2, 1024, &c->head_dim, err, n)) return -1;
+    if (mi_glue_json_int(&r, "head_dim", 2, 1024, &c->head_dim)) return -1;
   } else {
     c->head_dim = c->hidden / c->n_heads;
     /* derived, so held to the same range as an explicit head_dim */
@@ -71,12 +37,12 @@ int qwen3_config_read(const mi_host_api *h, const mi_json *cfg, qwen3_config *c,
     }
   }
   if (h->json_get(cfg, "max_position_embeddings")) {
-    if (get_int(h, cfg, "max_position_embeddings", 1, 1 << 24, &c->max_pos, err, n)) return -1;
+    if (mi_glue_json_int(&r, "max_position_embeddings", 1, 1 << 24, &c->max_pos)) return -1;
   } else {
     c->max_pos = 32768;
   }
-  if (get_real(h, cfg, "rms_norm_eps", 0.0, 1.0, 1e-6, &c->eps, err, n) ||
-      get_real(h, cfg, "rope_theta", 1.0, 1e12, 1e6, &c->rope_theta, err, n))
+  if (mi_glue_json_real(&r, cfg, "rms_norm_eps", "rms_norm_eps", 0.0, 1.0, 1e-6, &c->eps) ||
+      mi_glue_json_real(&r, cfg, "rope_theta", "rope_theta", 1.0, 1e12, 1e6, &c->rope_theta))
     return -1;
   const mi_json *tie = h->json_get(cfg, "tie_word_embeddings");
   c->tied = 0;

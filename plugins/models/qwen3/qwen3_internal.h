@@ -41,12 +41,10 @@ typedef struct q3_scratch {
 } q3_scratch;
 
 struct mi_model {
-  const mi_host_api *host;
-  const mi_platform_iface *P;
-  void *pc;
-  const mi_weights *weights;
-  char *model_dir;
-  mi_glue glue; /* binding weights and scratch (mi/model_glue.h) */
+  /* the host, the platform (P, pc) and the weights: binding weights and
+   * scratch (mi/model_glue.h), and every kernel call */
+  mi_glue glue;
+  char *model_dir; /* glue.model_dir, owned */
   qwen3_config cfg;
   int64_t batch; /* tokens per forward chunk (prefill batch) */
   uint64_t mem_budget; /* option mem_budget: host bytes left for the scratch (0: unchecked) */

@@ -146,11 +146,7 @@ static void free_scratch(qwen3_model *m) {
   q3_scratch *s = &m->s;
   mi_buffer **bufs[] = {&s->b_x,   &s->b_h,      &s->b_q,   &s->b_att, &s->b_o,  &s->b_gate,
                         &s->b_up,  &s->b_logits, &s->b_ids, &s->b_pos, &s->b_kn, &s->b_vn};
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-    if (*bufs[i]) {
-      m->P->buffer_free(m->pc, *bufs[i]);
-      *bufs[i] = NULL;
-    }
+  mi_glue_buffers_free(m->glue.P, m->glue.pc, bufs, sizeof bufs / sizeof bufs[0]);
   free(m->pos_host);
   m->pos_host = NULL;
 }
@@ -164,12 +160,12 @@ void qwen3_model_free(qwen3_model *m) {
       q3_layer *L = &m->layers[l];
       q3_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk,       &L->wv, &L->wo, &L->q_norm,
                          &L->k_norm,    &L->ffn_norm, &L->wg, &L->wu, &L->wd};
-      mi_glue_weights_free(m->P, m->pc, ws, sizeof ws / sizeof ws[0]);
+      mi_glue_weights_free(m->glue.P, m->glue.pc, ws, sizeof ws / sizeof ws[0]);
     }
     free(m->layers);
   }
-  mi_glue_weights_free(m->P, m->pc, (mi_glue_weight *[]){&m->embed, &m->final_norm, &m->lm_head},
-                       3);
+  mi_glue_weights_free(m->glue.P, m->glue.pc,
+                       (mi_glue_weight *[]){&m->embed, &m->final_norm, &m->lm_head}, 3);
   free_scratch(m);
   free(m->model_dir);
   free(m);
@@ -183,12 +179,9 @@ int qwen3_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3
     snprintf(err, err_len, "qwen3: out of memory");
     return -1;
   }
-  m->host = host;
-  m->P = a->platform.iface;
-  m->pc = a->platform.ctx;
-  m->weights = a->weights;
   m->model_dir = strdup(a->model_dir ? a->model_dir : "(model)");
-  m->glue = (mi_glue){"qwen3", host, m->P, m->pc, m->weights, m->model_dir, &m->weight_bytes};
+  m->glue = (mi_glue){"qwen3",    host,           a->platform.iface, a->platform.ctx,
+                      a->weights, m->model_dir, &m->weight_bytes};
   char cerr[768];
   if (qwen3_config_read(host, a->config, &m->cfg, cerr, sizeof cerr) != 0) {
     snprintf(err, err_len, "%s/config.json: %s", m->model_dir, cerr);
@@ -197,7 +190,7 @@ int qwen3_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3
   m->tp_rank = a->tp_rank;
   m->tp_size = a->tp_size > 0 ? a->tp_size : 1;
   if (m->tp_size > 1) {
-    const mi_platform_iface *P = m->P;
+    const mi_platform_iface *P = m->glue.P;
     if (!mi_platform_has(P, allreduce_sum_f32) || !mi_platform_has(P, broadcast)) {
       snprintf(err, err_len, "qwen3: --tp %d needs a platform with collectives (allreduce)",
                m->tp_size);
@@ -229,7 +222,7 @@ int qwen3_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3
       m->kv_dtype = MI_DTYPE_F32;
     } else if (strcmp(kvt, "f16") == 0 || strcmp(kvt, "bf16") == 0) {
       m->kv_dtype = kvt[0] == 'f' ? MI_DTYPE_F16 : MI_DTYPE_BF16;
-      if (!mi_platform_has(m->P, convert)) {
+      if (!mi_platform_has(m->glue.P, convert)) {
         snprintf(err, err_len, "qwen3: kv_type=%s needs a platform with the convert kernel", kvt);
         goto fail;
       }
@@ -260,16 +253,8 @@ fail:
 
 int qwen3_seq_create(qwen3_model *m, int64_t n_ctx, qwen3_seq **out, char *err, size_t err_len) {
   *out = NULL;
-  if (n_ctx < 1 || n_ctx > m->cfg.max_pos) {
-    snprintf(err, err_len, "qwen3: context size %lld must be in [1, %lld] (max_position_embeddings)",
-             (long long)n_ctx, (long long)m->cfg.max_pos);
-    return -1;
-  }
-  qwen3_seq *s = calloc(1, sizeof *s);
-  if (!s) {
-    snprintf(err, err_len, "qwen3: out of memory");
-    return -1;
-  }
+  qwen3_seq *s = mi_glue_seq_alloc("qwen3", n_ctx, m->cfg.max_pos, sizeof *s, err, err_len);
+  if (!s) return -1;
   s->n_ctx = n_ctx;
   const size_t kvdim = (size_t)(m->nkv_l * m->cfg.head_dim);
   /* One slab: [n_layers][K|V][n_ctx, kvdim] in kv_dtype. */
@@ -284,7 +269,7 @@ int qwen3_seq_create(qwen3_model *m, int64_t n_ctx, qwen3_seq **out, char *err, 
 
 void qwen3_seq_destroy(qwen3_model *m, qwen3_seq *s) {
   if (!s) return;
-  if (s->b_kv) m->P->buffer_free(m->pc, s->b_kv);
+  if (s->b_kv) m->glue.P->buffer_free(m->glue.pc, s->b_kv);
   free(s);
 }
 
@@ -293,8 +278,8 @@ void qwen3_seq_destroy(qwen3_model *m, qwen3_seq *s) {
 /* Runs T ≤ batch tokens at positions s->len ... s->len+T-1. */
 static int forward_chunk(qwen3_model *m, qwen3_seq *seq, const int32_t *ids, int64_t T,
                          char *err, size_t err_len) {
-  const mi_platform_iface *P = m->P;
-  void *pc = m->pc;
+  const mi_platform_iface *P = m->glue.P;
+  void *pc = m->glue.pc;
   const qwen3_config *c = &m->cfg;
   q3_scratch *s = &m->s;
   /* this rank's share: all of it without tensor parallelism */
@@ -377,8 +362,8 @@ int qwen3_forward(qwen3_model *m, qwen3_seq *seq, const int32_t *ids, int64_t n,
  * its own cache and attends over it alone. */
 static int forward_step_rows(qwen3_model *m, qwen3_seq *const *seqs, const int32_t *ids,
                              int64_t T, float *const *logits, char *err, size_t err_len) {
-  const mi_platform_iface *P = m->P;
-  void *pc = m->pc;
+  const mi_platform_iface *P = m->glue.P;
+  void *pc = m->glue.pc;
   const qwen3_config *c = &m->cfg;
   q3_scratch *s = &m->s;
   const int64_t H = c->hidden, hd = c->head_dim, nh = m->nh_l, nkv = m->nkv_l;

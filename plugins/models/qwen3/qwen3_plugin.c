@@ -132,23 +132,5 @@ static const mi_model_iface k_iface = {
     .seq_state_write = q3_seq_state_write,
 };
 
-static const void *q3_get_iface(void *ctx) {
-  (void)ctx;
-  return &k_iface;
-}
-
-static const mi_plugin_desc k_desc = {
-    .abi_major = MI_ABI_MAJOR,
-    .abi_minor = MI_ABI_MINOR,
-    .struct_size = sizeof(mi_plugin_desc),
-    .kind = MI_PLUGIN_MODEL,
-    .name = "qwen3",
-    .version = "0.1.0",
-    .description = "Qwen3 dense decoder (q/k RMSNorm, GQA, SwiGLU, NeoX RoPE)",
-    .probe = NULL,
-    .init = mi_glue_model_init,
-    .fini = NULL,
-    .get_iface = q3_get_iface,
-};
-
-MI_PLUGIN_DEFINE(k_desc)
+MI_GLUE_MODEL_PLUGIN("qwen3", "0.1.0", "Qwen3 dense decoder (q/k RMSNorm, GQA, SwiGLU, NeoX RoPE)",
+                     k_iface)

@@ -3,17 +3,10 @@
  * wrapped layout, so the user finds it in the file). */
 #include "qwen35_config.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-typedef struct reader {
-  const mi_host_api *h;
-  const mi_json *obj; /* where the text model's fields are */
-  const char *prefix; /* "" or "text_config." */
-  char *err;
-  size_t n;
-} reader;
+#include "mi/model_glue.h"
 
 /* The file's own strings go into messages: keep them one line and short. */
 static void one_line(char *s) {
@@ -21,47 +14,14 @@ static void one_line(char *s) {
     if ((unsigned char)*s < 0x20) *s = ' ';
 }
 
-static int get_int(reader *r, const char *key, int64_t lo, int64_t hi, int64_t *out) {
-  const mi_json *v = r->h->json_get(r->obj, key);
-  if (!v) {
-    snprintf(r->err, r->n, "missing field \"%s%s\"", r->prefix, key);
-    return -1;
-  }
-  if (r->h->json_int(v, out) != 0) {
-    snprintf(r->err, r->n, "field \"%s%s\" must be an integer", r->prefix, key);
-    return -1;
-  }
-  if (*out < lo || *out > hi) {
-    snprintf(r->err, r->n, "field \"%s%s\" = %lld is out of range [%lld, %lld]", r->prefix, key,
-             (long long)*out, (long long)lo, (long long)hi);
-    return -1;
-  }
-  return 0;
-}
-
-/* A number at obj.key; absent or null gives dflt. `shown` names it. */
-static int get_real_at(reader *r, const mi_json *obj, const char *key, const char *shown, double lo,
-                       double hi, double dflt, double *out) {
-  const mi_json *v = obj ? r->h->json_get(obj, key) : NULL;
-  if (!v || r->h->json_type(v) == MI_JSON_NULL) {
-    *out = dflt;
-    return 0;
-  }
-  if (r->h->json_real(v, out) != 0 || !isfinite(*out) || *out < lo || *out > hi) {
-    snprintf(r->err, r->n, "field \"%s%s\" must be a number in [%g, %g]", r->prefix, shown, lo, hi);
-    return -1;
-  }
-  return 0;
-}
-
 /* A boolean; absent gives dflt. */
-static int get_bool(reader *r, const mi_json *obj, const char *key, const char *prefix, int dflt,
-                    int *out) {
+static int get_bool(mi_glue_json *r, const mi_json *obj, const char *key, const char *prefix,
+                    int dflt, int *out) {
   const mi_json *v = r->h->json_get(obj, key);
   *out = dflt;
   if (!v || r->h->json_type(v) == MI_JSON_NULL) return 0;
   if (r->h->json_bool(v, out) != 0) {
-    snprintf(r->err, r->n, "field \"%s%s\" must be true or false", prefix, key);
+    snprintf(r->err, r->err_len, "field \"%s%s\" must be true or false", prefix, key);
     return -1;
   }
   return 0;
@@ -69,12 +29,12 @@ static int get_bool(reader *r, const mi_json *obj, const char *key, const char *
 
 /* The per-layer kinds: layer_types when present, else HF's default (every
  * full_attention_interval-th layer is full attention). */
-static int read_layer_types(reader *r, qwen35_config *c) {
+static int read_layer_types(mi_glue_json *r, qwen35_config *c) {
   const mi_host_api *h = r->h;
   const mi_json *lt = h->json_get(r->obj, "layer_types");
   if (lt && h->json_type(lt) != MI_JSON_NULL) {
     if (h->json_type(lt) != MI_JSON_ARRAY || (int64_t)h->json_array_size(lt) != c->n_layers) {
-      snprintf(r->err, r->n,
+      snprintf(r->err, r->err_len,
                "field \"%slayer_types\" must be an array of num_hidden_layers (%lld) strings",
                r->prefix, (long long)c->n_layers);
       return -1;
@@ -86,7 +46,7 @@ static int read_layer_types(reader *r, qwen35_config *c) {
       } else if (t && strcmp(t, "linear_attention") == 0) {
         c->full[l] = 0;
       } else {
-        snprintf(r->err, r->n,
+        snprintf(r->err, r->err_len,
                  "field \"%slayer_types\"[%lld] = \"%.40s\" is neither linear_attention nor "
                  "full_attention",
                  r->prefix, (long long)l, t ? t : "(not a string)");
@@ -97,7 +57,7 @@ static int read_layer_types(reader *r, qwen35_config *c) {
   } else {
     int64_t iv = 4; /* HF's Qwen3_5TextConfig default */
     if (h->json_get(r->obj, "full_attention_interval") &&
-        get_int(r, "full_attention_interval", 1, Q35_MAX_LAYERS, &iv))
+        mi_glue_json_int(r, "full_attention_interval", 1, Q35_MAX_LAYERS, &iv))
       return -1;
     for (int64_t l = 0; l < c->n_layers; l++)
       c->full[l] = (l + 1) % iv == 0;
@@ -111,11 +71,8 @@ static int read_layer_types(reader *r, qwen35_config *c) {
 int qwen35_config_read(const mi_host_api *h, const mi_json *cfg, qwen35_config *c, char *err,
                        size_t n) {
   memset(c, 0, sizeof *c);
-  if (h->json_type(cfg) != MI_JSON_OBJECT) {
-    snprintf(err, n, "not a JSON object");
-    return -1;
-  }
-  reader r = {h, cfg, "", err, n};
+  mi_glue_json r;
+  if (mi_glue_json_open(&r, h, cfg, err, n) != 0) return -1;
   const mi_json *tc = h->json_get(cfg, "text_config");
   if (tc && h->json_type(tc) != MI_JSON_NULL) {
     if (h->json_type(tc) != MI_JSON_OBJECT) {
@@ -127,24 +84,25 @@ int qwen35_config_read(const mi_host_api *h, const mi_json *cfg, qwen35_config *
     c->wrapped = 1;
   }
   /* Limits are generous (past any released model) but bounded. */
-  if (get_int(&r, "hidden_size", 1, 65536, &c->hidden) ||
-      get_int(&r, "num_hidden_layers", 1, Q35_MAX_LAYERS, &c->n_layers) ||
-      get_int(&r, "num_attention_heads", 1, 1024, &c->n_heads) ||
-      get_int(&r, "num_key_value_heads", 1, 1024, &c->n_kv_heads) ||
-      get_int(&r, "head_dim", 2, 1024, &c->head_dim) ||
-      get_int(&r, "intermediate_size", 1, 1 << 20, &c->ffn) ||
-      get_int(&r, "vocab_size", 1, 1 << 24, &c->vocab) ||
-      get_int(&r, "linear_num_key_heads", 1, 1024, &c->lin_kh) ||
-      get_int(&r, "linear_num_value_heads", 1, 1024, &c->lin_vh) ||
-      get_int(&r, "linear_key_head_dim", 1, 1024, &c->lin_dk) ||
-      get_int(&r, "linear_value_head_dim", 1, 1024, &c->lin_dv) ||
-      get_int(&r, "linear_conv_kernel_dim", 1, 64, &c->conv_k))
+  if (mi_glue_json_int(&r, "hidden_size", 1, 65536, &c->hidden) ||
+      mi_glue_json_int(&r, "num_hidden_layers", 1, Q35_MAX_LAYERS, &c->n_layers) ||
+      mi_glue_json_int(&r, "num_attention_heads", 1, 1024, &c->n_heads) ||
+      mi_glue_json_int(&r, "num_key_value_heads", 1, 1024, &c->n_kv_heads) ||
+      mi_glue_json_int(&r, "head_dim", 2, 1024, &c->head_dim) ||
+      mi_glue_json_int(&r, "intermediate_size", 1, 1 << 20, &c->ffn) ||
+      mi_glue_json_int(&r, "vocab_size", 1, 1 << 24, &c->vocab) ||
+      mi_glue_json_int(&r, "linear_num_key_heads", 1, 1024, &c->lin_kh) ||
+      mi_glue_json_int(&r, "linear_num_value_heads", 1, 1024, &c->lin_vh) ||
+      mi_glue_json_int(&r, "linear_key_head_dim", 1, 1024, &c->lin_dk) ||
+      mi_glue_json_int(&r, "linear_value_head_dim", 1, 1024, &c->lin_dv) ||
+      mi_glue_json_int(&r, "linear_conv_kernel_dim", 1, 64, &c->conv_k))
     return -1;
   c->max_pos = 262144;
   if (h->json_get(r.obj, "max_position_embeddings") &&
-      get_int(&r, "max_position_embeddings", 1, 1 << 24, &c->max_pos))
+      mi_glue_json_int(&r, "max_position_embeddings", 1, 1 << 24, &c->max_pos))
     return -1;
-  if (get_real_at(&r, r.obj, "rms_norm_eps", "rms_norm_eps", 0.0, 1.0, 1e-6, &c->eps)) return -1;
+  if (mi_glue_json_real(&r, r.obj, "rms_norm_eps", "rms_norm_eps", 0.0, 1.0, 1e-6, &c->eps))
+    return -1;
   /* rotary: rope_parameters (the current HF layout) or the top level */
   const mi_json *rp = h->json_get(r.obj, "rope_parameters");
   if (rp && h->json_type(rp) != MI_JSON_NULL && h->json_type(rp) != MI_JSON_OBJECT) {
@@ -153,13 +111,13 @@ int qwen35_config_read(const mi_host_api *h, const mi_json *cfg, qwen35_config *
   }
   if (rp && h->json_type(rp) == MI_JSON_NULL) rp = NULL;
   double theta_top, prf_top, prf;
-  if (get_real_at(&r, r.obj, "rope_theta", "rope_theta", 1.0, 1e12, 1e7, &theta_top) ||
-      get_real_at(&r, rp, "rope_theta", "rope_parameters.rope_theta", 1.0, 1e12, theta_top,
-                  &c->rope_theta) ||
-      get_real_at(&r, r.obj, "partial_rotary_factor", "partial_rotary_factor", 0.0, 1.0, 0.25,
-                  &prf_top) ||
-      get_real_at(&r, rp, "partial_rotary_factor", "rope_parameters.partial_rotary_factor", 0.0,
-                  1.0, prf_top, &prf))
+  if (mi_glue_json_real(&r, r.obj, "rope_theta", "rope_theta", 1.0, 1e12, 1e7, &theta_top) ||
+      mi_glue_json_real(&r, rp, "rope_theta", "rope_parameters.rope_theta", 1.0, 1e12, theta_top,
+                        &c->rope_theta) ||
+      mi_glue_json_real(&r, r.obj, "partial_rotary_factor", "partial_rotary_factor", 0.0, 1.0, 0.25,
+                        &prf_top) ||
+      mi_glue_json_real(&r, rp, "partial_rotary_factor", "rope_parameters.partial_rotary_factor",
+                        0.0, 1.0, prf_top, &prf))
     return -1;
   c->rot_dim = (int64_t)(prf * (double)c->head_dim);
   if (c->rot_dim < 2 || c->rot_dim % 2 != 0) {

@@ -37,8 +37,8 @@
  * last layer's residual stream in s->x [T, H]. */
 static int forward_chunk(qwen35_model *m, qwen35_seq *seq, const int32_t *ids, int64_t T, char *err,
                          size_t err_len) {
-  const mi_platform_iface *P = m->P;
-  void *pc = m->pc;
+  const mi_platform_iface *P = m->glue.P;
+  void *pc = m->glue.pc;
   const qwen35_config *c = &m->cfg;
   q35_scratch *s = &m->s;
   const int64_t H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
@@ -157,8 +157,8 @@ int qwen35_forward(qwen35_model *m, qwen35_seq *seq, const int32_t *ids, int64_t
  * layers) and its own conv and recurrent states (DeltaNet layers). */
 static int forward_step_rows(qwen35_model *m, qwen35_seq *const *seqs, const int32_t *ids,
                              int64_t T, float *const *logits, char *err, size_t err_len) {
-  const mi_platform_iface *P = m->P;
-  void *pc = m->pc;
+  const mi_platform_iface *P = m->glue.P;
+  void *pc = m->glue.pc;
   const qwen35_config *c = &m->cfg;
   q35_scratch *s = &m->s;
   const int64_t H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;

@@ -76,12 +76,10 @@ typedef struct q35_scratch {
 } q35_scratch;
 
 struct mi_model {
-  const mi_host_api *host;
-  const mi_platform_iface *P;
-  void *pc;
-  const mi_weights *weights;
-  char *model_dir;
-  mi_glue glue;       /* binding weights and scratch (mi/model_glue.h) */
+  /* the host, the platform (P, pc) and the weights: binding weights and
+   * scratch (mi/model_glue.h), and every kernel call */
+  mi_glue glue;
+  char *model_dir;    /* glue.model_dir, owned */
   const char *prefix; /* "model." or "model.language_model." (wrapped layout) */
   qwen35_config cfg;
   int64_t n_lin;       /* DeltaNet layers */

@@ -80,10 +80,10 @@ static int bind_weights(qwen35_model *m, char *err, size_t err_len) {
   char name[256];
   /* the wrapped layout keeps the text model under model.language_model. */
   mi_weight_info wi;
-  m->prefix =
-      m->host->weights_find(m->weights, "model.language_model.embed_tokens.weight", &wi) == 0
-          ? "model.language_model."
-          : "model.";
+  m->prefix = m->glue.host->weights_find(m->glue.weights,
+                                         "model.language_model.embed_tokens.weight", &wi) == 0
+                  ? "model.language_model."
+                  : "model.";
   snprintf(name, sizeof name, "%sembed_tokens.weight", m->prefix);
   if (bind_matrix(m, name, c->vocab, c->hidden, &m->embed, err, err_len)) return -1;
   snprintf(name, sizeof name, "%snorm.weight", m->prefix);
@@ -188,11 +188,7 @@ static void free_scratch(qwen35_model *m) {
                         &s->b_z,   &s->b_core, &s->b_ba,     &s->b_aa,  &s->b_beta, &s->b_g,
                         &s->b_mg,  &s->b_mu,   &s->b_logits, &s->b_ids, &s->b_pos,  &s->b_kn,
                         &s->b_vn,  &m->b_zero};
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-    if (*bufs[i]) {
-      m->P->buffer_free(m->pc, *bufs[i]);
-      *bufs[i] = NULL;
-    }
+  mi_glue_buffers_free(m->glue.P, m->glue.pc, bufs, sizeof bufs / sizeof bufs[0]);
   free(m->pos_host);
   m->pos_host = NULL;
 }
@@ -208,12 +204,12 @@ void qwen35_model_free(qwen35_model *m) {
                           &L->wo,        &L->q_norm,   &L->k_norm, &L->w_qkv,   &L->w_z,
                           &L->w_b,       &L->w_a,      &L->conv_w, &L->dt_bias, &L->a_log,
                           &L->lin_norm,  &L->w_out,    &L->wg,     &L->wu,      &L->wd};
-      mi_glue_weights_free(m->P, m->pc, ws, sizeof ws / sizeof ws[0]);
+      mi_glue_weights_free(m->glue.P, m->glue.pc, ws, sizeof ws / sizeof ws[0]);
     }
     free(m->layers);
   }
-  mi_glue_weights_free(m->P, m->pc, (mi_glue_weight *[]){&m->embed, &m->final_norm, &m->lm_head},
-                       3);
+  mi_glue_weights_free(m->glue.P, m->glue.pc,
+                       (mi_glue_weight *[]){&m->embed, &m->final_norm, &m->lm_head}, 3);
   free_scratch(m);
   free(m->model_dir);
   free(m);
@@ -227,12 +223,9 @@ int qwen35_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen
     snprintf(err, err_len, "qwen35: out of memory");
     return -1;
   }
-  m->host = host;
-  m->P = a->platform.iface;
-  m->pc = a->platform.ctx;
-  m->weights = a->weights;
   m->model_dir = strdup(a->model_dir ? a->model_dir : "(model)");
-  m->glue = (mi_glue){"qwen35", host, m->P, m->pc, m->weights, m->model_dir, &m->weight_bytes};
+  m->glue = (mi_glue){"qwen35",   host,         a->platform.iface, a->platform.ctx,
+                      a->weights, m->model_dir, &m->weight_bytes};
   char cerr[768];
   if (!m->model_dir) {
     snprintf(err, err_len, "qwen35: out of memory");
@@ -278,17 +271,8 @@ fail:
 int qwen35_seq_create(qwen35_model *m, int64_t n_ctx, qwen35_seq **out, char *err, size_t err_len) {
   *out = NULL;
   const qwen35_config *c = &m->cfg;
-  if (n_ctx < 1 || n_ctx > c->max_pos) {
-    snprintf(err, err_len,
-             "qwen35: context size %lld must be in [1, %lld] (max_position_embeddings)",
-             (long long)n_ctx, (long long)c->max_pos);
-    return -1;
-  }
-  qwen35_seq *s = calloc(1, sizeof *s);
-  if (!s) {
-    snprintf(err, err_len, "qwen35: out of memory");
-    return -1;
-  }
+  qwen35_seq *s = mi_glue_seq_alloc("qwen35", n_ctx, c->max_pos, sizeof *s, err, err_len);
+  if (!s) return -1;
   s->n_ctx = n_ctx;
   const size_t kvdim = (size_t)(c->n_kv_heads * c->head_dim);
   const size_t conv_f = (size_t)((c->conv_k - 1) * m->conv_dim);
@@ -310,8 +294,8 @@ int qwen35_seq_create(qwen35_model *m, int64_t n_ctx, qwen35_seq **out, char *er
 
 void qwen35_seq_destroy(qwen35_model *m, qwen35_seq *s) {
   if (!s) return;
-  if (s->b_kv) m->P->buffer_free(m->pc, s->b_kv);
-  if (s->b_state) m->P->buffer_free(m->pc, s->b_state);
+  if (s->b_kv) m->glue.P->buffer_free(m->glue.pc, s->b_kv);
+  if (s->b_state) m->glue.P->buffer_free(m->glue.pc, s->b_state);
   free(s);
 }
 
@@ -321,10 +305,10 @@ int qwen35_seq_reset(qwen35_model *m, qwen35_seq *s, char *err, size_t err_len) 
   const size_t rec_b = (size_t)(c->lin_vh * c->lin_dk * c->lin_dv) * sizeof(float);
   for (int64_t i = 0; i < m->n_lin; i++) {
     char *cs = (char *)s->conv + (size_t)i * conv_b, *rs = (char *)s->rec + (size_t)i * rec_b;
-    if ((conv_b && m->P->memcpy_d2d(m->pc, NULL, cs, m->zero, conv_b) != 0) ||
-        m->P->memcpy_d2d(m->pc, NULL, rs, m->zero, rec_b) != 0) {
+    if ((conv_b && m->glue.P->memcpy_d2d(m->glue.pc, NULL, cs, m->zero, conv_b) != 0) ||
+        m->glue.P->memcpy_d2d(m->glue.pc, NULL, rs, m->zero, rec_b) != 0) {
       snprintf(err, err_len, "qwen35: cannot reset the sequence state: %s",
-               m->P->last_error(m->pc));
+               m->glue.P->last_error(m->glue.pc));
       return -1;
     }
   }
@@ -349,7 +333,7 @@ int qwen35_seq_reset(qwen35_model *m, qwen35_seq *s, char *err, size_t err_len) 
 
 static int state_copy_failed(qwen35_model *m, const char *fn, const char *what, char *err,
                              size_t err_len) {
-  const char *e = m->P->last_error ? m->P->last_error(m->pc) : NULL;
+  const char *e = m->glue.P->last_error ? m->glue.P->last_error(m->glue.pc) : NULL;
   snprintf(err, err_len, "qwen35: %s: copying the %s failed: %s", fn, what,
            e && e[0] ? e : "unknown error");
   return -1;
@@ -379,10 +363,10 @@ int qwen35_seq_state_read(qwen35_model *m, qwen35_seq *s, int64_t pos, int64_t n
   }
   if (kv_copy(m, s, pos, n, dst, 1, "seq_state_read", err, err_len) != 0) return -1;
   if (!fixed_dst) return 0;
-  const mi_platform_iface *P = m->P;
+  const mi_platform_iface *P = m->glue.P;
   /* fixed_dst is the caller's as soon as this returns */
-  if (P->memcpy_d2h(m->pc, NULL, fixed_dst, s->conv, q35_state_bytes(m)) != 0 ||
-      (mi_platform_has(P, stream_sync) && P->stream_sync(m->pc, NULL) != 0))
+  if (P->memcpy_d2h(m->glue.pc, NULL, fixed_dst, s->conv, q35_state_bytes(m)) != 0 ||
+      (mi_platform_has(P, stream_sync) && P->stream_sync(m->glue.pc, NULL) != 0))
     return state_copy_failed(m, "seq_state_read", "recurrent state", err, err_len);
   return 0;
 }
@@ -408,9 +392,9 @@ int qwen35_seq_state_write(qwen35_model *m, qwen35_seq *s, int64_t pos, int64_t 
   /* The recurrent state is replaced in place, last: a failure from here on
    * cannot be rolled back, so (as after a failed forward) the sequence is
    * marked broken rather than left to run on from a half-copied state. */
-  const mi_platform_iface *P = m->P;
-  if (P->memcpy_h2d(m->pc, NULL, s->conv, fixed_src, q35_state_bytes(m)) != 0 ||
-      (mi_platform_has(P, stream_sync) && P->stream_sync(m->pc, NULL) != 0)) {
+  const mi_platform_iface *P = m->glue.P;
+  if (P->memcpy_h2d(m->glue.pc, NULL, s->conv, fixed_src, q35_state_bytes(m)) != 0 ||
+      (mi_platform_has(P, stream_sync) && P->stream_sync(m->glue.pc, NULL) != 0)) {
     s->broken = 1;
     return state_copy_failed(m, "seq_state_write", "recurrent state", err, err_len);
   }

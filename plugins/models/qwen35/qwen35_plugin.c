@@ -70,13 +70,14 @@ static int q35_seq_truncate(mi_model *m, mi_seq *s, int64_t n_keep) {
   if (n_keep == 0) {
     char err[256];
     if (qwen35_seq_reset(m, s, err, sizeof err) == 0) return 0;
-    m->host->log(MI_LOG_ERROR, "qwen35", "%s", err);
+    m->glue.host->log(MI_LOG_ERROR, "qwen35", "%s", err);
     return -1;
   }
-  m->host->log(MI_LOG_ERROR, "qwen35",
-               "cannot truncate a sequence of %lld tokens to %lld: the gated DeltaNet state is "
-               "recurrent (only 0, a reset, or the current length)",
-               (long long)s->len, (long long)n_keep);
+  m->glue.host->log(
+      MI_LOG_ERROR, "qwen35",
+      "cannot truncate a sequence of %lld tokens to %lld: the gated DeltaNet state is "
+      "recurrent (only 0, a reset, or the current length)",
+      (long long)s->len, (long long)n_keep);
   return -1;
 }
 
@@ -123,24 +124,7 @@ static const mi_model_iface k_iface = {
     .seq_state_write = qwen35_seq_state_write,
 };
 
-static const void *q35_get_iface(void *ctx) {
-  (void)ctx;
-  return &k_iface;
-}
-
-static const mi_plugin_desc k_desc = {
-    .abi_major = MI_ABI_MAJOR,
-    .abi_minor = MI_ABI_MINOR,
-    .struct_size = sizeof(mi_plugin_desc),
-    .kind = MI_PLUGIN_MODEL,
-    .name = "qwen35",
-    .version = "0.1.0",
-    .description = "Qwen3.5/3.6-style hybrid (gated DeltaNet + gated attention, (1+w) norms, "
-                   "partial rotary)",
-    .probe = NULL,
-    .init = mi_glue_model_init,
-    .fini = NULL,
-    .get_iface = q35_get_iface,
-};
-
-MI_PLUGIN_DEFINE(k_desc)
+MI_GLUE_MODEL_PLUGIN("qwen35", "0.1.0",
+                     "Qwen3.5/3.6-style hybrid (gated DeltaNet + gated attention, (1+w) norms, "
+                     "partial rotary)",
+                     k_iface)

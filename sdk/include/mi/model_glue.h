@@ -3,7 +3,8 @@
  * the tensor when they are wrong), the checks a forward or a batched decode
  * step makes before any state changes, the kernel-call check, the
  * platform-needs table, the options every model reads (batch=,
- * mem_budget=), and the KV cache's export/import through a staging buffer.
+ * mem_budget=), config.json's fields, a new sequence, the KV cache's
+ * export/import through a staging buffer, and the plugin's descriptor.
  *
  * Header only (static inline functions and macros): a plugin built out of
  * tree from the installed SDK alone compiles it with its own flags, and
@@ -14,6 +15,7 @@
 #ifndef MI_MODEL_GLUE_H
 #define MI_MODEL_GLUE_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +23,7 @@
 #include <string.h>
 
 #include "mi/model.h"
+#include "mi/plugin.h"
 #include "mi/tensor.h"
 
 #ifdef __cplusplus
@@ -286,6 +289,16 @@ static inline void mi_glue_weights_free(const mi_platform_iface *P, void *pc,
     mi_glue_weight_free(P, pc, ws[i]);
 }
 
+/* Frees the n buffers *bufs[i] that are set, and unsets them. */
+static inline void mi_glue_buffers_free(const mi_platform_iface *P, void *pc,
+                                        mi_buffer **const *bufs, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (*bufs[i]) {
+      P->buffer_free(pc, *bufs[i]);
+      *bufs[i] = NULL;
+    }
+}
+
 /* A platform buffer of `bytes` (at least 4: a zero-size shape still gets
  * an address); *(void **)ptr gets its device address. 0, or -1. */
 static inline int mi_glue_alloc(const mi_glue *g, size_t bytes, mi_buffer **b, void *ptr, char *err,
@@ -332,6 +345,71 @@ static inline int mi_glue_opt_bytes(const mi_glue *g, const mi_options *o, const
   return 0;
 }
 
+/* ---- config.json -------------------------------------------------------- */
+
+/* Where config.json's fields are read (obj) and how a refusal names them:
+ * "<prefix><key>", prefix "" or where obj sits (e.g. "text_config."). */
+typedef struct mi_glue_json {
+  const mi_host_api *h;
+  const mi_json *obj;
+  const char *prefix;
+  char *err;
+  size_t err_len;
+} mi_glue_json;
+
+/* Reads the top level of cfg, which must be an object. 0, or -1. */
+static inline int mi_glue_json_open(mi_glue_json *r, const mi_host_api *h, const mi_json *cfg,
+                                    char *err, size_t err_len) {
+  r->h = h;
+  r->obj = cfg;
+  r->prefix = "";
+  r->err = err;
+  r->err_len = err_len;
+  if (h->json_type(cfg) != MI_JSON_OBJECT) {
+    snprintf(err, err_len, "not a JSON object");
+    return -1;
+  }
+  return 0;
+}
+
+/* Field `key` as an integer in [lo, hi]; a missing one is refused. */
+static inline int mi_glue_json_int(const mi_glue_json *r, const char *key, int64_t lo, int64_t hi,
+                                   int64_t *out) {
+  const mi_json *v = r->h->json_get(r->obj, key);
+  if (!v) {
+    snprintf(r->err, r->err_len, "missing field \"%s%s\"", r->prefix, key);
+    return -1;
+  }
+  if (r->h->json_int(v, out) != 0) {
+    snprintf(r->err, r->err_len, "field \"%s%s\" must be an integer", r->prefix, key);
+    return -1;
+  }
+  if (*out < lo || *out > hi) {
+    snprintf(r->err, r->err_len, "field \"%s%s\" = %lld is out of range [%lld, %lld]", r->prefix,
+             key, (long long)*out, (long long)lo, (long long)hi);
+    return -1;
+  }
+  return 0;
+}
+
+/* A finite number in [lo, hi] at obj.key (obj NULL: absent); absent or
+ * null gives dflt. A refusal names it "<prefix><shown>". */
+static inline int mi_glue_json_real(const mi_glue_json *r, const mi_json *obj, const char *key,
+                                    const char *shown, double lo, double hi, double dflt,
+                                    double *out) {
+  const mi_json *v = obj ? r->h->json_get(obj, key) : NULL;
+  if (!v || r->h->json_type(v) == MI_JSON_NULL) {
+    *out = dflt;
+    return 0;
+  }
+  if (r->h->json_real(v, out) != 0 || !isfinite(*out) || *out < lo || *out > hi) {
+    snprintf(r->err, r->err_len, "field \"%s%s\" must be a number in [%g, %g]", r->prefix, shown,
+             lo, hi);
+    return -1;
+  }
+  return 0;
+}
+
 /* ---- checks before a forward ------------------------------------------- */
 
 /* forward(): n ≥ 1 tokens that fit after `len` of `n_ctx`, each an id in
@@ -354,6 +432,20 @@ static inline int mi_glue_check_forward(const char *tag, const int32_t *ids, int
       return -1;
     }
   return 0;
+}
+
+/* seq_create(): a zeroed sequence struct of `size` bytes for a context of
+ * n_ctx positions, which must be in [1, max_pos]. NULL with one line in err. */
+static inline void *mi_glue_seq_alloc(const char *tag, int64_t n_ctx, int64_t max_pos, size_t size,
+                                      char *err, size_t err_len) {
+  if (n_ctx < 1 || n_ctx > max_pos) {
+    snprintf(err, err_len, "%s: context size %lld must be in [1, %lld] (max_position_embeddings)",
+             tag, (long long)n_ctx, (long long)max_pos);
+    return NULL;
+  }
+  void *s = calloc(1, size);
+  if (!s) snprintf(err, err_len, "%s: out of memory", tag);
+  return s;
 }
 
 /* A sequence's length and context for mi_glue_check_batch; returns NULL, or
@@ -596,6 +688,30 @@ static inline int mi_glue_model_init(const mi_host_api *host, const mi_options *
   *ctx = (void *)host;
   return 0;
 }
+
+/* The descriptor and entry point of a model plugin whose context is the
+ * host table (mi_glue_model_init) and whose interface is the static table
+ * `iface`; nothing to probe or to free. Use once, at the end of the plugin:
+ *   MI_GLUE_MODEL_PLUGIN("mymodel", "0.1.0", "what it runs", k_iface) */
+#define MI_GLUE_MODEL_PLUGIN(name_, version_, description_, iface_)                                \
+  static const void *mi_glue_get_iface_(void *ctx) {                                               \
+    (void)ctx;                                                                                     \
+    return &(iface_);                                                                              \
+  }                                                                                                \
+  static const mi_plugin_desc mi_glue_desc_ = {                                                    \
+      .abi_major = MI_ABI_MAJOR,                                                                   \
+      .abi_minor = MI_ABI_MINOR,                                                                   \
+      .struct_size = sizeof(mi_plugin_desc),                                                       \
+      .kind = MI_PLUGIN_MODEL,                                                                     \
+      .name = name_,                                                                               \
+      .version = version_,                                                                         \
+      .description = description_,                                                                 \
+      .probe = NULL,                                                                               \
+      .init = mi_glue_model_init,                                                                  \
+      .fini = NULL,                                                                                \
+      .get_iface = mi_glue_get_iface_,                                                             \
+  };                                                                                               \
+  MI_PLUGIN_DEFINE(mi_glue_desc_)
 
 /* info(): hands the caller as much of a filled mi_model_info as its
  * struct_size has room for (0: the ABI 1.0 size). */

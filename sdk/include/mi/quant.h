@@ -102,10 +102,12 @@ static inline void mi_quant_row_f64(mi_dtype t, const void *src, int64_t n, doub
 static inline void mi_quant_row_f32(mi_dtype t, const void *src, int64_t n, float *dst) {
   const int64_t qk = mi_dtype_block(t);
   const size_t bb = mi_dtype_block_bytes(t);
-  const uint8_t *p = (const uint8_t *)src;
-  for (int64_t b = 0; b < n / qk; b++, p += bb)
-    for (int i = 0; i < (int)qk; i++)
-      dst[b * qk + i] = (float)mi_quant_value64(t, p, i);
+  double v[MI_QK_K]; /* one block's exact values (MI_QK_K: the largest block) */
+  for (int64_t b = 0; b < n / qk; b++) {
+    mi_quant_row_f64(t, (const uint8_t *)src + (size_t)b * bb, qk, v);
+    for (int64_t i = 0; i < qk; i++)
+      dst[b * qk + i] = (float)v[i];
+  }
 }
 
 #ifdef __cplusplus

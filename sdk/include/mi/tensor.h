@@ -108,17 +108,24 @@ static inline size_t mi_dtype_row_bytes(mi_dtype t, int64_t n) {
   return (size_t)n * mi_dtype_size(t);
 }
 
-/* bf16 <-> f32: bf16 is the top half of an IEEE f32; round to nearest even. */
-static inline float mi_bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
+/* An f32's IEEE bits, and the f32 of some bits (memcpy: no aliasing). */
+static inline uint32_t mi_f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static inline float mi_f32_from_bits(uint32_t u) {
   float f;
   memcpy(&f, &u, 4);
   return f;
 }
 
+/* bf16 <-> f32: bf16 is the top half of an IEEE f32; round to nearest even. */
+static inline float mi_bf16_to_f32(uint16_t h) { return mi_f32_from_bits((uint32_t)h << 16); }
+
 static inline uint16_t mi_f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
+  uint32_t u = mi_f32_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
@@ -147,14 +154,11 @@ static inline float mi_f16_to_f32(uint16_t h) {
   } else {
     u = sign | ((exp + 127 - 15) << 23) | (man << 13);
   }
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
+  return mi_f32_from_bits(u);
 }
 
 static inline uint16_t mi_f32_to_f16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
+  uint32_t u = mi_f32_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   int32_t exp = (int32_t)((u >> 23) & 0xffu) - 127 + 15;
   uint32_t man = u & 0x7fffffu;

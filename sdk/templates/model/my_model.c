@@ -230,13 +230,9 @@ static int my_check_config(void *ctx, const mi_json *j, char *err, size_t err_le
 
 static int my_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, size_t err_len) {
   *out = NULL;
-  if (n_ctx < 1 || n_ctx > m->c.max_pos) {
-    snprintf(err, err_len, "mymodel: context %lld must be in [1, %lld]", (long long)n_ctx,
-             (long long)m->c.max_pos);
-    return -1;
-  }
-  mi_seq *s = calloc(1, sizeof *s);
-  if (!s) return snprintf(err, err_len, "mymodel: out of memory"), -1;
+  /* n_ctx in [1, max_position_embeddings] */
+  mi_seq *s = mi_glue_seq_alloc("mymodel", n_ctx, m->c.max_pos, sizeof *s, err, err_len);
+  if (!s) return -1;
   s->n_ctx = n_ctx;
   size_t bytes = (size_t)(m->c.L * 2 * n_ctx * m->c.nkv * m->c.hd) * sizeof(float);
   if (mi_glue_alloc(&m->g, bytes, &s->buf, &s->kv, err, err_len) != 0) {
@@ -384,31 +380,8 @@ static const mi_model_iface iface = {
     .platform_needs = platform_needs,
 };
 
-static int my_init(const mi_host_api *h, const mi_options *opts, void **ctx, char *err,
-                   size_t err_len) {
-  (void)opts;
-  if (!mi_glue_host_ok(h, err, err_len)) return -1;
-  *ctx = (void *)h; /* the plugin's context is just the host table */
-  return 0;
-}
-
-static const void *my_get_iface(void *ctx) {
-  (void)ctx;
-  return &iface;
-}
-
-static const mi_plugin_desc desc = {
-    .abi_major = MI_ABI_MAJOR,
-    .abi_minor = MI_ABI_MINOR,
-    .struct_size = sizeof(mi_plugin_desc),
-    .kind = MI_PLUGIN_MODEL,
-    .name = "mymodel",
-    .version = "0.1.0",
-    .description = "template: dense pre-norm decoder (q/k norm, GQA, RoPE, SwiGLU)",
-    .probe = NULL, /* a model plugin has nothing to probe */
-    .init = my_init,
-    .fini = NULL,
-    .get_iface = my_get_iface,
-};
-
-MI_PLUGIN_DEFINE(desc)
+/* The descriptor (name, version, description) and the one exported symbol.
+ * The plugin's context is the host table: check_config and load get it as
+ * ctx. */
+MI_GLUE_MODEL_PLUGIN("mymodel", "0.1.0",
+                     "template: dense pre-norm decoder (q/k norm, GQA, RoPE, SwiGLU)", iface)
