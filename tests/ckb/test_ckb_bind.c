@@ -72,56 +72,37 @@ START_TEST(test_buffers_and_weights) {
 }
 END_TEST
 
+/* a binding as JSON (a string or a number), the form it reads as, and the
+ * expression or name it carries */
+static const struct {
+  const char *kind, *json;
+  mi_ckb_arg_form form;
+  const char *want;
+} k_scalars[] = {
+    {"i64", "\"num_attention_heads * head_dim\"", MI_ARG_INT, "num_attention_heads * head_dim"},
+    {"i32", "\"int:partial_rotary_factor * head_dim\"", MI_ARG_INT_REAL, "partial_rotary_factor * head_dim"},
+    {"i64", "64", MI_ARG_INT, "64"}, /* a JSON number binds as its spelling */
+    {"f32", "\"config:rms_norm_eps\"", MI_ARG_CONFIG, "rms_norm_eps"},
+    {"f32", "\"rsqrt:head_dim\"", MI_ARG_RSQRT, "head_dim"},
+    {"f64", "0.5", MI_ARG_NUMBER, NULL},
+    {"dtype", "\"dtype:src\"", MI_ARG_DTYPE_OF, "src"},
+    {"dtype", "\"bf16\"", MI_ARG_DTYPE, "bf16"},
+    {"ctx", "\"anything\"", MI_ARG_NONE, NULL},
+    {"stream", "null", MI_ARG_NONE, NULL},
+};
+
 START_TEST(test_scalars_and_dtypes) {
-  json_t *v = json_string("num_attention_heads * head_dim");
-  mi_ckb_arg a = parse_ok("i64", v);
-  ck_assert_int_eq(a.form, MI_ARG_INT);
-  ck_assert_str_eq(a.expr, "num_attention_heads * head_dim");
-  json_decref(v);
-
-  v = json_string("int:partial_rotary_factor * head_dim");
-  a = parse_ok("i32", v);
-  ck_assert_int_eq(a.form, MI_ARG_INT_REAL);
-  ck_assert_str_eq(a.expr, "partial_rotary_factor * head_dim");
-  json_decref(v);
-
-  v = json_integer(64); /* a JSON number binds as its spelling */
-  a = parse_ok("i64", v);
-  ck_assert_str_eq(a.expr, "64");
-  json_decref(v);
-
-  v = json_string("config:rms_norm_eps");
-  a = parse_ok("f32", v);
-  ck_assert_int_eq(a.form, MI_ARG_CONFIG);
-  ck_assert_str_eq(a.name, "rms_norm_eps");
-  json_decref(v);
-
-  v = json_string("rsqrt:head_dim");
-  a = parse_ok("f32", v);
-  ck_assert_int_eq(a.form, MI_ARG_RSQRT);
-  ck_assert_str_eq(a.expr, "head_dim");
-  json_decref(v);
-
-  v = json_real(0.5);
-  a = parse_ok("f64", v);
-  ck_assert_int_eq(a.form, MI_ARG_NUMBER);
-  ck_assert(a.number == 0.5);
-  json_decref(v);
-
-  v = json_string("dtype:src");
-  a = parse_ok("dtype", v);
-  ck_assert_int_eq(a.form, MI_ARG_DTYPE_OF);
-  ck_assert_str_eq(a.name, "src");
-  json_decref(v);
-  v = json_string("bf16");
-  a = parse_ok("dtype", v);
-  ck_assert_int_eq(a.form, MI_ARG_DTYPE);
-  json_decref(v);
-
-  v = json_string("anything");
-  ck_assert_int_eq(parse_ok("ctx", v).form, MI_ARG_NONE);
-  ck_assert_int_eq(parse_ok("stream", NULL).form, MI_ARG_NONE);
-  json_decref(v);
+  for (size_t k = 0; k < sizeof k_scalars / sizeof *k_scalars; k++) {
+    json_t *v = json_loads(k_scalars[k].json, JSON_DECODE_ANY, NULL);
+    ck_assert_ptr_nonnull(v);
+    mi_ckb_arg a = parse_ok(k_scalars[k].kind, v);
+    ck_assert_msg(a.form == k_scalars[k].form, "%s %s: form %d, want %d", k_scalars[k].kind,
+                  k_scalars[k].json, a.form, k_scalars[k].form);
+    const char *got = a.form == MI_ARG_INT || a.form == MI_ARG_INT_REAL || a.form == MI_ARG_RSQRT ? a.expr : a.name;
+    if (k_scalars[k].want) ck_assert_str_eq(got, k_scalars[k].want);
+    if (a.form == MI_ARG_NUMBER) ck_assert(a.number == 0.5);
+    json_decref(v);
+  }
 
   parse_bad("f32", "1e-6x", "is not a number");
   parse_bad("f32", "config:", "names no config field");
