@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "mi/engine.h"
+#include "mi/model_glue.h"
 #include "mi/plugin.h"
 
 /* ---- the config, baked in (model.qwen3 config fields) ---- */
@@ -71,10 +72,7 @@ static const char k_digest[] = "hidden_size=64;num_hidden_layers=2;num_attention
 #define PREFILL_FLOPS_TOKEN (2ull * 36864ull * NUM_HIDDEN_LAYERS) /* 2 per layer-matmul weight, all layers */
 #define ATTN_FLOPS_POS (4ull * 64 * NUM_HIDDEN_LAYERS) /* QK^T and PV per earlier position */
 
-typedef struct weight {
-  mi_buffer *buf; /* NULL when borrowed */
-  void *ptr;      /* device address */
-} weight;
+typedef mi_glue_weight weight; /* buf (NULL when borrowed), ptr (device address), dtype */
 
 typedef struct layer {
   weight input_layernorm; /* [HIDDEN_SIZE] f32 (widened at load) */
@@ -91,6 +89,7 @@ typedef struct layer {
 } layer;
 
 struct mi_model {
+  mi_glue glue; /* what binding weights takes: host, platform, weights, the model's folder */
   const mi_host_api *host;
   const mi_platform_iface *P;
   void *pc;
@@ -131,12 +130,7 @@ static int fail(char *err, size_t n, const char *fmt, const char *a, const char 
   return -1;
 }
 
-#define K(call)                                                                 \
-  do {                                                                          \
-    if ((call) != 0)                                                            \
-      return fail(err, err_len, "engine: kernel %s failed: %s", #call,          \
-                  P->last_error ? P->last_error(pc) : "unknown error");       \
-  } while (0)
+#define K(call) MI_GLUE_K("engine", call)
 
 /* Binds one weight [d0, d1]: a matrix in WEIGHT_DTYPE (this rank's rows
  * zero-copy when shard = SHARD_ROWS, its columns copied when SHARD_COLS),
@@ -144,53 +138,21 @@ static int fail(char *err, size_t n, const char *fmt, const char *a, const char 
 enum { WHOLE = 0, SHARD_ROWS = 1, SHARD_COLS = 2 };
 static int bind(mi_model *m, const char *key, int64_t d0, int64_t d1, int vector, int shard, weight *w,
                 char *err, size_t err_len) {
-  const mi_platform_iface *P = m->P;
+  const mi_glue *g = &m->glue;
   mi_weight_info wi;
-  char msg[160];
-  if (m->host->weights_find(m->weights, key, &wi) != 0) return fail(err, err_len, "engine: missing tensor %s%s", key, "");
-  if (wi.ndim != (vector ? 1 : 2) || wi.shape[0] != d0 || (!vector && wi.shape[1] != d1)) {
-    snprintf(msg, sizeof msg, "[%lld, %lld]", (long long)d0, (long long)d1);
-    return fail(err, err_len, "engine: tensor %s does not have the generated shape %s", key, msg);
+  if (vector) {
+    return mi_glue_bind_vector(g, key, d0, w, err, err_len);
   }
-  if (!vector) {
-    if (wi.dtype != WEIGHT_DTYPE) return fail(err, err_len, "engine: tensor %s is not stored in the generated dtype%s", key, "");
-    const size_t esz = mi_dtype_size(WEIGHT_DTYPE);
-    if (shard == SHARD_COLS && TP > 1) { /* [d0, d1/TP]: a copy of this rank's columns */
-      const int64_t c = d1 / TP;
-      const size_t bytes = (size_t)(d0 * c) * esz;
-      char *tmp = m->host->alloc(bytes, 64);
-      if (!tmp) return fail(err, err_len, "engine: out of memory for %s%s", key, "");
-      for (int64_t r = 0; r < d0; r++)
-        memcpy(tmp + (size_t)(r * c) * esz, (const char *)wi.data + (size_t)(r * d1 + m->rank * c) * esz, (size_t)c * esz);
-      int rc = P->buffer_alloc(m->pc, bytes, &w->buf);
-      if (rc == 0) rc = P->memcpy_h2d(m->pc, NULL, w->ptr = P->buffer_ptr(m->pc, w->buf), tmp, bytes);
-      m->host->free(tmp);
-      if (rc != 0) return fail(err, err_len, "engine: cannot upload %s: %s", key, P->last_error(m->pc));
-      m->weight_bytes += bytes;
-      return 0;
-    }
-    const int64_t rows = shard == SHARD_ROWS ? d0 / TP : d0, row0 = shard == SHARD_ROWS ? m->rank * rows : 0;
-    const size_t bytes = (size_t)(rows * d1) * esz; /* this rank's rows: zero-copy */
-    if (P->buffer_wrap_host(m->pc, (const char *)wi.data + (size_t)(row0 * d1) * esz, bytes, &w->buf) != 0)
-      return fail(err, err_len, "engine: cannot place %s: %s", key, P->last_error(m->pc));
-    w->ptr = P->buffer_ptr(m->pc, w->buf);
-    m->weight_bytes += bytes;
-    return 0;
-  }
-  float *tmp = m->host->alloc((size_t)d0 * sizeof(float), 64);
-  if (!tmp) return fail(err, err_len, "engine: out of memory for %s%s", key, "");
-  for (int64_t i = 0; i < d0; i++) {
-    uint16_t h;
-    if (wi.dtype == MI_DTYPE_F32) memcpy(&tmp[i], (const char *)wi.data + 4 * i, 4);
-    else if (memcpy(&h, (const char *)wi.data + 2 * i, 2), wi.dtype == MI_DTYPE_BF16) tmp[i] = mi_bf16_to_f32(h);
-    else tmp[i] = mi_f16_to_f32(h);
-  }
-  int rc = P->buffer_alloc(m->pc, (size_t)d0 * sizeof(float), &w->buf);
-  if (rc == 0) rc = P->memcpy_h2d(m->pc, NULL, w->ptr = P->buffer_ptr(m->pc, w->buf), tmp, (size_t)d0 * sizeof(float));
-  m->host->free(tmp);
-  if (rc != 0) return fail(err, err_len, "engine: cannot upload %s: %s", key, P->last_error(m->pc));
-  m->weight_bytes += wi.nbytes;
-  return 0;
+  const int64_t dims[2] = {d0, d1};
+  if (mi_glue_find(g, key, 2, dims, MI_GLUE_FLOATS, &wi, err, err_len) != 0) return -1;
+  if (wi.dtype != WEIGHT_DTYPE)
+    return fail(err, err_len, "engine: tensor %s is stored as %s; this engine was generated for " DTYPE_NAME, key,
+                mi_glue_dtype_str(&wi));
+  if (shard == SHARD_COLS && TP > 1) /* [d0, d1/TP]: a copy of this rank's columns */
+    return mi_glue_bind_cols(g, key, d0, d1, m->rank * (d1 / TP), d1 / TP, MI_GLUE_FLOATS, w, err, err_len);
+  const int64_t rows = shard == SHARD_ROWS ? d0 / TP : d0; /* this rank's rows: zero-copy */
+  return mi_glue_bind_rows(g, key, d0, d1, shard == SHARD_ROWS ? m->rank * rows : 0, rows, MI_GLUE_FLOATS, w,
+                           err, err_len);
 }
 
 static int load_weights(mi_model *m, char *err, size_t err_len) {
@@ -369,6 +331,8 @@ static int e_load(void *ctx, const mi_model_load_args *a, mi_model **out, char *
   m->weights = a->weights;
   m->rank = a->tp_rank;
   m->chunk = chunk;
+  m->glue = (mi_glue){.tag = "engine", .host = m->host, .P = m->P, .pc = m->pc, .weights = m->weights,
+                      .model_dir = a->model_dir ? a->model_dir : "engine", .weight_bytes = &m->weight_bytes};
   if (load_weights(m, err, err_len) != 0 || plan_memory(m, err, err_len) != 0) {
     e_unload(m);
     return -1;
@@ -377,9 +341,7 @@ static int e_load(void *ctx, const mi_model_load_args *a, mi_model **out, char *
   return 0;
 }
 
-static void free_w(mi_model *m, weight *w) {
-  if (w->buf) m->P->buffer_free(m->pc, w->buf);
-}
+static void free_w(mi_model *m, weight *w) { mi_glue_weight_free(m->P, m->pc, w); }
 
 static void e_unload(mi_model *m) {
   if (!m) return;
@@ -424,15 +386,12 @@ static int e_info(mi_model *m, mi_model_info *dst) {
 
 static int e_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, size_t err_len) {
   *out = NULL;
-  if (n_ctx < 1 || n_ctx > MAX_POSITION_EMBEDDINGS)
-    return fail(err, err_len, "engine: the context asked is outside [1, %s] (max_position_embeddings)%s", STR(MAX_POSITION_EMBEDDINGS), "");
-  mi_seq *s = m->host->alloc(sizeof *s, 64);
-  if (!s) return fail(err, err_len, "engine: out of memory%s%s", "", "");
-  memset(s, 0, sizeof *s);
+  mi_seq *s = mi_glue_seq_alloc("engine", n_ctx, MAX_POSITION_EMBEDDINGS, sizeof *s, err, err_len);
+  if (!s) return -1;
   s->n_ctx = n_ctx;
   size_t bytes = (size_t)N_LAYERS * N_CACHE * (size_t)n_ctx * CACHE_ROW * sizeof(KV_ELEM);
   if (m->P->buffer_alloc(m->pc, bytes, &s->buf) != 0) {
-    m->host->free(s);
+    free(s);
     return fail(err, err_len, "engine: cannot allocate the KV cache: %s%s", m->P->last_error(m->pc), "");
   }
   s->cache = m->P->buffer_ptr(m->pc, s->buf);
@@ -443,7 +402,7 @@ static int e_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, siz
 static void e_seq_destroy(mi_model *m, mi_seq *s) {
   if (!s) return;
   if (s->buf) m->P->buffer_free(m->pc, s->buf);
-  m->host->free(s);
+  free(s);
 }
 
 static int e_seq_truncate(mi_model *m, mi_seq *s, int64_t n_keep) {
@@ -462,9 +421,7 @@ static int e_forward(mi_model *m, mi_seq *s, const int32_t *ids, int64_t n, floa
                      char *err, size_t err_len) {
   const mi_platform_iface *P = m->P;
   void *pc = m->pc;
-  if (n <= 0 || s->len + n > s->n_ctx) return fail(err, err_len, "engine: %s tokens do not fit the context%s", n <= 0 ? "no" : "the", "");
-  for (int64_t i = 0; i < n; i++)
-    if (ids[i] < 0 || ids[i] >= VOCAB_SIZE) return fail(err, err_len, "engine: a token id is outside the vocabulary%s%s", "", "");
+  if (mi_glue_check_forward("engine", ids, n, s->len, s->n_ctx, VOCAB_SIZE, err, err_len) != 0) return -1;
   for (int64_t done = 0; done < n;) {
     const int64_t T = n - done < m->chunk ? n - done : m->chunk;
     K(P->memcpy_h2d(pc, NULL, m->ids, ids + done, (size_t)T * sizeof(int32_t)));
@@ -480,22 +437,21 @@ static const char *const k_architectures[] = {ARCHITECTURE, NULL};
 
 /* the platform members this engine calls: the core checks them before loading */
 static const mi_platform_need k_needs[] = {
-    {"last_error", MI_NEED_ALWAYS, NULL, NULL},
-    {"buffer_alloc", MI_NEED_ALWAYS, NULL, NULL},
-    {"buffer_wrap_host", MI_NEED_ALWAYS, NULL, NULL},
-    {"buffer_free", MI_NEED_ALWAYS, NULL, NULL},
-    {"buffer_ptr", MI_NEED_ALWAYS, NULL, NULL},
-    {"memcpy_h2d", MI_NEED_ALWAYS, NULL, NULL},
-    {"memcpy_d2h", MI_NEED_ALWAYS, NULL, NULL},
-    {"stream_sync", MI_NEED_ALWAYS, NULL, NULL},
-    {"matmul", MI_NEED_ALWAYS, NULL, NULL},
-    {"rmsnorm", MI_NEED_ALWAYS, NULL, NULL},
-    {"rope", MI_NEED_ALWAYS, NULL, NULL},
-    {"attention", MI_NEED_ALWAYS, NULL, NULL},
-    {"silu_mul", MI_NEED_ALWAYS, NULL, NULL},
-    {"add", MI_NEED_ALWAYS, NULL, NULL},
-    {"embed", MI_NEED_ALWAYS, NULL, NULL},
-    {NULL, 0, NULL, NULL},
+    MI_GLUE_NEED(last_error),
+    MI_GLUE_NEED(buffer_alloc),
+    MI_GLUE_NEED(buffer_free),
+    MI_GLUE_NEED(buffer_ptr),
+    MI_GLUE_NEED(memcpy_h2d),
+    MI_GLUE_NEED(memcpy_d2h),
+    MI_GLUE_NEED(stream_sync),
+    MI_GLUE_NEED(matmul),
+    MI_GLUE_NEED(rmsnorm),
+    MI_GLUE_NEED(rope),
+    MI_GLUE_NEED(attention),
+    MI_GLUE_NEED(silu_mul),
+    MI_GLUE_NEED(add),
+    MI_GLUE_NEED(embed),
+    MI_GLUE_NEEDS_END,
 };
 
 static const mi_engine_iface k_iface = {

@@ -451,7 +451,9 @@ void part_free_weights(gen *g, sb *o) {
 
 /* Every "P->MEMBER(" of the source that names a platform member: the engine
  * bakes its TP degree and KV type in, so each is needed always. The core
- * then refuses a platform lacking one before loading (ABI 1.2 platform_needs). */
+ * then refuses a platform lacking one before loading (ABI 1.2 platform_needs);
+ * MI_GLUE_NEED checks each name against mi_platform_iface when the engine
+ * compiles. */
 void part_platform_needs(const char *source, sb *o) {
   static const char *const members[] = {
 #define MI_NEED_NAME(name, minor, kernel) #name,
@@ -464,7 +466,7 @@ void part_platform_needs(const char *source, sb *o) {
     char pat[96];
     snprintf(pat, sizeof pat, "P->%s(", members[i]);
     if (source && strstr(source, pat))
-      sp(o, "    {\"%s\", MI_NEED_ALWAYS, NULL, NULL},\n", members[i]);
+      sp(o, "    MI_GLUE_NEED(%s),\n", members[i]);
   }
-  sp(o, "    {NULL, 0, NULL, NULL},\n};\n");
+  sp(o, "    MI_GLUE_NEEDS_END,\n};\n");
 }

@@ -14,6 +14,9 @@
  * KV_ELEM, N_CACHE and CACHE_ROW (one KV layout) or the kind tables (layer
  * kinds), ENGINE_NAME, ARCHITECTURE, MODEL_ID, PLATFORM_NAME, DTYPE_NAME,
  * the figures for info() and k_digest.
+ * Its weight binding, kernel-call check, forward and sequence checks and
+ * platform-needs entries are the SDK's model glue (mi/model_glue.h), the
+ * same code the hand-written model plugins and the SDK template use.
  * The build compiles this file on its own with template_check.h, which fills
  * each part with a small hand-written stand-in (both branches of every flag),
  * so a mistake here fails the build, not the first mi-gen run. */
@@ -23,20 +26,19 @@ MI_GEN_HEADER
 #include <string.h>
 
 #include "mi/engine.h"
+#include "mi/model_glue.h"
 #include "mi/plugin.h"
 
 MI_GEN_CONSTANTS
 
-typedef struct weight {
-  mi_buffer *buf; /* NULL when borrowed */
-  void *ptr;      /* device address */
-} weight;
+typedef mi_glue_weight weight; /* buf (NULL when borrowed), ptr (device address), dtype */
 
 typedef struct layer {
   MI_GEN_LAYER_WEIGHTS
 } layer;
 
 struct mi_model {
+  mi_glue glue; /* what binding weights takes: host, platform, weights, the model's folder */
   const mi_host_api *host;
   const mi_platform_iface *P;
   void *pc;
@@ -69,12 +71,7 @@ static int fail(char *err, size_t n, const char *fmt, const char *a, const char 
   return -1;
 }
 
-#define K(call)                                                                 \
-  do {                                                                          \
-    if ((call) != 0)                                                            \
-      return fail(err, err_len, "engine: kernel %s failed: %s", #call,          \
-                  P->last_error ? P->last_error(pc) : "unknown error");       \
-  } while (0)
+#define K(call) MI_GLUE_K("engine", call)
 
 /* Binds one weight [d0, d1]: a matrix in WEIGHT_DTYPE (this rank's rows
  * zero-copy when shard = SHARD_ROWS, its columns copied when SHARD_COLS),
@@ -82,59 +79,29 @@ static int fail(char *err, size_t n, const char *fmt, const char *a, const char 
 enum { WHOLE = 0, SHARD_ROWS = 1, SHARD_COLS = 2 };
 static int bind(mi_model *m, const char *key, int64_t d0, int64_t d1, int vector, int shard, weight *w,
                 char *err, size_t err_len) {
-  const mi_platform_iface *P = m->P;
+  const mi_glue *g = &m->glue;
   mi_weight_info wi;
-  char msg[160];
-  if (m->host->weights_find(m->weights, key, &wi) != 0) return fail(err, err_len, "engine: missing tensor %s%s", key, "");
+  if (vector) {
 #if MI_GEN_MULTI_VEC
-  int64_t numel = 1; /* a vector may be stored with unit or kernel dims ([C, 1, K]): its element count */
-  for (int i = 0; i < wi.ndim; i++) numel *= wi.shape[i];
-  if (vector ? wi.ndim != vector || numel != d0 : wi.ndim != 2 || wi.shape[0] != d0 || wi.shape[1] != d1) {
-#else
-  if (wi.ndim != (vector ? 1 : 2) || wi.shape[0] != d0 || (!vector && wi.shape[1] != d1)) {
-#endif
-    snprintf(msg, sizeof msg, "[%lld, %lld]", (long long)d0, (long long)d1);
-    return fail(err, err_len, "engine: tensor %s does not have the generated shape %s", key, msg);
-  }
-  if (!vector) {
-    if (wi.dtype != WEIGHT_DTYPE) return fail(err, err_len, "engine: tensor %s is not stored in the generated dtype%s", key, "");
-    const size_t esz = mi_dtype_size(WEIGHT_DTYPE);
-    if (shard == SHARD_COLS && TP > 1) { /* [d0, d1/TP]: a copy of this rank's columns */
-      const int64_t c = d1 / TP;
-      const size_t bytes = (size_t)(d0 * c) * esz;
-      char *tmp = m->host->alloc(bytes, 64);
-      if (!tmp) return fail(err, err_len, "engine: out of memory for %s%s", key, "");
-      for (int64_t r = 0; r < d0; r++)
-        memcpy(tmp + (size_t)(r * c) * esz, (const char *)wi.data + (size_t)(r * d1 + m->rank * c) * esz, (size_t)c * esz);
-      int rc = P->buffer_alloc(m->pc, bytes, &w->buf);
-      if (rc == 0) rc = P->memcpy_h2d(m->pc, NULL, w->ptr = P->buffer_ptr(m->pc, w->buf), tmp, bytes);
-      m->host->free(tmp);
-      if (rc != 0) return fail(err, err_len, "engine: cannot upload %s: %s", key, P->last_error(m->pc));
-      m->weight_bytes += bytes;
-      return 0;
+    /* a vector may be stored with unit or kernel dims ([C, 1, K]): bound as stored when its element count is d0 */
+    if (m->host->weights_find(m->weights, key, &wi) == 0 && wi.ndim == vector) {
+      int64_t numel = 1;
+      for (int i = 0; i < wi.ndim; i++) numel *= wi.shape[i];
+      if (numel == d0) return mi_glue_bind_f32(g, key, wi.ndim, wi.shape, w, err, err_len);
     }
-    const int64_t rows = shard == SHARD_ROWS ? d0 / TP : d0, row0 = shard == SHARD_ROWS ? m->rank * rows : 0;
-    const size_t bytes = (size_t)(rows * d1) * esz; /* this rank's rows: zero-copy */
-    if (P->buffer_wrap_host(m->pc, (const char *)wi.data + (size_t)(row0 * d1) * esz, bytes, &w->buf) != 0)
-      return fail(err, err_len, "engine: cannot place %s: %s", key, P->last_error(m->pc));
-    w->ptr = P->buffer_ptr(m->pc, w->buf);
-    m->weight_bytes += bytes;
-    return 0;
+#endif
+    return mi_glue_bind_vector(g, key, d0, w, err, err_len);
   }
-  float *tmp = m->host->alloc((size_t)d0 * sizeof(float), 64);
-  if (!tmp) return fail(err, err_len, "engine: out of memory for %s%s", key, "");
-  for (int64_t i = 0; i < d0; i++) {
-    uint16_t h;
-    if (wi.dtype == MI_DTYPE_F32) memcpy(&tmp[i], (const char *)wi.data + 4 * i, 4);
-    else if (memcpy(&h, (const char *)wi.data + 2 * i, 2), wi.dtype == MI_DTYPE_BF16) tmp[i] = mi_bf16_to_f32(h);
-    else tmp[i] = mi_f16_to_f32(h);
-  }
-  int rc = P->buffer_alloc(m->pc, (size_t)d0 * sizeof(float), &w->buf);
-  if (rc == 0) rc = P->memcpy_h2d(m->pc, NULL, w->ptr = P->buffer_ptr(m->pc, w->buf), tmp, (size_t)d0 * sizeof(float));
-  m->host->free(tmp);
-  if (rc != 0) return fail(err, err_len, "engine: cannot upload %s: %s", key, P->last_error(m->pc));
-  m->weight_bytes += wi.nbytes;
-  return 0;
+  const int64_t dims[2] = {d0, d1};
+  if (mi_glue_find(g, key, 2, dims, MI_GLUE_FLOATS, &wi, err, err_len) != 0) return -1;
+  if (wi.dtype != WEIGHT_DTYPE)
+    return fail(err, err_len, "engine: tensor %s is stored as %s; this engine was generated for " DTYPE_NAME, key,
+                mi_glue_dtype_str(&wi));
+  if (shard == SHARD_COLS && TP > 1) /* [d0, d1/TP]: a copy of this rank's columns */
+    return mi_glue_bind_cols(g, key, d0, d1, m->rank * (d1 / TP), d1 / TP, MI_GLUE_FLOATS, w, err, err_len);
+  const int64_t rows = shard == SHARD_ROWS ? d0 / TP : d0; /* this rank's rows: zero-copy */
+  return mi_glue_bind_rows(g, key, d0, d1, shard == SHARD_ROWS ? m->rank * rows : 0, rows, MI_GLUE_FLOATS, w,
+                           err, err_len);
 }
 
 static int load_weights(mi_model *m, char *err, size_t err_len) {
@@ -285,6 +252,8 @@ static int e_load(void *ctx, const mi_model_load_args *a, mi_model **out, char *
   m->weights = a->weights;
   m->rank = a->tp_rank;
   m->chunk = chunk;
+  m->glue = (mi_glue){.tag = "engine", .host = m->host, .P = m->P, .pc = m->pc, .weights = m->weights,
+                      .model_dir = a->model_dir ? a->model_dir : "engine", .weight_bytes = &m->weight_bytes};
   if (load_weights(m, err, err_len) != 0 || plan_memory(m, err, err_len) != 0) {
     e_unload(m);
     return -1;
@@ -293,9 +262,7 @@ static int e_load(void *ctx, const mi_model_load_args *a, mi_model **out, char *
   return 0;
 }
 
-static void free_w(mi_model *m, weight *w) {
-  if (w->buf) m->P->buffer_free(m->pc, w->buf);
-}
+static void free_w(mi_model *m, weight *w) { mi_glue_weight_free(m->P, m->pc, w); }
 
 static void e_unload(mi_model *m) {
   if (!m) return;
@@ -333,11 +300,8 @@ static int e_info(mi_model *m, mi_model_info *dst) {
 
 static int e_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, size_t err_len) {
   *out = NULL;
-  if (n_ctx < 1 || n_ctx > MAX_POSITION_EMBEDDINGS)
-    return fail(err, err_len, "engine: the context asked is outside [1, %s] (max_position_embeddings)%s", STR(MAX_POSITION_EMBEDDINGS), "");
-  mi_seq *s = m->host->alloc(sizeof *s, 64);
-  if (!s) return fail(err, err_len, "engine: out of memory%s%s", "", "");
-  memset(s, 0, sizeof *s);
+  mi_seq *s = mi_glue_seq_alloc("engine", n_ctx, MAX_POSITION_EMBEDDINGS, sizeof *s, err, err_len);
+  if (!s) return -1;
   s->n_ctx = n_ctx;
 #if MI_GEN_KINDS
   size_t floats = 0, most = 0; /* one slab: each layer's caches and state, then zeros for a reset */
@@ -346,7 +310,7 @@ static int e_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, siz
     if (k_state[k_layer_kind[l]] > most) most = k_state[k_layer_kind[l]];
   }
   if (m->P->buffer_alloc(m->pc, (floats + most) * sizeof(float), &s->buf) != 0) { /* zeroed: a new sequence's state */
-    m->host->free(s);
+    free(s);
     return fail(err, err_len, "engine: cannot allocate the sequence's caches and state: %s%s", m->P->last_error(m->pc), "");
   }
   float *p = m->P->buffer_ptr(m->pc, s->buf);
@@ -358,7 +322,7 @@ static int e_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, siz
 #else
   size_t bytes = (size_t)N_LAYERS * N_CACHE * (size_t)n_ctx * CACHE_ROW * sizeof(KV_ELEM);
   if (m->P->buffer_alloc(m->pc, bytes, &s->buf) != 0) {
-    m->host->free(s);
+    free(s);
     return fail(err, err_len, "engine: cannot allocate the KV cache: %s%s", m->P->last_error(m->pc), "");
   }
   s->cache = m->P->buffer_ptr(m->pc, s->buf);
@@ -370,7 +334,7 @@ static int e_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, siz
 static void e_seq_destroy(mi_model *m, mi_seq *s) {
   if (!s) return;
   if (s->buf) m->P->buffer_free(m->pc, s->buf);
-  m->host->free(s);
+  free(s);
 }
 
 #if MI_GEN_KINDS
@@ -410,9 +374,7 @@ static int e_forward(mi_model *m, mi_seq *s, const int32_t *ids, int64_t n, floa
                      char *err, size_t err_len) {
   const mi_platform_iface *P = m->P;
   void *pc = m->pc;
-  if (n <= 0 || s->len + n > s->n_ctx) return fail(err, err_len, "engine: %s tokens do not fit the context%s", n <= 0 ? "no" : "the", "");
-  for (int64_t i = 0; i < n; i++)
-    if (ids[i] < 0 || ids[i] >= VOCAB_SIZE) return fail(err, err_len, "engine: a token id is outside the vocabulary%s%s", "", "");
+  if (mi_glue_check_forward("engine", ids, n, s->len, s->n_ctx, VOCAB_SIZE, err, err_len) != 0) return -1;
   for (int64_t done = 0; done < n;) {
     const int64_t T = n - done < m->chunk ? n - done : m->chunk;
     K(P->memcpy_h2d(pc, NULL, m->ids, ids + done, (size_t)T * sizeof(int32_t)));

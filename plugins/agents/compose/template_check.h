@@ -124,8 +124,8 @@ static const size_t k_state[] = {0, HIDDEN_SIZE};
   for (int l = 0; l < N_LAYERS; l++) free_w(m, &m->layers[l].w);
 #define MI_GEN_PLATFORM_NEEDS                  \
   static const mi_platform_need k_needs[] = { \
-      {"matmul", MI_NEED_ALWAYS, NULL, NULL}, \
-      {NULL, 0, NULL, NULL},                  \
+      MI_GLUE_NEED(matmul),                   \
+      MI_GLUE_NEEDS_END,                      \
   };
 
 #endif

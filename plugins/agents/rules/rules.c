@@ -183,9 +183,12 @@ static const char *const k_alloc[] = {"malloc", "calloc", "realloc", "free", "al
                                       "strdup", "buffer_alloc", "buffer_wrap_host", "alloca", NULL};
 static const char *const k_plumbing[] = {"memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "buffer_alloc", "buffer_wrap_host",
                                          "buffer_free", "buffer_ptr", "stream_sync", "last_error", NULL};
+/* the SDK's headers an engine may include: declarations, and the model glue
+ * (mi/model_glue.h: the weight binding, checks and needs entries the
+ * hand-written plugins share; SDK code, reviewed with the SDK, not per engine) */
 static const char *const k_includes[] = {"<math.h>", "<stdio.h>", "<string.h>", "<stdint.h>", "<stddef.h>",
                                          "\"mi/engine.h\"", "\"mi/plugin.h\"", "\"mi/model.h\"", "\"mi/platform.h\"",
-                                         "\"mi/host.h\"", "\"mi/tensor.h\"", NULL};
+                                         "\"mi/host.h\"", "\"mi/tensor.h\"", "\"mi/model_glue.h\"", NULL};
 
 static int in_list(const char *const *l, const char *s) {
   for (int i = 0; l[i]; i++)
