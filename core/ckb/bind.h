@@ -63,7 +63,8 @@ typedef struct mi_ckb_arg {
 /* Reads binding v (a string or a JSON number; NULL: not bound) of an
  * argument whose signature kind is `kind` ("in", "i64", "f32", "dtype", ...).
  * 0, or -1 with one line in err (naming the text, not the step: the caller
- * knows which step it is). The strings of *out point into v, or into out. */
+ * knows which step it is). The strings of *out point into v, or into *out itself
+ * (a number's spelling in num): use *out where it was written, not a copy. */
 int mi_ckb_arg_parse(const char *kind, const json_t *v, mi_ckb_arg *out, char *err, size_t err_len);
 
 /* The length of the buffer name a buffer binding starts with ("x@r0+4": 1). */

@@ -15,10 +15,11 @@
 #include "core/ckb/ckb.h"
 #include "tests/util/check_main.h"
 
-static mi_ckb_arg parse_ok(const char *kind, json_t *v) {
-  mi_ckb_arg a;
+/* parses into *a (not a copy: a number's spelling lives in a->num, which
+ * a->text and a->expr point at) */
+static mi_ckb_arg *parse_ok(const char *kind, json_t *v, mi_ckb_arg *a) {
   char err[256] = "";
-  ck_assert_msg(mi_ckb_arg_parse(kind, v, &a, err, sizeof err) == 0, "%s: %s", kind, err);
+  ck_assert_msg(mi_ckb_arg_parse(kind, v, a, err, sizeof err) == 0, "%s: %s", kind, err);
   return a;
 }
 
@@ -34,7 +35,8 @@ static void parse_bad(const char *kind, const char *text, const char *want) {
 
 START_TEST(test_buffers_and_weights) {
   json_t *v = json_string("k_cache@pos0");
-  mi_ckb_arg a = parse_ok("inout", v);
+  mi_ckb_arg a;
+  parse_ok("inout", v, &a);
   ck_assert_int_eq(a.form, MI_ARG_BUFFER);
   ck_assert_uint_eq(a.name_len, 7);
   ck_assert_int_eq(a.row, MI_RT_POS0);
@@ -42,7 +44,7 @@ START_TEST(test_buffers_and_weights) {
   json_decref(v);
 
   v = json_string("qkv_c+2 * heads * d");
-  a = parse_ok("in", v);
+  parse_ok("in", v, &a);
   ck_assert_int_eq(a.form, MI_ARG_BUFFER);
   ck_assert_uint_eq(a.name_len, 5);
   ck_assert_int_eq(a.row, -1);
@@ -51,14 +53,14 @@ START_TEST(test_buffers_and_weights) {
 
   /* a row and then elements: pos0 rows, then ELEMS elements on (not pos0 + ELEMS rows) */
   v = json_string("x@r0+4");
-  a = parse_ok("out", v);
+  parse_ok("out", v, &a);
   ck_assert_int_eq(a.row, MI_RT_R0);
   ck_assert_str_eq(a.elems, "4");
   ck_assert_uint_eq(mi_ckb_arg_buffer_name_len("x@r0+4"), 1);
   json_decref(v);
 
   v = json_string("weight:model.layers.{i}.mlp.up_proj.weight");
-  a = parse_ok("in", v);
+  parse_ok("in", v, &a);
   ck_assert_int_eq(a.form, MI_ARG_WEIGHT);
   ck_assert_str_eq(a.name, "model.layers.{i}.mlp.up_proj.weight");
 
@@ -95,7 +97,8 @@ START_TEST(test_scalars_and_dtypes) {
   for (size_t k = 0; k < sizeof k_scalars / sizeof *k_scalars; k++) {
     json_t *v = json_loads(k_scalars[k].json, JSON_DECODE_ANY, NULL);
     ck_assert_ptr_nonnull(v);
-    mi_ckb_arg a = parse_ok(k_scalars[k].kind, v);
+    mi_ckb_arg a;
+    parse_ok(k_scalars[k].kind, v, &a);
     ck_assert_msg(a.form == k_scalars[k].form, "%s %s: form %d, want %d", k_scalars[k].kind,
                   k_scalars[k].json, a.form, k_scalars[k].form);
     const char *got = a.form == MI_ARG_INT || a.form == MI_ARG_INT_REAL || a.form == MI_ARG_RSQRT ? a.expr : a.name;
