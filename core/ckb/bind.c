@@ -112,21 +112,13 @@ int mi_ckb_arg_parse(const char *kind, const json_t *v, mi_ckb_arg *a, char *err
   return fail(err, n, "unknown argument kind \"%s\"", kind);
 }
 
-/* does boolean config field `when` ("!" negating) hold on cfg? */
-static int holds(const json_t *model, const json_t *cfg, const char *when) {
-  if (!when) return 1;
-  int neg = when[0] == '!';
-  const json_t *v = mi_ckb_config_value(model, cfg, when + neg, strlen(when + neg));
-  return neg ? !json_is_true(v) : json_is_true(v);
-}
-
 const json_t *mi_ckb_weight_bound(const json_t *model, const json_t *cfg, const char *key, char *err,
                                   size_t n) {
   const json_t *weights = json_object_get(model, "weights");
   const json_t *spec = mi_ckb_named(weights, "key", key);
   if (!spec) return fail(err, n, "weight:%s is not in the contract's weight map", key), NULL;
   const char *when = json_string_value(json_object_get(spec, "when"));
-  if (holds(model, cfg, when)) return spec;
+  if (mi_ckb_when_holds(model, cfg, when)) return spec;
   const char *fb = json_string_value(json_object_get(spec, "fallback"));
   if (!fb) return fail(err, n, "weight:%s: \"%s\" does not hold and it has no fallback", key, when), NULL;
   const json_t *f = mi_ckb_named(weights, "key", fb);

@@ -22,12 +22,17 @@ int vf_bind_fail(vf_binder *b, const char *fmt, ...) {
 
 /* ---------- names in expressions ---------- */
 
+/* the value of runtime quantity k (MI_RT_*) on this call */
+static int64_t runtime_value(const vf_binder *b, int k) {
+  const int64_t vals[MI_RT_COUNT] = {b->T, b->pos0, b->R, b->r0, b->n_ctx, b->layer};
+  return vals[k];
+}
+
 /* the value of runtime name n on this call, or -1 when n is none */
 static int runtime_name(const vf_binder *b, const char *n, size_t len, int64_t *out) {
-  const int64_t vals[MI_RT_COUNT] = {b->T, b->pos0, b->R, b->r0, b->n_ctx, b->layer};
   int k = mi_ckb_runtime_name(n, len);
   if (k < 0) return -1;
-  *out = vals[k];
+  *out = runtime_value(b, k);
   return 0;
 }
 
@@ -177,10 +182,7 @@ static int bind_buf(vf_binder *b, const mi_ckb_arg *p, vf_barg *a) {
   if (idx < 0) return vf_bind_fail(b, "\"%s\" names no buffer, cache or state of the contract", p->text);
   const vf_bbuf *buf = idx < b->nbufs ? &b->bufs[idx] : &b->lbufs[idx - b->nbufs];
   int64_t off = 0, x;
-  if (p->row >= 0) { /* rows of the buffer, then elements */
-    runtime_name(b, p->row == MI_RT_POS0 ? "pos0" : "r0", p->row == MI_RT_POS0 ? 4 : 2, &x);
-    off = x * buf->row;
-  }
+  if (p->row >= 0) off = runtime_value(b, p->row) * buf->row; /* rows of the buffer, then elements */
   if (p->elems) {
     if (vf_bind_int(b, p->elems, &x) != 0) return -1;
     off += x;

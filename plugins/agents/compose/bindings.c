@@ -274,12 +274,7 @@ void weight_field(const char *key, char *out, size_t n) {
 }
 
 json_t *weight_entry(gen *g, const char *key) {
-  size_t i;
-  json_t *e;
-  json_array_foreach(json_object_get(g->model, "weights"), i, e) {
-    if (!strcmp(json_string_value(json_object_get(e, "key")), key)) return e;
-  }
-  return NULL;
+  return mi_ckb_named(json_object_get(g->model, "weights"), "key", key);
 }
 
 /* Follows a weight's "when"/"fallback" (core/ckb's rule, the verifier's
