@@ -1,13 +1,15 @@
 /* CKB validation: load errors, unknown kinds, schema rules, ids and file
  * placement, duplicate ids, and the per-kind consistency checks a schema
  * cannot express (every name an operator's shapes, cases and generators use
- * is an argument of its signature; a model's weight shapes use only its
- * config fields). */
+ * is an argument of its signature; an operator stated as an expression has
+ * a map form the generator and the verifier can read; a model's weight
+ * shapes use only its config fields). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <string.h>
 
 #include "core/ckb/internal.h"
+#include "core/ckb/map_form.h"
 
 /* ---------- operator contracts ---------- */
 
@@ -125,10 +127,40 @@ static void check_case_value(json_t *a, json_t *v, json_t *args, json_t *tol, co
   }
 }
 
+/* An operator stated as an expression: "member": "pack", "reference":
+ * "map" and a "map" object come together (the pack generator writes its
+ * kernel from the map, the verifier's reference evaluates the same map), and
+ * the map must read against the signature (mi_map_form_parse: the one
+ * reader the generator and the reference use too, so an entry that passes
+ * here is one they both accept). */
+static void check_map_form(json_t *e, const char *file, ckb_diag *d) {
+  const char *member = json_string_value(json_object_get(e, "member"));
+  const char *ref = json_string_value(json_object_get(e, "reference"));
+  int is_pack = member && !strcmp(member, "pack"), is_map = ref && !strcmp(ref, "map");
+  int has_map = json_object_get(e, "map") != NULL;
+  if (is_pack != is_map || is_pack != has_map) {
+    ckb_report(d, file,
+               "an operator stated as an expression needs all of \"member\": \"pack\", "
+               "\"reference\": \"map\" and a 'map' object (it has member \"%s\", reference "
+               "\"%s\", %s)",
+               member ? member : "?", ref ? ref : "?", has_map ? "a 'map'" : "no 'map'");
+    return;
+  }
+  if (!has_map) return;
+  mi_map_form f;
+  char err[400];
+  if (mi_map_form_parse(e, &f, err, sizeof err) != 0) {
+    ckb_report(d, file, "field 'map': %s", err);
+    return;
+  }
+  mi_map_form_free(&f);
+}
+
 static void check_operator(json_t *e, const char *file, ckb_diag *d) {
   json_t *sig = json_object_get(e, "signature");
   json_t *args = json_object_get(sig, "args");
   if (!json_is_array(args)) return; /* the schema reported it */
+  check_map_form(e, file, d);
   size_t i, j;
   json_t *a;
   int n_out = 0;

@@ -1,12 +1,16 @@
-/* mi-ckb: list, show, validate and extend the contract knowledge base, and
- * check what it covers for a model directory on a platform. */
+/* mi-ckb: list, show, validate and extend the contract knowledge base,
+ * check what it covers for a model directory on a platform, and build the
+ * kernel pack of its operators stated as expressions. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/ckb/ckb.h"
+#include "core/gen/pack/pack.h"
+#include "core/util/file.h"
 #include "core/util/out.h"
 
 static void usage(FILE *f) {
@@ -21,6 +25,10 @@ static void usage(FILE *f) {
           "  curated OUT_DIR                       copy the CKB into OUT_DIR without what evolution added\n"
           "                                        (entries with provenance evolved, platform kernels naming them)\n"
           "  add FILE | update FILE                atomic write of one entry (FILE '-' = stdin); update needs a higher version\n"
+          "  pack OUT_DIR [--ops ID,ID] [--name NAME] [--ckb DIR]\n"
+          "                                        generate and build the kernel pack of the operators stated as an\n"
+          "                                        expression (all, or --ops) into OUT_DIR: pack.c, libmi-pack-NAME.so,\n"
+          "                                        pack.json (NAME default: ckb; docs/kernel-packs.md)\n"
           "CKB folder: --ckb DIR, else $MI_CKB_DIR, ./ckb, <exe>/../share/metainfer/ckb, <exe>/../../ckb\n");
 }
 
@@ -208,6 +216,84 @@ static int cmd_put(const char *dir, int argc, char **argv, mi_ckb_put_mode mode)
   return rc == 0 ? 0 : 1;
 }
 
+/* The SDK headers a pack is built against: beside the build tree's bin/
+ * (<exe>/../../sdk/include), else an install's (<exe>/../include). */
+static int has_pack_header(const char *dir) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/mi/kernel_pack.h", dir);
+  return access(p, R_OK) == 0;
+}
+
+static int cmd_pack(const char *dir, const char *argv0, int argc, char **argv) {
+  const char *out_dir = NULL, *name = "ckb", *ops = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--ops") && i + 1 < argc) ops = argv[++i];
+    else if (!strcmp(argv[i], "--name") && i + 1 < argc) name = argv[++i];
+    else if (!strcmp(argv[i], "--ckb") && i + 1 < argc) dir = argv[++i];
+    else if (argv[i][0] != '-' && !out_dir) out_dir = argv[i];
+    else {
+      fprintf(stderr, "mi-ckb pack: unexpected argument '%s'\n", argv[i]);
+      return 1;
+    }
+  }
+  if (!out_dir) {
+    fprintf(stderr, "mi-ckb pack: expected an OUT_DIR\n");
+    return 1;
+  }
+  char buf[4096], sdk[4096], err[1024];
+  if (!dir && !(dir = mi_ckb_default_dir(argv0, buf, sizeof buf))) {
+    fprintf(stderr, "mi-ckb: %s\n", buf);
+    return 1;
+  }
+  const char *const rel[] = {"../../sdk/include", "../include"};
+  if (!mi_exe_rel_dir(argv0, rel, 2, has_pack_header, sdk, sizeof sdk)) {
+    fprintf(stderr, "mi-ckb pack: no SDK headers (mi/kernel_pack.h) in <exe>/../../sdk/include or <exe>/../include\n");
+    return 1;
+  }
+  /* --ops a,b,c: the ids in the pack's order */
+  char *list = ops ? strdup(ops) : NULL;
+  const char **ids = NULL;
+  if (ops) {
+    size_t n = 1;
+    for (const char *p = ops; *p; p++) n += *p == ',';
+    ids = calloc(n + 1, sizeof *ids);
+    size_t k = 0;
+    for (char *save = NULL, *t = list ? strtok_r(list, ",", &save) : NULL; t && ids; t = strtok_r(NULL, ",", &save))
+      ids[k++] = t;
+    if (!list || !ids || !k) {
+      fprintf(stderr, "mi-ckb pack: --ops '%s' names no operator\n", ops);
+      free(ids);
+      free(list);
+      return 1;
+    }
+  }
+  mi_ckb *c = mi_ckb_open(dir, err, sizeof err);
+  int rc = 1;
+  if (!c) fprintf(stderr, "mi-ckb: %s\n", err);
+  else if (mi_pack_generate(c, ids, name, out_dir, sdk, err, sizeof err) != 0)
+    fprintf(stderr, "mi-ckb pack: %s\n", err);
+  else {
+    /* what was built, from the manifest it wrote */
+    char path[4200], lib[128];
+    snprintf(path, sizeof path, "%s/pack.json", out_dir);
+    json_t *m = json_load_file(path, 0, NULL);
+    size_t i;
+    json_t *k;
+    json_array_foreach(json_object_get(m, "kernels"), i, k)
+      printf("%-28s %-8s %-24s %s\n", json_string_value(json_object_get(k, "operator")),
+             json_string_value(json_object_get(k, "version")), json_string_value(json_object_get(k, "symbol")),
+             json_string_value(json_object_get(k, "math")));
+    mi_pack_library_name(name, lib, sizeof lib);
+    printf("%s/%s\n", out_dir, lib);
+    rc = m ? 0 : (fprintf(stderr, "mi-ckb pack: %s: cannot read back the manifest\n", path), 1);
+    json_decref(m);
+  }
+  mi_ckb_close(c);
+  free(ids);
+  free(list);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   const char *dir = NULL;
   int i = 1;
@@ -227,6 +313,8 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 1;
   }
+  if (!strcmp(argv[i], "pack")) /* it takes --ckb after the command too */
+    return mi_out_finish("mi-ckb", cmd_pack(dir, argv[0], argc - i - 1, argv + i + 1));
   char buf[4096];
   if (!dir && !(dir = mi_ckb_default_dir(argv[0], buf, sizeof buf))) {
     fprintf(stderr, "mi-ckb: %s\n", buf);

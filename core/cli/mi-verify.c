@@ -1,7 +1,9 @@
 /* mi-verify: a platform plugin's (and, from stage 3, a model plugin's)
  * conformance run against the CKB's staged test contracts:
  *   1 operator units: every kernel the platform contract lists, called
- *     through libffi on fresh seeded inputs, against float64 references;
+ *     through libffi on fresh seeded inputs, against float64 references
+ *     (with --pack: every kernel of a kernel pack's manifest, from the
+ *     pack, run on the platform plugin);
  *   2 one decoder layer composed from the platform's kernels;
  *   3 weight files against the model contract, and read-back through the
  *     engine (each sampled tensor's perturbation must move the logits);
@@ -68,7 +70,7 @@ static int stand_in(json_t *probe, const mi_ckb_entry *pc, json_t *rep) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: mi-verify --platform-plugin PATH.so [options]\n"
+          "usage: mi-verify --platform-plugin PATH.so [options]   (--plugin PATH.so: the same)\n"
           "  --ckb DIR           the contract knowledge base (default: $MI_CKB_DIR, ./ckb, next to the exe)\n"
           "  --platform NAME     the platform contract to hold the plugin to (default: the plugin's name);\n"
           "                      a plugin of another name stands in for it (said, and held to the\n"
@@ -94,6 +96,9 @@ static void usage(FILE *f) {
           "  --model-contract ID the model contract stage 2 composes (default: the one whose\n"
           "                      architectures --model's config.json names, else the CKB's only one)\n"
           "  --model DIR         the model folder stage 3 checks against its model contract\n"
+          "  --pack PATH.so      stage 1 on a kernel pack (kind \"kernels\", its manifest pack.json\n"
+          "                      beside it): the manifest's kernels, from the pack, bound to and run on\n"
+          "                      the platform plugin, against the operator contracts' references\n"
           "  --only LIST         comma-separated operator ids or member names\n"
           "  --seed N            master seed (default: random, printed)\n"
           "  --report FILE       write the JSON report there\n"
@@ -268,14 +273,14 @@ static void find_oracle(const char *ckb_dir, const char *cache_arg, char *node_b
  * one of the pointers may point into). */
 typedef struct verify_args {
   const char *plugin, *ckb_dir, *platform, *report, *only;
-  const char *model_id, *model_dir, *model_plugin, *goldens, *kv_type, *oracle_cache, *patches;
+  const char *model_id, *model_dir, *model_plugin, *goldens, *kv_type, *oracle_cache, *patches, *pack;
   int stage, verbose, have_seed, goldens_optional, no_oracle;
   uint64_t seed;
   double timeout, cpu;
   long mem;
   mi_kv kv[32]; /* -o KEY=VALUE, then the platform's exact_options */
   size_t nkv;
-  char ckb_buf[4096], id_buf[256], mp_buf[4096], gold_buf[4200], abs_buf[4][8200];
+  char ckb_buf[4096], id_buf[256], mp_buf[4096], gold_buf[4200], abs_buf[5][8200];
   char run_buf[4200], node_buf[4200], script_buf[4200], cache_buf[4200];
 } verify_args;
 
@@ -290,6 +295,7 @@ static int parse_args(int argc, char **argv, verify_args *a) {
       {"model", 1, 0, 'D'},           {"model-plugin", 1, 0, 'L'}, {"goldens", 1, 0, 'G'},
       {"goldens-optional", 0, 0, 'g'}, {"kv-type", 1, 0, 'K'},
       {"no-oracle", 0, 0, 1000},        {"oracle-cache", 1, 0, 1001}, {"contract-patches", 1, 0, 1002},
+      {"pack", 1, 0, 1003},             {"plugin", 1, 0, 'P'}, /* = --platform-plugin */
       {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "o:vh", longs, NULL)) != -1) {
@@ -317,6 +323,7 @@ static int parse_args(int argc, char **argv, verify_args *a) {
     case 1000: a->no_oracle = 1; break;
     case 1001: a->oracle_cache = optarg; break;
     case 1002: a->patches = optarg; break;
+    case 1003: a->pack = optarg; break;
     case 'K':
       if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "bf16")) {
         fprintf(stderr, "mi-verify: --kv-type %s: expected f32, f16 or bf16\n", optarg);
@@ -360,6 +367,11 @@ static int parse_args(int argc, char **argv, verify_args *a) {
   if (a->stage < 1 || a->stage > 6) {
     fprintf(stderr, "mi-verify: --stage %d: stages are 1 (operator units), 2 (one decoder layer), 3 "
                     "(weight loading), 4 (end to end), 5 (authenticity) and 6 (performance)\n", a->stage);
+    return 2;
+  }
+  if (a->pack && a->stage != 1) {
+    fprintf(stderr, "mi-verify: --pack verifies a kernel pack's operator units: stage 1 only (got --stage %d)\n",
+            a->stage);
     return 2;
   }
   if (a->stage >= 3 && !a->model_dir) {
@@ -451,9 +463,9 @@ static int resolve_inputs(verify_args *a, mi_ckb *c) {
   /* Each unit runs with its own folder as the working directory: every
    * path it is given is made absolute here. */
   char cwd[4096];
-  const char **paths[4] = {&a->plugin, &a->model_plugin, &a->model_dir, &a->goldens};
+  const char **paths[5] = {&a->plugin, &a->model_plugin, &a->model_dir, &a->goldens, &a->pack};
   if (getcwd(cwd, sizeof cwd))
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
       if (*paths[k] && (*paths[k])[0] != '/') {
         snprintf(a->abs_buf[k], sizeof a->abs_buf[k], "%s/%s", cwd, *paths[k]);
         *paths[k] = a->abs_buf[k];
@@ -522,6 +534,29 @@ static int bind_platform(const verify_args *a, mi_ckb *c, json_t *probe, json_t 
           json_string_value(json_object_get(probe, "name")),
           json_string_value(json_object_get(probe, "version")),
           json_string_value(json_object_get(probe, "variant")) ?: "?", pc->id, pc->version);
+  return -1;
+}
+
+/* --pack: the pack loaded in a probe child and described in the report
+ * (beside its manifest's name); a pack that cannot be loaded fails the run
+ * before any unit. -1 to go on, else the exit status. */
+static int probe_pack(vf_stage_opts *o, json_t *rep) {
+  if (!o->pack_path) return -1;
+  json_t *pp = vf_probe_pack(o);
+  json_object_set_new(pp, "path", json_string(o->pack_path));
+  json_object_set(pp, "manifest", o->pack_manifest);
+  json_object_set_new(rep, "pack", pp);
+  if (strcmp(json_string_value(json_object_get(pp, "verdict")), "PASS")) {
+    fprintf(stderr, "mi-verify: FAIL: %s\n", json_string_value(json_object_get(pp, "message")));
+    json_object_set_new(rep, "verdict", json_string("FAIL"));
+    return 1;
+  }
+  fprintf(stderr, "mi-verify: kernel pack %s %s (ABI %s, %s, %zu kernels; manifest '%s', %zu kernels)\n",
+          json_string_value(json_object_get(pp, "name")), json_string_value(json_object_get(pp, "version")),
+          json_string_value(json_object_get(pp, "abi")), json_string_value(json_object_get(pp, "target")),
+          json_array_size(json_object_get(pp, "kernels")),
+          json_string_value(json_object_get(o->pack_manifest, "name")),
+          json_array_size(json_object_get(o->pack_manifest, "kernels")));
   return -1;
 }
 
@@ -649,7 +684,10 @@ static void run_stages_4_6(const verify_args *a, mi_ckb *c, vf_stage_opts *o, js
 static int run_stages(verify_args *a, mi_ckb *c, json_t *t1, vf_stage_opts *o, mi_options *popts, json_t *rep) {
   json_t *stages = json_object_get(rep, "stages");
   json_t *s1 = vf_stage1(o);
-  add_stage(stages, s1, t1, "stage 1 (operator units)", 1, a->verbose);
+  char title[300];
+  snprintf(title, sizeof title, "stage 1 (operator units%s%.200s)", o->pack_path ? " of the kernel pack " : "",
+           o->pack_path ? json_string_value(json_object_get(o->pack_manifest, "name")) : "");
+  add_stage(stages, s1, t1, title, 1, a->verbose);
   tally t = {!strcmp(json_string_value(json_object_get(s1, "verdict")), "PASS"),
              (int)json_integer_value(json_object_get(s1, "passed")), (int)json_integer_value(json_object_get(s1, "failed")), 0};
   if (a->stage >= 2) use_exact_path(a, o, popts, rep);
@@ -717,6 +755,16 @@ int main(int argc, char **argv) {
   mi_options popts = {a.kv, a.nkv};
   vf_stage_opts o;
   stage_options(&a, c, t1, &popts, &o);
+  if (a.pack) {
+    char perr[4600];
+    o.pack_path = a.pack;
+    if (!(o.pack_manifest = vf_pack_manifest_load(a.pack, perr, sizeof perr))) {
+      fprintf(stderr, "mi-verify: %s\n", perr);
+      json_decref(o.operators);
+      mi_ckb_close(c);
+      return 2;
+    }
+  }
   json_t *rep = json_pack("{s:s, s:i, s:I, s:{s:s}, s:{s:f, s:f, s:I}}", "tool", "mi-verify",
                           "format", 1, "seed", (json_int_t)a.seed, "ckb", "dir", a.ckb_dir, "limits",
                           "timeout_s", o.lim.timeout_s, "cpu_s", o.lim.cpu_s, "mem_mb",
@@ -728,7 +776,8 @@ int main(int argc, char **argv) {
   json_object_set_new(probe, "path", json_string(a.plugin));
   json_object_set(rep, "plugin", probe);
   json_object_set_new(rep, "stages", json_array());
-  if ((rc = bind_platform(&a, c, probe, rep, &o)) < 0) rc = run_stages(&a, c, t1, &o, &popts, rep);
+  if ((rc = bind_platform(&a, c, probe, rep, &o)) < 0 && (rc = probe_pack(&o, rep)) < 0)
+    rc = run_stages(&a, c, t1, &o, &popts, rep);
   if (a.report) { /* whole or not at all: temp file, checked writes, rename */
     char *js = json_dumps(rep, JSON_INDENT(2));
     char werr[1200] = "out of memory";
@@ -741,6 +790,7 @@ int main(int argc, char **argv) {
   json_decref(probe);
   json_decref(rep);
   json_decref(o.operators);
+  json_decref(o.pack_manifest);
   mi_ckb_close(c);
   return mi_out_finish("mi-verify", rc);
 }

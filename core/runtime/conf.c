@@ -21,17 +21,17 @@
 #define MI_CONF_MAX_FILE (1u << 20) /* 1 MiB: 256 entries of 4 KiB each */
 #define MI_CONF_MAX_TOKENS (MI_CONF_MAX_LINE / 2 + 1)
 
-static const char *const kind_names[] = {NULL, "platform", "model", "agent", "engine"};
+static const char *const kind_names[] = {NULL, "platform", "model", "agent", "engine", "kernels"};
 
 int mi_plugin_kind_from_string(const char *s) {
   if (!s) return -1;
-  for (int k = MI_PLUGIN_PLATFORM; k <= MI_PLUGIN_ENGINE; k++)
+  for (int k = MI_PLUGIN_PLATFORM; k <= MI_PLUGIN_KERNELS; k++)
     if (strcmp(s, kind_names[k]) == 0) return k;
   return -1;
 }
 
 const char *mi_plugin_kind_name(int kind) {
-  if (kind >= MI_PLUGIN_PLATFORM && kind <= MI_PLUGIN_ENGINE) return kind_names[kind];
+  if (kind >= MI_PLUGIN_PLATFORM && kind <= MI_PLUGIN_KERNELS) return kind_names[kind];
   return "?";
 }
 

@@ -48,6 +48,7 @@
 
 #include "core/runtime/compat.h"
 #include "core/runtime/host.h"
+#include "mi/kernel_pack.h"
 #include "mi/model.h"
 #include "mi/platform.h"
 
@@ -218,6 +219,8 @@ static size_t iface_min_size(int kind, unsigned minor) {
   case MI_PLUGIN_MODEL:
   case MI_PLUGIN_ENGINE: /* mi/engine.h: starts with a model iface */
     return mi_model_iface_min_size(minor);
+  case MI_PLUGIN_KERNELS: /* mi/kernel_pack.h: its whole 1.6 struct */
+    return sizeof(mi_kernel_pack_iface);
   default: return sizeof(uint32_t); /* agent: struct_size, then mi/agent.h */
   }
 }
@@ -536,8 +539,13 @@ static const mi_plugin_desc *read_descriptor(plugin_priv *p, const mi_conf_entry
                d->struct_size, MI_ABI_MAJOR, (size_t)DESC_SIZE_1_0);
     return NULL;
   }
-  if (d->kind < MI_PLUGIN_PLATFORM || d->kind > MI_PLUGIN_ENGINE) {
+  if (d->kind < MI_PLUGIN_PLATFORM || d->kind > MI_PLUGIN_KERNELS) {
     set_reason(p, MI_PLUGIN_REJECTED, "descriptor kind %u is not a known plugin kind", d->kind);
+    return NULL;
+  }
+  if (d->kind == MI_PLUGIN_KERNELS && d->abi_minor < 6) {
+    set_reason(p, MI_PLUGIN_REJECTED, "a kernel pack declares ABI %u.%u; packs exist from ABI 1.6",
+               d->abi_major, d->abi_minor);
     return NULL;
   }
   p->kind = (int)d->kind;

@@ -182,7 +182,7 @@ static int run_step(scope *s, const json_t *step) {
     }
   }
   if (rc == 0) {
-    vf_call call = {args, na};
+    vf_call call = {args, na, oe ? oe->json : NULL};
     char e[400] = "";
     if (!strcmp(bs.reference, "attention"))
       rc = run_attention(s, bs.name, args, na);

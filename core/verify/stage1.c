@@ -26,6 +26,8 @@ mi_plugin *vf_load_plugin(const vf_stage_opts *o, int fd) {
   const char *why = NULL;
   if (!p) why = "out of memory";
   else if (p->status != MI_PLUGIN_LOADED) why = p->reason ? p->reason : "not loaded";
+  else if (p->desc && p->desc->kind == MI_PLUGIN_KERNELS)
+    why = "a kernel pack, not a platform plugin (mi-verify runs a pack with --pack, on a platform plugin)";
   else if (!p->desc || p->desc->kind != MI_PLUGIN_PLATFORM) why = "not a platform plugin";
   else if (!p->iface) why = "no interface";
   if (!why) return p;
@@ -135,6 +137,7 @@ struct mi_plugin *vf_load_plugin_rec(const vf_stage_opts *o, int fd) {
 
 static int unit_child(void *arg, int fd) {
   unit_job *j = arg;
+  if (j->o->pack_path) return vf_pack_unit_run(j->o, j->plan, fd);
   mi_plugin *p = vf_load_plugin_rec(j->o, fd);
   if (!p) return 1;
   int rc = vf_op_plan_run(j->plan, p->iface, p->ctx, fd);
@@ -199,8 +202,12 @@ json_t *vf_unit_report(const char *kind, const char *op_id, const char *version,
              member, r->exit_code, where);
   else if (r->signaled)
     snprintf(msg, sizeof msg, "%s: crashed (%s) outside any kernel call", member, vf_sig_name(r->term_signal));
-  else if (json_array_size(errors))
-    snprintf(msg, sizeof msg, "%s", json_string_value(json_object_get(json_array_get(errors, 0), "message")));
+  else if (json_array_size(errors)) {
+    json_t *e0 = json_array_get(errors, 0);
+    snprintf(msg, sizeof msg, "%s", json_string_value(json_object_get(e0, "message")));
+    const char *es = json_string_value(json_object_get(e0, "status"));
+    if (es && !strcmp(es, "ERROR")) status = "ERROR"; /* could not be set up: vf_op_plan_judge */
+  }
   else if (first_fail)
     snprintf(msg, sizeof msg, "%s", json_string_value(json_object_get(first_fail, "message")));
   else if (!r->exited || r->exit_code != 0)
@@ -212,7 +219,7 @@ json_t *vf_unit_report(const char *kind, const char *op_id, const char *version,
     size_t l = strlen(msg);
     snprintf(msg + l, sizeof msg - l, "%s%s: left %d process%s running after the unit ended (%s); all killed",
              l ? "; and " : "", member, r->strays, r->strays == 1 ? "" : "es", r->stray_desc);
-    if (!strcmp(status, "PASS")) status = "FAIL";
+    status = "FAIL"; /* never PASS, nor ERROR: something of it did run */
   }
   if (r->timed_out && !r->flooded && !r->contain_failed) status = "TIMEOUT";
   else if (strstr(msg, ": crashed (") && !r->strays) status = "CRASH";
@@ -252,42 +259,61 @@ static const char *probe_variant(const vf_stage_opts *o, json_t **holder) {
   return json_string_value(json_object_get(*holder, "variant"));
 }
 
+static json_t *unit_error(const char *op_id, const char *msg) {
+  return json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "operator", "id", op_id, "verdict", "FAIL", "status",
+                   "ERROR", "message", msg);
+}
+
 json_t *vf_stage1(const vf_stage_opts *o) {
   json_t *units = json_array();
   int fails = 0;
   size_t i;
-  json_t *k, *probe;
-  /* each kernel is judged in the mode the plugin says it runs */
-  const char *variant = probe_variant(o, &probe);
-  json_array_foreach(json_object_get(o->platform, "kernels"), i, k) {
+  json_t *k, *probe = NULL;
+  /* each kernel is judged in the mode the plugin says it runs (a pack's
+   * manifest lists no modes: its kernels run the contracts' tolerances) */
+  const char *variant = o->pack_path ? NULL : probe_variant(o, &probe);
+  const char *pack = json_string_value(json_object_get(o->pack_manifest, "name"));
+  json_t *kernels = o->pack_path ? json_object_get(o->pack_manifest, "kernels")
+                                  : json_object_get(o->platform, "kernels");
+  json_array_foreach(kernels, i, k) {
     const char *op_id = json_string_value(json_object_get(k, "operator"));
     json_t *op = json_object_get(o->operators, op_id ? op_id : "");
     const char *member = json_string_value(json_object_get(op, "member"));
+    const char *version = json_string_value(json_object_get(op, "version"));
+    const char *listed = json_string_value(json_object_get(k, "version")); /* a pack's manifest says it */
     if (!op_id || !selected(o->only, op_id, member)) continue;
     json_t *u;
+    char msg[600];
     if (!op) {
-      u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "operator", "id", op_id, "verdict",
-                    "FAIL", "status", "ERROR", "message", "no operator contract with this id");
+      u = unit_error(op_id, "no operator contract with this id");
+    } else if (o->pack_path && (!listed || !version || strcmp(listed, version))) {
+      snprintf(msg, sizeof msg, "%s: the pack's manifest lists version %s of the contract, the CKB's is version %s",
+               op_id, listed ? listed : "(none)", version ? version : "(none)");
+      u = unit_error(op_id, msg);
     } else {
       /* The inputs are drawn here, before the child exists; the expected
        * outputs only after it has ended (vf_op_plan_judge). */
-      vf_unit_opts uo = {o->seed, op, k, -1, variant};
+      vf_unit_opts uo = {o->seed, op, k, -1, variant, o->pack_path ? (pack ? pack : "?") : NULL};
       vf_op_plan *plan = vf_op_plan_new(&uo);
       unit_job job = {o, plan};
       vf_limits lim = o->lim;
       lim.result_cap = plan ? vf_op_plan_result_bytes(plan) : 0;
       vf_child_result r;
       if (!plan || vf_run_child(&lim, unit_child, &job, &r) != 0) {
-        u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "operator", "id", op_id, "verdict",
-                      "FAIL", "status", "ERROR", "message", "cannot fork a child");
+        u = unit_error(op_id, "cannot fork a child");
       } else {
         json_decref(r.events); /* whatever JSON the child wrote is not a result */
         r.events = vf_op_plan_judge(plan, &r);
-        u = vf_unit_report("operator", op_id, json_string_value(json_object_get(op, "version")),
-                           member, &r, o->lim.timeout_s, o->lim.cpu_s);
+        /* a pack's kernel is named by its operator: it is no platform member */
+        u = vf_unit_report("operator", op_id, version, o->pack_path ? op_id : member, &r, o->lim.timeout_s,
+                           o->lim.cpu_s);
         vf_child_result_free(&r);
       }
       vf_op_plan_free(plan);
+    }
+    if (o->pack_path) {
+      json_object_set_new(u, "member", json_string(member ? member : "?"));
+      json_object_set_new(u, "pack", json_string(pack ? pack : "?"));
     }
     if (strcmp(json_string_value(json_object_get(u, "verdict")), "PASS")) fails++;
     json_array_append_new(units, u);
@@ -297,6 +323,7 @@ json_t *vf_stage1(const vf_stage_opts *o) {
                           "verdict", (fails || !n) ? "FAIL" : "PASS", "units", units, "passed",
                           (int)(n - (size_t)fails), "failed", fails);
   if (variant) json_object_set_new(res, "variant", json_string(variant));
+  if (o->pack_path) json_object_set_new(res, "pack", json_string(pack ? pack : "?"));
   json_decref(probe);
   return res;
 }

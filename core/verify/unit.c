@@ -65,6 +65,7 @@ typedef struct unit {
   void *ctx;
   const vf_unit_opts *o;
   const char *op_id, *member, *compare;
+  const char *label; /* what messages name: the member, or the operator id of a pack's kernel */
   json_t *op;
   void *fn;
   vf_ref_fn ref;
@@ -316,11 +317,11 @@ static int fail_msg_common(const unit *u, const vf_arg *a, int guard_ok, int64_t
                            int64_t show, double got, double want, const char *where, char *msg,
                            size_t mlen) {
   if (!guard_ok)
-    snprintf(msg, mlen, "%s: wrote past the end of '%s' (%lld elements) %s", u->member, a->name,
+    snprintf(msg, mlen, "%s: wrote past the end of '%s' (%lld elements) %s", u->label, a->name,
              (long long)a->n, where);
   else if (nonfinite)
     snprintf(msg, mlen, "%s: %lld NaN/Inf values in '%s' (first %s[%lld]: got %g, want %g) %s",
-             u->member, (long long)nonfinite, a->name, a->name, (long long)show, got, want, where);
+             u->label, (long long)nonfinite, a->name, a->name, (long long)show, got, want, where);
   else
     return 0;
   return 1;
@@ -374,11 +375,11 @@ static int compare(unit *u, dev_buf *db, double tol, json_t *res, char *msg, siz
         ; /* written */
       else if (!strcmp(u->compare, "exact"))
         snprintf(msg, mlen, "%s: %lld of %lld elements of '%s' differ (first %s[%lld]: got %g, want %g) %s",
-                 u->member, (long long)mismatches, (long long)a->n, a->name, a->name,
+                 u->label, (long long)mismatches, (long long)a->n, a->name, a->name,
                  (long long)show, got_s, want_s, where);
       else
         snprintf(msg, mlen, "%s: max rel error %.2g > tol %g %s (max abs %.2g at %s[%lld]: got %.6g, want %.6g)",
-                 u->member, rel, tol, where, maxabs, a->name, (long long)show, got_s, want_s);
+                 u->label, rel, tol, where, maxabs, a->name, (long long)show, got_s, want_s);
     }
   }
   json_object_set_new(res, "outputs", outs);
@@ -446,7 +447,7 @@ static int compare_bound(unit *u, dev_buf *db, const double *mag, json_t *mode, 
       pass = 0;
       if (!fail_msg_common(u, a, guard_ok, nonfinite, show, got_s, want_s, where, msg, mlen))
         snprintf(msg, mlen, "%s: error %.3g at %s[%lld] (got %.9g, want %.9g) > the %s bound %.3g %s",
-                 u->member, fabs(got_s - want_s), a->name, (long long)show, got_s, want_s, mode_name,
+                 u->label, fabs(got_s - want_s), a->name, (long long)show, got_s, want_s, mode_name,
                  lim_s, where);
     }
   }
@@ -487,7 +488,7 @@ static int ref_magnitudes(unit *u, double **mag, char *err, size_t len) {
     for (int64_t k = 0; k < a2[i].n; k++) keep[i][k] = a2[i].kind == VF_OUT ? 0 : fabs(a2[i].val[k]);
     a2[i].val = keep[i];
   }
-  vf_call call = {a2, u->nargs};
+  vf_call call = {a2, u->nargs, u->op};
   if (rc == 0) rc = u->ref(&call, err, len);
   int64_t off = 0;
   for (int i = 0; rc == 0 && i < u->nargs; i++)
@@ -672,6 +673,7 @@ vf_op_plan *vf_op_plan_new(const vf_unit_opts *o) {
   if (!u->compare) u->compare = "max_rel";
   const char *refname = json_string_value(json_object_get(u->op, "reference"));
   if (!u->op_id || !u->member) return plan_error(p, "operator contract without id or member%s%s", "", ""), p;
+  u->label = o->pack ? u->op_id : u->member;
   if (!(u->ref = vf_ref_find(refname)))
     return plan_error(p, "%s: the verifier has no reference named '%s'", u->op_id, refname ? refname : ""), p;
   json_t *args = json_object_get(json_object_get(u->op, "signature"), "args");
@@ -786,7 +788,7 @@ void vf_op_plan_free(vf_op_plan *p) {
 /* ---------- the child: kernels called, outputs returned ---------- */
 
 static void exec_case(const unit *u, const pcase *pc, int k, const mi_platform_iface *iface, void *ctx,
-                      void *fn, int fd) {
+                      const vf_kernel *kern, int fd) {
   mi_buffer *b[MAX_ARGS] = {0};
   void *dev[MAX_ARGS] = {0};
   char msg[VF_REC_MAX_MSG] = "";
@@ -800,13 +802,13 @@ static void exec_case(const unit *u, const pcase *pc, int k, const mi_platform_i
     const vf_arg *a = &pc->a[i];
     if (a->kind != VF_IN && a->kind != VF_OUT && a->kind != VF_INOUT) continue;
     if (iface->buffer_alloc(ctx, pc->bytes[i] + GUARD, &b[i]) != 0 || !b[i]) {
-      snprintf(msg, sizeof msg, "%s: buffer_alloc(%zu) failed: %s %s", u->member, pc->bytes[i] + GUARD,
+      snprintf(msg, sizeof msg, "%s: buffer_alloc(%zu) failed: %s %s", u->label, pc->bytes[i] + GUARD,
                iface->last_error ? iface->last_error(ctx) : "", pc->where);
       goto done;
     }
     dev[i] = iface->buffer_ptr(ctx, b[i]);
     if (iface->memcpy_h2d(ctx, NULL, dev[i], pc->host[i], pc->bytes[i] + GUARD) != 0) {
-      snprintf(msg, sizeof msg, "%s: memcpy_h2d failed for '%s' %s", u->member, a->name, pc->where);
+      snprintf(msg, sizeof msg, "%s: memcpy_h2d failed for '%s' %s", u->label, a->name, pc->where);
       goto done;
     }
   }
@@ -818,7 +820,7 @@ static void exec_case(const unit *u, const pcase *pc, int k, const mi_platform_i
   for (int i = 0; i < u->nargs; i++) {
     const vf_arg *a = &pc->a[i];
     switch (a->kind) {
-    case VF_CTX: types[i] = vf_ffi_pointer(&store[i], ctx); break;
+    case VF_CTX: types[i] = vf_ffi_pointer(&store[i], kern->kctx); break;
     case VF_STREAM: types[i] = vf_ffi_pointer(&store[i], NULL); break;
     case VF_IN:
     case VF_OUT:
@@ -828,14 +830,14 @@ static void exec_case(const unit *u, const pcase *pc, int k, const mi_platform_i
     values[i] = &store[i];
   }
   int rc = 0;
-  if (vf_ffi_call(fn, u->nargs, types, values, &rc) != 0) {
-    snprintf(msg, sizeof msg, "%s: ffi_prep_cif failed for the declared signature %s", u->member, pc->where);
+  if (vf_ffi_call(kern->fn, u->nargs, types, values, &rc) != 0) {
+    snprintf(msg, sizeof msg, "%s: ffi_prep_cif failed for the declared signature %s", u->label, pc->where);
     goto done;
   }
   if (rc != 0) {
     rcode = rc;
-    snprintf(msg, sizeof msg, "%s: kernel returned %d (%s) %s", u->member, rc,
-             iface->last_error ? iface->last_error(ctx) : "no message", pc->where);
+    snprintf(msg, sizeof msg, "%s: kernel returned %d (%s) %s", u->label, rc,
+             kern->last_error ? kern->last_error(kern->kctx) : "no message", pc->where);
     goto done;
   }
   if (iface->stream_sync) iface->stream_sync(ctx, NULL);
@@ -843,7 +845,7 @@ static void exec_case(const unit *u, const pcase *pc, int k, const mi_platform_i
   for (int i = 0; i < u->nargs; i++)
     if (pc->a[i].kind == VF_OUT || pc->a[i].kind == VF_INOUT) {
       if (iface->memcpy_d2h(ctx, NULL, payload + off, dev[i], pc->bytes[i] + GUARD) != 0) {
-        snprintf(msg, sizeof msg, "%s: memcpy_d2h failed for '%s' %s", u->member, pc->a[i].name, pc->where);
+        snprintf(msg, sizeof msg, "%s: memcpy_d2h failed for '%s' %s", u->label, pc->a[i].name, pc->where);
         goto done;
       }
       off += pc->bytes[i] + GUARD;
@@ -861,23 +863,33 @@ int vf_op_plan_run(const vf_op_plan *p, const mi_platform_iface *iface, void *ct
   const unit *u = &p->u;
   char msg[512];
   if (json_array_size(p->errors) || !u->nargs) return 1; /* the parent reports those */
-  void *fn = vf_member_fn(iface, u->member);
-  if (!fn) {
+  vf_kernel k = {vf_member_fn(iface, u->member), ctx, iface->last_error};
+  if (!k.fn) {
     snprintf(msg, sizeof msg, "%s: the platform does not provide '%s' (NULL or beyond its struct_size)", u->op_id,
              u->member);
     vf_rec_write(fd, VF_REC_ERROR, -1, 0, msg, NULL, 0);
     return 1;
   }
+  return vf_op_plan_run_kernel(p, iface, ctx, &k, fd);
+}
+
+int vf_op_plan_run_kernel(const vf_op_plan *p, const mi_platform_iface *iface, void *ctx, const vf_kernel *k,
+                          int fd) {
+  const unit *u = &p->u;
+  char msg[512];
+  if (json_array_size(p->errors) || !u->nargs) return 1; /* the parent reports those */
   if (!iface->buffer_alloc || !iface->buffer_ptr || !iface->buffer_free || !iface->memcpy_h2d ||
       !iface->memcpy_d2h) {
     snprintf(msg, sizeof msg, "%s: the platform lacks buffer_alloc/ptr/free or memcpy_h2d/d2h", u->op_id);
     vf_rec_write(fd, VF_REC_ERROR, -1, 0, msg, NULL, 0);
     return 1;
   }
-  for (int k = 0; k < p->n; k++)
-    if (p->cases[k].state == 0) exec_case(u, &p->cases[k], k, iface, ctx, fn, fd);
+  for (int c = 0; c < p->n; c++)
+    if (p->cases[c].state == 0) exec_case(u, &p->cases[c], c, iface, ctx, k, fd);
   return 0;
 }
+
+const char *vf_op_plan_op_id(const vf_op_plan *p) { return p ? p->u.op_id : NULL; }
 
 /* ---------- the parent again: reference, comparison, verdicts ---------- */
 
@@ -897,7 +909,7 @@ json_t *vf_op_plan_judge(vf_op_plan *p, const vf_child_result *r) {
     json_array_append_new(ev, json_pack("{s:s, s:O}", "event", "error", "message", v));
   if (json_array_size(p->errors)) return ev;
   size_t off = 0;
-  int proto_bad = 0;
+  int proto_bad = 0, unrunnable = 0, ran = 0; /* ran: a case's record was read */
   vf_rec rec;
   char why[200];
   for (int k = 0; k < p->n; k++) {
@@ -911,7 +923,7 @@ json_t *vf_op_plan_judge(vf_op_plan *p, const vf_child_result *r) {
     if (pc->state == 1) {
       json_t *e = case_event(pc, "case_end");
       char msg[1024];
-      snprintf(msg, sizeof msg, "%s: contract error in case %s: %s", u->member, pc->cname, pc->err);
+      snprintf(msg, sizeof msg, "%s: contract error in case %s: %s", u->label, pc->cname, pc->err);
       json_object_set_new(e, "tol", json_real(pc->tol));
       json_object_set_new(e, "verdict", json_string("ERROR"));
       json_object_set_new(e, "message", json_string(msg));
@@ -929,7 +941,13 @@ json_t *vf_op_plan_judge(vf_op_plan *p, const vf_child_result *r) {
       }
       if (n == 0) break;
       if (rec.type == VF_REC_ERROR) {
-        json_array_append_new(ev, json_pack("{s:s, s:s}", "event", "error", "message", rec.msg));
+        json_t *e = json_pack("{s:s, s:s}", "event", "error", "message", rec.msg);
+        /* a unit its child could not set up (before any case): no case was in flight */
+        if (rec.rc == VF_REC_RC_UNRUNNABLE && rec.index == -1 && !ran) {
+          json_object_set_new(e, "status", json_string("ERROR"));
+          unrunnable = 1;
+        }
+        json_array_append_new(ev, e);
         continue;
       }
       if (rec.index != k || (rec.type == VF_REC_OUT && rec.payload_len != pc->out_bytes)) {
@@ -938,10 +956,11 @@ json_t *vf_op_plan_judge(vf_op_plan *p, const vf_child_result *r) {
         proto_bad = 1;
         break;
       }
-      have = 1;
+      have = ran = 1;
       break;
     }
     if (proto_bad) break;
+    if (!have && unrunnable) break;
     if (!have) { /* the case in flight when the child ended */
       json_t *e = case_event(pc, "case_start");
       json_object_set_new(e, "where", json_string(pc->where));
@@ -969,15 +988,15 @@ json_t *vf_op_plan_judge(vf_op_plan *p, const vf_child_result *r) {
         }
       }
       memcpy(u->a, pc->a, sizeof u->a);
-      vf_call call = {u->a, u->nargs};
+      vf_call call = {u->a, u->nargs, u->op};
       char err[512] = "";
       if (u->ref(&call, err, sizeof err) != 0) {
-        snprintf(msg, sizeof msg, "%s: contract error in case %s: %s", u->member, pc->cname, err);
+        snprintf(msg, sizeof msg, "%s: contract error in case %s: %s", u->label, pc->cname, err);
         verdict = "ERROR";
       } else if (pc->mode) {
         double *mag = NULL;
         if (ref_magnitudes(u, &mag, err, sizeof err) != 0) {
-          snprintf(msg, sizeof msg, "%s: contract error in case %s: %s", u->member, pc->cname, err);
+          snprintf(msg, sizeof msg, "%s: contract error in case %s: %s", u->label, pc->cname, err);
           verdict = "ERROR";
         } else {
           pass = compare_bound(u, db, mag, pc->mode, pc->terms, pc->mode_name, res, msg, sizeof msg,
@@ -998,14 +1017,14 @@ json_t *vf_op_plan_judge(vf_op_plan *p, const vf_child_result *r) {
   if (proto_bad) {
     char msg[600];
     snprintf(msg, sizeof msg, "%s: the unit's result pipe broke the verifier's protocol (%s): a unit may only return "
-             "output buffers", u->member, why);
+             "output buffers", u->label, why);
     json_array_append_new(ev, json_pack("{s:s, s:s}", "event", "error", "message", msg));
   }
   /* bytes after the last expected record: not the protocol */
   if (!proto_bad && vf_rec_next(r->results, r->results_len, &off, &rec, why, sizeof why) != 0) {
     char msg[600];
     snprintf(msg, sizeof msg, "%s: the unit's result pipe broke the verifier's protocol (%s after the last case): a "
-             "unit may only return output buffers", u->member, off < r->results_len ? why : "an extra record");
+             "unit may only return output buffers", u->label, off < r->results_len ? why : "an extra record");
     json_array_append_new(ev, json_pack("{s:s, s:s}", "event", "error", "message", msg));
   }
   return ev;

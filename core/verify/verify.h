@@ -3,6 +3,8 @@
  * contracts:
  *   ref/f64.c        the float64 operator references (one set for everything)
  *   ref/ops.c        the operator contracts' references, selected by name
+ *   ref/map.c        the reference of every operator stated as an expression
+ *                    (its contract's "map" form, core/ckb/map_form.h)
  *   unit.c           one operator contract: cases, inputs, libffi call, compare
  *   child.c          fork + time limit + rlimits around every unit
  *   raw.c            stages 3-6's result protocol: raw records from the
@@ -53,6 +55,9 @@ typedef struct vf_arg {
 typedef struct vf_call {
   vf_arg *args;
   int nargs;
+  /* the operator contract called, or NULL: the references that read more
+   * of it than the arguments need it (the "map" reference: its expression) */
+  const json_t *op;
 } vf_call;
 
 /* A float64 reference: reads inputs, writes out/inout buffers' val.
@@ -83,6 +88,9 @@ typedef struct vf_unit_opts {
    * is on when its tag is part of this name, and the operator contract's
    * bound for that mode replaces the tolerance on the dtypes it covers */
   const char *variant;
+  /* the kernel comes from this kernel pack (stage 1 --pack), not from a
+   * platform member: messages name the operator id; NULL otherwise */
+  const char *pack;
 } vf_unit_opts;
 
 /* One operator contract as a plan: the parent draws every case's inputs
@@ -96,6 +104,19 @@ struct vf_child_result;
 vf_op_plan *vf_op_plan_new(const vf_unit_opts *o);
 size_t vf_op_plan_result_bytes(const vf_op_plan *p); /* the most a correct child writes */
 int vf_op_plan_run(const vf_op_plan *p, const mi_platform_iface *iface, void *ctx, int fd);
+/* The same with the kernel given: fn (the contract's signature) called with
+ * kctx in the VF_CTX slot, last_error(kctx) the reason for a non-zero
+ * return; the platform (iface, ctx) still provides buffers and copies. How
+ * a kernel pack's kernel is run (stage 1 --pack). */
+typedef struct vf_kernel {
+  void *fn;
+  void *kctx;
+  const char *(*last_error)(void *kctx);
+} vf_kernel;
+int vf_op_plan_run_kernel(const vf_op_plan *p, const mi_platform_iface *iface, void *ctx, const vf_kernel *k,
+                          int fd);
+/* The operator id the plan is for (NULL when the contract has none). */
+const char *vf_op_plan_op_id(const vf_op_plan *p);
 json_t *vf_op_plan_judge(vf_op_plan *p, const struct vf_child_result *r);
 void vf_op_plan_free(vf_op_plan *p);
 
@@ -147,6 +168,11 @@ const char *vf_scratch_root(void);
 #define VF_REC_MAGIC 0x5256494du /* "MIVR" */
 #define VF_REC_MAX_MSG 1024
 enum { VF_REC_OUT = 1, VF_REC_FAIL = 2, VF_REC_ERROR = 3 };
+/* The rc of an ERROR record written before any case ran, saying the unit
+ * cannot be run as set up (a kernel pack that refuses the platform, has no
+ * kernel for the operator, or one of another contract version): the unit's
+ * status is then ERROR, not FAIL (both fail the stage). */
+#define VF_REC_RC_UNRUNNABLE 2
 typedef struct vf_rec_hdr {
   uint32_t magic, type;
   int32_t index, rc;
@@ -219,6 +245,12 @@ typedef struct vf_stage_opts {
    * core/verify/interp.c, for an architecture the verifier has no
    * hand-written float64 model of; NULL: none) */
   const struct mi_ckb *ckb;
+  /* stage 1 --pack: a kernel pack (MI_PLUGIN_KERNELS) and its manifest
+   * (pack.json beside it, vf_pack_manifest_load): stage 1 then runs the
+   * manifest's kernels, from the pack, on the platform plugin's threads
+   * and buffers. NULL: the platform contract's kernels. */
+  const char *pack_path;
+  json_t *pack_manifest;
 } vf_stage_opts;
 
 /* KV cache types (core/verify/kv.c; docs/mi-gen.md, "KV cache types"):
@@ -238,7 +270,24 @@ double vf_f64_round_dtype(double x, mi_dtype t);
  * "name", "version", "kind", "variant", "members": [...], "message", ...}. */
 json_t *vf_probe_plugin(const vf_stage_opts *o);
 
-/* Stage 1: one unit per kernel of the platform contract. Returns the stage
+/* A kernel pack's manifest: pack.json in the folder of pack_path, an
+ * object with "name" and a non-empty "kernels" array of objects naming an
+ * "operator" and its "version" (mi/kernel_pack.h). NULL with one line in
+ * err naming the file and the problem. */
+json_t *vf_pack_manifest_load(const char *pack_path, char *err, size_t err_len);
+/* Loads the pack (o->pack_path) in a child and describes it: {"verdict",
+ * "name", "version", "kind": "kernels", "abi", "target", "kernels":
+ * [{operator, version, math}], "message" on a FAIL}. */
+json_t *vf_probe_pack(const vf_stage_opts *o);
+/* A unit's child on a pack: loads the platform plugin and the pack, binds
+ * the pack to the platform, and runs the plan with the operator's kernel
+ * from the pack (vf_op_plan_run_kernel). The pack's refusal, a missing
+ * kernel or one generated from another contract version is an ERROR record
+ * with rc VF_REC_RC_UNRUNNABLE. The child's exit status. */
+int vf_pack_unit_run(const vf_stage_opts *o, const vf_op_plan *plan, int fd);
+
+/* Stage 1: one unit per kernel of the platform contract (with
+ * o->pack_path: of the pack's manifest). Returns the stage
  * object of the report ({"stage": 1, "verdict", "units": [...]}). */
 json_t *vf_stage1(const vf_stage_opts *o);
 

@@ -100,7 +100,7 @@ START_TEST(ref_gated_delta_rule_by_hand) {
                 buf_arg("state", VF_INOUT, st, 2), int_arg("T", 1),
                 int_arg("Hk", 1),                  int_arg("Hv", 2),
                 int_arg("Dk", 1),                  int_arg("Dv", 1)};
-  vf_call c = {a, 12};
+  vf_call c = {a, 12, NULL};
   char err[200];
   ck_assert_int_eq(vf_ref_find("gated_delta_rule")(&c, err, sizeof err), 0);
   ck_assert_double_eq_tol(o[0], 2, 1e-15);
@@ -122,7 +122,7 @@ START_TEST(ref_conv_gates_norms_by_hand) {
                 buf_arg("w", VF_IN, w, 2),       buf_arg("state", VF_INOUT, st, 1),
                 int_arg("T", 2),                 int_arg("C", 1),
                 int_arg("K", 2),                 int_arg("silu", 0)};
-  vf_call c = {a, 8};
+  vf_call c = {a, 8, NULL};
   ck_assert_int_eq(vf_ref_find("conv1d_causal")(&c, err, sizeof err), 0);
   ck_assert_double_eq_tol(y[0], 51, 1e-15);
   ck_assert_double_eq_tol(y[1], 12, 1e-15);
@@ -133,7 +133,7 @@ START_TEST(ref_conv_gates_norms_by_hand) {
                  buf_arg("b", VF_IN, b0, 1),     buf_arg("a", VF_IN, a0, 1),
                  buf_arg("a_log", VF_IN, al, 1), buf_arg("dt_bias", VF_IN, dt, 1),
                  int_arg("T", 1),                int_arg("H", 1)};
-  vf_call gc = {ga, 8};
+  vf_call gc = {ga, 8, NULL};
   ck_assert_int_eq(vf_ref_find("deltanet_gates")(&gc, err, sizeof err), 0);
   ck_assert_double_eq_tol(be[0], 0.5, 1e-15);
   ck_assert_double_eq_tol(g[0], -log(2.0), 1e-15);
@@ -141,7 +141,7 @@ START_TEST(ref_conv_gates_norms_by_hand) {
   double lx[2] = {3, 4}, ly[2];
   vf_arg la[] = {buf_arg("y", VF_OUT, ly, 2), buf_arg("x", VF_IN, lx, 2), int_arg("rows", 1),
                  int_arg("dim", 2), {.name = "eps", .kind = VF_F32, .f = 0}};
-  vf_call lc = {la, 5};
+  vf_call lc = {la, 5, NULL};
   ck_assert_int_eq(vf_ref_find("l2norm")(&lc, err, sizeof err), 0);
   ck_assert_double_eq_tol(ly[0], 0.6, 1e-15);
   ck_assert_double_eq_tol(ly[1], 0.8, 1e-15);

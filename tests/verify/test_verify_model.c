@@ -329,7 +329,7 @@ END_TEST
 START_TEST(stage6_gates_measured) {
   char q3[4200];
   snprintf(q3, sizeof q3, "%s/lib/metainfer/libmi-qwen3.so", getenv("MI_BUILD_DIR"));
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, q3, model, NULL, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, q3, model, NULL, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL};
   json_t *none = json_pack("{s:[]}", "gates");
   json_t *s = vf_stage6(&o, none); /* the default gate only */
   ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "PASS");
@@ -381,7 +381,7 @@ START_TEST(forged_pass_rejected_at_stages_4_to_6) {
   char err[600];
   mi_ckb *kb = mi_ckb_open(ckb, err, sizeof err); /* stage 5 interprets the model contract */
   ck_assert_msg(kb, "%s", err);
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, kb};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, kb, NULL, NULL};
   json_t *none = json_object();
   json_t *s = vf_stage4(&o, none);
   expect_failed_unit(s, "tiny-seed1.json",
@@ -414,7 +414,7 @@ END_TEST
 START_TEST(decode_growth_catches_prefix_recompute) {
   char so[4400];
   snprintf(so, sizeof so, "%s/libmm-recompute_prefix.so", mm_dir);
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL};
   json_t *none = json_pack("{s:[]}", "gates");
   json_t *s = vf_stage6(&o, none);
   expect_failed_unit(s, "decode_growth",
@@ -434,7 +434,7 @@ START_TEST(hung_plugin_killed_at_the_deadline) {
   mi_ckb *kb = mi_ckb_open(ckbdir, err, sizeof err);
   ck_assert_msg(kb, "%s", err);
   snprintf(so, sizeof so, "%s/libmm-forward_hang.so", mm_dir);
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 3, NULL, NULL, NULL, NULL, 0, NULL, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 3, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL};
   json_t *s = vf_stage3(&o, kb, model);
   ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
   json_t *rb = json_array_get(json_object_get(s, "units"), 1);
@@ -514,7 +514,7 @@ START_TEST(hostile_files_refused_with_one_line) {
   snprintf(gdir, sizeof gdir, "%s/goldens", dir);
   mkdir(gdir, 0700);
   snprintf(gold, sizeof gold, "%s/x.json", gdir);
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, cpu_so, model, gdir, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, cpu_so, model, gdir, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL};
   for (int k = 0; k < 4; k++) {
     plant(gold, k, (off_t)65 << 20);
     json_t *s = vf_stage4(&o, NULL);

@@ -247,6 +247,7 @@ static int ref_rmsnorm_gated(vf_call *c, char *err, size_t len) {
 }
 
 int vf_ref_convert(vf_call *c, char *err, size_t len); /* ref/ops_convert.c */
+int vf_ref_map(vf_call *c, char *err, size_t len);     /* ref/map.c */
 
 static const struct {
   const char *name;
@@ -264,6 +265,8 @@ static const struct {
     {"gated_delta_rule", ref_gated_delta_rule},
     {"rmsnorm_gated", ref_rmsnorm_gated},
     {"convert", vf_ref_convert},
+    /* an operator stated as an expression (kernel packs, ABI 1.6) */
+    {"map", vf_ref_map},
 };
 
 vf_ref_fn vf_ref_find(const char *name) {

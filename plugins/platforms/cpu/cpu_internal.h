@@ -258,6 +258,10 @@ int cpu_gated_delta_rule(void *ctx, mi_stream *s, float *o, const float *q, cons
 int cpu_rmsnorm_gated(void *ctx, mi_stream *s, float *y, const float *x, const float *w,
                       const float *z, int64_t rows, int64_t dim, float eps);
 
+/* ABI 1.6, cpu_run_host.c: kernel packs' loop bodies on the pool */
+int cpu_run_host(void *ctx, mi_stream *s, void (*body)(void *arg, int64_t i0, int64_t i1), void *arg,
+                 int64_t n);
+
 /* ---- tiled prefill attention micro-kernels (cpu_attn_<isa>.c) ----
  * Used by cpu_kernels_attn.c when many query rows share a KV head (prefill):
  * a tile holds `lanes` query rows, one per SIMD lane, so every K/V row is

@@ -400,6 +400,7 @@ static const mi_platform_iface cpu_iface = {
     .deltanet_gates = cpu_deltanet_gates,
     .gated_delta_rule = cpu_gated_delta_rule,
     .rmsnorm_gated = cpu_rmsnorm_gated,
+    .run_host = cpu_run_host,
 #if defined(MI_CPU_MPI)
     .allreduce_sum_f32 = cpu_allreduce_sum_f32,
     .broadcast = cpu_broadcast,

@@ -193,6 +193,17 @@ typedef struct mi_platform_iface {
    * silu(z[r,:]); w [dim] (not zero-centred). y may equal x. */
   int (*rmsnorm_gated)(void *ctx, mi_stream *s, float *y, const float *x, const float *w,
                        const float *z, int64_t rows, int64_t dim, float eps);
+
+  /* --- ABI 1.6: hosting kernel packs (mi/kernel_pack.h); optional --- */
+
+  /* Runs body(arg, i0, i1) over [0, n), cut into contiguous ranges that
+   * this platform's host threads run, in stream order; returns when every
+   * range is done. Only a platform whose kernels take host addresses
+   * (device_info host_memory) provides it: it is how the generated host-C
+   * kernels of a pack run here, on the platform's own threads. A platform
+   * without it refuses such packs (the pack's bind says why). */
+  int (*run_host)(void *ctx, mi_stream *s, void (*body)(void *arg, int64_t i0, int64_t i1),
+                  void *arg, int64_t n);
 } mi_platform_iface;
 
 /* Every mi_platform_iface member after struct_size, in struct order, as
@@ -202,7 +213,8 @@ typedef struct mi_platform_iface {
  *            member of minor <= m (the core checks this at load). The
  *            collectives and convert were appended while the ABI was 1.0 and
  *            are guaranteed from 1.1 on, so a 1.0 plugin may end at argmax; the hybrid
- *            blocks came with 1.4, so a 1.1-1.3 plugin may end at convert.
+ *            blocks came with 1.4, so a 1.1-1.3 plugin may end at convert;
+ *            run_host with 1.6.
  *   kernel — 1 for a compute kernel (verified by an operator contract when
  *            the CKB has one), 0 for devices, memory, streams, collectives.
  * Appending a member: add it to the struct AND here, with the new minor.
@@ -242,7 +254,8 @@ typedef struct mi_platform_iface {
   X(conv1d_causal, 4, 1)                                                                           \
   X(deltanet_gates, 4, 1)                                                                          \
   X(gated_delta_rule, 4, 1)                                                                        \
-  X(rmsnorm_gated, 4, 1)
+  X(rmsnorm_gated, 4, 1)                                                                           \
+  X(run_host, 6, 0)
 
 /* Does this platform's interface (of the size it declared) provide member m? */
 #define mi_platform_has(iface, m)                                                                  \

@@ -33,8 +33,10 @@ extern "C" {
  * 1.3: mi_model_iface forward_batch (one decode step for many sequences).
  * 1.4: mi_platform_iface copy2d, l2norm, sigmoid_mul, conv1d_causal,
  *      deltanet_gates, gated_delta_rule, rmsnorm_gated (gated-DeltaNet hybrids).
- * 1.5: mi_model_iface seq_state_read, seq_state_write (prefix caching). */
-#define MI_ABI_MINOR 5
+ * 1.5: mi_model_iface seq_state_read, seq_state_write (prefix caching).
+ * 1.6: kernel packs: plugin kind MI_PLUGIN_KERNELS (mi/kernel_pack.h) and
+ *      mi_platform_iface run_host (how a platform hosts a pack's kernels). */
+#define MI_ABI_MINOR 6
 
 #define MI_PLUGIN_ENTRY_SYMBOL "mi_plugin_get_descriptor"
 
@@ -49,6 +51,7 @@ typedef enum mi_plugin_kind {
   MI_PLUGIN_MODEL = 2,    /* a model architecture: mi/model.h */
   MI_PLUGIN_AGENT = 3,    /* an agent strategy for mi-gen */
   MI_PLUGIN_ENGINE = 4,   /* a generated single-path engine */
+  MI_PLUGIN_KERNELS = 5,  /* a kernel pack: operators generated from the CKB, mi/kernel_pack.h (ABI 1.6) */
 } mi_plugin_kind;
 
 typedef struct mi_plugin_desc {

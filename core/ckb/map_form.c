@@ -1,0 +1,140 @@
+/* The "map" form of an operator contract (core/ckb/map_form.h): the
+ * expression, and how each name it reads is indexed, derived from the
+ * signature's kinds and shapes. The CKB's checks, the verifier's float64
+ * reference and the kernel-pack generator all read an operator through
+ * this one function. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/ckb/map_form.h"
+
+/* A shape expression with its spaces dropped, so "rows*n" and "rows * n"
+ * compare equal. 0, or -1 when it is not a string or too long. */
+static int shape_key(const json_t *v, char *out, size_t len) {
+  const char *s = json_string_value(v);
+  char num[32];
+  if (!s && json_is_integer(v)) snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v)), s = num;
+  if (!s) return -1;
+  size_t k = 0;
+  for (; *s; s++)
+    if (*s != ' ' && *s != '\t') {
+      if (k + 1 >= len) return -1;
+      out[k++] = *s;
+    }
+  out[k] = 0;
+  return 0;
+}
+
+static const json_t *arg_named(const json_t *args, const char *name, int *index) {
+  size_t i;
+  json_t *a;
+  json_array_foreach(args, i, a) {
+    const char *n = json_string_value(json_object_get(a, "name"));
+    if (n && !strcmp(n, name)) {
+      *index = (int)i;
+      return a;
+    }
+  }
+  return NULL;
+}
+
+static const char *str_or(const json_t *o, const char *key, const char *dflt) {
+  const char *s = json_string_value(json_object_get(o, key));
+  return s ? s : dflt;
+}
+
+/* The role of input `a` against the output's shape keys. -1 when none. */
+static int input_role(const json_t *a, int dims, const char *rows_key, const char *n_key,
+                      const char *all_key) {
+  const json_t *shape = json_object_get(a, "shape");
+  char k0[256], k1[256];
+  size_t nd = json_array_size(shape);
+  if (!json_is_array(shape) || nd < 1 || nd > 2) return -1;
+  if (shape_key(json_array_get(shape, 0), k0, sizeof k0) != 0) return -1;
+  if (nd == 2) {
+    if (shape_key(json_array_get(shape, 1), k1, sizeof k1) != 0) return -1;
+    return dims == 2 && !strcmp(k0, rows_key) && !strcmp(k1, n_key) ? MI_MAP_ELEM : -1;
+  }
+  if (dims == 1) return !strcmp(k0, all_key) ? MI_MAP_ELEM : -1;
+  if (!strcmp(k0, n_key)) return MI_MAP_COL;
+  if (!strcmp(k0, rows_key)) return MI_MAP_ROW;
+  return -1;
+}
+
+int mi_map_form_parse(const json_t *op, mi_map_form *f, char *err, size_t err_len) {
+  memset(f, 0, sizeof *f);
+  if (err_len) err[0] = 0;
+  const char *id = str_or(op, "id", "an operator");
+  const json_t *map = json_object_get(op, "map");
+  const json_t *args = json_object_get(json_object_get(op, "signature"), "args");
+  f->out = json_string_value(json_object_get(map, "out"));
+  const char *expr = json_string_value(json_object_get(map, "expr"));
+  if (!json_is_object(map) || !f->out || !expr) {
+    snprintf(err, err_len, "%s: no \"map\" with an \"out\" and an \"expr\" string", id);
+    return -1;
+  }
+  if (!json_is_array(args)) {
+    snprintf(err, err_len, "%s: no signature.args", id);
+    return -1;
+  }
+  const json_t *out = arg_named(args, f->out, &f->out_arg);
+  const json_t *oshape = json_object_get(out, "shape");
+  if (!out || strcmp(str_or(out, "kind", ""), "out") || strcmp(str_or(out, "dtype", ""), "f32") ||
+      !json_is_array(oshape) || json_array_size(oshape) < 1 || json_array_size(oshape) > 2) {
+    snprintf(err, err_len, "%s: map.out '%.64s' must name an f32 \"out\" argument of shape [n] or [rows, n]",
+             id, f->out);
+    return -1;
+  }
+  f->dims = (int)json_array_size(oshape);
+  char rows_key[256] = "", n_key[256], all_key[256];
+  if (shape_key(json_array_get(oshape, f->dims - 1), n_key, sizeof n_key) != 0 ||
+      (f->dims == 2 && shape_key(json_array_get(oshape, 0), rows_key, sizeof rows_key) != 0) ||
+      shape_key(json_array_get(oshape, 0), all_key, sizeof all_key) != 0) {
+    snprintf(err, err_len, "%s: the output's shape must be expressions", id);
+    return -1;
+  }
+  f->n_expr = json_string_value(json_array_get(oshape, f->dims - 1));
+  f->rows_expr = f->dims == 2 ? json_string_value(json_array_get(oshape, 0)) : NULL;
+  if (!f->n_expr || (f->dims == 2 && !f->rows_expr)) {
+    snprintf(err, err_len, "%s: the output's shape must be expressions", id);
+    return -1;
+  }
+  char perr[256];
+  if (!(f->expr = mi_kexpr_parse(expr, perr, sizeof perr))) {
+    snprintf(err, err_len, "%s: map.expr: %s", id, perr);
+    return -1;
+  }
+  f->n_names = mi_kexpr_n_names(f->expr);
+  for (int k = 0; k < f->n_names; k++) {
+    const char *name = mi_kexpr_name(f->expr, k);
+    const json_t *a = arg_named(args, name, &f->arg[k]);
+    const char *kind = a ? str_or(a, "kind", "") : "";
+    int role = -1;
+    if (!a) {
+      snprintf(err, err_len, "%s: map.expr reads '%.64s', which is no argument of the signature", id, name);
+    } else if (!strcmp(kind, "i64") || !strcmp(kind, "i32") || !strcmp(kind, "f32") || !strcmp(kind, "f64")) {
+      role = MI_MAP_SCALAR;
+    } else if (strcmp(kind, "in") || strcmp(str_or(a, "dtype", ""), "f32")) {
+      snprintf(err, err_len, "%s: map.expr reads '%.64s', %s%s (it reads f32 \"in\" buffers and scalars)", id, name,
+               strcmp(kind, "in") ? "an argument of kind " : "a non-f32 \"in\" buffer", strcmp(kind, "in") ? kind : "");
+    } else if ((role = input_role(a, f->dims, rows_key, n_key, all_key)) < 0) {
+      snprintf(err, err_len,
+               "%s: input '%.64s' has a shape that is neither the output's, [%s] (per column)%s%s%s", id,
+               name, n_key, f->dims == 2 ? " nor [" : "", f->dims == 2 ? rows_key : "",
+               f->dims == 2 ? "] (per row)" : "");
+    }
+    if (role < 0) {
+      mi_map_form_free(f);
+      return -1;
+    }
+    f->role[k] = (mi_map_role)role;
+  }
+  return 0;
+}
+
+void mi_map_form_free(mi_map_form *f) {
+  if (!f) return;
+  mi_kexpr_free(f->expr);
+  f->expr = NULL;
+  f->n_names = 0;
+}

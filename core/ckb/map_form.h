@@ -1,0 +1,81 @@
+/* Operators the CKB states as an expression (the "map" form): the one
+ * definition the CKB's checks, the verifier's float64 reference and the
+ * kernel-pack generator all read, so the three cannot disagree about what
+ * such an operator computes.
+ *
+ * A map operator's contract (ckb/README.md, "Operators as expressions"):
+ *   "member": "pack", "reference": "map",
+ *   "map": {"out": "y", "expr": "x + b"}
+ * The output buffer's shape is the iteration domain: [n] or [rows, n]
+ * (one or two shape expressions of the signature). Each input buffer the
+ * expression reads has the output's shape (one value per element), the
+ * last dimension [n] (one per column: a bias broadcast over rows) or, for a
+ * two-dimensional output, the first [rows] (one per row). A scalar
+ * argument (i64, i32, f32, f64) is read by name. The output may alias an
+ * input of its own shape (the contract's cases say so), never a broadcast
+ * one.
+ *
+ * Kernel expressions (core/ckb/kexpr.c): decimal numbers, names, + - * /,
+ * unary minus, parentheses and the functions exp log tanh sqrt abs erf
+ * erfc sigmoid softplus (one argument) and min max pow (two). Evaluated in
+ * float64 by the reference; written as float C by the generator. */
+#ifndef MI_CORE_CKB_MAP_FORM_H
+#define MI_CORE_CKB_MAP_FORM_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* ---- kernel expressions ---- */
+
+typedef struct mi_kexpr mi_kexpr;
+
+/* Parses src. NULL with a one-line message in err (syntax, an unknown
+ * function, a wrong argument count, nesting deeper than 64, more than 1024
+ * nodes). */
+mi_kexpr *mi_kexpr_parse(const char *src, char *err, size_t err_len);
+void mi_kexpr_free(mi_kexpr *e);
+/* The names the expression reads (not function names), each once, in
+ * order of first use. */
+int mi_kexpr_n_names(const mi_kexpr *e);
+const char *mi_kexpr_name(const mi_kexpr *e, int i);
+/* The value with name i bound to values[i], in float64 (IEEE: a NaN or an
+ * infinity propagates as C's math does). */
+double mi_kexpr_eval(const mi_kexpr *e, const double *values);
+/* The expression as one C expression in float arithmetic (expf, tanhf, ...,
+ * literals with an f suffix; sigmoid and softplus written out), name i
+ * spelled c_names[i]. 0, or -1 with a message (out_len too small). */
+int mi_kexpr_c(const mi_kexpr *e, const char *const *c_names, char *out, size_t out_len, char *err,
+               size_t err_len);
+
+/* ---- the map form of an operator contract ---- */
+
+typedef enum mi_map_role {
+  MI_MAP_ELEM,   /* a buffer of the output's shape: value [r, i] */
+  MI_MAP_COL,    /* a buffer [n]: value [i] for every row */
+  MI_MAP_ROW,    /* a buffer [rows] (two-dimensional output): value [r] */
+  MI_MAP_SCALAR, /* an i64, i32, f32 or f64 argument */
+} mi_map_role;
+
+#define MI_MAP_MAX_NAMES 16
+
+typedef struct mi_map_form {
+  const char *out; /* the output argument's name */
+  int out_arg;     /* its index in signature.args */
+  int dims;        /* 1: [n]; 2: [rows, n] */
+  const char *rows_expr, *n_expr; /* the output's shape expressions (rows_expr NULL when dims 1) */
+  mi_kexpr *expr;
+  int n_names;                         /* = mi_kexpr_n_names(expr) */
+  int arg[MI_MAP_MAX_NAMES];           /* name k: its index in signature.args */
+  mi_map_role role[MI_MAP_MAX_NAMES];  /* name k: how it is indexed */
+} mi_map_form;
+
+/* Reads op's "map" against its signature. 0, or -1 with a one-line message
+ * naming the operator and the problem (no "map", an expression that does
+ * not parse, a name that is no argument, an output that is not an f32
+ * "out" buffer of one or two dimensions, an input whose shape is none of
+ * the above). The form points into op (keep op alive); free with
+ * mi_map_form_free. */
+int mi_map_form_parse(const json_t *op, mi_map_form *f, char *err, size_t err_len);
+void mi_map_form_free(mi_map_form *f);
+
+#endif

@@ -1,0 +1,674 @@
+/* The kernel-pack generator's writer: C source for the target "host-c" from
+ * the CKB's map operators (core/gen/pack/pack.h). One kernel per operator:
+ * an args struct, a loop body over chunks of the output's domain, and the
+ * kernel with exactly the contract's signature that checks what the
+ * contract says (bound pack, constraints, buffers, shape) and hands the
+ * body to the bound platform's run_host. Then the pack's context, bind,
+ * the interface and the plugin descriptor.
+ *
+ * Every name the generated code declares itself starts with "mi_"; an
+ * argument may not (nor be a C keyword or a function the expression calls),
+ * so the contract's argument names are used as they are, and the kernel
+ * reads like its contract. Nothing depends on the time, the paths or the
+ * order of the CKB's files: the same entries give the same bytes. */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ckb/map_form.h"
+#include "core/gen/gen.h"
+#include "core/gen/pack/pack.h"
+#include "mi/plugin.h"
+
+#define PK_CHUNK 16384 /* elements a chunk: a few L1/L2 pages, big enough to amortise a task */
+#define PK_EXPR_MAX 8192
+
+typedef struct pk_op {
+  const mi_ckb_entry *e;
+  const char *id, *base, *version, *expr, *math;
+  json_t *args; /* signature.args (borrowed) */
+  mi_map_form f;
+  int parsed;
+  char sha[65]; /* of the entry's canonical JSON: which knowledge the kernel came from */
+  char body_c[PK_EXPR_MAX]; /* the expression as float C over the body's names */
+} pk_op;
+
+/* ---------- small writers ---------- */
+
+/* s as the inside of a C string literal; printf-safe too when fmt (% doubled). */
+static void put_lit(FILE *o, const char *s, int fmt) {
+  for (; s && *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(o, "\\%c", ch);
+    else if (ch == '%' && fmt)
+      fputs("%%", o);
+    else if (ch == '?')
+      fputs("\\?", o); /* no trigraph can form */
+    else if (ch < 0x20 || ch == 0x7f)
+      fprintf(o, "\\%03o", ch);
+    else
+      fputc(ch, o);
+  }
+}
+
+/* s inside a block comment: one line, and never the comment's end. */
+static void put_comment(FILE *o, const char *s) {
+  for (const char *p = s; p && *p; p++) {
+    if (p[0] == '*' && p[1] == '/')
+      fputs("* ", o);
+    else
+      fputc((unsigned char)*p < 0x20 ? ' ' : *p, o);
+  }
+}
+
+static const char *arg_name(json_t *a) {
+  return json_string_value(json_object_get(a, "name"));
+}
+static const char *arg_kind(json_t *a) {
+  const char *k = json_string_value(json_object_get(a, "kind"));
+  return k ? k : "";
+}
+
+/* The C type of an argument of the contract; NULL when a host-C kernel
+ * cannot carry it. */
+static const char *c_type(json_t *a) {
+  const char *k = arg_kind(a), *dt = json_string_value(json_object_get(a, "dtype"));
+  if (!strcmp(k, "ctx")) return "void *";
+  if (!strcmp(k, "stream")) return "mi_stream *";
+  if (!strcmp(k, "i64")) return "int64_t ";
+  if (!strcmp(k, "i32")) return "int32_t ";
+  if (!strcmp(k, "f32")) return "float ";
+  if (!strcmp(k, "f64")) return "double ";
+  if (!dt || strcmp(dt, "f32")) return NULL; /* f32 buffers only: the expression is float C */
+  if (!strcmp(k, "in")) return "const float *";
+  if (!strcmp(k, "out") || !strcmp(k, "inout")) return "float *";
+  return NULL;
+}
+
+static int is_buffer(json_t *a) {
+  const char *k = arg_kind(a);
+  return !strcmp(k, "in") || !strcmp(k, "out") || !strcmp(k, "inout");
+}
+static int is_int(json_t *a) {
+  return !strcmp(arg_kind(a), "i64") || !strcmp(arg_kind(a), "i32");
+}
+
+/* A name the generated C cannot give an argument: a keyword, a type or a
+ * function the kernel uses, or the generator's own "mi_" prefix. */
+static int reserved_name(const char *n) {
+  static const char *const words[] = {
+      "auto",     "break",  "case",   "char",     "const",    "continue", "default",  "do",
+      "double",   "else",   "enum",   "extern",   "float",    "for",      "goto",     "if",
+      "inline",   "int",    "long",   "register", "restrict", "return",   "short",    "signed",
+      "sizeof",   "static", "struct", "switch",   "typedef",  "union",    "unsigned", "void",
+      "volatile", "while",  "asm",    "typeof",   "int64_t",  "int32_t",  "size_t",   "va_list",
+      "NULL",     "expf",   "logf",   "log1pf",   "tanhf",    "sqrtf",    "fabsf",    "erff",
+      "fminf",    "fmaxf",  "powf"};
+  if (!strncmp(n, "mi_", 3) || !strncmp(n, "MI_", 3) || n[0] == '_') return 1;
+  for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+    if (!strcmp(n, words[i])) return 1;
+  return 0;
+}
+
+/* mi_expr_c's name writer: an integer argument is a parameter of the
+ * kernel, spelled as it is. */
+static int int_param(void *user, const char *name, size_t len, char *out, size_t out_len) {
+  json_t *args = user, *a;
+  size_t i;
+  json_array_foreach(args, i, a) {
+    const char *n = arg_name(a);
+    if (n && strlen(n) == len && !strncmp(n, name, len) && is_int(a)) {
+      snprintf(out, out_len, "%s", n);
+      return strlen(n) < out_len ? 0 : -1;
+    }
+  }
+  return -1;
+}
+
+/* ---------- choosing and reading the operators ---------- */
+
+static void first_problem(void *user, const char *line) {
+  char *buf = user;
+  if (!buf[0]) snprintf(buf, 400, "%s", line);
+}
+
+static int cmp_op_id(const void *a, const void *b) {
+  return strcmp(((const pk_op *)a)->id, ((const pk_op *)b)->id);
+}
+
+/* Reads one operator entry into op: a map operator the C can carry. */
+static int read_op(const mi_ckb *ckb, const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len) {
+  json_t *j = e->json;
+  const char *member = json_string_value(json_object_get(j, "member"));
+  op->e = e;
+  op->id = e->id;
+  op->version = e->version ? e->version : "?";
+  if (!json_object_get(j, "map") || !member || strcmp(member, "pack")) {
+    snprintf(err, err_len,
+             "%s: not an operator stated as an expression (member \"%s\", %s): a pack holds only "
+             "operators with \"member\": \"pack\" and a \"map\"",
+             e->id, member ? member : "?", json_object_get(j, "map") ? "a \"map\"" : "no \"map\"");
+    return -1;
+  }
+  char problem[400] = "";
+  if (mi_ckb_validate_entry(ckb, j, e->path, first_problem, problem) != 0) {
+    snprintf(err, err_len, "%s: the entry does not validate: %s", e->id, problem);
+    return -1;
+  }
+  op->base = e->id + strlen("operator.");
+  op->expr = json_string_value(json_object_get(json_object_get(j, "map"), "expr"));
+  op->math = json_string_value(json_object_get(j, "math"));
+  op->args = json_object_get(json_object_get(j, "signature"), "args");
+  if (mi_map_form_parse(j, &op->f, err, err_len) != 0) return -1;
+  op->parsed = 1;
+
+  size_t i;
+  json_t *a;
+  json_array_foreach(op->args, i, a) {
+    const char *n = arg_name(a);
+    if (reserved_name(n)) {
+      snprintf(
+          err, err_len,
+          "%s: argument '%s' cannot be named so in C (a keyword, a name the kernel uses, or the "
+          "generator's mi_ prefix)",
+          e->id, n);
+      return -1;
+    }
+    if (!c_type(a) || !strcmp(arg_kind(a), "dtype")) {
+      const char *dt = json_string_value(json_object_get(a, "dtype"));
+      snprintf(err, err_len,
+               "%s: argument '%s' (%s%s%s) has no host-C form: a pack kernel takes f32 buffers and "
+               "i64, i32, f32, f64 scalars",
+               e->id, n, arg_kind(a), dt ? " " : "", dt ? dt : "");
+      return -1;
+    }
+    if ((int)i != op->f.out_arg && strcmp(arg_kind(a), "out") == 0) {
+      snprintf(err, err_len,
+               "%s: argument '%s' is a second out buffer: a map operator writes only map.out '%s'",
+               e->id, n, op->f.out);
+      return -1;
+    }
+  }
+
+  /* The expression over the body's names: a buffer element at mi_i (its
+   * row's pointer set for a [rows, n] one), a row value at mi_r, a scalar
+   * by name (an integer one as float, as the reference reads it). */
+  const char *names[MI_MAP_MAX_NAMES];
+  char store[MI_MAP_MAX_NAMES][96];
+  for (int k = 0; k < op->f.n_names; k++) {
+    json_t *na = json_array_get(op->args, (size_t)op->f.arg[k]);
+    const char *n = arg_name(na);
+    if (op->f.role[k] == MI_MAP_ROW)
+      snprintf(store[k], sizeof store[k], "%s[mi_r]", n);
+    else if (op->f.role[k] == MI_MAP_SCALAR)
+      snprintf(store[k], sizeof store[k], strcmp(arg_kind(na), "f32") ? "((float)%s)" : "%s", n);
+    else
+      snprintf(store[k], sizeof store[k], "%s[mi_i]", n);
+    names[k] = store[k];
+  }
+  char kerr[300];
+  if (mi_kexpr_c(op->f.expr, names, op->body_c, sizeof op->body_c, kerr, sizeof kerr) != 0) {
+    snprintf(err, err_len, "%s: %s", e->id, kerr);
+    return -1;
+  }
+  char *canon = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+  if (!canon) {
+    snprintf(err, err_len, "%s: out of memory", e->id);
+    return -1;
+  }
+  mi_sha256_buf(canon, strlen(canon), op->sha);
+  free(canon);
+  return 0;
+}
+
+/* The operators of the pack, in its order: op_ids as given, else every map
+ * operator by id. *out (free with free_ops), -1 with err. */
+static int choose_ops(const mi_ckb *ckb, const char *const *op_ids, pk_op **out, size_t *n_out,
+                      char *err, size_t err_len) {
+  size_t n = 0, cap = 0;
+  pk_op *ops = NULL;
+  const mi_ckb_entry **pick = NULL;
+  if (op_ids) {
+    for (size_t k = 0; op_ids[k]; k++)
+      cap++;
+    pick = calloc(cap + 1, sizeof *pick);
+    for (size_t k = 0; pick && op_ids[k]; k++) {
+      const mi_ckb_entry *e = mi_ckb_find(ckb, op_ids[k]);
+      if (!e || !e->kind || strcmp(e->kind, "operator")) {
+        snprintf(err, err_len, "%s: no operator contract with this id in %s", op_ids[k],
+                 mi_ckb_dir(ckb));
+        free(pick);
+        return -1;
+      }
+      for (size_t j = 0; j < n; j++)
+        if (pick[j] == e) {
+          snprintf(err, err_len, "%s: listed twice", op_ids[k]);
+          free(pick);
+          return -1;
+        }
+      pick[n++] = e;
+    }
+  } else {
+    cap = mi_ckb_count(ckb);
+    pick = calloc(cap + 1, sizeof *pick);
+    for (size_t i = 0; pick && i < cap; i++) {
+      const mi_ckb_entry *e = mi_ckb_at(ckb, i);
+      if (e->id && e->kind && !strcmp(e->kind, "operator") && json_object_get(e->json, "map"))
+        pick[n++] = e;
+    }
+  }
+  if (!pick) {
+    snprintf(err, err_len, "out of memory");
+    return -1;
+  }
+  if (!n) {
+    snprintf(err, err_len, "%s: no operator has a \"map\" form: nothing to put in a pack",
+             mi_ckb_dir(ckb));
+    free(pick);
+    return -1;
+  }
+  ops = calloc(n, sizeof *ops);
+  for (size_t k = 0; ops && k < n; k++) {
+    if (read_op(ckb, pick[k], &ops[k], err, err_len) != 0) {
+      for (size_t j = 0; j <= k; j++)
+        if (ops[j].parsed) mi_map_form_free(&ops[j].f);
+      free(ops);
+      free(pick);
+      return -1;
+    }
+  }
+  free(pick);
+  if (!ops) {
+    snprintf(err, err_len, "out of memory");
+    return -1;
+  }
+  if (!op_ids) qsort(ops, n, sizeof *ops, cmp_op_id);
+  *out = ops;
+  *n_out = n;
+  return 0;
+}
+
+static void free_ops(pk_op *ops, size_t n) {
+  for (size_t k = 0; ops && k < n; k++)
+    if (ops[k].parsed) mi_map_form_free(&ops[k].f);
+  free(ops);
+}
+
+/* ---------- the source ---------- */
+
+static void emit_preamble(FILE *o, const char *name, const pk_op *ops, size_t n) {
+  fprintf(o,
+          "/* Kernel pack \"%s\": %zu kernel%s for the target host-c (ABI %d.%d), generated by\n",
+          name, n, n == 1 ? "" : "s", MI_ABI_MAJOR, MI_ABI_MINOR);
+  fprintf(o, " * `mi-ckb pack` from these operator contracts of the CKB, each stated as an\n");
+  fprintf(o, " * expression (its \"map\" form). Do not edit: change the contract and generate\n");
+  fprintf(o, " * again (docs/kernel-packs.md).\n *\n");
+  for (size_t k = 0; k < n; k++) {
+    fprintf(o, " *   %s %s (%s, entry sha256 %.16s)\n", ops[k].id, ops[k].version, ops[k].e->rel,
+            ops[k].sha);
+    fputs(" *     math: ", o);
+    put_comment(o, ops[k].math);
+    fputs("\n *     map:  ", o);
+    put_comment(o, ops[k].f.out);
+    fputs(" = ", o);
+    put_comment(o, ops[k].expr);
+    fputs("\n", o);
+  }
+  fprintf(o,
+          " *\n * Each kernel has its contract's signature, ctx being this pack's context. It\n");
+  fprintf(o, " * checks what the contract states, then hands its loop body to the platform the\n");
+  fprintf(o, " * pack is bound to (run_host), whose threads run it over chunks of about\n");
+  fprintf(o, " * MI_PK_CHUNK elements: pieces of an [n] output; whole rows of a [rows, n] one,\n");
+  fprintf(o, " * or pieces of one row when a row is longer than a chunk. */\n");
+  fprintf(o, "#include <math.h>\n#include <stdarg.h>\n#include <stdint.h>\n#include <stdio.h>\n"
+             "#include <stdlib.h>\n#include <string.h>\n\n");
+  fprintf(o, "#include \"mi/kernel_pack.h\"\n#include \"mi/plugin.h\"\n\n");
+  fprintf(o, "#define MI_PK_CHUNK %d\n\n", PK_CHUNK);
+
+  fprintf(o, "/* ---------- the pack's context ---------- */\n\n");
+  fprintf(o, "typedef struct mi_pk_ctx {\n");
+  fprintf(o, "  const mi_platform_iface *platform; /* NULL until bind() succeeds */\n");
+  fprintf(o, "  void *platform_ctx;\n");
+  fprintf(o, "  char err[512];\n");
+  fprintf(o, "} mi_pk_ctx;\n\n");
+  fprintf(o, "static int mi_pk_fail(mi_pk_ctx *c, const char *fmt, ...) "
+             "__attribute__((format(printf, 2, 3)));\n");
+  fprintf(o, "static int mi_pk_fail(mi_pk_ctx *c, const char *fmt, ...) {\n");
+  fprintf(o, "  if (!c) return -1;\n");
+  fprintf(o, "  va_list ap;\n  va_start(ap, fmt);\n  vsnprintf(c->err, sizeof c->err, fmt, ap);\n  "
+             "va_end(ap);\n");
+  fprintf(o, "  return -1;\n}\n\n");
+  fprintf(o, "/* The platform's reason for a failed run_host, never NULL. */\n");
+  fprintf(o, "static const char *mi_pk_platform_error(const mi_pk_ctx *c) {\n");
+  fprintf(o, "  const char *e = c->platform->last_error ? c->platform->last_error(c->platform_ctx) "
+             ": NULL;\n");
+  fprintf(o, "  return e && e[0] ? e : \"no reason given\";\n}\n\n");
+
+  fprintf(o, "/* ---------- chunks of a [rows, n] domain ([n]: rows 1) ---------- */\n\n");
+  fprintf(o, "typedef struct mi_pk_range {\n  int64_t r0, r1, i0, i1; /* rows [r0, r1), columns "
+             "[i0, i1) */\n} mi_pk_range;\n\n");
+  fprintf(o, "static inline int64_t mi_pk_chunks(int64_t rows, int64_t n) {\n");
+  fprintf(o, "  if (n <= MI_PK_CHUNK) {\n");
+  fprintf(o, "    int64_t per = MI_PK_CHUNK / n; /* whole rows a chunk */\n");
+  fprintf(o, "    return (rows + per - 1) / per;\n  }\n");
+  fprintf(o,
+          "  return rows * ((n + MI_PK_CHUNK - 1) / MI_PK_CHUNK); /* pieces of each row */\n}\n\n");
+  fprintf(o, "static inline mi_pk_range mi_pk_chunk(int64_t rows, int64_t n, int64_t c) {\n");
+  fprintf(o, "  mi_pk_range q;\n");
+  fprintf(o, "  if (n <= MI_PK_CHUNK) {\n");
+  fprintf(o, "    int64_t per = MI_PK_CHUNK / n;\n");
+  fprintf(o, "    q.r0 = c * per;\n    q.r1 = q.r0 + per < rows ? q.r0 + per : rows;\n");
+  fprintf(o, "    q.i0 = 0;\n    q.i1 = n;\n");
+  fprintf(o, "  } else {\n");
+  fprintf(o, "    int64_t per = (n + MI_PK_CHUNK - 1) / MI_PK_CHUNK;\n");
+  fprintf(o, "    q.r0 = c / per;\n    q.r1 = q.r0 + 1;\n");
+  fprintf(o, "    q.i0 = (c %% per) * MI_PK_CHUNK;\n    q.i1 = q.i0 + MI_PK_CHUNK < n ? q.i0 + "
+             "MI_PK_CHUNK : n;\n");
+  fprintf(o, "  }\n  return q;\n}\n\n");
+}
+
+/* The loop body: chunks [mi_c0, mi_c1) of the output's domain. */
+static void emit_body(FILE *o, const pk_op *op) {
+  const mi_map_form *f = &op->f;
+  fprintf(o, "/* chunks [mi_c0, mi_c1) of %s's %s */\n", f->out,
+          f->dims == 2 ? "[rows, n]" : "[n]");
+  fprintf(o, "static void mi_%s_body(void *mi_arg, int64_t mi_c0, int64_t mi_c1) {\n", op->base);
+  fprintf(o, "  const mi_%s_args *mi_a = mi_arg;\n", op->base);
+  /* what holds for the whole call: scalars, per-column and per-row buffers */
+  for (int k = 0; k < f->n_names; k++) {
+    json_t *a = json_array_get(op->args, (size_t)f->arg[k]);
+    if (f->role[k] == MI_MAP_SCALAR)
+      fprintf(o, "  const %s%s = mi_a->%s;\n", c_type(a), arg_name(a), arg_name(a));
+    else if (f->role[k] == MI_MAP_COL || f->role[k] == MI_MAP_ROW || f->dims == 1)
+      fprintf(o, "  const float *%s = mi_a->%s;%s\n", arg_name(a), arg_name(a),
+              f->role[k] == MI_MAP_COL   ? " /* one per column */"
+              : f->role[k] == MI_MAP_ROW ? " /* one per row */"
+                                         : "");
+  }
+  if (f->dims == 1) {
+    fprintf(o, "  float *%s = mi_a->%s;\n", f->out, f->out);
+    fprintf(o, "  const int64_t mi_i0 = mi_c0 * MI_PK_CHUNK;\n");
+    fprintf(o, "  const int64_t mi_i1 = mi_c1 * MI_PK_CHUNK < mi_a->mi_n ? mi_c1 * MI_PK_CHUNK : "
+               "mi_a->mi_n;\n");
+    fprintf(o, "  for (int64_t mi_i = mi_i0; mi_i < mi_i1; mi_i++)\n");
+    fprintf(o, "    %s[mi_i] = %s;\n}\n\n", f->out, op->body_c);
+    return;
+  }
+  fprintf(o, "  const int64_t mi_n = mi_a->mi_n;\n");
+  fprintf(o, "  for (int64_t mi_c = mi_c0; mi_c < mi_c1; mi_c++) {\n");
+  fprintf(o, "    const mi_pk_range mi_q = mi_pk_chunk(mi_a->mi_rows, mi_n, mi_c);\n");
+  fprintf(o, "    for (int64_t mi_r = mi_q.r0; mi_r < mi_q.r1; mi_r++) {\n");
+  fprintf(o, "      float *%s = mi_a->%s + mi_r * mi_n;\n", f->out, f->out);
+  for (int k = 0; k < f->n_names; k++) {
+    json_t *a = json_array_get(op->args, (size_t)f->arg[k]);
+    if (f->role[k] == MI_MAP_ELEM)
+      fprintf(o, "      const float *%s = mi_a->%s + mi_r * mi_n;\n", arg_name(a), arg_name(a));
+  }
+  fprintf(o, "      for (int64_t mi_i = mi_q.i0; mi_i < mi_q.i1; mi_i++)\n");
+  fprintf(o, "        %s[mi_i] = %s;\n", f->out, op->body_c);
+  fprintf(o, "    }\n  }\n}\n\n");
+}
+
+/* The kernel: the contract's signature; checks, then run_host. */
+static int emit_kernel(FILE *o, const pk_op *op, char *err, size_t err_len) {
+  const mi_map_form *f = &op->f;
+  size_t i;
+  json_t *a;
+  const char *ctx = arg_name(json_array_get(op->args, 0)),
+             *stream = arg_name(json_array_get(op->args, 1));
+
+  fprintf(o, "static int mi_%s(", op->base);
+  json_array_foreach(op->args, i, a) fprintf(o, "%s%s%s", i ? ", " : "", c_type(a), arg_name(a));
+  fprintf(o, ") {\n");
+  fprintf(o, "  mi_pk_ctx *mi_p = %s;\n", ctx);
+  fprintf(o, "  if (!mi_p || !mi_p->platform)\n");
+  fprintf(
+      o,
+      "    return mi_pk_fail(mi_p, \"%s: the pack is not bound to a platform (bind it first)\");\n",
+      op->id);
+
+  /* the contract's constraints, over its integer arguments; a failure
+   * prints every integer argument */
+  char ints_fmt[1024] = "", ints_val[2048] = "";
+  json_array_foreach(op->args, i, a) {
+    if (!is_int(a)) continue;
+    size_t l = strlen(ints_fmt), m = strlen(ints_val);
+    snprintf(ints_fmt + l, sizeof ints_fmt - l, "%s%s=%%lld", l ? ", " : "", arg_name(a));
+    snprintf(ints_val + m, sizeof ints_val - m, ", (long long)%s", arg_name(a));
+  }
+  json_t *c;
+  json_array_foreach(json_object_get(op->e->json, "constraints"), i, c) {
+    char cc[1024];
+    char num[32];
+    const char *cs = json_string_value(c);
+    if (!cs && json_is_integer(c))
+      snprintf(num, sizeof num, "%lld", (long long)json_integer_value(c)), cs = num;
+    if (!cs || mi_expr_c(cs, int_param, op->args, cc, sizeof cc, err, err_len) != 0) {
+      char why[300];
+      snprintf(why, sizeof why, "%s", cs ? err : "not an expression");
+      snprintf(err, err_len, "%s: constraints[%zu]: %s", op->id, i, why);
+      return -1;
+    }
+    fprintf(o, "  if (!(%s))\n", cc);
+    fprintf(o, "    return mi_pk_fail(mi_p, \"%s: constraint '", op->id);
+    put_lit(o, cs, 1);
+    if (ints_fmt[0])
+      fprintf(o, "' does not hold (%s)\"%s);\n", ints_fmt, ints_val);
+    else
+      fprintf(o, "' does not hold\");\n");
+  }
+
+  json_array_foreach(op->args, i, a) {
+    if (!is_buffer(a)) continue;
+    fprintf(o, "  if (!%s) return mi_pk_fail(mi_p, \"%s: buffer '%s' is NULL\");\n", arg_name(a),
+            op->id, arg_name(a));
+  }
+
+  /* the output's shape: the loop domain */
+  char rows_c[1024] = "1", n_c[1024];
+  if (mi_expr_c(f->n_expr, int_param, op->args, n_c, sizeof n_c, err, err_len) != 0 ||
+      (f->dims == 2 &&
+       mi_expr_c(f->rows_expr, int_param, op->args, rows_c, sizeof rows_c, err, err_len) != 0)) {
+    char why[300];
+    snprintf(why, sizeof why, "%s", err);
+    snprintf(err, err_len, "%s: the shape of '%s': %s", op->id, f->out, why);
+    return -1;
+  }
+  if (f->dims == 2) {
+    fprintf(o, "  const int64_t mi_rows = %s, mi_n = %s;\n", rows_c, n_c);
+    fprintf(o, "  if (mi_rows < 0 || mi_n < 0)\n");
+    fprintf(o,
+            "    return mi_pk_fail(mi_p, \"%s: the shape of '%s' is negative ([%%lld, %%lld])\", "
+            "(long long)mi_rows,\n",
+            op->id, f->out);
+    fprintf(o, "                      (long long)mi_n);\n");
+    fprintf(o, "  if (mi_rows == 0 || mi_n == 0) return 0; /* nothing to compute */\n");
+  } else {
+    fprintf(o, "  const int64_t mi_rows = 1, mi_n = %s;\n", n_c);
+    fprintf(o, "  if (mi_n < 0)\n");
+    fprintf(o,
+            "    return mi_pk_fail(mi_p, \"%s: the shape of '%s' is negative ([%%lld])\", (long "
+            "long)mi_n);\n",
+            op->id, f->out);
+    fprintf(o, "  if (mi_n == 0) return 0; /* nothing to compute */\n");
+  }
+
+  fprintf(o, "  mi_%s_args mi_a = {", op->base);
+  int first = 1;
+  json_array_foreach(op->args, i, a) {
+    if (i < 2) continue;
+    fprintf(o, "%s.%s = %s", first ? "" : ", ", arg_name(a), arg_name(a));
+    first = 0;
+  }
+  fprintf(o, "%s.mi_rows = mi_rows, .mi_n = mi_n};\n", first ? "" : ", ");
+  fprintf(o,
+          "  if (mi_p->platform->run_host(mi_p->platform_ctx, %s, mi_%s_body, &mi_a, "
+          "mi_pk_chunks(mi_rows, mi_n)) != 0)\n",
+          stream, op->base);
+  fprintf(o,
+          "    return mi_pk_fail(mi_p, \"%s: the platform's run_host failed: %%s\", "
+          "mi_pk_platform_error(mi_p));\n",
+          op->id);
+  fprintf(o, "  return 0;\n}\n\n");
+  return 0;
+}
+
+static int emit_op(FILE *o, const pk_op *op, char *err, size_t err_len) {
+  size_t i;
+  json_t *a;
+  fprintf(o, "/* ---------- %s %s: %s = ", op->id, op->version, op->f.out);
+  put_comment(o, op->expr);
+  fprintf(o, " ---------- */\n\n");
+  fprintf(o, "typedef struct mi_%s_args {\n", op->base);
+  json_array_foreach(op->args, i, a) {
+    if (i < 2) continue; /* ctx and stream stay with the kernel */
+    fprintf(o, "  %s%s;\n", c_type(a), arg_name(a));
+  }
+  fprintf(o, "  int64_t mi_rows, mi_n; /* the shape of %s: the loop domain */\n", op->f.out);
+  fprintf(o, "} mi_%s_args;\n\n", op->base);
+  emit_body(o, op);
+  return emit_kernel(o, op, err, err_len);
+}
+
+static void emit_plugin(FILE *o, const char *name, const pk_op *ops, size_t n) {
+  fprintf(o, "/* ---------- the plugin ---------- */\n\n");
+  fprintf(o, "/* A host-C pack runs on a platform whose threads it can borrow (run_host)\n");
+  fprintf(o, " * and whose buffers are host memory (its kernels read them directly). */\n");
+  fprintf(o, "static int mi_pk_bind(void *ctx, const mi_platform_iface *platform, void "
+             "*platform_ctx, char *err,\n");
+  fprintf(o, "                      size_t err_len) {\n");
+  fprintf(o, "  mi_pk_ctx *c = ctx;\n  const char *why = NULL;\n  mi_device_info di;\n");
+  fprintf(o, "  memset(&di, 0, sizeof di);\n  di.struct_size = sizeof di;\n");
+  fprintf(o, "  if (!c) why = \"no pack context\";\n");
+  fprintf(o, "  else if (!platform) why = \"no platform interface\";\n");
+  fprintf(o, "  else if (!mi_platform_has(platform, run_host))\n");
+  fprintf(o,
+          "    why = \"the platform has no run_host (ABI 1.6): it cannot run host-C kernels\";\n");
+  fprintf(o, "  else if (!mi_platform_has(platform, device_info) || "
+             "platform->device_info(platform_ctx, 0, &di) != 0)\n");
+  fprintf(o, "    why = \"the platform's device_info failed: whether its memory is host memory is "
+             "unknown\";\n");
+  fprintf(o, "  else if (!di.host_memory)\n");
+  fprintf(o, "    why = \"the platform's device memory is not host memory: host-C kernels cannot "
+             "read its buffers\";\n");
+  fprintf(o, "  if (why) {\n");
+  fprintf(o, "    if (c) {\n      c->platform = NULL;\n");
+  fprintf(o, "      snprintf(c->err, sizeof c->err, \"pack-%s: cannot bind: %%s\", why);\n    }\n",
+          name);
+  fprintf(o,
+          "    if (err && err_len) snprintf(err, err_len, \"pack-%s: cannot bind: %%s\", why);\n",
+          name);
+  fprintf(o, "    return -1;\n  }\n");
+  fprintf(o, "  c->platform = platform;\n  c->platform_ctx = platform_ctx;\n  c->err[0] = 0;\n  "
+             "return 0;\n}\n\n");
+  fprintf(o, "static const char *mi_pk_last_error(void *ctx) {\n");
+  fprintf(o, "  const mi_pk_ctx *c = ctx;\n  return c ? c->err : \"no pack context\";\n}\n\n");
+
+  fprintf(o, "static const mi_pack_kernel mi_pk_kernels[] = {\n");
+  for (size_t k = 0; k < n; k++) {
+    fprintf(o, "    {\"");
+    put_lit(o, ops[k].id, 0);
+    fprintf(o, "\", \"");
+    put_lit(o, ops[k].version, 0);
+    fprintf(o, "\", \"");
+    put_lit(o, ops[k].expr, 0);
+    fprintf(o, "\", (void (*)(void))mi_%s},\n", ops[k].base);
+  }
+  fprintf(o, "};\n\n");
+  fprintf(o, "static const mi_kernel_pack_iface mi_pk_iface = {\n");
+  fprintf(o, "    .struct_size = sizeof(mi_kernel_pack_iface),\n");
+  fprintf(o, "    .target = MI_PACK_TARGET_HOST_C,\n");
+  fprintf(o, "    .bind = mi_pk_bind,\n");
+  fprintf(o, "    .n_kernels = sizeof mi_pk_kernels / sizeof *mi_pk_kernels,\n");
+  fprintf(o, "    .kernels = mi_pk_kernels,\n");
+  fprintf(o, "    .last_error = mi_pk_last_error,\n};\n\n");
+  fprintf(o, "static int mi_pk_init(const mi_host_api *host, const mi_options *opts, void **ctx, "
+             "char *err, size_t err_len) {\n");
+  fprintf(o, "  (void)host, (void)opts;\n");
+  fprintf(o, "  mi_pk_ctx *c = calloc(1, sizeof *c);\n");
+  fprintf(
+      o,
+      "  if (!c) {\n    snprintf(err, err_len, \"pack-%s: out of memory\");\n    return -1;\n  }\n",
+      name);
+  fprintf(o, "  *ctx = c;\n  return 0;\n}\n\n");
+  fprintf(o, "static void mi_pk_fini(void *ctx) { free(ctx); }\n\n");
+  fprintf(o, "static const void *mi_pk_get_iface(void *ctx) {\n  (void)ctx;\n  return "
+             "&mi_pk_iface;\n}\n\n");
+  fprintf(o, "static const mi_plugin_desc mi_pk_desc = {\n");
+  fprintf(o, "    .abi_major = MI_ABI_MAJOR,\n    .abi_minor = MI_ABI_MINOR,\n");
+  fprintf(o, "    .struct_size = sizeof(mi_plugin_desc),\n    .kind = MI_PLUGIN_KERNELS,\n");
+  fprintf(o, "    .name = \"pack-%s\",\n    .version = \"1.0.0\",\n", name);
+  fprintf(o,
+          "    .description = \"kernel pack %s: %zu host-C kernel%s generated from the CKB's map "
+          "operators\",\n",
+          name, n, n == 1 ? "" : "s");
+  fprintf(
+      o,
+      "    .init = mi_pk_init,\n    .fini = mi_pk_fini,\n    .get_iface = mi_pk_get_iface,\n};\n");
+  fprintf(o, "MI_PLUGIN_DEFINE(mi_pk_desc)\n");
+}
+
+static int name_ok(const char *name) {
+  size_t n = name ? strlen(name) : 0;
+  if (n < 1 || n > 48) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!islower((unsigned char)name[i]) && !isdigit((unsigned char)name[i]) && name[i] != '_' &&
+        name[i] != '-')
+      return 0;
+  return 1;
+}
+
+void mi_pack_library_name(const char *name, char *out, size_t out_len) {
+  snprintf(out, out_len, "libmi-pack-%s.so", name ? name : "");
+}
+
+int mi_pack_emit(const mi_ckb *ckb, const char *const *op_ids, const char *name, char **src,
+                 json_t **kernels, char *err, size_t err_len) {
+  *src = NULL;
+  *kernels = NULL;
+  if (!name_ok(name)) {
+    snprintf(err, err_len, "pack name '%.60s': use 1 to 48 of a-z, 0-9, '_' and '-'",
+             name ? name : "");
+    return -1;
+  }
+  pk_op *ops;
+  size_t n;
+  if (choose_ops(ckb, op_ids, &ops, &n, err, err_len) != 0) return -1;
+  /* two operators may not share a C name (ids are unique, so bases are) */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *o = open_memstream(&buf, &len);
+  if (!o) {
+    snprintf(err, err_len, "out of memory");
+    free_ops(ops, n);
+    return -1;
+  }
+  emit_preamble(o, name, ops, n);
+  int rc = 0;
+  for (size_t k = 0; k < n && rc == 0; k++)
+    rc = emit_op(o, &ops[k], err, err_len);
+  if (rc == 0) emit_plugin(o, name, ops, n);
+  if (fclose(o) != 0 && rc == 0) {
+    snprintf(err, err_len, "out of memory");
+    rc = -1;
+  }
+  json_t *ks = json_array();
+  for (size_t k = 0; rc == 0 && k < n; k++) {
+    char sym[160];
+    snprintf(sym, sizeof sym, "mi_%s", ops[k].base);
+    json_array_append_new(ks, json_pack("{s:s, s:s, s:s, s:s}", "operator", ops[k].id, "version",
+                                        ops[k].version, "math", ops[k].expr, "symbol", sym));
+  }
+  free_ops(ops, n);
+  if (rc != 0) {
+    free(buf);
+    json_decref(ks);
+    return -1;
+  }
+  *src = buf;
+  *kernels = ks;
+  return 0;
+}
