@@ -12,6 +12,7 @@
  *   mi-mkmodel [--family NAME] --shape NAME --out DIR [--seed N]
  *              [--dtype bf16|f32] [--shards N] [--tokenizer-dir DIR]
  *              [--layout causal|NAME] [--ckb DIR] [--list-shapes]
+ *              [--variants ID,ID] [--config KEY=JSON]...
  *
  * --family: a model contract's name (model.NAME) or id; without it, the
  * one whose checkpoint block says "default": true. --ckb: the CKB (default
@@ -21,6 +22,16 @@
  * config nested under text_config with the weights renamed; the values are
  * those of the causal layout with the same seed (the generator is keyed by
  * the causal name), so the layouts are the same model.
+ *
+ * --variants: the family's contract edited by those CKB variants
+ * (ckb/variants/, the edits evolution searches) before anything is
+ * planned: e.g. qk_norm_none,bias_qkv turn a contract without biases into
+ * one whose q, k and v projections carry them. --config KEY=JSON sets a config.json key
+ * the variants' readers look at (architectures, model_type, hidden_act;
+ * a value that is not JSON is taken as a string); a key of the shape
+ * preset is refused (the tensors' shapes come from those). Together they
+ * make probe checkpoints in another family's layout for its oracle
+ * (tools/peer/goldens.mjs --mkmodel-args) without a contract for it.
  *
  * Determinism: every element is a pure function of (seed, tensor name,
  * element index) through a counter-based generator, so the same seed gives the
@@ -73,6 +84,7 @@
 #include <unistd.h>
 
 #include "core/ckb/ckb.h"
+#include "core/gen/evolve/evolve.h"
 #include "core/runtime/rng.h"
 
 #include "mi/tensor.h"
@@ -350,6 +362,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: mi-mkmodel [--family NAME] --shape NAME --out DIR [--seed N] [--dtype bf16|f32] [--shards N]\n"
           "                  [--tokenizer-dir DIR] [--layout causal|NAME] [--ckb DIR] [--list-shapes]\n"
+          "                  [--variants ID,ID] [--config KEY=JSON]...\n"
           "families and shapes: the model contracts of the CKB with a \"checkpoint\" block (--list-shapes)\n");
 }
 
@@ -415,7 +428,9 @@ static mi_ckb *open_ckb(const char *flag, const char *argv0) {
 
 /* What the command line asked for. */
 typedef struct {
-  const char *shape_name, *out, *tok_flag, *family, *layout, *ckb_flag;
+  const char *shape_name, *out, *tok_flag, *family, *layout, *ckb_flag, *variants;
+  const char *sets[32]; /* --config KEY=JSON, in order */
+  int n_sets;
   int list, help;
   uint64_t seed, nshards;
   mi_dtype dt;
@@ -427,7 +442,8 @@ static const char **string_option(mk_args *a, const char *o) {
     const char *name;
     const char **to;
   } opts[] = {{"--shape", &a->shape_name}, {"--layout", &a->layout}, {"--family", &a->family},
-              {"--ckb", &a->ckb_flag},     {"--out", &a->out},       {"--tokenizer-dir", &a->tok_flag}};
+              {"--ckb", &a->ckb_flag},     {"--out", &a->out},       {"--tokenizer-dir", &a->tok_flag},
+              {"--variants", &a->variants}};
   for (size_t k = 0; k < sizeof opts / sizeof *opts; k++)
     if (!strcmp(o, opts[k].name)) return opts[k].to;
   return NULL;
@@ -455,6 +471,12 @@ static int parse_args(int argc, char **argv, mk_args *a) {
     const char **str = string_option(a, o);
     if (str) {
       *str = v;
+    } else if (!strcmp(o, "--config")) {
+      if (!strchr(v, '=') || v[0] == '=' || a->n_sets >= 32) {
+        fprintf(stderr, "mi-mkmodel: --config %s: must be KEY=JSON (at most 32)\n", v);
+        return 2;
+      }
+      a->sets[a->n_sets++] = v;
     } else if (!strcmp(o, "--seed")) {
       if (parse_u64(v, &a->seed)) {
         fprintf(stderr, "mi-mkmodel: --seed %s: not a non-negative integer\n", v);
@@ -569,6 +591,55 @@ static int make_checkpoint(const mk_args *a, const mi_ckb_entry *fam, const mi_c
   return rc;
 }
 
+/* --variants: fam's contract edited by the listed variant entries (ids
+ * with or without "variant."), or NULL after a line. */
+static json_t *apply_variants(const mi_ckb *ckb, const mi_ckb_entry *fam, const char *list) {
+  json_t *vs = json_array();
+  char *copy = strdup(list), *save = NULL;
+  int bad = !copy;
+  for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t && !bad; t = strtok_r(NULL, ",", &save)) {
+    char id[160];
+    snprintf(id, sizeof id, "%s%s", strncmp(t, "variant.", 8) ? "variant." : "", t);
+    const mi_ckb_entry *e = mi_ckb_find(ckb, id);
+    if (!e || !e->kind || strcmp(e->kind, "variant")) {
+      fprintf(stderr, "mi-mkmodel: --variants: no variant '%.120s' in the CKB (ckb/variants/)\n", t);
+      bad = 1;
+    } else {
+      json_array_append(vs, e->json);
+    }
+  }
+  free(copy);
+  json_t *m = bad ? NULL : ev_apply(fam->json, vs, NULL);
+  json_decref(vs);
+  return m;
+}
+
+/* --config KEY=JSON into config.json, after the plan; a key the shape
+ * preset sets is refused. 0, or -1 after a line. */
+static int set_config(const mk_args *a, const mi_ckb_entry *fam, json_t *config) {
+  const json_t *preset = json_object_get(
+      json_object_get(json_object_get(json_object_get(fam->json, "checkpoint"), "presets"), a->shape_name), "config");
+  for (int i = 0; i < a->n_sets; i++) {
+    const char *eq = strchr(a->sets[i], '=');
+    char key[128];
+    size_t kl = (size_t)(eq - a->sets[i]);
+    if (kl >= sizeof key) {
+      fprintf(stderr, "mi-mkmodel: --config %.60s...: key too long\n", a->sets[i]);
+      return -1;
+    }
+    memcpy(key, a->sets[i], kl);
+    key[kl] = 0;
+    if (json_object_get(preset, key)) {
+      fprintf(stderr, "mi-mkmodel: --config %s: shape '%s' sets %s (the tensors' shapes follow it); pick another shape\n",
+              key, a->shape_name, key);
+      return -1;
+    }
+    json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
+    json_object_set_new(config, key, v ? v : json_string(eq + 1));
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   mk_args a;
   int rc = parse_args(argc, argv, &a);
@@ -587,6 +658,17 @@ int main(int argc, char **argv) {
     mi_ckb_close(ckb);
     return 2;
   }
+  json_t *edited = NULL;
+  mi_ckb_entry with_variants;
+  if (a.variants) {
+    if (!(edited = apply_variants(ckb, fam, a.variants))) {
+      mi_ckb_close(ckb);
+      return 2;
+    }
+    with_variants = *fam;
+    with_variants.json = edited;
+    fam = &with_variants;
+  }
   mi_ckb_ckpt ck;
   int prc = mi_ckb_checkpoint_plan(fam, a.shape_name, a.layout, a.dt == MI_DTYPE_BF16 ? "bfloat16" : "float32", &ck,
                                    err, sizeof err);
@@ -596,12 +678,18 @@ int main(int argc, char **argv) {
   } else if (prc != 0) {
     fprintf(stderr, "mi-mkmodel: %s\n", err);
   }
+  if (prc == 0 && set_config(&a, fam, ck.config) != 0) {
+    mi_ckb_checkpoint_free(&ck);
+    prc = -1;
+  }
   if (prc != 0) {
+    json_decref(edited);
     mi_ckb_close(ckb);
     return 2;
   }
   rc = make_checkpoint(&a, fam, &ck);
   mi_ckb_checkpoint_free(&ck);
+  json_decref(edited);
   mi_ckb_close(ckb);
   return rc;
 }

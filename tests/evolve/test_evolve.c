@@ -880,6 +880,93 @@ START_TEST(explain_names_fields_and_weights) {
 }
 END_TEST
 
+/* A family the curated CKB has never seen, in its own layout: a Qwen2-style
+ * checkpoint (q/k/v biases, no q/k norm; mi-mkmodel --variants, so no
+ * contract for it exists) and llama.cpp's qwen2 answers on it
+ * (tests/goldens/families/qwen2-probe-tiny-seed3.json, goldens.mjs --role
+ * probe). The search reaches it through the vocabulary alone: the bias
+ * reading needs operator.bias_add, which no platform offers and the CKB
+ * states as an expression (its float64 reference is the expression's), and
+ * the consolidator writes model.qwen2 with no C written for the family. */
+START_TEST(qwen2_layout_found_through_a_generated_operator) {
+  char *tmp = tw_mkdtemp("evolve");
+  char *refs = tw_path(tmp, "refs"), *ckb = tw_path(tmp, "ckb"), *run = tw_path(tmp, "run"), *ck = src("ckb");
+  ck_assert_int_eq(mkdir(refs, 0755), 0);
+  char *g = src("tests/goldens/families/qwen2-probe-tiny-seed3.json");
+  char cmd[8400];
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s/'", g, refs);
+  ck_assert_int_eq(system(cmd), 0);
+  curated_ckb(ck, ckb);
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --run-dir '%s' --no-revalidate 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs, ckb, run, tmp);
+  int st = system(cmd);
+  ck_assert(WIFEXITED(st));
+  char *rp = tw_path(run, "evolve.json");
+  json_t *r = json_load_file(rp, 0, NULL);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_msg(WEXITSTATUS(st) == EV_EX_OK, "exit %d: %s", WEXITSTATUS(st),
+                json_string_value(json_object_get(r, "outcome")) ?: "?");
+  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), "bias=qkv norm=w qk=none");
+  ck_assert_str_eq(json_string_value(json_object_get(r, "base")), "model.qwen3");
+  /* bias none x2 unexplained (the biases are read by no step), the two
+   * norms with biases scored: the true one within the oracle's tolerance,
+   * the other far off */
+  json_t *table = json_object_get(r, "variant_search");
+  ck_assert_int_eq(json_array_size(table), 4);
+  size_t i;
+  json_t *row;
+  int scored = 0;
+  json_array_foreach(table, i, row) {
+    const char *cand = json_string_value(json_object_get(row, "candidate"));
+    const char *v = json_string_value(json_object_get(row, "verdict"));
+    if (strstr(cand, "bias=none")) {
+      ck_assert_str_eq(v, "unexplained");
+      char *u = json_dumps(json_object_get(row, "unexplained"), JSON_COMPACT);
+      ck_assert_msg(strstr(u, "self_attn.q_proj.bias"), "%s", u);
+      free(u);
+      continue;
+    }
+    scored++;
+    double e = json_number_value(json_object_get(row, "error"));
+    if (!strcmp(cand, "bias=qkv norm=w qk=none"))
+      ck_assert_msg(e < EV_TOL && !strcmp(v, "pass"), "%s: %g %s", cand, e, v);
+    else
+      ck_assert_msg(e > 10 * EV_TOL && !strcmp(v, "fail"), "%s: %g %s", cand, e, v);
+  }
+  ck_assert_int_eq(scored, 2);
+  /* the consolidated contract: the family's own name, the bias steps on
+   * the generated operator, no q/k norm; the CKB still validates */
+  char *mp = tw_path(ckb, "models/qwen2.json");
+  json_t *m = json_load_file(mp, 0, NULL);
+  ck_assert_ptr_nonnull(m);
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(m, "architectures"), 0)), "Qwen2ForCausalLM");
+  const json_t *seq = json_object_get(m, "layer_sequence");
+  const char *want[] = {"q_bias", "k_bias", "v_bias"};
+  for (int k = 0; k < 3; k++) {
+    const json_t *stp = mi_ckb_named(seq, "step", want[k]);
+    ck_assert_msg(stp, "no step %s", want[k]);
+    ck_assert_str_eq(json_string_value(json_object_get(stp, "operator")), "operator.bias_add");
+  }
+  ck_assert_ptr_null(mi_ckb_named(seq, "step", "q_norm"));
+  char err[1024];
+  mi_ckb *c = mi_ckb_open(ckb, err, sizeof err);
+  ck_assert_msg(c, "%s", err);
+  ck_assert_int_eq(mi_ckb_validate(c, NULL, NULL), 0);
+  mi_ckb_close(c);
+  json_decref(m);
+  json_decref(r);
+  free(mp);
+  free(rp);
+  free(g);
+  tw_rmtree(tmp);
+  free(tmp);
+  free(refs);
+  free(ckb);
+  free(run);
+  free(ck);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("evolve");
   /* consolidate runs first: the order the cases were always added in */
@@ -887,7 +974,8 @@ static Suite *suite(void) {
   TCase *tc = mi_check_case(s, "search", 300, NULL, NULL);
   mi_check_add(tc, MI_CHECK_TESTS(search_picks_true_variants_on_two_probes,
                                   references_off_reads_nothing,
-                                  tampered_oracle_picks_the_other_variant, bad_input_is_named));
+                                  tampered_oracle_picks_the_other_variant, bad_input_is_named,
+                                  qwen2_layout_found_through_a_generated_operator));
   mi_check_add(
       tk, MI_CHECK_TESTS(
               consolidator_entries_validate_are_deterministic_and_match_the_draft,

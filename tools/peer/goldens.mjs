@@ -4,7 +4,7 @@
 //
 //   node tools/peer/goldens.mjs --mkmodel BUILD/bin/mi-mkmodel --shape tiny --seed 1 \
 //        [--steps 32] [--out tests/goldens/tiny-seed1.json] [--check-ref] [--keep DIR]
-//        [--family qwen35]
+//        [--family qwen35] [--mkmodel-extra JSON-ARRAY] [--role probe|e2e]
 //
 // --family qwen35 makes a Qwen3.5/3.6-style hybrid (mi-mkmodel --family
 // qwen35), converted to llama.cpp's `qwen35`; its goldens go to
@@ -53,7 +53,22 @@ function parseArgs(argv) {
     "--prompts": ["prompts", String],
     "--keep": ["keep", String],
     "--check-ref": ["checkRef", null],
+    "--mkmodel-extra": ["mkmodelExtra", String],
+    "--role": ["role", String],
   });
+  // what mi-gen --evolve reads the golden as: "probe" (the variant search's
+  // oracle) or "e2e" (a candidate bundle's end-to-end check); default: by
+  // the shape's name (probe-attn*)
+  if (a.role !== undefined && a.role !== "probe" && a.role !== "e2e") throw new Error("--role must be probe or e2e");
+  // more mi-mkmodel arguments, a JSON array of strings: a checkpoint in
+  // another family's layout made by CKB variants, e.g.
+  // ["--variants", "qk_norm_none,bias_qkv", "--config", "architectures=[\"Qwen2ForCausalLM\"]"]
+  if (a.mkmodelExtra !== undefined) {
+    const x = JSON.parse(a.mkmodelExtra);
+    if (!Array.isArray(x) || !x.every((v) => typeof v === "string")) throw new Error("--mkmodel-extra must be a JSON array of strings");
+    a.mkmodelExtra = x;
+    if (a.checkRef) throw new Error("--check-ref: the JS reference is Qwen3's; --mkmodel-extra makes another model");
+  }
   if (!a.shape || !Number.isInteger(a.seed)) throw new Error("--shape and --seed N are required");
   if (!Number.isInteger(a.steps) || a.steps < 1) throw new Error("--steps must be a positive integer");
   if (a.family !== undefined && a.family !== "qwen3" && a.family !== "qwen35") throw new Error("--family must be qwen3 or qwen35");
@@ -68,7 +83,8 @@ async function main() {
   const prompts = JSON.parse(fs.readFileSync(args.prompts, "utf8")).prompts;
   const tmp = args.keep ?? fs.mkdtempSync(path.join(os.tmpdir(), "mi-peer-"));
   const modelDir = path.join(tmp, `${args.shape}-seed${args.seed}`);
-  const mkArgs = [...(args.family ? ["--family", args.family] : []), "--shape", args.shape, "--seed", String(args.seed), "--dtype", args.dtype];
+  const mkArgs = [...(args.family ? ["--family", args.family] : []), "--shape", args.shape, "--seed", String(args.seed), "--dtype", args.dtype,
+    ...(args.mkmodelExtra ?? [])];
   execFileSync(args.mkmodel, [...mkArgs, "--out", modelDir], { stdio: "inherit" });
   const gguf = path.join(tmp, `${args.shape}-seed${args.seed}-f32.gguf`);
   await convert(modelDir, gguf, { type: "f32" });
@@ -98,7 +114,7 @@ async function main() {
   });
 
   const golden = {
-    model: { shape: args.shape, seed: args.seed, mkmodel_args: mkArgs, safetensors_fnv1a32: fnv1a32File(path.join(modelDir, "model.safetensors")), config_fnv1a32: fnv1a32File(path.join(modelDir, "config.json")) },
+    model: { shape: args.shape, seed: args.seed, ...(args.role ? { role: args.role } : {}), mkmodel_args: mkArgs, safetensors_fnv1a32: fnv1a32File(path.join(modelDir, "model.safetensors")), config_fnv1a32: fnv1a32File(path.join(modelDir, "config.json")) },
     peer: PEER,
     top_k: TOPK,
     cases,

@@ -248,8 +248,14 @@ static int explore_phase(ev_ctx *c, run_text *t, json_t **probes_out, json_t **e
     json_t *j = json_loadb((const char *)b, len, 0, NULL);
     free(b);
     if (j && is_golden(j)) {
-      const char *shape = json_string_value(json_object_get(json_object_get(j, "model"), "shape")) ?: "";
-      json_array_append_new(!strncmp(shape, "probe-attn", 10) ? probes : e2e,
+      /* a probe isolates the attention layers (the search's oracle); any
+       * other golden holds a bundle's layer end to end. The golden says so
+       * (model.role, goldens.mjs --role), else its shape's name does */
+      const json_t *model = json_object_get(j, "model");
+      const char *shape = json_string_value(json_object_get(model, "shape")) ?: "";
+      const char *role = json_string_value(json_object_get(model, "role"));
+      int probe = role ? !strcmp(role, "probe") : !strncmp(shape, "probe-attn", 10);
+      json_array_append_new(probe ? probes : e2e,
                             json_pack("{s:O, s:O}", "path", f, "golden", j));
     }
     json_decref(j);

@@ -403,7 +403,7 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   if (!json_array_size(probes)) {
-    snprintf(err, n, "no probe golden (a golden whose model.shape starts with probe) under the references");
+    snprintf(err, n, "no probe golden (model.role \"probe\", or a model.shape starting with probe-attn) under the references");
     return 1;
   }
   char sdir[4400], e2[2048];
