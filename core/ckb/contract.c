@@ -44,6 +44,41 @@ json_t *mi_ckb_named(const json_t *arr, const char *field, const char *value) {
   return NULL;
 }
 
+/* A field config.json lacks whose contract derives it ("default_expr":
+ * "hidden_size / num_attention_heads", an integer expression over other
+ * fields, each read through mi_ckb_config_value): evaluated once, then kept
+ * in cfg under the field's name, so every reader of this config (the
+ * composer's constants, the verifier's float64 model, the weight shapes)
+ * sees the same value. NULL when the expression does not evaluate (a field
+ * it reads is missing or not an integer, a cycle): then the plain default. */
+typedef struct derive_ctx {
+  const json_t *model, *cfg;
+} derive_ctx;
+
+static int derive_lookup(void *user, const char *name, size_t len, int64_t *out) {
+  derive_ctx *d = user;
+  const json_t *v = mi_ckb_config_value(d->model, d->cfg, name, len);
+  if (json_is_integer(v)) return *out = json_integer_value(v), 0;
+  if (json_is_boolean(v)) return *out = json_is_true(v), 0;
+  return -1;
+}
+
+static _Thread_local int g_derive_depth; /* fields deriving each other: a cycle stops at 8 */
+
+static const json_t *derived(const json_t *model, const json_t *cfg, const json_t *f, const char *key) {
+  const char *ex = json_string_value(json_object_get(f, "default_expr"));
+  if (!ex || !json_is_object(cfg) || g_derive_depth > 8) return NULL;
+  derive_ctx d = {model, cfg};
+  int64_t v;
+  char err[256];
+  g_derive_depth++;
+  int rc = mi_expr_eval(ex, derive_lookup, &d, &v, err, sizeof err);
+  g_derive_depth--;
+  if (rc != 0) return NULL;
+  json_object_set_new((json_t *)cfg, key, json_integer(v));
+  return json_object_get(cfg, key);
+}
+
 const json_t *mi_ckb_config_value(const json_t *model, const json_t *cfg, const char *name, size_t len) {
   char key[128];
   snprintf(key, sizeof key, "%.*s", (int)(len < 127 ? len : 127), name);
@@ -54,6 +89,7 @@ const json_t *mi_ckb_config_value(const json_t *model, const json_t *cfg, const 
     const json_t *v = present(mi_ckb_config_at(cfg, path ? path : key));
     if (!v && path) v = present(json_object_get(cfg, key)); /* the flat spelling of a nested field */
     if (!v && json_is_object(tc)) v = present(mi_ckb_config_at(tc, path ? path : key));
+    if (!v) v = derived(model, cfg, f, key);
     return v ? v : json_object_get(f, "default");
   }
   const json_t *v = present(json_object_get(cfg, key));

@@ -75,6 +75,19 @@ static json_t *platform_kernel(const mi_ckb_entry *p, const char *op) {
   return mi_ckb_named(json_object_get(p->json, "kernels"), "operator", op);
 }
 
+/* Does the platform compute op: a kernel it lists, or (an operator whose
+ * member is "pack") a kernel pack of a target it hosts, generated from the
+ * operator's contract (docs/kernel-packs.md). */
+static int platform_computes(const mi_ckb *c, const mi_ckb_entry *p, const char *op) {
+  if (platform_kernel(p, op)) return 1;
+  const mi_ckb_entry *oe = mi_ckb_find(c, op);
+  if (!oe || strcmp(json_string_value(json_object_get(oe->json, "member")) ?: "", "pack")) return 0;
+  size_t i;
+  json_t *t;
+  json_array_foreach(json_object_get(p->json, "kernel_packs"), i, t) if (!strcmp(json_string_value(t) ?: "", "host-c")) return 1;
+  return 0;
+}
+
 static void add_tests(const mi_ckb *c, json_t *ids, json_t *tests, json_t *report) {
   size_t i;
   json_t *v;
@@ -150,6 +163,7 @@ static void dims_text(char *out, size_t n, const int64_t *d, int nd) {
 
 typedef struct gap_cfg {
   json_t *config, *fields;
+  int depth; /* default_expr fields derived from each other */
 } gap_cfg;
 
 static int gap_lookup(void *user, const char *name, size_t len, int64_t *out) {
@@ -161,6 +175,14 @@ static int gap_lookup(void *user, const char *name, size_t len, int64_t *out) {
   json_t *f;
   if (!v || json_is_null(v)) json_array_foreach(g->fields, i, f) {
       const char *fn = json_string_value(json_object_get(f, "name"));
+      const char *ex = json_string_value(json_object_get(f, "default_expr"));
+      char e2[128];
+      if (fn && !strcmp(fn, key) && ex && g->depth < 8) { /* derived from other fields */
+        g->depth++;
+        int rc = mi_expr_eval(ex, gap_lookup, g, out, e2, sizeof e2);
+        g->depth--;
+        if (rc == 0) return 0;
+      }
       if (fn && !strcmp(fn, key)) v = json_object_get(f, "default");
     }
   if (json_is_integer(v)) return *out = json_integer_value(v), 0;
@@ -272,6 +294,7 @@ static void config_gaps(const mi_ckb_entry *m, json_t *cfg, json_t *r) {
     const char *path = json_string_value(json_object_get(f, "path"));
     if (path) n = path; /* nested: rope_parameters.rope_theta */
     if (!n || mi_ckb_config_at(cfg, n)) continue;
+    if (json_is_string(json_object_get(f, "default_expr"))) continue; /* the contract derives it */
     json_t *d = json_object_get(f, "default");
     char *t = d ? json_dumps(d, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     missing(r, "config field '%s' is absent; %s %s%s", n, m->id, t ? "would assume " : "requires it",
@@ -303,7 +326,7 @@ static void layer_type_gaps(const mi_ckb_entry *m, json_t *cfg, json_t *r) {
 }
 
 static void weight_gaps(const mi_ckb_entry *m, json_t *cfg, json_t *pats, json_t *r) {
-  gap_cfg g = {cfg, json_object_get(m->json, "config")};
+  gap_cfg g = {cfg, json_object_get(m->json, "config"), 0};
   const char *lf = json_string_value(json_object_get(m->json, "layers"));
   int64_t n_layers = -1;
   if (lf && gap_lookup(&g, lf, strlen(lf), &n_layers) != 0) n_layers = -1;
@@ -388,7 +411,7 @@ static void operator_gaps(const mi_ckb *c, const mi_ckb_entry *m, const mi_ckb_e
     if (!why) continue;
     if (!mi_ckb_find(c, IMPLIES[i].op))
       missing(r, "operator contract '%s' (%s; implied by %s)", IMPLIES[i].op, IMPLIES[i].what, why);
-    if (plat && !platform_kernel(plat, IMPLIES[i].op))
+    if (plat && !platform_computes(c, plat, IMPLIES[i].op))
       missing(r, "platform '%s' provides no kernel for '%s' (implied by %s)", plat->id, IMPLIES[i].op, why);
   }
   /* partial rotary: operator.rope rotates rot_dim of head_dim channels */
@@ -504,9 +527,8 @@ int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform
       if (!op || str_in(used, op)) continue;
       add_unique(used, op);
       const mi_ckb_entry *oe = mi_ckb_find(c, op);
-      json_t *k = plat ? platform_kernel(plat, op) : NULL;
-      json_array_append_new(ops, json_pack("{s:s, s:b, s:b}", "id", op, "contract", oe != NULL,
-                                           "platform", k != NULL));
+      int k = plat && platform_computes(c, plat, op);
+      json_array_append_new(ops, json_pack("{s:s, s:b, s:b}", "id", op, "contract", oe != NULL, "platform", k));
       if (!oe) missing(r, "operator contract '%s'", op);
       if (plat && !k) missing(r, "platform '%s' provides no kernel for '%s'", plat->id, op);
     }

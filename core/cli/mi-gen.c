@@ -32,6 +32,7 @@
 #include "core/gen/evolve/evolve.h"
 #include "core/gen/gen.h"
 #include "core/gen/learn.h"
+#include "core/gen/pack/pack.h"
 #include "core/runtime/loader.h"
 #include "core/util/file.h"
 #include "mi/model.h"
@@ -351,6 +352,7 @@ typedef struct gen_run {
   json_t *pplug;               /* --platform-plugin: {name, path[, stands_in_for]} */
   json_t *gates, *cov, *cfg;
   char ref_name[128], ref_plugin[PATH_MAX + 200];
+  char pack_path[PATH_MAX + 200], pack_name[64]; /* the engine's kernel pack (make_pack), "" when none */
   /* the blackboard and the engine's identity */
   char out_abs[PATH_MAX], rd[PATH_MAX + 16];
   mi_bb *bb;
@@ -698,6 +700,59 @@ static int open_blackboard(gen_run *r) {
   return -1;
 }
 
+/* The operators of the model contract no platform member computes (member
+ * "pack", stated as expressions in the CKB), each once, into ids (at most
+ * max); the count. */
+static int pack_operators(const mi_ckb *c, const json_t *v, const char **ids, int n, int max) {
+  if (json_is_array(v)) {
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) n = pack_operators(c, x, ids, n, max);
+  } else if (json_is_object(v)) {
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)v, k, x) {
+      const char *id = !strcmp(k, "operator") ? json_string_value(x) : NULL;
+      const mi_ckb_entry *op = id ? mi_ckb_find(c, id) : NULL;
+      if (!op || strcmp(json_string_value(json_object_get(op->json, "member")) ?: "", "pack")) {
+        n = pack_operators(c, x, ids, n, max);
+        continue;
+      }
+      int seen = 0;
+      for (int i = 0; i < n; i++) seen |= !strcmp(ids[i], id);
+      if (!seen && n < max) ids[n++] = op->id;
+    }
+  }
+  return n;
+}
+
+/* The kernel pack of the engine's pack operators (docs/kernel-packs.md),
+ * generated from their contracts into RUN_DIR/pack and built: the verifier
+ * holds it at stage 1 and loads it with the engine at stages 2-6, and the
+ * engine directory ships it. -1 to go on (also when no operator needs one),
+ * else the exit status. */
+static int make_pack(gen_run *r) {
+  const char *ids[33] = {NULL};
+  int n = pack_operators(r->c, r->me->json, ids, 0, 32);
+  if (!n) return -1;
+  char dir[PATH_MAX + 64], sdk[PATH_MAX + 64], lib[128], err[1200];
+  snprintf(sdk, sizeof sdk, "%s/../../sdk/include", g_exe_dir);
+  if (access(sdk, R_OK) != 0) snprintf(sdk, sizeof sdk, "%s/../include", g_exe_dir);
+  snprintf(dir, sizeof dir, "%s/pack", r->rd);
+  snprintf(r->pack_name, sizeof r->pack_name, "%.48s", r->short_name);
+  for (char *q = r->pack_name; *q; q++)
+    if (!(*q >= 'a' && *q <= 'z') && !(*q >= '0' && *q <= '9') && *q != '-') *q = '_';
+  if (mi_pack_generate(r->c, ids, r->pack_name, dir, sdk, err, sizeof err) != 0) {
+    fprintf(stderr, "mi-gen: kernel pack for %s: %s\n", r->me->id, err);
+    return EX_FAIL;
+  }
+  mi_pack_library_name(r->pack_name, lib, sizeof lib);
+  snprintf(r->pack_path, sizeof r->pack_path, "%s/%s", dir, lib);
+  fprintf(stderr, "mi-gen: kernel pack %s: %d operator(s) no platform member computes, generated from the CKB (%s)\n",
+          r->pack_name, n, r->pack_path);
+  return -1;
+}
+
 /* Work already done (resume): the patches tried, in order; returns the
  * iteration to start after. Verdicts found in the journal are NOT trusted:
  * only this run's verifier passes. */
@@ -844,6 +899,10 @@ static json_t *verifier_task(gen_run *r, const char *src) {
    * the verifier interprets the contract with them (mi-verify --contract-patches) */
   if (json_array_size(json_object_get(r->impl, "patches"))) json_object_set(t, "patches", json_object_get(r->impl, "patches"));
   if (r->vtimeout > 0) json_object_set_new(t, "unit_timeout", json_real(r->vtimeout));
+  if (r->pack_path[0]) {
+    json_object_set_new(json_object_get(t, "tools"), "pack", json_string(r->pack_path));
+    json_object_set_new(json_object_get(t, "tools"), "pack_name", json_sprintf("pack-%s", r->pack_name)); /* the plugin's name */
+  }
   return t;
 }
 
@@ -1035,6 +1094,12 @@ static void write_plugins_conf(gen_run *r, const char *dst) {
              json_string_value(json_object_get(pe->json, "plugin")), json_string_value(json_object_get(pe->json, "plugin")),
              r->threads, r->engine_name, r->engine_name);
   }
+  if (r->pack_path[0]) { /* the kernel pack the engine's pack operators come from, shipped beside it */
+    char lib[128];
+    mi_pack_library_name(r->pack_name, lib, sizeof lib);
+    size_t l = strlen(buf);
+    snprintf(buf + l, sizeof buf - l, "kernels  pack-%s ./%s required\n", r->pack_name, lib);
+  }
   write_file(dst, buf);
 }
 
@@ -1062,6 +1127,20 @@ static int write_engine(gen_run *r) {
            json_string_value(json_object_get(r->ver, "build_command")) ?: "");
   write_file(dst, buf);
   chmod(dst, 0755);
+  if (r->pack_path[0]) { /* the pack as verified: library, manifest, source */
+    const char *files[] = {NULL, "pack.json", "pack.c"};
+    char lib[128], from[PATH_MAX + 256];
+    mi_pack_library_name(r->pack_name, lib, sizeof lib);
+    files[0] = lib;
+    for (int k = 0; k < 3; k++) {
+      snprintf(from, sizeof from, "%s/pack/%s", r->rd, files[k]);
+      snprintf(dst, sizeof dst, "%s/%s", r->out_abs, files[k]);
+      if (mi_file_copy(from, dst) != 0) {
+        fprintf(stderr, "mi-gen: FAIL: cannot copy the kernel pack's %s into %s\n", files[k], r->out_abs);
+        return EX_FAIL;
+      }
+    }
+  }
   snprintf(dst, sizeof dst, "%s/plugins.conf", r->out_abs);
   write_plugins_conf(r, dst);
   return -1;
@@ -1201,7 +1280,7 @@ int main(int argc, char **argv) {
                    r->run_dir, r->goldens, r->no_reval);
   r->t_start = now_s();
   if ((rc = load_constraints(r)) >= 0 || (rc = check_platform(r, argv[0])) >= 0 || (rc = parse_perf_gates(r)) >= 0 ||
-      (rc = check_model(r)) >= 0 || (rc = open_blackboard(r)) >= 0)
+      (rc = check_model(r)) >= 0 || (rc = open_blackboard(r)) >= 0 || (rc = make_pack(r)) >= 0)
     return rc;
   if ((rc = generate(r, replay_journal(r))) >= 0 || (rc = write_engine(r)) >= 0) return rc;
   write_manifest(r, copy_evidence(r));

@@ -12,7 +12,7 @@
  *   mi-mkmodel [--family NAME] --shape NAME --out DIR [--seed N]
  *              [--dtype bf16|f32] [--shards N] [--tokenizer-dir DIR]
  *              [--layout causal|NAME] [--ckb DIR] [--list-shapes]
- *              [--variants ID,ID] [--config KEY=JSON]...
+ *              [--variants ID,ID] [--config KEY=JSON]... [--drop-config KEY]...
  *
  * --family: a model contract's name (model.NAME) or id; without it, the
  * one whose checkpoint block says "default": true. --ckb: the CKB (default
@@ -29,7 +29,10 @@
  * one whose q, k and v projections carry them. --config KEY=JSON sets a config.json key
  * the variants' readers look at (architectures, model_type, hidden_act;
  * a value that is not JSON is taken as a string); a key of the shape
- * preset is refused (the tensors' shapes come from those). Together they
+ * preset is refused (the tensors' shapes come from those). --drop-config
+ * KEY leaves a key out of config.json (a family that derives it, as
+ * head_dim = hidden_size / num_attention_heads; the preset must agree, the
+ * tensors are drawn from its value). Together they
  * make probe checkpoints in another family's layout for its oracle
  * (tools/peer/goldens.mjs --mkmodel-args) without a contract for it.
  *
@@ -362,7 +365,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: mi-mkmodel [--family NAME] --shape NAME --out DIR [--seed N] [--dtype bf16|f32] [--shards N]\n"
           "                  [--tokenizer-dir DIR] [--layout causal|NAME] [--ckb DIR] [--list-shapes]\n"
-          "                  [--variants ID,ID] [--config KEY=JSON]...\n"
+          "                  [--variants ID,ID] [--config KEY=JSON]... [--drop-config KEY]...\n"
           "families and shapes: the model contracts of the CKB with a \"checkpoint\" block (--list-shapes)\n");
 }
 
@@ -431,6 +434,8 @@ typedef struct {
   const char *shape_name, *out, *tok_flag, *family, *layout, *ckb_flag, *variants;
   const char *sets[32]; /* --config KEY=JSON, in order */
   int n_sets;
+  const char *drops[32]; /* --drop-config KEY */
+  int n_drops;
   int list, help;
   uint64_t seed, nshards;
   mi_dtype dt;
@@ -477,6 +482,12 @@ static int parse_args(int argc, char **argv, mk_args *a) {
         return 2;
       }
       a->sets[a->n_sets++] = v;
+    } else if (!strcmp(o, "--drop-config")) {
+      if (!v[0] || a->n_drops >= 32) {
+        fprintf(stderr, "mi-mkmodel: --drop-config '%s': a config.json key (at most 32)\n", v);
+        return 2;
+      }
+      a->drops[a->n_drops++] = v;
     } else if (!strcmp(o, "--seed")) {
       if (parse_u64(v, &a->seed)) {
         fprintf(stderr, "mi-mkmodel: --seed %s: not a non-negative integer\n", v);
@@ -637,6 +648,11 @@ static int set_config(const mk_args *a, const mi_ckb_entry *fam, json_t *config)
     json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
     json_object_set_new(config, key, v ? v : json_string(eq + 1));
   }
+  for (int i = 0; i < a->n_drops; i++)
+    if (json_object_del(config, a->drops[i]) != 0) {
+      fprintf(stderr, "mi-mkmodel: --drop-config %s: config.json has no such key\n", a->drops[i]);
+      return -1;
+    }
   return 0;
 }
 

@@ -96,9 +96,10 @@ static void usage(FILE *f) {
           "  --model-contract ID the model contract stage 2 composes (default: the one whose\n"
           "                      architectures --model's config.json names, else the CKB's only one)\n"
           "  --model DIR         the model folder stage 3 checks against its model contract\n"
-          "  --pack PATH.so      stage 1 on a kernel pack (kind \"kernels\", its manifest pack.json\n"
-          "                      beside it): the manifest's kernels, from the pack, bound to and run on\n"
-          "                      the platform plugin, against the operator contracts' references\n"
+          "  --pack PATH.so      a kernel pack (kind \"kernels\", its manifest pack.json beside it).\n"
+          "                      Stage 1: the manifest's kernels, from the pack, bound to and run on\n"
+          "                      the platform plugin, against the operator contracts' references.\n"
+          "                      Stages 2-6: the pack the model's pack operators come from\n"
           "  --only LIST         comma-separated operator ids or member names\n"
           "  --seed N            master seed (default: random, printed)\n"
           "  --report FILE       write the JSON report there\n"
@@ -367,11 +368,6 @@ static int parse_args(int argc, char **argv, verify_args *a) {
   if (a->stage < 1 || a->stage > 6) {
     fprintf(stderr, "mi-verify: --stage %d: stages are 1 (operator units), 2 (one decoder layer), 3 "
                     "(weight loading), 4 (end to end), 5 (authenticity) and 6 (performance)\n", a->stage);
-    return 2;
-  }
-  if (a->pack && a->stage != 1) {
-    fprintf(stderr, "mi-verify: --pack verifies a kernel pack's operator units: stage 1 only (got --stage %d)\n",
-            a->stage);
     return 2;
   }
   if (a->stage >= 3 && !a->model_dir) {

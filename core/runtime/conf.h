@@ -3,7 +3,7 @@
  *   # comment
  *   KIND  NAME  PATH  required|optional  [key=value ...]
  *
- * KIND is platform | model | agent | engine. Blank lines and '#' comments
+ * KIND is platform | model | agent | engine | kernels (a kernel pack). Blank lines and '#' comments
  * are ignored. A malformed line is an error naming the file and line.
  */
 #ifndef MI_CORE_CONF_H

@@ -1,6 +1,7 @@
 /* Engine assembly (plugins + model directory) and the generation loop. */
 #define _GNU_SOURCE /* memmem */
 #include "core/runtime/session.h"
+#include "core/runtime/packs.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -169,6 +170,7 @@ static int open_platform(mi_registry *reg, const mi_session_opts *o, mi_session 
   }
   e->P = e->platform_plugin->iface;
   e->pc = e->platform_plugin->ctx;
+  e->n_packs = mi_packs_bind(reg, e->P, e->pc, e->packs, (int)(sizeof e->packs / sizeof *e->packs), "metainfer");
   /* tensor parallelism: the platform's group must be the size asked for */
   e->tp_size = o->tp_size > 0 ? o->tp_size : 1;
   int rank = 0, size = 1;
@@ -368,6 +370,8 @@ static int load_model(mi_session *e, const mi_session_opts *o, mi_gguf_model *gm
       .tp_rank = e->tp_rank,
       .tp_size = e->tp_size,
       .opts = uo,
+      .packs = e->packs,
+      .n_packs = e->n_packs,
   };
   if (e->M->load(e->model_plugin->ctx, &a, &e->model, err, err_len) != 0) return -1;
   e->info.struct_size = sizeof e->info;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/runtime/loader.h"
+#include "mi/kernel_pack.h"
 #include "core/runtime/sampler.h"
 #include "core/tokenizer/tokenizer.h"
 #include "mi/model.h"
@@ -52,6 +53,9 @@ typedef struct mi_session {
   int mem_host;
   uint64_t mem_avail, rss_start;
   const char *mem_source;
+  /* kernel packs bound to the platform (core/runtime/packs.h), for the model */
+  mi_pack_ref packs[16];
+  int n_packs;
 } mi_session;
 
 /* Opens DIR/config.json, picks the model plugin by "architectures", opens

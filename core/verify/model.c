@@ -137,6 +137,24 @@ int vf_write_plugins_conf(const vf_stage_opts *o, const char *conf, char names[2
   for (size_t i = 0; po && i < po->count; i++)
     fprintf(f, " %s=%s", po->items[i].key, po->items[i].value);
   fprintf(f, "\n%s %s %s required\n", is_engine ? "engine" : "model", names[1], ap[1]);
+  /* --pack: the kernel pack the engine's pack operators come from */
+  if (o->pack_path) {
+    char pp[4096];
+    mi_plugin *p = mi_plugin_load_file(o->pack_path, NULL);
+    int ok = p && p->status == MI_PLUGIN_LOADED && p->desc && (int)p->desc->kind == MI_PLUGIN_KERNELS;
+    if (ok) {
+      if (!realpath(o->pack_path, pp)) snprintf(pp, sizeof pp, "%s", o->pack_path);
+      fprintf(f, "kernels %s %s required\n", p->desc->name, pp);
+    } else {
+      snprintf(err, err_len, "%s: not a loadable kernel pack: %s", o->pack_path,
+               p && p->reason ? p->reason : "wrong plugin kind");
+    }
+    mi_plugin_unload(p);
+    if (!ok) {
+      fclose(f);
+      return -1;
+    }
+  }
   if (fclose(f) != 0) {
     snprintf(err, err_len, "%s: cannot write: %s", conf, strerror(errno));
     return -1;
@@ -221,6 +239,8 @@ int vf_load_direct_on(const mi_session *e, const char *dir, const mi_platform_if
       .tp_rank = 0,
       .tp_size = 1,
       .opts = &g_model_opts,
+      .packs = e->packs,
+      .n_packs = e->n_packs,
   };
   out->M = e->M;
   if (e->M->load(e->model_plugin->ctx, &a, &out->m, err, err_len) != 0) goto fail;

@@ -113,6 +113,7 @@ json_t *vf_probe_plugin(const vf_stage_opts *o) {
 typedef struct unit_job {
   const vf_stage_opts *o;
   const vf_op_plan *plan;
+  int from_pack; /* the kernel comes from the --pack, not the platform */
 } unit_job;
 
 /* Loads the plugin as vf_load_plugin does, a failure being an ERROR record
@@ -137,7 +138,7 @@ struct mi_plugin *vf_load_plugin_rec(const vf_stage_opts *o, int fd) {
 
 static int unit_child(void *arg, int fd) {
   unit_job *j = arg;
-  if (j->o->pack_path) return vf_pack_unit_run(j->o, j->plan, fd);
+  if (j->from_pack) return vf_pack_unit_run(j->o, j->plan, fd);
   mi_plugin *p = vf_load_plugin_rec(j->o, fd);
   if (!p) return 1;
   int rc = vf_op_plan_run(j->plan, p->iface, p->ctx, fd);
@@ -264,17 +265,13 @@ static json_t *unit_error(const char *op_id, const char *msg) {
                    "ERROR", "message", msg);
 }
 
-json_t *vf_stage1(const vf_stage_opts *o) {
-  json_t *units = json_array();
-  int fails = 0;
-  size_t i;
-  json_t *k, *probe = NULL;
-  /* each kernel is judged in the mode the plugin says it runs (a pack's
-   * manifest lists no modes: its kernels run the contracts' tolerances) */
-  const char *variant = o->pack_path ? NULL : probe_variant(o, &probe);
+/* The units of one kernel list (the platform contract's, or a pack
+ * manifest's when from_pack) appended to units; the failures counted. */
+static void run_units(const vf_stage_opts *o, json_t *kernels, int from_pack, const char *variant, json_t *units,
+                      int *fails) {
   const char *pack = json_string_value(json_object_get(o->pack_manifest, "name"));
-  json_t *kernels = o->pack_path ? json_object_get(o->pack_manifest, "kernels")
-                                  : json_object_get(o->platform, "kernels");
+  size_t i;
+  json_t *k;
   json_array_foreach(kernels, i, k) {
     const char *op_id = json_string_value(json_object_get(k, "operator"));
     json_t *op = json_object_get(o->operators, op_id ? op_id : "");
@@ -286,16 +283,16 @@ json_t *vf_stage1(const vf_stage_opts *o) {
     char msg[600];
     if (!op) {
       u = unit_error(op_id, "no operator contract with this id");
-    } else if (o->pack_path && (!listed || !version || strcmp(listed, version))) {
+    } else if (from_pack && (!listed || !version || strcmp(listed, version))) {
       snprintf(msg, sizeof msg, "%s: the pack's manifest lists version %s of the contract, the CKB's is version %s",
                op_id, listed ? listed : "(none)", version ? version : "(none)");
       u = unit_error(op_id, msg);
     } else {
       /* The inputs are drawn here, before the child exists; the expected
        * outputs only after it has ended (vf_op_plan_judge). */
-      vf_unit_opts uo = {o->seed, op, k, -1, variant, o->pack_path ? (pack ? pack : "?") : NULL};
+      vf_unit_opts uo = {o->seed, op, k, -1, from_pack ? NULL : variant, from_pack ? (pack ? pack : "?") : NULL};
       vf_op_plan *plan = vf_op_plan_new(&uo);
-      unit_job job = {o, plan};
+      unit_job job = {o, plan, from_pack};
       vf_limits lim = o->lim;
       lim.result_cap = plan ? vf_op_plan_result_bytes(plan) : 0;
       vf_child_result r;
@@ -305,19 +302,34 @@ json_t *vf_stage1(const vf_stage_opts *o) {
         json_decref(r.events); /* whatever JSON the child wrote is not a result */
         r.events = vf_op_plan_judge(plan, &r);
         /* a pack's kernel is named by its operator: it is no platform member */
-        u = vf_unit_report("operator", op_id, version, o->pack_path ? op_id : member, &r, o->lim.timeout_s,
+        u = vf_unit_report("operator", op_id, version, from_pack ? op_id : member, &r, o->lim.timeout_s,
                            o->lim.cpu_s);
         vf_child_result_free(&r);
       }
       vf_op_plan_free(plan);
     }
-    if (o->pack_path) {
+    if (from_pack) {
       json_object_set_new(u, "member", json_string(member ? member : "?"));
       json_object_set_new(u, "pack", json_string(pack ? pack : "?"));
     }
-    if (strcmp(json_string_value(json_object_get(u, "verdict")), "PASS")) fails++;
+    if (strcmp(json_string_value(json_object_get(u, "verdict")), "PASS")) (*fails)++;
     json_array_append_new(units, u);
   }
+}
+
+json_t *vf_stage1(const vf_stage_opts *o) {
+  json_t *units = json_array();
+  int fails = 0;
+  json_t *probe = NULL;
+  /* the platform's kernels, unless only a pack is under test: a model's
+   * run (--model-plugin) holds both, since its engine calls both */
+  const int platform_units = !o->pack_path || o->model_plugin_path;
+  /* each kernel is judged in the mode the plugin says it runs (a pack's
+   * manifest lists no modes: its kernels run the contracts' tolerances) */
+  const char *variant = platform_units ? probe_variant(o, &probe) : NULL;
+  const char *pack = json_string_value(json_object_get(o->pack_manifest, "name"));
+  if (platform_units) run_units(o, json_object_get(o->platform, "kernels"), 0, variant, units, &fails);
+  if (o->pack_path) run_units(o, json_object_get(o->pack_manifest, "kernels"), 1, NULL, units, &fails);
   size_t n = json_array_size(units);
   json_t *res = json_pack("{s:i, s:s, s:s, s:o, s:i, s:i}", "stage", 1, "name", "operator_units",
                           "verdict", (fails || !n) ? "FAIL" : "PASS", "units", units, "passed",

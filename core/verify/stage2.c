@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "core/runtime/loader.h"
+#include "core/runtime/packs.h"
 #include "core/runtime/rng.h"
 #include "core/verify/bind.h"
 #include "core/verify/ffi_call.h"
@@ -186,7 +187,11 @@ static int l2_bind(l2_job *j) {
     for (int s = 0; s < j->nsteps; s++) {
       vf_bstep *bs = &j->steps[ph][s];
       if (vf_bind_step(&b, c, json_array_get(seq, (size_t)s), bs) != 0) return -1;
-      if (!bs->member || vf_member_offset(bs->member) < 0)
+      if (bs->member && !strcmp(bs->member, "pack")) {
+        if (!j->o->pack_path)
+          return vf_bind_fail(&b, "step %s: %s comes from a kernel pack (member \"pack\"); give --pack PACK.so",
+                              bs->name, bs->op);
+      } else if (!bs->member || vf_member_offset(bs->member) < 0)
         return vf_bind_fail(&b, "step %s: %s names no platform member", bs->name, bs->op);
       for (int k = 0; ph == 0 && k < bs->nargs; k++) {
         const vf_barg *a = &bs->a[k];
@@ -251,6 +256,7 @@ static void l2_free(l2_job *j) {
 typedef struct l2_dev {
   const mi_platform_iface *pi;
   void *ctx;
+  mi_pack_ref pack; /* --pack bound to the platform: the kernels of the steps whose member is "pack" */
   mi_buffer *held[256];
   int nheld;
   void *buf[144];  /* [nbufs + nlbufs]: device storage, NULL where unused */
@@ -298,13 +304,21 @@ static mi_dtype arg_dtype(const l2_job *j, const vf_bstep *bs, const char *name,
 
 /* One step through libffi with its operator contract's signature. */
 static int dev_step(const l2_job *j, l2_dev *d, const vf_bstep *bs, mi_dtype wt) {
-  void *fn = vf_member_fn(d->pi, bs->member);
+  const int from_pack = !strcmp(bs->member, "pack");
+  void *fn = NULL, *kctx = d->ctx;
+  if (from_pack) {
+    const mi_pack_kernel *pk = mi_pack_find(d->pack.iface, bs->op);
+    if (pk && pk->fn) memcpy(&fn, &pk->fn, sizeof fn); /* POSIX: function and object pointers round-trip */
+    kctx = d->pack.ctx;
+  } else {
+    fn = vf_member_fn(d->pi, bs->member);
+  }
   ffi_type *types[VF_BIND_MAX_ARGS];
   void *values[VF_BIND_MAX_ARGS];
   vf_ffi_slot store[VF_BIND_MAX_ARGS];
   for (int k = 0; k < bs->nargs; k++) {
     const vf_barg *a = &bs->a[k];
-    if (a->kind == VF_CTX) types[k] = vf_ffi_pointer(&store[k], d->ctx);
+    if (a->kind == VF_CTX) types[k] = vf_ffi_pointer(&store[k], kctx);
     else if (a->kind == VF_STREAM) types[k] = vf_ffi_pointer(&store[k], NULL);
     else if (a->what == VB_WEIGHT) types[k] = vf_ffi_pointer(&store[k], d->w[weight_index(j, a->wkey)]);
     else if (a->what == VB_BUF) {
@@ -323,7 +337,8 @@ static int dev_step(const l2_job *j, l2_dev *d, const vf_bstep *bs, mi_dtype wt)
   }
   if (rc != 0) {
     snprintf(d->err, sizeof d->err, "layer: step %s returned %d (%s)", bs->name, rc,
-             d->pi->last_error ? d->pi->last_error(d->ctx) : "no message");
+             from_pack ? d->pack.iface->last_error(d->pack.ctx)
+             : d->pi->last_error ? d->pi->last_error(d->ctx) : "no message");
     return -1;
   }
   return 0;
@@ -365,10 +380,21 @@ static int layer_child(void *arg, int fd) {
   const mi_platform_iface *pi = plug->iface;
   const char *lacks = !pi->memcpy_h2d ? "memcpy_h2d" : !pi->memcpy_d2h ? "memcpy_d2h"
                       : !pi->memcpy_d2d ? "memcpy_d2d" : NULL;
+  char lack[1200] = "";
   for (int s = 0; !lacks && s < j->nsteps; s++)
-    if (!vf_member_fn(pi, j->steps[0][s].member)) lacks = j->steps[0][s].member;
+    if (strcmp(j->steps[0][s].member, "pack") && !vf_member_fn(pi, j->steps[0][s].member)) lacks = j->steps[0][s].member;
+  /* --pack: the pack bound to this platform, and every pack step's kernel in it */
+  mi_pack_ref pack = {0};
+  mi_plugin *pplug = j->o->pack_path ? mi_plugin_load_file(j->o->pack_path, NULL) : NULL;
+  if (!lacks && pplug && mi_pack_bind_plugin(pplug, pi, plug->ctx, &pack, lack, sizeof lack) != 0) lacks = lack;
+  for (int s = 0; !lacks && s < j->nsteps; s++)
+    if (!strcmp(j->steps[0][s].member, "pack") && !mi_pack_find(pack.iface, j->steps[0][s].op)) {
+      snprintf(lack, sizeof lack, "%s (no kernel in the pack %s)", j->steps[0][s].op, j->o->pack_path);
+      lacks = lack;
+    }
   if (lacks) {
-    char msg[200];
+    mi_plugin_unload(pplug);
+    char msg[1400];
     snprintf(msg, sizeof msg, "layer: the platform lacks %s", lacks);
     vf_rec_write(fd, VF_REC_ERROR, -1, 0, msg, NULL, 0);
     mi_plugin_unload(plug);
@@ -380,7 +406,7 @@ static int layer_child(void *arg, int fd) {
     const l2_set *S = &j->sets[s];
     l2_dev *d = calloc(1, sizeof *d);
     int ok = d && S->w && xf && got;
-    if (d) d->pi = pi, d->ctx = plug->ctx;
+    if (d) d->pi = pi, d->ctx = plug->ctx, d->pack = pack;
     for (int k = 0; ok && k < j->nbufs + j->nlbufs; k++) {
       const vf_bbuf *vb = k < j->nbufs ? &j->bufs[k] : &j->lbufs[k - j->nbufs];
       ok &= !vb->n || (d->buf[k] = dev_alloc(d, (size_t)vb->n * mi_dtype_size(vb->dtype))) != NULL;
@@ -403,6 +429,7 @@ static int layer_child(void *arg, int fd) {
   }
   free(xf);
   free(got);
+  mi_plugin_unload(pplug);
   mi_plugin_unload(plug);
   return 0;
 }

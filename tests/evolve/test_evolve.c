@@ -897,8 +897,19 @@ START_TEST(qwen2_layout_found_through_a_generated_operator) {
   snprintf(cmd, sizeof cmd, "cp '%s' '%s/'", g, refs);
   ck_assert_int_eq(system(cmd), 0);
   curated_ckb(ck, ckb);
-  snprintf(cmd, sizeof cmd, "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --run-dir '%s' --no-revalidate 2>'%s/stderr'",
-           getenv("MI_BUILD_DIR"), refs, ckb, run, tmp);
+  /* the checkpoint the golden was made on (its mkmodel_args), for phase 5
+   * and the revalidation: mi-gen from the consolidated CKB, references off,
+   * stage 4 against the same llama.cpp golden */
+  char *model = tw_path(tmp, "model"), *gold = src("tests/goldens/families"), err[1024];
+  json_t *golden = load_src("tests/goldens/families/qwen2-probe-tiny-seed3.json");
+  char bin[4096];
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  ev_opts eo = {.exe_dir = bin};
+  ck_assert_msg(ev_remake_checkpoint(&eo, golden, model, err, sizeof err) == 0, "%s", err);
+  json_decref(golden);
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --model '%s' --goldens '%s' --run-dir '%s' 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs, ckb, model, gold, run, tmp);
   int st = system(cmd);
   ck_assert(WIFEXITED(st));
   char *rp = tw_path(run, "evolve.json");
@@ -948,11 +959,25 @@ START_TEST(qwen2_layout_found_through_a_generated_operator) {
     ck_assert_str_eq(json_string_value(json_object_get(stp, "operator")), "operator.bias_add");
   }
   ck_assert_ptr_null(mi_ckb_named(seq, "step", "q_norm"));
-  char err[1024];
   mi_ckb *c = mi_ckb_open(ckb, err, sizeof err);
   ck_assert_msg(c, "%s", err);
   ck_assert_int_eq(mi_ckb_validate(c, NULL, NULL), 0);
   mi_ckb_close(c);
+  /* revalidated: every stage passed with references off, the engine calling
+   * the generated pack (stage 1 held it to float64, stage 4 to llama.cpp) */
+  const json_t *rv = json_object_get(r, "revalidation");
+  ck_assert_int_eq(json_integer_value(json_object_get(rv, "mi_gen_exit")), 0);
+  char *rvs = json_dumps(json_object_get(rv, "stages"), JSON_COMPACT);
+  ck_assert_msg(rvs && strstr(rvs, "identical to llama.cpp") && !strstr(rvs, "FAIL"), "%s", rvs ? rvs : "?");
+  free(rvs);
+  char *conf = tw_path(run, "revalidation/engine/plugins.conf");
+  size_t clen;
+  char *ctext = tw_read_all(conf, &clen);
+  ck_assert_msg(ctext && strstr(ctext, "kernels  pack-qwen2 ./libmi-pack-qwen2.so required"), "%s", ctext ? ctext : conf);
+  free(ctext);
+  free(conf);
+  free(model);
+  free(gold);
   json_decref(m);
   json_decref(r);
   free(mp);

@@ -109,6 +109,21 @@ static json_t *gather_contracts(mi_ckb *c, gen *g, const mi_ckb_entry *me, const
     json_object_set(g->ops, id, oe->json);
     json_array_append_new(contracts, entry_ref(oe));
   }
+  /* the model's operators no platform member computes (member "pack"), on
+   * a platform that hosts kernel packs: the engine calls a generated pack */
+  int hosts = 0;
+  json_array_foreach(json_object_get(pe->json, "kernel_packs"), i, k) hosts |= !strcmp(json_string_value(k) ?: "", "host-c");
+  json_t *seqs = hosts ? mi_ckb_model_sequences(me->json) : NULL;
+  for (size_t q = 0; q < json_array_size(seqs); q++) {
+    json_array_foreach(json_array_get(seqs, q), i, k) {
+      const char *id = json_string_value(json_object_get(k, "operator"));
+      const mi_ckb_entry *oe = id && !json_object_get(g->ops, id) ? mi_ckb_find(c, id) : NULL;
+      if (!oe || strcmp(json_string_value(json_object_get(oe->json, "member")) ?: "", "pack")) continue;
+      json_object_set(g->ops, id, oe->json);
+      json_array_append_new(contracts, entry_ref(oe));
+    }
+  }
+  json_decref(seqs);
   return contracts;
 }
 
@@ -236,6 +251,7 @@ static void free_gen(gen *g) {
   json_decref(g->weights_seen);
   free(g->kind_of);
   json_decref(g->pending);
+  json_decref(g->packs);
   json_decref(g->config);
 }
 

@@ -38,6 +38,7 @@ typedef struct gen {
   unsigned char *kind_of; /* [layers] index of each layer's kind, in the order of `kinds` */
   int64_t n_layers;
   int has_paths; /* a config field lives under a dotted path of config.json */
+  json_t *packs;  /* operator id -> contract: the kernel-pack operators the steps call (member "pack") */
 } gen;
 
 /* bindings.c */
@@ -61,6 +62,13 @@ int weight_is_vector(gen *g, const char *key);
 
 /* emit_steps.c */
 int emit_step(gen *g, json_t *step, sb *out, const char *indent);
+/* The engine's field for a kernel-pack operator ("operator.bias_add" -> "pk_bias_add"). */
+void pack_field(const char *op_id, char *out, size_t n);
+
+/* engine_parts.c: the kernel-pack kernels the steps call (g->packs): their
+ * function pointers in struct mi_model, and their lookup at load */
+void part_pack_fields(gen *g, sb *o);
+void part_pack_lookup(gen *g, sb *o);
 int emit_steps(gen *g, json_t *steps, sb *out, const char *indent);
 
 /* layer_kinds.c */

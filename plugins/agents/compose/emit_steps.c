@@ -19,7 +19,13 @@ typedef struct step_ctx {
   gen *g;
   json_t *args;
   const char *name, *opid, *an; /* step, operator, argument */
+  const char *ctx;              /* the kernel's first argument: "pc", or a pack's context */
 } step_ctx;
+
+void pack_field(const char *op_id, char *out, size_t n) {
+  const char *dot = op_id ? strchr(op_id, '.') : NULL;
+  snprintf(out, n, "pk_%s", dot ? dot + 1 : op_id ? op_id : "");
+}
 
 /* "weight:KEY": the bound weight's device address (its "when" followed) */
 static int arg_weight(step_ctx *c, json_t *a, const char *key0, sb *call) {
@@ -152,7 +158,7 @@ static int emit_arg(step_ctx *c, json_t *a, sb *call) {
   gen *g = c->g;
   const char *kind = json_string_value(json_object_get(a, "kind"));
   c->an = json_string_value(json_object_get(a, "name"));
-  if (kind && !strcmp(kind, "ctx")) return sp(call, "pc"), 0;
+  if (kind && !strcmp(kind, "ctx")) return sp(call, "%s", c->ctx), 0;
   if (kind && !strcmp(kind, "stream")) return sp(call, "NULL"), 0;
   mi_ckb_arg p;
   char e[300];
@@ -178,7 +184,7 @@ static int emit_arg(step_ctx *c, json_t *a, sb *call) {
 /* ---- one step: a platform kernel call ---- */
 int emit_step(gen *g, json_t *step, sb *out, const char *indent) {
   step_ctx c = {g, json_object_get(step, "args"), json_string_value(json_object_get(step, "step")),
-                json_string_value(json_object_get(step, "operator")), NULL};
+                json_string_value(json_object_get(step, "operator")), NULL, "pc"};
   json_t *op = json_object_get(g->ops, c.opid);
   if (!op) {
     snprintf(g->err, sizeof g->err, "step %s: operator %s has no contract", c.name, c.opid);
@@ -192,7 +198,20 @@ int emit_step(gen *g, json_t *step, sb *out, const char *indent) {
     return -1;
   }
   sb call = {0};
-  sp(&call, "K(P->%s(", json_string_value(json_object_get(op, "member")));
+  const char *member = json_string_value(json_object_get(op, "member"));
+  char pk[160], pkctx[180];
+  if (member && !strcmp(member, "pack")) {
+    /* an operator no platform member computes: the kernel pack's function,
+     * looked up at load (part_pack_lookup), its context first */
+    pack_field(c.opid, pk, sizeof pk);
+    snprintf(pkctx, sizeof pkctx, "m->%s_ctx", pk);
+    c.ctx = pkctx;
+    if (!g->packs) g->packs = json_object();
+    json_object_set(g->packs, c.opid, op);
+    sp(&call, "K(m->%s(", pk);
+  } else {
+    sp(&call, "K(P->%s(", member);
+  }
   size_t i;
   json_t *a;
   json_array_foreach(json_object_get(json_object_get(op, "signature"), "args"), i, a) {

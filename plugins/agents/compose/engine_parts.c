@@ -470,3 +470,71 @@ void part_platform_needs(const char *source, sb *o) {
   }
   sp(o, "    MI_GLUE_NEEDS_END,\n};\n");
 }
+
+/* ---- kernel-pack kernels (ABI 1.6) ----
+ * An operator whose contract says member "pack" is computed by a kernel
+ * pack (mi/kernel_pack.h) generated from the CKB, not by the platform: the
+ * engine holds a function pointer of the contract's signature and the
+ * pack's context for each, found at load among the packs the host bound to
+ * the platform (mi_glue_pack; the version must be the contract's). */
+
+/* The C type of one signature argument. */
+static const char *c_arg_type(json_t *a, char *buf, size_t n) {
+  const char *kind = json_string_value(json_object_get(a, "kind")) ?: "";
+  const char *dt = json_string_value(json_object_get(a, "dtype")) ?: "";
+  static const struct {
+    const char *dtype, *c;
+  } elem[] = {{"f32", "float"}, {"i32", "int32_t"}, {"i64", "int64_t"}, {"u8", "uint8_t"},
+              {"f16", "uint16_t"}, {"bf16", "uint16_t"}};
+  static const struct {
+    const char *kind, *c;
+  } scalar[] = {{"ctx", "void *"},  {"stream", "mi_stream *"}, {"i64", "int64_t"}, {"i32", "int32_t"},
+                {"f32", "float"},   {"f64", "double"},         {"dtype", "mi_dtype"}};
+  for (size_t i = 0; i < sizeof scalar / sizeof *scalar; i++)
+    if (!strcmp(kind, scalar[i].kind)) return scalar[i].c;
+  const char *e = "void";
+  for (size_t i = 0; i < sizeof elem / sizeof *elem; i++)
+    if (!strcmp(dt, elem[i].dtype)) e = elem[i].c;
+  snprintf(buf, n, "%s%s *", strcmp(kind, "in") ? "" : "const ", e);
+  return buf;
+}
+
+/* "int (*)(void *, mi_stream *, float *, ...)" of an operator's signature */
+static void c_signature(json_t *op, const char *name, sb *o) {
+  sp(o, "int (*%s)(", name);
+  size_t i;
+  json_t *a;
+  json_array_foreach(json_object_get(json_object_get(op, "signature"), "args"), i, a) {
+    char buf[64];
+    sp(o, "%s%s", i ? ", " : "", c_arg_type(a, buf, sizeof buf));
+  }
+  sp(o, ")");
+}
+
+void part_pack_fields(gen *g, sb *o) {
+  const char *id;
+  json_t *op;
+  json_object_foreach(g->packs, id, op) {
+    char f[160];
+    pack_field(id, f, sizeof f);
+    sp(o, "  ");
+    c_signature(op, f, o);
+    sp(o, "; /* %s %s, from a kernel pack */\n  void *%s_ctx;\n", id,
+       json_string_value(json_object_get(op, "version")) ?: "?", f);
+  }
+}
+
+void part_pack_lookup(gen *g, sb *o) {
+  const char *id;
+  json_t *op;
+  json_object_foreach(g->packs, id, op) {
+    char f[160];
+    pack_field(id, f, sizeof f);
+    sp(o, "  {\n    void (*fn)(void) = NULL;\n");
+    sp(o, "    if (mi_glue_pack(\"engine\", a, \"%s\", \"%s\", &fn, &m->%s_ctx, err, err_len) != 0) {\n", id,
+       json_string_value(json_object_get(op, "version")) ?: "", f);
+    sp(o, "      e_unload(m);\n      return -1;\n    }\n    m->%s = (", f);
+    c_signature(op, "", o);
+    sp(o, ")fn;\n  }\n");
+  }
+}

@@ -43,6 +43,7 @@ struct mi_model {
   const mi_platform_iface *P;
   void *pc;
   const mi_weights *weights;
+  MI_GEN_PACK_KERNELS
   MI_GEN_MODEL_WEIGHTS
   layer layers[N_LAYERS];
   mi_buffer *arena; /* the static memory plan: every activation below, one allocation */
@@ -254,6 +255,7 @@ static int e_load(void *ctx, const mi_model_load_args *a, mi_model **out, char *
   m->chunk = chunk;
   m->glue = (mi_glue){.tag = "engine", .host = m->host, .P = m->P, .pc = m->pc, .weights = m->weights,
                       .model_dir = a->model_dir ? a->model_dir : "engine", .weight_bytes = &m->weight_bytes};
+  MI_GEN_PACK_LOOKUP
   if (load_weights(m, err, err_len) != 0 || plan_memory(m, err, err_len) != 0) {
     e_unload(m);
     return -1;

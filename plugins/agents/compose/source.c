@@ -140,12 +140,15 @@ enum {
   P_EPILOGUE,
   P_FREE,
   P_NEEDS,
+  P_PACK_FIELDS,
+  P_PACK_LOOKUP,
   P_COUNT
 };
 static const char *const k_part_names[P_COUNT] = {
     "HEADER",       "CONSTANTS",    "LAYER_WEIGHTS", "MODEL_WEIGHTS",  "BUFFERS",
     "CACHE_LAYOUT", "LOAD_WEIGHTS", "ARENA_OFFSETS", "ARENA_POINTERS", "PROLOGUE",
-    "LAYER",        "EPILOGUE",     "FREE_WEIGHTS",  "PLATFORM_NEEDS"};
+    "LAYER",        "EPILOGUE",     "FREE_WEIGHTS",  "PLATFORM_NEEDS", "PACK_KERNELS",
+    "PACK_LOOKUP"};
 
 /* every generated part but the platform needs (which are read off the rest) */
 static int write_parts(gen *g, json_t *contracts, json_t *experience, json_t *patches,
@@ -164,6 +167,8 @@ static int write_parts(gen *g, json_t *contracts, json_t *experience, json_t *pa
     part_layer(g, lay.s ? lay.s : "", &pt[P_LAYER]);
     sp(&pt[P_EPILOGUE], "%s", epi.s ? epi.s : "");
     part_free_weights(g, &pt[P_FREE]);
+    part_pack_fields(g, &pt[P_PACK_FIELDS]);
+    part_pack_lookup(g, &pt[P_PACK_LOOKUP]);
   }
   free(pro.s);
   free(lay.s);

@@ -127,5 +127,18 @@ static const size_t k_state[] = {0, HIDDEN_SIZE};
       MI_GLUE_NEED(matmul),                   \
       MI_GLUE_NEEDS_END,                      \
   };
+/* one kernel-pack operator, as part_pack_fields / part_pack_lookup write it */
+#define MI_GEN_PACK_KERNELS                                                     \
+  int (*pk_op)(void *, mi_stream *, float *, const float *, int64_t); /* op */ \
+  void *pk_op_ctx;
+#define MI_GEN_PACK_LOOKUP                                                                              \
+  {                                                                                                     \
+    void (*fn)(void) = NULL;                                                                            \
+    if (mi_glue_pack("engine", a, "operator.op", "1.0.0", &fn, &m->pk_op_ctx, err, err_len) != 0) {     \
+      e_unload(m);                                                                                      \
+      return -1;                                                                                        \
+    }                                                                                                   \
+    m->pk_op = (int (*)(void *, mi_stream *, float *, const float *, int64_t))fn;                       \
+  }
 
 #endif

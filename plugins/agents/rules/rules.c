@@ -196,6 +196,15 @@ static int in_list(const char *const *l, const char *s) {
   return 0;
 }
 
+/* The name the source calls for operator op: its platform member, or, for
+ * an operator computed by a kernel pack (member "pack"), the engine's field
+ * pk_NAME (operator.NAME; the composer's pack_field). */
+static void called_member(json_t *ops, const char *op, char *out, size_t n) {
+  const char *m = json_string_value(json_object_get(json_object_get(ops, op ? op : ""), "member"));
+  if (m && !strcmp(m, "pack") && strchr(op, '.')) snprintf(out, n, "pk_%s", strchr(op, '.') + 1);
+  else snprintf(out, n, "%s", m ? m : "?");
+}
+
 /* `seqs`: the step arrays the function's platform calls follow, in order (the
  * prologue, then the layer sequence or each layer kind's in the contract's
  * order: the source writes one switch case per kind in that order).
@@ -214,8 +223,9 @@ static void check_sequence(json_t *fs, const char *base, const char *code, const
     json_array_foreach(json_array_get(seqs, s), i, st) {
       if (json_is_true(json_object_get(st, "optional"))) continue;
       const char *op = json_string_value(json_object_get(st, "operator"));
-      json_array_append_new(want, json_pack("{s:s, s:s}", "member", json_string_value(json_object_get(json_object_get(ops, op), "member")) ?: "?",
-                                            "step", json_string_value(json_object_get(st, "step"))));
+      char member[160];
+      called_member(ops, op, member, sizeof member);
+      json_array_append_new(want, json_pack("{s:s, s:s}", "member", member, "step", json_string_value(json_object_get(st, "step"))));
       if (json_object_get(st, "reduce") && tp > 1)
         json_array_append_new(want, json_pack("{s:s, s:s}", "member", "allreduce_sum_f32", "step", json_string_value(json_object_get(st, "step"))));
     }
@@ -380,6 +390,16 @@ static void check_members(json_t *fs, const json_t *all, const mi_ckb_entry *pe,
     if (m) json_array_append_new(allowed, json_string(m));
   }
   json_array_foreach(json_object_get(json_object_get(platform, "collectives"), "ops"), i, cl) json_array_append(allowed, cl);
+  /* a platform that hosts kernel packs: the pack kernels of the CKB's pack operators */
+  int hosts = 0;
+  json_array_foreach(json_object_get(platform, "kernel_packs"), i, cl) hosts |= !strcmp(json_string_value(cl) ?: "", "host-c");
+  const char *oid;
+  json_t *oc;
+  if (hosts) json_object_foreach(ops, oid, oc) if (!strcmp(json_string_value(json_object_get(oc, "member")) ?: "", "pack")) {
+      char m[160];
+      called_member(ops, oid, m, sizeof m);
+      json_array_append_new(allowed, json_string(m));
+    }
   json_array_foreach(all, i, cl) {
     if (!json_is_true(json_object_get(cl, "member"))) continue;
     const char *n = json_string_value(json_object_get(cl, "name"));

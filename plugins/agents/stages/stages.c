@@ -145,6 +145,7 @@ static int compare_json_runs(const char *a, const char *b, double tol, char *msg
 typedef struct stg {
   json_t *task;
   const char *sha, *name, *model, *sdk, *plat, *mv, *mr, *gold, *refplug, *refname, *bench, *kvt;
+  const char *pack, *pack_name; /* tools.pack: the kernel pack of the engine's pack operators, or NULL */
   const char *pname;         /* the platform plugin's name for plugins.conf */
   const char *contract_plat; /* the platform contract (constraints.platform) */
   const mi_agent_task *t;
@@ -174,6 +175,8 @@ static int read_task(stg *s, const mi_agent_task *t, char *err, size_t err_len) 
   s->refplug = json_string_value(json_object_get(tools, "reference_plugin"));
   s->refname = json_string_value(json_object_get(tools, "reference_name"));
   s->bench = json_string_value(json_object_get(tools, "mi_bench"));
+  s->pack = json_string_value(json_object_get(tools, "pack"));
+  s->pack_name = json_string_value(json_object_get(tools, "pack_name"));
   s->pname = json_string_value(json_object_get(json_object_get(task, "constraints"), "platform"));
   /* mi-gen --platform-plugin: the plugin's own name for plugins.conf, and the
    * contract (constraints.platform) named to mi-verify, which says and checks
@@ -296,7 +299,7 @@ static int stage_mi_verify(stg *s) {
   snprintf(gopt, sizeof gopt, "%s", s->gold ? s->gold : "/nonexistent");
   char *mv_argv[] = {(char *)s->mv, "--platform-plugin", (char *)s->plat, "--model-plugin", s->so, "--model", (char *)s->model, "--stage", s->tp > 1 ? "2" : "6",
                      "--goldens", gopt, "--goldens-optional", "--ckb", (char *)s->t->ckb_dir, "--seed", seed_s, "--report", rep,
-                     "-o", thr, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                     "-o", thr, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   char tmo[32];
   double ut = json_number_value(json_object_get(s->task, "unit_timeout"));
   int na_v = 20;
@@ -314,6 +317,10 @@ static int stage_mi_verify(stg *s) {
   if (json_array_size(patches)) { /* the repairs the engine was composed with: the contract stage 5 interprets */
     snprintf(pf, sizeof pf, "%s/contract-patches.json", s->dir);
     if (json_dump_file(patches, pf, 0) == 0) mv_argv[na_v++] = "--contract-patches", mv_argv[na_v++] = pf;
+  }
+  if (s->pack) { /* the engine's pack operators: stage 1 holds the pack's kernels too, stages 2-6 load it */
+    mv_argv[na_v++] = "--pack";
+    mv_argv[na_v++] = (char *)s->pack;
   }
   if (strcmp(s->kvt, "f32")) { /* the KV type asked: stages 4-5 compare at its tolerance */
     mv_argv[na_v++] = "--kv-type";
@@ -366,6 +373,7 @@ static void write_deploy_confs(stg *s) {
   FILE *f = fopen(conf, "w");
   if (f) {
     fprintf(f, "platform %s %s required threads=%d\nengine %s %s required\n", s->pname, s->plat, s->threads, s->name, s->so);
+    if (s->pack) fprintf(f, "kernels %s %s required\n", s->pack_name ? s->pack_name : "pack", s->pack);
     fclose(f);
   }
   snprintf(conf, sizeof conf, "%s/plugins.conf", s->ref);

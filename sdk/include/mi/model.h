@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "mi/host.h"
+#include "mi/kernel_pack.h"
 #include "mi/platform.h"
 
 #ifdef __cplusplus
@@ -36,6 +37,12 @@ typedef struct mi_model_load_args {
   int tp_rank; /* tensor parallelism: this rank, 0-based */
   int tp_size; /* 1 without tensor parallelism */
   const mi_options *opts;
+  /* ABI 1.6 (appended; read only when struct_size covers them): the kernel
+   * packs (mi/kernel_pack.h) the host loaded and bound to this platform,
+   * for operators no platform member computes. A model finds a kernel with
+   * mi_pack_find (mi_glue_pack in mi/model_glue.h). NULL / 0: none. */
+  const mi_pack_ref *packs;
+  int n_packs;
 } mi_model_load_args;
 
 typedef struct mi_model_info {

@@ -71,6 +71,43 @@ extern "C" {
   MI_GLUE_NEED(matmul), MI_GLUE_NEED(rmsnorm), MI_GLUE_NEED(rope), MI_GLUE_NEED(attention),        \
       MI_GLUE_NEED(silu_mul), MI_GLUE_NEED(add), MI_GLUE_NEED(embed)
 
+/* ---- kernel packs (ABI 1.6) --------------------------------------------
+ * An operator no platform member computes comes from a kernel pack
+ * (mi/kernel_pack.h) the host bound to the model's platform and passed in
+ * the load args. mi_glue_pack finds the kernel of `op` generated from
+ * contract version `version` (NULL: any): its function in *fn (cast it to
+ * the contract's signature), the pack's context in *ctx, the first argument
+ * of every call. 0, or -1 with one line in err: no pack provides it, or the
+ * packs hold another version of it. */
+static inline int mi_glue_pack(const char *tag, const mi_model_load_args *a, const char *op,
+                               const char *version, void (**fn)(void), void **ctx, char *err,
+                               size_t err_len) {
+  const int has = a->struct_size >= offsetof(mi_model_load_args, n_packs) + sizeof(int);
+  const mi_pack_ref *packs = has ? a->packs : NULL;
+  const int n = has && packs ? a->n_packs : 0;
+  const char *other = NULL;
+  for (int i = 0; i < n; i++) {
+    const mi_pack_kernel *k = mi_pack_find(packs[i].iface, op);
+    if (!k || !k->fn) continue;
+    if (version && (!k->op_version || strcmp(k->op_version, version))) {
+      other = k->op_version ? k->op_version : "(no version)";
+      continue;
+    }
+    *fn = k->fn;
+    *ctx = packs[i].ctx;
+    return 0;
+  }
+  if (other)
+    snprintf(err, err_len, "%s: the kernel packs hold %s %s; this model calls %s %s (regenerate the pack: mi-ckb pack)",
+             tag, op, other, op, version);
+  else
+    snprintf(err, err_len,
+             "%s: no kernel pack bound to the platform provides %s (%d pack(s) loaded; mi-ckb pack makes one, "
+             "plugins.conf lists it as a kernels plugin)",
+             tag, op, n);
+  return -1;
+}
+
 /* ---- weights ----------------------------------------------------------- */
 
 /* One bound weight: a platform buffer (NULL when borrowed, e.g. a tied
