@@ -2,6 +2,7 @@
  * config.json value at the dotted path a config entry names. The composer,
  * the orchestrator's repair and experience checks, coverage and the config
  * field check all walk these the same way. */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,11 +47,13 @@ json_t *mi_ckb_named(const json_t *arr, const char *field, const char *value) {
 
 /* A field config.json lacks whose contract derives it ("default_expr":
  * "hidden_size / num_attention_heads", an integer expression over other
- * fields, each read through mi_ckb_config_value): evaluated once, then kept
- * in cfg under the field's name, so every reader of this config (the
- * composer's constants, the verifier's float64 model, the weight shapes)
- * sees the same value. NULL when the expression does not evaluate (a field
- * it reads is missing or not an integer, a cycle): then the plain default. */
+ * fields, each read through mi_ckb_config_value). Neither the config nor
+ * the contract is written to (one config is read under many candidate
+ * contracts, and a contract is written back to the CKB): the value is
+ * interned in a process-wide table of integers, so the pointer returned
+ * stays valid like a borrowed field's. NULL when the expression does not
+ * evaluate (a field it reads is missing or not an integer, a cycle): then
+ * the plain default. */
 typedef struct derive_ctx {
   const json_t *model, *cfg;
 } derive_ctx;
@@ -64,19 +67,41 @@ static int derive_lookup(void *user, const char *name, size_t len, int64_t *out)
 }
 
 static _Thread_local int g_derive_depth; /* fields deriving each other: a cycle stops at 8 */
+static pthread_mutex_t g_interned_mu = PTHREAD_MUTEX_INITIALIZER;
+static json_t *g_interned; /* "value" -> integer, never freed (a handful of values) */
 
-static const json_t *derived(const json_t *model, const json_t *cfg, const json_t *f, const char *key) {
+static const json_t *interned_integer(int64_t v) {
+  char key[32];
+  snprintf(key, sizeof key, "%lld", (long long)v);
+  pthread_mutex_lock(&g_interned_mu);
+  if (!g_interned) g_interned = json_object();
+  json_t *x = json_object_get(g_interned, key);
+  if (!x && g_interned) {
+    json_object_set_new(g_interned, key, json_integer(v));
+    x = json_object_get(g_interned, key);
+  }
+  pthread_mutex_unlock(&g_interned_mu);
+  return x;
+}
+
+static _Thread_local int g_derive_cycle; /* set when a derivation hit the depth limit */
+
+static const json_t *derived(const json_t *model, const json_t *cfg, const json_t *f) {
   const char *ex = json_string_value(json_object_get(f, "default_expr"));
-  if (!ex || !json_is_object(cfg) || g_derive_depth > 8) return NULL;
+  if (!ex || !json_is_object(cfg)) return NULL;
+  if (g_derive_depth > 8) {
+    g_derive_cycle = 1; /* the whole derivation fails, not just this level */
+    return NULL;
+  }
   derive_ctx d = {model, cfg};
   int64_t v;
   char err[256];
   g_derive_depth++;
   int rc = mi_expr_eval(ex, derive_lookup, &d, &v, err, sizeof err);
   g_derive_depth--;
-  if (rc != 0) return NULL;
-  json_object_set_new((json_t *)cfg, key, json_integer(v));
-  return json_object_get(cfg, key);
+  int cycle = g_derive_cycle;
+  if (!g_derive_depth) g_derive_cycle = 0;
+  return rc == 0 && !cycle ? interned_integer(v) : NULL;
 }
 
 const json_t *mi_ckb_config_value(const json_t *model, const json_t *cfg, const char *name, size_t len) {
@@ -89,7 +114,7 @@ const json_t *mi_ckb_config_value(const json_t *model, const json_t *cfg, const 
     const json_t *v = present(mi_ckb_config_at(cfg, path ? path : key));
     if (!v && path) v = present(json_object_get(cfg, key)); /* the flat spelling of a nested field */
     if (!v && json_is_object(tc)) v = present(mi_ckb_config_at(tc, path ? path : key));
-    if (!v) v = derived(model, cfg, f, key);
+    if (!v) v = derived(model, cfg, f);
     return v ? v : json_object_get(f, "default");
   }
   const json_t *v = present(json_object_get(cfg, key));

@@ -323,10 +323,47 @@ START_TEST(qwen3_variants_a_user_meets) {
 }
 END_TEST
 
+/* A field the contract derives (default_expr): the value when config.json
+ * lacks it, config.json's own when present, the plain default when the
+ * expression cannot be evaluated (a field missing, fields deriving each
+ * other), and neither the config nor the contract written to (one config is
+ * read under many candidate contracts during evolution). */
+START_TEST(derived_defaults) {
+  json_t *m = json_loads("{\"config\": ["
+                         "{\"name\": \"hidden_size\", \"type\": \"integer\", \"meaning\": \"x\"},"
+                         "{\"name\": \"num_attention_heads\", \"type\": \"integer\", \"meaning\": \"x\"},"
+                         "{\"name\": \"head_dim\", \"type\": \"integer\", \"meaning\": \"x\", \"default\": 128,"
+                         " \"default_expr\": \"hidden_size / num_attention_heads\"},"
+                         "{\"name\": \"a\", \"type\": \"integer\", \"meaning\": \"x\", \"default\": 7, \"default_expr\": \"b + 1\"},"
+                         "{\"name\": \"b\", \"type\": \"integer\", \"meaning\": \"x\", \"default\": 9, \"default_expr\": \"a + 1\"}]}",
+                         0, NULL);
+  json_t *cfg = json_loads("{\"hidden_size\": 896, \"num_attention_heads\": 14}", 0, NULL);
+  ck_assert_ptr_nonnull(m);
+  char *before_m = json_dumps(m, JSON_SORT_KEYS), *before_c = json_dumps(cfg, JSON_SORT_KEYS);
+  const json_t *v = mi_ckb_config_value(m, cfg, "head_dim", 8);
+  ck_assert_int_eq(json_integer_value(v), 64); /* Qwen2.5-0.5B: 896 / 14 */
+  /* fields deriving each other: the plain default, whichever is asked */
+  ck_assert_int_eq(json_integer_value(mi_ckb_config_value(m, cfg, "a", 1)), 7);
+  ck_assert_int_eq(json_integer_value(mi_ckb_config_value(m, cfg, "b", 1)), 9);
+  char *after_m = json_dumps(m, JSON_SORT_KEYS), *after_c = json_dumps(cfg, JSON_SORT_KEYS);
+  ck_assert_str_eq(before_m, after_m);
+  ck_assert_str_eq(before_c, after_c);
+  /* config.json's own value wins; an expression over a missing field gives the default */
+  json_object_set_new(cfg, "head_dim", json_integer(128));
+  ck_assert_int_eq(json_integer_value(mi_ckb_config_value(m, cfg, "head_dim", 8)), 128);
+  json_object_del(cfg, "head_dim");
+  json_object_del(cfg, "num_attention_heads");
+  ck_assert_int_eq(json_integer_value(mi_ckb_config_value(m, cfg, "head_dim", 8)), 128);
+  free(before_m), free(before_c), free(after_m), free(after_c);
+  json_decref(m);
+  json_decref(cfg);
+}
+END_TEST
+
 int main(void) {
   Suite *s = mi_check_suite(
       "config_fields", "fields", 300, setup, teardown,
       MI_CHECK_TESTS(supported_values_refused_everywhere, inert_fields_change_nothing,
-                     unknown_field_and_absent_field_are_gaps, qwen3_variants_a_user_meets));
+                     unknown_field_and_absent_field_are_gaps, qwen3_variants_a_user_meets, derived_defaults));
   return mi_check_run(s);
 }

@@ -880,9 +880,10 @@ START_TEST(explain_names_fields_and_weights) {
 }
 END_TEST
 
-/* A family the curated CKB has never seen, in its own layout: a Qwen2-style
- * checkpoint (q/k/v biases, no q/k norm; mi-mkmodel --variants, so no
- * contract for it exists) and llama.cpp's qwen2 answers on it
+/* A family the curated CKB has never seen, in its own layout: a Qwen2
+ * checkpoint (q/k/v biases, no q/k norm, a config.json with Qwen2's keys:
+ * no head_dim; mi-mkmodel --variants and --drop-config, so no contract for
+ * it exists) and llama.cpp's qwen2 answers on it
  * (tests/goldens/families/qwen2-probe-tiny-seed3.json, goldens.mjs --role
  * probe). The search reaches it through the vocabulary alone: the bias
  * reading needs operator.bias_add, which no platform offers and the CKB
@@ -917,29 +918,32 @@ START_TEST(qwen2_layout_found_through_a_generated_operator) {
   ck_assert_ptr_nonnull(r);
   ck_assert_msg(WEXITSTATUS(st) == EV_EX_OK, "exit %d: %s", WEXITSTATUS(st),
                 json_string_value(json_object_get(r, "outcome")) ?: "?");
-  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), "bias=qkv norm=w qk=none");
+  const char *truth = "bias=qkv head_dim=derived norm=w qk=none";
+  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), truth);
   ck_assert_str_eq(json_string_value(json_object_get(r, "base")), "model.qwen3");
-  /* bias none x2 unexplained (the biases are read by no step), the two
-   * norms with biases scored: the true one within the oracle's tolerance,
-   * the other far off */
+  /* Qwen2's config.json has no head_dim: read as Qwen3's field (default
+   * 128) the projections' shapes are not the contract's; without biases
+   * they are read by no step; the two norms left are scored, the true one
+   * within the oracle's tolerance, the other far off */
   json_t *table = json_object_get(r, "variant_search");
-  ck_assert_int_eq(json_array_size(table), 4);
+  ck_assert_int_eq(json_array_size(table), 8);
   size_t i;
   json_t *row;
   int scored = 0;
   json_array_foreach(table, i, row) {
     const char *cand = json_string_value(json_object_get(row, "candidate"));
     const char *v = json_string_value(json_object_get(row, "verdict"));
-    if (strstr(cand, "bias=none")) {
+    if (strstr(cand, "bias=none") || strstr(cand, "head_dim=field")) {
       ck_assert_str_eq(v, "unexplained");
       char *u = json_dumps(json_object_get(row, "unexplained"), JSON_COMPACT);
-      ck_assert_msg(strstr(u, "self_attn.q_proj.bias"), "%s", u);
+      ck_assert_msg(strstr(u, strstr(cand, "head_dim=field") ? "self_attn.q_proj.weight" : "self_attn.q_proj.bias"),
+                    "%s: %s", cand, u);
       free(u);
       continue;
     }
     scored++;
     double e = json_number_value(json_object_get(row, "error"));
-    if (!strcmp(cand, "bias=qkv norm=w qk=none"))
+    if (!strcmp(cand, truth))
       ck_assert_msg(e < EV_TOL && !strcmp(v, "pass"), "%s: %g %s", cand, e, v);
     else
       ck_assert_msg(e > 10 * EV_TOL && !strcmp(v, "fail"), "%s: %g %s", cand, e, v);
@@ -959,6 +963,9 @@ START_TEST(qwen2_layout_found_through_a_generated_operator) {
     ck_assert_str_eq(json_string_value(json_object_get(stp, "operator")), "operator.bias_add");
   }
   ck_assert_ptr_null(mi_ckb_named(seq, "step", "q_norm"));
+  /* head_dim derived where config.json lacks it, as Qwen2's own config class does */
+  const json_t *hd = mi_ckb_named(json_object_get(m, "config"), "name", "head_dim");
+  ck_assert_str_eq(json_string_value(json_object_get(hd, "default_expr")), "hidden_size / num_attention_heads");
   mi_ckb *c = mi_ckb_open(ckb, err, sizeof err);
   ck_assert_msg(c, "%s", err);
   ck_assert_int_eq(mi_ckb_validate(c, NULL, NULL), 0);

@@ -425,16 +425,10 @@ static void check_constants(json_t *fs, const char *code, const json_t *model, j
   json_t *ce;
   json_array_foreach(json_object_get(model, "config"), i, ce) {
     const char *n = json_string_value(json_object_get(ce, "name"));
-    const char *where = json_string_value(json_object_get(ce, "path")); /* nested: rope_parameters.rope_theta */
-    json_t *v = cfg;
-    for (const char *q = where ? where : n; v && q && *q;) {
-      size_t len = strcspn(q, ".");
-      char seg[128];
-      snprintf(seg, sizeof seg, "%.*s", (int)len, q);
-      v = json_is_object(v) ? json_object_get(v, seg) : NULL;
-      q = q[len] ? q + len + 1 : NULL;
-    }
-    if (!v || json_is_null(v)) v = json_object_get(ce, "default");
+    if (!n) continue;
+    /* the value as the contract reads config.json: its path (rope_parameters.rope_theta),
+     * text_config, a default, or one derived from other fields (default_expr) */
+    const json_t *v = mi_ckb_config_value(model, cfg, n, strlen(n));
     if (!json_is_number(v) && !json_is_boolean(v)) continue;
     char U[96], pat[128];
     size_t k = 0;
