@@ -999,6 +999,84 @@ START_TEST(qwen2_layout_found_through_a_generated_operator) {
 }
 END_TEST
 
+/* Llama and Mistral in their layouts (Llama 3.0's and Mistral v0.3's
+ * config.json keys: no head_dim, Llama's pretraining_tp and mlp_bias,
+ * Mistral's sliding_window null), each from its llama.cpp golden, through
+ * the search and the consolidator from mi-ckb curated (the revalidation,
+ * mi-gen on the consolidated contract, is the Qwen2 test's; docs/evolution.md
+ * has these two revalidated too). Returns the consolidated contract. */
+static json_t *absorb_family(const char *golden, const char *truth, const char *model_file, const char *arch) {
+  char *tmp = tw_mkdtemp("evolve");
+  char *refs = tw_path(tmp, "refs"), *ckb = tw_path(tmp, "ckb"), *run = tw_path(tmp, "run"), *ck = src("ckb");
+  ck_assert_int_eq(mkdir(refs, 0755), 0);
+  char rel[256], cmd[8400];
+  snprintf(rel, sizeof rel, "tests/goldens/families/%s", golden);
+  char *g = src(rel);
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s/'", g, refs);
+  ck_assert_int_eq(system(cmd), 0);
+  curated_ckb(ck, ckb);
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --run-dir '%s' --no-revalidate 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs, ckb, run, tmp);
+  int st = system(cmd);
+  char *rp = tw_path(run, "evolve.json");
+  json_t *r = json_load_file(rp, 0, NULL);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == EV_EX_OK, "%s: exit %d: %s", golden, WEXITSTATUS(st),
+                json_string_value(json_object_get(r, "outcome")) ?: "?");
+  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), truth);
+  /* the true reading within the oracle's tolerance, every other scored one far off */
+  size_t i;
+  json_t *row;
+  int pass = 0;
+  json_array_foreach(json_object_get(r, "variant_search"), i, row) {
+    const char *v = json_string_value(json_object_get(row, "verdict"));
+    double e = json_number_value(json_object_get(row, "error"));
+    if (!strcmp(v, "pass")) pass++, ck_assert(e < EV_TOL);
+    else if (!strcmp(v, "fail")) ck_assert_msg(e > 10 * EV_TOL, "%s: %g", json_string_value(json_object_get(row, "candidate")), e);
+  }
+  ck_assert_int_eq(pass, 1);
+  char *mp = tw_path(ckb, model_file);
+  json_t *m = json_load_file(mp, 0, NULL);
+  ck_assert_msg(m, "%s", mp);
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(m, "architectures"), 0)), arch);
+  ck_assert_ptr_null(mi_ckb_named(json_object_get(m, "layer_sequence"), "step", "q_norm"));
+  char err[1024];
+  mi_ckb *c = mi_ckb_open(ckb, err, sizeof err);
+  ck_assert_msg(c, "%s", err);
+  ck_assert_int_eq(mi_ckb_validate(c, NULL, NULL), 0);
+  mi_ckb_close(c);
+  json_decref(r);
+  free(mp), free(rp), free(g), free(refs), free(ckb), free(run), free(ck);
+  tw_rmtree(tmp);
+  free(tmp);
+  return m;
+}
+
+START_TEST(llama_layout_absorbed) {
+  json_t *m = absorb_family("llama-probe-tiny-seed4.json", "head_dim=derived llama_fields=present norm=w qk=none",
+                            "models/llama.json", "LlamaForCausalLM");
+  /* pretraining_tp is inert; mlp_bias is read, false the only value computed */
+  ck_assert_ptr_nonnull(mi_ckb_named(json_object_get(m, "config_inert"), "name", "pretraining_tp"));
+  const json_t *mb = mi_ckb_named(json_object_get(m, "config"), "name", "mlp_bias");
+  ck_assert_ptr_nonnull(mb);
+  ck_assert(json_is_false(json_array_get(json_object_get(mb, "values"), 0)));
+  json_decref(m);
+}
+END_TEST
+
+START_TEST(mistral_layout_absorbed) {
+  json_t *m = absorb_family("mistral-probe-tiny-seed5.json", "head_dim=derived norm=w qk=none window=by_field",
+                            "models/mistral.json", "MistralForCausalLM");
+  /* sliding_window is inert only at null: a set window (Mistral v0.1's 4096)
+   * is a gap named by the field, never computed as full attention */
+  const json_t *sw = mi_ckb_named(json_object_get(m, "config_inert"), "name", "sliding_window");
+  ck_assert_ptr_nonnull(sw);
+  ck_assert_int_eq(json_array_size(json_object_get(sw, "values")), 1);
+  ck_assert(json_is_null(json_array_get(json_object_get(sw, "values"), 0)));
+  json_decref(m);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("evolve");
   /* consolidate runs first: the order the cases were always added in */
@@ -1007,7 +1085,8 @@ static Suite *suite(void) {
   mi_check_add(tc, MI_CHECK_TESTS(search_picks_true_variants_on_two_probes,
                                   references_off_reads_nothing,
                                   tampered_oracle_picks_the_other_variant, bad_input_is_named,
-                                  qwen2_layout_found_through_a_generated_operator));
+                                  qwen2_layout_found_through_a_generated_operator, llama_layout_absorbed,
+                                  mistral_layout_absorbed));
   mi_check_add(
       tk, MI_CHECK_TESTS(
               consolidator_entries_validate_are_deterministic_and_match_the_draft,

@@ -105,6 +105,7 @@ int ev_evidence(const json_t *variant, const json_t *cfg, const mi_weights *w) {
   json_t *e;
   json_array_foreach(json_object_get(variant, "evidence"), i, e) {
     const json_t *pr = json_object_get(e, "present"), *eq = json_object_get(e, "equals");
+    const json_t *key = json_object_get(e, "key"); /* the key is there, null or not */
     const json_t *dn = json_object_get(e, "distinct_at_least");
     const char *f = json_string_value(json_object_get(e, "config")),
                *wk = json_string_value(json_object_get(e, "weight"));
@@ -112,6 +113,7 @@ int ev_evidence(const json_t *variant, const json_t *cfg, const mi_weights *w) {
       const json_t *v = ev_cfg_field(cfg, f);
       int there = v && !json_is_null(v);
       if (pr && json_is_true(pr) != there) return 0;
+      if (key && json_is_true(key) != (v != NULL)) return 0;
       if (eq && (!v || !json_equal(v, eq))) return 0;
       if (dn && (!json_is_array(v) || distinct(v) < json_integer_value(dn))) return 0;
     } else if (wk) {
@@ -248,6 +250,11 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
   json_array_foreach(json_object_get(ed, "set_config"), i, x) {
     json_t *c =
         mi_ckb_named(json_object_get(m, "config"), "name", json_string_value(json_object_get(x, "name")));
+    if (c) merge(c, x, "name");
+  }
+  json_array_foreach(json_object_get(ed, "set_inert"), i, x) {
+    json_t *c =
+        mi_ckb_named(json_object_get(m, "config_inert"), "name", json_string_value(json_object_get(x, "name")));
     if (c) merge(c, x, "name");
   }
 }
