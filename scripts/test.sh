@@ -38,7 +38,7 @@ not_cpu+='|test_hybrid_mkmodel|test_hybrid_reference|test_hybrid_coverage|test_h
 not_cpu+='|test_gen_kv|test_gen_hybrid|test_gen_experience|test_hybrid_runtime' # whole engines / the hybrid plugin: their kernels are test_cpu_hybrid's on every variant
 not_cpu+='|test_config_fields|test_evolve' # float64 search; its stage-1 units are test_verify_hybrid's
 not_cpu+='|third_family|test_compose|test_mkmodel_contract|no_long_functions|test_model_glue' # mi-gen end to end as test_gen; text and files; a fake platform
-not_cpu+='|test_interp|test_template|test_serve_tools|test_json_grammar' # float64 / text only: no CPU kernel
+not_cpu+='|test_interp|test_template|test_serve_tools|test_json_grammar|test_map_form|test_ckb_bind' # float64 / text only: no CPU kernel
 not_cpu+='|test_prefix_cache' # the cache's bookkeeping; the state copies it makes are test_seq_state's on every variant
 not_cpu+='|test_cpu_q8_0' # runs every variant the host has itself (isa= per case)
 not_cpu+='|test_gguf|test_gguf_peer|test_gguf_q8_peer|test_gguf_q4_peer)$' # file reading; the f32/bf16/block-type kernels they end in are test_cpu_*'s
