@@ -160,7 +160,9 @@ START_TEST(pack_wrong_formula) {
 END_TEST
 
 START_TEST(pack_crash) {
-  one_bad(NULL, "add_crash", "operator.add", "CRASH", "crashed (SIGSEGV)", NULL);
+  /* "crashed (SIGSEGV)", or under a sanitizer that catches the fault itself,
+   * "crashed (child exited with 1 ...)": a crash of that unit either way */
+  one_bad(NULL, "add_crash", "operator.add", "CRASH", ": crashed (", "n=1");
 }
 END_TEST
 
