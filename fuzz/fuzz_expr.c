@@ -2,7 +2,10 @@
  * constraints "Hq % Hkv == 0"): mi_expr_eval with names bound to extreme
  * values, mi_expr_eval_f64 (real-valued bindings such as
  * "int:partial_rotary_factor * head_dim": the result finite or an error),
- * and mi_expr_names (the validator's syntax/name pass). Any
+ * mi_expr_names (the validator's syntax/name pass), and the kernel
+ * expressions of map operators (mi_kexpr_parse, its float64 value at
+ * extreme inputs, its C: NaN and infinities are values there, never a
+ * crash; an error is one line). Any
  * overflow must be an error, never undefined behaviour; a deep nesting must
  * be an error, never a stack overflow. */
 #include "fuzz_util.h"
@@ -10,6 +13,7 @@
 #include <math.h>
 
 #include "core/ckb/ckb.h"
+#include "core/ckb/map_form.h"
 
 static int lookup(void *user, const char *name, size_t len, int64_t *out) {
   (void)user;
@@ -48,6 +52,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n = 0;
   err[0] = 0;
   if (mi_expr_names(s, count_name, &n, err, sizeof err) != 0) fuzz_check_one_line("mi_expr_names", err);
+  err[0] = 0;
+  mi_kexpr *k = mi_kexpr_parse(s, err, sizeof err);
+  if (!k) {
+    fuzz_check_one_line("mi_kexpr_parse", err);
+  } else {
+    int nn = mi_kexpr_n_names(k);
+    FUZZ_CHECK(nn >= 0 && nn <= 16, "mi_kexpr_n_names %d", nn);
+    double vals[16];
+    const char *cn[16];
+    char names[16][8];
+    for (int i = 0; i < nn; i++) {
+      FUZZ_CHECK(mi_kexpr_name(k, i) && mi_kexpr_name(k, i)[0], "name %d", i);
+      vals[i] = i % 3 == 0 ? 1e300 : i % 3 == 1 ? -0.0 : -7.5;
+      snprintf(names[i], sizeof names[i], "v%d", i);
+      cn[i] = names[i];
+    }
+    (void)mi_kexpr_eval(k, vals);
+    char c[4096];
+    err[0] = 0;
+    if (mi_kexpr_c(k, cn, c, sizeof c, err, sizeof err) != 0) fuzz_check_one_line("mi_kexpr_c", err);
+    mi_kexpr_free(k);
+  }
   free(s);
   return 0;
 }
