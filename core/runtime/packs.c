@@ -19,10 +19,19 @@ int mi_pack_bind_plugin(const mi_plugin *p, const mi_platform_iface *P, void *pc
              k->target ? k->target : "(none)", MI_PACK_TARGET_HOST_C);
     return -1;
   }
-  if (!k->bind || k->n_kernels < 0 || (k->n_kernels && !k->kernels)) {
-    snprintf(err, err_len, "%s: kernel pack %s: no bind, or a kernel table that does not match its count", path,
-             name);
+  if (!k->bind || !k->last_error || k->n_kernels < 0 || k->n_kernels > MI_PACK_MAX_KERNELS ||
+      (k->n_kernels && !k->kernels)) {
+    snprintf(err, err_len, "%s: kernel pack %s: no bind or last_error, or a kernel table that does not match its count "
+             "(%lld; at most %d)", path, name, (long long)k->n_kernels, MI_PACK_MAX_KERNELS);
     return -1;
+  }
+  for (int64_t i = 0; i < k->n_kernels; i++) {
+    const mi_pack_kernel *pk = &k->kernels[i];
+    if (!pk->op || strncmp(pk->op, "operator.", 9) || !pk->op_version || !pk->fn) {
+      snprintf(err, err_len, "%s: kernel pack %s: kernel %lld has no operator id, version or function", path, name,
+               (long long)i);
+      return -1;
+    }
   }
   char why[512] = "";
   if (k->bind(p->ctx, P, pc, why, sizeof why) != 0) {

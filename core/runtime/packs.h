@@ -11,6 +11,7 @@
 #include "mi/kernel_pack.h"
 
 #define MI_PACKS_MAX 16
+#define MI_PACK_MAX_KERNELS 4096 /* a count past this is a corrupt table, not a pack */
 
 /* Binds one loaded kernels plugin to the platform into *out. 0, or -1 with
  * "PATH: kernel pack NAME: reason" in err. */

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "core/runtime/loader.h"
-#include "mi/kernel_pack.h"
+#include "core/runtime/packs.h"
 #include "core/runtime/sampler.h"
 #include "core/tokenizer/tokenizer.h"
 #include "mi/model.h"
@@ -54,7 +54,7 @@ typedef struct mi_session {
   uint64_t mem_avail, rss_start;
   const char *mem_source;
   /* kernel packs bound to the platform (core/runtime/packs.h), for the model */
-  mi_pack_ref packs[16];
+  mi_pack_ref packs[MI_PACKS_MAX];
   int n_packs;
 } mi_session;
 

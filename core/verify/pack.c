@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/runtime/loader.h"
+#include "core/runtime/packs.h"
 #include "core/util/file.h"
 #include "core/verify/verify.h"
 #include "mi/kernel_pack.h"
@@ -111,6 +112,13 @@ static int probe_child(void *arg, int fd) {
     return 1;
   }
   const mi_kernel_pack_iface *k = p->iface;
+  if (k->n_kernels < 0 || k->n_kernels > MI_PACK_MAX_KERNELS || (k->n_kernels && !k->kernels)) {
+    snprintf(why, sizeof why, "%s: a kernel table that does not match its count (%lld; at most %d)", o->pack_path,
+             (long long)k->n_kernels, MI_PACK_MAX_KERNELS);
+    vf_emit(fd, json_pack("{s:s, s:s}", "event", "error", "message", why));
+    mi_plugin_unload(p);
+    return 1;
+  }
   json_t *ks = json_array();
   for (int64_t i = 0; i < k->n_kernels; i++) {
     const mi_pack_kernel *pk = &k->kernels[i];
@@ -192,10 +200,12 @@ int vf_pack_unit_run(const vf_stage_opts *o, const vf_op_plan *plan, int fd) {
   const char *pname = pp->desc->name ? pp->desc->name : "?";
   /* the pack's kernels run on this platform's threads (run_host) and take
    * its buffers: the pack says whether it can */
-  if (K->bind(pp->ctx, plat->iface, plat->ctx, why, sizeof why) != 0) {
-    if (!why[0]) snprintf(why, sizeof why, "%s", K->last_error(pp->ctx));
-    unrunnable(fd, "%s: pack '%s' refuses the platform: %s", op, pname,
-               why[0] ? why : "no reason given");
+  /* the table checked and the pack bound as every session binds one
+   * (core/runtime/packs.c): a count past the kernels it holds is refused
+   * before anything iterates it */
+  mi_pack_ref ref;
+  if (mi_pack_bind_plugin(pp, plat->iface, plat->ctx, &ref, why, sizeof why) != 0) {
+    unrunnable(fd, "%s: pack '%s' refuses the platform: %s", op, pname, why);
     goto out;
   }
   const mi_pack_kernel *pk = mi_pack_find(K, op);

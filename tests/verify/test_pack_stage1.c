@@ -18,6 +18,7 @@
 #include "core/runtime/loader.h"
 #include "core/verify/verify.h"
 #include "tests/util/check_main.h"
+#include "tests/util/test_proc.h"
 #include "tests/verify/verify_test.h"
 
 static char bin[4096], cpu_so[4096], packs[4096], ckb[4096], build[4096];
@@ -425,6 +426,55 @@ START_TEST(map_row_and_scalar) {
 }
 END_TEST
 
+/* The runtime (mi-run, every session) binds each loaded pack to the
+ * platform before a model sees it: a pack whose kernel table claims a
+ * million kernels is left out with one warning naming it, the run goes on
+ * (a model needing one of its kernels would then refuse to load, naming
+ * the operator); a good pack is bound silently. */
+START_TEST(runtime_leaves_out_a_lying_pack) {
+  char tmp[] = "/tmp/mi-pack-rt-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(tmp));
+  char args[512], lying[4200], good[4200];
+  snprintf(args, sizeof args, "--shape tiny --seed 1 --out '%s/m'", tmp);
+  ck_assert_int_eq(mi_test_mkmodel(tmp, args), 0);
+  pack_so(lying, sizeof lying, "lying_count");
+  pack_so(good, sizeof good, "good");
+  const char *which[] = {lying, good};
+  const char *names[] = {"pack-lying_count", "pack-good"};
+  for (int k = 0; k < 2; k++) {
+    char conf[4300];
+    snprintf(conf, sizeof conf, "%s/plugins.conf", tmp);
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "platform cpu %s required\nmodel qwen3 %s/lib/metainfer/libmi-qwen3.so required\nkernels %s %s required\n",
+            cpu_so, build, names[k], which[k]);
+    fclose(f);
+    int rc = mi_test_sh("'%s/bin/mi-run' --plugins-conf '%s' -m '%s/m' -p hi -n 2 --temp 0 >/dev/null 2>'%s/err.txt'",
+                        build, conf, tmp, tmp);
+    char ep[4300];
+    snprintf(ep, sizeof ep, "%s/err.txt", tmp);
+    FILE *e = fopen(ep, "r");
+    char text[4096] = "";
+    size_t n = e ? fread(text, 1, sizeof text - 1, e) : 0;
+    text[n] = 0;
+    if (e) fclose(e);
+    ck_assert_msg(rc == 0, "%s: mi-run exit %d: %s", names[k], rc, text);
+    if (k == 0)
+      ck_assert_msg(strstr(text, "warning") && strstr(text, "pack-lying_count") && strstr(text, "at most 4096"),
+                    "no warning naming the lying pack: %s", text);
+    else
+      ck_assert_msg(!strstr(text, "warning"), "the good pack warned: %s", text);
+  }
+  /* mi-verify refuses it in one line before any unit runs */
+  ck_assert_int_ne(mi_test_sh("'%s' --ckb '%s' --platform-plugin '%s' --pack '%s' --seed 5 >/dev/null 2>'%s/v.txt'", bin,
+                              ckb, cpu_so, lying, tmp),
+                   0);
+  ck_assert_int_eq(mi_test_sh("grep -q 'a kernel table that does not match its count (1048576; at most 4096)' '%s/v.txt'", tmp),
+                   0);
+  mi_test_sh("rm -rf '%s'", tmp);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("pack_stage1");
   mi_check_add(mi_check_case(s, "map_reference", 30, setup, NULL),
@@ -434,6 +484,6 @@ int main(void) {
                               pack_other_version, pack_refuses_platform_without_run_host,
                               pack_before_abi_1_6_refused, manifest_missing_or_garbled,
                               manifest_other_version, pack_as_platform_plugin,
-                              listing_shows_kernels_kind));
+                              listing_shows_kernels_kind, runtime_leaves_out_a_lying_pack));
   return mi_check_run(s);
 }
