@@ -1077,6 +1077,53 @@ START_TEST(mistral_layout_absorbed) {
 }
 END_TEST
 
+/* The experience of an earlier absorption in the CKB (the hybrid's, as the
+ * consolidator wrote it) shortens the search: the reading it names is
+ * scored first, then its one-group neighbours (gate none/half, norm w,
+ * qk w, rotary full); that reading passing and every neighbour failing
+ * settles it: 6 of the 24 candidates per probe, the same answer as the
+ * whole product (search_picks_true_variants_on_two_probes). */
+START_TEST(experience_shortens_the_search) {
+  char *refs;
+  char *tmp = make_refs(PROBES, 2, &refs);
+  char *ckb = tw_path(tmp, "ckb"), *ck = src("ckb"), cmd[8400];
+  curated_ckb(ck, ckb);
+  snprintf(cmd, sizeof cmd, "cp '%s/experience/evolved_qwen35_variants.json' '%s/experience/'", ck, ckb);
+  ck_assert_int_eq(system(cmd), 0);
+  json_t *r;
+  char *cand = src("candidates/hybrid-deltanet");
+  int rc = run_evolve(tmp, refs, cand, &r);
+  free(cand);
+  ck_assert_int_eq(rc, EV_EX_BUNDLE);
+  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), TRUE_READING);
+  json_t *table = json_object_get(r, "variant_search");
+  ck_assert_int_eq(json_array_size(table), 2 * 6);
+  /* the experienced reading first on each probe, passing; the rest far off or unexplained */
+  size_t i;
+  json_t *row;
+  json_array_foreach(table, i, row) {
+    const char *cand_name = json_string_value(json_object_get(row, "candidate"));
+    const char *v = json_string_value(json_object_get(row, "verdict"));
+    if (i % 6 == 0) ck_assert_str_eq(cand_name, TRUE_READING);
+    if (!strcmp(cand_name, TRUE_READING)) ck_assert_str_eq(v, "pass");
+    else ck_assert_msg(!strcmp(v, "fail") || !strcmp(v, "unexplained"), "%s: %s", cand_name, v);
+  }
+  const char *k;
+  json_t *sv;
+  int probes = 0;
+  json_object_foreach(json_object_get(r, "search"), k, sv) {
+    probes++;
+    ck_assert_str_eq(json_string_value(json_object_get(sv, "mode")), "experience");
+    ck_assert_int_eq(json_integer_value(json_object_get(sv, "looked_at")), 6);
+    ck_assert_int_eq(json_integer_value(json_object_get(sv, "candidates")), 24);
+  }
+  ck_assert_int_eq(probes, 2);
+  json_decref(r);
+  tw_rmtree(tmp);
+  free(tmp), free(refs), free(ckb), free(ck);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("evolve");
   /* consolidate runs first: the order the cases were always added in */
@@ -1086,7 +1133,7 @@ static Suite *suite(void) {
                                   references_off_reads_nothing,
                                   tampered_oracle_picks_the_other_variant, bad_input_is_named,
                                   qwen2_layout_found_through_a_generated_operator, llama_layout_absorbed,
-                                  mistral_layout_absorbed));
+                                  mistral_layout_absorbed, experience_shortens_the_search));
   mi_check_add(
       tk, MI_CHECK_TESTS(
               consolidator_entries_validate_are_deterministic_and_match_the_draft,

@@ -179,9 +179,23 @@ static double now_s(void) {
 const mi_ckb_entry *ev_closest_contract(const mi_ckb *c, const json_t *cfg, const mi_weights *w) {
   const mi_ckb_entry *best = NULL;
   long best_score = -1;
+  /* the vocabulary's readings are edits of the curated contracts (a
+   * group's order-0 member is what a curated base already computes): an
+   * evolved contract is such a base plus variants, and searching from it
+   * would read its edits as the base's own. Curated contracts only, where
+   * the CKB has any. */
+  int any_curated = 0;
+  for (size_t i = 0; i < mi_ckb_count(c); i++) {
+    const mi_ckb_entry *e = mi_ckb_at(c, i);
+    any_curated |= e->kind && !strcmp(e->kind, "model") &&
+                   !strcmp(json_string_value(json_object_get(json_object_get(e->json, "provenance"), "source")) ?: "", "curated");
+  }
   for (size_t i = 0; i < mi_ckb_count(c); i++) {
     const mi_ckb_entry *e = mi_ckb_at(c, i);
     if (!e->kind || strcmp(e->kind, "model") || !e->id) continue;
+    if (any_curated &&
+        strcmp(json_string_value(json_object_get(json_object_get(e->json, "provenance"), "source")) ?: "", "curated"))
+      continue;
     /* tensors a weight key matches count most; bound config fields break ties */
     long score = 0;
     for (size_t k = 0; k < mi_weights_count(w); k++) {
@@ -392,6 +406,62 @@ static int score_one(const probe_ctx *p, const json_t *base, const json_t *membe
   return rc;
 }
 
+/* The variants earlier absorptions found: the experience entries the
+ * consolidator writes (experience.evolved_NAME_variants), whose root_cause
+ * names them; an object id -> true (empty when the CKB holds none). */
+static json_t *experienced_variants(const mi_ckb *ck) {
+  json_t *seen = json_object();
+  for (size_t i = 0; i < mi_ckb_count(ck); i++) {
+    const mi_ckb_entry *e = mi_ckb_at(ck, i);
+    if (!e->id || strncmp(e->id, "experience.evolved_", 19)) continue;
+    const char *rc = json_string_value(json_object_get(e->json, "root_cause")) ?: "";
+    for (const char *q = strstr(rc, "variant."); q; q = strstr(q + 8, "variant.")) {
+      size_t l = 8;
+      while ((q[l] >= 'a' && q[l] <= 'z') || (q[l] >= '0' && q[l] <= '9') || q[l] == '_') l++;
+      char id[128];
+      if (l > 8 && l < sizeof id) {
+        memcpy(id, q, l), id[l] = 0;
+        json_object_set_new(seen, id, json_true());
+      }
+    }
+  }
+  return seen;
+}
+
+/* The candidate experience points at: in each group the member an earlier
+ * absorption found, else the group's first (its order-0 reading); its
+ * index in candidate()'s numbering into *prior, and the indices of its
+ * one-group neighbours (one group's member changed) into nb (at most max):
+ * their count. */
+static size_t experience_candidates(const json_t *groups, const json_t *seen, size_t *prior, size_t *nb, size_t max) {
+  const char *keys[64];
+  size_t ng = 0, idx[64], radix[64];
+  const char *g;
+  json_t *arr;
+  json_object_foreach((json_t *)groups, g, arr) if (ng < 64) keys[ng++] = g;
+  for (size_t q = 0; q < ng; q++) {
+    json_t *grp = json_object_get(groups, keys[q]);
+    radix[q] = json_array_size(grp);
+    idx[q] = 0;
+    for (size_t m = 0; m < radix[q]; m++)
+      if (json_object_get(seen, json_string_value(json_object_get(json_array_get(grp, m), "id")) ?: "")) {
+        idx[q] = m;
+        break;
+      }
+  }
+  /* candidate(): the last group varies fastest */
+  size_t k = 0, count = 0;
+  for (size_t q = 0; q < ng; q++) k = k * radix[q] + idx[q];
+  *prior = k;
+  size_t stride = 1;
+  for (size_t q = ng; q-- > 0;) {
+    for (size_t m = 0; m < radix[q] && count < max; m++)
+      if (m != idx[q]) nb[count++] = k - idx[q] * stride + m * stride;
+    stride *= radix[q];
+  }
+  return count;
+}
+
 int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found, char *err, size_t n) {
   const double tol = c->o->tol > 0 ? c->o->tol : EV_TOL;
   *table = json_array();
@@ -417,6 +487,7 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
     return -1;
   }
   json_t *vocab = ev_vocab(ck), *groups = NULL, *base = NULL, *pick_members = NULL;
+  json_t *seen = experienced_variants(ck);
   char pick_name[512] = "";
   int rc = 0;
   size_t pi;
@@ -469,7 +540,29 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
     int passing = 0;
     json_t *pass_members = NULL;
     char pass_name[512] = "";
-    for (size_t k = 0; rc == 0 && k < total; k++) {
+    /* Experience first: the reading earlier absorptions found, then each
+     * of its one-group neighbours. That reading passing and every neighbour
+     * failing (or unexplained) is the answer, unique among the readings one
+     * change away; anything else scores the whole product as before.
+     * MI_EVOLVE_FULL_SEARCH=1 always scores the whole product. */
+    size_t order[EV_MAX_CANDIDATES], norder = 0, prior = 0, nb[256];
+    const char *full_env = getenv("MI_EVOLVE_FULL_SEARCH");
+    const int use_exp = rc == 0 && json_object_size(seen) && !(full_env && !strcmp(full_env, "1"));
+    size_t nnb = use_exp ? experience_candidates(groups, seen, &prior, nb, sizeof nb / sizeof *nb) : 0;
+    if (use_exp) {
+      order[norder++] = prior;
+      for (size_t q = 0; q < nnb && norder < EV_MAX_CANDIDATES; q++) order[norder++] = nb[q];
+    }
+    int prior_pass = 0, shortened = 0;
+    unsigned char *done = calloc(total ? total : 1, 1);
+    for (size_t step = 0; rc == 0 && done && step < norder + total; step++) {
+      size_t k = step < norder ? order[step] : step - norder;
+      if (step == norder && use_exp && prior_pass && passing == 1) { /* the neighbourhood settled it */
+        shortened = 1;
+        break;
+      }
+      if (k >= total || done[k]) continue;
+      done[k] = 1;
       probe_ctx pc = {ck, cfg, w, g, gpath, shape, pi == 0, tol};
       char name[512];
       json_t *members = candidate(groups, k, name, sizeof name);
@@ -477,12 +570,28 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
       if (r < 0) rc = -1;
       else if (r == 1) {
         passing++;
+        if (step == 0 && use_exp) prior_pass = 1;
         json_decref(pass_members);
         pass_members = json_incref(members);
         snprintf(pass_name, sizeof pass_name, "%s", name);
       }
       json_decref(members);
     }
+    if (!done && rc == 0) {
+      snprintf(err, n, "out of memory");
+      rc = -1;
+    }
+    size_t scored_rows = 0;
+    for (size_t k = 0; done && k < total; k++) scored_rows += done[k];
+    free(done);
+    if (use_exp)
+      fprintf(stderr, "mi-gen: evolve: %s: experience of earlier absorptions: %s (%zu of %zu candidates looked at)\n",
+              shape, shortened ? "settled among the found reading's one-group neighbours" : "not settled, the whole product",
+              scored_rows, total);
+    json_t *sr = json_object_get(c->report, "search");
+    if (!json_is_object(sr)) json_object_set_new(c->report, "search", sr = json_object());
+    json_object_set_new(sr, shape, json_pack("{s:s, s:I, s:I}", "mode", shortened ? "experience" : "full", "looked_at",
+                                             (json_int_t)scored_rows, "candidates", (json_int_t)total));
     mi_weights_close(w);
     json_decref(cfg);
     if (rc == 0 && passing != 1) {
@@ -523,6 +632,7 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
   json_decref(groups);
   json_decref(base);
   json_decref(vocab);
+  json_decref(seen);
   mi_ckb_close(ck);
   return rc;
 }
