@@ -169,6 +169,18 @@ static int my_scale(void *ctx, mi_stream *s, float *y, const float *x, float alp
   return 0;
 }
 
+/* ABI 1.6: how kernel packs (mi/kernel_pack.h: operators generated from
+ * the CKB, e.g. q/k/v biases) run here. Device memory is host memory, so a
+ * pack's host-C loop bodies can run on this platform; a serial platform runs
+ * the whole range at once (a threaded one splits [0, n) over its threads). */
+static int my_run_host(void *ctx, mi_stream *s, void (*body)(void *arg, int64_t i0, int64_t i1), void *arg,
+                       int64_t n) {
+  (void)ctx, (void)s;
+  if (!body || n < 0) return -1;
+  if (n) body(arg, 0, n);
+  return 0;
+}
+
 /* ---- the interface table ---- */
 
 static const mi_platform_iface my_iface = {
@@ -201,6 +213,7 @@ static const mi_platform_iface my_iface = {
      * out, so NULL. A hybrid model lists them in its platform_needs and is
      * refused on this platform with a line naming each one; dense models are
      * not affected. */
+    .run_host = my_run_host, /* ABI 1.6: kernel packs run on this platform */
 };
 
 static const void *my_get_iface(void *ctx) { return &my_iface; }
