@@ -134,26 +134,40 @@ static void check_case_value(json_t *a, json_t *v, json_t *args, json_t *tol, co
  * reader the generator and the reference use too, so an entry that passes
  * here is one they both accept). */
 static void check_map_form(json_t *e, const char *file, ckb_diag *d) {
+  /* an operator stated as an expression: member "pack" with exactly one
+   * form, its reference the form's own ("map" or "rotary") */
   const char *member = json_string_value(json_object_get(e, "member"));
   const char *ref = json_string_value(json_object_get(e, "reference"));
-  int is_pack = member && !strcmp(member, "pack"), is_map = ref && !strcmp(ref, "map");
-  int has_map = json_object_get(e, "map") != NULL;
-  if (is_pack != is_map || is_pack != has_map) {
+  int is_pack = member && !strcmp(member, "pack");
+  int has_map = json_object_get(e, "map") != NULL, has_rot = json_object_get(e, "rotary") != NULL;
+  const char *want = has_map && !has_rot ? "map" : has_rot && !has_map ? "rotary" : NULL;
+  int ref_form = ref && (!strcmp(ref, "map") || !strcmp(ref, "rotary"));
+  if ((is_pack || has_map || has_rot || ref_form) && (!is_pack || !want || !ref || strcmp(ref, want))) {
     ckb_report(d, file,
-               "an operator stated as an expression needs all of \"member\": \"pack\", "
-               "\"reference\": \"map\" and a 'map' object (it has member \"%s\", reference "
-               "\"%s\", %s)",
-               member ? member : "?", ref ? ref : "?", has_map ? "a 'map'" : "no 'map'");
+               "an operator stated as an expression needs \"member\": \"pack\" and one form, 'map' with "
+               "\"reference\": \"map\" or 'rotary' with \"reference\": \"rotary\" (it has member \"%s\", "
+               "reference \"%s\", %s)",
+               member ? member : "?", ref ? ref : "?",
+               has_map && has_rot ? "both forms" : has_map ? "a 'map'" : has_rot ? "a 'rotary'" : "no form");
     return;
   }
-  if (!has_map) return;
-  mi_map_form f;
+  if (!want) return;
   char err[400];
-  if (mi_map_form_parse(e, &f, err, sizeof err) != 0) {
-    ckb_report(d, file, "field 'map': %s", err);
-    return;
+  if (has_map) {
+    mi_map_form f;
+    if (mi_map_form_parse(e, &f, err, sizeof err) != 0) {
+      ckb_report(d, file, "field 'map': %s", err);
+      return;
+    }
+    mi_map_form_free(&f);
+  } else {
+    mi_rotary_form f;
+    if (mi_rotary_form_parse(e, &f, err, sizeof err) != 0) {
+      ckb_report(d, file, "field 'rotary': %s", err);
+      return;
+    }
+    mi_rotary_form_free(&f);
   }
-  mi_map_form_free(&f);
 }
 
 static void check_operator(json_t *e, const char *file, ckb_diag *d) {

@@ -348,6 +348,7 @@ typedef struct kx_out {
   char *s;
   size_t len, cap;
   int over;
+  int dbl; /* double C (exp, pow, literals as written) instead of float C */
 } kx_out;
 
 static void put(kx_out *o, const char *t, size_t n) {
@@ -368,16 +369,19 @@ static void c_node(const mi_kexpr *e, int i, const char *const *names, kx_out *o
   static const char *const cfn[] = {[F_EXP] = "expf",  [F_LOG] = "logf", [F_TANH] = "tanhf",
                                     [F_SQRT] = "sqrtf", [F_ABS] = "fabsf", [F_ERF] = "erff", [F_ERFC] = "erfcf",
                                     [F_MIN] = "fminf", [F_MAX] = "fmaxf", [F_POW] = "powf"};
+  static const char *const dfn[] = {[F_EXP] = "exp",  [F_LOG] = "log", [F_TANH] = "tanh",
+                                    [F_SQRT] = "sqrt", [F_ABS] = "fabs", [F_ERF] = "erf", [F_ERFC] = "erfc",
+                                    [F_MIN] = "fmin", [F_MAX] = "fmax", [F_POW] = "pow"};
+  const int d = o->dbl;
   const kx_node *n = &e->nodes[i];
   switch (n->op) {
   case KX_NUM: {
     const char *lit = e->src + n->lit;
     put(o, lit, (size_t)n->lit_len);
-    /* an integer literal needs a point to be a float constant */
-    puts_(o, memchr(lit, '.', (size_t)n->lit_len) || memchr(lit, 'e', (size_t)n->lit_len) ||
-                     memchr(lit, 'E', (size_t)n->lit_len)
-                 ? "f"
-                 : ".0f");
+    /* an integer literal needs a point to be a floating constant; float C suffixes f */
+    const int real = memchr(lit, '.', (size_t)n->lit_len) || memchr(lit, 'e', (size_t)n->lit_len) ||
+                     memchr(lit, 'E', (size_t)n->lit_len);
+    puts_(o, real ? (d ? "" : "f") : (d ? ".0" : ".0f"));
     return;
   }
   case KX_NAME: puts_(o, names[n->name]); return;
@@ -399,17 +403,17 @@ static void c_node(const mi_kexpr *e, int i, const char *const *names, kx_out *o
   case KX_FN: break;
   }
   if (n->fn == F_SIGMOID) {
-    puts_(o, "(1.0f / (1.0f + expf(-(");
+    puts_(o, d ? "(1.0 / (1.0 + exp(-(" : "(1.0f / (1.0f + expf(-(");
     c_node(e, n->a, names, o);
     puts_(o, "))))");
   } else if (n->fn == F_SOFTPLUS) { /* the stable form the reference uses */
-    puts_(o, "(fmaxf(");
+    puts_(o, d ? "(fmax(" : "(fmaxf(");
     c_node(e, n->a, names, o);
-    puts_(o, ", 0.0f) + log1pf(expf(-fabsf(");
+    puts_(o, d ? ", 0.0) + log1p(exp(-fabs(" : ", 0.0f) + log1pf(expf(-fabsf(");
     c_node(e, n->a, names, o);
     puts_(o, "))))");
   } else {
-    puts_(o, cfn[n->fn]);
+    puts_(o, d ? dfn[n->fn] : cfn[n->fn]);
     puts_(o, "(");
     c_node(e, n->a, names, o);
     if (n->b >= 0) {
@@ -420,8 +424,8 @@ static void c_node(const mi_kexpr *e, int i, const char *const *names, kx_out *o
   }
 }
 
-int mi_kexpr_c(const mi_kexpr *e, const char *const *c_names, char *out, size_t out_len, char *err,
-               size_t err_len) {
+static int write_c(const mi_kexpr *e, const char *const *c_names, char *out, size_t out_len, char *err,
+                   size_t err_len, int dbl) {
   if (err_len) err[0] = 0;
   if (!e || !c_names || !out || !out_len) {
     snprintf(err, err_len, "kernel expression: nothing to write");
@@ -432,7 +436,7 @@ int mi_kexpr_c(const mi_kexpr *e, const char *const *c_names, char *out, size_t 
       snprintf(err, err_len, "kernel expression: no C name for '%s'", e->names[i]);
       return -1;
     }
-  kx_out o = {out, 0, out_len, 0};
+  kx_out o = {out, 0, out_len, 0, dbl};
   out[0] = 0;
   c_node(e, e->root, c_names, &o);
   if (o.over) {
@@ -440,4 +444,14 @@ int mi_kexpr_c(const mi_kexpr *e, const char *const *c_names, char *out, size_t 
     return -1;
   }
   return 0;
+}
+
+int mi_kexpr_c(const mi_kexpr *e, const char *const *c_names, char *out, size_t out_len, char *err,
+               size_t err_len) {
+  return write_c(e, c_names, out, out_len, err, err_len, 0);
+}
+
+int mi_kexpr_c64(const mi_kexpr *e, const char *const *c_names, char *out, size_t out_len, char *err,
+                 size_t err_len) {
+  return write_c(e, c_names, out, out_len, err, err_len, 1);
 }

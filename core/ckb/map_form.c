@@ -138,3 +138,57 @@ void mi_map_form_free(mi_map_form *f) {
   f->expr = NULL;
   f->n_names = 0;
 }
+
+/* ---- the rotary form ---- */
+
+int mi_rotary_form_parse(const json_t *op, mi_rotary_form *f, char *err, size_t err_len) {
+  static const char *const need[MI_ROTARY_ARGS] = {"x", "pos", "T", "H", "tok_stride", "head_stride", "rot_dim"};
+  static const char *const kind[MI_ROTARY_ARGS] = {"inout", "in", "i64", "i64", "i64", "i64", "i64"};
+  static const char *const dtype[MI_ROTARY_ARGS] = {"f32", "i32", NULL, NULL, NULL, NULL, NULL};
+  memset(f, 0, sizeof *f);
+  if (err_len) err[0] = 0;
+  const char *id = str_or(op, "id", "an operator");
+  const json_t *args = json_object_get(json_object_get(op, "signature"), "args");
+  const char *freq = json_string_value(json_object_get(json_object_get(op, "rotary"), "freq"));
+  if (!freq || !json_is_array(args)) {
+    snprintf(err, err_len, "%s: no \"rotary\" with a \"freq\" string, or no signature.args", id);
+    return -1;
+  }
+  for (int k = 0; k < MI_ROTARY_ARGS; k++) {
+    const json_t *a = arg_named(args, need[k], &f->arg[k]);
+    if (!a || strcmp(str_or(a, "kind", ""), kind[k]) || (dtype[k] && strcmp(str_or(a, "dtype", ""), dtype[k]))) {
+      snprintf(err, err_len, "%s: a rotary operator has operator.rope's argument '%s' (%s%s%s)", id, need[k], kind[k],
+               dtype[k] ? " " : "", dtype[k] ? dtype[k] : "");
+      return -1;
+    }
+  }
+  char perr[256];
+  if (!(f->freq = mi_kexpr_parse(freq, perr, sizeof perr))) {
+    snprintf(err, err_len, "%s: rotary.freq: %s", id, perr);
+    return -1;
+  }
+  f->n_names = mi_kexpr_n_names(f->freq);
+  for (int k = 0; k < f->n_names; k++) {
+    const char *name = mi_kexpr_name(f->freq, k);
+    if (!strcmp(name, "i")) {
+      f->name_arg[k] = -1;
+      continue;
+    }
+    const json_t *a = arg_named(args, name, &f->name_arg[k]);
+    const char *kd = a ? str_or(a, "kind", "") : "";
+    if (!a || (strcmp(kd, "i64") && strcmp(kd, "i32") && strcmp(kd, "f32") && strcmp(kd, "f64"))) {
+      snprintf(err, err_len, "%s: rotary.freq reads '%.64s', which is neither i (the pair) nor a scalar argument", id,
+               name);
+      mi_rotary_form_free(f);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void mi_rotary_form_free(mi_rotary_form *f) {
+  if (!f) return;
+  mi_kexpr_free(f->freq);
+  f->freq = NULL;
+  f->n_names = 0;
+}

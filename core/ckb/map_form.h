@@ -46,6 +46,9 @@ double mi_kexpr_eval(const mi_kexpr *e, const double *values);
  * spelled c_names[i]. 0, or -1 with a message (out_len too small). */
 int mi_kexpr_c(const mi_kexpr *e, const char *const *c_names, char *out, size_t out_len, char *err,
                size_t err_len);
+/* The same in double arithmetic (exp, pow, literals as written). */
+int mi_kexpr_c64(const mi_kexpr *e, const char *const *c_names, char *out, size_t out_len, char *err,
+                 size_t err_len);
 
 /* ---- the map form of an operator contract ---- */
 
@@ -77,5 +80,31 @@ typedef struct mi_map_form {
  * mi_map_form_free. */
 int mi_map_form_parse(const json_t *op, mi_map_form *f, char *err, size_t err_len);
 void mi_map_form_free(mi_map_form *f);
+
+/* ---- the rotary form: a rotation of pairs whose frequency is an expression ----
+ *
+ *   "member": "pack", "reference": "rotary",
+ *   "rotary": {"freq": "pow(theta, -2 * i / rot_dim) * ..."}
+ *
+ * over operator.rope's arguments (x inout f32, pos in i32 [T], T, H,
+ * tok_stride, head_stride, rot_dim, by those names) and any scalar
+ * arguments of its own: for t < T, h < H, i < rot_dim / 2, with
+ * v = x + t*tok_stride + h*head_stride and a = pos[t] * freq(i),
+ * (v[i], v[i + rot_dim/2]) <- (v[i] cos a - v[i + rot_dim/2] sin a,
+ * v[i + rot_dim/2] cos a + v[i] sin a) (NeoX pairing, as operator.rope).
+ * freq reads `i` (the pair's index) and scalar arguments by name; the
+ * reference and the generated kernel evaluate it in double. */
+
+#define MI_ROTARY_ARGS 7 /* x, pos, T, H, tok_stride, head_stride, rot_dim */
+
+typedef struct mi_rotary_form {
+  int arg[MI_ROTARY_ARGS]; /* signature indices of x, pos, T, H, tok_stride, head_stride, rot_dim */
+  mi_kexpr *freq;
+  int n_names;
+  int name_arg[MI_MAP_MAX_NAMES]; /* freq's name k: its signature index, -1 for i */
+} mi_rotary_form;
+
+int mi_rotary_form_parse(const json_t *op, mi_rotary_form *f, char *err, size_t err_len);
+void mi_rotary_form_free(mi_rotary_form *f);
 
 #endif

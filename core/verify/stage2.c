@@ -97,6 +97,30 @@ static json_t *layer_config(const json_t *model, const json_t *test_contract, ch
   return cfg;
 }
 
+/* Fields the layer_config leaves out that the contract requires without a
+ * default (a variant's own, as llama3 rope scaling's factor): the values of
+ * the checkpoint under test (--model), at the contract's path. The shape
+ * stays the test contract's. */
+static void layer_config_fill(const json_t *model, json_t *cfg, const char *model_dir) {
+  if (!model_dir) return;
+  char p[4200];
+  snprintf(p, sizeof p, "%s/config.json", model_dir);
+  json_t *mc = json_load_file(p, 0, NULL);
+  size_t i;
+  json_t *f;
+  json_array_foreach(json_object_get(model, "config"), i, f) {
+    const char *n = json_string_value(json_object_get(f, "name"));
+    if (!n || json_object_get(f, "default") || json_object_get(f, "default_expr")) continue;
+    if (mi_ckb_config_value(model, cfg, n, strlen(n))) continue; /* the layer_config has it */
+    const json_t *v = mc ? mi_ckb_config_value(model, mc, n, strlen(n)) : NULL;
+    if (!v || json_is_null(v)) continue;
+    json_t *c = json_deep_copy(v);
+    set_path(cfg, json_string_value(json_object_get(f, "path")) ?: n, c);
+    json_decref(c);
+  }
+  json_decref(mc);
+}
+
 /* ---------- the plan ---------- */
 
 typedef struct l2_weight {
@@ -624,6 +648,7 @@ json_t *vf_stage2(const vf_stage_opts *o, json_t *model, json_t *test_contract) 
   double t = json_is_number(tol) ? json_number_value(tol) : 1e-4;
   char shape[600];
   json_t *cfg = layer_config(model, test_contract, shape, sizeof shape);
+  layer_config_fill(model, cfg, o->model_dir);
   int npass = 0, nfail = 0;
   const json_t *kinds = json_object_get(json_object_get(model, "layer_kinds"), "kinds");
   const char *kind;

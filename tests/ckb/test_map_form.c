@@ -176,7 +176,59 @@ START_TEST(test_form) {
 }
 END_TEST
 
+/* operator.rope_llama3's frequency, as the CKB states it (one clamped
+ * expression), against Llama 3.1's definition written here band by band:
+ * wavelengths under original / high_freq_factor kept, over original /
+ * low_freq_factor divided by factor, the band between interpolated with
+ * smooth = (original / wavelength - low) / (high - low). */
+static double llama3_piecewise(double theta, int64_t i, int64_t rot, double factor, double low, double high,
+                               double orig) {
+  const double inv = pow(theta, -2.0 * (double)i / (double)rot), wl = 2 * M_PI / inv;
+  if (wl < orig / high) return inv;
+  if (wl > orig / low) return inv / factor;
+  const double sm = (orig / wl - low) / (high - low);
+  return (1 - sm) * inv / factor + sm * inv;
+}
+
+START_TEST(rope_llama3_frequency) {
+  char path[4200], err[512] = "";
+  snprintf(path, sizeof path, "%s/ckb/operators/rope_llama3.json", getenv("MI_SOURCE_DIR"));
+  json_error_t je;
+  json_t *op = json_load_file(path, 0, &je);
+  ck_assert_msg(op, "%s: %s", path, je.text);
+  mi_rotary_form f;
+  ck_assert_msg(mi_rotary_form_parse(op, &f, err, sizeof err) == 0, "%s", err);
+  const struct {
+    double theta, factor, low, high, orig;
+    int64_t rot;
+  } cfgs[] = {{500000, 8, 1, 4, 8192, 128}, {500000, 32, 1, 4, 8192, 64}, {10000, 32, 1, 4, 64, 16},
+              {500000, 16, 2, 8, 512, 128}};
+  for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++)
+    for (int64_t i = 0; i < cfgs[c].rot / 2; i++) {
+      double v[MI_MAP_MAX_NAMES];
+      for (int k = 0; k < f.n_names; k++) {
+        const char *n = mi_kexpr_name(f.freq, k);
+        v[k] = !strcmp(n, "i") ? (double)i : !strcmp(n, "rot_dim") ? (double)cfgs[c].rot : !strcmp(n, "theta") ? cfgs[c].theta
+             : !strcmp(n, "factor") ? cfgs[c].factor : !strcmp(n, "low_freq_factor") ? cfgs[c].low
+             : !strcmp(n, "high_freq_factor") ? cfgs[c].high : !strcmp(n, "original_max_position_embeddings") ? cfgs[c].orig
+             : NAN;
+      }
+      const double got = mi_kexpr_eval(f.freq, v);
+      const double want = llama3_piecewise(cfgs[c].theta, i, cfgs[c].rot, cfgs[c].factor, cfgs[c].low, cfgs[c].high,
+                                           cfgs[c].orig);
+      ck_assert_msg(fabs(got - want) <= 1e-12 * want, "config %zu pair %lld: %.17g vs %.17g", c, (long long)i, got, want);
+    }
+  mi_rotary_form_free(&f);
+  /* a rotary form without operator.rope's arguments is refused by name */
+  json_array_remove(json_object_get(json_object_get(op, "signature"), "args"), 3); /* pos */
+  ck_assert_int_eq(mi_rotary_form_parse(op, &f, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "operator.rope_llama3") && strstr(err, "'pos'"), "%s", err);
+  ck_assert_ptr_null(f.freq);
+  json_decref(op);
+}
+END_TEST
+
 int main(void) {
   return mi_check_run(mi_check_suite("map_form", "map_form", 60, NULL, NULL,
-                                     MI_CHECK_TESTS(test_eval, test_names_and_c, test_refused, test_form)));
+                                     MI_CHECK_TESTS(test_eval, test_names_and_c, test_refused, test_form, rope_llama3_frequency)));
 }

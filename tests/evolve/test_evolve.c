@@ -1064,6 +1064,32 @@ START_TEST(llama_layout_absorbed) {
 }
 END_TEST
 
+/* Llama 3.1's rope scaling (rope_type llama3): a rotation whose pair
+ * frequencies the CKB states as an expression (operator.rope_llama3, the
+ * rotary form, generated into a pack). The probe's original context is 64
+ * so all three bands bite within the prompts; llama.cpp applies it through
+ * the rope_freqs tensor hf2gguf.mjs writes. The unscaled reading cannot
+ * explain rope_scaling; computed anyway it is 9.7 off this oracle. */
+START_TEST(llama31_rope_scaling_absorbed) {
+  json_t *m = absorb_family("llama31-probe-tiny-seed6.json",
+                            "head_dim=derived llama_fields=present norm=w qk=none rope_scaling=llama3", "models/llama.json",
+                            "LlamaForCausalLM");
+  const json_t *seq = json_object_get(m, "layer_sequence");
+  ck_assert_str_eq(json_string_value(json_object_get(mi_ckb_named(seq, "step", "q_rope"), "operator")),
+                   "operator.rope_llama3");
+  ck_assert_str_eq(json_string_value(json_object_get(mi_ckb_named(seq, "step", "k_rope"), "operator")),
+                   "operator.rope_llama3");
+  /* rope_scaling bound member by member: llama3 the only type computed */
+  const json_t *cf = json_object_get(m, "config");
+  ck_assert_ptr_null(mi_ckb_named(cf, "name", "rope_scaling"));
+  const json_t *rt = mi_ckb_named(cf, "name", "rope_type");
+  ck_assert_str_eq(json_string_value(json_object_get(rt, "path")), "rope_scaling.rope_type");
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(rt, "values"), 0)), "llama3");
+  ck_assert_str_eq(json_string_value(json_object_get(mi_ckb_named(cf, "name", "factor"), "path")), "rope_scaling.factor");
+  json_decref(m);
+}
+END_TEST
+
 START_TEST(mistral_layout_absorbed) {
   json_t *m = absorb_family("mistral-probe-tiny-seed5.json", "head_dim=derived norm=w qk=none window=by_field",
                             "models/mistral.json", "MistralForCausalLM");
@@ -1133,7 +1159,8 @@ static Suite *suite(void) {
                                   references_off_reads_nothing,
                                   tampered_oracle_picks_the_other_variant, bad_input_is_named,
                                   qwen2_layout_found_through_a_generated_operator, llama_layout_absorbed,
-                                  mistral_layout_absorbed, experience_shortens_the_search));
+                                  mistral_layout_absorbed, llama31_rope_scaling_absorbed,
+                                  experience_shortens_the_search));
   mi_check_add(
       tk, MI_CHECK_TESTS(
               consolidator_entries_validate_are_deterministic_and_match_the_draft,

@@ -898,7 +898,11 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   const theta = cfg.rope_theta ?? ropeParams.rope_theta ?? fam.ropeThetaDefault;
   if (typeof theta !== "number") die(`${cfgFile}: no rope_theta`);
   const scaling = cfg.rope_scaling || (ropeParams.rope_type && ropeParams.rope_type !== "default" ? ropeParams : null);
-  if (scaling && scaling.rope_type !== "default" && scaling.type !== "default")
+  // llama3 scaling (Llama 3.1+): llama.cpp's llama graph divides each pair's
+  // frequency by a factor read from a rope_freqs tensor (ggml_rope_ext's
+  // freq_factors), made here from the config (ropeFreqFactors)
+  const llama3 = scaling && fam.permuteQK && (scaling.rope_type ?? scaling.type) === "llama3";
+  if (scaling && !llama3 && scaling.rope_type !== "default" && scaling.type !== "default")
     die(`${cfgFile}: rope scaling ${JSON.stringify(scaling)} is not supported by this converter`);
   if (cfg.attention_bias === true && !fam.qkvBias) die(`${cfgFile}: attention_bias=true is not supported`);
   if (cfg.mlp_bias === true) die(`${cfgFile}: mlp_bias=true is not supported`);
@@ -941,8 +945,32 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
     else if (heads) die(`--type ${type}: ${A} files are made f32 or bf16 here (q/k need their rows permuted)`);
     else w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
   }
+  if (llama3) {
+    const f = ropeFreqFactors(scaling, theta, h.head_dim, cfgFile);
+    w.addTensor("rope_freqs.weight", [f.length], GGML_TYPE.F32, (fd, at) => writeF32As(f, GGML_TYPE.F32, fd, at));
+  }
   await w.write(outPath);
   return { config: h, vocab, types, notes };
+}
+
+/** llama3 rope scaling as llama.cpp reads it: per pair i of a head of hd
+ *  channels, the divisor of its frequency inv = theta^(-2i/hd). With
+ *  s = clamp((orig / wavelength - low) / (high - low), 0, 1), the scaled
+ *  frequency is inv * ((1 - s) / factor + s): kept for short wavelengths
+ *  (s = 1), divided by factor for long ones (s = 0), interpolated between
+ *  (the rope scaling of Hugging Face's Llama 3.1 configs, written here from
+ *  that definition). */
+function ropeFreqFactors(sc, theta, hd, cfgFile) {
+  const factor = sc.factor, low = sc.low_freq_factor, high = sc.high_freq_factor, orig = sc.original_max_position_embeddings;
+  if (![factor, low, high, orig].every((v) => typeof v === "number" && v > 0) || high <= low)
+    die(`${cfgFile}: rope_scaling llama3 needs positive factor, low_freq_factor < high_freq_factor, original_max_position_embeddings`);
+  const out = new Float32Array(hd / 2);
+  for (let i = 0; i < hd / 2; i++) {
+    const inv = Math.pow(theta, (-2 * i) / hd), wavelen = (2 * Math.PI) / inv;
+    const s = Math.min(Math.max((orig / wavelen - low) / (high - low), 0), 1);
+    out[i] = 1 / ((1 - s) / factor + s);
+  }
+  return out;
 }
 
 // the block quantizers, for tests (tests/gguf/q4_peer.mjs)

@@ -215,6 +215,8 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
     json_array_foreach(json_object_get(ed, "add_buffers"), i,
                        x) if (!mi_ckb_named(bufs, "name", json_string_value(json_object_get(x, "name"))))
         json_array_append_new(bufs, json_deep_copy(x));
+    json_array_foreach(json_object_get(ed, "remove_config"), i, x)
+        remove_named(json_object_get(m, "config"), "name", json_string_value(x));
     json_array_foreach(json_object_get(ed, "add_config"), i, x) add_config(m, x, cfg);
     json_t *inert = json_object_get(m, "config_inert");
     if (!json_is_array(inert)) json_object_set_new(m, "config_inert", inert = json_array());

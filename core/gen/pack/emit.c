@@ -31,6 +31,8 @@ typedef struct pk_op {
   json_t *args; /* signature.args (borrowed) */
   mi_map_form f;
   int parsed;
+  int rotary;        /* the rotary form (core/ckb/map_form.h) instead of a map */
+  mi_rotary_form rf; /* its frequency expression and operator.rope's arguments */
   char sha[65]; /* of the entry's canonical JSON: which knowledge the kernel came from */
   char body_c[PK_EXPR_MAX]; /* the expression as float C over the body's names */
 } pk_op;
@@ -82,6 +84,7 @@ static const char *c_type(json_t *a) {
   if (!strcmp(k, "i32")) return "int32_t ";
   if (!strcmp(k, "f32")) return "float ";
   if (!strcmp(k, "f64")) return "double ";
+  if (dt && !strcmp(dt, "i32") && !strcmp(k, "in")) return "const int32_t *"; /* positions */
   if (!dt || strcmp(dt, "f32")) return NULL; /* f32 buffers only: the expression is float C */
   if (!strcmp(k, "in")) return "const float *";
   if (!strcmp(k, "out") || !strcmp(k, "inout")) return "float *";
@@ -140,13 +143,56 @@ static int cmp_op_id(const void *a, const void *b) {
 }
 
 /* Reads one operator entry into op: a map operator the C can carry. */
+static int entry_sha(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len) {
+  char *canon = json_dumps(e->json, JSON_COMPACT | JSON_SORT_KEYS);
+  if (!canon) {
+    snprintf(err, err_len, "%s: out of memory", e->id);
+    return -1;
+  }
+  mi_sha256_buf(canon, strlen(canon), op->sha);
+  free(canon);
+  return 0;
+}
+
+/* A rotary operator: operator.rope's arguments, its frequency in double C
+ * over the pair index mi_i and the scalar arguments. */
+static int read_rotary(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len) {
+  op->expr = json_string_value(json_object_get(json_object_get(e->json, "rotary"), "freq"));
+  if (mi_rotary_form_parse(e->json, &op->rf, err, err_len) != 0) return -1;
+  op->parsed = 2;
+  size_t i;
+  json_t *a;
+  json_array_foreach(op->args, i, a) {
+    const char *n = arg_name(a);
+    if (reserved_name(n) || !c_type(a)) {
+      snprintf(err, err_len, "%s: argument '%s' cannot be a host-C kernel's (a reserved name, or a type it cannot carry)",
+               e->id, n);
+      return -1;
+    }
+  }
+  const char *names[MI_MAP_MAX_NAMES];
+  char store[MI_MAP_MAX_NAMES][96];
+  for (int k = 0; k < op->rf.n_names; k++) {
+    if (op->rf.name_arg[k] < 0) snprintf(store[k], sizeof store[k], "((double)mi_i)");
+    else snprintf(store[k], sizeof store[k], "((double)%s)", arg_name(json_array_get(op->args, (size_t)op->rf.name_arg[k])));
+    names[k] = store[k];
+  }
+  char kerr[300];
+  if (mi_kexpr_c64(op->rf.freq, names, op->body_c, sizeof op->body_c, kerr, sizeof kerr) != 0) {
+    snprintf(err, err_len, "%s: %s", e->id, kerr);
+    return -1;
+  }
+  return entry_sha(e, op, err, err_len);
+}
+
 static int read_op(const mi_ckb *ckb, const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len) {
   json_t *j = e->json;
   const char *member = json_string_value(json_object_get(j, "member"));
   op->e = e;
   op->id = e->id;
   op->version = e->version ? e->version : "?";
-  if (!json_object_get(j, "map") || !member || strcmp(member, "pack")) {
+  op->rotary = json_object_get(j, "rotary") != NULL;
+  if ((!json_object_get(j, "map") && !op->rotary) || !member || strcmp(member, "pack")) {
     snprintf(err, err_len,
              "%s: not an operator stated as an expression (member \"%s\", %s): a pack holds only "
              "operators with \"member\": \"pack\" and a \"map\"",
@@ -159,9 +205,10 @@ static int read_op(const mi_ckb *ckb, const mi_ckb_entry *e, pk_op *op, char *er
     return -1;
   }
   op->base = e->id + strlen("operator.");
-  op->expr = json_string_value(json_object_get(json_object_get(j, "map"), "expr"));
   op->math = json_string_value(json_object_get(j, "math"));
   op->args = json_object_get(json_object_get(j, "signature"), "args");
+  if (op->rotary) return read_rotary(e, op, err, err_len);
+  op->expr = json_string_value(json_object_get(json_object_get(j, "map"), "expr"));
   if (mi_map_form_parse(j, &op->f, err, err_len) != 0) return -1;
   op->parsed = 1;
 
@@ -256,7 +303,7 @@ static int choose_ops(const mi_ckb *ckb, const char *const *op_ids, pk_op **out,
     pick = calloc(cap + 1, sizeof *pick);
     for (size_t i = 0; pick && i < cap; i++) {
       const mi_ckb_entry *e = mi_ckb_at(ckb, i);
-      if (e->id && e->kind && !strcmp(e->kind, "operator") && json_object_get(e->json, "map"))
+      if (e->id && e->kind && !strcmp(e->kind, "operator") && (json_object_get(e->json, "map") || json_object_get(e->json, "rotary")))
         pick[n++] = e;
     }
   }
@@ -293,7 +340,8 @@ static int choose_ops(const mi_ckb *ckb, const char *const *op_ids, pk_op **out,
 
 static void free_ops(pk_op *ops, size_t n) {
   for (size_t k = 0; ops && k < n; k++)
-    if (ops[k].parsed) mi_map_form_free(&ops[k].f);
+    if (ops[k].parsed == 1) mi_map_form_free(&ops[k].f);
+    else if (ops[k].parsed == 2) mi_rotary_form_free(&ops[k].rf);
   free(ops);
 }
 
@@ -311,9 +359,13 @@ static void emit_preamble(FILE *o, const char *name, const pk_op *ops, size_t n)
             ops[k].sha);
     fputs(" *     math: ", o);
     put_comment(o, ops[k].math);
-    fputs("\n *     map:  ", o);
-    put_comment(o, ops[k].f.out);
-    fputs(" = ", o);
+    if (ops[k].rotary) {
+      fputs("\n *     rotary: freq(i) = ", o);
+    } else {
+      fputs("\n *     map:  ", o);
+      put_comment(o, ops[k].f.out);
+      fputs(" = ", o);
+    }
     put_comment(o, ops[k].expr);
     fputs("\n", o);
   }
@@ -412,24 +464,12 @@ static void emit_body(FILE *o, const pk_op *op) {
   fprintf(o, "    }\n  }\n}\n\n");
 }
 
-/* The kernel: the contract's signature; checks, then run_host. */
-static int emit_kernel(FILE *o, const pk_op *op, char *err, size_t err_len) {
-  const mi_map_form *f = &op->f;
+/* The kernel's checks after the bound-pack one: the contract's constraints
+ * over its integer arguments (a failure prints every integer argument), and
+ * no NULL buffer. */
+static int emit_checks(FILE *o, const pk_op *op, char *err, size_t err_len) {
   size_t i;
   json_t *a;
-  const char *ctx = arg_name(json_array_get(op->args, 0)),
-             *stream = arg_name(json_array_get(op->args, 1));
-
-  fprintf(o, "static int mi_%s(", op->base);
-  json_array_foreach(op->args, i, a) fprintf(o, "%s%s%s", i ? ", " : "", c_type(a), arg_name(a));
-  fprintf(o, ") {\n");
-  fprintf(o, "  mi_pk_ctx *mi_p = %s;\n", ctx);
-  fprintf(o, "  if (!mi_p || !mi_p->platform)\n");
-  fprintf(
-      o,
-      "    return mi_pk_fail(mi_p, \"%s: the pack is not bound to a platform (bind it first)\");\n",
-      op->id);
-
   /* the contract's constraints, over its integer arguments; a failure
    * prints every integer argument */
   char ints_fmt[1024] = "", ints_val[2048] = "";
@@ -466,6 +506,29 @@ static int emit_kernel(FILE *o, const pk_op *op, char *err, size_t err_len) {
     fprintf(o, "  if (!%s) return mi_pk_fail(mi_p, \"%s: buffer '%s' is NULL\");\n", arg_name(a),
             op->id, arg_name(a));
   }
+
+  return 0;
+}
+
+/* The kernel: the contract's signature; checks, then run_host. */
+static int emit_kernel(FILE *o, const pk_op *op, char *err, size_t err_len) {
+  const mi_map_form *f = &op->f;
+  size_t i;
+  json_t *a;
+  const char *ctx = arg_name(json_array_get(op->args, 0)),
+             *stream = arg_name(json_array_get(op->args, 1));
+
+  fprintf(o, "static int mi_%s(", op->base);
+  json_array_foreach(op->args, i, a) fprintf(o, "%s%s%s", i ? ", " : "", c_type(a), arg_name(a));
+  fprintf(o, ") {\n");
+  fprintf(o, "  mi_pk_ctx *mi_p = %s;\n", ctx);
+  fprintf(o, "  if (!mi_p || !mi_p->platform)\n");
+  fprintf(
+      o,
+      "    return mi_pk_fail(mi_p, \"%s: the pack is not bound to a platform (bind it first)\");\n",
+      op->id);
+
+  if (emit_checks(o, op, err, err_len) != 0) return -1;
 
   /* the output's shape: the loop domain */
   char rows_c[1024] = "1", n_c[1024];
@@ -516,9 +579,12 @@ static int emit_kernel(FILE *o, const pk_op *op, char *err, size_t err_len) {
   return 0;
 }
 
+static int emit_rotary(FILE *o, const pk_op *op, char *err, size_t err_len);
+
 static int emit_op(FILE *o, const pk_op *op, char *err, size_t err_len) {
   size_t i;
   json_t *a;
+  if (op->rotary) return emit_rotary(o, op, err, err_len);
   fprintf(o, "/* ---------- %s %s: %s = ", op->id, op->version, op->f.out);
   put_comment(o, op->expr);
   fprintf(o, " ---------- */\n\n");
@@ -531,6 +597,58 @@ static int emit_op(FILE *o, const pk_op *op, char *err, size_t err_len) {
   fprintf(o, "} mi_%s_args;\n\n", op->base);
   emit_body(o, op);
   return emit_kernel(o, op, err, err_len);
+}
+
+/* A rotary operator: the frequency of each pair computed once per call in
+ * double, then the rotation over tokens (the chunks run_host splits),
+ * pairs and heads, as operator.rope pairs channels (i, i + rot_dim/2). */
+static int emit_rotary(FILE *o, const pk_op *op, char *err, size_t err_len) {
+  size_t i;
+  json_t *a;
+  const char *nm[MI_ROTARY_ARGS];
+  for (int k = 0; k < MI_ROTARY_ARGS; k++) nm[k] = arg_name(json_array_get(op->args, (size_t)op->rf.arg[k]));
+  const char *x = nm[0], *pos = nm[1], *T = nm[2], *H = nm[3], *ts = nm[4], *hs = nm[5], *rot = nm[6];
+  fprintf(o, "/* ---------- %s %s: rotary, freq(i) = ", op->id, op->version);
+  put_comment(o, op->expr);
+  fprintf(o, " ---------- */\n\n");
+  fprintf(o, "#define MI_PK_ROT_MAX 4096 /* pairs a head: rot_dim up to 8192 */\n\n");
+  fprintf(o, "typedef struct mi_%s_args {\n  float *%s;\n  const int32_t *%s;\n", op->base, x, pos);
+  fprintf(o, "  int64_t %s, %s, %s, %s, %s;\n", T, H, ts, hs, rot);
+  fprintf(o, "  const double *mi_freq; /* [rot_dim / 2]: each pair's frequency */\n} mi_%s_args;\n\n", op->base);
+  fprintf(o, "/* tokens [mi_t0, mi_t1) */\n");
+  fprintf(o, "static void mi_%s_body(void *mi_arg, int64_t mi_t0, int64_t mi_t1) {\n", op->base);
+  fprintf(o, "  const mi_%s_args *mi_a = mi_arg;\n", op->base);
+  fprintf(o, "  const int64_t mi_half = mi_a->%s / 2;\n", rot);
+  fprintf(o, "  for (int64_t mi_t = mi_t0; mi_t < mi_t1; mi_t++)\n");
+  fprintf(o, "    for (int64_t mi_i = 0; mi_i < mi_half; mi_i++) {\n");
+  fprintf(o, "      const double mi_ang = (double)mi_a->%s[mi_t] * mi_a->mi_freq[mi_i];\n", pos);
+  fprintf(o, "      const float mi_c = (float)cos(mi_ang), mi_s = (float)sin(mi_ang);\n");
+  fprintf(o, "      for (int64_t mi_h = 0; mi_h < mi_a->%s; mi_h++) {\n", H);
+  fprintf(o, "        float *mi_v = mi_a->%s + mi_t * mi_a->%s + mi_h * mi_a->%s;\n", x, ts, hs);
+  fprintf(o, "        const float mi_x0 = mi_v[mi_i], mi_x1 = mi_v[mi_i + mi_half];\n");
+  fprintf(o, "        mi_v[mi_i] = mi_x0 * mi_c - mi_x1 * mi_s;\n");
+  fprintf(o, "        mi_v[mi_i + mi_half] = mi_x1 * mi_c + mi_x0 * mi_s;\n      }\n    }\n}\n\n");
+
+  fprintf(o, "static int mi_%s(", op->base);
+  json_array_foreach(op->args, i, a) fprintf(o, "%s%s%s", i ? ", " : "", c_type(a), arg_name(a));
+  fprintf(o, ") {\n");
+  fprintf(o, "  mi_pk_ctx *mi_p = %s;\n", arg_name(json_array_get(op->args, 0)));
+  fprintf(o, "  if (!mi_p || !mi_p->platform)\n");
+  fprintf(o, "    return mi_pk_fail(mi_p, \"%s: the pack is not bound to a platform (bind it first)\");\n", op->id);
+  if (emit_checks(o, op, err, err_len) != 0) return -1;
+  fprintf(o, "  if (%s < 2 || %s %% 2 || %s / 2 > MI_PK_ROT_MAX)\n", rot, rot, rot);
+  fprintf(o, "    return mi_pk_fail(mi_p, \"%s: rot_dim %%lld: an even number of channels, at most %%d pairs\", "
+             "(long long)%s, MI_PK_ROT_MAX);\n", op->id, rot);
+  fprintf(o, "  if (%s <= 0 || %s <= 0) return 0; /* nothing to rotate */\n", T, H);
+  fprintf(o, "  double mi_freq[MI_PK_ROT_MAX];\n");
+  fprintf(o, "  for (int64_t mi_i = 0; mi_i < %s / 2; mi_i++) mi_freq[mi_i] = %s;\n", rot, op->body_c);
+  fprintf(o, "  mi_%s_args mi_a = {%s, %s, %s, %s, %s, %s, %s, mi_freq};\n", op->base, x, pos, T, H, ts, hs, rot);
+  fprintf(o, "  if (mi_p->platform->run_host(mi_p->platform_ctx, %s, mi_%s_body, &mi_a, %s) != 0)\n",
+          arg_name(json_array_get(op->args, 1)), op->base, T);
+  fprintf(o, "    return mi_pk_fail(mi_p, \"%s: the platform's run_host failed: %%s\", mi_pk_platform_error(mi_p));\n",
+          op->id);
+  fprintf(o, "  return 0;\n}\n\n");
+  return 0;
 }
 
 static void emit_plugin(FILE *o, const char *name, const pk_op *ops, size_t n) {

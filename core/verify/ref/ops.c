@@ -248,6 +248,7 @@ static int ref_rmsnorm_gated(vf_call *c, char *err, size_t len) {
 
 int vf_ref_convert(vf_call *c, char *err, size_t len); /* ref/ops_convert.c */
 int vf_ref_map(vf_call *c, char *err, size_t len);     /* ref/map.c */
+int vf_ref_rotary(vf_call *c, char *err, size_t len);  /* ref/rotary.c */
 
 static const struct {
   const char *name;
@@ -267,6 +268,7 @@ static const struct {
     {"convert", vf_ref_convert},
     /* an operator stated as an expression (kernel packs, ABI 1.6) */
     {"map", vf_ref_map},
+    {"rotary", vf_ref_rotary},
 };
 
 vf_ref_fn vf_ref_find(const char *name) {
