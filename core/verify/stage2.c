@@ -98,7 +98,7 @@ static json_t *layer_config(const json_t *model, const json_t *test_contract, ch
 }
 
 /* Fields the layer_config leaves out that the contract requires without a
- * default (a variant's own, as llama3 rope scaling's factor): the values of
+ * default (a variant's own, as a rope scaling's factor): the values of
  * the checkpoint under test (--model), at the contract's path. The shape
  * stays the test contract's. */
 static void layer_config_fill(const json_t *model, json_t *cfg, const char *model_dir) {

@@ -462,6 +462,67 @@ static size_t experience_candidates(const json_t *groups, const json_t *seen, si
   return count;
 }
 
+/* The candidates on one probe, the experience of earlier absorptions first:
+ * the reading it names, then each of its one-group neighbours. That reading
+ * passing and every neighbour failing (or unexplained) is the answer, unique
+ * among the readings one change away; anything else scores the whole
+ * product. MI_EVOLVE_FULL_SEARCH=1 always scores the whole product. Counts
+ * the passing candidates into *passing (the last one's members and name
+ * kept) and records the probe's "search" entry in the report. 0, or -1
+ * with err. */
+static int score_probe(ev_ctx *c, const probe_ctx *pc, const json_t *base, const json_t *groups, const json_t *seen,
+                       size_t total, json_t *table, int *passing, json_t **pass_members, char *pass_name, size_t pn,
+                       char *err, size_t n) {
+  int rc = 0;
+  size_t order[EV_MAX_CANDIDATES], norder = 0, prior = 0, nb[256];
+  const char *full_env = getenv("MI_EVOLVE_FULL_SEARCH");
+  const int use_exp = json_object_size(seen) && !(full_env && !strcmp(full_env, "1"));
+  size_t nnb = use_exp ? experience_candidates(groups, seen, &prior, nb, sizeof nb / sizeof *nb) : 0;
+  if (use_exp) {
+    order[norder++] = prior;
+    for (size_t q = 0; q < nnb && norder < EV_MAX_CANDIDATES; q++) order[norder++] = nb[q];
+  }
+  int prior_pass = 0, shortened = 0;
+  unsigned char *done = calloc(total ? total : 1, 1);
+  for (size_t step = 0; rc == 0 && done && step < norder + total; step++) {
+    size_t k = step < norder ? order[step] : step - norder;
+    if (step == norder && use_exp && prior_pass && *passing == 1) { /* the neighbourhood settled it */
+      shortened = 1;
+      break;
+    }
+    if (k >= total || done[k]) continue;
+    done[k] = 1;
+    char name[512];
+    json_t *members = candidate(groups, k, name, sizeof name);
+    const int r = score_one(pc, base, members, name, k, table, err, n);
+    if (r < 0) rc = -1;
+    else if (r == 1) {
+      ++*passing;
+      if (step == 0 && use_exp) prior_pass = 1;
+      json_decref(*pass_members);
+      *pass_members = json_incref(members);
+      snprintf(pass_name, pn, "%s", name);
+    }
+    json_decref(members);
+  }
+  if (!done && rc == 0) {
+    snprintf(err, n, "out of memory");
+    rc = -1;
+  }
+  size_t scored_rows = 0;
+  for (size_t k = 0; done && k < total; k++) scored_rows += done[k];
+  free(done);
+  if (use_exp)
+    fprintf(stderr, "mi-gen: evolve: %s: experience of earlier absorptions: %s (%zu of %zu candidates looked at)\n",
+            pc->shape, shortened ? "settled among the found reading's one-group neighbours" : "not settled, the whole product",
+            scored_rows, total);
+  json_t *sr = json_object_get(c->report, "search");
+  if (!json_is_object(sr)) json_object_set_new(c->report, "search", sr = json_object());
+  json_object_set_new(sr, pc->shape, json_pack("{s:s, s:I, s:I}", "mode", shortened ? "experience" : "full", "looked_at",
+                                           (json_int_t)scored_rows, "candidates", (json_int_t)total));
+  return rc;
+}
+
 int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found, char *err, size_t n) {
   const double tol = c->o->tol > 0 ? c->o->tol : EV_TOL;
   *table = json_array();
@@ -540,58 +601,11 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
     int passing = 0;
     json_t *pass_members = NULL;
     char pass_name[512] = "";
-    /* Experience first: the reading earlier absorptions found, then each
-     * of its one-group neighbours. That reading passing and every neighbour
-     * failing (or unexplained) is the answer, unique among the readings one
-     * change away; anything else scores the whole product as before.
-     * MI_EVOLVE_FULL_SEARCH=1 always scores the whole product. */
-    size_t order[EV_MAX_CANDIDATES], norder = 0, prior = 0, nb[256];
-    const char *full_env = getenv("MI_EVOLVE_FULL_SEARCH");
-    const int use_exp = rc == 0 && json_object_size(seen) && !(full_env && !strcmp(full_env, "1"));
-    size_t nnb = use_exp ? experience_candidates(groups, seen, &prior, nb, sizeof nb / sizeof *nb) : 0;
-    if (use_exp) {
-      order[norder++] = prior;
-      for (size_t q = 0; q < nnb && norder < EV_MAX_CANDIDATES; q++) order[norder++] = nb[q];
-    }
-    int prior_pass = 0, shortened = 0;
-    unsigned char *done = calloc(total ? total : 1, 1);
-    for (size_t step = 0; rc == 0 && done && step < norder + total; step++) {
-      size_t k = step < norder ? order[step] : step - norder;
-      if (step == norder && use_exp && prior_pass && passing == 1) { /* the neighbourhood settled it */
-        shortened = 1;
-        break;
-      }
-      if (k >= total || done[k]) continue;
-      done[k] = 1;
+    if (rc == 0) {
       probe_ctx pc = {ck, cfg, w, g, gpath, shape, pi == 0, tol};
-      char name[512];
-      json_t *members = candidate(groups, k, name, sizeof name);
-      const int r = score_one(&pc, base, members, name, k, *table, err, n);
-      if (r < 0) rc = -1;
-      else if (r == 1) {
-        passing++;
-        if (step == 0 && use_exp) prior_pass = 1;
-        json_decref(pass_members);
-        pass_members = json_incref(members);
-        snprintf(pass_name, sizeof pass_name, "%s", name);
-      }
-      json_decref(members);
+      rc = score_probe(c, &pc, base, groups, seen, total, *table, &passing, &pass_members, pass_name,
+                       sizeof pass_name, err, n);
     }
-    if (!done && rc == 0) {
-      snprintf(err, n, "out of memory");
-      rc = -1;
-    }
-    size_t scored_rows = 0;
-    for (size_t k = 0; done && k < total; k++) scored_rows += done[k];
-    free(done);
-    if (use_exp)
-      fprintf(stderr, "mi-gen: evolve: %s: experience of earlier absorptions: %s (%zu of %zu candidates looked at)\n",
-              shape, shortened ? "settled among the found reading's one-group neighbours" : "not settled, the whole product",
-              scored_rows, total);
-    json_t *sr = json_object_get(c->report, "search");
-    if (!json_is_object(sr)) json_object_set_new(c->report, "search", sr = json_object());
-    json_object_set_new(sr, shape, json_pack("{s:s, s:I, s:I}", "mode", shortened ? "experience" : "full", "looked_at",
-                                             (json_int_t)scored_rows, "candidates", (json_int_t)total));
     mi_weights_close(w);
     json_decref(cfg);
     if (rc == 0 && passing != 1) {

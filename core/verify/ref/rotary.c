@@ -1,6 +1,6 @@
 /* The float64 reference of operators the CKB states as a rotation of pairs
  * ("reference": "rotary", core/ckb/map_form.h): operator.rope's pairing,
- * the frequency of each pair the contract's own expression (llama3's rope
+ * the frequency of each pair the contract's own expression (a rope
  * scaling, say), evaluated in float64 as the generated kernel does. */
 #include <math.h>
 #include <stdio.h>
