@@ -494,6 +494,7 @@ START_TEST(generated_rotary_pack_passes) {
   ck_assert_str_eq(str(u, "verdict"), "PASS");
   ck_assert_int_ge(json_array_size(json_object_get(u, "cases")), 5);
   ck_assert_double_le(json_number_value(json_object_get(u, "max_rel_err")), 1e-5);
+  json_decref(r.report);
   mi_test_sh("rm -rf '%s'", tmp);
 }
 END_TEST

@@ -271,6 +271,13 @@ static int read_op(const mi_ckb *ckb, const mi_ckb_entry *e, pk_op *op, char *er
   return 0;
 }
 
+static void free_ops(pk_op *ops, size_t n) {
+  for (size_t k = 0; ops && k < n; k++)
+    if (ops[k].parsed == 1) mi_map_form_free(&ops[k].f);
+    else if (ops[k].parsed == 2) mi_rotary_form_free(&ops[k].rf);
+  free(ops);
+}
+
 /* The operators of the pack, in its order: op_ids as given, else every map
  * operator by id. *out (free with free_ops), -1 with err. */
 static int choose_ops(const mi_ckb *ckb, const char *const *op_ids, pk_op **out, size_t *n_out,
@@ -320,9 +327,7 @@ static int choose_ops(const mi_ckb *ckb, const char *const *op_ids, pk_op **out,
   ops = calloc(n, sizeof *ops);
   for (size_t k = 0; ops && k < n; k++) {
     if (read_op(ckb, pick[k], &ops[k], err, err_len) != 0) {
-      for (size_t j = 0; j <= k; j++)
-        if (ops[j].parsed) mi_map_form_free(&ops[j].f);
-      free(ops);
+      free_ops(ops, k + 1);
       free(pick);
       return -1;
     }
@@ -338,12 +343,6 @@ static int choose_ops(const mi_ckb *ckb, const char *const *op_ids, pk_op **out,
   return 0;
 }
 
-static void free_ops(pk_op *ops, size_t n) {
-  for (size_t k = 0; ops && k < n; k++)
-    if (ops[k].parsed == 1) mi_map_form_free(&ops[k].f);
-    else if (ops[k].parsed == 2) mi_rotary_form_free(&ops[k].rf);
-  free(ops);
-}
 
 /* ---------- the source ---------- */
 
