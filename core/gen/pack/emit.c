@@ -142,7 +142,8 @@ static int cmp_op_id(const void *a, const void *b) {
   return strcmp(((const pk_op *)a)->id, ((const pk_op *)b)->id);
 }
 
-/* Reads one operator entry into op: a map operator the C can carry. */
+/* The SHA-256 of the entry's canonical JSON into op->sha: which knowledge
+ * the kernel came from. */
 static int entry_sha(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len) {
   char *canon = json_dumps(e->json, JSON_COMPACT | JSON_SORT_KEYS);
   if (!canon) {
@@ -185,6 +186,7 @@ static int read_rotary(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_l
   return entry_sha(e, op, err, err_len);
 }
 
+/* Reads one operator entry into op: a map or rotary operator the C can carry. */
 static int read_op(const mi_ckb *ckb, const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len) {
   json_t *j = e->json;
   const char *member = json_string_value(json_object_get(j, "member"));
@@ -261,14 +263,7 @@ static int read_op(const mi_ckb *ckb, const mi_ckb_entry *e, pk_op *op, char *er
     snprintf(err, err_len, "%s: %s", e->id, kerr);
     return -1;
   }
-  char *canon = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
-  if (!canon) {
-    snprintf(err, err_len, "%s: out of memory", e->id);
-    return -1;
-  }
-  mi_sha256_buf(canon, strlen(canon), op->sha);
-  free(canon);
-  return 0;
+  return entry_sha(e, op, err, err_len);
 }
 
 static void free_ops(pk_op *ops, size_t n) {
