@@ -64,6 +64,9 @@ typedef struct vf_call {
  * Returns 0, or -1 with a message (e.g. an argument it needs is missing). */
 typedef int (*vf_ref_fn)(vf_call *c, char *err, size_t err_len);
 vf_ref_fn vf_ref_find(const char *name);
+/* The call's argument named `name`, or NULL (a caller need not pass them in
+ * the signature's order). */
+vf_arg *vf_call_arg(vf_call *c, const char *name);
 /* The names known, NULL-terminated (for checks against the schema enum). */
 const char *const *vf_ref_names(void);
 

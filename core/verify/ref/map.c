@@ -12,12 +12,6 @@
 #include "core/ckb/map_form.h"
 #include "core/verify/verify.h"
 
-static vf_arg *named(vf_call *c, const char *name) {
-  for (int i = 0; name && i < c->nargs; i++)
-    if (c->args[i].name && !strcmp(c->args[i].name, name)) return &c->args[i];
-  return NULL;
-}
-
 /* The call's integer arguments, for the output's shape expressions. */
 static int lookup_int(void *user, const char *name, size_t len, int64_t *out) {
   vf_call *c = user;
@@ -52,7 +46,7 @@ static const char *const role_words[] = {"per element", "per column", "per row",
 static int bind_args(vf_call *c, const mi_map_form *f, int64_t rows, int64_t n, vf_arg **out,
                      vf_arg **in, char *err, size_t len) {
   const json_t *sig = json_object_get(json_object_get(c->op, "signature"), "args");
-  if (!(*out = named(c, f->out)) || !(*out)->val) {
+  if (!(*out = vf_call_arg(c, f->out)) || !(*out)->val) {
     snprintf(err, len, "the map reference needs the output buffer '%s'", f->out);
     return -1;
   }
@@ -64,7 +58,7 @@ static int bind_args(vf_call *c, const mi_map_form *f, int64_t rows, int64_t n, 
   for (int k = 0; k < f->n_names; k++) {
     const char *name =
         json_string_value(json_object_get(json_array_get(sig, (size_t)f->arg[k]), "name"));
-    vf_arg *a = in[k] = named(c, name);
+    vf_arg *a = in[k] = vf_call_arg(c, name);
     int64_t need = f->role[k] == MI_MAP_ELEM ? rows * n : f->role[k] == MI_MAP_COL ? n : rows;
     if (!a || (f->role[k] != MI_MAP_SCALAR && !a->val)) {
       snprintf(err, len, "the map reference needs the argument '%s'", name ? name : "?");

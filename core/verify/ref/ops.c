@@ -10,11 +10,16 @@
 #include "core/verify/ref/f64.h"
 #include "core/verify/verify.h"
 
-static vf_arg *arg(vf_call *c, const char *name, char *err, size_t len) {
-  for (int i = 0; i < c->nargs; i++)
-    if (!strcmp(c->args[i].name, name)) return &c->args[i];
-  snprintf(err, len, "the reference needs an argument named '%s'", name);
+vf_arg *vf_call_arg(vf_call *c, const char *name) {
+  for (int i = 0; name && i < c->nargs; i++)
+    if (c->args[i].name && !strcmp(c->args[i].name, name)) return &c->args[i];
   return NULL;
+}
+
+static vf_arg *arg(vf_call *c, const char *name, char *err, size_t len) {
+  vf_arg *a = vf_call_arg(c, name);
+  if (!a) snprintf(err, len, "the reference needs an argument named '%s'", name);
+  return a;
 }
 
 /* Fetch helpers: bail out of the reference when the contract lacks a name. */

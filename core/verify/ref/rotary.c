@@ -10,12 +10,6 @@
 #include "core/ckb/map_form.h"
 #include "core/verify/verify.h"
 
-static vf_arg *named(vf_call *c, const char *name) {
-  for (int i = 0; name && i < c->nargs; i++)
-    if (c->args[i].name && !strcmp(c->args[i].name, name)) return &c->args[i];
-  return NULL;
-}
-
 int vf_ref_rotary(vf_call *c, char *err, size_t len) {
   mi_rotary_form f;
   if (!c->op) {
@@ -28,7 +22,7 @@ int vf_ref_rotary(vf_call *c, char *err, size_t len) {
   const json_t *sig = json_object_get(json_object_get(c->op, "signature"), "args");
   vf_arg *ra[MI_ROTARY_ARGS];
   for (int k = 0; k < MI_ROTARY_ARGS; k++)
-    if (!(ra[k] = named(c, json_string_value(json_object_get(json_array_get(sig, (size_t)f.arg[k]), "name"))))) {
+    if (!(ra[k] = vf_call_arg(c, json_string_value(json_object_get(json_array_get(sig, (size_t)f.arg[k]), "name"))))) {
       snprintf(err, len, "the call lacks the rotary operator's arguments");
       mi_rotary_form_free(&f);
       return -1;
@@ -50,7 +44,7 @@ int vf_ref_rotary(vf_call *c, char *err, size_t len) {
   for (int64_t i = 0; i < half; i++) {
     double v[MI_MAP_MAX_NAMES];
     for (int k = 0; k < f.n_names; k++) {
-      const vf_arg *a = f.name_arg[k] < 0 ? NULL : named(c, mi_kexpr_name(f.freq, k));
+      const vf_arg *a = f.name_arg[k] < 0 ? NULL : vf_call_arg(c, mi_kexpr_name(f.freq, k));
       v[k] = f.name_arg[k] < 0 ? (double)i : !a ? NAN : (a->kind == VF_F32 || a->kind == VF_F64) ? a->f : (double)a->i;
     }
     fr[i] = mi_kexpr_eval(f.freq, v);
