@@ -329,6 +329,28 @@ static void name_is_config(void *user, const char *name, size_t len) {
              (int)len, name);
 }
 
+/* Each layout wraps the model's config somewhere ("$config" in its
+ * template), names the architectures it is read for, and writes extra
+ * tensors only where it says they are left unread. */
+static void check_layouts(json_t *e, const char *file, ckb_diag *d) {
+  const char *ln;
+  json_t *lay, *x;
+  size_t i;
+  json_object_foreach(json_object_get(e, "layouts"), ln, lay) {
+    if (!mi_ckb_layout_inner_key(lay))
+      ckb_report(d, file, "field 'layouts.%s.config' has no key whose value is \"$config\" (where the model's config sits)",
+                 ln);
+    if (!json_array_size(json_object_get(json_object_get(lay, "config"), "architectures")))
+      ckb_report(d, file, "field 'layouts.%s.config.architectures' must list the architectures the layout is read for", ln);
+    json_array_foreach(json_object_get(lay, "extra_weights"), i, x) {
+      const char *k = json_string_value(json_object_get(x, "key"));
+      if (k && !mi_ckb_layout_unused(lay, k, NULL))
+        ckb_report(d, file, "field 'layouts.%s.extra_weights[%zu].key' '%s' is under none of the layout's 'unused' prefixes",
+                   ln, i, k);
+    }
+  }
+}
+
 static void check_model(json_t *e, const char *file, ckb_diag *d) {
   json_t *config = json_object_get(e, "config");
   size_t i, j;
@@ -363,6 +385,7 @@ static void check_model(json_t *e, const char *file, ckb_diag *d) {
       mi_expr_names(json_string_value(dim), name_is_config, &n, err, sizeof err);
     }
   }
+  check_layouts(e, file, d);
 }
 
 void ckb_semantic_check(const mi_ckb *c, json_t *entry, const char *kind, const char *file,

@@ -447,6 +447,24 @@ void mi_ckb_checkpoint_free(mi_ckb_ckpt *ck) {
   memset(ck, 0, sizeof *ck);
 }
 
+/* A layout's extra_weights (a released wrapper's vision tower, ...): after
+ * the contract's weights, named as written; each must sit under one of the
+ * layout's unused prefixes, or the readers would refuse the checkpoint. */
+static void add_extra_weights(plan_ctx *p, const json_t *lo, const char *layout, mi_ckb_ckpt *out) {
+  size_t cap = out->n, i;
+  json_t *x;
+  eval_ctx e = {p->model->json, out->config, 0};
+  json_array_foreach(json_object_get(lo, "extra_weights"), i, x) {
+    const char *key = json_string_value(json_object_get(x, "key"));
+    if (!key || !mi_ckb_layout_unused(lo, key, NULL)) {
+      fail(p, "layouts.%s.extra_weights[%zu] '%s' is under none of the layout's unused prefixes", layout, i,
+           key ? key : "(no key)");
+      return;
+    }
+    if (add_tensor(p, out, &cap, &e, x, json_object_get(x, "random_init"), 0) != 0) return;
+  }
+}
+
 /* The causal config's first architecture must be one of the contract's: a
  * checkpoint block copied from another contract is caught here. */
 static void check_architecture(plan_ctx *p, const json_t *cfg) {
@@ -497,7 +515,7 @@ int mi_ckb_checkpoint_plan(const mi_ckb_entry *model, const char *preset, const 
     else out->generation_config = subst(&p, gen, "generation_config", &omit);
   }
   if (!p.failed && layout && strcmp(layout, "causal")) {
-    const json_t *ls = json_object_get(ck, "layouts");
+    const json_t *ls = json_object_get(model->json, "layouts");
     const json_t *lo = json_object_get(ls, layout);
     if (!lo) {
       char names[300] = "causal";
@@ -534,6 +552,7 @@ int mi_ckb_checkpoint_plan(const mi_ckb_entry *model, const char *preset, const 
           break;
         }
       }
+      add_extra_weights(&p, lo, layout, out);
     }
   }
   json_decref(p.used);

@@ -126,8 +126,39 @@ int mi_expr_c(const char *expr, mi_expr_c_name fn, void *user, char *out, size_t
 const mi_ckb_entry *mi_ckb_find_platform(const mi_ckb *c, const char *name);
 
 /* The model contract of a config.json "architectures" array: the first
- * architecture that some model contract lists. NULL if none. */
+ * architecture that some model contract lists, else the first that one of
+ * a model contract's layouts lists (a released wrapper of the same model).
+ * NULL if none. */
 const mi_ckb_entry *mi_ckb_find_model(const mi_ckb *c, const json_t *architectures);
+
+/* ---- layouts: other ways the same model is stored (core/ckb/layout.c) ----
+ * A model contract's "layouts" object names checkpoints that hold the
+ * contract's model in another spelling: a wrapper architecture (a
+ * conditional-generation model: the text model's fields under text_config,
+ * its weights renamed), tensors present and left unread (a vision tower, a
+ * multi-token-prediction head), each prefix with the reason.
+ * mi_ckb_model_layout: the layout config.json `cfg`'s architectures name,
+ * or NULL (the contract's own layout); mi_ckb_layout_for_arch: the layout
+ * whose config template names architecture `arch`, or NULL.
+ * mi_ckb_layout_rename: the contract's
+ * weight key `key` as this layout spells it (the first "rename" prefix that
+ * matches; a NULL layout copies it). mi_ckb_layout_unused: the reason
+ * tensor `name` is left unread (the first "unused" prefix it starts with;
+ * *prefix, when not NULL, gets that prefix), or NULL. */
+const json_t *mi_ckb_model_layout(const json_t *model, const json_t *cfg);
+const json_t *mi_ckb_layout_for_arch(const json_t *model, const char *arch);
+void mi_ckb_layout_rename(const json_t *layout, const char *key, char *out, size_t n);
+/* The key of the layout's config template whose value is "$config" (where
+ * the wrapper keeps the model's own config, e.g. text_config), or NULL. */
+const char *mi_ckb_layout_inner_key(const json_t *layout);
+/* The other way: a tensor's name in the layout as the contract's key. */
+void mi_ckb_layout_unrename(const json_t *layout, const char *name, char *out, size_t n);
+/* A checkpoint no contract names: the first layout in the CKB (a model
+ * contract's, or a variant's "add_layout" in the vocabulary) whose template
+ * wraps "$config" under a key that config.json `cfg` holds as an object;
+ * *inner gets that object (the text model's config). NULL when none. */
+const json_t *mi_ckb_wrapper_layout(const mi_ckb *c, const json_t *cfg, const json_t **inner);
+const char *mi_ckb_layout_unused(const json_t *layout, const char *name, const char **prefix);
 
 /* ---- reading a model contract ----
  * Every step sequence of a model contract, in order: prologue,

@@ -174,10 +174,59 @@ static void walk(const json_t *model, const char *id, const json_t *obj, const c
   }
 }
 
+/* A config.json in one of the contract's layouts (a wrapper): each key of
+ * the wrapper accounted for by the layout (the wrapped config, a copy of
+ * one of its fields, a value the template writes, a field named unused),
+ * else a line; returns the wrapped config the contract reads, or NULL. */
+static const json_t *unwrap(const mi_ckb_entry *model, const json_t *layout, const json_t *outer, json_t *lines) {
+  const char *ik = mi_ckb_layout_inner_key(layout);
+  const json_t *inner = ik ? json_object_get(outer, ik) : NULL;
+  if (!json_is_object(inner)) {
+    ckb_line(lines, "config field '%s' is not an object: %s's layout wraps the model's config in it", ik ? ik : "?",
+             model->id);
+    return NULL;
+  }
+  const json_t *tmpl = json_object_get(layout, "config"), *inert = json_object_get(model->json, "config_inert");
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)outer, k, v) {
+    const json_t *t = json_object_get(tmpl, k);
+    const char *ts = json_string_value(t);
+    char have[80];
+    if (!strcmp(k, ik) || !strcmp(k, "architectures") || json_object_get(json_object_get(layout, "unused_config"), k))
+      continue;
+    if (ts && ts[0] == '$') { /* a copy of one of the wrapped model's fields */
+      char f[128];
+      snprintf(f, sizeof f, "%s", ts + 1);
+      if (f[0] && f[strlen(f) - 1] == '?') f[strlen(f) - 1] = 0;
+      const json_t *want = mi_ckb_config_value(model->json, inner, f, strlen(f));
+      if (!want && !strcmp(f, "torch_dtype")) continue; /* the files' dtype, read from the tensors */
+      if (want && !json_equal(want, v) && !(json_is_number(want) && json_is_number(v) &&
+                                             json_number_value(want) == json_number_value(v))) {
+        show(v, have, sizeof have);
+        ckb_line(lines, "config field '%s' = %s: the wrapped config's '%s' differs, and %s reads that one", k, have, f,
+                 model->id);
+      }
+      continue;
+    }
+    if (t && json_equal(t, v)) continue;
+    if (entry_for(inert, k)) continue;
+    show(v, have, sizeof have);
+    ckb_line(lines, "config field '%s' = %s: neither %s nor its layout for %s reads it", k, have, model->id,
+             json_string_value(json_array_get(json_object_get(outer, "architectures"), 0)) ?: "?");
+  }
+  return inner;
+}
+
 size_t ckb_config_field_gaps(const mi_ckb_entry *model, const json_t *config, json_t *lines) {
   size_t before = json_array_size(lines);
-  if (!json_is_object(config)) ckb_line(lines, "config: not a JSON object");
-  else walk(model->json, model->id, config, "", 0, lines);
+  const json_t *layout = json_is_object(config) ? mi_ckb_model_layout(model->json, config) : NULL;
+  if (layout) config = unwrap(model, layout, config, lines);
+  if (!json_is_object(config)) {
+    if (!layout) ckb_line(lines, "config: not a JSON object");
+  } else {
+    walk(model->json, model->id, config, "", 0, lines);
+  }
   return json_array_size(lines) - before;
 }
 
@@ -188,6 +237,9 @@ size_t mi_ckb_config_gaps(const mi_ckb_entry *model, const json_t *config, json_
     return 1;
   }
   ckb_config_field_gaps(model, config, lines);
+  const json_t *layout = mi_ckb_model_layout(model->json, config);
+  const char *ik = layout ? mi_ckb_layout_inner_key(layout) : NULL;
+  if (ik && json_is_object(json_object_get(config, ik))) config = json_object_get(config, ik);
   size_t i;
   json_t *e;
   json_array_foreach(json_object_get(model->json, "config"), i, e) {

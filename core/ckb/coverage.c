@@ -60,6 +60,13 @@ const mi_ckb_entry *mi_ckb_find_model(const mi_ckb *c, const json_t *archs) {
         return e;
     }
   }
+  /* a released wrapper of a contract's model: one of its layouts */
+  json_array_foreach(archs, j, a) {
+    for (size_t i = 0; json_is_string(a) && i < mi_ckb_count(c); i++) {
+      const mi_ckb_entry *e = mi_ckb_at(c, i);
+      if (e->kind && !strcmp(e->kind, "model") && mi_ckb_layout_for_arch(e->json, json_string_value(a))) return e;
+    }
+  }
   return NULL;
 }
 
@@ -207,7 +214,7 @@ static int contract_reads(const mi_ckb_entry *m, const char *field) {
 /* The checkpoint's weights grouped by layer pattern:
  * {pattern: {"layers": [..], "shape": [..], "mean": x (1-D tensors)}}; NULL
  * (and a line in report) when the weight files cannot be read. */
-static json_t *weight_patterns(const char *model_dir, json_t *report) {
+static json_t *weight_patterns(const char *model_dir, const json_t *layout, json_t *report) {
   char err[600];
   mi_weights *w = mi_weights_open(model_dir, err, sizeof err);
   if (!w) {
@@ -220,14 +227,10 @@ static json_t *weight_patterns(const char *model_dir, json_t *report) {
     if (mi_weights_at(w, k, &wi) != 0) continue;
     char pat[512], tn[512];
     long layer;
-    /* a multimodal wrapper (a conditional-generation architecture) keeps the text
-     * model under model.language_model.: compare it as model.* */
-    if (!strncmp(wi.name, "model.language_model.", 21))
-      snprintf(tn, sizeof tn, "model.%s", wi.name + 21);
-    else if (!strncmp(wi.name, "model.visual.", 13) || !strncmp(wi.name, "visual.", 7))
-      continue; /* a vision tower: not the text model's business */
-    else
-      snprintf(tn, sizeof tn, "%s", wi.name);
+    /* a wrapper layout (its renamed weights, its unused prefixes): compared
+     * as the contract's own names; what it leaves unread is not compared */
+    if (mi_ckb_layout_unused(layout, wi.name, NULL)) continue;
+    mi_ckb_layout_unrename(layout, wi.name, tn, sizeof tn);
     layer_pattern(tn, pat, sizeof pat, &layer);
     json_t *e = json_object_get(pats, pat);
     if (!e) {
@@ -429,16 +432,25 @@ static void operator_gaps(const mi_ckb *c, const mi_ckb_entry *m, const mi_ckb_e
 static void name_gaps(const mi_ckb *c, const char *model_dir, json_t *outer, const mi_ckb_entry *plat, json_t *r) {
   const char *arch = json_string_value(json_array_get(json_object_get(outer, "architectures"), 0));
   const char *mt = json_string_value(json_object_get(outer, "model_type"));
-  /* a multimodal wrapper: the text model's fields are under text_config */
-  json_t *cfg = outer, *tc = json_object_get(outer, "text_config");
-  if (json_is_object(tc)) {
-    missing(r, "config: a multimodal wrapper; the text model (text_config, model_type %s, weights under "
-            "model.language_model.) is compared below, any vision tower is not",
-            json_string_value(json_object_get(tc, "model_type")) ? json_string_value(json_object_get(tc, "model_type"))
-                                                                   : "?");
-    cfg = tc;
+  /* a wrapper layout the CKB knows (a conditional-generation model): the
+   * text model's config and weights are compared, what it leaves unread not */
+  const json_t *inner = NULL, *lay = mi_ckb_wrapper_layout(c, outer, &inner);
+  json_t *cfg = lay ? (json_t *)inner : outer;
+  if (lay) {
+    char *rn = json_dumps(json_object_get(lay, "rename"), JSON_COMPACT), *un = NULL;
+    json_t *pre = json_array();
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(lay, "unused"), k, v) json_array_append_new(pre, json_string(k));
+    un = json_dumps(pre, JSON_COMPACT);
+    missing(r, "config: a wrapper layout; the model inside (model_type %s, weights renamed %s) is compared below, "
+            "the tensors under %s are not read",
+            json_string_value(json_object_get(cfg, "model_type")) ?: "?", rn ? rn : "{}", un ? un : "[]");
+    free(rn);
+    free(un);
+    json_decref(pre);
   }
-  json_t *pats = weight_patterns(model_dir, r);
+  json_t *pats = weight_patterns(model_dir, lay, r);
   int hits;
   const mi_ckb_entry *m = closest_model(c, pats, &hits);
   if (!m) {
@@ -499,9 +511,10 @@ int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform
    * biases), a shape the contract's formulas do not give, a norm centred
    * on 0 where the contract multiplies by w */
   if (model) {
-    json_t *pats = weight_patterns(model_dir, r);
-    json_t *tc = json_object_get(cfg, "text_config");
-    if (pats) weight_gaps(model, json_is_object(tc) ? tc : cfg, pats, r);
+    const json_t *lay = mi_ckb_model_layout(model->json, cfg);
+    const char *ik = mi_ckb_layout_inner_key(lay);
+    json_t *pats = weight_patterns(model_dir, lay, r), *in = ik ? json_object_get(cfg, ik) : NULL;
+    if (pats) weight_gaps(model, json_is_object(in) ? in : cfg, pats, r);
     json_decref(pats);
   }
 

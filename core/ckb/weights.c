@@ -1,8 +1,9 @@
 /* A model directory's weight files against its model contract: every key of
  * the contract's weight map (per-layer keys expanded, conditional keys by
  * their config flag) present with the shape its formulas give on this
- * config.json, and nothing else. This is the file half of stage 3 (weight
- * loading); the CKB is what says what "complete" means. */
+ * config.json, and nothing else but what the checkpoint's layout names as
+ * unused (report "skipped": prefix -> {why, tensors}). This is the file half
+ * of stage 3 (weight loading); the CKB is what says what "complete" means. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,7 @@ int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, c
   json_t *r = json_pack("{s:s, s:s, s:[], s:{}}", "model_dir", model_dir, "model_contract",
                         model->id, "problems", "dtypes");
   cfg_ctx cc = {config, model->json, 0};
+  const json_t *layout = mi_ckb_model_layout(model->json, config); /* a wrapper: renamed keys */
   const char *layers_field = json_string_value(json_object_get(model->json, "layers"));
   int64_t n_layers = 0;
   if (layers_field && lookup(&cc, layers_field, strlen(layers_field), &n_layers) != 0)
@@ -98,8 +100,9 @@ int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, c
     int per_layer = json_is_true(json_object_get(spec, "per_layer"));
     const char *only = json_string_value(json_object_get(spec, "layer_kind")); /* in layers of that kind only */
     for (int64_t l = 0; l < (per_layer ? n_layers : 1); l++) {
-      char name[512];
-      expand(name, sizeof name, key, l);
+      char name[512], key_l[512];
+      expand(key_l, sizeof key_l, key, l);
+      mi_ckb_layout_rename(layout, key_l, name, sizeof name);
       cc.layer = l;
       if (only && per_layer) {
         const char *k = mi_ckb_layer_kind(model->json, config, l);
@@ -150,10 +153,20 @@ int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, c
                           json_integer(cnt ? json_integer_value(cnt) + 1 : 1));
     }
   }
+  json_t *skipped = json_object(); /* prefix -> {why, tensors} */
   for (size_t k = 0; k < nt; k++) {
     mi_weight_info x;
-    if (!seen[k] && mi_weights_at(w, k, &x) == 0) problem(r, "unexpected weight '%s' (not in %s)", x.name, model->id);
+    const char *pre = NULL, *why;
+    if (seen[k] || mi_weights_at(w, k, &x) != 0) continue;
+    if ((why = mi_ckb_layout_unused(layout, x.name, &pre))) {
+      json_t *e = json_object_get(skipped, pre);
+      if (!e) json_object_set_new(skipped, pre, e = json_pack("{s:s, s:i}", "why", why, "tensors", 0));
+      json_object_set_new(e, "tensors", json_integer(json_integer_value(json_object_get(e, "tensors")) + 1));
+    } else {
+      problem(r, "unexpected weight '%s' (not in %s)", x.name, model->id);
+    }
   }
+  json_object_set_new(r, "skipped", skipped);
   free(seen);
   json_object_set_new(r, "expected", json_integer(expected));
   json_object_set_new(r, "found", json_integer((json_int_t)nt));

@@ -124,6 +124,11 @@ static void weights_text(json_t *r, const char *model, int n) {
   size_t i;
   json_t *v;
   json_array_foreach(json_object_get(r, "problems"), i, v) printf("%s: %s\n", model, json_string_value(v));
+  const char *pre;
+  json_object_foreach(json_object_get(r, "skipped"), pre, v)
+    printf("%s: skipped %lld tensor%s under %s: %s\n", model, (long long)json_integer_value(json_object_get(v, "tensors")),
+           json_integer_value(json_object_get(v, "tensors")) == 1 ? "" : "s", pre,
+           json_string_value(json_object_get(v, "why")));
   printf("%s: %lld weights expected by %s, %lld found, %d problem%s\n", model,
          (long long)json_integer_value(json_object_get(r, "expected")),
          json_string_value(json_object_get(r, "model_contract")),

@@ -281,59 +281,8 @@ int vf_bind_uses(const json_t *seq, const char *name) {
   return 0;
 }
 
-/* the layout of model contract `model`'s checkpoint section whose config
- * names architecture `arch`, or NULL */
-static const json_t *layout_for(const json_t *model, const char *arch) {
-  const char *k;
-  json_t *lay;
-  json_object_foreach(json_object_get(json_object_get(model, "checkpoint"), "layouts"), k, lay) {
-    size_t i;
-    json_t *a;
-    json_array_foreach(json_object_get(json_object_get(lay, "config"), "architectures"), i, a)
-      if (json_is_string(a) && !strcmp(json_string_value(a), arch)) return lay;
-  }
-  return NULL;
-}
-
 const mi_ckb_entry *vf_bind_find_model(const mi_ckb *c, const json_t *cfg, const json_t **layout) {
-  const json_t *archs = json_object_get(cfg, "architectures");
-  if (layout) *layout = NULL;
-  const mi_ckb_entry *me = mi_ckb_find_model(c, archs);
-  if (me) return me;
-  size_t i;
-  json_t *a;
-  json_array_foreach(archs, i, a) {
-    for (size_t k = 0; json_is_string(a) && k < mi_ckb_count(c); k++) {
-      const mi_ckb_entry *e = mi_ckb_at(c, k);
-      if (!e->kind || strcmp(e->kind, "model")) continue;
-      const json_t *lay = layout_for(e->json, json_string_value(a));
-      if (!lay) continue;
-      if (layout) *layout = lay;
-      return e;
-    }
-  }
-  return NULL;
-}
-
-const json_t *vf_bind_layout(const json_t *model, const json_t *cfg) {
-  size_t i;
-  json_t *a;
-  json_array_foreach(json_object_get(cfg, "architectures"), i, a) {
-    const json_t *lay = json_is_string(a) ? layout_for(model, json_string_value(a)) : NULL;
-    if (lay) return lay;
-  }
-  return NULL;
-}
-
-void vf_bind_rename(const json_t *layout, const char *name, char *out, size_t n) {
-  const char *from;
-  json_t *to;
-  json_object_foreach(json_object_get(layout, "rename"), from, to) {
-    size_t fl = strlen(from);
-    if (json_is_string(to) && !strncmp(name, from, fl)) {
-      snprintf(out, n, "%s%s", json_string_value(to), name + fl);
-      return;
-    }
-  }
-  snprintf(out, n, "%s", name);
+  const mi_ckb_entry *me = mi_ckb_find_model(c, json_object_get(cfg, "architectures"));
+  if (layout) *layout = me ? mi_ckb_model_layout(me->json, cfg) : NULL;
+  return me;
 }

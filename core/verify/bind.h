@@ -66,15 +66,10 @@ void vf_bind_layer_lists(const json_t *model, const char *kind, const json_t *li
 /* The residual stream: the buffer the prologue's last step writes, which
  * each layer reads and writes and the epilogue reads. NULL when none. */
 const char *vf_bind_residual(const mi_ckb *c, const json_t *model);
-/* The model contract of config.json cfg: the one whose architectures list
- * cfg's, else one whose checkpoint layouts write it (a released layout
- * wrapping the model: text_config, renamed weights); *layout (may be NULL)
- * gets that layout. NULL when none. vf_bind_layout: the layout of `model`
- * cfg's architectures name, or NULL. vf_bind_rename: a weight's name in
- * that layout (its "rename" prefixes applied). */
+/* The model contract of config.json cfg (mi_ckb_find_model: its own
+ * architectures, else a layout's) and *layout (may be NULL) the layout cfg
+ * is in (mi_ckb_model_layout; NULL: the contract's own). NULL when none. */
 const mi_ckb_entry *vf_bind_find_model(const mi_ckb *c, const json_t *cfg, const json_t **layout);
-const json_t *vf_bind_layout(const json_t *model, const json_t *cfg);
-void vf_bind_rename(const json_t *layout, const char *name, char *out, size_t n);
 /* 1 when a step of seq names buffer `name` in an argument. */
 int vf_bind_uses(const json_t *seq, const char *name);
 /* The weight map's entry for a key as the steps write it ({i} unexpanded). */

@@ -169,7 +169,7 @@ static int run_step(scope *s, const json_t *step) {
       a->n = ba->avail;
     } else if (ba->what == VB_WEIGHT) {
       char name[300];
-      vf_bind_rename(s->m->layout, ba->wname, name, sizeof name);
+      mi_ckb_layout_rename(s->m->layout, ba->wname, name, sizeof name);
       a->val = owned[no] = s->m->src ? s->m->src(s->m->src_user, ba->wkey, ba->wname, ba->wn, s->b.err, s->b.err_len)
                                      : vf_weight_f64(s->m->w, name, (size_t)ba->wn, s->b.err, s->b.err_len);
       a->n = ba->wn;
@@ -225,7 +225,7 @@ vf_interp *vf_interp_open_json(const mi_ckb *c, const json_t *model_contract, co
     return NULL;
   }
   *m = (vf_interp){.c = c, .model = model_contract, .cfg = cfg, .w = w,
-                   .layout = vf_bind_layout(model_contract, cfg)};
+                   .layout = mi_ckb_model_layout(model_contract, cfg)};
   vf_binder b = {.model = model_contract, .cfg = cfg, .layer = -1, .err = err, .err_len = err_len};
   const char *lf = json_string_value(json_object_get(model_contract, "layers"));
   if (!lf || vf_bind_int(&b, lf, &m->layers) != 0 || m->layers < 1 || m->layers > 100000 ||

@@ -72,10 +72,18 @@ static int weights_child(void *arg, int fd) {
      * so the list is the verifier's own reading of the files. */
     mi_weights *w = mi_weights_open(j->model_dir, err, sizeof err);
     json_t *names = json_array();
+    /* what the checkpoint's layout leaves unread (a vision tower) is no engine's to read back */
+    char cp[4200];
+    snprintf(cp, sizeof cp, "%s/config.json", j->model_dir);
+    json_t *cfg = mi_file_load_json(cp, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, sizeof err);
+    const mi_ckb_entry *me = cfg ? mi_ckb_find_model(j->ckb, json_object_get(cfg, "architectures")) : NULL;
+    const json_t *layout = me ? mi_ckb_model_layout(me->json, cfg) : NULL;
     for (size_t i = 0, nt = w ? mi_weights_count(w) : 0; i < nt; i++) {
       mi_weight_info wi;
-      if (mi_weights_at(w, i, &wi) == 0) json_array_append_new(names, json_string(wi.name));
+      if (mi_weights_at(w, i, &wi) == 0 && !mi_ckb_layout_unused(layout, wi.name, NULL))
+        json_array_append_new(names, json_string(wi.name));
     }
+    json_decref(cfg);
     if (w) mi_weights_close(w);
     vf_emit(fd, json_pack("{s:s, s:o}", "event", "tensors", "names", names));
   }
@@ -376,9 +384,19 @@ json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir
     u = vf_unit_report("weights", model_dir, "-", "weights", &r, o->lim.timeout_s, o->lim.cpu_s);
     vf_child_result_free(&r);
     json_t *c0 = json_array_get(json_object_get(u, "cases"), 0);
-    if (o->model_plugin_path && c0)
+    if (o->model_plugin_path && c0) {
+      /* what the checkpoint's layout leaves unread, each prefix named once */
+      char skipped[1200] = "";
+      size_t l = 0;
+      const char *pre;
+      json_t *sk;
+      json_object_foreach(json_object_get(c0, "skipped"), pre, sk) if (l < sizeof skipped)
+        l += (size_t)snprintf(skipped + l, sizeof skipped - l, "; skipped %lld tensors under %s (%s)",
+                              (long long)json_integer_value(json_object_get(sk, "tensors")), pre,
+                              json_string_value(json_object_get(sk, "why")) ?: "?");
       json_object_set_new(
-          u, "summary", json_sprintf("files: key map and shapes as the model contract gives them"));
+          u, "summary", json_sprintf("files: key map and shapes as the model contract gives them%s", skipped));
+    }
   }
   int pass = !strcmp(json_string_value(json_object_get(u, "verdict")), "PASS");
   json_t *units = json_array();
@@ -395,7 +413,7 @@ json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir
     char wd[4096], err[4400], path[4200], desc[600];
     snprintf(path, sizeof path, "%s/config.json", model_dir);
     json_t *cfg = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, sizeof err);
-    json_t *jv = json_object_get(cfg, "vocab_size");
+    const json_t *jv = mi_ckb_config_value(NULL, cfg, "vocab_size", 10); /* a wrapper's too */
     rb_job rj = {o, model_dir, wd, NULL, 0, json_is_integer(jv) ? json_integer_value(jv) : 0};
     json_decref(cfg);
     if (!cfg || rj.V < 1 || rj.V > (1 << 24)) {

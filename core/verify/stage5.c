@@ -286,7 +286,7 @@ static int64_t config_vocab(const char *dir, json_t **cfg_out, char *err, size_t
   char path[4200];
   snprintf(path, sizeof path, "%s/config.json", dir);
   json_t *cfg = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, n);
-  json_t *v = json_object_get(cfg, "vocab_size");
+  const json_t *v = mi_ckb_config_value(NULL, cfg, "vocab_size", 10); /* a wrapper's too */
   int64_t V = json_is_integer(v) ? json_integer_value(v) : 0;
   if (cfg && (V < 1 || V > (1 << 24))) {
     snprintf(err, n, "%s: no usable vocab_size", path);
@@ -626,7 +626,7 @@ static void scaled_copy(uc *c, const s5_job *j, const char *dst, const char *con
       const char *p = strstr(qk[h], "{i}");
       if (p) snprintf(key, sizeof key, "%.*s%lld%s", (int)(p - qk[h]), qk[h], (long long)l, p + 3);
       else snprintf(key, sizeof key, "%s", qk[h]);
-      vf_bind_rename(j->layout, key, tn[h], sizeof tn[h]);
+      mi_ckb_layout_rename(j->layout, key, tn[h], sizeof tn[h]);
     }
     if (vf_tensor_locate(dst, tn[0], &loc, err, sizeof err) != 0) continue; /* a layer without them */
     for (int h = 0; h < 2 && ok; h++)
@@ -1070,7 +1070,7 @@ static void s5_keys(s5_job *j, const mi_ckb *c, const json_t *model, const json_
   json_decref(seqs);
   j->zc = j->final_norm[0] && norm_offset(model, j->final_norm);
   j->zc_qk = j->q_norm[0] && norm_offset(model, j->q_norm);
-  j->layout = vf_bind_layout(model, cfg);
+  j->layout = mi_ckb_model_layout(model, cfg);
   char e[300];
   vf_binder b = {.model = model, .cfg = cfg, .layer = -1, .err = e, .err_len = sizeof e};
   const char *lf = json_string_value(json_object_get(model, "layers"));
@@ -1095,7 +1095,7 @@ json_t *vf_stage5(const vf_stage_opts *o, json_t *contract) {
   if (me) s5_keys(&keys, o->ckb, me->json, cfg0);
   if (!keys.final_norm[0]) snprintf(keys.final_norm, sizeof keys.final_norm, "(no model contract names a final norm)");
   char final_norm[300]; /* its name in this checkpoint's layout */
-  vf_bind_rename(keys.layout, keys.final_norm, final_norm, sizeof final_norm);
+  mi_ckb_layout_rename(keys.layout, keys.final_norm, final_norm, sizeof final_norm);
   json_decref(cfg0); /* keys.layout is the contract's */
   for (int i = 0; i < 4; i++) {
     char wd[4096];

@@ -61,6 +61,7 @@
 #define N_LAYERS                   NUM_HIDDEN_LAYERS /* the contract's layer count */
 #define ENGINE_NAME                "qwen3-9b36502d-bf16-tp1" /* the plugin's name */
 #define ARCHITECTURE               "Qwen3ForCausalLM" /* config.json's architecture */
+#define CONFIG_ROOT                "" /* where the model's fields are in config.json ("": at its top) */
 #define MODEL_ID                   "model.qwen3" /* the model contract */
 #define PLATFORM_NAME              "cpu" /* the platform plugin (constraint) */
 #define DTYPE_NAME                 "bf16" /* the weights' dtype (constraint) */
@@ -277,6 +278,11 @@ static int e_check_config(void *ctx, const mi_json *cfg, char *err, size_t err_l
   const char *archs = h->json_string(h->json_array_get(h->json_get(cfg, "architectures"), 0));
   if (!archs || strcmp(archs, ARCHITECTURE))
     return fail(err, err_len, "engine " ENGINE_NAME " was generated for " ARCHITECTURE " only%s%s", "", "");
+  if (CONFIG_ROOT[0]) { /* a wrapper layout: the model's own fields are in that object */
+    cfg = h->json_get(cfg, CONFIG_ROOT);
+    if (!cfg || h->json_type(cfg) != MI_JSON_OBJECT)
+      return fail(err, err_len, "engine " ENGINE_NAME " refuses this config: field %s%s is not an object", CONFIG_ROOT, "");
+  }
   const char *p = k_digest;
   while (*p) {
     const char *eq = strchr(p, '='), *end = strchr(p, ';');

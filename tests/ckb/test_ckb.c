@@ -189,6 +189,16 @@ BROKEN(model_step_dangling, "models/qwen3.json",
        json_object_set_new(json_array_get(json_object_get(j, "layer_sequence"), 0), "operator",
                            json_string("operator.layernorm")),
        "models/qwen3.json", "field 'layer_sequence[0].operator' refers to unknown entry 'operator.layernorm'")
+/* a layout that wraps nothing, and one that writes a tensor it does not skip */
+BROKEN(layout_without_config_slot, "models/qwen35.json",
+       json_object_del(json_object_get(json_object_get(json_object_get(j, "layouts"), "conditional"), "config"),
+                       "text_config"),
+       "models/qwen35.json", "field 'layouts.conditional.config' has no key whose value is \"$config\"")
+BROKEN(layout_extra_weight_not_skipped, "models/qwen35.json",
+       json_object_set_new(json_array_get(json_object_get(json_object_get(json_object_get(j, "layouts"), "conditional"),
+                                                          "extra_weights"), 0),
+                           "key", json_string("audio.proj.weight")),
+       "models/qwen35.json", "'audio.proj.weight' is under none of the layout's 'unused' prefixes")
 BROKEN(unknown_kind, "operators/scale.json", json_object_set_new(j, "kind", json_string("widget")),
        "operators/scale.json", "field 'kind' is an unknown kind \"widget\"")
 BROKEN(bad_id_format, "operators/scale.json", json_object_set_new(j, "id", json_string("operator.Scale-2")),
@@ -838,7 +848,7 @@ int main(void) {
       MI_CHECK_TESTS(
           real_ckb_is_valid, cli_validate_and_show, missing_field, missing_nested_field,
           tolerance_wrong_type, tolerance_unknown_dtype, dangling_reference, reference_wrong_kind,
-          model_step_dangling, unknown_kind, bad_id_format, id_file_mismatch, version_not_semver,
+          model_step_dangling, layout_without_config_slot, layout_extra_weight_not_skipped, unknown_kind, bad_id_format, id_file_mismatch, version_not_semver,
           version_wrong_type, provenance_bad_enum, unknown_field, case_unknown_arg,
           case_missing_arg, shape_unknown_name, generator_for_output, alias_to_output,
           expression_syntax, model_shape_unknown_config, duplicate_ids, invalid_json,

@@ -834,6 +834,106 @@ START_TEST(unexplained_field_leaves_the_ckb_unchanged) {
 }
 END_TEST
 
+/* The hybrid again, this time as its released checkpoints are stored
+ * (mi-mkmodel --layout conditional: a Qwen3_5ForConditionalGeneration
+ * wrapper, the text config under text_config, the weights under
+ * model.language_model., a vision tower and a multi-token-prediction head
+ * beside them): the same loop from the curated CKB finds the same reading,
+ * the vocabulary's layout entry gives the new contract that layout (its
+ * template from the checkpoint's own wrapper), and revalidation with
+ * references off passes every stage, stage 4 against llama.cpp's golden of
+ * this very checkpoint, the unread tensors named once per prefix. */
+START_TEST(wrapped_layout_absorbed_and_revalidated) {
+  char *tmp, *refs, *ckb, *ck, *cand, *model;
+  hybrid_workspace(&tmp, &refs, &ckb, &ck, &cand, &model);
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && '%s/bin/mi-mkmodel' --family qwen35 --shape tiny --seed 1 --layout conditional "
+           "--out '%s' >/dev/null", model, getenv("MI_BUILD_DIR"), model);
+  ck_assert_int_eq(system(cmd), 0);
+  char *goldens = src("tests/goldens/hybrid");
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-gen' --evolve --refs '%s' --candidates '%s' --ckb '%s' --model '%s' --run-dir '%s/run' "
+           "--goldens '%s' 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs, cand, ckb, model, tmp, goldens, tmp);
+  int st = system(cmd);
+  char *rp = tw_path(tmp, "run/evolve.json");
+  json_t *r = json_load_file(rp, 0, NULL);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == EV_EX_OK, "exit %d: %s", WEXITSTATUS(st),
+                json_string_value(json_object_get(r, "outcome")) ?: "?");
+  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), TRUE_READING);
+  /* every stage of the revalidation passed, stage 4 on the oracle's golden */
+  size_t i;
+  json_t *stg;
+  int seen4 = 0, seen3 = 0;
+  json_array_foreach(json_object_get(json_object_get(r, "revalidation"), "stages"), i, stg) {
+    const char *id = json_string_value(json_object_get(stg, "stage")), *d = json_string_value(json_object_get(stg, "detail"));
+    ck_assert_msg(!strcmp(json_string_value(json_object_get(stg, "verdict")), "PASS"), "stage %s: %s", id, d);
+    seen4 |= !strcmp(id, "4") && strstr(d, "identical to llama.cpp") != NULL;
+    seen3 |= !strcmp(id, "3") && strstr(d, "skipped 4 tensors under model.visual.") && strstr(d, "skipped 4 tensors under mtp.");
+  }
+  ck_assert_msg(seen4 && seen3, "stage 4 against the golden and stage 3's skipped prefixes");
+  /* the contract: the causal architecture, the wrapper as a layout */
+  char *mp = tw_path(ckb, "models/qwen35.json");
+  json_t *m = json_load_file(mp, 0, NULL);
+  ck_assert_ptr_nonnull(m);
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(m, "architectures"), 0)), "Qwen3_5ForCausalLM");
+  const json_t *lay = json_object_get(json_object_get(m, "layouts"), "conditional");
+  ck_assert_ptr_nonnull(lay);
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(json_object_get(lay, "config"), "architectures"), 0)),
+                   "Qwen3_5ForConditionalGeneration");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(lay, "config"), "text_config")), "$config");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(lay, "rename"), "model.")), "model.language_model.");
+  ck_assert_ptr_nonnull(json_object_get(json_object_get(lay, "unused"), "mtp."));
+  /* the evolved CKB covers the wrapped checkpoint; its weights check names the skipped prefixes */
+  char err[1024];
+  mi_ckb *k = mi_ckb_open(ckb, err, sizeof err);
+  ck_assert_msg(k, "%s", err);
+  ck_assert_int_eq(mi_ckb_validate(k, noop_diag, "evolved CKB: "), 0);
+  json_t *wr = NULL;
+  ck_assert_int_eq(mi_ckb_check_weights(k, model, &wr, err, sizeof err), 0);
+  ck_assert_int_eq(json_object_size(json_object_get(wr, "skipped")), 2);
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(wr, "skipped"), "model.visual."),
+                                                      "tensors")), 4);
+  json_decref(wr);
+  mi_ckb_close(k);
+  json_decref(m);
+  json_decref(r);
+  free(mp), free(rp), free(goldens), free(model);
+  drop_bundle_dirs(tmp, ckb, ck, cand);
+  free(refs);
+}
+END_TEST
+
+/* A wrapper holding what the vocabulary's layout does not account for (an
+ * audio tower's config and weights-free key): the loop names the field and
+ * writes nothing. */
+START_TEST(wrapper_with_an_unknown_part_leaves_the_ckb_unchanged) {
+  char *tmp, *refs, *ckb, *ck, *cand, *model;
+  hybrid_workspace(&tmp, &refs, &ckb, &ck, &cand, &model);
+  char cmd[8192], before[200], after[200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && '%s/bin/mi-mkmodel' --family qwen35 --shape tiny --seed 1 --layout conditional "
+           "--out '%s' >/dev/null && sed -i 's/\"image_token_id\"/\"audio_config\": {\"layers\": 2},\\n  \"image_token_id\"/' "
+           "'%s/config.json' && grep -q audio_config '%s/config.json'", model, getenv("MI_BUILD_DIR"), model, model, model);
+  ck_assert_int_eq(system(cmd), 0);
+  tree_hash(ckb, before, sizeof before);
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-gen' --evolve --refs '%s' --candidates '%s' --ckb '%s' --model '%s' --run-dir '%s/run' "
+           "--no-revalidate 2>'%s/stderr'", getenv("MI_BUILD_DIR"), refs, cand, ckb, model, tmp, tmp);
+  int st = system(cmd);
+  char *errp = tw_path(tmp, "stderr");
+  size_t el;
+  char *errs = tw_read_all(errp, &el);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == EV_EX_UNEXPLAINED, "exit %d:\n%s", WEXITSTATUS(st), errs ?: "");
+  ck_assert_msg(errs && strstr(errs, "nothing written") && strstr(errs, "audio_config"), "%s", errs ?: "");
+  tree_hash(ckb, after, sizeof after);
+  ck_assert_str_eq(before, after);
+  free(errs), free(errp), free(model);
+  drop_bundle_dirs(tmp, ckb, ck, cand);
+  free(refs);
+}
+END_TEST
+
 /* ev_explain names every config field and weight a contract leaves
  * unexplained: a field config.json gains, a weight the contract drops. */
 START_TEST(explain_names_fields_and_weights) {
@@ -1167,6 +1267,9 @@ static Suite *suite(void) {
               bundle_with_broken_operator_contract_is_rejected_naming_it, real_bundle_is_accepted,
               cli_phases_one_to_five, killed_evolve_leaves_the_ckb_unchanged,
               unexplained_field_leaves_the_ckb_unchanged, explain_names_fields_and_weights));
+  TCase *tw = mi_check_case(s, "wrapped", 900, NULL, NULL);
+  mi_check_add(tw, MI_CHECK_TESTS(wrapped_layout_absorbed_and_revalidated,
+                                  wrapper_with_an_unknown_part_leaves_the_ckb_unchanged));
   return s;
 }
 

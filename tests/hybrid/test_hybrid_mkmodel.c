@@ -140,14 +140,23 @@ static int derive(json_t *c, want *w) {
 }
 
 /* prefix: where the text weights live ("model." or the released layout's
- * "model.language_model."); c: the (text) config the list is derived from. */
-static void check_layout_cfg(const char *dir, int dtype, json_t *c, const char *prefix) {
+ * "model.language_model."); c: the (text) config the list is derived from;
+ * beside: how many tensors the layout adds beside the text model (a vision
+ * tower under model.visual., a multi-token-prediction head under mtp.). */
+static void check_layout_cfg(const char *dir, int dtype, json_t *c, const char *prefix, int beside) {
   want *w = calloc(3 + 16 * (size_t)geti(c, "num_hidden_layers"), sizeof *w);
   int n = derive(c, w);
   char err[512] = "";
   mi_weights *ws = mi_weights_open(dir, err, sizeof err);
   ck_assert_msg(ws != NULL, "%s", err);
-  ck_assert_uint_eq(mi_weights_count(ws), (size_t)n); /* nothing extra */
+  ck_assert_uint_eq(mi_weights_count(ws), (size_t)(n + beside)); /* nothing else */
+  int under = 0;
+  for (size_t k = 0; k < mi_weights_count(ws); k++) {
+    mi_weight_info wi;
+    ck_assert_int_eq(mi_weights_at(ws, k, &wi), 0);
+    under += !strncmp(wi.name, "model.visual.", 13) || !strncmp(wi.name, "mtp.", 4);
+  }
+  ck_assert_int_eq(under, beside);
   for (int i = 0; i < n; i++) {
     mi_weight_info wi;
     char nm[160];
@@ -169,7 +178,7 @@ static void check_layout_cfg(const char *dir, int dtype, json_t *c, const char *
 
 static void check_layout(const char *dir, int dtype) {
   json_t *c = load_config(dir);
-  check_layout_cfg(dir, dtype, c, "model.");
+  check_layout_cfg(dir, dtype, c, "model.", 0);
   json_decref(c);
 }
 
@@ -187,7 +196,8 @@ START_TEST(layout_matches_config) {
 END_TEST
 
 /* --layout conditional: the released Qwen3.5 wrapper around the same text
- * model (text_config; weights under model.language_model.; same values). */
+ * model (text_config; weights under model.language_model.; same values),
+ * with a vision tower and a multi-token-prediction head beside it. */
 START_TEST(conditional_layout) {
   char *a = make("a", "tiny-untied", 9, 1, "bf16");
   char *b = tw_path(g_dir, "b"), *args = NULL;
@@ -202,7 +212,7 @@ START_TEST(conditional_layout) {
   ck_assert_ptr_nonnull(tc);
   ck_assert_str_eq(json_string_value(json_object_get(tc, "model_type")), "qwen3_5_text");
   json_object_set_new(tc, "architectures", json_pack("[s]", "Qwen3_5ForCausalLM")); /* derive() checks it */
-  check_layout_cfg(b, MI_DTYPE_BF16, tc, "model.language_model.");
+  check_layout_cfg(b, MI_DTYPE_BF16, tc, "model.language_model.", 8); /* 4 vision, 4 MTP (ckb/models/qwen35.json) */
   /* same values as the causal layout */
   char err[256];
   mi_weights *wa = mi_weights_open(a, err, sizeof err), *wb = mi_weights_open(b, err, sizeof err);

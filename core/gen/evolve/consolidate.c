@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/ckb/ckb.h"
+#include "core/runtime/safetensors.h"
 #include "core/gen/evolve/evolve.h"
 static json_t *refs_of(const ev_ctx *c) {
   json_t *refs = json_array();
@@ -49,6 +50,64 @@ static int model_name(const json_t *cfg, char *out, size_t n) {
     if (isalnum((unsigned char)*p)) out[l++] = (char)tolower((unsigned char)*p);
   out[l] = 0;
   return l ? 0 : -1;
+}
+
+/* --model stored in a wrapper layout the vocabulary describes (a variant
+ * whose edit has "add_layout" and whose evidence holds there): that layout
+ * (rename, unused prefixes, unused config keys) with its config template
+ * taken from --model's own wrapper: the wrapped object as "$config", a key
+ * that copies a field of the wrapped config as "$FIELD", the keys the
+ * layout names (its template's, its unused ones) as written. NULL when --model is not wrapped or nothing in the vocabulary
+ * reads it (the explanation check then names what stays unexplained).
+ * Its name in the contract's "layouts" is in the result's "x-name". */
+static json_t *wrapper_layout(const ev_ctx *c, const json_t *m) {
+  if (!c->o->model) return NULL;
+  char cp[4200], e2[1024];
+  snprintf(cp, sizeof cp, "%s/config.json", c->o->model);
+  json_t *mcfg = json_load_file(cp, 0, NULL);
+  mi_weights *w = mcfg ? mi_weights_open(c->o->model, e2, sizeof e2) : NULL;
+  mi_ckb *ck = w ? mi_ckb_open(c->o->ckb, e2, sizeof e2) : NULL;
+  json_t *vocab = ck ? ev_vocab(ck) : json_array(), *out = NULL;
+  const char *arch = json_string_value(json_array_get(json_object_get(mcfg, "architectures"), 0));
+  size_t i, k;
+  json_t *v, *a;
+  int own = 0;
+  json_array_foreach(json_object_get(m, "architectures"), k, a) own |= arch && !strcmp(json_string_value(a), arch);
+  json_array_foreach(vocab, i, v) {
+    const char *ln;
+    json_t *lay;
+    if (own || out) break;
+    json_object_foreach(json_object_get(json_object_get(v, "edit"), "add_layout"), ln, lay) {
+      if (out || !ev_evidence(v, mcfg, w)) continue;
+      const char *ik = mi_ckb_layout_inner_key(lay), *tk;
+      json_t *tv;
+      const json_t *inner = ik ? json_object_get(mcfg, ik) : NULL;
+      if (!json_is_object(inner)) continue;
+      out = json_deep_copy(lay);
+      json_t *tmpl = json_object();
+      /* only what the layout accounts for: a key it names neither a copy, nor
+       * its own, nor unused stays out, and the explanation check names it */
+      json_object_foreach(mcfg, tk, tv) {
+        const json_t *same = json_object_get(inner, tk);
+        if (!strcmp(tk, ik)) json_object_set_new(tmpl, tk, json_string("$config"));
+        else if (strcmp(tk, "architectures") && same && json_equal(same, tv))
+          json_object_set_new(tmpl, tk, json_sprintf("$%s", tk));
+        else if (!strcmp(tk, "architectures") || json_object_get(json_object_get(lay, "config"), tk) ||
+                 json_object_get(json_object_get(lay, "unused_config"), tk))
+          json_object_set(tmpl, tk, tv);
+      }
+      json_object_set_new(out, "config", tmpl);
+      json_object_set_new(out, "doc", json_sprintf("%s's layout, as %s describes it: %s", arch,
+                                                   json_string_value(json_object_get(v, "id")) ?: "?",
+                                                   json_string_value(json_object_get(out, "doc")) ?: ""));
+      json_object_set_new(out, "x-name", json_string(ln));
+    }
+  }
+  json_decref(vocab);
+  if (ck) mi_ckb_close(ck);
+  if (w) mi_weights_close(w);
+  json_decref(mcfg);
+  return out;
 }
 
 json_t *ev_model_entry(const ev_ctx *c, const json_t *found, const json_t *bundle, char *err, size_t n) {
@@ -91,6 +150,13 @@ json_t *ev_model_entry(const ev_ctx *c, const json_t *found, const json_t *bundl
   json_object_del(m, "gguf");
   json_object_del(m, "checkpoint");
   json_object_set_new(m, "failure_modes", json_array());
+  json_t *lay = wrapper_layout(c, m);
+  if (lay) { /* --model is the same model in a wrapper the vocabulary reads */
+    char ln[128];
+    snprintf(ln, sizeof ln, "%s", json_string_value(json_object_get(lay, "x-name")));
+    json_object_del(lay, "x-name");
+    json_object_set_new(m, "layouts", json_pack("{s:o}", ln, lay));
+  }
   return m;
 }
 

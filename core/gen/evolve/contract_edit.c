@@ -542,6 +542,7 @@ int ev_explain(const json_t *m, const json_t *cfg, const mi_weights *w, json_t *
   if (lf && mi_ckb_layer_lookup(&sc, lf, strlen(lf), &layers) != 0) layers = 0;
   size_t nt = mi_weights_count(w);
   char *seen = calloc(nt ? nt : 1, 1);
+  const json_t *layout = mi_ckb_model_layout(m, cfg);
   json_array_foreach(json_object_get(m, "weights"), i, x) {
     const char *key = json_string_value(json_object_get(x, "key"));
     if (!key || !mi_ckb_when_holds(m, cfg, json_string_value(json_object_get(x, "when")))) continue;
@@ -550,12 +551,13 @@ int ev_explain(const json_t *m, const json_t *cfg, const mi_weights *w, json_t *
     for (int64_t l = 0; l < (per ? layers : 1); l++) {
       const char *lk = per ? mi_ckb_layer_kind(m, cfg, l) : NULL;
       if (only && per && (!lk || strcmp(lk, only))) continue;
-      char name[512];
+      char name[512], ck[512];
       const char *p = strstr(key, "{i}");
       if (p)
-        snprintf(name, sizeof name, "%.*s%lld%s", (int)(p - key), key, (long long)l, p + 3);
+        snprintf(ck, sizeof ck, "%.*s%lld%s", (int)(p - key), key, (long long)l, p + 3);
       else
-        snprintf(name, sizeof name, "%s", key);
+        snprintf(ck, sizeof ck, "%s", key);
+      mi_ckb_layout_rename(layout, ck, name, sizeof name); /* as a wrapper layout spells it */
       int found = -1;
       for (size_t k = 0; k < nt; k++) {
         mi_weight_info wi;
@@ -604,7 +606,7 @@ int ev_explain(const json_t *m, const json_t *cfg, const mi_weights *w, json_t *
   const json_t *kinds = json_object_get(json_object_get(m, "layer_kinds"), "kinds");
   for (size_t k = 0; k < nt; k++) {
     mi_weight_info wi;
-    if (seen[k] || mi_weights_at(w, k, &wi) != 0) continue;
+    if (seen[k] || mi_weights_at(w, k, &wi) != 0 || mi_ckb_layout_unused(layout, wi.name, NULL)) continue;
     int64_t l = layer_of(m, wi.name);
     const char *lk = l >= 0 ? mi_ckb_layer_kind(m, cfg, l) : NULL;
     int later = deferred && lk &&

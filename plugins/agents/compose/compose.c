@@ -76,15 +76,7 @@ static int carries_binding(json_t *model, json_t *bd) {
 static int find_contracts(mi_ckb *c, json_t *config, const char *pname, const mi_ckb_entry **me,
                           const mi_ckb_entry **pe, char *err, size_t err_len) {
   const char *arch = json_string_value(json_array_get(json_object_get(config, "architectures"), 0));
-  *me = NULL;
-  for (size_t i = 0; i < mi_ckb_count(c) && !*me && arch; i++) {
-    const mi_ckb_entry *e = mi_ckb_at(c, i);
-    size_t k;
-    json_t *a;
-    if (e->kind && !strcmp(e->kind, "model"))
-      json_array_foreach(json_object_get(e->json, "architectures"), k,
-                         a) if (!strcmp(json_string_value(a), arch)) *me = e;
-  }
+  *me = mi_ckb_find_model(c, json_object_get(config, "architectures")); /* its own, or a layout's */
   *pe = mi_ckb_find_platform(c, pname);
   if (*me && *pe) return 0;
   snprintf(err, err_len, "compose: no %s contract for %s", *me ? "platform" : "model",

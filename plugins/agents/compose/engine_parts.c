@@ -69,6 +69,13 @@ static void config_define(gen *g, json_t *e, sb *o, sb *digest) {
   }
 }
 
+/* The key of config.json under which a wrapper layout keeps the model's
+ * own config ("$config" in the layout's template), or "" (no layout). */
+static const char *config_root(const gen *g) {
+  const char *k = mi_ckb_layout_inner_key(mi_ckb_model_layout(g->model, g->config));
+  return k ? k : "";
+}
+
 void part_constants(gen *g, const char *engine_name, sb *o) {
   size_t i;
   json_t *e;
@@ -92,6 +99,8 @@ void part_constants(gen *g, const char *engine_name, sb *o) {
   sp(o, "#define %-26s \"%s\" /* the plugin's name */\n", "ENGINE_NAME", engine_name);
   sp(o, "#define %-26s \"%s\" /* config.json's architecture */\n", "ARCHITECTURE",
      json_string_value(json_array_get(json_object_get(g->config, "architectures"), 0)));
+  sp(o, "#define %-26s \"%s\" /* where the model's fields are in config.json (\"\": at its top) */\n",
+     "CONFIG_ROOT", config_root(g));
   sp(o, "#define %-26s \"%s\" /* the model contract */\n", "MODEL_ID", str(g->model, "id"));
   sp(o, "#define %-26s \"%s\" /* the platform plugin (constraint) */\n", "PLATFORM_NAME",
      str(g->platform, "plugin"));
@@ -312,9 +321,11 @@ static int bind_dims(gen *g, json_t *e, sb *d0, sb *d1) {
 
 /* one bind() call; per-layer weights of one layer kind share an if block (*open_kind) */
 static int bind_line(gen *g, json_t *e, int per_layer, const char **open_kind, sb *o) {
-  const char *key = str(e, "key");
-  char f[128];
-  weight_field(key, f, sizeof f);
+  char f[128], named[512];
+  weight_field(str(e, "key"), f, sizeof f);
+  /* the tensor as the checkpoint's layout spells it (a wrapper renames it) */
+  mi_ckb_layout_rename(mi_ckb_model_layout(g->model, g->config), str(e, "key"), named, sizeof named);
+  const char *key = named;
   sb d0 = {0}, d1 = {0};
   int vec = bind_dims(g, e, &d0, &d1);
   const char *shard = str(e, "shard");

@@ -177,6 +177,11 @@ static int e_check_config(void *ctx, const mi_json *cfg, char *err, size_t err_l
   const char *archs = h->json_string(h->json_array_get(h->json_get(cfg, "architectures"), 0));
   if (!archs || strcmp(archs, ARCHITECTURE))
     return fail(err, err_len, "engine " ENGINE_NAME " was generated for " ARCHITECTURE " only%s%s", "", "");
+  if (CONFIG_ROOT[0]) { /* a wrapper layout: the model's own fields are in that object */
+    cfg = h->json_get(cfg, CONFIG_ROOT);
+    if (!cfg || h->json_type(cfg) != MI_JSON_OBJECT)
+      return fail(err, err_len, "engine " ENGINE_NAME " refuses this config: field %s%s is not an object", CONFIG_ROOT, "");
+  }
   const char *p = k_digest;
   while (*p) {
     const char *eq = strchr(p, '='), *end = strchr(p, ';');

@@ -43,6 +43,7 @@
 #define KV_TYPE "f32"
 #define ENGINE_NAME "template-check"
 #define ARCHITECTURE "TemplateCheckForCausalLM"
+#define CONFIG_ROOT "text_config"
 #define MODEL_ID "model.template_check"
 #define PLATFORM_NAME "cpu"
 #define DTYPE_NAME "bf16"

@@ -267,13 +267,12 @@ static void check_sequence(json_t *fs, const char *base, const char *code, const
  * contract the task asks for (default cpu), from the CKB c (NULL: none of them). */
 static json_t *find_contracts(mi_ckb *c, const json_t *task, const char *arch, json_t *ops,
                               const mi_ckb_entry **pe) {
-  json_t *model = NULL;
+  json_t *model = NULL, *archs = json_pack("[s?]", arch);
+  const mi_ckb_entry *me = c && arch ? mi_ckb_find_model(c, archs) : NULL; /* its own, or a layout's */
+  json_decref(archs);
+  if (me) model = me->json;
   for (size_t i = 0; c && i < mi_ckb_count(c); i++) {
     const mi_ckb_entry *e = mi_ckb_at(c, i);
-    size_t k;
-    json_t *a;
-    if (e->kind && !strcmp(e->kind, "model"))
-      json_array_foreach(json_object_get(e->json, "architectures"), k, a) if (arch && !strcmp(json_string_value(a), arch)) model = e->json;
     if (e->kind && !strcmp(e->kind, "operator")) json_object_set(ops, e->id, e->json);
   }
   *pe = c ? mi_ckb_find_platform(c, json_string_value(json_object_get(json_object_get(task, "constraints"), "platform")) ?: "cpu") : NULL;

@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/ckb/ckb.h"
 #include "../common.h"
 #include "core/gen/gen.h"
 #include "core/util/spawn.h"
@@ -392,7 +393,8 @@ static void deploy_reach(const stg *s, deploy *d) {
   char cpath[4700];
   snprintf(cpath, sizeof cpath, "%s/config.json", s->model);
   json_t *mcfg = json_load_file(cpath, 0, NULL);
-  d->max_pos = (long long)json_integer_value(json_object_get(mcfg, "max_position_embeddings"));
+  /* a wrapper layout keeps it in the wrapped config (text_config) */
+  d->max_pos = (long long)json_integer_value(mi_ckb_config_value(NULL, mcfg, "max_position_embeddings", 23));
   json_decref(mcfg);
   snprintf(cpath, sizeof cpath, "%s/model.safetensors", s->model);
   struct stat wst;
