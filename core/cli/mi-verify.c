@@ -76,6 +76,10 @@ static void usage(FILE *f) {
           "                      a plugin of another name stands in for it (said, and held to the\n"
           "                      contract's wavefront and memory model), e.g. the GPU emulator\n"
           "                      tests/gpu-emu/libmi-gpuemu32.so with --platform nvidia\n"
+          "  --platform-contract FILE  a platform contract outside the CKB (a vendor's, e.g. the one\n"
+          "                      beside sdk/templates/platform): validated against the CKB's schema and\n"
+          "                      operators, then the plugin is held to it; a kernel it lists that the\n"
+          "                      plugin does not provide is one MISSING line\n"
           "  --stage N           run stages 1..N (1: operator units, 2: one decoder layer, 3: weight\n"
           "                      loading, 4: end to end vs goldens, 5: authenticity, 6: performance;\n"
           "                      default 1)\n"
@@ -275,6 +279,7 @@ static void find_oracle(const char *ckb_dir, const char *cache_arg, char *node_b
 typedef struct verify_args {
   const char *plugin, *ckb_dir, *platform, *report, *only;
   const char *model_id, *model_dir, *model_plugin, *goldens, *kv_type, *oracle_cache, *patches, *pack;
+  const char *platform_contract; /* a vendor's contract file, outside the CKB */
   int stage, verbose, have_seed, goldens_optional, no_oracle;
   uint64_t seed;
   double timeout, cpu;
@@ -297,6 +302,7 @@ static int parse_args(int argc, char **argv, verify_args *a) {
       {"goldens-optional", 0, 0, 'g'}, {"kv-type", 1, 0, 'K'},
       {"no-oracle", 0, 0, 1000},        {"oracle-cache", 1, 0, 1001}, {"contract-patches", 1, 0, 1002},
       {"pack", 1, 0, 1003},             {"plugin", 1, 0, 'P'}, /* = --platform-plugin */
+      {"platform-contract", 1, 0, 1004},
       {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "o:vh", longs, NULL)) != -1) {
@@ -325,6 +331,7 @@ static int parse_args(int argc, char **argv, verify_args *a) {
     case 1001: a->oracle_cache = optarg; break;
     case 1002: a->patches = optarg; break;
     case 1003: a->pack = optarg; break;
+    case 1004: a->platform_contract = optarg; break;
     case 'K':
       if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "bf16")) {
         fprintf(stderr, "mi-verify: --kv-type %s: expected f32, f16 or bf16\n", optarg);
@@ -499,17 +506,52 @@ static void stage_options(verify_args *a, mi_ckb *c, json_t *t1, const mi_option
   if (a->mem >= 0) o->lim.mem_mb = (uint64_t)a->mem;
 }
 
+static void diag_line(void *user, const char *line) {
+  (void)user;
+  fprintf(stderr, "mi-verify: %s\n", line);
+}
+
+/* --platform-contract FILE: the vendor's contract, read with the CKB's
+ * limits and checked as if it were one of its entries (schema, the
+ * operators it names); NULL with the problems printed, one line each. */
+static json_t *load_vendor_contract(const char *file, const mi_ckb *c, mi_ckb_entry *e) {
+  char err[1200];
+  json_t *j = mi_file_load_json(file, 0, MI_CKB_MAX_FILE, "platform contract", JSON_REJECT_DUPLICATES, err, sizeof err);
+  if (!j) {
+    fprintf(stderr, "mi-verify: %s\n", err);
+    return NULL;
+  }
+  const char *id = json_string_value(json_object_get(j, "id"));
+  const char *kind = json_string_value(json_object_get(j, "kind"));
+  if (!kind || strcmp(kind, "platform") || !id) {
+    fprintf(stderr, "mi-verify: %s: not a platform contract (\"kind\": \"platform\" and an \"id\" are needed)\n", file);
+    json_decref(j);
+    return NULL;
+  }
+  /* checked as it would be stored: platforms/NAME.json of the CKB */
+  char where[600];
+  snprintf(where, sizeof where, "%s/platforms/%s.json", mi_ckb_dir(c), strncmp(id, "platform.", 9) ? id : id + 9);
+  if (mi_ckb_validate_entry(c, j, where, diag_line, NULL) != 0) {
+    fprintf(stderr, "mi-verify: %s: the platform contract has the problems above (checked as %s)\n", file, where);
+    json_decref(j);
+    return NULL;
+  }
+  *e = (mi_ckb_entry){id, kind, json_string_value(json_object_get(j, "version")), file, file, j};
+  return j;
+}
+
 /* The platform contract the probed plugin is held to (--platform, else its
  * own name), a stand-in said so, and the CKB's operators into o. -1 to go
  * on, else the exit status with the report's verdict set. */
-static int bind_platform(const verify_args *a, mi_ckb *c, json_t *probe, json_t *rep, vf_stage_opts *o) {
+static int bind_platform(const verify_args *a, mi_ckb *c, json_t *probe, const mi_ckb_entry *vendor, json_t *rep,
+                         vf_stage_opts *o) {
   if (strcmp(json_string_value(json_object_get(probe, "verdict")), "PASS")) {
     fprintf(stderr, "mi-verify: FAIL: %s\n", json_string_value(json_object_get(probe, "message")));
     json_object_set_new(rep, "verdict", json_string("FAIL"));
     return 1;
   }
   const char *pname = a->platform ? a->platform : json_string_value(json_object_get(probe, "name"));
-  const mi_ckb_entry *pc = mi_ckb_find_platform(c, pname);
+  const mi_ckb_entry *pc = vendor ? vendor : mi_ckb_find_platform(c, pname);
   if (!pc) {
     fprintf(stderr, "mi-verify: %s: no platform contract for '%s' (give one with --platform NAME)\n",
             a->ckb_dir, pname);
@@ -772,7 +814,10 @@ int main(int argc, char **argv) {
   json_object_set_new(probe, "path", json_string(a.plugin));
   json_object_set(rep, "plugin", probe);
   json_object_set_new(rep, "stages", json_array());
-  if ((rc = bind_platform(&a, c, probe, rep, &o)) < 0 && (rc = probe_pack(&o, rep)) < 0)
+  mi_ckb_entry vendor;
+  json_t *vj = a.platform_contract ? load_vendor_contract(a.platform_contract, c, &vendor) : NULL;
+  if (a.platform_contract && !vj) rc = 2;
+  else if ((rc = bind_platform(&a, c, probe, vj ? &vendor : NULL, rep, &o)) < 0 && (rc = probe_pack(&o, rep)) < 0)
     rc = run_stages(&a, c, t1, &o, &popts, rep);
   if (a.report) { /* whole or not at all: temp file, checked writes, rename */
     char *js = json_dumps(rep, JSON_INDENT(2));
@@ -785,6 +830,7 @@ int main(int argc, char **argv) {
   }
   json_decref(probe);
   json_decref(rep);
+  json_decref(vj);
   json_decref(o.operators);
   json_decref(o.pack_manifest);
   mi_ckb_close(c);

@@ -267,8 +267,20 @@ static json_t *unit_error(const char *op_id, const char *msg) {
 
 /* The units of one kernel list (the platform contract's, or a pack
  * manifest's when from_pack) appended to units; the failures counted. */
-static void run_units(const vf_stage_opts *o, json_t *kernels, int from_pack, const char *variant, json_t *units,
-                      int *fails) {
+/* 1 when the probed plugin's interface holds `member` (a non-NULL pointer
+ * within its struct_size); a failed probe lists nothing and says so in
+ * its own line, so every unit is then run and judged as before. */
+static int provides(const json_t *probe, const char *member) {
+  const json_t *ms = json_object_get(probe, "members");
+  size_t i;
+  json_t *m;
+  if (!json_is_array(ms)) return 1;
+  json_array_foreach(ms, i, m) if (member && !strcmp(json_string_value(m), member)) return 1;
+  return 0;
+}
+
+static void run_units(const vf_stage_opts *o, json_t *kernels, int from_pack, const char *variant,
+                      const json_t *probe, json_t *units, int *fails) {
   const char *pack = json_string_value(json_object_get(o->pack_manifest, "name"));
   size_t i;
   json_t *k;
@@ -283,6 +295,13 @@ static void run_units(const vf_stage_opts *o, json_t *kernels, int from_pack, co
     char msg[600];
     if (!op) {
       u = unit_error(op_id, "no operator contract with this id");
+    } else if (!from_pack && !provides(probe, member)) {
+      /* the contract lists it, the plugin does not implement it: said, not run */
+      snprintf(msg, sizeof msg, "not provided: %s's mi_platform_iface has no '%s' (NULL, or past its struct_size)",
+               json_string_value(json_object_get(probe, "name")) ?: "the plugin", member ? member : "?");
+      u = unit_error(op_id, msg);
+      json_object_set_new(u, "status", json_string("MISSING"));
+      json_object_set_new(u, "member", json_string(member ? member : "?"));
     } else if (from_pack && (!listed || !version || strcmp(listed, version))) {
       snprintf(msg, sizeof msg, "%s: the pack's manifest lists version %s of the contract, the CKB's is version %s",
                op_id, listed ? listed : "(none)", version ? version : "(none)");
@@ -327,9 +346,10 @@ json_t *vf_stage1(const vf_stage_opts *o) {
   /* each kernel is judged in the mode the plugin says it runs (a pack's
    * manifest lists no modes: its kernels run the contracts' tolerances) */
   const char *variant = platform_units ? probe_variant(o, &probe) : NULL;
+  if (platform_units && !probe) probe = vf_probe_plugin(o); /* which members it provides */
   const char *pack = json_string_value(json_object_get(o->pack_manifest, "name"));
-  if (platform_units) run_units(o, json_object_get(o->platform, "kernels"), 0, variant, units, &fails);
-  if (o->pack_path) run_units(o, json_object_get(o->pack_manifest, "kernels"), 1, NULL, units, &fails);
+  if (platform_units) run_units(o, json_object_get(o->platform, "kernels"), 0, variant, probe, units, &fails);
+  if (o->pack_path) run_units(o, json_object_get(o->pack_manifest, "kernels"), 1, NULL, probe, units, &fails);
   size_t n = json_array_size(units);
   json_t *res = json_pack("{s:i, s:s, s:s, s:o, s:i, s:i}", "stage", 1, "name", "operator_units",
                           "verdict", (fails || !n) ? "FAIL" : "PASS", "units", units, "passed",

@@ -39,6 +39,43 @@ if [ -n "$mirun" ]; then
     || { echo "FAIL: --list-plugins does not say that cpu serves qwen3:"; cat "$tmp/list"; exit 1; }
 fi
 
+if [ -n "$mirun" ]; then
+  # The vendor's contract beside the code: mi-verify holds the plugin to it.
+  verify=$(dirname "$mirun")/mi-verify
+  echo "== mi-verify --platform-contract: the template against its own contract"
+  "$verify" --platform-plugin "$tmp/build/libmi-myplatform.so" --platform-contract "$tmp/my_platform/my_platform.json" \
+    --ckb "$src/ckb" --stage 1 --seed 1 >"$tmp/v.out" 2>"$tmp/v.err" || { echo "FAIL: mi-verify"; cat "$tmp/v.err"; exit 1; }
+  grep -q "^mi-verify: PASS: 4 passed, 0 failed" "$tmp/v.err" || { echo "FAIL: not 4 PASS units"; cat "$tmp/v.err"; exit 1; }
+
+  echo "== a kernel listed before it is written: one MISSING line, exit 1"
+  sed 's/{"operator": "operator.scale", "dtypes": \["f32"\]}/&, {"operator": "operator.rmsnorm", "dtypes": ["f32"]}, {"operator": "operator.rope", "dtypes": ["f32"]}/' \
+    "$tmp/my_platform/my_platform.json" >"$tmp/more.json"
+  grep -q operator.rmsnorm "$tmp/more.json"
+  rc=0
+  "$verify" --platform-plugin "$tmp/build/libmi-myplatform.so" --platform-contract "$tmp/more.json" \
+    --ckb "$src/ckb" --stage 1 --seed 1 >"$tmp/v.out" 2>"$tmp/v.err" || rc=$?
+  [ "$rc" -eq 1 ] || { echo "FAIL: exit $rc (want 1)"; cat "$tmp/v.err"; exit 1; }
+  for m in rmsnorm rope; do
+    [ "$(grep -c "^  MISSING  operator.$m .*not provided: myplatform's mi_platform_iface has no '$m'" "$tmp/v.err")" -eq 1 ] \
+      || { echo "FAIL: no one MISSING line for $m"; cat "$tmp/v.err"; exit 1; }
+  done
+  grep -q "^mi-verify: FAIL: 4 passed, 2 failed" "$tmp/v.err" || { echo "FAIL: the provided kernels did not still pass"; cat "$tmp/v.err"; exit 1; }
+  ! grep -q CRASH "$tmp/v.err" || { echo "FAIL: a missing member crashed"; cat "$tmp/v.err"; exit 1; }
+
+  echo "== a contract that is not one: one line naming the file, exit 2"
+  printf '{"id": "platform.myplatform", "kind": "platform", "version": "0.1.0"}' >"$tmp/bad.json"
+  rc=0
+  "$verify" --platform-plugin "$tmp/build/libmi-myplatform.so" --platform-contract "$tmp/bad.json" \
+    --ckb "$src/ckb" --stage 1 --seed 1 >"$tmp/v.out" 2>"$tmp/v.err" || rc=$?
+  [ "$rc" -eq 2 ] || { echo "FAIL: exit $rc (want 2)"; cat "$tmp/v.err"; exit 1; }
+  grep -q "bad.json: the platform contract has the problems above" "$tmp/v.err" || { echo "FAIL: the file is not named"; cat "$tmp/v.err"; exit 1; }
+  printf '{"id": ' >"$tmp/trunc.json"
+  rc=0
+  "$verify" --platform-plugin "$tmp/build/libmi-myplatform.so" --platform-contract "$tmp/trunc.json" \
+    --ckb "$src/ckb" --stage 1 >"$tmp/v.out" 2>"$tmp/v.err" || rc=$?
+  [ "$rc" -eq 2 ] && grep -q "trunc.json: invalid JSON" "$tmp/v.err" || { echo "FAIL: truncated contract (exit $rc)"; cat "$tmp/v.err"; exit 1; }
+fi
+
 echo "== pkg-config route"
 pc=$(find "$tmp/prefix" -name metainfer-sdk.pc | head -n1)
 test -n "$pc"
