@@ -223,6 +223,12 @@ static const tramp tramps[] = {
 #undef X
 };
 
+#ifdef MI_GPU_MUTANTS
+/* MI_GPU_MUTANT=half_acc at load: matmul accumulates in half precision
+ * (mi_kernels.cu, MI_MUTANT_ACC). */
+int mi_gpu_mutant_half_acc = getenv("MI_GPU_MUTANT") && !strcmp(getenv("MI_GPU_MUTANT"), "half_acc");
+#endif
+
 /* ---------------- the gpu_rt table ---------------- */
 
 static int e_device_count(gpu_rt *, int *n) { *n = 1; return 0; }

@@ -16,6 +16,23 @@
 
 /* ---------------- helpers ---------------- */
 
+/* Test-only defects (tests/gpu: the emulator built with MI_GPU_MUTANTS,
+ * switched by MI_GPU_MUTANT at load), which the verifier must reject; in
+ * any other build MI_MUTANT_ACC is nothing. half_acc: the accumulators of
+ * matmul rounded to half precision after every step, where the contract
+ * says f32 accumulation. */
+#ifdef MI_GPU_MUTANTS
+extern int mi_gpu_mutant_half_acc;
+__device__ __forceinline__ float mi_mutant_round_f16(float x) {
+  int e;
+  float m = frexpf(x, &e); /* |m| in [0.5, 1): 11 significant bits kept */
+  return x == 0.0f ? x : ldexpf(rintf(ldexpf(m, 11)), e - 11);
+}
+#define MI_MUTANT_ACC(x) ((x) = mi_gpu_mutant_half_acc ? mi_mutant_round_f16(x) : (x))
+#else
+#define MI_MUTANT_ACC(x) ((void)0)
+#endif
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = MI_WARP / 2; o > 0; o >>= 1) v += MI_SHFL_XOR(v, o);
@@ -164,6 +181,7 @@ __device__ __forceinline__ void gemv_body(float *y, const float *x, const void *
           float4 a = xp[0], b = xp[1];
           acc[m] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x +
                     wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
+          MI_MUTANT_ACC(acc[m]);
         }
       }
     }
@@ -172,7 +190,10 @@ __device__ __forceinline__ void gemv_body(float *y, const float *x, const void *
       float wv = load_w<DT>(w, row + k);
 #pragma unroll
       for (int m = 0; m < MI_GEMV_MAX_M; m++)
-        if (m < M) acc[m] += wv * x[m * K + k];
+        if (m < M) {
+          acc[m] += wv * x[m * K + k];
+          MI_MUTANT_ACC(acc[m]);
+        }
     }
   }
 #pragma unroll
@@ -251,7 +272,10 @@ __device__ __forceinline__ void mm_body(float *y, const float *x, const void *w,
 #pragma unroll
       for (int i = 0; i < TM; i++)
 #pragma unroll
-        for (int j = 0; j < TN; j++) acc[i][j] += a[i] * b[j];
+        for (int j = 0; j < TN; j++) {
+          acc[i][j] += a[i] * b[j];
+          MI_MUTANT_ACC(acc[i][j]);
+        }
     }
     __syncthreads();
   }
