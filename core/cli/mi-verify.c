@@ -575,6 +575,43 @@ static int bind_platform(const verify_args *a, mi_ckb *c, json_t *probe, const m
   return -1;
 }
 
+/* pack.json must describe the library it sits beside: the same kernels
+ * (by operator) generated from the same contract versions. A kernel the
+ * library holds and the manifest leaves out would serve engines unverified;
+ * one the manifest lists and the library lacks would be verified against
+ * nothing. The first difference into why; 0 when they agree. */
+static int manifest_matches(const json_t *lib_kernels, const json_t *manifest, char *why, size_t n) {
+  const json_t *mk = json_object_get(manifest, "kernels");
+  size_t i, j;
+  json_t *a, *b;
+  json_array_foreach(lib_kernels, i, a) {
+    const char *op = json_string_value(json_object_get(a, "operator")) ?: "?";
+    const json_t *hit = NULL;
+    json_array_foreach(mk, j, b) if (!strcmp(json_string_value(json_object_get(b, "operator")) ?: "", op)) hit = b;
+    const char *lv = json_string_value(json_object_get(a, "version")) ?: "?";
+    const char *mv = json_string_value(json_object_get(hit, "version")) ?: "?";
+    if (!hit) {
+      snprintf(why, n, "the library holds a kernel for %s, which pack.json does not list (it would run unverified)", op);
+      return -1;
+    }
+    if (strcmp(lv, mv)) {
+      snprintf(why, n, "pack.json says %s was generated from version %s of its contract, the library's kernel from %s",
+               op, mv, lv);
+      return -1;
+    }
+  }
+  json_array_foreach(mk, j, b) {
+    const char *op = json_string_value(json_object_get(b, "operator")) ?: "?";
+    int held = 0;
+    json_array_foreach(lib_kernels, i, a) held |= !strcmp(json_string_value(json_object_get(a, "operator")) ?: "", op);
+    if (!held) {
+      snprintf(why, n, "pack.json lists %s, which the library holds no kernel for", op);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* --pack: the pack loaded in a probe child and described in the report
  * (beside its manifest's name); a pack that cannot be loaded fails the run
  * before any unit. -1 to go on, else the exit status. */
@@ -586,6 +623,14 @@ static int probe_pack(vf_stage_opts *o, json_t *rep) {
   json_object_set_new(rep, "pack", pp);
   if (strcmp(json_string_value(json_object_get(pp, "verdict")), "PASS")) {
     fprintf(stderr, "mi-verify: FAIL: %s\n", json_string_value(json_object_get(pp, "message")));
+    json_object_set_new(rep, "verdict", json_string("FAIL"));
+    return 1;
+  }
+  char why[800];
+  if (manifest_matches(json_object_get(pp, "kernels"), o->pack_manifest, why, sizeof why) != 0) {
+    fprintf(stderr, "mi-verify: FAIL: %s: the manifest beside it does not describe it: %s\n", o->pack_path, why);
+    json_object_set_new(pp, "verdict", json_string("FAIL"));
+    json_object_set_new(pp, "message", json_string(why));
     json_object_set_new(rep, "verdict", json_string("FAIL"));
     return 1;
   }
