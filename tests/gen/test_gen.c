@@ -417,7 +417,7 @@ END_TEST
 START_TEST(test_bad_constraints) {
   char notcov[1300];
   snprintf(notcov, sizeof notcov, "%s/llama", g_tmp);
-  sh("mkdir -p '%s' && cp '%s'/* '%s'/ && sed -i 's/Qwen3ForCausalLM/LlamaForCausalLM/' '%s/config.json'", notcov, g_model,
+  sh("mkdir -p '%s' && cp '%s'/* '%s'/ && sed -i 's/Qwen3ForCausalLM/GPTNeoXForCausalLM/' '%s/config.json'", notcov, g_model,
      notcov, notcov);
   static const struct {
     const char *opt, *val;
