@@ -84,6 +84,27 @@ static int names_under(const json_t *model, const char *field) {
   return 0;
 }
 
+/* A field read only when another is set ("when_present": rope_scaling's
+ * members): 1 when that one is absent or null, where the field takes its
+ * default (the contract says what absence means, e.g. no scaling). */
+static int parent_absent(const json_t *e, const json_t *cfg) {
+  const char *p = json_string_value(json_object_get(e, "when_present"));
+  const json_t *v = p ? mi_ckb_config_at(cfg, p) : NULL;
+  return p && (!v || json_is_null(v));
+}
+
+/* 1 when some config entry is read only when `field` is set: its null is
+ * what those entries' defaults stand for. */
+static int is_when_present(const json_t *model, const char *field) {
+  size_t i;
+  json_t *e;
+  json_array_foreach(json_object_get(model, "config"), i, e) {
+    const char *p = json_string_value(json_object_get(e, "when_present"));
+    if (p && !strcmp(p, field)) return 1;
+  }
+  return 0;
+}
+
 /* Fields a contract reads outside its "config" list: the layer-kind table's
  * per-layer array and interval. */
 static int read_elsewhere(const json_t *model, const char *field) {
@@ -158,6 +179,7 @@ static void walk(const json_t *model, const char *id, const json_t *obj, const c
       check_values(id, field, e, v, lines); /* inert only at these values, where it says */
       continue;
     }
+    if (json_is_null(v) && is_when_present(model, field)) continue; /* its members' defaults */
     if (json_is_object(v) && (names_under(model, field) || json_object_size(v))) {
       if (depth >= MAX_NESTING) {
         ckb_line(lines, "config field '%s' nests objects deeper than %d levels: %s does not read it", field,
@@ -245,7 +267,7 @@ size_t mi_ckb_config_gaps(const mi_ckb_entry *model, const json_t *config, json_
   json_array_foreach(json_object_get(model->json, "config"), i, e) {
     const char *w = where(e);
     const json_t *v = w ? mi_ckb_config_at(config, w) : NULL;
-    if (json_is_true(json_object_get(e, "required")) && (!v || json_is_null(v)))
+    if (json_is_true(json_object_get(e, "required")) && (!v || json_is_null(v)) && !parent_absent(e, config))
       ckb_line(lines, "config field '%s' is absent; %s requires it", w ? w : "?", model->id);
   }
   return json_array_size(lines) - before;

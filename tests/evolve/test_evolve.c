@@ -1186,7 +1186,37 @@ START_TEST(llama31_rope_scaling_absorbed) {
   ck_assert_str_eq(json_string_value(json_object_get(rt, "path")), "rope_scaling.rope_type");
   ck_assert_str_eq(json_string_value(json_array_get(json_object_get(rt, "values"), 0)), "llama3");
   ck_assert_str_eq(json_string_value(json_object_get(mi_ckb_named(cf, "name", "factor"), "path")), "rope_scaling.factor");
-  json_decref(m);
+  /* one contract for the architecture: a Llama 3.0 checkpoint (rope_scaling
+   * null) reads every member at its default, factor 1, plain RoPE; the
+   * contract explains it and matches llama.cpp's golden of it */
+  char *tmp = tw_mkdtemp("evolve-l30"), *dir = tw_path(tmp, "m"), bin[4096], err[1024], *ck = src("ckb");
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  ev_opts o = {.exe_dir = bin};
+  json_t *g = load_src("tests/goldens/families/llama-probe-tiny-seed4.json");
+  ck_assert_msg(ev_remake_checkpoint(&o, g, dir, err, sizeof err) == 0, "%s", err);
+  json_t *cfg = mi_test_json_at(dir, "config.json"), *un = json_array();
+  ck_assert(json_is_null(json_object_get(cfg, "rope_scaling")));
+  mi_weights *w = mi_weights_open(dir, err, sizeof err);
+  ck_assert_msg(w, "%s", err);
+  ck_assert_int_eq(ev_explain(m, cfg, w, un, NULL), 0);
+  mi_ckb *k = mi_ckb_open(ck, err, sizeof err);
+  ck_assert_msg(k, "%s", err);
+  double e = 1;
+  int steps = 0;
+  ck_assert_msg(ev_oracle_error(k, m, cfg, w, g, &e, &steps, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(e < EV_TOL && steps > 0, "Llama 3.0 under the 3.1 contract: %g over %d steps", e, steps);
+  /* a rope_scaling that is set must give every member: none defaults then */
+  json_object_set_new(cfg, "rope_scaling", json_pack("{s:s, s:f, s:f, s:i}", "rope_type", "llama3", "low_freq_factor", 1.0,
+                                                     "high_freq_factor", 4.0, "original_max_position_embeddings", 64));
+  ck_assert_int_gt(ev_explain(m, cfg, w, un, NULL), 0);
+  char *s = json_dumps(un, JSON_COMPACT);
+  ck_assert_msg(strstr(s, "'rope_scaling.factor' is absent"), "%s", s);
+  free(s);
+  mi_ckb_close(k);
+  mi_weights_close(w);
+  json_decref(un), json_decref(cfg), json_decref(g), json_decref(m);
+  tw_rmtree(tmp);
+  free(tmp), free(dir), free(ck);
 }
 END_TEST
 
