@@ -148,6 +148,8 @@ static void each_contract(void (*fn)(const mi_ckb_entry *m, const char *base)) {
   for (size_t i = 0; i < mi_ckb_count(g_ckb); i++) {
     const mi_ckb_entry *m = mi_ckb_at(g_ckb, i);
     if (!m->kind || strcmp(m->kind, "model")) continue;
+    /* an absorbed family (model.qwen2, ...) has neither: engines are its only runner */
+    if (!json_object_get(m->json, "checkpoint") || !json_object_get(m->json, "reference_plugin")) continue;
     const char *fam = strchr(m->id, '.') + 1;
     char base[512];
     snprintf(base, sizeof base, "%s/%s", g_dir, fam);
