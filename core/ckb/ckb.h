@@ -151,6 +151,10 @@ void mi_ckb_layout_rename(const json_t *layout, const char *key, char *out, size
 /* The key of the layout's config template whose value is "$config" (where
  * the wrapper keeps the model's own config, e.g. text_config), or NULL. */
 const char *mi_ckb_layout_inner_key(const json_t *layout);
+/* The object of config.json `cfg` that holds the model's own config under
+ * `layout` (e.g. cfg.text_config); cfg itself when layout is NULL or cfg
+ * has no such object. */
+const json_t *mi_ckb_layout_inner(const json_t *layout, const json_t *cfg);
 /* The other way: a tensor's name in the layout as the contract's key. */
 void mi_ckb_layout_unrename(const json_t *layout, const char *name, char *out, size_t n);
 /* A checkpoint no contract names: the first layout in the CKB (a model

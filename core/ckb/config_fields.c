@@ -259,9 +259,7 @@ size_t mi_ckb_config_gaps(const mi_ckb_entry *model, const json_t *config, json_
     return 1;
   }
   ckb_config_field_gaps(model, config, lines);
-  const json_t *layout = mi_ckb_model_layout(model->json, config);
-  const char *ik = layout ? mi_ckb_layout_inner_key(layout) : NULL;
-  if (ik && json_is_object(json_object_get(config, ik))) config = json_object_get(config, ik);
+  config = mi_ckb_layout_inner(mi_ckb_model_layout(model->json, config), config);
   size_t i;
   json_t *e;
   json_array_foreach(json_object_get(model->json, "config"), i, e) {

@@ -512,9 +512,8 @@ int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform
    * on 0 where the contract multiplies by w */
   if (model) {
     const json_t *lay = mi_ckb_model_layout(model->json, cfg);
-    const char *ik = mi_ckb_layout_inner_key(lay);
-    json_t *pats = weight_patterns(model_dir, lay, r), *in = ik ? json_object_get(cfg, ik) : NULL;
-    if (pats) weight_gaps(model, json_is_object(in) ? in : cfg, pats, r);
+    json_t *pats = weight_patterns(model_dir, lay, r);
+    if (pats) weight_gaps(model, (json_t *)mi_ckb_layout_inner(lay, cfg), pats, r);
     json_decref(pats);
   }
 

@@ -37,17 +37,24 @@ const json_t *mi_ckb_model_layout(const json_t *model, const json_t *cfg) {
   return NULL;
 }
 
-void mi_ckb_layout_rename(const json_t *layout, const char *key, char *out, size_t n) {
-  const char *from;
-  json_t *to;
-  json_object_foreach(json_object_get(layout, "rename"), from, to) {
-    size_t fl = strlen(from);
-    if (json_is_string(to) && !strncmp(key, from, fl)) {
-      snprintf(out, n, "%s%s", json_string_value(to), key + fl);
+/* s with the first "rename" prefix that matches replaced: contract key ->
+ * layout name (forward), or layout name -> contract key (back). */
+static void swap_prefix(const json_t *layout, const char *s, char *out, size_t n, int forward) {
+  const char *key;
+  json_t *val;
+  json_object_foreach(json_object_get(layout, "rename"), key, val) {
+    const char *v = json_string_value(val);
+    const char *from = forward ? key : v, *to = forward ? v : key;
+    if (v && (forward || *v) && !strncmp(s, from, strlen(from))) {
+      snprintf(out, n, "%s%s", to, s + strlen(from));
       return;
     }
   }
-  snprintf(out, n, "%s", key);
+  snprintf(out, n, "%s", s);
+}
+
+void mi_ckb_layout_rename(const json_t *layout, const char *key, char *out, size_t n) {
+  swap_prefix(layout, key, out, n, 1);
 }
 
 const char *mi_ckb_layout_unused(const json_t *layout, const char *name, const char **prefix) {
@@ -63,16 +70,7 @@ const char *mi_ckb_layout_unused(const json_t *layout, const char *name, const c
 }
 
 void mi_ckb_layout_unrename(const json_t *layout, const char *name, char *out, size_t n) {
-  const char *from;
-  json_t *to;
-  json_object_foreach(json_object_get(layout, "rename"), from, to) {
-    const char *t = json_string_value(to);
-    if (t && *t && !strncmp(name, t, strlen(t))) {
-      snprintf(out, n, "%s%s", from, name + strlen(t));
-      return;
-    }
-  }
-  snprintf(out, n, "%s", name);
+  swap_prefix(layout, name, out, n, 0);
 }
 
 const char *mi_ckb_layout_inner_key(const json_t *layout) {
@@ -82,6 +80,12 @@ const char *mi_ckb_layout_inner_key(const json_t *layout) {
     if (json_is_string(v) && !strcmp(json_string_value(v), "$config")) return k;
   }
   return NULL;
+}
+
+const json_t *mi_ckb_layout_inner(const json_t *layout, const json_t *cfg) {
+  const char *ik = mi_ckb_layout_inner_key(layout);
+  const json_t *in = ik ? json_object_get(cfg, ik) : NULL;
+  return json_is_object(in) ? in : cfg;
 }
 
 const json_t *mi_ckb_wrapper_layout(const mi_ckb *c, const json_t *cfg, const json_t **inner) {
@@ -94,9 +98,8 @@ const json_t *mi_ckb_wrapper_layout(const mi_ckb *c, const json_t *cfg, const js
     const char *k;
     json_t *lay;
     json_object_foreach((json_t *)lays, k, lay) {
-      const char *ik = mi_ckb_layout_inner_key(lay);
-      const json_t *in = ik ? json_object_get(cfg, ik) : NULL;
-      if (json_is_object(in)) {
+      const json_t *in = mi_ckb_layout_inner(lay, cfg);
+      if (in != cfg) {
         *inner = in;
         return lay;
       }

@@ -246,18 +246,14 @@ static int selected(const char *only, const char *id, const char *member) {
   return hit;
 }
 
-/* The plugin's variant() name, asked of a probe child, when some kernel of
- * the platform contract lists modes (the name says which is on); else NULL.
- * The caller frees *holder. */
-static const char *probe_variant(const vf_stage_opts *o, json_t **holder) {
+/* 1 when some kernel of the platform contract lists modes: the plugin's
+ * variant() name then says which one is on. */
+static int lists_modes(const vf_stage_opts *o) {
   size_t i;
   json_t *k;
-  *holder = NULL;
   int any = 0;
   json_array_foreach(json_object_get(o->platform, "kernels"), i, k) any |= json_object_size(json_object_get(k, "modes")) > 0;
-  if (!any) return NULL;
-  *holder = vf_probe_plugin(o);
-  return json_string_value(json_object_get(*holder, "variant"));
+  return any;
 }
 
 static json_t *unit_error(const char *op_id, const char *msg) {
@@ -345,8 +341,8 @@ json_t *vf_stage1(const vf_stage_opts *o) {
   const int platform_units = !o->pack_path || o->model_plugin_path;
   /* each kernel is judged in the mode the plugin says it runs (a pack's
    * manifest lists no modes: its kernels run the contracts' tolerances) */
-  const char *variant = platform_units ? probe_variant(o, &probe) : NULL;
-  if (platform_units && !probe) probe = vf_probe_plugin(o); /* which members it provides */
+  if (platform_units) probe = vf_probe_plugin(o); /* the members it provides, its variant() */
+  const char *variant = probe && lists_modes(o) ? json_string_value(json_object_get(probe, "variant")) : NULL;
   const char *pack = json_string_value(json_object_get(o->pack_manifest, "name"));
   if (platform_units) run_units(o, json_object_get(o->platform, "kernels"), 0, variant, probe, units, &fails);
   if (o->pack_path) run_units(o, json_object_get(o->pack_manifest, "kernels"), 1, NULL, probe, units, &fails);

@@ -66,27 +66,27 @@ static int weights_child(void *arg, int fd) {
   }
   json_object_set_new(ev, "max_rel_err", json_real(0));
   vf_emit(fd, ev);
-  json_decref(r);
   if (n == 0) {
     /* The tensor names for read-back's sample: this child loads no plugin,
      * so the list is the verifier's own reading of the files. */
     mi_weights *w = mi_weights_open(j->model_dir, err, sizeof err);
     json_t *names = json_array();
-    /* what the checkpoint's layout leaves unread (a vision tower) is no engine's to read back */
-    char cp[4200];
-    snprintf(cp, sizeof cp, "%s/config.json", j->model_dir);
-    json_t *cfg = mi_file_load_json(cp, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, sizeof err);
-    const mi_ckb_entry *me = cfg ? mi_ckb_find_model(j->ckb, json_object_get(cfg, "architectures")) : NULL;
-    const json_t *layout = me ? mi_ckb_model_layout(me->json, cfg) : NULL;
+    /* what the checkpoint's layout leaves unread (a vision tower: the
+     * check's "skipped" prefixes) is no engine's to read back */
+    const json_t *skipped = json_object_get(r, "skipped");
     for (size_t i = 0, nt = w ? mi_weights_count(w) : 0; i < nt; i++) {
       mi_weight_info wi;
-      if (mi_weights_at(w, i, &wi) == 0 && !mi_ckb_layout_unused(layout, wi.name, NULL))
-        json_array_append_new(names, json_string(wi.name));
+      const char *pre;
+      json_t *sk;
+      int unread = 0;
+      if (mi_weights_at(w, i, &wi) != 0) continue;
+      json_object_foreach((json_t *)skipped, pre, sk) unread |= !strncmp(wi.name, pre, strlen(pre));
+      if (!unread) json_array_append_new(names, json_string(wi.name));
     }
-    json_decref(cfg);
     if (w) mi_weights_close(w);
     vf_emit(fd, json_pack("{s:s, s:o}", "event", "tensors", "names", names));
   }
+  json_decref(r);
   return n != 0;
 }
 

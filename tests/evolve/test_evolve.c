@@ -198,17 +198,24 @@ static void check_table(const json_t *table, const char *probe, const char *want
   check_table_n(table, probe, want, 24, 8);
 }
 
-START_TEST(search_picks_true_variants_on_two_probes) {
-  char *refs;
-  char *tmp = make_refs(PROBES, 2, &refs);
+/* The loop over the probe goldens under refs with the candidate bundle
+ * (the gate's operators, copy2d and sigmoid_mul, come with it) and no
+ * end-to-end golden: it stops after the search (exit 13), having found the
+ * true reading. Its report. */
+static json_t *search_with_bundle(const char *tmp, const char *refs) {
   json_t *r;
-  /* the gate's operators (copy2d, sigmoid_mul) come with the candidate
-   * bundle; with no end-to-end golden the loop stops after the search */
   char *cand = src("candidates/hybrid-deltanet");
   int rc = run_evolve(tmp, refs, cand, &r);
   free(cand);
   ck_assert_int_eq(rc, EV_EX_BUNDLE);
   ck_assert_str_eq(json_string_value(json_object_get(r, "found")), TRUE_READING);
+  return r;
+}
+
+START_TEST(search_picks_true_variants_on_two_probes) {
+  char *refs;
+  char *tmp = make_refs(PROBES, 2, &refs);
+  json_t *r = search_with_bundle(tmp, refs);
   ck_assert_str_eq(json_string_value(json_object_get(r, "base")), "model.qwen3");
   /* the DeltaNet layers' weights and fields are left to the bundle, by name */
   char *def = json_dumps(json_object_get(r, "deferred"), JSON_COMPACT);
@@ -1246,12 +1253,7 @@ START_TEST(experience_shortens_the_search) {
   curated_ckb(ck, ckb);
   snprintf(cmd, sizeof cmd, "cp '%s/experience/evolved_qwen35_variants.json' '%s/experience/'", ck, ckb);
   ck_assert_int_eq(system(cmd), 0);
-  json_t *r;
-  char *cand = src("candidates/hybrid-deltanet");
-  int rc = run_evolve(tmp, refs, cand, &r);
-  free(cand);
-  ck_assert_int_eq(rc, EV_EX_BUNDLE);
-  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), TRUE_READING);
+  json_t *r = search_with_bundle(tmp, refs);
   json_t *table = json_object_get(r, "variant_search");
   ck_assert_int_eq(json_array_size(table), 2 * 6);
   /* the experienced reading first on each probe, passing; the rest far off or unexplained */
