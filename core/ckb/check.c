@@ -127,47 +127,48 @@ static void check_case_value(json_t *a, json_t *v, json_t *args, json_t *tol, co
   }
 }
 
-/* An operator stated as an expression: "member": "pack", "reference":
- * "map" and a "map" object come together (the pack generator writes its
- * kernel from the map, the verifier's reference evaluates the same map), and
- * the map must read against the signature (mi_map_form_parse: the one
- * reader the generator and the reference use too, so an entry that passes
- * here is one they both accept). */
+/* An operator stated as an expression: "member": "pack", a "reference"
+ * naming its form and the form's object come together, one form of three:
+ * "map" (elementwise), "rotary" (a rotation of pairs) or "masked_attention"
+ * (operator.attention over the keys from an expression on). The pack
+ * generator writes its kernel from the form, the verifier's reference
+ * evaluates the same form, and the form must read against the signature
+ * (core/ckb/map_form.h: the one reader the generator and the reference use
+ * too, so an entry that passes here is one they both accept). */
 static void check_map_form(json_t *e, const char *file, ckb_diag *d) {
-  /* an operator stated as an expression: member "pack" with exactly one
-   * form, its reference the form's own ("map" or "rotary") */
+  static const char *const forms[] = {"map", "rotary", "masked_attention"};
   const char *member = json_string_value(json_object_get(e, "member"));
   const char *ref = json_string_value(json_object_get(e, "reference"));
-  int is_pack = member && !strcmp(member, "pack");
-  int has_map = json_object_get(e, "map") != NULL, has_rot = json_object_get(e, "rotary") != NULL;
-  const char *want = has_map && !has_rot ? "map" : has_rot && !has_map ? "rotary" : NULL;
-  int ref_form = ref && (!strcmp(ref, "map") || !strcmp(ref, "rotary"));
-  if ((is_pack || has_map || has_rot || ref_form) && (!is_pack || !want || !ref || strcmp(ref, want))) {
+  int is_pack = member && !strcmp(member, "pack"), n_forms = 0, ref_form = 0;
+  const char *want = NULL;
+  for (size_t k = 0; k < sizeof forms / sizeof *forms; k++) {
+    if (json_object_get(e, forms[k])) n_forms++, want = forms[k];
+    if (ref && !strcmp(ref, forms[k])) ref_form = 1;
+  }
+  if (n_forms != 1) want = NULL;
+  if ((is_pack || n_forms || ref_form) && (!is_pack || !want || !ref || strcmp(ref, want))) {
     ckb_report(d, file,
                "an operator stated as an expression needs \"member\": \"pack\" and one form, 'map' with "
-               "\"reference\": \"map\" or 'rotary' with \"reference\": \"rotary\" (it has member \"%s\", "
-               "reference \"%s\", %s)",
-               member ? member : "?", ref ? ref : "?",
-               has_map && has_rot ? "both forms" : has_map ? "a 'map'" : has_rot ? "a 'rotary'" : "no form");
+               "\"reference\": \"map\" or 'rotary' with \"reference\": \"rotary\" or 'masked_attention' with "
+               "\"reference\": \"masked_attention\" (it has member \"%s\", reference \"%s\", %s%s%s)",
+               member ? member : "?", ref ? ref : "?", n_forms > 1 ? "several forms" : want ? "a '" : "no form",
+               n_forms == 1 ? want : "", n_forms == 1 ? "'" : "");
     return;
   }
   if (!want) return;
   char err[400];
-  if (has_map) {
+  int bad;
+  if (!strcmp(want, "map")) {
     mi_map_form f;
-    if (mi_map_form_parse(e, &f, err, sizeof err) != 0) {
-      ckb_report(d, file, "field 'map': %s", err);
-      return;
-    }
-    mi_map_form_free(&f);
-  } else {
+    if (!(bad = mi_map_form_parse(e, &f, err, sizeof err) != 0)) mi_map_form_free(&f);
+  } else if (!strcmp(want, "rotary")) {
     mi_rotary_form f;
-    if (mi_rotary_form_parse(e, &f, err, sizeof err) != 0) {
-      ckb_report(d, file, "field 'rotary': %s", err);
-      return;
-    }
-    mi_rotary_form_free(&f);
+    if (!(bad = mi_rotary_form_parse(e, &f, err, sizeof err) != 0)) mi_rotary_form_free(&f);
+  } else {
+    mi_masked_attention_form f;
+    if (!(bad = mi_masked_attention_form_parse(e, &f, err, sizeof err) != 0)) mi_masked_attention_form_free(&f);
   }
+  if (bad) ckb_report(d, file, "field '%s': %s", want, err);
 }
 
 static void check_operator(json_t *e, const char *file, ckb_diag *d) {

@@ -3,6 +3,7 @@
  * signature's kinds and shapes. The CKB's checks, the verifier's float64
  * reference and the kernel-pack generator all read an operator through
  * this one function. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -191,4 +192,114 @@ void mi_rotary_form_free(mi_rotary_form *f) {
   mi_kexpr_free(f->freq);
   f->freq = NULL;
   f->n_names = 0;
+}
+
+/* ---- the masked-attention form ---- */
+
+/* operator.attention's arguments (ckb/operators/attention.json), which a
+ * masked-attention operator's signature starts with: name, kind, dtype,
+ * shape (NULL: none). */
+static const struct {
+  const char *name, *kind, *dtype, *shape[3];
+} attn_args[MI_MASKED_ATTN_ARGS] = {
+    {"ctx", "ctx", NULL, {NULL}},
+    {"s", "stream", NULL, {NULL}},
+    {"out", "out", "f32", {"T", "Hq", "D"}},
+    {"q", "in", "f32", {"T", "Hq", "D"}},
+    {"k_cache", "in", "$kv_dtype", {"pos0+T", "Hkv", "D"}},
+    {"v_cache", "in", "$kv_dtype", {"pos0+T", "Hkv", "D"}},
+    {"kv_dtype", "dtype", NULL, {NULL}},
+    {"T", "i64", NULL, {NULL}},
+    {"Hq", "i64", NULL, {NULL}},
+    {"Hkv", "i64", NULL, {NULL}},
+    {"D", "i64", NULL, {NULL}},
+    {"pos0", "i64", NULL, {NULL}},
+    {"scale", "f32", NULL, {NULL}},
+};
+
+static int is_scalar_kind(const char *k) {
+  return !strcmp(k, "i64") || !strcmp(k, "i32") || !strcmp(k, "f32") || !strcmp(k, "f64");
+}
+
+/* Whether argument a is operator.attention's argument k exactly. */
+static int attn_arg_ok(const json_t *a, int k) {
+  const char *n = json_string_value(json_object_get(a, "name"));
+  const char *dt = json_string_value(json_object_get(a, "dtype"));
+  const json_t *shape = json_object_get(a, "shape");
+  if (!n || strcmp(n, attn_args[k].name) || strcmp(str_or(a, "kind", ""), attn_args[k].kind)) return 0;
+  if (!attn_args[k].dtype) return !dt && !shape;
+  if (!dt || strcmp(dt, attn_args[k].dtype) || json_array_size(shape) != 3) return 0;
+  for (size_t d = 0; d < 3; d++) {
+    char key[256];
+    if (shape_key(json_array_get(shape, d), key, sizeof key) != 0 || strcmp(key, attn_args[k].shape[d])) return 0;
+  }
+  return 1;
+}
+
+int mi_masked_attention_form_parse(const json_t *op, mi_masked_attention_form *f, char *err, size_t err_len) {
+  memset(f, 0, sizeof *f);
+  if (err_len) err[0] = 0;
+  const char *id = str_or(op, "id", "an operator");
+  const json_t *args = json_object_get(json_object_get(op, "signature"), "args");
+  const char *fk = json_string_value(json_object_get(json_object_get(op, "masked_attention"), "first_key"));
+  if (!fk || !json_is_array(args)) {
+    snprintf(err, err_len, "%s: no \"masked_attention\" with a \"first_key\" string, or no signature.args", id);
+    return -1;
+  }
+  for (int k = 0; k < MI_MASKED_ATTN_ARGS; k++)
+    if (!attn_arg_ok(json_array_get(args, (size_t)k), k)) {
+      snprintf(err, err_len,
+               "%s: a masked-attention operator's signature starts with exactly operator.attention's arguments; "
+               "argument %d is not '%s' (%s%s%s)",
+               id, k, attn_args[k].name, attn_args[k].kind, attn_args[k].dtype ? " " : "",
+               attn_args[k].dtype ? attn_args[k].dtype : "");
+      return -1;
+    }
+  for (size_t k = MI_MASKED_ATTN_ARGS; k < json_array_size(args); k++) {
+    const json_t *a = json_array_get(args, k);
+    if (!is_scalar_kind(str_or(a, "kind", ""))) {
+      snprintf(err, err_len,
+               "%s: argument '%.64s' after operator.attention's is of kind %s: a masked-attention operator's own "
+               "arguments are scalars (i64, i32, f32, f64)",
+               id, str_or(a, "name", "?"), str_or(a, "kind", "?"));
+      return -1;
+    }
+  }
+  char perr[256];
+  if (!(f->first_key = mi_kexpr_parse(fk, perr, sizeof perr))) {
+    snprintf(err, err_len, "%s: masked_attention.first_key: %s", id, perr);
+    return -1;
+  }
+  f->n_names = mi_kexpr_n_names(f->first_key);
+  for (int k = 0; k < f->n_names; k++) {
+    const char *name = mi_kexpr_name(f->first_key, k);
+    if (!strcmp(name, "i")) {
+      f->name_arg[k] = -1;
+      continue;
+    }
+    const json_t *a = arg_named(args, name, &f->name_arg[k]);
+    if (!a || !is_scalar_kind(str_or(a, "kind", ""))) {
+      snprintf(err, err_len,
+               "%s: masked_attention.first_key reads '%.64s', which is neither i (the query's position) nor a "
+               "scalar argument",
+               id, name);
+      mi_masked_attention_form_free(f);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void mi_masked_attention_form_free(mi_masked_attention_form *f) {
+  if (!f) return;
+  mi_kexpr_free(f->first_key);
+  f->first_key = NULL;
+  f->n_names = 0;
+}
+
+int64_t mi_masked_attention_first(const mi_masked_attention_form *f, int64_t i, double *values) {
+  for (int k = 0; k < f->n_names; k++)
+    if (f->name_arg[k] < 0) values[k] = (double)i;
+  const double v = floor(mi_kexpr_eval(f->first_key, values));
+  return !(v > 0) ? 0 : v >= (double)i ? i : (int64_t)v;
 }

@@ -24,6 +24,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* ---- kernel expressions ---- */
 
@@ -106,5 +107,41 @@ typedef struct mi_rotary_form {
 
 int mi_rotary_form_parse(const json_t *op, mi_rotary_form *f, char *err, size_t err_len);
 void mi_rotary_form_free(mi_rotary_form *f);
+
+/* ---- the masked-attention form: operator.attention over a window of keys ----
+ *
+ *   "member": "pack", "reference": "masked_attention",
+ *   "masked_attention": {"first_key": "i - window + 1"}
+ *
+ * The signature starts with exactly operator.attention's arguments (ctx, s,
+ * out, q, k_cache, v_cache, kv_dtype, T, Hq, Hkv, D, pos0, scale: the same
+ * names, kinds, dtypes and shapes) and may go on with scalar arguments of
+ * its own (i64, i32, f32, f64). For query t (position i = pos0 + t) and head
+ * h, g = h / (Hq/Hkv), the visible keys are j in [first(i), i] with
+ * first(i) = floor(first_key) clamped to [0, i] (so a query always sees
+ * itself; NaN counts as 0); then exactly operator.attention's math over
+ * those keys: s[j] = scale * q.k[j], max-subtracted softmax, out = sum p[j]
+ * v[j]. first_key reads `i` and scalar arguments by name and is evaluated
+ * in double by the reference and the generated kernel alike. A sliding
+ * window (HF: visible iff i - j < window) is "i - window + 1". */
+
+#define MI_MASKED_ATTN_ARGS 13 /* operator.attention's: ctx .. scale */
+
+typedef struct mi_masked_attention_form {
+  mi_kexpr *first_key;
+  int n_names;
+  int name_arg[MI_MAP_MAX_NAMES]; /* first_key's name k: its signature index, -1 for i */
+} mi_masked_attention_form;
+
+/* Reads op's "masked_attention" against its signature. 0, or -1 with a
+ * one-line message naming the operator (no form, an expression that does
+ * not parse, a signature that does not start with operator.attention's
+ * arguments, an argument of its own that is not a scalar, a name that is
+ * neither i nor a scalar argument). Free with mi_masked_attention_form_free. */
+int mi_masked_attention_form_parse(const json_t *op, mi_masked_attention_form *f, char *err, size_t err_len);
+void mi_masked_attention_form_free(mi_masked_attention_form *f);
+/* The first key query position i sees: floor(first_key) clamped to [0, i]
+ * (NaN: 0). values[k] holds name k's value; the slots of `i` are written. */
+int64_t mi_masked_attention_first(const mi_masked_attention_form *f, int64_t i, double *values);
 
 #endif

@@ -143,6 +143,29 @@ static int run_attention(scope *s, const char *sname, vf_arg *args, int na) {
   return 0;
 }
 
+/* An attention over a window of keys (a generated kernel's operator): the
+ * cache rows this chunk stored rounded as for operator.attention, then its
+ * own reference. */
+static int round_new_kv(scope *s, const char *sname, vf_arg *args, int na) {
+  double *kc = NULL, *vc = NULL;
+  int64_t T = 0, Hkv = 0, D = 0, pos0 = 0;
+  for (int k = 0; k < na; k++) {
+    const char *n = args[k].name;
+    if (!strcmp(n, "k_cache")) kc = args[k].val;
+    else if (!strcmp(n, "v_cache")) vc = args[k].val;
+    else if (!strcmp(n, "T")) T = args[k].i;
+    else if (!strcmp(n, "Hkv")) Hkv = args[k].i;
+    else if (!strcmp(n, "D")) D = args[k].i;
+    else if (!strcmp(n, "pos0")) pos0 = args[k].i;
+  }
+  if (!kc || !vc) return fail(s, "step %s: no k_cache / v_cache argument", sname);
+  if (!s->m->layer_mode) {
+    vf_ref_round_kv(kc + pos0 * Hkv * D, T * Hkv * D);
+    vf_ref_round_kv(vc + pos0 * Hkv * D, T * Hkv * D);
+  }
+  return 0;
+}
+
 static int run_step(scope *s, const json_t *step) {
   /* the interpreter wants logits; an argmax step picks a token from them */
   const char *op = json_string_value(json_object_get(step, "operator"));
@@ -186,6 +209,8 @@ static int run_step(scope *s, const json_t *step) {
     char e[400] = "";
     if (!strcmp(bs.reference, "attention"))
       rc = run_attention(s, bs.name, args, na);
+    else if (!strcmp(bs.reference, "masked_attention") && round_new_kv(s, bs.name, args, na) != 0)
+      rc = -1;
     else if (fn(&call, e, sizeof e) != 0)
       rc = fail(s, "step %s (%s): %s", bs.name, bs.op, e);
   } else if (strncmp(s->b.err, "step ", 5)) {

@@ -228,7 +228,112 @@ START_TEST(rope_llama3_frequency) {
 }
 END_TEST
 
+/* The masked-attention form: operator.attention_window's window as the
+ * definition states it (visible iff i - j < window), the floor and the
+ * clamp to [0, i] on expressions made here, and each malformed form or
+ * signature refused with one line naming the operator. */
+static json_t *load_op(const char *file) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/ckb/operators/%s.json", getenv("MI_SOURCE_DIR"), file);
+  json_error_t je;
+  json_t *op = json_load_file(path, 0, &je);
+  ck_assert_msg(op, "%s: %s", path, je.text);
+  return op;
+}
+
+/* name k's value: `window` is w, every other scalar NaN (i is the form's) */
+static void window_values(const mi_masked_attention_form *f, double w, double *v) {
+  for (int k = 0; k < f->n_names; k++) v[k] = !strcmp(mi_kexpr_name(f->first_key, k), "window") ? w : NAN;
+}
+
+START_TEST(masked_attention_form) {
+  char err[512] = "";
+  json_t *op = load_op("attention_window");
+  mi_masked_attention_form f;
+  ck_assert_msg(mi_masked_attention_form_parse(op, &f, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(f.n_names, 2);
+  const int64_t windows[] = {1, 2, 5, 4096};
+  for (size_t w = 0; w < sizeof windows / sizeof *windows; w++)
+    for (int64_t i = 0; i < 200; i++) {
+      double v[MI_MAP_MAX_NAMES];
+      window_values(&f, (double)windows[w], v);
+      int64_t first = mi_masked_attention_first(&f, i, v), want = 0;
+      while (want <= i && !(i - want < windows[w])) want++; /* the first j with i - j < window */
+      ck_assert_msg(first == want, "window %lld i %lld: %lld, want %lld", (long long)windows[w], (long long)i,
+                    (long long)first, (long long)want);
+    }
+  mi_masked_attention_form_free(&f);
+  ck_assert_ptr_null(f.first_key);
+
+  /* floor, then [0, i]: a fraction rounds down, past i is i, NaN is 0 */
+  const struct {
+    const char *expr;
+    double window;
+    int64_t i, want;
+  } fk[] = {{"i - window / 2", 5, 10, 7},     {"i - window / 2", 5, 1, 0},  {"0 - window / 2", 3, 4, 0},
+            {"i + window", 3, 4, 4},          {"window * 0.5", 7, 9, 3},    {"window / 0", 1, 6, 6},
+            {"sqrt(0 - window)", 1, 6, 0},    {"max(i - window, 2)", 3, 1, 1}};
+  for (size_t k = 0; k < sizeof fk / sizeof *fk; k++) {
+    json_object_set_new(json_object_get(op, "masked_attention"), "first_key", json_string(fk[k].expr));
+    ck_assert_msg(mi_masked_attention_form_parse(op, &f, err, sizeof err) == 0, "%s", err);
+    double v[MI_MAP_MAX_NAMES];
+    window_values(&f, fk[k].window, v);
+    ck_assert_msg(mi_masked_attention_first(&f, fk[k].i, v) == fk[k].want, "%s at i %lld window %g: %lld, want %lld",
+                  fk[k].expr, (long long)fk[k].i, fk[k].window, (long long)mi_masked_attention_first(&f, fk[k].i, v),
+                  (long long)fk[k].want);
+    mi_masked_attention_form_free(&f);
+  }
+  json_decref(op);
+
+  /* refusals, each one line naming the operator */
+  struct {
+    const char *what, *want;
+  } bad[] = {
+      {"a name that is no argument", "first_key reads 'n_ctx', which is neither i (the query's position) nor a scalar"},
+      {"a buffer", "first_key reads 'q', which is neither i (the query's position) nor a scalar"},
+      {"the dtype", "first_key reads 'kv_dtype', which is neither i"},
+      {"no form", "no \"masked_attention\" with a \"first_key\" string"},
+      {"a bad expression", "masked_attention.first_key: kernel expression"},
+      {"attention's arguments in another order", "starts with exactly operator.attention's arguments; argument 8 is not 'Hq'"},
+      {"a missing argument", "argument 12 is not 'scale' (f32)"},
+      {"k_cache in f32", "argument 4 is not 'k_cache' (in $kv_dtype)"},
+      {"another shape", "argument 5 is not 'v_cache'"},
+      {"a buffer of its own", "argument 'bias' after operator.attention's is of kind in"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    op = load_op("attention_window");
+    json_t *form = json_object_get(op, "masked_attention"), *args = json_object_get(json_object_get(op, "signature"), "args");
+    switch (k) {
+    case 0: json_object_set_new(form, "first_key", json_string("i - n_ctx")); break;
+    case 1: json_object_set_new(form, "first_key", json_string("i - q")); break;
+    case 2: json_object_set_new(form, "first_key", json_string("kv_dtype")); break;
+    case 3: json_object_del(op, "masked_attention"); break;
+    case 4: json_object_set_new(form, "first_key", json_string("i - window +")); break;
+    case 5: {
+      json_t *hkv = json_incref(json_array_get(args, 9));
+      json_array_remove(args, 9);
+      json_array_insert_new(args, 8, hkv);
+      break;
+    }
+    case 6: json_array_remove(args, 12); break;
+    case 7: json_object_set_new(json_array_get(args, 4), "dtype", json_string("f32")); break;
+    case 8: json_array_set_new(json_object_get(json_array_get(args, 5), "shape"), 0, json_string("T")); break;
+    case 9:
+      json_array_append_new(args, json_pack("{s:s, s:s, s:s, s:[s]}", "name", "bias", "kind", "in", "dtype", "f32",
+                                            "shape", "D"));
+      break;
+    }
+    ck_assert_int_eq(mi_masked_attention_form_parse(op, &f, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, bad[k].want) && !strncmp(err, "operator.attention_window: ", 27) && !strchr(err, '\n'),
+                  "%s: got \"%s\", want \"%s\"", bad[k].what, err, bad[k].want);
+    ck_assert_ptr_null(f.first_key);
+    json_decref(op);
+  }
+}
+END_TEST
+
 int main(void) {
   return mi_check_run(mi_check_suite("map_form", "map_form", 60, NULL, NULL,
-                                     MI_CHECK_TESTS(test_eval, test_names_and_c, test_refused, test_form, rope_llama3_frequency)));
+                                     MI_CHECK_TESTS(test_eval, test_names_and_c, test_refused, test_form, rope_llama3_frequency,
+                                                    masked_attention_form)));
 }

@@ -33,6 +33,8 @@ typedef struct pk_op {
   int parsed;
   int rotary;        /* the rotary form (core/ckb/map_form.h) instead of a map */
   mi_rotary_form rf; /* its frequency expression and operator.rope's arguments */
+  int masked;                  /* the masked-attention form instead of a map */
+  mi_masked_attention_form mf; /* its first-key expression */
   char sha[65]; /* of the entry's canonical JSON: which knowledge the kernel came from */
   char body_c[PK_EXPR_MAX]; /* the expression as float C over the body's names */
 } pk_op;
@@ -84,11 +86,21 @@ static const char *c_type(json_t *a) {
   if (!strcmp(k, "i32")) return "int32_t ";
   if (!strcmp(k, "f32")) return "float ";
   if (!strcmp(k, "f64")) return "double ";
+  if (!strcmp(k, "dtype")) return "mi_dtype ";
   if (dt && !strcmp(dt, "i32") && !strcmp(k, "in")) return "const int32_t *"; /* positions */
+  if (dt && dt[0] == '$' && !strcmp(k, "in")) return "const void *"; /* in the dtype its argument names */
   if (!dt || strcmp(dt, "f32")) return NULL; /* f32 buffers only: the expression is float C */
   if (!strcmp(k, "in")) return "const float *";
   if (!strcmp(k, "out") || !strcmp(k, "inout")) return "float *";
   return NULL;
+}
+
+/* c_type, less what only the masked-attention form reads: a dtype
+ * argument and a buffer in the dtype one names. */
+static const char *plain_c_type(json_t *a) {
+  const char *dt = json_string_value(json_object_get(a, "dtype"));
+  if (!strcmp(arg_kind(a), "dtype") || (dt && dt[0] == '$')) return NULL;
+  return c_type(a);
 }
 
 static int is_buffer(json_t *a) {
@@ -165,7 +177,7 @@ static int read_rotary(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_l
   json_t *a;
   json_array_foreach(op->args, i, a) {
     const char *n = arg_name(a);
-    if (reserved_name(n) || !c_type(a)) {
+    if (reserved_name(n) || !plain_c_type(a)) {
       snprintf(err, err_len, "%s: argument '%s' cannot be a host-C kernel's (a reserved name, or a type it cannot carry)",
                e->id, n);
       return -1;
@@ -186,7 +198,40 @@ static int read_rotary(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_l
   return entry_sha(e, op, err, err_len);
 }
 
-/* Reads one operator entry into op: a map or rotary operator the C can carry. */
+/* A masked-attention operator: operator.attention's arguments and scalars of
+ * its own, its first key in double C over the query's position mi_i and the
+ * scalar arguments (read from the body's args struct). */
+static int read_masked(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len) {
+  op->expr = json_string_value(json_object_get(json_object_get(e->json, "masked_attention"), "first_key"));
+  if (mi_masked_attention_form_parse(e->json, &op->mf, err, err_len) != 0) return -1;
+  op->parsed = 3;
+  size_t i;
+  json_t *a;
+  json_array_foreach(op->args, i, a) {
+    const char *n = arg_name(a);
+    if (reserved_name(n) || !c_type(a)) {
+      snprintf(err, err_len, "%s: argument '%s' cannot be a host-C kernel's (a reserved name, or a type it cannot carry)",
+               e->id, n);
+      return -1;
+    }
+  }
+  const char *names[MI_MAP_MAX_NAMES];
+  char store[MI_MAP_MAX_NAMES][96];
+  for (int k = 0; k < op->mf.n_names; k++) {
+    if (op->mf.name_arg[k] < 0) snprintf(store[k], sizeof store[k], "((double)mi_i)");
+    else snprintf(store[k], sizeof store[k], "((double)mi_a->%s)", arg_name(json_array_get(op->args, (size_t)op->mf.name_arg[k])));
+    names[k] = store[k];
+  }
+  char kerr[300];
+  if (mi_kexpr_c64(op->mf.first_key, names, op->body_c, sizeof op->body_c, kerr, sizeof kerr) != 0) {
+    snprintf(err, err_len, "%s: %s", e->id, kerr);
+    return -1;
+  }
+  return entry_sha(e, op, err, err_len);
+}
+
+/* Reads one operator entry into op: a map, rotary or masked-attention
+ * operator the C can carry. */
 static int read_op(const mi_ckb *ckb, const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len) {
   json_t *j = e->json;
   const char *member = json_string_value(json_object_get(j, "member"));
@@ -194,10 +239,11 @@ static int read_op(const mi_ckb *ckb, const mi_ckb_entry *e, pk_op *op, char *er
   op->id = e->id;
   op->version = e->version ? e->version : "?";
   op->rotary = json_object_get(j, "rotary") != NULL;
-  if ((!json_object_get(j, "map") && !op->rotary) || !member || strcmp(member, "pack")) {
+  op->masked = json_object_get(j, "masked_attention") != NULL;
+  if ((!json_object_get(j, "map") && !op->rotary && !op->masked) || !member || strcmp(member, "pack")) {
     snprintf(err, err_len,
              "%s: not an operator stated as an expression (member \"%s\", %s): a pack holds only "
-             "operators with \"member\": \"pack\" and a \"map\"",
+             "operators with \"member\": \"pack\" and a \"map\" (or a \"rotary\" or \"masked_attention\" form)",
              e->id, member ? member : "?", json_object_get(j, "map") ? "a \"map\"" : "no \"map\"");
     return -1;
   }
@@ -210,6 +256,7 @@ static int read_op(const mi_ckb *ckb, const mi_ckb_entry *e, pk_op *op, char *er
   op->math = json_string_value(json_object_get(j, "math"));
   op->args = json_object_get(json_object_get(j, "signature"), "args");
   if (op->rotary) return read_rotary(e, op, err, err_len);
+  if (op->masked) return read_masked(e, op, err, err_len);
   op->expr = json_string_value(json_object_get(json_object_get(j, "map"), "expr"));
   if (mi_map_form_parse(j, &op->f, err, err_len) != 0) return -1;
   op->parsed = 1;
@@ -226,7 +273,7 @@ static int read_op(const mi_ckb *ckb, const mi_ckb_entry *e, pk_op *op, char *er
           e->id, n);
       return -1;
     }
-    if (!c_type(a) || !strcmp(arg_kind(a), "dtype")) {
+    if (!plain_c_type(a)) {
       const char *dt = json_string_value(json_object_get(a, "dtype"));
       snprintf(err, err_len,
                "%s: argument '%s' (%s%s%s) has no host-C form: a pack kernel takes f32 buffers and "
@@ -270,6 +317,7 @@ static void free_ops(pk_op *ops, size_t n) {
   for (size_t k = 0; ops && k < n; k++)
     if (ops[k].parsed == 1) mi_map_form_free(&ops[k].f);
     else if (ops[k].parsed == 2) mi_rotary_form_free(&ops[k].rf);
+    else if (ops[k].parsed == 3) mi_masked_attention_form_free(&ops[k].mf);
   free(ops);
 }
 
@@ -305,7 +353,9 @@ static int choose_ops(const mi_ckb *ckb, const char *const *op_ids, pk_op **out,
     pick = calloc(cap + 1, sizeof *pick);
     for (size_t i = 0; pick && i < cap; i++) {
       const mi_ckb_entry *e = mi_ckb_at(ckb, i);
-      if (e->id && e->kind && !strcmp(e->kind, "operator") && (json_object_get(e->json, "map") || json_object_get(e->json, "rotary")))
+      if (e->id && e->kind && !strcmp(e->kind, "operator") &&
+          (json_object_get(e->json, "map") || json_object_get(e->json, "rotary") ||
+           json_object_get(e->json, "masked_attention")))
         pick[n++] = e;
     }
   }
@@ -341,6 +391,31 @@ static int choose_ops(const mi_ckb *ckb, const char *const *op_ids, pk_op **out,
 
 /* ---------- the source ---------- */
 
+/* What a masked-attention kernel reads its cache with: f16 and bf16 bit
+ * patterns to f32 (an f16's subnormals, infinities and NaNs kept), and one
+ * row of D values in the cache's dtype as f32. */
+static void emit_kv_readers(FILE *o) {
+  fprintf(o, "/* ---------- the KV cache's dtypes (masked attention) ---------- */\n\n");
+  fprintf(o, "#define MI_PK_ATT_DMAX 2048 /* channels a head: the rows read are converted on the stack */\n\n");
+  fprintf(o, "static inline float mi_pk_bits_f32(uint32_t b) {\n  float f;\n  memcpy(&f, &b, sizeof f);\n"
+             "  return f;\n}\n\n");
+  fprintf(o, "static inline float mi_pk_f16(uint16_t h) {\n");
+  fprintf(o, "  const uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n");
+  fprintf(o, "  if (e == 0x1fu) return mi_pk_bits_f32(s | 0x7f800000u | (m << 13)); /* inf, NaN */\n");
+  fprintf(o, "  if (e) return mi_pk_bits_f32(s | ((e + 112u) << 23) | (m << 13));\n");
+  fprintf(o, "  const float f = (float)m * 5.9604644775390625e-8f; /* zero, subnormal: m * 2^-24 */\n");
+  fprintf(o, "  return s ? -f : f;\n}\n\n");
+  fprintf(o, "static inline float mi_pk_bf16(uint16_t h) {\n  return mi_pk_bits_f32((uint32_t)h << 16);\n}\n\n");
+  fprintf(o, "/* n values of a cache from element off, as f32: the cache itself for f32, else buf */\n");
+  fprintf(o, "static inline const float *mi_pk_kv_row(float *buf, const void *base, mi_dtype dt, int64_t off, "
+             "int64_t n) {\n");
+  fprintf(o, "  if (dt == MI_DTYPE_F32) return (const float *)base + off;\n");
+  fprintf(o, "  const uint16_t *p = (const uint16_t *)base + off;\n");
+  fprintf(o, "  if (dt == MI_DTYPE_F16)\n    for (int64_t d = 0; d < n; d++) buf[d] = mi_pk_f16(p[d]);\n");
+  fprintf(o, "  else\n    for (int64_t d = 0; d < n; d++) buf[d] = mi_pk_bf16(p[d]);\n");
+  fprintf(o, "  return buf;\n}\n\n");
+}
+
 static void emit_preamble(FILE *o, const char *name, const pk_op *ops, size_t n) {
   fprintf(o,
           "/* Kernel pack \"%s\": %zu kernel%s for the target host-c (ABI %d.%d), generated by\n",
@@ -355,6 +430,8 @@ static void emit_preamble(FILE *o, const char *name, const pk_op *ops, size_t n)
     put_comment(o, ops[k].math);
     if (ops[k].rotary) {
       fputs("\n *     rotary: freq(i) = ", o);
+    } else if (ops[k].masked) {
+      fputs("\n *     masked attention: first_key(i) = ", o);
     } else {
       fputs("\n *     map:  ", o);
       put_comment(o, ops[k].f.out);
@@ -414,6 +491,11 @@ static void emit_preamble(FILE *o, const char *name, const pk_op *ops, size_t n)
   fprintf(o, "    q.i0 = (c %% per) * MI_PK_CHUNK;\n    q.i1 = q.i0 + MI_PK_CHUNK < n ? q.i0 + "
              "MI_PK_CHUNK : n;\n");
   fprintf(o, "  }\n  return q;\n}\n\n");
+  for (size_t k = 0; k < n; k++)
+    if (ops[k].masked) {
+      emit_kv_readers(o);
+      break;
+    }
 }
 
 /* The loop body: chunks [mi_c0, mi_c1) of the output's domain. */
@@ -574,11 +656,13 @@ static int emit_kernel(FILE *o, const pk_op *op, char *err, size_t err_len) {
 }
 
 static int emit_rotary(FILE *o, const pk_op *op, char *err, size_t err_len);
+static int emit_masked(FILE *o, const pk_op *op, char *err, size_t err_len);
 
 static int emit_op(FILE *o, const pk_op *op, char *err, size_t err_len) {
   size_t i;
   json_t *a;
   if (op->rotary) return emit_rotary(o, op, err, err_len);
+  if (op->masked) return emit_masked(o, op, err, err_len);
   fprintf(o, "/* ---------- %s %s: %s = ", op->id, op->version, op->f.out);
   put_comment(o, op->expr);
   fprintf(o, " ---------- */\n\n");
@@ -639,6 +723,88 @@ static int emit_rotary(FILE *o, const pk_op *op, char *err, size_t err_len) {
   fprintf(o, "  mi_%s_args mi_a = {%s, %s, %s, %s, %s, %s, %s, mi_freq};\n", op->base, x, pos, T, H, ts, hs, rot);
   fprintf(o, "  if (mi_p->platform->run_host(mi_p->platform_ctx, %s, mi_%s_body, &mi_a, %s) != 0)\n",
           arg_name(json_array_get(op->args, 1)), op->base, T);
+  fprintf(o, "    return mi_pk_fail(mi_p, \"%s: the platform's run_host failed: %%s\", mi_pk_platform_error(mi_p));\n",
+          op->id);
+  fprintf(o, "  return 0;\n}\n\n");
+  return 0;
+}
+
+/* A masked-attention operator's loop body: one (query, head) pair a step,
+ * its keys from the first the expression gives to the query's own, scores
+ * in f32 with an online softmax (a running max and sum; the output rescaled
+ * when the max grows), so no scratch but two rows on the stack, at any
+ * context length. One pair is one task's, in a fixed order: the same bytes
+ * on any number of threads. */
+static void emit_masked_body(FILE *o, const pk_op *op) {
+  fprintf(o, "/* (query, head) pairs [mi_c0, mi_c1) of T * Hq: query mi_c / Hq, head mi_c %% Hq */\n");
+  fprintf(o, "static void mi_%s_body(void *mi_arg, int64_t mi_c0, int64_t mi_c1) {\n", op->base);
+  fprintf(o, "  const mi_%s_args *mi_a = mi_arg;\n", op->base);
+  fprintf(o, "  /* the call's values in locals: the output's stores cannot change them */\n");
+  fprintf(o, "  const int64_t mi_D = mi_a->D, mi_Hq = mi_a->Hq, mi_Hkv = mi_a->Hkv, mi_G = mi_Hq / mi_Hkv;\n");
+  fprintf(o, "  const float mi_scale = mi_a->scale;\n");
+  fprintf(o, "  const void *const mi_kc = mi_a->k_cache, *const mi_vc = mi_a->v_cache;\n");
+  fprintf(o, "  const mi_dtype mi_dt = mi_a->kv_dtype;\n");
+  fprintf(o, "  float mi_kb[MI_PK_ATT_DMAX], mi_vb[MI_PK_ATT_DMAX];\n");
+  fprintf(o, "  for (int64_t mi_c = mi_c0; mi_c < mi_c1; mi_c++) {\n");
+  fprintf(o, "    const int64_t mi_t = mi_c / mi_Hq, mi_g = mi_c %% mi_Hq / mi_G, mi_i = mi_a->pos0 + mi_t;\n");
+  fprintf(o, "    /* the first key: floor(first_key), clamped to [0, i] (NaN: 0) */\n");
+  fprintf(o, "    const double mi_fk = floor(%s);\n", op->body_c);
+  fprintf(o, "    const int64_t mi_j0 = !(mi_fk > 0) ? 0 : mi_fk >= (double)mi_i ? mi_i : (int64_t)mi_fk;\n");
+  fprintf(o, "    const float *mi_q = mi_a->q + mi_c * mi_D;\n");
+  fprintf(o, "    float *mi_o = mi_a->out + mi_c * mi_D;\n");
+  fprintf(o, "    float mi_m = -INFINITY, mi_l = 0;\n");
+  fprintf(o, "    for (int64_t mi_d = 0; mi_d < mi_D; mi_d++) mi_o[mi_d] = 0;\n");
+  fprintf(o, "    for (int64_t mi_j = mi_j0; mi_j <= mi_i; mi_j++) {\n");
+  fprintf(o, "      const int64_t mi_row = (mi_j * mi_Hkv + mi_g) * mi_D;\n");
+  fprintf(o, "      const float *mi_k = mi_pk_kv_row(mi_kb, mi_kc, mi_dt, mi_row, mi_D);\n");
+  fprintf(o, "      float mi_s = 0;\n");
+  fprintf(o, "      for (int64_t mi_d = 0; mi_d < mi_D; mi_d++) mi_s += mi_q[mi_d] * mi_k[mi_d];\n");
+  fprintf(o, "      mi_s *= mi_scale;\n");
+  fprintf(o, "      if (mi_s > mi_m) { /* a new max: what was summed so far is rescaled */\n");
+  fprintf(o, "        const float mi_r = expf(mi_m - mi_s);\n");
+  fprintf(o, "        mi_l *= mi_r;\n");
+  fprintf(o, "        for (int64_t mi_d = 0; mi_d < mi_D; mi_d++) mi_o[mi_d] *= mi_r;\n");
+  fprintf(o, "        mi_m = mi_s;\n      }\n");
+  fprintf(o, "      const float mi_p = expf(mi_s - mi_m);\n");
+  fprintf(o, "      const float *mi_v = mi_pk_kv_row(mi_vb, mi_vc, mi_dt, mi_row, mi_D);\n");
+  fprintf(o, "      mi_l += mi_p;\n");
+  fprintf(o, "      for (int64_t mi_d = 0; mi_d < mi_D; mi_d++) mi_o[mi_d] += mi_p * mi_v[mi_d];\n    }\n");
+  fprintf(o, "    for (int64_t mi_d = 0; mi_d < mi_D; mi_d++) mi_o[mi_d] /= mi_l;\n  }\n}\n\n");
+}
+
+/* A masked-attention operator: operator.attention's arguments (by their
+ * names: the form holds the signature to them) and scalars of its own. */
+static int emit_masked(FILE *o, const pk_op *op, char *err, size_t err_len) {
+  size_t i;
+  json_t *a;
+  fprintf(o, "/* ---------- %s %s: masked attention, first_key(i) = ", op->id, op->version);
+  put_comment(o, op->expr);
+  fprintf(o, " ---------- */\n\n");
+  fprintf(o, "typedef struct mi_%s_args {\n", op->base);
+  json_array_foreach(op->args, i, a) if (i >= 2) fprintf(o, "  %s%s;\n", c_type(a), arg_name(a));
+  fprintf(o, "} mi_%s_args;\n\n", op->base);
+  emit_masked_body(o, op);
+
+  fprintf(o, "static int mi_%s(", op->base);
+  json_array_foreach(op->args, i, a) fprintf(o, "%s%s%s", i ? ", " : "", c_type(a), arg_name(a));
+  fprintf(o, ") {\n");
+  fprintf(o, "  mi_pk_ctx *mi_p = %s;\n", arg_name(json_array_get(op->args, 0)));
+  fprintf(o, "  if (!mi_p || !mi_p->platform)\n");
+  fprintf(o, "    return mi_pk_fail(mi_p, \"%s: the pack is not bound to a platform (bind it first)\");\n", op->id);
+  if (emit_checks(o, op, err, err_len) != 0) return -1;
+  fprintf(o, "  if (kv_dtype != MI_DTYPE_F32 && kv_dtype != MI_DTYPE_F16 && kv_dtype != MI_DTYPE_BF16)\n");
+  fprintf(o, "    return mi_pk_fail(mi_p, \"%s: kv_dtype %%d: the cache is f32, f16 or bf16\", (int)kv_dtype);\n",
+          op->id);
+  fprintf(o, "  if (T < 1 || Hkv < 1 || Hq < Hkv || Hq %% Hkv || D < 1 || D > MI_PK_ATT_DMAX || pos0 < 0)\n");
+  fprintf(o, "    return mi_pk_fail(mi_p, \"%s: T=%%lld Hq=%%lld Hkv=%%lld D=%%lld pos0=%%lld: not an attention this "
+             "kernel computes (D at most %%d)\",\n", op->id);
+  fprintf(o, "                      (long long)T, (long long)Hq, (long long)Hkv, (long long)D, (long long)pos0, "
+             "MI_PK_ATT_DMAX);\n");
+  fprintf(o, "  mi_%s_args mi_a = {", op->base);
+  json_array_foreach(op->args, i, a) if (i >= 2) fprintf(o, "%s%s", i > 2 ? ", " : "", arg_name(a));
+  fprintf(o, "};\n");
+  fprintf(o, "  if (mi_p->platform->run_host(mi_p->platform_ctx, %s, mi_%s_body, &mi_a, T * Hq) != 0)\n",
+          arg_name(json_array_get(op->args, 1)), op->base);
   fprintf(o, "    return mi_pk_fail(mi_p, \"%s: the platform's run_host failed: %%s\", mi_pk_platform_error(mi_p));\n",
           op->id);
   fprintf(o, "  return 0;\n}\n\n");

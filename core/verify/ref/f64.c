@@ -43,27 +43,33 @@ void vf_f64_rope(double *x, const double *pos, int64_t T, int64_t H, int64_t tok
 int vf_f64_attention(double *out, const double *q, const double *kc, const double *vc, int64_t T,
                      int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0, double scale,
                      double *max_score) {
+  return vf_f64_attention_from(out, q, kc, vc, T, Hq, Hkv, D, pos0, scale, NULL, max_score);
+}
+
+int vf_f64_attention_from(double *out, const double *q, const double *kc, const double *vc, int64_t T,
+                          int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0, double scale,
+                          const int64_t *first, double *max_score) {
   if (Hkv <= 0 || Hq % Hkv) return -1;
   int64_t G = Hq / Hkv, Lmax = pos0 + T;
   double *s = malloc((size_t)(Lmax > 0 ? Lmax : 1) * sizeof *s); /* [pos0 + T] */
   if (!s) return -1;
   for (int64_t t = 0; t < T; t++)
     for (int64_t h = 0; h < Hq; h++) {
-      int64_t g = h / G, L = pos0 + t + 1;
+      int64_t g = h / G, j0 = first ? first[t] : 0, L = pos0 + t + 1;
       const double *qh = q + (t * Hq + h) * D;
       double mx = -INFINITY, sum = 0;
-      for (int64_t j = 0; j < L; j++) {
+      for (int64_t j = j0; j < L; j++) {
         double d = 0;
         for (int64_t k = 0; k < D; k++) d += qh[k] * kc[(j * Hkv + g) * D + k];
         s[j] = d * scale;
         if (s[j] > mx) mx = s[j];
       }
       if (max_score && mx > *max_score) *max_score = mx;
-      for (int64_t j = 0; j < L; j++) sum += (s[j] = exp(s[j] - mx));
+      for (int64_t j = j0; j < L; j++) sum += (s[j] = exp(s[j] - mx));
       double *o = out + (t * Hq + h) * D;
       for (int64_t k = 0; k < D; k++) {
         double acc = 0;
-        for (int64_t j = 0; j < L; j++) acc += s[j] * vc[(j * Hkv + g) * D + k];
+        for (int64_t j = j0; j < L; j++) acc += s[j] * vc[(j * Hkv + g) * D + k];
         o[k] = acc / sum;
       }
     }

@@ -28,6 +28,12 @@ int vf_f64_attention(double *out, const double *q, const double *k_cache, const 
                      int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0, double scale,
                      double *max_score);
 
+/* The same over the keys first[t] .. pos0+t of query t (first NULL: from
+ * 0, which is vf_f64_attention); 0 <= first[t] <= pos0+t is the caller's. */
+int vf_f64_attention_from(double *out, const double *q, const double *k_cache, const double *v_cache,
+                          int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0, double scale,
+                          const int64_t *first, double *max_score);
+
 /* y[i] = silu(gate[i]) · up[i]; y may equal gate. */
 void vf_f64_silu_mul(double *y, const double *gate, const double *up, int64_t n);
 

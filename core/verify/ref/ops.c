@@ -254,6 +254,7 @@ static int ref_rmsnorm_gated(vf_call *c, char *err, size_t len) {
 int vf_ref_convert(vf_call *c, char *err, size_t len); /* ref/ops_convert.c */
 int vf_ref_map(vf_call *c, char *err, size_t len);     /* ref/map.c */
 int vf_ref_rotary(vf_call *c, char *err, size_t len);  /* ref/rotary.c */
+int vf_ref_masked_attention(vf_call *c, char *err, size_t len); /* ref/masked_attention.c */
 
 static const struct {
   const char *name;
@@ -274,6 +275,7 @@ static const struct {
     /* an operator stated as an expression (kernel packs, ABI 1.6) */
     {"map", vf_ref_map},
     {"rotary", vf_ref_rotary},
+    {"masked_attention", vf_ref_masked_attention},
 };
 
 vf_ref_fn vf_ref_find(const char *name) {
