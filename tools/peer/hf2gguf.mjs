@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // HF checkpoint directory -> GGUF v3 file for llama.cpp: the dense families
 // of DENSE below (Qwen3 -> arch "qwen3", Qwen2 -> "qwen2", Llama and Mistral
-// -> "llama", q/k permuted), or a Qwen3.5/3.6-style hybrid
-// (Qwen3_5ForCausalLM) -> arch "qwen35".
+// -> "llama", q/k permuted), a Qwen3.5/3.6-style hybrid
+// (Qwen3_5ForCausalLM) -> arch "qwen35", or Gemma 3 text
+// (Gemma3ForCausalLM / gemma3_text) -> arch "gemma3" (convertGemma3).
 //
 //   node tools/peer/hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m]
 //
@@ -733,6 +734,175 @@ async function convertQwen35(modelDir, outPath, cfg, cfgFile, type, textPrefix =
   return { config: h, vocab };
 }
 
+// ---------------------------------------------------------------- gemma3
+
+// llama.cpp's gemma3, as read in its conversion/gemma.py (Gemma3Model) and
+// src/models/gemma3.cpp, src/llama-hparams.{h,cpp} (v0.4.0 bundle); written
+// from that reading, nothing copied:
+//  - every *norm.weight (the four per layer, q/k norms, the final norm) is
+//    stored as 1 + w: llama.cpp multiplies by the stored vector, HF's
+//    Gemma3RMSNorm by (1 + w);
+//  - embeddings scaled by sqrtf(n_embd) in f32 inside the graph; GELU (tanh
+//    form) MLP; post-attention and post-MLP norms before the residual adds;
+//  - NeoX rotary, base rope.freq_base on full layers and rope.freq_base_swa
+//    (default 10000) on sliding ones; linear rope scaling only on full layers;
+//  - which layers slide: attention.sliding_window_pattern, ONE scalar period
+//    P read by get_key_or_arr (an array is ignored, P stays 6): layer l is
+//    full iff l % P == P - 1 (P = 0: every layer slides); no
+//    attention.sliding_window key: no layer slides. So only periodic
+//    layer_types convert: gemma3LayerPlan finds a P or refuses;
+//  - a sliding layer's query i sees key j iff i - j < sliding_window
+//    (LLAMA_SWA_TYPE_STANDARD masks p1 - p0 >= n_swa), as HF's overlay;
+//  - attention scale 1/sqrt(head_dim), except for 62 layers (its "27B"
+//    type): 1/sqrt(hidden_size / heads), integer division; the config's
+//    query_pre_attn_scalar must be that number;
+//  - no attention logit softcap in the graph; final_logit_softcapping is
+//    read (not written here: refused, Gemma 3 has none).
+const GEMMA3_LAYER_MAP = {
+  "input_layernorm.weight": "attn_norm.weight",
+  ...ATTN_MAP,
+  "post_attention_layernorm.weight": "post_attention_norm.weight",
+  "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+  "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+  ...MLP_MAP,
+};
+
+function isGemma3(archs, modelType) {
+  return archs.includes("Gemma3ForCausalLM") || (archs.length === 0 && modelType === "gemma3_text");
+}
+
+/** HF Gemma3TextConfig's layer kinds (layer_types, else full iff (l + 1) %
+ *  sliding_window_pattern == 0, pattern 6), and the llama.cpp period that
+ *  gives the same kinds: null when no layer slides, else P in 2..L+1 (the
+ *  config's sliding_window_pattern first, when it fits). */
+function gemma3LayerPlan(h, cfgFile) {
+  const L = h.num_hidden_layers;
+  let lt = h.layer_types;
+  if (lt === undefined || lt === null) {
+    const p = h.sliding_window_pattern ?? 6;
+    if (!Number.isInteger(p) || p < 1) die(`${cfgFile}: sliding_window_pattern ${JSON.stringify(p)} is not a positive integer`);
+    lt = Array.from({ length: L }, (_, l) => ((l + 1) % p ? "sliding_attention" : "full_attention"));
+  }
+  if (!Array.isArray(lt) || lt.length !== L) die(`${cfgFile}: layer_types must list num_hidden_layers (${L}) entries`);
+  for (const [i, t] of lt.entries())
+    if (t !== "sliding_attention" && t !== "full_attention") die(`${cfgFile}: layer_types[${i}] ${JSON.stringify(t)} is not supported`);
+  if (!lt.includes("sliding_attention")) return { lt, period: null };
+  const fits = (P) => lt.every((t, l) => (t === "sliding_attention") === (l % P < P - 1));
+  const pref = h.sliding_window_pattern;
+  if (Number.isInteger(pref) && pref >= 2 && fits(pref)) return { lt, period: pref };
+  for (let P = 2; P <= L + 1; P++) if (fits(P)) return { lt, period: P };
+  die(`${cfgFile}: layer_types ${JSON.stringify(lt.map((t) => (t === "full_attention" ? "F" : "S")).join(""))}: ` +
+    `llama.cpp's gemma3 makes layer l full iff l % P == P - 1 for one period P, and no P gives this list`);
+}
+
+function gemma3Shapes(h) {
+  const D = h.hidden_size, F = h.intermediate_size, V = h.vocab_size, hd = h.head_dim;
+  const Hq = h.num_attention_heads, Hk = h.num_key_value_heads;
+  const m = new Map();
+  m.set("model.embed_tokens.weight", [V, D]);
+  for (let l = 0; l < h.num_hidden_layers; l++) {
+    const p = `model.layers.${l}.`;
+    m.set(p + "input_layernorm.weight", [D]);
+    m.set(p + "self_attn.q_proj.weight", [Hq * hd, D]);
+    m.set(p + "self_attn.k_proj.weight", [Hk * hd, D]);
+    m.set(p + "self_attn.v_proj.weight", [Hk * hd, D]);
+    m.set(p + "self_attn.o_proj.weight", [D, Hq * hd]);
+    m.set(p + "self_attn.q_norm.weight", [hd]);
+    m.set(p + "self_attn.k_norm.weight", [hd]);
+    m.set(p + "post_attention_layernorm.weight", [D]);
+    m.set(p + "pre_feedforward_layernorm.weight", [D]);
+    m.set(p + "mlp.gate_proj.weight", [F, D]);
+    m.set(p + "mlp.up_proj.weight", [F, D]);
+    m.set(p + "mlp.down_proj.weight", [D, F]);
+    m.set(p + "post_feedforward_layernorm.weight", [D]);
+  }
+  m.set("model.norm.weight", [D]);
+  if (!h.tie_word_embeddings) m.set("lm_head.weight", [V, D]);
+  return m;
+}
+
+async function convertGemma3(modelDir, outPath, cfg, cfgFile, type) {
+  if (type !== "f32" && type !== "bf16") die(`--type ${type}: quantized files are made for qwen3 only (gemma3 takes f32 or bf16)`);
+  const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size"];
+  for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
+  // Gemma3TextConfig's defaults where a key is absent
+  const h = {
+    ...cfg,
+    head_dim: cfg.head_dim ?? 256,
+    rms_norm_eps: cfg.rms_norm_eps ?? 1e-6,
+    max_position_embeddings: cfg.max_position_embeddings ?? 131072,
+    tie_word_embeddings: cfg.tie_word_embeddings !== false,
+  };
+  const L = h.num_hidden_layers, cf = (k) => `${cfgFile}: ${k}`;
+  // what llama.cpp's gemma3 graph computes, else refused by name
+  const act = cfg.hidden_activation ?? "gelu_pytorch_tanh";
+  if (act !== "gelu_pytorch_tanh") die(`${cf("hidden_activation")} ${JSON.stringify(act)}: llama.cpp's gemma3 computes gelu_pytorch_tanh`);
+  if (cfg.hidden_act != null && cfg.hidden_act !== act)
+    die(`${cf("hidden_act")} ${JSON.stringify(cfg.hidden_act)} differs from hidden_activation ${JSON.stringify(act)} (transformers' Gemma 3 reads hidden_activation)`);
+  if (cfg.final_logit_softcapping != null) die(`${cf("final_logit_softcapping")} ${cfg.final_logit_softcapping}: not supported (Gemma 3 has none)`);
+  if (cfg.attn_logit_softcapping != null) die(`${cf("attn_logit_softcapping")} ${cfg.attn_logit_softcapping}: llama.cpp's gemma3 has no attention softcap`);
+  if (cfg.attention_bias === true) die(`${cf("attention_bias")}=true is not supported`);
+  if (cfg.mlp_bias === true) die(`${cf("mlp_bias")}=true is not supported`);
+  if (cfg.use_bidirectional_attention === true) die(`${cf("use_bidirectional_attention")}=true: llama.cpp's gemma3 is causal`);
+  const qpas = cfg.query_pre_attn_scalar ?? 256;
+  const llamaScale = L === 62 ? Math.trunc(h.hidden_size / h.num_attention_heads) : h.head_dim;
+  if (qpas !== llamaScale)
+    die(`${cf("query_pre_attn_scalar")} ${qpas}: llama.cpp's gemma3 scales attention by 1/sqrt(${llamaScale}) ` +
+      `(${L === 62 ? "hidden_size / num_attention_heads for 62 layers" : "head_dim"})`);
+  // rotary: the flat fields, or transformers v5's per-kind rope_parameters
+  const rp = cfg.rope_parameters && typeof cfg.rope_parameters === "object" ? cfg.rope_parameters : {};
+  const rpFull = rp.full_attention ?? rp, rpSwa = rp.sliding_attention ?? {};
+  const thetaFull = rpFull.rope_theta ?? cfg.rope_theta ?? 1e6;
+  const thetaSwa = rpSwa.rope_theta ?? cfg.rope_local_base_freq ?? 10000;
+  if (typeof thetaFull !== "number" || typeof thetaSwa !== "number") die(`${cf("rope_theta")}: not a number`);
+  const kindOf = (s) => (s && typeof s === "object" ? s.rope_type ?? s.type ?? "default" : "default");
+  const scaling = cfg.rope_scaling ?? (kindOf(rpFull) !== "default" ? rpFull : null);
+  let linear = null;
+  if (scaling && kindOf(scaling) !== "default") {
+    if (kindOf(scaling) !== "linear" || typeof scaling.factor !== "number" || !(scaling.factor > 0))
+      die(`${cf("rope_scaling")} ${JSON.stringify(scaling)}: only linear (with a factor) is supported for gemma3`);
+    linear = scaling.factor;
+  }
+  if (kindOf(rpSwa) !== "default") die(`${cf("rope_parameters.sliding_attention")} ${JSON.stringify(rpSwa)}: llama.cpp scales no sliding layer's rotary`);
+  const { lt, period } = gemma3LayerPlan(h, cfgFile);
+  if (period !== null && !(Number.isInteger(cfg.sliding_window) && cfg.sliding_window >= 1))
+    die(`${cf("sliding_window")} ${JSON.stringify(cfg.sliding_window)}: sliding layers need a positive window`);
+
+  const st = readSafetensorsIndex(modelDir);
+  const expect = gemma3Shapes(h);
+  checkTensors(modelDir, st, expect, (name) => name === "lm_head.weight" && h.tie_word_embeddings);
+
+  const w = new GgufWriter();
+  const A = "gemma3";
+  addGeneral(w, A, modelDir, FTYPE[type][0]);
+  addDecoderKeys(w, A, h, 131072, thetaFull);
+  if (period !== null) {
+    w.addU32(`${A}.attention.sliding_window`, cfg.sliding_window);
+    w.addU32(`${A}.attention.sliding_window_pattern`, period);
+    w.addF32(`${A}.rope.freq_base_swa`, thetaSwa);
+  }
+  if (linear !== null) {
+    w.addString(`${A}.rope.scaling.type`, "linear");
+    w.addF32(`${A}.rope.scaling.factor`, linear);
+  }
+  const vocab = buildVocab(modelDir, h, w);
+
+  const types = {};
+  for (const name of expect.keys()) {
+    const src = st.get(name);
+    const gname = ggufName(GEMMA3_LAYER_MAP, name);
+    if (!gname) die(`internal: no GGUF name for ${name}`);
+    const dst = src.shape.length === 1 ? GGML_TYPE.F32 : FTYPE[type][1];
+    types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
+    const ne = [...src.shape].reverse();
+    if (name.endsWith("norm.weight")) // HF's (1 + w), rounded once to f32
+      w.addTensor(gname, ne, dst, (fd, at) => { const a = readF32(src); for (let i = 0; i < a.length; i++) a[i] += 1; return writeF32As(a, dst, fd, at); });
+    else w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
+  }
+  await w.write(outPath);
+  return { config: h, vocab, types, notes: [], layerTypes: lt, swaPeriod: period };
+}
+
 // ---------------------------------------------------------------- tokenizer
 
 // Mirrors TextModel.does_token_look_special for the forms Qwen uses.
@@ -884,10 +1054,11 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   }
   if (archs.includes("Qwen3_5ForCausalLM") || cfg.model_type === "qwen3_5_text")
     return convertQwen35(modelDir, outPath, cfg, cfgFile, type);
+  if (isGemma3(archs, cfg.model_type)) return convertGemma3(modelDir, outPath, cfg, cfgFile, type);
   const fam = denseFamily(archs, cfg.model_type);
   if (!fam)
     die(`${cfgFile}: no conversion for architectures ${JSON.stringify(archs)} (model_type ${cfg.model_type}): ` +
-      `this converter knows ${Object.values(DENSE).flatMap((f) => f.archs).concat(["Qwen3_5ForCausalLM"]).join(", ")}`);
+      `this converter knows ${Object.values(DENSE).flatMap((f) => f.archs).concat(["Qwen3_5ForCausalLM", "Gemma3ForCausalLM"]).join(", ")}`);
   const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size", "rms_norm_eps"];
   for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
   const h = { ...cfg };

@@ -54,8 +54,8 @@ async function main() {
       await convert(a.model, gguf, { type: "f32" });
     } catch (e) {
       if (!e.userError) throw e;
-      // the converter knows the dense families of hf2gguf.mjs's DENSE table
-      // and the Qwen3.5/3.6 hybrid, and refuses what llama.cpp's own
+      // the converter knows the dense families of hf2gguf.mjs's DENSE table,
+      // the Qwen3.5/3.6 hybrid and Gemma 3, and refuses what llama.cpp's own
       // converter would not map for them
       console.error(`oracle: llama.cpp has no conversion for this checkpoint: ${e.message}`);
       process.exit(3);
