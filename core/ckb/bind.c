@@ -57,10 +57,10 @@ static int parse_real(const char *s, mi_ckb_arg *a, char *err, size_t n) {
     a->name_len = strlen(a->name);
     return a->name_len ? 0 : fail(err, n, "\"%s\" names no config field", s);
   }
-  if (is_prefix(s, "rsqrt:")) {
-    a->form = MI_ARG_RSQRT;
-    a->expr = s + 6;
-    return 0;
+  if (is_prefix(s, "rsqrt:") || is_prefix(s, "sqrt:")) {
+    a->form = s[0] == 'r' ? MI_ARG_RSQRT : MI_ARG_SQRT;
+    a->expr = strchr(s, ':') + 1;
+    return a->expr[0] ? 0 : fail(err, n, "\"%s\" has no expression", s);
   }
   char *end;
   a->form = MI_ARG_NUMBER;

@@ -17,6 +17,7 @@
  *                                             must be whole
  *   f32 / f64         "config:FIELD"          a number config field
  *                     "rsqrt:EXPR"            1/sqrt of an integer expression
+ *                     "sqrt:EXPR"             sqrt of an integer expression
  *                     a number                a literal (a JSON number too)
  *   dtype             "dtype:ARG"             the element type of what ARG
  *                                             is bound to
@@ -43,6 +44,7 @@ typedef enum mi_ckb_arg_form {
   MI_ARG_INT_REAL, /* expr ("int:" dropped) */
   MI_ARG_CONFIG,   /* name: the field */
   MI_ARG_RSQRT,    /* expr */
+  MI_ARG_SQRT,     /* expr */
   MI_ARG_NUMBER,   /* number */
   MI_ARG_DTYPE_OF, /* name: the argument */
   MI_ARG_DTYPE,    /* name: the type ("f32", "f16", "bf16") */
@@ -55,7 +57,7 @@ typedef struct mi_ckb_arg {
   size_t name_len;
   int row;           /* MI_ARG_BUFFER: MI_RT_POS0 or MI_RT_R0, -1 when no row */
   const char *elems; /* MI_ARG_BUFFER: the element offset's expression, or NULL */
-  const char *expr;  /* MI_ARG_INT, MI_ARG_INT_REAL, MI_ARG_RSQRT */
+  const char *expr;  /* MI_ARG_INT, MI_ARG_INT_REAL, MI_ARG_RSQRT, MI_ARG_SQRT */
   double number;     /* MI_ARG_NUMBER */
   char num[40];
 } mi_ckb_arg;

@@ -171,6 +171,12 @@ const char *mi_ckb_layout_unused(const json_t *layout, const char *name, const c
  * mi_ckb_config_at: the value at a dotted path (rope_parameters.rope_theta)
  * of a config.json object, or NULL. */
 json_t *mi_ckb_model_sequences(const json_t *model);
+/* The logprob tolerance against the peer (llama.cpp) for a model computed
+ * by these steps: tol, or more where an operator the steps call states the
+ * peer computes it less exactly ("peer": {"logprob_tolerance": X, "why":
+ * ...}: llama.cpp's GELU through an f16 table). *why_op (may be NULL): the
+ * operator that widened it, or NULL. */
+double mi_ckb_peer_logprob_tol(const mi_ckb *c, const json_t *model, double tol, const char **why_op);
 const json_t *mi_ckb_config_at(const json_t *cfg, const char *path);
 
 /* ---- binding a model contract to a checkpoint's config.json ----

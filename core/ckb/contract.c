@@ -19,6 +19,23 @@ json_t *mi_ckb_model_sequences(const json_t *model) {
   return all;
 }
 
+double mi_ckb_peer_logprob_tol(const mi_ckb *c, const json_t *model, double tol, const char **why_op) {
+  json_t *seqs = mi_ckb_model_sequences(model);
+  size_t i, k;
+  json_t *seq, *st;
+  if (why_op) *why_op = NULL;
+  json_array_foreach(seqs, i, seq) json_array_foreach(seq, k, st) {
+    const mi_ckb_entry *op = mi_ckb_find(c, json_string_value(json_object_get(st, "operator")));
+    const json_t *pt = op ? json_object_get(json_object_get(op->json, "peer"), "logprob_tolerance") : NULL;
+    if (json_is_number(pt) && json_number_value(pt) > tol) {
+      tol = json_number_value(pt);
+      if (why_op) *why_op = op->id;
+    }
+  }
+  json_decref(seqs);
+  return tol;
+}
+
 const json_t *mi_ckb_config_at(const json_t *cfg, const char *path) {
   const json_t *v = cfg;
   for (const char *p = path; v && p && *p;) {

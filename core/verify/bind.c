@@ -74,11 +74,12 @@ int vf_bind_real(vf_binder *b, const char *s, double *out) {
     *out = json_number_value(v);
     return 0;
   }
-  if (!strncmp(s, "rsqrt:", 6)) {
+  if (!strncmp(s, "rsqrt:", 6) || !strncmp(s, "sqrt:", 5)) {
     int64_t x;
-    if (vf_bind_int(b, s + 6, &x) != 0) return -1;
+    int recip = s[0] == 'r';
+    if (vf_bind_int(b, s + (recip ? 6 : 5), &x) != 0) return -1;
     if (x <= 0) return vf_bind_fail(b, "\"%s\" is %lld on this config, not positive", s, (long long)x);
-    *out = 1.0 / sqrt((double)x);
+    *out = recip ? 1.0 / sqrt((double)x) : sqrt((double)x);
     return 0;
   }
   char *end;
@@ -222,6 +223,7 @@ static int bind_arg(vf_binder *b, const char *kind, const json_t *bv, vf_barg *a
   case MI_ARG_INT_REAL: a->what = VB_INT; return vf_bind_int(b, p.text, &a->i);
   case MI_ARG_CONFIG:
   case MI_ARG_RSQRT:
+  case MI_ARG_SQRT:
   case MI_ARG_NUMBER: a->what = VB_REAL; return vf_bind_real(b, p.text, &a->f);
   case MI_ARG_DTYPE_OF:
   case MI_ARG_DTYPE:

@@ -86,6 +86,7 @@ static const struct {
     {"i64", "64", MI_ARG_INT, "64"}, /* a JSON number binds as its spelling */
     {"f32", "\"config:rms_norm_eps\"", MI_ARG_CONFIG, "rms_norm_eps"},
     {"f32", "\"rsqrt:head_dim\"", MI_ARG_RSQRT, "head_dim"},
+    {"f32", "\"sqrt:hidden_size\"", MI_ARG_SQRT, "hidden_size"},
     {"f64", "0.5", MI_ARG_NUMBER, NULL},
     {"dtype", "\"dtype:src\"", MI_ARG_DTYPE_OF, "src"},
     {"dtype", "\"bf16\"", MI_ARG_DTYPE, "bf16"},
@@ -101,7 +102,7 @@ START_TEST(test_scalars_and_dtypes) {
     parse_ok(k_scalars[k].kind, v, &a);
     ck_assert_msg(a.form == k_scalars[k].form, "%s %s: form %d, want %d", k_scalars[k].kind,
                   k_scalars[k].json, a.form, k_scalars[k].form);
-    const char *got = a.form == MI_ARG_INT || a.form == MI_ARG_INT_REAL || a.form == MI_ARG_RSQRT ? a.expr : a.name;
+    const char *got = a.form == MI_ARG_INT || a.form == MI_ARG_INT_REAL || a.form == MI_ARG_RSQRT || a.form == MI_ARG_SQRT ? a.expr : a.name;
     if (k_scalars[k].want) ck_assert_str_eq(got, k_scalars[k].want);
     if (a.form == MI_ARG_NUMBER) ck_assert(a.number == 0.5);
     json_decref(v);
@@ -109,6 +110,7 @@ START_TEST(test_scalars_and_dtypes) {
 
   parse_bad("f32", "1e-6x", "is not a number");
   parse_bad("f32", "config:", "names no config field");
+  parse_bad("f32", "sqrt:", "has no expression");
   parse_bad("dtype", "f8", "dtype:ARG or f32, f16, bf16");
   parse_bad("dtype", "dtype:", "names no argument");
   parse_bad("u8", "1", "unknown argument kind \"u8\"");

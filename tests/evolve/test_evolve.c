@@ -1282,6 +1282,135 @@ START_TEST(experience_shortens_the_search) {
 }
 END_TEST
 
+/* Gemma 3 in its own layout, on two probes (tests/goldens/families/
+ * gemma3-probe-6l-seed{8,9}.json: six layers, five sliding-window layers of
+ * window 8 and one full, the keys transformers >= 4.53 writes (layer_types)
+ * and the released 1B's (sliding_window_pattern 6 only), llama.cpp's gemma3
+ * the oracle): the vocabulary reaches it with no C written for it, through
+ * a layer split into two kinds, the sliding one on operator.attention_window
+ * (a kernel generated from its masked-attention form) with its own rope
+ * base, the embedding scaled by sqrt(hidden), the attention by
+ * query_pre_attn_scalar, GeGLU, sandwich and (1 + w) norms. llama.cpp's
+ * GELU runs through an f16 table: the true reading is held to
+ * operator.gelu_tanh_mul's peer tolerance, every other scored one is off by
+ * far more. Revalidation with references off passes every stage (the
+ * released layout, without layer_types, is the checkpoint). A Gemma 2-like
+ * final soft-cap is then refused by name, the CKB unchanged. */
+static char *gemma_workspace(char **refs, char **ckb, char **model) {
+  char *tmp = tw_mkdtemp("evolve");
+  *refs = tw_path(tmp, "refs"), *ckb = tw_path(tmp, "ckb"), *model = tw_path(tmp, "model");
+  ck_assert_int_eq(mkdir(*refs, 0755), 0);
+  char *ck = src("ckb"), *g8 = src("tests/goldens/families/gemma3-probe-6l-seed8.json"),
+       *g9 = src("tests/goldens/families/gemma3-probe-6l-seed9.json"), cmd[8400], err[1024], bin[4096];
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s' '%s/'", g8, g9, *refs);
+  ck_assert_int_eq(system(cmd), 0);
+  curated_ckb(ck, *ckb);
+  json_t *golden = load_src("tests/goldens/families/gemma3-probe-6l-seed9.json");
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  ev_opts eo = {.exe_dir = bin};
+  ck_assert_msg(ev_remake_checkpoint(&eo, golden, *model, err, sizeof err) == 0, "%s", err);
+  json_decref(golden);
+  free(ck), free(g8), free(g9);
+  return tmp;
+}
+
+static const json_t *kind_step(const json_t *m, const char *kind, const char *step) {
+  return mi_ckb_named(json_object_get(json_object_get(json_object_get(json_object_get(m, "layer_kinds"), "kinds"), kind),
+                                      "sequence"),
+                      "step", step);
+}
+
+START_TEST(gemma3_layout_absorbed_and_revalidated) {
+  char *refs, *ckb, *model, *tmp = gemma_workspace(&refs, &ckb, &model), cmd[8400];
+  char *gold = src("tests/goldens/families"), *run = tw_path(tmp, "run");
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --model '%s' --goldens '%s' --run-dir '%s' 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs, ckb, model, gold, run, tmp);
+  int st = system(cmd);
+  char *rp = tw_path(run, "evolve.json");
+  json_t *r = json_load_file(rp, 0, NULL);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == EV_EX_OK, "exit %d: %s", WEXITSTATUS(st),
+                json_string_value(json_object_get(r, "outcome")) ?: "?");
+  const char *truth = "attn_scale=query_pre_attn_scalar embed_scale=sqrt_hidden mlp_act=gelu_tanh norm=1+w qk=1+w "
+                      "rope_local=local_base sandwich=pre+post window=layer_kinds";
+  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), truth);
+  size_t i;
+  json_t *row;
+  int pass = 0, scored = 0;
+  json_array_foreach(json_object_get(r, "variant_search"), i, row) {
+    const char *v = json_string_value(json_object_get(row, "verdict"));
+    const char *cand = json_string_value(json_object_get(row, "candidate"));
+    double e = json_number_value(json_object_get(row, "error"));
+    if (!strcmp(v, "pass")) {
+      pass++;
+      ck_assert_str_eq(cand, truth);
+      /* within the widened tolerance, and wider than the SiLU families' */
+      ck_assert_msg(e < json_number_value(json_object_get(row, "tolerance")) && e > EV_TOL, "%s: %g", cand, e);
+    } else if (!strcmp(v, "fail")) {
+      scored++;
+      ck_assert_msg(e > 1.0, "%s: %g", cand, e);
+    }
+  }
+  ck_assert_int_eq(pass, 2); /* the same reading on both probes */
+  ck_assert_int_ge(scored, 8);
+  /* the consolidated contract: two layer kinds of the same steps, the
+   * sliding one windowed on its own rope base; the scaled embedding */
+  char *mp = tw_path(ckb, "models/gemma3.json");
+  json_t *m = json_load_file(mp, 0, NULL);
+  ck_assert_ptr_nonnull(m);
+  ck_assert_ptr_null(json_object_get(m, "layer_sequence"));
+  const json_t *lk = json_object_get(m, "layer_kinds");
+  ck_assert_str_eq(json_string_value(json_object_get(lk, "interval")), "sliding_window_pattern");
+  const json_t *sa = kind_step(m, "sliding_attention", "attention"), *fa = kind_step(m, "full_attention", "attention");
+  ck_assert_str_eq(json_string_value(json_object_get(sa, "operator")), "operator.attention_window");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(sa, "args"), "window")), "sliding_window");
+  ck_assert_str_eq(json_string_value(json_object_get(fa, "operator")), "operator.attention");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(fa, "args"), "scale")), "rsqrt:query_pre_attn_scalar");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(kind_step(m, "sliding_attention", "k_rope"), "args"), "theta")),
+                   "config:rope_local_base_freq");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(kind_step(m, "full_attention", "k_rope"), "args"), "theta")),
+                   "config:rope_theta");
+  const json_t *es = mi_ckb_named(json_object_get(m, "prologue"), "step", "embed_scale");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(es, "args"), "alpha")), "sqrt:hidden_size");
+  /* revalidation, references off: every stage, stage 4 at the peer's tolerance for its GELU */
+  char *rv = json_dumps(json_object_get(r, "revalidation"), JSON_COMPACT);
+  ck_assert_msg(rv && strstr(rv, "identical to llama.cpp") && strstr(rv, "operator.gelu_tanh_mul's peer entry") &&
+                    !strstr(rv, "FAIL"),
+                "%s", rv ? rv : "?");
+  free(rv);
+  json_decref(m), json_decref(r);
+  free(mp), free(rp), free(run), free(gold), free(refs), free(ckb), free(model);
+  tw_rmtree(tmp);
+  free(tmp);
+}
+END_TEST
+
+START_TEST(gemma2_softcap_is_refused_by_name) {
+  char *refs, *ckb, *model, *tmp = gemma_workspace(&refs, &ckb, &model), cmd[8400], before[200], after[200];
+  /* both probes as Gemma 2 would have them: a final soft-cap of 30 */
+  snprintf(cmd, sizeof cmd,
+           "cd '%s' && for f in *.json; do sed -i 's/\"final_logit_softcapping=null\"/\"final_logit_softcapping=30.0\"/' \"$f\" && "
+           "grep -q 'final_logit_softcapping=30.0' \"$f\" || exit 1; done",
+           refs);
+  ck_assert_int_eq(system(cmd), 0);
+  tree_hash(ckb, before, sizeof before);
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --run-dir '%s/run' --no-revalidate 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs, ckb, tmp, tmp);
+  int st = system(cmd);
+  char *errp = tw_path(tmp, "stderr");
+  size_t el;
+  char *errs = tw_read_all(errp, &el);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != EV_EX_OK, "exit %d:\n%s", WEXITSTATUS(st), errs ?: "");
+  ck_assert_msg(errs && strstr(errs, "final_logit_softcapping"), "%s", errs ?: "");
+  tree_hash(ckb, after, sizeof after);
+  ck_assert_str_eq(before, after);
+  free(errs), free(errp), free(refs), free(ckb), free(model);
+  tw_rmtree(tmp);
+  free(tmp);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("evolve");
   /* consolidate runs first: the order the cases were always added in */
@@ -1299,6 +1428,8 @@ static Suite *suite(void) {
               bundle_with_broken_operator_contract_is_rejected_naming_it, real_bundle_is_accepted,
               cli_phases_one_to_five, killed_evolve_leaves_the_ckb_unchanged,
               unexplained_field_leaves_the_ckb_unchanged, explain_names_fields_and_weights));
+  TCase *tg = mi_check_case(s, "gemma", 900, NULL, NULL);
+  mi_check_add(tg, MI_CHECK_TESTS(gemma3_layout_absorbed_and_revalidated, gemma2_softcap_is_refused_by_name));
   TCase *tw = mi_check_case(s, "wrapped", 900, NULL, NULL);
   mi_check_add(tw, MI_CHECK_TESTS(wrapped_layout_absorbed_and_revalidated,
                                   wrapper_with_an_unknown_part_leaves_the_ckb_unchanged));

@@ -100,26 +100,38 @@ static int distinct(const json_t *arr) {
   return n;
 }
 
+/* One evidence item: a config field's value or key, a weight's presence,
+ * or "any": at least one of its items. */
+static int evidence_holds(const json_t *e, const json_t *cfg, const mi_weights *w, int depth) {
+  const json_t *any = json_object_get(e, "any");
+  if (json_is_array(any)) {
+    size_t i;
+    json_t *x;
+    json_array_foreach(any, i, x) if (depth < 4 && evidence_holds(x, cfg, w, depth + 1)) return 1;
+    return 0;
+  }
+  const json_t *pr = json_object_get(e, "present"), *eq = json_object_get(e, "equals");
+  const json_t *key = json_object_get(e, "key"); /* the key is there, null or not */
+  const json_t *dn = json_object_get(e, "distinct_at_least");
+  const char *f = json_string_value(json_object_get(e, "config")),
+             *wk = json_string_value(json_object_get(e, "weight"));
+  if (f) {
+    const json_t *v = ev_cfg_field(cfg, f);
+    int there = v && !json_is_null(v);
+    if (pr && json_is_true(pr) != there) return 0;
+    if (key && json_is_true(key) != (v != NULL)) return 0;
+    if (eq && (!v || !json_equal(v, eq))) return 0;
+    if (dn && (!json_is_array(v) || distinct(v) < json_integer_value(dn))) return 0;
+  } else if (wk) {
+    if ((pr ? json_is_true(pr) : 1) != has_weight(w, wk)) return 0;
+  }
+  return 1;
+}
+
 int ev_evidence(const json_t *variant, const json_t *cfg, const mi_weights *w) {
   size_t i;
   json_t *e;
-  json_array_foreach(json_object_get(variant, "evidence"), i, e) {
-    const json_t *pr = json_object_get(e, "present"), *eq = json_object_get(e, "equals");
-    const json_t *key = json_object_get(e, "key"); /* the key is there, null or not */
-    const json_t *dn = json_object_get(e, "distinct_at_least");
-    const char *f = json_string_value(json_object_get(e, "config")),
-               *wk = json_string_value(json_object_get(e, "weight"));
-    if (f) {
-      const json_t *v = ev_cfg_field(cfg, f);
-      int there = v && !json_is_null(v);
-      if (pr && json_is_true(pr) != there) return 0;
-      if (key && json_is_true(key) != (v != NULL)) return 0;
-      if (eq && (!v || !json_equal(v, eq))) return 0;
-      if (dn && (!json_is_array(v) || distinct(v) < json_integer_value(dn))) return 0;
-    } else if (wk) {
-      if ((pr ? json_is_true(pr) : 1) != has_weight(w, wk)) return 0;
-    }
-  }
+  json_array_foreach(json_object_get(variant, "evidence"), i, e) if (!evidence_holds(e, cfg, w, 0)) return 0;
   return 1;
 }
 
@@ -144,6 +156,41 @@ static void remove_named(json_t *arr, const char *field, const char *name) {
     if (!strcmp(json_string_value(json_object_get(json_array_get(arr, i), field)) ?: "", name))
       json_array_remove(arr, i);
 }
+
+/* The sequence of layer kind `kind`, or NULL. */
+static json_t *kind_sequence(json_t *m, const char *kind) {
+  return json_object_get(
+      json_object_get(json_object_get(json_object_get(m, "layer_kinds"), "kinds"), kind), "sequence");
+}
+
+/* split_kinds: one layer sequence (and its cache) becomes several layer
+ * kinds computing the same steps, each a copy, which later settings with a
+ * "kind" tell apart (a sliding-window kind and a full one). Only a contract
+ * with one layer sequence and no kinds is split. */
+static void split_kinds(json_t *m, const json_t *sk) {
+  const json_t *names = json_object_get(sk, "kinds");
+  json_t *seq = json_object_get(m, "layer_sequence");
+  if (!json_is_object(sk) || !json_is_array(names) || !json_is_array(seq) ||
+      json_object_get(m, "layer_kinds"))
+    return;
+  json_t *kinds = json_object();
+  size_t i;
+  json_t *x;
+  json_array_foreach(names, i, x) if (json_is_string(x)) json_object_set_new(
+      kinds, json_string_value(x),
+      json_pack("{s:o, s:o*}", "sequence", json_deep_copy(seq), "cache",
+                json_deep_copy(json_object_get(m, "cache"))));
+  json_t *lk = json_pack("{s:o}", "kinds", kinds);
+  const char *k;
+  json_object_foreach((json_t *)sk, k, x) if (strcmp(k, "kinds")) json_object_set(lk, k, x);
+  json_object_set_new(m, "layer_kinds", lk);
+  json_object_del(m, "layer_sequence");
+  json_object_del(m, "cache");
+  /* the per-layer array is read now, no longer inert */
+  const char *f = json_string_value(json_object_get(sk, "config"));
+  if (f) remove_named(json_object_get(m, "config_inert"), "name", f);
+}
+
 
 /* A config entry for a field the contract starts to read: typed from the
  * checkpoint's value, with its path when nested. */
@@ -180,13 +227,26 @@ static void merge(json_t *into, const json_t *from, const char *skip) {
       json_object_set_new(into, k, json_deep_copy(x));
 }
 
-/* pass 0: the structure (steps, weights, buffers, config); pass 1: settings on what now exists */
+/* Does a setting reach sequence seq? One with a "kind" reaches that layer
+ * kind's sequence alone (none, when the contract lacks the kind); one
+ * without, every sequence. */
+static int reaches(json_t *m, const json_t *x, const json_t *seq) {
+  const char *kind = json_string_value(json_object_get(x, "kind"));
+  return !kind || kind_sequence(m, kind) == seq;
+}
+
+/* pass 0: layer kinds split from one sequence; pass 1: the structure (steps,
+ * weights, buffers, config); pass 2: settings on what now exists */
 static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) {
+  if (pass == 0) {
+    split_kinds(m, json_object_get(ed, "split_kinds"));
+    return;
+  }
   json_t *seqs[16];
   const int ns = sequences(m, seqs, 16);
   size_t i;
   json_t *x;
-  if (pass == 0) {
+  if (pass == 1) {
     json_array_foreach(json_object_get(ed, "remove_steps"), i, x) for (int s = 0; s < ns; s++)
         remove_named(seqs[s], "step", json_string_value(x));
     json_array_foreach(json_object_get(ed, "insert_steps"), i, x) {
@@ -220,6 +280,8 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
     json_array_foreach(json_object_get(ed, "add_config"), i, x) add_config(m, x, cfg);
     json_t *inert = json_object_get(m, "config_inert");
     if (!json_is_array(inert)) json_object_set_new(m, "config_inert", inert = json_array());
+    json_array_foreach(json_object_get(ed, "remove_inert"), i, x)
+        remove_named(inert, "name", json_string_value(x));
     json_array_foreach(json_object_get(ed, "add_inert"), i, x) {
       const char *nm = json_string_value(json_object_get(x, "name"));
       if (mi_ckb_named(inert, "name", nm) ||
@@ -229,20 +291,30 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
       json_object_del(e, "if_present");
       json_array_append_new(inert, e);
     }
+    /* fields the contract's layer kinds lack: a split's own interval stays */
     json_t *lk = json_object_get(m, "layer_kinds");
-    if (json_is_object(lk) && json_is_object(json_object_get(ed, "layer_kinds")))
-      merge(lk, json_object_get(ed, "layer_kinds"), "");
+    const char *k;
+    json_object_foreach(json_object_get(ed, "layer_kinds"), k, x) if (json_is_object(lk) && !json_object_get(lk, k))
+        json_object_set_new(lk, k, json_deep_copy(x));
     return;
   }
-  json_array_foreach(json_object_get(ed, "set_args"), i, x) for (int s = 0; s < ns; s++) {
-    json_t *st = mi_ckb_named(seqs[s], "step", json_string_value(json_object_get(x, "step")));
-    if (st)
-      json_object_set(json_object_get(st, "args"), json_string_value(json_object_get(x, "arg")),
-                      json_object_get(x, "value"));
+  json_array_foreach(json_object_get(ed, "set_args"), i, x) {
+    for (int s = 0; s < ns; s++) {
+      json_t *st = !reaches(m, x, seqs[s]) ? NULL
+                                           : mi_ckb_named(seqs[s], "step", json_string_value(json_object_get(x, "step")));
+      if (st)
+        json_object_set(json_object_get(st, "args"), json_string_value(json_object_get(x, "arg")),
+                        json_object_get(x, "value"));
+    }
   }
-  json_array_foreach(json_object_get(ed, "set_step"), i, x) for (int s = 0; s < ns; s++) {
-    json_t *st = mi_ckb_named(seqs[s], "step", json_string_value(json_object_get(x, "step")));
-    if (st) merge(st, x, "step");
+  json_array_foreach(json_object_get(ed, "set_step"), i, x) {
+    for (int s = 0; s < ns; s++) {
+      json_t *st = !reaches(m, x, seqs[s]) ? NULL
+                                           : mi_ckb_named(seqs[s], "step", json_string_value(json_object_get(x, "step")));
+      if (!st) continue;
+      merge(st, x, "step");
+      json_object_del(st, "kind");
+    }
   }
   json_array_foreach(json_object_get(ed, "set_weights"), i, x) {
     json_t *w =
@@ -263,7 +335,7 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
 
 json_t *ev_apply(const json_t *contract, const json_t *variants, const json_t *cfg) {
   json_t *m = json_deep_copy(contract);
-  for (int pass = 0; pass < 2; pass++) {
+  for (int pass = 0; pass < 3; pass++) {
     size_t i;
     json_t *v;
     json_array_foreach(variants, i, v) apply_one(m, json_object_get(v, "edit"), cfg, pass);

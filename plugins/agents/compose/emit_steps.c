@@ -103,7 +103,7 @@ static void arg_dtype(step_ctx *c, const mi_ckb_arg *p, sb *call) {
   sp(call, "%s", src && !strncmp(src, "weight:", 7) ? "WEIGHT_DTYPE" : "KV_DTYPE");
 }
 
-/* a float: "config:FIELD" (its macro), "rsqrt:EXPR" (evaluated) or a number */
+/* a float: "config:FIELD" (its macro), "rsqrt:EXPR" / "sqrt:EXPR" (evaluated) or a number */
 static int arg_real(step_ctx *c, const mi_ckb_arg *p, sb *call) {
   gen *g = c->g;
   char fb[48];
@@ -117,7 +117,7 @@ static int arg_real(step_ctx *c, const mi_ckb_arg *p, sb *call) {
     char u[96];
     upper(u, p->name, sizeof u);
     sp(call, "%s", u);
-  } else if (p->form == MI_ARG_RSQRT) {
+  } else if (p->form == MI_ARG_RSQRT || p->form == MI_ARG_SQRT) {
     sb ex = {0};
     int64_t x = 0;
     if (expr_c(g, p->expr, &ex, &x)) return -1;
@@ -127,7 +127,9 @@ static int arg_real(step_ctx *c, const mi_ckb_arg *p, sb *call) {
       free(ex.s);
       return -1;
     }
-    sp(call, "%s /* 1/sqrt(%s) */", flit(1.0 / sqrt((double)x), fb, sizeof fb), ex.s);
+    int recip = p->form == MI_ARG_RSQRT;
+    sp(call, "%s /* %ssqrt(%s) */", flit(recip ? 1.0 / sqrt((double)x) : sqrt((double)x), fb, sizeof fb),
+       recip ? "1/" : "", ex.s);
     free(ex.s);
   } else
     sp(call, "%s", flit(p->number, fb, sizeof fb));
@@ -173,6 +175,7 @@ static int emit_arg(step_ctx *c, json_t *a, sb *call) {
   case MI_ARG_DTYPE_OF: return arg_dtype(c, &p, call), 0;
   case MI_ARG_CONFIG:
   case MI_ARG_RSQRT:
+  case MI_ARG_SQRT:
   case MI_ARG_NUMBER: return arg_real(c, &p, call);
   case MI_ARG_INT:
   case MI_ARG_INT_REAL: return arg_int(c, &p, call);
