@@ -1323,9 +1323,12 @@ static const json_t *kind_step(const json_t *m, const char *kind, const char *st
 START_TEST(gemma3_layout_absorbed_and_revalidated) {
   char *refs, *ckb, *model, *tmp = gemma_workspace(&refs, &ckb, &model), cmd[8400];
   char *gold = src("tests/goldens/families"), *run = tw_path(tmp, "run");
+  /* the sanitizer run (MI_TEST_QUICK) stops after consolidation: its
+   * kernels are test_pack_masked's there, the revalidation is Release's */
+  const int quick = getenv("MI_TEST_QUICK") != NULL;
   snprintf(cmd, sizeof cmd,
-           "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --model '%s' --goldens '%s' --run-dir '%s' 2>'%s/stderr'",
-           getenv("MI_BUILD_DIR"), refs, ckb, model, gold, run, tmp);
+           "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --model '%s' --goldens '%s' --run-dir '%s'%s 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs, ckb, model, gold, run, quick ? " --no-revalidate" : "", tmp);
   int st = system(cmd);
   char *rp = tw_path(run, "evolve.json");
   json_t *r = json_load_file(rp, 0, NULL);
@@ -1374,9 +1377,9 @@ START_TEST(gemma3_layout_absorbed_and_revalidated) {
   const json_t *es = mi_ckb_named(json_object_get(m, "prologue"), "step", "embed_scale");
   ck_assert_str_eq(json_string_value(json_object_get(json_object_get(es, "args"), "alpha")), "sqrt:hidden_size");
   /* revalidation, references off: every stage, stage 4 at the peer's tolerance for its GELU */
-  char *rv = json_dumps(json_object_get(r, "revalidation"), JSON_COMPACT);
-  ck_assert_msg(rv && strstr(rv, "identical to llama.cpp") && strstr(rv, "operator.gelu_tanh_mul's peer entry") &&
-                    !strstr(rv, "FAIL"),
+  char *rv = quick ? NULL : json_dumps(json_object_get(r, "revalidation"), JSON_COMPACT);
+  ck_assert_msg(quick || (rv && strstr(rv, "identical to llama.cpp") && strstr(rv, "operator.gelu_tanh_mul's peer entry") &&
+                          !strstr(rv, "FAIL")),
                 "%s", rv ? rv : "?");
   free(rv);
   json_decref(m), json_decref(r);

@@ -27,10 +27,8 @@
 #include "mi/plugin.h"
 #include "tests/util/check_main.h"
 #include "tests/util/test_proc.h"
+#include "tests/pack/pack_fixture.h"
 
-static char src_dir[4096], build_dir[4096], ckb_dir[4200], sdk_dir[4200];
-static char pack_dir[64] = "";   /* the pack every test reads, built once */
-static char pack_err[1024] = ""; /* why it could not be built */
 static const char *const MAP_OPS[] = {"operator.bias_add", "operator.gelu_mul",
                                       "operator.gelu_tanh_mul", "operator.softcap"};
 #define N_MAP_OPS (sizeof MAP_OPS / sizeof *MAP_OPS)
@@ -38,35 +36,10 @@ static const char *const MAP_OPS[] = {"operator.bias_add", "operator.gelu_mul",
 static const char *const MAP_IDS[] = {"operator.bias_add", "operator.gelu_mul", "operator.gelu_tanh_mul",
                                       "operator.softcap", NULL};
 
-static void paths(void) {
-  const char *s = getenv("MI_SOURCE_DIR"), *b = getenv("MI_BUILD_DIR");
-  snprintf(src_dir, sizeof src_dir, "%s", s ? s : ".");
-  snprintf(build_dir, sizeof build_dir, "%s", b ? b : "build");
-  snprintf(ckb_dir, sizeof ckb_dir, "%s/ckb", src_dir);
-  snprintf(sdk_dir, sizeof sdk_dir, "%s/sdk/include", src_dir);
-}
 
 /* Once for the test case, in the runner's process: the pack of every map
  * operator (the tests fork from here and only read it). */
-static void build_pack(void) {
-  paths();
-  snprintf(pack_dir, sizeof pack_dir, "/tmp/mi-pack-test.XXXXXX");
-  if (!mkdtemp(pack_dir)) {
-    snprintf(pack_err, sizeof pack_err, "mkdtemp failed");
-    return;
-  }
-  char err[1024];
-  mi_ckb *c = mi_ckb_open(ckb_dir, err, sizeof err);
-  if (!c)
-    snprintf(pack_err, sizeof pack_err, "%s", err);
-  else if (mi_pack_generate(c, MAP_IDS, "test", pack_dir, sdk_dir, err, sizeof err) != 0)
-    snprintf(pack_err, sizeof pack_err, "%s", err);
-  mi_ckb_close(c);
-}
-
-static void remove_pack(void) {
-  if (pack_dir[0]) mi_test_sh("rm -rf '%s'", pack_dir);
-}
+static void build_pack(void) { build_pack_of(MAP_IDS, "test", "test"); }
 
 static void need_pack(void) {
   ck_assert_msg(!pack_err[0], "the test pack was not built: %s", pack_err);

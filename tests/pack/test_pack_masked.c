@@ -25,44 +25,17 @@
 #include "mi/plugin.h"
 #include "tests/util/check_main.h"
 #include "tests/util/test_proc.h"
+#include "tests/pack/pack_fixture.h"
 
 #define OP "operator.attention_window"
 
-static char src_dir[4096], build_dir[4096], ckb_dir[4200], sdk_dir[4200];
-static char pack_dir[64] = "";   /* the pack the value tests read, built once */
-static char pack_err[1024] = ""; /* why it could not be built */
 static const char *const IDS[] = {OP, NULL};
 
 typedef int (*aw_fn)(void *, mi_stream *, float *, const float *, const void *, const void *, mi_dtype, int64_t,
                      int64_t, int64_t, int64_t, int64_t, float, int64_t);
 
-static void paths(void) {
-  const char *s = getenv("MI_SOURCE_DIR"), *b = getenv("MI_BUILD_DIR");
-  snprintf(src_dir, sizeof src_dir, "%s", s ? s : ".");
-  snprintf(build_dir, sizeof build_dir, "%s", b ? b : "build");
-  snprintf(ckb_dir, sizeof ckb_dir, "%s/ckb", src_dir);
-  snprintf(sdk_dir, sizeof sdk_dir, "%s/sdk/include", src_dir);
-}
 
-static void build_pack(void) {
-  paths();
-  snprintf(pack_dir, sizeof pack_dir, "/tmp/mi-pack-masked.XXXXXX");
-  if (!mkdtemp(pack_dir)) {
-    snprintf(pack_err, sizeof pack_err, "mkdtemp failed");
-    return;
-  }
-  char err[1024];
-  mi_ckb *c = mi_ckb_open(ckb_dir, err, sizeof err);
-  if (!c)
-    snprintf(pack_err, sizeof pack_err, "%s", err);
-  else if (mi_pack_generate(c, IDS, "aw", pack_dir, sdk_dir, err, sizeof err) != 0)
-    snprintf(pack_err, sizeof pack_err, "%s", err);
-  mi_ckb_close(c);
-}
-
-static void remove_pack(void) {
-  if (pack_dir[0]) mi_test_sh("rm -rf '%s'", pack_dir);
-}
+static void build_pack(void) { build_pack_of(IDS, "aw", "masked"); }
 
 /* ---------- the pack, opened as the loader would, on a serial run_host ---------- */
 

@@ -167,17 +167,17 @@ static int entry_sha(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len
   return 0;
 }
 
-/* A rotary operator: operator.rope's arguments, its frequency in double C
- * over the pair index mi_i and the scalar arguments. */
-static int read_rotary(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len) {
-  op->expr = json_string_value(json_object_get(json_object_get(e->json, "rotary"), "freq"));
-  if (mi_rotary_form_parse(e->json, &op->rf, err, err_len) != 0) return -1;
-  op->parsed = 2;
+/* What the rotary and masked-attention forms share: every argument one a
+ * host-C kernel can carry (carry), the form's expression x as double C over
+ * the index mi_i and the scalar arguments (each spelled arg_prefix NAME),
+ * then the entry's hash. */
+static int read_double_form(const mi_ckb_entry *e, pk_op *op, const mi_kexpr *x, int n_names, const int *name_arg,
+                            const char *arg_prefix, const char *(*carry)(json_t *), char *err, size_t err_len) {
   size_t i;
   json_t *a;
   json_array_foreach(op->args, i, a) {
     const char *n = arg_name(a);
-    if (reserved_name(n) || !plain_c_type(a)) {
+    if (reserved_name(n) || !carry(a)) {
       snprintf(err, err_len, "%s: argument '%s' cannot be a host-C kernel's (a reserved name, or a type it cannot carry)",
                e->id, n);
       return -1;
@@ -185,17 +185,26 @@ static int read_rotary(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_l
   }
   const char *names[MI_MAP_MAX_NAMES];
   char store[MI_MAP_MAX_NAMES][96];
-  for (int k = 0; k < op->rf.n_names; k++) {
-    if (op->rf.name_arg[k] < 0) snprintf(store[k], sizeof store[k], "((double)mi_i)");
-    else snprintf(store[k], sizeof store[k], "((double)%s)", arg_name(json_array_get(op->args, (size_t)op->rf.name_arg[k])));
+  for (int k = 0; k < n_names; k++) {
+    if (name_arg[k] < 0) snprintf(store[k], sizeof store[k], "((double)mi_i)");
+    else snprintf(store[k], sizeof store[k], "((double)%s%s)", arg_prefix, arg_name(json_array_get(op->args, (size_t)name_arg[k])));
     names[k] = store[k];
   }
   char kerr[300];
-  if (mi_kexpr_c64(op->rf.freq, names, op->body_c, sizeof op->body_c, kerr, sizeof kerr) != 0) {
+  if (mi_kexpr_c64(x, names, op->body_c, sizeof op->body_c, kerr, sizeof kerr) != 0) {
     snprintf(err, err_len, "%s: %s", e->id, kerr);
     return -1;
   }
   return entry_sha(e, op, err, err_len);
+}
+
+/* A rotary operator: operator.rope's arguments, its frequency in double C
+ * over the pair index mi_i and the scalar arguments. */
+static int read_rotary(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len) {
+  op->expr = json_string_value(json_object_get(json_object_get(e->json, "rotary"), "freq"));
+  if (mi_rotary_form_parse(e->json, &op->rf, err, err_len) != 0) return -1;
+  op->parsed = 2;
+  return read_double_form(e, op, op->rf.freq, op->rf.n_names, op->rf.name_arg, "", plain_c_type, err, err_len);
 }
 
 /* A masked-attention operator: operator.attention's arguments and scalars of
@@ -205,29 +214,7 @@ static int read_masked(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_l
   op->expr = json_string_value(json_object_get(json_object_get(e->json, "masked_attention"), "first_key"));
   if (mi_masked_attention_form_parse(e->json, &op->mf, err, err_len) != 0) return -1;
   op->parsed = 3;
-  size_t i;
-  json_t *a;
-  json_array_foreach(op->args, i, a) {
-    const char *n = arg_name(a);
-    if (reserved_name(n) || !c_type(a)) {
-      snprintf(err, err_len, "%s: argument '%s' cannot be a host-C kernel's (a reserved name, or a type it cannot carry)",
-               e->id, n);
-      return -1;
-    }
-  }
-  const char *names[MI_MAP_MAX_NAMES];
-  char store[MI_MAP_MAX_NAMES][96];
-  for (int k = 0; k < op->mf.n_names; k++) {
-    if (op->mf.name_arg[k] < 0) snprintf(store[k], sizeof store[k], "((double)mi_i)");
-    else snprintf(store[k], sizeof store[k], "((double)mi_a->%s)", arg_name(json_array_get(op->args, (size_t)op->mf.name_arg[k])));
-    names[k] = store[k];
-  }
-  char kerr[300];
-  if (mi_kexpr_c64(op->mf.first_key, names, op->body_c, sizeof op->body_c, kerr, sizeof kerr) != 0) {
-    snprintf(err, err_len, "%s: %s", e->id, kerr);
-    return -1;
-  }
-  return entry_sha(e, op, err, err_len);
+  return read_double_form(e, op, op->mf.first_key, op->mf.n_names, op->mf.name_arg, "mi_a->", c_type, err, err_len);
 }
 
 /* Reads one operator entry into op: a map, rotary or masked-attention
