@@ -89,7 +89,7 @@ static json_t *reading(const json_t *cfg, const char *const *ids, const char *na
     json_array_append(vars, v->json);
     json_array_append_new(vids, json_string(ids[i]));
   }
-  json_t *pf = ev_probe_form(base->json, cfg);
+  json_t *pf = ev_probe_form(base->json, cfg, NULL);
   json_t *m = ev_apply(pf, vars, cfg);
   json_t *f = json_pack("{s:s, s:s, s:o, s:o, s:[], s:[]}", "name", name, "base", "model.qwen3", "variants", vids,
                         "contract", m, "deferred", "operators");

@@ -191,7 +191,6 @@ static void split_kinds(json_t *m, const json_t *sk) {
   if (f) remove_named(json_object_get(m, "config_inert"), "name", f);
 }
 
-
 /* A config entry for a field the contract starts to read: typed from the
  * checkpoint's value, with its path when nested. */
 static void add_config(json_t *m, const json_t *spec, const json_t *cfg) {
@@ -405,7 +404,26 @@ static json_t *after_first_add(const json_t *seq) {
   return out;
 }
 
-json_t *ev_probe_form(const json_t *base, const json_t *cfg) {
+/* Does a member of groups (group -> members in play) split the layer into
+ * every kind in miss? Then those kinds are computed, not a probe's muted
+ * ones. */
+static int split_covers(const json_t *groups, const json_t *miss) {
+  const char *g;
+  json_t *arr;
+  json_object_foreach((json_t *)groups, g, arr) {
+    size_t i, k;
+    json_t *v, *x;
+    json_array_foreach(arr, i, v) {
+      const json_t *kinds = json_object_get(json_object_get(json_object_get(v, "edit"), "split_kinds"), "kinds");
+      int all = json_array_size(miss) > 0 && json_is_array(kinds);
+      json_array_foreach(miss, k, x) all &= in_list(kinds, x);
+      if (all) return 1;
+    }
+  }
+  return 0;
+}
+
+json_t *ev_probe_form(const json_t *base, const json_t *cfg, const json_t *groups) {
   json_t *m = json_deep_copy(base);
   /* the base's fields where the new checkpoint nests them (rope_theta
    * under rope_parameters), that value their default */
@@ -423,7 +441,8 @@ json_t *ev_probe_form(const json_t *base, const json_t *cfg) {
   const json_t *known;
   char f[256]; /* a copy: its config_inert entry is removed below */
   snprintf(f, sizeof f, "%s", kinds_field(m, cfg, &known) ?: "");
-  if (!json_array_size(miss) || json_object_get(m, "layer_kinds") || !json_array_size(known)) {
+  if (!json_array_size(miss) || json_object_get(m, "layer_kinds") || !json_array_size(known) ||
+      split_covers(groups, miss)) {
     json_decref(miss);
     return m;
   }

@@ -106,7 +106,9 @@ json_t *ev_list_files(const char *dir, char *err, size_t n);
  * ev_missing_kinds: the per-layer kinds the checkpoint names that the
  * contract does not compute (a new array). ev_probe_form: the contract with
  * each such kind as a layer kind marked "muted": the layer from its first
- * residual add on (a probe zeroes that kind's output projection).
+ * residual add on (a probe zeroes that kind's output projection), unless a
+ * member of groups (group -> members in play; may be NULL) splits the layer
+ * into those kinds (split_kinds): then they are computed, not muted.
  * ev_with_layer: the muted kind replaced by a candidate bundle's layer
  * (sequence, state, weights, buffers, the config fields it reads).
  * ev_explain: appends one line per config field or weight of the
@@ -118,7 +120,7 @@ const json_t *ev_cfg_field(const json_t *cfg, const char *name);
 int ev_evidence(const json_t *variant, const json_t *cfg, const struct mi_weights *w);
 json_t *ev_apply(const json_t *contract, const json_t *variants, const json_t *cfg);
 json_t *ev_missing_kinds(const json_t *contract, const json_t *cfg);
-json_t *ev_probe_form(const json_t *base, const json_t *cfg);
+json_t *ev_probe_form(const json_t *base, const json_t *cfg, const json_t *groups);
 json_t *ev_with_layer(const json_t *contract, const json_t *layer, const json_t *cfg);
 int ev_explain(const json_t *contract, const json_t *cfg, const struct mi_weights *w, json_t *unexplained,
                json_t *deferred);

@@ -277,34 +277,6 @@ static json_t *candidate_groups(const json_t *vocab, const json_t *cfg, const mi
   return groups;
 }
 
-/* Does a member in play split the base's layer into every kind the
- * checkpoint names that the base lacks (a sliding and a full kind)? Then
- * those kinds are computed, not a probe's muted ones (ev_probe_form). */
-static int split_in_play(const json_t *groups, const json_t *base, const json_t *cfg) {
-  json_t *miss = ev_missing_kinds(base, cfg);
-  int covered = 0;
-  const char *g;
-  json_t *arr;
-  json_object_foreach((json_t *)groups, g, arr) {
-    size_t i, k;
-    json_t *v, *x;
-    json_array_foreach(arr, i, v) {
-      const json_t *kinds = json_object_get(json_object_get(json_object_get(v, "edit"), "split_kinds"), "kinds");
-      int all = json_array_size(miss) > 0 && json_is_array(kinds);
-      json_array_foreach(miss, k, x) {
-        int in = 0;
-        size_t j;
-        json_t *y;
-        json_array_foreach(kinds, j, y) in |= json_equal(x, y);
-        all &= in;
-      }
-      covered |= all;
-    }
-  }
-  json_decref(miss);
-  return covered;
-}
-
 /* Candidate k of the product (the last group fastest): its members and name. */
 static json_t *candidate(const json_t *groups, size_t k, char *name, size_t n) {
   json_t *members = json_array();
@@ -613,8 +585,7 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
         rc = 1;
       } else {
         groups = candidate_groups(vocab, cfg, w);
-        /* kinds the base lacks are a muted probe's, unless a variant in play splits the layer into them */
-        base = split_in_play(groups, be->json, cfg) ? json_deep_copy(be->json) : ev_probe_form(be->json, cfg);
+        base = ev_probe_form(be->json, cfg, groups);
         json_object_set_new(c->report, "base", json_string(be->id));
         c->model_cfg = json_incref(cfg);
         snprintf(c->probe_dir, sizeof c->probe_dir, "%s", dir);
