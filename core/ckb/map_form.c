@@ -44,6 +44,11 @@ static const char *str_or(const json_t *o, const char *key, const char *dflt) {
   return s ? s : dflt;
 }
 
+/* i64, i32, f32 or f64: an argument an expression may read */
+static int is_scalar_kind(const char *k) {
+  return !strcmp(k, "i64") || !strcmp(k, "i32") || !strcmp(k, "f32") || !strcmp(k, "f64");
+}
+
 /* The role of input `a` against the output's shape keys. -1 when none. */
 static int input_role(const json_t *a, int dims, const char *rows_key, const char *n_key,
                       const char *all_key) {
@@ -113,7 +118,7 @@ int mi_map_form_parse(const json_t *op, mi_map_form *f, char *err, size_t err_le
     int role = -1;
     if (!a) {
       snprintf(err, err_len, "%s: map.expr reads '%.64s', which is no argument of the signature", id, name);
-    } else if (!strcmp(kind, "i64") || !strcmp(kind, "i32") || !strcmp(kind, "f32") || !strcmp(kind, "f64")) {
+    } else if (is_scalar_kind(kind)) {
       role = MI_MAP_SCALAR;
     } else if (strcmp(kind, "in") || strcmp(str_or(a, "dtype", ""), "f32")) {
       snprintf(err, err_len, "%s: map.expr reads '%.64s', %s%s (it reads f32 \"in\" buffers and scalars)", id, name,
@@ -140,6 +145,37 @@ void mi_map_form_free(mi_map_form *f) {
   f->n_names = 0;
 }
 
+/* The rotary and masked-attention forms' expression (field FIELD of
+ * operator id, text): parsed once, each name it reads either the index `i`
+ * (name_arg -1; index_what says what it is) or a scalar argument of args
+ * (its signature index). The expression, or NULL with one line in err. */
+static mi_kexpr *index_expr(const char *id, const char *field, const char *text, const char *index_what,
+                            const json_t *args, int *n_names, int *name_arg, char *err, size_t err_len) {
+  char perr[256];
+  mi_kexpr *x = mi_kexpr_parse(text, perr, sizeof perr);
+  if (!x) {
+    snprintf(err, err_len, "%s: %s: %s", id, field, perr);
+    return NULL;
+  }
+  *n_names = mi_kexpr_n_names(x);
+  for (int k = 0; k < *n_names; k++) {
+    const char *name = mi_kexpr_name(x, k);
+    if (!strcmp(name, "i")) {
+      name_arg[k] = -1;
+      continue;
+    }
+    const json_t *a = arg_named(args, name, &name_arg[k]);
+    if (!a || !is_scalar_kind(str_or(a, "kind", ""))) {
+      snprintf(err, err_len, "%s: %s reads '%.64s', which is neither i (%s) nor a scalar argument", id, field, name,
+               index_what);
+      mi_kexpr_free(x);
+      *n_names = 0;
+      return NULL;
+    }
+  }
+  return x;
+}
+
 /* ---- the rotary form ---- */
 
 int mi_rotary_form_parse(const json_t *op, mi_rotary_form *f, char *err, size_t err_len) {
@@ -163,28 +199,8 @@ int mi_rotary_form_parse(const json_t *op, mi_rotary_form *f, char *err, size_t 
       return -1;
     }
   }
-  char perr[256];
-  if (!(f->freq = mi_kexpr_parse(freq, perr, sizeof perr))) {
-    snprintf(err, err_len, "%s: rotary.freq: %s", id, perr);
-    return -1;
-  }
-  f->n_names = mi_kexpr_n_names(f->freq);
-  for (int k = 0; k < f->n_names; k++) {
-    const char *name = mi_kexpr_name(f->freq, k);
-    if (!strcmp(name, "i")) {
-      f->name_arg[k] = -1;
-      continue;
-    }
-    const json_t *a = arg_named(args, name, &f->name_arg[k]);
-    const char *kd = a ? str_or(a, "kind", "") : "";
-    if (!a || (strcmp(kd, "i64") && strcmp(kd, "i32") && strcmp(kd, "f32") && strcmp(kd, "f64"))) {
-      snprintf(err, err_len, "%s: rotary.freq reads '%.64s', which is neither i (the pair) nor a scalar argument", id,
-               name);
-      mi_rotary_form_free(f);
-      return -1;
-    }
-  }
-  return 0;
+  f->freq = index_expr(id, "rotary.freq", freq, "the pair", args, &f->n_names, f->name_arg, err, err_len);
+  return f->freq ? 0 : -1;
 }
 
 void mi_rotary_form_free(mi_rotary_form *f) {
@@ -216,10 +232,6 @@ static const struct {
     {"pos0", "i64", NULL, {NULL}},
     {"scale", "f32", NULL, {NULL}},
 };
-
-static int is_scalar_kind(const char *k) {
-  return !strcmp(k, "i64") || !strcmp(k, "i32") || !strcmp(k, "f32") || !strcmp(k, "f64");
-}
 
 /* Whether argument a is operator.attention's argument k exactly. */
 static int attn_arg_ok(const json_t *a, int k) {
@@ -265,29 +277,9 @@ int mi_masked_attention_form_parse(const json_t *op, mi_masked_attention_form *f
       return -1;
     }
   }
-  char perr[256];
-  if (!(f->first_key = mi_kexpr_parse(fk, perr, sizeof perr))) {
-    snprintf(err, err_len, "%s: masked_attention.first_key: %s", id, perr);
-    return -1;
-  }
-  f->n_names = mi_kexpr_n_names(f->first_key);
-  for (int k = 0; k < f->n_names; k++) {
-    const char *name = mi_kexpr_name(f->first_key, k);
-    if (!strcmp(name, "i")) {
-      f->name_arg[k] = -1;
-      continue;
-    }
-    const json_t *a = arg_named(args, name, &f->name_arg[k]);
-    if (!a || !is_scalar_kind(str_or(a, "kind", ""))) {
-      snprintf(err, err_len,
-               "%s: masked_attention.first_key reads '%.64s', which is neither i (the query's position) nor a "
-               "scalar argument",
-               id, name);
-      mi_masked_attention_form_free(f);
-      return -1;
-    }
-  }
-  return 0;
+  f->first_key = index_expr(id, "masked_attention.first_key", fk, "the query's position", args, &f->n_names,
+                            f->name_arg, err, err_len);
+  return f->first_key ? 0 : -1;
 }
 
 void mi_masked_attention_form_free(mi_masked_attention_form *f) {

@@ -104,9 +104,31 @@ static double *buf_storage(scope *s, int idx) {
 
 /* ---------- one step ---------- */
 
+/* The cache rows this chunk stored, rounded as the engine's cache type
+ * rounds them (kv.c), before an attention reads them (operator.attention,
+ * or a generated masked attention over a window of keys). */
+static int round_new_kv(scope *s, const char *sname, vf_arg *args, int na) {
+  double *kc = NULL, *vc = NULL;
+  int64_t T = 0, Hkv = 0, D = 0, pos0 = 0;
+  for (int k = 0; k < na; k++) {
+    const char *n = args[k].name;
+    if (!strcmp(n, "k_cache")) kc = args[k].val;
+    else if (!strcmp(n, "v_cache")) vc = args[k].val;
+    else if (!strcmp(n, "T")) T = args[k].i;
+    else if (!strcmp(n, "Hkv")) Hkv = args[k].i;
+    else if (!strcmp(n, "D")) D = args[k].i;
+    else if (!strcmp(n, "pos0")) pos0 = args[k].i;
+  }
+  if (!kc || !vc) return fail(s, "step %s: no k_cache / v_cache argument", sname);
+  if (!s->m->layer_mode) {
+    vf_ref_round_kv(kc + pos0 * Hkv * D, T * Hkv * D);
+    vf_ref_round_kv(vc + pos0 * Hkv * D, T * Hkv * D);
+  }
+  return 0;
+}
+
 static int run_attention(scope *s, const char *sname, vf_arg *args, int na) {
-  /* the cache rows this chunk stored are rounded as the engine's cache type
-   * rounds them (kv.c), and the largest scaled score is kept */
+  /* the new cache rows rounded (round_new_kv), and the largest scaled score kept */
   double *out = NULL, *q = NULL, *kc = NULL, *vc = NULL, scale = 0;
   int64_t T = 0, Hq = 0, Hkv = 0, D = 0, pos0 = 0;
   for (int k = 0; k < na; k++) {
@@ -134,35 +156,9 @@ static int run_attention(scope *s, const char *sname, vf_arg *args, int na) {
   }
   if (!out || !q || !kc || !vc || Hkv <= 0 || Hq % Hkv)
     return fail(s, "step %s: attention's arguments do not fit", sname);
-  if (!s->m->layer_mode) {
-    vf_ref_round_kv(kc + pos0 * Hkv * D, T * Hkv * D);
-    vf_ref_round_kv(vc + pos0 * Hkv * D, T * Hkv * D);
-  }
+  if (round_new_kv(s, sname, args, na) != 0) return -1;
   if (vf_f64_attention(out, q, kc, vc, T, Hq, Hkv, D, pos0, scale, s->max_score) != 0)
     return fail(s, "reference: out of memory");
-  return 0;
-}
-
-/* An attention over a window of keys (a generated kernel's operator): the
- * cache rows this chunk stored rounded as for operator.attention, then its
- * own reference. */
-static int round_new_kv(scope *s, const char *sname, vf_arg *args, int na) {
-  double *kc = NULL, *vc = NULL;
-  int64_t T = 0, Hkv = 0, D = 0, pos0 = 0;
-  for (int k = 0; k < na; k++) {
-    const char *n = args[k].name;
-    if (!strcmp(n, "k_cache")) kc = args[k].val;
-    else if (!strcmp(n, "v_cache")) vc = args[k].val;
-    else if (!strcmp(n, "T")) T = args[k].i;
-    else if (!strcmp(n, "Hkv")) Hkv = args[k].i;
-    else if (!strcmp(n, "D")) D = args[k].i;
-    else if (!strcmp(n, "pos0")) pos0 = args[k].i;
-  }
-  if (!kc || !vc) return fail(s, "step %s: no k_cache / v_cache argument", sname);
-  if (!s->m->layer_mode) {
-    vf_ref_round_kv(kc + pos0 * Hkv * D, T * Hkv * D);
-    vf_ref_round_kv(vc + pos0 * Hkv * D, T * Hkv * D);
-  }
   return 0;
 }
 

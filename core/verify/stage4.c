@@ -39,9 +39,8 @@
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/file.h"
 #include "core/util/spawn.h"
-#include "core/verify/deployed.h"
-#include "core/ckb/ckb.h"
 #include "core/verify/bind.h"
+#include "core/verify/deployed.h"
 #include "core/verify/verify.h"
 
 /* 1e-3 with an f32 KV cache; wider with a half-precision one (vf_logprob_tol),

@@ -464,9 +464,11 @@ function expectedShapes(h, fam) {
       m.set(p + "self_attn.v_proj.bias", [Hk * hd]);
     }
     m.set(p + "post_attention_layernorm.weight", [D]);
+    if (fam.sandwich) m.set(p + "pre_feedforward_layernorm.weight", [D]);
     m.set(p + "mlp.gate_proj.weight", [F, D]);
     m.set(p + "mlp.up_proj.weight", [F, D]);
     m.set(p + "mlp.down_proj.weight", [D, F]);
+    if (fam.sandwich) m.set(p + "post_feedforward_layernorm.weight", [D]);
   }
   return m;
 }
@@ -795,30 +797,9 @@ function gemma3LayerPlan(h, cfgFile) {
     `llama.cpp's gemma3 makes layer l full iff l % P == P - 1 for one period P, and no P gives this list`);
 }
 
+/** Gemma 3's tensors: the dense ones with q/k norms and sandwich norms. */
 function gemma3Shapes(h) {
-  const D = h.hidden_size, F = h.intermediate_size, V = h.vocab_size, hd = h.head_dim;
-  const Hq = h.num_attention_heads, Hk = h.num_key_value_heads;
-  const m = new Map();
-  m.set("model.embed_tokens.weight", [V, D]);
-  for (let l = 0; l < h.num_hidden_layers; l++) {
-    const p = `model.layers.${l}.`;
-    m.set(p + "input_layernorm.weight", [D]);
-    m.set(p + "self_attn.q_proj.weight", [Hq * hd, D]);
-    m.set(p + "self_attn.k_proj.weight", [Hk * hd, D]);
-    m.set(p + "self_attn.v_proj.weight", [Hk * hd, D]);
-    m.set(p + "self_attn.o_proj.weight", [D, Hq * hd]);
-    m.set(p + "self_attn.q_norm.weight", [hd]);
-    m.set(p + "self_attn.k_norm.weight", [hd]);
-    m.set(p + "post_attention_layernorm.weight", [D]);
-    m.set(p + "pre_feedforward_layernorm.weight", [D]);
-    m.set(p + "mlp.gate_proj.weight", [F, D]);
-    m.set(p + "mlp.up_proj.weight", [F, D]);
-    m.set(p + "mlp.down_proj.weight", [D, F]);
-    m.set(p + "post_feedforward_layernorm.weight", [D]);
-  }
-  m.set("model.norm.weight", [D]);
-  if (!h.tie_word_embeddings) m.set("lm_head.weight", [V, D]);
-  return m;
+  return expectedShapes(h, { qkNorm: true, sandwich: true });
 }
 
 async function convertGemma3(modelDir, outPath, cfg, cfgFile, type) {

@@ -573,25 +573,28 @@ static int emit_checks(FILE *o, const pk_op *op, char *err, size_t err_len) {
   return 0;
 }
 
+/* Every form's kernel starts alike: the contract's signature, ctx the
+ * pack's context (refused until bound), then the contract's checks. */
+static int emit_kernel_head(FILE *o, const pk_op *op, char *err, size_t err_len) {
+  size_t i;
+  json_t *a;
+  fprintf(o, "static int mi_%s(", op->base);
+  json_array_foreach(op->args, i, a) fprintf(o, "%s%s%s", i ? ", " : "", c_type(a), arg_name(a));
+  fprintf(o, ") {\n");
+  fprintf(o, "  mi_pk_ctx *mi_p = %s;\n", arg_name(json_array_get(op->args, 0)));
+  fprintf(o, "  if (!mi_p || !mi_p->platform)\n");
+  fprintf(o, "    return mi_pk_fail(mi_p, \"%s: the pack is not bound to a platform (bind it first)\");\n", op->id);
+  return emit_checks(o, op, err, err_len);
+}
+
 /* The kernel: the contract's signature; checks, then run_host. */
 static int emit_kernel(FILE *o, const pk_op *op, char *err, size_t err_len) {
   const mi_map_form *f = &op->f;
   size_t i;
   json_t *a;
-  const char *ctx = arg_name(json_array_get(op->args, 0)),
-             *stream = arg_name(json_array_get(op->args, 1));
+  const char *stream = arg_name(json_array_get(op->args, 1));
 
-  fprintf(o, "static int mi_%s(", op->base);
-  json_array_foreach(op->args, i, a) fprintf(o, "%s%s%s", i ? ", " : "", c_type(a), arg_name(a));
-  fprintf(o, ") {\n");
-  fprintf(o, "  mi_pk_ctx *mi_p = %s;\n", ctx);
-  fprintf(o, "  if (!mi_p || !mi_p->platform)\n");
-  fprintf(
-      o,
-      "    return mi_pk_fail(mi_p, \"%s: the pack is not bound to a platform (bind it first)\");\n",
-      op->id);
-
-  if (emit_checks(o, op, err, err_len) != 0) return -1;
+  if (emit_kernel_head(o, op, err, err_len) != 0) return -1;
 
   /* the output's shape: the loop domain */
   char rows_c[1024] = "1", n_c[1024];
@@ -668,8 +671,6 @@ static int emit_op(FILE *o, const pk_op *op, char *err, size_t err_len) {
  * double, then the rotation over tokens (the chunks run_host splits),
  * pairs and heads, as operator.rope pairs channels (i, i + rot_dim/2). */
 static int emit_rotary(FILE *o, const pk_op *op, char *err, size_t err_len) {
-  size_t i;
-  json_t *a;
   const char *nm[MI_ROTARY_ARGS];
   for (int k = 0; k < MI_ROTARY_ARGS; k++) nm[k] = arg_name(json_array_get(op->args, (size_t)op->rf.arg[k]));
   const char *x = nm[0], *pos = nm[1], *T = nm[2], *H = nm[3], *ts = nm[4], *hs = nm[5], *rot = nm[6];
@@ -694,13 +695,7 @@ static int emit_rotary(FILE *o, const pk_op *op, char *err, size_t err_len) {
   fprintf(o, "        mi_v[mi_i] = mi_x0 * mi_c - mi_x1 * mi_s;\n");
   fprintf(o, "        mi_v[mi_i + mi_half] = mi_x1 * mi_c + mi_x0 * mi_s;\n      }\n    }\n}\n\n");
 
-  fprintf(o, "static int mi_%s(", op->base);
-  json_array_foreach(op->args, i, a) fprintf(o, "%s%s%s", i ? ", " : "", c_type(a), arg_name(a));
-  fprintf(o, ") {\n");
-  fprintf(o, "  mi_pk_ctx *mi_p = %s;\n", arg_name(json_array_get(op->args, 0)));
-  fprintf(o, "  if (!mi_p || !mi_p->platform)\n");
-  fprintf(o, "    return mi_pk_fail(mi_p, \"%s: the pack is not bound to a platform (bind it first)\");\n", op->id);
-  if (emit_checks(o, op, err, err_len) != 0) return -1;
+  if (emit_kernel_head(o, op, err, err_len) != 0) return -1;
   fprintf(o, "  if (%s < 2 || %s %% 2 || %s / 2 > MI_PK_ROT_MAX)\n", rot, rot, rot);
   fprintf(o, "    return mi_pk_fail(mi_p, \"%s: rot_dim %%lld: an even number of channels, at most %%d pairs\", "
              "(long long)%s, MI_PK_ROT_MAX);\n", op->id, rot);
@@ -772,13 +767,7 @@ static int emit_masked(FILE *o, const pk_op *op, char *err, size_t err_len) {
   fprintf(o, "} mi_%s_args;\n\n", op->base);
   emit_masked_body(o, op);
 
-  fprintf(o, "static int mi_%s(", op->base);
-  json_array_foreach(op->args, i, a) fprintf(o, "%s%s%s", i ? ", " : "", c_type(a), arg_name(a));
-  fprintf(o, ") {\n");
-  fprintf(o, "  mi_pk_ctx *mi_p = %s;\n", arg_name(json_array_get(op->args, 0)));
-  fprintf(o, "  if (!mi_p || !mi_p->platform)\n");
-  fprintf(o, "    return mi_pk_fail(mi_p, \"%s: the pack is not bound to a platform (bind it first)\");\n", op->id);
-  if (emit_checks(o, op, err, err_len) != 0) return -1;
+  if (emit_kernel_head(o, op, err, err_len) != 0) return -1;
   fprintf(o, "  if (kv_dtype != MI_DTYPE_F32 && kv_dtype != MI_DTYPE_F16 && kv_dtype != MI_DTYPE_BF16)\n");
   fprintf(o, "    return mi_pk_fail(mi_p, \"%s: kv_dtype %%d: the cache is f32, f16 or bf16\", (int)kv_dtype);\n",
           op->id);
