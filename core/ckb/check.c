@@ -82,7 +82,7 @@ static void check_generator(json_t *gen, json_t *args, const char *file, const c
 }
 
 static int dtype_name_ok(const char *s) {
-  const char *ok[] = {"f32", "f16", "bf16", "i32", "i64", "u8"};
+  const char *ok[] = {"f32", "f16", "bf16", "i32", "i64", "u8", "q8_0", "q4_0", "q4_k", "q6_k"};
   for (size_t i = 0; s && i < sizeof ok / sizeof *ok; i++)
     if (!strcmp(s, ok[i])) return 1;
   return 0;
@@ -115,13 +115,17 @@ static void check_case_value(json_t *a, json_t *v, json_t *args, json_t *tol, co
       else expr_names(v, args, file, path, d);
       return;
     }
-    json_t *r = json_object_get(v, "range");
-    if (json_is_object(v) && json_object_size(v) == 1 && json_is_array(r) &&
+    json_t *r = json_object_get(v, "range"), *m = json_object_get(v, "multiple");
+    const json_int_t mul = json_is_integer(m) ? json_integer_value(m) : 1;
+    if (json_is_object(v) && json_object_size(v) == 1 + (m != NULL) && json_is_array(r) &&
         json_array_size(r) == 2 && json_is_integer(json_array_get(r, 0)) &&
-        json_is_integer(json_array_get(r, 1)) &&
-        json_integer_value(json_array_get(r, 0)) <= json_integer_value(json_array_get(r, 1)))
+        json_is_integer(json_array_get(r, 1)) && mul >= 1 &&
+        (json_integer_value(json_array_get(r, 0)) + mul - 1) / mul <= json_integer_value(json_array_get(r, 1)) / mul)
       return;
-    ckb_report(d, file, "field '%s' must be an integer, an expression or {\"range\": [lo, hi]}", path);
+    ckb_report(d, file,
+               "field '%s' must be an integer, an expression or {\"range\": [lo, hi]} (with \"multiple\": m, a "
+               "multiple of m >= 1 in it)",
+               path);
   } else if (!json_is_number(v)) {
     ckb_report(d, file, "field '%s' must be a number", path);
   }
@@ -248,6 +252,12 @@ static void check_operator(json_t *e, const char *file, ckb_diag *d) {
     char p[256];
     snprintf(p, sizeof p, "modes.%s.bound.terms", key);
     expr_names(json_object_get(json_object_get(mode, "bound"), "terms"), args, file, p, d);
+    json_t *ab = json_object_get(json_object_get(mode, "bound"), "act_block");
+    const char *abin = json_string_value(json_object_get(ab, "input"));
+    json_t *aba = abin ? arg_by_name(args, abin, strlen(abin)) : NULL;
+    if (abin && (!aba || strcmp(arg_kind(aba), "in")))
+      ckb_report(d, file, "field 'modes.%s.bound.act_block.input' names '%s', which is no input buffer of the signature",
+                 key, abin);
     json_t *dt;
     json_array_foreach(json_object_get(mode, "dtypes"), i, dt)
       if (json_is_string(dt) && json_is_object(tol) && !json_object_get(tol, json_string_value(dt)))

@@ -305,7 +305,8 @@ static void run_units(const vf_stage_opts *o, json_t *kernels, int from_pack, co
     } else {
       /* The inputs are drawn here, before the child exists; the expected
        * outputs only after it has ended (vf_op_plan_judge). */
-      vf_unit_opts uo = {o->seed, op, k, -1, from_pack ? NULL : variant, from_pack ? (pack ? pack : "?") : NULL};
+      vf_unit_opts uo = {o->seed, op, k, -1, from_pack ? NULL : variant, from_pack ? (pack ? pack : "?") : NULL,
+                         o->plugin_opts};
       vf_op_plan *plan = vf_op_plan_new(&uo);
       unit_job job = {o, plan, from_pack};
       vf_limits lim = o->lim;

@@ -18,7 +18,9 @@
 #include "core/ckb/ckb.h"
 #include "core/runtime/rng.h"
 #include "core/verify/ffi_call.h"
+#include "core/verify/quant_input.h"
 #include "core/verify/verify.h"
+#include "mi/host.h"
 
 #define MAX_ARGS 32
 #define GUARD 64 /* bytes after every buffer: a kernel that writes past its end is caught */
@@ -268,8 +270,17 @@ static int resolve_scalars(unit *u, json_t *cs, mi_dtype variant, uint64_t *rng,
       a->i = json_integer_value(v);
       u->resolved[i] = 1;
     } else if (json_is_object(v)) {
+      /* {"range": [lo, hi]}: uniform; with "multiple": m, a multiple of m
+       * in [lo, hi] (a row of whole blocks) */
       json_t *r = json_object_get(v, "range");
-      a->i = mi_rng_int(rng, json_integer_value(json_array_get(r, 0)), json_integer_value(json_array_get(r, 1)));
+      int64_t lo = json_integer_value(json_array_get(r, 0)), hi = json_integer_value(json_array_get(r, 1)),
+              m = json_is_integer(json_object_get(v, "multiple")) ? json_integer_value(json_object_get(v, "multiple")) : 1;
+      if (m < 1 || (lo + m - 1) / m > hi / m) {
+        snprintf(err, len, "'%s': no multiple of %lld in [%lld, %lld]", a->name, (long long)m, (long long)lo,
+                 (long long)hi);
+        return -1;
+      }
+      a->i = m * mi_rng_int(rng, (lo + m - 1) / m, hi / m);
       u->resolved[i] = 1;
     } else if (json_is_string(v)) {
       pending++;
@@ -390,17 +401,25 @@ static int compare(unit *u, dev_buf *db, double tol, json_t *res, char *msg, siz
 
 /* A mode's bound ("abs_bound"): every output within
  *   (act_rel + terms·accum_unit·(1 + act_rel))·mag + terms·abs_per_term
+ *     + act_block.rel·(magb[0] + terms·accum_unit·magb[1])
  * of the reference, mag being the reference on the absolute values of the
- * inputs (Σ_k |x_k·w_k| for matmul). NaN/Inf where the reference is finite,
- * or a write past the end, fails as in compare. Fills res; 1 on pass. */
-static int compare_bound(unit *u, dev_buf *db, const double *mag, json_t *mode, double terms,
-                         const char *mode_name, json_t *res, char *msg, size_t mlen,
+ * inputs (Σ_k |x_k·w_k| for matmul; a block type's values counted as
+ * their terms' magnitudes, which the roundings scale with) and magb the
+ * same with act_block's input seen through its blocks' largest values
+ * (Σ_b amax_b Σ_{k in b} |w_k|: [0] with |w|, what quantizing x moves;
+ * [1] with the terms, what the roundings then see; NULL without
+ * act_block). NaN/Inf where the reference is finite, or a write past the
+ * end, fails as in compare. Fills res; 1 on pass. */
+static int compare_bound(unit *u, dev_buf *db, const double *mag, double *const *magb, json_t *mode,
+                         double terms, const char *mode_name, json_t *res, char *msg, size_t mlen,
                          const char *where) {
   json_t *b = json_object_get(mode, "bound");
   const double act = json_number_value(json_object_get(b, "act_rel")),
                unit_r = json_number_value(json_object_get(b, "accum_unit")),
-               abs_t = json_number_value(json_object_get(b, "abs_per_term"));
+               abs_t = json_number_value(json_object_get(b, "abs_per_term")),
+               blk = json_number_value(json_object_get(json_object_get(b, "act_block"), "rel"));
   const double rel = act + terms * unit_r * (1 + act), floor_abs = terms * abs_t;
+#define LIMIT(at) (rel * mag[at] + (magb ? blk * (magb[0][at] + terms * unit_r * magb[1][at]) : 0) + floor_abs)
   int pass = 1;
   double worst_ratio = 0, worst_abs = 0, worst_rel = 0;
   json_t *outs = json_array();
@@ -413,7 +432,7 @@ static int compare_bound(unit *u, dev_buf *db, const double *mag, json_t *mode, 
     int64_t at = -1, nonfinite = 0, first_bad = -1;
     for (int64_t k = 0; k < a->n; k++) {
       double want = a->val[k], got = decode_one(a->dtype, db[i].host, k);
-      double lim = rel * mag[off + k] + floor_abs;
+      double lim = LIMIT(off + k);
       if (fabs(want) > refmax) refmax = fabs(want);
       if (isnan(got) && isnan(want)) continue;
       if (!isfinite(got) && isfinite(want)) {
@@ -431,7 +450,7 @@ static int compare_bound(unit *u, dev_buf *db, const double *mag, json_t *mode, 
     int64_t show = nonfinite ? first_bad : at;
     double got_s = show >= 0 ? decode_one(a->dtype, db[i].host, show) : 0;
     double want_s = show >= 0 ? a->val[show] : 0;
-    double lim_s = show >= 0 ? rel * mag[off - a->n + show] + floor_abs : 0;
+    double lim_s = show >= 0 ? LIMIT(off - a->n + show) : 0;
     json_t *o = json_pack("{s:s, s:o, s:o, s:I, s:b, s:s, s:o}", "arg", a->name, "max_abs_err",
                           jnum(nonfinite ? INFINITY : maxabs), "max_rel_err", jnum(relerr),
                           "nonfinite", (json_int_t)nonfinite, "guard_intact", guard_ok, "mode",
@@ -457,12 +476,36 @@ static int compare_bound(unit *u, dev_buf *db, const double *mag, json_t *mode, 
   json_object_set_new(res, "mode", json_string(mode_name));
   json_object_set_new(res, "max_err_over_bound", jnum(worst_ratio));
   return pass;
+#undef LIMIT
+}
+
+/* How ref_magnitudes sees the input named `input`: each value replaced by
+ * the largest |value| of its block (`size` consecutive values), or, in a
+ * block whose largest is under `flush`, by that largest / rel (such a block
+ * may be flushed to zero whole: the error is then the value itself). */
+typedef struct block_view {
+  const char *input;
+  int64_t size;
+  double flush, rel;
+  int plain; /* the other inputs as |value|, not their terms' magnitudes */
+} block_view;
+
+static void block_amax(const block_view *bv, const double *v, int64_t n, double *out) {
+  for (int64_t b = 0; b < n; b += bv->size) {
+    const int64_t e = b + bv->size < n ? b + bv->size : n;
+    double m = 0;
+    for (int64_t k = b; k < e; k++) m = fmax(m, fabs(v[k]));
+    if (m < bv->flush && bv->rel > 0) m /= bv->rel;
+    for (int64_t k = b; k < e; k++) out[k] = m;
+  }
 }
 
 /* mag = the reference on |inputs| (the outputs' magnitudes, Σ|x·w| for a
  * product), every output buffer in argument order; u->a holds the case,
- * its outputs already the reference's. */
-static int ref_magnitudes(unit *u, double **mag, char *err, size_t len) {
+ * its outputs already the reference's. An input's magnitudes are its
+ * absval where it has them (a block type's terms; |value| with bv->plain),
+ * and, with bv, the input bv names is seen through block_amax. */
+static int ref_magnitudes(unit *u, const block_view *bv, double **mag, char *err, size_t len) {
   int64_t n = 0;
   for (int i = 0; i < u->nargs; i++)
     if (u->a[i].kind == VF_OUT || u->a[i].kind == VF_INOUT) n += u->a[i].n;
@@ -485,7 +528,11 @@ static int ref_magnitudes(unit *u, double **mag, char *err, size_t len) {
       rc = -1;
       break;
     }
-    for (int64_t k = 0; k < a2[i].n; k++) keep[i][k] = a2[i].kind == VF_OUT ? 0 : fabs(a2[i].val[k]);
+    for (int64_t k = 0; k < a2[i].n; k++)
+      keep[i][k] = a2[i].kind == VF_OUT                  ? 0
+                   : a2[i].absval && !(bv && bv->plain) ? a2[i].absval[k]
+                                                        : fabs(a2[i].val[k]);
+    if (bv && a2[i].kind == VF_IN && !strcmp(a2[i].name, bv->input)) block_amax(bv, a2[i].val, a2[i].n, keep[i]);
     a2[i].val = keep[i];
   }
   vf_call call = {a2, u->nargs, u->op};
@@ -553,11 +600,55 @@ static pcase *plan_add(vf_op_plan *p) {
 /* Draws one case: scalars, shapes, inputs (rounded to their dtype) and
  * poisoned outputs, as the bytes the kernel will get. Nothing expected is
  * computed here: that happens after the child has ended. */
+/* Buffer i of the case: its values (and, for a block type, the terms'
+ * magnitudes) and the bytes the kernel gets, + GUARD. */
+static int alloc_buffer(pcase *pc, int i, vf_arg *a) {
+  const size_t n = (size_t)(a->n ? a->n : 1);
+  a->absval = NULL;
+  if (mi_dtype_is_block(a->dtype)) {
+    pc->bytes[i] = mi_dtype_row_bytes(a->dtype, a->n);
+    if (a->kind != VF_IN || (a->n && !pc->bytes[i])) {
+      snprintf(pc->err, sizeof pc->err, "argument '%s': %s", a->name,
+               a->kind != VF_IN ? "a block type can only be an input"
+                                : "its values are not whole blocks of its type");
+      return -1;
+    }
+    a->absval = calloc(n, sizeof(double));
+  } else {
+    pc->bytes[i] = (size_t)a->n * mi_dtype_size(a->dtype);
+  }
+  a->val = calloc(n, sizeof(double));
+  pc->host[i] = malloc(pc->bytes[i] + GUARD);
+  if (!a->val || !pc->host[i] || (mi_dtype_is_block(a->dtype) && !a->absval)) {
+    snprintf(pc->err, sizeof pc->err, "out of memory for '%s' (%lld elements)", a->name, (long long)a->n);
+    return -1;
+  }
+  memset(pc->host[i] + pc->bytes[i], GUARD_BYTE, GUARD);
+  return 0;
+}
+
+/* An input's values; a block type's bytes too (quant_input.h): drawn from
+ * the generator's values, or, with "codes", as random codes and scales. */
+static int draw_input(unit *u, vf_arg *a, json_t *gen, uint64_t *rng, unsigned char *host, char *err,
+                      size_t len) {
+  const char *dist = json_string_value(json_object_get(gen, "dist"));
+  const int codes = dist && !strcmp(dist, "codes");
+  if (codes && !mi_dtype_is_block(a->dtype)) {
+    snprintf(err, len, "input '%s': \"codes\" draws blocks of a block type, not %s", a->name,
+             mi_dtype_name(a->dtype));
+    return -1;
+  }
+  if (!codes && generate(u, a, gen, rng, err, len) != 0) return -1;
+  if (!mi_dtype_is_block(a->dtype)) return 0;
+  json_t *sd = json_object_get(gen, "std");
+  return vf_quant_input(a->dtype, a->n, codes, sd ? json_number_value(sd) : 1.0, rng, host, a->val, a->absval);
+}
+
 static void prepare_case(unit *u, pcase *pc, json_t *cs) {
   const vf_unit_opts *o = u->o;
   uint64_t seed = vf_case_seed(o->seed, u->op_id, pc->ci, pc->vi), rng = seed;
   char params[400];
-  for (int i = 0; i < u->nargs; i++) u->a[i].val = NULL, u->a[i].shape = NULL;
+  for (int i = 0; i < u->nargs; i++) u->a[i].val = NULL, u->a[i].shape = NULL, u->a[i].absval = NULL;
   snprintf(pc->seed_hex, sizeof pc->seed_hex, "0x%016llx", (unsigned long long)seed);
   pc->state = 1;
   if (resolve_scalars(u, cs, pc->variant, &rng, pc->err, sizeof pc->err) != 0) goto out;
@@ -601,23 +692,16 @@ static void prepare_case(unit *u, pcase *pc, json_t *cs) {
       }
       a->n *= x;
     }
-    a->val = calloc((size_t)(a->n ? a->n : 1), sizeof(double));
-    pc->bytes[i] = (size_t)a->n * mi_dtype_size(a->dtype);
-    pc->host[i] = malloc(pc->bytes[i] + GUARD);
-    if (!a->val || !pc->host[i]) {
-      snprintf(pc->err, sizeof pc->err, "out of memory for '%s' (%lld elements)", a->name, (long long)a->n);
-      goto out;
-    }
-    memset(pc->host[i] + pc->bytes[i], GUARD_BYTE, GUARD);
+    if (alloc_buffer(pc, i, a) != 0) goto out;
     if (a->kind == VF_OUT) {
       /* Poison: an element the kernel never writes shows up as NaN / a wild int. */
       for (int64_t e = 0; e < a->n; e++) a->val[e] = a->dtype == MI_DTYPE_I32 ? -123456789.0 : NAN;
     } else {
       json_t *gen = json_object_get(cgen, a->name);
       if (!gen) gen = json_object_get(ogen, a->name);
-      if (generate(u, a, gen, &rng, pc->err, sizeof pc->err) != 0) goto out;
+      if (draw_input(u, a, gen, &rng, pc->host[i], pc->err, sizeof pc->err) != 0) goto out;
     }
-    encode(a->dtype, a->val, a->n, pc->host[i]);
+    if (!mi_dtype_is_block(a->dtype)) encode(a->dtype, a->val, a->n, pc->host[i]);
     if (a->kind != VF_IN) pc->out_bytes += pc->bytes[i] + GUARD;
   }
   /* In-place cases: an output given the device address of an input (the
@@ -644,7 +728,7 @@ static void prepare_case(unit *u, pcase *pc, json_t *cs) {
   pc->state = 0;
 out:
   memcpy(pc->a, u->a, sizeof pc->a);
-  for (int i = 0; i < u->nargs; i++) u->a[i].val = NULL;
+  for (int i = 0; i < u->nargs; i++) u->a[i].val = NULL, u->a[i].absval = NULL;
 }
 
 static int str_in(json_t *arr, const char *s) {
@@ -658,6 +742,43 @@ static void plan_error(vf_op_plan *p, const char *fmt, const char *a, const char
   char msg[512];
   snprintf(msg, sizeof msg, fmt, a, b);
   json_array_append_new(p->errors, json_string(msg));
+}
+
+/* 1 when the plugin was opened with every option of `opts` at its value */
+static int options_given(const vf_unit_opts *o, json_t *opts) {
+  const mi_options *po = o->plugin_opts;
+  const char *k;
+  json_t *v;
+  json_object_foreach(opts, k, v) {
+    int hit = 0;
+    for (size_t i = 0; po && i < po->count; i++)
+      hit |= po->items[i].key && po->items[i].value && !strcmp(po->items[i].key, k) && json_is_string(v) &&
+             !strcmp(po->items[i].value, json_string_value(v));
+    if (!hit) return 0;
+  }
+  return 1;
+}
+
+/* The mode the platform runs for dtype `dname`, or NULL (the tolerance):
+ * one its contract lists for this kernel, for this dtype, that is on. A
+ * mode is on when its tag (a string) is in the plugin's variant name, or,
+ * stated as {"unless_options": {KEY: VALUE}}, unless the plugin was opened
+ * with those options (its exact path). */
+static json_t *mode_on(const unit *u, const char *dname, const char **mode_name) {
+  const char *mk;
+  json_t *mtag;
+  json_object_foreach(json_object_get(u->o->platform_kernel, "modes"), mk, mtag) {
+    json_t *m = json_object_get(json_object_get(u->op, "modes"), mk);
+    if (!m || !str_in(json_object_get(m, "dtypes"), dname)) continue;
+    json_t *unless = json_object_get(mtag, "unless_options");
+    int on = json_is_string(mtag) ? u->o->variant && strstr(u->o->variant, json_string_value(mtag)) != NULL
+                                  : json_is_object(unless) && !options_given(u->o, unless);
+    if (on) {
+      *mode_name = mk;
+      return m;
+    }
+  }
+  return NULL;
 }
 
 vf_op_plan *vf_op_plan_new(const vf_unit_opts *o) {
@@ -692,22 +813,13 @@ vf_op_plan *vf_op_plan_new(const vf_unit_opts *o) {
 
   json_t *tol = json_object_get(u->op, "tolerance");
   json_t *plat_dtypes = json_object_get(o->platform_kernel, "dtypes");
-  /* the mode the platform runs: one its contract lists for this kernel
-   * whose tag is in the plugin's variant name (at most one is on) */
-  json_t *mode = NULL;
-  const char *mode_name = NULL, *mk;
+  const char *mk;
   json_t *mtag;
-  json_object_foreach(json_object_get(o->platform_kernel, "modes"), mk, mtag) {
-    json_t *m = json_object_get(json_object_get(u->op, "modes"), mk);
-    if (!m) {
+  json_object_foreach(json_object_get(o->platform_kernel, "modes"), mk, mtag)
+    if (!json_object_get(json_object_get(u->op, "modes"), mk)) {
       plan_error(p, "%s: the platform contract lists mode '%s', which the operator contract does not define", u->op_id, mk);
       return p;
     }
-    if (o->variant && json_is_string(mtag) && strstr(o->variant, json_string_value(mtag))) {
-      mode = m;
-      mode_name = mk;
-    }
-  }
   int runs = 0;
   json_t *cs;
   json_array_foreach(json_object_get(u->op, "cases"), i, cs) {
@@ -746,7 +858,9 @@ vf_op_plan *vf_op_plan_new(const vf_unit_opts *o) {
       pc->tol = json_is_number(t) ? json_number_value(t) : 0.0;
       runs++;
       prepare_case(u, pc, cs);
-      if (mode && str_in(json_object_get(mode, "dtypes"), dname) && pc->state == 0) {
+      const char *mode_name = NULL;
+      json_t *mode = mode_on(u, dname, &mode_name);
+      if (mode && pc->state == 0) {
         /* the term count of the bound, from this case's integers (still in u->a) */
         json_t *tv = json_object_get(json_object_get(mode, "bound"), "terms");
         int64_t terms = json_is_integer(tv) ? json_integer_value(tv) : 0;
@@ -778,6 +892,7 @@ void vf_op_plan_free(vf_op_plan *p) {
     for (int i = 0; i < MAX_ARGS; i++) {
       free(p->cases[k].host[i]);
       free(p->cases[k].a[i].val);
+      free(p->cases[k].a[i].absval);
     }
   }
   free(p->cases);
@@ -900,6 +1015,34 @@ static json_t *case_event(const pcase *pc, const char *type) {
   return e;
 }
 
+/* A case under a mode: the magnitudes its bound scales with, then the
+ * bound (*pass; the failure message in msg). -1 with msg: a contract error. */
+static int judge_bound(unit *u, const pcase *pc, dev_buf *db, json_t *res, char *msg, size_t mlen, int *pass) {
+  json_t *ab = json_object_get(json_object_get(pc->mode, "bound"), "act_block");
+  block_view bv = {json_string_value(json_object_get(ab, "input")), json_integer_value(json_object_get(ab, "size")),
+                   json_number_value(json_object_get(ab, "flush_below")),
+                   json_number_value(json_object_get(ab, "rel")), 0};
+  if (ab && (!bv.input || bv.size < 1)) {
+    snprintf(msg, mlen, "mode %s: bound.act_block needs an input and a size >= 1", pc->mode_name);
+    return -1;
+  }
+  double *mag = NULL, *magb[2] = {NULL, NULL};
+  int rc = ref_magnitudes(u, NULL, &mag, msg, mlen);
+  if (rc == 0 && ab) {
+    bv.plain = 1;
+    rc = ref_magnitudes(u, &bv, &magb[0], msg, mlen);
+    bv.plain = 0;
+    if (rc == 0) rc = ref_magnitudes(u, &bv, &magb[1], msg, mlen);
+  }
+  if (rc == 0)
+    *pass = compare_bound(u, db, mag, ab ? magb : NULL, pc->mode, pc->terms, pc->mode_name, res, msg, mlen,
+                          pc->where);
+  free(mag);
+  free(magb[0]);
+  free(magb[1]);
+  return rc;
+}
+
 json_t *vf_op_plan_judge(vf_op_plan *p, const vf_child_result *r) {
   unit *u = &p->u;
   json_t *ev = json_array();
@@ -971,7 +1114,7 @@ json_t *vf_op_plan_judge(vf_op_plan *p, const vf_child_result *r) {
     json_object_set_new(res, "tol", json_real(pc->tol));
     json_object_set_new(res, "rc", json_integer(rec.type == VF_REC_FAIL ? rec.rc : 0));
     int pass = 0;
-    char msg[1400] = "";
+    char msg[1600] = "";
     const char *verdict = "FAIL";
     if (rec.type == VF_REC_FAIL) {
       snprintf(msg, sizeof msg, "%s", rec.msg);
@@ -989,26 +1132,23 @@ json_t *vf_op_plan_judge(vf_op_plan *p, const vf_child_result *r) {
       }
       memcpy(u->a, pc->a, sizeof u->a);
       vf_call call = {u->a, u->nargs, u->op};
-      char err[512] = "";
+      char err[1400] = "";
       if (u->ref(&call, err, sizeof err) != 0) {
         snprintf(msg, sizeof msg, "%s: contract error in case %s: %s", u->label, pc->cname, err);
         verdict = "ERROR";
       } else if (pc->mode) {
-        double *mag = NULL;
-        if (ref_magnitudes(u, &mag, err, sizeof err) != 0) {
+        if (judge_bound(u, pc, db, res, err, sizeof err, &pass) != 0) {
           snprintf(msg, sizeof msg, "%s: contract error in case %s: %s", u->label, pc->cname, err);
           verdict = "ERROR";
         } else {
-          pass = compare_bound(u, db, mag, pc->mode, pc->terms, pc->mode_name, res, msg, sizeof msg,
-                               pc->where);
+          if (!pass) snprintf(msg, sizeof msg, "%s", err);
           verdict = pass ? "PASS" : "FAIL";
         }
-        free(mag);
       } else {
         pass = compare(u, db, pc->tol, res, msg, sizeof msg, pc->where);
         verdict = pass ? "PASS" : "FAIL";
       }
-      for (int a = 0; a < u->nargs; a++) u->a[a].val = NULL;
+      for (int a = 0; a < u->nargs; a++) u->a[a].val = NULL, u->a[a].absval = NULL;
     }
     json_object_set_new(res, "verdict", json_string(verdict));
     if (!pass) json_object_set_new(res, "message", json_string(msg));

@@ -50,6 +50,9 @@ typedef struct vf_arg {
   double f;       /* VF_F32 (rounded to float) / VF_F64 */
   int64_t *shape; /* buffers: dims */
   int ndim;
+  /* inputs of a block type: the magnitude of the terms each value is formed
+   * from, which a mode's bound scales with (quant_input.h); NULL: |val| */
+  double *absval;
 } vf_arg;
 
 typedef struct vf_call {
@@ -94,6 +97,10 @@ typedef struct vf_unit_opts {
   /* the kernel comes from this kernel pack (stage 1 --pack), not from a
    * platform member: messages name the operator id; NULL otherwise */
   const char *pack;
+  /* the options the plugin was opened with (-o KEY=VALUE), or NULL: a mode
+   * the platform contract ties to options ({"unless_options": {...}}) is on
+   * unless every one of them is given with its value */
+  const void *plugin_opts; /* const mi_options * */
 } vf_unit_opts;
 
 /* One operator contract as a plan: the parent draws every case's inputs

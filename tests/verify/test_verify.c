@@ -14,7 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/runtime/rng.h"
+#include "core/verify/quant_input.h"
 #include "core/verify/verify.h"
+#include "mi/quant.h"
 #include "tests/util/check_main.h"
 #include "tests/verify/verify_test.h"
 
@@ -28,6 +31,61 @@ static void setup(void) {
 }
 
 /* ---------- references, by hand ---------- */
+
+/* Stage 1's block-type inputs (core/verify/quant_input.c): blocks
+ * quantized from normal values decode (by sdk/include/mi/quant.h, the
+ * format's definition) to values near them, within what each format's
+ * resolution allows (a misplaced nibble, scale or bit is off by far more);
+ * "codes" blocks decode to finite values of the asked size whose codes
+ * and scales take every value; absval is |value|, but for Q4_K at least it
+ * (its two terms). */
+START_TEST(quant_inputs_decode_to_their_values) {
+  const mi_dtype ts[] = {MI_DTYPE_Q8_0, MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q6_K};
+  /* RMS error / RMS value ceilings: 8-bit, 4-bit symmetric, 4-bit affine
+   * over 32 values with 6-bit scales, 6-bit over 16 values */
+  const double ceiling[] = {0.01, 0.15, 0.12, 0.04};
+  enum { N = 4096 };
+  static double x[N], v[N], av[N];
+  static unsigned char bytes[N * 2];
+  for (int t = 0; t < 4; t++) {
+    uint64_t rng = 99 + (uint64_t)t;
+    for (int i = 0; i < N; i++) v[i] = x[i] = mi_rng_normal(&rng);
+    ck_assert_int_eq(vf_quant_input(ts[t], N, 0, 1.0, &rng, bytes, v, av), 0);
+    double e2 = 0, x2 = 0;
+    for (int i = 0; i < N; i++) {
+      const double want = mi_quant_value64(ts[t], bytes + (size_t)(i / mi_dtype_block(ts[t])) * mi_dtype_block_bytes(ts[t]),
+                                           (int)(i % mi_dtype_block(ts[t])));
+      ck_assert(v[i] == want);
+      ck_assert(av[i] >= fabs(v[i]));
+      e2 += (v[i] - x[i]) * (v[i] - x[i]);
+      x2 += x[i] * x[i];
+    }
+    printf("quant input %s: rms error / rms value %.4f (ceiling %.2f)\n", mi_dtype_name(ts[t]), sqrt(e2 / x2), ceiling[t]);
+    ck_assert_double_lt(sqrt(e2 / x2), ceiling[t]);
+    /* codes: finite, of the asked size, Q4_K's sub-block scales and mins
+     * over all of 0..63 (the packing's high bits included) */
+    ck_assert_int_eq(vf_quant_input(ts[t], N, 1, 0.1, &rng, bytes, v, av), 0);
+    double s2 = 0;
+    for (int i = 0; i < N; i++) ck_assert(isfinite(v[i])), s2 += v[i] * v[i];
+    ck_assert_double_gt(sqrt(s2 / N), 0.02);
+    ck_assert_double_lt(sqrt(s2 / N), 0.5);
+    if (ts[t] == MI_DTYPE_Q4_K) {
+      int seen[64] = {0}, kinds = 0;
+      for (int b = 0; b < N / 256; b++)
+        for (int j = 0; j < 8; j++) {
+          int sc, m;
+          mi_q4_k_scale_min(bytes + 144 * b + 4, j, &sc, &m);
+          seen[sc] = seen[m] = 1;
+        }
+      for (int k = 0; k < 64; k++) kinds += seen[k];
+      ck_assert_int_ge(kinds, 60);
+    }
+  }
+  uint64_t rng = 1;
+  ck_assert_int_eq(vf_quant_input(MI_DTYPE_Q4_K, 100, 0, 1.0, &rng, bytes, v, av), -1); /* not whole blocks */
+  ck_assert_int_eq(vf_quant_input(MI_DTYPE_F32, 32, 0, 1.0, &rng, bytes, v, av), -1);
+}
+END_TEST
 
 
 START_TEST(ref_rmsnorm_by_hand) {
@@ -324,15 +382,19 @@ static json_t *matmul_cases(run *r) {
 
 START_TEST(matmul_mode_stage1) {
   run r;
-  snprintf(env_prefix, sizeof env_prefix, "MI_CPU_MATMUL_ACT=f32");
-  verify(&r, cpu_so, "--seed 11 --only operator.matmul");
-  env_prefix[0] = 0;
+  /* the exact path as a deployment selects it: the option the platform
+   * contract ties q8_activations to (stage 1 sees options, not the
+   * environment) */
+  verify(&r, cpu_so, "--seed 11 --only operator.matmul -o matmul_act=f32");
   size_t i;
   json_t *c;
+  int quant_cases = 0;
   json_array_foreach(matmul_cases(&r), i, c) {
     ck_assert_ptr_null(json_object_get(c, "mode"));
     ck_assert_double_le(json_number_value(json_object_get(c, "max_rel_err")), 2e-5);
+    quant_cases += json_string_value(json_object_get(c, "dtype"))[0] == 'q';
   }
+  ck_assert_int_ge(quant_cases, 20);
   json_decref(r.report);
   snprintf(env_prefix, sizeof env_prefix, "MI_CPU_MATMUL_ACT=auto");
   verify(&r, cpu_so, "--seed 11 --only operator.matmul");
@@ -341,10 +403,14 @@ START_TEST(matmul_mode_stage1) {
   const char *variant = json_string_value(json_object_get(json_array_get(json_object_get(r.report, "stages"), 0), "variant"));
   int announced = variant && strstr(variant, "+bf16act");
   printf("matmul, MI_CPU_MATMUL_ACT=auto: variant %s\n", variant ? variant : "(no mode listed)");
-  double worst_bf16 = 0;
+  double worst_bf16 = 0, worst_q = 0;
   json_array_foreach(cases, i, c) {
     const char *dt = json_string_value(json_object_get(c, "dtype")), *mode = json_string_value(json_object_get(c, "mode"));
-    if (announced && !strcmp(dt, "bf16")) {
+    if (dt[0] == 'q') { /* block-type weights: activations quantized on every variant */
+      ck_assert_str_eq(mode, "q8_activations");
+      ck_assert_double_le(json_number_value(json_object_get(c, "max_err_over_bound")), 1);
+      worst_q = fmax(worst_q, json_number_value(json_object_get(c, "max_rel_err")));
+    } else if (announced && !strcmp(dt, "bf16")) {
       ck_assert_str_eq(mode, "bf16_activations");
       ck_assert_double_le(json_number_value(json_object_get(c, "max_err_over_bound")), 1);
       const char *name = json_string_value(json_object_get(c, "case"));
@@ -355,7 +421,20 @@ START_TEST(matmul_mode_stage1) {
     }
   }
   if (announced) ck_assert_double_gt(worst_bf16, 2e-5); /* the path ran: x was rounded */
+  ck_assert_double_gt(worst_q, 2e-5);                   /* and x was quantized */
   json_decref(r.report);
+}
+END_TEST
+
+/* Q4_K's scales of sub-blocks 4..7 read without their high bits: the
+ * q4_k cases exceed the q8_activations bound. */
+START_TEST(mutant_matmul_q4k_scales) {
+  mutant("matmul_q4k_scales", "operator.matmul", "FAIL", "> the q8_activations bound", "");
+}
+END_TEST
+/* Every block-type row's last block skipped. */
+START_TEST(mutant_matmul_q_tail) {
+  mutant("matmul_q_tail", "operator.matmul", "FAIL", "> the q8_activations bound", "");
 }
 END_TEST
 
@@ -600,9 +679,9 @@ int main(void) {
       "verify", "stage1", 60, setup, NULL,
       MI_CHECK_TESTS(
           ref_rmsnorm_by_hand, ref_attention_by_hand, ref_rope_by_hand, ref_argmax_first_tie,
-          ref_convert_by_hand, tables_match_schema, cpu_plugin_passes_stage1, same_seed_same_inputs,
+          ref_convert_by_hand, quant_inputs_decode_to_their_values, tables_match_schema, cpu_plugin_passes_stage1, same_seed_same_inputs,
           mutant_rmsnorm_eps, mutant_rope_pairing, mutant_softmax_nomax, mutant_matmul_segv,
-          mutant_argmax_hang, mutant_matmul_bf16act, matmul_mode_stage1, mutant_silu_alias,
+          mutant_argmax_hang, mutant_matmul_bf16act, mutant_matmul_q4k_scales, mutant_matmul_q_tail, matmul_mode_stage1, mutant_silu_alias,
           mutant_convert_trunc, cpu_plugin_passes_stage2, mutant_d2d_noop_fails_stage2_only,
           stage3_weight_files, setup_errors, mutant_forged_pass, mutant_daemon,
           mutant_write_outside, mutant_memfd_hog, mutant_pipe_flood));

@@ -1,0 +1,191 @@
+/* Stage 1's inputs of a block type (GGUF's Q8_0, Q4_0, Q4_K, Q6_K; layouts
+ * in sdk/include/mi/quant.h). A block type has no per-element rounding:
+ * values come in blocks that share scales, so an input is drawn as bytes
+ * and its values are then what the format defines them to be, exactly
+ * (mi_quant_value64). The reference reads those values; the kernel reads
+ * the bytes.
+ *
+ * Two ways to draw the bytes:
+ *   - from values (any distribution): each block quantized by round to
+ *     nearest, the plainest quantizer of each format, so the weights look
+ *     like a real checkpoint's (scales fitted to the data);
+ *   - "codes": every code, scale and min uniformly random, the f16 scales
+ *     of either sign and of sane magnitude, so the extremes (Q4_K's 6-bit
+ *     scales and mins at 63, the high bits of their packing, Q6_K's int8
+ *     scale -128, codes 0 and 15/63) all turn up.
+ * The quantizers need not match llama.cpp's: any valid block is an input,
+ * and the value the reference uses is the block's, not the drawn one. */
+#include <math.h>
+#include <string.h>
+
+#include "core/runtime/rng.h"
+#include "core/verify/quant_input.h"
+#include "mi/quant.h"
+
+static void put_f16(uint8_t *p, float v) {
+  uint16_t h = mi_f32_to_f16(v);
+  memcpy(p, &h, 2);
+}
+
+static double clampd(double v, double lo, double hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* the element of largest magnitude, with its sign */
+static double signed_max(const double *x, int n) {
+  double m = 0;
+  for (int i = 0; i < n; i++)
+    if (fabs(x[i]) > fabs(m)) m = x[i];
+  return m;
+}
+
+static void quant_q8_0(const double *x, uint8_t *b) {
+  double amax = fabs(signed_max(x, 32));
+  put_f16(b, (float)(amax / 127));
+  const double d = mi_quant_f16(b);
+  for (int i = 0; i < 32; i++)
+    b[2 + i] = (uint8_t)(int8_t)(d ? clampd(nearbyint(x[i] / d), -127, 127) : 0);
+}
+
+static void quant_q4_0(const double *x, uint8_t *b) {
+  put_f16(b, (float)(signed_max(x, 32) / -8));
+  const double d = mi_quant_f16(b);
+  memset(b + 2, 0, 16);
+  for (int i = 0; i < 32; i++) {
+    const int q = d ? (int)clampd(nearbyint(x[i] / d + 8), 0, 15) : 8;
+    b[2 + i % 16] |= (uint8_t)(i < 16 ? q : q << 4);
+  }
+}
+
+/* Q4_K's 12 scale bytes from 8 six-bit scales and mins (the inverse of
+ * mi_q4_k_scale_min). */
+static void pack_q4_k_scales(const int *sc, const int *m, uint8_t *s) {
+  memset(s, 0, 12);
+  for (int j = 0; j < 4; j++) {
+    s[j] = (uint8_t)sc[j];
+    s[j + 4] = (uint8_t)m[j];
+  }
+  for (int j = 4; j < 8; j++) {
+    s[j + 4] = (uint8_t)((sc[j] & 15) | (m[j] & 15) << 4);
+    s[j - 4] |= (uint8_t)((sc[j] >> 4) << 6);
+    s[j] |= (uint8_t)((m[j] >> 4) << 6);
+  }
+}
+
+static void quant_q4_k(const double *x, uint8_t *b) {
+  double scale[8], mn[8], smax = 0, mmax = 0;
+  for (int j = 0; j < 8; j++) {
+    double lo = 0, hi = 0;
+    for (int i = 0; i < 32; i++)
+      lo = fmin(lo, x[32 * j + i]), hi = fmax(hi, x[32 * j + i]);
+    scale[j] = (hi - lo) / 15;
+    mn[j] = -lo;
+    smax = fmax(smax, scale[j]);
+    mmax = fmax(mmax, mn[j]);
+  }
+  put_f16(b, (float)(smax / 63));
+  put_f16(b + 2, (float)(mmax / 63));
+  const double d = mi_quant_f16(b), dmin = mi_quant_f16(b + 2);
+  int sc[8], m[8];
+  for (int j = 0; j < 8; j++) {
+    sc[j] = d ? (int)clampd(nearbyint(scale[j] / d), 0, 63) : 0;
+    m[j] = dmin ? (int)clampd(nearbyint(mn[j] / dmin), 0, 63) : 0;
+  }
+  pack_q4_k_scales(sc, m, b + 4);
+  memset(b + 16, 0, 128);
+  for (int i = 0; i < 256; i++) {
+    const int j = i / 32;
+    const double step = d * sc[j];
+    const int q = step ? (int)clampd(nearbyint((x[i] + dmin * m[j]) / step), 0, 15) : 0;
+    b[16 + 32 * (i / 64) + i % 32] |= (uint8_t)((i % 64) < 32 ? q : q << 4);
+  }
+}
+
+/* Q6_K: code q (0..63) of value i into ql/qh (the inverse of mi_q6_k_code). */
+static void put_q6_k_code(uint8_t *b, int i, int q) {
+  const int h = i / 128, r = i % 128, quarter = r / 32, l = r % 32;
+  uint8_t *lo = &b[64 * h + l + (quarter & 1) * 32];
+  *lo |= (uint8_t)((quarter & 2) ? (q & 15) << 4 : q & 15);
+  b[128 + 32 * h + l] |= (uint8_t)((q >> 4) << (2 * quarter));
+}
+
+static void quant_q6_k(const double *x, uint8_t *b) {
+  double scale[16], amax = 0;
+  for (int j = 0; j < 16; j++) {
+    scale[j] = signed_max(x + 16 * j, 16) / -32;
+    amax = fmax(amax, fabs(scale[j]));
+  }
+  memset(b, 0, 210);
+  put_f16(b + 208, (float)(amax / 127));
+  const double d = mi_quant_f16(b + 208);
+  for (int j = 0; j < 16; j++)
+    b[192 + j] = (uint8_t)(int8_t)(d ? clampd(nearbyint(scale[j] / d), -128, 127) : 0);
+  for (int i = 0; i < 256; i++) {
+    const double step = d * (int8_t)b[192 + i / 16];
+    put_q6_k_code(b, i, step ? (int)clampd(nearbyint(x[i] / step) + 32, 0, 63) : 32);
+  }
+}
+
+/* A random f16 of magnitude in [mag/2, 3 mag/2), either sign. */
+static void rand_f16(uint8_t *p, double mag, uint64_t *rng) {
+  const double v = mag * (0.5 + mi_rng_u01(rng));
+  put_f16(p, (float)(mi_rng_next(rng) & 1 ? -v : v));
+}
+
+static void rand_bytes(uint8_t *p, size_t n, uint64_t *rng) {
+  for (size_t i = 0; i < n; i++)
+    p[i] = (uint8_t)mi_rng_next(rng);
+}
+
+/* Random codes; the scales chosen so that a value's typical size is std. */
+static void random_block(mi_dtype t, double std, uint8_t *b, uint64_t *rng) {
+  switch (t) {
+  case MI_DTYPE_Q8_0: rand_f16(b, std / 64, rng), rand_bytes(b + 2, 32, rng); break;
+  case MI_DTYPE_Q4_0: rand_f16(b, std / 4, rng), rand_bytes(b + 2, 16, rng); break;
+  case MI_DTYPE_Q4_K:
+    rand_f16(b, std / 256, rng), rand_f16(b + 2, std / 32, rng), rand_bytes(b + 4, 140, rng);
+    break;
+  case MI_DTYPE_Q6_K: rand_bytes(b, 208, rng), rand_f16(b + 208, std / 1024, rng); break;
+  default: break;
+  }
+}
+
+static void quantize_block(mi_dtype t, const double *x, uint8_t *b) {
+  switch (t) {
+  case MI_DTYPE_Q8_0: quant_q8_0(x, b); break;
+  case MI_DTYPE_Q4_0: quant_q4_0(x, b); break;
+  case MI_DTYPE_Q4_K: quant_q4_k(x, b); break;
+  case MI_DTYPE_Q6_K: quant_q6_k(x, b); break;
+  default: break;
+  }
+}
+
+/* |value| as the format sums it: Q4_K's d·sc·q − dmin·m is two terms, and
+ * a kernel rounds each, so a bound scales with |d·sc·q| + |dmin·m|. */
+static double terms_magnitude(mi_dtype t, const uint8_t *b, int i) {
+  if (t != MI_DTYPE_Q4_K) return fabs(mi_quant_value64(t, b, i));
+  int sc, m;
+  mi_q4_k_scale_min(b + 4, i / 32, &sc, &m);
+  const uint8_t byte = b[16 + 32 * (i / 64) + i % 32];
+  const int q = (i % 64) < 32 ? byte & 15 : byte >> 4;
+  return fabs((double)mi_quant_f16(b) * sc * q) + fabs((double)mi_quant_f16(b + 2) * m);
+}
+
+int vf_quant_input(mi_dtype t, int64_t n, int codes, double std, uint64_t *rng, unsigned char *dst,
+                   double *val, double *absval) {
+  const int64_t qk = mi_dtype_block(t);
+  const size_t bb = mi_dtype_block_bytes(t);
+  if (!mi_dtype_is_block(t) || n % qk) return -1;
+  for (int64_t k = 0; k < n / qk; k++) {
+    uint8_t *b = dst + (size_t)k * bb;
+    if (codes)
+      random_block(t, std, b, rng);
+    else
+      quantize_block(t, val + k * qk, b);
+    for (int i = 0; i < (int)qk; i++) {
+      val[k * qk + i] = mi_quant_value64(t, b, i);
+      if (absval) absval[k * qk + i] = terms_magnitude(t, b, i);
+    }
+  }
+  return 0;
+}
