@@ -669,6 +669,11 @@ static int open_blackboard(gen_run *r) {
   realpath(r->out, r->out_abs);
   snprintf(r->rd, sizeof r->rd, "%s", r->run_dir ? r->run_dir : "");
   if (!r->run_dir) snprintf(r->rd, sizeof r->rd, "%s/run", r->out_abs);
+  /* the run folder as an absolute path: the engine's plugins.conf and the
+   * verifier's deployment run name files in it, read from other folders */
+  char rd_abs[PATH_MAX];
+  if ((mkdir(r->rd, 0755) == 0 || errno == EEXIST) && realpath(r->rd, rd_abs))
+    snprintf(r->rd, sizeof r->rd, "%s", rd_abs);
   r->bb = mi_bb_open(r->rd, 1, err, sizeof err);
   if (!r->bb) {
     fprintf(stderr, "mi-gen: %s\n", err);

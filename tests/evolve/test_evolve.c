@@ -1283,14 +1283,18 @@ START_TEST(experience_shortens_the_search) {
 END_TEST
 
 /* Gemma 3 in its own layout, on two probes (tests/goldens/families/
- * gemma3-probe-6l-seed{8,9}.json: six layers, five sliding-window layers of
- * window 8 and one full, the keys transformers >= 4.53 writes (layer_types)
- * and the released 1B's (sliding_window_pattern 6 only), llama.cpp's gemma3
- * the oracle): the vocabulary reaches it with no C written for it, through
- * a layer split into two kinds, the sliding one on operator.attention_window
- * (a kernel generated from its masked-attention form) with its own rope
- * base, the embedding scaled by sqrt(hidden), the attention by
- * query_pre_attn_scalar, GeGLU, sandwich and (1 + w) norms. llama.cpp's
+ * gemma3-probe-6l-linear-seed10.json: six layers S S F S S F, window 8,
+ * the keys transformers >= 4.53 writes (layer_types) and the 4B-27B's
+ * linear rope scaling (factor 8); gemma3-probe-6l-seed9.json: S S S S S F,
+ * the released 1B's keys (sliding_window_pattern 6 only, no rope_scaling);
+ * llama.cpp's gemma3 the oracle): the vocabulary reaches it with no C
+ * written for it, through a layer split into two kinds, the sliding one on
+ * operator.attention_window (a kernel generated from its masked-attention
+ * form) with its own rope base, the full one on operator.rope_linear (a
+ * kernel generated from its rotary form; factor 1 where rope_scaling is
+ * absent, so one contract reads both probes), the embedding scaled by
+ * sqrt(hidden), the attention by query_pre_attn_scalar, GeGLU, sandwich
+ * and (1 + w) norms. llama.cpp's
  * GELU runs through an f16 table: the true reading is held to
  * operator.gelu_tanh_mul's peer tolerance, every other scored one is off by
  * far more. Revalidation with references off passes every stage (the
@@ -1300,7 +1304,7 @@ static char *gemma_workspace(char **refs, char **ckb, char **model) {
   char *tmp = tw_mkdtemp("evolve");
   *refs = tw_path(tmp, "refs"), *ckb = tw_path(tmp, "ckb"), *model = tw_path(tmp, "model");
   ck_assert_int_eq(mkdir(*refs, 0755), 0);
-  char *ck = src("ckb"), *g8 = src("tests/goldens/families/gemma3-probe-6l-seed8.json"),
+  char *ck = src("ckb"), *g8 = src("tests/goldens/families/gemma3-probe-6l-linear-seed10.json"),
        *g9 = src("tests/goldens/families/gemma3-probe-6l-seed9.json"), cmd[8400], err[1024], bin[4096];
   snprintf(cmd, sizeof cmd, "cp '%s' '%s' '%s/'", g8, g9, *refs);
   ck_assert_int_eq(system(cmd), 0);
@@ -1336,7 +1340,7 @@ START_TEST(gemma3_layout_absorbed_and_revalidated) {
   ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == EV_EX_OK, "exit %d: %s", WEXITSTATUS(st),
                 json_string_value(json_object_get(r, "outcome")) ?: "?");
   const char *truth = "attn_scale=query_pre_attn_scalar embed_scale=sqrt_hidden mlp_act=gelu_tanh norm=1+w qk=1+w "
-                      "rope_local=local_base sandwich=pre+post window=layer_kinds";
+                      "rope_local=local_base rope_scaling=linear sandwich=pre+post window=layer_kinds";
   ck_assert_str_eq(json_string_value(json_object_get(r, "found")), truth);
   size_t i;
   json_t *row;
@@ -1374,6 +1378,19 @@ START_TEST(gemma3_layout_absorbed_and_revalidated) {
                    "config:rope_local_base_freq");
   ck_assert_str_eq(json_string_value(json_object_get(json_object_get(kind_step(m, "full_attention", "k_rope"), "args"), "theta")),
                    "config:rope_theta");
+  /* linear rope scaling on the full kind alone (kind_if_split), read member
+   * by member: factor 1 where a checkpoint has no rope_scaling */
+  for (int q = 0; q < 2; q++) {
+    const char *st = q ? "k_rope" : "q_rope";
+    ck_assert_str_eq(json_string_value(json_object_get(kind_step(m, "full_attention", st), "operator")), "operator.rope_linear");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(kind_step(m, "full_attention", st), "args"), "factor")),
+                     "config:factor");
+    ck_assert_str_eq(json_string_value(json_object_get(kind_step(m, "sliding_attention", st), "operator")), "operator.rope");
+    ck_assert_ptr_null(json_object_get(json_object_get(kind_step(m, "sliding_attention", st), "args"), "factor"));
+  }
+  const json_t *fac = mi_ckb_named(json_object_get(m, "config"), "name", "factor");
+  ck_assert_str_eq(json_string_value(json_object_get(fac, "path")), "rope_scaling.factor");
+  ck_assert_double_eq(json_number_value(json_object_get(fac, "default")), 1.0);
   const json_t *es = mi_ckb_named(json_object_get(m, "prologue"), "step", "embed_scale");
   ck_assert_str_eq(json_string_value(json_object_get(json_object_get(es, "args"), "alpha")), "sqrt:hidden_size");
   /* revalidation, references off: every stage, stage 4 at the peer's tolerance for its GELU */

@@ -227,10 +227,15 @@ static void merge(json_t *into, const json_t *from, const char *skip) {
 }
 
 /* Does a setting reach sequence seq? One with a "kind" reaches that layer
- * kind's sequence alone (none, when the contract lacks the kind); one
- * without, every sequence. */
+ * kind's sequence alone (none, when the contract lacks the kind); one with
+ * "kind_if_split" the same when the contract has layer kinds, and every
+ * sequence when it has one (HF's rope scaling: the full-attention layers'
+ * where a model tells kinds apart, every layer's where it does not); one
+ * with neither, every sequence. */
 static int reaches(json_t *m, const json_t *x, const json_t *seq) {
-  const char *kind = json_string_value(json_object_get(x, "kind"));
+  const char *kind = json_string_value(json_object_get(x, "kind")),
+             *if_split = json_string_value(json_object_get(x, "kind_if_split"));
+  if (if_split && !kind) kind = json_object_get(m, "layer_kinds") ? if_split : NULL;
   return !kind || kind_sequence(m, kind) == seq;
 }
 
@@ -313,6 +318,7 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
       if (!st) continue;
       merge(st, x, "step");
       json_object_del(st, "kind");
+      json_object_del(st, "kind_if_split");
     }
   }
   json_array_foreach(json_object_get(ed, "set_weights"), i, x) {
