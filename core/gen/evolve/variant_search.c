@@ -526,6 +526,23 @@ static int score_probe(ev_ctx *c, const probe_ctx *pc, const json_t *base, const
   return rc;
 }
 
+
+/* Fields of `from` that `into` lacks, added (one object level down too):
+ * the config entries the found reading adds (ev_apply: add_config, and
+ * add_inert's "if_present", a field inert where it appears) are judged on
+ * the first probe's config with every field another probe or the absorbed
+ * checkpoint has besides, not on the first probe's alone. The contract's
+ * name and layer kinds stay the first probe's (c->model_cfg). */
+static void union_missing(json_t *into, const json_t *from, int depth) {
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)from, k, v) {
+    json_t *have = json_object_get(into, k);
+    if (!have) json_object_set_new(into, k, json_deep_copy(v));
+    else if (depth > 0 && json_is_object(have) && json_is_object(v)) union_missing(have, v, depth - 1);
+  }
+}
+
 int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found, char *err, size_t n) {
   const double tol = c->o->tol > 0 ? c->o->tol : EV_TOL;
   *table = json_array();
@@ -551,6 +568,7 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
     return -1;
   }
   json_t *vocab = ev_vocab(ck), *groups = NULL, *base = NULL, *pick_members = NULL;
+  json_t *fields = NULL; /* every probe's config fields (union_missing), for the entries ev_apply adds */
   json_t *seen = experienced_variants(ck);
   char pick_name[512] = "";
   int rc = 0;
@@ -593,6 +611,8 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
                 json_object_size(groups));
       }
     }
+    if (!fields) fields = json_deep_copy(cfg);
+    else union_missing(fields, cfg, 1);
     size_t total = 1;
     const char *gk;
     json_t *ga;
@@ -627,9 +647,16 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
     json_decref(pass_members);
     if (rc) break;
   }
+  if (rc == 0 && c->o->model) { /* the checkpoint absorbed: its own fields too */
+    char mp[4200];
+    snprintf(mp, sizeof mp, "%s/config.json", c->o->model);
+    json_t *mc = json_load_file(mp, 0, NULL);
+    if (mc && fields) union_missing(fields, mc, 1);
+    json_decref(mc);
+  }
   if (rc == 0) {
     /* the found reading on the first probe: what stays for a candidate bundle */
-    json_t *m = ev_apply(base, pick_members, c->model_cfg), *deferred = NULL;
+    json_t *m = ev_apply(base, pick_members, fields ? fields : c->model_cfg), *deferred = NULL;
     size_t i;
     json_t *r;
     json_array_foreach(*table, i, r) if (!strcmp(json_string_value(json_object_get(r, "verdict")) ?: "", "pass") &&
@@ -646,6 +673,7 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
     }
   }
   json_decref(pick_members);
+  json_decref(fields);
   json_decref(groups);
   json_decref(base);
   json_decref(vocab);
