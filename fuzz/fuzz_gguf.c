@@ -93,21 +93,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_check_one_line("mi_gguf_model_from", err);
     return 0;
   }
-  mi_tokenizer *t = mi_tokenizer_load_json(m->tokenizer, path, err, sizeof err);
-  if (!t) {
-    fuzz_check_one_line("mi_tokenizer_load_json", err);
-  } else {
-    if (mi_tokenizer_set_config(t, m->eos, m->bos, m->pad, m->chat_template, path, err, sizeof err))
-      fuzz_check_one_line("mi_tokenizer_set_config", err);
-    int32_t *ids = NULL;
-    size_t n = 0;
-    if (mi_tokenizer_encode(t, "hi <|im_end|> x", 15, 1, &ids, &n) == 0) {
-      char *s = mi_tokenizer_decode(t, ids, n, NULL, NULL);
-      free(s);
-    }
-    free(ids);
-    mi_tokenizer_free(t);
+  /* the tokenizer, built from the file's arrays (m keeps it) */
+  mi_tokenizer *t = m->tok;
+  FUZZ_CHECK(t != NULL, "mi_gguf_model_from succeeded without a tokenizer");
+  if (mi_tokenizer_set_config(t, m->eos, m->bos, m->pad, m->chat_template, path, err, sizeof err))
+    fuzz_check_one_line("mi_tokenizer_set_config", err);
+  int32_t *ids = NULL;
+  size_t n = 0;
+  if (mi_tokenizer_encode(t, "hi <|im_end|> x", 15, 1, &ids, &n) == 0) {
+    char *s = mi_tokenizer_decode(t, ids, n, NULL, NULL);
+    free(s);
   }
+  free(ids);
   mi_weights *w = mi_gguf_model_weights(m, err, sizeof err);
   if (!w) {
     fuzz_check_one_line("mi_gguf_model_weights", err);

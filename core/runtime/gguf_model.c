@@ -254,18 +254,68 @@ static int tok_id(const mi_gguf *g, const char *key, uint64_t n_tokens, int32_t 
   return 0;
 }
 
-static json_t *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_model *m, char *err,
-                               size_t el) {
+/* The GGUF arrays as the tokenizer reads them (mi_tok_arrays): a token's
+ * ggml type gives its kind. */
+typedef struct gguf_tok_src {
+  const mi_gguf_kv *toks, *types, *merges;
+} gguf_tok_src;
+
+static int gguf_token(const void *ctx, size_t i, const char **s, size_t *n) {
+  const gguf_tok_src *src = ctx;
+  int64_t tt = TT_NORMAL;
+  if (src->types) mi_gguf_arr_int(src->types, i, &tt);
+  mi_gguf_arr_str(src->toks, i, s, n);
+  switch (tt) {
+  case TT_UNUSED: return MI_TOK_KIND_SKIP; /* padding rows ([PAD151669] ...) */
+  case TT_CONTROL: return MI_TOK_KIND_SPECIAL;
+  case TT_USER: return MI_TOK_KIND_ADDED;
+  default: return MI_TOK_KIND_NORMAL;
+  }
+}
+
+static void gguf_merge(const void *ctx, size_t i, const char **s, size_t *n) {
+  mi_gguf_arr_str(((const gguf_tok_src *)ctx)->merges, i, s, n);
+}
+
+/* The contract's pre-tokenizer regex for tokenizer.ggml.pre, or NULL with
+ * err naming the ones it knows. */
+static const char *pre_regex(const mi_gguf *g, json_t *spec, char *err, size_t el) {
+  size_t n;
+  const char *s = mi_gguf_kv_str(mi_gguf_get(g, "tokenizer.ggml.pre"), &n);
+  if (!s) {
+    mi_path_err(err, el, mi_gguf_path(g),
+                "tokenizer.ggml.pre is missing (which pre-tokenizer is unknown)");
+    return NULL;
+  }
+  char pre[128];
+  snprintf(pre, sizeof pre, "%.*s", (int)(n < 127 ? n : 127), s);
+  const char *regex = json_string_value(json_object_get(json_object_get(spec, "pre"), pre));
+  if (regex && strlen(pre) == n) return regex;
+  char known[256] = "";
+  size_t used = 0;
+  const char *k;
+  json_t *v;
+  json_object_foreach(json_object_get(spec, "pre"), k, v) if (used + strlen(k) + 3 < sizeof known)
+      used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "", k);
+  mi_path_err(err, el, mi_gguf_path(g),
+              "tokenizer.ggml.pre '%s' is not one the model contract knows (%s)", pre, known);
+  return NULL;
+}
+
+/* The tokenizer, built straight from the file's arrays (the tokenizer.json
+ * they stand for is never made: see mi_tok_arrays), and the special ids and
+ * chat template into m. */
+static mi_tokenizer *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_model *m, char *err,
+                                     size_t el) {
   const char *path = mi_gguf_path(g);
   size_t n;
   const char *s;
+  mi_tokenizer *tok = NULL;
 #define TFAIL(...)                                                                                 \
   do {                                                                                             \
     mi_path_err(err, el, path, __VA_ARGS__);                                                       \
     goto fail;                                                                                     \
   } while (0)
-  json_t *root = NULL, *vocab = NULL, *added = NULL, *merges = NULL;
-  char *buf = NULL;
   if (!spec) TFAIL("the model contract says nothing of the tokenizer (gguf.tokenizer)");
   const char *want = json_string_value(json_object_get(spec, "model"));
   s = mi_gguf_kv_str(mi_gguf_get(g, "tokenizer.ggml.model"), &n);
@@ -273,103 +323,35 @@ static json_t *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_model *m,
   if (!want || strlen(want) != n || memcmp(s, want, n))
     TFAIL("tokenizer.ggml.model '%.*s' is not supported (the contract reads '%s')",
           (int)(n < 60 ? n : 60), s, want ? want : "?");
-  s = mi_gguf_kv_str(mi_gguf_get(g, "tokenizer.ggml.pre"), &n);
-  if (!s) TFAIL("tokenizer.ggml.pre is missing (which pre-tokenizer is unknown)");
-  char pre[128];
-  snprintf(pre, sizeof pre, "%.*s", (int)(n < 127 ? n : 127), s);
-  const char *regex = json_string_value(json_object_get(json_object_get(spec, "pre"), pre));
-  if (!regex || strlen(pre) != n) {
-    char known[256] = "";
-    size_t used = 0;
-    const char *k;
-    json_t *v;
-    json_object_foreach(json_object_get(spec, "pre"), k, v) if (used + strlen(k) + 3 < sizeof known)
-        used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "", k);
-    TFAIL("tokenizer.ggml.pre '%s' is not one the model contract knows (%s)", pre, known);
-  }
-  const mi_gguf_kv *toks = mi_gguf_get(g, "tokenizer.ggml.tokens");
-  if (!toks || toks->type != MI_GGUF_ARRAY || toks->arr_type != MI_GGUF_STRING)
+  const char *regex = pre_regex(g, spec, err, el);
+  if (!regex) goto fail;
+  gguf_tok_src src = {mi_gguf_get(g, "tokenizer.ggml.tokens"),
+                      mi_gguf_get(g, "tokenizer.ggml.token_type"),
+                      mi_gguf_get(g, "tokenizer.ggml.merges")};
+  if (!src.toks || src.toks->type != MI_GGUF_ARRAY || src.toks->arr_type != MI_GGUF_STRING)
     TFAIL("tokenizer.ggml.tokens is missing or not an array of strings");
-  if (toks->n == 0 || toks->n > MI_TOK_MAX_VOCAB)
-    TFAIL("tokenizer.ggml.tokens has %llu entries (1..%u)", (unsigned long long)toks->n,
-          MI_TOK_MAX_VOCAB);
-  const mi_gguf_kv *types = mi_gguf_get(g, "tokenizer.ggml.token_type");
-  if (types &&
-      (types->type != MI_GGUF_ARRAY || types->n != toks->n || types->arr_type == MI_GGUF_STRING ||
-       types->arr_type == MI_GGUF_F32 || types->arr_type == MI_GGUF_F64))
+  if (src.types && (src.types->type != MI_GGUF_ARRAY || src.types->n != src.toks->n ||
+                    src.types->arr_type == MI_GGUF_STRING || src.types->arr_type == MI_GGUF_F32 ||
+                    src.types->arr_type == MI_GGUF_F64))
     TFAIL("tokenizer.ggml.token_type is not an integer array as long as tokenizer.ggml.tokens");
-  const mi_gguf_kv *mg = mi_gguf_get(g, "tokenizer.ggml.merges");
-  if (!mg || mg->type != MI_GGUF_ARRAY || mg->arr_type != MI_GGUF_STRING)
+  if (!src.merges || src.merges->type != MI_GGUF_ARRAY || src.merges->arr_type != MI_GGUF_STRING)
     TFAIL("tokenizer.ggml.merges is missing or not an array of strings");
-  root = json_object();
-  vocab = json_object();
-  added = json_array();
-  merges = json_array();
-  buf = malloc(MI_TOK_MAX_TOKEN_BYTES + 1);
-  if (!root || !vocab || !added || !merges || !buf) TFAIL("out of memory");
-  for (uint64_t i = 0; i < toks->n; i++) {
-    int64_t tt = TT_NORMAL;
-    if (types) mi_gguf_arr_int(types, i, &tt);
-    mi_gguf_arr_str(toks, i, &s, &n);
-    if (tt == TT_UNUSED) continue; /* padding rows ([PAD151669] ...) */
-    if (n == 0 || n > MI_TOK_MAX_TOKEN_BYTES || memchr(s, 0, n))
-      TFAIL("tokenizer.ggml.tokens[%llu] is empty, over %u bytes or holds a NUL",
-            (unsigned long long)i, MI_TOK_MAX_TOKEN_BYTES);
-    memcpy(buf, s, n);
-    buf[n] = 0;
-    if (tt == TT_CONTROL || tt == TT_USER) {
-      json_t *str = json_stringn(s, n);
-      if (!str) TFAIL("tokenizer.ggml.tokens[%llu] is not valid UTF-8", (unsigned long long)i);
-      json_t *a = json_pack("{s:I, s:o, s:b, s:b, s:b, s:b, s:b}", "id", (json_int_t)i, "content",
-                            str, "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0,
-                            "special", tt == TT_CONTROL);
-      if (!a || json_array_append_new(added, a)) TFAIL("out of memory");
-      continue;
-    }
-    if (json_object_get(vocab, buf))
-      TFAIL("tokenizer.ggml.tokens[%llu] repeats an earlier token", (unsigned long long)i);
-    if (json_object_set_new(vocab, buf, json_integer((json_int_t)i)))
-      TFAIL("tokenizer.ggml.tokens[%llu] is not valid UTF-8", (unsigned long long)i);
-  }
-  for (uint64_t i = 0; i < mg->n; i++) {
-    mi_gguf_arr_str(mg, i, &s, &n);
-    json_t *str = json_stringn(s, n);
-    if (!str || memchr(s, 0, n)) {
-      json_decref(str);
-      TFAIL("tokenizer.ggml.merges[%llu] is not valid UTF-8 text", (unsigned long long)i);
-    }
-    json_array_append_new(merges, str);
-  }
-  json_t *model =
-      json_pack("{s:s, s:n, s:n, s:s, s:s, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout",
-                "unk_token", "continuing_subword_prefix", "", "end_of_word_suffix", "", "fuse_unk",
-                0, "byte_fallback", 0, "ignore_merges", 0, "vocab", vocab, "merges", merges);
-  vocab = merges = NULL;
   const char *norm = json_string_value(json_object_get(spec, "normalizer"));
-  json_t *pre_tok = json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]}", "type",
-                              "Sequence", "pretokenizers", "type", "Split", "pattern", "Regex",
-                              regex, "behavior", "Isolated", "invert", 0, "type", "ByteLevel",
-                              "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0);
-  json_t *dec = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
-                          "trim_offsets", 0, "use_regex", 0);
-  if (!model || !pre_tok || !dec) {
-    json_decref(model);
-    json_decref(pre_tok);
-    json_decref(dec);
-    TFAIL("out of memory");
-  }
-  json_object_set_new(root, "version", json_string("1.0"));
-  json_object_set_new(root, "added_tokens", added);
-  added = NULL;
-  json_object_set_new(root, "normalizer",
-                      norm && !strcmp(norm, "NFC") ? json_pack("{s:s}", "type", "NFC")
-                                                   : json_null());
-  json_object_set_new(root, "pre_tokenizer", pre_tok);
-  json_object_set_new(root, "decoder", dec);
-  json_object_set_new(root, "model", model);
-  if (tok_id(g, "tokenizer.ggml.bos_token_id", toks->n, &m->bos, err, el) ||
-      tok_id(g, "tokenizer.ggml.eos_token_id", toks->n, &m->eos, err, el) ||
-      tok_id(g, "tokenizer.ggml.padding_token_id", toks->n, &m->pad, err, el))
+  const mi_tok_arrays arrays = {
+      .n_tokens = (size_t)src.toks->n,
+      .token = gguf_token,
+      .n_merges = (size_t)src.merges->n,
+      .merge = gguf_merge,
+      .ctx = &src,
+      .nfc = norm && !strcmp(norm, "NFC"),
+      .split_regex = regex,
+      .tokens_name = "tokenizer.ggml.tokens",
+      .merges_name = "tokenizer.ggml.merges",
+  };
+  if (!(tok = mi_tokenizer_load_arrays(&arrays, path, err, el))) goto fail;
+  if (tok_id(g, "tokenizer.ggml.bos_token_id", src.toks->n, &m->bos, err, el) ||
+      tok_id(g, "tokenizer.ggml.eos_token_id", src.toks->n, &m->eos, err, el) ||
+      tok_id(g, "tokenizer.ggml.padding_token_id", src.toks->n, &m->pad, err, el))
     goto fail;
   const mi_gguf_kv *ct = mi_gguf_get(g, "tokenizer.chat_template");
   if (ct) {
@@ -377,15 +359,10 @@ static json_t *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_model *m,
     if (!s || memchr(s, 0, n)) TFAIL("tokenizer.chat_template is not a string without NULs");
     if (!(m->chat_template = strndup(s, n))) TFAIL("out of memory");
   }
-  free(buf);
-  return root;
+  return tok;
 fail:
 #undef TFAIL
-  free(buf);
-  json_decref(root);
-  json_decref(vocab);
-  json_decref(added);
-  json_decref(merges);
+  mi_tokenizer_free(tok);
   return NULL;
 }
 
@@ -397,7 +374,7 @@ void mi_gguf_model_close(mi_gguf_model *m) {
   free(m->contract_path);
   json_decref(m->contract);
   json_decref(m->config);
-  json_decref(m->tokenizer);
+  mi_tokenizer_free(m->tok);
   free(m->chat_template);
   free(m);
 }
@@ -423,8 +400,7 @@ int mi_gguf_model_from(mi_gguf *g, json_t *contract, const char *contract_path, 
     goto fail;
   }
   if (!(m->config = build_config(g, contract, arch, err, err_len))) goto fail;
-  if (!(m->tokenizer = build_tokenizer(g, json_object_get(sec, "tokenizer"), m, err, err_len)))
-    goto fail;
+  if (!(m->tok = build_tokenizer(g, json_object_get(sec, "tokenizer"), m, err, err_len))) goto fail;
   json_t *et = json_object_get(sec, "end_tokens");
   m->end_tokens = json_is_array(et) ? et : NULL;
   *out = m;

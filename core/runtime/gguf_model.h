@@ -5,9 +5,10 @@
  * "gguf" section names that architecture; the section says where each
  * config.json field comes from, which GGUF tensor is which Hugging Face
  * tensor, which tokenizer the file must hold and which tokens end a turn.
- * From it: a config.json object (what the model plugins take), a
- * tokenizer.json object (what the tokenizer loader takes), the special ids
- * and chat template, and an mi_weights serving the mapped tensors under
+ * From it: a config.json object (what the model plugins take), the
+ * tokenizer (built from the file's arrays, as the tokenizer.json they stand
+ * for would give it: mi_tokenizer_load_arrays), the special ids and chat
+ * template, and an mi_weights serving the mapped tensors under
  * their Hugging Face names, shapes reversed (GGUF ne[0] is innermost).
  * Tensors the model uses must be F32, F16, BF16 or one of the block types
  * sdk/include/mi/quant.h defines (Q8_0, Q4_0, Q4_K, Q6_K) today; any other
@@ -25,6 +26,7 @@
 #include <stdint.h>
 
 #include "core/runtime/gguf.h"
+#include "core/tokenizer/tokenizer.h"
 #include "mi/platform.h"
 
 #ifdef __cplusplus
@@ -36,7 +38,7 @@ typedef struct mi_gguf_model {
   char *contract_path;   /* the model contract used */
   json_t *contract;      /* that contract */
   json_t *config;        /* config.json as the model plugins read it */
-  json_t *tokenizer;     /* tokenizer.json as core/tokenizer reads it */
+  mi_tokenizer *tok;     /* the file's tokenizer; the caller may take it (set NULL) */
   int32_t bos, eos, pad; /* tokenizer.ggml.*_token_id, -1 when absent */
   char *chat_template;   /* tokenizer.chat_template, or NULL */
   json_t *end_tokens;    /* the contract's gguf.end_tokens (borrowed), or NULL */
@@ -56,7 +58,7 @@ typedef struct mi_gguf_model {
 const char *mi_gguf_ckb_dir(char *buf, size_t n);
 
 /* Opens and validates path, finds its contract under ckb_dir, builds the
- * config and tokenizer objects. 0, or -1 with "PATH: problem". */
+ * config object and the tokenizer. 0, or -1 with "PATH: problem". */
 int mi_gguf_model_open(const char *path, const char *ckb_dir, mi_weights_load how,
                        mi_gguf_model **out, char *err, size_t err_len);
 /* The same from an open reader and a contract (g is taken, closed on

@@ -272,12 +272,13 @@ static int pick_model_plugin(mi_registry *reg, const mi_session_opts *o, mi_sess
   return 0;
 }
 
-/* The tokenizer (a GGUF file's built in memory), and the end-of-generation
- * tokens as the model declares them. */
+/* The tokenizer (a GGUF file's was built from its arrays when the file was
+ * opened), and the end-of-generation tokens as the model declares them. */
 static int open_tokenizer(mi_session *e, const mi_session_opts *o, mi_gguf_model *gm, char *err, size_t err_len) {
   char path[4096];
   if (gm) {
-    e->tok = mi_tokenizer_load_json(gm->tokenizer, o->model_dir, err, err_len);
+    e->tok = gm->tok; /* built with the file's other parts */
+    gm->tok = NULL;
     if (!e->tok || mi_tokenizer_set_config(e->tok, gm->eos, gm->bos, gm->pad, gm->chat_template,
                                            o->model_dir, err, err_len) != 0)
       return -1;
@@ -290,14 +291,9 @@ static int open_tokenizer(mi_session *e, const mi_session_opts *o, mi_gguf_model
       if (mi_tokenizer_load_config(e->tok, path, err, err_len) != 0) return -1;
     }
   }
-  /* The tokenizer's JSON (a GGUF file's is built in memory: ~30 MB of small
-   * jansson nodes for a 151k vocabulary) is no longer needed. Hand the freed
-   * heap back before the weights come in, so that it does not stay in the
-   * process's peak RSS beside them. */
-  if (gm && gm->tokenizer) {
-    json_decref(gm->tokenizer);
-    gm->tokenizer = NULL;
-  }
+  /* tokenizer.json's parse (~30 MB of small jansson nodes for a 151k
+   * vocabulary) is freed: hand that heap back before the weights come in,
+   * so that it does not stay in the process's RSS beside them. */
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif

@@ -100,18 +100,18 @@ static int32_t strmap_get(const mi_tokenizer *t, const char *s, size_t n) {
 }
 
 /* Insert id under its own string (str_off/str_len must be set); a previous
- * id with the same string is replaced. */
-static void strmap_put(mi_tokenizer *t, uint32_t id) {
+ * id with the same string is replaced, and returned (else -1). */
+static int32_t strmap_put(mi_tokenizer *t, uint32_t id) {
     const char *s = t->strpool + t->str_off[id];
     size_t n = t->str_len[id];
     uint32_t mask = t->strmap.cap - 1, i = mi_tok_hash(s, n) & mask;
     for (;;) {
         uint32_t v = t->strmap.slots[i];
-        if (!v) { t->strmap.slots[i] = id + 1; return; }
+        if (!v) { t->strmap.slots[i] = id + 1; return -1; }
         uint32_t o = v - 1;
         if (t->str_len[o] == n && memcmp(t->strpool + t->str_off[o], s, n) == 0) {
             t->strmap.slots[i] = id + 1;
-            return;
+            return (int32_t)o;
         }
         i = (i + 1) & mask;
     }
@@ -287,6 +287,8 @@ static int check_fields(json_t *root, tok_json *j, const char *path, char *err, 
     return 0;
 }
 
+static int alloc_tables(mi_tokenizer *t, uint64_t V, size_t n_strings, const char *path, char *err, size_t el);
+
 /* Pass 1: every id and string checked; the tables sized for the largest id. */
 static int size_tables(mi_tokenizer *t, const tok_json *j, const char *path, char *err, size_t el) {
     uint64_t maxid = 0;
@@ -314,8 +316,14 @@ static int size_tables(mi_tokenizer *t, const tok_json *j, const char *path, cha
         if (strlen(json_string_value(c)) != cl) RFAIL("added_tokens[%zu].content contains a NUL character", i);
         if ((uint64_t)v > maxid) maxid = (uint64_t)v;
     }
-    t->vocab_size = (uint32_t)(maxid + 1);
-    size_t V = t->vocab_size;
+    return alloc_tables(t, maxid + 1, j->nv + j->na, path, err, el);
+}
+
+/* The per-id tables for ids [0, V), and the string map for n_strings
+ * strings (at most 2/3 full: half full doubled it, 2 MiB for a 151k
+ * vocabulary, for no encode speed that could be measured). */
+static int alloc_tables(mi_tokenizer *t, uint64_t V, size_t n_strings, const char *path, char *err, size_t el) {
+    t->vocab_size = (uint32_t)V;
     t->str_off = malloc(V * sizeof *t->str_off);
     t->str_len = calloc(V, sizeof *t->str_len);
     t->bytes_off = calloc(V, sizeof *t->bytes_off);
@@ -323,7 +331,7 @@ static int size_tables(mi_tokenizer *t, const tok_json *j, const char *path, cha
     t->is_special = calloc(V, 1);
     if (!t->str_off || !t->str_len || !t->bytes_off || !t->bytes_len || !t->is_special) RFAIL("out of memory");
     for (size_t i = 0; i < V; i++) t->str_off[i] = UINT32_MAX;
-    t->strmap.cap = pow2_at_least(2 * (uint64_t)(j->nv + j->na));
+    t->strmap.cap = pow2_at_least((uint64_t)n_strings + n_strings / 2 + 1);
     t->strmap.slots = calloc(t->strmap.cap, sizeof *t->strmap.slots);
     if (!t->strmap.slots) RFAIL("out of memory");
     return 0;
@@ -341,7 +349,7 @@ typedef struct tok_fill {
 /* Token id's string s[0, n) and its decoded bytes: the byte-level inverse
  * when every character is a byte-level character, else the raw UTF-8 (HF's
  * ByteLevel decoder does exactly this per token). -1 out of memory. */
-static int set_token(tok_fill *f, json_int_t id, const char *s, size_t n) {
+static int set_token(tok_fill *f, size_t id, const char *s, size_t n) {
     mi_tokenizer *t = f->t;
     uint32_t off;
     if (pool_add(&f->sp, s, n, 1, &off)) return -1;
@@ -394,9 +402,9 @@ static int fill_tokens(tok_fill *f, const tok_json *j, const char *path, char *e
     return 0;
 }
 
-/* The pools handed to t, the string map filled (vocab first, then added
- * tokens: an added token wins its string), and the one-byte tokens found. */
-static int index_tokens(tok_fill *f, const tok_json *j, const char *path, char *err, size_t el) {
+/* The pools handed to t (they stop moving), and the added tokens pointed
+ * at their strings and sorted (longest first). */
+static void hand_pools(tok_fill *f) {
     mi_tokenizer *t = f->t;
     t->strpool = f->sp.p; f->sp.p = NULL;
     t->bytepool = (unsigned char *)f->bp.p; f->bp.p = NULL;
@@ -406,44 +414,54 @@ static int index_tokens(tok_fill *f, const tok_json *j, const char *path, char *
         t->added_first[(unsigned char)ad->content[0]] = 1;
     }
     if (t->n_added) qsort(t->added, t->n_added, sizeof *t->added, cmp_added);
-    const char *key; json_t *val;
-    json_object_foreach(j->vocab, key, val) strmap_put(t, (uint32_t)json_integer_value(val));
+}
+
+/* The added tokens into the string map after the vocabulary (an added token
+ * wins its string), then the one-byte tokens found; vocab names the
+ * vocabulary in messages. */
+static int index_added_bytes(tok_fill *f, const char *vocab, const char *path, char *err, size_t el) {
+    mi_tokenizer *t = f->t;
     for (uint32_t i = 0; i < t->n_added; i++) strmap_put(t, (uint32_t)t->added[i].id);
     for (int b = 0; b < 256; b++) {
         char u[4];
         int k = put_utf8(f->byte_to_cp[b], u);
         t->byte_id[b] = strmap_get(t, u, (size_t)k);
-        if (t->byte_id[b] < 0) RFAIL("model.vocab has no byte-level token for byte 0x%02X (not a byte-level BPE vocabulary)", b);
+        if (t->byte_id[b] < 0) RFAIL("%s has no byte-level token for byte 0x%02X (not a byte-level BPE vocabulary)", vocab, b);
     }
     return 0;
 }
 
-/* Merge i ("a b" or ["a", "b"]) into the merge table: both tokens and their
+/* The pools handed to t, the string map filled (vocab first, then added
+ * tokens), and the one-byte tokens found. */
+static int index_tokens(tok_fill *f, const tok_json *j, const char *path, char *err, size_t el) {
+    hand_pools(f);
+    const char *key; json_t *val;
+    json_object_foreach(j->vocab, key, val) strmap_put(f->t, (uint32_t)json_integer_value(val));
+    return index_added_bytes(f, "model.vocab", path, err, el);
+}
+
+/* "a b" (s[0, n)) as its two tokens; -1 unless there is exactly one space. */
+static int split_merge(const char *s, size_t n, const char **a, size_t *la, const char **b, size_t *lb) {
+    const char *spc = memchr(s, ' ', n);
+    if (!spc || memchr(spc + 1, ' ', n - (size_t)(spc + 1 - s))) return -1;
+    *a = s; *la = (size_t)(spc - s); *b = spc + 1; *lb = n - (size_t)(spc + 1 - s);
+    return 0;
+}
+
+/* Merge i of a and b into the merge table: both tokens and their
  * concatenation (cat: room for two tokens) in the vocab; a repeated pair
- * keeps its first (best) rank. */
-static int add_merge(mi_tokenizer *t, json_t *m, size_t i, char *cat, const char *path, char *err, size_t el) {
-    const char *a, *b;
-    size_t la, lb;
-    if (json_is_string(m)) {
-        const char *s = json_string_value(m);
-        const char *spc = strchr(s, ' ');
-        if (!spc || strchr(spc + 1, ' ')) RFAIL("model.merges[%zu]: \"%.60s\" is not two tokens separated by one space", i, s);
-        a = s; la = (size_t)(spc - s); b = spc + 1; lb = strlen(b);
-    } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
-        a = json_string_value(json_array_get(m, 0)); la = json_string_length(json_array_get(m, 0));
-        b = json_string_value(json_array_get(m, 1)); lb = json_string_length(json_array_get(m, 1));
-    } else {
-        RFAIL("model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"]", i);
-    }
-    if (la > MI_TOK_MAX_TOKEN_BYTES || lb > MI_TOK_MAX_TOKEN_BYTES) RFAIL("model.merges[%zu]: token longer than %u bytes", i, MI_TOK_MAX_TOKEN_BYTES);
+ * keeps its first (best) rank. merges and vocab name the lists in messages. */
+static int put_merge(mi_tokenizer *t, size_t i, const char *a, size_t la, const char *b, size_t lb, char *cat,
+                     const char *merges, const char *vocab, const char *path, char *err, size_t el) {
+    if (la > MI_TOK_MAX_TOKEN_BYTES || lb > MI_TOK_MAX_TOKEN_BYTES) RFAIL("%s[%zu]: token longer than %u bytes", merges, i, MI_TOK_MAX_TOKEN_BYTES);
     int32_t ia = strmap_get(t, a, la), ib = strmap_get(t, b, lb);
     memcpy(cat, a, la); memcpy(cat + la, b, lb);
     int32_t ir = strmap_get(t, cat, la + lb);
     if (ia < 0 || ib < 0 || ir < 0)
         /* a and b are not NUL-terminated at la/lb for "a b" strings */
-        RFAIL("model.merges[%zu]: \"%.*s\" + \"%.*s\": %s not in model.vocab", i,
+        RFAIL("%s[%zu]: \"%.*s\" + \"%.*s\": %s not in %s", merges, i,
               (int)(la < 40 ? la : 40), a, (int)(lb < 40 ? lb : 40), b,
-              ia < 0 ? "left token" : ib < 0 ? "right token" : "merged token");
+              ia < 0 ? "left token" : ib < 0 ? "right token" : "merged token", vocab);
     uint64_t mk = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
     uint64_t h = mk * 0x9E3779B97F4A7C15ull;
     uint32_t mask = t->merge_cap - 1, j = (uint32_t)(h >> 32) & mask;
@@ -454,15 +472,41 @@ static int add_merge(mi_tokenizer *t, json_t *m, size_t i, char *cat, const char
     return 0;
 }
 
-static int load_merges(mi_tokenizer *t, json_t *merges, const char *path, char *err, size_t el) {
-    size_t nm = json_array_size(merges);
-    if (nm > MI_TOK_MAX_VOCAB) RFAIL("model.merges has %zu entries, over the limit", nm);
-    t->merge_cap = pow2_at_least(2 * (uint64_t)nm + 1);
+/* Merge i ("a b" or ["a", "b"]) of tokenizer.json into the merge table. */
+static int add_merge(mi_tokenizer *t, json_t *m, size_t i, char *cat, const char *path, char *err, size_t el) {
+    const char *a, *b;
+    size_t la, lb;
+    if (json_is_string(m)) {
+        const char *s = json_string_value(m);
+        /* up to a NUL, as the "a b" form is read */
+        if (split_merge(s, strlen(s), &a, &la, &b, &lb)) RFAIL("model.merges[%zu]: \"%.60s\" is not two tokens separated by one space", i, s);
+    } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+        a = json_string_value(json_array_get(m, 0)); la = json_string_length(json_array_get(m, 0));
+        b = json_string_value(json_array_get(m, 1)); lb = json_string_length(json_array_get(m, 1));
+    } else {
+        RFAIL("model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"]", i);
+    }
+    return put_merge(t, i, a, la, b, lb, cat, "model.merges", "model.vocab", path, err, el);
+}
+
+/* The merge table for nm merges (at most 2/3 full, as the string map: 4
+ * MiB for 151k merges, where half full took 8), empty, and room for two
+ * tokens side by side in *cat. */
+static int alloc_merges(mi_tokenizer *t, size_t nm, char **cat, const char *merges, const char *path, char *err, size_t el) {
+    if (nm > MI_TOK_MAX_VOCAB) RFAIL("%s has %zu entries, over the limit", merges, nm);
+    t->merge_cap = pow2_at_least((uint64_t)nm + nm / 2 + 1);
     t->merges = malloc((size_t)t->merge_cap * sizeof *t->merges);
     if (!t->merges) RFAIL("out of memory");
     for (uint32_t i = 0; i < t->merge_cap; i++) t->merges[i].key = UINT64_MAX;
-    char *cat = malloc(2 * (size_t)MI_TOK_MAX_TOKEN_BYTES + 2);
-    if (!cat) RFAIL("out of memory");
+    *cat = malloc(2 * (size_t)MI_TOK_MAX_TOKEN_BYTES + 2);
+    if (!*cat) RFAIL("out of memory");
+    return 0;
+}
+
+static int load_merges(mi_tokenizer *t, json_t *merges, const char *path, char *err, size_t el) {
+    size_t nm = json_array_size(merges);
+    char *cat;
+    if (alloc_merges(t, nm, &cat, "model.merges", path, err, el)) return -1;
     int rc = 0;
     for (size_t i = 0; i < nm && rc == 0; i++) rc = add_merge(t, json_array_get(merges, i), i, cat, path, err, el);
     free(cat);
@@ -482,7 +526,125 @@ static int load_pipeline(mi_tokenizer *t, json_t *root, const char *path, char *
         RFAIL("decoder type \"%s\" is not supported (only ByteLevel)", dt ? dt : "?");
     return 0;
 }
+
+/* The word cache and its lock: the last part of a load. */
+static int finish_tables(mi_tokenizer *t, const char *path, char *err, size_t el) {
+    t->cache = calloc(MI_TOK_CACHE_SLOTS, sizeof *t->cache);
+    if (!t->cache) RFAIL("out of memory");
+    pthread_mutex_init(&t->cache_lock, NULL);
+    return 0;
+}
+
+/* ---- a vocabulary given as arrays (mi_tokenizer_load_arrays) ---- */
+
+static int is_added_kind(int k) { return k == MI_TOK_KIND_SPECIAL || k == MI_TOK_KIND_ADDED; }
+
+/* Pass 1, kinds only: the vocabulary's size (the last id kept, + 1) and
+ * how many of its tokens are normal and added. */
+static int array_counts(const mi_tok_arrays *a, uint64_t *V, size_t *nv, size_t *na, const char *path, char *err,
+                        size_t el) {
+    if (a->n_tokens == 0 || a->n_tokens > MI_TOK_MAX_VOCAB)
+        RFAIL("%s has %zu entries (1..%u)", a->tokens_name, a->n_tokens, MI_TOK_MAX_VOCAB);
+    *V = 0; *nv = *na = 0;
+    for (size_t i = 0; i < a->n_tokens; i++) {
+        const char *s; size_t n;
+        int k = a->token(a->ctx, i, &s, &n);
+        if (k == MI_TOK_KIND_SKIP) continue;
+        if (is_added_kind(k)) (*na)++; else (*nv)++;
+        *V = i + 1;
+    }
+    if (*nv == 0) RFAIL("%s holds no normal token", a->tokens_name);
+    return 0;
+}
+
+/* Pass 2, in id order: each kept token's string checked and stored; a
+ * normal one into the string map at once (a repeat is refused), an added
+ * one listed (index_added_bytes maps it after them all, as tokenizer.json's
+ * added_tokens come after model.vocab). */
+static int array_fill(tok_fill *f, const mi_tok_arrays *a, size_t na, const char *path, char *err, size_t el) {
+    mi_tokenizer *t = f->t;
+    t->added = calloc(na ? na : 1, sizeof *t->added);
+    if (!t->added) RFAIL("out of memory");
+    for (size_t i = 0; i < a->n_tokens; i++) {
+        const char *s; size_t n;
+        int k = a->token(a->ctx, i, &s, &n);
+        if (k == MI_TOK_KIND_SKIP) continue;
+        if (n == 0 || n > MI_TOK_MAX_TOKEN_BYTES || memchr(s, 0, n))
+            RFAIL("%s[%zu] is empty, over %u bytes or holds a NUL", a->tokens_name, i, MI_TOK_MAX_TOKEN_BYTES);
+        if (mi_tok_utf8_valid_prefix((const unsigned char *)s, n) != n) RFAIL("%s[%zu] is not valid UTF-8", a->tokens_name, i);
+        if (set_token(f, i, s, n)) RFAIL("out of memory");
+        if (is_added_kind(k)) {
+            mi_tok_added *ad = &t->added[t->n_added++];
+            t->is_special[i] = k == MI_TOK_KIND_SPECIAL;
+            ad->id = (int32_t)i; ad->len = (uint32_t)n; ad->special = t->is_special[i];
+            continue; /* content: hand_pools; lstrip, rstrip, single_word: 0 */
+        }
+        t->strpool = f->sp.p; /* the map reads the pool as it grows (f still owns it) */
+        int32_t dup = strmap_put(t, (uint32_t)i);
+        t->strpool = NULL;
+        if (dup >= 0) RFAIL("%s[%zu] repeats an earlier token", a->tokens_name, i);
+    }
+    return 0;
+}
+
+/* Pass 3: the merges, "a b" each, rank = position. */
+static int array_merges(mi_tokenizer *t, const mi_tok_arrays *a, const char *path, char *err, size_t el) {
+    char *cat;
+    if (alloc_merges(t, a->n_merges, &cat, a->merges_name, path, err, el)) return -1;
+    int rc = 0;
+    for (size_t i = 0; i < a->n_merges && rc == 0; i++) {
+        const char *s, *l, *r;
+        size_t n, ll, lr;
+        a->merge(a->ctx, i, &s, &n);
+        rc = -1;
+        if (memchr(s, 0, n) || mi_tok_utf8_valid_prefix((const unsigned char *)s, n) != n)
+            set_err(err, el, path, "%s[%zu] is not valid UTF-8 text", a->merges_name, i);
+        else if (split_merge(s, n, &l, &ll, &r, &lr))
+            set_err(err, el, path, "%s[%zu]: \"%.*s\" is not two tokens separated by one space", a->merges_name, i,
+                    (int)(n < 60 ? n : 60), s);
+        else
+            rc = put_merge(t, i, l, ll, r, lr, cat, a->merges_name, a->tokens_name, path, err, el);
+    }
+    free(cat);
+    return rc;
+}
 #undef RFAIL
+
+mi_tokenizer *mi_tokenizer_load_arrays(const mi_tok_arrays *arrays, const char *name, char *err, size_t el) {
+    if (err && el) err[0] = 0;
+    const char *path = name ? name : "(tokenizer)";
+    if (!arrays || !arrays->token || (arrays->n_merges && !arrays->merge)) {
+        set_err(err, el, path, "no token arrays given");
+        return NULL;
+    }
+    mi_tok_arrays a = *arrays;
+    if (!a.tokens_name) a.tokens_name = "tokens";
+    if (!a.merges_name) a.merges_name = "merges";
+    mi_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) { set_err(err, el, path, "out of memory"); return NULL; }
+    t->eos_id = t->bos_id = t->pad_id = -1;
+    tok_fill f = {.t = t};
+    uint64_t V;
+    size_t nv, na;
+    if (array_counts(&a, &V, &nv, &na, path, err, el) || alloc_tables(t, V, nv + na, path, err, el)) goto fail;
+    byte_unicode_tables(f.byte_to_cp, f.cp_to_byte);
+    if (!(f.tmp = malloc(MI_TOK_MAX_TOKEN_BYTES))) { set_err(err, el, path, "out of memory"); goto fail; }
+    if (array_fill(&f, &a, na, path, err, el)) goto fail;
+    hand_pools(&f);
+    if (index_added_bytes(&f, a.tokens_name, path, err, el) || array_merges(t, &a, path, err, el)) goto fail;
+    /* the pipeline tokenizer.json would give: normalizer NFC or none;
+     * pre_tokenizer Split(regex, Isolated) then ByteLevel without a regex */
+    t->nfc = a.nfc != 0;
+    if (a.split_regex && add_split(t, a.split_regex, path, err, el)) goto fail;
+    free(f.tmp);
+    f.tmp = NULL;
+    if (finish_tables(t, path, err, el)) goto fail;
+    return t;
+fail:
+    free(f.tmp); free(f.sp.p); free(f.bp.p);
+    mi_tokenizer_free(t);
+    return NULL;
+}
 
 /* Builds the tokenizer from a parsed tokenizer.json; takes root's reference. */
 static mi_tokenizer *load_root(json_t *root, const char *path, char *err, size_t el) {
@@ -499,9 +661,7 @@ static mi_tokenizer *load_root(json_t *root, const char *path, char *err, size_t
         goto fail;
     free(f.tmp);
     f.tmp = NULL;
-    t->cache = calloc(MI_TOK_CACHE_SLOTS, sizeof *t->cache);
-    if (!t->cache) { set_err(err, el, path, "out of memory"); goto fail; }
-    pthread_mutex_init(&t->cache_lock, NULL);
+    if (finish_tables(t, path, err, el)) goto fail;
     json_decref(root);
     return t;
 fail:

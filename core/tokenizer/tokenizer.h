@@ -89,6 +89,46 @@ int mi_tokenizer_load_config(mi_tokenizer *tok, const char *tokenizer_config_pat
 typedef struct json_t json_t;
 mi_tokenizer *mi_tokenizer_load_json(const json_t *root, const char *name, char *err, size_t err_len);
 
+/* A byte-level BPE vocabulary given as arrays rather than as a
+ * tokenizer.json (a GGUF file's tokenizer.ggml.tokens, token_type and
+ * merges): the same tokenizer mi_tokenizer_load_json builds from the
+ * tokenizer.json these arrays stand for, without that JSON in between (for
+ * a 151k vocabulary ~30 MB of small nodes at its peak, beside the model):
+ *   - a NORMAL token is an entry of model.vocab (a string twice is refused);
+ *   - SPECIAL and ADDED tokens are added_tokens, special or not (lstrip,
+ *     rstrip, single_word false), listed after model.vocab;
+ *   - a SKIP token is left out (its id unused);
+ *   - merge i is the string "a b" at model.merges[i];
+ *   - normalizer NFC when nfc, else none; pre_tokenizer a Split on
+ *     split_regex (Isolated; none when NULL), then ByteLevel without a
+ *     regex; decoder ByteLevel.
+ * The callbacks hand out token i's (merge i's) bytes, which need not be
+ * NUL-terminated and must stay valid during the call; token returns its
+ * mi_tok_kind. Each is called more than once per index. tokens_name and
+ * merges_name name the arrays in error lines ("tokens", "merges" when NULL). */
+typedef enum mi_tok_kind {
+    MI_TOK_KIND_NORMAL = 0,
+    MI_TOK_KIND_SPECIAL = 1,
+    MI_TOK_KIND_ADDED = 2,
+    MI_TOK_KIND_SKIP = 3,
+} mi_tok_kind;
+
+typedef struct mi_tok_arrays {
+    size_t n_tokens; /* ids 0 .. n_tokens-1; 1 .. MI_TOK_MAX_VOCAB */
+    int (*token)(const void *ctx, size_t i, const char **s, size_t *len);
+    size_t n_merges;
+    void (*merge)(const void *ctx, size_t i, const char **s, size_t *len);
+    const void *ctx;
+    int nfc;
+    const char *split_regex;
+    const char *tokens_name, *merges_name;
+} mi_tok_arrays;
+
+/* NULL with "NAME: problem" in err on a vocabulary it refuses (a token
+ * empty, over MI_TOK_MAX_TOKEN_BYTES, holding a NUL or not UTF-8; a merge
+ * not of two tokens of the vocabulary; a byte with no one-byte token). */
+mi_tokenizer *mi_tokenizer_load_arrays(const mi_tok_arrays *a, const char *name, char *err, size_t err_len);
+
 /* What mi_tokenizer_load_config reads, given directly (a GGUF file's
  * tokenizer.ggml.*_token_id and tokenizer.chat_template): ids -1 when
  * unknown, chat_template NULL when none (copied). 0, or -1 with "NAME:

@@ -805,6 +805,150 @@ START_TEST(test_tiny_bpe) {
 }
 END_TEST
 
+/* ---- mi_tokenizer_load_arrays: a vocabulary given as arrays ---- */
+
+/* Token i: s[i] (n[i] bytes) of kind[i]; merge i: m[i] (mn[i] bytes). */
+typedef struct arr_src {
+    const char **s;
+    size_t *n;
+    int *kind;
+    const char **m;
+    size_t *mn;
+} arr_src;
+
+static int arr_token(const void *ctx, size_t i, const char **s, size_t *n) {
+    const arr_src *a = ctx;
+    *s = a->s[i]; *n = a->n[i];
+    return a->kind[i];
+}
+
+static void arr_merge(const void *ctx, size_t i, const char **s, size_t *n) {
+    const arr_src *a = ctx;
+    *s = a->m[i]; *n = a->mn[i];
+}
+
+/* The real tokenizer.json as arrays (ids no entry names: SKIP; merges
+ * joined "a b" in buf): the same tokenizer as tokenizer.json itself. */
+START_TEST(test_arrays_match_json) {
+    load_real();
+    json_t *j = load_json(TOK_REL);
+    json_t *vocab = json_object_get(json_object_get(j, "model"), "vocab");
+    json_t *merges = json_object_get(json_object_get(j, "model"), "merges");
+    json_t *added = json_object_get(j, "added_tokens");
+    const size_t V = mi_tokenizer_vocab_size(g_tok), nm = json_array_size(merges);
+    arr_src a = {calloc(V, sizeof(char *)), calloc(V, sizeof(size_t)), calloc(V, sizeof(int)),
+                 calloc(nm, sizeof(char *)), calloc(nm, sizeof(size_t))};
+    for (size_t i = 0; i < V; i++) a.kind[i] = MI_TOK_KIND_SKIP, a.s[i] = "";
+    const char *key; json_t *val;
+    json_object_foreach(vocab, key, val) {
+        size_t id = (size_t)json_integer_value(val);
+        a.s[id] = key; a.n[id] = strlen(key); a.kind[id] = MI_TOK_KIND_NORMAL;
+    }
+    size_t i; json_t *ad;
+    json_array_foreach(added, i, ad) {
+        size_t id = (size_t)json_integer_value(json_object_get(ad, "id"));
+        json_t *c = json_object_get(ad, "content");
+        a.s[id] = json_string_value(c); a.n[id] = json_string_length(c);
+        a.kind[id] = json_is_true(json_object_get(ad, "special")) ? MI_TOK_KIND_SPECIAL : MI_TOK_KIND_ADDED;
+    }
+    size_t room = 0;
+    json_t *m;
+    json_array_foreach(merges, i, m) /* a string, or [a, b]: at most a + b + 2 bytes */
+        room += json_is_string(m) ? json_string_length(m) + 1
+                                  : json_string_length(json_array_get(m, 0)) + json_string_length(json_array_get(m, 1)) + 2;
+    char *buf = malloc(room), *w = buf;
+    json_array_foreach(merges, i, m) {
+        const char *l = json_is_string(m) ? json_string_value(m) : json_string_value(json_array_get(m, 0));
+        const char *r = json_is_string(m) ? NULL : json_string_value(json_array_get(m, 1));
+        int len = r ? sprintf(w, "%s %s", l, r) : sprintf(w, "%s", l);
+        a.m[i] = w; a.mn[i] = (size_t)len; w += len + 1;
+    }
+    json_t *pre = json_array_get(json_object_get(json_object_get(j, "pre_tokenizer"), "pretokenizers"), 0);
+    mi_tok_arrays arr = {V, arr_token, nm, arr_merge, &a, 1,
+                         json_string_value(json_object_get(json_object_get(pre, "pattern"), "Regex")),
+                         "vocab", "merges"};
+    char err[512];
+    mi_tokenizer *t = mi_tokenizer_load_arrays(&arr, "arrays", err, sizeof err);
+    ck_assert_msg(t != NULL, "%s", err);
+    ck_assert_uint_eq(mi_tokenizer_vocab_size(t), V);
+    for (size_t id = 0; id < V; id++) {
+        const char *x = mi_tokenizer_token_str(g_tok, (int32_t)id), *y = mi_tokenizer_token_str(t, (int32_t)id);
+        ck_assert_msg((!x && !y) || (x && y && !strcmp(x, y)), "id %zu: strings differ", id);
+        ck_assert_int_eq(mi_tokenizer_is_special(t, (int32_t)id), mi_tokenizer_is_special(g_tok, (int32_t)id));
+        if (x) ck_assert_int_eq(mi_tokenizer_token_id(t, x), mi_tokenizer_token_id(g_tok, x));
+    }
+    json_t *c = load_json("tests/tokenizer/corpus.json");
+    json_t *cs;
+    json_array_foreach(json_object_get(c, "cases"), i, cs) {
+        json_t *tx = json_object_get(cs, "text");
+        for (int ps = 0; ps < 2; ps++) {
+            int32_t *p, *q; size_t np, nq;
+            ck_assert_int_eq(mi_tokenizer_encode(g_tok, json_string_value(tx), json_string_length(tx), ps, &p, &np), 0);
+            ck_assert_int_eq(mi_tokenizer_encode(t, json_string_value(tx), json_string_length(tx), ps, &q, &nq), 0);
+            ck_assert_msg(np == nq && (!np || !memcmp(p, q, np * sizeof *p)), "corpus %zu (special %d): ids differ", i, ps);
+            free(p); free(q);
+        }
+    }
+    mi_tokenizer_free(t);
+    json_decref(c); json_decref(j);
+    free(buf); free(a.s); free(a.n); free(a.kind); free(a.m); free(a.mn);
+}
+END_TEST
+
+/* A small byte-level vocabulary as arrays, and what it refuses by name. */
+START_TEST(test_arrays_refused) {
+    /* ids 0-255 the bytes, 256 "ab", 257 a padding row, 258 <S> special, 259 <U> added */
+    const char *s[260]; size_t n[260]; int kind[260];
+    char bytes[256][3];
+    for (int b = 0; b < 256; b++) {
+        n[b] = (size_t)mi_test_byte_char(b, bytes[b]);
+        s[b] = bytes[b]; kind[b] = MI_TOK_KIND_NORMAL;
+    }
+    s[256] = "ab"; n[256] = 2; kind[256] = MI_TOK_KIND_NORMAL;
+    s[257] = "[PAD]"; n[257] = 5; kind[257] = MI_TOK_KIND_SKIP;
+    s[258] = "<S>"; n[258] = 3; kind[258] = MI_TOK_KIND_SPECIAL;
+    s[259] = "<U>"; n[259] = 3; kind[259] = MI_TOK_KIND_ADDED;
+    const char *m[1] = {"a b"}; size_t mn[1] = {3};
+    arr_src a = {s, n, kind, m, mn};
+    mi_tok_arrays arr = {260, arr_token, 1, arr_merge, &a, 0, NULL, "toks", "mrg"};
+    char err[512];
+    mi_tokenizer *t = mi_tokenizer_load_arrays(&arr, "small", err, sizeof err);
+    ck_assert_msg(t != NULL, "%s", err);
+    ck_assert_uint_eq(mi_tokenizer_vocab_size(t), 260);
+    ck_assert_ptr_null(mi_tokenizer_token_str(t, 257)); /* the padding row: an unused id */
+    int32_t *ids; size_t k;
+    ck_assert_int_eq(mi_tokenizer_encode(t, "xab<S><U>", 9, 1, &ids, &k), 0);
+    ck_assert_uint_eq(k, 4);
+    ck_assert_int_eq(ids[1], 256);
+    ck_assert_int_eq(ids[2], 258);
+    ck_assert_int_eq(ids[3], 259);
+    free(ids);
+    ck_assert(mi_tokenizer_is_special(t, 258) && !mi_tokenizer_is_special(t, 259));
+    mi_tokenizer_free(t);
+#define REFUSED(stmt, undo, want)                                                               \
+    do {                                                                                      \
+        stmt;                                                                                 \
+        ck_assert_ptr_null(mi_tokenizer_load_arrays(&arr, "small", err, sizeof err));         \
+        ck_assert_msg(strstr(err, want) && !strncmp(err, "small: ", 7), "%s", err);           \
+        undo;                                                                                 \
+    } while (0)
+    REFUSED((s[256] = "a", n[256] = 1), (s[256] = "ab", n[256] = 2), "toks[256] repeats an earlier token");
+    REFUSED(n[256] = 0, n[256] = 2, "toks[256] is empty");
+    REFUSED(s[256] = "a\0", s[256] = "ab", "toks[256] is empty, over 65536 bytes or holds a NUL");
+    REFUSED(s[256] = "\xff\xfe", s[256] = "ab", "toks[256] is not valid UTF-8");
+#define MERGE(x) (m[0] = x, mn[0] = strlen(x))
+    REFUSED(MERGE("ab"), MERGE("a b"), "mrg[0]: \"ab\" is not two tokens");
+    REFUSED(MERGE("a  b"), MERGE("a b"), "mrg[0]: \"a  b\" is not two tokens");
+    REFUSED(MERGE("a c"), MERGE("a b"), "mrg[0]: \"a\" + \"c\": merged token not in toks");
+    REFUSED(MERGE("\xc3 b"), MERGE("a b"), "mrg[0] is not valid UTF-8 text");
+#undef MERGE
+    REFUSED(kind[97] = MI_TOK_KIND_SKIP, kind[97] = MI_TOK_KIND_NORMAL, "toks has no byte-level token for byte 0x61");
+    REFUSED(arr.n_tokens = 0, arr.n_tokens = 260, "toks has 0 entries");
+    REFUSED(arr.split_regex = "(", arr.split_regex = NULL, "regex does not compile");
+#undef REFUSED
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("tokenizer");
     TCase *tc = tcase_create("qwen3");
@@ -816,7 +960,7 @@ static Suite *suite(void) {
     suite_add_tcase(s, tc);
     TCase *tf = tcase_create("files");
     mi_check_add(tf, MI_CHECK_TESTS(test_bad_files, test_tiny_bpe, test_regex_work_is_bounded,
-                                    test_fifo_tokenizer));
+                                    test_fifo_tokenizer, test_arrays_match_json, test_arrays_refused));
     suite_add_tcase(s, tf);
     return s;
 }

@@ -9,7 +9,8 @@
 #include "qwen3_config.h"
 
 /* Rows of logits computed per lm_head call: bounds the logits scratch to
- * Q3_LOGIT_ROWS × vocab floats when all positions' logits are requested. */
+ * Q3_LOGIT_ROWS × vocab floats when all positions' logits are requested
+ * (grown to that from one row only when a call needs more). */
 #define Q3_LOGIT_ROWS 8
 
 typedef mi_glue_weight q3_weight; /* buf NULL when borrowed (tied lm_head) */
@@ -34,7 +35,7 @@ typedef struct q3_scratch {
   float *o;       /* [B, H] block output before the residual add */
   float *gate;    /* [B, F] */
   float *up;      /* [B, F] */
-  float *logits;  /* [Q3_LOGIT_ROWS, V] */
+  float *logits;  /* [logit_rows, V] */
   int32_t *ids;   /* [B] token ids (device) */
   int32_t *pos;   /* [B] positions (device) */
   float *kn, *vn; /* [B, nkv, hd] new keys/values before conversion to the cache type */
@@ -47,6 +48,8 @@ struct mi_model {
   char *model_dir; /* glue.model_dir, owned */
   qwen3_config cfg;
   int64_t batch; /* tokens per forward chunk (prefill batch) */
+  int64_t rows;  /* rows the scratch has now (0 .. batch): grown to the widest chunk yet */
+  int64_t logit_rows;  /* rows of s.logits now (0 .. Q3_LOGIT_ROWS): the most one call computed */
   uint64_t mem_budget; /* option mem_budget: host bytes left for the scratch (0: unchecked) */
   int tp_rank, tp_size;          /* tensor parallelism: this rank of tp_size */
   mi_dtype kv_dtype;             /* KV cache element type: f32 (default), f16 or bf16 */

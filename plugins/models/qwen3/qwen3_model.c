@@ -11,8 +11,10 @@
  *     x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ) · Wdᵀ
  *   logits = rmsnorm(x) · final_norm · Wlmᵀ            (Wlm = embed when tied)
  *
- * Everything a decode step needs is allocated at load/seq_create time: the
- * hot path never allocates.
+ * The scratch is sized to the longest chunk run so far (at most `batch`
+ * rows; the budget is checked for all of them at load), so a short prompt
+ * does not hold a full prefill chunk's worth of memory; decode steps of the
+ * same width never allocate.
  */
 #include <math.h>
 #include <stdio.h>
@@ -93,39 +95,44 @@ static int alloc_buf(qwen3_model *m, size_t bytes, mi_buffer **b, void **ptr, ch
   return mi_glue_alloc(&m->glue, bytes, b, ptr, err, err_len);
 }
 
-/* Bytes alloc_scratch allocates (the same sums, in double: no overflow). */
-static double scratch_bytes(const qwen3_model *m) {
+/* Bytes the scratch takes at B rows with all its logits rows (the sums
+ * grow_scratch and grow_logits allocate, in double: no overflow). */
+static double scratch_bytes(const qwen3_model *m, int64_t rows) {
   const qwen3_config *c = &m->cfg;
-  const double B = (double)m->batch, f = sizeof(float);
+  const double B = (double)rows, f = sizeof(float);
   const double qdim = (double)(m->nh_l * c->head_dim), kvd = (double)(m->nkv_l * c->head_dim);
-  double b = B * f * (3.0 * (double)c->hidden + 2.0 * qdim + 2.0 * (double)m->ffn_l) +
-             (double)Q3_LOGIT_ROWS * (double)c->vocab * f + 3.0 * B * sizeof(int32_t);
-  if (m->kv_dtype != MI_DTYPE_F32) b += 2.0 * B * kvd * f;
-  return b;
+  return B * f * (3.0 * (double)c->hidden + 2.0 * qdim + 2.0 * (double)m->ffn_l + 2.0 * kvd) +
+         (double)Q3_LOGIT_ROWS * (double)c->vocab * f + 3.0 * B * sizeof(int32_t);
 }
 
-static int alloc_scratch(qwen3_model *m, char *err, size_t err_len) {
-  const qwen3_config *c = &m->cfg;
-  const size_t B = (size_t)m->batch, f = sizeof(float);
-  const size_t qdim = (size_t)(m->nh_l * c->head_dim);
-  q3_scratch *s = &m->s;
-  /* the host's memory budget (option mem_budget, set by the session on
-   * host-memory platforms): refuse before allocating, not be OOM-killed */
-  if (m->mem_budget && scratch_bytes(m) > (double)m->mem_budget) {
+/* At load: the host's memory budget (option mem_budget, set by the session
+ * on host-memory platforms) must hold the scratch of a full chunk, which a
+ * long prompt will grow it to: refuse now, not be OOM-killed then. */
+static int check_scratch(qwen3_model *m, char *err, size_t err_len) {
+  if (m->mem_budget && scratch_bytes(m, m->batch) > (double)m->mem_budget) {
     snprintf(err, err_len,
              "qwen3: the scratch buffers (batch %lld) need %.1f MiB, %.1f MiB available; lower -b",
-             (long long)m->batch, scratch_bytes(m) / 1048576.0, (double)m->mem_budget / 1048576.0);
+             (long long)m->batch, scratch_bytes(m, m->batch) / 1048576.0,
+             (double)m->mem_budget / 1048576.0);
     return -1;
   }
-  if (alloc_buf(m, B * c->hidden * f, &s->b_x, (void **)&s->x, err, err_len) ||       /* [B,H] */
-      alloc_buf(m, B * c->hidden * f, &s->b_h, (void **)&s->h, err, err_len) ||       /* [B,H] */
-      alloc_buf(m, B * qdim * f, &s->b_q, (void **)&s->q, err, err_len) ||            /* [B,nh,hd] */
-      alloc_buf(m, B * qdim * f, &s->b_att, (void **)&s->att, err, err_len) ||        /* [B,nh,hd] */
-      alloc_buf(m, B * c->hidden * f, &s->b_o, (void **)&s->o, err, err_len) ||       /* [B,H] */
-      alloc_buf(m, B * m->ffn_l * f, &s->b_gate, (void **)&s->gate, err, err_len) ||  /* [B,F/tp] */
-      alloc_buf(m, B * m->ffn_l * f, &s->b_up, (void **)&s->up, err, err_len) ||      /* [B,F/tp] */
-      alloc_buf(m, Q3_LOGIT_ROWS * c->vocab * f, &s->b_logits, (void **)&s->logits, err,
-                err_len) || /* [Q3_LOGIT_ROWS, V] */
+  return 0;
+}
+
+/* The scratch for chunks of up to B rows (the buffers are filled anew by
+ * every chunk: nothing is kept across a regrowth); the logits are apart. */
+static int alloc_scratch(qwen3_model *m, size_t B, char *err, size_t err_len) {
+  const qwen3_config *c = &m->cfg;
+  const size_t f = sizeof(float);
+  const size_t qdim = (size_t)(m->nh_l * c->head_dim);
+  q3_scratch *s = &m->s;
+  if (alloc_buf(m, B * c->hidden * f, &s->b_x, (void **)&s->x, err, err_len) ||      /* [B,H] */
+      alloc_buf(m, B * c->hidden * f, &s->b_h, (void **)&s->h, err, err_len) ||      /* [B,H] */
+      alloc_buf(m, B * qdim * f, &s->b_q, (void **)&s->q, err, err_len) ||           /* [B,nh,hd] */
+      alloc_buf(m, B * qdim * f, &s->b_att, (void **)&s->att, err, err_len) ||       /* [B,nh,hd] */
+      alloc_buf(m, B * c->hidden * f, &s->b_o, (void **)&s->o, err, err_len) ||      /* [B,H] */
+      alloc_buf(m, B * m->ffn_l * f, &s->b_gate, (void **)&s->gate, err, err_len) || /* [B,F/tp] */
+      alloc_buf(m, B * m->ffn_l * f, &s->b_up, (void **)&s->up, err, err_len) ||     /* [B,F/tp] */
       alloc_buf(m, B * sizeof(int32_t), &s->b_ids, (void **)&s->ids, err, err_len) || /* [B] */
       alloc_buf(m, B * sizeof(int32_t), &s->b_pos, (void **)&s->pos, err, err_len))   /* [B] */
     return -1;
@@ -142,13 +149,59 @@ static int alloc_scratch(qwen3_model *m, char *err, size_t err_len) {
   return 0;
 }
 
-static void free_scratch(qwen3_model *m) {
+static void free_rows(qwen3_model *m) {
   q3_scratch *s = &m->s;
-  mi_buffer **bufs[] = {&s->b_x,   &s->b_h,      &s->b_q,   &s->b_att, &s->b_o,  &s->b_gate,
-                        &s->b_up,  &s->b_logits, &s->b_ids, &s->b_pos, &s->b_kn, &s->b_vn};
+  mi_buffer **bufs[] = {&s->b_x,  &s->b_h,   &s->b_q,   &s->b_att, &s->b_o, &s->b_gate,
+                        &s->b_up, &s->b_ids, &s->b_pos, &s->b_kn,  &s->b_vn};
   mi_glue_buffers_free(m->glue.P, m->glue.pc, bufs, sizeof bufs / sizeof bufs[0]);
   free(m->pos_host);
   m->pos_host = NULL;
+  m->rows = 0;
+}
+
+static void free_logits(qwen3_model *m) {
+  mi_buffer **bufs[] = {&m->s.b_logits};
+  mi_glue_buffers_free(m->glue.P, m->glue.pc, bufs, 1);
+  m->logit_rows = 0;
+}
+
+static void free_scratch(qwen3_model *m) {
+  free_rows(m);
+  free_logits(m);
+}
+
+/* Room for a chunk of T rows (T <= batch): the scratch regrown, when it is
+ * smaller, to T or twice its rows (at most batch), so that widths creeping
+ * up one at a time (a server's batch of decode steps) regrow it only a few
+ * times. A failure leaves no scratch; the next call tries again. */
+static int grow_scratch(qwen3_model *m, int64_t T, char *err, size_t err_len) {
+  if (T <= m->rows) return 0;
+  int64_t rows = 2 * m->rows > T ? 2 * m->rows : T;
+  if (rows > m->batch) rows = m->batch;
+  free_rows(m);
+  if (alloc_scratch(m, (size_t)rows, err, err_len) != 0) {
+    free_rows(m);
+    return -1;
+  }
+  m->rows = rows;
+  return 0;
+}
+
+/* Room for n rows of logits in one lm_head call (at most Q3_LOGIT_ROWS):
+ * grown apart from the chunk's scratch, since generating needs one row
+ * whatever the prompt's length, and only all-position logits (or a batch
+ * of decode steps) need more. */
+static int grow_logits(qwen3_model *m, int64_t n, char *err, size_t err_len) {
+  if (n > Q3_LOGIT_ROWS) n = Q3_LOGIT_ROWS;
+  if (n <= m->logit_rows) return 0;
+  int64_t rows = 2 * m->logit_rows > n ? 2 * m->logit_rows : n;
+  if (rows > Q3_LOGIT_ROWS) rows = Q3_LOGIT_ROWS;
+  free_logits(m);
+  if (alloc_buf(m, (size_t)rows * (size_t)m->cfg.vocab * sizeof(float), &m->s.b_logits,
+                (void **)&m->s.logits, err, err_len) != 0)
+    return -1;
+  m->logit_rows = rows;
+  return 0;
 }
 
 /* ---- model lifecycle -------------------------------------------------- */
@@ -241,7 +294,7 @@ int qwen3_model_load(const mi_host_api *host, const mi_model_load_args *a, qwen3
     snprintf(err, err_len, "qwen3: out of memory");
     goto fail;
   }
-  if (bind_weights(m, err, err_len) != 0 || alloc_scratch(m, err, err_len) != 0) goto fail;
+  if (bind_weights(m, err, err_len) != 0 || check_scratch(m, err, err_len) != 0) goto fail;
   *out = m;
   return 0;
 fail:
@@ -291,6 +344,7 @@ static int forward_chunk(qwen3_model *m, qwen3_seq *seq, const int32_t *ids, int
   const float eps = (float)c->eps, theta = (float)c->rope_theta;
   const float att_scale = (float)(1.0 / sqrt((double)hd));
 
+  if (grow_scratch(m, T, err, err_len) != 0) return -1;
   for (int64_t t = 0; t < T; t++) m->pos_host[t] = (int32_t)(pos0 + t);
   CHECK_K(P->memcpy_h2d(pc, NULL, s->ids, ids, (size_t)T * sizeof(int32_t)));
   CHECK_K(P->memcpy_h2d(pc, NULL, s->pos, m->pos_host, (size_t)T * sizeof(int32_t)));
@@ -344,6 +398,7 @@ static int forward_chunk(qwen3_model *m, qwen3_seq *seq, const int32_t *ids, int
 static int compute_logits(qwen3_model *m, int64_t r0, int64_t n, float *out, char *err,
                           size_t err_len) {
   const int64_t H = m->cfg.hidden;
+  if (grow_logits(m, n, err, err_len) != 0) return -1;
   return mi_glue_logits(&m->glue, m->s.x + (size_t)r0 * H, m->s.h + (size_t)r0 * H, n, H,
                         m->cfg.vocab, &m->final_norm, (float)m->cfg.eps, 0.0f, &m->lm_head,
                         m->s.logits, Q3_LOGIT_ROWS, out, NULL, err, err_len);
@@ -373,6 +428,7 @@ static int forward_step_rows(qwen3_model *m, qwen3_seq *const *seqs, const int32
   const float att_scale = (float)(1.0 / sqrt((double)hd));
   const size_t esz = mi_dtype_size(m->kv_dtype);
 
+  if (grow_scratch(m, T, err, err_len) != 0) return -1;
   for (int64_t t = 0; t < T; t++) m->pos_host[t] = (int32_t)seqs[t]->len;
   CHECK_K(P->memcpy_h2d(pc, NULL, s->ids, ids, (size_t)T * sizeof(int32_t)));
   CHECK_K(P->memcpy_h2d(pc, NULL, s->pos, m->pos_host, (size_t)T * sizeof(int32_t)));
@@ -415,7 +471,8 @@ static int forward_step_rows(qwen3_model *m, qwen3_seq *const *seqs, const int32
     CHECK_K(P->add(pc, NULL, s->x, s->x, s->o, T * H));
   }
   /* logits, each row to its own buffer */
-  if (mi_glue_logits(&m->glue, s->x, s->h, T, H, c->vocab, &m->final_norm, eps, 0.0f, &m->lm_head,
+  if (grow_logits(m, T, err, err_len) != 0 ||
+      mi_glue_logits(&m->glue, s->x, s->h, T, H, c->vocab, &m->final_norm, eps, 0.0f, &m->lm_head,
                      s->logits, Q3_LOGIT_ROWS, NULL, logits, err, err_len))
     return -1;
   /* only now: a failure above leaves every sequence as it was */
