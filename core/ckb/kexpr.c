@@ -29,7 +29,7 @@
 typedef enum kx_op { KX_NUM, KX_NAME, KX_NEG, KX_ADD, KX_SUB, KX_MUL, KX_DIV, KX_FN } kx_op;
 
 typedef enum kx_fn {
-  F_EXP, F_LOG, F_TANH, F_SQRT, F_ABS, F_ERF, F_ERFC, F_SIGMOID, F_SOFTPLUS, F_MIN, F_MAX, F_POW,
+  F_EXP, F_LOG, F_TANH, F_SQRT, F_ABS, F_ERF, F_ERFC, F_SIGMOID, F_SOFTPLUS, F_MIN, F_MAX, F_POW, F_FLOOR, F_CEIL,
 } kx_fn;
 
 static const struct {
@@ -41,6 +41,7 @@ static const struct {
     [F_ERFC] = {"erfc", 1},
     [F_SIGMOID] = {"sigmoid", 1}, [F_SOFTPLUS] = {"softplus", 1},
     [F_MIN] = {"min", 2},         [F_MAX] = {"max", 2},   [F_POW] = {"pow", 2},
+    [F_FLOOR] = {"floor", 1},     [F_CEIL] = {"ceil", 1},
 };
 #define KX_NFN ((int)(sizeof k_fns / sizeof *k_fns))
 
@@ -334,6 +335,8 @@ static double eval_node(const mi_kexpr *e, int i, const double *v) {
   case F_MIN: return fmin(x, y);
   case F_MAX: return fmax(x, y);
   case F_POW: return pow(x, y);
+  case F_FLOOR: return floor(x);
+  case F_CEIL: return ceil(x);
   }
   return NAN;
 }
@@ -368,10 +371,12 @@ static void c_node(const mi_kexpr *e, int i, const char *const *names, kx_out *o
                                       [KX_DIV] = " / "};
   static const char *const cfn[] = {[F_EXP] = "expf",  [F_LOG] = "logf", [F_TANH] = "tanhf",
                                     [F_SQRT] = "sqrtf", [F_ABS] = "fabsf", [F_ERF] = "erff", [F_ERFC] = "erfcf",
-                                    [F_MIN] = "fminf", [F_MAX] = "fmaxf", [F_POW] = "powf"};
+                                    [F_MIN] = "fminf", [F_MAX] = "fmaxf", [F_POW] = "powf",
+                                    [F_FLOOR] = "floorf", [F_CEIL] = "ceilf"};
   static const char *const dfn[] = {[F_EXP] = "exp",  [F_LOG] = "log", [F_TANH] = "tanh",
                                     [F_SQRT] = "sqrt", [F_ABS] = "fabs", [F_ERF] = "erf", [F_ERFC] = "erfc",
-                                    [F_MIN] = "fmin", [F_MAX] = "fmax", [F_POW] = "pow"};
+                                    [F_MIN] = "fmin", [F_MAX] = "fmax", [F_POW] = "pow",
+                                    [F_FLOOR] = "floor", [F_CEIL] = "ceil"};
   const int d = o->dbl;
   const kx_node *n = &e->nodes[i];
   switch (n->op) {

@@ -200,14 +200,27 @@ int mi_rotary_form_parse(const json_t *op, mi_rotary_form *f, char *err, size_t 
     }
   }
   f->freq = index_expr(id, "rotary.freq", freq, "the pair", args, &f->n_names, f->name_arg, err, err_len);
-  return f->freq ? 0 : -1;
+  if (!f->freq) return -1;
+  const json_t *amp = json_object_get(json_object_get(op, "rotary"), "amplitude");
+  if (!amp) return 0;
+  if (!json_is_string(amp)) {
+    snprintf(err, err_len, "%s: rotary.amplitude must be an expression string", id);
+    mi_rotary_form_free(f);
+    return -1;
+  }
+  f->amp = index_expr(id, "rotary.amplitude", json_string_value(amp), "the pair", args, &f->n_amp_names,
+                      f->amp_name_arg, err, err_len);
+  if (f->amp) return 0;
+  mi_rotary_form_free(f);
+  return -1;
 }
 
 void mi_rotary_form_free(mi_rotary_form *f) {
   if (!f) return;
   mi_kexpr_free(f->freq);
-  f->freq = NULL;
-  f->n_names = 0;
+  mi_kexpr_free(f->amp);
+  f->freq = f->amp = NULL;
+  f->n_names = f->n_amp_names = 0;
 }
 
 /* ---- the masked-attention form ---- */

@@ -17,7 +17,7 @@
  *
  * Kernel expressions (core/ckb/kexpr.c): decimal numbers, names, + - * /,
  * unary minus, parentheses and the functions exp log tanh sqrt abs erf
- * erfc sigmoid softplus (one argument) and min max pow (two). Evaluated in
+ * erfc sigmoid softplus floor ceil (one argument) and min max pow (two). Evaluated in
  * float64 by the reference; written as float C by the generator. */
 #ifndef MI_CORE_CKB_MAP_FORM_H
 #define MI_CORE_CKB_MAP_FORM_H
@@ -94,7 +94,11 @@ void mi_map_form_free(mi_map_form *f);
  * (v[i], v[i + rot_dim/2]) <- (v[i] cos a - v[i + rot_dim/2] sin a,
  * v[i + rot_dim/2] cos a + v[i] sin a) (NeoX pairing, as operator.rope).
  * freq reads `i` (the pair's index) and scalar arguments by name; the
- * reference and the generated kernel evaluate it in double. */
+ * reference and the generated kernel evaluate it in double. An optional
+ * "amplitude" (an expression over the same names; default 1) multiplies
+ * the rotated pair: cos a and sin a become amplitude(i) cos a and
+ * amplitude(i) sin a (YaRN's attention factor, which transformers applies
+ * to cos and sin). */
 
 #define MI_ROTARY_ARGS 7 /* x, pos, T, H, tok_stride, head_stride, rot_dim */
 
@@ -103,6 +107,9 @@ typedef struct mi_rotary_form {
   mi_kexpr *freq;
   int n_names;
   int name_arg[MI_MAP_MAX_NAMES]; /* freq's name k: its signature index, -1 for i */
+  mi_kexpr *amp; /* the amplitude, or NULL: 1 */
+  int n_amp_names;
+  int amp_name_arg[MI_MAP_MAX_NAMES];
 } mi_rotary_form;
 
 int mi_rotary_form_parse(const json_t *op, mi_rotary_form *f, char *err, size_t err_len);

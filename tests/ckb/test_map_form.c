@@ -45,7 +45,11 @@ START_TEST(test_eval) {
     ck_assert_double_eq_tol(eval1("abs(x) * 1.5e1 / 3E+0", "x", x), fabs(x) * 5, 1e-12 * (1 + fabs(x)));
     ck_assert_double_eq_tol(eval1("x * 0.5 * (1 + erf(x / sqrt(2)))", "x", x),
                             x * 0.5 * (1 + erf(x / sqrt(2))), 1e-12 * (1 + fabs(x)));
+    ck_assert_double_eq(eval1("floor(x) + ceil(x)", "x", x), floor(x) + ceil(x));
   }
+  /* floor and ceil round toward -inf and +inf (YaRN's correction range) */
+  ck_assert_double_eq(eval1("floor(-0.5)", "q", 0), -1);
+  ck_assert_double_eq(eval1("ceil(-0.5) + ceil(1.25)", "q", 0), 2);
   /* precedence and left associativity */
   ck_assert_double_eq(eval1("8 - 2 - 1 + 2 * 3 / 4", "q", 0), 6.5);
   ck_assert_double_eq(eval1("pow(2, 10) - exp(log(4))", "q", 0), 1020);

@@ -1177,6 +1177,40 @@ END_TEST
  * so all three bands bite within the prompts; llama.cpp applies it through
  * the rope_freqs tensor hf2gguf.mjs writes. The unscaled reading cannot
  * explain rope_scaling; computed anyway it is 9.7 off this oracle. */
+/* A contract absorbed from a probe with rope scaling, on the unscaled
+ * golden's checkpoint (rope_scaling absent or null): every field explained
+ * (the members at their identity defaults), within EV_TOL of llama.cpp in
+ * float64; then with `scaling` (a set rope_scaling lacking its factor) the
+ * factor is named as absent, never defaulted. Takes scaling. */
+static void holds_unscaled_checkpoint(const json_t *m, const char *golden, json_t *scaling) {
+  char *tmp = tw_mkdtemp("evolve-unscaled"), *dir = tw_path(tmp, "m"), bin[4096], err[1024], *ck = src("ckb");
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  ev_opts o = {.exe_dir = bin};
+  json_t *g = load_src(golden);
+  ck_assert_msg(ev_remake_checkpoint(&o, g, dir, err, sizeof err) == 0, "%s", err);
+  json_t *cfg = mi_test_json_at(dir, "config.json"), *un = json_array();
+  ck_assert(!json_object_get(cfg, "rope_scaling") || json_is_null(json_object_get(cfg, "rope_scaling")));
+  mi_weights *w = mi_weights_open(dir, err, sizeof err);
+  ck_assert_msg(w, "%s", err);
+  ck_assert_int_eq(ev_explain(m, cfg, w, un, NULL), 0);
+  mi_ckb *k = mi_ckb_open(ck, err, sizeof err);
+  ck_assert_msg(k, "%s", err);
+  double e = 1;
+  int steps = 0;
+  ck_assert_msg(ev_oracle_error(k, m, cfg, w, g, &e, &steps, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(e < EV_TOL && steps > 0, "%s under the scaled contract: %g over %d steps", golden, e, steps);
+  json_object_set_new(cfg, "rope_scaling", scaling);
+  ck_assert_int_gt(ev_explain(m, cfg, w, un, NULL), 0);
+  char *s = json_dumps(un, JSON_COMPACT);
+  ck_assert_msg(strstr(s, "'rope_scaling.factor' is absent"), "%s", s);
+  free(s);
+  mi_ckb_close(k);
+  mi_weights_close(w);
+  json_decref(un), json_decref(cfg), json_decref(g);
+  tw_rmtree(tmp);
+  free(tmp), free(dir), free(ck);
+}
+
 START_TEST(llama31_rope_scaling_absorbed) {
   json_t *m = absorb_family("llama31-probe-tiny-seed6.json",
                             "head_dim=derived llama_fields=present norm=w qk=none rope_scaling=llama3", "models/llama.json",
@@ -1195,35 +1229,42 @@ START_TEST(llama31_rope_scaling_absorbed) {
   ck_assert_str_eq(json_string_value(json_object_get(mi_ckb_named(cf, "name", "factor"), "path")), "rope_scaling.factor");
   /* one contract for the architecture: a Llama 3.0 checkpoint (rope_scaling
    * null) reads every member at its default, factor 1, plain RoPE; the
-   * contract explains it and matches llama.cpp's golden of it */
-  char *tmp = tw_mkdtemp("evolve-l30"), *dir = tw_path(tmp, "m"), bin[4096], err[1024], *ck = src("ckb");
-  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
-  ev_opts o = {.exe_dir = bin};
-  json_t *g = load_src("tests/goldens/families/llama-probe-tiny-seed4.json");
-  ck_assert_msg(ev_remake_checkpoint(&o, g, dir, err, sizeof err) == 0, "%s", err);
-  json_t *cfg = mi_test_json_at(dir, "config.json"), *un = json_array();
-  ck_assert(json_is_null(json_object_get(cfg, "rope_scaling")));
-  mi_weights *w = mi_weights_open(dir, err, sizeof err);
-  ck_assert_msg(w, "%s", err);
-  ck_assert_int_eq(ev_explain(m, cfg, w, un, NULL), 0);
-  mi_ckb *k = mi_ckb_open(ck, err, sizeof err);
-  ck_assert_msg(k, "%s", err);
-  double e = 1;
-  int steps = 0;
-  ck_assert_msg(ev_oracle_error(k, m, cfg, w, g, &e, &steps, err, sizeof err) == 0, "%s", err);
-  ck_assert_msg(e < EV_TOL && steps > 0, "Llama 3.0 under the 3.1 contract: %g over %d steps", e, steps);
-  /* a rope_scaling that is set must give every member: none defaults then */
-  json_object_set_new(cfg, "rope_scaling", json_pack("{s:s, s:f, s:f, s:i}", "rope_type", "llama3", "low_freq_factor", 1.0,
-                                                     "high_freq_factor", 4.0, "original_max_position_embeddings", 64));
-  ck_assert_int_gt(ev_explain(m, cfg, w, un, NULL), 0);
-  char *s = json_dumps(un, JSON_COMPACT);
-  ck_assert_msg(strstr(s, "'rope_scaling.factor' is absent"), "%s", s);
-  free(s);
-  mi_ckb_close(k);
-  mi_weights_close(w);
-  json_decref(un), json_decref(cfg), json_decref(g), json_decref(m);
-  tw_rmtree(tmp);
-  free(tmp), free(dir), free(ck);
+   * contract explains it and matches llama.cpp's golden of it; a
+   * rope_scaling that is set must give every member: none defaults then */
+  holds_unscaled_checkpoint(m, "tests/goldens/families/llama-probe-tiny-seed4.json",
+                            json_pack("{s:s, s:f, s:f, s:i}", "rope_type", "llama3", "low_freq_factor", 1.0,
+                                      "high_freq_factor", 4.0, "original_max_position_embeddings", 64));
+  json_decref(m);
+}
+END_TEST
+
+/* Qwen2.5 with YaRN (tests/goldens/families/qwen2-probe-tiny-yarn-seed11.json:
+ * rope_scaling {"type": "yarn", "factor": 4, "original_max_position_embeddings":
+ * 64}, the older key Qwen2.5's documentation gives; llama.cpp's qwen2 the
+ * oracle, reading the rope.scaling.* keys): the frequencies and the
+ * attention factor the CKB states as expressions (operator.rope_yarn, a
+ * rotary form with an amplitude; floor and ceil for the correction range)
+ * reach it with no C written for it. One contract for both: a Qwen2
+ * checkpoint without rope_scaling reads factor 1 (plain RoPE) and matches
+ * llama.cpp's golden of it; a set rope_scaling must give its factor. */
+START_TEST(qwen25_yarn_absorbed) {
+  json_t *m = absorb_family("qwen2-probe-tiny-yarn-seed11.json", "bias=qkv head_dim=derived norm=w qk=none rope_scaling=yarn",
+                            "models/qwen2.json", "Qwen2ForCausalLM");
+  const json_t *seq = json_object_get(m, "layer_sequence");
+  for (int q = 0; q < 2; q++) {
+    const json_t *st = mi_ckb_named(seq, "step", q ? "k_rope" : "q_rope");
+    ck_assert_str_eq(json_string_value(json_object_get(st, "operator")), "operator.rope_yarn");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(st, "args"), "original_max_position_embeddings")),
+                     "config:original_max_position_embeddings");
+  }
+  const json_t *cf = json_object_get(m, "config");
+  ck_assert_ptr_null(mi_ckb_named(cf, "name", "rope_scaling"));
+  ck_assert_str_eq(json_string_value(json_object_get(mi_ckb_named(cf, "name", "type"), "path")), "rope_scaling.type");
+  ck_assert_ptr_null(mi_ckb_named(cf, "name", "rope_type")); /* if_present: the probe spells it "type" */
+  ck_assert_double_eq(json_number_value(json_object_get(mi_ckb_named(cf, "name", "beta_fast"), "default")), 32);
+  holds_unscaled_checkpoint(m, "tests/goldens/families/qwen2-probe-tiny-seed3.json",
+                            json_pack("{s:s, s:i}", "type", "yarn", "original_max_position_embeddings", 64));
+  json_decref(m);
 }
 END_TEST
 
@@ -1454,7 +1495,7 @@ static Suite *suite(void) {
                                   references_off_reads_nothing,
                                   tampered_oracle_picks_the_other_variant, bad_input_is_named,
                                   qwen2_layout_found_through_a_generated_operator, llama_layout_absorbed,
-                                  mistral_layout_absorbed, llama31_rope_scaling_absorbed,
+                                  mistral_layout_absorbed, llama31_rope_scaling_absorbed, qwen25_yarn_absorbed,
                                   experience_shortens_the_search));
   mi_check_add(
       tk, MI_CHECK_TESTS(

@@ -1054,7 +1054,12 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   // frequency by a factor read from a rope_freqs tensor (ggml_rope_ext's
   // freq_factors), made here from the config (ropeFreqFactors)
   const llama3 = scaling && fam.permuteQK && (scaling.rope_type ?? scaling.type) === "llama3";
-  if (scaling && !llama3 && scaling.rope_type !== "default" && scaling.type !== "default")
+  // YaRN (Qwen2.5 / Qwen3 long context): llama.cpp reads the type, the
+  // factor and the original context from keys and computes the ramp and the
+  // attention factor 0.1 ln(factor) + 1 itself, with beta_fast 32 and
+  // beta_slow 1; what it would compute otherwise is refused here
+  const yarn = scaling && (scaling.rope_type ?? scaling.type) === "yarn" ? yarnKeys(scaling, cfgFile) : null;
+  if (scaling && !llama3 && !yarn && scaling.rope_type !== "default" && scaling.type !== "default")
     die(`${cfgFile}: rope scaling ${JSON.stringify(scaling)} is not supported by this converter`);
   if (cfg.attention_bias === true && !fam.qkvBias) die(`${cfgFile}: attention_bias=true is not supported`);
   if (cfg.mlp_bias === true) die(`${cfgFile}: mlp_bias=true is not supported`);
@@ -1079,6 +1084,11 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   if (type !== "f32" && type !== "bf16") w.addU32("general.quantization_version", 2); // ggml's GGML_QNT_VERSION
   addDecoderKeys(w, A, h, 40960, theta);
   if (fam.permuteQK) w.addU32(`${A}.rope.dimension_count`, h.head_dim);
+  if (yarn) {
+    w.addString(`${A}.rope.scaling.type`, "yarn");
+    w.addF32(`${A}.rope.scaling.factor`, yarn.factor);
+    w.addU32(`${A}.rope.scaling.original_context_length`, yarn.orig);
+  }
   const vocab = buildVocab(modelDir, h, w);
 
   const notes = [], types = {};
@@ -1103,6 +1113,20 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   }
   await w.write(outPath);
   return { config: h, vocab, types, notes };
+}
+
+/** YaRN's members as llama.cpp reads them (rope.scaling.* keys); dies on
+ *  what its graph would compute differently (an explicit attention_factor
+ *  or mscale, betas other than its defaults 32 and 1). */
+function yarnKeys(sc, cfgFile) {
+  if (typeof sc.factor !== "number" || !(sc.factor > 0)) die(`${cfgFile}: rope_scaling yarn needs a positive factor`);
+  const orig = sc.original_max_position_embeddings;
+  if (!Number.isInteger(orig) || orig < 1) die(`${cfgFile}: rope_scaling yarn needs original_max_position_embeddings`);
+  for (const k of ["attention_factor", "mscale", "mscale_all_dim"])
+    if (sc[k] != null) die(`${cfgFile}: rope_scaling yarn with ${k}: not converted (llama.cpp's attention factor is 0.1 ln(factor) + 1)`);
+  if ((sc.beta_fast ?? 32) !== 32 || (sc.beta_slow ?? 1) !== 1)
+    die(`${cfgFile}: rope_scaling yarn with beta_fast/beta_slow other than 32/1: not converted`);
+  return { factor: sc.factor, orig };
 }
 
 /** llama3 rope scaling as llama.cpp reads it: per pair i of a head of hd

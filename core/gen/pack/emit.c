@@ -37,6 +37,7 @@ typedef struct pk_op {
   mi_masked_attention_form mf; /* its first-key expression */
   char sha[65]; /* of the entry's canonical JSON: which knowledge the kernel came from */
   char body_c[PK_EXPR_MAX]; /* the expression as float C over the body's names */
+  char amp_c[PK_EXPR_MAX];  /* a rotary form's amplitude as double C ("1.0" without one) */
 } pk_op;
 
 /* ---------- small writers ---------- */
@@ -167,6 +168,25 @@ static int entry_sha(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len
   return 0;
 }
 
+/* A form's expression x as double C over the index mi_i and the scalar
+ * arguments (each spelled arg_prefix NAME), into out. */
+static int form_c64(const mi_ckb_entry *e, const pk_op *op, const mi_kexpr *x, int n_names, const int *name_arg,
+                    const char *arg_prefix, char *out, size_t out_len, char *err, size_t err_len) {
+  const char *names[MI_MAP_MAX_NAMES];
+  char store[MI_MAP_MAX_NAMES][96];
+  for (int k = 0; k < n_names; k++) {
+    if (name_arg[k] < 0) snprintf(store[k], sizeof store[k], "((double)mi_i)");
+    else snprintf(store[k], sizeof store[k], "((double)%s%s)", arg_prefix, arg_name(json_array_get(op->args, (size_t)name_arg[k])));
+    names[k] = store[k];
+  }
+  char kerr[300];
+  if (mi_kexpr_c64(x, names, out, out_len, kerr, sizeof kerr) != 0) {
+    snprintf(err, err_len, "%s: %s", e->id, kerr);
+    return -1;
+  }
+  return 0;
+}
+
 /* What the rotary and masked-attention forms share: every argument one a
  * host-C kernel can carry (carry), the form's expression x as double C over
  * the index mi_i and the scalar arguments (each spelled arg_prefix NAME),
@@ -183,18 +203,7 @@ static int read_double_form(const mi_ckb_entry *e, pk_op *op, const mi_kexpr *x,
       return -1;
     }
   }
-  const char *names[MI_MAP_MAX_NAMES];
-  char store[MI_MAP_MAX_NAMES][96];
-  for (int k = 0; k < n_names; k++) {
-    if (name_arg[k] < 0) snprintf(store[k], sizeof store[k], "((double)mi_i)");
-    else snprintf(store[k], sizeof store[k], "((double)%s%s)", arg_prefix, arg_name(json_array_get(op->args, (size_t)name_arg[k])));
-    names[k] = store[k];
-  }
-  char kerr[300];
-  if (mi_kexpr_c64(x, names, op->body_c, sizeof op->body_c, kerr, sizeof kerr) != 0) {
-    snprintf(err, err_len, "%s: %s", e->id, kerr);
-    return -1;
-  }
+  if (form_c64(e, op, x, n_names, name_arg, arg_prefix, op->body_c, sizeof op->body_c, err, err_len) != 0) return -1;
   return entry_sha(e, op, err, err_len);
 }
 
@@ -204,6 +213,10 @@ static int read_rotary(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_l
   op->expr = json_string_value(json_object_get(json_object_get(e->json, "rotary"), "freq"));
   if (mi_rotary_form_parse(e->json, &op->rf, err, err_len) != 0) return -1;
   op->parsed = 2;
+  snprintf(op->amp_c, sizeof op->amp_c, "1.0");
+  if (op->rf.amp &&
+      form_c64(e, op, op->rf.amp, op->rf.n_amp_names, op->rf.amp_name_arg, "", op->amp_c, sizeof op->amp_c, err, err_len))
+    return -1;
   return read_double_form(e, op, op->rf.freq, op->rf.n_names, op->rf.name_arg, "", plain_c_type, err, err_len);
 }
 
@@ -680,7 +693,8 @@ static int emit_rotary(FILE *o, const pk_op *op, char *err, size_t err_len) {
   fprintf(o, "#define MI_PK_ROT_MAX 4096 /* pairs a head: rot_dim up to 8192 */\n\n");
   fprintf(o, "typedef struct mi_%s_args {\n  float *%s;\n  const int32_t *%s;\n", op->base, x, pos);
   fprintf(o, "  int64_t %s, %s, %s, %s, %s;\n", T, H, ts, hs, rot);
-  fprintf(o, "  const double *mi_freq; /* [rot_dim / 2]: each pair's frequency */\n} mi_%s_args;\n\n", op->base);
+  fprintf(o, "  const double *mi_freq; /* [rot_dim / 2]: each pair's frequency */\n");
+  fprintf(o, "  const double *mi_amp;  /* [rot_dim / 2]: each pair's amplitude */\n} mi_%s_args;\n\n", op->base);
   fprintf(o, "/* tokens [mi_t0, mi_t1) */\n");
   fprintf(o, "static void mi_%s_body(void *mi_arg, int64_t mi_t0, int64_t mi_t1) {\n", op->base);
   fprintf(o, "  const mi_%s_args *mi_a = mi_arg;\n", op->base);
@@ -688,7 +702,7 @@ static int emit_rotary(FILE *o, const pk_op *op, char *err, size_t err_len) {
   fprintf(o, "  for (int64_t mi_t = mi_t0; mi_t < mi_t1; mi_t++)\n");
   fprintf(o, "    for (int64_t mi_i = 0; mi_i < mi_half; mi_i++) {\n");
   fprintf(o, "      const double mi_ang = (double)mi_a->%s[mi_t] * mi_a->mi_freq[mi_i];\n", pos);
-  fprintf(o, "      const float mi_c = (float)cos(mi_ang), mi_s = (float)sin(mi_ang);\n");
+  fprintf(o, "      const float mi_c = (float)(mi_a->mi_amp[mi_i] * cos(mi_ang)), mi_s = (float)(mi_a->mi_amp[mi_i] * sin(mi_ang));\n");
   fprintf(o, "      for (int64_t mi_h = 0; mi_h < mi_a->%s; mi_h++) {\n", H);
   fprintf(o, "        float *mi_v = mi_a->%s + mi_t * mi_a->%s + mi_h * mi_a->%s;\n", x, ts, hs);
   fprintf(o, "        const float mi_x0 = mi_v[mi_i], mi_x1 = mi_v[mi_i + mi_half];\n");
@@ -700,9 +714,12 @@ static int emit_rotary(FILE *o, const pk_op *op, char *err, size_t err_len) {
   fprintf(o, "    return mi_pk_fail(mi_p, \"%s: rot_dim %%lld: an even number of channels, at most %%d pairs\", "
              "(long long)%s, MI_PK_ROT_MAX);\n", op->id, rot);
   fprintf(o, "  if (%s <= 0 || %s <= 0) return 0; /* nothing to rotate */\n", T, H);
-  fprintf(o, "  double mi_freq[MI_PK_ROT_MAX];\n");
-  fprintf(o, "  for (int64_t mi_i = 0; mi_i < %s / 2; mi_i++) mi_freq[mi_i] = %s;\n", rot, op->body_c);
-  fprintf(o, "  mi_%s_args mi_a = {%s, %s, %s, %s, %s, %s, %s, mi_freq};\n", op->base, x, pos, T, H, ts, hs, rot);
+  fprintf(o, "  double mi_freq[MI_PK_ROT_MAX], mi_amp[MI_PK_ROT_MAX];\n");
+  fprintf(o, "  for (int64_t mi_i = 0; mi_i < %s / 2; mi_i++) {\n", rot);
+  fprintf(o, "    mi_freq[mi_i] = %s;\n", op->body_c);
+  fprintf(o, "    mi_amp[mi_i] = %s;\n  }\n", op->amp_c);
+  fprintf(o, "  mi_%s_args mi_a = {%s, %s, %s, %s, %s, %s, %s, mi_freq, mi_amp};\n", op->base, x, pos, T, H, ts, hs,
+          rot);
   fprintf(o, "  if (mi_p->platform->run_host(mi_p->platform_ctx, %s, mi_%s_body, &mi_a, %s) != 0)\n",
           arg_name(json_array_get(op->args, 1)), op->base, T);
   fprintf(o, "    return mi_pk_fail(mi_p, \"%s: the platform's run_host failed: %%s\", mi_pk_platform_error(mi_p));\n",

@@ -1,7 +1,9 @@
 /* The float64 reference of operators the CKB states as a rotation of pairs
  * ("reference": "rotary", core/ckb/map_form.h): operator.rope's pairing,
  * the frequency of each pair the contract's own expression (a rope
- * scaling, say), evaluated in float64 as the generated kernel does. */
+ * scaling, say) and, where the form states one, its amplitude (YaRN's
+ * attention factor on cos and sin), evaluated in float64 as the generated
+ * kernel does. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,16 @@
 
 #include "core/ckb/map_form.h"
 #include "core/verify/verify.h"
+
+/* An expression of the form at pair i: i and the call's scalars by name. */
+static double eval_at(vf_call *c, const mi_kexpr *x, int n_names, const int *name_arg, int64_t i) {
+  double v[MI_MAP_MAX_NAMES];
+  for (int k = 0; k < n_names; k++) {
+    const vf_arg *a = name_arg[k] < 0 ? NULL : vf_call_arg(c, mi_kexpr_name(x, k));
+    v[k] = name_arg[k] < 0 ? (double)i : !a ? NAN : (a->kind == VF_F32 || a->kind == VF_F64) ? a->f : (double)a->i;
+  }
+  return mi_kexpr_eval(x, v);
+}
 
 int vf_ref_rotary(vf_call *c, char *err, size_t len) {
   mi_rotary_form f;
@@ -37,21 +49,18 @@ int vf_ref_rotary(vf_call *c, char *err, size_t len) {
              (long long)H, (long long)rot, (long long)x->n, (long long)pos->n);
     goto out;
   }
-  if (!(fr = malloc((size_t)half * sizeof *fr))) {
+  if (!(fr = malloc((size_t)half * 2 * sizeof *fr))) {
     snprintf(err, len, "rotary: out of memory");
     goto out;
   }
+  double *amp = fr + half; /* each pair's amplitude (1 without one) */
   for (int64_t i = 0; i < half; i++) {
-    double v[MI_MAP_MAX_NAMES];
-    for (int k = 0; k < f.n_names; k++) {
-      const vf_arg *a = f.name_arg[k] < 0 ? NULL : vf_call_arg(c, mi_kexpr_name(f.freq, k));
-      v[k] = f.name_arg[k] < 0 ? (double)i : !a ? NAN : (a->kind == VF_F32 || a->kind == VF_F64) ? a->f : (double)a->i;
-    }
-    fr[i] = mi_kexpr_eval(f.freq, v);
+    fr[i] = eval_at(c, f.freq, f.n_names, f.name_arg, i);
+    amp[i] = f.amp ? eval_at(c, f.amp, f.n_amp_names, f.amp_name_arg, i) : 1.0;
   }
   for (int64_t t = 0; t < T; t++)
     for (int64_t i = 0; i < half; i++) {
-      const double a = pos->val[t] * fr[i], co = cos(a), si = sin(a);
+      const double a = pos->val[t] * fr[i], co = amp[i] * cos(a), si = amp[i] * sin(a);
       for (int64_t h = 0; h < H; h++) {
         double *p = x->val + t * ts + h * hs;
         const double x0 = p[i], x1 = p[i + half];
