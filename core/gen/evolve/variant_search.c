@@ -261,19 +261,62 @@ int ev_scratch_ckb(ev_ctx *c, const char *name, char *dir, size_t dn, char *err,
   return 0;
 }
 
-/* The members of each group whose evidence holds: groups[g] = array of entries. */
-static json_t *candidate_groups(const json_t *vocab, const json_t *cfg, const mi_weights *w) {
-  json_t *groups = json_object();
-  size_t i;
-  json_t *v;
-  json_array_foreach(vocab, i, v) {
-    if (!ev_evidence(v, cfg, w)) continue;
-    const char *g = json_string_value(json_object_get(v, "group"));
-    if (!g) continue;
-    json_t *arr = json_object_get(groups, g);
-    if (!arr) json_object_set_new(groups, g, arr = json_array());
-    json_array_append(arr, v);
+/* A probe's checkpoint folder: RUN/probes/K-SHAPE. */
+static void probe_dir(const ev_ctx *c, size_t pi, const json_t *golden, char *out, size_t n) {
+  const char *shape = json_string_value(json_object_get(json_object_get(golden, "model"), "shape")) ?: "probe";
+  snprintf(out, n, "%s/probes/%zu-%s", c->o->run_dir, pi, shape);
+}
+
+/* Every probe remade (its folder kept in `made`) and the vocabulary's
+ * members whose evidence holds on any of them, by group in the
+ * vocabulary's order: a variant one probe shows is a candidate on every
+ * probe (one reading must explain them all), whichever probe sorts first
+ * (a scaled checkpoint beside an unscaled one). NULL with err. */
+static json_t *probe_evidence(ev_ctx *c, const json_t *probes, const json_t *vocab, json_t *made, char *err,
+                              size_t n) {
+  const size_t np = json_array_size(probes);
+  json_t **cfgs = calloc(np ? np : 1, sizeof *cfgs);
+  mi_weights **ws = calloc(np ? np : 1, sizeof *ws);
+  json_t *groups = NULL;
+  int rc = cfgs && ws ? 0 : -1;
+  if (rc) snprintf(err, n, "out of memory");
+  for (size_t pi = 0; rc == 0 && pi < np; pi++) {
+    const json_t *p = json_array_get(probes, pi), *g = json_object_get(p, "golden");
+    char dir[4400], cp[4500], e2[2048];
+    probe_dir(c, pi, g, dir, sizeof dir);
+    if (ev_remake_checkpoint(c->o, g, dir, e2, sizeof e2) != 0) {
+      snprintf(err, n, "%s: %s", json_string_value(json_object_get(p, "path")), e2);
+      rc = -1;
+      break;
+    }
+    json_object_set_new(made, dir, json_true());
+    snprintf(cp, sizeof cp, "%s/config.json", dir);
+    cfgs[pi] = json_load_file(cp, 0, NULL);
+    ws[pi] = cfgs[pi] ? mi_weights_open(dir, e2, sizeof e2) : NULL;
+    if (!ws[pi]) {
+      snprintf(err, n, "%s: %s", dir, cfgs[pi] ? e2 : "config.json does not load");
+      rc = -1;
+    }
   }
+  if (rc == 0) {
+    groups = json_object();
+    size_t i;
+    json_t *v;
+    json_array_foreach(vocab, i, v) {
+      int any = 0;
+      for (size_t k = 0; k < np && !any; k++) any = ev_evidence(v, cfgs[k], ws[k]);
+      const char *gname = json_string_value(json_object_get(v, "group"));
+      if (!any || !gname) continue;
+      json_t *arr = json_object_get(groups, gname);
+      if (!arr) json_object_set_new(groups, gname, arr = json_array());
+      json_array_append(arr, v);
+    }
+  }
+  for (size_t k = 0; cfgs && ws && k < np; k++) {
+    json_decref(cfgs[k]);
+    if (ws[k]) mi_weights_close(ws[k]);
+  }
+  free(cfgs), free(ws);
   return groups;
 }
 
@@ -569,18 +612,20 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
   }
   json_t *vocab = ev_vocab(ck), *groups = NULL, *base = NULL, *pick_members = NULL;
   json_t *fields = NULL; /* every probe's config fields (union_missing), for the entries ev_apply adds */
-  json_t *seen = experienced_variants(ck);
+  json_t *seen = experienced_variants(ck), *made = json_object();
   char pick_name[512] = "";
-  int rc = 0;
+  json_t *any_groups = probe_evidence(c, probes, vocab, made, err, n);
+  int rc = any_groups ? 0 : -1;
   size_t pi;
   json_t *p;
   json_array_foreach(probes, pi, p) {
+    if (rc) break;
     const char *gpath = json_string_value(json_object_get(p, "path"));
     const json_t *g = json_object_get(p, "golden");
     const char *shape = json_string_value(json_object_get(json_object_get(g, "model"), "shape")) ?: "probe";
     char dir[4400];
-    snprintf(dir, sizeof dir, "%s/probes/%zu-%s", c->o->run_dir, pi, shape);
-    if (ev_remake_checkpoint(c->o, g, dir, e2, sizeof e2) != 0) {
+    probe_dir(c, pi, g, dir, sizeof dir);
+    if (!json_object_get(made, dir) && ev_remake_checkpoint(c->o, g, dir, e2, sizeof e2) != 0) {
       snprintf(err, n, "%s: %s", gpath, e2);
       rc = -1;
       break;
@@ -596,13 +641,13 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
       rc = -1;
       break;
     }
-    if (!base) { /* the first probe picks the base and the candidates; the others score the same */
+    if (!base) { /* the first probe picks the base; the candidates are every probe's evidence */
       const mi_ckb_entry *be = ev_closest_contract(ck, cfg, w);
       if (!be) {
         snprintf(err, n, "%s: no model contract to start from", c->o->ckb);
         rc = 1;
       } else {
-        groups = candidate_groups(vocab, cfg, w);
+        groups = json_incref(any_groups);
         base = ev_probe_form(be->json, cfg, groups);
         json_object_set_new(c->report, "base", json_string(be->id));
         c->model_cfg = json_incref(cfg);
@@ -674,6 +719,8 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
   }
   json_decref(pick_members);
   json_decref(fields);
+  json_decref(any_groups);
+  json_decref(made);
   json_decref(groups);
   json_decref(base);
   json_decref(vocab);
