@@ -27,8 +27,10 @@ static void put_f16(uint8_t *p, float v) {
   memcpy(p, &h, 2);
 }
 
+/* v in [lo, hi]; NaN (a hostile generator's value) as lo: never an
+ * out-of-range conversion to an integer code */
 static double clampd(double v, double lo, double hi) {
-  return v < lo ? lo : v > hi ? hi : v;
+  return !(v >= lo) ? lo : v > hi ? hi : v;
 }
 
 /* the element of largest magnitude, with its sign */

@@ -82,6 +82,12 @@ START_TEST(quant_inputs_decode_to_their_values) {
     }
   }
   uint64_t rng = 1;
+  /* a hostile generator's values (NaN, infinities, the largest doubles):
+   * blocks all the same, no out-of-range integer conversion (UBSan) */
+  for (int t = 0; t < 4; t++) {
+    for (int i = 0; i < 512; i++) v[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -1e300;
+    ck_assert_int_eq(vf_quant_input(ts[t], 512, 0, 1.0, &rng, bytes, v, av), 0);
+  }
   ck_assert_int_eq(vf_quant_input(MI_DTYPE_Q4_K, 100, 0, 1.0, &rng, bytes, v, av), -1); /* not whole blocks */
   ck_assert_int_eq(vf_quant_input(MI_DTYPE_F32, 32, 0, 1.0, &rng, bytes, v, av), -1);
 }
