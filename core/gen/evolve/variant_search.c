@@ -261,62 +261,72 @@ int ev_scratch_ckb(ev_ctx *c, const char *name, char *dir, size_t dn, char *err,
   return 0;
 }
 
-/* A probe's checkpoint folder: RUN/probes/K-SHAPE. */
-static void probe_dir(const ev_ctx *c, size_t pi, const json_t *golden, char *out, size_t n) {
-  const char *shape = json_string_value(json_object_get(json_object_get(golden, "model"), "shape")) ?: "probe";
-  snprintf(out, n, "%s/probes/%zu-%s", c->o->run_dir, pi, shape);
+/* The probes' checkpoints, each remade once from its golden into
+ * RUN/probes/K-SHAPE and open for the whole search. */
+typedef struct probe_set {
+  size_t n;
+  json_t **cfg;     /* [n] config.json */
+  mi_weights **w;   /* [n] */
+  char (*dir)[4400]; /* [n] the checkpoint's folder */
+} probe_set;
+
+static void probe_set_free(probe_set *s) {
+  for (size_t k = 0; k < s->n; k++) {
+    if (s->cfg) json_decref(s->cfg[k]);
+    if (s->w && s->w[k]) mi_weights_close(s->w[k]);
+  }
+  free(s->cfg), free(s->w), free(s->dir);
+  memset(s, 0, sizeof *s);
 }
 
-/* Every probe remade (its folder kept in `made`) and the vocabulary's
- * members whose evidence holds on any of them, by group in the
- * vocabulary's order: a variant one probe shows is a candidate on every
- * probe (one reading must explain them all), whichever probe sorts first
- * (a scaled checkpoint beside an unscaled one). NULL with err. */
-static json_t *probe_evidence(ev_ctx *c, const json_t *probes, const json_t *vocab, json_t *made, char *err,
-                              size_t n) {
+static int probe_set_load(const ev_ctx *c, const json_t *probes, probe_set *s, char *err, size_t n) {
   const size_t np = json_array_size(probes);
-  json_t **cfgs = calloc(np ? np : 1, sizeof *cfgs);
-  mi_weights **ws = calloc(np ? np : 1, sizeof *ws);
-  json_t *groups = NULL;
-  int rc = cfgs && ws ? 0 : -1;
-  if (rc) snprintf(err, n, "out of memory");
-  for (size_t pi = 0; rc == 0 && pi < np; pi++) {
+  s->n = np;
+  s->cfg = calloc(np, sizeof *s->cfg);
+  s->w = calloc(np, sizeof *s->w);
+  s->dir = calloc(np, sizeof *s->dir);
+  if (!s->cfg || !s->w || !s->dir) {
+    snprintf(err, n, "out of memory");
+    return -1;
+  }
+  for (size_t pi = 0; pi < np; pi++) {
     const json_t *p = json_array_get(probes, pi), *g = json_object_get(p, "golden");
-    char dir[4400], cp[4500], e2[2048];
-    probe_dir(c, pi, g, dir, sizeof dir);
-    if (ev_remake_checkpoint(c->o, g, dir, e2, sizeof e2) != 0) {
+    const char *shape = json_string_value(json_object_get(json_object_get(g, "model"), "shape")) ?: "probe";
+    char cp[4500], e2[2048];
+    snprintf(s->dir[pi], sizeof s->dir[pi], "%s/probes/%zu-%s", c->o->run_dir, pi, shape);
+    if (ev_remake_checkpoint(c->o, g, s->dir[pi], e2, sizeof e2) != 0) {
       snprintf(err, n, "%s: %s", json_string_value(json_object_get(p, "path")), e2);
-      rc = -1;
-      break;
+      return -1;
     }
-    json_object_set_new(made, dir, json_true());
-    snprintf(cp, sizeof cp, "%s/config.json", dir);
-    cfgs[pi] = json_load_file(cp, 0, NULL);
-    ws[pi] = cfgs[pi] ? mi_weights_open(dir, e2, sizeof e2) : NULL;
-    if (!ws[pi]) {
-      snprintf(err, n, "%s: %s", dir, cfgs[pi] ? e2 : "config.json does not load");
-      rc = -1;
-    }
-  }
-  if (rc == 0) {
-    groups = json_object();
-    size_t i;
-    json_t *v;
-    json_array_foreach(vocab, i, v) {
-      int any = 0;
-      for (size_t k = 0; k < np && !any; k++) any = ev_evidence(v, cfgs[k], ws[k]);
-      const char *gname = json_string_value(json_object_get(v, "group"));
-      if (!any || !gname) continue;
-      json_t *arr = json_object_get(groups, gname);
-      if (!arr) json_object_set_new(groups, gname, arr = json_array());
-      json_array_append(arr, v);
+    snprintf(cp, sizeof cp, "%s/config.json", s->dir[pi]);
+    json_error_t je;
+    s->cfg[pi] = json_load_file(cp, 0, &je);
+    s->w[pi] = s->cfg[pi] ? mi_weights_open(s->dir[pi], e2, sizeof e2) : NULL;
+    if (!s->w[pi]) {
+      snprintf(err, n, "%s: %s", s->cfg[pi] ? s->dir[pi] : cp, s->cfg[pi] ? e2 : je.text);
+      return -1;
     }
   }
-  for (size_t k = 0; cfgs && ws && k < np; k++) {
-    json_decref(cfgs[k]);
-    if (ws[k]) mi_weights_close(ws[k]);
+  return 0;
+}
+
+/* The vocabulary's members whose evidence holds on any probe, by group in
+ * the vocabulary's order: a variant one probe shows is a candidate on
+ * every probe (one reading must explain them all), whichever probe sorts
+ * first (a scaled checkpoint beside an unscaled one). */
+static json_t *any_evidence(const json_t *vocab, const probe_set *s) {
+  json_t *groups = json_object();
+  size_t i;
+  json_t *v;
+  json_array_foreach(vocab, i, v) {
+    int any = 0;
+    for (size_t k = 0; k < s->n && !any; k++) any = ev_evidence(v, s->cfg[k], s->w[k]);
+    const char *gname = json_string_value(json_object_get(v, "group"));
+    if (!any || !gname) continue;
+    json_t *arr = json_object_get(groups, gname);
+    if (!arr) json_object_set_new(groups, gname, arr = json_array());
+    json_array_append(arr, v);
   }
-  free(cfgs), free(ws);
   return groups;
 }
 
@@ -569,7 +579,6 @@ static int score_probe(ev_ctx *c, const probe_ctx *pc, const json_t *base, const
   return rc;
 }
 
-
 /* Fields of `from` that `into` lacks, added (one object level down too):
  * the config entries the found reading adds (ev_apply: add_config, and
  * add_inert's "if_present", a field inert where it appears) are judged on
@@ -584,6 +593,21 @@ static void union_missing(json_t *into, const json_t *from, int depth) {
     if (!have) json_object_set_new(into, k, json_deep_copy(v));
     else if (depth > 0 && json_is_object(have) && json_is_object(v)) union_missing(have, v, depth - 1);
   }
+}
+
+/* The first probe's config with every field another probe or the absorbed
+ * checkpoint (model, or NULL) has besides (union_missing). */
+static json_t *probe_fields(const probe_set *s, const char *model) {
+  json_t *f = json_deep_copy(s->cfg[0]);
+  for (size_t k = 1; k < s->n; k++) union_missing(f, s->cfg[k], 1);
+  if (model) {
+    char mp[4200];
+    snprintf(mp, sizeof mp, "%s/config.json", model);
+    json_t *mc = json_load_file(mp, 0, NULL);
+    if (mc) union_missing(f, mc, 1);
+    json_decref(mc);
+  }
+  return f;
 }
 
 int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found, char *err, size_t n) {
@@ -611,11 +635,10 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
     return -1;
   }
   json_t *vocab = ev_vocab(ck), *groups = NULL, *base = NULL, *pick_members = NULL;
-  json_t *fields = NULL; /* every probe's config fields (union_missing), for the entries ev_apply adds */
-  json_t *seen = experienced_variants(ck), *made = json_object();
+  json_t *seen = experienced_variants(ck);
   char pick_name[512] = "";
-  json_t *any_groups = probe_evidence(c, probes, vocab, made, err, n);
-  int rc = any_groups ? 0 : -1;
+  probe_set ps = {0};
+  int rc = probe_set_load(c, probes, &ps, err, n);
   size_t pi;
   json_t *p;
   json_array_foreach(probes, pi, p) {
@@ -623,41 +646,23 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
     const char *gpath = json_string_value(json_object_get(p, "path"));
     const json_t *g = json_object_get(p, "golden");
     const char *shape = json_string_value(json_object_get(json_object_get(g, "model"), "shape")) ?: "probe";
-    char dir[4400];
-    probe_dir(c, pi, g, dir, sizeof dir);
-    if (!json_object_get(made, dir) && ev_remake_checkpoint(c->o, g, dir, e2, sizeof e2) != 0) {
-      snprintf(err, n, "%s: %s", gpath, e2);
-      rc = -1;
-      break;
-    }
-    char cp[4500];
-    snprintf(cp, sizeof cp, "%s/config.json", dir);
-    json_error_t je;
-    json_t *cfg = json_load_file(cp, 0, &je);
-    mi_weights *w = cfg ? mi_weights_open(dir, e2, sizeof e2) : NULL;
-    if (!cfg || !w) {
-      snprintf(err, n, "%s: %s", cfg ? dir : cp, cfg ? e2 : je.text);
-      json_decref(cfg);
-      rc = -1;
-      break;
-    }
+    json_t *cfg = ps.cfg[pi];
+    mi_weights *w = ps.w[pi];
     if (!base) { /* the first probe picks the base; the candidates are every probe's evidence */
       const mi_ckb_entry *be = ev_closest_contract(ck, cfg, w);
       if (!be) {
         snprintf(err, n, "%s: no model contract to start from", c->o->ckb);
         rc = 1;
       } else {
-        groups = json_incref(any_groups);
+        groups = any_evidence(vocab, &ps);
         base = ev_probe_form(be->json, cfg, groups);
         json_object_set_new(c->report, "base", json_string(be->id));
         c->model_cfg = json_incref(cfg);
-        snprintf(c->probe_dir, sizeof c->probe_dir, "%s", dir);
+        snprintf(c->probe_dir, sizeof c->probe_dir, "%s", ps.dir[pi]);
         fprintf(stderr, "mi-gen: evolve: closest contract %s; %zu variant group(s) with evidence\n", be->id,
                 json_object_size(groups));
       }
     }
-    if (!fields) fields = json_deep_copy(cfg);
-    else union_missing(fields, cfg, 1);
     size_t total = 1;
     const char *gk;
     json_t *ga;
@@ -674,8 +679,6 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
       rc = score_probe(c, &pc, base, groups, seen, total, *table, &passing, &pass_members, pass_name,
                        sizeof pass_name, err, n);
     }
-    mi_weights_close(w);
-    json_decref(cfg);
     if (rc == 0 && passing != 1) {
       snprintf(err, n, "%s (%s): %d of %zu candidates within %g of the oracle (need exactly one)", gpath, shape,
                passing, total, tol);
@@ -690,18 +693,12 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
       snprintf(pick_name, sizeof pick_name, "%s", pass_name);
     }
     json_decref(pass_members);
-    if (rc) break;
-  }
-  if (rc == 0 && c->o->model) { /* the checkpoint absorbed: its own fields too */
-    char mp[4200];
-    snprintf(mp, sizeof mp, "%s/config.json", c->o->model);
-    json_t *mc = json_load_file(mp, 0, NULL);
-    if (mc && fields) union_missing(fields, mc, 1);
-    json_decref(mc);
   }
   if (rc == 0) {
     /* the found reading on the first probe: what stays for a candidate bundle */
-    json_t *m = ev_apply(base, pick_members, fields ? fields : c->model_cfg), *deferred = NULL;
+    json_t *fields = probe_fields(&ps, c->o->model);
+    json_t *m = ev_apply(base, pick_members, fields), *deferred = NULL;
+    json_decref(fields);
     size_t i;
     json_t *r;
     json_array_foreach(*table, i, r) if (!strcmp(json_string_value(json_object_get(r, "verdict")) ?: "", "pass") &&
@@ -717,10 +714,8 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
       mi_ckb_close(tk);
     }
   }
+  probe_set_free(&ps);
   json_decref(pick_members);
-  json_decref(fields);
-  json_decref(any_groups);
-  json_decref(made);
   json_decref(groups);
   json_decref(base);
   json_decref(vocab);
