@@ -168,9 +168,7 @@ static double terms_magnitude(mi_dtype t, const uint8_t *b, int i) {
   if (t != MI_DTYPE_Q4_K) return fabs(mi_quant_value64(t, b, i));
   int sc, m;
   mi_q4_k_scale_min(b + 4, i / 32, &sc, &m);
-  const uint8_t byte = b[16 + 32 * (i / 64) + i % 32];
-  const int q = (i % 64) < 32 ? byte & 15 : byte >> 4;
-  return fabs((double)mi_quant_f16(b) * sc * q) + fabs((double)mi_quant_f16(b + 2) * m);
+  return fabs((double)mi_quant_f16(b) * sc * mi_q4_k_code(b, i)) + fabs((double)mi_quant_f16(b + 2) * m);
 }
 
 int vf_quant_input(mi_dtype t, int64_t n, int codes, double std, uint64_t *rng, unsigned char *dst,

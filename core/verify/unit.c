@@ -597,9 +597,6 @@ static pcase *plan_add(vf_op_plan *p) {
   return pc;
 }
 
-/* Draws one case: scalars, shapes, inputs (rounded to their dtype) and
- * poisoned outputs, as the bytes the kernel will get. Nothing expected is
- * computed here: that happens after the child has ended. */
 /* Buffer i of the case: its values (and, for a block type, the terms'
  * magnitudes) and the bytes the kernel gets, + GUARD. */
 static int alloc_buffer(pcase *pc, int i, vf_arg *a) {
@@ -644,6 +641,9 @@ static int draw_input(unit *u, vf_arg *a, json_t *gen, uint64_t *rng, unsigned c
   return vf_quant_input(a->dtype, a->n, codes, sd ? json_number_value(sd) : 1.0, rng, host, a->val, a->absval);
 }
 
+/* Draws one case: scalars, shapes, inputs (rounded to their dtype) and
+ * poisoned outputs, as the bytes the kernel will get. Nothing expected is
+ * computed here: that happens after the child has ended. */
 static void prepare_case(unit *u, pcase *pc, json_t *cs) {
   const vf_unit_opts *o = u->o;
   uint64_t seed = vf_case_seed(o->seed, u->op_id, pc->ci, pc->vi), rng = seed;

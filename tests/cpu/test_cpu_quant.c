@@ -94,9 +94,7 @@ static uint8_t *rand_w(mi_dtype t, int64_t N, int64_t K, double *wv, double *wa)
         int sc, m;
         mi_q4_k_scale_min(p + 4, i / 32, &sc, &m);
         const double d = mi_quant_f16(p), dmin = mi_quant_f16(p + 2);
-        const uint8_t byte = p[16 + 32 * (i / 64) + i % 32];
-        const int q = (i % 64) < 32 ? byte & 15 : byte >> 4;
-        wa[r * qk + i] = fabs(d * sc * q) + fabs(dmin * m);
+        wa[r * qk + i] = fabs(d * sc * mi_q4_k_code(p, i)) + fabs(dmin * m);
       }
     }
   }

@@ -21,9 +21,7 @@ static double wrong_value(const uint8_t *b, int i) {
     mi_q4_k_scale_min(b + 4, j, &sc, &m);
   else
     sc = b[4 + j + 4] & 15, m = b[4 + j + 4] >> 4;
-  const uint8_t byte = b[16 + 32 * (i / 64) + i % 32];
-  const int q = (i % 64) < 32 ? byte & 15 : byte >> 4;
-  return (double)mi_quant_f16(b) * sc * q - (double)mi_quant_f16(b + 2) * m;
+  return (double)mi_quant_f16(b) * sc * mi_q4_k_code(b, i) - (double)mi_quant_f16(b + 2) * m;
 }
 
 static int bad_matmul(void *ctx, mi_stream *s, float *y, const float *x, const void *w,

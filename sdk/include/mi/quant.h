@@ -66,6 +66,12 @@ static inline int mi_q6_k_code(const uint8_t *b, int i) {
   return low | high << 4;
 }
 
+/* Q4_K's 4-bit code of value i (0..255) of the block at b, 0..15. */
+static inline int mi_q4_k_code(const uint8_t *b, int i) {
+  const uint8_t byte = b[16 + 32 * (i / 64) + i % 32];
+  return (i % 64) < 32 ? byte & 15 : byte >> 4;
+}
+
 /* Value i of the block at b (a block of t), exactly. */
 static inline double mi_quant_value64(mi_dtype t, const uint8_t *b, int i) {
   switch (t) {
@@ -77,10 +83,7 @@ static inline double mi_quant_value64(mi_dtype t, const uint8_t *b, int i) {
   case MI_DTYPE_Q4_K: {
     int sc, m;
     mi_q4_k_scale_min(b + 4, i / 32, &sc, &m);
-    const int c = i / 64, l = i % 32;
-    const uint8_t byte = b[16 + 32 * c + l];
-    const int q = (i % 64) < 32 ? byte & 15 : byte >> 4;
-    return (double)mi_quant_f16(b) * sc * q - (double)mi_quant_f16(b + 2) * m;
+    return (double)mi_quant_f16(b) * sc * mi_q4_k_code(b, i) - (double)mi_quant_f16(b + 2) * m;
   }
   case MI_DTYPE_Q6_K:
     return (double)mi_quant_f16(b + 208) * (int8_t)b[192 + i / 16] * (mi_q6_k_code(b, i) - 32);
