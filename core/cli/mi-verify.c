@@ -104,7 +104,10 @@ static void usage(FILE *f) {
           "                      Stage 1: the manifest's kernels, from the pack, bound to and run on\n"
           "                      the platform plugin, against the operator contracts' references.\n"
           "                      Stages 2-6: the pack the model's pack operators come from\n"
-          "  --only LIST         comma-separated operator ids or member names\n"
+          "  --tp N              the ranks a tensor-parallel deployment runs (default 1): N > 1 adds\n"
+          "                      stage 1's collective unit, the plugin's all-reduce and broadcast across N\n"
+          "                      processes under mpirun ($MI_MPIRUN, else PATH) against a float64 sum\n"
+          "  --only LIST         comma-separated operator ids or member names (\"collectives\": that unit)\n"
           "  --seed N            master seed (default: random, printed)\n"
           "  --report FILE       write the JSON report there\n"
           "  --timeout S         wall-clock limit per unit (default: the test contract's)\n"
@@ -280,7 +283,8 @@ typedef struct verify_args {
   const char *plugin, *ckb_dir, *platform, *report, *only;
   const char *model_id, *model_dir, *model_plugin, *goldens, *kv_type, *oracle_cache, *patches, *pack;
   const char *platform_contract; /* a vendor's contract file, outside the CKB */
-  int stage, verbose, have_seed, goldens_optional, no_oracle;
+  const char *rank_dir; /* --collective-rank DIR: one rank of stage 1's collective unit (run by mpirun) */
+  int stage, verbose, have_seed, goldens_optional, no_oracle, tp;
   uint64_t seed;
   double timeout, cpu;
   long mem;
@@ -302,7 +306,8 @@ static int parse_args(int argc, char **argv, verify_args *a) {
       {"goldens-optional", 0, 0, 'g'}, {"kv-type", 1, 0, 'K'},
       {"no-oracle", 0, 0, 1000},        {"oracle-cache", 1, 0, 1001}, {"contract-patches", 1, 0, 1002},
       {"pack", 1, 0, 1003},             {"plugin", 1, 0, 'P'}, /* = --platform-plugin */
-      {"platform-contract", 1, 0, 1004},
+      {"platform-contract", 1, 0, 1004}, {"tp", 1, 0, 1005},
+      {"collective-rank", 1, 0, 1006},
       {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "o:vh", longs, NULL)) != -1) {
@@ -364,6 +369,13 @@ static int parse_args(int argc, char **argv, verify_args *a) {
       a->kv[a->nkv++].value = eq + 1;
       break;
     }
+    case 1005: {
+      int64_t v;
+      if (mi_opt_i64("mi-verify", "--tp", optarg, 1, 64, &v)) return 2;
+      a->tp = (int)v;
+      break;
+    }
+    case 1006: a->rank_dir = optarg; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -495,6 +507,7 @@ static void stage_options(verify_args *a, mi_ckb *c, json_t *t1, const mi_option
   o->goldens_dir = a->goldens;
   o->goldens_optional = a->goldens_optional;
   o->kv_type = a->kv_type;
+  o->tp = a->tp > 0 ? a->tp : 1;
   if (a->stage >= 4) {
     find_mi_run(a->run_buf, sizeof a->run_buf, &o->mi_run);
     const char *mo = getenv("MI_ORACLE");
@@ -828,6 +841,14 @@ int main(int argc, char **argv) {
   mi_out_init();
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
+  if (a.rank_dir) { /* a rank of stage 1's collective unit: no CKB, no report; the unit judges */
+    mi_options ro = {a.kv, a.nkv};
+    if (!a.have_seed || a.tp < 2) {
+      fprintf(stderr, "mi-verify: --collective-rank needs --seed and --tp N > 1 (mi-verify starts it itself)\n");
+      return 2;
+    }
+    return vf_collective_rank(a.plugin, &ro, a.seed, a.tp, a.rank_dir);
+  }
   mi_ckb *c = open_ckb(&a, argv[0]);
   if (!c) return 2;
   if ((rc = resolve_inputs(&a, c)) >= 0 || (rc = apply_patches(&a, c)) >= 0) {

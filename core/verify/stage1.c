@@ -347,6 +347,12 @@ json_t *vf_stage1(const vf_stage_opts *o) {
   const char *pack = json_string_value(json_object_get(o->pack_manifest, "name"));
   if (platform_units) run_units(o, json_object_get(o->platform, "kernels"), 0, variant, probe, units, &fails);
   if (o->pack_path) run_units(o, json_object_get(o->pack_manifest, "kernels"), 1, NULL, probe, units, &fails);
+  /* at --tp N > 1 the platform's collectives across N ranks as well */
+  if (platform_units && o->tp > 1 && selected(o->only, "test.stage1_collectives", "collectives")) {
+    json_t *u = vf_stage1_collectives(o, o->tp);
+    if (strcmp(json_string_value(json_object_get(u, "verdict")), "PASS")) fails++;
+    json_array_append_new(units, u);
+  }
   size_t n = json_array_size(units);
   json_t *res = json_pack("{s:i, s:s, s:s, s:o, s:i, s:i}", "stage", 1, "name", "operator_units",
                           "verdict", (fails || !n) ? "FAIL" : "PASS", "units", units, "passed",

@@ -261,7 +261,19 @@ typedef struct vf_stage_opts {
    * and buffers. NULL: the platform contract's kernels. */
   const char *pack_path;
   json_t *pack_manifest;
+  /* --tp N: the ranks a tensor-parallel deployment runs; N > 1 adds stage
+   * 1's collective unit (test.stage1_collectives, core/verify/collectives.c) */
+  int tp;
 } vf_stage_opts;
+
+/* Stage 1's collective unit at o->tp = tp > 1 ranks: the platform's
+ * all-reduce and broadcast across tp processes under mpirun ($MI_MPIRUN,
+ * else PATH), judged here against a float64 sum; a unit report. */
+json_t *vf_stage1_collectives(const vf_stage_opts *o, int tp);
+/* One rank of it (mi-verify --collective-rank DIR, run by mpirun): loads
+ * the plugin (plugin_opts: a const mi_options *), runs the cases, writes
+ * DIR/rank-R.json and DIR/rank-R.bin; the exit status. */
+int vf_collective_rank(const char *plugin_path, const void *plugin_opts, uint64_t seed, int tp, const char *dir);
 
 /* KV cache types (core/verify/kv.c; docs/mi-gen.md, "KV cache types"):
  * the logprob tolerance for a model whose cache is o->kv_type, from the f32

@@ -2,7 +2,11 @@
  * mi-run --tp N` must give the same greedy tokens, and top logprobs within
  * tolerance, as the single-process run; a model whose head counts do not
  * divide by N is refused with a clear message; --tp without a launcher is
- * refused. */
+ * refused. And the verifier's stage 1 collective unit (mi-verify --tp N,
+ * core/verify/collectives.c) on the CPU platform's MPI all-reduce: it
+ * passes at 2 and 3 ranks (3: no power of two, where a reduction tree may
+ * sum in another order on each rank), with every case judged; without a
+ * launcher it fails in one line saying so. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -90,6 +94,49 @@ START_TEST(tp4_heads_do_not_divide) {
 }
 END_TEST
 
+/* mi-verify --tp N --only collectives on the CPU plugin; its report's unit. */
+static json_t *verify_collectives(int tp, const char *env) {
+  char rep[1200], cmd[4096];
+  snprintf(rep, sizeof rep, "%s/coll-report-%d.json", g_build, tp);
+  remove(rep);
+  snprintf(cmd, sizeof cmd,
+           "%s '%s/bin/mi-verify' --platform-plugin '%s/lib/metainfer/libmi-cpu.so' --tp %d --only collectives "
+           "--seed %d --report '%s' </dev/null >/dev/null 2>'%s.err'",
+           env, g_build, g_build, tp, 11 + tp, rep, rep);
+  int rc = system(cmd);
+  json_t *r = json_load_file(rep, 0, NULL);
+  ck_assert_msg(r, "no report from: %s (exit %d)", cmd, rc);
+  json_t *u = json_array_get(json_object_get(json_array_get(json_object_get(r, "stages"), 0), "units"), 0);
+  ck_assert_str_eq(json_string_value(json_object_get(u, "id")), "test.stage1_collectives");
+  json_incref(u);
+  json_decref(r);
+  return u;
+}
+
+START_TEST(verify_collectives_pass) {
+  for (int tp = 2; tp <= 3; tp++) {
+    json_t *u = verify_collectives(tp, "");
+    ck_assert_msg(!strcmp(json_string_value(json_object_get(u, "verdict")), "PASS"), "tp %d: %s", tp,
+                  json_string_value(json_object_get(u, "message")));
+    ck_assert_int_eq(json_integer_value(json_object_get(u, "ranks")), tp);
+    /* every case judged: four all-reduce sizes, three broadcasts */
+    ck_assert_int_eq(json_array_size(json_object_get(u, "cases")), 7);
+    double worst = json_number_value(json_object_get(u, "max_rel_err"));
+    ck_assert_msg(worst > 0 && worst <= 1e-6, "tp %d: worst %g", tp, worst); /* f32 sums: rounded, within bound */
+    json_decref(u);
+  }
+}
+END_TEST
+
+START_TEST(verify_collectives_no_launcher) {
+  json_t *u = verify_collectives(2, "MI_MPIRUN=/nonexistent/mpirun");
+  ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "FAIL");
+  const char *m = json_string_value(json_object_get(u, "message"));
+  ck_assert_msg(m && strstr(m, "no MPI launcher") && strstr(m, "MI_MPIRUN"), "message: %s", m ? m : "(none)");
+  json_decref(u);
+}
+END_TEST
+
 START_TEST(tp_without_launcher) {
   run_out r;
   run("", g_small, 2, &r);
@@ -130,6 +177,8 @@ int main(void) {
   else fprintf(stderr, "test_tp_mpi: MI_TEST_QUICK: tp4_matches_tp1 left to the Release run\n");
   tcase_add_test(tc, tp4_heads_do_not_divide);
   tcase_add_test(tc, tp_without_launcher);
+  tcase_add_test(tc, verify_collectives_pass);
+  tcase_add_test(tc, verify_collectives_no_launcher);
   suite_add_tcase(s, tc);
   return mi_check_run(s);
 }

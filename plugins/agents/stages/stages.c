@@ -300,7 +300,7 @@ static int stage_mi_verify(stg *s) {
   snprintf(gopt, sizeof gopt, "%s", s->gold ? s->gold : "/nonexistent");
   char *mv_argv[] = {(char *)s->mv, "--platform-plugin", (char *)s->plat, "--model-plugin", s->so, "--model", (char *)s->model, "--stage", s->tp > 1 ? "2" : "6",
                      "--goldens", gopt, "--goldens-optional", "--ckb", (char *)s->t->ckb_dir, "--seed", seed_s, "--report", rep,
-                     "-o", thr, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                     "-o", thr, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   char tmo[32];
   double ut = json_number_value(json_object_get(s->task, "unit_timeout"));
   int na_v = 20;
@@ -327,6 +327,10 @@ static int stage_mi_verify(stg *s) {
     mv_argv[na_v++] = "--kv-type";
     mv_argv[na_v++] = (char *)s->kvt;
   }
+  if (s->tp > 1) { /* stage 1 holds the platform's collectives across the ranks too (test.stage1_collectives) */
+    mv_argv[na_v++] = "--tp";
+    mv_argv[na_v++] = s->tp_s;
+  }
   int vrc = mi_spawn_wait(mv_argv, s->log, NULL, ut > 0 ? (int)(20 * ut) : 1500);
   mi_bb_put_file(s->bb, s->log, "txt", s->ev);
   json_t *r = json_load_file(rep, 0, NULL);
@@ -349,6 +353,7 @@ typedef struct deploy {
   char msg[1024];
   double worst_all, words_per_tok;
   long long long_prompt, long_end;
+  int odd_words; /* case 1's prompt, capped to fit a short declared context */
 } deploy;
 
 /* The cases of the deployment run: a prefill of 1 token; odd chunks of 7 at
@@ -359,7 +364,7 @@ static const struct {
   int words, n;
   const char *batch;
   const char *what;
-} deploy_cases[] = {{1, 12, NULL, "1-token prompt"}, {400, 12, "7", "400 words, -b 7"}, {-1, 0, NULL, "to the context"}};
+} deploy_cases[] = {{1, 12, NULL, "1-token prompt"}, {400, 12, "7", "odd chunks, -b 7"}, {-1, 0, NULL, "to the context"}};
 enum { N_CASES = sizeof deploy_cases / sizeof deploy_cases[0], K_ODD = 1, K_LONG = 2 };
 
 /* deploy/ and reference/: plugins.conf for the engine and for the reference
@@ -441,6 +446,11 @@ static void deploy_case(stg *s, deploy *d, int k, char *prompt) {
     words = (int)((double)(d->reach - 40) * d->words_per_tok * 0.97);
     if (words < 1) words = 1;
   }
+  if (k == K_ODD) { /* within the context the engine declares (an emulator's scaled checkpoint: 96), at up to 3 tokens a word */
+    long long cap = (d->reach - deploy_cases[k].n - 8) / 3;
+    if (words > cap) words = cap < 1 ? 1 : (int)cap;
+    d->odd_words = words;
+  }
   make_prompt(s->seed, k, words, prompt, 1 << 20);
   if (k == 0) snprintf(prompt, 4, "%d", (int)(s->seed % 10)); /* a digit: one token in a byte-level BPE that splits digits */
   char pf[4700]; /* a file: a long prompt would pass the kernel's limit on one argument */
@@ -508,12 +518,32 @@ static void refuse_past_context(stg *s, deploy *d) {
   free(etxt);
 }
 
+/* A half-precision cache asked of a reference plugin that runs only an
+ * f32 one (the hand-written qwen35): it cannot be the engine's twin, so the
+ * run goes on as with no reference plugin (tokens are stage 4's to hold to
+ * llama.cpp, at the half cache's tolerance), said in the stage's message. */
+static void reference_takes_kv(stg *s, char *note, size_t n) {
+  note[0] = 0;
+  if (!*s->refplug || !strcmp(s->kvt, "f32")) return;
+  char o[4700];
+  snprintf(o, sizeof o, "%s/reference-kv-probe.jsonl", s->ref);
+  char *argv[] = {(char *)s->mr, "--plugin-dir", s->ref, "-m", (char *)s->model, "-p", "1", "-n", "1", "--temp", "0",
+                  "--kv-type", (char *)s->kvt, "-c", "64", NULL};
+  int rc = mi_spawn_wait(argv, s->log, o, 120);
+  if (rc == 0) return;
+  snprintf(note, n, "the reference plugin '%s' does not run a %s cache (mi-run exited %d); ", s->refname, s->kvt, rc);
+  log_line(s->log, "%s\n", note);
+  s->refplug = "";
+}
+
 /* 4d: mi-run --plugin-dir, the engine vs the reference model plugin the
  * model contract names (tools.reference_plugin), run the same way */
 static int stage_deploy(stg *s) {
   write_deploy_confs(s);
   snprintf(s->log, sizeof s->log, "%s/deploy.log", s->dir);
   unlink(s->log);
+  char note[400];
+  reference_takes_kv(s, note, sizeof note);
   deploy d = {0};
   deploy_reach(s, &d);
   d.ok = (!*s->refplug || access(s->refplug, R_OK) == 0) && d.max_pos > 0;
@@ -526,17 +556,17 @@ static int stage_deploy(stg *s) {
   snprintf(tp_mpi, sizeof tp_mpi, "mpirun -np %d: ", s->tp);
   if (d.ok && !*s->refplug)
     snprintf(d.msg, sizeof d.msg,
-             "%s3 cases as deployed, greedy (no reference plugin: tokens are stage 4's to hold to llama.cpp): 1-token prompt "
-             "(prefill batch 1); 400 words at -b 7 (odd chunks); %lld prompt tokens in 512-token chunks then decode to position %lld "
+             "%s%s3 cases as deployed, greedy (no reference plugin: tokens are stage 4's to hold to llama.cpp): 1-token prompt "
+             "(prefill batch 1); %d words at -b 7 (odd chunks); %lld prompt tokens in 512-token chunks then decode to position %lld "
              "(declared context %lld%s)%s",
-             s->tp > 1 ? tp_mpi : "", d.long_prompt, d.long_end, d.max_pos, d.reach < d.max_pos ? ", capped by the prefill cost" : "",
+             note, s->tp > 1 ? tp_mpi : "", d.odd_words, d.long_prompt, d.long_end, d.max_pos, d.reach < d.max_pos ? ", capped by the prefill cost" : "",
              d.reach == d.max_pos ? "; -c max+1 refused in one line" : "");
   else if (d.ok)
     snprintf(d.msg, sizeof d.msg,
              "%s3 cases, greedy as deployed, tokens identical to the reference plugin '%s'%s, max |logprob diff| %.2e: "
-             "1-token prompt (prefill batch 1); 400 words at -b 7 (odd chunks); %lld prompt tokens in 512-token chunks then decode to position %lld "
+             "1-token prompt (prefill batch 1); %d words at -b 7 (odd chunks); %lld prompt tokens in 512-token chunks then decode to position %lld "
              "(declared context %lld%s)%s",
-             s->tp > 1 ? tp_mpi : "", s->refname, s->tp > 1 ? " at TP 1" : "", d.worst_all, d.long_prompt, d.long_end, d.max_pos,
+             s->tp > 1 ? tp_mpi : "", s->refname, s->tp > 1 ? " at TP 1" : "", d.worst_all, d.odd_words, d.long_prompt, d.long_end, d.max_pos,
              d.reach < d.max_pos ? ", capped by the prefill cost" : "", d.reach == d.max_pos ? "; -c max+1 refused in one line" : "");
   mi_bb_put_file(s->bb, s->log, "txt", s->ev);
   json_array_append_new(s->stages, stage_obj("4d", "deployment run (mi-run --plugin-dir)", d.ok ? "PASS" : "FAIL", d.msg,
@@ -547,14 +577,22 @@ static int stage_deploy(stg *s) {
 /* The best decode tok/s of 3 runs as deployed after prompt k of the decode
  * growth gate (k 0: the seeded short prompt, 1: 1200 words), and the prompt's
  * length; 0 with gmsg set when mi-run failed. */
-static double growth_decode_tps(stg *s, int k, int *plen, char *gmsg, size_t gmsg_len) {
-  char prompt[8192], o[4700];
+static double growth_decode_tps(stg *s, int k, long long max_pos, int *plen, char *gmsg, size_t gmsg_len) {
+  char prompt[8192], o[4700], n_s[16], c_s[32];
   double best = 0;
-  make_prompt(s->seed + 1000, k ? 3 : 0, k ? 1200 : 0, prompt, sizeof prompt);
+  /* 1200 words and 48 steps in a 2048 context, scaled down to fit a short
+   * declared context (an emulator's scaled checkpoint: 96) at up to 3
+   * tokens a word; the short prompt stays at most a third of the long one */
+  long long ctx = max_pos > 0 && max_pos < 2048 ? max_pos : 2048, n = ctx / 4 < 48 ? ctx / 4 : 48;
+  long long long_words = (ctx - n - 8) / 3 < 1200 ? (ctx - n - 8) / 3 : 1200;
+  int words = k ? (int)long_words : long_words < 63 ? (int)(long_words / 3) : 0; /* 0: the seeded 5-21 */
+  make_prompt(s->seed + 1000, k ? 3 : 0, words > 0 || k ? (words < 1 ? 1 : words) : 0, prompt, sizeof prompt);
+  snprintf(n_s, sizeof n_s, "%lld", n);
+  snprintf(c_s, sizeof c_s, "%lld", ctx);
   for (int rep = 0; rep < 3; rep++) {
     snprintf(o, sizeof o, "%s/growth-%d-%d.jsonl", s->dep, k, rep);
-    char *g_argv[] = {(char *)s->mr, "--plugin-dir", s->dep, "-m", (char *)s->model, "-p", prompt, "-n", "48", "--temp", "0",
-                      "--json", "--stats", "--ignore-eos", "-c", "2048", NULL};
+    char *g_argv[] = {(char *)s->mr, "--plugin-dir", s->dep, "-m", (char *)s->model, "-p", prompt, "-n", n_s, "--temp", "0",
+                      "--json", "--stats", "--ignore-eos", "-c", c_s, NULL};
     char *gm_argv[32];
     if (s->tp > 1) under_mpirun(s, gm_argv, g_argv);
     if (mi_spawn_wait(s->tp > 1 ? gm_argv : g_argv, s->log, o, 300) != 0) {
@@ -591,6 +629,7 @@ static int stage_decode_growth(stg *s) {
   char sbuf[4700];
   snprintf(sbuf, sizeof sbuf, "%s/config.json", s->model);
   json_t *cfg = json_load_file(sbuf, 0, NULL);
+  long long max_pos = (long long)json_integer_value(mi_ckb_config_value(NULL, cfg, "max_position_embeddings", 23));
   double S = 4.0 * 2 * (double)json_integer_value(json_object_get(cfg, "num_hidden_layers")) *
              (double)json_integer_value(json_object_get(cfg, "num_key_value_heads")) *
              (double)(json_integer_value(json_object_get(cfg, "head_dim")) ?: 128);
@@ -604,7 +643,7 @@ static int stage_decode_growth(stg *s) {
   char gmsg[512] = "";
   snprintf(s->log, sizeof s->log, "%s/decode-growth.log", s->dir);
   unlink(s->log);
-  for (int k = 0; k < 2 && !gmsg[0]; k++) tps[k] = growth_decode_tps(s, k, &plen[k], gmsg, sizeof gmsg);
+  for (int k = 0; k < 2 && !gmsg[0]; k++) tps[k] = growth_decode_tps(s, k, max_pos, &plen[k], gmsg, sizeof gmsg);
   double expect = (W + (plen[1] + 24) * S) / (W + (plen[0] + 24) * S), ratio = tps[1] > 0 ? tps[0] / tps[1] : 1e9;
   int g_ok = !gmsg[0] && tps[0] > 0 && ratio <= 6 * expect;
   if (!gmsg[0])

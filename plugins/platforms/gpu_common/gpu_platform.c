@@ -864,10 +864,23 @@ static int g_comm_info(void *ctx, int *rank, int *size) {
   return 0;
 }
 
+/* Test-only defect (the emulator built with MI_GPU_MUTANTS, tests/gpu):
+ * MI_GPU_MUTANT=no_allreduce returns success without reducing, so every
+ * rank keeps its own partial sums: stage 1's collective unit must see it. */
+#ifdef MI_GPU_MUTANTS
+static int mutant_no_allreduce(void) {
+  const char *m = getenv("MI_GPU_MUTANT");
+  return m && !strcmp(m, "no_allreduce");
+}
+#else
+#define mutant_no_allreduce() 0
+#endif
+
 static int g_allreduce_sum_f32(void *ctx, mi_stream *s, float *buf, int64_t n) {
   gpu_ctx *c = ctx;
   if (s && s->magic != GPU_STREAM_MAGIC)
     return fail(c, "allreduce_sum_f32: not a %s stream", c->t->name);
+  if (mutant_no_allreduce()) return 0;
   if (c->comm.size > 1) BIND(c); /* the communicator's device */
   char why[512];
   /* queued on the stream like a kernel: the next kernel on s sees the sum */
