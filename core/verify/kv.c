@@ -15,11 +15,15 @@
 
 #include "core/verify/verify.h"
 
-/* stage 4 (goldens, exact cache) and stage 5 (float64 twin, rounded cache) */
+/* stage 4 (goldens, exact cache) and stage 5 (float64 twin, rounded cache).
+ * Stage 5's widths from the worst seen (docs/mi-gen.md, "KV cache types"):
+ * the tiny checkpoint 9.2e-4 (f16) / 6.0e-4 (bf16); a probe whose sliding
+ * layers attend over 8 keys (a rounding flip is not averaged away),
+ * 4.4e-3 (f16) / 1.9e-2 (bf16, 1092 tokens deep) */
 #define STAGE4_F16 30.0
 #define STAGE4_BF16 150.0
-#define STAGE5_F16 5.0
-#define STAGE5_BF16 5.0
+#define STAGE5_F16 10.0
+#define STAGE5_BF16 50.0
 
 static int half(const vf_stage_opts *o) { return o && o->kv_type && strcmp(o->kv_type, "f32"); }
 

@@ -687,7 +687,12 @@ static void sharp_case(s5_job *j, uc *x) {
   const int by_norm = j->q_norm[0] && j->k_norm[0];
   snprintf(x->cname, sizeof x->cname, "long prompt, sharp attention (%d tokens, q/k %s x%g)", sl, by_norm ? "norms" : "projections", sf);
   x->n = sl > 0 && sl <= 65536 ? sl : 300, x->steps = 2, x->need_score = 88.73 /* ln(FLT_MAX) */;
-  x->tol = vf_logprob_tol_twin(o, json_is_number(json_object_get(sh, "tolerance")) ? json_number_value(json_object_get(sh, "tolerance")) : TOL);
+  /* A half-precision cache: the twin rounds the same keys, but a key whose
+   * f32 and float64 values round to different neighbours moves a score by
+   * s^2 times as much here (a sliding-window probe, f16: 6.4e-3, the unsharpened
+   * cases 4e-5 at f32), so this case takes stage 4's half-cache width; what
+   * it is for, a softmax that overflows, is a NaN/Inf or O(1) whatever. */
+  x->tol = vf_logprob_tol(o, json_is_number(json_object_get(sh, "tolerance")) ? json_number_value(json_object_get(sh, "tolerance")) : TOL);
   x->ids = malloc((size_t)x->n * sizeof(int32_t));
   if (x->ids) vf_random_prompt(o->seed * 104729 + 17, x->ids, x->n, 0, j->V);
   char dst[4200];

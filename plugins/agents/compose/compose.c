@@ -12,7 +12,8 @@
  * A half-precision KV cache (kv_type f16/bf16) is derived from the same
  * contract: steps that write a cache row in f32 write a staging buffer
  * instead, stored by one operator.convert per cache entry before the cache
- * is read (store_staged); not yet for layer-kind contracts (refused).
+ * is read (store_staged); with layer kinds, each kind's caches the same way
+ * (its fixed state stays f32).
  * This file is the agent (the task, the contracts, experience, patches);
  * the engine's fixed part is engine_template.c, a real C file the build
  * compiles on its own, and the files compose.h lists write the rest.
@@ -119,35 +120,49 @@ static json_t *gather_contracts(mi_ckb *c, gen *g, const mi_ckb_entry *me, const
   return contracts;
 }
 
-/* A half-precision KV cache: refused for layer-kind contracts, needs
- * operator.convert, and gets per cache entry an f32 staging buffer
- * [T, the entry's row] in the arena. 0, or -1 with why in err. */
-static int plan_half_kv(gen *g, const char *mid, const char *pid, char *err, size_t err_len) {
-  if (!g->half_kv) return 0;
-  if (json_object_get(g->model, "layer_kinds")) {
-    snprintf(err, err_len,
-             "compose: KV type %s with a layer-kinds contract (%s) is not composed yet: use "
-             "--kv-type f32",
-             g->kv, mid);
+/* The staging buffer of cache entry k: [T, its row] in f32, named
+ * <cache>_new. Layer kinds that name a cache alike share one, which must then
+ * have the same row in each. 0, or -1 with why in err. */
+static int stage_buffer(gen *g, json_t *k, const char *mid, char *err, size_t err_len) {
+  json_t *bufs = json_object_get(g->model, "buffers");
+  json_t *sh = json_deep_copy(json_object_get(k, "shape"));
+  json_array_set_new(sh, 0, json_string("T"));
+  const char *cn = json_string_value(json_object_get(k, "name"));
+  char bn[160];
+  snprintf(bn, sizeof bn, "%s_new", cn ? cn : "?");
+  size_t i;
+  json_t *b;
+  json_array_foreach(bufs, i, b) if (!strcmp(json_string_value(json_object_get(b, "name")) ?: "", bn)) {
+    int same = json_equal(json_object_get(b, "shape"), sh);
+    json_decref(sh);
+    if (same) return 0;
+    snprintf(err, err_len, "compose: %s: cache '%s' has another shape in another layer kind: a %s cache stages each in one buffer",
+             mid, cn, g->kv);
     return -1;
   }
+  json_array_append_new(bufs, json_pack("{s:s, s:o, s:o}", "name", bn, "shape", sh, "doc",
+                                        json_sprintf("new rows of %s in f32, stored into the %s cache by convert", cn, g->kv)));
+  return 0;
+}
+
+/* A half-precision KV cache: needs operator.convert, and gets per cache
+ * entry (every layer kind's, where the contract has kinds; their fixed
+ * state stays f32) an f32 staging buffer [T, the entry's row] in the
+ * arena. 0, or -1 with why in err. */
+static int plan_half_kv(gen *g, const char *mid, const char *pid, char *err, size_t err_len) {
+  if (!g->half_kv) return 0;
   if (!json_object_get(g->ops, "operator.convert")) {
     snprintf(err, err_len, "compose: KV type %s needs operator.convert among the kernels of %s",
              g->kv, pid);
     return -1;
   }
-  json_t *bufs = json_object_get(g->model, "buffers");
   size_t i;
   json_t *k;
-  json_array_foreach(json_object_get(g->model, "cache"), i, k) {
-    json_t *sh = json_deep_copy(json_object_get(k, "shape"));
-    json_array_set_new(sh, 0, json_string("T"));
-    const char *cn = json_string_value(json_object_get(k, "name"));
-    json_array_append_new(
-        bufs, json_pack("{s:o, s:o, s:o}", "name", json_sprintf("%s_new", cn), "shape", sh, "doc",
-                        json_sprintf("new rows of %s in f32, stored into the %s cache by convert",
-                                     cn, g->kv)));
-  }
+  json_array_foreach(json_object_get(g->model, "cache"), i, k) if (stage_buffer(g, k, mid, err, err_len)) return -1;
+  const char *kn;
+  json_t *kv;
+  json_object_foreach(json_object_get(json_object_get(g->model, "layer_kinds"), "kinds"), kn, kv)
+    json_array_foreach(json_object_get(kv, "cache"), i, k) if (stage_buffer(g, k, mid, err, err_len)) return -1;
   return 0;
 }
 

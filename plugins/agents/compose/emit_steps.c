@@ -42,14 +42,15 @@ static int arg_weight(step_ctx *c, json_t *a, const char *key0, sb *call) {
   return 0;
 }
 
-/* the buffer, this layer's cache or state (*cache set), named by v's first bn bytes */
+/* the buffer, this layer's cache (*cache 1) or fixed state (*cache 2),
+ * named by v's first bn bytes */
 static json_t *find_buffer(gen *g, const char *v, size_t bn, int *cache) {
   json_t *buf = find_named(json_object_get(g->model, "buffers"), v, bn);
   *cache = 0;
-  if (!buf && g->cur_kind &&
-      ((buf = find_named(json_object_get(g->cur_kind, "cache"), v, bn)) ||
-       (buf = find_named(json_object_get(g->cur_kind, "state"), v, bn))))
+  if (!buf && g->cur_kind && (buf = find_named(json_object_get(g->cur_kind, "cache"), v, bn)))
     *cache = 1; /* this layer's part of the sequence's slab */
+  else if (!buf && g->cur_kind && (buf = find_named(json_object_get(g->cur_kind, "state"), v, bn)))
+    *cache = 2; /* its fixed state: f32 whatever the KV type */
   if (!buf && !g->kinds && (buf = find_named(json_object_get(g->model, "cache"), v, bn)))
     *cache = 1;
   return buf;
@@ -68,7 +69,7 @@ static int arg_buffer(step_ctx *c, json_t *a, const char *kind, const mi_ckb_arg
     return -1;
   }
   const char *adt = json_string_value(json_object_get(a, "dtype"));
-  if (cache && g->half_kv && adt && adt[0] != '$') {
+  if (cache == 1 && g->half_kv && adt && adt[0] != '$') {
     /* an argument of a fixed type (f32) bound to a half-precision cache:
      * the step works on the chunk's new rows in their f32 staging buffer */
     if (p->row != MI_RT_POS0 || p->elems) {
@@ -236,7 +237,7 @@ int emit_step(gen *g, json_t *step, sb *out, const char *indent) {
 static int store_staged(gen *g, sb *out, const char *indent) {
   size_t i;
   json_t *e;
-  json_array_foreach(json_object_get(g->model, "cache"), i, e) {
+  json_array_foreach(json_object_get(g->cur_kind ? g->cur_kind : g->model, "cache"), i, e) {
     const char *cn = json_string_value(json_object_get(e, "name"));
     if (!json_is_true(json_object_get(g->pending, cn))) continue;
     char dst[160], src[160], sname[160], what[200];
@@ -273,7 +274,7 @@ static int reads_cache(gen *g, json_t *step) {
         json_object_get(step, "args"), json_string_value(json_object_get(a, "name"))));
     if (!dt || dt[0] != '$' || !v) continue;
     size_t bn = strcspn(v, "@");
-    if (find_named(json_object_get(g->model, "cache"), v, bn)) return 1;
+    if (find_named(json_object_get(g->cur_kind ? g->cur_kind : g->model, "cache"), v, bn)) return 1;
   }
   return 0;
 }

@@ -256,6 +256,11 @@ void part_buffers(gen *g, sb *o) {
 int part_cache_layout(gen *g, sb *o) {
   if (g->kinds) {
     if (kind_macros(g, o)) return -1;
+    sp(o, "#define KV_ELEM %s /* the C type of one cache element */\n", g->half_kv ? "uint16_t" : "float");
+    sp(o, "/* a layer's caches in bytes, padded to 64 so its state (f32) and the next layer's caches\n"
+          " * start aligned; the layer's whole part of the slab */\n");
+    sp(o, "#define KV_PART_BYTES(n_ctx, kind) ((((size_t)(n_ctx) * k_kv_row[kind] * sizeof(KV_ELEM)) + 63) & ~(size_t)63)\n");
+    sp(o, "#define LAYER_BYTES(n_ctx, kind) (KV_PART_BYTES(n_ctx, kind) + ((k_state[kind] * sizeof(float) + 63) & ~(size_t)63))\n");
     json_t *lk = json_object_get(g->model, "layer_kinds");
     const char *an = str(lk, "config"), *ivn = str(lk, "interval");
     char IV[96] = "";

@@ -61,7 +61,7 @@ struct mi_seq {
   mi_buffer *buf;
 #if MI_GEN_KINDS
   float *zeros; /* STATE_MAX zero floats after the layers' parts: seq_truncate(0) copies them */
-  float *layer_state[N_LAYERS]; /* each layer's part of the slab, by its kind (KV_ROW_*, STATE_*) */
+  unsigned char *layer_state[N_LAYERS]; /* each layer's part of the slab, by its kind (LAYER_BYTES) */
 #else
   KV_ELEM *cache; /* [N_LAYERS][N_CACHE][n_ctx, CACHE_ROW]: the caches listed above */
 #endif
@@ -292,7 +292,7 @@ static int e_info(mi_model *m, mi_model_info *dst) {
   i.weight_bytes = m->weight_bytes;
 #if MI_GEN_KINDS
   for (int l = 0; l < N_LAYERS; l++) { /* caches grow per token; the state of the other kinds is fixed */
-    i.state_bytes_token += k_kv_row[k_layer_kind[l]] * sizeof(float);
+    i.state_bytes_token += k_kv_row[k_layer_kind[l]] * sizeof(KV_ELEM);
     i.state_bytes_fixed += k_state[k_layer_kind[l]] * sizeof(float);
   }
 #else
@@ -311,21 +311,21 @@ static int e_seq_create(mi_model *m, int64_t n_ctx, mi_seq **out, char *err, siz
   if (!s) return -1;
   s->n_ctx = n_ctx;
 #if MI_GEN_KINDS
-  size_t floats = 0, most = 0; /* one slab: each layer's caches and state, then zeros for a reset */
+  size_t bytes = 0, most = 0; /* one slab: each layer's caches and state, then zeros for a reset */
   for (int l = 0; l < N_LAYERS; l++) {
-    floats += (size_t)n_ctx * k_kv_row[k_layer_kind[l]] + k_state[k_layer_kind[l]];
+    bytes += LAYER_BYTES(n_ctx, k_layer_kind[l]);
     if (k_state[k_layer_kind[l]] > most) most = k_state[k_layer_kind[l]];
   }
-  if (m->P->buffer_alloc(m->pc, (floats + most) * sizeof(float), &s->buf) != 0) { /* zeroed: a new sequence's state */
+  if (m->P->buffer_alloc(m->pc, bytes + most * sizeof(float), &s->buf) != 0) { /* zeroed: a new sequence's state */
     free(s);
     return fail(err, err_len, "engine: cannot allocate the sequence's caches and state: %s%s", m->P->last_error(m->pc), "");
   }
-  float *p = m->P->buffer_ptr(m->pc, s->buf);
+  unsigned char *p = m->P->buffer_ptr(m->pc, s->buf);
   for (int l = 0; l < N_LAYERS; l++) {
     s->layer_state[l] = p;
-    p += (size_t)n_ctx * k_kv_row[k_layer_kind[l]] + k_state[k_layer_kind[l]];
+    p += LAYER_BYTES(n_ctx, k_layer_kind[l]);
   }
-  s->zeros = p;
+  s->zeros = (float *)p;
 #else
   size_t bytes = (size_t)N_LAYERS * N_CACHE * (size_t)n_ctx * CACHE_ROW * sizeof(KV_ELEM);
   if (m->P->buffer_alloc(m->pc, bytes, &s->buf) != 0) {
@@ -346,9 +346,18 @@ static void e_seq_destroy(mi_model *m, mi_seq *s) {
 
 #if MI_GEN_KINDS
 /* The fixed state summarises every position so far: a sequence is kept whole or
- * restarted (n_keep 0 zeroes the state), never cut in between. */
+ * restarted (n_keep 0 zeroes the state), never cut in between. Kinds with no
+ * fixed state (sliding- and full-attention layers) hold only caches, cut
+ * like any KV cache. */
 static int e_seq_truncate(mi_model *m, mi_seq *s, int64_t n_keep) {
   if (n_keep == s->len) return 0;
+  int stateful = 0;
+  for (int l = 0; l < N_LAYERS; l++) stateful |= k_state[k_layer_kind[l]] != 0;
+  if (!stateful) {
+    if (n_keep < 0 || n_keep > s->len) return -1;
+    s->len = n_keep;
+    return 0;
+  }
   if (n_keep != 0) {
     m->host->log(MI_LOG_ERROR, ENGINE_NAME, "a sequence with recurrent state can be truncated only to 0 or its "
                  "length %lld, not to %lld", (long long)s->len, (long long)n_keep);
@@ -356,7 +365,7 @@ static int e_seq_truncate(mi_model *m, mi_seq *s, int64_t n_keep) {
   }
   for (int l = 0; l < N_LAYERS; l++) {
     const size_t n = k_state[k_layer_kind[l]];
-    if (n && m->P->memcpy_d2d(m->pc, NULL, s->layer_state[l] + (size_t)s->n_ctx * k_kv_row[k_layer_kind[l]],
+    if (n && m->P->memcpy_d2d(m->pc, NULL, s->layer_state[l] + KV_PART_BYTES(s->n_ctx, k_layer_kind[l]),
                               s->zeros, n * sizeof(float)) != 0)
       return -1;
   }

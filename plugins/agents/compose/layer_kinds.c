@@ -117,8 +117,9 @@ int kind_macros(gen *g, sb *o) {
   sp(o,
      "/* layer kinds (%s.layer_kinds): a layer's part of a sequence's slab is n_ctx * "
      "KV_ROW_<KIND>\n"
-     " * floats of caches (one row per position), then STATE_<KIND> floats of fixed state */\n",
-     json_string_value(json_object_get(g->model, "id")));
+     " * cache elements (one row per position; KV_ELEM, %s), then STATE_<KIND> floats of fixed "
+     "state */\n",
+     json_string_value(json_object_get(g->model, "id")), g->kv);
   json_object_foreach(g->kinds, kn, kv) {
     char U[96];
     upper(U, kn, sizeof U);
@@ -143,7 +144,7 @@ int kind_macros(gen *g, sb *o) {
       sp(&st, ")");
     }
     sp(o, "#define KIND_%-24s %zu /* %lld layers */\n", U, idx, (long long)kind_count(g, idx));
-    sp(o, "#define KV_ROW_%-22s (%s) /* floats per position */\n", U, row.s ? row.s : "0");
+    sp(o, "#define KV_ROW_%-22s (%s) /* cache elements per position */\n", U, row.s ? row.s : "0");
     sp(o, "#define STATE_%-23s (%s) /* fixed floats */\n", U, st.s ? st.s : "0");
     free(row.s);
     free(st.s);
@@ -167,7 +168,7 @@ int kind_macros(gen *g, sb *o) {
 int emit_kinds(gen *g, sb *o) {
   const char *kn;
   json_t *kv;
-  sp(o, "    float *slab = s->layer_state[l]; /* this layer's part of the sequence's slab */\n");
+  sp(o, "    unsigned char *slab = s->layer_state[l]; /* this layer's part of the sequence's slab */\n");
   sp(o, "    switch (k_layer_kind[l]) {\n");
   json_object_foreach(g->kinds, kn, kv) {
     char U[96];
@@ -181,19 +182,19 @@ int emit_kinds(gen *g, sb *o) {
       sb rw = {0}, sh = {0};
       if (row_width(g, c, &rw)) return -1;
       shape_comment(g, c, &sh, 0);
-      sp(o, "      float *%s = slab + (size_t)s->n_ctx * (%s); /* %s */\n",
+      sp(o, "      KV_ELEM *%s = (KV_ELEM *)slab + (size_t)s->n_ctx * (%s); /* %s */\n",
          json_string_value(json_object_get(c, "name")), off.s, sh.s);
       sp(&off, " + %s", rw.s);
       free(rw.s);
       free(sh.s);
     }
     sb soff = {0};
-    sp(&soff, "(size_t)s->n_ctx * KV_ROW_%s", U);
+    sp(&soff, "0");
     json_array_foreach(json_object_get(kv, "state"), i, c) {
       sb sh = {0};
       shape_comment(g, c, &sh, 0);
-      sp(o, "      float *%s = slab + %s; /* %s, carried across forwards */\n",
-         json_string_value(json_object_get(c, "name")), soff.s, sh.s);
+      sp(o, "      float *%s = (float *)(slab + KV_PART_BYTES(s->n_ctx, KIND_%s)) + %s; /* %s, carried across forwards */\n",
+         json_string_value(json_object_get(c, "name")), U, soff.s, sh.s);
       json_t *shp = json_object_get(c, "shape");
       for (size_t k = 0; k < json_array_size(shp); k++) {
         sb e = {0};

@@ -72,6 +72,9 @@ static const unsigned char k_layer_kind[N_LAYERS] = {0, 1};
 static const char *const k_kind_name[] = {"plain", "stateful"};
 static const size_t k_kv_row[] = {2 * HIDDEN_SIZE, 0};
 static const size_t k_state[] = {0, HIDDEN_SIZE};
+#define KV_ELEM float
+#define KV_PART_BYTES(n_ctx, kind) ((((size_t)(n_ctx) * k_kv_row[kind] * sizeof(KV_ELEM)) + 63) & ~(size_t)63)
+#define LAYER_BYTES(n_ctx, kind) (KV_PART_BYTES(n_ctx, kind) + ((k_state[kind] * sizeof(float) + 63) & ~(size_t)63))
 #define LAYER_KINDS_CONFIG "layer_types"
 #define LAYER_KIND_DEFAULT(l) k_kind_name[(l) % 2]
 #else
@@ -106,7 +109,7 @@ static const size_t k_state[] = {0, HIDDEN_SIZE};
 #define MI_GEN_PROLOGUE \
   K(P->embed(pc, NULL, m->x, m->embed_tokens.ptr, WEIGHT_DTYPE, m->ids, T, VOCAB_SIZE, HIDDEN_SIZE));
 #if MI_GEN_KINDS
-#define MI_GEN_LAYER_CACHE float *cache = s->layer_state[l] + (size_t)pos0 * k_kv_row[k_layer_kind[l]];
+#define MI_GEN_LAYER_CACHE KV_ELEM *cache = (KV_ELEM *)s->layer_state[l] + (size_t)pos0 * k_kv_row[k_layer_kind[l]];
 #else
 #define MI_GEN_LAYER_CACHE float *cache = s->cache + ((size_t)l * N_CACHE * (size_t)s->n_ctx + (size_t)pos0) * CACHE_ROW;
 #endif

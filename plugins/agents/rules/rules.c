@@ -254,8 +254,13 @@ static void check_sequence(json_t *fs, const char *base, const char *code, const
   if (wi < json_array_size(want))
     finding(fs, "error", "sequence", line_of(base, e), "%s: the contract's step %s (and %zu after it) is missing", fn,
             json_string_value(json_object_get(json_array_get(want, wi), "step")), json_array_size(want) - wi - 1);
-  /* a half-precision KV cache: each cache entry's new rows stored once per layer */
+  /* a half-precision KV cache: each cache entry's new rows stored once per
+   * layer (layer kinds: once in each kind's case of the layer loop) */
   size_t ncache = json_array_size(json_object_get(model, "cache"));
+  const char *kname;
+  json_t *kind;
+  json_object_foreach(json_object_get(json_object_get(model, "layer_kinds"), "kinds"), kname, kind)
+    ncache += json_array_size(json_object_get(kind, "cache"));
   if (half_kv && !strcmp(fn, "forward_chunk") && stores != ncache)
     finding(fs, "error", "sequence", line_of(base, b), "%s: a half-precision KV cache needs one convert per cache entry (%zu), "
             "the source has %zu", fn, ncache, stores);
