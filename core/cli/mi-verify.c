@@ -736,7 +736,7 @@ static void run_stages_2_3(const verify_args *a, mi_ckb *c, vf_stage_opts *o, js
                          : json_pack("{s:i, s:s, s:s, s:s}", "stage", 3, "name", "weight_loading",
                                      "verdict", "SKIPPED", "message", "an earlier stage failed");
     snprintf(title, sizeof title, "stage 3 (weight files of %s%s)", a->model_dir,
-             a->model_plugin ? ", read-back through the engine" : "");
+             a->model_plugin && a->tp <= 1 ? ", read-back through the engine" : "");
     add_stage(stages, s3, t3, title, json_object_get(s3, "units") != NULL, a->verbose);
     int p3 = !strcmp(json_string_value(json_object_get(s3, "verdict")), "PASS");
     t->passed += p3;
@@ -756,6 +756,12 @@ static void run_stages_4_6(const verify_args *a, mi_ckb *c, vf_stage_opts *o, js
     if (!t->pass)
       sj = json_pack("{s:i, s:s, s:s, s:s}", "stage", sn, "name", later_names[sn], "verdict", "SKIPPED", "message",
                      "an earlier stage failed");
+    else if (sn >= 5 && a->tp > 1) /* their units load the engine in one process: a rank of N */
+      sj = json_pack("{s:i, s:s, s:s, s:s}", "stage", sn, "name", later_names[sn], "verdict", "N/A", "message",
+                     sn == 5 ? "at --tp N the engine loads only as N ranks under mpirun; stage 5's units load it in one "
+                               "process (stage 4 ran the ranks as deployed against llama.cpp)"
+                             : "at --tp N the engine loads only as N ranks under mpirun; stage 6 measures one process "
+                               "(mi-gen's 6d gate runs the ranks)");
     else if (sn == 4) sj = vf_stage4(o, tc);
     else if (sn == 5) sj = vf_stage5(o, tc);
     else sj = vf_stage6(o, tc);

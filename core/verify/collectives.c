@@ -227,8 +227,7 @@ typedef struct coll_job {
   size_t bytes;
 } coll_job;
 
-/* The launcher: $MI_MPIRUN, else mpirun on PATH; NULL when none. */
-static const char *find_mpirun(char *buf, size_t n) {
+const char *vf_find_mpirun(char *buf, size_t n) {
   const char *env = getenv("MI_MPIRUN");
   if (env && *env) return access(env, X_OK) == 0 ? env : NULL;
   const char *path = getenv("PATH");
@@ -436,7 +435,7 @@ json_t *vf_stage1_collectives(const vf_stage_opts *o, int tp) {
   json_t *coll = json_object_get(o->platform, "collectives");
   const char *status = json_string_value(json_object_get(coll, "status"));
   char mbuf[4200], self[4200], msg[600];
-  const char *mpirun = find_mpirun(mbuf, sizeof mbuf);
+  const char *mpirun = vf_find_mpirun(mbuf, sizeof mbuf);
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
   if (!status || strcmp(status, "provided")) {
     snprintf(msg, sizeof msg, "--tp %d: the platform contract %s states no collectives it provides",

@@ -315,14 +315,34 @@ int vf_deploy_run(const vf_stage_opts *o, const char *dir, const char *conf, int
   }
   snprintf(nsb, sizeof nsb, "%d", ns_max);
   snprintf(kb, sizeof kb, "%d", K);
-  char *argv[24] = {(char *)o->mi_run, "--plugins-conf", (char *)conf, "-m", (char *)o->model_dir, "--prompts",
-                    pf, "-n", nsb, "--temp", "0", "--ignore-eos", "--json", "--top-logprobs", kb};
-  int ac = 15;
+  /* at --tp N, the ranks as a deployment starts them: mpirun -np N mi-run
+   * ... --tp N -t 1 (rank 0 prints) */
+  char mpb[4200], npb[16];
+  const char *mpirun = o->tp > 1 ? vf_find_mpirun(mpb, sizeof mpb) : NULL;
+  snprintf(npb, sizeof npb, "%d", o->tp);
+  char *argv[40];
+  int ac = 0;
+  if (mpirun) {
+    static char *const mp[] = {"-np", NULL, "--oversubscribe", "--bind-to", "none", "--allow-run-as-root",
+                               "--mca", "btl_vader_single_copy_mechanism", "none"};
+    argv[ac++] = (char *)mpirun;
+    for (size_t q = 0; q < sizeof mp / sizeof *mp; q++) argv[ac++] = mp[q] ? mp[q] : npb;
+  }
+  char *const run[] = {(char *)o->mi_run, "--plugins-conf", (char *)conf, "-m", (char *)o->model_dir, "--prompts",
+                       pf, "-n", nsb, "--temp", "0", "--ignore-eos", "--json", "--top-logprobs", kb};
+  for (size_t q = 0; q < sizeof run / sizeof *run; q++) argv[ac++] = run[q];
   if (!is_engine && o->kv_type) {
     argv[ac++] = "--kv-type";
     argv[ac++] = (char *)o->kv_type;
   }
+  if (mpirun) argv[ac++] = "--tp", argv[ac++] = npb, argv[ac++] = "-t", argv[ac++] = "1";
   argv[ac] = NULL;
+  if (o->tp > 1 && !mpirun) {
+    for (int ci = 0; ci < nc; ci++)
+      snprintf(recs[ci].msg, sizeof recs[ci].msg, "as deployed at --tp %d: no MPI launcher (set MI_MPIRUN, or install "
+               "OpenMPI's mpirun)", o->tp);
+    return -1;
+  }
   int tmo = o->unit_timeout_s > 0 ? (int)o->unit_timeout_s : 300 + 30 * nc;
   /* The user's folder, not a copy, so the model under test could write into
    * it: mi-run sees it read-only where a mount namespace can be made, and a

@@ -401,12 +401,16 @@ json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir
   int pass = !strcmp(json_string_value(json_object_get(u, "verdict")), "PASS");
   json_t *units = json_array();
   json_array_append_new(units, u);
-  if (!o->model_plugin_path) {
+  if (!o->model_plugin_path || o->tp > 1) {
     json_decref(tensors_ev);
+    /* at --tp N the engine loads only as N ranks under mpirun: the
+     * read-back loads it in one process, so it is not run (stage 4 runs
+     * the ranks as deployed) */
     return json_pack("{s:i, s:s, s:s, s:s, s:o, s:i, s:i}", "stage", 3, "name", "weight_loading",
                      "verdict", pass ? "PASS" : "FAIL", "status",
-                     "partial: files only (no model plugin given)", "units", units, "passed", pass,
-                     "failed", !pass);
+                     o->tp > 1 ? "partial: files only (the read-back loads one process; the engine runs as --tp ranks)"
+                               : "partial: files only (no model plugin given)",
+                     "units", units, "passed", pass, "failed", !pass);
   }
   json_t *names = NULL;
   if (pass) {

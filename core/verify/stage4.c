@@ -98,6 +98,37 @@ static int held_out(json_t *contract, const char *golden, int ci, json_t *gc) {
   return 0;
 }
 
+/* The golden's cases the model's declared context cannot hold (prompt and
+ * steps past max_position_embeddings: a golden the oracle made for a
+ * checkpoint scaled to a short context, whose prompts llama.cpp ran past
+ * it) are taken out; the held-out marks are resolved by the original
+ * indices first. The number taken out; *max_pos the declared context (0:
+ * none found, nothing taken out). */
+static int drop_past_context(const vf_stage_opts *o, s4_job *j, long long *max_pos) {
+  char p[4200], err[4400];
+  snprintf(p, sizeof p, "%s/config.json", o->model_dir);
+  json_t *cfg = mi_file_load_json(p, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, sizeof err);
+  const json_t *mp = cfg ? mi_ckb_config_value(NULL, cfg, "max_position_embeddings", 23) : NULL;
+  *max_pos = json_is_integer(mp) ? (long long)json_integer_value(mp) : 0;
+  json_decref(cfg);
+  json_t *cases = json_object_get(j->gold, "cases");
+  size_t i;
+  json_t *gc;
+  json_array_foreach(cases, i, gc) if (json_is_object(gc) && held_out(j->contract, j->golden, (int)i, gc))
+    json_object_set_new(gc, "held_out", json_true());
+  int dropped = 0;
+  for (i = json_array_size(cases); *max_pos > 0 && i-- > 0;) {
+    gc = json_array_get(cases, i);
+    long long need = (long long)json_array_size(json_object_get(gc, "prompt_ids")) +
+                     (long long)json_array_size(json_object_get(gc, "steps"));
+    if (need > *max_pos) {
+      json_array_remove(cases, i);
+      dropped++;
+    }
+  }
+  return dropped;
+}
+
 /* The child's record for one case: what the engine made of the prompt and
  * the greedy steps with their top-K, nothing judged:
  *   int32 n_ids, n_gen, K; int32 ids[n_ids]; int32 gen[n_gen];
@@ -513,11 +544,19 @@ json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
   const char *gb = strrchr(j.golden, '/');
   char gerr[1200];
   j.gold = mi_file_load_json(j.golden, 0, GOLDEN_MAX_BYTES, "golden", 0, gerr, sizeof gerr);
-  json_t *u;
+  long long max_pos = 0;
+  const int past = j.gold && json_is_array(json_object_get(j.gold, "cases")) ? drop_past_context(o, &j, &max_pos) : 0;
+  if (j.gold && past && !json_array_size(json_object_get(j.gold, "cases"))) {
+    snprintf(gerr, sizeof gerr, "%s: every case needs more positions than the declared context of %lld", j.golden,
+             max_pos);
+    json_decref(j.gold);
+    j.gold = NULL;
+  }
+  json_t *u = NULL;
   if (!j.gold) {
     u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "goldens", "id", gb ? gb + 1 : j.golden, "verdict", "FAIL",
                   "status", "ERROR", "message", gerr);
-  } else {
+  } else if (o->tp <= 1) { /* at --tp N only the ranks under mpirun load it: the deployed unit below */
     /* what a correct child writes: per case its ids, steps and top-K */
     size_t cap = VF_REC_SIZE(0) * 8, ci;
     json_t *gc;
@@ -531,6 +570,9 @@ json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
                         goldens_judge);
   }
   json_t *du = j.gold && o->mi_run ? deployed_unit(o, &j) : NULL;
+  if (!u && !du) /* --tp N with no mi-run beside mi-verify: nothing could run the ranks */
+    u = json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "deployed", "id", "mi-run", "verdict", "FAIL", "status", "ERROR",
+                  "message", "at --tp N the engine runs only as deployed, and there is no mi-run beside mi-verify");
   json_decref(j.gold);
   vf_rmtree(wd);
   int steps = 0, held = 0, cases = 0;
@@ -538,7 +580,7 @@ json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
   size_t k;
   json_t *c;
   json_array_foreach(json_object_get(u, "cases"), k,
-                     c) if (json_is_integer(json_object_get(c, "steps_compared"))) {
+                     c) if (u && json_is_integer(json_object_get(c, "steps_compared"))) {
     cases++;
     steps += (int)json_integer_value(json_object_get(c, "steps_compared"));
     held += json_is_true(json_object_get(c, "held_out"));
@@ -550,16 +592,20 @@ json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
              json_number_value(json_object_get(oracle, "seconds")));
   else if (oracle)
     snprintf(whence, sizeof whence, " (the oracle's cached golden for this checkpoint)");
-  char wide[200] = "";
+  char wide[300] = "";
+  if (past)
+    snprintf(wide, sizeof wide, "; %d case%s past the declared context of %lld not run", past, past == 1 ? "" : "s",
+             max_pos);
   if (widened_by)
-    snprintf(wide, sizeof wide, "; tolerance %.2g, as %s's peer entry states (llama.cpp computes it less exactly)",
-             TOL, widened_by);
-  json_object_set_new(
-      u, "summary",
-      json_sprintf("%d cases (%d held out), %d greedy steps identical to llama.cpp, "
-                   "max |logprob diff| %.2e%s%s",
-                   cases, held, steps, mx, whence, wide));
-  json_array_append_new(units, u);
+    snprintf(wide + strlen(wide), sizeof wide - strlen(wide),
+             "; tolerance %.2g, as %s's peer entry states (llama.cpp computes it less exactly)", TOL, widened_by);
+  if (u && j.gold && o->tp <= 1)
+    json_object_set_new(
+        u, "summary",
+        json_sprintf("%d cases (%d held out), %d greedy steps identical to llama.cpp, "
+                     "max |logprob diff| %.2e%s%s",
+                     cases, held, steps, mx, whence, wide));
+  if (u) json_array_append_new(units, u);
   if (du) {
     int dc = 0, ds = 0;
     double dmx = 0;
@@ -569,11 +615,14 @@ json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
       dmx = fmax(dmx, json_number_value(json_object_get(c, "max_abs_logprob_diff")));
     }
     const char *how = json_string_value(json_object_get(json_object_get(du, "model_folder"), "how"));
+    char tpl[48] = "";
+    if (o->tp > 1) snprintf(tpl, sizeof tpl, "mpirun -np %d ", o->tp);
     json_object_set_new(du, "summary",
-                        json_sprintf("as deployed (mi-run, the user's model path, environment and temp folder): "
-                                     "%d cases, %d greedy steps identical to llama.cpp, max |logprob diff| %.2e; "
+                        json_sprintf("as deployed (%smi-run, the user's model path, environment and temp folder): "
+                                     "%d cases, %d greedy steps identical to llama.cpp, max |logprob diff| %.2e%s%s; "
                                      "the model folder %s",
-                                     dc, ds, dmx, how ? how : "?"));
+                                     tpl, dc, ds, dmx, o->tp > 1 ? whence : "",
+                                     o->tp > 1 ? wide : "", how ? how : "?"));
     json_array_append_new(units, du);
   }
   json_t *s = vf_stage_result(4, "end_to_end", units);

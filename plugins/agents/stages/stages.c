@@ -298,7 +298,7 @@ static int stage_mi_verify(stg *s) {
   snprintf(seed_s, sizeof seed_s, "%llu", (unsigned long long)s->seed);
   snprintf(thr, sizeof thr, "threads=%d", s->threads);
   snprintf(gopt, sizeof gopt, "%s", s->gold ? s->gold : "/nonexistent");
-  char *mv_argv[] = {(char *)s->mv, "--platform-plugin", (char *)s->plat, "--model-plugin", s->so, "--model", (char *)s->model, "--stage", s->tp > 1 ? "2" : "6",
+  char *mv_argv[] = {(char *)s->mv, "--platform-plugin", (char *)s->plat, "--model-plugin", s->so, "--model", (char *)s->model, "--stage", "6",
                      "--goldens", gopt, "--goldens-optional", "--ckb", (char *)s->t->ckb_dir, "--seed", seed_s, "--report", rep,
                      "-o", thr, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   char tmo[32];
