@@ -17,7 +17,8 @@ ctest --test-dir build --output-on-failure -j2
 # older host would run them. Left out of these reruns: tests that run no CPU
 # kernel (tokenizer, loader, safetensors, CKB, GPU host/plugins/emulator
 # conformance, the LLM client, the server's HTTP paths, the hybrid's float64
-# reference, checkpoints and coverage), and the slow ones
+# reference, checkpoints and coverage, mi-bench's smoke test: it asserts
+# no figure a kernel computes), and the slow ones
 # about something else (CLI errors, the verifier's model mutants, the GPU
 # emulator end to end and TP, mi-gen end to end: its engines call the same
 # kernels the model tests hold to float64 on every variant; the hybrid's
@@ -41,6 +42,7 @@ not_cpu+='|third_family|test_compose|test_mkmodel_contract|no_long_functions|tes
 not_cpu+='|test_interp|test_template|test_serve_tools|test_json_grammar|test_map_form|test_ckb_bind' # float64 / text only: no CPU kernel
 not_cpu+='|test_prefix_cache' # the cache's bookkeeping; the state copies it makes are test_seq_state's on every variant
 not_cpu+='|test_cpu_q8_0' # runs every variant the host has itself (isa= per case)
+not_cpu+='|test_bench_smoke' # mi-bench's bookkeeping: figures present, finite and consistent with each other and config.json, no kernel's value; its kernels are test_cpu_kernels' and test_cpu_prefill's on every variant
 not_cpu+='|test_gguf|test_gguf_peer|test_gguf_q8_peer|test_gguf_q4_peer)$' # file reading; the f32/bf16/block-type kernels they end in are test_cpu_*'s
 for isa in "${variants[@]}"; do
   echo "== CPU variant $isa (MI_CPU_ISA_MAX=$isa)"

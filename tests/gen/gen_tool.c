@@ -3,10 +3,12 @@
 #include "gen_tool.h"
 
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,4 +73,30 @@ void gt_sh(const char *who, const char *fmt, ...) {
   vsnprintf(cmd, sizeof cmd, fmt, ap);
   va_end(ap);
   if (system(cmd) != 0) fprintf(stderr, "%s: command failed: %s\n", who, cmd);
+}
+
+int gt_short_golden(const char *from, const char *dir, int ncases, int nsteps) {
+  json_error_t je;
+  json_t *g = json_load_file(from, 0, &je);
+  json_t *cases = json_object_get(g, "cases");
+  if (!g || (int)json_array_size(cases) < ncases) {
+    fprintf(stderr, "gt_short_golden: %s: %s\n", from, g ? "too few cases" : je.text);
+    json_decref(g);
+    return -1;
+  }
+  while ((int)json_array_size(cases) > ncases) json_array_remove(cases, json_array_size(cases) - 1);
+  size_t i;
+  json_t *c;
+  json_array_foreach(cases, i, c) {
+    json_t *steps = json_object_get(c, "steps");
+    while ((int)json_array_size(steps) > nsteps) json_array_remove(steps, json_array_size(steps) - 1);
+  }
+  const char *base = strrchr(from, '/');
+  char out[2400];
+  snprintf(out, sizeof out, "%s/%s", dir, base ? base + 1 : from);
+  mkdir(dir, 0755);
+  const int rc = json_dump_file(g, out, JSON_COMPACT);
+  json_decref(g);
+  if (rc) fprintf(stderr, "gt_short_golden: cannot write %s\n", out);
+  return rc ? -1 : 0;
 }

@@ -25,6 +25,13 @@ void res_free(res *r);
  * 0, or -1 when the folder could not be made. */
 int gt_dirs(const char *tmpl, char *build, char *src, char *tmp, char *model, char *ckb);
 
+/* The golden `from` cut to its first ncases cases of nsteps steps each,
+ * written under its own name into the folder dir (made): stage 4 picks it
+ * for the same checkpoint as the whole one. What the sanitizer tree's runs
+ * compare (MI_TEST_GEN_QUICK: the same paths, fewer steps); the Release run
+ * compares every case. 0, or -1 with a line on stderr. */
+int gt_short_golden(const char *from, const char *dir, int ncases, int nsteps);
+
 /* A setup chore through the shell; a failure is reported, not fatal. */
 void gt_sh(const char *who, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -46,6 +46,13 @@
  * all of them. */
 static const char *g_part;
 
+/* MI_TEST_GEN_QUICK (the sanitizer tree): g_gold, a folder holding
+ * tests/goldens/tiny-seed1.json cut to its first 2 cases of 4 steps
+ * (gt_short_golden), is the goldens of every mi-gen run here; the Release
+ * run gives the committed goldens (every case). */
+static int g_quick;
+static char g_gold[1300];
+
 /* once, in the parent: the model and one generated engine (test_tp2
  * generates its own, so the "tp2" part skips this one) */
 static void setup_all(void) {
@@ -57,8 +64,15 @@ static void setup_all(void) {
   res r = run("mi-mkmodel", mk, 120);
   res_free(&r);
   if (g_part && !strcmp(g_part, "tp2")) return;
-  char gold[1200];
+  char gold[1300];
   snprintf(gold, sizeof gold, "%s/tests/goldens", g_src);
+  if (g_quick) {
+    char from[1300];
+    snprintf(from, sizeof from, "%s/tests/goldens/tiny-seed1.json", g_src);
+    snprintf(g_gold, sizeof g_gold, "%s/goldens-short", g_tmp);
+    if (gt_short_golden(from, g_gold, 2, 4) != 0) abort();
+    snprintf(gold, sizeof gold, "%s", g_gold);
+  }
   /* with --perf gates any engine meets (1e-4 of each roofline): the gates'
    * PASS path, without a timed threshold that could flake */
   const char *gen[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "1", "--out", g_out, "--ckb", g_ckb,
@@ -214,7 +228,8 @@ static void broken_source(const char *name, const char *from, const char *to, ch
 
 static res gen_candidate(const char *src, const char *out, const char *run_dir) {
   const char *a[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "1", "--out", out, "--ckb", g_ckb,
-                     "--candidate", src, "--run-dir", run_dir, "--seed", "9", "-t", "2", NULL};
+                     "--candidate", src, "--run-dir", run_dir, "--seed", "9", "-t", "2",
+                     g_gold[0] ? "--goldens" : NULL, g_gold, NULL};
   return run("mi-gen", a, 600);
 }
 
@@ -282,7 +297,11 @@ END_TEST
 
 /* A source that passes review but computes the wrong thing (eps 1e-5 in
  * every RMSNorm, not config.json's): verification rejects it. Then a PASS is
- * planted in its journal and the run resumed: still rejected. */
+ * planted in its journal and the run resumed: still rejected. eps 1e-5
+ * passes stages 1-4 and is caught at stage 5's sharp attention; under
+ * MI_TEST_GEN_QUICK (the sanitizer tree) eps 1e-2 is, at stage 4's first
+ * step: the same review, rejection and resume, two verifications shorter
+ * (stage 5 rejecting an engine is the mutants' of test_verify_model there). */
 START_TEST(test_wrong_math_and_fake_pass) {
   ck_assert_int_eq(g_gen_rc, 0);
   char src[1400], out[1400], rd[1400];
@@ -298,7 +317,7 @@ START_TEST(test_wrong_math_and_fake_pass) {
       fputs(q, f);
       break;
     }
-    fprintf(f, "%.*s1e-5f, ", (int)(hit - q), q);
+    fprintf(f, "%.*s%s, ", (int)(hit - q), q, g_quick ? "1e-2f" : "1e-5f");
     q = hit + strlen("RMS_NORM_EPS, ");
   }
   fclose(f);
@@ -521,18 +540,21 @@ static void add_cases(TCase *t) {
    * the same orchestrator code (perf gate, TP 2 under mpirun, resume); the
    * Release run holds them, the sanitizers still see generation, review,
    * the wrong-math/fake-PASS rejections and the bad constraints */
-  int quick = getenv("MI_TEST_GEN_QUICK") != NULL;
+  int quick = g_quick;
   if (!quick) {
     tcase_add_test(t, test_perf_gate_not_met);
     if (!g_part) tcase_add_test(t, test_tp2);
   }
   tcase_add_test(t, test_bad_constraints);
   if (!quick) tcase_add_test(t, test_resume_same_hash);
-  else fprintf(stderr, "test_gen: MI_TEST_GEN_QUICK: perf gate, TP 2 and resume left to the Release run\n");
+  else
+    fprintf(stderr, "test_gen: MI_TEST_GEN_QUICK: perf gate, TP 2 and resume left to the Release run; stage 4 on the "
+                    "golden's first 2 cases of 4 steps, the wrong-math source at eps 1e-2 (caught at stage 4, not 5)\n");
 }
 
 int main(void) {
   g_part = getenv("MI_TEST_GEN_PART");
+  g_quick = getenv("MI_TEST_GEN_QUICK") != NULL;
   if (g_part && strcmp(g_part, "tp2") && strcmp(g_part, "no-tp2")) {
     fprintf(stderr, "test_gen: MI_TEST_GEN_PART must be tp2 or no-tp2 (got \"%s\")\n", g_part);
     return 2;

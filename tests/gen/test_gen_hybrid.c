@@ -89,9 +89,18 @@ static json_t *draft(void) {
   return c;
 }
 
+/* MI_TEST_GEN_QUICK (the sanitizer tree): a goldens folder whose
+ * tiny-seed1.json is the committed one cut to its first 2 cases of 4 steps
+ * (gt_short_golden), for every mi-gen run here: the engine still passes
+ * stage 4 on it, each mutant is still rejected at stage 4 on case 0
+ * (state_not_carried at a decode step), by the same unit; the Release run
+ * compares every case. Empty: the committed goldens. */
+static char g_short_gold[1300];
+
 static res gen(const char *ckb, const char *out, const char *candidate, int iterations) {
-  char gold[1200], it[16];
-  snprintf(gold, sizeof gold, "%s/tests/goldens/hybrid", g_src);
+  char gold[1400], it[16];
+  if (g_short_gold[0]) snprintf(gold, sizeof gold, "%s", g_short_gold);
+  else snprintf(gold, sizeof gold, "%s/tests/goldens/hybrid", g_src);
   snprintf(it, sizeof it, "%d", iterations);
   const char *a[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "1", "--out", out, "--ckb", ckb,
                      "--goldens", gold, "--seed", "5", "-t", "2", "--max-iterations", it,
@@ -109,6 +118,14 @@ static void setup_all(void) {
   const char *mk[] = {"--family", "qwen35", "--shape", "tiny", "--seed", "1", "--dtype", "bf16", "--out", g_model, NULL};
   res r = run("mi-mkmodel", mk, 120);
   res_free(&r);
+  if (getenv("MI_TEST_GEN_QUICK")) {
+    char from[1300];
+    snprintf(from, sizeof from, "%s/tests/goldens/hybrid/tiny-seed1.json", g_src);
+    snprintf(g_short_gold, sizeof g_short_gold, "%s/goldens-short", g_tmp);
+    NEED(gt_short_golden(from, g_short_gold, 2, 4) == 0, "the short golden");
+    fprintf(stderr, "test_gen_hybrid: MI_TEST_GEN_QUICK: stage 4 on the golden's first 2 cases of 4 steps "
+                    "(every case: the Release run)\n");
+  }
   r = gen(g_ckb, g_out, NULL, 2);
   keep_gen_run(&r);
 }

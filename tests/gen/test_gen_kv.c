@@ -49,8 +49,14 @@ static void setup_all(void) {
   const char *mk[] = {"--shape", "tiny", "--seed", "1", "--dtype", "bf16", "--out", g_model, NULL};
   res r = run("mi-mkmodel", mk, 120);
   res_free(&r);
-  char gold[1200];
+  char gold[1300];
   snprintf(gold, sizeof gold, "%s/tests/goldens", g_src);
+  if (getenv("MI_TEST_GEN_QUICK")) { /* stage 4 on the golden's first 2 cases of 4 steps (gen_tool.h) */
+    char from[1300];
+    snprintf(from, sizeof from, "%s/tests/goldens/tiny-seed1.json", g_src);
+    snprintf(gold, sizeof gold, "%s/goldens-short", g_tmp);
+    if (gt_short_golden(from, gold, 2, 4) != 0) abort();
+  }
   for (int k = 0; k < g_nkv; k++) {
     snprintf(g_out[k], sizeof g_out[k], "%s/engine-%s", g_tmp, g_kv[k]);
     const char *gen[] = {"--model", g_model, "--platform", "cpu", "--dtype", "bf16", "--tp", "1", "--kv-type", g_kv[k],
@@ -190,7 +196,11 @@ END_TEST
 int main(void) {
   /* MI_TEST_GEN_QUICK (the sanitizer tree): one KV type (bf16, the coarser
    * rounding) instead of both, each being a whole verification */
-  if (getenv("MI_TEST_GEN_QUICK")) g_nkv = 1;
+  if (getenv("MI_TEST_GEN_QUICK")) {
+    g_nkv = 1;
+    fprintf(stderr, "test_gen_kv: MI_TEST_GEN_QUICK: the bf16 cache alone, stage 4 on the golden's first 2 cases of 4 "
+                    "steps (f16 and every case: the Release run)\n");
+  }
   setup_all();
   Suite *s = suite_create("gen_kv");
   TCase *t = tcase_create("gen_kv");

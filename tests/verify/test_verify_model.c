@@ -78,6 +78,10 @@ static void setup(void) {
 /* Runs mi-verify --stage 6 on `dir` with the model plugin `mp` (NULL: the
  * default next to the CPU plugin); returns its exit status, the report in *rep. */
 static const char *g_extra[8]; /* more mi-verify arguments, NULL-terminated */
+static const char *g_goldens;  /* --goldens (NULL: tests/goldens) */
+/* MI_TEST_QUICK: a goldens folder whose tiny-seed1.json holds the first
+ * cases of the committed one, a few steps each (made by main) */
+static char g_short_goldens[4200];
 static const char *g_stage;    /* --stage (NULL: 6) */
 static int g_no_unshare;       /* mi-verify and all it runs get EPERM from unshare(2) (seccomp) */
 
@@ -107,7 +111,7 @@ static int run_verify(const char *mp, const char *dir, json_t **rep, char *log, 
     (void)f;
     if (g_no_unshare) deny_unshare();
     const char *argv[32] = {bin,     "--platform-plugin", cpu_so,             "--ckb",   ckb, "--goldens",
-                            goldens, "--stage",           g_stage ? g_stage : "6", "--model", dir, "--seed",
+                            g_goldens ? g_goldens : goldens, "--stage", g_stage ? g_stage : "6", "--model", dir, "--seed",
                             "7",     "--report",          report};
     int ac = 15;
     for (int k = 0; g_extra[k]; k++) argv[ac++] = g_extra[k];
@@ -214,7 +218,9 @@ START_TEST(mutant_rejected_at_its_stage) {
   const int m = g_run[_i]; /* the k_mutants entry */
   snprintf(so, sizeof so, "%s/libmm-%s.so", mm_dir, k_mutants[m].name);
   json_t *rep = NULL;
+  if (g_short_goldens[0]) g_goldens = g_short_goldens; /* stage 4 passed or failed on its first cases */
   int rc = run_verify(so, model, &rep, log, sizeof log);
+  g_goldens = NULL;
   const int st = k_mutants[m].stage;
   ck_assert_msg(rc == 1, "mutant %s: mi-verify exited %d (expected 1):\n%s", k_mutants[m].name, rc,
                 log);
@@ -262,6 +268,31 @@ START_TEST(model_without_golden_fails_stage4) {
 }
 END_TEST
 
+/* MI_TEST_QUICK: the real oracle (tools/peer/oracle.mjs, linked) on the
+ * first 2 of its prompts, through MI_PEER_DIR (mi-verify passes it the
+ * prompts.json beside the script): llama.cpp's 32 steps over the whole
+ * vocabulary cost about 5 s a prompt in node, the same outside the
+ * sanitizers; the Release run makes the golden of all 8. Sets MI_PEER_DIR
+ * to the folder, written into dir; the number of prompts. */
+static int short_oracle(char *dir, size_t n) {
+  const char *s = getenv("MI_SOURCE_DIR");
+  snprintf(dir, n, "%s/tests/verify_models/peer-short-%d", getenv("MI_BUILD_DIR"), (int)getpid());
+  char p[4400];
+  snprintf(p, sizeof p, "rm -rf '%s' && mkdir -p '%s' && ln -s '%s/tools/peer/oracle.mjs' '%s/oracle.mjs'", dir, dir, s, dir);
+  ck_assert_int_eq(system(p), 0);
+  snprintf(p, sizeof p, "%s/tools/peer/prompts.json", s);
+  json_t *pj = json_load_file(p, 0, NULL);
+  json_t *pr = json_object_get(pj, "prompts");
+  ck_assert_int_ge(json_array_size(pr), 2);
+  while (json_array_size(pr) > 2) json_array_remove(pr, json_array_size(pr) - 1);
+  snprintf(p, sizeof p, "%s/prompts.json", dir);
+  ck_assert_int_eq(json_dump_file(pj, p, 0), 0);
+  json_decref(pj);
+  setenv("MI_PEER_DIR", dir, 1);
+  fprintf(stderr, "test_verify_model: MI_TEST_QUICK: the oracle on 2 of its 8 prompts (all 8: the Release run)\n");
+  return 2;
+}
+
 /* No committed golden: the oracle makes one for this checkpoint (llama.cpp
  * on the checkpoint's own F32 GGUF), stage 4 passes against it, and the
  * next run takes it from the cache. */
@@ -274,6 +305,8 @@ START_TEST(model_without_golden_gets_one_from_the_oracle) {
   snprintf(rm, sizeof rm, "rm -rf '%s'", cache);
   ck_assert_int_eq(system(rm), 0);
   setenv("MI_ORACLE", "1", 1);
+  char peer[4300] = "";
+  const int ncases = g_quick ? short_oracle(peer, sizeof peer) : 8;
   g_extra[0] = "--oracle-cache";
   g_extra[1] = cache;
   g_stage = "4"; /* what the oracle feeds; stages 5-6 are the other tests' */
@@ -290,7 +323,9 @@ START_TEST(model_without_golden_gets_one_from_the_oracle) {
     /* every case compared, against llama.cpp's tokens */
     json_t *u = json_array_get(json_object_get(s4, "units"), 0);
     const char *sum = json_string_value(json_object_get(u, "summary"));
-    ck_assert_msg(sum && strstr(sum, "8 cases") && strstr(sum, "greedy steps identical to llama.cpp"), "%s",
+    char want[32];
+    snprintf(want, sizeof want, "%d cases", ncases);
+    ck_assert_msg(sum && strstr(sum, want) && strstr(sum, "greedy steps identical to llama.cpp"), "%s",
                   sum ? sum : "(none)");
     json_decref(rep);
   }
@@ -298,6 +333,11 @@ START_TEST(model_without_golden_gets_one_from_the_oracle) {
   g_stage = NULL;
   setenv("MI_ORACLE", "0", 1);
   ck_assert_int_eq(system(rm), 0);
+  if (peer[0]) {
+    unsetenv("MI_PEER_DIR");
+    snprintf(rm, sizeof rm, "rm -rf '%s'", peer);
+    ck_assert_int_eq(system(rm), 0);
+  }
 }
 END_TEST
 
@@ -329,7 +369,7 @@ END_TEST
 START_TEST(stage6_gates_measured) {
   char q3[4200];
   snprintf(q3, sizeof q3, "%s/lib/metainfer/libmi-qwen3.so", getenv("MI_BUILD_DIR"));
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, q3, model, NULL, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, q3, model, NULL, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL, 0};
   json_t *none = json_pack("{s:[]}", "gates");
   json_t *s = vf_stage6(&o, none); /* the default gate only */
   ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "PASS");
@@ -381,7 +421,7 @@ START_TEST(forged_pass_rejected_at_stages_4_to_6) {
   char err[600];
   mi_ckb *kb = mi_ckb_open(ckb, err, sizeof err); /* stage 5 interprets the model contract */
   ck_assert_msg(kb, "%s", err);
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, kb, NULL, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, kb, NULL, NULL, 0};
   json_t *none = json_object();
   json_t *s = vf_stage4(&o, none);
   expect_failed_unit(s, "tiny-seed1.json",
@@ -414,7 +454,7 @@ END_TEST
 START_TEST(decode_growth_catches_prefix_recompute) {
   char so[4400];
   snprintf(so, sizeof so, "%s/libmm-recompute_prefix.so", mm_dir);
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL, 0};
   json_t *none = json_pack("{s:[]}", "gates");
   json_t *s = vf_stage6(&o, none);
   expect_failed_unit(s, "decode_growth",
@@ -434,7 +474,7 @@ START_TEST(hung_plugin_killed_at_the_deadline) {
   mi_ckb *kb = mi_ckb_open(ckbdir, err, sizeof err);
   ck_assert_msg(kb, "%s", err);
   snprintf(so, sizeof so, "%s/libmm-forward_hang.so", mm_dir);
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 3, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, so, model, goldens, 0, 3, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL, 0};
   json_t *s = vf_stage3(&o, kb, model);
   ck_assert_str_eq(json_string_value(json_object_get(s, "verdict")), "FAIL");
   json_t *rb = json_array_get(json_object_get(s, "units"), 1);
@@ -514,7 +554,7 @@ START_TEST(hostile_files_refused_with_one_line) {
   snprintf(gdir, sizeof gdir, "%s/goldens", dir);
   mkdir(gdir, 0700);
   snprintf(gold, sizeof gold, "%s/x.json", gdir);
-  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, cpu_so, model, gdir, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL};
+  vf_stage_opts o = {cpu_so, NULL, NULL, NULL, 7, {120, 240, 0, 0}, NULL, cpu_so, model, gdir, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL, 0};
   for (int k = 0; k < 4; k++) {
     plant(gold, k, (off_t)65 << 20);
     json_t *s = vf_stage4(&o, NULL);
@@ -631,6 +671,7 @@ START_TEST(model_folder_held_as_deployed) {
   ck_assert_int_eq(system(cmd), 0);
   snprintf(so, sizeof so, "%s/libmm-writes_model_dir.so", mm_dir);
   g_stage = "4"; /* stage 4 holds the deployed run; 5-6 are the other tests' */
+  if (g_short_goldens[0]) g_goldens = g_short_goldens; /* every case of the deployed run, fewer of them */
   for (int run = 0; run < 2; run++) {
     char *before = listing(dir);
     json_t *rep = NULL;
@@ -670,6 +711,7 @@ START_TEST(model_folder_held_as_deployed) {
     json_decref(rep);
   }
   g_stage = NULL;
+  g_goldens = NULL;
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   ck_assert_int_eq(system(cmd), 0);
 }
@@ -700,13 +742,52 @@ START_TEST(bad_arguments_are_refused) {
 }
 END_TEST
 
+/* MI_TEST_QUICK: g_short_goldens, a folder holding tiny-seed1.json cut to
+ * its first 2 cases of 4 steps (the same model, so stage 4 picks it): what
+ * the mutant runs and the deployed-folder runs compare there. Each mutant
+ * still fails at its stage with its symptom (kv_offbyone at case 0 step 1,
+ * disguise_progname at case 0 step 0) or passes stage 4 to be caught
+ * later; real_plugin_passes_all_stages keeps the whole golden, and the
+ * Release run compares every case in every run. 0, or -1. */
+static int make_short_goldens(void) {
+  const char *b = getenv("MI_BUILD_DIR"), *s = getenv("MI_SOURCE_DIR");
+  if (!b || !s) return -1;
+  char p[4300];
+  snprintf(p, sizeof p, "%s/tests/goldens/tiny-seed1.json", s);
+  json_t *g = json_load_file(p, 0, NULL);
+  json_t *cases = json_object_get(g, "cases");
+  if (!g || json_array_size(cases) < 2) {
+    json_decref(g);
+    return -1;
+  }
+  while (json_array_size(cases) > 2) json_array_remove(cases, json_array_size(cases) - 1);
+  for (size_t i = 0; i < 2; i++) {
+    json_t *steps = json_object_get(json_array_get(cases, i), "steps");
+    while (json_array_size(steps) > 4) json_array_remove(steps, json_array_size(steps) - 1);
+  }
+  snprintf(g_short_goldens, sizeof g_short_goldens, "%s/tests/verify_models/goldens-short-%d", b, (int)getpid());
+  snprintf(p, sizeof p, "%s/tests/verify_models", b);
+  mkdir(p, 0755);
+  mkdir(g_short_goldens, 0755);
+  snprintf(p, sizeof p, "%s/tiny-seed1.json", g_short_goldens);
+  const int rc = json_dump_file(g, p, JSON_COMPACT);
+  json_decref(g);
+  return rc;
+}
+
 int main(void) {
   g_quick = getenv("MI_TEST_QUICK") != NULL;
+  if (g_quick && make_short_goldens() != 0) {
+    fprintf(stderr, "test_verify_model: cannot make the short goldens folder\n");
+    return 1;
+  }
   for (int i = 0; i < (int)(sizeof k_mutants / sizeof k_mutants[0]); i++)
     if (!g_quick || k_mutants[i].quick) g_run[g_nrun++] = i;
   if (g_quick)
-    fprintf(stderr, "test_verify_model: MI_TEST_QUICK: %d of the %d model mutants (one per failing unit)\n", g_nrun,
-            (int)(sizeof k_mutants / sizeof k_mutants[0]));
+    fprintf(stderr,
+            "test_verify_model: MI_TEST_QUICK: %d of the %d model mutants (one per failing unit); the mutants and the "
+            "deployed-folder runs on the golden's first 2 cases of 4 steps: the rest left to the Release run\n",
+            g_nrun, (int)(sizeof k_mutants / sizeof k_mutants[0]));
   Suite *s = suite_create("verify_model");
   TCase *tc = tcase_create("stages3to6");
   tcase_add_checked_fixture(tc, setup, NULL);
@@ -721,5 +802,11 @@ int main(void) {
                        decode_growth_catches_prefix_recompute, hostile_files_refused_with_one_line,
                        model_folder_fingerprint_sees_changes, model_folder_held_as_deployed));
   suite_add_tcase(s, tc);
-  return mi_check_run(s);
+  const int rc = mi_check_run(s);
+  if (g_short_goldens[0]) {
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_short_goldens);
+    if (system(cmd) != 0) fprintf(stderr, "test_verify_model: could not remove %s\n", g_short_goldens);
+  }
+  return rc;
 }
