@@ -64,6 +64,9 @@ static void usage(FILE *f) {
           "  --candidate FILE.c   review and verify this source instead of composing one\n"
           "  --seed N             the verifier's master seed (default: random)\n"
           "  --verify-timeout S   mi-verify's per-unit limit (raise it for large shapes)\n"
+          "  --deploy-reach N     the deployment run (4d) decodes to position N at most instead of the\n"
+          "                       declared context (a long-context model's check, a sanitizer build's;\n"
+          "                       default $MI_GEN_DEPLOY_REACH, else none)\n"
           "  --goldens DIR        stage 4's llama.cpp goldens (default: tests/goldens of the source tree)\n"
           "  --platform-plugin PATH  verify and deploy on this platform plugin (libmi-NAME.so) in place of the\n"
           "                       contract's own; one of another name stands in for the platform, said in the\n"
@@ -342,6 +345,7 @@ typedef struct gen_run {
   const char *model, *platform, *dtype, *out, *kv, *perf, *goldens;
   const char *ckb_dir, *run_dir, *resume, *cons_file, *candidate, *plat_plugin, *candidates;
   double vtimeout, budget;
+  long long deploy_reach; /* --deploy-reach: 4d decodes to at most this position (0: the declared context) */
   int tp, max_iter, threads, evolve, no_reval;
   long long seed;
   json_t *journal, *cons_json; /* --resume's journal, --constraints' object */
@@ -378,11 +382,13 @@ static int parse_args(int argc, char **argv, gen_run *r) {
       {"out", 1, 0, 'o'},            {"kv-type", 1, 0, 'k'},     {"perf", 1, 0, 'P'},    {"ckb", 1, 0, 'C'},
       {"run-dir", 1, 0, 'r'},        {"resume", 1, 0, 'R'},      {"constraints", 1, 0, 'c'},
       {"max-iterations", 1, 0, 'i'}, {"time-budget", 1, 0, 'b'}, {"candidate", 1, 0, 'x'},
-      {"seed", 1, 0, 's'},           {"threads", 1, 0, 't'},     {"goldens", 1, 0, 'G'}, {"verify-timeout", 1, 0, 'V'},     {"help", 0, 0, 'h'},
+      {"seed", 1, 0, 's'},           {"threads", 1, 0, 't'},     {"goldens", 1, 0, 'G'}, {"verify-timeout", 1, 0, 'V'}, {"deploy-reach", 1, 0, 1300},     {"help", 0, 0, 'h'},
       {"platform-plugin", 1, 0, 'U'},
       {"evolve", 0, 0, 'E'},         {"candidates", 1, 0, 'K'},  {"no-revalidate", 0, 0, 'N'}, {0, 0, 0, 0}};
   int ch;
   const struct option *all_longs = gen_llm_longopts(longs);
+  const char *env_reach = getenv("MI_GEN_DEPLOY_REACH"); /* --deploy-reach's default */
+  if (env_reach && *env_reach) r->deploy_reach = atoll(env_reach) >= 64 ? atoll(env_reach) : 0;
   while ((ch = getopt_long(argc, argv, "t:h", all_longs, NULL)) != -1) {
     switch (ch) {
     case 'm': r->model = optarg; break;
@@ -403,6 +409,15 @@ static int parse_args(int argc, char **argv, gen_run *r) {
     case 't': r->threads = atoi(optarg); break;
     case 'G': r->goldens = optarg; break;
     case 'V': r->vtimeout = atof(optarg); break;
+    case 1300: {
+      char *end = NULL;
+      r->deploy_reach = strtoll(optarg, &end, 10);
+      if (!end || *end || r->deploy_reach < 64) {
+        fprintf(stderr, "mi-gen: --deploy-reach %s: a number of positions, at least 64\n", optarg);
+        return EX_USAGE;
+      }
+      break;
+    }
     case 'U': r->plat_plugin = optarg; break;
     case 'E': r->evolve = 1; break;
     case 'K': r->candidates = optarg; break;
@@ -904,6 +919,7 @@ static json_t *verifier_task(gen_run *r, const char *src) {
    * the verifier interprets the contract with them (mi-verify --contract-patches) */
   if (json_array_size(json_object_get(r->impl, "patches"))) json_object_set(t, "patches", json_object_get(r->impl, "patches"));
   if (r->vtimeout > 0) json_object_set_new(t, "unit_timeout", json_real(r->vtimeout));
+  if (r->deploy_reach > 0) json_object_set_new(t, "deploy_reach", json_integer(r->deploy_reach));
   if (r->pack_path[0]) {
     json_object_set_new(json_object_get(t, "tools"), "pack", json_string(r->pack_path));
     json_object_set_new(json_object_get(t, "tools"), "pack_name", json_sprintf("pack-%s", r->pack_name)); /* the plugin's name */

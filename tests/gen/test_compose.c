@@ -9,8 +9,8 @@
  *     config paths, multi-dim vector weights, TP);
  *   - bakes in the constraints it was asked for and the KV layout of its
  *     contract;
- * and a combination the composer does not write (a half-precision KV cache
- * with layer kinds) is refused in one line naming the contract. Also the
+ * and a half-precision KV cache with layer kinds stages and converts the
+ * kinds' caches while their fixed state stays f32. Also the
  * expression-to-C writer the composer uses (core/ckb/expr_c.c). */
 #define _GNU_SOURCE
 #include <check.h>

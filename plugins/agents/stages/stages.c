@@ -354,6 +354,7 @@ typedef struct deploy {
   double worst_all, words_per_tok;
   long long long_prompt, long_end;
   int odd_words; /* case 1's prompt, capped to fit a short declared context */
+  int capped_by_user; /* reach from mi-gen --deploy-reach */
 } deploy;
 
 /* The cases of the deployment run: a prefill of 1 token; odd chunks of 7 at
@@ -408,6 +409,9 @@ static void deploy_reach(const stg *s, deploy *d) {
   d->reach = d->max_pos;
   if (cap > 32768) cap = 32768;
   if (d->reach > cap) d->reach = cap;
+  /* mi-gen --deploy-reach: the user's cap */
+  const json_int_t ur = json_integer_value(json_object_get(s->task, "deploy_reach"));
+  if (ur > 0 && d->reach > ur) d->reach = ur, d->capped_by_user = 1;
 }
 
 /* What case k's run showed beyond equal tokens: the prompt's length, and
@@ -559,7 +563,7 @@ static int stage_deploy(stg *s) {
              "%s%s3 cases as deployed, greedy (no reference plugin: tokens are stage 4's to hold to llama.cpp): 1-token prompt "
              "(prefill batch 1); %d words at -b 7 (odd chunks); %lld prompt tokens in 512-token chunks then decode to position %lld "
              "(declared context %lld%s)%s",
-             note, s->tp > 1 ? tp_mpi : "", d.odd_words, d.long_prompt, d.long_end, d.max_pos, d.reach < d.max_pos ? ", capped by the prefill cost" : "",
+             note, s->tp > 1 ? tp_mpi : "", d.odd_words, d.long_prompt, d.long_end, d.max_pos, d.reach < d.max_pos ? d.capped_by_user ? ", capped by --deploy-reach" : ", capped by the prefill cost" : "",
              d.reach == d.max_pos ? "; -c max+1 refused in one line" : "");
   else if (d.ok)
     snprintf(d.msg, sizeof d.msg,
@@ -567,7 +571,7 @@ static int stage_deploy(stg *s) {
              "1-token prompt (prefill batch 1); %d words at -b 7 (odd chunks); %lld prompt tokens in 512-token chunks then decode to position %lld "
              "(declared context %lld%s)%s",
              s->tp > 1 ? tp_mpi : "", s->refname, s->tp > 1 ? " at TP 1" : "", d.worst_all, d.odd_words, d.long_prompt, d.long_end, d.max_pos,
-             d.reach < d.max_pos ? ", capped by the prefill cost" : "", d.reach == d.max_pos ? "; -c max+1 refused in one line" : "");
+             d.reach < d.max_pos ? d.capped_by_user ? ", capped by --deploy-reach" : ", capped by the prefill cost" : "", d.reach == d.max_pos ? "; -c max+1 refused in one line" : "");
   mi_bb_put_file(s->bb, s->log, "txt", s->ev);
   json_array_append_new(s->stages, stage_obj("4d", "deployment run (mi-run --plugin-dir)", d.ok ? "PASS" : "FAIL", d.msg,
                                              "test.stage4_end_to_end", s->ev));
