@@ -27,6 +27,7 @@
 #include "core/ckb/ckb.h"
 #include "core/util/num.h"
 #include "core/util/out.h"
+#include "core/util/spawn.h"
 #include "core/util/file.h"
 #include "core/verify/verify.h"
 #include "mi/host.h"
@@ -249,18 +250,7 @@ static void find_oracle(const char *ckb_dir, const char *cache_arg, char *node_b
                         char *cache_buf, size_t n, vf_stage_opts *o) {
   const char *node = getenv("MI_NODE");
   if (node && *node) snprintf(node_buf, n, "%s", node);
-  else {
-    node_buf[0] = 0;
-    const char *path = getenv("PATH");
-    for (const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin"; p && *p;) {
-      const char *colon = strchr(p, ':');
-      int len = colon ? (int)(colon - p) : (int)strlen(p);
-      snprintf(node_buf, n, "%.*s/node", len, p);
-      if (len && access(node_buf, X_OK) == 0) break;
-      node_buf[0] = 0;
-      p = colon ? colon + 1 : NULL;
-    }
-  }
+  else mi_find_in_path("node", node_buf, n);
   const char *peer = getenv("MI_PEER_DIR");
   if (peer && *peer) snprintf(script_buf, n, "%s/oracle.mjs", peer);
   else snprintf(script_buf, n, "%s/../tools/peer/oracle.mjs", ckb_dir);

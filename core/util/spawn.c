@@ -222,3 +222,16 @@ int mi_copy_tree(const char *src, const char *dst) {
   errno = saved;
   return rc;
 }
+
+const char *mi_find_in_path(const char *name, char *buf, size_t n) {
+  const char *path = getenv("PATH");
+  for (const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin"; p && *p;) {
+    const char *colon = strchr(p, ':');
+    int len = colon ? (int)(colon - p) : (int)strlen(p);
+    snprintf(buf, n, "%.*s/%s", len, p, name);
+    if (len && access(buf, X_OK) == 0) return buf;
+    p = colon ? colon + 1 : NULL;
+  }
+  if (n) buf[0] = 0;
+  return NULL;
+}

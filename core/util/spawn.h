@@ -4,6 +4,8 @@
 #ifndef MI_UTIL_SPAWN_H
 #define MI_UTIL_SPAWN_H
 
+#include <stddef.h>
+
 /* Runs argv[0] (a path; no PATH search) with argv, stdin from /dev/null,
  * stdout to `out` (truncated) when given, else to `log`, stderr to `log`
  * (appended; NULL: both inherited), killed by SIGALRM after timeout_s
@@ -29,6 +31,11 @@ int mi_spawn_wait_ro(char *const argv[], const char *log, const char *out, int t
  * writable (on = 0), through mount_setattr(2) (Linux 5.12+). 0, or -1 with
  * errno (ENOSYS where the kernel or the headers lack it). */
 int mi_mount_set_rdonly(const char *path, int on);
+
+/* The first executable `name` in a folder of $PATH (else
+ * /usr/local/bin:/usr/bin:/bin) into buf[n]: buf, or NULL (buf then
+ * empty) when there is none. */
+const char *mi_find_in_path(const char *name, char *buf, size_t n);
 
 /* Removes `path` and everything below it (a missing path is no error;
  * symlinks are removed, never followed). 0 or -1 with errno. */

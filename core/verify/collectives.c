@@ -38,6 +38,7 @@
 #include "core/ckb/ckb.h"
 #include "core/runtime/loader.h"
 #include "core/runtime/rng.h"
+#include "core/util/spawn.h"
 #include "core/verify/verify.h"
 #include "mi/platform.h"
 
@@ -230,15 +231,7 @@ typedef struct coll_job {
 const char *vf_find_mpirun(char *buf, size_t n) {
   const char *env = getenv("MI_MPIRUN");
   if (env && *env) return access(env, X_OK) == 0 ? env : NULL;
-  const char *path = getenv("PATH");
-  for (const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin"; p && *p;) {
-    const char *colon = strchr(p, ':');
-    int len = colon ? (int)(colon - p) : (int)strlen(p);
-    snprintf(buf, n, "%.*s/mpirun", len, p);
-    if (len && access(buf, X_OK) == 0) return buf;
-    p = colon ? colon + 1 : NULL;
-  }
-  return NULL;
+  return mi_find_in_path("mpirun", buf, n);
 }
 
 /* In the unit's child: mpirun runs the ranks in this (the unit's) folder,
