@@ -547,7 +547,7 @@ json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
   long long max_pos = 0;
   const int past = j.gold && json_is_array(json_object_get(j.gold, "cases")) ? drop_past_context(o, &j, &max_pos) : 0;
   if (j.gold && past && !json_array_size(json_object_get(j.gold, "cases"))) {
-    snprintf(gerr, sizeof gerr, "%s: every case needs more positions than the declared context of %lld", j.golden,
+    snprintf(gerr, sizeof gerr, "%.1000s: every case needs more positions than the declared context of %lld", j.golden,
              max_pos);
     json_decref(j.gold);
     j.gold = NULL;
