@@ -159,9 +159,12 @@ const json_t *mi_ckb_layout_inner(const json_t *layout, const json_t *cfg);
 void mi_ckb_layout_unrename(const json_t *layout, const char *name, char *out, size_t n);
 /* A checkpoint no contract names: the first layout in the CKB (a model
  * contract's, or a variant's "add_layout" in the vocabulary) whose template
- * wraps "$config" under a key that config.json `cfg` holds as an object;
- * *inner gets that object (the text model's config). NULL when none. */
-const json_t *mi_ckb_wrapper_layout(const mi_ckb *c, const json_t *cfg, const json_t **inner);
+ * wraps "$config" under a key that config.json `cfg` holds as an object
+ * and, when its weights `w` are given, under whose renamed prefixes some
+ * tensor is stored; *inner gets that object (the text model's config).
+ * NULL when none. */
+typedef struct mi_weights mi_weights; /* core/runtime/safetensors.h */
+const json_t *mi_ckb_wrapper_layout(const mi_ckb *c, const json_t *cfg, const mi_weights *w, const json_t **inner);
 const char *mi_ckb_layout_unused(const json_t *layout, const char *name, const char **prefix);
 
 /* ---- reading a model contract ----

@@ -434,7 +434,10 @@ static void name_gaps(const mi_ckb *c, const char *model_dir, json_t *outer, con
   const char *mt = json_string_value(json_object_get(outer, "model_type"));
   /* a wrapper layout the CKB knows (a conditional-generation model): the
    * text model's config and weights are compared, what it leaves unread not */
-  const json_t *inner = NULL, *lay = mi_ckb_wrapper_layout(c, outer, &inner);
+  char werr[600];
+  mi_weights *w = mi_weights_open(model_dir, werr, sizeof werr);
+  const json_t *inner = NULL, *lay = mi_ckb_wrapper_layout(c, outer, w, &inner);
+  mi_weights_close(w);
   json_t *cfg = lay ? (json_t *)inner : outer;
   if (lay) {
     char *rn = json_dumps(json_object_get(lay, "rename"), JSON_COMPACT), *un = NULL;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/ckb/ckb.h"
+#include "core/runtime/safetensors.h"
 
 static int lists(const json_t *archs, const char *arch) {
   size_t i;
@@ -88,7 +89,23 @@ const json_t *mi_ckb_layout_inner(const json_t *layout, const json_t *cfg) {
   return json_is_object(in) ? in : cfg;
 }
 
-const json_t *mi_ckb_wrapper_layout(const mi_ckb *c, const json_t *cfg, const json_t **inner) {
+/* Does a tensor of w start with one of the layout's renamed prefixes? (A
+ * wrapper key such as text_config is shared by layouts that store the
+ * weights under different names.) Yes when w is NULL. */
+static int holds_renamed(const json_t *layout, const mi_weights *w) {
+  if (!w) return 1;
+  const char *key;
+  json_t *val;
+  json_object_foreach(json_object_get(layout, "rename"), key, val) {
+    const char *v = json_string_value(val);
+    mi_weight_info info;
+    for (size_t i = 0; v && *v && mi_weights_at(w, i, &info) == 0; i++)
+      if (info.name && !strncmp(info.name, v, strlen(v))) return 1;
+  }
+  return 0;
+}
+
+const json_t *mi_ckb_wrapper_layout(const mi_ckb *c, const json_t *cfg, const mi_weights *w, const json_t **inner) {
   *inner = NULL;
   for (size_t i = 0; i < mi_ckb_count(c); i++) {
     const mi_ckb_entry *e = mi_ckb_at(c, i);
@@ -99,7 +116,7 @@ const json_t *mi_ckb_wrapper_layout(const mi_ckb *c, const json_t *cfg, const js
     json_t *lay;
     json_object_foreach((json_t *)lays, k, lay) {
       const json_t *in = mi_ckb_layout_inner(lay, cfg);
-      if (in != cfg) {
+      if (in != cfg && holds_renamed(lay, w)) {
         *inner = in;
         return lay;
       }

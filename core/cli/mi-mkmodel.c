@@ -34,7 +34,11 @@
  * head_dim = hidden_size / num_attention_heads; the preset must agree, the
  * tensors are drawn from its value). Together they
  * make probe checkpoints in another family's layout for its oracle
- * (tools/peer/goldens.mjs --mkmodel-args) without a contract for it.
+ * (tools/peer/goldens.mjs --mkmodel-args) without a contract for it. A
+ * listed variant's wrapper layout (edit.add_layout) is one --layout can
+ * name; with a wrapper, --config and --drop-config act on the model's own
+ * config inside it (text_config), as a released wrapper leaves out there
+ * what its config class defaults.
  *
  * Determinism: every element is a pure function of (seed, tensor name,
  * element index) through a counter-based generator, so the same seed gives the
@@ -621,13 +625,30 @@ static json_t *apply_variants(const mi_ckb *ckb, const mi_ckb_entry *fam, const 
   }
   free(copy);
   json_t *m = bad ? NULL : ev_apply(fam->json, vs, NULL);
+  /* a variant's add_layout (a wrapper layout, with the config template and
+   * extra tensors of such a checkpoint) is one --layout can name */
+  size_t i;
+  json_t *v;
+  json_array_foreach(m ? vs : NULL, i, v) {
+    const char *ln;
+    json_t *lay, *ls = json_object_get(m, "layouts");
+    json_object_foreach(json_object_get(json_object_get(v, "edit"), "add_layout"), ln, lay) {
+      if (!json_is_object(ls)) json_object_set_new(m, "layouts", ls = json_object());
+      if (!json_object_get(ls, ln)) json_object_set(ls, ln, lay);
+    }
+  }
   json_decref(vs);
   return m;
 }
 
-/* --config KEY=JSON into config.json, after the plan; a key the shape
- * preset sets is refused. 0, or -1 after a line. */
+/* --config KEY=JSON into config.json, after the plan (into the model's own
+ * config: a wrapper layout's text_config); a key the shape preset sets is
+ * refused. 0, or -1 after a line. */
 static int set_config(const mk_args *a, const mi_ckb_entry *fam, json_t *config) {
+  if (a->layout && strcmp(a->layout, "causal")) {
+    const json_t *lay = json_object_get(json_object_get(fam->json, "layouts"), a->layout);
+    config = (json_t *)mi_ckb_layout_inner(lay, config);
+  }
   const json_t *preset = json_object_get(
       json_object_get(json_object_get(json_object_get(fam->json, "checkpoint"), "presets"), a->shape_name), "config");
   for (int i = 0; i < a->n_sets; i++) {

@@ -1377,7 +1377,7 @@ END_TEST
 /* the members of gemma's reading (ckb/experience/evolved_gemma3_variants.json) */
 #define GEMMA_TRUE_VARIANTS                                                                                        \
   "attn_scale_query_pre_attn_scalar bias_none embed_scale_sqrt gate_none head_dim_field mlp_gelu_tanh norm_1w "    \
-  "qk_norm_1w rope_local_base rope_linear rotary_full sandwich_norms softcap_none window_layer_kinds"
+  "qk_norm_1w rope_local_base rope_linear rotary_full sandwich_norms softcap_none window_layer_kinds config_class_gemma3_text"
 /* quick (the sanitizer run, MI_TEST_QUICK): 0 the whole search; 1 its
  * experience in the CKB (the reading first, then its one-group neighbours);
  * 2 the vocabulary cut to the reading's members. The whole product over
@@ -1551,6 +1551,83 @@ START_TEST(gemma2_softcap_is_refused_by_name) {
 }
 END_TEST
 
+/* Gemma 3 4B-27B as released (tests/goldens/families/gemma3-probe-6l-
+ * conditional-seed12.json, llama.cpp's golden on the wrapped checkpoint
+ * itself): a Gemma3ForConditionalGeneration whose text_config lists only
+ * what differs from transformers' Gemma3TextConfig (no tie_word_embeddings,
+ * rms_norm_eps, rope_theta, rope_local_base_freq, hidden_activation,
+ * sliding_window_pattern: the class's defaults hold), its weights under
+ * language_model.model., a vision tower and an image projector beside them.
+ * The same probes and search as above; the vocabulary's config class gives
+ * the contract the class's defaults and its wrapper layout the storage, with
+ * no C written for either. Revalidation (Release) runs every stage on the
+ * wrapped checkpoint, stage 4 against that golden. */
+START_TEST(gemma3_released_wrapper_absorbed) {
+  const int quick = getenv("MI_TEST_QUICK") != NULL;
+  if (quick)
+    fprintf(stderr, "test_evolve: MI_TEST_QUICK: the wrapped gemma3 searched from its experience and not revalidated\n");
+  char *refs, *ckb, *model, *tmp = gemma_workspace(&refs, &ckb, &model, quick), cmd[8400], err[1024], bin[4096];
+  json_t *golden = load_src("tests/goldens/families/gemma3-probe-6l-conditional-seed12.json");
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  ev_opts eo = {.exe_dir = bin};
+  tw_rmtree(model);
+  ck_assert_msg(ev_remake_checkpoint(&eo, golden, model, err, sizeof err) == 0, "%s", err);
+  json_decref(golden);
+  char *gold = src("tests/goldens/families"), *run = tw_path(tmp, "run");
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --model '%s' --goldens '%s' --run-dir '%s'%s 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs, ckb, model, gold, run, quick ? " --no-revalidate" : "", tmp);
+  int st = system(cmd);
+  char *rp = tw_path(run, "evolve.json");
+  json_t *r = json_load_file(rp, 0, NULL);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == EV_EX_OK, "exit %d: %s", WEXITSTATUS(st),
+                json_string_value(json_object_get(r, "outcome")) ?: "?");
+  /* the contract: the causal architecture, the wrapper as a layout, the class's defaults */
+  char *mp = tw_path(ckb, "models/gemma3.json");
+  json_t *m = json_load_file(mp, 0, NULL);
+  ck_assert_ptr_nonnull(m);
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(m, "architectures"), 0)), "Gemma3ForCausalLM");
+  const json_t *lay = json_object_get(json_object_get(m, "layouts"), "conditional"), *cf = json_object_get(m, "config");
+  ck_assert_ptr_nonnull(lay);
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(json_object_get(lay, "config"), "architectures"), 0)),
+                   "Gemma3ForConditionalGeneration");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(lay, "rename"), "model.")), "language_model.model.");
+  ck_assert_ptr_nonnull(json_object_get(json_object_get(lay, "unused"), "vision_tower."));
+  ck_assert(json_is_true(json_object_get(mi_ckb_named(cf, "name", "tie_word_embeddings"), "default")));
+  ck_assert_int_eq(json_integer_value(json_object_get(mi_ckb_named(cf, "name", "head_dim"), "default")), 256);
+  ck_assert_int_eq(json_integer_value(json_object_get(mi_ckb_named(cf, "name", "rope_local_base_freq"), "default")), 10000);
+  ck_assert(!json_is_true(json_object_get(mi_ckb_named(cf, "name", "hidden_activation"), "required")));
+  /* the evolved CKB covers the wrapped checkpoint, naming the two skipped parts */
+  mi_ckb *k = mi_ckb_open(ckb, err, sizeof err);
+  ck_assert_msg(k, "%s", err);
+  ck_assert_int_eq(mi_ckb_validate(k, noop_diag, "evolved CKB: "), 0);
+  json_t *wr = NULL;
+  ck_assert_int_eq(mi_ckb_check_weights(k, model, &wr, err, sizeof err), 0);
+  ck_assert_int_eq(json_object_size(json_object_get(wr, "skipped")), 2);
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(wr, "skipped"), "vision_tower."),
+                                                      "tensors")), 3);
+  json_decref(wr);
+  mi_ckb_close(k);
+  /* revalidation, references off: every stage on the wrapped checkpoint, stage 4 on llama.cpp's golden */
+  size_t i;
+  json_t *stg;
+  int seen4 = 0, seen3 = 0;
+  json_array_foreach(json_object_get(json_object_get(r, "revalidation"), "stages"), i, stg) {
+    const char *id = json_string_value(json_object_get(stg, "stage")), *d = json_string_value(json_object_get(stg, "detail"));
+    ck_assert_msg(!strcmp(json_string_value(json_object_get(stg, "verdict")), "PASS"), "stage %s: %s", id, d);
+    seen4 |= !strcmp(id, "4") && strstr(d, "256 greedy steps identical to llama.cpp") != NULL;
+    seen3 |= !strcmp(id, "3") && strstr(d, "skipped 3 tensors under vision_tower.") &&
+             strstr(d, "skipped 2 tensors under multi_modal_projector.");
+  }
+  ck_assert_msg(quick || (seen4 && seen3), "stage 4 against the golden and stage 3's skipped prefixes");
+  json_decref(m), json_decref(r);
+  free(mp), free(rp), free(run), free(gold), free(refs), free(ckb), free(model);
+  tw_rmtree(tmp);
+  free(tmp);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("evolve");
   /* consolidate runs first: the order the cases were always added in */
@@ -1569,7 +1646,8 @@ static Suite *suite(void) {
               cli_phases_one_to_five, killed_evolve_leaves_the_ckb_unchanged,
               unexplained_field_leaves_the_ckb_unchanged, explain_names_fields_and_weights));
   TCase *tg = mi_check_case(s, "gemma", 900, NULL, NULL);
-  mi_check_add(tg, MI_CHECK_TESTS(gemma3_layout_absorbed_and_revalidated, gemma2_softcap_is_refused_by_name));
+  mi_check_add(tg, MI_CHECK_TESTS(gemma3_layout_absorbed_and_revalidated, gemma2_softcap_is_refused_by_name,
+                                  gemma3_released_wrapper_absorbed));
   TCase *tw = mi_check_case(s, "wrapped", 900, NULL, NULL);
   mi_check_add(tw, MI_CHECK_TESTS(wrapped_layout_absorbed_and_revalidated,
                                   wrapper_with_an_unknown_part_leaves_the_ckb_unchanged));

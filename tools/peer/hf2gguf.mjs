@@ -802,18 +802,21 @@ function gemma3Shapes(h) {
   return expectedShapes(h, { qkNorm: true, sandwich: true });
 }
 
-async function convertGemma3(modelDir, outPath, cfg, cfgFile, type) {
+/** transformers' Gemma3TextConfig defaults: the released 4B-27B checkpoints'
+ *  text_config lists only the fields that differ from them. */
+const GEMMA3_TEXT_DEFAULTS = {
+  vocab_size: 262208, hidden_size: 2304, intermediate_size: 9216, num_hidden_layers: 26,
+  num_attention_heads: 8, num_key_value_heads: 4, head_dim: 256, rms_norm_eps: 1e-6,
+  max_position_embeddings: 131072, sliding_window: 4096, query_pre_attn_scalar: 256,
+  rope_theta: 1e6, rope_local_base_freq: 10000, hidden_activation: "gelu_pytorch_tanh",
+};
+
+async function convertGemma3(modelDir, outPath, cfg0, cfgFile, type, textPrefix = null) {
   if (type !== "f32" && type !== "bf16") die(`--type ${type}: quantized files are made for qwen3 only (gemma3 takes f32 or bf16)`);
+  const cfg = { ...GEMMA3_TEXT_DEFAULTS, ...cfg0 };
   const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size"];
   for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
-  // Gemma3TextConfig's defaults where a key is absent
-  const h = {
-    ...cfg,
-    head_dim: cfg.head_dim ?? 256,
-    rms_norm_eps: cfg.rms_norm_eps ?? 1e-6,
-    max_position_embeddings: cfg.max_position_embeddings ?? 131072,
-    tie_word_embeddings: cfg.tie_word_embeddings !== false,
-  };
+  const h = { ...cfg, tie_word_embeddings: cfg.tie_word_embeddings !== false };
   const L = h.num_hidden_layers, cf = (k) => `${cfgFile}: ${k}`;
   // what llama.cpp's gemma3 graph computes, else refused by name
   const act = cfg.hidden_activation ?? "gelu_pytorch_tanh";
@@ -849,7 +852,13 @@ async function convertGemma3(modelDir, outPath, cfg, cfgFile, type) {
   if (period !== null && !(Number.isInteger(cfg.sliding_window) && cfg.sliding_window >= 1))
     die(`${cf("sliding_window")} ${JSON.stringify(cfg.sliding_window)}: sliding layers need a positive window`);
 
-  const st = readSafetensorsIndex(modelDir);
+  let st = readSafetensorsIndex(modelDir);
+  if (textPrefix) { // language_model.model.X -> model.X, language_model.lm_head. -> lm_head.; the vision tower and projector dropped
+    const renamed = new Map();
+    for (const [name, t] of st)
+      if (name.startsWith(textPrefix + "model.") || name.startsWith(textPrefix + "lm_head.")) renamed.set(name.slice(textPrefix.length), t);
+    st = renamed;
+  }
   const expect = gemma3Shapes(h);
   checkTensors(modelDir, st, expect, (name) => name === "lm_head.weight" && h.tie_word_embeddings);
 
@@ -1035,6 +1044,11 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   }
   if (archs.includes("Qwen3_5ForCausalLM") || cfg.model_type === "qwen3_5_text")
     return convertQwen35(modelDir, outPath, cfg, cfgFile, type);
+  if (archs.includes("Gemma3ForConditionalGeneration") && cfg.text_config && typeof cfg.text_config === "object")
+    // Gemma 3 4B-27B as released: the text model's config under text_config
+    // (only the fields that differ from Gemma3TextConfig's defaults), its
+    // weights under language_model.; the vision tower is not converted
+    return convertGemma3(modelDir, outPath, cfg.text_config, cfgFile, type, "language_model.");
   if (isGemma3(archs, cfg.model_type)) return convertGemma3(modelDir, outPath, cfg, cfgFile, type);
   const fam = denseFamily(archs, cfg.model_type);
   if (!fam)
