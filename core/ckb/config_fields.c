@@ -240,6 +240,24 @@ static const json_t *unwrap(const mi_ckb_entry *model, const json_t *layout, con
   return inner;
 }
 
+/* An inert field the config leaves out is its config class's "default"
+ * (transformers fills it in: a sliding window of 4096 where the class says so),
+ * held to the entry's "values" like a written one. */
+static void absent_inert(const mi_ckb_entry *model, const json_t *config, json_t *lines) {
+  size_t i;
+  json_t *e;
+  json_array_foreach(json_object_get(model->json, "config_inert"), i, e) {
+    const char *name = json_string_value(json_object_get(e, "name"));
+    const json_t *d = json_object_get(e, "default"), *vals = json_object_get(e, "values");
+    if (!name || !d || !json_is_array(vals) || mi_ckb_config_at(config, name) || listed(vals, d)) continue;
+    char have[80], want[300];
+    show(d, have, sizeof have);
+    show_list(vals, want, sizeof want);
+    ckb_line(lines, "config field '%s' is absent, which its config class reads as %s: %s supports only %s", name, have,
+             model->id, want);
+  }
+}
+
 size_t ckb_config_field_gaps(const mi_ckb_entry *model, const json_t *config, json_t *lines) {
   size_t before = json_array_size(lines);
   const json_t *layout = json_is_object(config) ? mi_ckb_model_layout(model->json, config) : NULL;
@@ -248,6 +266,7 @@ size_t ckb_config_field_gaps(const mi_ckb_entry *model, const json_t *config, js
     if (!layout) ckb_line(lines, "config: not a JSON object");
   } else {
     walk(model->json, model->id, config, "", 0, lines);
+    absent_inert(model, config, lines);
   }
   return json_array_size(lines) - before;
 }

@@ -1242,6 +1242,62 @@ static void holds_unscaled_checkpoint(const json_t *m, const char *golden, json_
   free(tmp), free(dir), free(ck);
 }
 
+/* Config classes (docs/evolution.md): a field config.json leaves out means
+ * its transformers class's default, not the curated base's. A Llama 1/2-era
+ * config (tests/goldens/families/llama2-probe-tiny-seed13.json: no
+ * rope_theta, rms_norm_eps, max_position_embeddings, head_dim; llama.cpp's
+ * golden, hf2gguf giving the file LlamaConfig's 10000): the shipped
+ * model.llama explains it and, interpreted in float64, is within EV_TOL of
+ * llama.cpp; with Qwen3's released 1e6 as its default (the contract before
+ * the class entry) it is far off. A Mistral config without sliding_window
+ * (MistralConfig: 4096) is refused naming the field, not computed unwindowed. */
+START_TEST(config_class_defaults_hold_against_the_oracle) {
+  char *tmp = tw_mkdtemp("evolve-class"), *dir = tw_path(tmp, "m"), bin[4096], err[1024], *ck = src("ckb");
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  ev_opts o = {.exe_dir = bin};
+  json_t *g = load_src("tests/goldens/families/llama2-probe-tiny-seed13.json");
+  ck_assert_msg(ev_remake_checkpoint(&o, g, dir, err, sizeof err) == 0, "%s", err);
+  json_t *cfg = mi_test_json_at(dir, "config.json"), *un = json_array();
+  ck_assert_ptr_null(json_object_get(cfg, "rope_theta"));
+  mi_weights *w = mi_weights_open(dir, err, sizeof err);
+  ck_assert_msg(w, "%s", err);
+  mi_ckb *k = mi_ckb_open(ck, err, sizeof err);
+  ck_assert_msg(k, "%s", err);
+  json_t *m = json_deep_copy(mi_ckb_find(k, "model.llama")->json);
+  ck_assert_int_eq(ev_explain(m, cfg, w, un, NULL), 0);
+  double e = 1, e_base = 0;
+  int steps = 0;
+  ck_assert_msg(ev_oracle_error(k, m, cfg, w, g, &e, &steps, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(e < EV_TOL && steps > 0, "model.llama on a config without rope_theta: %g over %d steps", e, steps);
+  json_object_set_new((json_t *)mi_ckb_named(json_object_get(m, "config"), "name", "rope_theta"), "default",
+                      json_real(1e6));
+  ck_assert_msg(ev_oracle_error(k, m, cfg, w, g, &e_base, &steps, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(e_base > 10 * EV_TOL, "rope_theta 1e6 where the config leaves it out: %g", e_base);
+  json_decref(m), json_decref(g), json_decref(cfg);
+  mi_weights_close(w);
+  tw_rmtree(dir);
+  /* Mistral without the key: the class's window, refused by name */
+  g = load_src("tests/goldens/families/mistral-probe-tiny-seed5.json");
+  ck_assert_msg(ev_remake_checkpoint(&o, g, dir, err, sizeof err) == 0, "%s", err);
+  cfg = mi_test_json_at(dir, "config.json");
+  w = mi_weights_open(dir, err, sizeof err);
+  ck_assert_msg(w, "%s", err);
+  m = mi_ckb_find(k, "model.mistral")->json;
+  json_array_clear(un);
+  ck_assert_int_eq(ev_explain(m, cfg, w, un, NULL), 0); /* sliding_window null: explained */
+  json_object_del(cfg, "sliding_window");
+  ck_assert_int_gt(ev_explain(m, cfg, w, un, NULL), 0);
+  char *s = json_dumps(un, JSON_COMPACT);
+  ck_assert_msg(strstr(s, "'sliding_window' is absent, which its config class reads as 4096"), "%s", s);
+  free(s);
+  mi_ckb_close(k);
+  mi_weights_close(w);
+  json_decref(un), json_decref(cfg), json_decref(g);
+  tw_rmtree(tmp);
+  free(tmp), free(dir), free(ck);
+}
+END_TEST
+
 START_TEST(llama31_rope_scaling_absorbed) {
   json_t *m = absorb_family("llama31-probe-tiny-seed6.json", NULL, "head_dim=derived llama_fields=present norm=w qk=none rope_scaling=llama3", "models/llama.json",
                             "LlamaForCausalLM");
@@ -1638,6 +1694,7 @@ static Suite *suite(void) {
                                   tampered_oracle_picks_the_other_variant, bad_input_is_named,
                                   qwen2_layout_found_through_a_generated_operator, llama_layout_absorbed,
                                   mistral_layout_absorbed, llama31_rope_scaling_absorbed, qwen25_yarn_absorbed,
+                                  config_class_defaults_hold_against_the_oracle,
                                   experience_shortens_the_search));
   mi_check_add(
       tk, MI_CHECK_TESTS(

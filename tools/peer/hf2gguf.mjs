@@ -999,8 +999,10 @@ function buildVocab(dir, cfg, w) {
 //    k_proj rows are permuted per head from Hugging Face's rotate-half
 //    layout (permuteRope), which makes the two computations the same.
 const DENSE = {
-  qwen3: { archs: ["Qwen3ForCausalLM"], modelType: "qwen3", gguf: "qwen3", qkNorm: true },
-  qwen2: { archs: ["Qwen2ForCausalLM"], modelType: "qwen2", gguf: "qwen2", qkvBias: true, slidingWindowField: false },
+  // ropeThetaDefault: transformers' config class's rope_theta when config.json leaves it out
+  qwen3: { archs: ["Qwen3ForCausalLM"], modelType: "qwen3", gguf: "qwen3", qkNorm: true, ropeThetaDefault: 10000 },
+  qwen2: { archs: ["Qwen2ForCausalLM"], modelType: "qwen2", gguf: "qwen2", qkvBias: true, slidingWindowField: false,
+    ropeThetaDefault: 10000 },
   llama: { archs: ["LlamaForCausalLM", "MistralForCausalLM"], modelType: "llama", gguf: "llama", permuteQK: true,
     ropeThetaDefault: 10000, slidingWindowField: true },
 };
@@ -1054,9 +1056,11 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   if (!fam)
     die(`${cfgFile}: no conversion for architectures ${JSON.stringify(archs)} (model_type ${cfg.model_type}): ` +
       `this converter knows ${Object.values(DENSE).flatMap((f) => f.archs).concat(["Qwen3_5ForCausalLM", "Gemma3ForCausalLM"]).join(", ")}`);
-  const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size", "rms_norm_eps"];
+  const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size"];
   for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
-  const h = { ...cfg };
+  // rms_norm_eps: 1e-6 in the config classes of all four families when absent
+  const h = { rms_norm_eps: 1e-6, ...cfg };
+  if (typeof h.rms_norm_eps !== "number") die(`${cfgFile}: non-numeric rms_norm_eps`);
   if (typeof h.head_dim !== "number") h.head_dim = h.hidden_size / h.num_attention_heads;
   // transformers' configs of these families default tie_word_embeddings to false.
   h.tie_word_embeddings = cfg.tie_word_embeddings === true;
@@ -1083,8 +1087,11 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   if (cfg.hidden_act !== undefined && cfg.hidden_act !== "silu")
     die(`${cfgFile}: hidden_act ${JSON.stringify(cfg.hidden_act)}: llama.cpp's ${fam.gguf} computes silu`);
   if (cfg.use_sliding_window === true) die(`${cfgFile}: use_sliding_window=true: llama.cpp's ${fam.gguf} has no sliding window`);
-  if (fam.slidingWindowField && cfg.sliding_window != null && cfg.sliding_window < (h.max_position_embeddings ?? Infinity))
-    die(`${cfgFile}: sliding_window ${cfg.sliding_window}: llama.cpp's ${fam.gguf} graph attends to every position`);
+  // MistralConfig's sliding_window is 4096 when config.json leaves it out
+  const window = cfg.sliding_window === undefined && archs.includes("MistralForCausalLM") ? 4096 : cfg.sliding_window;
+  if (fam.slidingWindowField && window != null && window < (h.max_position_embeddings ?? Infinity))
+    die(`${cfgFile}: sliding_window ${window}${cfg.sliding_window === undefined ? " (MistralConfig's default: the key is absent)" : ""}: ` +
+      `llama.cpp's ${fam.gguf} graph attends to every position`);
 
   const st = readSafetensorsIndex(modelDir);
   const expect = expectedShapes(h, fam);
@@ -1096,7 +1103,9 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
   // llama_ftype: ALL_F32 0, MOSTLY_Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15, Q6_K 18, BF16 32
   addGeneral(w, A, modelDir, FTYPE[type][0]);
   if (type !== "f32" && type !== "bf16") w.addU32("general.quantization_version", 2); // ggml's GGML_QNT_VERSION
-  addDecoderKeys(w, A, h, 40960, theta);
+  // the context when max_position_embeddings is absent: the config class's default
+  const context = archs.includes("MistralForCausalLM") ? 131072 : fam.permuteQK ? 2048 : 32768;
+  addDecoderKeys(w, A, h, context, theta);
   if (fam.permuteQK) w.addU32(`${A}.rope.dimension_count`, h.head_dim);
   if (yarn) {
     w.addString(`${A}.rope.scaling.type`, "yarn");

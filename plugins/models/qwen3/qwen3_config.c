@@ -42,7 +42,8 @@ int qwen3_config_read(const mi_host_api *h, const mi_json *cfg, qwen3_config *c,
     c->max_pos = 32768;
   }
   if (mi_glue_json_real(&r, cfg, "rms_norm_eps", "rms_norm_eps", 0.0, 1.0, 1e-6, &c->eps) ||
-      mi_glue_json_real(&r, cfg, "rope_theta", "rope_theta", 1.0, 1e12, 1e6, &c->rope_theta))
+      /* absent: Qwen3Config's default (the released checkpoints write 1e6) */
+      mi_glue_json_real(&r, cfg, "rope_theta", "rope_theta", 1.0, 1e12, 1e4, &c->rope_theta))
     return -1;
   const mi_json *tie = h->json_get(cfg, "tie_word_embeddings");
   c->tied = 0;
