@@ -379,6 +379,40 @@ void mi_gguf_model_close(mi_gguf_model *m) {
   free(m);
 }
 
+/* A key the section neither maps (gguf.config) nor names inert (gguf.inert,
+ * each with why), as "{arch}.KEY": 1 if key is one of them. */
+static int section_names(json_t *obj, int values, const char *arch, const char *key) {
+  const char *k;
+  json_t *v;
+  char full[512];
+  json_object_foreach(obj, k, v) {
+    const char *pat = values ? json_string_value(v) : k;
+    if (pat && expand_key(pat, arch, full, sizeof full) == 0 && !strcmp(full, key)) return 1;
+  }
+  return 0;
+}
+
+/* Every "{arch}." key of the file is read or inert: a key the contract does
+ * not know (rope scaling, a sliding window, a soft-cap) changes the math,
+ * and running without it would be a silent wrong answer. 0, or -1 + err. */
+static int unread_keys(const mi_gguf *g, json_t *sec, const char *arch, const char *contract_path, char *err,
+                       size_t el) {
+  size_t al = strlen(arch);
+  for (size_t i = 0; i < mi_gguf_kv_count(g); i++) {
+    const mi_gguf_kv *kv = mi_gguf_kv_at(g, i);
+    if (!kv || strncmp(kv->key, arch, al) || kv->key[al] != '.') continue;
+    if (section_names(json_object_get(sec, "config"), 1, arch, kv->key) ||
+        section_names(json_object_get(sec, "inert"), 0, arch, kv->key))
+      continue;
+    mi_path_err(err, el, mi_gguf_path(g),
+                "GGUF key '%s' is not read by %s (its gguf section neither maps it to a config field nor names it "
+                "inert): the model it describes is not the one the contract computes",
+                kv->key, contract_path);
+    return -1;
+  }
+  return 0;
+}
+
 int mi_gguf_model_from(mi_gguf *g, json_t *contract, const char *contract_path, mi_gguf_model **out,
                        char *err, size_t err_len) {
   *out = NULL;
@@ -400,6 +434,7 @@ int mi_gguf_model_from(mi_gguf *g, json_t *contract, const char *contract_path, 
     goto fail;
   }
   if (!(m->config = build_config(g, contract, arch, err, err_len))) goto fail;
+  if (unread_keys(g, sec, arch, m->contract_path, err, err_len) != 0) goto fail;
   if (!(m->tok = build_tokenizer(g, json_object_get(sec, "tokenizer"), m, err, err_len))) goto fail;
   json_t *et = json_object_get(sec, "end_tokens");
   m->end_tokens = json_is_array(et) ? et : NULL;

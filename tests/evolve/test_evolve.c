@@ -1115,6 +1115,34 @@ START_TEST(qwen2_layout_found_through_a_generated_operator) {
   ck_assert_msg(ctext && strstr(ctext, "kernels  pack-qwen2 ./libmi-pack-qwen2.so required"), "%s", ctext ? ctext : conf);
   free(ctext);
   free(conf);
+  /* the family's GGUF names (variant.config_class_qwen2 declares llama.cpp's
+   * architecture, variant.bias_qkv the biases' names): the checkpoint as
+   * hf2gguf.mjs writes it runs on the revalidated engine, config, tokenizer
+   * and weights read from the file, with the same tokens and logprobs as
+   * the folder (which stage 4 held to llama.cpp) */
+  const json_t *gs = json_object_get(m, "gguf");
+  ck_assert_str_eq(json_string_value(json_object_get(gs, "architecture")) ?: "", "qwen2");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(gs, "tensors"), "blk.{i}.attn_q.bias")) ?: "",
+                   "model.layers.{i}.self_attn.q_proj.bias");
+  ck_assert_ptr_null(json_object_get(json_object_get(gs, "tensors"), "blk.{i}.attn_q_norm.weight"));
+  char *src_dir = src(".");
+  snprintf(cmd, sizeof cmd, "node '%s/tools/peer/hf2gguf.mjs' '%s' '%s/m.gguf' --type bf16 >/dev/null", src_dir, model,
+           tmp);
+  ck_assert_int_eq(system(cmd), 0);
+  free(src_dir);
+  for (int k = 0; k < 2; k++) {
+    snprintf(cmd, sizeof cmd,
+             "MI_CKB_DIR='%s' '%s/bin/mi-run' --plugin-dir '%s/revalidation/engine' -m '%s%s' -p 'Hello, world! 你好' "
+             "-n 8 --temp 0 --json --top-logprobs 5 >'%s/out%d.json' 2>'%s/err%d.txt'",
+             ckb, getenv("MI_BUILD_DIR"), run, k ? tmp : model, k ? "/m.gguf" : "", tmp, k, tmp, k);
+    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+  }
+  char *o0 = tw_path(tmp, "out0.json"), *o1 = tw_path(tmp, "out1.json");
+  size_t l0, l1;
+  char *t0 = tw_read_all(o0, &l0), *t1 = tw_read_all(o1, &l1);
+  ck_assert_msg(t0 && t1 && l0 > 100 && l0 == l1 && !memcmp(t0, t1, l0), "folder and GGUF differ:\n%s\n%s", t0 ?: "",
+                t1 ?: "");
+  free(t0), free(t1), free(o0), free(o1);
   free(model);
   free(gold);
   json_decref(m);

@@ -592,6 +592,10 @@ START_TEST(mi_run_refuses_hostile_files) {
   /* an architecture no contract lists */
   BAD(memcpy(c.b + L.arch_value, "qwen9", 5),
       "GGUF architecture 'qwen9' is not described by any model contract");
+  /* a key of the architecture the contract neither maps nor names inert (a window, a rope scaling): the file
+   * describes another model, refused by name rather than run without it */
+  BAD(memcpy(c.b + find(&c, "value_length"), "sliding_wndw", 12),
+      "GGUF key 'qwen3.attention.sliding_wndw' is not read by");
   /* a tokenizer the contract does not read */
   BAD(memcpy(c.b + find(&c, "gpt2"), "gpt3", 4), "tokenizer.ggml.model 'gpt3'");
   BAD(memcpy(c.b + find(&c, "qwen2"), "qwen7", 5), "tokenizer.ggml.pre 'qwen7'");

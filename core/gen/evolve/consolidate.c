@@ -144,10 +144,11 @@ json_t *ev_model_entry(const ev_ctx *c, const json_t *found, const json_t *bundl
            json_string_value(json_object_get(found, "base")) ?: "?");
   json_object_set_new(m, "summary", json_string(summary));
   json_object_set_new(m, "architectures", json_pack("[O]", json_array_get(json_object_get(cfg, "architectures"), 0)));
-  /* what belonged to the base family: its reference plugin, GGUF names,
-   * checkpoint presets and failure modes are not this model's */
+  /* what belonged to the base family: its reference plugin, checkpoint
+   * presets and failure modes are not this model's; its GGUF names are
+   * where a config class declared the family's (ev_gguf_section) */
   json_object_del(m, "reference_plugin");
-  json_object_del(m, "gguf");
+  ev_gguf_section(m);
   json_object_del(m, "checkpoint");
   json_object_set_new(m, "failure_modes", json_array());
   json_t *lay = wrapper_layout(c, m);

@@ -336,6 +336,44 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
         mi_ckb_named(json_object_get(m, "config_inert"), "name", json_string_value(json_object_get(x, "name")));
     if (c) merge(c, x, "name");
   }
+  /* the GGUF names of what a variant adds, and the architecture a config
+   * class declares (the consolidator keeps a declared section: ev_gguf_section) */
+  json_t *gg = json_object_get(m, "gguf"), *gt = json_object_get(gg, "tensors");
+  const char *k;
+  json_object_foreach(json_object_get(ed, "add_gguf_tensors"), k, x) if (json_is_object(gt)) json_object_set(gt, k, x);
+  const json_t *sg = json_object_get(ed, "set_gguf");
+  if (json_is_object(gg) && json_is_object(sg)) {
+    merge(gg, sg, "");
+    json_object_set_new(gg, "x-declared", json_true());
+  }
+}
+
+int ev_gguf_section(json_t *m) {
+  json_t *gg = json_object_get(m, "gguf"), *t = json_object_get(gg, "tensors"), *ws = json_object_get(m, "weights");
+  if (!json_is_true(json_object_get(gg, "x-declared"))) {
+    json_object_del(m, "gguf");
+    return 0;
+  }
+  json_object_del(gg, "x-declared");
+  /* the base's names of weights the contract no longer has go */
+  const char *k;
+  json_t *x, *drop = json_array();
+  json_object_foreach(t, k, x) if (!mi_ckb_named(ws, "key", json_string_value(x))) json_array_append_new(drop, json_string(k));
+  size_t i;
+  json_array_foreach(drop, i, x) json_object_del(t, json_string_value(x));
+  json_decref(drop);
+  /* every weight named, or no section: a file could not serve the model */
+  json_array_foreach(ws, i, x) {
+    const char *key = json_string_value(json_object_get(x, "key"));
+    int named = 0;
+    json_t *v;
+    json_object_foreach(t, k, v) named |= key && json_is_string(v) && !strcmp(json_string_value(v), key);
+    if (!named) {
+      json_object_del(m, "gguf");
+      return 0;
+    }
+  }
+  return 1;
 }
 
 json_t *ev_apply(const json_t *contract, const json_t *variants, const json_t *cfg) {

@@ -122,6 +122,12 @@ json_t *ev_apply(const json_t *contract, const json_t *variants, const json_t *c
 json_t *ev_missing_kinds(const json_t *contract, const json_t *cfg);
 json_t *ev_probe_form(const json_t *base, const json_t *cfg, const json_t *groups);
 json_t *ev_with_layer(const json_t *contract, const json_t *layer, const json_t *cfg);
+/* The consolidated contract's GGUF section: kept when a member variant
+ * declared it ("set_gguf": the architecture llama.cpp names the family),
+ * its tensors pruned to the contract's weights; dropped otherwise, or when
+ * a weight has no GGUF name. 1 kept, 0 dropped. */
+int ev_gguf_section(json_t *m);
+
 int ev_explain(const json_t *contract, const json_t *cfg, const struct mi_weights *w, json_t *unexplained,
                json_t *deferred);
 
