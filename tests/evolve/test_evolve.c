@@ -1506,6 +1506,23 @@ static char *gemma_workspace(char **refs, char **ckb, char **model, int quick) {
   return tmp;
 }
 
+/* mi-gen --evolve on gemma_workspace's folders (revalidation against
+ * tests/goldens/families unless quick); exit 0 asserted; its report */
+static json_t *gemma_evolve(const char *refs, const char *ckb, const char *model, const char *tmp, int quick) {
+  char *gold = src("tests/goldens/families"), *run = tw_path(tmp, "run"), cmd[8400];
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --model '%s' --goldens '%s' --run-dir '%s'%s 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs, ckb, model, gold, run, quick ? " --no-revalidate" : "", tmp);
+  int st = system(cmd);
+  char *rp = tw_path(run, "evolve.json");
+  json_t *r = json_load_file(rp, 0, NULL);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == EV_EX_OK, "exit %d: %s", WEXITSTATUS(st),
+                json_string_value(json_object_get(r, "outcome")) ?: "?");
+  free(gold), free(run), free(rp);
+  return r;
+}
+
 static const json_t *kind_step(const json_t *m, const char *kind, const char *step) {
   return mi_ckb_named(json_object_get(json_object_get(json_object_get(json_object_get(m, "layer_kinds"), "kinds"), kind),
                                       "sequence"),
@@ -1520,17 +1537,9 @@ START_TEST(gemma3_layout_absorbed_and_revalidated) {
   if (quick)
     fprintf(stderr, "test_evolve: MI_TEST_QUICK: gemma3 searched from its experience and not revalidated (the "
                     "whole product and the revalidation: the Release run)\n");
-  char *refs, *ckb, *model, *tmp = gemma_workspace(&refs, &ckb, &model, quick), cmd[8400];
-  char *gold = src("tests/goldens/families"), *run = tw_path(tmp, "run");
-  snprintf(cmd, sizeof cmd,
-           "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --model '%s' --goldens '%s' --run-dir '%s'%s 2>'%s/stderr'",
-           getenv("MI_BUILD_DIR"), refs, ckb, model, gold, run, quick ? " --no-revalidate" : "", tmp);
-  int st = system(cmd);
-  char *rp = tw_path(run, "evolve.json");
-  json_t *r = json_load_file(rp, 0, NULL);
-  ck_assert_ptr_nonnull(r);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == EV_EX_OK, "exit %d: %s", WEXITSTATUS(st),
-                json_string_value(json_object_get(r, "outcome")) ?: "?");
+  char *refs, *ckb, *model, *tmp = gemma_workspace(&refs, &ckb, &model, quick);
+  char *run = tw_path(tmp, "run"), *rp = tw_path(run, "evolve.json");
+  json_t *r = gemma_evolve(refs, ckb, model, tmp, quick);
   const char *truth = "attn_scale=query_pre_attn_scalar embed_scale=sqrt_hidden mlp_act=gelu_tanh norm=1+w qk=1+w "
                       "rope_local=local_base rope_scaling=linear sandwich=pre+post window=layer_kinds";
   ck_assert_str_eq(json_string_value(json_object_get(r, "found")), truth);
@@ -1600,7 +1609,7 @@ START_TEST(gemma3_layout_absorbed_and_revalidated) {
                 "%s", rv ? rv : "?");
   free(rv);
   json_decref(m), json_decref(r);
-  free(mp), free(rp), free(run), free(gold), free(refs), free(ckb), free(model);
+  free(mp), free(rp), free(run), free(refs), free(ckb), free(model);
   tw_rmtree(tmp);
   free(tmp);
 }
@@ -1650,23 +1659,15 @@ START_TEST(gemma3_released_wrapper_absorbed) {
   const int quick = getenv("MI_TEST_QUICK") != NULL;
   if (quick)
     fprintf(stderr, "test_evolve: MI_TEST_QUICK: the wrapped gemma3 searched from its experience and not revalidated\n");
-  char *refs, *ckb, *model, *tmp = gemma_workspace(&refs, &ckb, &model, quick), cmd[8400], err[1024], bin[4096];
+  char *refs, *ckb, *model, *tmp = gemma_workspace(&refs, &ckb, &model, quick), err[1024], bin[4096];
   json_t *golden = load_src("tests/goldens/families/gemma3-probe-6l-conditional-seed12.json");
   snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
   ev_opts eo = {.exe_dir = bin};
   tw_rmtree(model);
   ck_assert_msg(ev_remake_checkpoint(&eo, golden, model, err, sizeof err) == 0, "%s", err);
   json_decref(golden);
-  char *gold = src("tests/goldens/families"), *run = tw_path(tmp, "run");
-  snprintf(cmd, sizeof cmd,
-           "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --model '%s' --goldens '%s' --run-dir '%s'%s 2>'%s/stderr'",
-           getenv("MI_BUILD_DIR"), refs, ckb, model, gold, run, quick ? " --no-revalidate" : "", tmp);
-  int st = system(cmd);
-  char *rp = tw_path(run, "evolve.json");
-  json_t *r = json_load_file(rp, 0, NULL);
-  ck_assert_ptr_nonnull(r);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == EV_EX_OK, "exit %d: %s", WEXITSTATUS(st),
-                json_string_value(json_object_get(r, "outcome")) ?: "?");
+  char *run = tw_path(tmp, "run"), *rp = tw_path(run, "evolve.json");
+  json_t *r = gemma_evolve(refs, ckb, model, tmp, quick);
   /* the contract: the causal architecture, the wrapper as a layout, the class's defaults */
   char *mp = tw_path(ckb, "models/gemma3.json");
   json_t *m = json_load_file(mp, 0, NULL);
@@ -1706,7 +1707,7 @@ START_TEST(gemma3_released_wrapper_absorbed) {
   }
   ck_assert_msg(quick || (seen4 && seen3), "stage 4 against the golden and stage 3's skipped prefixes");
   json_decref(m), json_decref(r);
-  free(mp), free(rp), free(run), free(gold), free(refs), free(ckb), free(model);
+  free(mp), free(rp), free(run), free(refs), free(ckb), free(model);
   tw_rmtree(tmp);
   free(tmp);
 }
