@@ -16,7 +16,9 @@ ctest --test-dir build --output-on-failure -j2
 # reference), llama.cpp-golden, TP, verifier-unit and template tests as an
 # older host would run them. Left out of these reruns: tests that run no CPU
 # kernel (tokenizer, loader, safetensors, CKB, GPU host/plugins/emulator
-# conformance, the LLM client, the server's HTTP paths, the hybrid's float64
+# conformance and its platform mutants (stage 1 on the emulator, held to
+# float64: no CPU kernel runs), the LLM client, the server's HTTP paths,
+# the hybrid's float64
 # reference, checkpoints and coverage, mi-bench's smoke test: it asserts
 # no figure a kernel computes), and the slow ones
 # about something else (CLI errors, the verifier's model mutants, the GPU
@@ -32,7 +34,7 @@ for isa in generic avx2 avx512 avx512bf16; do
 done
 unset 'variants[${#variants[@]}-1]' # the best one: the run above
 not_cpu='^(test_loader|test_loader_conf|test_files_and_limits|loader_mi_run_list|loader_sdk_template|test_tokenizer'
-not_cpu+='|test_safetensors|test_mkmodel|test_ckb|test_gpu_host|test_gpu_plugins|gpu_conformance_emu(32|64)'
+not_cpu+='|test_safetensors|test_mkmodel|test_ckb|test_gpu_host|test_gpu_plugins|gpu_conformance_emu(32|64)|gpu_platform_mutants'
 not_cpu+='|test_cli_errors|test_verify_model|test_gpu_emu_e2e|test_gpu_tp|test_gen|test_gen_tp2|test_llm_client|test_llm_agents|test_llm_openai_mock'
 not_cpu+='|test_serve|test_serve_openai|test_serve_features|loader_misbehave|loader_elf_truncated|core_is_model_agnostic|test_fma_peak'
 not_cpu+='|test_hybrid_mkmodel|test_hybrid_reference|test_hybrid_coverage|test_hybrid_peer|test_cpu_quant'

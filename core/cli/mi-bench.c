@@ -496,7 +496,9 @@ static void usage(FILE *f) {
         "      --warmup N         untimed runs of each cell before the timed one, both sides\n"
         "                         (default 1, as llama-bench; 0: cold first-forward figures)\n"
         "      --kv-type T        KV cache type f32 (default), f16 or bf16\n"
-        "      --mmap, --no-mmap  how MetaInfer loads the weights, as for mi-run\n",
+        "      --mmap, --no-mmap  how MetaInfer loads the weights, as for mi-run\n"
+        "environment: MI_BENCH_STREAM_MIB=N  each of STREAM's three arrays N MiB (default 256:\n"
+        "                         well past any cache; a smaller one measures caches too)\n",
         f);
 }
 
@@ -927,12 +929,23 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
   static bench_run b;
   /* machine figures, measured once per run with the same thread count */
-  if (mi_measure_bandwidth(o.threads, (size_t)256 << 20, 5, &b.bw) != 0) {
+  size_t stream_mib = 256;
+  const char *sm = getenv("MI_BENCH_STREAM_MIB");
+  if (sm && *sm) {
+    char *end = NULL;
+    long v = strtol(sm, &end, 10);
+    if (!end || *end || v < 1 || v > 65536) {
+      fprintf(stderr, "mi-bench: MI_BENCH_STREAM_MIB=%s: a number of MiB, 1 to 65536\n", sm);
+      return 2;
+    }
+    stream_mib = (size_t)v;
+  }
+  if (mi_measure_bandwidth(o.threads, stream_mib << 20, 5, &b.bw) != 0) {
     fprintf(stderr, "mi-bench: cannot allocate the STREAM arrays\n");
     return 1;
   }
-  fprintf(stderr, "mi-bench: memory bandwidth, %d threads: triad %.1f GB/s, read %.1f GB/s\n",
-          o.threads, b.bw.triad_gbs, b.bw.read_gbs);
+  fprintf(stderr, "mi-bench: memory bandwidth, %d threads: triad %.1f GB/s, read %.1f GB/s%s\n",
+          o.threads, b.bw.triad_gbs, b.bw.read_gbs, stream_mib == 256 ? "" : " (MI_BENCH_STREAM_MIB arrays)");
   b.jcells = json_array();
   if (!o.json) print_header(&o);
   b.total = o.n_prompts * o.n_gens;

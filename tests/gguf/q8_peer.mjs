@@ -50,13 +50,25 @@ try {
   const peer = await runPeer(q8, prompts, steps);
   /* token by token until the two part at a near tie (a top-2 margin under
    * tieMargin in either may flip), after which their contexts differ */
+  /* one mi-run for the four prompts (--prompts: each a fresh sequence, as
+   * stage 4's deployed run uses it): one load, not four */
+  const promptsFile = path.join(tmp, "prompts.jsonl");
+  fs.writeFileSync(promptsFile, prompts.map((p) => JSON.stringify(p)).join("\n") + "\n");
   const compare = (act, tieMargin) => {
     let worst = 0, worst10 = 0, compared = 0, parted = 0;
     const lps = [];
+    const out = execFileSync(path.join(build, "bin/mi-run"), ["-m", q8, "--prompts", promptsFile, "-n", String(steps), "--temp", "0",
+      "--json", "--top-logprobs", "10", "--ignore-eos", "-t", "2"], { encoding: "utf8", env: { ...process.env, MI_CPU_MATMUL_ACT: act } });
+    const byPrompt = prompts.map(() => []);
+    let at = -1;
+    for (const l of out.trim().split("\n")) {
+      const j = JSON.parse(l);
+      if ("prompt_index" in j) at = j.prompt_index;
+      else if ("token_id" in j) byPrompt[at].push(j);
+    }
     for (let i = 0; i < prompts.length; i++) {
-      const out = execFileSync(path.join(build, "bin/mi-run"), ["-m", q8, "-p", prompts[i], "-n", String(steps), "--temp", "0",
-        "--json", "--top-logprobs", "10", "--ignore-eos", "-t", "2"], { encoding: "utf8", env: { ...process.env, MI_CPU_MATMUL_ACT: act } });
-      const ours = out.trim().split("\n").map((l) => JSON.parse(l)).filter((j) => "token_id" in j);
+      const ours = byPrompt[i];
+      if (ours.length !== steps) fail(`matmul_act=${act}: mi-run --prompts gave ${ours.length} steps for prompt ${i}, expected ${steps}`);
       for (let s = 0; s < steps; s++) {
         const o = ours[s], t = peer[i].steps[s];
         const margin = Math.min(o.top_logprobs[0][1] - o.top_logprobs[1][1], t.top[0][1] - t.top[1][1]);

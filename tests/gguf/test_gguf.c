@@ -614,30 +614,49 @@ END_TEST
 
 /* ---- the peer test: hf2gguf.mjs conversions of a mi-mkmodel checkpoint ---- */
 
-/* mi-run --json: the prompt ids line and the generated ids, as one string. */
-static char *run_ids(const char *model, const char *prompt, int chat) {
-  const char *a1[] = {"-m", model, "-p", prompt, "-n", "16", "--temp", "0", "--json", NULL};
-  const char *a2[] = {"-m", model,    "--chat", "-p",     prompt, "-n",
-                      "16", "--temp", "0",      "--json", NULL};
+/* mi-run --json on n prompts (--prompts: one process, each prompt a fresh
+ * sequence, as stage 4's deployed run uses it; one load of the model and
+ * its tokenizer instead of n, most of a run under the sanitizers): for each
+ * prompt its prompt ids line and its generated ids, as one string in
+ * out[i] (malloc'd). */
+static void run_ids(const char *model, const char *const *prompts, size_t n, int chat, char **out) {
+  char pf[1300];
+  snprintf(pf, sizeof pf, "%s/prompts.jsonl", g_tmp);
+  FILE *f = fopen(pf, "w");
+  ck_assert_ptr_nonnull(f);
+  for (size_t i = 0; i < n; i++) {
+    json_t *js = json_string(prompts[i]);
+    char *line = json_dumps(js, JSON_ENCODE_ANY);
+    json_decref(js);
+    ck_assert_ptr_nonnull(line);
+    fprintf(f, "%s\n", line);
+    free(line);
+  }
+  fclose(f);
+  const char *a1[] = {"-m", model, "--prompts", pf, "-n", "16", "--temp", "0", "--json", NULL};
+  const char *a2[] = {"-m", model, "--chat", "--prompts", pf, "-n", "16", "--temp", "0", "--json", NULL};
   run_result r = run_mi(chat ? a2 : a1);
   ck_assert_msg(r.status == 0, "%s: exit %d: %s", model, r.status, r.err);
-  char *acc = calloc(1, 65536);
-  size_t used = 0;
+  size_t used[16] = {0};
+  ck_assert_uint_le(n, 16);
+  for (size_t i = 0; i < n; i++) out[i] = calloc(1, 65536);
+  long at = -1;
   for (char *line = strtok(r.out, "\n"); line; line = strtok(NULL, "\n")) {
     json_t *j = json_loads(line, 0, NULL);
     json_t *pi = json_object_get(j, "prompt_ids"), *id = json_object_get(j, "token_id");
+    if (json_is_integer(json_object_get(j, "prompt_index"))) at = (long)json_integer_value(json_object_get(j, "prompt_index"));
+    ck_assert_msg(at >= 0 && at < (long)n, "%s: a line outside the %zu prompts: %s", model, n, line);
     if (pi) {
       char *s = json_dumps(pi, JSON_COMPACT);
-      used += (size_t)snprintf(acc + used, 65536 - used, "%s |", s);
+      used[at] += (size_t)snprintf(out[at] + used[at], 65536 - used[at], "%s |", s);
       free(s);
     } else if (id) {
-      used +=
-          (size_t)snprintf(acc + used, 65536 - used, " %lld", (long long)json_integer_value(id));
+      used[at] += (size_t)snprintf(out[at] + used[at], 65536 - used[at], " %lld", (long long)json_integer_value(id));
     }
     json_decref(j);
   }
+  for (size_t i = 0; i < n; i++) ck_assert_msg(strchr(out[i], '|'), "%s: no prompt ids for prompt %zu", model, i);
   run_free(&r);
-  return acc;
 }
 
 /* Every id of the two tokenizers alike: its string (the one both map back
@@ -706,18 +725,22 @@ START_TEST(peer_hf2gguf_matches_the_folder) {
   const char *prompts[] = {"Hello, world! The quick brown fox",
                            "你好，世界 🙂 <|im_start|>user\nhi<|im_end|>",
                            "  spaces\t\ttabs\n\nnewlines 12345 ÀÉÎ"};
-  for (int chat = 0; chat < 2; chat++)
-    for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
-      char *want = run_ids(dir, prompts[i], chat);
-      char *a = run_ids(bf16, prompts[i], chat), *b = run_ids(f32, prompts[i], chat);
-      ck_assert_msg(!strcmp(want, a), "bf16 GGUF differs (chat %d, prompt %zu):\n%s\n%s", chat, i,
-                    want, a);
-      ck_assert_msg(!strcmp(want, b), "f32 GGUF differs (chat %d, prompt %zu):\n%s\n%s", chat, i,
-                    want, b);
-      free(want);
-      free(a);
-      free(b);
+  enum { NP = sizeof prompts / sizeof *prompts };
+  for (int chat = 0; chat < 2; chat++) {
+    char *want[NP], *a[NP], *b[NP];
+    run_ids(dir, prompts, NP, chat, want);
+    run_ids(bf16, prompts, NP, chat, a);
+    run_ids(f32, prompts, NP, chat, b);
+    for (size_t i = 0; i < NP; i++) {
+      ck_assert_msg(!strcmp(want[i], a[i]), "bf16 GGUF differs (chat %d, prompt %zu):\n%s\n%s", chat, i,
+                    want[i], a[i]);
+      ck_assert_msg(!strcmp(want[i], b[i]), "f32 GGUF differs (chat %d, prompt %zu):\n%s\n%s", chat, i,
+                    want[i], b[i]);
+      free(want[i]);
+      free(a[i]);
+      free(b[i]);
     }
+  }
   /* the tokenizer itself: the same ids for texts with special tokens and
    * unicode, the same special ids and chat template */
   char tp[1300], cp[1300], err[512];

@@ -355,16 +355,18 @@ static void *run_job(void *arg) {
 }
 
 /* 12 concurrent streams on 4 sequences: each answer equals the one the
- * same prompt gets alone (the --no-batch server: bit-identical steps). */
+ * same prompt gets alone (the --no-batch server: bit-identical steps).
+ * MI_TEST_QUICK: 6 (still more clients than sequences: some wait). */
 START_TEST(concurrent_clients_not_mixed) {
-  enum { N = 12 };
-  job alone[N], together[N];
+  enum { NMAX = 12 };
+  const int N = getenv("MI_TEST_QUICK") ? 6 : NMAX;
+  job alone[NMAX], together[NMAX];
   for (int i = 0; i < N; i++) {
     alone[i] = (job){.port = g_srv_nb.port, .idx = i};
     run_job(&alone[i]);
     ck_assert_int_eq(alone[i].status, 200);
   }
-  pthread_t th[N];
+  pthread_t th[NMAX];
   for (int i = 0; i < N; i++) {
     together[i] = (job){.port = g_srv_nb.port, .idx = i};
     pthread_create(&th[i], NULL, run_job, &together[i]);
@@ -591,8 +593,14 @@ START_TEST(sigterm_drains) {
   start_or_die(&s, (const char *[]){"--drain-timeout", "60", "--parallel", "1", "-c", "2048", NULL});
   wait_ready(&s);
   int port = s.port;
-  int fd = http_send(port, "POST", "/v1/completions", NULL,
-                     "{\"prompt\":\"hi\",\"max_tokens\":1000,\"ignore_eos\":true,\"stream\":true}");
+  /* the running stream is long enough to outlast the two polls below and
+   * the SIGTERM, then drains to its end: 1000 tokens (about 2 s in
+   * Release); MI_TEST_QUICK (the sanitizer tree, where a token costs ~13 ms
+   * and the drain was most of this case's 15 s): 300, seconds still */
+  const char *running = getenv("MI_TEST_QUICK")
+                            ? "{\"prompt\":\"hi\",\"max_tokens\":300,\"ignore_eos\":true,\"stream\":true}"
+                            : "{\"prompt\":\"hi\",\"max_tokens\":1000,\"ignore_eos\":true,\"stream\":true}";
+  int fd = http_send(port, "POST", "/v1/completions", NULL, running);
   char buf[256];
   ck_assert_int_gt(recv(fd, buf, sizeof buf, MSG_PEEK), 0);
   for (double t0 = now_s(); metric(port, "mi_requests_running") != 1 && now_s() - t0 < 30;) usleep(10000);
@@ -1113,8 +1121,13 @@ int main(void) {
   /* MI_TEST_QUICK (the sanitizer tree, tests/CMakeLists.txt): each of the
    * four prompts once, two through chat and two through completions (each
    * case is two mi-run processes and one request; the paths are the same
-   * for every prompt); the Release run compares all eight */
+   * for every prompt); the Release run compares all eight. 6 concurrent
+   * clients on the 4 sequences, not 12; sigterm_drains' running stream:
+   * 300 tokens, not 1000 (the same drain) */
   const int quick = getenv("MI_TEST_QUICK") != NULL;
+  if (quick)
+    fprintf(stderr, "test_serve: MI_TEST_QUICK: each prompt once (2 through chat, 2 through completions), "
+                    "6 concurrent clients, sigterm_drains' stream 300 tokens: all eight, 12 and 1000 in the Release run\n");
   tcase_add_loop_test(tc, greedy_chat_equals_mi_run, 0, quick ? 2 : 4);
   tcase_add_loop_test(tc, greedy_completion_equals_mi_run, quick ? 2 : 0, 4);
   mi_check_add(tc, MI_CHECK_TESTS(stream_equals_plain_with_usage, stop_strings,
