@@ -870,6 +870,21 @@ END_TEST
  * template from the checkpoint's own wrapper), and revalidation with
  * references off passes every stage, stage 4 against llama.cpp's golden of
  * this very checkpoint, the unread tensors named once per prefix. */
+/* The evolved CKB validates and covers the wrapped checkpoint: its weight
+ * check skips two prefixes, `prefix` with n tensors under it. */
+static void covers_wrapped(const char *ckb, const char *model, const char *prefix, json_int_t n) {
+  char err[1024];
+  mi_ckb *k = mi_ckb_open(ckb, err, sizeof err);
+  ck_assert_msg(k, "%s", err);
+  ck_assert_int_eq(mi_ckb_validate(k, noop_diag, "evolved CKB: "), 0);
+  json_t *wr = NULL;
+  ck_assert_int_eq(mi_ckb_check_weights(k, model, &wr, err, sizeof err), 0);
+  ck_assert_int_eq(json_object_size(json_object_get(wr, "skipped")), 2);
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(wr, "skipped"), prefix), "tensors")), n);
+  json_decref(wr);
+  mi_ckb_close(k);
+}
+
 START_TEST(wrapped_layout_absorbed_and_revalidated) {
   char *tmp, *refs, *ckb, *ck, *cand, *model;
   hybrid_workspace(&tmp, &refs, &ckb, &ck, &cand, &model);
@@ -918,17 +933,7 @@ START_TEST(wrapped_layout_absorbed_and_revalidated) {
   ck_assert_str_eq(json_string_value(json_object_get(json_object_get(lay, "rename"), "model.")), "model.language_model.");
   ck_assert_ptr_nonnull(json_object_get(json_object_get(lay, "unused"), "mtp."));
   /* the evolved CKB covers the wrapped checkpoint; its weights check names the skipped prefixes */
-  char err[1024];
-  mi_ckb *k = mi_ckb_open(ckb, err, sizeof err);
-  ck_assert_msg(k, "%s", err);
-  ck_assert_int_eq(mi_ckb_validate(k, noop_diag, "evolved CKB: "), 0);
-  json_t *wr = NULL;
-  ck_assert_int_eq(mi_ckb_check_weights(k, model, &wr, err, sizeof err), 0);
-  ck_assert_int_eq(json_object_size(json_object_get(wr, "skipped")), 2);
-  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(wr, "skipped"), "model.visual."),
-                                                      "tensors")), 4);
-  json_decref(wr);
-  mi_ckb_close(k);
+  covers_wrapped(ckb, model, "model.visual.", 4);
   json_decref(m);
   json_decref(r);
   free(mp), free(rp), free(goldens), free(model);
@@ -1695,16 +1700,7 @@ START_TEST(gemma3_released_wrapper_absorbed) {
   ck_assert_int_eq(json_integer_value(json_object_get(mi_ckb_named(cf, "name", "rope_local_base_freq"), "default")), 10000);
   ck_assert(!json_is_true(json_object_get(mi_ckb_named(cf, "name", "hidden_activation"), "required")));
   /* the evolved CKB covers the wrapped checkpoint, naming the two skipped parts */
-  mi_ckb *k = mi_ckb_open(ckb, err, sizeof err);
-  ck_assert_msg(k, "%s", err);
-  ck_assert_int_eq(mi_ckb_validate(k, noop_diag, "evolved CKB: "), 0);
-  json_t *wr = NULL;
-  ck_assert_int_eq(mi_ckb_check_weights(k, model, &wr, err, sizeof err), 0);
-  ck_assert_int_eq(json_object_size(json_object_get(wr, "skipped")), 2);
-  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(wr, "skipped"), "vision_tower."),
-                                                      "tensors")), 3);
-  json_decref(wr);
-  mi_ckb_close(k);
+  covers_wrapped(ckb, model, "vision_tower.", 3);
   /* revalidation, references off: every stage on the wrapped checkpoint, stage 4 on llama.cpp's golden */
   size_t i;
   json_t *stg;
