@@ -235,3 +235,9 @@ const char *mi_find_in_path(const char *name, char *buf, size_t n) {
   if (n) buf[0] = 0;
   return NULL;
 }
+
+const char *mi_find_mpirun(char *buf, size_t n) {
+  const char *env = getenv("MI_MPIRUN");
+  if (env && *env) return access(env, X_OK) == 0 ? env : NULL;
+  return mi_find_in_path("mpirun", buf, n);
+}

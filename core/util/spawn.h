@@ -36,6 +36,9 @@ int mi_mount_set_rdonly(const char *path, int on);
  * /usr/local/bin:/usr/bin:/bin) into buf[n]: buf, or NULL (buf then
  * empty) when there is none. */
 const char *mi_find_in_path(const char *name, char *buf, size_t n);
+/* The MPI launcher every TP run starts ranks with: $MI_MPIRUN (NULL when
+ * it is not an executable), else mpirun on PATH (into buf); NULL when none. */
+const char *mi_find_mpirun(char *buf, size_t n);
 
 /* Removes `path` and everything below it (a missing path is no error;
  * symlinks are removed, never followed). 0 or -1 with errno. */

@@ -228,12 +228,6 @@ typedef struct coll_job {
   size_t bytes;
 } coll_job;
 
-const char *vf_find_mpirun(char *buf, size_t n) {
-  const char *env = getenv("MI_MPIRUN");
-  if (env && *env) return access(env, X_OK) == 0 ? env : NULL;
-  return mi_find_in_path("mpirun", buf, n);
-}
-
 /* In the unit's child: mpirun runs the ranks in this (the unit's) folder,
  * then each rank's two files go back as one record (index = rank: the
  * payload its results, the message its JSON line). */
@@ -440,7 +434,7 @@ json_t *vf_stage1_collectives(const vf_stage_opts *o, int tp) {
   json_t *coll = json_object_get(o->platform, "collectives");
   const char *status = json_string_value(json_object_get(coll, "status"));
   char mbuf[4200], self[4200], msg[600];
-  const char *mpirun = vf_find_mpirun(mbuf, sizeof mbuf);
+  const char *mpirun = mi_find_mpirun(mbuf, sizeof mbuf);
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
   if (!status || strcmp(status, "provided")) {
     snprintf(msg, sizeof msg, "--tp %d: the platform contract %s states no collectives it provides",

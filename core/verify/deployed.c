@@ -318,7 +318,7 @@ int vf_deploy_run(const vf_stage_opts *o, const char *dir, const char *conf, int
   /* at --tp N, the ranks as a deployment starts them: mpirun -np N mi-run
    * ... --tp N -t 1 (rank 0 prints) */
   char mpb[4200], npb[16];
-  const char *mpirun = o->tp > 1 ? vf_find_mpirun(mpb, sizeof mpb) : NULL;
+  const char *mpirun = o->tp > 1 ? mi_find_mpirun(mpb, sizeof mpb) : NULL;
   snprintf(npb, sizeof npb, "%d", o->tp);
   char *argv[40];
   int ac = 0;

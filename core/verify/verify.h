@@ -270,8 +270,6 @@ typedef struct vf_stage_opts {
  * all-reduce and broadcast across tp processes under mpirun ($MI_MPIRUN,
  * else PATH), judged here against a float64 sum; a unit report. */
 json_t *vf_stage1_collectives(const vf_stage_opts *o, int tp);
-/* The MPI launcher: $MI_MPIRUN, else mpirun on PATH; NULL when none. */
-const char *vf_find_mpirun(char *buf, size_t n);
 /* One rank of it (mi-verify --collective-rank DIR, run by mpirun): loads
  * the plugin (plugin_opts: a const mi_options *), runs the cases, writes
  * DIR/rank-R.json and DIR/rank-R.bin; the exit status. */

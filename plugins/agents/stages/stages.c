@@ -153,7 +153,7 @@ typedef struct stg {
   uint64_t seed;
   int threads, tp;
   char tp_s[16], np_s[16];
-  char mpirun[4096]; /* the MPI launcher at TP > 1: $MI_MPIRUN, else mpirun on PATH (as mi-verify finds it) */
+  char mpirun[4096]; /* the MPI launcher at TP > 1 (mi_find_mpirun, as mi-verify finds it) */
   mi_bb *bb;
   char dir[4400], p[4600], so[4600], log[4600], dep[4600], ref[4600];
   char ev[65]; /* the evidence artifact of the stage run last */
@@ -193,10 +193,9 @@ static int read_task(stg *s, const mi_agent_task *t, char *err, size_t err_len) 
   if (s->tp < 1) s->tp = 1;
   snprintf(s->tp_s, sizeof s->tp_s, "%d", s->tp);
   snprintf(s->np_s, sizeof s->np_s, "%d", s->tp);
-  const char *mpe = getenv("MI_MPIRUN");
-  if (mpe && *mpe) snprintf(s->mpirun, sizeof s->mpirun, "%s", mpe);
-  else if (!mi_find_in_path("mpirun", s->mpirun, sizeof s->mpirun)) /* not found: the spawn says so in its log */
-    snprintf(s->mpirun, sizeof s->mpirun, "mpirun");
+  char mpb[sizeof s->mpirun];
+  const char *mp = mi_find_mpirun(mpb, sizeof mpb); /* none: "mpirun", whose spawn then says it cannot run */
+  snprintf(s->mpirun, sizeof s->mpirun, "%s", mp ? mp : "mpirun");
   if (s->tp > 1) { /* OpenMPI under a root container, as tests/tp sets it */
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
