@@ -211,14 +211,13 @@ static int contract_reads(const mi_ckb_entry *m, const char *field) {
   return 0;
 }
 
-/* The checkpoint's weights grouped by layer pattern:
+/* The checkpoint's weights w grouped by layer pattern:
  * {pattern: {"layers": [..], "shape": [..], "mean": x (1-D tensors)}}; NULL
- * (and a line in report) when the weight files cannot be read. */
-static json_t *weight_patterns(const char *model_dir, const json_t *layout, json_t *report) {
-  char err[600];
-  mi_weights *w = mi_weights_open(model_dir, err, sizeof err);
+ * (and a line in report, why: open_err) when the weight files could not be
+ * read (w NULL). */
+static json_t *patterns_of(const mi_weights *w, const char *open_err, const json_t *layout, json_t *report) {
   if (!w) {
-    missing(report, "weights: cannot read them to compare (%s)", err);
+    missing(report, "weights: cannot read them to compare (%s)", open_err);
     return NULL;
   }
   json_t *pats = json_object();
@@ -258,6 +257,13 @@ static json_t *weight_patterns(const char *model_dir, const json_t *layout, json
     }
     if (layer >= 0) json_array_append_new(json_object_get(e, "layers"), json_integer(layer));
   }
+  return pats;
+}
+
+static json_t *weight_patterns(const char *model_dir, const json_t *layout, json_t *report) {
+  char err[600];
+  mi_weights *w = mi_weights_open(model_dir, err, sizeof err);
+  json_t *pats = patterns_of(w, err, layout, report);
   mi_weights_close(w);
   return pats;
 }
@@ -437,7 +443,6 @@ static void name_gaps(const mi_ckb *c, const char *model_dir, json_t *outer, con
   char werr[600];
   mi_weights *w = mi_weights_open(model_dir, werr, sizeof werr);
   const json_t *inner = NULL, *lay = mi_ckb_wrapper_layout(c, outer, w, &inner);
-  mi_weights_close(w);
   json_t *cfg = lay ? (json_t *)inner : outer;
   if (lay) {
     char *rn = json_dumps(json_object_get(lay, "rename"), JSON_COMPACT), *un = NULL;
@@ -453,7 +458,8 @@ static void name_gaps(const mi_ckb *c, const char *model_dir, json_t *outer, con
     free(un);
     json_decref(pre);
   }
-  json_t *pats = weight_patterns(model_dir, lay, r);
+  json_t *pats = patterns_of(w, werr, lay, r); /* the files opened once for both */
+  mi_weights_close(w);
   int hits;
   const mi_ckb_entry *m = closest_model(c, pats, &hits);
   if (!m) {
