@@ -870,6 +870,22 @@ END_TEST
  * template from the checkpoint's own wrapper), and revalidation with
  * references off passes every stage, stage 4 against llama.cpp's golden of
  * this very checkpoint, the unread tensors named once per prefix. */
+/* Every stage of the report's revalidation PASS (asserted); 1 when stage 4's
+ * detail says s4 and stage 3's says both s3a and s3b (the skipped parts of
+ * a wrapped checkpoint). */
+static int revalidation_says(const json_t *r, const char *s4, const char *s3a, const char *s3b) {
+  size_t i;
+  json_t *stg;
+  int seen4 = 0, seen3 = 0;
+  json_array_foreach(json_object_get(json_object_get(r, "revalidation"), "stages"), i, stg) {
+    const char *id = json_string_value(json_object_get(stg, "stage")), *d = json_string_value(json_object_get(stg, "detail"));
+    ck_assert_msg(!strcmp(json_string_value(json_object_get(stg, "verdict")), "PASS"), "stage %s: %s", id, d);
+    seen4 |= !strcmp(id, "4") && strstr(d, s4) != NULL;
+    seen3 |= !strcmp(id, "3") && strstr(d, s3a) && strstr(d, s3b);
+  }
+  return seen4 && seen3;
+}
+
 /* The evolved CKB validates and covers the wrapped checkpoint: its weight
  * check skips two prefixes, `prefix` with n tensors under it. */
 static void covers_wrapped(const char *ckb, const char *model, const char *prefix, json_int_t n) {
@@ -910,16 +926,9 @@ START_TEST(wrapped_layout_absorbed_and_revalidated) {
                 json_string_value(json_object_get(r, "outcome")) ?: "?");
   ck_assert_str_eq(json_string_value(json_object_get(r, "found")), TRUE_READING);
   /* every stage of the revalidation passed, stage 4 on the oracle's golden */
-  size_t i;
-  json_t *stg;
-  int seen4 = 0, seen3 = 0;
-  json_array_foreach(json_object_get(json_object_get(r, "revalidation"), "stages"), i, stg) {
-    const char *id = json_string_value(json_object_get(stg, "stage")), *d = json_string_value(json_object_get(stg, "detail"));
-    ck_assert_msg(!strcmp(json_string_value(json_object_get(stg, "verdict")), "PASS"), "stage %s: %s", id, d);
-    seen4 |= !strcmp(id, "4") && strstr(d, "identical to llama.cpp") != NULL;
-    seen3 |= !strcmp(id, "3") && strstr(d, "skipped 4 tensors under model.visual.") && strstr(d, "skipped 4 tensors under mtp.");
-  }
-  ck_assert_msg(seen4 && seen3, "stage 4 against the golden and stage 3's skipped prefixes");
+  ck_assert_msg(revalidation_says(r, "identical to llama.cpp", "skipped 4 tensors under model.visual.",
+                                  "skipped 4 tensors under mtp."),
+                "stage 4 against the golden and stage 3's skipped prefixes");
   /* the contract: the causal architecture, the wrapper as a layout */
   char *mp = tw_path(ckb, "models/qwen35.json");
   json_t *m = json_load_file(mp, 0, NULL);
@@ -1704,17 +1713,10 @@ START_TEST(gemma3_released_wrapper_absorbed) {
   /* the evolved CKB covers the wrapped checkpoint, naming the two skipped parts */
   covers_wrapped(ckb, model, "vision_tower.", 3);
   /* revalidation, references off: every stage on the wrapped checkpoint, stage 4 on llama.cpp's golden */
-  size_t i;
-  json_t *stg;
-  int seen4 = 0, seen3 = 0;
-  json_array_foreach(json_object_get(json_object_get(r, "revalidation"), "stages"), i, stg) {
-    const char *id = json_string_value(json_object_get(stg, "stage")), *d = json_string_value(json_object_get(stg, "detail"));
-    ck_assert_msg(!strcmp(json_string_value(json_object_get(stg, "verdict")), "PASS"), "stage %s: %s", id, d);
-    seen4 |= !strcmp(id, "4") && strstr(d, "256 greedy steps identical to llama.cpp") != NULL;
-    seen3 |= !strcmp(id, "3") && strstr(d, "skipped 3 tensors under vision_tower.") &&
-             strstr(d, "skipped 2 tensors under multi_modal_projector.");
-  }
-  ck_assert_msg(quick || (seen4 && seen3), "stage 4 against the golden and stage 3's skipped prefixes");
+  ck_assert_msg(quick || revalidation_says(r, "256 greedy steps identical to llama.cpp",
+                                           "skipped 3 tensors under vision_tower.",
+                                           "skipped 2 tensors under multi_modal_projector."),
+                "stage 4 against the golden and stage 3's skipped prefixes");
   json_decref(m), json_decref(r);
   free(mp), free(rp), free(run), free(refs), free(ckb), free(model);
   tw_rmtree(tmp);
