@@ -43,9 +43,16 @@ export function parseFlags(argv, a, spec) {
 
 /** FNV-1a 32-bit of a file, as hex: lets the C side notice a golden made from other weights or config. */
 export function fnv1a32File(file) {
-  const buf = fs.readFileSync(file);
+  // in 16 MiB reads: a GGUF file may be past Node's 2 GiB readFileSync limit
+  const fd = fs.openSync(file, "r");
+  const buf = Buffer.allocUnsafe(16 << 20);
   let h = 0x811c9dc5;
-  for (let i = 0; i < buf.length; i++) h = Math.imul(h ^ buf[i], 0x01000193);
+  try {
+    for (let n; (n = fs.readSync(fd, buf, 0, buf.length, null)) > 0; )
+      for (let i = 0; i < n; i++) h = Math.imul(h ^ buf[i], 0x01000193);
+  } finally {
+    fs.closeSync(fd);
+  }
   return (h >>> 0).toString(16).padStart(8, "0");
 }
 
