@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/ckb/internal.h"
+#include "core/runtime/model_input.h"
 #include "core/runtime/safetensors.h"
 #include "core/util/file.h"
 #include "mi/tensor.h"
@@ -262,7 +263,7 @@ static json_t *patterns_of(const mi_weights *w, const char *open_err, const json
 
 static json_t *weight_patterns(const char *model_dir, const json_t *layout, json_t *report) {
   char err[600];
-  mi_weights *w = mi_weights_open(model_dir, err, sizeof err);
+  mi_weights *w = mi_model_input_weights(model_dir, mi_model_input_all_blocks(), err, sizeof err);
   json_t *pats = patterns_of(w, err, layout, report);
   mi_weights_close(w);
   return pats;
@@ -441,7 +442,7 @@ static void name_gaps(const mi_ckb *c, const char *model_dir, json_t *outer, con
   /* a wrapper layout the CKB knows (a conditional-generation model): the
    * text model's config and weights are compared, what it leaves unread not */
   char werr[600];
-  mi_weights *w = mi_weights_open(model_dir, werr, sizeof werr);
+  mi_weights *w = mi_model_input_weights(model_dir, mi_model_input_all_blocks(), werr, sizeof werr);
   const json_t *inner = NULL, *lay = mi_ckb_wrapper_layout(c, outer, w, &inner);
   json_t *cfg = lay ? (json_t *)inner : outer;
   if (lay) {
@@ -492,9 +493,8 @@ int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform
                     char *err, size_t err_len) {
   *out = NULL;
   char cfg_path[4096];
-  snprintf(cfg_path, sizeof cfg_path, "%s/config.json", model_dir);
-  json_t *cfg = mi_file_load_json(cfg_path, 0, MI_CONFIG_JSON_MAX_BYTES, "config file", 0, err,
-                                  err_len);
+  mi_model_input_config_name(model_dir, cfg_path, sizeof cfg_path);
+  json_t *cfg = mi_model_input_config(model_dir, 0, err, err_len);
   if (!cfg) return -1;
   json_t *archs = json_object_get(cfg, "architectures");
   if (!json_is_array(archs) || json_array_size(archs) == 0) {

@@ -11,6 +11,7 @@
 
 #include "core/ckb/internal.h"
 #include "core/util/file.h"
+#include "core/runtime/model_input.h"
 #include "core/runtime/safetensors.h"
 
 typedef struct cfg_ctx {
@@ -64,9 +65,8 @@ int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, c
   (void)c;
   *out = NULL;
   char path[4096];
-  snprintf(path, sizeof path, "%s/config.json", model_dir);
-  json_t *config = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config file", 0, err,
-                                     err_len);
+  mi_model_input_config_name(model_dir, path, sizeof path);
+  json_t *config = mi_model_input_config(model_dir, 0, err, err_len);
   if (!config) return -1;
   const mi_ckb_entry *model = mi_ckb_find_model(c, json_object_get(config, "architectures"));
   if (!model) {
@@ -74,7 +74,7 @@ int mi_ckb_check_weights(const mi_ckb *c, const char *model_dir, json_t **out, c
     json_decref(config);
     return -1;
   }
-  mi_weights *w = mi_weights_open(model_dir, err, err_len);
+  mi_weights *w = mi_model_input_weights(model_dir, mi_model_input_all_blocks(), err, err_len);
   if (!w) {
     json_decref(config);
     return -1;

@@ -34,6 +34,7 @@
 #include "core/gen/learn.h"
 #include "core/gen/pack/pack.h"
 #include "core/runtime/loader.h"
+#include "core/runtime/model_input.h"
 #include "core/util/file.h"
 #include "mi/model.h"
 
@@ -302,7 +303,7 @@ static json_t *repairs_for(const mi_ckb *c, const char *test_id, json_t *tried, 
 static void note_gaps(const char *ckb, json_t *cov, const char *model_dir, const char *platform) {
   if (!mi_learn_enabled()) return;
   char cfgp[PATH_MAX + 16];
-  snprintf(cfgp, sizeof cfgp, "%s/config.json", model_dir);
+  mi_model_input_config_name(model_dir, cfgp, sizeof cfgp);
   int n_new = 0, n_seen = 0;
   mi_learn_gaps(ckb, cov, cfgp, platform, &n_new, &n_seen);
   if (n_new + n_seen)
@@ -316,7 +317,7 @@ static void note_failure(const char *ckb, const mi_ckb_entry *me, const char *mo
                          const char *test_contract, const char *msg, json_t *tried, const char *rd, json_t *reports) {
   char id[200] = "", cfgp[PATH_MAX + 16];
   int r = -1;
-  snprintf(cfgp, sizeof cfgp, "%s/config.json", model_dir);
+  mi_model_input_config_name(model_dir, cfgp, sizeof cfgp);
   if (mi_learn_enabled()) r = mi_learn_failure(ckb, me, cfgp, cons, stage, test_contract, msg, tried, rd, id, sizeof id);
   if (r >= 0) fprintf(stderr, "mi-gen: failure report %s %s\n", id, r ? "written" : "updated (seen before)");
   json_array_append_new(reports, r >= 0 ? json_string(id) : json_null());
@@ -518,6 +519,7 @@ static int check_platform(gen_run *r, const char *argv0) {
     return EX_USAGE;
   }
   r->ckb_dir = NULL; /* it may point into buf; ckb_abs is the CKB from here on */
+  setenv("MI_CKB_DIR", r->ckb_abs, 1); /* a GGUF model is read through this CKB (core/runtime/model_input.h) */
   r->c = mi_ckb_open(r->ckb_abs, err, sizeof err);
   if (!r->c) {
     fprintf(stderr, "mi-gen: %s\n", err);
@@ -538,10 +540,23 @@ static int check_platform(gen_run *r, const char *argv0) {
   size_t i;
   json_t *v;
   json_array_foreach(json_object_get(dts, "weights"), i, v) ok |= !strcmp(json_string_value(v), r->dtype);
+  ok |= json_object_get(json_object_get(dts, "weight_sets"), r->dtype) != NULL; /* a file type: q4_k_m */
   if (!ok) {
     char *l = json_dumps(json_object_get(dts, "weights"), JSON_COMPACT);
-    fprintf(stderr, "mi-gen: dtype '%s' is not offered by %s (weights: %s)\n", r->dtype, pe->id, l);
+    char *ws = json_dumps(json_object_get(dts, "weight_sets"), JSON_COMPACT);
+    fprintf(stderr, "mi-gen: dtype '%s' is not offered by %s (weights: %s%s%s)\n", r->dtype, pe->id, l,
+            ws ? "; file types: " : "", ws ? ws : "");
     free(l);
+    free(ws);
+    return EX_DTYPE;
+  }
+  /* block types live in GGUF files: a folder's safetensors hold floats */
+  const int is_float = !strcmp(r->dtype, "f32") || !strcmp(r->dtype, "f16") || !strcmp(r->dtype, "bf16");
+  if (!is_float && !mi_model_input_is_gguf(r->model_abs)) {
+    fprintf(stderr,
+            "mi-gen: --dtype %s: %s is a folder; %s weights come in a GGUF file (make one: node "
+            "tools/peer/hf2gguf.mjs %s OUT.gguf --type %s)\n",
+            r->dtype, r->model, r->dtype, r->model, r->dtype);
     return EX_DTYPE;
   }
   ok = 0;
@@ -589,6 +604,49 @@ static int parse_perf_gates(gen_run *r) {
   return -1;
 }
 
+/* A GGUF file's matrices against --dtype: each 2-D weight's dtype in the
+ * platform's weight set for it (dtypes.weight_sets, else the dtype alone),
+ * so a file of another type is one line here, not a stage-3 failure.
+ * -1 to go on, else EX_DTYPE. */
+static int check_file_dtypes(const gen_run *r) {
+  if (!mi_model_input_is_gguf(r->model_abs)) return -1; /* a folder: its floats are checked at load */
+  json_t *set = json_object_get(json_object_get(json_object_get(r->pe->json, "dtypes"), "weight_sets"), r->dtype);
+  char err[1024];
+  mi_weights *w = mi_model_input_weights(r->model_abs, mi_model_input_all_blocks(), err, sizeof err);
+  if (!w) {
+    fprintf(stderr, "mi-gen: %s\n", err);
+    return EX_DTYPE;
+  }
+  unsigned n[MI_DTYPE_COUNT] = {0};
+  const char *bad = NULL, *bad_dt = NULL;
+  for (size_t i = 0; i < mi_weights_count(w); i++) {
+    mi_weight_info wi;
+    if (mi_weights_at(w, i, &wi) != 0 || wi.ndim != 2 || wi.dtype < 0 || wi.dtype >= MI_DTYPE_COUNT) continue;
+    const char *dn = mi_dtype_name((mi_dtype)wi.dtype);
+    int in = !strcmp(dn, r->dtype);
+    size_t k;
+    json_t *d;
+    json_array_foreach(set, k, d) in |= !strcmp(json_string_value(d) ?: "", dn);
+    n[wi.dtype]++;
+    if (!in && !bad) bad = wi.name, bad_dt = dn;
+  }
+  int rc = -1;
+  if (bad) {
+    char have[256] = "";
+    size_t o = 0;
+    for (int d = 0; d < MI_DTYPE_COUNT; d++)
+      if (n[d] && o < sizeof have)
+        o += (size_t)snprintf(have + o, sizeof have - o, "%s%s x%u", o ? ", " : "", mi_dtype_name((mi_dtype)d), n[d]);
+    char *sl = json_dumps(set, JSON_COMPACT);
+    fprintf(stderr, "mi-gen: --dtype %s: %s: tensor %s is %s; an engine for %s binds matrices in %s (this file's: %s)\n",
+            r->dtype, r->model, bad, bad_dt, r->dtype, sl ? sl : r->dtype, have);
+    free(sl);
+    rc = EX_DTYPE;
+  }
+  mi_weights_close(w);
+  return rc;
+}
+
 /* The model against the CKB: coverage, its model contract, the TP degree and
  * the reference plugin the deployment run needs. -1 to go on, else the exit
  * status. */
@@ -609,15 +667,16 @@ static int check_model(gen_run *r) {
     note_gaps(r->ckb_abs, r->cov, r->model_abs, pe->id);
     return EX_GAP;
   }
-  snprintf(r->cfgp, sizeof r->cfgp, "%s/config.json", r->model_abs);
-  json_error_t je;
-  r->cfg = json_load_file(r->cfgp, 0, &je);
+  mi_model_input_config_name(r->model_abs, r->cfgp, sizeof r->cfgp);
+  char cerr[1024] = "";
+  r->cfg = mi_model_input_config(r->model_abs, 0, cerr, sizeof cerr);
   char mid[256] = "";
   snprintf(mid, sizeof mid, "%s", json_string_value(json_object_get(r->cov, "model_contract")) ?: "");
   if (strchr(mid, '@')) *strchr(mid, '@') = 0;
   const mi_ckb_entry *me = r->me = mid[0] ? mi_ckb_find(r->c, mid) : NULL;
   if (!r->cfg || !me) {
-    fprintf(stderr, "mi-gen: %s: %s\n", r->cfgp, r->cfg ? "no model contract found for it" : je.text);
+    if (r->cfg) fprintf(stderr, "mi-gen: %s: no model contract found for it\n", r->cfgp);
+    else fprintf(stderr, "mi-gen: %s\n", cerr);
     return EX_GAP;
   }
   const char *tpf[] = {"num_attention_heads", "num_key_value_heads", "intermediate_size"};
@@ -696,7 +755,13 @@ static int open_blackboard(gen_run *r) {
   }
   if (gen_llm_setup(r->ckb_abs, r->model_abs, r->cons_file, g_exe_dir, r->rd) != 0) return EX_USAGE;
   char cfg_sha[65];
-  mi_sha256_file(r->cfgp, cfg_sha);
+  if (mi_model_input_is_gguf(r->model_abs)) { /* the config the file's metadata gives, not its GBs */
+    char *txt = json_dumps(r->cfg, JSON_COMPACT | JSON_SORT_KEYS);
+    mi_sha256_buf(txt ? txt : "", txt ? strlen(txt) : 0, cfg_sha);
+    free(txt);
+  } else {
+    mi_sha256_file(r->cfgp, cfg_sha);
+  }
   r->short_name = strchr(me->id, '.') + 1;
   snprintf(r->engine_name, sizeof r->engine_name, "%s-%.8s-%s-tp%d", r->short_name, cfg_sha, r->dtype, r->tp);
   if (strcmp(r->kv, "f32")) { /* a half-precision KV cache: another engine, another name */
@@ -1301,7 +1366,7 @@ int main(int argc, char **argv) {
                    r->run_dir, r->goldens, r->no_reval);
   r->t_start = now_s();
   if ((rc = load_constraints(r)) >= 0 || (rc = check_platform(r, argv[0])) >= 0 || (rc = parse_perf_gates(r)) >= 0 ||
-      (rc = check_model(r)) >= 0 || (rc = open_blackboard(r)) >= 0 || (rc = make_pack(r)) >= 0)
+      (rc = check_model(r)) >= 0 || (rc = check_file_dtypes(r)) >= 0 || (rc = open_blackboard(r)) >= 0 || (rc = make_pack(r)) >= 0)
     return rc;
   if ((rc = generate(r, replay_journal(r))) >= 0 || (rc = write_engine(r)) >= 0) return rc;
   write_manifest(r, copy_evidence(r));

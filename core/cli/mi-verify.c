@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "core/ckb/ckb.h"
+#include "core/runtime/model_input.h"
 #include "core/util/num.h"
 #include "core/util/out.h"
 #include "core/util/spawn.h"
@@ -200,10 +201,9 @@ static int resolve_model_contract(const mi_ckb *c, const char *ckb_dir, const ch
   }
   if (model_dir) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    mi_model_input_config_name(model_dir, path, sizeof path);
     char err[4400];
-    json_t *cfg = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", JSON_REJECT_DUPLICATES, err,
-                                    sizeof err);
+    json_t *cfg = mi_model_input_config(model_dir, JSON_REJECT_DUPLICATES, err, sizeof err);
     if (!cfg) {
       fprintf(stderr, "mi-verify: %s\n", err);
       return -1;
@@ -398,6 +398,10 @@ static mi_ckb *open_ckb(verify_args *a, const char *argv0) {
     fprintf(stderr, "mi-verify: %s\n", err);
     return NULL;
   }
+  /* a GGUF model is read through this CKB's contracts, here and in the
+   * stages' children (core/runtime/model_input.h) */
+  char abs[4096];
+  setenv("MI_CKB_DIR", realpath(a->ckb_dir, abs) ? abs : a->ckb_dir, 1);
   int problems = mi_ckb_validate(c, NULL, NULL);
   if (problems) {
     fprintf(stderr, "mi-verify: %s: the CKB has %d problem(s) (listed above; see mi-ckb validate)\n",
@@ -415,10 +419,8 @@ static mi_ckb *open_ckb(verify_args *a, const char *argv0) {
 static int check_config_gaps(const verify_args *a, mi_ckb *c) {
   const mi_ckb_entry *me = mi_ckb_find(c, a->model_id);
   char cpath[4200], cerr[4400];
-  snprintf(cpath, sizeof cpath, "%s/config.json", a->model_dir);
-  json_t *cfg = me ? mi_file_load_json(cpath, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", JSON_REJECT_DUPLICATES,
-                                       cerr, sizeof cerr)
-                   : NULL;
+  mi_model_input_config_name(a->model_dir, cpath, sizeof cpath);
+  json_t *cfg = me ? mi_model_input_config(a->model_dir, JSON_REJECT_DUPLICATES, cerr, sizeof cerr) : NULL;
   if (me && !cfg) {
     fprintf(stderr, "mi-verify: %s\n", cerr);
     return 2;

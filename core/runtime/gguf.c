@@ -550,6 +550,9 @@ const char *mi_gguf_path(const mi_gguf *g) {
 uint32_t mi_gguf_version(const mi_gguf *g) {
   return g->version;
 }
+uint64_t mi_gguf_data_offset(const mi_gguf *g) {
+  return g->data_off;
+}
 uint64_t mi_gguf_alignment(const mi_gguf *g) {
   return g->alignment;
 }

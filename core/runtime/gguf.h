@@ -109,6 +109,9 @@ const char *mi_gguf_path(const mi_gguf *g);
 uint32_t mi_gguf_version(const mi_gguf *g);
 uint64_t mi_gguf_alignment(const mi_gguf *g);
 uint64_t mi_gguf_file_size(const mi_gguf *g);
+/* Where the data section starts in the file: a tensor's bytes are at
+ * mi_gguf_data_offset(g) + t->offset. */
+uint64_t mi_gguf_data_offset(const mi_gguf *g);
 
 size_t mi_gguf_kv_count(const mi_gguf *g);
 const mi_gguf_kv *mi_gguf_kv_at(const mi_gguf *g, size_t i);      /* file order */

@@ -413,8 +413,8 @@ static int unread_keys(const mi_gguf *g, json_t *sec, const char *arch, const ch
   return 0;
 }
 
-int mi_gguf_model_from(mi_gguf *g, json_t *contract, const char *contract_path, mi_gguf_model **out,
-                       char *err, size_t err_len) {
+static int model_from(mi_gguf *g, json_t *contract, const char *contract_path, int with_tokenizer,
+                      mi_gguf_model **out, char *err, size_t err_len) {
   *out = NULL;
   mi_gguf_model *m = calloc(1, sizeof *m);
   if (!m) {
@@ -435,7 +435,9 @@ int mi_gguf_model_from(mi_gguf *g, json_t *contract, const char *contract_path, 
   }
   if (!(m->config = build_config(g, contract, arch, err, err_len))) goto fail;
   if (unread_keys(g, sec, arch, m->contract_path, err, err_len) != 0) goto fail;
-  if (!(m->tok = build_tokenizer(g, json_object_get(sec, "tokenizer"), m, err, err_len))) goto fail;
+  if (with_tokenizer &&
+      !(m->tok = build_tokenizer(g, json_object_get(sec, "tokenizer"), m, err, err_len)))
+    goto fail;
   json_t *et = json_object_get(sec, "end_tokens");
   m->end_tokens = json_is_array(et) ? et : NULL;
   *out = m;
@@ -445,8 +447,13 @@ fail:
   return -1;
 }
 
-int mi_gguf_model_open(const char *path, const char *ckb_dir, mi_weights_load how,
-                       mi_gguf_model **out, char *err, size_t err_len) {
+int mi_gguf_model_from(mi_gguf *g, json_t *contract, const char *contract_path, mi_gguf_model **out,
+                       char *err, size_t err_len) {
+  return model_from(g, contract, contract_path, 1, out, err, err_len);
+}
+
+static int model_open(const char *path, const char *ckb_dir, mi_weights_load how,
+                      int with_tokenizer, mi_gguf_model **out, char *err, size_t err_len) {
   *out = NULL;
   mi_gguf *g = mi_gguf_open(path, how, err, err_len);
   if (!g) return -1;
@@ -468,9 +475,19 @@ int mi_gguf_model_open(const char *path, const char *ckb_dir, mi_weights_load ho
     mi_gguf_close(g);
     return -1;
   }
-  int rc = mi_gguf_model_from(g, c, cpath, out, err, err_len);
+  int rc = model_from(g, c, cpath, with_tokenizer, out, err, err_len);
   json_decref(c);
   return rc;
+}
+
+int mi_gguf_model_open(const char *path, const char *ckb_dir, mi_weights_load how,
+                       mi_gguf_model **out, char *err, size_t err_len) {
+  return model_open(path, ckb_dir, how, 1, out, err, err_len);
+}
+
+int mi_gguf_model_open_config(const char *path, const char *ckb_dir, mi_weights_load how,
+                              mi_gguf_model **out, char *err, size_t err_len) {
+  return model_open(path, ckb_dir, how, 0, out, err, err_len);
 }
 
 /* ---- weights ----------------------------------------------------------------- */
@@ -719,5 +736,22 @@ fail:
   free(tab);
   if (o) o->g = NULL;
   owner_close(o);
+  return NULL;
+}
+
+const mi_gguf_tensor *mi_gguf_model_tensor(const mi_gguf_model *m, const char *hf, int *dtype) {
+  json_t *map = json_object_get(json_object_get(m->contract, "gguf"), "tensors");
+  for (size_t i = 0, nt = m->g ? mi_gguf_tensor_count(m->g) : 0; i < nt; i++) {
+    const mi_gguf_tensor *t = mi_gguf_tensor_at(m->g, i);
+    char name[512];
+    if (!hf_name(map, t->name, name, sizeof name) || strcmp(name, hf)) continue;
+    const int b = block_dtype(t->type);
+    *dtype = b >= 0                      ? b
+             : t->type == MI_GGML_F32  ? MI_DTYPE_F32
+             : t->type == MI_GGML_F16  ? MI_DTYPE_F16
+             : t->type == MI_GGML_BF16 ? MI_DTYPE_BF16
+                                       : -1;
+    return t;
+  }
   return NULL;
 }

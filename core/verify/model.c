@@ -19,6 +19,8 @@
 
 #include "core/runtime/session.h"
 #include "core/runtime/host.h"
+#include "core/runtime/gguf_model.h"
+#include "core/runtime/model_input.h"
 #include "core/runtime/safetensors.h"
 #include "core/runtime/rng.h"
 #include "core/util/file.h"
@@ -43,7 +45,26 @@ void vf_rmtree(const char *dir) {
   if (dir && *dir) nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+static int copy_file(const char *sp, const char *dp, char *err, size_t err_len) {
+  static char buf[1 << 16];
+  int rc = 0, in = open(sp, O_RDONLY | O_CLOEXEC), out = open(dp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (in < 0 || out < 0) {
+    snprintf(err, err_len, "%s: cannot copy to %s: %s", sp, dp, strerror(errno));
+    rc = -1;
+  }
+  ssize_t r;
+  while (rc == 0 && (r = read(in, buf, sizeof buf)) > 0)
+    if (write(out, buf, (size_t)r) != r) {
+      snprintf(err, err_len, "%s: write failed: %s", dp, strerror(errno));
+      rc = -1;
+    }
+  if (in >= 0) close(in);
+  if (out >= 0) close(out);
+  return rc;
+}
+
 int vf_copy_model_dir(const char *src, const char *dst, char *err, size_t err_len) {
+  if (mi_model_input_is_gguf(src)) return copy_file(src, dst, err, err_len); /* the model is the file */
   if (mkdir(dst, 0700) != 0 && errno != EEXIST) {
     snprintf(err, err_len, "%s: cannot create: %s", dst, strerror(errno));
     return -1;
@@ -55,27 +76,13 @@ int vf_copy_model_dir(const char *src, const char *dst, char *err, size_t err_le
   }
   struct dirent *de;
   int rc = 0;
-  static char buf[1 << 16];
   while (rc == 0 && (de = readdir(d))) {
     char sp[4096], dp[4096];
     snprintf(sp, sizeof sp, "%s/%s", src, de->d_name);
     snprintf(dp, sizeof dp, "%s/%s", dst, de->d_name);
     struct stat st;
     if (de->d_name[0] == '.' || stat(sp, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    int in = open(sp, O_RDONLY | O_CLOEXEC),
-        out = open(dp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (in < 0 || out < 0) {
-      snprintf(err, err_len, "%s: cannot copy to %s: %s", sp, dp, strerror(errno));
-      rc = -1;
-    }
-    ssize_t r;
-    while (rc == 0 && (r = read(in, buf, sizeof buf)) > 0)
-      if (write(out, buf, (size_t)r) != r) {
-        snprintf(err, err_len, "%s: write failed: %s", dp, strerror(errno));
-        rc = -1;
-      }
-    if (in >= 0) close(in);
-    if (out >= 0) close(out);
+    rc = copy_file(sp, dp, err, err_len);
   }
   closedir(d);
   return rc;
@@ -224,11 +231,11 @@ int vf_load_direct(const mi_session *e, const char *dir, vf_loaded *out, char *e
 int vf_load_direct_on(const mi_session *e, const char *dir, const mi_platform_iface *P, vf_loaded *out, char *err,
                       size_t err_len) {
   memset(out, 0, sizeof *out);
-  char path[4200];
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  out->cfg = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, err_len);
+  out->cfg = mi_model_input_config(dir, 0, err, err_len);
   if (!out->cfg) return -1;
-  out->w = mi_weights_open(dir, err, err_len);
+  /* a GGUF's block-type matrices as the session serves them: as stored
+   * where this platform's kernels take the dtype */
+  out->w = mi_model_input_weights(dir, mi_gguf_platform_blocks(P, e->pc), err, err_len);
   if (!out->w) goto fail;
   mi_model_load_args a = {
       .struct_size = sizeof a,
@@ -294,8 +301,32 @@ void vf_random_prompt(uint64_t seed, int32_t *ids, int64_t n, int64_t lo, int64_
 
 /* ---------- tensors in a safetensors file ---------- */
 
+/* A GGUF file's tensor serving the Hugging Face name, through the model
+ * contract's gguf map (its bytes at the data section plus its offset). */
+static int locate_gguf(const char *path, const char *name, vf_tensor_loc *out, char *err, size_t err_len) {
+  char ckb[4096];
+  mi_gguf_model *m = NULL;
+  if (!mi_gguf_ckb_dir(ckb, sizeof ckb)) {
+    snprintf(err, err_len, "%s: %s", path, ckb);
+    return -1;
+  }
+  if (mi_gguf_model_open_config(path, ckb, MI_WEIGHTS_MMAP, &m, err, err_len) != 0) return -1;
+  int dt = -1;
+  const mi_gguf_tensor *t = mi_gguf_model_tensor(m, name, &dt);
+  if (!t || dt < 0) snprintf(err, err_len, "%s: no tensor serves \"%s\"%s", path, name, t ? " in a type read" : "");
+  else {
+    snprintf(out->file, sizeof out->file, "%s", path);
+    out->offset = mi_gguf_data_offset(m->g) + t->offset;
+    out->nbytes = (size_t)t->nbytes;
+    out->dtype = dt;
+  }
+  mi_gguf_model_close(m);
+  return t && dt >= 0 ? 0 : -1;
+}
+
 int vf_tensor_locate(const char *model_dir, const char *name, vf_tensor_loc *out, char *err,
                      size_t err_len) {
+  if (mi_model_input_is_gguf(model_dir)) return locate_gguf(model_dir, name, out, err, err_len);
   mi_weights *w = mi_weights_open(model_dir, err, err_len);
   if (!w) return -1;
   mi_weight_info wi;
@@ -368,7 +399,8 @@ static void from_f64(int dtype, unsigned char *p, double v) {
 /* The bytes of a tensor to edit in place (malloc'd), its file open in *fd
  * to write them back with tensor_write; NULL with why. */
 static unsigned char *tensor_read(const vf_tensor_loc *t, int *fd, char *err, size_t err_len) {
-  if (t->dtype != MI_DTYPE_BF16 && t->dtype != MI_DTYPE_F16 && t->dtype != MI_DTYPE_F32) {
+  if (t->dtype != MI_DTYPE_BF16 && t->dtype != MI_DTYPE_F16 && t->dtype != MI_DTYPE_F32 &&
+      !(t->dtype >= 0 && t->dtype < MI_DTYPE_COUNT && mi_dtype_is_block((mi_dtype)t->dtype))) {
     snprintf(err, err_len, "%s: tensor dtype %d cannot be edited", t->file, t->dtype);
     return NULL;
   }
@@ -393,6 +425,29 @@ static int tensor_write(const vf_tensor_loc *t, int fd, unsigned char *b, char *
   return rc;
 }
 
+/* The values an edit moves: every element of a float tensor, or each block's
+ * f16 scales of a block type (quant.h: d, and Q4_K's dmin after it; scaling
+ * them scales the block's values). Element i is at first + (i / per) * step
+ * + (i % per) * 2; its dtype. */
+typedef struct edit_walk {
+  size_t n, step, first, per;
+  int dtype;
+} edit_walk;
+
+static unsigned char *walk_at(const edit_walk *e, unsigned char *b, size_t i) {
+  return b + e->first + (i / e->per) * e->step + (i % e->per) * 2;
+}
+
+static edit_walk walk_of(const vf_tensor_loc *t) {
+  if (t->dtype >= 0 && t->dtype < MI_DTYPE_COUNT && mi_dtype_is_block((mi_dtype)t->dtype)) {
+    const size_t bb = mi_dtype_block_bytes((mi_dtype)t->dtype), per = t->dtype == MI_DTYPE_Q4_K ? 2 : 1;
+    /* d leads every block but Q6_K's, which ends with it */
+    return (edit_walk){t->nbytes / bb * per, bb, t->dtype == MI_DTYPE_Q6_K ? bb - 2 : 0, per, MI_DTYPE_F16};
+  }
+  const size_t es = t->dtype == MI_DTYPE_F32 ? 4 : 2;
+  return (edit_walk){t->nbytes / es, es, 0, 1, t->dtype};
+}
+
 int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t seed,
                    unsigned char **saved, char *err, size_t err_len) {
   int fd;
@@ -402,26 +457,34 @@ int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t 
     *saved = malloc(t->nbytes ? t->nbytes : 1);
     if (*saved) memcpy(*saved, b, t->nbytes);
   }
-  size_t es = t->dtype == MI_DTYPE_F32 ? 4 : 2, n = t->nbytes / es;
+  const edit_walk e = walk_of(t);
   uint64_t x = seed | 1;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < e.n; i++) {
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
     double u = (double)(x >> 11) / 9007199254740992.0 * 2 - 1; /* [-1, 1) */
-    double v = to_f64(t->dtype, b + i * es);
+    unsigned char *p = walk_at(&e, b, i);
+    double v = to_f64(e.dtype, p);
     /* Noise proportional to the value and an absolute part, so zeros move too. */
-    from_f64(t->dtype, b + i * es, v * scale * (1 + noise * u) + noise * 0.05 * u);
+    from_f64(e.dtype, p, v * scale * (1 + noise * u) + noise * 0.05 * u);
   }
   return tensor_write(t, fd, b, err, err_len);
 }
 
 int vf_tensor_affine(const vf_tensor_loc *t, double scale, double add, char *err, size_t err_len) {
+  const edit_walk e = walk_of(t);
+  if (e.dtype != t->dtype && add != 0) {
+    snprintf(err, err_len, "%s: a block-type tensor's values cannot be shifted (only scaled)", t->file);
+    return -1;
+  }
   int fd;
   unsigned char *b = tensor_read(t, &fd, err, err_len);
   if (!b) return -1;
-  size_t es = t->dtype == MI_DTYPE_F32 ? 4 : 2, n = t->nbytes / es;
-  for (size_t i = 0; i < n; i++) from_f64(t->dtype, b + i * es, to_f64(t->dtype, b + i * es) * scale + add);
+  for (size_t i = 0; i < e.n; i++) {
+    unsigned char *p = walk_at(&e, b, i);
+    from_f64(e.dtype, p, to_f64(e.dtype, p) * scale + add);
+  }
   return tensor_write(t, fd, b, err, err_len);
 }
 

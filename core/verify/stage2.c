@@ -34,11 +34,13 @@
 #include <string.h>
 
 #include "core/runtime/loader.h"
+#include "core/runtime/model_input.h"
 #include "core/runtime/packs.h"
 #include "core/runtime/rng.h"
 #include "core/verify/bind.h"
 #include "core/verify/ffi_call.h"
 #include "core/verify/interp.h"
+#include "core/verify/quant_input.h"
 #include "core/verify/verify.h"
 
 enum { T_MAX = 5, N_CTX = 16 };
@@ -73,8 +75,7 @@ static void set_path(json_t *cfg, const char *p, json_t *v) {
 
 /* config.json for the layer under test: the test contract's layer_config,
  * each field where the model contract reads it (its path) */
-static json_t *layer_config(const json_t *model, const json_t *test_contract, char *shape, size_t shape_len) {
-  json_t *lc = json_object_get(json_object_get(test_contract, "parameters"), "layer_config");
+static json_t *layer_config(const json_t *model, json_t *lc, char *shape, size_t shape_len) {
   json_t *cfg = json_object();
   const char *k;
   json_t *v;
@@ -103,9 +104,8 @@ static json_t *layer_config(const json_t *model, const json_t *test_contract, ch
  * stays the test contract's. */
 static void layer_config_fill(const json_t *model, json_t *cfg, const char *model_dir) {
   if (!model_dir) return;
-  char p[4200];
-  snprintf(p, sizeof p, "%s/config.json", model_dir);
-  json_t *mc = json_load_file(p, 0, NULL);
+  char e2[600];
+  json_t *mc = mi_model_input_config(model_dir, 0, e2, sizeof e2);
   size_t i;
   json_t *f;
   json_array_foreach(json_object_get(model, "config"), i, f) {
@@ -135,6 +135,7 @@ typedef struct l2_set { /* one weight dtype */
   mi_dtype wt;
   char seed_hex[24];
   double **w;        /* [nw], the values the kernels get */
+  unsigned char **q; /* [nw] a block type's blocks (NULL for a float weight): w holds their exact values */
   double *x[NPHASE]; /* [T, width] */
 } l2_set;
 
@@ -142,7 +143,8 @@ typedef struct l2_job {
   const vf_stage_opts *o;
   const json_t *model, *cfg;
   const char *uid, *kind, *shape;
-  json_t *dtypes; /* weight dtypes to run: the platform's, among f32/f16/bf16 */
+  json_t *dtypes;  /* weight dtypes to run: the platform's */
+  json_t *skipped; /* a block type the layer's rows are not whole blocks of: {dtype, why} */
   double tol;
   int64_t width;
   vf_bbuf bufs[128], lbufs[16]; /* sized for T_MAX tokens, N_CTX positions */
@@ -243,6 +245,26 @@ static double *draw_weight(const l2_weight *w, mi_dtype wt, uint64_t *rng) {
   return v;
 }
 
+/* Are the rows of every weight in the dtype under test whole blocks of wt?
+ * If not, the dtype is listed in j->skipped with the first row that is not. */
+static int whole_blocks(l2_job *j, mi_dtype wt) {
+  const int64_t blk = mi_dtype_block(wt);
+  for (int k = 0; k < j->nw; k++) {
+    const l2_weight *w = &j->w[k];
+    if (w->f32) continue;
+    if (w->rank >= 2 && w->row > 0 && w->row % blk == 0 && w->n % w->row == 0) continue;
+    json_array_append_new(j->skipped,
+                          json_pack("{s:s, s:s}", "dtype", mi_dtype_name(wt), "why",
+                                    w->rank < 2 ? "a weight in the dtype under test is a vector"
+                                                : "the layer_config's rows are not whole blocks of this type"));
+    json_object_set_new(json_array_get(j->skipped, json_array_size(j->skipped) - 1), "weight", json_string(w->key));
+    json_object_set_new(json_array_get(j->skipped, json_array_size(j->skipped) - 1), "row", json_integer(w->row));
+    json_object_set_new(json_array_get(j->skipped, json_array_size(j->skipped) - 1), "block", json_integer(blk));
+    return 0;
+  }
+  return 1;
+}
+
 static void l2_plan(l2_job *j) {
   char seed_label[300];
   snprintf(seed_label, sizeof seed_label, "%s/layer", j->uid);
@@ -252,12 +274,23 @@ static void l2_plan(l2_job *j) {
   json_array_foreach(j->dtypes, di, dv) {
     mi_dtype wt;
     if (!j->sets || vf_dtype_parse(json_string_value(dv), &wt) != 0) continue;
+    if (mi_dtype_is_block(wt) && !whole_blocks(j, wt)) continue;
     l2_set *S = &j->sets[j->nsets++];
     S->wt = wt;
     uint64_t seed = vf_case_seed(j->o->seed, seed_label, 0, (int)di), rng = seed;
     snprintf(S->seed_hex, sizeof S->seed_hex, "0x%016llx", (unsigned long long)seed);
     S->w = calloc((size_t)j->nw + 1, sizeof *S->w);
-    for (int k = 0; S->w && k < j->nw; k++) S->w[k] = draw_weight(&j->w[k], wt, &rng);
+    S->q = calloc((size_t)j->nw + 1, sizeof *S->q);
+    for (int k = 0; S->w && S->q && k < j->nw; k++) {
+      S->w[k] = draw_weight(&j->w[k], wt, &rng);
+      if (!mi_dtype_is_block(wt) || j->w[k].f32 || !S->w[k]) continue;
+      /* quantized from the drawn values; w[k] becomes the blocks' exact values (the twin's) */
+      S->q[k] = malloc(mi_dtype_row_bytes(wt, j->w[k].n));
+      if (S->q[k] && vf_quant_input(wt, j->w[k].n, 0, 0, &rng, S->q[k], S->w[k], NULL) != 0) {
+        free(S->q[k]);
+        S->q[k] = NULL;
+      }
+    }
     for (int ph = 0; ph < NPHASE; ph++) {
       S->x[ph] = malloc(sizeof(double) * (size_t)phases[ph].T * (size_t)j->width);
       for (int64_t i = 0; S->x[ph] && i < phases[ph].T * j->width; i++) S->x[ph][i] = (float)mi_rng_normal(&rng);
@@ -268,7 +301,9 @@ static void l2_plan(l2_job *j) {
 static void l2_free(l2_job *j) {
   for (int s = 0; j->sets && s < j->nsets; s++) {
     for (int k = 0; j->sets[s].w && k < j->nw; k++) free(j->sets[s].w[k]);
+    for (int k = 0; j->sets[s].q && k < j->nw; k++) free(j->sets[s].q[k]);
     free(j->sets[s].w);
+    free(j->sets[s].q);
     for (int ph = 0; ph < NPHASE; ph++) free(j->sets[s].x[ph]);
   }
   free(j->sets);
@@ -299,6 +334,13 @@ static void *dev_alloc(l2_dev *d, size_t bytes) {
   int ok = p && zero && d->pi->memcpy_h2d(d->ctx, NULL, p, zero, bytes) == 0;
   free(zero);
   return ok ? p : NULL;
+}
+
+/* A block type's blocks, as drawn by the parent. */
+static void *dev_upload_blocks(l2_dev *d, const unsigned char *q, int64_t n, mi_dtype t) {
+  const size_t bytes = mi_dtype_row_bytes(t, n);
+  void *p = q && bytes ? dev_alloc(d, bytes) : NULL;
+  return p && d->pi->memcpy_h2d(d->ctx, NULL, p, q, bytes) == 0 ? p : NULL;
 }
 
 static void *dev_upload(l2_dev *d, const double *v, int64_t n, mi_dtype t) {
@@ -436,7 +478,8 @@ static int layer_child(void *arg, int fd) {
       ok &= !vb->n || (d->buf[k] = dev_alloc(d, (size_t)vb->n * mi_dtype_size(vb->dtype))) != NULL;
     }
     for (int k = 0; ok && k < j->nw; k++)
-      ok &= (d->w[k] = dev_upload(d, S->w[k], j->w[k].n, j->w[k].f32 ? MI_DTYPE_F32 : S->wt)) != NULL;
+      ok &= (d->w[k] = S->q && S->q[k] ? dev_upload_blocks(d, S->q[k], j->w[k].n, S->wt)
+                                         : dev_upload(d, S->w[k], j->w[k].n, j->w[k].f32 ? MI_DTYPE_F32 : S->wt)) != NULL;
     ok = ok && (d->in = dev_alloc(d, rows)) && (d->out = dev_alloc(d, rows));
     for (int ph = 0; ph < NPHASE; ph++) {
       int slot = s * NPHASE + ph, T = phases[ph].T;
@@ -610,7 +653,7 @@ static json_t *layer_unit(const vf_stage_opts *o, const json_t *model, const jso
     return json_pack("{s:s, s:s, s:s, s:s, s:s}", "kind", "layer", "id", uid, "verdict", "FAIL", "status", "ERROR",
                      "message", "out of memory in the verifier");
   *job = (l2_job){.o = o, .model = model, .cfg = cfg, .uid = uid, .kind = kind, .shape = full_shape,
-                  .dtypes = dtypes, .tol = tol};
+                  .dtypes = dtypes, .skipped = json_array(), .tol = tol};
   if (l2_bind(job) != 0) {
     char msg[1400];
     snprintf(msg, sizeof msg, "layer %s on the test contract's layer_config (%s): %s", uid, shape, job->err);
@@ -628,47 +671,88 @@ static json_t *layer_unit(const vf_stage_opts *o, const json_t *model, const jso
     u = vf_unit_report("layer", uid, json_string_value(json_object_get(model, "version")), "layer", &r,
                        o->lim.timeout_s, o->lim.cpu_s);
     vf_child_result_free(&r);
+    if (json_array_size(job->skipped)) json_object_set(u, "dtypes_not_run", job->skipped);
   }
+  json_decref(job->skipped);
   l2_free(job);
   free(job);
   return u;
 }
 
-json_t *vf_stage2(const vf_stage_opts *o, json_t *model, json_t *test_contract) {
+/* One unit per layer kind (or one for the layer_sequence) on cfg, each uid
+ * suffixed; their verdicts counted. */
+static void run_units(const vf_stage_opts *o, const json_t *model, const json_t *cfg, const char *shape,
+                      json_t *dtypes, double t, const char *suffix, json_t *units, int *npass, int *nfail) {
   const char *mid = json_string_value(json_object_get(model, "id")) ?: "?";
+  const json_t *kinds = json_object_get(json_object_get(model, "layer_kinds"), "kinds");
+  const char *kind;
+  json_t *kv;
+  char uid[300];
+  /* layers of several kinds: a unit per kind, "model.NAME/KIND" */
+  json_object_foreach((json_t *)kinds, kind, kv) {
+    snprintf(uid, sizeof uid, "%s/%s%s", mid, kind, suffix);
+    json_t *u = layer_unit(o, model, cfg, shape, dtypes, t, uid, kind);
+    if (!strcmp(json_string_value(json_object_get(u, "verdict")), "PASS")) ++*npass;
+    else ++*nfail;
+    json_array_append_new(units, u);
+  }
+  if (!kinds) {
+    snprintf(uid, sizeof uid, "%s%s", mid, suffix);
+    json_t *u = layer_unit(o, model, cfg, shape, dtypes, t, uid, NULL);
+    if (!strcmp(json_string_value(json_object_get(u, "verdict")), "PASS")) ++*npass;
+    else ++*nfail;
+    json_array_append_new(units, u);
+  }
+}
+
+/* The dtypes some unit could not run (rows not whole blocks of them). */
+static json_t *not_run(json_t *units) {
+  json_t *out = json_array();
+  size_t i, k;
+  json_t *u, *d;
+  json_array_foreach(units, i, u) json_array_foreach(json_object_get(u, "dtypes_not_run"), k, d) {
+    json_t *dt = json_object_get(d, "dtype");
+    size_t m;
+    json_t *e;
+    int seen = 0;
+    json_array_foreach(out, m, e) seen |= json_equal(e, dt);
+    if (!seen) json_array_append(out, dt);
+  }
+  return out;
+}
+
+json_t *vf_stage2(const vf_stage_opts *o, json_t *model, json_t *test_contract) {
   json_t *units = json_array();
   json_t *dtypes = json_array();
   size_t i;
   json_t *v;
   json_array_foreach(json_object_get(json_object_get(o->platform, "dtypes"), "weights"), i, v) {
     const char *s = json_string_value(v);
-    if (s && (!strcmp(s, "f32") || !strcmp(s, "f16") || !strcmp(s, "bf16"))) json_array_append(dtypes, v);
+    mi_dtype dt;
+    if (s && vf_dtype_parse(s, &dt) == 0) json_array_append(dtypes, v); /* floats and block types */
   }
   json_t *tol = json_object_get(json_object_get(test_contract, "tolerance"), "f32");
   double t = json_is_number(tol) ? json_number_value(tol) : 1e-4;
   char shape[600];
-  json_t *cfg = layer_config(model, test_contract, shape, sizeof shape);
+  json_t *params = json_object_get(test_contract, "parameters"), *lc = json_object_get(params, "layer_config");
+  json_t *cfg = layer_config(model, lc, shape, sizeof shape);
   layer_config_fill(model, cfg, o->model_dir);
   int npass = 0, nfail = 0;
-  const json_t *kinds = json_object_get(json_object_get(model, "layer_kinds"), "kinds");
-  const char *kind;
-  json_t *kv;
-  /* layers of several kinds: a unit per kind, "model.NAME/KIND" */
-  json_object_foreach((json_t *)kinds, kind, kv) {
-    char uid[300];
-    snprintf(uid, sizeof uid, "%s/%s", mid, kind);
-    json_t *u = layer_unit(o, model, cfg, shape, dtypes, t, uid, kind);
-    if (!strcmp(json_string_value(json_object_get(u, "verdict")), "PASS")) npass++;
-    else nfail++;
-    json_array_append_new(units, u);
-  }
-  if (!kinds) {
-    json_t *u = layer_unit(o, model, cfg, shape, dtypes, t, mid, NULL);
-    if (!strcmp(json_string_value(json_object_get(u, "verdict")), "PASS")) npass++;
-    else nfail++;
-    json_array_append_new(units, u);
-  }
+  run_units(o, model, cfg, shape, dtypes, t, "", units, &npass, &nfail);
   json_decref(cfg);
+  /* block types whose blocks the small rows cannot hold (Q4_K, Q6_K: 256
+   * values) run again on block_layer_config: the same layer, rows widened */
+  json_t *rest = not_run(units), *blc = json_object_get(params, "block_layer_config");
+  if (json_array_size(rest) && json_is_object(blc)) {
+    json_t *lc2 = json_deep_copy(lc);
+    json_object_update(lc2, blc);
+    cfg = layer_config(model, lc2, shape, sizeof shape);
+    layer_config_fill(model, cfg, o->model_dir);
+    run_units(o, model, cfg, shape, rest, t, " (block_layer_config)", units, &npass, &nfail);
+    json_decref(cfg);
+    json_decref(lc2);
+  }
+  json_decref(rest);
   json_decref(dtypes);
   int pass = nfail == 0 && npass > 0;
   return json_pack("{s:i, s:s, s:s, s:o, s:i, s:i}", "stage", 2, "name", "decoder_layer", "verdict",

@@ -27,6 +27,7 @@
 #include "core/runtime/rng.h"
 #include "core/util/file.h"
 #include "core/runtime/session.h"
+#include "core/runtime/model_input.h"
 #include "core/runtime/safetensors.h"
 #include "core/verify/verify.h"
 
@@ -69,7 +70,7 @@ static int weights_child(void *arg, int fd) {
   if (n == 0) {
     /* The tensor names for read-back's sample: this child loads no plugin,
      * so the list is the verifier's own reading of the files. */
-    mi_weights *w = mi_weights_open(j->model_dir, err, sizeof err);
+    mi_weights *w = mi_model_input_weights(j->model_dir, mi_model_input_all_blocks(), err, sizeof err);
     json_t *names = json_array();
     /* what the checkpoint's layout leaves unread (a vision tower: the
      * check's "skipped" prefixes) is no engine's to read back */
@@ -415,8 +416,8 @@ json_t *vf_stage3(const vf_stage_opts *o, const void *ckb, const char *model_dir
   json_t *names = NULL;
   if (pass) {
     char wd[4096], err[4400], path[4200], desc[600];
-    snprintf(path, sizeof path, "%s/config.json", model_dir);
-    json_t *cfg = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, sizeof err);
+    mi_model_input_config_name(model_dir, path, sizeof path);
+    json_t *cfg = mi_model_input_config(model_dir, 0, err, sizeof err);
     const json_t *jv = mi_ckb_config_value(NULL, cfg, "vocab_size", 10); /* a wrapper's too */
     rb_job rj = {o, model_dir, wd, NULL, 0, json_is_integer(jv) ? json_integer_value(jv) : 0};
     json_decref(cfg);

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/runtime/model_input.h"
 #include "core/runtime/session.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/file.h"
@@ -105,9 +106,8 @@ static int held_out(json_t *contract, const char *golden, int ci, json_t *gc) {
  * indices first. The number taken out; *max_pos the declared context (0:
  * none found, nothing taken out). */
 static int drop_past_context(const vf_stage_opts *o, s4_job *j, long long *max_pos) {
-  char p[4200], err[4400];
-  snprintf(p, sizeof p, "%s/config.json", o->model_dir);
-  json_t *cfg = mi_file_load_json(p, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, sizeof err);
+  char err[4400];
+  json_t *cfg = mi_model_input_config(o->model_dir, 0, err, sizeof err);
   const json_t *mp = cfg ? mi_ckb_config_value(NULL, cfg, "max_position_embeddings", 23) : NULL;
   *max_pos = json_is_integer(mp) ? (long long)json_integer_value(mp) : 0;
   json_decref(cfg);
@@ -331,6 +331,17 @@ done:
 /* The model's two hashes, as hex; 0, or -1 with why. */
 static int model_hashes(const char *model_dir, char whex[16], char chex[16], char *why, size_t why_len) {
   char st[4200], cf[4200];
+  if (mi_model_input_is_gguf(model_dir)) { /* one file: weights and config (golden's gguf_fnv1a32) */
+    int ok = 0;
+    uint32_t h = vf_fnv1a32_file(model_dir, &ok);
+    if (!ok) {
+      snprintf(why, why_len, "%s: cannot read it to find its golden", model_dir);
+      return -1;
+    }
+    snprintf(whex, 16, "%08x", h);
+    snprintf(chex, 16, "%08x", h);
+    return 0;
+  }
   snprintf(st, sizeof st, "%s/model.safetensors", model_dir);
   snprintf(cf, sizeof cf, "%s/config.json", model_dir);
   int ok = 0, cok = 0;
@@ -347,8 +358,8 @@ static int model_hashes(const char *model_dir, char whex[16], char chex[16], cha
 
 /* The golden in dir whose recorded hashes are the model's (a golden that
  * records no config hash matches on the weights alone). */
-static int find_golden(const char *dir, const char *whex, const char *chex, char *out, size_t n, char *why,
-                       size_t why_len) {
+static int find_golden(const char *dir, int gguf, const char *whex, const char *chex, char *out, size_t n,
+                       char *why, size_t why_len) {
   char pat[4200];
   snprintf(pat, sizeof pat, "%s/*.json", dir);
   glob_t g;
@@ -360,8 +371,8 @@ static int find_golden(const char *dir, const char *whex, const char *chex, char
       json_t *j = mi_file_load_json(g.gl_pathv[i], 0, GOLDEN_MAX_BYTES, "golden", 0, e2, sizeof e2);
       if (!j && !unreadable[0]) snprintf(unreadable, sizeof unreadable, "%s", e2);
       json_t *m = json_object_get(j, "model");
-      const char *f = json_string_value(json_object_get(m, "safetensors_fnv1a32"));
-      const char *c = json_string_value(json_object_get(m, "config_fnv1a32"));
+      const char *f = json_string_value(json_object_get(m, gguf ? "gguf_fnv1a32" : "safetensors_fnv1a32"));
+      const char *c = gguf ? NULL : json_string_value(json_object_get(m, "config_fnv1a32"));
       if (f && !strcasecmp(f, whex) && (!c || !strcasecmp(c, chex))) {
         snprintf(out, n, "%s", g.gl_pathv[i]);
         found = 1;
@@ -371,8 +382,9 @@ static int find_golden(const char *dir, const char *whex, const char *chex, char
     globfree(&g);
   }
   if (!found)
-    snprintf(why, why_len, "%s: no golden for this model (model.safetensors FNV-1a %s, config.json %s)%s%s", dir,
-             whex, chex, unreadable[0] ? "; a golden that cannot be read: " : "", unreadable);
+    snprintf(why, why_len, "%s: no golden for this model (%s FNV-1a %s, config.json %s)%s%s", dir,
+             gguf ? "GGUF file" : "model.safetensors", whex, gguf ? "in it" : chex,
+             unreadable[0] ? "; a golden that cannot be read: " : "", unreadable);
   return found ? 0 : -1;
 }
 
@@ -384,7 +396,8 @@ static int oracle_golden(const vf_stage_opts *o, const char *whex, const char *c
   *made = 0;
   *secs = 0;
   char tmp[600];
-  if (find_golden(o->oracle_cache, whex, chex, out, n, tmp, sizeof tmp) == 0) return 0;
+  if (find_golden(o->oracle_cache, mi_model_input_is_gguf(o->model_dir), whex, chex, out, n, tmp, sizeof tmp) == 0)
+    return 0;
   if (mi_mkdir_p(o->oracle_cache) != 0) {
     snprintf(why, why_len, "%s: cannot create the oracle's cache: %s", o->oracle_cache, strerror(errno));
     return -1;
@@ -479,9 +492,8 @@ static json_t *deployed_unit(const vf_stage_opts *o, s4_job *j) {
  * and the near-tie margin with it. Returns that operator's id, or NULL. */
 static const char *peer_tolerance(const vf_stage_opts *o) {
   if (!o->ckb || !o->model_dir) return NULL;
-  char cp[4200];
-  snprintf(cp, sizeof cp, "%s/config.json", o->model_dir);
-  json_t *cfg = json_load_file(cp, 0, NULL);
+  char e2[600];
+  json_t *cfg = mi_model_input_config(o->model_dir, 0, e2, sizeof e2);
   const mi_ckb_entry *me = cfg ? vf_bind_find_model(o->ckb, cfg, NULL) : NULL;
   const char *why = NULL;
   if (me) g_tol = mi_ckb_peer_logprob_tol(o->ckb, me->json, g_tol, &why);
@@ -501,7 +513,7 @@ json_t *vf_stage4(const vf_stage_opts *o, json_t *contract) {
     snprintf(why, sizeof why, "no goldens folder (give --goldens DIR)");
     have = 0;
   }
-  if (have && find_golden(o->goldens_dir, whex, chex, j.golden, sizeof j.golden, why, sizeof why) != 0) {
+  if (have && find_golden(o->goldens_dir, mi_model_input_is_gguf(o->model_dir), whex, chex, j.golden, sizeof j.golden, why, sizeof why) != 0) {
     have = 0;
     if (o->oracle_node && o->oracle_script && o->oracle_cache) {
       int made = 0;

@@ -41,6 +41,7 @@
 
 #include "core/runtime/session.h"
 #include "core/runtime/rng.h"
+#include "core/runtime/model_input.h"
 #include "core/runtime/safetensors.h"
 #include "core/util/file.h"
 #include "core/verify/bind.h"
@@ -284,12 +285,12 @@ static uint32_t dir_hash(const char *dir) {
 
 static int64_t config_vocab(const char *dir, json_t **cfg_out, char *err, size_t n) {
   char path[4200];
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  json_t *cfg = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, n);
+  mi_model_input_config_name(dir, path, sizeof path);
+  json_t *cfg = mi_model_input_config(dir, 0, err, n);
   const json_t *v = mi_ckb_config_value(NULL, cfg, "vocab_size", 10); /* a wrapper's too */
   int64_t V = json_is_integer(v) ? json_integer_value(v) : 0;
   if (cfg && (V < 1 || V > (1 << 24))) {
-    snprintf(err, n, "%s: no usable vocab_size", path);
+    snprintf(err, n, "%.1000s: no usable vocab_size", path);
     V = 0;
   }
   if (cfg_out) *cfg_out = cfg;
@@ -499,7 +500,8 @@ static int reference_child(void *arg, int fd) {
     char err[2048] = "";
     json_t *cfg = NULL;
     int64_t V = config_vocab(c->dir, &cfg, err, sizeof err);
-    mi_weights *w = cfg ? mi_weights_open(c->dir, err, sizeof err) : NULL;
+    /* a GGUF's block types widened to f32, each value as quant.h defines it */
+    mi_weights *w = cfg ? mi_model_input_weights(c->dir, 0, err, sizeof err) : NULL;
     const char *arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
     const mi_ckb_entry *me = u->j->o->ckb ? vf_bind_find_model(u->j->o->ckb, cfg, NULL) : NULL;
     int32_t *seq = malloc((size_t)(c->n + c->steps) * sizeof(int32_t));
@@ -857,7 +859,8 @@ static int is_weight_file(const char *p) {
   return 0;
 }
 
-/* A weight file mapped or open in this process outside `dir`, or "". */
+/* A weight file mapped or open in this process outside `dir` (a folder, or
+ * the GGUF file that is the model), or "". */
 static void foreign_weight_files(const char *dir, char *out, size_t n) {
   out[0] = 0;
   char rdir[4096];
@@ -869,7 +872,7 @@ static void foreign_weight_files(const char *dir, char *out, size_t n) {
     char *p = strchr(line, '/');
     if (!p) continue;
     p[strcspn(p, "\n")] = 0;
-    if (is_weight_file(p) && (strncmp(p, rdir, rl) || p[rl] != '/'))
+    if (is_weight_file(p) && (strncmp(p, rdir, rl) || (p[rl] != '/' && p[rl])))
       snprintf(out, n, "%s (mapped)", p);
   }
   if (f) fclose(f);
@@ -881,7 +884,7 @@ static void foreign_weight_files(const char *dir, char *out, size_t n) {
     ssize_t k = readlink(lp, tgt, sizeof tgt - 1);
     if (k <= 0) continue;
     tgt[k] = 0;
-    if (is_weight_file(tgt) && (strncmp(tgt, rdir, rl) || tgt[rl] != '/'))
+    if (is_weight_file(tgt) && (strncmp(tgt, rdir, rl) || (tgt[rl] != '/' && tgt[rl])))
       snprintf(out, n, "%s (open)", tgt);
   }
   if (d) closedir(d);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/runtime/model_input.h"
 #include "core/runtime/session.h"
 #include "core/util/file.h"
 #include "core/verify/verify.h"
@@ -158,8 +159,8 @@ json_t *vf_stage6(const vf_stage_opts *o, json_t *contract) {
     return s;
   }
   char wd[4096], path[4200], err[4400];
-  snprintf(path, sizeof path, "%s/config.json", o->model_dir);
-  json_t *cfg = mi_file_load_json(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", 0, err, sizeof err);
+  mi_model_input_config_name(o->model_dir, path, sizeof path);
+  json_t *cfg = mi_model_input_config(o->model_dir, 0, err, sizeof err);
   if (!cfg)
     return json_pack("{s:i, s:s, s:s, s:s}", "stage", 6, "name", "performance", "verdict", "FAIL", "message", err);
   s6_job j = {o, gates, wd, ""};

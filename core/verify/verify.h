@@ -355,7 +355,8 @@ struct mi_model_iface;
 
 int vf_workdir_new(char *out, size_t n); /* a fresh folder under $TMPDIR or /tmp */
 void vf_rmtree(const char *dir);
-/* Copies the regular files of a model folder (not recursive). */
+/* Copies the regular files of a model folder (not recursive) into the
+ * folder dst; a GGUF model (one file) is copied to the file dst. */
 int vf_copy_model_dir(const char *src, const char *dst, char *err, size_t err_len);
 /* A registry with exactly the platform and the model plugin under test
  * (a plugins.conf written into workdir). NULL + err. */

@@ -52,6 +52,14 @@ const char *dtype_const(const char *d) {
   return NULL;
 }
 
+const char *weight_dtype_const(const char *d) {
+  if (!strcmp(d, "q8_0")) return "MI_DTYPE_Q8_0";
+  if (!strcmp(d, "q4_0")) return "MI_DTYPE_Q4_0";
+  if (!strcmp(d, "q4_k")) return "MI_DTYPE_Q4_K";
+  if (!strcmp(d, "q6_k")) return "MI_DTYPE_Q6_K";
+  return dtype_const(d);
+}
+
 /* the contract's config entry for a field */
 json_t *cfg_entry(gen *g, const char *name, size_t len) {
   size_t i;

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/runtime/model_input.h"
 #include "core/ckb/ckb.h"
 #include "core/gen/gen.h"
 #include "mi/agent.h"
@@ -228,6 +229,34 @@ static int store_result(const mi_agent_task *t, const sb *src, const char *engin
   return 0;
 }
 
+/* The dtypes a matrix of the engine may be stored in: the platform's
+ * dtypes.weight_sets entry for the dtype constraint (a GGUF file type such
+ * as q4_k_m: Q4_K matrices, Q6_K where llama.cpp gives more bits, Q8_0
+ * where a row is not whole super-blocks), else the dtype alone. Floats and
+ * block types do not mix: a float engine's kernels get WEIGHT_DTYPE, a
+ * block one's get each matrix's dtype. */
+static int weight_set(gen *g, char *err, size_t err_len) {
+  json_t *set = json_object_get(json_object_get(json_object_get(g->platform, "dtypes"), "weight_sets"), g->dtype);
+  g->wset = json_is_array(set) && json_array_size(set) ? json_incref(set) : json_pack("[s]", g->dtype);
+  size_t i, nb = 0;
+  json_t *d;
+  json_array_foreach(g->wset, i, d) {
+    const char *s = json_string_value(d);
+    if (!s || !weight_dtype_const(s)) {
+      snprintf(err, err_len, "compose: dtype '%s': %s is no weight dtype an engine binds", g->dtype,
+               s ? s : "(not a string)");
+      return -1;
+    }
+    nb += !dtype_const(s);
+  }
+  if (nb && nb != json_array_size(g->wset)) {
+    snprintf(err, err_len, "compose: dtype '%s': its weight set mixes float and block types", g->dtype);
+    return -1;
+  }
+  g->blocks = nb > 0;
+  return 0;
+}
+
 /* The generator's state from the task's constraints and the contracts. */
 static int setup_gen(gen *g, json_t *cons, const mi_ckb_entry *me, const mi_ckb_entry *pe,
                      char *err, size_t err_len) {
@@ -249,11 +278,12 @@ static int setup_gen(gen *g, json_t *cons, const mi_ckb_entry *me, const mi_ckb_
     return -1;
   }
   g->half_kv = strcmp(g->kv, "f32") != 0;
-  return 0;
+  return weight_set(g, err, err_len);
 }
 
 static void free_gen(gen *g) {
   json_decref(g->model);
+  json_decref(g->wset);
   json_decref(g->ops);
   json_decref(g->weights_seen);
   free(g->kind_of);
@@ -283,12 +313,7 @@ static int compose_run(void *ctx, const mi_agent_task *t, char **result, char *e
     goto out;
   }
   if (!(c = mi_ckb_open(t->ckb_dir, err, err_len))) goto out;
-  char path[4200];
-  snprintf(path, sizeof path, "%s/config.json", model_dir);
-  if (!(g.config = json_load_file(path, JSON_REJECT_DUPLICATES, &je))) {
-    snprintf(err, err_len, "%s: %s", path, je.text);
-    goto out;
-  }
+  if (!(g.config = mi_model_input_config(model_dir, JSON_REJECT_DUPLICATES, err, err_len))) goto out;
   if (find_contracts(c, g.config, pname, &me, &pe, err, err_len) ||
       setup_gen(&g, cons, me, pe, err, err_len))
     goto out;

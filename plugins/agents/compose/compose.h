@@ -23,7 +23,9 @@ __attribute__((format(printf, 2, 3))) void sp(sb *b, const char *fmt, ...);
 typedef struct gen {
   json_t *model, *platform, *config; /* contract (patched copy), platform contract, config.json */
   json_t *ops;                       /* operator id -> contract */
-  const char *dtype;                 /* weight dtype constraint, e.g. "bf16" */
+  const char *dtype;                 /* weight dtype constraint, e.g. "bf16", "q8_0", "q4_k_m" */
+  json_t *wset; /* the dtypes a matrix may be stored in: the platform's dtypes.weight_sets[dtype], else [dtype] */
+  int blocks;   /* wset holds block types (GGUF's): each matrix's own dtype goes to its kernels */
   int tp;                            /* tensor-parallel degree (constraint) */
   int nosplit;                       /* 1 while writing full (unsharded) weight shapes */
   const char *kv;  /* KV cache element type (constraint kv_type): f32, f16 or bf16 */
@@ -45,6 +47,7 @@ typedef struct gen {
 const char *flit(double d, char *buf, size_t n);
 void upper(char *dst, const char *src, size_t n);
 const char *dtype_const(const char *d);
+const char *weight_dtype_const(const char *d); /* dtype_const and the block types q8_0, q4_0, q4_k, q6_k */
 json_t *cfg_entry(gen *g, const char *name, size_t len);
 const char *cfg_where(json_t *entry);
 json_t *cfg_value(gen *g, json_t *entry);

@@ -101,6 +101,14 @@ static void arg_dtype(step_ctx *c, const mi_ckb_arg *p, sb *call) {
     return;
   }
   const char *src = json_string_value(json_object_get(c->args, p->name));
+  const char *key = src && !strncmp(src, "weight:", 7) ? bound_key(c->g, src + 7) : NULL;
+  if (key && c->g->blocks) { /* block types: the matrix's own (a q4_k_m file mixes them) */
+    char f[128];
+    weight_field(key, f, sizeof f);
+    int per_layer = json_is_true(json_object_get(weight_entry(c->g, key), "per_layer"));
+    sp(call, "%s->%s.dtype", per_layer ? "L" : "m", f);
+    return;
+  }
   sp(call, "%s", src && !strncmp(src, "weight:", 7) ? "WEIGHT_DTYPE" : "KV_DTYPE");
 }
 

@@ -91,8 +91,23 @@ void part_constants(gen *g, const char *engine_name, sb *o) {
   sp(o, "#define STR_(x) #x\n#define STR(x) STR_(x) /* a constant as text, for messages */\n");
   sp(o, "#define %-26s 8 /* rows per lm_head call when every position's logits are wanted */\n",
      "LOGIT_ROWS");
-  sp(o, "#define %-26s %s /* matrices as stored (constraint) */\n", "WEIGHT_DTYPE",
-     dtype_const(g->dtype));
+  if (!g->blocks) {
+    sp(o, "#define %-26s %s /* matrices as stored (constraint) */\n", "WEIGHT_DTYPE",
+       dtype_const(g->dtype));
+    sp(o, "#define %-26s (1u << WEIGHT_DTYPE) /* the dtypes a matrix may be stored in */\n", "WEIGHT_DTYPES");
+    sp(o, "#define %-26s MI_GLUE_FLOATS /* what the glue's find takes */\n", "WEIGHT_ACCEPT");
+  } else {
+    sb set = {0};
+    size_t i;
+    json_t *d;
+    json_array_foreach(g->wset, i, d) sp(&set, "%s1u << %s", i ? " | " : "", weight_dtype_const(json_string_value(d)));
+    sp(o, "#define %-26s %s /* the set's first: the figures' bytes per weight */\n", "WEIGHT_DTYPE",
+       weight_dtype_const(json_string_value(json_array_get(g->wset, 0))));
+    sp(o, "#define %-26s (%s) /* the dtypes a matrix may be stored in (constraint); each goes to its kernels */\n",
+       "WEIGHT_DTYPES", set.s);
+    sp(o, "#define %-26s MI_GLUE_BLOCKS /* what the glue's find takes: whole blocks per row */\n", "WEIGHT_ACCEPT");
+    free(set.s);
+  }
   sp(o, "#define %-26s %s /* KV cache elements */\n", "KV_DTYPE", dtype_const(g->kv));
   sp(o, "#define %-26s \"%s\" /* its name, as mi-run --kv-type spells it */\n", "KV_TYPE", g->kv);
   sp(o, "#define %-26s %s /* the contract's layer count */\n", "N_LAYERS", L);
@@ -112,7 +127,16 @@ void part_constants(gen *g, const char *engine_name, sb *o) {
 
 /* the bytes of the bound weights, what a decode step reads, the layer-matmul weights */
 static void weight_figures(gen *g, uint64_t *wbytes, uint64_t *dbytes, uint64_t *mm_layer) {
-  size_t i, wsz = !strcmp(g->dtype, "f32") ? 4 : 2;
+  size_t i;
+  /* bytes per weight: a block type's (its first in the set: a mixed file
+   * type's figures count its main type, e.g. Q4_K for q4_k_m) */
+  const char *d0 = json_string_value(json_array_get(g->wset, 0));
+  const double wsz = !strcmp(d0, "f32")    ? 4
+                     : !strcmp(d0, "q8_0") ? 34.0 / 32
+                     : !strcmp(d0, "q4_0") ? 18.0 / 32
+                     : !strcmp(d0, "q4_k") ? 144.0 / 256
+                     : !strcmp(d0, "q6_k") ? 210.0 / 256
+                                           : 2;
   json_t *e;
   *wbytes = *dbytes = *mm_layer = 0;
   json_array_foreach(json_object_get(g->model, "weights"), i, e) {
@@ -130,7 +154,7 @@ static void weight_figures(gen *g, uint64_t *wbytes, uint64_t *dbytes, uint64_t 
             (uint64_t)(json_object_get(e, "shard") ? n / g->tp : n) * (uint64_t)(g->kinds ? L : 1);
     }
     if (json_object_get(e, "shard")) n /= g->tp;
-    uint64_t b = (uint64_t)(n * L) * (vec ? 4 : wsz);
+    uint64_t b = (uint64_t)((double)(n * L) * (vec ? 4 : wsz));
     *wbytes += b;
     *dbytes += b;
   }
@@ -151,7 +175,7 @@ static void weight_figures(gen *g, uint64_t *wbytes, uint64_t *dbytes, uint64_t 
     json_t *sh = json_object_get(weight_entry(g, emb_key), "shape");
     int64_t n = shape_numel(g, sh), d0 = expr_value(g, json_string_value(json_array_get(sh, 0)));
     int64_t row = d0 ? n / d0 : n;
-    *dbytes -= (uint64_t)(n - row) * wsz;
+    *dbytes -= (uint64_t)((double)(n - row) * wsz);
   }
 }
 

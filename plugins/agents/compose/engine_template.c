@@ -10,7 +10,7 @@
  *     and the directives themselves are dropped;
  *   - everything else is copied as it is.
  * The names the generated parts define and this file uses: the config
- * constants, N_LAYERS, TP, BATCH, LOGIT_ROWS, WEIGHT_DTYPE, KV_DTYPE, KV_TYPE,
+ * constants, N_LAYERS, TP, BATCH, LOGIT_ROWS, WEIGHT_DTYPE, WEIGHT_DTYPES, WEIGHT_ACCEPT, KV_DTYPE, KV_TYPE,
  * KV_ELEM, N_CACHE and CACHE_ROW (one KV layout) or the kind tables (layer
  * kinds), ENGINE_NAME, ARCHITECTURE, MODEL_ID, PLATFORM_NAME, DTYPE_NAME,
  * the figures for info() and k_digest.
@@ -74,7 +74,7 @@ static int fail(char *err, size_t n, const char *fmt, const char *a, const char 
 
 #define K(call) MI_GLUE_K("engine", call)
 
-/* Binds one weight [d0, d1]: a matrix in WEIGHT_DTYPE (this rank's rows
+/* Binds one weight [d0, d1]: a matrix in a dtype of WEIGHT_DTYPES (this rank's rows
  * zero-copy when shard = SHARD_ROWS, its columns copied when SHARD_COLS),
  * a vector widened to f32. */
 enum { WHOLE = 0, SHARD_ROWS = 1, SHARD_COLS = 2 };
@@ -94,14 +94,14 @@ static int bind(mi_model *m, const char *key, int64_t d0, int64_t d1, int vector
     return mi_glue_bind_vector(g, key, d0, w, err, err_len);
   }
   const int64_t dims[2] = {d0, d1};
-  if (mi_glue_find(g, key, 2, dims, MI_GLUE_FLOATS, &wi, err, err_len) != 0) return -1;
-  if (wi.dtype != WEIGHT_DTYPE)
+  if (mi_glue_find(g, key, 2, dims, WEIGHT_ACCEPT, &wi, err, err_len) != 0) return -1;
+  if (!((WEIGHT_DTYPES >> wi.dtype) & 1u))
     return fail(err, err_len, "engine: tensor %s is stored as %s; this engine was generated for " DTYPE_NAME, key,
                 mi_glue_dtype_str(&wi));
   if (shard == SHARD_COLS && TP > 1) /* [d0, d1/TP]: a copy of this rank's columns */
-    return mi_glue_bind_cols(g, key, d0, d1, m->rank * (d1 / TP), d1 / TP, MI_GLUE_FLOATS, w, err, err_len);
+    return mi_glue_bind_cols(g, key, d0, d1, m->rank * (d1 / TP), d1 / TP, WEIGHT_ACCEPT, w, err, err_len);
   const int64_t rows = shard == SHARD_ROWS ? d0 / TP : d0; /* this rank's rows: zero-copy */
-  return mi_glue_bind_rows(g, key, d0, d1, shard == SHARD_ROWS ? m->rank * rows : 0, rows, MI_GLUE_FLOATS, w,
+  return mi_glue_bind_rows(g, key, d0, d1, shard == SHARD_ROWS ? m->rank * rows : 0, rows, WEIGHT_ACCEPT, w,
                            err, err_len);
 }
 

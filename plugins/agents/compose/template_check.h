@@ -39,6 +39,8 @@
 #define STR(x) STR_(x)
 #define LOGIT_ROWS 2
 #define WEIGHT_DTYPE MI_DTYPE_BF16
+#define WEIGHT_DTYPES (1u << WEIGHT_DTYPE)
+#define WEIGHT_ACCEPT MI_GLUE_FLOATS
 #define KV_DTYPE MI_DTYPE_F32
 #define KV_TYPE "f32"
 #define ENGINE_NAME "template-check"

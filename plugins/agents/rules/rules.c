@@ -26,6 +26,7 @@
 #include <math.h>
 
 #include "../common.h"
+#include "core/runtime/model_input.h"
 #include "core/ckb/ckb.h"
 #include "core/gen/gen.h"
 #include "mi/agent.h"
@@ -474,8 +475,8 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
   char *code = code_only(src);
   json_t *fs = json_array();
   mi_ckb *c = mi_ckb_open(t->ckb_dir, err, err_len);
-  snprintf(path, sizeof path, "%s/config.json", model_dir ? model_dir : ".");
-  json_t *cfg = json_load_file(path, 0, NULL);
+  char e2[600];
+  json_t *cfg = mi_model_input_config(model_dir ? model_dir : ".", 0, e2, sizeof e2);
   const char *arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
   json_t *ops = json_object();
   const mi_ckb_entry *pe = NULL;

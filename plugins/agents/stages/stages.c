@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/runtime/model_input.h"
 #include "core/ckb/ckb.h"
 #include "../common.h"
 #include "core/gen/gen.h"
@@ -396,20 +397,28 @@ static void write_deploy_confs(stg *s) {
   }
 }
 
+/* The bytes of the model's weights file: model.safetensors, or the GGUF
+ * file the model is (0 when neither: a sharded checkpoint). */
+static double weight_file_bytes(const char *model) {
+  char p[4700];
+  struct stat st;
+  if (mi_model_input_is_gguf(model)) snprintf(p, sizeof p, "%s", model);
+  else snprintf(p, sizeof p, "%s/model.safetensors", model);
+  return stat(p, &st) == 0 ? (double)st.st_size : 0;
+}
+
 /* The context the engine declares (its MAX_POSITION_EMBEDDINGS is
  * config.json's, which review holds it to), and a cap from the cost of one
  * prefill that long (~2 FLOP per weight per token; 1e12 FLOP is seconds on a
  * tiny shape and ~1000 positions of the 0.6B one). */
 static void deploy_reach(const stg *s, deploy *d) {
-  char cpath[4700];
-  snprintf(cpath, sizeof cpath, "%s/config.json", s->model);
-  json_t *mcfg = json_load_file(cpath, 0, NULL);
+  char e2[600];
+  json_t *mcfg = mi_model_input_config(s->model, 0, e2, sizeof e2);
   /* a wrapper layout keeps it in the wrapped config (text_config) */
   d->max_pos = (long long)json_integer_value(mi_ckb_config_value(NULL, mcfg, "max_position_embeddings", 23));
   json_decref(mcfg);
-  snprintf(cpath, sizeof cpath, "%s/model.safetensors", s->model);
-  struct stat wst;
-  double params = stat(cpath, &wst) == 0 ? (double)wst.st_size / 2 : 1e9; /* bf16 bytes; sharded: assume 1e9 */
+  const double wb = weight_file_bytes(s->model);
+  double params = wb > 0 ? wb / 2 : 1e9; /* bf16 bytes (a quantized GGUF: fewer); sharded: assume 1e9 */
   long long cap = (long long)(1e12 / (2 * params));
   d->reach = d->max_pos;
   if (cap > 32768) cap = 32768;
@@ -635,18 +644,14 @@ static double growth_decode_tps(stg *s, int k, long long max_pos, int *plen, cha
  * which no load skews), so this timed gate runs only where mi-verify
  * cannot load the engine: TP > 1, one rank per process under mpirun. */
 static int stage_decode_growth(stg *s) {
-  char sbuf[4700];
-  snprintf(sbuf, sizeof sbuf, "%s/config.json", s->model);
-  json_t *cfg = json_load_file(sbuf, 0, NULL);
+  char e2[600];
+  json_t *cfg = mi_model_input_config(s->model, 0, e2, sizeof e2);
   long long max_pos = (long long)json_integer_value(mi_ckb_config_value(NULL, cfg, "max_position_embeddings", 23));
   double S = 4.0 * 2 * (double)json_integer_value(json_object_get(cfg, "num_hidden_layers")) *
              (double)json_integer_value(json_object_get(cfg, "num_key_value_heads")) *
              (double)(json_integer_value(json_object_get(cfg, "head_dim")) ?: 128);
   json_decref(cfg);
-  double W = 0;
-  snprintf(sbuf, sizeof sbuf, "%s/model.safetensors", s->model);
-  struct stat stt;
-  if (stat(sbuf, &stt) == 0) W = (double)stt.st_size;
+  double W = weight_file_bytes(s->model);
   double tps[2] = {0, 0};
   int plen[2] = {0, 0};
   char gmsg[512] = "";

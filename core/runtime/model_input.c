@@ -1,0 +1,64 @@
+/* A model input: a Hugging Face folder or a GGUF file (model_input.h). */
+#include "core/runtime/model_input.h"
+
+#include <stdio.h>
+
+#include "core/runtime/gguf.h"
+#include "core/runtime/gguf_model.h"
+#include "core/util/file.h"
+
+int mi_model_input_is_gguf(const char *path) {
+  return path && mi_gguf_sniff(path) == 1;
+}
+
+uint32_t mi_model_input_all_blocks(void) {
+  uint32_t m = 0;
+  for (int d = 0; d < MI_DTYPE_COUNT; d++)
+    if (mi_dtype_is_block((mi_dtype)d)) m |= 1u << d;
+  return m;
+}
+
+const char *mi_model_input_config_name(const char *path, char *buf, size_t n) {
+  if (mi_model_input_is_gguf(path))
+    snprintf(buf, n, "%s", path);
+  else
+    snprintf(buf, n, "%s/config.json", path);
+  return buf;
+}
+
+/* The GGUF's model, config and weights only (no tokenizer), through the CKB
+ * the runtime reads ($MI_CKB_DIR first: mi-gen and mi-verify set it to
+ * theirs). */
+static mi_gguf_model *open_gguf(const char *path, char *err, size_t err_len) {
+  char ckb[4096];
+  if (!mi_gguf_ckb_dir(ckb, sizeof ckb)) {
+    snprintf(err, err_len, "%s: %s", path, ckb);
+    return NULL;
+  }
+  mi_gguf_model *m = NULL;
+  if (mi_gguf_model_open_config(path, ckb, MI_WEIGHTS_MMAP, &m, err, err_len) != 0) return NULL;
+  return m;
+}
+
+json_t *mi_model_input_config(const char *path, size_t jflags, char *err, size_t err_len) {
+  if (!mi_model_input_is_gguf(path)) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/config.json", path);
+    return mi_file_load_json(p, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", jflags, err, err_len);
+  }
+  mi_gguf_model *m = open_gguf(path, err, err_len);
+  json_t *cfg = m ? json_incref(m->config) : NULL;
+  mi_gguf_model_close(m);
+  return cfg;
+}
+
+mi_weights *mi_model_input_weights(const char *path, uint32_t keep_blocks, char *err,
+                                   size_t err_len) {
+  if (!mi_model_input_is_gguf(path)) return mi_weights_open(path, err, err_len);
+  mi_gguf_model *m = open_gguf(path, err, err_len);
+  if (!m) return NULL;
+  m->keep_blocks = keep_blocks;
+  mi_weights *w = mi_gguf_model_weights(m, err, err_len);
+  mi_gguf_model_close(m);
+  return w;
+}

@@ -1,0 +1,264 @@
+/* mi-gen on GGUF files, quantized ones included (issue 28: `mi-gen --dtype
+ * q8_0|q4_k_m` generates engines for quantized checkpoints and verifies
+ * them at every stage). The files are made here from mi-mkmodel
+ * checkpoints by the project's quantizer (tools/peer/hf2gguf.mjs); stage 4
+ * holds each engine to llama.cpp on the file's weights dequantized exactly
+ * (tests/goldens/gguf, made by tools/peer/oracle.mjs from the same files).
+ *   - q8_0, tiny seed 1: every stage passes; stage 2 ran the layer on every
+ *     block type (Q4_K and Q6_K on block_layer_config); the engine binds
+ *     Q8_0 matrices and hands each matrix's dtype to its kernel; run as
+ *     deployed it gives the same --json as the hand-written qwen3 plugin on
+ *     the same file;
+ *   - q4_k_m, tiny-blocks seed 5 (Q4_K with Q6_K where llama.cpp gives more
+ *     bits): every stage passes; an engine that hands one matrix the set's
+ *     first dtype instead of its own (the Q6_K ffn_down read as Q4_K) is
+ *     rejected at stage 3;
+ *   - refusals, one line each, exit 6: a block dtype on a folder, a file
+ *     whose matrices are not in the dtype's set. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gen_tool.h"
+#include "tests/util/check_main.h"
+
+static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_gold[1300];
+static char g_q8[1300], g_wide[1300], g_q4km[1300], g_out_q8[1300], g_out_q4km[1300];
+static res g_gen_q8, g_gen_q4km;
+static int g_quick;
+
+static res run(const char *tool, const char *const *args, int timeout) {
+  return gt_run(g_build, g_tmp, tool, args, timeout);
+}
+#define sh(...) gt_sh("test_gen_gguf", __VA_ARGS__)
+
+static int one_line(const char *s) {
+  return strchr(s, '\n') == s + strlen(s) - 1;
+}
+
+/* node (or $MI_NODE) converting DIR to OUT of type T; 0 when OUT was written */
+static int hf2gguf(const char *dir, const char *out, const char *type) {
+  const char *node = getenv("MI_NODE") ? getenv("MI_NODE") : "node";
+  char cmd[5000];
+  snprintf(cmd, sizeof cmd,
+           "'%s' '%s/tools/peer/hf2gguf.mjs' '%s' '%s' --type %s > '%s/hf2gguf.log' 2>&1", node,
+           g_src, dir, out, type, g_tmp);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static res gen(const char *model, const char *dtype, const char *out) {
+  char ckb[1300];
+  snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
+  const char *a[] = {"--model", model,   "--platform", "cpu",   "--dtype", dtype,       "--tp",
+                     "1",       "--out", out,          "--ckb", ckb,       "--goldens", g_gold,
+                     "--seed",  "3",     "-t",         "2",     NULL};
+  return run("mi-gen", a, 900);
+}
+
+/* once: the checkpoints, their GGUF files and the engines */
+static int setup_all(void) {
+  if (gt_dirs("/tmp/mi-gen-gguf-test-XXXXXX", g_build, g_src, g_tmp, g_model, NULL)) abort();
+  snprintf(g_gold, sizeof g_gold, "%s/tests/goldens/gguf", g_src);
+  const char *mk[] = {"--shape", "tiny", "--seed", "1", "--out", g_model, NULL};
+  res r = run("mi-mkmodel", mk, 120);
+  res_free(&r);
+  snprintf(g_q8, sizeof g_q8, "%s/tiny-seed1-q8_0.gguf", g_tmp);
+  if (hf2gguf(g_model, g_q8, "q8_0") != 0) return -1;
+  snprintf(g_out_q8, sizeof g_out_q8, "%s/engine-q8_0", g_tmp);
+  g_gen_q8 = gen(g_q8, "q8_0", g_out_q8);
+  snprintf(g_wide, sizeof g_wide, "%s/tiny-blocks", g_tmp);
+  const char *mk2[] = {"--shape", "tiny-blocks", "--seed", "5", "--out", g_wide, NULL};
+  r = run("mi-mkmodel", mk2, 120);
+  res_free(&r);
+  snprintf(g_q4km, sizeof g_q4km, "%s/tiny-blocks-seed5-q4_k_m.gguf", g_tmp);
+  if (hf2gguf(g_wide, g_q4km, "q4_k_m") != 0) return -1;
+  snprintf(g_out_q4km, sizeof g_out_q4km, "%s/engine-q4_k_m", g_tmp);
+  if (!g_quick) g_gen_q4km = gen(g_q4km, "q4_k_m", g_out_q4km);
+  return 0;
+}
+
+/* every stage of the manifest PASS (6 may be N/A), stage 4 against llama.cpp */
+static void all_stages_pass(const char *out, const char *what) {
+  char p[1400];
+  snprintf(p, sizeof p, "%s/manifest.json", out);
+  json_t *m = json_load_file(p, 0, NULL);
+  ck_assert_msg(m != NULL, "%s: no manifest", what);
+  size_t i;
+  json_t *s;
+  int seen4 = 0;
+  json_array_foreach(json_object_get(m, "stages"), i, s) {
+    const char *v = json_string_value(json_object_get(s, "verdict")),
+               *st = json_string_value(json_object_get(s, "stage"));
+    const char *msg = json_string_value(json_object_get(s, "message"));
+    ck_assert_msg(!strcmp(v, "PASS") || (!strcmp(v, "N/A") && !strcmp(st, "6")),
+                  "%s: stage %s: %s %s", what, st, v, msg ? msg : "");
+    if (!strcmp(st, "4")) {
+      ck_assert_msg(msg && strstr(msg, "greedy steps identical to llama.cpp"), "%s: stage 4: %s",
+                    what, msg);
+      seen4 = 1;
+    }
+  }
+  ck_assert_msg(seen4, "%s: no stage 4", what);
+  json_decref(m);
+}
+
+/* the stage 2 units of the verifier's report: the dtypes their cases ran */
+static void stage2_ran(const char *out, const char *const *want, int n) {
+  char p[1400];
+  snprintf(p, sizeof p, "%s/evidence/mi-verify-report.json", out);
+  json_t *r = json_load_file(p, 0, NULL);
+  ck_assert_msg(r != NULL, "no %s", p);
+  char seen[256] = "";
+  size_t i, k;
+  json_t *st, *u, *c;
+  json_array_foreach(json_object_get(r, "stages"), i, st) {
+    if (json_integer_value(json_object_get(st, "stage")) != 2) continue;
+    json_array_foreach(json_object_get(st, "units"), k, u) {
+      ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "PASS");
+      size_t q;
+      json_array_foreach(json_object_get(u, "cases"), q, c) {
+        const char *d = json_string_value(json_object_get(c, "dtype"));
+        if (d && !strstr(seen, d) && strlen(seen) + strlen(d) + 2 < sizeof seen)
+          strcat(strcat(seen, d), " ");
+      }
+    }
+  }
+  for (int w = 0; w < n; w++)
+    ck_assert_msg(strstr(seen, want[w]), "stage 2 ran %s; no %s", seen, want[w]);
+  json_decref(r);
+}
+
+START_TEST(test_q8_0_engine) {
+  ck_assert_msg(g_gen_q8.rc == 0, "mi-gen --dtype q8_0 exited %d:\n%s", g_gen_q8.rc, g_gen_q8.err);
+  all_stages_pass(g_out_q8, "q8_0");
+  const char *want[] = {"f32", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"};
+  stage2_ran(g_out_q8, want, 6);
+  char p[1400];
+  snprintf(p, sizeof p, "%s/engine.c", g_out_q8);
+  char *src = gt_slurp(p);
+  ck_assert_ptr_nonnull(
+      strstr(src, "(1u << MI_DTYPE_Q8_0) /* the dtypes a matrix may be stored in"));
+  ck_assert_ptr_nonnull(
+      strstr(src, "L->mlp_down_proj.ptr, L->mlp_down_proj.dtype,")); /* each matrix its own */
+  free(src);
+  /* as deployed: the same --json as the hand-written plugin on the same file */
+  const char *prompt = "Once upon a time, 你好 1+1=2";
+  const char *a[] = {"--plugin-dir",
+                     g_out_q8,
+                     "-m",
+                     g_q8,
+                     "-p",
+                     prompt,
+                     "-n",
+                     "16",
+                     "--temp",
+                     "0",
+                     "--json",
+                     "--top-logprobs",
+                     "10",
+                     "--ignore-eos",
+                     "-t",
+                     "2",
+                     "-b",
+                     "5",
+                     NULL};
+  const char *b[] = {
+      "-m", g_q8,           "-p", prompt, "-n", "16", "--temp", "0", "--json", "--top-logprobs",
+      "10", "--ignore-eos", "-t", "2",    "-b", "5",  NULL};
+  res ra = run("mi-run", a, 120), rb = run("mi-run", b, 120);
+  ck_assert_msg(ra.rc == 0 && rb.rc == 0, "engine %d: %s / plugin %d: %s", ra.rc, ra.err, rb.rc,
+                rb.err);
+  ck_assert_int_gt(strlen(ra.out), 100);
+  ck_assert_str_eq(ra.out, rb.out);
+  res_free(&ra), res_free(&rb);
+}
+END_TEST
+
+START_TEST(test_q4_k_m_engine_and_mutant) {
+  ck_assert_msg(g_gen_q4km.rc == 0, "mi-gen --dtype q4_k_m exited %d:\n%s", g_gen_q4km.rc,
+                g_gen_q4km.err);
+  all_stages_pass(g_out_q4km, "q4_k_m");
+  char p[1400];
+  snprintf(p, sizeof p, "%s/engine.c", g_out_q4km);
+  char *src = gt_slurp(p);
+  ck_assert_ptr_nonnull(
+      strstr(src, "(1u << MI_DTYPE_Q4_K | 1u << MI_DTYPE_Q6_K | 1u << MI_DTYPE_Q8_0)"));
+  free(src);
+  /* the mutant: ffn_down (Q6_K on both layers of this file) handed WEIGHT_DTYPE (Q4_K) */
+  char mut[1300], so[1500];
+  snprintf(mut, sizeof mut, "%s/mutant", g_tmp);
+  sh("cp -r '%s' '%s' && cd '%s' && sed -i 's/L->mlp_down_proj\\.dtype/WEIGHT_DTYPE/' engine.c && "
+     "MI_SDK_INCLUDE='%s/sdk/include' sh build.sh",
+     g_out_q4km, mut, mut, g_src);
+  snprintf(p, sizeof p, "%s/engine.c", mut);
+  src = gt_slurp(p);
+  ck_assert_ptr_null(strstr(src, "L->mlp_down_proj.dtype"));
+  free(src);
+  sh("ls '%s'/libmi-engine-*.so > '%s/mutant.so.txt'", mut, g_tmp);
+  snprintf(p, sizeof p, "%s/mutant.so.txt", g_tmp);
+  char *l = gt_slurp(p);
+  snprintf(so, sizeof so, "%.*s", (int)strcspn(l, "\n"), l);
+  free(l);
+  char plat[1300];
+  snprintf(plat, sizeof plat, "%s/lib/metainfer/libmi-cpu.so", g_build);
+  const char *v[] = {
+      "--platform-plugin", plat,   "--model-plugin", so,  "--model", g_q4km, "--stage", "4",
+      "--goldens",         g_gold, "--seed",         "3", NULL};
+  res r = run("mi-verify", v, 600);
+  ck_assert_msg(r.rc == 1 && strstr(r.err, "stage 3 (weight files") &&
+                    strstr(r.err, "later stages skipped"),
+                "exit %d:\n%s", r.rc, r.err);
+  res_free(&r);
+}
+END_TEST
+
+START_TEST(test_refusals) {
+  char out[1300];
+  snprintf(out, sizeof out, "%s/refused", g_tmp);
+  res r = gen(g_model, "q8_0", out); /* a folder holds floats */
+  ck_assert_msg(r.rc == 6 && strstr(r.err, "is a folder; q8_0 weights come in a GGUF file") &&
+                    one_line(r.err),
+                "exit %d: %s", r.rc, r.err);
+  res_free(&r);
+  r = gen(g_q4km, "q8_0", out); /* the file's matrices are Q4_K and Q6_K */
+  ck_assert_msg(
+      r.rc == 6 &&
+          strstr(r.err, "an engine for q8_0 binds matrices in q8_0 (this file's: q4_k x") &&
+          one_line(r.err),
+      "exit %d: %s", r.rc, r.err);
+  res_free(&r);
+  r = gen(g_q8, "bf16", out);
+  ck_assert_msg(r.rc == 6 && strstr(r.err, "is q8_0; an engine for bf16 binds matrices in bf16") &&
+                    one_line(r.err),
+                "exit %d: %s", r.rc, r.err);
+  res_free(&r);
+}
+END_TEST
+
+int main(void) {
+  /* MI_TEST_GEN_QUICK (the sanitizer tree): the q8_0 engine and the
+   * refusals; the q4_k_m engine and its mutant in the Release run */
+  g_quick = getenv("MI_TEST_GEN_QUICK") != NULL;
+  if (setup_all() != 0) {
+    fprintf(stderr,
+            "test_gen_gguf: SKIP: node could not convert the checkpoints (tools/peer/hf2gguf.mjs; "
+            "see %s/hf2gguf.log)\n",
+            g_tmp);
+    return 77;
+  }
+  Suite *s = suite_create("gen_gguf");
+  TCase *t = tcase_create("gen_gguf");
+  tcase_set_timeout(t, 600);
+  tcase_add_test(t, test_q8_0_engine);
+  if (!g_quick) tcase_add_test(t, test_q4_k_m_engine_and_mutant);
+  tcase_add_test(t, test_refusals);
+  suite_add_tcase(s, t);
+  const int failed = mi_check_run(s) != EXIT_SUCCESS;
+  if (!getenv("MI_KEEP")) sh("rm -rf '%s'", g_tmp);
+  res_free(&g_gen_q8);
+  if (!g_quick) res_free(&g_gen_q4km);
+  return failed ? 1 : 0;
+}
