@@ -402,13 +402,47 @@ static int unread_keys(const mi_gguf *g, json_t *sec, const char *arch, const ch
     const mi_gguf_kv *kv = mi_gguf_kv_at(g, i);
     if (!kv || strncmp(kv->key, arch, al) || kv->key[al] != '.') continue;
     if (section_names(json_object_get(sec, "config"), 1, arch, kv->key) ||
-        section_names(json_object_get(sec, "inert"), 0, arch, kv->key))
+        section_names(json_object_get(sec, "inert"), 0, arch, kv->key) ||
+        section_names(json_object_get(sec, "checks"), 0, arch, kv->key))
       continue;
     mi_path_err(err, el, mi_gguf_path(g),
                 "GGUF key '%s' is not read by %s (its gguf section neither maps it to a config field nor names it "
                 "inert): the model it describes is not the one the contract computes",
                 kv->key, contract_path);
     return -1;
+  }
+  return 0;
+}
+
+/* gguf.checks: a key that must equal a config field the file gives
+ * otherwise ("{arch}.rope.dimension_count": "head_dim": llama.cpp's n_rot,
+ * the rotated width, which this contract takes as the whole head). Where
+ * the config has no such field (the file left it to the default), the key
+ * is its value, and the weights' shapes then hold it. 0, or -1 + err. */
+static int check_keys(const mi_gguf *g, json_t *sec, const char *arch, json_t *cfg, const char *contract_path,
+                      char *err, size_t el) {
+  const char *pat;
+  json_t *field;
+  json_object_foreach(json_object_get(sec, "checks"), pat, field) {
+    char key[512];
+    const char *f = json_string_value(field);
+    if (!f || expand_key(pat, arch, key, sizeof key)) continue;
+    const mi_gguf_kv *kv = mi_gguf_get(g, key);
+    int64_t v;
+    if (!kv) continue;
+    if (mi_gguf_kv_int(kv, &v) != 0) {
+      mi_path_err(err, el, mi_gguf_path(g), "GGUF key '%s' is not an integer", key);
+      return -1;
+    }
+    json_t *have = json_object_get(cfg, f);
+    if (!have) {
+      json_object_set_new(cfg, f, json_integer((json_int_t)v));
+    } else if (!json_is_integer(have) || json_integer_value(have) != v) {
+      mi_path_err(err, el, mi_gguf_path(g),
+                  "GGUF key '%s' = %lld but %s = %lld: %s computes only models where they are equal", key,
+                  (long long)v, f, (long long)json_integer_value(have), contract_path);
+      return -1;
+    }
   }
   return 0;
 }
@@ -435,6 +469,7 @@ static int model_from(mi_gguf *g, json_t *contract, const char *contract_path, i
   }
   if (!(m->config = build_config(g, contract, arch, err, err_len))) goto fail;
   if (unread_keys(g, sec, arch, m->contract_path, err, err_len) != 0) goto fail;
+  if (check_keys(g, sec, arch, m->config, m->contract_path, err, err_len) != 0) goto fail;
   if (with_tokenizer &&
       !(m->tok = build_tokenizer(g, json_object_get(sec, "tokenizer"), m, err, err_len)))
     goto fail;
@@ -495,7 +530,7 @@ int mi_gguf_model_open_config(const char *path, const char *ckb_dir, mi_weights_
 typedef struct gguf_owner {
   mi_gguf *g;
   char **names;
-  float **dequant; /* [n]: a quantized tensor widened to f32 at load, else NULL */
+  void **dequant; /* [n]: a tensor widened to f32 or transformed at load, else NULL */
   size_t n;
 } gguf_owner;
 
@@ -670,6 +705,83 @@ static void log_blocks(const char *path, unsigned n[MI_DTYPE_COUNT][2]) {
   if (u) mi_log(MI_LOG_INFO, "gguf", "%s: quantized tensors %s", path, line);
 }
 
+/* llama.cpp's converter stores some tensors otherwise than the checkpoint;
+ * the contract's gguf.transforms says which and how, and the load undoes
+ * it into a copy (*own, freed with the weights):
+ *   {"unpermute_heads": FIELD}: the rows of each of FIELD heads interleaved
+ *     (row 2j + i of a head holds the checkpoint's row i·hd/2 + j), as
+ *     llama.cpp permutes q and k for its adjacent-pair rotation; rows of any
+ *     dtype (a block type's rows are whole blocks) and 1-D biases alike;
+ *   {"add": X}: a vector stored minus X (norms stored as 1 + w: add -1),
+ *     served as f32.
+ * 0 (w unchanged when no transform names t), or -1 + err. */
+static int transform(const mi_gguf_model *m, const mi_gguf_tensor *t, const char *hf, mi_weight_info *w,
+                     void **own, char *err, size_t err_len) {
+  const char *path = mi_gguf_path(m->g), *pat;
+  json_t *spec = NULL, *v;
+  char tmp[512];
+  json_object_foreach(json_object_get(json_object_get(m->contract, "gguf"), "transforms"), pat, v) {
+    if (map_name(pat, pat, t->name, tmp, sizeof tmp)) spec = v;
+  }
+  if (!spec) return 0;
+  const char *field = json_string_value(json_object_get(spec, "unpermute_heads"));
+  json_t *add = json_object_get(spec, "add");
+  if (json_object_size(spec) != 1 || (!field && !json_is_number(add))) {
+    mi_path_err(err, err_len, path, "the model contract %s: gguf.transforms for '%s' is not {\"unpermute_heads\": FIELD} or {\"add\": NUMBER}",
+                m->contract_path, t->name);
+    return -1;
+  }
+  if (field) {
+    const json_int_t nh = json_integer_value(json_object_get(m->config, field));
+    const int64_t rows = w->shape[0];
+    if (nh <= 0 || rows % nh || (rows / nh) % 2 || w->nbytes % (size_t)rows) {
+      mi_path_err(err, err_len, path, "tensor '%s' (%s): %lld rows cannot be un-permuted over %s = %lld heads",
+                  t->name, hf, (long long)rows, field, (long long)nh);
+      return -1;
+    }
+    const size_t rb = w->nbytes / (size_t)rows;
+    const int64_t hd = rows / nh, half = hd / 2;
+    unsigned char *out = malloc(w->nbytes ? w->nbytes : 1);
+    if (!out) goto oom;
+    const unsigned char *in = w->data;
+    for (int64_t h = 0; h < nh; h++)
+      for (int64_t i = 0; i < 2; i++)
+        for (int64_t j = 0; j < half; j++)
+          memcpy(out + (size_t)(h * hd + i * half + j) * rb, in + (size_t)(h * hd + 2 * j + i) * rb, rb);
+    free(*own);
+    *own = out;
+    w->data = out;
+    return 0;
+  }
+  if (w->ndim != 1 || (w->dtype != MI_DTYPE_F32 && w->dtype != MI_DTYPE_F16 && w->dtype != MI_DTYPE_BF16)) {
+    mi_path_err(err, err_len, path, "tensor '%s' (%s): \"add\" takes an F32, F16 or BF16 vector", t->name, hf);
+    return -1;
+  }
+  const size_t n = (size_t)w->shape[0];
+  float *out = malloc((n ? n : 1) * sizeof(float));
+  if (!out) goto oom;
+  const double x = json_number_value(add);
+  for (size_t k = 0; k < n; k++) {
+    uint16_t h;
+    float f;
+    if (w->dtype == MI_DTYPE_F32) memcpy(&f, (const char *)w->data + 4 * k, 4);
+    else {
+      memcpy(&h, (const char *)w->data + 2 * k, 2);
+      f = w->dtype == MI_DTYPE_F16 ? mi_f16_to_f32(h) : mi_bf16_to_f32(h);
+    }
+    out[k] = (float)((double)f + x);
+  }
+  free(*own);
+  *own = out;
+  w->data = out;
+  w->dtype = MI_DTYPE_F32;
+  w->nbytes = n * sizeof(float);
+  return 0;
+oom:
+  mi_path_err(err, err_len, path, "tensor '%s': out of memory undoing its GGUF transform", t->name);
+  return -1;
+}
+
 mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
   mi_gguf *g = m->g;
   const char *path = mi_gguf_path(g);
@@ -689,7 +801,15 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
   for (size_t i = 0; i < nt; i++) {
     const mi_gguf_tensor *t = mi_gguf_tensor_at(g, i);
     char hf[512];
-    if (!hf_name(map, t->name, hf, sizeof hf)) continue; /* not a tensor the model reads */
+    if (!hf_name(map, t->name, hf, sizeof hf)) {
+      /* a tensor the contract does not read changes what the file means
+       * (a rope_freqs table: a rotary scaling the keys do not say): never ignored */
+      mi_path_err(err, err_len, path,
+                  "tensor '%s' is not read by the model contract %s (its gguf.tensors): the file "
+                  "describes something this contract does not compute",
+                  t->name, m->contract_path);
+      goto fail;
+    }
     int widen;
     const int dt = serve_dtype(m, t, hf, &widen, err, err_len);
     if (dt < 0) goto fail;
@@ -719,6 +839,7 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
       w->nbytes = (size_t)(t->nbytes / mi_dtype_block_bytes((mi_dtype)widen)) *
                   (size_t)mi_dtype_block((mi_dtype)widen) * sizeof(float);
     }
+    if (transform(m, t, hf, w, &o->dequant[k - 1], err, err_len) != 0) goto fail;
     w->file = path;
   }
   log_blocks(path, blocks);

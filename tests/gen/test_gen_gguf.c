@@ -14,7 +14,13 @@
  *     first dtype instead of its own (the Q6_K ffn_down read as Q4_K) is
  *     rejected at stage 3;
  *   - refusals, one line each, exit 6: a block dtype on a folder, a file
- *     whose matrices are not in the dtype's set. */
+ *     whose matrices are not in the dtype's set;
+ *   - a Llama file (hf2gguf.mjs permutes q and k rows per head for
+ *     llama.cpp's adjacent-pair rotation, as llama.cpp's converter does):
+ *     the model contract's gguf.transforms undo it at load, so the engine
+ *     mi-gen makes from the file passes stage 4 against llama.cpp, and
+ *     without the transforms the same engine answers otherwise; a Llama
+ *     3.1 file (its rope scaling a rope_freqs tensor) is refused by name. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -27,13 +33,32 @@
 
 static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_gold[1300];
 static char g_q8[1300], g_wide[1300], g_q4km[1300], g_out_q8[1300], g_out_q4km[1300];
-static res g_gen_q8, g_gen_q4km;
-static int g_quick;
+static char g_llama[1300], g_llama_gguf[1300], g_out_llama[1300];
+static res g_gen_q8, g_gen_q4km, g_gen_llama;
 
 static res run(const char *tool, const char *const *args, int timeout) {
   return gt_run(g_build, g_tmp, tool, args, timeout);
 }
 #define sh(...) gt_sh("test_gen_gguf", __VA_ARGS__)
+
+/* the Llama probe of tests/goldens/families/llama-probe-tiny-seed4.json;
+ * llama3 adds that of llama31-probe-tiny-seed6.json's rope scaling */
+static int mk_llama(const char *out, const char *seed, int llama3) {
+  const char *a[] = {"--family", "qwen3", "--shape", "tiny", "--seed", seed, "--dtype", "bf16", "--variants",
+                     "qk_norm_none", "--config", "architectures=[\"LlamaForCausalLM\"]", "--config",
+                     "model_type=llama", "--config", "pretraining_tp=1", "--config", "mlp_bias=false", "--config",
+                     "rope_theta=500000.0", "--drop-config", "head_dim", "--drop-config", "use_sliding_window",
+                     "--drop-config", "sliding_window", "--drop-config", "max_window_layers", "--out", out,
+                     llama3 ? "--config" : NULL,
+                     "rope_scaling={\"factor\":32.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
+                     "\"original_max_position_embeddings\":64,\"rope_type\":\"llama3\"}",
+                     NULL};
+  res r = run("mi-mkmodel", a, 120);
+  int rc = r.rc;
+  res_free(&r);
+  return rc;
+}
+static int g_quick;
 
 static int one_line(const char *s) {
   return strchr(s, '\n') == s + strlen(s) - 1;
@@ -77,6 +102,12 @@ static int setup_all(void) {
   if (hf2gguf(g_wide, g_q4km, "q4_k_m") != 0) return -1;
   snprintf(g_out_q4km, sizeof g_out_q4km, "%s/engine-q4_k_m", g_tmp);
   if (!g_quick) g_gen_q4km = gen(g_q4km, "q4_k_m", g_out_q4km);
+  /* general.name is the folder's name: the golden's file hash needs this one */
+  snprintf(g_llama, sizeof g_llama, "%s/llama-probe-tiny-seed4", g_tmp);
+  snprintf(g_llama_gguf, sizeof g_llama_gguf, "%s/llama-probe-tiny-seed4-bf16.gguf", g_tmp);
+  if (mk_llama(g_llama, "4", 0) != 0 || hf2gguf(g_llama, g_llama_gguf, "bf16") != 0) return -1;
+  snprintf(g_out_llama, sizeof g_out_llama, "%s/engine-llama", g_tmp);
+  if (!g_quick) g_gen_llama = gen(g_llama_gguf, "bf16", g_out_llama);
   return 0;
 }
 
@@ -238,6 +269,56 @@ START_TEST(test_refusals) {
 }
 END_TEST
 
+START_TEST(test_llama_file_unpermuted) {
+  ck_assert_msg(g_gen_llama.rc == 0, "mi-gen on the Llama GGUF exited %d:\n%s", g_gen_llama.rc, g_gen_llama.err);
+  all_stages_pass(g_out_llama, "llama");
+  /* the same engine, the file read through a CKB whose llama contract has no transforms */
+  char ckb2[1300];
+  snprintf(ckb2, sizeof ckb2, "%s/ckb-notransforms", g_tmp);
+  sh("cp -r '%s/ckb' '%s'", g_src, ckb2);
+  {
+    char pp[1400];
+    snprintf(pp, sizeof pp, "%s/models/llama.json", ckb2);
+    json_t *m = json_load_file(pp, 0, NULL);
+    ck_assert_ptr_nonnull(json_object_get(json_object_get(m, "gguf"), "transforms"));
+    json_object_del(json_object_get(m, "gguf"), "transforms");
+    ck_assert_int_eq(json_dump_file(m, pp, JSON_INDENT(2)), 0);
+    json_decref(m);
+  }
+  const char *a[] = {"--plugin-dir", g_out_llama, "-m", g_llama_gguf, "-p", "Once upon a time", "-n", "8", "--temp",
+                     "0", "--json", "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
+  const char *b[] = {"--plugin-dir", g_out_llama, "-m", g_llama, "-p", "Once upon a time", "-n", "8", "--temp",
+                     "0", "--json", "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
+  res ra = run("mi-run", a, 120), rb = run("mi-run", b, 120);
+  ck_assert_msg(ra.rc == 0 && rb.rc == 0, "%s / %s", ra.err, rb.err);
+  ck_assert_str_eq(ra.out, rb.out); /* the file, un-permuted, is the folder */
+  setenv("MI_CKB_DIR", ckb2, 1);
+  res rc = run("mi-run", a, 120);
+  unsetenv("MI_CKB_DIR");
+  ck_assert_msg(rc.rc == 0, "%s", rc.err);
+  ck_assert_msg(strcmp(ra.out, rc.out) != 0, "the permuted rows gave the same answer: the transform is not exercised");
+  res_free(&ra), res_free(&rb), res_free(&rc);
+}
+END_TEST
+
+START_TEST(test_llama31_rope_freqs_refused) {
+  char dir[1300], file[1300];
+  snprintf(dir, sizeof dir, "%s/llama31", g_tmp);
+  snprintf(file, sizeof file, "%s/llama31-bf16.gguf", g_tmp);
+  ck_assert_int_eq(mk_llama(dir, "6", 1), 0);
+  ck_assert_int_eq(hf2gguf(dir, file, "bf16"), 0);
+  char ckb[1300];
+  snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
+  const char *b[] = {"--model", file, "--platform", "cpu", "--dtype", "bf16", "--out", dir, "--ckb", ckb, NULL};
+  res r = run("mi-gen", b, 120);
+  /* a gap of the CKB (exit 3), its missing line naming the tensor */
+  ck_assert_msg(r.rc == 3 && strstr(r.err, "missing: weights: cannot read them") &&
+                    strstr(r.err, "tensor 'rope_freqs.weight' is not read by the model contract"),
+                "exit %d: %s", r.rc, r.err);
+  res_free(&r);
+}
+END_TEST
+
 int main(void) {
   /* MI_TEST_GEN_QUICK (the sanitizer tree): the q8_0 engine and the
    * refusals; the q4_k_m engine and its mutant in the Release run */
@@ -254,11 +335,13 @@ int main(void) {
   tcase_set_timeout(t, 600);
   tcase_add_test(t, test_q8_0_engine);
   if (!g_quick) tcase_add_test(t, test_q4_k_m_engine_and_mutant);
+  if (!g_quick) tcase_add_test(t, test_llama_file_unpermuted);
+  tcase_add_test(t, test_llama31_rope_freqs_refused);
   tcase_add_test(t, test_refusals);
   suite_add_tcase(s, t);
   const int failed = mi_check_run(s) != EXIT_SUCCESS;
   if (!getenv("MI_KEEP")) sh("rm -rf '%s'", g_tmp);
   res_free(&g_gen_q8);
-  if (!g_quick) res_free(&g_gen_q4km);
+  if (!g_quick) res_free(&g_gen_q4km), res_free(&g_gen_llama);
   return failed ? 1 : 0;
 }

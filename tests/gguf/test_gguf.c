@@ -110,7 +110,9 @@ static float frand(void) {
 }
 
 /* A one-layer Qwen3 GGUF (F32), its layout in L. */
-static gw make_model(layout *L) {
+/* with_unmapped: the last tensor, rope_freqs.unused, which no contract maps (a
+ * model refuses it; the reader keeps it, whatever its type) */
+static gw make_model_x(layout *L, int with_unmapped) {
   gw w = {0};
   memset(L, 0, sizeof *L);
   put(&w, "GGUF", 4);
@@ -193,7 +195,7 @@ static gw make_model(layout *L) {
       {"blk.0.ffn_down.weight", F, D, 2, 0},
       {"rope_freqs.unused", 4, 1, 1, 1},
   };
-  L->n_t = sizeof T / sizeof T[0];
+  L->n_t = sizeof T / sizeof T[0] - (with_unmapped ? 0 : 1);
   uint64_t off = 0;
   for (size_t i = 0; i < L->n_t; i++) {
     L->t_name[i] = T[i].name;
@@ -226,6 +228,8 @@ static gw make_model(layout *L) {
   L->data_end = L->data_start + L->t_offset[L->n_t - 1] + L->t_bytes[L->n_t - 1];
   return w;
 }
+
+static gw make_model(layout *L) { return make_model_x(L, 1); }
 
 static void write_file(const char *path, const gw *w, size_t len) {
   FILE *f = fopen(path, "wb");
@@ -478,12 +482,21 @@ END_TEST
 
 START_TEST(model_from_c_gguf_runs_and_maps) {
   layout L;
-  gw w = make_model(&L);
   char p[1200], err[512], ckb[1200];
   snprintf(p, sizeof p, "%s/model.gguf", g_tmp);
   snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
-  write_file(p, &w, w.len);
   mi_gguf_model *m;
+  { /* a tensor the contract does not map is refused by name, never skipped */
+    gw x = make_model_x(&L, 1);
+    write_file(p, &x, x.len);
+    ck_assert_msg(mi_gguf_model_open(p, ckb, MI_WEIGHTS_MMAP, &m, err, sizeof err) == 0, "%s", err);
+    ck_assert_ptr_null(mi_gguf_model_weights(m, err, sizeof err));
+    ck_assert_msg(strstr(err, "tensor 'rope_freqs.unused' is not read by the model contract"), "%s", err);
+    mi_gguf_model_close(m);
+    free(x.b);
+  }
+  gw w = make_model_x(&L, 0);
+  write_file(p, &w, w.len);
   ck_assert_msg(mi_gguf_model_open(p, ckb, MI_WEIGHTS_MMAP, &m, err, sizeof err) == 0, "%s", err);
   /* the config, as the contract maps it */
   json_t *c = m->config;
