@@ -4,6 +4,7 @@
  * reference by name, as stage 1 hands them a case. */
 #define _GNU_SOURCE
 #include "core/verify/interp.h"
+#include "mi/quant.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -66,8 +67,10 @@ double *vf_weight_f64(const struct mi_weights *w, const char *name, size_t expec
   }
   size_t n = 1;
   for (int i = 0; i < wi.ndim; i++) n *= (size_t)wi.shape[i];
+  const int block = wi.dtype >= 0 && wi.dtype < MI_DTYPE_COUNT && mi_dtype_is_block((mi_dtype)wi.dtype) &&
+                    wi.ndim >= 1 && mi_dtype_row_bytes((mi_dtype)wi.dtype, wi.shape[wi.ndim - 1]) > 0;
   if (n != expect ||
-      (wi.dtype != MI_DTYPE_BF16 && wi.dtype != MI_DTYPE_F16 && wi.dtype != MI_DTYPE_F32)) {
+      (!block && wi.dtype != MI_DTYPE_BF16 && wi.dtype != MI_DTYPE_F16 && wi.dtype != MI_DTYPE_F32)) {
     snprintf(err, err_len, "reference: tensor \"%s\" has %zu elements of dtype %d, expected %zu",
              name, n, wi.dtype, expect);
     return NULL;
@@ -78,6 +81,10 @@ double *vf_weight_f64(const struct mi_weights *w, const char *name, size_t expec
     return NULL;
   }
   const unsigned char *p = wi.data;
+  if (block) { /* a GGUF block type: each value exactly as quant.h defines it */
+    mi_quant_row_f64((mi_dtype)wi.dtype, p, (int64_t)n, out);
+    return out;
+  }
   for (size_t i = 0; i < n; i++) {
     uint16_t h;
     float f;

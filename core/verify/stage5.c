@@ -500,8 +500,9 @@ static int reference_child(void *arg, int fd) {
     char err[2048] = "";
     json_t *cfg = NULL;
     int64_t V = config_vocab(c->dir, &cfg, err, sizeof err);
-    /* a GGUF's block types widened to f32, each value as quant.h defines it */
-    mi_weights *w = cfg ? mi_model_input_weights(c->dir, 0, err, sizeof err) : NULL;
+    /* a GGUF's block types as stored: the reference takes each value exactly
+     * as quant.h defines it (vf_weight_f64), with no f32 copy of the model */
+    mi_weights *w = cfg ? mi_model_input_weights(c->dir, mi_model_input_all_blocks(), err, sizeof err) : NULL;
     const char *arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
     const mi_ckb_entry *me = u->j->o->ckb ? vf_bind_find_model(u->j->o->ckb, cfg, NULL) : NULL;
     int32_t *seq = malloc((size_t)(c->n + c->steps) * sizeof(int32_t));
