@@ -254,12 +254,10 @@ static int whole_blocks(l2_job *j, mi_dtype wt) {
     if (w->f32) continue;
     if (w->rank >= 2 && w->row > 0 && w->row % blk == 0 && w->n % w->row == 0) continue;
     json_array_append_new(j->skipped,
-                          json_pack("{s:s, s:s}", "dtype", mi_dtype_name(wt), "why",
+                          json_pack("{s:s, s:s, s:s, s:I, s:I}", "dtype", mi_dtype_name(wt), "why",
                                     w->rank < 2 ? "a weight in the dtype under test is a vector"
-                                                : "the layer_config's rows are not whole blocks of this type"));
-    json_object_set_new(json_array_get(j->skipped, json_array_size(j->skipped) - 1), "weight", json_string(w->key));
-    json_object_set_new(json_array_get(j->skipped, json_array_size(j->skipped) - 1), "row", json_integer(w->row));
-    json_object_set_new(json_array_get(j->skipped, json_array_size(j->skipped) - 1), "block", json_integer(blk));
+                                                : "the layer_config's rows are not whole blocks of this type",
+                                    "weight", w->key, "row", (json_int_t)w->row, "block", (json_int_t)blk));
     return 0;
   }
   return 1;
@@ -477,9 +475,11 @@ static int layer_child(void *arg, int fd) {
       const vf_bbuf *vb = k < j->nbufs ? &j->bufs[k] : &j->lbufs[k - j->nbufs];
       ok &= !vb->n || (d->buf[k] = dev_alloc(d, (size_t)vb->n * mi_dtype_size(vb->dtype))) != NULL;
     }
-    for (int k = 0; ok && k < j->nw; k++)
-      ok &= (d->w[k] = S->q && S->q[k] ? dev_upload_blocks(d, S->q[k], j->w[k].n, S->wt)
-                                         : dev_upload(d, S->w[k], j->w[k].n, j->w[k].f32 ? MI_DTYPE_F32 : S->wt)) != NULL;
+    for (int k = 0; ok && k < j->nw; k++) {
+      const int blocks = mi_dtype_is_block(S->wt) && !j->w[k].f32; /* drawn as blocks by the parent */
+      ok &= (d->w[k] = blocks ? dev_upload_blocks(d, S->q ? S->q[k] : NULL, j->w[k].n, S->wt)
+                              : dev_upload(d, S->w[k], j->w[k].n, j->w[k].f32 ? MI_DTYPE_F32 : S->wt)) != NULL;
+    }
     ok = ok && (d->in = dev_alloc(d, rows)) && (d->out = dev_alloc(d, rows));
     for (int ph = 0; ph < NPHASE; ph++) {
       int slot = s * NPHASE + ph, T = phases[ph].T;
