@@ -46,7 +46,7 @@ not_cpu+='|test_prefix_cache' # the cache's bookkeeping; the state copies it mak
 not_cpu+='|test_cpu_q8_0' # runs every variant the host has itself (isa= per case)
 not_cpu+='|test_bench_smoke' # mi-bench's bookkeeping: figures present, finite and consistent with each other and config.json, no kernel's value; its kernels are test_cpu_kernels' and test_cpu_prefill's on every variant
 not_cpu+='|test_gen_gguf|test_gguf_oracle' # whole engines on GGUF files, llama.cpp's oracle: their block-type kernels are test_cpu_q8_0's and test_cpu_quant's on every variant
-not_cpu+='|test_gguf|test_gguf_peer|test_gguf_q8_peer|test_gguf_q4_peer)$' # file reading; the f32/bf16/block-type kernels they end in are test_cpu_*'s
+not_cpu+='|test_gguf|test_gguf_peer|test_gguf_q8_peer|test_gguf_q4_peer|test_gguf_llama3_tok)$' # file reading and tokenizing; the f32/bf16/block-type kernels they end in are test_cpu_*'s
 for isa in "${variants[@]}"; do
   echo "== CPU variant $isa (MI_CPU_ISA_MAX=$isa)"
   MI_CPU_ISA_MAX=$isa ctest --test-dir build --output-on-failure -j2 -E "$not_cpu"

@@ -243,6 +243,9 @@ size_t mi_ckb_config_gaps(const mi_ckb_entry *model, const json_t *config, json_
 /* ---- coverage ----
  * Which contracts apply to a model directory on a platform, and what is
  * missing. Writes a JSON report to *out (caller frees with json_decref).
+ * Among its members, "matrix_dtypes": {dtype: {"count", "first"}}, the
+ * stored types of the 2-D weights the model reads (blocks as stored) and
+ * the first of each by name (mi-gen's --dtype check reads it).
  * Returns 0 when everything needed is covered, 1 when something is
  * missing, -1 on an error (message in err). */
 int mi_ckb_coverage(const mi_ckb *c, const char *model_dir, const char *platform, json_t **out,

@@ -212,6 +212,17 @@ static int contract_reads(const mi_ckb_entry *m, const char *field) {
   return 0;
 }
 
+/* report.matrix_dtypes[dtype]: how many matrices are stored so, and the
+ * first of them by name. */
+static void count_matrix_dtype(json_t *report, const mi_weight_info *wi) {
+  const char *dn = wi->dtype >= 0 && wi->dtype < MI_DTYPE_COUNT ? mi_dtype_name((mi_dtype)wi->dtype) : "other";
+  json_t *all = json_object_get(report, "matrix_dtypes");
+  if (!all) json_object_set_new(report, "matrix_dtypes", all = json_object());
+  json_t *e = json_object_get(all, dn);
+  if (!e) json_object_set_new(all, dn, e = json_pack("{s:i, s:s}", "count", 0, "first", wi->name));
+  json_object_set_new(e, "count", json_integer(json_integer_value(json_object_get(e, "count")) + 1));
+}
+
 /* The checkpoint's weights w grouped by layer pattern:
  * {pattern: {"layers": [..], "shape": [..], "mean": x (1-D tensors)}}; NULL
  * (and a line in report, why: open_err) when the weight files could not be
@@ -232,6 +243,7 @@ static json_t *patterns_of(const mi_weights *w, const char *open_err, const json
     if (mi_ckb_layout_unused(layout, wi.name, NULL)) continue;
     mi_ckb_layout_unrename(layout, wi.name, tn, sizeof tn);
     layer_pattern(tn, pat, sizeof pat, &layer);
+    if (wi.ndim == 2) count_matrix_dtype(report, &wi);
     json_t *e = json_object_get(pats, pat);
     if (!e) {
       json_t *shape = json_array();
@@ -241,17 +253,8 @@ static json_t *patterns_of(const mi_weights *w, const char *open_err, const json
       size_t n = wi.ndim == 1 ? (size_t)wi.shape[0] : 0;
       if (n && (wi.dtype == MI_DTYPE_F32 || wi.dtype == MI_DTYPE_BF16 || wi.dtype == MI_DTYPE_F16)) {
         double s = 0;
-        for (size_t i = 0; i < n; i++) {
-          uint16_t h;
-          float f;
-          if (wi.dtype == MI_DTYPE_F32) {
-            memcpy(&f, (const char *)wi.data + 4 * i, 4);
-            s += f;
-          } else {
-            memcpy(&h, (const char *)wi.data + 2 * i, 2);
-            s += wi.dtype == MI_DTYPE_BF16 ? mi_bf16_to_f32(h) : mi_f16_to_f32(h);
-          }
-        }
+        for (size_t i = 0; i < n; i++)
+          s += mi_float_value((mi_dtype)wi.dtype, wi.data, i);
         json_object_set_new(e, "mean", json_real(s / (double)n));
       }
       json_object_set_new(pats, pat, e);

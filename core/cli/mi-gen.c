@@ -604,47 +604,38 @@ static int parse_perf_gates(gen_run *r) {
   return -1;
 }
 
-/* A GGUF file's matrices against --dtype: each 2-D weight's dtype in the
- * platform's weight set for it (dtypes.weight_sets, else the dtype alone),
- * so a file of another type is one line here, not a stage-3 failure.
+/* A GGUF file's matrices against --dtype: each stored type of the 2-D
+ * weights the model reads (the coverage's matrix_dtypes) in the platform's
+ * weight set for it (dtypes.weight_sets, else the dtype alone), so a file
+ * of another type is one line here, not a stage-3 failure.
  * -1 to go on, else EX_DTYPE. */
 static int check_file_dtypes(const gen_run *r) {
   if (!mi_model_input_is_gguf(r->model_abs)) return -1; /* a folder: its floats are checked at load */
   json_t *set = json_object_get(json_object_get(json_object_get(r->pe->json, "dtypes"), "weight_sets"), r->dtype);
-  char err[1024];
-  mi_weights *w = mi_model_input_weights(r->model_abs, mi_model_input_all_blocks(), err, sizeof err);
-  if (!w) {
-    fprintf(stderr, "mi-gen: %s\n", err);
-    return EX_DTYPE;
-  }
-  unsigned n[MI_DTYPE_COUNT] = {0};
+  /* the coverage has read the file's matrices: their stored types */
+  json_t *have = json_object_get(r->cov, "matrix_dtypes");
   const char *bad = NULL, *bad_dt = NULL;
-  for (size_t i = 0; i < mi_weights_count(w); i++) {
-    mi_weight_info wi;
-    if (mi_weights_at(w, i, &wi) != 0 || wi.ndim != 2 || wi.dtype < 0 || wi.dtype >= MI_DTYPE_COUNT) continue;
-    const char *dn = mi_dtype_name((mi_dtype)wi.dtype);
+  char list[256] = "";
+  size_t o = 0;
+  for (int t = 0; t < MI_DTYPE_COUNT; t++) { /* in dtype order: one message for one file */
+    const char *dn = mi_dtype_name((mi_dtype)t);
+    json_t *e = json_object_get(have, dn);
+    if (!e) continue;
     int in = !strcmp(dn, r->dtype);
     size_t k;
     json_t *d;
     json_array_foreach(set, k, d) in |= !strcmp(json_string_value(d) ?: "", dn);
-    n[wi.dtype]++;
-    if (!in && !bad) bad = wi.name, bad_dt = dn;
+    if (!in && !bad) bad = json_string_value(json_object_get(e, "first")), bad_dt = dn;
+    if (o < sizeof list)
+      o += (size_t)snprintf(list + o, sizeof list - o, "%s%s x%lld", o ? ", " : "", dn,
+                            (long long)json_integer_value(json_object_get(e, "count")));
   }
-  int rc = -1;
-  if (bad) {
-    char have[256] = "";
-    size_t o = 0;
-    for (int d = 0; d < MI_DTYPE_COUNT; d++)
-      if (n[d] && o < sizeof have)
-        o += (size_t)snprintf(have + o, sizeof have - o, "%s%s x%u", o ? ", " : "", mi_dtype_name((mi_dtype)d), n[d]);
-    char *sl = json_dumps(set, JSON_COMPACT);
-    fprintf(stderr, "mi-gen: --dtype %s: %s: tensor %s is %s; an engine for %s binds matrices in %s (this file's: %s)\n",
-            r->dtype, r->model, bad, bad_dt, r->dtype, sl ? sl : r->dtype, have);
-    free(sl);
-    rc = EX_DTYPE;
-  }
-  mi_weights_close(w);
-  return rc;
+  if (!bad) return -1;
+  char *sl = json_dumps(set, JSON_COMPACT);
+  fprintf(stderr, "mi-gen: --dtype %s: %s: tensor %s is %s; an engine for %s binds matrices in %s (this file's: %s)\n",
+          r->dtype, r->model, bad ? bad : "?", bad_dt, r->dtype, sl ? sl : r->dtype, list);
+  free(sl);
+  return EX_DTYPE;
 }
 
 /* The model against the CKB: coverage, its model contract, the TP degree and

@@ -279,7 +279,10 @@ static int run_prompt(mi_session *eng, const run_opts *r, const char *prompt_tex
     to_encode = rendered;
     enc_len = strlen(rendered);
   }
-  int trc = mi_tokenizer_encode(eng->tok, to_encode, enc_len, 1, &ids, &n_ids);
+  /* a raw prompt as HF's tokenizer(text) encodes it (a post-processor's BOS first);
+   * a rendered chat template writes its own */
+  int trc = r->chat ? mi_tokenizer_encode(eng->tok, to_encode, enc_len, 1, &ids, &n_ids)
+                    : mi_tokenizer_encode_prompt(eng->tok, to_encode, enc_len, 1, &ids, &n_ids);
   if (trc == MI_TOK_EREGEX) { /* the model's file is at fault, not the prompt */
     fprintf(stderr, "mi-run: %s/tokenizer.json: cannot tokenize the prompt: %s\n", model_dir,
             mi_tokenizer_strerror(trc));

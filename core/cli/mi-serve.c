@@ -1172,7 +1172,8 @@ static int build_prompt(serve_req *sr, int32_t **ids, size_t *n, serve_err *e) {
   }
   /* chat: the template's special tokens are parsed; a completion's prompt
    * is taken as mi-run -p takes it (special tokens parsed too) */
-  int rc = mi_tokenizer_encode(tok, text, strlen(text), 1, ids, n);
+  int rc = rendered ? mi_tokenizer_encode(tok, text, strlen(text), 1, ids, n)
+                    : mi_tokenizer_encode_prompt(tok, text, strlen(text), 1, ids, n); /* a post-processor's BOS first */
   free(rendered);
   if (rc != 0) {
     e->status = 400;

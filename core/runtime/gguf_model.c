@@ -277,9 +277,12 @@ static void gguf_merge(const void *ctx, size_t i, const char **s, size_t *n) {
   mi_gguf_arr_str(((const gguf_tok_src *)ctx)->merges, i, s, n);
 }
 
-/* The contract's pre-tokenizer regex for tokenizer.ggml.pre, or NULL with
- * err naming the ones it knows. */
-static const char *pre_regex(const mi_gguf *g, json_t *spec, char *err, size_t el) {
+/* The contract's pre-tokenizer for tokenizer.ggml.pre: its regex, and the
+ * normalizer the Hugging Face tokenizer of that kind runs (an entry
+ * {"regex", "normalizer"}: its own, none when it says none; a string: the
+ * regex, with the section's normalizer). NULL with err naming the ones it
+ * knows. */
+static const char *pre_regex(const mi_gguf *g, json_t *spec, int *nfc, char *err, size_t el) {
   size_t n;
   const char *s = mi_gguf_kv_str(mi_gguf_get(g, "tokenizer.ggml.pre"), &n);
   if (!s) {
@@ -289,8 +292,18 @@ static const char *pre_regex(const mi_gguf *g, json_t *spec, char *err, size_t e
   }
   char pre[128];
   snprintf(pre, sizeof pre, "%.*s", (int)(n < 127 ? n : 127), s);
-  const char *regex = json_string_value(json_object_get(json_object_get(spec, "pre"), pre));
-  if (regex && strlen(pre) == n) return regex;
+  json_t *entry = json_object_get(json_object_get(spec, "pre"), pre);
+  const char *regex = json_is_object(entry) ? json_string_value(json_object_get(entry, "regex")) : json_string_value(entry);
+  if (regex && strlen(pre) == n) {
+    json_t *nv = json_is_object(entry) ? json_object_get(entry, "normalizer") : json_object_get(spec, "normalizer");
+    const char *nn = json_string_value(nv);
+    if (nv && !json_is_null(nv) && (!nn || (strcmp(nn, "NFC") && strcmp(nn, "none")))) {
+      mi_path_err(err, el, mi_gguf_path(g), "the model contract's normalizer for pre-tokenizer '%s' is not \"NFC\" or \"none\"", pre);
+      return NULL;
+    }
+    *nfc = nn && !strcmp(nn, "NFC");
+    return regex;
+  }
   char known[256] = "";
   size_t used = 0;
   const char *k;
@@ -323,7 +336,8 @@ static mi_tokenizer *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_mod
   if (!want || strlen(want) != n || memcmp(s, want, n))
     TFAIL("tokenizer.ggml.model '%.*s' is not supported (the contract reads '%s')",
           (int)(n < 60 ? n : 60), s, want ? want : "?");
-  const char *regex = pre_regex(g, spec, err, el);
+  int nfc = 0;
+  const char *regex = pre_regex(g, spec, &nfc, err, el);
   if (!regex) goto fail;
   gguf_tok_src src = {mi_gguf_get(g, "tokenizer.ggml.tokens"),
                       mi_gguf_get(g, "tokenizer.ggml.token_type"),
@@ -336,14 +350,13 @@ static mi_tokenizer *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_mod
     TFAIL("tokenizer.ggml.token_type is not an integer array as long as tokenizer.ggml.tokens");
   if (!src.merges || src.merges->type != MI_GGUF_ARRAY || src.merges->arr_type != MI_GGUF_STRING)
     TFAIL("tokenizer.ggml.merges is missing or not an array of strings");
-  const char *norm = json_string_value(json_object_get(spec, "normalizer"));
   const mi_tok_arrays arrays = {
       .n_tokens = (size_t)src.toks->n,
       .token = gguf_token,
       .n_merges = (size_t)src.merges->n,
       .merge = gguf_merge,
       .ctx = &src,
-      .nfc = norm && !strcmp(norm, "NFC"),
+      .nfc = nfc,
       .split_regex = regex,
       .tokens_name = "tokenizer.ggml.tokens",
       .merges_name = "tokenizer.ggml.merges",
@@ -353,6 +366,19 @@ static mi_tokenizer *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_mod
       tok_id(g, "tokenizer.ggml.eos_token_id", src.toks->n, &m->eos, err, el) ||
       tok_id(g, "tokenizer.ggml.padding_token_id", src.toks->n, &m->pad, err, el))
     goto fail;
+  /* what HF's tokenizer(text) adds, as the file states it (llama.cpp's
+   * converter writes the tokenizer.json post-processor's BOS as this) */
+  const mi_gguf_kv *ab = mi_gguf_get(g, "tokenizer.ggml.add_bos_token"),
+                   *ae = mi_gguf_get(g, "tokenizer.ggml.add_eos_token");
+  int64_t flag = 0;
+  if ((ab && ab->type != MI_GGUF_BOOL) || (ae && ae->type != MI_GGUF_BOOL))
+    TFAIL("tokenizer.ggml.add_%s_token is not a bool", ab && ab->type != MI_GGUF_BOOL ? "bos" : "eos");
+  if (ae && mi_gguf_kv_int(ae, &flag) == 0 && flag)
+    TFAIL("tokenizer.ggml.add_eos_token is true: a token after every prompt is not supported");
+  if (ab && mi_gguf_kv_int(ab, &flag) == 0 && flag) {
+    if (m->bos < 0) TFAIL("tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing");
+    if (mi_tokenizer_set_prefix(tok, m->bos, path, err, el)) goto fail;
+  }
   const mi_gguf_kv *ct = mi_gguf_get(g, "tokenizer.chat_template");
   if (ct) {
     s = mi_gguf_kv_str(ct, &n);
@@ -761,16 +787,8 @@ static int transform(const mi_gguf_model *m, const mi_gguf_tensor *t, const char
   float *out = malloc((n ? n : 1) * sizeof(float));
   if (!out) goto oom;
   const double x = json_number_value(add);
-  for (size_t k = 0; k < n; k++) {
-    uint16_t h;
-    float f;
-    if (w->dtype == MI_DTYPE_F32) memcpy(&f, (const char *)w->data + 4 * k, 4);
-    else {
-      memcpy(&h, (const char *)w->data + 2 * k, 2);
-      f = w->dtype == MI_DTYPE_F16 ? mi_f16_to_f32(h) : mi_bf16_to_f32(h);
-    }
-    out[k] = (float)((double)f + x);
-  }
+  for (size_t k = 0; k < n; k++)
+    out[k] = (float)((double)mi_float_value((mi_dtype)w->dtype, w->data, k) + x);
   free(*own);
   *own = out;
   w->data = out;

@@ -26,10 +26,7 @@ const char *mi_model_input_config_name(const char *path, char *buf, size_t n) {
   return buf;
 }
 
-/* The GGUF's model, config and weights only (no tokenizer), through the CKB
- * the runtime reads ($MI_CKB_DIR first: mi-gen and mi-verify set it to
- * theirs). */
-static mi_gguf_model *open_gguf(const char *path, char *err, size_t err_len) {
+mi_gguf_model *mi_model_input_open_gguf(const char *path, char *err, size_t err_len) {
   char ckb[4096];
   if (!mi_gguf_ckb_dir(ckb, sizeof ckb)) {
     snprintf(err, err_len, "%s: %s", path, ckb);
@@ -46,7 +43,7 @@ json_t *mi_model_input_config(const char *path, size_t jflags, char *err, size_t
     snprintf(p, sizeof p, "%s/config.json", path);
     return mi_file_load_json(p, 0, MI_CONFIG_JSON_MAX_BYTES, "config.json", jflags, err, err_len);
   }
-  mi_gguf_model *m = open_gguf(path, err, err_len);
+  mi_gguf_model *m = mi_model_input_open_gguf(path, err, err_len);
   json_t *cfg = m ? json_incref(m->config) : NULL;
   mi_gguf_model_close(m);
   return cfg;
@@ -55,7 +52,7 @@ json_t *mi_model_input_config(const char *path, size_t jflags, char *err, size_t
 mi_weights *mi_model_input_weights(const char *path, uint32_t keep_blocks, char *err,
                                    size_t err_len) {
   if (!mi_model_input_is_gguf(path)) return mi_weights_open(path, err, err_len);
-  mi_gguf_model *m = open_gguf(path, err, err_len);
+  mi_gguf_model *m = mi_model_input_open_gguf(path, err, err_len);
   if (!m) return NULL;
   m->keep_blocks = keep_blocks;
   mi_weights *w = mi_gguf_model_weights(m, err, err_len);

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/runtime/gguf_model.h"
 #include "core/runtime/safetensors.h"
 
 #ifdef __cplusplus
@@ -31,6 +32,11 @@ json_t *mi_model_input_config(const char *path, size_t jflags, char *err, size_t
  * keep_blocks. NULL with one line in err. */
 mi_weights *mi_model_input_weights(const char *path, uint32_t keep_blocks, char *err,
                                    size_t err_len);
+
+/* The GGUF file's model (config and weights, no tokenizer) through the CKB
+ * the runtime reads ($MI_CKB_DIR first: mi-gen and mi-verify set it to
+ * theirs); mi_gguf_model_close frees it. NULL with one line in err. */
+mi_gguf_model *mi_model_input_open_gguf(const char *path, char *err, size_t err_len);
 
 /* keep_blocks for every block dtype: weights read as stored (names, shapes,
  * dtypes: the CKB's checks), nothing widened. */

@@ -301,3 +301,16 @@ done:
     *n = out.n;
     return 0;
 }
+
+int mi_tokenizer_encode_prompt(const mi_tokenizer *t, const char *text, size_t len, int parse_special,
+                               int32_t **ids, size_t *n) {
+    int e = mi_tokenizer_encode(t, text, len, parse_special, ids, n);
+    if (e || t->prefix_id < 0) return e;
+    int32_t *v = realloc(*ids, (*n + 1) * sizeof *v);
+    if (!v) { free(*ids); *ids = NULL; *n = 0; return MI_TOK_ENOMEM; }
+    memmove(v + 1, v, *n * sizeof *v);
+    v[0] = t->prefix_id;
+    *ids = v;
+    (*n)++;
+    return 0;
+}

@@ -74,6 +74,7 @@ struct mi_tokenizer {
     int split_jit[4];
 
     int32_t eos_id, bos_id, pad_id;
+    int32_t prefix_id;   /* put before an encoded prompt (HF add_special_tokens), -1 = none */
     char *chat_template; /* declared by the model folder, or NULL */
 
     pthread_mutex_t cache_lock;

@@ -513,12 +513,57 @@ static int load_merges(mi_tokenizer *t, json_t *merges, const char *path, char *
     return rc;
 }
 
-/* normalizer, pre_tokenizer and decoder */
+/* A TemplateProcessing post-processor's "single" (what HF's tokenizer(text)
+ * adds with add_special_tokens=True): the sequence alone, or one special
+ * token before it (a <|begin_of_text|> or <bos>). Anything
+ * after the sequence, or more than one token before it, is refused: a
+ * prompt encoded without it would be a silent wrong answer. */
+static int template_processing(mi_tokenizer *t, json_t *pp, const char *path, char *err, size_t el) {
+    json_t *single = json_object_get(pp, "single");
+    size_t i, n = json_array_size(single), seq_at = n;
+    json_t *item;
+    if (!json_is_array(single)) RFAIL("post_processor TemplateProcessing has no \"single\" list");
+    json_array_foreach(single, i, item) if (json_object_get(item, "Sequence") && seq_at == n) seq_at = i;
+    if (seq_at == n || seq_at > 1 || seq_at + 1 != n)
+        RFAIL("post_processor TemplateProcessing: \"single\" of %zu items with the sequence at %zu is not supported "
+              "(the sequence alone, or after one special token)", n, seq_at);
+    if (seq_at == 0) return 0;
+    const char *tok = json_string_value(json_object_get(json_object_get(json_array_get(single, 0), "SpecialToken"), "id"));
+    if (!tok) RFAIL("post_processor TemplateProcessing: \"single\"[0] is not a {\"SpecialToken\": {\"id\": string}}");
+    json_t *ids = json_object_get(json_object_get(json_object_get(pp, "special_tokens"), tok), "ids");
+    int32_t id = json_array_size(ids) == 1 && json_is_integer(json_array_get(ids, 0))
+                     ? (int32_t)json_integer_value(json_array_get(ids, 0))
+                     : strmap_get(t, tok, strlen(tok));
+    if (id < 0 || (uint32_t)id >= t->vocab_size || t->str_off[id] == UINT32_MAX)
+        RFAIL("post_processor TemplateProcessing: token \"%.60s\" is not in the vocabulary", tok);
+    t->prefix_id = id;
+    return 0;
+}
+
+/* post_processor: none, ByteLevel (offsets only), TemplateProcessing, or a
+ * Sequence of those. */
+static int post_processor(mi_tokenizer *t, json_t *pp, int depth, const char *path, char *err, size_t el) {
+    if (!pp || json_is_null(pp)) return 0;
+    const char *type = json_string_value(json_object_get(pp, "type"));
+    if (type && !strcmp(type, "ByteLevel")) return 0;
+    if (type && !strcmp(type, "TemplateProcessing")) return template_processing(t, pp, path, err, el);
+    if (type && !strcmp(type, "Sequence") && depth == 0) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(json_object_get(pp, "processors"), i, x) if (post_processor(t, x, 1, path, err, el)) return -1;
+        return 0;
+    }
+    RFAIL("post_processor type \"%s\" is not supported (ByteLevel, TemplateProcessing, a Sequence of them)",
+          type ? type : "?");
+}
+
+/* normalizer, pre_tokenizer, post_processor and decoder */
 static int load_pipeline(mi_tokenizer *t, json_t *root, const char *path, char *err, size_t el) {
     if (parse_steps(t, json_object_get(root, "normalizer"), "normalizer", "normalizers", normalizer_step, path, err,
                     el, 0) ||
         parse_steps(t, json_object_get(root, "pre_tokenizer"), "pre_tokenizer", "pretokenizers", pre_step, path, err,
-                    el, 0))
+                    el, 0) ||
+        post_processor(t, json_object_get(root, "post_processor"), 0, path, err, el))
         return -1;
     json_t *d = json_object_get(root, "decoder");
     const char *dt = json_string_value(json_object_get(d, "type"));
@@ -622,7 +667,7 @@ mi_tokenizer *mi_tokenizer_load_arrays(const mi_tok_arrays *arrays, const char *
     if (!a.merges_name) a.merges_name = "merges";
     mi_tokenizer *t = calloc(1, sizeof *t);
     if (!t) { set_err(err, el, path, "out of memory"); return NULL; }
-    t->eos_id = t->bos_id = t->pad_id = -1;
+    t->eos_id = t->bos_id = t->pad_id = t->prefix_id = -1;
     tok_fill f = {.t = t};
     uint64_t V;
     size_t nv, na;
@@ -650,7 +695,7 @@ fail:
 static mi_tokenizer *load_root(json_t *root, const char *path, char *err, size_t el) {
     mi_tokenizer *t = calloc(1, sizeof *t);
     if (!t) { set_err(err, el, path, "out of memory"); json_decref(root); return NULL; }
-    t->eos_id = t->bos_id = t->pad_id = -1;
+    t->eos_id = t->bos_id = t->pad_id = t->prefix_id = -1;
     tok_json j = {0};
     tok_fill f = {.t = t};
     if (check_fields(root, &j, path, err, el) || size_tables(t, &j, path, err, el)) goto fail;
@@ -762,6 +807,21 @@ int mi_tokenizer_set_config(mi_tokenizer *t, int32_t eos, int32_t bos, int32_t p
     t->chat_template = ct;
     return 0;
 }
+
+int mi_tokenizer_set_prefix(mi_tokenizer *t, int32_t id, const char *name, char *err, size_t el) {
+    if (err && el) err[0] = 0;
+    if (!name) name = "(tokenizer)";
+    if (!t) { set_err(err, el, name, "no tokenizer"); return -1; }
+    if (id < -1 || (id >= 0 && ((uint32_t)id >= t->vocab_size || t->str_off[id] == UINT32_MAX))) {
+        set_err(err, el, name, "the token put before a prompt (id %d) is not in the vocabulary (%u tokens)", (int)id,
+                t->vocab_size);
+        return -1;
+    }
+    t->prefix_id = id;
+    return 0;
+}
+
+int32_t mi_tokenizer_prefix_id(const mi_tokenizer *t) { return t ? t->prefix_id : -1; }
 
 const char *mi_tokenizer_chat_template(const mi_tokenizer *t) { return t ? t->chat_template : NULL; }
 

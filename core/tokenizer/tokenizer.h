@@ -147,6 +147,23 @@ void mi_tokenizer_free(mi_tokenizer *tok);
 int mi_tokenizer_encode(const mi_tokenizer *tok, const char *text, size_t len,
                         int parse_special, int32_t **ids, size_t *n);
 
+/* A prompt as HF's tokenizer(text) encodes it (add_special_tokens=True):
+ * the token the tokenizer puts before a text (mi_tokenizer_prefix_id), if
+ * any, then mi_tokenizer_encode's ids. For a raw prompt (mi-run -p, a
+ * completion); a rendered chat template writes its own (HF's
+ * apply_chat_template encodes without adding it). */
+int mi_tokenizer_encode_prompt(const mi_tokenizer *tok, const char *text, size_t len,
+                               int parse_special, int32_t **ids, size_t *n);
+
+/* The token put before a prompt: tokenizer.json's TemplateProcessing
+ * post-processor's leading special token (a <|begin_of_text|> or <bos>), a
+ * GGUF's tokenizer.ggml.add_bos_token; -1 when none. */
+int32_t mi_tokenizer_prefix_id(const mi_tokenizer *tok);
+
+/* Sets it (-1: none); 0, or -1 with "NAME: problem" for an id outside the
+ * vocabulary. */
+int mi_tokenizer_set_prefix(mi_tokenizer *tok, int32_t id, const char *name, char *err, size_t err_len);
+
 /* One-shot decode: ids -> malloc'd NUL-terminated UTF-8 string (length in
  * *out_len if not NULL). Special tokens are emitted as their text (no
  * skipping). Invalid UTF-8 byte sequences produced by the ids are replaced

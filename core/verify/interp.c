@@ -85,17 +85,8 @@ double *vf_weight_f64(const struct mi_weights *w, const char *name, size_t expec
     mi_quant_row_f64((mi_dtype)wi.dtype, p, (int64_t)n, out);
     return out;
   }
-  for (size_t i = 0; i < n; i++) {
-    uint16_t h;
-    float f;
-    if (wi.dtype == MI_DTYPE_F32) {
-      memcpy(&f, p + 4 * i, 4);
-      out[i] = f;
-    } else {
-      memcpy(&h, p + 2 * i, 2);
-      out[i] = wi.dtype == MI_DTYPE_BF16 ? mi_bf16_to_f32(h) : mi_f16_to_f32(h);
-    }
-  }
+  for (size_t i = 0; i < n; i++)
+    out[i] = mi_float_value((mi_dtype)wi.dtype, p, i);
   return out;
 }
 

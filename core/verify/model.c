@@ -304,13 +304,8 @@ void vf_random_prompt(uint64_t seed, int32_t *ids, int64_t n, int64_t lo, int64_
 /* A GGUF file's tensor serving the Hugging Face name, through the model
  * contract's gguf map (its bytes at the data section plus its offset). */
 static int locate_gguf(const char *path, const char *name, vf_tensor_loc *out, char *err, size_t err_len) {
-  char ckb[4096];
-  mi_gguf_model *m = NULL;
-  if (!mi_gguf_ckb_dir(ckb, sizeof ckb)) {
-    snprintf(err, err_len, "%s: %s", path, ckb);
-    return -1;
-  }
-  if (mi_gguf_model_open_config(path, ckb, MI_WEIGHTS_MMAP, &m, err, err_len) != 0) return -1;
+  mi_gguf_model *m = mi_model_input_open_gguf(path, err, err_len);
+  if (!m) return -1;
   int dt = -1;
   const mi_gguf_tensor *t = mi_gguf_model_tensor(m, name, &dt);
   if (!t || dt < 0) snprintf(err, err_len, "%s: no tensor serves \"%s\"%s", path, name, t ? " in a type read" : "");

@@ -143,7 +143,7 @@ static void child_case(int fd, mi_session *e, int slot, json_t *gc, int K) {
   }
   int32_t *ids = NULL;
   size_t n_ids = 0;
-  if (mi_tokenizer_encode(e->tok, prompt, strlen(prompt), 1, &ids, &n_ids) != 0) {
+  if (mi_tokenizer_encode_prompt(e->tok, prompt, strlen(prompt), 1, &ids, &n_ids) != 0) { /* as mi-run -p */
     vf_rec_write(fd, VF_REC_FAIL, slot, 0, "the tokenizer cannot encode the prompt", NULL, 0);
     return;
   }

@@ -805,6 +805,94 @@ START_TEST(test_tiny_bpe) {
 }
 END_TEST
 
+/* tiny_json with "post_processor": pp inserted (pp is JSON text). */
+static char *tiny_json_pp(const char *pp) {
+    char *j = tiny_json("[\"z z\"]", "\"zz\":256", "[{\"id\":300,\"content\":\"<B>\",\"special\":true}]");
+    char *out = malloc(strlen(j) + strlen(pp) + 32);
+    sprintf(out, "{\"post_processor\":%s,%s", pp, j + 1);
+    free(j);
+    return out;
+}
+
+/* HF's tokenizer(text) with add_special_tokens=True: a TemplateProcessing
+ * post-processor's leading special token goes before a prompt
+ * (mi_tokenizer_encode_prompt), not before a plain encode (a rendered chat
+ * template writes its own); what the tokenizer cannot reproduce (a token
+ * after the text, a processor it does not know) is refused at load, not
+ * dropped. */
+START_TEST(test_post_processor) {
+    mk_tmp();
+    char err[512];
+    static const char *const leading[] = {
+        "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<B>\",\"type_id\":0}},"
+        "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"special_tokens\":{\"<B>\":{\"id\":\"<B>\",\"ids\":[300],"
+        "\"tokens\":[\"<B>\"]}}}",
+        /* in a Sequence after ByteLevel (Llama 3.1's form), the id from the vocabulary */
+        "{\"type\":\"Sequence\",\"processors\":[{\"type\":\"ByteLevel\",\"add_prefix_space\":true},"
+        "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<B>\",\"type_id\":0}},"
+        "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}]}]}",
+    };
+    for (int k = 0; k < 2; k++) {
+        char *j = tiny_json_pp(leading[k]);
+        mi_tokenizer *t = load_text("pp.json", j, err, sizeof err);
+        ck_assert_msg(t != NULL, "form %d: %s", k, err);
+        ck_assert_int_eq(mi_tokenizer_prefix_id(t), 300);
+        int32_t *ids, *plain; size_t n, np;
+        ck_assert_int_eq(mi_tokenizer_encode_prompt(t, "zz a", 4, 1, &ids, &n), 0);
+        ck_assert_int_eq(mi_tokenizer_encode(t, "zz a", 4, 1, &plain, &np), 0);
+        ck_assert_uint_eq(n, np + 1);
+        ck_assert_int_eq(ids[0], 300);
+        ck_assert_int_eq(memcmp(ids + 1, plain, np * sizeof *ids), 0);
+        free(ids); free(plain);
+        ck_assert_int_eq(mi_tokenizer_encode_prompt(t, "", 0, 1, &ids, &n), 0); /* HF: [BOS] alone */
+        ck_assert_uint_eq(n, 1);
+        free(ids);
+        mi_tokenizer_free(t);
+        free(j);
+    }
+    /* the sequence alone, ByteLevel, null: nothing added */
+    static const char *const none[] = {"{\"type\":\"TemplateProcessing\",\"single\":[{\"Sequence\":{\"id\":\"A\"}}]}",
+                                       "{\"type\":\"ByteLevel\"}", "null"};
+    for (int k = 0; k < 3; k++) {
+        char *j = tiny_json_pp(none[k]);
+        mi_tokenizer *t = load_text("pp.json", j, err, sizeof err);
+        ck_assert_msg(t != NULL, "%s", err);
+        ck_assert_int_eq(mi_tokenizer_prefix_id(t), -1);
+        int32_t *ids; size_t n;
+        ck_assert_int_eq(mi_tokenizer_encode_prompt(t, "zz", 2, 1, &ids, &n), 0);
+        ck_assert_uint_eq(n, 1);
+        ck_assert_int_eq(ids[0], 256);
+        free(ids);
+        mi_tokenizer_free(t);
+        free(j);
+    }
+    static const struct { const char *pp, *why; } bad[] = {
+        {"{\"type\":\"TemplateProcessing\",\"single\":[{\"Sequence\":{\"id\":\"A\"}},{\"SpecialToken\":{\"id\":\"<B>\"}}]}",
+         "with the sequence at 0 is not supported"},
+        {"{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<Q>\"}},{\"Sequence\":{\"id\":\"A\"}}]}",
+         "token \"<Q>\" is not in the vocabulary"},
+        {"{\"type\":\"RobertaProcessing\"}", "post_processor type \"RobertaProcessing\" is not supported"},
+        {"{\"type\":\"TemplateProcessing\"}", "has no \"single\" list"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char *j = tiny_json_pp(bad[k].pp);
+        mi_tokenizer *t = load_text("pp.json", j, err, sizeof err);
+        ck_assert_msg(t == NULL, "post_processor %s was accepted", bad[k].pp);
+        ck_assert_msg(strstr(err, bad[k].why) && strstr(err, "pp.json"), "%s: %s", bad[k].pp, err);
+        free(j);
+    }
+    /* set by a caller (a GGUF's add_bos_token), checked against the vocabulary */
+    char *j = tiny_json_pp("null");
+    mi_tokenizer *t = load_text("pp.json", j, err, sizeof err);
+    ck_assert_int_eq(mi_tokenizer_set_prefix(t, 300, "f.gguf", err, sizeof err), 0);
+    ck_assert_int_eq(mi_tokenizer_prefix_id(t), 300);
+    ck_assert_int_eq(mi_tokenizer_set_prefix(t, 100000, "f.gguf", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "f.gguf") && strstr(err, "not in the vocabulary"), "%s", err);
+    mi_tokenizer_free(t);
+    free(j);
+}
+END_TEST
+
 /* ---- mi_tokenizer_load_arrays: a vocabulary given as arrays ---- */
 
 /* Token i: s[i] (n[i] bytes) of kind[i]; merge i: m[i] (mn[i] bytes). */
@@ -960,7 +1048,8 @@ static Suite *suite(void) {
     suite_add_tcase(s, tc);
     TCase *tf = tcase_create("files");
     mi_check_add(tf, MI_CHECK_TESTS(test_bad_files, test_tiny_bpe, test_regex_work_is_bounded,
-                                    test_fifo_tokenizer, test_arrays_match_json, test_arrays_refused));
+                                    test_fifo_tokenizer, test_arrays_match_json, test_arrays_refused,
+                                    test_post_processor));
     suite_add_tcase(s, tf);
     return s;
 }

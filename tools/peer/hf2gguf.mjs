@@ -904,6 +904,24 @@ function looksSpecial(t) {
 
 const QWEN2_REGEX = String.raw`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`;
 
+// Llama 3's (tokenizer.json Split regex; llama.cpp's "llama-bpe"): digits in
+// runs of up to three, no normalizer.
+const LLAMA3_REGEX = String.raw`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`;
+const PRE_BY_REGEX = { [QWEN2_REGEX]: "qwen2", [LLAMA3_REGEX]: "llama-bpe" };
+
+// The token a TemplateProcessing post-processor puts before the text (alone
+// or in a Sequence), as gguf-py's SpecialVocab reads it; null when none.
+function postProcessorPrefix(pp) {
+  if (!pp) return null;
+  if (pp.type === "Sequence") {
+    for (const x of pp.processors || []) { const t = postProcessorPrefix(x); if (t !== null) return t; }
+    return null;
+  }
+  if (pp.type !== "TemplateProcessing" || !Array.isArray(pp.single) || pp.single.length < 2) return null;
+  const first = pp.single[0];
+  return first && first.SpecialToken && typeof first.SpecialToken.id === "string" ? first.SpecialToken.id : null;
+}
+
 const TOKTYPE = { NORMAL: 1, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5 };
 
 function buildVocab(dir, cfg, w) {
@@ -954,9 +972,9 @@ function buildVocab(dir, cfg, w) {
   // string's tokens. Qwen3's tokenizer.json uses exactly that regex (checked below).
   const pres = tok.pre_tokenizer && tok.pre_tokenizer.type === "Sequence" ? tok.pre_tokenizer.pretokenizers : [tok.pre_tokenizer];
   const split = (pres || []).find((p) => p && p.type === "Split");
-  if (!split || !split.pattern || split.pattern.Regex !== QWEN2_REGEX)
-    die(`${tokFile}: pre_tokenizer is not the Qwen2 split regex; only "qwen2" is supported`);
-  w.addString("tokenizer.ggml.pre", "qwen2");
+  const pre = split && split.pattern ? PRE_BY_REGEX[split.pattern.Regex] : undefined;
+  if (!pre) die(`${tokFile}: pre_tokenizer is not the Qwen2 or the Llama 3 split regex; only "qwen2" and "llama-bpe" are supported`);
+  w.addString("tokenizer.ggml.pre", pre);
   w.addStringArray("tokenizer.ggml.tokens", tokens);
   w.addI32Array("tokenizer.ggml.token_type", types);
   w.addStringArray("tokenizer.ggml.merges", mergeStrs);
@@ -972,13 +990,19 @@ function buildVocab(dir, cfg, w) {
     const hit = added.find((a) => a.content === content);
     if (hit) ids[typ] = hit.id;
   }
+  const prefix = postProcessorPrefix(tok.post_processor);
+  const prefixHit = prefix === null ? null : added.find((a) => a.content === prefix);
+  if (ids.bos === undefined && prefixHit) ids.bos = prefixHit.id;
   for (const typ of Object.keys(keys)) {
     const v = cfg[`${typ}_token_id`];
     if (ids[typ] === undefined && Number.isInteger(v) && v >= 0 && v < V) ids[typ] = v;
   }
   for (const [typ, id] of Object.entries(ids)) w.addU32(`tokenizer.ggml.${keys[typ]}`, id);
-  // Qwen adds no BOS; written explicitly so llama.cpp never guesses.
-  w.addBool("tokenizer.ggml.add_bos_token", tc.add_bos_token === true);
+  // tokenizer_config's add_bos_token, else the post-processor's leading
+  // token being the BOS (Llama 3); Qwen adds none. Written explicitly so
+  // llama.cpp never guesses.
+  const addBos = typeof tc.add_bos_token === "boolean" ? tc.add_bos_token : prefixHit !== null && prefixHit !== undefined && prefixHit.id === ids.bos;
+  w.addBool("tokenizer.ggml.add_bos_token", addBos);
   if (typeof tc.add_eos_token === "boolean") w.addBool("tokenizer.ggml.add_eos_token", tc.add_eos_token);
 
   let tmpl = typeof tc.chat_template === "string" ? tc.chat_template : null;

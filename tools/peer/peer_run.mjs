@@ -71,7 +71,7 @@ function topLogprobs(probMap, k) {
 
 /**
  * Runs llama.cpp on `gguf` for each prompt: tokenized by llama.cpp (special
- * tokens parsed), then `steps` greedy steps, EOS ignored. F32 KV cache, flash
+ * tokens parsed; the BOS first where the file adds one), then `steps` greedy steps, EOS ignored. F32 KV cache, flash
  * attention off, the whole prompt in one batch. `onCase(case, index, ms)` is
  * called after each prompt (for --check-ref and logging). Returns the cases.
  */
@@ -79,7 +79,10 @@ export async function runPeer(gguf, prompts, steps, onCase) {
   const { getLlama, LlamaLogLevel } = await importDep("node-llama-cpp");
   const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
   const model = await llama.loadModel({ modelPath: gguf });
-  const tokenized = prompts.map((p) => Array.from(model.tokenize(p, true)));
+  // a prompt as llama.cpp's tools take it: the file's BOS first where it
+  // says so (tokenizer.ggml.add_bos_token: Llama 3), none for Qwen
+  const bos = model.tokens.shouldPrependBosToken ? [model.tokens.bos] : [];
+  const tokenized = prompts.map((p) => [...bos, ...Array.from(model.tokenize(p, true))]);
   const maxLen = Math.max(...tokenized.map((t) => t.length)) + steps + 8;
   const ctxSize = Math.ceil(maxLen / 256) * 256;
   const ctx = await model.createContext({

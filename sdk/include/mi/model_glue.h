@@ -290,15 +290,8 @@ static inline int mi_glue_bind_f32(const mi_glue *g, const char *name, int ndim,
     snprintf(err, err_len, "%s: out of memory", g->tag);
     return -1;
   }
-  for (size_t i = 0; i < count; i++) {
-    if (wi.dtype == MI_DTYPE_F32) {
-      memcpy(&tmp[i], (const char *)wi.data + 4 * i, 4);
-    } else {
-      uint16_t v;
-      memcpy(&v, (const char *)wi.data + 2 * i, 2);
-      tmp[i] = wi.dtype == MI_DTYPE_BF16 ? mi_bf16_to_f32(v) : mi_f16_to_f32(v);
-    }
-  }
+  for (size_t i = 0; i < count; i++)
+    tmp[i] = mi_float_value((mi_dtype)wi.dtype, wi.data, i);
   const int rc = mi_glue_upload(g, name, tmp, count * sizeof(float), w, err, err_len);
   free(tmp);
   if (rc != 0) return -1;

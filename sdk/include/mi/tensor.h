@@ -157,6 +157,20 @@ static inline float mi_f16_to_f32(uint16_t h) {
   return mi_f32_from_bits(u);
 }
 
+/* Value i of a float vector stored as t (F32, F16 or BF16; else 0), exactly
+ * as f32: the one widening every reader of a stored float vector uses. */
+static inline float mi_float_value(mi_dtype t, const void *src, size_t i) {
+  const unsigned char *p = (const unsigned char *)src;
+  uint16_t h;
+  float f;
+  switch (t) {
+  case MI_DTYPE_F32: memcpy(&f, p + 4 * i, 4); return f;
+  case MI_DTYPE_F16: memcpy(&h, p + 2 * i, 2); return mi_f16_to_f32(h);
+  case MI_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); return mi_bf16_to_f32(h);
+  default: return 0.0f;
+  }
+}
+
 static inline uint16_t mi_f32_to_f16(float f) {
   uint32_t u = mi_f32_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
