@@ -10,10 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/gen/gen.h"
+#include "core/runtime/model_input.h"
 #include "core/util/file.h"
 
 #define MAX_CHECKPOINTS 32 /* config hashes kept per entry: enough to see "many shapes", bounded   \
@@ -98,10 +100,31 @@ static void today(char out[11]) {
   strftime(out, 11, "%Y-%m-%d", &tm);
 }
 
+/* Which checkpoint: its config.json's hash; a GGUF file's, the config its
+ * contract builds from the metadata (never the whole file, gigabytes, on
+ * every failure), or when none builds its name and size. */
 static void cfg_hash16(const char *cfg_path, char out[17]) {
   char sha[65] = "";
   out[0] = 0;
-  if (cfg_path && mi_sha256_file(cfg_path, sha) == 0) snprintf(out, 17, "%.16s", sha);
+  if (!cfg_path) return;
+  if (mi_model_input_is_gguf(cfg_path)) {
+    char err[600];
+    json_t *cfg = mi_model_input_config(cfg_path, 0, err, sizeof err);
+    char *text = cfg ? json_dumps(cfg, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    struct stat st;
+    char id[4200];
+    if (!text && stat(cfg_path, &st) == 0) {
+      const char *base = strrchr(cfg_path, '/');
+      snprintf(id, sizeof id, "%s %lld", base ? base + 1 : cfg_path, (long long)st.st_size);
+      text = strdup(id);
+    }
+    if (text) mi_sha256_buf(text, strlen(text), sha);
+    free(text);
+    json_decref(cfg);
+  } else if (mi_sha256_file(cfg_path, sha) != 0) {
+    sha[0] = 0;
+  }
+  if (sha[0]) snprintf(out, 17, "%.16s", sha);
 }
 
 /* "1.0.7" -> "1.0.8"; anything else -> NULL (the update is then refused) */

@@ -3,6 +3,7 @@
 #include "core/runtime/gguf_model.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "core/runtime/host.h"
 #include "core/runtime/mem.h"
 #include "core/util/file.h"
+#include "core/util/kexpr.h"
 #include "mi/quant.h"
 #include "mi/tensor.h"
 
@@ -473,6 +475,119 @@ static int check_keys(const mi_gguf *g, json_t *sec, const char *arch, json_t *c
   return 0;
 }
 
+/* ---- config fields a tensor states (gguf.derive) ---------------------------- */
+
+/* The expression's value at index i: "i", a member of the setting, else a
+ * number of the config. -1 + err when a name is neither. */
+static int derive_eval(const mi_kexpr *x, const json_t *setting, const json_t *cfg, int64_t i, double *out,
+                       const char *tname, const char *path, char *err, size_t el) {
+  double v[16];
+  const int nn = mi_kexpr_n_names(x);
+  if (nn > 16) {
+    mi_path_err(err, el, path, "the model contract's gguf.derive for '%s' reads more than 16 names", tname);
+    return -1;
+  }
+  for (int k = 0; k < nn; k++) {
+    const char *nm = mi_kexpr_name(x, k);
+    const json_t *j = !strcmp(nm, "i") ? NULL : json_object_get(setting, nm);
+    if (!strcmp(nm, "i")) v[k] = (double)i;
+    else if (json_is_number(j ? j : (j = json_object_get(cfg, nm)))) v[k] = json_number_value(j);
+    else {
+      mi_path_err(err, el, path, "the model contract's gguf.derive for '%s' reads '%s', which neither its setting nor the config gives as a number",
+                  tname, nm);
+      return -1;
+    }
+  }
+  *out = mi_kexpr_eval(x, v);
+  return 0;
+}
+
+/* How far a setting's values are from the tensor's (max relative
+ * difference; HUGE_VAL when one is not finite), or -1 + err. */
+static double derive_distance(const mi_kexpr *x, const json_t *setting, const json_t *cfg, const float *t, int64_t n,
+                              const char *tname, const char *path, char *err, size_t el) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double v;
+    if (derive_eval(x, setting, cfg, i, &v, tname, path, err, el)) return -1;
+    const double d = fabs((double)t[i] - v) / fmax(1.0, fabs(v));
+    if (!isfinite(d) || !isfinite((double)t[i])) return HUGE_VAL;
+    worst = fmax(worst, d);
+  }
+  return worst;
+}
+
+/* gguf.derive: a tensor that holds what config.json states as fields
+ * (llama.cpp's converter writes a rotary scaling as each pair's frequency
+ * divisor, rope_freqs, and no key). {TENSOR: {"value": EXPR over i, the
+ * setting's members and config numbers, "config": FIELD, "set": {..},
+ * "settings": [{..}]}}: the first setting whose values the F32 vector holds
+ * (each within 1e-6 relative, f32 rounding of the converter's float64) is
+ * the config's FIELD, with "set" added. A tensor no setting gives is
+ * refused by name (a rotary scaling computed otherwise than the file's is a
+ * silent wrong answer). 0, or -1 + err. */
+static int derive_config(const mi_gguf *g, json_t *sec, json_t *cfg, const char *contract_path, char *err, size_t el) {
+  const char *path = mi_gguf_path(g), *tname;
+  json_t *d;
+  json_object_foreach(json_object_get(sec, "derive"), tname, d) {
+    const mi_gguf_tensor *t = mi_gguf_tensor_find(g, tname);
+    if (!t) continue; /* the file states nothing: the config's default */
+    const char *field = json_string_value(json_object_get(d, "config"));
+    json_t *settings = json_object_get(d, "settings");
+    if (!field || !json_is_array(settings)) {
+      mi_path_err(err, el, path, "the model contract %s: gguf.derive for '%s' has no \"config\" or \"settings\"", contract_path, tname);
+      return -1;
+    }
+    int64_t n = (int64_t)t->ne[0];
+    for (uint32_t k = 1; k < t->n_dims; k++) n *= t->ne[k] == 1 ? 1 : -1;
+    if (t->type != MI_GGML_F32 || !t->data || n <= 0 || n > 1 << 20) {
+      mi_path_err(err, el, path, "tensor '%s' is not an F32 vector (type %s, %u dims): the contract reads its values as %s",
+                  tname, mi_gguf_type_name(t->type), t->n_dims, field);
+      return -1;
+    }
+    float *vals = malloc((size_t)n * sizeof *vals);
+    mi_kexpr *x = mi_kexpr_parse(json_string_value(json_object_get(d, "value")) ? json_string_value(json_object_get(d, "value")) : "",
+                                 err, el);
+    if (!vals || !x) {
+      char why[400];
+      snprintf(why, sizeof why, "%s", x ? "out of memory" : err);
+      if (!vals) snprintf(why, sizeof why, "out of memory");
+      mi_path_err(err, el, path, "the model contract %s: gguf.derive for '%s': %s", contract_path, tname, why);
+      free(vals);
+      mi_kexpr_free(x);
+      return -1;
+    }
+    memcpy(vals, t->data, (size_t)n * sizeof *vals);
+    size_t i, best_at = 0;
+    json_t *st;
+    double best = HUGE_VAL;
+    int rc = -1;
+    json_array_foreach(settings, i, st) {
+      const double dist = derive_distance(x, st, cfg, vals, n, tname, path, err, el);
+      if (dist < 0) goto done;
+      if (dist < best) best = dist, best_at = i;
+    }
+    if (best <= 1e-6) {
+      json_t *v = json_deep_copy(json_array_get(settings, best_at));
+      json_object_update(v, json_object_get(d, "set"));
+      json_object_set_new(cfg, field, v);
+      rc = 0;
+    } else {
+      char *near = json_dumps(json_array_get(settings, best_at), JSON_COMPACT);
+      mi_path_err(err, el, path,
+                  "tensor '%s' holds %s values none of the %zu settings of %s's gguf.derive gives (nearest %s, off by %.2g): "
+                  "add the checkpoint's %s to them",
+                  tname, field, json_array_size(settings), contract_path, near ? near : "none", best, field);
+      free(near);
+    }
+  done:
+    free(vals);
+    mi_kexpr_free(x);
+    if (rc) return -1;
+  }
+  return 0;
+}
+
 static int model_from(mi_gguf *g, json_t *contract, const char *contract_path, int with_tokenizer,
                       mi_gguf_model **out, char *err, size_t err_len) {
   *out = NULL;
@@ -496,6 +611,7 @@ static int model_from(mi_gguf *g, json_t *contract, const char *contract_path, i
   if (!(m->config = build_config(g, contract, arch, err, err_len))) goto fail;
   if (unread_keys(g, sec, arch, m->contract_path, err, err_len) != 0) goto fail;
   if (check_keys(g, sec, arch, m->config, m->contract_path, err, err_len) != 0) goto fail;
+  if (derive_config(g, sec, m->config, m->contract_path, err, err_len) != 0) goto fail;
   if (with_tokenizer &&
       !(m->tok = build_tokenizer(g, json_object_get(sec, "tokenizer"), m, err, err_len)))
     goto fail;
@@ -819,6 +935,8 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
   for (size_t i = 0; i < nt; i++) {
     const mi_gguf_tensor *t = mi_gguf_tensor_at(g, i);
     char hf[512];
+    if (json_object_get(json_object_get(json_object_get(m->contract, "gguf"), "derive"), t->name))
+      continue; /* read into the config (derive_config), not a weight */
     if (!hf_name(map, t->name, hf, sizeof hf)) {
       /* a tensor the contract does not read changes what the file means
        * (a rope_freqs table: a rotary scaling the keys do not say): never ignored */

@@ -19,8 +19,12 @@
  *     llama.cpp's adjacent-pair rotation, as llama.cpp's converter does):
  *     the model contract's gguf.transforms undo it at load, so the engine
  *     mi-gen makes from the file passes stage 4 against llama.cpp, and
- *     without the transforms the same engine answers otherwise; a Llama
- *     3.1 file (its rope scaling a rope_freqs tensor) is refused by name. */
+ *     without the transforms the same engine answers otherwise;
+ *   - Llama 3.1-style files (the rope scaling a rope_freqs tensor, no key):
+ *     the contract's gguf.derive reads the setting back (a published one
+ *     through the shipped CKB, the probe's once added as data), the engine
+ *     mi-gen makes from the file runs the folder to the same bytes; a
+ *     setting the contract does not list is refused by the tensor's name. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -41,18 +45,26 @@ static res run(const char *tool, const char *const *args, int timeout) {
 }
 #define sh(...) gt_sh("test_gen_gguf", __VA_ARGS__)
 
+/* Llama 3.1's and 3.2's published llama3 rope scaling (a setting model.llama's
+ * gguf.derive lists) */
+#define ROPE_PUBLISHED                                                                                              \
+  "rope_scaling={\"factor\":8.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"                             \
+  "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"}"
+/* the probe's (tests/goldens/families/llama31-probe-tiny-seed6.json): the
+ * bands inside a tiny model's positions, so the scaling moves its logits */
+#define ROPE_PROBE                                                                                                  \
+  "rope_scaling={\"factor\":32.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"                            \
+  "\"original_max_position_embeddings\":64,\"rope_type\":\"llama3\"}"
+
 /* the Llama probe of tests/goldens/families/llama-probe-tiny-seed4.json;
- * llama3 adds that of llama31-probe-tiny-seed6.json's rope scaling */
-static int mk_llama(const char *out, const char *seed, int llama3) {
+ * rope (ROPE_*) adds a llama3 rope scaling */
+static int mk_llama(const char *out, const char *seed, const char *rope) {
   const char *a[] = {"--family", "qwen3", "--shape", "tiny", "--seed", seed, "--dtype", "bf16", "--variants",
                      "qk_norm_none", "--config", "architectures=[\"LlamaForCausalLM\"]", "--config",
                      "model_type=llama", "--config", "pretraining_tp=1", "--config", "mlp_bias=false", "--config",
                      "rope_theta=500000.0", "--drop-config", "head_dim", "--drop-config", "use_sliding_window",
                      "--drop-config", "sliding_window", "--drop-config", "max_window_layers", "--out", out,
-                     llama3 ? "--config" : NULL,
-                     "rope_scaling={\"factor\":32.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
-                     "\"original_max_position_embeddings\":64,\"rope_type\":\"llama3\"}",
-                     NULL};
+                     rope ? "--config" : NULL, rope, NULL};
   res r = run("mi-mkmodel", a, 120);
   int rc = r.rc;
   res_free(&r);
@@ -74,13 +86,17 @@ static int hf2gguf(const char *dir, const char *out, const char *type) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
-static res gen(const char *model, const char *dtype, const char *out) {
-  char ckb[1300];
-  snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
+static res gen_ckb(const char *model, const char *dtype, const char *out, const char *ckb) {
   const char *a[] = {"--model", model,   "--platform", "cpu",   "--dtype", dtype,       "--tp",
                      "1",       "--out", out,          "--ckb", ckb,       "--goldens", g_gold,
                      "--seed",  "3",     "-t",         "2",     NULL};
   return run("mi-gen", a, 900);
+}
+
+static res gen(const char *model, const char *dtype, const char *out) {
+  char ckb[1300];
+  snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
+  return gen_ckb(model, dtype, out, ckb);
 }
 
 /* once: the checkpoints, their GGUF files and the engines */
@@ -105,7 +121,7 @@ static int setup_all(void) {
   /* general.name is the folder's name: the golden's file hash needs this one */
   snprintf(g_llama, sizeof g_llama, "%s/llama-probe-tiny-seed4", g_tmp);
   snprintf(g_llama_gguf, sizeof g_llama_gguf, "%s/llama-probe-tiny-seed4-bf16.gguf", g_tmp);
-  if (mk_llama(g_llama, "4", 0) != 0 || hf2gguf(g_llama, g_llama_gguf, "bf16") != 0) return -1;
+  if (mk_llama(g_llama, "4", NULL) != 0 || hf2gguf(g_llama, g_llama_gguf, "bf16") != 0) return -1;
   snprintf(g_out_llama, sizeof g_out_llama, "%s/engine-llama", g_tmp);
   if (!g_quick) g_gen_llama = gen(g_llama_gguf, "bf16", g_out_llama);
   return 0;
@@ -301,21 +317,91 @@ START_TEST(test_llama_file_unpermuted) {
 }
 END_TEST
 
-START_TEST(test_llama31_rope_freqs_refused) {
-  char dir[1300], file[1300];
-  snprintf(dir, sizeof dir, "%s/llama31", g_tmp);
-  snprintf(file, sizeof file, "%s/llama31-bf16.gguf", g_tmp);
-  ck_assert_int_eq(mk_llama(dir, "6", 1), 0);
-  ck_assert_int_eq(hf2gguf(dir, file, "bf16"), 0);
-  char ckb[1300];
+/* mi-run's --json on model (folder or file) through the engine in eng,
+ * MI_CKB_DIR ckb when not NULL */
+static res run_llama(const char *eng, const char *model, const char *ckb) {
+  const char *a[] = {"--plugin-dir", eng, "-m", model, "-p", "Once upon a time there was a tiny model that", "-n", "8",
+                     "--temp", "0", "--json", "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
+  if (ckb) setenv("MI_CKB_DIR", ckb, 1);
+  res r = run("mi-run", a, 120);
+  unsetenv("MI_CKB_DIR");
+  return r;
+}
+
+/* A scratch copy of the CKB whose model.llama gguf.derive settings are edit
+ * (a JSON array), or whose derive is gone (edit NULL) */
+static void scratch_ckb(const char *dir, const char *edit) {
+  sh("rm -rf '%s' && cp -r '%s/ckb' '%s'", dir, g_src, dir);
+  char pp[1400];
+  snprintf(pp, sizeof pp, "%s/models/llama.json", dir);
+  json_t *m = json_load_file(pp, 0, NULL), *gg = json_object_get(m, "gguf");
+  json_t *d = json_object_get(json_object_get(gg, "derive"), "rope_freqs.weight");
+  ck_assert_ptr_nonnull(d);
+  if (edit) json_object_set_new(d, "settings", json_loads(edit, 0, NULL));
+  else json_object_del(gg, "derive");
+  ck_assert_int_eq(json_dump_file(m, pp, JSON_INDENT(2)), 0);
+  json_decref(m);
+}
+
+/* Llama 3.1+ files carry their rope scaling as rope_freqs (each pair's
+ * frequency divisor) and no key: model.llama's gguf.derive reads it back as
+ * the listed setting the tensor holds (checked against the contract's own
+ * formula), and refuses the file by the tensor's name when none does. */
+START_TEST(test_llama31_rope_freqs) {
+  char dir[1300], file[1300], ckb[1300], out[1300], scratch[1300];
+  snprintf(dir, sizeof dir, "%s/llama31-probe", g_tmp);
+  snprintf(file, sizeof file, "%s/llama31-probe-bf16.gguf", g_tmp);
   snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
-  const char *b[] = {"--model", file, "--platform", "cpu", "--dtype", "bf16", "--out", dir, "--ckb", ckb, NULL};
-  res r = run("mi-gen", b, 120);
-  /* a gap of the CKB (exit 3), its missing line naming the tensor */
-  ck_assert_msg(r.rc == 3 && strstr(r.err, "missing: weights: cannot read them") &&
-                    strstr(r.err, "tensor 'rope_freqs.weight' is not read by the model contract"),
+  snprintf(out, sizeof out, "%s/engine-llama31", g_tmp);
+  snprintf(scratch, sizeof scratch, "%s/ckb-derive", g_tmp);
+  ck_assert_int_eq(mk_llama(dir, "6", ROPE_PROBE), 0);
+  ck_assert_int_eq(hf2gguf(dir, file, "bf16"), 0);
+  /* the probe's scaling is not a published one: a gap of the CKB (exit 3)
+   * whose line names the tensor and the nearest setting */
+  res r = gen(file, "bf16", out);
+  ck_assert_msg(r.rc == 3 && strstr(r.err, "tensor 'rope_freqs.weight' holds rope_scaling values none of the 2 settings") &&
+                    strstr(r.err, "add the checkpoint's rope_scaling to them"),
                 "exit %d: %s", r.rc, r.err);
   res_free(&r);
+  if (g_quick) return; /* the engine and the runs below: the Release run */
+  /* the setting added as data: the engine made from the file runs the
+   * folder (which test_evolve holds to llama.cpp) to the same bytes; an
+   * engine refuses a config other than the one it was made for, so the
+   * folder runs only if the file gave its rope_scaling */
+  scratch_ckb(scratch, "[{\"factor\": 32.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                       "\"original_max_position_embeddings\": 64}]");
+  r = gen_ckb(file, "bf16", out, scratch);
+  ck_assert_msg(r.rc == 0, "mi-gen on the Llama 3.1-style file with its setting listed exited %d:\n%s", r.rc, r.err);
+  res_free(&r);
+  res rf = run_llama(out, file, scratch), rd = run_llama(out, dir, NULL);
+  ck_assert_msg(rf.rc == 0 && rd.rc == 0, "%s / %s", rf.err, rd.err);
+  ck_assert_str_eq(rf.out, rd.out);
+  /* without the derive entry, the tensor is one the contract does not read */
+  scratch_ckb(scratch, NULL);
+  res rn = run_llama(out, file, scratch);
+  ck_assert_msg(rn.rc != 0 && strstr(rn.err, "tensor 'rope_freqs.weight' is not read by the model contract") && one_line(rn.err),
+                "exit %d: %s", rn.rc, rn.err);
+  res_free(&rf), res_free(&rd), res_free(&rn);
+  /* a published setting, through the shipped CKB: mi-gen passes on the file
+   * and its engine runs the folder as the file; listed off by one member,
+   * the file is refused */
+  char pub[1300], pubf[1300], pubo[1300];
+  snprintf(pub, sizeof pub, "%s/llama31-published", g_tmp);
+  snprintf(pubf, sizeof pubf, "%s/llama31-published-bf16.gguf", g_tmp);
+  snprintf(pubo, sizeof pubo, "%s/engine-llama31-published", g_tmp);
+  ck_assert_int_eq(mk_llama(pub, "6", ROPE_PUBLISHED), 0);
+  ck_assert_int_eq(hf2gguf(pub, pubf, "bf16"), 0);
+  r = gen(pubf, "bf16", pubo);
+  ck_assert_msg(r.rc == 0, "mi-gen on the file with a published setting exited %d:\n%s", r.rc, r.err);
+  res_free(&r);
+  rf = run_llama(pubo, pubf, NULL), rd = run_llama(pubo, pub, NULL);
+  ck_assert_msg(rf.rc == 0 && rd.rc == 0, "%s / %s", rf.err, rd.err);
+  ck_assert_str_eq(rf.out, rd.out);
+  scratch_ckb(scratch, "[{\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 2.0, "
+                       "\"original_max_position_embeddings\": 8192}]");
+  rn = run_llama(pubo, pubf, scratch);
+  ck_assert_msg(rn.rc != 0 && strstr(rn.err, "none of the 1 settings") && one_line(rn.err), "exit %d: %s", rn.rc, rn.err);
+  res_free(&rf), res_free(&rd), res_free(&rn);
 }
 END_TEST
 
@@ -336,7 +422,7 @@ int main(void) {
   tcase_add_test(t, test_q8_0_engine);
   if (!g_quick) tcase_add_test(t, test_q4_k_m_engine_and_mutant);
   if (!g_quick) tcase_add_test(t, test_llama_file_unpermuted);
-  tcase_add_test(t, test_llama31_rope_freqs_refused);
+  tcase_add_test(t, test_llama31_rope_freqs);
   tcase_add_test(t, test_refusals);
   suite_add_tcase(s, t);
   const int failed = mi_check_run(s) != EXIT_SUCCESS;

@@ -341,6 +341,12 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
   json_t *gg = json_object_get(m, "gguf"), *gt = json_object_get(gg, "tensors");
   const char *k;
   json_object_foreach(json_object_get(ed, "add_gguf_tensors"), k, x) if (json_is_object(gt)) json_object_set(gt, k, x);
+  /* a tensor the file states a config field the edit adds by (rope_freqs) */
+  json_object_foreach(json_object_get(ed, "add_gguf_derive"), k, x) if (json_is_object(gg)) {
+    json_t *dv = json_object_get(gg, "derive");
+    if (!dv) json_object_set_new(gg, "derive", dv = json_object());
+    json_object_set(dv, k, x);
+  }
   const json_t *sg = json_object_get(ed, "set_gguf");
   if (json_is_object(gg) && json_is_object(sg)) {
     merge(gg, sg, "");

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ckb/map_form.h"
+#include "core/util/kexpr.h"
 
 #define KX_MAX_NODES 1024
 #define KX_MAX_DEPTH 64
