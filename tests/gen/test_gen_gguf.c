@@ -21,10 +21,10 @@
  *     mi-gen makes from the file passes stage 4 against llama.cpp, and
  *     without the transforms the same engine answers otherwise;
  *   - Llama 3.1-style files (the rope scaling a rope_freqs tensor, no key):
- *     the contract's gguf.derive reads the setting back (a published one
- *     through the shipped CKB, the probe's once added as data), the engine
- *     mi-gen makes from the file runs the folder to the same bytes; a
- *     setting the contract does not list is refused by the tensor's name. */
+ *     the contract's gguf.derive reads a published setting back through
+ *     the shipped CKB (the engine mi-gen makes from the file runs the folder
+ *     to the same bytes), another once it is added as data; a setting the
+ *     contract does not list is refused by the tensor's name. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -364,44 +364,40 @@ START_TEST(test_llama31_rope_freqs) {
                 "exit %d: %s", r.rc, r.err);
   res_free(&r);
   if (g_quick) return; /* the engine and the runs below: the Release run */
-  /* the setting added as data: the engine made from the file runs the
-   * folder (which test_evolve holds to llama.cpp) to the same bytes; an
+  /* a published setting, through the shipped CKB: mi-gen passes on the
+   * file, and its engine runs the folder to the same bytes as the file (an
    * engine refuses a config other than the one it was made for, so the
-   * folder runs only if the file gave its rope_scaling */
-  scratch_ckb(scratch, "[{\"factor\": 32.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
-                       "\"original_max_position_embeddings\": 64}]");
-  r = gen_ckb(file, "bf16", out, scratch);
-  ck_assert_msg(r.rc == 0, "mi-gen on the Llama 3.1-style file with its setting listed exited %d:\n%s", r.rc, r.err);
-  res_free(&r);
-  res rf = run_llama(out, file, scratch), rd = run_llama(out, dir, NULL);
-  ck_assert_msg(rf.rc == 0 && rd.rc == 0, "%s / %s", rf.err, rd.err);
-  ck_assert_str_eq(rf.out, rd.out);
-  /* without the derive entry, the tensor is one the contract does not read */
-  scratch_ckb(scratch, NULL);
-  res rn = run_llama(out, file, scratch);
-  ck_assert_msg(rn.rc != 0 && strstr(rn.err, "tensor 'rope_freqs.weight' is not read by the model contract") && one_line(rn.err),
-                "exit %d: %s", rn.rc, rn.err);
-  res_free(&rf), res_free(&rd), res_free(&rn);
-  /* a published setting, through the shipped CKB: mi-gen passes on the file
-   * and its engine runs the folder as the file; listed off by one member,
-   * the file is refused */
-  char pub[1300], pubf[1300], pubo[1300];
+   * folder runs only if the file gave its rope_scaling, every member) */
+  char pub[1300], pubf[1300];
   snprintf(pub, sizeof pub, "%s/llama31-published", g_tmp);
   snprintf(pubf, sizeof pubf, "%s/llama31-published-bf16.gguf", g_tmp);
-  snprintf(pubo, sizeof pubo, "%s/engine-llama31-published", g_tmp);
   ck_assert_int_eq(mk_llama(pub, "6", ROPE_PUBLISHED), 0);
   ck_assert_int_eq(hf2gguf(pub, pubf, "bf16"), 0);
-  r = gen(pubf, "bf16", pubo);
+  r = gen(pubf, "bf16", out);
   ck_assert_msg(r.rc == 0, "mi-gen on the file with a published setting exited %d:\n%s", r.rc, r.err);
   res_free(&r);
-  rf = run_llama(pubo, pubf, NULL), rd = run_llama(pubo, pub, NULL);
+  res rf = run_llama(out, pubf, NULL), rd = run_llama(out, pub, NULL);
   ck_assert_msg(rf.rc == 0 && rd.rc == 0, "%s / %s", rf.err, rd.err);
   ck_assert_str_eq(rf.out, rd.out);
+  /* the probe's setting added as data: its file reads (the engine, made for
+   * the published one, refuses it by the value it differs in) */
+  scratch_ckb(scratch, "[{\"factor\": 32.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                       "\"original_max_position_embeddings\": 64}]");
+  res rp = run_llama(out, file, scratch);
+  ck_assert_msg(rp.rc != 0 && strstr(rp.err, "refuses this config: rope_scaling.") && one_line(rp.err), "exit %d: %s",
+                rp.rc, rp.err);
+  /* without the derive entry the tensor is one the contract does not read;
+   * listed off by one member, the setting is refused */
+  scratch_ckb(scratch, NULL);
+  res rn = run_llama(out, pubf, scratch);
+  ck_assert_msg(rn.rc != 0 && strstr(rn.err, "tensor 'rope_freqs.weight' is not read by the model contract") && one_line(rn.err),
+                "exit %d: %s", rn.rc, rn.err);
+  res_free(&rn);
   scratch_ckb(scratch, "[{\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 2.0, "
                        "\"original_max_position_embeddings\": 8192}]");
-  rn = run_llama(pubo, pubf, scratch);
+  rn = run_llama(out, pubf, scratch);
   ck_assert_msg(rn.rc != 0 && strstr(rn.err, "none of the 1 settings") && one_line(rn.err), "exit %d: %s", rn.rc, rn.err);
-  res_free(&rf), res_free(&rd), res_free(&rn);
+  res_free(&rf), res_free(&rd), res_free(&rp), res_free(&rn);
 }
 END_TEST
 
