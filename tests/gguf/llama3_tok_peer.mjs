@@ -18,7 +18,8 @@
 //     knows no "llama-bpe" (the shipped model.qwen3); with the entry the
 //     shipped model.llama carries copied into a scratch CKB, the same prompt
 //     ids as llama.cpp and the same output as the folder, byte for byte;
-//  3. the normalizer matters: the combining-mark prompt's ids differ from
+//  3. a chat template that writes the BOS gets it once (--chat);
+//  4. the normalizer matters: the combining-mark prompt's ids differ from
 //     those of the same checkpoint with Qwen's own tokenizer (NFC).
 //   node tests/gguf/llama3_tok_peer.mjs BUILD_DIR   (exit 77: node-llama-cpp missing)
 import { execFileSync, spawnSync } from "node:child_process";
@@ -65,6 +66,9 @@ try {
   const tc = JSON.parse(fs.readFileSync(tcPath, "utf8"));
   tc.bos_token = BOS;
   delete tc.add_bos_token;
+  /* a template that writes the BOS itself, as Llama 3's does */
+  tc.chat_template = "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
   fs.writeFileSync(tcPath, JSON.stringify(tc));
 
   /* llama.cpp on the F32 file (its bf16 dot products round the activations
@@ -132,7 +136,15 @@ try {
       fail(`prompt ${i}: file ids ${JSON.stringify(file[i].ids)}, llama.cpp ${JSON.stringify(peer[i].prompt_ids)}`);
   if (fileOut !== folderOut) fail("the file's mi-run output differs from the folder's (the same bf16 weights)");
 
-  /* 3. the normalizer: Qwen's NFC tokenizer reads the combining marks otherwise */
+  /* the chat path: the template writes the BOS, and it is not added again
+   * (transformers' apply_chat_template encodes without special tokens) */
+  const chat = spawnSync(bin("mi-run"), ["-m", l3, "--chat", "-p", "hi", "-n", "1", "--temp", "0", "--json", "-t", "2"],
+    { encoding: "utf8" });
+  const chatIds = JSON.parse(ok(chat, "the folder with --chat").trim().split("\n")[0]).prompt_ids;
+  if (chatIds[0] !== bosId || chatIds.filter((t) => t === bosId).length !== 1)
+    fail(`--chat: prompt ids ${JSON.stringify(chatIds.slice(0, 4))}... should hold the template's one BOS ${bosId}`);
+
+  /* 4. the normalizer: Qwen's NFC tokenizer reads the combining marks otherwise */
   const qwenIds = parse(ok(run(qwen), "the Qwen-tokenizer folder"));
   const ci = 2;
   if (JSON.stringify(qwenIds[ci].ids) === JSON.stringify(folder[ci].ids.slice(1)))
