@@ -27,18 +27,10 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 
+import { src, peerOrSkip } from "./peer_setup.mjs";
+
 const build = path.resolve(process.argv[2] || "build");
-const src = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
-let runPeer, convert;
-try {
-  ({ runPeer } = await import(path.join(src, "tools/peer/peer_run.mjs")));
-  ({ convert } = await import(path.join(src, "tools/peer/hf2gguf.mjs")));
-  const { importDep } = await import(path.join(src, "tools/peer/deps.mjs"));
-  await importDep("node-llama-cpp");
-} catch (e) {
-  console.log(`SKIP: ${e.message.split("\n")[0]}`);
-  process.exit(77);
-}
+const { runPeer, convert } = await peerOrSkip();
 const fail = (msg) => { console.error(`FAIL: ${msg}`); process.exit(1); };
 const LLAMA3_REGEX = String.raw`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`;
 const BOS = "<|endoftext|>";

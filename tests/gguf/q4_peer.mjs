@@ -20,18 +20,10 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 
+import { src, peerOrSkip } from "./peer_setup.mjs";
+
 const build = path.resolve(process.argv[2] || "build");
-const src = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
-let runPeer, convert, quantizers;
-try {
-  ({ runPeer } = await import(path.join(src, "tools/peer/peer_run.mjs")));
-  ({ convert, quantizers } = await import(path.join(src, "tools/peer/hf2gguf.mjs")));
-  const { importDep } = await import(path.join(src, "tools/peer/deps.mjs"));
-  await importDep("node-llama-cpp");
-} catch (e) {
-  console.log(`SKIP: ${e.message.split("\n")[0]}`);
-  process.exit(77);
-}
+const { runPeer, convert, quantizers } = await peerOrSkip();
 // chosen-token and top-10 logprob bounds (measured, small shape, seed 1:
 // widened 0.33 / 0.67 for Q4_K_M, 0.21 / 0.40 for Q4_0; the CPU kernels at
 // first 0.31 / 0.86 and 0.16 / 0.43): what llama.cpp's 8-bit activations

@@ -22,18 +22,10 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 
+import { src, peerOrSkip } from "./peer_setup.mjs";
+
 const build = path.resolve(process.argv[2] || "build");
-const src = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
-let runPeer, convert;
-try {
-  ({ runPeer } = await import(path.join(src, "tools/peer/peer_run.mjs")));
-  ({ convert } = await import(path.join(src, "tools/peer/hf2gguf.mjs")));
-  const { importDep } = await import(path.join(src, "tools/peer/deps.mjs"));
-  await importDep("node-llama-cpp");
-} catch (e) {
-  console.log(`SKIP: ${e.message.split("\n")[0]}`);
-  process.exit(77);
-}
+const { runPeer, convert } = await peerOrSkip();
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "mi-q8-peer-"));
 const BOUND_Q8ACT = 0.2;
 const fail = (msg) => { console.error(`FAIL: ${msg}`); process.exit(1); };
