@@ -630,7 +630,7 @@ static int check_file_dtypes(const gen_run *r) {
       o += (size_t)snprintf(list + o, sizeof list - o, "%s%s x%lld", o ? ", " : "", dn,
                             (long long)json_integer_value(json_object_get(e, "count")));
   }
-  if (!bad) return -1;
+  if (!bad_dt) return -1;
   char *sl = json_dumps(set, JSON_COMPACT);
   fprintf(stderr, "mi-gen: --dtype %s: %s: tensor %s is %s; an engine for %s binds matrices in %s (this file's: %s)\n",
           r->dtype, r->model, bad ? bad : "?", bad_dt, r->dtype, sl ? sl : r->dtype, list);

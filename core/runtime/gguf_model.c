@@ -477,41 +477,41 @@ static int check_keys(const mi_gguf *g, json_t *sec, const char *arch, json_t *c
 
 /* ---- config fields a tensor states (gguf.derive) ---------------------------- */
 
-/* The expression's value at index i: "i", a member of the setting, else a
- * number of the config. -1 + err when a name is neither. */
-static int derive_eval(const mi_kexpr *x, const json_t *setting, const json_t *cfg, int64_t i, double *out,
+/* The expression's names bound for one setting (kexpr reads at most 16): a
+ * member of the setting, else a number of the config; "i", the element,
+ * is left to the caller (*i_at, -1 when the expression does not read it).
+ * -1 + err when a name is neither. */
+static int derive_bind(const mi_kexpr *x, const json_t *setting, const json_t *cfg, double v[16], int *i_at,
                        const char *tname, const char *path, char *err, size_t el) {
-  double v[16];
-  const int nn = mi_kexpr_n_names(x);
-  if (nn > 16) {
-    mi_path_err(err, el, path, "the model contract's gguf.derive for '%s' reads more than 16 names", tname);
-    return -1;
-  }
-  for (int k = 0; k < nn; k++) {
+  *i_at = -1;
+  for (int k = 0; k < mi_kexpr_n_names(x); k++) {
     const char *nm = mi_kexpr_name(x, k);
-    const json_t *j = !strcmp(nm, "i") ? NULL : json_object_get(setting, nm);
-    if (!strcmp(nm, "i")) v[k] = (double)i;
-    else if (json_is_number(j ? j : (j = json_object_get(cfg, nm)))) v[k] = json_number_value(j);
+    const json_t *j = json_object_get(setting, nm);
+    if (!j) j = json_object_get(cfg, nm);
+    if (!strcmp(nm, "i")) *i_at = k;
+    else if (json_is_number(j)) v[k] = json_number_value(j);
     else {
-      mi_path_err(err, el, path, "the model contract's gguf.derive for '%s' reads '%s', which neither its setting nor the config gives as a number",
+      mi_path_err(err, el, path,
+                  "the model contract's gguf.derive for '%s' reads '%s', which neither its setting nor the config gives as a number",
                   tname, nm);
       return -1;
     }
   }
-  *out = mi_kexpr_eval(x, v);
   return 0;
 }
 
-/* How far a setting's values are from the tensor's (max relative
+/* How far a setting's values are from the F32 vector t[n] (max relative
  * difference; HUGE_VAL when one is not finite), or -1 + err. */
-static double derive_distance(const mi_kexpr *x, const json_t *setting, const json_t *cfg, const float *t, int64_t n,
-                              const char *tname, const char *path, char *err, size_t el) {
-  double worst = 0;
+static double derive_distance(const mi_kexpr *x, const json_t *setting, const json_t *cfg, const mi_gguf_tensor *t,
+                              int64_t n, const char *path, char *err, size_t el) {
+  double v[16], worst = 0;
+  int i_at;
+  if (derive_bind(x, setting, cfg, v, &i_at, t->name, path, err, el)) return -1;
   for (int64_t i = 0; i < n; i++) {
-    double v;
-    if (derive_eval(x, setting, cfg, i, &v, tname, path, err, el)) return -1;
-    const double d = fabs((double)t[i] - v) / fmax(1.0, fabs(v));
-    if (!isfinite(d) || !isfinite((double)t[i])) return HUGE_VAL;
+    if (i_at >= 0) v[i_at] = (double)i;
+    const double want = mi_kexpr_eval(x, v), have = mi_float_value(MI_DTYPE_F32, t->data, (size_t)i);
+    const double d = fabs(have - want) / fmax(1.0, fabs(want));
+    if (!isfinite(d)) return HUGE_VAL;
     worst = fmax(worst, d);
   }
   return worst;
@@ -524,8 +524,8 @@ static double derive_distance(const mi_kexpr *x, const json_t *setting, const js
  * "settings": [{..}]}}: the first setting whose values the F32 vector holds
  * (each within 1e-6 relative, f32 rounding of the converter's float64) is
  * the config's FIELD, with "set" added. A tensor no setting gives is
- * refused by name (a rotary scaling computed otherwise than the file's is a
- * silent wrong answer). 0, or -1 + err. */
+ * refused by name with the nearest setting (a rotary scaling computed
+ * otherwise than the file's is a silent wrong answer). 0, or -1 + err. */
 static int derive_config(const mi_gguf *g, json_t *sec, json_t *cfg, const char *contract_path, char *err, size_t el) {
   const char *path = mi_gguf_path(g), *tname;
   json_t *d;
@@ -545,45 +545,40 @@ static int derive_config(const mi_gguf *g, json_t *sec, json_t *cfg, const char 
                   tname, mi_gguf_type_name(t->type), t->n_dims, field);
       return -1;
     }
-    float *vals = malloc((size_t)n * sizeof *vals);
-    mi_kexpr *x = mi_kexpr_parse(json_string_value(json_object_get(d, "value")) ? json_string_value(json_object_get(d, "value")) : "",
-                                 err, el);
-    if (!vals || !x) {
-      char why[400];
-      snprintf(why, sizeof why, "%s", x ? "out of memory" : err);
-      if (!vals) snprintf(why, sizeof why, "out of memory");
+    const char *value = json_string_value(json_object_get(d, "value"));
+    char why[400];
+    mi_kexpr *x = mi_kexpr_parse(value ? value : "", why, sizeof why);
+    if (!x) {
       mi_path_err(err, el, path, "the model contract %s: gguf.derive for '%s': %s", contract_path, tname, why);
-      free(vals);
-      mi_kexpr_free(x);
       return -1;
     }
-    memcpy(vals, t->data, (size_t)n * sizeof *vals);
-    size_t i, best_at = 0;
-    json_t *st;
+    size_t i;
+    json_t *st, *match = NULL, *near = NULL;
     double best = HUGE_VAL;
-    int rc = -1;
+    int unbound = 0;
     json_array_foreach(settings, i, st) {
-      const double dist = derive_distance(x, st, cfg, vals, n, tname, path, err, el);
-      if (dist < 0) goto done;
-      if (dist < best) best = dist, best_at = i;
+      const double dist = derive_distance(x, st, cfg, t, n, path, err, el);
+      if ((unbound = dist < 0)) break;
+      if (dist < best) best = dist, near = st;
+      if (dist <= 1e-6) {
+        match = st;
+        break;
+      }
     }
-    if (best <= 1e-6) {
-      json_t *v = json_deep_copy(json_array_get(settings, best_at));
-      json_object_update(v, json_object_get(d, "set"));
-      json_object_set_new(cfg, field, v);
-      rc = 0;
-    } else {
-      char *near = json_dumps(json_array_get(settings, best_at), JSON_COMPACT);
+    mi_kexpr_free(x);
+    if (unbound) return -1; /* err names the name */
+    if (!match) {
+      char *shown = near ? json_dumps(near, JSON_COMPACT) : NULL;
       mi_path_err(err, el, path,
                   "tensor '%s' holds %s values none of the %zu settings of %s's gguf.derive gives (nearest %s, off by %.2g): "
                   "add the checkpoint's %s to them",
-                  tname, field, json_array_size(settings), contract_path, near ? near : "none", best, field);
-      free(near);
+                  tname, field, json_array_size(settings), contract_path, shown ? shown : "none", best, field);
+      free(shown);
+      return -1;
     }
-  done:
-    free(vals);
-    mi_kexpr_free(x);
-    if (rc) return -1;
+    json_t *v = json_deep_copy(match);
+    json_object_update(v, json_object_get(d, "set"));
+    json_object_set_new(cfg, field, v);
   }
   return 0;
 }
