@@ -33,6 +33,11 @@ struct vf_interp {
   /* stage 2's twin of a device layer: real arguments of kind f32 rounded to
    * float as the kernels get them; the cache kept exact (the device's is f32) */
   int layer_mode;
+  /* the widened weights of the step being run, one slot per weight argument,
+   * kept for the next step: a fresh allocation per step (hundreds of MB for
+   * a vocabulary-sized matrix) cost more in page faults than the widening */
+  double *wscratch[VF_BIND_MAX_ARGS];
+  size_t wscratch_n[VF_BIND_MAX_ARGS];
 };
 
 /* What names mean while the steps of one call are bound: the binder, and
@@ -58,8 +63,22 @@ static int fail(scope *s, const char *fmt, ...) {
   return -1;
 }
 
+/* vf_weight_f64 into *buf (capacity *cap doubles, grown as needed; the
+ * caller's to free): *buf, or NULL with err set. */
+static double *weight_f64_into(const struct mi_weights *w, const char *name, size_t expect, double **buf, size_t *cap,
+                               char *err, size_t err_len);
+
 double *vf_weight_f64(const struct mi_weights *w, const char *name, size_t expect, char *err,
                       size_t err_len) {
+  double *buf = NULL;
+  size_t cap = 0;
+  double *out = weight_f64_into(w, name, expect, &buf, &cap, err, err_len);
+  if (!out) free(buf);
+  return out;
+}
+
+static double *weight_f64_into(const struct mi_weights *w, const char *name, size_t expect, double **buf, size_t *cap,
+                               char *err, size_t err_len) {
   mi_weight_info wi;
   if (mi_weights_find(w, name, &wi) != 0) {
     snprintf(err, err_len, "reference: no tensor \"%s\"", name);
@@ -75,11 +94,15 @@ double *vf_weight_f64(const struct mi_weights *w, const char *name, size_t expec
              name, n, wi.dtype, expect);
     return NULL;
   }
-  double *out = malloc(n * sizeof(double));
-  if (!out) {
-    snprintf(err, err_len, "reference: out of memory");
-    return NULL;
+  if (*cap < n) { /* nothing in it to keep: not a realloc's copy */
+    free(*buf);
+    *cap = (*buf = malloc(n * sizeof(double))) ? n : 0;
+    if (!*buf) {
+      snprintf(err, err_len, "reference: out of memory");
+      return NULL;
+    }
   }
+  double *out = *buf;
   const unsigned char *p = wi.data;
   if (block) { /* a GGUF block type: each value exactly as quant.h defines it */
     mi_quant_row_f64((mi_dtype)wi.dtype, p, (int64_t)n, out);
@@ -172,7 +195,7 @@ static int run_step(scope *s, const json_t *step) {
   if (!fn) return fail(s, "step %s: %s has no float64 reference", bs.name, bs.op);
   vf_arg args[VF_BIND_MAX_ARGS];
   double *owned[VF_BIND_MAX_ARGS];
-  int na = 0, no = 0, rc = 0;
+  int na = 0, no = 0, nw = 0, rc = 0;
   memset(args, 0, sizeof args);
   for (int k = 0; k < bs.nargs && rc == 0; k++) {
     const vf_barg *ba = &bs.a[k];
@@ -187,11 +210,16 @@ static int run_step(scope *s, const json_t *step) {
     } else if (ba->what == VB_WEIGHT) {
       char name[300];
       mi_ckb_layout_rename(s->m->layout, ba->wname, name, sizeof name);
-      a->val = owned[no] = s->m->src ? s->m->src(s->m->src_user, ba->wkey, ba->wname, ba->wn, s->b.err, s->b.err_len)
-                                     : vf_weight_f64(s->m->w, name, (size_t)ba->wn, s->b.err, s->b.err_len);
+      if (s->m->src) { /* the caller's values, the caller's allocation */
+        a->val = owned[no] = s->m->src(s->m->src_user, ba->wkey, ba->wname, ba->wn, s->b.err, s->b.err_len);
+        if (a->val) no++;
+      } else {
+        a->val = weight_f64_into(s->m->w, name, (size_t)ba->wn, &s->m->wscratch[nw], &s->m->wscratch_n[nw], s->b.err,
+                                 s->b.err_len);
+        nw++;
+      }
       a->n = ba->wn;
       if (!a->val) rc = -1;
-      else no++;
     } else if (ba->what == VB_INT) {
       a->i = ba->i;
     } else if (ba->what == VB_REAL) {
@@ -259,6 +287,9 @@ vf_interp *vf_interp_open_json(const mi_ckb *c, const json_t *model_contract, co
 }
 
 void vf_interp_close(vf_interp *m) {
+  if (!m) return;
+  for (int k = 0; k < VF_BIND_MAX_ARGS; k++)
+    free(m->wscratch[k]);
   free(m);
 }
 
@@ -469,5 +500,7 @@ int vf_interp_layer_run(vf_interp_layer *L, const double *x, int T, int pos0, do
 void vf_interp_layer_free(vf_interp_layer *L) {
   if (!L) return;
   scope_free(L->s, 1);
+  for (int k = 0; k < VF_BIND_MAX_ARGS; k++)
+    free(L->m.wscratch[k]);
   free(L);
 }

@@ -19,8 +19,8 @@
  *
  * matmul_act=f32 (the plugin's exact mode): x stays f32 and the weights are
  * widened exactly (an f16 times an int8 is exact in f32; a Q4_K/Q6_K value
- * is rounded once), chunk by chunk, for the f32 dot product: the
- * f32-accumulation error only, slowly. */
+ * is rounded once; cpu_dequant.c), chunk by chunk, for the f32 dot
+ * product: the f32-accumulation error only. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
@@ -191,24 +191,6 @@ static void ex_task(void *arg, int64_t n0, int64_t n1, int tid) {
         a->y[m * a->N + n] += a->k->dot(a->x + m * a->K + k0, wf, kn);
     }
   }
-}
-
-void cpu_q8_dequant_row(float *dst, const void *src, int64_t n) {
-  const uint8_t *p = src;
-  for (int64_t b = 0; b < n / CPU_Q8_QK; b++, p += CPU_Q8_WBYTES) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    const float d = mi_f16_to_f32(h);
-    for (int i = 0; i < CPU_Q8_QK; i++)
-      dst[b * CPU_Q8_QK + i] = d * (float)(int8_t)p[2 + i];
-  }
-}
-
-void cpu_quant_dequant_row(mi_dtype dt, float *dst, const void *src, int64_t n) {
-  if (dt == MI_DTYPE_Q8_0)
-    cpu_q8_dequant_row(dst, src, n);
-  else
-    mi_quant_row_f32(dt, src, n, dst); /* the definition, rounded once */
 }
 
 /* ---- entry ---- */
