@@ -149,8 +149,9 @@ void mi_map_form_free(mi_map_form *f) {
  * operator id, text): parsed once, each name it reads either the index `i`
  * (name_arg -1; index_what says what it is) or a scalar argument of args
  * (its signature index). The expression, or NULL with one line in err. */
-static mi_kexpr *index_expr(const char *id, const char *field, const char *text, const char *index_what,
-                            const json_t *args, int *n_names, int *name_arg, char *err, size_t err_len) {
+static mi_kexpr *named_index_expr(const char *id, const char *field, const char *text, const char *index,
+                                  const char *index_what, const json_t *args, int *n_names, int *name_arg, char *err,
+                                  size_t err_len) {
   char perr[256];
   mi_kexpr *x = mi_kexpr_parse(text, perr, sizeof perr);
   if (!x) {
@@ -160,20 +161,26 @@ static mi_kexpr *index_expr(const char *id, const char *field, const char *text,
   *n_names = mi_kexpr_n_names(x);
   for (int k = 0; k < *n_names; k++) {
     const char *name = mi_kexpr_name(x, k);
-    if (!strcmp(name, "i")) {
+    if (!strcmp(name, index)) {
       name_arg[k] = -1;
       continue;
     }
     const json_t *a = arg_named(args, name, &name_arg[k]);
     if (!a || !is_scalar_kind(str_or(a, "kind", ""))) {
-      snprintf(err, err_len, "%s: %s reads '%.64s', which is neither i (%s) nor a scalar argument", id, field, name,
-               index_what);
+      snprintf(err, err_len, "%s: %s reads '%.64s', which is neither %s (%s) nor a scalar argument", id, field, name,
+               index, index_what);
       mi_kexpr_free(x);
       *n_names = 0;
       return NULL;
     }
   }
   return x;
+}
+
+/* named_index_expr with the index named i. */
+static mi_kexpr *index_expr(const char *id, const char *field, const char *text, const char *index_what,
+                            const json_t *args, int *n_names, int *name_arg, char *err, size_t err_len) {
+  return named_index_expr(id, field, text, "i", index_what, args, n_names, name_arg, err, err_len);
 }
 
 /* ---- the rotary form ---- */
@@ -292,14 +299,28 @@ int mi_masked_attention_form_parse(const json_t *op, mi_masked_attention_form *f
   }
   f->first_key = index_expr(id, "masked_attention.first_key", fk, "the query's position", args, &f->n_names,
                             f->name_arg, err, err_len);
-  return f->first_key ? 0 : -1;
+  if (!f->first_key) return -1;
+  const json_t *score = json_object_get(json_object_get(op, "masked_attention"), "score");
+  if (!score) return 0;
+  if (!json_is_string(score)) {
+    snprintf(err, err_len, "%s: masked_attention.score must be an expression string", id);
+    mi_masked_attention_form_free(f);
+    return -1;
+  }
+  f->score = named_index_expr(id, "masked_attention.score", json_string_value(score), "score",
+                              "the scaled score scale * q.k", args, &f->n_score_names, f->score_name_arg, err,
+                              err_len);
+  if (f->score) return 0;
+  mi_masked_attention_form_free(f);
+  return -1;
 }
 
 void mi_masked_attention_form_free(mi_masked_attention_form *f) {
   if (!f) return;
   mi_kexpr_free(f->first_key);
-  f->first_key = NULL;
-  f->n_names = 0;
+  mi_kexpr_free(f->score);
+  f->first_key = f->score = NULL;
+  f->n_names = f->n_score_names = 0;
 }
 
 int64_t mi_masked_attention_first(const mi_masked_attention_form *f, int64_t i, double *values) {
@@ -307,4 +328,11 @@ int64_t mi_masked_attention_first(const mi_masked_attention_form *f, int64_t i, 
     if (f->name_arg[k] < 0) values[k] = (double)i;
   const double v = floor(mi_kexpr_eval(f->first_key, values));
   return !(v > 0) ? 0 : v >= (double)i ? i : (int64_t)v;
+}
+
+double mi_masked_attention_score(const mi_masked_attention_form *f, double score, double *values) {
+  if (!f->score) return score;
+  for (int k = 0; k < f->n_score_names; k++)
+    if (f->score_name_arg[k] < 0) values[k] = score;
+  return mi_kexpr_eval(f->score, values);
 }

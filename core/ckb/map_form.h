@@ -107,7 +107,13 @@ void mi_rotary_form_free(mi_rotary_form *f);
  * those keys: s[j] = scale * q.k[j], max-subtracted softmax, out = sum p[j]
  * v[j]. first_key reads `i` and scalar arguments by name and is evaluated
  * in double by the reference and the generated kernel alike. A sliding
- * window (HF: visible iff i - j < window) is "i - window + 1". */
+ * window (HF: visible iff i - j < window) is "i - window + 1".
+ *
+ * An optional "score" maps each scaled score before the softmax: an
+ * expression over `score` (scale * q.k[j]) and the scalar arguments, in
+ * double, e.g. an attention soft-cap "cap * tanh(score / cap)"
+ * (HF's attn_logit_softcapping, applied after the scaling and before the
+ * mask). Without it the score is used as it is. */
 
 #define MI_MASKED_ATTN_ARGS 13 /* operator.attention's: ctx .. scale */
 
@@ -115,6 +121,9 @@ typedef struct mi_masked_attention_form {
   mi_kexpr *first_key;
   int n_names;
   int name_arg[MI_MAP_MAX_NAMES]; /* first_key's name k: its signature index, -1 for i */
+  mi_kexpr *score;                /* the score map, or NULL (none: the score as it is) */
+  int n_score_names;
+  int score_name_arg[MI_MAP_MAX_NAMES]; /* score's name k: its signature index, -1 for score */
 } mi_masked_attention_form;
 
 /* Reads op's "masked_attention" against its signature. 0, or -1 with a
@@ -127,5 +136,9 @@ void mi_masked_attention_form_free(mi_masked_attention_form *f);
 /* The first key query position i sees: floor(first_key) clamped to [0, i]
  * (NaN: 0). values[k] holds name k's value; the slots of `i` are written. */
 int64_t mi_masked_attention_first(const mi_masked_attention_form *f, int64_t i, double *values);
+/* The score map applied to one scaled score (score itself without a map).
+ * values[k] holds the score expression's name k; the slots of `score` are
+ * written. */
+double mi_masked_attention_score(const mi_masked_attention_form *f, double score, double *values);
 
 #endif

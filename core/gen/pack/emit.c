@@ -38,6 +38,7 @@ typedef struct pk_op {
   char sha[65]; /* of the entry's canonical JSON: which knowledge the kernel came from */
   char body_c[PK_EXPR_MAX]; /* the expression as float C over the body's names */
   char amp_c[PK_EXPR_MAX];  /* a rotary form's amplitude as double C ("1.0" without one) */
+  char score_c[PK_EXPR_MAX]; /* a masked form's score map as double C over mi_s ("" without one) */
 } pk_op;
 
 /* ---------- small writers ---------- */
@@ -170,12 +171,13 @@ static int entry_sha(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len
 
 /* A form's expression x as double C over the index mi_i and the scalar
  * arguments (each spelled arg_prefix NAME), into out. */
-static int form_c64(const mi_ckb_entry *e, const pk_op *op, const mi_kexpr *x, int n_names, const int *name_arg,
-                    const char *arg_prefix, char *out, size_t out_len, char *err, size_t err_len) {
+static int form_c64_index(const mi_ckb_entry *e, const pk_op *op, const mi_kexpr *x, int n_names,
+                          const int *name_arg, const char *index_c, const char *arg_prefix, char *out, size_t out_len,
+                          char *err, size_t err_len) {
   const char *names[MI_MAP_MAX_NAMES];
   char store[MI_MAP_MAX_NAMES][96];
   for (int k = 0; k < n_names; k++) {
-    if (name_arg[k] < 0) snprintf(store[k], sizeof store[k], "((double)mi_i)");
+    if (name_arg[k] < 0) snprintf(store[k], sizeof store[k], "((double)%s)", index_c);
     else snprintf(store[k], sizeof store[k], "((double)%s%s)", arg_prefix, arg_name(json_array_get(op->args, (size_t)name_arg[k])));
     names[k] = store[k];
   }
@@ -185,6 +187,12 @@ static int form_c64(const mi_ckb_entry *e, const pk_op *op, const mi_kexpr *x, i
     return -1;
   }
   return 0;
+}
+
+/* form_c64_index over the index mi_i. */
+static int form_c64(const mi_ckb_entry *e, const pk_op *op, const mi_kexpr *x, int n_names, const int *name_arg,
+                    const char *arg_prefix, char *out, size_t out_len, char *err, size_t err_len) {
+  return form_c64_index(e, op, x, n_names, name_arg, "mi_i", arg_prefix, out, out_len, err, err_len);
 }
 
 /* What the rotary and masked-attention forms share: every argument one a
@@ -227,6 +235,10 @@ static int read_masked(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_l
   op->expr = json_string_value(json_object_get(json_object_get(e->json, "masked_attention"), "first_key"));
   if (mi_masked_attention_form_parse(e->json, &op->mf, err, err_len) != 0) return -1;
   op->parsed = 3;
+  op->score_c[0] = 0;
+  if (op->mf.score && form_c64_index(e, op, op->mf.score, op->mf.n_score_names, op->mf.score_name_arg, "mi_s",
+                                     "mi_a->", op->score_c, sizeof op->score_c, err, err_len) != 0)
+    return -1;
   return read_double_form(e, op, op->mf.first_key, op->mf.n_names, op->mf.name_arg, "mi_a->", c_type, err, err_len);
 }
 
@@ -438,6 +450,10 @@ static void emit_preamble(FILE *o, const char *name, const pk_op *ops, size_t n)
       fputs(" = ", o);
     }
     put_comment(o, ops[k].expr);
+    if (ops[k].masked && ops[k].mf.score) {
+      fputs(", score = ", o);
+      put_comment(o, json_string_value(json_object_get(json_object_get(ops[k].e->json, "masked_attention"), "score")));
+    }
     fputs("\n", o);
   }
   fprintf(o,
@@ -759,6 +775,7 @@ static void emit_masked_body(FILE *o, const pk_op *op) {
   fprintf(o, "      float mi_s = 0;\n");
   fprintf(o, "      for (int64_t mi_d = 0; mi_d < mi_D; mi_d++) mi_s += mi_q[mi_d] * mi_k[mi_d];\n");
   fprintf(o, "      mi_s *= mi_scale;\n");
+  if (op->score_c[0]) fprintf(o, "      mi_s = (float)(%s); /* the form's score map */\n", op->score_c);
   fprintf(o, "      if (mi_s > mi_m) { /* a new max: what was summed so far is rescaled */\n");
   fprintf(o, "        const float mi_r = expf(mi_m - mi_s);\n");
   fprintf(o, "        mi_l *= mi_r;\n");
@@ -778,6 +795,10 @@ static int emit_masked(FILE *o, const pk_op *op, char *err, size_t err_len) {
   json_t *a;
   fprintf(o, "/* ---------- %s %s: masked attention, first_key(i) = ", op->id, op->version);
   put_comment(o, op->expr);
+  if (op->mf.score) {
+    fputs(", score = ", o);
+    put_comment(o, json_string_value(json_object_get(json_object_get(op->e->json, "masked_attention"), "score")));
+  }
   fprintf(o, " ---------- */\n\n");
   fprintf(o, "typedef struct mi_%s_args {\n", op->base);
   json_array_foreach(op->args, i, a) if (i >= 2) fprintf(o, "  %s%s;\n", c_type(a), arg_name(a));

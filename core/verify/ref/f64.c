@@ -49,6 +49,12 @@ int vf_f64_attention(double *out, const double *q, const double *kc, const doubl
 int vf_f64_attention_from(double *out, const double *q, const double *kc, const double *vc, int64_t T,
                           int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0, double scale,
                           const int64_t *first, double *max_score) {
+  return vf_f64_attention_mapped(out, q, kc, vc, T, Hq, Hkv, D, pos0, scale, first, NULL, NULL, max_score);
+}
+
+int vf_f64_attention_mapped(double *out, const double *q, const double *kc, const double *vc, int64_t T,
+                            int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0, double scale,
+                            const int64_t *first, vf_score_map map, void *map_user, double *max_score) {
   if (Hkv <= 0 || Hq % Hkv) return -1;
   int64_t G = Hq / Hkv, Lmax = pos0 + T;
   double *s = malloc((size_t)(Lmax > 0 ? Lmax : 1) * sizeof *s); /* [pos0 + T] */
@@ -61,7 +67,7 @@ int vf_f64_attention_from(double *out, const double *q, const double *kc, const 
       for (int64_t j = j0; j < L; j++) {
         double d = 0;
         for (int64_t k = 0; k < D; k++) d += qh[k] * kc[(j * Hkv + g) * D + k];
-        s[j] = d * scale;
+        s[j] = map ? map(d * scale, map_user) : d * scale;
         if (s[j] > mx) mx = s[j];
       }
       if (max_score && mx > *max_score) *max_score = mx;

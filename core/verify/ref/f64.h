@@ -33,6 +33,14 @@ int vf_f64_attention(double *out, const double *q, const double *k_cache, const 
 int vf_f64_attention_from(double *out, const double *q, const double *k_cache, const double *v_cache,
                           int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0, double scale,
                           const int64_t *first, double *max_score);
+/* A scaled score's map before the softmax (a masked-attention form's
+ * "score"): user is the caller's. */
+typedef double (*vf_score_map)(double score, void *user);
+/* vf_f64_attention_from with each scaled score mapped by map (NULL: as it
+ * is) before the max and the softmax; max_score is of the mapped scores. */
+int vf_f64_attention_mapped(double *out, const double *q, const double *k_cache, const double *v_cache,
+                            int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t pos0, double scale,
+                            const int64_t *first, vf_score_map map, void *map_user, double *max_score);
 
 /* y[i] = silu(gate[i]) · up[i]; y may equal gate. */
 void vf_f64_silu_mul(double *y, const double *gate, const double *up, int64_t n);

@@ -3,7 +3,8 @@
  * the first key each query sees from the contract's own expression
  * (evaluated in double, floored, clamped to [0, i], as the generated kernel
  * does), then operator.attention's float64 definition over those keys
- * (vf_f64_attention_from). The k/v values are the call's: already rounded to
+ * (vf_f64_attention_mapped: the form's score map, if it has one, applied
+ * to each scaled score before the softmax). The k/v values are the call's: already rounded to
  * its kv_dtype, as for operator.attention's reference. */
 #include <math.h>
 #include <stdio.h>
@@ -14,21 +15,40 @@
 #include "core/verify/ref/f64.h"
 #include "core/verify/verify.h"
 
-/* The first key of each of the T queries into first[T]. */
-static int first_keys(vf_call *c, const mi_masked_attention_form *f, int64_t T, int64_t pos0, int64_t *first,
+/* The values of expression x's names but its index (name_arg -1) from the
+ * call's scalar arguments into v. */
+static int bind_names(vf_call *c, const mi_kexpr *x, int n, const int *name_arg, const char *field, double *v,
                       char *err, size_t len) {
-  double v[MI_MAP_MAX_NAMES];
-  for (int k = 0; k < f->n_names; k++) {
-    if (f->name_arg[k] < 0) continue; /* i: per query */
-    const vf_arg *a = vf_call_arg(c, mi_kexpr_name(f->first_key, k));
+  for (int k = 0; k < n; k++) {
+    if (name_arg[k] < 0) continue; /* the index: per query, per score */
+    const vf_arg *a = vf_call_arg(c, mi_kexpr_name(x, k));
     if (!a) {
-      snprintf(err, len, "masked_attention: the call lacks '%s', which first_key reads", mi_kexpr_name(f->first_key, k));
+      snprintf(err, len, "masked_attention: the call lacks '%s', which %s reads", mi_kexpr_name(x, k), field);
       return -1;
     }
     v[k] = (a->kind == VF_F32 || a->kind == VF_F64) ? a->f : (double)a->i;
   }
+  return 0;
+}
+
+/* The first key of each of the T queries into first[T]. */
+static int first_keys(vf_call *c, const mi_masked_attention_form *f, int64_t T, int64_t pos0, int64_t *first,
+                      char *err, size_t len) {
+  double v[MI_MAP_MAX_NAMES];
+  if (bind_names(c, f->first_key, f->n_names, f->name_arg, "first_key", v, err, len) != 0) return -1;
   for (int64_t t = 0; t < T; t++) first[t] = mi_masked_attention_first(f, pos0 + t, v);
   return 0;
+}
+
+/* The form's score map, its names bound once per call. */
+typedef struct score_map {
+  const mi_masked_attention_form *f;
+  double v[MI_MAP_MAX_NAMES];
+} score_map;
+
+static double map_score(double score, void *user) {
+  score_map *m = user;
+  return mi_masked_attention_score(m->f, score, m->v);
 }
 
 int vf_ref_masked_attention(vf_call *c, char *err, size_t len) {
@@ -61,8 +81,10 @@ int vf_ref_masked_attention(vf_call *c, char *err, size_t len) {
     goto out;
   }
   if (first_keys(c, &f, T, pos0, first, err, len) != 0) goto out;
-  if (vf_f64_attention_from(a[OUT]->val, a[Q]->val, a[KC]->val, a[VC]->val, T, Hq, Hkv, D, pos0, a[SCALE]->f, first,
-                            NULL) != 0) {
+  score_map sm = {.f = &f};
+  if (f.score && bind_names(c, f.score, f.n_score_names, f.score_name_arg, "score", sm.v, err, len) != 0) goto out;
+  if (vf_f64_attention_mapped(a[OUT]->val, a[Q]->val, a[KC]->val, a[VC]->val, T, Hq, Hkv, D, pos0, a[SCALE]->f, first,
+                              f.score ? map_score : NULL, &sm, NULL) != 0) {
     snprintf(err, len, "masked_attention: out of memory");
     goto out;
   }
