@@ -1067,7 +1067,8 @@ static void s5_keys(s5_job *j, const mi_ckb *c, const json_t *model, const json_
     const char *op = json_string_value(json_object_get(st, "operator"));
     const mi_ckb_entry *oe = op ? mi_ckb_find(c, op) : NULL;
     const char *ref = oe ? json_string_value(json_object_get(oe->json, "reference")) : NULL;
-    if (j->q_norm[0] || !ref || strcmp(ref, "attention")) continue;
+    /* an attention: the platform's, or one over a window of keys or with a score map (a pack's) */
+    if (j->q_norm[0] || !ref || (strcmp(ref, "attention") && strcmp(ref, "masked_attention"))) continue;
     char q[128], kc[128];
     buf_of(json_object_get(json_object_get(st, "args"), "q"), q, sizeof q);
     buf_of(json_object_get(json_object_get(st, "args"), "k_cache"), kc, sizeof kc);

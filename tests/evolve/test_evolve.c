@@ -1642,6 +1642,11 @@ START_TEST(gemma3_layout_absorbed_and_revalidated) {
 }
 END_TEST
 
+/* A final soft-cap without an attention one (Gemma 3's probes with
+ * final_logit_softcapping 30, attn_logit_softcapping null): no member of
+ * the vocabulary's soft-cap group reads it (variant.softcap_none: both
+ * null; variant.softcap_capped: both set, Gemma 2's), so the loop refuses
+ * the field by name and leaves the CKB as it was. */
 START_TEST(gemma2_softcap_is_refused_by_name) {
   /* the sanitizer run (MI_TEST_QUICK): the vocabulary cut to the true reading's members (the refusal follows
    * the search whatever its size); the whole search is the Release run's */
@@ -1666,6 +1671,112 @@ START_TEST(gemma2_softcap_is_refused_by_name) {
   tree_hash(ckb, after, sizeof after);
   ck_assert_str_eq(before, after);
   free(errs), free(errp), free(refs), free(ckb), free(model);
+  tw_rmtree(tmp);
+  free(tmp);
+}
+END_TEST
+
+/* Gemma 2, absorbed from the curated CKB with no C written for it (tests/
+ * goldens/families/gemma2-probe-6l-seed14.json: layer_types S F S F S F as
+ * transformers >= 4.53 writes them, soft-caps 40 on the logits and 3 on the
+ * attention scores, both far past the tolerance on a tiny model (a reading
+ * without them is off by 5-25 nats); gemma2-probe-6l-seed15.json: the
+ * released keys, no layer_types and no pattern (transformers' Gemma2Config
+ * alternates), caps 30 and 50; llama.cpp's gemma2 the oracle, itself within
+ * 4.3e-3 of a float64 forward written from HF's Gemma 2 in
+ * tools/peer/ref_forward.mjs): the search finds one reading on both probes,
+ * the consolidated contract rebinds each kind's attention to its
+ * soft-capped form (variant.softcap_capped's rebind_operators, whichever
+ * operator the window variant chose: a kernel generated from the masked
+ * form's score map), caps the logits after lm_head, takes the pattern 2 of
+ * Gemma2Config (variant.config_class_gemma2) where layer_types is absent,
+ * and revalidates with references off on the released-layout checkpoint.
+ * The probes are cut to their first prompt and 4 steps for the search (the
+ * revalidation reads the whole goldens). Quick (the sanitizer run): the
+ * search from the experience of the shipped absorption, no revalidation. */
+#define GEMMA2_TRUTH                                                                                                     \
+  "attn_scale=query_pre_attn_scalar embed_scale=sqrt_hidden mlp_act=gelu_tanh norm=1+w qk=none sandwich=pre+post "    \
+  "softcap=attn+final window=layer_kinds"
+START_TEST(gemma2_absorbed_and_revalidated) {
+  const int quick = getenv("MI_TEST_QUICK") != NULL;
+  if (quick)
+    fprintf(stderr, "test_evolve: MI_TEST_QUICK: gemma2 searched from its experience and not revalidated (the whole "
+                    "product and the revalidation: the Release run)\n");
+  char *tmp = tw_mkdtemp("evolve"), *refs = tw_path(tmp, "refs"), *ckb = tw_path(tmp, "ckb"),
+       *model = tw_path(tmp, "model"), *ck = src("ckb"), cmd[8400], err[1024], bin[4096];
+  ck_assert_int_eq(mkdir(refs, 0755), 0);
+  const char *probes[] = {"gemma2-probe-6l-seed14.json", "gemma2-probe-6l-seed15.json"};
+  for (int i = 0; i < 2; i++) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "tests/goldens/families/%s", probes[i]);
+    json_t *g = load_src(rel), *cases = json_object_get(g, "cases");
+    while (json_array_size(cases) > 1) json_array_remove(cases, json_array_size(cases) - 1);
+    json_t *steps = json_object_get(json_array_get(cases, 0), "steps");
+    while (json_array_size(steps) > 4) json_array_remove(steps, json_array_size(steps) - 1);
+    char *out = tw_path(refs, probes[i]);
+    ck_assert_int_eq(json_dump_file(g, out, JSON_COMPACT), 0);
+    free(out), json_decref(g);
+  }
+  curated_ckb(ck, ckb);
+  if (quick) {
+    snprintf(cmd, sizeof cmd, "cp '%s/experience/evolved_gemma2_variants.json' '%s/experience/'", ck, ckb);
+    ck_assert_int_eq(system(cmd), 0);
+  }
+  json_t *golden = load_src("tests/goldens/families/gemma2-probe-6l-seed15.json");
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  ev_opts eo = {.exe_dir = bin};
+  ck_assert_msg(ev_remake_checkpoint(&eo, golden, model, err, sizeof err) == 0, "%s", err);
+  json_decref(golden);
+  json_t *r = gemma_evolve(refs, ckb, model, tmp, quick);
+  ck_assert_str_eq(json_string_value(json_object_get(r, "found")), GEMMA2_TRUTH);
+  size_t i;
+  json_t *row;
+  int pass = 0, scored = 0;
+  json_array_foreach(json_object_get(r, "variant_search"), i, row) {
+    const char *v = json_string_value(json_object_get(row, "verdict"));
+    const char *cand = json_string_value(json_object_get(row, "candidate"));
+    double e = json_number_value(json_object_get(row, "error"));
+    if (!strcmp(v, "pass")) {
+      pass++;
+      ck_assert_str_eq(cand, GEMMA2_TRUTH);
+    } else if (!strcmp(v, "fail")) {
+      scored++;
+      ck_assert_msg(e > 1.0, "%s: %g", cand, e); /* every other reading far off, not near the tolerance */
+    }
+  }
+  ck_assert_int_eq(pass, 2); /* the same reading on both probes */
+  ck_assert_int_ge(scored, quick ? 4 : 20);
+  char *mp = tw_path(ckb, "models/gemma2.json");
+  json_t *m = json_load_file(mp, 0, NULL);
+  ck_assert_ptr_nonnull(m);
+  const json_t *sa = kind_step(m, "sliding_attention", "attention"), *fa = kind_step(m, "full_attention", "attention");
+  ck_assert_str_eq(json_string_value(json_object_get(sa, "operator")), "operator.attention_window_softcap");
+  ck_assert_str_eq(json_string_value(json_object_get(fa, "operator")), "operator.attention_softcap");
+  for (int k = 0; k < 2; k++)
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(k ? fa : sa, "args"), "cap")),
+                     "config:attn_logit_softcapping");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(sa, "args"), "window")), "sliding_window");
+  ck_assert_ptr_null(kind_step(m, "full_attention", "q_norm")); /* no q/k norms */
+  /* the logits capped right after the head, in place */
+  const json_t *ep = json_object_get(m, "epilogue");
+  size_t head = SIZE_MAX, cap = SIZE_MAX;
+  json_array_foreach(ep, i, row) {
+    const char *stn = json_string_value(json_object_get(row, "step"));
+    if (!strcmp(stn, "lm_head")) head = i;
+    if (!strcmp(stn, "final_softcap")) cap = i;
+  }
+  ck_assert_msg(head != SIZE_MAX && cap == head + 1, "final_softcap at %zu, lm_head at %zu", cap, head);
+  const json_t *fs = json_array_get(ep, cap);
+  ck_assert_str_eq(json_string_value(json_object_get(fs, "operator")), "operator.softcap");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(fs, "args"), "cap")), "config:final_logit_softcapping");
+  /* the released configs' layer kinds: Gemma2Config's pattern 2 */
+  const json_t *pat = mi_ckb_named(json_object_get(m, "config"), "name", "sliding_window_pattern");
+  ck_assert_int_eq(json_integer_value(json_object_get(pat, "default")), 2);
+  char *rv = quick ? NULL : json_dumps(json_object_get(r, "revalidation"), JSON_COMPACT);
+  ck_assert_msg(quick || (rv && strstr(rv, "identical to llama.cpp") && !strstr(rv, "FAIL")), "%s", rv ? rv : "?");
+  free(rv);
+  json_decref(m), json_decref(r);
+  free(mp), free(refs), free(ckb), free(model), free(ck);
   tw_rmtree(tmp);
   free(tmp);
 }
@@ -1744,7 +1855,7 @@ static Suite *suite(void) {
               unexplained_field_leaves_the_ckb_unchanged, explain_names_fields_and_weights));
   TCase *tg = mi_check_case(s, "gemma", 900, NULL, NULL);
   mi_check_add(tg, MI_CHECK_TESTS(gemma3_layout_absorbed_and_revalidated, gemma2_softcap_is_refused_by_name,
-                                  gemma3_released_wrapper_absorbed));
+                                  gemma3_released_wrapper_absorbed, gemma2_absorbed_and_revalidated));
   TCase *tw = mi_check_case(s, "wrapped", 900, NULL, NULL);
   mi_check_add(tw, MI_CHECK_TESTS(wrapped_layout_absorbed_and_revalidated,
                                   wrapper_with_an_unknown_part_leaves_the_ckb_unchanged));

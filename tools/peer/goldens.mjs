@@ -25,7 +25,7 @@
 // vocabulary) and leaves only expf/rounding error (~1e-7).
 //
 // --check-ref also runs a float64 Qwen3 forward pass (ref_forward.mjs; Gemma
-// 3's for a Gemma 3 probe made with --mkmodel-extra) from
+// 2's or 3's for a Gemma probe made with --mkmodel-extra) from
 // the HF files, teacher-forced on llama.cpp's tokens, and records the largest
 // |logprob difference| on the top-10 per case: evidence that the converter is
 // right and a measure of llama.cpp's own F32 error.
@@ -37,7 +37,7 @@ import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { convert } from "./hf2gguf.mjs";
 import { PEER, TOPK, fnv1a32File, formatGolden, parseFlags, runPeer } from "./peer_run.mjs";
-import { RefQwen3, isGemma3Config } from "./ref_forward.mjs";
+import { RefQwen3, isGemma2Config, isGemma3Config } from "./ref_forward.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, "../..");
@@ -91,8 +91,9 @@ async function main() {
   const gguf = path.join(tmp, `${args.shape}-seed${args.seed}-f32.gguf`);
   await convert(modelDir, gguf, { type: "f32" });
 
-  if (args.checkRef && args.mkmodelExtra && !isGemma3Config(JSON.parse(fs.readFileSync(path.join(modelDir, "config.json"), "utf8"))))
-    throw new Error("--check-ref: the JS reference is Qwen3's (or Gemma 3's); --mkmodel-extra makes another model");
+  const madeCfg = JSON.parse(fs.readFileSync(path.join(modelDir, "config.json"), "utf8"));
+  if (args.checkRef && args.mkmodelExtra && !isGemma3Config(madeCfg) && !isGemma2Config(madeCfg))
+    throw new Error("--check-ref: the JS reference is Qwen3's (or Gemma 2's or 3's); --mkmodel-extra makes another model");
   const ref = args.checkRef ? new RefQwen3(modelDir) : null;
   const cases = await runPeer(gguf, prompts, args.steps, (c, pi, ms) => {
     const ids = c.prompt_ids, steps = c.steps;

@@ -2,8 +2,9 @@
 // HF checkpoint directory -> GGUF v3 file for llama.cpp: the dense families
 // of DENSE below (Qwen3 -> arch "qwen3", Qwen2 -> "qwen2", Llama and Mistral
 // -> "llama", q/k permuted), a Qwen3.5/3.6-style hybrid
-// (Qwen3_5ForCausalLM) -> arch "qwen35", or Gemma 3 text
-// (Gemma3ForCausalLM / gemma3_text) -> arch "gemma3" (convertGemma3).
+// (Qwen3_5ForCausalLM) -> arch "qwen35", Gemma 3 text
+// (Gemma3ForCausalLM / gemma3_text) -> arch "gemma3" (convertGemma3), or
+// Gemma 2 (Gemma2ForCausalLM) -> arch "gemma2" (convertGemma2).
 //
 //   node tools/peer/hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m]
 //
@@ -893,6 +894,97 @@ async function convertGemma3(modelDir, outPath, cfg0, cfgFile, type, textPrefix 
   return { config: h, vocab, types, notes: [], layerTypes: lt, swaPeriod: period };
 }
 
+// ---------------------------------------------------------------- gemma2
+
+// llama.cpp's gemma2, as read in its conversion/gemma.py (Gemma2Model) and
+// src/models/gemma2.cpp, src/llama-graph.cpp (build_attn_mha); written from
+// that reading, nothing copied. What differs from gemma3 above:
+//  - no q/k norms; one rotary base (rope.freq_base) on every layer, no
+//    scaling;
+//  - attention soft-capping always on (hparams.attn_soft_cap): each score
+//    kq (q already scaled) becomes cap * tanh(kq / cap) before the mask and
+//    soft_max, cap = attn_logit_softcapping (default 50); the final logits
+//    likewise with final_logit_softcapping (default 30): both written, and a
+//    null in the config (transformers then caps nothing) refused;
+//  - which layers slide: attention.sliding_window_pattern, default 2, so
+//    layer l slides iff l % 2 == 0, as transformers' Gemma2Config makes
+//    layer_types by default ("sliding_attention" iff (l + 1) % 2): only
+//    that alternation converts;
+//  - attention scale 1/sqrt(head_dim), except for 46 layers (its "27B"):
+//    1/sqrt(hidden_size / heads); query_pre_attn_scalar must be that number.
+function isGemma2(archs, modelType) {
+  return archs.includes("Gemma2ForCausalLM") || (archs.length === 0 && modelType === "gemma2");
+}
+
+/** transformers' Gemma2Config defaults (a field the config.json leaves out). */
+const GEMMA2_DEFAULTS = {
+  vocab_size: 256000, hidden_size: 2304, intermediate_size: 9216, num_hidden_layers: 26,
+  num_attention_heads: 8, num_key_value_heads: 4, head_dim: 256, rms_norm_eps: 1e-6,
+  max_position_embeddings: 8192, sliding_window: 4096, query_pre_attn_scalar: 256,
+  rope_theta: 10000, hidden_activation: "gelu_pytorch_tanh",
+  final_logit_softcapping: 30.0, attn_logit_softcapping: 50.0,
+};
+
+async function convertGemma2(modelDir, outPath, cfg0, cfgFile, type) {
+  if (type !== "f32" && type !== "bf16") die(`--type ${type}: quantized files are made for qwen3 only (gemma2 takes f32 or bf16)`);
+  const cfg = { ...GEMMA2_DEFAULTS, ...cfg0 };
+  const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size"];
+  for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
+  const h = { ...cfg, tie_word_embeddings: cfg.tie_word_embeddings !== false };
+  const L = h.num_hidden_layers, cf = (k) => `${cfgFile}: ${k}`;
+  const act = cfg.hidden_activation ?? "gelu_pytorch_tanh";
+  if (act !== "gelu_pytorch_tanh") die(`${cf("hidden_activation")} ${JSON.stringify(act)}: llama.cpp's gemma2 computes gelu_pytorch_tanh`);
+  if (cfg.hidden_act != null && cfg.hidden_act !== act)
+    die(`${cf("hidden_act")} ${JSON.stringify(cfg.hidden_act)} differs from hidden_activation ${JSON.stringify(act)} (transformers' Gemma 2 reads hidden_activation)`);
+  for (const k of ["final_logit_softcapping", "attn_logit_softcapping"])
+    if (typeof cfg[k] !== "number" || !(cfg[k] > 0))
+      die(`${cf(k)} ${JSON.stringify(cfg[k])}: llama.cpp's gemma2 always caps (a positive number, or left out for the default)`);
+  if (cfg.attention_bias === true) die(`${cf("attention_bias")}=true is not supported`);
+  if (cfg.mlp_bias === true) die(`${cf("mlp_bias")}=true is not supported`);
+  const llamaScale = L === 46 ? Math.trunc(h.hidden_size / h.num_attention_heads) : h.head_dim;
+  if (cfg.query_pre_attn_scalar !== llamaScale)
+    die(`${cf("query_pre_attn_scalar")} ${cfg.query_pre_attn_scalar}: llama.cpp's gemma2 scales attention by 1/sqrt(${llamaScale}) ` +
+      `(${L === 46 ? "hidden_size / num_attention_heads for 46 layers" : "head_dim"})`);
+  if (cfg.rope_scaling != null) die(`${cf("rope_scaling")} ${JSON.stringify(cfg.rope_scaling)}: llama.cpp's gemma2 has no rope scaling`);
+  if (typeof cfg.rope_theta !== "number") die(`${cf("rope_theta")}: not a number`);
+  if (!(Number.isInteger(cfg.sliding_window) && cfg.sliding_window >= 1))
+    die(`${cf("sliding_window")} ${JSON.stringify(cfg.sliding_window)}: gemma2's sliding layers need a positive window`);
+  const lt = cfg.layer_types ?? Array.from({ length: L }, (_, l) => ((l + 1) % 2 ? "sliding_attention" : "full_attention"));
+  if (!Array.isArray(lt) || lt.length !== L) die(`${cf("layer_types")}: must list num_hidden_layers (${L}) entries`);
+  lt.forEach((t, l) => {
+    if (t !== (l % 2 === 0 ? "sliding_attention" : "full_attention"))
+      die(`${cf("layer_types")}[${l}] ${JSON.stringify(t)}: llama.cpp's gemma2 slides exactly the even layers`);
+  });
+
+  const st = readSafetensorsIndex(modelDir);
+  const expect = expectedShapes(h, { qkNorm: false, sandwich: true });
+  checkTensors(modelDir, st, expect, (name) => name === "lm_head.weight" && h.tie_word_embeddings);
+
+  const w = new GgufWriter();
+  const A = "gemma2";
+  addGeneral(w, A, modelDir, FTYPE[type][0]);
+  addDecoderKeys(w, A, h, 8192, cfg.rope_theta);
+  w.addU32(`${A}.attention.sliding_window`, cfg.sliding_window);
+  w.addF32(`${A}.attn_logit_softcapping`, cfg.attn_logit_softcapping);
+  w.addF32(`${A}.final_logit_softcapping`, cfg.final_logit_softcapping);
+  const vocab = buildVocab(modelDir, h, w);
+
+  const types = {};
+  for (const name of expect.keys()) {
+    const src = st.get(name);
+    const gname = ggufName(GEMMA3_LAYER_MAP, name);
+    if (!gname) die(`internal: no GGUF name for ${name}`);
+    const dst = src.shape.length === 1 ? GGML_TYPE.F32 : FTYPE[type][1];
+    types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
+    const ne = [...src.shape].reverse();
+    if (name.endsWith("norm.weight")) // HF's (1 + w), rounded once to f32
+      w.addTensor(gname, ne, dst, (fd, at) => { const a = readF32(src); for (let i = 0; i < a.length; i++) a[i] += 1; return writeF32As(a, dst, fd, at); });
+    else w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
+  }
+  await w.write(outPath);
+  return { config: h, vocab, types, notes: [], layerTypes: lt, swaPeriod: 2 };
+}
+
 // ---------------------------------------------------------------- tokenizer
 
 // Mirrors TextModel.does_token_look_special for the forms Qwen uses.
@@ -1076,10 +1168,11 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
     // weights under language_model.; the vision tower is not converted
     return convertGemma3(modelDir, outPath, cfg.text_config, cfgFile, type, "language_model.");
   if (isGemma3(archs, cfg.model_type)) return convertGemma3(modelDir, outPath, cfg, cfgFile, type);
+  if (isGemma2(archs, cfg.model_type)) return convertGemma2(modelDir, outPath, cfg, cfgFile, type);
   const fam = denseFamily(archs, cfg.model_type);
   if (!fam)
     die(`${cfgFile}: no conversion for architectures ${JSON.stringify(archs)} (model_type ${cfg.model_type}): ` +
-      `this converter knows ${Object.values(DENSE).flatMap((f) => f.archs).concat(["Qwen3_5ForCausalLM", "Gemma3ForCausalLM"]).join(", ")}`);
+      `this converter knows ${Object.values(DENSE).flatMap((f) => f.archs).concat(["Qwen3_5ForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM"]).join(", ")}`);
   const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size"];
   for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
   // rms_norm_eps: 1e-6 in the config classes of all four families when absent

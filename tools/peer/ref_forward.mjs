@@ -106,6 +106,15 @@ export function isGemma3Config(cfg) {
   return archs.includes("Gemma3ForCausalLM") || (archs.length === 0 && cfg.model_type === "gemma3_text");
 }
 
+/** Gemma 2 (HF modeling_gemma2.py): Gemma 3's layer without q/k norms, one
+ *  rotary base, every other layer sliding (layer_types by default: layer l
+ *  slides iff (l + 1) % 2), the attention scores and the final logits
+ *  soft-capped: cap * tanh(x / cap). */
+export function isGemma2Config(cfg) {
+  const archs = cfg.architectures || [];
+  return archs.includes("Gemma2ForCausalLM") || (archs.length === 0 && cfg.model_type === "gemma2");
+}
+
 /** Gemma 3's per-layer kinds: layer_types, else full iff (l + 1) % sliding_window_pattern == 0 (default 6). */
 function gemma3Sliding(cfg) {
   const L = cfg.num_hidden_layers;
@@ -126,7 +135,8 @@ export class RefQwen3 {
   constructor(dir, opts = {}) {
     const cfg = JSON.parse(fs.readFileSync(path.join(dir, "config.json"), "utf8"));
     this.cfg = cfg;
-    this.gemma = isGemma3Config(cfg);
+    this.gemma2 = isGemma2Config(cfg);
+    this.gemma = isGemma3Config(cfg) || this.gemma2;
     this.D = cfg.hidden_size; this.F = cfg.intermediate_size; this.L = cfg.num_hidden_layers;
     this.Hq = cfg.num_attention_heads; this.Hk = cfg.num_key_value_heads;
     this.hd = cfg.head_dim ?? (this.gemma ? 256 : this.D / this.Hq); this.V = cfg.vocab_size;
@@ -161,7 +171,14 @@ export class RefQwen3 {
 
   /** Gemma 3's config fields (Gemma3TextConfig's defaults where absent). */
   gemmaSetup(cfg, opts) {
-    if (cfg.final_logit_softcapping != null || cfg.attn_logit_softcapping != null)
+    if (this.gemma2) { // Gemma2Config's defaults; a null cap is no cap
+      cfg = { final_logit_softcapping: 30.0, attn_logit_softcapping: 50.0, sliding_window: 4096, rope_theta: 10000,
+        layer_types: Array.from({ length: cfg.num_hidden_layers }, (_, l) => ((l + 1) % 2 ? "sliding_attention" : "full_attention")),
+        ...cfg };
+      this.attnCap = cfg.attn_logit_softcapping; this.finalCap = cfg.final_logit_softcapping;
+      if (cfg.rope_scaling != null) throw new Error("Gemma 2 reference: rope scaling is not computed");
+      cfg = { ...cfg, rope_local_base_freq: cfg.rope_theta };
+    } else if (cfg.final_logit_softcapping != null || cfg.attn_logit_softcapping != null)
       throw new Error("Gemma 3 reference: logit softcapping is not computed");
     const act = cfg.hidden_activation ?? "gelu_pytorch_tanh";
     if (act !== "gelu_pytorch_tanh") throw new Error(`Gemma 3 reference: hidden_activation ${act} is not computed`);
@@ -250,8 +267,8 @@ export class RefQwen3 {
       const theta = L.sliding ? this.thetaSwa : this.theta, ps = L.sliding ? 1 : this.posScaleFull;
       rmsnorm1w(x, 0, D, L.inNorm, eps, h, 0);
       matvec(L.q, Hq * hd, D, h, q); matvec(L.k, Hk * hd, D, h, k); matvec(L.v, Hk * hd, D, h, v);
-      for (let j = 0; j < Hq; j++) { rmsnorm1w(q, j * hd, hd, L.qn, eps, q, j * hd); this.rope(q, j * hd, theta, ps); }
-      for (let j = 0; j < Hk; j++) { rmsnorm1w(k, j * hd, hd, L.kn, eps, k, j * hd); this.rope(k, j * hd, theta, ps); }
+      for (let j = 0; j < Hq; j++) { if (L.qn) rmsnorm1w(q, j * hd, hd, L.qn, eps, q, j * hd); this.rope(q, j * hd, theta, ps); }
+      for (let j = 0; j < Hk; j++) { if (L.kn) rmsnorm1w(k, j * hd, hd, L.kn, eps, k, j * hd); this.rope(k, j * hd, theta, ps); }
       L.K.push(Float64Array.from(k)); L.Vc.push(Float64Array.from(v));
       const T = L.K.length, grp = Hq / Hk, scale = this.scale;
       // a sliding layer's query at this.pos sees key t iff this.pos - t < window
@@ -264,7 +281,9 @@ export class RefQwen3 {
         for (let t = t0; t < T; t++) {
           let s = 0;
           for (let i = 0; i < hd; i++) s += q[j * hd + i] * L.K[t][kvh * hd + i];
-          sc[t] = s * scale; if (sc[t] > mx) mx = sc[t];
+          sc[t] = s * scale;
+          if (this.attnCap != null) sc[t] = this.attnCap * Math.tanh(sc[t] / this.attnCap);
+          if (sc[t] > mx) mx = sc[t];
         }
         let z = 0;
         for (let t = t0; t < T; t++) { sc[t] = Math.exp(sc[t] - mx); z += sc[t]; }
@@ -294,6 +313,7 @@ export class RefQwen3 {
     const D = this.D;
     const logits = new Float64Array(this.V);
     matvec(this.head, this.V, D, h, logits);
+    if (this.finalCap != null) for (let i = 0; i < this.V; i++) logits[i] = this.finalCap * Math.tanh(logits[i] / this.finalCap);
     let mx = -Infinity;
     for (let i = 0; i < this.V; i++) if (logits[i] > mx) mx = logits[i];
     let z = 0;

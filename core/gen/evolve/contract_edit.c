@@ -239,8 +239,26 @@ static int reaches(json_t *m, const json_t *x, const json_t *seq) {
   return !kind || kind_sequence(m, kind) == seq;
 }
 
+/* rebind_operators: a step's operator replaced by another wherever it is
+ * that operator, whichever member put it there (a soft-capped attention for
+ * plain or sliding attention): the last pass, after every member's set_step. */
+static void rebind_operators(json_t **seqs, int ns, const json_t *list) {
+  size_t i;
+  json_t *x;
+  json_array_foreach(list, i, x) {
+    const char *step = json_string_value(json_object_get(x, "step")), *from = json_string_value(json_object_get(x, "from"));
+    json_t *to = json_object_get(x, "to");
+    for (int s = 0; s < ns && step && from && json_is_string(to); s++) {
+      json_t *st = mi_ckb_named(seqs[s], "step", step);
+      if (st && !strcmp(json_string_value(json_object_get(st, "operator")) ?: "", from))
+        json_object_set(st, "operator", to);
+    }
+  }
+}
+
 /* pass 0: layer kinds split from one sequence; pass 1: the structure (steps,
- * weights, buffers, config); pass 2: settings on what now exists */
+ * weights, buffers, config); pass 2: settings on what now exists; pass 3:
+ * operators rebound where any member set them */
 static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) {
   if (pass == 0) {
     split_kinds(m, json_object_get(ed, "split_kinds"));
@@ -248,6 +266,10 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
   }
   json_t *seqs[16];
   const int ns = sequences(m, seqs, 16);
+  if (pass == 3) {
+    rebind_operators(seqs, ns, json_object_get(ed, "rebind_operators"));
+    return;
+  }
   size_t i;
   json_t *x;
   if (pass == 1) {
@@ -384,7 +406,7 @@ int ev_gguf_section(json_t *m) {
 
 json_t *ev_apply(const json_t *contract, const json_t *variants, const json_t *cfg) {
   json_t *m = json_deep_copy(contract);
-  for (int pass = 0; pass < 3; pass++) {
+  for (int pass = 0; pass < 4; pass++) {
     size_t i;
     json_t *v;
     json_array_foreach(variants, i, v) apply_one(m, json_object_get(v, "edit"), cfg, pass);
