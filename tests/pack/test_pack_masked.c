@@ -26,6 +26,9 @@
 #include "tests/util/check_main.h"
 #include "tests/util/test_proc.h"
 #include "tests/pack/pack_fixture.h"
+#include "tests/pack/serial_platform.h"
+#include "tests/pack/attention_f64.h"
+#include "tests/pack/pack_checks.h"
 
 #define OP "operator.attention_window"
 
@@ -40,120 +43,31 @@ static void build_pack(void) { build_pack_of(IDS, "aw", "masked"); }
 /* ---------- the pack, opened as the loader would, on a serial run_host ---------- */
 
 typedef struct pack {
-  void *dl;
-  const mi_plugin_desc *desc;
-  void *ctx;
-  const mi_kernel_pack_iface *iface;
+  sp_pack sp;
   aw_fn fn;
 } pack;
-
-static int fake_run_fails = 0;
-static int fake_device_info(void *ctx, int device, mi_device_info *out) {
-  (void)ctx, (void)device;
-  out->host_memory = 1;
-  return 0;
-}
-static const char *fake_last_error(void *ctx) {
-  (void)ctx;
-  return "fake platform: run_host refused on purpose";
-}
-/* serial, last (query, head) pair first: each must stand on its own */
-static int fake_run_host(void *ctx, mi_stream *s, void (*body)(void *, int64_t, int64_t), void *arg, int64_t n) {
-  (void)ctx, (void)s;
-  if (fake_run_fails) return -1;
-  for (int64_t c = n - 1; c >= 0; c--) body(arg, c, c + 1);
-  return 0;
-}
 
 static void pack_open(pack *p, int bind) {
   ck_assert_msg(!pack_err[0], "the test pack was not built: %s", pack_err);
   char so[4200];
   snprintf(so, sizeof so, "%s/libmi-pack-aw.so", pack_dir);
-  p->dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-  ck_assert_msg(p->dl != NULL, "dlopen %s: %s", so, dlerror());
-  mi_plugin_entry_fn entry = (mi_plugin_entry_fn)dlsym(p->dl, MI_PLUGIN_ENTRY_SYMBOL);
-  ck_assert_ptr_nonnull(entry);
-  p->desc = entry();
-  char err[300] = "";
-  ck_assert_int_eq(p->desc->init(NULL, NULL, &p->ctx, err, sizeof err), 0);
-  p->iface = p->desc->get_iface(p->ctx);
-  const mi_pack_kernel *k = mi_pack_find(p->iface, OP);
-  ck_assert_msg(k && k->fn, "the pack has no kernel for " OP);
-  ck_assert_str_eq(k->math, "i - window + 1");
-  p->fn = (aw_fn)k->fn;
-  if (!bind) return;
-  static mi_platform_iface plat;
-  memset(&plat, 0, sizeof plat);
-  plat.struct_size = sizeof plat;
-  plat.device_info = fake_device_info;
-  plat.last_error = fake_last_error;
-  plat.run_host = fake_run_host;
-  ck_assert_msg(p->iface->bind(p->ctx, &plat, NULL, err, sizeof err) == 0, "bind: %s", err);
+  sp_pack_open(&p->sp, so, bind);
+  p->fn = (aw_fn)sp_kernel(&p->sp, OP);
+  ck_assert_str_eq(mi_pack_find(p->sp.iface, OP)->math, "i - window + 1");
 }
 
-static void pack_close(pack *p) {
-  p->desc->fini(p->ctx);
-  dlclose(p->dl);
-}
+static void pack_close(pack *p) { sp_pack_close(&p->sp); }
 
 /* ---------- sliding-window attention, written here in float64 ---------- */
-
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static double uniform(double lo, double hi) {
-  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-  return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
-}
 
 /* HF's sliding window: query i sees key j iff j <= i and i - j < window. */
 static void window_attention(double *out, const float *q, const float *k, const float *v, int64_t T, int64_t Hq,
                              int64_t Hkv, int64_t D, int64_t pos0, double scale, int64_t window) {
-  double *w = malloc(sizeof(double) * (size_t)(pos0 + T));
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t h = 0; h < Hq; h++) {
-      const int64_t i = pos0 + t, g = h / (Hq / Hkv);
-      double mx = -INFINITY, sum = 0;
-      for (int64_t j = 0; j <= i; j++) {
-        w[j] = -INFINITY;
-        if (i - j >= window) continue;
-        double d = 0;
-        for (int64_t c = 0; c < D; c++) d += (double)q[(t * Hq + h) * D + c] * k[(j * Hkv + g) * D + c];
-        w[j] = d * scale;
-        mx = fmax(mx, w[j]);
-      }
-      for (int64_t j = 0; j <= i; j++) sum += (w[j] = isinf(w[j]) ? 0 : exp(w[j] - mx));
-      for (int64_t c = 0; c < D; c++) {
-        double acc = 0;
-        for (int64_t j = 0; j <= i; j++) acc += w[j] * v[(j * Hkv + g) * D + c];
-        out[(t * Hq + h) * D + c] = acc / sum;
-      }
-    }
-  free(w);
-}
-
-static double max_rel(const float *got, const double *want, int64_t n) {
-  double err = 0, ref = 0;
-  for (int64_t i = 0; i < n; i++) {
-    ck_assert_msg(isfinite(got[i]), "out[%lld] is %g", (long long)i, got[i]);
-    err = fmax(err, fabs(got[i] - want[i]));
-    ref = fmax(ref, fabs(want[i]));
-  }
-  return err / (ref > 0 ? ref : 1);
+  attention_f64(out, q, k, v, T, Hq, Hkv, D, pos0, scale, window, 0);
 }
 
 /* ---------- stage 1 ---------- */
 
-/* mi-verify --stage 1 on the CPU platform with the pack at so, held to the
- * CKB at ckb: its exit code; its report in *rep. */
-static int verify(const char *ckb, const char *so, const char *dir, json_t **rep) {
-  int rc = mi_test_sh("'%s/bin/mi-verify' --ckb '%s' --platform-plugin '%s/lib/metainfer/libmi-cpu.so' --platform cpu "
-                      "--pack '%s' --stage 1 --seed 5 -o threads=3 --report '%s/report.json' >'%s/verify.txt' 2>&1",
-                      build_dir, ckb, build_dir, so, dir, dir);
-  char path[4300];
-  snprintf(path, sizeof path, "%s/report.json", dir);
-  *rep = json_load_file(path, 0, NULL);
-  ck_assert_msg(*rep != NULL, "no report (exit %d): see %s/verify.txt", rc, dir);
-  return rc;
-}
 
 static json_t *the_unit(json_t *rep) {
   json_t *units = json_object_get(json_array_get(json_object_get(rep, "stages"), 0), "units");
@@ -163,18 +77,6 @@ static json_t *the_unit(json_t *rep) {
   return u;
 }
 
-/* The verdict of case `name` at dtype `dt` in unit u. */
-static const char *case_verdict(json_t *u, const char *name, const char *dt) {
-  size_t i;
-  json_t *c;
-  json_array_foreach(json_object_get(u, "cases"), i, c) {
-    if (!strcmp(json_string_value(json_object_get(c, "case")), name) &&
-        !strcmp(json_string_value(json_object_get(c, "dtype")), dt))
-      return json_string_value(json_object_get(c, "verdict"));
-  }
-  ck_abort_msg("no case %s at %s", name, dt);
-  return NULL;
-}
 
 START_TEST(stage1_passes) {
   paths();
@@ -269,9 +171,9 @@ START_TEST(values_against_window_formula) {
     for (int64_t i = 0; i < nk; i++) k[i] = (float)uniform(-shapes[s].std, shapes[s].std), v[i] = (float)uniform(-1, 1);
     for (size_t w = 0; w < sizeof windows / sizeof *windows; w++) {
       for (int64_t i = 0; i < nq; i++) out[i] = NAN;
-      ck_assert_msg(p.fn(p.ctx, NULL, out, q, k, v, MI_DTYPE_F32, T, Hq, Hkv, D, pos0, (float)shapes[s].scale,
+      ck_assert_msg(p.fn(p.sp.ctx, NULL, out, q, k, v, MI_DTYPE_F32, T, Hq, Hkv, D, pos0, (float)shapes[s].scale,
                          windows[w]) == 0,
-                    "%s", p.iface->last_error(p.ctx));
+                    "%s", p.sp.iface->last_error(p.sp.ctx));
       window_attention(want, q, k, v, T, Hq, Hkv, D, pos0, (float)shapes[s].scale, windows[w]);
       double rel = max_rel(out, want, nq);
       ck_assert_msg(rel <= 5e-5, "shape %zu window %lld: max rel error %g", s, (long long)windows[w], rel);
@@ -313,7 +215,7 @@ START_TEST(half_caches) {
   float q[D] = {0}, out[D];
   for (int which = 0; which < 2; which++) {
     for (int c = 0; c < D; c++) vc[c] = 0x3c00, vc[D + c] = which ? bf16[c] : f16[c]; /* row 1 is what it reads */
-    ck_assert_int_eq(p.fn(p.ctx, NULL, out, q, kc, vc, which ? MI_DTYPE_BF16 : MI_DTYPE_F16, 1, 1, 1, D, 1, 1.0f, 1), 0);
+    ck_assert_int_eq(p.fn(p.sp.ctx, NULL, out, q, kc, vc, which ? MI_DTYPE_BF16 : MI_DTYPE_F16, 1, 1, 1, D, 1, 1.0f, 1), 0);
     for (int c = 0; c < D; c++) {
       const float want = which ? bf16_value(bf16[c]) : f16_want[c];
       /* bit for bit, but for a zero's sign: the output is a sum from +0 */
@@ -344,7 +246,7 @@ START_TEST(half_caches) {
     }
     const int64_t windows[] = {2, 5, 14};
     for (int w = 0; w < 3; w++) {
-      ck_assert_int_eq(p.fn(p.ctx, NULL, o, qf, kh, vh, which ? MI_DTYPE_BF16 : MI_DTYPE_F16, T, HQ, HKV, DD, POS0, 0.3f,
+      ck_assert_int_eq(p.fn(p.sp.ctx, NULL, o, qf, kh, vh, which ? MI_DTYPE_BF16 : MI_DTYPE_F16, T, HQ, HKV, DD, POS0, 0.3f,
                             windows[w]),
                        0);
       window_attention(want, qf, kf, vf, T, HQ, HKV, DD, POS0, 0.3f, windows[w]);
@@ -360,27 +262,27 @@ START_TEST(kernel_checks) {
   pack p;
   pack_open(&p, 0);
   float q[16] = {0}, k[32] = {0}, v[32] = {0}, out[16];
-  ck_assert_int_eq(p.fn(p.ctx, NULL, out, q, k, v, MI_DTYPE_F32, 1, 2, 1, 8, 1, 1.0f, 4), -1);
-  ck_assert_ptr_nonnull(strstr(p.iface->last_error(p.ctx), "not bound"));
+  ck_assert_int_eq(p.fn(p.sp.ctx, NULL, out, q, k, v, MI_DTYPE_F32, 1, 2, 1, 8, 1, 1.0f, 4), -1);
+  ck_assert_ptr_nonnull(strstr(p.sp.iface->last_error(p.sp.ctx), "not bound"));
   pack_close(&p);
   pack_open(&p, 1);
   const char *e;
-  ck_assert_int_eq(p.fn(p.ctx, NULL, out, q, k, v, MI_DTYPE_F32, 1, 2, 1, 8, 1, 1.0f, 0), -1);
-  e = p.iface->last_error(p.ctx);
+  ck_assert_int_eq(p.fn(p.sp.ctx, NULL, out, q, k, v, MI_DTYPE_F32, 1, 2, 1, 8, 1, 1.0f, 0), -1);
+  e = p.sp.iface->last_error(p.sp.ctx);
   ck_assert_msg(strstr(e, OP ": constraint 'window >= 1' does not hold (") && strstr(e, "window=0"), "%s", e);
-  ck_assert_int_eq(p.fn(p.ctx, NULL, out, q, k, v, MI_DTYPE_F32, 1, 3, 2, 8, 1, 1.0f, 4), -1);
-  ck_assert_ptr_nonnull(strstr(p.iface->last_error(p.ctx), "constraint 'Hq % Hkv == 0'"));
-  ck_assert_int_eq(p.fn(p.ctx, NULL, out, q, NULL, v, MI_DTYPE_F32, 1, 2, 1, 8, 1, 1.0f, 4), -1);
-  ck_assert_ptr_nonnull(strstr(p.iface->last_error(p.ctx), OP ": buffer 'k_cache' is NULL"));
-  ck_assert_int_eq(p.fn(p.ctx, NULL, out, q, k, v, MI_DTYPE_I32, 1, 2, 1, 8, 1, 1.0f, 4), -1);
-  ck_assert_ptr_nonnull(strstr(p.iface->last_error(p.ctx), "kv_dtype"));
-  ck_assert_int_eq(p.fn(p.ctx, NULL, out, q, k, v, MI_DTYPE_F32, 1, 1, 1, 4096, 0, 1.0f, 4), -1);
-  ck_assert_ptr_nonnull(strstr(p.iface->last_error(p.ctx), "D at most 2048"));
-  fake_run_fails = 1;
-  ck_assert_int_eq(p.fn(p.ctx, NULL, out, q, k, v, MI_DTYPE_F32, 1, 2, 1, 8, 1, 1.0f, 4), -1);
-  ck_assert_ptr_nonnull(strstr(p.iface->last_error(p.ctx), "run_host failed: fake platform"));
-  fake_run_fails = 0;
-  ck_assert_int_eq(p.fn(p.ctx, NULL, out, q, k, v, MI_DTYPE_F32, 1, 2, 1, 8, 1, 1.0f, 4), 0);
+  ck_assert_int_eq(p.fn(p.sp.ctx, NULL, out, q, k, v, MI_DTYPE_F32, 1, 3, 2, 8, 1, 1.0f, 4), -1);
+  ck_assert_ptr_nonnull(strstr(p.sp.iface->last_error(p.sp.ctx), "constraint 'Hq % Hkv == 0'"));
+  ck_assert_int_eq(p.fn(p.sp.ctx, NULL, out, q, NULL, v, MI_DTYPE_F32, 1, 2, 1, 8, 1, 1.0f, 4), -1);
+  ck_assert_ptr_nonnull(strstr(p.sp.iface->last_error(p.sp.ctx), OP ": buffer 'k_cache' is NULL"));
+  ck_assert_int_eq(p.fn(p.sp.ctx, NULL, out, q, k, v, MI_DTYPE_I32, 1, 2, 1, 8, 1, 1.0f, 4), -1);
+  ck_assert_ptr_nonnull(strstr(p.sp.iface->last_error(p.sp.ctx), "kv_dtype"));
+  ck_assert_int_eq(p.fn(p.sp.ctx, NULL, out, q, k, v, MI_DTYPE_F32, 1, 1, 1, 4096, 0, 1.0f, 4), -1);
+  ck_assert_ptr_nonnull(strstr(p.sp.iface->last_error(p.sp.ctx), "D at most 2048"));
+  sp_run_fails = 1;
+  ck_assert_int_eq(p.fn(p.sp.ctx, NULL, out, q, k, v, MI_DTYPE_F32, 1, 2, 1, 8, 1, 1.0f, 4), -1);
+  ck_assert_ptr_nonnull(strstr(p.sp.iface->last_error(p.sp.ctx), "run_host failed: fake platform"));
+  sp_run_fails = 0;
+  ck_assert_int_eq(p.fn(p.sp.ctx, NULL, out, q, k, v, MI_DTYPE_F32, 1, 2, 1, 8, 1, 1.0f, 4), 0);
   pack_close(&p);
 }
 END_TEST
@@ -418,8 +320,8 @@ START_TEST(same_bytes_and_threads) {
   for (int i = 0; i < NK; i++) k[i] = (float)uniform(-2, 2), v[i] = (float)uniform(-1, 1);
   pack p;
   pack_open(&p, 1);
-  ck_assert_int_eq(p.fn(p.ctx, NULL, serial, q, k, v, MI_DTYPE_F32, T, HQ, HKV, D, POS0, 0.2f, 9), 0);
-  ck_assert_msg(p.iface->bind(p.ctx, P, cpu->ctx, err, sizeof err) == 0, "bind: %s", err);
+  ck_assert_int_eq(p.fn(p.sp.ctx, NULL, serial, q, k, v, MI_DTYPE_F32, T, HQ, HKV, D, POS0, 0.2f, 9), 0);
+  ck_assert_msg(p.sp.iface->bind(p.sp.ctx, P, cpu->ctx, err, sizeof err) == 0, "bind: %s", err);
   mi_buffer *bq, *bk, *bv, *bo;
   ck_assert_int_eq(P->buffer_alloc(cpu->ctx, sizeof q, &bq), 0);
   ck_assert_int_eq(P->buffer_alloc(cpu->ctx, sizeof k, &bk), 0);
@@ -431,7 +333,7 @@ START_TEST(same_bytes_and_threads) {
   ck_assert_int_eq(P->memcpy_h2d(cpu->ctx, NULL, dk, k, sizeof k), 0);
   ck_assert_int_eq(P->memcpy_h2d(cpu->ctx, NULL, dv, v, sizeof v), 0);
   for (int rep = 0; rep < 3; rep++) {
-    ck_assert_int_eq(p.fn(p.ctx, NULL, dout, dq, dk, dv, MI_DTYPE_F32, T, HQ, HKV, D, POS0, 0.2f, 9), 0);
+    ck_assert_int_eq(p.fn(p.sp.ctx, NULL, dout, dq, dk, dv, MI_DTYPE_F32, T, HQ, HKV, D, POS0, 0.2f, 9), 0);
     ck_assert_int_eq(P->memcpy_d2h(cpu->ctx, NULL, threaded, dout, sizeof threaded), 0);
     ck_assert_msg(!memcmp(serial, threaded, sizeof serial), "run %d on 3 threads differs from the serial run", rep);
   }
@@ -443,11 +345,6 @@ END_TEST
 
 /* ---------- the CKB's check of the form ---------- */
 
-static void collect(void *user, const char *line) {
-  char *buf = user;
-  size_t l = strlen(buf);
-  snprintf(buf + l, 4096 - l, "%s\n", line);
-}
 
 START_TEST(ckb_form_check) {
   paths();

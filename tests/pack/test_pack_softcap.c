@@ -25,6 +25,9 @@
 #include "tests/util/check_main.h"
 #include "tests/util/test_proc.h"
 #include "tests/pack/pack_fixture.h"
+#include "tests/pack/serial_platform.h"
+#include "tests/pack/attention_f64.h"
+#include "tests/pack/pack_checks.h"
 
 #define FULL "operator.attention_softcap"
 #define WIN "operator.attention_window_softcap"
@@ -41,109 +44,37 @@ static void build_pack(void) { build_pack_of(IDS, "sc", "softcap"); }
 
 /* ---------- the pack on a serial run_host ---------- */
 
-static int fake_device_info(void *ctx, int device, mi_device_info *out) {
-  (void)ctx, (void)device;
-  out->host_memory = 1;
-  return 0;
-}
-static const char *fake_last_error(void *ctx) {
-  (void)ctx;
-  return "fake platform";
-}
-static int fake_run_host(void *ctx, mi_stream *s, void (*body)(void *, int64_t, int64_t), void *arg, int64_t n) {
-  (void)ctx, (void)s;
-  for (int64_t c = n - 1; c >= 0; c--) body(arg, c, c + 1);
-  return 0;
-}
-
 typedef struct pack {
-  void *dl;
-  const mi_plugin_desc *desc;
-  void *ctx;
-  const mi_kernel_pack_iface *iface;
+  sp_pack sp;
   full_fn full;
   win_fn win;
 } pack;
 
 static void pack_open(pack *p) {
   ck_assert_msg(!pack_err[0], "the test pack was not built: %s", pack_err);
-  char so[4200], err[300] = "";
+  char so[4200];
   snprintf(so, sizeof so, "%s/libmi-pack-sc.so", pack_dir);
-  p->dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-  ck_assert_msg(p->dl != NULL, "dlopen %s: %s", so, dlerror());
-  mi_plugin_entry_fn entry = (mi_plugin_entry_fn)dlsym(p->dl, MI_PLUGIN_ENTRY_SYMBOL);
-  ck_assert_ptr_nonnull(entry);
-  p->desc = entry();
-  ck_assert_int_eq(p->desc->init(NULL, NULL, &p->ctx, err, sizeof err), 0);
-  p->iface = p->desc->get_iface(p->ctx);
-  const mi_pack_kernel *kf = mi_pack_find(p->iface, FULL), *kw = mi_pack_find(p->iface, WIN);
-  ck_assert_msg(kf && kf->fn && kw && kw->fn, "the pack lacks a soft-capped attention");
-  p->full = (full_fn)kf->fn;
-  p->win = (win_fn)kw->fn;
-  static mi_platform_iface plat;
-  memset(&plat, 0, sizeof plat);
-  plat.struct_size = sizeof plat;
-  plat.device_info = fake_device_info;
-  plat.last_error = fake_last_error;
-  plat.run_host = fake_run_host;
-  ck_assert_msg(p->iface->bind(p->ctx, &plat, NULL, err, sizeof err) == 0, "bind: %s", err);
+  sp_pack_open(&p->sp, so, 1);
+  p->full = (full_fn)sp_kernel(&p->sp, FULL);
+  p->win = (win_fn)sp_kernel(&p->sp, WIN);
 }
 
-static void pack_close(pack *p) {
-  p->desc->fini(p->ctx);
-  dlclose(p->dl);
-}
+static void pack_close(pack *p) { sp_pack_close(&p->sp); }
 
 /* ---------- soft-capped attention, written here in float64 ---------- */
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static double uniform(double lo, double hi) {
-  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-  return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
-}
-
 /* Query i sees key j iff j <= i and i - j < window (window <= 0: every
- * key); each scaled score s becomes cap * tanh(s / cap) (HF's
- * attn_logit_softcapping), then the softmax. */
+ * key); each scaled score s becomes cap * tanh(s / cap), then the softmax. */
 static void capped_attention(double *out, const float *q, const float *k, const float *v, int64_t T, int64_t Hq,
                              int64_t Hkv, int64_t D, int64_t pos0, double scale, int64_t window, double cap) {
-  double *w = malloc(sizeof(double) * (size_t)(pos0 + T));
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t h = 0; h < Hq; h++) {
-      const int64_t i = pos0 + t, g = h / (Hq / Hkv);
-      double mx = -INFINITY, sum = 0;
-      for (int64_t j = 0; j <= i; j++) {
-        w[j] = -INFINITY;
-        if (window > 0 && i - j >= window) continue;
-        double d = 0;
-        for (int64_t c = 0; c < D; c++) d += (double)q[(t * Hq + h) * D + c] * k[(j * Hkv + g) * D + c];
-        w[j] = cap * tanh(d * scale / cap);
-        mx = fmax(mx, w[j]);
-      }
-      for (int64_t j = 0; j <= i; j++) sum += (w[j] = isinf(w[j]) ? 0 : exp(w[j] - mx));
-      for (int64_t c = 0; c < D; c++) {
-        double acc = 0;
-        for (int64_t j = 0; j <= i; j++) acc += w[j] * v[(j * Hkv + g) * D + c];
-        out[(t * Hq + h) * D + c] = acc / sum;
-      }
-    }
-  free(w);
-}
-
-static double max_rel(const float *got, const double *want, int64_t n) {
-  double err = 0, ref = 0;
-  for (int64_t i = 0; i < n; i++) {
-    ck_assert_msg(isfinite(got[i]), "out[%lld] is %g", (long long)i, got[i]);
-    err = fmax(err, fabs(got[i] - want[i]));
-    ref = fmax(ref, fabs(want[i]));
-  }
-  return err / (ref > 0 ? ref : 1);
+  attention_f64(out, q, k, v, T, Hq, Hkv, D, pos0, scale, window, cap);
 }
 
 /* Random q, k, v (scores of order `spread` before the cap), both kernels
  * against capped_attention at caps that bend the scores and one that does
  * not; the window one at windows that cut and one past the context. */
 START_TEST(values_against_capped_formula) {
+  att_rng = 0x9e3779b97f4a7c15ull;
   pack p;
   pack_open(&p);
   const struct {
@@ -162,16 +93,16 @@ START_TEST(values_against_capped_formula) {
     for (int64_t i = 0; i < nk; i++) k[i] = (float)uniform(-shapes[s].spread, shapes[s].spread), v[i] = (float)uniform(-1, 1);
     const float sc = (float)shapes[s].scale;
     for (size_t c = 0; c < sizeof caps / sizeof *caps; c++) {
-      ck_assert_msg(p.full(p.ctx, NULL, out, q, k, v, MI_DTYPE_F32, T, Hq, Hkv, D, pos0, sc, (float)caps[c]) == 0, "%s",
-                    p.iface->last_error(p.ctx));
+      ck_assert_msg(p.full(p.sp.ctx, NULL, out, q, k, v, MI_DTYPE_F32, T, Hq, Hkv, D, pos0, sc, (float)caps[c]) == 0, "%s",
+                    p.sp.iface->last_error(p.sp.ctx));
       capped_attention(want, q, k, v, T, Hq, Hkv, D, pos0, sc, 0, (float)caps[c]);
       double rel = max_rel(out, want, nq);
       ck_assert_msg(rel <= 5e-5, "full, shape %zu cap %g: max rel error %g", s, caps[c], rel);
       if (c == 0) memcpy(plain, out, sizeof(float) * nq);
       for (size_t w = 0; w < sizeof windows / sizeof *windows; w++) {
-        ck_assert_msg(p.win(p.ctx, NULL, out, q, k, v, MI_DTYPE_F32, T, Hq, Hkv, D, pos0, sc, windows[w],
+        ck_assert_msg(p.win(p.sp.ctx, NULL, out, q, k, v, MI_DTYPE_F32, T, Hq, Hkv, D, pos0, sc, windows[w],
                             (float)caps[c]) == 0,
-                      "%s", p.iface->last_error(p.ctx));
+                      "%s", p.sp.iface->last_error(p.sp.ctx));
         capped_attention(want, q, k, v, T, Hq, Hkv, D, pos0, sc, windows[w], (float)caps[c]);
         rel = max_rel(out, want, nq);
         ck_assert_msg(rel <= 5e-5, "window %lld, shape %zu cap %g: max rel error %g", (long long)windows[w], s, caps[c],
@@ -180,7 +111,7 @@ START_TEST(values_against_capped_formula) {
     }
     /* the cap shows: at 1.5 the output is not the cap-50 one where scores are large */
     if (shapes[s].spread >= 4) {
-      ck_assert_int_eq(p.full(p.ctx, NULL, out, q, k, v, MI_DTYPE_F32, T, Hq, Hkv, D, pos0, sc, 1.5f), 0);
+      ck_assert_int_eq(p.full(p.sp.ctx, NULL, out, q, k, v, MI_DTYPE_F32, T, Hq, Hkv, D, pos0, sc, 1.5f), 0);
       double diff = 0;
       for (int64_t i = 0; i < nq; i++) diff = fmax(diff, fabs(out[i] - plain[i]));
       ck_assert_msg(diff > 1e-2, "shape %zu: caps 1.5 and 50 give outputs within %g", s, diff);
@@ -213,13 +144,6 @@ START_TEST(source_names_the_map) {
 }
 END_TEST
 
-/* A map that reads a name neither `score` nor a scalar argument, or is no
- * expression: refused by the CKB's check in one line naming the field. */
-static void collect(void *user, const char *line) {
-  char *buf = user;
-  size_t l = strlen(buf);
-  snprintf(buf + l, 4096 - l, "%s\n", line);
-}
 
 START_TEST(ckb_refuses_bad_maps) {
   paths();
@@ -247,18 +171,6 @@ END_TEST
 
 /* ---------- stage 1 ---------- */
 
-/* mi-verify --stage 1 with the pack at so, held to the CKB at ckb: the exit
- * code, the report in *rep. */
-static int verify(const char *ckb, const char *so, const char *dir, json_t **rep) {
-  int rc = mi_test_sh("'%s/bin/mi-verify' --ckb '%s' --platform-plugin '%s/lib/metainfer/libmi-cpu.so' --platform cpu "
-                      "--pack '%s' --stage 1 --seed 5 -o threads=2 --report '%s/report.json' >'%s/verify.txt' 2>&1",
-                      build_dir, ckb, build_dir, so, dir, dir);
-  char path[4300];
-  snprintf(path, sizeof path, "%s/report.json", dir);
-  *rep = json_load_file(path, 0, NULL);
-  ck_assert_msg(*rep != NULL, "no report (exit %d): see %s/verify.txt", rc, dir);
-  return rc;
-}
 
 static json_t *unit(json_t *rep, const char *id) {
   size_t i;
@@ -270,17 +182,6 @@ static json_t *unit(json_t *rep, const char *id) {
   return NULL;
 }
 
-static const char *case_verdict(json_t *u, const char *name, const char *dt) {
-  size_t i;
-  json_t *c;
-  json_array_foreach(json_object_get(u, "cases"), i, c) {
-    if (!strcmp(json_string_value(json_object_get(c, "case")), name) &&
-        !strcmp(json_string_value(json_object_get(c, "dtype")), dt))
-      return json_string_value(json_object_get(c, "verdict"));
-  }
-  ck_abort_msg("no case %s at %s", name, dt);
-  return NULL;
-}
 
 /* Generates the pack from the CKB at ckb into dir/p and verifies it
  * against the real CKB: mi-verify's exit code, the report in *rep. */

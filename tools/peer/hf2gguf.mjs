@@ -812,6 +812,25 @@ const GEMMA3_TEXT_DEFAULTS = {
   rope_theta: 1e6, rope_local_base_freq: 10000, hidden_activation: "gelu_pytorch_tanh",
 };
 
+/** A Gemma checkpoint's tensors (expect: HF name -> shape) added to w under
+ *  llama.cpp's names: vectors F32, matrices in --type; every *norm.weight
+ *  stored as HF's (1 + w), rounded once to f32. The tensor types, counted. */
+function addGemmaTensors(w, expect, st, type) {
+  const types = {};
+  for (const name of expect.keys()) {
+    const src = st.get(name);
+    const gname = ggufName(GEMMA3_LAYER_MAP, name);
+    if (!gname) die(`internal: no GGUF name for ${name}`);
+    const dst = src.shape.length === 1 ? GGML_TYPE.F32 : FTYPE[type][1];
+    types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
+    const ne = [...src.shape].reverse();
+    if (name.endsWith("norm.weight"))
+      w.addTensor(gname, ne, dst, (fd, at) => { const a = readF32(src); for (let i = 0; i < a.length; i++) a[i] += 1; return writeF32As(a, dst, fd, at); });
+    else w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
+  }
+  return types;
+}
+
 async function convertGemma3(modelDir, outPath, cfg0, cfgFile, type, textPrefix = null) {
   if (type !== "f32" && type !== "bf16") die(`--type ${type}: quantized files are made for qwen3 only (gemma3 takes f32 or bf16)`);
   const cfg = { ...GEMMA3_TEXT_DEFAULTS, ...cfg0 };
@@ -878,18 +897,7 @@ async function convertGemma3(modelDir, outPath, cfg0, cfgFile, type, textPrefix 
   }
   const vocab = buildVocab(modelDir, h, w);
 
-  const types = {};
-  for (const name of expect.keys()) {
-    const src = st.get(name);
-    const gname = ggufName(GEMMA3_LAYER_MAP, name);
-    if (!gname) die(`internal: no GGUF name for ${name}`);
-    const dst = src.shape.length === 1 ? GGML_TYPE.F32 : FTYPE[type][1];
-    types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
-    const ne = [...src.shape].reverse();
-    if (name.endsWith("norm.weight")) // HF's (1 + w), rounded once to f32
-      w.addTensor(gname, ne, dst, (fd, at) => { const a = readF32(src); for (let i = 0; i < a.length; i++) a[i] += 1; return writeF32As(a, dst, fd, at); });
-    else w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
-  }
+  const types = addGemmaTensors(w, expect, st, type);
   await w.write(outPath);
   return { config: h, vocab, types, notes: [], layerTypes: lt, swaPeriod: period };
 }
@@ -969,18 +977,7 @@ async function convertGemma2(modelDir, outPath, cfg0, cfgFile, type) {
   w.addF32(`${A}.final_logit_softcapping`, cfg.final_logit_softcapping);
   const vocab = buildVocab(modelDir, h, w);
 
-  const types = {};
-  for (const name of expect.keys()) {
-    const src = st.get(name);
-    const gname = ggufName(GEMMA3_LAYER_MAP, name);
-    if (!gname) die(`internal: no GGUF name for ${name}`);
-    const dst = src.shape.length === 1 ? GGML_TYPE.F32 : FTYPE[type][1];
-    types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
-    const ne = [...src.shape].reverse();
-    if (name.endsWith("norm.weight")) // HF's (1 + w), rounded once to f32
-      w.addTensor(gname, ne, dst, (fd, at) => { const a = readF32(src); for (let i = 0; i < a.length; i++) a[i] += 1; return writeF32As(a, dst, fd, at); });
-    else w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
-  }
+  const types = addGemmaTensors(w, expect, st, type);
   await w.write(outPath);
   return { config: h, vocab, types, notes: [], layerTypes: lt, swaPeriod: 2 };
 }
