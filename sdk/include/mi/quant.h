@@ -91,31 +91,6 @@ static inline double mi_quant_value64(mi_dtype t, const uint8_t *b, int i) {
   }
 }
 
-/* The 256 values of a K-quant block at b (Q4_K or Q6_K), exactly: the
- * same products as mi_quant_value64's, in its order, with each block's
- * scales read once (a row of a vocabulary-sized matrix is widened several
- * times a second by a float64 reference). Other types: 0. */
-static inline int mi_quant_k_block64(mi_dtype t, const uint8_t *b, double *dst) {
-  if (t == MI_DTYPE_Q4_K) {
-    const double d = mi_quant_f16(b), dmin = mi_quant_f16(b + 2);
-    for (int j = 0; j < 8; j++) {
-      int sc, m;
-      mi_q4_k_scale_min(b + 4, j, &sc, &m);
-      const uint8_t *q = b + 16 + 32 * (j / 2);
-      for (int l = 0; l < 32; l++)
-        dst[32 * j + l] = d * sc * ((j & 1) ? q[l] >> 4 : q[l] & 15) - dmin * m;
-    }
-    return 1;
-  }
-  if (t == MI_DTYPE_Q6_K) {
-    const double d = mi_quant_f16(b + 208);
-    for (int i = 0; i < 256; i++)
-      dst[i] = d * (int8_t)b[192 + i / 16] * (mi_q6_k_code(b, i) - 32);
-    return 1;
-  }
-  return 0;
-}
-
 /* The n values (whole blocks) of a row at src, exactly / rounded once to
  * f32. n must be a multiple of mi_dtype_block(t) and t a block type. */
 static inline void mi_quant_row_f64(mi_dtype t, const void *src, int64_t n, double *dst) {
@@ -123,9 +98,8 @@ static inline void mi_quant_row_f64(mi_dtype t, const void *src, int64_t n, doub
   const size_t bb = mi_dtype_block_bytes(t);
   const uint8_t *p = (const uint8_t *)src;
   for (int64_t b = 0; b < n / qk; b++, p += bb)
-    if (!mi_quant_k_block64(t, p, dst + b * qk))
-      for (int i = 0; i < (int)qk; i++)
-        dst[b * qk + i] = mi_quant_value64(t, p, i);
+    for (int i = 0; i < (int)qk; i++)
+      dst[b * qk + i] = mi_quant_value64(t, p, i);
 }
 
 static inline void mi_quant_row_f32(mi_dtype t, const void *src, int64_t n, float *dst) {
