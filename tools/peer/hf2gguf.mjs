@@ -812,6 +812,34 @@ const GEMMA3_TEXT_DEFAULTS = {
   rope_theta: 1e6, rope_local_base_freq: 10000, hidden_activation: "gelu_pytorch_tanh",
 };
 
+/** What both Gemma conversions check, else refused by name: f32 or bf16,
+ *  the config over its class's defaults with every shape field a number,
+ *  the GELU (tanh) MLP llama.cpp's arch graph computes, no biases, and
+ *  query_pre_attn_scalar equal to what llama.cpp scales attention by:
+ *  head_dim, or hidden_size / heads for the one layer count llama.cpp calls
+ *  the largest size (bigLayers). The merged config, the tied-head config,
+ *  the layer count and the field namer. */
+function gemmaConfig(cfg0, defaults, cfgFile, type, arch, label, bigLayers) {
+  if (type !== "f32" && type !== "bf16") die(`--type ${type}: quantized files are made for qwen3 only (${arch} takes f32 or bf16)`);
+  const cfg = { ...defaults, ...cfg0 };
+  const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size"];
+  for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
+  const h = { ...cfg, tie_word_embeddings: cfg.tie_word_embeddings !== false };
+  const L = h.num_hidden_layers, cf = (k) => `${cfgFile}: ${k}`;
+  const act = cfg.hidden_activation ?? "gelu_pytorch_tanh";
+  if (act !== "gelu_pytorch_tanh") die(`${cf("hidden_activation")} ${JSON.stringify(act)}: llama.cpp's ${arch} computes gelu_pytorch_tanh`);
+  if (cfg.hidden_act != null && cfg.hidden_act !== act)
+    die(`${cf("hidden_act")} ${JSON.stringify(cfg.hidden_act)} differs from hidden_activation ${JSON.stringify(act)} (transformers' ${label} reads hidden_activation)`);
+  if (cfg.attention_bias === true) die(`${cf("attention_bias")}=true is not supported`);
+  if (cfg.mlp_bias === true) die(`${cf("mlp_bias")}=true is not supported`);
+  const qpas = cfg.query_pre_attn_scalar ?? 256;
+  const llamaScale = L === bigLayers ? Math.trunc(h.hidden_size / h.num_attention_heads) : h.head_dim;
+  if (qpas !== llamaScale)
+    die(`${cf("query_pre_attn_scalar")} ${qpas}: llama.cpp's ${arch} scales attention by 1/sqrt(${llamaScale}) ` +
+      `(${L === bigLayers ? `hidden_size / num_attention_heads for ${bigLayers} layers` : "head_dim"})`);
+  return { cfg, h, L, cf };
+}
+
 /** A Gemma checkpoint's tensors (expect: HF name -> shape) added to w under
  *  llama.cpp's names: vectors F32, matrices in --type; every *norm.weight
  *  stored as HF's (1 + w), rounded once to f32. The tensor types, counted. */
@@ -832,27 +860,10 @@ function addGemmaTensors(w, expect, st, type) {
 }
 
 async function convertGemma3(modelDir, outPath, cfg0, cfgFile, type, textPrefix = null) {
-  if (type !== "f32" && type !== "bf16") die(`--type ${type}: quantized files are made for qwen3 only (gemma3 takes f32 or bf16)`);
-  const cfg = { ...GEMMA3_TEXT_DEFAULTS, ...cfg0 };
-  const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size"];
-  for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
-  const h = { ...cfg, tie_word_embeddings: cfg.tie_word_embeddings !== false };
-  const L = h.num_hidden_layers, cf = (k) => `${cfgFile}: ${k}`;
-  // what llama.cpp's gemma3 graph computes, else refused by name
-  const act = cfg.hidden_activation ?? "gelu_pytorch_tanh";
-  if (act !== "gelu_pytorch_tanh") die(`${cf("hidden_activation")} ${JSON.stringify(act)}: llama.cpp's gemma3 computes gelu_pytorch_tanh`);
-  if (cfg.hidden_act != null && cfg.hidden_act !== act)
-    die(`${cf("hidden_act")} ${JSON.stringify(cfg.hidden_act)} differs from hidden_activation ${JSON.stringify(act)} (transformers' Gemma 3 reads hidden_activation)`);
+  const { cfg, h, L, cf } = gemmaConfig(cfg0, GEMMA3_TEXT_DEFAULTS, cfgFile, type, "gemma3", "Gemma 3", 62);
   if (cfg.final_logit_softcapping != null) die(`${cf("final_logit_softcapping")} ${cfg.final_logit_softcapping}: not supported (Gemma 3 has none)`);
   if (cfg.attn_logit_softcapping != null) die(`${cf("attn_logit_softcapping")} ${cfg.attn_logit_softcapping}: llama.cpp's gemma3 has no attention softcap`);
-  if (cfg.attention_bias === true) die(`${cf("attention_bias")}=true is not supported`);
-  if (cfg.mlp_bias === true) die(`${cf("mlp_bias")}=true is not supported`);
   if (cfg.use_bidirectional_attention === true) die(`${cf("use_bidirectional_attention")}=true: llama.cpp's gemma3 is causal`);
-  const qpas = cfg.query_pre_attn_scalar ?? 256;
-  const llamaScale = L === 62 ? Math.trunc(h.hidden_size / h.num_attention_heads) : h.head_dim;
-  if (qpas !== llamaScale)
-    die(`${cf("query_pre_attn_scalar")} ${qpas}: llama.cpp's gemma3 scales attention by 1/sqrt(${llamaScale}) ` +
-      `(${L === 62 ? "hidden_size / num_attention_heads for 62 layers" : "head_dim"})`);
   // rotary: the flat fields, or transformers v5's per-kind rope_parameters
   const rp = cfg.rope_parameters && typeof cfg.rope_parameters === "object" ? cfg.rope_parameters : {};
   const rpFull = rp.full_attention ?? rp, rpSwa = rp.sliding_attention ?? {};
@@ -934,25 +945,10 @@ const GEMMA2_DEFAULTS = {
 };
 
 async function convertGemma2(modelDir, outPath, cfg0, cfgFile, type) {
-  if (type !== "f32" && type !== "bf16") die(`--type ${type}: quantized files are made for qwen3 only (gemma2 takes f32 or bf16)`);
-  const cfg = { ...GEMMA2_DEFAULTS, ...cfg0 };
-  const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size"];
-  for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
-  const h = { ...cfg, tie_word_embeddings: cfg.tie_word_embeddings !== false };
-  const L = h.num_hidden_layers, cf = (k) => `${cfgFile}: ${k}`;
-  const act = cfg.hidden_activation ?? "gelu_pytorch_tanh";
-  if (act !== "gelu_pytorch_tanh") die(`${cf("hidden_activation")} ${JSON.stringify(act)}: llama.cpp's gemma2 computes gelu_pytorch_tanh`);
-  if (cfg.hidden_act != null && cfg.hidden_act !== act)
-    die(`${cf("hidden_act")} ${JSON.stringify(cfg.hidden_act)} differs from hidden_activation ${JSON.stringify(act)} (transformers' Gemma 2 reads hidden_activation)`);
+  const { cfg, h, L, cf } = gemmaConfig(cfg0, GEMMA2_DEFAULTS, cfgFile, type, "gemma2", "Gemma 2", 46);
   for (const k of ["final_logit_softcapping", "attn_logit_softcapping"])
     if (typeof cfg[k] !== "number" || !(cfg[k] > 0))
       die(`${cf(k)} ${JSON.stringify(cfg[k])}: llama.cpp's gemma2 always caps (a positive number, or left out for the default)`);
-  if (cfg.attention_bias === true) die(`${cf("attention_bias")}=true is not supported`);
-  if (cfg.mlp_bias === true) die(`${cf("mlp_bias")}=true is not supported`);
-  const llamaScale = L === 46 ? Math.trunc(h.hidden_size / h.num_attention_heads) : h.head_dim;
-  if (cfg.query_pre_attn_scalar !== llamaScale)
-    die(`${cf("query_pre_attn_scalar")} ${cfg.query_pre_attn_scalar}: llama.cpp's gemma2 scales attention by 1/sqrt(${llamaScale}) ` +
-      `(${L === 46 ? "hidden_size / num_attention_heads for 46 layers" : "head_dim"})`);
   if (cfg.rope_scaling != null) die(`${cf("rope_scaling")} ${JSON.stringify(cfg.rope_scaling)}: llama.cpp's gemma2 has no rope scaling`);
   if (typeof cfg.rope_theta !== "number") die(`${cf("rope_theta")}: not a number`);
   if (!(Number.isInteger(cfg.sliding_window) && cfg.sliding_window >= 1))

@@ -28,6 +28,7 @@
 typedef struct pk_op {
   const mi_ckb_entry *e;
   const char *id, *base, *version, *expr, *math;
+  const char *score_expr; /* a masked form's score map as the CKB states it, or NULL */
   json_t *args; /* signature.args (borrowed) */
   mi_map_form f;
   int parsed;
@@ -236,6 +237,7 @@ static int read_masked(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_l
   if (mi_masked_attention_form_parse(e->json, &op->mf, err, err_len) != 0) return -1;
   op->parsed = 3;
   op->score_c[0] = 0;
+  op->score_expr = op->mf.score ? json_string_value(json_object_get(json_object_get(e->json, "masked_attention"), "score")) : NULL;
   if (op->mf.score && form_c64_index(e, op, op->mf.score, op->mf.n_score_names, op->mf.score_name_arg, "mi_s",
                                      "mi_a->", op->score_c, sizeof op->score_c, err, err_len) != 0)
     return -1;
@@ -450,9 +452,9 @@ static void emit_preamble(FILE *o, const char *name, const pk_op *ops, size_t n)
       fputs(" = ", o);
     }
     put_comment(o, ops[k].expr);
-    if (ops[k].masked && ops[k].mf.score) {
+    if (ops[k].score_expr) {
       fputs(", score = ", o);
-      put_comment(o, json_string_value(json_object_get(json_object_get(ops[k].e->json, "masked_attention"), "score")));
+      put_comment(o, ops[k].score_expr);
     }
     fputs("\n", o);
   }
@@ -795,9 +797,9 @@ static int emit_masked(FILE *o, const pk_op *op, char *err, size_t err_len) {
   json_t *a;
   fprintf(o, "/* ---------- %s %s: masked attention, first_key(i) = ", op->id, op->version);
   put_comment(o, op->expr);
-  if (op->mf.score) {
+  if (op->score_expr) {
     fputs(", score = ", o);
-    put_comment(o, json_string_value(json_object_get(json_object_get(op->e->json, "masked_attention"), "score")));
+    put_comment(o, op->score_expr);
   }
   fprintf(o, " ---------- */\n\n");
   fprintf(o, "typedef struct mi_%s_args {\n", op->base);

@@ -14,7 +14,6 @@
  * and Q4_0 are exact in f32 already (an f16 times a small integer). Held to
  * the definition bit for bit by test_cpu_quant's embed check (random
  * blocks of every type through embed, which widens with this). */
-#include <string.h>
 
 #include "cpu_internal.h"
 #include "cpu_quant.h"

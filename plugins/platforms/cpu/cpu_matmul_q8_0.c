@@ -24,7 +24,6 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "cpu_internal.h"
 #include "cpu_ip_streams.h"
