@@ -3,21 +3,13 @@
  * masks and soft-cap): query i sees key j iff j <= i and, with a window,
  * i - j < window (HF's sliding_window_overlay); each scaled score s becomes
  * cap * tanh(s / cap) with a cap (HF's attn_logit_softcapping), then the
- * softmax. Also the tests' random numbers and error measure. Each test file
- * includes it once. */
+ * softmax. Each test file includes it once. */
 #ifndef MI_TESTS_PACK_ATTENTION_F64_H
 #define MI_TESTS_PACK_ATTENTION_F64_H
 
-#include <check.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-
-static uint64_t att_rng = 0x2545f4914f6cdd1dull;
-static double uniform(double lo, double hi) {
-  att_rng ^= att_rng << 13, att_rng ^= att_rng >> 7, att_rng ^= att_rng << 17;
-  return lo + (hi - lo) * (double)(att_rng >> 11) / 9007199254740992.0;
-}
 
 /* out[T, Hq, D] from q[T, Hq, D] over the cache rows 0 .. pos0 + t of
  * k, v [pos0 + T, Hkv, D]; window <= 0: every key; cap <= 0: no cap. */
@@ -44,17 +36,6 @@ static void attention_f64(double *out, const float *q, const float *k, const flo
       }
     }
   free(w);
-}
-
-/* max |got - want| / max |want|; every got finite (asserted). */
-static double max_rel(const float *got, const double *want, int64_t n) {
-  double err = 0, ref = 0;
-  for (int64_t i = 0; i < n; i++) {
-    ck_assert_msg(isfinite(got[i]), "out[%lld] is %g", (long long)i, got[i]);
-    err = fmax(err, fabs(got[i] - want[i]));
-    ref = fmax(ref, fabs(want[i]));
-  }
-  return err / (ref > 0 ? ref : 1);
 }
 
 #endif

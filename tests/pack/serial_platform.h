@@ -1,8 +1,8 @@
 /* A generated kernel pack opened as the loader would (dlopen, the plugin
  * entry, init, get_iface) and bound to a fake platform whose run_host runs
  * the chunks serially, last first (each chunk must stand on its own), or
- * refuses when sp_run_fails is set: what the masked-attention pack tests
- * share. Each test file includes it once. */
+ * refuses when sp_run_fails is set: what the kernel-pack tests share
+ * (test_pack_gen binds a platform of its own). Each test file includes it once. */
 #ifndef MI_TESTS_PACK_SERIAL_PLATFORM_H
 #define MI_TESTS_PACK_SERIAL_PLATFORM_H
 

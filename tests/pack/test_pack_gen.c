@@ -8,8 +8,8 @@
  * failing run_host) return -1 with a reason; bad requests and entries are
  * refused with one line naming them. */
 #define _GNU_SOURCE
+#define PACK_RNG_SEED 0x9e3779b97f4a7c15ull /* this file's inputs */
 #include <check.h>
-#include <dlfcn.h>
 #include <float.h>
 #include <jansson.h>
 #include <math.h>
@@ -28,6 +28,8 @@
 #include "tests/util/check_main.h"
 #include "tests/util/test_proc.h"
 #include "tests/pack/pack_fixture.h"
+#include "tests/pack/pack_values.h"
+#include "tests/pack/serial_platform.h"
 
 static const char *const MAP_OPS[] = {"operator.bias_add", "operator.gelu_mul",
                                       "operator.gelu_tanh_mul", "operator.softcap"};
@@ -61,38 +63,17 @@ static char *slurp(const char *path) {
 
 /* ---------- a pack, opened as the loader would ---------- */
 
-typedef struct pack {
-  void *dl;
-  const mi_plugin_desc *desc;
-  void *ctx;
-  const mi_kernel_pack_iface *iface;
-} pack;
+typedef sp_pack pack;
 
 static void pack_open(pack *p) {
   need_pack();
   char so[4200];
   snprintf(so, sizeof so, "%s/libmi-pack-test.so", pack_dir);
-  p->dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-  ck_assert_msg(p->dl != NULL, "dlopen %s: %s", so, dlerror());
-  mi_plugin_entry_fn entry = (mi_plugin_entry_fn)dlsym(p->dl, MI_PLUGIN_ENTRY_SYMBOL);
-  ck_assert_ptr_nonnull(entry);
-  p->desc = entry();
-  char err[256] = "";
-  ck_assert_int_eq(p->desc->init(NULL, NULL, &p->ctx, err, sizeof err), 0);
-  p->iface = p->desc->get_iface(p->ctx);
+  sp_pack_open(p, so, 0);
   ck_assert_ptr_nonnull(p->iface);
 }
 
-static void pack_close(pack *p) {
-  p->desc->fini(p->ctx);
-  dlclose(p->dl);
-}
-
-static void (*kernel(const pack *p, const char *op))(void) {
-  const mi_pack_kernel *k = mi_pack_find(p->iface, op);
-  ck_assert_msg(k != NULL && k->fn != NULL, "the pack has no kernel for %s", op);
-  return k->fn;
-}
+static void pack_close(pack *p) { sp_pack_close(p); }
 
 typedef int (*bias_add_fn)(void *, mi_stream *, float *, const float *, const float *, int64_t,
                            int64_t);
@@ -163,22 +144,6 @@ static double tolerance(const char *op) {
   return t;
 }
 
-/* max |got - want| / max |want|: the contract's max_rel */
-static double max_rel(const float *got, const double *want, int64_t n) {
-  double err = 0, ref = 0;
-  for (int64_t i = 0; i < n; i++) {
-    ck_assert_msg(isfinite(got[i]), "element %lld is %g", (long long)i, got[i]);
-    err = fmax(err, fabs(got[i] - want[i]));
-    ref = fmax(ref, fabs(want[i]));
-  }
-  return err / (ref > 0 ? ref : 1);
-}
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static double uniform(double lo, double hi) {
-  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-  return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
-}
 
 /* ---------- tests ---------- */
 
@@ -292,7 +257,7 @@ END_TEST
 START_TEST(bind_refusals) {
   pack p;
   pack_open(&p);
-  softcap_fn softcap = (softcap_fn)kernel(&p, "operator.softcap");
+  softcap_fn softcap = (softcap_fn)sp_kernel(&p, "operator.softcap");
   float x[4] = {1, 2, 3, 4}, y[4];
   /* before any bind, a kernel refuses */
   ck_assert_int_eq(softcap(p.ctx, NULL, y, x, 30.0f, 4), -1);
@@ -361,10 +326,10 @@ START_TEST(values_serial) {
   pack p;
   pack_open(&p);
   bind_fake(&p);
-  bias_add_fn bias_add = (bias_add_fn)kernel(&p, "operator.bias_add");
-  gate_fn gelu_tanh_mul = (gate_fn)kernel(&p, "operator.gelu_tanh_mul"),
-          gelu_mul = (gate_fn)kernel(&p, "operator.gelu_mul");
-  softcap_fn softcap = (softcap_fn)kernel(&p, "operator.softcap");
+  bias_add_fn bias_add = (bias_add_fn)sp_kernel(&p, "operator.bias_add");
+  gate_fn gelu_tanh_mul = (gate_fn)sp_kernel(&p, "operator.gelu_tanh_mul"),
+          gelu_mul = (gate_fn)sp_kernel(&p, "operator.gelu_mul");
+  softcap_fn softcap = (softcap_fn)sp_kernel(&p, "operator.softcap");
 
   /* whole-row chunks (16 rows of 1000, the last short), pieces of long rows, tiny */
   fake_chunks_run = 0;
@@ -422,7 +387,7 @@ START_TEST(values_serial) {
                          : 5.0 * tanh(g[i] / 5.0);
     }
     fake_chunks_run = 0;
-    int rc = k < 2 ? ((gate_fn)kernel(&p, ops[k]))(p.ctx, NULL, o, g, u, n)
+    int rc = k < 2 ? ((gate_fn)sp_kernel(&p, ops[k]))(p.ctx, NULL, o, g, u, n)
                    : softcap(p.ctx, NULL, o, g, 5.0f, n);
     ck_assert_int_eq(rc, 0);
     ck_assert_int_eq(fake_chunks_run, (n + 16383) / 16384);
@@ -443,8 +408,8 @@ START_TEST(contract_checks) {
   pack p;
   pack_open(&p);
   bind_fake(&p);
-  bias_add_fn bias_add = (bias_add_fn)kernel(&p, "operator.bias_add");
-  softcap_fn softcap = (softcap_fn)kernel(&p, "operator.softcap");
+  bias_add_fn bias_add = (bias_add_fn)sp_kernel(&p, "operator.bias_add");
+  softcap_fn softcap = (softcap_fn)sp_kernel(&p, "operator.softcap");
   float x[8] = {0}, y[8], b[4] = {0};
   ck_assert_int_eq(softcap(p.ctx, NULL, y, x, 30.0f, 0), -1);
   ck_assert_ptr_nonnull(strstr(p.iface->last_error(p.ctx),
@@ -498,7 +463,7 @@ START_TEST(cpu_platform) {
   ck_assert_int_eq(P->memcpy_h2d(cpu->ctx, NULL, dx, x, sizeof(float) * total), 0);
   ck_assert_int_eq(P->memcpy_h2d(cpu->ctx, NULL, db, b, sizeof(float) * n), 0);
 
-  ck_assert_int_eq(((bias_add_fn)kernel(&p, "operator.bias_add"))(p.ctx, NULL, dy, dx, db, rows, n),
+  ck_assert_int_eq(((bias_add_fn)sp_kernel(&p, "operator.bias_add"))(p.ctx, NULL, dy, dx, db, rows, n),
                    0);
   ck_assert_int_eq(P->memcpy_d2h(cpu->ctx, NULL, y, dy, sizeof(float) * total), 0);
   for (int64_t i = 0; i < total; i++)
@@ -506,7 +471,7 @@ START_TEST(cpu_platform) {
                   y[i]);
 
   /* softcap in place over the whole buffer (several chunks on two threads) */
-  ck_assert_int_eq(((softcap_fn)kernel(&p, "operator.softcap"))(p.ctx, NULL, dx, dx, 30.0f, total),
+  ck_assert_int_eq(((softcap_fn)sp_kernel(&p, "operator.softcap"))(p.ctx, NULL, dx, dx, 30.0f, total),
                    0);
   ck_assert_int_eq(P->memcpy_d2h(cpu->ctx, NULL, y, dx, sizeof(float) * total), 0);
   double *want = malloc(sizeof(double) * total);

@@ -10,7 +10,6 @@
  * serial run_host; the CKB's check of the form, one line a problem. */
 #define _GNU_SOURCE
 #include <check.h>
-#include <dlfcn.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,6 +26,7 @@
 #include "tests/util/test_proc.h"
 #include "tests/pack/pack_fixture.h"
 #include "tests/pack/serial_platform.h"
+#include "tests/pack/pack_values.h"
 #include "tests/pack/attention_f64.h"
 #include "tests/pack/pack_checks.h"
 
