@@ -113,22 +113,22 @@ static void true_reading_only(const char *dir) {
   }
 }
 
-/* refs folder holding the named goldens; returns the tmp root */
-static char *make_refs(const char *const *goldens, int n, char **refs_out) {
+/* refs folder holding the named goldens of tests/goldens/DIR cut to their
+ * first prompt's first `steps` steps: the same oracle, a fraction of the
+ * reference's work (the sanitizer run stays short); docs/evolution.md has
+ * runs on the whole goldens. Returns the tmp root. */
+static char *make_refs_from(const char *dir, const char *const *goldens, int n, int steps_kept, char **refs_out) {
   char *tmp = tw_mkdtemp("evolve");
   char *refs = tw_path(tmp, "refs");
   ck_assert_int_eq(mkdir(refs, 0755), 0);
   for (int i = 0; i < n; i++) {
     char rel[256];
-    snprintf(rel, sizeof rel, "tests/goldens/hybrid/%s", goldens[i]);
-    /* the first prompt's first 2 steps: the same oracle, a quarter of the
-     * reference's work (the sanitizer run stays short); docs/evolution.md
-     * has a run on the whole goldens */
+    snprintf(rel, sizeof rel, "tests/goldens/%s/%s", dir, goldens[i]);
     json_t *g = load_src(rel);
     json_t *cases = json_object_get(g, "cases");
     while (json_array_size(cases) > 1) json_array_remove(cases, json_array_size(cases) - 1);
     json_t *steps = json_object_get(json_array_get(cases, 0), "steps");
-    while (json_array_size(steps) > 2) json_array_remove(steps, json_array_size(steps) - 1);
+    while (json_array_size(steps) > (size_t)steps_kept) json_array_remove(steps, json_array_size(steps) - 1);
     char *out = tw_path(refs, goldens[i]);
     ck_assert_int_eq(json_dump_file(g, out, JSON_COMPACT), 0);
     free(out);
@@ -136,6 +136,11 @@ static char *make_refs(const char *const *goldens, int n, char **refs_out) {
   }
   *refs_out = refs;
   return tmp;
+}
+
+/* the hybrid's probes (tests/goldens/hybrid), 2 steps: a quarter of the reference's work */
+static char *make_refs(const char *const *goldens, int n, char **refs_out) {
+  return make_refs_from("hybrid", goldens, n, 2, refs_out);
 }
 
 /* MI_TEST_QUICK (the sanitizer run): the golden rel cut to its first 2
@@ -1711,21 +1716,9 @@ START_TEST(gemma2_absorbed_and_revalidated) {
   if (quick)
     fprintf(stderr, "test_evolve: MI_TEST_QUICK: gemma2 searched from its experience and not revalidated (the whole "
                     "product and the revalidation: the Release run)\n");
-  char *tmp = tw_mkdtemp("evolve"), *refs = tw_path(tmp, "refs"), *ckb = tw_path(tmp, "ckb"),
-       *model = tw_path(tmp, "model"), *ck = src("ckb"), cmd[8400], err[1024], bin[4096];
-  ck_assert_int_eq(mkdir(refs, 0755), 0);
   const char *probes[] = {"gemma2-probe-6l-seed14.json", "gemma2-probe-6l-seed15.json"};
-  for (int i = 0; i < 2; i++) {
-    char rel[256];
-    snprintf(rel, sizeof rel, "tests/goldens/families/%s", probes[i]);
-    json_t *g = load_src(rel), *cases = json_object_get(g, "cases");
-    while (json_array_size(cases) > 1) json_array_remove(cases, json_array_size(cases) - 1);
-    json_t *steps = json_object_get(json_array_get(cases, 0), "steps");
-    while (json_array_size(steps) > 4) json_array_remove(steps, json_array_size(steps) - 1);
-    char *out = tw_path(refs, probes[i]);
-    ck_assert_int_eq(json_dump_file(g, out, JSON_COMPACT), 0);
-    free(out), json_decref(g);
-  }
+  char *refs, *tmp = make_refs_from("families", probes, 2, 4, &refs), *ckb = tw_path(tmp, "ckb"),
+       *model = tw_path(tmp, "model"), *ck = src("ckb"), cmd[8400], err[1024], bin[4096];
   curated_ckb(ck, ckb);
   if (quick) {
     snprintf(cmd, sizeof cmd, "cp '%s/experience/evolved_gemma2_variants.json' '%s/experience/'", ck, ckb);
