@@ -653,6 +653,23 @@ int mi_gguf_arr_int(const mi_gguf_kv *kv, uint64_t i, int64_t *out) {
   return int_at(kv->arr_type, kv->p + i * VTYPE_SIZE[kv->arr_type], out);
 }
 
+int mi_gguf_arr_real(const mi_gguf_kv *kv, uint64_t i, double *out) {
+  if (!kv || kv->type != MI_GGUF_ARRAY || i >= kv->n ||
+      (kv->arr_type != MI_GGUF_F32 && kv->arr_type != MI_GGUF_F64))
+    return -1;
+  const unsigned char *p = kv->p + i * VTYPE_SIZE[kv->arr_type];
+  if (kv->arr_type == MI_GGUF_F64) {
+    uint64_t b = le64(p);
+    memcpy(out, &b, 8);
+    return 0;
+  }
+  uint32_t b = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+  float f;
+  memcpy(&f, &b, 4);
+  *out = f;
+  return 0;
+}
+
 size_t mi_gguf_tensor_count(const mi_gguf *g) {
   return g ? g->n_t : 0;
 }

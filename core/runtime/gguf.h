@@ -125,6 +125,7 @@ const char *mi_gguf_kv_str(const mi_gguf_kv *kv, size_t *len);
 /* Element i of an array: 0 ok, -1 out of range or wrong element type. */
 int mi_gguf_arr_str(const mi_gguf_kv *kv, uint64_t i, const char **s, size_t *len);
 int mi_gguf_arr_int(const mi_gguf_kv *kv, uint64_t i, int64_t *out);
+int mi_gguf_arr_real(const mi_gguf_kv *kv, uint64_t i, double *out); /* f32 or f64 elements */
 
 size_t mi_gguf_tensor_count(const mi_gguf *g);
 const mi_gguf_tensor *mi_gguf_tensor_at(const mi_gguf *g, size_t i); /* file order */

@@ -259,7 +259,7 @@ static int tok_id(const mi_gguf *g, const char *key, uint64_t n_tokens, int32_t 
 /* The GGUF arrays as the tokenizer reads them (mi_tok_arrays): a token's
  * ggml type gives its kind. */
 typedef struct gguf_tok_src {
-  const mi_gguf_kv *toks, *types, *merges;
+  const mi_gguf_kv *toks, *types, *merges, *scores;
 } gguf_tok_src;
 
 static int gguf_token(const void *ctx, size_t i, const char **s, size_t *n) {
@@ -269,7 +269,8 @@ static int gguf_token(const void *ctx, size_t i, const char **s, size_t *n) {
   mi_gguf_arr_str(src->toks, i, s, n);
   switch (tt) {
   case TT_UNUSED: return MI_TOK_KIND_SKIP; /* padding rows ([PAD151669] ...) */
-  case TT_CONTROL: return MI_TOK_KIND_SPECIAL;
+  case TT_CONTROL:
+  case TT_UNKNOWN: return MI_TOK_KIND_SPECIAL; /* matched in a text as llama.cpp does */
   case TT_USER: return MI_TOK_KIND_ADDED;
   default: return MI_TOK_KIND_NORMAL;
   }
@@ -277,6 +278,12 @@ static int gguf_token(const void *ctx, size_t i, const char **s, size_t *n) {
 
 static void gguf_merge(const void *ctx, size_t i, const char **s, size_t *n) {
   mi_gguf_arr_str(((const gguf_tok_src *)ctx)->merges, i, s, n);
+}
+
+static float gguf_score(const void *ctx, size_t i) {
+  double v = 0;
+  mi_gguf_arr_real(((const gguf_tok_src *)ctx)->scores, i, &v);
+  return (float)v;
 }
 
 /* The contract's pre-tokenizer for tokenizer.ggml.pre: its regex, and the
@@ -317,6 +324,53 @@ static const char *pre_regex(const mi_gguf *g, json_t *spec, int *nfc, char *err
   return NULL;
 }
 
+/* A byte-level BPE (tokenizer.ggml.model the contract's "model"): the
+ * merges, and the pre-tokenizer the contract knows for tokenizer.ggml.pre. */
+static int bpe_arrays(const mi_gguf *g, json_t *spec, const gguf_tok_src *src, mi_tok_arrays *a, char *err,
+                      size_t el) {
+  if (!src->merges || src->merges->type != MI_GGUF_ARRAY || src->merges->arr_type != MI_GGUF_STRING) {
+    mi_path_err(err, el, mi_gguf_path(g), "tokenizer.ggml.merges is missing or not an array of strings");
+    return -1;
+  }
+  if (!(a->split_regex = pre_regex(g, spec, &a->nfc, err, el))) return -1;
+  a->n_merges = (size_t)src->merges->n;
+  return 0;
+}
+
+/* A SentencePiece vocabulary (tokenizer.ggml.model the contract's
+ * "sentencepiece"), as llama.cpp reads one: the scores stand for the
+ * merges, ' ' is put first unless tokenizer.ggml.add_space_prefix is false,
+ * the unknown token is tokenizer.ggml.unknown_token_id or the token typed
+ * unknown; tokenizer.ggml.pre and merges, if present, are not used. */
+static int sentencepiece_arrays(const mi_gguf *g, const gguf_tok_src *src, mi_tok_arrays *a, char *err, size_t el) {
+  const char *path = mi_gguf_path(g);
+  double v;
+  if (!src->scores || src->scores->type != MI_GGUF_ARRAY || src->scores->n != src->toks->n ||
+      mi_gguf_arr_real(src->scores, 0, &v) != 0) {
+    mi_path_err(err, el, path, "tokenizer.ggml.scores is missing or not a float array as long as tokenizer.ggml.tokens "
+                               "(a SentencePiece vocabulary needs its scores)");
+    return -1;
+  }
+  const mi_gguf_kv *sp = mi_gguf_get(g, "tokenizer.ggml.add_space_prefix");
+  int64_t flag = 1;
+  if (sp && (sp->type != MI_GGUF_BOOL || mi_gguf_kv_int(sp, &flag) != 0)) {
+    mi_path_err(err, el, path, "tokenizer.ggml.add_space_prefix is not a bool");
+    return -1;
+  }
+  int32_t unk = -1;
+  if (tok_id(g, "tokenizer.ggml.unknown_token_id", src->toks->n, &unk, err, el)) return -1;
+  for (uint64_t i = 0; unk < 0 && src->types && i < src->types->n; i++) {
+    int64_t tt;
+    if (mi_gguf_arr_int(src->types, i, &tt) == 0 && tt == TT_UNKNOWN) unk = (int32_t)i;
+  }
+  a->sentencepiece = 1;
+  a->score = gguf_score;
+  a->space_prefix = flag != 0;
+  a->unk_id = unk;
+  a->merge = NULL;
+  return 0;
+}
+
 /* The tokenizer, built straight from the file's arrays (the tokenizer.json
  * they stand for is never made: see mi_tok_arrays), and the special ids and
  * chat template into m. */
@@ -332,37 +386,32 @@ static mi_tokenizer *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_mod
     goto fail;                                                                                     \
   } while (0)
   if (!spec) TFAIL("the model contract says nothing of the tokenizer (gguf.tokenizer)");
-  const char *want = json_string_value(json_object_get(spec, "model"));
+  const char *want = json_string_value(json_object_get(spec, "model")),
+             *spm = json_string_value(json_object_get(spec, "sentencepiece"));
   s = mi_gguf_kv_str(mi_gguf_get(g, "tokenizer.ggml.model"), &n);
   if (!s) TFAIL("tokenizer.ggml.model is missing (the file holds no tokenizer)");
-  if (!want || strlen(want) != n || memcmp(s, want, n))
-    TFAIL("tokenizer.ggml.model '%.*s' is not supported (the contract reads '%s')",
-          (int)(n < 60 ? n : 60), s, want ? want : "?");
-  int nfc = 0;
-  const char *regex = pre_regex(g, spec, &nfc, err, el);
-  if (!regex) goto fail;
-  gguf_tok_src src = {mi_gguf_get(g, "tokenizer.ggml.tokens"),
-                      mi_gguf_get(g, "tokenizer.ggml.token_type"),
-                      mi_gguf_get(g, "tokenizer.ggml.merges")};
+  int is_spm = spm && strlen(spm) == n && !memcmp(s, spm, n);
+  if (!is_spm && (!want || strlen(want) != n || memcmp(s, want, n)))
+    TFAIL("tokenizer.ggml.model '%.*s' is not supported (the contract reads '%s'%s%s%s)", (int)(n < 60 ? n : 60), s,
+          want ? want : "?", spm ? " and SentencePiece's '" : "", spm ? spm : "", spm ? "'" : "");
+  gguf_tok_src src = {mi_gguf_get(g, "tokenizer.ggml.tokens"), mi_gguf_get(g, "tokenizer.ggml.token_type"),
+                      mi_gguf_get(g, "tokenizer.ggml.merges"), mi_gguf_get(g, "tokenizer.ggml.scores")};
   if (!src.toks || src.toks->type != MI_GGUF_ARRAY || src.toks->arr_type != MI_GGUF_STRING)
     TFAIL("tokenizer.ggml.tokens is missing or not an array of strings");
   if (src.types && (src.types->type != MI_GGUF_ARRAY || src.types->n != src.toks->n ||
                     src.types->arr_type == MI_GGUF_STRING || src.types->arr_type == MI_GGUF_F32 ||
                     src.types->arr_type == MI_GGUF_F64))
     TFAIL("tokenizer.ggml.token_type is not an integer array as long as tokenizer.ggml.tokens");
-  if (!src.merges || src.merges->type != MI_GGUF_ARRAY || src.merges->arr_type != MI_GGUF_STRING)
-    TFAIL("tokenizer.ggml.merges is missing or not an array of strings");
-  const mi_tok_arrays arrays = {
+  mi_tok_arrays arrays = {
       .n_tokens = (size_t)src.toks->n,
       .token = gguf_token,
-      .n_merges = (size_t)src.merges->n,
       .merge = gguf_merge,
       .ctx = &src,
-      .nfc = nfc,
-      .split_regex = regex,
       .tokens_name = "tokenizer.ggml.tokens",
       .merges_name = "tokenizer.ggml.merges",
   };
+  if ((is_spm ? sentencepiece_arrays(g, &src, &arrays, err, el) : bpe_arrays(g, spec, &src, &arrays, err, el)))
+    goto fail;
   if (!(tok = mi_tokenizer_load_arrays(&arrays, path, err, el))) goto fail;
   if (tok_id(g, "tokenizer.ggml.bos_token_id", src.toks->n, &m->bos, err, el) ||
       tok_id(g, "tokenizer.ggml.eos_token_id", src.toks->n, &m->eos, err, el) ||
@@ -377,7 +426,8 @@ static mi_tokenizer *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_mod
     TFAIL("tokenizer.ggml.add_%s_token is not a bool", ab && ab->type != MI_GGUF_BOOL ? "bos" : "eos");
   if (ae && mi_gguf_kv_int(ae, &flag) == 0 && flag)
     TFAIL("tokenizer.ggml.add_eos_token is true: a token after every prompt is not supported");
-  if (ab && mi_gguf_kv_int(ab, &flag) == 0 && flag) {
+  /* without the key, llama.cpp adds the BOS of a SentencePiece vocabulary */
+  if (ab ? mi_gguf_kv_int(ab, &flag) == 0 && flag : is_spm && m->bos >= 0) {
     if (m->bos < 0) TFAIL("tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing");
     if (mi_tokenizer_set_prefix(tok, m->bos, path, err, el)) goto fail;
   }
@@ -392,6 +442,17 @@ fail:
 #undef TFAIL
   mi_tokenizer_free(tok);
   return NULL;
+}
+
+mi_tokenizer *mi_gguf_tokenizer(const mi_gguf *g, json_t *spec, char *err, size_t el) {
+  mi_gguf_model m = {.bos = -1, .eos = -1, .pad = -1};
+  mi_tokenizer *tok = build_tokenizer(g, spec, &m, err, el);
+  if (tok && mi_tokenizer_set_config(tok, m.eos, m.bos, m.pad, m.chat_template, mi_gguf_path(g), err, el)) {
+    mi_tokenizer_free(tok);
+    tok = NULL;
+  }
+  free(m.chat_template);
+  return tok;
 }
 
 /* ---- open ------------------------------------------------------------------ */

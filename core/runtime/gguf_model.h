@@ -12,7 +12,10 @@
  * their Hugging Face names, shapes reversed (GGUF ne[0] is innermost).
  * Tensors the model uses must be F32, F16, BF16 or one of the block types
  * sdk/include/mi/quant.h defines (Q8_0, Q4_0, Q4_K, Q6_K) today; any other
- * ggml type is one line naming the tensor and its type. A block-type matrix
+ * ggml type is one line naming the tensor and its type. The tokenizer is
+ * a byte-level BPE (the section's "model", with merges and a pre-tokenizer
+ * it knows) or a SentencePiece vocabulary (its "sentencepiece": scores for
+ * merges, as llama.cpp reads one). A block-type matrix
  * is served as stored (MI_DTYPE_Q8_0, _Q4_0, _Q4_K, _Q6_K; no copy) when
  * its dtype's bit is in keep_blocks, which the session sets for the dtypes
  * its platform takes (mi_gguf_platform_blocks); otherwise, and for
@@ -69,6 +72,12 @@ int mi_gguf_model_open_config(const char *path, const char *ckb_dir, mi_weights_
  * failure too); contract_path names the contract in messages. */
 int mi_gguf_model_from(mi_gguf *g, json_t *contract, const char *contract_path, mi_gguf_model **out,
                        char *err, size_t err_len);
+
+/* The tokenizer g holds, read as a contract's gguf.tokenizer section (spec)
+ * says, without the model (a vocab-only file, a tool that only
+ * tokenizes): eos, bos, pad and the chat template from the file. NULL with
+ * "PATH: problem". */
+mi_tokenizer *mi_gguf_tokenizer(const mi_gguf *g, json_t *spec, char *err, size_t err_len);
 
 /* The weights, by Hugging Face name; the reader moves into them (m->g is
  * NULL after a success). NULL + err: e.g. "PATH: tensor 'blk.0.attn_q.weight'

@@ -1,7 +1,9 @@
 /* core/tokenizer/decode.c — token ids -> UTF-8 text, one-shot and
  * streaming. Each token's bytes were precomputed at load time (byte-level
  * inverse, or the raw text of tokens that are not byte-level, as HF's
- * ByteLevel decoder does). The byte stream is then checked as UTF-8 with the
+ * ByteLevel decoder does; for SentencePiece's kind the decoder's
+ * replacements and "<0xXX>" bytes, pipeline.c), and leading spaces the
+ * decoder strips are taken off the start of the text. The byte stream is then checked as UTF-8 with the
  * WHATWG / Unicode "maximal subpart" rule: every maximal invalid subpart
  * becomes one U+FFFD. That is exactly Rust's String::from_utf8_lossy (HF
  * tokenizers) and TextDecoder (transformers.js), and it can be run
@@ -66,6 +68,7 @@ static size_t utf8_byte(mi_tok_stream *st, unsigned b, unsigned char *o) {
 void mi_tok_stream_init(mi_tok_stream *st, const mi_tokenizer *tok) {
     memset(st, 0, sizeof *st);
     st->tok = tok;
+    st->lead = tok ? tok->strip_lead : 0;
 }
 
 size_t mi_tok_stream_max_out(const mi_tokenizer *tok) {
@@ -81,7 +84,13 @@ int mi_tok_stream_feed(mi_tok_stream *st, int32_t id, char *out, size_t cap) {
     if (cap < 3 * (nb + 4)) return MI_TOK_EINVAL;
     const unsigned char *b = t->bytepool + t->bytes_off[id];
     size_t w = 0;
-    for (size_t i = 0; i < nb; i++) w += utf8_byte(st, b[i], (unsigned char *)out + w);
+    for (size_t i = 0; i < nb; i++) {
+        if (st->lead) { /* the decoder's Strip: leading spaces of the text */
+            if (b[i] == ' ') { st->lead--; continue; }
+            st->lead = 0;
+        }
+        w += utf8_byte(st, b[i], (unsigned char *)out + w);
+    }
     return (int)w;
 }
 

@@ -1,9 +1,11 @@
-/* core/tokenizer/encode.c — text -> token ids: added-token splitting, NFC,
- * regex pre-tokenisation (PCRE2), byte-level BPE with a rank heap, and a
- * small word cache.
+/* core/tokenizer/encode.c — text -> token ids: added-token splitting, the
+ * normalizer (NFC, Prepend, Replace), pre-tokenisation (PCRE2 splits,
+ * Metaspace), BPE with a rank heap, and a small word cache.
  *
  * BPE works on raw bytes: a word starts as one symbol per byte (the id of
- * the byte's GPT-2 character), and the pair with the lowest merge rank —
+ * the byte's GPT-2 character; byte level) or per character (its token, or
+ * its "<0xXX>" byte tokens; SentencePiece's kind), and the pair with the
+ * lowest merge rank —
  * leftmost among equal ranks — is merged until none applies. This is what
  * HF tokenizers' Word::merge_all does; the heap keeps long words
  * O(n log n) instead of O(n^2). */
@@ -49,7 +51,11 @@ typedef struct {
     size_t cap_sym;
     cand *heap;                 /* [cap_heap] binary min-heap */
     size_t cap_heap, nheap;
-    pcre2_match_data *md[4];
+    char *key;                  /* [cap_key] a byte-level word's token text (ignore_merges) */
+    size_t cap_key;
+    unsigned char *buf[MI_TOK_MAX_STEPS]; /* [cap_buf] a Metaspace step's text */
+    size_t cap_buf[MI_TOK_MAX_STEPS];
+    pcre2_match_data *md[MI_TOK_MAX_STEPS];
     pcre2_match_context *mctx;
     pcre2_jit_stack *jstack;
     double deadline;            /* CLOCK_MONOTONIC seconds: the regex work budget */
@@ -104,10 +110,72 @@ static int push_pair(const mi_tokenizer *t, scratch *s, int32_t l, int32_t r) {
     return heap_push(s, c);
 }
 
+/* Length of the UTF-8 character at w (the text was checked valid). */
+static size_t char_len(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+
+/* Byte level: one symbol per byte, its byte-level token. */
+static size_t byte_symbols(const mi_tokenizer *t, const unsigned char *w, size_t n, scratch *s) {
+    for (size_t i = 0; i < n; i++) s->id[i] = t->byte_id[w[i]];
+    return n;
+}
+
+/* SentencePiece's kind: one symbol per character, its token; else its
+ * "<0xXX>" tokens (byte_fallback, when all exist); else the unk token (one
+ * for a run with fuse_unk); else nothing (HF drops it). Returns how many
+ * (<= n: a character gives at most one symbol per byte). */
+static size_t char_symbols(const mi_tokenizer *t, const unsigned char *w, size_t n, scratch *s) {
+    size_t k = 0;
+    int in_unk = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = char_len(w[i]), b = 0;
+        if (len > n - i) len = n - i;
+        int32_t id = mi_tok_lookup(t, (const char *)w + i, len);
+        if (id < 0 && t->byte_fallback)
+            while (b < len && t->fallback_id[w[i + b]] >= 0) b++;
+        if (id >= 0) {
+            s->id[k++] = id;
+            in_unk = 0;
+        } else if (b == len && t->byte_fallback) {
+            for (b = 0; b < len; b++) s->id[k++] = t->fallback_id[w[i + b]];
+            in_unk = 0;
+        } else if (t->unk_id >= 0) {
+            if (!(in_unk && t->fuse_unk)) s->id[k++] = t->unk_id;
+            in_unk = 1;
+        }
+        i += len;
+    }
+    return k;
+}
+
+/* ignore_merges: the id of the token that is the whole word, or -1. */
+static int32_t whole_word(const mi_tokenizer *t, const unsigned char *w, size_t n, scratch *s) {
+    if (!t->byte_level) return mi_tok_lookup(t, (const char *)w, n);
+    size_t need = 0;
+    for (size_t i = 0; i < n; i++) need += t->str_len[t->byte_id[w[i]]];
+    if (need > s->cap_key) {
+        char *k = realloc(s->key, need);
+        if (!k) return -1;
+        s->key = k;
+        s->cap_key = need;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t b = t->byte_id[w[i]];
+        memcpy(s->key + o, t->strpool + t->str_off[b], t->str_len[b]);
+        o += t->str_len[b];
+    }
+    return mi_tok_lookup(t, s->key, o);
+}
+
 /* BPE of one pre-tokenised word (raw bytes), ids appended to out. */
 static int bpe_word(const mi_tokenizer *t, scratch *s, const unsigned char *w, size_t n, ivec *out) {
     if (n == 0) return 0;
-    if (n == 1) return ivec_push(out, t->byte_id[w[0]]);
+    if (n == 1 && t->byte_level) return ivec_push(out, t->byte_id[w[0]]);
+    size_t first = out->n;
+    if (t->ignore_merges) {
+        int32_t id = whole_word(t, w, n, s);
+        if (id >= 0) return ivec_push(out, id);
+    }
 
     uint32_t h = 0;
     if (n <= MI_TOK_CACHE_KEY) {
@@ -144,13 +212,14 @@ static int bpe_word(const mi_tokenizer *t, scratch *s, const unsigned char *w, s
         s->next = a;
         s->cap_sym = c;
     }
-    for (size_t i = 0; i < n; i++) {
-        s->id[i] = t->byte_id[w[i]];
+    size_t ns = t->byte_level ? byte_symbols(t, w, n, s) : char_symbols(t, w, n, s);
+    if (ns == 0) goto done; /* every character dropped (no unk token) */
+    for (size_t i = 0; i < ns; i++) {
         s->prev[i] = (int32_t)i - 1;
-        s->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+        s->next[i] = i + 1 < ns ? (int32_t)i + 1 : -1;
     }
     s->nheap = 0;
-    for (size_t i = 0; i + 1 < n; i++)
+    for (size_t i = 0; i + 1 < ns; i++)
         if (push_pair(t, s, (int32_t)i, (int32_t)i + 1)) return MI_TOK_ENOMEM;
     while (s->nheap) {
         cand c = heap_pop(s);
@@ -166,10 +235,9 @@ static int bpe_word(const mi_tokenizer *t, scratch *s, const unsigned char *w, s
         if (s->prev[c.left] >= 0 && push_pair(t, s, s->prev[c.left], c.left)) return MI_TOK_ENOMEM;
         if (nx >= 0 && push_pair(t, s, c.left, nx)) return MI_TOK_ENOMEM;
     }
-    size_t first = out->n;
     for (int32_t i = 0; i >= 0; i = s->next[i])
         if (ivec_push(out, s->id[i])) return MI_TOK_ENOMEM;
-
+done:
     if (n <= MI_TOK_CACHE_KEY) {
         mi_tok_cache_slot *c = &t->cache[h & (MI_TOK_CACHE_SLOTS - 1)];
         pthread_mutex_lock((pthread_mutex_t *)&t->cache_lock);
@@ -177,20 +245,72 @@ static int bpe_word(const mi_tokenizer *t, scratch *s, const unsigned char *w, s
         c->klen = (uint8_t)n;
         c->nids = (uint8_t)(out->n - first);
         memcpy(c->key, w, n);
-        memcpy(c->ids, out->v + first, (out->n - first) * sizeof *out->v);
+        if (out->n > first) memcpy(c->ids, out->v + first, (out->n - first) * sizeof *out->v);
         pthread_mutex_unlock((pthread_mutex_t *)&t->cache_lock);
     }
     return 0;
 }
 
-/* Apply split step `level` to s[0..n) and recurse; the last level feeds BPE.
- * Behaviour "Isolated": both the matches and the text between them are
- * pieces. */
-static int pretok(const mi_tokenizer *t, scratch *s, int level, const unsigned char *p, size_t n, ivec *out) {
-    if (level == t->n_split) return bpe_word(t, s, p, n, out);
-    pcre2_code *re = t->split_re[level];
+/* A text buffer of the scratch (slot k), grown to n bytes. */
+static unsigned char *scratch_buf(scratch *s, int k, size_t n) {
+    if (n > s->cap_buf[k]) {
+        unsigned char *b = realloc(s->buf[k], n);
+        if (!b) return NULL;
+        s->buf[k] = b;
+        s->cap_buf[k] = n;
+    }
+    return s->buf[k];
+}
+
+static int pretok(const mi_tokenizer *t, scratch *s, int level, const unsigned char *p, size_t n, int origin,
+                  ivec *out);
+
+/* Metaspace step `level` on p[0, n): ' ' becomes the replacement, which is
+ * put first (always; or first, for the piece at the start of the prompt:
+ * origin) unless there already; then a piece starts at each replacement
+ * (split) or the text is one piece. */
+static int metaspace(const mi_tokenizer *t, scratch *s, int level, const unsigned char *p, size_t n, int origin,
+                     ivec *out) {
+    const mi_tok_pre *st = &t->pre[level];
+    size_t r = st->nrep, spaces = 0;
+    for (size_t i = 0; i < n; i++) spaces += p[i] == ' ';
+    int put = (st->prepend == MI_TOK_PREPEND_ALWAYS || (st->prepend == MI_TOK_PREPEND_FIRST && origin)) &&
+              !(n >= r && !memcmp(p, st->rep, r)) && !(n && p[0] == ' ');
+    size_t m = n + spaces * (r - 1) + (put ? r : 0);
+    unsigned char *b = scratch_buf(s, level, m);
+    if (!b) return MI_TOK_ENOMEM;
+    size_t o = 0;
+    if (put) { memcpy(b, st->rep, r); o = r; }
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == ' ') { memcpy(b + o, st->rep, r); o += r; }
+        else b[o++] = p[i];
+    }
+    if (!st->split) return pretok(t, s, level + 1, b, o, origin, out);
+    size_t start = 0;
+    for (size_t i = 1; i + r <= o; i++) /* MergedWithNext: each replacement starts a piece */
+        if (!memcmp(b + i, st->rep, r)) {
+            int e = pretok(t, s, level + 1, b + start, i - start, origin && start == 0, out);
+            if (e) return e;
+            start = i;
+            i += r - 1;
+        }
+    return pretok(t, s, level + 1, b + start, o - start, origin && start == 0, out);
+}
+
+/* Apply split step `level` to p[0, n) and recurse; the last level feeds
+ * BPE. Each match and the text between matches go as the step's behaviour
+ * says: Isolated, both are pieces; Removed, the match is dropped;
+ * MergedWithPrevious, the match ends the piece before it; MergedWithNext,
+ * it starts the next one. origin: p is at the start of the prompt. */
+static int pretok(const mi_tokenizer *t, scratch *s, int level, const unsigned char *p, size_t n, int origin,
+                  ivec *out) {
+    if (level >= t->n_pre || level >= MI_TOK_MAX_STEPS) return bpe_word(t, s, p, n, out);
+    const mi_tok_pre *st = &t->pre[level];
+    if (st->kind == MI_TOK_PRE_METASPACE) return metaspace(t, s, level, p, n, origin, out);
     pcre2_match_data *md = s->md[level];
-    size_t pos = 0, last = 0;
+    size_t pos = 0, ps = 0; /* ps: where the piece being cut starts */
+    int e;
+#define PIECE(a, b) do { if ((b) > (a) && (e = pretok(t, s, level + 1, p + (a), (b) - (a), origin && (a) == 0, out))) return e; } while (0)
     while (pos < n) {
         /* Work bounds (a hostile pattern): each match may take steps in
          * proportion to the text it can still see, and the whole prompt a
@@ -200,7 +320,7 @@ static int pretok(const mi_tokenizer *t, scratch *s, int level, const unsigned c
         pcre2_set_match_limit(s->mctx, (uint32_t)lim);
         pcre2_set_depth_limit(s->mctx, (uint32_t)lim);
         if (++s->n_match % 32 == 0 && mono_now() > s->deadline) return MI_TOK_EREGEX;
-        int rc = pcre2_match(re, p, n, pos, PCRE2_NO_UTF_CHECK, md, s->mctx);
+        int rc = pcre2_match(st->re, p, n, pos, PCRE2_NO_UTF_CHECK, md, s->mctx);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) return MI_TOK_EREGEX;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
@@ -210,30 +330,67 @@ static int pretok(const mi_tokenizer *t, scratch *s, int level, const unsigned c
             while (pos < n && (p[pos] & 0xC0) == 0x80) pos++;
             continue;
         }
-        if (ms > last) {
-            int e = pretok(t, s, level + 1, p + last, ms - last, out);
-            if (e) return e;
+        switch (st->behavior) {
+        case MI_TOK_ISOLATED: PIECE(ps, ms); PIECE(ms, me); ps = me; break;
+        case MI_TOK_REMOVED: PIECE(ps, ms); ps = me; break;
+        case MI_TOK_MERGED_PREV: PIECE(ps, me); ps = me; break;
+        default: PIECE(ps, ms); ps = ms; break; /* MERGED_NEXT */
         }
-        int e = pretok(t, s, level + 1, p + ms, me - ms, out);
-        if (e) return e;
-        last = pos = me;
+        pos = me;
     }
-    if (n > last) return pretok(t, s, level + 1, p + last, n - last, out);
+    PIECE(ps, n);
+#undef PIECE
     return 0;
 }
 
-/* One stretch of ordinary text (no added tokens in it). */
-static int encode_text(const mi_tokenizer *t, scratch *s, const unsigned char *p, size_t n, ivec *out) {
-    if (n == 0) return 0;
-    unsigned char *norm = NULL;
-    size_t nn = 0;
-    if (t->nfc) {
-        int e = mi_tok_nfc(p, n, &norm, &nn);
-        if (e) return e;
-        if (norm) { p = norm; n = nn; }
+/* The normaliser's steps on p[0, n): the text in *q (*nq bytes), a malloc'd
+ * buffer in *owned when a step changed it. */
+static int normalize(const mi_tokenizer *t, const unsigned char *p, size_t n, const unsigned char **q, size_t *nq,
+                     unsigned char **owned) {
+    *q = p; *nq = n; *owned = NULL;
+    for (int k = 0; k < t->n_norm; k++) {
+        const mi_tok_norm *nm = &t->norm[k];
+        unsigned char *nx = NULL;
+        size_t m = 0;
+        if (nm->kind == MI_TOK_NORM_NFC) {
+            int e = mi_tok_nfc(*q, *nq, &nx, &m);
+            if (e) return e;
+        } else if (nm->kind == MI_TOK_NORM_PREPEND) {
+            if (!*nq) continue; /* HF prepends to a text that is not empty */
+            if (!(nx = malloc(*nq + nm->na))) return MI_TOK_ENOMEM;
+            memcpy(nx, nm->a, nm->na);
+            memcpy(nx + nm->na, *q, *nq);
+            m = *nq + nm->na;
+        } else { /* REPLACE: every non-overlapping occurrence, left to right */
+            size_t hits = 0;
+            for (size_t i = 0; i + nm->na <= *nq;)
+                if (!memcmp(*q + i, nm->a, nm->na)) { hits++; i += nm->na; } else i++;
+            if (!hits) continue;
+            if (!(nx = malloc(*nq - hits * nm->na + hits * nm->nb + 1))) return MI_TOK_ENOMEM;
+            for (size_t i = 0; i < *nq;) {
+                if (i + nm->na <= *nq && !memcmp(*q + i, nm->a, nm->na)) { memcpy(nx + m, nm->b, nm->nb); m += nm->nb; i += nm->na; }
+                else nx[m++] = (*q)[i++];
+            }
+        }
+        if (!nx) continue; /* unchanged */
+        free(*owned);
+        *owned = nx;
+        *q = nx;
+        *nq = m;
     }
-    int e = pretok(t, s, 0, p, n, out);
-    free(norm);
+    return 0;
+}
+
+/* One stretch of ordinary text (no added tokens in it); origin: it starts
+ * the prompt. */
+static int encode_text(const mi_tokenizer *t, scratch *s, const unsigned char *p, size_t n, int origin, ivec *out) {
+    if (n == 0) return 0;
+    const unsigned char *q;
+    size_t nq;
+    unsigned char *owned;
+    int e = normalize(t, p, n, &q, &nq, &owned);
+    if (!e) e = pretok(t, s, 0, q, nq, origin, out);
+    free(owned);
     return e;
 }
 
@@ -265,11 +422,14 @@ int mi_tokenizer_encode(const mi_tokenizer *t, const char *text, size_t len, int
     ivec out = {0};
     scratch s = {0};
     int e = 0;
-    for (int i = 0; i < t->n_split; i++) {
-        s.md[i] = pcre2_match_data_create_from_pattern(t->split_re[i], NULL);
+    int regex = 0;
+    for (int i = 0; i < t->n_pre; i++) {
+        if (t->pre[i].kind != MI_TOK_PRE_SPLIT) continue;
+        regex = 1;
+        s.md[i] = pcre2_match_data_create_from_pattern(t->pre[i].re, NULL);
         if (!s.md[i]) { e = MI_TOK_ENOMEM; goto done; }
     }
-    if (t->n_split) {
+    if (regex) {
         /* Long whitespace runs make the JIT backtrack deeply; give it room
          * beyond the default 32 KiB machine stack. */
         s.mctx = pcre2_match_context_create(NULL);
@@ -286,13 +446,17 @@ int mi_tokenizer_encode(const mi_tokenizer *t, const char *text, size_t len, int
         size_t start = i, end = i + a->len;
         if (a->lstrip) while (start > seg && is_ws(p[start - 1])) start--;
         if (a->rstrip) while (end < len && is_ws(p[end])) end++;
-        if ((e = encode_text(t, &s, p + seg, start - seg, &out))) goto done;
+        if ((e = encode_text(t, &s, p + seg, start - seg, seg == 0, &out))) goto done;
         if ((e = ivec_push(&out, a->id))) goto done;
         seg = i = end;
     }
-    e = encode_text(t, &s, p + seg, len - seg, &out);
+    e = encode_text(t, &s, p + seg, len - seg, seg == 0, &out);
 done:
-    for (int k = 0; k < 4; k++) if (s.md[k]) pcre2_match_data_free(s.md[k]);
+    for (int k = 0; k < MI_TOK_MAX_STEPS; k++) {
+        if (s.md[k]) pcre2_match_data_free(s.md[k]);
+        free(s.buf[k]);
+    }
+    free(s.key);
     if (s.mctx) pcre2_match_context_free(s.mctx);
     if (s.jstack) pcre2_jit_stack_free(s.jstack);
     free(s.id); free(s.prev); free(s.next); free(s.heap);

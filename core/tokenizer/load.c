@@ -1,5 +1,6 @@
-/* core/tokenizer/load.c — read a Hugging Face tokenizer.json (byte-level
- * BPE) into the tables of core/tokenizer/internal.h, with resource limits
+/* core/tokenizer/load.c — read a Hugging Face tokenizer.json (a BPE model,
+ * byte level or SentencePiece's kind: pipeline.c reads the steps around it)
+ * into the tables of core/tokenizer/internal.h, with resource limits
  * and one-line "PATH: problem" errors. Also tokenizer_config.json ids and the
  * small lookup functions. */
 #ifndef _GNU_SOURCE
@@ -16,11 +17,7 @@
 #include "core/tokenizer/internal.h"
 #include "core/util/file.h"
 
-/* GPT-2's pattern, used when a ByteLevel pre-tokenizer has use_regex=true. */
-static const char GPT2_PATTERN[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-static void set_err(char *err, size_t err_len, const char *path, const char *fmt, ...) {
+void mi_tok_err(char *err, size_t err_len, const char *path, const char *fmt, ...) {
     if (!err || err_len == 0) return;
     int k = snprintf(err, err_len, "%s: ", path);
     if (k < 0 || (size_t)k >= err_len) return;
@@ -99,6 +96,8 @@ static int32_t strmap_get(const mi_tokenizer *t, const char *s, size_t n) {
     }
 }
 
+int32_t mi_tok_lookup(const mi_tokenizer *t, const char *s, size_t n) { return strmap_get(t, s, n); }
+
 /* Insert id under its own string (str_off/str_len must be set); a previous
  * id with the same string is replaced, and returned (else -1). */
 static int32_t strmap_put(mi_tokenizer *t, uint32_t id) {
@@ -132,75 +131,6 @@ static int opt_bool(json_t *o, const char *k, int *out) {
     return 0;
 }
 
-/* ---- normalizer / pre-tokenizer ---- */
-/* One step of a normalizer or a pre_tokenizer, of the given "type". */
-typedef int (*step_fn)(mi_tokenizer *t, json_t *s, const char *type, const char *path, char *err, size_t el);
-
-/* A normalizer or a pre_tokenizer (`what`): absent or null is none; else
- * one step, or a top-level "Sequence" of steps (listed under `list`), each
- * read by step. */
-static int parse_steps(mi_tokenizer *t, json_t *s, const char *what, const char *list, step_fn step,
-                       const char *path, char *err, size_t el, int depth) {
-    if (!s || json_is_null(s)) return 0;
-    const char *type = json_string_value(json_object_get(s, "type"));
-    if (!json_is_object(s) || !type) { set_err(err, el, path, "%s: expected an object with a string \"type\"", what); return -1; }
-    if (!strcmp(type, "Sequence") && depth == 0) {
-        json_t *arr = json_object_get(s, list);
-        if (!json_is_array(arr)) { set_err(err, el, path, "%s.%s: expected an array", what, list); return -1; }
-        size_t i; json_t *x;
-        json_array_foreach(arr, i, x) if (parse_steps(t, x, what, list, step, path, err, el, 1)) return -1;
-        return 0;
-    }
-    return step(t, s, type, path, err, el);
-}
-
-static int normalizer_step(mi_tokenizer *t, json_t *n, const char *type, const char *path, char *err, size_t el) {
-    (void)n;
-    if (!strcmp(type, "NFC")) { t->nfc = 1; return 0; }
-    set_err(err, el, path, "normalizer type \"%s\" is not supported (only NFC)", type);
-    return -1;
-}
-
-static int add_split(mi_tokenizer *t, const char *pat, const char *path, char *err, size_t el) {
-    if (t->n_split >= 4) { set_err(err, el, path, "pre_tokenizer: more than 4 Split steps"); return -1; }
-    int ec; PCRE2_SIZE eo;
-    /* NEVER_BACKSLASH_C: \C matches one byte of a UTF-8 character; a match
-     * ending mid-character would make the next pcre2_match (called with
-     * PCRE2_NO_UTF_CHECK) start mid-character, which PCRE2 leaves undefined. */
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &ec, &eo, NULL);
-    if (!re) {
-        char msg[160];
-        pcre2_get_error_message(ec, (PCRE2_UCHAR *)msg, sizeof msg);
-        set_err(err, el, path, "pre_tokenizer: regex does not compile at offset %zu: %s", (size_t)eo, msg);
-        return -1;
-    }
-    /* JIT is an optimisation: if unavailable, pcre2_match interprets. */
-    t->split_jit[t->n_split] = pcre2_jit_compile(re, PCRE2_JIT_COMPLETE) == 0;
-    t->split_re[t->n_split++] = re;
-    return 0;
-}
-
-static int pre_step(mi_tokenizer *t, json_t *p, const char *type, const char *path, char *err, size_t el) {
-    if (!strcmp(type, "Split")) {
-        json_t *pat = json_object_get(p, "pattern");
-        const char *re = json_string_value(json_object_get(pat, "Regex"));
-        if (!re) { set_err(err, el, path, "pre_tokenizer Split: only {\"Regex\": string} patterns are supported"); return -1; }
-        const char *beh = json_string_value(json_object_get(p, "behavior"));
-        if (beh && strcmp(beh, "Isolated")) { set_err(err, el, path, "pre_tokenizer Split: behavior \"%s\" is not supported (only Isolated)", beh); return -1; }
-        if (json_is_true(json_object_get(p, "invert"))) { set_err(err, el, path, "pre_tokenizer Split: invert=true is not supported"); return -1; }
-        return add_split(t, re, path, err, el);
-    }
-    if (!strcmp(type, "ByteLevel")) {
-        if (json_is_true(json_object_get(p, "add_prefix_space"))) { set_err(err, el, path, "pre_tokenizer ByteLevel: add_prefix_space=true is not supported"); return -1; }
-        json_t *ur = json_object_get(p, "use_regex");
-        if (!ur || json_is_true(ur)) return add_split(t, GPT2_PATTERN, path, err, el);
-        return 0; /* the byte mapping itself is always applied by the encoder */
-    }
-    set_err(err, el, path, "pre_tokenizer type \"%s\" is not supported", type);
-    return -1;
-}
-
 static int cmp_added(const void *a, const void *b) {
     const mi_tok_added *x = a, *y = b;
     if (x->len != y->len) return x->len > y->len ? -1 : 1; /* longest first */
@@ -212,7 +142,7 @@ void mi_tokenizer_free(mi_tokenizer *t) {
     free(t->str_off); free(t->str_len); free(t->bytes_off); free(t->bytes_len);
     free(t->is_special); free(t->strpool); free(t->bytepool);
     free(t->strmap.slots); free(t->merges); free(t->added);
-    for (int i = 0; i < t->n_split; i++) pcre2_code_free(t->split_re[i]);
+    mi_tok_free_steps(t);
     if (t->cache) pthread_mutex_destroy(&t->cache_lock);
     free(t->cache);
     free(t->chat_template);
@@ -223,7 +153,7 @@ void mi_tokenizer_free(mi_tokenizer *t) {
  * device is refused, never waited on). */
 static char *read_file(const char *path, size_t *len, char *err, size_t el) {
     char *buf = mi_file_read_all(path, 0, MI_TOK_MAX_FILE_BYTES, NULL, len, err, el);
-    if (buf && *len == 0) { set_err(err, el, path, "file is empty"); free(buf); return NULL; }
+    if (buf && *len == 0) { mi_tok_err(err, el, path, "file is empty"); free(buf); return NULL; }
     return buf;
 }
 
@@ -231,27 +161,27 @@ static mi_tokenizer *load_root(json_t *root, const char *path, char *err, size_t
 
 mi_tokenizer *mi_tokenizer_load(const char *path, char *err, size_t el) {
     if (err && el) err[0] = 0;
-    if (!path) { set_err(err, el, "(null)", "no path given"); return NULL; }
+    if (!path) { mi_tok_err(err, el, "(null)", "no path given"); return NULL; }
     size_t flen;
     char *text = read_file(path, &flen, err, el);
     if (!text) return NULL;
     json_error_t je;
     json_t *root = json_loadb(text, flen, 0, &je);
     free(text);
-    if (!root) { set_err(err, el, path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text); return NULL; }
+    if (!root) { mi_tok_err(err, el, path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text); return NULL; }
     return load_root(root, path, err, el);
 }
 
 mi_tokenizer *mi_tokenizer_load_json(const json_t *root, const char *name, char *err, size_t el) {
     if (err && el) err[0] = 0;
     if (!name) name = "(tokenizer)";
-    if (!root) { set_err(err, el, name, "no tokenizer JSON given"); return NULL; }
+    if (!root) { mi_tok_err(err, el, name, "no tokenizer JSON given"); return NULL; }
     return load_root(json_incref((json_t *)root), name, err, el);
 }
 
 /* The parts of load_root: each sets err (naming path) and returns -1 on a
  * tokenizer.json it refuses. */
-#define RFAIL(...) do { set_err(err, el, path, __VA_ARGS__); return -1; } while (0)
+#define RFAIL(...) do { mi_tok_err(err, el, path, __VA_ARGS__); return -1; } while (0)
 
 /* The fields load_root reads, checked for shape (byte-level BPE only). */
 typedef struct tok_json {
@@ -266,15 +196,15 @@ static int check_fields(json_t *root, tok_json *j, const char *path, char *err, 
     if (!json_is_object(model)) RFAIL("\"model\" is not an object");
     json_t *mtype = json_object_get(model, "type");
     if (mtype && !json_is_null(mtype) && (!json_is_string(mtype) || strcmp(json_string_value(mtype), "BPE")))
-        RFAIL("model.type is not \"BPE\" (only byte-level BPE is supported)");
+        RFAIL("model.type is not \"BPE\" (only BPE is supported: byte level or SentencePiece's)");
     j->vocab = json_object_get(model, "vocab");
     if (!j->vocab) RFAIL("missing field \"model.vocab\"");
     if (!json_is_object(j->vocab)) RFAIL("\"model.vocab\" is not an object");
     j->merges = json_object_get(model, "merges");
     if (!j->merges) RFAIL("missing field \"model.merges\"");
     if (!json_is_array(j->merges)) RFAIL("\"model.merges\" is not an array");
-    if (json_is_true(json_object_get(model, "byte_fallback"))) RFAIL("model.byte_fallback=true is not supported");
-    if (json_is_true(json_object_get(model, "ignore_merges"))) RFAIL("model.ignore_merges=true is not supported");
+    json_t *im = json_object_get(model, "ignore_merges");
+    if (im && !json_is_null(im) && !json_is_boolean(im)) RFAIL("model.ignore_merges is not a bool");
     json_t *d = json_object_get(model, "dropout");
     if (d && !json_is_null(d) && !(json_is_number(d) && json_number_value(d) == 0.0)) RFAIL("model.dropout is not supported");
     j->nv = json_object_size(j->vocab);
@@ -422,7 +352,7 @@ static void hand_pools(tok_fill *f) {
 static int index_added_bytes(tok_fill *f, const char *vocab, const char *path, char *err, size_t el) {
     mi_tokenizer *t = f->t;
     for (uint32_t i = 0; i < t->n_added; i++) strmap_put(t, (uint32_t)t->added[i].id);
-    for (int b = 0; b < 256; b++) {
+    for (int b = 0; b < 256 && t->byte_level; b++) {
         char u[4];
         int k = put_utf8(f->byte_to_cp[b], u);
         t->byte_id[b] = strmap_get(t, u, (size_t)k);
@@ -448,6 +378,18 @@ static int split_merge(const char *s, size_t n, const char **a, size_t *la, cons
     return 0;
 }
 
+/* a + b -> r at rank into the merge table; a repeated pair keeps its
+ * first rank. */
+static void merge_insert(mi_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t r) {
+    uint64_t mk = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    uint64_t h = mk * 0x9E3779B97F4A7C15ull;
+    uint32_t mask = t->merge_cap - 1, j = (uint32_t)(h >> 32) & mask;
+    while (t->merges[j].key != UINT64_MAX && t->merges[j].key != mk) j = (j + 1) & mask;
+    if (t->merges[j].key == UINT64_MAX) {
+        t->merges[j].key = mk; t->merges[j].rank = rank; t->merges[j].result = r;
+    }
+}
+
 /* Merge i of a and b into the merge table: both tokens and their
  * concatenation (cat: room for two tokens) in the vocab; a repeated pair
  * keeps its first (best) rank. merges and vocab name the lists in messages. */
@@ -462,13 +404,7 @@ static int put_merge(mi_tokenizer *t, size_t i, const char *a, size_t la, const 
         RFAIL("%s[%zu]: \"%.*s\" + \"%.*s\": %s not in %s", merges, i,
               (int)(la < 40 ? la : 40), a, (int)(lb < 40 ? lb : 40), b,
               ia < 0 ? "left token" : ib < 0 ? "right token" : "merged token", vocab);
-    uint64_t mk = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
-    uint64_t h = mk * 0x9E3779B97F4A7C15ull;
-    uint32_t mask = t->merge_cap - 1, j = (uint32_t)(h >> 32) & mask;
-    while (t->merges[j].key != UINT64_MAX && t->merges[j].key != mk) j = (j + 1) & mask;
-    if (t->merges[j].key == UINT64_MAX) {
-        t->merges[j].key = mk; t->merges[j].rank = (uint32_t)i; t->merges[j].result = ir;
-    }
+    merge_insert(t, ia, ib, (uint32_t)i, ir);
     return 0;
 }
 
@@ -557,19 +493,10 @@ static int post_processor(mi_tokenizer *t, json_t *pp, int depth, const char *pa
           type ? type : "?");
 }
 
-/* normalizer, pre_tokenizer, post_processor and decoder */
+/* normalizer, pre_tokenizer, decoder (pipeline.c) and post_processor */
 static int load_pipeline(mi_tokenizer *t, json_t *root, const char *path, char *err, size_t el) {
-    if (parse_steps(t, json_object_get(root, "normalizer"), "normalizer", "normalizers", normalizer_step, path, err,
-                    el, 0) ||
-        parse_steps(t, json_object_get(root, "pre_tokenizer"), "pre_tokenizer", "pretokenizers", pre_step, path, err,
-                    el, 0) ||
-        post_processor(t, json_object_get(root, "post_processor"), 0, path, err, el))
-        return -1;
-    json_t *d = json_object_get(root, "decoder");
-    const char *dt = json_string_value(json_object_get(d, "type"));
-    if (d && !json_is_null(d) && (!dt || strcmp(dt, "ByteLevel")))
-        RFAIL("decoder type \"%s\" is not supported (only ByteLevel)", dt ? dt : "?");
-    return 0;
+    return mi_tok_load_steps(t, root, path, err, el) ||
+           post_processor(t, json_object_get(root, "post_processor"), 0, path, err, el) ? -1 : 0;
 }
 
 /* The word cache and its lock: the last part of a load. */
@@ -643,9 +570,9 @@ static int array_merges(mi_tokenizer *t, const mi_tok_arrays *a, const char *pat
         a->merge(a->ctx, i, &s, &n);
         rc = -1;
         if (memchr(s, 0, n) || mi_tok_utf8_valid_prefix((const unsigned char *)s, n) != n)
-            set_err(err, el, path, "%s[%zu] is not valid UTF-8 text", a->merges_name, i);
+            mi_tok_err(err, el, path, "%s[%zu] is not valid UTF-8 text", a->merges_name, i);
         else if (split_merge(s, n, &l, &ll, &r, &lr))
-            set_err(err, el, path, "%s[%zu]: \"%.*s\" is not two tokens separated by one space", a->merges_name, i,
+            mi_tok_err(err, el, path, "%s[%zu]: \"%.*s\" is not two tokens separated by one space", a->merges_name, i,
                     (int)(n < 60 ? n : 60), s);
         else
             rc = put_merge(t, i, l, ll, r, lr, cat, a->merges_name, a->tokens_name, path, err, el);
@@ -653,34 +580,113 @@ static int array_merges(mi_tokenizer *t, const mi_tok_arrays *a, const char *pat
     free(cat);
     return rc;
 }
+/* SentencePiece's vocabulary: every split of a token into two tokens is a
+ * merge, ranked by the token's score (higher first; equal scores share a
+ * rank, so the heap takes the leftmost pair, as llama.cpp's bigram queue
+ * does). Each pass walks the splits at character boundaries: the first
+ * counts, the second inserts. */
+typedef struct { float score; int32_t id; } scored;
+static int cmp_scored(const void *x, const void *y) {
+    const scored *a = x, *b = y;
+    return a->score > b->score ? -1 : a->score < b->score ? 1 : a->id - b->id;
+}
+
+static size_t token_splits(mi_tokenizer *t, int32_t id, uint32_t rank) {
+    const char *s = t->strpool + t->str_off[id];
+    size_t n = t->str_len[id], found = 0;
+    for (size_t k = 1; k < n; k++) {
+        if (((unsigned char)s[k] & 0xC0) == 0x80) continue; /* inside a character */
+        int32_t a = strmap_get(t, s, k), b = a >= 0 ? strmap_get(t, s + k, n - k) : -1;
+        if (b < 0) continue;
+        found++;
+        if (t->merges) merge_insert(t, a, b, rank, id);
+    }
+    return found;
+}
+
+static int score_merges(mi_tokenizer *t, const mi_tok_arrays *a, const char *path, char *err, size_t el) {
+    scored *v = malloc((size_t)t->vocab_size * sizeof *v);
+    if (!v) RFAIL("out of memory");
+    size_t nv = 0, nm = 0;
+    for (uint32_t i = 0; i < t->vocab_size; i++) {
+        if (t->str_off[i] == UINT32_MAX) continue;
+        float sc = a->score(a->ctx, i);
+        if (sc != sc) { free(v); RFAIL("%s: score %u is not a number", a->tokens_name, i); }
+        v[nv].score = sc;
+        v[nv++].id = (int32_t)i;
+    }
+    qsort(v, nv, sizeof *v, cmp_scored);
+    for (size_t i = 0; i < nv; i++) nm += token_splits(t, v[i].id, 0);
+    char *cat;
+    if (alloc_merges(t, nm, &cat, "merges made of the scores", path, err, el)) { free(v); return -1; }
+    free(cat);
+    uint32_t rank = 0;
+    for (size_t i = 0; i < nv; i++) {
+        if (i && v[i].score != v[i - 1].score) rank++;
+        token_splits(t, v[i].id, rank);
+    }
+    free(v);
+    return 0;
+}
+
+/* The steps a SentencePiece vocabulary implies (mi_tok_arrays). */
+static int sentencepiece_steps(mi_tokenizer *t, const mi_tok_arrays *a, const char *path, char *err, size_t el) {
+    static const char META[] = "\xE2\x96\x81"; /* U+2581 */
+    if (a->nfc || a->split_regex || a->n_merges || !a->score)
+        RFAIL("a SentencePiece vocabulary takes scores, not merges, a regex or NFC");
+    if (a->space_prefix) {
+        mi_tok_norm *p = &t->norm[t->n_norm++];
+        p->kind = MI_TOK_NORM_PREPEND;
+        if (!(p->a = strdup(META)) || !(p->b = strdup(""))) RFAIL("out of memory");
+        p->na = 3;
+    }
+    mi_tok_norm *r = &t->norm[t->n_norm++];
+    r->kind = MI_TOK_NORM_REPLACE;
+    if (!(r->a = strdup(" ")) || !(r->b = strdup(META))) RFAIL("out of memory");
+    r->na = 1;
+    r->nb = 3;
+    if (a->unk_id >= 0 && ((uint32_t)a->unk_id >= t->vocab_size || t->str_off[a->unk_id] == UINT32_MAX))
+        RFAIL("the unknown token id %d is not in %s", (int)a->unk_id, a->tokens_name);
+    t->unk_id = a->unk_id;
+    t->byte_fallback = 1;
+    t->strip_lead = a->space_prefix ? 1 : 0;
+    return mi_tok_sentencepiece_bytes(t, path, err, el) || score_merges(t, a, path, err, el) ? -1 : 0;
+}
 #undef RFAIL
 
 mi_tokenizer *mi_tokenizer_load_arrays(const mi_tok_arrays *arrays, const char *name, char *err, size_t el) {
     if (err && el) err[0] = 0;
     const char *path = name ? name : "(tokenizer)";
     if (!arrays || !arrays->token || (arrays->n_merges && !arrays->merge)) {
-        set_err(err, el, path, "no token arrays given");
+        mi_tok_err(err, el, path, "no token arrays given");
         return NULL;
     }
     mi_tok_arrays a = *arrays;
     if (!a.tokens_name) a.tokens_name = "tokens";
     if (!a.merges_name) a.merges_name = "merges";
     mi_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) { set_err(err, el, path, "out of memory"); return NULL; }
-    t->eos_id = t->bos_id = t->pad_id = t->prefix_id = -1;
+    if (!t) { mi_tok_err(err, el, path, "out of memory"); return NULL; }
+    t->eos_id = t->bos_id = t->pad_id = t->prefix_id = t->unk_id = -1;
+    t->byte_level = !arrays->sentencepiece;
     tok_fill f = {.t = t};
     uint64_t V;
     size_t nv, na;
     if (array_counts(&a, &V, &nv, &na, path, err, el) || alloc_tables(t, V, nv + na, path, err, el)) goto fail;
     byte_unicode_tables(f.byte_to_cp, f.cp_to_byte);
-    if (!(f.tmp = malloc(MI_TOK_MAX_TOKEN_BYTES))) { set_err(err, el, path, "out of memory"); goto fail; }
+    if (!(f.tmp = malloc(MI_TOK_MAX_TOKEN_BYTES))) { mi_tok_err(err, el, path, "out of memory"); goto fail; }
     if (array_fill(&f, &a, na, path, err, el)) goto fail;
     hand_pools(&f);
-    if (index_added_bytes(&f, a.tokens_name, path, err, el) || array_merges(t, &a, path, err, el)) goto fail;
+    if (index_added_bytes(&f, a.tokens_name, path, err, el)) goto fail;
+    if (a.sentencepiece) {
+        if (sentencepiece_steps(t, &a, path, err, el)) goto fail;
+    } else if (array_merges(t, &a, path, err, el)) {
+        goto fail;
+    }
     /* the pipeline tokenizer.json would give: normalizer NFC or none;
      * pre_tokenizer Split(regex, Isolated) then ByteLevel without a regex */
-    t->nfc = a.nfc != 0;
-    if (a.split_regex && add_split(t, a.split_regex, path, err, el)) goto fail;
+    if (a.nfc) t->norm[t->n_norm++].kind = MI_TOK_NORM_NFC;
+    if (a.split_regex && mi_tok_add_split(t, a.split_regex, strlen(a.split_regex), 0, MI_TOK_ISOLATED, path, err, el))
+        goto fail;
     free(f.tmp);
     f.tmp = NULL;
     if (finish_tables(t, path, err, el)) goto fail;
@@ -694,13 +700,15 @@ fail:
 /* Builds the tokenizer from a parsed tokenizer.json; takes root's reference. */
 static mi_tokenizer *load_root(json_t *root, const char *path, char *err, size_t el) {
     mi_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) { set_err(err, el, path, "out of memory"); json_decref(root); return NULL; }
-    t->eos_id = t->bos_id = t->pad_id = t->prefix_id = -1;
+    if (!t) { mi_tok_err(err, el, path, "out of memory"); json_decref(root); return NULL; }
+    t->eos_id = t->bos_id = t->pad_id = t->prefix_id = t->unk_id = -1;
     tok_json j = {0};
     tok_fill f = {.t = t};
     if (check_fields(root, &j, path, err, el) || size_tables(t, &j, path, err, el)) goto fail;
+    t->byte_level = mi_tok_byte_level(root);
+    t->ignore_merges = json_is_true(json_object_get(j.model, "ignore_merges"));
     byte_unicode_tables(f.byte_to_cp, f.cp_to_byte);
-    if (!(f.tmp = malloc(MI_TOK_MAX_TOKEN_BYTES))) { set_err(err, el, path, "out of memory"); goto fail; }
+    if (!(f.tmp = malloc(MI_TOK_MAX_TOKEN_BYTES))) { mi_tok_err(err, el, path, "out of memory"); goto fail; }
     if (fill_tokens(&f, &j, path, err, el) || index_tokens(&f, &j, path, err, el) ||
         load_merges(t, j.merges, path, err, el) || load_pipeline(t, root, path, err, el))
         goto fail;
@@ -722,9 +730,9 @@ static int config_token(mi_tokenizer *t, json_t *cfg, const char *field, int32_t
     json_t *v = json_object_get(cfg, field);
     if (!v || json_is_null(v)) return 0;
     if (json_is_object(v)) v = json_object_get(v, "content");
-    if (!json_is_string(v)) { set_err(err, el, path, "\"%s\" is not a string or {\"content\": string}", field); return -1; }
+    if (!json_is_string(v)) { mi_tok_err(err, el, path, "\"%s\" is not a string or {\"content\": string}", field); return -1; }
     int32_t id = strmap_get(t, json_string_value(v), json_string_length(v));
-    if (id < 0) { set_err(err, el, path, "\"%s\": token \"%.60s\" is not in the vocabulary", field, json_string_value(v)); return -1; }
+    if (id < 0) { mi_tok_err(err, el, path, "\"%s\": token \"%.60s\" is not in the vocabulary", field, json_string_value(v)); return -1; }
     *out = id;
     return 0;
 }
@@ -742,11 +750,11 @@ static int config_chat_template(mi_tokenizer *t, json_t *cfg, const char *path, 
         json_array_foreach(v, i, e) {
             const char *name = json_string_value(json_object_get(e, "name"));
             const char *tpl = json_string_value(json_object_get(e, "template"));
-            if (!tpl) { set_err(err, el, path, "\"chat_template\"[%zu] has no \"template\" string", i); return -1; }
+            if (!tpl) { mi_tok_err(err, el, path, "\"chat_template\"[%zu] has no \"template\" string", i); return -1; }
             if (!text || (name && !strcmp(name, "default"))) text = tpl;
         }
     } else if (v && !json_is_null(v)) {
-        set_err(err, el, path, "\"chat_template\" is not a string or a list of {name, template}");
+        mi_tok_err(err, el, path, "\"chat_template\" is not a string or a list of {name, template}");
         return -1;
     } else {
         const char *slash = strrchr(path, '/');
@@ -760,23 +768,23 @@ static int config_chat_template(mi_tokenizer *t, json_t *cfg, const char *path, 
     }
     free(t->chat_template);
     t->chat_template = owned ? owned : text ? strdup(text) : NULL;
-    if (text && !t->chat_template) { set_err(err, el, path, "out of memory"); return -1; }
+    if (text && !t->chat_template) { mi_tok_err(err, el, path, "out of memory"); return -1; }
     return 0;
 }
 
 int mi_tokenizer_load_config(mi_tokenizer *t, const char *path, char *err, size_t el) {
     if (err && el) err[0] = 0;
-    if (!t || !path) { set_err(err, el, path ? path : "(null)", "no tokenizer or path"); return -1; }
+    if (!t || !path) { mi_tok_err(err, el, path ? path : "(null)", "no tokenizer or path"); return -1; }
     size_t flen;
     char *text = read_file(path, &flen, err, el);
     if (!text) return -1;
     json_error_t je;
-    json_t *root = json_loadb(text, flen, 0, &je);
+    json_t *root = json_loadb(text, flen, JSON_DECODE_INT_AS_REAL, &je);
     free(text);
-    if (!root) { set_err(err, el, path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text); return -1; }
+    if (!root) { mi_tok_err(err, el, path, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text); return -1; }
     int rc = -1;
     int32_t eos = -1, bos = -1, pad = -1;
-    if (!json_is_object(root)) set_err(err, el, path, "top level is not a JSON object");
+    if (!json_is_object(root)) mi_tok_err(err, el, path, "top level is not a JSON object");
     else if (!config_token(t, root, "eos_token", &eos, path, err, el) &&
              !config_token(t, root, "bos_token", &bos, path, err, el) &&
              !config_token(t, root, "pad_token", &pad, path, err, el)) {
@@ -791,17 +799,17 @@ int mi_tokenizer_set_config(mi_tokenizer *t, int32_t eos, int32_t bos, int32_t p
                             const char *chat_template, const char *name, char *err, size_t el) {
     if (err && el) err[0] = 0;
     if (!name) name = "(tokenizer)";
-    if (!t) { set_err(err, el, name, "no tokenizer"); return -1; }
+    if (!t) { mi_tok_err(err, el, name, "no tokenizer"); return -1; }
     const int32_t ids[3] = {eos, bos, pad};
     static const char *const what[3] = {"eos", "bos", "padding"};
     for (int i = 0; i < 3; i++)
         if (ids[i] < -1 || (ids[i] >= 0 && (uint32_t)ids[i] >= t->vocab_size)) {
-            set_err(err, el, name, "%s token id %d is outside the vocabulary (%u tokens)", what[i],
+            mi_tok_err(err, el, name, "%s token id %d is outside the vocabulary (%u tokens)", what[i],
                     (int)ids[i], t->vocab_size);
             return -1;
         }
     char *ct = NULL;
-    if (chat_template && !(ct = strdup(chat_template))) { set_err(err, el, name, "out of memory"); return -1; }
+    if (chat_template && !(ct = strdup(chat_template))) { mi_tok_err(err, el, name, "out of memory"); return -1; }
     t->eos_id = eos; t->bos_id = bos; t->pad_id = pad;
     free(t->chat_template);
     t->chat_template = ct;
@@ -811,9 +819,9 @@ int mi_tokenizer_set_config(mi_tokenizer *t, int32_t eos, int32_t bos, int32_t p
 int mi_tokenizer_set_prefix(mi_tokenizer *t, int32_t id, const char *name, char *err, size_t el) {
     if (err && el) err[0] = 0;
     if (!name) name = "(tokenizer)";
-    if (!t) { set_err(err, el, name, "no tokenizer"); return -1; }
+    if (!t) { mi_tok_err(err, el, name, "no tokenizer"); return -1; }
     if (id < -1 || (id >= 0 && ((uint32_t)id >= t->vocab_size || t->str_off[id] == UINT32_MAX))) {
-        set_err(err, el, name, "the token put before a prompt (id %d) is not in the vocabulary (%u tokens)", (int)id,
+        mi_tok_err(err, el, name, "the token put before a prompt (id %d) is not in the vocabulary (%u tokens)", (int)id,
                 t->vocab_size);
         return -1;
     }

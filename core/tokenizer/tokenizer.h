@@ -1,24 +1,42 @@
-/* core/tokenizer/tokenizer.h — byte-level BPE tokenizer read from a Hugging Face
- * tokenizer.json (GPT-2 style byte-level BPE, as the project's test models ship).
+/* core/tokenizer/tokenizer.h — BPE tokenizer read from a Hugging Face
+ * tokenizer.json: byte-level BPE (GPT-2's kind) and the SentencePiece-style
+ * BPE (tests/tokenizer/README.md names which families ship which).
  *
  * What is implemented (and matched against Hugging Face / transformers.js
  * goldens in tests/tokenizer/):
  *   - model.type "BPE" with model.vocab (object token -> id) and model.merges
  *     (either "a b" strings or ["a","b"] arrays; rank = position);
+ *     ignore_merges (a word that is a token is that token); byte_fallback,
+ *     unk_token and fuse_unk (SentencePiece's kind: a character without a
+ *     token becomes its "<0xXX>" byte tokens, else the unk token, one per
+ *     run when fused, else nothing, as HF drops it);
+ *     continuing_subword_prefix / end_of_word_suffix are refused;
+ *   - which kind a file is: one with a ByteLevel step is byte level; one
+ *     with byte_fallback or a step only SentencePiece's kind uses (Prepend,
+ *     Replace, Metaspace, ByteFallback, Fuse, Strip) works on characters
+ *     (core/tokenizer/pipeline.c);
  *   - added_tokens (special and non-special), split out of the text before
  *     normalisation and pre-tokenisation, longest match first, as HF does;
  *     the lstrip / rstrip flags are honoured (whitespace next to the token is
  *     swallowed); single_word is honoured; "normalized" is ignored (all added
  *     tokens are matched on the raw text — every added token of those files has
  *     normalized=false, which is the case where this is exact);
- *   - normalizer: null, "NFC", or a "Sequence" of those (NFC is implemented
- *     in core/tokenizer/nfc.c from Unicode 14 tables; other normalizers are
- *     refused at load time with a clear error rather than ignored);
- *   - pre_tokenizer: "Split" with a {"Regex": ...} pattern (compiled with
- *     PCRE2, UTF+UCP, JIT when available; behaviour "Isolated"), "ByteLevel"
- *     (use_regex=false, add_prefix_space=false), or a "Sequence" of those;
- *     a ByteLevel with use_regex=true uses the GPT-2 pattern;
- *   - decoder: ByteLevel (GPT-2 bytes_to_unicode inverse).
+ *   - normalizer: null, "NFC", "Prepend", "Replace" with a {"String": ...}
+ *     pattern, or a "Sequence" of those, run on each stretch of text between
+ *     added tokens (NFC is implemented in core/tokenizer/nfc.c from Unicode
+ *     14 tables; other normalizers are refused at load time with a clear
+ *     error rather than ignored);
+ *   - pre_tokenizer: "Split" with a {"Regex": ...} or {"String": ...}
+ *     pattern (PCRE2, UTF+UCP, JIT when available) and behaviour Isolated,
+ *     Removed, MergedWithPrevious or MergedWithNext; "ByteLevel"
+ *     (use_regex=false, add_prefix_space=false; use_regex=true uses the
+ *     GPT-2 pattern); "Metaspace" (replacement, prepend_scheme always /
+ *     first / never or the older add_prefix_space, split); or a "Sequence";
+ *   - decoder: ByteLevel (GPT-2 bytes_to_unicode inverse); or a Sequence of
+ *     Replace ({"String": ...}), ByteFallback, Fuse, Strip (" ", after Fuse,
+ *     stop 0) and Metaspace. Metaspace's decoder drops every replacement of
+ *     the first token; here one leading space is taken off the text, the
+ *     same wherever a first token holds one replacement at its start.
  * Regex engines differ on what \s is: PCRE2 (UCP) counts U+0085 and U+180E,
  * not U+FEFF; HF's Oniguruma counts U+0085, not U+180E or U+FEFF; JS counts
  * U+FEFF, not U+0085. With the project tokenizer's pattern none of these changed any id in
@@ -26,7 +44,7 @@
  * Chat templates: rendered by the Jinja engine in core/template
  * (mi_chat_render_template, mi_tokenizer_chat_render; docs/chat-templates.md);
  * mi_chat_render keeps the hard-coded ChatML renderer.
- * Not implemented: dropout, byte_fallback, unk_token, other model types.
+ * Not implemented: dropout, other model types (Unigram, WordPiece).
  *
  * Thread safety: a loaded tokenizer is immutable except for an internal
  * word cache guarded by a mutex; encode/decode may run concurrently.
@@ -89,7 +107,7 @@ int mi_tokenizer_load_config(mi_tokenizer *tok, const char *tokenizer_config_pat
 typedef struct json_t json_t;
 mi_tokenizer *mi_tokenizer_load_json(const json_t *root, const char *name, char *err, size_t err_len);
 
-/* A byte-level BPE vocabulary given as arrays rather than as a
+/* A BPE vocabulary (byte level, or SentencePiece's: see below) given as arrays rather than as a
  * tokenizer.json (a GGUF file's tokenizer.ggml.tokens, token_type and
  * merges): the same tokenizer mi_tokenizer_load_json builds from the
  * tokenizer.json these arrays stand for, without that JSON in between (for
@@ -122,6 +140,20 @@ typedef struct mi_tok_arrays {
     int nfc;
     const char *split_regex;
     const char *tokens_name, *merges_name;
+    /* SentencePiece's vocabulary (a GGUF file of that kind)
+     * instead of a byte-level one: no merges are given (n_merges 0);
+     * score(ctx, i) stands for them, as llama.cpp reads such a file: a
+     * token made of two tokens is their merge, the higher score first, the
+     * leftmost pair among equal scores. Words are not split; ' ' is "▁",
+     * also put before each stretch of text when space_prefix; a character
+     * without a token is its "<0xXX>" tokens, else unk_id (-1: dropped);
+     * the decoder turns "▁" back into ' ' and "<0xXX>" into the byte, and
+     * takes the prefix space off (space_prefix). nfc and split_regex must
+     * be 0 and NULL. */
+    int sentencepiece;
+    float (*score)(const void *ctx, size_t i);
+    int space_prefix;
+    int32_t unk_id;
 } mi_tok_arrays;
 
 /* NULL with "NAME: problem" in err on a vocabulary it refuses (a token
@@ -183,6 +215,7 @@ typedef struct mi_tok_stream {
     const mi_tokenizer *tok;
     unsigned char pend[4]; /* held-back prefix of one UTF-8 character */
     unsigned npend;
+    unsigned lead;         /* leading spaces still to strip (the decoder's Strip) */
 } mi_tok_stream;
 
 void mi_tok_stream_init(mi_tok_stream *st, const mi_tokenizer *tok);

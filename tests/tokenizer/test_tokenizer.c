@@ -952,9 +952,9 @@ START_TEST(test_arrays_match_json) {
         a.m[i] = w; a.mn[i] = (size_t)len; w += len + 1;
     }
     json_t *pre = json_array_get(json_object_get(json_object_get(j, "pre_tokenizer"), "pretokenizers"), 0);
-    mi_tok_arrays arr = {V, arr_token, nm, arr_merge, &a, 1,
-                         json_string_value(json_object_get(json_object_get(pre, "pattern"), "Regex")),
-                         "vocab", "merges"};
+    mi_tok_arrays arr = {.n_tokens = V, .token = arr_token, .n_merges = nm, .merge = arr_merge, .ctx = &a, .nfc = 1,
+                         .split_regex = json_string_value(json_object_get(json_object_get(pre, "pattern"), "Regex")),
+                         .tokens_name = "vocab", .merges_name = "merges", .unk_id = -1};
     char err[512];
     mi_tokenizer *t = mi_tokenizer_load_arrays(&arr, "arrays", err, sizeof err);
     ck_assert_msg(t != NULL, "%s", err);
@@ -998,7 +998,8 @@ START_TEST(test_arrays_refused) {
     s[259] = "<U>"; n[259] = 3; kind[259] = MI_TOK_KIND_ADDED;
     const char *m[1] = {"a b"}; size_t mn[1] = {3};
     arr_src a = {s, n, kind, m, mn};
-    mi_tok_arrays arr = {260, arr_token, 1, arr_merge, &a, 0, NULL, "toks", "mrg"};
+    mi_tok_arrays arr = {.n_tokens = 260, .token = arr_token, .n_merges = 1, .merge = arr_merge, .ctx = &a,
+                         .tokens_name = "toks", .merges_name = "mrg", .unk_id = -1};
     char err[512];
     mi_tokenizer *t = mi_tokenizer_load_arrays(&arr, "small", err, sizeof err);
     ck_assert_msg(t != NULL, "%s", err);

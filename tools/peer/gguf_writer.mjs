@@ -79,6 +79,10 @@ export class GgufWriter {
   addI32Array(k, arr) {
     this._add(k, (s) => { s.u32(VT.ARRAY); s.u32(VT.INT32); s.u64(arr.length); for (const x of arr) s.i32(x); });
   }
+  addF32Array(k, arr) {
+    for (const x of arr) if (typeof x !== "number" || !Number.isFinite(x)) throw new Error(`${k}: ${x} is not a number`);
+    this._add(k, (s) => { s.u32(VT.ARRAY); s.u32(VT.FLOAT32); s.u64(arr.length); for (const x of arr) s.f32(x); });
+  }
 
   /** ne: dims innermost first (GGUF order = reversed PyTorch/HF shape). */
   addTensor(name, ne, type, writeFn) {
