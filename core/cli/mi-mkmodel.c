@@ -29,7 +29,9 @@
  * one whose q, k and v projections carry them. --config KEY=JSON sets a config.json key
  * the variants' readers look at (architectures, model_type, hidden_act;
  * a value that is not JSON is taken as a string); a key of the shape
- * preset is refused (the tensors' shapes come from those). --drop-config
+ * preset is refused (the tensors' shapes come from those); a number the
+ * family's config template states (vocab_size) is set there before the
+ * tensors are planned, so those that follow it (the embedding) do. --drop-config
  * KEY leaves a key out of config.json (a family that derives it, as
  * head_dim = hidden_size / num_attention_heads; the preset must agree, the
  * tensors are drawn from its value). Together they
@@ -641,6 +643,32 @@ static json_t *apply_variants(const mi_ckb *ckb, const mi_ckb_entry *fam, const 
   return m;
 }
 
+/* A copy of fam's JSON whose checkpoint.config template holds the --config
+ * values of the numbers it states (vocab_size: what a tensor's shape can
+ * follow; a key the shape preset sets, a "$" value, is left to set_config,
+ * which refuses it, and so are names and lists, which the plan checks
+ * against the contract); NULL after a line. */
+static json_t *template_sets(const mk_args *a, const mi_ckb_entry *fam) {
+  json_t *copy = json_deep_copy(fam->json);
+  json_t *tmpl = json_object_get(json_object_get(copy, "checkpoint"), "config");
+  if (!json_is_object(tmpl)) {
+    fprintf(stderr, "mi-mkmodel: %s has no checkpoint.config template\n", fam->id);
+    json_decref(copy);
+    return NULL;
+  }
+  for (int i = 0; i < a->n_sets; i++) {
+    const char *eq = strchr(a->sets[i], '=');
+    char *key = strndup(a->sets[i], (size_t)(eq - a->sets[i]));
+    json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
+    if (key && json_is_number(json_object_get(tmpl, key)) && json_is_number(v))
+      json_object_set_new(tmpl, key, v);
+    else
+      json_decref(v);
+    free(key);
+  }
+  return copy;
+}
+
 /* --config KEY=JSON into config.json, after the plan (into the model's own
  * config: a wrapper layout's text_config); a key the shape preset sets is
  * refused. 0, or -1 after a line. */
@@ -706,6 +734,21 @@ int main(int argc, char **argv) {
     with_variants.json = edited;
     fam = &with_variants;
   }
+  /* the --config values in the template too, so that the plan draws the
+   * tensors from them (vocab_size sizes the embedding); set_config writes
+   * them again below, where a wrapper layout puts the model's own config */
+  json_t *with_sets = NULL;
+  mi_ckb_entry set_fam;
+  if (a.n_sets && !(with_sets = template_sets(&a, fam))) {
+    json_decref(edited);
+    mi_ckb_close(ckb);
+    return 2;
+  }
+  if (with_sets) {
+    set_fam = *fam;
+    set_fam.json = with_sets;
+    fam = &set_fam;
+  }
   mi_ckb_ckpt ck;
   int prc = mi_ckb_checkpoint_plan(fam, a.shape_name, a.layout, a.dt == MI_DTYPE_BF16 ? "bfloat16" : "float32", &ck,
                                    err, sizeof err);
@@ -720,12 +763,14 @@ int main(int argc, char **argv) {
     prc = -1;
   }
   if (prc != 0) {
+    json_decref(with_sets);
     json_decref(edited);
     mi_ckb_close(ckb);
     return 2;
   }
   rc = make_checkpoint(&a, fam, &ck);
   mi_ckb_checkpoint_free(&ck);
+  json_decref(with_sets);
   json_decref(edited);
   mi_ckb_close(ckb);
   return rc;

@@ -37,6 +37,31 @@ mi_gguf_model *mi_model_input_open_gguf(const char *path, char *err, size_t err_
   return m;
 }
 
+int mi_model_input_encode_prompt(const char *path, const char *text, int32_t **ids, size_t *n, char *err,
+                                 size_t err_len) {
+  *ids = NULL;
+  *n = 0;
+  mi_tokenizer *tok = NULL;
+  mi_gguf_model *m = NULL;
+  char ckb[4096], p[4200];
+  if (mi_model_input_is_gguf(path)) {
+    if (!mi_gguf_ckb_dir(ckb, sizeof ckb)) {
+      snprintf(err, err_len, "%s: %s", path, ckb);
+      return -1;
+    }
+    if (mi_gguf_model_open(path, ckb, MI_WEIGHTS_MMAP, &m, err, err_len) != 0) return -1;
+    tok = m->tok;
+  } else {
+    snprintf(p, sizeof p, "%s/tokenizer.json", path);
+    if (!(tok = mi_tokenizer_load(p, err, err_len))) return -1;
+  }
+  int rc = mi_tokenizer_encode_prompt(tok, text, strlen(text), 1, ids, n);
+  if (rc) snprintf(err, err_len, "%s: encoding '%.40s': %s", path, text, mi_tokenizer_strerror(rc));
+  if (m) mi_gguf_model_close(m);
+  else mi_tokenizer_free(tok);
+  return rc ? -1 : 0;
+}
+
 json_t *mi_model_input_config(const char *path, size_t jflags, char *err, size_t err_len) {
   if (!mi_model_input_is_gguf(path)) {
     char p[4200];

@@ -38,6 +38,12 @@ mi_weights *mi_model_input_weights(const char *path, uint32_t keep_blocks, char 
  * theirs); mi_gguf_model_close frees it. NULL with one line in err. */
 mi_gguf_model *mi_model_input_open_gguf(const char *path, char *err, size_t err_len);
 
+/* text as the model's tokenizer encodes a prompt (mi-run -p: special
+ * tokens parsed, the BOS its tokenizer puts first; mi_tokenizer_encode_prompt)
+ * into *ids (malloc'd) and *n. 0, or -1 with one line in err. */
+int mi_model_input_encode_prompt(const char *path, const char *text, int32_t **ids, size_t *n, char *err,
+                                 size_t err_len);
+
 /* keep_blocks for every block dtype: weights read as stored (names, shapes,
  * dtypes: the CKB's checks), nothing widened. */
 uint32_t mi_model_input_all_blocks(void);

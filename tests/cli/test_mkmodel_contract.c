@@ -419,6 +419,33 @@ START_TEST(family_resolution) {
 }
 END_TEST
 
+/* --config of a number the template states (vocab_size) sizes the tensors
+ * that follow it: the embedding has as many rows as config.json says (it
+ * kept the family's 151936 rows under another vocab_size before); a name or
+ * a list is only written to config.json. */
+START_TEST(config_numbers_size_the_tensors) {
+  char out[1400];
+  snprintf(out, sizeof out, "%s/v", g_tmp);
+  const char *a[] = {"--ckb", g_ckb, "--shape", "tiny", "--out", out, "--tokenizer-dir", g_tok, "--config", "vocab_size=1000",
+                     "--config", "rope_theta=10000", NULL};
+  res r = mkmodel(a);
+  ck_assert_msg(r.status == 0, "%s", r.err);
+  unsigned char *bytes;
+  size_t size;
+  json_t *h = st_header(out, &bytes, &size);
+  json_t *shape = json_object_get(json_object_get(h, "model.embed_tokens.weight"), "shape");
+  ck_assert_int_eq(json_integer_value(json_array_get(shape, 0)), 1000);
+  char p[1500];
+  snprintf(p, sizeof p, "%s/config.json", out);
+  json_t *cfg = load(p);
+  ck_assert_int_eq(json_integer_value(json_object_get(cfg, "vocab_size")), 1000);
+  ck_assert(json_number_value(json_object_get(cfg, "rope_theta")) == 10000);
+  json_decref(cfg);
+  json_decref(h);
+  free(bytes);
+}
+END_TEST
+
 /* mi-mkmodel and the planner it uses name no family: the families are the
  * CKB's (issue 26). Case-insensitive, comments included. */
 START_TEST(mkmodel_names_no_family) {
@@ -443,7 +470,7 @@ static Suite *suite(void) {
   return mi_check_suite("mkmodel_contract", "mkmodel_contract", 300, setup, teardown,
                         MI_CHECK_TESTS(family_from_a_ckb_entry_alone,
                                        hostile_contract_entries_give_one_line, family_resolution,
-                                       mkmodel_names_no_family));
+                                       config_numbers_size_the_tensors, mkmodel_names_no_family));
 }
 
 int main(void) {

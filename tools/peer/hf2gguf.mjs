@@ -32,6 +32,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { GgufWriter, GGML_TYPE, GGML_BLOCK } from "./gguf_writer.mjs";
+import { spmVocab } from "../node/spm_gguf.mjs";
 
 function die(msg) {
   const e = new Error(msg);
@@ -1009,11 +1010,43 @@ function postProcessorPrefix(pp) {
 
 const TOKTYPE = { NORMAL: 1, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5 };
 
+// A SentencePiece-style tokenizer.json (byte_fallback: Llama 2, Mistral,
+// Gemma) as llama.cpp's converter writes it from the tokenizer.model: model
+// "llama", tokens with scores (the merge order, tools/node/spm_gguf.mjs) and
+// types, no merges; rows past the tokenizer up to vocab_size are [PAD<id>],
+// unused.
+function buildSpmVocab(dir, tokFile, cfg, w) {
+  let v;
+  try {
+    v = spmVocab(tokFile);
+  } catch (e) {
+    die(`${tokFile}: ${e.message}`);
+  }
+  const V = cfg.vocab_size;
+  if (v.tokens.length > V) die(`${tokFile}: ${v.tokens.length} tokens, over config vocab_size ${V}`);
+  const tokens = v.tokens.slice(), scores = v.scores.slice(), types = v.types.slice();
+  for (let i = tokens.length; i < V; i++) { tokens.push(`[PAD${i}]`); scores.push(-1e9); types.push(TOKTYPE.UNUSED); }
+  w.addString("tokenizer.ggml.model", "llama");
+  w.addStringArray("tokenizer.ggml.tokens", tokens);
+  w.addF32Array("tokenizer.ggml.scores", scores);
+  w.addI32Array("tokenizer.ggml.token_type", types);
+  const keys = { bos: "bos_token_id", eos: "eos_token_id", unk: "unknown_token_id", pad: "padding_token_id" };
+  for (const [typ, id] of Object.entries(v.ids)) w.addU32(`tokenizer.ggml.${keys[typ]}`, id);
+  w.addBool("tokenizer.ggml.add_bos_token", v.addBos);
+  if (v.addEos !== undefined) w.addBool("tokenizer.ggml.add_eos_token", v.addEos);
+  w.addBool("tokenizer.ggml.add_space_prefix", v.addSpacePrefix);
+  const tcFile = path.join(dir, "tokenizer_config.json");
+  const tc = fs.existsSync(tcFile) ? readJson(tcFile) : {};
+  if (typeof tc.chat_template === "string") w.addString("tokenizer.chat_template", tc.chat_template);
+  return { nTokens: V, ids: v.ids };
+}
+
 function buildVocab(dir, cfg, w) {
   const tokFile = path.join(dir, "tokenizer.json");
   const tok = readJson(tokFile);
   if (!tok.model || tok.model.type !== "BPE" || typeof tok.model.vocab !== "object")
     die(`${tokFile}: not a BPE tokenizer.json (model.type ${tok.model && tok.model.type})`);
+  if (tok.model.byte_fallback === true) return buildSpmVocab(dir, tokFile, cfg, w);
   const tcFile = path.join(dir, "tokenizer_config.json");
   const tc = fs.existsSync(tcFile) ? readJson(tcFile) : {};
 
