@@ -802,6 +802,30 @@ START_TEST(test_tiny_bpe) {
     free(ids);
     mi_tokenizer_free(t);
     free(j); free(j2);
+
+    /* ignore_merges (Llama 3's): a word that is a token is that token, even
+     * where no merge makes it ("bca": 'b' 'c' 'a' give bc+a by the merges,
+     * and 262 whole); "cŀ" (bytes 63 C5 80: 0x80's character is U+0122):
+     * the key is the byte-level text */
+    j = tiny_json("[\"b c\"]", "\"bc\":259,\"bca\":262,\"c\\u00c5\\u0122\":263", "[]");
+    q = strstr(j, "\"model\":{\"type\":\"BPE\",");
+    j2 = malloc(strlen(j) + 32);
+    pre = (size_t)(q - j) + strlen("\"model\":{\"type\":\"BPE\",");
+    memcpy(j2, j, pre);
+    sprintf(j2 + pre, "\"ignore_merges\":true,%s", q + strlen("\"model\":{\"type\":\"BPE\","));
+    t = load_text("ignore_merges.json", j2, err, sizeof err);
+    ck_assert_msg(t != NULL, "%s", err);
+    static const char *const words[] = {"bca", "bc", "cb", "c\xc5\x80"};
+    static const size_t wl[] = {3, 2, 2, 3};
+    static const int32_t want0[] = {262, 259, 'c', 263};
+    static const size_t wn[] = {1, 1, 2, 1};
+    for (int k = 0; k < 4; k++) {
+        ck_assert_int_eq(mi_tokenizer_encode(t, words[k], wl[k], 1, &ids, &n), 0);
+        ck_assert_msg(n == wn[k] && ids[0] == want0[k], "ignore_merges word %d: %zu ids, first %d", k, n, ids[0]);
+        free(ids);
+    }
+    mi_tokenizer_free(t);
+    free(j); free(j2);
 }
 END_TEST
 

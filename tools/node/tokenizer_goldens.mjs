@@ -29,7 +29,7 @@
 // decodes to "" (transformers.js refuses to decode []).
 import { readFileSync } from "node:fs";
 
-const PACKAGES = ["qwen3", "gemma2", "llama2"];
+const PACKAGES = ["qwen3", "gemma2", "llama2", "llama3"];
 const corpusArg = process.argv[2] ?? "tests/tokenizer/corpus.json";
 const pkg = process.argv[3] ?? "qwen3";
 if (!PACKAGES.includes(pkg)) {
@@ -59,7 +59,7 @@ const cases = texts.map((text) => {
 
 let decodeIds;
 let extra = {};
-if (pkg === "qwen3") {
+if (pkg === "qwen3" || pkg === "llama3") {
   // Byte tokens: ids of the single-byte tokens, from the vocabulary itself.
   const byteTok = (() => {
     const bs = [];
@@ -83,9 +83,10 @@ if (pkg === "qwen3") {
     byteTok(0xF4, 0x90, 0x80, 0x80),            // > U+10FFFF
     byteTok(0xFF, 0x41, 0xE4, 0x41),            // invalid, A, cut, A
     byteTok(0xE4, 0xBD, 0xF0, 0x9F, 0x98, 0x80),// cut 3-byte then a full emoji
-    [...byteTok(0xE4), 151645, ...byteTok(0xBD, 0xA0)], // special token in the middle of a char
+    [...byteTok(0xE4), pkg === "qwen3" ? 151645 : idOf("<|eot_id|>"), ...byteTok(0xBD, 0xA0)], // special token in the middle of a char
     [...enc("héllo 世界 👍🏽"), ...byteTok(0xF0)],
   ];
+  if (pkg === "llama3") extra = { prefix_ids: prefixIds() };
 } else {
   // Byte tokens are "<0xXX>" (uppercase hex) in the vocabulary; gemma2 has
   // no <0x09> (it has "\t"), none of the bytes below needs it.
@@ -126,7 +127,12 @@ if (pkg === "qwen3") {
   if (pkg === "gemma2") {
     decodeIds.push([idOf("▁▁"), idOf("<s>"), idOf("\n\n"), idOf("\t\t")]); // non-special added tokens
   }
-  // What add_special_tokens=true puts in front (and behind) of the ids.
+  extra = { prefix_ids: prefixIds() };
+}
+
+// What add_special_tokens=true puts in front of the ids (none behind: checked
+// on every case).
+function prefixIds() {
   const withSp = tok.encode("x", { add_special_tokens: true });
   const plain = enc("x");
   const at = withSp.findIndex((_, i) => withSp.slice(i, i + plain.length).join() === plain.join());
@@ -136,7 +142,7 @@ if (pkg === "qwen3") {
     const full = tok.encode(text, { add_special_tokens: true });
     if (full.join() !== [...prefix, ...ids].join()) throw new Error(`${pkg}: add_special_tokens is not prefix ${prefix} for ${JSON.stringify(text)}: ${full}`);
   }
-  extra = { prefix_ids: prefix };
+  return prefix;
 }
 const decode_cases = decodeIds.map((ids) => ({ ids, text: dec(ids) }));
 
