@@ -57,6 +57,21 @@ const cases = texts.map((text) => {
   return { text, ids, decoded: dec(ids) };
 });
 
+// Byte tokens (byteTok: bytes -> their token ids) that are not valid UTF-8,
+// or not yet, and a special token cut into a character.
+const invalidUtf8 = (byteTok, special) => [
+  byteTok(0xF0, 0x9F, 0x98, 0x80),            // 😀 byte by byte
+  byteTok(0xF0, 0x9F, 0x98),                  // truncated 4-byte char
+  byteTok(0xE4, 0xBD),                        // truncated 3-byte char
+  byteTok(0x80),                              // lone continuation byte
+  byteTok(0xC0, 0xAF),                        // overlong
+  byteTok(0xED, 0xA0, 0x80),                  // surrogate
+  byteTok(0xF4, 0x90, 0x80, 0x80),            // > U+10FFFF
+  byteTok(0xFF, 0x41, 0xE4, 0x41),            // invalid, A, cut, A
+  byteTok(0xE4, 0xBD, 0xF0, 0x9F, 0x98, 0x80),// cut 3-byte then a full emoji, one run
+  [...byteTok(0xE4), special, ...byteTok(0xBD, 0xA0)], // special token in the middle of a char
+];
+
 let decodeIds;
 let extra = {};
 if (pkg === "qwen3" || pkg === "llama3") {
@@ -73,17 +88,9 @@ if (pkg === "qwen3" || pkg === "llama3") {
     bs.forEach((b, i) => m.set(b, tok.model.tokens_to_ids.get(String.fromCharCode(cs[i]))));
     return (...bytes) => bytes.map((b) => m.get(b));
   })();
+  const special = pkg === "qwen3" ? 151645 : idOf("<|eot_id|>");
   decodeIds = [
-    byteTok(0xF0, 0x9F, 0x98, 0x80),            // 😀 byte by byte
-    byteTok(0xF0, 0x9F, 0x98),                  // truncated 4-byte char
-    byteTok(0xE4, 0xBD),                        // truncated 3-byte char
-    byteTok(0x80),                              // lone continuation byte
-    byteTok(0xC0, 0xAF),                        // overlong
-    byteTok(0xED, 0xA0, 0x80),                  // surrogate
-    byteTok(0xF4, 0x90, 0x80, 0x80),            // > U+10FFFF
-    byteTok(0xFF, 0x41, 0xE4, 0x41),            // invalid, A, cut, A
-    byteTok(0xE4, 0xBD, 0xF0, 0x9F, 0x98, 0x80),// cut 3-byte then a full emoji
-    [...byteTok(0xE4), pkg === "qwen3" ? 151645 : idOf("<|eot_id|>"), ...byteTok(0xBD, 0xA0)], // special token in the middle of a char
+    ...invalidUtf8(byteTok, special),
     [...enc("héllo 世界 👍🏽"), ...byteTok(0xF0)],
   ];
   if (pkg === "llama3") extra = { prefix_ids: prefixIds() };
@@ -95,16 +102,7 @@ if (pkg === "qwen3" || pkg === "llama3") {
   const bos = idOf(pkg === "gemma2" ? "<bos>" : "<s>");
   const unk = idOf("<unk>");
   decodeIds = [
-    byteTok(0xF0, 0x9F, 0x98, 0x80),            // 😀 byte by byte
-    byteTok(0xF0, 0x9F, 0x98),                  // truncated 4-byte char
-    byteTok(0xE4, 0xBD),                        // truncated 3-byte char
-    byteTok(0x80),                              // lone continuation byte
-    byteTok(0xC0, 0xAF),                        // overlong
-    byteTok(0xED, 0xA0, 0x80),                  // surrogate
-    byteTok(0xF4, 0x90, 0x80, 0x80),            // > U+10FFFF
-    byteTok(0xFF, 0x41, 0xE4, 0x41),            // invalid, A, cut, A (all byte tokens)
-    byteTok(0xE4, 0xBD, 0xF0, 0x9F, 0x98, 0x80),// cut 3-byte then a full emoji, one run
-    [...byteTok(0xE4), special, ...byteTok(0xBD, 0xA0)], // special token in the middle of a char
+    ...invalidUtf8(byteTok, special),
     [...byteTok(0xE4, 0xBD), idOf("a"), ...byteTok(0xA0)], // a normal token in the middle of a char
     [...enc("héllo 世界 👍🏽"), ...byteTok(0xF0)],
     [...enc("a"), ...byteTok(0xE4, 0xBD, 0xA0), ...enc("b")],        // whole char from bytes between pieces
