@@ -224,7 +224,7 @@ static json_t *token_entry(int32_t id, double lp, int with_bytes) {
   const unsigned char *b =
       id >= 0 && (size_t)id < mi_tokenizer_vocab_size(tok) ? mi_tokenizer_token_bytes(tok, id, &n)
                                                             : NULL;
-  char *txt = b ? mi_tokenizer_decode(tok, &id, 1, NULL, NULL) : NULL;
+  char *txt = b ? mi_tokenizer_decode_after(tok, &id, 1, NULL, NULL) : NULL; /* its piece */
   json_t *e = json_object();
   json_object_set_new(e, "token", json_string(txt ? txt : ""));
   json_object_set_new(e, "logprob", json_real(lp));
@@ -1300,7 +1300,7 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *c, conn *cs) {
   if (json_is_true(as) && bos >= 0) json_array_append_new(arr, json_integer(bos));
   for (size_t i = 0; i < n; i++) {
     if (json_is_true(wp)) {
-      char *piece = mi_tokenizer_decode(S.eng->tok, &ids[i], 1, NULL, NULL);
+      char *piece = mi_tokenizer_decode_after(S.eng->tok, &ids[i], 1, NULL, NULL);
       json_array_append_new(arr, json_pack("{s:i,s:o}", "id", ids[i],
                                            "piece", json_string(piece ? piece : "")));
       free(piece);

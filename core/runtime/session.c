@@ -603,7 +603,7 @@ int mi_gen_begin(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi
   memcpy(g->hist, prompt, n_prompt * sizeof(int32_t));
   g->n_hist = n_prompt;
   g->n_prompt = (int64_t)n_prompt;
-  mi_tok_stream_init(&g->ts, e->tok);
+  mi_tok_stream_init_after(&g->ts, e->tok); /* the text continues the prompt's */
   if (p->prompt_logprobs) {
     size_t kk = (size_t)(g->k > 0 ? g->k : 1);
     g->plp = calloc(n_prompt, sizeof(double));

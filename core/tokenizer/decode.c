@@ -71,6 +71,11 @@ void mi_tok_stream_init(mi_tok_stream *st, const mi_tokenizer *tok) {
     st->lead = tok ? tok->strip_lead : 0;
 }
 
+void mi_tok_stream_init_after(mi_tok_stream *st, const mi_tokenizer *tok) {
+    mi_tok_stream_init(st, tok);
+    st->lead = 0;
+}
+
 size_t mi_tok_stream_max_out(const mi_tokenizer *tok) {
     /* worst case: every byte, and the held prefix, becomes a 3-byte U+FFFD */
     return tok ? 3 * (tok->max_token_bytes + 4) : 0;
@@ -102,7 +107,17 @@ int mi_tok_stream_flush(mi_tok_stream *st, char *out, size_t cap) {
     return 3;
 }
 
+static char *decode_ids(const mi_tokenizer *t, const int32_t *ids, size_t n, size_t *out_len, int *rc, int after);
+
 char *mi_tokenizer_decode(const mi_tokenizer *t, const int32_t *ids, size_t n, size_t *out_len, int *rc) {
+    return decode_ids(t, ids, n, out_len, rc, 0);
+}
+
+char *mi_tokenizer_decode_after(const mi_tokenizer *t, const int32_t *ids, size_t n, size_t *out_len, int *rc) {
+    return decode_ids(t, ids, n, out_len, rc, 1);
+}
+
+static char *decode_ids(const mi_tokenizer *t, const int32_t *ids, size_t n, size_t *out_len, int *rc, int after) {
     if (out_len) *out_len = 0;
     if (rc) *rc = 0;
     if (!t || (!ids && n)) { if (rc) *rc = MI_TOK_EINVAL; return NULL; }
@@ -110,7 +125,8 @@ char *mi_tokenizer_decode(const mi_tokenizer *t, const int32_t *ids, size_t n, s
     char *buf = malloc(cap);
     if (!buf) { if (rc) *rc = MI_TOK_ENOMEM; return NULL; }
     mi_tok_stream st;
-    mi_tok_stream_init(&st, t);
+    if (after) mi_tok_stream_init_after(&st, t);
+    else mi_tok_stream_init(&st, t);
     for (size_t i = 0; i <= n; i++) {
         int32_t id = i < n ? ids[i] : -1;
         size_t need = i < n && id >= 0 && (uint32_t)id < t->vocab_size ? 3 * ((size_t)t->bytes_len[id] + 4) : 3;

@@ -204,6 +204,10 @@ int mi_tokenizer_set_prefix(mi_tokenizer *tok, int32_t id, const char *name, cha
  * Returns NULL with *rc set (if rc != NULL) on error. */
 char *mi_tokenizer_decode(const mi_tokenizer *tok, const int32_t *ids, size_t n,
                           size_t *out_len, int *rc);
+/* The same as a continuation (mi_tok_stream_init_after): a token's piece
+ * ("▁Paris" is " Paris"), a generated text after its prompt. */
+char *mi_tokenizer_decode_after(const mi_tokenizer *tok, const int32_t *ids, size_t n,
+                                size_t *out_len, int *rc);
 
 /* Streaming decoder. Feed ids one at a time; each call appends to out only
  * complete, valid UTF-8 characters; a partial multi-byte sequence is held
@@ -219,6 +223,11 @@ typedef struct mi_tok_stream {
 } mi_tok_stream;
 
 void mi_tok_stream_init(mi_tok_stream *st, const mi_tokenizer *tok);
+/* The same for text that continues one already shown (generation after a
+ * prompt): the leading spaces a decoder strips from the start of a text
+ * (Strip, Metaspace) are kept, as llama.cpp and servers decoding in the
+ * prompt's context show them ("The capital is" + " Paris"). */
+void mi_tok_stream_init_after(mi_tok_stream *st, const mi_tokenizer *tok);
 /* Writes the newly completed text to out (not NUL-terminated). out_cap must
  * be at least 3 * (this token's byte length + 4); mi_tok_stream_max_out(tok)
  * is enough for any token. Returns bytes written (>= 0; 0 when the token only

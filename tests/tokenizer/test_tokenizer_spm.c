@@ -338,6 +338,20 @@ START_TEST(prepend_replace_fallback_unk) {
     expect_text(t, "\xC3\xA9", 2, 10, 11);
     expect_text(t, "<s> a", 2, 1, 7);       /* not a space first: kept */
     expect_text(t, " a", 2, 3, 7);          /* "  a": one space taken */
+    /* a continuation (generated text, a token's piece) keeps it, streamed
+     * or not: "is" + " abb" */
+    int32_t cont[2] = {9, 5};
+    size_t cl;
+    int rc;
+    char *c = mi_tokenizer_decode_after(t, cont, 2, &cl, &rc);
+    ck_assert_msg(c && !strcmp(c, " abb"), "after: '%s'", c ? c : "(null)");
+    mi_tok_stream st;
+    mi_tok_stream_init_after(&st, t);
+    char buf[64];
+    int w = mi_tok_stream_feed(&st, 9, buf, sizeof buf);
+    ck_assert_int_eq(w, 3);
+    ck_assert(!memcmp(buf, " ab", 3));
+    free(c);
     mi_tokenizer_free(t);
     /* without fuse_unk, one unk per unknown character */
     t = spm_ok(NORM_LEGACY, "null", DEC_LEGACY, "\"fuse_unk\":false");
