@@ -361,16 +361,9 @@ static int normalize(const mi_tokenizer *t, const unsigned char *p, size_t n, co
             memcpy(nx, nm->a, nm->na);
             memcpy(nx + nm->na, *q, *nq);
             m = *nq + nm->na;
-        } else { /* REPLACE: every non-overlapping occurrence, left to right */
-            size_t hits = 0;
-            for (size_t i = 0; i + nm->na <= *nq;)
-                if (!memcmp(*q + i, nm->a, nm->na)) { hits++; i += nm->na; } else i++;
-            if (!hits) continue;
-            if (!(nx = malloc(*nq - hits * nm->na + hits * nm->nb + 1))) return MI_TOK_ENOMEM;
-            for (size_t i = 0; i < *nq;) {
-                if (i + nm->na <= *nq && !memcmp(*q + i, nm->a, nm->na)) { memcpy(nx + m, nm->b, nm->nb); m += nm->nb; i += nm->na; }
-                else nx[m++] = (*q)[i++];
-            }
+        } else { /* REPLACE */
+            int e = mi_tok_replace_all(*q, *nq, nm->a, nm->na, nm->b, nm->nb, &nx, &m);
+            if (e) return e;
         }
         if (!nx) continue; /* unchanged */
         free(*owned);

@@ -156,8 +156,12 @@ void mi_tok_free_steps(mi_tokenizer *t);
  * "<0xXX>" tokens found and every token's bytes as its decoder gives them
  * ("▁" is ' ', "<0xXX>" the byte). */
 int mi_tok_sentencepiece_bytes(mi_tokenizer *t, const char *path, char *err, size_t el);
-/* The byte "<0xXX>" stands for, or -1. */
-int mi_tok_fallback_byte(const char *s, size_t n);
+/* Every non-overlapping from[0, nf) in s[0, n), left to right, as
+ * to[0, nt): 0 with a malloc'd *out (*out_len bytes), or *out NULL when
+ * none was there; MI_TOK_ENOMEM. The normalizer's and the decoder's
+ * Replace. */
+int mi_tok_replace_all(const unsigned char *s, size_t n, const char *from, size_t nf, const char *to, size_t nt,
+                       unsigned char **out, size_t *out_len);
 
 /* UTF-8 helpers (nfc.c). */
 /* Length of a valid UTF-8 prefix of s (the whole of n when valid). */

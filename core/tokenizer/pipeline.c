@@ -314,34 +314,41 @@ static int hexval(int c) {
 }
 
 /* The byte a "<0xXX>" text stands for, or -1. */
-int mi_tok_fallback_byte(const char *s, size_t n) {
+static int fallback_byte(const char *s, size_t n) {
     if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>' || hexval(s[3]) < 0 || hexval(s[4]) < 0) return -1;
     return hexval(s[3]) * 16 + hexval(s[4]);
 }
 
+int mi_tok_replace_all(const unsigned char *s, size_t n, const char *from, size_t nf, const char *to, size_t nt,
+                       unsigned char **out, size_t *out_len) {
+    size_t hits = 0;
+    *out = NULL;
+    for (size_t i = 0; i + nf <= n;)
+        if (!memcmp(s + i, from, nf)) { hits++; i += nf; } else i++;
+    if (!hits) return 0;
+    unsigned char *nx = malloc(n - hits * nf + hits * nt + 1);
+    if (!nx) return MI_TOK_ENOMEM;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        if (i + nf <= n && !memcmp(s + i, from, nf)) { memcpy(nx + o, to, nt); o += nt; i += nf; }
+        else nx[o++] = s[i++];
+    }
+    *out = nx;
+    *out_len = o;
+    return 0;
+}
+
 /* Token text s[0, n) through d into a malloc'd buffer (*len bytes). */
 static unsigned char *decode_text(const char_decoder *d, const char *s, size_t n, size_t *len) {
-    int b = d->byte_fallback ? mi_tok_fallback_byte(s, n) : -1;
+    int b = d->byte_fallback ? fallback_byte(s, n) : -1;
     unsigned char *cur = malloc(n ? n : 1);
     if (!cur) return NULL;
     if (b >= 0) { cur[0] = (unsigned char)b; *len = 1; return cur; }
     memcpy(cur, s, n);
     for (int r = 0; r < d->n_replace; r++) {
-        size_t nf = d->nfrom[r], nt = d->nto[r], hits = 0;
-        for (size_t i = 0; i + nf <= n;) {
-            if (!memcmp(cur + i, d->from[r], nf)) { hits++; i += nf; } else i++;
-        }
-        if (!hits) continue;
-        unsigned char *nx = malloc(n - hits * nf + hits * nt + 1);
-        if (!nx) { free(cur); return NULL; }
-        size_t o = 0;
-        for (size_t i = 0; i < n;) {
-            if (i + nf <= n && !memcmp(cur + i, d->from[r], nf)) { memcpy(nx + o, d->to[r], nt); o += nt; i += nf; }
-            else nx[o++] = cur[i++];
-        }
-        free(cur);
-        cur = nx;
-        n = o;
+        unsigned char *nx;
+        if (mi_tok_replace_all(cur, n, d->from[r], d->nfrom[r], d->to[r], d->nto[r], &nx, &n)) { free(cur); return NULL; }
+        if (nx) { free(cur); cur = nx; }
     }
     *len = n;
     return cur;
