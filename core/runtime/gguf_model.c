@@ -146,6 +146,10 @@ static json_t *kv_to_json(const mi_gguf_kv *kv, const char *type, const char *fi
     if (kv->type != MI_GGUF_BOOL && kv->type != MI_GGUF_F32 && kv->type != MI_GGUF_F64 &&
         mi_gguf_kv_int(kv, &i) == 0)
       return json_integer(i);
+    /* a whole number stored as a float (llama.cpp's rope.freq_base_swa) */
+    if ((kv->type == MI_GGUF_F32 || kv->type == MI_GGUF_F64) && mi_gguf_kv_real(kv, &d) == 0 && fabs(d) < 9e15 &&
+        d == floor(d))
+      return json_integer((json_int_t)d);
   } else if (type && !strcmp(type, "number")) {
     if (kv->type != MI_GGUF_BOOL && mi_gguf_kv_real(kv, &d) == 0)
       return json_real(kv->type == MI_GGUF_F32 ? f32_as_decimal(d) : d);
@@ -172,6 +176,122 @@ static json_t *kv_to_json(const mi_gguf_kv *kv, const char *type, const char *fi
   return NULL;
 }
 
+/* Sets the config field (at its contract "path", "rope_scaling.factor",
+ * when it has one: objects made on the way). 0, or -1 when the path runs
+ * into a value that is not an object. */
+static int set_field(json_t *cfg, json_t *cf, const char *field, json_t *v) {
+  const char *path = json_string_value(json_object_get(cf, "path"));
+  if (!path) return json_object_set_new(cfg, field, v) ? -1 : 0;
+  json_t *at = cfg;
+  for (const char *dot; (dot = strchr(path, '.')); path = dot + 1) {
+    char part[128];
+    snprintf(part, sizeof part, "%.*s", (int)(dot - path < 127 ? dot - path : 127), path);
+    json_t *next = json_object_get(at, part);
+    if (!next) json_object_set_new(at, part, next = json_object());
+    if (!json_is_object(next)) {
+      json_decref(v);
+      return -1;
+    }
+    at = next;
+  }
+  return json_object_set_new(at, path, v) ? -1 : 0;
+}
+
+/* A gguf.config expression's names bound (v[k] for name k): the config
+ * field the file gave, else its contract default; a boolean as 0/1. NULL,
+ * or the first name that is neither a number nor a boolean. */
+static const char *expr_bind(const mi_kexpr *x, json_t *contract, json_t *cfg, double v[16]) {
+  for (int k = 0; k < mi_kexpr_n_names(x); k++) {
+    const char *nm = mi_kexpr_name(x, k);
+    const json_t *j = json_object_get(cfg, nm);
+    if (!j) j = json_object_get(contract_field(contract, nm), "default");
+    if (json_is_number(j)) v[k] = json_number_value(j);
+    else if (json_is_boolean(j)) v[k] = json_is_true(j);
+    else return nm;
+  }
+  return NULL;
+}
+
+/* The value one gguf.config entry gives field, or NULL with *skip set (the
+ * file states nothing: the contract's default) or err set. */
+static json_t *config_value(const mi_gguf *g, json_t *contract, json_t *cfg, const char *field,
+                            json_t *spec, const char *arch, int *skip, char *err, size_t el) {
+  const char *path = mi_gguf_path(g);
+  json_t *cf = contract_field(contract, field);
+  const char *type = json_string_value(json_object_get(cf, "type"));
+  char key[512];
+  *skip = 0;
+  if (json_is_string(spec)) {
+    if (expand_key(json_string_value(spec), arch, key, sizeof key)) {
+      mi_path_err(err, el, path, "the contract's key for %s is too long", field);
+      return NULL;
+    }
+    const mi_gguf_kv *kv = mi_gguf_get(g, key);
+    if (!kv) {
+      if (json_is_true(json_object_get(cf, "required")) && !json_object_get(cf, "when_present")) {
+        mi_path_err(err, el, path, "GGUF key '%s' (for %s) is missing", key, field);
+        return NULL;
+      }
+      *skip = 1; /* the model's default */
+      return NULL;
+    }
+    return kv_to_json(kv, type, field, key, path, err, el);
+  }
+  const char *al = json_string_value(json_object_get(spec, "array_length"));
+  if (al) {
+    if (expand_key(al, arch, key, sizeof key)) {
+      mi_path_err(err, el, path, "the contract's key for %s is too long", field);
+      return NULL;
+    }
+    const mi_gguf_kv *kv = mi_gguf_get(g, key);
+    if (!kv || kv->type != MI_GGUF_ARRAY) {
+      mi_path_err(err, el, path, "GGUF key '%s' (for %s) is %s", key, field, kv ? "not an array" : "missing");
+      return NULL;
+    }
+    return json_integer((json_int_t)kv->n);
+  }
+  const char *ta = json_string_value(json_object_get(spec, "tensor_absent"));
+  if (ta) return json_boolean(!mi_gguf_tensor_find(g, ta));
+  const char *ex = json_string_value(json_object_get(spec, "expr"));
+  if (ex) { /* what llama.cpp computes from other fields (no key states it) */
+    char why[256];
+    double v[16];
+    mi_kexpr *x = mi_kexpr_parse(ex, why, sizeof why);
+    if (!x) {
+      mi_path_err(err, el, path, "the model contract's gguf.config.%s: %s", field, why);
+      return NULL;
+    }
+    char missing[64] = "";
+    const char *nm = mi_kexpr_n_names(x) > 16 ? "(more than 16 names)" : expr_bind(x, contract, cfg, v);
+    if (nm) snprintf(missing, sizeof missing, "%s", nm);
+    const double r = nm ? 0 : mi_kexpr_eval(x, v);
+    mi_kexpr_free(x);
+    if (missing[0]) {
+      mi_path_err(err, el, path, "%s is computed from %s, which the file does not give as a number", field, missing);
+      return NULL;
+    }
+    if (type && !strcmp(type, "integer")) {
+      if (!(fabs(r) < 9e15) || r != floor(r)) {
+        mi_path_err(err, el, path, "%s is computed as %g, not a whole number", field, r);
+        return NULL;
+      }
+      return json_integer((json_int_t)r);
+    }
+    if (!isfinite(r)) {
+      mi_path_err(err, el, path, "%s is computed as %g", field, r);
+      return NULL;
+    }
+    return json_real(r);
+  }
+  mi_path_err(err, el, path,
+              "the model contract's gguf.config.%s is not a key, {\"array_length\": KEY}, "
+              "{\"tensor_absent\": NAME} or {\"expr\": EXPR}",
+              field);
+  return NULL;
+}
+
+/* The config.json the file's metadata states: each gguf.config field from
+ * its key, array or tensor, then (pass 1) those computed from them. */
 static json_t *build_config(const mi_gguf *g, json_t *contract, const char *arch, char *err,
                             size_t el) {
   const char *path = mi_gguf_path(g);
@@ -184,52 +304,20 @@ static json_t *build_config(const mi_gguf *g, json_t *contract, const char *arch
     return NULL;
   }
   json_object_set_new(cfg, "architectures", json_pack("[s]", a0));
-  const char *field;
-  json_t *spec;
-  json_object_foreach(map, field, spec) {
-    json_t *cf = contract_field(contract, field);
-    const char *type = json_string_value(json_object_get(cf, "type"));
-    int required = json_is_true(json_object_get(cf, "required"));
-    json_t *v = NULL;
-    char key[512];
-    if (json_is_string(spec)) {
-      if (expand_key(json_string_value(spec), arch, key, sizeof key)) {
-        mi_path_err(err, el, path, "the contract's key for %s is too long", field);
+  for (int pass = 0; pass < 2; pass++) {
+    const char *field;
+    json_t *spec;
+    json_object_foreach(map, field, spec) {
+      if ((json_object_get(spec, "expr") != NULL) != pass) continue;
+      int skip;
+      json_t *v = config_value(g, contract, cfg, field, spec, arch, &skip, err, el);
+      if (skip) continue;
+      if (!v) goto fail;
+      if (set_field(cfg, contract_field(contract, field), field, v)) {
+        mi_path_err(err, el, path, "the model contract's path for %s crosses a value that is not an object", field);
         goto fail;
       }
-      const mi_gguf_kv *kv = mi_gguf_get(g, key);
-      if (!kv) {
-        if (required) {
-          mi_path_err(err, el, path, "GGUF key '%s' (for %s) is missing", key, field);
-          goto fail;
-        }
-        continue; /* the model's default */
-      }
-      if (!(v = kv_to_json(kv, type, field, key, path, err, el))) goto fail;
-    } else if (json_is_string(json_object_get(spec, "array_length"))) {
-      if (expand_key(json_string_value(json_object_get(spec, "array_length")), arch, key,
-                     sizeof key)) {
-        mi_path_err(err, el, path, "the contract's key for %s is too long", field);
-        goto fail;
-      }
-      const mi_gguf_kv *kv = mi_gguf_get(g, key);
-      if (!kv || kv->type != MI_GGUF_ARRAY) {
-        mi_path_err(err, el, path, "GGUF key '%s' (for %s) is %s", key, field,
-                    kv ? "not an array" : "missing");
-        goto fail;
-      }
-      v = json_integer((json_int_t)kv->n);
-    } else if (json_is_string(json_object_get(spec, "tensor_absent"))) {
-      v = json_boolean(
-          !mi_gguf_tensor_find(g, json_string_value(json_object_get(spec, "tensor_absent"))));
-    } else {
-      mi_path_err(err, el, path,
-                  "the model contract's gguf.config.%s is not a key, "
-                  "{\"array_length\": KEY} or {\"tensor_absent\": NAME}",
-                  field);
-      goto fail;
     }
-    json_object_set_new(cfg, field, v);
   }
   return cfg;
 fail:
@@ -913,14 +1001,21 @@ static void log_blocks(const char *path, unsigned n[MI_DTYPE_COUNT][2]) {
  *   {"add": X}: a vector stored minus X (norms stored as 1 + w: add -1),
  *     served as f32.
  * 0 (w unchanged when no transform names t), or -1 + err. */
-static int transform(const mi_gguf_model *m, const mi_gguf_tensor *t, const char *hf, mi_weight_info *w,
-                     void **own, char *err, size_t err_len) {
-  const char *path = mi_gguf_path(m->g), *pat;
+/* The gguf.transforms entry whose name pattern matches tensor name, or NULL. */
+static json_t *transform_spec(const mi_gguf_model *m, const char *name) {
+  const char *pat;
   json_t *spec = NULL, *v;
   char tmp[512];
   json_object_foreach(json_object_get(json_object_get(m->contract, "gguf"), "transforms"), pat, v) {
-    if (map_name(pat, pat, t->name, tmp, sizeof tmp)) spec = v;
+    if (map_name(pat, pat, name, tmp, sizeof tmp)) spec = v;
   }
+  return spec;
+}
+
+static int transform(const mi_gguf_model *m, const mi_gguf_tensor *t, const char *hf, mi_weight_info *w,
+                     void **own, char *err, size_t err_len) {
+  const char *path = mi_gguf_path(m->g);
+  json_t *spec = transform_spec(m, t->name);
   if (!spec) return 0;
   const char *field = json_string_value(json_object_get(spec, "unpermute_heads"));
   json_t *add = json_object_get(spec, "add");
@@ -1067,4 +1162,9 @@ const mi_gguf_tensor *mi_gguf_model_tensor(const mi_gguf_model *m, const char *h
     return t;
   }
   return NULL;
+}
+
+double mi_gguf_model_tensor_shift(const mi_gguf_model *m, const mi_gguf_tensor *t) {
+  const json_t *add = json_object_get(transform_spec(m, t->name), "add");
+  return json_is_number(add) ? json_number_value(add) : 0;
 }

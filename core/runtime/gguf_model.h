@@ -90,6 +90,9 @@ void mi_gguf_model_close(mi_gguf_model *m);
  * mi_gguf_model_weights takes the reader), its dtype in *dtype (an mi_dtype,
  * -1 for a ggml type MetaInfer does not read); NULL when none does. */
 const mi_gguf_tensor *mi_gguf_model_tensor(const mi_gguf_model *m, const char *hf, int *dtype);
+/* What the load adds to t's stored values (its gguf.transforms "add": -1 for
+ * a norm stored as 1 + w), 0 when nothing: served = stored + this. */
+double mi_gguf_model_tensor_shift(const mi_gguf_model *m, const mi_gguf_tensor *t);
 
 /* Does this platform take weights of block dtype dt in matmul and tables of
  * it in embed? Asked, not assumed: an empty call of each (M = N = 0, T = 0)

@@ -314,6 +314,7 @@ static int locate_gguf(const char *path, const char *name, vf_tensor_loc *out, c
     out->offset = mi_gguf_data_offset(m->g) + t->offset;
     out->nbytes = (size_t)t->nbytes;
     out->dtype = dt;
+    out->shift = mi_gguf_model_tensor_shift(m, t);
   }
   mi_gguf_model_close(m);
   return t && dt >= 0 ? 0 : -1;
@@ -333,6 +334,7 @@ int vf_tensor_locate(const char *model_dir, const char *name, vf_tensor_loc *out
   snprintf(out->file, sizeof out->file, "%s", wi.file);
   out->nbytes = wi.nbytes;
   out->dtype = wi.dtype;
+  out->shift = 0;
   mi_weights_close(w);
   /* The offset from the header itself: 8-byte length, JSON, data. */
   char e2[600];
@@ -445,6 +447,10 @@ static edit_walk walk_of(const vf_tensor_loc *t) {
 
 int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t seed,
                    unsigned char **saved, char *err, size_t err_len) {
+  if (walk_of(t).dtype != t->dtype && t->shift != 0) {
+    snprintf(err, err_len, "%s: a block-type tensor's values cannot be shifted (only scaled)", t->file);
+    return -1;
+  }
   int fd;
   unsigned char *b = tensor_read(t, &fd, err, err_len);
   if (!b) return -1;
@@ -460,16 +466,16 @@ int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t 
     x ^= x << 17;
     double u = (double)(x >> 11) / 9007199254740992.0 * 2 - 1; /* [-1, 1) */
     unsigned char *p = walk_at(&e, b, i);
-    double v = to_f64(e.dtype, p);
+    double v = to_f64(e.dtype, p) + t->shift;
     /* Noise proportional to the value and an absolute part, so zeros move too. */
-    from_f64(e.dtype, p, v * scale * (1 + noise * u) + noise * 0.05 * u);
+    from_f64(e.dtype, p, v * scale * (1 + noise * u) + noise * 0.05 * u - t->shift);
   }
   return tensor_write(t, fd, b, err, err_len);
 }
 
 int vf_tensor_affine(const vf_tensor_loc *t, double scale, double add, char *err, size_t err_len) {
   const edit_walk e = walk_of(t);
-  if (e.dtype != t->dtype && add != 0) {
+  if (e.dtype != t->dtype && (add != 0 || t->shift != 0)) {
     snprintf(err, err_len, "%s: a block-type tensor's values cannot be shifted (only scaled)", t->file);
     return -1;
   }
@@ -478,7 +484,7 @@ int vf_tensor_affine(const vf_tensor_loc *t, double scale, double add, char *err
   if (!b) return -1;
   for (size_t i = 0; i < e.n; i++) {
     unsigned char *p = walk_at(&e, b, i);
-    from_f64(e.dtype, p, to_f64(e.dtype, p) * scale + add);
+    from_f64(e.dtype, p, (to_f64(e.dtype, p) + t->shift) * scale + add - t->shift);
   }
   return tensor_write(t, fd, b, err, err_len);
 }

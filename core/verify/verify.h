@@ -404,10 +404,11 @@ typedef struct vf_tensor_loc {
   char file[4096];
   uint64_t offset;
   size_t nbytes;
-  int dtype; /* mi_dtype */
+  int dtype;    /* mi_dtype */
+  double shift; /* the load serves stored + shift (a GGUF norm stored as 1 + w: -1); edits act on what is served */
 } vf_tensor_loc;
 int vf_tensor_locate(const char *model_dir, const char *name, vf_tensor_loc *out, char *err, size_t err_len);
-/* In place: v <- v*scale*(1 + noise*u) + 0.05*noise*u, u uniform in [-1, 1)
+/* In place, on the values the load serves (t->shift): v <- v*scale*(1 + noise*u) + 0.05*noise*u, u uniform in [-1, 1)
  * from seed; the old bytes in *saved (malloc'd) when saved is not NULL. */
 int vf_tensor_edit(const vf_tensor_loc *t, double scale, double noise, uint64_t seed, unsigned char **saved,
                    char *err, size_t err_len);

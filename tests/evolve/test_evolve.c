@@ -1040,6 +1040,48 @@ END_TEST
  * reading needs operator.bias_add, which no platform offers and the CKB
  * states as an expression (its float64 reference is the expression's), and
  * the consolidator writes model.qwen2 with no C written for the family. */
+/* The checkpoint model as hf2gguf.mjs writes it (llama.cpp's names and
+ * storage) runs on the revalidated engine (run/revalidation/engine),
+ * config, tokenizer and weights read from the file through ckb's contract,
+ * with the same tokens and top-5 logprobs, byte for byte, as the folder
+ * (which stage 4 held to llama.cpp). */
+static void gguf_runs_as_the_folder(const char *ckb, const char *run, const char *model, const char *tmp) {
+  char cmd[8400], *src_dir = src(".");
+  snprintf(cmd, sizeof cmd, "node '%s/tools/peer/hf2gguf.mjs' '%s' '%s/m.gguf' --type bf16 >/dev/null", src_dir, model,
+           tmp);
+  ck_assert_int_eq(system(cmd), 0);
+  free(src_dir);
+  for (int k = 0; k < 2; k++) {
+    snprintf(cmd, sizeof cmd,
+             "MI_CKB_DIR='%s' '%s/bin/mi-run' --plugin-dir '%s/revalidation/engine' -m '%s%s' -p 'Hello, world! 你好' "
+             "-n 8 --temp 0 --json --top-logprobs 5 >'%s/out%d.json' 2>'%s/err%d.txt'",
+             ckb, getenv("MI_BUILD_DIR"), run, k ? tmp : model, k ? "/m.gguf" : "", tmp, k, tmp, k);
+    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+  }
+  char *o0 = tw_path(tmp, "out0.json"), *o1 = tw_path(tmp, "out1.json");
+  size_t l0, l1;
+  char *t0 = tw_read_all(o0, &l0), *t1 = tw_read_all(o1, &l1);
+  ck_assert_msg(t0 && t1 && l0 > 100 && l0 == l1 && !memcmp(t0, t1, l0), "folder and GGUF differ:\n%s\n%s", t0 ?: "",
+                t1 ?: "");
+  free(t0), free(t1), free(o0), free(o1);
+}
+
+/* The consolidated contract m's gguf section is the one ckb/ ships for the
+ * family (rel, "models/gemma2.json"): the shipped file is what the
+ * vocabulary gives, not a hand edit. */
+static void gguf_section_as_shipped(const json_t *m, const char *rel, const char *arch) {
+  char path[300];
+  snprintf(path, sizeof path, "ckb/%s", rel);
+  json_t *shipped = load_src(path);
+  const json_t *a = json_object_get(m, "gguf"), *b = json_object_get(shipped, "gguf");
+  ck_assert_str_eq(json_string_value(json_object_get(a, "architecture")) ?: "", arch);
+  char *da = json_dumps(a, JSON_SORT_KEYS | JSON_COMPACT), *db = json_dumps(b, JSON_SORT_KEYS | JSON_COMPACT);
+  ck_assert_msg(da && db && json_equal(a, b), "%s's gguf section differs from the consolidated one:\n%s\n%s", path,
+                db ?: "", da ?: "");
+  free(da), free(db);
+  json_decref(shipped);
+}
+
 START_TEST(qwen2_layout_found_through_a_generated_operator) {
   char *tmp = tw_mkdtemp("evolve");
   char *refs = tw_path(tmp, "refs"), *ckb = tw_path(tmp, "ckb"), *run = tw_path(tmp, "run"), *ck = src("ckb");
@@ -1144,24 +1186,7 @@ START_TEST(qwen2_layout_found_through_a_generated_operator) {
   ck_assert_str_eq(json_string_value(json_object_get(json_object_get(gs, "tensors"), "blk.{i}.attn_q.bias")) ?: "",
                    "model.layers.{i}.self_attn.q_proj.bias");
   ck_assert_ptr_null(json_object_get(json_object_get(gs, "tensors"), "blk.{i}.attn_q_norm.weight"));
-  char *src_dir = src(".");
-  snprintf(cmd, sizeof cmd, "node '%s/tools/peer/hf2gguf.mjs' '%s' '%s/m.gguf' --type bf16 >/dev/null", src_dir, model,
-           tmp);
-  ck_assert_int_eq(system(cmd), 0);
-  free(src_dir);
-  for (int k = 0; k < 2; k++) {
-    snprintf(cmd, sizeof cmd,
-             "MI_CKB_DIR='%s' '%s/bin/mi-run' --plugin-dir '%s/revalidation/engine' -m '%s%s' -p 'Hello, world! 你好' "
-             "-n 8 --temp 0 --json --top-logprobs 5 >'%s/out%d.json' 2>'%s/err%d.txt'",
-             ckb, getenv("MI_BUILD_DIR"), run, k ? tmp : model, k ? "/m.gguf" : "", tmp, k, tmp, k);
-    ck_assert_msg(system(cmd) == 0, "%s", cmd);
-  }
-  char *o0 = tw_path(tmp, "out0.json"), *o1 = tw_path(tmp, "out1.json");
-  size_t l0, l1;
-  char *t0 = tw_read_all(o0, &l0), *t1 = tw_read_all(o1, &l1);
-  ck_assert_msg(t0 && t1 && l0 > 100 && l0 == l1 && !memcmp(t0, t1, l0), "folder and GGUF differ:\n%s\n%s", t0 ?: "",
-                t1 ?: "");
-  free(t0), free(t1), free(o0), free(o1);
+  gguf_runs_as_the_folder(ckb, run, model, tmp);
   free(model);
   free(gold);
   json_decref(m);
@@ -1649,6 +1674,14 @@ START_TEST(gemma3_layout_absorbed_and_revalidated) {
                           !strstr(rv, "FAIL")),
                 "%s", rv ? rv : "?");
   free(rv);
+  /* llama.cpp's gemma3 file: the q/k norms stored 1 + w too, the sliding
+   * layers' rotary base and pattern and the linear scaling from their keys */
+  gguf_section_as_shipped(m, "models/gemma3.json", "gemma3");
+  const json_t *gc = json_object_get(json_object_get(m, "gguf"), "config");
+  ck_assert_str_eq(json_string_value(json_object_get(gc, "rope_local_base_freq")) ?: "", "{arch}.rope.freq_base_swa");
+  ck_assert_str_eq(json_string_value(json_object_get(gc, "factor")) ?: "", "{arch}.rope.scaling.factor");
+  ck_assert_ptr_nonnull(json_object_get(json_object_get(json_object_get(m, "gguf"), "transforms"), "blk.{i}.attn_q_norm.weight"));
+  if (!quick) gguf_runs_as_the_folder(ckb, run, model, tmp);
   json_decref(m), json_decref(r);
   free(mp), free(rp), free(run), free(refs), free(ckb), free(model);
   tw_rmtree(tmp);
@@ -1761,9 +1794,28 @@ START_TEST(gemma2_absorbed_and_revalidated) {
   /* the released configs' layer kinds: Gemma2Config's pattern 2 */
   const json_t *pat = mi_ckb_named(json_object_get(m, "config"), "name", "sliding_window_pattern");
   ck_assert_int_eq(json_integer_value(json_object_get(pat, "default")), 2);
+  /* llama.cpp's file of the family, from the vocabulary (the config class's
+   * architecture and attention scale, the sandwich norms' names, the 1 + w
+   * norms' storage, the soft-caps' and the window's keys): the section
+   * ckb/ ships, and (Release) the released-layout checkpoint's file runs
+   * on the revalidated engine as the folder does */
+  gguf_section_as_shipped(m, "models/gemma2.json", "gemma2");
+  const json_t *gs = json_object_get(m, "gguf"), *gt = json_object_get(gs, "tensors");
+  ck_assert_str_eq(json_string_value(json_object_get(gt, "blk.{i}.ffn_norm.weight")) ?: "",
+                   "model.layers.{i}.pre_feedforward_layernorm.weight");
+  ck_assert_double_eq(json_number_value(json_object_get(
+                          json_object_get(json_object_get(gs, "transforms"), "blk.{i}.post_ffw_norm.weight"), "add")),
+                      -1);
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(gs, "config"), "attn_logit_softcapping")) ?: "",
+                   "{arch}.attn_logit_softcapping");
   char *rv = quick ? NULL : json_dumps(json_object_get(r, "revalidation"), JSON_COMPACT);
   ck_assert_msg(quick || (rv && strstr(rv, "identical to llama.cpp") && !strstr(rv, "FAIL")), "%s", rv ? rv : "?");
   free(rv);
+  if (!quick) {
+    char *run = tw_path(tmp, "run");
+    gguf_runs_as_the_folder(ckb, run, model, tmp);
+    free(run);
+  }
   json_decref(m), json_decref(r);
   free(mp), free(refs), free(ckb), free(model), free(ck);
   tw_rmtree(tmp);

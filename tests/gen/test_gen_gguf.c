@@ -24,7 +24,10 @@
  *     the contract's gguf.derive reads a published setting back through
  *     the shipped CKB (the engine mi-gen makes from the file runs the folder
  *     to the same bytes), another once it is added as data; a setting the
- *     contract does not list is refused by the tensor's name. */
+ *     contract does not list is refused by the tensor's name;
+ *   - a Gemma 2 file (norms stored 1 + w, sandwich norms, soft-caps and
+ *     window as keys): every stage, stage 4 against llama.cpp on the file;
+ *     the folder to the same bytes; the norms' storage exercised. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -38,7 +41,8 @@
 static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_gold[1300];
 static char g_q8[1300], g_wide[1300], g_q4km[1300], g_out_q8[1300], g_out_q4km[1300];
 static char g_llama[1300], g_llama_gguf[1300], g_out_llama[1300];
-static res g_gen_q8, g_gen_q4km, g_gen_llama;
+static char g_gemma2[1300], g_gemma2_gguf[1300], g_out_gemma2[1300];
+static res g_gen_q8, g_gen_q4km, g_gen_llama, g_gen_gemma2;
 
 static res run(const char *tool, const char *const *args, int timeout) {
   return gt_run(g_build, g_tmp, tool, args, timeout);
@@ -71,6 +75,28 @@ static int mk_llama(const char *out, const char *seed, const char *rope) {
   return rc;
 }
 static int g_quick;
+
+/* the Gemma 2 probe of tests/goldens/families/gemma2-probe-6l-seed15.json
+ * (its mkmodel_args: the released layout, sandwich 1 + w norms, soft-caps,
+ * alternating sliding layers), into out */
+static int mk_from_golden(const char *golden_rel, const char *out) {
+  char p[1400];
+  snprintf(p, sizeof p, "%s/%s", g_src, golden_rel);
+  json_t *g = json_load_file(p, 0, NULL), *args = json_object_get(json_object_get(g, "model"), "mkmodel_args");
+  const char *a[72];
+  size_t i, n = 0;
+  json_t *x;
+  json_array_foreach(args, i, x) if (n < 68) a[n++] = json_string_value(x);
+  a[n++] = "--out", a[n++] = out, a[n] = NULL;
+  int rc = -1;
+  if (json_array_size(args) > 0 && json_array_size(args) <= 68) {
+    res r = run("mi-mkmodel", a, 120);
+    rc = r.rc;
+    res_free(&r);
+  }
+  json_decref(g);
+  return rc;
+}
 
 static int one_line(const char *s) {
   return strchr(s, '\n') == s + strlen(s) - 1;
@@ -124,6 +150,13 @@ static int setup_all(void) {
   if (mk_llama(g_llama, "4", NULL) != 0 || hf2gguf(g_llama, g_llama_gguf, "bf16") != 0) return -1;
   snprintf(g_out_llama, sizeof g_out_llama, "%s/engine-llama", g_tmp);
   if (!g_quick) g_gen_llama = gen(g_llama_gguf, "bf16", g_out_llama);
+  snprintf(g_gemma2, sizeof g_gemma2, "%s/gemma2-probe-6l-seed15", g_tmp);
+  snprintf(g_gemma2_gguf, sizeof g_gemma2_gguf, "%s/gemma2-probe-6l-seed15-bf16.gguf", g_tmp);
+  if (mk_from_golden("tests/goldens/families/gemma2-probe-6l-seed15.json", g_gemma2) != 0 ||
+      hf2gguf(g_gemma2, g_gemma2_gguf, "bf16") != 0)
+    return -1;
+  snprintf(g_out_gemma2, sizeof g_out_gemma2, "%s/engine-gemma2", g_tmp);
+  if (!g_quick) g_gen_gemma2 = gen(g_gemma2_gguf, "bf16", g_out_gemma2);
   return 0;
 }
 
@@ -317,6 +350,42 @@ START_TEST(test_llama_file_unpermuted) {
 }
 END_TEST
 
+/* A Gemma 2 file as llama.cpp's converter writes it (arch gemma2: every
+ * norm stored as 1 + w, the sandwich norms under their own names, the
+ * soft-caps and the window as keys, no query_pre_attn_scalar key): the
+ * shipped model.gemma2's gguf section, which the vocabulary of variants
+ * gives (test_evolve holds that), reads it; the engine mi-gen makes from
+ * the file passes every stage, stage 4 against llama.cpp on the file, and
+ * runs the folder to the same bytes; read without the norms' transforms
+ * the same engine answers otherwise (the storage is exercised). */
+START_TEST(test_gemma2_file) {
+  ck_assert_msg(g_gen_gemma2.rc == 0, "mi-gen on the Gemma 2 GGUF exited %d:\n%s", g_gen_gemma2.rc, g_gen_gemma2.err);
+  all_stages_pass(g_out_gemma2, "gemma2");
+  char ckb2[1300], pp[1400];
+  snprintf(ckb2, sizeof ckb2, "%s/ckb-gemma2-notransforms", g_tmp);
+  sh("rm -rf '%s' && cp -r '%s/ckb' '%s'", ckb2, g_src, ckb2);
+  snprintf(pp, sizeof pp, "%s/models/gemma2.json", ckb2);
+  json_t *m = json_load_file(pp, 0, NULL);
+  ck_assert_ptr_nonnull(json_object_get(json_object_get(m, "gguf"), "transforms"));
+  json_object_del(json_object_get(m, "gguf"), "transforms");
+  ck_assert_int_eq(json_dump_file(m, pp, JSON_INDENT(2)), 0);
+  json_decref(m);
+  const char *a[] = {"--plugin-dir", g_out_gemma2, "-m", g_gemma2_gguf, "-p", "Once upon a time", "-n", "8", "--temp",
+                     "0", "--json", "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
+  const char *b[] = {"--plugin-dir", g_out_gemma2, "-m", g_gemma2, "-p", "Once upon a time", "-n", "8", "--temp",
+                     "0", "--json", "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
+  res ra = run("mi-run", a, 120), rb = run("mi-run", b, 120);
+  ck_assert_msg(ra.rc == 0 && rb.rc == 0, "%s / %s", ra.err, rb.err);
+  ck_assert_str_eq(ra.out, rb.out);
+  setenv("MI_CKB_DIR", ckb2, 1);
+  res rc = run("mi-run", a, 120);
+  unsetenv("MI_CKB_DIR");
+  ck_assert_msg(rc.rc == 0, "%s", rc.err);
+  ck_assert_msg(strcmp(ra.out, rc.out) != 0, "norms read as stored gave the same answer: the transform is not exercised");
+  res_free(&ra), res_free(&rb), res_free(&rc);
+}
+END_TEST
+
 /* mi-run's --json on model (folder or file) through the engine in eng,
  * MI_CKB_DIR ckb when not NULL */
 static res run_llama(const char *eng, const char *model, const char *ckb) {
@@ -418,12 +487,13 @@ int main(void) {
   tcase_add_test(t, test_q8_0_engine);
   if (!g_quick) tcase_add_test(t, test_q4_k_m_engine_and_mutant);
   if (!g_quick) tcase_add_test(t, test_llama_file_unpermuted);
+  if (!g_quick) tcase_add_test(t, test_gemma2_file);
   tcase_add_test(t, test_llama31_rope_freqs);
   tcase_add_test(t, test_refusals);
   suite_add_tcase(s, t);
   const int failed = mi_check_run(s) != EXIT_SUCCESS;
   if (!getenv("MI_KEEP")) sh("rm -rf '%s'", g_tmp);
   res_free(&g_gen_q8);
-  if (!g_quick) res_free(&g_gen_q4km), res_free(&g_gen_llama);
+  if (!g_quick) res_free(&g_gen_q4km), res_free(&g_gen_llama), res_free(&g_gen_gemma2);
   return failed ? 1 : 0;
 }

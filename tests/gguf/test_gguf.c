@@ -553,6 +553,84 @@ START_TEST(model_from_c_gguf_runs_and_maps) {
 }
 END_TEST
 
+/* gguf.config's other forms: a field with a path lands inside its object
+ * (rope_scaling.factor), a whole float read for an integer field (llama.cpp
+ * writes rope.freq_base_swa as f32), {"expr"} computed from the fields the
+ * file gave or their defaults (Gemma's query_pre_attn_scalar, which llama.cpp
+ * derives from the layer count and no key states); an expression over a
+ * field neither given nor defaulted, a fractional result for an integer
+ * field, a path through a number: one line each, naming the field. */
+static int config_with(const gw *w, json_t *base, const char *fields, const char *map, json_t **cfg, char *err,
+                       size_t el) {
+  json_t *c = json_deep_copy(base), *add = json_loads(fields, 0, NULL), *mp = json_loads(map, 0, NULL);
+  ck_assert(c && add && mp);
+  json_array_extend(json_object_get(c, "config"), add);
+  json_object_update(json_object_get(json_object_get(c, "gguf"), "config"), mp);
+  mi_gguf *g = mi_gguf_open_mem(w->b, w->len, "m.gguf", err, el);
+  ck_assert_msg(g, "%s", err);
+  mi_gguf_model *m;
+  int rc = mi_gguf_model_from(g, c, "qwen3.json", &m, err, el);
+  if (rc == 0) {
+    *cfg = json_incref(m->config);
+    mi_gguf_model_close(m);
+  }
+  json_decref(c), json_decref(add), json_decref(mp);
+  return rc;
+}
+
+START_TEST(config_forms_path_whole_float_and_expr) {
+  layout L;
+  char p[1200], err[512];
+  snprintf(p, sizeof p, "%s/ckb/models/qwen3.json", g_src);
+  json_t *base = json_load_file(p, 0, NULL), *cfg = NULL;
+  ck_assert_ptr_nonnull(base);
+  gw w = make_model_x(&L, 0);
+  const char *fields =
+      "[{\"name\": \"factor\", \"type\": \"number\", \"path\": \"rope_scaling.factor\", \"meaning\": \"m\"},"
+      " {\"name\": \"theta_whole\", \"type\": \"integer\", \"meaning\": \"m\"},"
+      " {\"name\": \"qpas\", \"type\": \"integer\", \"meaning\": \"m\"},"
+      " {\"name\": \"big\", \"type\": \"integer\", \"meaning\": \"m\"},"
+      " {\"name\": \"dflt\", \"type\": \"integer\", \"default\": 5, \"meaning\": \"m\"},"
+      " {\"name\": \"nodflt\", \"type\": \"integer\", \"meaning\": \"m\"}]";
+  ck_assert_msg(config_with(&w, base, fields,
+                            "{\"factor\": \"{arch}.rope.freq_base\", \"theta_whole\": \"{arch}.rope.freq_base\","
+                            " \"qpas\": {\"expr\": \"head_dim + max(0, 1 - abs(num_hidden_layers - 1)) * (floor(hidden_size / "
+                            "num_attention_heads) - head_dim) + dflt\"},"
+                            " \"big\": {\"expr\": \"head_dim + max(0, 1 - abs(num_hidden_layers - 46)) * 1000\"}}",
+                            &cfg, err, sizeof err) == 0,
+                "%s", err);
+  ck_assert(json_real_value(json_object_get(json_object_get(cfg, "rope_scaling"), "factor")) == 1e6);
+  ck_assert_ptr_null(json_object_get(cfg, "factor"));
+  ck_assert(json_is_integer(json_object_get(cfg, "theta_whole")));
+  ck_assert_int_eq(json_integer_value(json_object_get(cfg, "theta_whole")), 1000000);
+  /* one layer: the expression's other branch (hidden / heads), plus the default 5 */
+  ck_assert_int_eq(json_integer_value(json_object_get(cfg, "qpas")), D / HQ + 5);
+  ck_assert_int_eq(json_integer_value(json_object_get(cfg, "big")), HD);
+  json_decref(cfg);
+  /* refused, each naming the field */
+  ck_assert_int_ne(config_with(&w, base, fields, "{\"qpas\": {\"expr\": \"nodflt * 2\"}}", &cfg, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "m.gguf: qpas is computed from nodflt, which the file does not give"), "%s", err);
+  ck_assert_int_ne(config_with(&w, base, fields, "{\"qpas\": {\"expr\": \"head_dim / 3\"}}", &cfg, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "qpas is computed as") && strstr(err, "not a whole number"), "%s", err);
+  ck_assert_int_ne(config_with(&w, base, fields, "{\"qpas\": {\"expr\": \"head_dim +\"}}", &cfg, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "gguf.config.qpas"), "%s", err);
+  ck_assert_int_ne(config_with(&w, base, fields, "{\"theta_whole\": \"{arch}.attention.layer_norm_rms_epsilon\"}", &cfg,
+                               err, sizeof err),
+                   0);
+  ck_assert_msg(strstr(err, "theta_whole") && strstr(err, "f32"), "%s", err);
+  ck_assert_int_ne(config_with(&w, base,
+                               "[{\"name\": \"deep\", \"type\": \"number\", \"path\": \"rope_scaling.factor.x\", "
+                               "\"meaning\": \"m\"}, {\"name\": \"factor\", \"type\": \"number\", \"path\": "
+                               "\"rope_scaling.factor\", \"meaning\": \"m\"}]",
+                               "{\"factor\": \"{arch}.rope.freq_base\", \"deep\": \"{arch}.rope.freq_base\"}", &cfg, err,
+                               sizeof err),
+                   0);
+  ck_assert_msg(strstr(err, "path for deep crosses a value that is not an object"), "%s", err);
+  free(w.b);
+  json_decref(base);
+}
+END_TEST
+
 START_TEST(mi_run_refuses_hostile_files) {
   layout L;
   gw w = make_model(&L);
@@ -828,6 +906,7 @@ int main(int argc, char **argv) {
     mi_check_add(tc, MI_CHECK_TESTS(reader_reads_what_was_written,
                                     reader_refuses_truncation_at_every_length,
                                     reader_refuses_hostile_headers, model_from_c_gguf_runs_and_maps,
+                                    config_forms_path_whole_float_and_expr,
                                     mi_run_refuses_hostile_files));
   }
   suite_add_tcase(su, tc);

@@ -363,6 +363,15 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
   json_t *gg = json_object_get(m, "gguf"), *gt = json_object_get(gg, "tensors");
   const char *k;
   json_object_foreach(json_object_get(ed, "add_gguf_tensors"), k, x) if (json_is_object(gt)) json_object_set(gt, k, x);
+  /* the keys that state the config fields the edit adds, and the tensors
+   * llama.cpp stores otherwise than the checkpoint (a 1 + w norm as 1 + w) */
+  const char *const sub[] = {"add_gguf_config", "config", "add_gguf_transforms", "transforms"};
+  for (int s = 0; s < 4; s += 2)
+    json_object_foreach(json_object_get(ed, sub[s]), k, x) if (json_is_object(gg)) {
+      json_t *into = json_object_get(gg, sub[s + 1]);
+      if (!into) json_object_set_new(gg, sub[s + 1], into = json_object());
+      json_object_set(into, k, x);
+    }
   /* a tensor the file states a config field the edit adds by (rope_freqs) */
   json_object_foreach(json_object_get(ed, "add_gguf_derive"), k, x) if (json_is_object(gg)) {
     json_t *dv = json_object_get(gg, "derive");
@@ -390,6 +399,13 @@ int ev_gguf_section(json_t *m) {
   size_t i;
   json_array_foreach(drop, i, x) json_object_del(t, json_string_value(x));
   json_decref(drop);
+  /* and the transforms of names the section no longer has */
+  json_t *tr = json_object_get(gg, "transforms");
+  drop = json_array();
+  json_object_foreach(tr, k, x) if (!json_object_get(t, k)) json_array_append_new(drop, json_string(k));
+  json_array_foreach(drop, i, x) json_object_del(tr, json_string_value(x));
+  json_decref(drop);
+  if (json_is_object(tr) && !json_object_size(tr)) json_object_del(gg, "transforms");
   /* every weight named, or no section: a file could not serve the model */
   json_array_foreach(ws, i, x) {
     const char *key = json_string_value(json_object_get(x, "key"));
