@@ -196,9 +196,18 @@ vf_fp *vf_fp_take(const char *dir, char *err, size_t el) {
     snprintf(err, el, "%s: cannot fingerprint the folder: out of memory", dir);
     return NULL;
   }
-  /* the folder the user named, followed as mi-run follows it; nothing below */
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  /* the folder the user named, followed as mi-run follows it; nothing below.
+   * A single-file model (GGUF) is its one entry: the file itself. */
   struct stat st;
+  if (stat(dir, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (fp_add(f, ".", &st) != 0) {
+      snprintf(err, el, "%s: cannot fingerprint the file: out of memory", dir);
+      vf_fp_free(f);
+      return NULL;
+    }
+    return f;
+  }
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int rc = dfd < 0 || fstat(dfd, &st) != 0 || fp_add(f, ".", &st) != 0 ? -1 : 0;
   if (rc != 0 && dfd >= 0) {
     int e = errno;
@@ -236,7 +245,9 @@ static int fp_ent_diff(const fp_ent *a, const fp_ent *b, char *what, size_t wl) 
   if (ts_ne(a->mt, b->mt)) f[n++] = "mtime";
   if (ts_ne(a->ct, b->ct)) f[n++] = "ctime";
   if (!n) return 0;
-  int l = snprintf(what, wl, "%s (", strcmp(a->name, ".") ? a->name : "the folder itself");
+  int l = snprintf(what, wl, "%s (", strcmp(a->name, ".")    ? a->name
+                                     : a->type == S_IFREG ? "the model file"
+                                                          : "the folder itself");
   for (int k = 0; k < n && l >= 0 && (size_t)l < wl; k++)
     l += snprintf(what + l, wl - (size_t)l, "%s%s", k ? ", " : "", f[k]);
   if (l >= 0 && (size_t)l < wl) snprintf(what + l, wl - (size_t)l, ")");

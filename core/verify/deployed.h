@@ -38,7 +38,8 @@ int vf_deploy_run(const vf_stage_opts *o, const char *dir, const char *conf, int
  * not followed, at most 32 levels and 200000 entries) by relative name,
  * type, inode, size, mtime and ctime (nanoseconds). ctime cannot be set
  * back from user space, so a write, rename, chmod or new entry changes it.
- * NULL with err when the folder itself cannot be read. */
+ * A regular file (a GGUF model) is fingerprinted as its one entry. NULL
+ * with err when the folder itself cannot be read. */
 typedef struct vf_fp vf_fp;
 vf_fp *vf_fp_take(const char *dir, char *err, size_t el);
 /* 0 when a and b are the same; 1 with the first difference in what

@@ -112,11 +112,15 @@ static int hf2gguf(const char *dir, const char *out, const char *type) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
-static res gen_ckb(const char *model, const char *dtype, const char *out, const char *ckb) {
+static res gen_seed(const char *model, const char *dtype, const char *out, const char *ckb, const char *seed) {
   const char *a[] = {"--model", model,   "--platform", "cpu",   "--dtype", dtype,       "--tp",
                      "1",       "--out", out,          "--ckb", ckb,       "--goldens", g_gold,
-                     "--seed",  "3",     "-t",         "2",     NULL};
+                     "--seed",  seed,    "-t",         "2",     NULL};
   return run("mi-gen", a, 900);
+}
+
+static res gen_ckb(const char *model, const char *dtype, const char *out, const char *ckb) {
+  return gen_seed(model, dtype, out, ckb, "3");
 }
 
 static res gen(const char *model, const char *dtype, const char *out) {
@@ -156,7 +160,12 @@ static int setup_all(void) {
       hf2gguf(g_gemma2, g_gemma2_gguf, "bf16") != 0)
     return -1;
   snprintf(g_out_gemma2, sizeof g_out_gemma2, "%s/engine-gemma2", g_tmp);
-  if (!g_quick) g_gen_gemma2 = gen(g_gemma2_gguf, "bf16", g_out_gemma2);
+  /* seed 2: stage 4d's long prompt, sized from case 1's tokens per word,
+   * comes out at 4151 tokens for a 4096 context before it is measured
+   * with the tokenizer and cut (plugins/agents/stages: fit_long_prompt) */
+  char ckb[1300];
+  snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
+  if (!g_quick) g_gen_gemma2 = gen_seed(g_gemma2_gguf, "bf16", g_out_gemma2, ckb, "2");
   return 0;
 }
 
@@ -361,6 +370,8 @@ END_TEST
 START_TEST(test_gemma2_file) {
   ck_assert_msg(g_gen_gemma2.rc == 0, "mi-gen on the Gemma 2 GGUF exited %d:\n%s", g_gen_gemma2.rc, g_gen_gemma2.err);
   all_stages_pass(g_out_gemma2, "gemma2");
+  ck_assert_msg(strstr(g_gen_gemma2.err, "prompt tokens in 512-token chunks then decode to position 4096"), "%s",
+                g_gen_gemma2.err);
   char ckb2[1300], pp[1400];
   snprintf(ckb2, sizeof ckb2, "%s/ckb-gemma2-notransforms", g_tmp);
   sh("rm -rf '%s' && cp -r '%s/ckb' '%s'", ckb2, g_src, ckb2);

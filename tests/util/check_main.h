@@ -15,22 +15,35 @@
 
 #include <check.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The tests of a test case, in the order they run: a NULL-terminated list
  * of what START_TEST defines. */
 #define MI_CHECK_TESTS(...) ((const TTest *const[]){__VA_ARGS__, NULL})
 
+/* Whether test t is to run: all of them, or (a developer's run by hand)
+ * those named in $MI_CHECK_ONLY, a comma-separated list of test names;
+ * Check's own CK_RUN_CASE selects a whole case only. */
+static inline int mi_check_wanted(const TTest *t) {
+  const char *only = getenv("MI_CHECK_ONLY");
+  if (!only || !*only) return 1;
+  const size_t n = strlen(t->name);
+  for (const char *p = only; (p = strstr(p, t->name)); p += n)
+    if ((p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return 1;
+  return 0;
+}
+
 /* tcase_add_test for each test of a MI_CHECK_TESTS list, in order. */
 static inline void mi_check_add(TCase *tc, const TTest *const *tests) {
   for (; *tests; tests++)
-    tcase_add_test(tc, *tests);
+    if (mi_check_wanted(*tests)) tcase_add_test(tc, *tests);
 }
 
 /* tcase_add_loop_test for each test of a MI_CHECK_TESTS list, in order:
  * every test runs for each _i in [start, end). */
 static inline void mi_check_add_loop(TCase *tc, const TTest *const *tests, int start, int end) {
   for (; *tests; tests++)
-    tcase_add_loop_test(tc, *tests, start, end);
+    if (mi_check_wanted(*tests)) tcase_add_loop_test(tc, *tests, start, end);
 }
 
 /* A new test case `name` added to s (after its other cases), whose tests

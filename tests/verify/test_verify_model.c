@@ -618,6 +618,16 @@ START_TEST(model_folder_fingerprint_sees_changes) {
   snprintf(cmd, sizeof cmd, "echo abcd > '%s'", q);
   FP_STEP(ck_assert_int_eq(system(cmd), 0), "sub/w2 (size, mtime, ctime)");
   FP_STEP(ck_assert_int_eq(chmod(dir, 0700), 0), "the folder itself (ctime)");
+  /* a single-file model (a GGUF) is its own entry: a write to it is seen */
+  {
+    char keep[4200];
+    snprintf(keep, sizeof keep, "%s", dir);
+    snprintf(dir, sizeof dir, "%s/sub/w2", keep);
+    FP_STEP((void)0, "");
+    snprintf(cmd, sizeof cmd, "printf x >> '%s'", dir);
+    FP_STEP(ck_assert_int_eq(system(cmd), 0), "the model file (size, mtime, ctime)");
+    snprintf(dir, sizeof dir, "%s", keep);
+  }
   /* gone: one line naming the folder */
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   ck_assert_int_eq(system(cmd), 0);
@@ -794,7 +804,7 @@ int main(void) {
   tcase_set_timeout(tc, 300);
   mi_check_add(tc, MI_CHECK_TESTS(bad_arguments_are_refused, stage6_gates_measured,
                                   real_plugin_passes_all_stages));
-  tcase_add_loop_test(tc, mutant_rejected_at_its_stage, 0, g_nrun);
+  mi_check_add_loop(tc, MI_CHECK_TESTS(mutant_rejected_at_its_stage), 0, g_nrun);
   mi_check_add(tc, MI_CHECK_TESTS(
                        model_without_golden_fails_stage4, golden_is_picked_by_config_too,
                        model_without_golden_gets_one_from_the_oracle,

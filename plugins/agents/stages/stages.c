@@ -464,6 +464,25 @@ static void check_case_lengths(const stg *s, deploy *d, int k, int words, const 
   json_decref(pl), json_decref(st);
 }
 
+/* The long case's prompt within reach - 40 tokens as the model's tokenizer
+ * encodes it: case 1's tokens per word is an estimate, and this prompt's
+ * mix of words (CJK, accents) can make it overshoot the context, which
+ * mi-run then refuses (a seed-dependent failure of a correct engine).
+ * Fewer words keep the same first words, so the count only falls. */
+static void fit_long_prompt(const stg *s, const deploy *d, int *words, char *prompt) {
+  for (int tries = 0; tries < 8 && *words > 1; tries++) {
+    int32_t *ids = NULL;
+    size_t nt = 0;
+    char err[600];
+    if (mi_model_input_encode_prompt(s->model, prompt, &ids, &nt, err, sizeof err) != 0) return; /* mi-run will say */
+    free(ids);
+    if ((long long)nt <= d->reach - 40) return;
+    const int w = (int)((double)*words * (double)(d->reach - 40) / (double)nt * 0.97);
+    *words = w < 1 ? 1 : w < *words ? w : *words - 1;
+    make_prompt(s->seed, K_LONG, *words, prompt, 1 << 20);
+  }
+}
+
 /* Case k of the deployment run: the engine and the reference plugin on the
  * same prompt, greedy, tokens and top logprobs compared. */
 static void deploy_case(stg *s, deploy *d, int k, char *prompt) {
@@ -479,6 +498,7 @@ static void deploy_case(stg *s, deploy *d, int k, char *prompt) {
     d->odd_words = words;
   }
   make_prompt(s->seed, k, words, prompt, 1 << 20);
+  if (k == K_LONG) fit_long_prompt(s, d, &words, prompt);
   if (k == 0) { /* a digit: one token in a BPE that splits digits (after the BOS and space it may put first) */
     snprintf(prompt, 4, "%d", (int)(s->seed % 10));
     if (mi_model_input_encode_prompt(s->model, prompt, &d->one_ids, &d->n_one, d->msg, sizeof d->msg) != 0) {
