@@ -379,6 +379,16 @@ static float gguf_score(const void *ctx, size_t i) {
  * {"regex", "normalizer"}: its own, none when it says none; a string: the
  * regex, with the section's normalizer). NULL with err naming the ones it
  * knows. */
+/* The contract's entry for the file's tokenizer.ggml.pre, or NULL. */
+static json_t *pre_entry(const mi_gguf *g, json_t *spec) {
+  size_t n;
+  const char *s = mi_gguf_kv_str(mi_gguf_get(g, "tokenizer.ggml.pre"), &n);
+  char pre[128];
+  if (!s || n >= sizeof pre || memchr(s, 0, n)) return NULL;
+  snprintf(pre, sizeof pre, "%.*s", (int)n, s);
+  return json_object_get(json_object_get(spec, "pre"), pre);
+}
+
 static const char *pre_regex(const mi_gguf *g, json_t *spec, int *nfc, char *err, size_t el) {
   size_t n;
   const char *s = mi_gguf_kv_str(mi_gguf_get(g, "tokenizer.ggml.pre"), &n);
@@ -514,8 +524,10 @@ static mi_tokenizer *build_tokenizer(const mi_gguf *g, json_t *spec, mi_gguf_mod
     TFAIL("tokenizer.ggml.add_%s_token is not a bool", ab && ab->type != MI_GGUF_BOOL ? "bos" : "eos");
   if (ae && mi_gguf_kv_int(ae, &flag) == 0 && flag)
     TFAIL("tokenizer.ggml.add_eos_token is true: a token after every prompt is not supported");
-  /* without the key, llama.cpp adds the BOS of a SentencePiece vocabulary */
-  if (ab ? mi_gguf_kv_int(ab, &flag) == 0 && flag : is_spm && m->bos >= 0) {
+  /* without the key, llama.cpp adds the BOS of a SentencePiece vocabulary,
+   * and of the byte-level pre-tokenizers the contract marks (llama-bpe) */
+  const int bos_default = is_spm || json_is_true(json_object_get(pre_entry(g, spec), "add_bos"));
+  if (ab ? mi_gguf_kv_int(ab, &flag) == 0 && flag : bos_default && m->bos >= 0) {
     if (m->bos < 0) TFAIL("tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing");
     if (mi_tokenizer_set_prefix(tok, m->bos, path, err, el)) goto fail;
   }

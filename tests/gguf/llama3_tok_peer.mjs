@@ -128,6 +128,28 @@ try {
       fail(`prompt ${i}: file ids ${JSON.stringify(file[i].ids)}, llama.cpp ${JSON.stringify(peer[i].prompt_ids)}`);
   if (fileOut !== folderOut) fail("the file's mi-run output differs from the folder's (the same bf16 weights)");
 
+  /* 2b. a file without tokenizer.ggml.add_bos_token (llama.cpp's converter
+   * writes none when tokenizer_config.json and the post-processor say
+   * nothing: Llama 3's first tokenizer.json): llama.cpp then puts the BOS
+   * first for llama-bpe, and so does the reader, from the contract's
+   * "add_bos" of that pre-tokenizer. The key is renamed in place (same
+   * length), which both readers ignore. */
+  const dropKey = (from, to) => {
+    const b = fs.readFileSync(from), k = Buffer.from("tokenizer.ggml.add_bos_token");
+    const at = b.indexOf(k);
+    if (at < 0 || b.indexOf(k, at + 1) >= 0) fail(`${from}: tokenizer.ggml.add_bos_token not there once`);
+    Buffer.from("tokenizer.ggml.xdd_bos_token").copy(b, at);
+    fs.writeFileSync(to, b);
+  };
+  const noKey = path.join(tmp, "l3tok-nokey.gguf"), noKey32 = path.join(tmp, "l3tok-nokey-f32.gguf");
+  dropKey(gguf, noKey);
+  dropKey(gguf32, noKey32);
+  const peerNoKey = await runPeer(noKey32, prompts.slice(0, 1), 1);
+  if (peerNoKey[0].prompt_ids[0] !== bosId) fail(`llama.cpp without the key: ids ${JSON.stringify(peerNoKey[0].prompt_ids)}, no BOS first`);
+  const noKeyIds = parse(ok(run(noKey, { MI_CKB_DIR: ckb }), "the file without add_bos_token"))[0].ids;
+  if (JSON.stringify(noKeyIds) !== JSON.stringify(peerNoKey[0].prompt_ids))
+    fail(`without add_bos_token: ids ${JSON.stringify(noKeyIds)}, llama.cpp ${JSON.stringify(peerNoKey[0].prompt_ids)}`);
+
   /* the chat path: the template writes the BOS, and it is not added again
    * (transformers' apply_chat_template encodes without special tokens) */
   const chat = spawnSync(bin("mi-run"), ["-m", l3, "--chat", "-p", "hi", "-n", "1", "--temp", "0", "--json", "-t", "2"],
