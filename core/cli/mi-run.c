@@ -16,6 +16,7 @@
 #include "core/runtime/session.h"
 #include "core/runtime/host.h"
 #include "core/runtime/loader.h"
+#include "core/runtime/model_input.h"
 #include "core/util/num.h"
 #include "core/util/out.h"
 
@@ -273,7 +274,12 @@ static int run_prompt(mi_session *eng, const run_opts *r, const char *prompt_tex
     char cerr[600];
     rendered = mi_tokenizer_chat_render(eng->tok, turns, n_turns, 1, !r->no_think, cerr, sizeof cerr);
     if (!rendered) {
-      fprintf(stderr, "mi-run: %s/tokenizer_config.json: %s\n", eng->model_dir, cerr);
+      /* a GGUF file's template is its tokenizer.chat_template key */
+      if (mi_model_input_is_gguf(eng->model_dir) && !mi_tokenizer_chat_template(eng->tok))
+        fprintf(stderr, "mi-run: %s: the file has no tokenizer.chat_template (--chat needs one; -p alone runs the raw prompt)\n",
+                eng->model_dir);
+      else
+        fprintf(stderr, "mi-run: %s/tokenizer_config.json: %s\n", eng->model_dir, cerr);
       goto done;
     }
     to_encode = rendered;

@@ -549,6 +549,22 @@ START_TEST(model_from_c_gguf_runs_and_maps) {
   ck_assert_str_eq(r1.out, r2.out);
   run_free(&r1);
   run_free(&r2);
+  /* --chat on a file without tokenizer.chat_template (the key renamed in
+   * place): one line naming the file and the key, not a tokenizer_config.json
+   * under it */
+  size_t at = find(&w, "tokenizer.chat_template");
+  ck_assert(at > 0);
+  w.b[at + strlen("tokenizer.chat_template") - 1] = 'X';
+  char p2[1300];
+  snprintf(p2, sizeof p2, "%s/notemplate.gguf", g_tmp);
+  write_file(p2, &w, w.len);
+  const char *chat[] = {"-m", p2, "--chat", "-p", "hi", "-n", "2", "--temp", "0", NULL};
+  run_result r3 = run_mi(chat);
+  ck_assert_msg(r3.status == 1, "exit %d: %s", r3.status, r3.err);
+  ck_assert_msg(strstr(r3.err, p2) && strstr(r3.err, "has no tokenizer.chat_template") && !strstr(r3.err, "tokenizer_config.json") &&
+                    strchr(r3.err, '\n') == r3.err + strlen(r3.err) - 1,
+                "%s", r3.err);
+  run_free(&r3);
   free(w.b);
 }
 END_TEST
