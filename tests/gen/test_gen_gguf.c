@@ -327,35 +327,40 @@ START_TEST(test_refusals) {
 }
 END_TEST
 
-START_TEST(test_llama_file_unpermuted) {
-  ck_assert_msg(g_gen_llama.rc == 0, "mi-gen on the Llama GGUF exited %d:\n%s", g_gen_llama.rc, g_gen_llama.err);
-  all_stages_pass(g_out_llama, "llama");
-  /* the same engine, the file read through a CKB whose llama contract has no transforms */
-  char ckb2[1300];
-  snprintf(ckb2, sizeof ckb2, "%s/ckb-notransforms", g_tmp);
-  sh("cp -r '%s/ckb' '%s'", g_src, ckb2);
-  {
-    char pp[1400];
-    snprintf(pp, sizeof pp, "%s/models/llama.json", ckb2);
-    json_t *m = json_load_file(pp, 0, NULL);
-    ck_assert_ptr_nonnull(json_object_get(json_object_get(m, "gguf"), "transforms"));
-    json_object_del(json_object_get(m, "gguf"), "transforms");
-    ck_assert_int_eq(json_dump_file(m, pp, JSON_INDENT(2)), 0);
-    json_decref(m);
-  }
-  const char *a[] = {"--plugin-dir", g_out_llama, "-m", g_llama_gguf, "-p", "Once upon a time", "-n", "8", "--temp",
+/* The engine eng runs the file (through the shipped CKB) and the folder it
+ * was converted from to the same --json bytes; read through a scratch CKB
+ * whose contract `family` lacks its gguf.transforms, the file answers
+ * otherwise (what the transforms undo is exercised: why names it). */
+static void file_as_folder_and_transforms_matter(const char *eng, const char *file, const char *folder,
+                                                 const char *family, const char *why) {
+  char ckb2[1300], pp[1400];
+  snprintf(ckb2, sizeof ckb2, "%s/ckb-%s-notransforms", g_tmp, family);
+  sh("rm -rf '%s' && cp -r '%s/ckb' '%s'", ckb2, g_src, ckb2);
+  snprintf(pp, sizeof pp, "%s/models/%s.json", ckb2, family);
+  json_t *m = json_load_file(pp, 0, NULL);
+  ck_assert_ptr_nonnull(json_object_get(json_object_get(m, "gguf"), "transforms"));
+  json_object_del(json_object_get(m, "gguf"), "transforms");
+  ck_assert_int_eq(json_dump_file(m, pp, JSON_INDENT(2)), 0);
+  json_decref(m);
+  const char *a[] = {"--plugin-dir", eng, "-m", file, "-p", "Once upon a time", "-n", "8", "--temp",
                      "0", "--json", "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
-  const char *b[] = {"--plugin-dir", g_out_llama, "-m", g_llama, "-p", "Once upon a time", "-n", "8", "--temp",
+  const char *b[] = {"--plugin-dir", eng, "-m", folder, "-p", "Once upon a time", "-n", "8", "--temp",
                      "0", "--json", "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
   res ra = run("mi-run", a, 120), rb = run("mi-run", b, 120);
   ck_assert_msg(ra.rc == 0 && rb.rc == 0, "%s / %s", ra.err, rb.err);
-  ck_assert_str_eq(ra.out, rb.out); /* the file, un-permuted, is the folder */
+  ck_assert_str_eq(ra.out, rb.out); /* the file, as the transforms read it, is the folder */
   setenv("MI_CKB_DIR", ckb2, 1);
   res rc = run("mi-run", a, 120);
   unsetenv("MI_CKB_DIR");
   ck_assert_msg(rc.rc == 0, "%s", rc.err);
-  ck_assert_msg(strcmp(ra.out, rc.out) != 0, "the permuted rows gave the same answer: the transform is not exercised");
+  ck_assert_msg(strcmp(ra.out, rc.out) != 0, "%s read as stored gave the same answer: the transform is not exercised", why);
   res_free(&ra), res_free(&rb), res_free(&rc);
+}
+
+START_TEST(test_llama_file_unpermuted) {
+  ck_assert_msg(g_gen_llama.rc == 0, "mi-gen on the Llama GGUF exited %d:\n%s", g_gen_llama.rc, g_gen_llama.err);
+  all_stages_pass(g_out_llama, "llama");
+  file_as_folder_and_transforms_matter(g_out_llama, g_llama_gguf, g_llama, "llama", "the permuted q/k rows");
 }
 END_TEST
 
@@ -372,28 +377,7 @@ START_TEST(test_gemma2_file) {
   all_stages_pass(g_out_gemma2, "gemma2");
   ck_assert_msg(strstr(g_gen_gemma2.err, "prompt tokens in 512-token chunks then decode to position 4096"), "%s",
                 g_gen_gemma2.err);
-  char ckb2[1300], pp[1400];
-  snprintf(ckb2, sizeof ckb2, "%s/ckb-gemma2-notransforms", g_tmp);
-  sh("rm -rf '%s' && cp -r '%s/ckb' '%s'", ckb2, g_src, ckb2);
-  snprintf(pp, sizeof pp, "%s/models/gemma2.json", ckb2);
-  json_t *m = json_load_file(pp, 0, NULL);
-  ck_assert_ptr_nonnull(json_object_get(json_object_get(m, "gguf"), "transforms"));
-  json_object_del(json_object_get(m, "gguf"), "transforms");
-  ck_assert_int_eq(json_dump_file(m, pp, JSON_INDENT(2)), 0);
-  json_decref(m);
-  const char *a[] = {"--plugin-dir", g_out_gemma2, "-m", g_gemma2_gguf, "-p", "Once upon a time", "-n", "8", "--temp",
-                     "0", "--json", "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
-  const char *b[] = {"--plugin-dir", g_out_gemma2, "-m", g_gemma2, "-p", "Once upon a time", "-n", "8", "--temp",
-                     "0", "--json", "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
-  res ra = run("mi-run", a, 120), rb = run("mi-run", b, 120);
-  ck_assert_msg(ra.rc == 0 && rb.rc == 0, "%s / %s", ra.err, rb.err);
-  ck_assert_str_eq(ra.out, rb.out);
-  setenv("MI_CKB_DIR", ckb2, 1);
-  res rc = run("mi-run", a, 120);
-  unsetenv("MI_CKB_DIR");
-  ck_assert_msg(rc.rc == 0, "%s", rc.err);
-  ck_assert_msg(strcmp(ra.out, rc.out) != 0, "norms read as stored gave the same answer: the transform is not exercised");
-  res_free(&ra), res_free(&rb), res_free(&rc);
+  file_as_folder_and_transforms_matter(g_out_gemma2, g_gemma2_gguf, g_gemma2, "gemma2", "the 1 + w norms");
 }
 END_TEST
 
