@@ -26,8 +26,9 @@
  *     to the same bytes), another once it is added as data; a setting the
  *     contract does not list is refused by the tensor's name;
  *   - a Gemma 2 file (norms stored 1 + w, sandwich norms, soft-caps and
- *     window as keys): every stage, stage 4 against llama.cpp on the file;
- *     the folder to the same bytes; the norms' storage exercised. */
+ *     window as keys), bf16 and Q4_K_M: every stage, stage 4 against
+ *     llama.cpp on the file; the folder to the same bytes (bf16); the
+ *     norms' storage exercised. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -42,7 +43,8 @@ static char g_build[1024], g_src[1024], g_tmp[1100], g_model[1200], g_gold[1300]
 static char g_q8[1300], g_wide[1300], g_q4km[1300], g_out_q8[1300], g_out_q4km[1300];
 static char g_llama[1300], g_llama_gguf[1300], g_out_llama[1300];
 static char g_gemma2[1300], g_gemma2_gguf[1300], g_out_gemma2[1300];
-static res g_gen_q8, g_gen_q4km, g_gen_llama, g_gen_gemma2;
+static char g_gemma2q[1300], g_gemma2q_gguf[1300], g_out_gemma2q[1300];
+static res g_gen_q8, g_gen_q4km, g_gen_llama, g_gen_gemma2, g_gen_gemma2q;
 
 static res run(const char *tool, const char *const *args, int timeout) {
   return gt_run(g_build, g_tmp, tool, args, timeout);
@@ -78,15 +80,21 @@ static int g_quick;
 
 /* the Gemma 2 probe of tests/goldens/families/gemma2-probe-6l-seed15.json
  * (its mkmodel_args: the released layout, sandwich 1 + w norms, soft-caps,
- * alternating sliding layers), into out */
-static int mk_from_golden(const char *golden_rel, const char *out) {
+ * alternating sliding layers), into out; replace: (old, new) argument
+ * pairs, NULL-terminated, or NULL */
+static int mk_from_golden(const char *golden_rel, const char *out, const char *const *replace) {
   char p[1400];
   snprintf(p, sizeof p, "%s/%s", g_src, golden_rel);
   json_t *g = json_load_file(p, 0, NULL), *args = json_object_get(json_object_get(g, "model"), "mkmodel_args");
   const char *a[72];
   size_t i, n = 0;
   json_t *x;
-  json_array_foreach(args, i, x) if (n < 68) a[n++] = json_string_value(x);
+  json_array_foreach(args, i, x) if (n < 68) {
+    a[n] = json_string_value(x);
+    for (int r = 0; replace && replace[r]; r += 2) /* (old, new) pairs: an argument replaced whole */
+      if (a[n] && !strcmp(a[n], replace[r])) a[n] = replace[r + 1];
+    n++;
+  }
   a[n++] = "--out", a[n++] = out, a[n] = NULL;
   int rc = -1;
   if (json_array_size(args) > 0 && json_array_size(args) <= 68) {
@@ -156,7 +164,7 @@ static int setup_all(void) {
   if (!g_quick) g_gen_llama = gen(g_llama_gguf, "bf16", g_out_llama);
   snprintf(g_gemma2, sizeof g_gemma2, "%s/gemma2-probe-6l-seed15", g_tmp);
   snprintf(g_gemma2_gguf, sizeof g_gemma2_gguf, "%s/gemma2-probe-6l-seed15-bf16.gguf", g_tmp);
-  if (mk_from_golden("tests/goldens/families/gemma2-probe-6l-seed15.json", g_gemma2) != 0 ||
+  if (mk_from_golden("tests/goldens/families/gemma2-probe-6l-seed15.json", g_gemma2, NULL) != 0 ||
       hf2gguf(g_gemma2, g_gemma2_gguf, "bf16") != 0)
     return -1;
   snprintf(g_out_gemma2, sizeof g_out_gemma2, "%s/engine-gemma2", g_tmp);
@@ -166,6 +174,17 @@ static int setup_all(void) {
   char ckb[1300];
   snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
   if (!g_quick) g_gen_gemma2 = gen_seed(g_gemma2_gguf, "bf16", g_out_gemma2, ckb, "2");
+  /* the same probe at the tiny-blocks shape (rows of whole 256-value blocks),
+   * as llama-quantize's Q4_K_M mix: Q4_K, Q6_K for the tied embedding and
+   * the layers' attn_v/ffn_down it gives more bits */
+  static const char *const blocks[] = {"probe-6l", "tiny-blocks", "query_pre_attn_scalar=32", "query_pre_attn_scalar=64", NULL};
+  snprintf(g_gemma2q, sizeof g_gemma2q, "%s/gemma2-tiny-blocks-seed15", g_tmp);
+  snprintf(g_gemma2q_gguf, sizeof g_gemma2q_gguf, "%s/gemma2-tiny-blocks-seed15-q4_k_m.gguf", g_tmp);
+  if (mk_from_golden("tests/goldens/families/gemma2-probe-6l-seed15.json", g_gemma2q, blocks) != 0 ||
+      hf2gguf(g_gemma2q, g_gemma2q_gguf, "q4_k_m") != 0)
+    return -1;
+  snprintf(g_out_gemma2q, sizeof g_out_gemma2q, "%s/engine-gemma2-q4_k_m", g_tmp);
+  if (!g_quick) g_gen_gemma2q = gen(g_gemma2q_gguf, "q4_k_m", g_out_gemma2q);
   return 0;
 }
 
@@ -328,9 +347,10 @@ START_TEST(test_refusals) {
 END_TEST
 
 /* The engine eng runs the file (through the shipped CKB) and the folder it
- * was converted from to the same --json bytes; read through a scratch CKB
- * whose contract `family` lacks its gguf.transforms, the file answers
- * otherwise (what the transforms undo is exercised: why names it). */
+ * was converted from (NULL: a quantized file, not the folder's weights) to
+ * the same --json bytes; read through a scratch CKB whose contract
+ * `family` lacks its gguf.transforms, the file answers otherwise (what the
+ * transforms undo is exercised: why names it). */
 static void file_as_folder_and_transforms_matter(const char *eng, const char *file, const char *folder,
                                                  const char *family, const char *why) {
   char ckb2[1300], pp[1400];
@@ -346,7 +366,7 @@ static void file_as_folder_and_transforms_matter(const char *eng, const char *fi
                      "0", "--json", "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
   const char *b[] = {"--plugin-dir", eng, "-m", folder, "-p", "Once upon a time", "-n", "8", "--temp",
                      "0", "--json", "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
-  res ra = run("mi-run", a, 120), rb = run("mi-run", b, 120);
+  res ra = run("mi-run", a, 120), rb = folder ? run("mi-run", b, 120) : ra;
   ck_assert_msg(ra.rc == 0 && rb.rc == 0, "%s / %s", ra.err, rb.err);
   ck_assert_str_eq(ra.out, rb.out); /* the file, as the transforms read it, is the folder */
   setenv("MI_CKB_DIR", ckb2, 1);
@@ -354,7 +374,8 @@ static void file_as_folder_and_transforms_matter(const char *eng, const char *fi
   unsetenv("MI_CKB_DIR");
   ck_assert_msg(rc.rc == 0, "%s", rc.err);
   ck_assert_msg(strcmp(ra.out, rc.out) != 0, "%s read as stored gave the same answer: the transform is not exercised", why);
-  res_free(&ra), res_free(&rb), res_free(&rc);
+  if (folder) res_free(&rb);
+  res_free(&ra), res_free(&rc);
 }
 
 START_TEST(test_llama_file_unpermuted) {
@@ -378,6 +399,19 @@ START_TEST(test_gemma2_file) {
   ck_assert_msg(strstr(g_gen_gemma2.err, "prompt tokens in 512-token chunks then decode to position 4096"), "%s",
                 g_gen_gemma2.err);
   file_as_folder_and_transforms_matter(g_out_gemma2, g_gemma2_gguf, g_gemma2, "gemma2", "the 1 + w norms");
+}
+END_TEST
+
+/* The Gemma 2 file as llama-quantize's Q4_K_M (Q4_K and Q6_K matrices, the
+ * norms F32 as 1 + w): `mi-gen --dtype q4_k_m` from it passes every stage,
+ * stage 4 against llama.cpp on the file's weights dequantized exactly
+ * (tests/goldens/gguf/gemma2-tiny-blocks-seed15-q4_k_m.json); the norms'
+ * storage matters on the quantized file too. */
+START_TEST(test_gemma2_q4_k_m_file) {
+  ck_assert_msg(g_gen_gemma2q.rc == 0, "mi-gen on the Gemma 2 Q4_K_M GGUF exited %d:\n%s", g_gen_gemma2q.rc,
+                g_gen_gemma2q.err);
+  all_stages_pass(g_out_gemma2q, "gemma2 q4_k_m");
+  file_as_folder_and_transforms_matter(g_out_gemma2q, g_gemma2q_gguf, NULL, "gemma2", "the 1 + w norms");
 }
 END_TEST
 
@@ -483,12 +517,14 @@ int main(void) {
   if (!g_quick) tcase_add_test(t, test_q4_k_m_engine_and_mutant);
   if (!g_quick) tcase_add_test(t, test_llama_file_unpermuted);
   if (!g_quick) tcase_add_test(t, test_gemma2_file);
+  if (!g_quick) tcase_add_test(t, test_gemma2_q4_k_m_file);
   tcase_add_test(t, test_llama31_rope_freqs);
   tcase_add_test(t, test_refusals);
   suite_add_tcase(s, t);
   const int failed = mi_check_run(s) != EXIT_SUCCESS;
   if (!getenv("MI_KEEP")) sh("rm -rf '%s'", g_tmp);
   res_free(&g_gen_q8);
-  if (!g_quick) res_free(&g_gen_q4km), res_free(&g_gen_llama), res_free(&g_gen_gemma2);
+  if (!g_quick) res_free(&g_gen_q4km), res_free(&g_gen_llama), res_free(&g_gen_gemma2),
+                   res_free(&g_gen_gemma2q);
   return failed ? 1 : 0;
 }

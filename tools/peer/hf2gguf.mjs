@@ -15,9 +15,10 @@
 //   1-D norm weights F32, as llama.cpp's own converter does; for speed runs.
 // --type q8_0: 2-D weights Q8_0 (blocks of 32 along a row: an f16 scale
 //   amax/127 and 32 int8, as ggml defines it), 1-D weights F32: a quantized
-//   file made here, for MetaInfer and llama.cpp to read alike (qwen3 only).
+//   file made here, for MetaInfer and llama.cpp to read alike (qwen3, qwen2
+//   and Gemma; the llama architecture and qwen35 take f32 or bf16).
 // --type q4_0 | q4_k | q6_k: every 2-D weight in that ggml block type (as
-//   llama-quantize --pure would), 1-D F32 (qwen3 only). --type q4_k_m:
+//   llama-quantize --pure would), 1-D F32 (the same families). --type q4_k_m:
 //   llama-quantize's Q4_K_M mix (Q6_K for the output and for attn_v/ffn_down
 //   on some layers, Q4_K elsewhere: pickType). How each type's scales and
 //   codes are chosen: the quantize* functions and docs/gguf.md. A row that
@@ -813,15 +814,14 @@ const GEMMA3_TEXT_DEFAULTS = {
   rope_theta: 1e6, rope_local_base_freq: 10000, hidden_activation: "gelu_pytorch_tanh",
 };
 
-/** What both Gemma conversions check, else refused by name: f32 or bf16,
- *  the config over its class's defaults with every shape field a number,
+/** What both Gemma conversions check, else refused by name: the config
+ *  over its class's defaults with every shape field a number,
  *  the GELU (tanh) MLP llama.cpp's arch graph computes, no biases, and
  *  query_pre_attn_scalar equal to what llama.cpp scales attention by:
  *  head_dim, or hidden_size / heads for the one layer count llama.cpp calls
  *  the largest size (bigLayers). The merged config, the tied-head config,
  *  the layer count and the field namer. */
 function gemmaConfig(cfg0, defaults, cfgFile, type, arch, label, bigLayers) {
-  if (type !== "f32" && type !== "bf16") die(`--type ${type}: quantized files are made for qwen3 only (${arch} takes f32 or bf16)`);
   const cfg = { ...defaults, ...cfg0 };
   const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size"];
   for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
@@ -842,15 +842,20 @@ function gemmaConfig(cfg0, defaults, cfgFile, type, arch, label, bigLayers) {
 }
 
 /** A Gemma checkpoint's tensors (expect: HF name -> shape) added to w under
- *  llama.cpp's names: vectors F32, matrices in --type; every *norm.weight
- *  stored as HF's (1 + w), rounded once to f32. The tensor types, counted. */
-function addGemmaTensors(w, expect, st, type) {
+ *  llama.cpp's names: vectors F32, matrices in --type (a quantized type as
+ *  llama-quantize picks it per tensor: pickType, the tied embedding being
+ *  the output); every *norm.weight stored as HF's (1 + w), rounded once to
+ *  f32. The tensor types, counted; what fell back, in notes. */
+function addGemmaTensors(w, expect, st, type, h, notes) {
   const types = {};
+  if (type !== "f32" && type !== "bf16") w.addU32("general.quantization_version", 2); // ggml's GGML_QNT_VERSION
   for (const name of expect.keys()) {
     const src = st.get(name);
     const gname = ggufName(GEMMA3_LAYER_MAP, name);
     if (!gname) die(`internal: no GGUF name for ${name}`);
-    const dst = src.shape.length === 1 ? GGML_TYPE.F32 : FTYPE[type][1];
+    const dst = src.shape.length === 1 ? GGML_TYPE.F32
+      : type === "f32" || type === "bf16" ? FTYPE[type][1]
+      : pickType(type, gname, src.shape[src.shape.length - 1], h.num_hidden_layers, h.tie_word_embeddings, notes);
     types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
     const ne = [...src.shape].reverse();
     if (name.endsWith("norm.weight"))
@@ -909,9 +914,9 @@ async function convertGemma3(modelDir, outPath, cfg0, cfgFile, type, textPrefix 
   }
   const vocab = buildVocab(modelDir, h, w);
 
-  const types = addGemmaTensors(w, expect, st, type);
+  const notes = [], types = addGemmaTensors(w, expect, st, type, h, notes);
   await w.write(outPath);
-  return { config: h, vocab, types, notes: [], layerTypes: lt, swaPeriod: period };
+  return { config: h, vocab, types, notes, layerTypes: lt, swaPeriod: period };
 }
 
 // ---------------------------------------------------------------- gemma2
@@ -974,9 +979,9 @@ async function convertGemma2(modelDir, outPath, cfg0, cfgFile, type) {
   w.addF32(`${A}.final_logit_softcapping`, cfg.final_logit_softcapping);
   const vocab = buildVocab(modelDir, h, w);
 
-  const types = addGemmaTensors(w, expect, st, type);
+  const notes = [], types = addGemmaTensors(w, expect, st, type, h, notes);
   await w.write(outPath);
-  return { config: h, vocab, types, notes: [], layerTypes: lt, swaPeriod: 2 };
+  return { config: h, vocab, types, notes, layerTypes: lt, swaPeriod: 2 };
 }
 
 // ---------------------------------------------------------------- tokenizer
