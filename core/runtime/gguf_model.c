@@ -374,11 +374,6 @@ static float gguf_score(const void *ctx, size_t i) {
   return (float)v;
 }
 
-/* The contract's pre-tokenizer for tokenizer.ggml.pre: its regex, and the
- * normalizer the Hugging Face tokenizer of that kind runs (an entry
- * {"regex", "normalizer"}: its own, none when it says none; a string: the
- * regex, with the section's normalizer). NULL with err naming the ones it
- * knows. */
 /* The contract's entry for the file's tokenizer.ggml.pre, or NULL. */
 static json_t *pre_entry(const mi_gguf *g, json_t *spec) {
   size_t n;
@@ -389,6 +384,11 @@ static json_t *pre_entry(const mi_gguf *g, json_t *spec) {
   return json_object_get(json_object_get(spec, "pre"), pre);
 }
 
+/* The contract's pre-tokenizer for tokenizer.ggml.pre: its regex, and the
+ * normalizer the Hugging Face tokenizer of that kind runs (an entry
+ * {"regex", "normalizer"}: its own, none when it says none; a string: the
+ * regex, with the section's normalizer). NULL with err naming the ones it
+ * knows. */
 static const char *pre_regex(const mi_gguf *g, json_t *spec, int *nfc, char *err, size_t el) {
   size_t n;
   const char *s = mi_gguf_kv_str(mi_gguf_get(g, "tokenizer.ggml.pre"), &n);
@@ -1003,16 +1003,6 @@ static void log_blocks(const char *path, unsigned n[MI_DTYPE_COUNT][2]) {
   if (u) mi_log(MI_LOG_INFO, "gguf", "%s: quantized tensors %s", path, line);
 }
 
-/* llama.cpp's converter stores some tensors otherwise than the checkpoint;
- * the contract's gguf.transforms says which and how, and the load undoes
- * it into a copy (*own, freed with the weights):
- *   {"unpermute_heads": FIELD}: the rows of each of FIELD heads interleaved
- *     (row 2j + i of a head holds the checkpoint's row i·hd/2 + j), as
- *     llama.cpp permutes q and k for its adjacent-pair rotation; rows of any
- *     dtype (a block type's rows are whole blocks) and 1-D biases alike;
- *   {"add": X}: a vector stored minus X (norms stored as 1 + w: add -1),
- *     served as f32.
- * 0 (w unchanged when no transform names t), or -1 + err. */
 /* The gguf.transforms entry whose name pattern matches tensor name, or NULL. */
 static json_t *transform_spec(const mi_gguf_model *m, const char *name) {
   const char *pat;
@@ -1024,6 +1014,16 @@ static json_t *transform_spec(const mi_gguf_model *m, const char *name) {
   return spec;
 }
 
+/* llama.cpp's converter stores some tensors otherwise than the checkpoint;
+ * the contract's gguf.transforms says which and how, and the load undoes
+ * it into a copy (*own, freed with the weights):
+ *   {"unpermute_heads": FIELD}: the rows of each of FIELD heads interleaved
+ *     (row 2j + i of a head holds the checkpoint's row i·hd/2 + j), as
+ *     llama.cpp permutes q and k for its adjacent-pair rotation; rows of any
+ *     dtype (a block type's rows are whole blocks) and 1-D biases alike;
+ *   {"add": X}: a vector stored minus X (norms stored as 1 + w: add -1),
+ *     served as f32.
+ * 0 (w unchanged when no transform names t), or -1 + err. */
 static int transform(const mi_gguf_model *m, const mi_gguf_tensor *t, const char *hf, mi_weight_info *w,
                      void **own, char *err, size_t err_len) {
   const char *path = mi_gguf_path(m->g);
