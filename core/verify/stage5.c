@@ -67,6 +67,7 @@ typedef struct s5_job {
   int zc_qk;
   const json_t *layout;
   int64_t layers;
+  int64_t declared; /* the context the model declares (run_unseen): every (c) case fits in it */
 } s5_job;
 
 static json_t *param(const s5_job *j, const char *key) {
@@ -642,6 +643,22 @@ static void scaled_copy(uc *c, const s5_job *j, const char *dst, const char *con
   if (!ok || !done) snprintf(c->prep_err, sizeof c->prep_err, "%s: cannot make the copy: %s", c->cname, err);
 }
 
+/* The context config.json declares (max_position_embeddings, a wrapper's
+ * under text_config), else 2048. */
+static int64_t declared_context(const json_t *cfg) {
+  json_t *tc = json_object_get(cfg, "text_config");
+  json_t *mp = json_object_get(json_is_object(tc) ? tc : cfg, "max_position_embeddings");
+  return json_is_integer(mp) && json_integer_value(mp) > 0 ? json_integer_value(mp) : 2048;
+}
+
+/* A prompt of n tokens cut so that it and its steps fit the declared
+ * context: the engine refuses a longer one, rightly (a checkpoint scaled
+ * to a short context failed here on the 300-token case). At least 1. */
+static int fit_context(const s5_job *j, int n, int steps) {
+  const int64_t room = j->declared - steps;
+  return room < 1 ? 1 : n > room ? (int)room : n;
+}
+
 /* Plain prompts into c (room for 8): lengths and steps from the contract, else the defaults; how
  * many. */
 static int plain_cases(s5_job *j, uc *c) {
@@ -659,6 +676,7 @@ static int plain_cases(s5_job *j, uc *c) {
     }
   }
   for (int k = 0; k < np; k++) {
+    lens[k] = fit_context(j, lens[k], steps[k]);
     snprintf(c[k].cname, sizeof c[k].cname, "unseen prompt %d (%d tokens)", k, lens[k]);
     snprintf(c[k].dir, sizeof c[k].dir, "%s", o->model_dir);
     c[k].n = lens[k], c[k].steps = steps[k], c[k].tol = vf_logprob_tol_twin(o, TOL);
@@ -688,8 +706,8 @@ static void sharp_case(s5_job *j, uc *x) {
   /* q/k norms where the contract has them, else the q/k projections: either
    * way q and k grow s-fold and the scores s^2-fold */
   const int by_norm = j->q_norm[0] && j->k_norm[0];
-  snprintf(x->cname, sizeof x->cname, "long prompt, sharp attention (%d tokens, q/k %s x%g)", sl, by_norm ? "norms" : "projections", sf);
-  x->n = sl > 0 && sl <= 65536 ? sl : 300, x->steps = 2, x->need_score = 88.73 /* ln(FLT_MAX) */;
+  x->n = fit_context(j, sl > 0 && sl <= 65536 ? sl : 300, 2), x->steps = 2, x->need_score = 88.73 /* ln(FLT_MAX) */;
+  snprintf(x->cname, sizeof x->cname, "long prompt, sharp attention (%d tokens, q/k %s x%g)", x->n, by_norm ? "norms" : "projections", sf);
   /* A half-precision cache: the twin rounds the same keys, but a key whose
    * f32 and float64 values round to different neighbours moves a score by
    * s^2 times as much here (a sliding-window probe, f16: 6.4e-3, the unsharpened
@@ -714,8 +732,8 @@ static void small_case(s5_job *j, uc *x) {
   json_t *sm = param(j, "small_magnitude");
   double ss = json_is_number(json_object_get(sm, "scale")) ? json_number_value(json_object_get(sm, "scale")) : 1.0 / 256;
   int sml = json_is_integer(json_object_get(sm, "tokens")) ? (int)json_integer_value(json_object_get(sm, "tokens")) : 23;
-  snprintf(x->cname, sizeof x->cname, "small magnitudes (%d tokens, q/k projections x%g)", sml, ss);
-  x->n = sml > 0 && sml <= 65536 ? sml : 23, x->steps = 4, x->tol = vf_logprob_tol_twin(o, TOL);
+  x->n = fit_context(j, sml > 0 && sml <= 65536 ? sml : 23, 4), x->steps = 4, x->tol = vf_logprob_tol_twin(o, TOL);
+  snprintf(x->cname, sizeof x->cname, "small magnitudes (%d tokens, q/k projections x%g)", x->n, ss);
   x->ids = malloc((size_t)x->n * sizeof(int32_t));
   if (x->ids) vf_random_prompt(o->seed * 15485863 + 29, x->ids, x->n, 0, j->V);
   char dst[4200];
@@ -731,12 +749,10 @@ static void small_case(s5_job *j, uc *x) {
  * hundred rows, a position table cut short, a rotary angle computed in
  * low precision show only past where the other prompts end. Into *x when
  * the context allows one (then 1), else 0. */
-static int deep_case(s5_job *j, const json_t *cfg, uc *x) {
+static int deep_case(s5_job *j, uc *x) {
   const vf_stage_opts *o = j->o;
   json_t *lc = param(j, "long_context");
-  json_t *tc = json_object_get(cfg, "text_config");
-  json_t *mp = json_object_get(json_is_object(tc) ? tc : cfg, "max_position_embeddings");
-  int64_t declared = json_is_integer(mp) && json_integer_value(mp) > 0 ? json_integer_value(mp) : 2048;
+  const int64_t declared = j->declared;
   int64_t lcap = json_is_integer(json_object_get(lc, "max_tokens")) ? json_integer_value(json_object_get(lc, "max_tokens")) : 2048;
   if (lcap > declared) lcap = declared;
   if (lcap > 65536) lcap = 65536;
@@ -834,10 +850,11 @@ static json_t *run_unseen(s5_job *j, const char *id, const char *member) {
   }
   uc c[12];
   memset(c, 0, sizeof c);
+  j->declared = declared_context(cfg);
   int nc = plain_cases(j, c);
   sharp_case(j, &c[nc++]);
   small_case(j, &c[nc++]);
-  nc += deep_case(j, cfg, &c[nc]);
+  nc += deep_case(j, &c[nc]);
   json_decref(cfg);
   uint32_t h0[12];
   for (int k = 0; k < nc; k++) {

@@ -268,6 +268,37 @@ START_TEST(model_without_golden_fails_stage4) {
 }
 END_TEST
 
+/* A checkpoint that declares a short context (max_position_embeddings 96,
+ * as an emulator run scales one to): stage 5's cases fit in it, the
+ * 300-token sharp-attention prompt cut to 94 (the engine rightly refused
+ * "context size 302"; a correct model failed stage 5), and still pushes
+ * the scores past the f32 exp overflow. No golden: stage 4 N/A. */
+START_TEST(short_declared_context_fits_stage5) {
+  char dir[4200], cfgp[4400], log[65536];
+  snprintf(dir, sizeof dir, "%s/tests/verify_models/tiny-ctx96", getenv("MI_BUILD_DIR"));
+  make_model(dir, "1");
+  snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+  json_t *cfg = json_load_file(cfgp, 0, NULL);
+  ck_assert_ptr_nonnull(cfg);
+  json_object_set_new(cfg, "max_position_embeddings", json_integer(96));
+  ck_assert_int_eq(json_dump_file(cfg, cfgp, JSON_INDENT(2)), 0);
+  json_decref(cfg);
+  const char *extra[] = {"--goldens-optional", "--no-oracle", NULL};
+  memcpy(g_extra, extra, sizeof extra);
+  g_stage = "5";
+  json_t *rep = NULL;
+  int rc = run_verify(NULL, dir, &rep, log, sizeof log);
+  g_extra[0] = NULL, g_stage = NULL;
+  ck_assert_msg(rc == 0 && !strcmp(verdict(rep, 5), "PASS"), "exit %d, stage 5 %s:\n%s", rc, verdict(rep, 5), log);
+  char *all = json_dumps(stage_of(rep, 5), JSON_COMPACT);
+  ck_assert_msg(all && strstr(all, "sharp attention (94 tokens") && strstr(all, "94-token prompt (sharpened)") &&
+                    !strstr(all, "not exercised"),
+                "%s", all ? all : "");
+  free(all);
+  json_decref(rep);
+}
+END_TEST
+
 /* MI_TEST_QUICK: the real oracle (tools/peer/oracle.mjs, linked) on the
  * first 2 of its prompts, through MI_PEER_DIR (mi-verify passes it the
  * prompts.json beside the script): llama.cpp's 32 steps over the whole
@@ -810,7 +841,8 @@ int main(void) {
                        model_without_golden_gets_one_from_the_oracle,
                        forged_pass_rejected_at_stages_4_to_6, hung_plugin_killed_at_the_deadline,
                        decode_growth_catches_prefix_recompute, hostile_files_refused_with_one_line,
-                       model_folder_fingerprint_sees_changes, model_folder_held_as_deployed));
+                       model_folder_fingerprint_sees_changes, model_folder_held_as_deployed,
+                       short_declared_context_fits_stage5));
   suite_add_tcase(s, tc);
   const int rc = mi_check_run(s);
   if (g_short_goldens[0]) {
