@@ -137,6 +137,25 @@ static res gen(const char *model, const char *dtype, const char *out) {
   return gen_ckb(model, dtype, out, ckb);
 }
 
+/* The Gemma 2 probe's checkpoint (mk_from_golden with replace) in
+ * g_tmp/name (general.name, which the golden's file hash holds), its GGUF
+ * of type in g_tmp/name-type.gguf, and (not quick) the engine mi-gen makes
+ * from the file at seed into g_tmp/engine-name; 0, or -1 when the
+ * checkpoint or the file could not be made. */
+static int gemma2_file(const char *name, const char *const *replace, const char *type, const char *seed, char *dir,
+                       char *gguf, char *out, res *gen_res) {
+  char ckb[1300];
+  snprintf(dir, 1300, "%s/%s", g_tmp, name);
+  snprintf(gguf, 1300, "%s/%s-%s.gguf", g_tmp, name, type);
+  snprintf(out, 1300, "%s/engine-%s", g_tmp, name);
+  snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
+  if (mk_from_golden("tests/goldens/families/gemma2-probe-6l-seed15.json", dir, replace) != 0 ||
+      hf2gguf(dir, gguf, type) != 0)
+    return -1;
+  if (!g_quick) *gen_res = gen_seed(gguf, type, out, ckb, seed);
+  return 0;
+}
+
 /* once: the checkpoints, their GGUF files and the engines */
 static int setup_all(void) {
   if (gt_dirs("/tmp/mi-gen-gguf-test-XXXXXX", g_build, g_src, g_tmp, g_model, NULL)) abort();
@@ -162,29 +181,18 @@ static int setup_all(void) {
   if (mk_llama(g_llama, "4", NULL) != 0 || hf2gguf(g_llama, g_llama_gguf, "bf16") != 0) return -1;
   snprintf(g_out_llama, sizeof g_out_llama, "%s/engine-llama", g_tmp);
   if (!g_quick) g_gen_llama = gen(g_llama_gguf, "bf16", g_out_llama);
-  snprintf(g_gemma2, sizeof g_gemma2, "%s/gemma2-probe-6l-seed15", g_tmp);
-  snprintf(g_gemma2_gguf, sizeof g_gemma2_gguf, "%s/gemma2-probe-6l-seed15-bf16.gguf", g_tmp);
-  if (mk_from_golden("tests/goldens/families/gemma2-probe-6l-seed15.json", g_gemma2, NULL) != 0 ||
-      hf2gguf(g_gemma2, g_gemma2_gguf, "bf16") != 0)
-    return -1;
-  snprintf(g_out_gemma2, sizeof g_out_gemma2, "%s/engine-gemma2", g_tmp);
   /* seed 2: stage 4d's long prompt, sized from case 1's tokens per word,
    * comes out at 4151 tokens for a 4096 context before it is measured
    * with the tokenizer and cut (plugins/agents/stages: fit_long_prompt) */
-  char ckb[1300];
-  snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
-  if (!g_quick) g_gen_gemma2 = gen_seed(g_gemma2_gguf, "bf16", g_out_gemma2, ckb, "2");
+  if (gemma2_file("gemma2-probe-6l-seed15", NULL, "bf16", "2", g_gemma2, g_gemma2_gguf, g_out_gemma2, &g_gen_gemma2))
+    return -1;
   /* the same probe at the tiny-blocks shape (rows of whole 256-value blocks),
    * as llama-quantize's Q4_K_M mix: Q4_K, Q6_K for the tied embedding and
    * the layers' attn_v/ffn_down it gives more bits */
   static const char *const blocks[] = {"probe-6l", "tiny-blocks", "query_pre_attn_scalar=32", "query_pre_attn_scalar=64", NULL};
-  snprintf(g_gemma2q, sizeof g_gemma2q, "%s/gemma2-tiny-blocks-seed15", g_tmp);
-  snprintf(g_gemma2q_gguf, sizeof g_gemma2q_gguf, "%s/gemma2-tiny-blocks-seed15-q4_k_m.gguf", g_tmp);
-  if (mk_from_golden("tests/goldens/families/gemma2-probe-6l-seed15.json", g_gemma2q, blocks) != 0 ||
-      hf2gguf(g_gemma2q, g_gemma2q_gguf, "q4_k_m") != 0)
+  if (gemma2_file("gemma2-tiny-blocks-seed15", blocks, "q4_k_m", "3", g_gemma2q, g_gemma2q_gguf, g_out_gemma2q,
+                  &g_gen_gemma2q))
     return -1;
-  snprintf(g_out_gemma2q, sizeof g_out_gemma2q, "%s/engine-gemma2-q4_k_m", g_tmp);
-  if (!g_quick) g_gen_gemma2q = gen(g_gemma2q_gguf, "q4_k_m", g_out_gemma2q);
   return 0;
 }
 
