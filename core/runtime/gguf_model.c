@@ -374,7 +374,8 @@ static float gguf_score(const void *ctx, size_t i) {
   return (float)v;
 }
 
-/* The contract's entry for the file's tokenizer.ggml.pre, or NULL. */
+/* The contract's entry for the file's tokenizer.ggml.pre, or NULL (also
+ * for a name with a NUL or of 128 bytes or more, which no entry has). */
 static json_t *pre_entry(const mi_gguf *g, json_t *spec) {
   size_t n;
   const char *s = mi_gguf_kv_str(mi_gguf_get(g, "tokenizer.ggml.pre"), &n);
@@ -397,11 +398,11 @@ static const char *pre_regex(const mi_gguf *g, json_t *spec, int *nfc, char *err
                 "tokenizer.ggml.pre is missing (which pre-tokenizer is unknown)");
     return NULL;
   }
-  char pre[128];
+  char pre[128]; /* for messages */
   snprintf(pre, sizeof pre, "%.*s", (int)(n < 127 ? n : 127), s);
-  json_t *entry = json_object_get(json_object_get(spec, "pre"), pre);
+  json_t *entry = pre_entry(g, spec);
   const char *regex = json_is_object(entry) ? json_string_value(json_object_get(entry, "regex")) : json_string_value(entry);
-  if (regex && strlen(pre) == n) {
+  if (regex) {
     json_t *nv = json_is_object(entry) ? json_object_get(entry, "normalizer") : json_object_get(spec, "normalizer");
     const char *nn = json_string_value(nv);
     if (nv && !json_is_null(nv) && (!nn || (strcmp(nn, "NFC") && strcmp(nn, "none")))) {

@@ -644,10 +644,9 @@ static void scaled_copy(uc *c, const s5_job *j, const char *dst, const char *con
 }
 
 /* The context config.json declares (max_position_embeddings, a wrapper's
- * under text_config), else 2048. */
+ * too, as vocab_size above), else 2048. */
 static int64_t declared_context(const json_t *cfg) {
-  json_t *tc = json_object_get(cfg, "text_config");
-  json_t *mp = json_object_get(json_is_object(tc) ? tc : cfg, "max_position_embeddings");
+  const json_t *mp = mi_ckb_config_value(NULL, cfg, "max_position_embeddings", 23);
   return json_is_integer(mp) && json_integer_value(mp) > 0 ? json_integer_value(mp) : 2048;
 }
 
