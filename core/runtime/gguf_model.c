@@ -197,12 +197,24 @@ static int set_field(json_t *cfg, json_t *cf, const char *field, json_t *v) {
   return json_object_set_new(at, path, v) ? -1 : 0;
 }
 
-/* A gguf.config expression's names bound (v[k] for name k): the config
- * field the file gave, else its contract default; a boolean as 0/1. NULL,
- * or the first name that is neither a number nor a boolean. */
-static const char *expr_bind(const mi_kexpr *x, json_t *contract, json_t *cfg, double v[16]) {
+/* A gguf.config expression's names bound (v[k] for name k): a name its
+ * "keys" binds, the number that GGUF key holds; else the config field the
+ * file gave, else its contract default; a boolean as 0/1. NULL, or the
+ * first name that is none of these (*absent: a key it binds is missing). */
+static const char *expr_bind(const mi_kexpr *x, const mi_gguf *g, json_t *keys, const char *arch, json_t *contract,
+                             json_t *cfg, double v[16], int *absent) {
+  *absent = 0;
   for (int k = 0; k < mi_kexpr_n_names(x); k++) {
     const char *nm = mi_kexpr_name(x, k);
+    const char *kp = json_string_value(json_object_get(keys, nm));
+    char key[512];
+    if (kp) {
+      const mi_gguf_kv *kv = g && expand_key(kp, arch, key, sizeof key) == 0 ? mi_gguf_get(g, key) : NULL;
+      if (!kv) *absent = 1;
+      if (!kv || kv->type == MI_GGUF_ARRAY || kv->type == MI_GGUF_STRING || mi_gguf_kv_real(kv, &v[k]) != 0)
+        return nm;
+      continue;
+    }
     const json_t *j = json_object_get(cfg, nm);
     if (!j) j = json_object_get(contract_field(contract, nm), "default");
     if (json_is_number(j)) v[k] = json_number_value(j);
@@ -210,6 +222,56 @@ static const char *expr_bind(const mi_kexpr *x, json_t *contract, json_t *cfg, d
     else return nm;
   }
   return NULL;
+}
+
+/* {"array": KEY, "values": {ELEMENT: VALUE}}: a per-layer array the file
+ * states as numbers (llama.cpp's attention.recurrent_layers, 0/1) as the
+ * config's array of what each number means ("linear_attention"); without
+ * "values", the elements as stored. NULL + err, *skip when the key is absent
+ * and the field not required. */
+static json_t *array_value(const mi_gguf *g, json_t *spec, json_t *cf, const char *field, const char *arch,
+                           int *skip, char *err, size_t el) {
+  const char *path = mi_gguf_path(g);
+  char key[512];
+  if (expand_key(json_string_value(json_object_get(spec, "array")), arch, key, sizeof key)) {
+    mi_path_err(err, el, path, "the contract's key for %s is too long", field);
+    return NULL;
+  }
+  const mi_gguf_kv *kv = mi_gguf_get(g, key);
+  if (!kv) {
+    if (json_is_true(json_object_get(cf, "required"))) mi_path_err(err, el, path, "GGUF key '%s' (for %s) is missing", key, field);
+    else *skip = 1;
+    return NULL;
+  }
+  if (kv->type != MI_GGUF_ARRAY || kv->n > (1u << 20)) {
+    mi_path_err(err, el, path, "GGUF key '%s' (for %s) is not an array (of at most 2^20 elements)", key, field);
+    return NULL;
+  }
+  json_t *values = json_object_get(spec, "values"), *out = json_array();
+  for (uint64_t i = 0; out && i < kv->n; i++) {
+    int64_t iv;
+    const char *s;
+    size_t n;
+    char name[64];
+    json_t *e = NULL;
+    if (mi_gguf_arr_int(kv, i, &iv) == 0) {
+      snprintf(name, sizeof name, "%lld", (long long)iv);
+      e = values ? json_deep_copy(json_object_get(values, name)) : json_integer((json_int_t)iv);
+    } else if (mi_gguf_arr_str(kv, i, &s, &n) == 0 && n < sizeof name && !memchr(s, 0, n)) {
+      snprintf(name, sizeof name, "%.*s", (int)n, s);
+      e = values ? json_deep_copy(json_object_get(values, name)) : json_stringn(s, n);
+    } else {
+      snprintf(name, sizeof name, "(a %s)", mi_gguf_vtype_name(kv->arr_type));
+    }
+    if (!e) {
+      mi_path_err(err, el, path, "GGUF key '%s' (for %s): element %llu is %s, which the contract gives no meaning", key,
+                  field, (unsigned long long)i, name);
+      json_decref(out);
+      return NULL;
+    }
+    json_array_append_new(out, e);
+  }
+  return out;
 }
 
 /* The value one gguf.config entry gives field, or NULL with *skip set (the
@@ -252,6 +314,10 @@ static json_t *config_value(const mi_gguf *g, json_t *contract, json_t *cfg, con
   }
   const char *ta = json_string_value(json_object_get(spec, "tensor_absent"));
   if (ta) return json_boolean(!mi_gguf_tensor_find(g, ta));
+  if (json_is_string(json_object_get(spec, "array"))) return array_value(g, spec, cf, field, arch, skip, err, el);
+  /* {"value": JSON}: what the architecture's graph always computes with
+   * (a hybrid architecture that always gates its attention output: no key says so) */
+  if (json_object_get(spec, "value") && json_object_size(spec) == 1) return json_deep_copy(json_object_get(spec, "value"));
   const char *ex = json_string_value(json_object_get(spec, "expr"));
   if (ex) { /* what llama.cpp computes from other fields (no key states it) */
     char why[256];
@@ -262,12 +328,23 @@ static json_t *config_value(const mi_gguf *g, json_t *contract, json_t *cfg, con
       return NULL;
     }
     char missing[64] = "";
-    const char *nm = mi_kexpr_n_names(x) > 16 ? "(more than 16 names)" : expr_bind(x, contract, cfg, v);
+    int absent = 0;
+    json_t *keys = json_object_get(spec, "keys");
+    const char *nm =
+        mi_kexpr_n_names(x) > 16 ? "(more than 16 names)" : expr_bind(x, g, keys, arch, contract, cfg, v, &absent);
     if (nm) snprintf(missing, sizeof missing, "%s", nm);
     const double r = nm ? 0 : mi_kexpr_eval(x, v);
     mi_kexpr_free(x);
+    if (absent && !json_is_true(json_object_get(cf, "required"))) {
+      *skip = 1; /* a key it reads is not in the file: the contract's default */
+      return NULL;
+    }
     if (missing[0]) {
-      mi_path_err(err, el, path, "%s is computed from %s, which the file does not give as a number", field, missing);
+      const char *kp = json_string_value(json_object_get(keys, missing));
+      char key[512] = "";
+      if (kp && expand_key(kp, arch, key, sizeof key)) key[0] = 0;
+      mi_path_err(err, el, path, "%s is computed from %s%s%s%s, which the file does not give as a number", field, missing,
+                  kp ? " (GGUF key '" : "", kp ? key : "", kp ? "')" : "");
       return NULL;
     }
     if (type && !strcmp(type, "integer")) {
@@ -285,7 +362,7 @@ static json_t *config_value(const mi_gguf *g, json_t *contract, json_t *cfg, con
   }
   mi_path_err(err, el, path,
               "the model contract's gguf.config.%s is not a key, {\"array_length\": KEY}, "
-              "{\"tensor_absent\": NAME} or {\"expr\": EXPR}",
+              "{\"array\": KEY}, {\"tensor_absent\": NAME}, {\"value\": JSON} or {\"expr\": EXPR}",
               field);
   return NULL;
 }
@@ -569,15 +646,31 @@ void mi_gguf_model_close(mi_gguf_model *m) {
   free(m);
 }
 
-/* A key the section neither maps (gguf.config) nor names inert (gguf.inert,
- * each with why), as "{arch}.KEY": 1 if key is one of them. */
-static int section_names(json_t *obj, int values, const char *arch, const char *key) {
-  const char *k;
-  json_t *v;
+/* Is key one the section names? values: gguf.config, whose entries name
+ * their keys as a string or inside a form ({"array": KEY}, {"array_length":
+ * KEY}, an expression's {"keys": {NAME: KEY}}); else the object's names
+ * (gguf.inert, gguf.checks), as "{arch}.KEY". */
+static int names_key_str(const char *pat, const char *arch, const char *key) {
   char full[512];
+  return pat && expand_key(pat, arch, full, sizeof full) == 0 && !strcmp(full, key);
+}
+
+static int names_key(const json_t *pat, const char *arch, const char *key) {
+  return names_key_str(json_string_value(pat), arch, key);
+}
+
+static int section_names(json_t *obj, int values, const char *arch, const char *key) {
+  const char *k, *kk;
+  json_t *v, *kv;
   json_object_foreach(obj, k, v) {
-    const char *pat = values ? json_string_value(v) : k;
-    if (pat && expand_key(pat, arch, full, sizeof full) == 0 && !strcmp(full, key)) return 1;
+    if (!values) {
+      if (names_key_str(k, arch, key)) return 1;
+      continue;
+    }
+    if (names_key(v, arch, key) || names_key(json_object_get(v, "array"), arch, key) ||
+        names_key(json_object_get(v, "array_length"), arch, key))
+      return 1;
+    json_object_foreach(json_object_get(v, "keys"), kk, kv) if (names_key(kv, arch, key)) return 1;
   }
   return 0;
 }
@@ -1015,69 +1108,253 @@ static json_t *transform_spec(const mi_gguf_model *m, const char *name) {
   return spec;
 }
 
+/* A transform's size argument: a JSON integer, or an expression over the
+ * config's fields (their contract defaults where the file gave none). 0, or
+ * -1 + err naming the tensor. */
+static int step_size(const mi_gguf_model *m, const json_t *spec, const char *what, const mi_gguf_tensor *t,
+                     int64_t *out, char *err, size_t err_len) {
+  const char *path = mi_gguf_path(m->g);
+  if (json_is_integer(spec)) {
+    *out = (int64_t)json_integer_value(spec);
+    return 0;
+  }
+  char why[256];
+  double v[16];
+  int absent;
+  mi_kexpr *x = json_is_string(spec) ? mi_kexpr_parse(json_string_value(spec), why, sizeof why) : NULL;
+  if (!x) {
+    mi_path_err(err, err_len, path, "the model contract %s: gguf.transforms for '%s': %s is %s", m->contract_path,
+                t->name, what, json_is_string(spec) ? why : "not an integer or an expression");
+    return -1;
+  }
+  const char *nm = mi_kexpr_n_names(x) > 16 ? "(more than 16 names)"
+                                            : expr_bind(x, NULL, NULL, "", m->contract, m->config, v, &absent);
+  const double r = nm ? 0 : mi_kexpr_eval(x, v);
+  if (nm) mi_path_err(err, err_len, path, "tensor '%s': its transform's %s reads %s, which the config does not give as a number",
+                      t->name, what, nm);
+  mi_kexpr_free(x);
+  if (nm) return -1;
+  if (!(fabs(r) < 1e15) || r != floor(r)) {
+    mi_path_err(err, err_len, path, "tensor '%s': its transform's %s is %g, not a whole number", t->name, what, r);
+    return -1;
+  }
+  *out = (int64_t)r;
+  return 0;
+}
+
+/* w's data replaced by a new buffer (owned through *own). */
+static void take(mi_weight_info *w, void **own, void *data) {
+  free(*own);
+  *own = data;
+  w->data = data;
+}
+
+/* A block-type tensor widened to f32 (an elementwise step cannot act on its
+ * blocks); other dtypes unchanged. 0, or -1 when out of memory. */
+static int widen_info(mi_weight_info *w, void **own) {
+  if (!mi_dtype_is_block((mi_dtype)w->dtype)) return 0;
+  const int64_t qk = mi_dtype_block((mi_dtype)w->dtype);
+  const size_t nb = w->nbytes / mi_dtype_block_bytes((mi_dtype)w->dtype);
+  float *f = malloc((nb ? nb : 1) * (size_t)qk * sizeof(float)); /* [nb * qk] */
+  if (!f) return -1;
+  mi_quant_row_f32((mi_dtype)w->dtype, w->data, (int64_t)nb * qk, f);
+  take(w, own, f);
+  w->dtype = MI_DTYPE_F32;
+  w->nbytes = nb * (size_t)qk * sizeof(float);
+  return 0;
+}
+
+/* {"unpermute_heads": FIELD}: the rows of each of FIELD heads interleaved
+ * (row 2j + i of a head holds the checkpoint's row i·hd/2 + j), as llama.cpp
+ * permutes q and k for its adjacent-pair rotation; rows of any dtype (a
+ * block type's rows are whole blocks) and 1-D biases alike. */
+static int step_unpermute(const mi_gguf_model *m, const mi_gguf_tensor *t, const char *hf, const char *field,
+                          mi_weight_info *w, void **own, char *err, size_t err_len) {
+  const json_int_t nh = json_integer_value(json_object_get(m->config, field));
+  const int64_t rows = w->shape[0];
+  if (nh <= 0 || rows % nh || (rows / nh) % 2 || w->nbytes % (size_t)rows) {
+    mi_path_err(err, err_len, mi_gguf_path(m->g), "tensor '%s' (%s): %lld rows cannot be un-permuted over %s = %lld heads",
+                t->name, hf, (long long)rows, field, (long long)nh);
+    return -1;
+  }
+  const size_t rb = w->nbytes / (size_t)rows;
+  const int64_t hd = rows / nh, half = hd / 2;
+  unsigned char *out = malloc(w->nbytes ? w->nbytes : 1);
+  if (!out) return -2;
+  const unsigned char *in = w->data;
+  for (int64_t h = 0; h < nh; h++)
+    for (int64_t i = 0; i < 2; i++)
+      for (int64_t j = 0; j < half; j++)
+        memcpy(out + (size_t)(h * hd + i * half + j) * rb, in + (size_t)(h * hd + 2 * j + i) * rb, rb);
+  take(w, own, out);
+  return 0;
+}
+
+/* {"add": X}: a float vector stored minus X (norms stored as 1 + w: add -1);
+ * {"value": EXPR}: each value v served as EXPR with x = v (llama.cpp stores
+ * A_log as -exp(A_log): "log(-x)"); any tensor, served as f32 (a block type
+ * widened first). A value that is not finite is refused by position. */
+static int step_values(const mi_gguf_model *m, const mi_gguf_tensor *t, const char *hf, const json_t *step,
+                       mi_weight_info *w, void **own, char *err, size_t err_len) {
+  const char *path = mi_gguf_path(m->g);
+  const json_t *add = json_object_get(step, "add");
+  const char *ex = json_string_value(json_object_get(step, "value"));
+  if (add && (w->ndim != 1 || (w->dtype != MI_DTYPE_F32 && w->dtype != MI_DTYPE_F16 && w->dtype != MI_DTYPE_BF16))) {
+    mi_path_err(err, err_len, path, "tensor '%s' (%s): \"add\" takes an F32, F16 or BF16 vector", t->name, hf);
+    return -1;
+  }
+  if (widen_info(w, own)) return -2;
+  mi_kexpr *x = NULL;
+  double v[16] = {0};
+  int x_at = -1;
+  if (ex) {
+    char why[256];
+    if (!(x = mi_kexpr_parse(ex, why, sizeof why))) {
+      mi_path_err(err, err_len, path, "the model contract %s: gguf.transforms for '%s': %s", m->contract_path, t->name, why);
+      return -1;
+    }
+    for (int k = 0; k < mi_kexpr_n_names(x); k++) {
+      if (!strcmp(mi_kexpr_name(x, k), "x")) x_at = k;
+      else {
+        mi_path_err(err, err_len, path, "the model contract %s: gguf.transforms for '%s' reads '%s' (a value's expression reads x alone)",
+                    m->contract_path, t->name, mi_kexpr_name(x, k));
+        mi_kexpr_free(x);
+        return -1;
+      }
+    }
+  }
+  const size_t n = w->nbytes / mi_dtype_size((mi_dtype)w->dtype);
+  float *out = malloc((n ? n : 1) * sizeof(float)); /* [n] */
+  if (!out) {
+    mi_kexpr_free(x);
+    return -2;
+  }
+  const double shift = json_number_value(add);
+  for (size_t k = 0; k < n; k++) {
+    const double in = (double)mi_float_value((mi_dtype)w->dtype, w->data, k);
+    if (x_at >= 0) v[x_at] = in;
+    const double r = x ? mi_kexpr_eval(x, v) : in + shift;
+    if (!isfinite(r) && isfinite(in)) {
+      mi_path_err(err, err_len, path, "tensor '%s' (%s): value %zu is %g, which its transform (%s) makes %g", t->name, hf, k,
+                  in, ex ? ex : "add", r);
+      mi_kexpr_free(x);
+      free(out);
+      return -1;
+    }
+    out[k] = (float)r;
+  }
+  mi_kexpr_free(x);
+  take(w, own, out);
+  w->dtype = MI_DTYPE_F32;
+  w->nbytes = n * sizeof(float);
+  return 0;
+}
+
+/* {"regroup": {"axis": "rows"|"cols", "from": N, "groups": G, "per_group": R,
+ * "width": D}}: rows (or columns) [from, from + G·R·D) stored as R tiles of
+ * G blocks of D ([r][g][d]), served grouped ([g][r][d]): llama.cpp orders a
+ * hybrid's value heads so (each key head's R value heads apart). Rows of
+ * any dtype; columns of a block type widen it to f32 first. */
+static int step_regroup(const mi_gguf_model *m, const mi_gguf_tensor *t, const char *hf, const json_t *rg,
+                        mi_weight_info *w, void **own, char *err, size_t err_len) {
+  const char *path = mi_gguf_path(m->g), *axis = json_string_value(json_object_get(rg, "axis"));
+  int64_t from = 0, G, R, D;
+  if (!axis || (strcmp(axis, "rows") && strcmp(axis, "cols"))) {
+    mi_path_err(err, err_len, path, "the model contract %s: gguf.transforms for '%s': regroup's axis is not \"rows\" or \"cols\"",
+                m->contract_path, t->name);
+    return -1;
+  }
+  if ((json_object_get(rg, "from") && step_size(m, json_object_get(rg, "from"), "from", t, &from, err, err_len)) ||
+      step_size(m, json_object_get(rg, "groups"), "groups", t, &G, err, err_len) ||
+      step_size(m, json_object_get(rg, "per_group"), "per_group", t, &R, err, err_len) ||
+      step_size(m, json_object_get(rg, "width"), "width", t, &D, err, err_len))
+    return -1;
+  const int cols = axis[0] == 'c';
+  if (cols && w->ndim != 2) {
+    mi_path_err(err, err_len, path, "tensor '%s' (%s): columns regrouped in a tensor of %d dims", t->name, hf, w->ndim);
+    return -1;
+  }
+  /* columns of a block type move as whole blocks where every run is whole
+   * blocks (Q8_0 under 128-wide heads); else the tensor is widened to f32 */
+  const int64_t qk = mi_dtype_is_block((mi_dtype)w->dtype) ? mi_dtype_block((mi_dtype)w->dtype) : 1;
+  if (cols && qk > 1 && (from % qk || D % qk) && widen_info(w, own)) return -2;
+  const int64_t unit = cols && mi_dtype_is_block((mi_dtype)w->dtype) ? qk : 1; /* columns per moved unit */
+  const int64_t rows = w->shape[0], n = cols ? w->shape[1] : rows;
+  if (G <= 0 || R <= 0 || D <= 0 || from < 0 || rows <= 0 || G > n || R > n || D > n || from > n || G * R > n ||
+      G * R * D > n - from || w->nbytes % (size_t)rows) {
+    mi_path_err(err, err_len, path,
+                "tensor '%s' (%s): %s %lld..%lld regrouped as %lld x %lld blocks of %lld: the tensor has %lld", t->name, hf,
+                axis, (long long)from, (long long)(from + G * R * D), (long long)R, (long long)G, (long long)D, (long long)n);
+    return -1;
+  }
+  /* bytes of a row, and of one moved unit: a row, a column, or a block of columns */
+  const size_t rb = w->nbytes / (size_t)rows, es = cols ? rb / (size_t)(n / unit) : rb;
+  const int64_t f0 = from / unit, du = D / unit;
+  unsigned char *out = malloc(w->nbytes ? w->nbytes : 1);
+  if (!out) return -2;
+  memcpy(out, w->data, w->nbytes);
+  const unsigned char *in = w->data;
+  for (int64_t line = 0; line < (cols ? rows : 1); line++) {
+    const size_t base = cols ? (size_t)line * rb : 0;
+    for (int64_t g = 0; g < G; g++)
+      for (int64_t r = 0; r < R; r++) {
+        const size_t to = (size_t)(f0 + (g * R + r) * du), fr = (size_t)(f0 + (r * G + g) * du);
+        memcpy(out + base + to * es, in + base + fr * es, (size_t)du * es);
+      }
+  }
+  take(w, own, out);
+  return 0;
+}
+
+/* {"unsqueeze": AXIS}: a dimension of 1 inserted at AXIS (llama.cpp
+ * squeezes a depthwise conv's [C, 1, K] to [C, K]). */
+static int step_unsqueeze(const mi_gguf_model *m, const mi_gguf_tensor *t, const char *hf, const json_t *ax,
+                          mi_weight_info *w, char *err, size_t err_len) {
+  const json_int_t a = json_integer_value(ax);
+  if (!json_is_integer(ax) || a < 0 || a > w->ndim || w->ndim >= 8) {
+    mi_path_err(err, err_len, mi_gguf_path(m->g), "tensor '%s' (%s): cannot insert a dimension at %lld of %d", t->name, hf,
+                (long long)a, w->ndim);
+    return -1;
+  }
+  memmove(&w->shape[a + 1], &w->shape[a], (size_t)(w->ndim - a) * sizeof w->shape[0]);
+  w->shape[a] = 1;
+  w->ndim++;
+  return 0;
+}
+
 /* llama.cpp's converter stores some tensors otherwise than the checkpoint;
- * the contract's gguf.transforms says which and how, and the load undoes
- * it into a copy (*own, freed with the weights):
- *   {"unpermute_heads": FIELD}: the rows of each of FIELD heads interleaved
- *     (row 2j + i of a head holds the checkpoint's row i·hd/2 + j), as
- *     llama.cpp permutes q and k for its adjacent-pair rotation; rows of any
- *     dtype (a block type's rows are whole blocks) and 1-D biases alike;
- *   {"add": X}: a vector stored minus X (norms stored as 1 + w: add -1),
- *     served as f32.
- * 0 (w unchanged when no transform names t), or -1 + err. */
+ * the contract's gguf.transforms says which and how (one step, or an array
+ * of steps applied in order), and the load undoes it into a copy (*own,
+ * freed with the weights). The steps: unpermute_heads, add, value, regroup,
+ * unsqueeze (each above). 0 (w unchanged when no transform names t), or
+ * -1 + err. */
 static int transform(const mi_gguf_model *m, const mi_gguf_tensor *t, const char *hf, mi_weight_info *w,
                      void **own, char *err, size_t err_len) {
   const char *path = mi_gguf_path(m->g);
   json_t *spec = transform_spec(m, t->name);
   if (!spec) return 0;
-  const char *field = json_string_value(json_object_get(spec, "unpermute_heads"));
-  json_t *add = json_object_get(spec, "add");
-  if (json_object_size(spec) != 1 || (!field && !json_is_number(add))) {
-    mi_path_err(err, err_len, path, "the model contract %s: gguf.transforms for '%s' is not {\"unpermute_heads\": FIELD} or {\"add\": NUMBER}",
-                m->contract_path, t->name);
-    return -1;
+  const size_t ns = json_is_array(spec) ? json_array_size(spec) : 1;
+  for (size_t i = 0; i < ns; i++) {
+    const json_t *st = json_is_array(spec) ? json_array_get(spec, i) : spec;
+    const char *field = json_string_value(json_object_get(st, "unpermute_heads"));
+    const json_t *rg = json_object_get(st, "regroup"), *un = json_object_get(st, "unsqueeze");
+    int rc;
+    if (json_object_size(st) != 1) rc = -3;
+    else if (field) rc = step_unpermute(m, t, hf, field, w, own, err, err_len);
+    else if (json_is_number(json_object_get(st, "add")) || json_is_string(json_object_get(st, "value")))
+      rc = step_values(m, t, hf, st, w, own, err, err_len);
+    else if (json_is_object(rg)) rc = step_regroup(m, t, hf, rg, w, own, err, err_len);
+    else if (un) rc = step_unsqueeze(m, t, hf, un, w, err, err_len);
+    else rc = -3;
+    if (rc == -3)
+      mi_path_err(err, err_len, path,
+                  "the model contract %s: gguf.transforms for '%s': step %zu is not one of {\"unpermute_heads\": FIELD}, "
+                  "{\"add\": NUMBER}, {\"value\": EXPR}, {\"regroup\": {..}}, {\"unsqueeze\": AXIS}",
+                  m->contract_path, t->name, i);
+    if (rc == -2) mi_path_err(err, err_len, path, "tensor '%s': out of memory undoing its GGUF transform", t->name);
+    if (rc) return -1;
   }
-  if (field) {
-    const json_int_t nh = json_integer_value(json_object_get(m->config, field));
-    const int64_t rows = w->shape[0];
-    if (nh <= 0 || rows % nh || (rows / nh) % 2 || w->nbytes % (size_t)rows) {
-      mi_path_err(err, err_len, path, "tensor '%s' (%s): %lld rows cannot be un-permuted over %s = %lld heads",
-                  t->name, hf, (long long)rows, field, (long long)nh);
-      return -1;
-    }
-    const size_t rb = w->nbytes / (size_t)rows;
-    const int64_t hd = rows / nh, half = hd / 2;
-    unsigned char *out = malloc(w->nbytes ? w->nbytes : 1);
-    if (!out) goto oom;
-    const unsigned char *in = w->data;
-    for (int64_t h = 0; h < nh; h++)
-      for (int64_t i = 0; i < 2; i++)
-        for (int64_t j = 0; j < half; j++)
-          memcpy(out + (size_t)(h * hd + i * half + j) * rb, in + (size_t)(h * hd + 2 * j + i) * rb, rb);
-    free(*own);
-    *own = out;
-    w->data = out;
-    return 0;
-  }
-  if (w->ndim != 1 || (w->dtype != MI_DTYPE_F32 && w->dtype != MI_DTYPE_F16 && w->dtype != MI_DTYPE_BF16)) {
-    mi_path_err(err, err_len, path, "tensor '%s' (%s): \"add\" takes an F32, F16 or BF16 vector", t->name, hf);
-    return -1;
-  }
-  const size_t n = (size_t)w->shape[0];
-  float *out = malloc((n ? n : 1) * sizeof(float));
-  if (!out) goto oom;
-  const double x = json_number_value(add);
-  for (size_t k = 0; k < n; k++)
-    out[k] = (float)((double)mi_float_value((mi_dtype)w->dtype, w->data, k) + x);
-  free(*own);
-  *own = out;
-  w->data = out;
-  w->dtype = MI_DTYPE_F32;
-  w->nbytes = n * sizeof(float);
   return 0;
-oom:
-  mi_path_err(err, err_len, path, "tensor '%s': out of memory undoing its GGUF transform", t->name);
-  return -1;
 }
 
 mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
@@ -1178,6 +1455,12 @@ const mi_gguf_tensor *mi_gguf_model_tensor(const mi_gguf_model *m, const char *h
 }
 
 double mi_gguf_model_tensor_shift(const mi_gguf_model *m, const mi_gguf_tensor *t) {
-  const json_t *add = json_object_get(transform_spec(m, t->name), "add");
-  return json_is_number(add) ? json_number_value(add) : 0;
+  /* the adds of its steps (a reordering moves values without changing them) */
+  const json_t *spec = transform_spec(m, t->name);
+  double shift = 0;
+  for (size_t i = 0, n = json_is_array(spec) ? json_array_size(spec) : 1; i < n; i++) {
+    const json_t *add = json_object_get(json_is_array(spec) ? json_array_get(spec, i) : spec, "add");
+    if (json_is_number(add)) shift += json_number_value(add);
+  }
+  return shift;
 }

@@ -28,7 +28,12 @@
  *   - a Gemma 2 file (norms stored 1 + w, sandwich norms, soft-caps and
  *     window as keys), bf16 and Q4_K_M: every stage, stage 4 against
  *     llama.cpp on the file; the folder to the same bytes (bf16); the
- *     norms' storage exercised. */
+ *     norms' storage exercised;
+ *   - a Qwen3.5 hybrid file (arch qwen35: value heads tiled, A_log as
+ *     -exp(A_log), conv1d squeezed, zero-centred norms as 1 + w, the
+ *     recurrent layers as a 0/1 array): every stage, stage 4 against
+ *     llama.cpp on the file, the folder to the same bytes; the storage
+ *     exercised. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -44,7 +49,8 @@ static char g_q8[1300], g_wide[1300], g_q4km[1300], g_out_q8[1300], g_out_q4km[1
 static char g_llama[1300], g_llama_gguf[1300], g_out_llama[1300];
 static char g_gemma2[1300], g_gemma2_gguf[1300], g_out_gemma2[1300];
 static char g_gemma2q[1300], g_gemma2q_gguf[1300], g_out_gemma2q[1300];
-static res g_gen_q8, g_gen_q4km, g_gen_llama, g_gen_gemma2, g_gen_gemma2q;
+static char g_q35[1300], g_q35_gguf[1300], g_out_q35[1300];
+static res g_gen_q8, g_gen_q4km, g_gen_llama, g_gen_gemma2, g_gen_gemma2q, g_gen_q35;
 
 static res run(const char *tool, const char *const *args, int timeout) {
   return gt_run(g_build, g_tmp, tool, args, timeout);
@@ -193,6 +199,16 @@ static int setup_all(void) {
   if (gemma2_file("gemma2-tiny-blocks-seed15", blocks, "q4_k_m", "3", g_gemma2q, g_gemma2q_gguf, g_out_gemma2q,
                   &g_gen_gemma2q))
     return -1;
+  /* the hybrid: 2 key heads over 4 value heads, so the tiled order differs */
+  snprintf(g_q35, sizeof g_q35, "%s/qwen35-tiny-seed3", g_tmp);
+  snprintf(g_q35_gguf, sizeof g_q35_gguf, "%s/qwen35-tiny-seed3-bf16.gguf", g_tmp);
+  snprintf(g_out_q35, sizeof g_out_q35, "%s/engine-qwen35", g_tmp);
+  const char *mk3[] = {"--family", "qwen35", "--shape", "tiny", "--seed", "3", "--out", g_q35, NULL};
+  r = run("mi-mkmodel", mk3, 120);
+  const int mk3_rc = r.rc;
+  res_free(&r);
+  if (mk3_rc != 0 || hf2gguf(g_q35, g_q35_gguf, "bf16") != 0) return -1;
+  if (!g_quick) g_gen_q35 = gen(g_q35_gguf, "bf16", g_out_q35);
   return 0;
 }
 
@@ -423,6 +439,60 @@ START_TEST(test_gemma2_q4_k_m_file) {
 }
 END_TEST
 
+/* A Qwen3.5 hybrid file as llama.cpp's converter writes it (arch qwen35):
+ * the shipped model.qwen35's gguf section, which the vocabulary gives
+ * (variant.config_class_qwen3_5_text; test_evolve holds that), undoes the
+ * tiled value heads, -exp(A_log), the squeezed conv and the 1 + w norms;
+ * the engine mi-gen makes from the file passes every stage, stage 4
+ * against llama.cpp on the file (tests/goldens/gguf/qwen35-tiny-seed3-bf16.json),
+ * and runs the folder to the same bytes; read as stored it answers
+ * otherwise. */
+START_TEST(test_qwen35_file) {
+  ck_assert_msg(g_gen_q35.rc == 0, "mi-gen on the Qwen3.5 GGUF exited %d:\n%s", g_gen_q35.rc, g_gen_q35.err);
+  all_stages_pass(g_out_q35, "qwen35");
+  /* each transform on its own: the file read with that one entry left out
+   * answers otherwise than with all of them, or is refused (the squeezed
+   * conv's shape): none is a no-op here */
+  char ckb2[1300], pp[1400], src[1400];
+  snprintf(ckb2, sizeof ckb2, "%s/ckb-qwen35-one-less", g_tmp);
+  snprintf(src, sizeof src, "%s/ckb/models/qwen35.json", g_src);
+  snprintf(pp, sizeof pp, "%s/models/qwen35.json", ckb2);
+  sh("rm -rf '%s' && cp -r '%s/ckb' '%s'", ckb2, g_src, ckb2);
+  json_t *shipped = json_load_file(src, 0, NULL);
+  const json_t *tr = json_object_get(json_object_get(shipped, "gguf"), "transforms");
+  ck_assert_int_ge(json_object_size(tr), 8);
+  const char *a[] = {"--plugin-dir", g_out_q35, "-m", g_q35_gguf, "-p", "Once upon a time", "-n", "8", "--temp",
+                     "0", "--json", "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
+  const char *b[] = {"--plugin-dir", g_out_q35, "-m", g_q35, "-p", "Once upon a time", "-n", "8", "--temp",
+                     "0", "--json", "--top-logprobs", "5", "--ignore-eos", "-t", "2", NULL};
+  res all = run("mi-run", a, 120), folder = run("mi-run", b, 120);
+  ck_assert_msg(all.rc == 0 && folder.rc == 0, "%s / %s", all.err, folder.err);
+  ck_assert_str_eq(all.out, folder.out); /* the file, as the transforms read it, is the folder */
+  res_free(&folder);
+  int refused = 0;
+  const char *name;
+  json_t *v;
+  json_object_foreach((json_t *)tr, name, v) {
+    json_t *m = json_deep_copy(shipped);
+    json_object_del(json_object_get(json_object_get(m, "gguf"), "transforms"), name);
+    ck_assert_int_eq(json_dump_file(m, pp, JSON_INDENT(2)), 0);
+    json_decref(m);
+    setenv("MI_CKB_DIR", ckb2, 1);
+    res one = run("mi-run", a, 120);
+    unsetenv("MI_CKB_DIR");
+    ck_assert_msg(one.rc != 0 || strcmp(one.out, all.out) != 0, "without the transform of %s: the same answer", name);
+    if (one.rc != 0) {
+      ck_assert_msg(strstr(one.err, "has shape") && one_line(one.err), "without the transform of %s: %s", name, one.err);
+      refused++;
+    }
+    res_free(&one);
+  }
+  ck_assert_int_le(refused, 1); /* the conv alone changes a shape */
+  res_free(&all);
+  json_decref(shipped);
+}
+END_TEST
+
 /* mi-run's --json on model (folder or file) through the engine in eng,
  * MI_CKB_DIR ckb when not NULL */
 static res run_llama(const char *eng, const char *model, const char *ckb) {
@@ -526,6 +596,7 @@ int main(void) {
   if (!g_quick) tcase_add_test(t, test_llama_file_unpermuted);
   if (!g_quick) tcase_add_test(t, test_gemma2_file);
   if (!g_quick) tcase_add_test(t, test_gemma2_q4_k_m_file);
+  if (!g_quick) tcase_add_test(t, test_qwen35_file);
   tcase_add_test(t, test_llama31_rope_freqs);
   tcase_add_test(t, test_refusals);
   suite_add_tcase(s, t);
@@ -533,6 +604,6 @@ int main(void) {
   if (!getenv("MI_KEEP")) sh("rm -rf '%s'", g_tmp);
   res_free(&g_gen_q8);
   if (!g_quick) res_free(&g_gen_q4km), res_free(&g_gen_llama), res_free(&g_gen_gemma2),
-                   res_free(&g_gen_gemma2q);
+                   res_free(&g_gen_gemma2q), res_free(&g_gen_q35);
   return failed ? 1 : 0;
 }

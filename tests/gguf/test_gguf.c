@@ -18,6 +18,7 @@
 #include <check.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -647,6 +648,177 @@ START_TEST(config_forms_path_whole_float_and_expr) {
 }
 END_TEST
 
+/* gguf.config's forms for a hybrid's keys: {"array", "values"} (llama.cpp's
+ * attention.recurrent_layers, 0/1 per layer, as layer_types' names), an
+ * expression over GGUF keys its "keys" binds (the value head width from
+ * ssm.inner_size / time_step_rank), {"value"} (what the architecture always
+ * computes with). An element no value names, a bound key that is missing
+ * (a required field) or is a string: one line naming the field and key. */
+START_TEST(config_forms_array_keys_and_value) {
+  layout L;
+  char p[1200], err[512];
+  snprintf(p, sizeof p, "%s/ckb/models/qwen3.json", g_src);
+  json_t *base = json_load_file(p, 0, NULL), *cfg = NULL;
+  ck_assert_ptr_nonnull(base);
+  gw w = make_model_x(&L, 0);
+  const char *fields = "[{\"name\": \"kinds\", \"meaning\": \"m\"}, {\"name\": \"raw\", \"meaning\": \"m\"},"
+                       " {\"name\": \"twice\", \"type\": \"integer\", \"meaning\": \"m\"},"
+                       " {\"name\": \"opt\", \"type\": \"integer\", \"default\": 9, \"meaning\": \"m\"},"
+                       " {\"name\": \"need\", \"type\": \"integer\", \"required\": true, \"meaning\": \"m\"},"
+                       " {\"name\": \"gate\", \"type\": \"boolean\", \"meaning\": \"m\"}]";
+  ck_assert_msg(config_with(&w, base, fields,
+                            "{\"kinds\": {\"array\": \"general.some_i64s\", \"values\": {\"7\": \"a\", \"-3\": \"b\"}},"
+                            " \"raw\": {\"array\": \"general.some_i64s\"},"
+                            " \"twice\": {\"expr\": \"2 * n + head_dim\", \"keys\": {\"n\": \"{arch}.feed_forward_length\"}},"
+                            " \"opt\": {\"expr\": \"n\", \"keys\": {\"n\": \"{arch}.no_such_key\"}},"
+                            " \"gate\": {\"value\": true}}",
+                            &cfg, err, sizeof err) == 0,
+                "%s", err);
+  char *k = json_dumps(json_object_get(cfg, "kinds"), JSON_COMPACT), *r = json_dumps(json_object_get(cfg, "raw"), JSON_COMPACT);
+  ck_assert_str_eq(k, "[\"a\",\"b\"]");
+  ck_assert_str_eq(r, "[7,-3]");
+  free(k), free(r);
+  ck_assert_int_eq(json_integer_value(json_object_get(cfg, "twice")), 2 * F + HD);
+  ck_assert_ptr_null(json_object_get(cfg, "opt")); /* its key absent: the contract's default */
+  ck_assert(json_is_true(json_object_get(cfg, "gate")));
+  json_decref(cfg);
+  /* the keys an expression or an array reads count as read */
+  ck_assert_int_eq(config_with(&w, base, fields, "{\"twice\": {\"expr\": \"n\", \"keys\": {\"n\": \"{arch}.attention.value_length\"}}}",
+                               &cfg, err, sizeof err),
+                   0);
+  json_decref(cfg);
+  ck_assert_int_ne(config_with(&w, base, fields, "{\"kinds\": {\"array\": \"general.some_i64s\", \"values\": {\"7\": \"a\"}}}",
+                               &cfg, err, sizeof err),
+                   0);
+  ck_assert_msg(strstr(err, "m.gguf: GGUF key 'general.some_i64s' (for kinds): element 1 is -3, which the contract gives no meaning"),
+                "%s", err);
+  ck_assert_int_ne(config_with(&w, base, fields, "{\"need\": {\"expr\": \"n\", \"keys\": {\"n\": \"{arch}.no_such_key\"}}}", &cfg,
+                               err, sizeof err),
+                   0);
+  ck_assert_msg(strstr(err, "need is computed from n (GGUF key 'qwen3.no_such_key')"), "%s", err);
+  ck_assert_int_ne(config_with(&w, base, fields, "{\"twice\": {\"expr\": \"n\", \"keys\": {\"n\": \"tokenizer.ggml.pre\"}}}", &cfg,
+                               err, sizeof err),
+                   0);
+  ck_assert_msg(strstr(err, "twice is computed from n (GGUF key 'tokenizer.ggml.pre')"), "%s", err);
+  ck_assert_int_ne(config_with(&w, base, fields, "{\"kinds\": {\"array\": \"{arch}.block_count\"}}", &cfg, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "GGUF key 'qwen3.block_count' (for kinds) is not an array"), "%s", err);
+  free(w.b);
+  json_decref(base);
+}
+END_TEST
+
+/* The served weights of the synthetic model under the transforms map
+ * (a JSON object merged into the qwen3 contract's gguf.transforms), or NULL
+ * with err. */
+static mi_weights *weights_with(const gw *w, json_t *base, const char *map, char *err, size_t el) {
+  json_t *c = json_deep_copy(base), *mp = json_loads(map, 0, NULL);
+  ck_assert(c && mp);
+  json_t *gg = json_object_get(c, "gguf");
+  if (!json_object_get(gg, "transforms")) json_object_set_new(gg, "transforms", json_object());
+  json_object_update(json_object_get(gg, "transforms"), mp);
+  json_decref(mp);
+  mi_gguf *g = mi_gguf_open_mem(w->b, w->len, "m.gguf", err, el);
+  ck_assert_msg(g, "%s", err);
+  mi_gguf_model *m;
+  mi_weights *ws = NULL;
+  if (mi_gguf_model_from(g, c, "qwen3.json", &m, err, el) == 0) {
+    ws = mi_gguf_model_weights(m, err, el);
+    mi_gguf_model_close(m);
+  }
+  json_decref(c);
+  return ws;
+}
+
+static const float *stored(const gw *w, const layout *L, const char *name) {
+  for (size_t i = 0; i < L->n_t; i++)
+    if (!strcmp(L->t_name[i], name)) return (const float *)(w->b + L->data_start + L->t_offset[i]);
+  ck_abort_msg("no tensor %s", name);
+  return NULL;
+}
+
+/* gguf.transforms' steps, held to their definitions on a file whose values
+ * are known: rows from..from+G*R*W stored as R tiles of G blocks of W served
+ * grouped (llama.cpp's tiled value heads), the same on columns, {"value"}
+ * after {"add"} in sequence, {"unsqueeze"}; a value the expression makes
+ * non-finite, a range past the tensor, an unknown step and a value
+ * expression reading another name: one line naming the tensor. */
+START_TEST(transform_steps_regroup_value_unsqueeze) {
+  layout L;
+  char p[1200], err[512];
+  snprintf(p, sizeof p, "%s/ckb/models/qwen3.json", g_src);
+  json_t *base = json_load_file(p, 0, NULL);
+  ck_assert_ptr_nonnull(base);
+  gw w = make_model_x(&L, 0);
+  enum { G = 2, R = 3, W = 5, FROM = 4 }; /* q has HQ*HD = 64 rows, o_proj 64 columns */
+  mi_weights *ws = weights_with(&w, base,
+                                "{\"blk.{i}.attn_q.weight\": {\"regroup\": {\"axis\": \"rows\", \"from\": \"head_dim / 4\","
+                                " \"groups\": 2, \"per_group\": \"num_attention_heads - 1\", \"width\": 5}},"
+                                " \"blk.{i}.attn_output.weight\": {\"regroup\": {\"axis\": \"cols\", \"groups\": 2, \"per_group\": 3,"
+                                " \"width\": 5}},"
+                                " \"blk.{i}.ffn_norm.weight\": [{\"add\": 2}, {\"value\": \"log(x)\"}],"
+                                " \"blk.{i}.attn_q_norm.weight\": [{\"unsqueeze\": 0}, {\"unsqueeze\": 2}]}",
+                                err, sizeof err);
+  ck_assert_msg(ws, "%s", err);
+  mi_weight_info q, o, n, qn;
+  ck_assert_int_eq(mi_weights_find(ws, "model.layers.0.self_attn.q_proj.weight", &q), 0);
+  ck_assert_int_eq(mi_weights_find(ws, "model.layers.0.self_attn.o_proj.weight", &o), 0);
+  ck_assert_int_eq(mi_weights_find(ws, "model.layers.0.post_attention_layernorm.weight", &n), 0);
+  ck_assert_int_eq(mi_weights_find(ws, "model.layers.0.self_attn.q_norm.weight", &qn), 0);
+  const float *sq = stored(&w, &L, "blk.0.attn_q.weight"), *so = stored(&w, &L, "blk.0.attn_output.weight");
+  const float *fq = q.data, *fo = o.data, *fn = n.data;
+  /* served row t holds the stored row t outside the range, and inside it
+   * the row of the same (group, tile, offset) in tiled order */
+  for (int t = 0; t < HQ * HD; t++) {
+    int from = t;
+    if (t >= FROM && t < FROM + G * R * W) {
+      const int u = t - FROM, g = u / (R * W), r = u / W % R, x = u % W;
+      from = FROM + (r * G + g) * W + x;
+    }
+    ck_assert_msg(!memcmp(fq + (size_t)t * D, sq + (size_t)from * D, D * sizeof(float)), "q row %d", t);
+  }
+  for (int row = 0; row < D; row++)
+    for (int c = 0; c < HQ * HD; c++) {
+      int from = c;
+      if (c < G * R * W) from = (c / W % R * G + c / (R * W)) * W + c % W;
+      ck_assert(fo[(size_t)row * HQ * HD + c] == so[(size_t)row * HQ * HD + from]);
+    }
+  for (int k = 0; k < D; k++) ck_assert(fn[k] == (float)log(3.0)); /* the ones, + 2, log */
+  ck_assert(n.dtype == MI_DTYPE_F32 && n.ndim == 1);
+  ck_assert(qn.ndim == 3 && qn.shape[0] == 1 && qn.shape[1] == HD && qn.shape[2] == 1);
+  mi_weights_close(ws);
+  /* refused, each naming the tensor */
+  struct {
+    const char *map, *want;
+  } bad[] = {
+      {"{\"blk.{i}.ffn_norm.weight\": {\"value\": \"log(-x)\"}}",
+       "m.gguf: tensor 'blk.0.ffn_norm.weight' (model.layers.0.post_attention_layernorm.weight): value 0 is 1, which its "
+       "transform (log(-x)) makes"},
+      {"{\"blk.{i}.attn_q.weight\": {\"regroup\": {\"axis\": \"rows\", \"from\": 10, \"groups\": 2, \"per_group\": 3, \"width\": 10}}}",
+       "tensor 'blk.0.attn_q.weight' (model.layers.0.self_attn.q_proj.weight): rows 10..70 regrouped as 3 x 2 blocks of 10: the "
+       "tensor has 64"},
+      {"{\"blk.{i}.attn_q.weight\": {\"regroup\": {\"axis\": \"rows\", \"groups\": 0, \"per_group\": 3, \"width\": 1}}}",
+       "regrouped as 3 x 0 blocks"},
+      {"{\"blk.{i}.attn_q.weight\": {\"regroup\": {\"axis\": \"diagonal\", \"groups\": 1, \"per_group\": 1, \"width\": 1}}}",
+       "regroup's axis is not"},
+      {"{\"blk.{i}.attn_q.weight\": {\"regroup\": {\"axis\": \"rows\", \"groups\": \"head_dim / 3\", \"per_group\": 1, \"width\": 1}}}",
+       "tensor 'blk.0.attn_q.weight': its transform's groups is 5.33333, not a whole number"},
+      {"{\"blk.{i}.attn_q.weight\": {\"regroup\": {\"axis\": \"rows\", \"groups\": \"nope\", \"per_group\": 1, \"width\": 1}}}",
+       "its transform's groups reads nope"},
+      {"{\"blk.{i}.attn_q.weight\": [{\"transpose\": true}]}", "gguf.transforms for 'blk.0.attn_q.weight': step 0 is not one of"},
+      {"{\"blk.{i}.attn_q.weight\": [{\"unsqueeze\": 9}]}", "cannot insert a dimension at 9 of 2"},
+      {"{\"blk.{i}.ffn_norm.weight\": {\"value\": \"x * y\"}}", "reads 'y' (a value's expression reads x alone)"},
+      {"{\"blk.{i}.attn_q.weight\": {\"add\": 1}}", "\"add\" takes an F32, F16 or BF16 vector"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    err[0] = 0;
+    mi_weights *b = weights_with(&w, base, bad[i].map, err, sizeof err);
+    ck_assert_msg(!b && strstr(err, bad[i].want) && !strchr(err, '\n'), "case %zu: %s", i, err);
+  }
+  free(w.b);
+  json_decref(base);
+}
+END_TEST
+
 START_TEST(mi_run_refuses_hostile_files) {
   layout L;
   gw w = make_model(&L);
@@ -922,8 +1094,8 @@ int main(int argc, char **argv) {
     mi_check_add(tc, MI_CHECK_TESTS(reader_reads_what_was_written,
                                     reader_refuses_truncation_at_every_length,
                                     reader_refuses_hostile_headers, model_from_c_gguf_runs_and_maps,
-                                    config_forms_path_whole_float_and_expr,
-                                    mi_run_refuses_hostile_files));
+                                    config_forms_path_whole_float_and_expr, config_forms_array_keys_and_value,
+                                    transform_steps_regroup_value_unsqueeze, mi_run_refuses_hostile_files));
   }
   suite_add_tcase(su, tc);
   const int nf = mi_check_run(su) != EXIT_SUCCESS;

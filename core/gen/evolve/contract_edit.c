@@ -317,6 +317,15 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
       json_object_del(e, "if_present");
       json_array_append_new(inert, e);
     }
+    /* the section a config class declares (the architecture llama.cpp names
+     * the family, its names where they are the family's own): before any
+     * member adds the names and keys of what it brings (pass 2) */
+    json_t *gg = json_object_get(m, "gguf");
+    const json_t *sg = json_object_get(ed, "set_gguf");
+    if (json_is_object(gg) && json_is_object(sg)) {
+      merge(gg, sg, "");
+      json_object_set_new(gg, "x-declared", json_true());
+    }
     /* fields the contract's layer kinds lack: a split's own interval stays */
     json_t *lk = json_object_get(m, "layer_kinds");
     const char *k;
@@ -377,11 +386,6 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
     json_t *dv = json_object_get(gg, "derive");
     if (!dv) json_object_set_new(gg, "derive", dv = json_object());
     json_object_set(dv, k, x);
-  }
-  const json_t *sg = json_object_get(ed, "set_gguf");
-  if (json_is_object(gg) && json_is_object(sg)) {
-    merge(gg, sg, "");
-    json_object_set_new(gg, "x-declared", json_true());
   }
 }
 
