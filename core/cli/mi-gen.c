@@ -617,10 +617,12 @@ static int check_file_dtypes(const gen_run *r) {
   const char *bad = NULL, *bad_dt = NULL;
   char list[256] = "";
   size_t o = 0;
+  int blocks = 0; /* the file's matrices of a block type: a set's f32 is for those the load widened, not a whole file */
   for (int t = 0; t < MI_DTYPE_COUNT; t++) { /* in dtype order: one message for one file */
     const char *dn = mi_dtype_name((mi_dtype)t);
     json_t *e = json_object_get(have, dn);
     if (!e) continue;
+    blocks += mi_dtype_is_block((mi_dtype)t);
     int in = !strcmp(dn, r->dtype);
     size_t k;
     json_t *d;
@@ -629,6 +631,17 @@ static int check_file_dtypes(const gen_run *r) {
     if (o < sizeof list)
       o += (size_t)snprintf(list + o, sizeof list - o, "%s%s x%lld", o ? ", " : "", dn,
                             (long long)json_integer_value(json_object_get(e, "count")));
+  }
+  int block_dtype = 0;
+  for (int t = 0; t < MI_DTYPE_COUNT; t++) block_dtype |= mi_dtype_is_block((mi_dtype)t) && !strcmp(mi_dtype_name((mi_dtype)t), r->dtype);
+  size_t k;
+  json_t *d;
+  json_array_foreach(set, k, d) for (int t = 0; t < MI_DTYPE_COUNT; t++) block_dtype |=
+      mi_dtype_is_block((mi_dtype)t) && !strcmp(mi_dtype_name((mi_dtype)t), json_string_value(d) ?: "");
+  if (!bad_dt && block_dtype && !blocks) {
+    fprintf(stderr, "mi-gen: --dtype %s: %s: no matrix is stored in a block type (this file's: %s); an engine for %s "
+            "binds its quantized matrices as stored\n", r->dtype, r->model, list, r->dtype);
+    return EX_DTYPE;
   }
   if (!bad_dt) return -1;
   char *sl = json_dumps(set, JSON_COMPACT);

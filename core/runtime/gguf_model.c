@@ -206,10 +206,16 @@ static const char *expr_bind(const mi_kexpr *x, const mi_gguf *g, json_t *keys, 
   *absent = 0;
   for (int k = 0; k < mi_kexpr_n_names(x); k++) {
     const char *nm = mi_kexpr_name(x, k);
-    const char *kp = json_string_value(json_object_get(keys, nm));
+    /* "keys": {NAME: KEY} or {NAME: {"key": KEY, "default": NUMBER}} (the value where the file has no such key) */
+    const json_t *kb = json_object_get(keys, nm), *dflt = json_object_get(kb, "default");
+    const char *kp = json_is_string(kb) ? json_string_value(kb) : json_string_value(json_object_get(kb, "key"));
     char key[512];
     if (kp) {
       const mi_gguf_kv *kv = g && expand_key(kp, arch, key, sizeof key) == 0 ? mi_gguf_get(g, key) : NULL;
+      if (!kv && json_is_number(dflt)) {
+        v[k] = json_number_value(dflt);
+        continue;
+      }
       if (!kv) *absent = 1;
       if (!kv || kv->type == MI_GGUF_ARRAY || kv->type == MI_GGUF_STRING || mi_gguf_kv_real(kv, &v[k]) != 0)
         return nm;
@@ -229,7 +235,7 @@ static const char *expr_bind(const mi_kexpr *x, const mi_gguf *g, json_t *keys, 
  * config's array of what each number means ("linear_attention"); without
  * "values", the elements as stored. NULL + err, *skip when the key is absent
  * and the field not required. */
-static json_t *array_value(const mi_gguf *g, json_t *spec, json_t *cf, const char *field, const char *arch,
+static json_t *array_value(const mi_gguf *g, json_t *spec, json_t *cf, json_t *cfg, const char *field, const char *arch,
                            int *skip, char *err, size_t el) {
   const char *path = mi_gguf_path(g);
   char key[512];
@@ -247,8 +253,21 @@ static json_t *array_value(const mi_gguf *g, json_t *spec, json_t *cf, const cha
     mi_path_err(err, el, path, "GGUF key '%s' (for %s) is not an array (of at most 2^20 elements)", key, field);
     return NULL;
   }
+  /* "length": the first elements only (llama.cpp lists its appended
+   * multi-token-prediction layers in the same array) */
+  uint64_t n = kv->n;
+  const json_t *len = json_object_get(spec, "length");
+  if (len) {
+    const json_t *lv = json_is_string(len) ? json_object_get(cfg, json_string_value(len)) : len;
+    if (!json_is_integer(lv) || json_integer_value(lv) < 0 || (uint64_t)json_integer_value(lv) > kv->n) {
+      mi_path_err(err, el, path, "GGUF key '%s' (for %s) has %llu elements, fewer than its length %s", key, field,
+                  (unsigned long long)kv->n, json_is_string(len) ? json_string_value(len) : "(not a whole number)");
+      return NULL;
+    }
+    n = (uint64_t)json_integer_value(lv);
+  }
   json_t *values = json_object_get(spec, "values"), *out = json_array();
-  for (uint64_t i = 0; out && i < kv->n; i++) {
+  for (uint64_t i = 0; out && i < n; i++) {
     int64_t iv;
     const char *s;
     size_t n;
@@ -314,7 +333,7 @@ static json_t *config_value(const mi_gguf *g, json_t *contract, json_t *cfg, con
   }
   const char *ta = json_string_value(json_object_get(spec, "tensor_absent"));
   if (ta) return json_boolean(!mi_gguf_tensor_find(g, ta));
-  if (json_is_string(json_object_get(spec, "array"))) return array_value(g, spec, cf, field, arch, skip, err, el);
+  if (json_is_string(json_object_get(spec, "array"))) return array_value(g, spec, cf, cfg, field, arch, skip, err, el);
   /* {"value": JSON}: what the architecture's graph always computes with
    * (a hybrid architecture that always gates its attention output: no key says so) */
   if (json_object_get(spec, "value") && json_object_size(spec) == 1) return json_deep_copy(json_object_get(spec, "value"));
@@ -340,7 +359,8 @@ static json_t *config_value(const mi_gguf *g, json_t *contract, json_t *cfg, con
       return NULL;
     }
     if (missing[0]) {
-      const char *kp = json_string_value(json_object_get(keys, missing));
+      const json_t *kb = json_object_get(keys, missing);
+      const char *kp = json_is_string(kb) ? json_string_value(kb) : json_string_value(json_object_get(kb, "key"));
       char key[512] = "";
       if (kp && expand_key(kp, arch, key, sizeof key)) key[0] = 0;
       mi_path_err(err, el, path, "%s is computed from %s%s%s%s, which the file does not give as a number", field, missing,
@@ -368,7 +388,8 @@ static json_t *config_value(const mi_gguf *g, json_t *contract, json_t *cfg, con
 }
 
 /* The config.json the file's metadata states: each gguf.config field from
- * its key, array or tensor, then (pass 1) those computed from them. */
+ * its key, array or tensor, then (pass 1) those computed from them, then
+ * (pass 2) arrays cut to a length such a field gives. */
 static json_t *build_config(const mi_gguf *g, json_t *contract, const char *arch, char *err,
                             size_t el) {
   const char *path = mi_gguf_path(g);
@@ -381,11 +402,12 @@ static json_t *build_config(const mi_gguf *g, json_t *contract, const char *arch
     return NULL;
   }
   json_object_set_new(cfg, "architectures", json_pack("[s]", a0));
-  for (int pass = 0; pass < 2; pass++) {
+  for (int pass = 0; pass < 3; pass++) {
     const char *field;
     json_t *spec;
     json_object_foreach(map, field, spec) {
-      if ((json_object_get(spec, "expr") != NULL) != pass) continue;
+      const int at = json_object_get(spec, "expr") ? 1 : json_object_get(spec, "length") ? 2 : 0;
+      if (at != pass) continue;
       int skip;
       json_t *v = config_value(g, contract, cfg, field, spec, arch, &skip, err, el);
       if (skip) continue;
@@ -670,7 +692,8 @@ static int section_names(json_t *obj, int values, const char *arch, const char *
     if (names_key(v, arch, key) || names_key(json_object_get(v, "array"), arch, key) ||
         names_key(json_object_get(v, "array_length"), arch, key))
       return 1;
-    json_object_foreach(json_object_get(v, "keys"), kk, kv) if (names_key(kv, arch, key)) return 1;
+    json_object_foreach(json_object_get(v, "keys"), kk, kv) if (names_key(kv, arch, key) ||
+                                                             names_key(json_object_get(kv, "key"), arch, key)) return 1;
   }
   return 0;
 }
@@ -1051,9 +1074,29 @@ static int hf_name(json_t *map, const char *name, char *hf, size_t n) {
   return 0;
 }
 
+/* gguf.unused {"layers": "blk.{i}.", "from": FIELD, "why": TEXT}: a
+ * tensor of layer i >= the config's FIELD is not served (llama.cpp appends
+ * a model's multi-token-prediction layers after its own, under the same
+ * names: draft tokens for speculative decoding, not the next-token logits).
+ * The layer index when name is one, else -1. */
+static long long unused_layer(const mi_gguf_model *m, const char *name) {
+  const json_t *u = json_object_get(json_object_get(m->contract, "gguf"), "unused");
+  const char *pat = json_string_value(json_object_get(u, "layers")), *from = json_string_value(json_object_get(u, "from"));
+  const char *at = pat ? strstr(pat, "{i}") : NULL;
+  if (!at || !from) return -1;
+  const size_t pre = (size_t)(at - pat), suf = strlen(at + 3);
+  if (strncmp(name, pat, pre) || name[pre] < '0' || name[pre] > '9') return -1;
+  char *end;
+  const long long li = strtoll(name + pre, &end, 10);
+  const json_int_t nl = json_integer_value(json_object_get(m->config, from));
+  return strncmp(end, at + 3, suf) == 0 && nl > 0 && li >= nl ? li : -1;
+}
+
 /* Host memory: the file's tensors (read or mapped, they stay) plus the f32
  * copies widening makes must fit m->mem_avail; the session's check before
  * the file was opened counted the file alone. 0, or -1 + err. */
+static int transform_widens(const mi_gguf_model *m, const mi_gguf_tensor *t, int bd);
+
 static int widened_fit(const mi_gguf_model *m, json_t *map, char *err, size_t err_len) {
   if (!m->mem_avail) return 0;
   uint64_t file = 0, wide = 0;
@@ -1062,8 +1105,8 @@ static int widened_fit(const mi_gguf_model *m, json_t *map, char *err, size_t er
     char hf[512];
     file += t->nbytes;
     const int bd = block_dtype(t->type);
-    if (bd < 0 || !t->known || !hf_name(map, t->name, hf, sizeof hf)) continue;
-    if (t->n_dims == 2 && (m->keep_blocks >> bd & 1u)) continue;
+    if (bd < 0 || !t->known || unused_layer(m, t->name) >= 0 || !hf_name(map, t->name, hf, sizeof hf)) continue;
+    if (t->n_dims == 2 && (m->keep_blocks >> bd & 1u) && !transform_widens(m, t, bd)) continue;
     wide += t->nbytes / mi_dtype_block_bytes((mi_dtype)bd) * (uint64_t)mi_dtype_block((mi_dtype)bd) * 4u;
   }
   if (file + wide <= m->mem_avail) return 0;
@@ -1139,6 +1182,27 @@ static int step_size(const mi_gguf_model *m, const json_t *spec, const char *wha
     return -1;
   }
   *out = (int64_t)r;
+  return 0;
+}
+
+/* Will t's transform widen it although the platform takes its block type
+ * bd? A value step does; so does a column regroup whose runs are not whole
+ * blocks. (A malformed step is the transform's to report: 0 here.) */
+static int transform_widens(const mi_gguf_model *m, const mi_gguf_tensor *t, int bd) {
+  const json_t *spec = transform_spec(m, t->name);
+  const int64_t qk = mi_dtype_block((mi_dtype)bd);
+  for (size_t i = 0, n = json_is_array(spec) ? json_array_size(spec) : spec ? 1 : 0; i < n; i++) {
+    const json_t *st = json_is_array(spec) ? json_array_get(spec, i) : spec, *rg = json_object_get(st, "regroup");
+    if (json_object_get(st, "value")) return 1;
+    const char *axis = json_string_value(json_object_get(rg, "axis"));
+    int64_t from = 0, D = 0;
+    char e[256];
+    if (!axis || strcmp(axis, "cols")) continue;
+    if ((json_object_get(rg, "from") && step_size(m, json_object_get(rg, "from"), "from", t, &from, e, sizeof e)) ||
+        step_size(m, json_object_get(rg, "width"), "width", t, &D, e, sizeof e))
+      return 0;
+    if (from % qk || D % qk) return 1;
+  }
   return 0;
 }
 
@@ -1372,10 +1436,17 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
   }
   if (widened_fit(m, map, err, err_len) != 0) goto fail;
   unsigned blocks[MI_DTYPE_COUNT][2] = {{0}};
-  size_t k = 0;
+  size_t k = 0, unused = 0;
+  long long unused_from = -1;
   for (size_t i = 0; i < nt; i++) {
     const mi_gguf_tensor *t = mi_gguf_tensor_at(g, i);
     char hf[512];
+    const long long ul = unused_layer(m, t->name);
+    if (ul >= 0) { /* a layer past the model's own: not served, named once below */
+      unused++;
+      if (unused_from < 0 || ul < unused_from) unused_from = ul;
+      continue;
+    }
     if (json_object_get(json_object_get(json_object_get(m->contract, "gguf"), "derive"), t->name))
       continue; /* read into the config (derive_config), not a weight */
     if (!hf_name(map, t->name, hf, sizeof hf)) {
@@ -1390,7 +1461,6 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
     int widen;
     const int dt = serve_dtype(m, t, hf, &widen, err, err_len);
     if (dt < 0) goto fail;
-    if (widen >= 0 || mi_dtype_is_block((mi_dtype)dt)) blocks[widen >= 0 ? widen : dt][widen >= 0]++;
     if (!(o->names[k] = strdup(hf))) {
       mi_path_err(err, err_len, path, "out of memory");
       goto fail;
@@ -1417,9 +1487,16 @@ mi_weights *mi_gguf_model_weights(mi_gguf_model *m, char *err, size_t err_len) {
                   (size_t)mi_dtype_block((mi_dtype)widen) * sizeof(float);
     }
     if (transform(m, t, hf, w, &o->dequant[k - 1], err, err_len) != 0) goto fail;
+    /* as served: a block type kept, or widened (at load, or by a transform
+     * that could not move its blocks) */
+    const int stored = block_dtype(t->type);
+    if (stored >= 0) blocks[stored][!mi_dtype_is_block((mi_dtype)w->dtype)]++;
     w->file = path;
   }
   log_blocks(path, blocks);
+  if (unused)
+    mi_log(MI_LOG_INFO, "gguf", "%s: skipped %zu tensors of layers %lld and after: %s", path, unused, unused_from,
+           json_string_value(json_object_get(json_object_get(json_object_get(m->contract, "gguf"), "unused"), "why")) ?: "");
   o->g = g;
   mi_weights *ws = mi_weights_from_table(tab, k, o, owner_close, path, err, err_len);
   free(tab);

@@ -33,7 +33,10 @@
  *     -exp(A_log), conv1d squeezed, zero-centred norms as 1 + w, the
  *     recurrent layers as a 0/1 array): every stage, stage 4 against
  *     llama.cpp on the file, the folder to the same bytes; the storage
- *     exercised. */
+ *     exercised; its Q8_0 file (the matrix whose columns cannot move
+ *     as blocks widened at load, which the q8_0 weight set allows); and
+ *     its released layout with a whole multi-token-prediction head, whose
+ *     appended layer the section skips. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -49,8 +52,8 @@ static char g_q8[1300], g_wide[1300], g_q4km[1300], g_out_q8[1300], g_out_q4km[1
 static char g_llama[1300], g_llama_gguf[1300], g_out_llama[1300];
 static char g_gemma2[1300], g_gemma2_gguf[1300], g_out_gemma2[1300];
 static char g_gemma2q[1300], g_gemma2q_gguf[1300], g_out_gemma2q[1300];
-static char g_q35[1300], g_q35_gguf[1300], g_out_q35[1300];
-static res g_gen_q8, g_gen_q4km, g_gen_llama, g_gen_gemma2, g_gen_gemma2q, g_gen_q35;
+static char g_q35[1300], g_q35_gguf[1300], g_out_q35[1300], g_q35q8[1300], g_out_q35q8[1300];
+static res g_gen_q8, g_gen_q4km, g_gen_llama, g_gen_gemma2, g_gen_gemma2q, g_gen_q35, g_gen_q35q8;
 
 static res run(const char *tool, const char *const *args, int timeout) {
   return gt_run(g_build, g_tmp, tool, args, timeout);
@@ -209,6 +212,12 @@ static int setup_all(void) {
   res_free(&r);
   if (mk3_rc != 0 || hf2gguf(g_q35, g_q35_gguf, "bf16") != 0) return -1;
   if (!g_quick) g_gen_q35 = gen(g_q35_gguf, "bf16", g_out_q35);
+  /* its Q8_0 file: value-head rows moved as Q8_0 rows, out_proj's 16-wide
+   * column runs not whole blocks of 32, so that matrix widened to f32 */
+  snprintf(g_q35q8, sizeof g_q35q8, "%s/qwen35-tiny-seed3-q8_0.gguf", g_tmp);
+  snprintf(g_out_q35q8, sizeof g_out_q35q8, "%s/engine-qwen35-q8_0", g_tmp);
+  if (hf2gguf(g_q35, g_q35q8, "q8_0") != 0) return -1;
+  if (!g_quick) g_gen_q35q8 = gen(g_q35q8, "q8_0", g_out_q35q8);
   return 0;
 }
 
@@ -272,7 +281,7 @@ START_TEST(test_q8_0_engine) {
   snprintf(p, sizeof p, "%s/engine.c", g_out_q8);
   char *src = gt_slurp(p);
   ck_assert_ptr_nonnull(
-      strstr(src, "(1u << MI_DTYPE_Q8_0) /* the dtypes a matrix may be stored in"));
+      strstr(src, "(1u << MI_DTYPE_Q8_0 | 1u << MI_DTYPE_F32) /* the dtypes a matrix may be stored in"));
   ck_assert_ptr_nonnull(
       strstr(src, "L->mlp_down_proj.ptr, L->mlp_down_proj.dtype,")); /* each matrix its own */
   free(src);
@@ -317,7 +326,7 @@ START_TEST(test_q4_k_m_engine_and_mutant) {
   snprintf(p, sizeof p, "%s/engine.c", g_out_q4km);
   char *src = gt_slurp(p);
   ck_assert_ptr_nonnull(
-      strstr(src, "(1u << MI_DTYPE_Q4_K | 1u << MI_DTYPE_Q6_K | 1u << MI_DTYPE_Q8_0)"));
+      strstr(src, "(1u << MI_DTYPE_Q4_K | 1u << MI_DTYPE_Q6_K | 1u << MI_DTYPE_Q8_0 | 1u << MI_DTYPE_F32)"));
   free(src);
   /* the mutant: ffn_down (Q6_K on both layers of this file) handed WEIGHT_DTYPE (Q4_K) */
   char mut[1300], so[1500];
@@ -358,9 +367,16 @@ START_TEST(test_refusals) {
   r = gen(g_q4km, "q8_0", out); /* the file's matrices are Q4_K and Q6_K */
   ck_assert_msg(
       r.rc == 6 &&
-          strstr(r.err, "an engine for q8_0 binds matrices in q8_0 (this file's: q4_k x") &&
+          strstr(r.err, "an engine for q8_0 binds matrices in [\"q8_0\",\"f32\"] (this file's: q4_k x") &&
           one_line(r.err),
       "exit %d: %s", r.rc, r.err);
+  res_free(&r);
+  char f32[1400];
+  snprintf(f32, sizeof f32, "%s/tiny-seed1-f32.gguf", g_tmp);
+  ck_assert_int_eq(hf2gguf(g_model, f32, "f32"), 0);
+  r = gen(f32, "q8_0", out); /* an F32 file: the set's f32 is for matrices the load widened, not a whole file */
+  ck_assert_msg(r.rc == 6 && strstr(r.err, "no matrix is stored in a block type (this file's: f32 x") && one_line(r.err),
+                "exit %d: %s", r.rc, r.err);
   res_free(&r);
   r = gen(g_q8, "bf16", out);
   ck_assert_msg(r.rc == 6 && strstr(r.err, "is q8_0; an engine for bf16 binds matrices in bf16") &&
@@ -493,6 +509,83 @@ START_TEST(test_qwen35_file) {
 }
 END_TEST
 
+/* A half-precision cache for the hybrid's file: the hand-written qwen35
+ * plugin runs only an f32 one, so stage 4d's probe finds it cannot be the
+ * engine's twin, says why in the stage's message and runs the engine as
+ * deployed (its tokens are stage 4's to hold to llama.cpp, at the half
+ * cache's tolerance); every stage passes. */
+START_TEST(test_qwen35_half_cache_reference_refuses) {
+  char out[1300], ckb[1300];
+  snprintf(out, sizeof out, "%s/engine-qwen35-f16", g_tmp);
+  snprintf(ckb, sizeof ckb, "%s/ckb", g_src);
+  const char *a[] = {"--model", g_q35_gguf, "--platform", "cpu", "--dtype", "bf16", "--kv-type", "f16", "--tp", "1", "--out",
+                     out, "--ckb", ckb, "--goldens", g_gold, "--seed", "3", "-t", "2", NULL};
+  res r = run("mi-gen", a, 900);
+  ck_assert_msg(r.rc == 0, "exit %d:\n%s", r.rc, r.err);
+  all_stages_pass(out, "qwen35 f16 cache");
+  ck_assert_msg(strstr(r.err, "the reference plugin 'qwen35' does not run this model with a cache of f16 (mi-run: qwen35: "
+                              "option kv_type=f16 is not supported") &&
+                    strstr(r.err, "no reference plugin: tokens are stage 4's"),
+                "%s", r.err);
+  res_free(&r);
+}
+END_TEST
+
+/* The hybrid in its released layout (text weights under
+ * model.language_model., a vision tower) with a whole multi-token-prediction
+ * head (tools/peer/mtp_head.mjs completes mi-mkmodel's), as llama.cpp's
+ * converter writes it by default: block_count counts the head's layer,
+ * nextn_predict_layers says so, its tensors sit past the model's layers
+ * under the same names. Read through the shipped section (num_hidden_layers
+ * = block_count - nextn_predict_layers, gguf.unused): the head's 15 tensors
+ * skipped and said once, and the file gives the folder's bytes and those of
+ * the causal file of the same seed. (llama.cpp loads such a file: stage 4
+ * on it, by hand, docs/gguf.md.) */
+START_TEST(test_qwen35_file_with_mtp_head) {
+  char dir[1300], file[1400];
+  snprintf(dir, sizeof dir, "%s/qwen35-tiny-seed3-conditional", g_tmp);
+  snprintf(file, sizeof file, "%s/qwen35-tiny-seed3-conditional-bf16.gguf", g_tmp);
+  const char *mk[] = {"--family", "qwen35", "--shape", "tiny", "--seed", "3", "--layout", "conditional", "--out", dir, NULL};
+  res r = run("mi-mkmodel", mk, 120);
+  ck_assert_int_eq(r.rc, 0);
+  res_free(&r);
+  const char *node = getenv("MI_NODE") ? getenv("MI_NODE") : "node";
+  sh("'%s' '%s/tools/peer/mtp_head.mjs' '%s' 2>/dev/null", node, g_src, dir);
+  ck_assert_int_eq(hf2gguf(dir, file, "bf16"), 0);
+  const char *models[] = {file, dir, g_q35_gguf};
+  res out[3];
+  for (int k = 0; k < 3; k++) {
+    const char *a[] = {"-m", models[k], "-p", "Once upon a time", "-n", "8", "--temp", "0", "--json", "--top-logprobs", "5",
+                       "--ignore-eos", "-t", "2", "-v", NULL};
+    out[k] = run("mi-run", a, 120);
+    ck_assert_msg(out[k].rc == 0, "%s: %s", models[k], out[k].err);
+  }
+  ck_assert_msg(strstr(out[0].err, "skipped 15 tensors of layers 4 and after: the multi-token-prediction layers"), "%s",
+                out[0].err);
+  ck_assert_str_eq(out[0].out, out[1].out);
+  ck_assert_str_eq(out[0].out, out[2].out);
+  for (int k = 0; k < 3; k++) res_free(&out[k]);
+}
+END_TEST
+
+/* The same hybrid as a Q8_0 file: `mi-gen --dtype q8_0` passes every stage,
+ * stage 4 against llama.cpp on the file's weights dequantized exactly
+ * (tests/goldens/gguf/qwen35-tiny-seed3-q8_0.json); stage 4d against
+ * the hand-written qwen35 plugin on the same file (it binds block types
+ * too); the load says which matrices it widened. */
+START_TEST(test_qwen35_q8_0_file) {
+  ck_assert_msg(g_gen_q35q8.rc == 0, "mi-gen on the Qwen3.5 Q8_0 GGUF exited %d:\n%s", g_gen_q35q8.rc, g_gen_q35q8.err);
+  all_stages_pass(g_out_q35q8, "qwen35 q8_0");
+  ck_assert_msg(strstr(g_gen_q35q8.err, "tokens identical to the reference plugin 'qwen35'"), "%s", g_gen_q35q8.err);
+  const char *a[] = {"--plugin-dir", g_out_q35q8, "-m", g_q35q8, "-p", "hi", "-n", "2", "-v", NULL};
+  res r = run("mi-run", a, 120);
+  ck_assert_msg(r.rc == 0 && strstr(r.err, "quantized tensors kept as stored: q8_0 x") &&
+                    strstr(r.err, "widened to f32 at load: q8_0 x2"),
+                "exit %d: %s", r.rc, r.err);
+  res_free(&r);
+}
+END_TEST
+
 /* mi-run's --json on model (folder or file) through the engine in eng,
  * MI_CKB_DIR ckb when not NULL */
 static res run_llama(const char *eng, const char *model, const char *ckb) {
@@ -597,6 +690,9 @@ int main(void) {
   if (!g_quick) tcase_add_test(t, test_gemma2_file);
   if (!g_quick) tcase_add_test(t, test_gemma2_q4_k_m_file);
   if (!g_quick) tcase_add_test(t, test_qwen35_file);
+  if (!g_quick) tcase_add_test(t, test_qwen35_q8_0_file);
+  tcase_add_test(t, test_qwen35_file_with_mtp_head);
+  if (!g_quick) tcase_add_test(t, test_qwen35_half_cache_reference_refuses);
   tcase_add_test(t, test_llama31_rope_freqs);
   tcase_add_test(t, test_refusals);
   suite_add_tcase(s, t);
@@ -604,6 +700,6 @@ int main(void) {
   if (!getenv("MI_KEEP")) sh("rm -rf '%s'", g_tmp);
   res_free(&g_gen_q8);
   if (!g_quick) res_free(&g_gen_q4km), res_free(&g_gen_llama), res_free(&g_gen_gemma2),
-                   res_free(&g_gen_gemma2q), res_free(&g_gen_q35);
+                   res_free(&g_gen_gemma2q), res_free(&g_gen_q35), res_free(&g_gen_q35q8);
   return failed ? 1 : 0;
 }

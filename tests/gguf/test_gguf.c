@@ -113,6 +113,11 @@ static float frand(void) {
 /* A one-layer Qwen3 GGUF (F32), its layout in L. */
 /* with_unmapped: the last tensor, rope_freqs.unused, which no contract maps (a
  * model refuses it; the reader keeps it, whatever its type) */
+/* g_mtp: a second block that is llama.cpp's appended multi-token-prediction
+ * layer (block_count 2, nextn_predict_layers 1, blk.1.attn_norm and
+ * blk.1.nextn.eh_proj), as its converter writes a Qwen3.5 with its MTP head */
+static int g_mtp;
+
 static gw make_model_x(layout *L, int with_unmapped) {
   gw w = {0};
   memset(L, 0, sizeof *L);
@@ -130,7 +135,8 @@ static gw make_model_x(layout *L, int with_unmapped) {
   L->arch_value = w.len + 8;
   str(&w, "qwen3");
   KV("general.alignment", MI_GGUF_U32), u32(&w, 32);
-  KV("qwen3.block_count", MI_GGUF_U32), u32(&w, 1);
+  KV("qwen3.block_count", MI_GGUF_U32), u32(&w, g_mtp ? 2 : 1);
+  if (g_mtp) KV("qwen3.nextn_predict_layers", MI_GGUF_U32), u32(&w, 1);
   KV("qwen3.context_length", MI_GGUF_U32), u32(&w, 256);
   KV("qwen3.embedding_length", MI_GGUF_U32), u32(&w, D);
   KV("qwen3.feed_forward_length", MI_GGUF_U32), u32(&w, F);
@@ -195,8 +201,15 @@ static gw make_model_x(layout *L, int with_unmapped) {
       {"blk.0.ffn_up.weight", D, F, 2, 0},
       {"blk.0.ffn_down.weight", F, D, 2, 0},
       {"rope_freqs.unused", 4, 1, 1, 1},
+      {"blk.1.attn_norm.weight", D, 1, 1, 1},
+      {"blk.1.nextn.eh_proj.weight", 2 * D, D, 2, 0},
   };
-  L->n_t = sizeof T / sizeof T[0] - (with_unmapped ? 0 : 1);
+  /* the MTP layer's two last; rope_freqs.unused before them */
+  L->n_t = sizeof T / sizeof T[0] - 2 - (with_unmapped ? 0 : 1);
+  if (g_mtp) { /* in place of rope_freqs.unused when that is left out */
+    if (!with_unmapped) T[L->n_t] = T[L->n_t + 1], T[L->n_t + 1] = T[L->n_t + 2];
+    L->n_t += 2;
+  }
   uint64_t off = 0;
   for (size_t i = 0; i < L->n_t; i++) {
     L->t_name[i] = T[i].name;
@@ -819,6 +832,53 @@ START_TEST(transform_steps_regroup_value_unsqueeze) {
 }
 END_TEST
 
+/* A file with llama.cpp's appended multi-token-prediction layer (the
+ * block count counts it, nextn_predict_layers says how many): a section
+ * whose num_hidden_layers is block_count - nextn_predict_layers (0 where
+ * the file has no such key) and whose gguf.unused names the layers past it
+ * serves the model's own layers only; without gguf.unused the MTP tensors
+ * are refused by name, as any tensor no contract reads. */
+START_TEST(unused_layers_past_the_model) {
+  layout L;
+  char p[1200], err[512];
+  snprintf(p, sizeof p, "%s/ckb/models/qwen3.json", g_src);
+  json_t *base = json_load_file(p, 0, NULL);
+  ck_assert_ptr_nonnull(base);
+  json_t *gg = json_object_get(base, "gguf");
+  json_object_set_new(json_object_get(gg, "config"), "num_hidden_layers",
+                      json_pack("{s:s, s:{s:s, s:{s:s, s:i}}}", "expr", "n - m", "keys", "n", "{arch}.block_count", "m", "key",
+                                "{arch}.nextn_predict_layers", "default", 0));
+  for (int mtp = 0; mtp < 2; mtp++) {
+    g_mtp = mtp;
+    gw w = make_model_x(&L, 0);
+    g_mtp = 0;
+    for (int with_unused = 0; with_unused < 2; with_unused++) {
+      if (with_unused)
+        json_object_set_new(gg, "unused", json_pack("{s:s, s:s, s:s}", "layers", "blk.{i}.", "from", "num_hidden_layers",
+                                                    "why", "multi-token prediction"));
+      else json_object_del(gg, "unused");
+      mi_gguf *g = mi_gguf_open_mem(w.b, w.len, "m.gguf", err, sizeof err);
+      ck_assert_msg(g, "%s", err);
+      mi_gguf_model *m;
+      ck_assert_msg(mi_gguf_model_from(g, base, "qwen3.json", &m, err, sizeof err) == 0, "%s", err);
+      ck_assert_int_eq(json_integer_value(json_object_get(m->config, "num_hidden_layers")), 1);
+      mi_weights *ws = mi_gguf_model_weights(m, err, sizeof err);
+      mi_gguf_model_close(m);
+      if (mtp && !with_unused) {
+        ck_assert_msg(!ws && strstr(err, "tensor 'blk.1.nextn.eh_proj.weight' is not read by the model contract"), "%s", err);
+        continue;
+      }
+      ck_assert_msg(ws, "mtp %d unused %d: %s", mtp, with_unused, err);
+      ck_assert_uint_eq(mi_weights_count(ws), 13); /* the model's own, as without the MTP layer */
+      ck_assert_int_eq(mi_weights_find(ws, "model.layers.1.input_layernorm.weight", NULL), -1);
+      mi_weights_close(ws);
+    }
+    free(w.b);
+  }
+  json_decref(base);
+}
+END_TEST
+
 START_TEST(mi_run_refuses_hostile_files) {
   layout L;
   gw w = make_model(&L);
@@ -1095,7 +1155,8 @@ int main(int argc, char **argv) {
                                     reader_refuses_truncation_at_every_length,
                                     reader_refuses_hostile_headers, model_from_c_gguf_runs_and_maps,
                                     config_forms_path_whole_float_and_expr, config_forms_array_keys_and_value,
-                                    transform_steps_regroup_value_unsqueeze, mi_run_refuses_hostile_files));
+                                    transform_steps_regroup_value_unsqueeze, unused_layers_past_the_model,
+                                    mi_run_refuses_hostile_files));
   }
   suite_add_tcase(su, tc);
   const int nf = mi_check_run(su) != EXIT_SUCCESS;

@@ -210,7 +210,7 @@ START_TEST(gaps_released_layout) {
   ck_assert_msg(c, "%s", err);
   r = NULL;
   ck_assert_int_eq(mi_ckb_coverage(c, out, "cpu", &r, err, sizeof err), 0);
-  ck_assert_str_eq(json_string_value(json_object_get(r, "model_contract")) ?: "", "model.qwen35@1.1.0");
+  ck_assert_str_eq(json_string_value(json_object_get(r, "model_contract")) ?: "", "model.qwen35@1.2.0");
   json_decref(r);
   mi_ckb_close(c);
   free(cmd);

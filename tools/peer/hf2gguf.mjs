@@ -15,8 +15,10 @@
 //   1-D norm weights F32, as llama.cpp's own converter does; for speed runs.
 // --type q8_0: 2-D weights Q8_0 (blocks of 32 along a row: an f16 scale
 //   amax/127 and 32 int8, as ggml defines it), 1-D weights F32: a quantized
-//   file made here, for MetaInfer and llama.cpp to read alike (qwen3, qwen2
-//   and Gemma; the llama architecture and qwen35 take f32 or bf16).
+//   file made here, for MetaInfer and llama.cpp to read alike (every family
+//   converted here: a tensor the conversion rewrites, llama's permuted q/k or
+//   qwen35's reordered value heads, is rewritten in f32, then quantized;
+//   qwen35's conv1d stays F32 as llama-quantize keeps it).
 // --type q4_0 | q4_k | q6_k: every 2-D weight in that ggml block type (as
 //   llama-quantize --pure would), 1-D F32 (the same families). --type q4_k_m:
 //   llama-quantize's Q4_K_M mix (Q6_K for the output and for attn_v/ffn_down
@@ -397,13 +399,20 @@ function useMoreBits(i, n) {
  *     Q8_0 as llama.cpp does; Q4_K to Q8_0 where llama.cpp picks Q5_0,
  *     which this tool does not write (noted in `notes`); and to F16 if not
  *     even whole blocks of 32, as llama.cpp does (q8_0 keeps F32 there). */
-function pickType(type, gname, ne0, nLayers, tied, notes) {
+function pickType(type, gname, ne0, nLayers, tied, notes, attnV = null) {
   let t = FTYPE[type][1];
   if (type === "q4_k_m") {
     const layer = /^blk\.(\d+)\.(attn_v|ffn_down)\.weight$/.exec(gname);
     const isOutput = gname === "output.weight" || (tied && gname === "token_embd.weight");
+    // attn_v counts among the tensors of its kind (a hybrid's attention
+    // layers: attnV = {i, n}), ffn_down by its layer
+    const more = layer && (layer[2] === "attn_v" && attnV ? useMoreBits(attnV.i, attnV.n) : useMoreBits(Number(layer[1]), nLayers));
     if (isOutput) t = ne0 % 256 ? GGML_TYPE.Q8_0 : GGML_TYPE.Q6_K;
-    else if (layer && useMoreBits(Number(layer[1]), nLayers)) t = GGML_TYPE.Q6_K;
+    else if (more) t = GGML_TYPE.Q6_K;
+    else if (/\.attn_qkv\.weight$/.test(gname)) {
+      t = GGML_TYPE.Q6_K; // llama.cpp gives a fused qkv Q5_K under Q4_K_M
+      notes.push(`${gname}: Q6_K where llama.cpp writes Q5_K, which this tool does not`);
+    }
   }
   const blk = GGML_BLOCK[t];
   if (!blk || ne0 % blk[0] === 0) return t;
@@ -659,6 +668,7 @@ function q35Transform(name, h) {
 function writeF32As(a, dst, fd, at) {
   let out;
   if (dst === GGML_TYPE.F32) out = Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+  else if (QUANTIZE[dst]) out = QUANTIZE[dst](a); // rows are whole blocks (pickType)
   else {
     const u = new Uint32Array(a.buffer, a.byteOffset, a.length);
     const o = new Uint16Array(a.length);
@@ -669,7 +679,7 @@ function writeF32As(a, dst, fd, at) {
   return out.length;
 }
 
-async function convertQwen35(modelDir, outPath, cfg, cfgFile, type, textPrefix = null) {
+async function convertQwen35(modelDir, outPath, cfg, cfgFile, type, textPrefix = null, opts = {}) {
   const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "vocab_size", "rms_norm_eps", "head_dim", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
     "linear_num_key_heads", "linear_num_value_heads"];
@@ -697,6 +707,10 @@ async function convertQwen35(modelDir, outPath, cfg, cfgFile, type, textPrefix =
   if (cfg.attn_output_gate === false) die(`${cfgFile}: attn_output_gate=false: llama.cpp's qwen35 always gates`);
 
   let st = readSafetensorsIndex(modelDir);
+  // the multi-token-prediction head (mtp.*), as llama.cpp's converter
+  // exports it by default (_QwenMtpMixin): layers appended after the text
+  // model's, block_count and nextn_predict_layers counting them
+  const L = h.num_hidden_layers, mtp = q35MtpTensors(st, L, opts.noMtp);
   if (textPrefix) { // model.language_model.X -> model.X; vision tensors dropped
     const renamed = new Map();
     for (const [name, t] of st) {
@@ -704,14 +718,16 @@ async function convertQwen35(modelDir, outPath, cfg, cfgFile, type, textPrefix =
       else if (name === "lm_head.weight") renamed.set(name, t);
     }
     st = renamed;
-  }
+  } else for (const name of [...st.keys()]) if (name.startsWith("mtp.")) st.delete(name);
   const expect = q35Shapes(h, lt);
   checkTensors(modelDir, st, expect);
 
   const w = new GgufWriter();
   const A = "qwen35";
-  addGeneral(w, A, modelDir, type === "f32" ? 0 : 32);
-  addDecoderKeys(w, A, h, 262144, theta);
+  addGeneral(w, A, modelDir, FTYPE[type][0]);
+  if (type !== "f32" && type !== "bf16") w.addU32("general.quantization_version", 2); // ggml's GGML_QNT_VERSION
+  addDecoderKeys(w, A, { ...h, num_hidden_layers: L + mtp.layers }, 262144, theta);
+  if (mtp.layers) w.addU32(`${A}.nextn_predict_layers`, mtp.layers);
   w.addU32(`${A}.rope.dimension_count`, rot);
   w.addI32Array(`${A}.rope.dimension_sections`, sec.slice(0, 4));
   w.addU32(`${A}.ssm.conv_kernel`, h.linear_conv_kernel_dim);
@@ -720,23 +736,79 @@ async function convertQwen35(modelDir, outPath, cfg, cfgFile, type, textPrefix =
   w.addU32(`${A}.ssm.time_step_rank`, h.linear_num_value_heads);
   w.addU32(`${A}.ssm.inner_size`, h.linear_num_value_heads * h.linear_value_head_dim);
   w.addU32(`${A}.full_attention_interval`, h.full_attention_interval ?? 4);
-  w.addI32Array(`${A}.attention.recurrent_layers`, lt.map((t) => (t === "linear_attention" ? 1 : 0)));
+  // one entry per block, the appended multi-token-prediction ones not recurrent (llama-model-saver's form)
+  w.addI32Array(`${A}.attention.recurrent_layers`,
+    [...lt.map((t) => (t === "linear_attention" ? 1 : 0)), ...Array(mtp.layers).fill(0)]);
   const vocab = buildVocab(modelDir, h, w);
 
+  // llama-quantize's picks: 2-D weights but the conv (kept F32); attn_v's
+  // "more bits" counted among the attention layers' attn_v
+  const notes = [], types = {}, nWv = lt.filter((t) => t === "full_attention").length;
+  let iWv = 0;
   for (const name of expect.keys()) {
     const src = st.get(name);
     const conv = name.endsWith(".conv1d.weight");
     const shape = conv ? [src.shape[0], src.shape[2]] : src.shape;
-    const dst = type === "f32" || shape.length === 1 || conv ? GGML_TYPE.F32 : GGML_TYPE.BF16;
-    const ne = [...shape].reverse();
-    const tf = q35Transform(name, h);
     const gname = ggufName(Q35_LAYER_MAP, name);
     if (!gname) die(`internal: no GGUF name for ${name}`);
+    const attnV = gname.endsWith(".attn_v.weight") ? { i: iWv++, n: nWv } : null;
+    const dst = shape.length === 1 || conv ? GGML_TYPE.F32
+      : type === "f32" || type === "bf16" ? FTYPE[type][1]
+      : pickType(type, gname, shape[shape.length - 1], h.num_hidden_layers, h.tie_word_embeddings, notes, attnV);
+    types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
+    const ne = [...shape].reverse();
+    const tf = q35Transform(name, h);
     if (tf) w.addTensor(gname, ne, dst, (fd, at) => { const a = readF32(src); tf(a); return writeF32As(a, dst, fd, at); });
     else w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
   }
+  for (const [gname, src] of mtp.tensors) { // as the converter writes them: 1-D F32, norms as 1 + w
+    const dst = src.shape.length === 1 ? GGML_TYPE.F32
+      : type === "f32" || type === "bf16" ? FTYPE[type][1]
+      : pickType(type, gname, src.shape[src.shape.length - 1], h.num_hidden_layers, h.tie_word_embeddings, notes);
+    types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
+    const ne = [...src.shape].reverse();
+    if (src.name.endsWith("norm.weight"))
+      w.addTensor(gname, ne, dst, (fd, at) => { const a = readF32(src); for (let i = 0; i < a.length; i++) a[i] = Math.fround(a[i] + 1); return writeF32As(a, dst, fd, at); });
+    else w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
+  }
+  if (mtp.layers) notes.push(`${mtp.tensors.length} multi-token-prediction tensors as layer ${L}` + (mtp.layers > 1 ? ` .. ${L + mtp.layers - 1}` : ""));
+  if (mtp.partial) notes.push(mtp.partial);
   await w.write(outPath);
-  return { config: h, vocab };
+  return { config: h, vocab, types, notes };
+}
+
+/** The checkpoint's mtp.* tensors under llama.cpp's names (layer L + j for
+ *  mtp.layers.j.*, its nextn.* tensors on layer L), and how many layers;
+ *  none with noMtp (the converter's --no-mtp). */
+function q35MtpTensors(st, L, noMtp) {
+  const NEXTN = { fc: "nextn.eh_proj", pre_fc_norm_embedding: "nextn.enorm", pre_fc_norm_hidden: "nextn.hnorm", norm: "nextn.shared_head_norm" };
+  const tensors = [];
+  let layers = 0;
+  for (const [name, t] of st) {
+    if (noMtp || !name.startsWith("mtp.")) continue;
+    const parts = name.split(".");
+    let gname = null;
+    const m = /^mtp\.layers\.(\d+)\.(.+)$/.exec(name);
+    if (m) {
+      const g = Q35_LAYER_MAP[m[2]];
+      if (g) gname = `blk.${L + Number(m[1])}.${g}`;
+      layers = Math.max(layers, Number(m[1]) + 1);
+    } else if (parts.length === 3 && NEXTN[parts[1]]) gname = `blk.${L}.${NEXTN[parts[1]]}.${parts[2]}`;
+    if (!gname) die(`${name}: a multi-token-prediction tensor llama.cpp's converter has no name for`);
+    tensors.push([gname, { ...t, name }]);
+    if (!m) layers = Math.max(layers, 1);
+  }
+  // a whole head or none: llama.cpp loads every tensor of an MTP block it
+  // is told of (a synthetic checkpoint may carry a few mtp.* tensors only)
+  const have = new Set(tensors.map(([g]) => g));
+  const need = ["attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "attn_q_norm.weight",
+    "attn_k_norm.weight", "post_attention_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
+    "nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight"];
+  for (let j = 0; j < layers; j++) {
+    const miss = need.filter((n) => !have.has(`blk.${L + j}.${n}`));
+    if (miss.length) return { layers: 0, tensors: [], partial: `mtp.*: not a whole multi-token-prediction head (no ${miss.join(", ")} for layer ${L + j}): left out, as with --no-mtp (llama.cpp would not load it)` };
+  }
+  return { layers, tensors };
 }
 
 // ---------------------------------------------------------------- gemma3
@@ -1177,22 +1249,21 @@ function permuteRope(a, heads, hd, cols) {
 
 // ---------------------------------------------------------------- main
 
-export async function convert(modelDir, outPath, { type = "f32" } = {}) {
+export async function convert(modelDir, outPath, { type = "f32", noMtp = false } = {}) {
   if (!Object.hasOwn(FTYPE, type)) die(`--type must be one of ${Object.keys(FTYPE).join(", ")}, not ${type}`);
   const cfgFile = path.join(modelDir, "config.json");
   const cfg = readJson(cfgFile);
   const archs = cfg.architectures || [];
   const q35 = archs.includes("Qwen3_5ForCausalLM") || archs.includes("Qwen3_5ForConditionalGeneration") || cfg.model_type === "qwen3_5_text";
-  if (q35 && type !== "f32" && type !== "bf16") die(`--type ${type}: quantized files are made for qwen3 only (qwen35 takes f32 or bf16)`);
   if (archs.includes("Qwen3_5ForConditionalGeneration") && cfg.text_config && typeof cfg.text_config === "object") {
     // the released layout: the text model's config under text_config, its
     // weights under model.language_model. (a vision tower, if any, is not converted)
     const tc = { ...cfg.text_config };
     if (tc.tie_word_embeddings === undefined) tc.tie_word_embeddings = cfg.tie_word_embeddings;
-    return convertQwen35(modelDir, outPath, tc, cfgFile, type, "model.language_model.");
+    return convertQwen35(modelDir, outPath, tc, cfgFile, type, "model.language_model.", { noMtp });
   }
   if (archs.includes("Qwen3_5ForCausalLM") || cfg.model_type === "qwen3_5_text")
-    return convertQwen35(modelDir, outPath, cfg, cfgFile, type);
+    return convertQwen35(modelDir, outPath, cfg, cfgFile, type, null, { noMtp });
   if (archs.includes("Gemma3ForConditionalGeneration") && cfg.text_config && typeof cfg.text_config === "object")
     // Gemma 3 4B-27B as released: the text model's config under text_config
     // (only the fields that differ from Gemma3TextConfig's defaults), its
@@ -1273,9 +1344,8 @@ export async function convert(modelDir, outPath, { type = "f32" } = {}) {
     types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
     const heads = !fam.permuteQK ? 0 : name.endsWith(".q_proj.weight") ? h.num_attention_heads
       : name.endsWith(".k_proj.weight") ? h.num_key_value_heads : 0;
-    if (heads && (dst === GGML_TYPE.F32 || dst === GGML_TYPE.BF16))
+    if (heads) // permuted, then quantized (rows are whole blocks: pickType)
       w.addTensor(gname, ne, dst, (fd, at) => { const a = readF32(src); permuteRope(a, heads, h.head_dim, h.hidden_size); return writeF32As(a, dst, fd, at); });
-    else if (heads) die(`--type ${type}: ${A} files are made f32 or bf16 here (q/k need their rows permuted)`);
     else w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
   }
   if (llama3) {
@@ -1325,19 +1395,20 @@ export const quantizers = { Q4_0: quantizeQ4_0, Q4_K: quantizeQ4_K, Q6_K: quanti
 
 async function main(argv) {
   const pos = [];
-  let type = "f32";
+  let type = "f32", noMtp = false;
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === "--type") type = argv[++i];
+    else if (argv[i] === "--no-mtp") noMtp = true;
     else if (argv[i] === "-h" || argv[i] === "--help") pos.length = 99;
     else pos.push(argv[i]);
   }
   if (pos.length !== 2) {
-    console.error("usage: node hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m]");
+    console.error("usage: node hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m] [--no-mtp]");
     process.exit(2);
   }
   try {
     const t0 = Date.now();
-    const r = await convert(pos[0], pos[1], { type });
+    const r = await convert(pos[0], pos[1], { type, noMtp });
     for (const n of r.notes || []) console.error(`hf2gguf: ${n}`);
     if (r.types) {
       const counts = Object.entries(r.types).map(([k, v]) => `${v} ${k}`).join(", ");

@@ -232,13 +232,15 @@ static int store_result(const mi_agent_task *t, const sb *src, const char *engin
 /* The dtypes a matrix of the engine may be stored in: the platform's
  * dtypes.weight_sets entry for the dtype constraint (a GGUF file type such
  * as q4_k_m: Q4_K matrices, Q6_K where llama.cpp gives more bits, Q8_0
- * where a row is not whole super-blocks), else the dtype alone. Floats and
- * block types do not mix: a float engine's kernels get WEIGHT_DTYPE, a
- * block one's get each matrix's dtype. */
+ * where a row is not whole super-blocks, F32 where the load widened a
+ * matrix a transform could not move as blocks), else the dtype alone. A
+ * float engine's kernels get WEIGHT_DTYPE, a block one's each matrix's
+ * dtype; a block set may hold f32 (its engine then also takes floats), no
+ * other float. */
 static int weight_set(gen *g, char *err, size_t err_len) {
   json_t *set = json_object_get(json_object_get(json_object_get(g->platform, "dtypes"), "weight_sets"), g->dtype);
   g->wset = json_is_array(set) && json_array_size(set) ? json_incref(set) : json_pack("[s]", g->dtype);
-  size_t i, nb = 0;
+  size_t i, nb = 0, nf32 = 0;
   json_t *d;
   json_array_foreach(g->wset, i, d) {
     const char *s = json_string_value(d);
@@ -248,12 +250,18 @@ static int weight_set(gen *g, char *err, size_t err_len) {
       return -1;
     }
     nb += !dtype_const(s);
+    nf32 += !strcmp(s, "f32");
   }
-  if (nb && nb != json_array_size(g->wset)) {
-    snprintf(err, err_len, "compose: dtype '%s': its weight set mixes float and block types", g->dtype);
+  if (nb && nb + nf32 != json_array_size(g->wset)) {
+    snprintf(err, err_len, "compose: dtype '%s': its weight set mixes block types with f16 or bf16", g->dtype);
+    return -1;
+  }
+  if (nb && dtype_const(json_string_value(json_array_get(g->wset, 0)))) {
+    snprintf(err, err_len, "compose: dtype '%s': its weight set lists f32 first (the set's first is its main type)", g->dtype);
     return -1;
   }
   g->blocks = nb > 0;
+  g->block_floats = nb > 0 && nf32 > 0;
   return 0;
 }
 

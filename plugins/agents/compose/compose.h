@@ -26,6 +26,7 @@ typedef struct gen {
   const char *dtype;                 /* weight dtype constraint, e.g. "bf16", "q8_0", "q4_k_m" */
   json_t *wset; /* the dtypes a matrix may be stored in: the platform's dtypes.weight_sets[dtype], else [dtype] */
   int blocks;   /* wset holds block types (GGUF's): each matrix's own dtype goes to its kernels */
+  int block_floats; /* ... and f32 too: matrices the load widened (the glue takes floats as well) */
   int tp;                            /* tensor-parallel degree (constraint) */
   int nosplit;                       /* 1 while writing full (unsharded) weight shapes */
   const char *kv;  /* KV cache element type (constraint kv_type): f32, f16 or bf16 */

@@ -105,7 +105,9 @@ void part_constants(gen *g, const char *engine_name, sb *o) {
        weight_dtype_const(json_string_value(json_array_get(g->wset, 0))));
     sp(o, "#define %-26s (%s) /* the dtypes a matrix may be stored in (constraint); each goes to its kernels */\n",
        "WEIGHT_DTYPES", set.s);
-    sp(o, "#define %-26s MI_GLUE_BLOCKS /* what the glue's find takes: whole blocks per row */\n", "WEIGHT_ACCEPT");
+    sp(o, "#define %-26s %s /* what the glue's find takes: whole blocks per row%s */\n", "WEIGHT_ACCEPT",
+       g->block_floats ? "(MI_GLUE_BLOCKS | MI_GLUE_FLOATS)" : "MI_GLUE_BLOCKS",
+       g->block_floats ? ", and a matrix the load widened to f32" : "");
     free(set.s);
   }
   sp(o, "#define %-26s %s /* KV cache elements */\n", "KV_DTYPE", dtype_const(g->kv));

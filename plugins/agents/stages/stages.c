@@ -571,21 +571,32 @@ static void refuse_past_context(stg *s, deploy *d) {
   free(etxt);
 }
 
-/* A half-precision cache asked of a reference plugin that runs only an
- * f32 one (the hand-written qwen35): it cannot be the engine's twin, so the
- * run goes on as with no reference plugin (tokens are stage 4's to hold to
- * llama.cpp, at the half cache's tolerance), said in the stage's message. */
-static void reference_takes_kv(stg *s, char *note, size_t n) {
+/* A reference plugin that cannot be the engine's twin on this model: a
+ * half-precision cache asked of one that runs only an f32 one, or weights
+ * of a type it does not read (the hand-written qwen35 reads bf16, f16 and
+ * f32; a Q8_0 file is the engine's alone). It refuses in a clean exit, and
+ * the run goes on as with no reference plugin (tokens are stage 4's to hold
+ * to llama.cpp), its refusal said in the stage's message. A reference that
+ * dies on a signal fails the stage as before. */
+static void reference_takes_model(stg *s, char *note, size_t n) {
   note[0] = 0;
-  if (!*s->refplug || !strcmp(s->kvt, "f32")) return;
-  char o[4700];
-  snprintf(o, sizeof o, "%s/reference-kv-probe.jsonl", s->ref);
+  if (!*s->refplug) return;
+  char o[4700], e[4700];
+  snprintf(o, sizeof o, "%s/reference-probe.jsonl", s->ref);
+  snprintf(e, sizeof e, "%s/reference-probe.err", s->ref);
   char *argv[] = {(char *)s->mr, "--plugin-dir", s->ref, "-m", (char *)s->model, "-p", "1", "-n", "1", "--temp", "0",
-                  "--kv-type", (char *)s->kvt, "-c", "64", NULL};
-  int rc = mi_spawn_wait(argv, s->log, o, 120);
-  if (rc == 0) return;
-  snprintf(note, n, "the reference plugin '%s' does not run a %s cache (mi-run exited %d); ", s->refname, s->kvt, rc);
+                  "-c", "64", NULL, NULL, NULL};
+  if (strcmp(s->kvt, "f32")) argv[13] = "--kv-type", argv[14] = (char *)s->kvt;
+  unlink(e);
+  const int rc = mi_spawn_wait(argv, e, o, 120);
+  if (rc <= 0) return; /* it runs (or died on a signal: the cases below say so) */
+  char *why = ag_read_file(e, NULL);
+  char *nl = why ? strchr(why, '\n') : NULL;
+  if (nl) *nl = 0;
+  snprintf(note, n, "the reference plugin '%s' does not run this model%s%s (%s); ", s->refname,
+           strcmp(s->kvt, "f32") ? " with a cache of " : "", strcmp(s->kvt, "f32") ? s->kvt : "", why && *why ? why : "no message");
   log_line(s->log, "%s\n", note);
+  free(why);
   s->refplug = "";
 }
 
@@ -596,7 +607,7 @@ static int stage_deploy(stg *s) {
   snprintf(s->log, sizeof s->log, "%s/deploy.log", s->dir);
   unlink(s->log);
   char note[400];
-  reference_takes_kv(s, note, sizeof note);
+  reference_takes_model(s, note, sizeof note);
   deploy d = {0};
   deploy_reach(s, &d);
   d.ok = (!*s->refplug || access(s->refplug, R_OK) == 0) && d.max_pos > 0;

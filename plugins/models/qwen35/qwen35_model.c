@@ -11,14 +11,16 @@
 #include "qwen35_internal.h"
 
 /* ---- weights ------------------------------------------------------------
- * Matrices (matmul/embed) keep the file's dtype (BF16, F16 or F32),
- * zero-copy where the platform's memory is host memory; small tensors
+ * Matrices (matmul/embed) keep the file's dtype (BF16, F16, F32, or a
+ * GGUF block type the platform's kernels take: Q8_0, Q4_0, Q4_K, Q6_K,
+ * each matrix's own dtype handed to its kernel), zero-copy where the
+ * platform's memory is host memory; small tensors
  * (norms, the conv kernel, the gates' parameters) are widened to f32 once
  * at load: the kernels that read them take f32. */
 
 static int bind_matrix(qwen35_model *m, const char *name, int64_t rows, int64_t cols, q35_weight *w,
                        char *err, size_t err_len) {
-  return mi_glue_bind_matrix(&m->glue, name, rows, cols, MI_GLUE_FLOATS, w, err, err_len);
+  return mi_glue_bind_matrix(&m->glue, name, rows, cols, MI_GLUE_FLOATS | MI_GLUE_BLOCKS, w, err, err_len);
 }
 
 static int bind_f32(qwen35_model *m, const char *name, int ndim, const int64_t *dims, q35_weight *w,

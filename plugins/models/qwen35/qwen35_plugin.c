@@ -42,8 +42,8 @@ static int q35_info(mi_model *m, mi_model_info *dst) {
    * every decode step, like the weights (the decode roofline counts them) */
   out->state_bytes_fixed = q35_state_bytes(m);
   /* An untied embedding table is gathered one row per token, not streamed. */
-  const uint64_t emb = (uint64_t)(c->vocab * c->hidden) * mi_dtype_size(m->embed.dtype);
-  const uint64_t row = H * mi_dtype_size(m->embed.dtype);
+  const uint64_t row = (uint64_t)mi_dtype_row_bytes(m->embed.dtype, c->hidden); /* a block type's too */
+  const uint64_t emb = (uint64_t)c->vocab * row;
   out->decode_weight_bytes = m->weight_bytes - (c->tied ? 0 : emb - row);
   /* per prompt token: 2 FLOPs per weight of every layer matmul; a DeltaNet
    * layer adds the delta rule's state work, ~8·Dk·Dv per value head (decay,
