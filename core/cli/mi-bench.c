@@ -163,7 +163,7 @@ static void *synthetic_weights(mi_dtype dt, int64_t N, int64_t K, size_t *bytes)
       memcpy(blk + 208, &small, 2);
     } else {
       memcpy(blk, &small, 2);
-      if (dt == MI_DTYPE_Q4_K) memcpy(blk + 2, &one, 2);
+      if (dt == MI_DTYPE_Q4_K || dt == MI_DTYPE_Q5_K) memcpy(blk + 2, &one, 2);
     }
   }
   for (size_t i = 0; !bb && dt == MI_DTYPE_F32 && i < *bytes / 4; i++) {

@@ -984,12 +984,13 @@ static int map_name(const char *pat, const char *hf, const char *name, char *out
 }
 
 /* The ggml block types quant.h defines, as MetaInfer dtypes; -1 for any
- * other ggml type. (ggml's numbers: Q4_0 2, Q8_0 8, Q4_K 12, Q6_K 14.) */
+ * other ggml type. (ggml's numbers: Q4_0 2, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14.) */
 static int block_dtype(uint32_t ggml_type) {
   switch (ggml_type) {
   case MI_GGML_Q8_0: return MI_DTYPE_Q8_0;
   case 2u: return MI_DTYPE_Q4_0;
   case 12u: return MI_DTYPE_Q4_K;
+  case 13u: return MI_DTYPE_Q5_K;
   case 14u: return MI_DTYPE_Q6_K;
   default: return -1;
   }
@@ -1055,7 +1056,7 @@ static int serve_dtype(const mi_gguf_model *m, const mi_gguf_tensor *t, const ch
   if (tn)
     mi_path_err(err, err_len, path,
                 "tensor '%s' (%s) has ggml type %s, which is not supported yet (F32, F16, BF16, "
-                "Q8_0, Q4_0, Q4_K and Q6_K are)",
+                "Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are)",
                 t->name, hf, tn);
   else
     mi_path_err(err, err_len, path, "tensor '%s' (%s) has ggml type %u, unknown to this reader",

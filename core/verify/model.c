@@ -437,7 +437,8 @@ static unsigned char *walk_at(const edit_walk *e, unsigned char *b, size_t i) {
 
 static edit_walk walk_of(const vf_tensor_loc *t) {
   if (t->dtype >= 0 && t->dtype < MI_DTYPE_COUNT && mi_dtype_is_block((mi_dtype)t->dtype)) {
-    const size_t bb = mi_dtype_block_bytes((mi_dtype)t->dtype), per = t->dtype == MI_DTYPE_Q4_K ? 2 : 1;
+    const size_t bb = mi_dtype_block_bytes((mi_dtype)t->dtype),
+                 per = t->dtype == MI_DTYPE_Q4_K || t->dtype == MI_DTYPE_Q5_K ? 2 : 1; /* d and dmin */
     /* d leads every block but Q6_K's, which ends with it */
     return (edit_walk){t->nbytes / bb * per, bb, t->dtype == MI_DTYPE_Q6_K ? bb - 2 : 0, per, MI_DTYPE_F16};
   }

@@ -1,4 +1,4 @@
-/* Stage 1's inputs of a block type (GGUF's Q8_0, Q4_0, Q4_K, Q6_K; layouts
+/* Stage 1's inputs of a block type (GGUF's Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; layouts
  * in sdk/include/mi/quant.h). A block type has no per-element rounding:
  * values come in blocks that share scales, so an input is drawn as bytes
  * and its values are then what the format defines them to be, exactly
@@ -74,13 +74,18 @@ static void pack_q4_k_scales(const int *sc, const int *m, uint8_t *s) {
   }
 }
 
-static void quant_q4_k(const double *x, uint8_t *b) {
+/* Q4_K (qmax 15) and Q5_K (qmax 31): per sub-block of 32 a range fit,
+ * the 6-bit scales and mins against d = max scale/63 and dmin = max
+ * min/63, codes q = round((x + dmin·m)/(d·sc)) in 0..qmax; Q4_K's nibbles
+ * at byte 16, Q5_K's at 48 with the fifth bit in qh (bytes 16..47: the
+ * inverses of mi_q4_k_code / mi_q5_k_code). */
+static void quant_k(const double *x, uint8_t *b, int qmax) {
   double scale[8], mn[8], smax = 0, mmax = 0;
   for (int j = 0; j < 8; j++) {
     double lo = 0, hi = 0;
     for (int i = 0; i < 32; i++)
       lo = fmin(lo, x[32 * j + i]), hi = fmax(hi, x[32 * j + i]);
-    scale[j] = (hi - lo) / 15;
+    scale[j] = (hi - lo) / qmax;
     mn[j] = -lo;
     smax = fmax(smax, scale[j]);
     mmax = fmax(mmax, mn[j]);
@@ -94,12 +99,14 @@ static void quant_q4_k(const double *x, uint8_t *b) {
     m[j] = dmin ? (int)clampd(nearbyint(mn[j] / dmin), 0, 63) : 0;
   }
   pack_q4_k_scales(sc, m, b + 4);
-  memset(b + 16, 0, 128);
+  const int five = qmax > 15, qs = five ? 48 : 16;
+  memset(b + 16, 0, five ? 160 : 128);
   for (int i = 0; i < 256; i++) {
     const int j = i / 32;
     const double step = d * sc[j];
-    const int q = step ? (int)clampd(nearbyint((x[i] + dmin * m[j]) / step), 0, 15) : 0;
-    b[16 + 32 * (i / 64) + i % 32] |= (uint8_t)((i % 64) < 32 ? q : q << 4);
+    const int q = step ? (int)clampd(nearbyint((x[i] + dmin * m[j]) / step), 0, qmax) : 0;
+    b[qs + 32 * (i / 64) + i % 32] |= (uint8_t)((i % 64) < 32 ? q & 15 : (q & 15) << 4);
+    if (five) b[16 + i % 32] |= (uint8_t)((q >> 4) << j);
   }
 }
 
@@ -148,6 +155,9 @@ static void random_block(mi_dtype t, double std, uint8_t *b, uint64_t *rng) {
     rand_f16(b, std / 256, rng), rand_f16(b + 2, std / 32, rng), rand_bytes(b + 4, 140, rng);
     break;
   case MI_DTYPE_Q6_K: rand_bytes(b, 208, rng), rand_f16(b + 208, std / 1024, rng); break;
+  case MI_DTYPE_Q5_K:
+    rand_f16(b, std / 512, rng), rand_f16(b + 2, std / 32, rng), rand_bytes(b + 4, 172, rng);
+    break;
   default: break;
   }
 }
@@ -156,8 +166,9 @@ static void quantize_block(mi_dtype t, const double *x, uint8_t *b) {
   switch (t) {
   case MI_DTYPE_Q8_0: quant_q8_0(x, b); break;
   case MI_DTYPE_Q4_0: quant_q4_0(x, b); break;
-  case MI_DTYPE_Q4_K: quant_q4_k(x, b); break;
+  case MI_DTYPE_Q4_K: quant_k(x, b, 15); break;
   case MI_DTYPE_Q6_K: quant_q6_k(x, b); break;
+  case MI_DTYPE_Q5_K: quant_k(x, b, 31); break;
   default: break;
   }
 }
@@ -165,10 +176,11 @@ static void quantize_block(mi_dtype t, const double *x, uint8_t *b) {
 /* |value| as the format sums it: Q4_K's d·sc·q − dmin·m is two terms, and
  * a kernel rounds each, so a bound scales with |d·sc·q| + |dmin·m|. */
 static double terms_magnitude(mi_dtype t, const uint8_t *b, int i) {
-  if (t != MI_DTYPE_Q4_K) return fabs(mi_quant_value64(t, b, i));
+  if (t != MI_DTYPE_Q4_K && t != MI_DTYPE_Q5_K) return fabs(mi_quant_value64(t, b, i));
   int sc, m;
   mi_q4_k_scale_min(b + 4, i / 32, &sc, &m);
-  return fabs((double)mi_quant_f16(b) * sc * mi_q4_k_code(b, i)) + fabs((double)mi_quant_f16(b + 2) * m);
+  const int q = t == MI_DTYPE_Q5_K ? mi_q5_k_code(b, i) : mi_q4_k_code(b, i);
+  return fabs((double)mi_quant_f16(b) * sc * q) + fabs((double)mi_quant_f16(b + 2) * m);
 }
 
 int vf_quant_input(mi_dtype t, int64_t n, int codes, double std, uint64_t *rng, unsigned char *dst,

@@ -1,4 +1,4 @@
-/* The CPU platform's matmul and embed with Q4_0, Q4_K and Q6_K weights
+/* The CPU platform's matmul and embed with Q4_0, Q4_K, Q5_K and Q6_K weights
  * (plugins/platforms/cpu/cpu_quant*.c on the Q8_0 driver) against float64,
  * on every ISA variant this host has.
  *
@@ -13,7 +13,7 @@
  * checks per output:
  *   1. against the float64 product of the quantized operands, within f32
  *      rounding: (K/32 + 16)·2^-24·Σ_b |d_x|·Σ_k |q_x|·|w|_terms, where
- *      |w|_terms is |w| but for Q4_K |d·sc·q| + |dmin·m| (the kernels form
+ *      |w|_terms is |w| but for Q4_K, Q5_K |d·sc·q| + |dmin·m| (the kernels form
  *      both terms; a wrongly quantized x or a wrong code fails by far);
  *   2. against the float64 product of the unquantized x, within the
  *      README's bound: Σ_b (amax_b/254)(1 + 2^-14)·Σ_{k in b}|w_k| + 1.
@@ -50,8 +50,8 @@
 
 #define U (FLT_EPSILON / 2) /* f32 unit roundoff 2^-24 */
 
-static const mi_dtype TYPES[] = {MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q6_K};
-#define NTYPE 3
+static const mi_dtype TYPES[] = {MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q6_K, MI_DTYPE_Q5_K};
+#define NTYPE 4
 
 /* ---- random blocks ---- */
 
@@ -72,7 +72,7 @@ static void rand_block(mi_dtype t, uint8_t *p) {
   } else {
     memcpy(p, &h, 2);
   }
-  if (t == MI_DTYPE_Q4_K) {
+  if (t == MI_DTYPE_Q4_K || t == MI_DTYPE_Q5_K) {
     h = rand_f16(1, 1); /* dmin */
     memcpy(p + 2, &h, 2);
   }
@@ -90,11 +90,12 @@ static uint8_t *rand_w(mi_dtype t, int64_t N, int64_t K, double *wv, double *wa)
       const double v = mi_quant_value64(t, p, i);
       wv[r * qk + i] = v;
       wa[r * qk + i] = fabs(v);
-      if (t == MI_DTYPE_Q4_K) {
+      if (t == MI_DTYPE_Q4_K || t == MI_DTYPE_Q5_K) {
         int sc, m;
         mi_q4_k_scale_min(p + 4, i / 32, &sc, &m);
         const double d = mi_quant_f16(p), dmin = mi_quant_f16(p + 2);
-        wa[r * qk + i] = fabs(d * sc * mi_q4_k_code(p, i)) + fabs(dmin * m);
+        const int q = t == MI_DTYPE_Q5_K ? mi_q5_k_code(p, i) : mi_q4_k_code(p, i);
+        wa[r * qk + i] = fabs(d * sc * q) + fabs(dmin * m);
       }
     }
   }
@@ -266,6 +267,8 @@ START_TEST(test_quant_embed_and_edges) {
   ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_Q4_K, 1024), 4 * 144);
   ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_Q6_K, 1024), 4 * 210);
   ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_Q6_K, 1000), 0);
+  ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_Q5_K, 1024), 4 * 176);
+  ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_Q5_K, 1000), 0);
   close_plat(&p);
 }
 END_TEST
@@ -326,13 +329,13 @@ START_TEST(test_quant_bench) {
   rng_seed(seed_for(4, 0));
   /* Q8_0 (the reference) first and last: the first type after the
    * bandwidth run was seen slower, whichever it was */
-  const mi_dtype all[] = {MI_DTYPE_Q8_0, MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q6_K,
+  const mi_dtype all[] = {MI_DTYPE_Q8_0, MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q5_K, MI_DTYPE_Q6_K,
                           MI_DTYPE_Q8_0};
   for (int s = 0; s < 2; s++) {
     mi_bandwidth bw;
     if (mi_measure_bandwidth(thr ? atoi(thr) : 2, 256u << 20, 5, &bw) == 0)
       printf("BENCH memory read %.1f GB/s (STREAM-style, same threads)\n", bw.read_gbs);
-    for (int ti = 0; ti < 5; ti++)
+    for (int ti = 0; ti < 6; ti++)
       bench_one(&p, all[ti], s ? 1024 : 3072, s ? 3072 : 1024);
   }
   close_plat(&p);

@@ -326,7 +326,7 @@ START_TEST(test_q4_k_m_engine_and_mutant) {
   snprintf(p, sizeof p, "%s/engine.c", g_out_q4km);
   char *src = gt_slurp(p);
   ck_assert_ptr_nonnull(
-      strstr(src, "(1u << MI_DTYPE_Q4_K | 1u << MI_DTYPE_Q6_K | 1u << MI_DTYPE_Q8_0 | 1u << MI_DTYPE_F32)"));
+      strstr(src, "(1u << MI_DTYPE_Q4_K | 1u << MI_DTYPE_Q6_K | 1u << MI_DTYPE_Q5_K | 1u << MI_DTYPE_Q8_0 | 1u << MI_DTYPE_F32)"));
   free(src);
   /* the mutant: ffn_down (Q6_K on both layers of this file) handed WEIGHT_DTYPE (Q4_K) */
   char mut[1300], so[1500];

@@ -6,7 +6,7 @@
 //      then widened: every tensor equals the F32 conversion bit for bit
 //      (the checkpoint is bf16, so both hold its values exactly);
 //  (b) its Q8_0 and Q4_K_M conversions, and a file made here with F16,
-//      BF16, Q8_0, Q4_0, Q4_K and Q6_K tensors (random blocks: every code
+//      BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K tensors (random blocks: every code
 //      and scale pattern; blocks from hf2gguf's quantizers; alignment 64,
 //      version 2, data stored out of order), widened: every element equals
 //      this file's own decoding of quant.h's layouts, bit for bit; metadata
@@ -77,8 +77,8 @@ function parseGguf(b) {
 
 // ------------------------------------------------------------ an independent decoder (quant.h's layouts)
 
-const BLOCK = { 0: [1, 4], 1: [1, 2], 30: [1, 2], 8: [32, 34], 2: [32, 18], 12: [256, 144], 14: [256, 210] };
-const NAME = { 0: "F32", 1: "F16", 30: "BF16", 8: "Q8_0", 2: "Q4_0", 12: "Q4_K", 14: "Q6_K" };
+const BLOCK = { 0: [1, 4], 1: [1, 2], 30: [1, 2], 8: [32, 34], 2: [32, 18], 12: [256, 144], 13: [256, 176], 14: [256, 210] };
+const NAME = { 0: "F32", 1: "F16", 30: "BF16", 8: "Q8_0", 2: "Q4_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K" };
 function halfValue(h) {
   const sign = h & 0x8000 ? -1 : 1, e = (h >> 10) & 31, m = h & 1023;
   if (e === 31) return m ? NaN : sign * Infinity;
@@ -87,6 +87,12 @@ function halfValue(h) {
 const HALF = Float64Array.from({ length: 65536 }, (_, h) => halfValue(h));
 const f16At = (b, o) => HALF[b[o] + 256 * b[o + 1]];
 const i8 = (v) => (v > 127 ? v - 256 : v);
+/** Q4_K's / Q5_K's sub-block j scale and min, from the 12 bytes at b[o + 4..]. */
+function scaleMin(b, o, j) {
+  const s = (k) => b[o + 4 + k];
+  if (j < 4) return [s(j) % 64, s(j + 4) % 64];
+  return [(s(j + 4) % 16) + Math.floor(s(j - 4) / 64) * 16, Math.floor(s(j + 4) / 16) + Math.floor(s(j) / 64) * 16];
+}
 /** Value i of the block at b[o..], in float64, as quant.h states it. */
 const VALUE = {
   8: (b, o, i) => f16At(b, o) * i8(b[o + 2 + i]),
@@ -95,15 +101,15 @@ const VALUE = {
     return f16At(b, o) * ((i < 16 ? byte % 16 : Math.floor(byte / 16)) - 8);
   },
   12: (b, o, i) => {
-    const s = (k) => b[o + 4 + k], j = Math.floor(i / 32);
-    let sc, m;
-    if (j < 4) { sc = s(j) % 64; m = s(j + 4) % 64; }
-    else {
-      sc = (s(j + 4) % 16) + Math.floor(s(j - 4) / 64) * 16;
-      m = Math.floor(s(j + 4) / 16) + Math.floor(s(j) / 64) * 16;
-    }
+    const j = Math.floor(i / 32), [sc, m] = scaleMin(b, o, j);
     const byte = b[o + 16 + 32 * Math.floor(i / 64) + (i % 32)];
     const q = i % 64 < 32 ? byte % 16 : Math.floor(byte / 16);
+    return f16At(b, o) * sc * q - f16At(b, o + 2) * m;
+  },
+  13: (b, o, i) => { // Q4_K's scales and mins; nibbles at 48; bit floor(i/32) of qh[i % 32] (at 16) the fifth bit
+    const j = Math.floor(i / 32), [sc, m] = scaleMin(b, o, j);
+    const byte = b[o + 48 + 32 * Math.floor(i / 64) + (i % 32)];
+    const q = (i % 64 < 32 ? byte % 16 : Math.floor(byte / 16)) + 16 * (Math.floor(b[o + 16 + (i % 32)] / 2 ** j) % 2);
     return f16At(b, o) * sc * q - f16At(b, o + 2) * m;
   },
   14: (b, o, i) => {
@@ -204,7 +210,7 @@ const randHalf = () => {
 function randomBlocks(t, n) {
   const [qk, bb] = BLOCK[t], nb = n / qk, b = Buffer.alloc(nb * bb);
   for (let i = 0; i < b.length; i++) b[i] = Math.floor(rnd() * 256);
-  const halves = { 8: [0], 2: [0], 12: [0, 2], 14: [208] }[t];
+  const halves = { 8: [0], 2: [0], 12: [0, 2], 13: [0, 2], 14: [208] }[t];
   for (let k = 0; k < nb; k++) for (const h of halves) b.writeUInt16LE(randHalf(), k * bb + h);
   return b;
 }
@@ -311,8 +317,9 @@ try {
   add("t.q4_k", [512, 3], 12, randomBlocks(12, 1536));
   add("t.q6_k", [256, 2, 2], 14, randomBlocks(14, 1024));
   add("t.q4_k.1d", [256], 12, randomBlocks(12, 256));
-  for (const q of ["Q8_0", "Q4_0", "Q4_K", "Q6_K"]) // blocks as hf2gguf's quantizers choose them
-    add(`t.quantized.${q.toLowerCase()}`, [512, 2], { Q8_0: 8, Q4_0: 2, Q4_K: 12, Q6_K: 14 }[q], quantizers[q](gaussF32(1024)));
+  add("t.q5_k", [256, 3], 13, randomBlocks(13, 768));
+  for (const q of ["Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K"]) // blocks as hf2gguf's quantizers choose them
+    add(`t.quantized.${q.toLowerCase()}`, [512, 2], { Q8_0: 8, Q4_0: 2, Q4_K: 12, Q5_K: 13, Q6_K: 14 }[q], quantizers[q](gaussF32(1024)));
   const kvs = [
     ["general.architecture", 8, "qwen3"],
     ["general.alignment", 4, 64],
@@ -329,7 +336,7 @@ try {
   const r = runTool([madeFile, madeOut]);
   if (check(r.rc === 0, `gguf_f32 on the file made here: exit ${r.rc}: ${r.err}`)) {
     const s = compareWidened("(b) made here", madeFile, madeOut, (t, d) => expectedBits(t.type, d, nelOf(t)));
-    check(Object.keys(s.types).length === 7, `(b) made here: types ${JSON.stringify(s.types)}`);
+    check(Object.keys(s.types).length === 8, `(b) made here: types ${JSON.stringify(s.types)}`);
     console.log(`${el()} (b) made here (v2, alignment 64): ${JSON.stringify(s.types)}, ${s.elements} elements equal this test's decoding bit for bit`);
   }
   // the exported dequantizers (what oracle.mjs widens with), directly
@@ -368,7 +375,7 @@ try {
   broken("overlapping tensors", [1], (b) => { b.copy(b, made.at.offset[5], made.at.offset[6], made.at.offset[6] + 8); return b; });
   broken("a Q4_K row of 128", [1], (b) => { setU64(b, made.at.ne0[5], 128); setU64(b, made.at.ne0[5] + 8, 6); return b; });
   broken("an unknown type id 77", [1, 3], (b) => { b.writeUInt32LE(77, made.at.type[4]); return b; });
-  broken("a Q5_K tensor", [3], (b) => { b.writeUInt32LE(13, made.at.type[5]); return b; });
+  broken("a Q3_K tensor", [3], (b) => { b.writeUInt32LE(11, made.at.type[5]); return b; });
   broken("an IQ4_XS tensor", [3], (b) => { b.writeUInt32LE(23, made.at.type[6]); return b; });
   const bad = {};
   for (const h of hostile) {
@@ -378,7 +385,7 @@ try {
     check(h.exits.includes(rr.rc), `(c) ${h.name}: exit ${rr.rc} (expected ${h.exits.join(" or ")}): ${rr.err.slice(0, 300)}`);
     oneLine(`(c) ${h.name}`, rr.err, file);
     check(!fs.existsSync(out) && !fs.readdirSync(tmp).some((f) => f.startsWith("bad-out.gguf")), `(c) ${h.name}: output left behind`);
-    if (h.name === "a Q5_K tensor") check(/'t\.q4_k'.*Q5_K/.test(rr.err), `(c) ${h.name}: the line does not name the tensor and its type: ${rr.err}`);
+    if (h.name === "a Q3_K tensor") check(/'t\.q4_k'.*Q3_K/.test(rr.err), `(c) ${h.name}: the line does not name the tensor and its type: ${rr.err}`);
     bad[h.name] = file;
     if (process.env.VERBOSE) console.log(`  ${h.name}: exit ${rr.rc}: ${rr.err}`);
   }
@@ -400,7 +407,7 @@ try {
     throw new Error("skip");
   }
   // refusals come before llama.cpp: a type not widened (3), a broken file (1)
-  for (const [name, want] of [["a Q5_K tensor", 3], ["a tensor offset past the end", 1]]) {
+  for (const [name, want] of [["a Q3_K tensor", 3], ["a tensor offset past the end", 1]]) {
     const o = runTool(["--model", bad[name], "--out", path.join(tmp, "never.json"), "--work", tmp], ORACLE);
     check(o.rc === want, `(d) oracle.mjs on ${name}: exit ${o.rc}, expected ${want}: ${o.err}`);
     oneLine(`(d) oracle.mjs on ${name}`, o.err, bad[name]);

@@ -1,11 +1,11 @@
-// 4- and 6-bit GGUF files made here (tools/peer/hf2gguf.mjs --type q4_k_m,
-// --type q4_0; ggml's block layouts, sdk/include/mi/quant.h) are read alike
+// 4-, 5- and 6-bit GGUF files made here (tools/peer/hf2gguf.mjs --type q4_k_m,
+// q5_k_m, q4_0; ggml's block layouts, sdk/include/mi/quant.h) are read alike
 // by llama.cpp and by MetaInfer:
 //  - the quantizers' error on Gaussian data is what the formats can do
-//    (relative RMS error under Q4_0 0.12, Q4_K 0.09, Q6_K 0.025; a
+//    (relative RMS error under Q4_0 0.12, Q4_K 0.09, Q5_K 0.05, Q6_K 0.025; a
 //    quantizer that wrote garbage both sides decode alike would fail here);
 //  - each file holds the types it says (read from its header: a converter
-//    that silently wrote F32 fails), Q4_K_M with llama-quantize's mix;
+//    that silently wrote F32 fails), Q4_K_M and Q5_K_M with llama-quantize's mixes;
 //  - MetaInfer's loader saw those types (its -v line names each block type
 //    as kept as stored, where the platform takes it, or widened to f32);
 //  - mi-run and llama.cpp on the same file give the same greedy tokens
@@ -47,6 +47,13 @@ const DECODE = {
     const by = b[o + 16 + 32 * (i >> 6) + (i % 32)], q = i % 64 < 32 ? by & 15 : by >> 4;
     return f16(b, o) * sc * q - f16(b, o + 2) * m;
   }],
+  Q5_K: [256, 176, (b, o, i) => { // Q4_K's scales and nibbles (at 48), bit i/32 of qh[i % 32] (at 16) the fifth bit
+    const j = i >> 5, s = (k) => b[o + 4 + k];
+    const sc = j < 4 ? s(j) & 63 : (s(j + 4) & 15) | ((s(j - 4) >> 6) << 4);
+    const m = j < 4 ? s(j + 4) & 63 : (s(j + 4) >> 4) | ((s(j) >> 6) << 4);
+    const by = b[o + 48 + 32 * (i >> 6) + (i % 32)], q = (i % 64 < 32 ? by & 15 : by >> 4) | (((b[o + 16 + (i % 32)] >> j) & 1) << 4);
+    return f16(b, o) * sc * q - f16(b, o + 2) * m;
+  }],
   Q6_K: [256, 210, (b, o, i) => {
     const h = i >> 7, qu = (i % 128) >> 5, l = i % 32, lo = b[o + 64 * h + l + (qu & 1) * 32];
     const q = ((qu & 2) ? lo >> 4 : lo & 15) | (((b[o + 128 + 32 * h + l] >> (2 * qu)) & 3) << 4);
@@ -65,7 +72,7 @@ function quantError(type, x) {
 }
 
 // ---- the tensor types a GGUF file holds (its header: metadata skipped)
-const GGML_NAME = { 0: "F32", 1: "F16", 2: "Q4_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K", 30: "BF16" };
+const GGML_NAME = { 0: "F32", 1: "F16", 2: "Q4_0", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 30: "BF16" };
 function ggufTypes(file) {
   const b = fs.readFileSync(file);
   let p = 0;
@@ -95,11 +102,11 @@ function ggufTypes(file) {
 
 /** llama-quantize's Q4_K_M choice, restated here from src/llama-quant.cpp
  *  apart from the converter's (the "small" shape: 4 layers, untied). */
-function expectQ4KM(name, nLayers) {
+function expectQ4KM(name, nLayers, base = "Q4_K") {
   const more = (i) => i < Math.trunc(nLayers / 8) || i >= Math.trunc((7 * nLayers) / 8) || (i - Math.trunc(nLayers / 8)) % 3 === 2;
   if (name === "output.weight") return "Q6_K";
   const m = /^blk\.(\d+)\.(attn_v|ffn_down)\.weight$/.exec(name);
-  return m && more(Number(m[1])) ? "Q6_K" : "Q4_K";
+  return m && more(Number(m[1])) ? "Q6_K" : base;
 }
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "mi-q4-peer-"));
@@ -110,7 +117,7 @@ try {
   const x = new Float32Array(1 << 18);
   for (let i = 0; i < x.length; i++) x[i] = 0.02 * Math.sqrt(-2 * Math.log(rnd())) * Math.cos(2 * Math.PI * rnd()) + (i % 997 ? 0 : 0.2);
   const errs = {};
-  for (const [t, bound] of [["Q8_0", 0.01], ["Q6_K", 0.025], ["Q4_K", 0.09], ["Q4_0", 0.12]]) {
+  for (const [t, bound] of [["Q8_0", 0.01], ["Q6_K", 0.025], ["Q5_K", 0.05], ["Q4_K", 0.09], ["Q4_0", 0.12]]) {
     errs[t] = quantError(t, x);
     if (!(errs[t] < bound)) fail(`${t} quantizer: relative RMS error ${errs[t].toFixed(4)} (bound ${bound})`);
   }
@@ -121,21 +128,22 @@ try {
   const prompts = ["Hello there", "The capital of France is", "1, 2, 3,", "Write a poem about the sea"];
   const steps = 8;
   const lines = [];
-  for (const type of ["q4_k_m", "q4_0"]) {
+  for (const type of ["q4_k_m", "q5_k_m", "q4_0"]) {
     const file = path.join(tmp, `${type}.gguf`);
     const r = await convert(model, file, { type });
     if (r.notes.length) fail(`${type}: fallbacks on a shape with whole blocks: ${r.notes.join("; ")}`);
     const { fileType, tensors } = ggufTypes(file);
-    const want = { q4_k_m: 15, q4_0: 2 }[type];
+    const want = { q4_k_m: 15, q5_k_m: 17, q4_0: 2 }[type];
     if (fileType !== want) fail(`${type}: general.file_type ${fileType}, expected ${want}`);
     const count = {};
     for (const [name, t] of tensors) {
       const norm = /norm\.weight$/.test(name);
-      const exp = norm ? "F32" : type === "q4_0" ? "Q4_0" : expectQ4KM(name, cfg.num_hidden_layers);
+      const exp = norm ? "F32" : type === "q4_0" ? "Q4_0" : expectQ4KM(name, cfg.num_hidden_layers, type === "q5_k_m" ? "Q5_K" : "Q4_K");
       if (t !== exp) fail(`${type}: ${name} is ${t}, expected ${exp}`);
       count[t] = (count[t] || 0) + 1;
     }
     if (type === "q4_k_m" && !(count.Q4_K > 0 && count.Q6_K > 0)) fail(`q4_k_m: types ${JSON.stringify(count)}`);
+    if (type === "q5_k_m" && !(count.Q5_K > 0 && count.Q6_K > 0)) fail(`q5_k_m: types ${JSON.stringify(count)}`);
 
     // what MetaInfer's loader did with each block type (its -v line)
     const loaderLine = (stderr) => {

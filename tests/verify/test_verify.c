@@ -618,14 +618,14 @@ START_TEST(cpu_plugin_passes_stage2) {
   /* prefill + 2 decode steps for each weight dtype the cpu contract lists
    * whose blocks the small rows hold (f32, f16, bf16, q8_0, q4_0) */
   ck_assert_int_eq(json_array_size(json_object_get(u, "cases")), 15);
-  /* Q4_K and Q6_K (256-value blocks) on the block_layer_config's wider rows */
+  /* Q4_K, Q6_K and Q5_K (256-value blocks) on the block_layer_config's wider rows */
   json_t *nr = json_object_get(u, "dtypes_not_run");
-  ck_assert_int_eq(json_array_size(nr), 2);
+  ck_assert_int_eq(json_array_size(nr), 3);
   ck_assert_str_eq(json_string_value(json_object_get(json_array_get(nr, 0), "dtype")), "q4_k");
   json_t *b = json_array_get(json_object_get(stage(r.report, 1), "units"), 1);
   ck_assert_str_eq(json_string_value(json_object_get(b, "id")), "model.qwen3 (block_layer_config)");
   ck_assert_str_eq(json_string_value(json_object_get(b, "verdict")), "PASS");
-  ck_assert_int_eq(json_array_size(json_object_get(b, "cases")), 6);
+  ck_assert_int_eq(json_array_size(json_object_get(b, "cases")), 9);
   ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(b, "cases"), 0), "dtype")), "q4_k");
   json_decref(r.report);
 }

@@ -8,7 +8,7 @@
 // Each element is the source's value, computed in float64 as
 // sdk/include/mi/quant.h defines it (mi_quant_value64), then rounded once to
 // f32 (mi_quant_row_f32): F32 copied, F16 and BF16 widened bit for bit,
-// Q8_0, Q4_0, Q4_K and Q6_K dequantized. The metadata key/values are copied
+// Q8_0, Q4_0, Q4_K, Q5_K and Q6_K dequantized. The metadata key/values are copied
 // byte for byte and in order, except general.file_type, which is set to 0
 // (ALL_F32) in its own integer type; the version, tensor names, order and
 // dims are unchanged; the data section is aligned to general.alignment
@@ -46,7 +46,7 @@ export const GGML_TYPE_NAME = {
 export const WIDENED = {
   0: [1, 4], 1: [1, 2], 30: [1, 2],          // F32, F16, BF16
   8: [32, 34], 2: [32, 18],                  // Q8_0, Q4_0
-  12: [256, 144], 14: [256, 210],            // Q4_K, Q6_K
+  12: [256, 144], 13: [256, 176], 14: [256, 210], // Q4_K, Q5_K, Q6_K
 };
 
 /** Limits, as gguf.h's (docs/gguf.md). */
@@ -162,6 +162,13 @@ export function dequantQ4_0(src, n, out = new Float32Array(n)) {
   return out;
 }
 
+/** Sub-block j's 6-bit scale and min from the 12 bytes at src[s] (Q4_K's
+ *  and Q5_K's packing: quant.h's mi_q4_k_scale_min). */
+function kScaleMin(src, s, j) {
+  if (j < 4) return [src[s + j] & 63, src[s + j + 4] & 63];
+  return [(src[s + j + 4] & 15) | ((src[s + j - 4] >> 6) << 4), (src[s + j + 4] >> 4) | ((src[s + j] >> 6) << 4)];
+}
+
 /** Q4_K: d | dmin (f16) | scales[12] | qs[128]; sub-block j of 32 values:
  *  x = d*sc_j*q - dmin*m_j (quant.h's mi_q4_k_scale_min, mi_q4_k_code). */
 export function dequantQ4_K(src, n, out = new Float32Array(n)) {
@@ -170,18 +177,28 @@ export function dequantQ4_K(src, n, out = new Float32Array(n)) {
     const d = F16_VALUE[src[o] | (src[o + 1] << 8)], dmin = F16_VALUE[src[o + 2] | (src[o + 3] << 8)];
     const s = o + 4, k0 = b * 256;
     for (let j = 0; j < 8; j++) {
-      let sc, m;
-      if (j < 4) {
-        sc = src[s + j] & 63;
-        m = src[s + j + 4] & 63;
-      } else {
-        sc = (src[s + j + 4] & 15) | ((src[s + j - 4] >> 6) << 4);
-        m = (src[s + j + 4] >> 4) | ((src[s + j] >> 6) << 4);
-      }
+      const [sc, m] = kScaleMin(src, s, j);
       // quant.h: (double)d * sc * q - (double)dmin * m, in that order
       const dsc = d * sc, dm = dmin * m, q0 = o + 16 + 32 * (j >> 1), k = k0 + 32 * j;
       if (j & 1) for (let l = 0; l < 32; l++) out[k + l] = dsc * (src[q0 + l] >> 4) - dm;
       else for (let l = 0; l < 32; l++) out[k + l] = dsc * (src[q0 + l] & 15) - dm;
+    }
+  }
+  return out;
+}
+
+/** Q5_K: d | dmin (f16) | scales[12] | qh[32] | qs[128]: Q4_K's scales,
+ *  mins and nibbles, plus bit j of qh[l] as the fifth bit of value 32j + l
+ *  (quant.h's mi_q5_k_code): x = d*sc_j*q - dmin*m_j, q in 0..31. */
+export function dequantQ5_K(src, n, out = new Float32Array(n)) {
+  const nb = blocks(src, n, 256, 176, "Q5_K");
+  for (let b = 0, o = 0; b < nb; b++, o += 176) {
+    const d = F16_VALUE[src[o] | (src[o + 1] << 8)], dmin = F16_VALUE[src[o + 2] | (src[o + 3] << 8)];
+    const s = o + 4, qh = o + 16, k0 = b * 256;
+    for (let j = 0; j < 8; j++) {
+      const [sc, m] = kScaleMin(src, s, j);
+      const dsc = d * sc, dm = dmin * m, q0 = o + 48 + 32 * (j >> 1), k = k0 + 32 * j, sh = j & 1 ? 4 : 0;
+      for (let l = 0; l < 32; l++) out[k + l] = dsc * (((src[q0 + l] >> sh) & 15) | (((src[qh + l] >> j) & 1) << 4)) - dm;
     }
   }
   return out;
@@ -211,7 +228,7 @@ export function dequantQ6_K(src, n, out = new Float32Array(n)) {
 }
 
 /** The dequantizer of each widened type, by ggml type number. */
-export const DEQUANT = { 0: dequantF32, 1: dequantF16, 30: dequantBF16, 8: dequantQ8_0, 2: dequantQ4_0, 12: dequantQ4_K, 14: dequantQ6_K };
+export const DEQUANT = { 0: dequantF32, 1: dequantF16, 30: dequantBF16, 8: dequantQ8_0, 2: dequantQ4_0, 12: dequantQ4_K, 13: dequantQ5_K, 14: dequantQ6_K };
 
 /** n values of ggml type `type` at the start of src, as a Float32Array. */
 export function dequantize(type, src, n, out) {
@@ -457,7 +474,7 @@ function parse(c) {
   }
   for (const t of tensors)
     if (!WIDENED[t.type])
-      throw new GgufError(`${file}: tensor '${t.name}' has ggml type ${typeName(t.type)}, which gguf_f32.mjs does not widen (F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K are)`, 3);
+      throw new GgufError(`${file}: tensor '${t.name}' has ggml type ${typeName(t.type)}, which gguf_f32.mjs does not widen (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are)`, 3);
   return { file, size: c.size, version, alignment, kvEnd, kvs, tensors, dataStart };
 }
 

@@ -19,10 +19,11 @@
 //   converted here: a tensor the conversion rewrites, llama's permuted q/k or
 //   qwen35's reordered value heads, is rewritten in f32, then quantized;
 //   qwen35's conv1d stays F32 as llama-quantize keeps it).
-// --type q4_0 | q4_k | q6_k: every 2-D weight in that ggml block type (as
-//   llama-quantize --pure would), 1-D F32 (the same families). --type q4_k_m:
-//   llama-quantize's Q4_K_M mix (Q6_K for the output and for attn_v/ffn_down
-//   on some layers, Q4_K elsewhere: pickType). How each type's scales and
+// --type q4_0 | q4_k | q5_k | q6_k: every 2-D weight in that ggml block type
+//   (as llama-quantize --pure would), 1-D F32 (the same families). --type
+//   q4_k_m | q5_k_m: llama-quantize's mixes (Q6_K for the output and for
+//   attn_v/ffn_down on some layers, a fused attn_qkv one step up (Q5_K /
+//   Q6_K), Q4_K / Q5_K elsewhere: pickType). How each type's scales and
 //   codes are chosen: the quantize* functions and docs/gguf.md. A row that
 //   is not whole blocks falls back (pickType), and the tool says so.
 //
@@ -157,7 +158,7 @@ function quantizeQ8_0(vals) {
   return out;
 }
 
-const TYPE_NAME = { 0: "F32", 1: "F16", 2: "Q4_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K", 30: "BF16" };
+const TYPE_NAME = { 0: "F32", 1: "F16", 2: "Q4_0", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 30: "BF16" };
 
 /** The value an f16 holds (for quantizing against a stored, rounded scale). */
 function f16Value(bits) {
@@ -220,19 +221,23 @@ function fitAffine(vals, x, n, qmax, fit) {
   fit[1] = -b;
 }
 
-/** Q4_K: per sub-block of 32 an affine fit (fitAffine); the 8 scales and 8
- *  mins then quantized to 6 bits against the super-block's d = max scale/63
- *  and dmin = max min/63 (f16, rounded to nearest); the codes are taken
- *  against those stored values: q = clamp(round((x + dmin*m)/(d*sc)), 0, 15). */
-function quantizeQ4_K(vals) {
-  const nb = vals.length / 256, out = Buffer.alloc(nb * 144);
+/** Q4_K (qmax 15) and Q5_K (qmax 31): per sub-block of 32 an affine fit
+ *  (fitAffine); the 8 scales and 8 mins then quantized to 6 bits against
+ *  the super-block's d = max scale/63 and dmin = max min/63 (f16, rounded to
+ *  nearest); the codes taken against those stored values:
+ *  q = clamp(round((x + dmin*m)/(d*sc)), 0, qmax). Q4_K's nibbles at byte
+ *  16; Q5_K's at 48, bit j of qh[l] (bytes 16..47) the fifth bit of value
+ *  32j + l (quant.h's mi_q4_k_code / mi_q5_k_code). */
+function quantizeK(vals, qmax) {
+  const five = qmax > 15, bb = five ? 176 : 144, qs = five ? 48 : 16;
+  const nb = vals.length / 256, out = Buffer.alloc(nb * bb);
   const A = new Float64Array(8), M = new Float64Array(8), fit = new Float64Array(2);
   const sc = new Uint8Array(8), mn = new Uint8Array(8), L = new Uint8Array(256);
   for (let b = 0; b < nb; b++) {
-    const x = b * 256, o = b * 144;
+    const x = b * 256, o = b * bb;
     let amax = 0, mmax = 0;
     for (let j = 0; j < 8; j++) {
-      fitAffine(vals, x + 32 * j, 32, 15, fit);
+      fitAffine(vals, x + 32 * j, 32, qmax, fit);
       A[j] = fit[0]; M[j] = fit[1];
       if (fit[0] > amax) amax = fit[0];
       if (fit[1] > mmax) mmax = fit[1];
@@ -244,7 +249,7 @@ function quantizeQ4_K(vals) {
       mn[j] = dmin ? Math.min(63, Math.round(M[j] / dmin)) : 0;
       const ds = d * sc[j], dm = dmin * mn[j], id = ds ? 1 / ds : 0;
       for (let l = 0; l < 32; l++)
-        L[32 * j + l] = Math.min(15, Math.max(0, Math.round((vals[x + 32 * j + l] + dm) * id)));
+        L[32 * j + l] = Math.min(qmax, Math.max(0, Math.round((vals[x + 32 * j + l] + dm) * id)));
     }
     out[o] = hd & 255; out[o + 1] = hd >> 8; out[o + 2] = hm & 255; out[o + 3] = hm >> 8;
     for (let j = 0; j < 4; j++) { // the 12 scale bytes, as quant.h's mi_q4_k_scale_min reads them
@@ -252,11 +257,19 @@ function quantizeQ4_K(vals) {
       out[o + 8 + j] = mn[j] | ((mn[j + 4] >> 4) << 6);
       out[o + 12 + j] = (sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4);
     }
+    if (five)
+      for (let l = 0; l < 32; l++) {
+        let h = 0;
+        for (let j = 0; j < 8; j++) h |= (L[32 * j + l] >> 4) << j;
+        out[o + 16 + l] = h;
+      }
     for (let c = 0; c < 4; c++)
-      for (let l = 0; l < 32; l++) out[o + 16 + 32 * c + l] = L[64 * c + l] | (L[64 * c + 32 + l] << 4);
+      for (let l = 0; l < 32; l++) out[o + qs + 32 * c + l] = (L[64 * c + l] & 15) | ((L[64 * c + 32 + l] & 15) << 4);
   }
   return out;
 }
+const quantizeQ4_K = (vals) => quantizeK(vals, 15);
+const quantizeQ5_K = (vals) => quantizeK(vals, 31);
 
 /** Q6_K: per sub-block of 16 a scale s = m / -32 (m the value of largest
  *  magnitude, sign kept: it becomes code 0), refitted once by least squares
@@ -312,7 +325,7 @@ function quantizeF16(vals) {
   return Buffer.from(o.buffer);
 }
 
-const QUANTIZE = { 1: quantizeF16, 2: quantizeQ4_0, 8: quantizeQ8_0, 12: quantizeQ4_K, 14: quantizeQ6_K };
+const QUANTIZE = { 1: quantizeF16, 2: quantizeQ4_0, 8: quantizeQ8_0, 12: quantizeQ4_K, 13: quantizeQ5_K, 14: quantizeQ6_K };
 
 /** count source values in buf (F32, F16 or BF16) as a Float32Array of their own. */
 function sourceF32(buf, n, dtype) {
@@ -380,6 +393,7 @@ function copyConverted(src, dst, fd, at) {
 // the ftype llama-quantize --pure Q4_K_S would write.
 const FTYPE = {
   f32: [0, 0], bf16: [32, 30], q8_0: [7, 8], q4_0: [2, 2], q4_k: [14, 12], q6_k: [18, 14], q4_k_m: [15, 12],
+  q5_k: [16, 13], q5_k_m: [17, 13],
 };
 
 /** llama.cpp's use_more_bits (src/llama-quant.cpp): the first and last
@@ -401,7 +415,7 @@ function useMoreBits(i, n) {
  *     even whole blocks of 32, as llama.cpp does (q8_0 keeps F32 there). */
 function pickType(type, gname, ne0, nLayers, tied, notes, attnV = null) {
   let t = FTYPE[type][1];
-  if (type === "q4_k_m") {
+  if (type === "q4_k_m" || type === "q5_k_m") {
     const layer = /^blk\.(\d+)\.(attn_v|ffn_down)\.weight$/.exec(gname);
     const isOutput = gname === "output.weight" || (tied && gname === "token_embd.weight");
     // attn_v counts among the tensors of its kind (a hybrid's attention
@@ -409,10 +423,7 @@ function pickType(type, gname, ne0, nLayers, tied, notes, attnV = null) {
     const more = layer && (layer[2] === "attn_v" && attnV ? useMoreBits(attnV.i, attnV.n) : useMoreBits(Number(layer[1]), nLayers));
     if (isOutput) t = ne0 % 256 ? GGML_TYPE.Q8_0 : GGML_TYPE.Q6_K;
     else if (more) t = GGML_TYPE.Q6_K;
-    else if (/\.attn_qkv\.weight$/.test(gname)) {
-      t = GGML_TYPE.Q6_K; // llama.cpp gives a fused qkv Q5_K under Q4_K_M
-      notes.push(`${gname}: Q6_K where llama.cpp writes Q5_K, which this tool does not`);
-    }
+    else if (/\.attn_qkv\.weight$/.test(gname)) t = type === "q4_k_m" ? GGML_TYPE.Q5_K : GGML_TYPE.Q6_K; // a fused qkv: one step up
   }
   const blk = GGML_BLOCK[t];
   if (!blk || ne0 % blk[0] === 0) return t;
@@ -1391,7 +1402,7 @@ function ropeFreqFactors(sc, theta, hd, cfgFile) {
 }
 
 // the block quantizers, for tests (tests/gguf/q4_peer.mjs)
-export const quantizers = { Q4_0: quantizeQ4_0, Q4_K: quantizeQ4_K, Q6_K: quantizeQ6_K, Q8_0: quantizeQ8_0 };
+export const quantizers = { Q4_0: quantizeQ4_0, Q4_K: quantizeQ4_K, Q5_K: quantizeQ5_K, Q6_K: quantizeQ6_K, Q8_0: quantizeQ8_0 };
 
 async function main(argv) {
   const pos = [];

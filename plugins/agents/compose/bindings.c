@@ -57,6 +57,7 @@ const char *weight_dtype_const(const char *d) {
   if (!strcmp(d, "q4_0")) return "MI_DTYPE_Q4_0";
   if (!strcmp(d, "q4_k")) return "MI_DTYPE_Q4_K";
   if (!strcmp(d, "q6_k")) return "MI_DTYPE_Q6_K";
+  if (!strcmp(d, "q5_k")) return "MI_DTYPE_Q5_K";
   return dtype_const(d);
 }
 

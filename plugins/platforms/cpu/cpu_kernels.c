@@ -49,7 +49,7 @@ int cpu_matmul(void *ctx, mi_stream *s, float *y, const float *x, const void *w,
   if (w_dtype != MI_DTYPE_F32 && w_dtype != MI_DTYPE_F16 && w_dtype != MI_DTYPE_BF16 &&
       !mi_dtype_is_block(w_dtype))
     return cpu_fail(c,
-                    "matmul: unsupported weight dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k "
+                    "matmul: unsupported weight dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k "
                     "only)",
                     mi_dtype_name(w_dtype));
   if (M == 0 || N == 0) return 0;
@@ -257,7 +257,7 @@ int cpu_embed(void *ctx, mi_stream *s, float *y, const void *table, mi_dtype dty
   if (dtype != MI_DTYPE_F32 && dtype != MI_DTYPE_F16 && dtype != MI_DTYPE_BF16 &&
       !mi_dtype_is_block(dtype))
     return cpu_fail(c,
-                    "embed: unsupported table dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k "
+                    "embed: unsupported table dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k "
                     "only)",
                     mi_dtype_name(dtype));
   if (mi_dtype_is_block(dtype) && dim % mi_dtype_block(dtype))

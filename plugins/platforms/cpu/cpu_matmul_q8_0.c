@@ -113,8 +113,8 @@ static void quant_task(void *arg, int64_t b, int64_t e, int tid) {
   (void)tid;
   const q8_args *a = arg;
   a->ops->quantize(&a->act, a->x, b, e);
-  if (a->dt != MI_DTYPE_Q4_K) return;
-  /* Q4_K's min term wants d_x·Σq_x per block: M·K adds, once per call
+  if (a->dt != MI_DTYPE_Q4_K && a->dt != MI_DTYPE_Q5_K) return;
+  /* Q4_K's (and Q5_K's) min term wants d_x·Σq_x per block: M·K adds, once per call
    * (padding blocks: q = 0, d = 0, so 0) */
   const int64_t nbp = a->act.kp / CPU_Q8_QK;
   for (int64_t m = b; m < e; m++)
@@ -207,13 +207,18 @@ static cpu_q_tile_fn tile_for(const cpu_q8_ops *ops, mi_dtype dt) {
   case MI_DTYPE_Q4_0: return ops->tile_q4_0;
   case MI_DTYPE_Q4_K: return ops->tile_q4_k;
   case MI_DTYPE_Q6_K: return ops->tile_q6_k;
-  default: return ops->tile;
+  case MI_DTYPE_Q5_K: return ops->tile_q5_k;
+  case MI_DTYPE_Q8_0: return ops->tile;
+  default: return NULL;
   }
 }
 
 int cpu_matmul_quant(cpu_ctx *c, mi_dtype dt, float *y, const float *x, const void *w, int64_t M,
                      int64_t N, int64_t K) {
   const int64_t qk = mi_dtype_block(dt);
+  if (!tile_for(c->q8ops, dt))
+    return cpu_fail(c, "matmul: unsupported weight dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k only)",
+                    mi_dtype_name(dt));
   if (K % qk)
     return cpu_fail(c, "matmul: %s weights need K a multiple of %lld (got K=%lld)",
                     mi_dtype_name(dt), (long long)qk, (long long)K);

@@ -98,7 +98,7 @@ typedef struct cpu_q8_ops {
   int (*gemm_takes)(mi_dtype dt);
   /* The tiles of the other block types (cpu_quant_<isa>.c), same contract
    * as tile, on the same quantized activations. */
-  cpu_q_tile_fn tile_q4_0, tile_q4_k, tile_q6_k;
+  cpu_q_tile_fn tile_q4_0, tile_q4_k, tile_q6_k, tile_q5_k;
 } cpu_q8_ops;
 
 /* Each cpu_q8_0_<isa>.c names its loops quantize and tile, and its
@@ -106,7 +106,7 @@ typedef struct cpu_q8_ops {
  * the members every ISA fills (gemm stays optional). */
 #define CPU_Q8_OPS_BASE(ops_name, isa)                                                             \
   .name = (ops_name), .quantize = quantize, .tile = tile, .tile_q4_0 = cpu_q4_0_tile_##isa,        \
-  .tile_q4_k = cpu_q4_k_tile_##isa, .tile_q6_k = cpu_q6_k_tile_##isa
+  .tile_q4_k = cpu_q4_k_tile_##isa, .tile_q6_k = cpu_q6_k_tile_##isa, .tile_q5_k = cpu_q5_k_tile_##isa
 
 extern const cpu_q8_ops cpu_q8_generic;
 #if defined(MI_CPU_X86)

@@ -35,6 +35,7 @@
 #define CPU_QK_K 256
 #define CPU_Q4_K_BYTES 144
 #define CPU_Q6_K_BYTES 210
+#define CPU_Q5_K_BYTES 176
 
 /* Q4_K's 8 scales (bytes 0-7 of out) and 8 mins (bytes 8-15) from its 12
  * scale bytes: llama.cpp's word-wise unpacking, the same values as
@@ -63,10 +64,10 @@ static inline __attribute__((always_inline)) float cpu_f16_at(const uint8_t *p) 
 #endif
 
 /* The tiles, per ISA (declared through their type: one signature). */
-cpu_q_tile cpu_q4_0_tile_generic, cpu_q4_k_tile_generic, cpu_q6_k_tile_generic;
+cpu_q_tile cpu_q4_0_tile_generic, cpu_q4_k_tile_generic, cpu_q6_k_tile_generic, cpu_q5_k_tile_generic;
 #if defined(MI_CPU_X86)
-cpu_q_tile cpu_q4_0_tile_avx2, cpu_q4_k_tile_avx2, cpu_q6_k_tile_avx2;
-cpu_q_tile cpu_q4_0_tile_avx512, cpu_q4_k_tile_avx512, cpu_q6_k_tile_avx512;
+cpu_q_tile cpu_q4_0_tile_avx2, cpu_q4_k_tile_avx2, cpu_q6_k_tile_avx2, cpu_q5_k_tile_avx2;
+cpu_q_tile cpu_q4_0_tile_avx512, cpu_q4_k_tile_avx512, cpu_q6_k_tile_avx512, cpu_q5_k_tile_avx512;
 #endif
 
 #endif

@@ -223,3 +223,6 @@ AI void q6_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
 TILE_ENTRY(cpu_q4_0_tile_avx2, q4_0_mr)
 TILE_ENTRY(cpu_q4_k_tile_avx2, q4_k_mr)
 TILE_ENTRY(cpu_q6_k_tile_avx2, q6_k_mr)
+
+#include "cpu_quant_q5_k.h"
+CPU_Q5_K_TILE(avx2)

@@ -479,3 +479,6 @@ void cpu_q6_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu
   default: q6_k_mr(4, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
   }
 }
+
+#include "cpu_quant_q5_k.h"
+CPU_Q5_K_TILE(avx512)

@@ -110,3 +110,6 @@ void cpu_q6_k_tile_generic(float *y, int64_t ldy, const int64_t col[4], const cp
                            int64_t b1, int accum) {
   tile_rows(q6_k_row, y, ldy, col, a, row, mr, wr, nr, b0, b1, accum);
 }
+
+#include "cpu_quant_q5_k.h"
+CPU_Q5_K_TILE(generic)

@@ -1,7 +1,7 @@
 /* GGUF's block types as MetaInfer reads them: each format's layout and its
  * exact value, the definition every kernel, the load-time widening and the
  * float64 references share. Layouts are llama.cpp's (ggml-common.h's
- * block_q8_0, block_q4_0, block_q4_K, block_q6_K), little-endian, packed,
+ * block_q8_0, block_q4_0, block_q4_K, block_q5_K, block_q6_K), little-endian, packed,
  * a row being whole blocks back to back.
  *
  *   Q8_0  32 values, 34 bytes   d (f16) | q[32] int8          x = d*q
@@ -16,6 +16,10 @@
  *         qs: 4 chunks of 64 values, chunk c in qs[32c .. 32c+31]: the low
  *         nibbles are values 64c+l (sub-block 2c), the high ones 64c+32+l
  *         (sub-block 2c+1), l < 32.
+ *   Q5_K  256 values, 176 bytes d (f16) | dmin (f16) | scales[12] | qh[32] | qs[128]
+ *         Q4_K's sub-blocks, scales and mins and its nibbles (qs as Q4_K's),
+ *         plus a fifth bit: value i's is bit j of qh[i % 32], j = i / 32
+ *         its sub-block; x = d*sc_j*q - dmin*m_j, q = nibble | bit << 4 in 0..31.
  *   Q6_K  256 values, 210 bytes ql[128] | qh[64] | scales[16] int8 | d (f16)
  *         16 sub-blocks of 16, x = d*scales[i/16]*(q-32), q in 0..63, from
  *         4 low bits in ql and 2 high bits in qh. Two halves of 128 values,
@@ -72,6 +76,14 @@ static inline int mi_q4_k_code(const uint8_t *b, int i) {
   return (i % 64) < 32 ? byte & 15 : byte >> 4;
 }
 
+/* Q5_K's 5-bit code of value i (0..255) of the block at b, 0..31: Q4_K's
+ * nibble (qs at byte 48) and bit i/32 of qh[i % 32] (qh at byte 16). */
+static inline int mi_q5_k_code(const uint8_t *b, int i) {
+  const uint8_t byte = b[48 + 32 * (i / 64) + i % 32];
+  const int low = (i % 64) < 32 ? byte & 15 : byte >> 4;
+  return low | ((b[16 + i % 32] >> (i / 32)) & 1) << 4;
+}
+
 /* Value i of the block at b (a block of t), exactly. */
 static inline double mi_quant_value64(mi_dtype t, const uint8_t *b, int i) {
   switch (t) {
@@ -84,6 +96,11 @@ static inline double mi_quant_value64(mi_dtype t, const uint8_t *b, int i) {
     int sc, m;
     mi_q4_k_scale_min(b + 4, i / 32, &sc, &m);
     return (double)mi_quant_f16(b) * sc * mi_q4_k_code(b, i) - (double)mi_quant_f16(b + 2) * m;
+  }
+  case MI_DTYPE_Q5_K: {
+    int sc, m;
+    mi_q4_k_scale_min(b + 4, i / 32, &sc, &m);
+    return (double)mi_quant_f16(b) * sc * mi_q5_k_code(b, i) - (double)mi_quant_f16(b + 2) * m;
   }
   case MI_DTYPE_Q6_K:
     return (double)mi_quant_f16(b + 208) * (int8_t)b[192 + i / 16] * (mi_q6_k_code(b, i) - 32);

@@ -30,6 +30,7 @@ typedef enum mi_dtype {
   MI_DTYPE_Q4_0 = 7, /* 32 values in 18 bytes: f16 d, 16 bytes of nibbles; d*(q-8) */
   MI_DTYPE_Q4_K = 8, /* 256 values in 144 bytes: 8 sub-blocks with 6-bit scale and min */
   MI_DTYPE_Q6_K = 9, /* 256 values in 210 bytes: 16 sub-blocks of 16, int8 scales */
+  MI_DTYPE_Q5_K = 10, /* 256 values in 176 bytes: Q4_K's scales and mins, a fifth bit per value */
   MI_DTYPE_COUNT
 } mi_dtype;
 
@@ -40,6 +41,7 @@ typedef enum mi_dtype {
 #define MI_QK_K 256 /* values per K-quant super-block */
 #define MI_Q4_K_BLOCK_BYTES 144
 #define MI_Q6_K_BLOCK_BYTES 210
+#define MI_Q5_K_BLOCK_BYTES 176
 
 /* Bytes per element; 0 for a block type (Q8_0), which has none: size its
  * rows with mi_dtype_row_bytes. */
@@ -67,17 +69,19 @@ static inline const char *mi_dtype_name(mi_dtype t) {
   case MI_DTYPE_Q4_0: return "q4_0";
   case MI_DTYPE_Q4_K: return "q4_k";
   case MI_DTYPE_Q6_K: return "q6_k";
+  case MI_DTYPE_Q5_K: return "q5_k";
   default: return "?";
   }
 }
 
-/* Values per block: 32 for Q8_0 and Q4_0, 256 for Q4_K and Q6_K, 1 for the
+/* Values per block: 32 for Q8_0 and Q4_0, 256 for Q4_K, Q5_K and Q6_K, 1 for the
  * element types. */
 static inline int64_t mi_dtype_block(mi_dtype t) {
   switch (t) {
   case MI_DTYPE_Q8_0: return MI_Q8_0_BLOCK;
   case MI_DTYPE_Q4_0: return MI_Q4_0_BLOCK;
   case MI_DTYPE_Q4_K:
+  case MI_DTYPE_Q5_K:
   case MI_DTYPE_Q6_K: return MI_QK_K;
   default: return 1;
   }
@@ -90,6 +94,7 @@ static inline size_t mi_dtype_block_bytes(mi_dtype t) {
   case MI_DTYPE_Q4_0: return MI_Q4_0_BLOCK_BYTES;
   case MI_DTYPE_Q4_K: return MI_Q4_K_BLOCK_BYTES;
   case MI_DTYPE_Q6_K: return MI_Q6_K_BLOCK_BYTES;
+  case MI_DTYPE_Q5_K: return MI_Q5_K_BLOCK_BYTES;
   default: return 0;
   }
 }
