@@ -1,4 +1,4 @@
-/* The Q4_0, Q4_K and Q6_K tiles, portable C (the generic variant): the
+/* The Q4_0, Q4_K, Q5_K and Q6_K tiles, portable C (the generic variant): the
  * definition in cpu_quant.h written out one block at a time. Every
  * integer sum is exact; each activation block adds one f32 term to one
  * running f32 sum per output. */
@@ -44,6 +44,32 @@ static float q4_k_row(const uint8_t *w, const int8_t *qx, const float *dx, int64
       int32_t isum = 0, xsum = 0;
       for (int l = 0; l < 32; l++) {
         isum += xb[l] * ((qs[l] >> shift) & 15);
+        xsum += xb[l];
+      }
+      const float t = d * (float)(sm[j] * isum) - dmin * (float)(sm[8 + j] * xsum);
+      s += dx[b * 8 + j] * t;
+    }
+  }
+  return s;
+}
+
+/* One output over Q5_K blocks [b0, b1): Q4_K's sums with the fifth bit of
+ * each code (bit j of qh[l]), q in 0..31; sc_j·Σ q_x·q is at most
+ * 63·32·127·31 < 2^23, exact in f32 too. */
+static float q5_k_row(const uint8_t *w, const int8_t *qx, const float *dx, int64_t b0, int64_t b1) {
+  float s = 0.0f;
+  for (int64_t b = b0; b < b1; b++) {
+    const uint8_t *p = w + (size_t)b * CPU_Q5_K_BYTES, *qh = p + 16;
+    const float d = mi_quant_f16(p), dmin = mi_quant_f16(p + 2);
+    uint8_t sm[16];
+    cpu_q4_k_scales(sm, p + 4);
+    for (int j = 0; j < 8; j++) {
+      const uint8_t *qs = p + 48 + 32 * (j / 2);
+      const int8_t *xb = qx + (b * 8 + j) * 32;
+      const int shift = 4 * (j & 1);
+      int32_t isum = 0, xsum = 0;
+      for (int l = 0; l < 32; l++) {
+        isum += xb[l] * (((qs[l] >> shift) & 15) | ((qh[l] >> j) & 1) << 4);
         xsum += xb[l];
       }
       const float t = d * (float)(sm[j] * isum) - dmin * (float)(sm[8 + j] * xsum);
@@ -111,5 +137,8 @@ void cpu_q6_k_tile_generic(float *y, int64_t ldy, const int64_t col[4], const cp
   tile_rows(q6_k_row, y, ldy, col, a, row, mr, wr, nr, b0, b1, accum);
 }
 
-#include "cpu_quant_q5_k.h"
-CPU_Q5_K_TILE(generic)
+void cpu_q5_k_tile_generic(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
+                           int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
+                           int64_t b1, int accum) {
+  tile_rows(q5_k_row, y, ldy, col, a, row, mr, wr, nr, b0, b1, accum);
+}
