@@ -234,6 +234,23 @@ AI __m512 q4_k_scales(const uint8_t *p) {
   return _mm512_mul_ps(sm, dv);
 }
 
+/* ---- Q5_K: Q4_K's codes and scales plus a fifth bit from qh ---- */
+
+/* Code vector g of the block at p (q4_k_codes' order: bytes 0-31 sub-block
+ * j0 = 4e + h, bytes 32-63 sub-block j0 + 2, g = 2e + h): Q4_K's nibbles
+ * from qs (byte 48) and, where bit j of qh[l] (byte 16) is set, 16 added
+ * (VPTESTMB against 1 << j per half, a masked byte add): codes 0..31, the
+ * unsigned operand of VPDPBUSD as Q4_K's. */
+AI __m512i q5_k_codes(const uint8_t *p, int g) {
+  const __m512i low = q4_k_codes(p + 48, g);
+  const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
+  const int j0 = 4 * (g >> 1) + (g & 1);
+  const __m512i bits = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << j0))),
+                                          _mm256_set1_epi8((char)(1 << (j0 + 2))), 1);
+  const __mmask64 k = _mm512_test_epi8_mask(_mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1), bits);
+  return _mm512_mask_add_epi8(low, k, low, _mm512_set1_epi8(16));
+}
+
 /* Decode (one token): the 4 code vectors' int32 lanes are first summed
  * within their sub-blocks (fold4: code vector g holds sub-blocks A_g =
  * 0, 1, 4, 5 and B_g = 2, 3, 6, 7; lane_sub below says which lane is
@@ -282,7 +299,10 @@ static void q4_k_m1(float *y, const int64_t col[4], const cpu_q8_act *a, int64_t
   mi_store4x4(y, 0, col, acc, 1, nr, accum);
 }
 
-AI void q4_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
+/* Q4_K's tile for MR tokens, and Q5_K's (five: its codes, q5_k_codes; the
+ * same scales at byte 4 and min term; lanes at most 4·31·127, exact in
+ * f32): every tile height, Q5_K's decode too (no fold4 variant for it). */
+AI void q4_k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
                 int64_t row, const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
   const int64_t nbp = a->kp / 32;
   __m512 acc[16];
@@ -292,7 +312,7 @@ AI void q4_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
     const uint8_t *p[4];
     __m512 sc[4]; /* d·sc_j (lanes 0-7), dmin·m_j (8-15) */
     for (int j = 0; j < 4; j++) {
-      p[j] = (const uint8_t *)wr[j] + (size_t)b * CPU_Q4_K_BYTES;
+      p[j] = (const uint8_t *)wr[j] + (size_t)b * (five ? CPU_Q5_K_BYTES : CPU_Q4_K_BYTES);
       _mm_prefetch((const char *)p[j] + PF_AHEAD, _MM_HINT_T0);
       _mm_prefetch((const char *)p[j] + PF_AHEAD + 64, _MM_HINT_T0);
       _mm_prefetch((const char *)p[j] + PF_AHEAD + 128, _MM_HINT_T0);
@@ -310,7 +330,7 @@ AI void q4_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
       __m512i wc[4];
       __m512 ws[4];
       for (int j = 0; j < 4; j++) {
-        wc[j] = q4_k_codes(p[j] + 16, g);
+        wc[j] = five ? q5_k_codes(p[j], g) : q4_k_codes(p[j] + 16, g);
         ws[j] = spread8(sc[j], g);
       }
       for (int i = 0; i < MR; i++) {
@@ -464,9 +484,9 @@ void cpu_q4_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu
                           int64_t b1, int accum) {
   switch (mr) {
   case 1: q4_k_m1(y, col, a, row, wr, nr, b0, b1, accum); break;
-  case 2: q4_k_mr(2, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
-  case 3: q4_k_mr(3, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
-  default: q4_k_mr(4, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  case 2: q4_k_mr(2, 0, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  case 3: q4_k_mr(3, 0, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  default: q4_k_mr(4, 0, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
   }
 }
 void cpu_q6_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
@@ -480,77 +500,13 @@ void cpu_q6_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu
   }
 }
 
-/* ---- Q5_K: Q4_K's codes and scales plus a fifth bit from qh ---- */
-
-/* Code vector g of the block at p (q4_k_codes' order: bytes 0-31 sub-block
- * j0 = 4e + h, bytes 32-63 sub-block j0 + 2, g = 2e + h): Q4_K's nibbles
- * from qs (byte 48) and, where bit j of qh[l] (byte 16) is set, 16 added
- * (VPTESTMB against 1 << j per half, a masked byte add): codes 0..31, the
- * unsigned operand of VPDPBUSD as Q4_K's. */
-AI __m512i q5_k_codes(const uint8_t *p, int g) {
-  const __m512i low = q4_k_codes(p + 48, g);
-  const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
-  const int j0 = 4 * (g >> 1) + (g & 1);
-  const __m512i bits = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << j0))),
-                                          _mm256_set1_epi8((char)(1 << (j0 + 2))), 1);
-  const __mmask64 k = _mm512_test_epi8_mask(_mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1), bits);
-  return _mm512_mask_add_epi8(low, k, low, _mm512_set1_epi8(16));
-}
-
-/* q4_k_mr with Q5_K's codes (lanes at most 4·31·127: exact in f32), every
- * tile height, decode too (no fold4 variant yet). */
-AI void q5_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                int64_t row, const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
-  const int64_t nbp = a->kp / 32;
-  __m512 acc[16];
-  for (int t = 0; t < 16; t++)
-    acc[t] = _mm512_setzero_ps();
-  for (int64_t b = b0; b < b1; b++) {
-    const uint8_t *p[4];
-    __m512 sc[4]; /* d·sc_j (lanes 0-7), dmin·m_j (8-15): Q4_K's packing at byte 4 */
-    for (int j = 0; j < 4; j++) {
-      p[j] = (const uint8_t *)wr[j] + (size_t)b * CPU_Q5_K_BYTES;
-      _mm_prefetch((const char *)p[j] + PF_AHEAD, _MM_HINT_T0);
-      _mm_prefetch((const char *)p[j] + PF_AHEAD + 64, _MM_HINT_T0);
-      _mm_prefetch((const char *)p[j] + PF_AHEAD + 128, _MM_HINT_T0);
-      sc[j] = q4_k_scales(p[j]);
-    }
-    for (int i = 0; i < MR; i++) { /* the min term, as Q4_K's */
-      const __m512 dsv = _mm512_castpd_ps(_mm512_insertf64x4(
-          _mm512_setzero_pd(), _mm256_castps_pd(_mm256_loadu_ps(a->ds + (row + i) * nbp + b * 8)),
-          1));
-      for (int j = 0; j < 4; j++)
-        acc[4 * i + j] = _mm512_fnmadd_ps(sc[j], dsv, acc[4 * i + j]);
-    }
-    for (int g = 0; g < 4; g++) {
-      __m512i wc[4];
-      __m512 ws[4];
-      for (int j = 0; j < 4; j++) {
-        wc[j] = q5_k_codes(p[j], g);
-        ws[j] = spread8(sc[j], g);
-      }
-      for (int i = 0; i < MR; i++) {
-        const __m512i qv = q4_k_act(a->q + (row + i) * a->kp + b * 256, g);
-        const __m512 dx =
-            spread8(_mm512_castps256_ps512(_mm256_loadu_ps(a->d + (row + i) * nbp + b * 8)), g);
-        for (int j = 0; j < 4; j++) {
-          const __m512 s =
-              _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wc[j], qv));
-          acc[4 * i + j] = _mm512_fmadd_ps(s, _mm512_mul_ps(dx, ws[j]), acc[4 * i + j]);
-        }
-      }
-    }
-  }
-  mi_store4x4(y, ldy, col, acc, MR, nr, accum);
-}
-
 void cpu_q5_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
                           int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
                           int64_t b1, int accum) {
   switch (mr) {
-  case 1: q5_k_mr(1, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
-  case 2: q5_k_mr(2, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
-  case 3: q5_k_mr(3, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
-  default: q5_k_mr(4, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  case 1: q4_k_mr(1, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  case 2: q4_k_mr(2, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  case 3: q4_k_mr(3, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  default: q4_k_mr(4, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
   }
 }
