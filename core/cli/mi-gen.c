@@ -604,6 +604,13 @@ static int parse_perf_gates(gen_run *r) {
   return -1;
 }
 
+/* Is name a block type's (q8_0, q4_k, ...)? */
+static int names_block_type(const char *name) {
+  for (int t = 0; t < MI_DTYPE_COUNT; t++)
+    if (mi_dtype_is_block((mi_dtype)t) && !strcmp(mi_dtype_name((mi_dtype)t), name)) return 1;
+  return 0;
+}
+
 /* A GGUF file's matrices against --dtype: each stored type of the 2-D
  * weights the model reads (the coverage's matrix_dtypes) in the platform's
  * weight set for it (dtypes.weight_sets, else the dtype alone), so a file
@@ -632,12 +639,10 @@ static int check_file_dtypes(const gen_run *r) {
       o += (size_t)snprintf(list + o, sizeof list - o, "%s%s x%lld", o ? ", " : "", dn,
                             (long long)json_integer_value(json_object_get(e, "count")));
   }
-  int block_dtype = 0;
-  for (int t = 0; t < MI_DTYPE_COUNT; t++) block_dtype |= mi_dtype_is_block((mi_dtype)t) && !strcmp(mi_dtype_name((mi_dtype)t), r->dtype);
+  int block_dtype = names_block_type(r->dtype); /* --dtype, or a member of its set, a block type */
   size_t k;
   json_t *d;
-  json_array_foreach(set, k, d) for (int t = 0; t < MI_DTYPE_COUNT; t++) block_dtype |=
-      mi_dtype_is_block((mi_dtype)t) && !strcmp(mi_dtype_name((mi_dtype)t), json_string_value(d) ?: "");
+  json_array_foreach(set, k, d) block_dtype |= names_block_type(json_string_value(d) ?: "");
   if (!bad_dt && block_dtype && !blocks) {
     fprintf(stderr, "mi-gen: --dtype %s: %s: no matrix is stored in a block type (this file's: %s); an engine for %s "
             "binds its quantized matrices as stored\n", r->dtype, r->model, list, r->dtype);

@@ -197,6 +197,12 @@ static int set_field(json_t *cfg, json_t *cf, const char *field, json_t *v) {
   return json_object_set_new(at, path, v) ? -1 : 0;
 }
 
+/* The GGUF key pattern an expression's "keys" entry binds: {NAME: KEY} or
+ * {NAME: {"key": KEY, "default": NUMBER}}; NULL for neither. */
+static const char *bound_key(const json_t *kb) {
+  return json_is_string(kb) ? json_string_value(kb) : json_string_value(json_object_get(kb, "key"));
+}
+
 /* A gguf.config expression's names bound (v[k] for name k): a name its
  * "keys" binds, the number that GGUF key holds; else the config field the
  * file gave, else its contract default; a boolean as 0/1. NULL, or the
@@ -206,9 +212,8 @@ static const char *expr_bind(const mi_kexpr *x, const mi_gguf *g, json_t *keys, 
   *absent = 0;
   for (int k = 0; k < mi_kexpr_n_names(x); k++) {
     const char *nm = mi_kexpr_name(x, k);
-    /* "keys": {NAME: KEY} or {NAME: {"key": KEY, "default": NUMBER}} (the value where the file has no such key) */
-    const json_t *kb = json_object_get(keys, nm), *dflt = json_object_get(kb, "default");
-    const char *kp = json_is_string(kb) ? json_string_value(kb) : json_string_value(json_object_get(kb, "key"));
+    const json_t *kb = json_object_get(keys, nm), *dflt = json_object_get(kb, "default"); /* where the file has no such key */
+    const char *kp = bound_key(kb);
     char key[512];
     if (kp) {
       const mi_gguf_kv *kv = g && expand_key(kp, arch, key, sizeof key) == 0 ? mi_gguf_get(g, key) : NULL;
@@ -270,15 +275,15 @@ static json_t *array_value(const mi_gguf *g, json_t *spec, json_t *cf, json_t *c
   for (uint64_t i = 0; out && i < n; i++) {
     int64_t iv;
     const char *s;
-    size_t n;
+    size_t sl;
     char name[64];
     json_t *e = NULL;
     if (mi_gguf_arr_int(kv, i, &iv) == 0) {
       snprintf(name, sizeof name, "%lld", (long long)iv);
       e = values ? json_deep_copy(json_object_get(values, name)) : json_integer((json_int_t)iv);
-    } else if (mi_gguf_arr_str(kv, i, &s, &n) == 0 && n < sizeof name && !memchr(s, 0, n)) {
-      snprintf(name, sizeof name, "%.*s", (int)n, s);
-      e = values ? json_deep_copy(json_object_get(values, name)) : json_stringn(s, n);
+    } else if (mi_gguf_arr_str(kv, i, &s, &sl) == 0 && sl < sizeof name && !memchr(s, 0, sl)) {
+      snprintf(name, sizeof name, "%.*s", (int)sl, s);
+      e = values ? json_deep_copy(json_object_get(values, name)) : json_stringn(s, sl);
     } else {
       snprintf(name, sizeof name, "(a %s)", mi_gguf_vtype_name(kv->arr_type));
     }
@@ -359,8 +364,7 @@ static json_t *config_value(const mi_gguf *g, json_t *contract, json_t *cfg, con
       return NULL;
     }
     if (missing[0]) {
-      const json_t *kb = json_object_get(keys, missing);
-      const char *kp = json_is_string(kb) ? json_string_value(kb) : json_string_value(json_object_get(kb, "key"));
+      const char *kp = bound_key(json_object_get(keys, missing));
       char key[512] = "";
       if (kp && expand_key(kp, arch, key, sizeof key)) key[0] = 0;
       mi_path_err(err, el, path, "%s is computed from %s%s%s%s, which the file does not give as a number", field, missing,
@@ -692,8 +696,7 @@ static int section_names(json_t *obj, int values, const char *arch, const char *
     if (names_key(v, arch, key) || names_key(json_object_get(v, "array"), arch, key) ||
         names_key(json_object_get(v, "array_length"), arch, key))
       return 1;
-    json_object_foreach(json_object_get(v, "keys"), kk, kv) if (names_key(kv, arch, key) ||
-                                                             names_key(json_object_get(kv, "key"), arch, key)) return 1;
+    json_object_foreach(json_object_get(v, "keys"), kk, kv) if (names_key_str(bound_key(kv), arch, key)) return 1;
   }
   return 0;
 }
@@ -1152,6 +1155,10 @@ static json_t *transform_spec(const mi_gguf_model *m, const char *name) {
   return spec;
 }
 
+/* A transform's steps: an array of them, or one (no transform: none). */
+static size_t n_steps(const json_t *spec) { return json_is_array(spec) ? json_array_size(spec) : spec ? 1 : 0; }
+static const json_t *step_at(const json_t *spec, size_t i) { return json_is_array(spec) ? json_array_get(spec, i) : spec; }
+
 /* A transform's size argument: a JSON integer, or an expression over the
  * config's fields (their contract defaults where the file gave none). 0, or
  * -1 + err naming the tensor. */
@@ -1192,8 +1199,8 @@ static int step_size(const mi_gguf_model *m, const json_t *spec, const char *wha
 static int transform_widens(const mi_gguf_model *m, const mi_gguf_tensor *t, int bd) {
   const json_t *spec = transform_spec(m, t->name);
   const int64_t qk = mi_dtype_block((mi_dtype)bd);
-  for (size_t i = 0, n = json_is_array(spec) ? json_array_size(spec) : spec ? 1 : 0; i < n; i++) {
-    const json_t *st = json_is_array(spec) ? json_array_get(spec, i) : spec, *rg = json_object_get(st, "regroup");
+  for (size_t i = 0; i < n_steps(spec); i++) {
+    const json_t *st = step_at(spec, i), *rg = json_object_get(st, "regroup");
     if (json_object_get(st, "value")) return 1;
     const char *axis = json_string_value(json_object_get(rg, "axis"));
     int64_t from = 0, D = 0;
@@ -1396,11 +1403,9 @@ static int step_unsqueeze(const mi_gguf_model *m, const mi_gguf_tensor *t, const
 static int transform(const mi_gguf_model *m, const mi_gguf_tensor *t, const char *hf, mi_weight_info *w,
                      void **own, char *err, size_t err_len) {
   const char *path = mi_gguf_path(m->g);
-  json_t *spec = transform_spec(m, t->name);
-  if (!spec) return 0;
-  const size_t ns = json_is_array(spec) ? json_array_size(spec) : 1;
-  for (size_t i = 0; i < ns; i++) {
-    const json_t *st = json_is_array(spec) ? json_array_get(spec, i) : spec;
+  const json_t *spec = transform_spec(m, t->name);
+  for (size_t i = 0; i < n_steps(spec); i++) {
+    const json_t *st = step_at(spec, i);
     const char *field = json_string_value(json_object_get(st, "unpermute_heads"));
     const json_t *rg = json_object_get(st, "regroup"), *un = json_object_get(st, "unsqueeze");
     int rc;
@@ -1536,8 +1541,8 @@ double mi_gguf_model_tensor_shift(const mi_gguf_model *m, const mi_gguf_tensor *
   /* the adds of its steps (a reordering moves values without changing them) */
   const json_t *spec = transform_spec(m, t->name);
   double shift = 0;
-  for (size_t i = 0, n = json_is_array(spec) ? json_array_size(spec) : 1; i < n; i++) {
-    const json_t *add = json_object_get(json_is_array(spec) ? json_array_get(spec, i) : spec, "add");
+  for (size_t i = 0; i < n_steps(spec); i++) {
+    const json_t *add = json_object_get(step_at(spec, i), "add");
     if (json_is_number(add)) shift += json_number_value(add);
   }
   return shift;
