@@ -103,8 +103,19 @@ AI void q4_k_scales(__m256 out[2], const uint8_t *p) {
                          _mm256_set1_ps(cpu_f16_at(p + 2)));
 }
 
-AI void q4_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                int64_t row, const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
+/* The fifth bit of sub-block jj's 32 codes (bit jj of qh[l]) at bit 4 of
+ * each byte: a 16-bit shift, then a mask (the bit kept stays within its
+ * byte). */
+AI __m256i q5_k_high(__m256i qh, int jj) {
+  const __m256i moved = jj >= 4 ? _mm256_srl_epi16(qh, _mm_cvtsi32_si128(jj - 4)) : _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - jj));
+  return _mm256_and_si256(moved, _mm256_set1_epi8(16));
+}
+
+/* Q4_K's tile, and Q5_K's (five: nibbles at byte 48, the fifth bit from
+ * qh at 16 ORed into each code: 0..31, still within VPMADDUBSW's pairs;
+ * the same scales at byte 4 and min term). */
+AI void k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
+             int64_t row, const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
   const int64_t nbp = a->kp / 32;
   const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
   __m256 acc[2][4];
@@ -113,7 +124,7 @@ AI void q4_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
       acc[i][j] = _mm256_setzero_ps();
   for (int64_t b = b0; b < b1; b++) {
     for (int j = 0; j < 4; j++) {
-      const uint8_t *p = (const uint8_t *)wr[j] + (size_t)b * CPU_Q4_K_BYTES;
+      const uint8_t *p = (const uint8_t *)wr[j] + (size_t)b * (five ? CPU_Q5_K_BYTES : CPU_Q4_K_BYTES);
       for (int c = 0; c < 3; c++)
         _mm_prefetch((const char *)p + PF_AHEAD + 64 * c, _MM_HINT_T0);
       __m256 sc[2];
@@ -125,10 +136,12 @@ AI void q4_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
         acc[i][j] =
             _mm256_fnmadd_ps(sc[1], _mm256_loadu_ps(a->ds + (row + i) * nbp + b * 8), acc[i][j]);
       }
+      const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
       for (int c = 0; c < 4; c++) { /* qs chunk c: sub-blocks 2c (low nibbles), 2c+1 */
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * c));
-        const __m256i wc[2] = {_mm256_and_si256(v, m4),
-                               _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + (five ? 48 : 16) + 32 * c));
+        __m256i wc[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
+        if (five)
+          for (int h = 0; h < 2; h++) wc[h] = _mm256_or_si256(wc[h], q5_k_high(qh, 2 * c + h));
         for (int h = 0; h < 2; h++)
           for (int i = 0; i < MR; i++) {
             const __m256i xq = _mm256_load_si256(
@@ -141,6 +154,16 @@ AI void q4_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
     }
   }
   store(y, ldy, col, acc, MR, nr, accum);
+}
+
+AI void q4_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a, int64_t row,
+                const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
+  k_mr(MR, 0, y, ldy, col, a, row, wr, nr, b0, b1, accum);
+}
+
+AI void q5_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a, int64_t row,
+                const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
+  k_mr(MR, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum);
 }
 
 /* ---- Q6_K ---- */
@@ -223,53 +246,4 @@ AI void q6_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
 TILE_ENTRY(cpu_q4_0_tile_avx2, q4_0_mr)
 TILE_ENTRY(cpu_q4_k_tile_avx2, q4_k_mr)
 TILE_ENTRY(cpu_q6_k_tile_avx2, q6_k_mr)
-
-/* ---- Q5_K: Q4_K's tile with codes 0..31 (a fifth bit from qh) ---- */
-
-/* Sub-block jj's 32 codes of the block at p: Q4_K's nibbles (qs at byte
- * 48) and bit jj of qh[l] (byte 16) moved to bit 4 of each byte (a 16-bit
- * shift, then a mask: the bit kept stays within its byte). */
-AI __m256i q5_k_codes(const uint8_t *p, __m256i qh, int jj) {
-  const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 48 + 32 * (jj >> 1)));
-  const __m256i lo = _mm256_and_si256(jj & 1 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(15));
-  const __m256i moved = jj >= 4 ? _mm256_srl_epi16(qh, _mm_cvtsi32_si128(jj - 4)) : _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - jj));
-  return _mm256_or_si256(lo, _mm256_and_si256(moved, _mm256_set1_epi8(16)));
-}
-
-AI void q5_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                int64_t row, const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
-  const int64_t nbp = a->kp / 32;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[2][4];
-  for (int i = 0; i < 2; i++) /* all of it: rows past MR are never read, but stay defined */
-    for (int j = 0; j < 4; j++)
-      acc[i][j] = _mm256_setzero_ps();
-  for (int64_t b = b0; b < b1; b++) {
-    for (int j = 0; j < 4; j++) {
-      const uint8_t *p = (const uint8_t *)wr[j] + (size_t)b * CPU_Q5_K_BYTES;
-      for (int c = 0; c < 3; c++)
-        _mm_prefetch((const char *)p + PF_AHEAD + 64 * c, _MM_HINT_T0);
-      __m256 sc[2];
-      q4_k_scales(sc, p); /* Q4_K's packing, at the same offset */
-      __m256 f[2];        /* d·sc_j·d_x[j], per token */
-      for (int i = 0; i < MR; i++) {
-        const float *dx = a->d + (row + i) * nbp + b * 8;
-        f[i] = _mm256_mul_ps(sc[0], _mm256_loadu_ps(dx));
-        acc[i][j] =
-            _mm256_fnmadd_ps(sc[1], _mm256_loadu_ps(a->ds + (row + i) * nbp + b * 8), acc[i][j]);
-      }
-      const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
-      for (int jj = 0; jj < 8; jj++) {
-        const __m256i wc = q5_k_codes(p, qh, jj);
-        for (int i = 0; i < MR; i++) {
-          const __m256i xq = _mm256_load_si256((const __m256i *)(a->q + (row + i) * a->kp + b * 256 + 32 * jj));
-          const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wc, xq), ones));
-          acc[i][j] = _mm256_fmadd_ps(s, bcast_lane(f[i], jj), acc[i][j]);
-        }
-      }
-    }
-  }
-  store(y, ldy, col, acc, MR, nr, accum);
-}
-
 TILE_ENTRY(cpu_q5_k_tile_avx2, q5_k_mr)

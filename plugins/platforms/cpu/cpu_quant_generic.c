@@ -27,23 +27,25 @@ static float q4_0_row(const uint8_t *w, const int8_t *qx, const float *dx, int64
   return s;
 }
 
-/* One output over Q4_K blocks [b0, b1): per sub-block j (activation block
- * 8b + j), d_x·(d·(sc_j·Σ q_x·q) - dmin·(m_j·Σ q_x)); sc_j·Σ q_x·q is at
- * most 63·32·127·15 < 2^22, exact in f32 too. */
-static float q4_k_row(const uint8_t *w, const int8_t *qx, const float *dx, int64_t b0, int64_t b1) {
+/* One output over Q4_K blocks [b0, b1) (five: Q5_K's, the nibbles at
+ * byte 48 and bit j of qh[l] the code's fifth): per sub-block j (activation
+ * block 8b + j), d_x·(d·(sc_j·Σ q_x·q) - dmin·(m_j·Σ q_x)); sc_j·Σ q_x·q
+ * is at most 63·32·127·31 < 2^23, exact in f32 too. */
+static inline float k_row(const uint8_t *w, const int8_t *qx, const float *dx, int64_t b0, int64_t b1, const int five) {
   float s = 0.0f;
   for (int64_t b = b0; b < b1; b++) {
-    const uint8_t *p = w + (size_t)b * CPU_Q4_K_BYTES;
+    const uint8_t *p = w + (size_t)b * (five ? CPU_Q5_K_BYTES : CPU_Q4_K_BYTES), *qh = p + 16;
     const float d = mi_quant_f16(p), dmin = mi_quant_f16(p + 2);
     uint8_t sm[16];
     cpu_q4_k_scales(sm, p + 4);
     for (int j = 0; j < 8; j++) {
-      const uint8_t *qs = p + 16 + 32 * (j / 2);
+      const uint8_t *qs = p + (five ? 48 : 16) + 32 * (j / 2);
       const int8_t *xb = qx + (b * 8 + j) * 32;
       const int shift = 4 * (j & 1); /* even sub-blocks the low nibbles */
       int32_t isum = 0, xsum = 0;
       for (int l = 0; l < 32; l++) {
-        isum += xb[l] * ((qs[l] >> shift) & 15);
+        const int q = ((qs[l] >> shift) & 15) | (five ? ((qh[l] >> j) & 1) << 4 : 0);
+        isum += xb[l] * q;
         xsum += xb[l];
       }
       const float t = d * (float)(sm[j] * isum) - dmin * (float)(sm[8 + j] * xsum);
@@ -53,30 +55,12 @@ static float q4_k_row(const uint8_t *w, const int8_t *qx, const float *dx, int64
   return s;
 }
 
-/* One output over Q5_K blocks [b0, b1): Q4_K's sums with the fifth bit of
- * each code (bit j of qh[l]), q in 0..31; sc_j·Σ q_x·q is at most
- * 63·32·127·31 < 2^23, exact in f32 too. */
+static float q4_k_row(const uint8_t *w, const int8_t *qx, const float *dx, int64_t b0, int64_t b1) {
+  return k_row(w, qx, dx, b0, b1, 0);
+}
+
 static float q5_k_row(const uint8_t *w, const int8_t *qx, const float *dx, int64_t b0, int64_t b1) {
-  float s = 0.0f;
-  for (int64_t b = b0; b < b1; b++) {
-    const uint8_t *p = w + (size_t)b * CPU_Q5_K_BYTES, *qh = p + 16;
-    const float d = mi_quant_f16(p), dmin = mi_quant_f16(p + 2);
-    uint8_t sm[16];
-    cpu_q4_k_scales(sm, p + 4);
-    for (int j = 0; j < 8; j++) {
-      const uint8_t *qs = p + 48 + 32 * (j / 2);
-      const int8_t *xb = qx + (b * 8 + j) * 32;
-      const int shift = 4 * (j & 1);
-      int32_t isum = 0, xsum = 0;
-      for (int l = 0; l < 32; l++) {
-        isum += xb[l] * (((qs[l] >> shift) & 15) | ((qh[l] >> j) & 1) << 4);
-        xsum += xb[l];
-      }
-      const float t = d * (float)(sm[j] * isum) - dmin * (float)(sm[8 + j] * xsum);
-      s += dx[b * 8 + j] * t;
-    }
-  }
-  return s;
+  return k_row(w, qx, dx, b0, b1, 1);
 }
 
 /* One output over Q6_K blocks [b0, b1): per activation block j (sub-blocks
