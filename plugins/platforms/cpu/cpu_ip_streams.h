@@ -33,6 +33,10 @@ typedef void (*ip_tile_fn)(void *arg, int64_t row, int mr, const int64_t col[4],
  * in L1 while all the tokens pass over them). */
 static inline void ip_outputs(const int64_t col[4], const void *const wr[4], int nr, int64_t K,
                               int64_t rows, int mr_max, ip_tile_fn fn, void *arg) {
+  if (rows <= mr_max) { /* one tile: nothing to keep in L1 for a second one */
+    fn(arg, 0, (int)rows, col, wr, nr, 0, K, 0);
+    return;
+  }
   for (int64_t k0 = 0; k0 < K; k0 += IP_KB) {
     const int64_t k1 = K - k0 < IP_KB ? K : k0 + IP_KB;
     for (int64_t i = 0; i < rows; i += mr_max)

@@ -274,8 +274,12 @@ int cpu_matmul_quant(cpu_ctx *c, mi_dtype dt, float *y, const float *x, const vo
   if (serial) {
     q8_task(&a, 0, N, 0);
   } else if (N >= 16 * nt) {
-    /* each thread its own slice of the weight rows, read once */
-    cpu_parallel_for(c->pool, N, 16, q8_task, &a);
+    /* slices of the weight rows, each read once, taken by whichever thread
+     * is free: a static half each left the caller waiting ~20% of a decode
+     * step on a shared host (one vCPU slower than the other) */
+    int64_t g = (N / (8 * nt) + 15) / 16 * 16;
+    if (g < 64) g = 64;
+    cpu_parallel_for_dynamic(c->pool, N, g, q8_task, &a);
   } else {
     a.split_m = 1; /* few outputs, many tokens: share the tokens instead */
     cpu_parallel_for(c->pool, M, 4, q8_task, &a);

@@ -133,7 +133,10 @@ AI void tile_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
       }
     }
   }
-  mi_store4x4(y, ldy, col, acc, MR, nr, accum);
+  if (MR == 1)
+    mi_store1x4(y, col, acc, nr, accum);
+  else
+    mi_store4x4(y, ldy, col, acc, MR, nr, accum);
 }
 
 static void tile(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a, int64_t row,

@@ -177,7 +177,7 @@ static void q4_0_m1(float *y, const int64_t col[4], const cpu_q8_act *a, int64_t
     }
   }
   q4_0_pairs(1, acc, a, row, wr, b, b1);
-  mi_store4x4(y, 0, col, acc, 1, nr, accum);
+  mi_store1x4(y, col, acc, nr, accum);
 }
 
 /* ---- Q4_K: per block, 4 zmm of codes, each two sub-blocks ---- */
@@ -247,27 +247,30 @@ AI __m512i q5_k_codes(const uint8_t *p, int g) {
   const int j0 = 4 * (g >> 1) + (g & 1);
   const __m512i bits = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << j0))),
                                           _mm256_set1_epi8((char)(1 << (j0 + 2))), 1);
-  const __mmask64 k = _mm512_test_epi8_mask(_mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1), bits);
+  const __mmask64 k =
+      _mm512_test_epi8_mask(_mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1), bits);
   return _mm512_mask_add_epi8(low, k, low, _mm512_set1_epi8(16));
 }
 
-/* Decode (one token): the 4 code vectors' int32 lanes are first summed
+/* Decode (one token), Q4_K and Q5_K (five): the 4 code vectors' int32 lanes are first summed
  * within their sub-blocks (fold4: code vector g holds sub-blocks A_g =
  * 0, 1, 4, 5 and B_g = 2, 3, 6, 7; lane_sub below says which lane is
  * which), so each weight block and row takes one convert and one FMA with
  * d·sc_j·d_x[j] instead of four, and no per-vector scale spreading. The
  * high nibbles are not shifted down: v & 0xF0 is 16·q (lanes at most
  * 4·240·127, a sub-block's sum below 2^20, still exact in f32) and the
- * odd sub-blocks' d_x is taken /16 (exact: a power of two). */
-static void q4_k_m1(float *y, const int64_t col[4], const cpu_q8_act *a, int64_t row,
-                    const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
+ * odd sub-blocks' d_x is taken /16 (exact: a power of two). Q5_K's codes
+ * (q5_k_codes, at most 31) are whole bytes, shifted down. */
+AI void q4_k_m1(const int five, float *y, const int64_t col[4], const cpu_q8_act *a, int64_t row,
+                const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
   const int64_t nbp = a->kp / 32;
+  const size_t bytes = five ? CPU_Q5_K_BYTES : CPU_Q4_K_BYTES;
   const __m512i lane_sub = _mm512_setr_epi32(0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7);
-  const __m512 sixteenth =
-      _mm512_setr_ps(1, 0x1p-4f, 1, 0x1p-4f, 1, 0x1p-4f, 1, 0x1p-4f, 0, 0, 0, 0, 0, 0, 0, 0);
+  const float odd = five ? 1.0f : 0x1p-4f; /* Q5_K's codes are shifted down */
+  const __m512 sixteenth = _mm512_setr_ps(1, odd, 1, odd, 1, odd, 1, odd, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i lo4 = _mm512_set1_epi8(0x0f), hi4 = _mm512_set1_epi8((char)0xf0);
-  __m512 acc[16];
-  for (int t = 0; t < 16; t++)
+  __m512 acc[4];
+  for (int t = 0; t < 4; t++)
     acc[t] = _mm512_setzero_ps();
   for (int64_t b = b0; b < b1; b++) {
     const int8_t *x = a->q + row * a->kp + b * 256;
@@ -277,18 +280,23 @@ static void q4_k_m1(float *y, const int64_t col[4], const cpu_q8_act *a, int64_t
     const __m512 dsv = _mm512_castpd_ps(_mm512_insertf64x4(
         _mm512_setzero_pd(), _mm256_castps_pd(_mm256_loadu_ps(a->ds + row * nbp + b * 8)), 1));
     for (int j = 0; j < 4; j++) {
-      const uint8_t *p = (const uint8_t *)wr[j] + (size_t)b * CPU_Q4_K_BYTES;
+      const uint8_t *p = (const uint8_t *)wr[j] + (size_t)b * bytes;
       _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
       _mm_prefetch((const char *)p + PF_AHEAD + 64, _MM_HINT_T0);
       _mm_prefetch((const char *)p + PF_AHEAD + 128, _MM_HINT_T0);
       const __m512 sc = q4_k_scales(p);
       __m512i I[4];
-      for (int e = 0; e < 2; e++) {
-        const __m512i v = _mm512_loadu_si512((const void *)(p + 16 + 64 * e));
-        I[2 * e] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, lo4), xa[2 * e]);
-        I[2 * e + 1] =
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, hi4), xa[2 * e + 1]);
-      }
+      if (five)
+        for (int g = 0; g < 4; g++)
+          I[g] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q5_k_codes(p, g), xa[g]);
+      else
+        for (int e = 0; e < 2; e++) {
+          const __m512i v = _mm512_loadu_si512((const void *)(p + 16 + 64 * e));
+          I[2 * e] =
+              _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, lo4), xa[2 * e]);
+          I[2 * e + 1] =
+              _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, hi4), xa[2 * e + 1]);
+        }
       /* lanes 0-7 of sc·dx: d·sc_j·d_x[j] (/16 for odd j); spread to the
        * folded lanes */
       const __m512 f = _mm512_permutexvar_ps(lane_sub, _mm512_mul_ps(sc, dx));
@@ -296,14 +304,15 @@ static void q4_k_m1(float *y, const int64_t col[4], const cpu_q8_act *a, int64_t
       acc[j] = _mm512_fnmadd_ps(sc, dsv, acc[j]); /* the min term (lanes 8-15) */
     }
   }
-  mi_store4x4(y, 0, col, acc, 1, nr, accum);
+  mi_store1x4(y, col, acc, nr, accum);
 }
 
 /* Q4_K's tile for MR tokens, and Q5_K's (five: its codes, q5_k_codes; the
  * same scales at byte 4 and min term; lanes at most 4·31·127, exact in
- * f32): every tile height, Q5_K's decode too (no fold4 variant for it). */
-AI void q4_k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                int64_t row, const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
+ * f32): 2-4 tokens (one token: q4_k_m1). */
+AI void q4_k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t col[4],
+                const cpu_q8_act *a, int64_t row, const void *const wr[4], int nr, int64_t b0,
+                int64_t b1, int accum) {
   const int64_t nbp = a->kp / 32;
   __m512 acc[16];
   for (int t = 0; t < 16; t++)
@@ -388,8 +397,8 @@ static void q6_k_m1(float *y, const int64_t col[4], const cpu_q8_act *a, int64_t
   /* lane 4L + g <- sub-block 4g + L, and its activation block (4g + L)/2 */
   const __m512i sub = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   const __m512i blk = _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 1, 3, 5, 7, 1, 3, 5, 7);
-  __m512 acc[16];
-  for (int t = 0; t < 16; t++)
+  __m512 acc[4];
+  for (int t = 0; t < 4; t++)
     acc[t] = _mm512_setzero_ps();
   for (int64_t b = b0; b < b1; b++) {
     const int8_t *x = a->q + row * a->kp + b * 256;
@@ -414,7 +423,7 @@ static void q6_k_m1(float *y, const int64_t col[4], const cpu_q8_act *a, int64_t
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold4(I)), f, acc[j]);
     }
   }
-  mi_store4x4(y, 0, col, acc, 1, nr, accum);
+  mi_store1x4(y, col, acc, nr, accum);
 }
 
 AI void q6_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
@@ -483,7 +492,7 @@ void cpu_q4_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu
                           int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
                           int64_t b1, int accum) {
   switch (mr) {
-  case 1: q4_k_m1(y, col, a, row, wr, nr, b0, b1, accum); break;
+  case 1: q4_k_m1(0, y, col, a, row, wr, nr, b0, b1, accum); break;
   case 2: q4_k_mr(2, 0, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
   case 3: q4_k_mr(3, 0, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
   default: q4_k_mr(4, 0, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
@@ -504,7 +513,7 @@ void cpu_q5_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu
                           int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
                           int64_t b1, int accum) {
   switch (mr) {
-  case 1: q4_k_mr(1, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  case 1: q4_k_m1(1, y, col, a, row, wr, nr, b0, b1, accum); break;
   case 2: q4_k_mr(2, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
   case 3: q4_k_mr(3, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
   default: q4_k_mr(4, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;

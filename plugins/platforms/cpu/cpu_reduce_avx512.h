@@ -43,4 +43,25 @@ static inline __attribute__((always_inline)) void mi_store4x4(float *y, int64_t 
     }
 }
 
+/* One token's 4 sums (v[j]: output j) into y[col[j]] for j < nr; accum:
+ * add to what is there. mi_store4x4 at mr = 1 without its 12 empty
+ * vectors: pairs, then 128-bit lanes folded. */
+static inline __attribute__((always_inline)) void
+mi_store1x4(float *y, const int64_t col[4], const __m512 v[4], int nr, int accum) {
+  /* lanes of a: within each 128-bit lane, v0 and v1's pair sums */
+  const __m512 a = _mm512_add_ps(_mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1]));
+  const __m512 b = _mm512_add_ps(_mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3]));
+  /* lane 4L + j: the 128-bit lane L's partial of v[j] (j = 0, 2 / 1, 3 as unpacked) */
+  const __m512 c =
+      _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))),
+                    _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))));
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(c),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c), 1)));
+  float s[4];
+  _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+  /* s = (v0, v1, v2, v3) summed */
+  for (int j = 0; j < nr; j++)
+    y[col[j]] = accum ? y[col[j]] + s[j] : s[j];
+}
+
 #endif
