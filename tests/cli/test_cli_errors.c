@@ -534,6 +534,18 @@ START_TEST(memory_estimate) {
   expect_one_line(&r, "needs 8.", "(KV cache for 16777216 tokens: 8.00 GiB");
   ck_assert_msg(strstr(r.err, "1.00 GiB available (--mem-limit); lower -c"), "%s", r.err);
 
+  /* a limit the file fits but the weights as loaded (read into memory)
+   * reach: named as the weights' shortfall, not the scratch's "0.0 MiB" */
+  char wfile[1300], exact[32];
+  snprintf(wfile, sizeof wfile, "%s/model.safetensors", g_good);
+  struct stat st;
+  ck_assert_int_eq(stat(wfile, &st), 0);
+  snprintf(exact, sizeof exact, "%lld", (long long)st.st_size);
+  const char *a4[] = {"-m", g_good, "-p", "hi", "-n", "2", "--mem-limit", exact, NULL};
+  run_mi(&r, a4);
+  ck_assert_int_eq(r.status, 1);
+  expect_one_line(&r, "the weights as loaded take", "available (--mem-limit)");
+
   const char *a3[] = {"-m", g_good, "-p", "hi", "-n", "2", "-b", "65536", "--mem-limit", "64M", NULL};
   run_mi(&r, a3);
   ck_assert_int_eq(r.status, 1);

@@ -1414,7 +1414,7 @@ async function main(argv) {
     else pos.push(argv[i]);
   }
   if (pos.length !== 2) {
-    console.error("usage: node hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m] [--no-mtp]");
+    console.error("usage: node hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m] [--no-mtp]");
     process.exit(2);
   }
   try {

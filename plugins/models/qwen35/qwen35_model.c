@@ -20,7 +20,8 @@
 
 static int bind_matrix(qwen35_model *m, const char *name, int64_t rows, int64_t cols, q35_weight *w,
                        char *err, size_t err_len) {
-  return mi_glue_bind_matrix(&m->glue, name, rows, cols, MI_GLUE_FLOATS | MI_GLUE_BLOCKS, w, err, err_len);
+  return mi_glue_bind_matrix(&m->glue, name, rows, cols, MI_GLUE_FLOATS | MI_GLUE_BLOCKS, w, err,
+                             err_len);
 }
 
 static int bind_f32(qwen35_model *m, const char *name, int ndim, const int64_t *dims, q35_weight *w,
@@ -139,8 +140,7 @@ static int alloc_scratch(qwen35_model *m, char *err, size_t err_len) {
       (double)B * 4.0 * scratch_floats_token(m) + (double)Q35_LOGIT_ROWS * (double)c->vocab * 4.0;
   if (m->mem_budget && need > (double)m->mem_budget) {
     snprintf(err, err_len,
-             "qwen35: the scratch buffers (batch %lld) need %.1f MiB, %.1f MiB available; lower "
-             "batch=",
+             "qwen35: the scratch buffers (batch %lld) need %.1f MiB, %.1f MiB available; lower -b",
              (long long)m->batch, need / 1048576.0, (double)m->mem_budget / 1048576.0);
     return -1;
   }
