@@ -107,15 +107,17 @@ AI void q4_k_scales(__m256 out[2], const uint8_t *p) {
  * each byte: a 16-bit shift, then a mask (the bit kept stays within its
  * byte). */
 AI __m256i q5_k_high(__m256i qh, int jj) {
-  const __m256i moved = jj >= 4 ? _mm256_srl_epi16(qh, _mm_cvtsi32_si128(jj - 4)) : _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - jj));
+  const __m256i moved = jj >= 4 ? _mm256_srl_epi16(qh, _mm_cvtsi32_si128(jj - 4))
+                                : _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - jj));
   return _mm256_and_si256(moved, _mm256_set1_epi8(16));
 }
 
 /* Q4_K's tile, and Q5_K's (five: nibbles at byte 48, the fifth bit from
  * qh at 16 ORed into each code: 0..31, still within VPMADDUBSW's pairs;
  * the same scales at byte 4 and min term). */
-AI void k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-             int64_t row, const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
+AI void k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t col[4],
+             const cpu_q8_act *a, int64_t row, const void *const wr[4], int nr, int64_t b0,
+             int64_t b1, int accum) {
   const int64_t nbp = a->kp / 32;
   const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
   __m256 acc[2][4];
@@ -124,7 +126,8 @@ AI void k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t 
       acc[i][j] = _mm256_setzero_ps();
   for (int64_t b = b0; b < b1; b++) {
     for (int j = 0; j < 4; j++) {
-      const uint8_t *p = (const uint8_t *)wr[j] + (size_t)b * (five ? CPU_Q5_K_BYTES : CPU_Q4_K_BYTES);
+      const uint8_t *p =
+          (const uint8_t *)wr[j] + (size_t)b * (five ? CPU_Q5_K_BYTES : CPU_Q4_K_BYTES);
       for (int c = 0; c < 3; c++)
         _mm_prefetch((const char *)p + PF_AHEAD + 64 * c, _MM_HINT_T0);
       __m256 sc[2];
@@ -136,12 +139,14 @@ AI void k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t 
         acc[i][j] =
             _mm256_fnmadd_ps(sc[1], _mm256_loadu_ps(a->ds + (row + i) * nbp + b * 8), acc[i][j]);
       }
-      const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
+      const __m256i qh =
+          five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
       for (int c = 0; c < 4; c++) { /* qs chunk c: sub-blocks 2c (low nibbles), 2c+1 */
         const __m256i v = _mm256_loadu_si256((const __m256i *)(p + (five ? 48 : 16) + 32 * c));
         __m256i wc[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
         if (five)
-          for (int h = 0; h < 2; h++) wc[h] = _mm256_or_si256(wc[h], q5_k_high(qh, 2 * c + h));
+          for (int h = 0; h < 2; h++)
+            wc[h] = _mm256_or_si256(wc[h], q5_k_high(qh, 2 * c + h));
         for (int h = 0; h < 2; h++)
           for (int i = 0; i < MR; i++) {
             const __m256i xq = _mm256_load_si256(
@@ -156,14 +161,77 @@ AI void k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t 
   store(y, ldy, col, acc, MR, nr, accum);
 }
 
-AI void q4_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a, int64_t row,
-                const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
-  k_mr(MR, 0, y, ldy, col, a, row, wr, nr, b0, b1, accum);
+/* The 8 int32 lanes of each s[j] summed: lane j of the result (horizontal
+ * adds within 128-bit lanes, then the two halves added). */
+AI __m256i sum8x8(const __m256i s[8]) {
+  const __m256i u0 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+  const __m256i u1 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+  /* u0: lanes 0-3 s0..s3 over their low 128 bits, 4-7 over the high; u1: s4..s7 */
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                          _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-AI void q5_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a, int64_t row,
-                const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
-  k_mr(MR, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum);
+/* k_mr for one token (decode): a row's 8 sub-block sums are summed in
+ * integers first (sum8x8: lane j is sub-block j, exact: at most
+ * 32·31·127), so a weight block takes one convert and one FMA with
+ * d·sc_j·d_x[j] (lanes already in sub-block order) instead of eight. */
+AI void k_m1(const int five, float *y, const int64_t col[4], const cpu_q8_act *a, int64_t row,
+             const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
+  const int64_t nbp = a->kp / 32;
+  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
+  __m256 acc[2][4];
+  for (int j = 0; j < 4; j++)
+    acc[0][j] = acc[1][j] = _mm256_setzero_ps();
+  for (int64_t b = b0; b < b1; b++) {
+    const int8_t *xb = a->q + row * a->kp + b * 256;
+    const __m256 dx = _mm256_loadu_ps(a->d + row * nbp + b * 8);
+    const __m256 ds = _mm256_loadu_ps(a->ds + row * nbp + b * 8);
+    for (int j = 0; j < 4; j++) {
+      const uint8_t *p =
+          (const uint8_t *)wr[j] + (size_t)b * (five ? CPU_Q5_K_BYTES : CPU_Q4_K_BYTES);
+      for (int c = 0; c < 3; c++)
+        _mm_prefetch((const char *)p + PF_AHEAD + 64 * c, _MM_HINT_T0);
+      __m256 sc[2];
+      q4_k_scales(sc, p);
+      const __m256i qh =
+          five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
+      __m256i s[8];
+      for (int c = 0; c < 4; c++) { /* qs chunk c: sub-blocks 2c (low nibbles), 2c+1 */
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + (five ? 48 : 16) + 32 * c));
+        __m256i wc[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
+        if (five)
+          for (int h = 0; h < 2; h++)
+            wc[h] = _mm256_or_si256(wc[h], q5_k_high(qh, 2 * c + h));
+        for (int h = 0; h < 2; h++)
+          s[2 * c + h] = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(wc[h],
+                                   _mm256_load_si256((const __m256i *)(xb + 32 * (2 * c + h)))),
+              ones);
+      }
+      acc[0][j] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8x8(s)), _mm256_mul_ps(sc[0], dx), acc[0][j]);
+      acc[0][j] = _mm256_fnmadd_ps(sc[1], ds, acc[0][j]);
+    }
+  }
+  store(y, 0, col, acc, 1, nr, accum);
+}
+
+AI void q4_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
+                int64_t row, const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
+  if (MR == 1)
+    k_m1(0, y, col, a, row, wr, nr, b0, b1, accum);
+  else
+    k_mr(MR, 0, y, ldy, col, a, row, wr, nr, b0, b1, accum);
+}
+
+AI void q5_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
+                int64_t row, const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
+  if (MR == 1)
+    k_m1(1, y, col, a, row, wr, nr, b0, b1, accum);
+  else
+    k_mr(MR, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum);
 }
 
 /* ---- Q6_K ---- */
@@ -209,6 +277,7 @@ AI void q6_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
       __m256 f[2]; /* d·d_x[t], per token */
       for (int i = 0; i < MR; i++)
         f[i] = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps(a->d + (row + i) * nbp + b * 8));
+      __m256i s1[8]; /* one token: activation block t's int32 lanes */
       for (int t = 0; t < 8; t++) {
         const __m256i wc = q6_k_codes(p, t);
         /* scales of sub-blocks 2t (int16 lanes 0-7) and 2t+1 (8-15) */
@@ -223,10 +292,17 @@ AI void q6_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
               _mm256_load_si256((const __m256i *)(a->q + (row + i) * a->kp + b * 256 + 32 * t));
           const __m256i p16 =
               _mm256_sub_epi16(_mm256_maddubs_epi16(wc, xq), _mm256_maddubs_epi16(c32, xq));
+          if (MR == 1) {
+            s1[t] = _mm256_madd_epi16(p16, sc);
+            continue;
+          }
           const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, sc));
           acc[i][j] = _mm256_fmadd_ps(s, bcast_lane(f[i], t), acc[i][j]);
         }
       }
+      /* one token: activation block t's whole sum in lane t (at most
+       * 32·32·127·128 < 2^24: exact in f32), one convert and one FMA */
+      if (MR == 1) acc[0][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8x8(s1)), f[0], acc[0][j]);
     }
   }
   store(y, ldy, col, acc, MR, nr, accum);
