@@ -202,7 +202,7 @@ AI void transpose8(__m256i r[8]) {
 /* Block b (of 32 values) of a weight row as 32 biased bytes (the signed
  * code + 128, what the panels hold) and its f32 scale; for Q4_K also the
  * block's min term dmin·m (*mn; 0 for the others). The types the panels
- * take: Q8_0 (d, q), Q4_0 (d, q - 8) and Q4_K, whose sub-block j of 32 is
+ * take: Q8_0 (d, q), Q4_0 (d, q - 8) and Q4_K (Q5_K alike), whose sub-block j of 32 is
  * scale d·sc_j (exact in f32: 11 + 6 bits) over codes q in 0..15, less
  * dmin·m_j, which the panel tile takes off as dmin·m_j·fl(d_x·Σq_x) (the
  * tiles' very terms). */
@@ -220,8 +220,7 @@ AI __m256i block_codes(mi_dtype dt, const uint8_t *row, int64_t b, float *sc, fl
     const __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 64 * h + (quarter & 1) * 32));
     const __m256i low = _mm256_and_si256(quarter & 2 ? _mm256_srli_epi16(lo, 4) : lo, lo4);
     const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
-    const __m256i high =
-        _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), _mm256_set1_epi8(3));
+    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), _mm256_set1_epi8(3));
     const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4)); /* 0..63 */
     return _mm256_add_epi8(q, _mm256_set1_epi8(96));
   }
@@ -234,27 +233,34 @@ AI __m256i block_codes(mi_dtype dt, const uint8_t *row, int64_t b, float *sc, fl
     const uint8_t *p = row + (size_t)b * CPU_Q4_0_BYTES;
     *sc = mi_quant_f16(p);
     const __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
-    const __m256i q = _mm256_and_si256(
-        _mm256_set_m128i(_mm_srli_epi16(v, 4), v), lo4); /* values 0-15 | 16-31 */
-    return _mm256_add_epi8(q, _mm256_set1_epi8(120)); /* (q - 8) + 128 */
+    const __m256i q =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), lo4); /* values 0-15 | 16-31 */
+    return _mm256_add_epi8(q, _mm256_set1_epi8(120));                     /* (q - 8) + 128 */
   }
-  /* Q4_K */
-  const uint8_t *p = row + (size_t)(b / 8) * CPU_Q4_K_BYTES;
+  /* Q4_K, and Q5_K: the same scales and mins, its nibbles at byte 48 and
+   * the fifth bit of value l of sub-block j bit j of qh[l] (byte 16) */
+  const int five = dt == MI_DTYPE_Q5_K;
+  const uint8_t *p = row + (size_t)(b / 8) * (five ? CPU_Q5_K_BYTES : CPU_Q4_K_BYTES);
   const int j = (int)(b % 8);
   uint8_t sm[16];
   cpu_q4_k_scales(sm, p + 4);
   *sc = mi_quant_f16(p) * (float)sm[j];
   *mn = mi_quant_f16(p + 2) * (float)sm[8 + j];
-  const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * (j / 2)));
-  const __m256i q = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, lo4);
+  const __m256i v = _mm256_loadu_si256((const __m256i *)(p + (five ? 48 : 16) + 32 * (j / 2)));
+  __m256i q = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, lo4);
+  if (five) { /* bit j of each qh byte to bit 4 (16-bit shifts: the bit kept stays in its byte) */
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
+    const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, j), _mm256_set1_epi8(1));
+    q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 4)); /* 0..31 */
+  }
   return _mm256_add_epi8(q, bias); /* q + 128 */
 }
 
 /* Packs rows n .. n+nr-1 (nr <= 16; the others: weights 0, scale 0, which
  * add exactly 0) over blocks b0 .. b0+nbk-1 into P [nbk·8][16], S [nbk][16]
  * and, for Q4_K, Mn [nbk][16] (the min terms). */
-static void pack_panel(uint32_t *P, float *S, float *Mn, const uint8_t *w, mi_dtype dt,
-                       size_t wrow, int64_t n, int nr, int64_t b0, int nbk) {
+static void pack_panel(uint32_t *P, float *S, float *Mn, const uint8_t *w, mi_dtype dt, size_t wrow,
+                       int64_t n, int nr, int64_t b0, int nbk) {
   const __m256i bias = _mm256_set1_epi8((char)0x80);
   for (int b = 0; b < nbk; b++) {
     for (int h = 0; h < 2; h++) { /* rows 8h .. 8h+7 */
@@ -330,7 +336,7 @@ AI void panel_tile(const int MR, float *y, int64_t ldy, const cpu_q8_act *a, int
     for (int i = 0; i < MR; i++)
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[i]), _mm512_mul_ps(sv, _mm512_set1_ps(d[i][b])),
                                acc[i]);
-    if (Mn) { /* Q4_K: less dmin·m_j · fl(d_x·Σq_x) */
+    if (Mn) { /* Q4_K, Q5_K: less dmin·m_j · fl(d_x·Σq_x) */
       const __m512 mv = _mm512_load_ps(Mn + b * PN);
       for (int i = 0; i < MR; i++)
         acc[i] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(ds[i][b]), acc[i]);
@@ -365,7 +371,8 @@ static void panel_rows(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m, in
 }
 
 static int gemm_takes(mi_dtype dt) {
-  return dt == MI_DTYPE_Q8_0 || dt == MI_DTYPE_Q4_0 || dt == MI_DTYPE_Q4_K || dt == MI_DTYPE_Q6_K;
+  return dt == MI_DTYPE_Q8_0 || dt == MI_DTYPE_Q4_0 || dt == MI_DTYPE_Q4_K || dt == MI_DTYPE_Q5_K ||
+         dt == MI_DTYPE_Q6_K;
 }
 
 static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t m1, const void *w,
@@ -373,7 +380,7 @@ static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t
   uint32_t P[PKB * 8 * PN] __attribute__((aligned(64))); /* 16 KB */
   float S[PKB * PN] __attribute__((aligned(64)));        /* 2 KB */
   float Mn[PKB * PN] __attribute__((aligned(64)));       /* 2 KB: Q4_K's mins, Q6_K's 2nd scales */
-  const float *mins = dt == MI_DTYPE_Q4_K || dt == MI_DTYPE_Q6_K ? Mn : NULL;
+  const float *mins = dt == MI_DTYPE_Q4_K || dt == MI_DTYPE_Q5_K || dt == MI_DTYPE_Q6_K ? Mn : NULL;
   const int halves = dt == MI_DTYPE_Q6_K;
   const int64_t nb = a->K / CPU_Q8_QK;
   for (int64_t ms = m0; ms < m1; ms += PMB) {
