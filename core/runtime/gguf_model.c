@@ -987,11 +987,17 @@ static int map_name(const char *pat, const char *hf, const char *name, char *out
 }
 
 /* The ggml block types quant.h defines, as MetaInfer dtypes; -1 for any
- * other ggml type. (ggml's numbers: Q4_0 2, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14.) */
+ * other ggml type. (ggml's numbers: Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7, Q8_0 8,
+ * Q2_K 10, Q3_K 11, Q4_K 12, Q5_K 13, Q6_K 14.) */
 static int block_dtype(uint32_t ggml_type) {
   switch (ggml_type) {
   case MI_GGML_Q8_0: return MI_DTYPE_Q8_0;
   case 2u: return MI_DTYPE_Q4_0;
+  case 3u: return MI_DTYPE_Q4_1;
+  case 6u: return MI_DTYPE_Q5_0;
+  case 7u: return MI_DTYPE_Q5_1;
+  case 10u: return MI_DTYPE_Q2_K;
+  case 11u: return MI_DTYPE_Q3_K;
   case 12u: return MI_DTYPE_Q4_K;
   case 13u: return MI_DTYPE_Q5_K;
   case 14u: return MI_DTYPE_Q6_K;
@@ -1000,8 +1006,9 @@ static int block_dtype(uint32_t ggml_type) {
 }
 
 /* A block-type tensor as f32 (malloc'd), or NULL: each value as quant.h
- * defines it, rounded once to f32 (Q8_0, Q4_0 and Q6_K exactly: an f16
- * times small integers fits 24 bits; Q4_K's d*sc*q - dmin*m may round). The
+ * defines it, rounded once to f32 (Q8_0, Q4_0, Q5_0, Q3_K and Q6_K exactly:
+ * an f16 times small integers fits 24 bits; the types with a min, d*sc*q -
+ * dmin*m or d*q + m, may round). The
  * caller has checked that its rows are whole blocks (the reader has too). */
 static float *widen_blocks(mi_dtype dt, const mi_gguf_tensor *t) {
   const int64_t qk = mi_dtype_block(dt);
@@ -1059,7 +1066,7 @@ static int serve_dtype(const mi_gguf_model *m, const mi_gguf_tensor *t, const ch
   if (tn)
     mi_path_err(err, err_len, path,
                 "tensor '%s' (%s) has ggml type %s, which is not supported yet (F32, F16, BF16, "
-                "Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are)",
+                "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K are)",
                 t->name, hf, tn);
   else
     mi_path_err(err, err_len, path, "tensor '%s' (%s) has ggml type %u, unknown to this reader",

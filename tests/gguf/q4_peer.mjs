@@ -1,8 +1,10 @@
-// 4-, 5- and 6-bit GGUF files made here (tools/peer/hf2gguf.mjs --type q4_k_m,
-// q5_k_m, q4_0; ggml's block layouts, sdk/include/mi/quant.h) are read alike
+// 2- to 6-bit GGUF files made here (tools/peer/hf2gguf.mjs --type q4_k_m,
+// q5_k_m, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k; ggml's block layouts,
+// sdk/include/mi/quant.h; the last five widened to f32 at load) are read alike
 // by llama.cpp and by MetaInfer:
 //  - the quantizers' error on Gaussian data is what the formats can do
-//    (relative RMS error under Q4_0 0.12, Q4_K 0.09, Q5_K 0.05, Q6_K 0.025; a
+//    (relative RMS error under Q4_0 0.12, Q4_K 0.09, Q5_K 0.05, Q6_K 0.025,
+//    Q4_1 0.12, Q5_0 0.07, Q5_1 0.06, Q3_K 0.2, Q2_K 0.4; a
 //    quantizer that wrote garbage both sides decode alike would fail here);
 //  - each file holds the types it says (read from its header: a converter
 //    that silently wrote F32 fails), Q4_K_M and Q5_K_M with llama-quantize's mixes;
@@ -37,6 +39,8 @@ const f16 = (b, o) => {
   const h = b[o] | (b[o + 1] << 8), s = h >> 15 ? -1 : 1, e = (h >> 10) & 31, m = h & 1023;
   return e === 0 ? s * m * 2 ** -24 : e === 31 ? NaN : s * (1 + m / 1024) * 2 ** (e - 15);
 };
+// the 5-bit code of value i of a Q5_0 / Q5_1 block: nibbles at qs (Q4_0's order), bit i of the u32 at h
+const q5 = (b, h, qs, i) => { const q = b[qs + (i % 16)]; return (i < 16 ? q & 15 : q >> 4) | (((b.readUInt32LE(h) >>> i) & 1) << 4); };
 const DECODE = {
   Q8_0: [32, 34, (b, o, i) => f16(b, o) * ((b[o + 2 + i] << 24) >> 24)],
   Q4_0: [32, 18, (b, o, i) => { const q = b[o + 2 + (i % 16)]; return f16(b, o) * ((i < 16 ? q & 15 : q >> 4) - 8); }],
@@ -53,6 +57,19 @@ const DECODE = {
     const m = j < 4 ? s(j + 4) & 63 : (s(j + 4) >> 4) | ((s(j) >> 6) << 4);
     const by = b[o + 48 + 32 * (i >> 6) + (i % 32)], q = (i % 64 < 32 ? by & 15 : by >> 4) | (((b[o + 16 + (i % 32)] >> j) & 1) << 4);
     return f16(b, o) * sc * q - f16(b, o + 2) * m;
+  }],
+  Q4_1: [32, 20, (b, o, i) => { const q = b[o + 4 + (i % 16)]; return f16(b, o) * (i < 16 ? q & 15 : q >> 4) + f16(b, o + 2); }],
+  Q5_0: [32, 22, (b, o, i) => f16(b, o) * (q5(b, o + 2, o + 6, i) - 16)],
+  Q5_1: [32, 24, (b, o, i) => f16(b, o) * q5(b, o + 4, o + 8, i) + f16(b, o + 2)],
+  Q2_K: [256, 84, (b, o, i) => { // value 128n+32j+l: bits 2j of qs[32n+l] (at 16), sub-block 8n+2j+l/16
+    const n = i >> 7, j = (i >> 5) & 3, l = i % 32, sb = b[o + 8 * n + 2 * j + (l >> 4)];
+    return f16(b, o + 80) * (sb & 15) * ((b[o + 16 + 32 * n + l] >> (2 * j)) & 3) - f16(b, o + 82) * (sb >> 4);
+  }],
+  Q3_K: [256, 110, (b, o, i) => { // low bits as Q2_K's (qs at 32), bit 4n+j of hmask[l] set: no -4; 6-bit scales at 96
+    const n = i >> 7, j = (i >> 5) & 3, l = i % 32, s = 8 * n + 2 * j + (l >> 4), sc = (k) => b[o + 96 + k];
+    const u = (s < 8 ? sc(s) & 15 : sc(s - 8) >> 4) | (((sc(8 + (s % 4)) >> (2 * (s >> 2))) & 3) << 4);
+    const q = ((b[o + 32 + 32 * n + l] >> (2 * j)) & 3) - ((b[o + l] >> (4 * n + j)) & 1 ? 0 : 4);
+    return f16(b, o + 108) * (u - 32) * q;
   }],
   Q6_K: [256, 210, (b, o, i) => {
     const h = i >> 7, qu = (i % 128) >> 5, l = i % 32, lo = b[o + 64 * h + l + (qu & 1) * 32];
@@ -72,7 +89,12 @@ function quantError(type, x) {
 }
 
 // ---- the tensor types a GGUF file holds (its header: metadata skipped)
-const GGML_NAME = { 0: "F32", 1: "F16", 2: "Q4_0", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 30: "BF16" };
+const GGML_NAME = {
+  0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K",
+  14: "Q6_K", 30: "BF16",
+};
+// the pure types and their general.file_type (llama_ftype; q3_k says Q3_K_S)
+const PURE = { q4_0: ["Q4_0", 2], q4_1: ["Q4_1", 3], q5_0: ["Q5_0", 8], q5_1: ["Q5_1", 9], q2_k: ["Q2_K", 10], q3_k: ["Q3_K", 11] };
 function ggufTypes(file) {
   const b = fs.readFileSync(file);
   let p = 0;
@@ -117,7 +139,8 @@ try {
   const x = new Float32Array(1 << 18);
   for (let i = 0; i < x.length; i++) x[i] = 0.02 * Math.sqrt(-2 * Math.log(rnd())) * Math.cos(2 * Math.PI * rnd()) + (i % 997 ? 0 : 0.2);
   const errs = {};
-  for (const [t, bound] of [["Q8_0", 0.01], ["Q6_K", 0.025], ["Q5_K", 0.05], ["Q4_K", 0.09], ["Q4_0", 0.12]]) {
+  for (const [t, bound] of [["Q8_0", 0.01], ["Q6_K", 0.025], ["Q5_K", 0.05], ["Q4_K", 0.09], ["Q4_0", 0.12],
+    ["Q5_1", 0.06], ["Q5_0", 0.07], ["Q4_1", 0.12], ["Q3_K", 0.2], ["Q2_K", 0.4]]) {
     errs[t] = quantError(t, x);
     if (!(errs[t] < bound)) fail(`${t} quantizer: relative RMS error ${errs[t].toFixed(4)} (bound ${bound})`);
   }
@@ -125,20 +148,22 @@ try {
   const model = path.join(tmp, "small-1");
   execFileSync(path.join(build, "bin/mi-mkmodel"), ["--shape", "small", "--seed", "1", "--out", model]);
   const cfg = JSON.parse(fs.readFileSync(path.join(model, "config.json"), "utf8"));
-  const prompts = ["Hello there", "The capital of France is", "1, 2, 3,", "Write a poem about the sea"];
+  const prompts = ["Hello there", "The capital of France is", "1, 2, 3,", "Write a poem about the sea", "Once upon a time", "def main():"];
   const steps = 8;
   const lines = [];
-  for (const type of ["q4_k_m", "q5_k_m", "q4_0"]) {
+  const types = process.env.MI_Q4_PEER_TYPES ? process.env.MI_Q4_PEER_TYPES.split(",") // one or a few, by hand
+    : ["q4_k_m", "q5_k_m", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k"];
+  for (const type of types) {
     const file = path.join(tmp, `${type}.gguf`);
     const r = await convert(model, file, { type });
     if (r.notes.length) fail(`${type}: fallbacks on a shape with whole blocks: ${r.notes.join("; ")}`);
     const { fileType, tensors } = ggufTypes(file);
-    const want = { q4_k_m: 15, q5_k_m: 17, q4_0: 2 }[type];
+    const want = PURE[type] ? PURE[type][1] : { q4_k_m: 15, q5_k_m: 17 }[type];
     if (fileType !== want) fail(`${type}: general.file_type ${fileType}, expected ${want}`);
     const count = {};
     for (const [name, t] of tensors) {
       const norm = /norm\.weight$/.test(name);
-      const exp = norm ? "F32" : type === "q4_0" ? "Q4_0" : expectQ4KM(name, cfg.num_hidden_layers, type === "q5_k_m" ? "Q5_K" : "Q4_K");
+      const exp = norm ? "F32" : PURE[type] ? PURE[type][0] : expectQ4KM(name, cfg.num_hidden_layers, type === "q5_k_m" ? "Q5_K" : "Q4_K");
       if (t !== exp) fail(`${type}: ${name} is ${t}, expected ${exp}`);
       count[t] = (count[t] || 0) + 1;
     }
@@ -184,6 +209,7 @@ try {
         for (let s = 0; s < steps; s++) {
           const o = ours[s], t = peer[i].steps[s];
           const margin = Math.min(o.top_logprobs[0][1] - o.top_logprobs[1][1], t.top[0][1] - t.top[1][1]);
+          if (process.env.VERBOSE) console.log(`${type} p${i} s${s}: ours ${o.token_id} ${o.logprob.toFixed(3)} theirs ${t.token_id} ${t.top[0][1].toFixed(3)} margin ${margin.toFixed(3)}`);
           if (o.token_id !== t.token_id) {
             if (margin >= 0.5) fail(`${type}, prompt ${i} step ${s}: MetaInfer ${o.token_id} vs llama.cpp ${t.token_id} (top-2 margin ${margin.toFixed(3)})`);
             parted++;

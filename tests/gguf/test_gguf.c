@@ -917,9 +917,9 @@ START_TEST(mi_run_refuses_hostile_files) {
   BAD(set_u64(&c, L.tokens_count, 1ull << 40), "tokenizer.ggml.tokens");
   BAD(set_u64(&c, L.t_off[3], 1ull << 40), "blk.0.attn_q.weight");
   BAD(set_u64(&c, L.t_off[4], L.t_offset[3]), "overlap");
-  /* a needed tensor of a quantized type not read yet (Q5_0 blocks of 32 fit ne[0] = 64) */
-  BAD(set_u32(&c, L.t_type[3], 6),
-      "tensor 'blk.0.attn_q.weight' (model.layers.0.self_attn.q_proj.weight) has ggml type Q5_0");
+  /* a needed tensor of a quantized type not read yet (IQ4_NL blocks of 32 fit ne[0] = 64) */
+  BAD(set_u32(&c, L.t_type[3], 20),
+      "tensor 'blk.0.attn_q.weight' (model.layers.0.self_attn.q_proj.weight) has ggml type IQ4_NL");
   /* a type that is read, but rows (64) that are not whole blocks of it (256) */
   BAD(set_u32(&c, L.t_type[3], 12),
       "tensor 'blk.0.attn_q.weight': ne[0] = 64 is not a multiple of the Q4_K block of 256");

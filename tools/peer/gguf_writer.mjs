@@ -10,12 +10,17 @@
 
 import fs from "node:fs";
 
-export const GGML_TYPE = { F32: 0, F16: 1, Q4_0: 2, Q8_0: 8, Q4_K: 12, Q5_K: 13, Q6_K: 14, BF16: 30 };
+export const GGML_TYPE = {
+  F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q5_0: 6, Q5_1: 7, Q8_0: 8, Q2_K: 10, Q3_K: 11, Q4_K: 12, Q5_K: 13, Q6_K: 14, BF16: 30,
+};
 export const GGML_TYPE_SIZE = { 0: 4, 1: 2, 30: 2 };
 // Block types: elements per block and bytes per block (ggml's definitions).
 // Q8_0: fp16 scale + 32 int8; Q4_0: fp16 scale + 16 bytes of nibbles;
 // Q4_K and Q6_K: super-blocks of 256 (sdk/include/mi/quant.h states the layouts)
-export const GGML_BLOCK = { 8: [32, 34], 2: [32, 18], 12: [256, 144], 13: [256, 176], 14: [256, 210] };
+export const GGML_BLOCK = {
+  8: [32, 34], 2: [32, 18], 3: [32, 20], 6: [32, 22], 7: [32, 24], 10: [256, 84], 11: [256, 110], 12: [256, 144],
+  13: [256, 176], 14: [256, 210],
+};
 
 // GGUF metadata value types.
 const VT = {

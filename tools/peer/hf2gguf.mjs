@@ -6,7 +6,7 @@
 // (Gemma3ForCausalLM / gemma3_text) -> arch "gemma3" (convertGemma3), or
 // Gemma 2 (Gemma2ForCausalLM) -> arch "gemma2" (convertGemma2).
 //
-//   node tools/peer/hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m]
+//   node tools/peer/hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|...|q4_k_m|q5_k_m]
 //
 // --type f32 (default): every tensor F32. bf16/f16 source values are widened
 //   exactly, so llama.cpp computes on the very same weights as MetaInfer and
@@ -19,7 +19,8 @@
 //   converted here: a tensor the conversion rewrites, llama's permuted q/k or
 //   qwen35's reordered value heads, is rewritten in f32, then quantized;
 //   qwen35's conv1d stays F32 as llama-quantize keeps it).
-// --type q4_0 | q4_k | q5_k | q6_k: every 2-D weight in that ggml block type
+// --type q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k | q5_k | q6_k: every
+//   2-D weight in that ggml block type
 //   (as llama-quantize --pure would), 1-D F32 (the same families). --type
 //   q4_k_m | q5_k_m: llama-quantize's mixes (Q6_K for the output and for
 //   attn_v/ffn_down on some layers, a fused attn_qkv one step up (Q5_K /
@@ -158,7 +159,10 @@ function quantizeQ8_0(vals) {
   return out;
 }
 
-const TYPE_NAME = { 0: "F32", 1: "F16", 2: "Q4_0", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 30: "BF16" };
+const TYPE_NAME = {
+  0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K",
+  14: "Q6_K", 30: "BF16",
+};
 
 /** The value an f16 holds (for quantizing against a stored, rounded scale). */
 function f16Value(bits) {
@@ -319,13 +323,142 @@ function quantizeQ6_K(vals) {
   return out;
 }
 
+/** Q4_1 (qmax 15) and Q5_1 (qmax 31), llama.cpp's reference choice: per
+ *  block of 32, m = the minimum, d = (max - m) / qmax, both stored as f16;
+ *  the codes taken against the stored values: q = clamp(round((x - m)/d)).
+ *  Q5_0: d = M / -16 (M the value of largest magnitude, sign kept: code 0),
+ *  q = clamp(round(x/d) + 16, 0, 31). Layouts: quant.h (nibbles as Q4_0's,
+ *  the fifth bits in a little-endian u32 before them). */
+function quantizeLegacy(vals, five, affine) {
+  const bb = 2 + (affine ? 2 : 0) + (five ? 4 : 0) + 16, qmax = five ? 31 : 15;
+  const nb = vals.length / 32, out = Buffer.alloc(nb * bb), L = new Uint8Array(32);
+  for (let b = 0; b < nb; b++) {
+    const x = b * 32, o = b * bb;
+    let lo = Infinity, hi = -Infinity, amax = 0, max = 0;
+    for (let j = 0; j < 32; j++) {
+      const v = vals[x + j];
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+      if (Math.abs(v) > amax) { amax = Math.abs(v); max = v; }
+    }
+    const hd = f32ToF16Bits(affine ? (hi - lo) / qmax : max / -16), d = f16Value(hd), id = d ? 1 / d : 0;
+    const hm = affine ? f32ToF16Bits(lo) : 0, m = affine ? f16Value(hm) : 0;
+    for (let j = 0; j < 32; j++)
+      L[j] = Math.min(qmax, Math.max(0, Math.round((vals[x + j] - m) * id) + (affine ? 0 : 16)));
+    out.writeUInt16LE(hd, o);
+    if (affine) out.writeUInt16LE(hm, o + 2);
+    let p = o + (affine ? 4 : 2);
+    if (five) {
+      let qh = 0;
+      for (let j = 0; j < 32; j++) qh |= (L[j] >> 4) << j;
+      out.writeUInt32LE(qh >>> 0, p);
+      p += 4;
+    }
+    for (let j = 0; j < 16; j++) out[p + j] = (L[j] & 15) | ((L[j + 16] & 15) << 4);
+  }
+  return out;
+}
+
+/** Q2_K: per sub-block of 16 an affine fit with codes 0..3 (fitAffine); the
+ *  16 scales and mins quantized to 4 bits against d = max scale/15 and
+ *  dmin = max min/15 (f16); the codes against those stored values:
+ *  q = clamp(round((x + dmin*m)/(d*sc)), 0, 3). Layout: quant.h. */
+function quantizeQ2_K(vals) {
+  const nb = vals.length / 256, out = Buffer.alloc(nb * 84);
+  const A = new Float64Array(16), M = new Float64Array(16), fit = new Float64Array(2), L = new Uint8Array(256);
+  for (let b = 0; b < nb; b++) {
+    const x = b * 256, o = b * 84;
+    let amax = 0, mmax = 0;
+    for (let s = 0; s < 16; s++) {
+      fitAffine(vals, x + 16 * s, 16, 3, fit);
+      A[s] = fit[0]; M[s] = fit[1];
+      amax = Math.max(amax, fit[0]); mmax = Math.max(mmax, fit[1]);
+    }
+    const hd = f32ToF16Bits(amax / 15), hm = f32ToF16Bits(mmax / 15), d = f16Value(hd), dmin = f16Value(hm);
+    for (let s = 0; s < 16; s++) {
+      const sc = d ? Math.min(15, Math.round(A[s] / d)) : 0, mn = dmin ? Math.min(15, Math.round(M[s] / dmin)) : 0;
+      out[o + s] = sc | (mn << 4);
+      const ds = d * sc, dm = dmin * mn, id = ds ? 1 / ds : 0;
+      for (let l = 0; l < 16; l++) L[16 * s + l] = Math.min(3, Math.max(0, Math.round((vals[x + 16 * s + l] + dm) * id)));
+    }
+    for (let n = 0; n < 2; n++)
+      for (let l = 0; l < 32; l++) {
+        let q = 0;
+        for (let j = 0; j < 4; j++) q |= L[128 * n + 32 * j + l] << (2 * j);
+        out[o + 16 + 32 * n + l] = q;
+      }
+    out.writeUInt16LE(hd, o + 80); out.writeUInt16LE(hm, o + 82);
+  }
+  return out;
+}
+
+/** Q3_K: per sub-block of 16 a scale s = M / -4 (M the value of largest
+ *  magnitude, sign kept: code -4), refitted once by least squares on its
+ *  codes; the 16 scales quantized to 6-bit signed (-32..31) against
+ *  d = S / -32 (S the scale of largest magnitude; f16), the codes against
+ *  d*scale as stored: q = clamp(round(x/(d*sc)), -4, 3). Layout: quant.h
+ *  (mi_q3_k_scale's packing inverted). */
+function quantizeQ3_K(vals) {
+  const nb = vals.length / 256, out = Buffer.alloc(nb * 110);
+  const S = new Float64Array(16), L = new Uint8Array(256), U = new Uint8Array(16);
+  for (let b = 0; b < nb; b++) {
+    const x = b * 256, o = b * 110;
+    let smax = 0, sabs = 0;
+    for (let s = 0; s < 16; s++) {
+      const y = x + 16 * s;
+      let amax = 0, max = 0;
+      for (let j = 0; j < 16; j++) { const v = vals[y + j]; if (Math.abs(v) > amax) { amax = Math.abs(v); max = v; } }
+      let sc = max / -4;
+      if (sc) {
+        let sxc = 0, scc = 0;
+        for (let j = 0; j < 16; j++) {
+          const c = Math.min(3, Math.max(-4, Math.round(vals[y + j] / sc)));
+          sxc += vals[y + j] * c; scc += c * c;
+        }
+        if (scc > 0 && sxc / scc) sc = sxc / scc;
+      }
+      S[s] = sc;
+      if (Math.abs(sc) > sabs) { sabs = Math.abs(sc); smax = sc; }
+    }
+    const hd = f32ToF16Bits(smax / -32), d = f16Value(hd);
+    for (let s = 0; s < 16; s++) {
+      const ls = d ? Math.min(31, Math.max(-32, Math.round(S[s] / d))) : 0;
+      U[s] = ls + 32;
+      const ds = d * ls, id = ds ? 1 / ds : 0;
+      for (let l = 0; l < 16; l++) L[16 * s + l] = Math.min(3, Math.max(-4, Math.round(vals[x + 16 * s + l] * id))) + 4;
+    }
+    for (let l = 0; l < 32; l++) { // hmask: bit 4n+j of byte l, the code's bit 2 (set: q >= 0)
+      let h = 0;
+      for (let n = 0; n < 2; n++) for (let j = 0; j < 4; j++) h |= (L[128 * n + 32 * j + l] >> 2) << (4 * n + j);
+      out[o + l] = h;
+    }
+    for (let n = 0; n < 2; n++)
+      for (let l = 0; l < 32; l++) {
+        let q = 0;
+        for (let j = 0; j < 4; j++) q |= (L[128 * n + 32 * j + l] & 3) << (2 * j);
+        out[o + 32 + 32 * n + l] = q;
+      }
+    for (let k = 0; k < 8; k++) out[o + 96 + k] = (U[k] & 15) | ((U[k + 8] & 15) << 4);
+    for (let k = 0; k < 4; k++)
+      out[o + 104 + k] = (U[k] >> 4) | ((U[k + 4] >> 4) << 2) | ((U[k + 8] >> 4) << 4) | ((U[k + 12] >> 4) << 6);
+    out.writeUInt16LE(hd, o + 108);
+  }
+  return out;
+}
+
 function quantizeF16(vals) {
   const o = new Uint16Array(vals.length);
   for (let i = 0; i < vals.length; i++) o[i] = f32ToF16Bits(vals[i]);
   return Buffer.from(o.buffer);
 }
 
-const QUANTIZE = { 1: quantizeF16, 2: quantizeQ4_0, 8: quantizeQ8_0, 12: quantizeQ4_K, 13: quantizeQ5_K, 14: quantizeQ6_K };
+const quantizeQ4_1 = (vals) => quantizeLegacy(vals, false, true);
+const quantizeQ5_0 = (vals) => quantizeLegacy(vals, true, false);
+const quantizeQ5_1 = (vals) => quantizeLegacy(vals, true, true);
+const QUANTIZE = {
+  1: quantizeF16, 2: quantizeQ4_0, 3: quantizeQ4_1, 6: quantizeQ5_0, 7: quantizeQ5_1, 8: quantizeQ8_0, 10: quantizeQ2_K,
+  11: quantizeQ3_K, 12: quantizeQ4_K, 13: quantizeQ5_K, 14: quantizeQ6_K,
+};
 
 /** count source values in buf (F32, F16 or BF16) as a Float32Array of their own. */
 function sourceF32(buf, n, dtype) {
@@ -393,7 +526,7 @@ function copyConverted(src, dst, fd, at) {
 // the ftype llama-quantize --pure Q4_K_S would write.
 const FTYPE = {
   f32: [0, 0], bf16: [32, 30], q8_0: [7, 8], q4_0: [2, 2], q4_k: [14, 12], q6_k: [18, 14], q4_k_m: [15, 12],
-  q5_k: [16, 13], q5_k_m: [17, 13],
+  q5_k: [16, 13], q5_k_m: [17, 13], q4_1: [3, 3], q5_0: [8, 6], q5_1: [9, 7], q2_k: [10, 10], q3_k: [11, 11],
 };
 
 /** llama.cpp's use_more_bits (src/llama-quant.cpp): the first and last
@@ -1402,7 +1535,10 @@ function ropeFreqFactors(sc, theta, hd, cfgFile) {
 }
 
 // the block quantizers, for tests (tests/gguf/q4_peer.mjs)
-export const quantizers = { Q4_0: quantizeQ4_0, Q4_K: quantizeQ4_K, Q5_K: quantizeQ5_K, Q6_K: quantizeQ6_K, Q8_0: quantizeQ8_0 };
+export const quantizers = {
+  Q4_0: quantizeQ4_0, Q4_1: quantizeQ4_1, Q5_0: quantizeQ5_0, Q5_1: quantizeQ5_1, Q2_K: quantizeQ2_K, Q3_K: quantizeQ3_K,
+  Q4_K: quantizeQ4_K, Q5_K: quantizeQ5_K, Q6_K: quantizeQ6_K, Q8_0: quantizeQ8_0,
+};
 
 async function main(argv) {
   const pos = [];
@@ -1414,7 +1550,7 @@ async function main(argv) {
     else pos.push(argv[i]);
   }
   if (pos.length !== 2) {
-    console.error("usage: node hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m] [--no-mtp]");
+    console.error("usage: node hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m] [--no-mtp]");
     process.exit(2);
   }
   try {

@@ -47,7 +47,7 @@ int cpu_matmul(void *ctx, mi_stream *s, float *y, const float *x, const void *w,
     return cpu_fail(c, "matmul: negative shape M=%lld N=%lld K=%lld", (long long)M, (long long)N,
                     (long long)K);
   if (w_dtype != MI_DTYPE_F32 && w_dtype != MI_DTYPE_F16 && w_dtype != MI_DTYPE_BF16 &&
-      !mi_dtype_is_block(w_dtype))
+      !cpu_quant_takes(w_dtype))
     return cpu_fail(c,
                     "matmul: unsupported weight dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k "
                     "only)",

@@ -119,7 +119,14 @@ extern const cpu_q8_ops cpu_q8_avx512vnni;
  * context's matmul_exact is set. */
 int cpu_matmul_q8_0(cpu_ctx *c, float *y, const float *x, const void *w, int64_t M, int64_t N,
                     int64_t K);
-/* The same for any block type dt (Q8_0, Q4_0, Q4_K, Q6_K). */
+/* 1 for the block types the matmul computes on (Q8_0, Q4_0, Q4_K, Q5_K,
+ * Q6_K); the others (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K) it refuses, so a
+ * loader widens them. */
+static inline int cpu_quant_takes(mi_dtype dt) {
+  return dt == MI_DTYPE_Q8_0 || dt == MI_DTYPE_Q4_0 || dt == MI_DTYPE_Q4_K || dt == MI_DTYPE_Q5_K ||
+         dt == MI_DTYPE_Q6_K;
+}
+/* The same for any block type dt that cpu_quant_takes. */
 int cpu_matmul_quant(cpu_ctx *c, mi_dtype dt, float *y, const float *x, const void *w, int64_t M,
                      int64_t N, int64_t K);
 /* dst = the n values (whole blocks) of a row of type dt at src, each

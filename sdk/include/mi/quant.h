@@ -29,6 +29,24 @@
  *           value 128h+l+64  high nibble of ql[64h+l]   | bits 4-5 of qh[32h+l] << 4
  *           value 128h+l+96  high nibble of ql[64h+l+32]| bits 6-7 of qh[32h+l] << 4
  *
+ *
+ * Read and widened at load (no platform kernel takes them yet):
+ *   Q4_1  32 values, 20 bytes   d (f16) | m (f16) | qs[16]    x = d*q + m, q in 0..15
+ *         (nibbles as Q4_0's: value j < 16 low nibble of qs[j], j+16 its high one)
+ *   Q5_0  32 values, 22 bytes   d (f16) | qh (u32) | qs[16]   x = d*(q-16), q in 0..31
+ *   Q5_1  32 values, 24 bytes   d (f16) | m (f16) | qh (u32) | qs[16]   x = d*q + m
+ *         (Q4_0's nibbles; bit i of the little-endian qh is value i's fifth bit)
+ *   Q2_K  256 values, 84 bytes  scales[16] | qs[64] | d (f16) | dmin (f16)
+ *         16 sub-blocks of 16, sub-block s: sc = scales[s] & 15, m =
+ *         scales[s] >> 4, x = d*sc*q - dmin*m, q in 0..3. Value 128n+32j+l
+ *         (n < 2, j < 4, l < 32) is bits 2j-2j+1 of qs[32n+l], sub-block
+ *         8n + 2j + l/16.
+ *   Q3_K  256 values, 110 bytes hmask[32] | qs[64] | scales[12] | d (f16)
+ *         16 sub-blocks of 16 with a 6-bit scale u (mi_q3_k_scale), x =
+ *         d*(u-32)*q, q in -4..3: for value 128n+32j+l (sub-block
+ *         8n + 2j + l/16) the low two bits are bits 2j-2j+1 of qs[32n+l]
+ *         and q = that - 4 unless bit 4n+j of hmask[l] is set (then q = that).
+ *
  * mi_quant_value64 gives a value exactly (every product above is exact in
  * a double); the f32 row is that value rounded once. */
 #ifndef MI_QUANT_H
@@ -84,6 +102,23 @@ static inline int mi_q5_k_code(const uint8_t *b, int i) {
   return low | ((b[16 + i % 32] >> (i / 32)) & 1) << 4;
 }
 
+/* Q3_K's 6-bit scale of sub-block s (0..15) from its 12 scale bytes:
+ * low four bits in the nibbles of bytes 0-7 (s < 8 the low ones), high two
+ * bits in bytes 8-11 (byte 8 + s % 4, bits 2·(s / 4) and up). */
+static inline int mi_q3_k_scale(const uint8_t *sc, int s) {
+  const int low = s < 8 ? sc[s] & 15 : sc[s - 8] >> 4;
+  return low | ((sc[8 + s % 4] >> (2 * (s / 4))) & 3) << 4;
+}
+
+/* The 5-bit code of value i (0..31) of a Q5_0 / Q5_1 block whose qh is at
+ * h and nibbles at qs. */
+static inline int mi_q5_code(const uint8_t *h, const uint8_t *qs, int i) {
+  uint32_t qh;
+  memcpy(&qh, h, 4);
+  const uint8_t q = qs[i % 16];
+  return (i < 16 ? q & 15 : q >> 4) | (int)((qh >> i) & 1) << 4;
+}
+
 /* Value i of the block at b (a block of t), exactly. */
 static inline double mi_quant_value64(mi_dtype t, const uint8_t *b, int i) {
   switch (t) {
@@ -104,6 +139,24 @@ static inline double mi_quant_value64(mi_dtype t, const uint8_t *b, int i) {
   }
   case MI_DTYPE_Q6_K:
     return (double)mi_quant_f16(b + 208) * (int8_t)b[192 + i / 16] * (mi_q6_k_code(b, i) - 32);
+  case MI_DTYPE_Q4_1: {
+    const uint8_t q = b[4 + i % 16];
+    return (double)mi_quant_f16(b) * (i < 16 ? q & 15 : q >> 4) + (double)mi_quant_f16(b + 2);
+  }
+  case MI_DTYPE_Q5_0: return (double)mi_quant_f16(b) * (mi_q5_code(b + 2, b + 6, i) - 16);
+  case MI_DTYPE_Q5_1:
+    return (double)mi_quant_f16(b) * mi_q5_code(b + 4, b + 8, i) + (double)mi_quant_f16(b + 2);
+  case MI_DTYPE_Q2_K: {
+    const int n = i / 128, j = (i % 128) / 32, l = i % 32, s = 8 * n + 2 * j + l / 16;
+    const int q = (b[16 + 32 * n + l] >> (2 * j)) & 3;
+    return (double)mi_quant_f16(b + 80) * (b[s] & 15) * q -
+           (double)mi_quant_f16(b + 82) * (b[s] >> 4);
+  }
+  case MI_DTYPE_Q3_K: {
+    const int n = i / 128, j = (i % 128) / 32, l = i % 32, s = 8 * n + 2 * j + l / 16;
+    const int q = ((b[32 + 32 * n + l] >> (2 * j)) & 3) - ((b[l] >> (4 * n + j)) & 1 ? 0 : 4);
+    return (double)mi_quant_f16(b + 108) * (mi_q3_k_scale(b + 96, s) - 32) * q;
+  }
   default: return 0.0;
   }
 }

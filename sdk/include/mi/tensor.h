@@ -27,10 +27,16 @@ typedef enum mi_dtype {
    * block_q6_K), with the same rules as Q8_0: rows of whole blocks, only
    * matmul weights and embed tables, where a platform accepts them. Their
    * layouts and dequantization are in <mi/quant.h>. */
-  MI_DTYPE_Q4_0 = 7, /* 32 values in 18 bytes: f16 d, 16 bytes of nibbles; d*(q-8) */
-  MI_DTYPE_Q4_K = 8, /* 256 values in 144 bytes: 8 sub-blocks with 6-bit scale and min */
-  MI_DTYPE_Q6_K = 9, /* 256 values in 210 bytes: 16 sub-blocks of 16, int8 scales */
+  MI_DTYPE_Q4_0 = 7,  /* 32 values in 18 bytes: f16 d, 16 bytes of nibbles; d*(q-8) */
+  MI_DTYPE_Q4_K = 8,  /* 256 values in 144 bytes: 8 sub-blocks with 6-bit scale and min */
+  MI_DTYPE_Q6_K = 9,  /* 256 values in 210 bytes: 16 sub-blocks of 16, int8 scales */
   MI_DTYPE_Q5_K = 10, /* 256 values in 176 bytes: Q4_K's scales and mins, a fifth bit per value */
+  /* Read and widened at load (no platform computes on them yet): */
+  MI_DTYPE_Q4_1 = 11, /* 32 values in 20 bytes: f16 d, f16 m, nibbles; d*q + m */
+  MI_DTYPE_Q5_0 = 12, /* 32 values in 22 bytes: f16 d, 32 fifth bits, nibbles; d*(q-16) */
+  MI_DTYPE_Q5_1 = 13, /* 32 values in 24 bytes: f16 d, f16 m, 32 fifth bits, nibbles; d*q + m */
+  MI_DTYPE_Q2_K = 14, /* 256 values in 84 bytes: 16 sub-blocks, 4-bit scale and min, 2-bit q */
+  MI_DTYPE_Q3_K = 15, /* 256 values in 110 bytes: 16 sub-blocks, 6-bit signed scale, 3-bit q */
   MI_DTYPE_COUNT
 } mi_dtype;
 
@@ -42,6 +48,11 @@ typedef enum mi_dtype {
 #define MI_Q4_K_BLOCK_BYTES 144
 #define MI_Q6_K_BLOCK_BYTES 210
 #define MI_Q5_K_BLOCK_BYTES 176
+#define MI_Q4_1_BLOCK_BYTES 20
+#define MI_Q5_0_BLOCK_BYTES 22
+#define MI_Q5_1_BLOCK_BYTES 24
+#define MI_Q2_K_BLOCK_BYTES 84
+#define MI_Q3_K_BLOCK_BYTES 110
 
 /* Bytes per element; 0 for a block type (Q8_0), which has none: size its
  * rows with mi_dtype_row_bytes. */
@@ -70,16 +81,26 @@ static inline const char *mi_dtype_name(mi_dtype t) {
   case MI_DTYPE_Q4_K: return "q4_k";
   case MI_DTYPE_Q6_K: return "q6_k";
   case MI_DTYPE_Q5_K: return "q5_k";
+  case MI_DTYPE_Q4_1: return "q4_1";
+  case MI_DTYPE_Q5_0: return "q5_0";
+  case MI_DTYPE_Q5_1: return "q5_1";
+  case MI_DTYPE_Q2_K: return "q2_k";
+  case MI_DTYPE_Q3_K: return "q3_k";
   default: return "?";
   }
 }
 
-/* Values per block: 32 for Q8_0 and Q4_0, 256 for Q4_K, Q5_K and Q6_K, 1 for the
- * element types. */
+/* Values per block: 32 for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1, 256 for the
+ * K-quants, 1 for the element types. */
 static inline int64_t mi_dtype_block(mi_dtype t) {
   switch (t) {
   case MI_DTYPE_Q8_0: return MI_Q8_0_BLOCK;
-  case MI_DTYPE_Q4_0: return MI_Q4_0_BLOCK;
+  case MI_DTYPE_Q4_0:
+  case MI_DTYPE_Q4_1:
+  case MI_DTYPE_Q5_0:
+  case MI_DTYPE_Q5_1: return MI_Q4_0_BLOCK;
+  case MI_DTYPE_Q2_K:
+  case MI_DTYPE_Q3_K:
   case MI_DTYPE_Q4_K:
   case MI_DTYPE_Q5_K:
   case MI_DTYPE_Q6_K: return MI_QK_K;
@@ -95,13 +116,20 @@ static inline size_t mi_dtype_block_bytes(mi_dtype t) {
   case MI_DTYPE_Q4_K: return MI_Q4_K_BLOCK_BYTES;
   case MI_DTYPE_Q6_K: return MI_Q6_K_BLOCK_BYTES;
   case MI_DTYPE_Q5_K: return MI_Q5_K_BLOCK_BYTES;
+  case MI_DTYPE_Q4_1: return MI_Q4_1_BLOCK_BYTES;
+  case MI_DTYPE_Q5_0: return MI_Q5_0_BLOCK_BYTES;
+  case MI_DTYPE_Q5_1: return MI_Q5_1_BLOCK_BYTES;
+  case MI_DTYPE_Q2_K: return MI_Q2_K_BLOCK_BYTES;
+  case MI_DTYPE_Q3_K: return MI_Q3_K_BLOCK_BYTES;
   default: return 0;
   }
 }
 
 /* 1 for a block type (values come in blocks, a row has no per-element
  * address). */
-static inline int mi_dtype_is_block(mi_dtype t) { return mi_dtype_block_bytes(t) != 0; }
+static inline int mi_dtype_is_block(mi_dtype t) {
+  return mi_dtype_block_bytes(t) != 0;
+}
 
 /* Bytes of a row of n values in t: n * size for an element type, whole
  * blocks for a block type. 0 when n is not a whole number of blocks (or t
@@ -127,7 +155,9 @@ static inline float mi_f32_from_bits(uint32_t u) {
 }
 
 /* bf16 <-> f32: bf16 is the top half of an IEEE f32; round to nearest even. */
-static inline float mi_bf16_to_f32(uint16_t h) { return mi_f32_from_bits((uint32_t)h << 16); }
+static inline float mi_bf16_to_f32(uint16_t h) {
+  return mi_f32_from_bits((uint32_t)h << 16);
+}
 
 static inline uint16_t mi_f32_to_bf16(float f) {
   uint32_t u = mi_f32_bits(f);
