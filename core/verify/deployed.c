@@ -292,6 +292,31 @@ static void make_rec(vf_rec *rec, char **payload, int ci, int n_ids, const int32
   *payload = pl;
 }
 
+/* Why the deployed run stopped, from its log: mi-run's own last one-line
+ * error (a rank's "mi-run: ..."), else mpirun's line naming a
+ * rank that died on a signal, else the log's last line that is not one of
+ * mpirun's banner rules ("-----"), which alone said nothing. */
+static void deploy_why(const char *log, char *out, size_t n) {
+  out[0] = 0;
+  FILE *f = fopen(log, "re");
+  if (!f) return;
+  char line[600], own[600] = "", sig[600] = "", other[600] = "";
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    if (!strncmp(line, "mi-run:", 7))
+      snprintf(own, sizeof own, "%s", line);
+    else if (strstr(line, "on signal") || strstr(line, "exited on"))
+      snprintf(sig, sizeof sig, "%s", line);
+    else if (line[strspn(line, "- \t")] != 0)
+      snprintf(other, sizeof other, "%s", line);
+  }
+  fclose(f);
+  const char *why = own[0] ? own : sig[0] ? sig : other;
+  const size_t k = strlen(why) < n ? strlen(why) : n - 1; /* cut to the message's room */
+  memcpy(out, why, k);
+  out[k] = 0;
+}
+
 int vf_deploy_run(const vf_stage_opts *o, const char *dir, const char *conf, int is_engine, json_t *cases, int K,
                   vf_rec *recs, char **payloads, vf_deploy_guard *g) {
   memset(g, 0, sizeof *g);
@@ -425,7 +450,7 @@ int vf_deploy_run(const vf_stage_opts *o, const char *dir, const char *conf, int
   }
   if (rc != 0) { /* what it printed before it stopped is judged; the rest says why */
     char last[400];
-    mi_file_last_line(log, last, sizeof last);
+    deploy_why(log, last, sizeof last);
     for (int ci = 0; ci < nc; ci++)
       if (recs[ci].type != VF_REC_OUT || ci == cur)
         snprintf(recs[ci].msg, sizeof recs[ci].msg, "as deployed, mi-run %s%s%s",
