@@ -148,7 +148,8 @@ try {
   const model = path.join(tmp, "small-1");
   execFileSync(path.join(build, "bin/mi-mkmodel"), ["--shape", "small", "--seed", "1", "--out", model]);
   const cfg = JSON.parse(fs.readFileSync(path.join(model, "config.json"), "utf8"));
-  const prompts = ["Hello there", "The capital of France is", "1, 2, 3,", "Write a poem about the sea", "Once upon a time", "def main():"];
+  const prompts = ["Hello there", "The capital of France is", "1, 2, 3,", "Write a poem about the sea", "Once upon a time",
+    "def main():", "The weather today", "Question: what is two plus two? Answer:"];
   const steps = 8;
   const lines = [];
   const types = process.env.MI_Q4_PEER_TYPES ? process.env.MI_Q4_PEER_TYPES.split(",") // one or a few, by hand

@@ -275,6 +275,33 @@ function quantizeK(vals, qmax) {
 const quantizeQ4_K = (vals) => quantizeK(vals, 15);
 const quantizeQ5_K = (vals) => quantizeK(vals, 31);
 
+/** The 16 sub-blocks of 16 values at x, each a symmetric scale for codes
+ *  -half..half-1 (Q6_K: 32, Q3_K: 4): s = M / -half (M the value of
+ *  largest magnitude, sign kept: it becomes code -half), refitted once by
+ *  least squares on its codes (which cannot raise the error), into S[16].
+ *  Returns the scale of largest magnitude (sign kept). */
+function subScales(vals, x, half, S) {
+  let smax = 0, sabs = 0;
+  for (let s = 0; s < 16; s++) {
+    const y = x + 16 * s;
+    let amax = 0, max = 0;
+    for (let j = 0; j < 16; j++) { const v = vals[y + j], a = Math.abs(v); if (a > amax) { amax = a; max = v; } }
+    let sc = max / -half;
+    if (sc) {
+      const is = 1 / sc;
+      let sxc = 0, scc = 0;
+      for (let j = 0; j < 16; j++) {
+        const c = Math.min(half - 1, Math.max(-half, Math.round(vals[y + j] * is)));
+        sxc += vals[y + j] * c; scc += c * c;
+      }
+      if (scc > 0 && sxc / scc) sc = sxc / scc;
+    }
+    S[s] = sc;
+    if (Math.abs(sc) > sabs) { sabs = Math.abs(sc); smax = sc; }
+  }
+  return smax;
+}
+
 /** Q6_K: per sub-block of 16 a scale s = m / -32 (m the value of largest
  *  magnitude, sign kept: it becomes code 0), refitted once by least squares
  *  on its codes (which cannot raise the error); the 16 scales quantized to
@@ -285,24 +312,7 @@ function quantizeQ6_K(vals) {
   const S = new Float64Array(16), L = new Uint8Array(256);
   for (let b = 0; b < nb; b++) {
     const x = b * 256, o = b * 210;
-    let smax = 0, sabs = 0;
-    for (let s = 0; s < 16; s++) {
-      const y = x + 16 * s;
-      let amax = 0, max = 0;
-      for (let j = 0; j < 16; j++) { const v = vals[y + j], a = Math.abs(v); if (a > amax) { amax = a; max = v; } }
-      let sc = max / -32;
-      if (sc) {
-        const is = 1 / sc;
-        let sxc = 0, scc = 0;
-        for (let j = 0; j < 16; j++) {
-          const c = Math.min(31, Math.max(-32, Math.round(vals[y + j] * is)));
-          sxc += vals[y + j] * c; scc += c * c;
-        }
-        if (scc > 0 && sxc / scc) sc = sxc / scc;
-      }
-      S[s] = sc;
-      if (Math.abs(sc) > sabs) { sabs = Math.abs(sc); smax = sc; }
-    }
+    const smax = subScales(vals, x, 32, S);
     const hd = f32ToF16Bits(smax / -128), d = f16Value(hd);
     for (let s = 0; s < 16; s++) {
       const ls = d ? Math.min(127, Math.max(-128, Math.round(S[s] / d))) : 0;
@@ -403,23 +413,7 @@ function quantizeQ3_K(vals) {
   const S = new Float64Array(16), L = new Uint8Array(256), U = new Uint8Array(16);
   for (let b = 0; b < nb; b++) {
     const x = b * 256, o = b * 110;
-    let smax = 0, sabs = 0;
-    for (let s = 0; s < 16; s++) {
-      const y = x + 16 * s;
-      let amax = 0, max = 0;
-      for (let j = 0; j < 16; j++) { const v = vals[y + j]; if (Math.abs(v) > amax) { amax = Math.abs(v); max = v; } }
-      let sc = max / -4;
-      if (sc) {
-        let sxc = 0, scc = 0;
-        for (let j = 0; j < 16; j++) {
-          const c = Math.min(3, Math.max(-4, Math.round(vals[y + j] / sc)));
-          sxc += vals[y + j] * c; scc += c * c;
-        }
-        if (scc > 0 && sxc / scc) sc = sxc / scc;
-      }
-      S[s] = sc;
-      if (Math.abs(sc) > sabs) { sabs = Math.abs(sc); smax = sc; }
-    }
+    const smax = subScales(vals, x, 4, S);
     const hd = f32ToF16Bits(smax / -32), d = f16Value(hd);
     for (let s = 0; s < 16; s++) {
       const ls = d ? Math.min(31, Math.max(-32, Math.round(S[s] / d))) : 0;

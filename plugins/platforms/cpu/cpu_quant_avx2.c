@@ -112,6 +112,19 @@ AI __m256i q5_k_high(__m256i qh, int jj) {
   return _mm256_and_si256(moved, _mm256_set1_epi8(16));
 }
 
+/* Chunk c (0..3) of a Q4_K / Q5_K block's codes: wc[0] sub-block 2c (low
+ * nibbles), wc[1] sub-block 2c+1 (high); Q5_K's (five) with the fifth bit
+ * from qh ORed in (0..31). */
+AI void k_codes(const uint8_t *p, const int five, __m256i qh, int c, __m256i wc[2]) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m256i v = _mm256_loadu_si256((const __m256i *)(p + (five ? 48 : 16) + 32 * c));
+  wc[0] = _mm256_and_si256(v, m4);
+  wc[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  if (five)
+    for (int h = 0; h < 2; h++)
+      wc[h] = _mm256_or_si256(wc[h], q5_k_high(qh, 2 * c + h));
+}
+
 /* Q4_K's tile, and Q5_K's (five: nibbles at byte 48, the fifth bit from
  * qh at 16 ORed into each code: 0..31, still within VPMADDUBSW's pairs;
  * the same scales at byte 4 and min term). */
@@ -119,7 +132,7 @@ AI void k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t 
              const cpu_q8_act *a, int64_t row, const void *const wr[4], int nr, int64_t b0,
              int64_t b1, int accum) {
   const int64_t nbp = a->kp / 32;
-  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
+  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[2][4];
   for (int i = 0; i < 2; i++) /* all of it: rows past MR are never read, but stay defined */
     for (int j = 0; j < 4; j++)
@@ -142,11 +155,8 @@ AI void k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t 
       const __m256i qh =
           five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
       for (int c = 0; c < 4; c++) { /* qs chunk c: sub-blocks 2c (low nibbles), 2c+1 */
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + (five ? 48 : 16) + 32 * c));
-        __m256i wc[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
-        if (five)
-          for (int h = 0; h < 2; h++)
-            wc[h] = _mm256_or_si256(wc[h], q5_k_high(qh, 2 * c + h));
+        __m256i wc[2];
+        k_codes(p, five, qh, c, wc);
         for (int h = 0; h < 2; h++)
           for (int i = 0; i < MR; i++) {
             const __m256i xq = _mm256_load_si256(
@@ -180,7 +190,7 @@ AI __m256i sum8x8(const __m256i s[8]) {
 AI void k_m1(const int five, float *y, const int64_t col[4], const cpu_q8_act *a, int64_t row,
              const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {
   const int64_t nbp = a->kp / 32;
-  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
+  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[2][4];
   for (int j = 0; j < 4; j++)
     acc[0][j] = acc[1][j] = _mm256_setzero_ps();
@@ -199,11 +209,8 @@ AI void k_m1(const int five, float *y, const int64_t col[4], const cpu_q8_act *a
           five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
       __m256i s[8];
       for (int c = 0; c < 4; c++) { /* qs chunk c: sub-blocks 2c (low nibbles), 2c+1 */
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + (five ? 48 : 16) + 32 * c));
-        __m256i wc[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
-        if (five)
-          for (int h = 0; h < 2; h++)
-            wc[h] = _mm256_or_si256(wc[h], q5_k_high(qh, 2 * c + h));
+        __m256i wc[2];
+        k_codes(p, five, qh, c, wc);
         for (int h = 0; h < 2; h++)
           s[2 * c + h] = _mm256_madd_epi16(
               _mm256_maddubs_epi16(wc[h],
