@@ -506,7 +506,11 @@ static void stage_options(verify_args *a, mi_ckb *c, json_t *t1, const mi_option
     if (!a->no_oracle && !(mo && !strcmp(mo, "0")))
       find_oracle(a->ckb_dir, a->oracle_cache, a->node_buf, a->script_buf, a->cache_buf, sizeof a->node_buf, o);
   }
-  if (a->timeout >= 0) o->lim.timeout_s = a->timeout;
+  /* per unit: stage 1's children, and the later stages' units and the
+   * deployed run, which read unit_timeout_s (it was never set: a slow
+   * platform's deployed run ended at its default, 300 s + 30 s a case,
+   * whatever --timeout said) */
+  if (a->timeout >= 0) o->lim.timeout_s = a->timeout, o->unit_timeout_s = a->timeout;
   if (a->cpu >= 0) o->lim.cpu_s = a->cpu;
   if (a->mem >= 0) o->lim.mem_mb = (uint64_t)a->mem;
 }

@@ -18,6 +18,7 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* One line into a /proc file of the child's own (uid_map, setgroups). */
@@ -105,6 +106,8 @@ int mi_spawn_wait_ro(char *const argv[], const char *log, const char *out, int t
     snprintf(uid_map, sizeof uid_map, "%u %u 1", (unsigned)geteuid(), (unsigned)geteuid());
     snprintf(gid_map, sizeof gid_map, "%u %u 1", (unsigned)getegid(), (unsigned)getegid());
   }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   pid_t pid = fork();
   if (pid < 0) {
     if (pfd[0] >= 0) close(pfd[0]), close(pfd[1]);
@@ -143,6 +146,12 @@ int mi_spawn_wait_ro(char *const argv[], const char *log, const char *out, int t
     close(pfd[0]);
   }
   if (rc < 0) return -1;
+  /* timed out: the alarm ended the program, or a launcher it started
+   * passed the alarm on to its children and exited non-zero itself
+   * (mpirun: "rank 0 ... exited on signal 14"), which is a timeout too */
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  const double took = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  if (timeout_s > 0 && took >= timeout_s && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) return -1;
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

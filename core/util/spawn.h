@@ -10,8 +10,9 @@
  * stdout to `out` (truncated) when given, else to `log`, stderr to `log`
  * (appended; NULL: both inherited), killed by SIGALRM after timeout_s
  * seconds when timeout_s > 0 (the alarm survives exec). Returns the exit
- * status (127: it could not be executed), or -1 when it could not start or
- * was killed by a signal. */
+ * status (127: it could not be executed), or -1 when it could not start,
+ * was killed by a signal, or ran to timeout_s and did not exit 0 (a
+ * launcher such as mpirun passes the alarm to its children and exits 1). */
 int mi_spawn_wait(char *const argv[], const char *log, const char *out, int timeout_s);
 
 /* mi_spawn_wait, the folder `ro_dir` (when not NULL) read-only for the

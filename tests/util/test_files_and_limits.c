@@ -13,6 +13,7 @@
 
 #include "core/runtime/mem.h"
 #include "core/util/out.h"
+#include "core/util/spawn.h"
 #include "tests/util/check_main.h"
 
 static char dir[64];
@@ -193,11 +194,29 @@ START_TEST(cgroup_v2_limit_and_parents_count) {
 }
 END_TEST
 
+/* mi_spawn_wait's timeout: a program the alarm ends is -1; so is a
+ * launcher that outlives the limit by passing the alarm on and exiting 1
+ * itself (mpirun: "rank 0 exited on signal 14"), which was read as an
+ * ordinary exit 1; a quick exit keeps its status. */
+START_TEST(spawn_timeout_is_said_as_one) {
+  char *const quick0[] = {"/bin/sh", "-c", "exit 0", NULL};
+  char *const quick3[] = {"/bin/sh", "-c", "exit 3", NULL};
+  char *const hang[] = {"/bin/sh", "-c", "sleep 5", NULL};
+  /* ignores SIGALRM as a launcher's own handler would, then exits 1 */
+  char *const launcher[] = {"/bin/sh", "-c", "trap '' ALRM; sleep 2; exit 1", NULL};
+  ck_assert_int_eq(mi_spawn_wait(quick0, "/dev/null", NULL, 10), 0);
+  ck_assert_int_eq(mi_spawn_wait(quick3, "/dev/null", NULL, 10), 3);
+  ck_assert_int_eq(mi_spawn_wait(hang, "/dev/null", NULL, 1), -1);
+  ck_assert_int_eq(mi_spawn_wait(launcher, "/dev/null", NULL, 1), -1);
+  ck_assert_int_eq(mi_spawn_wait(launcher, "/dev/null", NULL, 0), 1); /* no limit: its own status */
+}
+END_TEST
+
 int main(void) {
   return mi_check_run(mi_check_suite(
       "files_and_limits", "files", 20, setup, teardown,
       MI_CHECK_TESTS(regular_file_replaced_whole_mode_kept, symlink_target_written_link_kept,
                      devices_written_through_never_replaced,
                      fifo_without_reader_refused_not_waited_on, cgroup_v1_limit_counts,
-                     cgroup_v2_limit_and_parents_count)));
+                     cgroup_v2_limit_and_parents_count, spawn_timeout_is_said_as_one)));
 }
