@@ -527,13 +527,17 @@ static void deploy_case(stg *s, deploy *d, int k, char *prompt) {
   if (s->tp > 1) under_mpirun(s, m_argv, (char *const *)a_argv); /* the engine as a TP deployment runs it */
   log_line(s->log, "$ mi-run --plugin-dir %s -m %s -p <prompt %d: %d words, %zu chars> -n %s --temp 0 --json --top-logprobs 5 --ignore-eos --stats -c %s%s%s\n",
            s->dep, s->model, k, words, strlen(prompt), n_s, c_s, deploy_cases[k].batch ? " -b " : "", deploy_cases[k].batch ? deploy_cases[k].batch : "");
-  int ra = mi_spawn_wait(s->tp > 1 ? m_argv : (char *const *)a_argv, s->log, oa, 300);
+  /* 300 s a run, or mi-gen's --verify-timeout where longer (a slow platform:
+   * the emulator decodes the long case at well under 1 token/s) */
+  const double ut = json_number_value(json_object_get(s->task, "unit_timeout"));
+  const int tmo = ut > 300 ? (int)ut : 300;
+  int ra = mi_spawn_wait(s->tp > 1 ? m_argv : (char *const *)a_argv, s->log, oa, tmo);
   a_argv[2] = s->ref;
   /* no reference plugin: the run as deployed is checked (exit, lengths, the
    * context) and its tokens are stage 4's to hold to llama.cpp. (The engine
    * against itself prefilled token by token is no oracle: the matmul and
    * GEMV paths round differently, and a long greedy run drifts apart.) */
-  int rb = *s->refplug ? mi_spawn_wait((char *const *)a_argv, s->log, ob, 300) : 0;
+  int rb = *s->refplug ? mi_spawn_wait((char *const *)a_argv, s->log, ob, tmo) : 0;
   double worst = 0;
   snprintf(msg, sizeof msg, "ran as deployed");
   if (ra != 0 || rb != 0) {
