@@ -24,6 +24,7 @@
 #include "core/runtime/safetensors.h"
 #include "core/util/file.h"
 
+
 double mi_now_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -115,16 +116,14 @@ static int weights_fit(mi_session *e, const mi_session_opts *o, char *err, size_
 
 /* Host memory: the weights read into huge pages unless --mmap; else mapped. */
 static mi_weights_load weights_load_mode(const mi_session *e, const mi_session_opts *o) {
-  return o->weights == MI_SESSION_WEIGHTS_READ ||
-                 (o->weights == MI_SESSION_WEIGHTS_AUTO && e->mem_host)
+  return o->weights == MI_SESSION_WEIGHTS_READ || (o->weights == MI_SESSION_WEIGHTS_AUTO && e->mem_host)
              ? MI_WEIGHTS_READ
              : MI_WEIGHTS_MMAP;
 }
 
 static json_t *load_small_json(const char *path, char *err, size_t err_len) {
   size_t len;
-  char *text =
-      mi_file_read_all(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config file", &len, err, err_len);
+  char *text = mi_file_read_all(path, 0, MI_CONFIG_JSON_MAX_BYTES, "config file", &len, err, err_len);
   if (!text) return NULL;
   json_error_t jerr;
   json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -149,8 +148,7 @@ int mi_session_is_eos(const mi_session *e, int32_t id) {
 
 /* The platform plugin (-p, else the best loaded) into e, and its process
  * group, which must be the size --tp asks for. */
-static int open_platform(mi_registry *reg, const mi_session_opts *o, mi_session *e, char *err,
-                         size_t err_len) {
+static int open_platform(mi_registry *reg, const mi_session_opts *o, mi_session *e, char *err, size_t err_len) {
   e->platform_plugin = mi_registry_best(reg, MI_PLUGIN_PLATFORM, o->platform);
   if (!e->platform_plugin) {
     /* Name the reason the loader recorded (e.g. a GPU probe's "no device"). */
@@ -172,8 +170,7 @@ static int open_platform(mi_registry *reg, const mi_session_opts *o, mi_session 
   }
   e->P = e->platform_plugin->iface;
   e->pc = e->platform_plugin->ctx;
-  e->n_packs = mi_packs_bind(reg, e->P, e->pc, e->packs, (int)(sizeof e->packs / sizeof *e->packs),
-                             "metainfer");
+  e->n_packs = mi_packs_bind(reg, e->P, e->pc, e->packs, (int)(sizeof e->packs / sizeof *e->packs), "metainfer");
   /* tensor parallelism: the platform's group must be the size asked for */
   e->tp_size = o->tp_size > 0 ? o->tp_size : 1;
   int rank = 0, size = 1;
@@ -195,8 +192,8 @@ static int open_platform(mi_registry *reg, const mi_session_opts *o, mi_session 
 /* config.json into e->config: the folder's, or a GGUF file's through its
  * model contract (opened into *gm). path (n bytes) is set to what messages
  * about the config name. */
-static int open_config(mi_session *e, const mi_session_opts *o, int is_gguf, mi_gguf_model **gm,
-                       char *path, size_t n, char *err, size_t err_len) {
+static int open_config(mi_session *e, const mi_session_opts *o, int is_gguf, mi_gguf_model **gm, char *path, size_t n,
+                       char *err, size_t err_len) {
   snprintf(path, n, "%s/config.json", o->model_dir);
   json_t *cfg;
   if (is_gguf) {
@@ -215,10 +212,8 @@ static int open_config(mi_session *e, const mi_session_opts *o, int is_gguf, mi_
   } else {
     struct stat mst;
     if (stat(o->model_dir, &mst) == 0 && !S_ISDIR(mst.st_mode)) {
-      snprintf(err, err_len,
-               "%s: not a model folder (config.json, *.safetensors) or a GGUF file "
-               "(no \"GGUF\" magic)",
-               o->model_dir);
+      snprintf(err, err_len, "%s: not a model folder (config.json, *.safetensors) or a GGUF file "
+               "(no \"GGUF\" magic)", o->model_dir);
       return -1;
     }
     cfg = load_small_json(path, err, err_len);
@@ -233,8 +228,8 @@ static int open_config(mi_session *e, const mi_session_opts *o, int is_gguf, mi_
  * accepts this config.json; its refusal is reported when no model plugin
  * can take the model either. Then the plugin's own check of the config, and
  * the platform's and the model's needs against each other. */
-static int pick_model_plugin(mi_registry *reg, const mi_session_opts *o, mi_session *e,
-                             const char *path, char *err, size_t err_len) {
+static int pick_model_plugin(mi_registry *reg, const mi_session_opts *o, mi_session *e, const char *path, char *err,
+                             size_t err_len) {
   json_t *cfg = e->config;
   json_t *archs = json_object_get(cfg, "architectures");
   const char *arch = json_string_value(json_array_get(archs, 0));
@@ -273,15 +268,13 @@ static int pick_model_plugin(mi_registry *reg, const mi_session_opts *o, mi_sess
     snprintf(err, err_len, "%s: %s", path, perr);
     return -1;
   }
-  if (mi_compat_check(e->platform_plugin, e->model_plugin, e->tp_size, o->model_opts, err, err_len))
-    return -1;
+  if (mi_compat_check(e->platform_plugin, e->model_plugin, e->tp_size, o->model_opts, err, err_len)) return -1;
   return 0;
 }
 
 /* The tokenizer (a GGUF file's was built from its arrays when the file was
  * opened), and the end-of-generation tokens as the model declares them. */
-static int open_tokenizer(mi_session *e, const mi_session_opts *o, mi_gguf_model *gm, char *err,
-                          size_t err_len) {
+static int open_tokenizer(mi_session *e, const mi_session_opts *o, mi_gguf_model *gm, char *err, size_t err_len) {
   char path[4096];
   if (gm) {
     e->tok = gm->tok; /* built with the file's other parts */
@@ -312,8 +305,7 @@ static int open_tokenizer(mi_session *e, const mi_session_opts *o, mi_gguf_model
  * and tokenizer_config.json "eos_token". A GGUF file: its eos id (set on
  * the tokenizer) and the contract's end tokens present in its vocabulary
  * (llama.cpp stops at those too). */
-static int collect_eos(mi_session *e, const mi_session_opts *o, mi_gguf_model *gm, char *err,
-                       size_t err_len) {
+static int collect_eos(mi_session *e, const mi_session_opts *o, mi_gguf_model *gm, char *err, size_t err_len) {
   char path[4096];
   struct stat cst;
   for (size_t i = 0; gm && i < json_array_size(gm->end_tokens); i++) {
@@ -342,14 +334,13 @@ static int collect_eos(mi_session *e, const mi_session_opts *o, mi_gguf_model *g
  * (Q8_0, Q4_0, Q4_K, Q6_K) stay as stored where the platform's kernels take
  * their dtype (asked per dtype, core/runtime/gguf_model.h); else they are
  * widened to f32, which the memory check counts there. */
-static int load_model(mi_session *e, const mi_session_opts *o, mi_gguf_model *gm, char *err,
-                      size_t err_len) {
+static int load_model(mi_session *e, const mi_session_opts *o, mi_gguf_model *gm, char *err, size_t err_len) {
   if (gm) {
     gm->keep_blocks = mi_gguf_platform_blocks(e->P, e->pc);
     gm->mem_avail = e->mem_host ? e->mem_avail : 0;
   }
   e->weights = gm ? mi_gguf_model_weights(gm, err, err_len)
-                  : mi_weights_open_ex(o->model_dir, weights_load_mode(e, o), err, err_len);
+                 : mi_weights_open_ex(o->model_dir, weights_load_mode(e, o), err, err_len);
   if (!e->weights) return -1;
   mi_options none = {0};
   /* the model's options plus mem_budget: bytes left for its scratch */
@@ -364,17 +355,14 @@ static int load_model(mi_session *e, const mi_session_opts *o, mi_gguf_model *gm
       mi_mem_gib(used, took, sizeof took);
       mi_mem_gib(mi_mem_weight_file_bytes(o->model_dir), file, sizeof file);
       mi_mem_gib(e->mem_avail, have, sizeof have);
-      snprintf(err, err_len,
-               "%s: the weights as loaded take %s (the file%s %s%s), %s available (%s%s)",
-               o->model_dir, took, gm ? " holds" : "s hold", file,
-               gm ? "; matrices widened to f32 take more" : "", have, e->mem_source,
-               o->mem_limit ? "" : "; override with --mem-limit");
+      snprintf(err, err_len, "%s: the weights as loaded take %s (the file%s %s%s), %s available (%s%s)",
+               o->model_dir, took, gm ? " holds" : "s hold", file, gm ? "; matrices widened to f32 take more" : "",
+               have, e->mem_source, o->mem_limit ? "" : "; override with --mem-limit");
       return -1;
     }
     snprintf(budget, sizeof budget, "%llu",
              (unsigned long long)(e->mem_avail > used ? e->mem_avail - used : 1));
-    for (size_t i = 0; i < uo->count; i++)
-      kvs[i] = uo->items[i];
+    for (size_t i = 0; i < uo->count; i++) kvs[i] = uo->items[i];
     kvs[uo->count] = (mi_kv){"mem_budget", budget};
     with_budget.count = uo->count + 1;
     uo = &with_budget;
@@ -404,7 +392,7 @@ static int load_model(mi_session *e, const mi_session_opts *o, mi_gguf_model *gm
 }
 
 int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out, char *err,
-                    size_t err_len) {
+                   size_t err_len) {
   double t0 = mi_now_seconds();
   *out = NULL;
   mi_session *e = calloc(1, sizeof *e);
@@ -421,8 +409,8 @@ int mi_session_open(mi_registry *reg, const mi_session_opts *o, mi_session **out
   const int is_gguf = mi_gguf_sniff(o->model_dir);
   if (open_platform(reg, o, e, err, err_len) != 0 ||
       open_config(e, o, is_gguf, &gm, path, sizeof path, err, err_len) != 0 ||
-      pick_model_plugin(reg, o, e, path, err, err_len) != 0 ||
-      open_tokenizer(e, o, gm, err, err_len) != 0 || collect_eos(e, o, gm, err, err_len) != 0)
+      pick_model_plugin(reg, o, e, path, err, err_len) != 0 || open_tokenizer(e, o, gm, err, err_len) != 0 ||
+      collect_eos(e, o, gm, err, err_len) != 0)
     goto fail;
   /* Memory, estimated before anything big is allocated: the weight files
    * here, the model's scratch in its load (option mem_budget), the KV cache
@@ -475,8 +463,7 @@ static size_t stop_holdback(const char *text, size_t n, const char *const *stop,
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 #endif
-static int
-logits_finite(const float *l, int64_t n) {
+static int logits_finite(const float *l, int64_t n) {
   uint32_t bad = 0;
   for (int64_t i = 0; i < n; i++) {
     uint32_t b;
@@ -572,9 +559,8 @@ int mi_gen_begin(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi
     n_ctx = want < e->info.max_position ? want : e->info.max_position;
   }
   if ((int64_t)n_prompt > n_ctx) {
-    snprintf(err, err_len,
-             "the prompt has %zu tokens but the context holds %lld (raise -c/--ctx-size)", n_prompt,
-             (long long)n_ctx);
+    snprintf(err, err_len, "the prompt has %zu tokens but the context holds %lld (raise -c/--ctx-size)",
+             n_prompt, (long long)n_ctx);
     return -1;
   }
   mi_gen *g = calloc(1, sizeof *g);
@@ -600,15 +586,15 @@ int mi_gen_begin(mi_session *e, const int32_t *prompt, size_t n_prompt, const mi
     if (strlen(p->stop[i]) > max_stop) max_stop = strlen(p->stop[i]);
   g->pend_cap = max_stop + g->tok_cap + 8;
   g->pend = malloc(g->pend_cap);
-  if (!g->smp || !g->logits || !g->hist || !g->top_ids || !g->top_lps || !g->tok_text || !g->pend) {
+  if (!g->smp || !g->logits || !g->hist || !g->top_ids || !g->top_lps || !g->tok_text ||
+      !g->pend) {
     snprintf(err, err_len, "out of memory");
     goto fail;
   }
   if (e->mem_host && e->mem_avail) {
     /* the KV cache (and fixed state) on top of what the session holds now */
     uint64_t now = mi_mem_rss(), used = now > e->rss_start ? now - e->rss_start : 0;
-    double kv =
-        (double)e->info.state_bytes_token * (double)n_ctx + (double)e->info.state_bytes_fixed;
+    double kv = (double)e->info.state_bytes_token * (double)n_ctx + (double)e->info.state_bytes_fixed;
     if ((double)used + kv > (double)e->mem_avail) {
       char need[32], kvs[32], inuse[32], have[32];
       mi_mem_gib((uint64_t)((double)used + kv), need, sizeof need);
@@ -678,9 +664,7 @@ int mi_gen_set_cached(mi_gen *g, int64_t n, char *err, size_t err_len) {
   return 0;
 }
 
-int64_t mi_gen_prefill_left(const mi_gen *g) {
-  return g->n_prompt - g->n_run;
-}
+int64_t mi_gen_prefill_left(const mi_gen *g) { return g->n_prompt - g->n_run; }
 
 /* Prompt logprobs of the tokens after a chunk's positions: row j of the
  * chunk's logits predicts prompt token pos0 + j + 1. */
@@ -743,25 +727,15 @@ int mi_gen_prompt_logprob(const mi_gen *g, int64_t i, double *lp, const int32_t 
   return 0;
 }
 
-int mi_gen_done(const mi_gen *g) {
-  return g->done;
-}
-mi_seq *mi_gen_seq(mi_gen *g) {
-  return g->seq;
-}
-float *mi_gen_logits(mi_gen *g) {
-  return g->logits;
-}
-int32_t mi_gen_last(const mi_gen *g) {
-  return g->last;
-}
+int mi_gen_done(const mi_gen *g) { return g->done; }
+mi_seq *mi_gen_seq(mi_gen *g) { return g->seq; }
+float *mi_gen_logits(mi_gen *g) { return g->logits; }
+int32_t mi_gen_last(const mi_gen *g) { return g->last; }
 const int32_t *mi_gen_tokens(const mi_gen *g, size_t *n) {
   *n = g->n_hist;
   return g->hist;
 }
-const mi_gen_stats *mi_gen_stats_now(const mi_gen *g) {
-  return &g->st;
-}
+const mi_gen_stats *mi_gen_stats_now(const mi_gen *g) { return &g->st; }
 
 /* The drawn token *id, or a draw from the masked logits when the
  * constraint refuses it (see mi_gen_constraint); then the constraint
@@ -775,11 +749,9 @@ static int constrain(mi_gen *g, int32_t *id, char *err, size_t err_len) {
                (long long)g->step);
       return -1;
     }
-    for (int64_t v = 0; v < V; v++)
-      g->masked[v] = g->allowed[v] ? g->logits[v] : -INFINITY;
+    for (int64_t v = 0; v < V; v++) g->masked[v] = g->allowed[v] ? g->logits[v] : -INFINITY;
     *id = mi_sampler_sample(g->smp, g->masked, g->hist, g->n_hist);
-    if (*id < 0 || *id >= V ||
-        !g->allowed[*id]) { /* every finite logit penalised away: the best allowed */
+    if (*id < 0 || *id >= V || !g->allowed[*id]) { /* every finite logit penalised away: the best allowed */
       int64_t best = -1;
       for (int64_t v = 0; v < V; v++)
         if (g->allowed[v] && (best < 0 || g->logits[v] > g->logits[best])) best = v;
@@ -881,8 +853,7 @@ int mi_gen_advance(mi_gen *g, int cb_stop) {
 
 int mi_gen_check_logits(mi_gen *g, char *err, size_t err_len) {
   if (logits_finite(g->logits, g->e->info.vocab_size)) return 0;
-  snprintf(err, err_len,
-           "%s: step %lld: the logits are not finite (NaN or infinity): broken weights?",
+  snprintf(err, err_len, "%s: step %lld: the logits are not finite (NaN or infinity): broken weights?",
            g->e->model_dir, (long long)g->step);
   return -1;
 }
