@@ -163,6 +163,11 @@ typedef struct stg {
 } stg;
 
 /* The task's fields into s; -1 with err when it lacks one. */
+/* mi-gen's --verify-timeout (seconds per unit), or 0 when not given. */
+static double unit_timeout(const stg *s) {
+  return json_number_value(json_object_get(s->task, "unit_timeout"));
+}
+
 static int read_task(stg *s, const mi_agent_task *t, char *err, size_t err_len) {
   json_t *task = s->task = json_loads(t->task_json, 0, NULL);
   s->t = t;
@@ -308,7 +313,7 @@ static int stage_mi_verify(stg *s) {
                      "--goldens", gopt, "--goldens-optional", "--ckb", (char *)s->t->ckb_dir, "--seed", seed_s, "--report", rep,
                      "-o", thr, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   char tmo[32];
-  double ut = json_number_value(json_object_get(s->task, "unit_timeout"));
+  double ut = unit_timeout(s);
   int na_v = 20;
   if (ut > 0) {
     snprintf(tmo, sizeof tmo, "%g", ut);
@@ -529,7 +534,7 @@ static void deploy_case(stg *s, deploy *d, int k, char *prompt) {
            s->dep, s->model, k, words, strlen(prompt), n_s, c_s, deploy_cases[k].batch ? " -b " : "", deploy_cases[k].batch ? deploy_cases[k].batch : "");
   /* 300 s a run, or mi-gen's --verify-timeout where longer (a slow platform:
    * the emulator decodes the long case at well under 1 token/s) */
-  const double ut = json_number_value(json_object_get(s->task, "unit_timeout"));
+  const double ut = unit_timeout(s);
   const int tmo = ut > 300 ? (int)ut : 300;
   int ra = mi_spawn_wait(s->tp > 1 ? m_argv : (char *const *)a_argv, s->log, oa, tmo);
   a_argv[2] = s->ref;

@@ -220,7 +220,8 @@ AI __m256i block_codes(mi_dtype dt, const uint8_t *row, int64_t b, float *sc, fl
     const __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 64 * h + (quarter & 1) * 32));
     const __m256i low = _mm256_and_si256(quarter & 2 ? _mm256_srli_epi16(lo, 4) : lo, lo4);
     const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
-    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), _mm256_set1_epi8(3));
+    const __m256i high =
+        _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), _mm256_set1_epi8(3));
     const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4)); /* 0..63 */
     return _mm256_add_epi8(q, _mm256_set1_epi8(96));
   }
@@ -233,9 +234,9 @@ AI __m256i block_codes(mi_dtype dt, const uint8_t *row, int64_t b, float *sc, fl
     const uint8_t *p = row + (size_t)b * CPU_Q4_0_BYTES;
     *sc = mi_quant_f16(p);
     const __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
-    const __m256i q =
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), lo4); /* values 0-15 | 16-31 */
-    return _mm256_add_epi8(q, _mm256_set1_epi8(120));                     /* (q - 8) + 128 */
+    const __m256i q = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(v, 4), v), lo4); /* values 0-15 | 16-31 */
+    return _mm256_add_epi8(q, _mm256_set1_epi8(120)); /* (q - 8) + 128 */
   }
   /* Q4_K, and Q5_K: the same scales and mins, its nibbles at byte 48 and
    * the fifth bit of value l of sub-block j bit j of qh[l] (byte 16) */
@@ -259,8 +260,8 @@ AI __m256i block_codes(mi_dtype dt, const uint8_t *row, int64_t b, float *sc, fl
 /* Packs rows n .. n+nr-1 (nr <= 16; the others: weights 0, scale 0, which
  * add exactly 0) over blocks b0 .. b0+nbk-1 into P [nbk·8][16], S [nbk][16]
  * and, for Q4_K, Mn [nbk][16] (the min terms). */
-static void pack_panel(uint32_t *P, float *S, float *Mn, const uint8_t *w, mi_dtype dt, size_t wrow,
-                       int64_t n, int nr, int64_t b0, int nbk) {
+static void pack_panel(uint32_t *P, float *S, float *Mn, const uint8_t *w, mi_dtype dt,
+                       size_t wrow, int64_t n, int nr, int64_t b0, int nbk) {
   const __m256i bias = _mm256_set1_epi8((char)0x80);
   for (int b = 0; b < nbk; b++) {
     for (int h = 0; h < 2; h++) { /* rows 8h .. 8h+7 */
@@ -371,8 +372,7 @@ static void panel_rows(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m, in
 }
 
 static int gemm_takes(mi_dtype dt) {
-  return dt == MI_DTYPE_Q8_0 || dt == MI_DTYPE_Q4_0 || dt == MI_DTYPE_Q4_K || dt == MI_DTYPE_Q5_K ||
-         dt == MI_DTYPE_Q6_K;
+  return cpu_quant_takes(dt); /* every block type the matmul takes has panels */
 }
 
 static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t m1, const void *w,

@@ -112,6 +112,16 @@ AI __m256i q5_k_high(__m256i qh, int jj) {
   return _mm256_and_si256(moved, _mm256_set1_epi8(16));
 }
 
+/* Block b of a Q4_K / Q5_K (five) weight row: its address, the row
+ * prefetched PF_AHEAD on, and its scales (q4_k_scales). */
+AI const uint8_t *k_block(const void *row, int64_t b, const int five, __m256 sc[2]) {
+  const uint8_t *p = (const uint8_t *)row + (size_t)b * (five ? CPU_Q5_K_BYTES : CPU_Q4_K_BYTES);
+  for (int c = 0; c < 3; c++)
+    _mm_prefetch((const char *)p + PF_AHEAD + 64 * c, _MM_HINT_T0);
+  q4_k_scales(sc, p);
+  return p;
+}
+
 /* Chunk c (0..3) of a Q4_K / Q5_K block's codes: wc[0] sub-block 2c (low
  * nibbles), wc[1] sub-block 2c+1 (high); Q5_K's (five) with the fifth bit
  * from qh ORed in (0..31). */
@@ -139,12 +149,8 @@ AI void k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t 
       acc[i][j] = _mm256_setzero_ps();
   for (int64_t b = b0; b < b1; b++) {
     for (int j = 0; j < 4; j++) {
-      const uint8_t *p =
-          (const uint8_t *)wr[j] + (size_t)b * (five ? CPU_Q5_K_BYTES : CPU_Q4_K_BYTES);
-      for (int c = 0; c < 3; c++)
-        _mm_prefetch((const char *)p + PF_AHEAD + 64 * c, _MM_HINT_T0);
       __m256 sc[2];
-      q4_k_scales(sc, p);
+      const uint8_t *p = k_block(wr[j], b, five, sc);
       __m256 f[2]; /* d·sc_j·d_x[j], per token */
       for (int i = 0; i < MR; i++) {
         const float *dx = a->d + (row + i) * nbp + b * 8;
@@ -199,12 +205,8 @@ AI void k_m1(const int five, float *y, const int64_t col[4], const cpu_q8_act *a
     const __m256 dx = _mm256_loadu_ps(a->d + row * nbp + b * 8);
     const __m256 ds = _mm256_loadu_ps(a->ds + row * nbp + b * 8);
     for (int j = 0; j < 4; j++) {
-      const uint8_t *p =
-          (const uint8_t *)wr[j] + (size_t)b * (five ? CPU_Q5_K_BYTES : CPU_Q4_K_BYTES);
-      for (int c = 0; c < 3; c++)
-        _mm_prefetch((const char *)p + PF_AHEAD + 64 * c, _MM_HINT_T0);
       __m256 sc[2];
-      q4_k_scales(sc, p);
+      const uint8_t *p = k_block(wr[j], b, five, sc);
       const __m256i qh =
           five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
       __m256i s[8];

@@ -488,15 +488,21 @@ void cpu_q4_0_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu
   default: q4_0_mr(4, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
   }
 }
+/* Q4_K's tiles by height, and Q5_K's (five) */
+AI void k_tile(const int five, float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
+               int64_t row, int mr, const void *const wr[4], int nr, int64_t b0, int64_t b1,
+               int accum) {
+  switch (mr) {
+  case 1: q4_k_m1(five, y, col, a, row, wr, nr, b0, b1, accum); break;
+  case 2: q4_k_mr(2, five, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  case 3: q4_k_mr(3, five, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  default: q4_k_mr(4, five, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
+  }
+}
 void cpu_q4_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
                           int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
                           int64_t b1, int accum) {
-  switch (mr) {
-  case 1: q4_k_m1(0, y, col, a, row, wr, nr, b0, b1, accum); break;
-  case 2: q4_k_mr(2, 0, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
-  case 3: q4_k_mr(3, 0, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
-  default: q4_k_mr(4, 0, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
-  }
+  k_tile(0, y, ldy, col, a, row, mr, wr, nr, b0, b1, accum);
 }
 void cpu_q6_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
                           int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
@@ -512,10 +518,5 @@ void cpu_q6_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu
 void cpu_q5_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
                           int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
                           int64_t b1, int accum) {
-  switch (mr) {
-  case 1: q4_k_m1(1, y, col, a, row, wr, nr, b0, b1, accum); break;
-  case 2: q4_k_mr(2, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
-  case 3: q4_k_mr(3, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
-  default: q4_k_mr(4, 1, y, ldy, col, a, row, wr, nr, b0, b1, accum); break;
-  }
+  k_tile(1, y, ldy, col, a, row, mr, wr, nr, b0, b1, accum);
 }
