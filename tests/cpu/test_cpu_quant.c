@@ -1,4 +1,5 @@
-/* The CPU platform's matmul and embed with Q4_0, Q4_K, Q5_K and Q6_K weights
+/* The CPU platform's matmul and embed with Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
+ * Q3_K, Q4_K, Q5_K and Q6_K weights
  * (plugins/platforms/cpu/cpu_quant*.c on the Q8_0 driver) against float64,
  * on every ISA variant this host has.
  *
@@ -13,8 +14,9 @@
  * checks per output:
  *   1. against the float64 product of the quantized operands, within f32
  *      rounding: (K/32 + 16)·2^-24·Σ_b |d_x|·Σ_k |q_x|·|w|_terms, where
- *      |w|_terms is |w| but for Q4_K, Q5_K |d·sc·q| + |dmin·m| (the kernels form
- *      both terms; a wrongly quantized x or a wrong code fails by far);
+ *      |w|_terms is |w| but for the types with a min (Q4_K, Q5_K, Q4_1,
+ *      Q5_1, Q2_K) |scale·q| + |min| (the kernels form both terms; a
+ *      wrongly quantized x or a wrong code fails by far);
  *   2. against the float64 product of the unquantized x, within the
  *      README's bound: Σ_b (amax_b/254)(1 + 2^-14)·Σ_{k in b}|w_k| + 1.
  * Shapes: K of one block, three blocks and 1120 / 2048 values; N 1, 5, 67
@@ -50,8 +52,49 @@
 
 #define U (FLT_EPSILON / 2) /* f32 unit roundoff 2^-24 */
 
-static const mi_dtype TYPES[] = {MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q6_K, MI_DTYPE_Q5_K};
-#define NTYPE 4
+static const mi_dtype TYPES[] = {MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q6_K, MI_DTYPE_Q5_K,
+                                 MI_DTYPE_Q4_1, MI_DTYPE_Q5_0, MI_DTYPE_Q5_1, MI_DTYPE_Q2_K,
+                                 MI_DTYPE_Q3_K};
+#define NTYPE 9
+
+/* The byte offsets of a block's f16 scale d and of its min (dmin or m;
+ * -1: none), from quant.h's layouts. */
+static int d_at(mi_dtype t) {
+  return t == MI_DTYPE_Q6_K ? 208 : t == MI_DTYPE_Q2_K ? 80 : t == MI_DTYPE_Q3_K ? 108 : 0;
+}
+static int min_at(mi_dtype t) {
+  switch (t) {
+  case MI_DTYPE_Q4_K:
+  case MI_DTYPE_Q5_K:
+  case MI_DTYPE_Q4_1:
+  case MI_DTYPE_Q5_1: return 2;
+  case MI_DTYPE_Q2_K: return 82;
+  default: return -1;
+  }
+}
+
+/* |w|_terms of value i of the block at p: the magnitudes of the two terms
+ * the kernels form for a type with a min (scale·code and the min), |w|
+ * for the others. */
+static double w_terms(mi_dtype t, const uint8_t *p, int i) {
+  if (t == MI_DTYPE_Q4_K || t == MI_DTYPE_Q5_K) {
+    int sc, m;
+    mi_q4_k_scale_min(p + 4, i / 32, &sc, &m);
+    const double d = mi_quant_f16(p), dmin = mi_quant_f16(p + 2);
+    const int q = t == MI_DTYPE_Q5_K ? mi_q5_k_code(p, i) : mi_q4_k_code(p, i);
+    return fabs(d * sc * q) + fabs(dmin * m);
+  }
+  if (t == MI_DTYPE_Q4_1 || t == MI_DTYPE_Q5_1) { /* d·q + m */
+    const double m = mi_quant_f16(p + 2);
+    return fabs(mi_quant_value64(t, p, i) - m) + fabs(m);
+  }
+  if (t == MI_DTYPE_Q2_K) { /* d·sc·q - dmin·m, sub-block s */
+    const int n = i / 128, j = (i % 128) / 32, l = i % 32, s = 8 * n + 2 * j + l / 16;
+    const double dm = mi_quant_f16(p + 82) * (p[s] >> 4);
+    return fabs(mi_quant_value64(t, p, i) + dm) + fabs(dm);
+  }
+  return fabs(mi_quant_value64(t, p, i));
+}
 
 /* ---- random blocks ---- */
 
@@ -65,16 +108,13 @@ static void rand_block(mi_dtype t, uint8_t *p) {
   const size_t bb = mi_dtype_block_bytes(t);
   for (size_t i = 0; i < bb; i++)
     p[i] = (uint8_t)rng_u64(); /* codes, Q4_K scales/mins, Q6_K int8 scales */
-  uint16_t h = rand_f16(3, 1); /* d: |d| in [2^-12, 2^-4) */
-  if (t == MI_DTYPE_Q6_K) {
-    h = rand_f16(0, 1); /* d·scale·32 of the same order as the others */
-    memcpy(p + 208, &h, 2);
-  } else {
-    memcpy(p, &h, 2);
-  }
-  if (t == MI_DTYPE_Q4_K || t == MI_DTYPE_Q5_K) {
-    h = rand_f16(1, 1); /* dmin */
-    memcpy(p + 2, &h, 2);
+  /* d: |d| in [2^-12, 2^-4); Q6_K's and Q3_K's lower, d·scale·32 of the
+   * same order as the others */
+  uint16_t h = rand_f16(t == MI_DTYPE_Q6_K || t == MI_DTYPE_Q3_K ? 0 : 3, 1);
+  memcpy(p + d_at(t), &h, 2);
+  if (min_at(t) >= 0) {
+    h = rand_f16(1, 1); /* dmin, or m */
+    memcpy(p + min_at(t), &h, 2);
   }
 }
 
@@ -89,14 +129,7 @@ static uint8_t *rand_w(mi_dtype t, int64_t N, int64_t K, double *wv, double *wa)
     for (int i = 0; i < qk; i++) {
       const double v = mi_quant_value64(t, p, i);
       wv[r * qk + i] = v;
-      wa[r * qk + i] = fabs(v);
-      if (t == MI_DTYPE_Q4_K || t == MI_DTYPE_Q5_K) {
-        int sc, m;
-        mi_q4_k_scale_min(p + 4, i / 32, &sc, &m);
-        const double d = mi_quant_f16(p), dmin = mi_quant_f16(p + 2);
-        const int q = t == MI_DTYPE_Q5_K ? mi_q5_k_code(p, i) : mi_q4_k_code(p, i);
-        wa[r * qk + i] = fabs(d * sc * q) + fabs(dmin * m);
-      }
+      wa[r * qk + i] = w_terms(t, p, i);
     }
   }
   return w;
@@ -269,6 +302,9 @@ START_TEST(test_quant_embed_and_edges) {
   ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_Q6_K, 1000), 0);
   ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_Q5_K, 1024), 4 * 176);
   ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_Q5_K, 1000), 0);
+  ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_Q2_K, 1024), 4 * 84);
+  ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_Q3_K, 1024), 4 * 110);
+  ck_assert_uint_eq(mi_dtype_row_bytes(MI_DTYPE_Q5_1, 1024), 32 * 24);
   close_plat(&p);
 }
 END_TEST
@@ -329,13 +365,15 @@ START_TEST(test_quant_bench) {
   rng_seed(seed_for(4, 0));
   /* Q8_0 (the reference) first and last: the first type after the
    * bandwidth run was seen slower, whichever it was */
-  const mi_dtype all[] = {MI_DTYPE_Q8_0, MI_DTYPE_Q4_0, MI_DTYPE_Q4_K,
-                          MI_DTYPE_Q5_K, MI_DTYPE_Q6_K, MI_DTYPE_Q8_0};
+  const mi_dtype all[] = {MI_DTYPE_Q8_0, MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q5_K,
+                          MI_DTYPE_Q6_K, MI_DTYPE_Q4_1, MI_DTYPE_Q5_0, MI_DTYPE_Q5_1,
+                          MI_DTYPE_Q2_K, MI_DTYPE_Q3_K, MI_DTYPE_Q8_0};
+  const int nall = (int)(sizeof all / sizeof *all);
   for (int s = 0; s < 2; s++) {
     mi_bandwidth bw;
     if (mi_measure_bandwidth(thr ? atoi(thr) : 2, 256u << 20, 5, &bw) == 0)
       printf("BENCH memory read %.1f GB/s (STREAM-style, same threads)\n", bw.read_gbs);
-    for (int ti = 0; ti < 6; ti++)
+    for (int ti = 0; ti < nall; ti++)
       bench_one(&p, all[ti], s ? 1024 : 3072, s ? 3072 : 1024);
   }
   close_plat(&p);

@@ -6,7 +6,8 @@
 //      then widened: every tensor equals the F32 conversion bit for bit
 //      (the checkpoint is bf16, so both hold its values exactly);
 //  (b) its Q8_0 and Q4_K_M conversions, and a file made here with F16,
-//      BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K tensors (random blocks: every code
+//      BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K
+//      tensors (random blocks: every code
 //      and scale pattern; blocks from hf2gguf's quantizers; alignment 64,
 //      version 2, data stored out of order), widened: every element equals
 //      this file's own decoding of quant.h's layouts, bit for bit; metadata
@@ -77,8 +78,10 @@ function parseGguf(b) {
 
 // ------------------------------------------------------------ an independent decoder (quant.h's layouts)
 
-const BLOCK = { 0: [1, 4], 1: [1, 2], 30: [1, 2], 8: [32, 34], 2: [32, 18], 12: [256, 144], 13: [256, 176], 14: [256, 210] };
-const NAME = { 0: "F32", 1: "F16", 30: "BF16", 8: "Q8_0", 2: "Q4_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K" };
+const BLOCK = { 0: [1, 4], 1: [1, 2], 30: [1, 2], 8: [32, 34], 2: [32, 18], 12: [256, 144], 13: [256, 176], 14: [256, 210],
+  3: [32, 20], 6: [32, 22], 7: [32, 24], 10: [256, 84], 11: [256, 110] };
+const NAME = { 0: "F32", 1: "F16", 30: "BF16", 8: "Q8_0", 2: "Q4_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K",
+  3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 10: "Q2_K", 11: "Q3_K" };
 function halfValue(h) {
   const sign = h & 0x8000 ? -1 : 1, e = (h >> 10) & 31, m = h & 1023;
   if (e === 31) return m ? NaN : sign * Infinity;
@@ -119,7 +122,26 @@ const VALUE = {
     const high = Math.floor(b[o + 128 + 32 * half + l] / 4 ** quarter) % 4;
     return f16At(b, o + 208) * i8(b[o + 192 + Math.floor(i / 16)]) * (low + 16 * high - 32);
   },
+  3: (b, o, i) => f16At(b, o) * nibble(b, o + 4, i) + f16At(b, o + 2), // Q4_1: d | m | qs
+  6: (b, o, i) => f16At(b, o) * (nibble(b, o + 6, i) + 16 * bitOf(b, o + 2, i) - 16), // Q5_0: d | qh | qs
+  7: (b, o, i) => f16At(b, o) * (nibble(b, o + 8, i) + 16 * bitOf(b, o + 4, i)) + f16At(b, o + 2), // Q5_1: d | m | qh | qs
+  10: (b, o, i) => { // Q2_K: scales[16] | qs[64] | d | dmin
+    const n = Math.floor(i / 128), j = Math.floor((i % 128) / 32), l = i % 32, s = 8 * n + 2 * j + Math.floor(l / 16);
+    const q = Math.floor(b[o + 16 + 32 * n + l] / 4 ** j) % 4;
+    return f16At(b, o + 80) * (b[o + s] % 16) * q - f16At(b, o + 82) * Math.floor(b[o + s] / 16);
+  },
+  11: (b, o, i) => { // Q3_K: hmask[32] | qs[64] | scales[12] | d
+    const n = Math.floor(i / 128), j = Math.floor((i % 128) / 32), l = i % 32, s = 8 * n + 2 * j + Math.floor(l / 16);
+    const q = (Math.floor(b[o + 32 + 32 * n + l] / 4 ** j) % 4) - (Math.floor(b[o + l] / 2 ** (4 * n + j)) % 2 ? 0 : 4);
+    const low = s < 8 ? b[o + 96 + s] % 16 : Math.floor(b[o + 96 + s - 8] / 16);
+    const u = low + 16 * (Math.floor(b[o + 104 + (s % 4)] / 4 ** Math.floor(s / 4)) % 4);
+    return f16At(b, o + 108) * (u - 32) * q;
+  },
 };
+/** Value i's 4-bit code of a 32-value block whose 16 nibble bytes are at b[o..]. */
+function nibble(b, o, i) { const byte = b[o + (i % 16)]; return i < 16 ? byte % 16 : Math.floor(byte / 16); }
+/** Bit i of the little-endian 32-bit word at b[o..]. */
+function bitOf(b, o, i) { return Math.floor(b[o + Math.floor(i / 8)] / 2 ** (i % 8)) % 2; }
 /** The f32 bits of every element of a tensor of type t held in `data`. */
 function expectedBits(t, data, nel) {
   const out = new Float32Array(nel), bits = new Uint32Array(out.buffer);
@@ -210,7 +232,7 @@ const randHalf = () => {
 function randomBlocks(t, n) {
   const [qk, bb] = BLOCK[t], nb = n / qk, b = Buffer.alloc(nb * bb);
   for (let i = 0; i < b.length; i++) b[i] = Math.floor(rnd() * 256);
-  const halves = { 8: [0], 2: [0], 12: [0, 2], 13: [0, 2], 14: [208] }[t];
+  const halves = { 8: [0], 2: [0], 12: [0, 2], 13: [0, 2], 14: [208], 3: [0, 2], 6: [0], 7: [0, 2], 10: [80, 82], 11: [108] }[t];
   for (let k = 0; k < nb; k++) for (const h of halves) b.writeUInt16LE(randHalf(), k * bb + h);
   return b;
 }
@@ -318,8 +340,14 @@ try {
   add("t.q6_k", [256, 2, 2], 14, randomBlocks(14, 1024));
   add("t.q4_k.1d", [256], 12, randomBlocks(12, 256));
   add("t.q5_k", [256, 3], 13, randomBlocks(13, 768));
-  for (const q of ["Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K"]) // blocks as hf2gguf's quantizers choose them
-    add(`t.quantized.${q.toLowerCase()}`, [512, 2], { Q8_0: 8, Q4_0: 2, Q4_K: 12, Q5_K: 13, Q6_K: 14 }[q], quantizers[q](gaussF32(1024)));
+  add("t.q4_1", [64, 3], 3, randomBlocks(3, 192));
+  add("t.q5_0", [96, 2], 6, randomBlocks(6, 192));
+  add("t.q5_1", [32, 4], 7, randomBlocks(7, 128));
+  add("t.q2_k", [256, 3], 10, randomBlocks(10, 768));
+  add("t.q3_k", [512, 2], 11, randomBlocks(11, 1024));
+  const ID = { Q8_0: 8, Q4_0: 2, Q4_K: 12, Q5_K: 13, Q6_K: 14, Q4_1: 3, Q5_0: 6, Q5_1: 7, Q2_K: 10, Q3_K: 11 };
+  for (const q of Object.keys(ID)) // blocks as hf2gguf's quantizers choose them
+    add(`t.quantized.${q.toLowerCase()}`, [512, 2], ID[q], quantizers[q](gaussF32(1024)));
   const kvs = [
     ["general.architecture", 8, "qwen3"],
     ["general.alignment", 4, 64],
@@ -336,7 +364,7 @@ try {
   const r = runTool([madeFile, madeOut]);
   if (check(r.rc === 0, `gguf_f32 on the file made here: exit ${r.rc}: ${r.err}`)) {
     const s = compareWidened("(b) made here", madeFile, madeOut, (t, d) => expectedBits(t.type, d, nelOf(t)));
-    check(Object.keys(s.types).length === 8, `(b) made here: types ${JSON.stringify(s.types)}`);
+    check(Object.keys(s.types).length === 13, `(b) made here: types ${JSON.stringify(s.types)}`);
     console.log(`${el()} (b) made here (v2, alignment 64): ${JSON.stringify(s.types)}, ${s.elements} elements equal this test's decoding bit for bit`);
   }
   // the exported dequantizers (what oracle.mjs widens with), directly
@@ -375,7 +403,7 @@ try {
   broken("overlapping tensors", [1], (b) => { b.copy(b, made.at.offset[5], made.at.offset[6], made.at.offset[6] + 8); return b; });
   broken("a Q4_K row of 128", [1], (b) => { setU64(b, made.at.ne0[5], 128); setU64(b, made.at.ne0[5] + 8, 6); return b; });
   broken("an unknown type id 77", [1, 3], (b) => { b.writeUInt32LE(77, made.at.type[4]); return b; });
-  broken("a Q3_K tensor", [3], (b) => { b.writeUInt32LE(11, made.at.type[5]); return b; });
+  broken("an IQ4_NL tensor", [3], (b) => { b.writeUInt32LE(20, made.at.type[5]); return b; });
   broken("an IQ4_XS tensor", [3], (b) => { b.writeUInt32LE(23, made.at.type[6]); return b; });
   const bad = {};
   for (const h of hostile) {
@@ -385,7 +413,7 @@ try {
     check(h.exits.includes(rr.rc), `(c) ${h.name}: exit ${rr.rc} (expected ${h.exits.join(" or ")}): ${rr.err.slice(0, 300)}`);
     oneLine(`(c) ${h.name}`, rr.err, file);
     check(!fs.existsSync(out) && !fs.readdirSync(tmp).some((f) => f.startsWith("bad-out.gguf")), `(c) ${h.name}: output left behind`);
-    if (h.name === "a Q3_K tensor") check(/'t\.q4_k'.*Q3_K/.test(rr.err), `(c) ${h.name}: the line does not name the tensor and its type: ${rr.err}`);
+    if (h.name === "an IQ4_NL tensor") check(/'t\.q4_k'.*IQ4_NL/.test(rr.err), `(c) ${h.name}: the line does not name the tensor and its type: ${rr.err}`);
     bad[h.name] = file;
     if (process.env.VERBOSE) console.log(`  ${h.name}: exit ${rr.rc}: ${rr.err}`);
   }
@@ -407,7 +435,7 @@ try {
     throw new Error("skip");
   }
   // refusals come before llama.cpp: a type not widened (3), a broken file (1)
-  for (const [name, want] of [["a Q3_K tensor", 3], ["a tensor offset past the end", 1]]) {
+  for (const [name, want] of [["an IQ4_NL tensor", 3], ["a tensor offset past the end", 1]]) {
     const o = runTool(["--model", bad[name], "--out", path.join(tmp, "never.json"), "--work", tmp], ORACLE);
     check(o.rc === want, `(d) oracle.mjs on ${name}: exit ${o.rc}, expected ${want}: ${o.err}`);
     oneLine(`(d) oracle.mjs on ${name}`, o.err, bad[name]);

@@ -1,6 +1,7 @@
 // 2- to 6-bit GGUF files made here (tools/peer/hf2gguf.mjs --type q4_k_m,
 // q5_k_m, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k; ggml's block layouts,
-// sdk/include/mi/quant.h; the last five widened to f32 at load) are read alike
+// sdk/include/mi/quant.h; all computed on as stored by the CPU platform,
+// and each also widened to f32 at load, MI_GGUF_WIDEN=1) are read alike
 // by llama.cpp and by MetaInfer:
 //  - the quantizers' error on Gaussian data is what the formats can do
 //    (relative RMS error under Q4_0 0.12, Q4_K 0.09, Q5_K 0.05, Q6_K 0.025,

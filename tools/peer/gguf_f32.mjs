@@ -8,7 +8,8 @@
 // Each element is the source's value, computed in float64 as
 // sdk/include/mi/quant.h defines it (mi_quant_value64), then rounded once to
 // f32 (mi_quant_row_f32): F32 copied, F16 and BF16 widened bit for bit,
-// Q8_0, Q4_0, Q4_K, Q5_K and Q6_K dequantized. The metadata key/values are copied
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K dequantized.
+// The metadata key/values are copied
 // byte for byte and in order, except general.file_type, which is set to 0
 // (ALL_F32) in its own integer type; the version, tensor names, order and
 // dims are unchanged; the data section is aligned to general.alignment
@@ -47,6 +48,8 @@ export const WIDENED = {
   0: [1, 4], 1: [1, 2], 30: [1, 2],          // F32, F16, BF16
   8: [32, 34], 2: [32, 18],                  // Q8_0, Q4_0
   12: [256, 144], 13: [256, 176], 14: [256, 210], // Q4_K, Q5_K, Q6_K
+  3: [32, 20], 6: [32, 22], 7: [32, 24],     // Q4_1, Q5_0, Q5_1
+  10: [256, 84], 11: [256, 110],             // Q2_K, Q3_K
 };
 
 /** Limits, as gguf.h's (docs/gguf.md). */
@@ -227,8 +230,71 @@ export function dequantQ6_K(src, n, out = new Float32Array(n)) {
   return out;
 }
 
+/** Q4_1, Q5_0, Q5_1: d (f16) | m (f16; Q4_1, Q5_1) | qh (u32; Q5_0, Q5_1) | qs[16];
+ *  value j < 16 the low nibble of qs[j], j + 16 its high one, bit j of qh
+ *  its fifth bit; x = d*q + m (Q4_1, Q5_1) or d*(q-16) (Q5_0). */
+function dequantLegacy(what, bb, hasMin, hasHigh) {
+  return (src, n, out = new Float32Array(n)) => {
+    const nb = blocks(src, n, 32, bb, what);
+    for (let b = 0, o = 0; b < nb; b++, o += bb) {
+      const d = F16_VALUE[src[o] | (src[o + 1] << 8)];
+      const m = hasMin ? F16_VALUE[src[o + 2] | (src[o + 3] << 8)] : 0;
+      const h = o + 2 + (hasMin ? 2 : 0), qs = h + (hasHigh ? 4 : 0), k = b * 32;
+      const qh = hasHigh ? (src[h] | (src[h + 1] << 8) | (src[h + 2] << 16) | (src[h + 3] << 24)) >>> 0 : 0;
+      for (let j = 0; j < 16; j++) {
+        const q0 = (src[qs + j] & 15) | (((qh >>> j) & 1) << 4), q1 = (src[qs + j] >> 4) | (((qh >>> (j + 16)) & 1) << 4);
+        // quant.h: (double)d * q + (double)m, or (double)d * (q - 16)
+        out[k + j] = hasMin ? d * q0 + m : d * (q0 - 16);
+        out[k + j + 16] = hasMin ? d * q1 + m : d * (q1 - 16);
+      }
+    }
+    return out;
+  };
+}
+export const dequantQ4_1 = dequantLegacy("Q4_1", 20, true, false);
+export const dequantQ5_0 = dequantLegacy("Q5_0", 22, false, true);
+export const dequantQ5_1 = dequantLegacy("Q5_1", 24, true, true);
+
+/** Q2_K: scales[16] | qs[64] | d | dmin (f16); value 128n+32j+l (n < 2,
+ *  j < 4, l < 32) is bits 2j, 2j+1 of qs[32n+l], sub-block s = 8n+2j+l/16
+ *  with sc = scales[s] & 15, m = scales[s] >> 4: x = d*sc*q - dmin*m. */
+export function dequantQ2_K(src, n, out = new Float32Array(n)) {
+  const nb = blocks(src, n, 256, 84, "Q2_K");
+  for (let b = 0, o = 0; b < nb; b++, o += 84) {
+    const d = F16_VALUE[src[o + 80] | (src[o + 81] << 8)], dmin = F16_VALUE[src[o + 82] | (src[o + 83] << 8)];
+    for (let i = 0; i < 256; i++) {
+      const nn = i >> 7, j = (i & 127) >> 5, l = i & 31, s = 8 * nn + 2 * j + (l >> 4);
+      const q = (src[o + 16 + 32 * nn + l] >> (2 * j)) & 3;
+      out[b * 256 + i] = d * (src[o + s] & 15) * q - dmin * (src[o + s] >> 4);
+    }
+  }
+  return out;
+}
+
+/** Q3_K: hmask[32] | qs[64] | scales[12] | d (f16); value 128n+32j+l takes
+ *  the low bits as Q2_K's (qs at 32) and q = that - 4 unless bit 4n+j of
+ *  hmask[l] is set; sub-block s's 6-bit scale u: low four bits the low
+ *  (s < 8) or high nibble of scales[s % 8], high two bits 2(s/4) of
+ *  scales[8 + s % 4]; x = d*(u-32)*q. */
+export function dequantQ3_K(src, n, out = new Float32Array(n)) {
+  const nb = blocks(src, n, 256, 110, "Q3_K");
+  for (let b = 0, o = 0; b < nb; b++, o += 110) {
+    const d = F16_VALUE[src[o + 108] | (src[o + 109] << 8)], sc = o + 96;
+    for (let i = 0; i < 256; i++) {
+      const nn = i >> 7, j = (i & 127) >> 5, l = i & 31, s = 8 * nn + 2 * j + (l >> 4);
+      const u = (s < 8 ? src[sc + s] & 15 : src[sc + s - 8] >> 4) | (((src[sc + 8 + (s & 3)] >> (2 * (s >> 2))) & 3) << 4);
+      const q = ((src[o + 32 + 32 * nn + l] >> (2 * j)) & 3) - ((src[o + l] >> (4 * nn + j)) & 1 ? 0 : 4);
+      out[b * 256 + i] = d * (u - 32) * q;
+    }
+  }
+  return out;
+}
+
 /** The dequantizer of each widened type, by ggml type number. */
-export const DEQUANT = { 0: dequantF32, 1: dequantF16, 30: dequantBF16, 8: dequantQ8_0, 2: dequantQ4_0, 12: dequantQ4_K, 13: dequantQ5_K, 14: dequantQ6_K };
+export const DEQUANT = {
+  0: dequantF32, 1: dequantF16, 30: dequantBF16, 8: dequantQ8_0, 2: dequantQ4_0, 12: dequantQ4_K, 13: dequantQ5_K, 14: dequantQ6_K,
+  3: dequantQ4_1, 6: dequantQ5_0, 7: dequantQ5_1, 10: dequantQ2_K, 11: dequantQ3_K,
+};
 
 /** n values of ggml type `type` at the start of src, as a Float32Array. */
 export function dequantize(type, src, n, out) {
@@ -474,7 +540,7 @@ function parse(c) {
   }
   for (const t of tensors)
     if (!WIDENED[t.type])
-      throw new GgufError(`${file}: tensor '${t.name}' has ggml type ${typeName(t.type)}, which gguf_f32.mjs does not widen (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are)`, 3);
+      throw new GgufError(`${file}: tensor '${t.name}' has ggml type ${typeName(t.type)}, which gguf_f32.mjs does not widen (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K are)`, 3);
   return { file, size: c.size, version, alignment, kvEnd, kvs, tensors, dataStart };
 }
 

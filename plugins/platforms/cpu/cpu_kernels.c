@@ -49,7 +49,7 @@ int cpu_matmul(void *ctx, mi_stream *s, float *y, const float *x, const void *w,
   if (w_dtype != MI_DTYPE_F32 && w_dtype != MI_DTYPE_F16 && w_dtype != MI_DTYPE_BF16 &&
       !cpu_quant_takes(w_dtype))
     return cpu_fail(c,
-                    "matmul: unsupported weight dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k "
+                    "matmul: unsupported weight dtype %s (f32, f16, bf16 or a block type of quant.h "
                     "only)",
                     mi_dtype_name(w_dtype));
   if (M == 0 || N == 0) return 0;
@@ -60,7 +60,7 @@ int cpu_matmul(void *ctx, mi_stream *s, float *y, const float *x, const void *w,
   }
   CHECK_PTR(c, x, "matmul", "x");
   CHECK_PTR(c, w, "matmul", "w");
-  if (mi_dtype_is_block(w_dtype)) /* Q8_0, Q4_0, Q4_K, Q6_K: cpu_matmul_q8_0.c */
+  if (mi_dtype_is_block(w_dtype)) /* every block type: cpu_matmul_q8_0.c */
     return cpu_matmul_quant(c, w_dtype, y, x, w, M, N, K);
   mm_args a = {c->k, y, x, w, w_dtype, M, N, K, 0};
   int nt = cpu_pool_threads(c->pool);

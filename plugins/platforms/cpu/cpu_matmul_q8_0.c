@@ -13,9 +13,10 @@
  * weight block for every token. Ops with a gemm (AVX-512 VNNI) take calls
  * of CPU_Q8_PANEL_MIN_M tokens and more on packed weight panels instead.
  *
- * Q4_0, Q4_K and Q6_K weights (cpu_quant.h) take this same driver: the
- * same quantized activations (plus fl(d_x·Σq_x) per block for Q4_K's min
- * term), the same walk and threading, their own tiles; no panels.
+ * Every other block type (cpu_quant.h) takes this same driver: the same
+ * quantized activations (plus fl(d_x·Σq_x) per block for the min terms
+ * of Q4_K, Q5_K, Q4_1, Q5_1), the same walk and threading, its own tiles;
+ * the panels for the types gemm_takes.
  *
  * matmul_act=f32 (the plugin's exact mode): x stays f32 and the weights are
  * widened exactly (an f16 times an int8 is exact in f32; a Q4_K/Q6_K value
@@ -74,7 +75,7 @@ const cpu_q8_ops *cpu_q8_ops_for(cpu_isa isa, int avx512_vnni) {
 /* Bytes of the quantized activations for M rows (see cpu_q8_act). */
 static size_t act_bytes(int64_t M, int64_t kp) {
   const size_t m = (size_t)M, k = (size_t)kp;
-  return ALIGN64(m * k) + 4 * ALIGN64(m * (k / CPU_Q8_QK) * sizeof(float));
+  return ALIGN64(m * k) + 5 * ALIGN64(m * (k / CPU_Q8_QK) * sizeof(float)); /* x16 as one */
 }
 
 /* Points a's arrays into buf (64-byte aligned). */
@@ -86,6 +87,7 @@ static void act_layout(cpu_q8_act *a, char *buf) {
   a->s = (int32_t *)(buf + ALIGN64(m * k) + f);
   a->ds = (float *)(buf + ALIGN64(m * k) + 2 * f);
   a->sh = (int32_t *)(buf + ALIGN64(m * k) + 3 * f);
+  a->x16 = (int16_t *)(buf + ALIGN64(m * k) + 4 * f); /* kp/16 int16 = kp/32 floats a row */
 }
 
 /* ---- the quantized path ---- */
@@ -113,9 +115,18 @@ static void quant_task(void *arg, int64_t b, int64_t e, int tid) {
   (void)tid;
   const q8_args *a = arg;
   a->ops->quantize(&a->act, a->x, b, e);
-  if (a->dt != MI_DTYPE_Q4_K && a->dt != MI_DTYPE_Q5_K) return;
-  /* Q4_K's (and Q5_K's) min term wants d_x·Σq_x per block: M·K adds, once per call
-   * (padding blocks: q = 0, d = 0, so 0) */
+  if (cpu_quant_wants_x16(a->dt)) /* Σ q_x per 16 values (at most 16·127): M·K adds */
+    for (int64_t m = b; m < e; m++)
+      for (int64_t g = 0; g < a->act.kp / 16; g++) {
+        const int8_t *q = a->act.q + m * a->act.kp + g * 16;
+        int sum = 0;
+        for (int i = 0; i < 16; i++)
+          sum += q[i];
+        a->act.x16[m * (a->act.kp / 16) + g] = (int16_t)sum;
+      }
+  if (!cpu_quant_wants_ds(a->dt)) return;
+  /* the min term of Q4_K, Q5_K, Q4_1, Q5_1 wants d_x·Σq_x per block: M·K
+   * adds, once per call (padding blocks: q = 0, d = 0, so 0) */
   const int64_t nbp = a->act.kp / CPU_Q8_QK;
   for (int64_t m = b; m < e; m++)
     for (int64_t j = 0; j < nbp; j++) {
@@ -208,6 +219,11 @@ static cpu_q_tile_fn tile_for(const cpu_q8_ops *ops, mi_dtype dt) {
   case MI_DTYPE_Q4_K: return ops->tile_q4_k;
   case MI_DTYPE_Q6_K: return ops->tile_q6_k;
   case MI_DTYPE_Q5_K: return ops->tile_q5_k;
+  case MI_DTYPE_Q4_1: return ops->tile_q4_1;
+  case MI_DTYPE_Q5_0: return ops->tile_q5_0;
+  case MI_DTYPE_Q5_1: return ops->tile_q5_1;
+  case MI_DTYPE_Q2_K: return ops->tile_q2_k;
+  case MI_DTYPE_Q3_K: return ops->tile_q3_k;
   case MI_DTYPE_Q8_0: return ops->tile;
   default: return NULL;
   }
@@ -217,7 +233,7 @@ int cpu_matmul_quant(cpu_ctx *c, mi_dtype dt, float *y, const float *x, const vo
                      int64_t N, int64_t K) {
   const int64_t qk = mi_dtype_block(dt);
   if (!tile_for(c->q8ops, dt))
-    return cpu_fail(c, "matmul: unsupported weight dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k only)",
+    return cpu_fail(c, "matmul: unsupported weight dtype %s (f32, f16, bf16 or a block type of quant.h only)",
                     mi_dtype_name(dt));
   if (K % qk)
     return cpu_fail(c, "matmul: %s weights need K a multiple of %lld (got K=%lld)",

@@ -302,7 +302,7 @@ static int cpu_init(const mi_host_api *host, const mi_options *opts, void **ctx,
            c->nthreads, c->nthreads == 1 ? "" : "s");
   if (host && host->log)
     host->log(MI_LOG_INFO, CPU_PLUGIN_NAME,
-              "variant %s, %d thread%s, q8_0/q4_0/q4_k/q5_k/q6_k matmul: %s", cpu_variant(c),
+              "variant %s, %d thread%s, block-type matmul: %s", cpu_variant(c),
               c->nthreads, c->nthreads == 1 ? "" : "s",
               c->matmul_exact ? "exact (matmul_act=f32)" : c->q8ops->name);
   *ctx = c;

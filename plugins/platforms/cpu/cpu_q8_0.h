@@ -43,11 +43,15 @@
  *   s [M][kp / 32] -128 · Σ q_x over each block: the panel GEMM's bias
  *                  correction (cpu_q8_0_avx512.c, for Q8_0, Q4_0, Q4_K and
  *                  Q6_K weights); filled only by a quantize whose ops have a gemm
- *   ds [M][kp / 32] fl(d_x · Σ q_x) over each block: Q4_K's min term
- *                  (cpu_quant.h); filled by the driver only for Q4_K
+ *   ds [M][kp / 32] fl(d_x · Σ q_x) over each block: the min term of Q4_K,
+ *                  Q5_K, Q4_1, Q5_1 (cpu_quant.h); filled by the driver
+ *                  only for those (cpu_quant_wants_ds)
  *   sh [M][kp / 32] -128 · Σ q_x over the first 16 values of each block:
  *                  the bias of the Q6_K panels, whose two halves have
  *                  scales of their own; filled with s
+ *   x16 [M][kp / 16] Σ q_x over each 16 values: the offsets and mins of
+ *                  Q2_K and Q3_K, whose scales are per 16 values; filled
+ *                  by the driver only for those (cpu_quant_wants_x16)
  * The arrays are 64-byte aligned (the driver's scratch). */
 typedef struct cpu_q8_act {
   int64_t M, K, kp;
@@ -56,6 +60,7 @@ typedef struct cpu_q8_act {
   int32_t *s;
   float *ds;
   int32_t *sh;
+  int16_t *x16;
 } cpu_q8_act;
 
 /* The register tile of every block type: activation rows [row, row + mr)
@@ -96,17 +101,24 @@ typedef struct cpu_q8_ops {
   void (*gemm)(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t m1, const void *w,
                mi_dtype dt, size_t wrow, int64_t n0, int64_t n1);
   int (*gemm_takes)(mi_dtype dt);
-  /* The tiles of the other block types (cpu_quant_<isa>.c), same contract
-   * as tile, on the same quantized activations. */
+  /* The tiles of the other block types (cpu_quant_<isa>.c, and for Q4_1,
+   * Q5_0, Q5_1, Q2_K, Q3_K cpu_quant_legacy_<isa>.c / cpu_quant_lowbit_
+   * <isa>.c), same contract as tile, on the same quantized activations. */
   cpu_q_tile_fn tile_q4_0, tile_q4_k, tile_q6_k, tile_q5_k;
+  cpu_q_tile_fn tile_q4_1, tile_q5_0, tile_q5_1, tile_q2_k, tile_q3_k;
 } cpu_q8_ops;
 
 /* Each cpu_q8_0_<isa>.c names its loops quantize and tile, and its
  * cpu_quant_<isa>.c the other block types' tiles cpu_<type>_tile_<isa>:
- * the members every ISA fills (gemm stays optional). */
-#define CPU_Q8_OPS_BASE(ops_name, isa)                                                             \
+ * the members every ISA fills (gemm stays optional). The five types of
+ * the second row come from the ISA more (AVX-512 runs AVX2's: they are
+ * bound by the weight stream at 2-4 bits a value either way). */
+#define CPU_Q8_OPS_BASE(ops_name, isa, more)                                                       \
   .name = (ops_name), .quantize = quantize, .tile = tile, .tile_q4_0 = cpu_q4_0_tile_##isa,        \
-  .tile_q4_k = cpu_q4_k_tile_##isa, .tile_q6_k = cpu_q6_k_tile_##isa, .tile_q5_k = cpu_q5_k_tile_##isa
+  .tile_q4_k = cpu_q4_k_tile_##isa, .tile_q6_k = cpu_q6_k_tile_##isa,                              \
+  .tile_q5_k = cpu_q5_k_tile_##isa, .tile_q4_1 = cpu_q4_1_tile_##more,                             \
+  .tile_q5_0 = cpu_q5_0_tile_##more, .tile_q5_1 = cpu_q5_1_tile_##more,                            \
+  .tile_q2_k = cpu_q2_k_tile_##more, .tile_q3_k = cpu_q3_k_tile_##more
 
 extern const cpu_q8_ops cpu_q8_generic;
 #if defined(MI_CPU_X86)
@@ -119,12 +131,30 @@ extern const cpu_q8_ops cpu_q8_avx512vnni;
  * context's matmul_exact is set. */
 int cpu_matmul_q8_0(cpu_ctx *c, float *y, const float *x, const void *w, int64_t M, int64_t N,
                     int64_t K);
-/* 1 for the block types the matmul computes on (Q8_0, Q4_0, Q4_K, Q5_K,
- * Q6_K); the others (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K) it refuses, so a
- * loader widens them. */
+/* 1 for the block types the matmul computes on: every one quant.h
+ * defines (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
+ * Another (a type appended to mi_dtype later) it refuses, so a loader
+ * widens it. */
 static inline int cpu_quant_takes(mi_dtype dt) {
-  return dt == MI_DTYPE_Q8_0 || dt == MI_DTYPE_Q4_0 || dt == MI_DTYPE_Q4_K || dt == MI_DTYPE_Q5_K ||
-         dt == MI_DTYPE_Q6_K;
+  switch (dt) {
+  case MI_DTYPE_Q8_0:
+  case MI_DTYPE_Q4_0:
+  case MI_DTYPE_Q4_1:
+  case MI_DTYPE_Q5_0:
+  case MI_DTYPE_Q5_1:
+  case MI_DTYPE_Q2_K:
+  case MI_DTYPE_Q3_K:
+  case MI_DTYPE_Q4_K:
+  case MI_DTYPE_Q5_K:
+  case MI_DTYPE_Q6_K: return 1;
+  default: return 0;
+  }
+}
+/* 1 for the types whose per-block min term wants fl(d_x·Σq_x) per
+ * activation block (cpu_q8_act.ds): Q4_K, Q5_K (less dmin·m_j·it), Q4_1,
+ * Q5_1 (plus m·it). */
+static inline int cpu_quant_wants_ds(mi_dtype dt) {
+  return dt == MI_DTYPE_Q4_K || dt == MI_DTYPE_Q5_K || dt == MI_DTYPE_Q4_1 || dt == MI_DTYPE_Q5_1;
 }
 /* The same for any block type dt that cpu_quant_takes. */
 int cpu_matmul_quant(cpu_ctx *c, mi_dtype dt, float *y, const float *x, const void *w, int64_t M,
@@ -132,6 +162,10 @@ int cpu_matmul_quant(cpu_ctx *c, mi_dtype dt, float *y, const float *x, const vo
 /* dst = the n values (whole blocks) of a row of type dt at src, each
  * rounded once to f32 (exact for Q8_0 and Q4_0). */
 void cpu_quant_dequant_row(mi_dtype dt, float *dst, const void *src, int64_t n);
+/* 1 for the types that want cpu_q8_act.x16: Q2_K, Q3_K. */
+static inline int cpu_quant_wants_x16(mi_dtype dt) {
+  return dt == MI_DTYPE_Q2_K || dt == MI_DTYPE_Q3_K;
+}
 /* The ops for a variant: AVX-512 VNNI needs avx512 + AVX512BW/VL/VNNI
  * (avx512_vnni: cpu_isa_info's flag), else the AVX2 ones from avx2 up. */
 const cpu_q8_ops *cpu_q8_ops_for(cpu_isa isa, int avx512_vnni);

@@ -20,10 +20,11 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "cpu_quant.h"
-#include "cpu_reduce_avx512.h"
-
 #define AI static inline __attribute__((always_inline))
+
+#include "cpu_quant.h"
+#include "cpu_quant_avx2.h"
+#include "cpu_reduce_avx512.h"
 #define Q8_PF_AHEAD 1024 /* bytes prefetched ahead in each weight row */
 
 /* Quantizes one block (cpu_q8_quantize_block, in vectors): the same f32
@@ -225,6 +226,27 @@ AI __m256i block_codes(mi_dtype dt, const uint8_t *row, int64_t b, float *sc, fl
     const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4)); /* 0..63 */
     return _mm256_add_epi8(q, _mm256_set1_epi8(96));
   }
+  if (dt == MI_DTYPE_Q3_K) { /* halves as Q6_K's: (q + 4) - 4 + 128 */
+    const uint8_t *p = row + (size_t)(b / 8) * CPU_Q3_K_BYTES;
+    const int j = (int)(b % 8);
+    const float d = mi_quant_f16(p + 108);
+    uint8_t u[16];
+    cpu_q3_k_scales(u, p + 96);
+    *sc = d * (float)(u[2 * j] - 32); /* exact in f32: 11 + 6 bits */
+    *mn = d * (float)(u[2 * j + 1] - 32);
+    return _mm256_add_epi8(q3_k_codes(p, j), _mm256_set1_epi8(124));
+  }
+  if (dt == MI_DTYPE_Q4_1 || dt == MI_DTYPE_Q5_0 || dt == MI_DTYPE_Q5_1) {
+    /* Q5_0: (q - 16) + 128; Q4_1, Q5_1: q + 128 and the min m, which the
+     * panel tile takes off as mn·fl(d_x·Σq_x): so mn = -m */
+    const size_t bb = dt == MI_DTYPE_Q4_1 ? CPU_Q4_1_BYTES
+                      : dt == MI_DTYPE_Q5_0 ? CPU_Q5_0_BYTES
+                                            : CPU_Q5_1_BYTES;
+    float m;
+    const __m256i q = legacy_codes(row + (size_t)b * bb, dt, sc, &m);
+    *mn = -m;
+    return _mm256_add_epi8(q, _mm256_set1_epi8(dt == MI_DTYPE_Q5_0 ? 112 : (char)0x80));
+  }
   if (dt == MI_DTYPE_Q8_0) {
     const uint8_t *p = row + (size_t)b * CPU_Q8_WBYTES;
     *sc = mi_quant_f16(p);
@@ -371,8 +393,10 @@ static void panel_rows(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m, in
   }
 }
 
+/* Every block type the matmul takes but Q2_K (a min per 16 values: the
+ * panel tile has one per 32), which stays on the tiles. */
 static int gemm_takes(mi_dtype dt) {
-  return cpu_quant_takes(dt); /* every block type the matmul takes has panels */
+  return cpu_quant_takes(dt) && dt != MI_DTYPE_Q2_K;
 }
 
 static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t m1, const void *w,
@@ -380,8 +404,8 @@ static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t
   uint32_t P[PKB * 8 * PN] __attribute__((aligned(64))); /* 16 KB */
   float S[PKB * PN] __attribute__((aligned(64)));        /* 2 KB */
   float Mn[PKB * PN] __attribute__((aligned(64)));       /* 2 KB: Q4_K's mins, Q6_K's 2nd scales */
-  const float *mins = dt == MI_DTYPE_Q4_K || dt == MI_DTYPE_Q5_K || dt == MI_DTYPE_Q6_K ? Mn : NULL;
-  const int halves = dt == MI_DTYPE_Q6_K;
+  const int halves = dt == MI_DTYPE_Q6_K || dt == MI_DTYPE_Q3_K;
+  const float *mins = halves || cpu_quant_wants_ds(dt) ? Mn : NULL;
   const int64_t nb = a->K / CPU_Q8_QK;
   for (int64_t ms = m0; ms < m1; ms += PMB) {
     const int64_t me = m1 - ms < PMB ? m1 : ms + PMB;
@@ -397,5 +421,5 @@ static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t
   }
 }
 
-const cpu_q8_ops cpu_q8_avx512vnni = {CPU_Q8_OPS_BASE("avx512vnni", avx512), .gemm = gemm,
+const cpu_q8_ops cpu_q8_avx512vnni = {CPU_Q8_OPS_BASE("avx512vnni", avx512, avx2), .gemm = gemm,
                                       .gemm_takes = gemm_takes};

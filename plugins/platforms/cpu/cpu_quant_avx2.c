@@ -15,30 +15,9 @@
  * accumulator per output, reduced at the end. Q4_K's min term is 8 lanes
  * -dmin·m_j·fl(d_x·Σq_x) per block into the same accumulator. Tiles of 2
  * tokens x 4 weight rows (8 accumulators, like Q8_0's). */
-#include <immintrin.h>
 #include <string.h>
 
-#include "cpu_quant.h"
-#include "cpu_reduce_avx2.h"
-
-#define AI static inline __attribute__((always_inline))
-#define PF_AHEAD 1024 /* bytes prefetched ahead in each weight row */
-
-/* Lane j of v in all 8 lanes. */
-AI __m256 bcast_lane(__m256 v, int j) {
-  return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j));
-}
-
-/* The tile's 8 sums into y. */
-AI void store(float *y, int64_t ldy, const int64_t col[4], __m256 acc[2][4], int MR, int nr,
-              int accum) {
-  for (int i = 0; i < MR; i++)
-    for (int j = 0; j < nr; j++) {
-      float *yo = y + i * ldy + col[j];
-      const float s = mi_hsum8_ps(acc[i][j]);
-      *yo = accum ? *yo + s : s;
-    }
-}
+#include "cpu_quant_avx2.h"
 
 /* ---- Q4_0 ---- */
 
@@ -177,18 +156,6 @@ AI void k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t 
   store(y, ldy, col, acc, MR, nr, accum);
 }
 
-/* The 8 int32 lanes of each s[j] summed: lane j of the result (horizontal
- * adds within 128-bit lanes, then the two halves added). */
-AI __m256i sum8x8(const __m256i s[8]) {
-  const __m256i u0 =
-      _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
-  const __m256i u1 =
-      _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
-  /* u0: lanes 0-3 s0..s3 over their low 128 bits, 4-7 over the high; u1: s4..s7 */
-  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
-                          _mm256_permute2x128_si256(u0, u1, 0x31));
-}
-
 /* k_mr for one token (decode): a row's 8 sub-block sums are summed in
  * integers first (sum8x8: lane j is sub-block j, exact: at most
  * 32·31·127), so a weight block takes one convert and one FMA with
@@ -316,17 +283,6 @@ AI void q6_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
   }
   store(y, ldy, col, acc, MR, nr, accum);
 }
-
-#define TILE_ENTRY(name, fn)                                                                       \
-  void name(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a, int64_t row, int mr, \
-            const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {                  \
-    for (int i = 0; i < mr; i += 2) {                                                              \
-      if (mr - i >= 2)                                                                             \
-        fn(2, y + i * ldy, ldy, col, a, row + i, wr, nr, b0, b1, accum);                           \
-      else                                                                                         \
-        fn(1, y + i * ldy, ldy, col, a, row + i, wr, nr, b0, b1, accum);                           \
-    }                                                                                              \
-  }
 
 TILE_ENTRY(cpu_q4_0_tile_avx2, q4_0_mr)
 TILE_ENTRY(cpu_q4_k_tile_avx2, q4_k_mr)

@@ -30,7 +30,8 @@
  *           value 128h+l+96  high nibble of ql[64h+l+32]| bits 6-7 of qh[32h+l] << 4
  *
  *
- * Read and widened at load (no platform kernel takes them yet):
+ * Since 2026-12-07 the CPU platform computes on these too (a platform that
+ * does not take them gets them widened at load):
  *   Q4_1  32 values, 20 bytes   d (f16) | m (f16) | qs[16]    x = d*q + m, q in 0..15
  *         (nibbles as Q4_0's: value j < 16 low nibble of qs[j], j+16 its high one)
  *   Q5_0  32 values, 22 bytes   d (f16) | qh (u32) | qs[16]   x = d*(q-16), q in 0..31
