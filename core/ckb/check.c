@@ -82,7 +82,8 @@ static void check_generator(json_t *gen, json_t *args, const char *file, const c
 }
 
 static int dtype_name_ok(const char *s) {
-  const char *ok[] = {"f32", "f16", "bf16", "i32", "i64", "u8", "q8_0", "q4_0", "q4_k", "q6_k", "q5_k"};
+  const char *ok[] = {"f32", "f16", "bf16", "i32", "i64", "u8", "q8_0", "q4_0", "q4_k", "q6_k", "q5_k",
+                      "q4_1", "q5_0", "q5_1", "q2_k", "q3_k"};
   for (size_t i = 0; s && i < sizeof ok / sizeof *ok; i++)
     if (!strcmp(s, ok[i])) return 1;
   return 0;

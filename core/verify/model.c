@@ -435,12 +435,28 @@ static unsigned char *walk_at(const edit_walk *e, unsigned char *b, size_t i) {
   return b + e->first + (i / e->per) * e->step + (i % e->per) * 2;
 }
 
+/* Where a block of t keeps its f16 scales (quant.h): d at *first, and
+ * dmin or m right after it (*per 2) in the types with a min; scaling them
+ * all scales every value. */
+static void block_scales(mi_dtype t, size_t *first, size_t *per) {
+  switch (t) {
+  case MI_DTYPE_Q6_K: *first = 208, *per = 1; return;
+  case MI_DTYPE_Q3_K: *first = 108, *per = 1; return;
+  case MI_DTYPE_Q2_K: *first = 80, *per = 2; return;
+  case MI_DTYPE_Q4_K:
+  case MI_DTYPE_Q5_K:
+  case MI_DTYPE_Q4_1:
+  case MI_DTYPE_Q5_1: *first = 0, *per = 2; return;
+  default: *first = 0, *per = 1; return;
+  }
+}
+
 static edit_walk walk_of(const vf_tensor_loc *t) {
   if (t->dtype >= 0 && t->dtype < MI_DTYPE_COUNT && mi_dtype_is_block((mi_dtype)t->dtype)) {
-    const size_t bb = mi_dtype_block_bytes((mi_dtype)t->dtype),
-                 per = t->dtype == MI_DTYPE_Q4_K || t->dtype == MI_DTYPE_Q5_K ? 2 : 1; /* d and dmin */
-    /* d leads every block but Q6_K's, which ends with it */
-    return (edit_walk){t->nbytes / bb * per, bb, t->dtype == MI_DTYPE_Q6_K ? bb - 2 : 0, per, MI_DTYPE_F16};
+    const size_t bb = mi_dtype_block_bytes((mi_dtype)t->dtype);
+    size_t first, per;
+    block_scales((mi_dtype)t->dtype, &first, &per);
+    return (edit_walk){t->nbytes / bb * per, bb, first, per, MI_DTYPE_F16};
   }
   const size_t es = t->dtype == MI_DTYPE_F32 ? 4 : 2;
   return (edit_walk){t->nbytes / es, es, 0, 1, t->dtype};

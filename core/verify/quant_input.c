@@ -1,4 +1,5 @@
-/* Stage 1's inputs of a block type (GGUF's Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; layouts
+/* Stage 1's inputs of a block type (GGUF's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; layouts
  * in sdk/include/mi/quant.h). A block type has no per-element rounding:
  * values come in blocks that share scales, so an input is drawn as bytes
  * and its values are then what the format defines them to be, exactly
@@ -135,6 +136,93 @@ static void quant_q6_k(const double *x, uint8_t *b) {
   }
 }
 
+/* Q4_1 (qmax 15) and Q5_1 (qmax 31): d = (max - min)/qmax, m = min, codes
+ * q = round((x - m)/d); Q5_0 (qmax 31, no min): d = signed max/-16, q =
+ * round(x/d) + 16. Nibbles as Q4_0's (value i < 16 the low nibble of byte
+ * i), Q5's fifth bits in the little-endian word qh (the inverses of
+ * mi_q5_code). */
+static void quant_legacy(mi_dtype t, const double *x, uint8_t *b) {
+  const int hasm = t != MI_DTYPE_Q5_0, hash = t != MI_DTYPE_Q4_1, qmax = hash ? 31 : 15;
+  if (hasm) {
+    double lo = x[0], hi = x[0];
+    for (int i = 1; i < 32; i++)
+      lo = fmin(lo, x[i]), hi = fmax(hi, x[i]);
+    put_f16(b, (float)((hi - lo) / qmax));
+    put_f16(b + 2, (float)lo);
+  } else {
+    put_f16(b, (float)(signed_max(x, 32) / -16));
+  }
+  const double d = mi_quant_f16(b), m = hasm ? mi_quant_f16(b + 2) : 0;
+  uint8_t *qs = b + 2 + 2 * hasm + 4 * hash;
+  uint32_t qh = 0;
+  memset(qs, 0, 16);
+  for (int i = 0; i < 32; i++) {
+    const double v = hasm ? (x[i] - m) / d : x[i] / d + 16;
+    const int q = d ? (int)clampd(nearbyint(v), 0, qmax) : hasm ? 0 : 16;
+    qs[i % 16] |= (uint8_t)(i < 16 ? q & 15 : (q & 15) << 4);
+    qh |= (uint32_t)(q >> 4) << i;
+  }
+  if (hash) memcpy(b + 2 + 2 * hasm, &qh, 4);
+}
+
+/* Q2_K: per sub-block of 16 a range fit as Q4_K's (4-bit scale and min
+ * against d = max scale/15, dmin = max min/15), codes 0..3 at bits
+ * 2(j % 4) of qs[32(j / 4) + l] for value 32j + l (the inverse of
+ * quant.h's statement). */
+static void quant_q2_k(const double *x, uint8_t *b) {
+  double scale[16], mn[16], smax = 0, mmax = 0;
+  for (int s = 0; s < 16; s++) {
+    double lo = 0, hi = 0;
+    for (int i = 0; i < 16; i++)
+      lo = fmin(lo, x[16 * s + i]), hi = fmax(hi, x[16 * s + i]);
+    scale[s] = (hi - lo) / 3, mn[s] = -lo;
+    smax = fmax(smax, scale[s]), mmax = fmax(mmax, mn[s]);
+  }
+  memset(b, 0, 84);
+  put_f16(b + 80, (float)(smax / 15));
+  put_f16(b + 82, (float)(mmax / 15));
+  const double d = mi_quant_f16(b + 80), dmin = mi_quant_f16(b + 82);
+  for (int s = 0; s < 16; s++) {
+    const int sc = d ? (int)clampd(nearbyint(scale[s] / d), 0, 15) : 0;
+    const int m = dmin ? (int)clampd(nearbyint(mn[s] / dmin), 0, 15) : 0;
+    b[s] = (uint8_t)(sc | m << 4);
+  }
+  for (int i = 0; i < 256; i++) {
+    const int s = i / 16, j = i / 32;
+    const double step = d * (b[s] & 15);
+    const int q = step ? (int)clampd(nearbyint((x[i] + dmin * (b[s] >> 4)) / step), 0, 3) : 0;
+    b[16 + 32 * (j / 4) + i % 32] |= (uint8_t)(q << (2 * (j % 4)));
+  }
+}
+
+/* Q3_K: per sub-block of 16 a signed scale (signed max/-4) as a 6-bit u
+ * (u - 32 in -32..31) against d = max |scale|/32, codes q = round(x/(d(u -
+ * 32))) in -4..3 stored as the low two bits of q + 4 and hmask's bit set
+ * where q >= 0 (the inverses of mi_q3_k_scale and quant.h's statement). */
+static void quant_q3_k(const double *x, uint8_t *b) {
+  double scale[16], amax = 0;
+  for (int s = 0; s < 16; s++) {
+    scale[s] = signed_max(x + 16 * s, 16) / -4;
+    amax = fmax(amax, fabs(scale[s]));
+  }
+  memset(b, 0, 110);
+  put_f16(b + 108, (float)(amax / 32));
+  const double d = mi_quant_f16(b + 108);
+  int u[16];
+  for (int s = 0; s < 16; s++) {
+    u[s] = d ? (int)clampd(nearbyint(scale[s] / d), -32, 31) + 32 : 32;
+    b[96 + s % 8] |= (uint8_t)((u[s] & 15) << (s < 8 ? 0 : 4));
+    b[104 + s % 4] |= (uint8_t)((u[s] >> 4) << (2 * (s / 4)));
+  }
+  for (int i = 0; i < 256; i++) {
+    const int s = i / 16, j = i / 32, l = i % 32;
+    const double step = d * (u[s] - 32);
+    const int q = step ? (int)clampd(nearbyint(x[i] / step), -4, 3) : 0;
+    b[32 + 32 * (j / 4) + l] |= (uint8_t)(((q + 4) & 3) << (2 * (j % 4)));
+    if (q >= 0) b[l] |= (uint8_t)(1u << j);
+  }
+}
+
 /* A random f16 of magnitude in [mag/2, 3 mag/2), either sign. */
 static void rand_f16(uint8_t *p, double mag, uint64_t *rng) {
   const double v = mag * (0.5 + mi_rng_u01(rng));
@@ -158,6 +246,17 @@ static void random_block(mi_dtype t, double std, uint8_t *b, uint64_t *rng) {
   case MI_DTYPE_Q5_K:
     rand_f16(b, std / 512, rng), rand_f16(b + 2, std / 32, rng), rand_bytes(b + 4, 172, rng);
     break;
+  case MI_DTYPE_Q4_1:
+    rand_f16(b, std / 8, rng), rand_f16(b + 2, std, rng), rand_bytes(b + 4, 16, rng);
+    break;
+  case MI_DTYPE_Q5_0: rand_f16(b, std / 16, rng), rand_bytes(b + 2, 20, rng); break;
+  case MI_DTYPE_Q5_1:
+    rand_f16(b, std / 16, rng), rand_f16(b + 2, std, rng), rand_bytes(b + 4, 20, rng);
+    break;
+  case MI_DTYPE_Q2_K:
+    rand_bytes(b, 80, rng), rand_f16(b + 80, std / 16, rng), rand_f16(b + 82, std / 8, rng);
+    break;
+  case MI_DTYPE_Q3_K: rand_bytes(b, 108, rng), rand_f16(b + 108, std / 64, rng); break;
   default: break;
   }
 }
@@ -169,13 +268,28 @@ static void quantize_block(mi_dtype t, const double *x, uint8_t *b) {
   case MI_DTYPE_Q4_K: quant_k(x, b, 15); break;
   case MI_DTYPE_Q6_K: quant_q6_k(x, b); break;
   case MI_DTYPE_Q5_K: quant_k(x, b, 31); break;
+  case MI_DTYPE_Q4_1:
+  case MI_DTYPE_Q5_0:
+  case MI_DTYPE_Q5_1: quant_legacy(t, x, b); break;
+  case MI_DTYPE_Q2_K: quant_q2_k(x, b); break;
+  case MI_DTYPE_Q3_K: quant_q3_k(x, b); break;
   default: break;
   }
 }
 
 /* |value| as the format sums it: Q4_K's d·sc·q − dmin·m is two terms, and
- * a kernel rounds each, so a bound scales with |d·sc·q| + |dmin·m|. */
+ * a kernel rounds each, so a bound scales with |d·sc·q| + |dmin·m| (and
+ * |d·q| + |m| for Q4_1 and Q5_1, |d·sc·q| + |dmin·m| for Q2_K). */
 static double terms_magnitude(mi_dtype t, const uint8_t *b, int i) {
+  if (t == MI_DTYPE_Q4_1 || t == MI_DTYPE_Q5_1) {
+    const double m = mi_quant_f16(b + 2);
+    return fabs(mi_quant_value64(t, b, i) - m) + fabs(m);
+  }
+  if (t == MI_DTYPE_Q2_K) {
+    const int n = i / 128, j = (i % 128) / 32, l = i % 32, s = 8 * n + 2 * j + l / 16;
+    const double dm = (double)mi_quant_f16(b + 82) * (b[s] >> 4);
+    return fabs(mi_quant_value64(t, b, i) + dm) + fabs(dm);
+  }
   if (t != MI_DTYPE_Q4_K && t != MI_DTYPE_Q5_K) return fabs(mi_quant_value64(t, b, i));
   int sc, m;
   mi_q4_k_scale_min(b + 4, i / 32, &sc, &m);

@@ -630,7 +630,7 @@ START_TEST(coverage_qwen3_cpu) {
   free(s);
   remove_tree(whole);
   ck_assert_str_eq(json_string_value(json_object_get(r, "model_contract")), "model.qwen3@1.5.3");
-  ck_assert_str_eq(json_string_value(json_object_get(r, "platform_contract")), "platform.cpu@1.11.0");
+  ck_assert_str_eq(json_string_value(json_object_get(r, "platform_contract")), "platform.cpu@1.12.0");
   ck_assert_int_ge(json_array_size(json_object_get(r, "operators")), 8);
   ck_assert_int_ge(json_array_size(json_object_get(r, "tests")), 6);
   json_decref(r);

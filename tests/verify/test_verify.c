@@ -40,14 +40,19 @@ static void setup(void) {
  * and scales take every value; absval is |value|, but for Q4_K at least it
  * (its two terms). */
 START_TEST(quant_inputs_decode_to_their_values) {
-  const mi_dtype ts[] = {MI_DTYPE_Q8_0, MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q6_K};
+  const mi_dtype ts[] = {MI_DTYPE_Q8_0, MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q6_K,
+                         MI_DTYPE_Q5_K, MI_DTYPE_Q4_1, MI_DTYPE_Q5_0, MI_DTYPE_Q5_1,
+                         MI_DTYPE_Q2_K, MI_DTYPE_Q3_K};
   /* RMS error / RMS value ceilings: 8-bit, 4-bit symmetric, 4-bit affine
-   * over 32 values with 6-bit scales, 6-bit over 16 values */
-  const double ceiling[] = {0.01, 0.15, 0.12, 0.04};
-  enum { N = 4096 };
+   * over 32 values with 6-bit scales, 6-bit over 16 values, 5-bit affine
+   * with 6-bit scales; 4-bit affine, 5-bit symmetric, 5-bit affine over
+   * 32 values with f16 scales; 2-bit affine and 3-bit symmetric over 16
+   * values with 4- and 6-bit scales */
+  const double ceiling[] = {0.01, 0.15, 0.12, 0.04, 0.07, 0.12, 0.09, 0.07, 0.45, 0.28};
+  enum { N = 4096, NT = sizeof ts / sizeof *ts };
   static double x[N], v[N], av[N];
   static unsigned char bytes[N * 2];
-  for (int t = 0; t < 4; t++) {
+  for (int t = 0; t < NT; t++) {
     uint64_t rng = 99 + (uint64_t)t;
     for (int i = 0; i < N; i++) v[i] = x[i] = mi_rng_normal(&rng);
     ck_assert_int_eq(vf_quant_input(ts[t], N, 0, 1.0, &rng, bytes, v, av), 0);
@@ -84,7 +89,7 @@ START_TEST(quant_inputs_decode_to_their_values) {
   uint64_t rng = 1;
   /* a hostile generator's values (NaN, infinities, the largest doubles):
    * blocks all the same, no out-of-range integer conversion (UBSan) */
-  for (int t = 0; t < 4; t++) {
+  for (int t = 0; t < NT; t++) {
     for (int i = 0; i < 512; i++) v[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -1e300;
     ck_assert_int_eq(vf_quant_input(ts[t], 512, 0, 1.0, &rng, bytes, v, av), 0);
   }
@@ -616,16 +621,18 @@ START_TEST(cpu_plugin_passes_stage2) {
   json_t *u = json_array_get(json_object_get(stage(r.report, 1), "units"), 0);
   ck_assert_str_eq(json_string_value(json_object_get(u, "id")), "model.qwen3");
   /* prefill + 2 decode steps for each weight dtype the cpu contract lists
-   * whose blocks the small rows hold (f32, f16, bf16, q8_0, q4_0) */
-  ck_assert_int_eq(json_array_size(json_object_get(u, "cases")), 15);
-  /* Q4_K, Q6_K and Q5_K (256-value blocks) on the block_layer_config's wider rows */
+   * whose blocks the small rows hold (f32, f16, bf16, q8_0, q4_0, q4_1,
+   * q5_0, q5_1) */
+  ck_assert_int_eq(json_array_size(json_object_get(u, "cases")), 24);
+  /* Q4_K, Q6_K, Q5_K, Q2_K and Q3_K (256-value blocks) on the
+   * block_layer_config's wider rows */
   json_t *nr = json_object_get(u, "dtypes_not_run");
-  ck_assert_int_eq(json_array_size(nr), 3);
+  ck_assert_int_eq(json_array_size(nr), 5);
   ck_assert_str_eq(json_string_value(json_object_get(json_array_get(nr, 0), "dtype")), "q4_k");
   json_t *b = json_array_get(json_object_get(stage(r.report, 1), "units"), 1);
   ck_assert_str_eq(json_string_value(json_object_get(b, "id")), "model.qwen3 (block_layer_config)");
   ck_assert_str_eq(json_string_value(json_object_get(b, "verdict")), "PASS");
-  ck_assert_int_eq(json_array_size(json_object_get(b, "cases")), 9);
+  ck_assert_int_eq(json_array_size(json_object_get(b, "cases")), 15);
   ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(b, "cases"), 0), "dtype")), "q4_k");
   json_decref(r.report);
 }

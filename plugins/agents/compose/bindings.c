@@ -58,6 +58,11 @@ const char *weight_dtype_const(const char *d) {
   if (!strcmp(d, "q4_k")) return "MI_DTYPE_Q4_K";
   if (!strcmp(d, "q6_k")) return "MI_DTYPE_Q6_K";
   if (!strcmp(d, "q5_k")) return "MI_DTYPE_Q5_K";
+  if (!strcmp(d, "q4_1")) return "MI_DTYPE_Q4_1";
+  if (!strcmp(d, "q5_0")) return "MI_DTYPE_Q5_0";
+  if (!strcmp(d, "q5_1")) return "MI_DTYPE_Q5_1";
+  if (!strcmp(d, "q2_k")) return "MI_DTYPE_Q2_K";
+  if (!strcmp(d, "q3_k")) return "MI_DTYPE_Q3_K";
   return dtype_const(d);
 }
 
