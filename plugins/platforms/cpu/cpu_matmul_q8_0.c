@@ -233,8 +233,9 @@ int cpu_matmul_quant(cpu_ctx *c, mi_dtype dt, float *y, const float *x, const vo
                      int64_t N, int64_t K) {
   const int64_t qk = mi_dtype_block(dt);
   if (!tile_for(c->q8ops, dt))
-    return cpu_fail(c, "matmul: unsupported weight dtype %s (f32, f16, bf16 or a block type of quant.h only)",
-                    mi_dtype_name(dt));
+    return cpu_fail(
+        c, "matmul: unsupported weight dtype %s (f32, f16, bf16 or a block type of quant.h only)",
+        mi_dtype_name(dt));
   if (K % qk)
     return cpu_fail(c, "matmul: %s weights need K a multiple of %lld (got K=%lld)",
                     mi_dtype_name(dt), (long long)qk, (long long)K);

@@ -206,10 +206,27 @@ AI void transpose8(__m256i r[8]) {
  * take: Q8_0 (d, q), Q4_0 (d, q - 8) and Q4_K (Q5_K alike), whose sub-block j of 32 is
  * scale d·sc_j (exact in f32: 11 + 6 bits) over codes q in 0..15, less
  * dmin·m_j, which the panel tile takes off as dmin·m_j·fl(d_x·Σq_x) (the
- * tiles' very terms). */
-AI __m256i block_codes(mi_dtype dt, const uint8_t *row, int64_t b, float *sc, float *mn) {
+ * tiles' very terms); Q4_1/Q5_1 as Q4_K with the min's sign turned, Q5_0
+ * as Q4_0. The halves types (16-value sub-blocks: Q6_K, Q3_K, Q2_K) give
+ * the first half's scale in *sc and the second's in *mn; Q2_K also each
+ * half's min dmin·m in mh (0 for the others). */
+AI __m256i block_codes(mi_dtype dt, const uint8_t *row, int64_t b, float *sc, float *mn,
+                        float mh[2]) {
   const __m256i bias = _mm256_set1_epi8((char)0x80), lo4 = _mm256_set1_epi8(0x0f);
-  *mn = 0.0f;
+  *mn = mh[0] = mh[1] = 0.0f;
+  if (dt == MI_DTYPE_Q2_K) { /* halves as Q6_K's (scales d·sc), each half's min dmin·m in mh */
+    const uint8_t *p = row + (size_t)(b / 8) * CPU_Q2_K_BYTES;
+    const int j = (int)(b % 8);
+    const float d = mi_quant_f16(p + 80), dmin = mi_quant_f16(p + 82);
+    *sc = d * (float)(p[2 * j] & 15); /* exact in f32: 11 + 4 bits */
+    *mn = d * (float)(p[2 * j + 1] & 15);
+    mh[0] = dmin * (float)(p[2 * j] >> 4);
+    mh[1] = dmin * (float)(p[2 * j + 1] >> 4);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * (j / 4)));
+    const __m256i q =
+        _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (j % 4))), _mm256_set1_epi8(3));
+    return _mm256_or_si256(q, bias); /* q + 128 */
+  }
   if (dt == MI_DTYPE_Q6_K) { /* 32 values of one quarter: (q - 32) + 128 */
     const uint8_t *p = row + (size_t)(b / 8) * CPU_Q6_K_BYTES;
     const int j = (int)(b % 8), h = j / 4, quarter = j % 4;
@@ -280,9 +297,10 @@ AI __m256i block_codes(mi_dtype dt, const uint8_t *row, int64_t b, float *sc, fl
 }
 
 /* Packs rows n .. n+nr-1 (nr <= 16; the others: weights 0, scale 0, which
- * add exactly 0) over blocks b0 .. b0+nbk-1 into P [nbk·8][16], S [nbk][16]
- * and, for Q4_K, Mn [nbk][16] (the min terms). */
-static void pack_panel(uint32_t *P, float *S, float *Mn, const uint8_t *w, mi_dtype dt,
+ * add exactly 0) over blocks b0 .. b0+nbk-1 into P [nbk·8][16], S [nbk][16],
+ * Mn [nbk][16] (the min terms, or the second halves' scales) and Mh
+ * [nbk][2][16] (Q2_K's mins of each half). */
+static void pack_panel(uint32_t *P, float *S, float *Mn, float *Mh, const uint8_t *w, mi_dtype dt,
                        size_t wrow, int64_t n, int nr, int64_t b0, int nbk) {
   const __m256i bias = _mm256_set1_epi8((char)0x80);
   for (int b = 0; b < nbk; b++) {
@@ -290,10 +308,12 @@ static void pack_panel(uint32_t *P, float *S, float *Mn, const uint8_t *w, mi_dt
       __m256i r[8];
       for (int i = 0; i < 8; i++) {
         const int j = 8 * h + i;
-        float sc = 0.0f, mn = 0.0f;
-        r[i] = j < nr ? block_codes(dt, w + (size_t)(n + j) * wrow, b0 + b, &sc, &mn) : bias;
+        float sc = 0.0f, mn = 0.0f, mh[2] = {0.0f, 0.0f};
+        r[i] = j < nr ? block_codes(dt, w + (size_t)(n + j) * wrow, b0 + b, &sc, &mn, mh) : bias;
         S[b * PN + j] = sc;
         Mn[b * PN + j] = mn;
+        Mh[(2 * b) * PN + j] = mh[0];
+        Mh[(2 * b + 1) * PN + j] = mh[1];
       }
       transpose8(r);
       for (int t = 0; t < 8; t++)
@@ -306,8 +326,8 @@ static void pack_panel(uint32_t *P, float *S, float *Mn, const uint8_t *w, mi_dt
  * blocks (block b0 + b of the row); y row i at y + i·ldy, lanes past nr
  * masked off (mk); accum: add to y. */
 AI void panel_tile(const int MR, float *y, int64_t ldy, const cpu_q8_act *a, int64_t m,
-                   const uint32_t *P, const float *S, const float *Mn, int halves, int64_t b0,
-                   int nbk, __mmask16 mk, int accum) {
+                   const uint32_t *P, const float *S, const float *Mn, const float *Mh, int halves,
+                   int64_t b0, int nbk, __mmask16 mk, int accum) {
   const int64_t nbp = a->kp / CPU_Q8_QK;
   const int8_t *q[PMR];
   const float *d[PMR];
@@ -345,6 +365,15 @@ AI void panel_tile(const int MR, float *y, int64_t ldy, const cpu_q8_act *a, int
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[i]), _mm512_mul_ps(sv, dx), acc[i]);
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(J[i]), _mm512_mul_ps(sw, dx), acc[i]);
     }
+    if (Mh) { /* Q2_K: less dmin·m_h · d_x·Σ_h q_x, Σ_h q_x = -ch/128 (exact integers) */
+      const __m512 ma = _mm512_load_ps(Mh + 2 * b * PN), mb = _mm512_load_ps(Mh + (2 * b + 1) * PN);
+      for (int i = 0; i < MR; i++) {
+        const float xa = d[i][b] * ((float)ch[i][b] * 0x1p-7f);
+        const float xb = d[i][b] * ((float)(cs[i][b] - ch[i][b]) * 0x1p-7f);
+        acc[i] = _mm512_fmadd_ps(ma, _mm512_set1_ps(xa), acc[i]);
+        acc[i] = _mm512_fmadd_ps(mb, _mm512_set1_ps(xb), acc[i]);
+      }
+    }
   }
   for (int b = 0; !halves && b < nbk; b++) {
     __m512i I[PMR];
@@ -375,28 +404,26 @@ AI void panel_tile(const int MR, float *y, int64_t ldy, const cpu_q8_act *a, int
 /* Tokens [m, me) over one panel (y at its first output): PMR at a time,
  * then one tile of exactly the rest. */
 static void panel_rows(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m, int64_t me,
-                       const uint32_t *P, const float *S, const float *Mn, int halves, int64_t b0,
-                       int nbk, __mmask16 mk) {
+                       const uint32_t *P, const float *S, const float *Mn, const float *Mh,
+                       int halves, int64_t b0, int nbk, __mmask16 mk) {
   const int acc = b0 > 0;
   for (; m + PMR <= me; m += PMR)
-    panel_tile(PMR, y + m * ldy, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc);
+    panel_tile(PMR, y + m * ldy, ldy, a, m, P, S, Mn, Mh, halves, b0, nbk, mk, acc);
   float *yr = y + m * ldy;
   switch (me - m) {
-  case 1: panel_tile(1, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
-  case 2: panel_tile(2, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
-  case 3: panel_tile(3, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
-  case 4: panel_tile(4, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
-  case 5: panel_tile(5, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
-  case 6: panel_tile(6, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
-  case 7: panel_tile(7, yr, ldy, a, m, P, S, Mn, halves, b0, nbk, mk, acc); break;
+  case 1: panel_tile(1, yr, ldy, a, m, P, S, Mn, Mh, halves, b0, nbk, mk, acc); break;
+  case 2: panel_tile(2, yr, ldy, a, m, P, S, Mn, Mh, halves, b0, nbk, mk, acc); break;
+  case 3: panel_tile(3, yr, ldy, a, m, P, S, Mn, Mh, halves, b0, nbk, mk, acc); break;
+  case 4: panel_tile(4, yr, ldy, a, m, P, S, Mn, Mh, halves, b0, nbk, mk, acc); break;
+  case 5: panel_tile(5, yr, ldy, a, m, P, S, Mn, Mh, halves, b0, nbk, mk, acc); break;
+  case 6: panel_tile(6, yr, ldy, a, m, P, S, Mn, Mh, halves, b0, nbk, mk, acc); break;
+  case 7: panel_tile(7, yr, ldy, a, m, P, S, Mn, Mh, halves, b0, nbk, mk, acc); break;
   default: break;
   }
 }
 
-/* Every block type the matmul takes but Q2_K (a min per 16 values: the
- * panel tile has one per 32), which stays on the tiles. */
 static int gemm_takes(mi_dtype dt) {
-  return cpu_quant_takes(dt) && dt != MI_DTYPE_Q2_K;
+  return cpu_quant_takes(dt); /* every block type the matmul takes has panels */
 }
 
 static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t m1, const void *w,
@@ -404,7 +431,9 @@ static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t
   uint32_t P[PKB * 8 * PN] __attribute__((aligned(64))); /* 16 KB */
   float S[PKB * PN] __attribute__((aligned(64)));        /* 2 KB */
   float Mn[PKB * PN] __attribute__((aligned(64)));       /* 2 KB: Q4_K's mins, Q6_K's 2nd scales */
-  const int halves = dt == MI_DTYPE_Q6_K || dt == MI_DTYPE_Q3_K;
+  float Mh[2 * PKB * PN] __attribute__((aligned(64)));   /* 4 KB: Q2_K's mins of each half */
+  const int halves = dt == MI_DTYPE_Q6_K || dt == MI_DTYPE_Q3_K || dt == MI_DTYPE_Q2_K;
+  const float *hmins = dt == MI_DTYPE_Q2_K ? Mh : NULL;
   const float *mins = halves || cpu_quant_wants_ds(dt) ? Mn : NULL;
   const int64_t nb = a->K / CPU_Q8_QK;
   for (int64_t ms = m0; ms < m1; ms += PMB) {
@@ -414,8 +443,8 @@ static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t
       const __mmask16 mk = (__mmask16)((1u << nr) - 1);
       for (int64_t b0 = 0; b0 < nb; b0 += PKB) {
         const int nbk = nb - b0 < PKB ? (int)(nb - b0) : PKB;
-        pack_panel(P, S, Mn, w, dt, wrow, n, nr, b0, nbk);
-        panel_rows(y + n, ldy, a, ms, me, P, S, mins, halves, b0, nbk, mk);
+        pack_panel(P, S, Mn, Mh, w, dt, wrow, n, nr, b0, nbk);
+        panel_rows(y + n, ldy, a, ms, me, P, S, mins, hmins, halves, b0, nbk, mk);
       }
     }
   }

@@ -95,7 +95,8 @@ static inline __attribute__((always_inline)) float cpu_f16_at(const uint8_t *p) 
 #endif
 
 /* The tiles, per ISA (declared through their type: one signature). */
-cpu_q_tile cpu_q4_0_tile_generic, cpu_q4_k_tile_generic, cpu_q6_k_tile_generic, cpu_q5_k_tile_generic;
+cpu_q_tile cpu_q4_0_tile_generic, cpu_q4_k_tile_generic, cpu_q6_k_tile_generic,
+    cpu_q5_k_tile_generic;
 cpu_q_tile cpu_q4_1_tile_generic, cpu_q5_0_tile_generic, cpu_q5_1_tile_generic;
 cpu_q_tile cpu_q2_k_tile_generic, cpu_q3_k_tile_generic;
 #if defined(MI_CPU_X86)

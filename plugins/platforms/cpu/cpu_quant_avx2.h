@@ -90,10 +90,10 @@ AI __m128i q3_k_scales_x(const uint8_t *s12) {
   uint32_t w;
   memcpy(&w, s12 + 8, 4);
   const __m128i lo8 = _mm_loadl_epi64((const __m128i *)s12), m4 = _mm_set1_epi8(15);
-  const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(lo8, m4),
-                                         _mm_and_si128(_mm_srli_epi16(lo8, 4), m4));
-  const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)w), _mm_setr_epi32(0, 2, 4, 6)),
-                                   _mm_set1_epi8(3));
+  const __m128i low =
+      _mm_unpacklo_epi64(_mm_and_si128(lo8, m4), _mm_and_si128(_mm_srli_epi16(lo8, 4), m4));
+  const __m128i hi = _mm_and_si128(
+      _mm_srlv_epi32(_mm_set1_epi32((int)w), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
   return _mm_or_si128(low, _mm_slli_epi16(hi, 4));
 }
 

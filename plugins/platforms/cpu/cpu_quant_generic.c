@@ -14,7 +14,7 @@ static void put(float *y, int64_t ldy, const int64_t col[4], int i, int j, float
 /* One output over Q4_0 blocks [b0, b1): Σ_b fl(d_x·d)·Σ q_x·(q - 8), the
  * integer sum at most 32·127·8 in magnitude. */
 static float q4_0_row(const uint8_t *w, const int8_t *qx, const float *dx, const float *ds,
-                  int64_t b0, int64_t b1) {
+                      int64_t b0, int64_t b1) {
   (void)ds;
   float s = 0.0f;
   for (int64_t b = b0; b < b1; b++) {
@@ -34,7 +34,8 @@ static float q4_0_row(const uint8_t *w, const int8_t *qx, const float *dx, const
  * byte 48 and bit j of qh[l] the code's fifth): per sub-block j (activation
  * block 8b + j), d_x·(d·(sc_j·Σ q_x·q) - dmin·(m_j·Σ q_x)); sc_j·Σ q_x·q
  * is at most 63·32·127·31 < 2^23, exact in f32 too. */
-static inline float k_row(const uint8_t *w, const int8_t *qx, const float *dx, int64_t b0, int64_t b1, const int five) {
+static inline float k_row(const uint8_t *w, const int8_t *qx, const float *dx, int64_t b0,
+                          int64_t b1, const int five) {
   float s = 0.0f;
   for (int64_t b = b0; b < b1; b++) {
     const uint8_t *p = w + (size_t)b * (five ? CPU_Q5_K_BYTES : CPU_Q4_K_BYTES), *qh = p + 16;
@@ -59,13 +60,13 @@ static inline float k_row(const uint8_t *w, const int8_t *qx, const float *dx, i
 }
 
 static float q4_k_row(const uint8_t *w, const int8_t *qx, const float *dx, const float *ds,
-                  int64_t b0, int64_t b1) {
+                      int64_t b0, int64_t b1) {
   (void)ds;
   return k_row(w, qx, dx, b0, b1, 0);
 }
 
 static float q5_k_row(const uint8_t *w, const int8_t *qx, const float *dx, const float *ds,
-                  int64_t b0, int64_t b1) {
+                      int64_t b0, int64_t b1) {
   (void)ds;
   return k_row(w, qx, dx, b0, b1, 1);
 }
@@ -74,7 +75,7 @@ static float q5_k_row(const uint8_t *w, const int8_t *qx, const float *dx, const
  * 2j, 2j+1 of 16), fl(d_x·d)·(sc_2j·Σ q_x·(q-32) + sc_2j+1·Σ ...), the
  * integer at most 2·128·16·127·32 < 2^24. */
 static float q6_k_row(const uint8_t *w, const int8_t *qx, const float *dx, const float *ds,
-                  int64_t b0, int64_t b1) {
+                      int64_t b0, int64_t b1) {
   (void)ds;
   float s = 0.0f;
   for (int64_t b = b0; b < b1; b++) {
@@ -105,8 +106,8 @@ static float q6_k_row(const uint8_t *w, const int8_t *qx, const float *dx, const
  * nibbles (value l < 16 low nibble of qs[l], l + 16 its high one; the
  * fifth bit of value i bit i of qh). Per block fl(d_x·d)·Σ q_x·(q - off)
  * (off 16 for Q5_0, else 0; at most 32·127·31), plus m·fl(d_x·Σ q_x). */
-static inline float legacy_row(const uint8_t *w, const int8_t *qx, const float *dx,
-                               const float *ds, int64_t b0, int64_t b1, const mi_dtype t) {
+static inline float legacy_row(const uint8_t *w, const int8_t *qx, const float *dx, const float *ds,
+                               int64_t b0, int64_t b1, const mi_dtype t) {
   const int hasm = t != MI_DTYPE_Q5_0, hash = t != MI_DTYPE_Q4_1, off = hasm ? 0 : 16;
   const size_t bb = 2 + 2 * (size_t)hasm + 4 * (size_t)hash + 16;
   float s = 0.0f;

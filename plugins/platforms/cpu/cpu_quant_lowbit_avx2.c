@@ -42,7 +42,8 @@ AI __m256 times_dx(float d, const cpu_q8_act *a, int64_t row, int i, int64_t b) 
  * (cpu_q8_act.x16): VPMADDWD adds exactly the two sub-blocks of each
  * activation block. */
 AI __m256i per_block_x(__m256i s16, const cpu_q8_act *a, int64_t row, int i, int64_t b) {
-  const __m256i x = _mm256_loadu_si256((const __m256i *)(a->x16 + (row + i) * (a->kp / 16) + b * 16));
+  const __m256i x =
+      _mm256_loadu_si256((const __m256i *)(a->x16 + (row + i) * (a->kp / 16) + b * 16));
   return _mm256_madd_epi16(s16, x);
 }
 
