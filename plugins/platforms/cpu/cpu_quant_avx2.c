@@ -31,9 +31,7 @@ AI void q4_0_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
   const int64_t nbp = a->kp / 32;
   const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi8(8);
   __m256 acc[2][4];
-  for (int i = 0; i < 2; i++) /* all of it: rows past MR are never read, but stay defined */
-    for (int j = 0; j < 4; j++)
-      acc[i][j] = _mm256_setzero_ps();
+  acc_zero(acc);
   for (int64_t b = b0; b < b1; b++) {
     __m256i xq[2], off[2];
     __m256 xd[2];
@@ -123,9 +121,7 @@ AI void k_mr(const int MR, const int five, float *y, int64_t ldy, const int64_t 
   const int64_t nbp = a->kp / 32;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[2][4];
-  for (int i = 0; i < 2; i++) /* all of it: rows past MR are never read, but stay defined */
-    for (int j = 0; j < 4; j++)
-      acc[i][j] = _mm256_setzero_ps();
+  acc_zero(acc);
   for (int64_t b = b0; b < b1; b++) {
     for (int j = 0; j < 4; j++) {
       __m256 sc[2];
@@ -165,8 +161,7 @@ AI void k_m1(const int five, float *y, const int64_t col[4], const cpu_q8_act *a
   const int64_t nbp = a->kp / 32;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[2][4];
-  for (int j = 0; j < 4; j++)
-    acc[0][j] = acc[1][j] = _mm256_setzero_ps();
+  acc_zero(acc);
   for (int64_t b = b0; b < b1; b++) {
     const int8_t *xb = a->q + row * a->kp + b * 256;
     const __m256 dx = _mm256_loadu_ps(a->d + row * nbp + b * 8);
@@ -236,9 +231,7 @@ AI void q6_k_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
   const int64_t nbp = a->kp / 32;
   const __m256i c32 = _mm256_set1_epi8(32);
   __m256 acc[2][4];
-  for (int i = 0; i < 2; i++) /* all of it: rows past MR are never read, but stay defined */
-    for (int j = 0; j < 4; j++)
-      acc[i][j] = _mm256_setzero_ps();
+  acc_zero(acc);
   for (int64_t b = b0; b < b1; b++) {
     for (int j = 0; j < 4; j++) {
       const uint8_t *p = (const uint8_t *)wr[j] + (size_t)b * CPU_Q6_K_BYTES;

@@ -21,6 +21,14 @@ AI __m256 bcast_lane(__m256 v, int j) {
   return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j));
 }
 
+/* A tile's accumulators, all zero: rows past the tile's MR are never
+ * read, but stay defined. */
+AI void acc_zero(__m256 acc[2][4]) {
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 4; j++)
+      acc[i][j] = _mm256_setzero_ps();
+}
+
 /* The tile's sums (acc[i][j]: token i, weight row j) into y. */
 AI void store(float *y, int64_t ldy, const int64_t col[4], __m256 acc[2][4], int MR, int nr,
               int accum) {

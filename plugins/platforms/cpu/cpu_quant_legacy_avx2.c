@@ -21,9 +21,7 @@ AI void legacy_mr(const int MR, const mi_dtype t, float *y, int64_t ldy, const i
   const int64_t nbp = a->kp / 32;
   const __m256i ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi8(16);
   __m256 acc[2][4];
-  for (int i = 0; i < 2; i++) /* all of it: rows past MR are never read, but stay defined */
-    for (int j = 0; j < 4; j++)
-      acc[i][j] = _mm256_setzero_ps();
+  acc_zero(acc);
   for (int64_t b = b0; b < b1; b++) {
     __m256i xq[2], off[2];
     __m256 xd[2], xs[2];

@@ -58,9 +58,7 @@ AI void lowbit_mr(const int MR, const int three, float *y, int64_t ldy, const in
                   int64_t b1, int accum) {
   const __m256i m3 = _mm256_set1_epi8(3);
   __m256 acc[2][4];
-  for (int i = 0; i < 2; i++) /* all of it: rows past MR are never read, but stay defined */
-    for (int j = 0; j < 4; j++)
-      acc[i][j] = _mm256_setzero_ps();
+  acc_zero(acc);
   for (int64_t b = b0; b < b1; b++) {
     for (int j = 0; j < 4; j++) {
       const uint8_t *p =
