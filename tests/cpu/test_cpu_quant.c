@@ -52,9 +52,9 @@
 
 #define U (FLT_EPSILON / 2) /* f32 unit roundoff 2^-24 */
 
-static const mi_dtype TYPES[] = {MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q6_K, MI_DTYPE_Q5_K,
-                                 MI_DTYPE_Q4_1, MI_DTYPE_Q5_0, MI_DTYPE_Q5_1, MI_DTYPE_Q2_K,
-                                 MI_DTYPE_Q3_K};
+static const mi_dtype TYPES[] = {MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q6_K,
+                                 MI_DTYPE_Q5_K, MI_DTYPE_Q4_1, MI_DTYPE_Q5_0,
+                                 MI_DTYPE_Q5_1, MI_DTYPE_Q2_K, MI_DTYPE_Q3_K};
 #define NTYPE 9
 
 /* The byte offsets of a block's f16 scale d and of its min (dmin or m;

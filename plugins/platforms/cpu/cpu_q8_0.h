@@ -110,15 +110,15 @@ typedef struct cpu_q8_ops {
 
 /* Each cpu_q8_0_<isa>.c names its loops quantize and tile, and its
  * cpu_quant_<isa>.c the other block types' tiles cpu_<type>_tile_<isa>:
- * the members every ISA fills (gemm stays optional). The five types of
- * the second row come from the ISA more (AVX-512 runs AVX2's: they are
- * bound by the weight stream at 2-4 bits a value either way). */
-#define CPU_Q8_OPS_BASE(ops_name, isa, more)                                                       \
+ * the members every ISA fills (gemm stays optional). Q4_1, Q5_0 and Q5_1
+ * come from the ISA legacy, Q2_K and Q3_K from lowbit (AVX-512 runs AVX2's
+ * legacy tiles, and its own one-token Q2_K/Q3_K tiles). */
+#define CPU_Q8_OPS_BASE(ops_name, isa, legacy, lowbit)                                             \
   .name = (ops_name), .quantize = quantize, .tile = tile, .tile_q4_0 = cpu_q4_0_tile_##isa,        \
   .tile_q4_k = cpu_q4_k_tile_##isa, .tile_q6_k = cpu_q6_k_tile_##isa,                              \
-  .tile_q5_k = cpu_q5_k_tile_##isa, .tile_q4_1 = cpu_q4_1_tile_##more,                             \
-  .tile_q5_0 = cpu_q5_0_tile_##more, .tile_q5_1 = cpu_q5_1_tile_##more,                            \
-  .tile_q2_k = cpu_q2_k_tile_##more, .tile_q3_k = cpu_q3_k_tile_##more
+  .tile_q5_k = cpu_q5_k_tile_##isa, .tile_q4_1 = cpu_q4_1_tile_##legacy,                           \
+  .tile_q5_0 = cpu_q5_0_tile_##legacy, .tile_q5_1 = cpu_q5_1_tile_##legacy,                        \
+  .tile_q2_k = cpu_q2_k_tile_##lowbit, .tile_q3_k = cpu_q3_k_tile_##lowbit
 
 extern const cpu_q8_ops cpu_q8_generic;
 #if defined(MI_CPU_X86)

@@ -123,4 +123,4 @@ static void tile(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *
   }
 }
 
-const cpu_q8_ops cpu_q8_avx2 = {CPU_Q8_OPS_BASE("avx2", avx2, avx2)};
+const cpu_q8_ops cpu_q8_avx2 = {CPU_Q8_OPS_BASE("avx2", avx2, avx2, avx2)};

@@ -450,5 +450,5 @@ static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t
   }
 }
 
-const cpu_q8_ops cpu_q8_avx512vnni = {CPU_Q8_OPS_BASE("avx512vnni", avx512, avx2), .gemm = gemm,
+const cpu_q8_ops cpu_q8_avx512vnni = {CPU_Q8_OPS_BASE("avx512vnni", avx512, avx2, avx512), .gemm = gemm,
                                       .gemm_takes = gemm_takes};

@@ -49,4 +49,4 @@ static void tile(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *
   }
 }
 
-const cpu_q8_ops cpu_q8_generic = {CPU_Q8_OPS_BASE("generic", generic, generic)};
+const cpu_q8_ops cpu_q8_generic = {CPU_Q8_OPS_BASE("generic", generic, generic, generic)};

@@ -104,6 +104,7 @@ cpu_q_tile cpu_q4_0_tile_avx2, cpu_q4_k_tile_avx2, cpu_q6_k_tile_avx2, cpu_q5_k_
 cpu_q_tile cpu_q4_1_tile_avx2, cpu_q5_0_tile_avx2, cpu_q5_1_tile_avx2;
 cpu_q_tile cpu_q2_k_tile_avx2, cpu_q3_k_tile_avx2;
 cpu_q_tile cpu_q4_0_tile_avx512, cpu_q4_k_tile_avx512, cpu_q6_k_tile_avx512, cpu_q5_k_tile_avx512;
+cpu_q_tile cpu_q2_k_tile_avx512, cpu_q3_k_tile_avx512;
 #endif
 
 #endif

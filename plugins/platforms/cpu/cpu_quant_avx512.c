@@ -101,21 +101,9 @@ AI void q4_0_mr(const int MR, float *y, int64_t ldy, const int64_t col[4], const
   mi_store4x4(y, ldy, col, acc, MR, nr, accum);
 }
 
-/* The int32 lanes of 4 vectors, each two halves of 8 lanes (half A_g in
- * lanes 0-7, B_g in 8-15), added within their halves into one vector:
- * lane 4L + e holds A_e (128-bit lanes L = 0, 1) or B_e (L = 2, 3), 2
- * lanes each. Unpacks and adds: cheaper than 3 more converts and FMAs. */
-AI __m512i fold4(const __m512i I[4]) {
-  const __m512i a =
-      _mm512_add_epi32(_mm512_unpacklo_epi32(I[0], I[1]), _mm512_unpackhi_epi32(I[0], I[1]));
-  const __m512i b =
-      _mm512_add_epi32(_mm512_unpacklo_epi32(I[2], I[3]), _mm512_unpackhi_epi32(I[2], I[3]));
-  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
-}
-
 /* Decode (one token), 8 blocks (144 bytes of each row) per step: the 8
  * scales come from two 64-byte loads and one word permute, the 4 pairs'
- * int32 sums are folded (fold4: block 2g in the A half, 2g+1 in B) so
+ * int32 sums are folded (mi_fold4_epi32: block 2g in the A half, 2g+1 in B) so
  * that the 8 blocks take one convert and one FMA per row. The high
  * nibbles are not shifted down: a zmm [qa, qa, qb, qb] ANDed with 0x0f /
  * 0xf0 per 128-bit lane gives q and 16·q (lanes at most 4·240·127, exact),
@@ -173,7 +161,7 @@ static void q4_0_m1(float *y, const int64_t col[4], const cpu_q8_act *a, int64_t
       const __m256 dw = _mm256_cvtph_ps(_mm512_castsi512_si128(dh));
       const __m512 f =
           _mm512_mul_ps(_mm512_permutexvar_ps(lane_blk, _mm512_castps256_ps512(dw)), dx);
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold4(I)), f, acc[j]);
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi_fold4_epi32(I)), f, acc[j]);
     }
   }
   q4_0_pairs(1, acc, a, row, wr, b, b1);
@@ -253,7 +241,7 @@ AI __m512i q5_k_codes(const uint8_t *p, int g) {
 }
 
 /* Decode (one token), Q4_K and Q5_K (five): the 4 code vectors' int32 lanes are first summed
- * within their sub-blocks (fold4: code vector g holds sub-blocks A_g =
+ * within their sub-blocks (mi_fold4_epi32: code vector g holds sub-blocks A_g =
  * 0, 1, 4, 5 and B_g = 2, 3, 6, 7; lane_sub below says which lane is
  * which), so each weight block and row takes one convert and one FMA with
  * d·sc_j·d_x[j] instead of four, and no per-vector scale spreading. The
@@ -300,7 +288,7 @@ AI void q4_k_m1(const int five, float *y, const int64_t col[4], const cpu_q8_act
       /* lanes 0-7 of sc·dx: d·sc_j·d_x[j] (/16 for odd j); spread to the
        * folded lanes */
       const __m512 f = _mm512_permutexvar_ps(lane_sub, _mm512_mul_ps(sc, dx));
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold4(I)), f, acc[j]);
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi_fold4_epi32(I)), f, acc[j]);
       acc[j] = _mm512_fnmadd_ps(sc, dsv, acc[j]); /* the min term (lanes 8-15) */
     }
   }
@@ -387,7 +375,7 @@ AI __m512 spread4(__m512 v, int g) {
 }
 
 /* Decode (one token): 128-bit lane L of code vector g's sums is exactly
- * sub-block 4g + L (16 values, 4 lanes), so fold4 leaves in lane 4L + g
+ * sub-block 4g + L (16 values, 4 lanes), so mi_fold4_epi32 leaves in lane 4L + g
  * the whole integer sum of sub-block 4g + L (at most 16·127·32); one
  * convert and one FMA per block and row with d·sc·d_x permuted to that
  * order. */
@@ -420,7 +408,7 @@ static void q6_k_m1(float *y, const int64_t col[4], const cpu_q8_act *a, int64_t
           _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 192))));
       const __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_permutexvar_ps(sub, sc), dx),
                                      _mm512_set1_ps(cpu_f16_at(p + 208)));
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold4(I)), f, acc[j]);
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi_fold4_epi32(I)), f, acc[j]);
     }
   }
   mi_store1x4(y, col, acc, nr, accum);

@@ -1,7 +1,8 @@
 /* Horizontal sums of 16 zmm accumulators at once (AVX-512F), for the
  * inner-product tiles: cheaper than 16 _mm512_reduce_add_ps (15 adds and
- * 30 shuffles instead of ~120 instructions). Include only from a file
- * compiled with -mavx512f. */
+ * 30 shuffles instead of ~120 instructions); and int32 lanes summed by
+ * 16-value groups (mi_fold4_epi32). Include only from a file compiled
+ * with -mavx512f. */
 #ifndef MI_CPU_REDUCE_AVX512_H
 #define MI_CPU_REDUCE_AVX512_H
 
@@ -26,6 +27,18 @@ static inline __attribute__((always_inline)) __m512 mi_reduce16_ps(const __m512 
                          _mm512_unpackhi_ps(b[2 * t], b[2 * t + 1]));
   /* c[t], lane l: (v[8t + l], v[8t + 4 + l], v[8t + l], v[8t + 4 + l]), 2 partials each */
   return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x44), _mm512_shuffle_ps(c[0], c[1], 0xEE));
+}
+
+/* The int32 lanes of 4 vectors, each two halves of 8 lanes (half A_g in
+ * lanes 0-7, B_g in 8-15), added within their halves into one vector:
+ * lane 4L + e holds A_e (128-bit lanes L = 0, 1) or B_e (L = 2, 3), 2
+ * lanes each. Unpacks and adds: cheaper than 3 more converts and FMAs. */
+static inline __attribute__((always_inline)) __m512i mi_fold4_epi32(const __m512i I[4]) {
+  const __m512i a =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(I[0], I[1]), _mm512_unpackhi_epi32(I[0], I[1]));
+  const __m512i b =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(I[2], I[3]), _mm512_unpackhi_epi32(I[2], I[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
 }
 
 /* The 4x4 tile's sums (v[4i + j]) into y[i·ldy + col[j]] for i < mr, j < nr;
