@@ -106,20 +106,16 @@ AI void lowbit_m1(const int three, float *y, const int64_t col[4], const cpu_q8_
   mi_store1x4(y, col, acc, nr, accum);
 }
 
-void cpu_q2_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                          int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
-                          int64_t b1, int accum) {
-  if (mr == 1)
-    lowbit_m1(0, y, col, a, row, wr, nr, b0, b1, accum);
-  else
-    cpu_q2_k_tile_avx2(y, ldy, col, a, row, mr, wr, nr, b0, b1, accum);
-}
+/* The tile entry of type three (Q3_K) or not: one token here, more on the
+ * AVX2 tiles. */
+#define LOWBIT_ENTRY(name, three, taller)                                                          \
+  void name(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a, int64_t row, int mr, \
+            const void *const wr[4], int nr, int64_t b0, int64_t b1, int accum) {                  \
+    if (mr == 1)                                                                                   \
+      lowbit_m1(three, y, col, a, row, wr, nr, b0, b1, accum);                                     \
+    else                                                                                           \
+      taller(y, ldy, col, a, row, mr, wr, nr, b0, b1, accum);                                      \
+  }
 
-void cpu_q3_k_tile_avx512(float *y, int64_t ldy, const int64_t col[4], const cpu_q8_act *a,
-                          int64_t row, int mr, const void *const wr[4], int nr, int64_t b0,
-                          int64_t b1, int accum) {
-  if (mr == 1)
-    lowbit_m1(1, y, col, a, row, wr, nr, b0, b1, accum);
-  else
-    cpu_q3_k_tile_avx2(y, ldy, col, a, row, mr, wr, nr, b0, b1, accum);
-}
+LOWBIT_ENTRY(cpu_q2_k_tile_avx512, 0, cpu_q2_k_tile_avx2)
+LOWBIT_ENTRY(cpu_q3_k_tile_avx512, 1, cpu_q3_k_tile_avx2)
