@@ -256,9 +256,7 @@ AI __m256i block_codes(mi_dtype dt, const uint8_t *row, int64_t b, float *sc, fl
   if (dt == MI_DTYPE_Q4_1 || dt == MI_DTYPE_Q5_0 || dt == MI_DTYPE_Q5_1) {
     /* Q5_0: (q - 16) + 128; Q4_1, Q5_1: q + 128 and the min m, which the
      * panel tile takes off as mn·fl(d_x·Σq_x): so mn = -m */
-    const size_t bb = dt == MI_DTYPE_Q4_1 ? CPU_Q4_1_BYTES
-                      : dt == MI_DTYPE_Q5_0 ? CPU_Q5_0_BYTES
-                                            : CPU_Q5_1_BYTES;
+    const size_t bb = mi_dtype_block_bytes(dt);
     float m;
     const __m256i q = legacy_codes(row + (size_t)b * bb, dt, sc, &m);
     *mn = -m;

@@ -46,9 +46,6 @@
 #define CPU_Q4_K_BYTES 144
 #define CPU_Q6_K_BYTES 210
 #define CPU_Q5_K_BYTES 176
-#define CPU_Q4_1_BYTES 20
-#define CPU_Q5_0_BYTES 22
-#define CPU_Q5_1_BYTES 24
 #define CPU_Q2_K_BYTES 84
 #define CPU_Q3_K_BYTES 110
 

@@ -109,7 +109,7 @@ static float q6_k_row(const uint8_t *w, const int8_t *qx, const float *dx, const
 static inline float legacy_row(const uint8_t *w, const int8_t *qx, const float *dx, const float *ds,
                                int64_t b0, int64_t b1, const mi_dtype t) {
   const int hasm = t != MI_DTYPE_Q5_0, hash = t != MI_DTYPE_Q4_1, off = hasm ? 0 : 16;
-  const size_t bb = 2 + 2 * (size_t)hasm + 4 * (size_t)hash + 16;
+  const size_t bb = mi_dtype_block_bytes(t);
   float s = 0.0f;
   for (int64_t b = b0; b < b1; b++) {
     const uint8_t *p = w + (size_t)b * bb, *qs = p + 2 + 2 * hasm + 4 * hash;

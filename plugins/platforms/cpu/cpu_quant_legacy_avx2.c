@@ -16,8 +16,8 @@
 AI void legacy_mr(const int MR, const mi_dtype t, float *y, int64_t ldy, const int64_t col[4],
                   const cpu_q8_act *a, int64_t row, const void *const wr[4], int nr, int64_t b0,
                   int64_t b1, int accum) {
-  const int hasm = t != MI_DTYPE_Q5_0, hash = t != MI_DTYPE_Q4_1;
-  const size_t bb = 2 + 2 * (size_t)hasm + 4 * (size_t)hash + 16;
+  const int hasm = t != MI_DTYPE_Q5_0;
+  const size_t bb = mi_dtype_block_bytes(t);
   const int64_t nbp = a->kp / 32;
   const __m256i ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi8(16);
   __m256 acc[2][4];
