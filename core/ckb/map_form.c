@@ -67,6 +67,105 @@ static int input_role(const json_t *a, int dims, const char *rows_key, const cha
   return -1;
 }
 
+/* The names of expression e (what = where it sits, for messages): each an
+ * argument by its kind and shape, or one of the first n_stats reductions.
+ * per_elem: e is evaluated per element (else per row: no per-element or
+ * per-column value). 0, or -1 with err. */
+static int resolve(const char *id, const char *what, const mi_kexpr *e, const json_t *args, const mi_map_form *f,
+                   int n_stats, int per_elem, const char *rows_key, const char *n_key, const char *all_key,
+                   mi_map_names *out, char *err, size_t err_len) {
+  out->n = mi_kexpr_n_names(e);
+  if (out->n > MI_MAP_MAX_NAMES) {
+    snprintf(err, err_len, "%s: %s reads %d names (at most %d)", id, what, out->n, MI_MAP_MAX_NAMES);
+    return -1;
+  }
+  for (int k = 0; k < out->n; k++) {
+    const char *name = mi_kexpr_name(e, k);
+    int role = -1;
+    for (int r = 0; r < n_stats && role < 0; r++)
+      if (!strcmp(f->reduce[r].name, name)) role = MI_MAP_STAT, out->arg[k] = r;
+    if (role == MI_MAP_STAT) {
+      out->role[k] = MI_MAP_STAT;
+      continue;
+    }
+    const json_t *a = arg_named(args, name, &out->arg[k]);
+    const char *kind = a ? str_or(a, "kind", "") : "";
+    if (!a) {
+      snprintf(err, err_len, "%s: %s reads '%.64s', which is no argument of the signature%s", id, what, name,
+               f->n_reduce ? " nor a reduction before it" : "");
+    } else if (is_scalar_kind(kind)) {
+      role = MI_MAP_SCALAR;
+    } else if (strcmp(kind, "in") || strcmp(str_or(a, "dtype", ""), "f32")) {
+      snprintf(err, err_len, "%s: %s reads '%.64s', %s%s (it reads f32 \"in\" buffers and scalars)", id, what, name,
+               strcmp(kind, "in") ? "an argument of kind " : "a non-f32 \"in\" buffer", strcmp(kind, "in") ? kind : "");
+    } else if ((role = input_role(a, f->dims, rows_key, n_key, all_key)) < 0) {
+      snprintf(err, err_len,
+               "%s: input '%.64s' has a shape that is neither the output's, [%s] (per column)%s%s%s", id,
+               name, n_key, f->dims == 2 ? " nor [" : "", f->dims == 2 ? rows_key : "",
+               f->dims == 2 ? "] (per row)" : "");
+    } else if (!per_elem && role != MI_MAP_ROW) {
+      snprintf(err, err_len, "%s: %s reads '%.64s', a value per element or per column: it is evaluated once per row",
+               id, what, name);
+      role = -1;
+    }
+    if (role < 0) return -1;
+    out->role[k] = (mi_map_role)role;
+  }
+  return 0;
+}
+
+/* map.reduce: the row reductions, in order. 0, or -1 with err. */
+static int parse_reduce(const json_t *op, const char *id, const json_t *args, mi_map_form *f, const char *rows_key,
+                        const char *n_key, const char *all_key, char *err, size_t err_len) {
+  const json_t *red = json_object_get(json_object_get(op, "map"), "reduce");
+  if (!red) return 0;
+  if (!json_is_array(red) || json_array_size(red) > MI_MAP_MAX_REDUCE) {
+    snprintf(err, err_len, "%s: map.reduce must be an array of at most %d reductions", id, MI_MAP_MAX_REDUCE);
+    return -1;
+  }
+  size_t j;
+  json_t *r;
+  json_array_foreach(red, j, r) {
+    mi_map_reduce *m = &f->reduce[j];
+    char what[64], perr[256];
+    int dummy;
+    m->name = json_string_value(json_object_get(r, "name"));
+    const char *sum = json_string_value(json_object_get(r, "sum")), *then = json_string_value(json_object_get(r, "then"));
+    if (!m->name || !m->name[0] || !sum || (json_object_get(r, "then") && !then)) {
+      snprintf(err, err_len, "%s: map.reduce[%zu] needs a \"name\" and a \"sum\" string (\"then\" a string)", id, j);
+      return -1;
+    }
+    if (arg_named(args, m->name, &dummy)) {
+      snprintf(err, err_len, "%s: map.reduce[%zu] is named '%.64s', as an argument of the signature", id, j, m->name);
+      return -1;
+    }
+    for (size_t q = 0; q < j; q++)
+      if (!strcmp(f->reduce[q].name, m->name)) {
+        snprintf(err, err_len, "%s: map.reduce names '%.64s' twice", id, m->name);
+        return -1;
+      }
+    f->n_reduce = (int)j + 1; /* so mi_map_form_free frees what this one parsed */
+    snprintf(what, sizeof what, "map.reduce[%zu].sum", j);
+    if (!(m->sum = mi_kexpr_parse(sum, perr, sizeof perr))) {
+      snprintf(err, err_len, "%s: %s: %s", id, what, perr);
+      return -1;
+    }
+    if (resolve(id, what, m->sum, args, f, (int)j, 1, rows_key, n_key, all_key, &m->sum_names, err, err_len) != 0)
+      return -1;
+    if (!then) continue;
+    snprintf(what, sizeof what, "map.reduce[%zu].then", j);
+    if (!(m->then = mi_kexpr_parse(then, perr, sizeof perr))) {
+      snprintf(err, err_len, "%s: %s: %s", id, what, perr);
+      return -1;
+    }
+    /* then reads its own name: the sum */
+    if (resolve(id, what, m->then, args, f, (int)j + 1, 0, rows_key, n_key, all_key, &m->then_names, err, err_len) !=
+        0)
+      return -1;
+  }
+  return 0;
+}
+
 int mi_map_form_parse(const json_t *op, mi_map_form *f, char *err, size_t err_len) {
   memset(f, 0, sizeof *f);
   if (err_len) err[0] = 0;
@@ -110,31 +209,15 @@ int mi_map_form_parse(const json_t *op, mi_map_form *f, char *err, size_t err_le
     snprintf(err, err_len, "%s: map.expr: %s", id, perr);
     return -1;
   }
-  f->n_names = mi_kexpr_n_names(f->expr);
-  for (int k = 0; k < f->n_names; k++) {
-    const char *name = mi_kexpr_name(f->expr, k);
-    const json_t *a = arg_named(args, name, &f->arg[k]);
-    const char *kind = a ? str_or(a, "kind", "") : "";
-    int role = -1;
-    if (!a) {
-      snprintf(err, err_len, "%s: map.expr reads '%.64s', which is no argument of the signature", id, name);
-    } else if (is_scalar_kind(kind)) {
-      role = MI_MAP_SCALAR;
-    } else if (strcmp(kind, "in") || strcmp(str_or(a, "dtype", ""), "f32")) {
-      snprintf(err, err_len, "%s: map.expr reads '%.64s', %s%s (it reads f32 \"in\" buffers and scalars)", id, name,
-               strcmp(kind, "in") ? "an argument of kind " : "a non-f32 \"in\" buffer", strcmp(kind, "in") ? kind : "");
-    } else if ((role = input_role(a, f->dims, rows_key, n_key, all_key)) < 0) {
-      snprintf(err, err_len,
-               "%s: input '%.64s' has a shape that is neither the output's, [%s] (per column)%s%s%s", id,
-               name, n_key, f->dims == 2 ? " nor [" : "", f->dims == 2 ? rows_key : "",
-               f->dims == 2 ? "] (per row)" : "");
-    }
-    if (role < 0) {
-      mi_map_form_free(f);
-      return -1;
-    }
-    f->role[k] = (mi_map_role)role;
+  mi_map_names nm;
+  if (parse_reduce(op, id, args, f, rows_key, n_key, all_key, err, err_len) != 0 ||
+      resolve(id, "map.expr", f->expr, args, f, f->n_reduce, 1, rows_key, n_key, all_key, &nm, err, err_len) != 0) {
+    mi_map_form_free(f);
+    return -1;
   }
+  f->n_names = nm.n;
+  memcpy(f->arg, nm.arg, sizeof f->arg);
+  memcpy(f->role, nm.role, sizeof f->role);
   return 0;
 }
 
@@ -143,6 +226,12 @@ void mi_map_form_free(mi_map_form *f) {
   mi_kexpr_free(f->expr);
   f->expr = NULL;
   f->n_names = 0;
+  for (int j = 0; j < f->n_reduce; j++) {
+    mi_kexpr_free(f->reduce[j].sum);
+    mi_kexpr_free(f->reduce[j].then);
+    f->reduce[j].sum = f->reduce[j].then = NULL;
+  }
+  f->n_reduce = 0;
 }
 
 /* The rotary and masked-attention forms' expression (field FIELD of

@@ -15,6 +15,21 @@
  * input of its own shape (the contract's cases say so), never a broadcast
  * one.
  *
+ * Row reductions (optional, "reduce"): per-row quantities the expression
+ * reads by name, computed in order before the row is written, e.g. a
+ * LayerNorm's mean and inverse deviation:
+ *   "reduce": [{"name": "mean", "sum": "x", "then": "mean / n"},
+ *              {"name": "rstd", "sum": "(x - mean) * (x - mean)",
+ *               "then": "1 / sqrt(rstd / n + eps)"}]
+ * For each row (the whole output when it is [n]): the reduction's value is
+ * the float64 sum over the row's elements of "sum" (which reads what the
+ * map expression reads, and earlier reductions), then "then" (optional)
+ * over that sum, read by the reduction's own name, with scalars, per-row
+ * buffers and earlier reductions (no per-element value). The map expression
+ * reads every reduction by name. A row's reductions are all computed before
+ * any of its elements is written, so an output that aliases an input still
+ * reads the input.
+ *
  * Kernel expressions (core/util/kexpr.h): decimal numbers, names, + - * /,
  * unary minus, parentheses and the functions exp log tanh sqrt abs erf
  * erfc sigmoid softplus floor ceil (one argument) and min max pow (two). Evaluated in
@@ -35,9 +50,25 @@ typedef enum mi_map_role {
   MI_MAP_COL,    /* a buffer [n]: value [i] for every row */
   MI_MAP_ROW,    /* a buffer [rows] (two-dimensional output): value [r] */
   MI_MAP_SCALAR, /* an i64, i32, f32 or f64 argument */
+  MI_MAP_STAT,   /* a row reduction: arg is its index in reduce[] */
 } mi_map_role;
 
 #define MI_MAP_MAX_NAMES 16
+#define MI_MAP_MAX_REDUCE 4
+
+/* One expression's names, each resolved to an argument (or a reduction) and a role. */
+typedef struct mi_map_names {
+  int n;
+  int arg[MI_MAP_MAX_NAMES];
+  mi_map_role role[MI_MAP_MAX_NAMES];
+} mi_map_names;
+
+/* A row reduction (see above): sum over the row of `sum`, then `then`. */
+typedef struct mi_map_reduce {
+  const char *name;
+  mi_kexpr *sum, *then; /* then NULL: the sum itself */
+  mi_map_names sum_names, then_names;
+} mi_map_reduce;
 
 typedef struct mi_map_form {
   const char *out; /* the output argument's name */
@@ -46,8 +77,10 @@ typedef struct mi_map_form {
   const char *rows_expr, *n_expr; /* the output's shape expressions (rows_expr NULL when dims 1) */
   mi_kexpr *expr;
   int n_names;                         /* = mi_kexpr_n_names(expr) */
-  int arg[MI_MAP_MAX_NAMES];           /* name k: its index in signature.args */
+  int arg[MI_MAP_MAX_NAMES];           /* name k: its index in signature.args (reduce[] for a STAT) */
   mi_map_role role[MI_MAP_MAX_NAMES];  /* name k: how it is indexed */
+  int n_reduce;                        /* row reductions, in order (0: a plain map) */
+  mi_map_reduce reduce[MI_MAP_MAX_REDUCE];
 } mi_map_form;
 
 /* Reads op's "map" against its signature. 0, or -1 with a one-line message

@@ -40,6 +40,8 @@ typedef struct pk_op {
   char body_c[PK_EXPR_MAX]; /* the expression as float C over the body's names */
   char amp_c[PK_EXPR_MAX];  /* a rotary form's amplitude as double C ("1.0" without one) */
   char score_c[PK_EXPR_MAX]; /* a masked form's score map as double C over mi_s ("" without one) */
+  char red_sum_c[MI_MAP_MAX_REDUCE][PK_EXPR_MAX];  /* a map's row reductions: each sum's term, double C */
+  char red_then_c[MI_MAP_MAX_REDUCE][PK_EXPR_MAX]; /* and what follows the sum ("" for none) */
 } pk_op;
 
 /* ---------- small writers ---------- */
@@ -244,6 +246,40 @@ static int read_masked(const mi_ckb_entry *e, pk_op *op, char *err, size_t err_l
   return read_double_form(e, op, op->mf.first_key, op->mf.n_names, op->mf.name_arg, "mi_a->", c_type, err, err_len);
 }
 
+/* Expression e of a map form as C over the body's names: a buffer element
+ * at mi_i (its row's pointer set for a [rows, n] one), a row value at mi_r,
+ * a scalar by name (an integer one as float, as the reference reads it), a
+ * row reduction as mi_sJ. In float arithmetic (the element's expression)
+ * or, c64, in double (a reduction's term and its then). */
+static int map_c(const mi_ckb_entry *e, const pk_op *op, const mi_kexpr *x, const mi_map_names *nm, int c64,
+                 char *out, size_t out_len, char *err, size_t err_len) {
+  const char *names[MI_MAP_MAX_NAMES];
+  char store[MI_MAP_MAX_NAMES][96];
+  for (int k = 0; k < nm->n; k++) {
+    if (nm->role[k] == MI_MAP_STAT) {
+      snprintf(store[k], sizeof store[k], "mi_s%d", nm->arg[k]);
+      names[k] = store[k];
+      continue;
+    }
+    json_t *na = json_array_get(op->args, (size_t)nm->arg[k]);
+    const char *n = arg_name(na);
+    if (nm->role[k] == MI_MAP_ROW)
+      snprintf(store[k], sizeof store[k], "%s[mi_r]", n);
+    else if (nm->role[k] == MI_MAP_SCALAR)
+      snprintf(store[k], sizeof store[k],
+               c64 ? "((double)%s)" : strcmp(arg_kind(na), "f32") ? "((float)%s)" : "%s", n);
+    else
+      snprintf(store[k], sizeof store[k], c64 ? "((double)%s[mi_i])" : "%s[mi_i]", n);
+    names[k] = store[k];
+  }
+  char kerr[300];
+  if ((c64 ? mi_kexpr_c64 : mi_kexpr_c)(x, names, out, out_len, kerr, sizeof kerr) != 0) {
+    snprintf(err, err_len, "%s: %s", e->id, kerr);
+    return -1;
+  }
+  return 0;
+}
+
 /* Reads one operator entry into op: a map, rotary or masked-attention
  * operator the C can carry. */
 static int read_op(const mi_ckb *ckb, const mi_ckb_entry *e, pk_op *op, char *err, size_t err_len) {
@@ -303,26 +339,17 @@ static int read_op(const mi_ckb *ckb, const mi_ckb_entry *e, pk_op *op, char *er
     }
   }
 
-  /* The expression over the body's names: a buffer element at mi_i (its
-   * row's pointer set for a [rows, n] one), a row value at mi_r, a scalar
-   * by name (an integer one as float, as the reference reads it). */
-  const char *names[MI_MAP_MAX_NAMES];
-  char store[MI_MAP_MAX_NAMES][96];
-  for (int k = 0; k < op->f.n_names; k++) {
-    json_t *na = json_array_get(op->args, (size_t)op->f.arg[k]);
-    const char *n = arg_name(na);
-    if (op->f.role[k] == MI_MAP_ROW)
-      snprintf(store[k], sizeof store[k], "%s[mi_r]", n);
-    else if (op->f.role[k] == MI_MAP_SCALAR)
-      snprintf(store[k], sizeof store[k], strcmp(arg_kind(na), "f32") ? "((float)%s)" : "%s", n);
-    else
-      snprintf(store[k], sizeof store[k], "%s[mi_i]", n);
-    names[k] = store[k];
-  }
-  char kerr[300];
-  if (mi_kexpr_c(op->f.expr, names, op->body_c, sizeof op->body_c, kerr, sizeof kerr) != 0) {
-    snprintf(err, err_len, "%s: %s", e->id, kerr);
-    return -1;
+  mi_map_names main_names = {.n = op->f.n_names};
+  memcpy(main_names.arg, op->f.arg, sizeof op->f.arg);
+  memcpy(main_names.role, op->f.role, sizeof op->f.role);
+  if (map_c(e, op, op->f.expr, &main_names, 0, op->body_c, sizeof op->body_c, err, err_len) != 0) return -1;
+  for (int j = 0; j < op->f.n_reduce; j++) {
+    const mi_map_reduce *m = &op->f.reduce[j];
+    op->red_then_c[j][0] = 0;
+    if (map_c(e, op, m->sum, &m->sum_names, 1, op->red_sum_c[j], sizeof op->red_sum_c[j], err, err_len) != 0 ||
+        (m->then && map_c(e, op, m->then, &m->then_names, 1, op->red_then_c[j], sizeof op->red_then_c[j], err,
+                                 err_len) != 0))
+      return -1;
   }
   return entry_sha(e, op, err, err_len);
 }
@@ -516,9 +543,52 @@ static void emit_preamble(FILE *o, const char *name, const pk_op *ops, size_t n)
     }
 }
 
+/* The loop body of a map with row reductions: rows [mi_c0, mi_c1), each
+ * whole (its reductions, in double, before any of its elements is written,
+ * as the reference computes them). */
+static void emit_reduce_body(FILE *o, const pk_op *op) {
+  const mi_map_form *f = &op->f;
+  fprintf(o, "/* rows [mi_c0, mi_c1) of %s, each whole: its reductions, then its elements */\n", f->out);
+  fprintf(o, "static void mi_%s_body(void *mi_arg, int64_t mi_c0, int64_t mi_c1) {\n", op->base);
+  fprintf(o, "  const mi_%s_args *mi_a = mi_arg;\n", op->base);
+  size_t i;
+  json_t *a;
+  /* every argument any of the expressions may read: scalars by name, buffers as pointers */
+  json_array_foreach(op->args, i, a) {
+    if (i < 2 || (int)i == f->out_arg) continue;
+    if (is_buffer(a))
+      fprintf(o, "  const float *const mi_base_%s = mi_a->%s;\n", arg_name(a), arg_name(a));
+    else
+      fprintf(o, "  const %s%s = mi_a->%s;\n  (void)%s;\n", c_type(a), arg_name(a), arg_name(a), arg_name(a));
+  }
+  fprintf(o, "  const int64_t mi_n = mi_a->mi_n;\n");
+  fprintf(o, "  for (int64_t mi_r = mi_c0; mi_r < mi_c1; mi_r++) {\n");
+  fprintf(o, "    float *%s = mi_a->%s + mi_r * mi_n;\n", f->out, f->out);
+  /* a buffer of the output's shape at its row; one per column or per row as it is */
+  json_array_foreach(op->args, i, a) {
+    if (i < 2 || (int)i == f->out_arg || !is_buffer(a)) continue;
+    const json_t *shape = json_object_get(a, "shape");
+    const int row_ptr = json_array_size(shape) == 2 || (f->dims == 1);
+    fprintf(o, "    const float *%s = mi_base_%s%s;\n", arg_name(a), arg_name(a), row_ptr ? " + mi_r * mi_n" : "");
+    fprintf(o, "    (void)%s;\n", arg_name(a));
+  }
+  for (int j = 0; j < f->n_reduce; j++) {
+    fprintf(o, "    double mi_s%d = 0; /* %s */\n", j, f->reduce[j].name);
+    fprintf(o, "    for (int64_t mi_i = 0; mi_i < mi_n; mi_i++) mi_s%d += %s;\n", j, op->red_sum_c[j]);
+    if (op->red_then_c[j][0]) fprintf(o, "    mi_s%d = %s;\n", j, op->red_then_c[j]);
+  }
+  fprintf(o, "    for (int64_t mi_i = 0; mi_i < mi_n; mi_i++)\n");
+  fprintf(o, "      %s[mi_i] = %s;\n", f->out, op->body_c);
+  fprintf(o, "  }\n}\n\n");
+}
+
 /* The loop body: chunks [mi_c0, mi_c1) of the output's domain. */
 static void emit_body(FILE *o, const pk_op *op) {
   const mi_map_form *f = &op->f;
+  if (f->n_reduce) {
+    emit_reduce_body(o, op);
+    return;
+  }
   fprintf(o, "/* chunks [mi_c0, mi_c1) of %s's %s */\n", f->out,
           f->dims == 2 ? "[rows, n]" : "[n]");
   fprintf(o, "static void mi_%s_body(void *mi_arg, int64_t mi_c0, int64_t mi_c1) {\n", op->base);
@@ -665,9 +735,8 @@ static int emit_kernel(FILE *o, const pk_op *op, char *err, size_t err_len) {
   }
   fprintf(o, "%s.mi_rows = mi_rows, .mi_n = mi_n};\n", first ? "" : ", ");
   fprintf(o,
-          "  if (mi_p->platform->run_host(mi_p->platform_ctx, %s, mi_%s_body, &mi_a, "
-          "mi_pk_chunks(mi_rows, mi_n)) != 0)\n",
-          stream, op->base);
+          "  if (mi_p->platform->run_host(mi_p->platform_ctx, %s, mi_%s_body, &mi_a, %s) != 0)\n",
+          stream, op->base, f->n_reduce ? "mi_rows /* whole rows: each has its reductions */" : "mi_pk_chunks(mi_rows, mi_n)");
   fprintf(o,
           "    return mi_pk_fail(mi_p, \"%s: the platform's run_host failed: %%s\", "
           "mi_pk_platform_error(mi_p));\n",

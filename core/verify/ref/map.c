@@ -39,43 +39,52 @@ static int shape_dim(vf_call *c, const char *expr, int64_t *out, char *err, size
   return 0;
 }
 
-static const char *const role_words[] = {"per element", "per column", "per row", "scalar"};
+static const char *const role_words[] = {"per element", "per column", "per row", "scalar",
+                                         "reduction"};
 
-/* The map form's arguments found in the call and their element counts
- * checked against their roles; the output into *out. */
-static int bind_args(vf_call *c, const mi_map_form *f, int64_t rows, int64_t n, vf_arg **out,
-                     vf_arg **in, char *err, size_t len) {
+/* The arguments names nm reads, found in the call (in[k]; NULL for a
+ * reduction) and their element counts checked against their roles. */
+static int bind_names(vf_call *c, const mi_map_names *nm, int64_t rows, int64_t n, vf_arg **in,
+                      char *err, size_t len) {
   const json_t *sig = json_object_get(json_object_get(c->op, "signature"), "args");
-  if (!(*out = vf_call_arg(c, f->out)) || !(*out)->val) {
-    snprintf(err, len, "the map reference needs the output buffer '%s'", f->out);
-    return -1;
-  }
-  if ((*out)->n < rows * n) {
-    snprintf(err, len, "the output '%s' has %lld elements, its shape needs %lld", f->out,
-             (long long)(*out)->n, (long long)(rows * n));
-    return -1;
-  }
-  for (int k = 0; k < f->n_names; k++) {
+  for (int k = 0; k < nm->n; k++) {
+    in[k] = NULL;
+    if (nm->role[k] == MI_MAP_STAT) continue;
     const char *name =
-        json_string_value(json_object_get(json_array_get(sig, (size_t)f->arg[k]), "name"));
+        json_string_value(json_object_get(json_array_get(sig, (size_t)nm->arg[k]), "name"));
     vf_arg *a = in[k] = vf_call_arg(c, name);
-    int64_t need = f->role[k] == MI_MAP_ELEM ? rows * n : f->role[k] == MI_MAP_COL ? n : rows;
-    if (!a || (f->role[k] != MI_MAP_SCALAR && !a->val)) {
+    int64_t need = nm->role[k] == MI_MAP_ELEM ? rows * n : nm->role[k] == MI_MAP_COL ? n : rows;
+    if (!a || (nm->role[k] != MI_MAP_SCALAR && !a->val)) {
       snprintf(err, len, "the map reference needs the argument '%s'", name ? name : "?");
       return -1;
     }
-    if (f->role[k] == MI_MAP_SCALAR) {
+    if (nm->role[k] == MI_MAP_SCALAR) {
       if (a->kind != VF_I64 && a->kind != VF_I32 && a->kind != VF_F32 && a->kind != VF_F64) {
         snprintf(err, len, "'%s' is read as a scalar but is no scalar argument", name);
         return -1;
       }
     } else if (a->n < need) {
       snprintf(err, len, "'%s' (%s) has %lld elements, the output's shape needs %lld", name,
-               role_words[f->role[k]], (long long)a->n, (long long)need);
+               role_words[nm->role[k]], (long long)a->n, (long long)need);
       return -1;
     }
   }
   return 0;
+}
+
+/* The values of nm's names at element [r, i] (stat: the row's reductions). */
+static void load(const mi_map_names *nm, vf_arg *const *in, int64_t r, int64_t i, int64_t n,
+                 const double *stat, double *v) {
+  for (int k = 0; k < nm->n; k++)
+    switch (nm->role[k]) {
+    case MI_MAP_ELEM: v[k] = in[k]->val[r * n + i]; break;
+    case MI_MAP_COL: v[k] = in[k]->val[i]; break;
+    case MI_MAP_ROW: v[k] = in[k]->val[r]; break;
+    case MI_MAP_SCALAR:
+      v[k] = in[k]->kind == VF_I64 || in[k]->kind == VF_I32 ? (double)in[k]->i : in[k]->f;
+      break;
+    case MI_MAP_STAT: v[k] = stat[nm->arg[k]]; break;
+    }
 }
 
 int vf_ref_map(vf_call *c, char *err, size_t len) {
@@ -86,7 +95,11 @@ int vf_ref_map(vf_call *c, char *err, size_t len) {
   mi_map_form f;
   if (mi_map_form_parse(c->op, &f, err, len) != 0) return -1;
   int64_t rows = 1, n = 0;
-  vf_arg *out, *in[MI_MAP_MAX_NAMES];
+  vf_arg *out, *in[MI_MAP_MAX_NAMES], *sin[MI_MAP_MAX_REDUCE][MI_MAP_MAX_NAMES],
+      *tin[MI_MAP_MAX_REDUCE][MI_MAP_MAX_NAMES];
+  mi_map_names main_names = {.n = f.n_names};
+  memcpy(main_names.arg, f.arg, sizeof f.arg);
+  memcpy(main_names.role, f.role, sizeof f.role);
   int rc = -1;
   if (shape_dim(c, f.n_expr, &n, err, len) != 0 ||
       (f.dims == 2 && shape_dim(c, f.rows_expr, &rows, err, len) != 0))
@@ -95,25 +108,45 @@ int vf_ref_map(vf_call *c, char *err, size_t len) {
     snprintf(err, len, "the output's shape %lld x %lld overflows", (long long)rows, (long long)n);
     goto done;
   }
-  if (bind_args(c, &f, rows, n, &out, in, err, len) != 0) goto done;
-  double v[MI_MAP_MAX_NAMES], scalar[MI_MAP_MAX_NAMES];
-  for (int k = 0; k < f.n_names; k++)
-    if (f.role[k] == MI_MAP_SCALAR)
-      scalar[k] = in[k]->kind == VF_I64 || in[k]->kind == VF_I32 ? (double)in[k]->i : in[k]->f;
-  /* Element [r, i] reads each input at its own index before the output is
-   * written there, so an output that aliases an input of its shape (the
-   * contract's in-place cases) is evaluated as if it did not. */
-  for (int64_t r = 0; r < rows; r++)
+  if (!(out = vf_call_arg(c, f.out)) || !out->val) {
+    snprintf(err, len, "the map reference needs the output buffer '%s'", f.out);
+    goto done;
+  }
+  if (out->n < rows * n) {
+    snprintf(err, len, "the output '%s' has %lld elements, its shape needs %lld", f.out,
+             (long long)out->n, (long long)(rows * n));
+    goto done;
+  }
+  if (bind_names(c, &main_names, rows, n, in, err, len) != 0) goto done;
+  for (int j = 0; j < f.n_reduce; j++)
+    if (bind_names(c, &f.reduce[j].sum_names, rows, n, sin[j], err, len) != 0 ||
+        (f.reduce[j].then &&
+         bind_names(c, &f.reduce[j].then_names, rows, n, tin[j], err, len) != 0))
+      goto done;
+  double v[MI_MAP_MAX_NAMES], stat[MI_MAP_MAX_REDUCE];
+  /* Row r's reductions first, in order, then its elements: each reads the
+   * inputs before the output is written there, so an output that aliases an
+   * input of its shape (the contract's in-place cases) is evaluated as if it
+   * did not. */
+  for (int64_t r = 0; r < rows; r++) {
+    for (int j = 0; j < f.n_reduce; j++) {
+      const mi_map_reduce *m = &f.reduce[j];
+      double acc = 0;
+      for (int64_t i = 0; i < n; i++) {
+        load(&m->sum_names, sin[j], r, i, n, stat, v);
+        acc += mi_kexpr_eval(m->sum, v);
+      }
+      stat[j] = acc;
+      if (m->then) {
+        load(&m->then_names, tin[j], r, 0, n, stat, v);
+        stat[j] = mi_kexpr_eval(m->then, v);
+      }
+    }
     for (int64_t i = 0; i < n; i++) {
-      for (int k = 0; k < f.n_names; k++)
-        switch (f.role[k]) {
-        case MI_MAP_ELEM: v[k] = in[k]->val[r * n + i]; break;
-        case MI_MAP_COL: v[k] = in[k]->val[i]; break;
-        case MI_MAP_ROW: v[k] = in[k]->val[r]; break;
-        case MI_MAP_SCALAR: v[k] = scalar[k]; break;
-        }
+      load(&main_names, in, r, i, n, stat, v);
       out->val[r * n + i] = mi_kexpr_eval(f.expr, v);
     }
+  }
   rc = 0;
 done:
   mi_map_form_free(&f);
