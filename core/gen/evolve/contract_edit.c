@@ -333,6 +333,12 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
         json_object_set_new(lk, k, json_deep_copy(x));
     return;
   }
+  /* a member whose weights no shard mode states (fused rows): no tensor
+   * parallelism; in the settings pass, so every member's weights are there */
+  if (json_object_get(ed, "drop_tensor_parallel")) {
+    json_object_del(m, "tensor_parallel");
+    json_array_foreach(json_object_get(m, "weights"), i, x) json_object_del(x, "shard");
+  }
   json_array_foreach(json_object_get(ed, "set_args"), i, x) {
     for (int s = 0; s < ns; s++) {
       json_t *st = !reaches(m, x, seqs[s]) ? NULL

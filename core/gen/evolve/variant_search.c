@@ -523,12 +523,11 @@ static size_t experience_candidates(const json_t *groups, const json_t *seen, si
  * passing and every neighbour failing (or unexplained) is the answer, unique
  * among the readings one change away; anything else scores the whole
  * product. MI_EVOLVE_FULL_SEARCH=1 always scores the whole product. Counts
- * the passing candidates into *passing (the last one's members and name
- * kept) and records the probe's "search" entry in the report. 0, or -1
+ * the passing candidates into *passing, marks each in passed[k] (a
+ * candidate not scored is not marked) and records the probe's "search" entry in the report. 0, or -1
  * with err. */
 static int score_probe(ev_ctx *c, const probe_ctx *pc, const json_t *base, const json_t *groups, const json_t *seen,
-                       size_t total, json_t *table, int *passing, json_t **pass_members, char *pass_name, size_t pn,
-                       char *err, size_t n) {
+                       size_t total, json_t *table, int *passing, unsigned char *passed, char *err, size_t n) {
   int rc = 0;
   size_t order[EV_MAX_CANDIDATES], norder = 0, prior = 0, nb[256];
   const char *full_env = getenv("MI_EVOLVE_FULL_SEARCH");
@@ -555,9 +554,7 @@ static int score_probe(ev_ctx *c, const probe_ctx *pc, const json_t *base, const
     else if (r == 1) {
       ++*passing;
       if (step == 0 && use_exp) prior_pass = 1;
-      json_decref(*pass_members);
-      *pass_members = json_incref(members);
-      snprintf(pass_name, pn, "%s", name);
+      passed[k] = 1;
     }
     json_decref(members);
   }
@@ -610,6 +607,31 @@ static json_t *probe_fields(const probe_set *s, const char *model) {
   return f;
 }
 
+/* The one candidate alive[] leaves (passing on every probe): its members
+ * and name; none, or more than one (named, the probes cannot tell them
+ * apart: another probe must), is 1 with err. */
+static int pick_alive(const json_t *groups, const unsigned char *alive, size_t total, json_t **members, char *name,
+                      size_t nn, char *err, size_t n) {
+  size_t count = 0, first = 0, second = 0;
+  for (size_t k = 0; alive && k < total; k++)
+    if (alive[k] && count++ == 0) first = k;
+    else if (alive[k] && count == 2) second = k;
+  if (count == 1) {
+    *members = candidate(groups, first, name, nn);
+    return 0;
+  }
+  if (count == 0) {
+    snprintf(err, n, "no candidate passes on every probe (each passes some; the probes disagree on the reading)");
+    return 1;
+  }
+  char a[512], b[512];
+  json_decref(candidate(groups, first, a, sizeof a));
+  json_decref(candidate(groups, second, b, sizeof b));
+  snprintf(err, n, "%zu candidates pass on every probe (%s; %s%s): the probes cannot tell them apart, add a probe that can",
+           count, a, b, count > 2 ? "; ..." : "");
+  return 1;
+}
+
 int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found, char *err, size_t n) {
   const double tol = c->o->tol > 0 ? c->o->tol : EV_TOL;
   *table = json_array();
@@ -637,6 +659,13 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
   json_t *vocab = ev_vocab(ck), *groups = NULL, *base = NULL, *pick_members = NULL;
   json_t *seen = experienced_variants(ck);
   char pick_name[512] = "";
+  /* alive[k]: candidate k passed on every probe so far. A reading is found
+   * when exactly one passes on all of them: a probe that cannot tell two
+   * readings apart (a field it leaves at the identity: partial_rotary_factor
+   * absent) is not an answer, and not a contradiction, when another probe
+   * can. */
+  unsigned char *alive = NULL;
+  size_t alive_total = 0;
   probe_set ps = {0};
   int rc = probe_set_load(c, probes, &ps, err, n);
   size_t pi;
@@ -672,28 +701,26 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
       rc = 1;
     }
     int passing = 0;
-    json_t *pass_members = NULL;
-    char pass_name[512] = "";
+    unsigned char *passed = rc == 0 ? calloc(total, 1) : NULL;
+    if (rc == 0 && !passed) snprintf(err, n, "out of memory"), rc = -1;
     if (rc == 0) {
       probe_ctx pc = {ck, cfg, w, g, gpath, shape, pi == 0, tol};
-      rc = score_probe(c, &pc, base, groups, seen, total, *table, &passing, &pass_members, pass_name,
-                       sizeof pass_name, err, n);
+      rc = score_probe(c, &pc, base, groups, seen, total, *table, &passing, passed, err, n);
     }
-    if (rc == 0 && passing != 1) {
-      snprintf(err, n, "%s (%s): %d of %zu candidates within %g of the oracle (need exactly one)", gpath, shape,
-               passing, total, tol);
+    if (rc == 0 && passing == 0) {
+      snprintf(err, n, "%s (%s): 0 of %zu candidates within %g of the oracle (need exactly one on every probe)", gpath,
+               shape, total, tol);
       rc = 1;
     }
-    if (rc == 0 && pick_members && strcmp(pick_name, pass_name)) {
-      snprintf(err, n, "the probes disagree: %s picks %s, an earlier probe %s", gpath, pass_name, pick_name);
-      rc = 1;
+    if (rc == 0) {
+      if (!alive) alive = passed, alive_total = total, passed = NULL;
+      else
+        for (size_t k = 0; k < total && k < alive_total; k++) alive[k] &= passed[k];
     }
-    if (rc == 0 && !pick_members) {
-      pick_members = json_incref(pass_members);
-      snprintf(pick_name, sizeof pick_name, "%s", pass_name);
-    }
-    json_decref(pass_members);
+    free(passed);
   }
+  if (rc == 0) rc = pick_alive(groups, alive, alive_total, &pick_members, pick_name, sizeof pick_name, err, n);
+  free(alive);
   if (rc == 0) {
     /* the found reading on the first probe: what stays for a candidate bundle */
     json_t *fields = probe_fields(&ps, c->o->model);
@@ -702,6 +729,7 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
     size_t i;
     json_t *r;
     json_array_foreach(*table, i, r) if (!strcmp(json_string_value(json_object_get(r, "verdict")) ?: "", "pass") &&
+                                         !strcmp(json_string_value(json_object_get(r, "candidate")) ?: "", pick_name) &&
                                          json_object_get(r, "deferred") && !deferred) deferred =
         json_object_get(r, "deferred");
     *found = json_pack("{s:s, s:O, s:o, s:o, s:o, s:o}", "name", pick_name, "base", json_object_get(c->report, "base"),
