@@ -1219,9 +1219,17 @@ END_TEST
  * the search and the consolidator from mi-ckb curated (the revalidation,
  * mi-gen on the consolidated contract, is the Qwen2 test's; docs/evolution.md
  * has these two revalidated too). Returns the consolidated contract. */
-/* golden2 (or NULL): a second probe in the references */
-static json_t *absorb_family(const char *golden, const char *golden2, const char *truth, const char *model_file,
-                             const char *arch) {
+/* How absorb_family_in starts: from mi-ckb curated, or from the shipped CKB
+ * less the family's own entries (knowledge an earlier absorption brought,
+ * such as the hybrid's operator.copy2d, stays). */
+enum { FROM_CURATED, FROM_SHIPPED };
+
+/* golden2 (or NULL): a second probe in the references; extra_pass: passing
+ * rows besides the found reading's own, one per probe (a probe that leaves a
+ * field at its identity passes two readings, which another probe tells
+ * apart) */
+static json_t *absorb_family_in(int from, const char *golden, const char *golden2, const char *truth,
+                                const char *model_file, const char *arch, int extra_pass) {
   char *tmp = tw_mkdtemp("evolve");
   char *refs = tw_path(tmp, "refs"), *ckb = tw_path(tmp, "ckb"), *run = tw_path(tmp, "run"), *ck = src("ckb");
   ck_assert_int_eq(mkdir(refs, 0755), 0);
@@ -1234,7 +1242,16 @@ static json_t *absorb_family(const char *golden, const char *golden2, const char
     ck_assert_int_eq(system(cmd), 0);
     free(g);
   }
-  curated_ckb(ck, ckb);
+  if (from == FROM_CURATED) curated_ckb(ck, ckb);
+  else {
+    /* models/NAME.json: the family's contract and experience entry left out */
+    char fam[128];
+    snprintf(fam, sizeof fam, "%s", strrchr(model_file, '/') + 1);
+    *strrchr(fam, '.') = 0;
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s' && rm -f '%s/%s' '%s/experience/evolved_%s_variants.json'", ck, ckb, ckb,
+             model_file, ckb, fam);
+    ck_assert_int_eq(system(cmd), 0);
+  }
   snprintf(cmd, sizeof cmd, "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --run-dir '%s' --no-revalidate 2>'%s/stderr'",
            getenv("MI_BUILD_DIR"), refs, ckb, run, tmp);
   int st = system(cmd);
@@ -1247,14 +1264,16 @@ static json_t *absorb_family(const char *golden, const char *golden2, const char
   /* the true reading within the oracle's tolerance, every other scored one far off */
   size_t i;
   json_t *row;
-  int pass = 0;
+  int pass = 0, pass_truth = 0;
   json_array_foreach(json_object_get(r, "variant_search"), i, row) {
     const char *v = json_string_value(json_object_get(row, "verdict"));
     double e = json_number_value(json_object_get(row, "error"));
     if (!strcmp(v, "pass")) pass++, ck_assert(e < EV_TOL);
     else if (!strcmp(v, "fail")) ck_assert_msg(e > 10 * EV_TOL, "%s: %g", json_string_value(json_object_get(row, "candidate")), e);
+    if (!strcmp(v, "pass") && !strcmp(json_string_value(json_object_get(row, "candidate")) ?: "", truth)) pass_truth++;
   }
-  ck_assert_int_eq(pass, golden2 ? 2 : 1); /* the same reading on every probe */
+  ck_assert_int_eq(pass_truth, golden2 ? 2 : 1); /* the same reading on every probe */
+  ck_assert_int_eq(pass, pass_truth + extra_pass);
   char *mp = tw_path(ckb, model_file);
   json_t *m = json_load_file(mp, 0, NULL);
   ck_assert_msg(m, "%s", mp);
@@ -1270,6 +1289,11 @@ static json_t *absorb_family(const char *golden, const char *golden2, const char
   tw_rmtree(tmp);
   free(tmp);
   return m;
+}
+
+static json_t *absorb_family(const char *golden, const char *golden2, const char *truth, const char *model_file,
+                             const char *arch) {
+  return absorb_family_in(FROM_CURATED, golden, golden2, truth, model_file, arch, 0);
 }
 
 START_TEST(llama_layout_absorbed) {
@@ -1462,6 +1486,158 @@ START_TEST(mistral_layout_absorbed) {
   ck_assert_int_eq(json_array_size(json_object_get(sw, "values")), 1);
   ck_assert(json_is_null(json_array_get(json_object_get(sw, "values"), 0)));
   json_decref(m);
+}
+END_TEST
+
+/* Phi-3 (Phi3ForCausalLM: q/k/v in one qkv_proj, gate and up in one
+ * gate_up_proj; tests/goldens/families/phi3-probe-tiny-seed18.json and
+ * phi3-probe-tiny-partial-seed19.json, the second with partial_rotary_factor
+ * 0.5; llama.cpp's phi3 the oracle, its fused tensors as they are). Two
+ * vocabulary entries (variant.qkv_fused, variant.mlp_in_fused: one matmul,
+ * then copy2d splits) absorb it with no C written for it; copy2d is the
+ * operator the hybrid's absorption brought, so the run starts from the
+ * shipped CKB less model.phi3, and from the curated one the fused readings
+ * are named as needing it. The first probe passes the full and the partial
+ * rotary alike (its factor is absent: 1.0, Phi3Config's); the second tells
+ * them apart, and the one reading passing on both is the answer. */
+START_TEST(phi3_fused_layout_absorbed) {
+  json_t *m = absorb_family_in(FROM_SHIPPED, "phi3-probe-tiny-seed18.json", "phi3-probe-tiny-partial-seed19.json",
+                               "head_dim=derived mlp_in=fused norm=w qk=none qkv=fused rotary=partial window=by_field",
+                               "models/phi3.json", "Phi3ForCausalLM", 1);
+  const json_t *seq = json_object_get(m, "layer_sequence");
+  const char *gone[] = {"k_proj", "v_proj", "up_proj"}, *there[] = {"q_split", "k_split", "v_split", "gate_split",
+                                                                     "up_split"};
+  for (int k = 0; k < 3; k++) ck_assert_ptr_null(mi_ckb_named(seq, "step", gone[k]));
+  for (int k = 0; k < 5; k++) ck_assert_ptr_nonnull(mi_ckb_named(seq, "step", there[k]));
+  const json_t *ws = json_object_get(m, "weights");
+  ck_assert_ptr_null(mi_ckb_named(ws, "key", "model.layers.{i}.self_attn.q_proj.weight"));
+  const json_t *qkv = mi_ckb_named(ws, "key", "model.layers.{i}.self_attn.qkv_proj.weight");
+  ck_assert_ptr_nonnull(qkv);
+  ck_assert_str_eq(json_string_value(json_array_get(json_object_get(qkv, "shape"), 0)),
+                   "(num_attention_heads + 2 * num_key_value_heads) * head_dim");
+  /* fused rows have no shard mode: no tensor parallelism, so --tp 2 is refused */
+  ck_assert_ptr_null(json_object_get(m, "tensor_parallel"));
+  ck_assert_ptr_null(json_object_get(qkv, "shard"));
+  const json_t *prf = mi_ckb_named(json_object_get(m, "config"), "name", "partial_rotary_factor");
+  ck_assert_double_eq(json_number_value(json_object_get(prf, "default")), 1.0);
+  const json_t *gs = json_object_get(m, "gguf");
+  ck_assert_str_eq(json_string_value(json_object_get(gs, "architecture")) ?: "", "phi3");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(gs, "tensors"), "blk.{i}.ffn_up.weight")) ?: "",
+                   "model.layers.{i}.mlp.gate_up_proj.weight");
+  json_decref(m);
+  /* from the curated CKB: the fused readings need operator.copy2d, named */
+  char *tmp = tw_mkdtemp("evolve-phi3"), *refs = tw_path(tmp, "refs"), *ckb = tw_path(tmp, "ckb"),
+       *run = tw_path(tmp, "run"), *ck = src("ckb"), *g = src("tests/goldens/families/phi3-probe-tiny-seed18.json"),
+       cmd[8400];
+  ck_assert_int_eq(mkdir(refs, 0755), 0);
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s/'", g, refs);
+  ck_assert_int_eq(system(cmd), 0);
+  curated_ckb(ck, ckb);
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/mi-gen' --evolve --refs '%s' --ckb '%s' --run-dir '%s' --no-revalidate 2>'%s/stderr'",
+           getenv("MI_BUILD_DIR"), refs, ckb, run, tmp);
+  int st = system(cmd);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 12, "exit %d", WEXITSTATUS(st));
+  char *errp = tw_path(tmp, "stderr");
+  size_t len;
+  char *text = tw_read_all(errp, &len);
+  ck_assert_msg(text && strstr(text, "qkv=fused") && strstr(text, "needs operator.copy2d"), "%s", text ? text : "?");
+  free(text), free(errp), free(g), free(ck), free(run), free(ckb), free(refs);
+  tw_rmtree(tmp);
+  free(tmp);
+}
+END_TEST
+
+/* StableLM (StableLmForCausalLM, tests/goldens/families/stablelm-probe-tiny-seed20.json:
+ * LayerNorm with biases, layer_norm_eps, q/k/v biases switched on by
+ * use_qkv_bias, a quarter of each head rotated; llama.cpp's stablelm the
+ * oracle). From mi-ckb curated, with no C written for it: the LayerNorm is
+ * operator.layer_norm, which the CKB states as an expression with two row
+ * reductions (the map form's "reduce") and a kernel pack computes;
+ * variant.norm_kind_layer replaces the three norm steps and their weights'
+ * biases, and reads layer_norm_eps in place of rms_norm_eps. */
+START_TEST(stablelm_layernorm_absorbed) {
+  json_t *m = absorb_family("stablelm-probe-tiny-seed20.json", NULL,
+                            "bias=qkv head_dim=derived norm=w norm_kind=layer qk=none rotary=partial",
+                            "models/stablelm.json", "StableLmForCausalLM");
+  const char *norms[] = {"attn_norm", "mlp_norm"};
+  for (int k = 0; k < 2; k++) {
+    const json_t *st = mi_ckb_named(json_object_get(m, "layer_sequence"), "step", norms[k]);
+    ck_assert_str_eq(json_string_value(json_object_get(st, "operator")) ?: "", "operator.layer_norm");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(st, "args"), "eps")) ?: "",
+                     "config:layer_norm_eps");
+  }
+  const json_t *fin = mi_ckb_named(json_object_get(m, "epilogue"), "step", "final_norm");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(fin, "args"), "b")) ?: "", "weight:model.norm.bias");
+  ck_assert_ptr_nonnull(mi_ckb_named(json_object_get(m, "weights"), "key", "model.layers.{i}.input_layernorm.bias"));
+  const json_t *cf = json_object_get(m, "config");
+  ck_assert_ptr_null(mi_ckb_named(cf, "name", "rms_norm_eps"));
+  ck_assert_ptr_nonnull(mi_ckb_named(cf, "name", "layer_norm_eps"));
+  /* StableLmConfig's defaults where config.json is silent: a quarter rotated */
+  ck_assert_double_eq(json_number_value(json_object_get(mi_ckb_named(cf, "name", "partial_rotary_factor"), "default")),
+                      0.25);
+  /* the switches read, their computed value the only one: a parallel-residual
+   * or q/k-LayerNorm checkpoint is a gap named by the field */
+  const json_t *pr = mi_ckb_named(cf, "name", "use_parallel_residual");
+  ck_assert(pr && json_is_false(json_array_get(json_object_get(pr, "values"), 0)));
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(m, "gguf"), "architecture")) ?: "", "stablelm");
+  json_decref(m);
+}
+END_TEST
+
+/* Granite (GraniteForCausalLM, tests/goldens/families/granite-probe-tiny-seed16.json:
+ * Llama's layout plus four muP-style multipliers; llama.cpp's granite the
+ * oracle, reading them from the keys hf2gguf.mjs writes). One vocabulary
+ * entry (variant.multipliers_granite: three operator.scale steps, the
+ * attention scale bound to the field, and the logits through
+ * operator.scale_div, a pack operator the CKB states as an expression)
+ * absorbs it with no C written for it. Then each multiplier is shown to be
+ * seen by the oracle: the consolidated contract with that field at 1.0 (the
+ * multiplier left out) is far from llama.cpp, so no one of the four could be
+ * misplaced or dropped unnoticed. */
+START_TEST(granite_multipliers_absorbed) {
+  json_t *m = absorb_family("granite-probe-tiny-seed16.json", NULL, "head_dim=derived multipliers=granite norm=w qk=none",
+                            "models/granite.json", "GraniteForCausalLM");
+  const json_t *seq = json_object_get(m, "layer_sequence");
+  const char *after_o[] = {"o_proj", "attn_out_multiplier", "attn_residual"};
+  for (int k = 0; k < 3; k++) ck_assert_ptr_nonnull(mi_ckb_named(seq, "step", after_o[k]));
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(mi_ckb_named(seq, "step", "attention"), "args"),
+                                                     "scale")),
+                   "config:attention_multiplier");
+  const json_t *ls = mi_ckb_named(json_object_get(m, "epilogue"), "step", "logits_scaling");
+  ck_assert_str_eq(json_string_value(json_object_get(ls, "operator")) ?: "", "operator.scale_div");
+  /* GraniteConfig's defaults where config.json is silent: 1.0 each (the
+   * attention scores unscaled then, not 1/sqrt(head_dim)) */
+  const json_t *am = mi_ckb_named(json_object_get(m, "config"), "name", "attention_multiplier");
+  ck_assert_double_eq(json_number_value(json_object_get(am, "default")), 1.0);
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(m, "gguf"), "architecture")) ?: "", "granite");
+
+  char *tmp = tw_mkdtemp("evolve-granite"), *dir = tw_path(tmp, "m"), bin[4096], err[1024], *ck = src("ckb");
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  ev_opts o = {.exe_dir = bin};
+  json_t *g = load_src("tests/goldens/families/granite-probe-tiny-seed16.json");
+  ck_assert_msg(ev_remake_checkpoint(&o, g, dir, err, sizeof err) == 0, "%s", err);
+  json_t *cfg = mi_test_json_at(dir, "config.json");
+  mi_weights *w = mi_weights_open(dir, err, sizeof err);
+  ck_assert_msg(w, "%s", err);
+  mi_ckb *k = mi_ckb_open(ck, err, sizeof err);
+  ck_assert_msg(k, "%s", err);
+  const char *fields[] = {"embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"};
+  for (int f = 0; f < 4; f++) {
+    json_t *c = json_deep_copy(cfg);
+    json_object_set_new(c, fields[f], json_real(1.0));
+    double e = 0;
+    int steps = 0;
+    ck_assert_msg(ev_oracle_error(k, m, c, w, g, &e, &steps, err, sizeof err) == 0, "%s", err);
+    fprintf(stderr, "test_evolve: granite with %s left out (1.0): %.3g from llama.cpp\n", fields[f], e);
+    ck_assert_msg(e > 10 * EV_TOL && steps > 0, "%s at 1.0 is only %g from llama.cpp", fields[f], e);
+    json_decref(c);
+  }
+  mi_ckb_close(k);
+  mi_weights_close(w);
+  json_decref(cfg), json_decref(g), json_decref(m);
+  tw_rmtree(tmp);
+  free(tmp), free(dir), free(ck);
 }
 END_TEST
 
@@ -1896,6 +2072,8 @@ static Suite *suite(void) {
                                   tampered_oracle_picks_the_other_variant, bad_input_is_named,
                                   qwen2_layout_found_through_a_generated_operator, llama_layout_absorbed,
                                   mistral_layout_absorbed, llama31_rope_scaling_absorbed, qwen25_yarn_absorbed,
+                                  granite_multipliers_absorbed, phi3_fused_layout_absorbed,
+                                  stablelm_layernorm_absorbed,
                                   config_class_defaults_hold_against_the_oracle,
                                   experience_shortens_the_search));
   mi_check_add(

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // HF checkpoint directory -> GGUF v3 file for llama.cpp: the dense families
 // of DENSE below (Qwen3 -> arch "qwen3", Qwen2 -> "qwen2", Llama and Mistral
-// -> "llama", q/k permuted), a Qwen3.5/3.6-style hybrid
+// -> "llama", q/k permuted, Granite -> "granite", llama's plus four scales,
+// Phi-3 -> "phi3", q/k/v and gate/up fused), a Qwen3.5/3.6-style hybrid
 // (Qwen3_5ForCausalLM) -> arch "qwen35", Gemma 3 text
 // (Gemma3ForCausalLM / gemma3_text) -> arch "gemma3" (convertGemma3), or
 // Gemma 2 (Gemma2ForCausalLM) -> arch "gemma2" (convertGemma2).
@@ -587,6 +588,12 @@ const LAYER_MAP = {
   "self_attn.v_proj.bias": "attn_v.bias",
   "post_attention_layernorm.weight": "ffn_norm.weight",
   ...MLP_MAP,
+  // LayerNorm biases (StableLM)
+  "input_layernorm.bias": "attn_norm.bias",
+  "post_attention_layernorm.bias": "ffn_norm.bias",
+  // Phi-3's fused projections, stored fused by llama.cpp (its phi3 views them)
+  "self_attn.qkv_proj.weight": "attn_qkv.weight",
+  "mlp.gate_up_proj.weight": "ffn_up.weight",
 };
 
 /** Expected HF shapes for every tensor, from config. */
@@ -596,13 +603,18 @@ function expectedShapes(h, fam) {
   const m = new Map();
   m.set("model.embed_tokens.weight", [V, D]);
   m.set("model.norm.weight", [D]);
+  if (fam.layerNorm) m.set("model.norm.bias", [D]);
   if (!h.tie_word_embeddings) m.set("lm_head.weight", [V, D]);
   for (let l = 0; l < h.num_hidden_layers; l++) {
     const p = `model.layers.${l}.`;
     m.set(p + "input_layernorm.weight", [D]);
-    m.set(p + "self_attn.q_proj.weight", [Hq * hd, D]);
-    m.set(p + "self_attn.k_proj.weight", [Hk * hd, D]);
-    m.set(p + "self_attn.v_proj.weight", [Hk * hd, D]);
+    if (fam.layerNorm) m.set(p + "input_layernorm.bias", [D]);
+    if (fam.fused) m.set(p + "self_attn.qkv_proj.weight", [(Hq + 2 * Hk) * hd, D]);
+    else {
+      m.set(p + "self_attn.q_proj.weight", [Hq * hd, D]);
+      m.set(p + "self_attn.k_proj.weight", [Hk * hd, D]);
+      m.set(p + "self_attn.v_proj.weight", [Hk * hd, D]);
+    }
     m.set(p + "self_attn.o_proj.weight", [D, Hq * hd]);
     if (fam.qkNorm) {
       m.set(p + "self_attn.q_norm.weight", [hd]);
@@ -614,9 +626,13 @@ function expectedShapes(h, fam) {
       m.set(p + "self_attn.v_proj.bias", [Hk * hd]);
     }
     m.set(p + "post_attention_layernorm.weight", [D]);
+    if (fam.layerNorm) m.set(p + "post_attention_layernorm.bias", [D]);
     if (fam.sandwich) m.set(p + "pre_feedforward_layernorm.weight", [D]);
-    m.set(p + "mlp.gate_proj.weight", [F, D]);
-    m.set(p + "mlp.up_proj.weight", [F, D]);
+    if (fam.fused) m.set(p + "mlp.gate_up_proj.weight", [2 * F, D]);
+    else {
+      m.set(p + "mlp.gate_proj.weight", [F, D]);
+      m.set(p + "mlp.up_proj.weight", [F, D]);
+    }
     m.set(p + "mlp.down_proj.weight", [D, F]);
     if (fam.sandwich) m.set(p + "post_feedforward_layernorm.weight", [D]);
   }
@@ -627,6 +643,7 @@ function expectedShapes(h, fam) {
 function ggufName(layerMap, hfName) {
   if (hfName === "model.embed_tokens.weight") return "token_embd.weight";
   if (hfName === "model.norm.weight") return "output_norm.weight";
+  if (hfName === "model.norm.bias") return "output_norm.bias";
   if (hfName === "lm_head.weight") return "output.weight";
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hfName);
   if (m && layerMap[m[2]]) return `blk.${m[1]}.${layerMap[m[2]]}`;
@@ -653,7 +670,7 @@ function addGeneral(w, A, modelDir, fileType) {
 }
 
 /** The decoder's sizes, RoPE base and norm epsilon, as llama.cpp's A reads them. */
-function addDecoderKeys(w, A, h, contextDefault, theta) {
+function addDecoderKeys(w, A, h, contextDefault, theta, layerNorm = false) {
   w.addU32(`${A}.block_count`, h.num_hidden_layers);
   w.addU32(`${A}.context_length`, h.max_position_embeddings ?? contextDefault);
   w.addU32(`${A}.embedding_length`, h.hidden_size);
@@ -661,7 +678,8 @@ function addDecoderKeys(w, A, h, contextDefault, theta) {
   w.addU32(`${A}.attention.head_count`, h.num_attention_heads);
   w.addU32(`${A}.attention.head_count_kv`, h.num_key_value_heads);
   w.addF32(`${A}.rope.freq_base`, theta);
-  w.addF32(`${A}.attention.layer_norm_rms_epsilon`, h.rms_norm_eps);
+  if (layerNorm) w.addF32(`${A}.attention.layer_norm_epsilon`, h.layer_norm_eps);
+  else w.addF32(`${A}.attention.layer_norm_rms_epsilon`, h.rms_norm_eps);
   w.addU32(`${A}.attention.key_length`, h.head_dim);
   w.addU32(`${A}.attention.value_length`, h.head_dim);
 }
@@ -1362,7 +1380,37 @@ const DENSE = {
     ropeThetaDefault: 10000 },
   llama: { archs: ["LlamaForCausalLM", "MistralForCausalLM"], modelType: "llama", gguf: "llama", permuteQK: true,
     ropeThetaDefault: 10000, slidingWindowField: true },
+  // granite: llama's layout and rotation plus four muP-style scales (graniteKeys)
+  granite: { archs: ["GraniteForCausalLM"], modelType: "granite", gguf: "granite", permuteQK: true,
+    ropeThetaDefault: 10000, multipliers: true },
+  // phi3: q/k/v fused in one qkv_proj, gate and up in one gate_up_proj,
+  // both stored fused (llama.cpp's phi3 views them); NeoX rotation over
+  // partial_rotary_factor * head_dim; llama.cpp ignores its sliding window
+  // (so a set one, which transformers applies, is refused: slidingWindowField)
+  phi3: { archs: ["Phi3ForCausalLM"], modelType: "phi3", gguf: "phi3", fused: true, ropeThetaDefault: 10000,
+    slidingWindowField: true, contextDefault: 4096, rmsEpsDefault: 1e-5, ropeDims: 1.0 },
+  // stablelm: LayerNorm with biases (layer_norm_eps), q/k/v biases when
+  // use_qkv_bias, NeoX rotation over partial_rotary_factor (0.25 in its
+  // class) of each head; llama.cpp's stablelm needs output.weight, so a
+  // tied checkpoint's embedding is written again as the output
+  stablelm: { archs: ["StableLmForCausalLM"], modelType: "stablelm", gguf: "stablelm", layerNorm: true,
+    qkvBiasField: "use_qkv_bias", ropeThetaDefault: 10000, contextDefault: 4096, ropeDims: 0.25, outputRequired: true },
 };
+
+/** Granite's four multipliers as llama.cpp's granite graph reads them. Each
+ *  is 1.0 in transformers' GraniteConfig when config.json leaves it out, so
+ *  each is written whatever the config says: llama.cpp would read a missing
+ *  attention.scale as 1/sqrt(head_dim), where transformers scales by 1.0. */
+function graniteKeys(w, A, cfg, cfgFile) {
+  const keys = { embedding_multiplier: "embedding_scale", attention_multiplier: "attention.scale",
+    residual_multiplier: "residual_scale", logits_scaling: "logit_scale" };
+  for (const [field, key] of Object.entries(keys)) {
+    const v = cfg[field] ?? 1.0;
+    if (typeof v !== "number" || !Number.isFinite(v)) die(`${cfgFile}: ${field} ${JSON.stringify(v)} is not a number`);
+    if (field === "logits_scaling" && v === 0) die(`${cfgFile}: logits_scaling 0: the logits are divided by it`);
+    w.addF32(`${A}.${key}`, v);
+  }
+}
 
 function denseFamily(archs, modelType) {
   for (const f of Object.values(DENSE)) if (archs.some((a) => f.archs.includes(a))) return f;
@@ -1409,15 +1457,19 @@ export async function convert(modelDir, outPath, { type = "f32", noMtp = false }
     return convertGemma3(modelDir, outPath, cfg.text_config, cfgFile, type, "language_model.");
   if (isGemma3(archs, cfg.model_type)) return convertGemma3(modelDir, outPath, cfg, cfgFile, type);
   if (isGemma2(archs, cfg.model_type)) return convertGemma2(modelDir, outPath, cfg, cfgFile, type);
-  const fam = denseFamily(archs, cfg.model_type);
+  let fam = denseFamily(archs, cfg.model_type);
   if (!fam)
     die(`${cfgFile}: no conversion for architectures ${JSON.stringify(archs)} (model_type ${cfg.model_type}): ` +
       `this converter knows ${Object.values(DENSE).flatMap((f) => f.archs).concat(["Qwen3_5ForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM"]).join(", ")}`);
+  if (fam.qkvBiasField && cfg[fam.qkvBiasField] === true) fam = { ...fam, qkvBias: true };
+  if (fam.layerNorm && (cfg.use_parallel_residual === true || cfg.qk_layernorm === true))
+    die(`${cfgFile}: use_parallel_residual / qk_layernorm true: not converted here`);
   const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size"];
   for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
-  // rms_norm_eps: 1e-6 in the config classes of all four families when absent
-  const h = { rms_norm_eps: 1e-6, ...cfg };
-  if (typeof h.rms_norm_eps !== "number") die(`${cfgFile}: non-numeric rms_norm_eps`);
+  // rms_norm_eps when absent: 1e-6 in the config classes of these families (Phi3Config: 1e-5)
+  const h = { rms_norm_eps: fam.rmsEpsDefault ?? 1e-6, layer_norm_eps: 1e-5, ...cfg };
+  const epsField = fam.layerNorm ? "layer_norm_eps" : "rms_norm_eps";
+  if (typeof h[epsField] !== "number") die(`${cfgFile}: non-numeric ${epsField}`);
   if (typeof h.head_dim !== "number") h.head_dim = h.hidden_size / h.num_attention_heads;
   // transformers' configs of these families default tie_word_embeddings to false.
   h.tie_word_embeddings = cfg.tie_word_embeddings === true;
@@ -1461,9 +1513,19 @@ export async function convert(modelDir, outPath, { type = "f32", noMtp = false }
   addGeneral(w, A, modelDir, FTYPE[type][0]);
   if (type !== "f32" && type !== "bf16") w.addU32("general.quantization_version", 2); // ggml's GGML_QNT_VERSION
   // the context when max_position_embeddings is absent: the config class's default
-  const context = archs.includes("MistralForCausalLM") ? 131072 : fam.permuteQK ? 2048 : 32768;
-  addDecoderKeys(w, A, h, context, theta);
+  const context = archs.includes("MistralForCausalLM") ? 131072 : fam.contextDefault ?? (fam.permuteQK ? 2048 : 32768);
+  addDecoderKeys(w, A, h, context, theta, fam.layerNorm);
   if (fam.permuteQK) w.addU32(`${A}.rope.dimension_count`, h.head_dim);
+  if (fam.multipliers) graniteKeys(w, A, cfg, cfgFile);
+  if (fam.ropeDims !== undefined) {
+    // the rotated width: the class's partial_rotary_factor when absent
+    const prf = cfg.partial_rotary_factor ?? fam.ropeDims;
+    const rot = Math.floor(prf * h.head_dim);
+    if (typeof prf !== "number" || rot < 2 || rot % 2) die(`${cfgFile}: partial_rotary_factor ${prf} gives a rotated width of ${rot}`);
+    w.addU32(`${A}.rope.dimension_count`, rot);
+    if (typeof cfg.original_max_position_embeddings === "number")
+      w.addU32(`${A}.rope.scaling.original_context_length`, cfg.original_max_position_embeddings);
+  }
   if (yarn) {
     w.addString(`${A}.rope.scaling.type`, "yarn");
     w.addF32(`${A}.rope.scaling.factor`, yarn.factor);
@@ -1485,6 +1547,14 @@ export async function convert(modelDir, outPath, { type = "f32", noMtp = false }
     if (heads) // permuted, then quantized (rows are whole blocks: pickType)
       w.addTensor(gname, ne, dst, (fd, at) => { const a = readF32(src); permuteRope(a, heads, h.head_dim, h.hidden_size); return writeF32As(a, dst, fd, at); });
     else w.addTensor(gname, ne, dst, (fd, at) => copyConverted(src, dst, fd, at));
+  }
+  if (h.tie_word_embeddings && fam.outputRequired) {
+    // the architecture has no tied form in llama.cpp: the embedding again, as the output
+    const src = st.get("model.embed_tokens.weight"), ne0 = src.shape[1];
+    const dst = type === "f32" || type === "bf16" ? FTYPE[type][1]
+      : pickType(type, "output.weight", ne0, h.num_hidden_layers, false, notes);
+    types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
+    w.addTensor("output.weight", [...src.shape].reverse(), dst, (fd, at) => copyConverted(src, dst, fd, at));
   }
   if (llama3) {
     const f = ropeFreqFactors(scaling, theta, h.head_dim, cfgFile);
