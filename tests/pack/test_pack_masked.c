@@ -116,10 +116,7 @@ START_TEST(stage1_window_off_by_one_fails) {
   paths();
   char tmp[] = "/tmp/mi-pack-aw2-XXXXXX", so[4300];
   ck_assert_ptr_nonnull(mkdtemp(tmp));
-  ck_assert_int_eq(mi_test_sh("mkdir -p '%s/ckb' && cp -r '%s/.' '%s/ckb/' && find '%s/ckb' -mindepth 1 -name '.*' -exec "
-                              "rm -rf {} +",
-                              tmp, ckb_dir, tmp, tmp),
-                   0);
+  copy_ckb(tmp);
   ck_assert_int_eq(mi_test_sh("sed -i 's/\"first_key\": \"i - window + 1\"/\"first_key\": \"i - window + 2\"/' "
                               "'%s/ckb/operators/attention_window.json' && grep -q 'i - window + 2' "
                               "'%s/ckb/operators/attention_window.json'",

@@ -115,23 +115,14 @@ END_TEST
  * clean under the project's warnings. */
 START_TEST(source_reduces_whole_rows) {
   ck_assert_msg(!pack_err[0], "the test pack was not built: %s", pack_err);
-  char err[1024];
-  mi_ckb *c = mi_ckb_open(ckb_dir, err, sizeof err);
-  ck_assert_msg(c != NULL, "%s", err);
-  char *src;
-  json_t *ks;
-  ck_assert_msg(mi_pack_emit(c, IDS, "ln", &src, &ks, err, sizeof err) == 0, "%s", err);
+  char *src = emitted_source(IDS, "ln");
   ck_assert_ptr_nonnull(strstr(src, "double mi_s0 = 0; /* mean */"));
   ck_assert_ptr_nonnull(strstr(src, "double mi_s1 = 0; /* rstd */"));
   ck_assert_ptr_nonnull(strstr(src, "mi_rows /* whole rows: each has its reductions */"));
   const char *m0 = strstr(src, "mi_s0 = 0;"), *wr = strstr(src, "y[mi_i] =");
   ck_assert(m0 && wr && m0 < wr); /* the reductions come before the row is written */
-  free(src), json_decref(ks);
-  mi_ckb_close(c);
-  ck_assert_int_eq(
-      mi_test_sh("/usr/bin/cc -std=gnu11 -fsyntax-only -Wall -Wextra -Werror -I '%s' '%s/pack.c'",
-                 sdk_dir, pack_dir),
-      0);
+  free(src);
+  pack_source_compiles_clean();
 }
 END_TEST
 
@@ -169,27 +160,10 @@ START_TEST(ckb_refuses_bad_reductions) {
 }
 END_TEST
 
-static json_t *unit(json_t *rep, const char *id) {
-  size_t i;
-  json_t *u;
-  json_array_foreach(json_object_get(json_array_get(json_object_get(rep, "stages"), 0), "units"), i,
-                     u) {
-    if (!strcmp(json_string_value(json_object_get(u, "id")), id)) return u;
-  }
-  ck_abort_msg("no unit %s in the report", id);
-  return NULL;
-}
-
 /* The pack generated from the CKB at ckb into dir/p, verified against the
  * real CKB: mi-verify's exit code, the report in *rep. */
 static int pack_and_verify(const char *ckb, const char *dir, json_t **rep) {
-  ck_assert_int_eq(mi_test_sh("'%s/bin/mi-ckb' --ckb '%s' pack '%s/p' --ops " LN
-                              " --name ln >/dev/null 2>'%s/err.txt'",
-                              build_dir, ckb, dir, dir),
-                   0);
-  char so[4300];
-  snprintf(so, sizeof so, "%s/p/libmi-pack-ln.so", dir);
-  return verify(ckb_dir, so, dir, rep);
+  return pack_and_verify_ops(ckb, dir, LN, "ln", rep);
 }
 
 START_TEST(stage1_passes) {
@@ -199,7 +173,7 @@ START_TEST(stage1_passes) {
   json_t *rep;
   int rc = pack_and_verify(ckb_dir, tmp, &rep);
   ck_assert_msg(rc == 0, "mi-verify exit %d (see %s/verify.txt)", rc, tmp);
-  json_t *u = unit(rep, LN);
+  json_t *u = report_unit(rep, LN);
   ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "PASS");
   ck_assert_uint_ge(json_array_size(json_object_get(u, "cases")), 10);
   json_decref(rep);
@@ -215,11 +189,7 @@ START_TEST(stage1_without_the_mean_fails) {
   paths();
   char tmp[] = "/tmp/mi-pack-ln2-XXXXXX";
   ck_assert_ptr_nonnull(mkdtemp(tmp));
-  ck_assert_int_eq(mi_test_sh("mkdir -p '%s/ckb' && cp -r '%s/.' '%s/ckb/' && find '%s/ckb' "
-                              "-mindepth 1 -name '.*' -exec "
-                              "rm -rf {} +",
-                              tmp, ckb_dir, tmp, tmp),
-                   0);
+  copy_ckb(tmp);
   char path[4400];
   snprintf(path, sizeof path, "%s/ckb/operators/layer_norm.json", tmp);
   json_t *j = json_load_file(path, 0, NULL);
@@ -232,7 +202,7 @@ START_TEST(stage1_without_the_mean_fails) {
   char copy[4200];
   snprintf(copy, sizeof copy, "%s/ckb", tmp);
   ck_assert_int_ne(pack_and_verify(copy, tmp, &rep), 0);
-  json_t *u = unit(rep, LN);
+  json_t *u = report_unit(rep, LN);
   ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "FAIL");
   ck_assert_str_eq(case_verdict(u, "offset_rows", "f32"), "FAIL");
   ck_assert_str_eq(case_verdict(u, "constant_row", "f32"), "FAIL");

@@ -126,21 +126,13 @@ END_TEST
  * clean under the project's warnings. */
 START_TEST(source_names_the_map) {
   ck_assert_msg(!pack_err[0], "the test pack was not built: %s", pack_err);
-  char err[1024];
-  mi_ckb *c = mi_ckb_open(ckb_dir, err, sizeof err);
-  ck_assert_msg(c != NULL, "%s", err);
-  char *src;
-  json_t *ks;
-  ck_assert_msg(mi_pack_emit(c, IDS, "sc", &src, &ks, err, sizeof err) == 0, "%s", err);
+  char *src = emitted_source(IDS, "sc");
   int maps = 0;
   for (const char *at = src; (at = strstr(at, "/* the form's score map */")); at++) maps++;
   ck_assert_int_eq(maps, 2);
   ck_assert_ptr_nonnull(strstr(src, "first_key(i) = i - window + 1, score = cap * tanh(score / cap)"));
-  free(src), json_decref(ks);
-  mi_ckb_close(c);
-  ck_assert_int_eq(mi_test_sh("/usr/bin/cc -std=gnu11 -fsyntax-only -Wall -Wextra -Werror -I '%s' '%s/pack.c'", sdk_dir,
-                              pack_dir),
-                   0);
+  free(src);
+  pack_source_compiles_clean();
 }
 END_TEST
 
@@ -172,27 +164,12 @@ END_TEST
 /* ---------- stage 1 ---------- */
 
 
-static json_t *unit(json_t *rep, const char *id) {
-  size_t i;
-  json_t *u;
-  json_array_foreach(json_object_get(json_array_get(json_object_get(rep, "stages"), 0), "units"), i, u) {
-    if (!strcmp(json_string_value(json_object_get(u, "id")), id)) return u;
-  }
-  ck_abort_msg("no unit %s in the report", id);
-  return NULL;
-}
 
 
 /* Generates the pack from the CKB at ckb into dir/p and verifies it
  * against the real CKB: mi-verify's exit code, the report in *rep. */
 static int pack_and_verify(const char *ckb, const char *dir, json_t **rep) {
-  ck_assert_int_eq(mi_test_sh("'%s/bin/mi-ckb' --ckb '%s' pack '%s/p' --ops " FULL "," WIN
-                              " --name sc >/dev/null 2>'%s/err.txt'",
-                              build_dir, ckb, dir, dir),
-                   0);
-  char so[4300];
-  snprintf(so, sizeof so, "%s/p/libmi-pack-sc.so", dir);
-  return verify(ckb_dir, so, dir, rep);
+  return pack_and_verify_ops(ckb, dir, FULL "," WIN, "sc", rep);
 }
 
 START_TEST(stage1_passes) {
@@ -204,7 +181,7 @@ START_TEST(stage1_passes) {
   ck_assert_msg(rc == 0, "mi-verify exit %d (see %s/verify.txt)", rc, tmp);
   const char *ids[] = {FULL, WIN};
   for (int k = 0; k < 2; k++) {
-    json_t *u = unit(rep, ids[k]);
+    json_t *u = report_unit(rep, ids[k]);
     ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "PASS");
     ck_assert_uint_ge(json_array_size(json_object_get(u, "cases")), 24); /* 8 (9) cases x f32, f16, bf16 */
     ck_assert_double_le(json_number_value(json_object_get(u, "max_rel_err")), 2e-5);
@@ -221,10 +198,7 @@ START_TEST(stage1_without_the_map_fails) {
   paths();
   char tmp[] = "/tmp/mi-pack-sc2-XXXXXX";
   ck_assert_ptr_nonnull(mkdtemp(tmp));
-  ck_assert_int_eq(mi_test_sh("mkdir -p '%s/ckb' && cp -r '%s/.' '%s/ckb/' && find '%s/ckb' -mindepth 1 -name '.*' -exec "
-                              "rm -rf {} +",
-                              tmp, ckb_dir, tmp, tmp),
-                   0);
+  copy_ckb(tmp);
   const char *files[] = {"attention_softcap", "attention_window_softcap"};
   for (int k = 0; k < 2; k++) {
     char path[4400];
@@ -241,7 +215,7 @@ START_TEST(stage1_without_the_map_fails) {
   ck_assert_int_ne(pack_and_verify(copy, tmp, &rep), 0);
   const char *ids[] = {FULL, WIN}, *dts[] = {"f32", "f16", "bf16"};
   for (int k = 0; k < 2; k++) {
-    json_t *u = unit(rep, ids[k]);
+    json_t *u = report_unit(rep, ids[k]);
     ck_assert_str_eq(json_string_value(json_object_get(u, "verdict")), "FAIL");
     for (int d = 0; d < 3; d++) {
       ck_assert_msg(!strcmp(case_verdict(u, "saturated", dts[d]), "FAIL"), "%s saturated %s passed", ids[k], dts[d]);
