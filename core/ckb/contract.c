@@ -145,7 +145,13 @@ const char *mi_ckb_layer_kind(const json_t *model, const json_t *cfg, int64_t l)
   const char *an = json_string_value(json_object_get(lk, "config"));
   const json_t *arr = an ? mi_ckb_config_value(model, cfg, an, strlen(an)) : NULL;
   if (json_is_array(arr)) {
-    const char *k = json_string_value(json_array_get(arr, (size_t)l));
+    const json_t *e = json_array_get(arr, (size_t)l);
+    const char *k = json_string_value(e);
+    if (!k && (json_is_integer(e) || json_is_boolean(e))) { /* a number per layer: its kind by "values" */
+      char key[32];
+      snprintf(key, sizeof key, "%lld", json_is_integer(e) ? (long long)json_integer_value(e) : (long long)json_is_true(e));
+      k = json_string_value(json_object_get(json_object_get(lk, "values"), key));
+    }
     return k && json_object_get(kinds, k) ? k : NULL;
   }
   const char *ivn = json_string_value(json_object_get(lk, "interval"));

@@ -1585,6 +1585,53 @@ START_TEST(stablelm_layernorm_absorbed) {
 }
 END_TEST
 
+/* SmolLM3 (SmolLM3ForCausalLM, tests/goldens/families/smollm3-probe-6l-seed22.json:
+ * every 4th layer without a rotary embedding, config.json's no_rope_layers
+ * a 0/1 per layer; llama.cpp's smollm3 the oracle, whose step is fixed at
+ * 4). variant.nope_layers splits the layer into kinds by that array of
+ * numbers (layer_kinds.values: 0 nope, 1 rope) and removes the RoPE steps
+ * from the nope kind alone (remove_steps with a kind): no C written for the
+ * family. The NoPE layer is seen by the oracle: with every layer rotated
+ * (no_rope_layers all 1) the contract is far from llama.cpp. */
+START_TEST(smollm3_nope_layers_absorbed) {
+  json_t *m = absorb_family("smollm3-probe-6l-seed22.json", NULL, "llama_fields=present nope=interval norm=w qk=none",
+                            "models/smollm3.json", "SmolLM3ForCausalLM");
+  const json_t *lk = json_object_get(m, "layer_kinds");
+  ck_assert_str_eq(json_string_value(json_object_get(lk, "config")) ?: "", "no_rope_layers");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(lk, "values"), "0")) ?: "", "nope");
+  const json_t *kinds = json_object_get(lk, "kinds");
+  ck_assert_ptr_null(mi_ckb_named(json_object_get(json_object_get(kinds, "nope"), "sequence"), "step", "q_rope"));
+  ck_assert_ptr_nonnull(mi_ckb_named(json_object_get(json_object_get(kinds, "rope"), "sequence"), "step", "q_rope"));
+  char *tmp = tw_mkdtemp("evolve-smollm3"), *dir = tw_path(tmp, "m"), bin[4096], err[1024], *ck = src("ckb");
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  ev_opts o = {.exe_dir = bin};
+  json_t *g = load_src("tests/goldens/families/smollm3-probe-6l-seed22.json");
+  ck_assert_msg(ev_remake_checkpoint(&o, g, dir, err, sizeof err) == 0, "%s", err);
+  json_t *cfg = mi_test_json_at(dir, "config.json");
+  ck_assert_str_eq(mi_ckb_layer_kind(m, cfg, 3) ?: "", "nope");
+  ck_assert_str_eq(mi_ckb_layer_kind(m, cfg, 2) ?: "", "rope");
+  mi_weights *w = mi_weights_open(dir, err, sizeof err);
+  ck_assert_msg(w, "%s", err);
+  mi_ckb *k = mi_ckb_open(ck, err, sizeof err);
+  ck_assert_msg(k, "%s", err);
+  double e = 1, e_all = 0;
+  int steps = 0;
+  ck_assert_msg(ev_oracle_error(k, m, cfg, w, g, &e, &steps, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(e < EV_TOL && steps > 0, "the absorbed contract: %g", e);
+  json_t *all = json_array();
+  for (int l = 0; l < 6; l++) json_array_append_new(all, json_integer(1));
+  json_object_set_new(cfg, "no_rope_layers", all);
+  ck_assert_msg(ev_oracle_error(k, m, cfg, w, g, &e_all, &steps, err, sizeof err) == 0, "%s", err);
+  fprintf(stderr, "test_evolve: smollm3 with its NoPE layer: %.3g from llama.cpp; every layer rotated: %.3g\n", e, e_all);
+  ck_assert_msg(e_all > 10 * EV_TOL, "every layer rotated is only %g from llama.cpp", e_all);
+  mi_ckb_close(k);
+  mi_weights_close(w);
+  json_decref(cfg), json_decref(g), json_decref(m);
+  tw_rmtree(tmp);
+  free(tmp), free(dir), free(ck);
+}
+END_TEST
+
 /* Granite (GraniteForCausalLM, tests/goldens/families/granite-probe-tiny-seed16.json:
  * Llama's layout plus four muP-style multipliers; llama.cpp's granite the
  * oracle, reading them from the keys hf2gguf.mjs writes). One vocabulary
@@ -2073,7 +2120,7 @@ static Suite *suite(void) {
                                   qwen2_layout_found_through_a_generated_operator, llama_layout_absorbed,
                                   mistral_layout_absorbed, llama31_rope_scaling_absorbed, qwen25_yarn_absorbed,
                                   granite_multipliers_absorbed, phi3_fused_layout_absorbed,
-                                  stablelm_layernorm_absorbed,
+                                  stablelm_layernorm_absorbed, smollm3_nope_layers_absorbed,
                                   config_class_defaults_hold_against_the_oracle,
                                   experience_shortens_the_search));
   mi_check_add(

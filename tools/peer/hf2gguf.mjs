@@ -2,7 +2,8 @@
 // HF checkpoint directory -> GGUF v3 file for llama.cpp: the dense families
 // of DENSE below (Qwen3 -> arch "qwen3", Qwen2 -> "qwen2", Llama and Mistral
 // -> "llama", q/k permuted, Granite -> "granite", llama's plus four scales,
-// Phi-3 -> "phi3", q/k/v and gate/up fused), a Qwen3.5/3.6-style hybrid
+// Phi-3 -> "phi3", q/k/v and gate/up fused, StableLM -> "stablelm",
+// SmolLM3 -> "smollm3"), a Qwen3.5/3.6-style hybrid
 // (Qwen3_5ForCausalLM) -> arch "qwen35", Gemma 3 text
 // (Gemma3ForCausalLM / gemma3_text) -> arch "gemma3" (convertGemma3), or
 // Gemma 2 (Gemma2ForCausalLM) -> arch "gemma2" (convertGemma2).
@@ -1389,6 +1390,11 @@ const DENSE = {
   // (so a set one, which transformers applies, is refused: slidingWindowField)
   phi3: { archs: ["Phi3ForCausalLM"], modelType: "phi3", gguf: "phi3", fused: true, ropeThetaDefault: 10000,
     slidingWindowField: true, contextDefault: 4096, rmsEpsDefault: 1e-5, ropeDims: 1.0 },
+  // smollm3: llama's layout and rotation; every 4th layer without RoPE
+  // (llama.cpp fixes its n_no_rope_layer_step at 4 and reads no key for it,
+  // so another interval or a no_rope_layers list of another pattern is refused)
+  smollm3: { archs: ["SmolLM3ForCausalLM"], modelType: "smollm3", gguf: "smollm3", permuteQK: true,
+    ropeThetaDefault: 2000000, contextDefault: 32768, noRopeStep: 4 },
   // stablelm: LayerNorm with biases (layer_norm_eps), q/k/v biases when
   // use_qkv_bias, NeoX rotation over partial_rotary_factor (0.25 in its
   // class) of each head; llama.cpp's stablelm needs output.weight, so a
@@ -1396,6 +1402,23 @@ const DENSE = {
   stablelm: { archs: ["StableLmForCausalLM"], modelType: "stablelm", gguf: "stablelm", layerNorm: true,
     qkvBiasField: "use_qkv_bias", ropeThetaDefault: 10000, contextDefault: 4096, ropeDims: 0.25, outputRequired: true },
 };
+
+/** SmolLM3's NoPE layers as llama.cpp computes them: every `fixed`-th
+ *  layer (its n_no_rope_layer_step, no key); no_rope_layer_interval (the
+ *  class's default 4 when absent) must be that, and a no_rope_layers list
+ *  that period's pattern (layer l rotated iff (l + 1) % interval != 0). */
+function noRopeStep(cfg, h, fixed, cfgFile) {
+  const step = cfg.no_rope_layer_interval ?? 4;
+  if (step !== fixed) die(`${cfgFile}: no_rope_layer_interval ${JSON.stringify(step)}: llama.cpp's smollm3 computes only ${fixed}`);
+  const list = cfg.no_rope_layers;
+  if (list != null) {
+    if (!Array.isArray(list) || list.length !== h.num_hidden_layers) die(`${cfgFile}: no_rope_layers must list one 0/1 per layer`);
+    list.forEach((v, l) => {
+      if (Number(v) !== ((l + 1) % step !== 0 ? 1 : 0))
+        die(`${cfgFile}: no_rope_layers[${l}] = ${v}: llama.cpp's smollm3 computes only every ${step}-th layer without RoPE`);
+    });
+  }
+}
 
 /** Granite's four multipliers as llama.cpp's granite graph reads them. Each
  *  is 1.0 in transformers' GraniteConfig when config.json leaves it out, so
@@ -1517,6 +1540,7 @@ export async function convert(modelDir, outPath, { type = "f32", noMtp = false }
   addDecoderKeys(w, A, h, context, theta, fam.layerNorm);
   if (fam.permuteQK) w.addU32(`${A}.rope.dimension_count`, h.head_dim);
   if (fam.multipliers) graniteKeys(w, A, cfg, cfgFile);
+  if (fam.noRopeStep) noRopeStep(cfg, h, fam.noRopeStep, cfgFile);
   if (fam.ropeDims !== undefined) {
     // the rotated width: the class's partial_rotary_factor when absent
     const prf = cfg.partial_rotary_factor ?? fam.ropeDims;

@@ -273,8 +273,11 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
   size_t i;
   json_t *x;
   if (pass == 1) {
-    json_array_foreach(json_object_get(ed, "remove_steps"), i, x) for (int s = 0; s < ns; s++)
-        remove_named(seqs[s], "step", json_string_value(x));
+    /* a step's name (every sequence), or {"step", "kind"}: that layer kind's alone */
+    json_array_foreach(json_object_get(ed, "remove_steps"), i, x) for (int s = 0; s < ns; s++) {
+      if (json_is_string(x)) remove_named(seqs[s], "step", json_string_value(x));
+      else if (reaches(m, x, seqs[s])) remove_named(seqs[s], "step", json_string_value(json_object_get(x, "step")));
+    }
     json_array_foreach(json_object_get(ed, "insert_steps"), i, x) {
       const char *after = json_string_value(json_object_get(x, "after")),
                  *before = json_string_value(json_object_get(x, "before"));

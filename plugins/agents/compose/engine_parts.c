@@ -293,6 +293,17 @@ int part_cache_layout(gen *g, sb *o) {
     if (ivn) upper(IV, ivn, sizeof IV);
     sp(o, "#define LAYER_KINDS_CONFIG \"%s\" /* config.json's array of the layers' kinds */\n",
        an ? an : "");
+    /* an array of numbers: each value's kind (layer_kinds.values), else none */
+    sp(o, "#define LAYER_KIND_OF_INT(v) (");
+    const char *vk;
+    json_t *vv;
+    json_object_foreach(json_object_get(lk, "values"), vk, vv) {
+      char *end;
+      long long n = strtoll(vk, &end, 10);
+      if (*end || !json_is_string(vv) || strchr(json_string_value(vv), '"')) continue;
+      sp(o, "(v) == %lldLL ? \"%s\" : ", n, json_string_value(vv));
+    }
+    sp(o, "(const char *)NULL) /* a per-layer number's kind */\n");
     if (ivn)
       sp(o,
          "#define LAYER_KIND_DEFAULT(l) k_kind_name[((l) + 1) %% %s == 0 ? 0 : 1] /* without it "

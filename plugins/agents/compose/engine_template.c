@@ -213,7 +213,15 @@ static int e_check_config(void *ctx, const mi_json *cfg, char *err, size_t err_l
   if (kinds && (h->json_type(kinds) != MI_JSON_ARRAY || h->json_array_size(kinds) != N_LAYERS))
     return fail(err, err_len, "engine " ENGINE_NAME " refuses this config: " LAYER_KINDS_CONFIG " is not an array of %s layer kinds%s", STR(N_LAYERS), "");
   for (int l = 0; l < N_LAYERS; l++) {
-    const char *got = kinds ? h->json_string(h->json_array_get(kinds, (size_t)l)) : LAYER_KIND_DEFAULT(l);
+    const mi_json *kv = kinds ? h->json_array_get(kinds, (size_t)l) : NULL;
+    int64_t kn = 0;
+    int kb = 0;
+    /* a kind's name, or a number whose kind layer_kinds.values gives (LAYER_KIND_OF_INT) */
+    const char *got = !kinds                      ? LAYER_KIND_DEFAULT(l)
+                      : h->json_string(kv)        ? h->json_string(kv)
+                      : h->json_int(kv, &kn) == 0 ? LAYER_KIND_OF_INT(kn)
+                      : h->json_bool(kv, &kb) == 0 ? LAYER_KIND_OF_INT((int64_t)kb)
+                                                   : (const char *)NULL;
     if (!got || strcmp(got, k_kind_name[k_layer_kind[l]])) {
       snprintf(err, err_len, "engine " ENGINE_NAME " refuses this config: " LAYER_KINDS_CONFIG "[%d] = %s, it was generated for %s", l,
                got ? got : "(absent)", k_kind_name[k_layer_kind[l]]);

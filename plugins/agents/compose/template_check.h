@@ -79,6 +79,7 @@ static const size_t k_state[] = {0, HIDDEN_SIZE};
 #define LAYER_BYTES(n_ctx, kind) (KV_PART_BYTES(n_ctx, kind) + ((k_state[kind] * sizeof(float) + 63) & ~(size_t)63))
 #define LAYER_KINDS_CONFIG "layer_types"
 #define LAYER_KIND_DEFAULT(l) k_kind_name[(l) % 2]
+#define LAYER_KIND_OF_INT(v) ((v) == 0LL ? "plain" : (v) == 1LL ? "stateful" : (const char *)NULL)
 #else
 #define MI_GEN_CACHE_LAYOUT
 #define KV_ELEM float
