@@ -1610,6 +1610,11 @@ START_TEST(smollm3_nope_layers_absorbed) {
   json_t *cfg = mi_test_json_at(dir, "config.json");
   ck_assert_str_eq(mi_ckb_layer_kind(m, cfg, 3) ?: "", "nope");
   ck_assert_str_eq(mi_ckb_layer_kind(m, cfg, 2) ?: "", "rope");
+  /* a number layer_kinds.values does not name is no kind (the composer then names it) */
+  json_t *odd = json_deep_copy(cfg);
+  json_array_set_new(json_object_get(odd, "no_rope_layers"), 3, json_integer(2));
+  ck_assert_ptr_null(mi_ckb_layer_kind(m, odd, 3));
+  json_decref(odd);
   mi_weights *w = mi_weights_open(dir, err, sizeof err);
   ck_assert_msg(w, "%s", err);
   mi_ckb *k = mi_ckb_open(ck, err, sizeof err);

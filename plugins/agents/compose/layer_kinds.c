@@ -64,8 +64,11 @@ int plan_kinds(gen *g) {
         idx++;
       }
       if (!found) {
-        snprintf(g->err, sizeof g->err, "config.json: %s[%lld] = \"%s\" is not a layer kind of %s",
-                 arr_name, (long long)l, k ? k : "(no kind's name or value)", mid);
+        char *shown = json_dumps(json_array_get(arr, (size_t)l), JSON_ENCODE_ANY | JSON_COMPACT);
+        snprintf(g->err, sizeof g->err, "config.json: %s[%lld] = %.64s is not a layer kind of %s%s", arr_name,
+                 (long long)l, shown ? shown : "?", mid,
+                 json_object_get(lk, "values") ? " (nor a value its layer_kinds.values names)" : "");
+        free(shown);
         return -1;
       }
     }
