@@ -1278,7 +1278,7 @@ static json_t *absorb_family_in(int from, const char *golden, const char *golden
   json_t *m = json_load_file(mp, 0, NULL);
   ck_assert_msg(m, "%s", mp);
   ck_assert_str_eq(json_string_value(json_array_get(json_object_get(m, "architectures"), 0)), arch);
-  ck_assert_ptr_null(mi_ckb_named(json_object_get(m, "layer_sequence"), "step", "q_norm"));
+  if (strstr(truth, "qk=none")) ck_assert_ptr_null(mi_ckb_named(json_object_get(m, "layer_sequence"), "step", "q_norm"));
   char err[1024];
   mi_ckb *c = mi_ckb_open(ckb, err, sizeof err);
   ck_assert_msg(c, "%s", err);
@@ -1634,6 +1634,31 @@ START_TEST(smollm3_nope_layers_absorbed) {
   json_decref(cfg), json_decref(g), json_decref(m);
   tw_rmtree(tmp);
   free(tmp), free(dir), free(ck);
+}
+END_TEST
+
+/* OLMo 2 (Olmo2ForCausalLM, tests/goldens/families/olmo2-probe-tiny-seed24.json:
+ * no norm before attention or the MLP, each block's output normed before its
+ * residual add, q/k RMSNorm over each token's whole projection; llama.cpp's
+ * olmo2 the oracle). Two vocabulary entries, no C for the family:
+ * variant.norm_place_post and variant.qk_norm_full, whose evidence is the
+ * q norm's length (elements_equal hidden_size: a per-head norm is head_dim
+ * long, so the Qwen3-style probes never make it a candidate). */
+START_TEST(olmo2_post_norm_absorbed) {
+  json_t *m = absorb_family("olmo2-probe-tiny-seed24.json", NULL, "head_dim=derived norm=w norm_place=post qk=full",
+                            "models/olmo2.json", "Olmo2ForCausalLM");
+  const json_t *seq = json_object_get(m, "layer_sequence");
+  ck_assert_ptr_null(mi_ckb_named(seq, "step", "attn_norm"));
+  ck_assert_ptr_null(mi_ckb_named(seq, "step", "mlp_norm"));
+  const json_t *qa = json_object_get(mi_ckb_named(seq, "step", "q_proj"), "args");
+  ck_assert_str_eq(json_string_value(json_object_get(qa, "x")) ?: "", "x");
+  const json_t *qn = json_object_get(mi_ckb_named(seq, "step", "q_norm"), "args");
+  ck_assert_str_eq(json_string_value(json_object_get(qn, "dim")) ?: "", "num_attention_heads * head_dim");
+  ck_assert_str_eq(json_string_value(json_object_get(qn, "rows")) ?: "", "T");
+  ck_assert_ptr_nonnull(mi_ckb_named(seq, "step", "post_mlp_norm"));
+  ck_assert_ptr_null(mi_ckb_named(json_object_get(m, "weights"), "key", "model.layers.{i}.input_layernorm.weight"));
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(m, "gguf"), "architecture")) ?: "", "olmo2");
+  json_decref(m);
 }
 END_TEST
 
@@ -2125,7 +2150,7 @@ static Suite *suite(void) {
                                   qwen2_layout_found_through_a_generated_operator, llama_layout_absorbed,
                                   mistral_layout_absorbed, llama31_rope_scaling_absorbed, qwen25_yarn_absorbed,
                                   granite_multipliers_absorbed, phi3_fused_layout_absorbed,
-                                  stablelm_layernorm_absorbed, smollm3_nope_layers_absorbed,
+                                  stablelm_layernorm_absorbed, smollm3_nope_layers_absorbed, olmo2_post_norm_absorbed,
                                   config_class_defaults_hold_against_the_oracle,
                                   experience_shortens_the_search));
   mi_check_add(

@@ -3,7 +3,7 @@
 // of DENSE below (Qwen3 -> arch "qwen3", Qwen2 -> "qwen2", Llama and Mistral
 // -> "llama", q/k permuted, Granite -> "granite", llama's plus four scales,
 // Phi-3 -> "phi3", q/k/v and gate/up fused, StableLM -> "stablelm",
-// SmolLM3 -> "smollm3"), a Qwen3.5/3.6-style hybrid
+// SmolLM3 -> "smollm3", OLMo 2 -> "olmo2"), a Qwen3.5/3.6-style hybrid
 // (Qwen3_5ForCausalLM) -> arch "qwen35", Gemma 3 text
 // (Gemma3ForCausalLM / gemma3_text) -> arch "gemma3" (convertGemma3), or
 // Gemma 2 (Gemma2ForCausalLM) -> arch "gemma2" (convertGemma2).
@@ -608,7 +608,7 @@ function expectedShapes(h, fam) {
   if (!h.tie_word_embeddings) m.set("lm_head.weight", [V, D]);
   for (let l = 0; l < h.num_hidden_layers; l++) {
     const p = `model.layers.${l}.`;
-    m.set(p + "input_layernorm.weight", [D]);
+    if (!fam.postNorm) m.set(p + "input_layernorm.weight", [D]);
     if (fam.layerNorm) m.set(p + "input_layernorm.bias", [D]);
     if (fam.fused) m.set(p + "self_attn.qkv_proj.weight", [(Hq + 2 * Hk) * hd, D]);
     else {
@@ -620,6 +620,11 @@ function expectedShapes(h, fam) {
     if (fam.qkNorm) {
       m.set(p + "self_attn.q_norm.weight", [hd]);
       m.set(p + "self_attn.k_norm.weight", [hd]);
+    }
+    if (fam.postNorm) { // OLMo 2: q/k norms over the whole projection, the MLP's output normed
+      m.set(p + "self_attn.q_norm.weight", [Hq * hd]);
+      m.set(p + "self_attn.k_norm.weight", [Hk * hd]);
+      m.set(p + "post_feedforward_layernorm.weight", [D]);
     }
     if (fam.qkvBias) {
       m.set(p + "self_attn.q_proj.bias", [Hq * hd]);
@@ -1395,6 +1400,13 @@ const DENSE = {
   // so another interval or a no_rope_layers list of another pattern is refused)
   smollm3: { archs: ["SmolLM3ForCausalLM"], modelType: "smollm3", gguf: "smollm3", permuteQK: true,
     ropeThetaDefault: 2000000, contextDefault: 32768, noRopeStep: 4 },
+  // olmo2: no norm before attention or the MLP, each block's output normed
+  // (post_attention_norm, post_ffw_norm); q/k RMSNorm over the whole
+  // projection; NeoX rotation; llama.cpp's olmo2 requires output.weight
+  olmo2: { archs: ["Olmo2ForCausalLM"], modelType: "olmo2", gguf: "olmo2", postNorm: true, ropeThetaDefault: 10000,
+    contextDefault: 2048, rmsEpsDefault: 1e-5, outputRequired: true,
+    layerMap: { "post_attention_layernorm.weight": "post_attention_norm.weight", "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+      "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight" } },
   // stablelm: LayerNorm with biases (layer_norm_eps), q/k/v biases when
   // use_qkv_bias, NeoX rotation over partial_rotary_factor (0.25 in its
   // class) of each head; llama.cpp's stablelm needs output.weight, so a
@@ -1560,7 +1572,7 @@ export async function convert(modelDir, outPath, { type = "f32", noMtp = false }
   const notes = [], types = {};
   for (const name of expect.keys()) {
     const src = st.get(name);
-    const gname = ggufName(LAYER_MAP, name), ne0 = src.shape[src.shape.length - 1];
+    const gname = ggufName(fam.layerMap ? { ...LAYER_MAP, ...fam.layerMap } : LAYER_MAP, name), ne0 = src.shape[src.shape.length - 1];
     const dst = src.shape.length === 1 ? GGML_TYPE.F32
       : type === "f32" || type === "bf16" ? FTYPE[type][1]
       : pickType(type, gname, ne0, h.num_hidden_layers, h.tie_word_embeddings, notes);

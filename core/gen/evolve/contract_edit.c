@@ -89,6 +89,27 @@ static int has_weight(const mi_weights *w, const char *key) {
   return 0;
 }
 
+/* The element count of the first tensor matching key, or -1. */
+static int64_t weight_elements(const mi_weights *w, const char *key) {
+  for (size_t k = 0; k < mi_weights_count(w); k++) {
+    mi_weight_info x;
+    if (mi_weights_at(w, k, &x) != 0 || !key_matches(key, x.name)) continue;
+    int64_t n = 1;
+    for (int d = 0; d < x.ndim; d++) n *= x.shape[d];
+    return n;
+  }
+  return -1;
+}
+
+/* The first dimension of the first tensor matching key, or -1. */
+static int64_t weight_rows(const mi_weights *w, const char *key) {
+  for (size_t k = 0; k < mi_weights_count(w); k++) {
+    mi_weight_info x;
+    if (mi_weights_at(w, k, &x) == 0 && key_matches(key, x.name) && x.ndim >= 1) return x.shape[0];
+  }
+  return -1;
+}
+
 static int distinct(const json_t *arr) {
   int n = 0;
   for (size_t i = 0; i < json_array_size(arr); i++) {
@@ -124,6 +145,11 @@ static int evidence_holds(const json_t *e, const json_t *cfg, const mi_weights *
     if (dn && (!json_is_array(v) || distinct(v) < json_integer_value(dn))) return 0;
   } else if (wk) {
     if ((pr ? json_is_true(pr) : 1) != has_weight(w, wk)) return 0;
+    /* "elements_equal_rows": KEY: the first matching tensor holds as many
+     * values as KEY's tensor has rows (a q norm spanning all of q_proj's
+     * outputs, OLMo 2's, against one head's) */
+    const char *rk = json_string_value(json_object_get(e, "elements_equal_rows"));
+    if (rk && (weight_elements(w, wk) < 1 || weight_elements(w, wk) != weight_rows(w, rk))) return 0;
   }
   return 1;
 }
