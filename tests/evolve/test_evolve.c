@@ -1316,6 +1316,48 @@ static void explain_names(const json_t *m, const json_t *cfg, const mi_weights *
   free(s);
 }
 
+/* A golden's probe checkpoint remade in a scratch folder, with its
+ * config, its weights and the shipped CKB open: what the checks of a
+ * contract against the oracle's golden read. */
+typedef struct probe_fix {
+  char *tmp, *dir, *ck;
+  json_t *g, *cfg;
+  mi_weights *w;
+  mi_ckb *k;
+} probe_fix;
+
+static void probe_open(probe_fix *p, const char *golden) {
+  char bin[4096], err[1024];
+  p->tmp = tw_mkdtemp("evolve-probe"), p->dir = tw_path(p->tmp, "m"), p->ck = src("ckb");
+  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
+  ev_opts o = {.exe_dir = bin};
+  p->g = load_src(golden);
+  ck_assert_msg(ev_remake_checkpoint(&o, p->g, p->dir, err, sizeof err) == 0, "%s", err);
+  p->cfg = mi_test_json_at(p->dir, "config.json");
+  p->w = mi_weights_open(p->dir, err, sizeof err);
+  ck_assert_msg(p->w, "%s", err);
+  p->k = mi_ckb_open(p->ck, err, sizeof err);
+  ck_assert_msg(p->k, "%s", err);
+}
+
+/* Contract m on config cfg against the golden: max |top-10 logprob - llama.cpp's|. */
+static double probe_error(const probe_fix *p, const json_t *m, const json_t *cfg) {
+  char err[1024];
+  double e = 0;
+  int steps = 0;
+  ck_assert_msg(ev_oracle_error(p->k, m, cfg, p->w, p->g, &e, &steps, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_gt(steps, 0);
+  return e;
+}
+
+static void probe_close(probe_fix *p) {
+  mi_ckb_close(p->k);
+  mi_weights_close(p->w);
+  json_decref(p->cfg), json_decref(p->g);
+  tw_rmtree(p->tmp);
+  free(p->tmp), free(p->dir), free(p->ck);
+}
+
 /* Llama 3.1's rope scaling (rope_type llama3): a rotation whose pair
  * frequencies the CKB states as an expression (operator.rope_llama3, the
  * rotary form, generated into a pack). The probe's original context is 64
@@ -1328,29 +1370,17 @@ static void explain_names(const json_t *m, const json_t *cfg, const mi_weights *
  * float64; then with `scaling` (a set rope_scaling lacking its factor) the
  * factor is named as absent, never defaulted. Takes scaling. */
 static void holds_unscaled_checkpoint(const json_t *m, const char *golden, json_t *scaling) {
-  char *tmp = tw_mkdtemp("evolve-unscaled"), *dir = tw_path(tmp, "m"), bin[4096], err[1024], *ck = src("ckb");
-  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
-  ev_opts o = {.exe_dir = bin};
-  json_t *g = load_src(golden);
-  ck_assert_msg(ev_remake_checkpoint(&o, g, dir, err, sizeof err) == 0, "%s", err);
-  json_t *cfg = mi_test_json_at(dir, "config.json"), *un = json_array();
-  ck_assert(!json_object_get(cfg, "rope_scaling") || json_is_null(json_object_get(cfg, "rope_scaling")));
-  mi_weights *w = mi_weights_open(dir, err, sizeof err);
-  ck_assert_msg(w, "%s", err);
-  ck_assert_int_eq(ev_explain(m, cfg, w, un, NULL), 0);
-  mi_ckb *k = mi_ckb_open(ck, err, sizeof err);
-  ck_assert_msg(k, "%s", err);
-  double e = 1;
-  int steps = 0;
-  ck_assert_msg(ev_oracle_error(k, m, cfg, w, g, &e, &steps, err, sizeof err) == 0, "%s", err);
-  ck_assert_msg(e < EV_TOL && steps > 0, "%s under the scaled contract: %g over %d steps", golden, e, steps);
-  json_object_set_new(cfg, "rope_scaling", scaling);
-  explain_names(m, cfg, w, un, "'rope_scaling.factor' is absent");
-  mi_ckb_close(k);
-  mi_weights_close(w);
-  json_decref(un), json_decref(cfg), json_decref(g);
-  tw_rmtree(tmp);
-  free(tmp), free(dir), free(ck);
+  probe_fix p;
+  probe_open(&p, golden);
+  json_t *un = json_array();
+  ck_assert(!json_object_get(p.cfg, "rope_scaling") || json_is_null(json_object_get(p.cfg, "rope_scaling")));
+  ck_assert_int_eq(ev_explain(m, p.cfg, p.w, un, NULL), 0);
+  const double e = probe_error(&p, m, p.cfg);
+  ck_assert_msg(e < EV_TOL, "%s under the scaled contract: %g", golden, e);
+  json_object_set_new(p.cfg, "rope_scaling", scaling);
+  explain_names(m, p.cfg, p.w, un, "'rope_scaling.factor' is absent");
+  json_decref(un);
+  probe_close(&p);
 }
 
 /* Config classes (docs/evolution.md): a field config.json leaves out means
@@ -1602,38 +1632,25 @@ START_TEST(smollm3_nope_layers_absorbed) {
   const json_t *kinds = json_object_get(lk, "kinds");
   ck_assert_ptr_null(mi_ckb_named(json_object_get(json_object_get(kinds, "nope"), "sequence"), "step", "q_rope"));
   ck_assert_ptr_nonnull(mi_ckb_named(json_object_get(json_object_get(kinds, "rope"), "sequence"), "step", "q_rope"));
-  char *tmp = tw_mkdtemp("evolve-smollm3"), *dir = tw_path(tmp, "m"), bin[4096], err[1024], *ck = src("ckb");
-  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
-  ev_opts o = {.exe_dir = bin};
-  json_t *g = load_src("tests/goldens/families/smollm3-probe-6l-seed22.json");
-  ck_assert_msg(ev_remake_checkpoint(&o, g, dir, err, sizeof err) == 0, "%s", err);
-  json_t *cfg = mi_test_json_at(dir, "config.json");
-  ck_assert_str_eq(mi_ckb_layer_kind(m, cfg, 3) ?: "", "nope");
-  ck_assert_str_eq(mi_ckb_layer_kind(m, cfg, 2) ?: "", "rope");
+  probe_fix p;
+  probe_open(&p, "tests/goldens/families/smollm3-probe-6l-seed22.json");
+  ck_assert_str_eq(mi_ckb_layer_kind(m, p.cfg, 3) ?: "", "nope");
+  ck_assert_str_eq(mi_ckb_layer_kind(m, p.cfg, 2) ?: "", "rope");
   /* a number layer_kinds.values does not name is no kind (the composer then names it) */
-  json_t *odd = json_deep_copy(cfg);
+  json_t *odd = json_deep_copy(p.cfg);
   json_array_set_new(json_object_get(odd, "no_rope_layers"), 3, json_integer(2));
   ck_assert_ptr_null(mi_ckb_layer_kind(m, odd, 3));
   json_decref(odd);
-  mi_weights *w = mi_weights_open(dir, err, sizeof err);
-  ck_assert_msg(w, "%s", err);
-  mi_ckb *k = mi_ckb_open(ck, err, sizeof err);
-  ck_assert_msg(k, "%s", err);
-  double e = 1, e_all = 0;
-  int steps = 0;
-  ck_assert_msg(ev_oracle_error(k, m, cfg, w, g, &e, &steps, err, sizeof err) == 0, "%s", err);
-  ck_assert_msg(e < EV_TOL && steps > 0, "the absorbed contract: %g", e);
+  const double e = probe_error(&p, m, p.cfg);
+  ck_assert_msg(e < EV_TOL, "the absorbed contract: %g", e);
   json_t *all = json_array();
   for (int l = 0; l < 6; l++) json_array_append_new(all, json_integer(1));
-  json_object_set_new(cfg, "no_rope_layers", all);
-  ck_assert_msg(ev_oracle_error(k, m, cfg, w, g, &e_all, &steps, err, sizeof err) == 0, "%s", err);
+  json_object_set_new(p.cfg, "no_rope_layers", all);
+  const double e_all = probe_error(&p, m, p.cfg);
   fprintf(stderr, "test_evolve: smollm3 with its NoPE layer: %.3g from llama.cpp; every layer rotated: %.3g\n", e, e_all);
   ck_assert_msg(e_all > 10 * EV_TOL, "every layer rotated is only %g from llama.cpp", e_all);
-  mi_ckb_close(k);
-  mi_weights_close(w);
-  json_decref(cfg), json_decref(g), json_decref(m);
-  tw_rmtree(tmp);
-  free(tmp), free(dir), free(ck);
+  probe_close(&p);
+  json_decref(m);
 }
 END_TEST
 
@@ -1689,32 +1706,19 @@ START_TEST(granite_multipliers_absorbed) {
   ck_assert_double_eq(json_number_value(json_object_get(am, "default")), 1.0);
   ck_assert_str_eq(json_string_value(json_object_get(json_object_get(m, "gguf"), "architecture")) ?: "", "granite");
 
-  char *tmp = tw_mkdtemp("evolve-granite"), *dir = tw_path(tmp, "m"), bin[4096], err[1024], *ck = src("ckb");
-  snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
-  ev_opts o = {.exe_dir = bin};
-  json_t *g = load_src("tests/goldens/families/granite-probe-tiny-seed16.json");
-  ck_assert_msg(ev_remake_checkpoint(&o, g, dir, err, sizeof err) == 0, "%s", err);
-  json_t *cfg = mi_test_json_at(dir, "config.json");
-  mi_weights *w = mi_weights_open(dir, err, sizeof err);
-  ck_assert_msg(w, "%s", err);
-  mi_ckb *k = mi_ckb_open(ck, err, sizeof err);
-  ck_assert_msg(k, "%s", err);
+  probe_fix p;
+  probe_open(&p, "tests/goldens/families/granite-probe-tiny-seed16.json");
   const char *fields[] = {"embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"};
   for (int f = 0; f < 4; f++) {
-    json_t *c = json_deep_copy(cfg);
+    json_t *c = json_deep_copy(p.cfg);
     json_object_set_new(c, fields[f], json_real(1.0));
-    double e = 0;
-    int steps = 0;
-    ck_assert_msg(ev_oracle_error(k, m, c, w, g, &e, &steps, err, sizeof err) == 0, "%s", err);
+    const double e = probe_error(&p, m, c);
     fprintf(stderr, "test_evolve: granite with %s left out (1.0): %.3g from llama.cpp\n", fields[f], e);
-    ck_assert_msg(e > 10 * EV_TOL && steps > 0, "%s at 1.0 is only %g from llama.cpp", fields[f], e);
+    ck_assert_msg(e > 10 * EV_TOL, "%s at 1.0 is only %g from llama.cpp", fields[f], e);
     json_decref(c);
   }
-  mi_ckb_close(k);
-  mi_weights_close(w);
-  json_decref(cfg), json_decref(g), json_decref(m);
-  tw_rmtree(tmp);
-  free(tmp), free(dir), free(ck);
+  probe_close(&p);
+  json_decref(m);
 }
 END_TEST
 
