@@ -209,15 +209,12 @@ int mi_map_form_parse(const json_t *op, mi_map_form *f, char *err, size_t err_le
     snprintf(err, err_len, "%s: map.expr: %s", id, perr);
     return -1;
   }
-  mi_map_names nm;
   if (parse_reduce(op, id, args, f, rows_key, n_key, all_key, err, err_len) != 0 ||
-      resolve(id, "map.expr", f->expr, args, f, f->n_reduce, 1, rows_key, n_key, all_key, &nm, err, err_len) != 0) {
+      resolve(id, "map.expr", f->expr, args, f, f->n_reduce, 1, rows_key, n_key, all_key, &f->names, err, err_len) !=
+          0) {
     mi_map_form_free(f);
     return -1;
   }
-  f->n_names = nm.n;
-  memcpy(f->arg, nm.arg, sizeof f->arg);
-  memcpy(f->role, nm.role, sizeof f->role);
   return 0;
 }
 
@@ -225,7 +222,7 @@ void mi_map_form_free(mi_map_form *f) {
   if (!f) return;
   mi_kexpr_free(f->expr);
   f->expr = NULL;
-  f->n_names = 0;
+  f->names.n = 0;
   for (int j = 0; j < f->n_reduce; j++) {
     mi_kexpr_free(f->reduce[j].sum);
     mi_kexpr_free(f->reduce[j].then);

@@ -76,9 +76,7 @@ typedef struct mi_map_form {
   int dims;        /* 1: [n]; 2: [rows, n] */
   const char *rows_expr, *n_expr; /* the output's shape expressions (rows_expr NULL when dims 1) */
   mi_kexpr *expr;
-  int n_names;                         /* = mi_kexpr_n_names(expr) */
-  int arg[MI_MAP_MAX_NAMES];           /* name k: its index in signature.args (reduce[] for a STAT) */
-  mi_map_role role[MI_MAP_MAX_NAMES];  /* name k: how it is indexed */
+  mi_map_names names; /* expr's names: name k's index in signature.args (reduce[] for a STAT) and role */
   int n_reduce;                        /* row reductions, in order (0: a plain map) */
   mi_map_reduce reduce[MI_MAP_MAX_REDUCE];
 } mi_map_form;

@@ -144,12 +144,12 @@ START_TEST(test_form) {
   ck_assert_int_eq(f.out_arg, 2);
   ck_assert_str_eq(f.rows_expr, "rows");
   ck_assert_str_eq(f.n_expr, "n");
-  ck_assert_int_eq(f.n_names, 4);
+  ck_assert_int_eq(f.names.n, 4);
   const int want_arg[] = {8, 3, 5, 4};
   const mi_map_role want_role[] = {MI_MAP_SCALAR, MI_MAP_ELEM, MI_MAP_ROW, MI_MAP_COL};
   for (int k = 0; k < 4; k++) {
-    ck_assert_int_eq(f.arg[k], want_arg[k]);
-    ck_assert_int_eq(f.role[k], want_role[k]);
+    ck_assert_int_eq(f.names.arg[k], want_arg[k]);
+    ck_assert_int_eq(f.names.role[k], want_role[k]);
   }
   mi_map_form_free(&f);
   json_decref(op);

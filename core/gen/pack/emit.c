@@ -339,10 +339,7 @@ static int read_op(const mi_ckb *ckb, const mi_ckb_entry *e, pk_op *op, char *er
     }
   }
 
-  mi_map_names main_names = {.n = op->f.n_names};
-  memcpy(main_names.arg, op->f.arg, sizeof op->f.arg);
-  memcpy(main_names.role, op->f.role, sizeof op->f.role);
-  if (map_c(e, op, op->f.expr, &main_names, 0, op->body_c, sizeof op->body_c, err, err_len) != 0) return -1;
+  if (map_c(e, op, op->f.expr, &op->f.names, 0, op->body_c, sizeof op->body_c, err, err_len) != 0) return -1;
   for (int j = 0; j < op->f.n_reduce; j++) {
     const mi_map_reduce *m = &op->f.reduce[j];
     op->red_then_c[j][0] = 0;
@@ -594,14 +591,15 @@ static void emit_body(FILE *o, const pk_op *op) {
   fprintf(o, "static void mi_%s_body(void *mi_arg, int64_t mi_c0, int64_t mi_c1) {\n", op->base);
   fprintf(o, "  const mi_%s_args *mi_a = mi_arg;\n", op->base);
   /* what holds for the whole call: scalars, per-column and per-row buffers */
-  for (int k = 0; k < f->n_names; k++) {
-    json_t *a = json_array_get(op->args, (size_t)f->arg[k]);
-    if (f->role[k] == MI_MAP_SCALAR)
+  const mi_map_names *nm = &f->names;
+  for (int k = 0; k < nm->n; k++) {
+    json_t *a = json_array_get(op->args, (size_t)nm->arg[k]);
+    if (nm->role[k] == MI_MAP_SCALAR)
       fprintf(o, "  const %s%s = mi_a->%s;\n", c_type(a), arg_name(a), arg_name(a));
-    else if (f->role[k] == MI_MAP_COL || f->role[k] == MI_MAP_ROW || f->dims == 1)
+    else if (nm->role[k] == MI_MAP_COL || nm->role[k] == MI_MAP_ROW || f->dims == 1)
       fprintf(o, "  const float *%s = mi_a->%s;%s\n", arg_name(a), arg_name(a),
-              f->role[k] == MI_MAP_COL   ? " /* one per column */"
-              : f->role[k] == MI_MAP_ROW ? " /* one per row */"
+              nm->role[k] == MI_MAP_COL   ? " /* one per column */"
+              : nm->role[k] == MI_MAP_ROW ? " /* one per row */"
                                          : "");
   }
   if (f->dims == 1) {
@@ -618,9 +616,9 @@ static void emit_body(FILE *o, const pk_op *op) {
   fprintf(o, "    const mi_pk_range mi_q = mi_pk_chunk(mi_a->mi_rows, mi_n, mi_c);\n");
   fprintf(o, "    for (int64_t mi_r = mi_q.r0; mi_r < mi_q.r1; mi_r++) {\n");
   fprintf(o, "      float *%s = mi_a->%s + mi_r * mi_n;\n", f->out, f->out);
-  for (int k = 0; k < f->n_names; k++) {
-    json_t *a = json_array_get(op->args, (size_t)f->arg[k]);
-    if (f->role[k] == MI_MAP_ELEM)
+  for (int k = 0; k < nm->n; k++) {
+    json_t *a = json_array_get(op->args, (size_t)nm->arg[k]);
+    if (nm->role[k] == MI_MAP_ELEM)
       fprintf(o, "      const float *%s = mi_a->%s + mi_r * mi_n;\n", arg_name(a), arg_name(a));
   }
   fprintf(o, "      for (int64_t mi_i = mi_q.i0; mi_i < mi_q.i1; mi_i++)\n");

@@ -97,9 +97,6 @@ int vf_ref_map(vf_call *c, char *err, size_t len) {
   int64_t rows = 1, n = 0;
   vf_arg *out, *in[MI_MAP_MAX_NAMES], *sin[MI_MAP_MAX_REDUCE][MI_MAP_MAX_NAMES],
       *tin[MI_MAP_MAX_REDUCE][MI_MAP_MAX_NAMES];
-  mi_map_names main_names = {.n = f.n_names};
-  memcpy(main_names.arg, f.arg, sizeof f.arg);
-  memcpy(main_names.role, f.role, sizeof f.role);
   int rc = -1;
   if (shape_dim(c, f.n_expr, &n, err, len) != 0 ||
       (f.dims == 2 && shape_dim(c, f.rows_expr, &rows, err, len) != 0))
@@ -117,7 +114,7 @@ int vf_ref_map(vf_call *c, char *err, size_t len) {
              (long long)out->n, (long long)(rows * n));
     goto done;
   }
-  if (bind_names(c, &main_names, rows, n, in, err, len) != 0) goto done;
+  if (bind_names(c, &f.names, rows, n, in, err, len) != 0) goto done;
   for (int j = 0; j < f.n_reduce; j++)
     if (bind_names(c, &f.reduce[j].sum_names, rows, n, sin[j], err, len) != 0 ||
         (f.reduce[j].then &&
@@ -143,7 +140,7 @@ int vf_ref_map(vf_call *c, char *err, size_t len) {
       }
     }
     for (int64_t i = 0; i < n; i++) {
-      load(&main_names, in, r, i, n, stat, v);
+      load(&f.names, in, r, i, n, stat, v);
       out->val[r * n + i] = mi_kexpr_eval(f.expr, v);
     }
   }
