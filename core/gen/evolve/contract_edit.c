@@ -81,33 +81,24 @@ static int key_matches(const char *key, const char *name) {
   return !strcmp(q, p + 3);
 }
 
-static int has_weight(const mi_weights *w, const char *key) {
-  for (size_t k = 0; k < mi_weights_count(w); k++) {
-    mi_weight_info x;
-    if (mi_weights_at(w, k, &x) == 0 && key_matches(key, x.name)) return 1;
-  }
+/* The first tensor matching key into *x (may be NULL): 1, or 0 when none does. */
+static int first_weight(const mi_weights *w, const char *key, mi_weight_info *x) {
+  mi_weight_info y, *out = x ? x : &y;
+  for (size_t k = 0; k < mi_weights_count(w); k++)
+    if (mi_weights_at(w, k, out) == 0 && key_matches(key, out->name)) return 1;
   return 0;
 }
 
-/* The element count of the first tensor matching key, or -1. */
-static int64_t weight_elements(const mi_weights *w, const char *key) {
-  for (size_t k = 0; k < mi_weights_count(w); k++) {
-    mi_weight_info x;
-    if (mi_weights_at(w, k, &x) != 0 || !key_matches(key, x.name)) continue;
-    int64_t n = 1;
-    for (int d = 0; d < x.ndim; d++) n *= x.shape[d];
-    return n;
-  }
-  return -1;
-}
+static int has_weight(const mi_weights *w, const char *key) { return first_weight(w, key, NULL); }
 
-/* The first dimension of the first tensor matching key, or -1. */
-static int64_t weight_rows(const mi_weights *w, const char *key) {
-  for (size_t k = 0; k < mi_weights_count(w); k++) {
-    mi_weight_info x;
-    if (mi_weights_at(w, k, &x) == 0 && key_matches(key, x.name) && x.ndim >= 1) return x.shape[0];
-  }
-  return -1;
+/* Does the first tensor matching key hold as many values as the first
+ * matching rows_key has rows? */
+static int elements_equal_rows(const mi_weights *w, const char *key, const char *rows_key) {
+  mi_weight_info a, b;
+  if (!first_weight(w, key, &a) || !first_weight(w, rows_key, &b) || b.ndim < 1) return 0;
+  int64_t n = 1;
+  for (int d = 0; d < a.ndim; d++) n *= a.shape[d];
+  return n == b.shape[0];
 }
 
 static int distinct(const json_t *arr) {
@@ -149,7 +140,7 @@ static int evidence_holds(const json_t *e, const json_t *cfg, const mi_weights *
      * values as KEY's tensor has rows (a q norm spanning all of q_proj's
      * outputs, OLMo 2's, against one head's) */
     const char *rk = json_string_value(json_object_get(e, "elements_equal_rows"));
-    if (rk && (weight_elements(w, wk) < 1 || weight_elements(w, wk) != weight_rows(w, rk))) return 0;
+    if (rk && !elements_equal_rows(w, wk, rk)) return 0;
   }
   return 1;
 }
