@@ -218,6 +218,11 @@ json_t *mi_ckb_named(const json_t *arr, const char *field, const char *value);
  * from the patched contract and the verifier interprets the same one. */
 int mi_ckb_apply_patch(json_t *model, const json_t *patch);
 const char *mi_ckb_layer_kind(const json_t *model, const json_t *cfg, int64_t l);
+/* One element e of the per-layer array as a kind's name: a string as it is;
+ * a number (or boolean, 0 / 1) through layer_kinds.values ({"0": KIND,
+ * "1": KIND}: SmolLM3's no_rope_layers); NULL otherwise (not checked
+ * against the kinds). */
+const char *mi_ckb_layer_kind_named(const json_t *layer_kinds, const json_t *e);
 
 /* ---- transactions ----
  * A staging copy of the CKB beside it (staging), written and checked, then

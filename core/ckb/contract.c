@@ -138,6 +138,14 @@ const json_t *mi_ckb_config_value(const json_t *model, const json_t *cfg, const 
   return v || !json_is_object(tc) ? v : present(json_object_get(tc, key));
 }
 
+const char *mi_ckb_layer_kind_named(const json_t *layer_kinds, const json_t *e) {
+  if (json_is_string(e)) return json_string_value(e);
+  if (!json_is_integer(e) && !json_is_boolean(e)) return NULL;
+  char key[32]; /* a number per layer: its kind by "values" */
+  snprintf(key, sizeof key, "%lld", json_is_integer(e) ? (long long)json_integer_value(e) : (long long)json_is_true(e));
+  return json_string_value(json_object_get(json_object_get(layer_kinds, "values"), key));
+}
+
 const char *mi_ckb_layer_kind(const json_t *model, const json_t *cfg, int64_t l) {
   const json_t *lk = json_object_get(model, "layer_kinds");
   const json_t *kinds = json_object_get(lk, "kinds");
@@ -145,13 +153,7 @@ const char *mi_ckb_layer_kind(const json_t *model, const json_t *cfg, int64_t l)
   const char *an = json_string_value(json_object_get(lk, "config"));
   const json_t *arr = an ? mi_ckb_config_value(model, cfg, an, strlen(an)) : NULL;
   if (json_is_array(arr)) {
-    const json_t *e = json_array_get(arr, (size_t)l);
-    const char *k = json_string_value(e);
-    if (!k && (json_is_integer(e) || json_is_boolean(e))) { /* a number per layer: its kind by "values" */
-      char key[32];
-      snprintf(key, sizeof key, "%lld", json_is_integer(e) ? (long long)json_integer_value(e) : (long long)json_is_true(e));
-      k = json_string_value(json_object_get(json_object_get(lk, "values"), key));
-    }
+    const char *k = mi_ckb_layer_kind_named(lk, json_array_get(arr, (size_t)l));
     return k && json_object_get(kinds, k) ? k : NULL;
   }
   const char *ivn = json_string_value(json_object_get(lk, "interval"));

@@ -8,18 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ckb/ckb.h"
 #include "plugins/agents/compose/compose.h"
-
-/* An element of the per-layer array as a kind's name: a string as it is; a
- * number (or boolean) through layer_kinds.values ({"0": KIND, "1": KIND}:
- * SmolLM3's no_rope_layers); NULL otherwise. */
-static const char *layer_kind_name(const json_t *lk, const json_t *e) {
-  if (json_is_string(e)) return json_string_value(e);
-  if (!json_is_integer(e) && !json_is_boolean(e)) return NULL;
-  char key[32];
-  snprintf(key, sizeof key, "%lld", json_is_integer(e) ? (long long)json_integer_value(e) : (long long)json_is_true(e));
-  return json_string_value(json_object_get(json_object_get(lk, "values"), key));
-}
 
 /* Each layer's kind from config.json: the array the contract names
  * (layer_types; numbers through layer_kinds.values), else every
@@ -51,7 +41,7 @@ int plan_kinds(gen *g) {
       return -1;
     }
     for (int64_t l = 0; l < g->n_layers; l++) {
-      const char *k = layer_kind_name(lk, json_array_get(arr, (size_t)l));
+      const char *k = mi_ckb_layer_kind_named(lk, json_array_get(arr, (size_t)l));
       size_t idx = 0;
       const char *kn;
       json_t *kv;
