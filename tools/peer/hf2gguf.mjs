@@ -1570,14 +1570,20 @@ export async function convert(modelDir, outPath, { type = "f32", noMtp = false }
   const vocab = buildVocab(modelDir, h, w);
 
   const notes = [], types = {};
-  for (const name of expect.keys()) {
-    const src = st.get(name);
-    const gname = ggufName(fam.layerMap ? { ...LAYER_MAP, ...fam.layerMap } : LAYER_MAP, name), ne0 = src.shape[src.shape.length - 1];
+  const layerMap = fam.layerMap ? { ...LAYER_MAP, ...fam.layerMap } : LAYER_MAP;
+  // the type a tensor is written in (1-D ones F32), counted into types
+  const dstOf = (gname, src, tied) => {
     const dst = src.shape.length === 1 ? GGML_TYPE.F32
       : type === "f32" || type === "bf16" ? FTYPE[type][1]
-      : pickType(type, gname, ne0, h.num_hidden_layers, h.tie_word_embeddings, notes);
-    const ne = [...src.shape].reverse();
+      : pickType(type, gname, src.shape[src.shape.length - 1], h.num_hidden_layers, tied, notes);
     types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
+    return dst;
+  };
+  for (const name of expect.keys()) {
+    const src = st.get(name);
+    const gname = ggufName(layerMap, name);
+    const dst = dstOf(gname, src, h.tie_word_embeddings);
+    const ne = [...src.shape].reverse();
     const heads = !fam.permuteQK ? 0 : name.endsWith(".q_proj.weight") ? h.num_attention_heads
       : name.endsWith(".k_proj.weight") ? h.num_key_value_heads : 0;
     if (heads) // permuted, then quantized (rows are whole blocks: pickType)
@@ -1586,10 +1592,7 @@ export async function convert(modelDir, outPath, { type = "f32", noMtp = false }
   }
   if (h.tie_word_embeddings && fam.outputRequired) {
     // the architecture has no tied form in llama.cpp: the embedding again, as the output
-    const src = st.get("model.embed_tokens.weight"), ne0 = src.shape[1];
-    const dst = type === "f32" || type === "bf16" ? FTYPE[type][1]
-      : pickType(type, "output.weight", ne0, h.num_hidden_layers, false, notes);
-    types[TYPE_NAME[dst]] = (types[TYPE_NAME[dst]] || 0) + 1;
+    const src = st.get("model.embed_tokens.weight"), dst = dstOf("output.weight", src, false);
     w.addTensor("output.weight", [...src.shape].reverse(), dst, (fd, at) => copyConverted(src, dst, fd, at));
   }
   if (llama3) {
