@@ -132,6 +132,15 @@ static double f32_as_decimal(double v) {
 }
 
 /* A JSON value for one metadata value, typed as the contract's field says. */
+/* A float key's value as JSON (an f32 as its shortest decimal); NaN and the
+ * infinities, which JSON cannot hold, are refused by name. */
+static json_t *real_value(const mi_gguf_kv *kv, double d, const char *field, const char *key, const char *path,
+                          char *err, size_t el) {
+  json_t *j = isfinite(d) ? json_real(kv->type == MI_GGUF_F32 ? f32_as_decimal(d) : d) : NULL;
+  if (!j) mi_path_err(err, el, path, "GGUF key '%s' (for %s) is %g, not a finite number", key, field, d);
+  return j;
+}
+
 static json_t *kv_to_json(const mi_gguf_kv *kv, const char *type, const char *field,
                           const char *key, const char *path, char *err, size_t el) {
   int64_t i;
@@ -151,8 +160,7 @@ static json_t *kv_to_json(const mi_gguf_kv *kv, const char *type, const char *fi
         d == floor(d))
       return json_integer((json_int_t)d);
   } else if (type && !strcmp(type, "number")) {
-    if (kv->type != MI_GGUF_BOOL && mi_gguf_kv_real(kv, &d) == 0)
-      return json_real(kv->type == MI_GGUF_F32 ? f32_as_decimal(d) : d);
+    if (kv->type != MI_GGUF_BOOL && mi_gguf_kv_real(kv, &d) == 0) return real_value(kv, d, field, key, path, err, el);
   } else if (type && !strcmp(type, "string")) {
     size_t n;
     const char *s = mi_gguf_kv_str(kv, &n);
@@ -162,7 +170,7 @@ static json_t *kv_to_json(const mi_gguf_kv *kv, const char *type, const char *fi
     if (kv->type == MI_GGUF_BOOL) return json_boolean(kv->p[0]);
     if (kv->type == MI_GGUF_F32 || kv->type == MI_GGUF_F64) {
       mi_gguf_kv_real(kv, &d);
-      return json_real(kv->type == MI_GGUF_F32 ? f32_as_decimal(d) : d);
+      return real_value(kv, d, field, key, path, err, el);
     }
     if (mi_gguf_kv_int(kv, &i) == 0) return json_integer(i);
     size_t n;

@@ -941,6 +941,11 @@ START_TEST(mi_run_refuses_hostile_files) {
   /* a special id outside the vocabulary */
   BAD(set_u32(&c, find(&c, "tokenizer.ggml.eos_token_id") + 27 + 4, 5000),
       "tokenizer.ggml.eos_token_id");
+  /* a float key JSON cannot hold (the fuzzer's find: it was refused with an empty message) */
+  BAD(set_u32(&c, find(&c, "qwen3.attention.layer_norm_rms_epsilon") + 38 + 4, 0x7fc00000u),
+      "GGUF key 'qwen3.attention.layer_norm_rms_epsilon' (for rms_norm_eps) is nan, not a finite number");
+  BAD(set_u32(&c, find(&c, "qwen3.rope.freq_base") + 20 + 4, 0x7f800000u),
+      "GGUF key 'qwen3.rope.freq_base' (for rope_theta) is inf, not a finite number");
   /* a required config key missing (renamed) */
   BAD(memcpy(c.b + find(&c, "qwen3.embedding_length"), "qwen3.embedding_lengtX", 22),
       "GGUF key 'qwen3.embedding_length' (for hidden_size) is missing");
