@@ -309,16 +309,22 @@ static void *make_blocks(mi_dtype dt, double *vals, size_t n) {
   const size_t qk = (size_t)mi_dtype_block(dt), bb = mi_dtype_block_bytes(dt), nb = n / qk;
   uint8_t *w = malloc(nb * bb);
   for (size_t i = 0; i < nb * bb; i++) w[i] = (uint8_t)(urand() * 128 + 128);
+  /* where each type keeps its f16 scale and its f16 min (or second scale),
+   * -1 for none (sdk/include/mi/quant.h) */
+  int at_d = 0, at_m = -1;
+  switch (dt) {
+  case MI_DTYPE_Q4_K: case MI_DTYPE_Q5_K: case MI_DTYPE_Q4_1: case MI_DTYPE_Q5_1: at_m = 2; break;
+  case MI_DTYPE_Q6_K: at_d = 208; break;
+  case MI_DTYPE_Q2_K: at_d = 80, at_m = 82; break;
+  case MI_DTYPE_Q3_K: at_d = 108; break;
+  default: break;
+  }
   for (size_t b = 0; b < nb; b++) {
     uint8_t *blk = w + b * bb;
-    uint16_t d = mi_f32_to_f16((float)(0.01 + 0.02 * fabs(urand()))), d2 = mi_f32_to_f16(0.004f);
-    if (dt == MI_DTYPE_Q6_K) {
-      d = mi_f32_to_f16((float)(0.0005 + 0.001 * fabs(urand())));
-      memcpy(blk + 208, &d, 2);
-    } else {
-      memcpy(blk, &d, 2);
-      if (dt == MI_DTYPE_Q4_K) memcpy(blk + 2, &d2, 2);
-    }
+    uint16_t d = mi_f32_to_f16((float)(0.01 + 0.02 * fabs(urand()))), d2 = mi_f32_to_f16((float)(0.004 * urand()));
+    if (dt == MI_DTYPE_Q6_K || dt == MI_DTYPE_Q3_K) d = mi_f32_to_f16((float)(0.0005 + 0.001 * fabs(urand())));
+    memcpy(blk + at_d, &d, 2);
+    if (at_m >= 0) memcpy(blk + at_m, &d2, 2);
     for (size_t j = 0; j < qk; j++) vals[b * qk + j] = mi_quant_value64(dt, blk, (int)j);
   }
   return w;
@@ -698,8 +704,9 @@ int main(int argc, char **argv) {
     test_matmul(37, 130, 300, dts[d], 0); /* tiled, ragged tiles */
   }
   /* GGUF's block types: one block, several, GEMV and tiled, ragged N */
-  const mi_dtype qts[] = {MI_DTYPE_Q8_0, MI_DTYPE_Q4_0, MI_DTYPE_Q4_K, MI_DTYPE_Q6_K};
-  for (int d = 0; d < 4; d++) {
+  const mi_dtype qts[] = {MI_DTYPE_Q8_0, MI_DTYPE_Q4_0, MI_DTYPE_Q4_1, MI_DTYPE_Q5_0, MI_DTYPE_Q5_1,
+                          MI_DTYPE_Q2_K, MI_DTYPE_Q3_K, MI_DTYPE_Q4_K, MI_DTYPE_Q5_K, MI_DTYPE_Q6_K};
+  for (int d = 0; d < (int)(sizeof qts / sizeof qts[0]); d++) {
     const int64_t qk = mi_dtype_block(qts[d]);
     test_matmul_block(1, 37, qk, qts[d]);        /* GEMV, one block */
     test_matmul_block(3, 50, 3 * qk, qts[d]);    /* GEMV, several rows */

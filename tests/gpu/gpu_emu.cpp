@@ -166,10 +166,13 @@ static int run_block(void) {
   static void t_##n(void **a) { n(A(0, float *), A(1, const void *), A(2, const int32_t *), A(3, int64_t), A(4, int64_t), A(5, int32_t *)); }
 GEMV(mi_k_gemv_f32) GEMV(mi_k_gemv_f16) GEMV(mi_k_gemv_bf16)
 GEMV(mi_k_gemv_q8_0) GEMV(mi_k_gemv_q4_0) GEMV(mi_k_gemv_q4_k) GEMV(mi_k_gemv_q6_k)
+GEMV(mi_k_gemv_q5_k) GEMV(mi_k_gemv_q4_1) GEMV(mi_k_gemv_q5_0) GEMV(mi_k_gemv_q5_1) GEMV(mi_k_gemv_q2_k) GEMV(mi_k_gemv_q3_k)
 MM(mi_k_mm_f32) MM(mi_k_mm_f16) MM(mi_k_mm_bf16)
 MM(mi_k_mm_q8_0) MM(mi_k_mm_q4_0) MM(mi_k_mm_q4_k) MM(mi_k_mm_q6_k)
+MM(mi_k_mm_q5_k) MM(mi_k_mm_q4_1) MM(mi_k_mm_q5_0) MM(mi_k_mm_q5_1) MM(mi_k_mm_q2_k) MM(mi_k_mm_q3_k)
 EMB(mi_k_embed_f32) EMB(mi_k_embed_f16) EMB(mi_k_embed_bf16)
 EMB(mi_k_embed_q8_0) EMB(mi_k_embed_q4_0) EMB(mi_k_embed_q4_k) EMB(mi_k_embed_q6_k)
+EMB(mi_k_embed_q5_k) EMB(mi_k_embed_q4_1) EMB(mi_k_embed_q5_0) EMB(mi_k_embed_q5_1) EMB(mi_k_embed_q2_k) EMB(mi_k_embed_q3_k)
 static void t_mi_k_rmsnorm(void **a) {
   mi_k_rmsnorm(A(0, float *), A(1, const float *), A(2, const float *), A(3, int64_t), A(4, float), A(5, float));
 }

@@ -54,58 +54,118 @@ static void teardown(void) {
   if (sh(cmd) != 0) fprintf(stderr, "cannot remove %s\n", g_dir);
 }
 
-/* Runs mi-run on a platform; returns the JSON lines (one json_t per line). */
-static json_t *run_json(const char *platform) {
+/* Runs mi-run on a platform and a model (a folder or a GGUF file under
+ * g_dir), -v to err; returns the JSON lines (one json_t per line). */
+static json_t *run_model(const char *platform, const char *model, const char *tag) {
   char cmd[4 * PATH_MAX], out[PATH_MAX + 32];
-  snprintf(out, sizeof out, "%s/%s.jsonl", g_dir, platform);
+  snprintf(out, sizeof out, "%s/%s-%s.jsonl", g_dir, tag, platform);
   snprintf(cmd, sizeof cmd,
-           "'%s/bin/mi-run' --plugins-conf '%s/plugins.conf' --platform %s -m '%s/model' "
+           "'%s/bin/mi-run' --plugins-conf '%s/plugins.conf' --platform %s -m '%s/%s' "
            "-p 'One two three four five six seven eight nine ten eleven' -n 2 --temp 0 "
-           "--json --top-logprobs 5 >'%s' 2>'%s.err'",
-           g_build, g_dir, platform, g_dir, out, out);
-  ck_assert_msg(sh(cmd) == 0, "mi-run --platform %s failed (see %s.err)", platform, out);
+           "--json --top-logprobs 5 -v >'%s' 2>'%s.err'",
+           g_build, g_dir, platform, g_dir, model, out, out);
+  ck_assert_msg(sh(cmd) == 0, "mi-run --platform %s -m %s failed (see %s.err)", platform, model, out);
   return mi_test_json_lines(out);
+}
+
+static json_t *run_json(const char *platform) { return run_model(platform, "model", "model"); }
+
+/* The greedy tokens of a and b equal, and every one of a's top 5 (the 5th
+ * may fall out on a near tie) within b's with its logprob; the largest
+ * |dlogprob|. */
+static double compare_runs(json_t *a_lines, json_t *b_lines, const char *what) {
+  ck_assert_int_ge(json_array_size(a_lines), 3); /* prompt_ids + 2 steps */
+  ck_assert_int_eq(json_array_size(b_lines), json_array_size(a_lines));
+  double maxd = 0;
+  for (size_t i = 1; i < json_array_size(a_lines); i++) {
+    json_t *a = json_array_get(a_lines, i), *b = json_array_get(b_lines, i);
+    ck_assert_msg(json_integer_value(json_object_get(a, "token_id")) == json_integer_value(json_object_get(b, "token_id")),
+                  "%s step %zu: token %lld against %lld", what, i, (long long)json_integer_value(json_object_get(b, "token_id")),
+                  (long long)json_integer_value(json_object_get(a, "token_id")));
+    json_t *ta = json_object_get(a, "top_logprobs"), *tb = json_object_get(b, "top_logprobs");
+    ck_assert_int_eq(json_array_size(ta), 5);
+    ck_assert_int_eq(json_array_size(tb), 5);
+    for (size_t k = 0; k < 5; k++) {
+      json_t *ea = json_array_get(ta, k);
+      /* the order of near-ties may differ; match ids */
+      json_int_t id = json_integer_value(json_array_get(ea, 0));
+      int found = 0;
+      for (size_t m = 0; m < 5; m++) {
+        json_t *em = json_array_get(tb, m);
+        if (json_integer_value(json_array_get(em, 0)) != id) continue;
+        double d = fabs(json_number_value(json_array_get(ea, 1)) - json_number_value(json_array_get(em, 1)));
+        if (d > maxd) maxd = d;
+        found = 1;
+      }
+      ck_assert_msg(found || k == 4, "%s step %zu: token %lld of the reference's top 5 missing", what, i, (long long)id);
+    }
+  }
+  return maxd;
 }
 
 START_TEST(emulated_gpu_matches_cpu) {
   const char *plats[] = {"gpuemu32", "gpuemu64"};
   json_t *cpu = run_json("cpu");
-  ck_assert_int_ge(json_array_size(cpu), 3); /* prompt_ids + 2 steps */
   json_t *p0 = json_object_get(json_array_get(cpu, 0), "prompt_ids");
   ck_assert_int_gt(json_array_size(p0), 8); /* prefill takes the tiled matmul path */
   for (int p = 0; p < 2; p++) {
     json_t *gpu = run_json(plats[p]);
-    ck_assert_int_eq(json_array_size(gpu), json_array_size(cpu));
-    double maxd = 0;
-    for (size_t i = 1; i < json_array_size(cpu); i++) {
-      json_t *a = json_array_get(cpu, i), *b = json_array_get(gpu, i);
-      ck_assert_int_eq(json_integer_value(json_object_get(a, "token_id")),
-                       json_integer_value(json_object_get(b, "token_id")));
-      json_t *ta = json_object_get(a, "top_logprobs"), *tb = json_object_get(b, "top_logprobs");
-      ck_assert_int_eq(json_array_size(ta), 5);
-      ck_assert_int_eq(json_array_size(tb), 5);
-      for (size_t k = 0; k < 5; k++) {
-        json_t *ea = json_array_get(ta, k);
-        /* the order of near-ties may differ; match ids */
-        json_int_t id = json_integer_value(json_array_get(ea, 0));
-        int found = 0;
-        for (size_t m = 0; m < 5; m++) {
-          json_t *em = json_array_get(tb, m);
-          if (json_integer_value(json_array_get(em, 0)) != id) continue;
-          double d = fabs(json_number_value(json_array_get(ea, 1)) -
-                          json_number_value(json_array_get(em, 1)));
-          if (d > maxd) maxd = d;
-          found = 1;
-        }
-        ck_assert_msg(found || k == 4, "%s step %zu: token %lld of cpu's top 5 missing", plats[p],
-                      i, (long long)id);
-      }
-    }
+    const double maxd = compare_runs(cpu, gpu, plats[p]);
     printf("%s vs cpu: max |dlogprob| %.2e\n", plats[p], maxd);
     ck_assert_msg(maxd <= 2e-4, "%s vs cpu: max |dlogprob| %.3e", plats[p], maxd);
     json_decref(gpu);
   }
   json_decref(cpu);
+}
+END_TEST
+
+/* GGUF files of GGUF's other block types (Q2_K, Q3_K, Q4_1, Q5_0, Q5_1 and
+ * the Q5_K_M mix of Q5_K and Q6_K; tools/peer/hf2gguf.mjs), on the emulated
+ * GPU as stored (its -v line: kept as stored, nothing widened) against the
+ * CPU platform's exact path on the same file (each weight dequantized
+ * exactly, f32 activations: the arithmetic the GPU kernels state). The
+ * small shape (hidden 256, ffn 768): every row is whole 256-value blocks,
+ * so no tensor falls back to another type. Wavefront 64 takes every type,
+ * warp 32 the mix (the kernels' indexing does not depend on the type). */
+START_TEST(emulated_gpu_block_types_match_cpu) {
+  const char *src = getenv("MI_SOURCE_DIR");
+  ck_assert_ptr_nonnull(src);
+  char cmd[4 * PATH_MAX];
+  snprintf(cmd, sizeof cmd, "'%s/bin/mi-mkmodel' --shape small --seed 5 --dtype bf16 --out '%s/small' >/dev/null", g_build,
+           g_dir);
+  ck_assert_int_eq(sh(cmd), 0);
+  static const struct {
+    const char *type, *kept, *warp32;
+  } files[] = {{"q5_k_m", "q5_k x", "gpuemu32"}, {"q2_k", "q2_k x", NULL}, {"q3_k", "q3_k x", NULL},
+               {"q4_1", "q4_1 x", NULL},         {"q5_0", "q5_0 x", NULL}, {"q5_1", "q5_1 x", NULL}};
+  /* MI_TEST_QUICK (the sanitizer preset): the mix and one legacy type */
+  const int n = getenv("MI_TEST_QUICK") ? 2 : (int)(sizeof files / sizeof files[0]);
+  for (int f = 0; f < n; f++) {
+    char gguf[64];
+    snprintf(gguf, sizeof gguf, "small-%s.gguf", files[f].type);
+    snprintf(cmd, sizeof cmd, "node '%s/tools/peer/hf2gguf.mjs' '%s/small' '%s/%s' --type %s >/dev/null 2>&1", src, g_dir,
+             g_dir, gguf, files[f].type);
+    ck_assert_msg(sh(cmd) == 0, "hf2gguf --type %s failed", files[f].type);
+    json_t *cpu = run_model("cpu", gguf, files[f].type);
+    const char *plats[] = {"gpuemu64", files[f].warp32};
+    for (int p = 0; p < 2 && plats[p]; p++) {
+      json_t *gpu = run_model(plats[p], gguf, files[f].type);
+      /* the loader kept the block type as stored for the emulated GPU */
+      char err[PATH_MAX + 64];
+      snprintf(err, sizeof err, "%s/%s-%s.jsonl.err", g_dir, files[f].type, plats[p]);
+      snprintf(cmd, sizeof cmd, "grep 'kept as stored:' '%s' | grep -q '%s' && ! grep -q 'widened' '%s'", err, files[f].kept,
+               err);
+      ck_assert_msg(sh(cmd) == 0, "%s on %s: the loader did not keep %s as stored (see %s)", gguf, plats[p], files[f].kept,
+                    err);
+      char what[96];
+      snprintf(what, sizeof what, "%s on %s", files[f].type, plats[p]);
+      const double maxd = compare_runs(cpu, gpu, what);
+      printf("%s vs cpu (exact path): max |dlogprob| %.2e\n", what, maxd);
+      ck_assert_msg(maxd <= 2e-4, "%s vs cpu: max |dlogprob| %.3e", what, maxd);
+      json_decref(gpu);
+    }
+    json_decref(cpu);
+  }
 }
 END_TEST
 
@@ -139,6 +199,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, emulated_gpu_matches_cpu);
+  tcase_add_test(tc, emulated_gpu_block_types_match_cpu);
   /* no fixture: the test dies by the signal, teardown would not run */
   TCase *tm = tcase_create("memory");
   tcase_add_test_raise_signal(tm, device_memory_not_host_accessible, SIGSEGV);

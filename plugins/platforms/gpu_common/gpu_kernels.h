@@ -15,6 +15,12 @@
   X(mi_k_gemv_q4_0)                                                                                \
   X(mi_k_gemv_q4_k)                                                                                \
   X(mi_k_gemv_q6_k)                                                                                \
+  X(mi_k_gemv_q5_k)                                                                                \
+  X(mi_k_gemv_q4_1)                                                                                \
+  X(mi_k_gemv_q5_0)                                                                                \
+  X(mi_k_gemv_q5_1)                                                                                \
+  X(mi_k_gemv_q2_k)                                                                                \
+  X(mi_k_gemv_q3_k)                                                                                \
   X(mi_k_mm_f32)                                                                                   \
   X(mi_k_mm_f16)                                                                                   \
   X(mi_k_mm_bf16)                                                                                  \
@@ -22,6 +28,12 @@
   X(mi_k_mm_q4_0)                                                                                  \
   X(mi_k_mm_q4_k)                                                                                  \
   X(mi_k_mm_q6_k)                                                                                  \
+  X(mi_k_mm_q5_k)                                                                                  \
+  X(mi_k_mm_q4_1)                                                                                  \
+  X(mi_k_mm_q5_0)                                                                                  \
+  X(mi_k_mm_q5_1)                                                                                  \
+  X(mi_k_mm_q2_k)                                                                                  \
+  X(mi_k_mm_q3_k)                                                                                  \
   X(mi_k_rmsnorm)                                                                                  \
   X(mi_k_rope)                                                                                     \
   X(mi_k_attn)                                                                                     \
@@ -36,6 +48,12 @@
   X(mi_k_embed_q4_0)                                                                               \
   X(mi_k_embed_q4_k)                                                                               \
   X(mi_k_embed_q6_k)                                                                               \
+  X(mi_k_embed_q5_k)                                                                               \
+  X(mi_k_embed_q4_1)                                                                               \
+  X(mi_k_embed_q5_0)                                                                               \
+  X(mi_k_embed_q5_1)                                                                               \
+  X(mi_k_embed_q2_k)                                                                               \
+  X(mi_k_embed_q3_k)                                                                               \
   X(mi_k_argmax)                                                                                   \
   X(mi_k_copy2d)                                                                                   \
   X(mi_k_rownorm)                                                                                  \

@@ -509,6 +509,12 @@ static int kernel_dtype(mi_dtype t) {
   case MI_DTYPE_Q4_0: return 4;
   case MI_DTYPE_Q4_K: return 5;
   case MI_DTYPE_Q6_K: return 6;
+  case MI_DTYPE_Q5_K: return 7;
+  case MI_DTYPE_Q4_1: return 8;
+  case MI_DTYPE_Q5_0: return 9;
+  case MI_DTYPE_Q5_1: return 10;
+  case MI_DTYPE_Q2_K: return 11;
+  case MI_DTYPE_Q3_K: return 12;
   default: return -1;
   }
 }
@@ -521,7 +527,7 @@ static int g_matmul(void *ctx, mi_stream *s, float *y, const float *x, const voi
                 (long long)K);
   const int dt = kernel_dtype(w_dtype);
   if (dt < 0)
-    return fail(c, "matmul: unsupported weight dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)",
+    return fail(c, "matmul: unsupported weight dtype %s (f32, f16, bf16 and GGUF's block types q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k)",
                 mi_dtype_name(w_dtype));
   if (mi_dtype_row_bytes(w_dtype, K) == 0 && K > 0)
     return fail(c, "matmul: %s weights need K a multiple of %lld (got K=%lld)",
@@ -679,7 +685,7 @@ static int g_embed(void *ctx, mi_stream *s, float *y, const void *table, mi_dtyp
                 (long long)dim);
   const int dt = kernel_dtype(dtype);
   if (dt < 0)
-    return fail(c, "embed: unsupported table dtype %s (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)",
+    return fail(c, "embed: unsupported table dtype %s (f32, f16, bf16 and GGUF's block types q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k)",
                 mi_dtype_name(dtype));
   if (mi_dtype_row_bytes(dtype, dim) == 0)
     return fail(c, "embed: a %s table needs dim a multiple of %lld (got dim=%lld)",

@@ -58,21 +58,46 @@ __device__ __forceinline__ float block_sum(float v, float *red) {
   return s;
 }
 
-/* GGUF's block types (DT 3 q8_0, 4 q4_0, 5 q4_k, 6 q6_k; layouts in
- * sdk/include/mi/quant.h). A matrix [N, K] in a block type is N rows of
- * K / QK whole blocks, so element i = n·K + k sits in block i / QK at
- * position i % QK: the same flat index as the element types. Each value is
- * computed with one rounding of its exact value (one fmaf where two terms
- * meet), so it equals mi_quant_value64 rounded to f32. */
+/* GGUF's block types (DT 3 q8_0, 4 q4_0, 5 q4_k, 6 q6_k, 7 q5_k, 8 q4_1,
+ * 9 q5_0, 10 q5_1, 11 q2_k, 12 q3_k; layouts in sdk/include/mi/quant.h).
+ * A matrix [N, K] in a block type is N rows of K / QK whole blocks, so
+ * element i = n·K + k sits in block i / QK at position i % QK: the same
+ * flat index as the element types. Each value is computed with one
+ * rounding of its exact value (one fmaf where two terms meet), so it
+ * equals mi_quant_value64 rounded to f32. */
 /* (the element types get a placeholder: their branches are never taken) */
 template <int DT> struct blk_fmt { enum { QK = 1, BYTES = 1 }; };
 template <> struct blk_fmt<3> { enum { QK = 32, BYTES = 34 }; };
 template <> struct blk_fmt<4> { enum { QK = 32, BYTES = 18 }; };
 template <> struct blk_fmt<5> { enum { QK = 256, BYTES = 144 }; };
 template <> struct blk_fmt<6> { enum { QK = 256, BYTES = 210 }; };
+template <> struct blk_fmt<7> { enum { QK = 256, BYTES = 176 }; };
+template <> struct blk_fmt<8> { enum { QK = 32, BYTES = 20 }; };
+template <> struct blk_fmt<9> { enum { QK = 32, BYTES = 22 }; };
+template <> struct blk_fmt<10> { enum { QK = 32, BYTES = 24 }; };
+template <> struct blk_fmt<11> { enum { QK = 256, BYTES = 84 }; };
+template <> struct blk_fmt<12> { enum { QK = 256, BYTES = 110 }; };
 
 __device__ __forceinline__ float blk_half(const uint8_t *p) {
   return mi_half_bits_to_f32((uint16_t)(p[0] | (uint16_t)p[1] << 8));
+}
+
+/* Q4_K's and Q5_K's sub-block sb (0..7) scale and min from the 12 bytes at s. */
+__device__ __forceinline__ void k_scale_min(const uint8_t *s, int sb, int *sc, int *m) {
+  if (sb < 4) {
+    *sc = s[sb] & 63;
+    *m = s[sb + 4] & 63;
+  } else {
+    *sc = (s[sb + 4] & 15) | ((s[sb - 4] >> 6) << 4);
+    *m = (s[sb + 4] >> 4) | ((s[sb] >> 6) << 4);
+  }
+}
+
+/* The 5-bit code of value j (0..31) of a Q5_0 / Q5_1 block: its nibble
+ * from qs and bit j of the little-endian 32-bit qh (byte j / 8, bit j % 8). */
+__device__ __forceinline__ int q5_code(const uint8_t *qh, const uint8_t *qs, int j) {
+  const uint8_t q = qs[j % 16];
+  return (j < 16 ? q & 15 : q >> 4) | ((qh[j / 8] >> (j % 8)) & 1) << 4;
 }
 
 /* Value j (0..QK-1) of the block at b. */
@@ -82,21 +107,36 @@ template <int DT> __device__ __forceinline__ float blk_value(const uint8_t *b, i
     const int q = j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4;
     return blk_half(b) * (float)(q - 8);
   }
-  if (DT == 5) {
-    const uint8_t *s = b + 4;
-    const int sb = j / 32;
+  if (DT == 5 || DT == 7) { /* Q4_K, Q5_K: d·sc·q − dmin·m */
     int sc, m;
-    if (sb < 4) {
-      sc = s[sb] & 63;
-      m = s[sb + 4] & 63;
-    } else {
-      sc = (s[sb + 4] & 15) | ((s[sb - 4] >> 6) << 4);
-      m = (s[sb + 4] >> 4) | ((s[sb] >> 6) << 4);
+    k_scale_min(b + 4, j / 32, &sc, &m);
+    int q;
+    if (DT == 5) {
+      const uint8_t byte = b[16 + 32 * (j / 64) + j % 32];
+      q = (j % 64) < 32 ? byte & 15 : byte >> 4;
+    } else { /* Q4_K's nibble from qs (byte 48), the fifth bit j / 32 of qh[j % 32] (byte 16) */
+      const uint8_t byte = b[48 + 32 * (j / 64) + j % 32];
+      q = ((j % 64) < 32 ? byte & 15 : byte >> 4) | ((b[16 + j % 32] >> (j / 32)) & 1) << 4;
     }
-    const uint8_t byte = b[16 + 32 * (j / 64) + j % 32];
-    const int q = (j % 64) < 32 ? byte & 15 : byte >> 4;
     /* d·sc and dmin·m are exact in f32 (11 + 6 bits); one rounding at the end */
     return fmaf(blk_half(b) * (float)sc, (float)q, -(blk_half(b + 2) * (float)m));
+  }
+  if (DT == 8 || DT == 10) { /* Q4_1, Q5_1: d·q + m, one rounding */
+    const int q = DT == 8 ? (j < 16 ? b[4 + j] & 15 : b[4 + j - 16] >> 4) : q5_code(b + 4, b + 8, j);
+    return fmaf(blk_half(b), (float)q, blk_half(b + 2));
+  }
+  if (DT == 9) return blk_half(b) * (float)(q5_code(b + 2, b + 6, j) - 16); /* exact */
+  if (DT == 11 || DT == 12) { /* the 16-value sub-blocks: value j = 128n + 32i + l */
+    const int n = j / 128, i = (j % 128) / 32, l = j % 32, s = 8 * n + 2 * i + l / 16;
+    if (DT == 11) { /* Q2_K: d·(sc & 15)·q − dmin·(sc >> 4), q 0..3; d·sc exact (11 + 4 bits) */
+      const int q = (b[16 + 32 * n + l] >> (2 * i)) & 3;
+      return fmaf(blk_half(b + 80) * (float)(b[s] & 15), (float)q, -(blk_half(b + 82) * (float)(b[s] >> 4)));
+    }
+    /* Q3_K: d·(scale − 32)·q, q −4..3 (−4 where the hmask bit is clear); exact (11 + 6 + 3 bits) */
+    const uint8_t *sc = b + 96;
+    const int scale = (s < 8 ? sc[s] & 15 : sc[s - 8] >> 4) | ((sc[8 + s % 4] >> (2 * (s / 4))) & 3) << 4;
+    const int q = ((b[32 + 32 * n + l] >> (2 * i)) & 3) - ((b[l] >> (4 * n + i)) & 1 ? 0 : 4);
+    return blk_half(b + 108) * (float)(scale - 32) * (float)q;
   }
   /* DT == 6: d·scale exact (11 + 8 bits), times a 6-bit code: one rounding */
   const int h = j / 128, r = j % 128, quarter = r / 32, l = r % 32;
@@ -226,6 +266,12 @@ MI_GEMV_BLOCK(q8_0, 3)
 MI_GEMV_BLOCK(q4_0, 4)
 MI_GEMV_BLOCK(q4_k, 5)
 MI_GEMV_BLOCK(q6_k, 6)
+MI_GEMV_BLOCK(q5_k, 7)
+MI_GEMV_BLOCK(q4_1, 8)
+MI_GEMV_BLOCK(q5_0, 9)
+MI_GEMV_BLOCK(q5_1, 10)
+MI_GEMV_BLOCK(q2_k, 11)
+MI_GEMV_BLOCK(q3_k, 12)
 
 /* ---------------- matmul: tiled path (M > MI_GEMV_MAX_M) ----------------
  * Block tile BM x BN of y, K walked in steps of BK through shared memory
@@ -312,6 +358,12 @@ MI_MM_BLOCK(q8_0, 3)
 MI_MM_BLOCK(q4_0, 4)
 MI_MM_BLOCK(q4_k, 5)
 MI_MM_BLOCK(q6_k, 6)
+MI_MM_BLOCK(q5_k, 7)
+MI_MM_BLOCK(q4_1, 8)
+MI_MM_BLOCK(q5_0, 9)
+MI_MM_BLOCK(q5_1, 10)
+MI_MM_BLOCK(q2_k, 11)
+MI_MM_BLOCK(q3_k, 12)
 
 /* Σ xr[i]² over a row of dim, the whole block's sum (every thread gets it);
  * block = MI_ROW_THREADS. Shared by rmsnorm and rownorm. */
@@ -605,6 +657,12 @@ MI_EMBED_BLOCK(q8_0, 3)
 MI_EMBED_BLOCK(q4_0, 4)
 MI_EMBED_BLOCK(q4_k, 5)
 MI_EMBED_BLOCK(q6_k, 6)
+MI_EMBED_BLOCK(q5_k, 7)
+MI_EMBED_BLOCK(q4_1, 8)
+MI_EMBED_BLOCK(q5_0, 9)
+MI_EMBED_BLOCK(q5_1, 10)
+MI_EMBED_BLOCK(q2_k, 11)
+MI_EMBED_BLOCK(q3_k, 12)
 
 /* ---------------- argmax ----------------
  * out[r] = first index of the largest x[r,:]; NaN never wins; a row with no
