@@ -1,5 +1,5 @@
 // 2- to 6-bit GGUF files made here (tools/peer/hf2gguf.mjs --type q4_k_m,
-// q5_k_m, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k; ggml's block layouts,
+// q5_k_m, q3_k_m, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k; ggml's block layouts,
 // sdk/include/mi/quant.h; all computed on as stored by the CPU platform,
 // and each also widened to f32 at load, MI_GGUF_WIDEN=1) are read alike
 // by llama.cpp and by MetaInfer:
@@ -8,7 +8,7 @@
 //    Q4_1 0.12, Q5_0 0.07, Q5_1 0.06, Q3_K 0.2, Q2_K 0.4; a
 //    quantizer that wrote garbage both sides decode alike would fail here);
 //  - each file holds the types it says (read from its header: a converter
-//    that silently wrote F32 fails), Q4_K_M and Q5_K_M with llama-quantize's mixes;
+//    that silently wrote F32 fails), Q4_K_M, Q5_K_M and Q3_K_M with llama-quantize's mixes;
 //  - MetaInfer's loader saw those types (its -v line names each block type
 //    as kept as stored, where the platform takes it, or widened to f32);
 //  - mi-run and llama.cpp on the same file give the same greedy tokens
@@ -132,6 +132,19 @@ function expectQ4KM(name, nLayers, base = "Q4_K") {
   return m && more(Number(m[1])) ? "Q6_K" : base;
 }
 
+/** llama-quantize's Q3_K_M choice, restated from src/llama-quant.cpp (a
+ *  dense model, not Falcon): the output Q6_K; attn_v Q5_K on the first two
+ *  layers, then Q4_K; ffn_down Q5_K below n_layer/16, then Q4_K;
+ *  attn_output Q4_K; the rest Q3_K. */
+function expectQ3KM(name, nLayers) {
+  if (name === "output.weight") return "Q6_K";
+  const m = /^blk\.(\d+)\.(attn_v|ffn_down|attn_output)\.weight$/.exec(name);
+  if (!m) return "Q3_K";
+  if (m[2] === "attn_v") return Number(m[1]) < 2 ? "Q5_K" : "Q4_K";
+  if (m[2] === "ffn_down") return Number(m[1]) < Math.trunc(nLayers / 16) ? "Q5_K" : "Q4_K";
+  return "Q4_K";
+}
+
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "mi-q4-peer-"));
 try {
   // the quantizers on 2^18 Gaussian values with a few outliers
@@ -154,23 +167,26 @@ try {
   const steps = 8;
   const lines = [];
   const types = process.env.MI_Q4_PEER_TYPES ? process.env.MI_Q4_PEER_TYPES.split(",") // one or a few, by hand
-    : ["q4_k_m", "q5_k_m", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k"];
+    : ["q4_k_m", "q5_k_m", "q3_k_m", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k"];
   for (const type of types) {
     const file = path.join(tmp, `${type}.gguf`);
     const r = await convert(model, file, { type });
     if (r.notes.length) fail(`${type}: fallbacks on a shape with whole blocks: ${r.notes.join("; ")}`);
     const { fileType, tensors } = ggufTypes(file);
-    const want = PURE[type] ? PURE[type][1] : { q4_k_m: 15, q5_k_m: 17 }[type];
+    const want = PURE[type] ? PURE[type][1] : { q4_k_m: 15, q5_k_m: 17, q3_k_m: 12 }[type];
     if (fileType !== want) fail(`${type}: general.file_type ${fileType}, expected ${want}`);
     const count = {};
     for (const [name, t] of tensors) {
       const norm = /norm\.weight$/.test(name);
-      const exp = norm ? "F32" : PURE[type] ? PURE[type][0] : expectQ4KM(name, cfg.num_hidden_layers, type === "q5_k_m" ? "Q5_K" : "Q4_K");
+      const exp = norm ? "F32" : PURE[type] ? PURE[type][0] : type === "q3_k_m" ? expectQ3KM(name, cfg.num_hidden_layers)
+        : expectQ4KM(name, cfg.num_hidden_layers, type === "q5_k_m" ? "Q5_K" : "Q4_K");
       if (t !== exp) fail(`${type}: ${name} is ${t}, expected ${exp}`);
       count[t] = (count[t] || 0) + 1;
     }
     if (type === "q4_k_m" && !(count.Q4_K > 0 && count.Q6_K > 0)) fail(`q4_k_m: types ${JSON.stringify(count)}`);
     if (type === "q5_k_m" && !(count.Q5_K > 0 && count.Q6_K > 0)) fail(`q5_k_m: types ${JSON.stringify(count)}`);
+    if (type === "q3_k_m" && !(count.Q3_K > 0 && count.Q4_K > 0 && count.Q5_K > 0 && count.Q6_K > 0))
+      fail(`q3_k_m: types ${JSON.stringify(count)}`);
 
     // what MetaInfer's loader did with each block type (its -v line)
     const loaderLine = (stderr) => {

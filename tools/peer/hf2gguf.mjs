@@ -8,7 +8,7 @@
 // (Gemma3ForCausalLM / gemma3_text) -> arch "gemma3" (convertGemma3), or
 // Gemma 2 (Gemma2ForCausalLM) -> arch "gemma2" (convertGemma2).
 //
-//   node tools/peer/hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|...|q4_k_m|q5_k_m]
+//   node tools/peer/hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|...|q3_k_m|q4_k_m|q5_k_m]
 //
 // --type f32 (default): every tensor F32. bf16/f16 source values are widened
 //   exactly, so llama.cpp computes on the very same weights as MetaInfer and
@@ -26,7 +26,10 @@
 //   (as llama-quantize --pure would), 1-D F32 (the same families). --type
 //   q4_k_m | q5_k_m: llama-quantize's mixes (Q6_K for the output and for
 //   attn_v/ffn_down on some layers, a fused attn_qkv one step up (Q5_K /
-//   Q6_K), Q4_K / Q5_K elsewhere: pickType). How each type's scales and
+//   Q6_K), Q4_K / Q5_K elsewhere: pickType). --type q3_k_m: llama-quantize's
+//   Q3_K_M mix (Q6_K output; attn_v Q5_K on the first two attention
+//   layers, then Q4_K; ffn_down Q5_K on the first n_layer/16 layers, then
+//   Q4_K; attn_output and a fused attn_qkv Q4_K; Q3_K elsewhere). How each type's scales and
 //   codes are chosen: the quantize* functions and docs/gguf.md. A row that
 //   is not whole blocks falls back (pickType), and the tool says so.
 //
@@ -523,6 +526,7 @@ function copyConverted(src, dst, fd, at) {
 const FTYPE = {
   f32: [0, 0], bf16: [32, 30], q8_0: [7, 8], q4_0: [2, 2], q4_k: [14, 12], q6_k: [18, 14], q4_k_m: [15, 12],
   q5_k: [16, 13], q5_k_m: [17, 13], q4_1: [3, 3], q5_0: [8, 6], q5_1: [9, 7], q2_k: [10, 10], q3_k: [11, 11],
+  q3_k_m: [12, 11],
 };
 
 /** llama.cpp's use_more_bits (src/llama-quant.cpp): the first and last
@@ -538,6 +542,10 @@ function useMoreBits(i, n) {
  *   - Q4_K_M: output.weight, or token_embd.weight when there is no output
  *     tensor (tied), Q6_K; attn_v and ffn_down Q6_K on the layers
  *     useMoreBits picks, else Q4_K; every other 2-D weight Q4_K;
+ *   - Q3_K_M: output (or a tied token_embd) Q6_K; attn_v Q5_K for the
+ *     first two attention layers, else Q4_K; ffn_down Q5_K below
+ *     n_layer/16, else Q4_K (the non-Falcon rule); attn_output and
+ *     attn_qkv Q4_K; every other 2-D weight Q3_K;
  *   - a row that is not whole blocks falls back: Q6_K (and the output) to
  *     Q8_0 as llama.cpp does; Q4_K to Q8_0 where llama.cpp picks Q5_0,
  *     which this tool does not write (noted in `notes`); and to F16 if not
@@ -553,6 +561,13 @@ function pickType(type, gname, ne0, nLayers, tied, notes, attnV = null) {
     if (isOutput) t = ne0 % 256 ? GGML_TYPE.Q8_0 : GGML_TYPE.Q6_K;
     else if (more) t = GGML_TYPE.Q6_K;
     else if (/\.attn_qkv\.weight$/.test(gname)) t = type === "q4_k_m" ? GGML_TYPE.Q5_K : GGML_TYPE.Q6_K; // a fused qkv: one step up
+  } else if (type === "q3_k_m") {
+    const layer = /^blk\.(\d+)\.(attn_v|ffn_down|attn_output|attn_qkv)\.weight$/.exec(gname);
+    const isOutput = gname === "output.weight" || (tied && gname === "token_embd.weight");
+    if (isOutput) t = ne0 % 256 ? GGML_TYPE.Q8_0 : GGML_TYPE.Q6_K;
+    else if (layer && layer[2] === "attn_v") t = (attnV ? attnV.i : Number(layer[1])) < 2 ? GGML_TYPE.Q5_K : GGML_TYPE.Q4_K;
+    else if (layer && layer[2] === "ffn_down") t = Number(layer[1]) < Math.trunc(nLayers / 16) ? GGML_TYPE.Q5_K : GGML_TYPE.Q4_K;
+    else if (layer) t = GGML_TYPE.Q4_K; // attn_output, a fused attn_qkv
   }
   const blk = GGML_BLOCK[t];
   if (!blk || ne0 % blk[0] === 0) return t;
@@ -1653,7 +1668,7 @@ async function main(argv) {
     else pos.push(argv[i]);
   }
   if (pos.length !== 2) {
-    console.error("usage: node hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m] [--no-mtp]");
+    console.error("usage: node hf2gguf.mjs MODEL_DIR OUT.gguf [--type f32|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|q3_k_m|q4_k_m|q5_k_m] [--no-mtp]");
     process.exit(2);
   }
   try {
