@@ -115,26 +115,32 @@ static void quant_task(void *arg, int64_t b, int64_t e, int tid) {
   (void)tid;
   const q8_args *a = arg;
   a->ops->quantize(&a->act, a->x, b, e);
-  if (cpu_quant_wants_x16(a->dt)) /* Σ q_x per 16 values (at most 16·127): M·K adds */
-    for (int64_t m = b; m < e; m++)
-      for (int64_t g = 0; g < a->act.kp / 16; g++) {
-        const int8_t *q = a->act.q + m * a->act.kp + g * 16;
-        int sum = 0;
-        for (int i = 0; i < 16; i++)
-          sum += q[i];
-        a->act.x16[m * (a->act.kp / 16) + g] = (int16_t)sum;
-      }
-  if (!cpu_quant_wants_ds(a->dt)) return;
-  /* the min term of Q4_K, Q5_K, Q4_1, Q5_1 wants d_x·Σq_x per block: M·K
-   * adds, once per call (padding blocks: q = 0, d = 0, so 0) */
+  const int x16 = cpu_quant_wants_x16(a->dt), ds = cpu_quant_wants_ds(a->dt);
+  if (!x16 && !ds) return;
   const int64_t nbp = a->act.kp / CPU_Q8_QK;
+  /* a quantize whose ops say sums filled s and sh (-128 · Σ q_x over each
+   * block and its first half): the sums below come from them, else from q
+   * (M·K adds; padding blocks: q = 0, d = 0, so 0) */
+  const int have_sums = a->ops->sums;
   for (int64_t m = b; m < e; m++)
     for (int64_t j = 0; j < nbp; j++) {
       const int8_t *q = a->act.q + m * a->act.kp + j * CPU_Q8_QK;
-      int32_t sum = 0;
-      for (int i = 0; i < CPU_Q8_QK; i++)
-        sum += q[i];
-      a->act.ds[m * nbp + j] = a->act.d[m * nbp + j] * (float)sum;
+      int32_t lo = 0, hi = 0;
+      if (have_sums) {
+        lo = -a->act.sh[m * nbp + j] / 128;
+        hi = -a->act.s[m * nbp + j] / 128 - lo;
+      } else
+        for (int i = 0; i < CPU_Q8_QK / 2; i++) {
+          lo += q[i];
+          hi += q[CPU_Q8_QK / 2 + i];
+        }
+      /* Q2_K, Q3_K: Σ q_x per 16 values (at most 16·127) */
+      if (x16) {
+        a->act.x16[m * (nbp * 2) + 2 * j] = (int16_t)lo;
+        a->act.x16[m * (nbp * 2) + 2 * j + 1] = (int16_t)hi;
+      }
+      /* Q4_K, Q5_K, Q4_1, Q5_1: the min term's fl(d_x · Σ q_x) per block */
+      if (ds) a->act.ds[m * nbp + j] = a->act.d[m * nbp + j] * (float)(lo + hi);
     }
 }
 

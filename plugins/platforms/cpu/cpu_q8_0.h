@@ -42,13 +42,14 @@
  *   d [M][kp / 32] d_x (0 in the padding)
  *   s [M][kp / 32] -128 · Σ q_x over each block: the panel GEMM's bias
  *                  correction (cpu_q8_0_avx512.c, for Q8_0, Q4_0, Q4_K and
- *                  Q6_K weights); filled only by a quantize whose ops have a gemm
+ *                  Q6_K weights); filled by a quantize whose ops say sums
  *   ds [M][kp / 32] fl(d_x · Σ q_x) over each block: the min term of Q4_K,
  *                  Q5_K, Q4_1, Q5_1 (cpu_quant.h); filled by the driver
  *                  only for those (cpu_quant_wants_ds)
  *   sh [M][kp / 32] -128 · Σ q_x over the first 16 values of each block:
  *                  the bias of the Q6_K panels, whose two halves have
- *                  scales of their own; filled with s
+ *                  scales of their own; filled with s (the driver takes
+ *                  ds and x16 from the two where the quantize fills them)
  *   x16 [M][kp / 16] Σ q_x over each 16 values: the offsets and mins of
  *                  Q2_K and Q3_K, whose scales are per 16 values; filled
  *                  by the driver only for those (cpu_quant_wants_x16)
@@ -101,6 +102,9 @@ typedef struct cpu_q8_ops {
   void (*gemm)(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t m1, const void *w,
                mi_dtype dt, size_t wrow, int64_t n0, int64_t n1);
   int (*gemm_takes)(mi_dtype dt);
+  /* 1: quantize also fills s and sh (the block sums), from which the driver
+   * takes ds and x16 instead of adding the codes again */
+  int sums;
   /* The tiles of the other block types (cpu_quant_<isa>.c, and for Q4_1,
    * Q5_0, Q5_1, Q2_K, Q3_K cpu_quant_legacy_<isa>.c / cpu_quant_lowbit_
    * <isa>.c), same contract as tile, on the same quantized activations. */

@@ -27,25 +27,60 @@
 #include "cpu_reduce_avx512.h"
 #define Q8_PF_AHEAD 1024 /* bytes prefetched ahead in each weight row */
 
-/* Quantizes one block (cpu_q8_quantize_block, in vectors): the same f32
- * operations, so the same q and d. */
-AI float quantize_block(int8_t *q, const float *xb) {
-  const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
-  const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+/* Quantizes a row's blocks as cpu_q8_quantize_block does each one (the
+ * same f32 operations per block, so the same q and d), 16 blocks at a
+ * time: their maxima first, then their scales d = amax / 127 and 1 / d as
+ * two vector divisions (the scalar form's two divisions a block, each on
+ * the block's critical path, were most of a decode call's fixed cost),
+ * then the codes, and the sums the panel GEMM and the K-quant tiles want
+ * (s, sh) from the codes' int32 vectors rather than a scalar pass over q.
+ * |x · (1 / d)| rounds to at most 127, so the int32 codes are the int8
+ * ones and their sums are the codes' sums. */
+static void quantize_row(int8_t *q, float *d, int32_t *cs, int32_t *ch, const float *x, int64_t nb) {
   const __m512 inf = _mm512_set1_ps(__builtin_inff());
-  const int bad =
-      (_mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ)) != 0;
-  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-  if (bad || amax < CPU_Q8_TINY) {
-    memset(q, 0, CPU_Q8_QK);
-    return bad ? __builtin_nanf("") : 0.0f;
+  for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+    const int n = nb - b0 < 16 ? (int)(nb - b0) : 16;
+    float am[16] __attribute__((aligned(64)));
+    __mmask16 bad = 0;
+    for (int i = 0; i < n; i++) {
+      const float *xb = x + (b0 + i) * CPU_Q8_QK;
+      const __m512 a0 = _mm512_abs_ps(_mm512_loadu_ps(xb)), a1 = _mm512_abs_ps(_mm512_loadu_ps(xb + 16));
+      if ((_mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ)) != 0)
+        bad |= (__mmask16)(1u << i);
+      am[i] = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+    }
+    const __mmask16 have = (__mmask16)((1u << n) - 1);
+    const __m512 amax = _mm512_maskz_load_ps(have, am);
+    /* a block is quantized unless it holds NaN/infinity or amax < TINY */
+    const __mmask16 live =
+        (__mmask16)(have & ~bad & _mm512_cmp_ps_mask(amax, _mm512_set1_ps(CPU_Q8_TINY), _CMP_GE_OQ));
+    const __m512 dv = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+    float dd[16] __attribute__((aligned(64))), id[16] __attribute__((aligned(64)));
+    _mm512_store_ps(dd, dv);
+    _mm512_store_ps(id, _mm512_div_ps(_mm512_set1_ps(1.0f), dv));
+    for (int i = 0; i < n; i++) {
+      const int64_t b = b0 + i;
+      int8_t *qb = q + b * CPU_Q8_QK;
+      if (!(live >> i & 1)) {
+        memset(qb, 0, CPU_Q8_QK);
+        d[b] = bad >> i & 1 ? __builtin_nanf("") : 0.0f;
+        cs[b] = ch[b] = 0;
+        continue;
+      }
+      const float *xb = x + b * CPU_Q8_QK;
+      const __m512 is = _mm512_set1_ps(id[i]);
+      const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb), is));
+      const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16), is));
+      _mm_storeu_si128((__m128i *)qb, _mm512_cvtsepi32_epi8(i0));
+      _mm_storeu_si128((__m128i *)(qb + 16), _mm512_cvtsepi32_epi8(i1));
+      /* the panel GEMM's bias correction: -128 · Σ q_x, and over the first
+       * half for Q6_K */
+      const int32_t lo = _mm512_reduce_add_epi32(i0), hi = _mm512_reduce_add_epi32(i1);
+      cs[b] = -128 * (lo + hi);
+      ch[b] = -128 * lo;
+      d[b] = dd[i];
+    }
   }
-  const float d = amax / 127.0f, id = 1.0f / d;
-  const __m512 idv = _mm512_set1_ps(id);
-  _mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, idv))));
-  _mm_storeu_si128((__m128i *)(q + 16),
-                   _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, idv))));
-  return d;
 }
 
 static void quantize(const cpu_q8_act *a, const float *x, int64_t m0, int64_t m1) {
@@ -54,19 +89,7 @@ static void quantize(const cpu_q8_act *a, const float *x, int64_t m0, int64_t m1
     int8_t *q = a->q + m * a->kp;
     float *d = a->d + m * nbp;
     int32_t *cs = a->s + m * nbp, *ch = a->sh + m * nbp;
-    for (int64_t b = 0; b < nb; b++) {
-      d[b] = quantize_block(q + b * CPU_Q8_QK, x + m * a->K + b * CPU_Q8_QK);
-      /* the panel GEMM's bias correction: -128 · Σ q_x, and over the first
-       * half for Q6_K (VPSADBW would need unsigned bytes; 32 adds per block
-       * are noise next to the matmul) */
-      int32_t lo = 0, hi = 0;
-      for (int i = 0; i < CPU_Q8_QK / 2; i++) {
-        lo += q[b * CPU_Q8_QK + i];
-        hi += q[b * CPU_Q8_QK + CPU_Q8_QK / 2 + i];
-      }
-      cs[b] = -128 * (lo + hi);
-      ch[b] = -128 * lo;
-    }
+    quantize_row(q, d, cs, ch, x + m * a->K, nb);
     memset(q + a->K, 0, (size_t)(a->kp - a->K));
     for (int64_t b = nb; b < nbp; b++) {
       d[b] = 0.0f;
@@ -449,4 +472,4 @@ static void gemm(float *y, int64_t ldy, const cpu_q8_act *a, int64_t m0, int64_t
 }
 
 const cpu_q8_ops cpu_q8_avx512vnni = {CPU_Q8_OPS_BASE("avx512vnni", avx512, avx2, avx512), .gemm = gemm,
-                                      .gemm_takes = gemm_takes};
+                                      .gemm_takes = gemm_takes, .sums = 1};
