@@ -131,7 +131,6 @@ static double f32_as_decimal(double v) {
   return v;
 }
 
-/* A JSON value for one metadata value, typed as the contract's field says. */
 /* A float key's value as JSON (an f32 as its shortest decimal); NaN and the
  * infinities, which JSON cannot hold, are refused by name. */
 static json_t *real_value(const mi_gguf_kv *kv, double d, const char *field, const char *key, const char *path,
@@ -141,6 +140,7 @@ static json_t *real_value(const mi_gguf_kv *kv, double d, const char *field, con
   return j;
 }
 
+/* A JSON value for one metadata value, typed as the contract's field says. */
 static json_t *kv_to_json(const mi_gguf_kv *kv, const char *type, const char *field,
                           const char *key, const char *path, char *err, size_t el) {
   int64_t i;
