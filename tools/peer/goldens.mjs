@@ -36,7 +36,7 @@ import path from "node:path";
 import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { convert } from "./hf2gguf.mjs";
-import { PEER, TOPK, fnv1a32File, formatGolden, parseFlags, runPeer } from "./peer_run.mjs";
+import { PEER, TOPK, fnv1a32File, formatGolden, parseFlags, positionsBound, runPeer } from "./peer_run.mjs";
 import { RefQwen3, isGemma2Config, isGemma3Config } from "./ref_forward.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -89,7 +89,7 @@ async function main() {
     ...(args.mkmodelExtra ?? [])];
   execFileSync(args.mkmodel, [...mkArgs, "--out", modelDir], { stdio: "inherit" });
   const gguf = path.join(tmp, `${args.shape}-seed${args.seed}-f32.gguf`);
-  await convert(modelDir, gguf, { type: "f32" });
+  await convert(modelDir, gguf, { type: "f32", windowReach: positionsBound(prompts, args.steps) });
 
   const madeCfg = JSON.parse(fs.readFileSync(path.join(modelDir, "config.json"), "utf8"));
   if (args.checkRef && args.mkmodelExtra && !isGemma3Config(madeCfg) && !isGemma2Config(madeCfg))

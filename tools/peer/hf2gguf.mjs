@@ -610,6 +610,12 @@ const LAYER_MAP = {
   // Phi-3's fused projections, stored fused by llama.cpp (its phi3 views them)
   "self_attn.qkv_proj.weight": "attn_qkv.weight",
   "mlp.gate_up_proj.weight": "ffn_up.weight",
+  // StarCoder2's non-gated MLP and its biases, the output projection's bias
+  "mlp.c_fc.weight": "ffn_up.weight",
+  "mlp.c_fc.bias": "ffn_up.bias",
+  "mlp.c_proj.weight": "ffn_down.weight",
+  "mlp.c_proj.bias": "ffn_down.bias",
+  "self_attn.o_proj.bias": "attn_output.bias",
 };
 
 /** Expected HF shapes for every tensor, from config. */
@@ -650,11 +656,18 @@ function expectedShapes(h, fam) {
     if (fam.layerNorm) m.set(p + "post_attention_layernorm.bias", [D]);
     if (fam.sandwich) m.set(p + "pre_feedforward_layernorm.weight", [D]);
     if (fam.fused) m.set(p + "mlp.gate_up_proj.weight", [2 * F, D]);
+    else if (fam.plainMlp) m.set(p + "mlp.c_fc.weight", [F, D]);
     else {
       m.set(p + "mlp.gate_proj.weight", [F, D]);
       m.set(p + "mlp.up_proj.weight", [F, D]);
     }
-    m.set(p + "mlp.down_proj.weight", [D, F]);
+    if (fam.plainMlp) m.set(p + "mlp.c_proj.weight", [D, F]);
+    else m.set(p + "mlp.down_proj.weight", [D, F]);
+    if (fam.allBias) { // StarCoder2's use_bias: the output projection and the MLP's too
+      m.set(p + "self_attn.o_proj.bias", [D]);
+      m.set(p + "mlp.c_fc.bias", [F]);
+      m.set(p + "mlp.c_proj.bias", [D]);
+    }
     if (fam.sandwich) m.set(p + "post_feedforward_layernorm.weight", [D]);
   }
   return m;
@@ -1428,6 +1441,15 @@ const DENSE = {
   // tied checkpoint's embedding is written again as the output
   stablelm: { archs: ["StableLmForCausalLM"], modelType: "stablelm", gguf: "stablelm", layerNorm: true,
     qkvBiasField: "use_qkv_bias", ropeThetaDefault: 10000, contextDefault: 4096, ropeDims: 0.25, outputRequired: true },
+  // starcoder2: LayerNorm with biases (eps from norm_epsilon), every
+  // projection biased when use_bias (its class's default true), a non-gated
+  // MLP (c_fc, GELU with the tanh approximation, c_proj) stored as ffn_up and
+  // ffn_down, NeoX rotation, tied by default; llama.cpp's starcoder2 ignores
+  // the sliding window, which transformers applies (a set one is refused:
+  // slidingWindowField); the embedding is written again as output.weight
+  starcoder2: { archs: ["Starcoder2ForCausalLM"], modelType: "starcoder2", gguf: "starcoder2", layerNorm: true,
+    layerNormEpsField: "norm_epsilon", biasField: "use_bias", plainMlp: true, act: "gelu_pytorch_tanh", tieDefault: true,
+    ropeThetaDefault: 10000, contextDefault: 4096, slidingWindowField: true, outputRequired: true, headsSpanHidden: true },
 };
 
 /** SmolLM3's NoPE layers as llama.cpp computes them: every `fixed`-th
@@ -1485,7 +1507,11 @@ function permuteRope(a, heads, hd, cols) {
 
 // ---------------------------------------------------------------- main
 
-export async function convert(modelDir, outPath, { type = "f32", noMtp = false } = {}) {
+// windowReach: the most positions the caller's llama.cpp run will reach (the
+// oracle's, from its prompts and steps): a sliding window at least that wide
+// never bites there, so a graph without one is the windowed model's oracle
+// for that run; without it, the window must cover the whole context
+export async function convert(modelDir, outPath, { type = "f32", noMtp = false, windowReach } = {}) {
   if (!Object.hasOwn(FTYPE, type)) die(`--type must be one of ${Object.keys(FTYPE).join(", ")}, not ${type}`);
   const cfgFile = path.join(modelDir, "config.json");
   const cfg = readJson(cfgFile);
@@ -1512,17 +1538,22 @@ export async function convert(modelDir, outPath, { type = "f32", noMtp = false }
     die(`${cfgFile}: no conversion for architectures ${JSON.stringify(archs)} (model_type ${cfg.model_type}): ` +
       `this converter knows ${Object.values(DENSE).flatMap((f) => f.archs).concat(["Qwen3_5ForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM"]).join(", ")}`);
   if (fam.qkvBiasField && cfg[fam.qkvBiasField] === true) fam = { ...fam, qkvBias: true };
+  if (fam.biasField && (cfg[fam.biasField] ?? true) === true) fam = { ...fam, qkvBias: true, allBias: true };
   if (fam.layerNorm && (cfg.use_parallel_residual === true || cfg.qk_layernorm === true))
     die(`${cfgFile}: use_parallel_residual / qk_layernorm true: not converted here`);
   const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size"];
   for (const k of need) if (typeof cfg[k] !== "number") die(`${cfgFile}: missing or non-numeric ${k}`);
   // rms_norm_eps when absent: 1e-6 in the config classes of these families (Phi3Config: 1e-5)
   const h = { rms_norm_eps: fam.rmsEpsDefault ?? 1e-6, layer_norm_eps: 1e-5, ...cfg };
+  if (fam.layerNormEpsField) h.layer_norm_eps = cfg[fam.layerNormEpsField] ?? 1e-5;
   const epsField = fam.layerNorm ? "layer_norm_eps" : "rms_norm_eps";
   if (typeof h[epsField] !== "number") die(`${cfgFile}: non-numeric ${epsField}`);
   if (typeof h.head_dim !== "number") h.head_dim = h.hidden_size / h.num_attention_heads;
+  // llama.cpp's starcoder2 shapes q and the output projection [n_embd, n_embd]
+  if (fam.headsSpanHidden && h.head_dim * h.num_attention_heads !== h.hidden_size)
+    die(`${cfgFile}: head_dim ${h.head_dim} x ${h.num_attention_heads} heads is not hidden_size ${h.hidden_size}: llama.cpp's ${fam.gguf} needs them equal`);
   // transformers' configs of these families default tie_word_embeddings to false.
-  h.tie_word_embeddings = cfg.tie_word_embeddings === true;
+  h.tie_word_embeddings = (cfg.tie_word_embeddings ?? fam.tieDefault ?? false) === true;
   const ropeParams = cfg.rope_parameters || {};
   const theta = cfg.rope_theta ?? ropeParams.rope_theta ?? fam.ropeThetaDefault;
   if (typeof theta !== "number") die(`${cfgFile}: no rope_theta`);
@@ -1543,14 +1574,18 @@ export async function convert(modelDir, outPath, { type = "f32", noMtp = false }
   // llama.cpp's graphs for these architectures are SiLU-gated and attend to
   // every position: a config that says otherwise would get an oracle for
   // another model
-  if (cfg.hidden_act !== undefined && cfg.hidden_act !== "silu")
-    die(`${cfgFile}: hidden_act ${JSON.stringify(cfg.hidden_act)}: llama.cpp's ${fam.gguf} computes silu`);
+  // (starcoder2: GELU, whose tanh approximation llama.cpp computes)
+  const act = fam.act ?? "silu";
+  if (cfg.hidden_act !== undefined && cfg.hidden_act !== act)
+    die(`${cfgFile}: hidden_act ${JSON.stringify(cfg.hidden_act)}: llama.cpp's ${fam.gguf} computes ${act}`);
   if (cfg.use_sliding_window === true) die(`${cfgFile}: use_sliding_window=true: llama.cpp's ${fam.gguf} has no sliding window`);
   // MistralConfig's sliding_window is 4096 when config.json leaves it out
   const window = cfg.sliding_window === undefined && archs.includes("MistralForCausalLM") ? 4096 : cfg.sliding_window;
-  if (fam.slidingWindowField && window != null && window < (h.max_position_embeddings ?? Infinity))
+  const reach = Math.min(windowReach ?? Infinity, h.max_position_embeddings ?? Infinity);
+  if (fam.slidingWindowField && window != null && window < reach)
     die(`${cfgFile}: sliding_window ${window}${cfg.sliding_window === undefined ? " (MistralConfig's default: the key is absent)" : ""}: ` +
-      `llama.cpp's ${fam.gguf} graph attends to every position`);
+      `llama.cpp's ${fam.gguf} graph attends to every position` +
+      (windowReach !== undefined ? ` (this run reaches up to ${windowReach} positions)` : ""));
 
   const st = readSafetensorsIndex(modelDir);
   const expect = expectedShapes(h, fam);

@@ -29,7 +29,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { convert } from "./hf2gguf.mjs";
 import { GgufError, widenToF32 } from "./gguf_f32.mjs";
-import { PEER, TOPK, fnv1a32File, formatGolden, parseFlags, runPeer } from "./peer_run.mjs";
+import { PEER, TOPK, fnv1a32File, formatGolden, parseFlags, positionsBound, runPeer } from "./peer_run.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 
@@ -129,7 +129,7 @@ async function oracleFolder(a, prompts, work, t0) {
   const st = path.join(a.model, "model.safetensors"), cfg = path.join(a.model, "config.json");
   const gguf = path.join(work, "model-f32.gguf");
   try {
-    await convert(a.model, gguf, { type: "f32" });
+    await convert(a.model, gguf, { type: "f32", windowReach: positionsBound(prompts, a.steps) });
   } catch (e) {
     if (!e.userError) throw e;
     // the converter knows the dense families of hf2gguf.mjs's DENSE table,

@@ -75,6 +75,17 @@ function topLogprobs(probMap, k) {
  * attention off, the whole prompt in one batch. `onCase(case, index, ms)` is
  * called after each prompt (for --check-ref and logging). Returns the cases.
  */
+/**
+ * At most how many positions a runPeer of these prompts reaches: each
+ * prompt token covers at least one UTF-8 byte, plus a BOS and the steps.
+ * A sliding window at least this wide never bites in that run, so llama.cpp
+ * attending to every position computes the windowed model there
+ * (hf2gguf.mjs's windowReach).
+ */
+export function positionsBound(prompts, steps) {
+  return Math.max(...prompts.map((p) => Buffer.byteLength(p, "utf8"))) + 1 + steps;
+}
+
 export async function runPeer(gguf, prompts, steps, onCase) {
   const { getLlama, LlamaLogLevel } = await importDep("node-llama-cpp");
   const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });

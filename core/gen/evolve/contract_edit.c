@@ -230,8 +230,9 @@ static void add_config(json_t *m, const json_t *spec, const json_t *cfg) {
                                     : json_is_array(val)   ? "array"
                                                            : "object"));
   /* the probe's value is no default for another checkpoint: required, unless the entry names its
-   * own default */
-  if (val && !json_object_get(e, "default") && !json_object_get(e, "required"))
+   * own default (a value, or an expression it derives one from) */
+  if (val && !json_object_get(e, "default") && !json_object_get(e, "default_expr") &&
+      !json_object_get(e, "required"))
     json_object_set_new(e, "required", json_true());
   json_array_append_new(cf, e);
 }
@@ -363,9 +364,12 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
     for (int s = 0; s < ns; s++) {
       json_t *st = !reaches(m, x, seqs[s]) ? NULL
                                            : mi_ckb_named(seqs[s], "step", json_string_value(json_object_get(x, "step")));
-      if (st)
-        json_object_set(json_object_get(st, "args"), json_string_value(json_object_get(x, "arg")),
-                        json_object_get(x, "value"));
+      /* a null value removes the argument (a non-gated MLP's activation
+       * takes one input where the gated form took two) */
+      const char *arg = json_string_value(json_object_get(x, "arg"));
+      json_t *val = json_object_get(x, "value");
+      if (st && arg && json_is_null(val)) json_object_del(json_object_get(st, "args"), arg);
+      else if (st && arg) json_object_set(json_object_get(st, "args"), arg, val);
     }
   }
   json_array_foreach(json_object_get(ed, "set_step"), i, x) {
