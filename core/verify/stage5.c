@@ -65,6 +65,8 @@ typedef struct s5_job {
    * names (renamed weights), or NULL; layers: the layer count */
   char final_norm[256], q_norm[256], k_norm[256], q_proj[256], k_proj[256];
   char final_norm_b[256]; /* the final norm's bias (a LayerNorm's), "" without one: (b) scales it with the weight */
+  char head_b[256];       /* a bias added to the logits after the head (an lm_head.bias), "" without one: (b)
+                             scales it too */
   int zc_qk;
   const json_t *layout;
   int64_t layers;
@@ -385,7 +387,7 @@ static json_t *follow_judge(void *arg, const vf_child_result *r) {
       vf_ev_end(ev, cn, 0, 0, rel, json_pack("{s:f}", "observed_factor", isfinite(factor) ? factor : 0),
                 "outputs do not follow the weights: %s x2%s in a copy must double every logit "
                 "(float64 relation logits' = 2*logits), but the logits changed by a factor %.4g (max deviation "
-                "%.3g relative)", j->final_norm, j->final_norm_b[0] ? " (and its bias)" : "", factor, rel);
+                "%.3g relative)", j->final_norm, j->final_norm_b[0] || j->head_b[0] ? " (and its biases)" : "", factor, rel);
     else
       vf_ev_end(ev, cn, 0, 1, rel, json_pack("{s:f}", "observed_factor", factor),
                 "logits doubled (max deviation %.2g relative)", rel);
@@ -1080,7 +1082,8 @@ static void s5_keys(s5_job *j, const mi_ckb *c, const json_t *model, const json_
     if (!j->final_norm[0] && w && !strncmp(w, "weight:", 7) && json_object_get(args, "eps")) {
       snprintf(j->final_norm, sizeof j->final_norm, "%s", w + 7);
       if (b && !strncmp(b, "weight:", 7)) snprintf(j->final_norm_b, sizeof j->final_norm_b, "%s", b + 7);
-    }
+    } else if (j->final_norm[0] && !j->head_b[0] && b && !strncmp(b, "weight:", 7) && !json_object_get(args, "eps"))
+      snprintf(j->head_b, sizeof j->head_b, "%s", b + 7); /* after the norm, no eps: a bias on the logits */
   }
   json_t *seqs = mi_ckb_model_sequences(model);
   json_array_foreach(seqs, i, seq) json_array_foreach(seq, k, st) {
@@ -1109,6 +1112,16 @@ static void s5_keys(s5_job *j, const mi_ckb *c, const json_t *model, const json_
 
 /* ================= the stage ================= */
 
+/* A bias in the copy at dst x2, or 0 where the final norm is zero-centred
+ * (its weight set to -1, so 1 + w = 0): (b)'s logits then still double or
+ * vanish exactly. Nothing to do for "" (no such bias). */
+static int s5_scale_bias(const char *dst, const char *name, int zc, char *err, size_t n) {
+  vf_tensor_loc bloc;
+  if (!name[0]) return 0;
+  if (vf_tensor_locate(dst, name, &bloc, err, n) != 0) return -1;
+  return zc ? vf_tensor_affine(&bloc, 0, 0, err, n) : vf_tensor_edit(&bloc, 2.0, 0, 0, NULL, err, n);
+}
+
 json_t *vf_stage5(const vf_stage_opts *o, json_t *contract) {
   json_t *units = json_array();
   const char *ids[4] = {"imports", "follows_weights", "unseen_prompts", "weights_path"};
@@ -1124,9 +1137,10 @@ json_t *vf_stage5(const vf_stage_opts *o, json_t *contract) {
   s5_job keys = {.o = o};
   if (me) s5_keys(&keys, o->ckb, me->json, cfg0);
   if (!keys.final_norm[0]) snprintf(keys.final_norm, sizeof keys.final_norm, "(no model contract names a final norm)");
-  char final_norm[300], final_norm_b[300] = ""; /* their names in this checkpoint's layout */
+  char final_norm[300], final_norm_b[300] = "", head_b[300] = ""; /* their names in this checkpoint's layout */
   mi_ckb_layout_rename(keys.layout, keys.final_norm, final_norm, sizeof final_norm);
   if (keys.final_norm_b[0]) mi_ckb_layout_rename(keys.layout, keys.final_norm_b, final_norm_b, sizeof final_norm_b);
+  if (keys.head_b[0]) mi_ckb_layout_rename(keys.layout, keys.head_b, head_b, sizeof head_b);
   json_decref(cfg0); /* keys.layout is the contract's */
   for (int i = 0; i < 4; i++) {
     char wd[4096];
@@ -1143,16 +1157,15 @@ json_t *vf_stage5(const vf_stage_opts *o, json_t *contract) {
     else if (!V) u = unit_error(ids[i], err);
     else if (i == 1) {
       /* the parent makes the scaled copy: the candidate never touches it first */
-      vf_tensor_loc loc, bloc;
+      vf_tensor_loc loc;
       snprintf(dst, sizeof dst, "%s/b", wd);
       /* a norm with a bias (LayerNorm): the bias too, x2 (or 0 with 1 + w = 0), so the norm's output
-       * still doubles (or vanishes) exactly */
+       * still doubles (or vanishes) exactly; a bias on the logits after the head likewise */
       if (vf_copy_model_dir(o->model_dir, dst, err, sizeof err) != 0 ||
           vf_tensor_locate(dst, final_norm, &loc, err, sizeof err) != 0 ||
           (j.zc ? vf_tensor_affine(&loc, 0, -1, err, sizeof err) : vf_tensor_edit(&loc, 2.0, 0, 0, NULL, err, sizeof err)) != 0 ||
-          (final_norm_b[0] &&
-           (vf_tensor_locate(dst, final_norm_b, &bloc, err, sizeof err) != 0 ||
-            (j.zc ? vf_tensor_affine(&bloc, 0, 0, err, sizeof err) : vf_tensor_edit(&bloc, 2.0, 0, 0, NULL, err, sizeof err)) != 0)))
+          s5_scale_bias(dst, final_norm_b, j.zc, err, sizeof err) != 0 ||
+          s5_scale_bias(dst, head_b, j.zc, err, sizeof err) != 0)
         u = unit_error(ids[i], err);
       else u = vf_run_unit_raw(o, "authenticity", ids[i], members[i], follow_child, &j, 120, cap, follow_judge);
     } else if (i == 2) u = run_unseen(&j, ids[i], members[i]);

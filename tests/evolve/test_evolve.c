@@ -1739,6 +1739,61 @@ START_TEST(starcoder2_plain_mlp_absorbed) {
 }
 END_TEST
 
+/* Phi-2 (PhiForCausalLM, tests/goldens/families/phi2-probe-tiny-seed28.json:
+ * attention and the MLP both from one shared LayerNorm (parallel residual),
+ * every projection biased, the output projection stored as self_attn.dense,
+ * fc1/fc2, model.final_layernorm, a bias on the head, half of each head
+ * rotated; llama.cpp's phi2 the oracle). Thirteen groups in play: 8192
+ * candidates, above the cap, so the groups a weight decides (a weight only
+ * one member reads, which the probe holds) are fixed first and the product
+ * of the rest is scored. No C written for the family. Then the two new
+ * structural readings are shown to be seen by the oracle: the MLP reading
+ * the stream after attention's add (a sequential block normed by the same
+ * weights), or the head's bias dropped, is far from llama.cpp. */
+START_TEST(phi2_parallel_residual_absorbed) {
+  json_t *m = absorb_family("phi2-probe-tiny-seed28.json", NULL,
+                            "bias=qkv final_norm_name=final_layernorm head_bias=bias head_dim=derived mlp_act=gelu_tanh "
+                            "mlp_bias=fc1 mlp_in=fc1 norm=w norm_kind=layer o_bias=o o_name=dense qk=none "
+                            "residual=parallel_shared rotary=partial",
+                            "models/phi.json", "PhiForCausalLM");
+  json_t *seq = json_object_get(m, "layer_sequence");
+  ck_assert_ptr_null(mi_ckb_named(seq, "step", "mlp_norm"));
+  ck_assert_ptr_null(mi_ckb_named(json_object_get(m, "weights"), "key",
+                                  "model.layers.{i}.post_attention_layernorm.weight"));
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(mi_ckb_named(seq, "step", "o_proj"), "args"),
+                                                     "w")) ?: "",
+                   "weight:model.layers.{i}.self_attn.dense.weight");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(mi_ckb_named(seq, "step", "o_bias"), "args"),
+                                                     "b")) ?: "",
+                   "weight:model.layers.{i}.self_attn.dense.bias");
+  ck_assert_ptr_nonnull(mi_ckb_named(json_object_get(m, "epilogue"), "step", "head_bias"));
+  const json_t *kv = mi_ckb_named(json_object_get(m, "config"), "name", "num_key_value_heads");
+  ck_assert_str_eq(json_string_value(json_object_get(kv, "default_expr")) ?: "", "num_attention_heads");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(m, "gguf"), "architecture")) ?: "", "phi2");
+  probe_fix p;
+  probe_open(&p, "tests/goldens/families/phi2-probe-tiny-seed28.json");
+  /* sequential: the MLP normed from the stream after attention's add */
+  json_t *sq = json_deep_copy(m), *s2 = json_object_get(sq, "layer_sequence");
+  size_t at = 0, i;
+  json_t *st;
+  json_array_foreach(s2, i, st) if (!strcmp(json_string_value(json_object_get(st, "step")) ?: "", "attn_residual")) at = i;
+  json_t *again = json_deep_copy(mi_ckb_named(s2, "step", "attn_norm"));
+  json_object_set_new(again, "step", json_string("mlp_norm"));
+  json_array_insert_new(s2, at + 1, again);
+  const double e_seq = probe_error(&p, sq, p.cfg);
+  /* the head's bias dropped */
+  json_t *nb = json_deep_copy(m), *ep = json_object_get(nb, "epilogue");
+  json_array_foreach(ep, i, st) if (!strcmp(json_string_value(json_object_get(st, "step")) ?: "", "head_bias")) break;
+  json_array_remove(ep, i);
+  const double e_nb = probe_error(&p, nb, p.cfg);
+  fprintf(stderr, "test_evolve: phi2 read sequentially %.3g, without its head bias %.3g from llama.cpp\n", e_seq, e_nb);
+  ck_assert_msg(e_seq > 1.0 && e_nb > 1.0, "%g %g: within ten times the GELU's peer tolerance", e_seq, e_nb);
+  json_decref(sq), json_decref(nb);
+  probe_close(&p);
+  json_decref(m);
+}
+END_TEST
+
 /* Granite (GraniteForCausalLM, tests/goldens/families/granite-probe-tiny-seed16.json:
  * Llama's layout plus four muP-style multipliers; llama.cpp's granite the
  * oracle, reading them from the keys hf2gguf.mjs writes). One vocabulary
@@ -2215,7 +2270,8 @@ static Suite *suite(void) {
                                   mistral_layout_absorbed, llama31_rope_scaling_absorbed, qwen25_yarn_absorbed,
                                   granite_multipliers_absorbed, phi3_fused_layout_absorbed,
                                   stablelm_layernorm_absorbed, smollm3_nope_layers_absorbed, olmo2_post_norm_absorbed,
-                                  starcoder2_plain_mlp_absorbed, config_class_defaults_hold_against_the_oracle,
+                                  starcoder2_plain_mlp_absorbed, phi2_parallel_residual_absorbed,
+                                  config_class_defaults_hold_against_the_oracle,
                                   experience_shortens_the_search));
   mi_check_add(
       tk, MI_CHECK_TESTS(

@@ -616,6 +616,13 @@ const LAYER_MAP = {
   "mlp.c_proj.weight": "ffn_down.weight",
   "mlp.c_proj.bias": "ffn_down.bias",
   "self_attn.o_proj.bias": "attn_output.bias",
+  // Phi-1/2's names: the output projection, the fc1/fc2 MLP
+  "self_attn.dense.weight": "attn_output.weight",
+  "self_attn.dense.bias": "attn_output.bias",
+  "mlp.fc1.weight": "ffn_up.weight",
+  "mlp.fc1.bias": "ffn_up.bias",
+  "mlp.fc2.weight": "ffn_down.weight",
+  "mlp.fc2.bias": "ffn_down.bias",
 };
 
 /** Expected HF shapes for every tensor, from config. */
@@ -624,9 +631,12 @@ function expectedShapes(h, fam) {
   const Hq = h.num_attention_heads, Hk = h.num_key_value_heads;
   const m = new Map();
   m.set("model.embed_tokens.weight", [V, D]);
-  m.set("model.norm.weight", [D]);
-  if (fam.layerNorm) m.set("model.norm.bias", [D]);
+  const fin = fam.finalNorm ?? "model.norm";
+  m.set(fin + ".weight", [D]);
+  if (fam.layerNorm) m.set(fin + ".bias", [D]);
   if (!h.tie_word_embeddings) m.set("lm_head.weight", [V, D]);
+  if (fam.headBias) m.set("lm_head.bias", [V]);
+  const [up, down] = fam.mlpNames ?? ["c_fc", "c_proj"], oName = fam.oName ?? "o_proj";
   for (let l = 0; l < h.num_hidden_layers; l++) {
     const p = `model.layers.${l}.`;
     if (!fam.postNorm) m.set(p + "input_layernorm.weight", [D]);
@@ -637,7 +647,7 @@ function expectedShapes(h, fam) {
       m.set(p + "self_attn.k_proj.weight", [Hk * hd, D]);
       m.set(p + "self_attn.v_proj.weight", [Hk * hd, D]);
     }
-    m.set(p + "self_attn.o_proj.weight", [D, Hq * hd]);
+    m.set(p + `self_attn.${oName}.weight`, [D, Hq * hd]);
     if (fam.qkNorm) {
       m.set(p + "self_attn.q_norm.weight", [hd]);
       m.set(p + "self_attn.k_norm.weight", [hd]);
@@ -652,21 +662,21 @@ function expectedShapes(h, fam) {
       m.set(p + "self_attn.k_proj.bias", [Hk * hd]);
       m.set(p + "self_attn.v_proj.bias", [Hk * hd]);
     }
-    m.set(p + "post_attention_layernorm.weight", [D]);
-    if (fam.layerNorm) m.set(p + "post_attention_layernorm.bias", [D]);
+    if (!fam.sharedNorm) m.set(p + "post_attention_layernorm.weight", [D]);
+    if (fam.layerNorm && !fam.sharedNorm) m.set(p + "post_attention_layernorm.bias", [D]);
     if (fam.sandwich) m.set(p + "pre_feedforward_layernorm.weight", [D]);
     if (fam.fused) m.set(p + "mlp.gate_up_proj.weight", [2 * F, D]);
-    else if (fam.plainMlp) m.set(p + "mlp.c_fc.weight", [F, D]);
+    else if (fam.plainMlp) m.set(p + `mlp.${up}.weight`, [F, D]);
     else {
       m.set(p + "mlp.gate_proj.weight", [F, D]);
       m.set(p + "mlp.up_proj.weight", [F, D]);
     }
-    if (fam.plainMlp) m.set(p + "mlp.c_proj.weight", [D, F]);
+    if (fam.plainMlp) m.set(p + `mlp.${down}.weight`, [D, F]);
     else m.set(p + "mlp.down_proj.weight", [D, F]);
-    if (fam.allBias) { // StarCoder2's use_bias: the output projection and the MLP's too
-      m.set(p + "self_attn.o_proj.bias", [D]);
-      m.set(p + "mlp.c_fc.bias", [F]);
-      m.set(p + "mlp.c_proj.bias", [D]);
+    if (fam.allBias) { // StarCoder2's use_bias, Phi's: the output projection and the MLP's too
+      m.set(p + `self_attn.${oName}.bias`, [D]);
+      m.set(p + `mlp.${up}.bias`, [F]);
+      m.set(p + `mlp.${down}.bias`, [D]);
     }
     if (fam.sandwich) m.set(p + "post_feedforward_layernorm.weight", [D]);
   }
@@ -676,9 +686,10 @@ function expectedShapes(h, fam) {
 /** The GGUF name of an HF tensor, a layer's through layerMap (null: none). */
 function ggufName(layerMap, hfName) {
   if (hfName === "model.embed_tokens.weight") return "token_embd.weight";
-  if (hfName === "model.norm.weight") return "output_norm.weight";
-  if (hfName === "model.norm.bias") return "output_norm.bias";
+  if (hfName === "model.norm.weight" || hfName === "model.final_layernorm.weight") return "output_norm.weight";
+  if (hfName === "model.norm.bias" || hfName === "model.final_layernorm.bias") return "output_norm.bias";
   if (hfName === "lm_head.weight") return "output.weight";
+  if (hfName === "lm_head.bias") return "output.bias";
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hfName);
   if (m && layerMap[m[2]]) return `blk.${m[1]}.${layerMap[m[2]]}`;
   return null;
@@ -1450,6 +1461,16 @@ const DENSE = {
   starcoder2: { archs: ["Starcoder2ForCausalLM"], modelType: "starcoder2", gguf: "starcoder2", layerNorm: true,
     layerNormEpsField: "norm_epsilon", biasField: "use_bias", plainMlp: true, act: "gelu_pytorch_tanh", tieDefault: true,
     ropeThetaDefault: 10000, contextDefault: 4096, slidingWindowField: true, outputRequired: true, headsSpanHidden: true },
+  // phi2 (Phi-1/2): parallel residual from one shared LayerNorm (no
+  // post_attention_layernorm), every projection biased, the output
+  // projection stored as self_attn.dense, a non-gated fc1/fc2 GELU MLP,
+  // model.final_layernorm, a bias on the head; NeoX rotation over
+  // partial_rotary_factor (0.5 in its class); num_key_value_heads null
+  // means one KV head per query head
+  phi2: { archs: ["PhiForCausalLM"], modelType: "phi", gguf: "phi2", layerNorm: true, plainMlp: true,
+    mlpNames: ["fc1", "fc2"], oName: "dense", finalNorm: "model.final_layernorm", sharedNorm: true, headBias: true,
+    alwaysBias: true, act: "gelu_new", ropeThetaDefault: 10000, contextDefault: 2048, ropeDims: 0.5, outputRequired: true,
+    headsSpanHidden: true, kvDefaultHeads: true },
 };
 
 /** SmolLM3's NoPE layers as llama.cpp computes them: every `fixed`-th
@@ -1514,7 +1535,7 @@ function permuteRope(a, heads, hd, cols) {
 export async function convert(modelDir, outPath, { type = "f32", noMtp = false, windowReach } = {}) {
   if (!Object.hasOwn(FTYPE, type)) die(`--type must be one of ${Object.keys(FTYPE).join(", ")}, not ${type}`);
   const cfgFile = path.join(modelDir, "config.json");
-  const cfg = readJson(cfgFile);
+  let cfg = readJson(cfgFile);
   const archs = cfg.architectures || [];
   const q35 = archs.includes("Qwen3_5ForCausalLM") || archs.includes("Qwen3_5ForConditionalGeneration") || cfg.model_type === "qwen3_5_text";
   if (archs.includes("Qwen3_5ForConditionalGeneration") && cfg.text_config && typeof cfg.text_config === "object") {
@@ -1538,7 +1559,10 @@ export async function convert(modelDir, outPath, { type = "f32", noMtp = false, 
     die(`${cfgFile}: no conversion for architectures ${JSON.stringify(archs)} (model_type ${cfg.model_type}): ` +
       `this converter knows ${Object.values(DENSE).flatMap((f) => f.archs).concat(["Qwen3_5ForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM"]).join(", ")}`);
   if (fam.qkvBiasField && cfg[fam.qkvBiasField] === true) fam = { ...fam, qkvBias: true };
-  if (fam.biasField && (cfg[fam.biasField] ?? true) === true) fam = { ...fam, qkvBias: true, allBias: true };
+  if (fam.alwaysBias || (fam.biasField && (cfg[fam.biasField] ?? true) === true)) fam = { ...fam, qkvBias: true, allBias: true };
+  if (fam.sharedNorm && cfg.qk_layernorm === true) die(`${cfgFile}: qk_layernorm true: not converted here`);
+  // PhiConfig: num_key_value_heads null (or absent) is num_attention_heads
+  if (fam.kvDefaultHeads && cfg.num_key_value_heads == null) cfg = { ...cfg, num_key_value_heads: cfg.num_attention_heads };
   if (fam.layerNorm && (cfg.use_parallel_residual === true || cfg.qk_layernorm === true))
     die(`${cfgFile}: use_parallel_residual / qk_layernorm true: not converted here`);
   const need = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size"];

@@ -91,6 +91,8 @@ static int first_weight(const mi_weights *w, const char *key, mi_weight_info *x)
 
 static int has_weight(const mi_weights *w, const char *key) { return first_weight(w, key, NULL); }
 
+int ev_has_weight(const mi_weights *w, const char *key) { return has_weight(w, key); }
+
 /* Does the first tensor matching key hold as many values as the first
  * matching rows_key has rows? */
 static int elements_equal_rows(const mi_weights *w, const char *key, const char *rows_key) {
@@ -274,9 +276,54 @@ static void rebind_operators(json_t **seqs, int ns, const json_t *list) {
   }
 }
 
+/* One "weight:OLD" reference renamed in a step's arguments. */
+static void rename_refs(json_t *args, const char *from, const char *to) {
+  const char *k;
+  json_t *v;
+  char want[600];
+  snprintf(want, sizeof want, "weight:%s", from);
+  json_object_foreach(args, k, v) if (json_is_string(v) && !strcmp(json_string_value(v), want)) {
+    char now[600];
+    snprintf(now, sizeof now, "weight:%s", to);
+    json_object_set_new(args, k, json_string(now));
+  }
+}
+
+/* rename_weights: a weight the family stores under another name
+ * (self_attn.dense for o_proj, final_layernorm for norm), whichever member
+ * added it: its map entry, another entry's fallback to it, every step
+ * argument reading it and the GGUF name mapped to it. Last, so a bias
+ * another member adds is renamed too. */
+static void rename_weights(json_t *m, json_t **seqs, int ns, const json_t *map) {
+  const char *from;
+  json_t *tov;
+  json_object_foreach((json_t *)map, from, tov) {
+    const char *to = json_string_value(tov);
+    json_t *w = to ? mi_ckb_named(json_object_get(m, "weights"), "key", from) : NULL;
+    if (!w) continue;
+    json_object_set_new(w, "key", json_string(to));
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(m, "weights"), i, x) {
+      const char *fb = json_string_value(json_object_get(x, "fallback"));
+      if (fb && !strcmp(fb, from)) json_object_set_new(x, "fallback", json_string(to));
+    }
+    for (int s = 0; s < ns; s++) {
+      size_t i;
+      json_t *st;
+      json_array_foreach(seqs[s], i, st) rename_refs(json_object_get(st, "args"), from, to);
+    }
+    const char *g;
+    json_t *gv;
+    json_object_foreach(json_object_get(json_object_get(m, "gguf"), "tensors"), g,
+                        gv) if (json_is_string(gv) && !strcmp(json_string_value(gv), from))
+        json_object_set_new(json_object_get(json_object_get(m, "gguf"), "tensors"), g, json_string(to));
+  }
+}
+
 /* pass 0: layer kinds split from one sequence; pass 1: the structure (steps,
  * weights, buffers, config); pass 2: settings on what now exists; pass 3:
- * operators rebound where any member set them */
+ * operators rebound and weights renamed where any member set or added them */
 static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) {
   if (pass == 0) {
     split_kinds(m, json_object_get(ed, "split_kinds"));
@@ -286,6 +333,7 @@ static void apply_one(json_t *m, const json_t *ed, const json_t *cfg, int pass) 
   const int ns = sequences(m, seqs, 16);
   if (pass == 3) {
     rebind_operators(seqs, ns, json_object_get(ed, "rebind_operators"));
+    rename_weights(m, seqs, ns, json_object_get(ed, "rename_weights"));
     return;
   }
   size_t i;

@@ -118,6 +118,8 @@ json_t *ev_list_files(const char *dir, char *err, size_t n);
 json_t *ev_vocab(const mi_ckb *c);
 const json_t *ev_cfg_field(const json_t *cfg, const char *name);
 int ev_evidence(const json_t *variant, const json_t *cfg, const struct mi_weights *w);
+/* 1 when the checkpoint holds a tensor matching key ({i}: any layer) */
+int ev_has_weight(const struct mi_weights *w, const char *key);
 json_t *ev_apply(const json_t *contract, const json_t *variants, const json_t *cfg);
 json_t *ev_missing_kinds(const json_t *contract, const json_t *cfg);
 json_t *ev_probe_form(const json_t *base, const json_t *cfg, const json_t *groups);

@@ -330,6 +330,79 @@ static json_t *any_evidence(const json_t *vocab, const probe_set *s) {
   return groups;
 }
 
+/* The weight keys a member's edit reads: those it adds, and the names it
+ * renames weights to. */
+static json_t *keys_read(const json_t *v) {
+  json_t *out = json_array(), *ed = json_object_get(v, "edit"), *x;
+  size_t i;
+  json_array_foreach(json_object_get(ed, "add_weights"), i, x) if (json_is_string(json_object_get(x, "key")))
+      json_array_append(out, json_object_get(x, "key"));
+  const char *k;
+  json_object_foreach(json_object_get(ed, "rename_weights"), k, x) if (json_is_string(x)) json_array_append(out, x);
+  return out;
+}
+
+/* Does any member in play other than `self` (or the base) read key? */
+static int read_elsewhere(const json_t *groups, const json_t *base, const json_t *self, const char *key) {
+  if (mi_ckb_named(json_object_get(base, "weights"), "key", key)) return 1;
+  const char *g;
+  json_t *arr, *v;
+  size_t i, j;
+  json_object_foreach((json_t *)groups, g, arr) json_array_foreach(arr, i, v) {
+    if (v == self) continue;
+    json_t *ks = keys_read(v), *x;
+    int hit = 0;
+    json_array_foreach(ks, j, x) hit |= !strcmp(json_string_value(x), key);
+    json_decref(ks);
+    if (hit) return 1;
+  }
+  return 0;
+}
+
+/* A product above the cap, staged: a group one of whose members alone reads
+ * a weight some probe holds (no other member in play, nor the base, reads
+ * that key) is decided for that member before the product is taken, since
+ * every candidate without it leaves the weight unread ("no contract step
+ * reads it"). Such groups are fixed (named on stderr and in the report);
+ * the others stay in the product. Returns how many groups were fixed. */
+static size_t decide_by_weights(ev_ctx *c, json_t *groups, const json_t *base, const probe_set *s) {
+  json_t *decided = json_object();
+  const char *g;
+  json_t *arr;
+  json_object_foreach(groups, g, arr) {
+    if (json_array_size(arr) < 2) continue;
+    long pick = -1;
+    int conflict = 0;
+    char why[300] = "";
+    size_t i, j;
+    json_t *v, *x;
+    json_array_foreach(arr, i, v) {
+      json_t *ks = keys_read(v);
+      json_array_foreach(ks, j, x) {
+        const char *key = json_string_value(x);
+        int held = 0;
+        for (size_t p = 0; p < s->n && !held; p++) held = ev_has_weight(s->w[p], key);
+        if (!held || read_elsewhere(groups, base, v, key)) continue;
+        if (pick >= 0 && pick != (long)i) conflict = 1;
+        pick = (long)i;
+        snprintf(why, sizeof why, "%s", key);
+      }
+      json_decref(ks);
+    }
+    if (pick < 0 || conflict) continue;
+    json_t *v1 = json_incref(json_array_get(arr, (size_t)pick));
+    json_array_clear(arr);
+    json_array_append_new(arr, v1);
+    json_object_set_new(decided, g, json_pack("{s:s, s:s}", "value", json_string_value(json_object_get(v1, "value")) ?: "?",
+                                              "weight", why));
+    fprintf(stderr, "mi-gen: evolve: %s=%s decided: only it reads %s, which the probes hold\n", g,
+            json_string_value(json_object_get(v1, "value")) ?: "?", why);
+  }
+  size_t nd = json_object_size(decided);
+  json_object_set_new(c->report, "decided_by_weights", decided);
+  return nd;
+}
+
 /* Candidate k of the product (the last group fastest): its members and name. */
 static json_t *candidate(const json_t *groups, size_t k, char *name, size_t n) {
   json_t *members = json_array();
@@ -685,6 +758,15 @@ int ev_variant_search(ev_ctx *c, json_t *probes, json_t **table, json_t **found,
       } else {
         groups = any_evidence(vocab, &ps);
         base = ev_probe_form(be->json, cfg, groups);
+        size_t all = 1;
+        const char *gk;
+        json_t *ga;
+        json_object_foreach(groups, gk, ga) all *= json_array_size(ga);
+        if (all > EV_MAX_CANDIDATES) {
+          fprintf(stderr, "mi-gen: evolve: %zu candidates (at most %d): groups a weight decides are fixed first\n", all,
+                  EV_MAX_CANDIDATES);
+          decide_by_weights(c, groups, base, &ps);
+        }
         json_object_set_new(c->report, "base", json_string(be->id));
         c->model_cfg = json_incref(cfg);
         snprintf(c->probe_dir, sizeof c->probe_dir, "%s", ps.dir[pi]);
