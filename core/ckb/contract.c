@@ -103,8 +103,8 @@ static const json_t *interned_integer(int64_t v) {
 
 static _Thread_local int g_derive_cycle; /* set when a derivation hit the depth limit */
 
-static const json_t *derived(const json_t *model, const json_t *cfg, const json_t *f) {
-  const char *ex = json_string_value(json_object_get(f, "default_expr"));
+static const json_t *derived(const json_t *model, const json_t *cfg, const json_t *f, const char *field) {
+  const char *ex = json_string_value(json_object_get(f, field));
   if (!ex || !json_is_object(cfg)) return NULL;
   if (g_derive_depth > 8) {
     g_derive_cycle = 1; /* the whole derivation fails, not just this level */
@@ -128,10 +128,14 @@ const json_t *mi_ckb_config_value(const json_t *model, const json_t *cfg, const 
   const json_t *f = mi_ckb_named(json_object_get(model, "config"), "name", key);
   if (f) {
     const char *path = json_string_value(json_object_get(f, "path"));
-    const json_t *v = present(mi_ckb_config_at(cfg, path ? path : key));
+    const json_t *raw = mi_ckb_config_at(cfg, path ? path : key), *v = present(raw);
     if (!v && path) v = present(json_object_get(cfg, key)); /* the flat spelling of a nested field */
     if (!v && json_is_object(tc)) v = present(mi_ckb_config_at(tc, path ? path : key));
-    if (!v) v = derived(model, cfg, f);
+    /* a field config.json states as null, where null has its own meaning
+     * (no sliding window: the context), else the class's value for an
+     * absent one (default_expr, then default) */
+    if (!v && json_is_null(raw)) v = derived(model, cfg, f, "null_expr");
+    if (!v) v = derived(model, cfg, f, "default_expr");
     return v ? v : json_object_get(f, "default");
   }
   const json_t *v = present(json_object_get(cfg, key));

@@ -1395,7 +1395,7 @@ static void holds_unscaled_checkpoint(const json_t *m, const char *golden, json_
  * model.llama explains it and, interpreted in float64, is within EV_TOL of
  * llama.cpp; with Qwen3's released 1e6 as its default (the contract before
  * the class entry) it is far off. A Mistral config without sliding_window
- * (MistralConfig: 4096) is refused naming the field, not computed unwindowed. */
+ * (MistralConfig: 4096) is explained, its window read as the class's 4096. */
 START_TEST(config_class_defaults_hold_against_the_oracle) {
   char *tmp = tw_mkdtemp("evolve-class"), *dir = tw_path(tmp, "m"), bin[4096], err[1024], *ck = src("ckb");
   snprintf(bin, sizeof bin, "%s/bin", getenv("MI_BUILD_DIR"));
@@ -1441,8 +1441,10 @@ START_TEST(config_class_defaults_hold_against_the_oracle) {
   m = mi_ckb_find(k, "model.mistral")->json;
   json_array_clear(un);
   ck_assert_int_eq(ev_explain(m, cfg, w, un, NULL), 0); /* sliding_window null: explained */
+  json_object_set_new(cfg, "max_position_embeddings", json_integer(32768));
+  ck_assert_int_eq(json_integer_value(mi_ckb_config_value(m, cfg, "sliding_window", 14)), 32768); /* null: none */
   json_object_del(cfg, "sliding_window");
-  explain_names(m, cfg, w, un, "'sliding_window' is absent, which its config class reads as 4096");
+  ck_assert_int_eq(json_integer_value(mi_ckb_config_value(m, cfg, "sliding_window", 14)), 4096); /* the class's */
   mi_ckb_close(k);
   mi_weights_close(w);
   json_decref(un), json_decref(cfg), json_decref(g);
@@ -1510,15 +1512,28 @@ START_TEST(qwen25_yarn_absorbed) {
 }
 END_TEST
 
+/* Mistral from two probes: sliding_window null (v0.2 on) and 2048 under a
+ * 4096 context (v0.1's 4096 under 32768, scaled; llama.cpp's llama has no
+ * window, and the probes' runs never reach 2048 positions, so it is the
+ * oracle for both). On the null probe window=by_field and window=every_layer
+ * both pass (one extra passing row); only every_layer explains the set
+ * window, so it is found, and one contract computes both: a null window
+ * reads as the context (null_expr), an absent one as MistralConfig's 4096. */
 START_TEST(mistral_layout_absorbed) {
-  json_t *m = absorb_family("mistral-probe-tiny-seed5.json", NULL, "head_dim=derived norm=w qk=none window=by_field",
-                            "models/mistral.json", "MistralForCausalLM");
-  /* sliding_window is inert only at null: a set window (Mistral v0.1's 4096)
-   * is a gap named by the field, never computed as full attention */
-  const json_t *sw = mi_ckb_named(json_object_get(m, "config_inert"), "name", "sliding_window");
-  ck_assert_ptr_nonnull(sw);
-  ck_assert_int_eq(json_array_size(json_object_get(sw, "values")), 1);
-  ck_assert(json_is_null(json_array_get(json_object_get(sw, "values"), 0)));
+  json_t *m = absorb_family_in(FROM_CURATED, "mistral-probe-tiny-seed5.json", "mistral-probe-tiny-window-seed30.json",
+                               "head_dim=derived norm=w qk=none window=every_layer", "models/mistral.json",
+                               "MistralForCausalLM", 1);
+  const json_t *att = mi_ckb_named(json_object_get(m, "layer_sequence"), "step", "attention");
+  ck_assert_str_eq(json_string_value(json_object_get(att, "operator")) ?: "", "operator.attention_window");
+  ck_assert_ptr_null(mi_ckb_named(json_object_get(m, "config_inert"), "name", "sliding_window"));
+  json_t *cfg = json_pack("{s:i, s:i, s:i}", "max_position_embeddings", 32768, "hidden_size", 64,
+                          "num_attention_heads", 4);
+  ck_assert_int_eq(json_integer_value(mi_ckb_config_value(m, cfg, "sliding_window", 14)), 4096); /* absent */
+  json_object_set_new(cfg, "sliding_window", json_null());
+  ck_assert_int_eq(json_integer_value(mi_ckb_config_value(m, cfg, "sliding_window", 14)), 32768); /* null */
+  json_object_set_new(cfg, "sliding_window", json_integer(4096));
+  ck_assert_int_eq(json_integer_value(mi_ckb_config_value(m, cfg, "sliding_window", 14)), 4096);
+  json_decref(cfg);
   json_decref(m);
 }
 END_TEST
