@@ -218,6 +218,17 @@ json_t *mi_ckb_named(const json_t *arr, const char *field, const char *value);
  * from the patched contract and the verifier interprets the same one. */
 int mi_ckb_apply_patch(json_t *model, const json_t *patch);
 const char *mi_ckb_layer_kind(const json_t *model, const json_t *cfg, int64_t l);
+
+/* Operator reductions (core/ckb/reduce.c): where a step's operator contract
+ * says "reduces_to": {"operator": PLAIN, "when": EXPR} and EXPR holds for
+ * this checkpoint (names: the step's integer arguments, then config fields;
+ * a window at least the context: "window >= max_position_embeddings"), the
+ * step computes exactly what PLAIN computes. mi_ckb_step_reduction: PLAIN's
+ * id, or NULL. mi_ckb_model_reduce: every such step of `model` (a copy the
+ * caller owns) rewritten to PLAIN, the arguments PLAIN has no parameter for
+ * dropped, "reduced_from" naming the operator it was; how many. */
+const char *mi_ckb_step_reduction(const mi_ckb *c, const json_t *model, const json_t *cfg, const json_t *step);
+int mi_ckb_model_reduce(const mi_ckb *c, json_t *model, const json_t *cfg);
 /* One element e of the per-layer array as a kind's name: a string as it is;
  * a number (or boolean, 0 / 1) through layer_kinds.values ({"0": KIND,
  * "1": KIND}: SmolLM3's no_rope_layers); NULL otherwise (not checked

@@ -1533,6 +1533,24 @@ START_TEST(mistral_layout_absorbed) {
   ck_assert_int_eq(json_integer_value(mi_ckb_config_value(m, cfg, "sliding_window", 14)), 32768); /* null */
   json_object_set_new(cfg, "sliding_window", json_integer(4096));
   ck_assert_int_eq(json_integer_value(mi_ckb_config_value(m, cfg, "sliding_window", 14)), 4096);
+  /* a window that masks nothing (at least the context) reduces to the
+   * platform's attention (operator.attention_window's reduces_to): the
+   * composer calls it, its window argument dropped; a narrower one does not */
+  char err[1024], *ck = src("ckb");
+  mi_ckb *k = mi_ckb_open(ck, err, sizeof err);
+  ck_assert_msg(k, "%s", err);
+  ck_assert_ptr_null(mi_ckb_step_reduction(k, m, cfg, att)); /* 4096 under 32768 */
+  json_object_set_new(cfg, "sliding_window", json_null());
+  ck_assert_str_eq(mi_ckb_step_reduction(k, m, cfg, att) ?: "", "operator.attention");
+  json_t *r = json_deep_copy(m);
+  ck_assert_int_eq(mi_ckb_model_reduce(k, r, cfg), 1);
+  const json_t *ra = mi_ckb_named(json_object_get(r, "layer_sequence"), "step", "attention");
+  ck_assert_str_eq(json_string_value(json_object_get(ra, "operator")) ?: "", "operator.attention");
+  ck_assert_ptr_null(json_object_get(json_object_get(ra, "args"), "window"));
+  ck_assert_str_eq(json_string_value(json_object_get(ra, "reduced_from")) ?: "", "operator.attention_window");
+  json_decref(r);
+  mi_ckb_close(k);
+  free(ck);
   json_decref(cfg);
   json_decref(m);
 }

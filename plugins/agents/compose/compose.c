@@ -107,7 +107,7 @@ static json_t *gather_contracts(mi_ckb *c, gen *g, const mi_ckb_entry *me, const
    * a platform that hosts kernel packs: the engine calls a generated pack */
   int hosts = 0;
   json_array_foreach(json_object_get(pe->json, "kernel_packs"), i, k) hosts |= !strcmp(json_string_value(k) ?: "", "host-c");
-  json_t *seqs = hosts ? mi_ckb_model_sequences(me->json) : NULL;
+  json_t *seqs = hosts ? mi_ckb_model_sequences(g->model) : NULL; /* after reductions */
   for (size_t q = 0; q < json_array_size(seqs); q++) {
     json_array_foreach(json_array_get(seqs, q), i, k) {
       const char *id = json_string_value(json_object_get(k, "operator"));
@@ -325,6 +325,9 @@ static int compose_run(void *ctx, const mi_agent_task *t, char **result, char *e
   if (find_contracts(c, g.config, pname, &me, &pe, err, err_len) ||
       setup_gen(&g, cons, me, pe, err, err_len))
     goto out;
+  /* a masked form that masks nothing at this checkpoint's values (a window
+   * as wide as the context) is called as its plain operator (reduce.c) */
+  mi_ckb_model_reduce(c, g.model, g.config);
   contracts = gather_contracts(c, &g, me, pe);
   if (plan_half_kv(&g, me->id, pe->id, err, err_len)) goto out;
   consult_experience(c, &g, me, contracts, patches, exp);

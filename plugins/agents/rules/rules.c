@@ -13,7 +13,8 @@
  *   alloc       no allocation in the forward pass (forward_chunk, logits_rows, e_forward)
  *   sequence    the platform calls of the forward pass are the model
  *               contract's operator sequence, in order (prologue + layer;
- *               epilogue in logits_rows)
+ *               epilogue in logits_rows); a step whose operator reduces to a
+ *               plainer one at this checkpoint (reduces_to) may call either
  *   members     every platform member used is one the platform contract lists
  *               (its kernels' members) or memory/stream plumbing
  *   constants   every #define of a config field equals config.json's value
@@ -211,7 +212,7 @@ static void called_member(json_t *ops, const char *op, char *out, size_t n) {
  * order: the source writes one switch case per kind in that order).
  * `half_kv`: the cache holds f16/bf16, so convert calls store new rows. */
 static void check_sequence(json_t *fs, const char *base, const char *code, const char *fn, json_t *model,
-                           json_t *seqs, json_t *ops, int tp, int half_kv) {
+                           json_t *seqs, json_t *ops, int tp, int half_kv, const mi_ckb *ck, const json_t *cfg) {
   const char *b, *e;
   if (body_of(code, fn, &b, &e)) {
     finding(fs, "error", "sequence", 0, "no function %s: the forward pass cannot be checked", fn);
@@ -224,9 +225,14 @@ static void check_sequence(json_t *fs, const char *base, const char *code, const
     json_array_foreach(json_array_get(seqs, s), i, st) {
       if (json_is_true(json_object_get(st, "optional"))) continue;
       const char *op = json_string_value(json_object_get(st, "operator"));
-      char member[160];
+      char member[160], alt[160] = "";
       called_member(ops, op, member, sizeof member);
-      json_array_append_new(want, json_pack("{s:s, s:s}", "member", member, "step", json_string_value(json_object_get(st, "step"))));
+      /* a masked form that masks nothing here may be called as its plain
+       * operator (core/ckb/reduce.c: the composer does) */
+      const char *to = mi_ckb_step_reduction(ck, model, cfg, st);
+      if (to) called_member(ops, to, alt, sizeof alt);
+      json_array_append_new(want, json_pack("{s:s, s:s, s:s}", "member", member, "alt", alt, "step",
+                                            json_string_value(json_object_get(st, "step"))));
       if (json_object_get(st, "reduce") && tp > 1)
         json_array_append_new(want, json_pack("{s:s, s:s}", "member", "allreduce_sum_f32", "step", json_string_value(json_object_get(st, "step"))));
     }
@@ -248,7 +254,8 @@ static void check_sequence(json_t *fs, const char *base, const char *code, const
       continue;
     }
     json_t *w = json_array_get(want, wi++);
-    if (strcmp(n, json_string_value(json_object_get(w, "member"))))
+    const char *alt = json_string_value(json_object_get(w, "alt"));
+    if (strcmp(n, json_string_value(json_object_get(w, "member"))) && (!alt || !alt[0] || strcmp(n, alt)))
       finding(fs, "error", "sequence", line, "%s: step %s of the contract is %s, the source calls %s here", fn,
               json_string_value(json_object_get(w, "step")), json_string_value(json_object_get(w, "member")), n);
   }
@@ -363,7 +370,8 @@ static void check_hot_alloc(json_t *fs, const char *code) {
 
 /* the step sequences: forward_chunk against the prologue and every layer kind's sequence,
  * logits_rows against the epilogue */
-static void check_sequences(json_t *fs, const char *code, const json_t *task, json_t *model, json_t *ops) {
+static void check_sequences(json_t *fs, const char *code, const json_t *task, json_t *model, json_t *ops,
+                            const mi_ckb *c, const json_t *cfg) {
   int tp = (int)json_integer_value(json_object_get(json_object_get(task, "constraints"), "tp"));
   json_t *body = json_array(), *epi = json_array();
   json_array_append(body, json_object_get(model, "prologue") ?: json_null());
@@ -378,8 +386,8 @@ static void check_sequences(json_t *fs, const char *code, const json_t *task, js
   json_array_append(epi, json_object_get(model, "epilogue") ?: json_null());
   const char *kvt = json_string_value(json_object_get(json_object_get(task, "constraints"), "kv_type"));
   int half_kv = kvt && strcmp(kvt, "f32") != 0;
-  check_sequence(fs, code, code, "forward_chunk", model, body, ops, tp, half_kv);
-  check_sequence(fs, code, code, "logits_rows", model, epi, ops, tp, half_kv);
+  check_sequence(fs, code, code, "forward_chunk", model, body, ops, tp, half_kv, c, cfg);
+  check_sequence(fs, code, code, "logits_rows", model, epi, ops, tp, half_kv, c, cfg);
   json_decref(body);
   json_decref(epi);
 }
@@ -489,7 +497,7 @@ static int rules_run(void *ctx, const mi_agent_task *t, char **result, char *err
   check_forbidden(fs, src, code, all);
   check_hot_alloc(fs, code);
   if (model && platform) {
-    check_sequences(fs, code, task, model, ops);
+    check_sequences(fs, code, task, model, ops, c, cfg);
     check_members(fs, all, pe, ops);
     check_constants(fs, code, model, cfg);
   }
