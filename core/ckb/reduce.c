@@ -45,8 +45,19 @@ const char *mi_ckb_step_reduction(const mi_ckb *c, const json_t *model, const js
   const json_t *rt = oe ? json_object_get(oe->json, "reduces_to") : NULL;
   const char *to = json_string_value(json_object_get(rt, "operator"));
   const char *when = json_string_value(json_object_get(rt, "when"));
-  if (!to || !when || !mi_ckb_find(c, to)) return NULL;
-  reduce_ctx r = {{model, cfg, 0}, json_object_get(step, "args"), 0};
+  const mi_ckb_entry *te = to && when ? mi_ckb_find(c, to) : NULL;
+  if (!te) return NULL;
+  /* the plainer operator takes a subset of the step's arguments (the
+   * context and stream aside): else the step cannot be called as it */
+  const json_t *args = json_object_get(step, "args"), *p;
+  size_t q;
+  json_array_foreach(json_object_get(json_object_get(te->json, "signature"), "args"), q, p) {
+    const char *kind = json_string_value(json_object_get(p, "kind")) ?: "";
+    if (strcmp(kind, "ctx") && strcmp(kind, "stream") &&
+        !json_object_get(args, json_string_value(json_object_get(p, "name")) ?: ""))
+      return NULL;
+  }
+  reduce_ctx r = {{model, cfg, 0}, args, 0};
   int64_t holds = 0;
   char err[200];
   return mi_expr_eval(when, reduce_lookup, &r, &holds, err, sizeof err) == 0 && holds ? to : NULL;

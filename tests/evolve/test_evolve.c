@@ -1542,6 +1542,10 @@ START_TEST(mistral_layout_absorbed) {
   ck_assert_ptr_null(mi_ckb_step_reduction(k, m, cfg, att)); /* 4096 under 32768 */
   json_object_set_new(cfg, "sliding_window", json_null());
   ck_assert_str_eq(mi_ckb_step_reduction(k, m, cfg, att) ?: "", "operator.attention");
+  json_t *bare = json_deep_copy(att); /* a step without an argument the plainer operator needs: not reduced */
+  json_object_del(json_object_get(bare, "args"), "scale");
+  ck_assert_ptr_null(mi_ckb_step_reduction(k, m, cfg, bare));
+  json_decref(bare);
   json_t *r = json_deep_copy(m);
   ck_assert_int_eq(mi_ckb_model_reduce(k, r, cfg), 1);
   const json_t *ra = mi_ckb_named(json_object_get(r, "layer_sequence"), "step", "attention");
