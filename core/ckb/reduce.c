@@ -39,7 +39,8 @@ static int reduce_lookup(void *user, const char *name, size_t len, int64_t *out)
   return mi_ckb_layer_lookup(&r->lc, name, len, out);
 }
 
-const char *mi_ckb_step_reduction(const mi_ckb *c, const json_t *model, const json_t *cfg, const json_t *step) {
+/* The plainer operator's contract a step reduces to here, or NULL. */
+static const mi_ckb_entry *reduction(const mi_ckb *c, const json_t *model, const json_t *cfg, const json_t *step) {
   const char *op = json_string_value(json_object_get(step, "operator"));
   const mi_ckb_entry *oe = op && c ? mi_ckb_find(c, op) : NULL;
   const json_t *rt = oe ? json_object_get(oe->json, "reduces_to") : NULL;
@@ -60,7 +61,12 @@ const char *mi_ckb_step_reduction(const mi_ckb *c, const json_t *model, const js
   reduce_ctx r = {{model, cfg, 0}, args, 0};
   int64_t holds = 0;
   char err[200];
-  return mi_expr_eval(when, reduce_lookup, &r, &holds, err, sizeof err) == 0 && holds ? to : NULL;
+  return mi_expr_eval(when, reduce_lookup, &r, &holds, err, sizeof err) == 0 && holds ? te : NULL;
+}
+
+const char *mi_ckb_step_reduction(const mi_ckb *c, const json_t *model, const json_t *cfg, const json_t *step) {
+  const mi_ckb_entry *te = reduction(c, model, cfg, step);
+  return te ? te->id : NULL;
 }
 
 int mi_ckb_model_reduce(const mi_ckb *c, json_t *model, const json_t *cfg) {
@@ -68,11 +74,11 @@ int mi_ckb_model_reduce(const mi_ckb *c, json_t *model, const json_t *cfg) {
   size_t i, k;
   int n = 0;
   json_array_foreach(seqs, i, seq) json_array_foreach(seq, k, st) {
-    const char *to = mi_ckb_step_reduction(c, model, cfg, st);
-    if (!to) continue;
+    const mi_ckb_entry *te = reduction(c, model, cfg, st);
+    if (!te) continue;
     /* the plainer operator's arguments only: what it has no parameter for
      * (the window) is what the condition showed does nothing */
-    const json_t *sig = json_object_get(json_object_get(mi_ckb_find(c, to)->json, "signature"), "args");
+    const json_t *sig = json_object_get(json_object_get(te->json, "signature"), "args");
     json_t *args = json_object_get(st, "args");
     const char *a;
     json_t *v, *tmp;
@@ -84,7 +90,7 @@ int mi_ckb_model_reduce(const mi_ckb *c, json_t *model, const json_t *cfg) {
       if (!kept) json_object_del(args, a);
     }
     json_object_set_new(st, "reduced_from", json_string(json_string_value(json_object_get(st, "operator"))));
-    json_object_set_new(st, "operator", json_string(to));
+    json_object_set_new(st, "operator", json_string(te->id));
     n++;
   }
   json_decref(seqs);

@@ -1560,7 +1560,6 @@ export async function convert(modelDir, outPath, { type = "f32", noMtp = false, 
       `this converter knows ${Object.values(DENSE).flatMap((f) => f.archs).concat(["Qwen3_5ForCausalLM", "Gemma3ForCausalLM", "Gemma2ForCausalLM"]).join(", ")}`);
   if (fam.qkvBiasField && cfg[fam.qkvBiasField] === true) fam = { ...fam, qkvBias: true };
   if (fam.alwaysBias || (fam.biasField && (cfg[fam.biasField] ?? true) === true)) fam = { ...fam, qkvBias: true, allBias: true };
-  if (fam.sharedNorm && cfg.qk_layernorm === true) die(`${cfgFile}: qk_layernorm true: not converted here`);
   // PhiConfig: num_key_value_heads null (or absent) is num_attention_heads
   if (fam.kvDefaultHeads && cfg.num_key_value_heads == null) cfg = { ...cfg, num_key_value_heads: cfg.num_attention_heads };
   if (fam.layerNorm && (cfg.use_parallel_residual === true || cfg.qk_layernorm === true))

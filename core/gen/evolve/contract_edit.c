@@ -297,27 +297,22 @@ static void rename_refs(json_t *args, const char *from, const char *to) {
 static void rename_weights(json_t *m, json_t **seqs, int ns, const json_t *map) {
   const char *from;
   json_t *tov;
+  json_t *weights = json_object_get(m, "weights"), *tensors = json_object_get(json_object_get(m, "gguf"), "tensors");
   json_object_foreach((json_t *)map, from, tov) {
     const char *to = json_string_value(tov);
-    json_t *w = to ? mi_ckb_named(json_object_get(m, "weights"), "key", from) : NULL;
+    json_t *w = to ? mi_ckb_named(weights, "key", from) : NULL;
     if (!w) continue;
     json_object_set_new(w, "key", json_string(to));
     size_t i;
     json_t *x;
-    json_array_foreach(json_object_get(m, "weights"), i, x) {
+    json_array_foreach(weights, i, x) {
       const char *fb = json_string_value(json_object_get(x, "fallback"));
       if (fb && !strcmp(fb, from)) json_object_set_new(x, "fallback", json_string(to));
     }
-    for (int s = 0; s < ns; s++) {
-      size_t i;
-      json_t *st;
-      json_array_foreach(seqs[s], i, st) rename_refs(json_object_get(st, "args"), from, to);
-    }
+    for (int s = 0; s < ns; s++) json_array_foreach(seqs[s], i, x) rename_refs(json_object_get(x, "args"), from, to);
     const char *g;
-    json_t *gv;
-    json_object_foreach(json_object_get(json_object_get(m, "gguf"), "tensors"), g,
-                        gv) if (json_is_string(gv) && !strcmp(json_string_value(gv), from))
-        json_object_set_new(json_object_get(json_object_get(m, "gguf"), "tensors"), g, json_string(to));
+    json_object_foreach(tensors, g, x) if (json_is_string(x) && !strcmp(json_string_value(x), from))
+        json_object_set_new(tensors, g, json_string(to));
   }
 }
 

@@ -364,8 +364,8 @@ static int read_elsewhere(const json_t *groups, const json_t *base, const json_t
  * that key) is decided for that member before the product is taken, since
  * every candidate without it leaves the weight unread ("no contract step
  * reads it"). Such groups are fixed (named on stderr and in the report);
- * the others stay in the product. Returns how many groups were fixed. */
-static size_t decide_by_weights(ev_ctx *c, json_t *groups, const json_t *base, const probe_set *s) {
+ * the others stay in the product. */
+static void decide_by_weights(ev_ctx *c, json_t *groups, const json_t *base, const probe_set *s) {
   json_t *decided = json_object();
   const char *g;
   json_t *arr;
@@ -398,9 +398,7 @@ static size_t decide_by_weights(ev_ctx *c, json_t *groups, const json_t *base, c
     fprintf(stderr, "mi-gen: evolve: %s=%s decided: only it reads %s, which the probes hold\n", g,
             json_string_value(json_object_get(v1, "value")) ?: "?", why);
   }
-  size_t nd = json_object_size(decided);
   json_object_set_new(c->report, "decided_by_weights", decided);
-  return nd;
 }
 
 /* Candidate k of the product (the last group fastest): its members and name. */
